@@ -1,0 +1,729 @@
+//! Pure evaluation: catalog + profile variables + host facts -> findings.
+//!
+//! No I/O happens here, so every status rule is unit-tested with hand-made readings. The rules:
+//! a value that meets its target passes; one that misses takes the check's severity (fail,
+//! warn or info); anything that could not be read is a skip with the reason, never a pass;
+//! cumulative counters are info unless they grew during `--watch`.
+
+use super::{Catalog, CheckDef, Compare, Requirement, Scope, Severity, Target};
+use crate::gather::{split_boot_entry, HostFacts, Instance, Reading};
+use crate::value::{version_parts, Value};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Info,
+    Skip,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Info => "info",
+            Status::Skip => "skip",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        }
+    }
+    fn missed(severity: Severity) -> Status {
+        match severity {
+            Severity::Info => Status::Info,
+            Severity::Warn => Status::Warn,
+            Severity::Fail => Status::Fail,
+        }
+    }
+}
+
+/// The rendered fix for one finding.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FixText {
+    pub runtime: Option<String>,
+    pub persistent: Option<String>,
+}
+
+/// One check's verdict on one object. Field names are the documented JSON shape.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// Catalog id, with `[nic]` for per-NIC checks and `.boot` for boot-time views.
+    pub id: String,
+    pub title: String,
+    pub status: Status,
+    pub current: Option<Value>,
+    /// How current is compared: >=, <=, ==, covers, version>=, absent, no_growth, report.
+    pub compare: &'static str,
+    pub target: Option<Value>,
+    pub severity: Severity,
+    pub scope: Scope,
+    pub why: String,
+    pub fix: FixText,
+    /// Why it was skipped, where a value was set, how much a counter grew.
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub total: usize,
+    pub pass: usize,
+    pub warn: usize,
+    pub fail: usize,
+    pub skip: usize,
+    pub info: usize,
+}
+
+impl Summary {
+    pub fn of(findings: &[Finding]) -> Summary {
+        let mut s = Summary {
+            total: findings.len(),
+            ..Summary::default()
+        };
+        for f in findings {
+            match f.status {
+                Status::Pass => s.pass += 1,
+                Status::Warn => s.warn += 1,
+                Status::Fail => s.fail += 1,
+                Status::Skip => s.skip += 1,
+                Status::Info => s.info += 1,
+            }
+        }
+        s
+    }
+}
+
+/// Evaluate every gathered instance. `profile_vars` come from [`crate::profile::Profile::variables`].
+pub fn evaluate(
+    catalog: &Catalog,
+    profile_vars: &BTreeMap<String, Value>,
+    facts: &HostFacts,
+) -> Vec<Finding> {
+    let mut vars = profile_vars.clone();
+    vars.extend(facts.vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let mut out = Vec::new();
+    for (i, def) in catalog.checks.iter().enumerate() {
+        let instances: Vec<&Instance> = facts.instances.iter().filter(|x| x.check == i).collect();
+        if instances.is_empty() && def.check.each.is_some() {
+            let reason = facts
+                .no_nics
+                .clone()
+                .unwrap_or_else(|| "no object to check".into());
+            let mut f = base(def, &def.check.id, &vars, facts, None, None);
+            f.status = Status::Skip;
+            f.note = Some(reason);
+            out.push(f);
+            continue;
+        }
+        for inst in instances {
+            out.push(evaluate_one(def, inst, &vars, facts));
+            if let Some(boot) = &inst.boot {
+                out.push(evaluate_boot(def, inst, boot, &vars, facts));
+            }
+        }
+    }
+    out
+}
+
+/// Compute a check's target; an expression over an unreadable host value is an error message.
+fn target_of(def: &CheckDef, vars: &BTreeMap<String, Value>) -> Result<Option<Value>, String> {
+    match &def.target {
+        None => Ok(None),
+        Some(Target::Value(v)) => Ok(Some(v.clone())),
+        Some(Target::Version(s)) => Ok(Some(Value::Text(s.clone()))),
+        Some(Target::Expr(e)) => e.eval(vars).map(Some).map_err(|err| {
+            if err.ends_with("is not known") {
+                format!(
+                    "the target needs {}, which could not be read",
+                    err.trim_end_matches(" is not known")
+                )
+            } else {
+                format!("the target cannot be computed: {err}")
+            }
+        }),
+    }
+}
+
+fn compare_str(c: Compare) -> &'static str {
+    match c {
+        Compare::AtLeast => ">=",
+        Compare::AtMost => "<=",
+        Compare::Equal => "==",
+        Compare::Covers => "covers",
+        Compare::VersionAtLeast => "version>=",
+        Compare::Absent => "absent",
+        Compare::NoGrowth => "no_growth",
+        Compare::Report => "report",
+    }
+}
+
+/// A finding with everything but the verdict filled in.
+fn base(
+    def: &CheckDef,
+    id: &str,
+    vars: &BTreeMap<String, Value>,
+    facts: &HostFacts,
+    inst: Option<&Instance>,
+    current: Option<Value>,
+) -> Finding {
+    let target = target_of(def, vars).ok().flatten();
+    let location = match &current {
+        Some(Value::Text(t)) => split_boot_entry(t).map(|(loc, _)| loc.to_string()),
+        _ => None,
+    };
+    let nic = inst.and_then(|i| i.nic.as_ref());
+    let fill = |text: &Option<String>| {
+        text.as_ref().map(|t| {
+            let mut s = t.clone();
+            let subs: [(&str, Option<String>); 7] = [
+                ("{target}", target.as_ref().map(|v| v.to_string())),
+                ("{unit}", facts.options.unit.clone()),
+                ("{pid}", facts.options.pid.map(|p| p.to_string())),
+                ("{nic}", nic.map(|n| n.name.clone())),
+                ("{nic_key}", nic.and_then(|n| n.registry_key.clone())),
+                ("{location}", location.clone()),
+                ("{current}", current.as_ref().map(|v| v.to_string())),
+            ];
+            for (k, v) in subs {
+                let fallback = format!("<{}>", &k[1..k.len() - 1]);
+                s = s.replace(k, &v.unwrap_or(fallback));
+            }
+            s
+        })
+    };
+    let fix = FixText {
+        runtime: fill(&def.check.fix.runtime),
+        persistent: fill(&def.check.fix.persistent),
+    };
+    Finding {
+        id: id.to_string(),
+        title: def.check.title.clone(),
+        status: Status::Info,
+        current: current.clone(),
+        compare: compare_str(def.check.compare),
+        target,
+        severity: def.check.severity,
+        scope: def.check.scope,
+        why: def.check.why.trim().to_string(),
+        fix,
+        note: None,
+    }
+}
+
+fn instance_id(def: &CheckDef, inst: &Instance) -> String {
+    match &inst.nic {
+        Some(n) => format!("{}[{}]", def.check.id, n.name),
+        None => def.check.id.clone(),
+    }
+}
+
+fn evaluate_one(
+    def: &CheckDef,
+    inst: &Instance,
+    vars: &BTreeMap<String, Value>,
+    facts: &HostFacts,
+) -> Finding {
+    let id = instance_id(def, inst);
+    let current = match &inst.reading {
+        Reading::Value(v) => Some(v.clone()),
+        _ => None,
+    };
+    let mut f = base(def, &id, vars, facts, Some(inst), current);
+    let (status, note) = verdict(def, inst, vars, facts);
+    f.status = status;
+    f.note = note;
+    f
+}
+
+fn verdict(
+    def: &CheckDef,
+    inst: &Instance,
+    vars: &BTreeMap<String, Value>,
+    facts: &HostFacts,
+) -> (Status, Option<String>) {
+    match def.check.requires {
+        Some(Requirement::Pid) if facts.options.pid.is_none() => {
+            return (
+                Status::Skip,
+                Some("pass --pid PID to check a running server".into()),
+            )
+        }
+        Some(Requirement::Unit) if facts.options.unit.is_none() => {
+            return (
+                Status::Skip,
+                Some("pass --unit NAME to check a systemd service".into()),
+            )
+        }
+        _ => {}
+    }
+    let current = match &inst.reading {
+        Reading::Value(v) => v,
+        Reading::Missing(reason) => {
+            return match (&def.check.if_missing, def.check.compare) {
+                (Some(m), _) => (
+                    match m.status {
+                        super::MissingStatus::Pass => Status::Pass,
+                        super::MissingStatus::Skip => Status::Skip,
+                        super::MissingStatus::Info => Status::Info,
+                    },
+                    Some(m.reason.clone()),
+                ),
+                (None, Compare::Absent) => (Status::Pass, Some(reason.clone())),
+                (None, _) => (Status::Skip, Some(reason.clone())),
+            }
+        }
+        Reading::Unreadable(reason) => return (Status::Skip, Some(reason.clone())),
+    };
+    let missed = Status::missed(def.check.severity);
+    match def.check.compare {
+        Compare::Report => return (Status::Info, None),
+        Compare::Absent => return (missed, Some(format!("set at {current}"))),
+        Compare::NoGrowth => {
+            let Some(secs) = facts.watched.map(|w| w.as_secs_f64()) else {
+                return (
+                    Status::Info,
+                    Some("cumulative since boot; --watch SECS judges its growth".into()),
+                );
+            };
+            return match (&inst.after, current.as_num()) {
+                (Some(Reading::Value(after)), Some(before)) => {
+                    match after.as_num().map(|a| a - before) {
+                        Some(d) if d > 0 => (missed, Some(format!("+{d} in {secs:.0} s"))),
+                        Some(_) => (Status::Pass, Some(format!("no growth in {secs:.0} s"))),
+                        None => (
+                            Status::Skip,
+                            Some("the second reading is not a number".into()),
+                        ),
+                    }
+                }
+                _ => (Status::Skip, Some("the second reading failed".into())),
+            };
+        }
+        _ => {}
+    }
+    let target = match target_of(def, vars) {
+        Ok(Some(t)) => t,
+        Ok(None) => return (Status::Info, None),
+        Err(e) => return (Status::Skip, Some(e)),
+    };
+    match meets(def.check.compare, current, &target) {
+        Ok(true) => (Status::Pass, None),
+        Ok(false) => (missed, None),
+        Err(e) => (Status::Skip, Some(e)),
+    }
+}
+
+/// Whether `current` meets `target` under `compare`.
+pub fn meets(compare: Compare, current: &Value, target: &Value) -> Result<bool, String> {
+    let nums = || match (current.as_num(), target.as_num()) {
+        (Some(c), Some(t)) => Ok((c, t)),
+        _ => Err(format!("cannot compare '{current}' with '{target}'")),
+    };
+    Ok(match compare {
+        Compare::AtLeast => {
+            let (c, t) = nums()?;
+            c >= t
+        }
+        Compare::AtMost => {
+            let (c, t) = nums()?;
+            c <= t
+        }
+        Compare::Equal => match (current, target) {
+            (Value::Text(a), Value::Text(b)) => a.eq_ignore_ascii_case(b),
+            _ => {
+                let (c, t) = nums()?;
+                c == t
+            }
+        },
+        Compare::Covers => match (current, target) {
+            (Value::List(c), Value::List(t)) if c.len() == 2 && t.len() == 2 => {
+                c[0] <= t[0] && c[1] >= t[1]
+            }
+            _ => {
+                return Err(format!(
+                    "cannot compare '{current}' with the range '{target}'"
+                ))
+            }
+        },
+        Compare::VersionAtLeast => {
+            let c = version_parts(&current.to_string());
+            let t = version_parts(&target.to_string());
+            if c.is_empty() {
+                return Err(format!("'{current}' is not a version"));
+            }
+            c >= t
+        }
+        Compare::Absent | Compare::NoGrowth | Compare::Report => true,
+    })
+}
+
+/// The boot-time view of a sysctl check: what the value will be after the next reboot.
+fn evaluate_boot(
+    def: &CheckDef,
+    inst: &Instance,
+    boot: &Reading,
+    vars: &BTreeMap<String, Value>,
+    facts: &HostFacts,
+) -> Finding {
+    let id = format!("{}.boot", instance_id(def, inst));
+    let mut f = base(def, &id, vars, facts, Some(inst), None);
+    f.title = format!("{} at next boot", def.check.title);
+    // Only the persistent form fixes what happens at boot.
+    f.fix.runtime = None;
+    f.scope = Scope::Boot;
+    f.severity = def.check.severity.min(Severity::Warn);
+    let missed = Status::missed(f.severity);
+    let target = match target_of(def, vars) {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            f.status = Status::Info;
+            return f;
+        }
+        Err(e) => {
+            f.status = Status::Skip;
+            f.note = Some(e);
+            return f;
+        }
+    };
+    let select = |v: Value| match (v, def.check.field) {
+        (Value::List(l), Some(i)) => l.get(i).map(|n| Value::Num(*n)),
+        (v, _) => Some(v),
+    };
+    let runtime_ok = matches!(&inst.reading, Reading::Value(v) if meets(def.check.compare, v, &target) == Ok(true));
+    let (status, note, current) = match boot {
+        Reading::Value(Value::Text(entry)) => {
+            let (location, raw) = split_boot_entry(entry).unwrap_or((entry.as_str(), ""));
+            match select(Value::parse_kernel(raw)) {
+                Some(v) => match meets(def.check.compare, &v, &target) {
+                    Ok(true) => (Status::Pass, format!("set by {location}"), Some(v)),
+                    Ok(false) => (missed, format!("{location} sets {v}, which misses the target and replaces the runtime value at the next boot"), Some(v)),
+                    Err(e) => (Status::Skip, format!("{location}: {e}"), Some(v)),
+                },
+                None => (Status::Skip, format!("{location}: cannot read '{raw}'"), None),
+            }
+        }
+        Reading::Value(_) => (Status::Skip, "unexpected boot entry".into(), None),
+        Reading::Missing(_) => match &def.default {
+            Some(d) => {
+                let d = select(d.clone());
+                match d.as_ref().map(|d| meets(def.check.compare, d, &target)) {
+                    Some(Ok(true)) => (Status::Pass, format!("not set in sysctl.d; the kernel default {} meets the target", d.as_ref().unwrap()), d),
+                    _ if runtime_ok => (missed, format!("not set in sysctl.d: the value set at runtime is lost at the next boot (kernel default {})", d.as_ref().map(|v| v.to_string()).unwrap_or_default()), d),
+                    _ => (missed, format!("not set in sysctl.d: the kernel default {} returns at every boot", d.as_ref().map(|v| v.to_string()).unwrap_or_default()), d),
+                }
+            }
+            None => (
+                Status::Info,
+                "not set in sysctl.d; the kernel computes its default at boot (from RAM). If the current value was set by hand, persist it".into(),
+                None,
+            ),
+        },
+        Reading::Unreadable(e) => (Status::Skip, e.clone(), None),
+    };
+    f.status = status;
+    f.note = Some(note);
+    f.current = current;
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{self, Catalog};
+    use crate::gather::{HostFacts, Instance, Options};
+    use crate::host::HostInfo;
+    use std::time::Duration;
+
+    fn profile_vars() -> BTreeMap<String, Value> {
+        crate::profile::load("100k").unwrap().profile.variables()
+    }
+
+    fn catalog() -> Catalog {
+        let known = profile_vars().into_keys().collect();
+        catalog::load(catalog::Platform::Linux, None, &known).unwrap()
+    }
+
+    fn idx(c: &Catalog, id: &str) -> usize {
+        c.checks.iter().position(|d| d.check.id == id).unwrap()
+    }
+
+    fn facts(instances: Vec<Instance>) -> HostFacts {
+        let mut vars = BTreeMap::new();
+        vars.insert("host.cpus".into(), Value::Num(2));
+        vars.insert("host.page_size".into(), Value::Num(4096));
+        HostFacts {
+            info: HostInfo::default(),
+            vars,
+            instances,
+            no_nics: Some("none here".into()),
+            watched: None,
+            options: Options::default(),
+        }
+    }
+
+    fn inst(check: usize, reading: Reading) -> Instance {
+        Instance {
+            check,
+            nic: None,
+            reading,
+            after: None,
+            boot: None,
+        }
+    }
+
+    fn one(c: &Catalog, f: &HostFacts, id: &str) -> Finding {
+        evaluate(c, &profile_vars(), f)
+            .into_iter()
+            .find(|x| x.id == id)
+            .unwrap()
+    }
+
+    #[test]
+    fn somaxconn_fails_below_and_passes_at_target() {
+        let c = catalog();
+        let i = idx(&c, "linux.net.core.somaxconn");
+        let f = one(
+            &c,
+            &facts(vec![inst(i, Reading::Value(Value::Num(4096)))]),
+            "linux.net.core.somaxconn",
+        );
+        assert_eq!(
+            (f.status, f.current, f.target),
+            (
+                Status::Fail,
+                Some(Value::Num(4096)),
+                Some(Value::Num(65535))
+            )
+        );
+        assert_eq!(
+            f.fix.runtime.as_deref(),
+            Some("sysctl -w net.core.somaxconn=65535  (the server must listen() again to use it)")
+        );
+        let f = one(
+            &c,
+            &facts(vec![inst(i, Reading::Value(Value::Num(65535)))]),
+            "linux.net.core.somaxconn",
+        );
+        assert_eq!(f.status, Status::Pass);
+    }
+
+    #[test]
+    fn unreadable_is_a_skip_never_a_pass() {
+        let c = catalog();
+        let i = idx(&c, "linux.net.core.somaxconn");
+        let f = one(
+            &c,
+            &facts(vec![inst(
+                i,
+                Reading::Unreadable("permission denied".into()),
+            )]),
+            "linux.net.core.somaxconn",
+        );
+        assert_eq!(
+            (f.status, f.note.as_deref()),
+            (Status::Skip, Some("permission denied"))
+        );
+        let f = one(
+            &c,
+            &facts(vec![inst(i, Reading::Missing("gone".into()))]),
+            "linux.net.core.somaxconn",
+        );
+        assert_eq!(f.status, Status::Skip);
+    }
+
+    #[test]
+    fn missing_conntrack_is_a_pass_with_the_reason() {
+        let c = catalog();
+        let i = idx(&c, "linux.net.netfilter.nf_conntrack_max");
+        let f = one(
+            &c,
+            &facts(vec![inst(i, Reading::Missing("x".into()))]),
+            "linux.net.netfilter.nf_conntrack_max",
+        );
+        assert_eq!(f.status, Status::Pass);
+        assert!(f.note.unwrap().contains("not loaded"));
+    }
+
+    #[test]
+    fn tw_reuse_two_is_loopback_only_and_misses_one() {
+        let c = catalog();
+        let i = idx(&c, "linux.net.ipv4.tcp_tw_reuse");
+        let f = one(
+            &c,
+            &facts(vec![inst(i, Reading::Value(Value::Num(2)))]),
+            "linux.net.ipv4.tcp_tw_reuse",
+        );
+        assert_eq!(f.status, Status::Warn);
+    }
+
+    #[test]
+    fn port_range_must_cover() {
+        assert_eq!(
+            meets(
+                Compare::Covers,
+                &Value::List(vec![1024, 65535]),
+                &Value::List(vec![10000, 65535])
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            meets(
+                Compare::Covers,
+                &Value::List(vec![32768, 60999]),
+                &Value::List(vec![10000, 65535])
+            ),
+            Ok(false)
+        );
+        assert!(meets(Compare::Covers, &Value::Num(1), &Value::List(vec![1, 2])).is_err());
+    }
+
+    #[test]
+    fn versions_compare_numerically() {
+        assert_eq!(
+            meets(
+                Compare::VersionAtLeast,
+                &Value::Text("3.10.0-1160".into()),
+                &Value::Text("3.9".into())
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            meets(
+                Compare::VersionAtLeast,
+                &Value::Text("3.8.13".into()),
+                &Value::Text("3.9".into())
+            ),
+            Ok(false)
+        );
+        assert_eq!(
+            meets(
+                Compare::VersionAtLeast,
+                &Value::Text("6.18.44-fc".into()),
+                &Value::Text("3.9".into())
+            ),
+            Ok(true)
+        );
+    }
+
+    #[test]
+    fn counters_are_info_without_watch_and_judged_on_growth_with_it() {
+        let c = catalog();
+        let i = idx(&c, "linux.counter.listen_overflows");
+        let mut fx = facts(vec![inst(i, Reading::Value(Value::Num(100)))]);
+        assert_eq!(
+            one(&c, &fx, "linux.counter.listen_overflows").status,
+            Status::Info
+        );
+        fx.watched = Some(Duration::from_secs(5));
+        fx.instances[0].after = Some(Reading::Value(Value::Num(100)));
+        assert_eq!(
+            one(&c, &fx, "linux.counter.listen_overflows").status,
+            Status::Pass
+        );
+        fx.instances[0].after = Some(Reading::Value(Value::Num(107)));
+        let f = one(&c, &fx, "linux.counter.listen_overflows");
+        assert_eq!(
+            (f.status, f.note.as_deref()),
+            (Status::Fail, Some("+7 in 5 s"))
+        );
+    }
+
+    #[test]
+    fn target_over_an_unreadable_host_value_is_a_skip() {
+        let c = catalog();
+        let i = idx(&c, "linux.sockstat.orphans");
+        let f = one(
+            &c,
+            &facts(vec![inst(i, Reading::Value(Value::Num(3)))]),
+            "linux.sockstat.orphans",
+        );
+        assert_eq!(f.status, Status::Skip);
+        assert!(f
+            .note
+            .unwrap()
+            .contains("sysctl.net.ipv4.tcp_max_orphans, which could not be read"));
+    }
+
+    #[test]
+    fn pid_checks_skip_without_pid() {
+        let c = catalog();
+        let i = idx(&c, "linux.pid.nofile.soft");
+        let f = one(
+            &c,
+            &facts(vec![inst(i, Reading::Unreadable("needs --pid".into()))]),
+            "linux.pid.nofile.soft",
+        );
+        assert_eq!(
+            (f.status, f.note.as_deref()),
+            (
+                Status::Skip,
+                Some("pass --pid PID to check a running server")
+            )
+        );
+    }
+
+    #[test]
+    fn per_nic_checks_without_nics_skip_once_with_the_reason() {
+        let c = catalog();
+        let f = one(&c, &facts(vec![]), "linux.nic.rx_queues");
+        assert_eq!(
+            (f.status, f.note.as_deref()),
+            (Status::Skip, Some("none here"))
+        );
+    }
+
+    fn boot(c: &Catalog, runtime: i64, entry: Reading) -> Finding {
+        let i = idx(c, "linux.net.core.somaxconn");
+        let mut x = inst(i, Reading::Value(Value::Num(runtime)));
+        x.boot = Some(entry);
+        one(c, &facts(vec![x]), "linux.net.core.somaxconn.boot")
+    }
+
+    #[test]
+    fn boot_view_catches_overrides_and_unpersisted_values() {
+        let c = catalog();
+        let f = boot(
+            &c,
+            65535,
+            Reading::Value(Value::Text("/etc/sysctl.d/99-x.conf:3 = 1024".into())),
+        );
+        assert_eq!(f.status, Status::Warn);
+        assert!(
+            f.note
+                .as_deref()
+                .unwrap()
+                .starts_with("/etc/sysctl.d/99-x.conf:3 sets 1024"),
+            "{f:?}"
+        );
+        let f = boot(
+            &c,
+            65535,
+            Reading::Value(Value::Text("/etc/sysctl.d/60-wstune.conf:1 = 65535".into())),
+        );
+        assert_eq!(f.status, Status::Pass);
+        let f = boot(&c, 65535, Reading::Missing("no".into()));
+        assert_eq!(f.status, Status::Warn);
+        assert!(f
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("lost at the next boot (kernel default 4096)"));
+    }
+
+    #[test]
+    fn summary_counts() {
+        let c = catalog();
+        let i = idx(&c, "linux.net.core.somaxconn");
+        let all = evaluate(
+            &c,
+            &profile_vars(),
+            &facts(vec![inst(i, Reading::Value(Value::Num(1)))]),
+        );
+        let s = Summary::of(&all);
+        assert_eq!(s.total, all.len());
+        assert_eq!(s.pass + s.warn + s.fail + s.skip + s.info, s.total);
+        assert!(s.fail >= 1);
+    }
+}

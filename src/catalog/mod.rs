@@ -1,0 +1,371 @@
+//! The declarative check catalog: loading, validation, and the compiled form the evaluator uses.
+//!
+//! Flow: checks/*.yaml (embedded, or `--catalog FILE`) -> [`load`] -> [`Catalog`]. Validation
+//! runs once, at load, and collects every problem with `file:line`: duplicate ids, targets that do
+//! not parse, variables no profile defines, comparisons that cannot take the given target. After
+//! that, evaluation cannot meet a malformed check.
+
+pub mod eval;
+pub mod expr;
+mod model;
+
+pub use model::*;
+
+use crate::profile::Problem;
+use crate::value::{version_parts, Value};
+use expr::Expr;
+use std::collections::BTreeSet;
+
+/// The catalogs compiled into the binary.
+pub const EMBEDDED: &[(&str, &str)] = &[
+    ("checks/linux.yaml", include_str!("../../checks/linux.yaml")),
+    (
+        "checks/windows.yaml",
+        include_str!("../../checks/windows.yaml"),
+    ),
+];
+
+/// Host variables a target expression may use besides the profile's and `sysctl.*`.
+pub const HOST_VARS: &[&str] = &["host.cpus", "host.mem_bytes", "host.page_size"];
+
+/// Placeholders a fix text may contain.
+const PLACEHOLDERS: &[&str] = &[
+    "target", "unit", "pid", "nic", "nic_key", "location", "current",
+];
+
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    pub platform: Platform,
+    pub checks: Vec<CheckDef>,
+    /// Where it came from, for messages.
+    pub file: String,
+}
+
+/// A validated check with its target compiled.
+#[derive(Debug, Clone)]
+pub struct CheckDef {
+    pub check: Check,
+    pub target: Option<Target>,
+    /// The kernel default at boot, for sysctl checks that have one.
+    pub default: Option<Value>,
+}
+
+impl CheckDef {
+    /// Whether this check also produces a boot-time finding.
+    pub fn has_boot_view(&self) -> bool {
+        matches!(self.check.source, Source::Sysctl(_))
+            && self.check.boot.unwrap_or(true)
+            && self.target.is_some()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Target {
+    Value(Value),
+    /// A version such as "3.9", kept as text for display.
+    Version(String),
+    Expr(Expr),
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n"))]
+pub struct CatalogError(pub Vec<Problem>);
+
+/// Load the built-in catalog for `platform`, or `override_file` instead when given.
+pub fn load(
+    platform: Platform,
+    override_file: Option<&str>,
+    known_vars: &BTreeSet<String>,
+) -> Result<Catalog, CatalogError> {
+    if let Some(path) = override_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            CatalogError(vec![Problem {
+                file: path.to_string(),
+                line: None,
+                message: format!("cannot read the catalog: {e}"),
+            }])
+        })?;
+        let cat = parse(&text, path, known_vars)?;
+        if cat.platform != platform {
+            return Err(CatalogError(vec![Problem {
+                file: path.to_string(),
+                line: crate::yaml_lines::line_of(&text, "platform"),
+                message: format!(
+                    "this catalog is for {:?} but the host is {:?}",
+                    cat.platform, platform
+                ),
+            }]));
+        }
+        return Ok(cat);
+    }
+    for (file, text) in EMBEDDED {
+        let cat = parse(text, file, known_vars)?;
+        if cat.platform == platform {
+            return Ok(cat);
+        }
+    }
+    unreachable!("every platform has an embedded catalog")
+}
+
+/// Parse and validate catalog text. `known_vars` are the profile variables targets may use.
+pub fn parse(
+    text: &str,
+    file: &str,
+    known_vars: &BTreeSet<String>,
+) -> Result<Catalog, CatalogError> {
+    let raw: CatalogFile = serde_yaml_ng::from_str(text).map_err(|e| {
+        let msg = e.to_string();
+        let msg = msg
+            .rfind(" at line ")
+            .map(|i| msg[..i].to_string())
+            .unwrap_or(msg);
+        CatalogError(vec![Problem {
+            file: file.into(),
+            line: e.location().map(|l| l.line()),
+            message: msg,
+        }])
+    })?;
+    let mut problems = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut checks = Vec::new();
+    for check in raw.checks {
+        let line = line_of_id(text, &check.id);
+        let mut bad = |message: String| {
+            problems.push(Problem {
+                file: file.into(),
+                line,
+                message: format!("{}: {message}", check.id),
+            })
+        };
+        if !seen.insert(check.id.clone()) {
+            bad("duplicate id; ids must be unique".into());
+        }
+        let id_ok = check.id.split('.').count() >= 2
+            && check
+                .id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c));
+        if !id_ok {
+            bad("ids are lowercase words joined by dots, e.g. linux.net.core.somaxconn".into());
+        }
+        let target = match compile_target(&check, known_vars) {
+            Ok(t) => t,
+            Err(e) => {
+                bad(e);
+                None
+            }
+        };
+        let default = match &check.default {
+            None => None,
+            Some(v) => match literal(v) {
+                Some(v) => Some(v),
+                None => {
+                    bad("default must be a number or a list of numbers".into());
+                    None
+                }
+            },
+        };
+        for text in [&check.fix.runtime, &check.fix.persistent]
+            .into_iter()
+            .flatten()
+        {
+            for name in placeholders(text) {
+                if !PLACEHOLDERS.contains(&name.as_str()) {
+                    bad(format!(
+                        "unknown placeholder {{{name}}} in fix; known: {}",
+                        PLACEHOLDERS.join(", ")
+                    ));
+                }
+            }
+        }
+        let nic_only = matches!(
+            check.source,
+            Source::Fact(Fact::NicRxQueues | Fact::NicTxQueues | Fact::NicIrqCpus)
+        ) || matches!(&check.source, Source::Registry(r) if r.key.contains("{nic_key}"));
+        if nic_only && check.each != Some(Each::Nic) {
+            bad("this source is per NIC; add `each: nic`".into());
+        }
+        if check.why.trim().is_empty() {
+            bad("every check needs a `why`".into());
+        }
+        checks.push(CheckDef {
+            check,
+            target,
+            default,
+        });
+    }
+    if problems.is_empty() {
+        Ok(Catalog {
+            platform: raw.platform,
+            checks,
+            file: file.into(),
+        })
+    } else {
+        Err(CatalogError(problems))
+    }
+}
+
+fn compile_target(check: &Check, known: &BTreeSet<String>) -> Result<Option<Target>, String> {
+    let needs = !matches!(
+        check.compare,
+        Compare::Absent | Compare::NoGrowth | Compare::Report
+    );
+    let Some(raw) = &check.target else {
+        return if needs {
+            Err("this comparison needs a `target`".into())
+        } else {
+            Ok(None)
+        };
+    };
+    if !needs {
+        return Err(format!("`{:?}` takes no target", check.compare));
+    }
+    let target = if check.compare == Compare::VersionAtLeast {
+        let text = match raw {
+            serde_yaml_ng::Value::String(s) => s.clone(),
+            serde_yaml_ng::Value::Number(n) => n.to_string(),
+            _ => return Err("a version target is written like \"3.9\"".into()),
+        };
+        if version_parts(&text).is_empty() {
+            return Err(format!("'{text}' is not a version like \"3.9\""));
+        }
+        Target::Version(text)
+    } else if let Some(v) = literal(raw) {
+        Target::Value(v)
+    } else if let serde_yaml_ng::Value::String(s) = raw {
+        let e = expr::parse(s).map_err(|e| format!("target: {e}"))?;
+        let mut vars = Vec::new();
+        e.vars(&mut vars);
+        for v in vars {
+            if !(known.contains(&v) || HOST_VARS.contains(&v.as_str()) || v.starts_with("sysctl."))
+            {
+                return Err(format!(
+                    "target uses '{v}', which no profile defines; use a profile key (e.g. linux.somaxconn, estimate.total_bytes), {} or sysctl.KEY",
+                    HOST_VARS.join(", ")
+                ));
+            }
+        }
+        Target::Expr(e)
+    } else {
+        return Err("target must be a number, a list of numbers, or an expression".into());
+    };
+    if check.compare == Compare::Covers
+        && matches!(&target, Target::Value(v) if !matches!(v, Value::List(l) if l.len() == 2))
+    {
+        return Err("`covers` compares ranges; the target must be [low, high]".into());
+    }
+    Ok(Some(target))
+}
+
+fn literal(v: &serde_yaml_ng::Value) -> Option<Value> {
+    match v {
+        serde_yaml_ng::Value::Number(n) => n.as_i64().map(Value::Num),
+        serde_yaml_ng::Value::Sequence(items) => items
+            .iter()
+            .map(|i| i.as_i64())
+            .collect::<Option<Vec<_>>>()
+            .map(Value::List),
+        _ => None,
+    }
+}
+
+/// `{name}` placeholders in a fix text.
+pub fn placeholders(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find('{') {
+        let Some(len) = rest[start..].find('}') else {
+            break;
+        };
+        out.push(rest[start + 1..start + len].to_string());
+        rest = &rest[start + len + 1..];
+    }
+    out
+}
+
+fn line_of_id(text: &str, id: &str) -> Option<usize> {
+    text.lines()
+        .position(|l| {
+            let t = l.trim_start().trim_start_matches("- ").trim();
+            t.strip_prefix("id:")
+                .is_some_and(|v| v.trim().trim_matches('"') == id)
+        })
+        .map(|i| i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn known() -> BTreeSet<String> {
+        crate::profile::load("100k")
+            .unwrap()
+            .profile
+            .variables()
+            .into_keys()
+            .collect()
+    }
+
+    #[test]
+    fn embedded_catalogs_are_valid() {
+        for (file, text) in EMBEDDED {
+            let c = parse(text, file, &known()).unwrap_or_else(|e| panic!("{e}"));
+            assert!(c.checks.len() >= 4, "{file}");
+        }
+    }
+
+    #[test]
+    fn ids_are_unique_across_catalogs() {
+        let mut all = BTreeSet::new();
+        for (file, text) in EMBEDDED {
+            for c in parse(text, file, &known()).unwrap().checks {
+                assert!(all.insert(c.check.id.clone()), "{} twice", c.check.id);
+            }
+        }
+    }
+
+    const ONE: &str = "platform: linux\nchecks:\n  - id: linux.x.y\n    title: t\n    source: {sysctl: net.core.somaxconn}\n    scope: netns\n    compare: \">=\"\n    target: TARGET\n    severity: fail\n    why: w\n    fix: {runtime: \"sysctl -w x={target}\"}\n";
+
+    #[test]
+    fn bad_targets_are_reported_with_the_line() {
+        let err = parse(&ONE.replace("TARGET", "linux.somaxcon"), "c.yaml", &known()).unwrap_err();
+        assert_eq!(err.0[0].line, Some(3));
+        assert!(
+            err.0[0]
+                .message
+                .contains("'linux.somaxcon', which no profile defines"),
+            "{err}"
+        );
+        let err = parse(&ONE.replace("TARGET", "2 *"), "c.yaml", &known()).unwrap_err();
+        assert!(err.to_string().contains("ends too early"), "{err}");
+    }
+
+    #[test]
+    fn unknown_placeholder_and_duplicate_ids_are_collected() {
+        let text = ONE
+            .replace("TARGET", "4096")
+            .replace("{target}", "{targte}");
+        let dup = format!("{text}{}", &text[text.find("  - id").unwrap()..]);
+        let err = parse(&dup, "c.yaml", &known()).unwrap_err();
+        let msgs: Vec<_> = err.0.iter().map(|p| p.message.clone()).collect();
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains("unknown placeholder {targte}")),
+            "{msgs:?}"
+        );
+        assert!(msgs.iter().any(|m| m.contains("duplicate id")), "{msgs:?}");
+    }
+
+    #[test]
+    fn unknown_key_is_a_serde_error_with_line() {
+        let err = parse(
+            &ONE.replace("TARGET", "1")
+                .replace("severity: fail", "severity: fail\n    sevrity: x"),
+            "c.yaml",
+            &known(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("unknown field `sevrity`"), "{err}");
+        assert!(err.0[0].line.is_some());
+    }
+}

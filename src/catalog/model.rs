@@ -1,0 +1,239 @@
+//! The check catalog as data (checks/*.yaml). One entry describes one setting: where its value
+//! comes from, how it is compared with a target written over the profile, how bad a miss is,
+//! why it matters and how to fix it. The engine has no knowledge of any particular setting.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Platform {
+    Linux,
+    Windows,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogFile {
+    pub platform: Platform,
+    pub checks: Vec<Check>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Check {
+    /// Stable id, dotted, e.g. `linux.net.core.somaxconn`. Reports, JUnit and dashboards key on it.
+    pub id: String,
+    pub title: String,
+    #[serde(with = "serde_yaml_ng::with::singleton_map")]
+    pub source: Source,
+    /// Select one value of a multi-value setting (0-based), e.g. tcp_mem's high mark is 2.
+    #[serde(default)]
+    pub field: Option<usize>,
+    /// Where the setting lives: per network namespace, global, per process, ...
+    pub scope: Scope,
+    pub compare: Compare,
+    /// A number, a list, a version string, or an expression over the profile and host.
+    #[serde(default)]
+    pub target: Option<serde_yaml_ng::Value>,
+    pub severity: Severity,
+    /// The kernel's default at boot, for the boot-time view of sysctl checks. Absent when the
+    /// kernel computes it from RAM (then only an explicit entry can be judged).
+    #[serde(default)]
+    pub default: Option<serde_yaml_ng::Value>,
+    /// Whether sysctl checks also get a boot-time finding (`ID.boot`). Default: yes for sysctls.
+    #[serde(default)]
+    pub boot: Option<bool>,
+    /// Run once per physical NIC (`{nic}` in paths is replaced).
+    #[serde(default)]
+    pub each: Option<Each>,
+    /// Only meaningful with an option (`--pid`, `--unit`); skipped with a hint otherwise.
+    #[serde(default)]
+    pub requires: Option<Requirement>,
+    /// What a value that does not exist means (e.g. a module that is not loaded).
+    #[serde(default)]
+    pub if_missing: Option<IfMissing>,
+    pub why: String,
+    pub fix: Fix,
+}
+
+/// Where a check's current value comes from.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Source {
+    /// A sysctl by its dotted name (read from /proc/sys).
+    Sysctl(String),
+    /// A resource limit of this process or of `--pid` (read from /proc/PID/limits).
+    Rlimit(RlimitSource),
+    /// A property of the systemd unit named by `--unit` (`systemctl show`).
+    Systemd(String),
+    /// A file under /proc or /sys, its whole content as one value.
+    File(String),
+    /// A counter from /proc/net/netstat or /proc/net/snmp as `Group.Name`.
+    Netstat(String),
+    /// A field of /proc/net/sockstat as `PROTO.field`, e.g. `TCP.tw`.
+    Sockstat(String),
+    /// A value the engine computes from several files.
+    Fact(Fact),
+    /// The line in the sysctl.d boot configuration that sets a key, if any.
+    BootEntry(String),
+    /// A Windows registry value.
+    Registry(RegistrySource),
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RlimitSource {
+    pub resource: Resource,
+    pub limit: LimitKind,
+    pub process: Process,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resource {
+    Nofile,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKind {
+    Soft,
+    Hard,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Process {
+    /// wstune itself: what a server started from this shell inherits.
+    #[serde(rename = "self")]
+    Current,
+    /// The process named by `--pid`.
+    Pid,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fact {
+    KernelVersion,
+    Cpus,
+    /// Usable memory: MemTotal, or the cgroup's memory.max when lower.
+    MemBytes,
+    NumaNodes,
+    NicRxQueues,
+    NicTxQueues,
+    /// How many CPUs have served the NIC's interrupts (/proc/interrupts).
+    NicIrqCpus,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistrySource {
+    /// Full key path starting with HKLM\ (`{nic_key}` is replaced per adapter).
+    pub key: String,
+    pub value: String,
+    #[serde(rename = "type")]
+    pub kind: RegType,
+    /// Enumerated values shown by name (e.g. *RSSProfile "3" -> NUMAScaling).
+    #[serde(default)]
+    pub names: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum RegType {
+    #[serde(rename = "REG_DWORD")]
+    Dword,
+    #[serde(rename = "REG_SZ")]
+    Sz,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// Per network namespace: a container sees its own value.
+    Netns,
+    /// Kernel-wide.
+    Global,
+    /// Per process (rlimits).
+    Process,
+    /// A systemd unit's setting.
+    Unit,
+    /// A hardware or boot property of the host.
+    Host,
+    /// The boot-time configuration files.
+    Boot,
+    /// A Windows registry value.
+    Registry,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Compare {
+    #[serde(rename = ">=")]
+    AtLeast,
+    #[serde(rename = "<=")]
+    AtMost,
+    #[serde(rename = "==")]
+    Equal,
+    /// The current [low, high] range contains the target range.
+    #[serde(rename = "covers")]
+    Covers,
+    /// Current version (dotted) is at least the target version.
+    #[serde(rename = "version>=")]
+    VersionAtLeast,
+    /// The value must not exist (e.g. a leftover setting).
+    #[serde(rename = "absent")]
+    Absent,
+    /// A cumulative counter: only its growth during `--watch` matters.
+    #[serde(rename = "no_growth")]
+    NoGrowth,
+    /// Shown for information, never judged.
+    #[serde(rename = "report")]
+    Report,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Each {
+    Nic,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Requirement {
+    Pid,
+    Unit,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IfMissing {
+    pub status: MissingStatus,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissingStatus {
+    Pass,
+    Skip,
+    Info,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fix {
+    /// Takes effect now; `{target}`, `{unit}`, `{pid}`, `{nic}`, `{location}` are filled in.
+    #[serde(default)]
+    pub runtime: Option<String>,
+    /// Survives a reboot.
+    #[serde(default)]
+    pub persistent: Option<String>,
+}

@@ -1,0 +1,119 @@
+//! What the user typed, validated by clap but not yet resolved: no file is read and no OS
+//! value is touched here (that happens in `resolve`).
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+const AFTER_HELP: &str = "\
+Exit codes: 0 nothing failed; 1 only warnings and --strict; 2 a check failed; 3 usage or internal error.
+Documentation: README.md (profiles, the check catalog, the JSON shape, CI preflight).";
+
+#[derive(Debug, Parser)]
+#[command(name = "wstune", version, about = "Take a host and a WebSocket server from \"it runs\" to \"it scales to 100k+ connections\".", after_help = AFTER_HELP)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Inspect this host (or a snapshot) against a tuning profile.
+    #[command(
+        long_about = "Inspect this host (or a captured tree) against a tuning profile: fd limits, accept \
+        queues, TIME_WAIT, ephemeral ports, socket memory, memory for the target connections, NIC \
+        queues and IRQs, kernel drop counters, and the sysctl.d files that apply at the next boot. \
+        Every check comes from the declarative catalog (checks/*.yaml)."
+    )]
+    Check(CheckArgs),
+    /// Capture exactly the files `check` reads into a directory, for `check --root DIR` elsewhere.
+    Snapshot(SnapshotArgs),
+    /// List or show the built-in tuning profiles.
+    #[command(subcommand)]
+    Profiles(ProfilesCommand),
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct TargetArgs {
+    /// A built-in profile (10k, 50k, 100k, 250k, 1m) or a path to a profile YAML file.
+    #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
+    pub profile: String,
+    /// Also check the fd limits of this running process (/proc/PID/limits).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Also check LimitNOFILE of this systemd unit.
+    #[arg(long, value_name = "NAME")]
+    pub unit: Option<String>,
+    /// Use this catalog file instead of the built-in one for the host's platform.
+    #[arg(long, value_name = "FILE")]
+    pub catalog: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Output format.
+    #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Exit 1 when there are warnings (and no failures).
+    #[arg(long)]
+    pub strict: bool,
+    /// Read the kernel drop counters again after SECS seconds and fail on growth.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub watch: Option<u64>,
+    /// Read a captured tree (from `wstune snapshot`) instead of this host: every /proc and /sys
+    /// path is taken relative to DIR.
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// Write the report to FILE (atomically) instead of standard output.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// A table for people.
+    Table,
+    /// The documented JSON object (README.md, "JSON report").
+    Json,
+    /// JUnit XML: one testcase per check.
+    Junit,
+    /// Prometheus text exposition for node_exporter's textfile collector.
+    Prometheus,
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    /// Directory to create; it must not exist yet (or be empty).
+    pub out_dir: PathBuf,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProfilesCommand {
+    /// One line per built-in profile.
+    List {
+        #[arg(long, short = 'f', value_enum, default_value_t = ListFormat::Table)]
+        format: ListFormat,
+    },
+    /// Print a profile (built-in name or file) in full.
+    Show {
+        /// A built-in profile name or a path to a profile YAML file.
+        name: String,
+        #[arg(long, short = 'f', value_enum, default_value_t = ShowFormat::Yaml)]
+        format: ShowFormat,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ListFormat {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShowFormat {
+    Yaml,
+    Json,
+}

@@ -1,0 +1,63 @@
+//! Args -> loaded inputs: the profile, the catalog for the host's platform, and the backend.
+//! Every input is validated here, before anything runs, so a bad flag is one clear error.
+
+use super::args::{CheckArgs, TargetArgs};
+use crate::catalog::{self, Catalog};
+use crate::gather::Options;
+use crate::host::{fs::FsBackend, Backend, ReadError};
+use crate::profile::{self, Loaded};
+use anyhow::{bail, Result};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// Everything a command needs besides the backend.
+pub struct Inputs {
+    pub profile: Loaded,
+    pub catalog: Catalog,
+    pub options: Options,
+}
+
+pub struct Resolved {
+    pub inputs: Inputs,
+    pub backend: Box<dyn Backend>,
+}
+
+pub fn check(a: &CheckArgs) -> Result<Resolved> {
+    let backend: Box<dyn Backend> = match &a.root {
+        Some(dir) => Box::new(FsBackend::rooted(dir)?),
+        None => crate::host::live(),
+    };
+    let mut inputs = inputs(&a.target, backend.as_ref())?;
+    inputs.options.watch = a.watch.map(Duration::from_secs);
+    Ok(Resolved { inputs, backend })
+}
+
+/// Profile, catalog and options for a backend, with `--pid` and `--unit` validated against it.
+pub fn inputs(t: &TargetArgs, backend: &dyn Backend) -> Result<Inputs> {
+    let profile = profile::load(&t.profile)?;
+    let known: BTreeSet<String> = profile.profile.variables().into_keys().collect();
+    let catalog = catalog::load(backend.platform(), t.catalog.as_deref(), &known)?;
+    if let Some(pid) = t.pid {
+        if !backend.process_exists(pid) {
+            bail!("--pid {pid}: no such process (or its /proc/{pid}/limits is unreadable); pass the PID of the running server, e.g. from `pgrep -f NAME`");
+        }
+    }
+    if let Some(unit) = &t.unit {
+        if unit.is_empty() || unit.contains('/') {
+            bail!("--unit '{unit}': not a systemd unit name; pass e.g. --unit myserver.service");
+        }
+        // A unit systemd does not know is a usage error; systemd not running is a skip.
+        if let Err(ReadError::Other(msg)) = backend.systemd_property(unit, "LimitNOFILE") {
+            bail!("--unit {unit}: {msg}");
+        }
+    }
+    Ok(Inputs {
+        profile,
+        catalog,
+        options: Options {
+            pid: t.pid,
+            unit: t.unit.clone(),
+            watch: None,
+        },
+    })
+}

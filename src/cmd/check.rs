@@ -1,0 +1,87 @@
+//! `wstune check`: gather, evaluate, report, and the exit code from the findings.
+
+use crate::catalog::eval::{evaluate, Summary};
+use crate::cli::args::{CheckArgs, Format};
+use crate::cli::exit;
+use crate::cli::resolve::{Inputs, Resolved};
+use crate::gather::gather;
+use crate::host::Backend;
+use crate::output;
+use crate::report::{self, CheckReport, HostRef, ProfileRef};
+use anyhow::Result;
+use std::time::SystemTime;
+
+pub fn run(r: Resolved, a: &CheckArgs) -> Result<u8> {
+    let report = make_report(&r.inputs, r.backend.as_ref());
+    let text = match a.format {
+        Format::Table => report::table(
+            &report,
+            output::colour_wanted(a.output.is_some()),
+            output::table_width(),
+        ),
+        Format::Json => report::json(&report),
+        Format::Junit => report::junit(
+            &report,
+            a.strict,
+            &humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        ),
+        Format::Prometheus => {
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            report::prometheus(&report, now)
+        }
+    };
+    output::emit(a.output.as_deref(), &text)?;
+    Ok(exit_code(&report.summary, a.strict))
+}
+
+pub fn make_report(r: &Inputs, backend: &dyn Backend) -> CheckReport {
+    let facts = gather(&r.catalog, backend, &r.options);
+    let results = evaluate(&r.catalog, &r.profile.profile.variables(), &facts);
+    let summary = Summary::of(&results);
+    CheckReport {
+        schema_version: report::SCHEMA_VERSION,
+        profile: ProfileRef {
+            name: r.profile.profile.name.clone(),
+            source: r.profile.source.clone(),
+            connections: r.profile.profile.connections,
+        },
+        host: HostRef {
+            platform: r.catalog.platform,
+            info: facts.info.clone(),
+        },
+        results,
+        summary,
+    }
+}
+
+/// 2 on any failure; 1 on warnings with --strict; else 0.
+pub fn exit_code(s: &Summary, strict: bool) -> u8 {
+    if s.fail > 0 {
+        exit::FAIL
+    } else if strict && s.warn > 0 {
+        exit::WARN
+    } else {
+        exit::OK
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_policy() {
+        let s = |fail, warn| Summary {
+            fail,
+            warn,
+            ..Summary::default()
+        };
+        assert_eq!(exit_code(&s(0, 0), true), 0);
+        assert_eq!(exit_code(&s(0, 3), false), 0);
+        assert_eq!(exit_code(&s(0, 3), true), 1);
+        assert_eq!(exit_code(&s(1, 3), true), 2);
+    }
+}

@@ -1,0 +1,5 @@
+//! One module per subcommand, wiring the pieces: resolve -> gather -> evaluate -> report.
+
+pub mod check;
+pub mod profiles;
+pub mod snapshot;

@@ -1,0 +1,627 @@
+//! Read, once, every value the catalog needs: the host snapshot the pure evaluator works on.
+//!
+//! Flow: Catalog + Options + Backend -> [`HostFacts`]. Every read goes through the backend and
+//! ends as a [`Reading`]: a value, a meaningful absence, or a reason it could not be read. No
+//! read error escapes as a Rust error: one unreadable file is one skipped check, never a crash.
+
+use crate::catalog::{
+    Catalog, CheckDef, Compare, Each, Fact, LimitKind, Process, Source, Target, HOST_VARS,
+};
+use crate::host::{Backend, HostInfo, Link, ReadError};
+use crate::value::Value;
+use procfs_core::FromRead;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// What the user asked for beyond the profile.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub pid: Option<u32>,
+    pub unit: Option<String>,
+    /// Re-read cumulative counters after this long and judge their growth.
+    pub watch: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reading {
+    Value(Value),
+    /// The thing does not exist (module not loaded, key removed from the kernel).
+    Missing(String),
+    /// It exists but could not be read (permissions, format, unsupported here).
+    Unreadable(String),
+}
+
+impl From<Result<Value, ReadError>> for Reading {
+    fn from(r: Result<Value, ReadError>) -> Reading {
+        match r {
+            Ok(v) => Reading::Value(v),
+            Err(ReadError::NotFound(what)) => Reading::Missing(format!("{what} does not exist")),
+            Err(e) => Reading::Unreadable(e.to_string()),
+        }
+    }
+}
+
+/// One check applied to one object (the host, or one NIC).
+#[derive(Debug, Clone)]
+pub struct Instance {
+    /// Index into the catalog's checks.
+    pub check: usize,
+    pub nic: Option<Link>,
+    pub reading: Reading,
+    /// The second reading of a counter after `--watch`.
+    pub after: Option<Reading>,
+    /// The boot-time configuration entry for a sysctl check.
+    pub boot: Option<Reading>,
+}
+
+#[derive(Debug, Clone)]
+pub struct HostFacts {
+    pub info: HostInfo,
+    /// `host.*` and `sysctl.*` variables for target expressions; absent when unreadable.
+    pub vars: BTreeMap<String, Value>,
+    pub instances: Vec<Instance>,
+    /// Why per-NIC checks have no instance, when there is no NIC to check.
+    pub no_nics: Option<String>,
+    pub watched: Option<Duration>,
+    pub options: Options,
+}
+
+/// Read everything `catalog` needs from `backend`. Sleeps for `--watch` when asked.
+pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> HostFacts {
+    let mut vars = BTreeMap::new();
+    if let Reading::Value(v) = read_fact(backend, Fact::Cpus, None) {
+        vars.insert("host.cpus".to_string(), v);
+    }
+    if let Reading::Value(v) = read_fact(backend, Fact::MemBytes, None) {
+        vars.insert("host.mem_bytes".to_string(), v);
+    }
+    vars.insert(
+        "host.page_size".to_string(),
+        Value::Num(backend.page_size() as i64),
+    );
+    debug_assert!(HOST_VARS.iter().all(|v| v.starts_with("host.")));
+    for def in &catalog.checks {
+        if let Some(Target::Expr(e)) = &def.target {
+            let mut names = Vec::new();
+            e.vars(&mut names);
+            for name in names.into_iter().filter(|n| n.starts_with("sysctl.")) {
+                if let Reading::Value(v) = read_sysctl(backend, &name["sysctl.".len()..]) {
+                    vars.insert(name, v);
+                }
+            }
+        }
+    }
+
+    let (nics, no_nics) = match backend.links() {
+        Ok(links) => {
+            let physical: Vec<Link> = links.into_iter().filter(|l| l.physical).collect();
+            let why = physical.is_empty().then(|| "no physical NIC is visible here (a container or network namespace sees only virtual links)".to_string());
+            (physical, why)
+        }
+        Err(e) => (Vec::new(), Some(format!("cannot list network links: {e}"))),
+    };
+
+    let mut instances = Vec::new();
+    for (i, def) in catalog.checks.iter().enumerate() {
+        let targets: Vec<Option<&Link>> = match def.check.each {
+            Some(Each::Nic) => nics.iter().map(Some).collect(),
+            None => vec![None],
+        };
+        for nic in targets {
+            let reading = read_source(backend, def, nic, options);
+            let boot = def.has_boot_view().then(|| match &def.check.source {
+                Source::Sysctl(key) => boot_entry(backend, key),
+                _ => unreachable!("boot views exist for sysctls only"),
+            });
+            instances.push(Instance {
+                check: i,
+                nic: nic.cloned(),
+                reading,
+                after: None,
+                boot,
+            });
+        }
+    }
+
+    if let Some(wait) = options.watch {
+        std::thread::sleep(wait);
+        for inst in &mut instances {
+            let def = &catalog.checks[inst.check];
+            if def.check.compare == Compare::NoGrowth {
+                inst.after = Some(read_source(backend, def, inst.nic.as_ref(), options));
+            }
+        }
+    }
+
+    HostFacts {
+        info: backend.describe(),
+        vars,
+        instances,
+        no_nics,
+        watched: options.watch,
+        options: options.clone(),
+    }
+}
+
+fn read_source(
+    backend: &dyn Backend,
+    def: &CheckDef,
+    nic: Option<&Link>,
+    options: &Options,
+) -> Reading {
+    let reading = match &def.check.source {
+        Source::Sysctl(key) => read_sysctl(backend, key),
+        Source::Rlimit(r) => {
+            let pid = match r.process {
+                Process::Current => "self".to_string(),
+                Process::Pid => match options.pid {
+                    Some(p) => p.to_string(),
+                    None => return Reading::Unreadable("needs --pid".into()),
+                },
+            };
+            read_nofile(backend, &pid, r.limit)
+        }
+        Source::Systemd(prop) => match &options.unit {
+            Some(unit) => backend
+                .systemd_property(unit, prop)
+                .map(|v| systemd_value(&v))
+                .into(),
+            None => Reading::Unreadable("needs --unit".into()),
+        },
+        Source::File(path) => {
+            let path = substitute_nic(path, nic);
+            backend.read(&path).map(|t| Value::parse_kernel(&t)).into()
+        }
+        Source::Netstat(name) => read_netstat(backend, name),
+        Source::Sockstat(name) => read_sockstat(backend, name),
+        Source::Fact(f) => read_fact(backend, *f, nic),
+        Source::BootEntry(key) => boot_entry(backend, key),
+        Source::Registry(r) => {
+            let key = r.key.replace(
+                "{nic_key}",
+                nic.and_then(|n| n.registry_key.as_deref()).unwrap_or(""),
+            );
+            let raw = match backend.registry(&key, &r.value, r.kind) {
+                Ok(raw) => Ok(raw),
+                // An absent value means Windows uses its built-in default.
+                Err(ReadError::NotFound(_)) if def.default.is_some() => {
+                    Ok(def.default.as_ref().unwrap().to_string())
+                }
+                Err(e) => Err(e),
+            };
+            raw.map(|raw| match r.names.get(raw.trim()) {
+                Some(name) => Value::Text(name.clone()),
+                None => Value::parse_kernel(&raw),
+            })
+            .into()
+        }
+    };
+    match (reading, def.check.field) {
+        (Reading::Value(Value::List(v)), Some(i)) => match v.get(i) {
+            Some(n) => Reading::Value(Value::Num(*n)),
+            None => Reading::Unreadable(format!("has {} values, no field {i}", v.len())),
+        },
+        (r, _) => r,
+    }
+}
+
+fn substitute_nic(text: &str, nic: Option<&Link>) -> String {
+    match nic {
+        Some(n) => text.replace("{nic}", &n.name),
+        None => text.to_string(),
+    }
+}
+
+pub fn sysctl_path(key: &str) -> String {
+    format!("/proc/sys/{}", key.replace('.', "/"))
+}
+
+fn read_sysctl(backend: &dyn Backend, key: &str) -> Reading {
+    backend
+        .read(&sysctl_path(key))
+        .map(|t| Value::parse_kernel(&t))
+        .into()
+}
+
+/// systemd prints `infinity` for no limit.
+fn systemd_value(v: &str) -> Value {
+    match v.trim() {
+        "infinity" => Value::Num(i64::MAX),
+        other => Value::parse_kernel(other),
+    }
+}
+
+fn read_nofile(backend: &dyn Backend, pid: &str, which: LimitKind) -> Reading {
+    let path = format!("/proc/{pid}/limits");
+    let text = match backend.read(&path) {
+        Ok(t) => t,
+        Err(e) => return Err(e).into(),
+    };
+    match procfs_core::process::Limits::from_read(text.as_bytes()) {
+        Ok(limits) => {
+            let l = limits.max_open_files;
+            let v = match which {
+                LimitKind::Soft => l.soft_limit,
+                LimitKind::Hard => l.hard_limit,
+            };
+            Reading::Value(Value::Num(match v {
+                procfs_core::process::LimitValue::Unlimited => i64::MAX,
+                procfs_core::process::LimitValue::Value(n) => n.min(i64::MAX as u64) as i64,
+            }))
+        }
+        Err(e) => Reading::Unreadable(format!("cannot parse {path}: {e}")),
+    }
+}
+
+/// `Group.Name` from /proc/net/netstat, then /proc/net/snmp (same two-line format).
+fn read_netstat(backend: &dyn Backend, name: &str) -> Reading {
+    let Some((group, field)) = name.split_once('.') else {
+        return Reading::Unreadable(format!("'{name}' is not Group.Name"));
+    };
+    let mut last_err = None;
+    for path in ["/proc/net/netstat", "/proc/net/snmp"] {
+        match backend.read(path) {
+            Ok(text) => {
+                if let Some(v) = parse_header_values(&text, group, field) {
+                    return Reading::Value(Value::Num(v));
+                }
+            }
+            Err(e) => last_err = Some(e),
+        }
+    }
+    match last_err {
+        Some(e @ (ReadError::Denied(_) | ReadError::Other(_) | ReadError::Unsupported(_))) => {
+            Reading::Unreadable(e.to_string())
+        }
+        _ => Reading::Missing(format!("this kernel has no {name} counter")),
+    }
+}
+
+/// The `Group: names` / `Group: values` line pairs of /proc/net/netstat and /proc/net/snmp.
+pub fn parse_header_values(text: &str, group: &str, field: &str) -> Option<i64> {
+    let prefix = format!("{group}:");
+    let mut lines = text.lines().filter(|l| l.starts_with(&prefix));
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        let names = names[prefix.len()..].split_whitespace();
+        let values = values[prefix.len()..].split_whitespace();
+        for (n, v) in names.zip(values) {
+            if n == field {
+                return v.parse().ok();
+            }
+        }
+    }
+    None
+}
+
+fn read_sockstat(backend: &dyn Backend, name: &str) -> Reading {
+    let Some((proto, field)) = name.split_once('.') else {
+        return Reading::Unreadable(format!("'{name}' is not PROTO.field"));
+    };
+    match backend.read("/proc/net/sockstat") {
+        Ok(text) => match parse_sockstat(&text, proto, field) {
+            Some(v) => Reading::Value(Value::Num(v)),
+            None => Reading::Missing(format!("/proc/net/sockstat has no {name}")),
+        },
+        Err(e) => Err(e).into(),
+    }
+}
+
+/// `TCP: inuse 5 orphan 0 tw 2 alloc 7 mem 1`
+pub fn parse_sockstat(text: &str, proto: &str, field: &str) -> Option<i64> {
+    let line = text.lines().find(|l| l.split(':').next() == Some(proto))?;
+    let words: Vec<&str> = line.split_once(':')?.1.split_whitespace().collect();
+    words
+        .chunks(2)
+        .find(|kv| kv[0] == field)
+        .and_then(|kv| kv.get(1)?.parse().ok())
+}
+
+fn read_fact(backend: &dyn Backend, fact: Fact, nic: Option<&Link>) -> Reading {
+    match fact {
+        Fact::KernelVersion => backend
+            .read("/proc/sys/kernel/osrelease")
+            .map(|t| Value::Text(t.trim().to_string()))
+            .into(),
+        Fact::Cpus => match backend.read("/sys/devices/system/cpu/online") {
+            Ok(t) => match count_cpu_list(&t) {
+                Some(n) => Reading::Value(Value::Num(n)),
+                None => Reading::Unreadable(format!(
+                    "cannot parse /sys/devices/system/cpu/online: '{}'",
+                    t.trim()
+                )),
+            },
+            Err(_) => backend
+                .read("/proc/cpuinfo")
+                .map(
+                    |t| Value::Num(t.lines().filter(|l| l.starts_with("processor")).count() as i64),
+                )
+                .into(),
+        },
+        Fact::MemBytes => mem_bytes(backend),
+        Fact::NumaNodes => backend
+            .list("/sys/devices/system/node")
+            .map(|names| {
+                Value::Num(
+                    names
+                        .iter()
+                        .filter(|n| {
+                            n.strip_prefix("node").is_some_and(|d| {
+                                !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
+                            })
+                        })
+                        .count() as i64,
+                )
+            })
+            .into(),
+        Fact::NicRxQueues | Fact::NicTxQueues => {
+            let Some(link) = nic else {
+                return Reading::Unreadable("needs a NIC".into());
+            };
+            let q = if fact == Fact::NicRxQueues {
+                link.rx_queues
+            } else {
+                link.tx_queues
+            };
+            match q {
+                Some(n) => Reading::Value(Value::Num(n as i64)),
+                None => Reading::Missing(format!("{} reports no queues", link.name)),
+            }
+        }
+        Fact::NicIrqCpus => {
+            let Some(link) = nic else {
+                return Reading::Unreadable("needs a NIC".into());
+            };
+            nic_irq_cpus(backend, &link.name)
+        }
+    }
+}
+
+/// "0-3,8-11" -> 8
+pub fn count_cpu_list(text: &str) -> Option<i64> {
+    let mut n = 0;
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => n += b.parse::<i64>().ok()? - a.parse::<i64>().ok()? + 1,
+            None => {
+                part.parse::<i64>().ok()?;
+                n += 1
+            }
+        }
+    }
+    (n > 0).then_some(n)
+}
+
+/// MemTotal, or the cgroup v2 memory.max of this process when it is lower (a container).
+fn mem_bytes(backend: &dyn Backend) -> Reading {
+    let text = match backend.read("/proc/meminfo") {
+        Ok(t) => t,
+        Err(e) => return Err(e).into(),
+    };
+    let total = match procfs_core::Meminfo::from_read(text.as_bytes()) {
+        Ok(m) => m.mem_total,
+        Err(e) => return Reading::Unreadable(format!("cannot parse /proc/meminfo: {e}")),
+    };
+    let cgroup = backend
+        .read("/proc/self/cgroup")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("0::").map(|p| p.trim().to_string()))
+        })
+        .and_then(|path| {
+            let path = if path == "/" { String::new() } else { path };
+            backend
+                .read(&format!("/sys/fs/cgroup{path}/memory.max"))
+                .ok()
+        })
+        .and_then(|t| t.trim().parse::<u64>().ok());
+    let bytes = cgroup.map_or(total, |c| c.min(total));
+    Reading::Value(Value::Num(bytes.min(i64::MAX as u64) as i64))
+}
+
+/// How many CPUs have served the NIC's interrupts. The IRQ numbers come from the PCI device's
+/// msi_irqs directory when there is one (driver naming in /proc/interrupts varies), else from
+/// /proc/interrupts lines that name the NIC.
+fn nic_irq_cpus(backend: &dyn Backend, nic: &str) -> Reading {
+    let text = match backend.read("/proc/interrupts") {
+        Ok(t) => t,
+        Err(e) => return Err(e).into(),
+    };
+    let irqs: Vec<String> = backend
+        .list(&format!("/sys/class/net/{nic}/device/msi_irqs"))
+        .unwrap_or_default();
+    match count_irq_cpus(&text, nic, &irqs) {
+        Some(n) => Reading::Value(Value::Num(n)),
+        None => Reading::Missing(format!("no interrupt of {nic} in /proc/interrupts")),
+    }
+}
+
+pub fn count_irq_cpus(text: &str, nic: &str, irqs: &[String]) -> Option<i64> {
+    let mut lines = text.lines();
+    let ncpu = lines.next()?.split_whitespace().count();
+    let mut served = vec![false; ncpu];
+    let mut found = false;
+    for line in lines {
+        let Some((irq, rest)) = line.trim_start().split_once(':') else {
+            continue;
+        };
+        let ours = if irqs.is_empty() {
+            rest.split_whitespace()
+                .any(|w| w == nic || w.starts_with(&format!("{nic}-")))
+        } else {
+            irqs.iter().any(|i| i == irq)
+        };
+        if !ours {
+            continue;
+        }
+        found = true;
+        for (cpu, count) in rest.split_whitespace().take(ncpu).enumerate() {
+            if count.parse::<u64>().is_ok_and(|c| c > 0) {
+                served[cpu] = true;
+            }
+        }
+    }
+    found.then(|| served.iter().filter(|s| **s).count() as i64)
+}
+
+/// Boot-time configuration directories in the order `sysctl --system` and systemd-sysctl use:
+/// all `*.conf` files sorted by name; for equal names the earlier directory wins; later
+/// assignments override earlier ones. /etc/sysctl.conf is applied last (procps), which matches
+/// the usual 99-sysctl.conf symlink to it on systemd distributions.
+pub const SYSCTL_DIRS: &[&str] = &[
+    "/etc/sysctl.d",
+    "/run/sysctl.d",
+    "/usr/local/lib/sysctl.d",
+    "/usr/lib/sysctl.d",
+    "/lib/sysctl.d",
+];
+
+/// The entry that sets `key` at the next boot: `Value(Text("FILE:LINE = VALUE"))`, or Missing.
+pub fn boot_entry(backend: &dyn Backend, key: &str) -> Reading {
+    let mut files: BTreeMap<String, String> = BTreeMap::new();
+    for dir in SYSCTL_DIRS {
+        let Ok(names) = backend.list(dir) else {
+            continue;
+        };
+        for name in names.into_iter().filter(|n| n.ends_with(".conf")) {
+            files
+                .entry(name.clone())
+                .or_insert_with(|| format!("{dir}/{name}"));
+        }
+    }
+    let mut order: Vec<String> = files.into_values().collect();
+    order.push("/etc/sysctl.conf".to_string());
+    let mut found = None;
+    for path in order {
+        let Ok(text) = backend.read(&path) else {
+            continue;
+        };
+        if let Some((line, value)) = last_assignment(&text, key) {
+            found = Some(format!("{path}:{line} = {value}"));
+        }
+    }
+    match found {
+        Some(f) => Reading::Value(Value::Text(f)),
+        None => Reading::Missing(format!("no sysctl.d file sets {key}")),
+    }
+}
+
+/// The last line of a sysctl.conf-format text that assigns `key` (either `a.b.c` or `a/b/c`,
+/// optionally prefixed with `-`), as (1-based line, value).
+pub fn last_assignment(text: &str, key: &str) -> Option<(usize, String)> {
+    let mut found = None;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        let k = k.trim().trim_start_matches('-').replace('/', ".");
+        if k == key {
+            found = Some((i + 1, v.trim().to_string()));
+        }
+    }
+    found
+}
+
+/// Split the text of a boot entry back into its location and value.
+pub fn split_boot_entry(text: &str) -> Option<(&str, &str)> {
+    text.split_once(" = ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::memory::MemoryBackend;
+
+    #[test]
+    fn netstat_pairs() {
+        let text = "TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 17 19\nIpExt: InNoRoutes\nIpExt: 3\n";
+        assert_eq!(
+            parse_header_values(text, "TcpExt", "ListenOverflows"),
+            Some(17)
+        );
+        assert_eq!(parse_header_values(text, "IpExt", "InNoRoutes"), Some(3));
+        assert_eq!(parse_header_values(text, "TcpExt", "Nope"), None);
+    }
+
+    #[test]
+    fn sockstat_fields() {
+        let text =
+            "sockets: used 100\nTCP: inuse 5 orphan 1 tw 2 alloc 7 mem 3\nUDP: inuse 1 mem 0\n";
+        assert_eq!(parse_sockstat(text, "TCP", "tw"), Some(2));
+        assert_eq!(parse_sockstat(text, "TCP", "mem"), Some(3));
+        assert_eq!(parse_sockstat(text, "UDP", "mem"), Some(0));
+        assert_eq!(parse_sockstat(text, "TCP", "x"), None);
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(count_cpu_list("0-1\n"), Some(2));
+        assert_eq!(count_cpu_list("0-3,8-11"), Some(8));
+        assert_eq!(count_cpu_list("5"), Some(1));
+        assert_eq!(count_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn irq_spread() {
+        let text = "      CPU0  CPU1  CPU2\n 24:  10  0  0  PCI-MSI 1 eth0-TxRx-0\n 25:  0  5  0  PCI-MSI 2 eth0-TxRx-1\n 26: 9 9 9 PCI-MSI 3 nvme0q0\n";
+        assert_eq!(count_irq_cpus(text, "eth0", &[]), Some(2));
+        assert_eq!(count_irq_cpus(text, "eth0", &["26".into()]), Some(3));
+        assert_eq!(count_irq_cpus(text, "eth1", &[]), None);
+    }
+
+    #[test]
+    fn sysctl_conf_parsing() {
+        let text =
+            "# c\nnet.core.somaxconn = 1024\n-net/core/somaxconn=2048\nnet.core.somaxconnx = 1\n";
+        assert_eq!(
+            last_assignment(text, "net.core.somaxconn"),
+            Some((3, "2048".into()))
+        );
+        assert_eq!(last_assignment(text, "fs.file-max"), None);
+    }
+
+    #[test]
+    fn boot_order_follows_sysctl_system() {
+        // 10-a in /usr/lib is masked by /etc's 10-a; 99 sorts last; sysctl.conf comes after all.
+        let b = MemoryBackend::default()
+            .file("/usr/lib/sysctl.d/10-a.conf", "net.core.somaxconn = 1\n")
+            .file("/etc/sysctl.d/10-a.conf", "net.core.somaxconn = 2\n")
+            .file(
+                "/usr/lib/sysctl.d/50-b.conf",
+                "net.core.somaxconn = 3\nfs.nr_open = 5\n",
+            )
+            .file("/etc/sysctl.conf", "fs.nr_open = 6\n");
+        assert_eq!(
+            boot_entry(&b, "net.core.somaxconn"),
+            Reading::Value(Value::Text("/usr/lib/sysctl.d/50-b.conf:1 = 3".into()))
+        );
+        assert_eq!(
+            boot_entry(&b, "fs.nr_open"),
+            Reading::Value(Value::Text("/etc/sysctl.conf:1 = 6".into()))
+        );
+        let b = b.file("/run/sysctl.d/60-c.conf", "net.core.somaxconn = 4\n");
+        assert_eq!(
+            boot_entry(&b, "net.core.somaxconn"),
+            Reading::Value(Value::Text("/run/sysctl.d/60-c.conf:1 = 4".into()))
+        );
+        assert!(matches!(boot_entry(&b, "fs.file-max"), Reading::Missing(_)));
+    }
+
+    #[test]
+    fn cgroup_limit_caps_memory() {
+        let meminfo = std::fs::read_to_string("tests/fixtures/default/proc/meminfo").unwrap();
+        let b = MemoryBackend::default().file("/proc/meminfo", &meminfo);
+        let Reading::Value(Value::Num(total)) = mem_bytes(&b) else {
+            panic!()
+        };
+        let b = b
+            .file("/proc/self/cgroup", "0::/box\n")
+            .file("/sys/fs/cgroup/box/memory.max", "1073741824\n");
+        assert_eq!(mem_bytes(&b), Reading::Value(Value::Num(1 << 30)));
+        assert!(total > 1 << 30);
+    }
+}

@@ -1,0 +1,324 @@
+//! A host read through its file system: the live Linux host (root `/`), or a captured tree
+//! (`--root DIR`) laid out the same way. Optionally records every read so `wstune snapshot` can
+//! copy exactly the files the catalog needed.
+
+use super::{registry_file::RegistryFile, Backend, HostInfo, Link, ReadError};
+use crate::catalog::{Platform, RegType};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where a captured tree keeps what is not a file on the live host (host identity, systemd
+/// properties). Written by `wstune snapshot`, optional in hand-made fixtures.
+pub const META_DIR: &str = "wstune";
+
+pub struct FsBackend {
+    root: PathBuf,
+    /// The running host itself: links come from netlink, units from systemctl.
+    live: bool,
+    registry: Option<RegistryFile>,
+    recorder: Option<RefCell<Recording>>,
+}
+
+/// What a snapshot must reproduce.
+#[derive(Debug, Default)]
+pub struct Recording {
+    pub files: BTreeMap<String, String>,
+    /// Directory -> (entry, is_dir).
+    pub dirs: BTreeMap<String, Vec<(String, bool)>>,
+    /// (unit, property) -> value.
+    pub systemd: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RootError {
+    #[error("--root {0}: no such directory; pass a tree made by `wstune snapshot DIR`")]
+    Missing(String),
+    #[error("--root {0}: neither proc/ nor registry.yaml is inside; pass a tree made by `wstune snapshot DIR`")]
+    NotATree(String),
+    #[error("--root {0}: {1}")]
+    BadRegistry(String, String),
+}
+
+impl FsBackend {
+    /// The live host.
+    pub fn live() -> FsBackend {
+        FsBackend {
+            root: PathBuf::from("/"),
+            live: true,
+            registry: None,
+            recorder: None,
+        }
+    }
+
+    /// A captured tree; refuses a directory that is not one, so a typo cannot pass as a host
+    /// whose every value is missing.
+    pub fn rooted(dir: &Path) -> Result<FsBackend, RootError> {
+        let shown = dir.display().to_string();
+        if !dir.is_dir() {
+            return Err(RootError::Missing(shown));
+        }
+        let registry = dir.join("registry.yaml");
+        let registry = if registry.is_file() {
+            Some(
+                RegistryFile::load(&registry)
+                    .map_err(|e| RootError::BadRegistry(shown.clone(), e))?,
+            )
+        } else {
+            None
+        };
+        if registry.is_none() && !dir.join("proc").is_dir() {
+            return Err(RootError::NotATree(shown));
+        }
+        Ok(FsBackend {
+            root: dir.to_path_buf(),
+            live: false,
+            registry,
+            recorder: None,
+        })
+    }
+
+    /// The live host, reading /sys for links (so the listing is recorded) and recording
+    /// everything for `wstune snapshot`.
+    pub fn recording() -> FsBackend {
+        FsBackend {
+            root: PathBuf::from("/"),
+            live: false,
+            registry: None,
+            recorder: Some(RefCell::new(Recording::default())),
+        }
+    }
+
+    pub fn take_recording(&self) -> Option<Recording> {
+        self.recorder
+            .as_ref()
+            .map(|r| std::mem::take(&mut *r.borrow_mut()))
+    }
+
+    fn is_live_host(&self) -> bool {
+        self.live || self.recorder.is_some()
+    }
+
+    fn host_path(&self, path: &str) -> PathBuf {
+        self.root.join(path.trim_start_matches('/'))
+    }
+
+    fn exists(&self, path: &str) -> bool {
+        self.host_path(path).exists()
+    }
+
+    /// Links from /sys/class/net: how a captured tree (and a snapshot) sees them.
+    fn sysfs_links(&self) -> Result<Vec<Link>, ReadError> {
+        let mut out = Vec::new();
+        for name in self.list("/sys/class/net")? {
+            let base = format!("/sys/class/net/{name}");
+            let physical = self.list(&format!("{base}/device")).is_ok();
+            let queues = self.list(&format!("{base}/queues")).unwrap_or_default();
+            let count = |p: &str| {
+                Some(queues.iter().filter(|q| q.starts_with(p)).count() as u32).filter(|n| *n > 0)
+            };
+            out.push(Link {
+                name,
+                physical,
+                rx_queues: count("rx-"),
+                tx_queues: count("tx-"),
+                registry_key: None,
+            });
+        }
+        Ok(out)
+    }
+
+    fn meta(&self, key: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.root.join(META_DIR).join("host.yaml")).ok()?;
+        let map: BTreeMap<String, serde_yaml_ng::Value> = serde_yaml_ng::from_str(&text).ok()?;
+        match map.get(key)? {
+            serde_yaml_ng::Value::String(s) => Some(s.clone()),
+            serde_yaml_ng::Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        }
+    }
+}
+
+impl Backend for FsBackend {
+    fn platform(&self) -> Platform {
+        if self.registry.is_some() {
+            Platform::Windows
+        } else {
+            Platform::Linux
+        }
+    }
+
+    fn describe(&self) -> HostInfo {
+        if self.is_live_host() {
+            return super::live_describe();
+        }
+        let file = |p: &str| self.read(p).ok().map(|s| s.trim().to_string());
+        let os = self.meta("os").or_else(|| {
+            file("/etc/os-release")?.lines().find_map(|l| {
+                l.strip_prefix("PRETTY_NAME=")
+                    .map(|v| v.trim_matches('"').to_string())
+            })
+        });
+        HostInfo {
+            hostname: self
+                .meta("hostname")
+                .or_else(|| file("/proc/sys/kernel/hostname"))
+                .unwrap_or_default(),
+            os: os.unwrap_or_else(|| {
+                if self.registry.is_some() {
+                    "Windows".into()
+                } else {
+                    "Linux".into()
+                }
+            }),
+            kernel: self
+                .meta("kernel")
+                .or_else(|| file("/proc/sys/kernel/osrelease"))
+                .unwrap_or_default(),
+            source: format!("snapshot:{}", self.root.display()),
+        }
+    }
+
+    fn read(&self, path: &str) -> Result<String, ReadError> {
+        let text = std::fs::read_to_string(self.host_path(path))
+            .map_err(|e| ReadError::from_io(path, &e))?;
+        if let Some(rec) = &self.recorder {
+            rec.borrow_mut()
+                .files
+                .insert(path.to_string(), text.clone());
+        }
+        Ok(text)
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>, ReadError> {
+        let full = self.host_path(dir);
+        let mut entries: Vec<(String, bool)> = std::fs::read_dir(&full)
+            .map_err(|e| ReadError::from_io(dir, &e))?
+            .filter_map(|e| e.ok())
+            .map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                // Follow symlinks: /sys/class/net/eth0 is a link to a directory.
+                let is_dir = full.join(&name).is_dir();
+                (name, is_dir)
+            })
+            .collect();
+        entries.sort();
+        if let Some(rec) = &self.recorder {
+            rec.borrow_mut()
+                .dirs
+                .insert(dir.to_string(), entries.clone());
+        }
+        Ok(entries.into_iter().map(|(n, _)| n).collect())
+    }
+
+    fn links(&self) -> Result<Vec<Link>, ReadError> {
+        if let Some(reg) = &self.registry {
+            return Ok(reg.adapters());
+        }
+        if self.live {
+            let mut links = super::netlink_links()?;
+            for l in &mut links {
+                l.physical = self.exists(&format!("/sys/class/net/{}/device", l.name));
+            }
+            return Ok(links);
+        }
+        self.sysfs_links()
+    }
+
+    fn systemd_property(&self, unit: &str, property: &str) -> Result<String, ReadError> {
+        if !self.is_live_host() {
+            let path = format!("/{META_DIR}/systemd/{unit}.show");
+            let text = self.read(&path).map_err(|_| {
+                ReadError::NotFound(format!("{path} (the snapshot has no systemd unit {unit})"))
+            })?;
+            return parse_show(&text, unit, property);
+        }
+        if !Path::new("/run/systemd/system").exists() {
+            return Err(ReadError::NotFound(
+                "systemd (not running: no /run/systemd/system)".into(),
+            ));
+        }
+        let out = std::process::Command::new("systemctl")
+            .args(["show", "-p", "LoadState", "-p", property, unit])
+            .output()
+            .map_err(|e| ReadError::Other(format!("cannot run systemctl: {e}")))?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if let Some(rec) = &self.recorder {
+            let mut rec = rec.borrow_mut();
+            let entry = rec.systemd.entry(unit.to_string()).or_default();
+            for line in text.lines() {
+                if let Some((k, v)) = line.split_once('=') {
+                    entry.insert(k.to_string(), v.to_string());
+                }
+            }
+        }
+        parse_show(&text, unit, property)
+    }
+
+    fn registry(&self, key: &str, value: &str, kind: RegType) -> Result<String, ReadError> {
+        match &self.registry {
+            Some(reg) => reg.get(key, value, kind),
+            None => Err(ReadError::Unsupported(
+                "the Windows registry exists only on Windows hosts".into(),
+            )),
+        }
+    }
+
+    fn page_size(&self) -> u64 {
+        if self.is_live_host() {
+            return super::live_page_size();
+        }
+        self.meta("page_size")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(4096)
+    }
+}
+
+/// `systemctl show` output (KEY=VALUE lines) -> one property; a unit systemd does not know is
+/// an error naming it.
+fn parse_show(text: &str, unit: &str, property: &str) -> Result<String, ReadError> {
+    let get = |k: &str| {
+        text.lines().find_map(|l| {
+            l.strip_prefix(k)
+                .and_then(|r| r.strip_prefix('='))
+                .map(str::to_string)
+        })
+    };
+    if get("LoadState").as_deref() == Some("not-found") {
+        return Err(ReadError::Other(format!(
+            "systemd has no unit '{unit}' (systemctl list-units shows the names)"
+        )));
+    }
+    get(property).ok_or_else(|| ReadError::NotFound(format!("{property} of {unit}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn show_parsing() {
+        assert_eq!(
+            parse_show("LoadState=loaded\nLimitNOFILE=524288\n", "x", "LimitNOFILE"),
+            Ok("524288".into())
+        );
+        assert!(
+            matches!(parse_show("LoadState=not-found\nLimitNOFILE=1\n", "x", "LimitNOFILE"), Err(ReadError::Other(m)) if m.contains("no unit 'x'"))
+        );
+    }
+
+    #[test]
+    fn rooted_refuses_what_is_not_a_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            FsBackend::rooted(&dir.path().join("nope")),
+            Err(RootError::Missing(_))
+        ));
+        assert!(matches!(
+            FsBackend::rooted(dir.path()),
+            Err(RootError::NotATree(_))
+        ));
+        std::fs::create_dir(dir.path().join("proc")).unwrap();
+        assert!(FsBackend::rooted(dir.path()).is_ok());
+    }
+}

@@ -1,0 +1,94 @@
+//! A Windows registry as a YAML file: how a captured Windows host (`--root DIR` with
+//! `DIR/registry.yaml`) and the tests present registry values on any OS.
+//!
+//! ```yaml
+//! values:
+//!   'HKLM\SYSTEM\CurrentControlSet\Services\Tcpip\Parameters':
+//!     TcpTimedWaitDelay: {type: REG_DWORD, data: 30}
+//! adapters:
+//!   - {name: Ethernet, key: "0001"}
+//! ```
+
+use super::{Link, ReadError};
+use crate::catalog::RegType;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryFile {
+    #[serde(default)]
+    pub values: BTreeMap<String, BTreeMap<String, RegEntry>>,
+    #[serde(default)]
+    pub adapters: Vec<Adapter>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegEntry {
+    #[serde(rename = "type")]
+    pub kind: RegType,
+    pub data: serde_yaml_ng::Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Adapter {
+    pub name: String,
+    /// Subkey under the network adapter class key.
+    pub key: String,
+}
+
+impl RegistryFile {
+    pub fn load(path: &Path) -> Result<RegistryFile, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        serde_yaml_ng::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Key paths compare case-insensitively, as in the registry.
+    pub fn get(&self, key: &str, value: &str, kind: RegType) -> Result<String, ReadError> {
+        let entries = self
+            .values
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v)
+            .ok_or_else(|| ReadError::NotFound(format!("{key}\\{value}")))?;
+        let entry = entries
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(value))
+            .map(|(_, v)| v)
+            .ok_or_else(|| ReadError::NotFound(format!("{key}\\{value}")))?;
+        if entry.kind != kind {
+            return Err(ReadError::Other(format!(
+                "{key}\\{value} is {:?}, expected {kind:?}",
+                entry.kind
+            )));
+        }
+        match (&entry.data, kind) {
+            (serde_yaml_ng::Value::Number(n), RegType::Dword)
+                if n.as_u64().is_some_and(|v| v <= u32::MAX as u64) =>
+            {
+                Ok(n.to_string())
+            }
+            (serde_yaml_ng::Value::String(s), RegType::Sz) => Ok(s.clone()),
+            (other, _) => Err(ReadError::Other(format!(
+                "{key}\\{value}: {other:?} is not a valid {kind:?}"
+            ))),
+        }
+    }
+
+    pub fn adapters(&self) -> Vec<Link> {
+        self.adapters
+            .iter()
+            .map(|a| Link {
+                name: a.name.clone(),
+                physical: true,
+                rx_queues: None,
+                tx_queues: None,
+                registry_key: Some(a.key.clone()),
+            })
+            .collect()
+    }
+}

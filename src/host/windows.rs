@@ -1,0 +1,89 @@
+//! The live Windows host: registry values through the windows-registry crate. Keys are opened
+//! per read and closed when the handle drops (the crate's `Key` closes itself).
+
+use super::{Backend, HostInfo, Link, ReadError};
+use crate::catalog::{Platform, RegType};
+use windows_registry::LOCAL_MACHINE;
+
+/// The network adapter device class; each adapter is a numbered subkey with its `*RSS*` keywords.
+const NET_CLASS: &str =
+    r"SYSTEM\CurrentControlSet\Control\Class\{4d36e972-e325-11ce-bfc1-08002be10318}";
+
+/// HRESULT_FROM_WIN32(ERROR_FILE_NOT_FOUND): the key or value does not exist.
+const NOT_FOUND: i32 = 0x8007_0002_u32 as i32;
+
+pub struct WindowsBackend;
+
+fn hklm_path(key: &str) -> Result<&str, ReadError> {
+    key.strip_prefix(r"HKLM\")
+        .ok_or_else(|| ReadError::Other(format!("{key}: only HKLM keys are read")))
+}
+
+fn map_err(what: &str, e: windows_registry::Error) -> ReadError {
+    if e.code().0 == NOT_FOUND {
+        ReadError::NotFound(what.to_string())
+    } else {
+        ReadError::Other(format!("{what}: {e}"))
+    }
+}
+
+impl Backend for WindowsBackend {
+    fn platform(&self) -> Platform {
+        Platform::Windows
+    }
+    fn describe(&self) -> HostInfo {
+        super::live_describe()
+    }
+    fn read(&self, path: &str) -> Result<String, ReadError> {
+        Err(ReadError::Unsupported(format!(
+            "{path}: no /proc on Windows"
+        )))
+    }
+    fn list(&self, dir: &str) -> Result<Vec<String>, ReadError> {
+        Err(ReadError::Unsupported(format!("{dir}: no /sys on Windows")))
+    }
+    fn links(&self) -> Result<Vec<Link>, ReadError> {
+        let class = LOCAL_MACHINE
+            .open(NET_CLASS)
+            .map_err(|e| map_err(NET_CLASS, e))?;
+        let mut out = Vec::new();
+        for sub in class.keys().map_err(|e| map_err(NET_CLASS, e))? {
+            let Ok(key) = class.open(&sub) else { continue };
+            // Only adapters that expose RSS keywords are NICs worth checking.
+            if key.get_string("*RSS").is_err() {
+                continue;
+            }
+            let name = key.get_string("DriverDesc").unwrap_or_else(|_| sub.clone());
+            out.push(Link {
+                name,
+                physical: true,
+                rx_queues: None,
+                tx_queues: None,
+                registry_key: Some(sub),
+            });
+        }
+        Ok(out)
+    }
+    fn systemd_property(&self, _unit: &str, _property: &str) -> Result<String, ReadError> {
+        Err(ReadError::Unsupported(
+            "systemd exists only on Linux".into(),
+        ))
+    }
+    fn registry(&self, key: &str, value: &str, kind: RegType) -> Result<String, ReadError> {
+        let what = format!(r"{key}\{value}");
+        let k = LOCAL_MACHINE
+            .open(hklm_path(key)?)
+            .map_err(|e| map_err(&what, e))?;
+        match kind {
+            RegType::Dword => k.get_u32(value).map(|v| v.to_string()),
+            RegType::Sz => k.get_string(value),
+        }
+        .map_err(|e| map_err(&what, e))
+    }
+    fn page_size(&self) -> u64 {
+        4096
+    }
+    fn process_exists(&self, _pid: u32) -> bool {
+        false
+    }
+}

@@ -1,0 +1,15 @@
+//! wstune: check, tune and prove a host and a WebSocket server for 100k+ connections.
+//!
+//! The flow, one way: args (`cli`) -> profile + catalog -> host facts (`gather`, through a
+//! `host::Backend`) -> findings (`catalog::eval`, pure) -> `report` -> exit code (`cli`).
+
+pub mod catalog;
+pub mod cli;
+pub mod cmd;
+pub mod gather;
+pub mod host;
+pub mod output;
+pub mod profile;
+pub mod report;
+pub mod value;
+mod yaml_lines;

@@ -1,0 +1,60 @@
+//! Writing results: atomically to a file (never a half-written report for CI to pick up), or to
+//! standard output; and whether colour is wanted.
+
+use anyhow::{Context, Result};
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+
+/// Write `text` to `path` via a temporary file in the same directory, fsync, rename.
+pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| {
+        format!(
+            "cannot create a file in {} to write {}",
+            dir.display(),
+            path.display()
+        )
+    })?;
+    tmp.write_all(text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    tmp.as_file()
+        .sync_all()
+        .with_context(|| format!("cannot sync {}", path.display()))?;
+    tmp.persist(path)
+        .with_context(|| format!("cannot replace {}", path.display()))?;
+    Ok(())
+}
+
+/// Standard output or `--output FILE`.
+pub fn emit(output: Option<&Path>, text: &str) -> Result<()> {
+    match output {
+        Some(p) => write_atomic(p, text),
+        None => {
+            let mut out = std::io::stdout().lock();
+            // A closed pipe (`| head`) is not an error worth a message.
+            match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(()),
+            }
+        }
+    }
+}
+
+/// Colour only on a terminal, and never when NO_COLOR is set to anything (no-color.org).
+pub fn colour_wanted(to_file: bool) -> bool {
+    !to_file
+        && std::io::stdout().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Width for tables that do not go to a terminal: $COLUMNS, else 160.
+pub fn table_width() -> u16 {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .filter(|w| *w >= 60)
+        .unwrap_or(160)
+}

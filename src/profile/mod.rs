@@ -1,0 +1,636 @@
+//! Tuning profiles: loading (embedded or from a file), validation, and the variables that check
+//! targets are written in.
+//!
+//! Flow: `--profile NAME|PATH` -> [`load`] -> [`Profile`] (validated) -> [`Profile::variables`],
+//! the flat name -> value map that catalog expressions such as `2 * connections` are evaluated in.
+
+mod model;
+
+pub use model::*;
+
+use crate::value::Value;
+use crate::yaml_lines;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The profiles compiled into the binary, in ascending size.
+pub const EMBEDDED: &[(&str, &str)] = &[
+    ("10k", include_str!("../../profiles/10k.yaml")),
+    ("50k", include_str!("../../profiles/50k.yaml")),
+    ("100k", include_str!("../../profiles/100k.yaml")),
+    ("250k", include_str!("../../profiles/250k.yaml")),
+    ("1m", include_str!("../../profiles/1m.yaml")),
+];
+
+/// The profile used when none is named.
+pub const DEFAULT: &str = "100k";
+
+/// Why a profile could not be used. Each variant's message names the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("unknown profile '{name}': the built-in profiles are {}; or pass a path to a YAML file", available.join(", "))]
+    Unknown {
+        name: String,
+        available: Vec<String>,
+    },
+    #[error("cannot read profile {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}", Problems(.0))]
+    Invalid(Vec<Problem>),
+}
+
+/// One thing wrong in a profile file, with where it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub file: String,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{}: {}", self.file, line, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+struct Problems<'a>(&'a [Problem]);
+
+impl fmt::Display for Problems<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A loaded profile and where it came from (for reports).
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub profile: Profile,
+    /// `builtin:NAME` or the file path.
+    pub source: String,
+}
+
+/// Resolve `--profile`: a built-in name, or else a path to a YAML file. A value that looks like a
+/// path (has a separator or a .yaml/.yml ending) is never taken for a name.
+pub fn load(spec: &str) -> Result<Loaded, ProfileError> {
+    if let Some((_, text)) = EMBEDDED.iter().find(|(n, _)| *n == spec) {
+        let profile = parse(text, &format!("builtin:{spec}"))?;
+        return Ok(Loaded {
+            profile,
+            source: format!("builtin:{spec}"),
+        });
+    }
+    let looks_like_path = spec.contains('/') || spec.ends_with(".yaml") || spec.ends_with(".yml");
+    let path = Path::new(spec);
+    if !looks_like_path && !path.exists() {
+        return Err(ProfileError::Unknown {
+            name: spec.to_string(),
+            available: EMBEDDED.iter().map(|(n, _)| n.to_string()).collect(),
+        });
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let profile = parse(&text, spec)?;
+    Ok(Loaded {
+        profile,
+        source: spec.to_string(),
+    })
+}
+
+/// Parse and validate profile text; `file` names it in errors.
+pub fn parse(text: &str, file: &str) -> Result<Profile, ProfileError> {
+    let profile: Profile = serde_yaml_ng::from_str(text).map_err(|e| {
+        ProfileError::Invalid(vec![Problem {
+            file: file.to_string(),
+            line: e.location().map(|l| l.line()),
+            message: strip_location(&e.to_string()),
+        }])
+    })?;
+    let problems: Vec<Problem> = validate(&profile)
+        .into_iter()
+        .map(|(path, message)| Problem {
+            file: file.to_string(),
+            line: yaml_lines::line_of(text, path),
+            message: format!("{path}: {message}"),
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(profile)
+    } else {
+        Err(ProfileError::Invalid(problems))
+    }
+}
+
+/// serde_yaml appends " at line L column C"; we print the line ourselves in front.
+fn strip_location(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+/// Every bound a profile value must respect, as (key path, what is allowed). All problems are
+/// collected so one edit can fix them all.
+pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    let mut range = |path: &'static str, v: u64, lo: u64, hi: u64, why: &str| {
+        if v < lo || v > hi {
+            let why = if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({why})")
+            };
+            out.push((
+                path,
+                format!("{v} is out of range; allowed {lo}..={hi}{why}"),
+            ));
+        }
+    };
+    range("connections", p.connections, 1, 100_000_000, "");
+    let l = &p.linux;
+    range(
+        "linux.nofile",
+        l.nofile,
+        1024,
+        1 << 30,
+        "the kernel's nr_open ceiling is at most 2^30",
+    );
+    range("linux.nr_open", l.nr_open, 1024, 1 << 30, "");
+    range("linux.file_max", l.file_max, 1024, i64::MAX as u64, "");
+    range("linux.somaxconn", l.somaxconn, 128, u32::MAX as u64, "");
+    range(
+        "linux.tcp_max_syn_backlog",
+        l.tcp_max_syn_backlog,
+        128,
+        u32::MAX as u64,
+        "",
+    );
+    range(
+        "linux.netdev_max_backlog",
+        l.netdev_max_backlog,
+        1,
+        u32::MAX as u64,
+        "",
+    );
+    range(
+        "linux.tcp_tw_reuse",
+        l.tcp_tw_reuse,
+        0,
+        2,
+        "0 off, 1 on, 2 loopback only",
+    );
+    range(
+        "linux.tcp_fin_timeout",
+        l.tcp_fin_timeout,
+        1,
+        600,
+        "seconds",
+    );
+    range(
+        "linux.nf_conntrack_max",
+        l.nf_conntrack_max,
+        1,
+        u32::MAX as u64,
+        "",
+    );
+    range(
+        "linux.tcp_max_tw_buckets",
+        l.tcp_max_tw_buckets,
+        1,
+        u32::MAX as u64,
+        "",
+    );
+    range(
+        "linux.epoll_max_user_watches",
+        l.epoll_max_user_watches,
+        1,
+        i64::MAX as u64,
+        "",
+    );
+    let [lo, hi] = l.ip_local_port_range;
+    if !(1024..=65535).contains(&lo) || !(1024..=65535).contains(&hi) || lo >= hi {
+        out.push((
+            "linux.ip_local_port_range",
+            format!("[{lo}, {hi}] is not a port range; write [low, high] with 1024 <= low < high <= 65535"),
+        ));
+    }
+    if l.nofile > l.nr_open {
+        out.push(("linux.nofile", format!("{} is above linux.nr_open {}: the kernel refuses a nofile limit above nr_open; raise nr_open too", l.nofile, l.nr_open)));
+    }
+    let w = &p.windows;
+    let mut range = |path: &'static str, v: u64, lo: u64, hi: u64, why: &str| {
+        if v < lo || v > hi {
+            out.push((
+                path,
+                format!("{v} is out of range; allowed {lo}..={hi} ({why})"),
+            ));
+        }
+    };
+    range(
+        "windows.max_user_port",
+        w.max_user_port,
+        5000,
+        65534,
+        "REG_DWORD 5000..65534",
+    );
+    range(
+        "windows.dynamic_port_start",
+        w.dynamic_port_start,
+        1025,
+        65535,
+        "netsh accepts start 1025..65535",
+    );
+    range(
+        "windows.dynamic_port_count",
+        w.dynamic_port_count,
+        255,
+        64511,
+        "netsh needs at least 255 ports",
+    );
+    range(
+        "windows.tcp_timed_wait_delay",
+        w.tcp_timed_wait_delay,
+        30,
+        300,
+        "seconds; Windows clamps outside 30..300",
+    );
+    range(
+        "windows.tcp_max_connect_response_retransmissions",
+        w.tcp_max_connect_response_retransmissions,
+        0,
+        255,
+        "REG_DWORD 0..255",
+    );
+    if w.dynamic_port_start + w.dynamic_port_count > 65536 {
+        out.push((
+            "windows.dynamic_port_count",
+            format!(
+                "start {} + count {} runs past port 65535",
+                w.dynamic_port_start, w.dynamic_port_count
+            ),
+        ));
+    }
+    if !RSS_PROFILES.contains(&w.rss_profile.as_str()) {
+        out.push((
+            "windows.rss_profile",
+            format!(
+                "'{}' is not an RSS profile; allowed: {}",
+                w.rss_profile,
+                RSS_PROFILES.join(", ")
+            ),
+        ));
+    }
+    let s = &p.server;
+    let mut range = |path: &'static str, v: u64, lo: u64, hi: u64, why: &str| {
+        if v < lo || v > hi {
+            let why = if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({why})")
+            };
+            out.push((
+                path,
+                format!("{v} is out of range; allowed {lo}..={hi}{why}"),
+            ));
+        }
+    };
+    range(
+        "server.io_workers",
+        s.io_workers,
+        0,
+        1024,
+        "0 = one per core",
+    );
+    range(
+        "server.offload_pool_size",
+        s.offload_pool_size,
+        0,
+        4096,
+        "0 = one per core",
+    );
+    range(
+        "server.offload_queue_size",
+        s.offload_queue_size,
+        1,
+        1 << 24,
+        "",
+    );
+    range(
+        "server.max_connections",
+        s.max_connections,
+        1,
+        100_000_000,
+        "",
+    );
+    range(
+        "server.read_buffer_bytes",
+        s.read_buffer_bytes,
+        256,
+        16 << 20,
+        "",
+    );
+    range(
+        "server.write_buffer_bytes",
+        s.write_buffer_bytes,
+        256,
+        16 << 20,
+        "",
+    );
+    range(
+        "server.deflate.window_bits",
+        s.deflate.window_bits as u64,
+        9,
+        15,
+        "zlib turns 8 into 9 for raw deflate, so 8 cannot be honoured",
+    );
+    range(
+        "server.deflate.mem_level",
+        s.deflate.mem_level as u64,
+        1,
+        9,
+        "",
+    );
+    range("server.deflate.level", s.deflate.level as u64, 0, 9, "");
+    range(
+        "server.deflate.threshold_bytes",
+        s.deflate.threshold_bytes,
+        0,
+        1 << 30,
+        "",
+    );
+    range(
+        "server.max_frame_bytes",
+        s.max_frame_bytes,
+        125,
+        1 << 31,
+        "",
+    );
+    range(
+        "server.max_message_bytes",
+        s.max_message_bytes,
+        125,
+        1 << 32,
+        "",
+    );
+    range("server.fragment_bytes", s.fragment_bytes, 125, 1 << 31, "");
+    range(
+        "server.heartbeat.interval_secs",
+        s.heartbeat.interval_secs,
+        1,
+        3600,
+        "",
+    );
+    range(
+        "server.heartbeat.timeout_secs",
+        s.heartbeat.timeout_secs,
+        1,
+        4 * 3600,
+        "",
+    );
+    range(
+        "server.send_queue_bytes",
+        s.send_queue_bytes,
+        1024,
+        1 << 32,
+        "",
+    );
+    if s.max_frame_bytes > s.max_message_bytes {
+        out.push((
+            "server.max_frame_bytes",
+            format!(
+                "{} is above server.max_message_bytes {}: a frame is part of a message",
+                s.max_frame_bytes, s.max_message_bytes
+            ),
+        ));
+    }
+    if s.fragment_bytes > s.max_frame_bytes {
+        out.push(("server.fragment_bytes", format!("{} is above server.max_frame_bytes {}: peers with the same cap would reject our fragments", s.fragment_bytes, s.max_frame_bytes)));
+    }
+    if s.heartbeat.timeout_secs <= s.heartbeat.interval_secs {
+        out.push(("server.heartbeat.timeout_secs", format!("{} must be longer than interval_secs {}, or every connection times out before its pong", s.heartbeat.timeout_secs, s.heartbeat.interval_secs)));
+    }
+    let t = &p.selftest;
+    let mut range = |path: &'static str, v: u64, lo: u64, hi: u64| {
+        if v < lo || v > hi {
+            out.push((path, format!("{v} is out of range; allowed {lo}..={hi}")));
+        }
+    };
+    range("selftest.payload_bytes", t.payload_bytes, 1, 16 << 20);
+    range("selftest.rate_per_client", t.rate_per_client, 1, 100_000);
+    range("selftest.p99_ms", t.p99_ms, 1, 600_000);
+    out
+}
+
+/// Values Windows accepts for a NIC's `*RSSProfile`.
+pub const RSS_PROFILES: &[&str] = &[
+    "ClosestProcessor",
+    "ClosestProcessorStatic",
+    "NUMAScaling",
+    "NUMAScalingStatic",
+    "ConservativeScaling",
+];
+
+/// How the memory for the target connections is estimated; every figure is also a variable
+/// (`estimate.*`) that checks can use.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    pub kernel_bytes_per_conn: u64,
+    pub socket_buffer_bytes_per_conn: u64,
+    pub server_bytes_per_conn: u64,
+    pub deflate_bytes_per_conn: u64,
+    pub base_bytes: u64,
+    pub connections: u64,
+}
+
+impl Estimate {
+    pub fn bytes_per_conn(&self) -> u64 {
+        self.kernel_bytes_per_conn
+            + self.socket_buffer_bytes_per_conn
+            + self.server_bytes_per_conn
+            + self.deflate_bytes_per_conn
+    }
+    pub fn total_bytes(&self) -> u64 {
+        self.connections * self.bytes_per_conn() + self.base_bytes
+    }
+}
+
+impl Profile {
+    /// The memory estimate for this profile's connections:
+    /// kernel socket + in-flight socket buffers (one read and one write buffer's worth) + the
+    /// server's idle state + deflate contexts (when context takeover keeps them alive).
+    pub fn estimate(&self) -> Estimate {
+        use embedded_server::memory;
+        let d = &self.server.deflate;
+        Estimate {
+            kernel_bytes_per_conn: memory::KERNEL_BYTES_PER_SOCKET,
+            socket_buffer_bytes_per_conn: self.server.read_buffer_bytes
+                + self.server.write_buffer_bytes,
+            server_bytes_per_conn: memory::SERVER_BYTES_PER_IDLE_CONN,
+            deflate_bytes_per_conn: if d.enabled && d.context_takeover {
+                memory::deflate_bytes_per_conn(d.window_bits, d.mem_level)
+            } else {
+                0
+            },
+            base_bytes: memory::SERVER_BASE_BYTES,
+            connections: self.connections,
+        }
+    }
+
+    /// Flat variables for catalog expressions: every profile key by its dotted path
+    /// (`linux.somaxconn`, `server.deflate.window_bits`, ...) plus `estimate.*`.
+    pub fn variables(&self) -> BTreeMap<String, Value> {
+        let mut vars = BTreeMap::new();
+        let json = serde_json::to_value(self).expect("a profile always serializes");
+        flatten("", &json, &mut vars);
+        let e = self.estimate();
+        for (k, v) in [
+            ("kernel_bytes_per_conn", e.kernel_bytes_per_conn),
+            (
+                "socket_buffer_bytes_per_conn",
+                e.socket_buffer_bytes_per_conn,
+            ),
+            ("server_bytes_per_conn", e.server_bytes_per_conn),
+            ("deflate_bytes_per_conn", e.deflate_bytes_per_conn),
+            ("bytes_per_conn", e.bytes_per_conn()),
+            ("base_bytes", e.base_bytes),
+            ("total_bytes", e.total_bytes()),
+            (
+                "socket_buffer_bytes",
+                e.connections * e.socket_buffer_bytes_per_conn,
+            ),
+        ] {
+            vars.insert(format!("estimate.{k}"), Value::Num(v as i64));
+        }
+        vars
+    }
+}
+
+fn flatten(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, Value>) {
+    let key = |k: &str| {
+        if prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{prefix}.{k}")
+        }
+    };
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                flatten(&key(k), v, out);
+            }
+        }
+        other => {
+            if let Some(value) = Value::from_json(other) {
+                out.insert(prefix.to_string(), value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_embedded_profile_is_valid_and_named_after_its_file() {
+        for (name, text) in EMBEDDED {
+            let p = parse(text, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(&p.name, name);
+            assert!(
+                p.linux.nofile >= 2 * p.connections,
+                "{name}: the guide's nofile rule"
+            );
+            assert!(p.linux.somaxconn >= 4096, "{name}");
+        }
+    }
+
+    #[test]
+    fn profiles_grow_with_connections() {
+        let ps: Vec<Profile> = EMBEDDED.iter().map(|(n, t)| parse(t, n).unwrap()).collect();
+        for w in ps.windows(2) {
+            assert!(w[0].connections < w[1].connections);
+            assert!(w[0].linux.somaxconn <= w[1].linux.somaxconn);
+            assert!(
+                w[0].server.deflate.window_bits >= w[1].server.deflate.window_bits,
+                "bigger profiles save deflate memory"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_key_names_the_line_and_the_allowed_keys() {
+        let text = EMBEDDED[0]
+            .1
+            .replace("  somaxconn: 4096", "  somaxconn: 4096\n  somaxcon: 1");
+        let err = parse(&text, "p.yaml").unwrap_err().to_string();
+        assert!(err.starts_with("p.yaml:"), "{err}");
+        assert!(
+            err.contains("unknown field `somaxcon`") && err.contains("somaxconn"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_all_reported_with_lines() {
+        let text = EMBEDDED[0]
+            .1
+            .replace("window_bits: 15", "window_bits: 8")
+            .replace("timeout_secs: 90", "timeout_secs: 10");
+        let err = parse(&text, "p.yaml").unwrap_err();
+        let ProfileError::Invalid(problems) = err else {
+            panic!()
+        };
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0]
+            .message
+            .contains("server.deflate.window_bits: 8 is out of range; allowed 9..=15"));
+        assert_eq!(
+            problems[0].line,
+            yaml_lines::line_of(&text, "server.deflate.window_bits")
+        );
+        assert!(problems[0].line.is_some());
+        assert!(problems[1].message.contains("longer than interval_secs"));
+    }
+
+    #[test]
+    fn unknown_name_lists_the_builtins() {
+        let err = load("200k").unwrap_err().to_string();
+        assert!(
+            err.contains("unknown profile '200k'") && err.contains("10k, 50k, 100k, 250k, 1m"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn variables_cover_nested_keys_and_estimates() {
+        let p = load("100k").unwrap().profile;
+        let v = p.variables();
+        assert_eq!(v["connections"], Value::Num(100_000));
+        assert_eq!(
+            v["linux.ip_local_port_range"],
+            Value::List(vec![10000, 65535])
+        );
+        assert_eq!(v["server.deflate.window_bits"], Value::Num(11));
+        let e = p.estimate();
+        assert_eq!(
+            v["estimate.total_bytes"],
+            Value::Num(e.total_bytes() as i64)
+        );
+        // window 11, memLevel 4: 8 KiB + 8 KiB + 6 KiB to compress, 2 KiB + 7 KiB to inflate.
+        assert_eq!(e.deflate_bytes_per_conn, 31 * 1024);
+    }
+}

@@ -1,0 +1,133 @@
+//! The tuning profile as data: what a host and a server should look like for N connections.
+//!
+//! Every struct rejects unknown keys, so a typo in a profile is an error with a line number
+//! instead of a silently ignored setting. Field comments give the unit; `validate` gives the bounds.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Short name, e.g. `100k`; what `--profile` and reports call it.
+    pub name: String,
+    /// One line for `wstune profiles list`.
+    pub description: String,
+    /// Concurrent WebSocket connections the host must hold.
+    pub connections: u64,
+    pub linux: LinuxTargets,
+    pub windows: WindowsTargets,
+    pub server: ServerSettings,
+    pub selftest: SelfTestTargets,
+}
+
+/// Linux kernel and process targets; each one is read by a check in checks/linux.yaml.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LinuxTargets {
+    /// RLIMIT_NOFILE, soft and hard, for the server process.
+    pub nofile: u64,
+    /// fs.file-max: system-wide file handles.
+    pub file_max: u64,
+    /// fs.nr_open: the ceiling any RLIMIT_NOFILE can be raised to.
+    pub nr_open: u64,
+    /// net.core.somaxconn: accept-queue cap.
+    pub somaxconn: u64,
+    /// net.ipv4.tcp_max_syn_backlog.
+    pub tcp_max_syn_backlog: u64,
+    /// net.core.netdev_max_backlog (packets per CPU).
+    pub netdev_max_backlog: u64,
+    /// net.ipv4.tcp_tw_reuse: 0 off, 1 on, 2 loopback only.
+    pub tcp_tw_reuse: u64,
+    /// net.ipv4.ip_local_port_range as [low, high].
+    pub ip_local_port_range: [u64; 2],
+    /// net.ipv4.tcp_fin_timeout in seconds (an upper bound).
+    pub tcp_fin_timeout: u64,
+    /// net.netfilter.nf_conntrack_max (when the module is loaded).
+    pub nf_conntrack_max: u64,
+    /// net.ipv4.tcp_max_tw_buckets.
+    pub tcp_max_tw_buckets: u64,
+    /// fs.epoll.max_user_watches.
+    pub epoll_max_user_watches: u64,
+}
+
+/// Windows targets; each one is read by a check in checks/windows.yaml.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WindowsTargets {
+    /// Tcpip\Parameters\MaxUserPort (honoured only up to Windows Server 2003).
+    pub max_user_port: u64,
+    /// First dynamic port (`netsh int ipv4 set dynamicport tcp start=`).
+    pub dynamic_port_start: u64,
+    /// Number of dynamic ports (`num=`).
+    pub dynamic_port_count: u64,
+    /// Tcpip\Parameters\TcpTimedWaitDelay in seconds.
+    pub tcp_timed_wait_delay: u64,
+    /// Tcpip\Parameters\TcpMaxConnectResponseRetransmissions.
+    pub tcp_max_connect_response_retransmissions: u64,
+    /// The NIC's *RSSProfile name (ClosestProcessor, ClosestProcessorStatic, NUMAScaling,
+    /// NUMAScalingStatic, ConservativeScaling).
+    pub rss_profile: String,
+}
+
+/// Settings of the embedded server (`wstune serve`), also used to size memory estimates.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    /// I/O worker threads; 0 = one per core.
+    pub io_workers: u64,
+    /// Offload pool threads for blocking handler work; 0 = one per core.
+    pub offload_pool_size: u64,
+    /// Bounded offload queue length.
+    pub offload_queue_size: u64,
+    /// Upgrades beyond this many connections get HTTP 503.
+    pub max_connections: u64,
+    /// Initial per-connection read buffer.
+    pub read_buffer_bytes: u64,
+    /// Initial per-connection write buffer.
+    pub write_buffer_bytes: u64,
+    pub deflate: DeflateSettings,
+    /// Largest frame accepted.
+    pub max_frame_bytes: u64,
+    /// Largest reassembled message accepted.
+    pub max_message_bytes: u64,
+    /// Outgoing messages above this size are fragmented.
+    pub fragment_bytes: u64,
+    pub heartbeat: HeartbeatSettings,
+    /// Queued outgoing bytes per connection before a slow consumer is closed.
+    pub send_queue_bytes: u64,
+}
+
+/// permessage-deflate (RFC 7692) settings.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeflateSettings {
+    pub enabled: bool,
+    /// LZ77 window, 9..=15 (zlib turns 8 into 9 for raw deflate, so 8 is refused).
+    pub window_bits: u8,
+    /// zlib memLevel, 1..=9.
+    pub mem_level: u8,
+    /// zlib compression level, 0..=9.
+    pub level: u8,
+    /// Messages below this many bytes are sent uncompressed.
+    pub threshold_bytes: u64,
+    /// Keep one compressor/decompressor per connection alive between messages.
+    pub context_takeover: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatSettings {
+    /// Seconds between server pings.
+    pub interval_secs: u64,
+    /// Seconds of silence (no pong, no frame) before the connection is closed.
+    pub timeout_secs: u64,
+}
+
+/// What `wstune selftest` loads the server with and the p99 it must meet.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SelfTestTargets {
+    pub payload_bytes: u64,
+    pub rate_per_client: u64,
+    pub p99_ms: u64,
+}
