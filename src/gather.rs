@@ -52,6 +52,8 @@ pub struct Instance {
     pub after: Option<Reading>,
     /// The boot-time configuration entry for a sysctl check.
     pub boot: Option<Reading>,
+    /// The value was absent and the check's documented default stands in for it.
+    pub defaulted: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -109,6 +111,9 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> Ho
         };
         for nic in targets {
             let reading = read_source(backend, def, nic, options);
+            let defaulted = matches!(&def.check.source, Source::Registry(_))
+                && def.default.is_some()
+                && is_absent(backend, def, nic);
             let boot = def.has_boot_view().then(|| match &def.check.source {
                 Source::Sysctl(key) => boot_entry(backend, key),
                 _ => unreachable!("boot views exist for sysctls only"),
@@ -119,6 +124,7 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> Ho
                 reading,
                 after: None,
                 boot,
+                defaulted,
             });
         }
     }
@@ -177,10 +183,7 @@ fn read_source(
         Source::Fact(f) => read_fact(backend, *f, nic),
         Source::BootEntry(key) => boot_entry(backend, key),
         Source::Registry(r) => {
-            let key = r.key.replace(
-                "{nic_key}",
-                nic.and_then(|n| n.registry_key.as_deref()).unwrap_or(""),
-            );
+            let key = registry_key(&r.key, nic);
             let raw = match backend.registry(&key, &r.value, r.kind) {
                 Ok(raw) => Ok(raw),
                 // An absent value means Windows uses its built-in default.
@@ -203,6 +206,24 @@ fn read_source(
         },
         (r, _) => r,
     }
+}
+
+/// Whether a registry check's value is absent (so its default applies).
+fn is_absent(backend: &dyn Backend, def: &CheckDef, nic: Option<&Link>) -> bool {
+    match &def.check.source {
+        Source::Registry(r) => matches!(
+            backend.registry(&registry_key(&r.key, nic), &r.value, r.kind),
+            Err(ReadError::NotFound(_))
+        ),
+        _ => false,
+    }
+}
+
+fn registry_key(template: &str, nic: Option<&Link>) -> String {
+    template.replace(
+        "{nic_key}",
+        nic.and_then(|n| n.registry_key.as_deref()).unwrap_or(""),
+    )
 }
 
 fn substitute_nic(text: &str, nic: Option<&Link>) -> String {
@@ -367,6 +388,10 @@ fn read_fact(backend: &dyn Backend, fact: Fact, nic: Option<&Link>) -> Reading {
                 None => Reading::Missing(format!("{} reports no queues", link.name)),
             }
         }
+        Fact::ProcSysWritable => match backend.read("/proc/self/mountinfo") {
+            Ok(text) => Reading::Value(Value::Num(proc_sys_writable(&text) as i64)),
+            Err(e) => Err(e).into(),
+        },
         Fact::NicIrqCpus => {
             let Some(link) = nic else {
                 return Reading::Unreadable("needs a NIC".into());
@@ -374,6 +399,23 @@ fn read_fact(backend: &dyn Backend, fact: Fact, nic: Option<&Link>) -> Reading {
             nic_irq_cpus(backend, &link.name)
         }
     }
+}
+
+/// Whether /proc/sys is mounted read-write: the last mount covering it wins (containers
+/// remount it read-only on top of /proc).
+pub fn proc_sys_writable(mountinfo: &str) -> bool {
+    let mut writable = true;
+    for line in mountinfo.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 6 {
+            continue;
+        }
+        let (mount_point, opts) = (f[4], f[5]);
+        if mount_point == "/proc" || mount_point == "/proc/sys" {
+            writable = !opts.split(',').any(|o| o == "ro");
+        }
+    }
+    writable
 }
 
 /// "0-3,8-11" -> 8
@@ -404,19 +446,39 @@ fn mem_bytes(backend: &dyn Backend) -> Reading {
     let cgroup = backend
         .read("/proc/self/cgroup")
         .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("0::").map(|p| p.trim().to_string()))
-        })
-        .and_then(|path| {
-            let path = if path == "/" { String::new() } else { path };
-            backend
-                .read(&format!("/sys/fs/cgroup{path}/memory.max"))
-                .ok()
-        })
-        .and_then(|t| t.trim().parse::<u64>().ok());
+        .and_then(|t| cgroup_memory_limit(backend, &t));
     let bytes = cgroup.map_or(total, |c| c.min(total));
     Reading::Value(Value::Num(bytes.min(i64::MAX as u64) as i64))
+}
+
+/// The memory limit of this process's cgroup: v2 (`0::PATH` -> memory.max) or v1
+/// (`N:memory:PATH` -> memory.limit_in_bytes). "max" and v1's near-2^63 "unlimited" are None.
+fn cgroup_memory_limit(backend: &dyn Backend, proc_self_cgroup: &str) -> Option<u64> {
+    let norm = |p: &str| {
+        if p == "/" {
+            String::new()
+        } else {
+            p.to_string()
+        }
+    };
+    let mut candidates = Vec::new();
+    for line in proc_self_cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.is_empty() {
+            candidates.push(format!("/sys/fs/cgroup{}/memory.max", norm(path)));
+        } else if controllers.split(',').any(|c| c == "memory") {
+            candidates.push(format!(
+                "/sys/fs/cgroup/memory{}/memory.limit_in_bytes",
+                norm(path)
+            ));
+        }
+    }
+    candidates
+        .iter()
+        .filter_map(|p| backend.read(p).ok()?.trim().parse::<u64>().ok())
+        .filter(|v| *v < (1 << 62))
+        .min()
 }
 
 /// How many CPUs have served the NIC's interrupts. The IRQ numbers come from the PCI device's
@@ -479,10 +541,12 @@ pub const SYSCTL_DIRS: &[&str] = &[
 /// The entry that sets `key` at the next boot: `Value(Text("FILE:LINE = VALUE"))`, or Missing.
 pub fn boot_entry(backend: &dyn Backend, key: &str) -> Reading {
     let mut files: BTreeMap<String, String> = BTreeMap::new();
+    let mut any_config = backend.read("/etc/sysctl.conf").is_ok();
     for dir in SYSCTL_DIRS {
         let Ok(names) = backend.list(dir) else {
             continue;
         };
+        any_config = true;
         for name in names.into_iter().filter(|n| n.ends_with(".conf")) {
             files
                 .entry(name.clone())
@@ -502,6 +566,9 @@ pub fn boot_entry(backend: &dyn Backend, key: &str) -> Reading {
     }
     match found {
         Some(f) => Reading::Value(Value::Text(f)),
+        None if !any_config => Reading::Unreadable(
+            "no /etc/sysctl.conf or sysctl.d directory: nothing applies sysctls at boot here (in a container the runtime does: docker --sysctl, Kubernetes securityContext.sysctls)".into(),
+        ),
         None => Reading::Missing(format!("no sysctl.d file sets {key}")),
     }
 }
@@ -555,6 +622,15 @@ mod tests {
         assert_eq!(parse_sockstat(text, "TCP", "mem"), Some(3));
         assert_eq!(parse_sockstat(text, "UDP", "mem"), Some(0));
         assert_eq!(parse_sockstat(text, "TCP", "x"), None);
+    }
+
+    #[test]
+    fn read_only_proc_sys() {
+        let host = "22 1 0:20 / /proc rw,nosuid - proc proc rw\n";
+        assert!(proc_sys_writable(host));
+        let container =
+            format!("{host}1203 22 0:84 /sys /proc/sys ro,nosuid,nodev - proc proc rw\n");
+        assert!(!proc_sys_writable(&container));
     }
 
     #[test]

@@ -233,7 +233,10 @@ fn evaluate_one(
     let mut f = base(def, &id, vars, facts, Some(inst), current);
     let (status, note) = verdict(def, inst, vars, facts);
     f.status = status;
-    f.note = note;
+    f.note = note.or_else(|| {
+        inst.defaulted
+            .then(|| "not set: the built-in default applies".to_string())
+    });
     f
 }
 
@@ -279,7 +282,8 @@ fn verdict(
     let missed = Status::missed(def.check.severity);
     match def.check.compare {
         Compare::Report => return (Status::Info, None),
-        Compare::Absent => return (missed, Some(format!("set at {current}"))),
+        // The current value already says where; the fix says what to do.
+        Compare::Absent => return (missed, None),
         Compare::NoGrowth => {
             let Some(secs) = facts.watched.map(|w| w.as_secs_f64()) else {
                 return (
@@ -391,6 +395,12 @@ fn evaluate_boot(
         (Value::List(l), Some(i)) => l.get(i).map(|n| Value::Num(*n)),
         (v, _) => Some(v),
     };
+    // Without a runtime value there is nothing to persist or compare against.
+    if let Reading::Missing(why) | Reading::Unreadable(why) = &inst.reading {
+        f.status = Status::Skip;
+        f.note = Some(why.clone());
+        return f;
+    }
     let runtime_ok = matches!(&inst.reading, Reading::Value(v) if meets(def.check.compare, v, &target) == Ok(true));
     let (status, note, current) = match boot {
         Reading::Value(Value::Text(entry)) => {
@@ -470,6 +480,7 @@ mod tests {
             reading,
             after: None,
             boot: None,
+            defaulted: false,
         }
     }
 

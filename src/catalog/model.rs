@@ -124,6 +124,8 @@ pub enum Fact {
     NicTxQueues,
     /// How many CPUs have served the NIC's interrupts (/proc/interrupts).
     NicIrqCpus,
+    /// 1 when /proc/sys is mounted read-write, 0 when read-only (a container).
+    ProcSysWritable,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

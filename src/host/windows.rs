@@ -19,7 +19,7 @@ fn hklm_path(key: &str) -> Result<&str, ReadError> {
         .ok_or_else(|| ReadError::Other(format!("{key}: only HKLM keys are read")))
 }
 
-fn map_err(what: &str, e: windows_registry::Error) -> ReadError {
+fn map_err(what: &str, e: windows_result::Error) -> ReadError {
     if e.code().0 == NOT_FOUND {
         ReadError::NotFound(what.to_string())
     } else {

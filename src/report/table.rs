@@ -2,6 +2,7 @@
 
 use super::CheckReport;
 use crate::catalog::eval::{Finding, Status};
+use crate::catalog::Scope;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Color, ContentArrangement, Table};
 
 /// `colour` is decided by the caller (a terminal, and NO_COLOR unset); `width` is used when the
@@ -29,7 +30,16 @@ pub fn table(report: &CheckReport, colour: bool, width: u16) -> String {
             status
         };
         t.add_row(vec![
-            Cell::new(format!("{}\n{}", f.id, f.title)),
+            Cell::new(format!(
+                "{}\n{}{}",
+                f.id,
+                f.title,
+                if f.scope == Scope::Netns {
+                    " [per netns]"
+                } else {
+                    ""
+                }
+            )),
             Cell::new(
                 f.current
                     .as_ref()
