@@ -408,7 +408,14 @@ fn evaluate_boot(
             match select(Value::parse_kernel(raw)) {
                 Some(v) => match meets(def.check.compare, &v, &target) {
                     Ok(true) => (Status::Pass, format!("set by {location}"), Some(v)),
-                    Ok(false) => (missed, format!("{location} sets {v}, which misses the target and replaces the runtime value at the next boot"), Some(v)),
+                    Ok(false) => {
+                        // Appending to our own file would not help: this line is read later.
+                        if let super::Source::Sysctl(key) = &def.check.source {
+                            let want = f.target.as_ref().map(|t| t.to_string()).unwrap_or_default();
+                            f.fix.persistent = Some(format!("edit {location} to `{key} = {want}` or delete that line (it is applied after earlier sysctl.d files)"));
+                        }
+                        (missed, format!("{location} sets {v}, which misses the target and replaces the runtime value at the next boot"), Some(v))
+                    }
                     Err(e) => (Status::Skip, format!("{location}: {e}"), Some(v)),
                 },
                 None => (Status::Skip, format!("{location}: cannot read '{raw}'"), None),

@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 /// properties). Written by `wstune snapshot`, optional in hand-made fixtures.
 pub const META_DIR: &str = "wstune";
 
+/// Where Windows keeps the TCP/IP stack's settings, and the host name.
+const TCPIP_PARAMETERS: &str = r"HKLM\SYSTEM\CurrentControlSet\Services\Tcpip\Parameters";
+
 pub struct FsBackend {
     root: PathBuf,
     /// The running host itself: links come from netlink, units from systemctl.
@@ -159,9 +162,14 @@ impl Backend for FsBackend {
                     .map(|v| v.trim_matches('"').to_string())
             })
         });
+        let registry_hostname = self
+            .registry
+            .as_ref()
+            .and_then(|r| r.get(TCPIP_PARAMETERS, "Hostname", RegType::Sz).ok());
         HostInfo {
             hostname: self
                 .meta("hostname")
+                .or(registry_hostname)
                 .or_else(|| file("/proc/sys/kernel/hostname"))
                 .unwrap_or_default(),
             os: os.unwrap_or_else(|| {

@@ -3,7 +3,9 @@
 use super::CheckReport;
 use crate::catalog::eval::{Finding, Status};
 use crate::catalog::Scope;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Color, ContentArrangement, Table};
+use comfy_table::{
+    presets::UTF8_FULL_CONDENSED, Cell, Color, ColumnConstraint, ContentArrangement, Table, Width,
+};
 
 /// `colour` is decided by the caller (a terminal, and NO_COLOR unset); `width` is used when the
 /// output is not a terminal, where comfy-table cannot ask for one.
@@ -17,6 +19,21 @@ pub fn table(report: &CheckReport, colour: bool, width: u16) -> String {
         t.force_no_tty().set_width(width);
     }
     t.set_header(vec!["Check", "Current", "Target", "Status", "Fix / note"]);
+    // Ids must stay readable; values are short and may wrap.
+    let widths = [
+        (0, Width::Fixed(36), true),
+        (1, Width::Fixed(16), false),
+        (2, Width::Fixed(20), false),
+    ];
+    for (i, w, lower) in widths {
+        if let Some(c) = t.column_mut(i) {
+            c.set_constraint(if lower {
+                ColumnConstraint::LowerBoundary(w)
+            } else {
+                ColumnConstraint::UpperBoundary(w)
+            });
+        }
+    }
     for f in &report.results {
         let status = Cell::new(f.status.as_str().to_uppercase());
         let status = if colour {

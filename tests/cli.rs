@@ -1,0 +1,833 @@
+//! One integration binary that drives the real `wstune` executable: against the live host,
+//! inside private network namespaces, against the fixture trees under tests/fixtures, and with
+//! bad input. Every test asserts on exit codes and on what a person or a machine reads.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_wstune")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn wstune(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", "120")
+        .output()
+        .expect("run wstune")
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exited normally")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)))
+}
+
+fn result<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id)
+        .unwrap_or_else(|| panic!("no result {id}"))
+}
+
+fn check_fixture(name: &str, extra: &[&str]) -> (i32, serde_json::Value) {
+    let root = fixture(name);
+    let mut args = vec!["check", "--root", root.to_str().unwrap(), "-f", "json"];
+    args.extend_from_slice(extra);
+    let o = wstune(&args);
+    (code(&o), json(&o))
+}
+
+/// Runs `script` inside fresh network (and mount) namespaces; None when this machine cannot
+/// make them (not root). CI runs as root, where a missing namespace is a failure.
+fn in_netns(script: &str) -> Option<Output> {
+    let o = Command::new("unshare")
+        .args(["--net", "--mount", "bash", "-c", script])
+        .env("WSTUNE", bin())
+        .env("NO_COLOR", "1")
+        .output();
+    match o {
+        Ok(o) if o.status.success() || !stderr(&o).contains("unshare failed") => Some(o),
+        _ if std::env::var("CI").is_ok() => {
+            panic!("CI must be able to create network namespaces (run as root)")
+        }
+        _ => {
+            eprintln!("skipped: cannot create a network namespace here (not root)");
+            None
+        }
+    }
+}
+
+// --- the live host ---------------------------------------------------------------------------
+
+#[test]
+fn live_check_fails_the_100k_profile_when_the_fd_limit_is_low() {
+    let o = Command::new("bash")
+        .args([
+            "-c",
+            &format!(
+                "ulimit -n 10000 && exec {} check --profile 100k -f json",
+                bin()
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let r = json(&o);
+    let hard = result(&r, "linux.process.nofile.hard");
+    assert_eq!(hard["status"], "fail");
+    assert_eq!(hard["current"], 10000);
+    assert_eq!(hard["target"], 200000);
+    assert_eq!(r["host"]["source"], "live");
+    assert_eq!(r["profile"]["name"], "100k");
+}
+
+#[test]
+fn live_table_is_plain_off_a_terminal_and_ends_with_a_summary() {
+    let o = wstune(&["check", "--profile", "10k"]);
+    let out = stdout(&o);
+    assert!(
+        !out.contains('\x1b'),
+        "no colour when stdout is not a terminal"
+    );
+    assert!(
+        out.contains("linux.net.core.somaxconn") && out.contains("[per netns]"),
+        "{out}"
+    );
+    let last = out.lines().last().unwrap();
+    assert!(
+        last.contains(" checks: ") && last.contains(" pass, ") && last.contains(" fail, "),
+        "{last}"
+    );
+}
+
+#[test]
+fn colour_only_on_a_terminal_and_never_with_no_color() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` to give wstune a terminal");
+        return;
+    }
+    let root = fixture("default");
+    let cmd = format!("{} check --root {}", bin(), root.display());
+    let tty = |no_color: Option<&str>| {
+        let mut c = Command::new("script");
+        c.args(["-qec", &cmd, "/dev/null"]).env_remove("NO_COLOR");
+        if let Some(v) = no_color {
+            c.env("NO_COLOR", v);
+        }
+        String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned()
+    };
+    assert!(tty(None).contains("\x1b["), "colour on a terminal");
+    assert!(!tty(Some("1")).contains("\x1b["), "NO_COLOR turns it off");
+}
+
+#[test]
+fn somaxconn_in_a_private_network_namespace_fails_at_4096_and_passes_at_65535() {
+    let script = r#"
+        echo 4096 > /proc/sys/net/core/somaxconn && "$WSTUNE" check --profile 100k -f json > low.json
+        echo "low=$?"
+        echo 65535 > /proc/sys/net/core/somaxconn && "$WSTUNE" check --profile 100k -f json > high.json
+        echo "high=$?"
+        cat low.json; echo '====='; cat high.json
+    "#;
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!("cd {} && {script}", dir.path().display());
+    let host_before = std::fs::read_to_string("/proc/sys/net/core/somaxconn").unwrap();
+    let Some(o) = in_netns(&script) else { return };
+    let out = stdout(&o);
+    assert!(out.contains("low=2"), "{out}\n{}", stderr(&o));
+    let json_part = &out[out.find('{').unwrap()..];
+    let (low, high) = json_part.split_once("=====").unwrap();
+    let low: serde_json::Value = serde_json::from_str(low.trim()).unwrap();
+    let high: serde_json::Value = serde_json::from_str(high.trim()).unwrap();
+    let s = result(&low, "linux.net.core.somaxconn");
+    assert_eq!(
+        (
+            s["status"].as_str(),
+            s["current"].as_i64(),
+            s["scope"].as_str()
+        ),
+        (Some("fail"), Some(4096), Some("netns"))
+    );
+    assert_eq!(result(&high, "linux.net.core.somaxconn")["status"], "pass");
+    assert_eq!(result(&high, "linux.net.core.somaxconn")["current"], 65535);
+    // The host's own value is untouched: the namespace had its own.
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/net/core/somaxconn").unwrap(),
+        host_before
+    );
+    // Links come from netlink, so the namespace sees no NIC even though /sys shows the host's.
+    let nic = result(&low, "linux.nic.rx_queues");
+    assert_eq!(nic["status"], "skip");
+    assert!(
+        nic["note"].as_str().unwrap().contains("no physical NIC"),
+        "{nic}"
+    );
+}
+
+#[test]
+fn watch_fails_on_accept_queue_overflows_that_happen_during_it() {
+    // A listener with backlog 1 that never accepts, and clients that keep connecting while
+    // `check --watch 2` waits: ListenOverflows grows in this namespace only.
+    let script = r#"
+        ip link set lo up || exit 90
+        python3 - <<'PY' &
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 47001)); s.listen(1)
+clients = []
+deadline = time.time() + 4
+while time.time() < deadline:
+    c = socket.socket(); c.setblocking(False)
+    try: c.connect(("127.0.0.1", 47001))
+    except BlockingIOError: pass
+    clients.append(c); time.sleep(0.02)
+PY
+        sleep 0.3
+        "$WSTUNE" check --profile 10k --watch 2 -f json
+        rc=$?
+        wait
+        exit $rc
+    "#;
+    let Some(o) = in_netns(script) else { return };
+    let r = json(&o);
+    let f = result(&r, "linux.counter.listen_overflows");
+    assert_eq!(f["status"], "fail", "{f}");
+    assert!(
+        f["note"].as_str().unwrap().starts_with('+')
+            && f["note"].as_str().unwrap().ends_with(" in 2 s"),
+        "{f}"
+    );
+    // Counters that did not move pass instead of staying informational.
+    assert_eq!(
+        result(&r, "linux.counter.tcp_abort_on_memory")["status"],
+        "pass"
+    );
+    assert_eq!(code(&o), 2);
+}
+
+// --- fixture trees ----------------------------------------------------------------------------
+
+#[test]
+fn default_distribution_fails_100k_on_fds_and_accept_queues() {
+    let (c, r) = check_fixture("default", &[]);
+    assert_eq!(c, 2);
+    for id in [
+        "linux.process.nofile.hard",
+        "linux.net.core.somaxconn",
+        "linux.net.ipv4.tcp_max_syn_backlog",
+    ] {
+        assert_eq!(result(&r, id)["status"], "fail", "{id}");
+    }
+    assert_eq!(result(&r, "linux.net.ipv4.tcp_tw_reuse")["current"], 2);
+    assert_eq!(result(&r, "linux.net.ipv4.tcp_tw_reuse")["status"], "warn");
+    assert_eq!(
+        result(&r, "linux.net.ipv4.ip_local_port_range")["current"],
+        serde_json::json!([32768, 60999])
+    );
+    let boot = result(&r, "linux.net.core.somaxconn.boot");
+    assert_eq!(boot["status"], "warn");
+    assert!(
+        boot["note"]
+            .as_str()
+            .unwrap()
+            .contains("kernel default 4096"),
+        "{boot}"
+    );
+    assert_eq!(r["host"]["hostname"], "debian12-default");
+    // The 10k profile is within reach of the same host's fd limit.
+    let (_, r10) = check_fixture("default", &["--profile", "10k"]);
+    assert_eq!(result(&r10, "linux.process.nofile.hard")["status"], "pass");
+    assert_eq!(result(&r10, "linux.net.core.somaxconn")["status"], "pass");
+}
+
+#[test]
+fn tuned_host_passes_strictly_and_checks_a_pid_and_a_unit() {
+    let (c, r) = check_fixture("tuned", &["--strict"]);
+    assert_eq!(
+        c,
+        0,
+        "{}",
+        serde_json::to_string_pretty(&r["summary"]).unwrap()
+    );
+    assert_eq!(
+        (r["summary"]["fail"].as_u64(), r["summary"]["warn"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(result(&r, "linux.nic.rx_queues[eth0]")["current"], 8);
+    assert_eq!(result(&r, "linux.nic.irq_spread[eth0]")["status"], "pass");
+    assert_eq!(result(&r, "linux.host.numa_nodes")["current"], 2);
+    assert!(result(&r, "linux.fs.file-max.boot")["note"]
+        .as_str()
+        .unwrap()
+        .starts_with("set by /etc/sysctl.d/60-wstune.conf:"));
+
+    let (c, r) = check_fixture("tuned", &["--pid", "4242", "--unit", "wsserver.service"]);
+    assert_eq!(c, 2);
+    let soft = result(&r, "linux.pid.nofile.soft");
+    assert_eq!(
+        (soft["status"].as_str(), soft["current"].as_i64()),
+        (Some("fail"), Some(1024))
+    );
+    assert_eq!(
+        soft["fix"]["runtime"],
+        "prlimit --pid 4242 --nofile=200000:200000"
+    );
+    assert_eq!(result(&r, "linux.pid.nofile.hard")["status"], "pass");
+    assert_eq!(result(&r, "linux.systemd.limit_nofile")["current"], 262144);
+    assert_eq!(result(&r, "linux.systemd.limit_nofile")["status"], "pass");
+}
+
+#[test]
+fn container_with_read_only_proc_sys_skips_what_it_cannot_see() {
+    let (c, r) = check_fixture("container", &[]);
+    assert_eq!(c, 2);
+    assert_eq!(result(&r, "linux.proc.sys_writable")["current"], 0);
+    assert!(result(&r, "linux.proc.sys_writable")["why"]
+        .as_str()
+        .unwrap()
+        .contains("--sysctl"));
+    let hidden = result(&r, "linux.net.core.netdev_max_backlog");
+    assert_eq!(hidden["status"], "skip");
+    assert!(hidden["note"].as_str().unwrap().contains("does not exist"));
+    // The cgroup's 2 GiB, not the host's RAM, is what the container can use.
+    let mem = result(&r, "linux.host.memory");
+    assert_eq!(
+        (mem["status"].as_str(), mem["current"].as_i64()),
+        (Some("fail"), Some(2 << 30))
+    );
+    let boot = result(&r, "linux.net.core.somaxconn.boot");
+    assert_eq!(boot["status"], "skip");
+    assert!(
+        boot["note"].as_str().unwrap().contains("container"),
+        "{boot}"
+    );
+    assert_eq!(result(&r, "linux.nic.rx_queues")["status"], "skip");
+    // Nothing unreadable ever passes.
+    for x in r["results"].as_array().unwrap() {
+        if x["current"].is_null() && x["status"] == "pass" {
+            assert!(
+                x["note"].is_string(),
+                "a pass without a value must say why: {x}"
+            );
+        }
+    }
+}
+
+#[test]
+fn legacy_host_is_warned_about_boot_overrides_and_tw_recycle() {
+    let (c, r) = check_fixture("legacy", &[]);
+    assert_eq!(c, 0, "warnings alone exit 0");
+    let (c, _) = check_fixture("legacy", &["--strict"]);
+    assert_eq!(c, 1, "--strict makes warnings exit 1");
+    let boot = result(&r, "linux.net.core.somaxconn.boot");
+    assert_eq!(
+        (boot["status"].as_str(), boot["current"].as_i64()),
+        (Some("warn"), Some(1024))
+    );
+    assert!(
+        boot["note"]
+            .as_str()
+            .unwrap()
+            .starts_with("/usr/lib/sysctl.d/99-vendor.conf:2 sets 1024"),
+        "{boot}"
+    );
+    assert!(
+        boot["fix"]["persistent"]
+            .as_str()
+            .unwrap()
+            .starts_with("edit /usr/lib/sysctl.d/99-vendor.conf:2 to `net.core.somaxconn = 65535`"),
+        "{boot}"
+    );
+    assert_eq!(
+        result(&r, "linux.net.core.somaxconn")["status"],
+        "pass",
+        "the runtime value is fine today"
+    );
+    let recycle = result(&r, "linux.boot.tcp_tw_recycle");
+    assert_eq!(recycle["status"], "warn");
+    assert_eq!(
+        recycle["fix"]["persistent"],
+        "delete the line at /etc/sysctl.conf:2"
+    );
+}
+
+#[test]
+fn windows_registry_hosts_are_evaluated_with_the_windows_catalog() {
+    let (c, r) = check_fixture("windows-default", &["--strict"]);
+    assert_eq!(c, 1);
+    assert_eq!(r["host"]["platform"], "windows");
+    assert_eq!(r["host"]["hostname"], "WIN-EDGE-01");
+    let tw = result(&r, "windows.tcpip.tcp_timed_wait_delay");
+    assert_eq!(
+        (tw["status"].as_str(), tw["current"].as_i64()),
+        (Some("warn"), Some(120))
+    );
+    assert_eq!(tw["note"], "not set: the built-in default applies");
+    let rss = result(
+        &r,
+        "windows.nic.rss_profile[Intel(R) Ethernet Controller X710]",
+    );
+    assert_eq!(
+        (rss["current"].as_str(), rss["target"].as_str()),
+        (Some("NUMAScalingStatic"), Some("NUMAScaling"))
+    );
+    assert!(result(&r, "windows.tcpip.max_user_port")["why"]
+        .as_str()
+        .unwrap()
+        .contains("not a file-descriptor limit"));
+    let (c, r) = check_fixture("windows-tuned", &["--strict"]);
+    assert_eq!(c, 0, "{}", r["summary"]);
+}
+
+// --- machine-readable output ------------------------------------------------------------------
+
+fn schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/check-report.schema.json"),
+    )
+    .unwrap();
+    jsonschema::validator_for(&serde_json::from_str(&text).unwrap()).unwrap()
+}
+
+#[test]
+fn json_validates_against_the_documented_schema_for_every_host() {
+    let v = schema();
+    let mut reports = vec![json(&wstune(&["check", "-f", "json"]))];
+    for name in [
+        "default",
+        "tuned",
+        "container",
+        "legacy",
+        "windows-default",
+        "windows-tuned",
+    ] {
+        reports.push(check_fixture(name, &[]).1);
+    }
+    for r in &reports {
+        let errors: Vec<String> = v
+            .iter_errors(r)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{}: {errors:#?}", r["host"]["source"]);
+        let s = &r["summary"];
+        let n = r["results"].as_array().unwrap().len() as u64;
+        assert_eq!(s["total"].as_u64(), Some(n));
+        let sum: u64 = ["pass", "warn", "fail", "skip", "info"]
+            .iter()
+            .map(|k| s[*k].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, n);
+    }
+    // The schema is strict enough to catch a broken report.
+    let mut broken = reports[1].clone();
+    broken["results"][0]["status"] = "ok".into();
+    assert!(!v.is_valid(&broken));
+}
+
+#[test]
+fn junit_is_well_formed_xml_with_one_testcase_per_check() {
+    use quick_xml::events::Event;
+    for (name, strict) in [
+        ("default", false),
+        ("legacy", false),
+        ("legacy", true),
+        ("container", false),
+    ] {
+        let root = fixture(name);
+        let mut args = vec!["check", "--root", root.to_str().unwrap(), "-f", "junit"];
+        if strict {
+            args.push("--strict");
+        }
+        let xml = stdout(&wstune(&args));
+        let (_, report) = check_fixture(name, &[]);
+        let mut reader = quick_xml::Reader::from_str(&xml);
+        let (mut cases, mut failures, mut skipped, mut depth) = (0, 0, 0, 0i32);
+        let mut suite_attrs = std::collections::BTreeMap::new();
+        loop {
+            match reader
+                .read_event()
+                .unwrap_or_else(|e| panic!("{name}: invalid XML: {e}"))
+            {
+                Event::Start(e) | Event::Empty(e) if e.name().into_inner() == "testsuite" => {
+                    for a in e.attributes() {
+                        let a = a.unwrap();
+                        suite_attrs.insert(
+                            a.key.into_inner().to_string(),
+                            a.normalized_value(quick_xml::XmlVersion::Implicit1_0)
+                                .unwrap()
+                                .into_owned(),
+                        );
+                    }
+                    depth += 1;
+                }
+                Event::Start(e) => {
+                    depth += 1;
+                    match e.name().into_inner() {
+                        "testcase" => cases += 1,
+                        "failure" => failures += 1,
+                        _ => {}
+                    }
+                }
+                Event::Empty(e) if e.name().into_inner() == "skipped" => skipped += 1,
+                Event::End(_) => depth -= 1,
+                Event::Eof => break,
+                _ => {}
+            }
+        }
+        assert_eq!(depth, 0, "{name}: balanced elements");
+        let s = &report["summary"];
+        assert_eq!(cases, s["total"].as_u64().unwrap(), "{name}");
+        let expect_fail = s["fail"].as_u64().unwrap()
+            + if strict {
+                s["warn"].as_u64().unwrap()
+            } else {
+                0
+            };
+        assert_eq!(failures, expect_fail, "{name} strict={strict}");
+        assert_eq!(skipped, s["skip"].as_u64().unwrap(), "{name}");
+        assert_eq!(suite_attrs["failures"], failures.to_string());
+        assert_eq!(suite_attrs["skipped"], skipped.to_string());
+        assert_eq!(suite_attrs["tests"], cases.to_string());
+    }
+}
+
+#[test]
+fn prometheus_text_follows_the_exposition_format() {
+    let root = fixture("legacy");
+    let text = stdout(&wstune(&[
+        "check",
+        "--root",
+        root.to_str().unwrap(),
+        "-f",
+        "prometheus",
+    ]));
+    let mut samples = 0;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# ") {
+            assert!(
+                rest.starts_with("HELP wstune_") || rest.starts_with("TYPE wstune_"),
+                "{line}"
+            );
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        value
+            .parse::<f64>()
+            .unwrap_or_else(|_| panic!("value of {line}"));
+        let name_end = series.find('{').unwrap();
+        assert!(
+            series[..name_end]
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "{line}"
+        );
+        assert!(series.ends_with('}'), "{line}");
+        samples += 1;
+    }
+    assert!(
+        text.contains("wstune_check_result{id=\"linux.boot.tcp_tw_recycle\",status=\"warn\""),
+        "{text}"
+    );
+    assert!(text.contains("wstune_checks{status=\"fail\",profile=\"100k\"} 0"));
+    assert!(samples > 50);
+    // And a parser we did not write agrees, where it is installed (CI installs it).
+    let py = Command::new("python3")
+        .args(["-c", "import sys\nfrom prometheus_client.parser import text_string_to_metric_families as p\nprint(sum(len(f.samples) for f in p(sys.stdin.read())))"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    if let Ok(mut child) = py {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        if out.status.success() {
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                samples.to_string()
+            );
+        } else if std::env::var("CI").is_ok() {
+            panic!(
+                "prometheus_client is missing in CI: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+#[test]
+fn output_file_is_written_whole_or_not_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report.xml");
+    let root = fixture("default");
+    let o = wstune(&[
+        "check",
+        "--root",
+        root.to_str().unwrap(),
+        "-f",
+        "junit",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 2);
+    assert!(stdout(&o).is_empty());
+    assert!(std::fs::read_to_string(&out)
+        .unwrap()
+        .contains("<testsuites"));
+    let missing = dir.path().join("no/such/dir/report.xml");
+    let o = wstune(&[
+        "check",
+        "--root",
+        root.to_str().unwrap(),
+        "-o",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("no/such/dir"), "{}", stderr(&o));
+    assert!(!missing.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temporary file left behind"
+    );
+}
+
+// --- snapshot ---------------------------------------------------------------------------------
+
+#[test]
+fn snapshot_captures_what_check_reads_and_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("host");
+    let o = wstune(&["snapshot", snap.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(snap.join("proc/sys/net/core/somaxconn").is_file());
+    assert!(snap.join("wstune/host.yaml").is_file());
+    let live = json(&wstune(&["check", "-f", "json"]));
+    let replay = json(&wstune(&[
+        "check",
+        "-f",
+        "json",
+        "--root",
+        snap.to_str().unwrap(),
+    ]));
+    let stable = |r: &serde_json::Value| -> Vec<(String, String)> {
+        r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| {
+                !x["id"].as_str().unwrap().contains("sockstat")
+                    && !x["id"].as_str().unwrap().contains("counter")
+            })
+            .map(|x| {
+                (
+                    x["id"].as_str().unwrap().to_string(),
+                    x["status"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(stable(&live), stable(&replay));
+    assert!(replay["host"]["source"]
+        .as_str()
+        .unwrap()
+        .starts_with("snapshot:"));
+    // An existing, non-empty directory is never overwritten.
+    let o = wstune(&["snapshot", snap.to_str().unwrap()]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("already exists and is not empty"));
+}
+
+// --- profiles ---------------------------------------------------------------------------------
+
+#[test]
+fn profiles_list_and_show() {
+    let o = wstune(&["profiles", "list", "-f", "json"]);
+    let list = json(&o);
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["10k", "50k", "100k", "250k", "1m"]);
+    let o = wstune(&["profiles", "show", "250k"]);
+    assert!(stdout(&o).contains("connections: 250000"));
+    let shown = json(&wstune(&["profiles", "show", "1m", "-f", "json"]));
+    assert_eq!(shown["server"]["deflate"]["window_bits"], 9);
+    let table = stdout(&wstune(&["profiles", "list"]));
+    assert!(table.contains("100k") && table.contains("65535"), "{table}");
+}
+
+#[test]
+fn a_profile_file_and_a_catalog_file_extend_the_built_ins() {
+    let dir = tempfile::tempdir().unwrap();
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/10k.yaml"))
+            .unwrap();
+    let p = dir.path().join("mine.yaml");
+    std::fs::write(
+        &p,
+        text.replace("name: 10k", "name: mine")
+            .replace("somaxconn: 4096", "somaxconn: 2000"),
+    )
+    .unwrap();
+    let mut catalog =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("checks/linux.yaml"))
+            .unwrap();
+    catalog.push_str(
+        "  - id: linux.kernel.pid_max\n    title: pid_max\n    source: {sysctl: kernel.pid_max}\n    scope: global\n    compare: \">=\"\n    target: \"connections / 100\"\n    severity: warn\n    why: an operator's own check\n    fix: {runtime: \"sysctl -w kernel.pid_max={target}\"}\n",
+    );
+    let c = dir.path().join("checks.yaml");
+    std::fs::write(&c, catalog).unwrap();
+    let (code_, r) = check_fixture(
+        "tuned",
+        &[
+            "--profile",
+            p.to_str().unwrap(),
+            "--catalog",
+            c.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r["profile"]["name"], "mine");
+    assert_eq!(result(&r, "linux.net.core.somaxconn")["target"], 2000);
+    let own = result(&r, "linux.kernel.pid_max");
+    assert_eq!(own["target"], 100);
+    assert_eq!(
+        own["status"], "skip",
+        "the fixture has no pid_max file: {own}"
+    );
+    assert_eq!(code_, 0);
+}
+
+// --- bad input --------------------------------------------------------------------------------
+
+fn assert_usage_error(args: &[&str], expect: &[&str]) {
+    let o = wstune(args);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 3, "{args:?}: {err}");
+    assert!(stdout(&o).is_empty(), "{args:?}: nothing on stdout");
+    for e in expect {
+        assert!(err.contains(e), "{args:?}: expected '{e}' in: {err}");
+    }
+}
+
+#[test]
+fn bad_input_is_one_clear_error_and_exit_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture("default");
+    let root = root.to_str().unwrap();
+    assert_usage_error(
+        &["check", "--profile", "200k"],
+        &["unknown profile '200k'", "10k, 50k, 100k, 250k, 1m"],
+    );
+    assert_usage_error(
+        &["check", "--profile", "/nope/p.yaml"],
+        &["cannot read profile /nope/p.yaml"],
+    );
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "name: x\nconnections: [1\n").unwrap();
+    assert_usage_error(
+        &["check", "--profile", bad.to_str().unwrap()],
+        &["bad.yaml:"],
+    );
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
+            .unwrap();
+    std::fs::write(
+        &bad,
+        text.replace("  somaxconn: 65535", "  somaxconn: 65535\n  somaxcon: 1"),
+    )
+    .unwrap();
+    assert_usage_error(
+        &["check", "--profile", bad.to_str().unwrap()],
+        &["bad.yaml:18: linux: unknown field `somaxcon`, expected one of"],
+    );
+    std::fs::write(&bad, text.replace("window_bits: 11", "window_bits: 8")).unwrap();
+    assert_usage_error(
+        &["check", "--profile", bad.to_str().unwrap()],
+        &[
+            "bad.yaml:",
+            "server.deflate.window_bits: 8 is out of range; allowed 9..=15",
+        ],
+    );
+    assert_usage_error(
+        &["check", "--root", "/nonexistent/tree"],
+        &["--root /nonexistent/tree: no such directory"],
+    );
+    assert_usage_error(
+        &["check", "--root", dir.path().to_str().unwrap()],
+        &["neither proc/ nor registry.yaml"],
+    );
+    assert_usage_error(
+        &["check", "--root", root, "--pid", "999999"],
+        &["--pid 999999: no such process"],
+    );
+    assert_usage_error(&["check", "--pid", "4000000000"], &["--pid"]);
+    assert_usage_error(&["check", "--format", "xml"], &["invalid value 'xml'"]);
+    assert_usage_error(&["check", "--watch", "0"], &["--watch"]);
+    assert_usage_error(&["frobnicate"], &["unrecognized subcommand"]);
+    assert_usage_error(&["profiles", "show", "nope"], &["unknown profile 'nope'"]);
+    let cat = dir.path().join("c.yaml");
+    std::fs::write(&cat, "platform: linux\nchecks:\n  - id: Bad Id\n    title: t\n    source: {sysctl: a.b}\n    scope: netns\n    compare: \">=\"\n    target: nope.x\n    severity: fail\n    why: w\n    fix: {}\n").unwrap();
+    assert_usage_error(
+        &["check", "--root", root, "--catalog", cat.to_str().unwrap()],
+        &[
+            "c.yaml:3: Bad Id: ids are lowercase",
+            "c.yaml:3: Bad Id: target uses 'nope.x'",
+        ],
+    );
+    // Single problems are single lines.
+    let o = wstune(&["check", "--profile", "200k"]);
+    assert_eq!(stderr(&o).lines().count(), 1);
+}
+
+#[test]
+fn help_is_what_the_snapshot_says() {
+    let o = Command::new(bin())
+        .args(["check", "--help"])
+        .env("COLUMNS", "100")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/check-help.txt");
+    let got = stdout(&o);
+    if std::env::var("UPDATE_SNAPSHOTS").is_ok() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &got).unwrap();
+    }
+    let want = std::fs::read_to_string(&path)
+        .expect("run with UPDATE_SNAPSHOTS=1 once to create the snapshot");
+    assert_eq!(
+        got, want,
+        "`wstune check --help` changed; review it and run with UPDATE_SNAPSHOTS=1"
+    );
+    let v = Command::new(bin()).arg("--version").output().unwrap();
+    assert_eq!(code(&v), 0);
+}
