@@ -146,75 +146,62 @@ fn strip_location(msg: &str) -> String {
 /// Every bound a profile value must respect, as (key path, what is allowed). All problems are
 /// collected so one edit can fix them all.
 pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
-    let mut out = Vec::new();
-    let mut range = |path: &'static str, v: u64, lo: u64, hi: u64, why: &str| {
-        if v < lo || v > hi {
-            let why = if why.is_empty() {
-                String::new()
-            } else {
-                format!(" ({why})")
-            };
-            out.push((
-                path,
-                format!("{v} is out of range; allowed {lo}..={hi}{why}"),
-            ));
-        }
-    };
-    range("connections", p.connections, 1, 100_000_000, "");
+    let mut b = Bounds(Vec::new());
+    b.range("connections", p.connections, 1, 100_000_000, "");
     let l = &p.linux;
-    range(
+    b.range(
         "linux.nofile",
         l.nofile,
         1024,
         1 << 30,
         "the kernel's nr_open ceiling is at most 2^30",
     );
-    range("linux.nr_open", l.nr_open, 1024, 1 << 30, "");
-    range("linux.file_max", l.file_max, 1024, i64::MAX as u64, "");
-    range("linux.somaxconn", l.somaxconn, 128, u32::MAX as u64, "");
-    range(
+    b.range("linux.nr_open", l.nr_open, 1024, 1 << 30, "");
+    b.range("linux.file_max", l.file_max, 1024, i64::MAX as u64, "");
+    b.range("linux.somaxconn", l.somaxconn, 128, u32::MAX as u64, "");
+    b.range(
         "linux.tcp_max_syn_backlog",
         l.tcp_max_syn_backlog,
         128,
         u32::MAX as u64,
         "",
     );
-    range(
+    b.range(
         "linux.netdev_max_backlog",
         l.netdev_max_backlog,
         1,
         u32::MAX as u64,
         "",
     );
-    range(
+    b.range(
         "linux.tcp_tw_reuse",
         l.tcp_tw_reuse,
         0,
         2,
         "0 off, 1 on, 2 loopback only",
     );
-    range(
+    b.range(
         "linux.tcp_fin_timeout",
         l.tcp_fin_timeout,
         1,
         600,
         "seconds",
     );
-    range(
+    b.range(
         "linux.nf_conntrack_max",
         l.nf_conntrack_max,
         1,
         u32::MAX as u64,
         "",
     );
-    range(
+    b.range(
         "linux.tcp_max_tw_buckets",
         l.tcp_max_tw_buckets,
         1,
         u32::MAX as u64,
         "",
     );
-    range(
+    b.range(
         "linux.epoll_max_user_watches",
         l.epoll_max_user_watches,
         1,
@@ -223,52 +210,42 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
     );
     let [lo, hi] = l.ip_local_port_range;
     if !(1024..=65535).contains(&lo) || !(1024..=65535).contains(&hi) || lo >= hi {
-        out.push((
-            "linux.ip_local_port_range",
-            format!("[{lo}, {hi}] is not a port range; write [low, high] with 1024 <= low < high <= 65535"),
-        ));
+        b.problem("linux.ip_local_port_range", format!("[{lo}, {hi}] is not a port range; write [low, high] with 1024 <= low < high <= 65535"));
     }
     if l.nofile > l.nr_open {
-        out.push(("linux.nofile", format!("{} is above linux.nr_open {}: the kernel refuses a nofile limit above nr_open; raise nr_open too", l.nofile, l.nr_open)));
+        b.problem("linux.nofile", format!("{} is above linux.nr_open {}: the kernel refuses a nofile limit above nr_open; raise nr_open too", l.nofile, l.nr_open));
     }
+
     let w = &p.windows;
-    let mut range = |path: &'static str, v: u64, lo: u64, hi: u64, why: &str| {
-        if v < lo || v > hi {
-            out.push((
-                path,
-                format!("{v} is out of range; allowed {lo}..={hi} ({why})"),
-            ));
-        }
-    };
-    range(
+    b.range(
         "windows.max_user_port",
         w.max_user_port,
         5000,
         65534,
         "REG_DWORD 5000..65534",
     );
-    range(
+    b.range(
         "windows.dynamic_port_start",
         w.dynamic_port_start,
         1025,
         65535,
         "netsh accepts start 1025..65535",
     );
-    range(
+    b.range(
         "windows.dynamic_port_count",
         w.dynamic_port_count,
         255,
         64511,
         "netsh needs at least 255 ports",
     );
-    range(
+    b.range(
         "windows.tcp_timed_wait_delay",
         w.tcp_timed_wait_delay,
         30,
         300,
         "seconds; Windows clamps outside 30..300",
     );
-    range(
+    b.range(
         "windows.tcp_max_connect_response_retransmissions",
         w.tcp_max_connect_response_retransmissions,
         0,
@@ -276,132 +253,120 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         "REG_DWORD 0..255",
     );
     if w.dynamic_port_start + w.dynamic_port_count > 65536 {
-        out.push((
+        b.problem(
             "windows.dynamic_port_count",
             format!(
                 "start {} + count {} runs past port 65535",
                 w.dynamic_port_start, w.dynamic_port_count
             ),
-        ));
+        );
     }
     if !RSS_PROFILES.contains(&w.rss_profile.as_str()) {
-        out.push((
+        b.problem(
             "windows.rss_profile",
             format!(
                 "'{}' is not an RSS profile; allowed: {}",
                 w.rss_profile,
                 RSS_PROFILES.join(", ")
             ),
-        ));
+        );
     }
+
     let s = &p.server;
-    let mut range = |path: &'static str, v: u64, lo: u64, hi: u64, why: &str| {
-        if v < lo || v > hi {
-            let why = if why.is_empty() {
-                String::new()
-            } else {
-                format!(" ({why})")
-            };
-            out.push((
-                path,
-                format!("{v} is out of range; allowed {lo}..={hi}{why}"),
-            ));
-        }
-    };
-    range(
+    b.range(
         "server.io_workers",
         s.io_workers,
         0,
         1024,
         "0 = one per core",
     );
-    range(
+    b.range(
         "server.offload_pool_size",
         s.offload_pool_size,
         0,
         4096,
         "0 = one per core",
     );
-    range(
+    b.range(
         "server.offload_queue_size",
         s.offload_queue_size,
         1,
         1 << 24,
         "",
     );
-    range(
+    b.range(
         "server.max_connections",
         s.max_connections,
         1,
         100_000_000,
         "",
     );
-    range(
+    b.range(
         "server.read_buffer_bytes",
         s.read_buffer_bytes,
         256,
         16 << 20,
         "",
     );
-    range(
+    b.range(
         "server.write_buffer_bytes",
         s.write_buffer_bytes,
         256,
         16 << 20,
         "",
     );
-    range(
+    b.range(
         "server.deflate.window_bits",
         s.deflate.window_bits as u64,
         9,
         15,
         "zlib turns 8 into 9 for raw deflate, so 8 cannot be honoured",
     );
-    range(
+    b.range(
         "server.deflate.mem_level",
         s.deflate.mem_level as u64,
         1,
         9,
         "",
     );
-    range("server.deflate.level", s.deflate.level as u64, 0, 9, "");
-    range(
+    b.range("server.deflate.level", s.deflate.level as u64, 0, 9, "");
+    b.range(
         "server.deflate.threshold_bytes",
         s.deflate.threshold_bytes,
         0,
         1 << 30,
         "",
     );
-    range(
+    b.range(
         "server.max_frame_bytes",
         s.max_frame_bytes,
         125,
         1 << 31,
         "",
     );
-    range(
+    b.range(
         "server.max_message_bytes",
         s.max_message_bytes,
         125,
         1 << 32,
         "",
     );
-    range("server.fragment_bytes", s.fragment_bytes, 125, 1 << 31, "");
-    range(
+    b.range("server.fragment_bytes", s.fragment_bytes, 125, 1 << 31, "");
+    b.range(
         "server.heartbeat.interval_secs",
         s.heartbeat.interval_secs,
         1,
         3600,
         "",
     );
-    range(
+    b.range(
         "server.heartbeat.timeout_secs",
         s.heartbeat.timeout_secs,
         1,
         4 * 3600,
         "",
     );
-    range(
+    b.range(
         "server.send_queue_bytes",
         s.send_queue_bytes,
         1024,
@@ -409,30 +374,56 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         "",
     );
     if s.max_frame_bytes > s.max_message_bytes {
-        out.push((
+        b.problem(
             "server.max_frame_bytes",
             format!(
                 "{} is above server.max_message_bytes {}: a frame is part of a message",
                 s.max_frame_bytes, s.max_message_bytes
             ),
-        ));
+        );
     }
     if s.fragment_bytes > s.max_frame_bytes {
-        out.push(("server.fragment_bytes", format!("{} is above server.max_frame_bytes {}: peers with the same cap would reject our fragments", s.fragment_bytes, s.max_frame_bytes)));
+        b.problem("server.fragment_bytes", format!("{} is above server.max_frame_bytes {}: peers with the same cap would reject our fragments", s.fragment_bytes, s.max_frame_bytes));
     }
     if s.heartbeat.timeout_secs <= s.heartbeat.interval_secs {
-        out.push(("server.heartbeat.timeout_secs", format!("{} must be longer than interval_secs {}, or every connection times out before its pong", s.heartbeat.timeout_secs, s.heartbeat.interval_secs)));
+        b.problem("server.heartbeat.timeout_secs", format!("{} must be longer than interval_secs {}, or every connection times out before its pong", s.heartbeat.timeout_secs, s.heartbeat.interval_secs));
     }
+
     let t = &p.selftest;
-    let mut range = |path: &'static str, v: u64, lo: u64, hi: u64| {
+    b.range("selftest.payload_bytes", t.payload_bytes, 1, 16 << 20, "");
+    b.range(
+        "selftest.rate_per_client",
+        t.rate_per_client,
+        1,
+        100_000,
+        "",
+    );
+    b.range("selftest.p99_ms", t.p99_ms, 1, 600_000, "");
+    b.0
+}
+
+/// Collects (key path, problem) pairs.
+struct Bounds(Vec<(&'static str, String)>);
+
+impl Bounds {
+    fn problem(&mut self, path: &'static str, message: String) {
+        self.0.push((path, message));
+    }
+
+    /// `v` must lie in `lo..=hi`; `why` (may be empty) explains the bound.
+    fn range(&mut self, path: &'static str, v: u64, lo: u64, hi: u64, why: &str) {
         if v < lo || v > hi {
-            out.push((path, format!("{v} is out of range; allowed {lo}..={hi}")));
+            let why = if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({why})")
+            };
+            self.problem(
+                path,
+                format!("{v} is out of range; allowed {lo}..={hi}{why}"),
+            );
         }
-    };
-    range("selftest.payload_bytes", t.payload_bytes, 1, 16 << 20);
-    range("selftest.rate_per_client", t.rate_per_client, 1, 100_000);
-    range("selftest.p99_ms", t.p99_ms, 1, 600_000);
-    out
+    }
 }
 
 /// Values Windows accepts for a NIC's `*RSSProfile`.
