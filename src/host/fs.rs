@@ -2,7 +2,7 @@
 //! (`--root DIR`) laid out the same way. Optionally records every read so `wstune snapshot` can
 //! copy exactly the files the catalog needed.
 
-use super::{registry_file::RegistryFile, Backend, HostInfo, Link, ReadError};
+use super::{registry_file::RegistryFile, Backend, HostInfo, Link, ReadError, WriteError};
 use crate::catalog::{Platform, RegType};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -19,7 +19,8 @@ pub struct FsBackend {
     root: PathBuf,
     /// The running host itself: links come from netlink, units from systemctl.
     live: bool,
-    registry: Option<RegistryFile>,
+    /// A Windows tree's registry.yaml, changed in memory and saved whole on every write.
+    registry: Option<RefCell<RegistryFile>>,
     recorder: Option<RefCell<Recording>>,
 }
 
@@ -76,7 +77,7 @@ impl FsBackend {
         Ok(FsBackend {
             root: dir.to_path_buf(),
             live: false,
-            registry,
+            registry: registry.map(RefCell::new),
             recorder: None,
         })
     }
@@ -162,10 +163,11 @@ impl Backend for FsBackend {
                     .map(|v| v.trim_matches('"').to_string())
             })
         });
-        let registry_hostname = self
-            .registry
-            .as_ref()
-            .and_then(|r| r.get(TCPIP_PARAMETERS, "Hostname", RegType::Sz).ok());
+        let registry_hostname = self.registry.as_ref().and_then(|r| {
+            r.borrow()
+                .get(TCPIP_PARAMETERS, "Hostname", RegType::Sz)
+                .ok()
+        });
         HostInfo {
             hostname: self
                 .meta("hostname")
@@ -221,7 +223,7 @@ impl Backend for FsBackend {
 
     fn links(&self) -> Result<Vec<Link>, ReadError> {
         if let Some(reg) = &self.registry {
-            return Ok(reg.adapters());
+            return Ok(reg.borrow().adapters());
         }
         if self.live {
             let mut links = super::netlink_links()?;
@@ -265,10 +267,86 @@ impl Backend for FsBackend {
 
     fn registry(&self, key: &str, value: &str, kind: RegType) -> Result<String, ReadError> {
         match &self.registry {
-            Some(reg) => reg.get(key, value, kind),
+            Some(reg) => reg.borrow().get(key, value, kind),
             None => Err(ReadError::Unsupported(
                 "the Windows registry exists only on Windows hosts".into(),
             )),
+        }
+    }
+
+    fn write_runtime(&self, path: &str, value: &str) -> Result<(), WriteError> {
+        use std::io::Write;
+        let full = self.host_path(path);
+        // Never create: a key this kernel lacks must fail, not appear in a captured tree.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&full)
+            .map_err(|e| WriteError::from_io(path, value, &e))?;
+        f.write_all(format!("{value}\n").as_bytes())
+            .map_err(|e| WriteError::from_io(path, value, &e))
+    }
+
+    fn set_nofile(&self, pid: u32, soft: u64, hard: u64) -> Result<(), WriteError> {
+        if self.is_live_host() {
+            return super::prlimit_nofile(pid, soft, hard);
+        }
+        // A captured tree: rewrite the line /proc/PID/limits shows.
+        let path = format!("/proc/{pid}/limits");
+        let text = self
+            .read(&path)
+            .map_err(|_| WriteError::NotFound(path.clone()))?;
+        let fmt = |v: u64| {
+            if v >= i64::MAX as u64 {
+                "unlimited".to_string()
+            } else {
+                v.to_string()
+            }
+        };
+        let new: String = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("Max open files") {
+                    format!(
+                        "{:<26}{:<21}{:<21}files     \n",
+                        "Max open files",
+                        fmt(soft),
+                        fmt(hard)
+                    )
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        crate::output::write_atomic(&self.host_path(&path), &new)
+            .map_err(|e| WriteError::Other(format!("{e:#}")))
+    }
+
+    fn set_registry(
+        &self,
+        key: &str,
+        value: &str,
+        kind: RegType,
+        data: Option<&str>,
+    ) -> Result<(), WriteError> {
+        let Some(reg) = &self.registry else {
+            return Err(WriteError::Other(
+                "the Windows registry exists only on Windows hosts".into(),
+            ));
+        };
+        reg.borrow_mut()
+            .set(key, value, kind, data)
+            .map_err(WriteError::Other)?;
+        let text = reg.borrow().to_yaml();
+        crate::output::write_atomic(&self.root.join("registry.yaml"), &text)
+            .map_err(|e| WriteError::Other(format!("{e:#}")))
+    }
+
+    fn privileged(&self) -> bool {
+        if self.is_live_host() {
+            super::is_root()
+        } else {
+            true
         }
     }
 

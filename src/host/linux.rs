@@ -2,7 +2,7 @@
 //! namespace really has, unlike /sys/class/net, which shows the namespace sysfs was mounted in)
 //! and the page size.
 
-use super::{Link, ReadError};
+use super::{Link, ReadError, WriteError};
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
 };
@@ -12,6 +12,38 @@ use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 pub fn live_page_size() -> u64 {
     procfs::page_size()
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// RLIMIT_NOFILE of another process, through prlimit(2) (what `prlimit --pid` does).
+pub fn prlimit_nofile(pid: u32, soft: u64, hard: u64) -> Result<(), WriteError> {
+    let new = libc::rlimit {
+        rlim_cur: soft as libc::rlim_t,
+        rlim_max: hard as libc::rlim_t,
+    };
+    // SAFETY: `new` is a valid rlimit, the old-limit pointer may be null.
+    let rc = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_NOFILE,
+            &new,
+            std::ptr::null_mut(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        let e = std::io::Error::last_os_error();
+        Err(WriteError::from_io(
+            &format!("the nofile limit of process {pid}"),
+            &format!("{soft}:{hard}"),
+            &e,
+        ))
+    }
 }
 
 /// Dump every link with RTM_GETLINK. Loopback is left out: it has no queues worth checking.

@@ -43,6 +43,39 @@ impl ReadError {
     }
 }
 
+/// Why a change to the host failed. The message says what the OS answered.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WriteError {
+    /// The kernel refused the value (EINVAL): out of its range or malformed.
+    #[error("the kernel rejected {value:?} for {path} (EINVAL: out of range or malformed)")]
+    Rejected { path: String, value: String },
+    #[error("{0} is read-only here (a container mounts /proc/sys read-only; set it from the container runtime)")]
+    ReadOnly(String),
+    #[error("permission denied writing {0} (run as root)")]
+    Denied(String),
+    #[error("{0} does not exist on this host")]
+    NotFound(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl WriteError {
+    /// Classify a failed write by its errno (Linux numbering: the only OS that writes files
+    /// here; Windows writes go to the registry).
+    pub fn from_io(path: &str, value: &str, e: &std::io::Error) -> WriteError {
+        match e.raw_os_error() {
+            Some(22) => WriteError::Rejected {
+                path: path.into(),
+                value: value.trim().into(),
+            },
+            Some(30) => WriteError::ReadOnly(path.into()),
+            Some(1) | Some(13) => WriteError::Denied(path.into()),
+            Some(2) => WriteError::NotFound(path.into()),
+            _ => WriteError::Other(format!("cannot write {value:?} to {path}: {e}")),
+        }
+    }
+}
+
 /// A network interface as the checks see it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Link {
@@ -79,6 +112,21 @@ pub trait Backend {
     /// A registry value as text (REG_DWORD in decimal).
     fn registry(&self, key: &str, value: &str, kind: RegType) -> Result<String, ReadError>;
     fn page_size(&self) -> u64;
+    /// Set a runtime kernel value: write `value` to an existing /proc/sys file. Never creates.
+    fn write_runtime(&self, path: &str, value: &str) -> Result<(), WriteError>;
+    /// Set RLIMIT_NOFILE of a running process (prlimit(2)).
+    fn set_nofile(&self, pid: u32, soft: u64, hard: u64) -> Result<(), WriteError>;
+    /// Set a registry value (`Some(data)`, REG_DWORD in decimal) or delete it (`None`).
+    fn set_registry(
+        &self,
+        key: &str,
+        value: &str,
+        kind: RegType,
+        data: Option<&str>,
+    ) -> Result<(), WriteError>;
+    /// Whether this process may change the host (root). Captured trees answer true: their
+    /// files' permissions decide.
+    fn privileged(&self) -> bool;
     /// Whether process `pid` exists (for `--pid` validation).
     fn process_exists(&self, pid: u32) -> bool {
         self.read(&format!("/proc/{pid}/limits")).is_ok()
@@ -100,6 +148,19 @@ fn netlink_links() -> Result<Vec<Link>, ReadError> {
 #[cfg(not(target_os = "linux"))]
 fn live_page_size() -> u64 {
     4096
+}
+
+#[cfg(target_os = "linux")]
+use linux::{is_root, prlimit_nofile};
+
+#[cfg(not(target_os = "linux"))]
+fn is_root() -> bool {
+    false
+}
+
+#[cfg(not(target_os = "linux"))]
+fn prlimit_nofile(_pid: u32, _soft: u64, _hard: u64) -> Result<(), WriteError> {
+    Err(WriteError::Other("prlimit exists only on Linux".into()))
 }
 
 /// The running host's identity, from sysinfo (portable across the OSes wstune runs on).

@@ -79,6 +79,50 @@ impl RegistryFile {
         }
     }
 
+    /// Set (`Some`) or delete (`None`) a value, creating the key as the registry would.
+    pub fn set(
+        &mut self,
+        key: &str,
+        value: &str,
+        kind: RegType,
+        data: Option<&str>,
+    ) -> Result<(), String> {
+        let existing = self
+            .values
+            .keys()
+            .find(|k| k.eq_ignore_ascii_case(key))
+            .cloned();
+        let key = existing.unwrap_or_else(|| key.to_string());
+        let entries = self.values.entry(key).or_default();
+        let name = entries
+            .keys()
+            .find(|k| k.eq_ignore_ascii_case(value))
+            .cloned()
+            .unwrap_or_else(|| value.to_string());
+        match data {
+            None => {
+                entries.remove(&name);
+            }
+            Some(d) => {
+                let data = match kind {
+                    RegType::Dword => serde_yaml_ng::Value::Number(
+                        d.trim()
+                            .parse::<u32>()
+                            .map_err(|_| format!("{d:?} is not a REG_DWORD (0..4294967295)"))?
+                            .into(),
+                    ),
+                    RegType::Sz => serde_yaml_ng::Value::String(d.to_string()),
+                };
+                entries.insert(name, RegEntry { kind, data });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn to_yaml(&self) -> String {
+        serde_yaml_ng::to_string(self).expect("a registry file always serializes")
+    }
+
     pub fn adapters(&self) -> Vec<Link> {
         self.adapters
             .iter()

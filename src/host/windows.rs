@@ -1,7 +1,7 @@
 //! The live Windows host: registry values through the windows-registry crate. Keys are opened
 //! per read and closed when the handle drops (the crate's `Key` closes itself).
 
-use super::{Backend, HostInfo, Link, ReadError};
+use super::{Backend, HostInfo, Link, ReadError, WriteError};
 use crate::catalog::{Platform, RegType};
 use windows_registry::LOCAL_MACHINE;
 
@@ -24,6 +24,17 @@ fn map_err(what: &str, e: windows_result::Error) -> ReadError {
         ReadError::NotFound(what.to_string())
     } else {
         ReadError::Other(format!("{what}: {e}"))
+    }
+}
+
+/// E_ACCESSDENIED as an HRESULT from a Win32 error.
+const ACCESS_DENIED: i32 = 0x8007_0005_u32 as i32;
+
+fn write_err(what: &str, e: windows_result::Error) -> WriteError {
+    if e.code().0 == ACCESS_DENIED {
+        WriteError::Denied(format!("{what} (run from an elevated prompt)"))
+    } else {
+        WriteError::Other(format!("{what}: {e}"))
     }
 }
 
@@ -79,6 +90,48 @@ impl Backend for WindowsBackend {
             RegType::Sz => k.get_string(value),
         }
         .map_err(|e| map_err(&what, e))
+    }
+    fn write_runtime(&self, path: &str, _value: &str) -> Result<(), WriteError> {
+        Err(WriteError::Other(format!(
+            "{path}: no /proc/sys on Windows"
+        )))
+    }
+    fn set_nofile(&self, _pid: u32, _soft: u64, _hard: u64) -> Result<(), WriteError> {
+        Err(WriteError::Other(
+            "Windows has no per-process file-descriptor limit".into(),
+        ))
+    }
+    fn set_registry(
+        &self,
+        key: &str,
+        value: &str,
+        kind: RegType,
+        data: Option<&str>,
+    ) -> Result<(), WriteError> {
+        let what = format!(r"{key}\{value}");
+        let path = hklm_path(key).map_err(|e| WriteError::Other(e.to_string()))?;
+        let k = LOCAL_MACHINE
+            .create(path)
+            .map_err(|e| write_err(&what, e))?;
+        match (data, kind) {
+            (None, _) => match k.remove_value(value) {
+                Err(e) if e.code().0 == NOT_FOUND => Ok(()),
+                r => r,
+            },
+            (Some(d), RegType::Dword) => {
+                let n = d
+                    .trim()
+                    .parse::<u32>()
+                    .map_err(|_| WriteError::Other(format!("{what}: {d:?} is not a REG_DWORD")))?;
+                k.set_u32(value, n)
+            }
+            (Some(d), RegType::Sz) => k.set_string(value, d),
+        }
+        .map_err(|e| write_err(&what, e))
+    }
+    fn privileged(&self) -> bool {
+        // Writes to HKLM fail with "access denied" without elevation; that error says so.
+        true
     }
     fn page_size(&self) -> u64 {
         4096
