@@ -274,6 +274,19 @@ fn read_nofile(backend: &dyn Backend, pid: &str, which: LimitKind) -> Reading {
     }
 }
 
+/// (soft, hard) RLIMIT_NOFILE of a process; unlimited as u64::MAX.
+pub fn nofile_of(backend: &dyn Backend, pid: u32) -> Option<(u64, u64)> {
+    let text = backend.read(&format!("/proc/{pid}/limits")).ok()?;
+    let l = procfs_core::process::Limits::from_read(text.as_bytes())
+        .ok()?
+        .max_open_files;
+    let v = |x: procfs_core::process::LimitValue| match x {
+        procfs_core::process::LimitValue::Unlimited => u64::MAX,
+        procfs_core::process::LimitValue::Value(n) => n,
+    };
+    Some((v(l.soft_limit), v(l.hard_limit)))
+}
+
 /// `Group.Name` from /proc/net/netstat, then /proc/net/snmp (same two-line format).
 fn read_netstat(backend: &dyn Backend, name: &str) -> Reading {
     let Some((group, field)) = name.split_once('.') else {
@@ -540,6 +553,12 @@ pub const SYSCTL_DIRS: &[&str] = &[
 
 /// The entry that sets `key` at the next boot: `Value(Text("FILE:LINE = VALUE"))`, or Missing.
 pub fn boot_entry(backend: &dyn Backend, key: &str) -> Reading {
+    boot_entry_with(backend, key, None)
+}
+
+/// [`boot_entry`] as if `extra` (a path and its text) were also on disk: how `apply` checks that
+/// the file it is about to write would really win at boot.
+pub fn boot_entry_with(backend: &dyn Backend, key: &str, extra: Option<(&str, &str)>) -> Reading {
     let mut files: BTreeMap<String, String> = BTreeMap::new();
     let mut any_config = backend.read("/etc/sysctl.conf").is_ok();
     for dir in SYSCTL_DIRS {
@@ -553,12 +572,22 @@ pub fn boot_entry(backend: &dyn Backend, key: &str) -> Reading {
                 .or_insert_with(|| format!("{dir}/{name}"));
         }
     }
+    if let Some((path, _)) = extra {
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        // Our file is in /etc/sysctl.d, the first directory: it masks same-named files.
+        files.insert(name.to_string(), format!("{dir}/{name}"));
+        any_config = true;
+    }
     let mut order: Vec<String> = files.into_values().collect();
     order.push("/etc/sysctl.conf".to_string());
     let mut found = None;
     for path in order {
-        let Ok(text) = backend.read(&path) else {
-            continue;
+        let text = match extra {
+            Some((p, t)) if p == path => t.to_string(),
+            _ => match backend.read(&path) {
+                Ok(t) => t,
+                Err(_) => continue,
+            },
         };
         if let Some((line, value)) = last_assignment(&text, key) {
             found = Some(format!("{path}:{line} = {value}"));

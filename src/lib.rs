@@ -3,9 +3,11 @@
 //! The flow, one way: args (`cli`) -> profile + catalog -> host facts (`gather`, through a
 //! `host::Backend`) -> findings (`catalog::eval`, pure) -> `report` -> exit code (`cli`).
 
+pub mod apply;
 pub mod catalog;
 pub mod cli;
 pub mod cmd;
+pub mod failpoint;
 pub mod gather;
 pub mod host;
 pub mod output;

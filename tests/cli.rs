@@ -831,3 +831,301 @@ fn help_is_what_the_snapshot_says() {
     let v = Command::new(bin()).arg("--version").output().unwrap();
     assert_eq!(code(&v), 0);
 }
+
+// --- apply and rollback -------------------------------------------------------------------------
+
+#[test]
+fn apply_and_rollback_against_a_real_kernel_in_private_namespaces() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/apply_rollback.sh");
+    let host_before = std::fs::read_to_string("/proc/sys/net/core/somaxconn").unwrap();
+    let Some(o) = in_netns(&format!("bash {}", script.display())) else {
+        return;
+    };
+    let out = stdout(&o);
+    let step = |name: &str| -> String {
+        out.lines()
+            .find(|l| l.starts_with(&format!("STEP {name} ")))
+            .unwrap_or_else(|| panic!("no step {name} in:\n{out}\n{}", stderr(&o)))
+            .to_string()
+    };
+    assert_eq!(
+        step("dry-run"),
+        "STEP dry-run rc=0 same=yes",
+        "dry-run changes nothing"
+    );
+    assert_eq!(step("apply"), "STEP apply rc=0 same=no");
+    assert_eq!(
+        step("second-apply"),
+        "STEP second-apply rc=0 nothing=yes",
+        "a second apply plans nothing"
+    );
+    assert_eq!(
+        step("rollback"),
+        "STEP rollback rc=0 same=yes",
+        "every value and file back, byte for byte"
+    );
+    assert_eq!(
+        step("injected-failure"),
+        "STEP injected-failure rc=3 same=yes",
+        "a failure midway leaves the host as before"
+    );
+    assert_eq!(step("kernel-rejects"), "STEP kernel-rejects rc=3 same=yes");
+    assert_eq!(
+        step("killed"),
+        "STEP killed rc=137 same=no",
+        "the kill happened between changes"
+    );
+    assert_eq!(
+        step("journal-pending"),
+        "STEP journal-pending rc=0 same=yes"
+    );
+    assert_eq!(
+        step("rollback-after-kill"),
+        "STEP rollback-after-kill rc=0 same=yes",
+        "a killed apply is rolled back from its journal"
+    );
+
+    let err = |name: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("ERR {name} ")))
+            .unwrap()
+            .to_string()
+    };
+    let injected = err("injected-failure");
+    assert!(
+        injected.contains("failed: net.ipv4.tcp_fin_timeout -> 15")
+            && injected.contains("read-only"),
+        "{injected}"
+    );
+    assert!(
+        injected.contains("every change made before it was undone"),
+        "{injected}"
+    );
+    let rejected = err("kernel-rejects");
+    assert!(
+        rejected.contains("the kernel rejected \"3000000000\" for /proc/sys/net/core/somaxconn"),
+        "{rejected}"
+    );
+
+    // After apply, check passes what apply could change, at runtime and at the next boot.
+    let check = out.lines().find_map(|l| l.strip_prefix("CHECK ")).unwrap();
+    let r: serde_json::Value = serde_json::from_str(check).unwrap();
+    for id in [
+        "linux.net.core.somaxconn",
+        "linux.net.core.somaxconn.boot",
+        "linux.net.ipv4.tcp_tw_reuse",
+        "linux.net.ipv4.ip_local_port_range",
+        "linux.net.ipv4.ip_local_port_range.boot",
+        "linux.net.ipv4.tcp_fin_timeout",
+        "wstune.journal.drift",
+    ] {
+        assert_eq!(result(&r, id)["status"], "pass", "{id}: {}", result(&r, id));
+    }
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/net/core/somaxconn").unwrap(),
+        host_before,
+        "the host's own namespace is untouched"
+    );
+}
+
+#[test]
+fn apply_on_a_captured_tree_then_rollback_restores_it_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("default"), &tree);
+    let t = tree.to_str().unwrap();
+    let o = wstune(&["apply", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("Applied 19 change(s)"),
+        "{}",
+        stdout(&o)
+    );
+    let limits =
+        std::fs::read_to_string(tree.join("etc/security/limits.d/60-wstune.conf")).unwrap();
+    assert!(
+        limits.contains("* hard nofile 200000") && limits.contains("root hard nofile 200000"),
+        "{limits}"
+    );
+    let r = json(&wstune(&["check", "--root", t, "-f", "json"]));
+    assert_eq!(result(&r, "wstune.journal.drift")["status"], "pass");
+    // Someone edits a value behind wstune's back: check notices.
+    std::fs::write(tree.join("proc/sys/net/core/somaxconn"), "1024\n").unwrap();
+    let r = json(&wstune(&["check", "--root", t, "-f", "json"]));
+    let drift = result(&r, "wstune.journal.drift");
+    assert_eq!(drift["status"], "warn");
+    assert!(
+        drift["note"]
+            .as_str()
+            .unwrap()
+            .contains("net.core.somaxconn is 1024 (applied 65535)"),
+        "{drift}"
+    );
+    std::fs::write(tree.join("proc/sys/net/core/somaxconn"), "65535\n").unwrap();
+
+    let list = stdout(&wstune(&["rollback", "--root", t, "--list"]));
+    assert!(list.contains("applied") && list.contains("100k"), "{list}");
+    let o = wstune(&["rollback", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    std::fs::remove_dir_all(tree.join("var")).unwrap();
+    assert_same_tree(&fixture("default"), &tree);
+    let o = wstune(&["rollback", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 3);
+    assert!(
+        stderr(&o).contains("nothing to roll back"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn apply_refuses_clearly_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("c");
+    copy_dir(&fixture("container"), &tree);
+    let t = tree.to_str().unwrap();
+    let o = wstune(&["apply", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 3);
+    let err = stderr(&o);
+    assert!(err.contains("/proc/sys is read-only here"), "{err}");
+    assert!(
+        err.contains("docker run --sysctl net.core.somaxconn=65535"),
+        "{err}"
+    );
+    assert_same_tree(&fixture("container"), &tree);
+    // Without a terminal and without --yes, nothing happens either.
+    let tree2 = dir.path().join("d");
+    copy_dir(&fixture("default"), &tree2);
+    let o = wstune(&["apply", "--root", tree2.to_str().unwrap()]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("pass --yes"), "{}", stderr(&o));
+    assert_same_tree(&fixture("default"), &tree2);
+    let o = wstune(&["apply", "--runtime-only", "--persist-only"]);
+    assert_eq!(code(&o), 3);
+    let o = wstune(&["apply", "--prefix", "/nonexistent/p", "--dry-run"]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("--prefix /nonexistent/p: no such directory"));
+    let o = wstune(&[
+        "rollback",
+        "--id",
+        "../../etc/passwd",
+        "--root",
+        tree2.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("is not a journal id"));
+}
+
+#[test]
+fn apply_on_a_windows_registry_tree_and_rollback() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("w");
+    copy_dir(&fixture("windows-default"), &tree);
+    let t = tree.to_str().unwrap();
+    let o = wstune(&["apply", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("TcpTimedWaitDelay"), "{}", stdout(&o));
+    let (c, r) = check_fixture_at(&tree, &["--strict"]);
+    assert_eq!(
+        result(&r, "windows.tcpip.tcp_timed_wait_delay")["current"],
+        30
+    );
+    assert_eq!(
+        c, 0,
+        "nothing but the informational RSS profile remains: {}",
+        r["summary"]
+    );
+    assert_eq!(r["summary"]["warn"], 0);
+    assert_eq!(result(&r, "wstune.journal.drift")["status"], "pass");
+    let o = wstune(&["rollback", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let (_, r) = check_fixture_at(&tree, &[]);
+    assert_eq!(
+        result(&r, "windows.tcpip.tcp_timed_wait_delay")["note"],
+        "not set: the built-in default applies",
+        "the value was deleted again"
+    );
+}
+
+fn check_fixture_at(root: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
+    let mut args = vec!["check", "--root", root.to_str().unwrap(), "-f", "json"];
+    args.extend_from_slice(extra);
+    let o = wstune(&args);
+    (code(&o), json(&o))
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
+}
+
+fn assert_same_tree(a: &Path, b: &Path) {
+    let o = Command::new("diff")
+        .args(["-r", a.to_str().unwrap(), b.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "trees differ:\n{}", stdout(&o));
+}
+
+#[test]
+fn apply_raises_a_running_process_and_writes_a_unit_drop_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("t");
+    copy_dir(&fixture("tuned"), &tree);
+    std::fs::write(
+        tree.join("wstune/systemd/wsserver.service.show"),
+        "LimitNOFILE=4096\nLoadState=loaded\n",
+    )
+    .unwrap();
+    let pristine = dir.path().join("pristine");
+    copy_dir(&tree, &pristine);
+    let t = tree.to_str().unwrap();
+    let args = [
+        "apply",
+        "--root",
+        t,
+        "--pid",
+        "4242",
+        "--unit",
+        "wsserver.service",
+        "--yes",
+    ];
+    let o = wstune(&args);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("Applied 2 change(s)"), "{out}");
+    assert!(out.contains("systemctl restart wsserver.service"), "{out}");
+    let dropin =
+        std::fs::read_to_string(tree.join("etc/systemd/system/wsserver.service.d/60-wstune.conf"))
+            .unwrap();
+    assert!(
+        dropin.contains("[Service]\nLimitNOFILE=200000\n"),
+        "{dropin}"
+    );
+    let limits = std::fs::read_to_string(tree.join("proc/4242/limits")).unwrap();
+    assert!(
+        limits.lines().any(|l| l.starts_with("Max open files")
+            && l.split_whitespace()
+                .skip(3)
+                .take(2)
+                .eq(["200000", "262144"])),
+        "{limits}"
+    );
+    let o = wstune(&args);
+    assert!(
+        stdout(&o).contains("Nothing to change"),
+        "the drop-in is written; the unit only needs its restart: {}",
+        stdout(&o)
+    );
+    assert_eq!(code(&wstune(&["rollback", "--root", t, "--yes"])), 0);
+    std::fs::remove_dir_all(tree.join("var")).unwrap();
+    assert_same_tree(&pristine, &tree);
+}

@@ -25,6 +25,16 @@ pub enum Command {
         Every check comes from the declarative catalog (checks/*.yaml)."
     )]
     Check(CheckArgs),
+    /// Change what `check` found wrong, now and persistently, journaling the old values first.
+    #[command(
+        long_about = "Change what `check` found wrong, now (runtime values) and persistently \
+        (/etc/sysctl.d/60-wstune.conf, /etc/security/limits.d/60-wstune.conf, a systemd drop-in with --unit). \
+        The old values and files are journaled under /var/lib/wstune/journal before the first change; \
+        a failure undoes everything; `wstune rollback` restores the last entry exactly."
+    )]
+    Apply(ApplyArgs),
+    /// Put back what the last `apply` changed, exactly (or a chosen journal entry).
+    Rollback(RollbackArgs),
     /// Capture exactly the files `check` reads into a directory, for `check --root DIR` elsewhere.
     Snapshot(SnapshotArgs),
     /// List or show the built-in tuning profiles.
@@ -68,6 +78,53 @@ pub struct CheckArgs {
     /// Write the report to FILE (atomically) instead of standard output.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Where wstune's own files live (/etc/sysctl.d/60-wstune.conf, the journal), as given to apply.
+    #[arg(long, value_name = "DIR")]
+    pub prefix: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Print the plan and change nothing (no root needed).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Change runtime values only; write no file.
+    #[arg(long, conflicts_with = "persist_only")]
+    pub runtime_only: bool,
+    /// Write the persistent files only; change no runtime value.
+    #[arg(long)]
+    pub persist_only: bool,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Put every file wstune writes or journals (/etc/..., /var/lib/wstune) under DIR; runtime
+    /// values still go to the live /proc/sys.
+    #[arg(long, value_name = "DIR")]
+    pub prefix: Option<PathBuf>,
+    /// Read and write a captured tree instead of this host.
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// List the journal entries and change nothing.
+    #[arg(long, conflicts_with = "id")]
+    pub list: bool,
+    /// Roll back this entry instead of the newest one not yet rolled back.
+    #[arg(long, value_name = "ID")]
+    pub id: Option<String>,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// The --prefix the changes were applied with.
+    #[arg(long, value_name = "DIR")]
+    pub prefix: Option<PathBuf>,
+    /// The captured tree the changes were applied to.
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -53,6 +53,8 @@ pub fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Check(a) => cmd::check::run(resolve::check(&a)?, &a),
+        Command::Apply(a) => cmd::apply::run(&a),
+        Command::Rollback(a) => cmd::rollback::run(&a),
         Command::Snapshot(a) => cmd::snapshot::run(&a),
         Command::Profiles(p) => cmd::profiles::run(p),
     }

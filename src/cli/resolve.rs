@@ -2,12 +2,14 @@
 //! Every input is validated here, before anything runs, so a bad flag is one clear error.
 
 use super::args::{CheckArgs, TargetArgs};
+use crate::apply::store::Store;
 use crate::catalog::{self, Catalog};
 use crate::gather::Options;
 use crate::host::{fs::FsBackend, Backend, ReadError};
 use crate::profile::{self, Loaded};
 use anyhow::{bail, Result};
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::Duration;
 
 /// Everything a command needs besides the backend.
@@ -23,13 +25,39 @@ pub struct Resolved {
 }
 
 pub fn check(a: &CheckArgs) -> Result<Resolved> {
-    let backend: Box<dyn Backend> = match &a.root {
-        Some(dir) => Box::new(FsBackend::rooted(dir)?),
-        None => crate::host::live(),
-    };
+    let backend = backend(a.root.as_deref(), a.prefix.as_deref())?;
     let mut inputs = inputs(&a.target, backend.as_ref())?;
     inputs.options.watch = a.watch.map(Duration::from_secs);
     Ok(Resolved { inputs, backend })
+}
+
+/// The host to read and write: a captured tree or the live host, with `--prefix` moving the
+/// files wstune owns.
+pub fn backend(root: Option<&Path>, prefix: Option<&Path>) -> Result<Box<dyn Backend>> {
+    if let Some(p) = prefix {
+        if !p.is_dir() {
+            bail!(
+                "--prefix {}: no such directory; create it first (mkdir -p {})",
+                p.display(),
+                p.display()
+            );
+        }
+    }
+    Ok(match root {
+        Some(dir) => {
+            let b = FsBackend::rooted(dir)?;
+            Box::new(match prefix {
+                Some(p) => b.with_prefix(p),
+                None => b,
+            })
+        }
+        None => crate::host::live(prefix),
+    })
+}
+
+/// Where the files wstune owns are written: `--prefix`, else the `--root` tree, else `/`.
+pub fn store(root: Option<&Path>, prefix: Option<&Path>) -> Store {
+    Store::new(prefix.or(root).unwrap_or(Path::new("/")))
 }
 
 /// Profile, catalog and options for a backend, with `--pid` and `--unit` validated against it.

@@ -1,9 +1,10 @@
 //! `wstune check`: gather, evaluate, report, and the exit code from the findings.
 
+use crate::apply::store::Store;
 use crate::catalog::eval::{evaluate, Summary};
 use crate::cli::args::{CheckArgs, Format};
 use crate::cli::exit;
-use crate::cli::resolve::{Inputs, Resolved};
+use crate::cli::resolve::{self, Inputs, Resolved};
 use crate::gather::gather;
 use crate::host::Backend;
 use crate::output;
@@ -12,7 +13,8 @@ use anyhow::Result;
 use std::time::SystemTime;
 
 pub fn run(r: Resolved, a: &CheckArgs) -> Result<u8> {
-    let report = make_report(&r.inputs, r.backend.as_ref());
+    let store = resolve::store(a.root.as_deref(), a.prefix.as_deref());
+    let report = make_report(&r.inputs, r.backend.as_ref(), Some(&store));
     let text = match a.format {
         Format::Table => report::table(
             &report,
@@ -37,9 +39,13 @@ pub fn run(r: Resolved, a: &CheckArgs) -> Result<u8> {
     Ok(exit_code(&report.summary, a.strict))
 }
 
-pub fn make_report(r: &Inputs, backend: &dyn Backend) -> CheckReport {
+/// Gather, evaluate and, with a `store`, compare the host with the last applied journal entry.
+pub fn make_report(r: &Inputs, backend: &dyn Backend, store: Option<&Store>) -> CheckReport {
     let facts = gather(&r.catalog, backend, &r.options);
-    let results = evaluate(&r.catalog, &r.profile.profile.variables(), &facts);
+    let mut results = evaluate(&r.catalog, &r.profile.profile.variables(), &facts);
+    if let Some(drift) = store.and_then(|s| crate::apply::drift(s, backend)) {
+        results.push(drift);
+    }
     let summary = Summary::of(&results);
     CheckReport {
         schema_version: report::SCHEMA_VERSION,

@@ -19,6 +19,8 @@ pub struct FsBackend {
     root: PathBuf,
     /// The running host itself: links come from netlink, units from systemctl.
     live: bool,
+    /// `--prefix`: where /etc and /var/lib/wstune live instead (the files wstune writes).
+    prefix: Option<PathBuf>,
     /// A Windows tree's registry.yaml, changed in memory and saved whole on every write.
     registry: Option<RefCell<RegistryFile>>,
     recorder: Option<RefCell<Recording>>,
@@ -50,6 +52,7 @@ impl FsBackend {
         FsBackend {
             root: PathBuf::from("/"),
             live: true,
+            prefix: None,
             registry: None,
             recorder: None,
         }
@@ -77,6 +80,7 @@ impl FsBackend {
         Ok(FsBackend {
             root: dir.to_path_buf(),
             live: false,
+            prefix: None,
             registry: registry.map(RefCell::new),
             recorder: None,
         })
@@ -88,6 +92,7 @@ impl FsBackend {
         FsBackend {
             root: PathBuf::from("/"),
             live: false,
+            prefix: None,
             registry: None,
             recorder: Some(RefCell::new(Recording::default())),
         }
@@ -103,8 +108,17 @@ impl FsBackend {
         self.live || self.recorder.is_some()
     }
 
+    /// Read and write the configuration files wstune owns (/etc, /var/lib/wstune) under `dir`.
+    pub fn with_prefix(mut self, dir: &Path) -> FsBackend {
+        self.prefix = Some(dir.to_path_buf());
+        self
+    }
+
     fn host_path(&self, path: &str) -> PathBuf {
-        self.root.join(path.trim_start_matches('/'))
+        match &self.prefix {
+            Some(p) if is_prefixed(path) => p.join(path.trim_start_matches('/')),
+            _ => self.root.join(path.trim_start_matches('/')),
+        }
     }
 
     fn exists(&self, path: &str) -> bool {
@@ -358,6 +372,11 @@ impl Backend for FsBackend {
             .and_then(|p| p.parse().ok())
             .unwrap_or(4096)
     }
+}
+
+/// The paths `--prefix` moves: the configuration and state wstune writes.
+pub fn is_prefixed(path: &str) -> bool {
+    path == "/etc" || path.starts_with("/etc/") || path.starts_with("/var/lib/wstune")
 }
 
 /// `systemctl show` output (KEY=VALUE lines) -> one property; a unit systemd does not know is

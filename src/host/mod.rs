@@ -173,14 +173,18 @@ fn live_describe() -> HostInfo {
     }
 }
 
-/// The backend for the host wstune runs on.
+/// The backend for the host wstune runs on; `prefix` moves the files wstune owns.
 #[cfg(not(windows))]
-pub fn live() -> Box<dyn Backend> {
-    Box::new(fs::FsBackend::live())
+pub fn live(prefix: Option<&std::path::Path>) -> Box<dyn Backend> {
+    match prefix {
+        Some(p) => Box::new(fs::FsBackend::live().with_prefix(p)),
+        None => Box::new(fs::FsBackend::live()),
+    }
 }
 
-/// The backend for the host wstune runs on.
+/// The backend for the host wstune runs on. The registry has no prefix: `--prefix` only moves
+/// the journal there.
 #[cfg(windows)]
-pub fn live() -> Box<dyn Backend> {
+pub fn live(_prefix: Option<&std::path::Path>) -> Box<dyn Backend> {
     Box::new(windows::WindowsBackend)
 }

@@ -1,0 +1,319 @@
+//! `apply` and `rollback`: change a host to a profile safely, and put it back exactly.
+//!
+//! Flow: findings -> [`plan::plan`] -> [`record`] (the journal entry, saved before any change)
+//! -> [`execute`] (on the first failure, [`restore`] undoes everything and the entry says so)
+//! -> check again. `rollback` is [`restore`] of a saved entry.
+
+pub mod journal;
+pub mod plan;
+pub mod store;
+
+use crate::catalog::eval::{Finding, Status};
+use crate::catalog::Scope;
+use crate::gather::sysctl_path;
+use crate::host::{Backend, ReadError};
+use anyhow::{anyhow, Result};
+use journal::{Blob, Entry, OldFile, OldLimits, OldRegistry, OldRuntime, State};
+use plan::{Op, Plan};
+use store::{FileState, Store};
+
+/// Build the journal entry for `plan`: every old value and file it will replace, and the new
+/// file contents. Nothing is changed yet.
+pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) -> Result<Entry> {
+    let mut e = Entry {
+        id: journal::new_id(),
+        created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        state: State::Pending,
+        profile: profile.to_string(),
+        actions: plan.actions.clone(),
+        runtime: vec![],
+        files: vec![],
+        created_dirs: vec![],
+        limits: vec![],
+        registry: vec![],
+        failure: None,
+    };
+    for a in &plan.actions {
+        match &a.op {
+            Op::Sysctl { key, .. } => {
+                let path = sysctl_path(key);
+                let old = backend
+                    .read(&path)
+                    .map_err(|err| anyhow!("cannot read {key} before changing it: {err}"))?;
+                e.runtime.push(OldRuntime { path, old });
+            }
+            Op::Prlimit { pid, .. } => {
+                let (soft, hard) = crate::gather::nofile_of(backend, *pid)
+                    .ok_or_else(|| anyhow!("cannot read the limits of process {pid}"))?;
+                e.limits.push(OldLimits {
+                    pid: *pid,
+                    soft,
+                    hard,
+                });
+            }
+            Op::Registry {
+                key,
+                value,
+                reg_type,
+                ..
+            } => {
+                let old = match backend.registry(key, value, *reg_type) {
+                    Ok(v) => Some(v),
+                    Err(ReadError::NotFound(_)) => None,
+                    Err(err) => {
+                        return Err(anyhow!(
+                            "cannot read {key}\\{value} before changing it: {err}"
+                        ))
+                    }
+                };
+                e.registry.push(OldRegistry {
+                    key: key.clone(),
+                    value: value.clone(),
+                    kind: *reg_type,
+                    old,
+                });
+            }
+            Op::SysctlFile { .. } | Op::LimitsFile { .. } | Op::UnitDropIn { .. } => {}
+        }
+    }
+    for (path, new) in file_contents(plan, store)? {
+        for dir in store.missing_dirs(&path) {
+            if !e.created_dirs.contains(&dir) {
+                e.created_dirs.push(dir);
+            }
+        }
+        let old = store.read(&path)?;
+        e.files.push(OldFile {
+            path,
+            old: old.as_ref().map(Blob::from),
+            new: Blob::from(&new),
+        });
+    }
+    Ok(e)
+}
+
+/// The whole new content of every file the plan writes.
+fn file_contents(plan: &Plan, store: &Store) -> Result<Vec<(String, FileState)>> {
+    let mut out = Vec::new();
+    let sysctls: Vec<(String, String)> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match &a.op {
+            Op::SysctlFile { key, value } => Some((key.clone(), value.clone())),
+            _ => None,
+        })
+        .collect();
+    if !sysctls.is_empty() {
+        let existing = store
+            .read(plan::SYSCTL_FILE)?
+            .map(|s| String::from_utf8_lossy(&s.bytes).into_owned())
+            .unwrap_or_default();
+        let text = plan::render_sysctl_file(&plan::merge_sysctl_lines(&existing, &sysctls));
+        out.push((
+            plan::SYSCTL_FILE.to_string(),
+            FileState {
+                bytes: text.into_bytes(),
+                mode: 0o644,
+            },
+        ));
+    }
+    for a in &plan.actions {
+        match &a.op {
+            Op::LimitsFile { nofile } => out.push((
+                plan::LIMITS_FILE.into(),
+                FileState {
+                    bytes: plan::render_limits_file(*nofile).into_bytes(),
+                    mode: 0o644,
+                },
+            )),
+            Op::UnitDropIn { unit, nofile } => out.push((
+                plan::unit_dropin(unit),
+                FileState {
+                    bytes: plan::render_unit_dropin(*nofile).into_bytes(),
+                    mode: 0o644,
+                },
+            )),
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Make the changes the entry describes. The entry must already be saved. On the first failure
+/// everything is restored and the entry is saved as `undone`; the error names the action.
+pub fn execute(entry: &mut Entry, backend: &dyn Backend, store: &Store) -> Result<()> {
+    let result = run_steps(entry, backend, store);
+    match result {
+        Ok(()) => {
+            entry.state = State::Applied;
+            journal::save(store, entry)?;
+            Ok(())
+        }
+        Err(failure) => {
+            let undo = restore(entry, backend, store);
+            entry.state = State::Undone;
+            entry.failure = Some(failure.clone());
+            let saved = journal::save(store, entry);
+            let mut msg = format!("{failure}\nNothing was left changed: every change made before it was undone (journal entry {}).", entry.id);
+            if !undo.is_empty() {
+                msg = format!(
+                    "{failure}\nUndoing the changes made before it failed for: {}.\nFix that, then run `wstune rollback --id {}`.",
+                    undo.join("; "),
+                    entry.id
+                );
+            }
+            if let Err(e) = saved {
+                msg.push_str(&format!("\nThe journal could not be updated: {e:#}"));
+            }
+            Err(anyhow!(msg))
+        }
+    }
+}
+
+fn run_steps(
+    entry: &Entry,
+    backend: &dyn Backend,
+    store: &Store,
+) -> std::result::Result<(), String> {
+    let total = entry.actions.len();
+    let fail = |i: usize, a: &plan::Action, err: String| {
+        format!(
+            "action {}/{total} failed: {} -> {} at {}: {err}",
+            i + 1,
+            a.setting,
+            a.to,
+            a.op.place()
+        )
+    };
+    for (i, a) in entry.actions.iter().enumerate() {
+        let r = match &a.op {
+            Op::Sysctl { key, value } => backend
+                .write_runtime(&sysctl_path(key), value)
+                .map_err(|e| e.to_string()),
+            Op::Prlimit { pid, soft, hard } => backend
+                .set_nofile(*pid, *soft, *hard)
+                .map_err(|e| e.to_string()),
+            Op::Registry {
+                key,
+                value,
+                reg_type,
+                data,
+            } => backend
+                .set_registry(key, value, *reg_type, Some(data))
+                .map_err(|e| e.to_string()),
+            _ => Ok(()),
+        };
+        r.map_err(|e| fail(i, a, e))?;
+        crate::failpoint::pause_after_action(i + 1);
+    }
+    for f in &entry.files {
+        let state = f.new.state().map_err(|e| format!("{e:#}"))?;
+        store.write(&f.path, &state).map_err(|e| {
+            let i = entry
+                .actions
+                .iter()
+                .position(|a| a.op.place() == f.path)
+                .unwrap_or(total - 1);
+            fail(i, &entry.actions[i], format!("{e:#}"))
+        })?;
+    }
+    Ok(())
+}
+
+/// Put back every old value and file in the entry. Values already equal are not written again.
+/// Returns what could not be restored (empty on success).
+pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<String> {
+    let mut errors = Vec::new();
+    let same = |a: &str, b: &str| a.split_whitespace().eq(b.split_whitespace());
+    for r in entry.runtime.iter().rev() {
+        if backend.read(&r.path).is_ok_and(|now| same(&now, &r.old)) {
+            continue;
+        }
+        // Exactly what was read (less the newline the backend adds back): a captured tree gets
+        // its bytes back, and the kernel parses tabs and spaces alike.
+        let value = r.old.strip_suffix('\n').unwrap_or(&r.old);
+        if let Err(e) = backend.write_runtime(&r.path, value) {
+            errors.push(format!("{}: {e}", r.path));
+        }
+    }
+    for l in &entry.limits {
+        if let Err(e) = backend.set_nofile(l.pid, l.soft, l.hard) {
+            errors.push(format!("nofile of process {}: {e}", l.pid));
+        }
+    }
+    for r in &entry.registry {
+        let now = match backend.registry(&r.key, &r.value, r.kind) {
+            Ok(v) => Some(v),
+            Err(_) => None,
+        };
+        if now == r.old {
+            continue;
+        }
+        if let Err(e) = backend.set_registry(&r.key, &r.value, r.kind, r.old.as_deref()) {
+            errors.push(format!("{}\\{}: {e}", r.key, r.value));
+        }
+    }
+    for f in entry.files.iter().rev() {
+        let r = match &f.old {
+            Some(old) => old.state().and_then(|s| store.write(&f.path, &s)),
+            None => store.remove(&f.path),
+        };
+        if let Err(e) = r {
+            errors.push(format!("{}: {e:#}", f.path));
+        }
+    }
+    for d in entry.created_dirs.iter().rev() {
+        store.remove_dir_if_empty(d);
+    }
+    errors
+}
+
+/// Whether the host still matches the last applied entry: runtime values and our files. A
+/// finding for `check`, or None when nothing was ever applied.
+pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
+    let entries = journal::list(store).ok()?;
+    let last = entries.iter().rev().find(|e| e.state == State::Applied)?;
+    let mut drifted = Vec::new();
+    for a in &last.actions {
+        if let Op::Sysctl { key, value } = &a.op {
+            match backend.read(&sysctl_path(key)) {
+                Ok(now) if now.split_whitespace().eq(value.split_whitespace()) => {}
+                Ok(now) => drifted.push(format!(
+                    "{key} is {} (applied {value})",
+                    now.split_whitespace().collect::<Vec<_>>().join(" ")
+                )),
+                Err(e) => drifted.push(format!("{key}: {e}")),
+            }
+        }
+    }
+    for f in &last.files {
+        let now = store.read(&f.path).ok().flatten();
+        if now.as_ref().map(Blob::from).map(|b| b.base64) != Some(f.new.base64.clone()) {
+            drifted.push(format!(
+                "{} was {}",
+                f.path,
+                if now.is_some() { "edited" } else { "removed" }
+            ));
+        }
+    }
+    let ok = drifted.is_empty();
+    Some(Finding {
+        id: "wstune.journal.drift".into(),
+        title: "Host still matches the last wstune apply".into(),
+        status: if ok { Status::Pass } else { Status::Warn },
+        current: Some(crate::value::Value::Text(if ok { "unchanged".into() } else { format!("{} drifted", drifted.len()) })),
+        compare: "==",
+        target: Some(crate::value::Value::Text(format!("apply {}", last.id))),
+        severity: crate::catalog::Severity::Warn,
+        scope: Scope::Boot,
+        why: "Something changed a setting wstune applied (a config manager, a package update, a person): the host no longer matches what was applied and journaled.".into(),
+        fix: crate::catalog::eval::FixText {
+            runtime: Some("wstune apply again to restore the profile, or wstune rollback to return to the state before it".into()),
+            persistent: None,
+        },
+        note: Some(if ok { format!("entry {}", last.id) } else { drifted.join("; ") }),
+    })
+}
+
+#[cfg(test)]
+mod tests;

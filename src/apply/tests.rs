@@ -1,0 +1,274 @@
+//! The plan/journal/undo logic against in-memory hosts: a Linux one and a Windows registry,
+//! the same properties the namespace tests show on a real kernel.
+
+use super::plan::{self, Op, Plan};
+use super::*;
+use crate::catalog::{self, eval, Platform};
+use crate::gather::{gather, Options};
+use crate::host::memory::MemoryBackend;
+use crate::host::registry_file::RegistryFile;
+
+fn findings(backend: &dyn Backend, platform: Platform) -> (crate::catalog::Catalog, Vec<Finding>) {
+    let profile = crate::profile::load("100k").unwrap().profile;
+    let vars = profile.variables();
+    let cat = catalog::load(platform, None, &vars.keys().cloned().collect()).unwrap();
+    let facts = gather(&cat, backend, &Options::default());
+    let f = eval::evaluate(&cat, &vars, &facts);
+    (cat, f)
+}
+
+fn plan_for(backend: &dyn Backend, platform: Platform) -> Plan {
+    let (cat, f) = findings(backend, platform);
+    plan::plan(
+        &cat,
+        &f,
+        backend,
+        plan::Scope {
+            runtime: true,
+            persist: true,
+        },
+        None,
+        None,
+    )
+}
+
+const PARAMS: &str = r"HKLM\SYSTEM\CurrentControlSet\Services\Tcpip\Parameters";
+
+fn windows(tw_delay: Option<u32>, retrans: Option<u32>) -> MemoryBackend {
+    let mut reg = RegistryFile::default();
+    reg.set(PARAMS, "Hostname", crate::catalog::RegType::Sz, Some("w"))
+        .unwrap();
+    if let Some(v) = tw_delay {
+        reg.set(
+            PARAMS,
+            "TcpTimedWaitDelay",
+            crate::catalog::RegType::Dword,
+            Some(&v.to_string()),
+        )
+        .unwrap();
+    }
+    if let Some(v) = retrans {
+        reg.set(
+            PARAMS,
+            "TcpMaxConnectResponseRetransmissions",
+            crate::catalog::RegType::Dword,
+            Some(&v.to_string()),
+        )
+        .unwrap();
+    }
+    MemoryBackend::default().with_registry(reg)
+}
+
+fn registry_yaml(b: &MemoryBackend) -> String {
+    b.registry.as_ref().unwrap().borrow().to_yaml()
+}
+
+#[test]
+fn windows_apply_fixes_the_registry_and_rollback_restores_it_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let b = windows(None, Some(5));
+    let before = registry_yaml(&b);
+
+    // Dry run: planning changes nothing.
+    let p = plan_for(&b, Platform::Windows);
+    assert_eq!(registry_yaml(&b), before);
+    let ops: Vec<&Op> = p.actions.iter().map(|a| &a.op).collect();
+    assert_eq!(ops.len(), 2, "{ops:?}");
+    assert!(
+        matches!(ops[0], Op::Registry { value, data, .. } if value == "TcpTimedWaitDelay" && data == "30")
+    );
+    assert!(
+        matches!(ops[1], Op::Registry { value, data, .. } if value == "TcpMaxConnectResponseRetransmissions" && data == "2")
+    );
+
+    let mut entry = record(&p, &b, &store, "100k").unwrap();
+    assert_eq!(
+        entry.registry[0].old, None,
+        "absent before: rollback must delete it"
+    );
+    assert_eq!(entry.registry[1].old.as_deref(), Some("5"));
+    journal::save(&store, &entry).unwrap();
+    execute(&mut entry, &b, &store).unwrap();
+    assert_eq!(entry.state, State::Applied);
+
+    // The checks it changed now pass, and a second plan is empty.
+    let (_, f) = findings(&b, Platform::Windows);
+    for id in [
+        "windows.tcpip.tcp_timed_wait_delay",
+        "windows.tcpip.tcp_max_connect_response_retransmissions",
+    ] {
+        assert_eq!(
+            f.iter().find(|x| x.id == id).unwrap().status,
+            Status::Pass,
+            "{id}"
+        );
+    }
+    assert!(plan_for(&b, Platform::Windows).actions.is_empty());
+
+    assert!(restore(&entry, &b, &store).is_empty());
+    assert_eq!(
+        registry_yaml(&b),
+        before,
+        "rollback restores every value, deleting the ones that were absent"
+    );
+}
+
+#[test]
+fn windows_failure_midway_leaves_the_registry_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let mut b = windows(Some(240), Some(5));
+    b.fail_writes_to = Some("TcpMaxConnectResponseRetransmissions".into());
+    let before = registry_yaml(&b);
+    let p = plan_for(&b, Platform::Windows);
+    let mut entry = record(&p, &b, &store, "100k").unwrap();
+    journal::save(&store, &entry).unwrap();
+    let err = execute(&mut entry, &b, &store).unwrap_err().to_string();
+    assert!(
+        err.starts_with("action 2/2 failed: TcpMaxConnectResponseRetransmissions -> 2"),
+        "{err}"
+    );
+    assert!(err.contains("Nothing was left changed"), "{err}");
+    assert_eq!(registry_yaml(&b), before);
+    assert!(
+        b.writes
+            .borrow()
+            .iter()
+            .any(|w| w.contains("TcpTimedWaitDelay")),
+        "the first change happened and was undone"
+    );
+    let saved = journal::load(&store, &entry.id).unwrap();
+    assert_eq!(saved.state, State::Undone);
+    assert!(saved.failure.unwrap().contains("action 2/2"));
+}
+
+#[test]
+fn windows_interrupted_apply_rolls_back_from_its_journal() {
+    // A process killed after the journal was saved and the first change made.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let b = windows(Some(240), Some(5));
+    let before = registry_yaml(&b);
+    let p = plan_for(&b, Platform::Windows);
+    let entry = record(&p, &b, &store, "100k").unwrap();
+    journal::save(&store, &entry).unwrap();
+    let Op::Registry {
+        key,
+        value,
+        reg_type,
+        data,
+    } = &p.actions[0].op
+    else {
+        panic!()
+    };
+    b.set_registry(key, value, *reg_type, Some(data)).unwrap();
+    assert_ne!(registry_yaml(&b), before);
+
+    let pending = journal::list(&store).unwrap().pop().unwrap();
+    assert_eq!(pending.state, State::Pending);
+    assert!(restore(&pending, &b, &store).is_empty());
+    assert_eq!(registry_yaml(&b), before);
+}
+
+fn linux() -> MemoryBackend {
+    MemoryBackend::default()
+        .file("/proc/sys/net/core/somaxconn", "4096\n")
+        .file("/proc/sys/net/ipv4/tcp_fin_timeout", "60\n")
+        .file("/proc/sys/net/ipv4/ip_local_port_range", "32768\t60999\n")
+}
+
+fn linux_plan() -> Plan {
+    let act = |key: &str, from: &str, to: &str| plan::Action {
+        check: format!("linux.{key}"),
+        setting: key.into(),
+        from: Some(from.into()),
+        to: to.into(),
+        op: Op::Sysctl {
+            key: key.into(),
+            value: to.into(),
+        },
+    };
+    let mut p = Plan::default();
+    p.actions.push(act("net.core.somaxconn", "4096", "65535"));
+    p.actions.push(act(
+        "net.ipv4.ip_local_port_range",
+        "32768 60999",
+        "10000 65535",
+    ));
+    p.actions.push(act("net.ipv4.tcp_fin_timeout", "60", "15"));
+    p.actions.push(plan::Action {
+        check: "linux.net.core.somaxconn".into(),
+        setting: "net.core.somaxconn".into(),
+        from: None,
+        to: "65535".into(),
+        op: Op::SysctlFile {
+            key: "net.core.somaxconn".into(),
+            value: "65535".into(),
+        },
+    });
+    p
+}
+
+#[test]
+fn linux_failure_undoes_earlier_changes_and_writes_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let mut b = linux();
+    b.fail_writes_to = Some("/proc/sys/net/ipv4/tcp_fin_timeout".into());
+    let before = b.files.borrow().clone();
+    let mut entry = record(&linux_plan(), &b, &store, "100k").unwrap();
+    journal::save(&store, &entry).unwrap();
+    let err = execute(&mut entry, &b, &store).unwrap_err().to_string();
+    assert!(
+        err.contains("action 3/4 failed: net.ipv4.tcp_fin_timeout -> 15"),
+        "{err}"
+    );
+    assert!(err.contains("the kernel rejected"), "{err}");
+    assert_eq!(
+        *b.files.borrow(),
+        before,
+        "runtime values restored byte for byte"
+    );
+    assert_eq!(
+        store.read(plan::SYSCTL_FILE).unwrap(),
+        None,
+        "no file written"
+    );
+    assert_eq!(
+        b.writes.borrow().len(),
+        4,
+        "two changes, two restores: {:?}",
+        b.writes.borrow()
+    );
+}
+
+#[test]
+fn linux_apply_then_restore_is_exact_and_keeps_a_file_it_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let mine = FileState {
+        bytes: b"# hand-written\nnet.core.somaxconn=8192\n".to_vec(),
+        mode: 0o640,
+    };
+    store.write(plan::SYSCTL_FILE, &mine).unwrap();
+    let b = linux();
+    let before = b.files.borrow().clone();
+    let mut entry = record(&linux_plan(), &b, &store, "100k").unwrap();
+    journal::save(&store, &entry).unwrap();
+    execute(&mut entry, &b, &store).unwrap();
+    assert_eq!(
+        b.files.borrow()["/proc/sys/net/ipv4/ip_local_port_range"],
+        "10000 65535\n"
+    );
+    let written = String::from_utf8(store.read(plan::SYSCTL_FILE).unwrap().unwrap().bytes).unwrap();
+    assert!(written.contains("net.core.somaxconn = 65535"), "{written}");
+    assert_eq!(
+        written.matches("somaxconn").count(),
+        1,
+        "merged, not appended: {written}"
+    );
+    assert!(restore(&entry, &b, &store).is_empty());
+    assert_eq!(*b.files.borrow(), before);
+    assert_eq!(store.read(plan::SYSCTL_FILE).unwrap(), Some(mine));
+}

@@ -1,0 +1,182 @@
+//! `wstune apply`: check, plan, show, confirm, journal, change, check again.
+
+use crate::apply::{self, journal, plan};
+use crate::catalog::eval::Status;
+use crate::catalog::Scope as CheckScope;
+use crate::cli::args::ApplyArgs;
+use crate::cli::{exit, resolve};
+use crate::cmd::check::make_report;
+use crate::output;
+use anyhow::{bail, Result};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
+use std::io::{BufRead, IsTerminal, Write};
+
+pub fn run(a: &ApplyArgs) -> Result<u8> {
+    let backend = resolve::backend(a.root.as_deref(), a.prefix.as_deref())?;
+    let backend = backend.as_ref();
+    let store = resolve::store(a.root.as_deref(), a.prefix.as_deref());
+    let inputs = resolve::inputs(&a.target, backend)?;
+    let before = make_report(&inputs, backend, None);
+    let scope = plan::Scope {
+        runtime: !a.persist_only,
+        persist: !a.runtime_only,
+    };
+    let p = plan::plan(
+        &inputs.catalog,
+        &before.results,
+        backend,
+        scope,
+        a.target.unit.as_deref(),
+        a.target.pid,
+    );
+    let profile = &inputs.profile.profile.name;
+
+    if p.actions.is_empty() {
+        println!("Nothing to change: this host already has every setting wstune can change for profile {profile}.");
+        print_notes(&p.notes);
+        print_remaining(&before.results);
+        return Ok(exit::OK);
+    }
+    println!("{}", plan_table(&p));
+    print_notes(&p.notes);
+    if a.dry_run {
+        println!("Dry run: nothing was changed.");
+        return Ok(exit::OK);
+    }
+
+    if !backend.privileged() {
+        bail!("apply changes kernel settings and files under /etc: run it as root (sudo wstune apply ...), or add --dry-run to only see the plan. Nothing was changed.");
+    }
+    refuse_read_only_proc_sys(&inputs.catalog, &before.results, &p)?;
+    if !a.yes {
+        confirm(p.actions.len())?;
+    }
+
+    let mut entry = apply::record(
+        &p,
+        backend,
+        &store,
+        &format!("{profile} ({})", inputs.profile.source),
+    )?;
+    journal::save(&store, &entry)?;
+    apply::execute(&mut entry, backend, &store)?;
+    println!(
+        "Applied {} change(s); the old values are in journal entry {} (undo with `wstune rollback`).",
+        entry.actions.len(),
+        entry.id
+    );
+    let after = make_report(&inputs, backend, Some(&store));
+    let s = &after.summary;
+    println!(
+        "check after apply: {} pass, {} fail, {} warn, {} skip, {} info",
+        s.pass, s.fail, s.warn, s.skip, s.info
+    );
+    print_remaining(&after.results);
+    Ok(exit::OK)
+}
+
+fn plan_table(p: &plan::Plan) -> String {
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic);
+    if !output::colour_wanted(false) {
+        t.force_no_tty().set_width(output::table_width());
+    }
+    t.set_header(vec!["Setting", "Current -> new", "Where"]);
+    for a in &p.actions {
+        // Runtime sysctls are named by their key already; files and processes need their place.
+        let place = match &a.op {
+            plan::Op::Sysctl { .. } => "now (/proc/sys)".to_string(),
+            op if op.is_runtime() => format!("now: {}", op.place()),
+            op => op.place(),
+        };
+        t.add_row(vec![
+            a.setting.clone(),
+            format!("{} -> {}", a.from.as_deref().unwrap_or("-"), a.to),
+            place,
+        ]);
+    }
+    format!("Plan ({} change(s)):\n{t}", p.actions.len())
+}
+
+fn print_notes(notes: &[String]) {
+    for n in notes {
+        println!("note: {n}");
+    }
+}
+
+/// What apply cannot fix (memory, cores, NIC queues), so nobody mistakes a clean apply for a
+/// host that meets the profile.
+fn print_remaining(results: &[crate::catalog::eval::Finding]) {
+    let left: Vec<&str> = results
+        .iter()
+        .filter(|f| f.status == Status::Fail)
+        .map(|f| f.id.as_str())
+        .collect();
+    if !left.is_empty() {
+        println!("Still failing (these need a new login, a restart, or more hardware; see `wstune check`): {}", left.join(", "));
+    }
+}
+
+/// A container's /proc/sys is read-only: say which keys its runtime must set instead.
+fn refuse_read_only_proc_sys(
+    catalog: &crate::catalog::Catalog,
+    results: &[crate::catalog::eval::Finding],
+    p: &plan::Plan,
+) -> Result<()> {
+    let read_only = results.iter().any(|f| {
+        f.id == "linux.proc.sys_writable" && f.current == Some(crate::value::Value::Num(0))
+    });
+    let runtime: Vec<&plan::Action> = p
+        .actions
+        .iter()
+        .filter(|a| matches!(a.op, plan::Op::Sysctl { .. }))
+        .collect();
+    if !read_only || runtime.is_empty() {
+        return Ok(());
+    }
+    let scope_of = |check: &str| {
+        catalog
+            .checks
+            .iter()
+            .find(|d| d.check.id == check)
+            .map(|d| d.check.scope)
+    };
+    let (netns, global): (Vec<&&plan::Action>, Vec<&&plan::Action>) = runtime
+        .iter()
+        .partition(|a| scope_of(&a.check) == Some(CheckScope::Netns));
+    let mut msg = String::from("/proc/sys is read-only here (a container): nothing was changed.");
+    if !netns.is_empty() {
+        let flags: Vec<String> = netns
+            .iter()
+            .map(|a| format!("--sysctl {}={}", a.setting, a.to.replace(' ', "\\ ")))
+            .collect();
+        msg.push_str(&format!("\nPer network namespace, set by the container runtime: docker run {} (Kubernetes: securityContext.sysctls)", flags.join(" ")));
+    }
+    if !global.is_empty() {
+        let keys: Vec<String> = global
+            .iter()
+            .map(|a| format!("{}={}", a.setting, a.to))
+            .collect();
+        msg.push_str(&format!(
+            "\nGlobal, only on the host itself (wstune apply there): {}",
+            keys.join(", ")
+        ));
+    }
+    msg.push_str("\nUse --persist-only to write only the files (e.g. when building an image).");
+    bail!(msg)
+}
+
+fn confirm(n: usize) -> Result<()> {
+    if !std::io::stdin().is_terminal() {
+        bail!("refusing to change the host without confirmation: not a terminal; pass --yes. Nothing was changed.");
+    }
+    eprint!("Apply these {n} change(s)? [y/N] ");
+    std::io::stderr().flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    if !matches!(line.trim(), "y" | "Y" | "yes") {
+        bail!("aborted: nothing was changed");
+    }
+    Ok(())
+}
