@@ -1,7 +1,309 @@
-//! The embedded WebSocket server behind `wstune serve`.
+//! The embedded WebSocket server behind `wstune serve`, usable as a library.
 //!
-//! The server itself arrives with its own issue; what lives here already is the part the host
-//! checks share with it: how much memory one connection costs. `wstune check` sizes a host with the
-//! same numbers the server is built and measured against, so the two can never disagree.
+//! An event-driven RFC 6455 server on tokio with the tuning guide's levers built in: a bounded
+//! offload pool for handler work, fragmentation, frame and message caps, encode-once broadcast
+//! and channels, one heartbeat sweep instead of a timer per connection, per-connection send-queue
+//! caps, and Prometheus metrics. `Server::run` takes its listener and a shutdown future from the
+//! caller, so tests bind `127.0.0.1:0` and embed it.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use embedded_server::{Server, ServerConfig};
+//! let server = Server::new(ServerConfig::default());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! server.run(vec![listener], async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
 
+pub mod admin;
+pub mod config;
+pub mod conn;
+pub mod frame;
+pub mod handshake;
+pub mod hub;
 pub mod memory;
+pub mod metrics;
+pub mod offload;
+pub mod transport;
+pub mod utf8;
+
+pub use config::{App, BackpressureClose, Handler, ServerConfig};
+pub use hub::Hub;
+
+use conn::Ctx;
+use metrics::{Metrics, Reject};
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use transport::Transport;
+
+pub struct Server {
+    hub: Arc<Hub>,
+    ctx: Arc<Ctx>,
+    stopping: Arc<AtomicBool>,
+}
+
+impl Server {
+    /// Build the server; starts the offload pool when the handler needs one. Must be called
+    /// inside a tokio runtime only for `run`.
+    pub fn new(config: ServerConfig) -> Server {
+        let metrics = Arc::new(Metrics::default());
+        let offload = config.handler.offloaded().then(|| {
+            let threads = if config.offload_pool_size == 0 {
+                num_cpus()
+            } else {
+                config.offload_pool_size
+            };
+            offload::start(
+                config.handler,
+                threads,
+                config.offload_queue_size,
+                metrics.clone(),
+                config.fragment_bytes,
+            )
+        });
+        let hub = Arc::new(Hub::new(config, metrics));
+        Server {
+            ctx: Arc::new(Ctx {
+                hub: hub.clone(),
+                offload,
+            }),
+            hub,
+            stopping: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The hub: broadcast, publish, metrics, connection count.
+    pub fn hub(&self) -> Arc<Hub> {
+        self.hub.clone()
+    }
+
+    /// Accept on every listener until `shutdown` completes; then stop accepting, close every
+    /// connection with 1001 and wait up to the grace period for them to finish.
+    pub async fn run(
+        &self,
+        listeners: Vec<TcpListener>,
+        shutdown: impl Future<Output = ()>,
+    ) -> io::Result<()> {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let hb_hub = self.hub.clone();
+        let mut hb_stop = stop_rx.clone();
+        let heartbeat = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => hb_hub.heartbeat(),
+                    _ = hb_stop.changed() => return,
+                }
+            }
+        });
+        let mut accepters = Vec::new();
+        for l in listeners {
+            let ctx = self.ctx.clone();
+            let stopping = self.stopping.clone();
+            let mut stop = stop_rx.clone();
+            accepters.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stop.changed() => return,
+                        r = l.accept() => match r {
+                            Ok((stream, peer)) => {
+                                let ctx = ctx.clone();
+                                let stopping = stopping.clone();
+                                tokio::spawn(async move { handle(stream, peer, ctx, stopping).await });
+                            }
+                            // EMFILE and friends: back off instead of spinning.
+                            Err(e) => {
+                                tracing::warn!("accept failed: {e}");
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                        },
+                    }
+                }
+            }));
+        }
+        shutdown.await;
+        self.stopping.store(true, Relaxed);
+        let _ = stop_tx.send(true);
+        for a in accepters {
+            let _ = a.await;
+        }
+        let _ = heartbeat.await;
+        self.hub.close_all(1001);
+        let deadline = tokio::time::Instant::now() + self.hub.config.shutdown_grace;
+        while !self.hub.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+}
+
+/// Listeners on `addr`: one, or `n` sharing the port with SO_REUSEPORT so the kernel spreads new
+/// connections over their accept loops. The backlog asks for 65535; the kernel caps it at
+/// net.core.somaxconn.
+pub fn bind(addr: SocketAddr, reuseport: bool, n: usize) -> io::Result<Vec<TcpListener>> {
+    let count = if reuseport { n.max(1) } else { 1 };
+    (0..count)
+        .map(|_| {
+            let s = socket2::Socket::new(
+                socket2::Domain::for_address(addr),
+                socket2::Type::STREAM,
+                Some(socket2::Protocol::TCP),
+            )?;
+            s.set_reuse_address(true)?;
+            #[cfg(unix)]
+            if reuseport {
+                s.set_reuse_port(true)?;
+            }
+            s.set_nonblocking(true)?;
+            s.bind(&addr.into())?;
+            s.listen(65535)?;
+            TcpListener::from_std(s.into())
+        })
+        .collect()
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM: the signals an operator or a service manager uses
+/// to ask for a graceful shutdown.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("install a SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// Upgrade one accepted socket and serve it.
+async fn handle(stream: TcpStream, _peer: SocketAddr, ctx: Arc<Ctx>, stopping: Arc<AtomicBool>) {
+    let _ = stream.set_nodelay(true);
+    let hub = ctx.hub.clone();
+    let cfg = &hub.config;
+    let mut buf: Vec<u8> = Vec::with_capacity(1024);
+    let read = tokio::time::timeout(
+        cfg.handshake_timeout,
+        read_request(&stream, &mut buf, cfg.max_header_bytes),
+    )
+    .await;
+    let end = match read {
+        Ok(Ok(Some(end))) => end,
+        Ok(Ok(None)) => {
+            hub.metrics.reject(Reject::TooLarge);
+            let _ = write_all(
+                &stream,
+                &handshake::http_error(
+                    431,
+                    "Request Header Fields Too Large",
+                    "",
+                    "request header too large\n",
+                ),
+            )
+            .await;
+            return;
+        }
+        Ok(Err(_)) => return,
+        Err(_) => {
+            hub.metrics.reject(Reject::Timeout);
+            let _ = write_all(
+                &stream,
+                &handshake::http_error(
+                    408,
+                    "Request Timeout",
+                    "",
+                    "the upgrade request took too long\n",
+                ),
+            )
+            .await;
+            return;
+        }
+    };
+    if stopping.load(Relaxed) {
+        hub.metrics.reject(Reject::Shutdown);
+        let _ = write_all(
+            &stream,
+            &handshake::http_error(503, "Service Unavailable", "", "shutting down\n"),
+        )
+        .await;
+        return;
+    }
+    let full = hub.len() >= cfg.max_connections;
+    match handshake::respond(&buf[..end], cfg, full) {
+        Err(refused) => {
+            hub.metrics.reject(refused.reason);
+            let _ = write_all(&stream, &refused.response).await;
+            stream.shutdown_write();
+        }
+        Ok(accepted) => {
+            if write_all(&stream, &accepted.response).await.is_err() {
+                return;
+            }
+            hub.metrics.accepted.fetch_add(1, Relaxed);
+            let shared = hub.register();
+            let rest = buf[end..].to_vec();
+            drop(buf);
+            conn::serve(stream, shared, rest, ctx).await;
+        }
+    }
+}
+
+/// Read until the end of the request header. `Ok(None)` when it exceeds `max`.
+async fn read_request<T: Transport>(
+    io: &T,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<Option<usize>> {
+    let mut chunk = [0u8; 2048];
+    loop {
+        if let Some(end) = handshake::header_end(buf) {
+            return Ok(Some(end));
+        }
+        if buf.len() > max {
+            return Ok(None);
+        }
+        io.readable().await?;
+        match io.try_read(&mut chunk) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+async fn write_all<T: Transport>(io: &T, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        io.writable().await?;
+        match io.try_write_vectored(&[io::IoSlice::new(data)]) {
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    while io.wants_flush() {
+        io.writable().await?;
+        match io.try_flush() {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

@@ -35,6 +35,8 @@ pub enum Command {
     Apply(ApplyArgs),
     /// Put back what the last `apply` changed, exactly (or a chosen journal entry).
     Rollback(RollbackArgs),
+    /// Run the embedded WebSocket server with the profile's settings (every one overridable).
+    Serve(ServeArgs),
     /// Capture exactly the files `check` reads into a directory, for `check --root DIR` elsewhere.
     Snapshot(SnapshotArgs),
     /// List or show the built-in tuning profiles.
@@ -140,6 +142,86 @@ pub enum Format {
 }
 
 #[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// A built-in profile or a profile file: the defaults for every setting below.
+    #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
+    pub profile: String,
+    /// Address to listen on (0.0.0.0 for every interface).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: std::net::IpAddr,
+    /// Port for WebSocket clients (0: any free port, printed at start).
+    #[arg(long, default_value_t = 9001)]
+    pub port: u16,
+    /// What the server does with messages.
+    #[arg(long, value_enum, default_value_t = AppArg::Echo)]
+    pub app: AppArg,
+    /// Simulated handler work: echo | cpu:MICROS | block:MILLIS | mixed:CPU_US,BLOCK_MS.
+    #[arg(long, default_value = "echo")]
+    pub handler: String,
+    /// I/O worker threads (profile: server.io_workers; 0 = one per core).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Offload pool threads (profile: server.offload_pool_size; 0 = one per core).
+    #[arg(long)]
+    pub offload_pool: Option<usize>,
+    /// Offload queue length (profile: server.offload_queue_size).
+    #[arg(long)]
+    pub offload_queue: Option<usize>,
+    /// Connections accepted before upgrades get 503 (profile: server.max_connections).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Largest frame accepted, bytes (profile: server.max_frame_bytes).
+    #[arg(long)]
+    pub max_frame: Option<usize>,
+    /// Largest message accepted, bytes (profile: server.max_message_bytes).
+    #[arg(long)]
+    pub max_message: Option<usize>,
+    /// Fragment outgoing messages above this many bytes (profile: server.fragment_bytes).
+    #[arg(long)]
+    pub fragment: Option<usize>,
+    /// Per-connection send-queue cap, bytes (profile: server.send_queue_bytes).
+    #[arg(long)]
+    pub send_queue: Option<usize>,
+    /// Close code for consumers over the send-queue cap.
+    #[arg(long, default_value_t = 1008, value_parser = parse_backpressure_code)]
+    pub backpressure_close: u16,
+    /// Seconds between server pings (profile: server.heartbeat.interval_secs).
+    #[arg(long)]
+    pub heartbeat_interval: Option<u64>,
+    /// Seconds of silence before a connection is closed (profile: server.heartbeat.timeout_secs).
+    #[arg(long)]
+    pub heartbeat_timeout: Option<u64>,
+    /// Seconds a client has to send its upgrade request (slowloris guard).
+    #[arg(long, default_value_t = 10)]
+    pub handshake_timeout: u64,
+    /// Allowed Origin (repeat for several); none allows any.
+    #[arg(long = "origin", value_name = "ORIGIN")]
+    pub origins: Vec<String>,
+    /// Subprotocol the server speaks (repeat, in preference order).
+    #[arg(long = "subprotocol", value_name = "NAME")]
+    pub subprotocols: Vec<String>,
+    /// Admin listener for /healthz and /metrics ("off" to disable).
+    #[arg(long, default_value = "127.0.0.1:9002")]
+    pub admin: String,
+    /// Several accept loops on one port with SO_REUSEPORT.
+    #[arg(long)]
+    pub reuseport: bool,
+    /// How many accept loops with --reuseport.
+    #[arg(long, default_value_t = 0)]
+    pub acceptors: usize,
+    /// Seconds graceful shutdown waits for clients after sending 1001.
+    #[arg(long, default_value_t = 5)]
+    pub shutdown_grace: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AppArg {
+    Echo,
+    Broadcast,
+    Channels,
+}
+
+#[derive(Debug, Args)]
 pub struct SnapshotArgs {
     /// Directory to create; it must not exist yet (or be empty).
     pub out_dir: PathBuf,
@@ -173,4 +255,12 @@ pub enum ListFormat {
 pub enum ShowFormat {
     Yaml,
     Json,
+}
+
+fn parse_backpressure_code(s: &str) -> Result<u16, String> {
+    match s {
+        "1008" => Ok(1008),
+        "1013" => Ok(1013),
+        _ => Err("use 1008 (policy violation) or 1013 (try again later)".into()),
+    }
 }

@@ -4,4 +4,5 @@ pub mod apply;
 pub mod check;
 pub mod profiles;
 pub mod rollback;
+pub mod serve;
 pub mod snapshot;

@@ -153,6 +153,18 @@ fn live_page_size() -> u64 {
 #[cfg(target_os = "linux")]
 use linux::{is_root, prlimit_nofile};
 
+/// Raise this process's soft open-file limit to its hard limit (what a server should do at
+/// start); returns the (soft, hard) limits in force afterwards.
+#[cfg(target_os = "linux")]
+pub fn raise_nofile() -> (u64, u64) {
+    linux::raise_nofile()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn raise_nofile() -> (u64, u64) {
+    (u64::MAX, u64::MAX)
+}
+
 #[cfg(not(target_os = "linux"))]
 fn is_root() -> bool {
     false

@@ -1,0 +1,158 @@
+//! Every knob of the server, with its default and why it is bounded. `wstune serve` fills this
+//! from a profile and flags; library users build it directly.
+
+use std::time::Duration;
+
+/// What the server does with each message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum App {
+    /// Send every message back to its sender.
+    Echo,
+    /// Send every message to every connected client (encoded once).
+    Broadcast,
+    /// A small JSON pub/sub protocol (see `hub`): subscribe, unsubscribe, publish.
+    Channels,
+}
+
+/// Simulated business work for echo, to measure pool sizing: runs on the offload pool, never on
+/// an I/O thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handler {
+    /// No work: echo inline on the I/O thread.
+    Echo,
+    /// Spin on the CPU for this many microseconds.
+    Cpu(u64),
+    /// Block (sleep) for this many milliseconds, like a database call.
+    Block(u64),
+    /// Both: CPU microseconds, then blocking milliseconds.
+    Mixed { cpu_us: u64, block_ms: u64 },
+}
+
+impl Handler {
+    /// `echo`, `cpu:MICROS`, `block:MILLIS`, `mixed:CPU_US,BLOCK_MS`.
+    pub fn parse(s: &str) -> Result<Handler, String> {
+        let num = |v: &str, what: &str| {
+            v.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("'{v}' is not a whole number of {what}"))
+        };
+        match s.split_once(':') {
+            None if s == "echo" => Ok(Handler::Echo),
+            Some(("cpu", v)) => Ok(Handler::Cpu(num(v.trim_end_matches("us"), "microseconds")?)),
+            Some(("block", v)) => Ok(Handler::Block(num(v.trim_end_matches("ms"), "milliseconds")?)),
+            Some(("mixed", v)) => {
+                let (c, b) = v.split_once(',').ok_or_else(|| format!("'{s}': write mixed:CPU_US,BLOCK_MS"))?;
+                Ok(Handler::Mixed { cpu_us: num(c.trim_end_matches("us"), "microseconds")?, block_ms: num(b.trim_end_matches("ms"), "milliseconds")? })
+            }
+            _ => Err(format!("unknown handler '{s}': use echo, cpu:MICROS, block:MILLIS or mixed:CPU_US,BLOCK_MS")),
+        }
+    }
+    pub fn offloaded(self) -> bool {
+        self != Handler::Echo
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackpressureClose {
+    /// 1008 policy violation.
+    Policy,
+    /// 1013 try again later.
+    TryAgain,
+}
+
+impl BackpressureClose {
+    pub fn code(self) -> u16 {
+        match self {
+            BackpressureClose::Policy => 1008,
+            BackpressureClose::TryAgain => 1013,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub app: App,
+    pub handler: Handler,
+    /// Upgrades beyond this many open connections get HTTP 503. Default 100,000.
+    pub max_connections: usize,
+    /// Largest frame accepted (1009 above). Default 4 MiB, the guide's cap against peers that
+    /// would make us allocate gigabytes.
+    pub max_frame_bytes: usize,
+    /// Largest reassembled message (1009 above). Default 16 MiB.
+    pub max_message_bytes: usize,
+    /// Outgoing messages above this are sent as several frames. Default 64 KiB, so one big
+    /// message never holds a connection's writes for long.
+    pub fragment_bytes: usize,
+    /// Queued outgoing bytes per connection before a slow consumer is closed. Default 1 MiB.
+    pub send_queue_bytes: usize,
+    /// The close code for a consumer that stays above `send_queue_bytes`.
+    pub backpressure_close: BackpressureClose,
+    /// Server pings this often. Default 30 s.
+    pub heartbeat_interval: Duration,
+    /// A connection silent (no frame, no pong) this long is closed. Default 90 s.
+    pub heartbeat_timeout: Duration,
+    /// The upgrade request must arrive within this (slowloris). Default 10 s.
+    pub handshake_timeout: Duration,
+    /// Largest upgrade request header. Default 8 KiB.
+    pub max_header_bytes: usize,
+    /// Allowed Origin values; empty allows any (non-browser clients send none).
+    pub allowed_origins: Vec<String>,
+    /// Subprotocols the server speaks, in preference order.
+    pub subprotocols: Vec<String>,
+    /// Threads that run offloaded handlers; 0 = one per core.
+    pub offload_pool_size: usize,
+    /// Bounded offload queue; a full queue makes the connection stop reading (TCP backpressure).
+    pub offload_queue_size: usize,
+    /// How long graceful shutdown waits for clients to answer the 1001 close.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            app: App::Echo,
+            handler: Handler::Echo,
+            max_connections: 100_000,
+            max_frame_bytes: 4 << 20,
+            max_message_bytes: 16 << 20,
+            fragment_bytes: 64 << 10,
+            send_queue_bytes: 1 << 20,
+            backpressure_close: BackpressureClose::Policy,
+            heartbeat_interval: Duration::from_secs(30),
+            heartbeat_timeout: Duration::from_secs(90),
+            handshake_timeout: Duration::from_secs(10),
+            max_header_bytes: 8 << 10,
+            allowed_origins: Vec::new(),
+            subprotocols: Vec::new(),
+            offload_pool_size: 0,
+            offload_queue_size: 4096,
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handler_specs() {
+        assert_eq!(Handler::parse("echo"), Ok(Handler::Echo));
+        assert_eq!(Handler::parse("cpu:1000"), Ok(Handler::Cpu(1000)));
+        assert_eq!(Handler::parse("cpu:1000us"), Ok(Handler::Cpu(1000)));
+        assert_eq!(Handler::parse("block:20"), Ok(Handler::Block(20)));
+        assert_eq!(
+            Handler::parse("mixed:1000,20"),
+            Ok(Handler::Mixed {
+                cpu_us: 1000,
+                block_ms: 20
+            })
+        );
+        assert!(Handler::parse("sleep:1")
+            .unwrap_err()
+            .contains("unknown handler"));
+        assert!(Handler::parse("cpu:x")
+            .unwrap_err()
+            .contains("not a whole number"));
+    }
+}

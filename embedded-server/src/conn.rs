@@ -1,0 +1,696 @@
+//! One connection: read frames, dispatch messages, write with backpressure, close properly.
+//!
+//! Memory per idle connection is what matters at 100k: the task's state below, one `Shared`
+//! (queue + counters) and the kernel socket. Reads go into the worker thread's receive buffer;
+//! a connection owns a buffer only while it holds an incomplete frame or a fragmented message,
+//! and gives it back when that is done.
+
+use crate::config::{App, Handler};
+use crate::frame::{self, FrameError, OpCode};
+use crate::hub::Hub;
+use crate::metrics::Metrics;
+use crate::offload::Job;
+use crate::transport::Transport;
+use crate::utf8::Utf8Validator;
+use bytes::Bytes;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Per-worker receive buffer: every connection a worker serves reads into this one.
+const RECV_BUF: usize = 64 << 10;
+thread_local! {
+    static RECV: RefCell<Vec<u8>> = RefCell::new(vec![0; RECV_BUF]);
+}
+
+/// How long a connection waits for the peer's close frame after sending its own.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// The half of a connection other threads touch: its outgoing queue and close requests.
+/// About 150 bytes.
+pub struct Shared {
+    pub id: u64,
+    out: Mutex<Out>,
+    /// Bytes queued and not yet written.
+    queued: AtomicUsize,
+    notify: Notify,
+    /// A close someone else asked for (heartbeat, backpressure, shutdown); 0 = none.
+    close_request: AtomicU16,
+    /// Coarse clock seconds of the last frame received.
+    pub last_seen: AtomicU32,
+    /// Coarse clock seconds of the last ping sent.
+    pub last_ping: AtomicU32,
+    send_cap: usize,
+    backpressure_code: u16,
+}
+
+#[derive(Default)]
+struct Out {
+    frames: VecDeque<Bytes>,
+    /// Bytes of the first frame already written.
+    head_off: usize,
+    /// The first frame is the rest of a frame partly written directly (its start is already on
+    /// the wire), so it must go out whole even when the queue is dropped.
+    head_is_rest: bool,
+}
+
+impl Shared {
+    pub fn new(id: u64, send_cap: usize, backpressure_code: u16, now: u32) -> Shared {
+        Shared {
+            id,
+            out: Mutex::new(Out::default()),
+            queued: AtomicUsize::new(0),
+            notify: Notify::new(),
+            close_request: AtomicU16::new(0),
+            last_seen: AtomicU32::new(now),
+            last_ping: AtomicU32::new(now),
+            send_cap,
+            backpressure_code,
+        }
+    }
+
+    /// Queue an encoded frame (shared, not copied) and wake the connection. A consumer above
+    /// its cap is closed instead: broadcast never waits for the slowest client.
+    pub fn push(&self, frame: Bytes, metrics: &Metrics) -> bool {
+        if self.close_request.load(Relaxed) != 0 {
+            return false;
+        }
+        let len = frame.len();
+        if self.queued.load(Relaxed) + len > self.send_cap {
+            if self
+                .close_request
+                .compare_exchange(0, self.backpressure_code, Relaxed, Relaxed)
+                .is_ok()
+            {
+                metrics.backpressure_closes.fetch_add(1, Relaxed);
+            }
+            self.notify.notify_one();
+            return false;
+        }
+        self.out.lock().unwrap().frames.push_back(frame);
+        self.queued.fetch_add(len, Relaxed);
+        self.notify.notify_one();
+        true
+    }
+
+    /// Encode and queue a message from another thread (the offload pool).
+    pub fn send_owned(&self, opcode: OpCode, payload: &[u8], fragment: usize, metrics: &Metrics) {
+        let frame = Bytes::from(frame::encode_message(opcode, payload, fragment, false));
+        if self.push(frame, metrics) {
+            metrics.messages_out.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Ask the connection to close with `code` (first request wins).
+    pub fn request_close(&self, code: u16) {
+        let _ = self
+            .close_request
+            .compare_exchange(0, code, Relaxed, Relaxed);
+        self.notify.notify_one();
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queued.load(Relaxed)
+    }
+}
+
+/// Everything a connection needs from the server.
+pub struct Ctx {
+    pub hub: Arc<Hub>,
+    pub offload: Option<crate::offload::Sender>,
+}
+
+/// Why processing stopped early.
+enum Stop {
+    /// Fail the connection with this close code.
+    Fail(u16, &'static str),
+}
+
+/// Task-local state; lives as long as the connection.
+struct State {
+    /// An incomplete frame (only while one is pending).
+    partial: Vec<u8>,
+    /// A fragmented message being reassembled.
+    msg: Vec<u8>,
+    msg_op: Option<OpCode>,
+    utf8: Utf8Validator,
+    /// A job waiting for room in the offload queue: reading pauses until it is queued.
+    pending_job: Option<Job>,
+    close_sent: bool,
+    close_received: bool,
+    close_deadline: Option<Instant>,
+    /// Channels this connection subscribed to (channels app).
+    channels: Vec<String>,
+}
+
+/// Serve one upgraded connection until it closes. `initial` holds bytes that arrived with the
+/// upgrade request.
+pub async fn serve<T: Transport>(io: T, shared: Arc<Shared>, initial: Vec<u8>, ctx: Arc<Ctx>) {
+    let hub = ctx.hub.clone();
+    let mut st = State {
+        partial: initial,
+        msg: Vec::new(),
+        msg_op: None,
+        utf8: Utf8Validator::default(),
+        pending_job: None,
+        close_sent: false,
+        close_received: false,
+        close_deadline: None,
+        channels: Vec::new(),
+    };
+    let _ = run(&io, &shared, &ctx, &mut st).await;
+    io.shutdown_write();
+    hub.unregister(&shared, &st.channels);
+}
+
+async fn run<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+) -> io::Result<()> {
+    let hub = &ctx.hub;
+    let m = &hub.metrics;
+    if !st.partial.is_empty() {
+        let mut data = std::mem::take(&mut st.partial);
+        process_owned(io, shared, ctx, st, &mut data);
+    }
+    loop {
+        if let Some(job) = st.pending_job.take() {
+            if let Some(tx) = &ctx.offload {
+                if tx.send(job).await.is_ok() {
+                    m.offload_queue_depth.fetch_add(1, Relaxed);
+                }
+            }
+            if !st.partial.is_empty() {
+                let mut data = std::mem::take(&mut st.partial);
+                process_owned(io, shared, ctx, st, &mut data);
+            }
+            continue;
+        }
+        let requested = shared.close_request.swap(0, Relaxed);
+        if requested != 0 && !st.close_sent {
+            // Keep the request visible so nothing more is queued for us.
+            shared.close_request.store(requested, Relaxed);
+            let reason = match requested {
+                1001 => "server shutting down",
+                crate::hub::HEARTBEAT_CLOSE => "heartbeat timeout",
+                _ => "send queue full: consumer too slow",
+            };
+            // Shutdown gives clients the grace period; a slow or silent peer gets the usual wait.
+            let wait = if requested == 1001 {
+                hub.config.shutdown_grace.max(CLOSE_WAIT)
+            } else {
+                CLOSE_WAIT
+            };
+            start_close(shared, st, m, requested, reason, wait);
+            if requested != 1001 {
+                // A slow or silent peer: drop what it has not read, send the close now.
+                // A frame already partly on the wire must be finished, or the stream breaks.
+                let mut out = shared.out.lock().unwrap();
+                let close = out.frames.pop_back();
+                let started = if out.head_off > 0 || out.head_is_rest {
+                    out.frames.pop_front()
+                } else {
+                    None
+                };
+                out.frames.clear();
+                let mut queued = 0;
+                if let Some(f) = started {
+                    queued += f.len() - out.head_off;
+                    out.frames.push_back(f);
+                } else {
+                    out.head_off = 0;
+                    out.head_is_rest = false;
+                }
+                if let Some(c) = close {
+                    queued += c.len();
+                    out.frames.push_back(c);
+                }
+                shared.queued.store(queued, Relaxed);
+            }
+        } else if requested != 0 {
+            shared.close_request.store(requested, Relaxed);
+        }
+        let pending = flush(io, shared, m)?;
+
+        if st.close_sent
+            && (st.close_received || st.close_deadline.is_some_and(|d| Instant::now() >= d))
+            && !pending
+        {
+            return Ok(());
+        }
+        let deadline = st
+            .close_deadline
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            biased;
+            r = io.readable() => {
+                r?;
+                if !on_readable(io, shared, ctx, st)? {
+                    // End of stream: the peer is gone (or finished its close).
+                    let _ = flush(io, shared, m);
+                    return Ok(());
+                }
+            }
+            _ = shared.notify.notified() => {}
+            r = io.writable(), if pending => { r?; }
+            _ = tokio::time::sleep_until(deadline), if st.close_deadline.is_some() => {
+                let _ = flush(io, shared, m);
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Read once and process. Returns false at end of stream.
+fn on_readable<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+) -> io::Result<bool> {
+    RECV.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        let n = match io.try_read(&mut buf[..]) {
+            Ok(0) => return Ok(false),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+            Err(e) => return Err(e),
+        };
+        shared.last_seen.store(ctx.hub.now(), Relaxed);
+        if st.partial.is_empty() {
+            let consumed = process(io, shared, ctx, st, &mut buf[..n]);
+            if consumed < n && !st.close_received {
+                st.partial.extend_from_slice(&buf[consumed..n]);
+            }
+        } else {
+            let mut data = std::mem::take(&mut st.partial);
+            data.extend_from_slice(&buf[..n]);
+            drop(buf);
+            process_owned(io, shared, ctx, st, &mut data);
+        }
+        Ok(true)
+    })
+}
+
+/// Process an owned buffer (the pending partial plus new bytes) and keep what is left.
+fn process_owned<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+    data: &mut Vec<u8>,
+) {
+    let consumed = process(io, shared, ctx, st, data);
+    if consumed < data.len() && !st.close_received {
+        data.drain(..consumed);
+        // Give back a large buffer once the big frame it held is done.
+        if data.is_empty() && data.capacity() > RECV_BUF {
+            *data = Vec::new();
+        }
+        st.partial = std::mem::take(data);
+    }
+}
+
+/// Parse and handle every complete frame in `data`; returns the bytes consumed.
+fn process<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+    data: &mut [u8],
+) -> usize {
+    let cfg = &ctx.hub.config;
+    let mut pos = 0;
+    while pos < data.len() && st.pending_job.is_none() && !st.close_received {
+        let h = match frame::parse_header(&data[pos..], cfg.max_frame_bytes as u64, 0) {
+            Ok(h) => h,
+            Err(FrameError::Incomplete) => break,
+            Err(e) => {
+                fail(
+                    io,
+                    shared,
+                    ctx,
+                    st,
+                    e.close_code(),
+                    match e {
+                        FrameError::Protocol(why) => why,
+                        _ => "frame too large",
+                    },
+                );
+                return data.len();
+            }
+        };
+        let total = h.header_len + h.payload_len as usize;
+        if data.len() - pos < total {
+            break;
+        }
+        let payload = &mut data[pos + h.header_len..pos + total];
+        frame::unmask(payload, h.mask, 0);
+        pos += total;
+        if st.close_sent && !matches!(h.opcode, OpCode::Close) {
+            continue; // after our close only the peer's close matters
+        }
+        if let Err(Stop::Fail(code, why)) = on_frame(io, shared, ctx, st, h, payload) {
+            fail(io, shared, ctx, st, code, why);
+            return data.len();
+        }
+    }
+    pos
+}
+
+fn on_frame<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+    h: frame::Header,
+    payload: &mut [u8],
+) -> Result<(), Stop> {
+    let cfg = &ctx.hub.config;
+    match h.opcode {
+        OpCode::Text | OpCode::Binary => {
+            if st.msg_op.is_some() {
+                return Err(Stop::Fail(
+                    1002,
+                    "a new message started before the previous one ended",
+                ));
+            }
+            if h.fin {
+                if h.opcode == OpCode::Text && std::str::from_utf8(payload).is_err() {
+                    return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
+                }
+                deliver(io, shared, ctx, st, h.opcode, payload)
+            } else {
+                if payload.len() > cfg.max_message_bytes {
+                    return Err(Stop::Fail(1009, "message too large"));
+                }
+                if h.opcode == OpCode::Text && st.utf8.feed(payload).is_err() {
+                    return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
+                }
+                st.msg_op = Some(h.opcode);
+                st.msg.extend_from_slice(payload);
+                Ok(())
+            }
+        }
+        OpCode::Continuation => {
+            let Some(op) = st.msg_op else {
+                return Err(Stop::Fail(1002, "continuation frame without a message"));
+            };
+            if st.msg.len() + payload.len() > cfg.max_message_bytes {
+                return Err(Stop::Fail(1009, "message too large"));
+            }
+            if op == OpCode::Text && st.utf8.feed(payload).is_err() {
+                return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
+            }
+            st.msg.extend_from_slice(payload);
+            if h.fin {
+                if op == OpCode::Text && st.utf8.finish().is_err() {
+                    return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
+                }
+                st.msg_op = None;
+                let mut msg = std::mem::take(&mut st.msg);
+                let r = deliver(io, shared, ctx, st, op, &mut msg);
+                msg.clear();
+                if msg.capacity() <= RECV_BUF {
+                    st.msg = msg; // keep a small buffer; large ones go back to the allocator
+                }
+                r?;
+            }
+            Ok(())
+        }
+        OpCode::Ping => {
+            send(
+                io,
+                shared,
+                &ctx.hub.metrics,
+                OpCode::Pong,
+                payload,
+                cfg.fragment_bytes,
+            );
+            Ok(())
+        }
+        OpCode::Pong => Ok(()),
+        OpCode::Close => on_close(io, shared, ctx, st, payload),
+    }
+}
+
+fn on_close<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+    payload: &[u8],
+) -> Result<(), Stop> {
+    let m = &ctx.hub.metrics;
+    let code = match payload.len() {
+        0 => None,
+        1 => return Err(Stop::Fail(1002, "close payload of one byte")),
+        _ => {
+            let c = u16::from_be_bytes([payload[0], payload[1]]);
+            if !frame::valid_close_code(c) {
+                return Err(Stop::Fail(1002, "invalid close code"));
+            }
+            if std::str::from_utf8(&payload[2..]).is_err() {
+                return Err(Stop::Fail(1007, "invalid UTF-8 in the close reason"));
+            }
+            Some(c)
+        }
+    };
+    m.close_received(code.unwrap_or(1005));
+    st.close_received = true;
+    if !st.close_sent {
+        // Echo the code back (an empty close for an empty close), then the server closes TCP.
+        let body = code.map(|c| c.to_be_bytes().to_vec()).unwrap_or_default();
+        send(io, shared, m, OpCode::Close, &body, usize::MAX);
+        m.close_sent(code.unwrap_or(1005));
+        st.close_sent = true;
+    }
+    Ok(())
+}
+
+/// Fail the connection: send a close with `code`, stop handling data, wait for the peer's close.
+fn fail<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+    code: u16,
+    why: &'static str,
+) {
+    if st.close_sent {
+        st.close_received = true;
+        return;
+    }
+    let mut body = code.to_be_bytes().to_vec();
+    body.extend_from_slice(why.as_bytes());
+    send(
+        io,
+        shared,
+        &ctx.hub.metrics,
+        OpCode::Close,
+        &body,
+        usize::MAX,
+    );
+    ctx.hub.metrics.close_sent(code);
+    st.close_sent = true;
+    st.close_deadline = Some(Instant::now() + CLOSE_WAIT);
+    st.partial = Vec::new();
+    st.msg = Vec::new();
+    st.msg_op = None;
+}
+
+/// Queue a close the server initiates (heartbeat, backpressure, shutdown).
+fn start_close(
+    shared: &Arc<Shared>,
+    st: &mut State,
+    m: &Metrics,
+    code: u16,
+    why: &str,
+    wait: Duration,
+) {
+    let mut body = code.to_be_bytes().to_vec();
+    body.extend_from_slice(why.as_bytes());
+    let frame = Bytes::from(frame::encode_message(
+        OpCode::Close,
+        &body,
+        usize::MAX,
+        false,
+    ));
+    let mut out = shared.out.lock().unwrap();
+    shared.queued.fetch_add(frame.len(), Relaxed);
+    out.frames.push_back(frame);
+    drop(out);
+    m.close_sent(code);
+    st.close_sent = true;
+    st.close_deadline = Some(Instant::now() + wait);
+}
+
+/// A complete message arrived: hand it to the application.
+fn deliver<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+    op: OpCode,
+    payload: &mut [u8],
+) -> Result<(), Stop> {
+    let hub = &ctx.hub;
+    let m = &hub.metrics;
+    m.messages_in.fetch_add(1, Relaxed);
+    m.bytes_in.fetch_add(payload.len() as u64, Relaxed);
+    match hub.config.app {
+        App::Echo if hub.config.handler == Handler::Echo => {
+            send(io, shared, m, op, payload, hub.config.fragment_bytes);
+            m.messages_out.fetch_add(1, Relaxed);
+        }
+        App::Echo => {
+            let job = Job {
+                conn: shared.clone(),
+                opcode: op,
+                payload: payload.to_vec(),
+            };
+            if let Some(tx) = &ctx.offload {
+                match tx.try_send(job) {
+                    Ok(()) => {
+                        m.offload_queue_depth.fetch_add(1, Relaxed);
+                    }
+                    Err(async_channel::TrySendError::Full(job)) => st.pending_job = Some(job),
+                    Err(async_channel::TrySendError::Closed(_)) => {}
+                }
+            }
+        }
+        App::Broadcast => hub.broadcast(op, payload),
+        App::Channels => {
+            if op != OpCode::Text {
+                return Err(Stop::Fail(1003, "the channels protocol is JSON text"));
+            }
+            if let Some(reply) = hub.channel_message(shared, &mut st.channels, payload) {
+                send(
+                    io,
+                    shared,
+                    m,
+                    OpCode::Text,
+                    reply.as_bytes(),
+                    hub.config.fragment_bytes,
+                );
+                m.messages_out.fetch_add(1, Relaxed);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Send a message from the connection's own task: written straight to the socket when nothing
+/// is queued (no copy, one vectored write), queued otherwise. All writes hold the queue lock, so
+/// a broadcast can never land in the middle of a partly written frame.
+fn send<T: Transport>(
+    io: &T,
+    shared: &Shared,
+    m: &Metrics,
+    op: OpCode,
+    payload: &[u8],
+    fragment: usize,
+) {
+    if payload.len() > fragment {
+        let frame = Bytes::from(frame::encode_message(op, payload, fragment, false));
+        let mut out = shared.out.lock().unwrap();
+        shared.queued.fetch_add(frame.len(), Relaxed);
+        out.frames.push_back(frame);
+        return;
+    }
+    let mut hdr = [0u8; 10];
+    let hl = frame::encode_header(&mut hdr, true, false, op, payload.len());
+    let total = hl + payload.len();
+    let mut out = shared.out.lock().unwrap();
+    let written = if out.frames.is_empty() && !io.wants_flush() {
+        match io.try_write_vectored(&[IoSlice::new(&hdr[..hl]), IoSlice::new(payload)]) {
+            Ok(n) => n,
+            Err(_) => 0,
+        }
+    } else {
+        0
+    };
+    m.bytes_out.fetch_add(written as u64, Relaxed);
+    if written < total {
+        let mut rest = Vec::with_capacity(total - written);
+        if written < hl {
+            rest.extend_from_slice(&hdr[written..hl]);
+            rest.extend_from_slice(payload);
+        } else {
+            rest.extend_from_slice(&payload[written - hl..]);
+        }
+        shared.queued.fetch_add(rest.len(), Relaxed);
+        // Only written directly when the queue was empty: this rest is now its head.
+        if written > 0 {
+            out.head_is_rest = true;
+        }
+        out.frames.push_back(Bytes::from(rest));
+        if shared.queued.load(Relaxed) > shared.send_cap {
+            shared.request_close(shared.backpressure_code);
+            m.backpressure_closes.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// Write queued frames with vectored writes until done or the socket is full. Returns whether
+/// output is still pending.
+fn flush<T: Transport>(io: &T, shared: &Shared, m: &Metrics) -> io::Result<bool> {
+    if io.wants_flush() {
+        match io.try_flush() {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+            Err(e) => return Err(e),
+        }
+    }
+    let mut out = shared.out.lock().unwrap();
+    while !out.frames.is_empty() {
+        let mut slices: [IoSlice<'_>; 32] = std::array::from_fn(|_| IoSlice::new(&[]));
+        let mut n_slices = 0;
+        for (i, f) in out.frames.iter().take(32).enumerate() {
+            slices[i] = IoSlice::new(if i == 0 { &f[out.head_off..] } else { &f[..] });
+            n_slices += 1;
+        }
+        let n = match io.try_write_vectored(&slices[..n_slices]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            return Ok(true);
+        }
+        m.bytes_out.fetch_add(n as u64, Relaxed);
+        shared.queued.fetch_sub(n, Relaxed);
+        let mut left = n;
+        while left > 0 {
+            let head_len = out.frames[0].len() - out.head_off;
+            if left >= head_len {
+                left -= head_len;
+                out.frames.pop_front();
+                out.head_off = 0;
+                out.head_is_rest = false;
+            } else {
+                out.head_off += left;
+                left = 0;
+            }
+        }
+    }
+    if out.frames.capacity() > 64 {
+        out.frames.shrink_to(8);
+    }
+    drop(out);
+    if io.wants_flush() {
+        match io.try_flush() {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
+}

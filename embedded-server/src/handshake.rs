@@ -1,0 +1,253 @@
+//! The HTTP/1.1 upgrade (RFC 6455 section 4.2): validate the request, pick a subprotocol,
+//! compute Sec-WebSocket-Accept, or refuse with the status the RFC asks for.
+
+use crate::config::ServerConfig;
+use crate::metrics::Reject;
+use base64::Engine;
+use sha1::{Digest, Sha1};
+
+const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/// A request that became a WebSocket.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accepted {
+    /// The 101 response to write.
+    pub response: Vec<u8>,
+    pub path: String,
+    pub protocol: Option<String>,
+    /// Sec-WebSocket-Extensions offers, for the extension negotiation.
+    pub extensions: Vec<String>,
+}
+
+/// A refused request: why (for metrics) and the HTTP response to write before closing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    pub reason: Reject,
+    pub response: Vec<u8>,
+}
+
+/// Where the request header ends (after "\r\n\r\n"), if it has arrived.
+pub fn header_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
+}
+
+pub fn accept_key(key: &str) -> String {
+    let mut h = Sha1::new();
+    h.update(key.as_bytes());
+    h.update(GUID.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(h.finalize())
+}
+
+pub fn http_error(status: u16, reason: &str, extra_headers: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n{extra_headers}\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn has_token(value: &str, token: &str) -> bool {
+    value
+        .split(',')
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+/// Decide on a complete request header. `full` means max_connections is reached.
+pub fn respond(req: &[u8], cfg: &ServerConfig, full: bool) -> Result<Accepted, Refused> {
+    let bad = |msg: &str| Refused {
+        reason: Reject::BadRequest,
+        response: http_error(400, "Bad Request", "", &format!("{msg}\n")),
+    };
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Request::new(&mut headers);
+    match r.parse(req) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(bad("incomplete request")),
+        Err(e) => return Err(bad(&format!("malformed request: {e}"))),
+    }
+    if r.method != Some("GET") {
+        return Err(Refused {
+            reason: Reject::BadRequest,
+            response: http_error(
+                405,
+                "Method Not Allowed",
+                "Allow: GET\r\n",
+                "a WebSocket upgrade is a GET\n",
+            ),
+        });
+    }
+    if r.version != Some(1) {
+        return Err(bad("a WebSocket upgrade needs HTTP/1.1"));
+    }
+    let get = |name: &str| -> Option<&str> {
+        r.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .and_then(|h| std::str::from_utf8(h.value).ok())
+            .map(str::trim)
+    };
+    let all = |name: &str| -> Vec<String> {
+        r.headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case(name))
+            .filter_map(|h| std::str::from_utf8(h.value).ok())
+            .flat_map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    let upgrade = get("Upgrade").is_some_and(|u| has_token(u, "websocket"));
+    let connection = get("Connection").is_some_and(|c| has_token(c, "upgrade"));
+    if !upgrade || !connection {
+        return Err(Refused {
+            reason: Reject::BadRequest,
+            response: http_error(
+                426,
+                "Upgrade Required",
+                "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n",
+                "this endpoint speaks WebSocket only\n",
+            ),
+        });
+    }
+    if get("Sec-WebSocket-Version") != Some("13") {
+        return Err(Refused {
+            reason: Reject::Version,
+            response: http_error(
+                426,
+                "Upgrade Required",
+                "Sec-WebSocket-Version: 13\r\n",
+                "only WebSocket version 13 is supported\n",
+            ),
+        });
+    }
+    let key = match get("Sec-WebSocket-Key") {
+        Some(k)
+            if base64::engine::general_purpose::STANDARD
+                .decode(k)
+                .is_ok_and(|d| d.len() == 16) =>
+        {
+            k.to_string()
+        }
+        _ => return Err(bad("Sec-WebSocket-Key must be 16 bytes in base64")),
+    };
+    if !cfg.allowed_origins.is_empty() {
+        let ok = get("Origin").is_some_and(|o| {
+            cfg.allowed_origins
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(o))
+        });
+        if !ok {
+            return Err(Refused {
+                reason: Reject::Origin,
+                response: http_error(403, "Forbidden", "", "origin not allowed\n"),
+            });
+        }
+    }
+    if full {
+        return Err(Refused {
+            reason: Reject::Full,
+            response: http_error(
+                503,
+                "Service Unavailable",
+                "Retry-After: 1\r\n",
+                "connection limit reached\n",
+            ),
+        });
+    }
+    let offered = all("Sec-WebSocket-Protocol");
+    let protocol = cfg
+        .subprotocols
+        .iter()
+        .find(|p| offered.iter().any(|o| o == *p))
+        .cloned();
+    let extensions = all("Sec-WebSocket-Extensions");
+    let mut response = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n",
+        accept_key(&key)
+    );
+    if let Some(p) = &protocol {
+        response.push_str(&format!("Sec-WebSocket-Protocol: {p}\r\n"));
+    }
+    response.push_str("\r\n");
+    Ok(Accepted {
+        response: response.into_bytes(),
+        path: r.path.unwrap_or("/").to_string(),
+        protocol,
+        extensions,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REQ: &str = "GET /chat HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: chat, superchat\r\nOrigin: https://a.example\r\n\r\n";
+
+    #[test]
+    fn rfc_example_accept() {
+        assert_eq!(
+            accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+        let cfg = ServerConfig {
+            subprotocols: vec!["superchat".into()],
+            ..ServerConfig::default()
+        };
+        let a = respond(REQ.as_bytes(), &cfg, false).unwrap();
+        let text = String::from_utf8(a.response).unwrap();
+        assert!(text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"));
+        assert!(text.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
+        assert!(text.contains("Sec-WebSocket-Protocol: superchat\r\n"));
+        assert_eq!(a.path, "/chat");
+    }
+
+    fn status(req: &str, cfg: &ServerConfig, full: bool) -> u16 {
+        match respond(req.as_bytes(), cfg, full) {
+            Ok(_) => 101,
+            Err(r) => String::from_utf8(r.response).unwrap()[9..12]
+                .parse()
+                .unwrap(),
+        }
+    }
+
+    #[test]
+    fn refusals() {
+        let cfg = ServerConfig::default();
+        assert_eq!(
+            status("GET / HTTP/1.1\r\nHost: x\r\n\r\n", &cfg, false),
+            426
+        );
+        assert_eq!(
+            status(&REQ.replace("Version: 13", "Version: 8"), &cfg, false),
+            426
+        );
+        assert_eq!(
+            status(
+                &REQ.replace("dGhlIHNhbXBsZSBub25jZQ==", "short"),
+                &cfg,
+                false
+            ),
+            400
+        );
+        assert_eq!(status(&REQ.replace("GET", "POST"), &cfg, false), 405);
+        assert_eq!(
+            status(&REQ.replace("HTTP/1.1", "HTTP/1.0"), &cfg, false),
+            400
+        );
+        assert_eq!(status("\x16\x03\x01garbage\r\n\r\n", &cfg, false), 400);
+        assert_eq!(status(REQ, &cfg, true), 503);
+        let only_b = ServerConfig {
+            allowed_origins: vec!["https://b.example".into()],
+            ..ServerConfig::default()
+        };
+        assert_eq!(status(REQ, &only_b, false), 403);
+        let only_a = ServerConfig {
+            allowed_origins: vec!["https://a.example".into()],
+            ..ServerConfig::default()
+        };
+        assert_eq!(status(REQ, &only_a, false), 101);
+    }
+}

@@ -1,0 +1,201 @@
+//! Counters the server keeps (relaxed atomics on the hot path) and their Prometheus text.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+
+/// Why an upgrade was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reject {
+    BadRequest,
+    Version,
+    Origin,
+    Timeout,
+    TooLarge,
+    Full,
+    Shutdown,
+}
+
+const REJECT_NAMES: [&str; 7] = [
+    "bad_request",
+    "version",
+    "origin",
+    "timeout",
+    "header_too_large",
+    "max_connections",
+    "shutting_down",
+];
+/// Close codes counted individually (1005: a close without a code); others land in "other".
+const CLOSE_CODES: [u16; 11] = [
+    1000, 1001, 1002, 1003, 1005, 1007, 1008, 1009, 1010, 1011, 1013,
+];
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub connections: AtomicI64,
+    pub accepted: AtomicU64,
+    rejected: [AtomicU64; 7],
+    pub messages_in: AtomicU64,
+    pub messages_out: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    /// Close codes the server sent, by code.
+    closes_sent: [AtomicU64; 12],
+    /// Close codes peers sent.
+    closes_received: [AtomicU64; 12],
+    pub backpressure_closes: AtomicU64,
+    pub heartbeat_timeouts: AtomicU64,
+    pub pings_sent: AtomicU64,
+    pub offload_queue_depth: AtomicI64,
+    pub offload_jobs: AtomicU64,
+    /// Microseconds the offload pool spent running handlers.
+    pub offload_busy_us: AtomicU64,
+    pub broadcasts: AtomicU64,
+}
+
+fn slot(code: u16) -> usize {
+    CLOSE_CODES
+        .iter()
+        .position(|c| *c == code)
+        .unwrap_or(CLOSE_CODES.len())
+}
+
+impl Metrics {
+    pub fn reject(&self, r: Reject) {
+        self.rejected[r as usize].fetch_add(1, Relaxed);
+    }
+    pub fn rejected(&self, r: Reject) -> u64 {
+        self.rejected[r as usize].load(Relaxed)
+    }
+    pub fn close_sent(&self, code: u16) {
+        self.closes_sent[slot(code)].fetch_add(1, Relaxed);
+    }
+    pub fn close_received(&self, code: u16) {
+        self.closes_received[slot(code)].fetch_add(1, Relaxed);
+    }
+    pub fn closes_sent(&self, code: u16) -> u64 {
+        self.closes_sent[slot(code)].load(Relaxed)
+    }
+
+    /// Prometheus text exposition. `workers` is per-I/O-worker busy time in seconds.
+    pub fn render(&self, workers: &[f64], extra: &[(&str, &str, f64)]) -> String {
+        let mut o = String::new();
+        let mut g = |name: &str, help: &str, kind: &str, v: f64| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        };
+        g(
+            "ws_connections",
+            "Open WebSocket connections.",
+            "gauge",
+            self.connections.load(Relaxed) as f64,
+        );
+        g(
+            "ws_handshakes_accepted_total",
+            "Upgrades accepted.",
+            "counter",
+            self.accepted.load(Relaxed) as f64,
+        );
+        g(
+            "ws_messages_in_total",
+            "Messages received.",
+            "counter",
+            self.messages_in.load(Relaxed) as f64,
+        );
+        g(
+            "ws_messages_out_total",
+            "Messages sent (a broadcast counts once per recipient).",
+            "counter",
+            self.messages_out.load(Relaxed) as f64,
+        );
+        g(
+            "ws_bytes_in_total",
+            "Payload bytes received.",
+            "counter",
+            self.bytes_in.load(Relaxed) as f64,
+        );
+        g(
+            "ws_bytes_out_total",
+            "Bytes written to sockets.",
+            "counter",
+            self.bytes_out.load(Relaxed) as f64,
+        );
+        g(
+            "ws_backpressure_closes_total",
+            "Slow consumers closed for exceeding the send-queue cap.",
+            "counter",
+            self.backpressure_closes.load(Relaxed) as f64,
+        );
+        g(
+            "ws_heartbeat_timeouts_total",
+            "Connections closed for silence past the heartbeat timeout.",
+            "counter",
+            self.heartbeat_timeouts.load(Relaxed) as f64,
+        );
+        g(
+            "ws_pings_sent_total",
+            "Heartbeat pings sent.",
+            "counter",
+            self.pings_sent.load(Relaxed) as f64,
+        );
+        g(
+            "ws_offload_queue_depth",
+            "Jobs waiting for the offload pool: the early-warning signal.",
+            "gauge",
+            self.offload_queue_depth.load(Relaxed) as f64,
+        );
+        g(
+            "ws_offload_jobs_total",
+            "Handler jobs run on the offload pool.",
+            "counter",
+            self.offload_jobs.load(Relaxed) as f64,
+        );
+        g(
+            "ws_offload_busy_seconds_total",
+            "Time the offload pool spent in handlers.",
+            "counter",
+            self.offload_busy_us.load(Relaxed) as f64 / 1e6,
+        );
+        g(
+            "ws_broadcasts_total",
+            "Broadcast calls.",
+            "counter",
+            self.broadcasts.load(Relaxed) as f64,
+        );
+        for (name, help, v) in extra {
+            g(name, help, "gauge", *v);
+        }
+        let _ = writeln!(o, "# HELP ws_handshakes_rejected_total Upgrades refused, by reason.\n# TYPE ws_handshakes_rejected_total counter");
+        for (i, n) in REJECT_NAMES.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "ws_handshakes_rejected_total{{reason=\"{n}\"}} {}",
+                self.rejected[i].load(Relaxed)
+            );
+        }
+        for (name, arr, help) in [
+            (
+                "ws_closes_sent_total",
+                &self.closes_sent,
+                "Close frames sent, by code.",
+            ),
+            (
+                "ws_closes_received_total",
+                &self.closes_received,
+                "Close frames received, by code (1005: none given).",
+            ),
+        ] {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (i, v) in arr.iter().enumerate() {
+                let label = CLOSE_CODES
+                    .get(i)
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "other".into());
+                let _ = writeln!(o, "{name}{{code=\"{label}\"}} {}", v.load(Relaxed));
+            }
+        }
+        let _ = writeln!(o, "# HELP ws_worker_busy_seconds_total Time each I/O worker spent running tasks.\n# TYPE ws_worker_busy_seconds_total counter");
+        for (i, s) in workers.iter().enumerate() {
+            let _ = writeln!(o, "ws_worker_busy_seconds_total{{worker=\"{i}\"}} {s}");
+        }
+        o
+    }
+}

@@ -1,0 +1,95 @@
+//! The offload pool: handler work that may block runs here, never on an I/O thread. A bounded
+//! queue sits in front; when it is full, the connection that wants to add a job stops reading
+//! until there is room, so TCP flow control slows that client instead of memory growing. The
+//! queue's depth is exported: a growing queue is the early warning that the pool is too small.
+
+use crate::config::Handler;
+use crate::conn::Shared;
+use crate::frame::OpCode;
+use crate::metrics::Metrics;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct Job {
+    pub conn: Arc<Shared>,
+    pub opcode: OpCode,
+    pub payload: Vec<u8>,
+}
+
+pub type Sender = async_channel::Sender<Job>;
+
+/// Start `threads` workers running `handler`; returns the queue's sender.
+pub fn start(
+    handler: Handler,
+    threads: usize,
+    queue: usize,
+    metrics: Arc<Metrics>,
+    fragment: usize,
+) -> Sender {
+    let (tx, rx) = async_channel::bounded::<Job>(queue.max(1));
+    for i in 0..threads.max(1) {
+        let rx = rx.clone();
+        let metrics = metrics.clone();
+        std::thread::Builder::new()
+            .name(format!("ws-offload-{i}"))
+            .spawn(move || {
+                while let Ok(job) = rx.recv_blocking() {
+                    metrics.offload_queue_depth.fetch_sub(1, Relaxed);
+                    let start = Instant::now();
+                    run(handler);
+                    metrics
+                        .offload_busy_us
+                        .fetch_add(start.elapsed().as_micros() as u64, Relaxed);
+                    metrics.offload_jobs.fetch_add(1, Relaxed);
+                    job.conn
+                        .send_owned(job.opcode, &job.payload, fragment, &metrics);
+                }
+            })
+            .expect("spawn an offload thread");
+    }
+    tx
+}
+
+/// The simulated work: CPU time is burnt on this thread's CPU clock, so a busy machine does not
+/// shorten it; blocking is a sleep, like waiting for a database.
+fn run(handler: Handler) {
+    let (cpu_us, block_ms) = match handler {
+        Handler::Echo => (0, 0),
+        Handler::Cpu(us) => (us, 0),
+        Handler::Block(ms) => (0, ms),
+        Handler::Mixed { cpu_us, block_ms } => (cpu_us, block_ms),
+    };
+    if cpu_us > 0 {
+        let start = thread_cpu_time();
+        let mut x = 0u64;
+        while thread_cpu_time().saturating_sub(start) < Duration::from_micros(cpu_us) {
+            for i in 0..1000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
+            }
+            std::hint::black_box(x);
+        }
+    }
+    if block_ms > 0 {
+        std::thread::sleep(Duration::from_millis(block_ms));
+    }
+}
+
+/// CPU time this thread has used (CLOCK_THREAD_CPUTIME_ID).
+#[cfg(unix)]
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer; the clock id is supported on Linux and the BSDs.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[cfg(not(unix))]
+pub fn thread_cpu_time() -> Duration {
+    // No per-thread clock here: wall time is the closest stand-in.
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed()
+}

@@ -1,0 +1,48 @@
+//! The byte stream under a connection: readiness plus non-blocking reads and vectored writes.
+//! Plain TCP is `tokio::net::TcpStream` itself; TLS wraps a rustls session around one (tls.rs).
+//! Working on readiness (not `AsyncRead`) is what lets every connection on a worker share one
+//! receive buffer instead of owning one: an idle connection holds no read buffer at all.
+
+use std::future::Future;
+use std::io::{self, IoSlice};
+use tokio::net::TcpStream;
+
+pub trait Transport: Send + Sync + 'static {
+    /// Wait until a read may make progress.
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send;
+    /// Wait until a write may make progress.
+    fn writable(&self) -> impl Future<Output = io::Result<()>> + Send;
+    /// Read what is there; `WouldBlock` when nothing is; `Ok(0)` at end of stream.
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize>;
+    /// Write what the socket takes now; `WouldBlock` when it takes nothing.
+    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
+    /// Whether bytes the transport itself buffered (TLS records) still wait to go out.
+    fn wants_flush(&self) -> bool {
+        false
+    }
+    /// Push those bytes; `WouldBlock` when the socket is full.
+    fn try_flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+    /// Half-close: no more writes (sends FIN after what is queued).
+    fn shutdown_write(&self);
+}
+
+impl Transport for TcpStream {
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send {
+        TcpStream::readable(self)
+    }
+    fn writable(&self) -> impl Future<Output = io::Result<()>> + Send {
+        TcpStream::writable(self)
+    }
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        TcpStream::try_read(self, buf)
+    }
+    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        TcpStream::try_write_vectored(self, bufs)
+    }
+    fn shutdown_write(&self) {
+        let sock = socket2::SockRef::from(self);
+        let _ = sock.shutdown(std::net::Shutdown::Write);
+    }
+}

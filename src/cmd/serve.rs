@@ -1,0 +1,186 @@
+//! `wstune serve`: profile + flags -> ServerConfig -> embedded_server::Server::run.
+
+use crate::cli::args::{AppArg, ServeArgs};
+use crate::cli::exit;
+use crate::output;
+use crate::profile;
+use anyhow::{bail, Context, Result};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
+use embedded_server::{App, BackpressureClose, Handler, Server, ServerConfig};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Settings resolved from the profile and flags, with where each came from.
+pub struct Resolved {
+    pub config: ServerConfig,
+    pub workers: usize,
+    pub table: Vec<(&'static str, String, &'static str)>,
+}
+
+pub fn resolve(a: &ServeArgs) -> Result<Resolved> {
+    let p = profile::load(&a.profile)?.profile;
+    let s = &p.server;
+    let mut table = Vec::new();
+    let mut pick = |name: &'static str, flag: Option<usize>, prof: u64| -> usize {
+        let (v, from) = match flag {
+            Some(v) => (v, "flag"),
+            None => (prof as usize, "profile"),
+        };
+        table.push((name, v.to_string(), from));
+        v
+    };
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let workers = match pick("io workers (0 = cores)", a.workers, s.io_workers) {
+        0 => cores,
+        n => n,
+    };
+    let offload_pool_size = pick(
+        "offload pool (0 = cores)",
+        a.offload_pool,
+        s.offload_pool_size,
+    );
+    let offload_queue_size = pick("offload queue", a.offload_queue, s.offload_queue_size);
+    let max_connections = pick("max connections", a.max_connections, s.max_connections);
+    let max_frame_bytes = pick("max frame bytes", a.max_frame, s.max_frame_bytes);
+    let max_message_bytes = pick("max message bytes", a.max_message, s.max_message_bytes);
+    let fragment_bytes = pick("fragment bytes", a.fragment, s.fragment_bytes);
+    let send_queue_bytes = pick("send queue cap bytes", a.send_queue, s.send_queue_bytes);
+    let hb_interval = pick(
+        "heartbeat interval s",
+        a.heartbeat_interval.map(|v| v as usize),
+        s.heartbeat.interval_secs,
+    );
+    let hb_timeout = pick(
+        "heartbeat timeout s",
+        a.heartbeat_timeout.map(|v| v as usize),
+        s.heartbeat.timeout_secs,
+    );
+    if max_frame_bytes > max_message_bytes {
+        bail!("--max-frame {max_frame_bytes} is above the message cap {max_message_bytes}: a frame is part of a message; raise --max-message too");
+    }
+    if hb_timeout <= hb_interval {
+        bail!("heartbeat timeout {hb_timeout} s must be longer than the interval {hb_interval} s, or every connection times out before its pong");
+    }
+    if fragment_bytes == 0 || max_frame_bytes == 0 || send_queue_bytes < 1024 {
+        bail!("--fragment and --max-frame must be positive and --send-queue at least 1024 bytes");
+    }
+    let handler = Handler::parse(&a.handler).map_err(|e| anyhow::anyhow!("--handler: {e}"))?;
+    let app = match a.app {
+        AppArg::Echo => App::Echo,
+        AppArg::Broadcast => App::Broadcast,
+        AppArg::Channels => App::Channels,
+    };
+    if handler.offloaded() && app != App::Echo {
+        bail!("--handler {} works with --app echo only (the built-in handler simulates work before the echo)", a.handler);
+    }
+    table.push(("app", format!("{:?}", app).to_lowercase(), "flag"));
+    table.push(("handler", a.handler.clone(), "flag"));
+    let config = ServerConfig {
+        app,
+        handler,
+        max_connections,
+        max_frame_bytes,
+        max_message_bytes,
+        fragment_bytes,
+        send_queue_bytes,
+        backpressure_close: if a.backpressure_close == 1013 {
+            BackpressureClose::TryAgain
+        } else {
+            BackpressureClose::Policy
+        },
+        heartbeat_interval: Duration::from_secs(hb_interval as u64),
+        heartbeat_timeout: Duration::from_secs(hb_timeout as u64),
+        handshake_timeout: Duration::from_secs(a.handshake_timeout.max(1)),
+        max_header_bytes: 8 << 10,
+        allowed_origins: a.origins.clone(),
+        subprotocols: a.subprotocols.clone(),
+        offload_pool_size,
+        offload_queue_size: offload_queue_size.max(1),
+        shutdown_grace: Duration::from_secs(a.shutdown_grace),
+    };
+    Ok(Resolved {
+        config,
+        workers,
+        table,
+    })
+}
+
+pub fn run(a: &ServeArgs) -> Result<u8> {
+    let r = resolve(a)?;
+    let admin: Option<SocketAddr> = match a.admin.as_str() {
+        "off" => None,
+        s => Some(s.parse().with_context(|| {
+            format!("--admin {s}: not an address like 127.0.0.1:9002 (or off)")
+        })?),
+    };
+    let (soft, hard) = crate::host::raise_nofile();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(r.workers)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let addr = SocketAddr::new(a.bind, a.port);
+        let listeners = embedded_server::bind(addr, a.reuseport, a.acceptors.max(if a.reuseport { r.workers } else { 1 }))
+            .with_context(|| format!("cannot listen on {addr} (in use? pick another --port)"))?;
+        let local = listeners[0].local_addr()?;
+        let admin_listener = match admin {
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on --admin {addr}"))?),
+            None => None,
+        };
+        print_settings(&r, local, admin_listener.as_ref().and_then(|l| l.local_addr().ok()), listeners.len());
+        if (soft as usize) < r.config.max_connections + 64 {
+            eprintln!(
+                "wstune: warning: this process may open {soft} files (hard limit {hard}), fewer than max connections {}: accept() will fail with EMFILE beyond that. Raise LimitNOFILE / ulimit -n (wstune check says how).",
+                r.config.max_connections
+            );
+        }
+        let server = Server::new(r.config.clone());
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        if let Some(l) = admin_listener {
+            let hub = server.hub();
+            let mut rx = stop_rx.clone();
+            tokio::spawn(embedded_server::admin::serve(l, hub, async move {
+                let _ = rx.changed().await;
+            }));
+        }
+        server
+            .run(listeners, async {
+                embedded_server::shutdown_signal().await;
+                eprintln!("wstune: shutting down: closing connections with 1001");
+            })
+            .await?;
+        let _ = stop_tx.send(true);
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(exit::OK)
+}
+
+fn print_settings(r: &Resolved, ws: SocketAddr, admin: Option<SocketAddr>, acceptors: usize) {
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic);
+    if !output::colour_wanted(false) {
+        t.force_no_tty().set_width(output::table_width());
+    }
+    t.set_header(vec!["Setting", "Value", "From"]);
+    for (k, v, from) in &r.table {
+        t.add_row(vec![k.to_string(), v.clone(), from.to_string()]);
+    }
+    t.add_row(vec![
+        "io workers (effective)".to_string(),
+        r.workers.to_string(),
+        "runtime".into(),
+    ]);
+    t.add_row(vec![
+        "accept loops".to_string(),
+        acceptors.to_string(),
+        "flag".into(),
+    ]);
+    eprintln!("{t}");
+    eprintln!("wstune serve: listening on ws://{ws}/");
+    if let Some(a) = admin {
+        eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics");
+    }
+}

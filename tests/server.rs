@@ -1,0 +1,947 @@
+//! `wstune serve` driven from outside: clients we did not write (tokio-tungstenite, Python
+//! `websockets`, headless Chromium), raw TCP for hostile input, the admin endpoints, and the
+//! Autobahn TestSuite. Every server is the real binary on 127.0.0.1 with a free port.
+
+use futures_util::{SinkExt, StreamExt};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::Message;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_wstune")
+}
+
+/// A running `wstune serve`, killed on drop.
+struct Srv {
+    child: Child,
+    port: u16,
+    admin: u16,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Srv {
+    fn start(args: &[&str]) -> Srv {
+        Self::start_with(args, |_| {})
+    }
+
+    fn start_with(args: &[&str], tweak: impl FnOnce(&mut Command)) -> Srv {
+        let mut cmd = Command::new(bin());
+        cmd.args([
+            "serve",
+            "--port",
+            "0",
+            "--admin",
+            "127.0.0.1:0",
+            "--profile",
+            "10k",
+        ])
+        .args(args);
+        cmd.stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .env("NO_COLOR", "1");
+        tweak(&mut cmd);
+        let mut child = cmd.spawn().expect("start wstune serve");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l2 = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                l2.lock().unwrap().push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        let (mut port, mut admin) = (0, 0);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while port == 0 || admin == 0 {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("server did not start: {:?}", log.lock().unwrap()));
+            if let Some(rest) = line.split("listening on ws://127.0.0.1:").nth(1) {
+                port = rest.trim_end_matches('/').parse().unwrap();
+            }
+            if let Some(rest) = line.split("admin on http://127.0.0.1:").nth(1) {
+                admin = rest.split('/').next().unwrap().parse().unwrap();
+            }
+        }
+        Srv {
+            child,
+            port,
+            admin,
+            log,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("ws://127.0.0.1:{}/", self.port)
+    }
+
+    fn get(&self, path: &str) -> String {
+        http(
+            self.admin,
+            &format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n"),
+        )
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let text = self.get("/metrics");
+        text.lines()
+            .find(|l| {
+                l.starts_with(name)
+                    && l[name.len()..].starts_with([' ', '{'])
+                    && !l.starts_with('#')
+                    && (name.contains('{') || !l[name.len()..].starts_with('{'))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        s.lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Srv {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP exchange; returns the whole response.
+fn http(port: u16, req: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+const UPGRADE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
+/// A raw TCP client after a successful upgrade.
+fn raw(port: u16) -> TcpStream {
+    raw_with(port, None)
+}
+
+/// The same with a tiny receive buffer (no autotuning): a client that cannot absorb much, so a
+/// server's send queue fills quickly when it does not read.
+fn raw_small_rcvbuf(port: u16) -> TcpStream {
+    raw_with(port, Some(4096))
+}
+
+fn raw_with(port: u16, rcvbuf: Option<usize>) -> TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    if let Some(n) = rcvbuf {
+        sock.set_recv_buffer_size(n).unwrap();
+    }
+    sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
+        .unwrap();
+    let mut s: TcpStream = sock.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(UPGRADE.as_bytes()).unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).unwrap();
+        head.push(b[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        head.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
+        "{head}"
+    );
+    s
+}
+
+/// A client frame; `mask` false makes the illegal unmasked form.
+fn frame(fin: bool, opcode: u8, payload: &[u8], mask: bool) -> Vec<u8> {
+    let key = [0x37, 0xfa, 0x21, 0x3d];
+    let mut v = vec![(if fin { 0x80 } else { 0 }) | opcode];
+    let m = if mask { 0x80 } else { 0 };
+    let len = payload.len();
+    if len < 126 {
+        v.push(m | len as u8);
+    } else if len < 65536 {
+        v.push(m | 126);
+        v.extend_from_slice(&(len as u16).to_be_bytes());
+    } else {
+        v.push(m | 127);
+        v.extend_from_slice(&(len as u64).to_be_bytes());
+    }
+    if mask {
+        v.extend_from_slice(&key);
+        v.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    } else {
+        v.extend_from_slice(payload);
+    }
+    v
+}
+
+/// Read one server frame: (opcode, payload). None at end of stream.
+fn read_frame(s: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h).ok()?;
+    assert_eq!(h[1] & 0x80, 0, "server frames are never masked");
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut b = [0u8; 2];
+            s.read_exact(&mut b).ok()?;
+            u16::from_be_bytes(b) as usize
+        }
+        127 => {
+            let mut b = [0u8; 8];
+            s.read_exact(&mut b).ok()?;
+            u64::from_be_bytes(b) as usize
+        }
+        n => n as usize,
+    };
+    let mut p = vec![0u8; len];
+    s.read_exact(&mut p).ok()?;
+    Some((h[0] & 0x0f, p))
+}
+
+/// Skip data and pings until a close frame; returns its code.
+fn close_code(s: &mut TcpStream) -> Option<u16> {
+    loop {
+        let (op, p) = read_frame(s)?;
+        if op == 8 {
+            return Some(if p.len() >= 2 {
+                u16::from_be_bytes([p[0], p[1]])
+            } else {
+                1005
+            });
+        }
+    }
+}
+
+fn status_of(resp: &str) -> u16 {
+    resp.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+// --- clients we did not write -------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_tungstenite_echo_text_binary_fragmented_and_ping() {
+    let srv = Srv::start(&["--fragment", "16384"]);
+    let (mut ws, resp) = tokio_tungstenite::connect_async(srv.url()).await.unwrap();
+    assert_eq!(resp.status(), 101);
+    ws.send(Message::text("héllo")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("héllo"));
+    let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    ws.send(Message::binary(big.clone())).await.unwrap();
+    match ws.next().await.unwrap().unwrap() {
+        Message::Binary(b) => assert_eq!(
+            b.as_ref(),
+            &big[..],
+            "a 1 MB message comes back whole (sent as 62 fragments)"
+        ),
+        other => panic!("{other:?}"),
+    }
+    ws.send(Message::Ping(b"abc".to_vec().into()))
+        .await
+        .unwrap();
+    loop {
+        if let Message::Pong(p) = ws.next().await.unwrap().unwrap() {
+            assert_eq!(p.as_ref(), b"abc");
+            break;
+        }
+    }
+    ws.close(None).await.unwrap();
+    assert!(srv.metric("ws_messages_in_total") >= 2.0);
+}
+
+#[test]
+fn python_websockets_client_interoperates() {
+    let srv = Srv::start(&["--subprotocol", "chat.v1"]);
+    let script = r#"
+import asyncio, sys, websockets
+async def main(url):
+    async with websockets.connect(url, subprotocols=["other", "chat.v1"], max_size=2**24) as ws:
+        assert ws.subprotocol == "chat.v1", ws.subprotocol
+        for size in (0, 1, 125, 126, 65535, 65536, 300000):
+            msg = "x" * size
+            await ws.send(msg)
+            assert await ws.recv() == msg, size
+        await ws.send(b"\x00\x01\x02")
+        assert await ws.recv() == b"\x00\x01\x02"
+        async def parts():
+            for p in ("frag", "ment", "ed"):
+                yield p
+        await ws.send(parts())
+        assert await ws.recv() == "fragmented"
+        await ws.close(code=1000, reason="bye")
+        assert ws.close_code == 1000, ws.close_code
+    print("PY-OK")
+asyncio.run(main(sys.argv[1]))
+"#;
+    let o = Command::new("python3")
+        .args(["-c", script, &srv.url()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    if err.contains("No module named 'websockets'") && std::env::var("CI").is_err() {
+        eprintln!("skipped: pip install -r tests/requirements.txt for the websockets interop test");
+        return;
+    }
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("PY-OK"),
+        "{err}"
+    );
+}
+
+#[test]
+fn headless_chromium_interoperates() {
+    let chromium = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+    let Some(chromium) = chromium else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI must install chromium (apt-get install chromium)"
+        );
+        eprintln!("skipped: no chromium here");
+        return;
+    };
+    // The page talks to the channels app and reports back on a channel this test listens to.
+    let srv = Srv::start(&["--app", "channels"]);
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("t.html");
+    std::fs::write(
+        &page,
+        format!(
+            r#"<!doctype html><script>
+const ws = new WebSocket("ws://127.0.0.1:{port}/");
+const big = "y".repeat(200000);
+ws.onopen = () => ws.send(JSON.stringify({{op: "subscribe", channel: "t"}}));
+ws.onmessage = (e) => {{
+  const m = JSON.parse(e.data);
+  if (m.op === "subscribed") ws.send(JSON.stringify({{op: "publish", channel: "t", data: big}}));
+  else if (m.channel === "t") ws.send(JSON.stringify({{op: "publish", channel: "report", data: m.data === big ? "CHROMIUM-OK" : "BAD"}}));
+}};
+</script>"#,
+            port = srv.port
+        ),
+    )
+    .unwrap();
+    let mut listener = raw(srv.port);
+    listener
+        .write_all(&frame(
+            true,
+            1,
+            br#"{"op":"subscribe","channel":"report"}"#,
+            true,
+        ))
+        .unwrap();
+    let (_, ack) = read_frame(&mut listener).unwrap();
+    assert!(String::from_utf8_lossy(&ack).contains("subscribed"));
+    let profile = tempfile::tempdir().unwrap();
+    let mut browser = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-quic",
+            &format!("--user-data-dir={}", profile.path().display()),
+            &format!("file://{}", page.display()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    listener
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let got = read_frame(&mut listener).map(|(_, p)| String::from_utf8_lossy(&p).into_owned());
+    let _ = browser.kill();
+    let _ = browser.wait();
+    assert_eq!(
+        got.as_deref(),
+        Some(r#"{"channel":"report","data":"CHROMIUM-OK"}"#)
+    );
+}
+
+// --- hostile input --------------------------------------------------------------------------------
+
+#[test]
+fn bad_handshakes_get_the_status_the_rfc_asks_for() {
+    let srv = Srv::start(&[]);
+    let p = srv.port;
+    assert_eq!(
+        status_of(&http(p, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")),
+        426
+    );
+    let v8 = http(p, &UPGRADE.replace("Version: 13", "Version: 8"));
+    assert_eq!(status_of(&v8), 426);
+    assert!(v8.contains("Sec-WebSocket-Version: 13"), "{v8}");
+    assert_eq!(
+        status_of(&http(
+            p,
+            &UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "bm9wZQ==")
+        )),
+        400
+    );
+    assert_eq!(status_of(&http(p, &UPGRADE.replace("GET", "POST"))), 405);
+    assert_eq!(
+        status_of(&http(p, "\u{16}\u{3}\u{1}not http at all\r\n\r\n")),
+        400
+    );
+    let huge = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20000));
+    assert_eq!(status_of(&http(p, &huge)), 431);
+    assert!(srv.metric("ws_handshakes_rejected_total{reason=\"bad_request\"}") >= 3.0);
+    // Still serving.
+    let mut s = raw(p);
+    s.write_all(&frame(true, 1, b"alive", true)).unwrap();
+    assert_eq!(read_frame(&mut s), Some((1, b"alive".to_vec())));
+}
+
+#[test]
+fn protocol_violations_close_with_the_right_code_and_the_server_keeps_serving() {
+    let srv = Srv::start(&["--max-frame", "1024", "--max-message", "4096"]);
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        ("unmasked frame", frame(true, 1, b"x", false), 1002),
+        ("reserved opcode", frame(true, 3, b"", true), 1002),
+        (
+            "reserved bits",
+            {
+                let mut f = frame(true, 1, b"x", true);
+                f[0] |= 0x40;
+                f
+            },
+            1002,
+        ),
+        ("fragmented control frame", frame(false, 9, b"", true), 1002),
+        (
+            "control frame over 125 bytes",
+            frame(true, 9, &[0; 126], true),
+            1002,
+        ),
+        ("oversize frame", frame(true, 2, &[0; 2000], true), 1009),
+        (
+            "oversize message",
+            [
+                frame(false, 2, &[0; 1000], true),
+                frame(false, 0, &[0; 1000], true),
+                frame(false, 0, &[0; 1000], true),
+                frame(false, 0, &[0; 1000], true),
+                frame(true, 0, &[0; 1000], true),
+            ]
+            .concat(),
+            1009,
+        ),
+        (
+            "invalid UTF-8 split across fragments",
+            [
+                frame(false, 1, b"ok \xce", true),
+                frame(true, 0, b"\xff", true),
+            ]
+            .concat(),
+            1007,
+        ),
+        (
+            "continuation without a message",
+            frame(true, 0, b"x", true),
+            1002,
+        ),
+        (
+            "new message inside a fragmented one",
+            [frame(false, 1, b"a", true), frame(true, 1, b"b", true)].concat(),
+            1002,
+        ),
+        (
+            "close with an invalid code",
+            frame(true, 8, &1005u16.to_be_bytes(), true),
+            1002,
+        ),
+        (
+            "close with a one-byte payload",
+            frame(true, 8, &[3], true),
+            1002,
+        ),
+        (
+            "close reason that is not UTF-8",
+            [&1000u16.to_be_bytes()[..], b"\xff"]
+                .concat()
+                .as_slice()
+                .pipe(|p| frame(true, 8, p, true)),
+            1007,
+        ),
+    ];
+    for (name, bytes, want) in cases {
+        let mut s = raw(srv.port);
+        s.write_all(&bytes).unwrap();
+        assert_eq!(close_code(&mut s), Some(want), "{name}");
+        // The server closes the TCP connection after the close handshake.
+        let _ = s.write_all(&frame(true, 8, &want.to_be_bytes(), true));
+        let mut rest = Vec::new();
+        assert!(
+            s.read_to_end(&mut rest).is_ok(),
+            "{name}: connection closed"
+        );
+    }
+    assert!(srv.metric("ws_closes_sent_total{code=\"1002\"}") >= 8.0);
+    // A clean close is echoed with its code.
+    let mut s = raw(srv.port);
+    s.write_all(&frame(
+        true,
+        8,
+        &[&4321u16.to_be_bytes()[..], b"bye"].concat(),
+        true,
+    ))
+    .unwrap();
+    assert_eq!(close_code(&mut s), Some(4321));
+    let mut s = raw(srv.port);
+    s.write_all(&frame(true, 1, b"still here", true)).unwrap();
+    assert_eq!(read_frame(&mut s), Some((1, b"still here".to_vec())));
+}
+
+trait Pipe: Sized {
+    fn pipe<R>(self, f: impl FnOnce(Self) -> R) -> R {
+        f(self)
+    }
+}
+impl<T> Pipe for T {}
+
+#[test]
+fn slowloris_upgrades_time_out_with_408() {
+    let srv = Srv::start(&["--handshake-timeout", "1"]);
+    let mut s = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let start = Instant::now();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert_eq!(status_of(&out), 408, "{out}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        srv.metric("ws_handshakes_rejected_total{reason=\"timeout\"}"),
+        1.0
+    );
+}
+
+#[test]
+fn malformed_frames_in_bulk_leave_memory_bounded() {
+    let srv = Srv::start(&[]);
+    // Warm up, then measure.
+    for _ in 0..50 {
+        let mut s = raw(srv.port);
+        s.write_all(&frame(true, 3, b"", true)).unwrap();
+        let _ = close_code(&mut s);
+    }
+    let before = srv.rss_kib();
+    for i in 0..500 {
+        let mut s = raw(srv.port);
+        if i % 2 == 0 {
+            // A 64-bit length with the top bit set: refused at once.
+            s.write_all(&[
+                0x82, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 3, 4,
+            ])
+            .unwrap();
+            assert_eq!(close_code(&mut s), Some(1002));
+        } else {
+            // A frame at the 4 MiB cap, 64 KiB of it, then the peer vanishes: the partial frame
+            // the server was holding must be freed with the connection.
+            let mut f = vec![0x82, 0xFF];
+            f.extend_from_slice(&(4u64 << 20).to_be_bytes());
+            f.extend_from_slice(&[1, 2, 3, 4]);
+            f.extend_from_slice(&[0u8; 65536]);
+            s.write_all(&f).unwrap();
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let after = srv.rss_kib();
+    assert!(
+        after < before + 8 * 1024,
+        "RSS grew from {before} KiB to {after} KiB"
+    );
+    assert!(srv.metric("ws_closes_sent_total{code=\"1002\"}") >= 250.0);
+}
+
+// --- limits, heartbeats, backpressure -----------------------------------------------------------
+
+#[test]
+fn upgrades_past_max_connections_get_503_and_origins_are_checked() {
+    let srv = Srv::start(&["--max-connections", "2", "--origin", "https://ok.example"]);
+    let with_origin = |o: &str| UPGRADE.replace("\r\n\r\n", &format!("\r\nOrigin: {o}\r\n\r\n"));
+    assert_eq!(
+        status_of(&http(srv.port, &with_origin("https://evil.example"))),
+        403
+    );
+    let open = |_| {
+        let mut s = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+        s.write_all(with_origin("https://ok.example").as_bytes())
+            .unwrap();
+        let mut b = [0u8; 12];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"HTTP/1.1 101");
+        s
+    };
+    let _a = open(0);
+    let _b = open(1);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        status_of(&http(srv.port, &with_origin("https://ok.example"))),
+        503
+    );
+    assert_eq!(
+        srv.metric("ws_handshakes_rejected_total{reason=\"max_connections\"}"),
+        1.0
+    );
+    assert_eq!(
+        srv.metric("ws_handshakes_rejected_total{reason=\"origin\"}"),
+        1.0
+    );
+    assert_eq!(srv.metric("ws_connections"), 2.0);
+    assert!(srv.get("/healthz").contains("\"connections\":2"));
+}
+
+#[test]
+fn heartbeats_ping_idle_clients_and_close_silent_ones() {
+    let srv = Srv::start(&["--heartbeat-interval", "1", "--heartbeat-timeout", "3"]);
+    let mut silent = raw(srv.port);
+    let start = Instant::now();
+    let (op, _) = read_frame(&mut silent).unwrap();
+    assert_eq!(op, 9, "a ping first");
+    assert_eq!(
+        close_code(&mut silent),
+        Some(4000),
+        "then a close for silence"
+    );
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(7),
+        "{took:?}"
+    );
+    assert_eq!(srv.metric("ws_heartbeat_timeouts_total"), 1.0);
+    // A client that answers pings stays.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(srv.url()).await.unwrap();
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        let mut pings = 0;
+        while let Ok(Some(Ok(m))) = tokio::time::timeout_at(until, ws.next()).await {
+            if let Message::Ping(_) = m {
+                pings += 1; // tungstenite answers with a pong on its own
+            }
+        }
+        assert!(pings >= 2, "{pings}");
+        ws.send(Message::text("still open")).await.unwrap();
+        assert_eq!(
+            ws.next().await.unwrap().unwrap(),
+            Message::text("still open")
+        );
+    });
+}
+
+#[test]
+fn a_consumer_that_does_not_read_is_closed_not_buffered() {
+    let srv = Srv::start(&["--send-queue", "65536", "--backpressure-close", "1013"]);
+    let mut s = raw_small_rcvbuf(srv.port);
+    let before = srv.rss_kib();
+    // Send 4 MB of echo requests without reading a byte of the replies (from another thread, so
+    // this one can start reading as soon as the server gives up on us).
+    let mut w = s.try_clone().unwrap();
+    w.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let writer = std::thread::spawn(move || {
+        let f = frame(true, 2, &[7u8; 16384], true);
+        (0..256).take_while(|_| w.write_all(&f).is_ok()).count()
+    });
+    let start = Instant::now();
+    while srv.metric("ws_backpressure_closes_total") < 1.0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "never closed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(close_code(&mut s), Some(1013));
+    assert!(
+        writer.join().unwrap() > 4,
+        "the server read while the client was not reading"
+    );
+    assert!(
+        srv.rss_kib() < before + 16 * 1024,
+        "RSS {} KiB, was {before} KiB",
+        srv.rss_kib()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broadcast_reaches_everyone_and_a_slow_consumer_does_not_slow_the_rest() {
+    let srv = Srv::start(&["--app", "broadcast"]);
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(tokio_tungstenite::connect_async(srv.url()).await.unwrap().0);
+    }
+    // A slow consumer: upgraded, never reads, tiny receive window.
+    let slow = raw_small_rcvbuf(srv.port);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let payload = "z".repeat(20_000);
+    let start = Instant::now();
+    let mut sender = clients.remove(0);
+    let mut readers = Vec::new();
+    for (n, mut c) in clients.into_iter().enumerate() {
+        readers.push(tokio::spawn(async move {
+            for i in 0..200 {
+                let m = tokio::time::timeout(Duration::from_secs(10), c.next())
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .unwrap();
+                assert!(
+                    m.to_text().unwrap().starts_with(&format!("{i}:")),
+                    "client {n} message {i}: {m:?}"
+                );
+            }
+        }));
+    }
+    for i in 0..200 {
+        sender
+            .send(Message::text(format!("{i}:{payload}")))
+            .await
+            .unwrap();
+    }
+    for i in 0..200 {
+        let m = tokio::time::timeout(Duration::from_secs(10), sender.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(
+            m.to_text().unwrap().starts_with(&format!("{i}:")),
+            "sender message {i}"
+        );
+    }
+    for r in readers {
+        r.await.unwrap();
+    }
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert!(
+        srv.metric("ws_backpressure_closes_total") >= 1.0,
+        "the slow consumer was cut off (4 MB > its 1 MiB cap)"
+    );
+    drop(slow);
+}
+
+#[test]
+fn channels_subscribe_publish_unsubscribe() {
+    let srv = Srv::start(&["--app", "channels"]);
+    let mut a = raw(srv.port);
+    let mut b = raw(srv.port);
+    let send =
+        |s: &mut TcpStream, t: &str| s.write_all(&frame(true, 1, t.as_bytes(), true)).unwrap();
+    let recv = |s: &mut TcpStream| String::from_utf8(read_frame(s).unwrap().1).unwrap();
+    send(&mut a, r#"{"op":"subscribe","channel":"prices"}"#);
+    assert_eq!(recv(&mut a), r#"{"channel":"prices","op":"subscribed"}"#);
+    send(
+        &mut b,
+        r#"{"op":"publish","channel":"prices","data":{"eur":1.08}}"#,
+    );
+    assert_eq!(recv(&mut a), r#"{"channel":"prices","data":{"eur":1.08}}"#);
+    send(&mut b, "not json");
+    assert!(recv(&mut b).contains(r#""op":"error""#));
+    send(&mut a, r#"{"op":"unsubscribe","channel":"prices"}"#);
+    assert_eq!(recv(&mut a), r#"{"channel":"prices","op":"unsubscribed"}"#);
+    send(&mut b, r#"{"op":"publish","channel":"prices","data":2}"#);
+    send(&mut a, r#"{"op":"subscribe","channel":"other"}"#);
+    assert!(
+        recv(&mut a).contains("subscribed"),
+        "nothing from prices arrived in between"
+    );
+    b.write_all(&frame(true, 2, b"\x01", true)).unwrap();
+    assert_eq!(close_code(&mut b), Some(1003));
+}
+
+#[test]
+fn blocking_handlers_run_on_the_offload_pool() {
+    let srv = Srv::start(&[
+        "--handler",
+        "block:100",
+        "--offload-pool",
+        "4",
+        "--workers",
+        "1",
+    ]);
+    let start = Instant::now();
+    let mut socks: Vec<TcpStream> = (0..4).map(|_| raw(srv.port)).collect();
+    for s in &mut socks {
+        s.write_all(&frame(true, 1, b"job", true)).unwrap();
+    }
+    for s in &mut socks {
+        assert_eq!(read_frame(s), Some((1, b"job".to_vec())));
+    }
+    // Four 100 ms jobs on one I/O thread finish together: they ran in the pool, not inline.
+    assert!(
+        start.elapsed() < Duration::from_millis(350),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(srv.metric("ws_offload_jobs_total"), 4.0);
+    assert!(srv.get("/metrics").contains("ws_offload_queue_depth 0"));
+}
+
+#[test]
+fn sigterm_closes_every_client_with_1001_and_exits() {
+    let mut srv = Srv::start(&[]);
+    let mut a = raw(srv.port);
+    let mut b = raw(srv.port);
+    Command::new("kill")
+        .args(["-TERM", &srv.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(close_code(&mut a), Some(1001));
+    assert_eq!(close_code(&mut b), Some(1001));
+    a.write_all(&frame(true, 8, &1001u16.to_be_bytes(), true))
+        .unwrap();
+    b.write_all(&frame(true, 8, &1001u16.to_be_bytes(), true))
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = srv.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success());
+}
+
+#[test]
+fn settings_table_and_fd_warning_at_start() {
+    let srv = Srv::start_with(&["--max-connections", "50000", "--workers", "2"], |c| {
+        c.env("WSTUNE_TEST", "1");
+    });
+    let log = srv.log.lock().unwrap().join("\n");
+    assert!(
+        log.contains("max connections") && log.contains("50000") && log.contains("flag"),
+        "{log}"
+    );
+    assert!(
+        log.contains("heartbeat interval s") && log.contains("profile"),
+        "{log}"
+    );
+    // This machine's hard limit (20000) is below 50000: the server says so.
+    let hard: u64 = std::fs::read_to_string("/proc/self/limits")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .nth(4)
+        .unwrap()
+        .parse()
+        .unwrap_or(u64::MAX);
+    if hard < 50_000 {
+        assert!(log.contains("fewer than max connections 50000"), "{log}");
+    }
+    let metrics = srv.get("/metrics");
+    assert!(
+        metrics.contains("ws_worker_busy_seconds_total{worker=\"1\"}"),
+        "{metrics}"
+    );
+    assert_eq!(status_of(&srv.get("/nope")), 404);
+}
+
+// --- Autobahn -------------------------------------------------------------------------------------
+
+#[test]
+fn autobahn_testsuite_reports_no_failure() {
+    let site = std::env::var("AUTOBAHN_SITE")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target/autobahn").to_string());
+    let python = std::env::var("AUTOBAHN_PYTHON").unwrap_or_else(|_| {
+        let root = Command::new("pyenv")
+            .arg("root")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        format!("{root}/versions/2.7.18/bin/python")
+    });
+    if !std::path::Path::new(&site)
+        .join("autobahntestsuite")
+        .is_dir()
+        || !std::path::Path::new(&python).exists()
+    {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI must install the Autobahn TestSuite into {site} (see .ci/run)"
+        );
+        eprintln!("skipped: no Autobahn TestSuite at {site} (.ci/run installs it)");
+        return;
+    }
+    let srv = Srv::start(&["--max-frame", "16777216", "--max-message", "16777216"]);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/autobahn/spec.json"
+    ))
+    .unwrap()
+    .replace("9301", &srv.port.to_string());
+    std::fs::write(dir.path().join("spec.json"), spec).unwrap();
+    let runner = format!("import site, sys\nsite.addsitedir({site:?})\nsys.argv = ['wstest', '-m', 'fuzzingclient', '-s', 'spec.json']\nfrom autobahntestsuite.wstest import run\nrun()\n");
+    let o = Command::new(&python)
+        .args(["-c", &runner])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let index = dir.path().join("reports/index.json");
+    let text = std::fs::read_to_string(&index)
+        .unwrap_or_else(|_| panic!("no report: {}", String::from_utf8_lossy(&o.stderr)));
+    let got: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let expected: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/autobahn/expected.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let got = &got["wstune"];
+    let mut problems = Vec::new();
+    for (case, want) in expected.as_object().unwrap() {
+        let g = &got[case];
+        if g["behavior"] == "FAILED"
+            || g["behaviorClose"] == "FAILED"
+            || g["behavior"] == "UNIMPLEMENTED"
+        {
+            problems.push(format!(
+                "{case}: FAILED ({} / {})",
+                g["behavior"], g["behaviorClose"]
+            ));
+        } else if g["behavior"] != want["behavior"] || g["behaviorClose"] != want["behaviorClose"] {
+            problems.push(format!(
+                "{case}: {} / {} (expected {} / {})",
+                g["behavior"], g["behaviorClose"], want["behavior"], want["behaviorClose"]
+            ));
+        }
+    }
+    assert_eq!(
+        got.as_object().unwrap().len(),
+        expected.as_object().unwrap().len(),
+        "every case ran"
+    );
+    assert!(
+        problems.is_empty(),
+        "Autobahn differs from tests/autobahn/expected.json:\n{}",
+        problems.join("\n")
+    );
+}
