@@ -6,7 +6,7 @@
 use crate::cli::args::SnapshotArgs;
 use crate::cli::{exit, resolve};
 use crate::gather::gather;
-use crate::host::fs::{FsBackend, Recording, META_DIR};
+use crate::host::fs::{FsBackend, Recording, KEEP, META_DIR};
 use crate::host::Backend;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
@@ -81,8 +81,11 @@ fn write_tree(root: &Path, rec: &Recording) -> Result<()> {
         std::fs::create_dir_all(host(dir))?;
         for (name, is_dir) in entries {
             let p = host(dir).join(name);
-            if *is_dir {
+                        if *is_dir {
                 std::fs::create_dir_all(&p)?;
+                if std::fs::read_dir(&p)?.next().is_none() {
+                    std::fs::write(p.join(KEEP), "")?;
+                }
             } else if !rec.files.contains_key(&format!("{dir}/{name}")) {
                 // Listed but never read (e.g. msi_irqs entries): its name is what counts.
                 std::fs::write(&p, "")?;

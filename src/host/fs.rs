@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 /// properties). Written by `wstune snapshot`, optional in hand-made fixtures.
 pub const META_DIR: &str = "wstune";
 
+/// A marker a snapshot leaves in directories it records as empty, so the tree survives git and
+/// tar (neither keeps empty directories). Listings never show it.
+pub const KEEP: &str = ".keep";
+
 /// Where Windows keeps the TCP/IP stack's settings, and the host name.
 const TCPIP_PARAMETERS: &str = r"HKLM\SYSTEM\CurrentControlSet\Services\Tcpip\Parameters";
 
@@ -219,6 +223,7 @@ impl Backend for FsBackend {
         let mut entries: Vec<(String, bool)> = std::fs::read_dir(&full)
             .map_err(|e| ReadError::from_io(dir, &e))?
             .filter_map(|e| e.ok())
+            .filter(|e| e.file_name() != KEEP)
             .map(|e| {
                 let name = e.file_name().to_string_lossy().into_owned();
                 // Follow symlinks: /sys/class/net/eth0 is a link to a directory.
