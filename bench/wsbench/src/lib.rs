@@ -1,0 +1,122 @@
+//! A lean WebSocket client for benchmarks: raw handshake, masked frames, no per-connection
+//! buffers beyond what a frame needs, so 10,000 clients fit in one process and the generator is
+//! never the thing being measured.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+/// Connect from `source` (a loopback address, so ports never run out) and upgrade.
+pub async fn connect(server: SocketAddr, source: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    let sock = TcpSocket::new_v4()?;
+    if let Some(ip) = source {
+        sock.bind(SocketAddr::new(ip, 0))?;
+    }
+    let mut s = sock.connect(server).await?;
+    s.set_nodelay(true)?;
+    let req = format!(
+        "GET / HTTP/1.1\r\nHost: {server}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await?;
+    let mut head = Vec::with_capacity(256);
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        head.push(b[0]);
+    }
+    if !head.starts_with(b"HTTP/1.1 101") {
+        return Err(std::io::Error::other(String::from_utf8_lossy(&head).into_owned()));
+    }
+    Ok(s)
+}
+
+/// A masked client frame.
+pub fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let key = [0x12, 0x34, 0x56, 0x78];
+    let mut v = Vec::with_capacity(payload.len() + 14);
+    v.push(0x80 | opcode);
+    let len = payload.len();
+    if len < 126 {
+        v.push(0x80 | len as u8);
+    } else if len < 65536 {
+        v.push(0x80 | 126);
+        v.extend_from_slice(&(len as u16).to_be_bytes());
+    } else {
+        v.push(0x80 | 127);
+        v.extend_from_slice(&(len as u64).to_be_bytes());
+    }
+    v.extend_from_slice(&key);
+    v.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    v
+}
+
+/// Read one server frame: (opcode, payload).
+pub async fn read_frame(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<u8> {
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h).await?;
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut b = [0u8; 2];
+            s.read_exact(&mut b).await?;
+            u16::from_be_bytes(b) as usize
+        }
+        127 => {
+            let mut b = [0u8; 8];
+            s.read_exact(&mut b).await?;
+            u64::from_be_bytes(b) as usize
+        }
+        n => n as usize,
+    };
+    buf.resize(len, 0);
+    s.read_exact(buf).await?;
+    Ok(h[0] & 0x0f)
+}
+
+pub fn now_nanos() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+}
+
+/// A payload of `size` bytes that starts with the send time.
+pub fn stamped(size: usize) -> Vec<u8> {
+    let mut p = now_nanos().to_le_bytes().to_vec();
+    p.resize(size.max(16), b'x');
+    p
+}
+
+pub fn stamp_of(p: &[u8]) -> Option<u128> {
+    Some(u128::from_le_bytes(p.get(..16)?.try_into().ok()?))
+}
+
+/// Loopback source addresses 127.0.0.1.. used round-robin.
+pub fn source(i: usize, count: usize) -> Option<IpAddr> {
+    (count > 1).then(|| IpAddr::from([127, 0, 0, 1 + (i % count) as u8]))
+}
+
+/// utime + stime of a process, in seconds.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0) + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
