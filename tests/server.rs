@@ -60,7 +60,11 @@ impl Srv {
             let line = rx
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
                 .unwrap_or_else(|_| panic!("server did not start: {:?}", log.lock().unwrap()));
-            if let Some(rest) = line.split("listening on ws://127.0.0.1:").nth(1) {
+            if let Some(rest) = line
+                .split("listening on ws://127.0.0.1:")
+                .nth(1)
+                .or_else(|| line.split("listening on wss://127.0.0.1:").nth(1))
+            {
                 port = rest.trim_end_matches('/').parse().unwrap();
             }
             if let Some(rest) = line.split("admin on http://127.0.0.1:").nth(1) {
@@ -943,5 +947,91 @@ fn autobahn_testsuite_reports_no_failure() {
         problems.is_empty(),
         "Autobahn differs from tests/autobahn/expected.json:\n{}",
         problems.join("\n")
+    );
+}
+
+#[test]
+fn tls_serves_wss_to_a_standard_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output();
+    if !made.as_ref().is_ok_and(|o| o.status.success()) {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI must have openssl to make a test certificate"
+        );
+        eprintln!("skipped: no openssl");
+        return;
+    }
+    let srv = Srv::start(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    let script = r#"
+import asyncio, ssl, sys, websockets
+async def main(port, ca):
+    ctx = ssl.create_default_context(cafile=ca)
+    async with websockets.connect(f"wss://localhost:{port}/", ssl=ctx, max_size=2**22) as ws:
+        for size in (5, 70000, 1000000):
+            await ws.send("t" * size)
+            assert await ws.recv() == "t" * size, size
+    print("TLS-OK")
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"#;
+    let o = Command::new("python3")
+        .args(["-c", script, &srv.port.to_string(), cert.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    if err.contains("No module named 'websockets'") && std::env::var("CI").is_err() {
+        eprintln!("skipped: no websockets module");
+        return;
+    }
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("TLS-OK"),
+        "{err}\n{:?}",
+        srv.log.lock().unwrap()
+    );
+    // A plain-text client gets nowhere, and the server keeps serving.
+    assert_eq!(status_of(&http(srv.port, UPGRADE)), 0);
+    let bad = Command::new(bin())
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--admin",
+            "off",
+            "--tls-cert",
+            key.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("no certificate in the file"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
     );
 }

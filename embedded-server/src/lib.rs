@@ -24,6 +24,8 @@ pub mod hub;
 pub mod memory;
 pub mod metrics;
 pub mod offload;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod transport;
 pub mod utf8;
 
@@ -38,13 +40,15 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use transport::Transport;
 
 pub struct Server {
     hub: Arc<Hub>,
     ctx: Arc<Ctx>,
     stopping: Arc<AtomicBool>,
+    /// In-process TLS (see `tls`), when configured.
+    tls: Option<TlsConfig>,
 }
 
 impl Server {
@@ -74,7 +78,15 @@ impl Server {
             }),
             hub,
             stopping: Arc::new(AtomicBool::new(false)),
+            tls: None,
         }
+    }
+
+    /// Serve wss:// with this rustls configuration (see [`tls::load`]).
+    #[cfg(feature = "tls")]
+    pub fn with_tls(mut self, tls: tls::Config) -> Server {
+        self.tls = Some(tls);
+        self
     }
 
     /// The hub: broadcast, publish, metrics, connection count.
@@ -106,6 +118,7 @@ impl Server {
         for l in listeners {
             let ctx = self.ctx.clone();
             let stopping = self.stopping.clone();
+            let tls = self.tls.clone();
             let mut stop = stop_rx.clone();
             accepters.push(tokio::spawn(async move {
                 loop {
@@ -113,9 +126,10 @@ impl Server {
                         _ = stop.changed() => return,
                         r = l.accept() => match r {
                             Ok((stream, peer)) => {
-                                let ctx = ctx.clone();
+                                                                let ctx = ctx.clone();
                                 let stopping = stopping.clone();
-                                tokio::spawn(async move { handle(stream, peer, ctx, stopping).await });
+                                let _ = stream.set_nodelay(true);
+                                spawn_conn(stream, peer, ctx, stopping, tls.as_ref());
                             }
                             // EMFILE and friends: back off instead of spinning.
                             Err(e) => {
@@ -192,9 +206,43 @@ fn num_cpus() -> usize {
         .unwrap_or(1)
 }
 
-/// Upgrade one accepted socket and serve it.
-async fn handle(stream: TcpStream, _peer: SocketAddr, ctx: Arc<Ctx>, stopping: Arc<AtomicBool>) {
+#[cfg(feature = "tls")]
+type TlsConfig = tls::Config;
+/// Without the `tls` feature there is no TLS configuration to hold.
+#[cfg(not(feature = "tls"))]
+type TlsConfig = std::convert::Infallible;
+
+fn spawn_conn(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    ctx: Arc<Ctx>,
+    stopping: Arc<AtomicBool>,
+    tls: Option<&TlsConfig>,
+) {
     let _ = stream.set_nodelay(true);
+    match tls {
+        None => {
+            tokio::spawn(handle(stream, peer, ctx, stopping));
+        }
+        #[cfg(feature = "tls")]
+        Some(cfg) => match tls::TlsStream::new(stream, cfg.clone()) {
+            Ok(s) => {
+                tokio::spawn(handle(s, peer, ctx, stopping));
+            }
+            Err(e) => tracing::warn!("TLS session: {e}"),
+        },
+        #[cfg(not(feature = "tls"))]
+        Some(never) => match *never {},
+    }
+}
+
+/// Upgrade one accepted socket and serve it.
+async fn handle<T: Transport>(
+    stream: T,
+    _peer: SocketAddr,
+    ctx: Arc<Ctx>,
+    stopping: Arc<AtomicBool>,
+) {
     let hub = ctx.hub.clone();
     let cfg = &hub.config;
     let mut buf: Vec<u8> = Vec::with_capacity(1024);

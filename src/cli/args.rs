@@ -209,6 +209,12 @@ pub struct ServeArgs {
     /// How many accept loops with --reuseport.
     #[arg(long, default_value_t = 0)]
     pub acceptors: usize,
+    /// PEM certificate chain: serve wss:// (with --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
     /// Seconds graceful shutdown waits for clients after sending 1001.
     #[arg(long, default_value_t = 5)]
     pub shutdown_grace: u64,

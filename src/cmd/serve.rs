@@ -115,6 +115,8 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
             format!("--admin {s}: not an address like 127.0.0.1:9002 (or off)")
         })?),
     };
+    let tls = tls_config(a)?;
+    let scheme = if tls.is_some() { "wss" } else { "ws" };
     let (soft, hard) = crate::host::raise_nofile();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(r.workers)
@@ -129,14 +131,14 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
             Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on --admin {addr}"))?),
             None => None,
         };
-        print_settings(&r, local, admin_listener.as_ref().and_then(|l| l.local_addr().ok()), listeners.len());
+                print_settings(&r, scheme, local, admin_listener.as_ref().and_then(|l| l.local_addr().ok()), listeners.len());
         if (soft as usize) < r.config.max_connections + 64 {
             eprintln!(
                 "wstune: warning: this process may open {soft} files (hard limit {hard}), fewer than max connections {}: accept() will fail with EMFILE beyond that. Raise LimitNOFILE / ulimit -n (wstune check says how).",
                 r.config.max_connections
             );
         }
-        let server = Server::new(r.config.clone());
+                let server = with_tls(Server::new(r.config.clone()), tls);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         if let Some(l) = admin_listener {
             let hub = server.hub();
@@ -157,7 +159,13 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
     Ok(exit::OK)
 }
 
-fn print_settings(r: &Resolved, ws: SocketAddr, admin: Option<SocketAddr>, acceptors: usize) {
+fn print_settings(
+    r: &Resolved,
+    scheme: &str,
+    ws: SocketAddr,
+    admin: Option<SocketAddr>,
+    acceptors: usize,
+) {
     let mut t = Table::new();
     t.load_style(UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Dynamic);
@@ -179,8 +187,42 @@ fn print_settings(r: &Resolved, ws: SocketAddr, admin: Option<SocketAddr>, accep
         "flag".into(),
     ]);
     eprintln!("{t}");
-    eprintln!("wstune serve: listening on ws://{ws}/");
+    eprintln!("wstune serve: listening on {scheme}://{ws}/");
     if let Some(a) = admin {
         eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics");
     }
+}
+
+/// The TLS configuration from --tls-cert/--tls-key, if given.
+#[cfg(feature = "tls")]
+fn tls_config(a: &ServeArgs) -> Result<Option<embedded_server::tls::Config>> {
+    match (&a.tls_cert, &a.tls_key) {
+        (Some(c), Some(k)) => {
+            Ok(Some(embedded_server::tls::load(c, k).map_err(|e| {
+                anyhow::anyhow!("--tls-cert/--tls-key: {e}")
+            })?))
+        }
+        _ => Ok(None),
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_config(a: &ServeArgs) -> Result<Option<std::convert::Infallible>> {
+    if a.tls_cert.is_some() {
+        bail!("this wstune was built without the `tls` feature: rebuild with default features for --tls-cert");
+    }
+    Ok(None)
+}
+
+#[cfg(feature = "tls")]
+fn with_tls(s: Server, tls: Option<embedded_server::tls::Config>) -> Server {
+    match tls {
+        Some(c) => s.with_tls(c),
+        None => s,
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_tls(s: Server, _tls: Option<std::convert::Infallible>) -> Server {
+    s
 }

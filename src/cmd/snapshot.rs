@@ -81,7 +81,7 @@ fn write_tree(root: &Path, rec: &Recording) -> Result<()> {
         std::fs::create_dir_all(host(dir))?;
         for (name, is_dir) in entries {
             let p = host(dir).join(name);
-                        if *is_dir {
+            if *is_dir {
                 std::fs::create_dir_all(&p)?;
                 if std::fs::read_dir(&p)?.next().is_none() {
                     std::fs::write(p.join(KEEP), "")?;

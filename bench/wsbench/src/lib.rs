@@ -28,7 +28,9 @@ pub async fn connect(server: SocketAddr, source: Option<IpAddr>) -> std::io::Res
         head.push(b[0]);
     }
     if !head.starts_with(b"HTTP/1.1 101") {
-        return Err(std::io::Error::other(String::from_utf8_lossy(&head).into_owned()));
+        return Err(std::io::Error::other(
+            String::from_utf8_lossy(&head).into_owned(),
+        ));
     }
     Ok(s)
 }
@@ -76,7 +78,10 @@ pub async fn read_frame(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result
 }
 
 pub fn now_nanos() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
 }
 
 /// A payload of `size` bytes that starts with the send time.
@@ -100,7 +105,8 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0) + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     ticks / 100.0
 }
 

@@ -16,19 +16,29 @@ type Peers = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Message>>>>;
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let port: u16 = args.get(1).and_then(|p| p.parse().ok()).expect("usage: tt-echo PORT [broadcast]");
+    let port: u16 = args
+        .get(1)
+        .and_then(|p| p.parse().ok())
+        .expect("usage: tt-echo PORT [broadcast]");
     let broadcast = args.get(2).is_some_and(|m| m == "broadcast");
     let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
-    eprintln!("tt-echo listening on ws://127.0.0.1:{}/", listener.local_addr().unwrap().port());
+    eprintln!(
+        "tt-echo listening on ws://127.0.0.1:{}/",
+        listener.local_addr().unwrap().port()
+    );
     let peers: Peers = Arc::default();
     let mut next = 0u64;
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
         next += 1;
         let id = next;
         let peers = peers.clone();
         tokio::spawn(async move {
-            let Ok(ws) = tokio_tungstenite::accept_async(stream).await else { return };
+            let Ok(ws) = tokio_tungstenite::accept_async(stream).await else {
+                return;
+            };
             let (mut tx, mut rx) = ws.split();
             if !broadcast {
                 while let Some(Ok(m)) = rx.next().await {

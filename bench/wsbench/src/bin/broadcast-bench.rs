@@ -13,14 +13,27 @@ async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let conns: usize = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(10_000);
     let rounds: usize = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(15);
-    let wsload = args.get(3).cloned().unwrap_or_else(|| "target/release/wsload".into());
-    let server = Server::new(ServerConfig { max_connections: conns + 10, ..ServerConfig::default() });
+    let wsload = args
+        .get(3)
+        .cloned()
+        .unwrap_or_else(|| "target/release/wsload".into());
+    let server = Server::new(ServerConfig {
+        max_connections: conns + 10,
+        ..ServerConfig::default()
+    });
     let hub = server.hub();
     let listeners = embedded_server::bind("127.0.0.1:0".parse().unwrap(), false, 1).unwrap();
     let addr = listeners[0].local_addr().unwrap();
     tokio::spawn(async move { server.run(listeners, std::future::pending()).await });
     let child = tokio::process::Command::new(&wsload)
-        .args(["sub", &addr.to_string(), "--conns", &conns.to_string(), "--rounds", &(rounds * 3).to_string()])
+        .args([
+            "sub",
+            &addr.to_string(),
+            "--conns",
+            &conns.to_string(),
+            "--rounds",
+            &(rounds * 3).to_string(),
+        ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("run wsload (cargo build --release -p wsbench)");
@@ -35,7 +48,12 @@ async fn main() {
                 "naive" => hub.broadcast_naive(OpCode::Binary, &payload),
                 "broadcast" => hub.broadcast(OpCode::Binary, &payload),
                 _ => {
-                    let f = bytes::Bytes::from(frame::encode_message(OpCode::Binary, &payload, 65536, false));
+                    let f = bytes::Bytes::from(frame::encode_message(
+                        OpCode::Binary,
+                        &payload,
+                        65536,
+                        false,
+                    ));
                     hub.broadcast_encoded(f);
                 }
             }
@@ -47,15 +65,28 @@ async fn main() {
     let mut lasts: Vec<Vec<f64>> = vec![Vec::new(); 3];
     let mut p50s: Vec<Vec<f64>> = vec![Vec::new(); 3];
     for line in text.lines().filter(|l| l.starts_with("round=")) {
-        let kv: std::collections::HashMap<&str, &str> = line.split_whitespace().filter_map(|p| p.split_once('=')).collect();
+        let kv: std::collections::HashMap<&str, &str> = line
+            .split_whitespace()
+            .filter_map(|p| p.split_once('='))
+            .collect();
         let r: usize = kv["round"].parse().unwrap();
         if kv["received"].parse::<usize>().unwrap() < conns {
-            eprintln!("warning: round {r}: only {} of {conns} received", kv["received"]);
+            eprintln!(
+                "warning: round {r}: only {} of {conns} received",
+                kv["received"]
+            );
         }
         lasts[r / rounds].push(kv["last_ms"].parse().unwrap());
         p50s[r / rounds].push(kv["p50_ms"].parse().unwrap());
     }
-    for (i, mode) in ["naive", "broadcast", "broadcast_encoded"].iter().enumerate() {
-        println!("mode={mode} conns={conns} rounds={rounds} median_last_ms={:.2} median_p50_ms={:.2}", median(&mut lasts[i]), median(&mut p50s[i]));
+    for (i, mode) in ["naive", "broadcast", "broadcast_encoded"]
+        .iter()
+        .enumerate()
+    {
+        println!(
+            "mode={mode} conns={conns} rounds={rounds} median_last_ms={:.2} median_p50_ms={:.2}",
+            median(&mut lasts[i]),
+            median(&mut p50s[i])
+        );
     }
 }

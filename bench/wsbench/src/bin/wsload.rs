@@ -21,17 +21,53 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Cmd {
-    Idle { addr: SocketAddr, #[arg(long)] conns: usize, #[arg(long, default_value_t = 30)] hold: u64, #[arg(long, default_value_t = 1)] sources: usize },
-    Echo { addr: SocketAddr, #[arg(long)] conns: usize, #[arg(long)] secs: u64, #[arg(long, default_value_t = 100)] size: usize },
-    Sub { addr: SocketAddr, #[arg(long)] conns: usize, #[arg(long)] rounds: usize, #[arg(long, default_value_t = 1)] sources: usize, #[arg(long, default_value_t = 120)] timeout: u64 },
-    Pub { addr: SocketAddr, #[arg(long)] rounds: usize, #[arg(long, default_value_t = 500)] gap_ms: u64, #[arg(long, default_value_t = 100)] size: usize },
+    Idle {
+        addr: SocketAddr,
+        #[arg(long)]
+        conns: usize,
+        #[arg(long, default_value_t = 30)]
+        hold: u64,
+        #[arg(long, default_value_t = 1)]
+        sources: usize,
+    },
+    Echo {
+        addr: SocketAddr,
+        #[arg(long)]
+        conns: usize,
+        #[arg(long)]
+        secs: u64,
+        #[arg(long, default_value_t = 100)]
+        size: usize,
+    },
+    Sub {
+        addr: SocketAddr,
+        #[arg(long)]
+        conns: usize,
+        #[arg(long)]
+        rounds: usize,
+        #[arg(long, default_value_t = 1)]
+        sources: usize,
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+    },
+    Pub {
+        addr: SocketAddr,
+        #[arg(long)]
+        rounds: usize,
+        #[arg(long, default_value_t = 500)]
+        gap_ms: u64,
+        #[arg(long, default_value_t = 100)]
+        size: usize,
+    },
 }
 
 async fn open(addr: SocketAddr, n: usize, sources: usize) -> Vec<tokio::net::TcpStream> {
     let mut out = Vec::with_capacity(n);
     let mut i = 0;
     while i < n {
-        let batch: Vec<_> = (i..(i + 256).min(n)).map(|k| tokio::spawn(connect(addr, source(k, sources)))).collect();
+        let batch: Vec<_> = (i..(i + 256).min(n))
+            .map(|k| tokio::spawn(connect(addr, source(k, sources))))
+            .collect();
         for b in batch {
             out.push(b.await.unwrap().expect("connect"));
         }
@@ -43,12 +79,22 @@ async fn open(addr: SocketAddr, n: usize, sources: usize) -> Vec<tokio::net::Tcp
 #[tokio::main]
 async fn main() {
     match Args::parse().cmd {
-        Cmd::Idle { addr, conns, hold, sources } => {
+        Cmd::Idle {
+            addr,
+            conns,
+            hold,
+            sources,
+        } => {
             let socks = open(addr, conns, sources).await;
             println!("ready {}", socks.len());
             tokio::time::sleep(Duration::from_secs(hold)).await;
         }
-        Cmd::Echo { addr, conns, secs, size } => {
+        Cmd::Echo {
+            addr,
+            conns,
+            secs,
+            size,
+        } => {
             let socks = open(addr, conns, 1).await;
             println!("ready {}", socks.len());
             let done = Arc::new(AtomicU64::new(0));
@@ -61,7 +107,9 @@ async fn main() {
                     let f = frame(2, &vec![b'e'; size]);
                     let mut buf = Vec::new();
                     while Instant::now() < until {
-                        if s.write_all(&f).await.is_err() || read_frame(&mut s, &mut buf).await.is_err() {
+                        if s.write_all(&f).await.is_err()
+                            || read_frame(&mut s, &mut buf).await.is_err()
+                        {
                             break;
                         }
                         done.fetch_add(1, Relaxed);
@@ -72,9 +120,19 @@ async fn main() {
                 let _ = t.await;
             }
             let n = done.load(Relaxed);
-            println!("messages={n} secs={:.3} rate={:.0}", start.elapsed().as_secs_f64(), n as f64 / start.elapsed().as_secs_f64());
+            println!(
+                "messages={n} secs={:.3} rate={:.0}",
+                start.elapsed().as_secs_f64(),
+                n as f64 / start.elapsed().as_secs_f64()
+            );
         }
-        Cmd::Sub { addr, conns, rounds, sources, timeout } => {
+        Cmd::Sub {
+            addr,
+            conns,
+            rounds,
+            sources,
+            timeout,
+        } => {
             let socks = open(addr, conns, sources).await;
             println!("ready {}", socks.len());
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, f64)>();
@@ -87,7 +145,10 @@ async fn main() {
                         match read_frame(&mut s, &mut buf).await {
                             Ok(1) | Ok(2) => {
                                 if let Some(t) = stamp_of(&buf) {
-                                    let _ = tx.send((round, (now_nanos().saturating_sub(t)) as f64 / 1e6));
+                                    let _ = tx.send((
+                                        round,
+                                        (now_nanos().saturating_sub(t)) as f64 / 1e6,
+                                    ));
                                     round += 1;
                                 }
                             }
@@ -110,11 +171,18 @@ async fn main() {
                 println!("round={r} received={got} last_ms={last:.2} p50_ms={p50:.2}");
             }
         }
-        Cmd::Pub { addr, rounds, gap_ms, size } => {
+        Cmd::Pub {
+            addr,
+            rounds,
+            gap_ms,
+            size,
+        } => {
             let mut s = connect(addr, None).await.expect("connect");
             for _ in 0..rounds {
                 tokio::time::sleep(Duration::from_millis(gap_ms)).await;
-                s.write_all(&frame(2, &stamped(size))).await.expect("publish");
+                s.write_all(&frame(2, &stamped(size)))
+                    .await
+                    .expect("publish");
             }
             tokio::time::sleep(Duration::from_millis(gap_ms)).await;
         }
