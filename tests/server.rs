@@ -858,6 +858,18 @@ fn settings_table_and_fd_warning_at_start() {
     if hard < 50_000 {
         assert!(log.contains("fewer than max connections 50000"), "{log}");
     }
+    // The check engine's verdict on this host for the profile, at start.
+    let syn: u64 = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_max_syn_backlog")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    if syn < 8192 {
+        assert!(
+            log.contains("this host fails") && log.contains("linux.net.ipv4.tcp_max_syn_backlog ("),
+            "{log}"
+        );
+    }
     let metrics = srv.get("/metrics");
     assert!(
         metrics.contains("ws_worker_busy_seconds_total{worker=\"1\"}"),

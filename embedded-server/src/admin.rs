@@ -76,15 +76,14 @@ pub fn render(hub: &Hub) -> String {
     let workers: Vec<f64> = (0..rt.num_workers())
         .map(|i| rt.worker_total_busy_duration(i).as_secs_f64())
         .collect();
-    let queued: usize = 0;
     hub.metrics.render(
         &workers,
         &[
             ("ws_io_workers", "I/O worker threads.", workers.len() as f64),
             (
-                "ws_send_queue_bytes_cap",
+                "ws_send_queue_cap_bytes",
                 "Per-connection send-queue cap.",
-                hub.config.send_queue_bytes as f64 + queued as f64,
+                hub.config.send_queue_bytes as f64,
             ),
         ],
     )

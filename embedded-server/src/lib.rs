@@ -142,6 +142,10 @@ impl Server {
             }));
         }
         shutdown.await;
+        tracing::info!(
+            "shutting down: no new connections; closing {} with 1001",
+            self.hub.len()
+        );
         self.stopping.store(true, Relaxed);
         let _ = stop_tx.send(true);
         for a in accepters {

@@ -116,6 +116,17 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
         })?),
     };
     let tls = tls_config(a)?;
+    // Logs (accept failures, shutdown) to stderr; RUST_LOG overrides the level.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none(),
+        )
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .try_init();
     let scheme = if tls.is_some() { "wss" } else { "ws" };
     let (soft, hard) = crate::host::raise_nofile();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -124,21 +135,30 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
         .build()?;
     rt.block_on(async move {
         let addr = SocketAddr::new(a.bind, a.port);
-        let listeners = embedded_server::bind(addr, a.reuseport, a.acceptors.max(if a.reuseport { r.workers } else { 1 }))
-            .with_context(|| format!("cannot listen on {addr} (in use? pick another --port)"))?;
+        let acceptors = if a.reuseport { a.acceptors.max(1).max(if a.acceptors == 0 { r.workers } else { 1 }) } else { 1 };
+        let listeners = embedded_server::bind(addr, a.reuseport, acceptors);
+        let listeners = listeners.with_context(|| format!("cannot listen on {addr} (in use? pick another --port)"))?;
         let local = listeners[0].local_addr()?;
         let admin_listener = match admin {
-            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on --admin {addr}"))?),
+            Some(addr) => {
+                let l = tokio::net::TcpListener::bind(addr).await;
+                Some(l.with_context(|| format!("cannot listen on --admin {addr}"))?)
+            }
             None => None,
         };
-                print_settings(&r, scheme, local, admin_listener.as_ref().and_then(|l| l.local_addr().ok()), listeners.len());
+        // Warnings first, so whoever waits for "listening" has already seen them.
+        host_warnings(&a.profile);
         if (soft as usize) < r.config.max_connections + 64 {
             eprintln!(
-                "wstune: warning: this process may open {soft} files (hard limit {hard}), fewer than max connections {}: accept() will fail with EMFILE beyond that. Raise LimitNOFILE / ulimit -n (wstune check says how).",
+                "wstune: warning: this process may open {soft} files (hard limit {hard}), fewer than \
+                 max connections {}: accept() will fail with EMFILE beyond that. Raise LimitNOFILE / \
+                 ulimit -n (wstune check says how).",
                 r.config.max_connections
             );
         }
-                let server = with_tls(Server::new(r.config.clone()), tls);
+        let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+        print_settings(&r, scheme, local, admin_addr, listeners.len());
+        let server = with_tls(Server::new(r.config.clone()), tls);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         if let Some(l) = admin_listener {
             let hub = server.hub();
@@ -148,10 +168,7 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
             }));
         }
         server
-            .run(listeners, async {
-                embedded_server::shutdown_signal().await;
-                eprintln!("wstune: shutting down: closing connections with 1001");
-            })
+            .run(listeners, embedded_server::shutdown_signal())
             .await?;
         let _ = stop_tx.send(true);
         Ok::<_, anyhow::Error>(())
@@ -225,4 +242,42 @@ fn with_tls(s: Server, tls: Option<embedded_server::tls::Config>) -> Server {
 #[cfg(not(feature = "tls"))]
 fn with_tls(s: Server, _tls: Option<std::convert::Infallible>) -> Server {
     s
+}
+
+/// Run the check engine against this host and name what would cap this server: the same
+/// findings `wstune check --profile P` reports, limited to failures and warnings.
+fn host_warnings(profile: &str) {
+    let args = crate::cli::args::TargetArgs {
+        profile: profile.to_string(),
+        pid: None,
+        unit: None,
+        catalog: None,
+    };
+    let backend = crate::host::live(None);
+    let Ok(inputs) = crate::cli::resolve::inputs(&args, backend.as_ref()) else {
+        return;
+    };
+    let report = crate::cmd::check::make_report(&inputs, backend.as_ref(), None);
+    let wrong: Vec<String> = report
+        .results
+        .iter()
+        .filter(|f| {
+            matches!(f.status, crate::catalog::eval::Status::Fail) && !f.id.ends_with(".boot")
+        })
+        .map(|f| {
+            format!(
+                "{} ({}, needs {} {})",
+                f.id,
+                f.current
+                    .as_ref()
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
+                f.compare,
+                f.target.as_ref().map(|v| v.to_string()).unwrap_or_default()
+            )
+        })
+        .collect();
+    if !wrong.is_empty() {
+        tracing::warn!("this host fails {} check(s) for profile {}: {}; `wstune check --profile {}` says how to fix them", wrong.len(), report.profile.name, wrong.join(", "), report.profile.name);
+    }
 }
