@@ -1047,3 +1047,20 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+#[test]
+fn reuseport_accept_loops_share_one_port() {
+    let srv = Srv::start(&["--reuseport", "--acceptors", "3"]);
+    let log = srv.log.lock().unwrap().join("\n");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("accept loops") && l.contains(" 3 ")),
+        "{log}"
+    );
+    for i in 0..20 {
+        let mut s = raw(srv.port);
+        let msg = format!("via reuseport {i}");
+        s.write_all(&frame(true, 1, msg.as_bytes(), true)).unwrap();
+        assert_eq!(read_frame(&mut s), Some((1, msg.into_bytes())));
+    }
+}

@@ -135,7 +135,11 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
         .build()?;
     rt.block_on(async move {
         let addr = SocketAddr::new(a.bind, a.port);
-        let acceptors = if a.reuseport { a.acceptors.max(1).max(if a.acceptors == 0 { r.workers } else { 1 }) } else { 1 };
+        let acceptors = match (a.reuseport, a.acceptors) {
+            (false, _) => 1,
+            (true, 0) => r.workers,
+            (true, n) => n,
+        };
         let listeners = embedded_server::bind(addr, a.reuseport, acceptors);
         let listeners = listeners.with_context(|| format!("cannot listen on {addr} (in use? pick another --port)"))?;
         let local = listeners[0].local_addr()?;
