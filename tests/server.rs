@@ -233,6 +233,32 @@ fn close_code(s: &mut TcpStream) -> Option<u16> {
     }
 }
 
+/// Run a Python script that uses the `websockets` package; (stdout, stderr), or None (with a
+/// note) where the package is missing outside CI. CI installs it (tests/requirements.txt).
+fn python_websockets(script: &str, args: &[&str]) -> Option<(String, String)> {
+    let o = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    if err.contains("No module named 'websockets'") {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI must pip install -r tests/requirements.txt"
+        );
+        eprintln!(
+            "skipped: pip install -r tests/requirements.txt for the websockets interop tests"
+        );
+        return None;
+    }
+    Some((out, err))
+}
+
 fn status_of(resp: &str) -> u16 {
     resp.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
 }
@@ -293,19 +319,10 @@ async def main(url):
     print("PY-OK")
 asyncio.run(main(sys.argv[1]))
 "#;
-    let o = Command::new("python3")
-        .args(["-c", script, &srv.url()])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    if err.contains("No module named 'websockets'") && std::env::var("CI").is_err() {
-        eprintln!("skipped: pip install -r tests/requirements.txt for the websockets interop test");
+    let Some((out, err)) = python_websockets(script, &[&srv.url()]) else {
         return;
-    }
-    assert!(
-        String::from_utf8_lossy(&o.stdout).contains("PY-OK"),
-        "{err}"
-    );
+    };
+    assert!(out.contains("PY-OK"), "{err}");
 }
 
 #[test]
@@ -1010,17 +1027,13 @@ async def main(port, ca):
     print("TLS-OK")
 asyncio.run(main(sys.argv[1], sys.argv[2]))
 "#;
-    let o = Command::new("python3")
-        .args(["-c", script, &srv.port.to_string(), cert.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    if err.contains("No module named 'websockets'") && std::env::var("CI").is_err() {
-        eprintln!("skipped: no websockets module");
+    let Some((out, err)) =
+        python_websockets(script, &[&srv.port.to_string(), cert.to_str().unwrap()])
+    else {
         return;
-    }
+    };
     assert!(
-        String::from_utf8_lossy(&o.stdout).contains("TLS-OK"),
+        out.contains("TLS-OK"),
         "{err}\n{:?}",
         srv.log.lock().unwrap()
     );

@@ -215,6 +215,21 @@ pub fn encode_message(opcode: OpCode, payload: &[u8], fragment: usize, rsv1: boo
     out
 }
 
+/// A client frame (masked with `mask`): what a client sends; used by the load generator and
+/// the tests' peers.
+pub fn encode_client_frame(fin: bool, opcode: OpCode, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+    let mut hdr = [0u8; 10];
+    let n = encode_header(&mut hdr, fin, false, opcode, payload.len());
+    hdr[1] |= 0x80;
+    let mut v = Vec::with_capacity(n + 4 + payload.len());
+    v.extend_from_slice(&hdr[..n]);
+    v.extend_from_slice(&mask);
+    let start = v.len();
+    v.extend_from_slice(payload);
+    unmask(&mut v[start..], mask, 0);
+    v
+}
+
 /// Close codes a peer may send (RFC 6455 7.4.1 and the IANA registry); 1004-1006 and 1015 are
 /// reserved for local use and must never appear on the wire.
 pub fn valid_close_code(code: u16) -> bool {
@@ -226,20 +241,14 @@ mod tests {
     use super::*;
 
     fn masked(fin: bool, op: u8, payload: &[u8]) -> Vec<u8> {
-        let mask = [1, 2, 3, 4];
-        let mut v = vec![(if fin { 0x80 } else { 0 }) | op];
-        let len = payload.len();
-        if len < 126 {
-            v.push(0x80 | len as u8);
-        } else if len < 65536 {
-            v.push(0x80 | 126);
-            v.extend_from_slice(&(len as u16).to_be_bytes());
-        } else {
-            v.push(0x80 | 127);
-            v.extend_from_slice(&(len as u64).to_be_bytes());
-        }
-        v.extend_from_slice(&mask);
-        v.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        // Reserved opcodes cannot be named by OpCode: patch them into a text frame's header.
+        let mut v = encode_client_frame(
+            fin,
+            OpCode::from_u8(op).unwrap_or(OpCode::Text),
+            payload,
+            [1, 2, 3, 4],
+        );
+        v[0] = (v[0] & 0xF0) | op;
         v
     }
 

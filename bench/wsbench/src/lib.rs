@@ -35,24 +35,10 @@ pub async fn connect(server: SocketAddr, source: Option<IpAddr>) -> std::io::Res
     Ok(s)
 }
 
-/// A masked client frame.
+/// A masked client frame (opcode 1 text, 2 binary).
 pub fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let key = [0x12, 0x34, 0x56, 0x78];
-    let mut v = Vec::with_capacity(payload.len() + 14);
-    v.push(0x80 | opcode);
-    let len = payload.len();
-    if len < 126 {
-        v.push(0x80 | len as u8);
-    } else if len < 65536 {
-        v.push(0x80 | 126);
-        v.extend_from_slice(&(len as u16).to_be_bytes());
-    } else {
-        v.push(0x80 | 127);
-        v.extend_from_slice(&(len as u64).to_be_bytes());
-    }
-    v.extend_from_slice(&key);
-    v.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
-    v
+    let op = embedded_server::frame::OpCode::from_u8(opcode).expect("a data opcode");
+    embedded_server::frame::encode_client_frame(true, op, payload, [0x12, 0x34, 0x56, 0x78])
 }
 
 /// Read one server frame: (opcode, payload).
