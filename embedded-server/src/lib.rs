@@ -18,6 +18,7 @@
 pub mod admin;
 pub mod config;
 pub mod conn;
+pub mod deflate;
 pub mod frame;
 pub mod handshake;
 pub mod hub;

@@ -35,6 +35,9 @@ pub enum Command {
     Apply(ApplyArgs),
     /// Put back what the last `apply` changed, exactly (or a chosen journal entry).
     Rollback(RollbackArgs),
+    /// Benchmarks that need nothing but this binary.
+    #[command(subcommand)]
+    Bench(BenchCommand),
     /// Run the embedded WebSocket server with the profile's settings (every one overridable).
     Serve(ServeArgs),
     /// Capture exactly the files `check` reads into a directory, for `check --root DIR` elsewhere.
@@ -225,6 +228,33 @@ pub enum AppArg {
     Echo,
     Broadcast,
     Channels,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// permessage-deflate round trips per message size and context mode, beside the seed's figures.
+    Deflate(BenchDeflateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchDeflateArgs {
+    /// Message sizes, comma-separated (1k = 1024 bytes).
+    #[arg(long, default_value = "1k,4k,16k,64k")]
+    pub sizes: String,
+    /// Round trips per size, stream and mode.
+    #[arg(long, default_value_t = 10_000)]
+    pub iterations: usize,
+    /// LZ77 window bits (9..=15).
+    #[arg(long, default_value_t = 15)]
+    pub window_bits: u8,
+    /// zlib memLevel (1..=9).
+    #[arg(long, default_value_t = 8)]
+    pub mem_level: u8,
+    /// zlib compression level (0..=9; 6 is zlib's default).
+    #[arg(long, default_value_t = 6)]
+    pub level: u8,
+    #[arg(long, short = 'f', value_enum, default_value_t = ListFormat::Table)]
+    pub format: ListFormat,
 }
 
 #[derive(Debug, Args)]

@@ -55,6 +55,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Check(a) => cmd::check::run(resolve::check(&a)?, &a),
         Command::Apply(a) => cmd::apply::run(&a),
         Command::Rollback(a) => cmd::rollback::run(&a),
+        Command::Bench(args::BenchCommand::Deflate(a)) => cmd::bench::deflate(&a),
         Command::Serve(a) => cmd::serve::run(&a),
         Command::Snapshot(a) => cmd::snapshot::run(&a),
         Command::Profiles(p) => cmd::profiles::run(p),

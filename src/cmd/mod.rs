@@ -1,6 +1,7 @@
 //! One module per subcommand, wiring the pieces: resolve -> gather -> evaluate -> report.
 
 pub mod apply;
+pub mod bench;
 pub mod check;
 pub mod profiles;
 pub mod rollback;
