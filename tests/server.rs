@@ -1077,3 +1077,278 @@ fn reuseport_accept_loops_share_one_port() {
         assert_eq!(read_frame(&mut s), Some((1, msg.into_bytes())));
     }
 }
+
+// --- permessage-deflate -------------------------------------------------------------------------
+
+const UPGRADE_DEFLATE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n";
+
+/// A raw client that negotiated permessage-deflate; returns the 101 response too.
+fn raw_deflate(port: u16) -> (TcpStream, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(UPGRADE_DEFLATE.as_bytes()).unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).unwrap();
+        head.push(b[0]);
+    }
+    (s, String::from_utf8(head).unwrap())
+}
+
+/// Inflate a sequence of permessage-deflate payloads with one Python zlib stream (context
+/// takeover), as a client would.
+fn py_inflate_stream(msgs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let dir = tempfile::tempdir().unwrap();
+    let paths: Vec<String> = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let p = dir.path().join(format!("{i}.z"));
+            std::fs::write(&p, m).unwrap();
+            p.display().to_string()
+        })
+        .collect();
+    let code = "import sys,zlib\nd=zlib.decompressobj(-15)\nfor p in sys.argv[1:]:\n    out=d.decompress(open(p,'rb').read()+b'\\x00\\x00\\xff\\xff')\n    open(p+'.out','wb').write(out)\n";
+    let o = Command::new("python3")
+        .arg("-c")
+        .arg(code)
+        .args(&paths)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    paths
+        .iter()
+        .map(|p| std::fs::read(format!("{p}.out")).unwrap())
+        .collect()
+}
+
+/// Raw DEFLATE of one message through Python's zlib (an implementation we did not write).
+fn py_zlib(op: &str, data: &[u8]) -> Vec<u8> {
+    assert_eq!(op, "deflate");
+    let code = "import sys,zlib; c=zlib.compressobj(9,zlib.DEFLATED,-15); z=c.compress(sys.stdin.buffer.read())+c.flush(zlib.Z_SYNC_FLUSH); sys.stdout.buffer.write(z[:-4])";
+    let mut child = Command::new("python3")
+        .args(["-c", code])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = data.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input).unwrap());
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert!(out.status.success());
+    out.stdout
+}
+
+/// A compressed client frame: RSV1 set.
+fn deflated_frame(opcode: u8, compressed: &[u8]) -> Vec<u8> {
+    let mut f = frame(true, opcode, compressed, true);
+    f[0] |= 0x40;
+    f
+}
+
+#[test]
+fn deflate_on_the_wire_is_rsv1_and_smaller_and_python_zlib_reads_it() {
+    let srv = Srv::start(&["--deflate", "--deflate-threshold", "256"]);
+    let (mut s, head) = raw_deflate(srv.port);
+    assert!(
+        head.contains("Sec-WebSocket-Extensions: permessage-deflate\r\n"),
+        "{head}"
+    );
+    let text = r#"{"symbol":"EURUSD","bid":1.0812,"ask":1.0814}"#.repeat(50);
+    s.write_all(&frame(true, 1, text.as_bytes(), true)).unwrap();
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h).unwrap();
+    assert_eq!(h[0], 0x80 | 0x40 | 0x1, "FIN, RSV1 and text");
+    let len = match h[1] {
+        126 => {
+            let mut b = [0u8; 2];
+            s.read_exact(&mut b).unwrap();
+            u16::from_be_bytes(b) as usize
+        }
+        n => n as usize,
+    };
+    assert!(
+        len < text.len() / 5,
+        "{len} compressed bytes for {}",
+        text.len()
+    );
+    let mut z = vec![0u8; len];
+    s.read_exact(&mut z).unwrap();
+    assert_eq!(
+        py_inflate_stream(&[z.clone()]),
+        vec![text.as_bytes().to_vec()]
+    );
+    // Below the threshold: sent as is.
+    s.write_all(&frame(true, 1, b"short", true)).unwrap();
+    assert_eq!(read_frame(&mut s), Some((1, b"short".to_vec())));
+    // A message compressed by Python's zlib is understood (and echoed compressed again).
+    let z = py_zlib("deflate", text.as_bytes());
+    s.write_all(&deflated_frame(1, &z)).unwrap();
+    let (op, back) = read_frame(&mut s).unwrap();
+    assert_eq!(op, 1);
+    // With context takeover the second message refers back into the first: one inflate
+    // stream must read both, exactly as a client keeps its decompressor.
+    assert_eq!(
+        py_inflate_stream(&[z, back.clone()]),
+        vec![text.as_bytes().to_vec(), text.as_bytes().to_vec()]
+    );
+    assert!(
+        back.len() < 100,
+        "a repeat costs almost nothing with context takeover: {}",
+        back.len()
+    );
+    assert!(
+        srv.metric("ws_deflate_memory_bytes") > 0.0,
+        "contexts kept with context takeover"
+    );
+}
+
+#[test]
+fn deflate_bombs_and_corrupt_data_are_refused_with_bounded_memory() {
+    let srv = Srv::start(&[
+        "--deflate",
+        "--max-message",
+        "1048576",
+        "--max-frame",
+        "1048576",
+    ]);
+    let bomb = py_zlib("deflate", &vec![0u8; 64 << 20]);
+    assert!(bomb.len() < 100_000);
+    let before = srv.rss_kib();
+    for _ in 0..5 {
+        let (mut s, _) = raw_deflate(srv.port);
+        s.write_all(&deflated_frame(2, &bomb)).unwrap();
+        assert_eq!(
+            close_code(&mut s),
+            Some(1009),
+            "64 MiB inflated from {} bytes",
+            bomb.len()
+        );
+    }
+    assert!(
+        srv.rss_kib() < before + 16 * 1024,
+        "inflation stopped at the cap: RSS {} KiB, was {before}",
+        srv.rss_kib()
+    );
+    let (mut s, _) = raw_deflate(srv.port);
+    s.write_all(&deflated_frame(2, &[0xff, 0xfe, 0xfd, 0x01, 0x02, 0x03]))
+        .unwrap();
+    assert_eq!(close_code(&mut s), Some(1007));
+    // RSV1 on a continuation frame is a protocol error.
+    let (mut s, _) = raw_deflate(srv.port);
+    let mut cont = frame(true, 0, b"x", true);
+    cont[0] |= 0x40;
+    s.write_all(&[frame(false, 1, b"a", true), cont].concat())
+        .unwrap();
+    assert_eq!(close_code(&mut s), Some(1002));
+    // Without the extension, RSV1 is a protocol error too.
+    let mut plain = raw(srv.port);
+    plain
+        .write_all(&deflated_frame(1, &py_zlib("deflate", b"hello")))
+        .unwrap();
+    assert_eq!(close_code(&mut plain), Some(1002));
+}
+
+#[test]
+fn python_websockets_with_compression_settings() {
+    let srv = Srv::start(&[
+        "--deflate",
+        "--deflate-window-bits",
+        "12",
+        "--fragment",
+        "8192",
+    ]);
+    let script = r#"
+import asyncio, json, sys, websockets
+from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory as F
+async def main(url):
+    for fac in [F(), F(client_max_window_bits=10, server_max_window_bits=11),
+                F(server_no_context_takeover=True, client_no_context_takeover=True),
+                F(server_max_window_bits=9, compress_settings={"memLevel": 1})]:
+        async with websockets.connect(url, extensions=[fac], compression=None, max_size=2**24) as ws:
+            ext = ws.response.headers.get("Sec-WebSocket-Extensions")
+            assert ext and ext.startswith("permessage-deflate"), ext
+            for size in (10, 300, 5000, 100000, 2000000):
+                msg = json.dumps({"k": "v" * size, "n": list(range(50))})
+                await ws.send(msg)
+                assert await ws.recv() == msg, size
+            async def parts():
+                for p in ("frag" * 1000, "ment" * 1000, "ed"):
+                    yield p
+            await ws.send(parts())
+            assert await ws.recv() == "frag" * 1000 + "ment" * 1000 + "ed"
+            await ws.send(b"\x00" * 70000)
+            assert await ws.recv() == b"\x00" * 70000
+    print("DEFLATE-OK")
+asyncio.run(main(sys.argv[1]))
+"#;
+    let Some((out, err)) = python_websockets(script, &[&srv.url()]) else {
+        return;
+    };
+    assert!(out.contains("DEFLATE-OK"), "{err}");
+}
+
+#[test]
+fn broadcast_compresses_once_for_peers_without_server_context_takeover() {
+    let srv = Srv::start(&["--app", "broadcast", "--deflate"]);
+    let offer = "permessage-deflate; server_no_context_takeover";
+    let open = |ext: Option<&str>| {
+        let mut s = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let req = match ext {
+            Some(e) => UPGRADE.replace(
+                "\r\n\r\n",
+                &format!("\r\nSec-WebSocket-Extensions: {e}\r\n\r\n"),
+            ),
+            None => UPGRADE.to_string(),
+        };
+        s.write_all(req.as_bytes()).unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut b).unwrap();
+            head.push(b[0]);
+        }
+        (s, String::from_utf8(head).unwrap())
+    };
+    let (mut a, ha) = open(Some(offer));
+    let (mut b, _) = open(Some(offer));
+    let (mut plain, _) = open(None);
+    assert!(ha.contains("server_no_context_takeover"), "{ha}");
+    let text = r#"{"price":101.25,"size":300,"side":"buy"}"#.repeat(40);
+    plain
+        .write_all(&frame(true, 1, text.as_bytes(), true))
+        .unwrap();
+    let mut raw_frame = |s: &mut TcpStream| {
+        let mut h = [0u8; 4];
+        s.read_exact(&mut h[..2]).unwrap();
+        let len = if h[1] == 126 {
+            s.read_exact(&mut h[2..4]).unwrap();
+            u16::from_be_bytes([h[2], h[3]]) as usize
+        } else {
+            h[1] as usize
+        };
+        let mut p = vec![0u8; len];
+        s.read_exact(&mut p).unwrap();
+        (h[0], p)
+    };
+    let (ha0, za) = raw_frame(&mut a);
+    let (_, zb) = raw_frame(&mut b);
+    let (hp0, p) = raw_frame(&mut plain);
+    assert_eq!(
+        ha0 & 0x40,
+        0x40,
+        "compressed for the no-context-takeover peer"
+    );
+    assert_eq!(
+        za, zb,
+        "the same compressed bytes for both: compressed once"
+    );
+    assert_eq!(hp0 & 0x40, 0, "plain for the peer without the extension");
+    assert_eq!(p, text.as_bytes());
+    assert!(za.len() < text.len() / 4);
+    assert_eq!(py_inflate_stream(&[za]), vec![text.as_bytes().to_vec()]);
+}

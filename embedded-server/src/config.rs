@@ -105,6 +105,8 @@ pub struct ServerConfig {
     pub offload_queue_size: usize,
     /// How long graceful shutdown waits for clients to answer the 1001 close.
     pub shutdown_grace: Duration,
+    /// permessage-deflate (RFC 7692): off by default in the library; profiles turn it on.
+    pub deflate: crate::deflate::DeflateSettings,
 }
 
 impl Default for ServerConfig {
@@ -127,6 +129,7 @@ impl Default for ServerConfig {
             offload_pool_size: 0,
             offload_queue_size: 4096,
             shutdown_grace: Duration::from_secs(5),
+            deflate: crate::deflate::DeflateSettings::default(),
         }
     }
 }

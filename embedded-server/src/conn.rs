@@ -6,6 +6,7 @@
 //! and gives it back when that is done.
 
 use crate::config::{App, Handler};
+use crate::deflate::{Agreed, Compressor, Decompressor, InflateError};
 use crate::frame::{self, FrameError, OpCode};
 use crate::hub::Hub;
 use crate::metrics::Metrics;
@@ -16,7 +17,7 @@ use bytes::Bytes;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -47,6 +48,10 @@ pub struct Shared {
     pub last_ping: AtomicU32,
     send_cap: usize,
     backpressure_code: u16,
+    /// Window bits this peer accepts for messages compressed without context takeover (it
+    /// negotiated server_no_context_takeover): broadcasts compress once for all such peers.
+    /// 0: send it broadcasts uncompressed.
+    pub shared_deflate_bits: AtomicU8,
 }
 
 #[derive(Default)]
@@ -71,6 +76,7 @@ impl Shared {
             last_ping: AtomicU32::new(now),
             send_cap,
             backpressure_code,
+            shared_deflate_bits: AtomicU8::new(0),
         }
     }
 
@@ -146,12 +152,138 @@ struct State {
     close_deadline: Option<Instant>,
     /// Channels this connection subscribed to (channels app).
     channels: Vec<String>,
+    /// permessage-deflate, when negotiated (boxed: most of it exists only for such peers).
+    deflate: Option<Box<DeflateState>>,
+    /// The message being reassembled arrived compressed (RSV1 on its first frame).
+    msg_compressed: bool,
+}
+
+/// A connection's compression state. The contexts are created on the first message that
+/// needs them; with no context takeover they are freed again after each message, so an idle
+/// connection holds none.
+struct DeflateState {
+    agreed: Agreed,
+    compressor: Option<Compressor>,
+    decompressor: Option<Decompressor>,
+    /// Scratch for inflated input and compressed output, reused between messages.
+    inflated: Vec<u8>,
+    compressed: Vec<u8>,
+    metrics: Arc<Metrics>,
+    window_bits: u8,
+    mem_level: u8,
+    level: u8,
+    threshold: usize,
+}
+
+impl DeflateState {
+    fn compressor_bytes(&self) -> i64 {
+        crate::memory::deflate_compressor_bytes(self.agreed.server_window_bits, self.mem_level)
+            as i64
+    }
+
+    fn decompressor_bytes() -> i64 {
+        crate::memory::deflate_decompressor_bytes(15) as i64
+    }
+
+    fn inflate(&mut self, data: &[u8], max: usize) -> Result<(), Stop> {
+        let takeover = !self.agreed.client_no_context_takeover;
+        if self.decompressor.is_none() {
+            self.metrics
+                .deflate_memory_bytes
+                .fetch_add(Self::decompressor_bytes(), Relaxed);
+            self.decompressor = Some(Decompressor::new(takeover));
+        }
+        self.inflated.clear();
+        let r = self
+            .decompressor
+            .as_mut()
+            .unwrap()
+            .decompress(data, &mut self.inflated, max);
+        if !takeover {
+            self.decompressor = None;
+            self.metrics
+                .deflate_memory_bytes
+                .fetch_sub(Self::decompressor_bytes(), Relaxed);
+        }
+        match r {
+            Ok(()) => Ok(()),
+            Err(InflateError::TooBig) => Err(Stop::Fail(1009, "message too large once inflated")),
+            Err(InflateError::Corrupt) => Err(Stop::Fail(1007, "invalid compressed data")),
+        }
+    }
+
+    /// Compress `payload` into `self.compressed`, or return false when it is below the threshold.
+    fn compress(&mut self, payload: &[u8]) -> bool {
+        if payload.len() < self.threshold {
+            return false;
+        }
+        let takeover = !self.agreed.server_no_context_takeover;
+        if self.compressor.is_none() {
+            self.metrics
+                .deflate_memory_bytes
+                .fetch_add(self.compressor_bytes(), Relaxed);
+            let bits = self.agreed.server_window_bits.min(self.window_bits);
+            self.compressor = Some(Compressor::new(bits, self.mem_level, self.level, takeover));
+        }
+        self.compressor
+            .as_mut()
+            .unwrap()
+            .compress(payload, &mut self.compressed);
+        if !takeover {
+            self.compressor = None;
+            self.metrics
+                .deflate_memory_bytes
+                .fetch_sub(self.compressor_bytes(), Relaxed);
+        }
+        true
+    }
+}
+
+impl Drop for DeflateState {
+    fn drop(&mut self) {
+        if self.compressor.is_some() {
+            self.metrics
+                .deflate_memory_bytes
+                .fetch_sub(self.compressor_bytes(), Relaxed);
+        }
+        if self.decompressor.is_some() {
+            self.metrics
+                .deflate_memory_bytes
+                .fetch_sub(Self::decompressor_bytes(), Relaxed);
+        }
+    }
 }
 
 /// Serve one upgraded connection until it closes. `initial` holds bytes that arrived with the
 /// upgrade request.
-pub async fn serve<T: Transport>(io: T, shared: Arc<Shared>, initial: Vec<u8>, ctx: Arc<Ctx>) {
+pub async fn serve<T: Transport>(
+    io: T,
+    shared: Arc<Shared>,
+    initial: Vec<u8>,
+    ctx: Arc<Ctx>,
+    deflate: Option<Agreed>,
+) {
     let hub = ctx.hub.clone();
+    let d = &hub.config.deflate;
+    if let Some(a) = deflate.as_ref().filter(|a| a.server_no_context_takeover) {
+        shared
+            .shared_deflate_bits
+            .store(a.server_window_bits.min(d.window_bits), Relaxed);
+    }
+    let deflate = deflate.map(|agreed| {
+        Box::new(DeflateState {
+            agreed,
+            compressor: None,
+            decompressor: None,
+            inflated: Vec::new(),
+            compressed: Vec::new(),
+            metrics: hub.metrics.clone(),
+            window_bits: d.window_bits,
+            mem_level: d.mem_level,
+            level: d.level,
+            threshold: d.threshold,
+        })
+    });
     let mut st = State {
         partial: initial,
         msg: Vec::new(),
@@ -162,6 +294,8 @@ pub async fn serve<T: Transport>(io: T, shared: Arc<Shared>, initial: Vec<u8>, c
         close_received: false,
         close_deadline: None,
         channels: Vec::new(),
+        deflate,
+        msg_compressed: false,
     };
     let _ = run(&io, &shared, &ctx, &mut st).await;
     io.shutdown_write();
@@ -329,7 +463,9 @@ fn process<T: Transport>(
     let cfg = &ctx.hub.config;
     let mut pos = 0;
     while pos < data.len() && st.pending_job.is_none() && !st.close_received {
-        let h = match frame::parse_header(&data[pos..], cfg.max_frame_bytes as u64, 0) {
+        // RSV1 is legal only when permessage-deflate was negotiated.
+        let rsv = if st.deflate.is_some() { 0b100 } else { 0 };
+        let h = match frame::parse_header(&data[pos..], cfg.max_frame_bytes as u64, rsv) {
             Ok(h) => h,
             Err(FrameError::Incomplete) => break,
             Err(e) => {
@@ -382,7 +518,11 @@ fn on_frame<T: Transport>(
                     "a new message started before the previous one ended",
                 ));
             }
+            let compressed = h.rsv & 0b100 != 0;
             if h.fin {
+                if compressed {
+                    return deliver_compressed(io, shared, ctx, st, h.opcode, payload);
+                }
                 if h.opcode == OpCode::Text && std::str::from_utf8(payload).is_err() {
                     return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
                 }
@@ -391,10 +531,12 @@ fn on_frame<T: Transport>(
                 if payload.len() > cfg.max_message_bytes {
                     return Err(Stop::Fail(1009, "message too large"));
                 }
-                if h.opcode == OpCode::Text && st.utf8.feed(payload).is_err() {
+                // Compressed text is validated once inflated.
+                if !compressed && h.opcode == OpCode::Text && st.utf8.feed(payload).is_err() {
                     return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
                 }
                 st.msg_op = Some(h.opcode);
+                st.msg_compressed = compressed;
                 st.msg.extend_from_slice(payload);
                 Ok(())
             }
@@ -403,20 +545,32 @@ fn on_frame<T: Transport>(
             let Some(op) = st.msg_op else {
                 return Err(Stop::Fail(1002, "continuation frame without a message"));
             };
+            if h.rsv != 0 {
+                return Err(Stop::Fail(
+                    1002,
+                    "RSV1 is set on the first frame of a message only",
+                ));
+            }
             if st.msg.len() + payload.len() > cfg.max_message_bytes {
                 return Err(Stop::Fail(1009, "message too large"));
             }
-            if op == OpCode::Text && st.utf8.feed(payload).is_err() {
+            let compressed = st.msg_compressed;
+            if !compressed && op == OpCode::Text && st.utf8.feed(payload).is_err() {
                 return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
             }
             st.msg.extend_from_slice(payload);
             if h.fin {
-                if op == OpCode::Text && st.utf8.finish().is_err() {
+                if !compressed && op == OpCode::Text && st.utf8.finish().is_err() {
                     return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
                 }
                 st.msg_op = None;
+                st.msg_compressed = false;
                 let mut msg = std::mem::take(&mut st.msg);
-                let r = deliver(io, shared, ctx, st, op, &mut msg);
+                let r = if compressed {
+                    deliver_compressed(io, shared, ctx, st, op, &mut msg)
+                } else {
+                    deliver(io, shared, ctx, st, op, &mut msg)
+                };
                 msg.clear();
                 if msg.capacity() <= RECV_BUF {
                     st.msg = msg; // keep a small buffer; large ones go back to the allocator
@@ -433,6 +587,7 @@ fn on_frame<T: Transport>(
                 OpCode::Pong,
                 payload,
                 cfg.fragment_bytes,
+                None,
             );
             Ok(())
         }
@@ -468,7 +623,7 @@ fn on_close<T: Transport>(
     if !st.close_sent {
         // Echo the code back (an empty close for an empty close), then the server closes TCP.
         let body = code.map(|c| c.to_be_bytes().to_vec()).unwrap_or_default();
-        send(io, shared, m, OpCode::Close, &body, usize::MAX);
+        send(io, shared, m, OpCode::Close, &body, usize::MAX, None);
         m.close_sent(code.unwrap_or(1005));
         st.close_sent = true;
     }
@@ -497,6 +652,7 @@ fn fail<T: Transport>(
         OpCode::Close,
         &body,
         usize::MAX,
+        None,
     );
     ctx.hub.metrics.close_sent(code);
     st.close_sent = true;
@@ -532,6 +688,34 @@ fn start_close(
     st.close_deadline = Some(Instant::now() + wait);
 }
 
+/// A complete compressed message: inflate (stopping at the message cap), validate, deliver.
+fn deliver_compressed<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+    op: OpCode,
+    data: &[u8],
+) -> Result<(), Stop> {
+    let Some(d) = st.deflate.as_mut() else {
+        return Err(Stop::Fail(1002, "RSV1 without permessage-deflate"));
+    };
+    d.inflate(data, ctx.hub.config.max_message_bytes)?;
+    let mut msg = std::mem::take(&mut d.inflated);
+    let r = if op == OpCode::Text && std::str::from_utf8(&msg).is_err() {
+        Err(Stop::Fail(1007, "invalid UTF-8 in a text message"))
+    } else {
+        deliver(io, shared, ctx, st, op, &mut msg)
+    };
+    if let Some(d) = st.deflate.as_mut() {
+        msg.clear();
+        if msg.capacity() <= RECV_BUF {
+            d.inflated = msg;
+        }
+    }
+    r
+}
+
 /// A complete message arrived: hand it to the application.
 fn deliver<T: Transport>(
     io: &T,
@@ -547,7 +731,15 @@ fn deliver<T: Transport>(
     m.bytes_in.fetch_add(payload.len() as u64, Relaxed);
     match hub.config.app {
         App::Echo if hub.config.handler == Handler::Echo => {
-            send(io, shared, m, op, payload, hub.config.fragment_bytes);
+            send(
+                io,
+                shared,
+                m,
+                op,
+                payload,
+                hub.config.fragment_bytes,
+                st.deflate.as_deref_mut(),
+            );
             m.messages_out.fetch_add(1, Relaxed);
         }
         App::Echo => {
@@ -579,6 +771,7 @@ fn deliver<T: Transport>(
                     OpCode::Text,
                     reply.as_bytes(),
                     hub.config.fragment_bytes,
+                    st.deflate.as_deref_mut(),
                 );
                 m.messages_out.fetch_add(1, Relaxed);
             }
@@ -597,16 +790,28 @@ fn send<T: Transport>(
     op: OpCode,
     payload: &[u8],
     fragment: usize,
+    mut deflate: Option<&mut DeflateState>,
 ) {
+    // Data messages above the threshold go compressed (RSV1 on the first frame); control
+    // frames never are.
+    let data = matches!(op, OpCode::Text | OpCode::Binary);
+    let rsv1 = match deflate.as_deref_mut() {
+        Some(d) if data => d.compress(payload),
+        _ => false,
+    };
+    let payload: &[u8] = match &deflate {
+        Some(d) if rsv1 => &d.compressed,
+        _ => payload,
+    };
     if payload.len() > fragment {
-        let frame = Bytes::from(frame::encode_message(op, payload, fragment, false));
+        let frame = Bytes::from(frame::encode_message(op, payload, fragment, rsv1));
         let mut out = shared.out.lock().unwrap();
         shared.queued.fetch_add(frame.len(), Relaxed);
         out.frames.push_back(frame);
         return;
     }
     let mut hdr = [0u8; 10];
-    let hl = frame::encode_header(&mut hdr, true, false, op, payload.len());
+    let hl = frame::encode_header(&mut hdr, true, rsv1, op, payload.len());
     let total = hl + payload.len();
     let mut out = shared.out.lock().unwrap();
     let written = if out.frames.is_empty() && !io.wants_flush() {

@@ -17,6 +17,8 @@ pub struct Accepted {
     pub protocol: Option<String>,
     /// Sec-WebSocket-Extensions offers, for the extension negotiation.
     pub extensions: Vec<String>,
+    /// permessage-deflate parameters, when negotiated.
+    pub deflate: Option<crate::deflate::Agreed>,
 }
 
 /// A refused request: why (for metrics) and the HTTP response to write before closing.
@@ -171,12 +173,17 @@ pub fn respond(req: &[u8], cfg: &ServerConfig, full: bool) -> Result<Accepted, R
     if let Some(p) = &protocol {
         response.push_str(&format!("Sec-WebSocket-Protocol: {p}\r\n"));
     }
+    let deflate = crate::deflate::negotiate(&extensions, &cfg.deflate);
+    if let Some(d) = &deflate {
+        response.push_str(&format!("Sec-WebSocket-Extensions: {}\r\n", d.response));
+    }
     response.push_str("\r\n");
     Ok(Accepted {
         response: response.into_bytes(),
         path: r.path.unwrap_or("/").to_string(),
         protocol,
         extensions,
+        deflate,
     })
 }
 

@@ -92,15 +92,58 @@ impl Hub {
         }
     }
 
-    /// Encode `payload` once and queue the same bytes on every connection.
+    /// Encode `payload` once and queue the same bytes on every connection. Peers that
+    /// negotiated permessage-deflate without server context takeover get one compressed frame,
+    /// compressed once per window size (a message compressed from a fresh context is valid for
+    /// every such peer); the others get the plain frame.
     pub fn broadcast(&self, op: OpCode, payload: &[u8]) {
-        let frame = Bytes::from(frame::encode_message(
+        self.metrics.broadcasts.fetch_add(1, Relaxed);
+        let conns = self.conns.read().unwrap();
+        self.fan_out(op, payload, conns.values());
+    }
+
+    /// Send one message to `recipients`: encoded once for the plain ones, compressed once per
+    /// window size for those without server context takeover.
+    fn fan_out<'a>(
+        &self,
+        op: OpCode,
+        payload: &[u8],
+        recipients: impl Iterator<Item = &'a Arc<Shared>>,
+    ) {
+        let plain = Bytes::from(frame::encode_message(
             op,
             payload,
             self.config.fragment_bytes,
             false,
         ));
-        self.broadcast_encoded(frame);
+        let d = &self.config.deflate;
+        let compressible = d.enabled && payload.len() >= d.threshold;
+        let mut compressed: [Option<Bytes>; 16] = Default::default();
+        let mut sent = 0;
+        for c in recipients {
+            let bits = c.shared_deflate_bits.load(Relaxed) as usize;
+            let f = if bits == 0 || !compressible {
+                plain.clone()
+            } else {
+                compressed[bits]
+                    .get_or_insert_with(|| {
+                        let mut z = Vec::new();
+                        crate::deflate::Compressor::new(bits as u8, d.mem_level, d.level, false)
+                            .compress(payload, &mut z);
+                        Bytes::from(frame::encode_message(
+                            op,
+                            &z,
+                            self.config.fragment_bytes,
+                            true,
+                        ))
+                    })
+                    .clone()
+            };
+            if c.push(f, &self.metrics) {
+                sent += 1;
+            }
+        }
+        self.metrics.messages_out.fetch_add(sent, Relaxed);
     }
 
     /// Queue a frame encoded in advance on every connection: one reference count per recipient,
@@ -195,21 +238,9 @@ impl Hub {
     /// Publish to a channel: one encode, then the same frame to each subscriber.
     pub fn publish(&self, channel: &str, data: &serde_json::Value) {
         let text = serde_json::json!({"channel": channel, "data": data}).to_string();
-        let frame = Bytes::from(frame::encode_message(
-            OpCode::Text,
-            text.as_bytes(),
-            self.config.fragment_bytes,
-            false,
-        ));
         let map = self.channels.lock().unwrap();
         if let Some(subs) = map.get(channel) {
-            let mut sent = 0;
-            for s in subs.values() {
-                if s.push(frame.clone(), &self.metrics) {
-                    sent += 1;
-                }
-            }
-            self.metrics.messages_out.fetch_add(sent, Relaxed);
+            self.fan_out(OpCode::Text, text.as_bytes(), subs.values());
         }
     }
 

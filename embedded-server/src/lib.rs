@@ -312,7 +312,7 @@ async fn handle<T: Transport>(
             let shared = hub.register();
             let rest = buf[end..].to_vec();
             drop(buf);
-            conn::serve(stream, shared, rest, ctx).await;
+            conn::serve(stream, shared, rest, ctx, accepted.deflate).await;
         }
     }
 }

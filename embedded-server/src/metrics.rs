@@ -50,6 +50,8 @@ pub struct Metrics {
     /// Microseconds the offload pool spent running handlers.
     pub offload_busy_us: AtomicU64,
     pub broadcasts: AtomicU64,
+    /// Memory held by live permessage-deflate contexts (zlib's formula, see memory.rs).
+    pub deflate_memory_bytes: AtomicI64,
 }
 
 fn slot(code: u16) -> usize {
@@ -159,6 +161,12 @@ impl Metrics {
             "Broadcast calls.",
             "counter",
             self.broadcasts.load(Relaxed) as f64,
+        );
+        g(
+            "ws_deflate_memory_bytes",
+            "Memory held by live permessage-deflate contexts (zlib's formula).",
+            "gauge",
+            self.deflate_memory_bytes.load(Relaxed) as f64,
         );
         for (name, help, v) in extra {
             g(name, help, "gauge", *v);

@@ -212,6 +212,27 @@ pub struct ServeArgs {
     /// How many accept loops with --reuseport.
     #[arg(long, default_value_t = 0)]
     pub acceptors: usize,
+    /// Offer permessage-deflate (profile: server.deflate.enabled).
+    #[arg(long, conflicts_with = "no_deflate")]
+    pub deflate: bool,
+    /// Never negotiate permessage-deflate.
+    #[arg(long)]
+    pub no_deflate: bool,
+    /// Largest LZ77 window the server compresses with, 9..=15 (profile: server.deflate.window_bits).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(9..=15))]
+    pub deflate_window_bits: Option<u8>,
+    /// zlib memLevel, 1..=9 (profile: server.deflate.mem_level).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=9))]
+    pub deflate_mem_level: Option<u8>,
+    /// zlib level, 0..=9 (profile: server.deflate.level).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9))]
+    pub deflate_level: Option<u8>,
+    /// Messages below this many bytes go uncompressed (profile: server.deflate.threshold_bytes).
+    #[arg(long)]
+    pub deflate_threshold: Option<usize>,
+    /// Reset the compressor after every message and hold no context between them.
+    #[arg(long)]
+    pub deflate_no_context_takeover: bool,
     /// PEM certificate chain: serve wss:// (with --tls-key).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<std::path::PathBuf>,

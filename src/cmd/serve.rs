@@ -77,7 +77,51 @@ pub fn resolve(a: &ServeArgs) -> Result<Resolved> {
     }
     table.push(("app", format!("{:?}", app).to_lowercase(), "flag"));
     table.push(("handler", a.handler.clone(), "flag"));
+    let pd = &s.deflate;
+    let deflate = embedded_server::deflate::DeflateSettings {
+        enabled: (pd.enabled || a.deflate) && !a.no_deflate,
+        window_bits: a.deflate_window_bits.unwrap_or(pd.window_bits),
+        mem_level: a.deflate_mem_level.unwrap_or(pd.mem_level),
+        level: a.deflate_level.unwrap_or(pd.level),
+        threshold: a.deflate_threshold.unwrap_or(pd.threshold_bytes as usize),
+        context_takeover: pd.context_takeover && !a.deflate_no_context_takeover,
+    };
+    let from = |flag: bool| if flag { "flag" } else { "profile" };
+    table.push((
+        "permessage-deflate",
+        if deflate.enabled {
+            "on".into()
+        } else {
+            "off".into()
+        },
+        from(a.deflate || a.no_deflate),
+    ));
+    if deflate.enabled {
+        table.push((
+            "deflate window bits / memLevel / level",
+            format!(
+                "{} / {} / {}",
+                deflate.window_bits, deflate.mem_level, deflate.level
+            ),
+            from(
+                a.deflate_window_bits.is_some()
+                    || a.deflate_mem_level.is_some()
+                    || a.deflate_level.is_some(),
+            ),
+        ));
+        table.push((
+            "deflate threshold bytes",
+            deflate.threshold.to_string(),
+            from(a.deflate_threshold.is_some()),
+        ));
+        table.push((
+            "deflate context takeover",
+            deflate.context_takeover.to_string(),
+            from(a.deflate_no_context_takeover),
+        ));
+    }
     let config = ServerConfig {
+        deflate,
         app,
         handler,
         max_connections,
