@@ -214,9 +214,20 @@ mod peer_parity {
     fn python_peer_generates_the_same_messages() {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/deflate_peer.py");
         let code = format!("import runpy,sys\nsys.argv=['x']\nsrc=open({script:?}).read().rsplit('main()',1)[0]\nns={{}}\nexec(src,ns)\nsys.stdout.buffer.write(ns['message'](4096,5)+b'|'+ns['message'](1024,63))");
-        let Ok(o) = std::process::Command::new("python3").arg("-c").arg(&code).output() else { return };
+        let Ok(o) = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(&code)
+            .output()
+        else {
+            return;
+        };
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let want = [super::message(4096, 5), b"|".to_vec(), super::message(1024, 63)].concat();
+        let want = [
+            super::message(4096, 5),
+            b"|".to_vec(),
+            super::message(1024, 63),
+        ]
+        .concat();
         assert_eq!(o.stdout, want);
     }
 }
