@@ -159,8 +159,8 @@ struct State {
 }
 
 /// A connection's compression state. The contexts are created on the first message that
-/// needs them; with no context takeover they are freed again after each message, so an idle
-/// connection holds none.
+/// needs them (a connection that never sends or receives a large message holds none) and
+/// reset after each message when context takeover is off.
 struct DeflateState {
     agreed: Agreed,
     compressor: Option<Compressor>,
