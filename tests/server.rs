@@ -397,11 +397,18 @@ ws.onmessage = (e) => {{
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
     let got = read_frame(&mut listener).map(|(_, p)| String::from_utf8_lossy(&p).into_owned());
+    // Chromium offers permessage-deflate and the profile enables it: the 200 KB message went
+    // compressed both ways, through contexts that are still alive.
+    let deflate_memory = srv.metric("ws_deflate_memory_bytes");
     let _ = browser.kill();
     let _ = browser.wait();
     assert_eq!(
         got.as_deref(),
         Some(r#"{"channel":"report","data":"CHROMIUM-OK"}"#)
+    );
+    assert!(
+        deflate_memory > 0.0,
+        "Chromium negotiated permessage-deflate"
     );
 }
 
