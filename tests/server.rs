@@ -1390,3 +1390,19 @@ fn broadcast_compresses_once_for_peers_without_server_context_takeover() {
     assert!(za.len() < text.len() / 4);
     assert_eq!(py_inflate_stream(&[za]), vec![text.as_bytes().to_vec()]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_message_larger_than_the_send_queue_cap_still_goes_out() {
+    // The cap is about data piling up for a consumer, not about message size.
+    let srv = Srv::start(&["--send-queue", "65536", "--fragment", "16384"]);
+    let (mut ws, _) = tokio_tungstenite::connect_async(srv.url()).await.unwrap();
+    for size in [60_000, 200_000, 1_000_000] {
+        let m = vec![9u8; size];
+        ws.send(Message::binary(m.clone())).await.unwrap();
+        match ws.next().await.unwrap().unwrap() {
+            Message::Binary(b) => assert_eq!(b.len(), size),
+            other => panic!("{size}: {other:?}"),
+        }
+    }
+    assert_eq!(srv.metric("ws_backpressure_closes_total"), 0.0);
+}

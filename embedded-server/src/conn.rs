@@ -87,15 +87,11 @@ impl Shared {
             return false;
         }
         let len = frame.len();
-        if self.queued.load(Relaxed) + len > self.send_cap {
-            if self
-                .close_request
-                .compare_exchange(0, self.backpressure_code, Relaxed, Relaxed)
-                .is_ok()
-            {
-                metrics.backpressure_closes.fetch_add(1, Relaxed);
-            }
-            self.notify.notify_one();
+        // A consumer is slow when data piles up, not when one message is large: a frame bigger
+        // than the cap still goes to an empty queue.
+        let queued = self.queued.load(Relaxed);
+        if queued > 0 && queued + len > self.send_cap {
+            self.backpressure(metrics);
             return false;
         }
         self.out.lock().unwrap().frames.push_back(frame);
@@ -110,6 +106,18 @@ impl Shared {
         if self.push(frame, metrics) {
             metrics.messages_out.fetch_add(1, Relaxed);
         }
+    }
+
+    /// Close this consumer for exceeding its send-queue cap (counted once).
+    fn backpressure(&self, metrics: &Metrics) {
+        if self
+            .close_request
+            .compare_exchange(0, self.backpressure_code, Relaxed, Relaxed)
+            .is_ok()
+        {
+            metrics.backpressure_closes.fetch_add(1, Relaxed);
+        }
+        self.notify.notify_one();
     }
 
     /// Ask the connection to close with `code` (first request wins).
@@ -806,8 +814,11 @@ fn send<T: Transport>(
     if payload.len() > fragment {
         let frame = Bytes::from(frame::encode_message(op, payload, fragment, rsv1));
         let mut out = shared.out.lock().unwrap();
-        shared.queued.fetch_add(frame.len(), Relaxed);
+        let before = shared.queued.fetch_add(frame.len(), Relaxed);
         out.frames.push_back(frame);
+        if before > 0 && before + out.frames.back().map_or(0, |f| f.len()) > shared.send_cap {
+            shared.backpressure(m);
+        }
         return;
     }
     let mut hdr = [0u8; 10];
@@ -831,15 +842,14 @@ fn send<T: Transport>(
         } else {
             rest.extend_from_slice(&payload[written - hl..]);
         }
-        shared.queued.fetch_add(rest.len(), Relaxed);
+        let before = shared.queued.fetch_add(rest.len(), Relaxed);
         // Only written directly when the queue was empty: this rest is now its head.
         if written > 0 {
             out.head_is_rest = true;
         }
         out.frames.push_back(Bytes::from(rest));
-        if shared.queued.load(Relaxed) > shared.send_cap {
-            shared.request_close(shared.backpressure_code);
-            m.backpressure_closes.fetch_add(1, Relaxed);
+        if before > 0 && shared.queued.load(Relaxed) > shared.send_cap {
+            shared.backpressure(m);
         }
     }
 }
