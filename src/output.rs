@@ -58,3 +58,15 @@ pub fn table_width() -> u16 {
         .filter(|w| *w >= 60)
         .unwrap_or(160)
 }
+
+/// A table in the project's style for standard output: the terminal's width and colours on a
+/// terminal, plain and `table_width()` wide elsewhere.
+pub fn new_table() -> comfy_table::Table {
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
+        .set_content_arrangement(comfy_table::ContentArrangement::Dynamic);
+    if !colour_wanted(false) {
+        t.force_no_tty().set_width(table_width());
+    }
+    t
+}

@@ -8,7 +8,6 @@ use crate::cli::{exit, resolve};
 use crate::cmd::check::make_report;
 use crate::output;
 use anyhow::{bail, Result};
-use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use std::io::{BufRead, IsTerminal, Write};
 
 pub fn run(a: &ApplyArgs) -> Result<u8> {
@@ -76,12 +75,7 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
 }
 
 fn plan_table(p: &plan::Plan) -> String {
-    let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic);
-    if !output::colour_wanted(false) {
-        t.force_no_tty().set_width(output::table_width());
-    }
+    let mut t = output::new_table();
     t.set_header(vec!["Setting", "Current -> new", "Where"]);
     for a in &p.actions {
         // Runtime sysctls are named by their key already; files and processes need their place.

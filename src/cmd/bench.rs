@@ -11,7 +11,6 @@ use crate::cli::args::{BenchDeflateArgs, ListFormat};
 use crate::cli::exit;
 use crate::output;
 use anyhow::{bail, Result};
-use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use embedded_server::deflate::{Compressor, Decompressor};
 use serde::Serialize;
 use std::time::Instant;
@@ -155,12 +154,7 @@ fn run(
 }
 
 fn table(rows: &[Row], a: &BenchDeflateArgs) -> String {
-    let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic);
-    if !output::colour_wanted(false) {
-        t.force_no_tty().set_width(output::table_width());
-    }
+    let mut t = output::new_table();
     t.set_header(vec![
         "size",
         "stream",

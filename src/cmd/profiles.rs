@@ -5,7 +5,6 @@ use crate::cli::exit;
 use crate::output;
 use crate::profile::{self, EMBEDDED};
 use anyhow::Result;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 
 pub fn run(cmd: ProfilesCommand) -> Result<u8> {
     match cmd {
@@ -23,12 +22,7 @@ pub fn run(cmd: ProfilesCommand) -> Result<u8> {
                     serde_json::to_string_pretty(&rows)? + "\n"
                 }
                 ListFormat::Table => {
-                    let mut t = Table::new();
-                    t.load_style(UTF8_FULL_CONDENSED)
-                        .set_content_arrangement(ContentArrangement::Dynamic);
-                    if !output::colour_wanted(false) {
-                        t.force_no_tty().set_width(output::table_width());
-                    }
+                    let mut t = output::new_table();
                     t.set_header(vec![
                         "Profile",
                         "Connections",

@@ -6,7 +6,6 @@ use crate::cli::args::RollbackArgs;
 use crate::cli::{exit, resolve};
 use crate::output;
 use anyhow::{anyhow, bail, Result};
-use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use std::io::{BufRead, IsTerminal, Write};
 
 pub fn run(a: &RollbackArgs) -> Result<u8> {
@@ -19,12 +18,7 @@ pub fn run(a: &RollbackArgs) -> Result<u8> {
                 store.path(journal::DIR).display()
             );
         } else {
-            let mut t = Table::new();
-            t.load_style(UTF8_FULL_CONDENSED)
-                .set_content_arrangement(ContentArrangement::Dynamic);
-            if !output::colour_wanted(false) {
-                t.force_no_tty().set_width(output::table_width());
-            }
+            let mut t = output::new_table();
             t.set_header(vec!["Id", "Created", "Profile", "Changes", "State"]);
             for e in &entries {
                 t.add_row(vec![

@@ -5,7 +5,6 @@ use crate::cli::exit;
 use crate::output;
 use crate::profile;
 use anyhow::{bail, Context, Result};
-use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use embedded_server::{App, BackpressureClose, Handler, Server, ServerConfig};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -231,12 +230,7 @@ fn print_settings(
     admin: Option<SocketAddr>,
     acceptors: usize,
 ) {
-    let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic);
-    if !output::colour_wanted(false) {
-        t.force_no_tty().set_width(output::table_width());
-    }
+    let mut t = output::new_table();
     t.set_header(vec!["Setting", "Value", "From"]);
     for (k, v, from) in &r.table {
         t.add_row(vec![k.to_string(), v.clone(), from.to_string()]);
