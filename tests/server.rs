@@ -24,10 +24,6 @@ struct Srv {
 
 impl Srv {
     fn start(args: &[&str]) -> Srv {
-        Self::start_with(args, |_| {})
-    }
-
-    fn start_with(args: &[&str], tweak: impl FnOnce(&mut Command)) -> Srv {
         let mut cmd = Command::new(bin());
         cmd.args([
             "serve",
@@ -42,7 +38,6 @@ impl Srv {
         cmd.stderr(Stdio::piped())
             .stdout(Stdio::null())
             .env("NO_COLOR", "1");
-        tweak(&mut cmd);
         let mut child = cmd.spawn().expect("start wstune serve");
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -93,11 +88,10 @@ impl Srv {
     fn metric(&self, name: &str) -> f64 {
         let text = self.get("/metrics");
         text.lines()
+            // `name` is the whole series (with its labels, if any) up to the value.
             .find(|l| {
-                l.starts_with(name)
-                    && l[name.len()..].starts_with([' ', '{'])
-                    && !l.starts_with('#')
-                    && (name.contains('{') || !l[name.len()..].starts_with('{'))
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(' '))
             })
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
@@ -856,9 +850,7 @@ fn sigterm_closes_every_client_with_1001_and_exits() {
 
 #[test]
 fn settings_table_and_fd_warning_at_start() {
-    let srv = Srv::start_with(&["--max-connections", "50000", "--workers", "2"], |c| {
-        c.env("WSTUNE_TEST", "1");
-    });
+    let srv = Srv::start(&["--max-connections", "50000", "--workers", "2"]);
     let log = srv.log.lock().unwrap().join("\n");
     assert!(
         log.contains("max connections") && log.contains("50000") && log.contains("flag"),
