@@ -737,22 +737,26 @@ async fn broadcast_reaches_everyone_and_a_slow_consumer_does_not_slow_the_rest()
             }
         }));
     }
-    for i in 0..200 {
-        sender
-            .send(Message::text(format!("{i}:{payload}")))
-            .await
-            .unwrap();
-    }
-    for i in 0..200 {
-        let m = tokio::time::timeout(Duration::from_secs(10), sender.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        assert!(
-            m.to_text().unwrap().starts_with(&format!("{i}:")),
-            "sender message {i}"
-        );
+    // The publisher keeps at most 10 messages (200 KB) in flight, as a real feed does: the
+    // readers keep up, the consumer that never reads falls 4 MB behind.
+    for w in 0..20 {
+        for i in w * 10..w * 10 + 10 {
+            sender
+                .send(Message::text(format!("{i}:{payload}")))
+                .await
+                .unwrap();
+        }
+        for i in w * 10..w * 10 + 10 {
+            let m = tokio::time::timeout(Duration::from_secs(10), sender.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert!(
+                m.to_text().unwrap().starts_with(&format!("{i}:")),
+                "sender message {i}"
+            );
+        }
     }
     for r in readers {
         r.await.unwrap();
@@ -1322,7 +1326,7 @@ asyncio.run(main(sys.argv[1]))
 }
 
 #[test]
-fn broadcast_compresses_once_for_peers_without_server_context_takeover() {
+fn broadcast_compresses_once_for_every_deflate_peer() {
     let srv = Srv::start(&["--app", "broadcast", "--deflate"]);
     let offer = "permessage-deflate; server_no_context_takeover";
     let open = |ext: Option<&str>| {
@@ -1346,7 +1350,10 @@ fn broadcast_compresses_once_for_peers_without_server_context_takeover() {
     };
     let (mut a, ha) = open(Some(offer));
     let (mut b, _) = open(Some(offer));
+    // Context takeover: the same frame is valid (it references nothing before it).
+    let (mut c, hc) = open(Some("permessage-deflate"));
     let (mut plain, _) = open(None);
+    assert!(!hc.contains("no_context_takeover"), "{hc}");
     assert!(ha.contains("server_no_context_takeover"), "{ha}");
     let text = r#"{"price":101.25,"size":300,"side":"buy"}"#.repeat(40);
     plain
@@ -1367,7 +1374,10 @@ fn broadcast_compresses_once_for_peers_without_server_context_takeover() {
     };
     let (ha0, za) = raw_frame(&mut a);
     let (_, zb) = raw_frame(&mut b);
+    let (hc0, zc) = raw_frame(&mut c);
     let (hp0, p) = raw_frame(&mut plain);
+    assert_eq!(hc0 & 0x40, 0x40, "compressed for the context-takeover peer");
+    assert_eq!(zc, za, "one compression serves both kinds of peer");
     assert_eq!(
         ha0 & 0x40,
         0x40,
@@ -1381,6 +1391,99 @@ fn broadcast_compresses_once_for_peers_without_server_context_takeover() {
     assert_eq!(p, text.as_bytes());
     assert!(za.len() < text.len() / 4);
     assert_eq!(py_inflate_stream(&[za]), vec![text.as_bytes().to_vec()]);
+}
+
+#[test]
+fn context_takeover_peer_decodes_own_replies_mixed_with_shared_frames() {
+    // Channel replies come from the connection's own compressor (with context takeover);
+    // publishes arrive compressed once from a reset context. Mixed on one connection, the
+    // client's single inflate stream must decode every one of them, in order, while another
+    // client publishes concurrently.
+    let srv = Srv::start(&["--app", "channels", "--deflate", "--deflate-threshold", "0"]);
+    let script = r#"
+import asyncio, json, sys, websockets
+async def main(url):
+    async with websockets.connect(url, compression="deflate") as a, \
+               websockets.connect(url, compression="deflate") as b:
+        assert "permessage-deflate" in a.response.headers["Sec-WebSocket-Extensions"]
+        await a.send(json.dumps({"op": "subscribe", "channel": "t"}))
+        assert json.loads(await a.recv())["op"] == "subscribed"
+        N = 300
+        async def publisher():
+            for i in range(N):
+                await b.send(json.dumps({"op": "publish", "channel": "t",
+                                         "data": {"i": i, "text": "tick %d " % i * 20}}))
+                if i % 7 == 0:
+                    await asyncio.sleep(0)
+        async def chatter():
+            for i in range(N):
+                await a.send(json.dumps({"op": "subscribe", "channel": "x%d" % i}))
+        pub = asyncio.create_task(publisher())
+        chat = asyncio.create_task(chatter())
+        got, acks = [], 0
+        while len(got) < N or acks < N:
+            m = json.loads(await asyncio.wait_for(a.recv(), 20))
+            if m.get("op") == "subscribed":
+                acks += 1
+            else:
+                got.append(m["data"]["i"])
+                assert m["data"]["text"] == "tick %d " % m["data"]["i"] * 20
+        await pub; await chat
+        assert got == list(range(N)), got[:20]
+    print("MIX-OK")
+asyncio.run(main(sys.argv[1]))
+"#;
+    let Some((out, err)) = python_websockets(script, &[&srv.url()]) else {
+        return;
+    };
+    assert!(out.contains("MIX-OK"), "{err}");
+}
+
+#[test]
+fn an_idle_connection_gives_its_compressor_back() {
+    // One heartbeat interval without a compressed message frees the compressor (~256 KiB at
+    // the defaults); the decompressor stays, since the client may point into its window.
+    let srv = Srv::start(&["--deflate", "--heartbeat-interval", "1"]);
+    let (mut s, _) = raw_deflate(srv.port);
+    let text = r#"{"price":101.25,"size":300,"side":"buy"}"#.repeat(40);
+    s.write_all(&deflated_frame(1, &py_zlib("deflate", text.as_bytes())))
+        .unwrap();
+    let read_echo = |s: &mut TcpStream| {
+        let mut h = [0u8; 2];
+        s.read_exact(&mut h).unwrap();
+        assert_eq!(h[0], 0xc1, "a compressed text echo");
+        assert!(h[1] < 126, "repetitive text compresses below 126 bytes");
+        let mut p = vec![0u8; h[1] as usize];
+        s.read_exact(&mut p).unwrap();
+        p
+    };
+    read_echo(&mut s);
+    let both = srv.metric("ws_deflate_memory_bytes");
+    let decompressor = (32 + 7) * 1024;
+    assert!(both > 200.0 * 1024.0, "{both}");
+    // Answer pings so the heartbeat keeps the connection; wait for the release.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        let _ = s.read(&mut buf);
+        let now = srv.metric("ws_deflate_memory_bytes");
+        if now == decompressor as f64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {now} bytes of deflate state"
+        );
+    }
+    // A new compressor comes back for the next message, and the client can still read it.
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(&deflated_frame(1, &py_zlib("deflate", text.as_bytes())))
+        .unwrap();
+    let z = read_echo(&mut s);
+    assert_eq!(py_inflate_stream(&[z]), vec![text.as_bytes().to_vec()]);
+    assert_eq!(srv.metric("ws_deflate_memory_bytes"), both);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

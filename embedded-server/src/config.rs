@@ -134,6 +134,15 @@ impl Default for ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// A context-takeover connection's compressor is freed after this long without a
+    /// compressed message: one heartbeat interval, since the heartbeat's ping is what wakes an
+    /// idle connection. None without heartbeats (nothing wakes an idle connection then).
+    pub fn deflate_idle(&self) -> Option<Duration> {
+        (!self.heartbeat_interval.is_zero()).then_some(self.heartbeat_interval)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,9 @@ use bytes::Bytes;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU16, AtomicU32, AtomicU8, AtomicUsize, Ordering::Relaxed,
+};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -48,10 +50,16 @@ pub struct Shared {
     pub last_ping: AtomicU32,
     send_cap: usize,
     backpressure_code: u16,
-    /// Window bits this peer accepts for messages compressed without context takeover (it
-    /// negotiated server_no_context_takeover): broadcasts compress once for all such peers.
-    /// 0: send it broadcasts uncompressed.
+    /// Window bits of this peer's permessage-deflate (0: not negotiated). Broadcasts and
+    /// offloaded replies compress once per window size from a reset context, valid for every
+    /// peer whatever its context-takeover setting.
     pub shared_deflate_bits: AtomicU8,
+    /// The peer keeps our compression context between messages (no server_no_context_takeover).
+    pub deflate_takeover: AtomicBool,
+    /// A frame compressed elsewhere went to a context-takeover peer: its window now holds data
+    /// our own compressor never saw, so that compressor must start over before its next
+    /// message. Changed only under the `out` lock, so it is ordered with the queue.
+    deflate_stale: AtomicBool,
 }
 
 #[derive(Default)]
@@ -77,12 +85,23 @@ impl Shared {
             send_cap,
             backpressure_code,
             shared_deflate_bits: AtomicU8::new(0),
+            deflate_takeover: AtomicBool::new(false),
+            deflate_stale: AtomicBool::new(false),
         }
     }
 
     /// Queue an encoded frame (shared, not copied) and wake the connection. A consumer above
     /// its cap is closed instead: broadcast never waits for the slowest client.
     pub fn push(&self, frame: Bytes, metrics: &Metrics) -> bool {
+        self.push_frame(frame, metrics, false)
+    }
+
+    /// Queue a frame compressed from a reset context outside this connection's task.
+    pub fn push_compressed(&self, frame: Bytes, metrics: &Metrics) -> bool {
+        self.push_frame(frame, metrics, self.deflate_takeover.load(Relaxed))
+    }
+
+    fn push_frame(&self, frame: Bytes, metrics: &Metrics, stale: bool) -> bool {
         if self.close_request.load(Relaxed) != 0 {
             return false;
         }
@@ -94,18 +113,57 @@ impl Shared {
             self.backpressure(metrics);
             return false;
         }
-        self.out.lock().unwrap().frames.push_back(frame);
+        let mut out = self.out.lock().unwrap();
+        out.frames.push_back(frame);
+        if stale {
+            self.deflate_stale.store(true, Relaxed);
+        }
+        drop(out);
         self.queued.fetch_add(len, Relaxed);
         self.notify.notify_one();
         true
     }
 
-    /// Encode and queue a message from another thread (the offload pool).
-    pub fn send_owned(&self, opcode: OpCode, payload: &[u8], fragment: usize, metrics: &Metrics) {
-        let frame = Bytes::from(frame::encode_message(opcode, payload, fragment, false));
-        if self.push(frame, metrics) {
+    /// Encode and queue a message from another thread (the offload pool), compressed with that
+    /// thread's shared context when the peer negotiated permessage-deflate.
+    pub fn send_owned(
+        &self,
+        opcode: OpCode,
+        payload: &[u8],
+        fragment: usize,
+        deflate: &crate::deflate::DeflateSettings,
+        metrics: &Metrics,
+    ) {
+        let bits = self.shared_deflate_bits.load(Relaxed);
+        let pushed = if bits != 0 && payload.len() >= deflate.threshold {
+            let mut z = Vec::new();
+            let created = crate::deflate::compress_fresh(
+                bits,
+                deflate.mem_level,
+                deflate.level,
+                payload,
+                &mut z,
+            );
+            metrics
+                .deflate_memory_bytes
+                .fetch_add(created as i64, Relaxed);
+            let frame = Bytes::from(frame::encode_message(opcode, &z, fragment, true));
+            self.push_compressed(frame, metrics)
+        } else {
+            let frame = Bytes::from(frame::encode_message(opcode, payload, fragment, false));
+            self.push(frame, metrics)
+        };
+        if pushed {
             metrics.messages_out.fetch_add(1, Relaxed);
         }
+    }
+
+    /// Record what permessage-deflate this peer agreed to, for frames compressed elsewhere.
+    pub fn set_deflate(&self, agreed: &Agreed, ours: &crate::deflate::DeflateSettings) {
+        self.shared_deflate_bits
+            .store(agreed.server_window_bits.min(ours.window_bits), Relaxed);
+        self.deflate_takeover
+            .store(!agreed.server_no_context_takeover, Relaxed);
     }
 
     /// Close this consumer for exceeding its send-queue cap (counted once).
@@ -181,12 +239,14 @@ struct DeflateState {
     mem_level: u8,
     level: u8,
     threshold: usize,
+    /// When our own compressor last handled a message.
+    last_compress: Instant,
 }
 
 impl DeflateState {
     fn compressor_bytes(&self) -> i64 {
-        crate::memory::deflate_compressor_bytes(self.agreed.server_window_bits, self.mem_level)
-            as i64
+        let bits = self.agreed.server_window_bits.min(self.window_bits);
+        crate::memory::deflate_compressor_bytes(bits, self.mem_level) as i64
     }
 
     fn decompressor_bytes() -> i64 {
@@ -194,25 +254,26 @@ impl DeflateState {
     }
 
     fn inflate(&mut self, data: &[u8], max: usize) -> Result<(), Stop> {
-        let takeover = !self.agreed.client_no_context_takeover;
-        if self.decompressor.is_none() {
-            self.metrics
-                .deflate_memory_bytes
-                .fetch_add(Self::decompressor_bytes(), Relaxed);
-            self.decompressor = Some(Decompressor::new(takeover));
-        }
         self.inflated.clear();
-        let r = self
-            .decompressor
-            .as_mut()
-            .unwrap()
-            .decompress(data, &mut self.inflated, max);
-        if !takeover {
-            self.decompressor = None;
-            self.metrics
-                .deflate_memory_bytes
-                .fetch_sub(Self::decompressor_bytes(), Relaxed);
-        }
+        let r = if self.agreed.client_no_context_takeover {
+            // Nothing to keep between messages: this thread's shared context does it.
+            crate::deflate::inflate_fresh(data, &mut self.inflated, max).map(|created| {
+                self.metrics
+                    .deflate_memory_bytes
+                    .fetch_add(created as i64, Relaxed);
+            })
+        } else {
+            if self.decompressor.is_none() {
+                self.metrics
+                    .deflate_memory_bytes
+                    .fetch_add(Self::decompressor_bytes(), Relaxed);
+                self.decompressor = Some(Decompressor::new(true));
+            }
+            self.decompressor
+                .as_mut()
+                .unwrap()
+                .decompress(data, &mut self.inflated, max)
+        };
         match r {
             Ok(()) => Ok(()),
             Err(InflateError::TooBig) => Err(Stop::Fail(1009, "message too large once inflated")),
@@ -221,29 +282,57 @@ impl DeflateState {
     }
 
     /// Compress `payload` into `self.compressed`, or return false when it is below the threshold.
-    fn compress(&mut self, payload: &[u8]) -> bool {
+    /// `shared` says whether a frame compressed elsewhere (a broadcast, an offloaded reply) went
+    /// to this peer since our last message: our history no longer matches the peer's window,
+    /// so the context starts over.
+    fn compress(&mut self, payload: &[u8], shared: &Shared) -> bool {
         if payload.len() < self.threshold {
             return false;
         }
-        let takeover = !self.agreed.server_no_context_takeover;
-        if self.compressor.is_none() {
+        let bits = self.agreed.server_window_bits.min(self.window_bits);
+        if self.agreed.server_no_context_takeover {
+            let created = crate::deflate::compress_fresh(
+                bits,
+                self.mem_level,
+                self.level,
+                payload,
+                &mut self.compressed,
+            );
             self.metrics
                 .deflate_memory_bytes
-                .fetch_add(self.compressor_bytes(), Relaxed);
-            let bits = self.agreed.server_window_bits.min(self.window_bits);
-            self.compressor = Some(Compressor::new(bits, self.mem_level, self.level, takeover));
+                .fetch_add(created as i64, Relaxed);
+            return true;
+        }
+        let stale = shared.deflate_stale.swap(false, Relaxed);
+        match self.compressor.as_mut() {
+            Some(c) if stale => c.reset(),
+            Some(_) => {}
+            None => {
+                self.metrics
+                    .deflate_memory_bytes
+                    .fetch_add(self.compressor_bytes(), Relaxed);
+                self.compressor = Some(Compressor::new(bits, self.mem_level, self.level, true));
+            }
         }
         self.compressor
             .as_mut()
             .unwrap()
             .compress(payload, &mut self.compressed);
-        if !takeover {
+        self.last_compress = Instant::now();
+        true
+    }
+
+    /// Free the compressor of a connection that has sent nothing compressed for `idle` seconds.
+    /// Only ours can go: the peer's next message may point into the window our decompressor
+    /// keeps, but nothing obliges us to point into what we sent, so a new compressor later is
+    /// valid (it costs ratio on the first message, and ~256 KiB less per idle connection).
+    fn release_idle(&mut self, idle: Duration) {
+        if self.compressor.is_some() && self.last_compress.elapsed() >= idle {
             self.compressor = None;
             self.metrics
                 .deflate_memory_bytes
                 .fetch_sub(self.compressor_bytes(), Relaxed);
         }
-        true
     }
 }
 
@@ -273,11 +362,6 @@ pub async fn serve<T: Transport>(
 ) {
     let hub = ctx.hub.clone();
     let d = &hub.config.deflate;
-    if let Some(a) = deflate.as_ref().filter(|a| a.server_no_context_takeover) {
-        shared
-            .shared_deflate_bits
-            .store(a.server_window_bits.min(d.window_bits), Relaxed);
-    }
     let deflate = deflate.map(|agreed| {
         Box::new(DeflateState {
             agreed,
@@ -290,6 +374,7 @@ pub async fn serve<T: Transport>(
             mem_level: d.mem_level,
             level: d.level,
             threshold: d.threshold,
+            last_compress: Instant::now(),
         })
     });
     let mut st = State {
@@ -399,8 +484,20 @@ async fn run<T: Transport>(
                     let _ = flush(io, shared, m);
                     return Ok(());
                 }
+                if hub.config.app != App::Echo {
+                    // A publisher whose socket stays readable would otherwise fan out message
+                    // after message without the recipients' tasks getting a turn to write, and
+                    // fast consumers would look slow. Let them drain before reading more.
+                    tokio::task::yield_now().await;
+                }
             }
-            _ = shared.notify.notified() => {}
+            _ = shared.notify.notified() => {
+                // Someone queued for us (on an idle connection, usually the heartbeat's
+                // ping): the moment to let go of a compressor nobody is using.
+                if let (Some(d), Some(idle)) = (st.deflate.as_mut(), hub.config.deflate_idle()) {
+                    d.release_idle(idle);
+                }
+            }
             r = io.writable(), if pending => { r?; }
             _ = tokio::time::sleep_until(deadline), if st.close_deadline.is_some() => {
                 let _ = flush(io, shared, m);
@@ -801,19 +898,28 @@ fn send<T: Transport>(
     mut deflate: Option<&mut DeflateState>,
 ) {
     // Data messages above the threshold go compressed (RSV1 on the first frame); control
-    // frames never are.
+    // frames never are. Compression runs before the queue lock, so broadcasts to this peer
+    // never wait for it.
     let data = matches!(op, OpCode::Text | OpCode::Binary);
     let rsv1 = match deflate.as_deref_mut() {
-        Some(d) if data => d.compress(payload),
+        Some(d) if data => d.compress(payload, shared),
         _ => false,
     };
+    let mut out = shared.out.lock().unwrap();
+    if rsv1 && shared.deflate_stale.load(Relaxed) {
+        // A frame compressed elsewhere was queued while we compressed: it sits between our
+        // history and this message in the peer's window. Compress again from a reset context
+        // (rare; with the lock held nothing else can slip in).
+        if let Some(d) = deflate.as_deref_mut() {
+            d.compress(payload, shared);
+        }
+    }
     let payload: &[u8] = match &deflate {
         Some(d) if rsv1 => &d.compressed,
         _ => payload,
     };
     if payload.len() > fragment {
         let frame = Bytes::from(frame::encode_message(op, payload, fragment, rsv1));
-        let mut out = shared.out.lock().unwrap();
         let before = shared.queued.fetch_add(frame.len(), Relaxed);
         out.frames.push_back(frame);
         if before > 0 && before + out.frames.back().map_or(0, |f| f.len()) > shared.send_cap {
@@ -824,7 +930,6 @@ fn send<T: Transport>(
     let mut hdr = [0u8; 10];
     let hl = frame::encode_header(&mut hdr, true, rsv1, op, payload.len());
     let total = hl + payload.len();
-    let mut out = shared.out.lock().unwrap();
     let written = if out.frames.is_empty() && !io.wants_flush() {
         match io.try_write_vectored(&[IoSlice::new(&hdr[..hl]), IoSlice::new(payload)]) {
             Ok(n) => n,

@@ -9,6 +9,7 @@
 //! `00 00 ff ff` is removed; the receiver appends it back before inflating. Without context
 //! takeover the stream is reset after every message.
 
+use std::cell::RefCell;
 use zlib_rs::{Deflate, DeflateConfig, DeflateFlush, Inflate, InflateFlush, Status};
 
 const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
@@ -198,6 +199,69 @@ impl Compressor {
             self.z.reset();
         }
     }
+}
+
+impl Compressor {
+    /// Forget the history: the next message references nothing sent before it. Always valid
+    /// for the peer, whose window simply holds data we no longer point into.
+    pub fn reset(&mut self) {
+        self.z.reset();
+    }
+}
+
+thread_local! {
+    /// Contexts without context takeover, shared by every connection a thread serves. A
+    /// message compressed from a reset context depends on nothing before it, so one context
+    /// per window size serves all such peers: no per-connection memory, and no ~100 us
+    /// construction per message.
+    static FRESH_Z: RefCell<Vec<(u8, u8, u8, Compressor)>> = const { RefCell::new(Vec::new()) };
+    static FRESH_INFLATE: RefCell<Option<Decompressor>> = const { RefCell::new(None) };
+}
+
+/// Compress one message with no context (a reset context of `window_bits`), using this
+/// thread's shared compressor. Returns the bytes of a context created for the call (0 when one
+/// was reused), for memory accounting.
+pub fn compress_fresh(
+    window_bits: u8,
+    mem_level: u8,
+    level: u8,
+    input: &[u8],
+    out: &mut Vec<u8>,
+) -> u64 {
+    FRESH_Z.with(|cell| {
+        let mut all = cell.borrow_mut();
+        let key = (window_bits.max(9), mem_level, level);
+        let mut created = 0;
+        let i = match all.iter().position(|c| (c.0, c.1, c.2) == key) {
+            Some(i) => i,
+            None => {
+                all.push((
+                    key.0,
+                    key.1,
+                    key.2,
+                    Compressor::new(key.0, key.1, key.2, false),
+                ));
+                created = crate::memory::deflate_compressor_bytes(key.0, key.1);
+                all.len() - 1
+            }
+        };
+        all[i].3.compress(input, out);
+        created
+    })
+}
+
+/// Inflate one message that was compressed without context takeover, using this thread's
+/// shared decompressor. Returns the bytes of a context created for the call (0 when reused).
+pub fn inflate_fresh(input: &[u8], out: &mut Vec<u8>, max: usize) -> Result<u64, InflateError> {
+    FRESH_INFLATE.with(|cell| {
+        let mut d = cell.borrow_mut();
+        let mut created = 0;
+        let d = d.get_or_insert_with(|| {
+            created = crate::memory::deflate_decompressor_bytes(15);
+            Decompressor::new(false)
+        });
+        d.decompress(input, out, max).map(|()| created)
+    })
 }
 
 /// The receiving side: inflates messages, stopping as soon as the output passes the cap.

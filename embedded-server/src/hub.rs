@@ -93,9 +93,10 @@ impl Hub {
     }
 
     /// Encode `payload` once and queue the same bytes on every connection. Peers that
-    /// negotiated permessage-deflate without server context takeover get one compressed frame,
-    /// compressed once per window size (a message compressed from a fresh context is valid for
-    /// every such peer); the others get the plain frame.
+    /// negotiated permessage-deflate get one compressed frame, compressed once per window size
+    /// from a reset context: valid for every such peer whatever its context-takeover setting
+    /// (a context-takeover peer's own compressor restarts before its next message, see
+    /// `Shared::push_compressed`). The others get the plain frame.
     pub fn broadcast(&self, op: OpCode, payload: &[u8]) {
         self.metrics.broadcasts.fetch_add(1, Relaxed);
         let conns = self.conns.read().unwrap();
@@ -103,7 +104,7 @@ impl Hub {
     }
 
     /// Send one message to `recipients`: encoded once for the plain ones, compressed once per
-    /// window size for those without server context takeover.
+    /// window size for those that negotiated permessage-deflate.
     fn fan_out<'a>(
         &self,
         op: OpCode,
@@ -122,24 +123,31 @@ impl Hub {
         let mut sent = 0;
         for c in recipients {
             let bits = c.shared_deflate_bits.load(Relaxed) as usize;
-            let f = if bits == 0 || !compressible {
-                plain.clone()
+            let pushed = if bits == 0 || !compressible {
+                c.push(plain.clone(), &self.metrics)
             } else {
-                compressed[bits]
-                    .get_or_insert_with(|| {
-                        let mut z = Vec::new();
-                        crate::deflate::Compressor::new(bits as u8, d.mem_level, d.level, false)
-                            .compress(payload, &mut z);
-                        Bytes::from(frame::encode_message(
-                            op,
-                            &z,
-                            self.config.fragment_bytes,
-                            true,
-                        ))
-                    })
-                    .clone()
+                let f = compressed[bits].get_or_insert_with(|| {
+                    let mut z = Vec::new();
+                    let created = crate::deflate::compress_fresh(
+                        bits as u8,
+                        d.mem_level,
+                        d.level,
+                        payload,
+                        &mut z,
+                    );
+                    self.metrics
+                        .deflate_memory_bytes
+                        .fetch_add(created as i64, Relaxed);
+                    Bytes::from(frame::encode_message(
+                        op,
+                        &z,
+                        self.config.fragment_bytes,
+                        true,
+                    ))
+                });
+                c.push_compressed(f.clone(), &self.metrics)
             };
-            if c.push(f, &self.metrics) {
+            if pushed {
                 sent += 1;
             }
         }

@@ -69,6 +69,7 @@ impl Server {
                 config.offload_queue_size,
                 metrics.clone(),
                 config.fragment_bytes,
+                config.deflate,
             )
         });
         let hub = Arc::new(Hub::new(config, metrics));
@@ -305,11 +306,18 @@ async fn handle<T: Transport>(
             stream.shutdown_write();
         }
         Ok(accepted) => {
+            // Registered (with its compression settings) before the 101 goes out: a client
+            // that has its 101 receives every broadcast after it. Frames queued meanwhile are
+            // written once the connection task starts, after the response.
+            let shared = hub.register();
+            if let Some(a) = &accepted.deflate {
+                shared.set_deflate(a, &cfg.deflate);
+            }
             if write_all(&stream, &accepted.response).await.is_err() {
+                hub.unregister(&shared, &[]);
                 return;
             }
             hub.metrics.accepted.fetch_add(1, Relaxed);
-            let shared = hub.register();
             let rest = buf[end..].to_vec();
             drop(buf);
             conn::serve(stream, shared, rest, ctx, accepted.deflate).await;

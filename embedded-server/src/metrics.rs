@@ -164,7 +164,7 @@ impl Metrics {
         );
         g(
             "ws_deflate_memory_bytes",
-            "Memory held by live permessage-deflate contexts (zlib's formula).",
+            "Memory held by permessage-deflate contexts (zlib's formula): per-connection ones plus each thread's shared no-context-takeover ones.",
             "gauge",
             self.deflate_memory_bytes.load(Relaxed) as f64,
         );

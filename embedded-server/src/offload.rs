@@ -26,6 +26,7 @@ pub fn start(
     queue: usize,
     metrics: Arc<Metrics>,
     fragment: usize,
+    deflate: crate::deflate::DeflateSettings,
 ) -> Sender {
     let (tx, rx) = async_channel::bounded::<Job>(queue.max(1));
     for i in 0..threads.max(1) {
@@ -43,7 +44,7 @@ pub fn start(
                         .fetch_add(start.elapsed().as_micros() as u64, Relaxed);
                     metrics.offload_jobs.fetch_add(1, Relaxed);
                     job.conn
-                        .send_owned(job.opcode, &job.payload, fragment, &metrics);
+                        .send_owned(job.opcode, &job.payload, fragment, &deflate, &metrics);
                 }
             })
             .expect("spawn an offload thread");

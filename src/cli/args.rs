@@ -271,9 +271,13 @@ pub struct BenchDeflateArgs {
     /// zlib memLevel (1..=9).
     #[arg(long, default_value_t = 8)]
     pub mem_level: u8,
-    /// zlib compression level (0..=9; 6 is zlib's default).
-    #[arg(long, default_value_t = 6)]
+    /// zlib compression level (0..=9; 1 is the server's default, 6 zlib's).
+    #[arg(long, default_value_t = 1)]
     pub level: u8,
+    /// Instead of round trips: the cost of broadcasting the ticker stream to this many
+    /// recipients, compressed once for all vs once per connection with context takeover.
+    #[arg(long, value_name = "RECIPIENTS")]
+    pub broadcast: Option<usize>,
     #[arg(long, short = 'f', value_enum, default_value_t = ListFormat::Table)]
     pub format: ListFormat,
 }

@@ -82,6 +82,9 @@ pub fn deflate(a: &BenchDeflateArgs) -> Result<u8> {
     if !(9..=15).contains(&a.window_bits) || !(1..=9).contains(&a.mem_level) || a.level > 9 {
         bail!("--window-bits 9..=15, --mem-level 1..=9, --level 0..=9");
     }
+    if let Some(n) = a.broadcast {
+        return broadcast(&sizes, n, a);
+    }
     let mut rows = Vec::new();
     for &size in &sizes {
         for stream in ["repeated", "distinct"] {
@@ -181,6 +184,129 @@ fn table(rows: &[Row], a: &BenchDeflateArgs) -> String {
          'repeated' sends one message again and again (what the seed most likely measured); 'distinct' is a ticker whose values change.\n{t}\n",
         a.window_bits, a.mem_level, a.level, a.iterations
     )
+}
+
+#[derive(Debug, Serialize)]
+struct BroadcastRow {
+    size_bytes: usize,
+    recipients: usize,
+    mode: &'static str,
+    messages: usize,
+    /// CPU time spent compressing, per broadcast message.
+    ms_per_broadcast: f64,
+    /// Bytes on the wire per recipient, over original bytes.
+    ratio: f64,
+    /// Deflate contexts held for the recipients while the stream runs.
+    deflate_memory_bytes: u64,
+}
+
+/// Broadcast cost: `n` recipients get every message of the ticker stream. "once" compresses
+/// each message a single time from a reset context (what `Hub::broadcast` does for every
+/// deflate peer); "per_connection" keeps one context-takeover compressor per recipient (what
+/// a server that compresses per connection pays). Both outputs are inflated by a recipient to
+/// check them.
+fn broadcast(sizes: &[usize], n: usize, a: &BenchDeflateArgs) -> Result<u8> {
+    if n == 0 || n > 100_000 {
+        bail!("--broadcast: 1..=100000 recipients (each one holds a ~256 KiB context in per-connection mode)");
+    }
+    let messages = a.iterations.clamp(1, 1000);
+    let mut rows = Vec::new();
+    for &size in sizes {
+        let msgs: Vec<Vec<u8>> = (0..64).map(|i| message(size, i)).collect();
+        for mode in ["once", "per_connection"] {
+            let mut z = Vec::new();
+            let (mut wire, mut original) = (0usize, 0usize);
+            let mut per_conn: Vec<Compressor> = Vec::new();
+            let mut check = Decompressor::new(mode == "per_connection");
+            let mut out = Vec::new();
+            let mut cpu = std::time::Duration::ZERO;
+            for i in 0..messages {
+                let msg = &msgs[i % msgs.len()];
+                let start = Instant::now();
+                if mode == "once" {
+                    embedded_server::deflate::compress_fresh(
+                        a.window_bits,
+                        a.mem_level,
+                        a.level,
+                        msg,
+                        &mut z,
+                    );
+                    wire += z.len() * n;
+                } else {
+                    if per_conn.is_empty() {
+                        per_conn = (0..n)
+                            .map(|_| Compressor::new(a.window_bits, a.mem_level, a.level, true))
+                            .collect();
+                    }
+                    for c in &mut per_conn {
+                        c.compress(msg, &mut z);
+                        wire += z.len();
+                    }
+                }
+                cpu += start.elapsed();
+                original += msg.len() * n;
+                // The last recipient's copy (per connection: its own stream) must inflate back.
+                out.clear();
+                check
+                    .decompress(&z, &mut out, usize::MAX)
+                    .expect("a broadcast we compressed inflates");
+                assert!(out == *msg, "broadcast changed the message");
+            }
+            let memory = match mode {
+                "once" => {
+                    embedded_server::memory::deflate_compressor_bytes(a.window_bits, a.mem_level)
+                }
+                _ => {
+                    n as u64
+                        * embedded_server::memory::deflate_compressor_bytes(
+                            a.window_bits,
+                            a.mem_level,
+                        )
+                }
+            };
+            rows.push(BroadcastRow {
+                size_bytes: size,
+                recipients: n,
+                mode,
+                messages,
+                ms_per_broadcast: cpu.as_secs_f64() * 1000.0 / messages as f64,
+                ratio: wire as f64 / original as f64,
+                deflate_memory_bytes: memory,
+            });
+        }
+    }
+    let text = match a.format {
+        ListFormat::Json => serde_json::to_string_pretty(&rows)? + "\n",
+        ListFormat::Table => {
+            let mut t = output::new_table();
+            t.set_header(vec![
+                "size",
+                "mode",
+                "compress ms / broadcast",
+                "wire ratio",
+                "deflate memory",
+            ]);
+            for r in &rows {
+                t.add_row(vec![
+                    format!("{} KiB", r.size_bytes as f64 / 1024.0),
+                    r.mode.to_string(),
+                    format!("{:.3}", r.ms_per_broadcast),
+                    format!("{:.3}", r.ratio),
+                    format!(
+                        "{:.1} MiB",
+                        r.deflate_memory_bytes as f64 / (1 << 20) as f64
+                    ),
+                ]);
+            }
+            format!(
+                "Broadcasting {messages} distinct ticker messages to {n} recipients with permessage-deflate (window {} bits, memLevel {}, level {}).\n\
+                 'once' compresses each message one time for everybody (the server's way); 'per_connection' keeps a context per recipient.\n{t}\n",
+                a.window_bits, a.mem_level, a.level
+            )
+        }
+    };
+    output::emit(None, &text)?;
+    Ok(exit::OK)
 }
 
 #[cfg(test)]
