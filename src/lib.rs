@@ -13,5 +13,6 @@ pub mod host;
 pub mod output;
 pub mod profile;
 pub mod report;
+pub mod selftest;
 pub mod value;
 mod yaml_lines;

@@ -40,6 +40,12 @@ pub enum Command {
     Bench(BenchCommand),
     /// Run the embedded WebSocket server with the profile's settings (every one overridable).
     Serve(ServeArgs),
+    /// Load-test a WebSocket server: open-loop echo latency, saturation, idle memory, connect
+    /// storms, broadcast fan-out, compression; a verdict against the profile (0 pass, 2 miss).
+    Selftest(SelftestArgs),
+    /// One generator process of a self-test (started by `selftest`; not for people).
+    #[command(hide = true)]
+    SelftestWorker { spec: String },
     /// Capture exactly the files `check` reads into a directory, for `check --root DIR` elsewhere.
     Snapshot(SnapshotArgs),
     /// List or show the built-in tuning profiles.
@@ -242,6 +248,88 @@ pub struct ServeArgs {
     /// Seconds graceful shutdown waits for clients after sending 1001.
     #[arg(long, default_value_t = 5)]
     pub shutdown_grace: u64,
+    /// Run `check`, start the server with these settings, load-test it with the profile's
+    /// workload sized to this host, print one report and exit with the verdict (0 pass, 2 miss).
+    #[arg(long)]
+    pub self_test: bool,
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+/// The load generator's settings, shared by `selftest` and `serve --self-test`.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Load test (selftest, serve --self-test)")]
+pub struct LoadArgs {
+    /// Workload to run (repeat for several): echo-rate, echo-sat, idle, storm, broadcast, deflate.
+    #[arg(long = "scenario", value_enum, value_name = "NAME")]
+    pub scenarios: Vec<crate::selftest::Scenario>,
+    /// Client connections (default: selftest 1000; serve --self-test: the profile's, scaled to the host).
+    #[arg(long)]
+    pub conns: Option<usize>,
+    /// Messages per second per connection for echo-rate and deflate (default: the profile's).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Payload bytes per message (default: the profile's).
+    #[arg(long)]
+    pub size: Option<usize>,
+    /// Seconds each scenario runs.
+    #[arg(long)]
+    pub secs: Option<f64>,
+    /// echo-sat: messages in flight per connection.
+    #[arg(long, default_value_t = 1)]
+    pub inflight: usize,
+    /// broadcast: messages published (rounds).
+    #[arg(long, default_value_t = 10)]
+    pub rounds: usize,
+    /// Generator processes (0: as many as the fd limit requires, at least one).
+    #[arg(long, default_value_t = 0)]
+    pub generators: usize,
+    /// Loopback source addresses to spread clients over (0: as many as the port range needs).
+    #[arg(long, default_value_t = 0)]
+    pub sources: usize,
+    /// Connections opened per second while ramping up (0: as fast as 256 handshakes in flight per process go).
+    #[arg(long, default_value_t = 0.0)]
+    pub ramp: f64,
+    /// storm: handshakes in flight at once, over all generator processes.
+    #[arg(long, default_value_t = 512)]
+    pub storm_concurrency: usize,
+    /// Output format for the report on stdout.
+    #[arg(long = "format", short = 'f', value_enum, default_value_t = ListFormat::Table, id = "load_format")]
+    pub format: ListFormat,
+    /// Also write a self-contained HTML page with the charts.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+}
+
+impl LoadArgs {
+    /// Whether any load setting was given (they only mean something with a load test).
+    pub fn any_set(&self) -> bool {
+        !self.scenarios.is_empty()
+            || self.conns.is_some()
+            || self.rate.is_some()
+            || self.size.is_some()
+            || self.secs.is_some()
+            || self.report.is_some()
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SelftestArgs {
+    /// The server to measure, ws://HOST:PORT/PATH.
+    #[arg(long)]
+    pub url: String,
+    /// Where `broadcast` subscribes and publishes (a server that sends what it receives to
+    /// every client); default --url.
+    #[arg(long, value_name = "URL")]
+    pub broadcast_url: Option<String>,
+    /// The server's process id, for its CPU and memory (/proc/PID).
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// The profile whose self-test targets (payload, rate, p99) apply.
+    #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
+    pub profile: String,
+    #[command(flatten)]
+    pub load: LoadArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

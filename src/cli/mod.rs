@@ -57,6 +57,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Rollback(a) => cmd::rollback::run(&a),
         Command::Bench(args::BenchCommand::Deflate(a)) => cmd::bench::deflate(&a),
         Command::Serve(a) => cmd::serve::run(&a),
+        Command::Selftest(a) => cmd::selftest::run(&a),
+        Command::SelftestWorker { spec } => crate::selftest::worker::main(&spec),
         Command::Snapshot(a) => cmd::snapshot::run(&a),
         Command::Profiles(p) => cmd::profiles::run(p),
     }

@@ -5,5 +5,6 @@ pub mod bench;
 pub mod check;
 pub mod profiles;
 pub mod rollback;
+pub mod selftest;
 pub mod serve;
 pub mod snapshot;

@@ -151,6 +151,15 @@ pub fn resolve(a: &ServeArgs) -> Result<Resolved> {
 }
 
 pub fn run(a: &ServeArgs) -> Result<u8> {
+    if a.self_test {
+        return self_test(a);
+    }
+    if a.load.any_set() {
+        anyhow::bail!(
+            "--scenario, --conns, --rate, --size, --secs and --report only apply to a load test: \
+             add --self-test (or measure a running server with `wstune selftest --url`)"
+        );
+    }
     let r = resolve(a)?;
     let admin: Option<SocketAddr> = match a.admin.as_str() {
         "off" => None,
@@ -286,9 +295,9 @@ fn with_tls(s: Server, _tls: Option<std::convert::Infallible>) -> Server {
     s
 }
 
-/// Run the check engine against this host and name what would cap this server: the same
-/// findings `wstune check --profile P` reports, limited to failures and warnings.
-fn host_warnings(profile: &str) {
+/// Run the check engine against this host: the failed findings (sysctl boot views left out)
+/// as "id (current, needs op target)", and how many warnings. None when the host cannot be read.
+fn host_findings(profile: &str) -> Option<(String, Vec<String>, usize)> {
     let args = crate::cli::args::TargetArgs {
         profile: profile.to_string(),
         pid: None,
@@ -296,10 +305,13 @@ fn host_warnings(profile: &str) {
         catalog: None,
     };
     let backend = crate::host::live(None);
-    let Ok(inputs) = crate::cli::resolve::inputs(&args, backend.as_ref()) else {
-        return;
-    };
+    let inputs = crate::cli::resolve::inputs(&args, backend.as_ref()).ok()?;
     let report = crate::cmd::check::make_report(&inputs, backend.as_ref(), None);
+    let warns = report
+        .results
+        .iter()
+        .filter(|f| matches!(f.status, crate::catalog::eval::Status::Warn))
+        .count();
     let wrong: Vec<String> = report
         .results
         .iter()
@@ -319,7 +331,104 @@ fn host_warnings(profile: &str) {
             )
         })
         .collect();
-    if !wrong.is_empty() {
-        tracing::warn!("this host fails {} check(s) for profile {}: {}; `wstune check --profile {}` says how to fix them", wrong.len(), report.profile.name, wrong.join(", "), report.profile.name);
+    Some((report.profile.name.clone(), wrong, warns))
+}
+
+/// Name what would cap this server: the same findings `wstune check --profile P` reports,
+/// limited to failures.
+fn host_warnings(profile: &str) {
+    if let Some((name, wrong, _)) = host_findings(profile) {
+        if !wrong.is_empty() {
+            tracing::warn!("this host fails {} check(s) for profile {name}: {}; `wstune check --profile {name}` says how to fix them", wrong.len(), wrong.join(", "));
+        }
     }
+}
+
+/// `serve --self-test`: check the host, start the tuned server (an echo instance with the
+/// configured handler, and a broadcast instance) on loopback, run the scenarios sized to this
+/// host against it, print one report and exit with its verdict.
+fn self_test(a: &ServeArgs) -> Result<u8> {
+    use crate::selftest::{client::Target, limits, Scenario};
+    if a.tls_cert.is_some() {
+        bail!("--self-test measures the plain ws:// server: drop --tls-cert/--tls-key (TLS is measured at the proxy or with `wstune selftest`)");
+    }
+    let r = resolve(a)?;
+    let profile = profile::load(&a.profile)?.profile;
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .try_init();
+    let host = host_findings(&a.profile);
+    let (soft, _hard) = crate::host::raise_nofile();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let rate = a
+        .load
+        .rate
+        .unwrap_or(profile.selftest.rate_per_client as f64);
+    let (conns, scaled) = match a.load.conns {
+        Some(n) => (n, Vec::new()),
+        None => limits::size_self_test(profile.connections as usize, rate, soft, cores),
+    };
+    let mut defaults = vec![
+        Scenario::Idle,
+        Scenario::EchoRate,
+        Scenario::EchoSat,
+        Scenario::Storm,
+        Scenario::Broadcast,
+    ];
+    if r.config.deflate.enabled {
+        defaults.push(Scenario::Deflate);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(r.workers)
+        .enable_all()
+        .build()?;
+    let (mut report, error) = rt.block_on(async {
+        let mut config = r.config.clone();
+        config.max_connections = config.max_connections.max(conns + 16);
+        let start = |app: embedded_server::App| -> Result<(SocketAddr, tokio::sync::oneshot::Sender<()>)> {
+            let listeners = embedded_server::bind("127.0.0.1:0".parse()?, false, 1)
+                .context("cannot listen on 127.0.0.1 for the self-test")?;
+            let addr = listeners[0].local_addr()?;
+            let server = Server::new(ServerConfig { app, ..config.clone() });
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            tokio::spawn(async move {
+                let _ = server.run(listeners, async move { let _ = rx.await; }).await;
+            });
+            Ok((addr, tx))
+        };
+        let (echo, stop_echo) = start(embedded_server::App::Echo)?;
+        let (fanout, stop_fanout) = start(embedded_server::App::Broadcast)?;
+        let target = |addr: SocketAddr| Target { addr, host: addr.to_string(), path: "/".into() };
+        // Short scenarios: this is the quick start's command, and 5 s of steady load per
+        // scenario gives stable medians on the sizes it picks.
+        let plan = crate::cmd::selftest::plan(
+            &a.load,
+            target(echo),
+            target(fanout),
+            &profile,
+            crate::cmd::selftest::Defaults { conns, scenarios: defaults, secs: 5.0 },
+            Some(std::process::id()),
+            scaled,
+        )?;
+        eprintln!(
+            "wstune serve --self-test: profile {}, {} connections, {} scenario(s) of {} s against ws://{echo}/",
+            profile.name, plan.opts.conns, plan.scenarios.len(), plan.opts.secs
+        );
+        let out = crate::cmd::selftest::execute(&plan).await;
+        let _ = stop_echo.send(());
+        let _ = stop_fanout.send(());
+        Ok::<_, anyhow::Error>(out)
+    })?;
+    report.host_check =
+        host.map(
+            |(profile, failed, warnings)| crate::selftest::report::HostCheck {
+                profile,
+                failed,
+                warnings,
+            },
+        );
+    crate::cmd::selftest::finish(&report, error, &a.load)
 }

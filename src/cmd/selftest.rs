@@ -1,0 +1,200 @@
+//! `wstune selftest`: args + profile -> a sized plan -> the scenarios -> report and verdict.
+//! `serve --self-test` builds the same plan around a server it starts itself.
+
+use crate::cli::args::{ListFormat, LoadArgs, SelftestArgs};
+use crate::cli::exit;
+use crate::profile::Profile;
+use crate::selftest::client::Target;
+use crate::selftest::report::{self, Report, Targets};
+use crate::selftest::{limits, run_scenario, target_url, Options, Scenario};
+use anyhow::{bail, Result};
+
+/// A run, sized and validated, before anything starts.
+pub struct Plan {
+    pub opts: Options,
+    pub scenarios: Vec<Scenario>,
+    pub targets: Targets,
+    pub scaled_down: Vec<String>,
+    pub url: String,
+}
+
+/// What a command runs when the flags do not say.
+pub struct Defaults {
+    pub conns: usize,
+    pub scenarios: Vec<Scenario>,
+    pub secs: f64,
+}
+
+/// Validate the load settings and size the generator to this host's limits.
+pub fn plan(
+    load: &LoadArgs,
+    target: Target,
+    broadcast_target: Target,
+    profile: &Profile,
+    defaults: Defaults,
+    server_pid: Option<u32>,
+    scaled_down: Vec<String>,
+) -> Result<Plan> {
+    let t = &profile.selftest;
+    let conns = load.conns.unwrap_or(defaults.conns);
+    let rate = load.rate.unwrap_or(t.rate_per_client as f64);
+    let size = load.size.unwrap_or(t.payload_bytes as usize);
+    let secs = load.secs.unwrap_or(defaults.secs);
+    if conns == 0 || conns > 10_000_000 {
+        bail!("--conns {conns}: give 1..=10000000 connections");
+    }
+    if !(rate.is_finite() && rate > 0.0 && rate <= 100_000.0) {
+        bail!("--rate {rate}: give messages per second per connection, more than 0 and at most 100000");
+    }
+    if !(16..=16 << 20).contains(&size) {
+        bail!("--size {size}: payloads carry a 16-byte timestamp; give 16 bytes .. 16 MiB");
+    }
+    if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
+        bail!("--secs {secs}: give more than 0 and at most 3600 seconds per scenario");
+    }
+    if !(1..=1024).contains(&load.inflight) {
+        bail!(
+            "--inflight {}: give 1..=1024 messages in flight per connection",
+            load.inflight
+        );
+    }
+    if !(1..=10_000).contains(&load.rounds) {
+        bail!("--rounds {}: give 1..=10000 broadcast rounds", load.rounds);
+    }
+    // Limits: every generator process may open as many files as this one (raised to its hard
+    // limit first); ports per loopback source from the ephemeral range.
+    let (soft, _hard) = crate::host::raise_nofile();
+    let workers = limits::workers_for(conns, soft, load.generators).map_err(anyhow::Error::msg)?;
+    let sources = limits::sources_for(
+        target.addr.ip(),
+        conns,
+        limits::ephemeral_ports(),
+        load.sources,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let mut scenarios = load.scenarios.clone();
+    if scenarios.is_empty() {
+        scenarios = defaults.scenarios;
+    }
+    // A fixed order: idle first, while the server's memory is fresh (an allocator keeps
+    // what earlier scenarios freed, which would hide the per-connection cost), then the
+    // rate-limited runs before the ones that saturate.
+    scenarios.sort_by_key(|s| *s as u8);
+    scenarios.dedup();
+    Ok(Plan {
+        url: target_url(&target),
+        opts: Options {
+            target,
+            broadcast_target,
+            scenarios: scenarios.clone(),
+            conns,
+            rate,
+            size,
+            secs,
+            inflight: load.inflight,
+            rounds: load.rounds,
+            workers,
+            sources,
+            server_pid,
+            ramp_per_sec: load.ramp,
+            storm_concurrency: load.storm_concurrency,
+        },
+        scenarios,
+        targets: Targets {
+            profile: profile.name.clone(),
+            p99_ms: t.p99_ms as f64,
+            rate_per_client: rate,
+            payload_bytes: size,
+        },
+        scaled_down,
+    })
+}
+
+/// Run the scenarios in order. A scenario that cannot start (nothing connects) ends the run:
+/// the report holds what was measured before it, and the error says why.
+pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
+    let mut done = Vec::new();
+    let mut error = None;
+    for &s in &p.scenarios {
+        match run_scenario(&p.opts, s).await {
+            Ok(r) => done.push(r),
+            Err(e) => {
+                error = Some(e.context(format!("scenario {}", s.name())));
+                break;
+            }
+        }
+    }
+    let verdict = report::verdict(&done, &p.targets);
+    let report = Report {
+        schema_version: report::SCHEMA_VERSION,
+        url: p.url.clone(),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        targets: p.targets.clone(),
+        scaled_down: p.scaled_down.clone(),
+        host_check: None,
+        scenarios: done,
+        verdict,
+    };
+    (report, error)
+}
+
+/// Print the report, write the HTML page, and turn the outcome into the exit code: 0 pass,
+/// 2 miss (or a partial run), 3 when nothing could be measured.
+pub fn finish(report: &Report, error: Option<anyhow::Error>, load: &LoadArgs) -> Result<u8> {
+    if report.scenarios.is_empty() {
+        if let Some(e) = error {
+            return Err(e);
+        }
+    }
+    let text = match load.format {
+        ListFormat::Json => serde_json::to_string_pretty(report)? + "\n",
+        ListFormat::Table => report::table(report),
+    };
+    crate::output::emit(None, &text)?;
+    if let Some(path) = &load.report {
+        crate::output::write_atomic(path, &report::html(report))?;
+        eprintln!("wstune: wrote {}", path.display());
+    }
+    if let Some(e) = error {
+        eprintln!("wstune: error: {e:#}");
+        eprintln!("  the report above covers the scenarios that ran before it");
+        return Ok(exit::FAIL);
+    }
+    Ok(if report.verdict.pass {
+        exit::OK
+    } else {
+        exit::FAIL
+    })
+}
+
+pub fn run(a: &SelftestArgs) -> Result<u8> {
+    let profile = crate::profile::load(&a.profile)?.profile;
+    let target = Target::parse(&a.url).map_err(anyhow::Error::msg)?;
+    let broadcast = match &a.broadcast_url {
+        Some(u) => Target::parse(u).map_err(anyhow::Error::msg)?,
+        None => target.clone(),
+    };
+    if let Some(pid) = a.pid {
+        if crate::selftest::sample(pid).is_none() {
+            bail!("--pid {pid}: no such process readable in /proc; give the server's pid or leave it out");
+        }
+    }
+    let plan = plan(
+        &a.load,
+        target,
+        broadcast,
+        &profile,
+        Defaults {
+            conns: 1000,
+            scenarios: vec![Scenario::EchoRate],
+            secs: 10.0,
+        },
+        a.pid,
+        Vec::new(),
+    )?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (report, error) = rt.block_on(execute(&plan));
+    finish(&report, error, &a.load)
+}

@@ -1,0 +1,374 @@
+//! The load generator's WebSocket client: a raw handshake and frames on a tokio `TcpStream`,
+//! with nothing per connection beyond a small read buffer, so one generator process holds
+//! tens of thousands of connections and is never the thing being measured. permessage-deflate
+//! (for the `deflate` scenario) reuses the embedded server's contexts.
+
+use embedded_server::deflate::{Compressor, Decompressor};
+use embedded_server::frame::{encode_client_frame, OpCode};
+use std::net::{IpAddr, SocketAddr};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpSocket, TcpStream};
+
+/// Where to connect: parsed from `ws://HOST:PORT/PATH`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Target {
+    pub addr: SocketAddr,
+    pub host: String,
+    pub path: String,
+}
+
+impl Target {
+    /// Parse a `ws://` URL. Names are resolved once, here, so every connection goes to the same
+    /// address. `wss://` is refused with the reason: the generator measures the server, and a
+    /// TLS client on the generator's core would measure the generator.
+    pub fn parse(url: &str) -> Result<Target, String> {
+        let rest = match url.split_once("://") {
+            Some(("ws", rest)) => rest,
+            Some(("wss", _)) => {
+                return Err(format!(
+                    "{url}: wss:// is not supported by the load generator; test the plain ws:// \
+                     listener behind the TLS terminator (or run `wstune serve` without --tls-cert)"
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "{url}: not a ws:// URL (like ws://127.0.0.1:9001/)"
+                ))
+            }
+        };
+        let (hostport, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].to_string()),
+            None => (rest, "/".to_string()),
+        };
+        let with_port = if hostport.starts_with('[') {
+            if hostport.contains("]:") {
+                hostport.to_string()
+            } else {
+                format!("{hostport}:80")
+            }
+        } else if hostport.contains(':') {
+            hostport.to_string()
+        } else {
+            format!("{hostport}:80")
+        };
+        use std::net::ToSocketAddrs;
+        let addr = with_port
+            .to_socket_addrs()
+            .map_err(|e| format!("{url}: cannot resolve {hostport}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("{url}: {hostport} resolves to no address"))?;
+        Ok(Target {
+            addr,
+            host: hostport.to_string(),
+            path,
+        })
+    }
+}
+
+/// Why a connection could not be opened: the orchestrator turns the first one into the error
+/// message when nothing connects.
+#[derive(Debug)]
+pub enum ConnectError {
+    Io(std::io::Error),
+    /// The server answered, but not with 101: not a WebSocket endpoint (or it refused us).
+    NotWebSocket(String),
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Io(e) => write!(f, "{e}"),
+            ConnectError::NotWebSocket(status) => write!(
+                f,
+                "the server answered '{status}' instead of '101 Switching Protocols': is the URL a \
+                 WebSocket endpoint?"
+            ),
+        }
+    }
+}
+
+/// An open WebSocket connection, split so a reader and a writer can run side by side.
+pub struct Conn {
+    pub reader: Reader,
+    pub writer: Writer,
+}
+
+pub struct Reader {
+    half: OwnedReadHalf,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    inflate: Option<Decompressor>,
+    /// Reassembly of a fragmented message (rare in these scenarios).
+    msg: Vec<u8>,
+    msg_compressed: bool,
+}
+
+pub struct Writer {
+    half: OwnedWriteHalf,
+    deflate: Option<Compressor>,
+    scratch: Vec<u8>,
+    mask: u32,
+}
+
+/// What the reader got.
+pub enum Incoming {
+    /// A whole data message (inflated if it was compressed).
+    Message(Vec<u8>),
+    /// A ping with its payload: the caller answers with a pong.
+    Ping(Vec<u8>),
+    /// The server closed (close frame or end of stream), with its close code when it sent one.
+    Closed(Option<u16>),
+}
+
+pub async fn connect(
+    target: &Target,
+    source: Option<IpAddr>,
+    deflate: bool,
+) -> Result<Conn, ConnectError> {
+    let sock = if target.addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(ConnectError::Io)?;
+    if let Some(ip) = source {
+        sock.bind(SocketAddr::new(ip, 0))
+            .map_err(ConnectError::Io)?;
+    }
+    let mut s: TcpStream = sock.connect(target.addr).await.map_err(ConnectError::Io)?;
+    s.set_nodelay(true).map_err(ConnectError::Io)?;
+    let ext = if deflate {
+        "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
+    } else {
+        ""
+    };
+    let req = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{ext}\r\n",
+        target.path, target.host
+    );
+    s.write_all(req.as_bytes())
+        .await
+        .map_err(ConnectError::Io)?;
+    // Read the response head; what follows it (frames already sent) stays in the buffer.
+    let mut buf = vec![0u8; 4096];
+    let mut n = 0;
+    let head_end = loop {
+        if n == buf.len() {
+            return Err(ConnectError::NotWebSocket(
+                "a response head over 4 KiB".into(),
+            ));
+        }
+        let r = s.read(&mut buf[n..]).await.map_err(ConnectError::Io)?;
+        if r == 0 {
+            return Err(ConnectError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the server closed the connection during the handshake",
+            )));
+        }
+        n += r;
+        if let Some(i) = buf[..n].windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let status = head.lines().next().unwrap_or("").trim().to_string();
+    if !status.starts_with("HTTP/1.1 101") {
+        return Err(ConnectError::NotWebSocket(status));
+    }
+    let negotiated = head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("sec-websocket-extensions: permessage-deflate")
+    });
+    let (r, w) = s.into_split();
+    let zs = (deflate && negotiated).then(|| {
+        // Our side: context takeover both ways, the widest window (the server's answer may
+        // cap its own window; inflating with 15 accepts any).
+        (Compressor::new(15, 8, 1, true), Decompressor::new(true))
+    });
+    let (comp, decomp) = match zs {
+        Some((c, d)) => (Some(c), Some(d)),
+        None => (None, None),
+    };
+    Ok(Conn {
+        reader: Reader {
+            half: r,
+            buf,
+            start: head_end,
+            end: n,
+            inflate: decomp,
+            msg: Vec::new(),
+            msg_compressed: false,
+        },
+        writer: Writer {
+            half: w,
+            deflate: comp,
+            scratch: Vec::new(),
+            mask: 0x1234_5678,
+        },
+    })
+}
+
+impl Writer {
+    /// Whether permessage-deflate was negotiated.
+    pub fn compressed(&self) -> bool {
+        self.deflate.is_some()
+    }
+
+    /// Send one data message (compressed when the extension was negotiated).
+    pub async fn send(&mut self, opcode: OpCode, payload: &[u8]) -> std::io::Result<()> {
+        self.mask = self.mask.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let mask = self.mask.to_be_bytes();
+        let frame = match self.deflate.as_mut() {
+            Some(c) => {
+                c.compress(payload, &mut self.scratch);
+                let mut f = encode_client_frame(true, opcode, &self.scratch, mask);
+                f[0] |= 0x40;
+                f
+            }
+            None => encode_client_frame(true, opcode, payload, mask),
+        };
+        self.half.write_all(&frame).await
+    }
+
+    pub async fn pong(&mut self, payload: &[u8]) -> std::io::Result<()> {
+        let f = encode_client_frame(true, OpCode::Pong, payload, [1, 2, 3, 4]);
+        self.half.write_all(&f).await
+    }
+
+    /// Start a clean close (the reader sees the server's answer).
+    pub async fn close(&mut self) -> std::io::Result<()> {
+        let f = encode_client_frame(true, OpCode::Close, &1000u16.to_be_bytes(), [1, 2, 3, 4]);
+        self.half.write_all(&f).await
+    }
+}
+
+impl Reader {
+    /// The next complete message, ping or close. Cancel-safe: bytes read stay in the buffer.
+    pub async fn next(&mut self) -> std::io::Result<Incoming> {
+        loop {
+            if let Some(x) = self.parse()? {
+                return Ok(x);
+            }
+            if self.start > 0 && self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            }
+            if self.end == self.buf.len() {
+                if self.start > 0 {
+                    self.buf.copy_within(self.start..self.end, 0);
+                    self.end -= self.start;
+                    self.start = 0;
+                } else {
+                    let len = self.buf.len();
+                    self.buf.resize(len * 2, 0);
+                }
+            }
+            let n = self.half.read(&mut self.buf[self.end..]).await?;
+            if n == 0 {
+                return Ok(Incoming::Closed(None));
+            }
+            self.end += n;
+        }
+    }
+
+    /// One frame from the buffer, if a whole one is there.
+    fn parse(&mut self) -> std::io::Result<Option<Incoming>> {
+        loop {
+            let b = &self.buf[self.start..self.end];
+            if b.len() < 2 {
+                return Ok(None);
+            }
+            let (fin, rsv1, op) = (b[0] & 0x80 != 0, b[0] & 0x40 != 0, b[0] & 0x0f);
+            let (len, hl) = match b[1] & 0x7f {
+                126 if b.len() >= 4 => (u16::from_be_bytes([b[2], b[3]]) as usize, 4),
+                127 if b.len() >= 10 => (
+                    u64::from_be_bytes(b[2..10].try_into().unwrap()) as usize,
+                    10,
+                ),
+                126 | 127 => return Ok(None),
+                n => (n as usize, 2),
+            };
+            if len > 64 << 20 {
+                return Err(std::io::Error::other("a server frame over 64 MiB"));
+            }
+            if b.len() < hl + len {
+                if self.buf.len() < hl + len {
+                    // Room for the whole frame at the front of the buffer.
+                    self.buf.copy_within(self.start..self.end, 0);
+                    self.end -= self.start;
+                    self.start = 0;
+                    self.buf.resize(hl + len, 0);
+                }
+                return Ok(None);
+            }
+            let payload = &b[hl..hl + len];
+            let frame_start = self.start;
+            self.start += hl + len;
+            match op {
+                0x9 => return Ok(Some(Incoming::Ping(payload.to_vec()))),
+                0xA => continue,
+                0x8 => {
+                    let code =
+                        (payload.len() >= 2).then(|| u16::from_be_bytes([payload[0], payload[1]]));
+                    return Ok(Some(Incoming::Closed(code)));
+                }
+                0x0..=0x2 => {
+                    if op != 0 {
+                        self.msg_compressed = rsv1;
+                        self.msg.clear();
+                    }
+                    let payload = &self.buf[frame_start + hl..frame_start + hl + len];
+                    if fin && op != 0 && !rsv1 {
+                        return Ok(Some(Incoming::Message(payload.to_vec())));
+                    }
+                    self.msg.extend_from_slice(payload);
+                    if !fin {
+                        continue;
+                    }
+                    let whole = std::mem::take(&mut self.msg);
+                    if !self.msg_compressed {
+                        return Ok(Some(Incoming::Message(whole)));
+                    }
+                    let Some(d) = self.inflate.as_mut() else {
+                        return Err(std::io::Error::other(
+                            "a compressed frame without permessage-deflate",
+                        ));
+                    };
+                    let mut out = Vec::with_capacity(whole.len() * 3);
+                    d.decompress(&whole, &mut out, 64 << 20)
+                        .map_err(|e| std::io::Error::other(format!("inflate: {e:?}")))?;
+                    return Ok(Some(Incoming::Message(out)));
+                }
+                other => {
+                    return Err(std::io::Error::other(format!(
+                        "reserved opcode {other} from the server"
+                    )))
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let t = Target::parse("ws://127.0.0.1:9001/chat?x=1").unwrap();
+        assert_eq!(t.addr, "127.0.0.1:9001".parse().unwrap());
+        assert_eq!(t.path, "/chat?x=1");
+        assert_eq!(Target::parse("ws://127.0.0.1").unwrap().addr.port(), 80);
+        assert_eq!(Target::parse("ws://127.0.0.1:5").unwrap().path, "/");
+        assert!(Target::parse("wss://x:1/").unwrap_err().contains("wss://"));
+        assert!(Target::parse("http://x/")
+            .unwrap_err()
+            .contains("not a ws://"));
+        assert!(Target::parse("ws://no-such-host.invalid:1/")
+            .unwrap_err()
+            .contains("cannot resolve"));
+    }
+}

@@ -1,0 +1,647 @@
+//! The load generator behind `wstune selftest` and `wstune serve --self-test`.
+//!
+//! The orchestrator (this module) sizes the run to the host's limits ([`limits`]), starts one
+//! generator process per share of the connections (`wstune selftest-worker`, [`worker`]), starts
+//! them together, follows their progress, merges their HDR histograms and counters, samples the
+//! server's CPU and memory from /proc, and hands a [`ScenarioReport`] per scenario to
+//! [`report`] for the table, JSON, HTML and the verdict.
+
+pub mod client;
+pub mod limits;
+pub mod report;
+pub mod worker;
+
+use anyhow::{bail, Context, Result};
+use client::Target;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+/// The workloads. Names are the CLI's and the JSON report's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// N connections held open: server memory per connection and idle CPU.
+    Idle,
+    /// Open loop: N clients x R msgs/s, latency from each message's scheduled time.
+    EchoRate,
+    /// echo-rate with permessage-deflate negotiated and JSON payloads.
+    Deflate,
+    /// Closed loop: a fixed number of messages in flight per connection; maximum throughput.
+    EchoSat,
+    /// N clients connect at once, send one message, wait for the echo.
+    Storm,
+    /// N subscribers; a publisher's timestamped message, time until the last one has it.
+    Broadcast,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::EchoRate => "echo-rate",
+            Scenario::EchoSat => "echo-sat",
+            Scenario::Idle => "idle",
+            Scenario::Storm => "storm",
+            Scenario::Broadcast => "broadcast",
+            Scenario::Deflate => "deflate",
+        }
+    }
+}
+
+/// What one worker process does (passed as JSON on its command line).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    pub scenario: Scenario,
+    pub target: Target,
+    pub conns: usize,
+    /// Source addresses, used round-robin from `source_offset` (empty: the kernel picks).
+    pub sources: Vec<IpAddr>,
+    pub source_offset: usize,
+    /// Messages per second per connection (echo-rate, deflate).
+    pub rate: f64,
+    pub size: usize,
+    pub secs: f64,
+    /// Messages in flight per connection (echo-sat).
+    pub inflight: usize,
+    pub deflate: bool,
+    /// Connections opened per second by this worker (0: as fast as 256 handshakes in flight go).
+    pub ramp_per_sec: f64,
+    /// Broadcast rounds to wait for.
+    pub rounds: usize,
+    /// Storm: handshakes in flight at once.
+    pub storm_concurrency: usize,
+}
+
+impl WorkerSpec {
+    pub fn source(&self, i: usize) -> Option<IpAddr> {
+        (!self.sources.is_empty())
+            .then(|| self.sources[(self.source_offset + i) % self.sources.len()])
+    }
+}
+
+/// A worker's report lines (JSON, one per line on its stdout).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum Event {
+    Connecting {
+        done: usize,
+    },
+    Ready {
+        connected: usize,
+        failed: usize,
+        first_error: Option<String>,
+    },
+    Tick {
+        sent: u64,
+        received: u64,
+    },
+    Done(WorkerResult),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerResult {
+    pub sent: u64,
+    pub received: u64,
+    pub errors: u64,
+    pub disconnects: u64,
+    pub close_codes: BTreeMap<u16, u64>,
+    /// HdrHistogram V2, base64: latencies in microseconds.
+    pub histogram: String,
+    pub cpu_secs: f64,
+    pub elapsed_secs: f64,
+    pub rounds: Vec<(u64, u64)>,
+    pub last_echo_secs: f64,
+    pub first_error: Option<String>,
+}
+
+/// Everything a run needs; built by `cmd::selftest` or `serve --self-test`.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub target: Target,
+    /// Where `broadcast` publishes and subscribes (a server that fans out what it receives).
+    pub broadcast_target: Target,
+    pub scenarios: Vec<Scenario>,
+    pub conns: usize,
+    pub rate: f64,
+    pub size: usize,
+    pub secs: f64,
+    pub inflight: usize,
+    pub rounds: usize,
+    /// Generator processes; 0 sizes it from the fd limit (at least one).
+    pub workers: usize,
+    pub sources: Vec<IpAddr>,
+    /// The server's process, for CPU and memory (None: not sampled).
+    pub server_pid: Option<u32>,
+    pub ramp_per_sec: f64,
+    pub storm_concurrency: usize,
+}
+
+/// Latency summary in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latency {
+    pub count: u64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+    /// (percentile, ms) points for the chart.
+    pub curve: Vec<(f64, f64)>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProcFigures {
+    pub cpu_secs: f64,
+    /// CPU time over wall time, percent of one core.
+    pub cpu_pct: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_before_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_after_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_per_conn_bytes: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TimelinePoint {
+    pub t: u32,
+    pub sent_per_sec: u64,
+    pub received_per_sec: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioReport {
+    pub scenario: Scenario,
+    pub conns_requested: usize,
+    pub conns_connected: usize,
+    pub workers: usize,
+    pub sources: usize,
+    pub secs: f64,
+    pub payload_bytes: usize,
+    /// echo-rate / deflate: messages per second offered in total.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offered_rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inflight: Option<usize>,
+    pub sent: u64,
+    pub received: u64,
+    /// Echoes (or deliveries) per second over the run.
+    pub achieved_rate: f64,
+    pub errors: u64,
+    pub disconnects: u64,
+    pub close_codes: BTreeMap<u16, u64>,
+    pub latency_ms: Latency,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<ProcFigures>,
+    pub generator: ProcFigures,
+    /// echo-sat: echoes per CPU-second of the server, the efficiency figure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub echoes_per_server_cpu_sec: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storm_secs: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connects_per_sec: Option<f64>,
+    /// Broadcast: per round, the time until the last subscriber had it (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broadcast_last_ms: Option<Latency>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broadcast_rounds: Option<usize>,
+    pub timeline: Vec<TimelinePoint>,
+    /// Why the run stopped short (a worker died, the server went away); the figures are partial.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}
+
+/// A process's CPU time and resident memory (Linux /proc; None elsewhere or when it is gone).
+pub fn sample(pid: u32) -> Option<(f64, u64)> {
+    #[cfg(target_os = "linux")]
+    {
+        let p = procfs::process::Process::new(pid as i32).ok()?;
+        let st = p.stat().ok()?;
+        let cpu = (st.utime + st.stime) as f64 / procfs::ticks_per_second() as f64;
+        let rss = p.status().ok()?.vmrss? * 1024;
+        Some((cpu, rss))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
+fn latency(h: &Histogram<u64>) -> Latency {
+    if h.is_empty() {
+        return Latency::default();
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    let curve = [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.99, 100.0]
+        .iter()
+        .map(|&p| (p, ms(h.value_at_quantile(p / 100.0))))
+        .collect();
+    Latency {
+        count: h.len(),
+        p50: ms(h.value_at_quantile(0.50)),
+        p90: ms(h.value_at_quantile(0.90)),
+        p99: ms(h.value_at_quantile(0.99)),
+        p999: ms(h.value_at_quantile(0.999)),
+        max: ms(h.max()),
+        mean: h.mean() / 1000.0,
+        curve,
+    }
+}
+
+/// What the orchestrator shows while a scenario runs (hidden when stderr is not a terminal).
+fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::with_draw_target(
+        Some(len),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb.set_prefix(what.to_string());
+    pb
+}
+
+struct WorkerProc {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    stdin: tokio::process::ChildStdin,
+    ticks: Vec<(u64, u64)>,
+    result: Option<WorkerResult>,
+}
+
+/// Run one scenario end to end. An error means nothing could be measured (no connection
+/// opened); a partial run comes back as a report with `incomplete` set.
+pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioReport> {
+    let target = if scenario == Scenario::Broadcast {
+        &o.broadcast_target
+    } else {
+        &o.target
+    };
+    let exe =
+        std::env::current_exe().context("cannot find this program to start generator processes")?;
+    let workers = o.workers.max(1).min(o.conns.max(1));
+    let rss_before = o.server_pid.and_then(sample).map(|s| s.1);
+    let mut procs = Vec::new();
+    let mut assigned = 0;
+    for w in 0..workers {
+        let n = o.conns / workers + usize::from(w < o.conns % workers);
+        let spec = WorkerSpec {
+            scenario,
+            target: target.clone(),
+            conns: n,
+            sources: o.sources.clone(),
+            source_offset: assigned,
+            rate: o.rate,
+            size: o.size,
+            secs: o.secs,
+            inflight: o.inflight,
+            deflate: scenario == Scenario::Deflate,
+            ramp_per_sec: o.ramp_per_sec / workers as f64,
+            rounds: o.rounds,
+            storm_concurrency: (o.storm_concurrency / workers).max(1),
+        };
+        assigned += n;
+        let mut child = tokio::process::Command::new(&exe)
+            .arg("selftest-worker")
+            .arg(serde_json::to_string(&spec)?)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start a generator process ({})", exe.display()))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stdin = child.stdin.take().expect("piped stdin");
+        procs.push(WorkerProc {
+            child,
+            lines: tokio::io::BufReader::new(stdout).lines(),
+            stdin,
+            ticks: Vec::new(),
+            result: None,
+        });
+    }
+
+    // Connect phase: wait for every worker's "ready" (bounded: 20 s per handshake wave).
+    let pb = progress_bar(o.conns as u64, "connect");
+    let connect_budget = Duration::from_secs(30 + (o.conns / 2000) as u64)
+        + Duration::from_secs_f64(if o.ramp_per_sec > 0.0 {
+            o.conns as f64 / o.ramp_per_sec
+        } else {
+            0.0
+        });
+    let deadline = tokio::time::Instant::now() + connect_budget;
+    let mut connected = 0;
+    let mut first_error: Option<String> = None;
+    let mut done_counts = vec![0usize; procs.len()];
+    for (i, p) in procs.iter_mut().enumerate() {
+        loop {
+            let line = match tokio::time::timeout_at(deadline, p.lines.next_line()).await {
+                Ok(Ok(Some(l))) => l,
+                Ok(_) => bail!("generator process {i} exited before its connections were open"),
+                Err(_) => bail!(
+                    "connections were still opening after {} s; is the server accepting? (fewer --conns or a slower --ramp may help)",
+                    connect_budget.as_secs()
+                ),
+            };
+            match serde_json::from_str::<Event>(&line) {
+                Ok(Event::Connecting { done }) => {
+                    done_counts[i] = done;
+                    pb.set_position(done_counts.iter().sum::<usize>() as u64);
+                }
+                Ok(Event::Ready {
+                    connected: c,
+                    first_error: e,
+                    ..
+                }) => {
+                    connected += c;
+                    if first_error.is_none() {
+                        first_error = e;
+                    }
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+    pb.finish_and_clear();
+    if scenario != Scenario::Storm && connected == 0 {
+        bail!(
+            "no connection to {} could be opened: {}",
+            target_url(target),
+            first_error.unwrap_or_else(|| "unknown reason".into())
+        );
+    }
+    // Let the server settle (accept backlog drained, idle memory steady) before measuring.
+    if scenario == Scenario::Idle {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let rss_after_connect = o.server_pid.and_then(sample).map(|s| s.1);
+    let server0 = o.server_pid.and_then(sample);
+    let t0 = Instant::now();
+    for p in procs.iter_mut() {
+        let _ = p.stdin.write_all(b"go\n").await;
+        let _ = p.stdin.flush().await;
+    }
+
+    // Broadcast: the orchestrator publishes, once per round.
+    let publisher = if scenario == Scenario::Broadcast {
+        let mut c = client::connect(target, None, false).await.map_err(|e| {
+            anyhow::anyhow!(
+                "the publisher cannot connect to {}: {e}",
+                target_url(target)
+            )
+        })?;
+        let rounds = o.rounds;
+        let gap = Duration::from_secs_f64((o.secs / (rounds as f64 + 1.0)).max(0.05));
+        let size = o.size;
+        Some(tokio::spawn(async move {
+            // Drain what the server sends back to the publisher itself.
+            let mut reader = c.reader;
+            let drain = tokio::spawn(async move {
+                while let Ok(x) = reader.next().await {
+                    if matches!(x, client::Incoming::Closed(_)) {
+                        break;
+                    }
+                }
+            });
+            for r in 0..rounds {
+                tokio::time::sleep(gap).await;
+                let p = worker::broadcast_payload(r, size);
+                if c.writer
+                    .send(embedded_server::frame::OpCode::Binary, &p)
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let _ = c.writer.close().await;
+            drain.abort();
+        }))
+    } else {
+        None
+    };
+
+    // Run phase: follow the ticks, collect the results (bounded: the run plus a drain).
+    let pb = progress_bar(o.secs.ceil() as u64, scenario.name());
+    let run_deadline = tokio::time::Instant::now()
+        + Duration::from_secs_f64(o.secs)
+        + Duration::from_secs(if scenario == Scenario::Storm { 60 } else { 15 });
+    let mut incomplete: Option<String> = None;
+    let mut server_end = None;
+    {
+        let mut pending: Vec<usize> = (0..procs.len()).collect();
+        while !pending.is_empty() {
+            let mut next = Vec::new();
+            for &i in &pending {
+                let p = &mut procs[i];
+                let line = match tokio::time::timeout_at(run_deadline, p.lines.next_line()).await {
+                    Ok(Ok(Some(l))) => l,
+                    Ok(_) => {
+                        incomplete.get_or_insert(format!(
+                            "generator process {i} exited without a result"
+                        ));
+                        continue;
+                    }
+                    Err(_) => {
+                        incomplete.get_or_insert(
+                            "the run did not finish in time; the figures cover what arrived".into(),
+                        );
+                        continue;
+                    }
+                };
+                match serde_json::from_str::<Event>(&line) {
+                    Ok(Event::Tick { sent, received }) => {
+                        p.ticks.push((sent, received));
+                        next.push(i);
+                    }
+                    Ok(Event::Done(r)) => {
+                        if server_end.is_none() {
+                            server_end = o.server_pid.and_then(sample).map(|s| (s, t0.elapsed()));
+                        }
+                        p.result = Some(r);
+                    }
+                    _ => next.push(i),
+                }
+            }
+            pending = next;
+            let secs_done = t0.elapsed().as_secs().min(o.secs.ceil() as u64);
+            pb.set_position(secs_done);
+            let (s, r) = procs
+                .iter()
+                .filter_map(|p| p.ticks.last())
+                .fold((0, 0), |a, t| (a.0 + t.0, a.1 + t.1));
+            pb.set_message(format!("sent {s}, received {r}"));
+        }
+    }
+    pb.finish_and_clear();
+    if let Some(p) = publisher {
+        let _ = p.await;
+    }
+    for p in procs.iter_mut() {
+        let _ = p.child.start_kill();
+        let _ = p.child.wait().await;
+    }
+    let results: Vec<&WorkerResult> = procs.iter().filter_map(|p| p.result.as_ref()).collect();
+    if results.is_empty() && incomplete.is_none() {
+        incomplete = Some("no generator process reported a result".into());
+    }
+
+    // Merge.
+    let mut hist = worker::histogram();
+    let (mut sent, mut received, mut errors, mut disconnects) = (0, 0, 0, 0);
+    let mut close_codes = BTreeMap::new();
+    let mut gen_cpu = 0.0;
+    let mut elapsed: f64 = 0.0;
+    let mut last_echo: f64 = 0.0;
+    let mut rounds = vec![(0u64, 0u64); o.rounds];
+    use base64::Engine;
+    for r in &results {
+        sent += r.sent;
+        received += r.received;
+        errors += r.errors;
+        disconnects += r.disconnects;
+        for (k, v) in &r.close_codes {
+            *close_codes.entry(*k).or_insert(0) += v;
+        }
+        gen_cpu += r.cpu_secs;
+        elapsed = elapsed.max(r.elapsed_secs);
+        last_echo = last_echo.max(r.last_echo_secs);
+        if first_error.is_none() {
+            first_error = r.first_error.clone();
+        }
+        if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&r.histogram) {
+            if let Ok(h) = hdrhistogram::serialization::Deserializer::new()
+                .deserialize::<u64, _>(&mut &bytes[..])
+            {
+                let _ = hist.add(h);
+            }
+        }
+        for (i, (n, last)) in r.rounds.iter().enumerate() {
+            if let Some(slot) = rounds.get_mut(i) {
+                slot.0 += n;
+                slot.1 = slot.1.max(*last);
+            }
+        }
+    }
+    if scenario != Scenario::Storm && connected < o.conns {
+        errors += (o.conns - connected) as u64;
+    }
+    let wall = o.secs.max(0.001);
+    let run_wall = if scenario == Scenario::Storm {
+        last_echo.max(0.001)
+    } else {
+        elapsed.max(wall)
+    };
+    let server = match (server0, server_end) {
+        (Some((c0, _)), Some(((c1, rss1), took))) => {
+            let secs = took.as_secs_f64().max(0.001);
+            let per_conn = match (rss_before, rss_after_connect) {
+                (Some(b), Some(a)) if connected > 0 => {
+                    Some((a as f64 - b as f64) / connected as f64)
+                }
+                _ => None,
+            };
+            Some(ProcFigures {
+                cpu_secs: c1 - c0,
+                cpu_pct: (c1 - c0) / secs * 100.0,
+                rss_before_bytes: rss_before,
+                rss_after_bytes: rss_after_connect.or(Some(rss1)),
+                rss_per_conn_bytes: if scenario == Scenario::Idle {
+                    per_conn
+                } else {
+                    None
+                },
+            })
+        }
+        _ => None,
+    };
+    // Timeline: the workers' cumulative counts summed per second, then differenced.
+    let n_ticks = procs.iter().map(|p| p.ticks.len()).max().unwrap_or(0);
+    let mut timeline = Vec::new();
+    let mut prev = (0u64, 0u64);
+    for t in 0..n_ticks {
+        let cum = procs.iter().fold((0u64, 0u64), |a, p| {
+            let x = p.ticks.get(t).or(p.ticks.last()).copied().unwrap_or((0, 0));
+            (a.0 + x.0, a.1 + x.1)
+        });
+        timeline.push(TimelinePoint {
+            t: t as u32 + 1,
+            sent_per_sec: cum.0.saturating_sub(prev.0),
+            received_per_sec: cum.1.saturating_sub(prev.1),
+        });
+        prev = cum;
+    }
+    let echo_like = matches!(scenario, Scenario::EchoRate | Scenario::Deflate);
+    let mut round_hist = worker::histogram();
+    for (n, last) in &rounds {
+        if *n > 0 {
+            let _ = round_hist.record((*last).max(1));
+        }
+    }
+    Ok(ScenarioReport {
+        scenario,
+        conns_requested: o.conns,
+        conns_connected: if scenario == Scenario::Storm {
+            hist.len() as usize
+        } else {
+            connected
+        },
+        workers,
+        sources: o.sources.len().max(1),
+        secs: if scenario == Scenario::Storm {
+            run_wall
+        } else {
+            o.secs
+        },
+        payload_bytes: o.size,
+        offered_rate: echo_like.then_some(o.rate * o.conns as f64),
+        inflight: (scenario == Scenario::EchoSat).then_some(o.inflight),
+        sent,
+        received,
+        achieved_rate: received as f64
+            / run_wall.min(if scenario == Scenario::Storm {
+                f64::MAX
+            } else {
+                wall
+            }),
+        errors,
+        disconnects,
+        close_codes,
+        latency_ms: latency(&hist),
+        echoes_per_server_cpu_sec: match (&server, scenario) {
+            (Some(s), Scenario::EchoSat) if s.cpu_secs > 0.0 => Some(received as f64 / s.cpu_secs),
+            _ => None,
+        },
+        server,
+        generator: ProcFigures {
+            cpu_secs: gen_cpu,
+            cpu_pct: gen_cpu / run_wall * 100.0,
+            ..ProcFigures::default()
+        },
+        storm_secs: (scenario == Scenario::Storm).then_some(last_echo),
+        connects_per_sec: (scenario == Scenario::Storm && last_echo > 0.0)
+            .then(|| hist.len() as f64 / last_echo),
+        broadcast_last_ms: (scenario == Scenario::Broadcast).then(|| latency(&round_hist)),
+        broadcast_rounds: (scenario == Scenario::Broadcast).then_some(o.rounds),
+        timeline,
+        incomplete,
+        first_error,
+    })
+}
+
+pub fn target_url(t: &Target) -> String {
+    format!("ws://{}{}", t.host, t.path)
+}

@@ -1,0 +1,516 @@
+//! One generator process (`wstune` re-executed with the hidden `selftest-worker` command):
+//! opens its share of the connections, waits for "go" on stdin, runs the scenario, and reports
+//! on stdout as JSON lines. Single-threaded on purpose: several processes scale past the
+//! per-process fd limit, and each one's CPU time is its own.
+
+use super::client::{self, Incoming, Reader, Writer};
+use super::{Event, Scenario, WorkerResult, WorkerSpec};
+use embedded_server::frame::OpCode;
+use hdrhistogram::Histogram;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::io::AsyncBufReadExt;
+use tokio::time::Instant;
+
+/// Lateness of a scheduled send that is the timer's resolution, not the server's doing.
+const TIMER_SLOP_US: u64 = 1000;
+
+/// Latencies are recorded in microseconds, 1 us .. 10 min, 3 significant figures.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
+}
+
+#[derive(Default)]
+struct Counters {
+    sent: u64,
+    received: u64,
+    errors: u64,
+    disconnects: u64,
+    close_codes: std::collections::BTreeMap<u16, u64>,
+    /// Broadcast: per round, (deliveries, latest delivery latency in us).
+    rounds: Vec<(u64, u64)>,
+    /// When the last echo arrived, us since the epoch (storm: the end of the storm).
+    last_echo_us: u64,
+}
+
+struct Shared {
+    hist: RefCell<Histogram<u64>>,
+    c: RefCell<Counters>,
+    epoch: Instant,
+}
+
+fn emit(e: &Event) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = serde_json::to_writer(&mut out, e);
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+}
+
+pub fn main(spec_json: &str) -> anyhow::Result<u8> {
+    let spec: WorkerSpec = serde_json::from_str(spec_json)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, run(spec));
+    Ok(0)
+}
+
+fn cpu_secs() -> f64 {
+    #[cfg(target_os = "linux")]
+    {
+        if let Ok(st) = procfs::process::Process::myself().and_then(|p| p.stat()) {
+            return (st.utime + st.stime) as f64 / procfs::ticks_per_second() as f64;
+        }
+    }
+    0.0
+}
+
+fn wall_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+async fn run(spec: WorkerSpec) {
+    let sh = Rc::new(Shared {
+        hist: RefCell::new(histogram()),
+        c: RefCell::new(Counters {
+            rounds: vec![(0, 0); spec.rounds],
+            ..Counters::default()
+        }),
+        epoch: Instant::now(),
+    });
+    let spec = Rc::new(spec);
+    // Connect phase (all scenarios but storm, whose connects are the measurement).
+    let mut conns = Vec::new();
+    let mut first_error = None;
+    if spec.scenario != Scenario::Storm {
+        let (ok, err) = open_all(&spec).await;
+        conns = ok;
+        first_error = err;
+    }
+    emit(&Event::Ready {
+        connected: conns.len(),
+        failed: spec.conns - conns.len().min(spec.conns),
+        first_error: first_error.clone(),
+    });
+    if spec.scenario != Scenario::Storm && conns.is_empty() {
+        return;
+    }
+    // Wait for the orchestrator's "go" so every worker starts together.
+    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    match stdin.next_line().await {
+        Ok(Some(l)) if l.trim() == "go" => {}
+        _ => return,
+    }
+    let cpu0 = cpu_secs();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(spec.secs);
+    // Once a second: cumulative counts, for the timeline and the progress display.
+    let ticker = {
+        let sh = sh.clone();
+        tokio::task::spawn_local(async move {
+            let mut t =
+                tokio::time::interval_at(start + Duration::from_secs(1), Duration::from_secs(1));
+            loop {
+                t.tick().await;
+                let c = sh.c.borrow();
+                emit(&Event::Tick {
+                    sent: c.sent,
+                    received: c.received,
+                });
+            }
+        })
+    };
+    let mut tasks = Vec::new();
+    let mut storm_connect_errors = None;
+    if spec.scenario == Scenario::Storm {
+        let (n_ok, err) = storm(&spec, &sh, end).await;
+        if n_ok < spec.conns {
+            storm_connect_errors = err;
+        }
+    } else {
+        let n = conns.len();
+        for (i, c) in conns.into_iter().enumerate() {
+            let (sh, spec) = (sh.clone(), spec.clone());
+            tasks.push(tokio::task::spawn_local(async move {
+                let r = match spec.scenario {
+                    Scenario::EchoRate | Scenario::Deflate => {
+                        echo_rate(c.reader, c.writer, &spec, &sh, i, n, start, end).await
+                    }
+                    Scenario::EchoSat => echo_sat(c.reader, c.writer, &spec, &sh, end).await,
+                    Scenario::Idle => hold(c.reader, c.writer, &sh, end).await,
+                    Scenario::Broadcast => subscribe(c.reader, c.writer, &spec, &sh, end).await,
+                    Scenario::Storm => Ok(()),
+                };
+                if r.is_err() {
+                    sh.c.borrow_mut().errors += 1;
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    ticker.abort();
+    let elapsed = start.elapsed().as_secs_f64();
+    let start_us = start.duration_since(sh.epoch).as_micros() as u64;
+    let cpu = cpu_secs() - cpu0;
+    let c = sh.c.borrow();
+    let mut hist_bytes = Vec::new();
+    use hdrhistogram::serialization::Serializer;
+    let _ = hdrhistogram::serialization::V2Serializer::new()
+        .serialize(&sh.hist.borrow(), &mut hist_bytes);
+    use base64::Engine;
+    emit(&Event::Done(WorkerResult {
+        sent: c.sent,
+        received: c.received,
+        errors: c.errors,
+        disconnects: c.disconnects,
+        close_codes: c.close_codes.clone(),
+        histogram: base64::engine::general_purpose::STANDARD.encode(&hist_bytes),
+        cpu_secs: cpu,
+        elapsed_secs: elapsed,
+        rounds: c.rounds.clone(),
+        last_echo_secs: c.last_echo_us.saturating_sub(start_us) as f64 / 1e6,
+        first_error: storm_connect_errors.or(first_error),
+    }));
+}
+
+/// Open this worker's connections: at most 256 handshakes in flight, paced by the ramp.
+async fn open_all(spec: &Rc<WorkerSpec>) -> (Vec<client::Conn>, Option<String>) {
+    let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(256));
+    let start = Instant::now();
+    let mut handles = Vec::with_capacity(spec.conns);
+    let progress = Rc::new(RefCell::new((0usize, Instant::now())));
+    for i in 0..spec.conns {
+        if spec.ramp_per_sec > 0.0 {
+            tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / spec.ramp_per_sec))
+                .await;
+        }
+        let permit = sem.clone().acquire_owned().await.expect("semaphore open");
+        let spec = spec.clone();
+        let progress = progress.clone();
+        handles.push(tokio::task::spawn_local(async move {
+            let src = spec.source(i);
+            let r = tokio::time::timeout(
+                Duration::from_secs(20),
+                client::connect(&spec.target, src, spec.deflate),
+            )
+            .await;
+            drop(permit);
+            let mut p = progress.borrow_mut();
+            p.0 += 1;
+            if p.1.elapsed() > Duration::from_millis(250) {
+                p.1 = Instant::now();
+                emit(&Event::Connecting { done: p.0 });
+            }
+            match r {
+                Ok(Ok(c)) => Ok(c),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("the handshake took over 20 s".to_string()),
+            }
+        }));
+    }
+    let mut ok = Vec::with_capacity(spec.conns);
+    let mut first_error = None;
+    for h in handles {
+        match h.await {
+            Ok(Ok(c)) => ok.push(c),
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(_) => {}
+        }
+    }
+    (ok, first_error)
+}
+
+/// The payload of an echo message: the scheduled send time (us since this worker's epoch)
+/// first, so the echo says when it was due. Binary, or JSON text for the deflate scenario.
+fn payload(spec: &WorkerSpec, due_us: u64, seq: u64) -> (OpCode, Vec<u8>) {
+    if spec.scenario == Scenario::Deflate {
+        let mut s = format!(
+            "{{\"t\":{due_us:020},\"seq\":{seq},\"symbol\":\"SYM{:03}\",\"bid\":{}.{:04},\"venue\":\"XNAS\",\"pad\":\"",
+            seq % 500,
+            seq % 997,
+            (seq * 7919) % 10000
+        );
+        while s.len() + 2 < spec.size {
+            s.push_str("tick ");
+        }
+        s.push_str("\"}");
+        (OpCode::Text, s.into_bytes())
+    } else {
+        let mut p = vec![b'x'; spec.size.max(8)];
+        p[..8].copy_from_slice(&due_us.to_le_bytes());
+        (OpCode::Binary, p)
+    }
+}
+
+fn stamp_of(spec: &WorkerSpec, msg: &[u8]) -> Option<u64> {
+    if spec.scenario == Scenario::Deflate {
+        std::str::from_utf8(msg.get(5..25)?).ok()?.parse().ok()
+    } else {
+        Some(u64::from_le_bytes(msg.get(..8)?.try_into().ok()?))
+    }
+}
+
+fn record(sh: &Shared, due_us: u64) {
+    let now_us = sh.epoch.elapsed().as_micros() as u64;
+    let lat = now_us.saturating_sub(due_us).max(1);
+    let _ = sh.hist.borrow_mut().record(lat.min(600_000_000));
+    let mut c = sh.c.borrow_mut();
+    c.received += 1;
+    c.last_echo_us = now_us;
+}
+
+fn closed(sh: &Shared, code: Option<u16>) {
+    let mut c = sh.c.borrow_mut();
+    c.disconnects += 1;
+    if let Some(code) = code {
+        *c.close_codes.entry(code).or_default() += 1;
+    }
+}
+
+/// Open loop: messages are due on a fixed schedule and latency counts from when each was due,
+/// so a stalled server shows up in the percentiles (no coordinated omission) instead of
+/// quietly slowing the load down.
+#[allow(clippy::too_many_arguments)]
+async fn echo_rate(
+    mut r: Reader,
+    mut w: Writer,
+    spec: &WorkerSpec,
+    sh: &Shared,
+    index: usize,
+    n: usize,
+    start: Instant,
+    end: Instant,
+) -> std::io::Result<()> {
+    let period = Duration::from_secs_f64(1.0 / spec.rate.max(0.001));
+    // Spread the connections' phases evenly over one period.
+    let mut due = start + period.mul_f64(index as f64 / n.max(1) as f64);
+    let mut seq = 0u64;
+    let (mut sent, mut got) = (0u64, 0u64);
+    let drain_until = end + Duration::from_secs(2);
+    loop {
+        let sending = due < end;
+        if !sending && got >= sent {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(due), if sending => {
+                // Latency counts from when the message was due, so a send held back by a
+                // stalled server is charged to the server. The timer's own resolution (tokio
+                // wakes on 1 ms ticks) is not: up to 1 ms of lateness is forgiven.
+                let due_us = due.duration_since(sh.epoch).as_micros() as u64;
+                let now_us = sh.epoch.elapsed().as_micros() as u64;
+                let origin_us = due_us.max(now_us.saturating_sub(TIMER_SLOP_US));
+                let (op, p) = payload(spec, origin_us, seq);
+                w.send(op, &p).await?;
+                seq += 1;
+                sent += 1;
+                sh.c.borrow_mut().sent += 1;
+                due += period;
+            }
+            m = r.next() => match m? {
+                Incoming::Message(m) => {
+                    if let Some(t) = stamp_of(spec, &m) {
+                        record(sh, t);
+                        got += 1;
+                    }
+                }
+                Incoming::Ping(p) => w.pong(&p).await?,
+                Incoming::Closed(code) => {
+                    closed(sh, code);
+                    return Ok(());
+                }
+            },
+            _ = tokio::time::sleep_until(drain_until), if !sending => break,
+        }
+    }
+    let _ = w.close().await;
+    Ok(())
+}
+
+/// Closed loop: `inflight` messages outstanding per connection, a new one for each echo.
+async fn echo_sat(
+    mut r: Reader,
+    mut w: Writer,
+    spec: &WorkerSpec,
+    sh: &Shared,
+    end: Instant,
+) -> std::io::Result<()> {
+    let mut outstanding = 0usize;
+    let now_us = |sh: &Shared| sh.epoch.elapsed().as_micros() as u64;
+    for s in 0..spec.inflight.max(1) {
+        let (op, p) = payload(spec, now_us(sh), s as u64);
+        w.send(op, &p).await?;
+        sh.c.borrow_mut().sent += 1;
+        outstanding += 1;
+    }
+    let mut seq = spec.inflight as u64;
+    let drain_until = end + Duration::from_secs(2);
+    while outstanding > 0 {
+        let m = tokio::select! {
+            m = r.next() => m?,
+            _ = tokio::time::sleep_until(drain_until) => break,
+        };
+        match m {
+            Incoming::Message(m) => {
+                if let Some(t) = stamp_of(spec, &m) {
+                    // Only echoes that arrive inside the window count toward throughput.
+                    if Instant::now() <= end {
+                        record(sh, t);
+                    }
+                    outstanding -= 1;
+                    if Instant::now() < end {
+                        let (op, p) = payload(spec, now_us(sh), seq);
+                        w.send(op, &p).await?;
+                        seq += 1;
+                        sh.c.borrow_mut().sent += 1;
+                        outstanding += 1;
+                    }
+                }
+            }
+            Incoming::Ping(p) => w.pong(&p).await?,
+            Incoming::Closed(code) => {
+                closed(sh, code);
+                return Ok(());
+            }
+        }
+    }
+    let _ = w.close().await;
+    Ok(())
+}
+
+/// Idle: hold the connection, answering pings, until the end.
+async fn hold(mut r: Reader, mut w: Writer, sh: &Shared, end: Instant) -> std::io::Result<()> {
+    loop {
+        tokio::select! {
+            m = r.next() => match m? {
+                Incoming::Ping(p) => w.pong(&p).await?,
+                Incoming::Message(_) => {}
+                Incoming::Closed(code) => {
+                    closed(sh, code);
+                    return Ok(());
+                }
+            },
+            _ = tokio::time::sleep_until(end) => break,
+        }
+    }
+    let _ = w.close().await;
+    Ok(())
+}
+
+/// Broadcast subscriber: each message carries the publisher's wall-clock send time and round;
+/// the latency is measured against this host's same clock.
+async fn subscribe(
+    mut r: Reader,
+    mut w: Writer,
+    spec: &WorkerSpec,
+    sh: &Shared,
+    end: Instant,
+) -> std::io::Result<()> {
+    let mut got = 0;
+    while got < spec.rounds {
+        let m = tokio::select! {
+            m = r.next() => m?,
+            _ = tokio::time::sleep_until(end) => break,
+        };
+        match m {
+            Incoming::Message(m) if m.len() >= 16 => {
+                let sent = u64::from_le_bytes(m[..8].try_into().unwrap());
+                let round = u64::from_le_bytes(m[8..16].try_into().unwrap()) as usize;
+                let lat_us = (wall_nanos().saturating_sub(sent) / 1000).max(1);
+                let _ = sh.hist.borrow_mut().record(lat_us.min(600_000_000));
+                let mut c = sh.c.borrow_mut();
+                c.received += 1;
+                if let Some(slot) = c.rounds.get_mut(round) {
+                    slot.0 += 1;
+                    slot.1 = slot.1.max(lat_us);
+                }
+                got += 1;
+            }
+            Incoming::Message(_) => {}
+            Incoming::Ping(p) => w.pong(&p).await?,
+            Incoming::Closed(code) => {
+                closed(sh, code);
+                return Ok(());
+            }
+        }
+    }
+    let _ = w.close().await;
+    Ok(())
+}
+
+/// A broadcast message: publisher wall-clock nanos, round, padding.
+pub fn broadcast_payload(round: usize, size: usize) -> Vec<u8> {
+    let mut p = wall_nanos().to_le_bytes().to_vec();
+    p.extend_from_slice(&(round as u64).to_le_bytes());
+    p.resize(size.max(16), b'b');
+    p
+}
+
+/// Storm: every client connects, sends one message and waits for its echo; the latency of
+/// each is connect-to-echo. Connections stay open until all are done (the server holds them
+/// all at the peak, as in a reconnect storm), then close.
+async fn storm(spec: &Rc<WorkerSpec>, sh: &Rc<Shared>, end: Instant) -> (usize, Option<String>) {
+    let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(spec.storm_concurrency.max(1)));
+    let mut handles = Vec::with_capacity(spec.conns);
+    for i in 0..spec.conns {
+        let permit = sem.clone().acquire_owned().await.expect("semaphore open");
+        let (spec, sh) = (spec.clone(), sh.clone());
+        handles.push(tokio::task::spawn_local(async move {
+            let t0 = sh.epoch.elapsed().as_micros() as u64;
+            let r = async {
+                let mut c = client::connect(&spec.target, spec.source(i), false)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let (op, p) = payload(&spec, t0, i as u64);
+                c.writer.send(op, &p).await.map_err(|e| e.to_string())?;
+                sh.c.borrow_mut().sent += 1;
+                loop {
+                    match c.reader.next().await.map_err(|e| e.to_string())? {
+                        Incoming::Message(_) => break,
+                        Incoming::Ping(p) => c.writer.pong(&p).await.map_err(|e| e.to_string())?,
+                        Incoming::Closed(code) => {
+                            return Err(format!(
+                                "closed by the server (code {code:?}) before the echo"
+                            ))
+                        }
+                    }
+                }
+                record(&sh, t0);
+                Ok::<_, String>(c)
+            };
+            let r = match tokio::time::timeout_at(end, r).await {
+                Ok(r) => r,
+                Err(_) => Err("no echo before the end of the run".to_string()),
+            };
+            drop(permit);
+            r
+        }));
+    }
+    let mut open = Vec::new();
+    let mut first_error = None;
+    for h in handles {
+        match h.await {
+            Ok(Ok(c)) => open.push(c),
+            Ok(Err(e)) => {
+                sh.c.borrow_mut().errors += 1;
+                first_error.get_or_insert(e);
+            }
+            Err(_) => {}
+        }
+    }
+    let n = open.len();
+    for mut c in open {
+        let _ = c.writer.close().await;
+    }
+    (n, first_error)
+}

@@ -1,0 +1,354 @@
+//! `wstune selftest` and `serve --self-test`: the real binary, real sockets on 127.0.0.1, the
+//! generator's own worker processes.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_wstune")
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run wstune")
+}
+
+fn json_of(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+/// A `wstune serve` on a free port; returns the child and its WebSocket and admin ports.
+fn serve(args: &[&str]) -> (Child, u16, u16) {
+    let mut child = Command::new(bin())
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--admin",
+            "127.0.0.1:0",
+            "--profile",
+            "10k",
+        ])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut port, mut admin) = (0, 0);
+    while port == 0 || admin == 0 {
+        let l = lines.next().expect("server output").unwrap();
+        if let Some(r) = l.split("listening on ws://127.0.0.1:").nth(1) {
+            port = r.trim_end_matches('/').parse().unwrap();
+        }
+        if let Some(r) = l.split("admin on http://127.0.0.1:").nth(1) {
+            admin = r.split('/').next().unwrap().parse().unwrap();
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    (child, port, admin)
+}
+
+#[test]
+fn serve_self_test_runs_every_scenario_and_reports_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("report.html");
+    let o = run(&[
+        "serve",
+        "--self-test",
+        "--profile",
+        "10k",
+        "--conns",
+        "200",
+        "--secs",
+        "2",
+        "--rounds",
+        "3",
+        "--format",
+        "json",
+        "--report",
+        html.to_str().unwrap(),
+    ]);
+    let r = json_of(&o);
+    let code = o.status.code().unwrap();
+    let pass = r["verdict"]["pass"].as_bool().unwrap();
+    assert_eq!(
+        code,
+        if pass { 0 } else { 2 },
+        "exit code follows the verdict: {r:#}"
+    );
+    assert_eq!(r["schema_version"], 1);
+    assert_eq!(r["targets"]["p99_ms"], 5.0);
+    assert!(
+        r["host_check"]["profile"] == "10k",
+        "check ran first: {r:#}"
+    );
+    let names: Vec<&str> = r["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "idle",
+            "echo-rate",
+            "deflate",
+            "echo-sat",
+            "storm",
+            "broadcast"
+        ]
+    );
+    for s in r["scenarios"].as_array().unwrap() {
+        let name = s["scenario"].as_str().unwrap();
+        assert_eq!(s["conns_connected"], 200, "{name}: {s:#}");
+        assert_eq!(s["errors"], 0, "{name}: {s:#}");
+        assert_eq!(s["disconnects"], 0, "{name}: {s:#}");
+        assert!(s.get("incomplete").is_none(), "{name}: {s:#}");
+        assert!(
+            s["server"]["cpu_secs"].as_f64().is_some(),
+            "{name}: server sampled"
+        );
+        assert!(s["generator"]["cpu_pct"].as_f64().is_some(), "{name}");
+    }
+    let by = |n: &str| {
+        r["scenarios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["scenario"] == n)
+            .unwrap()
+            .clone()
+    };
+    let echo = by("echo-rate");
+    // 200 clients x 10 msgs/s (the profile's rate) for 2 s.
+    assert_eq!(echo["offered_rate"], 2000.0);
+    assert!(echo["achieved_rate"].as_f64().unwrap() > 1500.0, "{echo:#}");
+    let l = &echo["latency_ms"];
+    assert!(l["count"].as_u64().unwrap() >= 3500, "{l:#}");
+    assert!(l["p50"].as_f64().unwrap() <= l["p99"].as_f64().unwrap());
+    assert!(l["p99"].as_f64().unwrap() <= l["max"].as_f64().unwrap());
+    assert!(!echo["timeline"].as_array().unwrap().is_empty());
+    let idle = by("idle")["server"]["rss_per_conn_bytes"].as_f64().unwrap();
+    assert!(
+        idle > 0.0 && idle < 64.0 * 1024.0,
+        "RSS per idle connection {idle}"
+    );
+    assert!(
+        by("echo-sat")["echoes_per_server_cpu_sec"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(by("storm")["storm_secs"].as_f64().unwrap() > 0.0);
+    assert_eq!(by("storm")["latency_ms"]["count"], 200);
+    let b = by("broadcast");
+    assert_eq!(b["received"], 600, "200 subscribers x 3 rounds: {b:#}");
+    assert_eq!(b["broadcast_last_ms"]["count"], 3);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<svg") && page.contains("Latency by percentile"));
+    assert!(page.contains("echo-sat"));
+}
+
+fn echo_rate(port: u16, extra: &[&str]) -> (Output, Value) {
+    let url = format!("ws://127.0.0.1:{port}/");
+    let mut args = vec![
+        "selftest",
+        "--url",
+        &url,
+        "--profile",
+        "10k",
+        "--conns",
+        "20",
+        "--rate",
+        "5",
+        "--secs",
+        "3",
+        "--format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let o = run(&args);
+    let v = json_of(&o);
+    (o, v)
+}
+
+#[test]
+fn a_stalled_server_shows_in_the_percentiles() {
+    // Open loop: 20 clients x 5 msgs/s = 100 msgs/s offered. The stalled server handles 10
+    // a second (one offload thread, 100 ms each), so messages queue and their latency, counted
+    // from when each was due, grows through the run. A closed-loop generator would slow down
+    // to the server's pace and report ~100 ms.
+    let (mut fast, port, _) = serve(&[]);
+    let (o, quick) = echo_rate(port, &[]);
+    let _ = fast.kill();
+    assert_eq!(o.status.code(), Some(0), "{quick:#}");
+    let quick_p99 = quick["scenarios"][0]["latency_ms"]["p99"].as_f64().unwrap();
+
+    let (mut slow, port, _) = serve(&["--handler", "block:100", "--offload-pool", "1"]);
+    let started = Instant::now();
+    let (o, stalled) = echo_rate(port, &[]);
+    let _ = slow.kill();
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "bounded in time"
+    );
+    let s = &stalled["scenarios"][0];
+    let p99 = s["latency_ms"]["p99"].as_f64().unwrap();
+    assert!(
+        p99 > 1000.0,
+        "stalled p99 {p99} ms (quick run: {quick_p99} ms): {s:#}"
+    );
+    assert!(p99 > quick_p99 * 20.0);
+    assert!(s["achieved_rate"].as_f64().unwrap() < 60.0, "{s:#}");
+    assert_eq!(o.status.code(), Some(2), "a miss");
+    assert_eq!(stalled["verdict"]["pass"], false);
+}
+
+#[test]
+fn unreachable_and_non_websocket_servers_are_clear_errors() {
+    let o = run(&[
+        "selftest",
+        "--url",
+        "ws://127.0.0.1:1/",
+        "--conns",
+        "5",
+        "--secs",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("no connection to ws://127.0.0.1:1/") && err.contains("refused"),
+        "{err}"
+    );
+
+    // The admin endpoint speaks HTTP but not WebSocket.
+    let (mut srv, _, admin) = serve(&[]);
+    let url = format!("ws://127.0.0.1:{admin}/healthz");
+    let o = run(&["selftest", "--url", &url, "--conns", "5", "--secs", "1"]);
+    let _ = srv.kill();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("instead of '101 Switching Protocols'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_server_that_goes_away_mid_run_gives_a_partial_report() {
+    let (mut srv, port, _) = serve(&[]);
+    let url = format!("ws://127.0.0.1:{port}/");
+    let child = Command::new(bin())
+        .args([
+            "selftest",
+            "--url",
+            &url,
+            "--conns",
+            "50",
+            "--secs",
+            "4",
+            "--format",
+            "json",
+            "--scenario",
+            "echo-rate",
+            "--scenario",
+            "echo-sat",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    srv.kill().unwrap();
+    let started = Instant::now();
+    let o = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30), "never a hang");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let r = json_of(&o);
+    let s = &r["scenarios"][0];
+    assert_eq!(s["scenario"], "echo-rate");
+    assert!(
+        s["disconnects"].as_u64().unwrap() + s["errors"].as_u64().unwrap() >= 50,
+        "every connection lost: {s:#}"
+    );
+    assert!(
+        s["latency_ms"]["count"].as_u64().unwrap() > 0,
+        "what arrived before is kept"
+    );
+    // The next scenario could not start, and says why.
+    assert!(
+        err.contains("scenario echo-sat") && err.contains("no connection"),
+        "{err}"
+    );
+    assert_eq!(r["verdict"]["pass"], false);
+}
+
+#[test]
+fn bad_input_and_low_limits_are_refused_before_anything_starts() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--url", "http://127.0.0.1:9/"], "not a ws:// URL"),
+        (&["--url", "wss://127.0.0.1:9/"], "wss:// is not supported"),
+        (&["--url", "ws://127.0.0.1:9/", "--rate=-1"], "--rate -1"),
+        (&["--url", "ws://127.0.0.1:9/", "--size", "4"], "--size 4"),
+        (&["--url", "ws://127.0.0.1:9/", "--secs", "0"], "--secs 0"),
+        (&["--url", "ws://127.0.0.1:9/", "--conns", "0"], "--conns 0"),
+        (
+            &["--url", "ws://127.0.0.1:9/", "--pid", "999999999"],
+            "--pid 999999999",
+        ),
+        (
+            &["--url", "ws://127.0.0.1:9/", "--scenario", "nope"],
+            "invalid value 'nope'",
+        ),
+        (
+            &["--url", "ws://127.0.0.1:9/", "--rate", "x"],
+            "invalid value 'x'",
+        ),
+    ];
+    for (args, want) in cases {
+        let mut a = vec!["selftest"];
+        a.extend_from_slice(args);
+        let o = run(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: want '{want}' in: {err}");
+    }
+    // A file limit too low for the connections asked for.
+    let o = Command::new("prlimit")
+        .args([
+            "--nofile=100:100",
+            bin(),
+            "selftest",
+            "--url",
+            "ws://127.0.0.1:9/",
+            "--conns",
+            "5000",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("ulimit -n") && err.contains("generator processes"),
+        "{err}"
+    );
+    // Load settings without a load test.
+    let o = run(&["serve", "--conns", "10"]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("add --self-test"));
+}
