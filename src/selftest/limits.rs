@@ -154,9 +154,9 @@ mod tests {
 
     #[test]
     fn self_test_scales_down_and_says_why() {
-        let (n, why) = size_self_test(10_000, 10.0, 1_048_576, 16);
+        let (n, why) = size_self_test(10_000, 10.0, 1_048_576, 32);
         assert_eq!((n, why.len()), (10_000, 0));
-        let (n, why) = size_self_test(10_000, 10.0, 1024, 16);
+        let (n, why) = size_self_test(10_000, 10.0, 1024, 32);
         assert_eq!(n, 960);
         assert!(why[0].contains("ulimit -n"), "{why:?}");
         let (n, why) = size_self_test(10_000, 10.0, 1_048_576, 2);
