@@ -213,6 +213,10 @@ fn a_stalled_server_shows_in_the_percentiles() {
     );
     assert!(p99 > quick_p99 * 20.0);
     assert!(s["achieved_rate"].as_f64().unwrap() < 60.0, "{s:#}");
+    assert!(
+        s["lost"].as_u64().unwrap() > 100,
+        "unanswered messages are counted: {s:#}"
+    );
     assert_eq!(o.status.code(), Some(2), "a miss");
     assert_eq!(stalled["verdict"]["pass"], false);
 }

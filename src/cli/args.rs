@@ -275,6 +275,10 @@ pub struct LoadArgs {
     /// Seconds each scenario runs.
     #[arg(long)]
     pub secs: Option<f64>,
+    /// Seconds of load before each echo-rate, deflate and echo-sat measurement starts (not
+    /// counted: the first burst on fresh connections is a start-up cost, not the steady state).
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
     /// echo-sat: messages in flight per connection.
     #[arg(long, default_value_t = 1)]
     pub inflight: usize,

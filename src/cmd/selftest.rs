@@ -52,6 +52,9 @@ pub fn plan(
     if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
         bail!("--secs {secs}: give more than 0 and at most 3600 seconds per scenario");
     }
+    if !(load.warmup.is_finite() && (0.0..=600.0).contains(&load.warmup)) {
+        bail!("--warmup {}: give 0..=600 seconds", load.warmup);
+    }
     if !(1..=1024).contains(&load.inflight) {
         bail!(
             "--inflight {}: give 1..=1024 messages in flight per connection",
@@ -91,6 +94,7 @@ pub fn plan(
             rate,
             size,
             secs,
+            warmup: load.warmup,
             inflight: load.inflight,
             rounds: load.rounds,
             workers,

@@ -40,6 +40,14 @@ pub enum Scenario {
 }
 
 impl Scenario {
+    /// Whether the scenario runs a warm-up before it measures (the steady-load ones).
+    pub fn warms_up(self) -> bool {
+        matches!(
+            self,
+            Scenario::EchoRate | Scenario::Deflate | Scenario::EchoSat
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Scenario::EchoRate => "echo-rate",
@@ -65,6 +73,8 @@ pub struct WorkerSpec {
     pub rate: f64,
     pub size: usize,
     pub secs: f64,
+    /// Seconds of load before the measured `secs` (echo-rate, deflate, echo-sat).
+    pub warmup: f64,
     /// Messages in flight per connection (echo-sat).
     pub inflight: usize,
     pub deflate: bool,
@@ -115,6 +125,7 @@ pub struct WorkerResult {
     pub elapsed_secs: f64,
     pub rounds: Vec<(u64, u64)>,
     pub last_echo_secs: f64,
+    pub lost: u64,
     pub first_error: Option<String>,
 }
 
@@ -129,6 +140,7 @@ pub struct Options {
     pub rate: f64,
     pub size: usize,
     pub secs: f64,
+    pub warmup: f64,
     pub inflight: usize,
     pub rounds: usize,
     /// Generator processes; 0 sizes it from the fd limit (at least one).
@@ -182,6 +194,8 @@ pub struct ScenarioReport {
     pub workers: usize,
     pub sources: usize,
     pub secs: f64,
+    /// Seconds of unmeasured load before `secs` (echo-rate, deflate, echo-sat).
+    pub warmup_secs: f64,
     pub payload_bytes: usize,
     /// echo-rate / deflate: messages per second offered in total.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -194,6 +208,9 @@ pub struct ScenarioReport {
     pub achieved_rate: f64,
     pub errors: u64,
     pub disconnects: u64,
+    /// Messages never echoed by the end of the run; they are in the latency histogram with
+    /// the time they had waited (a lower bound).
+    pub lost: u64,
     pub close_codes: BTreeMap<u16, u64>,
     pub latency_ms: Latency,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -305,6 +322,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
             rate: o.rate,
             size: o.size,
             secs: o.secs,
+            warmup: if scenario.warms_up() { o.warmup } else { 0.0 },
             inflight: o.inflight,
             deflate: scenario == Scenario::Deflate,
             ramp_per_sec: o.ramp_per_sec / workers as f64,
@@ -387,7 +405,15 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let rss_after_connect = o.server_pid.and_then(sample).map(|s| s.1);
-    let server0 = o.server_pid.and_then(sample);
+    let warmup = if scenario.warms_up() { o.warmup } else { 0.0 };
+    // The server's CPU is read when the measured window starts (after the warm-up).
+    let server0 = {
+        let pid = o.server_pid;
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
+            pid.and_then(sample).map(|s| (s, Instant::now()))
+        })
+    };
     let t0 = Instant::now();
     for p in procs.iter_mut() {
         let _ = p.stdin.write_all(b"go\n").await;
@@ -437,7 +463,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     // Run phase: follow the ticks, collect the results (bounded: the run plus a drain).
     let pb = progress_bar(o.secs.ceil() as u64, scenario.name());
     let run_deadline = tokio::time::Instant::now()
-        + Duration::from_secs_f64(o.secs)
+        + Duration::from_secs_f64(o.secs + warmup)
         + Duration::from_secs(if scenario == Scenario::Storm { 60 } else { 15 });
     let mut incomplete: Option<String> = None;
     let mut server_end = None;
@@ -469,7 +495,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
                     }
                     Ok(Event::Done(r)) => {
                         if server_end.is_none() {
-                            server_end = o.server_pid.and_then(sample).map(|s| (s, t0.elapsed()));
+                            server_end = o.server_pid.and_then(sample).map(|s| (s, Instant::now()));
                         }
                         p.result = Some(r);
                     }
@@ -477,7 +503,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
                 }
             }
             pending = next;
-            let secs_done = t0.elapsed().as_secs().min(o.secs.ceil() as u64);
+            let secs_done = (t0.elapsed().as_secs_f64() - warmup).clamp(0.0, o.secs.ceil()) as u64;
             pb.set_position(secs_done);
             let (s, r) = procs
                 .iter()
@@ -501,7 +527,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
 
     // Merge.
     let mut hist = worker::histogram();
-    let (mut sent, mut received, mut errors, mut disconnects) = (0, 0, 0, 0);
+    let (mut sent, mut received, mut errors, mut disconnects, mut lost) = (0, 0, 0, 0, 0);
     let mut close_codes = BTreeMap::new();
     let mut gen_cpu = 0.0;
     let mut elapsed: f64 = 0.0;
@@ -513,6 +539,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
         received += r.received;
         errors += r.errors;
         disconnects += r.disconnects;
+        lost += r.lost;
         for (k, v) in &r.close_codes {
             *close_codes.entry(*k).or_insert(0) += v;
         }
@@ -545,9 +572,10 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     } else {
         elapsed.max(wall)
     };
+    let server0 = server0.await.ok().flatten();
     let server = match (server0, server_end) {
-        (Some((c0, _)), Some(((c1, rss1), took))) => {
-            let secs = took.as_secs_f64().max(0.001);
+        (Some(((c0, _), from)), Some(((c1, rss1), to))) => {
+            let secs = to.duration_since(from).as_secs_f64().max(0.001);
             let per_conn = match (rss_before, rss_after_connect) {
                 (Some(b), Some(a)) if connected > 0 => {
                     Some((a as f64 - b as f64) / connected as f64)
@@ -606,6 +634,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
         } else {
             o.secs
         },
+        warmup_secs: warmup,
         payload_bytes: o.size,
         offered_rate: echo_like.then_some(o.rate * o.conns as f64),
         inflight: (scenario == Scenario::EchoSat).then_some(o.inflight),
@@ -619,6 +648,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
             }),
         errors,
         disconnects,
+        lost,
         close_codes,
         latency_ms: latency(&hist),
         echoes_per_server_cpu_sec: match (&server, scenario) {

@@ -99,6 +99,11 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets) -> Verdict {
                     s.latency_ms.count > 0 && s.latency_ms.p99 <= t.p99_ms,
                     format!("{:.2} ms (target {} ms)", s.latency_ms.p99, t.p99_ms),
                 );
+                add(
+                    "every message answered",
+                    s.lost == 0,
+                    format!("{} messages never echoed by the end of the run", s.lost),
+                );
                 let offered = s.offered_rate.unwrap_or(0.0);
                 add(
                     "throughput",

@@ -32,12 +32,16 @@ struct Counters {
     rounds: Vec<(u64, u64)>,
     /// When the last echo arrived, us since the epoch (storm: the end of the storm).
     last_echo_us: u64,
+    /// Measured messages never echoed by the end of the run.
+    lost: u64,
 }
 
 struct Shared {
     hist: RefCell<Histogram<u64>>,
     c: RefCell<Counters>,
     epoch: Instant,
+    /// Messages due before this (us since the epoch) are the warm-up: sent, not counted.
+    measure_from_us: std::cell::Cell<u64>,
 }
 
 fn emit(e: &Event) {
@@ -83,6 +87,7 @@ async fn run(spec: WorkerSpec) {
             ..Counters::default()
         }),
         epoch: Instant::now(),
+        measure_from_us: std::cell::Cell::new(0),
     });
     let spec = Rc::new(spec);
     // Connect phase (all scenarios but storm, whose connects are the measurement).
@@ -107,15 +112,30 @@ async fn run(spec: WorkerSpec) {
         Ok(Some(l)) if l.trim() == "go" => {}
         _ => return,
     }
-    let cpu0 = cpu_secs();
     let start = Instant::now();
-    let end = start + Duration::from_secs_f64(spec.secs);
+    // The warm-up runs the same load without counting it: the first burst on fresh
+    // connections (allocations, page faults, the kernel's first segments) is a start-up cost,
+    // not the steady state the percentiles describe.
+    let measure_from = start + Duration::from_secs_f64(spec.warmup);
+    sh.measure_from_us
+        .set(measure_from.duration_since(sh.epoch).as_micros() as u64);
+    let end = measure_from + Duration::from_secs_f64(spec.secs);
+    let cpu0 = Rc::new(std::cell::Cell::new(cpu_secs()));
+    {
+        let cpu0 = cpu0.clone();
+        tokio::task::spawn_local(async move {
+            tokio::time::sleep_until(measure_from).await;
+            cpu0.set(cpu_secs());
+        });
+    }
     // Once a second: cumulative counts, for the timeline and the progress display.
     let ticker = {
         let sh = sh.clone();
         tokio::task::spawn_local(async move {
-            let mut t =
-                tokio::time::interval_at(start + Duration::from_secs(1), Duration::from_secs(1));
+            let mut t = tokio::time::interval_at(
+                measure_from + Duration::from_secs(1),
+                Duration::from_secs(1),
+            );
             loop {
                 t.tick().await;
                 let c = sh.c.borrow();
@@ -157,9 +177,9 @@ async fn run(spec: WorkerSpec) {
         let _ = t.await;
     }
     ticker.abort();
-    let elapsed = start.elapsed().as_secs_f64();
+    let elapsed = measure_from.elapsed().as_secs_f64();
     let start_us = start.duration_since(sh.epoch).as_micros() as u64;
-    let cpu = cpu_secs() - cpu0;
+    let cpu = cpu_secs() - cpu0.get();
     let c = sh.c.borrow();
     let mut hist_bytes = Vec::new();
     use hdrhistogram::serialization::Serializer;
@@ -177,6 +197,7 @@ async fn run(spec: WorkerSpec) {
         elapsed_secs: elapsed,
         rounds: c.rounds.clone(),
         last_echo_secs: c.last_echo_us.saturating_sub(start_us) as f64 / 1e6,
+        lost: c.lost,
         first_error: storm_connect_errors.or(first_error),
     }));
 }
@@ -261,6 +282,9 @@ fn stamp_of(spec: &WorkerSpec, msg: &[u8]) -> Option<u64> {
 }
 
 fn record(sh: &Shared, due_us: u64) {
+    if due_us < sh.measure_from_us.get() {
+        return;
+    }
     let now_us = sh.epoch.elapsed().as_micros() as u64;
     let lat = now_us.saturating_sub(due_us).max(1);
     let _ = sh.hist.borrow_mut().record(lat.min(600_000_000));
@@ -295,11 +319,13 @@ async fn echo_rate(
     // Spread the connections' phases evenly over one period.
     let mut due = start + period.mul_f64(index as f64 / n.max(1) as f64);
     let mut seq = 0u64;
-    let (mut sent, mut got) = (0u64, 0u64);
+    // Send stamps of messages not echoed yet (echoes come back in order).
+    let mut outstanding = std::collections::VecDeque::new();
     let drain_until = end + Duration::from_secs(2);
+    let mut result = Ok(());
     loop {
         let sending = due < end;
-        if !sending && got >= sent {
+        if !sending && outstanding.is_empty() {
             break;
         }
         tokio::select! {
@@ -311,30 +337,59 @@ async fn echo_rate(
                 let now_us = sh.epoch.elapsed().as_micros() as u64;
                 let origin_us = due_us.max(now_us.saturating_sub(TIMER_SLOP_US));
                 let (op, p) = payload(spec, origin_us, seq);
-                w.send(op, &p).await?;
+                // A server that stopped reading must not hold the generator past the run.
+                match tokio::time::timeout_at(drain_until, w.send(op, &p)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => { result = Err(e); break; }
+                    Err(_) => break,
+                }
                 seq += 1;
-                sent += 1;
-                sh.c.borrow_mut().sent += 1;
+                outstanding.push_back(origin_us);
+                if origin_us >= sh.measure_from_us.get() {
+                    sh.c.borrow_mut().sent += 1;
+                }
                 due += period;
             }
-            m = r.next() => match m? {
-                Incoming::Message(m) => {
+            m = r.next() => match m {
+                Err(e) => { result = Err(e); break; }
+                Ok(Incoming::Message(m)) => {
                     if let Some(t) = stamp_of(spec, &m) {
                         record(sh, t);
-                        got += 1;
+                        outstanding.pop_front();
                     }
                 }
-                Incoming::Ping(p) => w.pong(&p).await?,
-                Incoming::Closed(code) => {
+                Ok(Incoming::Ping(p)) => {
+                    if let Err(e) = w.pong(&p).await { result = Err(e); break; }
+                }
+                Ok(Incoming::Closed(code)) => {
                     closed(sh, code);
-                    return Ok(());
+                    break;
                 }
             },
             _ = tokio::time::sleep_until(drain_until), if !sending => break,
         }
     }
-    let _ = w.close().await;
-    Ok(())
+    // Messages never answered are not dropped from the percentiles: each counts as lost, with
+    // the time it has waited so far (a lower bound on its latency).
+    for due_us in outstanding {
+        lost(sh, due_us);
+    }
+    if result.is_ok() {
+        let _ = w.close().await;
+    }
+    result
+}
+
+fn lost(sh: &Shared, due_us: u64) {
+    if due_us < sh.measure_from_us.get() {
+        return;
+    }
+    let now_us = sh.epoch.elapsed().as_micros() as u64;
+    let _ = sh
+        .hist
+        .borrow_mut()
+        .record(now_us.saturating_sub(due_us).clamp(1, 600_000_000));
+    sh.c.borrow_mut().lost += 1;
 }
 
 /// Closed loop: `inflight` messages outstanding per connection, a new one for each echo.
