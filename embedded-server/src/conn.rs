@@ -222,6 +222,8 @@ struct State {
     deflate: Option<Box<DeflateState>>,
     /// The message being reassembled arrived compressed (RSV1 on its first frame).
     msg_compressed: bool,
+    /// Plain replies produced by the current read, written together by `commit`.
+    batch: Vec<u8>,
 }
 
 /// A connection's compression state. The contexts are created on the first message that
@@ -389,6 +391,7 @@ pub async fn serve<T: Transport>(
         channels: Vec::new(),
         deflate,
         msg_compressed: false,
+        batch: Vec::new(),
     };
     let _ = run(&io, &shared, &ctx, &mut st).await;
     io.shutdown_write();
@@ -484,12 +487,11 @@ async fn run<T: Transport>(
                     let _ = flush(io, shared, m);
                     return Ok(());
                 }
-                if hub.config.app != App::Echo {
-                    // A publisher whose socket stays readable would otherwise fan out message
-                    // after message without the recipients' tasks getting a turn to write, and
-                    // fast consumers would look slow. Let them drain before reading more.
-                    tokio::task::yield_now().await;
-                }
+                // One read per turn: a client whose socket stays readable (pipelined messages,
+                // a publisher) would otherwise be served read after read until tokio's budget
+                // runs out, while every other connection on this thread waits; under fan-out the
+                // recipients' tasks would not get to write and fast consumers would look slow.
+                tokio::task::yield_now().await;
             }
             _ = shared.notify.notified() => {
                 // Someone queued for us (on an idle connection, usually the heartbeat's
@@ -603,6 +605,7 @@ fn process<T: Transport>(
             return data.len();
         }
     }
+    commit(io, shared, &ctx.hub.metrics, st);
     pos
 }
 
@@ -689,10 +692,10 @@ fn on_frame<T: Transport>(
                 io,
                 shared,
                 &ctx.hub.metrics,
+                st,
                 OpCode::Pong,
                 payload,
                 cfg.fragment_bytes,
-                None,
             );
             Ok(())
         }
@@ -728,7 +731,7 @@ fn on_close<T: Transport>(
     if !st.close_sent {
         // Echo the code back (an empty close for an empty close), then the server closes TCP.
         let body = code.map(|c| c.to_be_bytes().to_vec()).unwrap_or_default();
-        send(io, shared, m, OpCode::Close, &body, usize::MAX, None);
+        send(io, shared, m, st, OpCode::Close, &body, usize::MAX);
         m.close_sent(code.unwrap_or(1005));
         st.close_sent = true;
     }
@@ -754,10 +757,10 @@ fn fail<T: Transport>(
         io,
         shared,
         &ctx.hub.metrics,
+        st,
         OpCode::Close,
         &body,
         usize::MAX,
-        None,
     );
     ctx.hub.metrics.close_sent(code);
     st.close_sent = true;
@@ -836,15 +839,7 @@ fn deliver<T: Transport>(
     m.bytes_in.fetch_add(payload.len() as u64, Relaxed);
     match hub.config.app {
         App::Echo if hub.config.handler == Handler::Echo => {
-            send(
-                io,
-                shared,
-                m,
-                op,
-                payload,
-                hub.config.fragment_bytes,
-                st.deflate.as_deref_mut(),
-            );
+            send(io, shared, m, st, op, payload, hub.config.fragment_bytes);
             m.messages_out.fetch_add(1, Relaxed);
         }
         App::Echo => {
@@ -873,10 +868,10 @@ fn deliver<T: Transport>(
                     io,
                     shared,
                     m,
+                    st,
                     OpCode::Text,
                     reply.as_bytes(),
                     hub.config.fragment_bytes,
-                    st.deflate.as_deref_mut(),
                 );
                 m.messages_out.fetch_add(1, Relaxed);
             }
@@ -885,36 +880,53 @@ fn deliver<T: Transport>(
     Ok(())
 }
 
-/// Send a message from the connection's own task: written straight to the socket when nothing
-/// is queued (no copy, one vectored write), queued otherwise. All writes hold the queue lock, so
-/// a broadcast can never land in the middle of a partly written frame.
+/// Replies batched beyond this many bytes are committed early.
+const BATCH_MAX: usize = 64 << 10;
+
+/// Send a message from the connection's own task. Plain frames are batched: everything one
+/// read produced (16 echoes for 16 pipelined messages) goes out in one write when the read has
+/// been processed (`commit`), so a busy connection costs one syscall per read, not one per
+/// message. Compressed frames, fragmented messages and closes are written at once, after the
+/// batch, so order is kept. All writes hold the queue lock, so a broadcast can never land in the
+/// middle of a partly written frame.
 fn send<T: Transport>(
     io: &T,
     shared: &Shared,
     m: &Metrics,
+    st: &mut State,
     op: OpCode,
     payload: &[u8],
     fragment: usize,
-    mut deflate: Option<&mut DeflateState>,
 ) {
     // Data messages above the threshold go compressed (RSV1 on the first frame); control
     // frames never are. Compression runs before the queue lock, so broadcasts to this peer
     // never wait for it.
     let data = matches!(op, OpCode::Text | OpCode::Binary);
-    let rsv1 = match deflate.as_deref_mut() {
+    let rsv1 = match st.deflate.as_deref_mut() {
         Some(d) if data => d.compress(payload, shared),
         _ => false,
     };
+    if !rsv1 && payload.len() <= fragment && op != OpCode::Close {
+        let mut hdr = [0u8; 10];
+        let hl = frame::encode_header(&mut hdr, true, false, op, payload.len());
+        st.batch.extend_from_slice(&hdr[..hl]);
+        st.batch.extend_from_slice(payload);
+        if st.batch.len() >= BATCH_MAX {
+            commit(io, shared, m, st);
+        }
+        return;
+    }
+    commit(io, shared, m, st);
     let mut out = shared.out.lock().unwrap();
     if rsv1 && shared.deflate_stale.load(Relaxed) {
         // A frame compressed elsewhere was queued while we compressed: it sits between our
         // history and this message in the peer's window. Compress again from a reset context
         // (rare; with the lock held nothing else can slip in).
-        if let Some(d) = deflate.as_deref_mut() {
+        if let Some(d) = st.deflate.as_deref_mut() {
             d.compress(payload, shared);
         }
     }
-    let payload: &[u8] = match &deflate {
+    let payload: &[u8] = match &st.deflate {
         Some(d) if rsv1 => &d.compressed,
         _ => payload,
     };
@@ -929,23 +941,49 @@ fn send<T: Transport>(
     }
     let mut hdr = [0u8; 10];
     let hl = frame::encode_header(&mut hdr, true, rsv1, op, payload.len());
-    let total = hl + payload.len();
+    write_or_queue(io, shared, m, out, &hdr[..hl], payload);
+}
+
+/// Write the batched replies: straight to the socket when nothing is queued (one vectored
+/// write), the rest queued.
+fn commit<T: Transport>(io: &T, shared: &Shared, m: &Metrics, st: &mut State) {
+    if st.batch.is_empty() {
+        return;
+    }
+    let out = shared.out.lock().unwrap();
+    write_or_queue(io, shared, m, out, &st.batch, &[]);
+    st.batch.clear();
+    // A burst's buffer goes back to the allocator; an idle connection holds none.
+    if st.batch.capacity() > 4096 {
+        st.batch = Vec::new();
+    }
+}
+
+/// Write `head` + `body` directly when the queue is empty, and queue whatever the socket did
+/// not take (that rest is then the queue's head: it must go out whole).
+fn write_or_queue<T: Transport>(
+    io: &T,
+    shared: &Shared,
+    m: &Metrics,
+    mut out: std::sync::MutexGuard<'_, Out>,
+    head: &[u8],
+    body: &[u8],
+) {
+    let total = head.len() + body.len();
     let written = if out.frames.is_empty() && !io.wants_flush() {
-        match io.try_write_vectored(&[IoSlice::new(&hdr[..hl]), IoSlice::new(payload)]) {
-            Ok(n) => n,
-            Err(_) => 0,
-        }
+        io.try_write_vectored(&[IoSlice::new(head), IoSlice::new(body)])
+            .unwrap_or_default()
     } else {
         0
     };
     m.bytes_out.fetch_add(written as u64, Relaxed);
     if written < total {
         let mut rest = Vec::with_capacity(total - written);
-        if written < hl {
-            rest.extend_from_slice(&hdr[written..hl]);
-            rest.extend_from_slice(payload);
+        if written < head.len() {
+            rest.extend_from_slice(&head[written..]);
+            rest.extend_from_slice(body);
         } else {
-            rest.extend_from_slice(&payload[written - hl..]);
+            rest.extend_from_slice(&body[written - head.len()..]);
         }
         let before = shared.queued.fetch_add(rest.len(), Relaxed);
         // Only written directly when the queue was empty: this rest is now its head.

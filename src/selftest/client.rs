@@ -110,6 +110,8 @@ pub struct Writer {
     deflate: Option<Compressor>,
     scratch: Vec<u8>,
     mask: u32,
+    /// Frames queued by `queue`, written together by `flush`.
+    batch: Vec<u8>,
 }
 
 /// What the reader got.
@@ -207,6 +209,7 @@ pub async fn connect(
             deflate: comp,
             scratch: Vec::new(),
             mask: 0x1234_5678,
+            batch: Vec::new(),
         },
     })
 }
@@ -217,11 +220,10 @@ impl Writer {
         self.deflate.is_some()
     }
 
-    /// Send one data message (compressed when the extension was negotiated).
-    pub async fn send(&mut self, opcode: OpCode, payload: &[u8]) -> std::io::Result<()> {
+    fn encode(&mut self, opcode: OpCode, payload: &[u8]) -> Vec<u8> {
         self.mask = self.mask.wrapping_mul(1_103_515_245).wrapping_add(12_345);
         let mask = self.mask.to_be_bytes();
-        let frame = match self.deflate.as_mut() {
+        match self.deflate.as_mut() {
             Some(c) => {
                 c.compress(payload, &mut self.scratch);
                 let mut f = encode_client_frame(true, opcode, &self.scratch, mask);
@@ -229,8 +231,25 @@ impl Writer {
                 f
             }
             None => encode_client_frame(true, opcode, payload, mask),
-        };
+        }
+    }
+
+    /// Send one data message (compressed when the extension was negotiated).
+    pub async fn send(&mut self, opcode: OpCode, payload: &[u8]) -> std::io::Result<()> {
+        let frame = self.encode(opcode, payload);
         self.half.write_all(&frame).await
+    }
+
+    /// Add a message to the batch `flush` writes in one go.
+    pub fn queue(&mut self, opcode: OpCode, payload: &[u8]) {
+        let frame = self.encode(opcode, payload);
+        self.batch.extend_from_slice(&frame);
+    }
+
+    pub async fn flush(&mut self) -> std::io::Result<()> {
+        let r = self.half.write_all(&self.batch).await;
+        self.batch.clear();
+        r
     }
 
     pub async fn pong(&mut self, payload: &[u8]) -> std::io::Result<()> {
@@ -272,6 +291,11 @@ impl Reader {
             }
             self.end += n;
         }
+    }
+
+    /// The next message, ping or close already in the buffer, without reading the socket.
+    pub fn next_buffered(&mut self) -> std::io::Result<Option<Incoming>> {
+        self.parse()
     }
 
     /// One frame from the buffer, if a whole one is there.
