@@ -11,6 +11,7 @@ pub mod failpoint;
 pub mod gather;
 pub mod host;
 pub mod output;
+pub mod pool;
 pub mod profile;
 pub mod report;
 pub mod selftest;

@@ -29,8 +29,35 @@ pub enum Handler {
 }
 
 impl Handler {
-    /// `echo`, `cpu:MICROS`, `block:MILLIS`, `mixed:CPU_US,BLOCK_MS`.
+    /// `echo`, `cpu:MICROS`, `block:MILLIS`, `mixed:CPU_US,BLOCK_MS`, or parts joined with `+`
+    /// (`block:20+cpu:1000us`: the CPU part runs first).
     pub fn parse(s: &str) -> Result<Handler, String> {
+        if s.contains('+') {
+            let (mut cpu_us, mut block_ms) = (0, 0);
+            for part in s.split('+') {
+                match Handler::parse(part.trim())? {
+                    Handler::Echo => {}
+                    Handler::Cpu(us) => cpu_us += us,
+                    Handler::Block(ms) => block_ms += ms,
+                    Handler::Mixed {
+                        cpu_us: c,
+                        block_ms: b,
+                    } => {
+                        cpu_us += c;
+                        block_ms += b;
+                    }
+                }
+            }
+            return Ok(match (cpu_us, block_ms) {
+                (0, 0) => Handler::Echo,
+                (c, 0) => Handler::Cpu(c),
+                (0, b) => Handler::Block(b),
+                (c, b) => Handler::Mixed {
+                    cpu_us: c,
+                    block_ms: b,
+                },
+            });
+        }
         let num = |v: &str, what: &str| {
             v.trim()
                 .parse::<u64>()
@@ -160,6 +187,15 @@ mod tests {
                 block_ms: 20
             })
         );
+        assert_eq!(
+            Handler::parse("block:20+cpu:1000us"),
+            Ok(Handler::Mixed {
+                cpu_us: 1000,
+                block_ms: 20
+            })
+        );
+        assert_eq!(Handler::parse("cpu:5+cpu:5"), Ok(Handler::Cpu(10)));
+        assert!(Handler::parse("block:1+nope").is_err());
         assert!(Handler::parse("sleep:1")
             .unwrap_err()
             .contains("unknown handler"));

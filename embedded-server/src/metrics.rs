@@ -29,6 +29,55 @@ const CLOSE_CODES: [u16; 11] = [
     1000, 1001, 1002, 1003, 1005, 1007, 1008, 1009, 1010, 1011, 1013,
 ];
 
+/// Upper bounds (seconds) of the handler-time histograms: 100 us to 10 s.
+pub const HANDLER_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// A Prometheus histogram with fixed buckets, lock-free.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Cumulative counts are made at render time; these are per bucket (+Inf last).
+    buckets: [AtomicU64; 17],
+    sum_ns: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, d: std::time::Duration) {
+        let secs = d.as_secs_f64();
+        let i = HANDLER_BUCKETS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(HANDLER_BUCKETS.len());
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.sum_ns.fetch_add(d.as_nanos() as u64, Relaxed);
+        self.count.fetch_add(1, Relaxed);
+    }
+
+    /// (sum in seconds, count).
+    pub fn totals(&self) -> (f64, u64) {
+        (
+            self.sum_ns.load(Relaxed) as f64 / 1e9,
+            self.count.load(Relaxed),
+        )
+    }
+
+    fn render(&self, o: &mut String, name: &str, help: &str) {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cum = 0;
+        for (i, b) in HANDLER_BUCKETS.iter().enumerate() {
+            cum += self.buckets[i].load(Relaxed);
+            let _ = writeln!(o, "{name}_bucket{{le=\"{b}\"}} {cum}");
+        }
+        cum += self.buckets[HANDLER_BUCKETS.len()].load(Relaxed);
+        let _ = writeln!(o, "{name}_bucket{{le=\"+Inf\"}} {cum}");
+        let (sum, count) = self.totals();
+        let _ = writeln!(o, "{name}_sum {sum}\n{name}_count {count}");
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Metrics {
     pub connections: AtomicI64,
@@ -49,6 +98,12 @@ pub struct Metrics {
     pub offload_jobs: AtomicU64,
     /// Microseconds the offload pool spent running handlers.
     pub offload_busy_us: AtomicU64,
+    /// Threads in the offload pool (0: handlers run inline).
+    pub offload_threads: AtomicU64,
+    /// Per handled message: wall time of the handler, and its on-CPU time (thread CPU clock).
+    /// Wall minus CPU is the time it blocked: the ratio `wstune pool` sizes the pool from.
+    pub handler_wall: Histogram,
+    pub handler_cpu: Histogram,
     pub broadcasts: AtomicU64,
     /// Memory held by live permessage-deflate contexts (zlib's formula, see memory.rs).
     pub deflate_memory_bytes: AtomicI64,
@@ -168,9 +223,25 @@ impl Metrics {
             "gauge",
             self.deflate_memory_bytes.load(Relaxed) as f64,
         );
+        g(
+            "ws_offload_threads",
+            "Threads in the offload pool.",
+            "gauge",
+            self.offload_threads.load(Relaxed) as f64,
+        );
         for (name, help, v) in extra {
             g(name, help, "gauge", *v);
         }
+        self.handler_wall.render(
+            &mut o,
+            "ws_handler_wall_seconds",
+            "Wall time of the handler per offloaded message.",
+        );
+        self.handler_cpu.render(
+            &mut o,
+            "ws_handler_cpu_seconds",
+            "On-CPU time of the handler per offloaded message (thread CPU clock).",
+        );
         let _ = writeln!(o, "# HELP ws_handshakes_rejected_total Upgrades refused, by reason.\n# TYPE ws_handshakes_rejected_total counter");
         for (i, n) in REJECT_NAMES.iter().enumerate() {
             let _ = writeln!(

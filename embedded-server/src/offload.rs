@@ -29,6 +29,9 @@ pub fn start(
     deflate: crate::deflate::DeflateSettings,
 ) -> Sender {
     let (tx, rx) = async_channel::bounded::<Job>(queue.max(1));
+    metrics
+        .offload_threads
+        .store(threads.max(1) as u64, Relaxed);
     for i in 0..threads.max(1) {
         let rx = rx.clone();
         let metrics = metrics.clone();
@@ -38,10 +41,16 @@ pub fn start(
                 while let Ok(job) = rx.recv_blocking() {
                     metrics.offload_queue_depth.fetch_sub(1, Relaxed);
                     let start = Instant::now();
+                    let cpu0 = thread_cpu_time();
                     run(handler);
+                    let wall = start.elapsed();
+                    metrics.handler_wall.observe(wall);
+                    metrics
+                        .handler_cpu
+                        .observe(thread_cpu_time().saturating_sub(cpu0));
                     metrics
                         .offload_busy_us
-                        .fetch_add(start.elapsed().as_micros() as u64, Relaxed);
+                        .fetch_add(wall.as_micros() as u64, Relaxed);
                     metrics.offload_jobs.fetch_add(1, Relaxed);
                     job.conn
                         .send_owned(job.opcode, &job.payload, fragment, &deflate, &metrics);

@@ -43,6 +43,15 @@ pub enum Command {
     /// Load-test a WebSocket server: open-loop echo latency, saturation, idle memory, connect
     /// storms, broadcast fan-out, compression; a verdict against the profile (0 pass, 2 miss).
     Selftest(SelftestArgs),
+    /// Worker-pool sizes from blocking/CPU times: given, measured on a handler, or by experiment.
+    #[command(
+        long_about = "Size the offload pool with the tuning guide's rule, PoolSize = CPUCount + \
+        (blocking_ms / cpu_ms) x CPUCount, from times you give (--blocking-ms, --cpu-ms), from times \
+        measured on a real handler under load (--measure: a local server running --handler SPEC, or \
+        a running server's --url and --admin), or by experiment (--sweep: the server restarted at \
+        each --sizes value under the same load, the knee marked beside the formula's answer)."
+    )]
+    Pool(PoolArgs),
     /// One generator process of a self-test (started by `selftest`; not for people).
     #[command(hide = true)]
     SelftestWorker { spec: String },
@@ -318,6 +327,53 @@ impl LoadArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct PoolArgs {
+    /// Average time a handled message waits (database, HTTP call), milliseconds.
+    #[arg(long, allow_negative_numbers = true)]
+    pub blocking_ms: Option<f64>,
+    /// Average on-CPU time of a handled message, milliseconds.
+    #[arg(long, allow_negative_numbers = true)]
+    pub cpu_ms: Option<f64>,
+    /// Cores to size for (default: this host's).
+    #[arg(long)]
+    pub cores: Option<u64>,
+    /// Measure the handler's wall and CPU time under load instead of taking them as given.
+    #[arg(long)]
+    pub measure: bool,
+    /// Restart a local server at each --sizes value under the same load; mark the knee.
+    #[arg(long)]
+    pub sweep: bool,
+    /// The handler to measure on a local server: cpu:MICROS, block:MILLIS, or both joined with
+    /// + (block:20+cpu:1000us).
+    #[arg(long, value_name = "SPEC")]
+    pub handler: Option<String>,
+    /// A running server to measure (with --admin for its /metrics).
+    #[arg(long)]
+    pub url: Option<String>,
+    /// The running server's admin address (http://HOST:PORT), for the handler times.
+    #[arg(long, value_name = "URL")]
+    pub admin: Option<String>,
+    /// Pool sizes for --sweep.
+    #[arg(long, default_value = "2,4,8,16,32,64")]
+    pub sizes: String,
+    /// Concurrent clients (one message in flight each) for --measure and --sweep.
+    #[arg(long, default_value_t = 256)]
+    pub conns: usize,
+    /// Seconds of load per measurement (after a 1 s warm-up).
+    #[arg(long, default_value_t = 5.0)]
+    pub secs: f64,
+    /// The profile --write-profile copies.
+    #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
+    pub profile: String,
+    /// Write a copy of --profile with the recommended pool settings (the sweep's knee when
+    /// sweeping, else the formula's size); `wstune serve --profile OUT.yaml` runs it.
+    #[arg(long, value_name = "OUT.yaml")]
+    pub write_profile: Option<PathBuf>,
+    #[arg(long, short = 'f', value_enum, default_value_t = ListFormat::Table)]
+    pub format: ListFormat,
+}
+
+#[derive(Debug, Args)]
 pub struct SelftestArgs {
     /// The server to measure, ws://HOST:PORT/PATH.
     #[arg(long)]
@@ -329,6 +385,10 @@ pub struct SelftestArgs {
     /// The server's process id, for its CPU and memory (/proc/PID).
     #[arg(long)]
     pub pid: Option<u32>,
+    /// Negotiate permessage-deflate on every connection (JSON payloads), not only in the
+    /// `deflate` scenario.
+    #[arg(long)]
+    pub deflate: bool,
     /// The profile whose self-test targets (payload, rate, p99) apply.
     #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
     pub profile: String,

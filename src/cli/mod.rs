@@ -58,6 +58,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Bench(args::BenchCommand::Deflate(a)) => cmd::bench::deflate(&a),
         Command::Serve(a) => cmd::serve::run(&a),
         Command::Selftest(a) => cmd::selftest::run(&a),
+        Command::Pool(a) => cmd::pool::run(&a),
         Command::SelftestWorker { spec } => crate::selftest::worker::main(&spec),
         Command::Snapshot(a) => cmd::snapshot::run(&a),
         Command::Profiles(p) => cmd::profiles::run(p),

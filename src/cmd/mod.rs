@@ -3,6 +3,7 @@
 pub mod apply;
 pub mod bench;
 pub mod check;
+pub mod pool;
 pub mod profiles;
 pub mod rollback;
 pub mod selftest;

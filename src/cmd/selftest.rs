@@ -20,6 +20,8 @@ pub struct Plan {
 
 /// What a command runs when the flags do not say.
 pub struct Defaults {
+    /// Negotiate permessage-deflate in every scenario (`selftest --deflate`).
+    pub deflate: bool,
     pub conns: usize,
     pub scenarios: Vec<Scenario>,
     pub secs: f64,
@@ -95,6 +97,7 @@ pub fn plan(
             size,
             secs,
             warmup: load.warmup,
+            deflate: defaults.deflate,
             inflight: load.inflight,
             rounds: load.rounds,
             workers,
@@ -189,6 +192,7 @@ pub fn run(a: &SelftestArgs) -> Result<u8> {
         broadcast,
         &profile,
         Defaults {
+            deflate: a.deflate,
             conns: 1000,
             scenarios: vec![Scenario::EchoRate],
             secs: 10.0,

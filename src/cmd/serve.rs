@@ -409,7 +409,12 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
             target(echo),
             target(fanout),
             &profile,
-            crate::cmd::selftest::Defaults { conns, scenarios: defaults, secs: 5.0 },
+            crate::cmd::selftest::Defaults {
+                deflate: false,
+                conns,
+                scenarios: defaults,
+                secs: 5.0,
+            },
             Some(std::process::id()),
             scaled,
         )?;

@@ -141,6 +141,8 @@ pub struct Options {
     pub size: usize,
     pub secs: f64,
     pub warmup: f64,
+    /// Negotiate permessage-deflate (JSON payloads) in every scenario, not only `deflate`.
+    pub deflate: bool,
     pub inflight: usize,
     pub rounds: usize,
     /// Generator processes; 0 sizes it from the fd limit (at least one).
@@ -324,7 +326,9 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
             secs: o.secs,
             warmup: if scenario.warms_up() { o.warmup } else { 0.0 },
             inflight: o.inflight,
-            deflate: scenario == Scenario::Deflate,
+            // The broadcast publisher sends binary stamps, so its subscribers stay plain.
+            deflate: scenario == Scenario::Deflate
+                || (o.deflate && scenario != Scenario::Broadcast),
             ramp_per_sec: o.ramp_per_sec / workers as f64,
             rounds: o.rounds,
             storm_concurrency: (o.storm_concurrency / workers).max(1),

@@ -254,7 +254,7 @@ async fn open_all(spec: &Rc<WorkerSpec>) -> (Vec<client::Conn>, Option<String>) 
 /// The payload of an echo message: the scheduled send time (us since this worker's epoch)
 /// first, so the echo says when it was due. Binary, or JSON text for the deflate scenario.
 fn payload(spec: &WorkerSpec, due_us: u64, seq: u64) -> (OpCode, Vec<u8>) {
-    if spec.scenario == Scenario::Deflate {
+    if spec.deflate {
         let mut s = format!(
             "{{\"t\":{due_us:020},\"seq\":{seq},\"symbol\":\"SYM{:03}\",\"bid\":{}.{:04},\"venue\":\"XNAS\",\"pad\":\"",
             seq % 500,
@@ -274,7 +274,7 @@ fn payload(spec: &WorkerSpec, due_us: u64, seq: u64) -> (OpCode, Vec<u8>) {
 }
 
 fn stamp_of(spec: &WorkerSpec, msg: &[u8]) -> Option<u64> {
-    if spec.scenario == Scenario::Deflate {
+    if spec.deflate {
         std::str::from_utf8(msg.get(5..25)?).ok()?.parse().ok()
     } else {
         Some(u64::from_le_bytes(msg.get(..8)?.try_into().ok()?))
@@ -535,7 +535,7 @@ async fn storm(spec: &Rc<WorkerSpec>, sh: &Rc<Shared>, end: Instant) -> (usize, 
         handles.push(tokio::task::spawn_local(async move {
             let t0 = sh.epoch.elapsed().as_micros() as u64;
             let r = async {
-                let mut c = client::connect(&spec.target, spec.source(i), false)
+                let mut c = client::connect(&spec.target, spec.source(i), spec.deflate)
                     .await
                     .map_err(|e| e.to_string())?;
                 let (op, p) = payload(&spec, t0, i as u64);

@@ -1,0 +1,472 @@
+//! `wstune pool`: the guide's pool formula from given times, from times measured on a real
+//! handler under load (`--measure`), or an experiment over pool sizes (`--sweep`).
+
+use crate::cli::args::{ListFormat, PoolArgs};
+use crate::cli::exit;
+use crate::pool::{self, Advice, SweepPoint};
+use crate::selftest::{self, client::Target, Options, Scenario};
+use anyhow::{bail, Context, Result};
+use embedded_server::{Handler, Hub, Server, ServerConfig};
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Handler times measured over a run: averages per handled message.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measured {
+    pub jobs: u64,
+    pub wall_ms: f64,
+    pub cpu_ms: f64,
+    pub blocking_ms: f64,
+    pub ratio: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Output {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    measured: Option<Measured>,
+    advice: Advice,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    sweep: Vec<SweepPoint>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    knee: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    best: Option<u64>,
+    /// The pool size written with --write-profile (the knee when sweeping, else the formula's).
+    chosen: u64,
+}
+
+/// (wall sum s, wall count, cpu sum s, cpu count, queue depth).
+type Totals = (f64, u64, f64, u64, f64);
+
+fn totals_of(hub: &Hub) -> Totals {
+    let (ws, wc) = hub.metrics.handler_wall.totals();
+    let (cs, cc) = hub.metrics.handler_cpu.totals();
+    (
+        ws,
+        wc,
+        cs,
+        cc,
+        hub.metrics.offload_queue_depth.load(Relaxed) as f64,
+    )
+}
+
+fn measured(before: Totals, after: Totals) -> Result<Measured> {
+    let jobs = after.1.saturating_sub(before.1);
+    if jobs == 0 {
+        bail!(
+            "the server handled no offloaded message during the run: its handler runs inline \
+             (echo), so there is no pool to size; start it with a --handler such as block:20"
+        );
+    }
+    let wall_ms = (after.0 - before.0) / jobs as f64 * 1000.0;
+    let cpu_ms = (after.2 - before.2) / after.3.saturating_sub(before.3).max(1) as f64 * 1000.0;
+    let blocking_ms = (wall_ms - cpu_ms).max(0.0);
+    Ok(Measured {
+        jobs,
+        wall_ms,
+        cpu_ms,
+        blocking_ms,
+        ratio: if cpu_ms > 0.0 {
+            blocking_ms / cpu_ms
+        } else {
+            0.0
+        },
+    })
+}
+
+/// A remote server's figures, from its admin `/metrics` (plain HTTP GET).
+async fn fetch_totals(admin: SocketAddr) -> Result<Totals> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let what = || format!("the admin endpoint http://{admin}/metrics");
+    let mut s = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::net::TcpStream::connect(admin),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("{} did not answer in 5 s", what()))?
+    .with_context(|| {
+        format!(
+            "cannot reach {}: is --admin the server's admin address?",
+            what()
+        )
+    })?;
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n").as_bytes())
+        .await?;
+    let mut body = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut body))
+        .await
+        .map_err(|_| anyhow::anyhow!("{} did not finish its answer in 5 s", what()))??;
+    let get = |name: &str| -> Option<f64> {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    };
+    match (
+        get("ws_handler_wall_seconds_sum"),
+        get("ws_handler_wall_seconds_count"),
+        get("ws_handler_cpu_seconds_sum"),
+        get("ws_handler_cpu_seconds_count"),
+    ) {
+        (Some(ws), Some(wc), Some(cs), Some(cc)) => Ok((
+            ws,
+            wc as u64,
+            cs,
+            cc as u64,
+            get("ws_offload_queue_depth").unwrap_or(0.0),
+        )),
+        _ => bail!(
+            "{} has no ws_handler_wall_seconds / ws_handler_cpu_seconds: is it a wstune server?",
+            what()
+        ),
+    }
+}
+
+fn parse_admin(s: &str) -> Result<SocketAddr> {
+    let hostport = s
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    use std::net::ToSocketAddrs;
+    hostport
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .with_context(|| format!("--admin {s}: not an address like http://127.0.0.1:9002"))
+}
+
+/// A server with `handler` and an offload pool of `size`, on loopback, in this process.
+fn start_local(
+    handler: Handler,
+    size: usize,
+    conns: usize,
+) -> Result<(SocketAddr, Arc<Hub>, tokio::sync::oneshot::Sender<()>)> {
+    let config = ServerConfig {
+        handler,
+        offload_pool_size: size,
+        max_connections: conns + 64,
+        ..ServerConfig::default()
+    };
+    let listeners = embedded_server::bind("127.0.0.1:0".parse()?, false, 1)
+        .context("cannot listen on 127.0.0.1")?;
+    let addr = listeners[0].local_addr()?;
+    let server = Server::new(config);
+    let hub = server.hub();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _ = server
+            .run(listeners, async move {
+                let _ = rx.await;
+            })
+            .await;
+    });
+    Ok((addr, hub, tx))
+}
+
+fn target(addr: SocketAddr) -> Target {
+    Target {
+        addr,
+        host: addr.to_string(),
+        path: "/".into(),
+    }
+}
+
+/// Closed-loop load: `conns` clients, one message in flight each, through the self-test's
+/// generator. Returns the scenario's report.
+async fn load(
+    t: Target,
+    conns: usize,
+    secs: f64,
+    pid: Option<u32>,
+) -> Result<selftest::ScenarioReport> {
+    let (soft, _) = crate::host::raise_nofile();
+    let o = Options {
+        broadcast_target: t.clone(),
+        target: t,
+        scenarios: vec![Scenario::EchoSat],
+        conns,
+        rate: 1.0,
+        size: 100,
+        secs,
+        warmup: 1.0,
+        deflate: false,
+        inflight: 1,
+        rounds: 1,
+        workers: selftest::limits::workers_for(conns, soft, 1).map_err(anyhow::Error::msg)?,
+        sources: Vec::new(),
+        server_pid: pid,
+        ramp_per_sec: 0.0,
+        storm_concurrency: 1,
+    };
+    selftest::run_scenario(&o, Scenario::EchoSat).await
+}
+
+/// Measure a handler on a local server with one pool thread per core (no oversubscription,
+/// so wall minus CPU is the handler's own blocking).
+async fn measure_local(
+    handler: Handler,
+    cores: usize,
+    conns: usize,
+    secs: f64,
+) -> Result<Measured> {
+    let (addr, hub, stop) = start_local(handler, cores, conns)?;
+    let before = totals_of(&hub);
+    let r = load(target(addr), conns, secs, None).await;
+    let after = totals_of(&hub);
+    let _ = stop.send(());
+    r?;
+    measured(before, after)
+}
+
+async fn sweep(
+    handler: Handler,
+    sizes: &[u64],
+    conns: usize,
+    secs: f64,
+) -> Result<Vec<SweepPoint>> {
+    let mut out = Vec::new();
+    for &size in sizes {
+        let (addr, hub, stop) = start_local(handler, size as usize, conns)?;
+        // Queue depth, sampled every 100 ms while the load runs.
+        let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sampler = {
+            let (hub, samples) = (hub.clone(), samples.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let depth = hub.metrics.offload_queue_depth.load(Relaxed).max(0) as f64;
+                    samples.lock().unwrap().push(depth);
+                }
+            })
+        };
+        eprintln!("wstune pool: sweep: pool size {size}...");
+        let r = load(target(addr), conns, secs, None).await;
+        sampler.abort();
+        let _ = stop.send(());
+        let r = r.with_context(|| format!("pool size {size}"))?;
+        let samples = std::mem::take(&mut *samples.lock().unwrap());
+        let n = samples.len().max(1) as f64;
+        out.push(SweepPoint {
+            size,
+            throughput: r.achieved_rate,
+            p99_ms: r.latency_ms.p99,
+            queue_avg: samples.iter().sum::<f64>() / n,
+            queue_max: samples.iter().cloned().fold(0.0, f64::max),
+        });
+    }
+    Ok(out)
+}
+
+/// A copy of the profile's YAML with the pool settings replaced (comments kept), checked by
+/// parsing it back, written atomically.
+fn write_profile(spec: &str, out: &std::path::Path, pool_size: u64, queue: u64) -> Result<()> {
+    let text = match crate::profile::EMBEDDED.iter().find(|(n, _)| *n == spec) {
+        Some((_, t)) => t.to_string(),
+        None => {
+            std::fs::read_to_string(spec).with_context(|| format!("cannot read profile {spec}"))?
+        }
+    };
+    let mut found = (false, false);
+    let mut lines: Vec<String> = Vec::new();
+    for l in text.lines() {
+        let indent = &l[..l.len() - l.trim_start().len()];
+        if l.trim_start().starts_with("offload_pool_size:") && !found.0 {
+            found.0 = true;
+            lines.push(format!(
+                "{indent}offload_pool_size: {pool_size}  # set by wstune pool"
+            ));
+        } else if l.trim_start().starts_with("offload_queue_size:") && !found.1 {
+            found.1 = true;
+            lines.push(format!(
+                "{indent}offload_queue_size: {queue}  # set by wstune pool"
+            ));
+        } else {
+            lines.push(l.to_string());
+        }
+    }
+    if !(found.0 && found.1) {
+        bail!("profile {spec} has no server.offload_pool_size / offload_queue_size lines to set");
+    }
+    let new = lines.join("\n") + "\n";
+    let p = crate::profile::parse(&new, &out.display().to_string())?;
+    if p.server.offload_pool_size != pool_size {
+        bail!("internal: the written profile does not carry pool size {pool_size}");
+    }
+    crate::output::write_atomic(out, &new)
+}
+
+pub fn run(a: &PoolArgs) -> Result<u8> {
+    let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let cores = a.cores.unwrap_or(host_cores);
+    if cores == 0 {
+        bail!("--cores must be at least 1");
+    }
+    if !(a.secs.is_finite() && a.secs > 0.0 && a.secs <= 600.0) {
+        bail!(
+            "--secs {}: give more than 0 and at most 600 seconds",
+            a.secs
+        );
+    }
+    if a.conns == 0 || a.conns > 100_000 {
+        bail!("--conns {}: give 1..=100000 connections", a.conns);
+    }
+    let handler = match &a.handler {
+        Some(h) => Some(Handler::parse(h).map_err(|e| anyhow::anyhow!("--handler: {e}"))?),
+        None => None,
+    };
+    if let Some(Handler::Echo) = handler {
+        bail!("--handler echo runs inline on the I/O threads: there is no pool to size; give cpu:, block: or both");
+    }
+    let sizes: Vec<u64> = a
+        .sizes
+        .split(',')
+        .map(|s| match s.trim().parse::<u64>() {
+            Ok(n) if (1..=4096).contains(&n) => Ok(n),
+            _ => bail!("--sizes: '{s}' is not a pool size 1..=4096 (e.g. --sizes 2,4,8,16)"),
+        })
+        .collect::<Result<_>>()?;
+    if a.write_profile.is_some() {
+        crate::profile::load(&a.profile)?; // a bad --profile fails before any work
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let (measured, advice, points) = if a.measure || a.sweep {
+        let m = rt.block_on(async {
+            match (&handler, &a.url, &a.admin) {
+                (Some(h), _, _) => measure_local(*h, cores as usize, a.conns, a.secs).await,
+                (None, Some(url), Some(admin)) => {
+                    let t = Target::parse(url).map_err(anyhow::Error::msg)?;
+                    let admin = parse_admin(admin)?;
+                    let before = fetch_totals(admin).await?;
+                    load(t, a.conns, a.secs, None).await?;
+                    let after = fetch_totals(admin).await?;
+                    measured(before, after)
+                }
+                (None, Some(_), None) => bail!("--measure --url needs --admin URL: the server's /metrics carries the handler times"),
+                (None, None, _) => bail!("--measure needs --handler SPEC (a local server) or --url and --admin (a running one)"),
+            }
+        })?;
+        let advice =
+            pool::advise(m.blocking_ms, m.cpu_ms.max(1e-6), cores).map_err(anyhow::Error::msg)?;
+        let points = if a.sweep {
+            let Some(h) = handler else {
+                bail!("--sweep restarts the server at each size: give --handler SPEC");
+            };
+            rt.block_on(sweep(h, &sizes, a.conns, a.secs))?
+        } else {
+            Vec::new()
+        };
+        (Some(m), advice, points)
+    } else {
+        let (Some(b), Some(c)) = (a.blocking_ms, a.cpu_ms) else {
+            bail!("give --blocking-ms and --cpu-ms, or --measure (with --handler, or --url and --admin)");
+        };
+        (
+            None,
+            pool::advise(b, c, cores).map_err(anyhow::Error::msg)?,
+            Vec::new(),
+        )
+    };
+    let knee = pool::knee(&points, 0.05);
+    let best = points
+        .iter()
+        .max_by(|x, y| x.throughput.total_cmp(&y.throughput))
+        .map(|p| p.size);
+    let chosen = knee.unwrap_or(advice.pool_size);
+    let out = Output {
+        measured,
+        advice,
+        sweep: points,
+        knee,
+        best,
+        chosen,
+    };
+    let text = match a.format {
+        ListFormat::Json => serde_json::to_string_pretty(&out)? + "\n",
+        ListFormat::Table => table(&out),
+    };
+    crate::output::emit(None, &text)?;
+    if let Some(path) = &a.write_profile {
+        write_profile(&a.profile, path, chosen, out.advice.queue_size)?;
+        eprintln!(
+            "wstune: wrote {} (profile {} with offload_pool_size {chosen}); run it with `wstune serve --profile {}`",
+            path.display(),
+            a.profile,
+            path.display()
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn table(o: &Output) -> String {
+    let a = &o.advice;
+    let mut s = String::new();
+    if let Some(m) = &o.measured {
+        s.push_str(&format!(
+            "measured over {} handled messages: wall {:.2} ms, on CPU {:.2} ms, blocking {:.2} ms, ratio {:.2}\n",
+            m.jobs, m.wall_ms, m.cpu_ms, m.blocking_ms, m.ratio
+        ));
+    }
+    let mut t = crate::output::new_table();
+    t.set_header(vec!["setting", "value", "why"]);
+    t.add_row(vec![
+        "offload pool size".to_string(),
+        a.pool_size.to_string(),
+        format!(
+            "{} + ({:.2} / {:.2}) x {} (PoolSize = CPUCount + blocking/cpu x CPUCount)",
+            a.cores, a.blocking_ms, a.cpu_ms, a.cores
+        ),
+    ]);
+    t.add_row(vec![
+        "io workers".to_string(),
+        a.io_workers.to_string(),
+        "one per core: the event loop never blocks".into(),
+    ]);
+    t.add_row(vec![
+        "offload queue size".to_string(),
+        a.queue_size.to_string(),
+        "bounded: a full queue stops reading (TCP backpressure)".into(),
+    ]);
+    s.push_str(&format!("{t}\n"));
+    if !o.sweep.is_empty() {
+        let mut t = crate::output::new_table();
+        t.set_header(vec![
+            "pool size",
+            "msgs/s",
+            "p99 ms",
+            "queue avg",
+            "queue max",
+            "",
+        ]);
+        for p in &o.sweep {
+            let mut mark = Vec::new();
+            if Some(p.size) == o.knee {
+                mark.push("knee");
+            }
+            if Some(p.size) == o.best {
+                mark.push("best throughput");
+            }
+            t.add_row(vec![
+                p.size.to_string(),
+                format!("{:.0}", p.throughput),
+                format!("{:.1}", p.p99_ms),
+                format!("{:.1}", p.queue_avg),
+                format!("{:.0}", p.queue_max),
+                mark.join(", "),
+            ]);
+        }
+        s.push_str(&format!("{t}\n"));
+        s.push_str(&format!(
+            "sweep knee: {} (smallest size within 5% of the best throughput, p99 no worse); formula: {}\n",
+            o.knee.map(|k| k.to_string()).unwrap_or_else(|| "-".into()),
+            a.pool_size
+        ));
+    }
+    for n in &a.notes {
+        s.push_str(&format!("- {n}\n"));
+    }
+    s
+}

@@ -1,0 +1,281 @@
+//! `wstune pool`: the formula from the CLI, measured ratios on a real handler under load, a
+//! sweep, the profile it writes, and bad input.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_wstune")
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run wstune")
+}
+
+fn json(args: &[&str]) -> Value {
+    let o = run(args);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn the_formula_from_given_times() {
+    let v = json(&[
+        "pool",
+        "--blocking-ms",
+        "70",
+        "--cpu-ms",
+        "10",
+        "--cores",
+        "16",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["advice"]["pool_size"], 128);
+    assert_eq!(v["advice"]["io_workers"], 16);
+    assert_eq!(v["chosen"], 128);
+    let o = run(&[
+        "pool",
+        "--blocking-ms",
+        "100",
+        "--cpu-ms",
+        "1",
+        "--cores",
+        "16",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("1616") && out.contains("pool of their own"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bad_input_is_refused_with_the_fix() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--blocking-ms", "-1", "--cpu-ms", "1"],
+            "--blocking-ms -1",
+        ),
+        (
+            &["--blocking-ms", "x", "--cpu-ms", "1"],
+            "invalid value 'x'",
+        ),
+        (
+            &["--blocking-ms", "1", "--cpu-ms", "1", "--cores", "0"],
+            "--cores must be at least 1",
+        ),
+        (&["--blocking-ms", "5", "--cpu-ms", "0"], "infinite"),
+        (&["--blocking-ms", "5"], "give --blocking-ms and --cpu-ms"),
+        (&["--measure"], "--measure needs --handler"),
+        (
+            &["--measure", "--url", "ws://127.0.0.1:9/"],
+            "needs --admin",
+        ),
+        (&["--measure", "--handler", "echo"], "no pool to size"),
+        (&["--measure", "--handler", "nap:3"], "unknown handler"),
+        (
+            &["--sweep", "--handler", "cpu:10", "--sizes", "2,zero"],
+            "--sizes: 'zero'",
+        ),
+        (
+            &[
+                "--measure",
+                "--url",
+                "ws://127.0.0.1:9/",
+                "--admin",
+                "http://127.0.0.1:1",
+            ],
+            "cannot reach the admin endpoint http://127.0.0.1:1/metrics",
+        ),
+    ];
+    for (args, want) in cases {
+        let mut a = vec!["pool"];
+        a.extend_from_slice(args);
+        let o = run(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: want '{want}' in: {err}");
+    }
+}
+
+#[test]
+fn measured_ratio_of_a_blocking_handler_is_close_to_its_true_ratio() {
+    // 20 ms blocked per 1 ms of CPU: the measured ratio must land within 20% of 20.
+    let v = json(&[
+        "pool",
+        "--measure",
+        "--handler",
+        "block:20+cpu:1000us",
+        "--conns",
+        "32",
+        "--secs",
+        "2",
+        "--format",
+        "json",
+    ]);
+    let m = &v["measured"];
+    let ratio = m["ratio"].as_f64().unwrap();
+    assert!((16.0..=24.0).contains(&ratio), "ratio {ratio}: {m:#}");
+    assert!(m["jobs"].as_u64().unwrap() > 50, "{m:#}");
+    let cores = std::thread::available_parallelism().unwrap().get() as f64;
+    let size = v["advice"]["pool_size"].as_f64().unwrap();
+    assert!((size - (cores + ratio * cores)).abs() <= 1.0, "{v:#}");
+
+    // CPU only: a small pool.
+    let v = json(&[
+        "pool",
+        "--measure",
+        "--handler",
+        "cpu:1000us",
+        "--conns",
+        "16",
+        "--secs",
+        "2",
+        "--format",
+        "json",
+    ]);
+    assert!(v["measured"]["ratio"].as_f64().unwrap() < 0.5, "{v:#}");
+    assert!(
+        v["advice"]["pool_size"].as_f64().unwrap() <= cores + 1.0,
+        "{v:#}"
+    );
+}
+
+#[test]
+fn a_sweep_finds_where_more_threads_stop_helping_and_writes_a_profile_serve_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tuned.yaml");
+    let v = json(&[
+        "pool",
+        "--sweep",
+        "--handler",
+        "block:50",
+        "--sizes",
+        "1,8",
+        "--conns",
+        "8",
+        "--secs",
+        "2",
+        "--profile",
+        "10k",
+        "--write-profile",
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let sweep = v["sweep"].as_array().unwrap();
+    assert_eq!(sweep.len(), 2);
+    let t1 = sweep[0]["throughput"].as_f64().unwrap();
+    let t8 = sweep[1]["throughput"].as_f64().unwrap();
+    // One thread sleeping 50 ms serves 20/s; eight serve the 8 clients at ~160/s.
+    assert!(t1 > 10.0 && t1 < 30.0, "{sweep:?}");
+    assert!(t8 > 5.0 * t1, "{sweep:?}");
+    assert!(
+        sweep[0]["queue_max"].as_f64().unwrap() >= 5.0,
+        "a queue builds at size 1: {sweep:?}"
+    );
+    assert_eq!(v["knee"], 8);
+    assert_eq!(v["chosen"], 8);
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("offload_pool_size: 8"), "{text}");
+    assert!(text.contains("# wstune tuning profile"), "comments kept");
+    // serve accepts it and runs with the pool it carries.
+    let mut child = Command::new(bin())
+        .args([
+            "serve",
+            "--profile",
+            out.to_str().unwrap(),
+            "--port",
+            "0",
+            "--admin",
+            "off",
+        ])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut found = false;
+    for l in BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        if l.contains("offload pool") && l.contains(" 8 ") {
+            found = true;
+        }
+        if l.contains("listening on") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    assert!(found, "serve shows the pool size from the written profile");
+}
+
+#[test]
+fn measures_a_running_server_through_its_admin_endpoint() {
+    let mut child = Command::new(bin())
+        .args([
+            "serve",
+            "--profile",
+            "10k",
+            "--port",
+            "0",
+            "--admin",
+            "127.0.0.1:0",
+            "--handler",
+            "block:20+cpu:1000us",
+            "--offload-pool",
+            "4",
+        ])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (mut port, mut admin) = (0u16, 0u16);
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    while port == 0 || admin == 0 {
+        let l = lines.next().unwrap().unwrap();
+        if let Some(r) = l.split("listening on ws://127.0.0.1:").nth(1) {
+            port = r.trim_end_matches('/').parse().unwrap();
+        }
+        if let Some(r) = l.split("admin on http://127.0.0.1:").nth(1) {
+            admin = r.split('/').next().unwrap().parse().unwrap();
+        }
+    }
+    let url = format!("ws://127.0.0.1:{port}/");
+    let adm = format!("http://127.0.0.1:{admin}");
+    let o = run(&[
+        "pool",
+        "--measure",
+        "--url",
+        &url,
+        "--admin",
+        &adm,
+        "--conns",
+        "16",
+        "--secs",
+        "2",
+        "--format",
+        "json",
+    ]);
+    let _ = child.kill();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ratio = v["measured"]["ratio"].as_f64().unwrap();
+    assert!((16.0..=24.0).contains(&ratio), "{v:#}");
+}
