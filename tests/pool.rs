@@ -218,6 +218,7 @@ fn a_sweep_finds_where_more_threads_stop_helping_and_writes_a_profile_serve_acce
         }
     }
     let _ = child.kill();
+    let _ = child.wait();
     assert!(found, "serve shows the pool size from the written profile");
 }
 
@@ -269,6 +270,7 @@ fn measures_a_running_server_through_its_admin_endpoint() {
         "json",
     ]);
     let _ = child.kill();
+    let _ = child.wait();
     assert_eq!(
         o.status.code(),
         Some(0),

@@ -194,6 +194,7 @@ fn a_stalled_server_shows_in_the_percentiles() {
     let (mut fast, port, _) = serve(&[]);
     let (o, quick) = echo_rate(port, &[]);
     let _ = fast.kill();
+    let _ = fast.wait();
     assert_eq!(o.status.code(), Some(0), "{quick:#}");
     let quick_p99 = quick["scenarios"][0]["latency_ms"]["p99"].as_f64().unwrap();
 
@@ -201,6 +202,7 @@ fn a_stalled_server_shows_in_the_percentiles() {
     let started = Instant::now();
     let (o, stalled) = echo_rate(port, &[]);
     let _ = slow.kill();
+    let _ = slow.wait();
     assert!(
         started.elapsed() < Duration::from_secs(40),
         "bounded in time"
@@ -244,6 +246,7 @@ fn unreachable_and_non_websocket_servers_are_clear_errors() {
     let url = format!("ws://127.0.0.1:{admin}/healthz");
     let o = run(&["selftest", "--url", &url, "--conns", "5", "--secs", "1"]);
     let _ = srv.kill();
+    let _ = srv.wait();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(
@@ -278,6 +281,7 @@ fn a_server_that_goes_away_mid_run_gives_a_partial_report() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(2000));
     srv.kill().unwrap();
+    let _ = srv.wait();
     let started = Instant::now();
     let o = child.wait_with_output().unwrap();
     assert!(started.elapsed() < Duration::from_secs(30), "never a hang");
