@@ -10,6 +10,7 @@ pub mod cmd;
 pub mod failpoint;
 pub mod gather;
 pub mod host;
+pub mod lb;
 pub mod output;
 pub mod pool;
 pub mod profile;

@@ -298,6 +298,22 @@ async fn handle<T: Transport>(
         .await;
         return;
     }
+    // A load balancer's health check on the traffic port itself (no separate admin port to
+    // expose): a plain `GET /healthz` without an upgrade answers 200 while the server serves.
+    if buf.starts_with(b"GET /healthz ")
+        && !String::from_utf8_lossy(&buf[..end])
+            .to_ascii_lowercase()
+            .contains("upgrade: websocket")
+    {
+        let body = format!("{{\"status\":\"ok\",\"connections\":{}}}\n", hub.len());
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = write_all(&stream, resp.as_bytes()).await;
+        stream.shutdown_write();
+        return;
+    }
     let full = hub.len() >= cfg.max_connections;
     match handshake::respond(&buf[..end], cfg, full) {
         Err(refused) => {

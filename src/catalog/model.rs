@@ -166,6 +166,8 @@ pub enum Scope {
     Boot,
     /// A Windows registry value.
     Registry,
+    /// The load balancer's configuration in front of the server (`check --lb-config`).
+    Proxy,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

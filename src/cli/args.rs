@@ -52,6 +52,8 @@ pub enum Command {
         each --sizes value under the same load, the knee marked beside the formula's answer)."
     )]
     Pool(PoolArgs),
+    /// Print a HAProxy or nginx configuration for WebSocket traffic, derived from the profile.
+    Lb(LbArgs),
     /// One generator process of a self-test (started by `selftest`; not for people).
     #[command(hide = true)]
     SelftestWorker { spec: String },
@@ -101,6 +103,10 @@ pub struct CheckArgs {
     /// Where wstune's own files live (/etc/sysctl.d/60-wstune.conf, the journal), as given to apply.
     #[arg(long, value_name = "DIR")]
     pub prefix: Option<PathBuf>,
+    /// Also check a HAProxy or nginx configuration in front of the server: its idle timeout
+    /// against the heartbeat, its connection cap against the profile.
+    #[arg(long, value_name = "FILE")]
+    pub lb_config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -324,6 +330,37 @@ impl LoadArgs {
             || self.secs.is_some()
             || self.report.is_some()
     }
+}
+
+#[derive(Debug, Args)]
+pub struct LbArgs {
+    /// Which proxy.
+    #[arg(value_enum)]
+    pub kind: crate::lb::Kind,
+    /// The wstune servers behind it, HOST:PORT,HOST:PORT (health checks use GET /healthz on
+    /// the same port).
+    #[arg(long)]
+    pub backends: String,
+    /// Where the proxy listens.
+    #[arg(long, default_value = "0.0.0.0:80", value_name = "ADDR:PORT")]
+    pub bind: String,
+    /// Terminate TLS at the proxy with this PEM certificate (HAProxy: chain and key in one file,
+    /// or the key beside it as FILE.key).
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<String>,
+    /// The private key (nginx).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<String>,
+    /// Send a reconnecting client back to the same backend, when the application keeps
+    /// per-client state: a cookie (HAProxy) or the source address.
+    #[arg(long, value_enum)]
+    pub sticky: Option<crate::lb::Sticky>,
+    /// The profile whose heartbeat and connections size the timeouts and limits.
+    #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
+    pub profile: String,
+    /// Write to FILE (atomically) instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -59,6 +59,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Serve(a) => cmd::serve::run(&a),
         Command::Selftest(a) => cmd::selftest::run(&a),
         Command::Pool(a) => cmd::pool::run(&a),
+        Command::Lb(a) => cmd::lb::run(&a),
         Command::SelftestWorker { spec } => crate::selftest::worker::main(&spec),
         Command::Snapshot(a) => cmd::snapshot::run(&a),
         Command::Profiles(p) => cmd::profiles::run(p),

@@ -14,7 +14,19 @@ use std::time::SystemTime;
 
 pub fn run(r: Resolved, a: &CheckArgs) -> Result<u8> {
     let store = resolve::store(a.root.as_deref(), a.prefix.as_deref());
-    let report = make_report(&r.inputs, r.backend.as_ref(), Some(&store));
+    let mut report = make_report(&r.inputs, r.backend.as_ref(), Some(&store));
+    if let Some(path) = &a.lb_config {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!(
+                "--lb-config {}: {e}; give the proxy's configuration file",
+                path.display()
+            )
+        })?;
+        report
+            .results
+            .extend(crate::lb::findings(path, &text, &r.inputs.profile.profile));
+        report.summary = Summary::of(&report.results);
+    }
     let text = match a.format {
         Format::Table => report::table(
             &report,
