@@ -6,6 +6,7 @@
 pub mod apply;
 pub mod catalog;
 pub mod cli;
+pub mod cluster;
 pub mod cmd;
 pub mod failpoint;
 pub mod gather;

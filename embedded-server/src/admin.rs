@@ -50,7 +50,18 @@ pub async fn serve(listener: TcpListener, hub: Arc<Hub>, shutdown: impl Future<O
                 (Some("GET"), "/healthz") => (
                     "200 OK",
                     "application/json",
-                    format!("{{\"status\":\"ok\",\"connections\":{}}}\n", hub.len()),
+                    match hub
+                        .metrics
+                        .backplane_up
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                    {
+                        -1 => format!("{{\"status\":\"ok\",\"connections\":{}}}\n", hub.len()),
+                        up => format!(
+                            "{{\"status\":\"ok\",\"connections\":{},\"backplane\":\"{}\"}}\n",
+                            hub.len(),
+                            if up == 1 { "up" } else { "down" }
+                        ),
+                    },
                 ),
                 (Some("GET"), "/metrics") => ("200 OK", "text/plain; version=0.0.4", render(&hub)),
                 (Some("GET"), _) => (

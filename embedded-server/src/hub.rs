@@ -26,6 +26,15 @@ use std::time::Instant;
 /// Close code for a connection silent past the heartbeat timeout (private-use range).
 pub const HEARTBEAT_CLOSE: u16 = 4000;
 
+/// A message this node fanned out locally that other nodes should deliver too (a cluster
+/// backplane relays it; see `Hub::set_relay`).
+pub enum Relay<'a> {
+    Broadcast { op: OpCode, payload: &'a [u8] },
+    Channel { channel: &'a str, text: &'a str },
+}
+
+pub type RelayFn = Box<dyn Fn(Relay<'_>) + Send + Sync>;
+
 pub struct Hub {
     pub config: ServerConfig,
     pub metrics: Arc<Metrics>,
@@ -34,6 +43,8 @@ pub struct Hub {
     next_id: AtomicU64,
     start: Instant,
     ping: Bytes,
+    /// The cluster backplane, when one is configured.
+    relay: std::sync::OnceLock<RelayFn>,
 }
 
 impl Hub {
@@ -46,6 +57,28 @@ impl Hub {
             next_id: AtomicU64::new(1),
             start: Instant::now(),
             ping: Bytes::from(frame::encode_message(OpCode::Ping, b"", 125, false)),
+            relay: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Install the cluster backplane: every `broadcast` and channel publish made on this node
+    /// is handed to it after local delivery. Set once.
+    pub fn set_relay(&self, f: RelayFn) {
+        let _ = self.relay.set(f);
+    }
+
+    /// A broadcast that came from another node: local delivery only (never relayed again).
+    pub fn deliver_remote_broadcast(&self, op: OpCode, payload: &[u8]) {
+        self.metrics.broadcasts.fetch_add(1, Relaxed);
+        let conns = self.conns.read().unwrap();
+        self.fan_out(op, payload, conns.values());
+    }
+
+    /// A channel message (already `{"channel":..,"data":..}` text) from another node.
+    pub fn deliver_remote_channel(&self, channel: &str, text: &str) {
+        let map = self.channels.lock().unwrap();
+        if let Some(subs) = map.get(channel) {
+            self.fan_out(OpCode::Text, text.as_bytes(), subs.values());
         }
     }
 
@@ -99,8 +132,13 @@ impl Hub {
     /// `Shared::push_compressed`). The others get the plain frame.
     pub fn broadcast(&self, op: OpCode, payload: &[u8]) {
         self.metrics.broadcasts.fetch_add(1, Relaxed);
-        let conns = self.conns.read().unwrap();
-        self.fan_out(op, payload, conns.values());
+        {
+            let conns = self.conns.read().unwrap();
+            self.fan_out(op, payload, conns.values());
+        }
+        if let Some(r) = self.relay.get() {
+            r(Relay::Broadcast { op, payload });
+        }
     }
 
     /// Send one message to `recipients`: encoded once for the plain ones, compressed once per
@@ -246,9 +284,17 @@ impl Hub {
     /// Publish to a channel: one encode, then the same frame to each subscriber.
     pub fn publish(&self, channel: &str, data: &serde_json::Value) {
         let text = serde_json::json!({"channel": channel, "data": data}).to_string();
-        let map = self.channels.lock().unwrap();
-        if let Some(subs) = map.get(channel) {
-            self.fan_out(OpCode::Text, text.as_bytes(), subs.values());
+        {
+            let map = self.channels.lock().unwrap();
+            if let Some(subs) = map.get(channel) {
+                self.fan_out(OpCode::Text, text.as_bytes(), subs.values());
+            }
+        }
+        if let Some(r) = self.relay.get() {
+            r(Relay::Channel {
+                channel,
+                text: &text,
+            });
         }
     }
 

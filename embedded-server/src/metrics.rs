@@ -78,7 +78,7 @@ impl Histogram {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     pub connections: AtomicI64,
     pub accepted: AtomicU64,
@@ -104,9 +104,48 @@ pub struct Metrics {
     /// Wall minus CPU is the time it blocked: the ratio `wstune pool` sizes the pool from.
     pub handler_wall: Histogram,
     pub handler_cpu: Histogram,
+    /// Cluster backplane: 1 connected, 0 down (reconnecting), absent when not configured
+    /// (-1 is stored then; see `backplane_state`).
+    pub backplane_up: AtomicI64,
+    pub backplane_published: AtomicU64,
+    pub backplane_received: AtomicU64,
+    /// Messages not relayed because the backplane was down or its queue full (delivered
+    /// locally only).
+    pub backplane_dropped: AtomicU64,
     pub broadcasts: AtomicU64,
     /// Memory held by live permessage-deflate contexts (zlib's formula, see memory.rs).
     pub deflate_memory_bytes: AtomicI64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            connections: AtomicI64::new(0),
+            accepted: AtomicU64::new(0),
+            rejected: Default::default(),
+            messages_in: AtomicU64::new(0),
+            messages_out: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            closes_sent: Default::default(),
+            closes_received: Default::default(),
+            backpressure_closes: AtomicU64::new(0),
+            heartbeat_timeouts: AtomicU64::new(0),
+            pings_sent: AtomicU64::new(0),
+            offload_queue_depth: AtomicI64::new(0),
+            offload_jobs: AtomicU64::new(0),
+            offload_busy_us: AtomicU64::new(0),
+            offload_threads: AtomicU64::new(0),
+            handler_wall: Histogram::default(),
+            handler_cpu: Histogram::default(),
+            backplane_up: AtomicI64::new(-1),
+            backplane_published: AtomicU64::new(0),
+            backplane_received: AtomicU64::new(0),
+            backplane_dropped: AtomicU64::new(0),
+            broadcasts: AtomicU64::new(0),
+            deflate_memory_bytes: AtomicI64::new(0),
+        }
+    }
 }
 
 fn slot(code: u16) -> usize {
@@ -223,6 +262,32 @@ impl Metrics {
             "gauge",
             self.deflate_memory_bytes.load(Relaxed) as f64,
         );
+        if self.backplane_up.load(Relaxed) >= 0 {
+            g(
+                "ws_backplane_up",
+                "1 while the cluster backplane is connected, 0 while it reconnects.",
+                "gauge",
+                self.backplane_up.load(Relaxed) as f64,
+            );
+            g(
+                "ws_backplane_published_total",
+                "Messages relayed to other nodes.",
+                "counter",
+                self.backplane_published.load(Relaxed) as f64,
+            );
+            g(
+                "ws_backplane_received_total",
+                "Messages from other nodes delivered here.",
+                "counter",
+                self.backplane_received.load(Relaxed) as f64,
+            );
+            g(
+                "ws_backplane_dropped_total",
+                "Messages delivered locally only: the backplane was down or its queue full.",
+                "counter",
+                self.backplane_dropped.load(Relaxed) as f64,
+            );
+        }
         g(
             "ws_offload_threads",
             "Threads in the offload pool.",

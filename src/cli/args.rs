@@ -263,6 +263,10 @@ pub struct ServeArgs {
     /// Seconds graceful shutdown waits for clients after sending 1001.
     #[arg(long, default_value_t = 5)]
     pub shutdown_grace: u64,
+    /// Span broadcast and channels over every node on this Redis (redis://HOST:PORT[/DB]):
+    /// a publish on one node reaches subscribers on all of them, once.
+    #[arg(long, value_name = "redis://HOST:PORT[/DB]")]
+    pub cluster: Option<String>,
     /// Run `check`, start the server with these settings, load-test it with the profile's
     /// workload sized to this host, print one report and exit with the verdict (0 pass, 2 miss).
     #[arg(long)]

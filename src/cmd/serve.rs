@@ -215,6 +215,10 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
         let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
         print_settings(&r, scheme, local, admin_addr, listeners.len());
         let server = with_tls(Server::new(r.config.clone()), tls);
+        if let Some(url) = &a.cluster {
+            crate::cluster::start(url, server.hub())?;
+            eprintln!("wstune serve: cluster backplane on {url} (channel {})", crate::cluster::CHANNEL);
+        }
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         if let Some(l) = admin_listener {
             let hub = server.hub();

@@ -1,0 +1,252 @@
+//! `serve --cluster redis://...`: two real `wstune serve` nodes on a real `redis-server`.
+
+use futures_util::{SinkExt, StreamExt};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::Message;
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn redis(port: u16) -> Option<Kill> {
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(child) = child else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI must apt-get install redis-server"
+        );
+        eprintln!("skipped: redis-server is not installed");
+        return None;
+    };
+    let k = Kill(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(k)
+}
+
+/// A node: (process, WebSocket port, admin port).
+fn node(app: &str, redis_port: u16) -> (Kill, u16, u16) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_wstune"))
+        .args([
+            "serve",
+            "--profile",
+            "10k",
+            "--port",
+            "0",
+            "--admin",
+            "127.0.0.1:0",
+            "--app",
+            app,
+        ])
+        .arg("--cluster")
+        .arg(format!("redis://127.0.0.1:{redis_port}/0"))
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(c.stderr.take().unwrap()).lines();
+    let (mut port, mut admin) = (0, 0);
+    while port == 0 || admin == 0 {
+        let l = lines.next().expect("node output").unwrap();
+        if let Some(r) = l.split("listening on ws://127.0.0.1:").nth(1) {
+            port = r.trim_end_matches('/').parse().unwrap();
+        }
+        if let Some(r) = l.split("admin on http://127.0.0.1:").nth(1) {
+            admin = r.split('/').next().unwrap().parse().unwrap();
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    (Kill(c), port, admin)
+}
+
+fn healthz(admin: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", admin)).unwrap();
+    s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    r
+}
+
+fn wait_backplane(admin: u16, state: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let h = healthz(admin);
+        if h.contains(&format!("\"backplane\":\"{state}\"")) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "backplane never {state}: {h}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+async fn clients(port: u16, n: usize) -> Vec<Ws> {
+    let mut v = Vec::new();
+    for _ in 0..n {
+        v.push(
+            tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/"))
+                .await
+                .unwrap()
+                .0,
+        );
+    }
+    v
+}
+
+async fn next_text(ws: &mut Ws) -> String {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => return t.to_string(),
+            Ok(Some(Ok(_))) => continue,
+            other => panic!("no message: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broadcast_spans_nodes_exactly_once_and_survives_a_redis_restart() {
+    let rp = free_port();
+    let Some(r) = redis(rp) else { return };
+    let (_a, pa, aa) = node("broadcast", rp);
+    let (_b, pb, ab) = node("broadcast", rp);
+    wait_backplane(aa, "up");
+    wait_backplane(ab, "up");
+    let mut on_a = clients(pa, 3).await;
+    let mut on_b = clients(pb, 3).await;
+    // A publish on A reaches every client on both nodes, once: the next message after it is
+    // the next publish, never a duplicate.
+    on_a[0].send(Message::text("m1")).await.unwrap();
+    on_a[0].send(Message::text("m2")).await.unwrap();
+    for ws in on_a.iter_mut().chain(on_b.iter_mut()) {
+        assert_eq!(next_text(ws).await, "m1");
+        assert_eq!(next_text(ws).await, "m2");
+    }
+    // Redis goes away: A keeps serving its own clients (local delivery), nothing crashes.
+    drop(r);
+    wait_backplane(aa, "down");
+    wait_backplane(ab, "down");
+    on_a[1].send(Message::text("m3")).await.unwrap();
+    for ws in on_a.iter_mut() {
+        assert_eq!(next_text(ws).await, "m3");
+    }
+    let mut late = clients(pb, 1).await; // B still accepts connections
+                                         // Redis comes back on the same port: both nodes resubscribe and relay again.
+    let _r = redis(rp).unwrap();
+    wait_backplane(aa, "up");
+    wait_backplane(ab, "up");
+    on_b[2].send(Message::text("m4")).await.unwrap();
+    for ws in on_a
+        .iter_mut()
+        .chain(on_b.iter_mut())
+        .chain(late.iter_mut())
+    {
+        // B's clients never saw m3 (it was local to A during the outage); everyone gets m4.
+        assert_eq!(next_text(ws).await, "m4");
+    }
+    assert!(healthz(aa).contains("\"backplane\":\"up\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_span_nodes() {
+    let rp = free_port();
+    let Some(_r) = redis(rp) else { return };
+    let (_a, pa, aa) = node("channels", rp);
+    let (_b, pb, ab) = node("channels", rp);
+    wait_backplane(aa, "up");
+    wait_backplane(ab, "up");
+    let mut sub_a = clients(pa, 1).await.pop().unwrap();
+    let mut sub_b = clients(pb, 1).await.pop().unwrap();
+    let mut other_b = clients(pb, 1).await.pop().unwrap();
+    for ws in [&mut sub_a, &mut sub_b] {
+        ws.send(Message::text(r#"{"op":"subscribe","channel":"prices"}"#))
+            .await
+            .unwrap();
+        assert!(next_text(ws).await.contains("subscribed"));
+    }
+    other_b
+        .send(Message::text(r#"{"op":"subscribe","channel":"news"}"#))
+        .await
+        .unwrap();
+    assert!(next_text(&mut other_b).await.contains("subscribed"));
+    let mut publisher = clients(pa, 1).await.pop().unwrap();
+    publisher
+        .send(Message::text(
+            r#"{"op":"publish","channel":"prices","data":{"px":101}}"#,
+        ))
+        .await
+        .unwrap();
+    publisher
+        .send(Message::text(
+            r#"{"op":"publish","channel":"news","data":"hi"}"#,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        next_text(&mut sub_a).await,
+        r#"{"channel":"prices","data":{"px":101}}"#
+    );
+    assert_eq!(
+        next_text(&mut sub_b).await,
+        r#"{"channel":"prices","data":{"px":101}}"#
+    );
+    // Only the channel's subscribers, on either node.
+    assert_eq!(
+        next_text(&mut other_b).await,
+        r#"{"channel":"news","data":"hi"}"#
+    );
+}
+
+#[test]
+fn a_bad_cluster_url_is_refused() {
+    let o = Command::new(env!("CARGO_BIN_EXE_wstune"))
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--admin",
+            "off",
+            "--cluster",
+            "http://nope",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("--cluster http://nope: not a Redis URL"),
+        "{err}"
+    );
+}
