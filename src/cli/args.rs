@@ -423,6 +423,11 @@ pub struct SelftestArgs {
     /// every client); default --url.
     #[arg(long, value_name = "URL")]
     pub broadcast_url: Option<String>,
+    /// broadcast: spread the subscribers over these servers (repeat; one per generator
+    /// process in turn), e.g. the nodes of a `serve --cluster`; the publisher uses
+    /// --broadcast-url.
+    #[arg(long, value_name = "URL")]
+    pub subscribe_url: Vec<String>,
     /// The server's process id, for its CPU and memory (/proc/PID).
     #[arg(long)]
     pub pid: Option<u32>,

@@ -184,6 +184,7 @@ async fn load(
     let (soft, _) = crate::host::raise_nofile();
     let o = Options {
         broadcast_target: t.clone(),
+        subscribe_targets: Vec::new(),
         target: t,
         scenarios: vec![Scenario::EchoSat],
         conns,

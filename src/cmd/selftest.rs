@@ -20,6 +20,8 @@ pub struct Plan {
 
 /// What a command runs when the flags do not say.
 pub struct Defaults {
+    /// broadcast: subscriber servers (`selftest --subscribe-url`), empty for the broadcast URL.
+    pub subscribe_targets: Vec<Target>,
     /// Negotiate permessage-deflate in every scenario (`selftest --deflate`).
     pub deflate: bool,
     pub conns: usize,
@@ -91,6 +93,7 @@ pub fn plan(
         opts: Options {
             target,
             broadcast_target,
+            subscribe_targets: defaults.subscribe_targets,
             scenarios: scenarios.clone(),
             conns,
             rate,
@@ -192,6 +195,11 @@ pub fn run(a: &SelftestArgs) -> Result<u8> {
         broadcast,
         &profile,
         Defaults {
+            subscribe_targets: a
+                .subscribe_url
+                .iter()
+                .map(|u| Target::parse(u).map_err(anyhow::Error::msg))
+                .collect::<Result<_>>()?,
             deflate: a.deflate,
             conns: 1000,
             scenarios: vec![Scenario::EchoRate],

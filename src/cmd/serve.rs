@@ -414,6 +414,7 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
             target(fanout),
             &profile,
             crate::cmd::selftest::Defaults {
+                subscribe_targets: Vec::new(),
                 deflate: false,
                 conns,
                 scenarios: defaults,

@@ -135,6 +135,9 @@ pub struct Options {
     pub target: Target,
     /// Where `broadcast` publishes and subscribes (a server that fans out what it receives).
     pub broadcast_target: Target,
+    /// broadcast: servers the subscribers connect to, one per generator process in turn (empty:
+    /// `broadcast_target`); the publisher always uses `broadcast_target`. Nodes of a cluster.
+    pub subscribe_targets: Vec<Target>,
     pub scenarios: Vec<Scenario>,
     pub conns: usize,
     pub rate: f64,
@@ -309,7 +312,12 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     };
     let exe =
         std::env::current_exe().context("cannot find this program to start generator processes")?;
-    let workers = o.workers.max(1).min(o.conns.max(1));
+    let spread = if scenario == Scenario::Broadcast {
+        o.subscribe_targets.len()
+    } else {
+        0
+    };
+    let workers = o.workers.max(spread).max(1).min(o.conns.max(1));
     let rss_before = o.server_pid.and_then(sample).map(|s| s.1);
     let mut procs = Vec::new();
     let mut assigned = 0;
@@ -317,7 +325,11 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
         let n = o.conns / workers + usize::from(w < o.conns % workers);
         let spec = WorkerSpec {
             scenario,
-            target: target.clone(),
+            target: if spread > 0 {
+                o.subscribe_targets[w % spread].clone()
+            } else {
+                target.clone()
+            },
             conns: n,
             sources: o.sources.clone(),
             source_offset: assigned,
