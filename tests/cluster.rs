@@ -250,3 +250,52 @@ fn a_bad_cluster_url_is_refused() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reuseport_processes_share_one_port() {
+    // Two processes accept on the same port (SO_REUSEPORT); the kernel spreads the clients.
+    let port = free_port();
+    let start = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_wstune"))
+            .args([
+                "serve",
+                "--profile",
+                "10k",
+                "--admin",
+                "127.0.0.1:0",
+                "--reuseport",
+            ])
+            .args(["--port", &port.to_string()])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(c.stderr.take().unwrap()).lines();
+        let mut admin = 0;
+        while admin == 0 {
+            let l = lines.next().expect("output").unwrap();
+            if let Some(r) = l.split("admin on http://127.0.0.1:").nth(1) {
+                admin = r.split('/').next().unwrap().parse().unwrap();
+            }
+        }
+        std::thread::spawn(move || for _ in lines {});
+        (Kill(c), admin)
+    };
+    let (_p1, a1) = start();
+    let (_p2, a2) = start();
+    let mut open = clients(port, 40).await;
+    for (i, ws) in open.iter_mut().enumerate() {
+        ws.send(Message::text(format!("r{i}"))).await.unwrap();
+        assert_eq!(next_text(ws).await, format!("r{i}"));
+    }
+    let count = |admin: u16| -> u64 {
+        let h = healthz(admin);
+        let body = h.split("\r\n\r\n").nth(1).unwrap();
+        serde_json::from_str::<serde_json::Value>(body).unwrap()["connections"]
+            .as_u64()
+            .unwrap()
+    };
+    let (n1, n2) = (count(a1), count(a2));
+    assert_eq!(n1 + n2, 40);
+    assert!(n1 > 0 && n2 > 0, "both processes accept: {n1} / {n2}");
+}
