@@ -1,30 +1,17 @@
 //! `serve --cluster redis://...`: two real `wstune serve` nodes on a real `redis-server`.
 
+mod common;
+
+use common::{free_port, Kill, Served};
 use futures_util::{SinkExt, StreamExt};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn redis(port: u16) -> Option<Kill> {
     let child = Command::new("redis-server")
@@ -58,39 +45,12 @@ fn redis(port: u16) -> Option<Kill> {
     Some(k)
 }
 
-/// A node: (process, WebSocket port, admin port).
-fn node(app: &str, redis_port: u16) -> (Kill, u16, u16) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_wstune"))
-        .args([
-            "serve",
-            "--profile",
-            "10k",
-            "--port",
-            "0",
-            "--admin",
-            "127.0.0.1:0",
-            "--app",
-            app,
-        ])
-        .arg("--cluster")
-        .arg(format!("redis://127.0.0.1:{redis_port}/0"))
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(c.stderr.take().unwrap()).lines();
-    let (mut port, mut admin) = (0, 0);
-    while port == 0 || admin == 0 {
-        let l = lines.next().expect("node output").unwrap();
-        if let Some(r) = l.split("listening on ws://127.0.0.1:").nth(1) {
-            port = r.trim_end_matches('/').parse().unwrap();
-        }
-        if let Some(r) = l.split("admin on http://127.0.0.1:").nth(1) {
-            admin = r.split('/').next().unwrap().parse().unwrap();
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    (Kill(c), port, admin)
+/// A node on the Redis at `redis_port`: (process, WebSocket port, admin port).
+fn node(app: &str, redis_port: u16) -> (Served, u16, u16) {
+    let url = format!("redis://127.0.0.1:{redis_port}/0");
+    let n = common::serve(&["--profile", "10k", "--app", app, "--cluster", &url]);
+    let (port, admin) = (n.port, n.admin);
+    (n, port, admin)
 }
 
 fn healthz(admin: u16) -> String {
@@ -231,18 +191,15 @@ async fn channels_span_nodes() {
 
 #[test]
 fn a_bad_cluster_url_is_refused() {
-    let o = Command::new(env!("CARGO_BIN_EXE_wstune"))
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--admin",
-            "off",
-            "--cluster",
-            "http://nope",
-        ])
-        .output()
-        .unwrap();
+    let o = common::run(&[
+        "serve",
+        "--port",
+        "0",
+        "--admin",
+        "off",
+        "--cluster",
+        "http://nope",
+    ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(
@@ -256,30 +213,10 @@ async fn reuseport_processes_share_one_port() {
     // Two processes accept on the same port (SO_REUSEPORT); the kernel spreads the clients.
     let port = free_port();
     let start = || {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_wstune"))
-            .args([
-                "serve",
-                "--profile",
-                "10k",
-                "--admin",
-                "127.0.0.1:0",
-                "--reuseport",
-            ])
-            .args(["--port", &port.to_string()])
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(c.stderr.take().unwrap()).lines();
-        let mut admin = 0;
-        while admin == 0 {
-            let l = lines.next().expect("output").unwrap();
-            if let Some(r) = l.split("admin on http://127.0.0.1:").nth(1) {
-                admin = r.split('/').next().unwrap().parse().unwrap();
-            }
-        }
-        std::thread::spawn(move || for _ in lines {});
-        (Kill(c), admin)
+        let p = port.to_string();
+        let n = common::serve(&["--profile", "10k", "--reuseport", "--port", &p]);
+        let admin = n.admin;
+        (n, admin)
     };
     let (_p1, a1) = start();
     let (_p2, a2) = start();

@@ -1,25 +1,16 @@
 //! `wstune lb` configurations checked by the real proxies (`haproxy -c`, `nginx -t`), WebSocket
 //! traffic through a real HAProxy to two `wstune serve` backends, and `check --lb-config`.
 
+mod common;
+
+use common::{free_port, run, Kill};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_wstune")
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap()
-}
 
 /// Whether a proxy binary is installed; CI must have it (.ci/run installs both).
 fn have(tool: &str) -> bool {
@@ -48,14 +39,6 @@ fn generate(args: &[&str]) -> String {
         String::from_utf8_lossy(&o.stderr)
     );
     String::from_utf8(o.stdout).unwrap()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]
@@ -233,39 +216,6 @@ fn check_reads_a_proxy_config_against_the_profile() {
     }
 }
 
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(port: u16) -> Kill {
-    let mut c = Command::new(bin())
-        .args([
-            "serve",
-            "--profile",
-            "10k",
-            "--admin",
-            "off",
-            "--port",
-            &port.to_string(),
-        ])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(c.stderr.take().unwrap()).lines();
-    for l in lines.by_ref() {
-        if l.unwrap().contains("listening on") {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    Kill(c)
-}
-
 /// The connection count a backend reports on its own port (GET /healthz without an upgrade).
 fn healthz(port: u16) -> Option<u64> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -283,9 +233,9 @@ async fn websocket_traffic_through_haproxy_survives_losing_a_backend() {
     if !have("haproxy") {
         return;
     }
-    let (p1, p2, front) = (free_port(), free_port(), free_port());
-    let b1 = serve(p1);
-    let _b2 = serve(p2);
+    let b1 = common::serve(&["--profile", "10k", "--admin", "off"]);
+    let b2 = common::serve(&["--profile", "10k", "--admin", "off"]);
+    let (p1, p2, front) = (b1.port, b2.port, free_port());
     let dir = tempfile::tempdir().unwrap();
     let cfg = generate(&[
         "haproxy",

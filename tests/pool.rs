@@ -1,21 +1,10 @@
 //! `wstune pool`: the formula from the CLI, measured ratios on a real handler under load, a
 //! sweep, the profile it writes, and bad input.
 
+mod common;
+
+use common::{run, serve};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_wstune")
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run wstune")
-}
 
 fn json(args: &[&str]) -> Value {
     let o = run(args);
@@ -191,68 +180,27 @@ fn a_sweep_finds_where_more_threads_stop_helping_and_writes_a_profile_serve_acce
     assert!(text.contains("offload_pool_size: 8"), "{text}");
     assert!(text.contains("# wstune tuning profile"), "comments kept");
     // serve accepts it and runs with the pool it carries.
-    let mut child = Command::new(bin())
-        .args([
-            "serve",
-            "--profile",
-            out.to_str().unwrap(),
-            "--port",
-            "0",
-            "--admin",
-            "off",
-        ])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut found = false;
-    for l in BufReader::new(child.stderr.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-    {
-        if l.contains("offload pool") && l.contains(" 8 ") {
-            found = true;
-        }
-        if l.contains("listening on") {
-            break;
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(found, "serve shows the pool size from the written profile");
+    let srv = serve(&["--profile", out.to_str().unwrap(), "--admin", "off"]);
+    assert!(
+        srv.head
+            .iter()
+            .any(|l| l.contains("offload pool") && l.contains(" 8 ")),
+        "serve shows the pool size from the written profile: {:#?}",
+        srv.head
+    );
 }
 
 #[test]
 fn measures_a_running_server_through_its_admin_endpoint() {
-    let mut child = Command::new(bin())
-        .args([
-            "serve",
-            "--profile",
-            "10k",
-            "--port",
-            "0",
-            "--admin",
-            "127.0.0.1:0",
-            "--handler",
-            "block:20+cpu:1000us",
-            "--offload-pool",
-            "4",
-        ])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (mut port, mut admin) = (0u16, 0u16);
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    while port == 0 || admin == 0 {
-        let l = lines.next().unwrap().unwrap();
-        if let Some(r) = l.split("listening on ws://127.0.0.1:").nth(1) {
-            port = r.trim_end_matches('/').parse().unwrap();
-        }
-        if let Some(r) = l.split("admin on http://127.0.0.1:").nth(1) {
-            admin = r.split('/').next().unwrap().parse().unwrap();
-        }
-    }
+    let srv = serve(&[
+        "--profile",
+        "10k",
+        "--handler",
+        "block:20+cpu:1000us",
+        "--offload-pool",
+        "4",
+    ]);
+    let (port, admin) = (srv.port, srv.admin);
     let url = format!("ws://127.0.0.1:{port}/");
     let adm = format!("http://127.0.0.1:{admin}");
     let o = run(&[
@@ -269,8 +217,7 @@ fn measures_a_running_server_through_its_admin_endpoint() {
         "--format",
         "json",
     ]);
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(srv);
     assert_eq!(
         o.status.code(),
         Some(0),

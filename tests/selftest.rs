@@ -1,22 +1,12 @@
 //! `wstune selftest` and `serve --self-test`: the real binary, real sockets on 127.0.0.1, the
 //! generator's own worker processes.
 
+mod common;
+
+use common::{bin, run, serve};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_wstune")
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run wstune")
-}
 
 fn json_of(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
@@ -26,38 +16,6 @@ fn json_of(o: &Output) -> Value {
             String::from_utf8_lossy(&o.stderr)
         )
     })
-}
-
-/// A `wstune serve` on a free port; returns the child and its WebSocket and admin ports.
-fn serve(args: &[&str]) -> (Child, u16, u16) {
-    let mut child = Command::new(bin())
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--admin",
-            "127.0.0.1:0",
-            "--profile",
-            "10k",
-        ])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let (mut port, mut admin) = (0, 0);
-    while port == 0 || admin == 0 {
-        let l = lines.next().expect("server output").unwrap();
-        if let Some(r) = l.split("listening on ws://127.0.0.1:").nth(1) {
-            port = r.trim_end_matches('/').parse().unwrap();
-        }
-        if let Some(r) = l.split("admin on http://127.0.0.1:").nth(1) {
-            admin = r.split('/').next().unwrap().parse().unwrap();
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    (child, port, admin)
 }
 
 #[test]
@@ -191,18 +149,28 @@ fn a_stalled_server_shows_in_the_percentiles() {
     // a second (one offload thread, 100 ms each), so messages queue and their latency, counted
     // from when each was due, grows through the run. A closed-loop generator would slow down
     // to the server's pace and report ~100 ms.
-    let (mut fast, port, _) = serve(&[]);
-    let (o, quick) = echo_rate(port, &[]);
-    let _ = fast.kill();
-    let _ = fast.wait();
-    assert_eq!(o.status.code(), Some(0), "{quick:#}");
-    let quick_p99 = quick["scenarios"][0]["latency_ms"]["p99"].as_f64().unwrap();
+    let fast = serve(&["--profile", "10k"]);
+    let (o, quick) = echo_rate(fast.port, &[]);
+    drop(fast);
+    // The baseline only needs to have run cleanly: other tests share the cores, so its p99 may
+    // miss the profile's 5 ms target (exit 2) without meaning anything here.
+    assert!(matches!(o.status.code(), Some(0 | 2)), "{quick:#}");
+    let q = &quick["scenarios"][0];
+    assert_eq!(q["errors"], 0, "{q:#}");
+    assert!(q["achieved_rate"].as_f64().unwrap() > 90.0, "{q:#}");
+    let quick_p99 = q["latency_ms"]["p99"].as_f64().unwrap();
 
-    let (mut slow, port, _) = serve(&["--handler", "block:100", "--offload-pool", "1"]);
+    let slow = serve(&[
+        "--profile",
+        "10k",
+        "--handler",
+        "block:100",
+        "--offload-pool",
+        "1",
+    ]);
     let started = Instant::now();
-    let (o, stalled) = echo_rate(port, &[]);
-    let _ = slow.kill();
-    let _ = slow.wait();
+    let (o, stalled) = echo_rate(slow.port, &[]);
+    drop(slow);
     assert!(
         started.elapsed() < Duration::from_secs(40),
         "bounded in time"
@@ -242,11 +210,10 @@ fn unreachable_and_non_websocket_servers_are_clear_errors() {
     );
 
     // The admin endpoint speaks HTTP but not WebSocket.
-    let (mut srv, _, admin) = serve(&[]);
-    let url = format!("ws://127.0.0.1:{admin}/healthz");
+    let srv = serve(&["--profile", "10k"]);
+    let url = format!("ws://127.0.0.1:{}/metrics", srv.admin);
     let o = run(&["selftest", "--url", &url, "--conns", "5", "--secs", "1"]);
-    let _ = srv.kill();
-    let _ = srv.wait();
+    drop(srv);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(
@@ -257,8 +224,8 @@ fn unreachable_and_non_websocket_servers_are_clear_errors() {
 
 #[test]
 fn a_server_that_goes_away_mid_run_gives_a_partial_report() {
-    let (mut srv, port, _) = serve(&[]);
-    let url = format!("ws://127.0.0.1:{port}/");
+    let srv = serve(&["--profile", "10k"]);
+    let url = format!("ws://127.0.0.1:{}/", srv.port);
     let child = Command::new(bin())
         .args([
             "selftest",
@@ -280,8 +247,7 @@ fn a_server_that_goes_away_mid_run_gives_a_partial_report() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(2000));
-    srv.kill().unwrap();
-    let _ = srv.wait();
+    drop(srv);
     let started = Instant::now();
     let o = child.wait_with_output().unwrap();
     assert!(started.elapsed() < Duration::from_secs(30), "never a hang");
