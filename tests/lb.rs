@@ -161,15 +161,18 @@ fn check_reads_a_proxy_config_against_the_profile() {
         "global\n  maxconn 2000\ndefaults\n  mode http\n  timeout client 20s\nfrontend f\n  bind :80\n  default_backend b\nbackend b\n  server s1 10.0.0.1:9001\n",
     )
     .unwrap();
-    let o = run(&[
-        "check",
-        "--profile",
-        "10k",
-        "--format",
-        "json",
-        "--lb-config",
-        cfg.to_str().unwrap(),
-    ]);
+    let check = || {
+        run(&[
+            "check",
+            "--profile",
+            "10k",
+            "--format",
+            "json",
+            "--lb-config",
+            cfg.to_str().unwrap(),
+        ])
+    };
+    let o = check();
     assert_eq!(o.status.code(), Some(2), "findings fail");
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let find = |id: &str| {
@@ -199,15 +202,7 @@ fn check_reads_a_proxy_config_against_the_profile() {
         generate(&["haproxy", "--backends", "10.0.0.1:9001", "--profile", "10k"]),
     )
     .unwrap();
-    let o = run(&[
-        "check",
-        "--profile",
-        "10k",
-        "--format",
-        "json",
-        "--lb-config",
-        cfg.to_str().unwrap(),
-    ]);
+    let o = check();
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     for f in v["results"].as_array().unwrap() {
         if f["id"].as_str().unwrap().starts_with("lb.") {
