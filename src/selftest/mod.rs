@@ -310,112 +310,10 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     } else {
         &o.target
     };
-    let exe =
-        std::env::current_exe().context("cannot find this program to start generator processes")?;
-    let spread = if scenario == Scenario::Broadcast {
-        o.subscribe_targets.len()
-    } else {
-        0
-    };
-    let workers = o.workers.max(spread).max(1).min(o.conns.max(1));
     let rss_before = o.server_pid.and_then(sample).map(|s| s.1);
-    let mut procs = Vec::new();
-    let mut assigned = 0;
-    for w in 0..workers {
-        let n = o.conns / workers + usize::from(w < o.conns % workers);
-        let spec = WorkerSpec {
-            scenario,
-            target: if spread > 0 {
-                o.subscribe_targets[w % spread].clone()
-            } else {
-                target.clone()
-            },
-            conns: n,
-            sources: o.sources.clone(),
-            source_offset: assigned,
-            rate: o.rate,
-            size: o.size,
-            secs: o.secs,
-            warmup: if scenario.warms_up() { o.warmup } else { 0.0 },
-            inflight: o.inflight,
-            // The broadcast publisher sends binary stamps, so its subscribers stay plain.
-            deflate: scenario == Scenario::Deflate
-                || (o.deflate && scenario != Scenario::Broadcast),
-            ramp_per_sec: o.ramp_per_sec / workers as f64,
-            rounds: o.rounds,
-            storm_concurrency: (o.storm_concurrency / workers).max(1),
-        };
-        assigned += n;
-        let mut child = tokio::process::Command::new(&exe)
-            .arg("selftest-worker")
-            .arg(serde_json::to_string(&spec)?)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("cannot start a generator process ({})", exe.display()))?;
-        let stdout = child.stdout.take().expect("piped stdout");
-        let stdin = child.stdin.take().expect("piped stdin");
-        procs.push(WorkerProc {
-            child,
-            lines: tokio::io::BufReader::new(stdout).lines(),
-            stdin,
-            ticks: Vec::new(),
-            result: None,
-        });
-    }
-
-    // Connect phase: wait for every worker's "ready" (bounded: 20 s per handshake wave).
-    let pb = progress_bar(o.conns as u64, "connect");
-    let connect_budget = Duration::from_secs(30 + (o.conns / 2000) as u64)
-        + Duration::from_secs_f64(if o.ramp_per_sec > 0.0 {
-            o.conns as f64 / o.ramp_per_sec
-        } else {
-            0.0
-        });
-    let deadline = tokio::time::Instant::now() + connect_budget;
-    let mut connected = 0;
-    let mut first_error: Option<String> = None;
-    let mut done_counts = vec![0usize; procs.len()];
-    for (i, p) in procs.iter_mut().enumerate() {
-        loop {
-            let line = match tokio::time::timeout_at(deadline, p.lines.next_line()).await {
-                Ok(Ok(Some(l))) => l,
-                Ok(_) => bail!("generator process {i} exited before its connections were open"),
-                Err(_) => bail!(
-                    "connections were still opening after {} s; is the server accepting? (fewer --conns or a slower --ramp may help)",
-                    connect_budget.as_secs()
-                ),
-            };
-            match serde_json::from_str::<Event>(&line) {
-                Ok(Event::Connecting { done }) => {
-                    done_counts[i] = done;
-                    pb.set_position(done_counts.iter().sum::<usize>() as u64);
-                }
-                Ok(Event::Ready {
-                    connected: c,
-                    first_error: e,
-                    ..
-                }) => {
-                    connected += c;
-                    if first_error.is_none() {
-                        first_error = e;
-                    }
-                    break;
-                }
-                _ => {}
-            }
-        }
-    }
-    pb.finish_and_clear();
-    if scenario != Scenario::Storm && connected == 0 {
-        bail!(
-            "no connection to {} could be opened: {}",
-            target_url(target),
-            first_error.unwrap_or_else(|| "unknown reason".into())
-        );
-    }
+    let mut procs = spawn_workers(o, scenario, target)?;
+    let workers = procs.len();
+    let (connected, first_error) = connect_phase(&mut procs, o, scenario, target).await?;
     // Let the server settle (accept backlog drained, idle memory steady) before measuring.
     if scenario == Scenario::Idle {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -436,99 +334,12 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
         let _ = p.stdin.flush().await;
     }
 
-    // Broadcast: the orchestrator publishes, once per round.
     let publisher = if scenario == Scenario::Broadcast {
-        let mut c = client::connect(target, None, false).await.map_err(|e| {
-            anyhow::anyhow!(
-                "the publisher cannot connect to {}: {e}",
-                target_url(target)
-            )
-        })?;
-        let rounds = o.rounds;
-        let gap = Duration::from_secs_f64((o.secs / (rounds as f64 + 1.0)).max(0.05));
-        let size = o.size;
-        Some(tokio::spawn(async move {
-            // Drain what the server sends back to the publisher itself.
-            let mut reader = c.reader;
-            let drain = tokio::spawn(async move {
-                while let Ok(x) = reader.next().await {
-                    if matches!(x, client::Incoming::Closed(_)) {
-                        break;
-                    }
-                }
-            });
-            for r in 0..rounds {
-                tokio::time::sleep(gap).await;
-                let p = worker::broadcast_payload(r, size);
-                if c.writer
-                    .send(embedded_server::frame::OpCode::Binary, &p)
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let _ = c.writer.close().await;
-            drain.abort();
-        }))
+        Some(start_publisher(o, target).await?)
     } else {
         None
     };
-
-    // Run phase: follow the ticks, collect the results (bounded: the run plus a drain).
-    let pb = progress_bar(o.secs.ceil() as u64, scenario.name());
-    let run_deadline = tokio::time::Instant::now()
-        + Duration::from_secs_f64(o.secs + warmup)
-        + Duration::from_secs(if scenario == Scenario::Storm { 60 } else { 15 });
-    let mut incomplete: Option<String> = None;
-    let mut server_end = None;
-    {
-        let mut pending: Vec<usize> = (0..procs.len()).collect();
-        while !pending.is_empty() {
-            let mut next = Vec::new();
-            for &i in &pending {
-                let p = &mut procs[i];
-                let line = match tokio::time::timeout_at(run_deadline, p.lines.next_line()).await {
-                    Ok(Ok(Some(l))) => l,
-                    Ok(_) => {
-                        incomplete.get_or_insert(format!(
-                            "generator process {i} exited without a result"
-                        ));
-                        continue;
-                    }
-                    Err(_) => {
-                        incomplete.get_or_insert(
-                            "the run did not finish in time; the figures cover what arrived".into(),
-                        );
-                        continue;
-                    }
-                };
-                match serde_json::from_str::<Event>(&line) {
-                    Ok(Event::Tick { sent, received }) => {
-                        p.ticks.push((sent, received));
-                        next.push(i);
-                    }
-                    Ok(Event::Done(r)) => {
-                        if server_end.is_none() {
-                            server_end = o.server_pid.and_then(sample).map(|s| (s, Instant::now()));
-                        }
-                        p.result = Some(r);
-                    }
-                    _ => next.push(i),
-                }
-            }
-            pending = next;
-            let secs_done = (t0.elapsed().as_secs_f64() - warmup).clamp(0.0, o.secs.ceil()) as u64;
-            pb.set_position(secs_done);
-            let (s, r) = procs
-                .iter()
-                .filter_map(|p| p.ticks.last())
-                .fold((0, 0), |a, t| (a.0 + t.0, a.1 + t.1));
-            pb.set_message(format!("sent {s}, received {r}"));
-        }
-    }
-    pb.finish_and_clear();
+    let (mut incomplete, server_end) = run_phase(&mut procs, o, scenario, warmup, t0).await;
     if let Some(p) = publisher {
         let _ = p.await;
     }
@@ -541,44 +352,20 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
         incomplete = Some("no generator process reported a result".into());
     }
 
-    // Merge.
-    let mut hist = worker::histogram();
-    let (mut sent, mut received, mut errors, mut disconnects, mut lost) = (0, 0, 0, 0, 0);
-    let mut close_codes = BTreeMap::new();
-    let mut gen_cpu = 0.0;
-    let mut elapsed: f64 = 0.0;
-    let mut last_echo: f64 = 0.0;
-    let mut rounds = vec![(0u64, 0u64); o.rounds];
-    use base64::Engine;
-    for r in &results {
-        sent += r.sent;
-        received += r.received;
-        errors += r.errors;
-        disconnects += r.disconnects;
-        lost += r.lost;
-        for (k, v) in &r.close_codes {
-            *close_codes.entry(*k).or_insert(0) += v;
-        }
-        gen_cpu += r.cpu_secs;
-        elapsed = elapsed.max(r.elapsed_secs);
-        last_echo = last_echo.max(r.last_echo_secs);
-        if first_error.is_none() {
-            first_error = r.first_error.clone();
-        }
-        if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&r.histogram) {
-            if let Ok(h) = hdrhistogram::serialization::Deserializer::new()
-                .deserialize::<u64, _>(&mut &bytes[..])
-            {
-                let _ = hist.add(h);
-            }
-        }
-        for (i, (n, last)) in r.rounds.iter().enumerate() {
-            if let Some(slot) = rounds.get_mut(i) {
-                slot.0 += n;
-                slot.1 = slot.1.max(*last);
-            }
-        }
-    }
+    let Merged {
+        hist,
+        sent,
+        received,
+        mut errors,
+        disconnects,
+        lost,
+        close_codes,
+        gen_cpu,
+        elapsed,
+        last_echo,
+        rounds,
+        first_error,
+    } = merge(&results, o.rounds, first_error);
     if scenario != Scenario::Storm && connected < o.conns {
         errors += (o.conns - connected) as u64;
     }
@@ -612,22 +399,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
         }
         _ => None,
     };
-    // Timeline: the workers' cumulative counts summed per second, then differenced.
-    let n_ticks = procs.iter().map(|p| p.ticks.len()).max().unwrap_or(0);
-    let mut timeline = Vec::new();
-    let mut prev = (0u64, 0u64);
-    for t in 0..n_ticks {
-        let cum = procs.iter().fold((0u64, 0u64), |a, p| {
-            let x = p.ticks.get(t).or(p.ticks.last()).copied().unwrap_or((0, 0));
-            (a.0 + x.0, a.1 + x.1)
-        });
-        timeline.push(TimelinePoint {
-            t: t as u32 + 1,
-            sent_per_sec: cum.0.saturating_sub(prev.0),
-            received_per_sec: cum.1.saturating_sub(prev.1),
-        });
-        prev = cum;
-    }
+    let timeline = timeline(&procs);
     let echo_like = matches!(scenario, Scenario::EchoRate | Scenario::Deflate);
     let mut round_hist = worker::histogram();
     for (n, last) in &rounds {
@@ -690,4 +462,318 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
 
 pub fn target_url(t: &Target) -> String {
     format!("ws://{}{}", t.host, t.path)
+}
+
+/// Start the generator processes, each with its share of the connections.
+fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec<WorkerProc>> {
+    let exe =
+        std::env::current_exe().context("cannot find this program to start generator processes")?;
+    let spread = if scenario == Scenario::Broadcast {
+        o.subscribe_targets.len()
+    } else {
+        0
+    };
+    let workers = o.workers.max(spread).max(1).min(o.conns.max(1));
+    let mut procs = Vec::new();
+    let mut assigned = 0;
+    for w in 0..workers {
+        let n = o.conns / workers + usize::from(w < o.conns % workers);
+        let spec = WorkerSpec {
+            scenario,
+            target: if spread > 0 {
+                o.subscribe_targets[w % spread].clone()
+            } else {
+                target.clone()
+            },
+            conns: n,
+            sources: o.sources.clone(),
+            source_offset: assigned,
+            rate: o.rate,
+            size: o.size,
+            secs: o.secs,
+            warmup: if scenario.warms_up() { o.warmup } else { 0.0 },
+            inflight: o.inflight,
+            // The broadcast publisher sends binary stamps, so its subscribers stay plain.
+            deflate: scenario == Scenario::Deflate
+                || (o.deflate && scenario != Scenario::Broadcast),
+            ramp_per_sec: o.ramp_per_sec / workers as f64,
+            rounds: o.rounds,
+            storm_concurrency: (o.storm_concurrency / workers).max(1),
+        };
+        assigned += n;
+        let mut child = tokio::process::Command::new(&exe)
+            .arg("selftest-worker")
+            .arg(serde_json::to_string(&spec)?)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start a generator process ({})", exe.display()))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stdin = child.stdin.take().expect("piped stdin");
+        procs.push(WorkerProc {
+            child,
+            lines: tokio::io::BufReader::new(stdout).lines(),
+            stdin,
+            ticks: Vec::new(),
+            result: None,
+        });
+    }
+
+    Ok(procs)
+}
+
+/// Wait for every worker's "ready" (bounded). Returns the connections opened and the first
+/// error a worker met; an error when nothing connected (except for storm, which connects later).
+async fn connect_phase(
+    procs: &mut [WorkerProc],
+    o: &Options,
+    scenario: Scenario,
+    target: &Target,
+) -> Result<(usize, Option<String>)> {
+    let pb = progress_bar(o.conns as u64, "connect");
+    let connect_budget = Duration::from_secs(30 + (o.conns / 2000) as u64)
+        + Duration::from_secs_f64(if o.ramp_per_sec > 0.0 {
+            o.conns as f64 / o.ramp_per_sec
+        } else {
+            0.0
+        });
+    let deadline = tokio::time::Instant::now() + connect_budget;
+    let mut connected = 0;
+    let mut first_error: Option<String> = None;
+    let mut done_counts = vec![0usize; procs.len()];
+    for (i, p) in procs.iter_mut().enumerate() {
+        loop {
+            let line = match tokio::time::timeout_at(deadline, p.lines.next_line()).await {
+                Ok(Ok(Some(l))) => l,
+                Ok(_) => bail!("generator process {i} exited before its connections were open"),
+                Err(_) => bail!(
+                    "connections were still opening after {} s; is the server accepting? (fewer --conns or a slower --ramp may help)",
+                    connect_budget.as_secs()
+                ),
+            };
+            match serde_json::from_str::<Event>(&line) {
+                Ok(Event::Connecting { done }) => {
+                    done_counts[i] = done;
+                    pb.set_position(done_counts.iter().sum::<usize>() as u64);
+                }
+                Ok(Event::Ready {
+                    connected: c,
+                    first_error: e,
+                    ..
+                }) => {
+                    connected += c;
+                    if first_error.is_none() {
+                        first_error = e;
+                    }
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+    pb.finish_and_clear();
+    if scenario != Scenario::Storm && connected == 0 {
+        bail!(
+            "no connection to {} could be opened: {}",
+            target_url(target),
+            first_error.unwrap_or_else(|| "unknown reason".into())
+        );
+    }
+    Ok((connected, first_error))
+}
+
+/// The broadcast publisher: the orchestrator's own connection, one message per round.
+async fn start_publisher(o: &Options, target: &Target) -> Result<tokio::task::JoinHandle<()>> {
+    let mut c = client::connect(target, None, false).await.map_err(|e| {
+        anyhow::anyhow!(
+            "the publisher cannot connect to {}: {e}",
+            target_url(target)
+        )
+    })?;
+    let rounds = o.rounds;
+    let gap = Duration::from_secs_f64((o.secs / (rounds as f64 + 1.0)).max(0.05));
+    let size = o.size;
+    Ok(tokio::spawn(async move {
+        // Drain what the server sends back to the publisher itself.
+        let mut reader = c.reader;
+        let drain = tokio::spawn(async move {
+            while let Ok(x) = reader.next().await {
+                if matches!(x, client::Incoming::Closed(_)) {
+                    break;
+                }
+            }
+        });
+        for r in 0..rounds {
+            tokio::time::sleep(gap).await;
+            let p = worker::broadcast_payload(r, size);
+            if c.writer
+                .send(embedded_server::frame::OpCode::Binary, &p)
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let _ = c.writer.close().await;
+        drain.abort();
+    }))
+}
+
+/// Follow the workers' ticks and collect their results (bounded: the run plus a drain).
+/// Returns why the run stopped short, if it did, and the server's CPU and RSS at the first
+/// result.
+async fn run_phase(
+    procs: &mut [WorkerProc],
+    o: &Options,
+    scenario: Scenario,
+    warmup: f64,
+    t0: Instant,
+) -> (Option<String>, Option<((f64, u64), Instant)>) {
+    let pb = progress_bar(o.secs.ceil() as u64, scenario.name());
+    let run_deadline = tokio::time::Instant::now()
+        + Duration::from_secs_f64(o.secs + warmup)
+        + Duration::from_secs(if scenario == Scenario::Storm { 60 } else { 15 });
+    let mut incomplete: Option<String> = None;
+    let mut server_end = None;
+    {
+        let mut pending: Vec<usize> = (0..procs.len()).collect();
+        while !pending.is_empty() {
+            let mut next = Vec::new();
+            for &i in &pending {
+                let p = &mut procs[i];
+                let line = match tokio::time::timeout_at(run_deadline, p.lines.next_line()).await {
+                    Ok(Ok(Some(l))) => l,
+                    Ok(_) => {
+                        incomplete.get_or_insert(format!(
+                            "generator process {i} exited without a result"
+                        ));
+                        continue;
+                    }
+                    Err(_) => {
+                        incomplete.get_or_insert(
+                            "the run did not finish in time; the figures cover what arrived".into(),
+                        );
+                        continue;
+                    }
+                };
+                match serde_json::from_str::<Event>(&line) {
+                    Ok(Event::Tick { sent, received }) => {
+                        p.ticks.push((sent, received));
+                        next.push(i);
+                    }
+                    Ok(Event::Done(r)) => {
+                        if server_end.is_none() {
+                            server_end = o.server_pid.and_then(sample).map(|s| (s, Instant::now()));
+                        }
+                        p.result = Some(r);
+                    }
+                    _ => next.push(i),
+                }
+            }
+            pending = next;
+            let secs_done = (t0.elapsed().as_secs_f64() - warmup).clamp(0.0, o.secs.ceil()) as u64;
+            pb.set_position(secs_done);
+            let (s, r) = procs
+                .iter()
+                .filter_map(|p| p.ticks.last())
+                .fold((0, 0), |a, t| (a.0 + t.0, a.1 + t.1));
+            pb.set_message(format!("sent {s}, received {r}"));
+        }
+    }
+    pb.finish_and_clear();
+    (incomplete, server_end)
+}
+
+/// The workers' results added up.
+struct Merged {
+    hist: Histogram<u64>,
+    sent: u64,
+    received: u64,
+    errors: u64,
+    disconnects: u64,
+    lost: u64,
+    close_codes: BTreeMap<u16, u64>,
+    gen_cpu: f64,
+    elapsed: f64,
+    last_echo: f64,
+    /// Broadcast: per round, (deliveries, latest delivery in us).
+    rounds: Vec<(u64, u64)>,
+    first_error: Option<String>,
+}
+
+fn merge(results: &[&WorkerResult], n_rounds: usize, mut first_error: Option<String>) -> Merged {
+    let mut hist = worker::histogram();
+    let (mut sent, mut received, mut errors, mut disconnects, mut lost) = (0, 0, 0, 0, 0);
+    let mut close_codes = BTreeMap::new();
+    let mut gen_cpu = 0.0;
+    let mut elapsed: f64 = 0.0;
+    let mut last_echo: f64 = 0.0;
+    let mut rounds = vec![(0u64, 0u64); n_rounds];
+    use base64::Engine;
+    for r in results {
+        sent += r.sent;
+        received += r.received;
+        errors += r.errors;
+        disconnects += r.disconnects;
+        lost += r.lost;
+        for (k, v) in &r.close_codes {
+            *close_codes.entry(*k).or_insert(0) += v;
+        }
+        gen_cpu += r.cpu_secs;
+        elapsed = elapsed.max(r.elapsed_secs);
+        last_echo = last_echo.max(r.last_echo_secs);
+        if first_error.is_none() {
+            first_error = r.first_error.clone();
+        }
+        if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&r.histogram) {
+            if let Ok(h) = hdrhistogram::serialization::Deserializer::new()
+                .deserialize::<u64, _>(&mut &bytes[..])
+            {
+                let _ = hist.add(h);
+            }
+        }
+        for (i, (n, last)) in r.rounds.iter().enumerate() {
+            if let Some(slot) = rounds.get_mut(i) {
+                slot.0 += n;
+                slot.1 = slot.1.max(*last);
+            }
+        }
+    }
+    Merged {
+        hist,
+        sent,
+        received,
+        errors,
+        disconnects,
+        lost,
+        close_codes,
+        gen_cpu,
+        elapsed,
+        last_echo,
+        rounds,
+        first_error,
+    }
+}
+
+/// The workers' cumulative counts summed per second, then differenced.
+fn timeline(procs: &[WorkerProc]) -> Vec<TimelinePoint> {
+    let n_ticks = procs.iter().map(|p| p.ticks.len()).max().unwrap_or(0);
+    let mut timeline = Vec::new();
+    let mut prev = (0u64, 0u64);
+    for t in 0..n_ticks {
+        let cum = procs.iter().fold((0u64, 0u64), |a, p| {
+            let x = p.ticks.get(t).or(p.ticks.last()).copied().unwrap_or((0, 0));
+            (a.0 + x.0, a.1 + x.1)
+        });
+        timeline.push(TimelinePoint {
+            t: t as u32 + 1,
+            sent_per_sec: cum.0.saturating_sub(prev.0),
+            received_per_sec: cum.1.saturating_sub(prev.1),
+        });
+        prev = cum;
+    }
+    timeline
 }
