@@ -137,6 +137,12 @@ async fn broadcast_spans_nodes_exactly_once_and_survives_a_redis_restart() {
         assert_eq!(next_text(ws).await, "m4");
     }
     assert!(healthz(aa).contains("\"backplane\":\"up\""));
+    // The WebSocket port answers the same health check, for load balancers.
+    assert!(
+        healthz(pa).contains("\"backplane\":\"up\""),
+        "{}",
+        healthz(pa)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

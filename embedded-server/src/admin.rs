@@ -47,22 +47,7 @@ pub async fn serve(listener: TcpListener, hub: Arc<Hub>, shutdown: impl Future<O
                 .to_string();
             let path = line.split_whitespace().nth(1).unwrap_or("/");
             let (status, ctype, body) = match (line.split_whitespace().next(), path) {
-                (Some("GET"), "/healthz") => (
-                    "200 OK",
-                    "application/json",
-                    match hub
-                        .metrics
-                        .backplane_up
-                        .load(std::sync::atomic::Ordering::Relaxed)
-                    {
-                        -1 => format!("{{\"status\":\"ok\",\"connections\":{}}}\n", hub.len()),
-                        up => format!(
-                            "{{\"status\":\"ok\",\"connections\":{},\"backplane\":\"{}\"}}\n",
-                            hub.len(),
-                            if up == 1 { "up" } else { "down" }
-                        ),
-                    },
-                ),
+                (Some("GET"), "/healthz") => ("200 OK", "application/json", healthz_body(&hub)),
                 (Some("GET"), "/metrics") => ("200 OK", "text/plain; version=0.0.4", render(&hub)),
                 (Some("GET"), _) => (
                     "404 Not Found",
@@ -98,4 +83,21 @@ pub fn render(hub: &Hub) -> String {
             ),
         ],
     )
+}
+
+/// The `/healthz` JSON: the connection count, and the cluster backplane's state when one is
+/// configured. Served by the admin listener and on the WebSocket port (for load balancers).
+pub fn healthz_body(hub: &Hub) -> String {
+    match hub
+        .metrics
+        .backplane_up
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        -1 => format!("{{\"status\":\"ok\",\"connections\":{}}}\n", hub.len()),
+        up => format!(
+            "{{\"status\":\"ok\",\"connections\":{},\"backplane\":\"{}\"}}\n",
+            hub.len(),
+            if up == 1 { "up" } else { "down" }
+        ),
+    }
 }

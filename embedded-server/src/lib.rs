@@ -305,7 +305,7 @@ async fn handle<T: Transport>(
             .to_ascii_lowercase()
             .contains("upgrade: websocket")
     {
-        let body = format!("{{\"status\":\"ok\",\"connections\":{}}}\n", hub.len());
+        let body = admin::healthz_body(&hub);
         let resp = format!(
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
