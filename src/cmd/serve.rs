@@ -356,6 +356,11 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
     if a.tls_cert.is_some() {
         bail!("--self-test measures the plain ws:// server: drop --tls-cert/--tls-key (TLS is measured at the proxy or with `wstune selftest`)");
     }
+    // It starts its own echo and broadcast instances on loopback: flags that choose another
+    // app or span nodes would be silently ignored, so they are refused instead.
+    if a.app != AppArg::Echo || a.cluster.is_some() || a.reuseport {
+        bail!("--self-test starts its own echo and broadcast instances on loopback, so --app, --cluster and --reuseport do not apply; measure such a server with `wstune selftest --url` (and --pid)");
+    }
     let r = resolve(a)?;
     let profile = profile::load(&a.profile)?.profile;
     let _ = tracing_subscriber::fmt()
