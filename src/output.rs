@@ -28,6 +28,30 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
     Ok(())
 }
 
+/// Check, before a long run, that `write_atomic(path, ..)` will be able to write there: the
+/// directory exists and takes a new file, and `path` is not a directory. A load test or sweep
+/// that ends on "cannot write" would lose minutes of work.
+pub fn check_writable(path: &Path, flag: &str) -> Result<()> {
+    if path.is_dir() {
+        anyhow::bail!(
+            "{flag} {}: is a directory; give a file name",
+            path.display()
+        );
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    tempfile::NamedTempFile::new_in(dir).with_context(|| {
+        format!(
+            "{flag} {}: cannot create a file in {} (does the directory exist, is it writable?)",
+            path.display(),
+            dir.display()
+        )
+    })?;
+    Ok(())
+}
+
 /// Standard output or `--output FILE`.
 pub fn emit(output: Option<&Path>, text: &str) -> Result<()> {
     match output {

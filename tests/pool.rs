@@ -68,6 +68,16 @@ fn bad_input_is_refused_with_the_fix() {
         (&["--blocking-ms", "5"], "give --blocking-ms and --cpu-ms"),
         (&["--measure"], "--measure needs --handler"),
         (
+            &[
+                "--measure",
+                "--handler",
+                "cpu:10",
+                "--write-profile",
+                "/no/such/dir/p.yaml",
+            ],
+            "--write-profile /no/such/dir/p.yaml: cannot create a file",
+        ),
+        (
             &["--measure", "--url", "ws://127.0.0.1:9/"],
             "needs --admin",
         ),

@@ -293,6 +293,15 @@ fn bad_input_and_low_limits_are_refused_before_anything_starts() {
             &["--url", "ws://127.0.0.1:9/", "--rate", "x"],
             "invalid value 'x'",
         ),
+        (
+            &[
+                "--url",
+                "ws://127.0.0.1:9/",
+                "--report",
+                "/no/such/dir/r.html",
+            ],
+            "--report /no/such/dir/r.html: cannot create a file in /no/such/dir",
+        ),
     ];
     for (args, want) in cases {
         let mut a = vec!["selftest"];
@@ -321,6 +330,10 @@ fn bad_input_and_low_limits_are_refused_before_anything_starts() {
         err.contains("ulimit -n") && err.contains("generator processes"),
         "{err}"
     );
+    // Server flags the self-test would ignore.
+    let o = run(&["serve", "--self-test", "--app", "channels"]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("wstune selftest --url"));
     // Load settings without a load test.
     let o = run(&["serve", "--conns", "10"]);
     assert_eq!(o.status.code(), Some(3));

@@ -328,8 +328,10 @@ pub fn run(a: &PoolArgs) -> Result<u8> {
             _ => bail!("--sizes: '{s}' is not a pool size 1..=4096 (e.g. --sizes 2,4,8,16)"),
         })
         .collect::<Result<_>>()?;
-    if a.write_profile.is_some() {
-        crate::profile::load(&a.profile)?; // a bad --profile fails before any work
+    if let Some(path) = &a.write_profile {
+        // A bad --profile or an unwritable OUT fails before any work.
+        crate::profile::load(&a.profile)?;
+        crate::output::check_writable(path, "--write-profile")?;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -59,6 +59,9 @@ pub fn plan(
     if !(load.warmup.is_finite() && (0.0..=600.0).contains(&load.warmup)) {
         bail!("--warmup {}: give 0..=600 seconds", load.warmup);
     }
+    if let Some(path) = &load.report {
+        crate::output::check_writable(path, "--report")?;
+    }
     if !(1..=1024).contains(&load.inflight) {
         bail!(
             "--inflight {}: give 1..=1024 messages in flight per connection",
