@@ -5,6 +5,14 @@ mod common;
 
 use common::{run, serve};
 use serde_json::Value;
+use std::sync::{Mutex, MutexGuard};
+
+/// The tests that put load on a pool run one at a time: measured ratios count time spent
+/// waiting for a core as blocking, so two load tests sharing a 2-core box would skew each other.
+fn one_load_at_a_time() -> MutexGuard<'static, ()> {
+    static LOAD: Mutex<()> = Mutex::new(());
+    LOAD.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn json(args: &[&str]) -> Value {
     let o = run(args);
@@ -110,6 +118,7 @@ fn bad_input_is_refused_with_the_fix() {
 
 #[test]
 fn measured_ratio_of_a_blocking_handler_is_close_to_its_true_ratio() {
+    let _load = one_load_at_a_time();
     // 20 ms blocked per 1 ms of CPU: the measured ratio must land within 20% of 20.
     let v = json(&[
         "pool",
@@ -126,6 +135,13 @@ fn measured_ratio_of_a_blocking_handler_is_close_to_its_true_ratio() {
     let m = &v["measured"];
     let ratio = m["ratio"].as_f64().unwrap();
     assert!((16.0..=24.0).contains(&ratio), "ratio {ratio}: {m:#}");
+    // Time spent waiting for a core is measured (Linux schedstat) and is not blocking.
+    let queued = m["runqueue_ms"].as_f64().expect("runqueue_ms on Linux");
+    let parts = m["cpu_ms"].as_f64().unwrap() + queued + m["blocking_ms"].as_f64().unwrap();
+    assert!(
+        (parts - m["wall_ms"].as_f64().unwrap()).abs() < 0.01,
+        "{m:#}"
+    );
     assert!(m["jobs"].as_u64().unwrap() > 50, "{m:#}");
     let cores = std::thread::available_parallelism().unwrap().get() as f64;
     let size = v["advice"]["pool_size"].as_f64().unwrap();
@@ -152,7 +168,66 @@ fn measured_ratio_of_a_blocking_handler_is_close_to_its_true_ratio() {
 }
 
 #[test]
+fn waiting_for_a_busy_core_is_not_counted_as_blocking() {
+    let _load = one_load_at_a_time();
+    // A CPU-only handler pinned to one core beside a spinning process: every job's wall time
+    // roughly doubles. Counted as blocking, that would call for a bigger pool; it must not.
+    // taskset execs the shell, so the child killed on drop (panics included) is the spinner
+    // itself; it holds none of the test's pipes.
+    let _spinner = common::Kill(
+        std::process::Command::new("taskset")
+            .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let o = std::process::Command::new("taskset")
+        .args(["-c", "0", common::bin()])
+        .args([
+            "pool",
+            "--measure",
+            "--handler",
+            "cpu:1000us",
+            "--conns",
+            "8",
+        ])
+        .args(["--secs", "2", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let m = &v["measured"];
+    let (wall, cpu) = (
+        m["wall_ms"].as_f64().unwrap(),
+        m["cpu_ms"].as_f64().unwrap(),
+    );
+    assert!(
+        wall > 1.5 * cpu,
+        "the spinner took its share of the core: {m:#}"
+    );
+    assert!(m["runqueue_ms"].as_f64().unwrap() > 0.3 * cpu, "{m:#}");
+    assert!(m["ratio"].as_f64().unwrap() < 0.3, "{m:#}");
+    // (Counted as blocking, the ratio here would be ~0.8.)
+    assert!(
+        v["advice"]["pool_size"].as_u64().unwrap() <= 2,
+        "one core, CPU-bound: {v:#}"
+    );
+    assert!(
+        v["advice"]["notes"][1].as_str().unwrap().contains("waited"),
+        "the note says the cores were busy: {v:#}"
+    );
+}
+
+#[test]
 fn a_sweep_finds_where_more_threads_stop_helping_and_writes_a_profile_serve_accepts() {
+    let _load = one_load_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("tuned.yaml");
     let v = json(&[
@@ -202,6 +277,7 @@ fn a_sweep_finds_where_more_threads_stop_helping_and_writes_a_profile_serve_acce
 
 #[test]
 fn measures_a_running_server_through_its_admin_endpoint() {
+    let _load = one_load_at_a_time();
     let srv = serve(&[
         "--profile",
         "10k",
@@ -237,4 +313,6 @@ fn measures_a_running_server_through_its_admin_endpoint() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let ratio = v["measured"]["ratio"].as_f64().unwrap();
     assert!((16.0..=24.0).contains(&ratio), "{v:#}");
+    // The run-queue wait comes through /metrics too.
+    assert!(v["measured"]["runqueue_ms"].as_f64().is_some(), "{v:#}");
 }

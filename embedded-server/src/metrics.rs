@@ -104,6 +104,8 @@ pub struct Metrics {
     /// Wall minus CPU is the time it blocked: the ratio `wstune pool` sizes the pool from.
     pub handler_wall: Histogram,
     pub handler_cpu: Histogram,
+    /// Time the handler's thread waited for a core (Linux schedstat); empty where unknown.
+    pub handler_runqueue: Histogram,
     /// Cluster backplane: 1 connected, 0 down (reconnecting), absent when not configured
     /// (-1 is stored then; see `backplane_state`).
     pub backplane_up: AtomicI64,
@@ -138,6 +140,7 @@ impl Default for Metrics {
             offload_threads: AtomicU64::new(0),
             handler_wall: Histogram::default(),
             handler_cpu: Histogram::default(),
+            handler_runqueue: Histogram::default(),
             backplane_up: AtomicI64::new(-1),
             backplane_published: AtomicU64::new(0),
             backplane_received: AtomicU64::new(0),
@@ -307,6 +310,14 @@ impl Metrics {
             "ws_handler_cpu_seconds",
             "On-CPU time of the handler per offloaded message (thread CPU clock).",
         );
+        if self.handler_runqueue.totals().1 > 0 {
+            self.handler_runqueue.render(
+                &mut o,
+                "ws_handler_runqueue_seconds",
+                "Time the handler's thread was runnable but waiting for a core, per offloaded \
+                 message (schedstat): part of the wall time that is not blocking.",
+            );
+        }
         let _ = writeln!(o, "# HELP ws_handshakes_rejected_total Upgrades refused, by reason.\n# TYPE ws_handshakes_rejected_total counter");
         for (i, n) in REJECT_NAMES.iter().enumerate() {
             let _ = writeln!(

@@ -42,12 +42,16 @@ pub fn start(
                     metrics.offload_queue_depth.fetch_sub(1, Relaxed);
                     let start = Instant::now();
                     let cpu0 = thread_cpu_time();
+                    let queued0 = thread_runqueue_wait();
                     run(handler);
                     let wall = start.elapsed();
                     metrics.handler_wall.observe(wall);
                     metrics
                         .handler_cpu
                         .observe(thread_cpu_time().saturating_sub(cpu0));
+                    if let (Some(a), Some(b)) = (queued0, thread_runqueue_wait()) {
+                        metrics.handler_runqueue.observe(b.saturating_sub(a));
+                    }
                     metrics
                         .offload_busy_us
                         .fetch_add(wall.as_micros() as u64, Relaxed);
@@ -97,9 +101,69 @@ pub fn thread_cpu_time() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// Time this thread has spent runnable but waiting for a core, from the kernel's scheduler
+/// statistics (`/proc/thread-self/schedstat`, second field, CONFIG_SCHED_INFO). Wall time minus
+/// CPU time counts this wait as if the handler were blocked; on an oversubscribed host that makes
+/// the pool formula ask for more threads, which makes the wait longer. Subtracting it keeps the
+/// blocking figure the handler's own. None where the kernel does not keep the statistic.
+#[cfg(target_os = "linux")]
+pub fn thread_runqueue_wait() -> Option<Duration> {
+    use std::cell::RefCell;
+    use std::os::unix::fs::FileExt;
+    thread_local! {
+        // Opened once per thread; each reading is one pread.
+        static SCHEDSTAT: RefCell<Option<std::fs::File>> =
+            RefCell::new(std::fs::File::open("/proc/thread-self/schedstat").ok());
+    }
+    SCHEDSTAT.with(|f| {
+        let f = f.borrow();
+        let mut buf = [0u8; 96];
+        let n = f.as_ref()?.read_at(&mut buf, 0).ok()?;
+        parse_schedstat_wait(std::str::from_utf8(&buf[..n]).ok()?)
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn thread_runqueue_wait() -> Option<Duration> {
+    None
+}
+
+/// `schedstat` is "on-CPU ns, run-queue wait ns, timeslices".
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn parse_schedstat_wait(line: &str) -> Option<Duration> {
+    let mut fields = line.split_ascii_whitespace();
+    let _on_cpu = fields.next()?;
+    fields.next()?.parse().ok().map(Duration::from_nanos)
+}
+
 #[cfg(not(unix))]
 pub fn thread_cpu_time() -> Duration {
     // No per-thread clock here: wall time is the closest stand-in.
     static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     START.get_or_init(Instant::now).elapsed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedstat_wait_is_the_second_field() {
+        assert_eq!(
+            parse_schedstat_wait("186558 1570515 2\n"),
+            Some(Duration::from_nanos(1_570_515))
+        );
+        assert_eq!(parse_schedstat_wait(""), None);
+        assert_eq!(parse_schedstat_wait("12"), None);
+        assert_eq!(parse_schedstat_wait("12 x 3"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn this_threads_wait_is_read_and_never_goes_back() {
+        // Kernels without CONFIG_SCHED_INFO have no file; every kernel this runs on in CI has it.
+        let a = thread_runqueue_wait().expect("/proc/thread-self/schedstat");
+        std::thread::yield_now();
+        assert!(thread_runqueue_wait().unwrap() >= a);
+    }
 }

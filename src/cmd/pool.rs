@@ -19,6 +19,10 @@ pub struct Measured {
     pub jobs: u64,
     pub wall_ms: f64,
     pub cpu_ms: f64,
+    /// Waiting for a core (runnable, not running): neither CPU nor blocking. Absent where the
+    /// kernel keeps no scheduler statistics; then it is counted as blocking.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runqueue_ms: Option<f64>,
     pub blocking_ms: f64,
     pub ratio: f64,
 }
@@ -38,36 +42,46 @@ struct Output {
     chosen: u64,
 }
 
-/// (wall sum s, wall count, cpu sum s, cpu count, queue depth).
-type Totals = (f64, u64, f64, u64, f64);
+/// The server's running sums for offloaded messages: (seconds, observations) per histogram.
+#[derive(Debug, Clone, Copy, Default)]
+struct Totals {
+    wall: (f64, u64),
+    cpu: (f64, u64),
+    /// None where the server does not export it (no schedstat, or an older wstune).
+    runqueue: Option<(f64, u64)>,
+}
 
 fn totals_of(hub: &Hub) -> Totals {
-    let (ws, wc) = hub.metrics.handler_wall.totals();
-    let (cs, cc) = hub.metrics.handler_cpu.totals();
-    (
-        ws,
-        wc,
-        cs,
-        cc,
-        hub.metrics.offload_queue_depth.load(Relaxed) as f64,
-    )
+    let m = &hub.metrics;
+    let runqueue = m.handler_runqueue.totals();
+    Totals {
+        wall: m.handler_wall.totals(),
+        cpu: m.handler_cpu.totals(),
+        runqueue: (runqueue.1 > 0).then_some(runqueue),
+    }
 }
 
 fn measured(before: Totals, after: Totals) -> Result<Measured> {
-    let jobs = after.1.saturating_sub(before.1);
+    let jobs = after.wall.1.saturating_sub(before.wall.1);
     if jobs == 0 {
         bail!(
             "the server handled no offloaded message during the run: its handler runs inline \
              (echo), so there is no pool to size; start it with a --handler such as block:20"
         );
     }
-    let wall_ms = (after.0 - before.0) / jobs as f64 * 1000.0;
-    let cpu_ms = (after.2 - before.2) / after.3.saturating_sub(before.3).max(1) as f64 * 1000.0;
-    let blocking_ms = (wall_ms - cpu_ms).max(0.0);
+    let per_job_ms =
+        |a: (f64, u64), b: (f64, u64)| (b.0 - a.0) / b.1.saturating_sub(a.1).max(1) as f64 * 1000.0;
+    let wall_ms = per_job_ms(before.wall, after.wall);
+    let cpu_ms = per_job_ms(before.cpu, after.cpu);
+    let runqueue_ms = after
+        .runqueue
+        .map(|b| per_job_ms(before.runqueue.unwrap_or_default(), b));
+    let blocking_ms = (wall_ms - cpu_ms - runqueue_ms.unwrap_or(0.0)).max(0.0);
     Ok(Measured {
         jobs,
         wall_ms,
         cpu_ms,
+        runqueue_ms,
         blocking_ms,
         ratio: if cpu_ms > 0.0 {
             blocking_ms / cpu_ms
@@ -103,19 +117,21 @@ async fn fetch_totals(admin: SocketAddr) -> Result<Totals> {
         body.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
     };
+    let pair = |name: &str| -> Option<(f64, u64)> {
+        Some((
+            get(&format!("{name}_sum"))?,
+            get(&format!("{name}_count"))? as u64,
+        ))
+    };
     match (
-        get("ws_handler_wall_seconds_sum"),
-        get("ws_handler_wall_seconds_count"),
-        get("ws_handler_cpu_seconds_sum"),
-        get("ws_handler_cpu_seconds_count"),
+        pair("ws_handler_wall_seconds"),
+        pair("ws_handler_cpu_seconds"),
     ) {
-        (Some(ws), Some(wc), Some(cs), Some(cc)) => Ok((
-            ws,
-            wc as u64,
-            cs,
-            cc as u64,
-            get("ws_offload_queue_depth").unwrap_or(0.0),
-        )),
+        (Some(wall), Some(cpu)) => Ok(Totals {
+            wall,
+            cpu,
+            runqueue: pair("ws_handler_runqueue_seconds"),
+        }),
         _ => bail!(
             "{} has no ws_handler_wall_seconds / ws_handler_cpu_seconds: is it a wstune server?",
             what()
@@ -204,8 +220,9 @@ async fn load(
     selftest::run_scenario(&o, Scenario::EchoSat).await
 }
 
-/// Measure a handler on a local server with one pool thread per core (no oversubscription,
-/// so wall minus CPU is the handler's own blocking).
+/// Measure a handler on a local server with one pool thread per core, so the pool itself does
+/// not oversubscribe the cores (the generator and other processes still may: that wait is
+/// measured and taken out, see `Measured::runqueue_ms`).
 async fn measure_local(
     handler: Handler,
     cores: usize,
@@ -352,8 +369,20 @@ pub fn run(a: &PoolArgs) -> Result<u8> {
                 (None, None, _) => bail!("--measure needs --handler SPEC (a local server) or --url and --admin (a running one)"),
             }
         })?;
-        let advice =
+        let mut advice =
             pool::advise(m.blocking_ms, m.cpu_ms.max(1e-6), cores).map_err(anyhow::Error::msg)?;
+        if let Some(q) = m.runqueue_ms.filter(|q| *q > 0.25 * m.cpu_ms) {
+            advice.notes.insert(
+                1,
+                format!(
+                    "the handler's threads waited {q:.2} ms per message for a core ({:.0} % of \
+                     their CPU time): the cores were busy with other work (a local load \
+                     generator counts). That wait is not blocking and is left out of the ratio; \
+                     more threads would only lengthen it",
+                    q / m.cpu_ms.max(1e-6) * 100.0
+                ),
+            );
+        }
         let points = if a.sweep {
             let Some(h) = handler else {
                 bail!("--sweep restarts the server at each size: give --handler SPEC");
@@ -409,8 +438,15 @@ fn table(o: &Output) -> String {
     let mut s = String::new();
     if let Some(m) = &o.measured {
         s.push_str(&format!(
-            "measured over {} handled messages: wall {:.2} ms, on CPU {:.2} ms, blocking {:.2} ms, ratio {:.2}\n",
-            m.jobs, m.wall_ms, m.cpu_ms, m.blocking_ms, m.ratio
+            "measured over {} handled messages: wall {:.2} ms, on CPU {:.2} ms, {}blocking {:.2} ms, ratio {:.2}\n",
+            m.jobs,
+            m.wall_ms,
+            m.cpu_ms,
+            m.runqueue_ms
+                .map(|q| format!("waiting for a core {q:.2} ms, "))
+                .unwrap_or_default(),
+            m.blocking_ms,
+            m.ratio
         ));
     }
     let mut t = crate::output::new_table();
