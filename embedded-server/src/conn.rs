@@ -675,7 +675,7 @@ fn on_frame<T: Transport>(
                 st.msg_compressed = false;
                 let mut msg = std::mem::take(&mut st.msg);
                 let r = if compressed {
-                    deliver_compressed(io, shared, ctx, st, op, &mut msg)
+                    deliver_compressed(io, shared, ctx, st, op, &msg)
                 } else {
                     deliver(io, shared, ctx, st, op, &mut msg)
                 };

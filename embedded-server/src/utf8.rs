@@ -1,6 +1,10 @@
 //! Incremental UTF-8 validation across fragments: a text message is rejected (1007) at the
 //! first fragment that makes it invalid, not when the last one arrives.
 
+/// The bytes so far cannot be UTF-8 (the connection closes with 1007).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidUtf8;
+
 /// Carries an incomplete trailing sequence (at most 3 bytes) from one chunk to the next.
 #[derive(Debug, Default, Clone)]
 pub struct Utf8Validator {
@@ -9,8 +13,8 @@ pub struct Utf8Validator {
 }
 
 impl Utf8Validator {
-    /// Validate the next chunk. `Err(())` as soon as the bytes so far cannot be UTF-8.
-    pub fn feed(&mut self, mut data: &[u8]) -> Result<(), ()> {
+    /// Validate the next chunk. `Err(InvalidUtf8)` as soon as the bytes so far cannot be UTF-8.
+    pub fn feed(&mut self, mut data: &[u8]) -> Result<(), InvalidUtf8> {
         if self.pending_len > 0 {
             // Complete the pending sequence byte by byte (it needs at most 3 more).
             while self.pending_len < 4 && !data.is_empty() {
@@ -22,18 +26,22 @@ impl Utf8Validator {
                         self.pending_len = 0;
                         break;
                     }
-                    Err(e) if e.error_len().is_some() => return Err(()),
+                    Err(e) if e.error_len().is_some() => return Err(InvalidUtf8),
                     Err(_) => {}
                 }
             }
             if self.pending_len > 0 {
-                return if data.is_empty() { Ok(()) } else { Err(()) };
+                return if data.is_empty() {
+                    Ok(())
+                } else {
+                    Err(InvalidUtf8)
+                };
             }
         }
         match std::str::from_utf8(data) {
             Ok(_) => Ok(()),
             Err(e) => match e.error_len() {
-                Some(_) => Err(()),
+                Some(_) => Err(InvalidUtf8),
                 None => {
                     let tail = &data[e.valid_up_to()..];
                     self.pending[..tail.len()].copy_from_slice(tail);
@@ -45,13 +53,13 @@ impl Utf8Validator {
     }
 
     /// The message ended: valid only if no sequence is left incomplete.
-    pub fn finish(&mut self) -> Result<(), ()> {
+    pub fn finish(&mut self) -> Result<(), InvalidUtf8> {
         let ok = self.pending_len == 0;
         self.pending_len = 0;
         if ok {
             Ok(())
         } else {
-            Err(())
+            Err(InvalidUtf8)
         }
     }
 }

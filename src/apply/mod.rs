@@ -242,10 +242,7 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
         }
     }
     for r in &entry.registry {
-        let now = match backend.registry(&r.key, &r.value, r.kind) {
-            Ok(v) => Some(v),
-            Err(_) => None,
-        };
+        let now = backend.registry(&r.key, &r.value, r.kind).ok();
         if now == r.old {
             continue;
         }

@@ -160,14 +160,9 @@ pub fn plan(
                 };
                 let target = target as u64;
                 match r.process {
-                    Process::Current if scope.persist => {
-                        if nofile_persist.is_none() {
-                            nofile_persist = Some((
-                                id.into(),
-                                target,
-                                f.current.as_ref().map(|v| v.to_string()),
-                            ));
-                        }
+                    Process::Current if scope.persist && nofile_persist.is_none() => {
+                        nofile_persist =
+                            Some((id.into(), target, f.current.as_ref().map(|v| v.to_string())));
                     }
                     Process::Pid if scope.runtime => {
                         let Some(pid) = pid else { continue };

@@ -15,6 +15,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per run: the size of the largest variant (serve's flags) costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Inspect this host (or a snapshot) against a tuning profile.

@@ -31,7 +31,7 @@ pub fn raise_nofile() -> (u64, u64) {
             }
         }
     }
-    (r.rlim_cur as u64, r.rlim_max as u64)
+    (r.rlim_cur, r.rlim_max)
 }
 
 pub fn is_root() -> bool {

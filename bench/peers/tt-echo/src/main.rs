@@ -42,10 +42,8 @@ async fn main() {
             let (mut tx, mut rx) = ws.split();
             if !broadcast {
                 while let Some(Ok(m)) = rx.next().await {
-                    if m.is_text() || m.is_binary() {
-                        if tx.send(m).await.is_err() {
-                            break;
-                        }
+                    if (m.is_text() || m.is_binary()) && tx.send(m).await.is_err() {
+                        break;
                     }
                 }
                 return;
