@@ -15,7 +15,11 @@ fn one_load_at_a_time() -> MutexGuard<'static, ()> {
 }
 
 fn json(args: &[&str]) -> Value {
-    let o = run(args);
+    json_of(run(args))
+}
+
+/// The JSON a successful run printed.
+fn json_of(o: std::process::Output) -> Value {
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -196,13 +200,7 @@ fn waiting_for_a_busy_core_is_not_counted_as_blocking() {
         .args(["--secs", "2", "--format", "json"])
         .output()
         .unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = json_of(o);
     let m = &v["measured"];
     let (wall, cpu) = (
         m["wall_ms"].as_f64().unwrap(),
@@ -304,13 +302,7 @@ fn measures_a_running_server_through_its_admin_endpoint() {
         "json",
     ]);
     drop(srv);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = json_of(o);
     let ratio = v["measured"]["ratio"].as_f64().unwrap();
     assert!((16.0..=24.0).contains(&ratio), "{v:#}");
     // The run-queue wait comes through /metrics too.
