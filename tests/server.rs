@@ -593,7 +593,15 @@ fn malformed_frames_in_bulk_leave_memory_bounded() {
             s.write_all(&f).unwrap();
         }
     }
-    std::thread::sleep(Duration::from_millis(300));
+    // Wait until the server has noticed every vanished peer, then look at its memory.
+    let start = Instant::now();
+    while srv.metric("ws_connections") > 0.0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "connections never closed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let after = srv.rss_kib();
     assert!(
         after < before + 8 * 1024,
