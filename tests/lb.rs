@@ -44,29 +44,9 @@ fn generate(args: &[&str]) -> String {
 #[test]
 fn generated_configs_pass_the_proxies_own_checks() {
     let dir = tempfile::tempdir().unwrap();
-    let cert = dir.path().join("ws.pem");
-    let key = dir.path().join("ws.key");
-    let openssl = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(openssl.status.success());
+    let (cert, key) = common::self_signed_cert(dir.path()).expect("openssl for the TLS variants");
     // HAProxy reads the key from FILE.key beside the certificate.
-    std::fs::copy(&key, dir.path().join("ws.pem.key")).unwrap();
+    std::fs::copy(&key, dir.path().join("cert.pem.key")).unwrap();
     let (c, k) = (cert.to_str().unwrap(), key.to_str().unwrap());
     let backends = "127.0.0.1:9001,127.0.0.1:9002";
     if have("haproxy") {

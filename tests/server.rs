@@ -2,6 +2,8 @@
 //! `websockets`, headless Chromium), raw TCP for hostile input, the admin endpoints, and the
 //! Autobahn TestSuite. Every server is the real binary on 127.0.0.1 with a free port.
 
+mod common;
+
 use futures_util::{SinkExt, StreamExt};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -1029,34 +1031,9 @@ fn autobahn_compression_cases_report_no_failure() {
 #[test]
 fn tls_serves_wss_to_a_standard_client() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output();
-    if !made.as_ref().is_ok_and(|o| o.status.success()) {
-        assert!(
-            std::env::var("CI").is_err(),
-            "CI must have openssl to make a test certificate"
-        );
-        eprintln!("skipped: no openssl");
+    let Some((cert, key)) = common::self_signed_cert(dir.path()) else {
         return;
-    }
+    };
     let srv = Srv::start(&[
         "--tls-cert",
         cert.to_str().unwrap(),

@@ -89,3 +89,33 @@ pub fn serve(args: &[&str]) -> Served {
         head,
     }
 }
+
+/// A self-signed certificate and key for localhost under `dir` (openssl), as (cert, key).
+/// None, with a message, when openssl is missing; CI installs it, so there it is an error.
+pub fn self_signed_cert(dir: &std::path::Path) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output();
+    if made.as_ref().is_ok_and(|o| o.status.success()) {
+        return Some((cert, key));
+    }
+    assert!(
+        std::env::var("CI").is_err(),
+        "CI must have openssl to make a test certificate"
+    );
+    eprintln!("skipped: no openssl");
+    None
+}
