@@ -155,15 +155,7 @@ fn check_reads_a_proxy_config_against_the_profile() {
     let o = check();
     assert_eq!(o.status.code(), Some(2), "findings fail");
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let find = |id: &str| {
-        v["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["id"] == id)
-            .cloned()
-            .unwrap_or_else(|| panic!("no {id}"))
-    };
+    let find = |id: &str| common::element(&v["results"], "id", id).clone();
     let idle = find("lb.idle_timeout");
     assert_eq!(
         idle["status"], "fail",

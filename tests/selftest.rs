@@ -81,15 +81,7 @@ fn serve_self_test_runs_every_scenario_and_reports_them() {
         );
         assert!(s["generator"]["cpu_pct"].as_f64().is_some(), "{name}");
     }
-    let by = |n: &str| {
-        r["scenarios"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["scenario"] == n)
-            .unwrap()
-            .clone()
-    };
+    let by = |n: &str| common::element(&r["scenarios"], "scenario", n).clone();
     let echo = by("echo-rate");
     // 200 clients x 10 msgs/s (the profile's rate) for 2 s.
     assert_eq!(echo["offered_rate"], 2000.0);

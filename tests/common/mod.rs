@@ -119,3 +119,13 @@ pub fn self_signed_cert(dir: &std::path::Path) -> Option<(std::path::PathBuf, st
     eprintln!("skipped: no openssl");
     None
 }
+
+/// The element of the JSON array `list` whose `key` is `value` (a finding by id, a scenario by
+/// name); panics naming what is missing.
+pub fn element<'a>(list: &'a serde_json::Value, key: &str, value: &str) -> &'a serde_json::Value {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not an array: {list}"))
+        .iter()
+        .find(|e| e[key] == value)
+        .unwrap_or_else(|| panic!("no {key} {value} in {list:#}"))
+}
