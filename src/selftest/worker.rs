@@ -16,9 +16,12 @@ use tokio::time::Instant;
 /// Lateness of a scheduled send that is the timer's resolution, not the server's doing.
 const TIMER_SLOP_US: u64 = 1000;
 
+/// The longest latency the histograms hold: 10 minutes, in microseconds.
+const MAX_LATENCY_US: u64 = 600_000_000;
+
 /// Latencies are recorded in microseconds, 1 us .. 10 min, 3 significant figures.
 pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("valid histogram bounds")
 }
 
 #[derive(Default)]
@@ -42,6 +45,21 @@ struct Shared {
     epoch: Instant,
     /// Messages due before this (us since the epoch) are the warm-up: sent, not counted.
     measure_from_us: std::cell::Cell<u64>,
+}
+
+impl Shared {
+    /// Microseconds since this worker's epoch: the clock every stamp and latency uses.
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
+    /// One latency into the histogram, kept inside its bounds.
+    fn observe(&self, latency_us: u64) {
+        let _ = self
+            .hist
+            .borrow_mut()
+            .record(latency_us.clamp(1, MAX_LATENCY_US));
+    }
 }
 
 fn emit(e: &Event) {
@@ -285,9 +303,8 @@ fn record(sh: &Shared, due_us: u64) {
     if due_us < sh.measure_from_us.get() {
         return;
     }
-    let now_us = sh.epoch.elapsed().as_micros() as u64;
-    let lat = now_us.saturating_sub(due_us).max(1);
-    let _ = sh.hist.borrow_mut().record(lat.min(600_000_000));
+    let now_us = sh.now_us();
+    sh.observe(now_us.saturating_sub(due_us));
     let mut c = sh.c.borrow_mut();
     c.received += 1;
     c.last_echo_us = now_us;
@@ -334,7 +351,7 @@ async fn echo_rate(
                 // stalled server is charged to the server. The timer's own resolution (tokio
                 // wakes on 1 ms ticks) is not: up to 1 ms of lateness is forgiven.
                 let due_us = due.duration_since(sh.epoch).as_micros() as u64;
-                let now_us = sh.epoch.elapsed().as_micros() as u64;
+                let now_us = sh.now_us();
                 let origin_us = due_us.max(now_us.saturating_sub(TIMER_SLOP_US));
                 let (op, p) = payload(spec, origin_us, seq);
                 // A server that stopped reading must not hold the generator past the run.
@@ -384,11 +401,7 @@ fn lost(sh: &Shared, due_us: u64) {
     if due_us < sh.measure_from_us.get() {
         return;
     }
-    let now_us = sh.epoch.elapsed().as_micros() as u64;
-    let _ = sh
-        .hist
-        .borrow_mut()
-        .record(now_us.saturating_sub(due_us).clamp(1, 600_000_000));
+    sh.observe(sh.now_us().saturating_sub(due_us));
     sh.c.borrow_mut().lost += 1;
 }
 
@@ -400,10 +413,9 @@ async fn echo_sat(
     sh: &Shared,
     end: Instant,
 ) -> std::io::Result<()> {
-    let now_us = |sh: &Shared| sh.epoch.elapsed().as_micros() as u64;
     let mut seq = 0u64;
     for _ in 0..spec.inflight.max(1) {
-        let (op, p) = payload(spec, now_us(sh), seq);
+        let (op, p) = payload(spec, sh.now_us(), seq);
         w.queue(op, &p);
         seq += 1;
     }
@@ -430,7 +442,7 @@ async fn echo_sat(
                         }
                         outstanding -= 1;
                         if Instant::now() < end {
-                            let (op, p) = payload(spec, now_us(sh), seq);
+                            let (op, p) = payload(spec, sh.now_us(), seq);
                             w.queue(op, &p);
                             seq += 1;
                             replies += 1;
@@ -494,7 +506,7 @@ async fn subscribe(
                 let sent = u64::from_le_bytes(m[..8].try_into().unwrap());
                 let round = u64::from_le_bytes(m[8..16].try_into().unwrap()) as usize;
                 let lat_us = (wall_nanos().saturating_sub(sent) / 1000).max(1);
-                let _ = sh.hist.borrow_mut().record(lat_us.min(600_000_000));
+                sh.observe(lat_us);
                 let mut c = sh.c.borrow_mut();
                 c.received += 1;
                 if let Some(slot) = c.rounds.get_mut(round) {
@@ -533,7 +545,7 @@ async fn storm(spec: &Rc<WorkerSpec>, sh: &Rc<Shared>, end: Instant) -> (usize, 
         let permit = sem.clone().acquire_owned().await.expect("semaphore open");
         let (spec, sh) = (spec.clone(), sh.clone());
         handles.push(tokio::task::spawn_local(async move {
-            let t0 = sh.epoch.elapsed().as_micros() as u64;
+            let t0 = sh.now_us();
             let r = async {
                 let mut c = client::connect(&spec.target, spec.source(i), spec.deflate)
                     .await
