@@ -89,13 +89,19 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_millis((100u64 << attempt.min(6)).min(5000))
 }
 
+/// The Redis client for `--cluster URL`; an error names the flag and the expected form. Called
+/// before the server binds anything, so a typo stops `serve` before it starts.
+pub fn client(url: &str) -> Result<redis::Client> {
+    redis::Client::open(url).with_context(|| {
+        format!("--cluster {url}: not a Redis URL (like redis://127.0.0.1:6379/0)")
+    })
+}
+
 /// Validate the URL, install the relay on `hub` and start the publisher and subscriber tasks
 /// (on the current tokio runtime). Redis being unreachable now is not an error: the node
 /// serves locally and connects when it can.
 pub fn start(url: &str, hub: Arc<Hub>) -> Result<()> {
-    let client = redis::Client::open(url).with_context(|| {
-        format!("--cluster {url}: not a Redis URL (like redis://127.0.0.1:6379/0)")
-    })?;
+    let client = client(url)?;
     let me = node_id();
     let metrics = hub.metrics.clone();
     metrics.backplane_up.store(0, Relaxed);

@@ -212,6 +212,10 @@ fn a_bad_cluster_url_is_refused() {
         err.contains("--cluster http://nope: not a Redis URL"),
         "{err}"
     );
+    assert!(
+        !err.contains("listening on"),
+        "refused before the server starts: {err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

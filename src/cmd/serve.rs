@@ -161,6 +161,9 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
         );
     }
     let r = resolve(a)?;
+    if let Some(url) = &a.cluster {
+        crate::cluster::client(url)?;
+    }
     let admin: Option<SocketAddr> = match a.admin.as_str() {
         "off" => None,
         s => Some(s.parse().with_context(|| {
