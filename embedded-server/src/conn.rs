@@ -34,6 +34,15 @@ thread_local! {
 /// How long a connection waits for the peer's close frame after sending its own.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
+/// Once the closing handshake is over (the peer's close arrived, or we failed the connection),
+/// how long input is still read and discarded while waiting for the peer's FIN. Closing a
+/// socket with unread input makes the kernel send RST, and RST discards whatever of ours the
+/// peer has not received yet (the last replies, our close frame); draining until the peer's
+/// FIN avoids that. A conforming peer closes as soon as it sees our FIN (one round trip), so
+/// this bound is only reached by a peer that never closes: a few round trips on a slow link,
+/// short enough that such peers hold no connection slot for long.
+const DRAIN_WAIT: Duration = Duration::from_millis(500);
+
 /// The half of a connection other threads touch: its outgoing queue and close requests.
 /// About 150 bytes.
 pub struct Shared {
@@ -186,6 +195,14 @@ impl Shared {
         self.notify.notify_one();
     }
 
+    /// Our close is on its way: nothing more may be queued after it (a broadcast or an
+    /// offloaded reply behind a close frame would be a protocol violation).
+    fn stop_queueing(&self, code: u16) {
+        let _ = self
+            .close_request
+            .compare_exchange(0, code, Relaxed, Relaxed);
+    }
+
     pub fn queued(&self) -> usize {
         self.queued.load(Relaxed)
     }
@@ -215,7 +232,18 @@ struct State {
     pending_job: Option<Job>,
     close_sent: bool,
     close_received: bool,
+    /// We failed the connection (1002/1007/1009...): the rest of the input is discarded unread.
+    failed: bool,
+    /// The close code sent, until the close frame is actually written (then it is counted).
+    close_unwritten: Option<u16>,
+    /// Our write side is shut down (FIN after our close frame).
+    write_shut: bool,
+    /// The peer's FIN arrived.
+    peer_eof: bool,
     close_deadline: Option<Instant>,
+    /// Payload bytes of the incomplete frame at the head of `partial` that are already unmasked
+    /// and UTF-8 validated (a text frame is checked as its bytes arrive, not when it is whole).
+    frame_checked: usize,
     /// Channels this connection subscribed to (channels app).
     channels: Vec<String>,
     /// permessage-deflate, when negotiated (boxed: most of it exists only for such peers).
@@ -224,6 +252,14 @@ struct State {
     msg_compressed: bool,
     /// Plain replies produced by the current read, written together by `commit`.
     batch: Vec<u8>,
+}
+
+impl State {
+    /// No more frames are read: the peer's close arrived or we failed the connection. Input
+    /// that still comes is read and discarded (never buffered), so closing sends no RST.
+    fn input_done(&self) -> bool {
+        self.close_received || self.failed
+    }
 }
 
 /// A connection's compression state. The contexts are created on the first message that
@@ -387,14 +423,21 @@ pub async fn serve<T: Transport>(
         pending_job: None,
         close_sent: false,
         close_received: false,
+        failed: false,
+        close_unwritten: None,
+        write_shut: false,
+        peer_eof: false,
         close_deadline: None,
+        frame_checked: 0,
         channels: Vec::new(),
         deflate,
         msg_compressed: false,
         batch: Vec::new(),
     };
     let _ = run(&io, &shared, &ctx, &mut st).await;
-    io.shutdown_write();
+    if !st.write_shut {
+        io.shutdown_write();
+    }
     hub.unregister(&shared, &st.channels);
 }
 
@@ -438,7 +481,7 @@ async fn run<T: Transport>(
             } else {
                 CLOSE_WAIT
             };
-            start_close(shared, st, m, requested, reason, wait);
+            start_close(shared, st, requested, reason, wait);
             if requested != 1001 {
                 // A slow or silent peer: drop what it has not read, send the close now.
                 // A frame already partly on the wire must be finished, or the stream breaks.
@@ -468,11 +511,10 @@ async fn run<T: Transport>(
             shared.close_request.store(requested, Relaxed);
         }
         let pending = flush(io, shared, m)?;
-
-        if st.close_sent
-            && (st.close_received || st.close_deadline.is_some_and(|d| Instant::now() >= d))
-            && !pending
-        {
+        if st.close_sent && !pending && closed_write(io, st, m) {
+            return Ok(());
+        }
+        if st.close_deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(());
         }
         let deadline = st
@@ -480,12 +522,18 @@ async fn run<T: Transport>(
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
             biased;
-            r = io.readable() => {
+            r = io.readable(), if !st.peer_eof => {
                 r?;
                 if !on_readable(io, shared, ctx, st)? {
-                    // End of stream: the peer is gone (or finished its close).
-                    let _ = flush(io, shared, m);
-                    return Ok(());
+                    st.peer_eof = true;
+                    if !st.close_sent {
+                        // The peer is gone without a closing handshake.
+                        let _ = flush(io, shared, m);
+                        return Ok(());
+                    }
+                    // The peer finished its side of the close: what we still owe it (our
+                    // close, replies before it) goes out, bounded by the close deadline.
+                    continue;
                 }
                 // One read per turn: a client whose socket stays readable (pipelined messages,
                 // a publisher) would otherwise be served read after read until tokio's budget
@@ -509,6 +557,34 @@ async fn run<T: Transport>(
     }
 }
 
+/// Our close frame and everything before it are written: shut down our write side (FIN after
+/// the close frame) and decide whether the connection is done. Returns true when it can be
+/// dropped now: the peer's FIN arrived, so there is no input left that could make the kernel
+/// reset the connection. When the peer's close arrived or we failed the connection, nothing
+/// more is awaited but that FIN: wait for it at most `DRAIN_WAIT`, reading and discarding.
+/// Otherwise (we started the close) the peer's close is awaited until the close deadline.
+fn closed_write<T: Transport>(io: &T, st: &mut State, m: &Metrics) -> bool {
+    // Counted now that the frame is really written (not when queued): a peer that stopped
+    // reading never got it.
+    if let Some(code) = st.close_unwritten.take() {
+        m.close_sent(code);
+    }
+    if !st.write_shut {
+        io.shutdown_write();
+        st.write_shut = true;
+    }
+    if st.peer_eof {
+        return true;
+    }
+    if st.close_received || st.failed {
+        let drain = Instant::now() + DRAIN_WAIT;
+        if st.close_deadline.is_none_or(|d| d > drain) {
+            st.close_deadline = Some(drain);
+        }
+    }
+    false
+}
+
 /// Read once and process. Returns false at end of stream.
 fn on_readable<T: Transport>(
     io: &T,
@@ -524,10 +600,13 @@ fn on_readable<T: Transport>(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
             Err(e) => return Err(e),
         };
+        if st.input_done() {
+            return Ok(true); // discarded: only the peer's FIN is awaited
+        }
         shared.last_seen.store(ctx.hub.now(), Relaxed);
         if st.partial.is_empty() {
             let consumed = process(io, shared, ctx, st, &mut buf[..n]);
-            if consumed < n && !st.close_received {
+            if consumed < n && !st.input_done() {
                 st.partial.extend_from_slice(&buf[consumed..n]);
             }
         } else {
@@ -549,7 +628,7 @@ fn process_owned<T: Transport>(
     data: &mut Vec<u8>,
 ) {
     let consumed = process(io, shared, ctx, st, data);
-    if consumed < data.len() && !st.close_received {
+    if consumed < data.len() && !st.input_done() {
         data.drain(..consumed);
         // Give back a large buffer once the big frame it held is done.
         if data.is_empty() && data.capacity() > RECV_BUF {
@@ -569,7 +648,7 @@ fn process<T: Transport>(
 ) -> usize {
     let cfg = &ctx.hub.config;
     let mut pos = 0;
-    while pos < data.len() && st.pending_job.is_none() && !st.close_received {
+    while pos < data.len() && st.pending_job.is_none() && !st.input_done() {
         // RSV1 is legal only when permessage-deflate was negotiated.
         let rsv = if st.deflate.is_some() { 0b100 } else { 0 };
         let h = match frame::parse_header(&data[pos..], cfg.max_frame_bytes as u64, rsv) {
@@ -592,15 +671,23 @@ fn process<T: Transport>(
         };
         let total = h.header_len + h.payload_len as usize;
         if data.len() - pos < total {
+            if let Err(Stop::Fail(code, why)) =
+                check_partial_text(st, &h, &mut data[pos + h.header_len..], cfg)
+            {
+                fail(io, shared, ctx, st, code, why);
+                return data.len();
+            }
             break;
         }
         let payload = &mut data[pos + h.header_len..pos + total];
-        frame::unmask(payload, h.mask, 0);
+        // Only the frame at the head of a pending partial can have been checked already.
+        let checked = std::mem::take(&mut st.frame_checked);
+        frame::unmask(&mut payload[checked..], h.mask, checked);
         pos += total;
         if st.close_sent && !matches!(h.opcode, OpCode::Close) {
             continue; // after our close only the peer's close matters
         }
-        if let Err(Stop::Fail(code, why)) = on_frame(io, shared, ctx, st, h, payload) {
+        if let Err(Stop::Fail(code, why)) = on_frame(io, shared, ctx, st, h, payload, checked) {
             fail(io, shared, ctx, st, code, why);
             return data.len();
         }
@@ -609,6 +696,43 @@ fn process<T: Transport>(
     pos
 }
 
+/// Fail fast on invalid UTF-8 (RFC 6455 8.1): validate the part of an incomplete text frame
+/// that has arrived, so a frame that turns invalid fails with 1007 as those bytes arrive, not
+/// when the whole frame is in. The bytes checked are unmasked in place and counted in
+/// `frame_checked`. Frames that will fail for another reason when complete (a message too
+/// large, a message that should not start here) are left to that check, so they get its code.
+fn check_partial_text(
+    st: &mut State,
+    h: &frame::Header,
+    arrived: &mut [u8],
+    cfg: &crate::config::ServerConfig,
+) -> Result<(), Stop> {
+    let len = h.payload_len as usize;
+    let text = !st.close_sent
+        && h.rsv == 0
+        && match h.opcode {
+            OpCode::Text => st.msg_op.is_none() && (h.fin || len <= cfg.max_message_bytes),
+            OpCode::Continuation => {
+                st.msg_op == Some(OpCode::Text)
+                    && !st.msg_compressed
+                    && st.msg.len() + len <= cfg.max_message_bytes
+            }
+            _ => false,
+        };
+    if !text || arrived.len() <= st.frame_checked {
+        return Ok(());
+    }
+    let from = st.frame_checked;
+    let new = &mut arrived[from..];
+    frame::unmask(new, h.mask, from);
+    st.frame_checked = from + new.len();
+    st.utf8
+        .feed(new)
+        .map_err(|_| Stop::Fail(1007, "invalid UTF-8 in a text message"))
+}
+
+/// Handle one complete frame (payload unmasked). `checked`: leading payload bytes already fed
+/// to the UTF-8 validator while the frame was incomplete.
 fn on_frame<T: Transport>(
     io: &T,
     shared: &Arc<Shared>,
@@ -616,6 +740,7 @@ fn on_frame<T: Transport>(
     st: &mut State,
     h: frame::Header,
     payload: &mut [u8],
+    checked: usize,
 ) -> Result<(), Stop> {
     let cfg = &ctx.hub.config;
     match h.opcode {
@@ -631,8 +756,15 @@ fn on_frame<T: Transport>(
                 if compressed {
                     return deliver_compressed(io, shared, ctx, st, h.opcode, payload);
                 }
-                if h.opcode == OpCode::Text && std::str::from_utf8(payload).is_err() {
-                    return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
+                if h.opcode == OpCode::Text {
+                    let valid = if checked == 0 {
+                        std::str::from_utf8(payload).is_ok()
+                    } else {
+                        st.utf8.feed(&payload[checked..]).is_ok() && st.utf8.finish().is_ok()
+                    };
+                    if !valid {
+                        return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
+                    }
                 }
                 deliver(io, shared, ctx, st, h.opcode, payload)
             } else {
@@ -640,7 +772,10 @@ fn on_frame<T: Transport>(
                     return Err(Stop::Fail(1009, "message too large"));
                 }
                 // Compressed text is validated once inflated.
-                if !compressed && h.opcode == OpCode::Text && st.utf8.feed(payload).is_err() {
+                if !compressed
+                    && h.opcode == OpCode::Text
+                    && st.utf8.feed(&payload[checked..]).is_err()
+                {
                     return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
                 }
                 st.msg_op = Some(h.opcode);
@@ -663,7 +798,7 @@ fn on_frame<T: Transport>(
                 return Err(Stop::Fail(1009, "message too large"));
             }
             let compressed = st.msg_compressed;
-            if !compressed && op == OpCode::Text && st.utf8.feed(payload).is_err() {
+            if !compressed && op == OpCode::Text && st.utf8.feed(&payload[checked..]).is_err() {
                 return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
             }
             st.msg.extend_from_slice(payload);
@@ -731,14 +866,18 @@ fn on_close<T: Transport>(
     if !st.close_sent {
         // Echo the code back (an empty close for an empty close), then the server closes TCP.
         let body = code.map(|c| c.to_be_bytes().to_vec()).unwrap_or_default();
+        shared.stop_queueing(1000);
         send(io, shared, m, st, OpCode::Close, &body, usize::MAX);
-        m.close_sent(code.unwrap_or(1005));
+        st.close_unwritten = Some(code.unwrap_or(1005));
         st.close_sent = true;
+        // A peer that sent its close and stopped reading does not hold us longer than this.
+        st.close_deadline = Some(Instant::now() + CLOSE_WAIT);
     }
     Ok(())
 }
 
-/// Fail the connection: send a close with `code`, stop handling data, wait for the peer's close.
+/// Fail the connection: send a close with `code` and stop handling data (RFC 6455 7.1.7: no
+/// close is awaited, the rest of the input is discarded until the peer's FIN).
 fn fail<T: Transport>(
     io: &T,
     shared: &Arc<Shared>,
@@ -747,12 +886,17 @@ fn fail<T: Transport>(
     code: u16,
     why: &'static str,
 ) {
+    st.failed = true;
+    st.partial = Vec::new();
+    st.frame_checked = 0;
+    st.msg = Vec::new();
+    st.msg_op = None;
     if st.close_sent {
-        st.close_received = true;
         return;
     }
     let mut body = code.to_be_bytes().to_vec();
     body.extend_from_slice(why.as_bytes());
+    shared.stop_queueing(code);
     send(
         io,
         shared,
@@ -762,23 +906,13 @@ fn fail<T: Transport>(
         &body,
         usize::MAX,
     );
-    ctx.hub.metrics.close_sent(code);
+    st.close_unwritten = Some(code);
     st.close_sent = true;
     st.close_deadline = Some(Instant::now() + CLOSE_WAIT);
-    st.partial = Vec::new();
-    st.msg = Vec::new();
-    st.msg_op = None;
 }
 
 /// Queue a close the server initiates (heartbeat, backpressure, shutdown).
-fn start_close(
-    shared: &Arc<Shared>,
-    st: &mut State,
-    m: &Metrics,
-    code: u16,
-    why: &str,
-    wait: Duration,
-) {
+fn start_close(shared: &Arc<Shared>, st: &mut State, code: u16, why: &str, wait: Duration) {
     let mut body = code.to_be_bytes().to_vec();
     body.extend_from_slice(why.as_bytes());
     let frame = Bytes::from(frame::encode_message(
@@ -791,7 +925,7 @@ fn start_close(
     shared.queued.fetch_add(frame.len(), Relaxed);
     out.frames.push_back(frame);
     drop(out);
-    m.close_sent(code);
+    st.close_unwritten = Some(code);
     st.close_sent = true;
     st.close_deadline = Some(Instant::now() + wait);
 }

@@ -48,12 +48,6 @@ pub fn http_error(status: u16, reason: &str, extra_headers: &str, body: &str) ->
     .into_bytes()
 }
 
-fn has_token(value: &str, token: &str) -> bool {
-    value
-        .split(',')
-        .any(|t| t.trim().eq_ignore_ascii_case(token))
-}
-
 /// Decide on a complete request header. `full` means max_connections is reached.
 pub fn respond(req: &[u8], cfg: &ServerConfig, full: bool) -> Result<Accepted, Refused> {
     let bad = |msg: &str| Refused {
@@ -101,8 +95,31 @@ pub fn respond(req: &[u8], cfg: &ServerConfig, full: bool) -> Result<Accepted, R
             .filter(|s| !s.is_empty())
             .collect()
     };
-    let upgrade = get("Upgrade").is_some_and(|u| has_token(u, "websocket"));
-    let connection = get("Connection").is_some_and(|c| has_token(c, "upgrade"));
+    // Fields that carry one value must come once: with two `Sec-WebSocket-Key`s the accept key
+    // would answer only one of them, with two versions the one we check may not be the one the
+    // client speaks, and two `Host`s are a request smuggling vector (RFC 6455 11.3.1/11.3.5,
+    // RFC 7230 5.4). Lists (Upgrade, Connection, Sec-WebSocket-Protocol and -Extensions) may
+    // legally repeat: their values are combined.
+    for name in ["Host", "Sec-WebSocket-Key", "Sec-WebSocket-Version"] {
+        match r
+            .headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case(name))
+            .count()
+        {
+            0 if name == "Host" => {
+                return Err(bad("the request has no Host header (RFC 7230 5.4)"))
+            }
+            0 | 1 => {}
+            _ => return Err(bad(&format!("{name} appears more than once"))),
+        }
+    }
+    let upgrade = all("Upgrade")
+        .iter()
+        .any(|u| u.eq_ignore_ascii_case("websocket"));
+    let connection = all("Connection")
+        .iter()
+        .any(|c| c.eq_ignore_ascii_case("upgrade"));
     if !upgrade || !connection {
         return Err(Refused {
             reason: Reject::BadRequest,
@@ -245,6 +262,31 @@ mod tests {
             400
         );
         assert_eq!(status("\x16\x03\x01garbage\r\n\r\n", &cfg, false), 400);
+        assert_eq!(status(&REQ.replace("Host: x\r\n", ""), &cfg, false), 400);
+        assert_eq!(
+            status(&REQ.replace("Host: x\r\n", "Host:\r\n"), &cfg, false),
+            101
+        );
+        for dup in [
+            "Host: y\r\n",
+            "Sec-WebSocket-Key: AQIDBAUGBwgJCgsMDQ4PEA==\r\n",
+            "sec-websocket-version: 8\r\n",
+        ] {
+            assert_eq!(
+                status(
+                    &REQ.replace("\r\n\r\n", &format!("\r\n{dup}\r\n")),
+                    &cfg,
+                    false
+                ),
+                400,
+                "{dup}"
+            );
+        }
+        let lists = REQ.replace(
+            "\r\n\r\n",
+            "\r\nSec-WebSocket-Protocol: x\r\nSec-WebSocket-Extensions: x\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(status(&lists, &cfg, false), 101);
         assert_eq!(status(REQ, &cfg, true), 503);
         let only_b = ServerConfig {
             allowed_origins: vec!["https://b.example".into()],

@@ -271,6 +271,7 @@ async fn handle<T: Transport>(
                 ),
             )
             .await;
+            finish_refusal(&stream).await;
             return;
         }
         Ok(Err(_)) => return,
@@ -319,7 +320,7 @@ async fn handle<T: Transport>(
         Err(refused) => {
             hub.metrics.reject(refused.reason);
             let _ = write_all(&stream, &refused.response).await;
-            stream.shutdown_write();
+            finish_refusal(&stream).await;
         }
         Ok(accepted) => {
             // Registered (with its compression settings) before the 101 goes out: a client
@@ -341,7 +342,9 @@ async fn handle<T: Transport>(
     }
 }
 
-/// Read until the end of the request header. `Ok(None)` when it exceeds `max`.
+/// Read until the end of the request header. `Ok(None)` when the header (up to and including
+/// its blank line) is longer than `max` bytes; bytes after it (the first frames) may arrive in
+/// the same read and do not count.
 async fn read_request<T: Transport>(
     io: &T,
     buf: &mut Vec<u8>,
@@ -350,9 +353,9 @@ async fn read_request<T: Transport>(
     let mut chunk = [0u8; 2048];
     loop {
         if let Some(end) = handshake::header_end(buf) {
-            return Ok(Some(end));
+            return Ok((end <= max).then_some(end));
         }
-        if buf.len() > max {
+        if buf.len() >= max {
             return Ok(None);
         }
         io.readable().await?;
@@ -363,6 +366,29 @@ async fn read_request<T: Transport>(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// After a refusal: FIN after the response, then read and discard what the client still sends
+/// (the rest of an oversized header, say) until it closes, for at most half a second. Closing
+/// with unread input would make the kernel reset the connection, and the reset can discard the
+/// response before the client reads it.
+async fn finish_refusal<T: Transport>(io: &T) {
+    io.shutdown_write();
+    let drain = async {
+        let mut chunk = [0u8; 2048];
+        loop {
+            if io.readable().await.is_err() {
+                return;
+            }
+            match io.try_read(&mut chunk) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), drain).await;
 }
 
 async fn write_all<T: Transport>(io: &T, mut data: &[u8]) -> io::Result<()> {

@@ -1,0 +1,428 @@
+//! The embedded server's protocol edges, over raw TCP against the real binary: how it ends a
+//! connection (close frame, FIN, no reset), UTF-8 checked as a frame's bytes arrive, and what
+//! the upgrade request may contain (header size, Host, repeated fields).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+const UPGRADE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
+/// One HTTP exchange on a fresh connection: the whole response (until the server closes), or
+/// the head of a 101 (the connection then stays open).
+fn http(port: u16, req: &[u8]) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(req).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) => panic!(
+                "reading the response: {e} after {:?}",
+                String::from_utf8_lossy(&out)
+            ),
+        }
+        if out.starts_with(b"HTTP/1.1 101 ") && out.windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn status_of(resp: &str) -> u16 {
+    resp.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+fn metric(admin: u16, name: &str) -> f64 {
+    let text = http(
+        admin,
+        format!("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    );
+    text.lines()
+        .find(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with(' ')))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+}
+
+/// A raw client after a successful upgrade; `rcvbuf` shrinks its receive buffer.
+fn upgraded(port: u16, rcvbuf: Option<usize>) -> TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    if let Some(n) = rcvbuf {
+        sock.set_recv_buffer_size(n).unwrap();
+    }
+    sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
+        .unwrap();
+    let mut s: TcpStream = sock.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(UPGRADE.as_bytes()).unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).unwrap();
+        head.push(b[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    s
+}
+
+/// A masked client frame with any opcode (reserved ones included).
+fn frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = header(fin, opcode, payload.len());
+    v.extend(payload.iter().enumerate().map(|(i, b)| b ^ MASK[i % 4]));
+    v
+}
+
+const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
+
+/// The header of a masked client frame of `len` payload bytes (the mask key included).
+fn header(fin: bool, opcode: u8, len: usize) -> Vec<u8> {
+    let mut v = vec![(if fin { 0x80 } else { 0 }) | opcode];
+    if len < 126 {
+        v.push(0x80 | len as u8);
+    } else if len < 65536 {
+        v.push(0x80 | 126);
+        v.extend_from_slice(&(len as u16).to_be_bytes());
+    } else {
+        v.push(0x80 | 127);
+        v.extend_from_slice(&(len as u64).to_be_bytes());
+    }
+    v.extend_from_slice(&MASK);
+    v
+}
+
+/// Read one server frame: Ok(Some((first header byte: FIN and opcode, payload))), Ok(None) at
+/// a clean end of stream, or the read error (a reset shows here).
+fn read_frame(s: &mut TcpStream) -> std::io::Result<Option<(u8, Vec<u8>)>> {
+    let mut h = [0u8; 2];
+    match s.read(&mut h[..1])? {
+        0 => return Ok(None),
+        _ => s.read_exact(&mut h[1..])?,
+    }
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut b = [0u8; 2];
+            s.read_exact(&mut b)?;
+            u16::from_be_bytes(b) as usize
+        }
+        127 => {
+            let mut b = [0u8; 8];
+            s.read_exact(&mut b)?;
+            u64::from_be_bytes(b) as usize
+        }
+        n => n as usize,
+    };
+    let mut p = vec![0u8; len];
+    s.read_exact(&mut p)?;
+    Ok(Some((h[0], p)))
+}
+
+/// Read one whole message (the server splits large ones into fragments): (opcode, payload).
+fn read_message(s: &mut TcpStream) -> std::io::Result<Option<(u8, Vec<u8>)>> {
+    let Some((first, mut msg)) = read_frame(s)? else {
+        return Ok(None);
+    };
+    let mut fin = first & 0x80 != 0;
+    while !fin {
+        match read_frame(s)? {
+            Some((b0, p)) if b0 & 0x0f == 0 => {
+                msg.extend_from_slice(&p);
+                fin = b0 & 0x80 != 0;
+            }
+            other => panic!("a continuation frame, got {other:?}"),
+        }
+    }
+    Ok(Some((first & 0x0f, msg)))
+}
+
+fn close_code(p: &[u8]) -> u16 {
+    u16::from_be_bytes([p[0], p[1]])
+}
+
+/// Bytes that parse as nothing in particular (xorshift; no dependency needed).
+fn noise(n: usize, mut x: u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+// --- ending a connection ------------------------------------------------------------------------
+
+/// Issue #12 item 22: a client that keeps sending after a protocol error used to get a reset
+/// that discarded the echo before the error and the 1002 close. Every byte the server wrote
+/// must arrive, then a clean end of stream.
+#[test]
+fn replies_and_the_close_survive_a_client_that_keeps_sending_after_an_error() {
+    let srv = common::serve(&[]);
+    for round in 0..5 {
+        let mut s = upgraded(srv.port, None);
+        let big = noise(300_000, 7 + round);
+        let mut w = s.try_clone().unwrap();
+        w.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        let sent = big.clone();
+        let writer = std::thread::spawn(move || {
+            w.write_all(&frame(true, 2, &sent))?;
+            w.write_all(&frame(true, 3, b""))?; // reserved opcode: 1002
+            w.write_all(&noise(1 << 20, 99 + round))
+        });
+        let echo = read_message(&mut s);
+        let close = read_message(&mut s);
+        let end = read_message(&mut s);
+        let _ = writer.join();
+        match echo {
+            Ok(Some((2, p))) => assert!(p == big, "round {round}: echo differs"),
+            other => panic!(
+                "round {round}: the 300,000-byte echo, got {:?}",
+                other.map(|m| m.map(|(op, p)| (op, p.len())))
+            ),
+        }
+        match close {
+            Ok(Some((8, p))) => assert_eq!(close_code(&p), 1002, "round {round}"),
+            other => panic!("round {round}: the 1002 close frame, got {other:?}"),
+        }
+        assert!(
+            matches!(end, Ok(None)),
+            "round {round}: a clean end of stream after the close, got {end:?}"
+        );
+    }
+}
+
+/// Issue #12 item 17: once the connection is failed (here: the client's own close is invalid)
+/// the server drops TCP at once (RFC 6455 7.1.7), it does not wait 2 s for another close.
+#[test]
+fn a_failed_connection_is_dropped_at_once() {
+    let srv = common::serve(&[]);
+    let cases: [(&str, Vec<u8>, u16); 4] = [
+        ("close with a one-byte payload", frame(true, 8, &[3]), 1002),
+        (
+            "close with code 1005",
+            frame(true, 8, &1005u16.to_be_bytes()),
+            1002,
+        ),
+        (
+            "close reason that is not UTF-8",
+            frame(true, 8, &[0x03, 0xe8, 0xff]),
+            1007,
+        ),
+        ("reserved opcode", frame(true, 3, b""), 1002),
+    ];
+    for (name, bytes, want) in cases {
+        let mut s = upgraded(srv.port, None);
+        let start = Instant::now();
+        s.write_all(&bytes).unwrap();
+        match read_message(&mut s) {
+            Ok(Some((8, p))) => assert_eq!(close_code(&p), want, "{name}"),
+            other => panic!("{name}: a close frame, got {other:?}"),
+        }
+        // The client neither answers nor closes: the server's FIN must come anyway, now.
+        let end = read_message(&mut s);
+        assert!(
+            matches!(end, Ok(None)),
+            "{name}: end of stream, got {end:?}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_millis(1000),
+            "{name}: TCP dropped after {:?}",
+            start.elapsed()
+        );
+    }
+    // And the server lets go of those connections without waiting for the old 2 s either.
+    let start = Instant::now();
+    while metric(srv.admin, "ws_connections") > 0.0 {
+        assert!(
+            start.elapsed() < Duration::from_millis(1500),
+            "connections still open after {:?}",
+            start.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Issue #12 item 17: a consumer that stops reading is closed for backpressure, but when the
+/// close frame never fits into its socket it is not counted in ws_closes_sent_total.
+#[test]
+fn a_close_frame_that_was_never_written_is_not_counted_as_sent() {
+    let srv = common::serve(&["--send-queue", "65536", "--backpressure-close", "1008"]);
+    let s = upgraded(srv.port, Some(4096));
+    let mut w = s.try_clone().unwrap();
+    w.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+    // Echo requests, never reading a byte of the replies.
+    let writer = std::thread::spawn(move || {
+        let f = frame(true, 2, &[7u8; 16384]);
+        (0..256).take_while(|_| w.write_all(&f).is_ok()).count()
+    });
+    let start = Instant::now();
+    while metric(srv.admin, "ws_backpressure_closes_total") < 1.0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "never closed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The server gives up on the close after its close wait (2 s) and drops the connection.
+    while metric(srv.admin, "ws_connections") > 0.0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "never dropped");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = writer.join();
+    assert_eq!(
+        metric(srv.admin, "ws_closes_sent_total{code=\"1008\"}"),
+        0.0,
+        "the 1008 never left the server"
+    );
+    drop(s);
+    // A close that is written is still counted.
+    let mut s = upgraded(srv.port, None);
+    s.write_all(&frame(true, 8, &1000u16.to_be_bytes()))
+        .unwrap();
+    assert!(matches!(read_message(&mut s), Ok(Some((8, _)))));
+    assert!(matches!(read_message(&mut s), Ok(None)));
+    assert_eq!(
+        metric(srv.admin, "ws_closes_sent_total{code=\"1000\"}"),
+        1.0
+    );
+}
+
+// --- UTF-8 ---------------------------------------------------------------------------------------
+
+/// Issue #12 item 19 (Autobahn 6.4.3/6.4.4): invalid UTF-8 inside one text frame fails with 1007
+/// as soon as its bytes arrive, not when the frame is complete.
+#[test]
+fn invalid_utf8_fails_before_the_text_frame_is_complete() {
+    let srv = common::serve(&[]);
+    for (name, opener) in [
+        ("unfragmented", Vec::new()),
+        ("continuation", frame(false, 1, "κόσμε".as_bytes())),
+    ] {
+        let mut s = upgraded(srv.port, None);
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let op = if opener.is_empty() { 1 } else { 0 };
+        let payload = [
+            b"valid so far \xce\xba".as_slice(),
+            b"\xf4\x90\x80\x80 rest",
+        ]
+        .concat();
+        // Announce 1000 bytes, send the first 20 (the invalid sequence included): no more.
+        let mut bytes = opener;
+        bytes.extend(header(true, op, 1000));
+        bytes.extend(payload.iter().enumerate().map(|(i, b)| b ^ MASK[i % 4]));
+        s.write_all(&bytes).unwrap();
+        match read_message(&mut s) {
+            Ok(Some((8, p))) => assert_eq!(close_code(&p), 1007, "{name}"),
+            other => panic!("{name}: 1007 before the frame ends, got {other:?}"),
+        }
+    }
+    // Valid text split anywhere inside a frame still echoes whole.
+    let mut s = upgraded(srv.port, None);
+    let text = "κόσμε €𝄞 ".repeat(500);
+    let f = frame(true, 1, text.as_bytes());
+    for piece in f.chunks(777) {
+        s.write_all(piece).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    match read_message(&mut s) {
+        Ok(Some((1, p))) => assert!(p == text.as_bytes()),
+        other => panic!("the echo, got {other:?}"),
+    }
+}
+
+// --- the upgrade request -------------------------------------------------------------------------
+
+fn upgrade_with(extra: &str) -> String {
+    UPGRADE.replace("\r\n\r\n", &format!("\r\n{extra}\r\n"))
+}
+
+/// Issue #12 item 18: the request header may be 8 KiB (8192 bytes with its blank line), not a
+/// byte more; larger gets 431 (it used to pass up to ~10 KiB).
+#[test]
+fn the_request_header_limit_is_8_kib_exactly() {
+    let srv = common::serve(&[]);
+    let base = upgrade_with("X-Pad: ").len() + 2; // the pad header's own CRLF
+    let at = |size: usize| upgrade_with(&format!("X-Pad: {}\r\n", "a".repeat(size - base)));
+    assert_eq!(at(8192).len(), 8192);
+    assert_eq!(status_of(&http(srv.port, at(8192).as_bytes())), 101);
+    let over = http(srv.port, at(8193).as_bytes());
+    assert_eq!(status_of(&over), 431, "{over}");
+    // A header sent in small pieces is counted the same way.
+    let mut s = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    for piece in at(9000).as_bytes().chunks(1000) {
+        if s.write_all(piece).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    assert_eq!(status_of(&String::from_utf8_lossy(&out)), 431);
+    assert_eq!(
+        metric(
+            srv.admin,
+            "ws_handshakes_rejected_total{reason=\"header_too_large\"}"
+        ),
+        2.0
+    );
+}
+
+/// Issue #12 items 18 and 23: no Host, or a single-valued field given twice, is a 400 (RFC 7230
+/// 5.4, RFC 6455 4.1/11.3.1); list fields may repeat.
+#[test]
+fn missing_host_and_repeated_single_fields_get_400() {
+    let srv = common::serve(&[]);
+    let no_host = UPGRADE.replace("Host: x\r\n", "");
+    let resp = http(srv.port, no_host.as_bytes());
+    assert_eq!(status_of(&resp), 400, "{resp}");
+    assert!(resp.contains("Host"), "the body names the problem: {resp}");
+    for (name, extra) in [
+        ("two Host headers", "Host: y\r\n"),
+        (
+            "two different keys",
+            "Sec-WebSocket-Key: AQIDBAUGBwgJCgsMDQ4PEA==\r\n",
+        ),
+        ("versions 13 and 8", "Sec-WebSocket-Version: 8\r\n"),
+    ] {
+        let resp = http(srv.port, upgrade_with(extra).as_bytes());
+        assert_eq!(status_of(&resp), 400, "{name}: {resp}");
+        assert!(
+            resp.contains("more than once"),
+            "{name}: the body says why: {resp}"
+        );
+    }
+    let lists = upgrade_with(
+        "Sec-WebSocket-Protocol: a\r\nSec-WebSocket-Protocol: b\r\nSec-WebSocket-Extensions: x-none\r\nSec-WebSocket-Extensions: x-other\r\n",
+    );
+    assert_eq!(status_of(&http(srv.port, lists.as_bytes())), 101);
+}
+
+/// A refused client that already sent more than the server read (an oversized header) still
+/// reads the status, then a clean end of stream, not a reset.
+#[test]
+fn refusals_are_read_whole_even_when_the_client_sent_more() {
+    let srv = common::serve(&[]);
+    for _ in 0..5 {
+        let big = upgrade_with(&format!("X-Pad: {}\r\n", "b".repeat(200_000)));
+        let mut s = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let writer = std::thread::spawn(move || {
+            let r = w.write_all(big.as_bytes());
+            // Stop sending and say so, as a client does once it has its answer.
+            let _ = w.shutdown(std::net::Shutdown::Write);
+            r
+        });
+        let mut out = Vec::new();
+        let r = s.read_to_end(&mut out);
+        let _ = writer.join();
+        assert!(r.is_ok(), "a clean end of stream, got {r:?}");
+        assert_eq!(status_of(&String::from_utf8_lossy(&out)), 431);
+    }
+}
