@@ -39,10 +39,7 @@ fn status_of(resp: &str) -> u16 {
 }
 
 fn metric(admin: u16, name: &str) -> f64 {
-    let text = http(
-        admin,
-        format!("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
-    );
+    let text = http(admin, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     text.lines()
         .find(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with(' ')))
         .and_then(|l| l.rsplit(' ').next())
