@@ -195,6 +195,11 @@ fn read_source(
             })
             .into()
         }
+        // `[first, last]`, the shape `covers` compares (as Linux's ip_local_port_range).
+        Source::DynamicPorts(ip) => backend
+            .dynamic_ports(*ip)
+            .map(|r| Value::List(vec![r.start as i64, r.last() as i64]))
+            .into(),
     };
     match (reading, def.check.field) {
         (Reading::Value(Value::List(v)), Some(i)) => match v.get(i) {

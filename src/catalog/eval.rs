@@ -190,6 +190,12 @@ fn base(
                 let fallback = format!("<{}>", &k[1..k.len() - 1]);
                 s = s.replace(k, &v.unwrap_or(fallback));
             }
+            // Profile variables, e.g. both numbers of `netsh ... start={windows.dynamic_port_start}`.
+            for name in super::placeholders(&s) {
+                if let Some(v) = vars.get(&name) {
+                    s = s.replace(&format!("{{{name}}}"), &v.to_string());
+                }
+            }
             s
         })
     };
@@ -237,7 +243,29 @@ fn evaluate_one(
         inst.defaulted
             .then(|| "not set: the built-in default applies".to_string())
     });
+    if f.note.is_none() {
+        f.note = port_count_note(def, &f);
+    }
     f
+}
+
+/// A port range is judged as `[first, last]`; what an operator sizes by is how many ports it
+/// holds, so say that next to it.
+fn port_count_note(def: &CheckDef, f: &Finding) -> Option<String> {
+    if !matches!(def.check.source, super::Source::DynamicPorts(_)) {
+        return None;
+    }
+    let range = |v: &Option<Value>| match v {
+        Some(Value::List(r)) if r.len() == 2 => Some((r[0], r[1], r[1] - r[0] + 1)),
+        _ => None,
+    };
+    let (_, _, have) = range(&f.current)?;
+    Some(match (range(&f.target), f.status) {
+        (Some((first, last, need)), Status::Warn | Status::Fail | Status::Info) => {
+            format!("{have} ports; the profile wants {first}-{last} ({need} ports)")
+        }
+        _ => format!("{have} ports"),
+    })
 }
 
 fn verdict(

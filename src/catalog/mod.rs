@@ -170,9 +170,10 @@ pub fn parse(
             .flatten()
         {
             for name in placeholders(text) {
-                if !PLACEHOLDERS.contains(&name.as_str()) {
+                // A profile variable (`{windows.dynamic_port_start}`) fills in that value.
+                if !PLACEHOLDERS.contains(&name.as_str()) && !known_vars.contains(&name) {
                     bad(format!(
-                        "unknown placeholder {{{name}}} in fix; known: {}",
+                        "unknown placeholder {{{name}}} in fix; known: {} or a profile variable such as {{linux.somaxconn}}",
                         PLACEHOLDERS.join(", ")
                     ));
                 }

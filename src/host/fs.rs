@@ -293,6 +293,19 @@ impl Backend for FsBackend {
         }
     }
 
+    fn dynamic_ports(
+        &self,
+        ip: crate::catalog::IpVersion,
+    ) -> Result<super::dynamic_ports::PortRange, ReadError> {
+        match &self.registry {
+            Some(reg) => reg.borrow().dynamic_ports(ip),
+            None => Err(ReadError::Unsupported(format!(
+                "the {} dynamic port range exists only on Windows hosts",
+                ip.as_str()
+            ))),
+        }
+    }
+
     fn write_runtime(&self, path: &str, value: &str) -> Result<(), WriteError> {
         use std::io::Write;
         let full = self.host_path(path);
