@@ -108,6 +108,16 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> Ho
         };
         for nic in targets {
             let reading = read_source(backend, def, nic, options);
+            // A fix for one field of a multi-value sysctl (tcp_rmem's default) must restate the
+            // other fields as they are, so the whole value is kept as `sysctl.KEY` too.
+            if let (Source::Sysctl(key), Some(_)) = (&def.check.source, def.check.field) {
+                let name = format!("sysctl.{key}");
+                if !vars.contains_key(&name) {
+                    if let Reading::Value(v) = read_sysctl(backend, key) {
+                        vars.insert(name, v);
+                    }
+                }
+            }
             let defaulted = matches!(&def.check.source, Source::Registry(_))
                 && def.default.is_some()
                 && is_absent(backend, def, nic);

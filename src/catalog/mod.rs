@@ -30,7 +30,7 @@ pub const HOST_VARS: &[&str] = &["host.cpus", "host.mem_bytes", "host.page_size"
 
 /// Placeholders a fix text may contain.
 const PLACEHOLDERS: &[&str] = &[
-    "target", "unit", "pid", "nic", "nic_key", "location", "current",
+    "target", "desired", "unit", "pid", "nic", "nic_key", "location", "current",
 ];
 
 #[derive(Debug, Clone)]
