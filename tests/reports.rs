@@ -87,3 +87,170 @@ fn tcp_rmem_and_wmem_fixes_keep_min_and_max() {
         );
     }
 }
+
+// ---- item 4: `-o FILE` modes; a real node_exporter reads the .prom file ----
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// `wstune ARGS` under umask 022, the usual root shell's.
+fn run_umask_022(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg("umask 022; exec \"$0\" \"$@\"")
+        .arg(common::bin())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn output_file_is_0644_when_new_and_keeps_an_existing_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture("default");
+    let prom = dir.path().join("wstune.prom");
+    let args = |out: &Path| {
+        vec![
+            "check".to_string(),
+            "--root".into(),
+            root.to_str().unwrap().into(),
+            "-f".into(),
+            "prometheus".into(),
+            "-o".into(),
+            out.to_str().unwrap().into(),
+        ]
+    };
+    let run = |out: &Path| {
+        let a = args(out);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let o = run_umask_022(&a);
+        assert!(std::fs::read_to_string(out)
+            .unwrap()
+            .contains("wstune_check_result"));
+        o
+    };
+    run(&prom);
+    assert_eq!(
+        format!("{:o}", mode(&prom)),
+        "644",
+        "a new report under umask 022"
+    );
+    run(&prom);
+    assert_eq!(
+        format!("{:o}", mode(&prom)),
+        "644",
+        "an existing 0644 report stays 0644"
+    );
+    std::fs::set_permissions(&prom, std::fs::Permissions::from_mode(0o640)).unwrap();
+    run(&prom);
+    assert_eq!(
+        format!("{:o}", mode(&prom)),
+        "640",
+        "an operator's 0640 is kept"
+    );
+}
+
+fn euid() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+/// GET /metrics over plain HTTP/1.0 (the body ends at EOF).
+fn scrape(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.starts_with("HTTP/1.").then_some(body)
+}
+
+/// README's monitoring recipe, end to end: wstune runs as root and writes the textfile; the
+/// Debian node_exporter, running as an unprivileged user, must read it and export it.
+#[test]
+fn node_exporter_running_unprivileged_exports_the_prom_file() {
+    let exporter = "/usr/bin/prometheus-node-exporter";
+    if !Path::new(exporter).exists() {
+        eprintln!(
+            "skipped: {exporter} is not installed (apt-get install prometheus-node-exporter)"
+        );
+        return;
+    }
+    if euid() != 0 {
+        eprintln!("skipped: needs root, to write as root and run node_exporter as nobody");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let textfiles = dir.path().join("textfile");
+    std::fs::create_dir(&textfiles).unwrap();
+    // The collector's user must be able to enter both directories.
+    for d in [dir.path(), textfiles.as_path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let prom = textfiles.join("wstune.prom");
+    let out = run_umask_022(&[
+        "check",
+        "--root",
+        fixture("default").to_str().unwrap(),
+        "-f",
+        "prometheus",
+        "-o",
+        prom.to_str().unwrap(),
+    ]);
+    assert!(prom.exists(), "{}", stderr(&out));
+
+    let port = common::free_port();
+    let child = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            exporter,
+            "--collector.disable-defaults",
+            "--collector.textfile",
+        ])
+        .arg(format!(
+            "--collector.textfile.directory={}",
+            textfiles.display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _guard = common::Kill(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let metrics = loop {
+        if let Some(m) = scrape(port) {
+            break m;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node_exporter did not answer on 127.0.0.1:{port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.trim() == "node_textfile_scrape_error 1"),
+        "node_exporter could not read {} (mode {:o}):\n{metrics}",
+        prom.display(),
+        mode(&prom)
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("wstune_check_result{")),
+        "no wstune_check_result in /metrics:\n{metrics}"
+    );
+}
