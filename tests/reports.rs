@@ -254,3 +254,109 @@ fn node_exporter_running_unprivileged_exports_the_prom_file() {
         "no wstune_check_result in /metrics:\n{metrics}"
     );
 }
+
+// ---- item 24: captured trees are read with limits ----
+
+/// `wstune check -f json --root ROOT` with a deadline: a read that blocks or never ends must not
+/// hang the test suite. Returns the report's finding for `id`.
+fn check_tree_bounded(root: &Path, id: &str) -> serde_json::Value {
+    let mut child = std::process::Command::new(common::bin())
+        .args(["check", "-f", "json", "--root", root.to_str().unwrap()])
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "wstune check --root {} did not finish in 30 s",
+                root.display()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {}", stderr(&out)));
+    common::element(&report["results"], "id", id).clone()
+}
+
+fn tree_with_meminfo(make: impl FnOnce(&Path)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("host");
+    copy_dir(&fixture("default"), &root);
+    let meminfo = root.join("proc/meminfo");
+    std::fs::remove_file(&meminfo).unwrap();
+    make(&meminfo);
+    dir
+}
+
+fn assert_refused(dir: &tempfile::TempDir, why: &str) {
+    let root = dir.path().join("host");
+    let started = std::time::Instant::now();
+    let f = check_tree_bounded(&root, "linux.host.memory");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(f["status"], "skip", "{f}");
+    let note = f["note"].as_str().unwrap_or_default();
+    let file = root.join("proc/meminfo");
+    assert!(
+        note.starts_with(&format!("{}: {why}", file.display())),
+        "the note must name the file and why: {note}"
+    );
+}
+
+#[test]
+fn root_tree_meminfo_linked_to_dev_zero_is_refused_quickly() {
+    let dir = tree_with_meminfo(|p| std::os::unix::fs::symlink("/dev/zero", p).unwrap());
+    assert_refused(&dir, "not a regular file");
+}
+
+#[test]
+fn root_tree_meminfo_as_a_fifo_is_refused_without_blocking() {
+    let dir = tree_with_meminfo(|p| {
+        let ok = std::process::Command::new("mkfifo")
+            .arg(p)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mkfifo");
+    });
+    assert_refused(&dir, "not a regular file");
+}
+
+#[test]
+fn root_tree_file_over_the_size_cap_is_refused() {
+    let dir = tree_with_meminfo(|p| {
+        // MemTotal first, then 9 MiB of padding: a parser would accept it, the cap must not.
+        let mut text = String::from("MemTotal:       16318424 kB\n");
+        text.push_str(&"x".repeat(9 << 20));
+        std::fs::write(p, text).unwrap();
+    });
+    assert_refused(&dir, "larger than 8 MiB");
+}
+
+#[test]
+fn root_tree_link_out_of_the_tree_is_refused() {
+    // The live host's own meminfo must not pass for the captured host's.
+    let dir = tree_with_meminfo(|p| std::os::unix::fs::symlink("/proc/meminfo", p).unwrap());
+    assert_refused(&dir, "is a link to /proc/meminfo, outside the tree");
+}
+
+#[test]
+fn root_tree_link_inside_the_tree_is_followed() {
+    let dir = tree_with_meminfo(|p| {
+        let real = p.with_file_name("meminfo.real");
+        std::fs::copy(fixture("default").join("proc/meminfo"), &real).unwrap();
+        std::os::unix::fs::symlink("meminfo.real", p).unwrap();
+    });
+    let f = check_tree_bounded(&dir.path().join("host"), "linux.host.memory");
+    assert!(f["current"].as_i64().is_some(), "{f}");
+}
