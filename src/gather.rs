@@ -277,7 +277,11 @@ fn read_nofile(backend: &dyn Backend, pid: &str, which: LimitKind) -> Reading {
                 procfs_core::process::LimitValue::Value(n) => n.min(i64::MAX as u64) as i64,
             }))
         }
-        Err(e) => Reading::Unreadable(format!("cannot parse {path}: {e}")),
+        // procfs's own message for a malformed file is an "internal error, please report this
+        // procfs bug"; the problem is the file, and that is what the note says.
+        Err(_) => Reading::Unreadable(format!(
+            "{path}: no readable \"Max open files\" line; it is not in /proc/PID/limits format"
+        )),
     }
 }
 
@@ -461,7 +465,12 @@ fn mem_bytes(backend: &dyn Backend) -> Reading {
     };
     let total = match procfs_core::Meminfo::from_read(text.as_bytes()) {
         Ok(m) => m.mem_total,
-        Err(e) => return Reading::Unreadable(format!("cannot parse /proc/meminfo: {e}")),
+        Err(_) => {
+            return Reading::Unreadable(
+                "/proc/meminfo: no readable MemTotal line; it is not in /proc/meminfo format"
+                    .into(),
+            )
+        }
     };
     let cgroup = backend
         .read("/proc/self/cgroup")

@@ -360,3 +360,42 @@ fn root_tree_link_inside_the_tree_is_followed() {
     let f = check_tree_bounded(&dir.path().join("host"), "linux.host.memory");
     assert!(f["current"].as_i64().is_some(), "{f}");
 }
+
+// ---- item 7: error texts name the file and the problem once, in wstune's words ----
+
+#[test]
+fn missing_profile_file_is_named_once_without_os_error_text() {
+    let out = common::run(&["check", "-p", "/nope.yaml"]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert_eq!(err.matches("/nope.yaml").count(), 1, "{err}");
+    assert!(err.contains("/nope.yaml: no such file"), "{err}");
+    assert!(!err.contains("os error"), "{err}");
+    assert!(err.contains("pass a built-in name"), "the fix: {err}");
+    // A device is refused at once, not read without end.
+    let out = common::run(&["check", "-p", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains("/dev/zero: not a regular file"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn empty_proc_self_limits_is_a_note_in_wstunes_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("host");
+    copy_dir(&fixture("default"), &root);
+    std::fs::write(root.join("proc/self/limits"), "").unwrap();
+    let report = json_check(&["--root", root.to_str().unwrap()]);
+    let f = common::element(&report["results"], "id", "linux.process.nofile.hard");
+    assert_eq!(f["status"], "skip", "{f}");
+    let note = f["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("/proc/self/limits: ") && note.contains("Max open files"),
+        "{note}"
+    );
+    assert!(!note.to_lowercase().contains("procfs"), "{note}");
+    assert!(!note.contains("Internal"), "{note}");
+}

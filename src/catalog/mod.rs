@@ -78,7 +78,7 @@ pub fn load(
     known_vars: &BTreeSet<String>,
 ) -> Result<Catalog, CatalogError> {
     if let Some(path) = override_file {
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let text = crate::profile::read_config_file(std::path::Path::new(path)).map_err(|e| {
             CatalogError(vec![Problem {
                 file: path.to_string(),
                 line: None,

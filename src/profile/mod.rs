@@ -34,11 +34,10 @@ pub enum ProfileError {
         name: String,
         available: Vec<String>,
     },
-    #[error("cannot read profile {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// `reason` is already in wstune's words (see [`read_config_file`]): the io::Error is not
+    /// kept as a source, or the error chain would print the OS text a second time.
+    #[error("cannot read profile {}: {reason}; pass a built-in name ({}) or the path of a YAML file", path.display(), EMBEDDED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))]
+    Io { path: PathBuf, reason: String },
     #[error("{}", Problems(.0))]
     Invalid(Vec<Problem>),
 }
@@ -100,15 +99,57 @@ pub fn load(spec: &str) -> Result<Loaded, ProfileError> {
             available: EMBEDDED.iter().map(|(n, _)| n.to_string()).collect(),
         });
     }
-    let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io {
+    let text = read_config_file(path).map_err(|reason| ProfileError::Io {
         path: path.to_path_buf(),
-        source,
+        reason,
     })?;
     let profile = parse(&text, spec)?;
     Ok(Loaded {
         profile,
         source: spec.to_string(),
     })
+}
+
+/// The largest profile or catalog file accepted. The built-in ones are a few KiB and the
+/// whole check catalog is under 64 KiB; 1 MiB is far beyond any real one and keeps
+/// `-p /dev/zero`-style mistakes from reading without end.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Read a profile or catalog file. The error is the problem in plain words, without the
+/// path (callers name the file once, in front) and without "(os error N)".
+pub fn read_config_file(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let words = |e: &std::io::Error| match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file".to_string(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        std::io::ErrorKind::IsADirectory => "is a directory, not a YAML file".to_string(),
+        _ => {
+            let text = e.to_string();
+            match text.find(" (os error") {
+                Some(i) => text[..i].to_string(),
+                None => text,
+            }
+        }
+    };
+    let meta = std::fs::metadata(path).map_err(|e| words(&e))?;
+    if meta.is_dir() {
+        return Err("is a directory, not a YAML file".into());
+    }
+    if !meta.is_file() {
+        return Err("not a regular file (a device, pipe or socket)".into());
+    }
+    let file = std::fs::File::open(path).map_err(|e| words(&e))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| words(&e))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "larger than {} MiB, which no profile or catalog is",
+            MAX_CONFIG_BYTES >> 20
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }
 
 /// Parse and validate profile text; `file` names it in errors.
