@@ -399,3 +399,107 @@ fn empty_proc_self_limits_is_a_note_in_wstunes_words() {
     assert!(!note.to_lowercase().contains("procfs"), "{note}");
     assert!(!note.contains("Internal"), "{note}");
 }
+
+// ---- item 6: every profile and catalog error at once, each at its line ----
+
+/// 1-based line of the first line of `text` that starts with `prefix`.
+fn line_starting(text: &str, prefix: &str) -> usize {
+    text.lines().position(|l| l.starts_with(prefix)).unwrap() + 1
+}
+
+#[test]
+fn profile_with_three_errors_reports_all_three_with_lines() {
+    let base =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
+            .unwrap();
+    let text = base
+        .replace(
+            "\nconnections: 100000\n",
+            "\nconnections: 100000\nconections: 5\n",
+        )
+        .replace("  somaxconn: 65535\n", "  somaxcon: 65535\n")
+        .replace("  nr_open: 1048576\n", "  nr_open: lots\n");
+    assert_ne!(text, base);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.yaml");
+    std::fs::write(&file, &text).unwrap();
+    let out = common::run(&["check", "-p", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    let f = file.display();
+    for (line, what) in [
+        (
+            line_starting(&text, "conections:"),
+            "unknown field `conections`",
+        ),
+        (
+            line_starting(&text, "  nr_open:"),
+            "linux.nr_open: expected a whole number",
+        ),
+        (
+            line_starting(&text, "  somaxcon:"),
+            "linux: unknown field `somaxcon`",
+        ),
+    ] {
+        assert!(
+            err.contains(&format!("{f}:{line}: {what}")),
+            "want {f}:{line}: {what} in:\n{err}"
+        );
+    }
+    assert_eq!(err.lines().count(), 3, "exactly the three problems:\n{err}");
+}
+
+#[test]
+fn catalog_errors_are_all_reported_and_a_duplicate_id_at_its_own_line() {
+    let base =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("checks/linux.yaml"))
+            .unwrap();
+    let start = base.find("  - id: linux.net.core.somaxconn\n").unwrap();
+    let end = start + 10 + base[start + 10..].find("  - id:").unwrap();
+    // The somaxconn entry again at the end, an unknown key in one check, a bad variant in another.
+    let mut text = format!("{base}{}", &base[start..end]);
+    text = text.replacen("    severity: fail\n", "    sevrity: fail\n", 1);
+    let fin = text
+        .find("  - id: linux.net.ipv4.tcp_fin_timeout\n")
+        .unwrap();
+    text = format!(
+        "{}{}",
+        &text[..fin],
+        text[fin..].replacen("    scope: netns\n", "    scope: nets\n", 1)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.yaml");
+    std::fs::write(&file, &text).unwrap();
+    let out = common::run(&["check", "--catalog", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    let f = file.display();
+    let dup_line = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| *l == "  - id: linux.net.core.somaxconn")
+        .map(|(i, _)| i + 1)
+        .last()
+        .unwrap();
+    assert!(dup_line > line_starting(&text, "  - id: linux.net.core.somaxconn"));
+    for (line, what) in [
+        (
+            line_starting(&text, "    sevrity:"),
+            "unknown field `sevrity`",
+        ),
+        (
+            line_starting(&text, "    scope: nets"),
+            "linux.net.ipv4.tcp_fin_timeout: unknown variant `nets`",
+        ),
+        (dup_line, "linux.net.core.somaxconn: duplicate id"),
+    ] {
+        assert!(
+            err.contains(&format!("{f}:{line}: "))
+                && err
+                    .lines()
+                    .any(|l| l.contains(&format!("{f}:{line}: ")) && l.contains(what)),
+            "want {f}:{line}: ..{what} in:\n{err}"
+        );
+    }
+    assert_eq!(err.lines().count(), 3, "exactly the three problems:\n{err}");
+}

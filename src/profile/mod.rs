@@ -5,6 +5,7 @@
 //! the flat name -> value map that catalog expressions such as `2 * connections` are evaluated in.
 
 mod model;
+mod shape;
 
 pub use model::*;
 
@@ -152,27 +153,90 @@ pub fn read_config_file(path: &Path) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }
 
-/// Parse and validate profile text; `file` names it in errors.
+/// Parse and validate profile text; `file` names it in errors. Every problem of the file is
+/// reported at once, sorted by line: unknown and missing keys, wrongly typed values (found by
+/// comparing with a built-in profile's shape), then the bounds of [`validate`]. Only a YAML
+/// syntax error stops early, since nothing after it can be read.
 pub fn parse(text: &str, file: &str) -> Result<Profile, ProfileError> {
-    let profile: Profile = serde_yaml_ng::from_str(text).map_err(|e| {
-        ProfileError::Invalid(vec![Problem {
-            file: file.to_string(),
-            line: e.location().map(|l| l.line()),
-            message: strip_location(&e.to_string()),
-        }])
-    })?;
-    let problems: Vec<Problem> = validate(&profile)
-        .into_iter()
-        .map(|(path, message)| Problem {
-            file: file.to_string(),
-            line: yaml_lines::line_of(text, path),
-            message: format!("{path}: {message}"),
-        })
+    let problem = |line: Option<usize>, message: String| Problem {
+        file: file.to_string(),
+        line,
+        message,
+    };
+    let serde_problem = |e: serde_yaml_ng::Error| {
+        ProfileError::Invalid(vec![problem(
+            e.location().map(|l| l.line()),
+            strip_location(&e.to_string()),
+        )])
+    };
+    let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).map_err(serde_problem)?;
+    let mismatches = shape::check(&mut doc, &template());
+    let mut problems: Vec<Problem> = mismatches
+        .iter()
+        .map(|m| problem(line_of_path(text, &m.path), m.message.clone()))
         .collect();
+    let profile: Profile = if mismatches.is_empty() {
+        // Untouched: serde reads the text itself, so whatever the shape check does not know
+        // about still comes with serde's own line.
+        serde_yaml_ng::from_str(text).map_err(serde_problem)?
+    } else {
+        match serde_yaml_ng::from_value(doc) {
+            Ok(p) => p,
+            Err(e) => {
+                problems.push(problem(None, e.to_string()));
+                return Err(ProfileError::Invalid(problems));
+            }
+        }
+    };
+    // Bounds on values that were patched in from the built-in profile say nothing about the
+    // file; neither do comparisons with them.
+    let patched = |path: &str, message: &str| {
+        mismatches
+            .iter()
+            .any(|m| !m.path.is_empty() && (path == m.path || message.contains(&m.path)))
+    };
+    problems.extend(
+        validate(&profile)
+            .into_iter()
+            .filter(|(path, message)| !patched(path, message))
+            .map(|(path, message)| {
+                problem(
+                    yaml_lines::line_of(text, path),
+                    format!("{path}: {message}"),
+                )
+            }),
+    );
+    problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
     if problems.is_empty() {
         Ok(profile)
     } else {
         Err(ProfileError::Invalid(problems))
+    }
+}
+
+/// The shape every profile must have: the default built-in profile's keys and value kinds.
+fn template() -> serde_json::Value {
+    let text = EMBEDDED
+        .iter()
+        .find(|(n, _)| *n == DEFAULT)
+        .map(|(_, t)| *t)
+        .expect("the default profile is built in");
+    let p: Profile = serde_yaml_ng::from_str(text).expect("the built-in profiles are valid");
+    serde_json::to_value(p).expect("a profile always serializes")
+}
+
+/// The line of a dotted key path, or of the nearest enclosing key that can be found (a key
+/// inside a flow mapping `{...}` is not indexed; its parent is).
+fn line_of_path(text: &str, path: &str) -> Option<usize> {
+    let mut p = path;
+    loop {
+        if p.is_empty() {
+            return None;
+        }
+        if let Some(line) = yaml_lines::line_of(text, p) {
+            return Some(line);
+        }
+        p = p.rsplit_once('.').map_or("", |(head, _)| head);
     }
 }
 
