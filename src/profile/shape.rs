@@ -74,7 +74,7 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                 let near = closest(&name, fields.keys());
                 meant.extend(near.cloned());
                 let hint = near
-                    .map(|c| format!(" (did you mean `{c}`?)"))
+                    .map(|c| format!("; did you mean `{c}`?"))
                     .unwrap_or_default();
                 let at = if path.is_empty() {
                     String::new()
@@ -84,7 +84,7 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                 out.push(Mismatch {
                     path: join(path, &name),
                     message: format!(
-                        "{at}unknown field `{name}`{hint}, expected one of {}",
+                        "{at}unknown field `{name}`, expected one of {}{hint}",
                         names(fields.keys())
                     ),
                 });
