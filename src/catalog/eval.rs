@@ -174,11 +174,23 @@ fn base(
         _ => None,
     };
     let nic = inst.and_then(|i| i.nic.as_ref());
+    // What apply would write: the whole value with the checked field moved to the target and
+    // every other field as it is now, and never a step in the wrong direction (a `<=` check
+    // does not raise, a `>=` check does not lower). A fix that restated tcp_rmem's max from a
+    // constant would cut a host's 32 MiB to 6 MiB.
+    let desired = target.as_ref().and_then(|t| {
+        let whole = match (&def.check.source, def.check.field) {
+            (super::Source::Sysctl(key), Some(_)) => vars.get(&format!("sysctl.{key}")).cloned(),
+            _ => current.clone().filter(|_| inst.is_some()),
+        }?;
+        crate::apply::plan::desired(def.check.compare, &whole, def.check.field, t)
+    });
     let fill = |text: &Option<String>| {
         text.as_ref().map(|t| {
             let mut s = t.clone();
-            let subs: [(&str, Option<String>); 7] = [
+            let subs: [(&str, Option<String>); 8] = [
                 ("{target}", target.as_ref().map(|v| v.to_string())),
+                ("{desired}", desired.as_ref().map(|v| v.to_string())),
                 ("{unit}", facts.options.unit.clone()),
                 ("{pid}", facts.options.pid.map(|p| p.to_string())),
                 ("{nic}", nic.map(|n| n.name.clone())),
