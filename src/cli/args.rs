@@ -109,6 +109,10 @@ pub struct CheckArgs {
     /// against the heartbeat, its connection cap against the profile.
     #[arg(long, value_name = "FILE")]
     pub lb_config: Option<PathBuf>,
+    /// The running proxy whose fd limit --lb-config compares (its master's pid); by default the
+    /// running haproxy/nginx found, else this shell's limits.
+    #[arg(long, value_name = "PID", requires = "lb_config")]
+    pub lb_pid: Option<u32>,
 }
 
 #[derive(Debug, Args)]
