@@ -109,8 +109,9 @@ pub fn advise(blocking_ms: f64, cpu_ms: f64, cores: u64) -> Result<Advice, Strin
         ));
     }
     let size = cores as f64 + ratio * cores as f64;
-    // Checked before the conversion, which would saturate at u64::MAX.
-    if !(size <= MAX_POOL as f64) {
+    // Checked before the conversion, which would saturate at u64::MAX (size may be infinite
+    // here: a finite ratio times the cores can overflow; it cannot be NaN).
+    if size > MAX_POOL as f64 {
         return Err(format!(
             "--blocking-ms {} / --cpu-ms {} on {cores} cores: the formula gives {} threads, \
              past the {MAX_POOL} a process can sensibly run (threads-max, \
@@ -257,6 +258,9 @@ mod tests {
         let e = advise(15.01, 1.0, 4096).unwrap_err();
         assert!(e.contains("past the 65536"), "{e}");
         assert!(advise(MAX_MS + 1.0, 1.0, 1).is_err());
+        // A finite ratio whose product with the cores overflows to infinity.
+        let e = advise(MAX_MS, 1e-300, 4096).unwrap_err();
+        assert!(e.contains("gives inf threads, past the 65536"), "{e}");
     }
 
     #[test]
