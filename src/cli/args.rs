@@ -106,9 +106,13 @@ pub struct CheckArgs {
     #[arg(long, value_name = "DIR")]
     pub prefix: Option<PathBuf>,
     /// Also check a HAProxy or nginx configuration in front of the server: its idle timeout
-    /// against the heartbeat, its connection cap against the profile.
+    /// against the heartbeat; its connection cap, listen backlog and fd limit against the profile.
     #[arg(long, value_name = "FILE")]
     pub lb_config: Option<PathBuf>,
+    /// The running proxy whose fd limit --lb-config compares (its master's pid); by default the
+    /// running haproxy/nginx found, else this shell's limits.
+    #[arg(long, value_name = "PID", requires = "lb_config")]
+    pub lb_pid: Option<u32>,
 }
 
 #[derive(Debug, Args)]

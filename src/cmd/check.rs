@@ -22,9 +22,9 @@ pub fn run(r: Resolved, a: &CheckArgs) -> Result<u8> {
                 path.display()
             )
         })?;
-        report
-            .results
-            .extend(crate::lb::findings(path, &text, &r.inputs.profile.profile));
+        let lb = crate::lb::findings(path, &text, &r.inputs.profile.profile, a.lb_pid)
+            .map_err(anyhow::Error::msg)?;
+        report.results.extend(lb);
         report.summary = Summary::of(&report.results);
     }
     let text = match a.format {
