@@ -39,6 +39,7 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
 /// A temporary file created with mode 0666, which the kernel reduces by the umask. (tempfile's
 /// default, 0600, is right for secrets, wrong for reports.)
 fn new_temp_in(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    #[cfg_attr(not(unix), allow(unused_mut))]
     let mut b = tempfile::Builder::new();
     #[cfg(unix)]
     {
