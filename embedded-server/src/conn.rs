@@ -272,10 +272,12 @@ impl DeflateState {
             &mut self.inflate_charged,
         );
         // Reserve before growing: the buffer grows only when the server-wide total stays
-        // within the budget.
+        // within the budget, or when no other message holds any of it (one message up to the
+        // cap always goes through, like one large frame to an empty send queue).
         let mut charge = |n: usize| {
             let before = metrics.inflate_buffer_bytes.fetch_add(n as u64, Relaxed);
-            if before + n as u64 > budget as u64 {
+            let others = before.saturating_sub(*charged as u64);
+            if before + n as u64 > budget as u64 && others > 0 {
                 metrics.inflate_buffer_bytes.fetch_sub(n as u64, Relaxed);
                 return false;
             }
