@@ -211,6 +211,48 @@ fn json_text(seed: usize, n: usize) -> Vec<u8> {
         .into_bytes()
 }
 
+/// A budget below the message cap would answer every large message with 1013 "try again
+/// later" for ever: refused at start (exit 3) with the fix, and shown in the settings table.
+#[test]
+fn an_inflate_budget_below_the_message_cap_is_refused() {
+    let o = common::run(&[
+        "serve",
+        "--profile",
+        "10k",
+        "--port",
+        "0",
+        "--admin",
+        "off",
+        "--max-message",
+        "1048576",
+        "--max-frame",
+        "1048576",
+        "--inflate-budget",
+        "1000",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("inflate budget 1000 (flag) is below the message cap 1048576")
+            && err.contains("--inflate-budget"),
+        "{err}"
+    );
+    let srv = common::serve(&[
+        "--profile",
+        "10k",
+        "--max-message",
+        "1048576",
+        "--max-frame",
+        "1048576",
+    ]);
+    let row = srv.head.iter().find(|l| l.contains("inflate budget bytes"));
+    assert!(
+        row.is_some_and(|l| l.contains("67108864") && l.contains("default")),
+        "{:#?}",
+        srv.head
+    );
+}
+
 /// A thread's shared no-context-takeover decompressor stays with the thread even when the
 /// first message it inflates is refused: the memory gauge must count it (it read 0 before).
 #[test]

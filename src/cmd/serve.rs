@@ -130,7 +130,7 @@ pub fn resolve(a: &ServeArgs) -> Result<Resolved> {
     // Below the message cap, every large compressed message would get 1013 "try again later"
     // forever: refuse the setting instead.
     if inflate_budget < max_message_bytes {
-        bail!("inflate budget {inflate_budget} ({budget_from}) is below the message cap {max_message_bytes}: no message near the cap could ever be inflated; set --inflate-budget to at least --max-message (default max(64 MiB, 4 x max message))");
+        bail!("inflate budget {inflate_budget} ({budget_from}) is below the message cap {max_message_bytes}: no message near the cap could ever be inflated; set --inflate-budget (profile: server.deflate.inflate_budget_bytes) to at least the message cap, or leave it unset for max(64 MiB, 4 x the message cap)");
     }
     if deflate.enabled {
         table.push((
