@@ -260,6 +260,11 @@ pub struct ServeArgs {
     /// Reset the compressor after every message and hold no context between them.
     #[arg(long)]
     pub deflate_no_context_takeover: bool,
+    /// Server-wide cap on memory held by inflated messages at once, bytes; a compressed message
+    /// that would pass it is closed with 1013 (profile: server.deflate.inflate_budget_bytes;
+    /// default max(64 MiB, 4 x --max-message)). At least --max-message.
+    #[arg(long, value_name = "BYTES")]
+    pub inflate_budget: Option<usize>,
     /// PEM certificate chain: serve wss:// (with --tls-key).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<std::path::PathBuf>,
