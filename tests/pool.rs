@@ -14,7 +14,10 @@ use std::sync::{Mutex, MutexGuard};
 fn schedstat() -> bool {
     let ok = std::path::Path::new("/proc/thread-self/schedstat").exists();
     if !ok {
-        eprintln!("skipped: no /proc/thread-self/schedstat on this kernel");
+        common::record_skip(
+            "run-queue",
+            "no /proc/thread-self/schedstat on this kernel (CONFIG_SCHED_INFO)",
+        );
     }
     ok
 }

@@ -179,13 +179,17 @@ fn scrape(port: u16) -> Option<String> {
 fn node_exporter_running_unprivileged_exports_the_prom_file() {
     let exporter = "/usr/bin/prometheus-node-exporter";
     if !Path::new(exporter).exists() {
-        eprintln!(
-            "skipped: {exporter} is not installed (apt-get install prometheus-node-exporter)"
+        common::skip(
+            "node_exporter",
+            &format!("{exporter} is not installed (apt-get install prometheus-node-exporter)"),
         );
         return;
     }
     if euid() != 0 {
-        eprintln!("skipped: needs root, to write as root and run node_exporter as nobody");
+        common::skip(
+            "node_exporter",
+            "needs root, to write as root and run node_exporter as nobody",
+        );
         return;
     }
     use std::os::unix::fs::PermissionsExt;
