@@ -151,6 +151,10 @@ pub struct RollbackArgs {
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub yes: bool,
+    /// Also restore values and files changed by hand since the apply (listed first; without
+    /// --force rollback asks on a terminal and refuses otherwise).
+    #[arg(long)]
+    pub force: bool,
     /// The --prefix the changes were applied with.
     #[arg(long, value_name = "DIR")]
     pub prefix: Option<PathBuf>,
