@@ -57,26 +57,6 @@ fn check_fixture(name: &str, extra: &[&str]) -> (i32, serde_json::Value) {
     (code(&o), json(&o))
 }
 
-/// Runs `script` inside fresh network (and mount) namespaces; None when this machine cannot
-/// make them (not root). CI runs as root, where a missing namespace is a failure.
-fn in_netns(script: &str) -> Option<Output> {
-    let o = Command::new("unshare")
-        .args(["--net", "--mount", "bash", "-c", script])
-        .env("WSTUNE", bin())
-        .env("NO_COLOR", "1")
-        .output();
-    match o {
-        Ok(o) if o.status.success() || !stderr(&o).contains("unshare failed") => Some(o),
-        _ => {
-            common::skip(
-                "namespaces",
-                "cannot create a network namespace here (run as root)",
-            );
-            None
-        }
-    }
-}
-
 // --- the live host ---------------------------------------------------------------------------
 
 #[test]
@@ -155,7 +135,9 @@ fn somaxconn_in_a_private_network_namespace_fails_at_4096_and_passes_at_65535() 
     let dir = tempfile::tempdir().unwrap();
     let script = format!("cd {} && {script}", dir.path().display());
     let host_before = std::fs::read_to_string("/proc/sys/net/core/somaxconn").unwrap();
-    let Some(o) = in_netns(&script) else { return };
+    let Some(o) = common::in_netns(&script) else {
+        return;
+    };
     let out = stdout(&o);
     assert!(out.contains("low=2"), "{out}\n{}", stderr(&o));
     let json_part = &out[out.find('{').unwrap()..];
@@ -211,7 +193,9 @@ PY
         wait
         exit $rc
     "#;
-    let Some(o) = in_netns(script) else { return };
+    let Some(o) = common::in_netns(script) else {
+        return;
+    };
     let r = json(&o);
     let f = result(&r, "linux.counter.listen_overflows");
     assert_eq!(f["status"], "fail", "{f}");
@@ -840,7 +824,7 @@ fn help_is_what_the_snapshot_says() {
 fn apply_and_rollback_against_a_real_kernel_in_private_namespaces() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/apply_rollback.sh");
     let host_before = std::fs::read_to_string("/proc/sys/net/core/somaxconn").unwrap();
-    let Some(o) = in_netns(&format!("bash {}", script.display())) else {
+    let Some(o) = common::in_netns(&format!("bash {}", script.display())) else {
         return;
     };
     let out = stdout(&o);

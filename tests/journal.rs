@@ -68,28 +68,6 @@ fn assert_same_tree(a: &Path, b: &Path) {
     assert!(o.status.success(), "trees differ:\n{}", stdout(&o));
 }
 
-/// Runs `script` (bash) inside fresh network and mount namespaces, with the global settings a
-/// profile touches shielded by bind mounts (see tests/scripts/journal.sh). None when this
-/// machine cannot make namespaces (not root); CI runs as root, where that is a failure.
-fn in_netns(script: &str) -> Option<Output> {
-    let o = Command::new("unshare")
-        .args(["--net", "--mount", "bash", "-c", script])
-        .env("WSTUNE", common::bin())
-        .env("NO_COLOR", "1")
-        .env("COLUMNS", "160")
-        .output();
-    match o {
-        Ok(o) if o.status.success() || !stderr(&o).contains("unshare failed") => Some(o),
-        _ if std::env::var("CI").is_ok() => {
-            panic!("CI must be able to create network namespaces (run as root)")
-        }
-        _ => {
-            eprintln!("skipped: cannot create a network namespace here (not root)");
-            None
-        }
-    }
-}
-
 fn script(name: &str) -> String {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts");
     format!(
@@ -118,7 +96,7 @@ fn line(o: &Output, tag: &str) -> String {
 #[test]
 fn an_apply_killed_midway_then_another_apply_is_undone_by_one_rollback() {
     let host_before = std::fs::read_to_string("/proc/sys/net/core/somaxconn").unwrap();
-    let Some(o) = in_netns(&script("journal_killed.sh")) else {
+    let Some(o) = common::in_netns(&script("journal_killed.sh")) else {
         return;
     };
     let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
@@ -204,7 +182,7 @@ fn an_apply_killed_midway_then_another_apply_is_undone_by_one_rollback() {
 
 #[test]
 fn values_raised_by_hand_are_persisted_for_the_next_boot() {
-    let Some(o) = in_netns(&script("journal_hand_raised.sh")) else {
+    let Some(o) = common::in_netns(&script("journal_hand_raised.sh")) else {
         return;
     };
     let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
@@ -376,7 +354,7 @@ fn unit_without_systemd_says_so_instead_of_planning_nothing() {
         stderr(&o)
     );
     // A live host without systemd (a mount namespace hides it, if this one runs it).
-    let Some(o) = in_netns(
+    let Some(o) = common::in_netns(
         "[ -d /run/systemd ] && mount -t tmpfs none /run/systemd; P=$(mktemp -d); \
          \"$WSTUNE\" apply --prefix \"$P\" --unit myserver.service --dry-run; echo \"RC $?\"",
     ) else {

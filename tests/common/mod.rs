@@ -130,6 +130,33 @@ pub fn element<'a>(list: &'a serde_json::Value, key: &str, value: &str) -> &'a s
         .unwrap_or_else(|| panic!("no {key} {value} in {list:#}"))
 }
 
+/// Runs `script` (bash) inside fresh network and mount namespaces, with `$WSTUNE` naming the
+/// binary: sysctls written there are the namespace's own, never the host's. None (a recorded
+/// skip) when this machine cannot make namespaces (not root); in CI that is a failure.
+pub fn in_netns(script: &str) -> Option<Output> {
+    let o = Command::new("unshare")
+        .args(["--net", "--mount", "bash", "-c", script])
+        .env("WSTUNE", bin())
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", "160")
+        .output();
+    match o {
+        Ok(o)
+            if o.status.success()
+                || !String::from_utf8_lossy(&o.stderr).contains("unshare failed") =>
+        {
+            Some(o)
+        }
+        _ => {
+            skip(
+                "namespaces",
+                "cannot create a network namespace here (run as root)",
+            );
+            None
+        }
+    }
+}
+
 /// A group of tests that cannot run on this machine (a tool not installed, not root). In CI a
 /// skip is an error: `.ci/run` installs everything, so a skip there would hide a missing install
 /// step. Elsewhere the test returns early, and the group is recorded so that the last test
