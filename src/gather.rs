@@ -108,6 +108,16 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> Ho
         };
         for nic in targets {
             let reading = read_source(backend, def, nic, options);
+            // A fix for one field of a multi-value sysctl (tcp_rmem's default) must restate the
+            // other fields as they are, so the whole value is kept as `sysctl.KEY` too.
+            if let (Source::Sysctl(key), Some(_)) = (&def.check.source, def.check.field) {
+                let name = format!("sysctl.{key}");
+                if !vars.contains_key(&name) {
+                    if let Reading::Value(v) = read_sysctl(backend, key) {
+                        vars.insert(name, v);
+                    }
+                }
+            }
             let defaulted = matches!(&def.check.source, Source::Registry(_))
                 && def.default.is_some()
                 && is_absent(backend, def, nic);
@@ -195,6 +205,11 @@ fn read_source(
             })
             .into()
         }
+        // `[first, last]`, the shape `covers` compares (as Linux's ip_local_port_range).
+        Source::DynamicPorts(ip) => backend
+            .dynamic_ports(*ip)
+            .map(|r| Value::List(vec![r.start as i64, r.last() as i64]))
+            .into(),
     };
     match (reading, def.check.field) {
         (Reading::Value(Value::List(v)), Some(i)) => match v.get(i) {
@@ -267,7 +282,11 @@ fn read_nofile(backend: &dyn Backend, pid: &str, which: LimitKind) -> Reading {
                 procfs_core::process::LimitValue::Value(n) => n.min(i64::MAX as u64) as i64,
             }))
         }
-        Err(e) => Reading::Unreadable(format!("cannot parse {path}: {e}")),
+        // procfs's own message for a malformed file is an "internal error, please report this
+        // procfs bug"; the problem is the file, and that is what the note says.
+        Err(_) => Reading::Unreadable(format!(
+            "{path}: no readable \"Max open files\" line; it is not in /proc/PID/limits format"
+        )),
     }
 }
 
@@ -451,7 +470,12 @@ fn mem_bytes(backend: &dyn Backend) -> Reading {
     };
     let total = match procfs_core::Meminfo::from_read(text.as_bytes()) {
         Ok(m) => m.mem_total,
-        Err(e) => return Reading::Unreadable(format!("cannot parse /proc/meminfo: {e}")),
+        Err(_) => {
+            return Reading::Unreadable(
+                "/proc/meminfo: no readable MemTotal line; it is not in /proc/meminfo format"
+                    .into(),
+            )
+        }
     };
     let cgroup = backend
         .read("/proc/self/cgroup")

@@ -7,8 +7,12 @@
 //! (round robin piles long-lived connections on whichever backend was up longest). Each proxied
 //! connection costs the proxy two sockets.
 
+mod limits;
+
 use crate::profile::Profile;
 use std::fmt::Write;
+
+pub use limits::{ProcLimits, FD_MARGIN};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Kind {
@@ -40,6 +44,76 @@ pub struct Options {
 pub fn tunnel_timeout(p: &Profile) -> u64 {
     let hb = &p.server.heartbeat;
     hb.interval_secs + hb.timeout_secs.max(hb.interval_secs)
+}
+
+/// The connection cap a generated configuration sets: the profile's connections plus 10 %.
+/// A reconnect storm opens new connections while the old ones are still counted (a closing
+/// client stays under maxconn until `timeout client-fin`), and health checks and the admin
+/// socket take their share; 10 % absorbs a tenth of the clients reconnecting at once without
+/// letting the proxy accept far more than the backends were sized for.
+pub fn with_headroom(connections: u64) -> u64 {
+    connections.saturating_add(connections.div_ceil(10))
+}
+
+/// File descriptors HAProxy needs for `maxconn`: two per proxied connection (client and
+/// backend) plus its own (HAProxy 2.6 adds about 3 per thread, one per listener, health check
+/// and socket; [`FD_MARGIN`] covers 64 threads and a few dozen of the rest).
+pub fn haproxy_fds(maxconn: u64) -> u64 {
+    maxconn.saturating_mul(2).saturating_add(FD_MARGIN)
+}
+
+/// Check `--bind`: ADDR:PORT, where ADDR is an IPv4 address, a bracketed IPv6 address, a host
+/// name, `*` or nothing (all addresses; written `*` because nginx refuses `:PORT`). Returns
+/// the form written into the configuration.
+pub fn parse_bind(s: &str) -> Result<String, String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "--bind '{s}': {why}; give ADDR:PORT, like 0.0.0.0:80, *:443, [::]:80 or lb.example.com:80"
+        ))
+    };
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let Some((v6, port)) = rest.split_once("]:") else {
+            return bad("an IPv6 address needs its port after the bracket ([::1]:80)");
+        };
+        if v6.parse::<std::net::Ipv6Addr>().is_err() {
+            return bad(&format!("'{v6}' is not an IPv6 address"));
+        }
+        (s[..v6.len() + 2].to_string(), port)
+    } else {
+        let Some((host, port)) = s.rsplit_once(':') else {
+            return bad("there is no port");
+        };
+        if host.contains(':') {
+            return bad("an IPv6 address goes in brackets ([::]:80)");
+        }
+        let host = match host {
+            "" | "*" => "*".to_string(),
+            h if h.chars().all(|c| c.is_ascii_digit() || c == '.') => {
+                if h.parse::<std::net::Ipv4Addr>().is_err() {
+                    return bad(&format!("'{h}' is not an IPv4 address"));
+                }
+                h.to_string()
+            }
+            h => {
+                let label_ok = |l: &str| {
+                    !l.is_empty()
+                        && l.len() <= 63
+                        && !l.starts_with('-')
+                        && !l.ends_with('-')
+                        && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                };
+                if h.len() > 253 || !h.split('.').all(label_ok) {
+                    return bad(&format!("'{h}' is neither an address nor a host name"));
+                }
+                h.to_string()
+            }
+        };
+        (host, port)
+    };
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(format!("{host}:{p}")),
+        _ => bad(&format!("'{port}' is not a port 1..=65535")),
+    }
 }
 
 /// Check a backend list: HOST:PORT each.
@@ -75,7 +149,9 @@ pub fn generate(kind: Kind, p: &Profile, o: &Options) -> Result<String, String> 
 fn haproxy(p: &Profile, o: &Options) -> String {
     let tunnel = tunnel_timeout(p);
     let conns = p.connections;
-    let per_backend = conns.div_ceil(o.backends.len() as u64) * 2; // room when one is drained
+    let maxconn = with_headroom(conns);
+    let fds = haproxy_fds(maxconn);
+    let per_backend = maxconn.div_ceil(o.backends.len() as u64) * 2; // room when one is drained
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -83,7 +159,14 @@ fn haproxy(p: &Profile, o: &Options) -> String {
          # over {} backend(s). Heartbeat {} s / {} s -> tunnel timeout {tunnel} s.\n\
          # Drain a backend without cutting its connections:\n\
          #   echo 'set server wstune/s1 state drain' | socat stdio /run/haproxy/admin.sock\n\
-         # (new connections go elsewhere; open ones stay until they close).",
+         # (new connections go elsewhere; open ones stay until they close).\n\
+         # maxconn {maxconn} = {conns} + 10 % for reconnect storms (a closing client still counts\n\
+         # until timeout client-fin), health checks and the admin socket.\n\
+         # File descriptors: this configuration needs an fd limit of at least {fds}\n\
+         # (2 per connection, client and backend side, + {FD_MARGIN} for HAProxy's own). HAProxy sets\n\
+         # its limit itself from maxconn (ulimit-n is left unset so it stays computed) and refuses\n\
+         # to start when the hard limit is lower (\"Cannot raise FD limit\"): LimitNOFILE={fds}\n\
+         # in its systemd unit, or `ulimit -Hn {fds}`; `wstune check --lb-config` compares.",
         p.name,
         o.backends.len(),
         p.server.heartbeat.interval_secs,
@@ -91,7 +174,7 @@ fn haproxy(p: &Profile, o: &Options) -> String {
     );
     let _ = writeln!(
         s,
-        "global\n    maxconn {conns}\n    stats socket /run/haproxy/admin.sock mode 600 level admin\n"
+        "global\n    maxconn {maxconn}\n    stats socket /run/haproxy/admin.sock mode 600 level admin\n"
     );
     let _ = writeln!(
         s,
@@ -103,7 +186,7 @@ fn haproxy(p: &Profile, o: &Options) -> String {
     };
     let _ = writeln!(
         s,
-        "frontend websocket\n    bind {}{ssl}\n    maxconn {conns}\n    default_backend wstune\n",
+        "frontend websocket\n    bind {}{ssl}\n    maxconn {maxconn}\n    default_backend wstune\n",
         o.bind
     );
     let _ = writeln!(
@@ -137,6 +220,13 @@ fn haproxy(p: &Profile, o: &Options) -> String {
     s
 }
 
+/// nginx `worker_connections` for a profile: two per connection (with headroom) + 1024.
+pub fn nginx_worker_connections(connections: u64) -> u64 {
+    with_headroom(connections)
+        .saturating_mul(2)
+        .saturating_add(1024)
+}
+
 fn nginx(p: &Profile, o: &Options) -> Result<String, String> {
     if o.sticky == Some(Sticky::Cookie) {
         return Err(
@@ -150,8 +240,11 @@ fn nginx(p: &Profile, o: &Options) -> Result<String, String> {
     }
     let tunnel = tunnel_timeout(p);
     let conns = p.connections;
-    // Two sockets per proxied connection, plus headroom.
-    let worker_conns = conns * 2 + 1024;
+    // Two per proxied connection (worker_connections counts the backend side too), for the
+    // same 10 % headroom as HAProxy's maxconn, plus 1024 for the rest (a worker's own sockets).
+    let worker_conns = nginx_worker_connections(conns);
+    let rlimit = worker_conns + 1024;
+    let backlog = p.linux.somaxconn;
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -160,7 +253,11 @@ fn nginx(p: &Profile, o: &Options) -> Result<String, String> {
          # Drain a backend: mark it `down` and `nginx -s reload`; old workers keep serving their\n\
          # open connections until they close (bounded by worker_shutdown_timeout).\n\
          # Open-source nginx has no active health checks: a backend that fails max_fails times is\n\
-         # skipped for fail_timeout, and /healthz is for your monitoring.",
+         # skipped for fail_timeout, and /healthz is for your monitoring.\n\
+         # worker_rlimit_nofile {rlimit}: a worker needs a descriptor per connection it counts\n\
+         # (client and backend side) plus its logs and listeners; without it workers keep the\n\
+         # limit they were started with (1024 under systemd). listen backlog={backlog} matches the\n\
+         # profile's net.core.somaxconn (nginx's default is 511, whatever somaxconn allows).",
         p.name,
         o.backends.len(),
         p.server.heartbeat.interval_secs,
@@ -168,8 +265,7 @@ fn nginx(p: &Profile, o: &Options) -> Result<String, String> {
     );
     let _ = writeln!(
         s,
-        "worker_processes auto;\nworker_rlimit_nofile {};\nworker_shutdown_timeout {tunnel}s;\n\nevents {{\n    worker_connections {worker_conns};\n}}\n",
-        worker_conns + 1024
+        "worker_processes auto;\nworker_rlimit_nofile {rlimit};\nworker_shutdown_timeout {tunnel}s;\n\nevents {{\n    worker_connections {worker_conns};\n}}\n"
     );
     let _ = writeln!(
         s,
@@ -191,12 +287,12 @@ fn nginx(p: &Profile, o: &Options) -> Result<String, String> {
         (Some(c), Some(k)) => {
             let _ = writeln!(
                 s,
-                "        listen {} ssl;\n        ssl_certificate {c};\n        ssl_certificate_key {k};",
+                "        listen {} ssl backlog={backlog};\n        ssl_certificate {c};\n        ssl_certificate_key {k};",
                 o.bind
             );
         }
         _ => {
-            let _ = writeln!(s, "        listen {};", o.bind);
+            let _ = writeln!(s, "        listen {} backlog={backlog};", o.bind);
         }
     }
     let _ = writeln!(
@@ -212,8 +308,17 @@ pub struct Facts {
     pub kind: Option<Kind>,
     /// Seconds an upgraded connection may stay idle at the proxy.
     pub idle_timeout_secs: Option<u64>,
-    /// Concurrent client connections the proxy accepts.
+    /// Concurrent client connections the proxy accepts (nginx: bounded by the workers' fd
+    /// limit where worker_rlimit_nofile sets one).
     pub max_connections: Option<u64>,
+    /// HAProxy: the global section's maxconn, from which HAProxy sizes its fd limit.
+    pub global_maxconn: Option<u64>,
+    /// The fd limit the file itself sets: HAProxy `ulimit-n`, nginx `worker_rlimit_nofile`.
+    pub nofile: Option<u64>,
+    /// nginx: worker_connections per worker (nginx's default is 512).
+    pub worker_connections: Option<u64>,
+    /// nginx: each `listen` address and its `backlog=` (None where it has none: 511).
+    pub listens: Vec<(String, Option<u64>)>,
 }
 
 /// HAProxy and nginx time values: plain numbers (HAProxy: ms; nginx: s) or with a unit.
@@ -257,12 +362,12 @@ pub fn read(text: &str) -> Facts {
         // nginx's default proxy_read_timeout is 60 s.
         f.idle_timeout_secs = Some(60);
         let mut workers = None;
-        let mut per_worker = None;
         for l in &statements {
             let mut w = l.split_whitespace();
             match (w.next(), w.next()) {
                 (Some("proxy_read_timeout"), Some(v)) => f.idle_timeout_secs = secs(v, false),
-                (Some("worker_connections"), Some(v)) => per_worker = v.parse::<u64>().ok(),
+                (Some("worker_connections"), Some(v)) => f.worker_connections = v.parse().ok(),
+                (Some("worker_rlimit_nofile"), Some(v)) => f.nofile = v.parse().ok(),
                 (Some("worker_processes"), Some(v)) => {
                     workers = match v {
                         "auto" => std::thread::available_parallelism()
@@ -271,10 +376,22 @@ pub fn read(text: &str) -> Facts {
                         n => n.parse().ok(),
                     }
                 }
+                (Some("listen"), Some(addr)) => {
+                    let backlog = l
+                        .split_whitespace()
+                        .find_map(|p| p.strip_prefix("backlog="))
+                        .and_then(|v| v.parse().ok());
+                    f.listens.push((addr.to_string(), backlog));
+                }
                 _ => {}
             }
         }
-        // Each proxied connection holds two of a worker's connections.
+        // Each proxied connection holds two of a worker's connections, and a worker cannot hold
+        // more connections than its fd limit lets it open.
+        let per_worker = match (f.worker_connections, f.nofile) {
+            (Some(c), Some(n)) => Some(c.min(n)),
+            (c, _) => c,
+        };
         f.max_connections = per_worker.map(|c| c * workers.unwrap_or(1) / 2);
     } else if uncommented
         .iter()
@@ -282,18 +399,42 @@ pub fn read(text: &str) -> Facts {
     {
         f.kind = Some(Kind::Haproxy);
         let (mut tunnel, mut client) = (None, None);
+        let mut section = "";
         for l in &uncommented {
             let w: Vec<&str> = l.split_whitespace().collect();
+            if let Some(first) = w.first().copied().filter(|s| {
+                [
+                    "global",
+                    "defaults",
+                    "frontend",
+                    "backend",
+                    "listen",
+                    "peers",
+                    "resolvers",
+                    "userlist",
+                    "program",
+                    "cache",
+                    "ring",
+                    "mailers",
+                ]
+                .contains(s)
+            }) {
+                section = first;
+            }
             match w.as_slice() {
                 ["timeout", "tunnel", v, ..] => tunnel = tunnel.or(secs(v, true)),
                 ["timeout", "client", v, ..] => client = client.or(secs(v, true)),
                 ["maxconn", v, ..] => {
                     let v = v.parse::<u64>().ok();
+                    if section == "global" {
+                        f.global_maxconn = f.global_maxconn.or(v);
+                    }
                     f.max_connections = match (f.max_connections, v) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
                     };
                 }
+                ["ulimit-n", v, ..] if section == "global" => f.nofile = v.parse().ok(),
                 _ => {}
             }
         }
@@ -303,12 +444,29 @@ pub fn read(text: &str) -> Facts {
     f
 }
 
-/// `check --lb-config`: the proxy's idle timeout against the server's heartbeat, and its
-/// connection cap against the profile.
+/// `check --lb-config`: the proxy's idle timeout against the server's heartbeat, its
+/// connection cap and listen backlog against the profile, and its fd limit against what the
+/// running proxy (`pid`, else the one found, else this shell) gets. Err: `pid` unreadable.
 pub fn findings(
     path: &std::path::Path,
     text: &str,
     p: &Profile,
+    pid: Option<u32>,
+) -> Result<Vec<crate::catalog::eval::Finding>, String> {
+    let limits = match (read(text).kind, pid) {
+        (_, Some(pid)) => Ok(limits::of_pid(pid)?),
+        (Some(kind), None) => limits::detect(kind),
+        (None, None) => Err("not a proxy configuration".into()),
+    };
+    Ok(findings_with(path, text, p, limits))
+}
+
+/// [`findings`] with the proxy's fd limits given.
+pub fn findings_with(
+    path: &std::path::Path,
+    text: &str,
+    p: &Profile,
+    limits: Result<ProcLimits, String>,
 ) -> Vec<crate::catalog::eval::Finding> {
     use crate::catalog::eval::{Finding, FixText, Status};
     use crate::catalog::{Scope, Severity};
@@ -367,30 +525,104 @@ pub fn findings(
         },
         note: Some(file.clone()),
     }];
-    let cap_ok = f.max_connections.is_some_and(|m| m >= p.connections);
+    let want_cap = with_headroom(p.connections);
+    let cap_status = match f.max_connections {
+        Some(m) if m >= want_cap => Status::Pass,
+        Some(m) if m >= p.connections => Status::Warn,
+        _ => Status::Fail,
+    };
     out.push(Finding {
         id: "lb.max_connections".into(),
         title: format!("{name}: accepts the profile's connections"),
-        status: if cap_ok { Status::Pass } else { Status::Fail },
+        status: cap_status,
         current: f.max_connections.map(|m| Value::Num(m as i64)),
         compare: ">=",
         target: Some(Value::Num(p.connections as i64)),
         severity: Severity::Fail,
         scope: Scope::Proxy,
-        why: match kind {
-            Kind::Haproxy => "HAProxy refuses (or queues) connections past maxconn; the lowest of the global and frontend values applies.".into(),
-            Kind::Nginx => "Each proxied connection holds two of a worker's worker_connections (client and backend), so the cap is worker_processes x worker_connections / 2.".into(),
-        },
+        why: format!(
+            "{} {}",
+            match kind {
+                Kind::Haproxy => "HAProxy refuses (or queues) connections past maxconn; the lowest of the global and frontend values applies.",
+                Kind::Nginx => "Each proxied connection holds two of a worker's worker_connections (client and backend), and a worker holds no more than its worker_rlimit_nofile, so the cap is worker_processes x min(worker_connections, worker_rlimit_nofile) / 2.",
+            },
+            if cap_status == Status::Warn {
+                format!("This one has less than the 10 % headroom ({want_cap}) that reconnect storms need: closing clients still count while new ones arrive.")
+            } else {
+                String::new()
+            }
+        ),
         fix: FixText {
             runtime: Some(match kind {
-                Kind::Haproxy => format!("set maxconn {} in global and the frontend of {file}", p.connections),
-                Kind::Nginx => format!("set worker_connections {} (per worker) in {file}", p.connections * 2 + 1024),
+                Kind::Haproxy => format!("set maxconn {want_cap} in global and the frontend of {file} (the profile's connections + 10 %)"),
+                Kind::Nginx => {
+                    let wc = nginx_worker_connections(p.connections);
+                    format!("set worker_connections {wc} (per worker) and worker_rlimit_nofile {} in {file}", wc + 1024)
+                }
             }),
             persistent: None,
         },
-        note: Some(file),
+        note: Some(file.clone()),
     });
+    if kind == Kind::Nginx {
+        out.push(backlog_finding(&f, p, &file));
+    }
+    out.push(limits::finding(kind, &f, limits, &file));
     out
+}
+
+/// `lb.backlog` (nginx): every `listen` asks for the profile's accept queue. nginx's default
+/// backlog is 511 whatever net.core.somaxconn allows, so a reconnect storm overflows it and the
+/// kernel drops SYNs the tuned host could have queued (nginx's value is capped at somaxconn).
+fn backlog_finding(f: &Facts, p: &Profile, file: &str) -> crate::catalog::eval::Finding {
+    use crate::catalog::eval::{Finding, FixText, Status};
+    use crate::catalog::{Scope, Severity};
+    use crate::value::Value;
+    const NGINX_DEFAULT_BACKLOG: u64 = 511;
+    let want = p.linux.somaxconn;
+    // No listen at all: nginx listens on *:80 with the default backlog.
+    let lowest = f
+        .listens
+        .iter()
+        .map(|(_, b)| b.unwrap_or(NGINX_DEFAULT_BACKLOG))
+        .min()
+        .unwrap_or(NGINX_DEFAULT_BACKLOG);
+    let short: Vec<String> = f
+        .listens
+        .iter()
+        .filter(|(_, b)| b.is_none_or(|b| b < want))
+        .map(|(a, b)| match b {
+            Some(b) => format!("{a} (backlog={b})"),
+            None => format!("{a} (no backlog=, so 511)"),
+        })
+        .collect();
+    Finding {
+        id: "lb.backlog".into(),
+        title: "nginx: listen backlog matches the profile's somaxconn".into(),
+        status: if lowest >= want { Status::Pass } else { Status::Fail },
+        current: Some(Value::Num(lowest as i64)),
+        compare: ">=",
+        target: Some(Value::Num(want as i64)),
+        severity: Severity::Fail,
+        scope: Scope::Proxy,
+        why: format!(
+            "nginx asks the kernel for an accept queue of 511 unless listen says backlog=,              whatever net.core.somaxconn ({want} in the profile) allows; a reconnect storm              overflows 511 and the kernel drops the SYNs. {}",
+            if f.listens.is_empty() {
+                "There is no listen directive (nginx listens on *:80 with 511).".to_string()
+            } else if short.is_empty() {
+                String::new()
+            } else {
+                format!("Short: {}.", short.join(", "))
+            }
+        ),
+        fix: FixText {
+            runtime: Some(format!(
+                "add backlog={want} to each listen in {file} (e.g. `listen 0.0.0.0:80 backlog={want};`) and reload nginx; nginx caps it at somaxconn, so raise that too (`wstune apply`)"
+            )),
+            persistent: None,
+        },
+        note: Some(file.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -469,6 +701,101 @@ mod tests {
         assert_eq!(read("nothing here").kind, None);
         assert_eq!(secs("2m", true), Some(120));
         assert_eq!(secs("1h", false), Some(3600));
+    }
+
+    #[test]
+    fn headroom_backlog_and_fd_limits_in_what_is_generated() {
+        let p = profile();
+        let h = generate(Kind::Haproxy, &p, &opts()).unwrap();
+        // 10,000 + 10 %: global and frontend; the fd limit it needs is said.
+        assert_eq!(h.matches("\n    maxconn 11000\n").count(), 2, "{h}");
+        assert!(h.contains("fd limit of at least 22256"), "{h}");
+        let f = read(&h);
+        assert_eq!((f.global_maxconn, f.nofile), (Some(11000), None));
+        let n = generate(Kind::Nginx, &p, &opts()).unwrap();
+        assert!(n.contains("listen 0.0.0.0:8080 backlog=4096;"), "{n}");
+        assert!(
+            n.contains("worker_connections 23024;") && n.contains("worker_rlimit_nofile 24048;")
+        );
+        let f = read(&n);
+        assert_eq!(f.listens, vec![("0.0.0.0:8080".to_string(), Some(4096))]);
+        let mut o = opts();
+        o.tls_cert = Some("c.pem".into());
+        o.tls_key = Some("k.pem".into());
+        let n = generate(Kind::Nginx, &p, &o).unwrap();
+        assert!(n.contains("listen 0.0.0.0:8080 ssl backlog=4096;"), "{n}");
+        // Both pass their own checks (the fd limit given, so this host's does not matter).
+        let big = || {
+            Ok(ProcLimits {
+                soft: 1 << 20,
+                hard: 1 << 20,
+                raise_to: None,
+                source: "t".into(),
+            })
+        };
+        for text in [h, n] {
+            for r in findings_with(std::path::Path::new("x"), &text, &p, big()) {
+                assert_eq!(r.status, crate::catalog::eval::Status::Pass, "{r:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn nginx_cap_counts_the_workers_fd_limit_and_its_backlog() {
+        use crate::catalog::eval::Status;
+        let p = profile();
+        let text = "worker_processes 1;\nworker_rlimit_nofile 1024;\nevents { worker_connections 30000; }\nhttp { upstream u { server a:1; } server { listen 80; listen [::]:80 backlog=8192; location / { proxy_pass http://u; proxy_read_timeout 120s; } } }";
+        let f = read(text);
+        assert_eq!(f.max_connections, Some(512), "1024 fds / 2 per connection");
+        let lim = Ok(ProcLimits {
+            soft: 1 << 20,
+            hard: 1 << 20,
+            raise_to: None,
+            source: "t".into(),
+        });
+        let r = findings_with(std::path::Path::new("n.conf"), text, &p, lim);
+        let by = |id: &str| r.iter().find(|f| f.id == id).unwrap();
+        assert_eq!(by("lb.max_connections").status, Status::Fail);
+        assert_eq!(by("lb.fd_limit").status, Status::Fail);
+        let b = by("lb.backlog");
+        assert_eq!(b.status, Status::Fail);
+        assert!(b.why.contains("80 (no backlog=, so 511)"), "{}", b.why);
+        assert!(!b.why.contains("[::]:80 ("), "8192 >= 4096: {}", b.why);
+        // A cap at the connections but without headroom is a warning.
+        let t = "global\n maxconn 10000\ndefaults\n timeout tunnel 120s\nfrontend f\n bind :80\nbackend b\n";
+        let r = findings_with(std::path::Path::new("h"), t, &p, Err("x".into()));
+        assert_eq!(r[1].id, "lb.max_connections");
+        assert_eq!(r[1].status, Status::Warn);
+        assert!(r[1].fix.runtime.as_ref().unwrap().contains("maxconn 11000"));
+    }
+
+    #[test]
+    fn bind_addresses() {
+        for (given, written) in [
+            ("0.0.0.0:80", "0.0.0.0:80"),
+            ("*:443", "*:443"),
+            (":8080", "*:8080"),
+            ("[::]:80", "[::]:80"),
+            ("[::1]:9000", "[::1]:9000"),
+            ("lb.example.com:80", "lb.example.com:80"),
+        ] {
+            assert_eq!(parse_bind(given).unwrap(), written);
+        }
+        for (bad, why) in [
+            ("nonsense", "no port"),
+            ("1.2.3:80", "not an IPv4"),
+            ("0.0.0.0:0", "not a port"),
+            ("0.0.0.0:65536", "not a port"),
+            ("::1:80", "in brackets"),
+            ("[::g]:80", "not an IPv6"),
+            ("[::1]80", "after the bracket"),
+            ("a b:80", "neither an address"),
+            ("-x:80", "neither an address"),
+            ("0.0.0.0:", "not a port"),
+        ] {
+            let e = parse_bind(bad).unwrap_err();
+            assert!(e.contains(why) && e.contains("--bind"), "{bad}: {e}");
+        }
     }
 
     #[test]

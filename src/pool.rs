@@ -12,6 +12,45 @@ pub const SEPARATE_POOL_ABOVE: u64 = 256;
 /// The guide's example queue length in front of the pool.
 pub const QUEUE_SIZE: u64 = 4096;
 
+/// The most cores sized for. The largest single-system-image machines sold today expose a
+/// few thousand logical CPUs (and distribution kernels are built for at most 8192), so more
+/// than 4096 is a typo or an overflow, not a host; it also bounds the threads `--measure`
+/// starts (one per core).
+pub const MAX_CORES: u64 = 4096;
+
+/// The largest pool the formula may answer. Threads per process are bounded by
+/// kernel.threads-max and pid_max (32768 by default on many hosts), and each thread reserves a
+/// stack (2 MiB by default): 65536 threads are 128 GiB of address space and far past the point
+/// where blocking calls belong in async I/O or a pool of their own. An answer above this means a
+/// mismeasured ratio (often milliseconds given as microseconds).
+pub const MAX_POOL: u64 = 65536;
+
+/// Times above an hour per message are not a pool-sizing question (and past this, ratios of
+/// extreme values stop meaning anything).
+pub const MAX_MS: f64 = 3_600_000.0;
+
+/// A number as the user would write it: 1e300, not three hundred digits.
+fn num(v: f64) -> String {
+    if v != 0.0 && !(1e-6..1e9).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Check `--cores`: 1..=[`MAX_CORES`].
+pub fn check_cores(cores: u64) -> Result<(), String> {
+    match cores {
+        0 => Err("--cores must be at least 1".into()),
+        c if c > MAX_CORES => Err(format!(
+            "--cores {c}: more than {MAX_CORES} cores is not a host this sizes for (the largest \
+             single machines have a few thousand); give the cores of the host that runs the \
+             server, or leave --cores out to use this host's"
+        )),
+        _ => Ok(()),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Advice {
     pub cores: u64,
@@ -28,16 +67,23 @@ pub struct Advice {
     pub notes: Vec<String>,
 }
 
-/// Apply the formula. Errors name the bad input: negative or non-finite times, zero cores, or
-/// zero CPU time with blocking (the ratio would be infinite: measure the handler instead).
+/// Apply the formula. Errors name the bad input: negative, non-finite or absurd times, cores
+/// outside 1..=[`MAX_CORES`], zero CPU time with blocking (the ratio would be infinite: measure
+/// the handler instead), a ratio that is not finite, or a pool past [`MAX_POOL`].
 pub fn advise(blocking_ms: f64, cpu_ms: f64, cores: u64) -> Result<Advice, String> {
-    if cores == 0 {
-        return Err("--cores must be at least 1".into());
-    }
+    check_cores(cores)?;
     for (name, v) in [("--blocking-ms", blocking_ms), ("--cpu-ms", cpu_ms)] {
         if !v.is_finite() || v < 0.0 {
             return Err(format!(
-                "{name} {v}: give a time in milliseconds, 0 or more (fractions allowed, e.g. 0.25)"
+                "{name} {}: give a time in milliseconds, 0 or more (fractions allowed, e.g. 0.25)",
+                num(v)
+            ));
+        }
+        if v > MAX_MS {
+            return Err(format!(
+                "{name} {}: more than an hour ({MAX_MS} ms) per message; give the average time \
+                 of one handled message in milliseconds",
+                num(v)
             ));
         }
     }
@@ -53,7 +99,29 @@ pub fn advise(blocking_ms: f64, cpu_ms: f64, cores: u64) -> Result<Advice, Strin
     } else {
         blocking_ms / cpu_ms
     };
+    if !ratio.is_finite() {
+        return Err(format!(
+            "--blocking-ms {} / --cpu-ms {}: the ratio is not a finite number; give the \
+             average times of one message in milliseconds, or measure them (`wstune pool \
+             --measure`)",
+            num(blocking_ms),
+            num(cpu_ms)
+        ));
+    }
     let size = cores as f64 + ratio * cores as f64;
+    // Checked before the conversion, which would saturate at u64::MAX (size may be infinite
+    // here: a finite ratio times the cores can overflow; it cannot be NaN).
+    if size > MAX_POOL as f64 {
+        return Err(format!(
+            "--blocking-ms {} / --cpu-ms {} on {cores} cores: the formula gives {} threads, \
+             past the {MAX_POOL} a process can sensibly run (threads-max, \
+             pid_max, a stack each); check the units of both times (milliseconds), measure them \
+             (`wstune pool --measure`), or make the blocking calls async",
+            num(blocking_ms),
+            num(cpu_ms),
+            num(size.ceil())
+        ));
+    }
     // Rounded up, with a tolerance so 32.000000001 from float division stays 32.
     let pool_size = (size - 1e-9).ceil().max(1.0) as u64;
     let mut notes = Vec::new();
@@ -168,6 +236,31 @@ mod tests {
             .contains("--blocking-ms -1"));
         assert!(advise(1.0, f64::NAN, 4).unwrap_err().contains("--cpu-ms"));
         assert!(advise(1.0, 1.0, 0).unwrap_err().contains("--cores"));
+    }
+
+    #[test]
+    fn absurd_input_and_results_are_refused() {
+        // 1e300 / 1e-300 overflows to infinity.
+        let e = advise(1e300, 1e-300, 4).unwrap_err();
+        assert!(e.contains("more than an hour"), "{e}");
+        let e = advise(1000.0, 1e-310, 4).unwrap_err();
+        assert!(e.contains("not a finite number"), "{e}");
+        assert!(advise(1.0, 1.0, u64::MAX)
+            .unwrap_err()
+            .contains("--cores 18446744073709551615"));
+        assert!(advise(1.0, 1.0, MAX_CORES + 1).is_err());
+        assert_eq!(
+            advise(1.0, 1.0, MAX_CORES).unwrap().pool_size,
+            2 * MAX_CORES
+        );
+        // The ceiling, exactly: 4096 x (1 + 15) = 65536 is allowed, one more thread is not.
+        assert_eq!(advise(15.0, 1.0, 4096).unwrap().pool_size, MAX_POOL);
+        let e = advise(15.01, 1.0, 4096).unwrap_err();
+        assert!(e.contains("past the 65536"), "{e}");
+        assert!(advise(MAX_MS + 1.0, 1.0, 1).is_err());
+        // A finite ratio whose product with the cores overflows to infinity.
+        let e = advise(MAX_MS, 1e-300, 4096).unwrap_err();
+        assert!(e.contains("gives inf threads, past the 65536"), "{e}");
     }
 
     #[test]

@@ -14,7 +14,10 @@ use std::sync::{Mutex, MutexGuard};
 fn schedstat() -> bool {
     let ok = std::path::Path::new("/proc/thread-self/schedstat").exists();
     if !ok {
-        eprintln!("skipped: no /proc/thread-self/schedstat on this kernel");
+        common::record_skip(
+            "run-queue",
+            "no /proc/thread-self/schedstat on this kernel (CONFIG_SCHED_INFO)",
+        );
     }
     ok
 }
@@ -130,6 +133,85 @@ fn bad_input_is_refused_with_the_fix() {
         assert_eq!(o.status.code(), Some(3), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: want '{want}' in: {err}");
     }
+}
+
+/// Numbers no host has: refused with exit 3, the flag and the reason, and nothing printed
+/// (before, 1e300 / 1e-300 printed pool 18446744073709551615 and `"ratio": null`).
+#[test]
+fn absurd_numbers_are_refused_with_the_reason() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--blocking-ms", "1e300", "--cpu-ms", "1e-300"],
+            "--blocking-ms 1e300: more than an hour",
+        ),
+        (
+            &["--blocking-ms", "1000", "--cpu-ms", "1e-310"],
+            "the ratio is not a finite number",
+        ),
+        (
+            &["--blocking-ms", "inf", "--cpu-ms", "1"],
+            "--blocking-ms inf",
+        ),
+        (
+            &[
+                "--blocking-ms",
+                "1",
+                "--cpu-ms",
+                "1",
+                "--cores",
+                "18446744073709551615",
+            ],
+            "--cores 18446744073709551615: more than 4096 cores",
+        ),
+        (
+            &["--blocking-ms", "1", "--cpu-ms", "1", "--cores", "4097"],
+            "--cores 4097",
+        ),
+        // 64 + 1,000,000 x 64 threads: past the ceiling, with the likely cause.
+        (
+            &[
+                "--blocking-ms",
+                "1000",
+                "--cpu-ms",
+                "0.001",
+                "--cores",
+                "64",
+            ],
+            "past the 65536",
+        ),
+        // Refused before a local server starts one pool thread per core.
+        (
+            &["--measure", "--handler", "cpu:10", "--cores", "100000"],
+            "--cores 100000",
+        ),
+    ];
+    for (args, want) in cases {
+        let mut a = vec!["pool", "--format", "json"];
+        a.extend_from_slice(args);
+        let o = run(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: want '{want}' in: {err}");
+        assert!(
+            o.stdout.is_empty(),
+            "{args:?}: printed {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+    // The ceilings themselves are allowed: 4096 cores x (1 + 15) = 65536 threads.
+    let v = json(&[
+        "pool",
+        "--blocking-ms",
+        "15",
+        "--cpu-ms",
+        "1",
+        "--cores",
+        "4096",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["advice"]["pool_size"], 65536);
+    assert_eq!(v["advice"]["ratio"], 15.0);
 }
 
 #[test]

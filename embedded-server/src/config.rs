@@ -134,6 +134,10 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// permessage-deflate (RFC 7692): off by default in the library; profiles turn it on.
     pub deflate: crate::deflate::DeflateSettings,
+    /// Server-wide cap on inflate output buffers held at once; a compressed message that would
+    /// pass it is refused with 1013 (try again later), so N hostile peers cannot multiply the
+    /// message cap. None: `default_inflate_budget` (see `inflate_budget`).
+    pub inflate_budget: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -157,6 +161,7 @@ impl Default for ServerConfig {
             offload_queue_size: 4096,
             shutdown_grace: Duration::from_secs(5),
             deflate: crate::deflate::DeflateSettings::default(),
+            inflate_budget: None,
         }
     }
 }
@@ -167,6 +172,25 @@ impl ServerConfig {
     /// idle connection. None without heartbeats (nothing wakes an idle connection then).
     pub fn deflate_idle(&self) -> Option<Duration> {
         (!self.heartbeat_interval.is_zero()).then_some(self.heartbeat_interval)
+    }
+}
+
+/// The inflate budget when none is set: four messages at the cap, and at least 64 MiB.
+///
+/// Inflation runs on the I/O thread that read the message and its buffer is freed once the
+/// message is delivered (or refused), so only messages being inflated at that instant hold
+/// budget: ordinary traffic (kilobyte messages) never comes near 64 MiB, while four I/O threads
+/// may each inflate one message at the cap at the same moment. It follows `max_message_bytes`
+/// so that raising the cap does not make every large message a 1013.
+pub fn default_inflate_budget(max_message_bytes: usize) -> usize {
+    max_message_bytes.saturating_mul(4).max(64 << 20)
+}
+
+impl ServerConfig {
+    /// The inflate budget in force.
+    pub fn inflate_budget(&self) -> usize {
+        self.inflate_budget
+            .unwrap_or_else(|| default_inflate_budget(self.max_message_bytes))
     }
 }
 

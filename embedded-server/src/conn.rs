@@ -262,6 +262,10 @@ impl State {
     }
 }
 
+/// Deflate scratch buffers up to this capacity are kept between messages; larger ones are freed
+/// when their message is done, so an idle connection holds at most this much per direction.
+const SCRATCH_KEEP: usize = 4 << 10;
+
 /// A connection's compression state. The contexts are created on the first message that
 /// needs them (a connection that never sends or receives a large message holds none) and
 /// reset after each message when context takeover is off.
@@ -269,9 +273,14 @@ struct DeflateState {
     agreed: Agreed,
     compressor: Option<Compressor>,
     decompressor: Option<Decompressor>,
-    /// Scratch for inflated input and compressed output, reused between messages.
+    /// Scratch for inflated input and compressed output. Only small ones (`SCRATCH_KEEP`)
+    /// outlive their message: a connection that once moved a large message holds nothing large.
     inflated: Vec<u8>,
     compressed: Vec<u8>,
+    /// Bytes of `inflated`'s capacity charged to the server-wide inflate budget (released as
+    /// soon as the message is delivered or refused).
+    inflate_charged: usize,
+    inflate_budget: usize,
     metrics: Arc<Metrics>,
     window_bits: u8,
     mem_level: u8,
@@ -293,29 +302,83 @@ impl DeflateState {
 
     fn inflate(&mut self, data: &[u8], max: usize) -> Result<(), Stop> {
         self.inflated.clear();
+        let (metrics, budget, charged) = (
+            &self.metrics,
+            self.inflate_budget,
+            &mut self.inflate_charged,
+        );
+        // Reserve before growing: the buffer grows only when the server-wide total stays
+        // within the budget, or when no other message holds any of it (one message up to the
+        // cap always goes through, like one large frame to an empty send queue).
+        let mut charge = |n: usize| {
+            let before = metrics.inflate_buffer_bytes.fetch_add(n as u64, Relaxed);
+            let others = before.saturating_sub(*charged as u64);
+            if before + n as u64 > budget as u64 && others > 0 {
+                metrics.inflate_buffer_bytes.fetch_sub(n as u64, Relaxed);
+                return false;
+            }
+            *charged += n;
+            true
+        };
         let r = if self.agreed.client_no_context_takeover {
             // Nothing to keep between messages: this thread's shared context does it.
-            crate::deflate::inflate_fresh(data, &mut self.inflated, max).map(|created| {
-                self.metrics
-                    .deflate_memory_bytes
-                    .fetch_add(created as i64, Relaxed);
-            })
+            let (created, r) =
+                crate::deflate::inflate_fresh(data, &mut self.inflated, max, &mut charge);
+            metrics
+                .deflate_memory_bytes
+                .fetch_add(created as i64, Relaxed);
+            r
         } else {
-            if self.decompressor.is_none() {
-                self.metrics
+            let d = self.decompressor.get_or_insert_with(|| {
+                metrics
                     .deflate_memory_bytes
                     .fetch_add(Self::decompressor_bytes(), Relaxed);
-                self.decompressor = Some(Decompressor::new(true));
-            }
-            self.decompressor
-                .as_mut()
-                .unwrap()
-                .decompress(data, &mut self.inflated, max)
+                Decompressor::new(true)
+            });
+            let extra = d.extra_bytes();
+            let r = d.decompress_within(data, &mut self.inflated, max, &mut charge);
+            metrics
+                .deflate_memory_bytes
+                .fetch_add(d.extra_bytes() as i64 - extra as i64, Relaxed);
+            r
         };
-        match r {
-            Ok(()) => Ok(()),
-            Err(InflateError::TooBig) => Err(Stop::Fail(1009, "message too large once inflated")),
-            Err(InflateError::Corrupt) => Err(Stop::Fail(1007, "invalid compressed data")),
+        let Err(e) = r else { return Ok(()) };
+        // A refused message's buffer (up to the message cap) goes back now, not after the
+        // close handshake: otherwise every hostile peer holds max-message for the close wait.
+        self.inflated = Vec::new();
+        self.release_inflated();
+        Err(match e {
+            InflateError::TooBig => Stop::Fail(1009, "message too large once inflated"),
+            InflateError::Corrupt => Stop::Fail(1007, "invalid compressed data"),
+            InflateError::OverBudget => {
+                self.metrics.inflate_budget_closes.fetch_add(1, Relaxed);
+                Stop::Fail(1013, "server inflate memory budget spent: try again later")
+            }
+        })
+    }
+
+    /// The inflated message is done with: give its budget back, and keep its buffer only when
+    /// small.
+    fn done_inflated(&mut self, mut msg: Vec<u8>) {
+        msg.clear();
+        if msg.capacity() <= SCRATCH_KEEP {
+            self.inflated = msg;
+        }
+        self.release_inflated();
+    }
+
+    fn release_inflated(&mut self) {
+        self.metrics
+            .inflate_buffer_bytes
+            .fetch_sub(self.inflate_charged as u64, Relaxed);
+        self.inflate_charged = 0;
+    }
+
+    /// After a compressed message went out: a large output buffer goes back to the allocator
+    /// (one 15 MiB message used to leave megabytes here for the connection's life).
+    fn trim_compressed(&mut self) {
+        if self.compressed.capacity() > SCRATCH_KEEP {
+            self.compressed = Vec::new();
         }
     }
 
@@ -376,6 +439,12 @@ impl DeflateState {
 
 impl Drop for DeflateState {
     fn drop(&mut self) {
+        self.release_inflated();
+        if let Some(d) = &self.decompressor {
+            self.metrics
+                .deflate_memory_bytes
+                .fetch_sub(d.extra_bytes() as i64, Relaxed);
+        }
         if self.compressor.is_some() {
             self.metrics
                 .deflate_memory_bytes
@@ -407,6 +476,8 @@ pub async fn serve<T: Transport>(
             decompressor: None,
             inflated: Vec::new(),
             compressed: Vec::new(),
+            inflate_charged: 0,
+            inflate_budget: hub.config.inflate_budget(),
             metrics: hub.metrics.clone(),
             window_bits: d.window_bits,
             mem_level: d.mem_level,
@@ -950,10 +1021,7 @@ fn deliver_compressed<T: Transport>(
         deliver(io, shared, ctx, st, op, &mut msg)
     };
     if let Some(d) = st.deflate.as_mut() {
-        msg.clear();
-        if msg.capacity() <= RECV_BUF {
-            d.inflated = msg;
-        }
+        d.done_inflated(msg);
     }
     r
 }
@@ -1071,11 +1139,14 @@ fn send<T: Transport>(
         if before > 0 && before + out.frames.back().map_or(0, |f| f.len()) > shared.send_cap {
             shared.backpressure(m);
         }
-        return;
+    } else {
+        let mut hdr = [0u8; 10];
+        let hl = frame::encode_header(&mut hdr, true, rsv1, op, payload.len());
+        write_or_queue(io, shared, m, out, &hdr[..hl], payload);
     }
-    let mut hdr = [0u8; 10];
-    let hl = frame::encode_header(&mut hdr, true, rsv1, op, payload.len());
-    write_or_queue(io, shared, m, out, &hdr[..hl], payload);
+    if let Some(d) = st.deflate.as_deref_mut().filter(|_| rsv1) {
+        d.trim_compressed();
+    }
 }
 
 /// Write the batched replies: straight to the socket when nothing is queued (one vectored

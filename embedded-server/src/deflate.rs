@@ -145,7 +145,17 @@ pub enum InflateError {
     TooBig,
     /// Not valid deflate data: close 1007.
     Corrupt,
+    /// The server-wide inflate budget refused more memory: close 1013 (try again later).
+    OverBudget,
 }
+
+/// Output buffers grow from this size by doubling, so their capacity stays within twice what
+/// was written: a 15 MiB message that compresses to 15 KB needs 16 KiB of scratch, not the
+/// 7.5 MiB that reserving "half the input" took.
+const OUT_CHUNK: usize = 16 << 10;
+
+/// The largest LZ77 window (2^15): all a peer may reference.
+const WINDOW: usize = 1 << 15;
 
 /// One direction's compressor, kept for the connection's life with context takeover.
 pub struct Compressor {
@@ -168,27 +178,33 @@ impl Compressor {
     }
 
     /// Compress one message into `out` (cleared first), without the sync-flush tail.
+    ///
+    /// zlib writes straight into the vector's spare capacity: nothing is zero-filled, so
+    /// capacity that is never written never becomes resident.
     pub fn compress(&mut self, input: &[u8], out: &mut Vec<u8>) {
         out.clear();
-        out.reserve(input.len() / 2 + 64);
         let mut consumed = 0;
         loop {
             if out.capacity() - out.len() < 64 {
-                out.reserve(out.capacity().max(64));
+                // A small message gets a small buffer (most of them: below SCRATCH sizes a
+                // connection keeps); a large one starts at one chunk and doubles.
+                let first = (input.len() / 4 + 64).min(OUT_CHUNK);
+                out.reserve(out.capacity().max(first));
             }
             let len = out.len();
-            let cap = out.capacity();
-            out.resize(cap, 0);
+            let spare = out.spare_capacity_mut();
+            let room = spare.len();
             let before_in = self.z.total_in();
             let before_out = self.z.total_out();
             let r = self
                 .z
-                .compress(&input[consumed..], &mut out[len..], DeflateFlush::SyncFlush);
+                .compress_uninit(&input[consumed..], spare, DeflateFlush::SyncFlush);
             consumed += (self.z.total_in() - before_in) as usize;
             let produced = (self.z.total_out() - before_out) as usize;
-            out.truncate(len + produced);
-            let done = consumed == input.len() && out.len() < out.capacity();
-            if r.is_err() || (done && produced < cap - len) {
+            // SAFETY: zlib initialised exactly `produced` bytes of the spare capacity.
+            unsafe { out.set_len(len + produced) };
+            // All input taken and room left over: the sync flush is complete.
+            if r.is_err() || (consumed == input.len() && produced < room) {
                 break;
             }
         }
@@ -251,8 +267,15 @@ pub fn compress_fresh(
 }
 
 /// Inflate one message that was compressed without context takeover, using this thread's
-/// shared decompressor. Returns the bytes of a context created for the call (0 when reused).
-pub fn inflate_fresh(input: &[u8], out: &mut Vec<u8>, max: usize) -> Result<u64, InflateError> {
+/// shared decompressor. Returns the bytes of a context created for the call (0 when reused)
+/// whatever the outcome: the context stays with the thread even when the message is refused,
+/// so the memory gauge must count it either way.
+pub fn inflate_fresh(
+    input: &[u8],
+    out: &mut Vec<u8>,
+    max: usize,
+    charge: &mut dyn FnMut(usize) -> bool,
+) -> (u64, Result<(), InflateError>) {
     FRESH_INFLATE.with(|cell| {
         let mut d = cell.borrow_mut();
         let mut created = 0;
@@ -260,7 +283,7 @@ pub fn inflate_fresh(input: &[u8], out: &mut Vec<u8>, max: usize) -> Result<u64,
             created = crate::memory::deflate_decompressor_bytes(15);
             Decompressor::new(false)
         });
-        d.decompress(input, out, max).map(|()| created)
+        (created, d.decompress_within(input, out, max, charge))
     })
 }
 
@@ -268,6 +291,12 @@ pub fn inflate_fresh(input: &[u8], out: &mut Vec<u8>, max: usize) -> Result<u64,
 pub struct Decompressor {
     z: Inflate,
     takeover: bool,
+    /// Kept only for a context-takeover peer that ended a message with a final (BFINAL=1)
+    /// block, which RFC 7692 7.2.3.3 allows: zlib's stream ends there, and the next stream
+    /// must start primed with the window the peer may still reference. A suffix of all
+    /// plaintext up to `out[start + history_upto]` of the current message; at most 32 KiB.
+    history: Option<Vec<u8>>,
+    history_upto: usize,
 }
 
 impl Decompressor {
@@ -277,7 +306,14 @@ impl Decompressor {
         Decompressor {
             z: Inflate::new(false, 15),
             takeover,
+            history: None,
+            history_upto: 0,
         }
+    }
+
+    /// Bytes held beyond zlib's own state (the window copy kept for final-block peers).
+    pub fn extra_bytes(&self) -> usize {
+        self.history.as_ref().map_or(0, Vec::capacity)
     }
 
     /// Inflate one whole message (its frames' payloads concatenated) into `out`, appended.
@@ -287,45 +323,138 @@ impl Decompressor {
         out: &mut Vec<u8>,
         max: usize,
     ) -> Result<(), InflateError> {
+        self.decompress_within(input, out, max, &mut |_| true)
+    }
+
+    /// `decompress`, asking `charge(bytes)` before `out` grows by that many bytes of capacity:
+    /// false refuses the growth (the server-wide inflate budget) and fails with `OverBudget`.
+    pub fn decompress_within(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        max: usize,
+        charge: &mut dyn FnMut(usize) -> bool,
+    ) -> Result<(), InflateError> {
         let start = out.len();
+        // The first growth is sized from the input (most messages inflate a few times their
+        // size), later ones double: a bomb's buffer reaches the cap in a few steps.
+        let first = input.len().saturating_mul(4).clamp(1 << 10, OUT_CHUNK);
+        // A payload that ends exactly with a final block is complete: the appended tail would
+        // be read by the restarted stream as a broken stored block (the tail is the end of
+        // an empty stored block whose 3 header bits sit in the previous byte). A payload with
+        // bytes after its final block (RFC 7692 7.2.3.3 pads with 0x00) gets the tail as usual.
         let r = self
-            .feed(input, out, start, max)
-            .and_then(|_| self.feed(&TAIL, out, start, max));
+            .feed(input, out, start, max, first, charge)
+            .and_then(|ended| match ended {
+                true => Ok(true),
+                false => self.feed(&TAIL, out, start, max, first, charge),
+            })
+            .map(|_| ());
         if !self.takeover || r.is_err() {
             self.z.reset(false);
+            self.history = None;
+        } else if let Some(h) = self.history.as_mut() {
+            push_window(h, &out[start + self.history_upto..]);
         }
+        self.history_upto = 0;
         r
     }
 
+    /// Inflate `input` into `out`; true when it ended exactly at the end of a final block.
     fn feed(
         &mut self,
         mut input: &[u8],
         out: &mut Vec<u8>,
         start: usize,
         max: usize,
-    ) -> Result<(), InflateError> {
-        let mut chunk = [0u8; 16 << 10];
+        first: usize,
+        charge: &mut dyn FnMut(usize) -> bool,
+    ) -> Result<bool, InflateError> {
+        // One byte past the cap is room enough to see that a message is over it.
+        let limit = start.saturating_add(max).saturating_add(1);
         loop {
+            if out.len() == out.capacity() {
+                let want = out
+                    .capacity()
+                    .saturating_mul(2)
+                    .max(out.len() + first)
+                    .min(limit);
+                if !charge(want - out.capacity()) {
+                    return Err(InflateError::OverBudget);
+                }
+                out.reserve_exact(want - out.len());
+            }
+            let len = out.len();
+            let room = (out.capacity() - len).min(limit - len);
             let before_in = self.z.total_in();
             let before_out = self.z.total_out();
-            let r = self
-                .z
-                .decompress(input, &mut chunk, InflateFlush::SyncFlush);
+            let r = self.z.decompress_uninit(
+                input,
+                &mut out.spare_capacity_mut()[..room],
+                InflateFlush::SyncFlush,
+            );
             let used = (self.z.total_in() - before_in) as usize;
             let produced = (self.z.total_out() - before_out) as usize;
+            // SAFETY: zlib initialised exactly `produced` bytes of the spare capacity.
+            unsafe { out.set_len(len + produced) };
             input = &input[used..];
-            if out.len() - start + produced > max {
+            if out.len() - start > max {
+                out.truncate(start + max);
                 return Err(InflateError::TooBig);
             }
-            out.extend_from_slice(&chunk[..produced]);
             match r {
                 Err(_) => return Err(InflateError::Corrupt),
-                Ok(Status::StreamEnd) => return Ok(()),
-                Ok(_) if input.is_empty() && produced < chunk.len() => return Ok(()),
+                Ok(Status::StreamEnd) => {
+                    // A final block: without this, zlib stays "ended" and every later message
+                    // would inflate to nothing, silently.
+                    self.restart(&out[start..]);
+                    if input.is_empty() {
+                        return Ok(true);
+                    }
+                }
+                Ok(_) if input.is_empty() && produced < room => return Ok(false),
                 Ok(_) if used == 0 && produced == 0 => return Err(InflateError::Corrupt),
                 Ok(_) => {}
             }
         }
+    }
+
+    /// Start a new raw stream after a final block, primed with the last 32 KiB of plaintext
+    /// (`msg_out` is this message's output so far), so later data may keep referencing it as
+    /// RFC 7692 7.2.2 requires. The window is exact when this message alone fills it, when the
+    /// stream began with this message, or once `history` is kept (from the first final block
+    /// on). Otherwise the older part is unknown here (zlib-rs does not expose its window) and
+    /// the dictionary is shorter than the real window: a later reference into the missing
+    /// part is an invalid distance, so the connection fails with 1007; it is never inflated
+    /// to wrong bytes.
+    fn restart(&mut self, msg_out: &[u8]) {
+        let mut dict = self
+            .history
+            .take()
+            .unwrap_or_else(|| Vec::with_capacity(WINDOW));
+        push_window(&mut dict, &msg_out[self.history_upto..]);
+        self.z.reset(false);
+        // Raw inflate accepts a dictionary at any point after a reset; it cannot fail here.
+        let _ = self.z.set_dictionary(&dict);
+        if self.takeover {
+            self.history = Some(dict);
+            self.history_upto = msg_out.len();
+        }
+    }
+}
+
+/// Append `data` to the window copy `h`, keeping its last 32 KiB (its capacity never grows
+/// past that, whatever the message size).
+fn push_window(h: &mut Vec<u8>, data: &[u8]) {
+    if data.len() >= WINDOW {
+        h.clear();
+        h.extend_from_slice(&data[data.len() - WINDOW..]);
+    } else {
+        let keep = WINDOW - data.len();
+        if h.len() > keep {
+            h.drain(..h.len() - keep);
+        }
+        h.extend_from_slice(data);
     }
 }
 
@@ -459,5 +588,155 @@ mod tests {
             d.decompress(&[0xff, 0xff, 0xff, 0x00, 0x12], &mut Vec::new(), 1 << 20),
             Err(InflateError::Corrupt)
         );
+    }
+
+    /// Raw DEFLATE of `input` from a fresh context primed with `dict`, ended with `flush`
+    /// (Finish: a final block; SyncFlush: the permessage-deflate tail removed).
+    fn raw(input: &[u8], dict: &[u8], flush: DeflateFlush) -> Vec<u8> {
+        let mut z = Deflate::new_with_config(DeflateConfig {
+            level: 6,
+            window_bits: -15,
+            ..DeflateConfig::default()
+        });
+        if !dict.is_empty() {
+            z.set_dictionary(dict).unwrap();
+        }
+        let mut out = vec![0u8; input.len() * 2 + 1024];
+        z.compress(input, &mut out, flush).unwrap();
+        out.truncate(z.total_out() as usize);
+        if out.ends_with(&TAIL) && flush == DeflateFlush::SyncFlush {
+            out.truncate(out.len() - 4);
+        }
+        out
+    }
+
+    fn text(i: usize, n: usize) -> Vec<u8> {
+        (0..n).flat_map(|j| json(i * 7 + j)).collect()
+    }
+
+    #[test]
+    fn final_blocks_keep_the_window_with_context_takeover() {
+        let mut d = Decompressor::new(true);
+        let (a, b, c, e) = (text(1, 4), text(2, 4), text(3, 4), text(4, 100));
+        let mut prev: Vec<u8> = Vec::new();
+        for (msg, flush) in [
+            (&a, DeflateFlush::Finish),
+            (&b, DeflateFlush::Finish),
+            (&c, DeflateFlush::SyncFlush),
+            (&b, DeflateFlush::Finish),
+            (&e, DeflateFlush::Finish),
+            (&a, DeflateFlush::SyncFlush),
+        ] {
+            // Each message refers to the previous one's plaintext (the peer's window).
+            let z = raw(msg, &prev[prev.len().saturating_sub(WINDOW)..], flush);
+            let mut out = Vec::new();
+            let r = d.decompress(&z, &mut out, 1 << 20);
+            assert_eq!(
+                r,
+                Ok(()),
+                "flush {flush:?}, {} after {}",
+                msg.len(),
+                prev.len()
+            );
+            assert_eq!(&out, msg, "flush {flush:?}");
+            assert!(d.extra_bytes() <= WINDOW);
+            prev = msg.clone();
+        }
+        // A bomb after a final block is still stopped at the cap.
+        let z = raw(&vec![0u8; 4 << 20], &[], DeflateFlush::Finish);
+        assert_eq!(
+            d.decompress(&z, &mut Vec::new(), 1 << 20),
+            Err(InflateError::TooBig)
+        );
+        // Without context takeover, every message may end with a final block.
+        let mut d = Decompressor::new(false);
+        for msg in [&a, &b, &c] {
+            let mut out = Vec::new();
+            d.decompress(&raw(msg, &[], DeflateFlush::Finish), &mut out, 1 << 20)
+                .unwrap();
+            assert_eq!(&out, msg);
+        }
+    }
+
+    #[test]
+    fn data_after_a_final_block_in_the_same_message_is_inflated() {
+        let (x, y) = (text(5, 3), text(6, 3));
+        let z = [
+            raw(&x, &[], DeflateFlush::Finish),
+            raw(&y, &x, DeflateFlush::SyncFlush),
+        ]
+        .concat();
+        let mut out = Vec::new();
+        Decompressor::new(true)
+            .decompress(&z, &mut out, 1 << 20)
+            .unwrap();
+        assert_eq!(out, [x, y].concat());
+        // RFC 7692 7.2.3.3: a final block padded with one 0x00 byte, then a message after it.
+        let mut d = Decompressor::new(true);
+        for msg in [&b"Hello"[..], b"Hello again"] {
+            let mut z = raw(msg, &[], DeflateFlush::Finish);
+            z.push(0x00);
+            let mut out = Vec::new();
+            d.decompress(&z, &mut out, 1 << 20).unwrap();
+            assert_eq!(out, msg);
+        }
+    }
+
+    #[test]
+    fn an_unknown_older_window_is_an_error_never_wrong_bytes() {
+        // A short final-block message after earlier ones: only its own output is known when
+        // the stream restarts, so a reference further back must fail, not inflate garbage.
+        let (a, b) = (text(7, 2), b"short".to_vec());
+        let mut d = Decompressor::new(true);
+        let mut out = Vec::new();
+        d.decompress(&raw(&a, &[], DeflateFlush::SyncFlush), &mut out, 1 << 20)
+            .unwrap();
+        out.clear();
+        d.decompress(&raw(&b, &a, DeflateFlush::Finish), &mut out, 1 << 20)
+            .unwrap();
+        assert_eq!(out, b);
+        let window = [a.clone(), b.clone()].concat();
+        out.clear();
+        let r = d.decompress(
+            &raw(&a, &window, DeflateFlush::SyncFlush),
+            &mut out,
+            1 << 20,
+        );
+        assert!(
+            r == Err(InflateError::Corrupt) || out == a,
+            "{r:?}, {} bytes",
+            out.len()
+        );
+    }
+
+    #[test]
+    fn scratch_grows_with_what_is_written_and_the_budget_can_refuse() {
+        // 15 MiB that compresses to a few KB: the output buffer stays near its size.
+        let big = vec![b'a'; 15 << 20];
+        let mut c = Compressor::new(15, 8, 1, true);
+        let mut z = Vec::new();
+        c.compress(&big, &mut z);
+        assert!(
+            z.capacity() <= 2 * z.len() + OUT_CHUNK,
+            "{} for {}",
+            z.capacity(),
+            z.len()
+        );
+        // Inflating it asks for every byte of capacity, and a refusal stops it.
+        let mut d = Decompressor::new(true);
+        let (mut out, mut asked) = (Vec::new(), 0);
+        d.decompress_within(&z, &mut out, 16 << 20, &mut |n| {
+            asked += n;
+            true
+        })
+        .unwrap();
+        assert_eq!(out, big);
+        assert_eq!(asked, out.capacity());
+        let mut d = Decompressor::new(true);
+        let mut budget = 1usize << 20;
+        let r = d.decompress_within(&z, &mut Vec::new(), 16 << 20, &mut |n| {
+            budget.checked_sub(n).map(|b| budget = b).is_some()
+        });
+        assert_eq!(r, Err(InflateError::OverBudget));
     }
 }

@@ -57,6 +57,9 @@ impl Server {
     /// inside a tokio runtime only for `run`.
     pub fn new(config: ServerConfig) -> Server {
         let metrics = Arc::new(Metrics::default());
+        metrics
+            .inflate_budget_bytes
+            .store(config.inflate_budget() as u64, Relaxed);
         let offload = config.handler.offloaded().then(|| {
             let threads = if config.offload_pool_size == 0 {
                 num_cpus()

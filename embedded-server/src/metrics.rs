@@ -117,6 +117,13 @@ pub struct Metrics {
     pub broadcasts: AtomicU64,
     /// Memory held by live permessage-deflate contexts (zlib's formula, see memory.rs).
     pub deflate_memory_bytes: AtomicI64,
+    /// Capacity of inflate output buffers held now, server-wide, charged against
+    /// `ServerConfig::inflate_budget`.
+    pub inflate_buffer_bytes: AtomicU64,
+    /// The inflate budget in bytes (exported beside the gauge).
+    pub inflate_budget_bytes: AtomicU64,
+    /// Compressed messages refused (1013) because the inflate budget was spent.
+    pub inflate_budget_closes: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -147,6 +154,9 @@ impl Default for Metrics {
             backplane_dropped: AtomicU64::new(0),
             broadcasts: AtomicU64::new(0),
             deflate_memory_bytes: AtomicI64::new(0),
+            inflate_buffer_bytes: AtomicU64::new(0),
+            inflate_budget_bytes: AtomicU64::new(0),
+            inflate_budget_closes: AtomicU64::new(0),
         }
     }
 }
@@ -264,6 +274,24 @@ impl Metrics {
             "Memory held by permessage-deflate contexts (zlib's formula): per-connection ones plus each thread's shared no-context-takeover ones.",
             "gauge",
             self.deflate_memory_bytes.load(Relaxed) as f64,
+        );
+        g(
+            "ws_inflate_buffer_bytes",
+            "Inflate output buffers held now, server-wide (charged against the inflate budget).",
+            "gauge",
+            self.inflate_buffer_bytes.load(Relaxed) as f64,
+        );
+        g(
+            "ws_inflate_budget_bytes",
+            "The server-wide inflate budget (--inflate-budget).",
+            "gauge",
+            self.inflate_budget_bytes.load(Relaxed) as f64,
+        );
+        g(
+            "ws_inflate_budget_closes_total",
+            "Compressed messages refused with 1013 because the inflate budget was spent.",
+            "counter",
+            self.inflate_budget_closes.load(Relaxed) as f64,
         );
         if self.backplane_up.load(Relaxed) >= 0 {
             g(

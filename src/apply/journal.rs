@@ -3,7 +3,12 @@
 //!
 //! One JSON file per apply under `/var/lib/wstune/journal/` (under `--prefix` when given). Its
 //! `state` records how far the apply got: `pending` (written, changes may be partial),
-//! `applied`, `undone` (a failure was rolled back automatically), `rolled_back`.
+//! `applied`, `undone` (a failure was rolled back automatically), `rolled_back`,
+//! `interrupted_undone` (a killed apply that the next apply restored before planning).
+//!
+//! One apply or rollback at a time: each holds an exclusive lock ([`Lock`], flock on
+//! `DIR/.lock`) for as long as it runs. A `pending` entry whose lock is free was left by a process
+//! that died; one whose lock is held belongs to an apply still running.
 
 use super::plan::Action;
 use super::store::{FileState, Store};
@@ -20,6 +25,8 @@ pub enum State {
     Applied,
     Undone,
     RolledBack,
+    /// A killed apply's entry, restored by the next apply before it planned its own changes.
+    InterruptedUndone,
 }
 
 impl State {
@@ -29,6 +36,7 @@ impl State {
             State::Applied => "applied",
             State::Undone => "undone after a failure",
             State::RolledBack => "rolled back",
+            State::InterruptedUndone => "interrupted, undone by the next apply",
         }
     }
 }
@@ -153,12 +161,58 @@ pub fn load(store: &Store, id: &str) -> Result<Entry> {
             path.display()
         )
     })?;
-    serde_json::from_str(&text)
-        .with_context(|| format!("journal entry {} is damaged", path.display()))
+    parse(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "journal entry {} is damaged ({e}): {}",
+            path.display(),
+            damaged_fix(&path)
+        )
+    })
 }
 
-/// Every entry, oldest first. A damaged file is reported, not skipped silently.
+fn parse(text: &str) -> std::result::Result<Entry, serde_json::Error> {
+    serde_json::from_str(text)
+}
+
+/// What to do about an entry that cannot be read: nothing can roll it back automatically.
+pub fn damaged_fix(path: &std::path::Path) -> String {
+    format!(
+        "compare the host with it by hand, then move it aside (mv {p} {p}.damaged); `wstune rollback --id ID` still restores the other entries",
+        p = path.display()
+    )
+}
+
+/// An entry file that does not parse, and why.
+#[derive(Debug, Clone)]
+pub struct Damaged {
+    pub path: std::path::PathBuf,
+    pub error: String,
+}
+
+/// Every readable entry, oldest first, and the damaged ones, for callers that must report a
+/// damaged entry rather than stop at it (`check`).
+pub fn scan(store: &Store) -> Result<(Vec<Entry>, Vec<Damaged>)> {
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    for id in ids(store)? {
+        let path = store.path(&path_of(&id));
+        let parsed = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| parse(&t).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(e) => good.push(e),
+            Err(error) => bad.push(Damaged { path, error }),
+        }
+    }
+    Ok((good, bad))
+}
+
+/// Every entry, oldest first. A damaged file is an error naming it, not skipped silently.
 pub fn list(store: &Store) -> Result<Vec<Entry>> {
+    ids(store)?.iter().map(|id| load(store, id)).collect()
+}
+
+/// The ids of the entry files, oldest first.
+fn ids(store: &Store) -> Result<Vec<String>> {
     let dir = store.path(DIR);
     let mut ids: Vec<String> = match std::fs::read_dir(&dir) {
         Ok(rd) => rd
@@ -174,7 +228,70 @@ pub fn list(store: &Store) -> Result<Vec<Entry>> {
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
     };
     ids.sort();
-    ids.iter().map(|id| load(store, id)).collect()
+    Ok(ids)
+}
+
+/// The journal lock, held (exclusively) by a running apply or rollback until dropped.
+#[derive(Debug)]
+pub struct Lock {
+    _file: std::fs::File,
+}
+
+/// Whether an apply or rollback holds the lock right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockState {
+    Free,
+    Held,
+}
+
+fn lock_path(store: &Store) -> std::path::PathBuf {
+    store.path(&format!("{DIR}/.lock"))
+}
+
+impl Lock {
+    /// Take the lock, or fail at once (never wait) naming what holds it.
+    pub fn acquire(store: &Store) -> Result<Lock> {
+        let path = lock_path(store);
+        let dir = path.parent().expect("the lock is in the journal directory");
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("cannot open the journal lock {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Lock { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => bail!(
+                "another wstune apply or rollback is running (it holds {}); wait for it to finish. Nothing was changed.",
+                path.display()
+            ),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(e).with_context(|| format!("cannot lock {}", path.display()))
+            }
+        }
+    }
+
+    /// Take the lock if the journal directory exists; None when it does not (no apply ever
+    /// ran: nothing to recover, and nothing is created yet).
+    pub fn acquire_existing(store: &Store) -> Result<Option<Lock>> {
+        if store.path(DIR).is_dir() {
+            Lock::acquire(store).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Whether someone holds the lock, without taking it or creating anything (for `check`).
+    pub fn probe(store: &Store) -> LockState {
+        let Ok(file) = std::fs::File::open(lock_path(store)) else {
+            return LockState::Free;
+        };
+        match file.try_lock_shared() {
+            Err(std::fs::TryLockError::WouldBlock) => LockState::Held,
+            _ => LockState::Free,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -2,10 +2,12 @@
 //!
 //! Flow: findings -> [`plan::plan`] -> [`record`] (the journal entry, saved before any change)
 //! -> [`execute`] (on the first failure, [`restore`] undoes everything and the entry says so)
-//! -> check again. `rollback` is [`restore`] of a saved entry.
+//! -> check again. `rollback` is [`restore`] of a saved entry. Before planning, apply restores an
+//! entry a killed apply left `pending` ([`recover::undo_interrupted`]).
 
 pub mod journal;
 pub mod plan;
+pub mod recover;
 pub mod store;
 
 use crate::catalog::eval::{Finding, Status};
@@ -265,10 +267,18 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
     errors
 }
 
+/// What `check` reports about the journal: an interrupted or damaged entry, and drift.
+pub fn journal_findings(store: &Store, backend: &dyn Backend) -> Vec<Finding> {
+    recover::finding(store)
+        .into_iter()
+        .chain(drift(store, backend))
+        .collect()
+}
+
 /// Whether the host still matches the last applied entry: runtime values and our files. A
 /// finding for `check`, or None when nothing was ever applied.
 pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
-    let entries = journal::list(store).ok()?;
+    let (entries, _damaged) = journal::scan(store).ok()?;
     let last = entries.iter().rev().find(|e| e.state == State::Applied)?;
     let mut drifted = Vec::new();
     for a in &last.actions {

@@ -4,7 +4,8 @@
 //!
 //! Rules: never lower what an operator raised (a `>=` setting persists the higher of current
 //! and target); change at runtime only what fails now; persist whatever would not survive a
-//! reboot; and never write a line that a later boot file would override anyway (say so instead).
+//! reboot (including a value met now whose boot default is unknown); and never write a line
+//! that a later boot file would override anyway (say so instead).
 
 use crate::catalog::eval::{Finding, Status};
 use crate::catalog::{Catalog, Compare, LimitKind, Process, RegType, Source};
@@ -137,8 +138,11 @@ pub fn plan(
                 }
                 let persist = match boot_wrong {
                     Some(Status::Fail | Status::Warn) => true,
-                    // Not set at boot and computed from RAM: persist only what we change now.
-                    Some(Status::Info) => runtime_wrong,
+                    // Not set in any boot file, and the kernel computes its default at boot
+                    // (from RAM): nobody can say the next boot meets the target, so the value
+                    // the profile needs is written, whether apply raises it now or an operator
+                    // already did by hand (a reboot would silently lower that).
+                    Some(Status::Info) => true,
                     _ => false,
                 };
                 if scope.persist && persist && def.check.boot != Some(false) {
@@ -202,7 +206,7 @@ pub fn plan(
                     },
                 });
                 p.notes.push(format!(
-                    "{unit} gets its new LimitNOFILE only when restarted: systemctl restart {unit}"
+                    "{unit} gets its new LimitNOFILE only when systemd rereads its units and the unit restarts: systemctl daemon-reload && systemctl restart {unit}"
                 ));
             }
             Source::Registry(r) if wrong(f) && scope.runtime => {

@@ -272,3 +272,67 @@ fn linux_apply_then_restore_is_exact_and_keeps_a_file_it_replaced() {
     assert_eq!(*b.files.borrow(), before);
     assert_eq!(store.read(plan::SYSCTL_FILE).unwrap(), Some(mine));
 }
+
+#[test]
+fn hand_changes_list_only_values_neither_applied_nor_old() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let b = linux();
+    let mut entry = record(&linux_plan(), &b, &store, "100k").unwrap();
+    journal::save(&store, &entry).unwrap();
+    // Killed after its first change: the values it never reached still hold their old value,
+    // which is not a hand change.
+    b.write_runtime("/proc/sys/net/core/somaxconn", "65535")
+        .unwrap();
+    assert!(recover::hand_changes(&entry, &b, &store).is_empty());
+
+    execute(&mut entry, &b, &store).unwrap();
+    assert!(recover::hand_changes(&entry, &b, &store).is_empty());
+    b.write_runtime("/proc/sys/net/core/somaxconn", "100000")
+        .unwrap();
+    // Set back to the old value by hand: restoring changes nothing, so nothing to confirm.
+    b.write_runtime("/proc/sys/net/ipv4/tcp_fin_timeout", "60")
+        .unwrap();
+    let mut edited = store.read(plan::SYSCTL_FILE).unwrap().unwrap();
+    edited.bytes.extend_from_slice(b"vm.swappiness = 1\n");
+    store.write(plan::SYSCTL_FILE, &edited).unwrap();
+    let hand: Vec<String> = recover::hand_changes(&entry, &b, &store)
+        .iter()
+        .map(|h| h.to_string())
+        .collect();
+    assert_eq!(
+        hand,
+        vec![
+            "net.core.somaxconn: applied 65535, now 100000 (changed by hand)".to_string(),
+            format!(
+                "{}: applied by wstune, now edited (changed by hand)",
+                plan::SYSCTL_FILE
+            ),
+        ]
+    );
+}
+
+#[test]
+fn an_interrupted_entry_is_undone_and_marked_so_one_rollback_suffices() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let b = linux();
+    let before = b.files.borrow().clone();
+    let entry = record(&linux_plan(), &b, &store, "100k").unwrap();
+    journal::save(&store, &entry).unwrap();
+    b.write_runtime("/proc/sys/net/core/somaxconn", "65535")
+        .unwrap();
+    b.write_runtime("/proc/sys/net/ipv4/ip_local_port_range", "10000 65535")
+        .unwrap();
+
+    let said = recover::undo_interrupted(&journal::list(&store).unwrap(), &b, &store).unwrap();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("was interrupted"), "{said:?}");
+    assert_eq!(*b.files.borrow(), before);
+    let all = journal::list(&store).unwrap();
+    assert_eq!(all[0].state, State::InterruptedUndone);
+    // Nothing pending any more: a second call does nothing.
+    assert!(recover::undo_interrupted(&all, &b, &store)
+        .unwrap()
+        .is_empty());
+}

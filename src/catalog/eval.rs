@@ -174,11 +174,23 @@ fn base(
         _ => None,
     };
     let nic = inst.and_then(|i| i.nic.as_ref());
+    // What apply would write: the whole value with the checked field moved to the target and
+    // every other field as it is now, and never a step in the wrong direction (a `<=` check
+    // does not raise, a `>=` check does not lower). A fix that restated tcp_rmem's max from a
+    // constant would cut a host's 32 MiB to 6 MiB.
+    let desired = target.as_ref().and_then(|t| {
+        let whole = match (&def.check.source, def.check.field) {
+            (super::Source::Sysctl(key), Some(_)) => vars.get(&format!("sysctl.{key}")).cloned(),
+            _ => current.clone().filter(|_| inst.is_some()),
+        }?;
+        crate::apply::plan::desired(def.check.compare, &whole, def.check.field, t)
+    });
     let fill = |text: &Option<String>| {
         text.as_ref().map(|t| {
             let mut s = t.clone();
-            let subs: [(&str, Option<String>); 7] = [
+            let subs: [(&str, Option<String>); 8] = [
                 ("{target}", target.as_ref().map(|v| v.to_string())),
+                ("{desired}", desired.as_ref().map(|v| v.to_string())),
                 ("{unit}", facts.options.unit.clone()),
                 ("{pid}", facts.options.pid.map(|p| p.to_string())),
                 ("{nic}", nic.map(|n| n.name.clone())),
@@ -189,6 +201,12 @@ fn base(
             for (k, v) in subs {
                 let fallback = format!("<{}>", &k[1..k.len() - 1]);
                 s = s.replace(k, &v.unwrap_or(fallback));
+            }
+            // Profile variables, e.g. both numbers of `netsh ... start={windows.dynamic_port_start}`.
+            for name in super::placeholders(&s) {
+                if let Some(v) = vars.get(&name) {
+                    s = s.replace(&format!("{{{name}}}"), &v.to_string());
+                }
             }
             s
         })
@@ -237,7 +255,29 @@ fn evaluate_one(
         inst.defaulted
             .then(|| "not set: the built-in default applies".to_string())
     });
+    if f.note.is_none() {
+        f.note = port_count_note(def, &f);
+    }
     f
+}
+
+/// A port range is judged as `[first, last]`; what an operator sizes by is how many ports it
+/// holds, so say that next to it.
+fn port_count_note(def: &CheckDef, f: &Finding) -> Option<String> {
+    if !matches!(def.check.source, super::Source::DynamicPorts(_)) {
+        return None;
+    }
+    let range = |v: &Option<Value>| match v {
+        Some(Value::List(r)) if r.len() == 2 => Some((r[0], r[1], r[1] - r[0] + 1)),
+        _ => None,
+    };
+    let (_, _, have) = range(&f.current)?;
+    Some(match (range(&f.target), f.status) {
+        (Some((first, last, need)), Status::Warn | Status::Fail | Status::Info) => {
+            format!("{have} ports; the profile wants {first}-{last} ({need} ports)")
+        }
+        _ => format!("{have} ports"),
+    })
 }
 
 fn verdict(

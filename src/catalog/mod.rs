@@ -30,7 +30,7 @@ pub const HOST_VARS: &[&str] = &["host.cpus", "host.mem_bytes", "host.page_size"
 
 /// Placeholders a fix text may contain.
 const PLACEHOLDERS: &[&str] = &[
-    "target", "unit", "pid", "nic", "nic_key", "location", "current",
+    "target", "desired", "unit", "pid", "nic", "nic_key", "location", "current",
 ];
 
 #[derive(Debug, Clone)]
@@ -78,7 +78,7 @@ pub fn load(
     known_vars: &BTreeSet<String>,
 ) -> Result<Catalog, CatalogError> {
     if let Some(path) = override_file {
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let text = crate::profile::read_config_file(std::path::Path::new(path)).map_err(|e| {
             CatalogError(vec![Problem {
                 file: path.to_string(),
                 line: None,
@@ -113,7 +113,7 @@ pub fn parse(
     file: &str,
     known_vars: &BTreeSet<String>,
 ) -> Result<Catalog, CatalogError> {
-    let raw: CatalogFile = serde_yaml_ng::from_str(text).map_err(|e| {
+    let serde_problem = |e: serde_yaml_ng::Error| {
         let msg = e.to_string();
         let msg = msg
             .rfind(" at line ")
@@ -124,12 +124,57 @@ pub fn parse(
             line: e.location().map(|l| l.line()),
             message: msg,
         }])
-    })?;
+    };
+    // The file's frame first (a syntax error or a bad `platform` stops here); then each check
+    // on its own, so one check's unknown key or bad type does not hide the next check's.
+    let raw: RawFile = serde_yaml_ng::from_str(text).map_err(serde_problem)?;
+    let blocks = item_blocks(text);
     let mut problems = Vec::new();
+    let mut parsed = Vec::new();
+    for (i, item) in raw.checks.into_iter().enumerate() {
+        let block = blocks.get(i).cloned();
+        let id = item.get("id").and_then(|v| v.as_str()).map(str::to_string);
+        match serde_yaml_ng::from_value::<Check>(item) {
+            Ok(check) => parsed.push((check, block)),
+            Err(e) => {
+                let msg = e.to_string();
+                // serde names the offending key in backticks; point at its line in the block.
+                let key = msg
+                    .split('`')
+                    .nth(1)
+                    .filter(|_| msg.starts_with("unknown field"))
+                    .or_else(|| msg.split_once(':').map(|(k, _)| k.trim()));
+                // An unknown variant names the value, not the key: find the line that has it.
+                let value = msg
+                    .split('`')
+                    .nth(1)
+                    .filter(|_| msg.starts_with("unknown variant"));
+                let line = block.as_ref().and_then(|b| {
+                    value
+                        .and_then(|v| line_with_value(text, b, v))
+                        .or_else(|| key.and_then(|k| line_in_block(text, b, k)))
+                        .or_else(|| line_in_block(text, b, "id"))
+                        .or(Some(b.start + 1))
+                });
+                problems.push(Problem {
+                    file: file.into(),
+                    line,
+                    message: match &id {
+                        Some(id) => format!("{id}: {msg}"),
+                        None => format!("check {}: {msg}", i + 1),
+                    },
+                });
+            }
+        }
+    }
     let mut seen = BTreeSet::new();
     let mut checks = Vec::new();
-    for check in raw.checks {
-        let line = line_of_id(text, &check.id);
+    for (check, block) in parsed {
+        // The id line of this very entry: a duplicate is reported where the duplicate is.
+        let line = block
+            .as_ref()
+            .and_then(|b| line_in_block(text, b, "id").or(Some(b.start + 1)))
+            .or_else(|| line_of_id(text, &check.id));
         let mut bad = |message: String| {
             problems.push(Problem {
                 file: file.into(),
@@ -170,9 +215,10 @@ pub fn parse(
             .flatten()
         {
             for name in placeholders(text) {
-                if !PLACEHOLDERS.contains(&name.as_str()) {
+                // A profile variable (`{windows.dynamic_port_start}`) fills in that value.
+                if !PLACEHOLDERS.contains(&name.as_str()) && !known_vars.contains(&name) {
                     bad(format!(
-                        "unknown placeholder {{{name}}} in fix; known: {}",
+                        "unknown placeholder {{{name}}} in fix; known: {} or a profile variable such as {{linux.somaxconn}}",
                         PLACEHOLDERS.join(", ")
                     ));
                 }
@@ -194,6 +240,7 @@ pub fn parse(
             default,
         });
     }
+    problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
     if problems.is_empty() {
         Ok(Catalog {
             platform: raw.platform,
@@ -281,6 +328,85 @@ pub fn placeholders(text: &str) -> Vec<String> {
         rest = &rest[start + len + 1..];
     }
     out
+}
+
+/// The catalog file's frame, with each check kept as YAML to be read on its own.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    platform: Platform,
+    checks: Vec<serde_yaml_ng::Value>,
+}
+
+/// The 0-based line ranges of the entries of the top-level `checks:` sequence, in order (block
+/// style; a flow-style list yields none and lines fall back to a search by id).
+fn item_blocks(text: &str) -> Vec<std::ops::Range<usize>> {
+    let lines: Vec<&str> = text.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let Some(start) = lines.iter().position(|l| l.trim_end() == "checks:") else {
+        return Vec::new();
+    };
+    let mut starts = Vec::new();
+    let mut item_indent = None;
+    let mut end = lines.len();
+    for (i, l) in lines.iter().enumerate().skip(start + 1) {
+        let t = l.trim_start();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let at = indent(l);
+        let is_item = t == "-" || t.starts_with("- ");
+        match item_indent {
+            None if is_item => {
+                item_indent = Some(at);
+                starts.push(i);
+            }
+            None => return Vec::new(),
+            Some(d) if at == d && is_item => starts.push(i),
+            Some(d) if at < d || (at == d && !is_item) => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for (n, s) in starts.iter().enumerate() {
+        out.push(*s..starts.get(n + 1).copied().unwrap_or(end));
+    }
+    out
+}
+
+/// The 1-based line, within one entry's lines, where `key:` is written.
+fn line_in_block(text: &str, block: &std::ops::Range<usize>, key: &str) -> Option<usize> {
+    text.lines()
+        .enumerate()
+        .skip(block.start)
+        .take(block.len())
+        .find(|(_, l)| {
+            let t = l.trim_start().trim_start_matches("- ").trim_start();
+            t.strip_prefix(key).is_some_and(|r| r.starts_with(':'))
+        })
+        .map(|(i, _)| i + 1)
+}
+
+/// The 1-based line, within one entry's lines, whose value is `value` (`key: value`, quoted
+/// or not, or `{key: value}`).
+fn line_with_value(text: &str, block: &std::ops::Range<usize>, value: &str) -> Option<usize> {
+    text.lines()
+        .enumerate()
+        .skip(block.start)
+        .take(block.len())
+        .find(|(_, l)| {
+            l.split(':').skip(1).any(|v| {
+                v.trim()
+                    .trim_end_matches('}')
+                    .trim()
+                    .trim_matches(|c| c == '"' || c == '\'')
+                    == value
+            })
+        })
+        .map(|(i, _)| i + 1)
 }
 
 fn line_of_id(text: &str, id: &str) -> Option<usize> {

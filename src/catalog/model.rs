@@ -79,6 +79,26 @@ pub enum Source {
     BootEntry(String),
     /// A Windows registry value.
     Registry(RegistrySource),
+    /// Windows' TCP dynamic (ephemeral) port range for one IP version, as `netsh int ipv4|ipv6
+    /// show dynamicport tcp` reports it; the value is the range `[first, last]`.
+    DynamicPorts(IpVersion),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IpVersion {
+    Ipv4,
+    Ipv6,
+}
+
+impl IpVersion {
+    /// The word netsh uses (`netsh int ipv4 ...`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpVersion::Ipv4 => "ipv4",
+            IpVersion::Ipv6 => "ipv6",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -106,9 +106,13 @@ pub struct CheckArgs {
     #[arg(long, value_name = "DIR")]
     pub prefix: Option<PathBuf>,
     /// Also check a HAProxy or nginx configuration in front of the server: its idle timeout
-    /// against the heartbeat, its connection cap against the profile.
+    /// against the heartbeat; its connection cap, listen backlog and fd limit against the profile.
     #[arg(long, value_name = "FILE")]
     pub lb_config: Option<PathBuf>,
+    /// The running proxy whose fd limit --lb-config compares (its master's pid); by default the
+    /// running haproxy/nginx found, else this shell's limits.
+    #[arg(long, value_name = "PID", requires = "lb_config")]
+    pub lb_pid: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -147,6 +151,10 @@ pub struct RollbackArgs {
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub yes: bool,
+    /// Also restore values and files changed by hand since the apply (listed first; without
+    /// --force rollback asks on a terminal and refuses otherwise).
+    #[arg(long)]
+    pub force: bool,
     /// The --prefix the changes were applied with.
     #[arg(long, value_name = "DIR")]
     pub prefix: Option<PathBuf>,
@@ -256,6 +264,11 @@ pub struct ServeArgs {
     /// Reset the compressor after every message and hold no context between them.
     #[arg(long)]
     pub deflate_no_context_takeover: bool,
+    /// Server-wide cap on memory held by inflated messages at once, bytes; a compressed message
+    /// that would pass it is closed with 1013 (profile: server.deflate.inflate_budget_bytes;
+    /// default max(64 MiB, 4 x --max-message)). At least --max-message.
+    #[arg(long, value_name = "BYTES")]
+    pub inflate_budget: Option<usize>,
     /// PEM certificate chain: serve wss:// (with --tls-key).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<std::path::PathBuf>,

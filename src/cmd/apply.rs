@@ -15,6 +15,40 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
     let backend = backend.as_ref();
     let store = resolve::store(a.root.as_deref(), a.prefix.as_deref());
     let inputs = resolve::inputs(&a.target, backend)?;
+    refuse_unit_without_systemd(a, backend)?;
+    // One apply or rollback at a time. Taken before reading the journal so that a `pending`
+    // entry seen under the lock is one whose process died. With no journal directory yet there
+    // is nothing to recover, and it is taken (creating it) only when there is something to do,
+    // so a refusal leaves no trace. Without root there is no lock to take (and nothing will be
+    // changed: the refusal comes below, or from the recovery).
+    let mut lock = if a.dry_run || !backend.privileged() {
+        None
+    } else {
+        journal::Lock::acquire_existing(&store)?
+    };
+    let (entries, damaged) = journal::scan(&store)?;
+    if let Some(d) = damaged.first() {
+        bail!(
+            "journal entry {} is damaged ({}): apply cannot tell what an earlier apply changed, so it changes nothing.\nFix: {}",
+            d.path.display(),
+            d.error,
+            journal::damaged_fix(&d.path)
+        );
+    }
+    if entries.iter().any(|e| e.state == journal::State::Pending) {
+        if a.dry_run {
+            println!("note: an earlier apply was interrupted (`wstune rollback --list` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make");
+        } else {
+            if !a.yes {
+                confirm_question(
+                    "An earlier apply was interrupted midway. Undo its changes first?",
+                )?;
+            }
+            for line in apply::recover::undo_interrupted(&entries, backend, &store)? {
+                eprintln!("wstune: {line}");
+            }
+        }
+    }
     let before = make_report(&inputs, backend, None);
     let scope = plan::Scope {
         runtime: !a.persist_only,
@@ -51,6 +85,9 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
         confirm(p.actions.len())?;
     }
 
+    if lock.is_none() {
+        lock = Some(journal::Lock::acquire(&store)?);
+    }
     let mut entry = apply::record(
         &p,
         backend,
@@ -71,7 +108,22 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
         s.pass, s.fail, s.warn, s.skip, s.info
     );
     print_remaining(&after.results);
+    drop(lock);
     Ok(exit::OK)
+}
+
+/// `--unit` on a host where systemd cannot be asked (not running, or a captured tree without
+/// the unit): a drop-in would be planned for nothing, so say so instead of planning nothing.
+fn refuse_unit_without_systemd(a: &ApplyArgs, backend: &dyn crate::host::Backend) -> Result<()> {
+    let Some(unit) = &a.target.unit else {
+        return Ok(());
+    };
+    match backend.systemd_property(unit, "LimitNOFILE") {
+        Err(crate::host::ReadError::NotFound(what)) | Err(crate::host::ReadError::Unsupported(what)) => bail!(
+            "--unit {unit}: {what} does not exist, so there is no unit to give a LimitNOFILE drop-in; drop --unit and raise the server's limit in whatever starts it (or pass --pid PID for the running process). Nothing was changed."
+        ),
+        _ => Ok(()),
+    }
 }
 
 fn plan_table(p: &plan::Plan) -> String {
@@ -162,10 +214,14 @@ fn refuse_read_only_proc_sys(
 }
 
 fn confirm(n: usize) -> Result<()> {
+    confirm_question(&format!("Apply these {n} change(s)?"))
+}
+
+fn confirm_question(question: &str) -> Result<()> {
     if !std::io::stdin().is_terminal() {
         bail!("refusing to change the host without confirmation: not a terminal; pass --yes. Nothing was changed.");
     }
-    eprint!("Apply these {n} change(s)? [y/N] ");
+    eprint!("{question} [y/N] ");
     std::io::stderr().flush()?;
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;

@@ -22,9 +22,9 @@ pub fn run(r: Resolved, a: &CheckArgs) -> Result<u8> {
                 path.display()
             )
         })?;
-        report
-            .results
-            .extend(crate::lb::findings(path, &text, &r.inputs.profile.profile));
+        let lb = crate::lb::findings(path, &text, &r.inputs.profile.profile, a.lb_pid)
+            .map_err(anyhow::Error::msg)?;
+        report.results.extend(lb);
         report.summary = Summary::of(&report.results);
     }
     let text = match a.format {
@@ -51,12 +51,13 @@ pub fn run(r: Resolved, a: &CheckArgs) -> Result<u8> {
     Ok(exit_code(&report.summary, a.strict))
 }
 
-/// Gather, evaluate and, with a `store`, compare the host with the last applied journal entry.
+/// Gather, evaluate and, with a `store`, report an interrupted or damaged journal entry and
+/// compare the host with the last applied one.
 pub fn make_report(r: &Inputs, backend: &dyn Backend, store: Option<&Store>) -> CheckReport {
     let facts = gather(&r.catalog, backend, &r.options);
     let mut results = evaluate(&r.catalog, &r.profile.profile.variables(), &facts);
-    if let Some(drift) = store.and_then(|s| crate::apply::drift(s, backend)) {
-        results.push(drift);
+    if let Some(s) = store {
+        results.extend(crate::apply::journal_findings(s, backend));
     }
     let summary = Summary::of(&results);
     CheckReport {

@@ -10,7 +10,7 @@ pub fn run(a: &LbArgs) -> Result<u8> {
     let backends = lb::parse_backends(&a.backends).map_err(anyhow::Error::msg)?;
     let o = lb::Options {
         backends,
-        bind: a.bind.clone(),
+        bind: lb::parse_bind(&a.bind).map_err(anyhow::Error::msg)?,
         tls_cert: a.tls_cert.clone(),
         tls_key: a.tls_key.clone(),
         sticky: a.sticky,

@@ -322,10 +322,9 @@ fn write_profile(spec: &str, out: &std::path::Path, pool_size: u64, queue: u64) 
 
 pub fn run(a: &PoolArgs) -> Result<u8> {
     let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    let cores = a.cores.unwrap_or(host_cores);
-    if cores == 0 {
-        bail!("--cores must be at least 1");
-    }
+    // A host's own count is never refused (it is clamped); a given one past the ceiling is.
+    let cores = a.cores.unwrap_or(host_cores.min(pool::MAX_CORES));
+    pool::check_cores(cores).map_err(anyhow::Error::msg)?;
     if !(a.secs.is_finite() && a.secs > 0.0 && a.secs <= 600.0) {
         bail!(
             "--secs {}: give more than 0 and at most 600 seconds",
@@ -374,8 +373,13 @@ pub fn run(a: &PoolArgs) -> Result<u8> {
                 (None, None, _) => bail!("--measure needs --handler SPEC (a local server) or --url and --admin (a running one)"),
             }
         })?;
-        let mut advice =
-            pool::advise(m.blocking_ms, m.cpu_ms.max(1e-6), cores).map_err(anyhow::Error::msg)?;
+        let mut advice = pool::advise(m.blocking_ms, m.cpu_ms.max(1e-6), cores).map_err(|e| {
+            anyhow::anyhow!(
+                "measured wall {:.3} ms, CPU {:.3} ms: {e}",
+                m.wall_ms,
+                m.cpu_ms
+            )
+        })?;
         if let Some(q) = m.runqueue_ms.filter(|q| *q > 0.25 * m.cpu_ms) {
             advice.notes.insert(
                 1,

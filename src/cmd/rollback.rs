@@ -1,7 +1,7 @@
 //! `wstune rollback`: restore a journal entry exactly, or list the entries.
 
-use crate::apply::journal::{self, State};
-use crate::apply::{self, store::Store};
+use crate::apply::journal::{self, Entry, Lock, State};
+use crate::apply::{self, recover, store::Store};
 use crate::cli::args::RollbackArgs;
 use crate::cli::{exit, resolve};
 use crate::output;
@@ -10,54 +10,18 @@ use std::io::{BufRead, IsTerminal, Write};
 
 pub fn run(a: &RollbackArgs) -> Result<u8> {
     let store: Store = resolve::store(a.root.as_deref(), a.prefix.as_deref());
-    let entries = journal::list(&store)?;
     if a.list {
-        if entries.is_empty() {
-            println!(
-                "No journal entries under {}.",
-                store.path(journal::DIR).display()
-            );
-        } else {
-            let mut t = output::new_table();
-            t.set_header(vec!["Id", "Created", "Profile", "Changes", "State"]);
-            for e in &entries {
-                t.add_row(vec![
-                    e.id.clone(),
-                    e.created.clone(),
-                    e.profile.clone(),
-                    e.actions.len().to_string(),
-                    e.state.as_str().to_string(),
-                ]);
-            }
-            println!("{t}");
-        }
-        return Ok(exit::OK);
+        return list(&store);
     }
-    let mut entry = match &a.id {
-        Some(id) => {
-            let e = journal::load(&store, id)?;
-            match e.state {
-                State::RolledBack => {
-                    bail!("entry {id} was already rolled back; nothing was changed")
-                }
-                State::Undone => bail!(
-                    "entry {id} failed and was undone automatically; there is nothing to roll back"
-                ),
-                _ => e,
-            }
-        }
-        None => entries
-            .into_iter()
-            .rev()
-            .find(|e| matches!(e.state, State::Applied | State::Pending))
-            .ok_or_else(|| {
-                anyhow!(
-                    "nothing to roll back: no applied entry under {}",
-                    store.path(journal::DIR).display()
-                )
-            })?,
-    };
     let backend = resolve::backend(a.root.as_deref(), a.prefix.as_deref())?;
+    // Never restore under an apply that is still running (its entry is `pending` too). Without
+    // a journal directory there is nothing to lock, and `pick` says there is nothing to do.
+    let _lock = if backend.privileged() {
+        Lock::acquire_existing(&store)?
+    } else {
+        None
+    };
+    let mut entry = pick(&store, a.id.as_deref())?;
     if !backend.privileged() {
         bail!("rollback changes kernel settings and files under /etc: run it as root. Nothing was changed.");
     }
@@ -96,17 +60,30 @@ pub fn run(a: &RollbackArgs) -> Result<u8> {
             }
         );
     }
+    // Someone changed a value after the apply: restoring silently would undo their change.
+    let hand = recover::hand_changes(&entry, backend.as_ref(), &store);
+    if !hand.is_empty() {
+        println!("Changed by hand since the apply (rollback overwrites these with the values from before it):");
+        for h in &hand {
+            println!("  {h}");
+        }
+        if !a.force {
+            if !std::io::stdin().is_terminal() {
+                bail!(
+                    "{} value(s) or file(s) were changed by hand since apply {}: {}. Pass --force to restore them anyway (the hand-made values are lost). Nothing was changed.",
+                    hand.len(),
+                    entry.id,
+                    hand.iter().map(|h| h.to_string()).collect::<Vec<_>>().join("; ")
+                );
+            }
+            ask("Overwrite these hand changes too?")?;
+        }
+    }
     if !a.yes {
         if !std::io::stdin().is_terminal() {
             bail!("refusing to change the host without confirmation: not a terminal; pass --yes. Nothing was changed.");
         }
-        eprint!("Restore these? [y/N] ");
-        std::io::stderr().flush()?;
-        let mut line = String::new();
-        std::io::stdin().lock().read_line(&mut line)?;
-        if !matches!(line.trim(), "y" | "Y" | "yes") {
-            bail!("aborted: nothing was changed");
-        }
+        ask("Restore these?")?;
     }
     let errors = apply::restore(&entry, backend.as_ref(), &store);
     if !errors.is_empty() {
@@ -120,5 +97,95 @@ pub fn run(a: &RollbackArgs) -> Result<u8> {
         entry.runtime.len() + entry.limits.len() + entry.registry.len(),
         entry.files.len()
     );
+    for a in &entry.actions {
+        if let apply::plan::Op::UnitDropIn { unit, .. } = &a.op {
+            println!("note: {unit} keeps its LimitNOFILE until systemd rereads its units and it restarts: systemctl daemon-reload && systemctl restart {unit}");
+        }
+    }
     Ok(exit::OK)
+}
+
+/// The entry to restore: `--id`, else the newest one applied or interrupted.
+fn pick(store: &Store, id: Option<&str>) -> Result<Entry> {
+    if let Some(id) = id {
+        // Only this entry is read: a damaged other entry must not block restoring this one.
+        let e = journal::load(store, id)?;
+        return match e.state {
+            State::RolledBack => bail!("entry {id} was already rolled back; nothing was changed"),
+            State::Undone => bail!(
+                "entry {id} failed and was undone automatically; there is nothing to roll back"
+            ),
+            State::InterruptedUndone => bail!(
+                "entry {id} was interrupted and the next apply already undid it; there is nothing to roll back"
+            ),
+            State::Applied | State::Pending => Ok(e),
+        };
+    }
+    let (entries, damaged) = journal::scan(store)?;
+    if let Some(d) = damaged.first() {
+        // It may be the newest: restoring an older one would skip it.
+        bail!(
+            "journal entry {} is damaged ({}); rollback cannot tell whether it is the newest change.\nFix: {}",
+            d.path.display(),
+            d.error,
+            journal::damaged_fix(&d.path)
+        );
+    }
+    entries
+        .into_iter()
+        .rev()
+        .find(|e| matches!(e.state, State::Applied | State::Pending))
+        .ok_or_else(|| {
+            anyhow!(
+                "nothing to roll back: no applied entry under {}",
+                store.path(journal::DIR).display()
+            )
+        })
+}
+
+fn list(store: &Store) -> Result<u8> {
+    let (entries, damaged) = journal::scan(store)?;
+    if entries.is_empty() && damaged.is_empty() {
+        println!(
+            "No journal entries under {}.",
+            store.path(journal::DIR).display()
+        );
+        return Ok(exit::OK);
+    }
+    let mut t = output::new_table();
+    t.set_header(vec!["Id", "Created", "Profile", "Changes", "State"]);
+    for e in &entries {
+        t.add_row(vec![
+            e.id.clone(),
+            e.created.clone(),
+            e.profile.clone(),
+            e.actions.len().to_string(),
+            e.state.as_str().to_string(),
+        ]);
+    }
+    for d in &damaged {
+        t.add_row(vec![
+            d.path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            "?".into(),
+            "?".into(),
+            "?".into(),
+            "damaged, cannot be read (`wstune check` says what to do)".into(),
+        ]);
+    }
+    println!("{t}");
+    Ok(exit::OK)
+}
+
+fn ask(question: &str) -> Result<()> {
+    eprint!("{question} [y/N] ");
+    std::io::stderr().flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    if !matches!(line.trim(), "y" | "Y" | "yes") {
+        bail!("aborted: nothing was changed");
+    }
+    Ok(())
 }

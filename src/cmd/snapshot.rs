@@ -6,7 +6,9 @@
 use crate::cli::args::SnapshotArgs;
 use crate::cli::{exit, resolve};
 use crate::gather::gather;
-use crate::host::fs::{FsBackend, Recording, KEEP, META_DIR};
+use crate::host::fs::META_DIR;
+#[cfg(not(windows))]
+use crate::host::fs::{FsBackend, Recording, KEEP};
 use crate::host::Backend;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
@@ -34,29 +36,11 @@ pub fn run(a: &SnapshotArgs) -> Result<u8> {
             parent.display()
         );
     }
-    let backend = FsBackend::recording();
-    let r = resolve::inputs(&a.target, &backend)?;
-    let facts = gather(&r.catalog, &backend, &r.options);
-    let page_size = backend.page_size();
-    let rec = backend
-        .take_recording()
-        .expect("a recording backend records");
-
     let tmp = tempfile::Builder::new()
         .prefix(".wstune-snapshot-")
         .tempdir_in(parent)
         .context("cannot create a temporary directory")?;
-    write_tree(tmp.path(), &rec)?;
-    let meta = format!(
-        "# Written by wstune snapshot: what a captured tree cannot hold as /proc or /sys files.\nhostname: {:?}\nos: {:?}\nkernel: {:?}\npage_size: {}\ncaptured_at: {:?}\nwstune: {:?}\n",
-        facts.info.hostname,
-        facts.info.os,
-        facts.info.kernel,
-        page_size,
-        humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        env!("CARGO_PKG_VERSION"),
-    );
-    std::fs::write(tmp.path().join(META_DIR).join("host.yaml"), meta)?;
+    let captured = capture(a, tmp.path())?;
     if out.exists() {
         std::fs::remove_dir(out)
             .with_context(|| format!("cannot replace the empty directory {}", out.display()))?;
@@ -65,15 +49,63 @@ pub fn run(a: &SnapshotArgs) -> Result<u8> {
     std::fs::rename(&kept, out)
         .with_context(|| format!("cannot move the snapshot into {}", out.display()))?;
     eprintln!(
-        "wstune: captured {} files and {} directories into {}; inspect it with `wstune check --root {}`",
-        rec.files.len(),
-        rec.dirs.len(),
+        "wstune: captured {captured} into {}; inspect it with `wstune check --root {}`",
         out.display(),
         out.display()
     );
     Ok(exit::OK)
 }
 
+/// The live Linux host: every file the checks read, as a tree. Returns what was captured.
+#[cfg(not(windows))]
+fn capture(a: &SnapshotArgs, dir: &Path) -> Result<String> {
+    let backend = FsBackend::recording();
+    let r = resolve::inputs(&a.target, &backend)?;
+    let facts = gather(&r.catalog, &backend, &r.options);
+    let rec = backend
+        .take_recording()
+        .expect("a recording backend records");
+    write_tree(dir, &rec)?;
+    write_meta(dir, &facts.info, backend.page_size())?;
+    Ok(format!(
+        "{} files and {} directories",
+        rec.files.len(),
+        rec.dirs.len()
+    ))
+}
+
+/// The live Windows host: every registry value, adapter and port range the checks read, as the
+/// `registry.yaml` that makes a tree a Windows host for `check --root`.
+#[cfg(windows)]
+fn capture(a: &SnapshotArgs, dir: &Path) -> Result<String> {
+    let backend = crate::host::windows::WindowsBackend::recording();
+    let r = resolve::inputs(&a.target, &backend)?;
+    let facts = gather(&r.catalog, &backend, &r.options);
+    let rec = backend
+        .take_recording()
+        .expect("a recording backend records");
+    std::fs::create_dir_all(dir.join(META_DIR))?;
+    std::fs::write(dir.join("registry.yaml"), rec.to_yaml())?;
+    write_meta(dir, &facts.info, backend.page_size())?;
+    Ok("the registry values the checks read".into())
+}
+
+/// `wstune/host.yaml`: what a captured tree cannot hold as /proc, /sys or registry values.
+fn write_meta(dir: &Path, info: &crate::host::HostInfo, page_size: u64) -> Result<()> {
+    let meta = format!(
+        "# Written by wstune snapshot: what a captured tree cannot hold as /proc or /sys files.\nhostname: {:?}\nos: {:?}\nkernel: {:?}\npage_size: {}\ncaptured_at: {:?}\nwstune: {:?}\n",
+        info.hostname,
+        info.os,
+        info.kernel,
+        page_size,
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        env!("CARGO_PKG_VERSION"),
+    );
+    std::fs::write(dir.join(META_DIR).join("host.yaml"), meta)?;
+    Ok(())
+}
+
+#[cfg(not(windows))]
 fn write_tree(root: &Path, rec: &Recording) -> Result<()> {
     std::fs::create_dir_all(root.join(META_DIR).join("systemd"))?;
     let host = |p: &str| root.join(p.trim_start_matches('/'));

@@ -16,6 +16,12 @@ pub const META_DIR: &str = "wstune";
 /// tar (neither keeps empty directories). Listings never show it.
 pub const KEEP: &str = ".keep";
 
+/// The largest file wstune reads from a host, live or captured. The biggest real one is
+/// /proc/interrupts: about 11 bytes per CPU on each of a few hundred IRQ lines, ~3 MB on a
+/// 512-CPU host; every sysctl is under a page. 8 MiB leaves room for that and bounds what a
+/// broken tree (a file linked to /dev/zero, a runaway capture) can make wstune hold in memory.
+pub const MAX_READ_BYTES: u64 = 8 << 20;
+
 /// Where Windows keeps the TCP/IP stack's settings, and the host name.
 const TCPIP_PARAMETERS: &str = r"HKLM\SYSTEM\CurrentControlSet\Services\Tcpip\Parameters";
 
@@ -125,6 +131,18 @@ impl FsBackend {
         }
     }
 
+    /// The directory a rooted backend's read of `path` must stay in: the tree, or `--prefix`
+    /// for the files it moves. The live host follows its links (sysfs is made of them).
+    fn confine_dir(&self, path: &str) -> Option<&Path> {
+        if self.is_live_host() {
+            return None;
+        }
+        match &self.prefix {
+            Some(p) if is_prefixed(path) => Some(p),
+            _ => Some(&self.root),
+        }
+    }
+
     fn exists(&self, path: &str) -> bool {
         self.host_path(path).exists()
     }
@@ -151,7 +169,8 @@ impl FsBackend {
     }
 
     fn meta(&self, key: &str) -> Option<String> {
-        let text = std::fs::read_to_string(self.root.join(META_DIR).join("host.yaml")).ok()?;
+        let shown = format!("/{META_DIR}/host.yaml");
+        let text = read_regular(&self.root.join(META_DIR).join("host.yaml"), &shown, None).ok()?;
         let map: BTreeMap<String, serde_yaml_ng::Value> = serde_yaml_ng::from_str(&text).ok()?;
         match map.get(key)? {
             serde_yaml_ng::Value::String(s) => Some(s.clone()),
@@ -208,8 +227,9 @@ impl Backend for FsBackend {
     }
 
     fn read(&self, path: &str) -> Result<String, ReadError> {
-        let text = std::fs::read_to_string(self.host_path(path))
-            .map_err(|e| ReadError::from_io(path, &e))?;
+        // A captured tree must answer from its own files: a link out of it would report the
+        // machine wstune runs on as if it were the captured host.
+        let text = read_regular(&self.host_path(path), path, self.confine_dir(path))?;
         if let Some(rec) = &self.recorder {
             rec.borrow_mut()
                 .files
@@ -290,6 +310,19 @@ impl Backend for FsBackend {
             None => Err(ReadError::Unsupported(
                 "the Windows registry exists only on Windows hosts".into(),
             )),
+        }
+    }
+
+    fn dynamic_ports(
+        &self,
+        ip: crate::catalog::IpVersion,
+    ) -> Result<super::dynamic_ports::PortRange, ReadError> {
+        match &self.registry {
+            Some(reg) => reg.borrow().dynamic_ports(ip),
+            None => Err(ReadError::Unsupported(format!(
+                "the {} dynamic port range exists only on Windows hosts",
+                ip.as_str()
+            ))),
         }
     }
 
@@ -377,6 +410,73 @@ impl Backend for FsBackend {
             .and_then(|p| p.parse().ok())
             .unwrap_or(4096)
     }
+}
+
+/// Read a host file whole, refusing what would hang or exhaust memory: anything but a regular
+/// file (a FIFO blocks open and read forever, /dev/zero never ends), a file over
+/// [`MAX_READ_BYTES`], and, with `confine`, a file whose real path leaves that directory.
+/// `shown` is the host path (`/proc/meminfo`) used for a missing file, as checks name it; a
+/// refusal names the file on disk, which is what the operator must fix.
+pub fn read_regular(full: &Path, shown: &str, confine: Option<&Path>) -> Result<String, ReadError> {
+    use std::io::Read;
+    let on_disk = full.display().to_string();
+    let refuse = |why: &str| ReadError::Other(format!("{on_disk}: {why}"));
+    // stat, not open: opening a FIFO for reading blocks until a writer appears.
+    let meta = std::fs::metadata(full).map_err(|e| ReadError::from_io(shown, &e))?;
+    if !meta.is_file() {
+        return Err(refuse(
+            "not a regular file (a device, pipe or socket); a host tree holds plain files",
+        ));
+    }
+    if let Some(root) = confine {
+        let real = full
+            .canonicalize()
+            .map_err(|e| ReadError::from_io(shown, &e))?;
+        let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+        if !real.starts_with(&root) {
+            return Err(refuse(&format!(
+                "is a link to {}, outside the tree; a captured tree holds its own files",
+                real.display()
+            )));
+        }
+    }
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        // If the file was swapped for a FIFO after the stat, open must not wait for a writer.
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags(libc_o_nonblock());
+    }
+    let file = opts.open(full).map_err(|e| ReadError::from_io(shown, &e))?;
+    if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
+        return Err(refuse(
+            "not a regular file (a device, pipe or socket); a host tree holds plain files",
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_READ_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ReadError::from_io(shown, &e))?;
+    if bytes.len() as u64 > MAX_READ_BYTES {
+        return Err(refuse(&format!(
+            "larger than {} MiB, which no /proc or /sys file is; recapture it with `wstune snapshot`",
+            MAX_READ_BYTES >> 20
+        )));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| refuse("is not UTF-8 text, which /proc and /sys files are"))
+}
+
+/// O_NONBLOCK: only the open is affected for a regular file (reads of regular files never block).
+#[cfg(target_os = "linux")]
+fn libc_o_nonblock() -> i32 {
+    libc::O_NONBLOCK
+}
+
+#[cfg(all(unix, not(target_os = "linux")))]
+fn libc_o_nonblock() -> i32 {
+    0
 }
 
 /// The paths `--prefix` moves: the configuration and state wstune writes.

@@ -97,6 +97,15 @@ impl Backend for MemoryBackend {
             None => Err(ReadError::Unsupported("no registry".into())),
         }
     }
+    fn dynamic_ports(
+        &self,
+        ip: crate::catalog::IpVersion,
+    ) -> Result<super::dynamic_ports::PortRange, ReadError> {
+        match &self.registry {
+            Some(r) => r.borrow().dynamic_ports(ip),
+            None => Err(ReadError::Unsupported("no registry".into())),
+        }
+    }
     fn write_runtime(&self, path: &str, value: &str) -> Result<(), WriteError> {
         self.failing(path)?;
         let mut files = self.files.borrow_mut();

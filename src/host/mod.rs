@@ -10,13 +10,15 @@
 //! - [`memory::MemoryBackend`]: in-memory values for unit tests;
 //! - `windows` (cfg(windows) only): the live registry.
 
+pub mod dynamic_ports;
 pub mod fs;
 pub mod memory;
 pub mod registry_file;
 #[cfg(windows)]
 pub mod windows;
 
-use crate::catalog::{Platform, RegType};
+use crate::catalog::{IpVersion, Platform, RegType};
+use dynamic_ports::PortRange;
 use serde::Serialize;
 
 /// Why a value could not be read. `NotFound` is often meaningful (a module not loaded, a key
@@ -111,6 +113,14 @@ pub trait Backend {
     fn systemd_property(&self, unit: &str, property: &str) -> Result<String, ReadError>;
     /// A registry value as text (REG_DWORD in decimal).
     fn registry(&self, key: &str, value: &str, kind: RegType) -> Result<String, ReadError>;
+    /// Windows' TCP dynamic port range for one IP version (`netsh int ipv4 show dynamicport
+    /// tcp`). Only Windows hosts have one.
+    fn dynamic_ports(&self, ip: IpVersion) -> Result<PortRange, ReadError> {
+        Err(ReadError::Unsupported(format!(
+            "the {} dynamic port range exists only on Windows hosts",
+            ip.as_str()
+        )))
+    }
     fn page_size(&self) -> u64;
     /// Set a runtime kernel value: write `value` to an existing /proc/sys file. Never creates.
     fn write_runtime(&self, path: &str, value: &str) -> Result<(), WriteError>;
@@ -198,5 +208,5 @@ pub fn live(prefix: Option<&std::path::Path>) -> Box<dyn Backend> {
 /// the journal there.
 #[cfg(windows)]
 pub fn live(_prefix: Option<&std::path::Path>) -> Box<dyn Backend> {
-    Box::new(windows::WindowsBackend)
+    Box::new(windows::WindowsBackend::live())
 }

@@ -7,10 +7,15 @@
 //!     TcpTimedWaitDelay: {type: REG_DWORD, data: 30}
 //! adapters:
 //!   - {name: Ethernet, key: "0001"}
+//! # `netsh int ipv4|ipv6 show dynamicport tcp`: not a plain registry value (see dynamic_ports.rs)
+//! dynamic_ports:
+//!   ipv4: {start: 49152, count: 16384}
+//!   ipv6: {start: 49152, count: 16384}
 //! ```
 
+use super::dynamic_ports::PortRange;
 use super::{Link, ReadError};
-use crate::catalog::RegType;
+use crate::catalog::{IpVersion, RegType};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -22,6 +27,10 @@ pub struct RegistryFile {
     pub values: BTreeMap<String, BTreeMap<String, RegEntry>>,
     #[serde(default)]
     pub adapters: Vec<Adapter>,
+    /// TCP dynamic port range per IP version, as netsh shows it. Absent in trees captured
+    /// before wstune read it: the check is then skipped, never guessed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dynamic_ports: BTreeMap<IpVersion, PortRange>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -44,7 +53,31 @@ impl RegistryFile {
     pub fn load(path: &Path) -> Result<RegistryFile, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        serde_yaml_ng::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let file: RegistryFile =
+            serde_yaml_ng::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        // A range netsh would refuse cannot be a captured host: say so instead of judging it.
+        for (ip, r) in &file.dynamic_ports {
+            PortRange::new(r.start, r.count).map_err(|e| {
+                format!(
+                    "{}: dynamic_ports.{}: {e}; write {{start: 49152, count: 16384}} as `netsh int {} show dynamicport tcp` shows",
+                    path.display(),
+                    ip.as_str(),
+                    ip.as_str()
+                )
+            })?;
+        }
+        Ok(file)
+    }
+
+    /// The dynamic port range recorded for `ip`.
+    pub fn dynamic_ports(&self, ip: IpVersion) -> Result<PortRange, ReadError> {
+        self.dynamic_ports.get(&ip).copied().ok_or_else(|| {
+            ReadError::NotFound(format!(
+                "registry.yaml's dynamic_ports.{} (`netsh int {} show dynamicport tcp` on the host shows it)",
+                ip.as_str(),
+                ip.as_str()
+            ))
+        })
     }
 
     /// Key paths compare case-insensitively, as in the registry.

@@ -1,8 +1,16 @@
 //! The live Windows host: registry values through the windows-registry crate. Keys are opened
-//! per read and closed when the handle drops (the crate's `Key` closes itself).
+//! per read and closed when the handle drops (the crate's `Key` closes itself). The TCP dynamic
+//! port range is not a plain registry value (Windows keeps it in an undocumented binary blob
+//! under the NSI key), so it is read the documented way, through `netsh` (see dynamic_ports.rs).
+//!
+//! In recording mode (`wstune snapshot`) every value read is also kept in a [`RegistryFile`], so
+//! the snapshot's `registry.yaml` holds exactly what the checks saw.
 
+use super::dynamic_ports::{parse_netsh, PortRange};
+use super::registry_file::{Adapter, RegistryFile};
 use super::{Backend, HostInfo, Link, ReadError, WriteError};
-use crate::catalog::{Platform, RegType};
+use crate::catalog::{IpVersion, Platform, RegType};
+use std::cell::RefCell;
 use windows_registry::LOCAL_MACHINE;
 
 /// The network adapter device class; each adapter is a numbered subkey with its `*RSS*` keywords.
@@ -12,7 +20,45 @@ const NET_CLASS: &str =
 /// HRESULT_FROM_WIN32(ERROR_FILE_NOT_FOUND): the key or value does not exist.
 const NOT_FOUND: i32 = 0x8007_0002_u32 as i32;
 
-pub struct WindowsBackend;
+#[derive(Default)]
+pub struct WindowsBackend {
+    recorder: Option<RefCell<RegistryFile>>,
+}
+
+impl WindowsBackend {
+    pub fn live() -> WindowsBackend {
+        WindowsBackend::default()
+    }
+
+    /// The live host, keeping every value read for `wstune snapshot`.
+    pub fn recording() -> WindowsBackend {
+        WindowsBackend {
+            recorder: Some(RefCell::new(RegistryFile::default())),
+        }
+    }
+
+    /// What was read, as a `registry.yaml` tree holds it.
+    pub fn take_recording(&self) -> Option<RegistryFile> {
+        self.recorder
+            .as_ref()
+            .map(|r| std::mem::take(&mut *r.borrow_mut()))
+    }
+
+    fn record(&self, f: impl FnOnce(&mut RegistryFile)) {
+        if let Some(r) = &self.recorder {
+            f(&mut r.borrow_mut());
+        }
+    }
+}
+
+/// netsh from the system directory, never from PATH: an elevated wstune must not run whatever
+/// `netsh.exe` the current directory or PATH offers.
+fn netsh_path() -> std::path::PathBuf {
+    let root = std::env::var_os("SystemRoot").unwrap_or_else(|| r"C:\Windows".into());
+    std::path::Path::new(&root)
+        .join("System32")
+        .join("netsh.exe")
+}
 
 fn hklm_path(key: &str) -> Result<&str, ReadError> {
     key.strip_prefix(r"HKLM\")
@@ -65,6 +111,12 @@ impl Backend for WindowsBackend {
                 continue;
             }
             let name = key.get_string("DriverDesc").unwrap_or_else(|_| sub.clone());
+            self.record(|r| {
+                r.adapters.push(Adapter {
+                    name: name.clone(),
+                    key: sub.clone(),
+                })
+            });
             out.push(Link {
                 name,
                 physical: true,
@@ -85,11 +137,39 @@ impl Backend for WindowsBackend {
         let k = LOCAL_MACHINE
             .open(hklm_path(key)?)
             .map_err(|e| map_err(&what, e))?;
-        match kind {
+        let data = match kind {
             RegType::Dword => k.get_u32(value).map(|v| v.to_string()),
             RegType::Sz => k.get_string(value),
         }
-        .map_err(|e| map_err(&what, e))
+        .map_err(|e| map_err(&what, e))?;
+        self.record(|r| {
+            // Cannot fail: the data was just read as this type.
+            let _ = r.set(key, value, kind, Some(&data));
+        });
+        Ok(data)
+    }
+    fn dynamic_ports(&self, ip: IpVersion) -> Result<PortRange, ReadError> {
+        let netsh = netsh_path();
+        let args = ["int", ip.as_str(), "show", "dynamicport", "tcp"];
+        let shown = format!("netsh {}", args.join(" "));
+        let out = std::process::Command::new(&netsh)
+            .args(args)
+            .output()
+            .map_err(|e| ReadError::Other(format!("cannot run {}: {e}", netsh.display())))?;
+        // netsh prints in the console code page; only the digits matter (see parse_netsh).
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(ReadError::Other(format!(
+                "{shown} failed ({}): {}",
+                out.status,
+                text.trim()
+            )));
+        }
+        let range = parse_netsh(&text).map_err(|e| ReadError::Other(format!("{shown}: {e}")))?;
+        self.record(|r| {
+            r.dynamic_ports.insert(ip, range);
+        });
+        Ok(range)
     }
     fn write_runtime(&self, path: &str, _value: &str) -> Result<(), WriteError> {
         Err(WriteError::Other(format!(

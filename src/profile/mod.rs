@@ -5,6 +5,7 @@
 //! the flat name -> value map that catalog expressions such as `2 * connections` are evaluated in.
 
 mod model;
+mod shape;
 
 pub use model::*;
 
@@ -34,11 +35,10 @@ pub enum ProfileError {
         name: String,
         available: Vec<String>,
     },
-    #[error("cannot read profile {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// `reason` is already in wstune's words (see [`read_config_file`]): the io::Error is not
+    /// kept as a source, or the error chain would print the OS text a second time.
+    #[error("cannot read profile {}: {reason}; pass a built-in name ({}) or the path of a YAML file", path.display(), EMBEDDED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))]
+    Io { path: PathBuf, reason: String },
     #[error("{}", Problems(.0))]
     Invalid(Vec<Problem>),
 }
@@ -100,9 +100,9 @@ pub fn load(spec: &str) -> Result<Loaded, ProfileError> {
             available: EMBEDDED.iter().map(|(n, _)| n.to_string()).collect(),
         });
     }
-    let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io {
+    let text = read_config_file(path).map_err(|reason| ProfileError::Io {
         path: path.to_path_buf(),
-        source,
+        reason,
     })?;
     let profile = parse(&text, spec)?;
     Ok(Loaded {
@@ -111,27 +111,132 @@ pub fn load(spec: &str) -> Result<Loaded, ProfileError> {
     })
 }
 
-/// Parse and validate profile text; `file` names it in errors.
+/// The largest profile or catalog file accepted. The built-in ones are a few KiB and the
+/// whole check catalog is under 64 KiB; 1 MiB is far beyond any real one and keeps
+/// `-p /dev/zero`-style mistakes from reading without end.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Read a profile or catalog file. The error is the problem in plain words, without the
+/// path (callers name the file once, in front) and without "(os error N)".
+pub fn read_config_file(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let words = |e: &std::io::Error| match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file".to_string(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+        std::io::ErrorKind::IsADirectory => "is a directory, not a YAML file".to_string(),
+        _ => {
+            let text = e.to_string();
+            match text.find(" (os error") {
+                Some(i) => text[..i].to_string(),
+                None => text,
+            }
+        }
+    };
+    let meta = std::fs::metadata(path).map_err(|e| words(&e))?;
+    if meta.is_dir() {
+        return Err("is a directory, not a YAML file".into());
+    }
+    if !meta.is_file() {
+        return Err("not a regular file (a device, pipe or socket)".into());
+    }
+    let file = std::fs::File::open(path).map_err(|e| words(&e))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| words(&e))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "larger than {} MiB, which no profile or catalog is",
+            MAX_CONFIG_BYTES >> 20
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
+}
+
+/// Parse and validate profile text; `file` names it in errors. Every problem of the file is
+/// reported at once, sorted by line: unknown and missing keys, wrongly typed values (found by
+/// comparing with a built-in profile's shape), then the bounds of [`validate`]. Only a YAML
+/// syntax error stops early, since nothing after it can be read.
 pub fn parse(text: &str, file: &str) -> Result<Profile, ProfileError> {
-    let profile: Profile = serde_yaml_ng::from_str(text).map_err(|e| {
-        ProfileError::Invalid(vec![Problem {
-            file: file.to_string(),
-            line: e.location().map(|l| l.line()),
-            message: strip_location(&e.to_string()),
-        }])
-    })?;
-    let problems: Vec<Problem> = validate(&profile)
-        .into_iter()
-        .map(|(path, message)| Problem {
-            file: file.to_string(),
-            line: yaml_lines::line_of(text, path),
-            message: format!("{path}: {message}"),
-        })
+    let problem = |line: Option<usize>, message: String| Problem {
+        file: file.to_string(),
+        line,
+        message,
+    };
+    let serde_problem = |e: serde_yaml_ng::Error| {
+        ProfileError::Invalid(vec![problem(
+            e.location().map(|l| l.line()),
+            strip_location(&e.to_string()),
+        )])
+    };
+    let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).map_err(serde_problem)?;
+    let mismatches = shape::check(&mut doc, &template());
+    let mut problems: Vec<Problem> = mismatches
+        .iter()
+        .map(|m| problem(line_of_path(text, &m.path), m.message.clone()))
         .collect();
+    let profile: Profile = if mismatches.is_empty() {
+        // Untouched: serde reads the text itself, so whatever the shape check does not know
+        // about still comes with serde's own line.
+        serde_yaml_ng::from_str(text).map_err(serde_problem)?
+    } else {
+        match serde_yaml_ng::from_value(doc) {
+            Ok(p) => p,
+            Err(e) => {
+                problems.push(problem(None, e.to_string()));
+                return Err(ProfileError::Invalid(problems));
+            }
+        }
+    };
+    // Bounds on values that were patched in from the built-in profile say nothing about the
+    // file; neither do comparisons with them.
+    let patched = |path: &str, message: &str| {
+        mismatches
+            .iter()
+            .any(|m| !m.path.is_empty() && (path == m.path || message.contains(&m.path)))
+    };
+    problems.extend(
+        validate(&profile)
+            .into_iter()
+            .filter(|(path, message)| !patched(path, message))
+            .map(|(path, message)| {
+                problem(
+                    yaml_lines::line_of(text, path),
+                    format!("{path}: {message}"),
+                )
+            }),
+    );
+    problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
     if problems.is_empty() {
         Ok(profile)
     } else {
         Err(ProfileError::Invalid(problems))
+    }
+}
+
+/// The shape every profile must have: the default built-in profile's keys and value kinds.
+fn template() -> serde_json::Value {
+    let text = EMBEDDED
+        .iter()
+        .find(|(n, _)| *n == DEFAULT)
+        .map(|(_, t)| *t)
+        .expect("the default profile is built in");
+    let p: Profile = serde_yaml_ng::from_str(text).expect("the built-in profiles are valid");
+    serde_json::to_value(p).expect("a profile always serializes")
+}
+
+/// The line of a dotted key path, or of the nearest enclosing key that can be found (a key
+/// inside a flow mapping `{...}` is not indexed; its parent is).
+fn line_of_path(text: &str, path: &str) -> Option<usize> {
+    let mut p = path;
+    loop {
+        if p.is_empty() {
+            return None;
+        }
+        if let Some(line) = yaml_lines::line_of(text, p) {
+            return Some(line);
+        }
+        p = p.rsplit_once('.').map_or("", |(head, _)| head);
     }
 }
 

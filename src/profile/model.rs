@@ -112,6 +112,10 @@ pub struct DeflateSettings {
     pub threshold_bytes: u64,
     /// Keep one compressor/decompressor per connection alive between messages.
     pub context_takeover: bool,
+    /// Server-wide cap on inflated-message memory held at once (1013 past it); absent: the
+    /// server's default, max(64 MiB, 4 x max_message_bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inflate_budget_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -129,3 +129,69 @@ pub fn element<'a>(list: &'a serde_json::Value, key: &str, value: &str) -> &'a s
         .find(|e| e[key] == value)
         .unwrap_or_else(|| panic!("no {key} {value} in {list:#}"))
 }
+
+/// Runs `script` (bash) inside fresh network and mount namespaces, with `$WSTUNE` naming the
+/// binary: sysctls written there are the namespace's own, never the host's. None (a recorded
+/// skip) when this machine cannot make namespaces (not root); in CI that is a failure.
+pub fn in_netns(script: &str) -> Option<Output> {
+    let o = Command::new("unshare")
+        .args(["--net", "--mount", "bash", "-c", script])
+        .env("WSTUNE", bin())
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", "160")
+        .output();
+    match o {
+        Ok(o)
+            if o.status.success()
+                || !String::from_utf8_lossy(&o.stderr).contains("unshare failed") =>
+        {
+            Some(o)
+        }
+        _ => {
+            skip(
+                "namespaces",
+                "cannot create a network namespace here (run as root)",
+            );
+            None
+        }
+    }
+}
+
+/// A group of tests that cannot run on this machine (a tool not installed, not root). In CI a
+/// skip is an error: `.ci/run` installs everything, so a skip there would hide a missing install
+/// step. Elsewhere the test returns early, and the group is recorded so that the last test
+/// binary of the run (`tests/zz_skip_summary.rs`) names it, with the command that would run it.
+pub fn skip(group: &str, why: &str) {
+    assert!(
+        std::env::var("CI").is_err(),
+        "CI must be able to run the {group} tests: {why} (see .ci/run)"
+    );
+    record_skip(group, why);
+}
+
+/// Like [`skip`], for what no install step can provide (a kernel feature): never an error in CI.
+pub fn record_skip(group: &str, why: &str) {
+    eprintln!("skipped: {why}");
+    let dir = skip_dir(std::os::unix::process::parent_id());
+    let name: String = group
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    // Best effort: a summary that misses a group must never fail the test that skipped.
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join(name), format!("{group}: {why}"));
+}
+
+/// Where the skips of one `cargo test` run are recorded: every test binary of a run is a child
+/// of the same cargo process, so its pid tells this run from an earlier one.
+pub fn skip_dir(cargo_pid: u32) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("skipped")
+        .join(cargo_pid.to_string())
+}

@@ -1,0 +1,219 @@
+//! What is left when an apply did not finish, and what changed behind wstune's back since one did.
+//!
+//! - [`hand_changes`]: values and files that are neither what the entry applied nor what it
+//!   replaced, i.e. someone changed them after the apply. `rollback` lists them and wants
+//!   `--force` (or a yes on a terminal) before overwriting them; apply's recovery refuses.
+//! - [`undo_interrupted`]: a `pending` entry whose process died (its lock is free) is restored
+//!   by the next apply before it plans, so that one rollback of the new entry returns the host
+//!   to the state before both.
+//! - [`finding`]: `wstune.journal.pending` for `check`: an interrupted or damaged entry.
+
+use super::journal::{self, Entry, Lock, LockState, State};
+use super::plan::Op;
+use super::store::Store;
+use crate::catalog::eval::{Finding, FixText, Status};
+use crate::catalog::{Scope, Severity};
+use crate::gather::sysctl_path;
+use crate::host::Backend;
+use crate::value::Value;
+use anyhow::{bail, Result};
+
+/// One value or file changed since the apply: "KEY: applied X, now Y (changed by hand)".
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandChange(pub String);
+
+impl std::fmt::Display for HandChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn words(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Everything the entry changed that now holds neither the applied value nor the old one. A
+/// value back at its old value is not listed: restoring it changes nothing. For a `pending`
+/// entry a value still at its old value is one the apply never reached.
+pub fn hand_changes(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<HandChange> {
+    let mut out = Vec::new();
+    for r in &entry.runtime {
+        let applied = entry.actions.iter().find_map(|a| match &a.op {
+            Op::Sysctl { key, value } if sysctl_path(key) == r.path => Some((key, value)),
+            _ => None,
+        });
+        let (Some((key, applied)), Ok(now)) = (applied, backend.read(&r.path)) else {
+            continue; // unreadable now: restore reports it
+        };
+        let now = words(&now);
+        if now != words(applied) && now != words(&r.old) {
+            out.push(HandChange(format!(
+                "{key}: applied {}, now {now} (changed by hand)",
+                words(applied)
+            )));
+        }
+    }
+    for l in &entry.limits {
+        let applied = entry.actions.iter().find_map(|a| match a.op {
+            Op::Prlimit { pid, soft, hard } if pid == l.pid => Some((soft, hard)),
+            _ => None,
+        });
+        let (Some(applied), Some(now)) = (applied, crate::gather::nofile_of(backend, l.pid)) else {
+            continue;
+        };
+        if now != applied && now != (l.soft, l.hard) {
+            out.push(HandChange(format!(
+                "nofile of process {}: applied {}:{}, now {}:{} (changed by hand)",
+                l.pid, applied.0, applied.1, now.0, now.1
+            )));
+        }
+    }
+    for r in &entry.registry {
+        let applied = entry.actions.iter().find_map(|a| match &a.op {
+            Op::Registry {
+                key, value, data, ..
+            } if *key == r.key && *value == r.value => Some(data.clone()),
+            _ => None,
+        });
+        let Some(applied) = applied else { continue };
+        let now = backend.registry(&r.key, &r.value, r.kind).ok();
+        if now.as_deref() != Some(applied.as_str()) && now != r.old {
+            out.push(HandChange(format!(
+                "{}\\{}: applied {applied}, now {} (changed by hand)",
+                r.key,
+                r.value,
+                now.as_deref().unwrap_or("(deleted)")
+            )));
+        }
+    }
+    for f in &entry.files {
+        let Ok(now) = store.read(&f.path) else {
+            continue;
+        };
+        let now = now.as_ref().map(journal::Blob::from);
+        if now.as_ref() != Some(&f.new) && now != f.old {
+            out.push(HandChange(format!(
+                "{}: applied by wstune, now {} (changed by hand)",
+                f.path,
+                if now.is_some() { "edited" } else { "removed" }
+            )));
+        }
+    }
+    out
+}
+
+/// Restore every `pending` entry (newest first) whose apply died, and mark it
+/// `interrupted_undone`. The caller holds the journal lock, so no pending entry belongs to a
+/// live apply. Returns one line per entry undone, for stderr. Refuses (changing nothing) when
+/// something was changed by hand since, or when the backend cannot write (not root).
+pub fn undo_interrupted(
+    entries: &[Entry],
+    backend: &dyn Backend,
+    store: &Store,
+) -> Result<Vec<String>> {
+    let mut said = Vec::new();
+    for e in entries.iter().rev().filter(|e| e.state == State::Pending) {
+        if !backend.privileged() {
+            bail!(
+                "apply {} was interrupted (its process died midway) and must be undone first: run wstune apply as root, or `wstune rollback --id {}` as root. Nothing was changed.",
+                e.id,
+                e.id
+            );
+        }
+        let hand = hand_changes(e, backend, store);
+        if !hand.is_empty() {
+            bail!(
+                "apply {id} was interrupted (its process died midway), and since then:\n  {}\nRun `wstune rollback --id {id}` (it lists these and asks before overwriting them), then apply again. Nothing was changed.",
+                hand.iter().map(|h| h.to_string()).collect::<Vec<_>>().join("\n  "),
+                id = e.id
+            );
+        }
+        let errors = super::restore(e, backend, store);
+        if !errors.is_empty() {
+            bail!(
+                "apply {id} was interrupted and could not be undone: {}\nFix that, then run `wstune rollback --id {id}` and apply again.",
+                errors.join("; "),
+                id = e.id
+            );
+        }
+        let mut done = e.clone();
+        done.state = State::InterruptedUndone;
+        journal::save(store, &done)?;
+        said.push(format!(
+            "apply {} was interrupted (its process died midway): restored the {} value(s) and {} file(s) it had recorded before planning again, so one `wstune rollback` returns to the state before it",
+            e.id,
+            e.runtime.len() + e.limits.len() + e.registry.len(),
+            e.files.len()
+        ));
+    }
+    Ok(said)
+}
+
+/// `wstune.journal.pending`: fails on an interrupted apply (pending, no live process) or a
+/// damaged entry. None when there is no journal at all.
+pub fn finding(store: &Store) -> Option<Finding> {
+    let (entries, damaged) = journal::scan(store).ok()?;
+    if entries.is_empty() && damaged.is_empty() {
+        return None;
+    }
+    let running = Lock::probe(store) == LockState::Held;
+    let pending: Vec<&Entry> = entries
+        .iter()
+        .filter(|e| e.state == State::Pending)
+        .collect();
+    let mut problems = Vec::new();
+    let mut fixes = Vec::new();
+    for d in &damaged {
+        problems.push(format!(
+            "{} is damaged and cannot be rolled back automatically ({})",
+            d.path.display(),
+            d.error
+        ));
+        fixes.push(journal::damaged_fix(&d.path));
+    }
+    if !running {
+        for e in &pending {
+            problems.push(format!(
+                "apply {} was interrupted (its process died midway): some of its changes are made, some not",
+                e.id
+            ));
+            fixes.push(format!("`wstune rollback --id {}` restores the state before it (a new `wstune apply` also undoes it first)", e.id));
+        }
+    }
+    let (status, current, note) = match (problems.is_empty(), running && !pending.is_empty()) {
+        (false, _) => (
+            Status::Fail,
+            format!("{} problem(s)", problems.len()),
+            problems.join("; "),
+        ),
+        (true, true) => (
+            Status::Info,
+            "apply running".into(),
+            format!(
+                "an apply is running now (entry {})",
+                pending.last().map(|e| e.id.as_str()).unwrap_or("?")
+            ),
+        ),
+        (true, false) => (
+            Status::Pass,
+            "none".into(),
+            format!("{} entr(ies), none interrupted or damaged", entries.len()),
+        ),
+    };
+    Some(Finding {
+        id: "wstune.journal.pending".into(),
+        title: "No interrupted apply or damaged journal entry".into(),
+        status,
+        current: Some(Value::Text(current)),
+        compare: "==",
+        target: Some(Value::Text("none".into())),
+        severity: Severity::Fail,
+        scope: Scope::Boot,
+        why: "An apply that was killed midway leaves the host half changed: some settings new, some old, files maybe not written. Its journal entry says exactly what to put back; a damaged entry cannot be rolled back automatically.".into(),
+        fix: FixText {
+            runtime: (!fixes.is_empty()).then(|| fixes.join("; ")),
+            persistent: None,
+        },
+        note: Some(note),
+    })
+}

@@ -1,0 +1,369 @@
+//! The journal's promises against the real `wstune` binary: an apply killed midway and followed
+//! by another apply is still undone by one rollback; `check` reports an interrupted or damaged
+//! entry; rollback will not silently overwrite values changed by hand; values raised by hand
+//! are persisted; `--unit` says what systemd needs (or that there is none).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn wstune(args: &[&str]) -> Output {
+    Command::new(common::bin())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", "160")
+        .output()
+        .expect("run wstune")
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exited normally")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn finding(o: &Output, id: &str) -> serde_json::Value {
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)));
+    r["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
+        .unwrap_or_else(|| panic!("no finding {id} in {}", r["results"]))
+        .clone()
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
+}
+
+fn assert_same_tree(a: &Path, b: &Path) {
+    let o = Command::new("diff")
+        .args(["-r", a.to_str().unwrap(), b.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "trees differ:\n{}", stdout(&o));
+}
+
+fn script(name: &str) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts");
+    format!(
+        "source {} && source {}",
+        dir.join("journal_lib.sh").display(),
+        dir.join(name).display()
+    )
+}
+
+/// The lines of a namespace script's output that start with `tag`.
+fn lines(o: &Output, tag: &str) -> Vec<String> {
+    stdout(o)
+        .lines()
+        .filter(|l| l.starts_with(tag))
+        .map(str::to_string)
+        .collect()
+}
+
+fn line(o: &Output, tag: &str) -> String {
+    lines(o, tag)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no line {tag} in:\n{}\nstderr:\n{}", stdout(o), stderr(o)))
+}
+
+#[test]
+fn an_apply_killed_midway_then_another_apply_is_undone_by_one_rollback() {
+    let host_before = std::fs::read_to_string("/proc/sys/net/core/somaxconn").unwrap();
+    let Some(o) = common::in_netns(&script("journal_killed.sh")) else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        line(&o, "STEP paused "),
+        "STEP paused yes",
+        "the test build honours WSTUNE_FAILPOINT (feature failpoints): {all}"
+    );
+    assert_eq!(
+        line(&o, "STEP killed "),
+        "STEP killed rc=137 same=no",
+        "the kill happened between changes: {all}"
+    );
+    // While the first apply is paused (alive, holding the journal lock), a second one refuses.
+    assert_eq!(
+        line(&o, "STEP concurrent "),
+        "STEP concurrent rc=3",
+        "{all}"
+    );
+    assert!(
+        line(&o, "ERR concurrent ").contains("another wstune apply or rollback is running"),
+        "{all}"
+    );
+    // check names the interrupted entry, fails, and gives the fix.
+    let check = line(&o, "CHECK ");
+    let r: serde_json::Value = serde_json::from_str(check.strip_prefix("CHECK ").unwrap()).unwrap();
+    let pending = r["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "wstune.journal.pending")
+        .unwrap_or_else(|| panic!("no wstune.journal.pending: {check}"));
+    assert_eq!(pending["status"], "fail", "{pending}");
+    assert!(
+        pending["note"]
+            .as_str()
+            .unwrap()
+            .contains("was interrupted"),
+        "{pending}"
+    );
+    assert!(
+        pending["fix"]["runtime"]
+            .as_str()
+            .unwrap()
+            .contains("wstune rollback --id"),
+        "{pending}"
+    );
+    // The second apply undoes the interrupted one first and says so.
+    assert_eq!(
+        line(&o, "STEP second-apply "),
+        "STEP second-apply rc=0",
+        "{all}"
+    );
+    assert!(
+        line(&o, "ERR second-apply ").contains("was interrupted"),
+        "{all}"
+    );
+    // One rollback returns every value and file to the state before the killed apply.
+    assert_eq!(
+        line(&o, "STEP rollback "),
+        "STEP rollback rc=0 same=yes",
+        "{all}"
+    );
+    let after = line(&o, "CHECKAFTER ");
+    let r: serde_json::Value =
+        serde_json::from_str(after.strip_prefix("CHECKAFTER ").unwrap()).unwrap();
+    let pending = r["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "wstune.journal.pending")
+        .unwrap_or_else(|| panic!("no wstune.journal.pending: {after}"));
+    assert_eq!(
+        pending["status"], "pass",
+        "nothing is left interrupted: {pending}"
+    );
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/net/core/somaxconn").unwrap(),
+        host_before,
+        "the host's own namespace is untouched"
+    );
+}
+
+#[test]
+fn values_raised_by_hand_are_persisted_for_the_next_boot() {
+    let Some(o) = common::in_netns(&script("journal_hand_raised.sh")) else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    assert_eq!(line(&o, "STEP apply "), "STEP apply rc=0", "{all}");
+    let file = lines(&o, "FILE ");
+    for want in [
+        "FILE net.ipv4.tcp_max_syn_backlog = 100000",
+        "FILE net.ipv4.tcp_max_tw_buckets = 500000",
+        "FILE net.core.somaxconn = 65535",
+    ] {
+        assert!(file.iter().any(|l| l == want), "{want} missing: {all}");
+    }
+    assert_eq!(
+        line(&o, "STEP second-apply "),
+        "STEP second-apply rc=0 nothing=yes",
+        "persisting them is done once: {all}"
+    );
+    assert_eq!(
+        line(&o, "STEP rollback "),
+        "STEP rollback rc=0 same=yes",
+        "{all}"
+    );
+}
+
+#[test]
+fn rollback_shows_values_changed_by_hand_and_needs_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("default"), &tree);
+    let t = tree.to_str().unwrap();
+    let o = wstune(&["apply", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // An operator changes a value wstune applied, after the apply.
+    std::fs::write(tree.join("proc/sys/net/core/somaxconn"), "100000\n").unwrap();
+    let o = wstune(&["rollback", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 3, "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("net.core.somaxconn: applied 65535, now 100000 (changed by hand)"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(tree.join("proc/sys/net/core/somaxconn")).unwrap(),
+        "100000\n",
+        "refused: nothing was changed"
+    );
+    let list = stdout(&wstune(&["rollback", "--root", t, "--list"]));
+    assert!(list.contains("applied"), "{list}");
+
+    let o = wstune(&["rollback", "--root", t, "--yes", "--force"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    std::fs::remove_dir_all(tree.join("var")).unwrap();
+    assert_same_tree(&fixture("default"), &tree);
+}
+
+#[test]
+fn a_damaged_entry_is_reported_by_check_and_refused_by_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("default"), &tree);
+    let t = tree.to_str().unwrap();
+    let o = wstune(&["apply", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let jdir = tree.join("var/lib/wstune/journal");
+    let good = std::fs::read_dir(&jdir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".json")
+                .map(String::from)
+        })
+        .next()
+        .unwrap();
+    let bad = jdir.join("20991231T235959.000000000.json");
+    std::fs::write(&bad, "{\"id\": \"20991231T2359").unwrap();
+
+    let o = wstune(&["check", "--root", t, "-f", "json"]);
+    let f = finding(&o, "wstune.journal.pending");
+    assert_eq!(f["status"], "fail", "{f}");
+    let bad_s = bad.display().to_string();
+    assert!(f["note"].as_str().unwrap().contains(&bad_s), "{f}");
+    assert!(
+        f["fix"]["runtime"]
+            .as_str()
+            .unwrap()
+            .contains("move it aside"),
+        "{f}"
+    );
+    // The drift view still works beside it.
+    assert_eq!(finding(&o, "wstune.journal.drift")["status"], "pass");
+
+    let before = std::fs::read_to_string(tree.join("proc/sys/net/core/somaxconn")).unwrap();
+    std::fs::write(tree.join("proc/sys/net/core/somaxconn"), "4096\n").unwrap();
+    let o = wstune(&["apply", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 3, "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains(&bad_s) && stderr(&o).contains("is damaged"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("wstune rollback --id"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(tree.join("proc/sys/net/core/somaxconn")).unwrap(),
+        "4096\n",
+        "refused: nothing was changed"
+    );
+    std::fs::write(tree.join("proc/sys/net/core/somaxconn"), before).unwrap();
+    // The good entry can still be rolled back by id.
+    let o = wstune(&["rollback", "--root", t, "--id", &good, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    std::fs::remove_dir_all(tree.join("var")).unwrap();
+    assert_same_tree(&fixture("default"), &tree);
+}
+
+#[test]
+fn unit_drop_in_advice_includes_daemon_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("t");
+    copy_dir(&fixture("tuned"), &tree);
+    std::fs::write(
+        tree.join("wstune/systemd/wsserver.service.show"),
+        "LimitNOFILE=4096\nLoadState=loaded\n",
+    )
+    .unwrap();
+    let t = tree.to_str().unwrap();
+    let o = wstune(&["apply", "--root", t, "--unit", "wsserver.service", "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("systemctl daemon-reload && systemctl restart wsserver.service"),
+        "{}",
+        stdout(&o)
+    );
+    let o = wstune(&["rollback", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("systemctl daemon-reload && systemctl restart wsserver.service"),
+        "rollback removed the drop-in: the unit needs the same: {}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn unit_without_systemd_says_so_instead_of_planning_nothing() {
+    // A captured tree with no record of the unit: systemd cannot be asked.
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("t");
+    copy_dir(&fixture("tuned"), &tree);
+    let t = tree.to_str().unwrap();
+    let o = wstune(&[
+        "apply",
+        "--root",
+        t,
+        "--unit",
+        "nosuch.service",
+        "--dry-run",
+    ]);
+    assert_eq!(code(&o), 3, "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("--unit nosuch.service")
+            && stderr(&o).contains("no unit to give a LimitNOFILE drop-in"),
+        "{}",
+        stderr(&o)
+    );
+    // A live host without systemd (a mount namespace hides it, if this one runs it).
+    let Some(o) = common::in_netns(
+        "[ -d /run/systemd ] && mount -t tmpfs none /run/systemd; P=$(mktemp -d); \
+         \"$WSTUNE\" apply --prefix \"$P\" --unit myserver.service --dry-run; echo \"RC $?\"",
+    ) else {
+        return;
+    };
+    assert_eq!(line(&o, "RC "), "RC 3", "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("systemd (not running"),
+        "{}",
+        stderr(&o)
+    );
+}

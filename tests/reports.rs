@@ -1,0 +1,509 @@
+//! What wstune writes and says: report file modes (a textfile collector must read them), fix
+//! texts that never advise lowering a value, every profile/catalog error at once with its line,
+//! error messages in wstune's words, and captured trees read with limits.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// Copy a fixture tree (files and directories; no links in fixtures) to `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+        }
+    }
+}
+
+fn json_check(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["check", "-f", "json"];
+    all.extend_from_slice(args);
+    let out = common::run(&all);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+// ---- item 5: fix texts for multi-value sysctls keep the other fields ----
+
+/// The default fixture has tcp_rmem `4096 131072 33554432`: the fix lowers the default to the
+/// target and keeps min and max as they are (the old text cut max to 6291456).
+#[test]
+fn tcp_rmem_and_wmem_fixes_keep_min_and_max() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("host");
+    copy_dir(&fixture("default"), &root);
+    // A host tuned above the old constants on both sides: min 8192, max 16 MiB for send.
+    std::fs::write(
+        root.join("proc/sys/net/ipv4/tcp_wmem"),
+        "8192\t65536\t16777216\n",
+    )
+    .unwrap();
+    let report = json_check(&["--root", root.to_str().unwrap()]);
+    for (id, min, max) in [
+        ("linux.net.ipv4.tcp_rmem.default", 4096, 33554432),
+        ("linux.net.ipv4.tcp_wmem.default", 8192, 16777216),
+    ] {
+        let f = common::element(&report["results"], "id", id);
+        assert_eq!(f["status"], "warn", "{f}");
+        let target = f["target"].as_i64().unwrap();
+        let key = id.trim_end_matches(".default");
+        let key = key.trim_start_matches("linux.");
+        let whole = format!("{min} {target} {max}");
+        assert_eq!(
+            f["fix"]["runtime"],
+            format!("sysctl -w {key}=\"{whole}\""),
+            "{f}"
+        );
+        assert_eq!(
+            f["fix"]["persistent"],
+            format!("echo '{key} = {whole}' >> /etc/sysctl.d/60-wstune.conf"),
+            "{f}"
+        );
+        // The boot view's persistent line says the same.
+        let boot = common::element(&report["results"], "id", &format!("{id}.boot"));
+        assert!(
+            boot["fix"]["persistent"].as_str().unwrap().contains(&whole),
+            "{boot}"
+        );
+    }
+}
+
+// ---- item 4: `-o FILE` modes; a real node_exporter reads the .prom file ----
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// `wstune ARGS` under umask 022, the usual root shell's.
+fn run_umask_022(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg("umask 022; exec \"$0\" \"$@\"")
+        .arg(common::bin())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn output_file_is_0644_when_new_and_keeps_an_existing_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture("default");
+    let prom = dir.path().join("wstune.prom");
+    let args = |out: &Path| {
+        vec![
+            "check".to_string(),
+            "--root".into(),
+            root.to_str().unwrap().into(),
+            "-f".into(),
+            "prometheus".into(),
+            "-o".into(),
+            out.to_str().unwrap().into(),
+        ]
+    };
+    let run = |out: &Path| {
+        let a = args(out);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let o = run_umask_022(&a);
+        assert!(std::fs::read_to_string(out)
+            .unwrap()
+            .contains("wstune_check_result"));
+        o
+    };
+    run(&prom);
+    assert_eq!(
+        format!("{:o}", mode(&prom)),
+        "644",
+        "a new report under umask 022"
+    );
+    run(&prom);
+    assert_eq!(
+        format!("{:o}", mode(&prom)),
+        "644",
+        "an existing 0644 report stays 0644"
+    );
+    std::fs::set_permissions(&prom, std::fs::Permissions::from_mode(0o640)).unwrap();
+    run(&prom);
+    assert_eq!(
+        format!("{:o}", mode(&prom)),
+        "640",
+        "an operator's 0640 is kept"
+    );
+}
+
+fn euid() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+/// GET /metrics over plain HTTP/1.0 (the body ends at EOF).
+fn scrape(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.starts_with("HTTP/1.").then_some(body)
+}
+
+/// README's monitoring recipe, end to end: wstune runs as root and writes the textfile; the
+/// Debian node_exporter, running as an unprivileged user, must read it and export it.
+#[test]
+fn node_exporter_running_unprivileged_exports_the_prom_file() {
+    let exporter = "/usr/bin/prometheus-node-exporter";
+    if !Path::new(exporter).exists() {
+        common::skip(
+            "node_exporter",
+            &format!("{exporter} is not installed (apt-get install prometheus-node-exporter)"),
+        );
+        return;
+    }
+    if euid() != 0 {
+        common::skip(
+            "node_exporter",
+            "needs root, to write as root and run node_exporter as nobody",
+        );
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let textfiles = dir.path().join("textfile");
+    std::fs::create_dir(&textfiles).unwrap();
+    // The collector's user must be able to enter both directories.
+    for d in [dir.path(), textfiles.as_path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let prom = textfiles.join("wstune.prom");
+    let out = run_umask_022(&[
+        "check",
+        "--root",
+        fixture("default").to_str().unwrap(),
+        "-f",
+        "prometheus",
+        "-o",
+        prom.to_str().unwrap(),
+    ]);
+    assert!(prom.exists(), "{}", stderr(&out));
+
+    let port = common::free_port();
+    let child = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            exporter,
+            "--collector.disable-defaults",
+            "--collector.textfile",
+        ])
+        .arg(format!(
+            "--collector.textfile.directory={}",
+            textfiles.display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _guard = common::Kill(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let metrics = loop {
+        if let Some(m) = scrape(port) {
+            break m;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node_exporter did not answer on 127.0.0.1:{port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.trim() == "node_textfile_scrape_error 1"),
+        "node_exporter could not read {} (mode {:o}):\n{metrics}",
+        prom.display(),
+        mode(&prom)
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("wstune_check_result{")),
+        "no wstune_check_result in /metrics:\n{metrics}"
+    );
+}
+
+// ---- item 24: captured trees are read with limits ----
+
+/// `wstune check -f json --root ROOT` with a deadline: a read that blocks or never ends must not
+/// hang the test suite. Returns the report's finding for `id`.
+fn check_tree_bounded(root: &Path, id: &str) -> serde_json::Value {
+    let mut child = std::process::Command::new(common::bin())
+        .args(["check", "-f", "json", "--root", root.to_str().unwrap()])
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "wstune check --root {} did not finish in 30 s",
+                root.display()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {}", stderr(&out)));
+    common::element(&report["results"], "id", id).clone()
+}
+
+fn tree_with_meminfo(make: impl FnOnce(&Path)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("host");
+    copy_dir(&fixture("default"), &root);
+    let meminfo = root.join("proc/meminfo");
+    std::fs::remove_file(&meminfo).unwrap();
+    make(&meminfo);
+    dir
+}
+
+fn assert_refused(dir: &tempfile::TempDir, why: &str) {
+    let root = dir.path().join("host");
+    let started = std::time::Instant::now();
+    let f = check_tree_bounded(&root, "linux.host.memory");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(f["status"], "skip", "{f}");
+    let note = f["note"].as_str().unwrap_or_default();
+    let file = root.join("proc/meminfo");
+    assert!(
+        note.starts_with(&format!("{}: {why}", file.display())),
+        "the note must name the file and why: {note}"
+    );
+}
+
+#[test]
+fn root_tree_meminfo_linked_to_dev_zero_is_refused_quickly() {
+    let dir = tree_with_meminfo(|p| std::os::unix::fs::symlink("/dev/zero", p).unwrap());
+    assert_refused(&dir, "not a regular file");
+}
+
+#[test]
+fn root_tree_meminfo_as_a_fifo_is_refused_without_blocking() {
+    let dir = tree_with_meminfo(|p| {
+        let ok = std::process::Command::new("mkfifo")
+            .arg(p)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mkfifo");
+    });
+    assert_refused(&dir, "not a regular file");
+}
+
+#[test]
+fn root_tree_file_over_the_size_cap_is_refused() {
+    let dir = tree_with_meminfo(|p| {
+        // MemTotal first, then 9 MiB of padding: a parser would accept it, the cap must not.
+        let mut text = String::from("MemTotal:       16318424 kB\n");
+        text.push_str(&"x".repeat(9 << 20));
+        std::fs::write(p, text).unwrap();
+    });
+    assert_refused(&dir, "larger than 8 MiB");
+}
+
+#[test]
+fn root_tree_link_out_of_the_tree_is_refused() {
+    // The live host's own meminfo must not pass for the captured host's.
+    let dir = tree_with_meminfo(|p| std::os::unix::fs::symlink("/proc/meminfo", p).unwrap());
+    assert_refused(&dir, "is a link to /proc/meminfo, outside the tree");
+}
+
+#[test]
+fn root_tree_link_inside_the_tree_is_followed() {
+    let dir = tree_with_meminfo(|p| {
+        let real = p.with_file_name("meminfo.real");
+        std::fs::copy(fixture("default").join("proc/meminfo"), &real).unwrap();
+        std::os::unix::fs::symlink("meminfo.real", p).unwrap();
+    });
+    let f = check_tree_bounded(&dir.path().join("host"), "linux.host.memory");
+    assert!(f["current"].as_i64().is_some(), "{f}");
+}
+
+// ---- item 7: error texts name the file and the problem once, in wstune's words ----
+
+#[test]
+fn missing_profile_file_is_named_once_without_os_error_text() {
+    let out = common::run(&["check", "-p", "/nope.yaml"]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert_eq!(err.matches("/nope.yaml").count(), 1, "{err}");
+    assert!(err.contains("/nope.yaml: no such file"), "{err}");
+    assert!(!err.contains("os error"), "{err}");
+    assert!(err.contains("pass a built-in name"), "the fix: {err}");
+    // A device is refused at once, not read without end.
+    let out = common::run(&["check", "-p", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains("/dev/zero: not a regular file"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn empty_proc_self_limits_is_a_note_in_wstunes_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("host");
+    copy_dir(&fixture("default"), &root);
+    std::fs::write(root.join("proc/self/limits"), "").unwrap();
+    let report = json_check(&["--root", root.to_str().unwrap()]);
+    let f = common::element(&report["results"], "id", "linux.process.nofile.hard");
+    assert_eq!(f["status"], "skip", "{f}");
+    let note = f["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("/proc/self/limits: ") && note.contains("Max open files"),
+        "{note}"
+    );
+    assert!(!note.to_lowercase().contains("procfs"), "{note}");
+    assert!(!note.contains("Internal"), "{note}");
+}
+
+// ---- item 6: every profile and catalog error at once, each at its line ----
+
+/// 1-based line of the first line of `text` that starts with `prefix`.
+fn line_starting(text: &str, prefix: &str) -> usize {
+    text.lines().position(|l| l.starts_with(prefix)).unwrap() + 1
+}
+
+#[test]
+fn profile_with_three_errors_reports_all_three_with_lines() {
+    let base =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
+            .unwrap();
+    let text = base
+        .replace(
+            "\nconnections: 100000\n",
+            "\nconnections: 100000\nconections: 5\n",
+        )
+        .replace("  somaxconn: 65535\n", "  somaxcon: 65535\n")
+        .replace("  nr_open: 1048576\n", "  nr_open: lots\n");
+    assert_ne!(text, base);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.yaml");
+    std::fs::write(&file, &text).unwrap();
+    let out = common::run(&["check", "-p", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    let f = file.display();
+    for (line, what) in [
+        (
+            line_starting(&text, "conections:"),
+            "unknown field `conections`",
+        ),
+        (
+            line_starting(&text, "  nr_open:"),
+            "linux.nr_open: expected a whole number",
+        ),
+        (
+            line_starting(&text, "  somaxcon:"),
+            "linux: unknown field `somaxcon`",
+        ),
+    ] {
+        assert!(
+            err.contains(&format!("{f}:{line}: {what}")),
+            "want {f}:{line}: {what} in:\n{err}"
+        );
+    }
+    assert_eq!(err.lines().count(), 3, "exactly the three problems:\n{err}");
+}
+
+#[test]
+fn catalog_errors_are_all_reported_and_a_duplicate_id_at_its_own_line() {
+    let base =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("checks/linux.yaml"))
+            .unwrap();
+    let start = base.find("  - id: linux.net.core.somaxconn\n").unwrap();
+    let end = start + 10 + base[start + 10..].find("  - id:").unwrap();
+    // The somaxconn entry again at the end, an unknown key in one check, a bad variant in another.
+    let mut text = format!("{base}{}", &base[start..end]);
+    text = text.replacen("    severity: fail\n", "    sevrity: fail\n", 1);
+    let fin = text
+        .find("  - id: linux.net.ipv4.tcp_fin_timeout\n")
+        .unwrap();
+    text = format!(
+        "{}{}",
+        &text[..fin],
+        text[fin..].replacen("    scope: netns\n", "    scope: nets\n", 1)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.yaml");
+    std::fs::write(&file, &text).unwrap();
+    let out = common::run(&["check", "--catalog", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    let f = file.display();
+    let dup_line = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| *l == "  - id: linux.net.core.somaxconn")
+        .map(|(i, _)| i + 1)
+        .last()
+        .unwrap();
+    assert!(dup_line > line_starting(&text, "  - id: linux.net.core.somaxconn"));
+    for (line, what) in [
+        (
+            line_starting(&text, "    sevrity:"),
+            "unknown field `sevrity`",
+        ),
+        (
+            line_starting(&text, "    scope: nets"),
+            "linux.net.ipv4.tcp_fin_timeout: unknown variant `nets`",
+        ),
+        (dup_line, "linux.net.core.somaxconn: duplicate id"),
+    ] {
+        assert!(
+            err.contains(&format!("{f}:{line}: "))
+                && err
+                    .lines()
+                    .any(|l| l.contains(&format!("{f}:{line}: ")) && l.contains(what)),
+            "want {f}:{line}: ..{what} in:\n{err}"
+        );
+    }
+    assert_eq!(err.lines().count(), 3, "exactly the three problems:\n{err}");
+}
