@@ -131,7 +131,7 @@ impl Server {
                         _ = stop.changed() => return,
                         r = l.accept() => match r {
                             Ok((stream, peer)) => {
-                                                                let ctx = ctx.clone();
+                                let ctx = ctx.clone();
                                 let stopping = stopping.clone();
                                 let _ = stream.set_nodelay(true);
                                 spawn_conn(stream, peer, ctx, stopping, tls.as_ref());
@@ -192,20 +192,28 @@ pub fn bind(addr: SocketAddr, reuseport: bool, n: usize) -> io::Result<Vec<TcpLi
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM: the signals an operator or a service manager uses
-/// to ask for a graceful shutdown.
-pub async fn shutdown_signal() {
+/// to ask for a graceful shutdown. The handlers are installed when this is called, not when the
+/// future is first polled: call it before announcing that the server listens, or a SIGTERM that
+/// follows the announcement quickly meets the default action and kills the process without a
+/// single close frame. Must be called inside a tokio runtime.
+pub fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("install a SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        })
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
     }
 }
 

@@ -228,6 +228,9 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
+        // Before anything listens: a SIGTERM right after "listening" must drain, not kill.
+        let shutdown = embedded_server::shutdown_signal()
+            .context("cannot install the SIGTERM/SIGINT handlers")?;
         let addr = SocketAddr::new(a.bind, a.port);
         let acceptors = match (a.reuseport, a.acceptors) {
             (false, _) => 1,
@@ -270,7 +273,7 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
             }));
         }
         server
-            .run(listeners, embedded_server::shutdown_signal())
+            .run(listeners, shutdown)
             .await?;
         let _ = stop_tx.send(true);
         Ok::<_, anyhow::Error>(())
