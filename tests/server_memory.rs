@@ -384,6 +384,12 @@ fn parallel_bombs_are_bounded_by_the_inflate_budget() {
         &CAP.to_string(),
         "--workers",
         "4",
+        // This raw client answers no pings: on a loaded CI machine the run can outlast a
+        // heartbeat timeout, and a 4000 close is not what this test is about.
+        "--heartbeat-interval",
+        "600",
+        "--heartbeat-timeout",
+        "1200",
     ]);
     let pid = srv.proc.0.id();
     let zeros = vec![0u8; 32 << 20];
@@ -458,6 +464,12 @@ fn idle_deflate_connections_keep_no_large_buffers_after_a_large_message() {
         &(16 << 20).to_string(),
         "--workers",
         "2",
+        // The last connection waits for 39 large echoes before its own; on a loaded machine
+        // that can pass the profile's 90 s heartbeat timeout, and this client sends no pongs.
+        "--heartbeat-interval",
+        "600",
+        "--heartbeat-timeout",
+        "1200",
     ]);
     let pid = srv.proc.0.id();
     let big: Vec<u8> = b"0123456789abcdef".repeat((15 << 20) / 16);
