@@ -392,7 +392,7 @@ pub fn read(text: &str) -> Facts {
             (Some(c), Some(n)) => Some(c.min(n)),
             (c, _) => c,
         };
-        f.max_connections = per_worker.map(|c| c * workers.unwrap_or(1) / 2);
+        f.max_connections = per_worker.map(|c| c.saturating_mul(workers.unwrap_or(1)) / 2);
     } else if uncommented
         .iter()
         .any(|l| l.starts_with("backend") || l.starts_with("frontend"))
@@ -606,7 +606,9 @@ fn backlog_finding(f: &Facts, p: &Profile, file: &str) -> crate::catalog::eval::
         severity: Severity::Fail,
         scope: Scope::Proxy,
         why: format!(
-            "nginx asks the kernel for an accept queue of 511 unless listen says backlog=,              whatever net.core.somaxconn ({want} in the profile) allows; a reconnect storm              overflows 511 and the kernel drops the SYNs. {}",
+            "nginx asks the kernel for an accept queue of 511 unless listen says backlog=, \
+             whatever net.core.somaxconn ({want} in the profile) allows; a reconnect storm \
+             overflows 511 and the kernel drops the SYNs. {}",
             if f.listens.is_empty() {
                 "There is no listen directive (nginx listens on *:80 with 511).".to_string()
             } else if short.is_empty() {
@@ -641,6 +643,14 @@ mod tests {
             tls_key: None,
             sticky: None,
         }
+    }
+
+    #[test]
+    fn absurd_nginx_numbers_do_not_overflow() {
+        let f = read(
+            "worker_processes 2;\nevents {\n    worker_connections 18446744073709551615;\n}\nhttp { server { listen 80; location / { proxy_pass http://b; } } }\n",
+        );
+        assert_eq!(f.max_connections, Some(u64::MAX / 2));
     }
 
     #[test]

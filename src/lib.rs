@@ -11,6 +11,7 @@ pub mod cmd;
 pub mod failpoint;
 pub mod gather;
 pub mod host;
+pub mod input;
 pub mod lb;
 pub mod output;
 pub mod pool;

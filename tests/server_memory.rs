@@ -365,8 +365,8 @@ fn final_deflate_blocks_keep_the_window_and_the_message_cap() {
     assert_eq!(close_code(&mut s), Some(1009));
 }
 
-/// 50 clients each send a bomb (32 MiB of zeros in ~32 KB) at once and then sit in the close
-/// wait. Refused buffers are freed at once and the server-wide budget bounds what inflation
+/// 50 clients each send a bomb (32 MiB of zeros in ~32 KB) at once and then read their close,
+/// keeping the connection open. Refused buffers are freed at once and the server-wide budget bounds what inflation
 /// holds: RSS stays far below 50 x the message cap (it reached 831 MB before), every close is
 /// 1009 (too big) or 1013 (budget spent), and the budget gauge returns to zero.
 #[test]
@@ -413,7 +413,7 @@ fn parallel_bombs_are_bounded_by_the_inflate_budget() {
             std::thread::spawn(move || {
                 go.wait();
                 s.write_all(&wire).unwrap();
-                // Answer nothing: the server keeps the connection for its close wait.
+                // Answer nothing: the connection stays open until the server's drain ends.
                 (close_code(&mut s), s)
             })
         })

@@ -230,7 +230,8 @@ fn a_failed_connection_is_dropped_at_once() {
             "{name}: end of stream, got {end:?}"
         );
         assert!(
-            start.elapsed() < Duration::from_millis(1000),
+            // The old code took 2 s; the slack is for a loaded CI machine.
+            start.elapsed() < Duration::from_millis(1800),
             "{name}: TCP dropped after {:?}",
             start.elapsed()
         );
@@ -239,7 +240,8 @@ fn a_failed_connection_is_dropped_at_once() {
     let start = Instant::now();
     while metric(srv.admin, "ws_connections") > 0.0 {
         assert!(
-            start.elapsed() < Duration::from_millis(1500),
+            // At most the 0.5 s drain now, 2 s before; the rest is slack for a loaded machine.
+            start.elapsed() < Duration::from_millis(1800),
             "connections still open after {:?}",
             start.elapsed()
         );

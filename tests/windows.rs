@@ -181,6 +181,51 @@ fn a_captured_range_netsh_would_refuse_is_an_input_error() {
     assert!(o.stdout.is_empty());
 }
 
+/// A captured registry.yaml is not trusted: an overflowing count, a FIFO, a link out of the tree
+/// are each refused with the reason (exit 3), never a panic, a hang or a read of the live host.
+#[test]
+fn hostile_registry_files_are_refused_with_the_reason() {
+    let default =
+        std::fs::read_to_string(fixture("windows-default").join("registry.yaml")).unwrap();
+    let refused = |dir: &Path, why: &str| {
+        let start = std::time::Instant::now();
+        let o = wstune(&["check", "--root", dir.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{why}: {err}");
+        assert!(err.contains(why), "{why}: {err}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(20));
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("registry.yaml"),
+        default.replace(
+            "ipv4: {start: 49152, count: 16384}",
+            "ipv4: {start: 49152, count: 4294967295}",
+        ),
+    )
+    .unwrap();
+    refused(dir.path(), "runs past port 65535");
+
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("registry.yaml");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    refused(dir.path(), "not a regular file");
+
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("registry.yaml"), &default).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("registry.yaml"),
+        dir.path().join("registry.yaml"),
+    )
+    .unwrap();
+    refused(dir.path(), "outside the tree");
+}
+
 #[test]
 fn a_tree_without_the_range_skips_the_check_and_says_how_to_capture_it() {
     let dir = tempfile::tempdir().unwrap();

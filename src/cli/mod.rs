@@ -1,6 +1,7 @@
 //! Parse, resolve, run, and map the outcome to an exit code. `main.rs` calls [`main`] only.
 
 pub mod args;
+pub mod confirm;
 pub mod resolve;
 
 use crate::cmd;

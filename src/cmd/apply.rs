@@ -4,11 +4,14 @@ use crate::apply::{self, journal, plan};
 use crate::catalog::eval::Status;
 use crate::catalog::Scope as CheckScope;
 use crate::cli::args::ApplyArgs;
+use crate::cli::confirm::{confirm, PASS_YES};
 use crate::cli::{exit, resolve};
 use crate::cmd::check::make_report;
 use crate::output;
 use anyhow::{bail, Result};
-use std::io::{BufRead, IsTerminal, Write};
+
+/// The refusal for a real apply without root, wherever it is first noticed.
+const NOT_ROOT: &str = "apply changes kernel settings and files under /etc: run it as root (sudo wstune apply ...), or add --dry-run to only see the plan. Nothing was changed.";
 
 pub fn run(a: &ApplyArgs) -> Result<u8> {
     let backend = resolve::backend(a.root.as_deref(), a.prefix.as_deref())?;
@@ -37,11 +40,18 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
     }
     if entries.iter().any(|e| e.state == journal::State::Pending) {
         if a.dry_run {
-            println!("note: an earlier apply was interrupted (`wstune rollback --list` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make");
+            if journal::Lock::probe(&store) == journal::LockState::Held {
+                println!("note: another apply or rollback is running now (its entry shows as pending until it ends); this plan may be out of date when it finishes");
+            } else {
+                println!("note: an earlier apply was interrupted (`wstune rollback --list` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make");
+            }
+        } else if !backend.privileged() {
+            bail!(NOT_ROOT);
         } else {
             if !a.yes {
-                confirm_question(
+                confirm(
                     "An earlier apply was interrupted midway. Undo its changes first?",
+                    PASS_YES,
                 )?;
             }
             for line in apply::recover::undo_interrupted(&entries, backend, &store)? {
@@ -78,11 +88,14 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
     }
 
     if !backend.privileged() {
-        bail!("apply changes kernel settings and files under /etc: run it as root (sudo wstune apply ...), or add --dry-run to only see the plan. Nothing was changed.");
+        bail!(NOT_ROOT);
     }
     refuse_read_only_proc_sys(&inputs.catalog, &before.results, &p)?;
     if !a.yes {
-        confirm(p.actions.len())?;
+        confirm(
+            &format!("Apply these {} change(s)?", p.actions.len()),
+            PASS_YES,
+        )?;
     }
 
     if lock.is_none() {
@@ -211,22 +224,4 @@ fn refuse_read_only_proc_sys(
     }
     msg.push_str("\nUse --persist-only to write only the files (e.g. when building an image).");
     bail!(msg)
-}
-
-fn confirm(n: usize) -> Result<()> {
-    confirm_question(&format!("Apply these {n} change(s)?"))
-}
-
-fn confirm_question(question: &str) -> Result<()> {
-    if !std::io::stdin().is_terminal() {
-        bail!("refusing to change the host without confirmation: not a terminal; pass --yes. Nothing was changed.");
-    }
-    eprint!("{question} [y/N] ");
-    std::io::stderr().flush()?;
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
-    if !matches!(line.trim(), "y" | "Y" | "yes") {
-        bail!("aborted: nothing was changed");
-    }
-    Ok(())
 }

@@ -3,10 +3,10 @@
 use crate::apply::journal::{self, Entry, Lock, State};
 use crate::apply::{self, recover, store::Store};
 use crate::cli::args::RollbackArgs;
+use crate::cli::confirm::{confirm, PASS_YES};
 use crate::cli::{exit, resolve};
 use crate::output;
 use anyhow::{anyhow, bail, Result};
-use std::io::{BufRead, IsTerminal, Write};
 
 pub fn run(a: &RollbackArgs) -> Result<u8> {
     let store: Store = resolve::store(a.root.as_deref(), a.prefix.as_deref());
@@ -68,22 +68,19 @@ pub fn run(a: &RollbackArgs) -> Result<u8> {
             println!("  {h}");
         }
         if !a.force {
-            if !std::io::stdin().is_terminal() {
-                bail!(
+            confirm(
+                "Overwrite these hand changes too?",
+                &format!(
                     "{} value(s) or file(s) were changed by hand since apply {}: {}. Pass --force to restore them anyway (the hand-made values are lost). Nothing was changed.",
                     hand.len(),
                     entry.id,
                     hand.iter().map(|h| h.to_string()).collect::<Vec<_>>().join("; ")
-                );
-            }
-            ask("Overwrite these hand changes too?")?;
+                ),
+            )?;
         }
     }
     if !a.yes {
-        if !std::io::stdin().is_terminal() {
-            bail!("refusing to change the host without confirmation: not a terminal; pass --yes. Nothing was changed.");
-        }
-        ask("Restore these?")?;
+        confirm("Restore these?", PASS_YES)?;
     }
     let errors = apply::restore(&entry, backend.as_ref(), &store);
     if !errors.is_empty() {
@@ -177,15 +174,4 @@ fn list(store: &Store) -> Result<u8> {
     }
     println!("{t}");
     Ok(exit::OK)
-}
-
-fn ask(question: &str) -> Result<()> {
-    eprint!("{question} [y/N] ");
-    std::io::stderr().flush()?;
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
-    if !matches!(line.trim(), "y" | "Y" | "yes") {
-        bail!("aborted: nothing was changed");
-    }
-    Ok(())
 }

@@ -27,7 +27,7 @@ impl PortRange {
         if start == 0 || start >= PORT_END {
             return Err(format!("start port {start} is not a port (1..65535)"));
         }
-        if count == 0 || start + count > PORT_END {
+        if count == 0 || u64::from(start) + u64::from(count) > u64::from(PORT_END) {
             return Err(format!(
                 "start {start} + {count} ports runs past port 65535 (start + num must be <= 65536)"
             ));
@@ -116,5 +116,7 @@ mod tests {
         assert!(PortRange::new(0, 10).is_err());
         assert!(PortRange::new(10000, 55536).is_ok());
         assert!(PortRange::new(10000, 55537).is_err());
+        // A hostile captured tree: no overflow, an error.
+        assert!(PortRange::new(10000, u32::MAX).is_err());
     }
 }

@@ -76,7 +76,9 @@ impl FsBackend {
             return Err(RootError::Missing(shown));
         }
         let registry = dir.join("registry.yaml");
-        let registry = if registry.is_file() {
+        // Any entry by that name, a FIFO too: load refuses it with the reason, rather than the
+        // tree being called "not a tree".
+        let registry = if std::fs::symlink_metadata(&registry).is_ok() {
             Some(
                 RegistryFile::load(&registry)
                     .map_err(|e| RootError::BadRegistry(shown.clone(), e))?,
@@ -418,65 +420,23 @@ impl Backend for FsBackend {
 /// `shown` is the host path (`/proc/meminfo`) used for a missing file, as checks name it; a
 /// refusal names the file on disk, which is what the operator must fix.
 pub fn read_regular(full: &Path, shown: &str, confine: Option<&Path>) -> Result<String, ReadError> {
-    use std::io::Read;
-    let on_disk = full.display().to_string();
-    let refuse = |why: &str| ReadError::Other(format!("{on_disk}: {why}"));
-    // stat, not open: opening a FIFO for reading blocks until a writer appears.
-    let meta = std::fs::metadata(full).map_err(|e| ReadError::from_io(shown, &e))?;
-    if !meta.is_file() {
-        return Err(refuse(
-            "not a regular file (a device, pipe or socket); a host tree holds plain files",
-        ));
-    }
-    if let Some(root) = confine {
-        let real = full
-            .canonicalize()
-            .map_err(|e| ReadError::from_io(shown, &e))?;
-        let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-        if !real.starts_with(&root) {
-            return Err(refuse(&format!(
-                "is a link to {}, outside the tree; a captured tree holds its own files",
-                real.display()
-            )));
-        }
-    }
-    let mut opts = std::fs::OpenOptions::new();
-    opts.read(true);
-    #[cfg(unix)]
-    {
-        // If the file was swapped for a FIFO after the stat, open must not wait for a writer.
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.custom_flags(libc_o_nonblock());
-    }
-    let file = opts.open(full).map_err(|e| ReadError::from_io(shown, &e))?;
-    if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
-        return Err(refuse(
-            "not a regular file (a device, pipe or socket); a host tree holds plain files",
-        ));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_READ_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| ReadError::from_io(shown, &e))?;
-    if bytes.len() as u64 > MAX_READ_BYTES {
-        return Err(refuse(&format!(
+    use crate::input::{read_bounded, Refused};
+    let refuse = |why: String| ReadError::Other(format!("{}: {why}", full.display()));
+    read_bounded(full, MAX_READ_BYTES, confine).map_err(|r| match r {
+        Refused::Io(e) => ReadError::from_io(shown, &e),
+        Refused::Directory | Refused::NotRegular => refuse(
+            "not a regular file (a device, pipe or socket); a host tree holds plain files".into(),
+        ),
+        Refused::Outside(real) => refuse(format!(
+            "is a link to {}, outside the tree; a captured tree holds its own files",
+            real.display()
+        )),
+        Refused::TooLarge(cap) => refuse(format!(
             "larger than {} MiB, which no /proc or /sys file is; recapture it with `wstune snapshot`",
-            MAX_READ_BYTES >> 20
-        )));
-    }
-    String::from_utf8(bytes)
-        .map_err(|_| refuse("is not UTF-8 text, which /proc and /sys files are"))
-}
-
-/// O_NONBLOCK: only the open is affected for a regular file (reads of regular files never block).
-#[cfg(target_os = "linux")]
-fn libc_o_nonblock() -> i32 {
-    libc::O_NONBLOCK
-}
-
-#[cfg(all(unix, not(target_os = "linux")))]
-fn libc_o_nonblock() -> i32 {
-    0
+            cap >> 20
+        )),
+        Refused::NotUtf8 => refuse("is not UTF-8 text, which /proc and /sys files are".into()),
+    })
 }
 
 /// The paths `--prefix` moves: the configuration and state wstune writes.

@@ -51,8 +51,26 @@ pub struct Adapter {
 
 impl RegistryFile {
     pub fn load(path: &Path) -> Result<RegistryFile, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        use crate::input::{io_words, read_bounded, Refused};
+        // Confined to the tree it describes, and capped: a captured file is not to be trusted.
+        let tree = path.parent().unwrap_or(Path::new("."));
+        let text = read_bounded(path, super::fs::MAX_READ_BYTES, Some(tree)).map_err(|r| {
+            let why = match r {
+                Refused::Io(e) => io_words(&e),
+                Refused::Directory | Refused::NotRegular => {
+                    "not a regular file (a device, pipe or socket)".into()
+                }
+                Refused::Outside(real) => {
+                    format!("a link to {}, outside the tree", real.display())
+                }
+                Refused::TooLarge(cap) => format!(
+                    "larger than {} MiB, which no registry capture is",
+                    cap >> 20
+                ),
+                Refused::NotUtf8 => "not UTF-8 text".into(),
+            };
+            format!("cannot read {}: {why}", path.display())
+        })?;
         let file: RegistryFile =
             serde_yaml_ng::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         // A range netsh would refuse cannot be a captured host: say so instead of judging it.

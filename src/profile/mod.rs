@@ -119,38 +119,18 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// Read a profile or catalog file. The error is the problem in plain words, without the
 /// path (callers name the file once, in front) and without "(os error N)".
 pub fn read_config_file(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    let words = |e: &std::io::Error| match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file".to_string(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
-        std::io::ErrorKind::IsADirectory => "is a directory, not a YAML file".to_string(),
-        _ => {
-            let text = e.to_string();
-            match text.find(" (os error") {
-                Some(i) => text[..i].to_string(),
-                None => text,
-            }
-        }
-    };
-    let meta = std::fs::metadata(path).map_err(|e| words(&e))?;
-    if meta.is_dir() {
-        return Err("is a directory, not a YAML file".into());
-    }
-    if !meta.is_file() {
-        return Err("not a regular file (a device, pipe or socket)".into());
-    }
-    let file = std::fs::File::open(path).map_err(|e| words(&e))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| words(&e))?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(format!(
+    use crate::input::{io_words, read_bounded, Refused};
+    read_bounded(path, MAX_CONFIG_BYTES, None).map_err(|r| match r {
+        Refused::Io(e) => io_words(&e),
+        Refused::Directory => "is a directory, not a YAML file".into(),
+        Refused::NotRegular => "not a regular file (a device, pipe or socket)".into(),
+        Refused::Outside(real) => format!("resolves to {}", real.display()),
+        Refused::TooLarge(cap) => format!(
             "larger than {} MiB, which no profile or catalog is",
-            MAX_CONFIG_BYTES >> 20
-        ));
-    }
-    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
+            cap >> 20
+        ),
+        Refused::NotUtf8 => "not UTF-8 text".into(),
+    })
 }
 
 /// Parse and validate profile text; `file` names it in errors. Every problem of the file is
@@ -665,6 +645,23 @@ mod tests {
                 "bigger profiles save deflate memory"
             );
         }
+    }
+
+    #[test]
+    fn optional_keys_are_accepted_and_type_checked() {
+        let with = |v: &str| {
+            EMBEDDED[0].1.replace(
+                "    context_takeover: true",
+                &format!("    context_takeover: true\n    inflate_budget_bytes: {v}"),
+            )
+        };
+        let p = parse(&with("134217728"), "p.yaml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.server.deflate.inflate_budget_bytes, Some(134217728));
+        let err = parse(&with("lots"), "p.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains("server.deflate.inflate_budget_bytes: expected a whole number"),
+            "{err}"
+        );
     }
 
     #[test]

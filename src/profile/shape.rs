@@ -15,6 +15,15 @@ const BYTE_FIELDS: &[&str] = &[
     "server.deflate.level",
 ];
 
+/// Keys a profile may leave out: they have defaults and are absent from the built-in template,
+/// so they are checked against a value of the kind they take.
+fn optional(path: &str) -> Option<Json> {
+    match path {
+        "server.deflate.inflate_budget_bytes" => Some(Json::from(0u64)),
+        _ => None,
+    }
+}
+
 /// One shape problem: the dotted key path it is about, and what is wrong (with the fix).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mismatch {
@@ -64,7 +73,7 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                         .trim()
                         .to_string(),
                 };
-                if !fields.contains_key(&name) {
+                if !fields.contains_key(&name) && optional(&join(path, &name)).is_none() {
                     unknown.push((key.clone(), name));
                 }
             }
@@ -89,6 +98,14 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                     ),
                 });
                 map.remove(&key);
+            }
+            for (key, v) in map.iter_mut() {
+                if let Yaml::String(name) = key {
+                    let at = join(path, name);
+                    if let Some(t) = optional(&at) {
+                        walk(&at, v, &t, out);
+                    }
+                }
             }
             for (name, sub) in fields {
                 let key = Yaml::String(name.clone());

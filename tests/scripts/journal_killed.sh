@@ -4,7 +4,8 @@ state > "$T/before"
 
 WSTUNE_FAILPOINT=apply-pause-after=3 "$W" apply --profile 100k --prefix "$P" --yes > "$T/out" 2> "$T/err" &
 pid=$!
-for _ in $(seq 200); do grep -q "failpoint: paused" "$T/err" && break; sleep 0.05; done
+# Up to 50 s (the failpoint pauses for 60): a debug build on a loaded machine is slow to get there.
+for _ in $(seq 1000); do grep -q "failpoint: paused" "$T/err" && break; sleep 0.05; done
 # The test build has the failpoints feature; without it the apply would not stop here.
 if grep -q "failpoint: paused" "$T/err"; then echo "STEP paused yes"; else echo "STEP paused no"; fi
 # While it is paused (alive, mid-apply), another apply must not run.
