@@ -219,9 +219,13 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
             return Ok(code);
         }
     }
-    // Logs (accept failures, shutdown) to stderr; RUST_LOG overrides the level.
+    // Logs (accept failures, shutdown) to stderr; RUST_LOG overrides the level. A log line
+    // that cannot be written is dropped silently: the default reports it with eprintln!,
+    // which panics on a closed stderr, and a supervised process whose supervisor was killed
+    // (its stderr pipe gone) must still drain its clients.
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .log_internal_errors(false)
         .with_ansi(
             std::io::IsTerminal::is_terminal(&std::io::stderr())
                 && std::env::var_os("NO_COLOR").is_none(),

@@ -60,10 +60,12 @@ pub fn size(
     let fits = |n: usize| per_process(max_connections, n) as u64 + RESERVE_FDS <= hard_nofile;
     let needed = (1..=MAX_PROCESSES).find(|&n| fits(n));
     let n = match want {
-        Processes::Count(0) => return Err(format!(
+        Processes::Count(0) => {
+            return Err(format!(
             "{from} 0: a server needs at least one process; use 1 (one process, no supervisor), \
                  a number up to {MAX_PROCESSES}, auto or cores"
-        )),
+        ))
+        }
         Processes::Count(n) if n as usize > MAX_PROCESSES => {
             return Err(format!(
                 "{from} {n}: more than {MAX_PROCESSES} processes is not a useful layout (one per \
