@@ -395,3 +395,89 @@ fn bad_process_counts_and_a_taken_port_are_refused() {
         "{err}"
     );
 }
+
+fn redis(port: u16) -> Option<common::Kill> {
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let Ok(child) = child else {
+        common::skip("redis", "redis-server is not installed");
+        return None;
+    };
+    let k = common::Kill(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(k)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_cluster_every_process_is_a_node_on_redis() {
+    let rp = common::free_port();
+    let Some(_r) = redis(rp) else { return };
+    let url = format!("redis://127.0.0.1:{rp}/0");
+    let args = |n| {
+        [
+            "--profile",
+            "10k",
+            "--app",
+            "broadcast",
+            "--processes",
+            n,
+            "--cluster",
+            &url,
+        ]
+        .map(String::from)
+    };
+    let a = args("2");
+    let a = common::serve(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let b = args("1");
+    let b = common::serve(&b.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        a.head
+            .iter()
+            .any(|l| l.contains("relay: Redis (--cluster)")),
+        "{:#?}",
+        a.head
+    );
+    wait_health(a.admin, "on Redis", |h| {
+        h["process"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["backplane"] == "up")
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !get(b.admin, "/healthz").contains("\"backplane\":\"up\"") {
+        assert!(Instant::now() < deadline, "node B never subscribed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut on_a = clients(a.port, 16).await;
+    assert_spread(a.admin, 16);
+    let mut on_b = clients(b.port, 2).await;
+    on_b[0].send(Message::text("from-b")).await.unwrap();
+    on_a[0].send(Message::text("from-a")).await.unwrap();
+    // Once each, through Redis only (no local relay beside it, or A's clients would get
+    // A's message twice).
+    for ws in on_a.iter_mut().chain(on_b.iter_mut()) {
+        let mut got = vec![next_text(ws).await.unwrap(), next_text(ws).await.unwrap()];
+        got.sort();
+        assert_eq!(got, ["from-a", "from-b"]);
+    }
+    on_b[1].send(Message::text("end")).await.unwrap();
+    for ws in on_a.iter_mut().chain(on_b.iter_mut()) {
+        assert_eq!(
+            next_text(ws).await.as_deref(),
+            Some("end"),
+            "no duplicate before it"
+        );
+    }
+    let m = get(a.admin, "/metrics");
+    assert_eq!(series(&m, "ws_supervisor_relay_frames_total"), 0.0, "{m}");
+    assert_eq!(series(&m, "ws_backplane_up"), 1.0, "{m}");
+}

@@ -712,6 +712,30 @@ mod tests {
     }
 
     #[test]
+    fn processes_is_optional_a_number_auto_or_cores() {
+        let base = EMBEDDED[0].1;
+        assert_eq!(
+            parse(base, "p.yaml").unwrap().server.processes,
+            Processes::Count(1)
+        );
+        let with = |v: &str| {
+            let t = base.replace(
+                "  send_queue_bytes:",
+                &format!("  processes: {v}\n  send_queue_bytes:"),
+            );
+            assert_ne!(t, base);
+            parse(&t, "p.yaml")
+        };
+        assert_eq!(with("auto").unwrap().server.processes, Processes::Auto);
+        assert_eq!(with("cores").unwrap().server.processes, Processes::Cores);
+        assert_eq!(with("4").unwrap().server.processes, Processes::Count(4));
+        let err = with("0").unwrap_err().to_string();
+        assert!(err.contains("server.processes: 0 is out of range"), "{err}");
+        let err = with("lots").unwrap_err().to_string();
+        assert!(err.contains("'lots' is not a process count"), "{err}");
+    }
+
+    #[test]
     fn unknown_name_lists_the_builtins() {
         let err = load("200k").unwrap_err().to_string();
         assert!(
