@@ -647,3 +647,22 @@ async fn serve_admin(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_backoff_doubles_from_100_ms_to_5_s() {
+        let ms: Vec<u128> = (0..8).map(|a| backoff(a).as_millis()).collect();
+        assert_eq!(ms, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn per_process_connections_come_from_the_metrics_text() {
+        let t = "# TYPE ws_connections gauge\nws_connections 12\nws_connections_x 3\n";
+        assert_eq!(connections_in(t), Some(12));
+        assert_eq!(connections_in("nothing"), None);
+    }
+}
