@@ -258,7 +258,10 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
             None => None,
         };
         // Warnings first, so whoever waits for "listening" has already seen them.
-        host_warnings(&a.profile);
+        // One process of a supervisor speaks for all (the others' start-up lines are not shown).
+        if supervised.unwrap_or(0) == 0 {
+            host_warnings(&a.profile);
+        }
         if (soft as usize) < r.config.max_connections + 64 {
             eprintln!(
                 "wstune: warning: this process may open {soft} files (hard limit {hard}), fewer than \
