@@ -458,6 +458,15 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         1 << 32,
         "",
     );
+    if let model::Processes::Count(n) = s.processes {
+        b.range(
+            "server.processes",
+            n,
+            1,
+            crate::supervisor::MAX_PROCESSES as u64,
+            "or auto / cores",
+        );
+    }
     if s.max_frame_bytes > s.max_message_bytes {
         b.problem(
             "server.max_frame_bytes",
@@ -697,6 +706,30 @@ mod tests {
         );
         assert!(problems[0].line.is_some());
         assert!(problems[1].message.contains("longer than interval_secs"));
+    }
+
+    #[test]
+    fn processes_is_optional_a_number_auto_or_cores() {
+        let base = EMBEDDED[0].1;
+        assert_eq!(
+            parse(base, "p.yaml").unwrap().server.processes,
+            Processes::Count(1)
+        );
+        let with = |v: &str| {
+            let t = base.replace(
+                "  send_queue_bytes:",
+                &format!("  processes: {v}\n  send_queue_bytes:"),
+            );
+            assert_ne!(t, base);
+            parse(&t, "p.yaml")
+        };
+        assert_eq!(with("auto").unwrap().server.processes, Processes::Auto);
+        assert_eq!(with("cores").unwrap().server.processes, Processes::Cores);
+        assert_eq!(with("4").unwrap().server.processes, Processes::Count(4));
+        let err = with("0").unwrap_err().to_string();
+        assert!(err.contains("server.processes: 0 is out of range"), "{err}");
+        let err = with("lots").unwrap_err().to_string();
+        assert!(err.contains("'lots' is not a process count"), "{err}");
     }
 
     #[test]

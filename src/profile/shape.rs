@@ -15,14 +15,18 @@ const BYTE_FIELDS: &[&str] = &[
     "server.deflate.level",
 ];
 
-/// Keys a profile may leave out: they have defaults and are absent from the built-in template,
-/// so they are checked against a value of the kind they take.
+/// Keys a profile may leave out that the built-in template does not even show (they serialize
+/// only when set), each checked against a value of the kind it takes.
 fn optional(path: &str) -> Option<Json> {
     match path {
         "server.deflate.inflate_budget_bytes" => Some(Json::from(0u64)),
         _ => None,
     }
 }
+
+/// Keys the template shows that a profile may still leave out (newer than most profiles in
+/// use), each with a serde default.
+const OPTIONAL: &[&str] = &["server.processes"];
 
 /// One shape problem: the dotted key path it is about, and what is wrong (with the fix).
 #[derive(Debug, Clone, PartialEq)]
@@ -111,6 +115,8 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                 let key = Yaml::String(name.clone());
                 match map.get_mut(&key) {
                     Some(v) => walk(&join(path, name), v, sub, out),
+                    // An optional key left out: serde's default fills it in.
+                    None if OPTIONAL.contains(&join(path, name).as_str()) => {}
                     None => {
                         if !meant.contains(name) {
                             out.push(Mismatch {
@@ -132,7 +138,9 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
             } else {
                 (u64::MAX, "a whole number (0 or more)")
             };
-            if !matches!(doc, Yaml::Number(n) if n.as_u64().is_some_and(|v| v <= max)) {
+            // `server.processes` is a number or a word (auto, cores): serde checks the word.
+            let word = OPTIONAL.contains(&path) && matches!(doc, Yaml::String(_));
+            if !word && !matches!(doc, Yaml::Number(n) if n.as_u64().is_some_and(|v| v <= max)) {
                 out.push(Mismatch {
                     path: path.to_string(),
                     message: format!("{path}: expected {what}, found {}", shown(doc)),
