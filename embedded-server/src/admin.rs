@@ -10,6 +10,37 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 pub async fn serve(listener: TcpListener, hub: Arc<Hub>, shutdown: impl Future<Output = ()>) {
+    serve_routes(listener, shutdown, move |route| {
+        let hub = hub.clone();
+        async move {
+            match route {
+                Route::Healthz => ("200 OK", healthz_body(&hub)),
+                Route::Metrics => ("200 OK", render(&hub)),
+            }
+        }
+    })
+    .await
+}
+
+/// What the admin listener was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Healthz,
+    Metrics,
+}
+
+/// Serve `GET /healthz` (JSON) and `GET /metrics` (Prometheus text) on `listener` until
+/// `shutdown`, each answered by `answer(route)` as (status line, body); anything else gets 404
+/// or 405. A server process and the `--processes` supervisor both answer through this, so their
+/// endpoints behave alike. A request head must arrive within 5 s and fit in 4 KiB.
+pub async fn serve_routes<F, Fut>(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    answer: F,
+) where
+    F: Fn(Route) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = (&'static str, String)> + Send,
+{
     tokio::pin!(shutdown);
     loop {
         let (mut stream, _) = tokio::select! {
@@ -19,7 +50,7 @@ pub async fn serve(listener: TcpListener, hub: Arc<Hub>, shutdown: impl Future<O
                 Err(_) => continue,
             },
         };
-        let hub = hub.clone();
+        let answer = answer.clone();
         tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];
             let mut n = 0;
@@ -45,10 +76,17 @@ pub async fn serve(listener: TcpListener, hub: Arc<Hub>, shutdown: impl Future<O
                 .next()
                 .unwrap_or("")
                 .to_string();
-            let path = line.split_whitespace().nth(1).unwrap_or("/");
-            let (status, ctype, body) = match (line.split_whitespace().next(), path) {
-                (Some("GET"), "/healthz") => ("200 OK", "application/json", healthz_body(&hub)),
-                (Some("GET"), "/metrics") => ("200 OK", "text/plain; version=0.0.4", render(&hub)),
+            let mut words = line.split_whitespace();
+            let (method, path) = (words.next(), words.next().unwrap_or("/"));
+            let (status, ctype, body) = match (method, path) {
+                (Some("GET"), "/healthz") => {
+                    let (status, body) = answer(Route::Healthz).await;
+                    (status, "application/json", body)
+                }
+                (Some("GET"), "/metrics") => {
+                    let (status, body) = answer(Route::Metrics).await;
+                    (status, "text/plain; version=0.0.4", body)
+                }
                 (Some("GET"), _) => (
                     "404 Not Found",
                     "text/plain",

@@ -595,59 +595,20 @@ async fn serve_admin(
     st: Arc<State>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    loop {
-        let (mut s, _) = tokio::select! {
-            _ = stop.changed() => return,
-            r = l.accept() => match r { Ok(s) => s, Err(_) => continue },
-        };
+    use embedded_server::admin::{serve_routes, Route};
+    let shutdown = async move {
+        let _ = stop.changed().await;
+    };
+    serve_routes(l, shutdown, move |route| {
         let st = st.clone();
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            let mut n = 0;
-            let read = tokio::time::timeout(Duration::from_secs(5), async {
-                while n < buf.len() {
-                    let r = s.read(&mut buf[n..]).await?;
-                    if r == 0 {
-                        break;
-                    }
-                    n += r;
-                    if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
-                }
-                Ok::<_, std::io::Error>(())
-            })
-            .await;
-            if !matches!(read, Ok(Ok(()))) {
-                return;
+        async move {
+            match route {
+                Route::Healthz => healthz_body(&st).await,
+                Route::Metrics => ("200 OK", metrics_body(&st).await),
             }
-            let head = String::from_utf8_lossy(&buf[..n]);
-            let mut w = head.split_whitespace();
-            let (method, path) = (w.next(), w.next().unwrap_or("/"));
-            let (code, ctype, body) = match (method, path) {
-                (Some("GET"), "/healthz") => {
-                    let (code, b) = healthz_body(&st).await;
-                    (code, "application/json", b)
-                }
-                (Some("GET"), "/metrics") => (
-                    "200 OK",
-                    "text/plain; version=0.0.4",
-                    metrics_body(&st).await,
-                ),
-                (Some("GET"), _) => (
-                    "404 Not Found",
-                    "text/plain",
-                    "try /healthz or /metrics\n".into(),
-                ),
-                _ => ("405 Method Not Allowed", "text/plain", "GET only\n".into()),
-            };
-            let resp = format!(
-                "HTTP/1.1 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = s.write_all(resp.as_bytes()).await;
-        });
-    }
+        }
+    })
+    .await
 }
 
 #[cfg(test)]
