@@ -53,6 +53,27 @@ pub enum Incoming<'a> {
     Channel(&'a str, &'a str),
 }
 
+/// Deliver a relayed message (from Redis or the local relay) to this node's clients, counting
+/// it; our own messages and malformed ones are skipped.
+pub fn deliver(hub: &Hub, me: u64, m: &[u8]) {
+    let received = || {
+        hub.metrics
+            .backplane_received
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    };
+    match decode(me, m) {
+        Some(Incoming::Broadcast(op, payload)) => {
+            received();
+            hub.deliver_remote_broadcast(op, payload);
+        }
+        Some(Incoming::Channel(name, text)) => {
+            received();
+            hub.deliver_remote_channel(name, text);
+        }
+        None => {}
+    }
+}
+
 pub fn decode(me: u64, m: &[u8]) -> Option<Incoming<'_>> {
     let node = u64::from_le_bytes(m.get(..8)?.try_into().ok()?);
     if node == me {
@@ -196,17 +217,7 @@ pub fn start(url: &str, hub: Arc<Hub>) -> Result<()> {
             tracing::info!("cluster backplane: subscribed to {CHANNEL}");
             let mut stream = ps.on_message();
             while let Some(msg) = stream.next().await {
-                match decode(me, msg.get_payload_bytes()) {
-                    Some(Incoming::Broadcast(op, payload)) => {
-                        metrics.backplane_received.fetch_add(1, Relaxed);
-                        hub.deliver_remote_broadcast(op, payload);
-                    }
-                    Some(Incoming::Channel(name, text)) => {
-                        metrics.backplane_received.fetch_add(1, Relaxed);
-                        hub.deliver_remote_channel(name, text);
-                    }
-                    None => {}
-                }
+                deliver(&hub, me, msg.get_payload_bytes());
             }
             metrics.backplane_up.store(0, Relaxed);
             tracing::warn!(
