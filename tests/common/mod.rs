@@ -2,6 +2,8 @@
 //! processes that are reaped when a test ends (even when it fails).
 #![allow(dead_code)] // each test binary uses its own part
 
+pub mod ws;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
