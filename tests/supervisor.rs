@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::Served;
+use common::{redis, Served};
 use futures_util::{SinkExt, StreamExt};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -394,26 +394,6 @@ fn bad_process_counts_and_a_taken_port_are_refused() {
         err.contains("--processes 2: each process may hold 5500 of max connections 10000 and needs 5564 file descriptors, above the fd hard limit 4096; use --processes 3 (or auto)"),
         "{err}"
     );
-}
-
-fn redis(port: u16) -> Option<common::Kill> {
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-    let Ok(child) = child else {
-        common::skip("redis", "redis-server is not installed");
-        return None;
-    };
-    let k = common::Kill(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(k)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -88,6 +88,31 @@ impl Drop for Kill {
     }
 }
 
+/// A redis-server on 127.0.0.1:`port` (no persistence), once it accepts connections; None (a
+/// recorded skip) where redis-server is not installed.
+pub fn redis(port: u16) -> Option<Kill> {
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(child) = child else {
+        skip("redis", "redis-server is not installed");
+        return None;
+    };
+    let k = Kill(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "redis-server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Some(k)
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
