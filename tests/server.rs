@@ -1202,8 +1202,6 @@ fn broadcast_compresses_once_for_every_deflate_peer() {
     let srv = Srv::start(&["--app", "broadcast", "--deflate"]);
     let offer = "permessage-deflate; server_no_context_takeover";
     let open = |ext: Option<&str>| {
-        let mut s = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let req = match ext {
             Some(e) => UPGRADE.replace(
                 "\r\n\r\n",
@@ -1211,14 +1209,7 @@ fn broadcast_compresses_once_for_every_deflate_peer() {
             ),
             None => UPGRADE.to_string(),
         };
-        s.write_all(req.as_bytes()).unwrap();
-        let mut head = Vec::new();
-        let mut b = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            s.read_exact(&mut b).unwrap();
-            head.push(b[0]);
-        }
-        (s, String::from_utf8(head).unwrap())
+        ws::upgrade(srv.port, &req, None, Duration::from_secs(10))
     };
     let (mut a, ha) = open(Some(offer));
     let (mut b, _) = open(Some(offer));
