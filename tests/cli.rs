@@ -4,27 +4,13 @@
 
 mod common;
 
-use common::bin;
-use std::path::{Path, PathBuf};
+use common::{assert_same_tree, bin, code, copy_dir, fixture};
+use std::path::Path;
 use std::process::{Command, Output};
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
+/// wstune at 120 columns: what this file's expected texts and snapshots are laid out for.
 fn wstune(args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env("COLUMNS", "120")
-        .output()
-        .expect("run wstune")
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().expect("exited normally")
+    common::wstune_cols(120, args)
 }
 
 fn stdout(o: &Output) -> String {
@@ -1050,27 +1036,6 @@ fn check_fixture_at(root: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
     args.extend_from_slice(extra);
     let o = wstune(&args);
     (code(&o), json(&o))
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), &dest).unwrap();
-        }
-    }
-}
-
-fn assert_same_tree(a: &Path, b: &Path) {
-    let o = Command::new("diff")
-        .args(["-r", a.to_str().unwrap(), b.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "trees differ:\n{}", stdout(&o));
 }
 
 #[test]

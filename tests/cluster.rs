@@ -2,44 +2,15 @@
 
 mod common;
 
-use common::{free_port, Kill, Served};
+use common::{free_port, redis, Served};
 use futures_util::{SinkExt, StreamExt};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-fn redis(port: u16) -> Option<Kill> {
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
-    let Ok(child) = child else {
-        common::skip("redis", "redis-server is not installed");
-        return None;
-    };
-    let k = Kill(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Some(k)
-}
 
 /// A node on the Redis at `redis_port`: (process, WebSocket port, admin port).
 fn node(app: &str, redis_port: u16) -> (Served, u16, u16) {

@@ -5,29 +5,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn wstune(args: &[&str]) -> Output {
-    Command::new(common::bin())
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env("COLUMNS", "160")
-        .output()
-        .expect("run wstune")
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().expect("exited normally")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use common::{assert_same_tree, code, copy_dir, fixture, stderr, stdout, wstune};
+use std::path::Path;
+use std::process::Output;
 
 fn finding(o: &Output, id: &str) -> serde_json::Value {
     let r: serde_json::Value = serde_json::from_slice(&o.stdout)
@@ -39,33 +19,6 @@ fn finding(o: &Output, id: &str) -> serde_json::Value {
         .find(|f| f["id"] == id)
         .unwrap_or_else(|| panic!("no finding {id} in {}", r["results"]))
         .clone()
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), &dest).unwrap();
-        }
-    }
-}
-
-fn assert_same_tree(a: &Path, b: &Path) {
-    let o = Command::new("diff")
-        .args(["-r", a.to_str().unwrap(), b.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "trees differ:\n{}", stdout(&o));
 }
 
 fn script(name: &str) -> String {

@@ -56,12 +56,7 @@ fn generated_configs_pass_the_proxies_own_checks() {
             args.extend_from_slice(extra);
             let cfg = dir.path().join("haproxy.cfg");
             std::fs::write(&cfg, generate(&args)).unwrap();
-            let o = Command::new("haproxy")
-                .arg("-c")
-                .arg("-f")
-                .arg(&cfg)
-                .output()
-                .unwrap();
+            let o = haproxy_c(&cfg);
             assert!(
                 o.status.success(),
                 "{extra:?}: {}{}",
@@ -80,14 +75,7 @@ fn generated_configs_pass_the_proxies_own_checks() {
             args.extend_from_slice(extra);
             let cfg = dir.path().join("nginx.conf");
             std::fs::write(&cfg, generate(&args)).unwrap();
-            let o = Command::new("nginx")
-                .arg("-t")
-                .arg("-c")
-                .arg(&cfg)
-                .args(["-e", "stderr", "-g"])
-                .arg(format!("pid {}/nginx.pid;", dir.path().display()))
-                .output()
-                .unwrap();
+            let o = nginx_t(&cfg, dir.path());
             assert!(
                 o.status.success(),
                 "{extra:?}: {}",
@@ -309,6 +297,17 @@ fn check_json(profile: &str, cfg: &std::path::Path, extra: &[&str]) -> Value {
         .unwrap_or_else(|_| panic!("{a:?}: {}", String::from_utf8_lossy(&o.stderr)))
 }
 
+/// `haproxy -c`: HAProxy's own check of a config file.
+fn haproxy_c(cfg: &std::path::Path) -> std::process::Output {
+    Command::new("haproxy")
+        .arg("-c")
+        .arg("-f")
+        .arg(cfg)
+        .output()
+        .unwrap()
+}
+
+/// `nginx -t`: nginx's own check of a config file (its pid file under `dir`).
 fn nginx_t(cfg: &std::path::Path, dir: &std::path::Path) -> std::process::Output {
     Command::new("nginx")
         .arg("-t")
@@ -459,12 +458,7 @@ fn lb_bind_is_validated() {
                 generate(&["haproxy", "--backends", "127.0.0.1:9001", "--bind", bind]),
             )
             .unwrap();
-            let o = Command::new("haproxy")
-                .arg("-c")
-                .arg("-f")
-                .arg(&cfg)
-                .output()
-                .unwrap();
+            let o = haproxy_c(&cfg);
             assert!(
                 o.status.success(),
                 "{bind}: {}",

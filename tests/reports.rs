@@ -4,27 +4,8 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-/// Copy a fixture tree (files and directories; no links in fixtures) to `to`.
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), &dst).unwrap();
-        }
-    }
-}
+use common::{copy_dir, fixture, stderr};
+use std::path::Path;
 
 fn json_check(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["check", "-f", "json"];
@@ -37,10 +18,6 @@ fn json_check(args: &[&str]) -> serde_json::Value {
             String::from_utf8_lossy(&out.stderr)
         )
     })
-}
-
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 // ---- item 5: fix texts for multi-value sysctls keep the other fields ----

@@ -4,6 +4,9 @@
 
 mod common;
 
+use common::ws::{
+    self, close_code, deflated_frame, frame, read_frame, status_of, UPGRADE, UPGRADE_DEFLATE,
+};
 use futures_util::{SinkExt, StreamExt};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -11,10 +14,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_wstune")
-}
 
 /// A running `wstune serve`, killed on drop.
 struct Srv {
@@ -26,7 +25,7 @@ struct Srv {
 
 impl Srv {
     fn start(args: &[&str]) -> Srv {
-        let mut cmd = Command::new(bin());
+        let mut cmd = Command::new(common::bin());
         cmd.args([
             "serve",
             "--port",
@@ -88,16 +87,7 @@ impl Srv {
     }
 
     fn metric(&self, name: &str) -> f64 {
-        let text = self.get("/metrics");
-        text.lines()
-            // `name` is the whole series (with its labels, if any) up to the value.
-            .find(|l| {
-                l.strip_prefix(name)
-                    .is_some_and(|rest| rest.starts_with(' '))
-            })
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+        ws::metric(self.admin, name)
     }
 
     fn rss_kib(&self) -> u64 {
@@ -130,8 +120,6 @@ fn http(port: u16, req: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-const UPGRADE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
-
 /// A raw TCP client after a successful upgrade.
 fn raw(port: u16) -> TcpStream {
     raw_with(port, None)
@@ -144,89 +132,13 @@ fn raw_small_rcvbuf(port: u16) -> TcpStream {
 }
 
 fn raw_with(port: u16, rcvbuf: Option<usize>) -> TcpStream {
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    if let Some(n) = rcvbuf {
-        sock.set_recv_buffer_size(n).unwrap();
-    }
-    sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
-        .unwrap();
-    let mut s: TcpStream = sock.into();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(UPGRADE.as_bytes()).unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).unwrap();
-        head.push(b[0]);
-    }
-    let head = String::from_utf8(head).unwrap();
+    let (s, head) = ws::upgrade(port, UPGRADE, rcvbuf, Duration::from_secs(10));
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     assert!(
         head.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
         "{head}"
     );
     s
-}
-
-/// A client frame; `mask` false makes the illegal unmasked form.
-fn frame(fin: bool, opcode: u8, payload: &[u8], mask: bool) -> Vec<u8> {
-    let key = [0x37, 0xfa, 0x21, 0x3d];
-    let mut v = vec![(if fin { 0x80 } else { 0 }) | opcode];
-    let m = if mask { 0x80 } else { 0 };
-    let len = payload.len();
-    if len < 126 {
-        v.push(m | len as u8);
-    } else if len < 65536 {
-        v.push(m | 126);
-        v.extend_from_slice(&(len as u16).to_be_bytes());
-    } else {
-        v.push(m | 127);
-        v.extend_from_slice(&(len as u64).to_be_bytes());
-    }
-    if mask {
-        v.extend_from_slice(&key);
-        v.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
-    } else {
-        v.extend_from_slice(payload);
-    }
-    v
-}
-
-/// Read one server frame: (opcode, payload). None at end of stream.
-fn read_frame(s: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
-    let mut h = [0u8; 2];
-    s.read_exact(&mut h).ok()?;
-    assert_eq!(h[1] & 0x80, 0, "server frames are never masked");
-    let len = match h[1] & 0x7f {
-        126 => {
-            let mut b = [0u8; 2];
-            s.read_exact(&mut b).ok()?;
-            u16::from_be_bytes(b) as usize
-        }
-        127 => {
-            let mut b = [0u8; 8];
-            s.read_exact(&mut b).ok()?;
-            u64::from_be_bytes(b) as usize
-        }
-        n => n as usize,
-    };
-    let mut p = vec![0u8; len];
-    s.read_exact(&mut p).ok()?;
-    Some((h[0] & 0x0f, p))
-}
-
-/// Skip data and pings until a close frame; returns its code.
-fn close_code(s: &mut TcpStream) -> Option<u16> {
-    loop {
-        let (op, p) = read_frame(s)?;
-        if op == 8 {
-            return Some(if p.len() >= 2 {
-                u16::from_be_bytes([p[0], p[1]])
-            } else {
-                1005
-            });
-        }
-    }
 }
 
 /// Run a Python script that uses the `websockets` package; (stdout, stderr), or None (with a
@@ -250,10 +162,6 @@ fn python_websockets(script: &str, args: &[&str]) -> Option<(String, String)> {
         return None;
     }
     Some((out, err))
-}
-
-fn status_of(resp: &str) -> u16 {
-    resp.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
 // --- clients we did not write -------------------------------------------------------------------
@@ -1055,7 +963,7 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
     );
     // A plain-text client gets nowhere, and the server keeps serving.
     assert_eq!(status_of(&http(srv.port, UPGRADE)), 0);
-    let bad = Command::new(bin())
+    let bad = Command::new(common::bin())
         .args([
             "serve",
             "--port",
@@ -1096,20 +1004,9 @@ fn reuseport_accept_loops_share_one_port() {
 
 // --- permessage-deflate -------------------------------------------------------------------------
 
-const UPGRADE_DEFLATE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n";
-
 /// A raw client that negotiated permessage-deflate; returns the 101 response too.
 fn raw_deflate(port: u16) -> (TcpStream, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(UPGRADE_DEFLATE.as_bytes()).unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).unwrap();
-        head.push(b[0]);
-    }
-    (s, String::from_utf8(head).unwrap())
+    ws::upgrade(port, UPGRADE_DEFLATE, None, Duration::from_secs(10))
 }
 
 /// Inflate a sequence of permessage-deflate payloads with one Python zlib stream (context
@@ -1156,13 +1053,6 @@ fn py_zlib(op: &str, data: &[u8]) -> Vec<u8> {
     writer.join().unwrap();
     assert!(out.status.success());
     out.stdout
-}
-
-/// A compressed client frame: RSV1 set.
-fn deflated_frame(opcode: u8, compressed: &[u8]) -> Vec<u8> {
-    let mut f = frame(true, opcode, compressed, true);
-    f[0] |= 0x40;
-    f
 }
 
 #[test]
@@ -1312,8 +1202,6 @@ fn broadcast_compresses_once_for_every_deflate_peer() {
     let srv = Srv::start(&["--app", "broadcast", "--deflate"]);
     let offer = "permessage-deflate; server_no_context_takeover";
     let open = |ext: Option<&str>| {
-        let mut s = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let req = match ext {
             Some(e) => UPGRADE.replace(
                 "\r\n\r\n",
@@ -1321,14 +1209,7 @@ fn broadcast_compresses_once_for_every_deflate_peer() {
             ),
             None => UPGRADE.to_string(),
         };
-        s.write_all(req.as_bytes()).unwrap();
-        let mut head = Vec::new();
-        let mut b = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            s.read_exact(&mut b).unwrap();
-            head.push(b[0]);
-        }
-        (s, String::from_utf8(head).unwrap())
+        ws::upgrade(srv.port, &req, None, Duration::from_secs(10))
     };
     let (mut a, ha) = open(Some(offer));
     let (mut b, _) = open(Some(offer));

@@ -6,25 +6,15 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use common::ws::{self, close_code, deflated_frame, frame, metric, next_frame, UPGRADE_DEFLATE};
+use std::io::Write;
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-const UPGRADE_DEFLATE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n";
-
 /// A raw client that negotiated permessage-deflate with context takeover.
 fn raw_deflate(port: u16) -> TcpStream {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    s.write_all(UPGRADE_DEFLATE.as_bytes()).unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).unwrap();
-        head.push(b[0]);
-    }
-    let head = String::from_utf8(head).unwrap();
+    let (s, head) = ws::upgrade(port, UPGRADE_DEFLATE, None, Duration::from_secs(60));
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     assert!(
         head.contains("Sec-WebSocket-Extensions: permessage-deflate\r\n"),
@@ -33,51 +23,13 @@ fn raw_deflate(port: u16) -> TcpStream {
     s
 }
 
-/// A masked client frame; `rsv1` marks a compressed message.
-fn frame(opcode: u8, payload: &[u8], rsv1: bool) -> Vec<u8> {
-    let key = [0x37, 0xfa, 0x21, 0x3d];
-    let mut v = vec![0x80 | if rsv1 { 0x40 } else { 0 } | opcode];
-    let len = payload.len();
-    if len < 126 {
-        v.push(0x80 | len as u8);
-    } else if len < 65536 {
-        v.push(0x80 | 126);
-        v.extend_from_slice(&(len as u16).to_be_bytes());
-    } else {
-        v.push(0x80 | 127);
-        v.extend_from_slice(&(len as u64).to_be_bytes());
-    }
-    v.extend_from_slice(&key);
-    v.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
-    v
-}
-
-/// Read one server frame: (first byte, payload). None at end of stream.
-fn read_frame(s: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
-    let mut h = [0u8; 2];
-    s.read_exact(&mut h).ok()?;
-    let len = match h[1] & 0x7f {
-        126 => {
-            let mut b = [0u8; 2];
-            s.read_exact(&mut b).ok()?;
-            u16::from_be_bytes(b) as usize
-        }
-        127 => {
-            let mut b = [0u8; 8];
-            s.read_exact(&mut b).ok()?;
-            u64::from_be_bytes(b) as usize
-        }
-        n => n as usize,
-    };
-    let mut p = vec![0u8; len];
-    s.read_exact(&mut p).ok()?;
-    Some((h[0], p))
-}
-
 /// One whole data message (frames joined): (opcode, compressed, payload). Panics on a close.
 fn read_message(s: &mut TcpStream) -> (u8, bool, Vec<u8>) {
     let (first, mut payload) = loop {
-        let f = read_frame(s).expect("a message, not end of stream");
+        let f = next_frame(s)
+            .ok()
+            .flatten()
+            .expect("a message, not end of stream");
         if f.0 & 0x0f != 9 {
             break f; // heartbeat pings are not what we wait for
         }
@@ -89,26 +41,15 @@ fn read_message(s: &mut TcpStream) -> (u8, bool, Vec<u8>) {
     );
     let mut fin = first & 0x80 != 0;
     while !fin {
-        let (b, more) = read_frame(s).expect("the rest of the message");
+        let (b, more) = next_frame(s)
+            .ok()
+            .flatten()
+            .expect("the rest of the message");
         assert_eq!(b & 0x0f, 0, "continuation");
         payload.extend_from_slice(&more);
         fin = b & 0x80 != 0;
     }
     (op, rsv1, payload)
-}
-
-/// Skip data until a close frame; its code (None: the connection ended without one).
-fn close_code(s: &mut TcpStream) -> Option<u16> {
-    loop {
-        let (b, p) = read_frame(s)?;
-        if b & 0x0f == 8 {
-            return Some(if p.len() >= 2 {
-                u16::from_be_bytes([p[0], p[1]])
-            } else {
-                1005
-            });
-        }
-    }
 }
 
 /// How Python's zlib should compress one message.
@@ -182,21 +123,6 @@ fn rss_hwm_kib(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// One metric's value from the admin endpoint.
-fn metric(admin: u16, name: &str) -> f64 {
-    let mut s = TcpStream::connect(("127.0.0.1", admin)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    text.lines()
-        .find(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with(' ')))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
-}
-
 fn json_text(seed: usize, n: usize) -> Vec<u8> {
     (0..n)
         .map(|i| {
@@ -258,24 +184,15 @@ fn an_inflate_budget_below_the_message_cap_is_refused() {
 #[test]
 fn the_deflate_gauge_counts_a_context_created_by_a_refused_message() {
     let srv = common::serve(&["--profile", "10k", "--deflate", "--workers", "1"]);
-    let mut s = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(
-        UPGRADE_DEFLATE
-            .replace("client_max_window_bits", "client_no_context_takeover")
-            .as_bytes(),
-    )
-    .unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).unwrap();
-        head.push(b[0]);
-    }
-    let head = String::from_utf8(head).unwrap();
+    let (mut s, head) = ws::upgrade(
+        srv.port,
+        &UPGRADE_DEFLATE.replace("client_max_window_bits", "client_no_context_takeover"),
+        None,
+        Duration::from_secs(10),
+    );
     assert!(head.contains("client_no_context_takeover"), "{head}");
     assert_eq!(metric(srv.admin, "ws_deflate_memory_bytes"), 0.0);
-    s.write_all(&frame(2, &[0xff, 0xfe, 0xfd, 0x01, 0x02, 0x03], true))
+    s.write_all(&deflated_frame(2, &[0xff, 0xfe, 0xfd, 0x01, 0x02, 0x03]))
         .unwrap();
     assert_eq!(close_code(&mut s), Some(1007));
     // 32 KiB window + ~7 KiB of state (memory.rs), now held by the I/O thread.
@@ -343,7 +260,7 @@ fn final_deflate_blocks_keep_the_window_and_the_message_cap() {
     ]);
     let mut s = raw_deflate(srv.port);
     for (i, (z, plain)) in msgs.iter().zip([&a, &b, &c, &hello, &a]).enumerate() {
-        s.write_all(&frame(1, z, true)).unwrap();
+        s.write_all(&deflated_frame(1, z)).unwrap();
         let (op, rsv1, back) = read_message(&mut s);
         assert_eq!((op, rsv1), (1, false), "message {i}");
         assert_eq!(
@@ -361,7 +278,7 @@ fn final_deflate_blocks_keep_the_window_and_the_message_cap() {
         finish: true,
         pad: &[],
     }]);
-    s.write_all(&frame(2, &bomb[0], true)).unwrap();
+    s.write_all(&deflated_frame(2, &bomb[0])).unwrap();
     assert_eq!(close_code(&mut s), Some(1009));
 }
 
@@ -401,7 +318,7 @@ fn parallel_bombs_are_bounded_by_the_inflate_budget() {
     }])
     .remove(0);
     assert!(bomb.len() < 64 << 10, "{}", bomb.len());
-    let wire = std::sync::Arc::new(frame(2, &bomb, true));
+    let wire = std::sync::Arc::new(deflated_frame(2, &bomb));
     let (rss0, _) = rss_hwm_kib(pid);
     // Connect all first, then send together, so inflations overlap across I/O threads.
     let socks: Vec<TcpStream> = (0..50).map(|_| raw_deflate(srv.port)).collect();
@@ -481,7 +398,7 @@ fn idle_deflate_connections_keep_no_large_buffers_after_a_large_message() {
     }])
     .remove(0);
     assert!(z.len() < 100 << 10, "{}", z.len());
-    let wire = frame(2, &z, true);
+    let wire = deflated_frame(2, &z);
     let mut socks: Vec<TcpStream> = (0..CONNS).map(|_| raw_deflate(srv.port)).collect();
     let (rss0, _) = rss_hwm_kib(pid);
     for s in socks.iter_mut() {
@@ -501,7 +418,9 @@ fn idle_deflate_connections_keep_no_large_buffers_after_a_large_message() {
         "idle deflate connections hold large buffers: RSS {rss} KiB, was {rss0} KiB ({per_conn} KiB each)"
     );
     // The connections still work.
-    socks[0].write_all(&frame(1, b"still here", false)).unwrap();
+    socks[0]
+        .write_all(&frame(true, 1, b"still here", true))
+        .unwrap();
     assert_eq!(
         read_message(&mut socks[0]),
         (1, false, b"still here".to_vec())

@@ -4,11 +4,10 @@
 
 mod common;
 
+use common::ws::{frame, header, metric, read_message, status_of, upgraded, MASK, UPGRADE};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-
-const UPGRADE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
 
 /// One HTTP exchange on a fresh connection: the whole response (until the server closes), or
 /// the head of a 101 (the connection then stays open).
@@ -32,110 +31,6 @@ fn http(port: u16, req: &[u8]) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-fn status_of(resp: &str) -> u16 {
-    resp.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
-}
-
-fn metric(admin: u16, name: &str) -> f64 {
-    let text = http(admin, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-    text.lines()
-        .find(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with(' ')))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
-}
-
-/// A raw client after a successful upgrade; `rcvbuf` shrinks its receive buffer.
-fn upgraded(port: u16, rcvbuf: Option<usize>) -> TcpStream {
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    if let Some(n) = rcvbuf {
-        sock.set_recv_buffer_size(n).unwrap();
-    }
-    sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
-        .unwrap();
-    let mut s: TcpStream = sock.into();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(UPGRADE.as_bytes()).unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).unwrap();
-        head.push(b[0]);
-    }
-    let head = String::from_utf8(head).unwrap();
-    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
-    s
-}
-
-/// A masked client frame with any opcode (reserved ones included).
-fn frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mut v = header(fin, opcode, payload.len());
-    v.extend(payload.iter().enumerate().map(|(i, b)| b ^ MASK[i % 4]));
-    v
-}
-
-const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
-
-/// The header of a masked client frame of `len` payload bytes (the mask key included).
-fn header(fin: bool, opcode: u8, len: usize) -> Vec<u8> {
-    let mut v = vec![(if fin { 0x80 } else { 0 }) | opcode];
-    if len < 126 {
-        v.push(0x80 | len as u8);
-    } else if len < 65536 {
-        v.push(0x80 | 126);
-        v.extend_from_slice(&(len as u16).to_be_bytes());
-    } else {
-        v.push(0x80 | 127);
-        v.extend_from_slice(&(len as u64).to_be_bytes());
-    }
-    v.extend_from_slice(&MASK);
-    v
-}
-
-/// Read one server frame: Ok(Some((first header byte: FIN and opcode, payload))), Ok(None) at
-/// a clean end of stream, or the read error (a reset shows here).
-fn read_frame(s: &mut TcpStream) -> std::io::Result<Option<(u8, Vec<u8>)>> {
-    let mut h = [0u8; 2];
-    match s.read(&mut h[..1])? {
-        0 => return Ok(None),
-        _ => s.read_exact(&mut h[1..])?,
-    }
-    let len = match h[1] & 0x7f {
-        126 => {
-            let mut b = [0u8; 2];
-            s.read_exact(&mut b)?;
-            u16::from_be_bytes(b) as usize
-        }
-        127 => {
-            let mut b = [0u8; 8];
-            s.read_exact(&mut b)?;
-            u64::from_be_bytes(b) as usize
-        }
-        n => n as usize,
-    };
-    let mut p = vec![0u8; len];
-    s.read_exact(&mut p)?;
-    Ok(Some((h[0], p)))
-}
-
-/// Read one whole message (the server splits large ones into fragments): (opcode, payload).
-fn read_message(s: &mut TcpStream) -> std::io::Result<Option<(u8, Vec<u8>)>> {
-    let Some((first, mut msg)) = read_frame(s)? else {
-        return Ok(None);
-    };
-    let mut fin = first & 0x80 != 0;
-    while !fin {
-        match read_frame(s)? {
-            Some((b0, p)) if b0 & 0x0f == 0 => {
-                msg.extend_from_slice(&p);
-                fin = b0 & 0x80 != 0;
-            }
-            other => panic!("a continuation frame, got {other:?}"),
-        }
-    }
-    Ok(Some((first & 0x0f, msg)))
 }
 
 fn close_code(p: &[u8]) -> u16 {
@@ -168,8 +63,8 @@ fn replies_and_the_close_survive_a_client_that_keeps_sending_after_an_error() {
         // As the reproduction does it: everything is sent before anything is read.
         s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
         let sent = s
-            .write_all(&frame(true, 2, &big))
-            .and_then(|()| s.write_all(&frame(true, 3, b""))) // reserved opcode: 1002
+            .write_all(&frame(true, 2, &big, true))
+            .and_then(|()| s.write_all(&frame(true, 3, b"", true))) // reserved opcode: 1002
             .and_then(|()| s.write_all(&noise(1 << 20, 99 + round)));
         let echo = read_message(&mut s);
         let close = read_message(&mut s);
@@ -202,18 +97,22 @@ fn replies_and_the_close_survive_a_client_that_keeps_sending_after_an_error() {
 fn a_failed_connection_is_dropped_at_once() {
     let srv = common::serve(&[]);
     let cases: [(&str, Vec<u8>, u16); 4] = [
-        ("close with a one-byte payload", frame(true, 8, &[3]), 1002),
+        (
+            "close with a one-byte payload",
+            frame(true, 8, &[3], true),
+            1002,
+        ),
         (
             "close with code 1005",
-            frame(true, 8, &1005u16.to_be_bytes()),
+            frame(true, 8, &1005u16.to_be_bytes(), true),
             1002,
         ),
         (
             "close reason that is not UTF-8",
-            frame(true, 8, &[0x03, 0xe8, 0xff]),
+            frame(true, 8, &[0x03, 0xe8, 0xff], true),
             1007,
         ),
-        ("reserved opcode", frame(true, 3, b""), 1002),
+        ("reserved opcode", frame(true, 3, b"", true), 1002),
     ];
     for (name, bytes, want) in cases {
         let mut s = upgraded(srv.port, None);
@@ -259,7 +158,7 @@ fn a_close_frame_that_was_never_written_is_not_counted_as_sent() {
     w.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
     // Echo requests, never reading a byte of the replies.
     let writer = std::thread::spawn(move || {
-        let f = frame(true, 2, &[7u8; 16384]);
+        let f = frame(true, 2, &[7u8; 16384], true);
         (0..256).take_while(|_| w.write_all(&f).is_ok()).count()
     });
     let start = Instant::now();
@@ -281,7 +180,7 @@ fn a_close_frame_that_was_never_written_is_not_counted_as_sent() {
     drop(s);
     // A close that is written is still counted.
     let mut s = upgraded(srv.port, None);
-    s.write_all(&frame(true, 8, &1000u16.to_be_bytes()))
+    s.write_all(&frame(true, 8, &1000u16.to_be_bytes(), true))
         .unwrap();
     assert!(matches!(read_message(&mut s), Ok(Some((8, _)))));
     assert!(matches!(read_message(&mut s), Ok(None)));
@@ -300,7 +199,7 @@ fn invalid_utf8_fails_before_the_text_frame_is_complete() {
     let srv = common::serve(&[]);
     for (name, opener) in [
         ("unfragmented", Vec::new()),
-        ("continuation", frame(false, 1, "κόσμε".as_bytes())),
+        ("continuation", frame(false, 1, "κόσμε".as_bytes(), true)),
     ] {
         let mut s = upgraded(srv.port, None);
         s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
@@ -312,7 +211,7 @@ fn invalid_utf8_fails_before_the_text_frame_is_complete() {
         .concat();
         // Announce 1000 bytes, send the first 20 (the invalid sequence included): no more.
         let mut bytes = opener;
-        bytes.extend(header(true, op, 1000));
+        bytes.extend(header(true, op, 1000, true));
         bytes.extend(payload.iter().enumerate().map(|(i, b)| b ^ MASK[i % 4]));
         s.write_all(&bytes).unwrap();
         match read_message(&mut s) {
@@ -323,7 +222,7 @@ fn invalid_utf8_fails_before_the_text_frame_is_complete() {
     // Valid text split anywhere inside a frame still echoes whole.
     let mut s = upgraded(srv.port, None);
     let text = "κόσμε €𝄞 ".repeat(500);
-    let f = frame(true, 1, text.as_bytes());
+    let f = frame(true, 1, text.as_bytes(), true);
     for piece in f.chunks(777) {
         s.write_all(piece).unwrap();
         std::thread::sleep(Duration::from_millis(2));

@@ -4,13 +4,14 @@
 
 mod common;
 
-use common::Served;
+use common::{redis, Served};
 use futures_util::{SinkExt, StreamExt};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
 type Ws =
@@ -110,6 +111,17 @@ fn assert_spread(admin: u16, n: u64) {
         per.iter().all(|p| p.1 > 0),
         "every process accepts: {per:?}"
     );
+}
+
+/// Skip messages until the close frame (within 10 s each); panics on anything else.
+async fn close_frame(ws: &mut Ws) -> Option<CloseFrame> {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+            Ok(Some(Ok(Message::Close(c)))) => return c,
+            Ok(Some(Ok(_))) => continue,
+            other => panic!("no close frame: {other:?}"),
+        }
+    }
 }
 
 fn alive(pid: u64) -> bool {
@@ -230,13 +242,7 @@ async fn sigterm_drains_every_process_with_1001_and_leaves_none_behind() {
     let pids: Vec<u64> = per_process(s.admin).iter().map(|p| p.0).collect();
     signal(s.proc.0.id() as u64, "-TERM");
     for ws in open.iter_mut() {
-        let close = loop {
-            match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
-                Ok(Some(Ok(Message::Close(c)))) => break c,
-                Ok(Some(Ok(_))) => continue,
-                other => panic!("no close frame: {other:?}"),
-            }
-        };
+        let close = close_frame(ws).await;
         assert_eq!(close.map(|c| c.code), Some(CloseCode::Away));
     }
     drop(open); // answer the closes so the processes need not wait out the grace
@@ -262,13 +268,7 @@ async fn a_supervisor_killed_with_9_leaves_no_orphan() {
     let pids: Vec<u64> = per_process(s.admin).iter().map(|p| p.0).collect();
     signal(s.proc.0.id() as u64, "-KILL");
     // The parent-death signal (SIGTERM) drains the processes: the client gets 1001.
-    let close = loop {
-        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
-            Ok(Some(Ok(Message::Close(c)))) => break c,
-            Ok(Some(Ok(_))) => continue,
-            other => panic!("no close frame: {other:?}"),
-        }
-    };
+    let close = close_frame(&mut ws).await;
     assert_eq!(close.map(|c| c.code), Some(CloseCode::Away));
     drop(ws);
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -394,26 +394,6 @@ fn bad_process_counts_and_a_taken_port_are_refused() {
         err.contains("--processes 2: each process may hold 5500 of max connections 10000 and needs 5564 file descriptors, above the fd hard limit 4096; use --processes 3 (or auto)"),
         "{err}"
     );
-}
-
-fn redis(port: u16) -> Option<common::Kill> {
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-    let Ok(child) = child else {
-        common::skip("redis", "redis-server is not installed");
-        return None;
-    };
-    let k = common::Kill(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(k)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,24 +3,9 @@
 
 mod common;
 
-use common::{bin, element};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-fn wstune(args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env("COLUMNS", "160")
-        .output()
-        .expect("run wstune")
-}
+use common::{element, fixture, wstune};
+use std::path::Path;
+use std::process::Command;
 
 fn check_json(root: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
     let mut args = vec!["check", "--root", root.to_str().unwrap(), "-f", "json"];

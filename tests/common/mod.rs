@@ -2,7 +2,10 @@
 //! processes that are reaped when a test ends (even when it fails).
 #![allow(dead_code)] // each test binary uses its own part
 
+pub mod ws;
+
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
 pub fn bin() -> &'static str {
@@ -18,6 +21,63 @@ pub fn run(args: &[&str]) -> Output {
         .expect("run wstune")
 }
 
+/// Run wstune to completion, its output laid out for a `COLUMNS`-wide terminal.
+pub fn wstune_cols(columns: u16, args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", columns.to_string())
+        .output()
+        .expect("run wstune")
+}
+
+/// Run wstune to completion, 160 columns wide.
+pub fn wstune(args: &[&str]) -> Output {
+    wstune_cols(160, args)
+}
+
+pub fn code(o: &Output) -> i32 {
+    o.status.code().expect("exited normally")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A tree under tests/fixtures.
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// Copy a fixture tree (files and directories; no links in fixtures) to `to`.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
+}
+
+/// Asserts that two trees hold the same files with the same contents (`diff -r`).
+pub fn assert_same_tree(a: &Path, b: &Path) {
+    let o = Command::new("diff")
+        .args(["-r", a.to_str().unwrap(), b.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "trees differ:\n{}", stdout(&o));
+}
+
 /// A child process killed and reaped on drop.
 pub struct Kill(pub Child);
 
@@ -26,6 +86,31 @@ impl Drop for Kill {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A redis-server on 127.0.0.1:`port` (no persistence), once it accepts connections; None (a
+/// recorded skip) where redis-server is not installed.
+pub fn redis(port: u16) -> Option<Kill> {
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(child) = child else {
+        skip("redis", "redis-server is not installed");
+        return None;
+    };
+    let k = Kill(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "redis-server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Some(k)
 }
 
 pub fn free_port() -> u16 {
