@@ -15,6 +15,8 @@ pub struct Plan {
     pub scenarios: Vec<Scenario>,
     pub targets: Targets,
     pub scaled_down: Vec<String>,
+    pub rate_note: Option<String>,
+    pub server_processes: Option<usize>,
     pub url: String,
 }
 
@@ -27,6 +29,12 @@ pub struct Defaults {
     pub conns: usize,
     pub scenarios: Vec<Scenario>,
     pub secs: f64,
+    /// Messages per second per connection when --rate does not say (None: the profile's).
+    pub rate: Option<f64>,
+    /// Why `rate` is below the profile's.
+    pub rate_note: Option<String>,
+    /// Server processes behind the target (serve --self-test), for the report.
+    pub server_processes: Option<usize>,
 }
 
 /// Validate the load settings and size the generator to this host's limits.
@@ -41,7 +49,16 @@ pub fn plan(
 ) -> Result<Plan> {
     let t = &profile.selftest;
     let conns = load.conns.unwrap_or(defaults.conns);
-    let rate = load.rate.unwrap_or(t.rate_per_client as f64);
+    let rate = load
+        .rate
+        .or(defaults.rate)
+        .unwrap_or(t.rate_per_client as f64);
+    // The flag wins over the CPU budget's rate: then there is nothing to explain.
+    let rate_note = if load.rate.is_some() {
+        None
+    } else {
+        defaults.rate_note
+    };
     let size = load.size.unwrap_or(t.payload_bytes as usize);
     let secs = load.secs.unwrap_or(defaults.secs);
     if conns == 0 || conns > 10_000_000 {
@@ -115,11 +132,15 @@ pub fn plan(
         scenarios,
         targets: Targets {
             profile: profile.name.clone(),
+            connections: profile.connections as usize,
+            estimate: report::MemoryEstimate::of(profile),
             p99_ms: t.p99_ms as f64,
             rate_per_client: rate,
             payload_bytes: size,
         },
         scaled_down,
+        rate_note,
+        server_processes: defaults.server_processes,
     })
 }
 
@@ -143,7 +164,11 @@ pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
         url: p.url.clone(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         targets: p.targets.clone(),
+        conns: p.opts.conns,
         scaled_down: p.scaled_down.clone(),
+        rate_note: p.rate_note.clone(),
+        server_processes: p.server_processes,
+        memory: report::MemoryReport::of(&done, &p.targets.estimate),
         host_check: None,
         scenarios: done,
         verdict,
@@ -207,6 +232,9 @@ pub fn run(a: &SelftestArgs) -> Result<u8> {
             conns: 1000,
             scenarios: vec![Scenario::EchoRate],
             secs: 10.0,
+            rate: None,
+            rate_note: None,
+            server_processes: None,
         },
         a.pid,
         Vec::new(),
@@ -214,6 +242,7 @@ pub fn run(a: &SelftestArgs) -> Result<u8> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (report, error) = rt.block_on(execute(&plan));
+    let (mut report, error) = rt.block_on(execute(&plan));
+    report::combine(&mut report, false);
     finish(&report, error, &a.load)
 }

@@ -341,16 +341,20 @@ fn with_tls(s: Server, _tls: Option<std::convert::Infallible>) -> Server {
     s
 }
 
-/// Run the check engine against this host: the failed findings (sysctl boot views left out)
-/// as "id (current, needs op target)", and how many warnings. None when the host cannot be read.
-fn host_findings(profile: &str) -> Option<(String, Vec<String>, usize)> {
+/// Run the check engine against this host (or the captured tree `root`): the failed findings
+/// (sysctl boot views left out) as "id (current, needs op target)", and how many warnings.
+/// None when the host cannot be read.
+fn host_findings(
+    profile: &str,
+    root: Option<&std::path::Path>,
+) -> Option<(String, Vec<String>, usize)> {
     let args = crate::cli::args::TargetArgs {
         profile: profile.to_string(),
         pid: None,
         unit: None,
         catalog: None,
     };
-    let backend = crate::host::live(None);
+    let backend = crate::cli::resolve::backend(root, None).ok()?;
     let inputs = crate::cli::resolve::inputs(&args, backend.as_ref()).ok()?;
     let report = crate::cmd::check::make_report(&inputs, backend.as_ref(), None);
     let warns = report
@@ -383,7 +387,7 @@ fn host_findings(profile: &str) -> Option<(String, Vec<String>, usize)> {
 /// Name what would cap this server: the same findings `wstune check --profile P` reports,
 /// limited to failures.
 fn host_warnings(profile: &str) {
-    if let Some((name, wrong, _)) = host_findings(profile) {
+    if let Some((name, wrong, _)) = host_findings(profile, None) {
         if !wrong.is_empty() {
             tracing::warn!("this host fails {} check(s) for profile {name}: {}; `wstune check --profile {name}` says how to fix them", wrong.len(), wrong.join(", "));
         }
@@ -411,16 +415,49 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .try_init();
-    let host = host_findings(&a.profile);
+    if let Some(dir) = &a.host_root {
+        // A tree that is not one is bad input, not a host that fails every check.
+        crate::cli::resolve::backend(Some(dir), None)
+            .with_context(|| format!("--host-root {}", dir.display()))?;
+    }
+    let host = host_findings(&a.profile, a.host_root.as_deref());
     let (soft, _hard) = crate::host::raise_nofile();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let rate = a
-        .load
-        .rate
-        .unwrap_or(profile.selftest.rate_per_client as f64);
+    let profile_rate = profile.selftest.rate_per_client as f64;
+    let room = limits::HostRoom {
+        server_nofile: soft,
+        // The server runs inside this process: one process's fd limit holds every connection.
+        max_server_processes: 1,
+        mem_available: limits::mem_available(),
+        ephemeral_ports: limits::ephemeral_ports(),
+        cores,
+    };
+    let sized = limits::size_self_test(
+        profile.connections as usize,
+        profile_rate,
+        profile.estimate().bytes_per_conn(),
+        &room,
+    );
+    // --conns is the operator's choice: no scale-down to explain (and the verdict still says
+    // when it is below the profile's count); the rate still follows the CPU budget.
     let (conns, scaled) = match a.load.conns {
         Some(n) => (n, Vec::new()),
-        None => limits::size_self_test(profile.connections as usize, rate, soft, cores),
+        None => (sized.conns, sized.scaled_down.clone()),
+    };
+    let sized = if a.load.conns.is_some() {
+        limits::size_self_test(
+            conns,
+            profile_rate,
+            0,
+            &limits::HostRoom {
+                server_nofile: u64::MAX,
+                mem_available: None,
+                ephemeral_ports: u32::MAX,
+                ..room
+            },
+        )
+    } else {
+        sized
     };
     let mut defaults = vec![
         Scenario::Idle,
@@ -466,6 +503,9 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
                 conns,
                 scenarios: defaults,
                 secs: 5.0,
+                rate: Some(sized.rate),
+                rate_note: sized.rate_note.clone(),
+                server_processes: Some(1),
             },
             Some(std::process::id()),
             scaled,
@@ -474,6 +514,9 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
             "wstune serve --self-test: profile {}, {} connections, {} scenario(s) of {} s against ws://{echo}/",
             profile.name, plan.opts.conns, plan.scenarios.len(), plan.opts.secs
         );
+        for s in &plan.scaled_down {
+            eprintln!("wstune serve --self-test: scaled down: {s}");
+        }
         let out = crate::cmd::selftest::execute(&plan).await;
         let _ = stop_echo.send(());
         let _ = stop_fanout.send(());
@@ -487,5 +530,6 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
                 warnings,
             },
         );
+    crate::selftest::report::combine(&mut report, true);
     crate::cmd::selftest::finish(&report, error, &a.load)
 }
