@@ -219,6 +219,7 @@ async fn load(
         workers: selftest::limits::workers_for(conns, soft, 1).map_err(anyhow::Error::msg)?,
         sources: Vec::new(),
         server_pid: pid,
+        server_tree: false,
         ramp_per_sec: 0.0,
         storm_concurrency: 1,
     };

@@ -35,6 +35,8 @@ pub struct Defaults {
     pub rate_note: Option<String>,
     /// Server processes behind the target (serve --self-test), for the report.
     pub server_processes: Option<usize>,
+    /// Measure the server as `server_pid`'s whole process tree (a supervisor).
+    pub server_tree: bool,
 }
 
 /// Validate the load settings and size the generator to this host's limits.
@@ -126,6 +128,7 @@ pub fn plan(
             workers,
             sources,
             server_pid,
+            server_tree: defaults.server_tree,
             ramp_per_sec: load.ramp,
             storm_concurrency: load.storm_concurrency,
         },
@@ -235,6 +238,7 @@ pub fn run(a: &SelftestArgs) -> Result<u8> {
             rate: None,
             rate_note: None,
             server_processes: None,
+            server_tree: false,
         },
         a.pid,
         Vec::new(),

@@ -394,6 +394,89 @@ fn host_warnings(profile: &str) {
     }
 }
 
+/// The command line of a child `wstune serve` with this run's server settings: `app` on a
+/// free loopback port, as `processes` processes holding `max_connections` in all, no admin.
+fn child_args(a: &ServeArgs, app: &str, processes: usize, max_connections: usize) -> Vec<String> {
+    let mut v: Vec<String> = vec![
+        "--profile".into(),
+        a.profile.clone(),
+        "--bind".into(),
+        "127.0.0.1".into(),
+        "--port".into(),
+        "0".into(),
+        "--admin".into(),
+        "off".into(),
+        "--app".into(),
+        app.into(),
+        "--processes".into(),
+        processes.to_string(),
+        "--max-connections".into(),
+        max_connections.to_string(),
+        "--backpressure-close".into(),
+        a.backpressure_close.to_string(),
+        "--handshake-timeout".into(),
+        a.handshake_timeout.to_string(),
+        "--shutdown-grace".into(),
+        a.shutdown_grace.to_string(),
+    ];
+    if app == "echo" {
+        v.extend(["--handler".into(), a.handler.clone()]);
+    }
+    let mut opt = |flag: &str, x: Option<String>| {
+        if let Some(x) = x {
+            v.extend([flag.to_string(), x]);
+        }
+    };
+    opt("--workers", a.workers.map(|x| x.to_string()));
+    opt("--offload-pool", a.offload_pool.map(|x| x.to_string()));
+    opt("--offload-queue", a.offload_queue.map(|x| x.to_string()));
+    opt("--max-frame", a.max_frame.map(|x| x.to_string()));
+    opt("--max-message", a.max_message.map(|x| x.to_string()));
+    opt("--fragment", a.fragment.map(|x| x.to_string()));
+    opt("--send-queue", a.send_queue.map(|x| x.to_string()));
+    opt(
+        "--heartbeat-interval",
+        a.heartbeat_interval.map(|x| x.to_string()),
+    );
+    opt(
+        "--heartbeat-timeout",
+        a.heartbeat_timeout.map(|x| x.to_string()),
+    );
+    opt(
+        "--deflate-window-bits",
+        a.deflate_window_bits.map(|x| x.to_string()),
+    );
+    opt(
+        "--deflate-mem-level",
+        a.deflate_mem_level.map(|x| x.to_string()),
+    );
+    opt("--deflate-level", a.deflate_level.map(|x| x.to_string()));
+    opt(
+        "--deflate-threshold",
+        a.deflate_threshold.map(|x| x.to_string()),
+    );
+    opt("--inflate-budget", a.inflate_budget.map(|x| x.to_string()));
+    for o in &a.origins {
+        v.extend(["--origin".into(), o.clone()]);
+    }
+    for p in &a.subprotocols {
+        v.extend(["--subprotocol".into(), p.clone()]);
+    }
+    for (set, flag) in [
+        (a.deflate, "--deflate"),
+        (a.no_deflate, "--no-deflate"),
+        (
+            a.deflate_no_context_takeover,
+            "--deflate-no-context-takeover",
+        ),
+    ] {
+        if set {
+            v.push(flag.into());
+        }
+    }
+    v
+}
+
 /// `serve --self-test`: check the host, start the tuned server (an echo instance with the
 /// configured handler, and a broadcast instance) on loopback, run the scenarios sized to this
 /// host against it, print one report and exit with its verdict.
@@ -424,10 +507,16 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
     let (soft, _hard) = crate::host::raise_nofile();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let profile_rate = profile.selftest.rate_per_client as f64;
+    // Beyond one process's fd limit the server runs as `serve --processes N` (a child), when
+    // this build has the supervisor; otherwise the count stops at one process's limit.
+    let supervisor = crate::selftest::server::supervisor_available();
     let room = limits::HostRoom {
         server_nofile: soft,
-        // The server runs inside this process: one process's fd limit holds every connection.
-        max_server_processes: 1,
+        max_server_processes: if supervisor {
+            limits::MAX_SERVER_PROCESSES
+        } else {
+            1
+        },
         mem_available: limits::mem_available(),
         ephemeral_ports: limits::ephemeral_ports(),
         cores,
@@ -443,6 +532,13 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
     let (conns, scaled) = match a.load.conns {
         Some(n) => (n, Vec::new()),
         None => (sized.conns, sized.scaled_down.clone()),
+    };
+    let processes = if supervisor {
+        crate::profile::processes_needed(conns as u64, soft)
+            .map_or(1, |n| n as usize)
+            .min(limits::MAX_SERVER_PROCESSES)
+    } else {
+        1
     };
     let sized = if a.load.conns.is_some() {
         limits::size_self_test(
@@ -487,8 +583,20 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
             });
             Ok((addr, tx))
         };
-        let (echo, stop_echo) = start(embedded_server::App::Echo)?;
-        let (fanout, stop_fanout) = start(embedded_server::App::Broadcast)?;
+        enum Running {
+            InProcess(tokio::sync::oneshot::Sender<()>),
+            Child(Box<crate::selftest::server::ChildServer>),
+        }
+        let (echo, fanout, servers, server_pid) = if processes > 1 {
+            let e = crate::selftest::server::ChildServer::start(&child_args(a, "echo", processes, conns + 16)).await?;
+            let b = crate::selftest::server::ChildServer::start(&child_args(a, "broadcast", processes, conns + 16)).await?;
+            let pid = e.pid;
+            (e.addr, b.addr, vec![Running::Child(Box::new(e)), Running::Child(Box::new(b))], pid)
+        } else {
+            let (e, stop_e) = start(embedded_server::App::Echo)?;
+            let (b, stop_b) = start(embedded_server::App::Broadcast)?;
+            (e, b, vec![Running::InProcess(stop_e), Running::InProcess(stop_b)], std::process::id())
+        };
         let target = |addr: SocketAddr| Target { addr, host: addr.to_string(), path: "/".into() };
         // Short scenarios: this is the quick start's command, and 5 s of steady load per
         // scenario gives stable medians on the sizes it picks.
@@ -505,21 +613,28 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
                 secs: 5.0,
                 rate: Some(sized.rate),
                 rate_note: sized.rate_note.clone(),
-                server_processes: Some(1),
+                server_processes: Some(processes),
+                server_tree: processes > 1,
             },
-            Some(std::process::id()),
+            Some(server_pid),
             scaled,
         )?;
         eprintln!(
-            "wstune serve --self-test: profile {}, {} connections, {} scenario(s) of {} s against ws://{echo}/",
-            profile.name, plan.opts.conns, plan.scenarios.len(), plan.opts.secs
+            "wstune serve --self-test: profile {}, {} connections, {} server process(es), {} scenario(s) of {} s against ws://{echo}/",
+            profile.name, plan.opts.conns, processes, plan.scenarios.len(), plan.opts.secs
         );
         for s in &plan.scaled_down {
             eprintln!("wstune serve --self-test: scaled down: {s}");
         }
         let out = crate::cmd::selftest::execute(&plan).await;
-        let _ = stop_echo.send(());
-        let _ = stop_fanout.send(());
+        for s in servers {
+            match s {
+                Running::InProcess(stop) => {
+                    let _ = stop.send(());
+                }
+                Running::Child(c) => c.stop().await,
+            }
+        }
         Ok::<_, anyhow::Error>(out)
     })?;
     report.host_check =

@@ -8,6 +8,10 @@ use std::net::{IpAddr, Ipv4Addr};
 /// File descriptors a process keeps for itself besides connections (stdio, epoll, pipes).
 pub const FD_RESERVE: u64 = 64;
 
+/// Server processes `serve --self-test` starts at most (100k connections at a 20,000 fd limit
+/// need 6; more than this means the limit is the problem).
+pub const MAX_SERVER_PROCESSES: usize = 64;
+
 /// More generator processes than this means the fd limit is the problem, not the host's size.
 pub const MAX_WORKERS: usize = 64;
 
@@ -123,24 +127,23 @@ pub struct SelfTestSize {
 pub fn size_self_test(wanted: usize, rate: f64, bytes_per_conn: u64, h: &HostRoom) -> SelfTestSize {
     let mut conns = wanted.max(1);
     let mut scaled_down = Vec::new();
-    let per_process = h.server_nofile.saturating_sub(FD_RESERVE).max(1) as usize;
-    let fd_cap = per_process * h.max_server_processes.max(1);
+    let procs = h.max_server_processes.max(1);
+    let fd_cap = fd_room(h.server_nofile, procs);
     if conns > fd_cap {
-        let procs = h.max_server_processes.max(1);
+        let needed = crate::profile::processes_needed(wanted as u64, h.server_nofile);
         scaled_down.push(format!(
             "fd limit: the profile wants {wanted} connections, a server process may open {} files \
-             (hard limit, ulimit -n) and the self-test runs {procs} server process(es) here, room \
-             for {fd_cap}; using {fd_cap}. Raise the hard limit (`wstune apply`, LimitNOFILE=) to \
-             at least {}{}",
+             (hard limit, ulimit -n) and the self-test can run {procs} server process(es) here, \
+             room for {fd_cap}; using {fd_cap}. Raise the hard limit (`wstune apply`, \
+             LimitNOFILE=) to at least {}{}",
             h.server_nofile,
-            (wanted as u64).div_ceil(procs as u64) + FD_RESERVE,
-            if procs == 1 {
-                format!(
-                    ", or run the server as {} processes (`serve --processes`)",
-                    wanted.div_ceil(per_process)
-                )
-            } else {
-                String::new()
+            crate::profile::connections_per_process(wanted as u64, procs as u64) + FD_RESERVE,
+            match needed {
+                Some(n) if procs == 1 => format!(
+                    ", or run the server as {n} processes (`serve --processes {n}`, a build \
+                     with the supervisor)"
+                ),
+                _ => String::new(),
             }
         ));
         conns = fd_cap;
@@ -154,7 +157,7 @@ pub fn size_self_test(wanted: usize, rate: f64, bytes_per_conn: u64, h: &HostRoo
                  bytes per server connection plus {} for the generator's side), more than {:.0}% \
                  of the {} MiB available; using {mem_cap}. Add memory or lower the profile's \
                  deflate window",
-                conns as u64 * per >> 20,
+                (conns as u64 * per) >> 20,
                 bytes_per_conn,
                 GENERATOR_BYTES_PER_CONN,
                 MEMORY_SHARE * 100.0,
@@ -192,11 +195,31 @@ pub fn size_self_test(wanted: usize, rate: f64, bytes_per_conn: u64, h: &HostRoo
     };
     SelfTestSize {
         conns,
-        server_processes: conns.div_ceil(per_process),
+        server_processes: crate::profile::processes_needed(conns as u64, h.server_nofile)
+            .map_or(procs, |n| n as usize)
+            .min(procs),
         rate,
         scaled_down,
         rate_note,
     }
+}
+
+/// Connections `processes` server processes can hold at `nofile` open files each, under the
+/// supervisor's rule (each process gets its share plus 10%, plus `FD_RESERVE` files).
+pub fn fd_room(nofile: u64, processes: usize) -> usize {
+    let per = nofile.saturating_sub(FD_RESERVE);
+    if processes <= 1 {
+        return per as usize;
+    }
+    // The largest share s with s + ceil(s / 10) <= per.
+    let mut share = per * 10 / 11;
+    while share + share.div_ceil(10) > per {
+        share -= 1;
+    }
+    while (share + 1) + (share + 1).div_ceil(10) <= per {
+        share += 1;
+    }
+    (share * processes as u64) as usize
 }
 
 /// Memory this host can still give, bytes: MemAvailable from /proc/meminfo, Linux.
@@ -307,6 +330,15 @@ mod tests {
         let s = size_self_test(100_000, 10.0, 8192, &room(20_000, 8, None, 2));
         assert_eq!((s.conns, s.server_processes), (100_000, 6));
         assert!(s.scaled_down.is_empty(), "{:?}", s.scaled_down);
+        // Eight processes at most, 18,123 each (+10% +64 = 20,000): 144,984.
+        assert_eq!(fd_room(20_000, 8), 144_984);
+        let s = size_self_test(200_000, 10.0, 8192, &room(20_000, 8, None, 2));
+        assert_eq!((s.conns, s.server_processes), (144_984, 8));
+        assert!(
+            s.scaled_down[0].contains("8 server process(es)"),
+            "{:?}",
+            s.scaled_down
+        );
         let s = size_self_test(10_000, 10.0, 8192, &room(1024, 1, None, 32));
         assert_eq!(s.conns, 960);
         assert!(

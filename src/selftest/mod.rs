@@ -9,6 +9,7 @@
 pub mod client;
 pub mod limits;
 pub mod report;
+pub mod server;
 pub mod worker;
 
 use anyhow::{bail, Context, Result};
@@ -156,6 +157,9 @@ pub struct Options {
     pub sources: Vec<IpAddr>,
     /// The server's process, for CPU and memory (None: not sampled).
     pub server_pid: Option<u32>,
+    /// Sum CPU and memory over `server_pid` and every process below it (a supervisor and its
+    /// server processes); false when the generator's processes are below it instead.
+    pub server_tree: bool,
     pub ramp_per_sec: f64,
     pub storm_concurrency: usize,
 }
@@ -340,6 +344,16 @@ pub struct ScenarioReport {
     pub first_error: Option<String>,
 }
 
+/// The server's CPU time and RSS: its process, or its whole process tree.
+fn server_sample(o: &Options) -> Option<(f64, u64)> {
+    let pid = o.server_pid?;
+    if o.server_tree {
+        server::sample_tree(pid)
+    } else {
+        sample(pid)
+    }
+}
+
 /// A process's peak resident memory (VmHWM), Linux.
 pub fn peak_rss(pid: u32) -> Option<u64> {
     #[cfg(target_os = "linux")]
@@ -423,7 +437,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     } else {
         &o.target
     };
-    let rss_before = o.server_pid.and_then(sample).map(|s| s.1);
+    let rss_before = server_sample(o).map(|s| s.1);
     let kernel_before = (scenario == Scenario::Idle).then(kernel_sample).flatten();
     let mut procs = spawn_workers(o, scenario, target)?;
     let workers = procs.len();
@@ -432,15 +446,15 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     if scenario == Scenario::Idle {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let rss_after_connect = o.server_pid.and_then(sample).map(|s| s.1);
+    let rss_after_connect = server_sample(o).map(|s| s.1);
     let kernel_during = (scenario == Scenario::Idle).then(kernel_sample).flatten();
     let warmup = if scenario.warms_up() { o.warmup } else { 0.0 };
     // The server's CPU is read when the measured window starts (after the warm-up).
     let server0 = {
-        let pid = o.server_pid;
+        let o = o.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
-            pid.and_then(sample).map(|s| (s, Instant::now()))
+            server_sample(&o).map(|s| (s, Instant::now()))
         })
     };
     let t0 = Instant::now();
@@ -785,7 +799,7 @@ async fn run_phase(
                     }
                     Ok(Event::Done(r)) => {
                         if server_end.is_none() {
-                            server_end = o.server_pid.and_then(sample).map(|s| (s, Instant::now()));
+                            server_end = server_sample(o).map(|s| (s, Instant::now()));
                         }
                         p.result = Some(r);
                     }
@@ -883,6 +897,26 @@ fn merge(results: &[&WorkerResult], n_rounds: usize, mut first_error: Option<Str
     }
 }
 
+/// The workers' cumulative counts summed per second, then differenced.
+fn timeline(procs: &[WorkerProc]) -> Vec<TimelinePoint> {
+    let n_ticks = procs.iter().map(|p| p.ticks.len()).max().unwrap_or(0);
+    let mut timeline = Vec::new();
+    let mut prev = (0u64, 0u64);
+    for t in 0..n_ticks {
+        let cum = procs.iter().fold((0u64, 0u64), |a, p| {
+            let x = p.ticks.get(t).or(p.ticks.last()).copied().unwrap_or((0, 0));
+            (a.0 + x.0, a.1 + x.1)
+        });
+        timeline.push(TimelinePoint {
+            t: t as u32 + 1,
+            sent_per_sec: cum.0.saturating_sub(prev.0),
+            received_per_sec: cum.1.saturating_sub(prev.1),
+        });
+        prev = cum;
+    }
+    timeline
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -908,24 +942,4 @@ mod tests {
         let m = kernel_memory(Some(k), Some(during)).unwrap();
         assert_eq!(m.slab_bytes_per_socket, Some(4096.0));
     }
-}
-
-/// The workers' cumulative counts summed per second, then differenced.
-fn timeline(procs: &[WorkerProc]) -> Vec<TimelinePoint> {
-    let n_ticks = procs.iter().map(|p| p.ticks.len()).max().unwrap_or(0);
-    let mut timeline = Vec::new();
-    let mut prev = (0u64, 0u64);
-    for t in 0..n_ticks {
-        let cum = procs.iter().fold((0u64, 0u64), |a, p| {
-            let x = p.ticks.get(t).or(p.ticks.last()).copied().unwrap_or((0, 0));
-            (a.0 + x.0, a.1 + x.1)
-        });
-        timeline.push(TimelinePoint {
-            t: t as u32 + 1,
-            sent_per_sec: cum.0.saturating_sub(prev.0),
-            received_per_sec: cum.1.saturating_sub(prev.1),
-        });
-        prev = cum;
-    }
-    timeline
 }
