@@ -113,9 +113,13 @@ impl ChildServer {
 
 /// `pid` and every process below it (the supervisor and its server processes), Linux.
 pub fn tree(pid: u32) -> Vec<u32> {
-    let mut out = vec![pid];
+    #[cfg(not(target_os = "linux"))]
+    {
+        vec![pid]
+    }
     #[cfg(target_os = "linux")]
     {
+        let mut out = vec![pid];
         let mut parents: Vec<(u32, u32)> = Vec::new();
         if let Ok(all) = procfs::process::all_processes() {
             for p in all.flatten() {
@@ -135,8 +139,8 @@ pub fn tree(pid: u32) -> Vec<u32> {
             );
             i += 1;
         }
+        out
     }
-    out
 }
 
 /// CPU seconds and RSS summed over `pid`'s process tree.
