@@ -17,5 +17,6 @@ pub mod pool;
 pub mod profile;
 pub mod report;
 pub mod selftest;
+pub mod supervisor;
 pub mod value;
 mod yaml_lines;

@@ -243,6 +243,11 @@ pub struct ServeArgs {
     /// How many accept loops with --reuseport.
     #[arg(long, default_value_t = 0)]
     pub acceptors: usize,
+    /// Server processes on one port (SO_REUSEPORT), under a supervisor that restarts them and
+    /// relays broadcast/channels between them: N, auto (enough for the fd limit) or cores
+    /// (profile: server.processes; Linux only).
+    #[arg(long, value_name = "N|auto|cores", value_parser = crate::profile::Processes::parse)]
+    pub processes: Option<crate::profile::Processes>,
     /// Offer permessage-deflate (profile: server.deflate.enabled).
     #[arg(long, conflicts_with = "no_deflate")]
     pub deflate: bool,

@@ -210,9 +210,22 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
         })?),
     };
     let tls = tls_config(a)?;
-    // Logs (accept failures, shutdown) to stderr; RUST_LOG overrides the level.
+    // A supervised process (started by `--processes`) serves; anyone else may supervise.
+    let supervised: Option<u64> = std::env::var(crate::supervisor::ENV_PROCESS)
+        .ok()
+        .and_then(|v| v.parse().ok());
+    if supervised.is_none() {
+        if let Some(code) = supervise(a, &r, admin, tls.is_some())? {
+            return Ok(code);
+        }
+    }
+    // Logs (accept failures, shutdown) to stderr; RUST_LOG overrides the level. A log line
+    // that cannot be written is dropped silently: the default reports it with eprintln!,
+    // which panics on a closed stderr, and a supervised process whose supervisor was killed
+    // (its stderr pipe gone) must still drain its clients.
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .log_internal_errors(false)
         .with_ansi(
             std::io::IsTerminal::is_terminal(&std::io::stderr())
                 && std::env::var_os("NO_COLOR").is_none(),
@@ -261,6 +274,14 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
             crate::cluster::start(url, server.hub())?;
             eprintln!("wstune serve: cluster backplane on {url} (channel {})", crate::cluster::CHANNEL);
         }
+        #[cfg(target_os = "linux")]
+        if let (Some(i), Some(fd)) = (
+            supervised,
+            std::env::var(crate::supervisor::ENV_RELAY_FD).ok().and_then(|v| v.parse().ok()),
+        ) {
+            crate::supervisor::relay::start_child(server.hub(), i, fd)
+                .context("cannot use the relay socket the supervisor passed")?;
+        }
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         if let Some(l) = admin_listener {
             let hub = server.hub();
@@ -276,6 +297,58 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(exit::OK)
+}
+
+/// `--processes` (or the profile's `server.processes`) above one: run the supervisor, and
+/// return its exit code. None when this process serves alone.
+fn supervise(
+    a: &ServeArgs,
+    r: &Resolved,
+    admin: Option<SocketAddr>,
+    tls: bool,
+) -> Result<Option<u8>> {
+    use crate::profile::Processes;
+    let prof = profile::load(&a.profile)?.profile;
+    let (want, from) = match a.processes {
+        Some(p) => (p, "--processes"),
+        None => (prof.server.processes, "server.processes"),
+    };
+    if want == Processes::Count(1) {
+        return Ok(None);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (_, hard) = crate::host::raise_nofile();
+    let sizing = crate::supervisor::size(want, from, r.config.max_connections, hard, cores)
+        .map_err(anyhow::Error::msg)?;
+    if sizing.processes == 1 {
+        return Ok(None);
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (admin, tls);
+        bail!("{from} {want}: several processes on one port need Linux (SO_REUSEPORT spreads the connections); run one `wstune serve` per port behind a load balancer");
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // One process per core by default, each with its share of the cores (nginx's layout);
+        // an explicit --workers or profile io_workers is each process's own.
+        let workers = if a.workers.is_none() && prof.server.io_workers == 0 {
+            (cores / sizing.processes).max(1)
+        } else {
+            r.workers
+        };
+        let plan = crate::supervisor::Plan {
+            sizing,
+            addr: SocketAddr::new(a.bind, a.port),
+            admin,
+            args: std::env::args().skip(1).collect(),
+            workers,
+            relay: a.cluster.is_none(),
+            grace: Duration::from_secs(a.shutdown_grace),
+            scheme: if tls { "wss" } else { "ws" },
+        };
+        Ok(Some(crate::supervisor::supervise(plan)?))
+    }
 }
 
 fn print_settings(

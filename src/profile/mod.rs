@@ -478,6 +478,15 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         1 << 32,
         "",
     );
+    if let model::Processes::Count(n) = s.processes {
+        b.range(
+            "server.processes",
+            n,
+            1,
+            crate::supervisor::MAX_PROCESSES as u64,
+            "or auto / cores",
+        );
+    }
     if s.max_frame_bytes > s.max_message_bytes {
         b.problem(
             "server.max_frame_bytes",

@@ -95,6 +95,76 @@ pub struct ServerSettings {
     pub heartbeat: HeartbeatSettings,
     /// Queued outgoing bytes per connection before a slow consumer is closed.
     pub send_queue_bytes: u64,
+    /// Server processes sharing the port (SO_REUSEPORT, `serve --processes`): a number,
+    /// `auto` (enough that each stays under its fd limit) or `cores` (auto, and at least one
+    /// per core). Optional; 1 when absent.
+    #[serde(default)]
+    pub processes: Processes,
+}
+
+/// How many server processes `serve` starts (see `src/supervisor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Processes {
+    /// Exactly this many (1: no supervisor, the single process).
+    Count(u64),
+    /// As many as the per-process fd hard limit needs for the connection count, at least 1.
+    Auto,
+    /// `auto`, and at least one per core (nginx's `worker_processes auto`).
+    Cores,
+}
+
+impl Default for Processes {
+    fn default() -> Processes {
+        Processes::Count(1)
+    }
+}
+
+impl Processes {
+    /// `auto`, `cores` or a whole number; the error names the accepted forms.
+    pub fn parse(s: &str) -> Result<Processes, String> {
+        match s.trim() {
+            "auto" => Ok(Processes::Auto),
+            "cores" => Ok(Processes::Cores),
+            n => n.parse().map(Processes::Count).map_err(|_| {
+                format!("'{s}' is not a process count: use a whole number, auto or cores")
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for Processes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Processes::Count(n) => write!(f, "{n}"),
+            Processes::Auto => f.write_str("auto"),
+            Processes::Cores => f.write_str("cores"),
+        }
+    }
+}
+
+/// A number or `auto`/`cores` in YAML.
+impl Serialize for Processes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Processes::Count(n) => s.serialize_u64(*n),
+            other => s.serialize_str(&other.to_string()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Processes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Processes, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(Processes::Count(n)),
+            Raw::S(s) => Processes::parse(&s).map_err(serde::de::Error::custom),
+        }
+    }
 }
 
 /// permessage-deflate (RFC 7692) settings.

@@ -15,6 +15,9 @@ const BYTE_FIELDS: &[&str] = &[
     "server.deflate.level",
 ];
 
+/// Keys a profile may leave out (newer than most profiles in use), each with a serde default.
+const OPTIONAL: &[&str] = &["server.processes"];
+
 /// One shape problem: the dotted key path it is about, and what is wrong (with the fix).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mismatch {
@@ -94,6 +97,8 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                 let key = Yaml::String(name.clone());
                 match map.get_mut(&key) {
                     Some(v) => walk(&join(path, name), v, sub, out),
+                    // An optional key left out: serde's default fills it in.
+                    None if OPTIONAL.contains(&join(path, name).as_str()) => {}
                     None => {
                         if !meant.contains(name) {
                             out.push(Mismatch {
@@ -115,7 +120,9 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
             } else {
                 (u64::MAX, "a whole number (0 or more)")
             };
-            if !matches!(doc, Yaml::Number(n) if n.as_u64().is_some_and(|v| v <= max)) {
+            // `server.processes` is a number or a word (auto, cores): serde checks the word.
+            let word = OPTIONAL.contains(&path) && matches!(doc, Yaml::String(_));
+            if !word && !matches!(doc, Yaml::Number(n) if n.as_u64().is_some_and(|v| v <= max)) {
                 out.push(Mismatch {
                     path: path.to_string(),
                     message: format!("{path}: expected {what}, found {}", shown(doc)),

@@ -1,0 +1,222 @@
+//! `serve --processes N`: N server processes on one port (SO_REUSEPORT spreads the
+//! connections), under a supervisor, the way nginx worker processes and Envoy's concurrency
+//! work.
+//!
+//! The supervisor holds the port bound (not listening: it receives nothing, but it reserves the
+//! port, resolves `--port 0`, and finds a non-reuseport owner before anything starts), starts
+//! each process as `wstune serve ... --port P --reuseport --admin 127.0.0.1:0` with
+//! `WSTUNE_PROCESS=i`, restarts one that dies (100 ms doubling to 5 s, reset after 30 s alive),
+//! forwards SIGTERM/SIGINT so every process drains, serves one admin endpoint (/healthz per
+//! process, /metrics summed) and relays `broadcast`/`channels` between the processes
+//! (`relay.rs`) unless `--cluster` makes each process a node on Redis.
+
+pub mod metrics;
+#[cfg(target_os = "linux")]
+pub mod relay;
+#[cfg(target_os = "linux")]
+mod run;
+#[cfg(target_os = "linux")]
+pub use run::{supervise, Plan};
+
+use crate::profile::Processes;
+
+/// More processes than this is a typo, not a plan (nginx and Envoy run one per core).
+pub const MAX_PROCESSES: usize = 1024;
+/// File descriptors a server process needs besides its connections (listeners, admin, relay,
+/// epoll, runtime, logs): the same headroom `serve` warns about for one process.
+pub const RESERVE_FDS: u64 = 64;
+/// The environment variable that makes `serve` a supervised process: its index.
+pub const ENV_PROCESS: &str = "WSTUNE_PROCESS";
+/// The inherited relay socket's fd number in a supervised process.
+pub const ENV_RELAY_FD: &str = "WSTUNE_RELAY_FD";
+
+/// How many processes and how many connections each may hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sizing {
+    pub processes: usize,
+    /// Each process's max connections: its share plus 10% (the kernel's hash spreads
+    /// connections evenly on average, not exactly), never above the total.
+    pub per_process: usize,
+}
+
+/// One process's connection cap when `total` is shared by `n`.
+pub fn per_process(total: usize, n: usize) -> usize {
+    if n <= 1 {
+        return total;
+    }
+    let share = total.div_ceil(n);
+    (share + share.div_ceil(10)).min(total)
+}
+
+/// Resolve `want` (from `from`: "--processes" or "server.processes") for `max_connections`,
+/// given this process's fd hard limit and core count. Errors name the problem and the fix.
+pub fn size(
+    want: Processes,
+    from: &str,
+    max_connections: usize,
+    hard_nofile: u64,
+    cores: usize,
+) -> Result<Sizing, String> {
+    let fits = |n: usize| per_process(max_connections, n) as u64 + RESERVE_FDS <= hard_nofile;
+    let needed = (1..=MAX_PROCESSES).find(|&n| fits(n));
+    let n = match want {
+        Processes::Count(0) => {
+            return Err(format!(
+            "{from} 0: a server needs at least one process; use 1 (one process, no supervisor), \
+                 a number up to {MAX_PROCESSES}, auto or cores"
+        ))
+        }
+        Processes::Count(n) if n as usize > MAX_PROCESSES => {
+            return Err(format!(
+                "{from} {n}: more than {MAX_PROCESSES} processes is not a useful layout (one per \
+                 core is the usual most); use auto or cores"
+            ))
+        }
+        Processes::Count(n) => n as usize,
+        Processes::Auto | Processes::Cores => {
+            let Some(needed) = needed else {
+                return Err(format!(
+                    "{from} {want}: even {MAX_PROCESSES} processes cannot hold max connections \
+                     {max_connections} under the fd hard limit {hard_nofile}; raise the hard \
+                     limit (LimitNOFILE; `wstune check` says how) or lower --max-connections"
+                ));
+            };
+            if want == Processes::Cores {
+                needed.max(cores)
+            } else {
+                needed
+            }
+        }
+    };
+    if n > 1 && n > max_connections {
+        return Err(format!(
+            "{from} {n}: more processes than max connections {max_connections}; some would hold \
+             no connection: use at most {max_connections}, or auto"
+        ));
+    }
+    // One process keeps today's behaviour (a warning at start); several are the operator's
+    // way around the fd limit, so a layout that cannot hold the count is refused.
+    if n > 1 && !fits(n) {
+        let pp = per_process(max_connections, n);
+        let fix = match needed {
+            Some(k) => format!("use --processes {k} (or auto)"),
+            None => "lower --max-connections".to_string(),
+        };
+        return Err(format!(
+            "{from} {n}: each process may hold {pp} of max connections {max_connections} and \
+             needs {} file descriptors, above the fd hard limit {hard_nofile}; {fix}, or raise \
+             the hard limit (LimitNOFILE; `wstune check` says how)",
+            pp as u64 + RESERVE_FDS
+        ));
+    }
+    Ok(Sizing {
+        processes: n,
+        per_process: per_process(max_connections, n),
+    })
+}
+
+/// The arguments of a supervised process: the supervisor's own (after the program name),
+/// without the flags the supervisor sets itself, plus those.
+pub fn child_args(own: &[String], port: u16, per_process: usize, workers: usize) -> Vec<String> {
+    const SET_HERE: &[&str] = &[
+        "--processes",
+        "--port",
+        "--admin",
+        "--max-connections",
+        "--workers",
+    ];
+    let mut out = Vec::new();
+    let mut it = own.iter();
+    while let Some(a) = it.next() {
+        if a == "--reuseport" {
+            continue;
+        }
+        if SET_HERE.contains(&a.as_str()) {
+            it.next();
+            continue;
+        }
+        if SET_HERE.iter().any(|f| a.starts_with(&format!("{f}="))) {
+            continue;
+        }
+        out.push(a.clone());
+    }
+    out.extend(
+        [
+            "--port",
+            &port.to_string(),
+            "--reuseport",
+            "--admin",
+            "127.0.0.1:0",
+            "--max-connections",
+            &per_process.to_string(),
+            "--workers",
+            &workers.to_string(),
+        ]
+        .map(String::from),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizing() {
+        let s = |w, m, hard| size(w, "--processes", m, hard, 2);
+        // 100k under a 20,000 hard limit: 6 processes of 18,334.
+        assert_eq!(
+            s(Processes::Auto, 100_000, 20_000),
+            Ok(Sizing {
+                processes: 6,
+                per_process: 18_334
+            })
+        );
+        assert_eq!(s(Processes::Auto, 10_000, 20_000).unwrap().processes, 1);
+        assert_eq!(s(Processes::Cores, 10_000, 20_000).unwrap().processes, 2);
+        assert!(s(Processes::Count(0), 10, 100)
+            .unwrap_err()
+            .contains("--processes 0: a server needs at least one process"));
+        assert!(s(Processes::Count(5000), 100_000, 1 << 20)
+            .unwrap_err()
+            .contains("more than 1024"));
+        let e = s(Processes::Count(2), 100_000, 20_000).unwrap_err();
+        assert!(
+            e.contains("needs 55064 file descriptors") && e.contains("--processes 6"),
+            "{e}"
+        );
+        assert!(s(Processes::Count(8), 4, 1000)
+            .unwrap_err()
+            .contains("more processes than"));
+        // One process is today's server: a low limit only warns.
+        assert_eq!(
+            s(Processes::Count(1), 100_000, 20_000).unwrap().processes,
+            1
+        );
+        assert_eq!(per_process(10, 3), 5);
+        assert_eq!(per_process(1000, 1), 1000);
+    }
+
+    #[test]
+    fn child_args_replace_what_the_supervisor_sets() {
+        let own: Vec<String> = [
+            "serve",
+            "--processes",
+            "3",
+            "--port=0",
+            "--app",
+            "broadcast",
+            "--reuseport",
+            "--admin",
+            "127.0.0.1:9",
+            "--workers=4",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            child_args(&own, 4000, 40, 1).join(" "),
+            "serve --app broadcast --port 4000 --reuseport --admin 127.0.0.1:0 \
+             --max-connections 40 --workers 1"
+        );
+    }
+}

@@ -1,0 +1,176 @@
+//! The local relay: `broadcast` and `channels` across the processes of one supervisor, without
+//! Redis.
+//!
+//! Each process has one Unix socket (a `socketpair`, the child's end inherited as
+//! `WSTUNE_RELAY_FD`) to the supervisor. A process delivers its own message locally at once,
+//! then writes it once, in the cluster's wire format (`cluster::encode`, the process index as
+//! node id) behind a u32 length; the supervisor hands that frame to every *other* live process,
+//! which delivers it locally (encoded once per process). Every queue is bounded: a process that
+//! cannot keep up loses relayed messages (counted), it never blocks the others.
+
+use crate::cluster::{decode, encode, Incoming};
+use embedded_server::Hub;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// Frames waiting for one process's socket (each side); past this they are dropped.
+const QUEUE: usize = 8192;
+/// Larger frames are a broken peer, not a message (messages are capped far below this).
+const MAX_FRAME: usize = 1 << 30;
+
+/// A frame as written: u32 LE length, then the `cluster::encode` bytes.
+type Frame = Arc<Vec<u8>>;
+
+fn framed(body: Vec<u8>) -> Vec<u8> {
+    let mut v = Vec::with_capacity(4 + body.len());
+    v.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    v.extend_from_slice(&body);
+    v
+}
+
+/// One connected pair: (the supervisor's end, the child's end), both close-on-exec; the
+/// child's end is made inheritable in the child only, just before exec.
+pub fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: fds is a valid array of two ints for socketpair to fill.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: socketpair succeeded, so both fds are open and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn stream(fd: OwnedFd) -> io::Result<tokio::net::UnixStream> {
+    let s = std::os::unix::net::UnixStream::from(fd);
+    s.set_nonblocking(true)?;
+    tokio::net::UnixStream::from_std(s)
+}
+
+async fn read_frame(r: &mut (impl AsyncReadExt + Unpin)) -> io::Result<Vec<u8>> {
+    let n = r.read_u32_le().await? as usize;
+    if n > MAX_FRAME {
+        return Err(io::Error::other(format!("relay frame of {n} bytes")));
+    }
+    let mut v = vec![0; 4 + n];
+    v[..4].copy_from_slice(&(n as u32).to_le_bytes());
+    r.read_exact(&mut v[4..]).await?;
+    Ok(v)
+}
+
+/// In a supervised process: relay this hub's broadcasts and channel messages through the
+/// supervisor on `fd`, and deliver what the other processes relay. The backplane metrics
+/// (`ws_backplane_*`) count the relay as they count Redis.
+pub fn start_child(hub: Arc<Hub>, index: u64, fd: RawFd) -> io::Result<()> {
+    // SAFETY: the supervisor passed this fd to us (and only us) for the relay.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let (mut rd, mut wr) = stream(fd)?.into_split();
+    let metrics = hub.metrics.clone();
+    metrics.backplane_up.store(1, Relaxed);
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(QUEUE);
+    {
+        let metrics = metrics.clone();
+        hub.set_relay(Box::new(move |r| {
+            if metrics.backplane_up.load(Relaxed) != 1
+                || tx.try_send(framed(encode(index, &r))).is_err()
+            {
+                metrics.backplane_dropped.fetch_add(1, Relaxed);
+            }
+        }));
+    }
+    let m = metrics.clone();
+    tokio::spawn(async move {
+        while let Some(f) = rx.recv().await {
+            if wr.write_all(&f).await.is_err() {
+                m.backplane_up.store(0, Relaxed);
+                return;
+            }
+            m.backplane_published.fetch_add(1, Relaxed);
+        }
+    });
+    tokio::spawn(async move {
+        while let Ok(f) = read_frame(&mut rd).await {
+            match decode(index, &f[4..]) {
+                Some(Incoming::Broadcast(op, payload)) => {
+                    metrics.backplane_received.fetch_add(1, Relaxed);
+                    hub.deliver_remote_broadcast(op, payload);
+                }
+                Some(Incoming::Channel(name, text)) => {
+                    metrics.backplane_received.fetch_add(1, Relaxed);
+                    hub.deliver_remote_channel(name, text);
+                }
+                None => {}
+            }
+        }
+        // The supervisor is gone (its parent-death signal drains this process).
+        metrics.backplane_up.store(0, Relaxed);
+        tracing::warn!("relay to the supervisor closed: serving local clients only");
+    });
+    Ok(())
+}
+
+/// The supervisor's side: one queue per live process, and what was relayed or dropped.
+pub struct Hubs {
+    queues: Mutex<Vec<Option<mpsc::Sender<Frame>>>>,
+    pub frames: AtomicU64,
+    pub dropped: AtomicU64,
+}
+
+impl Hubs {
+    pub fn new(n: usize) -> Arc<Hubs> {
+        Arc::new(Hubs {
+            queues: Mutex::new(vec![None; n]),
+            frames: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+        })
+    }
+
+    /// Relay for process `index` over `fd` (the supervisor's end of its pair) until it closes.
+    pub fn attach(self: &Arc<Self>, index: usize, fd: OwnedFd) -> io::Result<()> {
+        let raw = fd.as_raw_fd();
+        let (mut rd, mut wr) = stream(fd)?.into_split();
+        let (tx, mut rx) = mpsc::channel::<Frame>(QUEUE);
+        self.queues.lock().unwrap()[index] = Some(tx);
+        tokio::spawn(async move {
+            while let Some(f) = rx.recv().await {
+                if wr.write_all(&f).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let hubs = self.clone();
+        tokio::spawn(async move {
+            while let Ok(f) = read_frame(&mut rd).await {
+                let f = Arc::new(f);
+                let queues = hubs.queues.lock().unwrap();
+                for (j, q) in queues.iter().enumerate() {
+                    let Some(q) = q.as_ref().filter(|_| j != index) else {
+                        continue;
+                    };
+                    match q.try_send(f.clone()) {
+                        Ok(()) => hubs.frames.fetch_add(1, Relaxed),
+                        Err(_) => hubs.dropped.fetch_add(1, Relaxed),
+                    };
+                }
+            }
+            tracing::debug!("relay of process {index} (fd {raw}) closed");
+        });
+        Ok(())
+    }
+
+    /// Process `index` is gone: stop queueing for it (its writer ends with the queue).
+    pub fn detach(&self, index: usize) {
+        self.queues.lock().unwrap()[index] = None;
+    }
+}

@@ -1,0 +1,649 @@
+//! The supervisor process: start, watch, restart and drain the server processes; the admin
+//! endpoint over all of them.
+
+use super::relay::Hubs;
+use super::{metrics, Sizing, ENV_PROCESS, ENV_RELAY_FD};
+use anyhow::{bail, Context, Result};
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+/// What `serve` resolved for the supervisor.
+pub struct Plan {
+    pub sizing: Sizing,
+    /// `--bind` and `--port` (0: any free port).
+    pub addr: SocketAddr,
+    pub admin: Option<SocketAddr>,
+    /// This process's own arguments (after the program name).
+    pub args: Vec<String>,
+    pub workers: usize,
+    /// Relay broadcast/channels locally (false with `--cluster`: Redis relays).
+    pub relay: bool,
+    pub grace: Duration,
+    pub scheme: &'static str,
+}
+
+#[derive(Default, Clone)]
+struct Slot {
+    pid: Option<u32>,
+    admin: Option<SocketAddr>,
+    up: bool,
+    restarts: u64,
+    /// The last exit, as the log said it.
+    last_exit: Option<String>,
+}
+
+struct State {
+    plan: Plan,
+    port: u16,
+    slots: Mutex<Vec<Slot>>,
+    hubs: Arc<Hubs>,
+    /// Set once every process first came up; a death before that fails the start.
+    started: AtomicBool,
+    stopping: AtomicBool,
+    /// Bumped on every change of a slot (startup and shutdown wait on it).
+    changed: tokio::sync::watch::Sender<u64>,
+    start_failure: Mutex<Option<String>>,
+}
+
+impl State {
+    fn bump(&self) {
+        self.changed.send_modify(|v| *v += 1);
+    }
+}
+
+/// Backoff before restart `attempt` (0-based): 100 ms doubling to 5 s.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((100u64 << attempt.min(6)).min(5000))
+}
+
+/// A process that lived this long before dying starts its backoff from the beginning.
+const STABLE: Duration = Duration::from_secs(30);
+
+/// Run the supervisor until SIGTERM/SIGINT; the exit code.
+pub fn supervise(plan: Plan) -> Result<u8> {
+    // Reserve the port: bound with SO_REUSEPORT but never listening, so it receives nothing,
+    // yet `--port 0` becomes a real port and a process holding the port without SO_REUSEPORT
+    // is found now, before any child starts.
+    let reserve = socket2::Socket::new(
+        socket2::Domain::for_address(plan.addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    reserve.set_reuse_address(true)?;
+    reserve.set_reuse_port(true)?;
+    if let Err(e) = reserve.bind(&plan.addr.into()) {
+        bail!(
+            "cannot use {} for {} processes: {e}; another process holds the port without \
+             SO_REUSEPORT (or as another user): stop it or pick another --port",
+            plan.addr,
+            plan.sizing.processes
+        );
+    }
+    let port = reserve
+        .local_addr()?
+        .as_socket()
+        .map(|a| a.port())
+        .context("the reserved port has no address")?;
+    let admin = match plan.admin {
+        Some(a) => Some(
+            std::net::TcpListener::bind(a)
+                .with_context(|| format!("cannot listen on --admin {a}"))?,
+        ),
+        None => None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let n = plan.sizing.processes;
+    let (changed, _) = tokio::sync::watch::channel(0);
+    let st = Arc::new(State {
+        plan,
+        port,
+        slots: Mutex::new(vec![Slot::default(); n]),
+        hubs: Hubs::new(n),
+        started: AtomicBool::new(false),
+        stopping: AtomicBool::new(false),
+        changed,
+        start_failure: Mutex::new(None),
+    });
+    // Everything runs on this thread: the parent-death signal of a child fires when the
+    // thread that forked it ends, so no child may be forked from a thread that can end first.
+    let code = rt.block_on(run(st.clone(), admin))?;
+    drop(reserve);
+    Ok(code)
+}
+
+async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<u8> {
+    let n = st.plan.sizing.processes;
+    let mut keepers = Vec::new();
+    for i in 0..n {
+        keepers.push(tokio::spawn(keep(st.clone(), i)));
+    }
+    // Wait until every process listens, or one fails to start.
+    let mut rx = st.changed.subscribe();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let signal = embedded_server::shutdown_signal();
+    tokio::pin!(signal);
+    loop {
+        let failure = st.start_failure.lock().unwrap().clone();
+        if let Some(why) = failure {
+            stop(&st, keepers).await;
+            bail!("{why}");
+        }
+        if st.slots.lock().unwrap().iter().all(|s| s.up) {
+            break;
+        }
+        tokio::select! {
+            _ = rx.changed() => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                stop(&st, keepers).await;
+                bail!("the {n} server processes did not all start listening within 60 s");
+            }
+            _ = &mut signal => {
+                stop(&st, keepers).await;
+                return Ok(crate::cli::exit::OK);
+            }
+        }
+    }
+    st.started.store(true, Relaxed);
+    let pids: Vec<String> = st
+        .slots
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.pid.unwrap_or(0).to_string())
+        .collect();
+    let p = &st.plan;
+    eprintln!(
+        "wstune serve: {n} processes on one port (SO_REUSEPORT), pids {}; up to {} connections \
+         and {} io workers each; broadcast/channels relay: {}; supervisor pid {}",
+        pids.join(", "),
+        p.sizing.per_process,
+        p.workers,
+        if p.relay {
+            "local (through the supervisor)"
+        } else {
+            "Redis (--cluster)"
+        },
+        std::process::id()
+    );
+    eprintln!(
+        "wstune serve: listening on {}://{}/",
+        p.scheme,
+        SocketAddr::new(p.addr.ip(), st.port)
+    );
+    let (admin_stop, admin_rx) = tokio::sync::watch::channel(false);
+    if let Some(l) = admin {
+        l.set_nonblocking(true)?;
+        let l = tokio::net::TcpListener::from_std(l)?;
+        let a = l.local_addr()?;
+        eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics");
+        tokio::spawn(serve_admin(l, st.clone(), admin_rx));
+    }
+    signal.await;
+    eprintln!(
+        "wstune serve: stopping: every process drains (1001 to its clients, up to {} s)",
+        st.plan.grace.as_secs()
+    );
+    let clean = stop(&st, keepers).await;
+    let _ = admin_stop.send(true);
+    Ok(if clean {
+        crate::cli::exit::OK
+    } else {
+        crate::cli::exit::WARN
+    })
+}
+
+/// Ask every process to drain (SIGTERM), wait for them within the grace period (plus a few
+/// seconds for the process to exit), then SIGKILL whatever is left. True when none had to be
+/// killed.
+async fn stop(st: &Arc<State>, keepers: Vec<tokio::task::JoinHandle<()>>) -> bool {
+    st.stopping.store(true, Relaxed);
+    st.bump();
+    let signal_all = |sig| {
+        for s in st.slots.lock().unwrap().iter() {
+            if let Some(pid) = s.pid {
+                // SAFETY: kill has no memory preconditions; pid is our own child's.
+                unsafe { libc::kill(pid as i32, sig) };
+            }
+        }
+    };
+    signal_all(libc::SIGTERM);
+    let all = futures_util::future::join_all(keepers);
+    tokio::pin!(all);
+    let wait = st.plan.grace + Duration::from_secs(5);
+    if tokio::time::timeout(wait, &mut all).await.is_ok() {
+        return true;
+    }
+    let left: Vec<String> = st
+        .slots
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s.pid.map(|p| p.to_string()))
+        .collect();
+    eprintln!(
+        "wstune serve: process(es) {} still running {} s after SIGTERM: killed",
+        left.join(", "),
+        wait.as_secs()
+    );
+    signal_all(libc::SIGKILL);
+    let _ = tokio::time::timeout(Duration::from_secs(5), all).await;
+    false
+}
+
+/// Keep process `i` running: start it, wait for it to exit, restart it with backoff.
+async fn keep(st: Arc<State>, i: usize) {
+    let mut attempt = 0;
+    let mut first = true;
+    loop {
+        if st.stopping.load(Relaxed) {
+            return;
+        }
+        let born = Instant::now();
+        let (mut child, pid) = match spawn(&st, i) {
+            Ok(c) => c,
+            Err(e) => {
+                let why = format!("cannot start server process {i}: {e:#}");
+                if !st.started.load(Relaxed) {
+                    *st.start_failure.lock().unwrap() = Some(why);
+                    st.bump();
+                    return;
+                }
+                eprintln!("wstune serve: {why}");
+                tokio::time::sleep(backoff(attempt)).await;
+                attempt += 1;
+                continue;
+            }
+        };
+        let lines = child
+            .stderr
+            .take()
+            .map(|e| tokio::spawn(watch_stderr(st.clone(), i, pid, e, first)));
+        first = false;
+        let status = child.wait().await;
+        // The stderr reader ends at EOF, right after the exit; what it buffered says why a
+        // process died before it listened.
+        let head = match lines {
+            Some(h) => tokio::time::timeout(Duration::from_secs(2), h)
+                .await
+                .ok()
+                .and_then(|r| r.ok())
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        st.hubs.detach(i);
+        let how = match status {
+            Ok(s) => s.to_string(),
+            Err(e) => format!("lost ({e})"),
+        };
+        {
+            let mut slots = st.slots.lock().unwrap();
+            let s = &mut slots[i];
+            s.pid = None;
+            s.up = false;
+            s.admin = None;
+            s.last_exit = Some(how.clone());
+        }
+        st.bump();
+        if st.stopping.load(Relaxed) {
+            return;
+        }
+        if !st.started.load(Relaxed) {
+            let mut why =
+                format!("server process {i} (pid {pid}) stopped before it listened: {how}");
+            for l in head.iter().rev().take(20).rev() {
+                why.push_str("\n  ");
+                why.push_str(l);
+            }
+            *st.start_failure.lock().unwrap() = Some(why);
+            st.bump();
+            return;
+        }
+        if born.elapsed() >= STABLE {
+            attempt = 0;
+        }
+        let delay = backoff(attempt);
+        attempt += 1;
+        let restarts = {
+            let mut slots = st.slots.lock().unwrap();
+            slots[i].restarts += 1;
+            slots[i].restarts
+        };
+        eprintln!(
+            "wstune serve: process {i} (pid {pid}) exited ({how}) after {:.1} s; its clients are \
+             disconnected, the port stays open; restarting in {} ms (restart {restarts})",
+            born.elapsed().as_secs_f64(),
+            delay.as_millis()
+        );
+        let mut rx = st.changed.subscribe();
+        let _ = tokio::time::timeout(delay, async {
+            while !st.stopping.load(Relaxed) {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+    }
+}
+
+/// Start server process `i`: the same `wstune serve` with the supervisor's flags, its relay
+/// socket inherited, and a parent-death signal so that no process outlives the supervisor.
+fn spawn(st: &Arc<State>, i: usize) -> Result<(tokio::process::Child, u32)> {
+    let p = &st.plan;
+    let exe = std::env::current_exe().context("cannot find the wstune executable")?;
+    let args = super::child_args(&p.args, st.port, p.sizing.per_process, p.workers);
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args(&args)
+        .env(ENV_PROCESS, i.to_string())
+        .env_remove(ENV_RELAY_FD)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let pair = if p.relay {
+        Some(super::relay::pair().context("cannot create the relay socket")?)
+    } else {
+        None
+    };
+    let child_fd = pair.as_ref().map(|(_, c)| c.as_raw_fd());
+    if let Some(fd) = child_fd {
+        cmd.env(ENV_RELAY_FD, fd.to_string());
+    }
+    let parent = std::process::id() as i32;
+    // SAFETY: only async-signal-safe calls (prctl, getppid, fcntl) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // SIGTERM, not SIGKILL: a supervisor killed with -9 still leaves its processes to
+            // drain their clients (1001) before they exit.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The supervisor died between fork and prctl: the signal will never come.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("the supervisor is gone"));
+            }
+            if let Some(fd) = child_fd {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().context("cannot start wstune serve")?;
+    let pid = child.id().unwrap_or(0);
+    if let Some((mine, theirs)) = pair {
+        drop(theirs);
+        st.hubs.attach(i, mine)?;
+    }
+    st.slots.lock().unwrap()[i].pid = Some(pid);
+    st.bump();
+    Ok((child, pid))
+}
+
+/// Follow process `i`'s log: it is up once it prints its admin address (after "listening");
+/// what it printed before is kept (returned) and shown only for process 0's first start (its
+/// settings table) or when it dies before listening. Later lines are forwarded, prefixed.
+async fn watch_stderr(
+    st: Arc<State>,
+    i: usize,
+    pid: u32,
+    stderr: tokio::process::ChildStderr,
+    first: bool,
+) -> Vec<String> {
+    let mut lines = BufReader::new(stderr).lines();
+    let mut head = Vec::new();
+    let mut up = false;
+    while let Ok(Some(l)) = lines.next_line().await {
+        if up {
+            eprintln!("[process {i}] {l}");
+            continue;
+        }
+        if let Some(rest) = l.split("admin on http://").nth(1) {
+            let addr = rest.split('/').next().and_then(|a| a.parse().ok());
+            {
+                let mut slots = st.slots.lock().unwrap();
+                slots[i].admin = addr;
+                slots[i].up = true;
+            }
+            up = true;
+            st.bump();
+            if st.started.load(Relaxed) {
+                eprintln!("wstune serve: process {i} is up again (pid {pid})");
+            }
+            continue;
+        }
+        if l.contains("listening on ") {
+            continue;
+        }
+        if i == 0 && first {
+            eprintln!("{l}");
+        }
+        head.push(l);
+    }
+    head
+}
+
+/// GET `path` from a process's admin listener: the body, or None (down, slow, refused).
+async fn fetch(addr: SocketAddr, path: &str) -> Option<String> {
+    let get = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut r = String::new();
+        s.read_to_string(&mut r).await.ok()?;
+        r.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+    };
+    tokio::time::timeout(Duration::from_secs(2), get)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Every process's `path`, in process order (None for one that did not answer).
+async fn fetch_all(st: &State, path: &str) -> Vec<Option<String>> {
+    let addrs: Vec<Option<SocketAddr>> = st
+        .slots
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.admin.filter(|_| s.up))
+        .collect();
+    futures_util::future::join_all(addrs.into_iter().map(|a| async move {
+        match a {
+            Some(a) => fetch(a, path).await,
+            None => None,
+        }
+    }))
+    .await
+}
+
+fn connections_in(metrics_text: &str) -> Option<u64> {
+    metrics_text
+        .lines()
+        .find_map(|l| l.strip_prefix("ws_connections "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+async fn metrics_body(st: &State) -> String {
+    let texts = fetch_all(st, "/metrics").await;
+    let got: Vec<String> = texts.iter().flatten().cloned().collect();
+    let mut out = metrics::sum(&got);
+    let slots = st.slots.lock().unwrap().clone();
+    let mut fam = |name: &str, help: &str, kind: &str, rows: Vec<(String, String)>| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (labels, v) in rows {
+            out.push_str(&format!("{name}{labels} {v}\n"));
+        }
+    };
+    let per = |f: &dyn Fn(usize, &Slot) -> String| -> Vec<(String, String)> {
+        slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("{{process=\"{i}\"}}"), f(i, s)))
+            .collect()
+    };
+    fam(
+        "ws_supervisor_processes",
+        "Server processes the supervisor keeps running.",
+        "gauge",
+        vec![(String::new(), slots.len().to_string())],
+    );
+    fam(
+        "ws_supervisor_processes_up",
+        "Server processes listening now.",
+        "gauge",
+        vec![(
+            String::new(),
+            slots.iter().filter(|s| s.up).count().to_string(),
+        )],
+    );
+    fam(
+        "ws_supervisor_process_up",
+        "1 while the process listens, 0 while it is down or restarting.",
+        "gauge",
+        per(&|_, s| u8::from(s.up).to_string()),
+    );
+    fam(
+        "ws_supervisor_restarts_total",
+        "Restarts of a process after it died.",
+        "counter",
+        per(&|_, s| s.restarts.to_string()),
+    );
+    fam(
+        "ws_supervisor_process_connections",
+        "Open connections per process (ws_connections is their sum): how evenly the kernel spreads them.",
+        "gauge",
+        per(&|i, _| {
+            texts[i]
+                .as_deref()
+                .and_then(connections_in)
+                .unwrap_or(0)
+                .to_string()
+        }),
+    );
+    fam(
+        "ws_supervisor_relay_frames_total",
+        "Broadcast/channel messages the supervisor relayed to a process.",
+        "counter",
+        vec![(String::new(), st.hubs.frames.load(Relaxed).to_string())],
+    );
+    fam(
+        "ws_supervisor_relay_dropped_total",
+        "Relayed messages dropped because a process's relay queue was full.",
+        "counter",
+        vec![(String::new(), st.hubs.dropped.load(Relaxed).to_string())],
+    );
+    out
+}
+
+async fn healthz_body(st: &State) -> (&'static str, String) {
+    let texts = fetch_all(st, "/healthz").await;
+    let slots = st.slots.lock().unwrap().clone();
+    let mut total = 0;
+    let procs: Vec<serde_json::Value> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let h: Option<serde_json::Value> = texts[i]
+                .as_deref()
+                .and_then(|t| serde_json::from_str(t).ok());
+            let conns = h.as_ref().and_then(|h| h["connections"].as_u64());
+            total += conns.unwrap_or(0);
+            let mut v = serde_json::json!({
+                "process": i,
+                "pid": s.pid,
+                "state": if s.up { "up" } else if s.pid.is_some() { "starting" } else { "down" },
+                "connections": conns,
+                "restarts": s.restarts,
+                "admin": s.admin.map(|a| a.to_string()),
+                "last_exit": s.last_exit,
+            });
+            if let Some(b) = h.as_ref().and_then(|h| h.get("backplane")) {
+                v["backplane"] = b.clone();
+            }
+            v
+        })
+        .collect();
+    let up = slots.iter().filter(|s| s.up).count();
+    let (code, status) = match up {
+        0 => ("503 Service Unavailable", "down"),
+        n if n == slots.len() => ("200 OK", "ok"),
+        _ => ("200 OK", "degraded"),
+    };
+    let body = serde_json::json!({
+        "status": status,
+        "processes": slots.len(),
+        "up": up,
+        "connections": total,
+        "restarts": slots.iter().map(|s| s.restarts).sum::<u64>(),
+        "process": procs,
+    });
+    (code, format!("{body}\n"))
+}
+
+/// The supervisor's admin endpoint: /healthz (per process) and /metrics (summed).
+async fn serve_admin(
+    l: tokio::net::TcpListener,
+    st: Arc<State>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let (mut s, _) = tokio::select! {
+            _ = stop.changed() => return,
+            r = l.accept() => match r { Ok(s) => s, Err(_) => continue },
+        };
+        let st = st.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            let mut n = 0;
+            let read = tokio::time::timeout(Duration::from_secs(5), async {
+                while n < buf.len() {
+                    let r = s.read(&mut buf[n..]).await?;
+                    if r == 0 {
+                        break;
+                    }
+                    n += r;
+                    if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+                Ok::<_, std::io::Error>(())
+            })
+            .await;
+            if !matches!(read, Ok(Ok(()))) {
+                return;
+            }
+            let head = String::from_utf8_lossy(&buf[..n]);
+            let mut w = head.split_whitespace();
+            let (method, path) = (w.next(), w.next().unwrap_or("/"));
+            let (code, ctype, body) = match (method, path) {
+                (Some("GET"), "/healthz") => {
+                    let (code, b) = healthz_body(&st).await;
+                    (code, "application/json", b)
+                }
+                (Some("GET"), "/metrics") => (
+                    "200 OK",
+                    "text/plain; version=0.0.4",
+                    metrics_body(&st).await,
+                ),
+                (Some("GET"), _) => (
+                    "404 Not Found",
+                    "text/plain",
+                    "try /healthz or /metrics\n".into(),
+                ),
+                _ => ("405 Method Not Allowed", "text/plain", "GET only\n".into()),
+            };
+            let resp = format!(
+                "HTTP/1.1 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = s.write_all(resp.as_bytes()).await;
+        });
+    }
+}
