@@ -580,16 +580,21 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
     let (soft, _hard) = crate::host::raise_nofile();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let profile_rate = profile.selftest.rate_per_client as f64;
-    // Beyond one process's fd limit the server runs as `serve --processes N` (a child), when
-    // this build has the supervisor; otherwise the count stops at one process's limit.
-    let supervisor = crate::selftest::server::supervisor_available();
+    // Beyond one process's fd limit the server runs as a child `serve --processes N` (the
+    // supervisor, Linux); `--processes` (or the profile's server.processes) fixes N instead.
+    let want = match (a.processes, profile.server.processes) {
+        (Some(p), _) => Some((p, "--processes")),
+        (None, crate::profile::Processes::Count(1)) => None,
+        (None, p) => Some((p, "server.processes")),
+    };
+    let max_server_processes = match want {
+        _ if !cfg!(target_os = "linux") => 1,
+        Some((crate::profile::Processes::Count(n), _)) => n.max(1) as usize,
+        _ => limits::MAX_SERVER_PROCESSES,
+    };
     let room = limits::HostRoom {
         server_nofile: soft,
-        max_server_processes: if supervisor {
-            limits::MAX_SERVER_PROCESSES
-        } else {
-            1
-        },
+        max_server_processes,
         mem_available: limits::mem_available(),
         ephemeral_ports: limits::ephemeral_ports(),
         cores,
@@ -606,12 +611,18 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
         Some(n) => (n, Vec::new()),
         None => (sized.conns, sized.scaled_down.clone()),
     };
-    let processes = if supervisor {
-        crate::profile::processes_needed(conns as u64, soft)
+    // The supervisor's own sizing, so the report names what it will start (its errors are
+    // bad input: `--processes 1` with more connections than one process may hold, ...).
+    let processes = match want {
+        _ if max_server_processes == 1 => 1,
+        Some((w, from)) => {
+            crate::supervisor::size(w, from, conns + 16, soft, cores)
+                .map_err(anyhow::Error::msg)?
+                .processes
+        }
+        None => crate::profile::processes_needed((conns + 16) as u64, soft)
             .map_or(1, |n| n as usize)
-            .min(limits::MAX_SERVER_PROCESSES)
-    } else {
-        1
+            .min(limits::MAX_SERVER_PROCESSES),
     };
     let sized = if a.load.conns.is_some() {
         limits::size_self_test(

@@ -12,24 +12,6 @@ use tokio::io::AsyncBufReadExt;
 /// processes one by one, each binding the port.
 const START_BUDGET: Duration = Duration::from_secs(60);
 
-/// Whether this build's `serve` takes `--processes` (the supervisor). Asked of the binary
-/// itself, so the self-test follows whatever build it is part of.
-pub fn supervisor_available() -> bool {
-    if !cfg!(target_os = "linux") {
-        return false;
-    }
-    let Ok(exe) = std::env::current_exe() else {
-        return false;
-    };
-    std::process::Command::new(exe)
-        .args(["serve", "--processes", "2", "--help"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// A running child server; dropping it kills the supervisor (which takes its processes along).
 pub struct ChildServer {
     child: tokio::process::Child,
@@ -46,6 +28,11 @@ impl ChildServer {
         let mut child = tokio::process::Command::new(&exe)
             .arg("serve")
             .args(args)
+            // Its per-process start and drain lines would bury the report; warnings stay.
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
