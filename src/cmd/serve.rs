@@ -611,19 +611,36 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
         Some(n) => (n, Vec::new()),
         None => (sized.conns, sized.scaled_down.clone()),
     };
+    // What the child server may accept in all: the count plus a tenth (the kernel's
+    // SO_REUSEPORT hash spreads connections evenly on average only; at 600 over 3 processes
+    // one got more than its share + 10% and answered 503) plus the publisher.
+    let server_max = conns + conns / 10 + 64;
     // The supervisor's own sizing, so the report names what it will start (its errors are
     // bad input: `--processes 1` with more connections than one process may hold, ...).
     let processes = match want {
         _ if max_server_processes == 1 => 1,
         Some((w, from)) => {
-            crate::supervisor::size(w, from, conns + 16, soft, cores)
+            crate::supervisor::size(w, from, server_max, soft, cores)
                 .map_err(anyhow::Error::msg)?
                 .processes
         }
-        None => crate::profile::processes_needed((conns + 16) as u64, soft)
+        None => crate::profile::processes_needed(server_max as u64, soft)
             .map_or(1, |n| n as usize)
             .min(limits::MAX_SERVER_PROCESSES),
     };
+    // The deflate scenario alone may need a lower count: its contexts on both sides.
+    let (deflate_conns, mut scaled) = (
+        limits::deflate_conns(
+            conns,
+            profile.estimate().bytes_per_conn(),
+            room.mem_available,
+        )
+        .filter(|_| r.config.deflate.enabled && a.load.conns.is_none()),
+        scaled,
+    );
+    if let Some((_, why)) = &deflate_conns {
+        scaled.push(why.clone());
+    }
     let sized = if a.load.conns.is_some() {
         limits::size_self_test(
             conns,
@@ -631,6 +648,7 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
             0,
             &limits::HostRoom {
                 server_nofile: u64::MAX,
+                max_server_processes: 1,
                 mem_available: None,
                 ephemeral_ports: u32::MAX,
                 ..room
@@ -672,8 +690,8 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
             Child(Box<crate::selftest::server::ChildServer>),
         }
         let (echo, fanout, servers, server_pid) = if processes > 1 {
-            let e = crate::selftest::server::ChildServer::start(&child_args(a, "echo", processes, conns + 16)).await?;
-            let b = crate::selftest::server::ChildServer::start(&child_args(a, "broadcast", processes, conns + 16)).await?;
+            let e = crate::selftest::server::ChildServer::start(&child_args(a, "echo", processes, server_max)).await?;
+            let b = crate::selftest::server::ChildServer::start(&child_args(a, "broadcast", processes, server_max)).await?;
             let pid = e.pid;
             (e.addr, b.addr, vec![Running::Child(Box::new(e)), Running::Child(Box::new(b))], pid)
         } else {
@@ -699,6 +717,7 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
                 rate_note: sized.rate_note.clone(),
                 server_processes: Some(processes),
                 server_tree: processes > 1,
+                deflate_conns: deflate_conns.map(|d| d.0),
             },
             Some(server_pid),
             scaled,

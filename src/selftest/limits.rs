@@ -86,6 +86,40 @@ pub const ECHOES_PER_CORE: f64 = 5_000.0;
 /// (reader, writer, buffers: ~8 KiB measured per idle generator connection, rounded up).
 pub const GENERATOR_BYTES_PER_CONN: u64 = 4096 + 12 * 1024;
 
+/// What one deflate connection adds on the generator's side: its compressor (the server's
+/// window, memLevel 4) and full-window decompressor. Measured, not zlib's formula (~61 KiB):
+/// 19,000 deflate connections of the 100k profile held 3.39 GB of generator RSS, ~178 KB
+/// each, on the 2-core VM; rounded up.
+pub const GENERATOR_DEFLATE_BYTES_PER_CONN: u64 = 192 << 10;
+
+/// The deflate scenario's own count when `conns` deflate connections (server estimate
+/// `bytes_per_conn` with its contexts, plus the generator's side) do not fit the memory; the
+/// other scenarios keep `conns`. None when they fit (or the memory is unknown).
+pub fn deflate_conns(
+    conns: usize,
+    bytes_per_conn: u64,
+    mem_available: Option<u64>,
+) -> Option<(usize, String)> {
+    let avail = mem_available?;
+    let per = bytes_per_conn + GENERATOR_BYTES_PER_CONN + GENERATOR_DEFLATE_BYTES_PER_CONN;
+    let cap = ((avail as f64 * MEMORY_SHARE) as u64 / per) as usize;
+    (cap < conns).then(|| {
+        (
+            cap.max(1),
+            format!(
+                "deflate scenario: {conns} deflate connections need about {} MiB here ({bytes_per_conn} \
+                 bytes per server connection with its contexts, {} for the generator's side), \
+                 more than {:.0}% of the {} MiB available; it runs {cap}, the other scenarios \
+                 keep {conns}",
+                (conns as u64 * per) >> 20,
+                GENERATOR_BYTES_PER_CONN + GENERATOR_DEFLATE_BYTES_PER_CONN,
+                MEMORY_SHARE * 100.0,
+                avail >> 20
+            ),
+        )
+    })
+}
+
 /// Share of the available memory the self-test may plan to use: the rest stays for the page
 /// cache, the other processes and the estimate's error.
 pub const MEMORY_SHARE: f64 = 0.8;
@@ -139,10 +173,8 @@ pub fn size_self_test(wanted: usize, rate: f64, bytes_per_conn: u64, h: &HostRoo
             h.server_nofile,
             crate::profile::connections_per_process(wanted as u64, procs as u64) + FD_RESERVE,
             match needed {
-                Some(n) if procs == 1 => format!(
-                    ", or run the server as {n} processes (`serve --processes {n}`, a build \
-                     with the supervisor)"
-                ),
+                Some(n) if procs == 1 =>
+                    format!(", or run the server as {n} processes (`serve --processes {n}`)"),
                 _ => String::new(),
             }
         ));
@@ -211,15 +243,17 @@ pub fn fd_room(nofile: u64, processes: usize) -> usize {
     if processes <= 1 {
         return per as usize;
     }
-    // The largest share s with s + ceil(s / 10) <= per.
-    let mut share = per * 10 / 11;
+    // The largest share s with s + ceil(s / 10) <= per (u128: `per` may be u64::MAX).
+    let mut share = (per as u128 * 10 / 11) as u64;
     while share + share.div_ceil(10) > per {
         share -= 1;
     }
     while (share + 1) + (share + 1).div_ceil(10) <= per {
         share += 1;
     }
-    (share * processes as u64) as usize
+    share
+        .saturating_mul(processes as u64)
+        .min(usize::MAX as u64) as usize
 }
 
 /// Memory this host can still give, bytes: MemAvailable from /proc/meminfo, Linux.
@@ -332,6 +366,7 @@ mod tests {
         assert!(s.scaled_down.is_empty(), "{:?}", s.scaled_down);
         // Eight processes at most, 18,123 each (+10% +64 = 20,000): 144,984.
         assert_eq!(fd_room(20_000, 8), 144_984);
+        assert!(fd_room(u64::MAX, 64) > 1 << 40);
         let s = size_self_test(200_000, 10.0, 8192, &room(20_000, 8, None, 2));
         assert_eq!((s.conns, s.server_processes), (144_984, 8));
         assert!(
@@ -371,6 +406,14 @@ mod tests {
             "{:?}",
             s.scaled_down
         );
+        // Deflate needs its own, lower count on a 24 GiB host at 100k; the others keep theirs.
+        let (n, why) = deflate_conns(100_000, 48 << 10, Some(24 << 30)).unwrap();
+        assert!(n < 100_000 && n > 50_000, "{n}");
+        assert!(
+            why.starts_with("deflate scenario") && why.contains("keep 100000"),
+            "{why}"
+        );
+        assert_eq!(deflate_conns(10_000, 48 << 10, Some(24 << 30)), None);
         // Plenty of everything: the profile's count.
         let s = size_self_test(
             100_000,

@@ -61,6 +61,9 @@ impl Scenario {
     }
 }
 
+/// Seconds a storm may take at least before its clients give up waiting for their echo.
+pub const STORM_BUDGET_SECS: f64 = 30.0;
+
 /// What one worker process does (passed as JSON on its command line).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerSpec {
@@ -623,7 +626,13 @@ fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec
             source_offset: assigned,
             rate: o.rate,
             size: o.size,
-            secs: o.secs,
+            // A storm is measured by how long it takes: --secs bounds it only from below, or
+            // 100k clients on 2 cores were cut off at 5 s with a third still connecting.
+            secs: if scenario == Scenario::Storm {
+                o.secs.max(STORM_BUDGET_SECS)
+            } else {
+                o.secs
+            },
             warmup: if scenario.warms_up() { o.warmup } else { 0.0 },
             inflight: o.inflight,
             // The broadcast publisher sends binary stamps, so its subscribers stay plain.
@@ -676,14 +685,22 @@ async fn connect_phase(
     let mut connected = 0;
     let mut first_error: Option<String> = None;
     let mut done_counts = vec![0usize; procs.len()];
+    let procs_len = procs.len();
     for (i, p) in procs.iter_mut().enumerate() {
         loop {
             let line = match tokio::time::timeout_at(deadline, p.lines.next_line()).await {
                 Ok(Ok(Some(l))) => l,
                 Ok(_) => bail!("generator process {i} exited before its connections were open"),
                 Err(_) => bail!(
-                    "connections were still opening after {} s; is the server accepting? (fewer --conns or a slower --ramp may help)",
-                    connect_budget.as_secs()
+                    "connections were still opening after {} s: {} of {} handshakes done, {} \
+                     generator process(es) of {} ready, first error so far: {}; is the server \
+                     accepting? (fewer --conns or a slower --ramp may help)",
+                    connect_budget.as_secs(),
+                    done_counts.iter().sum::<usize>(),
+                    o.conns,
+                    i,
+                    procs_len,
+                    first_error.as_deref().unwrap_or("none reported")
                 ),
             };
             match serde_json::from_str::<Event>(&line) {
@@ -767,7 +784,11 @@ async fn run_phase(
 ) -> (Option<String>, Option<((f64, u64), Instant)>) {
     let pb = progress_bar(o.secs.ceil() as u64, scenario.name());
     let run_deadline = tokio::time::Instant::now()
-        + Duration::from_secs_f64(o.secs + warmup)
+        + Duration::from_secs_f64(if scenario == Scenario::Storm {
+            o.secs.max(STORM_BUDGET_SECS)
+        } else {
+            o.secs + warmup
+        })
         + Duration::from_secs(if scenario == Scenario::Storm { 60 } else { 15 });
     let mut incomplete: Option<String> = None;
     let mut server_end = None;
