@@ -220,6 +220,7 @@ async fn load(
         sources: Vec::new(),
         server_pid: pid,
         server_tree: false,
+        broadcast_server_pid: None,
         ramp_per_sec: 0.0,
         storm_concurrency: 1,
     };

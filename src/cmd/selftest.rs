@@ -40,6 +40,8 @@ pub struct Defaults {
     pub server_tree: bool,
     /// The deflate scenario's own (lower) count, when memory cannot hold `conns` of it.
     pub deflate_conns: Option<usize>,
+    /// The broadcast server's process, when it is another than the echo server's.
+    pub broadcast_server_pid: Option<u32>,
 }
 
 /// Validate the load settings and size the generator to this host's limits.
@@ -135,6 +137,7 @@ pub fn plan(
             sources,
             server_pid,
             server_tree: defaults.server_tree,
+            broadcast_server_pid: defaults.broadcast_server_pid,
             ramp_per_sec: load.ramp,
             storm_concurrency: load.storm_concurrency,
         },
@@ -277,6 +280,7 @@ pub fn run(a: &SelftestArgs) -> Result<u8> {
             server_processes: None,
             server_tree: false,
             deflate_conns: None,
+            broadcast_server_pid: None,
         },
         a.pid,
         Vec::new(),

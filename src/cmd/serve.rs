@@ -689,15 +689,15 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
             InProcess(tokio::sync::oneshot::Sender<()>),
             Child(Box<crate::selftest::server::ChildServer>),
         }
-        let (echo, fanout, servers, server_pid) = if processes > 1 {
+        let (echo, fanout, servers, server_pid, fanout_pid) = if processes > 1 {
             let e = crate::selftest::server::ChildServer::start(&child_args(a, "echo", processes, server_max)).await?;
             let b = crate::selftest::server::ChildServer::start(&child_args(a, "broadcast", processes, server_max)).await?;
-            let pid = e.pid;
-            (e.addr, b.addr, vec![Running::Child(Box::new(e)), Running::Child(Box::new(b))], pid)
+            let (pid, bpid) = (e.pid, b.pid);
+            (e.addr, b.addr, vec![Running::Child(Box::new(e)), Running::Child(Box::new(b))], pid, Some(bpid))
         } else {
             let (e, stop_e) = start(embedded_server::App::Echo)?;
             let (b, stop_b) = start(embedded_server::App::Broadcast)?;
-            (e, b, vec![Running::InProcess(stop_e), Running::InProcess(stop_b)], std::process::id())
+            (e, b, vec![Running::InProcess(stop_e), Running::InProcess(stop_b)], std::process::id(), None)
         };
         let target = |addr: SocketAddr| Target { addr, host: addr.to_string(), path: "/".into() };
         // Short scenarios: this is the quick start's command, and 5 s of steady load per
@@ -718,6 +718,7 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
                 server_processes: Some(processes),
                 server_tree: processes > 1,
                 deflate_conns: deflate_conns.map(|d| d.0),
+                broadcast_server_pid: fanout_pid,
             },
             Some(server_pid),
             scaled,

@@ -163,6 +163,8 @@ pub struct Options {
     /// Sum CPU and memory over `server_pid` and every process below it (a supervisor and its
     /// server processes); false when the generator's processes are below it instead.
     pub server_tree: bool,
+    /// The broadcast server's process when it is not `server_pid` (a separate child server).
+    pub broadcast_server_pid: Option<u32>,
     pub ramp_per_sec: f64,
     pub storm_concurrency: usize,
 }
@@ -348,8 +350,11 @@ pub struct ScenarioReport {
 }
 
 /// The server's CPU time and RSS: its process, or its whole process tree.
-fn server_sample(o: &Options) -> Option<(f64, u64)> {
-    let pid = o.server_pid?;
+fn server_sample(o: &Options, scenario: Scenario) -> Option<(f64, u64)> {
+    let pid = match scenario {
+        Scenario::Broadcast => o.broadcast_server_pid.or(o.server_pid)?,
+        _ => o.server_pid?,
+    };
     if o.server_tree {
         server::sample_tree(pid)
     } else {
@@ -440,7 +445,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     } else {
         &o.target
     };
-    let rss_before = server_sample(o).map(|s| s.1);
+    let rss_before = server_sample(o, scenario).map(|s| s.1);
     let kernel_before = (scenario == Scenario::Idle).then(kernel_sample).flatten();
     let mut procs = spawn_workers(o, scenario, target)?;
     let workers = procs.len();
@@ -449,7 +454,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     if scenario == Scenario::Idle {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let rss_after_connect = server_sample(o).map(|s| s.1);
+    let rss_after_connect = server_sample(o, scenario).map(|s| s.1);
     let kernel_during = (scenario == Scenario::Idle).then(kernel_sample).flatten();
     let warmup = if scenario.warms_up() { o.warmup } else { 0.0 };
     // The server's CPU is read when the measured window starts (after the warm-up).
@@ -457,7 +462,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
         let o = o.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
-            server_sample(&o).map(|s| (s, Instant::now()))
+            server_sample(&o, scenario).map(|s| (s, Instant::now()))
         })
     };
     let t0 = Instant::now();
@@ -820,7 +825,7 @@ async fn run_phase(
                     }
                     Ok(Event::Done(r)) => {
                         if server_end.is_none() {
-                            server_end = server_sample(o).map(|s| (s, Instant::now()));
+                            server_end = server_sample(o, scenario).map(|s| (s, Instant::now()));
                         }
                         p.result = Some(r);
                     }
