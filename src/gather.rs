@@ -75,6 +75,15 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> Ho
     if let Reading::Value(v) = read_fact(backend, Fact::MemBytes, None) {
         vars.insert("host.mem_bytes".to_string(), v);
     }
+    // Whether this process may raise its own hard fd limit (CAP_SYS_RESOURCE in CapEff, bit
+    // 24): without it, root included, `serve --processes` is the way past the limit.
+    if let Some(can) = backend
+        .read("/proc/self/status")
+        .ok()
+        .and_then(|t| can_raise_nofile(&t))
+    {
+        vars.insert("host.can_raise_nofile".to_string(), Value::Num(can as i64));
+    }
     vars.insert(
         "host.page_size".to_string(),
         Value::Num(backend.page_size() as i64),
@@ -432,6 +441,16 @@ fn read_fact(backend: &dyn Backend, fact: Fact, nic: Option<&Link>) -> Reading {
 
 /// Whether /proc/sys is mounted read-write: the last mount covering it wins (containers
 /// remount it read-only on top of /proc).
+/// CAP_SYS_RESOURCE (bit 24) in the CapEff line of /proc/PID/status; None when absent.
+pub fn can_raise_nofile(status: &str) -> Option<bool> {
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))?
+        .trim();
+    let caps = u64::from_str_radix(hex, 16).ok()?;
+    Some(caps & (1 << 24) != 0)
+}
+
 pub fn proc_sys_writable(mountinfo: &str) -> bool {
     let mut writable = true;
     for line in mountinfo.lines() {
@@ -681,6 +700,16 @@ mod tests {
         let container =
             format!("{host}1203 22 0:84 /sys /proc/sys ro,nosuid,nodev - proc proc rw\n");
         assert!(!proc_sys_writable(&container));
+    }
+
+    #[test]
+    fn cap_sys_resource_is_bit_24_of_cap_eff() {
+        let root = "Name:\twstune\nCapEff:\t000001ffffffffff\n";
+        assert_eq!(can_raise_nofile(root), Some(true));
+        // Docker's default set: root without CAP_SYS_RESOURCE.
+        let docker = "CapEff:\t00000000a80425fb\n";
+        assert_eq!(can_raise_nofile(docker), Some(false));
+        assert_eq!(can_raise_nofile("Name: x\n"), None);
     }
 
     #[test]

@@ -258,7 +258,47 @@ fn evaluate_one(
     if f.note.is_none() {
         f.note = port_count_note(def, &f);
     }
+    if f.note.is_none() {
+        f.note = nofile_note(def, &f, vars);
+    }
     f
+}
+
+/// A missed fd limit has two fixes: raise the limit, or spread the connections over server
+/// processes (`serve --processes`), each under the limit it has. Say which fits this host:
+/// where this process cannot raise its own hard limit (no CAP_SYS_RESOURCE: a container, a
+/// managed host), only the processes do.
+fn nofile_note(def: &CheckDef, f: &Finding, vars: &BTreeMap<String, Value>) -> Option<String> {
+    let is_nofile = match &def.check.source {
+        super::Source::Rlimit(r) => matches!(r.resource, super::model::Resource::Nofile),
+        super::Source::Systemd(p) => p == "LimitNOFILE",
+        _ => false,
+    };
+    if !is_nofile || !matches!(f.status, Status::Fail | Status::Warn) {
+        return None;
+    }
+    let (Some(Value::Num(have)), Some(Value::Num(conns))) = (&f.current, vars.get("connections"))
+    else {
+        return None;
+    };
+    let per = |n: u64| crate::profile::connections_per_process(*conns as u64, n);
+    let Some(n) = crate::profile::processes_needed(*conns as u64, (*have).max(0) as u64) else {
+        return Some(format!(
+            "raise nofile: even {} processes cannot share {conns} connections under {have} open files each",
+            crate::profile::MAX_PROCESSES
+        ));
+    };
+    let processes = format!(
+        "use --processes {n} (server.processes: {n} or auto): {n} processes of at most {} connections fit under {have} open files each",
+        per(n)
+    );
+    Some(match vars.get("host.can_raise_nofile") {
+        Some(Value::Num(0)) => format!(
+            "{processes}; raising nofile does not fit this host: this process lacks CAP_SYS_RESOURCE (a container or managed host sets the hard limit)"
+        ),
+        _ if n == 1 => return None,
+        _ => format!("raise nofile (the fix below), or {processes}"),
+    })
 }
 
 /// A port range is judged as `[first, last]`; what an operator sizes by is how many ports it
@@ -536,6 +576,45 @@ mod tests {
             .into_iter()
             .find(|x| x.id == id)
             .unwrap()
+    }
+
+    #[test]
+    fn a_low_fd_limit_says_whether_to_raise_it_or_use_processes() {
+        let c = catalog();
+        let id = "linux.process.nofile.hard";
+        let i = idx(&c, id);
+        // This VM: hard limit 20,000 that root cannot raise (no CAP_SYS_RESOURCE).
+        let mut f = facts(vec![inst(i, Reading::Value(Value::Num(20_000)))]);
+        f.vars.insert("host.can_raise_nofile".into(), Value::Num(0));
+        let r = one(&c, &f, id);
+        assert_eq!(r.status, Status::Fail);
+        assert_eq!(
+            r.target,
+            Some(Value::Num(200_000)),
+            "one process: the profile's nofile"
+        );
+        let note = r.note.unwrap();
+        assert!(note.starts_with("use --processes 6 "), "{note}");
+        assert!(note.contains("raising nofile does not fit"), "{note}");
+        // Where the limit can be raised, both, the raise first.
+        f.vars.insert("host.can_raise_nofile".into(), Value::Num(1));
+        let note = one(&c, &f, id).note.unwrap();
+        assert!(
+            note.starts_with("raise nofile") && note.contains("--processes 6"),
+            "{note}"
+        );
+        // A profile with six processes: each needs its share, and 20,000 is enough.
+        let mut vars = profile_vars();
+        let (_, per) = crate::profile::nofile_per_process(Some(&Value::Num(6)), 100_000, 200_000);
+        vars.insert("estimate.nofile_per_process".into(), Value::Num(per as i64));
+        let r = evaluate(&c, &vars, &f)
+            .into_iter()
+            .find(|x| x.id == id)
+            .unwrap();
+        assert_eq!(
+            (r.status, r.target),
+            (Status::Pass, Some(Value::Num(18_398)))
+        );
     }
 
     #[test]

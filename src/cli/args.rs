@@ -291,6 +291,10 @@ pub struct ServeArgs {
     /// workload sized to this host, print one report and exit with the verdict (0 pass, 2 miss).
     #[arg(long)]
     pub self_test: bool,
+    /// Self-test: judge a captured tree (`check --root DIR`) as the host instead of this one.
+    /// For tests and for rehearsing a verdict; the load still runs here.
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub host_root: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub load: LoadArgs,
 }

@@ -15,6 +15,9 @@ pub struct Plan {
     pub scenarios: Vec<Scenario>,
     pub targets: Targets,
     pub scaled_down: Vec<String>,
+    pub rate_note: Option<String>,
+    pub server_processes: Option<usize>,
+    pub deflate_conns: Option<usize>,
     pub url: String,
 }
 
@@ -27,6 +30,18 @@ pub struct Defaults {
     pub conns: usize,
     pub scenarios: Vec<Scenario>,
     pub secs: f64,
+    /// Messages per second per connection when --rate does not say (None: the profile's).
+    pub rate: Option<f64>,
+    /// Why `rate` is below the profile's.
+    pub rate_note: Option<String>,
+    /// Server processes behind the target (serve --self-test), for the report.
+    pub server_processes: Option<usize>,
+    /// Measure the server as `server_pid`'s whole process tree (a supervisor).
+    pub server_tree: bool,
+    /// The deflate scenario's own (lower) count, when memory cannot hold `conns` of it.
+    pub deflate_conns: Option<usize>,
+    /// The broadcast server's process, when it is another than the echo server's.
+    pub broadcast_server_pid: Option<u32>,
 }
 
 /// Validate the load settings and size the generator to this host's limits.
@@ -41,7 +56,16 @@ pub fn plan(
 ) -> Result<Plan> {
     let t = &profile.selftest;
     let conns = load.conns.unwrap_or(defaults.conns);
-    let rate = load.rate.unwrap_or(t.rate_per_client as f64);
+    let rate = load
+        .rate
+        .or(defaults.rate)
+        .unwrap_or(t.rate_per_client as f64);
+    // The flag wins over the CPU budget's rate: then there is nothing to explain.
+    let rate_note = if load.rate.is_some() {
+        None
+    } else {
+        defaults.rate_note
+    };
     let size = load.size.unwrap_or(t.payload_bytes as usize);
     let secs = load.secs.unwrap_or(defaults.secs);
     if conns == 0 || conns > 10_000_000 {
@@ -75,9 +99,12 @@ pub fn plan(
     // limit first); ports per loopback source from the ephemeral range.
     let (soft, _hard) = crate::host::raise_nofile();
     let workers = limits::workers_for(conns, soft, load.generators).map_err(anyhow::Error::msg)?;
+    // Ports for twice the count: the previous scenario's connections are still closing
+    // (FIN_WAIT, TIME_WAIT) while the next one opens its own, and 100k of them take seconds
+    // to go; sized for one scenario, the second one met EADDRNOTAVAIL at ~99.6%.
     let sources = limits::sources_for(
         target.addr.ip(),
-        conns,
+        conns.saturating_mul(2),
         limits::ephemeral_ports(),
         load.sources,
     )
@@ -109,17 +136,24 @@ pub fn plan(
             workers,
             sources,
             server_pid,
+            server_tree: defaults.server_tree,
+            broadcast_server_pid: defaults.broadcast_server_pid,
             ramp_per_sec: load.ramp,
             storm_concurrency: load.storm_concurrency,
         },
         scenarios,
         targets: Targets {
             profile: profile.name.clone(),
+            connections: profile.connections as usize,
+            estimate: report::MemoryEstimate::of(profile),
             p99_ms: t.p99_ms as f64,
             rate_per_client: rate,
             payload_bytes: size,
         },
         scaled_down,
+        rate_note,
+        server_processes: defaults.server_processes,
+        deflate_conns: defaults.deflate_conns,
     })
 }
 
@@ -128,8 +162,18 @@ pub fn plan(
 pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
     let mut done = Vec::new();
     let mut error = None;
-    for &s in &p.scenarios {
-        match run_scenario(&p.opts, s).await {
+    for (i, &s) in p.scenarios.iter().enumerate() {
+        if i > 0 {
+            settle(p.opts.conns).await;
+        }
+        let opts = match p.deflate_conns {
+            Some(n) if s == Scenario::Deflate => Options {
+                conns: n,
+                ..p.opts.clone()
+            },
+            _ => p.opts.clone(),
+        };
+        match run_scenario(&opts, s).await {
             Ok(r) => done.push(r),
             Err(e) => {
                 error = Some(e.context(format!("scenario {}", s.name())));
@@ -143,12 +187,36 @@ pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
         url: p.url.clone(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         targets: p.targets.clone(),
+        conns: p.opts.conns,
         scaled_down: p.scaled_down.clone(),
+        rate_note: p.rate_note.clone(),
+        server_processes: p.server_processes,
+        memory: report::MemoryReport::of(&done, &p.targets.estimate),
         host_check: None,
         scenarios: done,
         verdict,
     };
     (report, error)
+}
+
+/// Wait (at most 20 s) until the previous scenario's sockets are mostly gone: at 100k
+/// connections their closes take seconds, and the next scenario would otherwise open its
+/// connections (and measure the server) while the kernel and the server still tear them down.
+async fn settle(conns: usize) {
+    let Some(start) = crate::selftest::kernel_sample() else {
+        return;
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    // Both ends of each loopback connection are sockets here; a tenth of them may linger.
+    let quiet = (conns as u64 / 5).max(200);
+    let mut now = start;
+    while now.tcp_inuse > quiet && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        match crate::selftest::kernel_sample() {
+            Some(k) => now = k,
+            None => return,
+        }
+    }
 }
 
 /// Print the report, write the HTML page, and turn the outcome into the exit code: 0 pass,
@@ -207,6 +275,12 @@ pub fn run(a: &SelftestArgs) -> Result<u8> {
             conns: 1000,
             scenarios: vec![Scenario::EchoRate],
             secs: 10.0,
+            rate: None,
+            rate_note: None,
+            server_processes: None,
+            server_tree: false,
+            deflate_conns: None,
+            broadcast_server_pid: None,
         },
         a.pid,
         Vec::new(),
@@ -214,6 +288,7 @@ pub fn run(a: &SelftestArgs) -> Result<u8> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (report, error) = rt.block_on(execute(&plan));
+    let (mut report, error) = rt.block_on(execute(&plan));
+    report::combine(&mut report, false);
     finish(&report, error, &a.load)
 }

@@ -420,16 +420,20 @@ fn with_tls(s: Server, _tls: Option<std::convert::Infallible>) -> Server {
     s
 }
 
-/// Run the check engine against this host: the failed findings (sysctl boot views left out)
-/// as "id (current, needs op target)", and how many warnings. None when the host cannot be read.
-fn host_findings(profile: &str) -> Option<(String, Vec<String>, usize)> {
+/// Run the check engine against this host (or the captured tree `root`): the failed findings
+/// (sysctl boot views left out) as "id (current, needs op target)", and how many warnings.
+/// None when the host cannot be read.
+fn host_findings(
+    profile: &str,
+    root: Option<&std::path::Path>,
+) -> Option<(String, Vec<String>, usize)> {
     let args = crate::cli::args::TargetArgs {
         profile: profile.to_string(),
         pid: None,
         unit: None,
         catalog: None,
     };
-    let backend = crate::host::live(None);
+    let backend = crate::cli::resolve::backend(root, None).ok()?;
     let inputs = crate::cli::resolve::inputs(&args, backend.as_ref()).ok()?;
     let report = crate::cmd::check::make_report(&inputs, backend.as_ref(), None);
     let warns = report
@@ -462,11 +466,94 @@ fn host_findings(profile: &str) -> Option<(String, Vec<String>, usize)> {
 /// Name what would cap this server: the same findings `wstune check --profile P` reports,
 /// limited to failures.
 fn host_warnings(profile: &str) {
-    if let Some((name, wrong, _)) = host_findings(profile) {
+    if let Some((name, wrong, _)) = host_findings(profile, None) {
         if !wrong.is_empty() {
             tracing::warn!("this host fails {} check(s) for profile {name}: {}; `wstune check --profile {name}` says how to fix them", wrong.len(), wrong.join(", "));
         }
     }
+}
+
+/// The command line of a child `wstune serve` with this run's server settings: `app` on a
+/// free loopback port, as `processes` processes holding `max_connections` in all, no admin.
+fn child_args(a: &ServeArgs, app: &str, processes: usize, max_connections: usize) -> Vec<String> {
+    let mut v: Vec<String> = vec![
+        "--profile".into(),
+        a.profile.clone(),
+        "--bind".into(),
+        "127.0.0.1".into(),
+        "--port".into(),
+        "0".into(),
+        "--admin".into(),
+        "off".into(),
+        "--app".into(),
+        app.into(),
+        "--processes".into(),
+        processes.to_string(),
+        "--max-connections".into(),
+        max_connections.to_string(),
+        "--backpressure-close".into(),
+        a.backpressure_close.to_string(),
+        "--handshake-timeout".into(),
+        a.handshake_timeout.to_string(),
+        "--shutdown-grace".into(),
+        a.shutdown_grace.to_string(),
+    ];
+    if app == "echo" {
+        v.extend(["--handler".into(), a.handler.clone()]);
+    }
+    let mut opt = |flag: &str, x: Option<String>| {
+        if let Some(x) = x {
+            v.extend([flag.to_string(), x]);
+        }
+    };
+    opt("--workers", a.workers.map(|x| x.to_string()));
+    opt("--offload-pool", a.offload_pool.map(|x| x.to_string()));
+    opt("--offload-queue", a.offload_queue.map(|x| x.to_string()));
+    opt("--max-frame", a.max_frame.map(|x| x.to_string()));
+    opt("--max-message", a.max_message.map(|x| x.to_string()));
+    opt("--fragment", a.fragment.map(|x| x.to_string()));
+    opt("--send-queue", a.send_queue.map(|x| x.to_string()));
+    opt(
+        "--heartbeat-interval",
+        a.heartbeat_interval.map(|x| x.to_string()),
+    );
+    opt(
+        "--heartbeat-timeout",
+        a.heartbeat_timeout.map(|x| x.to_string()),
+    );
+    opt(
+        "--deflate-window-bits",
+        a.deflate_window_bits.map(|x| x.to_string()),
+    );
+    opt(
+        "--deflate-mem-level",
+        a.deflate_mem_level.map(|x| x.to_string()),
+    );
+    opt("--deflate-level", a.deflate_level.map(|x| x.to_string()));
+    opt(
+        "--deflate-threshold",
+        a.deflate_threshold.map(|x| x.to_string()),
+    );
+    opt("--inflate-budget", a.inflate_budget.map(|x| x.to_string()));
+    for o in &a.origins {
+        v.extend(["--origin".into(), o.clone()]);
+    }
+    for p in &a.subprotocols {
+        v.extend(["--subprotocol".into(), p.clone()]);
+    }
+    for (set, flag) in [
+        (a.deflate, "--deflate"),
+        (a.no_deflate, "--no-deflate"),
+        (
+            a.deflate_no_context_takeover,
+            "--deflate-no-context-takeover",
+        ),
+    ] {
+        if set {
+            v.push(flag.into());
+        }
+    }
+    v
 }
 
 /// `serve --self-test`: check the host, start the tuned server (an echo instance with the
@@ -490,16 +577,91 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .try_init();
-    let host = host_findings(&a.profile);
+    if let Some(dir) = &a.host_root {
+        // A tree that is not one is bad input, not a host that fails every check.
+        crate::cli::resolve::backend(Some(dir), None)
+            .with_context(|| format!("--host-root {}", dir.display()))?;
+    }
+    let host = host_findings(&a.profile, a.host_root.as_deref());
     let (soft, _hard) = crate::host::raise_nofile();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let rate = a
-        .load
-        .rate
-        .unwrap_or(profile.selftest.rate_per_client as f64);
+    let profile_rate = profile.selftest.rate_per_client as f64;
+    // Beyond one process's fd limit the server runs as a child `serve --processes N` (the
+    // supervisor, Linux); `--processes` (or the profile's server.processes) fixes N instead.
+    let want = match (a.processes, profile.server.processes) {
+        (Some(p), _) => Some((p, "--processes")),
+        (None, crate::profile::Processes::Count(1)) => None,
+        (None, p) => Some((p, "server.processes")),
+    };
+    let max_server_processes = match want {
+        _ if !cfg!(target_os = "linux") => 1,
+        Some((crate::profile::Processes::Count(n), _)) => n.max(1) as usize,
+        _ => limits::MAX_SERVER_PROCESSES,
+    };
+    let room = limits::HostRoom {
+        server_nofile: soft,
+        max_server_processes,
+        mem_available: limits::mem_available(),
+        ephemeral_ports: limits::ephemeral_ports(),
+        cores,
+    };
+    let sized = limits::size_self_test(
+        profile.connections as usize,
+        profile_rate,
+        profile.estimate().bytes_per_conn(),
+        &room,
+    );
+    // --conns is the operator's choice: no scale-down to explain (and the verdict still says
+    // when it is below the profile's count); the rate still follows the CPU budget.
     let (conns, scaled) = match a.load.conns {
         Some(n) => (n, Vec::new()),
-        None => limits::size_self_test(profile.connections as usize, rate, soft, cores),
+        None => (sized.conns, sized.scaled_down.clone()),
+    };
+    // What the child server may accept in all: the count plus a tenth (the kernel's
+    // SO_REUSEPORT hash spreads connections evenly on average only; at 600 over 3 processes
+    // one got more than its share + 10% and answered 503) plus the publisher.
+    let server_max = conns + conns / 10 + 64;
+    // The supervisor's own sizing, so the report names what it will start (its errors are
+    // bad input: `--processes 1` with more connections than one process may hold, ...).
+    let processes = match want {
+        _ if max_server_processes == 1 => 1,
+        Some((w, from)) => {
+            crate::supervisor::size(w, from, server_max, soft, cores)
+                .map_err(anyhow::Error::msg)?
+                .processes
+        }
+        None => crate::profile::processes_needed(server_max as u64, soft)
+            .map_or(1, |n| n as usize)
+            .min(limits::MAX_SERVER_PROCESSES),
+    };
+    // The deflate scenario alone may need a lower count: its contexts on both sides.
+    let (deflate_conns, mut scaled) = (
+        limits::deflate_conns(
+            conns,
+            profile.estimate().bytes_per_conn(),
+            room.mem_available,
+        )
+        .filter(|_| r.config.deflate.enabled && a.load.conns.is_none()),
+        scaled,
+    );
+    if let Some((_, why)) = &deflate_conns {
+        scaled.push(why.clone());
+    }
+    let sized = if a.load.conns.is_some() {
+        limits::size_self_test(
+            conns,
+            profile_rate,
+            0,
+            &limits::HostRoom {
+                server_nofile: u64::MAX,
+                max_server_processes: 1,
+                mem_available: None,
+                ephemeral_ports: u32::MAX,
+                ..room
+            },
+        )
+    } else {
+        sized
     };
     let mut defaults = vec![
         Scenario::Idle,
@@ -529,8 +691,20 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
             });
             Ok((addr, tx))
         };
-        let (echo, stop_echo) = start(embedded_server::App::Echo)?;
-        let (fanout, stop_fanout) = start(embedded_server::App::Broadcast)?;
+        enum Running {
+            InProcess(tokio::sync::oneshot::Sender<()>),
+            Child(Box<crate::selftest::server::ChildServer>),
+        }
+        let (echo, fanout, servers, server_pid, fanout_pid) = if processes > 1 {
+            let e = crate::selftest::server::ChildServer::start(&child_args(a, "echo", processes, server_max)).await?;
+            let b = crate::selftest::server::ChildServer::start(&child_args(a, "broadcast", processes, server_max)).await?;
+            let (pid, bpid) = (e.pid, b.pid);
+            (e.addr, b.addr, vec![Running::Child(Box::new(e)), Running::Child(Box::new(b))], pid, Some(bpid))
+        } else {
+            let (e, stop_e) = start(embedded_server::App::Echo)?;
+            let (b, stop_b) = start(embedded_server::App::Broadcast)?;
+            (e, b, vec![Running::InProcess(stop_e), Running::InProcess(stop_b)], std::process::id(), None)
+        };
         let target = |addr: SocketAddr| Target { addr, host: addr.to_string(), path: "/".into() };
         // Short scenarios: this is the quick start's command, and 5 s of steady load per
         // scenario gives stable medians on the sizes it picks.
@@ -545,17 +719,32 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
                 conns,
                 scenarios: defaults,
                 secs: 5.0,
+                rate: Some(sized.rate),
+                rate_note: sized.rate_note.clone(),
+                server_processes: Some(processes),
+                server_tree: processes > 1,
+                deflate_conns: deflate_conns.map(|d| d.0),
+                broadcast_server_pid: fanout_pid,
             },
-            Some(std::process::id()),
+            Some(server_pid),
             scaled,
         )?;
         eprintln!(
-            "wstune serve --self-test: profile {}, {} connections, {} scenario(s) of {} s against ws://{echo}/",
-            profile.name, plan.opts.conns, plan.scenarios.len(), plan.opts.secs
+            "wstune serve --self-test: profile {}, {} connections, {} server process(es), {} scenario(s) of {} s against ws://{echo}/",
+            profile.name, plan.opts.conns, processes, plan.scenarios.len(), plan.opts.secs
         );
+        for s in &plan.scaled_down {
+            eprintln!("wstune serve --self-test: scaled down: {s}");
+        }
         let out = crate::cmd::selftest::execute(&plan).await;
-        let _ = stop_echo.send(());
-        let _ = stop_fanout.send(());
+        for s in servers {
+            match s {
+                Running::InProcess(stop) => {
+                    let _ = stop.send(());
+                }
+                Running::Child(c) => c.stop().await,
+            }
+        }
         Ok::<_, anyhow::Error>(out)
     })?;
     report.host_check =
@@ -566,5 +755,6 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
                 warnings,
             },
         );
+    crate::selftest::report::combine(&mut report, true);
     crate::cmd::selftest::finish(&report, error, &a.load)
 }

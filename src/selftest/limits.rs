@@ -8,6 +8,10 @@ use std::net::{IpAddr, Ipv4Addr};
 /// File descriptors a process keeps for itself besides connections (stdio, epoll, pipes).
 pub const FD_RESERVE: u64 = 64;
 
+/// Server processes `serve --self-test` starts at most (100k connections at a 20,000 fd limit
+/// need 6; more than this means the limit is the problem).
+pub const MAX_SERVER_PROCESSES: usize = 64;
+
 /// More generator processes than this means the fd limit is the problem, not the host's size.
 pub const MAX_WORKERS: usize = 64;
 
@@ -34,6 +38,9 @@ pub fn workers_for(conns: usize, nofile: u64, requested: usize) -> Result<usize,
     Ok(need.max(requested).max(1))
 }
 
+/// Loopback source addresses at most (127.0.0.1 .. 127.0.0.250).
+pub const MAX_SOURCES: usize = 250;
+
 /// Source addresses for `conns` connections to `server` when each source address can use
 /// `ports` ephemeral ports. Loopback servers get 127.0.0.1, 127.0.0.2, ... (any 127/8 address
 /// is local on Linux), keeping every source at most 80% used; others must fit in one.
@@ -55,7 +62,7 @@ pub fn sources_for(
         }
         return Ok(Vec::new());
     }
-    if need > 250 {
+    if need > MAX_SOURCES {
         return Err(format!(
             "{conns} connections need {need} loopback source addresses at {usable} ports each; \
              widen net.ipv4.ip_local_port_range"
@@ -69,38 +76,193 @@ pub fn sources_for(
 /// Echo messages per second per core that `serve --self-test` offers when generator and server
 /// share the cores. Conservative on purpose: both sides together use well under half the CPU at
 /// this rate (measured on the 2-core development VM: 10k msgs/s at ~25% server + ~25% generator),
-/// so what the report shows is the server's latency, not a fight for the cores.
+/// so what the report shows is the server's latency, not a fight for the cores. It sizes the
+/// *rate* of the rate scenarios only: holding idle connections and a connect storm cost
+/// memory and file descriptors, not a sustained CPU share, so the CPU never lowers a count.
 pub const ECHOES_PER_CORE: f64 = 5_000.0;
 
-/// What `serve --self-test` can run here: the connections (bounded by the server's fd limit
-/// and the CPU budget for the offered rate) and, for each bound that bit, why.
-pub fn size_self_test(
-    wanted: usize,
-    rate: f64,
-    server_nofile: u64,
-    cores: usize,
-) -> (usize, Vec<String>) {
-    let mut conns = wanted;
-    let mut why = Vec::new();
-    let fd_cap = server_nofile.saturating_sub(FD_RESERVE) as usize;
+/// Memory one loopback test connection costs besides the server's share (the profile's
+/// estimate): the generator's kernel socket (4 KiB, like the server's) and its client state
+/// (reader, writer, buffers: ~8 KiB measured per idle generator connection, rounded up).
+pub const GENERATOR_BYTES_PER_CONN: u64 = 4096 + 12 * 1024;
+
+/// What one deflate connection adds on the generator's side: its compressor (the server's
+/// window, memLevel 4) and full-window decompressor. Measured, not zlib's formula (~61 KiB):
+/// 19,000 deflate connections of the 100k profile held 3.39 GB of generator RSS, ~178 KB
+/// each, on the 2-core VM; rounded up.
+pub const GENERATOR_DEFLATE_BYTES_PER_CONN: u64 = 192 << 10;
+
+/// The deflate scenario's own count when `conns` deflate connections (server estimate
+/// `bytes_per_conn` with its contexts, plus the generator's side) do not fit the memory; the
+/// other scenarios keep `conns`. None when they fit (or the memory is unknown).
+pub fn deflate_conns(
+    conns: usize,
+    bytes_per_conn: u64,
+    mem_available: Option<u64>,
+) -> Option<(usize, String)> {
+    let avail = mem_available?;
+    let per = bytes_per_conn + GENERATOR_BYTES_PER_CONN + GENERATOR_DEFLATE_BYTES_PER_CONN;
+    let cap = ((avail as f64 * MEMORY_SHARE) as u64 / per) as usize;
+    (cap < conns).then(|| {
+        (
+            cap.max(1),
+            format!(
+                "deflate scenario: {conns} deflate connections need about {} MiB here ({bytes_per_conn} \
+                 bytes per server connection with its contexts, {} for the generator's side), \
+                 more than {:.0}% of the {} MiB available; it runs {cap}, the other scenarios \
+                 keep {conns}",
+                (conns as u64 * per) >> 20,
+                GENERATOR_BYTES_PER_CONN + GENERATOR_DEFLATE_BYTES_PER_CONN,
+                MEMORY_SHARE * 100.0,
+                avail >> 20
+            ),
+        )
+    })
+}
+
+/// Share of the available memory the self-test may plan to use: the rest stays for the page
+/// cache, the other processes and the estimate's error.
+pub const MEMORY_SHARE: f64 = 0.8;
+
+/// What this host allows a self-test, read before anything starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostRoom {
+    /// Open files one server process may hold (its soft limit once raised to the hard one).
+    pub server_nofile: u64,
+    /// Server processes the self-test may start (1 when the server runs inside this process).
+    pub max_server_processes: usize,
+    /// MemAvailable (or the cgroup's room), bytes; None when unreadable (no memory bound).
+    pub mem_available: Option<u64>,
+    /// Ephemeral ports per loopback source address.
+    pub ephemeral_ports: u32,
+    pub cores: usize,
+}
+
+/// How `serve --self-test` runs here.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SelfTestSize {
+    /// Connections of every scenario.
+    pub conns: usize,
+    /// Server processes the count needs (one per `server_nofile - FD_RESERVE` connections).
+    pub server_processes: usize,
+    /// Messages per second per connection in the rate scenarios (echo-rate, deflate).
+    pub rate: f64,
+    /// Why the count is below the profile's, one line per bound that bit (fd, memory, ports).
+    pub scaled_down: Vec<String>,
+    /// Why the rate scenarios offer less per connection than the profile (the CPU budget).
+    pub rate_note: Option<String>,
+}
+
+/// Size `serve --self-test`: every scenario at the profile's `wanted` connections unless the
+/// fd limits over the allowed server processes, the memory (`bytes_per_conn` for the server,
+/// from the profile's estimate, plus the generator's side) or the loopback port ranges cannot
+/// hold them; each bound that bites is named. The CPU budget only lowers the per-connection
+/// `rate` of the rate scenarios (and says so), never the count.
+pub fn size_self_test(wanted: usize, rate: f64, bytes_per_conn: u64, h: &HostRoom) -> SelfTestSize {
+    let mut conns = wanted.max(1);
+    let mut scaled_down = Vec::new();
+    let procs = h.max_server_processes.max(1);
+    let fd_cap = fd_room(h.server_nofile, procs);
     if conns > fd_cap {
-        why.push(format!(
-            "the profile wants {wanted} connections but this process may open {server_nofile} files \
-             (ulimit -n); using {fd_cap}. `wstune apply` raises the limit"
+        let needed = crate::profile::processes_needed(wanted as u64, h.server_nofile);
+        scaled_down.push(format!(
+            "fd limit: the profile wants {wanted} connections, a server process may open {} files \
+             (hard limit, ulimit -n) and the self-test can run {procs} server process(es) here, \
+             room for {fd_cap}; using {fd_cap}. Raise the hard limit (`wstune apply`, \
+             LimitNOFILE=) to at least {}{}",
+            h.server_nofile,
+            crate::profile::connections_per_process(wanted as u64, procs as u64) + FD_RESERVE,
+            match needed {
+                Some(n) if procs == 1 =>
+                    format!(", or run the server as {n} processes (`serve --processes {n}`)"),
+                _ => String::new(),
+            }
         ));
         conns = fd_cap;
     }
-    let cpu_cap = (ECHOES_PER_CORE * cores as f64 / rate.max(0.001)) as usize;
-    if conns > cpu_cap {
-        why.push(format!(
-            "{conns} clients x {rate} msgs/s would offer {:.0} msgs/s, more than {cores} core(s) \
-             can generate and serve at once (~{:.0}/s here); using {cpu_cap} clients",
-            conns as f64 * rate,
-            ECHOES_PER_CORE * cores as f64
-        ));
-        conns = cpu_cap;
+    if let Some(avail) = h.mem_available {
+        let per = bytes_per_conn + GENERATOR_BYTES_PER_CONN;
+        let mem_cap = ((avail as f64 * MEMORY_SHARE) as u64 / per.max(1)) as usize;
+        if conns > mem_cap {
+            scaled_down.push(format!(
+                "memory: {conns} connections need about {} MiB here (the profile's estimate of {} \
+                 bytes per server connection plus {} for the generator's side), more than {:.0}% \
+                 of the {} MiB available; using {mem_cap}. Add memory or lower the profile's \
+                 deflate window",
+                (conns as u64 * per) >> 20,
+                bytes_per_conn,
+                GENERATOR_BYTES_PER_CONN,
+                MEMORY_SHARE * 100.0,
+                avail >> 20
+            ));
+            conns = mem_cap;
+        }
     }
-    (conns.max(1), why)
+    let port_cap = (h.ephemeral_ports as usize * 8 / 10).max(1) * MAX_SOURCES;
+    if conns > port_cap {
+        scaled_down.push(format!(
+            "ports: {conns} connections at {} ephemeral ports per loopback source address need \
+             more than {MAX_SOURCES} sources; using {port_cap}. Widen \
+             net.ipv4.ip_local_port_range (`wstune apply` does)",
+            h.ephemeral_ports
+        ));
+        conns = port_cap;
+    }
+    let conns = conns.max(1);
+    let budget = ECHOES_PER_CORE * h.cores.max(1) as f64;
+    let (rate, rate_note) = if conns as f64 * rate > budget {
+        let r = budget / conns as f64;
+        (
+            r,
+            Some(format!(
+                "echo-rate and deflate offer {budget:.0} msgs/s in total, {r:.3} per connection \
+                 instead of the profile's {rate}: what {} core(s) can generate and serve at once \
+                 (~{ECHOES_PER_CORE:.0}/s per core). Idle, storm and the others keep all {conns} \
+                 connections",
+                h.cores.max(1)
+            )),
+        )
+    } else {
+        (rate, None)
+    };
+    SelfTestSize {
+        conns,
+        server_processes: crate::profile::processes_needed(conns as u64, h.server_nofile)
+            .map_or(procs, |n| n as usize)
+            .min(procs),
+        rate,
+        scaled_down,
+        rate_note,
+    }
+}
+
+/// Connections `processes` server processes can hold at `nofile` open files each, under the
+/// supervisor's rule (each process gets its share plus 10%, plus `FD_RESERVE` files).
+pub fn fd_room(nofile: u64, processes: usize) -> usize {
+    let per = nofile.saturating_sub(FD_RESERVE);
+    if processes <= 1 {
+        return per as usize;
+    }
+    // The largest share s with s + ceil(s / 10) <= per (u128: `per` may be u64::MAX).
+    let mut share = (per as u128 * 10 / 11) as u64;
+    while share + share.div_ceil(10) > per {
+        share -= 1;
+    }
+    while (share + 1) + (share + 1).div_ceil(10) <= per {
+        share += 1;
+    }
+    share
+        .saturating_mul(processes as u64)
+        .min(usize::MAX as u64) as usize
+}
+
+/// Memory this host can still give, bytes: MemAvailable from /proc/meminfo, Linux.
+pub fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map(|kib| kib * 1024)
 }
 
 /// Ephemeral ports per source address (net.ipv4.ip_local_port_range), Linux; 28232 (the
@@ -152,15 +314,113 @@ mod tests {
             .contains("ip_local_port_range"));
     }
 
+    fn room(nofile: u64, procs: usize, mem: Option<u64>, cores: usize) -> HostRoom {
+        HostRoom {
+            server_nofile: nofile,
+            max_server_processes: procs,
+            mem_available: mem,
+            ephemeral_ports: 28_232,
+            cores,
+        }
+    }
+
     #[test]
-    fn self_test_scales_down_and_says_why() {
-        let (n, why) = size_self_test(10_000, 10.0, 1_048_576, 32);
-        assert_eq!((n, why.len()), (10_000, 0));
-        let (n, why) = size_self_test(10_000, 10.0, 1024, 32);
-        assert_eq!(n, 960);
-        assert!(why[0].contains("ulimit -n"), "{why:?}");
-        let (n, why) = size_self_test(10_000, 10.0, 1_048_576, 2);
-        assert_eq!(n, 1000);
-        assert!(why[0].contains("2 core(s)"), "{why:?}");
+    fn the_cpu_never_lowers_the_count_only_the_rate() {
+        // The old rule: 2 cores x 5,000 echoes/s / 10 msgs/s cut 100k connections to 1,000.
+        let s = size_self_test(100_000, 10.0, 8192, &room(1_048_576, 1, None, 2));
+        assert_eq!(s.conns, 100_000);
+        assert!(s.scaled_down.is_empty(), "{:?}", s.scaled_down);
+        assert!((s.rate - 0.1).abs() < 1e-9, "{}", s.rate);
+        let note = s.rate_note.unwrap();
+        assert!(
+            note.contains("10000 msgs/s") && note.contains("0.100"),
+            "{note}"
+        );
+        // Small enough for the budget: the profile's rate, no note.
+        let s = size_self_test(500, 10.0, 8192, &room(1_048_576, 1, None, 2));
+        assert_eq!((s.conns, s.rate, s.rate_note), (500, 10.0, None));
+    }
+
+    #[test]
+    fn fd_limits_count_over_the_server_processes() {
+        let s = size_self_test(100_000, 10.0, 8192, &room(20_000, 1, None, 2));
+        assert_eq!((s.conns, s.server_processes), (19_936, 1));
+        assert!(
+            s.scaled_down[0].starts_with("fd limit"),
+            "{:?}",
+            s.scaled_down
+        );
+        assert!(
+            s.scaled_down[0].contains("--processes"),
+            "{:?}",
+            s.scaled_down
+        );
+        assert!(
+            s.scaled_down[0].contains("6 processes"),
+            "{:?}",
+            s.scaled_down
+        );
+        // Six processes hold 100k under a 20,000 limit: no scale-down.
+        let s = size_self_test(100_000, 10.0, 8192, &room(20_000, 8, None, 2));
+        assert_eq!((s.conns, s.server_processes), (100_000, 6));
+        assert!(s.scaled_down.is_empty(), "{:?}", s.scaled_down);
+        // Eight processes at most, 18,123 each (+10% +64 = 20,000): 144,984.
+        assert_eq!(fd_room(20_000, 8), 144_984);
+        assert!(fd_room(u64::MAX, 64) > 1 << 40);
+        let s = size_self_test(200_000, 10.0, 8192, &room(20_000, 8, None, 2));
+        assert_eq!((s.conns, s.server_processes), (144_984, 8));
+        assert!(
+            s.scaled_down[0].contains("8 server process(es)"),
+            "{:?}",
+            s.scaled_down
+        );
+        let s = size_self_test(10_000, 10.0, 8192, &room(1024, 1, None, 32));
+        assert_eq!(s.conns, 960);
+        assert!(
+            s.scaled_down[0].contains("ulimit -n"),
+            "{:?}",
+            s.scaled_down
+        );
+    }
+
+    #[test]
+    fn memory_and_ports_bound_the_count_and_say_so() {
+        // 1 GiB available, 48 KiB + the generator's 16 KiB per connection.
+        let s = size_self_test(100_000, 10.0, 48 << 10, &room(1 << 20, 1, Some(1 << 30), 2));
+        assert_eq!(
+            s.conns,
+            (((1u64 << 30) as f64 * 0.8) as u64 / (64 << 10)) as usize
+        );
+        assert_eq!(s.scaled_down.len(), 1);
+        assert!(
+            s.scaled_down[0].starts_with("memory"),
+            "{:?}",
+            s.scaled_down
+        );
+        let mut r = room(1 << 30, 1, None, 2);
+        r.ephemeral_ports = 100;
+        let s = size_self_test(100_000, 10.0, 8192, &r);
+        assert_eq!(s.conns, 80 * MAX_SOURCES);
+        assert!(
+            s.scaled_down[0].contains("ip_local_port_range"),
+            "{:?}",
+            s.scaled_down
+        );
+        // Deflate needs its own, lower count on a 24 GiB host at 100k; the others keep theirs.
+        let (n, why) = deflate_conns(100_000, 48 << 10, Some(24 << 30)).unwrap();
+        assert!(n < 100_000 && n > 50_000, "{n}");
+        assert!(
+            why.starts_with("deflate scenario") && why.contains("keep 100000"),
+            "{why}"
+        );
+        assert_eq!(deflate_conns(10_000, 48 << 10, Some(24 << 30)), None);
+        // Plenty of everything: the profile's count.
+        let s = size_self_test(
+            100_000,
+            10.0,
+            48 << 10,
+            &room(1 << 20, 1, Some(24 << 30), 16),
+        );
+        assert_eq!((s.conns, s.scaled_down.len()), (100_000, 0));
     }
 }

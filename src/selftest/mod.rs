@@ -9,6 +9,7 @@
 pub mod client;
 pub mod limits;
 pub mod report;
+pub mod server;
 pub mod worker;
 
 use anyhow::{bail, Context, Result};
@@ -59,6 +60,9 @@ impl Scenario {
         }
     }
 }
+
+/// Seconds a storm may take at least before its clients give up waiting for their echo.
+pub const STORM_BUDGET_SECS: f64 = 30.0;
 
 /// What one worker process does (passed as JSON on its command line).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -127,6 +131,9 @@ pub struct WorkerResult {
     pub last_echo_secs: f64,
     pub lost: u64,
     pub first_error: Option<String>,
+    /// The worker's peak resident memory (VmHWM), bytes; None where /proc is unreadable.
+    #[serde(default)]
+    pub peak_rss_bytes: Option<u64>,
 }
 
 /// Everything a run needs; built by `cmd::selftest` or `serve --self-test`.
@@ -153,6 +160,11 @@ pub struct Options {
     pub sources: Vec<IpAddr>,
     /// The server's process, for CPU and memory (None: not sampled).
     pub server_pid: Option<u32>,
+    /// Sum CPU and memory over `server_pid` and every process below it (a supervisor and its
+    /// server processes); false when the generator's processes are below it instead.
+    pub server_tree: bool,
+    /// The broadcast server's process when it is not `server_pid` (a separate child server).
+    pub broadcast_server_pid: Option<u32>,
     pub ramp_per_sec: f64,
     pub storm_concurrency: usize,
 }
@@ -182,6 +194,99 @@ pub struct ProcFigures {
     pub rss_after_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rss_per_conn_bytes: Option<f64>,
+    /// Generator: the peak resident memory of its processes, summed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// The kernel's socket figures at one moment: /proc/net/sockstat and the slab total.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct KernelSample {
+    /// `sockets: used`: every socket of this network namespace.
+    pub sockets_used: u64,
+    /// `TCP: inuse`: TCP sockets of this network namespace.
+    pub tcp_inuse: u64,
+    /// `TCP: mem`: pages the whole host's TCP buffers hold (what tcp_mem limits).
+    pub tcp_mem_pages: u64,
+    /// /proc/meminfo `Slab`: kernel objects, where each socket's tcp_sock, inode, file and
+    /// epoll item live (host-wide, so other activity shows up too).
+    pub slab_bytes: u64,
+}
+
+/// The kernel's socket memory before the idle connections opened and while they were held.
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelMemory {
+    pub before: KernelSample,
+    pub during: KernelSample,
+    pub page_size: u64,
+    /// TCP buffer memory held while idle, bytes (`TCP: mem` during x page size).
+    pub tcp_mem_bytes_during: u64,
+    /// Slab growth per TCP socket opened: both ends of a loopback connection are sockets of
+    /// this host, so this is per socket, not per connection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slab_bytes_per_socket: Option<f64>,
+}
+
+/// Read /proc/net/sockstat and /proc/meminfo (Linux; None elsewhere).
+pub fn kernel_sample() -> Option<KernelSample> {
+    let sockstat = std::fs::read_to_string("/proc/net/sockstat").ok()?;
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    Some(parse_kernel_sample(&sockstat, &meminfo))
+}
+
+fn parse_kernel_sample(sockstat: &str, meminfo: &str) -> KernelSample {
+    let field = |line: &str, key: &str| -> u64 {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        w.iter()
+            .position(|x| *x == key)
+            .and_then(|i| w.get(i + 1)?.parse().ok())
+            .unwrap_or(0)
+    };
+    let mut k = KernelSample::default();
+    for l in sockstat.lines() {
+        if l.starts_with("sockets:") {
+            k.sockets_used = field(l, "used");
+        } else if l.starts_with("TCP:") {
+            k.tcp_inuse = field(l, "inuse");
+            k.tcp_mem_pages = field(l, "mem");
+        }
+    }
+    k.slab_bytes = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("Slab:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024;
+    k
+}
+
+fn kernel_memory(
+    before: Option<KernelSample>,
+    during: Option<KernelSample>,
+) -> Option<KernelMemory> {
+    let (before, during) = (before?, during?);
+    let page_size = page_size();
+    let sockets = during.tcp_inuse.saturating_sub(before.tcp_inuse);
+    Some(KernelMemory {
+        before,
+        during,
+        page_size,
+        tcp_mem_bytes_during: during.tcp_mem_pages * page_size,
+        slab_bytes_per_socket: (sockets > 0)
+            .then(|| (during.slab_bytes as f64 - before.slab_bytes as f64) / sockets as f64),
+    })
+}
+
+fn page_size() -> u64 {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf only reads a constant of the system.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if p > 0 {
+            return p as u64;
+        }
+    }
+    4096
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -221,6 +326,9 @@ pub struct ScenarioReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<ProcFigures>,
     pub generator: ProcFigures,
+    /// idle: the kernel's socket memory before and while the connections were held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelMemory>,
     /// echo-sat: echoes per CPU-second of the server, the efficiency figure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub echoes_per_server_cpu_sec: Option<f64>,
@@ -239,6 +347,33 @@ pub struct ScenarioReport {
     pub incomplete: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+}
+
+/// The server's CPU time and RSS: its process, or its whole process tree.
+fn server_sample(o: &Options, scenario: Scenario) -> Option<(f64, u64)> {
+    let pid = match scenario {
+        Scenario::Broadcast => o.broadcast_server_pid.or(o.server_pid)?,
+        _ => o.server_pid?,
+    };
+    if o.server_tree {
+        server::sample_tree(pid)
+    } else {
+        sample(pid)
+    }
+}
+
+/// A process's peak resident memory (VmHWM), Linux.
+pub fn peak_rss(pid: u32) -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let p = procfs::process::Process::new(pid as i32).ok()?;
+        Some(p.status().ok()?.vmhwm? * 1024)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        None
+    }
 }
 
 /// A process's CPU time and resident memory (Linux /proc; None elsewhere or when it is gone).
@@ -310,7 +445,8 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     } else {
         &o.target
     };
-    let rss_before = o.server_pid.and_then(sample).map(|s| s.1);
+    let rss_before = server_sample(o, scenario).map(|s| s.1);
+    let kernel_before = (scenario == Scenario::Idle).then(kernel_sample).flatten();
     let mut procs = spawn_workers(o, scenario, target)?;
     let workers = procs.len();
     let (connected, first_error) = connect_phase(&mut procs, o, scenario, target).await?;
@@ -318,14 +454,15 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     if scenario == Scenario::Idle {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let rss_after_connect = o.server_pid.and_then(sample).map(|s| s.1);
+    let rss_after_connect = server_sample(o, scenario).map(|s| s.1);
+    let kernel_during = (scenario == Scenario::Idle).then(kernel_sample).flatten();
     let warmup = if scenario.warms_up() { o.warmup } else { 0.0 };
     // The server's CPU is read when the measured window starts (after the warm-up).
     let server0 = {
-        let pid = o.server_pid;
+        let o = o.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
-            pid.and_then(sample).map(|s| (s, Instant::now()))
+            server_sample(&o, scenario).map(|s| (s, Instant::now()))
         })
     };
     let t0 = Instant::now();
@@ -361,6 +498,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
         lost,
         close_codes,
         gen_cpu,
+        gen_rss,
         elapsed,
         last_echo,
         rounds,
@@ -395,6 +533,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
                 } else {
                     None
                 },
+                peak_rss_bytes: None,
             })
         }
         _ => None,
@@ -447,8 +586,10 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
         generator: ProcFigures {
             cpu_secs: gen_cpu,
             cpu_pct: gen_cpu / run_wall * 100.0,
+            peak_rss_bytes: gen_rss,
             ..ProcFigures::default()
         },
+        kernel: kernel_memory(kernel_before, kernel_during),
         storm_secs: (scenario == Scenario::Storm).then_some(last_echo),
         connects_per_sec: (scenario == Scenario::Storm && last_echo > 0.0)
             .then(|| hist.len() as f64 / last_echo),
@@ -490,7 +631,13 @@ fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec
             source_offset: assigned,
             rate: o.rate,
             size: o.size,
-            secs: o.secs,
+            // A storm is measured by how long it takes: --secs bounds it only from below, or
+            // 100k clients on 2 cores were cut off at 5 s with a third still connecting.
+            secs: if scenario == Scenario::Storm {
+                o.secs.max(STORM_BUDGET_SECS)
+            } else {
+                o.secs
+            },
             warmup: if scenario.warms_up() { o.warmup } else { 0.0 },
             inflight: o.inflight,
             // The broadcast publisher sends binary stamps, so its subscribers stay plain.
@@ -543,14 +690,22 @@ async fn connect_phase(
     let mut connected = 0;
     let mut first_error: Option<String> = None;
     let mut done_counts = vec![0usize; procs.len()];
+    let procs_len = procs.len();
     for (i, p) in procs.iter_mut().enumerate() {
         loop {
             let line = match tokio::time::timeout_at(deadline, p.lines.next_line()).await {
                 Ok(Ok(Some(l))) => l,
                 Ok(_) => bail!("generator process {i} exited before its connections were open"),
                 Err(_) => bail!(
-                    "connections were still opening after {} s; is the server accepting? (fewer --conns or a slower --ramp may help)",
-                    connect_budget.as_secs()
+                    "connections were still opening after {} s: {} of {} handshakes done, {} \
+                     generator process(es) of {} ready, first error so far: {}; is the server \
+                     accepting? (fewer --conns or a slower --ramp may help)",
+                    connect_budget.as_secs(),
+                    done_counts.iter().sum::<usize>(),
+                    o.conns,
+                    i,
+                    procs_len,
+                    first_error.as_deref().unwrap_or("none reported")
                 ),
             };
             match serde_json::from_str::<Event>(&line) {
@@ -634,7 +789,11 @@ async fn run_phase(
 ) -> (Option<String>, Option<((f64, u64), Instant)>) {
     let pb = progress_bar(o.secs.ceil() as u64, scenario.name());
     let run_deadline = tokio::time::Instant::now()
-        + Duration::from_secs_f64(o.secs + warmup)
+        + Duration::from_secs_f64(if scenario == Scenario::Storm {
+            o.secs.max(STORM_BUDGET_SECS)
+        } else {
+            o.secs + warmup
+        })
         + Duration::from_secs(if scenario == Scenario::Storm { 60 } else { 15 });
     let mut incomplete: Option<String> = None;
     let mut server_end = None;
@@ -666,7 +825,7 @@ async fn run_phase(
                     }
                     Ok(Event::Done(r)) => {
                         if server_end.is_none() {
-                            server_end = o.server_pid.and_then(sample).map(|s| (s, Instant::now()));
+                            server_end = server_sample(o, scenario).map(|s| (s, Instant::now()));
                         }
                         p.result = Some(r);
                     }
@@ -697,6 +856,7 @@ struct Merged {
     lost: u64,
     close_codes: BTreeMap<u16, u64>,
     gen_cpu: f64,
+    gen_rss: Option<u64>,
     elapsed: f64,
     last_echo: f64,
     /// Broadcast: per round, (deliveries, latest delivery in us).
@@ -709,6 +869,7 @@ fn merge(results: &[&WorkerResult], n_rounds: usize, mut first_error: Option<Str
     let (mut sent, mut received, mut errors, mut disconnects, mut lost) = (0, 0, 0, 0, 0);
     let mut close_codes = BTreeMap::new();
     let mut gen_cpu = 0.0;
+    let mut gen_rss: Option<u64> = None;
     let mut elapsed: f64 = 0.0;
     let mut last_echo: f64 = 0.0;
     let mut rounds = vec![(0u64, 0u64); n_rounds];
@@ -723,6 +884,9 @@ fn merge(results: &[&WorkerResult], n_rounds: usize, mut first_error: Option<Str
             *close_codes.entry(*k).or_insert(0) += v;
         }
         gen_cpu += r.cpu_secs;
+        if let Some(b) = r.peak_rss_bytes {
+            gen_rss = Some(gen_rss.unwrap_or(0) + b);
+        }
         elapsed = elapsed.max(r.elapsed_secs);
         last_echo = last_echo.max(r.last_echo_secs);
         if first_error.is_none() {
@@ -751,6 +915,7 @@ fn merge(results: &[&WorkerResult], n_rounds: usize, mut first_error: Option<Str
         lost,
         close_codes,
         gen_cpu,
+        gen_rss,
         elapsed,
         last_echo,
         rounds,
@@ -776,4 +941,31 @@ fn timeline(procs: &[WorkerProc]) -> Vec<TimelinePoint> {
         prev = cum;
     }
     timeline
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockstat_and_slab_are_read() {
+        let k = parse_kernel_sample(
+            "sockets: used 1234\nTCP: inuse 200 orphan 0 tw 3 alloc 210 mem 57\nUDP: inuse 2 mem 1\n",
+            "MemTotal:       24000000 kB\nSlab:             512000 kB\n",
+        );
+        assert_eq!(
+            k,
+            KernelSample {
+                sockets_used: 1234,
+                tcp_inuse: 200,
+                tcp_mem_pages: 57,
+                slab_bytes: 512_000 * 1024
+            }
+        );
+        let mut during = k;
+        during.tcp_inuse += 100;
+        during.slab_bytes += 400 * 1024;
+        let m = kernel_memory(Some(k), Some(during)).unwrap();
+        assert_eq!(m.slab_bytes_per_socket, Some(4096.0));
+    }
 }

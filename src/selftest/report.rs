@@ -9,9 +9,106 @@ pub const SCHEMA_VERSION: u32 = 1;
 #[derive(Debug, Clone, Serialize)]
 pub struct Targets {
     pub profile: String,
+    /// The profile's connection count: a run is a proof for the profile only at this size.
+    pub connections: usize,
     pub p99_ms: f64,
     pub rate_per_client: f64,
     pub payload_bytes: usize,
+    /// The profile's memory estimate per connection (check's `estimate.*`), to hold against
+    /// what the idle scenario measured.
+    pub estimate: MemoryEstimate,
+}
+
+/// The parts of the profile's memory estimate that an idle connection can be measured against.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct MemoryEstimate {
+    /// `estimate.server_bytes_per_conn`: the server's state for an idle connection.
+    pub server_bytes_per_conn: u64,
+    /// `estimate.kernel_bytes_per_conn`: one socket's kernel objects.
+    pub kernel_bytes_per_socket: u64,
+    /// `estimate.bytes_per_conn`: everything, deflate and buffers in flight included.
+    pub bytes_per_conn: u64,
+}
+
+impl MemoryEstimate {
+    pub fn of(p: &crate::profile::Profile) -> MemoryEstimate {
+        let e = p.estimate();
+        MemoryEstimate {
+            server_bytes_per_conn: e.server_bytes_per_conn,
+            kernel_bytes_per_socket: e.kernel_bytes_per_conn,
+            bytes_per_conn: e.bytes_per_conn(),
+        }
+    }
+}
+
+/// How far the estimate may be from the measurement before it must change (25%).
+pub const ESTIMATE_TOLERANCE: f64 = 0.25;
+
+/// One estimated figure held against its measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Compared {
+    pub what: &'static str,
+    pub estimate_bytes: u64,
+    pub measured_bytes: f64,
+    /// (estimate - measured) / measured: positive when the estimate is conservative.
+    pub error: f64,
+    pub within_tolerance: bool,
+}
+
+/// Memory for the idle connections, measured, beside the profile's estimate.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryReport {
+    pub conns: usize,
+    /// Server RSS growth while connecting / connections (all server processes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_rss_per_conn_bytes: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_rss_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<super::KernelMemory>,
+    pub compared: Vec<Compared>,
+}
+
+impl MemoryReport {
+    /// From the idle scenario, if it ran and anything was measured.
+    pub fn of(scenarios: &[ScenarioReport], e: &MemoryEstimate) -> Option<MemoryReport> {
+        let idle = scenarios.iter().find(|s| s.scenario == Scenario::Idle)?;
+        let rss = idle.server.as_ref().and_then(|s| s.rss_per_conn_bytes);
+        let kernel = idle.kernel.clone();
+        if rss.is_none() && kernel.is_none() {
+            return None;
+        }
+        let mut compared = Vec::new();
+        let mut cmp = |what: &'static str, est: u64, measured: Option<f64>| {
+            if let Some(m) = measured.filter(|m| *m > 0.0) {
+                let error = (est as f64 - m) / m;
+                compared.push(Compared {
+                    what,
+                    estimate_bytes: est,
+                    measured_bytes: m,
+                    error,
+                    within_tolerance: error.abs() <= ESTIMATE_TOLERANCE,
+                });
+            }
+        };
+        cmp(
+            "server bytes per idle connection",
+            e.server_bytes_per_conn,
+            rss,
+        );
+        cmp(
+            "kernel bytes per socket",
+            e.kernel_bytes_per_socket,
+            kernel.as_ref().and_then(|k| k.slab_bytes_per_socket),
+        );
+        Some(MemoryReport {
+            conns: idle.conns_connected,
+            server_rss_per_conn_bytes: rss,
+            server_rss_bytes: idle.server.as_ref().and_then(|s| s.rss_after_bytes),
+            kernel,
+            compared,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -24,12 +121,22 @@ pub struct Check {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Verdict {
+    /// The whole verdict, the exit code's: for `serve --self-test` the load passed at the
+    /// profile's full connection count and the host check passed; for `selftest` the load.
     pub pass: bool,
+    /// Every load check below passed (at `conns` connections).
+    pub load_pass: bool,
+    /// The host check passed (None: not part of this verdict, `selftest --url`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_pass: Option<bool>,
+    /// The scenarios ran at the profile's connection count.
+    pub full_size: bool,
+    /// One line: which part passed, which failed, at how many connections.
+    pub summary: String,
     pub checks: Vec<Check>,
 }
 
-/// What `check` said about this host before a `serve --self-test` (informational: the
-/// verdict is about the load).
+/// What `check` said about this host before a `serve --self-test`: half of its verdict.
 #[derive(Debug, Clone, Serialize)]
 pub struct HostCheck {
     pub profile: String,
@@ -43,8 +150,19 @@ pub struct Report {
     pub url: String,
     pub cores: usize,
     pub targets: Targets,
-    /// Where the run was made smaller than asked, and why.
+    /// Connections the scenarios ran with.
+    pub conns: usize,
+    /// Where the run was made smaller than the profile, and why.
     pub scaled_down: Vec<String>,
+    /// Why the rate scenarios offer less per connection than the profile says (CPU budget).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_note: Option<String>,
+    /// Server processes the self-test's server ran as.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_processes: Option<usize>,
+    /// Memory for the idle connections, measured, against the profile's estimate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_check: Option<HostCheck>,
     pub scenarios: Vec<ScenarioReport>,
@@ -122,10 +240,87 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets) -> Verdict {
             _ => {}
         }
     }
+    let load_pass = !checks.is_empty() && checks.iter().all(|c| c.ok);
     Verdict {
-        pass: checks.iter().all(|c| c.ok),
+        pass: load_pass,
+        load_pass,
+        host_pass: None,
+        full_size: false,
+        summary: String::new(),
         checks,
     }
+}
+
+/// Thousands separated by commas: 100,000.
+pub fn count(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Turn the load verdict into the run's: with `host` (`serve --self-test`) PASS only when the
+/// load passed at the profile's full count and the host check passed; without it (`selftest`
+/// against a server of its own) the load decides, but the line still says when the count was
+/// below the profile's, so a small run never reads as a proof for the profile.
+pub fn combine(r: &mut Report, host_required: bool) {
+    let v = &mut r.verdict;
+    let want = r.targets.connections;
+    v.full_size = r.conns >= want;
+    let load = format!(
+        "load: {} at {}",
+        if v.load_pass { "PASS" } else { "MISS" },
+        if v.full_size {
+            format!("{} connections", count(r.conns))
+        } else {
+            format!(
+                "{} of the profile's {} connections ({}not a proof for profile {})",
+                count(r.conns),
+                count(want),
+                if r.scaled_down.is_empty() {
+                    ""
+                } else {
+                    "scaled down, see above: "
+                },
+                r.targets.profile
+            )
+        }
+    );
+    if !host_required {
+        v.pass = v.load_pass;
+        v.summary = format!("{}: {load}", if v.pass { "PASS" } else { "MISS" });
+        return;
+    }
+    let host_ok = r.host_check.as_ref().is_some_and(|h| h.failed.is_empty());
+    v.host_pass = Some(host_ok);
+    let host = match &r.host_check {
+        Some(h) if h.failed.is_empty() => format!("host: READY for {}", h.profile),
+        Some(h) => format!(
+            "host: NOT READY for {}, {} failed check{}",
+            h.profile,
+            h.failed.len(),
+            if h.failed.len() == 1 { "" } else { "s" }
+        ),
+        None => "host: NOT CHECKED (the host could not be read)".into(),
+    };
+    v.pass = v.load_pass && host_ok && v.full_size;
+    let word = if v.pass {
+        "PASS"
+    } else if v.load_pass && host_ok {
+        // Everything that ran passed, but not at the profile's size.
+        "NOT PROVEN"
+    } else {
+        "MISS"
+    };
+    v.summary = format!(
+        "{word} against profile {}: {load}; {host}",
+        r.targets.profile
+    );
 }
 
 fn num(v: f64) -> String {
@@ -158,8 +353,8 @@ pub fn table(r: &Report) -> String {
         "p99 ms",
         "p99.9 ms",
         "max ms",
-        "server CPU",
-        "generator CPU",
+        "server CPU, RSS",
+        "generator CPU, RSS",
         "notes",
     ]);
     for s in &r.scenarios {
@@ -208,9 +403,20 @@ pub fn table(r: &Report) -> String {
             num(l.max),
             s.server
                 .as_ref()
-                .map(|p| format!("{:.0}%", p.cpu_pct))
+                .map(|p| match p.rss_after_bytes {
+                    Some(b) => format!("{:.0}%, {}", p.cpu_pct, bytes(b as f64)),
+                    None => format!("{:.0}%", p.cpu_pct),
+                })
                 .unwrap_or_else(|| "-".into()),
-            format!("{:.0}% ({}p)", s.generator.cpu_pct, s.workers),
+            match s.generator.peak_rss_bytes {
+                Some(b) => format!(
+                    "{:.0}% ({}p), {}",
+                    s.generator.cpu_pct,
+                    s.workers,
+                    bytes(b as f64)
+                ),
+                None => format!("{:.0}% ({}p)", s.generator.cpu_pct, s.workers),
+            },
             notes.join("; "),
         ]);
     }
@@ -234,6 +440,12 @@ pub fn table(r: &Report) -> String {
     for s in &r.scaled_down {
         out.push_str(&format!("scaled down: {s}\n"));
     }
+    if let Some(n) = &r.rate_note {
+        out.push_str(&format!("rate: {n}\n"));
+    }
+    if let Some(m) = &r.memory {
+        out.push_str(&memory_lines(m));
+    }
     for c in &r.verdict.checks {
         if !c.ok {
             out.push_str(&format!(
@@ -245,11 +457,56 @@ pub fn table(r: &Report) -> String {
         }
     }
     out.push_str(&format!(
-        "verdict: {} against profile {} (p99 <= {} ms, 95% of the offered rate, no errors)\n",
-        if r.verdict.pass { "PASS" } else { "MISS" },
-        r.targets.profile,
-        r.targets.p99_ms
+        "load targets of profile {}: p99 <= {} ms, 95% of the offered rate, no errors, no server closes\n",
+        r.targets.profile, r.targets.p99_ms
     ));
+    out.push_str(&format!("verdict: {}\n", r.verdict.summary));
+    out
+}
+
+fn memory_lines(m: &MemoryReport) -> String {
+    let mut out = String::new();
+    let mut parts = Vec::new();
+    if let (Some(p), Some(total)) = (m.server_rss_per_conn_bytes, m.server_rss_bytes) {
+        parts.push(format!(
+            "server RSS {} per connection ({} in all)",
+            bytes(p),
+            bytes(total as f64)
+        ));
+    }
+    if let Some(k) = &m.kernel {
+        parts.push(format!(
+            "kernel: TCP sockets {} -> {}, TCP buffers {} -> {} (sockstat mem), slab {} -> {}{}",
+            k.before.tcp_inuse,
+            k.during.tcp_inuse,
+            bytes((k.before.tcp_mem_pages * k.page_size) as f64),
+            bytes(k.tcp_mem_bytes_during as f64),
+            bytes(k.before.slab_bytes as f64),
+            bytes(k.during.slab_bytes as f64),
+            k.slab_bytes_per_socket
+                .map(|b| format!(" ({} per socket)", bytes(b)))
+                .unwrap_or_default()
+        ));
+    }
+    out.push_str(&format!(
+        "memory at {} idle connections: {}\n",
+        count(m.conns),
+        parts.join("; ")
+    ));
+    for c in &m.compared {
+        out.push_str(&format!(
+            "memory estimate: {} {} vs {} measured ({:+.0}%{})\n",
+            c.what,
+            bytes(c.estimate_bytes as f64),
+            bytes(c.measured_bytes),
+            c.error * 100.0,
+            if c.within_tolerance {
+                ", within 25%"
+            } else {
+                ", OFF by more than 25%: the estimate needs changing"
+            }
+        ));
+    }
     out
 }
 
@@ -403,10 +660,11 @@ pub fn html(r: &Report) -> String {
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>wstune self-test</title>\
          <style>body{{font-family:sans-serif;margin:2em;max-width:1000px}}pre{{background:#f6f6f6;padding:1em;overflow:auto}}\
          .pass{{color:#2a2}}.miss{{color:#c22}}</style></head><body>\
-         <h1>wstune self-test: <span class=\"{}\">{}</span></h1><p>{} &middot; {} cores &middot; profile {} (p99 target {} ms)</p>\
+         <h1>wstune self-test: <span class=\"{}\">{}</span></h1><p>{}</p><p>{} &middot; {} cores &middot; profile {} (p99 target {} ms)</p>\
          {}{}<h2>Figures</h2><pre>{}</pre><h2>Report (JSON)</h2><pre>{}</pre></body></html>\n",
         if r.verdict.pass { "pass" } else { "miss" },
         if r.verdict.pass { "PASS" } else { "MISS" },
+        esc(&r.verdict.summary),
         esc(&r.url),
         r.cores,
         esc(&r.targets.profile),

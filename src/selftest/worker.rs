@@ -217,6 +217,7 @@ async fn run(spec: WorkerSpec) {
         last_echo_secs: c.last_echo_us.saturating_sub(start_us) as f64 / 1e6,
         lost: c.lost,
         first_error: storm_connect_errors.or(first_error),
+        peak_rss_bytes: super::peak_rss(std::process::id()),
     }));
 }
 

@@ -1,0 +1,144 @@
+//! The self-test's server when one process cannot hold the count: a child
+//! `wstune serve --processes N` (a supervisor and its server processes, one port with
+//! SO_REUSEPORT), started on a free loopback port and measured as the whole process tree.
+
+use anyhow::{bail, Context, Result};
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt;
+
+/// How long a child server may take to print its "listening" line: the supervisor starts its
+/// processes one by one, each binding the port.
+const START_BUDGET: Duration = Duration::from_secs(60);
+
+/// A running child server; dropping it kills the supervisor (which takes its processes along).
+pub struct ChildServer {
+    child: tokio::process::Child,
+    pub addr: SocketAddr,
+    pub pid: u32,
+}
+
+impl ChildServer {
+    /// Start `wstune serve ARGS` and wait (bounded) for its "listening on ws://ADDR/" line.
+    /// The rest of its stderr goes on to ours, so its warnings stay visible.
+    pub async fn start(args: &[String]) -> Result<ChildServer> {
+        let exe = std::env::current_exe()
+            .context("cannot find this program to start the self-test's server")?;
+        let mut child = tokio::process::Command::new(&exe)
+            .arg("serve")
+            .args(args)
+            // Its per-process start and drain lines would bury the report; warnings stay.
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start `{} serve`", exe.display()))?;
+        let pid = child.id().unwrap_or(0);
+        let mut lines =
+            tokio::io::BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+        let mut seen = Vec::new();
+        let found = tokio::time::timeout(START_BUDGET, async {
+            while let Ok(Some(l)) = lines.next_line().await {
+                if let Some(rest) = l.split("listening on ws://").nth(1) {
+                    if let Ok(a) = rest.trim_end_matches('/').parse::<SocketAddr>() {
+                        return Some(a);
+                    }
+                }
+                seen.push(l);
+            }
+            None
+        })
+        .await;
+        let addr = match found {
+            Ok(Some(a)) => a,
+            Ok(None) => {
+                let _ = child.kill().await;
+                bail!(
+                    "the self-test's server (`wstune serve {}`) exited before listening:\n{}",
+                    args.join(" "),
+                    seen.join("\n")
+                )
+            }
+            Err(_) => {
+                let _ = child.kill().await;
+                bail!(
+                    "the self-test's server (`wstune serve {}`) did not listen within {} s",
+                    args.join(" "),
+                    START_BUDGET.as_secs()
+                )
+            }
+        };
+        tokio::spawn(async move {
+            while let Ok(Some(l)) = lines.next_line().await {
+                eprintln!("{l}");
+            }
+        });
+        Ok(ChildServer { child, addr, pid })
+    }
+
+    /// SIGTERM (every process drains), bounded; then SIGKILL.
+    pub async fn stop(mut self) {
+        #[cfg(unix)]
+        {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGTERM) };
+        }
+        if tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// `pid` and every process below it (the supervisor and its server processes), Linux.
+pub fn tree(pid: u32) -> Vec<u32> {
+    #[cfg(not(target_os = "linux"))]
+    {
+        vec![pid]
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let mut out = vec![pid];
+        let mut parents: Vec<(u32, u32)> = Vec::new();
+        if let Ok(all) = procfs::process::all_processes() {
+            for p in all.flatten() {
+                if let Ok(st) = p.stat() {
+                    parents.push((st.pid as u32, st.ppid as u32));
+                }
+            }
+        }
+        let mut i = 0;
+        while i < out.len() {
+            let parent = out[i];
+            out.extend(
+                parents
+                    .iter()
+                    .filter(|(_, pp)| *pp == parent)
+                    .map(|(p, _)| *p),
+            );
+            i += 1;
+        }
+        out
+    }
+}
+
+/// CPU seconds and RSS summed over `pid`'s process tree.
+pub fn sample_tree(pid: u32) -> Option<(f64, u64)> {
+    let mut total: Option<(f64, u64)> = None;
+    for p in tree(pid) {
+        if let Some((c, r)) = super::sample(p) {
+            let t = total.get_or_insert((0.0, 0));
+            t.0 += c;
+            t.1 += r;
+        }
+    }
+    total
+}
