@@ -614,11 +614,12 @@ impl Profile {
     }
 }
 
-/// Processes `auto` may start at most (the supervisor's limit); the nofile target of an `auto`
-/// layout is what one of that many processes needs.
+/// Processes `auto` may start at most (more is a typo, not a plan: nginx and Envoy run one per
+/// core); the nofile target of an `auto` layout is what one of that many processes needs.
 pub const MAX_PROCESSES: u64 = 1024;
 
-/// File descriptors a server process keeps besides its connections (the supervisor's reserve).
+/// File descriptors a server process keeps besides its connections (listeners, admin, relay,
+/// epoll, runtime, logs), in one process or under the supervisor.
 pub const RESERVE_FDS: u64 = 64;
 
 /// One process's connections when `connections` are shared by `n` (the supervisor's rule: the

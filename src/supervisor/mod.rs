@@ -21,10 +21,10 @@ pub use run::{supervise, Plan};
 use crate::profile::Processes;
 
 /// More processes than this is a typo, not a plan (nginx and Envoy run one per core).
-pub const MAX_PROCESSES: usize = 1024;
+pub const MAX_PROCESSES: usize = crate::profile::MAX_PROCESSES as usize;
 /// File descriptors a server process needs besides its connections (listeners, admin, relay,
 /// epoll, runtime, logs): the same headroom `serve` warns about for one process.
-pub const RESERVE_FDS: u64 = 64;
+pub use crate::profile::RESERVE_FDS;
 /// The environment variable that makes `serve` a supervised process: its index.
 pub const ENV_PROCESS: &str = "WSTUNE_PROCESS";
 /// The inherited relay socket's fd number in a supervised process.
@@ -39,13 +39,10 @@ pub struct Sizing {
     pub per_process: usize,
 }
 
-/// One process's connection cap when `total` is shared by `n`.
+/// One process's connection cap when `total` is shared by `n` (the rule `check` sizes each
+/// process's fd limit by: [`crate::profile::connections_per_process`]).
 pub fn per_process(total: usize, n: usize) -> usize {
-    if n <= 1 {
-        return total;
-    }
-    let share = total.div_ceil(n);
-    (share + share.div_ceil(10)).min(total)
+    crate::profile::connections_per_process(total as u64, n as u64) as usize
 }
 
 /// Resolve `want` (from `from`: "--processes" or "server.processes") for `max_connections`,
