@@ -239,12 +239,14 @@ fn past_one_process_fd_limit_the_server_runs_as_several_processes_at_full_count(
     );
     assert_eq!(o.status.code(), Some(0));
     // No server process outlives the run.
+    // `--` so pgrep does not read the pattern as its own option; exit 1 is "none found".
     let left = std::process::Command::new("pgrep")
-        .args(["-f", &format!("--profile {}", p.display())])
+        .args(["-f", "--", &format!("--profile {}", p.display())])
         .output()
         .unwrap();
-    assert!(
-        left.stdout.is_empty(),
+    assert_eq!(
+        left.status.code(),
+        Some(1),
         "left running: {}",
         String::from_utf8_lossy(&left.stdout)
     );

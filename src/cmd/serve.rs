@@ -617,10 +617,7 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
         Some(n) => (n, Vec::new()),
         None => (sized.conns, sized.scaled_down.clone()),
     };
-    // What the child server may accept in all: the count plus a tenth (the kernel's
-    // SO_REUSEPORT hash spreads connections evenly on average only; at 600 over 3 processes
-    // one got more than its share + 10% and answered 503) plus the publisher.
-    let server_max = conns + conns / 10 + 64;
+    let server_max = limits::server_max(conns);
     // The supervisor's own sizing, so the report names what it will start (its errors are
     // bad input: `--processes 1` with more connections than one process may hold, ...).
     let processes = match want {

@@ -271,12 +271,33 @@ pub fn count(n: usize) -> String {
 pub fn combine(r: &mut Report, host_required: bool) {
     let v = &mut r.verdict;
     let want = r.targets.connections;
-    v.full_size = r.conns >= want;
+    // Every scenario, not only the headline count: deflate may run fewer (its own memory).
+    let smallest = r
+        .scenarios
+        .iter()
+        .map(|s| s.conns_requested)
+        .chain([r.conns])
+        .min()
+        .unwrap_or(r.conns);
+    v.full_size = smallest >= want;
     let load = format!(
         "load: {} at {}",
         if v.load_pass { "PASS" } else { "MISS" },
         if v.full_size {
             format!("{} connections", count(r.conns))
+        } else if r.conns >= want {
+            let short: Vec<String> = r
+                .scenarios
+                .iter()
+                .filter(|s| s.conns_requested < want)
+                .map(|s| format!("{} at {}", s.scenario.name(), count(s.conns_requested)))
+                .collect();
+            format!(
+                "{} connections, but {} (not a proof for profile {})",
+                count(r.conns),
+                short.join(", "),
+                r.targets.profile
+            )
         } else {
             format!(
                 "{} of the profile's {} connections ({}not a proof for profile {})",

@@ -25,7 +25,17 @@ impl ChildServer {
     pub async fn start(args: &[String]) -> Result<ChildServer> {
         let exe = std::env::current_exe()
             .context("cannot find this program to start the self-test's server")?;
-        let mut child = tokio::process::Command::new(&exe)
+        let mut cmd = tokio::process::Command::new(&exe);
+        #[cfg(target_os = "linux")]
+        {
+            let parent = std::process::id() as i32;
+            // SAFETY: only async-signal-safe calls between fork and exec. The self-test killed
+            // outright (SIGKILL, a CI runner's timeout) must not leave its server running.
+            unsafe {
+                cmd.pre_exec(move || crate::supervisor::term_with_parent(parent));
+            }
+        }
+        let mut child = cmd
             .arg("serve")
             .args(args)
             // Its per-process start and drain lines would bury the report; warnings stay.

@@ -13,6 +13,25 @@
 pub mod metrics;
 #[cfg(target_os = "linux")]
 pub mod relay;
+
+/// Between fork and exec: ask for SIGTERM when the parent `parent` dies (PR_SET_PDEATHSIG), so
+/// no server outlives whoever started it. SIGTERM, not SIGKILL: an orphaned server still drains
+/// its clients (1001). The signal fires when the thread that forked ends, so fork from a thread
+/// that lives as long as the parent needs the child (a runtime worker, not a blocking thread).
+///
+/// # Safety
+/// Only async-signal-safe calls (prctl, getppid): call it from `pre_exec` only.
+#[cfg(target_os = "linux")]
+pub unsafe fn term_with_parent(parent: i32) -> std::io::Result<()> {
+    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // The parent died between fork and prctl: the signal will never come.
+    if libc::getppid() != parent {
+        return Err(std::io::Error::other("the parent is gone"));
+    }
+    Ok(())
+}
 #[cfg(target_os = "linux")]
 mod run;
 #[cfg(target_os = "linux")]

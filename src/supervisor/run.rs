@@ -11,6 +11,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
+/// A line on stderr that never panics: `eprintln!` panics when stderr is a closed pipe (`| head`,
+/// a parent that died), and a panic here would stop a process from ever being restarted.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 /// What `serve` resolved for the supervisor.
 pub struct Plan {
     pub sizing: Sizing,
@@ -160,7 +169,7 @@ async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<u8>
         .map(|s| s.pid.unwrap_or(0).to_string())
         .collect();
     let p = &st.plan;
-    eprintln!(
+    say!(
         "wstune serve: {n} processes on one port (SO_REUSEPORT), pids {}; up to {} connections \
          and {} io workers each; broadcast/channels relay: {}; supervisor pid {}",
         pids.join(", "),
@@ -173,7 +182,7 @@ async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<u8>
         },
         std::process::id()
     );
-    eprintln!(
+    say!(
         "wstune serve: listening on {}://{}/",
         p.scheme,
         SocketAddr::new(p.addr.ip(), st.port)
@@ -183,11 +192,11 @@ async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<u8>
         l.set_nonblocking(true)?;
         let l = tokio::net::TcpListener::from_std(l)?;
         let a = l.local_addr()?;
-        eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics");
+        say!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics");
         tokio::spawn(serve_admin(l, st.clone(), admin_rx));
     }
     signal.await;
-    eprintln!(
+    say!(
         "wstune serve: stopping: every process drains (1001 to its clients, up to {} s)",
         st.plan.grace.as_secs()
     );
@@ -228,7 +237,7 @@ async fn stop(st: &Arc<State>, keepers: Vec<tokio::task::JoinHandle<()>>) -> boo
         .iter()
         .filter_map(|s| s.pid.map(|p| p.to_string()))
         .collect();
-    eprintln!(
+    say!(
         "wstune serve: process(es) {} still running {} s after SIGTERM: killed",
         left.join(", "),
         wait.as_secs()
@@ -256,7 +265,7 @@ async fn keep(st: Arc<State>, i: usize) {
                     st.bump();
                     return;
                 }
-                eprintln!("wstune serve: {why}");
+                say!("wstune serve: {why}");
                 tokio::time::sleep(backoff(attempt)).await;
                 attempt += 1;
                 continue;
@@ -268,6 +277,13 @@ async fn keep(st: Arc<State>, i: usize) {
             .map(|e| tokio::spawn(watch_stderr(st.clone(), i, pid, e, first)));
         first = false;
         let status = child.wait().await;
+        // Reaped: its pid may be reused from now on, so nothing may signal it any more.
+        let was_up = {
+            let mut slots = st.slots.lock().unwrap();
+            let s = &mut slots[i];
+            s.pid = None;
+            std::mem::replace(&mut s.up, false)
+        };
         // The stderr reader ends at EOF, right after the exit; what it buffered says why a
         // process died before it listened.
         let head = match lines {
@@ -286,8 +302,6 @@ async fn keep(st: Arc<State>, i: usize) {
         {
             let mut slots = st.slots.lock().unwrap();
             let s = &mut slots[i];
-            s.pid = None;
-            s.up = false;
             s.admin = None;
             s.last_exit = Some(how.clone());
         }
@@ -316,12 +330,19 @@ async fn keep(st: Arc<State>, i: usize) {
             slots[i].restarts += 1;
             slots[i].restarts
         };
-        eprintln!(
+        say!(
             "wstune serve: process {i} (pid {pid}) exited ({how}) after {:.1} s; its clients are \
              disconnected, the port stays open; restarting in {} ms (restart {restarts})",
             born.elapsed().as_secs_f64(),
             delay.as_millis()
         );
+        if !was_up {
+            // It died before it listened again: without its last words a restart loop says
+            // nothing about why.
+            for l in head.iter().rev().take(20).rev() {
+                say!("  [process {i}] {l}");
+            }
+        }
         let mut rx = st.changed.subscribe();
         let _ = tokio::time::timeout(delay, async {
             while !st.stopping.load(Relaxed) {
@@ -359,15 +380,8 @@ fn spawn(st: &Arc<State>, i: usize) -> Result<(tokio::process::Child, u32)> {
     // SAFETY: only async-signal-safe calls (prctl, getppid, fcntl) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            // SIGTERM, not SIGKILL: a supervisor killed with -9 still leaves its processes to
-            // drain their clients (1001) before they exit.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The supervisor died between fork and prctl: the signal will never come.
-            if libc::getppid() != parent {
-                return Err(std::io::Error::other("the supervisor is gone"));
-            }
+            // A supervisor killed with -9 still leaves its processes to drain (1001) and exit.
+            super::term_with_parent(parent)?;
             if let Some(fd) = child_fd {
                 if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
@@ -402,20 +416,23 @@ async fn watch_stderr(
     let mut up = false;
     while let Ok(Some(l)) = lines.next_line().await {
         if up {
-            eprintln!("[process {i}] {l}");
+            say!("[process {i}] {l}");
             continue;
         }
         if let Some(rest) = l.split("admin on http://").nth(1) {
             let addr = rest.split('/').next().and_then(|a| a.parse().ok());
             {
                 let mut slots = st.slots.lock().unwrap();
-                slots[i].admin = addr;
-                slots[i].up = true;
+                // Not if it was reaped meanwhile (the line was still in the pipe).
+                if slots[i].pid == Some(pid) {
+                    slots[i].admin = addr;
+                    slots[i].up = true;
+                }
             }
             up = true;
             st.bump();
             if st.started.load(Relaxed) {
-                eprintln!("wstune serve: process {i} is up again (pid {pid})");
+                say!("wstune serve: process {i} is up again (pid {pid})");
             }
             continue;
         }
@@ -423,7 +440,7 @@ async fn watch_stderr(
             continue;
         }
         if i == 0 && first {
-            eprintln!("{l}");
+            say!("{l}");
         }
         head.push(l);
     }
@@ -476,6 +493,10 @@ async fn metrics_body(st: &State) -> String {
     let texts = fetch_all(st, "/metrics").await;
     let got: Vec<String> = texts.iter().flatten().cloned().collect();
     let mut out = metrics::sum(&got);
+    if texts.iter().any(|t| t.is_none()) {
+        // The relay of a process that is down or did not answer is not up, whatever the others say.
+        out = out.replace("\nws_backplane_up 1\n", "\nws_backplane_up 0\n");
+    }
     let slots = st.slots.lock().unwrap().clone();
     let mut fam = |name: &str, help: &str, kind: &str, rows: Vec<(String, String)>| {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
