@@ -3,20 +3,9 @@
 
 mod common;
 
-use common::run;
-use serde_json::Value;
+use common::{json_of, run};
 use std::path::{Path, PathBuf};
 use std::process::Output;
-
-fn json_of(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
-}
 
 /// The 10k profile held to `conns` connections and `rate` msgs/s per client, so a full-size
 /// run fits a CI machine.

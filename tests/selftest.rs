@@ -3,20 +3,10 @@
 
 mod common;
 
-use common::{bin, run, serve};
+use common::{bin, json_of, run, serve};
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn json_of(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
-}
 
 #[test]
 fn serve_self_test_runs_every_scenario_and_reports_them() {

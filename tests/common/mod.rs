@@ -205,6 +205,17 @@ pub fn self_signed_cert(dir: &std::path::Path) -> Option<(std::path::PathBuf, st
     None
 }
 
+/// A run's stdout as JSON; panics with both outputs when it is not.
+pub fn json_of(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
 /// The element of the JSON array `list` whose `key` is `value` (a finding by id, a scenario by
 /// name); panics naming what is missing.
 pub fn element<'a>(list: &'a serde_json::Value, key: &str, value: &str) -> &'a serde_json::Value {
