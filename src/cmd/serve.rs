@@ -501,40 +501,26 @@ fn child_args(a: &ServeArgs, app: &str, processes: usize, max_connections: usize
     if app == "echo" {
         v.extend(["--handler".into(), a.handler.clone()]);
     }
-    let mut opt = |flag: &str, x: Option<String>| {
+    // A flag the operator gave goes on to the child as given; one left out keeps its default.
+    fn opt<T: ToString>(v: &mut Vec<String>, flag: &str, x: Option<T>) {
         if let Some(x) = x {
-            v.extend([flag.to_string(), x]);
+            v.extend([flag.to_string(), x.to_string()]);
         }
-    };
-    opt("--workers", a.workers.map(|x| x.to_string()));
-    opt("--offload-pool", a.offload_pool.map(|x| x.to_string()));
-    opt("--offload-queue", a.offload_queue.map(|x| x.to_string()));
-    opt("--max-frame", a.max_frame.map(|x| x.to_string()));
-    opt("--max-message", a.max_message.map(|x| x.to_string()));
-    opt("--fragment", a.fragment.map(|x| x.to_string()));
-    opt("--send-queue", a.send_queue.map(|x| x.to_string()));
-    opt(
-        "--heartbeat-interval",
-        a.heartbeat_interval.map(|x| x.to_string()),
-    );
-    opt(
-        "--heartbeat-timeout",
-        a.heartbeat_timeout.map(|x| x.to_string()),
-    );
-    opt(
-        "--deflate-window-bits",
-        a.deflate_window_bits.map(|x| x.to_string()),
-    );
-    opt(
-        "--deflate-mem-level",
-        a.deflate_mem_level.map(|x| x.to_string()),
-    );
-    opt("--deflate-level", a.deflate_level.map(|x| x.to_string()));
-    opt(
-        "--deflate-threshold",
-        a.deflate_threshold.map(|x| x.to_string()),
-    );
-    opt("--inflate-budget", a.inflate_budget.map(|x| x.to_string()));
+    }
+    opt(&mut v, "--workers", a.workers);
+    opt(&mut v, "--offload-pool", a.offload_pool);
+    opt(&mut v, "--offload-queue", a.offload_queue);
+    opt(&mut v, "--max-frame", a.max_frame);
+    opt(&mut v, "--max-message", a.max_message);
+    opt(&mut v, "--fragment", a.fragment);
+    opt(&mut v, "--send-queue", a.send_queue);
+    opt(&mut v, "--heartbeat-interval", a.heartbeat_interval);
+    opt(&mut v, "--heartbeat-timeout", a.heartbeat_timeout);
+    opt(&mut v, "--deflate-window-bits", a.deflate_window_bits);
+    opt(&mut v, "--deflate-mem-level", a.deflate_mem_level);
+    opt(&mut v, "--deflate-level", a.deflate_level);
+    opt(&mut v, "--deflate-threshold", a.deflate_threshold);
+    opt(&mut v, "--inflate-budget", a.inflate_budget);
     for o in &a.origins {
         v.extend(["--origin".into(), o.clone()]);
     }
