@@ -80,8 +80,11 @@ pub fn plan(
     if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
         bail!("--secs {secs}: give more than 0 and at most 3600 seconds per scenario");
     }
-    if !(load.warmup.is_finite() && (0.0..=600.0).contains(&load.warmup)) {
-        bail!("--warmup {}: give 0..=600 seconds", load.warmup);
+    if let Some(w) = load
+        .warmup
+        .filter(|w| !(w.is_finite() && (0.0..=600.0).contains(w)))
+    {
+        bail!("--warmup {w}: give 0..=600 seconds");
     }
     if let Some(path) = &load.report {
         crate::output::check_writable(path, "--report")?;
@@ -164,7 +167,7 @@ pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
     let mut error = None;
     for (i, &s) in p.scenarios.iter().enumerate() {
         if i > 0 {
-            settle(p.opts.conns).await;
+            settle(&p.opts).await;
         }
         let opts = match p.deflate_conns {
             Some(n) if s == Scenario::Deflate => Options {
@@ -199,14 +202,20 @@ pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
     (report, error)
 }
 
-/// Wait (at most 20 s) until the previous scenario's sockets are mostly gone: at 100k
-/// connections their closes take seconds, and the next scenario would otherwise open its
-/// connections (and measure the server) while the kernel and the server still tear them down.
-async fn settle(conns: usize) {
+/// Wait (at most 20 s) until the previous scenario's sockets are mostly gone and the server is
+/// quiet again: at 100k connections their closes take seconds, and the next scenario would
+/// otherwise open its connections (and measure the server) while the kernel and the server
+/// still tear them down.
+async fn settle(o: &crate::selftest::Options) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    wait_for_sockets(o.conns, deadline).await;
+    crate::selftest::quiesce(o, deadline - tokio::time::Instant::now()).await;
+}
+
+async fn wait_for_sockets(conns: usize, deadline: tokio::time::Instant) {
     let Some(start) = crate::selftest::kernel_sample() else {
         return;
     };
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     // Both ends of each loopback connection are sockets here; a tenth of them may linger.
     let quiet = (conns as u64 / 5).max(200);
     let mut now = start;
