@@ -327,9 +327,10 @@ pub struct LoadArgs {
     /// echo-sat: messages in flight per connection.
     #[arg(long, default_value_t = 1)]
     pub inflight: usize,
-    /// broadcast: messages published (rounds).
-    #[arg(long, default_value_t = 10)]
-    pub rounds: usize,
+    /// broadcast: messages published (rounds). Default 10; serve --self-test publishes fewer
+    /// when its cores cannot fan out 10 rounds to every connection within --secs
+    #[arg(long)]
+    pub rounds: Option<usize>,
     /// Generator processes (0: as many as the fd limit requires, at least one).
     #[arg(long, default_value_t = 0)]
     pub generators: usize,

@@ -42,7 +42,13 @@ pub struct Defaults {
     pub deflate_conns: Option<usize>,
     /// The broadcast server's process, when it is another than the echo server's.
     pub broadcast_server_pid: Option<u32>,
+    /// Cores the generator and server share (serve --self-test): the broadcast rounds are
+    /// paced to what they deliver. None: `--rounds` or 10, as asked.
+    pub budget_cores: Option<usize>,
 }
+
+/// Broadcast rounds when neither the flag nor the CPU budget says otherwise.
+const DEFAULT_ROUNDS: usize = 10;
 
 /// Validate the load settings and size the generator to this host's limits.
 pub fn plan(
@@ -95,8 +101,8 @@ pub fn plan(
             load.inflight
         );
     }
-    if !(1..=10_000).contains(&load.rounds) {
-        bail!("--rounds {}: give 1..=10000 broadcast rounds", load.rounds);
+    if let Some(r) = load.rounds.filter(|r| !(1..=10_000).contains(r)) {
+        bail!("--rounds {r}: give 1..=10000 broadcast rounds");
     }
     // Limits: every generator process may open as many files as this one (raised to its hard
     // limit first); ports per loopback source from the ephemeral range.
@@ -121,6 +127,20 @@ pub fn plan(
     // rate-limited runs before the ones that saturate.
     scenarios.sort_by_key(|s| *s as u8);
     scenarios.dedup();
+    // Like the rate, the rounds follow the CPU budget unless the flag says: rounds closer
+    // together than one fan-out queue behind each other, and "until the last subscriber"
+    // would measure the queue.
+    let (rounds, rounds_note) = match (load.rounds, defaults.budget_cores) {
+        (Some(r), _) => (r, None),
+        (None, Some(cores)) if scenarios.contains(&Scenario::Broadcast) => {
+            limits::broadcast_rounds(conns, cores, secs, DEFAULT_ROUNDS)
+        }
+        _ => (DEFAULT_ROUNDS, None),
+    };
+    let rate_note = match (rate_note, rounds_note) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    };
     Ok(Plan {
         url: target_url(&target),
         opts: Options {
@@ -135,7 +155,7 @@ pub fn plan(
             warmup: load.warmup,
             deflate: defaults.deflate,
             inflight: load.inflight,
-            rounds: load.rounds,
+            rounds,
             workers,
             sources,
             server_pid,
@@ -290,6 +310,7 @@ pub fn run(a: &SelftestArgs) -> Result<u8> {
             server_tree: false,
             deflate_conns: None,
             broadcast_server_pid: None,
+            budget_cores: None,
         },
         a.pid,
         Vec::new(),

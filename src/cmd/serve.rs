@@ -708,6 +708,7 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
                 server_tree: processes > 1,
                 deflate_conns: deflate_conns.map(|d| d.0),
                 broadcast_server_pid: fanout_pid,
+                budget_cores: Some(room.cores),
             },
             Some(server_pid),
             scaled,

@@ -182,7 +182,13 @@ async fn run(spec: WorkerSpec) {
                     }
                     Scenario::EchoSat => echo_sat(c.reader, c.writer, &spec, &sh, end).await,
                     Scenario::Idle => hold(c.reader, c.writer, &sh, end).await,
-                    Scenario::Broadcast => subscribe(c.reader, c.writer, &spec, &sh, end).await,
+                    Scenario::Broadcast => {
+                        // The last round is published one gap before the end; it gets one gap
+                        // after the end to arrive, as every earlier round had before the next.
+                        let gap = spec.secs / (spec.rounds as f64 + 1.0);
+                        let until = end + Duration::from_secs_f64(gap);
+                        subscribe(c.reader, c.writer, &spec, &sh, until).await
+                    }
                     Scenario::Storm => Ok(()),
                 };
                 if r.is_err() {
