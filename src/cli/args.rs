@@ -64,6 +64,62 @@ pub enum Command {
     /// List or show the built-in tuning profiles.
     #[command(subcommand)]
     Profiles(ProfilesCommand),
+    /// Write the profile's host settings for another tool: sysctl.d, limits.d, systemd,
+    /// Ansible, Kubernetes, docker, compose, JSON.
+    #[command(
+        long_about = "Write the profile's host settings in the form another tool wants, computed \
+        the way `apply` computes them: the profile's target, never lower than what this host (or the \
+        --root tree) already has. Formats: sysctl (a sysctl.d file), limits (limits.d), systemd (a \
+        drop-in with LimitNOFILE for --unit), systemd-unit (wstune-serve.service, wstune-check.service \
+        and .timer into -o DIR), ansible (a playbook), kubernetes (a Deployment with the pod's sysctls, \
+        unsafe ones marked, and a DaemonSet for the kernel-wide ones), docker (`docker run` flags), \
+        compose (a service fragment), json."
+    )]
+    Export(ExportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// A built-in profile (10k, 50k, 100k, 250k, 1m) or a path to a profile YAML file.
+    #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
+    pub profile: String,
+    /// The form to write.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub to: ExportFormat,
+    /// Write to FILE (atomically) instead of standard output; for systemd-unit, a directory.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Compute the values on a captured tree (from `wstune snapshot`) instead of this host.
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// The unit a `--to systemd` drop-in is for.
+    #[arg(long, value_name = "NAME", default_value = "wstune-serve.service")]
+    pub unit: String,
+    /// Use this catalog file instead of the built-in one.
+    #[arg(long, value_name = "FILE")]
+    pub catalog: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// A sysctl.d file (/etc/sysctl.d/60-wstune.conf).
+    Sysctl,
+    /// A limits.d file (/etc/security/limits.d/60-wstune.conf).
+    Limits,
+    /// A systemd drop-in for --unit with LimitNOFILE.
+    Systemd,
+    /// wstune-serve.service, wstune-check.service and wstune-check.timer, into -o DIR.
+    SystemdUnit,
+    /// An Ansible playbook (ansible.posix.sysctl, community.general.pam_limits).
+    Ansible,
+    /// A Deployment with securityContext.sysctls and a DaemonSet for kernel-wide sysctls.
+    Kubernetes,
+    /// `docker run --sysctl ... --ulimit nofile=...` flags.
+    Docker,
+    /// A docker compose service fragment.
+    Compose,
+    /// The settings as JSON, for other tools.
+    Json,
 }
 
 #[derive(Debug, Args, Clone)]
