@@ -383,3 +383,225 @@ fn prometheus_scrapes_the_server_and_the_check_textfile() {
     assert_eq!(messages.len(), 1, "{messages:?}");
     drop(clients);
 }
+
+/// `wstune completions bash` loaded into bash completes subcommands, flags and flag values.
+#[test]
+fn bash_completion_completes_subcommands_and_flags() {
+    let script = format!(
+        r#"source <("{bin}" completions bash)
+complete_line() {{ COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMP_LINE="$*"; COMP_POINT=${{#COMP_LINE}}; COMPREPLY=();
+  _wstune wstune "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"; echo "${{COMPREPLY[*]}}"; }}
+complete_line wstune ch
+complete_line wstune check --pro
+complete_line wstune export --to ""
+"#,
+        bin = bin()
+    );
+    let o = Command::new("bash")
+        .args(["--norc", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first().copied(), Some("check"), "{out}");
+    assert_eq!(lines.get(1).copied(), Some("--profile"), "{out}");
+    assert!(
+        lines
+            .get(2)
+            .is_some_and(|l| l.split(' ').any(|w| w == "ansible")),
+        "{out}"
+    );
+    // Every other shell's script is generated too.
+    for shell in ["zsh", "fish", "powershell", "elvish"] {
+        let o = common::run(&["completions", shell]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        assert!(stdout(&o).contains("export"), "{shell}");
+    }
+}
+
+/// `wstune man --out DIR` writes one page per subcommand, and man renders them.
+#[test]
+fn man_pages_for_every_subcommand_render_with_man() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = common::run(&["man", "--out", dir.path().to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for page in [
+        "wstune",
+        "wstune-check",
+        "wstune-apply",
+        "wstune-serve",
+        "wstune-export",
+        "wstune-bench-deflate",
+        "wstune-profiles-show",
+    ] {
+        assert!(dir.path().join(format!("{page}.1")).exists(), "{page}.1");
+    }
+    assert!(!dir.path().join("wstune-help.1").exists());
+    assert!(!dir.path().join("wstune-selftest-worker.1").exists());
+    if !have("man") {
+        return common::skip("man", "man is not installed (apt-get install man-db)");
+    }
+    let o = Command::new("man")
+        .arg("-l")
+        .arg(dir.path().join("wstune-check.1"))
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "100")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("wstune-check") && text.contains("--profile"),
+        "{text}"
+    );
+    let o = common::run(&["man", "--out", dir.path().join("nope").to_str().unwrap()]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("mkdir -p"), "{}", stderr(&o));
+}
+
+/// `serve --log-format json --log-level debug`: every line a log event writes is one JSON
+/// object; the connection's events (opened, closed, refused) carry its peer address and id.
+#[test]
+fn serve_json_logs_carry_each_connections_peer_and_id() {
+    use std::io::BufRead;
+    let mut child = Command::new(bin())
+        .args(["serve", "--profile", "10k", "--port", "0", "--admin", "off"])
+        .args(["--log-format", "json", "--log-level", "debug"])
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    let _guard = Kill(child);
+    let next = || {
+        rx.recv_timeout(Duration::from_secs(20))
+            .expect("a log line")
+    };
+    let port: u16 = loop {
+        let l = next();
+        if let Some(r) = l.split("listening on ws://127.0.0.1:").nth(1) {
+            break r.trim_end_matches('/').parse().unwrap();
+        }
+    };
+    let client = common::ws::upgraded(port, None);
+    let local = client.local_addr().unwrap().to_string();
+    drop(client);
+    // A plain GET on the WebSocket port: refused with 426.
+    let mut plain = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    plain
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let refused_peer = plain.local_addr().unwrap().to_string();
+    let mut events: Vec<Json> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let seen = |events: &[Json], msg: &str| events.iter().any(|e| e["fields"]["message"] == msg);
+    while ![
+        "connection opened",
+        "connection closed",
+        "handshake refused",
+    ]
+    .iter()
+    .all(|m| seen(&events, m))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "missing connection events in {events:?}"
+        );
+        let l = next();
+        if l.starts_with('{') {
+            events.push(serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")));
+        }
+    }
+    let find = |msg: &str| {
+        events
+            .iter()
+            .find(|e| e["fields"]["message"] == msg)
+            .unwrap_or_else(|| panic!("no '{msg}' event in {events:?}"))
+    };
+    let opened = find("connection opened");
+    let closed = find("connection closed");
+    let refused = find("handshake refused");
+    assert_eq!(opened["fields"]["peer"], local.as_str());
+    assert_eq!(closed["fields"]["peer"], local.as_str());
+    assert_eq!(opened["fields"]["conn"], closed["fields"]["conn"]);
+    assert_eq!(
+        opened["span"]["peer"],
+        local.as_str(),
+        "the span carries the peer too"
+    );
+    assert_eq!(refused["fields"]["peer"], refused_peer.as_str());
+    assert_ne!(refused["fields"]["conn"], opened["fields"]["conn"]);
+    assert_eq!(opened["level"], "DEBUG");
+    assert_eq!(opened["target"], "embedded_server");
+}
+
+/// At the default level (info) no per-connection event is written: 100k connections must not
+/// mean 100k log lines. RUST_LOG still turns them on when no --log-level is given.
+#[test]
+fn connection_events_are_debug_and_rust_log_selects_them() {
+    let run = |rust_log: Option<&str>| -> String {
+        let mut cmd = Command::new(bin());
+        cmd.args([
+            "serve",
+            "--profile",
+            "10k",
+            "--port",
+            "0",
+            "--admin",
+            "off",
+            "--log-format",
+            "json",
+        ])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+        match rust_log {
+            Some(v) => cmd.env("RUST_LOG", v),
+            None => cmd.env_remove("RUST_LOG"),
+        };
+        let mut child = cmd.spawn().unwrap();
+        let mut r = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut head = String::new();
+        let port: u16 = loop {
+            let mut l = String::new();
+            assert!(
+                std::io::BufRead::read_line(&mut r, &mut l).unwrap() > 0,
+                "{head}"
+            );
+            head.push_str(&l);
+            if let Some(p) = l.split("listening on ws://127.0.0.1:").nth(1) {
+                break p.trim().trim_end_matches('/').parse().unwrap();
+            }
+        };
+        drop(common::ws::upgraded(port, None));
+        std::thread::sleep(Duration::from_millis(300));
+        // SIGTERM: the server drains and exits, closing stderr.
+        unsafe_term(child.id());
+        let mut rest = String::new();
+        let _ = r.read_to_string(&mut rest);
+        let _ = child.wait();
+        rest
+    };
+    let quiet = run(None);
+    assert!(!quiet.contains("connection opened"), "{quiet}");
+    assert!(quiet.contains("shutting down"), "{quiet}");
+    let loud = run(Some("embedded_server=debug"));
+    assert!(loud.contains("\"connection opened\""), "{loud}");
+}
+
+fn unsafe_term(pid: u32) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+}

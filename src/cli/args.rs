@@ -76,6 +76,17 @@ pub enum Command {
         compose (a service fragment), json."
     )]
     Export(ExportArgs),
+    /// Print a shell completion script: `source <(wstune completions bash)`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (wstune.1 and one per subcommand) into a directory.
+    Man {
+        /// An existing directory (e.g. /usr/local/share/man/man1).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -98,6 +109,14 @@ pub struct ExportArgs {
     /// Use this catalog file instead of the built-in one.
     #[arg(long, value_name = "FILE")]
     pub catalog: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (tracing-subscriber's JSON format).
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -339,6 +358,14 @@ pub struct ServeArgs {
     /// Seconds graceful shutdown waits for clients after sending 1001.
     #[arg(long, default_value_t = 5)]
     pub shutdown_grace: u64,
+    /// Log lines as text (for people) or one JSON object per line (for log shippers).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log level: error, warn, info (default), debug (one event per connection opened,
+    /// refused and closed, with its peer address and id), trace. Without it, RUST_LOG is used
+    /// (per-module filters too, e.g. RUST_LOG=embedded_server=debug).
+    #[arg(long, value_name = "LEVEL", value_parser = ["error", "warn", "info", "debug", "trace"])]
+    pub log_level: Option<String>,
     /// Span broadcast and channels over every node on this Redis (redis://HOST:PORT[/DB]):
     /// a publish on one node reaches subscribers on all of them, once.
     #[arg(long, value_name = "redis://HOST:PORT[/DB]")]

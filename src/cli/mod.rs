@@ -65,5 +65,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Snapshot(a) => cmd::snapshot::run(&a),
         Command::Profiles(p) => cmd::profiles::run(p),
         Command::Export(a) => cmd::export::run(&a),
+        Command::Completions { shell } => cmd::docs::completions(shell),
+        Command::Man { out } => cmd::docs::man(&out),
     }
 }
