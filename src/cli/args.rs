@@ -112,6 +112,14 @@ pub struct ExportArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShowArg {
+    /// Failures and warnings in full, by area; passes as a count.
+    Problems,
+    /// Every row, by area.
+    All,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.
     Text,
@@ -167,6 +175,10 @@ pub struct CheckArgs {
     /// Exit 1 when there are warnings (and no failures).
     #[arg(long)]
     pub strict: bool,
+    /// Table rows: `problems` (fails and warnings in full, grouped by area, passes counted) or
+    /// `all` (every row). The machine formats always hold every row.
+    #[arg(long, value_enum, default_value_t = ShowArg::Problems)]
+    pub show: ShowArg,
     /// Read the kernel drop counters again after SECS seconds and fail on growth.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub watch: Option<u64>,
