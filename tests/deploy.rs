@@ -605,3 +605,112 @@ fn unsafe_term(pid: u32) {
         .args(["-TERM", &pid.to_string()])
         .status();
 }
+
+/// The Debian package (cargo-deb, deploy/debian/build.sh) installs with dpkg into a scratch
+/// root (the host's package database and /usr are untouched), after which `wstune --version`,
+/// `wstune check --profile 100k` and `man wstune-check` work from it, and the completions,
+/// units, profiles and Prometheus files are in place.
+#[test]
+fn debian_package_installs_with_dpkg_and_works() {
+    let has_deb = Command::new("cargo")
+        .args(["deb", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_deb || !have("dpkg") {
+        return common::skip(
+            "cargo-deb",
+            "cargo-deb or dpkg is missing (cargo install --locked cargo-deb)",
+        );
+    }
+    // This build's binary, packaged as a dev-profile build (stripped by the script).
+    let target = Path::new(bin()).parent().unwrap().parent().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("deb");
+    let o = Command::new(deploy("debian/build.sh"))
+        .args(["--profile", "dev", "--no-build", "-o"])
+        .arg(&out)
+        .env("CARGO_TARGET_DIR", target)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let deb = PathBuf::from(stdout(&o).trim().lines().last().unwrap());
+    assert!(
+        deb.starts_with(&out) && deb.extension().is_some_and(|e| e == "deb"),
+        "{}",
+        stdout(&o)
+    );
+
+    let root = dir.path().join("root");
+    for d in [
+        "var/lib/dpkg/updates",
+        "var/lib/dpkg/info",
+        "var/lib/dpkg/triggers",
+    ] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::write(root.join("var/lib/dpkg/status"), "").unwrap();
+    // --force-depends: the scratch root's empty database has no libc6; the host's libc serves.
+    let o = Command::new("dpkg")
+        .arg(format!("--root={}", root.display()))
+        .args(["--force-depends", "--log=/dev/null", "-i"])
+        .arg(&deb)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let o = Command::new("dpkg")
+        .arg(format!("--root={}", root.display()))
+        .args(["-s", "wstune"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&o).contains("Status: install ok installed"),
+        "{}",
+        stdout(&o)
+    );
+
+    let wstune = root.join("usr/bin/wstune");
+    let o = Command::new(&wstune).arg("--version").output().unwrap();
+    assert_eq!(
+        stdout(&o).trim(),
+        format!("wstune {}", env!("CARGO_PKG_VERSION"))
+    );
+    let o = Command::new(&wstune)
+        .args(["check", "--profile", "100k", "-f", "json"])
+        .output()
+        .unwrap();
+    assert!(matches!(code(&o), 0 | 2), "{}", stderr(&o));
+    let report: Json = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["profile"]["name"], "100k");
+    let o = Command::new("man")
+        .arg("wstune-check")
+        .env("MANPATH", root.join("usr/share/man"))
+        .env("MANPAGER", "cat")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success() && stdout(&o).contains("wstune-check"),
+        "{}",
+        stderr(&o)
+    );
+    for f in [
+        "usr/share/bash-completion/completions/wstune",
+        "usr/share/zsh/vendor-completions/_wstune",
+        "usr/share/man/man1/wstune-serve.1",
+        "usr/lib/systemd/system/wstune-serve.service",
+        "usr/lib/systemd/system/wstune-check.timer",
+        "usr/share/wstune/profiles/100k.yaml",
+        "usr/share/wstune/checks/linux.yaml",
+        "usr/share/wstune/prometheus/wstune-rules.yml",
+        "usr/share/wstune/grafana/wstune-dashboard.json",
+    ] {
+        assert!(root.join(f).is_file(), "{f} is not in the package");
+    }
+    // The packaged profile is the one built in.
+    let o = Command::new(&wstune)
+        .args(["check", "--profile"])
+        .arg(root.join("usr/share/wstune/profiles/100k.yaml"))
+        .args(["-f", "json"])
+        .output()
+        .unwrap();
+    assert!(matches!(code(&o), 0 | 2), "{}", stderr(&o));
+}
