@@ -111,3 +111,50 @@ fn machine_formats_do_not_depend_on_show() {
         assert_eq!(strip(&a), strip(&b), "{f}");
     }
 }
+
+/// apply's plan: one row per setting, its change now and at boot side by side, grouped by
+/// area; the files it writes named once below.
+#[test]
+fn apply_plan_has_one_row_per_setting_grouped_by_area() {
+    let dir = tempfile::tempdir().unwrap();
+    common::copy_dir(&fixture("default"), dir.path());
+    let o = wstune(&[
+        "apply",
+        "--dry-run",
+        "--profile",
+        "50k",
+        "--root",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let out = stdout(&o);
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("net.core.somaxconn "))
+        .collect();
+    assert_eq!(rows.len(), 1, "{out}");
+    let cells: Vec<&str> = rows[0].split(['│', '┆']).map(str::trim).collect();
+    assert_eq!(cells[1], "accept path", "{out}");
+    assert!(
+        cells[3].ends_with("-> 16384") && cells[4].ends_with("-> 16384"),
+        "{out}"
+    );
+    let areas: Vec<usize> = [
+        "file descriptors",
+        "accept path",
+        "TIME_WAIT and ports",
+        "memory",
+    ]
+    .iter()
+    .map(|a| {
+        out.find(&format!("│ {a} "))
+            .unwrap_or_else(|| panic!("{a}:\n{out}"))
+    })
+    .collect();
+    assert!(areas.windows(2).all(|w| w[0] < w[1]), "{out}");
+    assert!(
+        out.contains("At boot: written to /etc/sysctl.d/60-wstune.conf"),
+        "{out}"
+    );
+    assert!(out.contains("Dry run: nothing was changed."), "{out}");
+}
