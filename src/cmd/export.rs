@@ -64,6 +64,16 @@ fn units(e: &Export, a: &ExportArgs) -> Result<u8> {
     let Some(dir) = a.output.as_deref().filter(|d| d.is_dir()) else {
         bail!("--to systemd-unit writes three files (wstune-serve.service, wstune-check.service, wstune-check.timer): give an existing directory with -o DIR");
     };
+    // ProtectHome=yes hides /root and /home from the service: a binary there cannot start.
+    if let Ok(exe) = std::env::current_exe() {
+        if exe.starts_with("/root") || exe.starts_with("/home") {
+            eprintln!(
+                "wstune: warning: ExecStart is {}, inside a home directory that the units' ProtectHome=yes hides: install wstune outside it first (sudo install -m 755 {} /usr/local/bin/) and export again with that binary",
+                exe.display(),
+                exe.display()
+            );
+        }
+    }
     for (name, text) in [
         ("wstune-serve.service", export::serve_service(e)),
         ("wstune-check.service", export::check_service(e)),
