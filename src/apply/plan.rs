@@ -128,7 +128,7 @@ pub fn plan(
                         to: desired.to_string(),
                         op: Op::Sysctl {
                             key: key.clone(),
-                            value: desired.to_string(),
+                            value: kernel_text(&desired),
                         },
                     });
                 }
@@ -150,7 +150,7 @@ pub fn plan(
                         id.into(),
                         key.clone(),
                         from.unwrap_or_else(|| "(not set)".into()),
-                        desired.to_string(),
+                        kernel_text(&desired),
                     ));
                 }
             }

@@ -187,3 +187,89 @@ fn json(e: &Export) -> String {
 fn yq(s: &str) -> String {
     serde_json::to_string(s).expect("a string serializes")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn export() -> Export {
+        Export {
+            profile: "100k".into(),
+            source: "builtin:100k".into(),
+            connections: 100_000,
+            host: "host h".into(),
+            settings: Settings {
+                sysctls: vec![
+                    (
+                        "c1".into(),
+                        "net.core.somaxconn".into(),
+                        "65535".into(),
+                        Scope::Netns,
+                    ),
+                    (
+                        "c2".into(),
+                        "net.ipv4.ip_local_port_range".into(),
+                        "10000 65535".into(),
+                        Scope::Netns,
+                    ),
+                    (
+                        "c3".into(),
+                        "fs.nr_open".into(),
+                        "1048576".into(),
+                        Scope::Global,
+                    ),
+                ],
+                nofile: Some(200_000),
+                notes: vec![],
+            },
+        }
+    }
+
+    #[test]
+    fn kubelet_classes() {
+        assert_eq!(kube_class("net.core.somaxconn", Scope::Netns), Kube::Unsafe);
+        assert_eq!(
+            kube_class("net.ipv4.ip_local_port_range", Scope::Netns),
+            Kube::Safe
+        );
+        assert_eq!(kube_class("net.ipv4.tcp_rmem", Scope::Netns), Kube::Safe);
+        assert_eq!(
+            kube_class("net.core.netdev_max_backlog", Scope::Global),
+            Kube::Node
+        );
+    }
+
+    #[test]
+    fn containers_get_only_namespaced_keys_and_node_keys_are_named_for_the_host() {
+        let e = export();
+        let docker = render(&e, Format::Docker, "x.service");
+        assert!(
+            docker.contains("  --sysctl net.core.somaxconn=65535 \\\n"),
+            "{docker}"
+        );
+        assert!(
+            docker.contains("  --sysctl 'net.ipv4.ip_local_port_range=10000 65535' \\\n"),
+            "{docker}"
+        );
+        assert!(
+            docker.contains("  --ulimit nofile=200000:200000 \\\n"),
+            "{docker}"
+        );
+        assert!(!docker.contains("--sysctl fs.nr_open"), "{docker}");
+        assert!(docker.contains("#   fs.nr_open = 1048576"), "{docker}");
+        let k8s = render(&e, Format::Kubernetes, "x.service");
+        assert!(
+            k8s.contains("--allowed-unsafe-sysctls='net.core.somaxconn'"),
+            "{k8s}"
+        );
+        assert!(
+            k8s.contains("echo '1048576' > /proc/sys/fs/nr_open"),
+            "{k8s}"
+        );
+        let sysctl = render(&e, Format::Sysctl, "x.service");
+        assert!(
+            sysctl.contains("\nnet.ipv4.ip_local_port_range = 10000 65535\n"),
+            "{sysctl}"
+        );
+    }
+}
