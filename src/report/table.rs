@@ -45,16 +45,14 @@ pub fn area(id: &str) -> &'static str {
         "wstune"
     } else if has(&["nofile", "file-max", "nr_open", "epoll", "file_max"]) {
         "file descriptors"
-    } else if has(&["somaxconn", "syn_backlog", "netdev_max_backlog"]) {
-        "accept path"
     } else if has(&[
-        "tw_",
-        "port",
-        "fin_timeout",
-        "time_wait",
-        "timed_wait",
+        "somaxconn",
+        "syn_backlog",
+        "netdev_max_backlog",
         "connect_response",
     ]) {
+        "accept path"
+    } else if has(&["tw_", "port", "fin_timeout", "time_wait", "timed_wait"]) {
         "TIME_WAIT and ports"
     } else if has(&["tcp_mem", "rmem", "wmem", "conntrack", "memory", "orphans"]) {
         "memory"
@@ -245,4 +243,35 @@ fn advice(f: &Finding) -> String {
         parts.push(n.clone());
     }
     parts.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::area;
+
+    #[test]
+    fn every_catalog_family_has_its_area() {
+        for (id, want) in [
+            ("linux.process.nofile.hard", "file descriptors"),
+            ("linux.fs.file-max", "file descriptors"),
+            ("linux.net.core.somaxconn", "accept path"),
+            (
+                "windows.tcpip.tcp_max_connect_response_retransmissions",
+                "accept path",
+            ),
+            ("linux.net.ipv4.ip_local_port_range", "TIME_WAIT and ports"),
+            ("windows.tcpip6.dynamic_port_range", "TIME_WAIT and ports"),
+            ("linux.sockstat.time_wait", "TIME_WAIT and ports"),
+            ("linux.net.ipv4.tcp_rmem.default", "memory"),
+            ("linux.host.memory", "memory"),
+            ("linux.nic.rx_queues[eth0]", "NIC"),
+            ("linux.counter.listen_overflows", "kernel counters"),
+            ("linux.kernel.version", "host"),
+            ("linux.net.core.somaxconn.boot", "next boot"),
+            ("linux.boot.tcp_tw_recycle", "next boot"),
+            ("wstune.journal.pending", "wstune"),
+        ] {
+            assert_eq!(area(id), want, "{id}");
+        }
+    }
 }
