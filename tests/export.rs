@@ -500,4 +500,24 @@ fn export_refuses_bad_input_clearly() {
     );
     let o = common::run(&["export", "--to", "yaml"]);
     assert_eq!(code(&o), 3);
+    let windows = fixture("windows-default");
+    let o = common::run(&[
+        "export",
+        "--to",
+        "sysctl",
+        "--root",
+        windows.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("not a Linux host"), "{}", stderr(&o));
+    // An unwritable -o leaves nothing behind and says where.
+    let o = common::run(&[
+        "export",
+        "--to",
+        "sysctl",
+        "-o",
+        "/nonexistent/dir/60-wstune.conf",
+    ]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("/nonexistent/dir"), "{}", stderr(&o));
 }
