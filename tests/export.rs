@@ -422,8 +422,8 @@ fn docker_flags_and_compose_fragment_are_accepted() {
     );
 }
 
-/// The drop-in and the three units pass `systemd-analyze verify`; the drop-in's LimitNOFILE is
-/// the one the unit ends up with.
+/// The three units, and the serve unit with the `--to systemd` drop-in in its `.d` directory,
+/// pass `systemd-analyze verify`; the unit carries the profile's LimitNOFILE.
 #[test]
 fn systemd_dropin_and_units_pass_systemd_analyze() {
     if !have("systemd-analyze") {
