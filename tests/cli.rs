@@ -69,7 +69,7 @@ fn live_check_fails_the_100k_profile_when_the_fd_limit_is_low() {
 
 #[test]
 fn live_table_is_plain_off_a_terminal_and_ends_with_a_summary() {
-    let o = wstune(&["check", "--profile", "10k"]);
+    let o = wstune(&["check", "--profile", "10k", "--show", "all"]);
     let out = stdout(&o);
     assert!(
         !out.contains('\x1b'),
