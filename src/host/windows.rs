@@ -73,15 +73,18 @@ fn map_err(what: &str, e: windows_result::Error) -> ReadError {
     }
 }
 
-/// E_ACCESSDENIED as an HRESULT from a Win32 error.
-const ACCESS_DENIED: i32 = 0x8007_0005_u32 as i32;
-
 fn write_err(what: &str, e: windows_result::Error) -> WriteError {
-    if e.code().0 == ACCESS_DENIED {
-        WriteError::Denied(format!("{what} (run from an elevated prompt)"))
-    } else {
-        WriteError::Other(format!("{what}: {e}"))
-    }
+    super::windows_errors::write_error(what, e.code().0, &e.message())
+}
+
+/// The key every Windows apply writes: whether this process may open it for writing is whether
+/// it runs elevated (HKLM is writable by Administrators only).
+const TCPIP_PARAMETERS: &str = r"SYSTEM\CurrentControlSet\Services\Tcpip\Parameters";
+
+/// `%ProgramData%\wstune`: machine-wide state of a service, where Windows operators look for it.
+pub fn state_dir() -> std::path::PathBuf {
+    let data = std::env::var_os("ProgramData").unwrap_or_else(|| r"C:\ProgramData".into());
+    std::path::Path::new(&data).join("wstune")
 }
 
 impl Backend for WindowsBackend {
@@ -210,8 +213,13 @@ impl Backend for WindowsBackend {
         .map_err(|e| write_err(&what, e))
     }
     fn privileged(&self) -> bool {
-        // Writes to HKLM fail with "access denied" without elevation; that error says so.
-        true
+        // Not elevated: HKLM opens read-only and a write-open is refused with access denied.
+        let opened = LOCAL_MACHINE
+            .options()
+            .read()
+            .write()
+            .open(TCPIP_PARAMETERS);
+        super::windows_errors::may_write(opened.err().map(|e| e.code().0))
     }
     fn page_size(&self) -> u64 {
         4096
