@@ -214,12 +214,14 @@ impl Wine {
         self.dir.path().join("pfx")
     }
 
-    /// `wine PROGRAM ARGS`, run in the test's directory (so relative paths land there).
+    /// `wine PROGRAM ARGS`, run in the prefix's C:\ (so relative paths land there). Never in a
+    /// host directory: the current drive would be Z:, which is the host's `/`, and a rooted
+    /// path such as `\var\lib\wstune` would reach the host's own /var/lib/wstune.
     fn cmd(&self, program: &str) -> Command {
         let mut c = Command::new("wine");
         wine_env(&mut c, &self.prefix())
             .arg(program)
-            .current_dir(self.dir.path());
+            .current_dir(self.prefix().join("drive_c"));
         c
     }
 
@@ -277,7 +279,7 @@ impl Wine {
             Duration::from_secs(60),
         );
         assert!(o.status.success(), "reg export: {}", common::stderr(&o));
-        std::fs::read(self.dir.path().join(name)).unwrap()
+        std::fs::read(self.prefix().join("drive_c").join(name)).unwrap()
     }
 
     /// C:\ProgramData\wstune\journal as seen from Linux.
@@ -297,6 +299,81 @@ impl Wine {
             )
         });
         (common::code(&o), v)
+    }
+}
+
+/// `wstune.exe serve` running under Wine, with the ports it printed; killed on drop (and its
+/// prefix's wineserver with the test's [`Wine`]).
+struct WineServer {
+    _proc: common::Kill,
+    port: u16,
+    /// Every stderr line up to the admin line: the settings table.
+    head: Vec<String>,
+}
+
+impl Wine {
+    fn serve(&self, args: &[&str]) -> WineServer {
+        let mut c = self.cmd(self.exe.to_str().unwrap());
+        c.args(["serve", "--port", "0", "--admin", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = common::Kill(c.spawn().unwrap());
+        let err = child.0.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut head = Vec::new();
+            let mut lines = BufReader::new(err).lines().map_while(Result::ok);
+            for line in lines.by_ref() {
+                let admin = line.contains("admin on http://");
+                head.push(line);
+                if admin {
+                    let _ = tx.send(Ok(head));
+                    // Keep draining so the server never blocks on a full pipe.
+                    for _ in lines {}
+                    return;
+                }
+            }
+            let _ = tx.send(Err(head));
+        });
+        let head = match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(Ok(head)) => head,
+            Ok(Err(head)) => panic!("wstune.exe serve stopped before listening: {head:#?}"),
+            Err(_) => panic!("wstune.exe serve did not listen within 120 s"),
+        };
+        let port = head
+            .iter()
+            .find_map(|l| l.split("listening on ws://127.0.0.1:").nth(1))
+            .and_then(|r| r.trim_end_matches('/').parse().ok())
+            .unwrap_or_else(|| panic!("no listening line: {head:#?}"));
+        WineServer {
+            _proc: child,
+            port,
+            head,
+        }
+    }
+
+    /// The Windows process id of the (only) process named `image`, from `wmic` (Wine has no
+    /// working tasklist; wmic prints UTF-16).
+    fn windows_pid(&self, image: &str) -> u32 {
+        let o = bounded(
+            self.cmd("wmic").args(["process", "get", "Name,ProcessId"]),
+            Duration::from_secs(60),
+        );
+        let units: Vec<u16> = o
+            .stdout
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        let text = String::from_utf16_lossy(&units);
+        text.lines()
+            .find_map(|l| {
+                let mut w = l.trim_start_matches('\u{feff}').split_whitespace();
+                (w.next()? == image)
+                    .then(|| w.next()?.parse().ok())
+                    .flatten()
+            })
+            .unwrap_or_else(|| panic!("no {image} in wmic's list: {text}"))
     }
 }
 
@@ -442,4 +519,62 @@ fn wait_for_line(child: &mut Child, needle: &str) {
         Ok(Err(seen)) => panic!("wstune.exe ended before the failpoint: {seen}"),
         Err(_) => panic!("no failpoint within 120 s"),
     }
+}
+
+/// What Wine answers through the Windows API behind the host facts is this machine's own
+/// processors and memory; what it does not implement (netsh's dynamic port range, adapter class
+/// keys with RSS keywords, GetProcessHandleCount, a stub answering 0) is a skip with the reason,
+/// never a pass: those checks are judged on the fixtures (tests/windows.rs).
+#[test]
+fn check_reads_host_facts_through_the_windows_api() {
+    let Some(w) = Wine::new() else { return };
+    let (_, r) = w.check_json(&["--profile", "100k"]);
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(finding(&r, "windows.host.cpus")["current"], cpus as u64);
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    let mem = finding(&r, "windows.host.memory")["current"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        mem.abs_diff(kib * 1024) < kib * 1024 / 50,
+        "GlobalMemoryStatusEx {mem} vs MemTotal {} KiB",
+        kib
+    );
+    for id in [
+        "windows.tcpip.dynamic_port_range",
+        "windows.tcpip.dynamic_port_count",
+    ] {
+        let f = finding(&r, id);
+        assert_eq!(
+            f["status"], "skip",
+            "Wine's netsh has no dynamicport: {f:#}"
+        );
+        assert!(f["note"]
+            .as_str()
+            .unwrap()
+            .contains("netsh int ipv4 show dynamicport tcp"));
+    }
+    assert_eq!(finding(&r, "windows.nic.rss_enabled")["status"], "skip");
+
+    // --pid names a Windows process: a running server is found, its handle count (0 from Wine's
+    // stub) is not judged; a PID that does not exist is refused in Windows terms.
+    let _srv = w.serve(&[]);
+    let pid = w.windows_pid("wstune.exe").to_string();
+    let (_, r) = w.check_json(&["--profile", "100k", "--pid", &pid]);
+    let h = finding(&r, "windows.process.handles");
+    assert_eq!(h["status"], "skip", "{h:#}");
+    assert!(h["note"].as_str().unwrap().contains("answered 0"), "{h:#}");
+    let o = w.wstune(&["check", "--pid", "99999"]);
+    assert_eq!(common::code(&o), 3);
+    assert!(
+        common::stderr(&o).contains("--pid 99999: no such process on this host")
+            && common::stderr(&o).contains("Get-Process"),
+        "{}",
+        common::stderr(&o)
+    );
 }

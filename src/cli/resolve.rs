@@ -72,7 +72,10 @@ pub fn inputs(t: &TargetArgs, backend: &dyn Backend) -> Result<Inputs> {
     let catalog = catalog::load(backend.platform(), t.catalog.as_deref(), &known)?;
     if let Some(pid) = t.pid {
         if !backend.process_exists(pid) {
-            bail!("--pid {pid}: no such process (or its /proc/{pid}/limits is unreadable); pass the PID of the running server, e.g. from `pgrep -f NAME`");
+            match backend.platform() {
+                catalog::Platform::Linux => bail!("--pid {pid}: no such process (or its /proc/{pid}/limits is unreadable); pass the PID of the running server, e.g. from `pgrep -f NAME`"),
+                catalog::Platform::Windows => bail!("--pid {pid}: no such process on this host; pass the PID of the running server, e.g. from `Get-Process NAME` or `tasklist`"),
+            }
         }
     }
     if let Some(unit) = &t.unit {

@@ -248,7 +248,10 @@ mod privilege_tests {
         let linux = not_privileged(Platform::Linux);
         assert!(linux.contains("run it as root") && linux.ends_with("Nothing was changed."));
         let windows = not_privileged(Platform::Windows);
-        assert!(windows.contains("elevated prompt (Run as administrator)"), "{windows}");
+        assert!(
+            windows.contains("elevated prompt (Run as administrator)"),
+            "{windows}"
+        );
         assert!(windows.contains("--dry-run") && windows.ends_with("Nothing was changed."));
         assert!(!windows.contains("root") && !windows.contains("/etc"));
     }

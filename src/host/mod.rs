@@ -18,7 +18,7 @@ pub mod registry_file;
 pub mod windows;
 pub mod windows_errors;
 
-use crate::catalog::{IpVersion, Platform, RegType};
+use crate::catalog::{Fact, IpVersion, Platform, RegType};
 use dynamic_ports::PortRange;
 use serde::Serialize;
 
@@ -126,6 +126,12 @@ pub trait Backend {
         )))
     }
     fn page_size(&self) -> u64;
+    /// A host fact this backend reads its own way: Windows from its API (GetSystemInfo,
+    /// GlobalMemoryStatusEx, GetProcessHandleCount of `pid`), a registry.yaml tree from its
+    /// `host:` and `processes:` sections. None: read it from /proc and /sys (Linux).
+    fn host_fact(&self, _fact: Fact, _pid: Option<u32>) -> Option<Result<i64, ReadError>> {
+        None
+    }
     /// Set a runtime kernel value: write `value` to an existing /proc/sys file. Never creates.
     fn write_runtime(&self, path: &str, value: &str) -> Result<(), WriteError>;
     /// Set RLIMIT_NOFILE of a running process (prlimit(2)).
