@@ -578,3 +578,132 @@ fn check_reads_host_facts_through_the_windows_api() {
         common::stderr(&o)
     );
 }
+
+/// The embedded server as wstune.exe, on Wine's IOCP (mio), driven from Linux by three
+/// independent clients: tokio-tungstenite, Python `websockets` (plain and permessage-deflate),
+/// and the Linux `wstune selftest` at a size Wine carries in seconds.
+#[test]
+fn serve_under_wine_answers_linux_clients() {
+    let Some(w) = Wine::new() else { return };
+    let srv = w.serve(&["--profile", "10k"]);
+    let table = srv.head.join("\n");
+    assert!(
+        table.contains("IOCP threads (= io workers)") && table.contains("TCP_NODELAY"),
+        "the Windows settings are in the table: {table}"
+    );
+    let url = format!("ws://127.0.0.1:{}/", srv.port);
+
+    // tokio-tungstenite: 100 pipelined text messages come back in order, and a binary message
+    // larger than --fragment (65536) comes back whole.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::Message;
+        let (mut ws, _) = tokio::time::timeout(
+            Duration::from_secs(30),
+            tokio_tungstenite::connect_async(&url),
+        )
+        .await
+        .expect("connect within 30 s")
+        .unwrap();
+        for i in 0..100 {
+            ws.send(Message::text(format!("message {i}")))
+                .await
+                .unwrap();
+        }
+        let big: Vec<u8> = (0..70_000u32).map(|i| (i % 251) as u8).collect();
+        ws.send(Message::binary(big.clone())).await.unwrap();
+        let mut texts = Vec::new();
+        let mut binary = None;
+        while binary.is_none() {
+            match tokio::time::timeout(Duration::from_secs(30), ws.next()).await {
+                Ok(Some(Ok(Message::Text(t)))) => texts.push(t.to_string()),
+                Ok(Some(Ok(Message::Binary(b)))) => binary = Some(b.to_vec()),
+                Ok(Some(Ok(_))) => {}
+                other => panic!("no echo: {other:?}"),
+            }
+        }
+        let want: Vec<String> = (0..100).map(|i| format!("message {i}")).collect();
+        assert_eq!(texts, want);
+        assert!(
+            binary == Some(big),
+            "the 70,000-byte message came back whole"
+        );
+        ws.close(None).await.unwrap();
+    });
+
+    // Python websockets, without and with permessage-deflate.
+    let script = r#"
+import asyncio, json, sys, websockets
+async def main(url):
+    for compression in (None, "deflate"):
+        async with websockets.connect(url, compression=compression, max_size=2**24) as ws:
+            ext = ws.response.headers.get("Sec-WebSocket-Extensions", "")
+            msgs = [json.dumps({"seq": i, "data": "x" * 4000}) for i in range(50)]
+            for m in msgs:
+                await ws.send(m)
+            got = [await asyncio.wait_for(ws.recv(), 30) for _ in msgs]
+            print(compression, "ext=" + ext, "ok" if got == msgs else "MISMATCH")
+asyncio.run(main(sys.argv[1]))
+"#;
+    let o = bounded(
+        Command::new("python3").args(["-c", script, &url]),
+        Duration::from_secs(120),
+    );
+    let out = common::stdout(&o);
+    if common::stderr(&o).contains("No module named 'websockets'") {
+        common::skip(
+            "python-websockets",
+            "pip install -r tests/requirements.txt for the websockets interop tests",
+        );
+        return;
+    }
+    assert!(o.status.success(), "{out}{}", common::stderr(&o));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines[0].starts_with("None ext= ok"), "{out}");
+    assert!(
+        lines[1].starts_with("deflate ext=permessage-deflate") && lines[1].ends_with(" ok"),
+        "{out}"
+    );
+
+    // The Linux self-test against the Windows server: open-loop echo and a connect storm.
+    let o = bounded(
+        Command::new(common::bin()).args([
+            "selftest",
+            "--url",
+            &url,
+            "--profile",
+            "10k",
+            "--conns",
+            "50",
+            "--rate",
+            "5",
+            "--secs",
+            "2",
+            "--scenario",
+            "echo-rate",
+            "--scenario",
+            "storm",
+            "--format",
+            "json",
+        ]),
+        Duration::from_secs(180),
+    );
+    let r = common::json_of(&o);
+    for s in r["scenarios"].as_array().unwrap() {
+        let name = s["scenario"].as_str().unwrap();
+        assert_eq!(s["conns_connected"], 50, "{name}: {s:#}");
+        assert_eq!(s["errors"], 0, "{name}: {s:#}");
+        assert_eq!(s["disconnects"], 0, "{name}: {s:#}");
+    }
+    let echo = common::element(&r["scenarios"], "scenario", "echo-rate");
+    assert_eq!(echo["offered_rate"], 250.0);
+    assert!(
+        echo["latency_ms"]["count"].as_u64().unwrap() >= 400,
+        "{echo:#}"
+    );
+}
