@@ -12,6 +12,16 @@ use anyhow::{bail, Result};
 
 /// The refusal for a real apply without root, wherever it is first noticed.
 const NOT_ROOT: &str = "apply changes kernel settings and files under /etc: run it as root (sudo wstune apply ...), or add --dry-run to only see the plan. Nothing was changed.";
+/// The same refusal on Windows, where HKLM is writable only from an elevated process.
+const NOT_ADMIN: &str = "apply changes registry values under HKLM: run it from an elevated prompt (Run as administrator), or add --dry-run to only see the plan. Nothing was changed.";
+
+/// Why an unprivileged apply is refused, in the platform's words.
+pub fn not_privileged(platform: crate::catalog::Platform) -> &'static str {
+    match platform {
+        crate::catalog::Platform::Linux => NOT_ROOT,
+        crate::catalog::Platform::Windows => NOT_ADMIN,
+    }
+}
 
 pub fn run(a: &ApplyArgs) -> Result<u8> {
     let backend = resolve::backend(a.root.as_deref(), a.prefix.as_deref())?;
@@ -46,7 +56,7 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
                 println!("note: an earlier apply was interrupted (`wstune rollback --list` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make");
             }
         } else if !backend.privileged() {
-            bail!(NOT_ROOT);
+            bail!(not_privileged(backend.platform()));
         } else {
             if !a.yes {
                 confirm(
@@ -88,7 +98,7 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
     }
 
     if !backend.privileged() {
-        bail!(NOT_ROOT);
+        bail!(not_privileged(backend.platform()));
     }
     refuse_read_only_proc_sys(&inputs.catalog, &before.results, &p)?;
     if !a.yes {
@@ -272,4 +282,25 @@ fn refuse_read_only_proc_sys(
     }
     msg.push_str("\nUse --persist-only to write only the files (e.g. when building an image).");
     bail!(msg)
+}
+
+#[cfg(test)]
+mod privilege_tests {
+    use super::not_privileged;
+    use crate::catalog::Platform;
+
+    /// Wine runs everything as an administrator, so the Windows refusal is checked here: it
+    /// names what elevation means on that platform, and that nothing was changed, as on Linux.
+    #[test]
+    fn an_unprivileged_apply_is_refused_in_the_platforms_words() {
+        let linux = not_privileged(Platform::Linux);
+        assert!(linux.contains("run it as root") && linux.ends_with("Nothing was changed."));
+        let windows = not_privileged(Platform::Windows);
+        assert!(
+            windows.contains("elevated prompt (Run as administrator)"),
+            "{windows}"
+        );
+        assert!(windows.contains("--dry-run") && windows.ends_with("Nothing was changed."));
+        assert!(!windows.contains("root") && !windows.contains("/etc"));
+    }
 }

@@ -23,7 +23,10 @@ pub fn run(a: &RollbackArgs) -> Result<u8> {
     };
     let mut entry = pick(&store, a.id.as_deref())?;
     if !backend.privileged() {
-        bail!("rollback changes kernel settings and files under /etc: run it as root. Nothing was changed.");
+        bail!(match backend.platform() {
+            crate::catalog::Platform::Linux => "rollback changes kernel settings and files under /etc: run it as root. Nothing was changed.",
+            crate::catalog::Platform::Windows => "rollback changes registry values under HKLM: run it from an elevated prompt (Run as administrator). Nothing was changed.",
+        });
     }
     println!(
         "Rolling back entry {} ({}, {}):",

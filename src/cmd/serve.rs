@@ -365,6 +365,21 @@ fn print_settings(
         acceptors.to_string(),
         "flag".into(),
     ]);
+    // Windows: what an operator compares with perfmon and netsh. tokio's I/O driver on Windows
+    // is mio's IOCP: one completion port, polled by the I/O workers, no thread of its own.
+    if cfg!(windows) {
+        t.add_row(vec![
+            "IOCP threads (= io workers)".to_string(),
+            r.workers.to_string(),
+            "runtime".into(),
+        ]);
+        t.add_row(vec![
+            "socket options".to_string(),
+            "TCP_NODELAY on each connection; listener SO_REUSEADDR, listen backlog 65535 requested"
+                .to_string(),
+            "built in".into(),
+        ]);
+    }
     eprintln!("{t}");
     eprintln!("wstune serve: listening on {scheme}://{ws}/");
     if let Some(a) = admin {
