@@ -8,6 +8,7 @@ use crate::cli::confirm::{confirm, PASS_YES};
 use crate::cli::{exit, resolve};
 use crate::cmd::check::make_report;
 use crate::output;
+use crate::output::say;
 use anyhow::{bail, Result};
 
 /// The refusal for a real apply without root, wherever it is first noticed.
@@ -51,9 +52,9 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
     if entries.iter().any(|e| e.state == journal::State::Pending) {
         if a.dry_run {
             if journal::Lock::probe(&store) == journal::LockState::Held {
-                println!("note: another apply or rollback is running now (its entry shows as pending until it ends); this plan may be out of date when it finishes");
+                say!("note: another apply or rollback is running now (its entry shows as pending until it ends); this plan may be out of date when it finishes");
             } else {
-                println!("note: an earlier apply was interrupted (`wstune rollback --list` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make");
+                say!("note: an earlier apply was interrupted (`wstune rollback --list` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make");
             }
         } else if !backend.privileged() {
             bail!(not_privileged(backend.platform()));
@@ -85,15 +86,15 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
     let profile = &inputs.profile.profile.name;
 
     if p.actions.is_empty() {
-        println!("Nothing to change: this host already has every setting wstune can change for profile {profile}.");
+        say!("Nothing to change: this host already has every setting wstune can change for profile {profile}.");
         print_notes(&p.notes);
         print_remaining(&before.results);
         return Ok(exit::OK);
     }
-    println!("{}", plan_table(&p));
+    say!("{}", plan_table(&p));
     print_notes(&p.notes);
     if a.dry_run {
-        println!("Dry run: nothing was changed.");
+        say!("Dry run: nothing was changed.");
         return Ok(exit::OK);
     }
 
@@ -119,16 +120,20 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
     )?;
     journal::save(&store, &entry)?;
     apply::execute(&mut entry, backend, &store)?;
-    println!(
+    say!(
         "Applied {} change(s); the old values are in journal entry {} (undo with `wstune rollback`).",
         entry.actions.len(),
         entry.id
     );
     let after = make_report(&inputs, backend, Some(&store));
     let s = &after.summary;
-    println!(
+    say!(
         "check after apply: {} pass, {} fail, {} warn, {} skip, {} info",
-        s.pass, s.fail, s.warn, s.skip, s.info
+        s.pass,
+        s.fail,
+        s.warn,
+        s.skip,
+        s.info
     );
     print_remaining(&after.results);
     drop(lock);
@@ -218,7 +223,7 @@ fn plan_table(p: &plan::Plan) -> String {
 
 fn print_notes(notes: &[String]) {
     for n in notes {
-        println!("note: {n}");
+        say!("note: {n}");
     }
 }
 
@@ -231,7 +236,7 @@ fn print_remaining(results: &[crate::catalog::eval::Finding]) {
         .map(|f| f.id.as_str())
         .collect();
     if !left.is_empty() {
-        println!("Still failing (these need a new login, a restart, or more hardware; see `wstune check`): {}", left.join(", "));
+        say!("Still failing (these need a new login, a restart, or more hardware; see `wstune check`): {}", left.join(", "));
     }
 }
 
