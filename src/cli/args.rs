@@ -415,8 +415,8 @@ pub struct LoadArgs {
     pub secs: Option<f64>,
     /// Seconds of load before each echo-rate, deflate and echo-sat measurement starts (not
     /// counted: the first burst on fresh connections is a start-up cost, not the steady state).
-    /// Default 1, and for echo-rate and deflate at least one period of the per-connection rate
-    /// (every connection has sent once), at most 10
+    /// Default 1, and for echo-rate and deflate one period of the per-connection rate, at
+    /// most 5
     #[arg(long)]
     pub warmup: Option<f64>,
     /// echo-sat: messages in flight per connection.
