@@ -20,8 +20,11 @@ use wstune::gather::{self, Options};
 use wstune::host::memory::MemoryBackend;
 use wstune::host::Link;
 
+/// One target's body: feed it bytes; it panics only on a bug.
+pub type Harness = fn(&[u8]);
+
 /// Every target, by the name its corpus directory has (fuzz/corpus/NAME).
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Harness)] = &[
     ("frame_server", frame_server),
     ("frame_client", frame_client),
     ("handshake", handshake),
