@@ -69,10 +69,10 @@ pub struct HostFacts {
 /// Read everything `catalog` needs from `backend`. Sleeps for `--watch` when asked.
 pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> HostFacts {
     let mut vars = BTreeMap::new();
-    if let Reading::Value(v) = read_fact(backend, Fact::Cpus, None) {
+    if let Reading::Value(v) = fact(backend, Fact::Cpus, None, None) {
         vars.insert("host.cpus".to_string(), v);
     }
-    if let Reading::Value(v) = read_fact(backend, Fact::MemBytes, None) {
+    if let Reading::Value(v) = fact(backend, Fact::MemBytes, None, None) {
         vars.insert("host.mem_bytes".to_string(), v);
     }
     // Whether this process may raise its own hard fd limit (CAP_SYS_RESOURCE in CapEff, bit
@@ -196,7 +196,7 @@ fn read_source(
         }
         Source::Netstat(name) => read_netstat(backend, name),
         Source::Sockstat(name) => read_sockstat(backend, name),
-        Source::Fact(f) => read_fact(backend, *f, nic),
+        Source::Fact(f) => fact(backend, *f, nic, options.pid),
         Source::BootEntry(key) => boot_entry(backend, key),
         Source::Registry(r) => {
             let key = registry_key(&r.key, nic);
@@ -218,6 +218,10 @@ fn read_source(
         Source::DynamicPorts(ip) => backend
             .dynamic_ports(*ip)
             .map(|r| Value::List(vec![r.start as i64, r.last() as i64]))
+            .into(),
+        Source::DynamicPortCount(ip) => backend
+            .dynamic_ports(*ip)
+            .map(|r| Value::Num(r.count as i64))
             .into(),
     };
     match (reading, def.check.field) {
@@ -387,8 +391,20 @@ pub fn parse_sockstat(text: &str, proto: &str, field: &str) -> Option<i64> {
         .and_then(|kv| kv.get(1)?.parse().ok())
 }
 
+/// A host fact: from the backend's own source when it has one (Windows' API, a registry.yaml
+/// tree's `host:` section), else from /proc and /sys.
+fn fact(backend: &dyn Backend, f: Fact, nic: Option<&Link>, pid: Option<u32>) -> Reading {
+    match backend.host_fact(f, pid) {
+        Some(r) => r.map(Value::Num).into(),
+        None => read_fact(backend, f, nic),
+    }
+}
+
 fn read_fact(backend: &dyn Backend, fact: Fact, nic: Option<&Link>) -> Reading {
     match fact {
+        Fact::ProcessHandles => Reading::Unreadable(
+            "the handle count of a process is a Windows fact (Linux: see the nofile checks)".into(),
+        ),
         Fact::KernelVersion => backend
             .read("/proc/sys/kernel/osrelease")
             .map(|t| Value::Text(t.trim().to_string()))

@@ -8,6 +8,7 @@ pub mod catalog;
 pub mod cli;
 pub mod cluster;
 pub mod cmd;
+pub mod export;
 pub mod failpoint;
 pub mod gather;
 pub mod host;

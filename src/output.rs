@@ -182,3 +182,14 @@ mod tests {
         assert_eq!(mode(&kept), 0o755, "set-id bits are never carried over");
     }
 }
+
+/// Print a line to stdout, ignoring a closed pipe: `wstune apply ... | head -3` or `wstune
+/// rollback | head` must still finish changing the host (println! panics on EPIPE, which
+/// stopped a rollback halfway).
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+pub(crate) use say;

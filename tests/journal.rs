@@ -320,3 +320,35 @@ fn unit_without_systemd_says_so_instead_of_planning_nothing() {
         stderr(&o)
     );
 }
+
+/// An operator who pipes apply or rollback into `head` closes stdout early. The change must
+/// still finish: println! panicked on the broken pipe, and a rollback stopped halfway.
+#[test]
+fn apply_and_rollback_finish_when_stdout_is_closed_early() {
+    let Some(o) = common::in_netns(
+        r#"ip link set lo up; P=$(mktemp -d)
+        before=$(cat /proc/sys/net/ipv4/tcp_max_syn_backlog)
+        "$WSTUNE" apply --profile 100k --yes --prefix "$P" | head -c 1 > /dev/null
+        echo "APPLY ${PIPESTATUS[0]} $(cat /proc/sys/net/ipv4/tcp_max_syn_backlog)"
+        "$WSTUNE" rollback --yes --prefix "$P" | head -c 1 > /dev/null
+        echo "ROLLBACK ${PIPESTATUS[0]} $(cat /proc/sys/net/ipv4/tcp_max_syn_backlog) $before"
+        ls "$P/etc/sysctl.d" 2>/dev/null | wc -l | sed 's/^/FILES /'"#,
+    ) else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    assert!(!stderr(&o).contains("panicked"), "{all}");
+    assert_eq!(line(&o, "APPLY "), "APPLY 0 65535", "{all}");
+    let rb = line(&o, "ROLLBACK ");
+    let f: Vec<&str> = rb.split(' ').collect();
+    assert_eq!(
+        (f[1], f[2]),
+        ("0", f[3]),
+        "rolled back to the value before: {all}"
+    );
+    assert_eq!(
+        line(&o, "FILES "),
+        "FILES 0",
+        "the persisted file is gone too: {all}"
+    );
+}

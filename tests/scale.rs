@@ -240,3 +240,49 @@ fn past_one_process_fd_limit_the_server_runs_as_several_processes_at_full_count(
         String::from_utf8_lossy(&left.stdout)
     );
 }
+
+/// The live host, not a fixture: inside a fresh network namespace (whose accept-path sysctls
+/// are its own) the self-test fails the host half for the SYN backlog, `apply` raises it, and
+/// the same self-test then passes. `--prefix` keeps apply's persistent files off the host.
+#[test]
+fn in_a_namespace_the_verdict_follows_what_apply_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = small_profile(dir.path(), 150, 10);
+    let script = format!(
+        r#"set -u
+ip link set lo up
+P=$(mktemp -d); mkdir "$P/root"
+st() {{ "$WSTUNE" serve --self-test --profile {p} --scenario idle --scenario storm --secs 1; }}
+echo "syn backlog before: $(cat /proc/sys/net/ipv4/tcp_max_syn_backlog)"
+st > "$P/before" 2>&1; echo "before exit $?"
+grep '^verdict: ' "$P/before"
+"$WSTUNE" apply --profile {p} --yes --prefix "$P/root" > "$P/apply" 2>&1 || {{ echo "apply failed"; cat "$P/apply"; }}
+st > "$P/after" 2>&1; echo "after exit $?"
+grep '^verdict: ' "$P/after"
+"#,
+        p = p.display()
+    );
+    let Some(o) = common::in_netns(&script) else {
+        return;
+    };
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    // A namespace starts from the kernel's defaults (2048 here); the tiny profile asks 8192.
+    let before: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("syn backlog before: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{out}{err}"));
+    assert!(before < 8192, "the namespace already has {before}: {out}");
+    assert!(out.contains("before exit 2"), "{out}{err}");
+    assert!(
+        out.contains("verdict: MISS against profile tiny: load: PASS at 150 connections; host: NOT READY for tiny, 1 failed check"),
+        "{out}{err}"
+    );
+    assert!(!out.contains("apply failed"), "{out}{err}");
+    assert!(out.contains("after exit 0"), "{out}{err}");
+    assert!(
+        out.contains("verdict: PASS against profile tiny: load: PASS at 150 connections; host: READY for tiny"),
+        "{out}{err}"
+    );
+}

@@ -1,5 +1,6 @@
-//! Windows hosts as `registry.yaml` trees: the TCP dynamic port range check (what replaced
-//! MaxUserPort), its netsh fix text, and the report header.
+//! Windows hosts as `registry.yaml` trees: every check of checks/windows.yaml on the fixtures,
+//! the TCP dynamic port range check (what replaced MaxUserPort), its netsh fix text, and the
+//! report header. wstune.exe itself, under Wine, is tests/windows_wine.rs.
 
 mod common;
 
@@ -53,7 +54,7 @@ fn netsh_sets(text: &str) -> Vec<(u32, u32)> {
 #[test]
 fn default_windows_host_warns_that_its_16384_dynamic_ports_miss_the_profile() {
     let (code, r) = check_json(&fixture("windows-default"), &["--strict"]);
-    assert_eq!(code, 1, "{}", r["summary"]);
+    assert_eq!(code, 2, "{}", r["summary"]);
     for (id, ip) in RANGES.iter().zip(["ipv4", "ipv6"]) {
         let f = finding(&r, id);
         assert_eq!(f["status"], "warn", "{f:#}");
@@ -244,4 +245,142 @@ fn the_table_header_names_each_windows_host() {
             "{name}: {header}"
         );
     }
+}
+
+/// The acceptance line: 100k connections through one proxy address do not fit in
+/// Windows' default 16,384 dynamic ports, and the check says how many addresses they need.
+#[test]
+fn default_windows_host_fails_the_dynamic_port_count_for_100k_through_one_proxy_address() {
+    let (code, r) = check_json(&fixture("windows-default"), &["--profile", "100k"]);
+    assert_eq!(code, 2, "{}", r["summary"]);
+    let f = finding(&r, "windows.tcpip.dynamic_port_count");
+    assert_eq!(f["status"], "fail", "{f:#}");
+    assert_eq!(f["current"], 16384);
+    assert_eq!(f["target"], 55535, "min(connections, the profile's range)");
+    assert_eq!(
+        f["note"],
+        "16384 ports: one proxy address reaches 16384 of the profile's 100000 connections to one backend address and port; 100000 need 7 source addresses (2 with the profile's 55535 ports)"
+    );
+    let fix = f["fix"]["runtime"].as_str().unwrap();
+    assert!(
+        fix.starts_with("netsh int ipv4 set dynamicport tcp start=10000 num=55535;"),
+        "{fix}"
+    );
+    // The failures of this host are exactly that one.
+    let failed: Vec<&str> = r["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["status"] == "fail")
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed, ["windows.tcpip.dynamic_port_count"]);
+    // 10k connections fit in the default range.
+    let (_, r) = check_json(&fixture("windows-default"), &["--profile", "10k"]);
+    let f = finding(&r, "windows.tcpip.dynamic_port_count");
+    assert_eq!(f["status"], "pass", "{f:#}");
+}
+
+/// Every check in checks/windows.yaml on the three Windows fixtures: one that passes, and the
+/// state that makes it warn, fail or inform, with the value read. A check added to the catalog
+/// without a row here fails the test.
+#[test]
+fn every_windows_check_is_judged_on_the_fixtures() {
+    use serde_json::json;
+    const NIC_D: &str = "[Intel(R) Ethernet Controller X710]";
+    const NIC_L: &str = "[Broadcom NetXtreme Gigabit Ethernet]";
+    const NIC_T: &str = "[Ethernet]";
+    #[rustfmt::skip]
+    let rows: &[(&str, &str, &str, serde_json::Value)] = &[
+        // (fixture, check id, status, current)
+        ("default", "windows.tcpip.max_user_port", "pass", json!(null)),
+        ("legacy", "windows.tcpip.max_user_port", "info", json!(5000)),
+        ("default", "windows.tcpip.dynamic_port_range", "warn", json!([49152, 65535])),
+        ("tuned", "windows.tcpip.dynamic_port_range", "pass", json!([10000, 65534])),
+        ("legacy", "windows.tcpip6.dynamic_port_range", "warn", json!([60000, 65535])),
+        ("tuned", "windows.tcpip6.dynamic_port_range", "pass", json!([10000, 65534])),
+        ("default", "windows.tcpip.dynamic_port_count", "fail", json!(16384)),
+        ("tuned", "windows.tcpip.dynamic_port_count", "pass", json!(55535)),
+        ("default", "windows.tcpip.tcp_timed_wait_delay", "warn", json!(120)),
+        ("legacy", "windows.tcpip.tcp_timed_wait_delay", "warn", json!(240)),
+        ("tuned", "windows.tcpip.tcp_timed_wait_delay", "pass", json!(30)),
+        ("legacy", "windows.tcpip.tcp_max_connect_response_retransmissions", "warn", json!(5)),
+        ("tuned", "windows.tcpip.tcp_max_connect_response_retransmissions", "pass", json!(2)),
+        ("default", "windows.tcpip.tcp_num_connections", "pass", json!(16777214)),
+        ("legacy", "windows.tcpip.tcp_num_connections", "fail", json!(5000)),
+        ("default", "windows.tcpip.max_free_tcbs", "pass", json!(null)),
+        ("legacy", "windows.tcpip.max_free_tcbs", "info", json!(2000)),
+        ("tuned", "windows.ndis.rss_global", "pass", json!(1)),
+        ("legacy", "windows.ndis.rss_global", "warn", json!(0)),
+        ("default", &format!("windows.nic.rss_enabled{NIC_D}"), "pass", json!(1)),
+        ("legacy", &format!("windows.nic.rss_enabled{NIC_L}"), "info", json!(0)),
+        ("tuned", &format!("windows.nic.rss_profile{NIC_T}"), "pass", json!("NUMAScaling")),
+        ("default", &format!("windows.nic.rss_profile{NIC_D}"), "info", json!("NUMAScalingStatic")),
+        ("legacy", &format!("windows.nic.rss_profile{NIC_L}"), "info", json!("ClosestProcessor")),
+        ("default", &format!("windows.nic.rss_queues{NIC_D}"), "pass", json!(8)),
+        ("legacy", &format!("windows.nic.rss_queues{NIC_L}"), "info", json!(1)),
+        ("tuned", "windows.host.cpus", "pass", json!(32)),
+        ("default", "windows.host.cpus", "warn", json!(16)),
+        ("default", "windows.host.memory", "pass", json!(68719476736_u64)),
+        ("legacy", "windows.host.memory", "fail", json!(4294967296_u64)),
+        ("default", "windows.process.handles", "pass", json!(100612)),
+        ("legacy", "windows.process.handles", "warn", json!(16700000)),
+    ];
+    let mut reports = std::collections::BTreeMap::new();
+    for name in ["default", "tuned", "legacy"] {
+        let root = fixture(&format!("windows-{name}"));
+        let (_, r) = check_json(&root, &["--profile", "100k", "--pid", "4242"]);
+        reports.insert(name, r);
+    }
+    let mut covered = std::collections::BTreeSet::new();
+    for (name, id, status, current) in rows {
+        let f = finding(&reports[name], id);
+        assert_eq!(f["status"], *status, "{name} {id}: {f:#}");
+        assert_eq!(f["current"], *current, "{name} {id}: {f:#}");
+        covered.insert(id.split('[').next().unwrap().to_string());
+    }
+    // At least 15 checks, each with a row that is not a pass.
+    let ids: std::collections::BTreeSet<String> = reports["default"]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            f["id"]
+                .as_str()
+                .unwrap()
+                .split('[')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(ids.len() >= 15, "{} Windows checks", ids.len());
+    assert_eq!(ids, covered, "checks without a fixture row");
+    for id in &ids {
+        assert!(
+            rows.iter()
+                .any(|(_, i, s, _)| i.starts_with(id.as_str()) && *s != "pass"),
+            "{id} is never seen failing"
+        );
+    }
+    // The tuned host passes everything, --strict included.
+    let (code, r) = check_json(&fixture("windows-tuned"), &["--strict", "--pid", "4242"]);
+    assert_eq!(code, 0, "{}", r["summary"]);
+    // Without --pid the handle check says what it needs instead of guessing.
+    let (_, r) = check_json(&fixture("windows-default"), &[]);
+    assert_eq!(finding(&r, "windows.process.handles")["status"], "skip");
+}
+
+/// --pid on a captured Windows host names a process the capture recorded, or is refused.
+#[test]
+fn a_pid_the_capture_does_not_know_is_refused() {
+    let root = fixture("windows-default");
+    let o = wstune(&["check", "--root", root.to_str().unwrap(), "--pid", "999"]);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--pid 999: no such process"));
 }

@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::sync::atomic::{
-    AtomicBool, AtomicU16, AtomicU32, AtomicU8, AtomicUsize, Ordering::Relaxed,
+    AtomicBool, AtomicI32, AtomicU16, AtomicU32, AtomicU8, AtomicUsize, Ordering::Relaxed,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -69,6 +69,14 @@ pub struct Shared {
     /// our own compressor never saw, so that compressor must start over before its next
     /// message. Changed only under the `out` lock, so it is ordered with the queue.
     deflate_stale: AtomicBool,
+    /// The socket, while other threads may write to it directly (plain TCP only; -1 otherwise).
+    /// Read and changed only under the `out` lock: the connection clears it (under the lock)
+    /// before its socket is closed, so a writer never reaches a descriptor number the kernel
+    /// has handed to another socket.
+    direct_fd: AtomicI32,
+    /// The connection holds a compressor it frees after an idle spell; that check runs when its
+    /// task wakes, so frames written directly still wake it (see `push_frame`).
+    holds_compressor: AtomicBool,
 }
 
 #[derive(Default)]
@@ -96,6 +104,8 @@ impl Shared {
             shared_deflate_bits: AtomicU8::new(0),
             deflate_takeover: AtomicBool::new(false),
             deflate_stale: AtomicBool::new(false),
+            direct_fd: AtomicI32::new(-1),
+            holds_compressor: AtomicBool::new(false),
         }
     }
 
@@ -110,6 +120,12 @@ impl Shared {
         self.push_frame(frame, metrics, self.deflate_takeover.load(Relaxed))
     }
 
+    /// Fan-out's cost is this function times the recipients, so the common case is one
+    /// syscall: when nothing is queued for this connection and its socket is plain TCP, the
+    /// frame goes straight to the kernel from the calling thread (a broadcaster, the heartbeat)
+    /// without waking the connection's task. Only what the socket does not take is queued, and
+    /// then the task is woken to write it when the socket drains. Every write to the socket
+    /// happens under the `out` lock, so frames never interleave and order is kept.
     fn push_frame(&self, frame: Bytes, metrics: &Metrics, stale: bool) -> bool {
         if self.close_request.load(Relaxed) != 0 {
             return false;
@@ -123,14 +139,47 @@ impl Shared {
             return false;
         }
         let mut out = self.out.lock().unwrap();
-        out.frames.push_back(frame);
+        // Checked again under the lock: the connection queues its close frame under it after
+        // setting `close_request`, and nothing may follow a close frame on the wire.
+        if self.close_request.load(Relaxed) != 0 {
+            return false;
+        }
         if stale {
             self.deflate_stale.store(true, Relaxed);
         }
+        let mut frame = frame;
+        if out.frames.is_empty() {
+            let written = direct_write(self.direct_fd.load(Relaxed), &frame);
+            metrics.bytes_out.fetch_add(written as u64, Relaxed);
+            if written == len {
+                drop(out);
+                if self.holds_compressor.load(Relaxed) {
+                    self.notify.notify_one();
+                }
+                return true;
+            }
+            if written > 0 {
+                // The frame's start is on the wire: its rest must go out whole.
+                out.head_is_rest = true;
+                frame = frame.slice(written..);
+            }
+        }
+        let rest = frame.len();
+        out.frames.push_back(frame);
         drop(out);
-        self.queued.fetch_add(len, Relaxed);
+        self.queued.fetch_add(rest, Relaxed);
         self.notify.notify_one();
         true
+    }
+
+    /// Let other threads write to `fd` directly (`None`: never, e.g. TLS) until the returned
+    /// guard drops; it must drop before the socket closes.
+    fn allow_direct(&self, fd: Option<i32>) -> DirectGuard<'_> {
+        if let Some(fd) = fd {
+            let _out = self.out.lock().unwrap();
+            self.direct_fd.store(fd, Relaxed);
+        }
+        DirectGuard(self)
     }
 
     /// Encode and queue a message from another thread (the offload pool), compressed with that
@@ -206,6 +255,44 @@ impl Shared {
     pub fn queued(&self) -> usize {
         self.queued.load(Relaxed)
     }
+}
+
+/// Ends direct writes to a connection's socket; dropped before the socket is closed.
+struct DirectGuard<'a>(&'a Shared);
+
+impl Drop for DirectGuard<'_> {
+    fn drop(&mut self) {
+        let _out = self.0.out.lock().unwrap();
+        self.0.direct_fd.store(-1, Relaxed);
+    }
+}
+
+/// Write `buf` to a non-blocking socket from any thread; returns how much the kernel took (0 on
+/// a full socket, an error, or no descriptor: the caller queues the rest and the connection's
+/// own task meets any error on its next write).
+#[cfg(unix)]
+fn direct_write(fd: i32, buf: &[u8]) -> usize {
+    if fd < 0 || buf.is_empty() {
+        return 0;
+    }
+    // SAFETY: `fd` is an open socket while it is stored in `direct_fd` (the caller holds the
+    // `out` lock, and the connection clears the field under that lock before closing), and
+    // `buf` is valid for `buf.len()` bytes. MSG_DONTWAIT: never block the fanning thread;
+    // MSG_NOSIGNAL: a peer that is gone gives EPIPE, not SIGPIPE.
+    let n = unsafe {
+        libc::send(
+            fd,
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    n.max(0) as usize
+}
+
+#[cfg(not(unix))]
+fn direct_write(_fd: i32, _buf: &[u8]) -> usize {
+    0
 }
 
 /// Everything a connection needs from the server.
@@ -413,6 +500,7 @@ impl DeflateState {
                     .deflate_memory_bytes
                     .fetch_add(self.compressor_bytes(), Relaxed);
                 self.compressor = Some(Compressor::new(bits, self.mem_level, self.level, true));
+                shared.holds_compressor.store(true, Relaxed);
             }
         }
         self.compressor
@@ -427,9 +515,10 @@ impl DeflateState {
     /// Only ours can go: the peer's next message may point into the window our decompressor
     /// keeps, but nothing obliges us to point into what we sent, so a new compressor later is
     /// valid (it costs ratio on the first message, and ~256 KiB less per idle connection).
-    fn release_idle(&mut self, idle: Duration) {
+    fn release_idle(&mut self, idle: Duration, shared: &Shared) {
         if self.compressor.is_some() && self.last_compress.elapsed() >= idle {
             self.compressor = None;
+            shared.holds_compressor.store(false, Relaxed);
             self.metrics
                 .deflate_memory_bytes
                 .fetch_sub(self.compressor_bytes(), Relaxed);
@@ -505,7 +594,9 @@ pub async fn serve<T: Transport>(
         msg_compressed: false,
         batch: Vec::new(),
     };
+    let direct = shared.allow_direct(io.direct_fd());
     let _ = run(&io, &shared, &ctx, &mut st).await;
+    drop(direct);
     if !st.write_shut {
         io.shutdown_write();
     }
@@ -616,7 +707,7 @@ async fn run<T: Transport>(
                 // Someone queued for us (on an idle connection, usually the heartbeat's
                 // ping): the moment to let go of a compressor nobody is using.
                 if let (Some(d), Some(idle)) = (st.deflate.as_mut(), hub.config.deflate_idle()) {
-                    d.release_idle(idle);
+                    d.release_idle(idle, shared);
                 }
             }
             r = io.writable(), if pending => { r?; }

@@ -320,6 +320,18 @@ impl Decompressor {
         }
     }
 
+    /// A decompressor for a peer known to compress with at most `window_bits` (its
+    /// negotiated max_window_bits): zlib keeps a window of that size instead of 32 KiB. A
+    /// load generator holding 100k server streams is where that matters.
+    pub fn with_window(window_bits: u8, takeover: bool) -> Decompressor {
+        Decompressor {
+            z: Inflate::new(false, window_bits.clamp(9, 15)),
+            takeover,
+            history: None,
+            history_upto: 0,
+        }
+    }
+
     /// Bytes held beyond zlib's own state (the window copy kept for final-block peers).
     pub fn extra_bytes(&self) -> usize {
         self.history.as_ref().map_or(0, Vec::capacity)

@@ -229,6 +229,9 @@ type TlsConfig = tls::Config;
 #[cfg(not(feature = "tls"))]
 type TlsConfig = std::convert::Infallible;
 
+/// Connection ids for logs: unique within this process, in accept order.
+static NEXT_CONN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 fn spawn_conn(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
@@ -236,17 +239,22 @@ fn spawn_conn(
     stopping: Arc<AtomicBool>,
     tls: Option<&TlsConfig>,
 ) {
+    use tracing::Instrument;
     let _ = stream.set_nodelay(true);
+    let id = NEXT_CONN_ID.fetch_add(1, Relaxed);
+    // Every event inside the connection's task carries its id and peer. A debug span: at the
+    // default level it is never created, so 100k idle connections cost no span each.
+    let span = tracing::debug_span!("conn", conn = id, peer = %peer);
     match tls {
         None => {
-            tokio::spawn(handle(stream, peer, ctx, stopping));
+            tokio::spawn(handle(stream, peer, id, ctx, stopping).instrument(span));
         }
         #[cfg(feature = "tls")]
         Some(cfg) => match tls::TlsStream::new(stream, cfg.clone()) {
             Ok(s) => {
-                tokio::spawn(handle(s, peer, ctx, stopping));
+                tokio::spawn(handle(s, peer, id, ctx, stopping).instrument(span));
             }
-            Err(e) => tracing::warn!("TLS session: {e}"),
+            Err(e) => tracing::warn!(conn = id, peer = %peer, "TLS session: {e}"),
         },
         #[cfg(not(feature = "tls"))]
         Some(never) => match *never {},
@@ -254,9 +262,12 @@ fn spawn_conn(
 }
 
 /// Upgrade one accepted socket and serve it.
+/// Connection events (refused, opened, closed) name the connection's id and peer themselves,
+/// so they carry both at any level, span or not.
 async fn handle<T: Transport>(
     stream: T,
-    _peer: SocketAddr,
+    peer: SocketAddr,
+    id: u64,
     ctx: Arc<Ctx>,
     stopping: Arc<AtomicBool>,
 ) {
@@ -272,6 +283,7 @@ async fn handle<T: Transport>(
         Ok(Ok(Some(end))) => end,
         Ok(Ok(None)) => {
             hub.metrics.reject(Reject::TooLarge);
+            tracing::debug!(conn = id, peer = %peer, status = 431, "handshake refused: request header too large");
             let _ = write_all(
                 &stream,
                 &handshake::http_error(
@@ -288,6 +300,7 @@ async fn handle<T: Transport>(
         Ok(Err(_)) => return,
         Err(_) => {
             hub.metrics.reject(Reject::Timeout);
+            tracing::debug!(conn = id, peer = %peer, status = 408, "handshake refused: no upgrade within the handshake timeout");
             let _ = write_all(
                 &stream,
                 &handshake::http_error(
@@ -330,6 +343,7 @@ async fn handle<T: Transport>(
     match handshake::respond(&buf[..end], cfg, full) {
         Err(refused) => {
             hub.metrics.reject(refused.reason);
+            tracing::debug!(conn = id, peer = %peer, reason = ?refused.reason, "handshake refused");
             let _ = write_all(&stream, &refused.response).await;
             finish_refusal(&stream).await;
         }
@@ -348,7 +362,10 @@ async fn handle<T: Transport>(
             hub.metrics.accepted.fetch_add(1, Relaxed);
             let rest = buf[end..].to_vec();
             drop(buf);
+            tracing::debug!(conn = id, peer = %peer, deflate = accepted.deflate.is_some(), "connection opened");
+            let started = std::time::Instant::now();
             conn::serve(stream, shared, rest, ctx, accepted.deflate).await;
+            tracing::debug!(conn = id, peer = %peer, secs = started.elapsed().as_secs_f64(), "connection closed");
         }
     }
 }

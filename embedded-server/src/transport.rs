@@ -26,6 +26,12 @@ pub trait Transport: Send + Sync + 'static {
     }
     /// Half-close: no more writes (sends FIN after what is queued).
     fn shutdown_write(&self);
+    /// The socket itself, when bytes written to it go to the peer as they are (plain TCP, not
+    /// TLS): other threads may then write a frame straight to the kernel instead of queueing it
+    /// and waking the connection's task (see `Shared::push`).
+    fn direct_fd(&self) -> Option<i32> {
+        None
+    }
 }
 
 impl Transport for TcpStream {
@@ -44,5 +50,10 @@ impl Transport for TcpStream {
     fn shutdown_write(&self) {
         let sock = socket2::SockRef::from(self);
         let _ = sock.shutdown(std::net::Shutdown::Write);
+    }
+    #[cfg(unix)]
+    fn direct_fd(&self) -> Option<i32> {
+        use std::os::fd::AsRawFd;
+        Some(self.as_raw_fd())
     }
 }

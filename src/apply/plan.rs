@@ -8,7 +8,7 @@
 //! that a later boot file would override anyway (say so instead).
 
 use crate::catalog::eval::{Finding, Status};
-use crate::catalog::{Catalog, Compare, LimitKind, Process, RegType, Source};
+use crate::catalog::{self, Catalog, CheckDef, Compare, LimitKind, Process, RegType, Source};
 use crate::gather::{boot_entry_with, split_boot_entry, sysctl_path, Reading};
 use crate::host::Backend;
 use crate::value::Value;
@@ -110,20 +110,16 @@ pub fn plan(
         let Some(f) = by_id.get(id) else { continue };
         match &def.check.source {
             Source::Sysctl(key) => {
-                let Some(target) = &f.target else { continue };
-                let Ok(full) = backend
-                    .read(&sysctl_path(key))
-                    .map(|t| Value::parse_kernel(&t))
-                else {
-                    continue;
+                let (full, desired) = match sysctl_value(def, f, backend) {
+                    SysctlValue::Set { current, value } => (current, value),
+                    SysctlValue::Unknown(note) => {
+                        p.notes.push(note);
+                        continue;
+                    }
+                    SysctlValue::NoTarget | SysctlValue::Unreadable => continue,
                 };
                 let runtime_wrong = wrong(f);
                 let boot_wrong = by_id.get(format!("{id}.boot").as_str()).map(|b| b.status);
-                let Some(desired) = desired(def.check.compare, &full, def.check.field, target)
-                else {
-                    p.notes.push(format!("{key}: cannot compute a value from '{full}' and target '{target}'; set it by hand"));
-                    continue;
-                };
                 if scope.runtime && runtime_wrong && desired != full {
                     p.actions.push(Action {
                         check: id.into(),
@@ -132,7 +128,7 @@ pub fn plan(
                         to: desired.to_string(),
                         op: Op::Sysctl {
                             key: key.clone(),
-                            value: desired.to_string(),
+                            value: kernel_text(&desired),
                         },
                     });
                 }
@@ -154,7 +150,7 @@ pub fn plan(
                         id.into(),
                         key.clone(),
                         from.unwrap_or_else(|| "(not set)".into()),
-                        desired.to_string(),
+                        kernel_text(&desired),
                     ));
                 }
             }
@@ -301,6 +297,107 @@ pub fn plan(
         p.notes.push("limits.d applies to new PAM logins (ssh, su), not to running shells or systemd services (use --unit)".into());
     }
     p
+}
+
+/// What one sysctl check asks of this host.
+pub enum SysctlValue {
+    /// Set `key` to `value` (today `current`): the target, never lowering what an operator
+    /// raised ([`desired`]).
+    Set { current: Value, value: Value },
+    /// The check has no target (it only reports).
+    NoTarget,
+    /// The key cannot be read here (not in this kernel, a module not loaded): nothing to set.
+    Unreadable,
+    /// No value can be computed from the current one and the target: set it by hand.
+    Unknown(String),
+}
+
+/// The value `apply` and `export` set for a sysctl check: one rule for both.
+pub fn sysctl_value(def: &CheckDef, f: &Finding, backend: &dyn Backend) -> SysctlValue {
+    let Source::Sysctl(key) = &def.check.source else {
+        return SysctlValue::NoTarget;
+    };
+    let Some(target) = &f.target else {
+        return SysctlValue::NoTarget;
+    };
+    let Ok(full) = backend
+        .read(&sysctl_path(key))
+        .map(|t| Value::parse_kernel(&t))
+    else {
+        return SysctlValue::Unreadable;
+    };
+    match desired(def.check.compare, &full, def.check.field, target) {
+        Some(value) => SysctlValue::Set {
+            current: full,
+            value,
+        },
+        None => SysctlValue::Unknown(format!(
+            "{key}: cannot compute a value from '{full}' and target '{target}'; set it by hand"
+        )),
+    }
+}
+
+/// Every host setting the profile asks for, with the value for this host (never lower than
+/// what it has): what `wstune export` renders for other tools. Unlike [`plan`] it lists
+/// settings that already pass, since an exported file is installed on other hosts too.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// (check id, key, value, scope) in catalog order.
+    pub sysctls: Vec<(String, String, String, catalog::Scope)>,
+    /// The per-process open-file limit the server needs (soft = hard).
+    pub nofile: Option<u64>,
+    /// What could not be exported, and why.
+    pub notes: Vec<String>,
+}
+
+pub fn settings(catalog: &Catalog, findings: &[Finding], backend: &dyn Backend) -> Settings {
+    let by_id: BTreeMap<&str, &Finding> = findings.iter().map(|f| (f.id.as_str(), f)).collect();
+    let mut s = Settings::default();
+    for def in &catalog.checks {
+        let Some(f) = by_id.get(def.check.id.as_str()) else {
+            continue;
+        };
+        match &def.check.source {
+            Source::Sysctl(key) => match sysctl_value(def, f, backend) {
+                SysctlValue::Set { value, .. } => s.sysctls.push((
+                    def.check.id.clone(),
+                    key.clone(),
+                    kernel_text(&value),
+                    def.check.scope,
+                )),
+                SysctlValue::Unreadable => s.notes.push(format!(
+                    "{key}: not readable on this host (not in this kernel, or its module is not loaded); not exported"
+                )),
+                SysctlValue::Unknown(note) => s.notes.push(note),
+                SysctlValue::NoTarget => {}
+            },
+            Source::Rlimit(r) if r.process == Process::Current => {
+                if let Some(Value::Num(target)) = f.target {
+                    // Never lower: a shell already above the target keeps its limit.
+                    // (An unlimited one, i64::MAX, cannot be written to a file: the target is.)
+                    let current = f
+                        .current
+                        .as_ref()
+                        .and_then(Value::as_num)
+                        .filter(|&c| c != i64::MAX)
+                        .unwrap_or(0);
+                    let n = target.max(current).max(0) as u64;
+                    s.nofile = Some(s.nofile.map_or(n, |m| m.max(n)));
+                }
+            }
+            _ => {}
+        }
+    }
+    s
+}
+
+/// A value as the kernel accepts it back: numbers in full ("no limit", stored as i64::MAX,
+/// prints as `unlimited` for people but must be written as a number).
+pub fn kernel_text(v: &Value) -> String {
+    match v {
+        Value::Num(n) => n.to_string(),
+        other => other.to_string(),
+    }
 }
 
 fn current_of(findings: &[Finding], kind: LimitKind) -> Option<i64> {

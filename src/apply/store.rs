@@ -10,7 +10,14 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone)]
 pub struct Store {
     base: PathBuf,
+    /// Where `/var/lib/wstune` (the journal) lives instead of `base/var/lib/wstune`: the live
+    /// Windows host keeps it in `%ProgramData%\wstune`, where Windows operators look for a
+    /// service's state. None elsewhere.
+    state_dir: Option<PathBuf>,
 }
+
+/// The host path of wstune's own state; [`Store::with_state_dir`] can move it.
+const STATE: &str = "/var/lib/wstune";
 
 /// A file's bytes and permission bits, as the journal keeps them.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,10 +30,25 @@ impl Store {
     pub fn new(base: &Path) -> Store {
         Store {
             base: base.to_path_buf(),
+            state_dir: None,
         }
     }
 
+    /// Keep `/var/lib/wstune/...` under `dir` instead (`/var/lib/wstune/journal` -> `dir\journal`).
+    pub fn with_state_dir(mut self, dir: &Path) -> Store {
+        self.state_dir = Some(dir.to_path_buf());
+        self
+    }
+
     pub fn path(&self, host_path: &str) -> PathBuf {
+        if let (Some(dir), Some(rest)) = (&self.state_dir, host_path.strip_prefix(STATE)) {
+            if rest.is_empty() || rest.starts_with('/') {
+                return rest
+                    .split('/')
+                    .filter(|c| !c.is_empty())
+                    .fold(dir.clone(), |p, c| p.join(c));
+            }
+        }
         self.base.join(host_path.trim_start_matches('/'))
     }
 
@@ -156,5 +178,21 @@ mod tests {
         s.remove("/etc/a/b.conf").unwrap();
         s.remove_dir_if_empty("/etc/a");
         assert!(!dir.path().join("etc/a").exists());
+    }
+
+    /// Windows keeps the journal in %ProgramData%\wstune\journal, not under a /var tree.
+    #[test]
+    fn the_state_dir_moves_only_var_lib_wstune() {
+        let s = Store::new(Path::new("/base")).with_state_dir(Path::new("/pd/wstune"));
+        assert_eq!(
+            s.path("/var/lib/wstune/journal/.lock"),
+            Path::new("/pd/wstune/journal/.lock")
+        );
+        assert_eq!(s.path("/var/lib/wstune"), Path::new("/pd/wstune"));
+        assert_eq!(
+            s.path("/var/lib/wstunex"),
+            Path::new("/base/var/lib/wstunex")
+        );
+        assert_eq!(s.path("/etc/x.conf"), Path::new("/base/etc/x.conf"));
     }
 }

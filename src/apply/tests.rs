@@ -336,3 +336,61 @@ fn an_interrupted_entry_is_undone_and_marked_so_one_rollback_suffices() {
         .unwrap()
         .is_empty());
 }
+
+/// A sysctl at "no limit" (i64::MAX, shown as `unlimited` to people) is written back as the
+/// number: `fs.file-max = unlimited` in sysctl.d would make `sysctl --system` fail on the line.
+#[test]
+fn a_no_limit_value_is_persisted_as_a_number() {
+    let b = MemoryBackend::default()
+        .file("/proc/sys/fs/file-max", "9223372036854775807\n")
+        .file("/proc/sys/net/core/somaxconn", "4096\n")
+        .file("/etc/sysctl.d/10-other.conf", "kernel.pid_max = 4194304\n");
+    let p = plan_for(&b, Platform::Linux);
+    let file_max: Vec<&Op> = p
+        .actions
+        .iter()
+        .map(|a| &a.op)
+        .filter(|op| matches!(op, Op::SysctlFile { key, .. } if key == "fs.file-max"))
+        .collect();
+    assert!(
+        matches!(file_max.as_slice(), [Op::SysctlFile { value, .. }] if value == "9223372036854775807"),
+        "{file_max:?}"
+    );
+}
+
+/// export's settings: every sysctl the profile targets, passing or not, never lowered; the
+/// open-file limit at least the target.
+#[test]
+fn export_settings_list_every_target_and_never_lower() {
+    let b = MemoryBackend::default()
+        .file("/proc/sys/net/core/somaxconn", "100000\n")
+        .file("/proc/sys/net/ipv4/tcp_fin_timeout", "60\n")
+        .file("/proc/sys/net/ipv4/tcp_max_syn_backlog", "128\n");
+    let (cat, f) = findings(&b, Platform::Linux);
+    let s = plan::settings(&cat, &f, &b);
+    let value = |k: &str| {
+        s.sysctls
+            .iter()
+            .find(|(_, key, _, _)| key == k)
+            .map(|(_, _, v, _)| v.clone())
+    };
+    assert_eq!(
+        value("net.core.somaxconn").as_deref(),
+        Some("100000"),
+        "passing, kept"
+    );
+    assert_eq!(value("net.ipv4.tcp_fin_timeout").as_deref(), Some("15"));
+    assert_eq!(
+        value("net.ipv4.tcp_max_syn_backlog").as_deref(),
+        Some("65535")
+    );
+    // Not readable here: not exported, and said why.
+    assert_eq!(value("fs.nr_open"), None);
+    assert!(
+        s.notes
+            .iter()
+            .any(|n| n.starts_with("fs.nr_open: not readable")),
+        "{:?}",
+        s.notes
+    );
+}

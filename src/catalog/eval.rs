@@ -261,7 +261,41 @@ fn evaluate_one(
     if f.note.is_none() {
         f.note = nofile_note(def, &f, vars);
     }
+    if f.note.is_none() {
+        f.note = proxy_addresses_note(def, &f, vars);
+    }
     f
+}
+
+/// One proxy address reaches one backend address and port through at most as many connections
+/// as the dynamic range has ports: say how many addresses the profile's connections need.
+fn proxy_addresses_note(
+    def: &CheckDef,
+    f: &Finding,
+    vars: &BTreeMap<String, Value>,
+) -> Option<String> {
+    if !matches!(def.check.source, super::Source::DynamicPortCount(_)) {
+        return None;
+    }
+    let (Some(Value::Num(ports)), Some(Value::Num(conns))) = (&f.current, vars.get("connections"))
+    else {
+        return None;
+    };
+    let addresses = |per: i64| (conns + per - 1) / per.max(1);
+    let mut note = format!(
+        "{ports} ports: one proxy address reaches {} of the profile's {conns} connections to one backend address and port; {conns} need {} source addresses",
+        (*ports).min(*conns),
+        addresses(*ports)
+    );
+    if let Some(Value::Num(best)) = vars.get("windows.dynamic_port_count") {
+        if best > ports {
+            note.push_str(&format!(
+                " ({} with the profile's {best} ports)",
+                addresses(*best)
+            ));
+        }
+    }
+    Some(note)
 }
 
 /// A missed fd limit has two fixes: raise the limit, or spread the connections over server

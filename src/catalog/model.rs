@@ -82,6 +82,8 @@ pub enum Source {
     /// Windows' TCP dynamic (ephemeral) port range for one IP version, as `netsh int ipv4|ipv6
     /// show dynamicport tcp` reports it; the value is the range `[first, last]`.
     DynamicPorts(IpVersion),
+    /// How many ports that range holds: what one proxy address can open to one backend.
+    DynamicPortCount(IpVersion),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
@@ -146,6 +148,8 @@ pub enum Fact {
     NicIrqCpus,
     /// 1 when /proc/sys is mounted read-write, 0 when read-only (a container).
     ProcSysWritable,
+    /// Open handles of the `--pid` process (Windows: GetProcessHandleCount).
+    ProcessHandles,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -64,6 +64,89 @@ pub enum Command {
     /// List or show the built-in tuning profiles.
     #[command(subcommand)]
     Profiles(ProfilesCommand),
+    /// Write the profile's host settings for another tool: sysctl.d, limits.d, systemd,
+    /// Ansible, Kubernetes, docker, compose, JSON.
+    #[command(
+        long_about = "Write the profile's host settings in the form another tool wants, computed \
+        the way `apply` computes them: the profile's target, never lower than what this host (or the \
+        --root tree) already has. Formats: sysctl (a sysctl.d file), limits (limits.d), systemd (a \
+        drop-in with LimitNOFILE for --unit), systemd-unit (wstune-serve.service, wstune-check.service \
+        and .timer into -o DIR), ansible (a playbook), kubernetes (a Deployment with the pod's sysctls, \
+        unsafe ones marked, and a DaemonSet for the kernel-wide ones), docker (`docker run` flags), \
+        compose (a service fragment), json."
+    )]
+    Export(ExportArgs),
+    /// Print a shell completion script: `source <(wstune completions bash)`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (wstune.1 and one per subcommand) into a directory.
+    Man {
+        /// An existing directory (e.g. /usr/local/share/man/man1).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// A built-in profile (10k, 50k, 100k, 250k, 1m) or a path to a profile YAML file.
+    #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
+    pub profile: String,
+    /// The form to write.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub to: ExportFormat,
+    /// Write to FILE (atomically) instead of standard output; for systemd-unit, a directory.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Compute the values on a captured tree (from `wstune snapshot`) instead of this host.
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// The unit a `--to systemd` drop-in is for.
+    #[arg(long, value_name = "NAME", default_value = "wstune-serve.service")]
+    pub unit: String,
+    /// Use this catalog file instead of the built-in one.
+    #[arg(long, value_name = "FILE")]
+    pub catalog: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShowArg {
+    /// Failures and warnings in full, by area; passes as a count.
+    Problems,
+    /// Every row, by area.
+    All,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (tracing-subscriber's JSON format).
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// A sysctl.d file (/etc/sysctl.d/60-wstune.conf).
+    Sysctl,
+    /// A limits.d file (/etc/security/limits.d/60-wstune.conf).
+    Limits,
+    /// A systemd drop-in for --unit with LimitNOFILE.
+    Systemd,
+    /// wstune-serve.service, wstune-check.service and wstune-check.timer, into -o DIR.
+    SystemdUnit,
+    /// An Ansible playbook (ansible.posix.sysctl, community.general.pam_limits).
+    Ansible,
+    /// A Deployment with securityContext.sysctls and a DaemonSet for kernel-wide sysctls.
+    Kubernetes,
+    /// `docker run --sysctl ... --ulimit nofile=...` flags.
+    Docker,
+    /// A docker compose service fragment.
+    Compose,
+    /// The settings as JSON, for other tools.
+    Json,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -92,6 +175,10 @@ pub struct CheckArgs {
     /// Exit 1 when there are warnings (and no failures).
     #[arg(long)]
     pub strict: bool,
+    /// Table rows: `problems` (fails and warnings in full, grouped by area, passes counted) or
+    /// `all` (every row). The machine formats always hold every row.
+    #[arg(long, value_enum, default_value_t = ShowArg::Problems)]
+    pub show: ShowArg,
     /// Read the kernel drop counters again after SECS seconds and fail on growth.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub watch: Option<u64>,
@@ -283,6 +370,14 @@ pub struct ServeArgs {
     /// Seconds graceful shutdown waits for clients after sending 1001.
     #[arg(long, default_value_t = 5)]
     pub shutdown_grace: u64,
+    /// Log lines as text (for people) or one JSON object per line (for log shippers).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log level: error, warn, info (default), debug (one event per connection opened,
+    /// refused and closed, with its peer address and id), trace. Without it, RUST_LOG is used
+    /// (per-module filters too, e.g. RUST_LOG=embedded_server=debug).
+    #[arg(long, value_name = "LEVEL", value_parser = ["error", "warn", "info", "debug", "trace"])]
+    pub log_level: Option<String>,
     /// Span broadcast and channels over every node on this Redis (redis://HOST:PORT[/DB]):
     /// a publish on one node reaches subscribers on all of them, once.
     #[arg(long, value_name = "redis://HOST:PORT[/DB]")]
@@ -320,14 +415,17 @@ pub struct LoadArgs {
     pub secs: Option<f64>,
     /// Seconds of load before each echo-rate, deflate and echo-sat measurement starts (not
     /// counted: the first burst on fresh connections is a start-up cost, not the steady state).
-    #[arg(long, default_value_t = 1.0)]
-    pub warmup: f64,
+    /// Default 1, and for echo-rate and deflate at least one period of the per-connection rate
+    /// (every connection has sent once), at most 10
+    #[arg(long)]
+    pub warmup: Option<f64>,
     /// echo-sat: messages in flight per connection.
     #[arg(long, default_value_t = 1)]
     pub inflight: usize,
-    /// broadcast: messages published (rounds).
-    #[arg(long, default_value_t = 10)]
-    pub rounds: usize,
+    /// broadcast: messages published (rounds). Default 10; serve --self-test publishes fewer
+    /// when its cores cannot fan out 10 rounds to every connection within --secs
+    #[arg(long)]
+    pub rounds: Option<usize>,
     /// Generator processes (0: as many as the fd limit requires, at least one).
     #[arg(long, default_value_t = 0)]
     pub generators: usize,

@@ -64,5 +64,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::SelftestWorker { spec } => crate::selftest::worker::main(&spec),
         Command::Snapshot(a) => cmd::snapshot::run(&a),
         Command::Profiles(p) => cmd::profiles::run(p),
+        Command::Export(a) => cmd::export::run(&a),
+        Command::Completions { shell } => cmd::docs::completions(shell),
+        Command::Man { out } => cmd::docs::man(&out),
     }
 }

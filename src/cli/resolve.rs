@@ -55,9 +55,14 @@ pub fn backend(root: Option<&Path>, prefix: Option<&Path>) -> Result<Box<dyn Bac
     })
 }
 
-/// Where the files wstune owns are written: `--prefix`, else the `--root` tree, else `/`.
+/// Where the files wstune owns are written: `--prefix`, else the `--root` tree, else `/` (on a
+/// live Windows host: the journal in `%ProgramData%\wstune`).
 pub fn store(root: Option<&Path>, prefix: Option<&Path>) -> Store {
-    Store::new(prefix.or(root).unwrap_or(Path::new("/")))
+    match (prefix.or(root), crate::host::live_state_dir()) {
+        (Some(dir), _) => Store::new(dir),
+        (None, Some(state)) => Store::new(&state).with_state_dir(&state),
+        (None, None) => Store::new(Path::new("/")),
+    }
 }
 
 /// Profile, catalog and options for a backend, with `--pid` and `--unit` validated against it.
@@ -67,7 +72,10 @@ pub fn inputs(t: &TargetArgs, backend: &dyn Backend) -> Result<Inputs> {
     let catalog = catalog::load(backend.platform(), t.catalog.as_deref(), &known)?;
     if let Some(pid) = t.pid {
         if !backend.process_exists(pid) {
-            bail!("--pid {pid}: no such process (or its /proc/{pid}/limits is unreadable); pass the PID of the running server, e.g. from `pgrep -f NAME`");
+            match backend.platform() {
+                catalog::Platform::Linux => bail!("--pid {pid}: no such process (or its /proc/{pid}/limits is unreadable); pass the PID of the running server, e.g. from `pgrep -f NAME`"),
+                catalog::Platform::Windows => bail!("--pid {pid}: no such process on this host; pass the PID of the running server, e.g. from `Get-Process NAME` or `tasklist`"),
+            }
         }
     }
     if let Some(unit) = &t.unit {

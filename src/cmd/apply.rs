@@ -8,10 +8,21 @@ use crate::cli::confirm::{confirm, PASS_YES};
 use crate::cli::{exit, resolve};
 use crate::cmd::check::make_report;
 use crate::output;
+use crate::output::say;
 use anyhow::{bail, Result};
 
 /// The refusal for a real apply without root, wherever it is first noticed.
 const NOT_ROOT: &str = "apply changes kernel settings and files under /etc: run it as root (sudo wstune apply ...), or add --dry-run to only see the plan. Nothing was changed.";
+/// The same refusal on Windows, where HKLM is writable only from an elevated process.
+const NOT_ADMIN: &str = "apply changes registry values under HKLM: run it from an elevated prompt (Run as administrator), or add --dry-run to only see the plan. Nothing was changed.";
+
+/// Why an unprivileged apply is refused, in the platform's words.
+pub fn not_privileged(platform: crate::catalog::Platform) -> &'static str {
+    match platform {
+        crate::catalog::Platform::Linux => NOT_ROOT,
+        crate::catalog::Platform::Windows => NOT_ADMIN,
+    }
+}
 
 pub fn run(a: &ApplyArgs) -> Result<u8> {
     let backend = resolve::backend(a.root.as_deref(), a.prefix.as_deref())?;
@@ -41,12 +52,12 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
     if entries.iter().any(|e| e.state == journal::State::Pending) {
         if a.dry_run {
             if journal::Lock::probe(&store) == journal::LockState::Held {
-                println!("note: another apply or rollback is running now (its entry shows as pending until it ends); this plan may be out of date when it finishes");
+                say!("note: another apply or rollback is running now (its entry shows as pending until it ends); this plan may be out of date when it finishes");
             } else {
-                println!("note: an earlier apply was interrupted (`wstune rollback --list` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make");
+                say!("note: an earlier apply was interrupted (`wstune rollback --list` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make");
             }
         } else if !backend.privileged() {
-            bail!(NOT_ROOT);
+            bail!(not_privileged(backend.platform()));
         } else {
             if !a.yes {
                 confirm(
@@ -75,20 +86,20 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
     let profile = &inputs.profile.profile.name;
 
     if p.actions.is_empty() {
-        println!("Nothing to change: this host already has every setting wstune can change for profile {profile}.");
+        say!("Nothing to change: this host already has every setting wstune can change for profile {profile}.");
         print_notes(&p.notes);
         print_remaining(&before.results);
         return Ok(exit::OK);
     }
-    println!("{}", plan_table(&p));
+    say!("{}", plan_table(&p));
     print_notes(&p.notes);
     if a.dry_run {
-        println!("Dry run: nothing was changed.");
+        say!("Dry run: nothing was changed.");
         return Ok(exit::OK);
     }
 
     if !backend.privileged() {
-        bail!(NOT_ROOT);
+        bail!(not_privileged(backend.platform()));
     }
     refuse_read_only_proc_sys(&inputs.catalog, &before.results, &p)?;
     if !a.yes {
@@ -109,16 +120,20 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
     )?;
     journal::save(&store, &entry)?;
     apply::execute(&mut entry, backend, &store)?;
-    println!(
+    say!(
         "Applied {} change(s); the old values are in journal entry {} (undo with `wstune rollback`).",
         entry.actions.len(),
         entry.id
     );
     let after = make_report(&inputs, backend, Some(&store));
     let s = &after.summary;
-    println!(
+    say!(
         "check after apply: {} pass, {} fail, {} warn, {} skip, {} info",
-        s.pass, s.fail, s.warn, s.skip, s.info
+        s.pass,
+        s.fail,
+        s.warn,
+        s.skip,
+        s.info
     );
     print_remaining(&after.results);
     drop(lock);
@@ -139,28 +154,76 @@ fn refuse_unit_without_systemd(a: &ApplyArgs, backend: &dyn crate::host::Backend
     }
 }
 
+/// The plan for people: one row per setting (its change now and at boot side by side, not two
+/// rows), grouped by area in the check table's order, then the files it writes.
 fn plan_table(p: &plan::Plan) -> String {
-    let mut t = output::new_table();
-    t.set_header(vec!["Setting", "Current -> new", "Where"]);
+    // (area, setting) -> (now, at boot), in first-seen order within each area.
+    let mut rows: Vec<(&'static str, String, Option<String>, Option<String>)> = Vec::new();
     for a in &p.actions {
-        // Runtime sysctls are named by their key already; files and processes need their place.
-        let place = match &a.op {
-            plan::Op::Sysctl { .. } => "now (/proc/sys)".to_string(),
-            op if op.is_runtime() => format!("now: {}", op.place()),
-            op => op.place(),
+        let change = format!("{} -> {}", a.from.as_deref().unwrap_or("-"), a.to);
+        let area = crate::report::area(&a.check);
+        let i = match rows.iter().position(|r| r.0 == area && r.1 == a.setting) {
+            Some(i) => i,
+            None => {
+                rows.push((area, a.setting.clone(), None, None));
+                rows.len() - 1
+            }
         };
-        t.add_row(vec![
-            a.setting.clone(),
-            format!("{} -> {}", a.from.as_deref().unwrap_or("-"), a.to),
-            place,
-        ]);
+        let slot = if a.op.is_runtime() {
+            &mut rows[i].2
+        } else {
+            &mut rows[i].3
+        };
+        *slot = Some(match &a.op {
+            plan::Op::Sysctl { .. } | plan::Op::SysctlFile { .. } | plan::Op::LimitsFile { .. } => {
+                change
+            }
+            op => format!("{change} ({})", op.place()),
+        });
     }
-    format!("Plan ({} change(s)):\n{t}", p.actions.len())
+    let order = |area: &str| {
+        crate::report::AREAS
+            .iter()
+            .position(|a| *a == area)
+            .unwrap_or(usize::MAX)
+    };
+    rows.sort_by_key(|r| order(r.0));
+    let mut t = output::new_table();
+    t.set_header(vec!["Area", "Setting", "Now", "At boot"]);
+    let mut last = "";
+    for (area, setting, now, boot) in &rows {
+        t.add_row(vec![
+            if *area == last {
+                String::new()
+            } else {
+                area.to_string()
+            },
+            setting.clone(),
+            now.clone().unwrap_or_else(|| "-".into()),
+            boot.clone().unwrap_or_else(|| "-".into()),
+        ]);
+        last = area;
+    }
+    let mut files: Vec<String> = Vec::new();
+    for a in p.actions.iter().filter(|a| !a.op.is_runtime()) {
+        if !files.contains(&a.op.place()) {
+            files.push(a.op.place());
+        }
+    }
+    let mut out = format!(
+        "Plan ({} change(s) to {} setting(s)):\n{t}",
+        p.actions.len(),
+        rows.len()
+    );
+    if !files.is_empty() {
+        out.push_str(&format!("\nAt boot: written to {}", files.join(", ")));
+    }
+    out
 }
 
 fn print_notes(notes: &[String]) {
     for n in notes {
-        println!("note: {n}");
+        say!("note: {n}");
     }
 }
 
@@ -173,7 +236,7 @@ fn print_remaining(results: &[crate::catalog::eval::Finding]) {
         .map(|f| f.id.as_str())
         .collect();
     if !left.is_empty() {
-        println!("Still failing (these need a new login, a restart, or more hardware; see `wstune check`): {}", left.join(", "));
+        say!("Still failing (these need a new login, a restart, or more hardware; see `wstune check`): {}", left.join(", "));
     }
 }
 
@@ -224,4 +287,25 @@ fn refuse_read_only_proc_sys(
     }
     msg.push_str("\nUse --persist-only to write only the files (e.g. when building an image).");
     bail!(msg)
+}
+
+#[cfg(test)]
+mod privilege_tests {
+    use super::not_privileged;
+    use crate::catalog::Platform;
+
+    /// Wine runs everything as an administrator, so the Windows refusal is checked here: it
+    /// names what elevation means on that platform, and that nothing was changed, as on Linux.
+    #[test]
+    fn an_unprivileged_apply_is_refused_in_the_platforms_words() {
+        let linux = not_privileged(Platform::Linux);
+        assert!(linux.contains("run it as root") && linux.ends_with("Nothing was changed."));
+        let windows = not_privileged(Platform::Windows);
+        assert!(
+            windows.contains("elevated prompt (Run as administrator)"),
+            "{windows}"
+        );
+        assert!(windows.contains("--dry-run") && windows.ends_with("Nothing was changed."));
+        assert!(!windows.contains("root") && !windows.contains("/etc"));
+    }
 }

@@ -2,7 +2,7 @@
 
 use crate::apply::store::Store;
 use crate::catalog::eval::{evaluate, Summary};
-use crate::cli::args::{CheckArgs, Format};
+use crate::cli::args::{CheckArgs, Format, ShowArg};
 use crate::cli::exit;
 use crate::cli::resolve::{self, Inputs, Resolved};
 use crate::gather::gather;
@@ -32,6 +32,10 @@ pub fn run(r: Resolved, a: &CheckArgs) -> Result<u8> {
             &report,
             output::colour_wanted(a.output.is_some()),
             output::table_width(),
+            match a.show {
+                ShowArg::Problems => report::Show::Problems,
+                ShowArg::All => report::Show::All,
+            },
         ),
         Format::Json => report::json(&report),
         Format::Junit => report::junit(

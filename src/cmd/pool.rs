@@ -212,7 +212,7 @@ async fn load(
         rate: 1.0,
         size: 100,
         secs,
-        warmup: 1.0,
+        warmup: Some(1.0),
         deflate: false,
         inflight: 1,
         rounds: 1,

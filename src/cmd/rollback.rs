@@ -8,6 +8,8 @@ use crate::cli::{exit, resolve};
 use crate::output;
 use anyhow::{anyhow, bail, Result};
 
+use crate::output::say;
+
 pub fn run(a: &RollbackArgs) -> Result<u8> {
     let store: Store = resolve::store(a.root.as_deref(), a.prefix.as_deref());
     if a.list {
@@ -23,26 +25,29 @@ pub fn run(a: &RollbackArgs) -> Result<u8> {
     };
     let mut entry = pick(&store, a.id.as_deref())?;
     if !backend.privileged() {
-        bail!("rollback changes kernel settings and files under /etc: run it as root. Nothing was changed.");
+        bail!(match backend.platform() {
+            crate::catalog::Platform::Linux => "rollback changes kernel settings and files under /etc: run it as root. Nothing was changed.",
+            crate::catalog::Platform::Windows => "rollback changes registry values under HKLM: run it from an elevated prompt (Run as administrator). Nothing was changed.",
+        });
     }
-    println!(
+    say!(
         "Rolling back entry {} ({}, {}):",
         entry.id,
         entry.profile,
         entry.state.as_str()
     );
     for r in &entry.runtime {
-        println!(
+        say!(
             "  {} <- {}",
             r.path,
             r.old.split_whitespace().collect::<Vec<_>>().join(" ")
         );
     }
     for l in &entry.limits {
-        println!("  nofile of process {} <- {}:{}", l.pid, l.soft, l.hard);
+        say!("  nofile of process {} <- {}:{}", l.pid, l.soft, l.hard);
     }
     for r in &entry.registry {
-        println!(
+        say!(
             "  {}\\{} <- {}",
             r.key,
             r.value,
@@ -50,7 +55,7 @@ pub fn run(a: &RollbackArgs) -> Result<u8> {
         );
     }
     for f in &entry.files {
-        println!(
+        say!(
             "  {} {}",
             f.path,
             if f.old.is_some() {
@@ -63,9 +68,9 @@ pub fn run(a: &RollbackArgs) -> Result<u8> {
     // Someone changed a value after the apply: restoring silently would undo their change.
     let hand = recover::hand_changes(&entry, backend.as_ref(), &store);
     if !hand.is_empty() {
-        println!("Changed by hand since the apply (rollback overwrites these with the values from before it):");
+        say!("Changed by hand since the apply (rollback overwrites these with the values from before it):");
         for h in &hand {
-            println!("  {h}");
+            say!("  {h}");
         }
         if !a.force {
             confirm(
@@ -88,7 +93,7 @@ pub fn run(a: &RollbackArgs) -> Result<u8> {
     }
     entry.state = State::RolledBack;
     journal::save(&store, &entry)?;
-    println!(
+    say!(
         "Restored entry {}: {} runtime value(s), {} file(s).",
         entry.id,
         entry.runtime.len() + entry.limits.len() + entry.registry.len(),
@@ -96,7 +101,7 @@ pub fn run(a: &RollbackArgs) -> Result<u8> {
     );
     for a in &entry.actions {
         if let apply::plan::Op::UnitDropIn { unit, .. } = &a.op {
-            println!("note: {unit} keeps its LimitNOFILE until systemd rereads its units and it restarts: systemctl daemon-reload && systemctl restart {unit}");
+            say!("note: {unit} keeps its LimitNOFILE until systemd rereads its units and it restarts: systemctl daemon-reload && systemctl restart {unit}");
         }
     }
     Ok(exit::OK)
@@ -143,7 +148,7 @@ fn pick(store: &Store, id: Option<&str>) -> Result<Entry> {
 fn list(store: &Store) -> Result<u8> {
     let (entries, damaged) = journal::scan(store)?;
     if entries.is_empty() && damaged.is_empty() {
-        println!(
+        say!(
             "No journal entries under {}.",
             store.path(journal::DIR).display()
         );
@@ -172,6 +177,6 @@ fn list(store: &Store) -> Result<u8> {
             "damaged, cannot be read (`wstune check` says what to do)".into(),
         ]);
     }
-    println!("{t}");
+    say!("{t}");
     Ok(exit::OK)
 }

@@ -42,7 +42,13 @@ pub struct Defaults {
     pub deflate_conns: Option<usize>,
     /// The broadcast server's process, when it is another than the echo server's.
     pub broadcast_server_pid: Option<u32>,
+    /// Cores the generator and server share (serve --self-test): the broadcast rounds are
+    /// paced to what they deliver. None: `--rounds` or 10, as asked.
+    pub budget_cores: Option<usize>,
 }
+
+/// Broadcast rounds when neither the flag nor the CPU budget says otherwise.
+const DEFAULT_ROUNDS: usize = 10;
 
 /// Validate the load settings and size the generator to this host's limits.
 pub fn plan(
@@ -80,8 +86,11 @@ pub fn plan(
     if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
         bail!("--secs {secs}: give more than 0 and at most 3600 seconds per scenario");
     }
-    if !(load.warmup.is_finite() && (0.0..=600.0).contains(&load.warmup)) {
-        bail!("--warmup {}: give 0..=600 seconds", load.warmup);
+    if let Some(w) = load
+        .warmup
+        .filter(|w| !(w.is_finite() && (0.0..=600.0).contains(w)))
+    {
+        bail!("--warmup {w}: give 0..=600 seconds");
     }
     if let Some(path) = &load.report {
         crate::output::check_writable(path, "--report")?;
@@ -92,8 +101,8 @@ pub fn plan(
             load.inflight
         );
     }
-    if !(1..=10_000).contains(&load.rounds) {
-        bail!("--rounds {}: give 1..=10000 broadcast rounds", load.rounds);
+    if let Some(r) = load.rounds.filter(|r| !(1..=10_000).contains(r)) {
+        bail!("--rounds {r}: give 1..=10000 broadcast rounds");
     }
     // Limits: every generator process may open as many files as this one (raised to its hard
     // limit first); ports per loopback source from the ephemeral range.
@@ -118,6 +127,20 @@ pub fn plan(
     // rate-limited runs before the ones that saturate.
     scenarios.sort_by_key(|s| *s as u8);
     scenarios.dedup();
+    // Like the rate, the rounds follow the CPU budget unless the flag says: rounds closer
+    // together than one fan-out queue behind each other, and "until the last subscriber"
+    // would measure the queue.
+    let (rounds, rounds_note) = match (load.rounds, defaults.budget_cores) {
+        (Some(r), _) => (r, None),
+        (None, Some(cores)) if scenarios.contains(&Scenario::Broadcast) => {
+            limits::broadcast_rounds(conns, cores, secs, DEFAULT_ROUNDS)
+        }
+        _ => (DEFAULT_ROUNDS, None),
+    };
+    let rate_note = match (rate_note, rounds_note) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    };
     Ok(Plan {
         url: target_url(&target),
         opts: Options {
@@ -132,7 +155,7 @@ pub fn plan(
             warmup: load.warmup,
             deflate: defaults.deflate,
             inflight: load.inflight,
-            rounds: load.rounds,
+            rounds,
             workers,
             sources,
             server_pid,
@@ -164,7 +187,7 @@ pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
     let mut error = None;
     for (i, &s) in p.scenarios.iter().enumerate() {
         if i > 0 {
-            settle(p.opts.conns).await;
+            settle(&p.opts).await;
         }
         let opts = match p.deflate_conns {
             Some(n) if s == Scenario::Deflate => Options {
@@ -199,14 +222,20 @@ pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
     (report, error)
 }
 
-/// Wait (at most 20 s) until the previous scenario's sockets are mostly gone: at 100k
-/// connections their closes take seconds, and the next scenario would otherwise open its
-/// connections (and measure the server) while the kernel and the server still tear them down.
-async fn settle(conns: usize) {
+/// Wait (at most 20 s) until the previous scenario's sockets are mostly gone and the server is
+/// quiet again: at 100k connections their closes take seconds, and the next scenario would
+/// otherwise open its connections (and measure the server) while the kernel and the server
+/// still tear them down.
+async fn settle(o: &crate::selftest::Options) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    wait_for_sockets(o.conns, deadline).await;
+    crate::selftest::quiesce(o, deadline - tokio::time::Instant::now()).await;
+}
+
+async fn wait_for_sockets(conns: usize, deadline: tokio::time::Instant) {
     let Some(start) = crate::selftest::kernel_sample() else {
         return;
     };
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     // Both ends of each loopback connection are sockets here; a tenth of them may linger.
     let quiet = (conns as u64 / 5).max(200);
     let mut now = start;
@@ -281,6 +310,7 @@ pub fn run(a: &SelftestArgs) -> Result<u8> {
             server_tree: false,
             deflate_conns: None,
             broadcast_server_pid: None,
+            budget_cores: None,
         },
         a.pid,
         Vec::new(),

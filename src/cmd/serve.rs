@@ -1,6 +1,6 @@
 //! `wstune serve`: profile + flags -> ServerConfig -> embedded_server::Server::run.
 
-use crate::cli::args::{AppArg, ServeArgs};
+use crate::cli::args::{AppArg, LogFormat, ServeArgs};
 use crate::cli::exit;
 use crate::output;
 use crate::profile;
@@ -219,21 +219,7 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
             return Ok(code);
         }
     }
-    // Logs (accept failures, shutdown) to stderr; RUST_LOG overrides the level. A log line
-    // that cannot be written is dropped silently: the default reports it with eprintln!,
-    // which panics on a closed stderr, and a supervised process whose supervisor was killed
-    // (its stderr pipe gone) must still drain its clients.
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .log_internal_errors(false)
-        .with_ansi(
-            std::io::IsTerminal::is_terminal(&std::io::stderr())
-                && std::env::var_os("NO_COLOR").is_none(),
-        )
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .try_init();
+    init_logs(a, "info");
     let scheme = if tls.is_some() { "wss" } else { "ws" };
     let (soft, hard) = crate::host::raise_nofile();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -379,6 +365,21 @@ fn print_settings(
         acceptors.to_string(),
         "flag".into(),
     ]);
+    // Windows: what an operator compares with perfmon and netsh. tokio's I/O driver on Windows
+    // is mio's IOCP: one completion port, polled by the I/O workers, no thread of its own.
+    if cfg!(windows) {
+        t.add_row(vec![
+            "IOCP threads (= io workers)".to_string(),
+            r.workers.to_string(),
+            "runtime".into(),
+        ]);
+        t.add_row(vec![
+            "socket options".to_string(),
+            "TCP_NODELAY on each connection; listener SO_REUSEADDR, listen backlog 65535 requested"
+                .to_string(),
+            "built in".into(),
+        ]);
+    }
     eprintln!("{t}");
     eprintln!("wstune serve: listening on {scheme}://{ws}/");
     if let Some(a) = admin {
@@ -557,12 +558,7 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
     }
     let r = resolve(a)?;
     let profile = profile::load(&a.profile)?.profile;
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .try_init();
+    init_logs(a, "warn");
     if let Some(dir) = &a.host_root {
         // A tree that is not one is bad input, not a host that fails every check.
         crate::cli::resolve::backend(Some(dir), None)
@@ -708,6 +704,7 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
                 server_tree: processes > 1,
                 deflate_conns: deflate_conns.map(|d| d.0),
                 broadcast_server_pid: fanout_pid,
+                budget_cores: Some(room.cores),
             },
             Some(server_pid),
             scaled,
@@ -740,4 +737,34 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
         );
     crate::selftest::report::combine(&mut report, true);
     crate::cmd::selftest::finish(&report, error, &a.load)
+}
+
+/// Logs to stderr, as text or JSON lines; the level from --log-level, else RUST_LOG, else
+/// `default`. A log line that cannot be written is dropped silently: the default reports it
+/// with eprintln!, which panics on a closed stderr, and a supervised process whose supervisor
+/// was killed (its stderr pipe gone) must still drain its clients.
+fn init_logs(a: &ServeArgs, default: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match &a.log_level {
+        Some(level) => EnvFilter::new(level),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into()),
+    };
+    let base = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false)
+        .with_env_filter(filter);
+    let _ = match a.log_format {
+        LogFormat::Text => base
+            .with_ansi(
+                std::io::IsTerminal::is_terminal(&std::io::stderr())
+                    && std::env::var_os("NO_COLOR").is_none(),
+            )
+            .try_init(),
+        // Span fields (a connection's id and peer) are flattened into each event's object.
+        LogFormat::Json => base
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
+    };
 }

@@ -412,6 +412,21 @@ impl Backend for FsBackend {
             .and_then(|p| p.parse().ok())
             .unwrap_or(4096)
     }
+
+    fn host_fact(
+        &self,
+        fact: crate::catalog::Fact,
+        pid: Option<u32>,
+    ) -> Option<Result<i64, ReadError>> {
+        self.registry.as_ref()?.borrow().fact(fact, pid)
+    }
+
+    fn process_exists(&self, pid: u32) -> bool {
+        match &self.registry {
+            Some(reg) => reg.borrow().processes.contains_key(&pid),
+            None => self.read(&format!("/proc/{pid}/limits")).is_ok(),
+        }
+    }
 }
 
 /// Read a host file whole, refusing what would hang or exhaust memory: anything but a regular

@@ -16,8 +16,9 @@ pub mod memory;
 pub mod registry_file;
 #[cfg(windows)]
 pub mod windows;
+pub mod windows_errors;
 
-use crate::catalog::{IpVersion, Platform, RegType};
+use crate::catalog::{Fact, IpVersion, Platform, RegType};
 use dynamic_ports::PortRange;
 use serde::Serialize;
 
@@ -55,6 +56,9 @@ pub enum WriteError {
     ReadOnly(String),
     #[error("permission denied writing {0} (run as root)")]
     Denied(String),
+    /// Windows' access denied on HKLM: the process is not elevated.
+    #[error("permission denied writing {0} (run from an elevated prompt: Run as administrator)")]
+    NotElevated(String),
     #[error("{0} does not exist on this host")]
     NotFound(String),
     #[error("{0}")]
@@ -122,6 +126,12 @@ pub trait Backend {
         )))
     }
     fn page_size(&self) -> u64;
+    /// A host fact this backend reads its own way: Windows from its API (GetSystemInfo,
+    /// GlobalMemoryStatusEx, GetProcessHandleCount of `pid`), a registry.yaml tree from its
+    /// `host:` and `processes:` sections. None: read it from /proc and /sys (Linux).
+    fn host_fact(&self, _fact: Fact, _pid: Option<u32>) -> Option<Result<i64, ReadError>> {
+        None
+    }
     /// Set a runtime kernel value: write `value` to an existing /proc/sys file. Never creates.
     fn write_runtime(&self, path: &str, value: &str) -> Result<(), WriteError>;
     /// Set RLIMIT_NOFILE of a running process (prlimit(2)).
@@ -193,6 +203,18 @@ fn live_describe() -> HostInfo {
         kernel: sysinfo::System::kernel_version().unwrap_or_default(),
         source: "live".into(),
     }
+}
+
+/// Where the live host keeps wstune's state (the journal) when it is not `/var/lib/wstune`.
+#[cfg(not(windows))]
+pub fn live_state_dir() -> Option<std::path::PathBuf> {
+    None
+}
+
+/// `%ProgramData%\wstune` (C:\ProgramData\wstune), where Windows keeps machine-wide service state.
+#[cfg(windows)]
+pub fn live_state_dir() -> Option<std::path::PathBuf> {
+    Some(windows::state_dir())
 }
 
 /// The backend for the host wstune runs on; `prefix` moves the files wstune owns.

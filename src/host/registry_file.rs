@@ -11,6 +11,11 @@
 //! dynamic_ports:
 //!   ipv4: {start: 49152, count: 16384}
 //!   ipv6: {start: 49152, count: 16384}
+//! # What the Windows API answers (GetSystemInfo, GlobalMemoryStatusEx); --pid processes'
+//! # handle counts (GetProcessHandleCount)
+//! host: {cpus: 16, mem_bytes: 68719476736}
+//! processes:
+//!   4242: {name: wstune.exe, handles: 100512}
 //! ```
 
 use super::dynamic_ports::PortRange;
@@ -31,6 +36,40 @@ pub struct RegistryFile {
     /// before wstune read it: the check is then skipped, never guessed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dynamic_ports: BTreeMap<IpVersion, PortRange>,
+    /// Processor count and physical memory, as the Windows API reports them. Absent: those
+    /// checks are skipped.
+    #[serde(default, skip_serializing_if = "HostFacts::is_empty")]
+    pub host: HostFacts,
+    /// Processes `--pid` may name, by PID.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub processes: BTreeMap<u32, ProcessFacts>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostFacts {
+    /// Logical processors (GetSystemInfo's dwNumberOfProcessors, all groups).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
+    /// Physical memory in bytes (GlobalMemoryStatusEx's ullTotalPhys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_bytes: Option<u64>,
+}
+
+impl HostFacts {
+    fn is_empty(&self) -> bool {
+        *self == HostFacts::default()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessFacts {
+    /// The image name, for the reader of the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Open handles (GetProcessHandleCount).
+    pub handles: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -95,6 +134,38 @@ impl RegistryFile {
                 ip.as_str(),
                 ip.as_str()
             ))
+        })
+    }
+
+    /// A host fact from the `host:` and `processes:` sections; None for facts a Windows host
+    /// does not answer this way.
+    pub fn fact(
+        &self,
+        fact: crate::catalog::Fact,
+        pid: Option<u32>,
+    ) -> Option<Result<i64, ReadError>> {
+        use crate::catalog::Fact;
+        let missing = |what: &str| ReadError::NotFound(format!("registry.yaml's {what}"));
+        Some(match fact {
+            Fact::Cpus => self
+                .host
+                .cpus
+                .map(i64::from)
+                .ok_or_else(|| missing("host.cpus")),
+            Fact::MemBytes => self
+                .host
+                .mem_bytes
+                .map(|b| b.min(i64::MAX as u64) as i64)
+                .ok_or_else(|| missing("host.mem_bytes")),
+            Fact::ProcessHandles => match pid {
+                None => Err(ReadError::Other("needs --pid".into())),
+                Some(p) => self
+                    .processes
+                    .get(&p)
+                    .map(|pr| i64::from(pr.handles))
+                    .ok_or_else(|| missing(&format!("processes.{p}"))),
+            },
+            _ => return None,
         })
     }
 

@@ -9,7 +9,7 @@
 use super::dynamic_ports::{parse_netsh, PortRange};
 use super::registry_file::{Adapter, RegistryFile};
 use super::{Backend, HostInfo, Link, ReadError, WriteError};
-use crate::catalog::{IpVersion, Platform, RegType};
+use crate::catalog::{Fact, IpVersion, Platform, RegType};
 use std::cell::RefCell;
 use windows_registry::LOCAL_MACHINE;
 
@@ -73,15 +73,18 @@ fn map_err(what: &str, e: windows_result::Error) -> ReadError {
     }
 }
 
-/// E_ACCESSDENIED as an HRESULT from a Win32 error.
-const ACCESS_DENIED: i32 = 0x8007_0005_u32 as i32;
-
 fn write_err(what: &str, e: windows_result::Error) -> WriteError {
-    if e.code().0 == ACCESS_DENIED {
-        WriteError::Denied(format!("{what} (run from an elevated prompt)"))
-    } else {
-        WriteError::Other(format!("{what}: {e}"))
-    }
+    super::windows_errors::write_error(what, e.code().0, &e.message())
+}
+
+/// The key every Windows apply writes: whether this process may open it for writing is whether
+/// it runs elevated (HKLM is writable by Administrators only).
+const TCPIP_PARAMETERS: &str = r"SYSTEM\CurrentControlSet\Services\Tcpip\Parameters";
+
+/// `%ProgramData%\wstune`: machine-wide state of a service, where Windows operators look for it.
+pub fn state_dir() -> std::path::PathBuf {
+    let data = std::env::var_os("ProgramData").unwrap_or_else(|| r"C:\ProgramData".into());
+    std::path::Path::new(&data).join("wstune")
 }
 
 impl Backend for WindowsBackend {
@@ -210,13 +213,138 @@ impl Backend for WindowsBackend {
         .map_err(|e| write_err(&what, e))
     }
     fn privileged(&self) -> bool {
-        // Writes to HKLM fail with "access denied" without elevation; that error says so.
-        true
+        // Not elevated: HKLM opens read-only and a write-open is refused with access denied.
+        let opened = LOCAL_MACHINE
+            .options()
+            .read()
+            .write()
+            .open(TCPIP_PARAMETERS);
+        super::windows_errors::may_write(opened.err().map(|e| e.code().0))
     }
     fn page_size(&self) -> u64 {
         4096
     }
-    fn process_exists(&self, _pid: u32) -> bool {
-        false
+    fn host_fact(&self, fact: Fact, pid: Option<u32>) -> Option<Result<i64, ReadError>> {
+        let r = match fact {
+            Fact::Cpus => {
+                let n = api::processors();
+                self.record(|r| r.host.cpus = Some(n));
+                Ok(i64::from(n))
+            }
+            Fact::MemBytes => api::physical_memory().map(|b| {
+                self.record(|r| r.host.mem_bytes = Some(b));
+                b.min(i64::MAX as u64) as i64
+            }),
+            Fact::ProcessHandles => match pid {
+                None => Err(ReadError::Other("needs --pid".into())),
+                Some(pid) => api::handle_count(pid).map(|n| {
+                    self.record(|r| {
+                        r.processes.insert(
+                            pid,
+                            super::registry_file::ProcessFacts {
+                                name: None,
+                                handles: n,
+                            },
+                        );
+                    });
+                    i64::from(n)
+                }),
+            },
+            _ => return None,
+        };
+        Some(r)
+    }
+    fn process_exists(&self, pid: u32) -> bool {
+        api::process_exists(pid)
+    }
+}
+
+/// The few Win32 calls the checks need beyond the registry.
+mod api {
+    use super::ReadError;
+    use windows_sys::Win32::Foundation::{CloseHandle, GetLastError, ERROR_ACCESS_DENIED};
+    use windows_sys::Win32::System::SystemInformation::{GlobalMemoryStatusEx, MEMORYSTATUSEX};
+    use windows_sys::Win32::System::Threading::{
+        GetActiveProcessorCount, GetProcessHandleCount, OpenProcess, ALL_PROCESSOR_GROUPS,
+        PROCESS_QUERY_LIMITED_INFORMATION,
+    };
+
+    /// Logical processors in every processor group (a host with more than 64 has several).
+    pub fn processors() -> u32 {
+        // SAFETY: no arguments beyond a constant; returns 0 only on failure.
+        let n = unsafe { GetActiveProcessorCount(ALL_PROCESSOR_GROUPS) };
+        if n == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+        } else {
+            n
+        }
+    }
+
+    pub fn physical_memory() -> Result<u64, ReadError> {
+        // SAFETY: a zeroed MEMORYSTATUSEX with dwLength set is what the call requires.
+        let mut m: MEMORYSTATUSEX = unsafe { std::mem::zeroed() };
+        m.dwLength = std::mem::size_of::<MEMORYSTATUSEX>() as u32;
+        if unsafe { GlobalMemoryStatusEx(&mut m) } == 0 {
+            return Err(ReadError::Other(format!(
+                "GlobalMemoryStatusEx: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(m.ullTotalPhys)
+    }
+
+    /// A process handle with the least access that still answers queries, closed on drop.
+    struct Process(windows_sys::Win32::Foundation::HANDLE);
+
+    impl Process {
+        fn open(pid: u32) -> Result<Process, u32> {
+            // SAFETY: plain call; a null handle is the documented failure.
+            let h = unsafe { OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, 0, pid) };
+            if h.is_null() {
+                Err(unsafe { GetLastError() })
+            } else {
+                Ok(Process(h))
+            }
+        }
+    }
+
+    impl Drop for Process {
+        fn drop(&mut self) {
+            // SAFETY: the handle came from OpenProcess and is closed once.
+            unsafe { CloseHandle(self.0) };
+        }
+    }
+
+    /// Exists, even if it belongs to someone we may not query (access denied).
+    pub fn process_exists(pid: u32) -> bool {
+        match Process::open(pid) {
+            Ok(_) => true,
+            Err(e) => e == ERROR_ACCESS_DENIED,
+        }
+    }
+
+    pub fn handle_count(pid: u32) -> Result<u32, ReadError> {
+        let p = Process::open(pid).map_err(|e| {
+            ReadError::Other(format!(
+                "cannot open process {pid}: {} (another user's process needs an elevated prompt)",
+                std::io::Error::from_raw_os_error(e as i32)
+            ))
+        })?;
+        let mut n = 0u32;
+        // SAFETY: a valid process handle and a pointer to a u32.
+        if unsafe { GetProcessHandleCount(p.0, &mut n) } == 0 {
+            return Err(ReadError::Other(format!(
+                "GetProcessHandleCount({pid}): {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // A running process holds handles (its own threads, at least): 0 is a stub answering,
+        // as Wine's does, never a count to judge.
+        if n == 0 {
+            return Err(ReadError::Unsupported(format!(
+                "GetProcessHandleCount({pid}) answered 0: not implemented on this system (Wine)"
+            )));
+        }
+        Ok(n)
     }
 }

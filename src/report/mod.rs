@@ -7,7 +7,7 @@ mod table;
 
 pub use junit::junit;
 pub use prometheus::prometheus;
-pub use table::table;
+pub use table::{area, table, Show, AREAS};
 
 use crate::catalog::eval::{Finding, Summary};
 use crate::catalog::Platform;

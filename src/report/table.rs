@@ -1,4 +1,6 @@
-//! The table for people: one row per finding, the fix where something is wrong, and a summary.
+//! The table for people: problems first, grouped by area (file descriptors, accept path,
+//! TIME_WAIT and ports, memory, NIC, kernel counters, host, next boot), each with its fix, then
+//! one line counting what passed; `--show all` lists every row. Machine formats are elsewhere.
 
 use super::CheckReport;
 use crate::catalog::eval::{Finding, Status};
@@ -7,9 +9,149 @@ use comfy_table::{
     presets::UTF8_FULL_CONDENSED, Cell, Color, ColumnConstraint, ContentArrangement, Table, Width,
 };
 
+/// Which rows the table lists in full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Show {
+    /// Failures and warnings in full, grouped by area, each with its fix; what could not be
+    /// checked in one line each; passes and info as counts.
+    #[default]
+    Problems,
+    /// Every row, grouped by area.
+    All,
+}
+
+/// The areas an operator thinks in, in the order the table shows them.
+pub const AREAS: [&str; 10] = [
+    "file descriptors",
+    "accept path",
+    "TIME_WAIT and ports",
+    "memory",
+    "NIC",
+    "kernel counters",
+    "host",
+    "next boot",
+    "load balancer",
+    "wstune",
+];
+
+/// The area of a check, from its id (the catalog's ids are stable, so this is too).
+pub fn area(id: &str) -> &'static str {
+    let has = |words: &[&str]| words.iter().any(|w| id.contains(w));
+    if id.ends_with(".boot") || id.starts_with("linux.boot.") {
+        "next boot"
+    } else if id.starts_with("lb.") {
+        "load balancer"
+    } else if id.starts_with("wstune.") {
+        "wstune"
+    } else if has(&["nofile", "file-max", "nr_open", "epoll", "file_max"]) {
+        "file descriptors"
+    } else if has(&[
+        "somaxconn",
+        "syn_backlog",
+        "netdev_max_backlog",
+        "connect_response",
+    ]) {
+        "accept path"
+    } else if has(&["tw_", "port", "fin_timeout", "time_wait", "timed_wait"]) {
+        "TIME_WAIT and ports"
+    } else if has(&["tcp_mem", "rmem", "wmem", "conntrack", "memory", "orphans"]) {
+        "memory"
+    } else if has(&[".nic."]) {
+        "NIC"
+    } else if has(&[".counter."]) {
+        "kernel counters"
+    } else {
+        "host"
+    }
+}
+
 /// `colour` is decided by the caller (a terminal, and NO_COLOR unset); `width` is used when the
 /// output is not a terminal, where comfy-table cannot ask for one.
-pub fn table(report: &CheckReport, colour: bool, width: u16) -> String {
+pub fn table(report: &CheckReport, colour: bool, width: u16, show: Show) -> String {
+    let s = &report.summary;
+    let mut out = format!(
+        "wstune check: profile {} ({} connections) on {} [{}]\n",
+        report.profile.name,
+        report.profile.connections,
+        report.host.info.hostname,
+        report.host.info.source
+    );
+    let listed = |f: &Finding| show == Show::All || matches!(f.status, Status::Fail | Status::Warn);
+    let mut skipped = Vec::new();
+    for a in AREAS {
+        let rows: Vec<&Finding> = report
+            .results
+            .iter()
+            .filter(|f| area(&f.id) == a && listed(f))
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let count = |st: Status| rows.iter().filter(|f| f.status == st).count();
+        let mut counts = Vec::new();
+        for (st, word) in [(Status::Fail, "fail"), (Status::Warn, "warn")] {
+            if count(st) > 0 {
+                counts.push(format!("{} {word}", count(st)));
+            }
+        }
+        if show == Show::All {
+            counts.push(format!("{} row(s)", rows.len()));
+        }
+        out.push_str(&format!("\n{}: {}\n", capitalised(a), counts.join(", ")));
+        out.push_str(&grid(&rows, colour, width));
+        out.push('\n');
+    }
+    if show == Show::Problems {
+        skipped.extend(report.results.iter().filter(|f| f.status == Status::Skip));
+        if !skipped.is_empty() {
+            out.push_str("\nNot checked:\n");
+            for f in &skipped {
+                out.push_str(&format!(
+                    "  {}: {}\n",
+                    f.id,
+                    f.note.as_deref().unwrap_or("could not be read")
+                ));
+            }
+        }
+        let passed: Vec<String> = AREAS
+            .iter()
+            .filter_map(|a| {
+                let n = report
+                    .results
+                    .iter()
+                    .filter(|f| area(&f.id) == *a && f.status == Status::Pass)
+                    .count();
+                (n > 0).then(|| format!("{a} {n}"))
+            })
+            .collect();
+        out.push_str(&format!(
+            "\nPassed: {} ({}); {} info. `--show all` lists every row.\n",
+            s.pass,
+            if passed.is_empty() {
+                "none".to_string()
+            } else {
+                passed.join(", ")
+            },
+            s.info
+        ));
+    }
+    out.push_str(&format!(
+        "{} checks: {} pass, {} fail, {} warn, {} skip, {} info\n",
+        s.total, s.pass, s.fail, s.warn, s.skip, s.info
+    ));
+    out
+}
+
+fn capitalised(a: &str) -> String {
+    let mut c = a.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
+}
+
+/// One area's rows: check id and title, current value, target, status, fix or note.
+fn grid(rows: &[&Finding], colour: bool, width: u16) -> String {
     let mut t = Table::new();
     t.load_style(UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Dynamic);
@@ -34,7 +176,7 @@ pub fn table(report: &CheckReport, colour: bool, width: u16) -> String {
             });
         }
     }
-    for f in &report.results {
+    for f in rows {
         let status = Cell::new(f.status.as_str().to_uppercase());
         let status = if colour {
             status.fg(match f.status {
@@ -68,21 +210,7 @@ pub fn table(report: &CheckReport, colour: bool, width: u16) -> String {
             Cell::new(advice(f)),
         ]);
     }
-    let s = &report.summary;
-    let mut out = format!(
-        "wstune check: profile {} ({} connections) on {} [{}]\n",
-        report.profile.name,
-        report.profile.connections,
-        report.host.info.hostname,
-        report.host.info.source
-    );
-    out.push_str(&t.to_string());
-    out.push('\n');
-    out.push_str(&format!(
-        "{} checks: {} pass, {} fail, {} warn, {} skip, {} info\n",
-        s.total, s.pass, s.fail, s.warn, s.skip, s.info
-    ));
-    out
+    t.to_string()
 }
 
 /// "<= 30", "covers 10000 65535", "absent".
@@ -115,4 +243,35 @@ fn advice(f: &Finding) -> String {
         parts.push(n.clone());
     }
     parts.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::area;
+
+    #[test]
+    fn every_catalog_family_has_its_area() {
+        for (id, want) in [
+            ("linux.process.nofile.hard", "file descriptors"),
+            ("linux.fs.file-max", "file descriptors"),
+            ("linux.net.core.somaxconn", "accept path"),
+            (
+                "windows.tcpip.tcp_max_connect_response_retransmissions",
+                "accept path",
+            ),
+            ("linux.net.ipv4.ip_local_port_range", "TIME_WAIT and ports"),
+            ("windows.tcpip6.dynamic_port_range", "TIME_WAIT and ports"),
+            ("linux.sockstat.time_wait", "TIME_WAIT and ports"),
+            ("linux.net.ipv4.tcp_rmem.default", "memory"),
+            ("linux.host.memory", "memory"),
+            ("linux.nic.rx_queues[eth0]", "NIC"),
+            ("linux.counter.listen_overflows", "kernel counters"),
+            ("linux.kernel.version", "host"),
+            ("linux.net.core.somaxconn.boot", "next boot"),
+            ("linux.boot.tcp_tw_recycle", "next boot"),
+            ("wstune.journal.pending", "wstune"),
+        ] {
+            assert_eq!(area(id), want, "{id}");
+        }
+    }
 }

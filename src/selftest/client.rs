@@ -3,7 +3,7 @@
 //! tens of thousands of connections and is never the thing being measured. permessage-deflate
 //! (for the `deflate` scenario) reuses the embedded server's contexts.
 
-use embedded_server::deflate::{Compressor, Decompressor};
+use embedded_server::deflate::{compress_fresh, Decompressor};
 use embedded_server::frame::{encode_client_frame, OpCode};
 use std::net::{IpAddr, SocketAddr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -113,7 +113,8 @@ pub struct Frames {
 
 pub struct Writer {
     half: OwnedWriteHalf,
-    deflate: Option<Compressor>,
+    /// Window bits to compress with (permessage-deflate negotiated), from a shared context.
+    deflate: Option<u8>,
     scratch: Vec<u8>,
     mask: u32,
     /// Frames queued by `queue`, written together by `flush`.
@@ -219,10 +220,8 @@ pub async fn connect(
         .find(|l| l.starts_with("sec-websocket-extensions: permessage-deflate"));
     let (r, w) = s.into_split();
     let zs = answer.filter(|_| deflate).map(|a| {
-        // Our side: context takeover both ways, a small window and memLevel 4: a 15/8
-        // compressor held ~300 KiB per connection, 30 GB for the generator's side of 100k
-        // deflate connections; the server's window (11 in the 100k profile) and memLevel 4
-        // hold ~22 KiB. Inflating with 15 accepts any window.
+        // Memory is what bounds the generator's side of 100k deflate connections: a 15/8
+        // compressor and a 32 KiB inflate window per connection held ~178 KB each.
         // A client may always compress with a smaller window than it is allowed: take the
         // one the server caps us to, else the server's own (the profile's setting).
         let param = |name: &str| {
@@ -234,7 +233,12 @@ pub async fn connect(
         let bits = param("client_max_window_bits=")
             .or_else(|| param("server_max_window_bits="))
             .unwrap_or(15);
-        (Compressor::new(bits, 4, 1, true), Decompressor::new(true))
+        // The server's stream needs a decompressor per connection (context takeover), with
+        // the server's window; ours does not: every message is compressed from this worker's
+        // shared, reset context (valid for a takeover peer: nothing points before the
+        // message), so 100k generator connections hold no compressor at all.
+        let server_bits = param("server_max_window_bits=").unwrap_or(15);
+        (bits, Decompressor::with_window(server_bits, true))
     });
     let (comp, decomp) = match zs {
         Some((c, d)) => (Some(c), Some(d)),
@@ -271,9 +275,9 @@ impl Writer {
     fn encode(&mut self, opcode: OpCode, payload: &[u8]) -> Vec<u8> {
         self.mask = self.mask.wrapping_mul(1_103_515_245).wrapping_add(12_345);
         let mask = self.mask.to_be_bytes();
-        match self.deflate.as_mut() {
-            Some(c) => {
-                c.compress(payload, &mut self.scratch);
+        match self.deflate {
+            Some(bits) => {
+                compress_fresh(bits, 4, 1, payload, &mut self.scratch);
                 let mut f = encode_client_frame(true, opcode, &self.scratch, mask);
                 f[0] |= 0x40;
                 f

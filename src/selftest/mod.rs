@@ -150,7 +150,8 @@ pub struct Options {
     pub rate: f64,
     pub size: usize,
     pub secs: f64,
-    pub warmup: f64,
+    /// `--warmup`; None: the default (see `warmup_for`).
+    pub warmup: Option<f64>,
     /// Negotiate permessage-deflate (JSON payloads) in every scenario, not only `deflate`.
     pub deflate: bool,
     pub inflight: usize,
@@ -167,6 +168,25 @@ pub struct Options {
     pub broadcast_server_pid: Option<u32>,
     pub ramp_per_sec: f64,
     pub storm_concurrency: usize,
+}
+
+impl Options {
+    /// Seconds of unmeasured load before `scenario`'s window: `--warmup`, or by default 1 s,
+    /// and for the open-loop scenarios at least one period of the per-connection rate (at most
+    /// 10 s). At 100k connections and 0.1 msg/s each, a 1 s warm-up left nine in ten of the
+    /// measured messages the first on their connection, and the generator's start-up (16,667
+    /// connections per process beginning their schedules at once) spilled over into the
+    /// window: late sends counted from when they were due (p99 145-470 ms, 1.2 ms after it).
+    pub fn warmup_for(&self, scenario: Scenario) -> f64 {
+        match (scenario, self.warmup) {
+            (s, _) if !s.warms_up() => 0.0,
+            (_, Some(w)) => w,
+            (Scenario::EchoRate | Scenario::Deflate, None) => {
+                (1.0 / self.rate.max(0.001)).clamp(1.0, 10.0)
+            }
+            (_, None) => 1.0,
+        }
+    }
 }
 
 /// Latency summary in milliseconds.
@@ -376,6 +396,42 @@ pub fn peak_rss(pid: u32) -> Option<u64> {
     }
 }
 
+/// Wait, at most `limit`, until the server processes measured here are quiet: under 5 % of
+/// one core over a quarter of a second. At 100k connections a server spends seconds on the
+/// last handshakes after a connect phase, and on closing a scenario's connections after its
+/// clients left; a measurement started meanwhile charges that work to the next scenario (after
+/// the idle scenario, echo-rate's p99 at 100k was 240-1000 ms with the cores saturated by the
+/// teardown, 1.2 ms when it ran first). A server measured only by URL (no pid) is not waited
+/// for, and at least one quarter second always passes (it gives at least half a second,
+/// as the idle scenario always had).
+pub async fn quiesce(o: &Options, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    let pids: Vec<u32> = [o.server_pid, o.broadcast_server_pid]
+        .into_iter()
+        .flatten()
+        .collect();
+    let cpu = || -> Option<f64> {
+        pids.iter()
+            .map(|&pid| {
+                if o.server_tree {
+                    server::sample_tree(pid)
+                } else {
+                    sample(pid)
+                }
+                .map(|s| s.0)
+            })
+            .sum()
+    };
+    loop {
+        let before = cpu();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        match (before, cpu()) {
+            (Some(a), Some(b)) if b - a >= 0.0125 && tokio::time::Instant::now() < deadline => {}
+            _ => return,
+        }
+    }
+}
+
 /// A process's CPU time and resident memory (Linux /proc; None elsewhere or when it is gone).
 pub fn sample(pid: u32) -> Option<(f64, u64)> {
     #[cfg(target_os = "linux")]
@@ -450,13 +506,13 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     let mut procs = spawn_workers(o, scenario, target)?;
     let workers = procs.len();
     let (connected, first_error) = connect_phase(&mut procs, o, scenario, target).await?;
-    // Let the server settle (accept backlog drained, idle memory steady) before measuring.
-    if scenario == Scenario::Idle {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    // Let the server settle (the last handshakes done, idle memory steady) before measuring.
+    if scenario != Scenario::Storm {
+        quiesce(o, Duration::from_secs(10)).await;
     }
     let rss_after_connect = server_sample(o, scenario).map(|s| s.1);
     let kernel_during = (scenario == Scenario::Idle).then(kernel_sample).flatten();
-    let warmup = if scenario.warms_up() { o.warmup } else { 0.0 };
+    let warmup = o.warmup_for(scenario);
     // The server's CPU is read when the measured window starts (after the warm-up).
     let server0 = {
         let o = o.clone();
@@ -638,7 +694,7 @@ fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec
             } else {
                 o.secs
             },
-            warmup: if scenario.warms_up() { o.warmup } else { 0.0 },
+            warmup: o.warmup_for(scenario),
             inflight: o.inflight,
             // The broadcast publisher sends binary stamps, so its subscribers stay plain.
             deflate: scenario == Scenario::Deflate
@@ -797,6 +853,18 @@ async fn run_phase(
         + Duration::from_secs(if scenario == Scenario::Storm { 60 } else { 15 });
     let mut incomplete: Option<String> = None;
     let mut server_end = None;
+    // Scenarios measured over a fixed window read the server when the window ends, before the
+    // generator closes its connections: at 100k the close handshakes cost the server more CPU
+    // than a minute of idling, and counting them made "idle" look busy (27 % instead of under
+    // 1 %). Storm and broadcast are measured until their work is done (the first result).
+    let window_end = (!matches!(scenario, Scenario::Storm | Scenario::Broadcast)).then(|| {
+        let o = o.clone();
+        let at = t0 + Duration::from_secs_f64(warmup + o.secs);
+        tokio::spawn(async move {
+            tokio::time::sleep_until(at.into()).await;
+            server_sample(&o, scenario).map(|s| (s, Instant::now()))
+        })
+    });
     {
         let mut pending: Vec<usize> = (0..procs.len()).collect();
         while !pending.is_empty() {
@@ -843,6 +911,12 @@ async fn run_phase(
         }
     }
     pb.finish_and_clear();
+    if let Some(Ok(Some(at_end))) = match window_end {
+        Some(h) => Some(h.await),
+        None => None,
+    } {
+        server_end = Some(at_end);
+    }
     (incomplete, server_end)
 }
 

@@ -1,0 +1,90 @@
+//! An Ansible playbook: ansible.posix.sysctl for each key (now and in the sysctl.d file) and
+//! community.general.pam_limits for nofile, both collections shipped in the `ansible` package.
+//! Every path and the node-wide switch are variables, so a playbook can be tried on a network
+//! namespace with files under a scratch directory (tests/export.rs does).
+
+use super::{yq, Export, Sysctl};
+use crate::apply::plan::{LIMITS_FILE, SYSCTL_FILE};
+
+pub fn playbook(e: &Export) -> String {
+    let mut s = e.header("ansible", "#");
+    s.push_str(
+        "# Run: ansible-playbook -i INVENTORY --become THIS_FILE   (-e wstune_hosts=GROUP to narrow it)\n\
+         # Needs the ansible.posix and community.general collections (both in the `ansible` package).\n",
+    );
+    s.push_str(&format!(
+        "- name: Tune for {} WebSocket connections (wstune profile {})\n\
+         \x20 hosts: \"{{{{ wstune_hosts | default('all') }}}}\"\n\
+         \x20 gather_facts: false\n\
+         \x20 vars:\n\
+         \x20   wstune_sysctl_file: {SYSCTL_FILE}\n\
+         \x20   wstune_limits_file: {LIMITS_FILE}\n\
+         \x20   # false: write the kernel-wide keys to the file only (applied at the next boot).\n\
+         \x20   wstune_set_node_sysctls: true\n",
+        e.connections, e.profile
+    ));
+    let map = |name: &str, comment: &str, list: &[Sysctl]| {
+        let mut m = format!("    # {comment}\n    {name}:");
+        if list.is_empty() {
+            m.push_str(" {}\n");
+        } else {
+            m.push('\n');
+            for x in list {
+                m.push_str(&format!("      {}: {}\n", yq(&x.key), yq(&x.value)));
+            }
+        }
+        m
+    };
+    s.push_str(&map(
+        "wstune_netns_sysctls",
+        "Per network namespace: each container has its own.",
+        &e.netns(),
+    ));
+    s.push_str(&map("wstune_node_sysctls", "Kernel-wide.", &e.node()));
+    match e.settings.nofile {
+        Some(n) => s.push_str(&format!("    wstune_nofile: {n}\n")),
+        None => s.push_str("    wstune_nofile: 0  # the profile sets none: the task is skipped\n"),
+    }
+    s.push_str(
+        "  tasks:
+    - name: Directories for the sysctl.d and limits.d files
+      ansible.builtin.file:
+        path: \"{{ item | dirname }}\"
+        state: directory
+        mode: \"0755\"
+      loop:
+        - \"{{ wstune_sysctl_file }}\"
+        - \"{{ wstune_limits_file }}\"
+    - name: Per-network-namespace sysctls, now and in the sysctl.d file
+      ansible.posix.sysctl:
+        name: \"{{ item.key }}\"
+        value: \"{{ item.value }}\"
+        sysctl_file: \"{{ wstune_sysctl_file }}\"
+        sysctl_set: true
+        # No `sysctl -p FILE`: it would also set the keys the next task may leave alone.
+        reload: false
+        state: present
+      loop: \"{{ wstune_netns_sysctls | dict2items }}\"
+    - name: Kernel-wide sysctls, in the sysctl.d file and (wstune_set_node_sysctls) now
+      ansible.posix.sysctl:
+        name: \"{{ item.key }}\"
+        value: \"{{ item.value }}\"
+        sysctl_file: \"{{ wstune_sysctl_file }}\"
+        sysctl_set: \"{{ wstune_set_node_sysctls | bool }}\"
+        reload: false
+        state: present
+      loop: \"{{ wstune_node_sysctls | dict2items }}\"
+    # pam_limits: new logins only. A systemd service needs LimitNOFILE (`wstune export --to systemd`).
+    - name: Open-file limit for new logins (`*` does not match root in pam_limits)
+      community.general.pam_limits:
+        domain: \"{{ item[0] }}\"
+        limit_type: \"{{ item[1] }}\"
+        limit_item: nofile
+        value: \"{{ wstune_nofile }}\"
+        dest: \"{{ wstune_limits_file }}\"
+      loop: \"{{ ['*', 'root'] | product(['soft', 'hard']) | list }}\"
+      when: wstune_nofile | int > 0
+",
+    );
+    s
+}

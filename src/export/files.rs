@@ -1,0 +1,187 @@
+//! Plain configuration files: sysctl.d, limits.d, a systemd drop-in, and the systemd units
+//! that run the server and the periodic check (deploy/systemd/ holds them for the 100k
+//! profile and /usr/bin/wstune, as the Debian package installs them).
+
+use super::Export;
+use crate::apply::plan::{LIMITS_FILE, SYSCTL_FILE};
+
+pub fn sysctl(e: &Export) -> String {
+    let mut s = e.header("sysctl", "#");
+    s.push_str(&format!(
+        "# Install as {SYSCTL_FILE}, then `sysctl --system` (or reboot).\n"
+    ));
+    let groups = [
+        (
+            "# Per network namespace (a container has its own; `docker run --sysctl`):",
+            e.netns(),
+        ),
+        ("# Kernel-wide (set on the host or node itself):", e.node()),
+    ];
+    for (title, list) in groups {
+        if list.is_empty() {
+            continue;
+        }
+        s.push_str(title);
+        s.push('\n');
+        for x in list {
+            s.push_str(&format!("{} = {}\n", x.key, x.value));
+        }
+    }
+    s
+}
+
+pub fn limits(e: &Export) -> String {
+    let mut s = e.header("limits", "#");
+    s.push_str(&format!(
+        "# Install as {LIMITS_FILE}. pam_limits applies it to new logins (ssh, su), not to\n\
+         # systemd services: for a service use `--to systemd` (LimitNOFILE).\n"
+    ));
+    match e.settings.nofile {
+        // `*` does not match root in pam_limits, hence the explicit root lines.
+        Some(n) => s.push_str(&format!(
+            "* soft nofile {n}\n* hard nofile {n}\nroot soft nofile {n}\nroot hard nofile {n}\n"
+        )),
+        None => s.push_str("# (the profile sets no open-file limit for this host)\n"),
+    }
+    s
+}
+
+pub fn dropin(e: &Export, unit: &str) -> String {
+    let mut s = e.header("systemd", "#");
+    s.push_str(&format!(
+        "# Install as /etc/systemd/system/{unit}.d/60-wstune.conf, then\n\
+         # `systemctl daemon-reload && systemctl restart {unit}` (a unit reads its limits at start).\n\
+         [Service]\n"
+    ));
+    if let Some(n) = e.settings.nofile {
+        s.push_str(&format!("LimitNOFILE={n}\n"));
+    }
+    s
+}
+
+/// `wstune serve` as a hardened service: what a WebSocket server needs (sockets, its own
+/// threads, the profile's fd limit), nothing more.
+pub fn serve_service(e: &Export) -> String {
+    serve_unit(e, &wstune_path())
+}
+
+pub(crate) fn serve_unit(e: &Export, bin: &str) -> String {
+    let mut s = e.header("systemd-unit", "#");
+    let nofile = e
+        .settings
+        .nofile
+        .map(|n| format!("LimitNOFILE={n}\n"))
+        .unwrap_or_default();
+    s.push_str(&format!(
+        "# Install as /etc/systemd/system/wstune-serve.service, then\n\
+         # `systemctl daemon-reload && systemctl enable --now wstune-serve.service`.\n\
+         [Unit]\n\
+         Description=wstune WebSocket server (profile {profile})\n\
+         After=network-online.target\n\
+         Wants=network-online.target\n\
+         \n\
+         [Service]\n\
+         Type=exec\n\
+         ExecStart={bin} serve --profile {profile} --bind 0.0.0.0 --port 9001 --admin 127.0.0.1:9002\n\
+         Restart=on-failure\n\
+         RestartSec=2s\n\
+         # SIGTERM: stop accepting, close every client with 1001, wait --shutdown-grace.\n\
+         KillSignal=SIGTERM\n\
+         TimeoutStopSec=45s\n\
+         # The profile's open-file limit: one descriptor per connection, plus headroom.\n\
+         {nofile}\
+         # Sandboxing a WebSocket server tolerates: it needs TCP and Unix sockets (the\n\
+         # --processes relay), its threads and memory, and no file outside its own.\n\
+         DynamicUser=yes\n\
+         NoNewPrivileges=yes\n\
+         CapabilityBoundingSet=\n\
+         ProtectSystem=strict\n\
+         ProtectHome=yes\n\
+         PrivateTmp=yes\n\
+         PrivateDevices=yes\n\
+         ProtectKernelTunables=yes\n\
+         ProtectKernelModules=yes\n\
+         ProtectKernelLogs=yes\n\
+         ProtectControlGroups=yes\n\
+         ProtectClock=yes\n\
+         ProtectHostname=yes\n\
+         RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK\n\
+         RestrictNamespaces=yes\n\
+         RestrictRealtime=yes\n\
+         RestrictSUIDSGID=yes\n\
+         LockPersonality=yes\n\
+         MemoryDenyWriteExecute=yes\n\
+         SystemCallArchitectures=native\n\
+         SystemCallFilter=@system-service\n\
+         \n\
+         [Install]\n\
+         WantedBy=multi-user.target\n",
+        profile = e.profile,
+    ));
+    s
+}
+
+/// Where node_exporter's textfile collector reads on Debian (prometheus-node-exporter).
+pub const TEXTFILE_DIR: &str = "/var/lib/prometheus/node-exporter";
+
+/// One `wstune check` run writing the Prometheus textfile; started by [`check_timer`].
+pub fn check_service(e: &Export) -> String {
+    check_unit(e, &wstune_path())
+}
+
+pub(crate) fn check_unit(e: &Export, bin: &str) -> String {
+    let mut s = e.header("systemd-unit", "#");
+    s.push_str(&format!(
+        "# Install as /etc/systemd/system/wstune-check.service with wstune-check.timer.\n\
+         [Unit]\n\
+         Description=wstune check (profile {profile}) for node_exporter's textfile collector\n\
+         \n\
+         [Service]\n\
+         Type=oneshot\n\
+         # -o writes atomically with mode 0644, so the unprivileged collector can read it.\n\
+         ExecStart={bin} check --profile {profile} --format prometheus -o {TEXTFILE_DIR}/wstune.prom\n\
+         # A failed check (2) or warning (1) is a result in the file, not a failed run.\n\
+         SuccessExitStatus=1 2\n\
+         NoNewPrivileges=yes\n\
+         ProtectSystem=strict\n\
+         ReadWritePaths={TEXTFILE_DIR}\n\
+         ProtectHome=yes\n\
+         PrivateTmp=yes\n\
+         PrivateDevices=yes\n\
+         ProtectKernelModules=yes\n\
+         ProtectControlGroups=yes\n\
+         RestrictRealtime=yes\n\
+         LockPersonality=yes\n\
+         MemoryDenyWriteExecute=yes\n\
+         SystemCallArchitectures=native\n",
+        profile = e.profile,
+    ));
+    s
+}
+
+pub fn check_timer(e: &Export) -> String {
+    let mut s = e.header("systemd-unit", "#");
+    s.push_str(
+        "# Install as /etc/systemd/system/wstune-check.timer, then\n\
+         # `systemctl enable --now wstune-check.timer`.\n\
+         [Unit]\n\
+         Description=Run wstune check every 5 minutes\n\
+         \n\
+         [Timer]\n\
+         OnBootSec=1min\n\
+         OnUnitActiveSec=5min\n\
+         RandomizedDelaySec=30s\n\
+         \n\
+         [Install]\n\
+         WantedBy=timers.target\n",
+    );
+    s
+}
+
+/// This binary's path, for ExecStart (systemd needs an absolute one).
+fn wstune_path() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.to_str().map(str::to_string))
+        .unwrap_or_else(|| "/usr/bin/wstune".into())
+}

@@ -1,0 +1,523 @@
+//! `wstune export`: every format is read by the tool that consumes it (sysctl, ansible-playbook,
+//! kubernetes-validate, docker, docker-compose, systemd-analyze), and the values follow apply's
+//! rule (the profile's target, never lower than what the host has).
+//!
+//! Nothing here changes the host: runtime values are set only inside a fresh network namespace,
+//! with every kernel-wide key that is visible there covered by a bind-mounted scratch file, and
+//! every file goes under a temporary directory.
+
+mod common;
+
+use common::{bin, code, fixture, stderr, stdout};
+use serde_json::Value as Json;
+use std::path::Path;
+use std::process::Command;
+
+fn export(args: &[&str]) -> String {
+    let o = common::run(&[&["export"], args].concat());
+    assert_eq!(code(&o), 0, "export {args:?}: {}", stderr(&o));
+    stdout(&o)
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// (key, value, scope, check id) of every exported sysctl.
+fn sysctls(json: &str) -> Vec<(String, String, String, String)> {
+    let v: Json = serde_json::from_str(json).unwrap();
+    v["sysctls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["key"].as_str().unwrap().to_string(),
+                s["value"].as_str().unwrap().to_string(),
+                s["scope"].as_str().unwrap().to_string(),
+                s["check"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A bash prelude for `common::in_netns`: a scratch file over every kernel-wide key's
+/// /proc/sys path that exists in the namespace, so a consumer that writes one changes nothing
+/// outside. (Kernel-wide net.* keys do not exist in a new network namespace at all.)
+fn shield(dir: &Path, json: &str) -> String {
+    let mut s = String::from("set -e\n");
+    for (i, (key, _, scope, _)) in sysctls(json).iter().enumerate() {
+        if scope != "netns" {
+            let p = format!("/proc/sys/{}", key.replace('.', "/"));
+            let f = dir.join(format!("shield-{i}"));
+            s.push_str(&format!(
+                "if [ -e {p} ]; then cat {p} > {f}; mount --bind {f} {p}; fi\n",
+                f = f.display()
+            ));
+        }
+    }
+    s
+}
+
+fn status_of(report: &Json, id: &str) -> String {
+    report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id)
+        .unwrap_or_else(|| panic!("no finding {id}"))["status"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn host_sysctl(key: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/{}", key.replace('.', "/")))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The playbook is valid for ansible-playbook, and run for real against a network namespace it
+/// sets every per-namespace key (now and in its sysctl.d file) and the limits.d file, after
+/// which `wstune check` passes each row it set, runtime and boot view; the host is untouched.
+#[test]
+fn ansible_playbook_tunes_a_namespace_and_check_passes_what_it_set() {
+    if !have("ansible-playbook") {
+        return common::skip(
+            "ansible",
+            "ansible-playbook is not installed (pip install ansible)",
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let play = dir.path().join("wstune.yml");
+    let json = export(&["--to", "json"]);
+    export(&["--to", "ansible", "-o", play.to_str().unwrap()]);
+
+    let o = Command::new("ansible-playbook")
+        .args(["--syntax-check", "-i", "localhost,"])
+        .arg(&play)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "syntax check: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+
+    let prefix = dir.path().join("root");
+    std::fs::create_dir(&prefix).unwrap();
+    let netns: Vec<_> = sysctls(&json)
+        .into_iter()
+        .filter(|(_, _, s, _)| s == "netns")
+        .collect();
+    assert!(netns.iter().any(|(k, _, _, _)| k == "net.core.somaxconn"));
+    let host_before: Vec<String> = sysctls(&json)
+        .iter()
+        .map(|(k, _, _, _)| host_sysctl(k))
+        .collect();
+
+    let script = format!(
+        "{shield}
+before=$(\"$WSTUNE\" check --prefix {prefix} -f json) || true
+ANSIBLE_LOCALHOST_WARNING=false ANSIBLE_NOCOLOR=1 ansible-playbook -i localhost, -c local \
+  -e ansible_python_interpreter=\"$(command -v python3)\" -e wstune_set_node_sysctls=false \
+  -e wstune_sysctl_file={prefix}/etc/sysctl.d/60-wstune.conf \
+  -e wstune_limits_file={prefix}/etc/security/limits.d/60-wstune.conf {play} >&2
+after=$(\"$WSTUNE\" check --prefix {prefix} -f json) || true
+printf '%s\\n%s\\n' \"$before\" \"$after\" | python3 -c 'import json,sys; d=json.JSONDecoder(); t=sys.stdin.read(); a,i=d.raw_decode(t); b,_=d.raw_decode(t[i:].lstrip()); print(json.dumps([a,b]))'
+",
+        shield = shield(dir.path(), &json),
+        prefix = prefix.display(),
+        play = play.display()
+    );
+    let Some(o) = common::in_netns(&script) else {
+        return;
+    };
+    assert!(o.status.success(), "{}", stderr(&o));
+    let both: Json = serde_json::from_slice(&o.stdout).unwrap();
+    let (before, after) = (&both[0], &both[1]);
+    // A fresh namespace starts at the kernel's defaults: the playbook really changed it.
+    assert_eq!(status_of(before, "linux.net.core.somaxconn"), "fail");
+    for (key, _, _, id) in &netns {
+        // tcp_rmem/tcp_wmem's targets are computed from tcp_mem, which a network namespace
+        // cannot see: skipped before and after, never a pass or a fail there.
+        let was = status_of(before, id);
+        let now = status_of(after, id);
+        if was == "skip" && now == "skip" {
+            continue;
+        }
+        assert_eq!(now, "pass", "{id} ({key}) after the playbook");
+        assert_eq!(status_of(after, &format!("{id}.boot")), "pass", "{id}.boot");
+    }
+    for id in [
+        "linux.net.core.somaxconn",
+        "linux.net.ipv4.tcp_max_syn_backlog",
+        "linux.net.ipv4.tcp_tw_reuse",
+        "linux.net.ipv4.ip_local_port_range",
+        "linux.net.ipv4.tcp_fin_timeout",
+    ] {
+        assert_eq!(status_of(after, id), "pass", "{id}");
+    }
+    let limits =
+        std::fs::read_to_string(prefix.join("etc/security/limits.d/60-wstune.conf")).unwrap();
+    let nofile: Json = serde_json::from_str(&json).unwrap();
+    let n = nofile["nofile"].as_u64().unwrap();
+    for who in ["*", "root"] {
+        for kind in ["soft", "hard"] {
+            assert!(
+                limits
+                    .lines()
+                    .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                        == [who, kind, "nofile", &n.to_string()]),
+                "{who} {kind} nofile {n} in {limits}"
+            );
+        }
+    }
+    // The kernel-wide keys went to the file only, and the host kept every value.
+    let file = std::fs::read_to_string(prefix.join("etc/sysctl.d/60-wstune.conf")).unwrap();
+    assert!(file.contains("fs.nr_open"), "{file}");
+    let host_after: Vec<String> = sysctls(&json)
+        .iter()
+        .map(|(k, _, _, _)| host_sysctl(k))
+        .collect();
+    assert_eq!(host_before, host_after, "the host's own sysctls changed");
+}
+
+/// The sysctl.d file loads with procps `sysctl -p` in a namespace, and `check` reads it back as
+/// the next boot's configuration, every exported key passing its boot view.
+#[test]
+fn sysctl_file_loads_with_sysctl_and_is_the_next_boot_for_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = export(&["--to", "json"]);
+    let conf = dir.path().join("etc/sysctl.d/60-wstune.conf");
+    std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+    export(&["--to", "sysctl", "-o", conf.to_str().unwrap()]);
+    let script = format!(
+        "{shield}
+# -e: the kernel-wide net.* keys do not exist in a network namespace.
+sysctl -e -q -p {conf} >&2
+\"$WSTUNE\" check --prefix {prefix} -f json || true
+",
+        shield = shield(dir.path(), &json),
+        conf = conf.display(),
+        prefix = dir.path().display()
+    );
+    let Some(o) = common::in_netns(&script) else {
+        return;
+    };
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: Json = serde_json::from_slice(&o.stdout).unwrap();
+    let mut passed = 0;
+    for (key, _, _, id) in sysctls(&json) {
+        // A kernel-wide net.* key does not exist in a network namespace, and tcp_rmem/wmem's
+        // targets need one (tcp_mem): those rows are skipped there, every other one passes.
+        if status_of(&report, &id) == "skip" {
+            continue;
+        }
+        assert_eq!(status_of(&report, &id), "pass", "{id} ({key})");
+        assert_eq!(
+            status_of(&report, &format!("{id}.boot")),
+            "pass",
+            "{id}.boot"
+        );
+        passed += 1;
+    }
+    assert!(passed >= 8, "only {passed} exported rows could be checked");
+}
+
+/// apply's rule: a value the host already has above the target (or below, for `<=`) is kept;
+/// everything else is the profile's target.
+#[test]
+fn export_never_lowers_what_the_host_has() {
+    let dir = tempfile::tempdir().unwrap();
+    common::copy_dir(&fixture("tuned"), dir.path());
+    let sys = dir.path().join("proc/sys/net");
+    std::fs::write(sys.join("core/somaxconn"), "100000\n").unwrap();
+    std::fs::write(sys.join("ipv4/tcp_fin_timeout"), "5\n").unwrap();
+    let root = dir.path().to_str().unwrap();
+    let got = sysctls(&export(&["--to", "json", "--root", root]));
+    let value = |k: &str| {
+        got.iter()
+            .find(|(key, _, _, _)| key == k)
+            .unwrap()
+            .1
+            .clone()
+    };
+    assert_eq!(value("net.core.somaxconn"), "100000");
+    assert_eq!(value("net.ipv4.tcp_fin_timeout"), "5");
+    // The default tree is below every target: it gets the profile's.
+    let plain = sysctls(&export(&[
+        "--to",
+        "json",
+        "--root",
+        fixture("default").to_str().unwrap(),
+    ]));
+    let somaxconn = plain
+        .iter()
+        .find(|(k, _, _, _)| k == "net.core.somaxconn")
+        .unwrap();
+    assert_eq!(somaxconn.1, "65535");
+    // The same value goes into every format.
+    let sysctl = export(&["--to", "sysctl", "--root", root]);
+    assert!(
+        sysctl.lines().any(|l| l == "net.core.somaxconn = 100000"),
+        "{sysctl}"
+    );
+    let docker = export(&["--to", "docker", "--root", root]);
+    assert!(
+        docker.contains("--sysctl net.core.somaxconn=100000 "),
+        "{docker}"
+    );
+}
+
+/// The manifests pass kubernetes-validate (strict, current Kubernetes); the pod sets only
+/// per-namespace sysctls with the unsafe ones named for the kubelet, and the DaemonSet sets
+/// every kernel-wide one.
+#[test]
+fn kubernetes_manifests_validate_and_split_pod_and_node() {
+    if !have("kubernetes-validate") {
+        return common::skip(
+            "kubernetes-validate",
+            "kubernetes-validate is not installed (pip install kubernetes-validate)",
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("k8s.yaml");
+    let root = fixture("default");
+    let root = root.to_str().unwrap();
+    export(&[
+        "--to",
+        "kubernetes",
+        "--root",
+        root,
+        "-o",
+        file.to_str().unwrap(),
+    ]);
+    let o = Command::new("kubernetes-validate")
+        .args(["--strict", "-k", "1.37.0"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("deployment/ws-server") && out.contains("daemonset/wstune-node-sysctls"),
+        "{out}"
+    );
+
+    let text = std::fs::read_to_string(&file).unwrap();
+    let docs: Vec<serde_yaml_ng::Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let all = sysctls(&export(&["--to", "json", "--root", root]));
+    let pod: Vec<(String, String)> = docs[0]["spec"]["template"]["spec"]["securityContext"]
+        ["sysctls"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().into(),
+                s["value"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = all
+        .iter()
+        .filter(|(_, _, s, _)| s == "netns")
+        .map(|(k, v, _, _)| (k.clone(), v.clone()))
+        .collect();
+    assert_eq!(pod, want);
+    let line = |k: &str| {
+        text.lines()
+            .find(|l| l.contains(&format!("- name: {k} ")))
+            .unwrap()
+            .to_string()
+    };
+    assert!(line("net.core.somaxconn").contains("unsafe"));
+    assert!(line("net.ipv4.ip_local_port_range").contains("# safe"));
+    assert!(
+        text.contains("--allowed-unsafe-sysctls='net.core.somaxconn,net.ipv4.tcp_max_syn_backlog")
+    );
+    let script = docs[1]["spec"]["template"]["spec"]["initContainers"][0]["command"][2]
+        .as_str()
+        .unwrap();
+    for (k, v, s, _) in &all {
+        if s != "netns" {
+            assert!(
+                script.contains(&format!("echo '{v}' > /proc/sys/{}", k.replace('.', "/"))),
+                "{k} in {script}"
+            );
+        }
+    }
+}
+
+/// `docker run` accepts every flag (the CLI parses them before it looks for a daemon), and
+/// docker-compose accepts the fragment.
+#[test]
+fn docker_flags_and_compose_fragment_are_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture("default");
+    let root = root.to_str().unwrap();
+    let compose = dir.path().join("compose.yaml");
+    export(&[
+        "--to",
+        "compose",
+        "--root",
+        root,
+        "-o",
+        compose.to_str().unwrap(),
+    ]);
+    if have("docker-compose") {
+        let o = Command::new("docker-compose")
+            .arg("-f")
+            .arg(&compose)
+            .arg("config")
+            .env("IMAGE", "busybox")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let cfg: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&o.stdout).unwrap();
+        let svc = &cfg["services"]["ws-server"];
+        assert_eq!(svc["sysctls"]["net.core.somaxconn"].as_str(), Some("65535"));
+        assert_eq!(svc["ulimits"]["nofile"]["hard"].as_u64(), Some(200000));
+    } else {
+        common::skip(
+            "docker-compose",
+            "docker-compose is not installed (apt-get install docker-compose)",
+        );
+    }
+
+    let script = dir.path().join("run.sh");
+    export(&[
+        "--to",
+        "docker",
+        "--root",
+        root,
+        "-o",
+        script.to_str().unwrap(),
+    ]);
+    if !have("docker") {
+        // The docker CLI comes with the engine (apt's docker.io starts a daemon): not a CI install.
+        return common::record_skip("docker-cli", "the docker CLI is not installed");
+    }
+    let o = Command::new("bash")
+        .arg(&script)
+        .arg("true")
+        .env("IMAGE", "busybox")
+        .env(
+            "DOCKER_HOST",
+            format!("unix://{}/no-daemon.sock", dir.path().display()),
+        )
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(
+        err.contains("Cannot connect to the Docker daemon"),
+        "docker rejected a flag: {err}"
+    );
+}
+
+/// The three units, and the serve unit with the `--to systemd` drop-in in its `.d` directory,
+/// pass `systemd-analyze verify`; the unit carries the profile's LimitNOFILE.
+#[test]
+fn systemd_dropin_and_units_pass_systemd_analyze() {
+    if !have("systemd-analyze") {
+        return common::skip(
+            "systemd",
+            "systemd-analyze is not installed (apt-get install systemd)",
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let units = dir.path();
+    let o = common::run(&[
+        "export",
+        "--to",
+        "systemd-unit",
+        "-o",
+        units.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let dropin_dir = units.join("wstune-serve.service.d");
+    std::fs::create_dir(&dropin_dir).unwrap();
+    export(&[
+        "--to",
+        "systemd",
+        "-o",
+        dropin_dir.join("60-wstune.conf").to_str().unwrap(),
+    ]);
+    let names = [
+        "wstune-serve.service",
+        "wstune-check.service",
+        "wstune-check.timer",
+    ];
+    verify(units, &names);
+    let serve = std::fs::read_to_string(units.join(names[0])).unwrap();
+    assert!(
+        serve.contains(&format!("ExecStart={} serve --profile 100k", bin())),
+        "{serve}"
+    );
+    assert!(serve.contains("LimitNOFILE=200000"), "{serve}");
+
+    // Without -o DIR there is nowhere to put three files: a clear refusal.
+    let o = common::run(&["export", "--to", "systemd-unit"]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("-o DIR"), "{}", stderr(&o));
+}
+
+/// `systemd-analyze verify` on unit files in `dir` (with their drop-ins), offline.
+pub fn verify(dir: &Path, names: &[&str]) {
+    let mut cmd = Command::new("systemd-analyze");
+    cmd.arg("verify")
+        .env("SYSTEMD_UNIT_PATH", format!("{}:", dir.display()));
+    for n in names {
+        cmd.arg(dir.join(n));
+    }
+    let o = cmd.output().unwrap();
+    assert!(
+        o.status.success() && stderr(&o).trim().is_empty(),
+        "systemd-analyze verify: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+}
+
+/// Bad input: exit 3 and a message that names the problem.
+#[test]
+fn export_refuses_bad_input_clearly() {
+    let o = common::run(&["export", "--to", "sysctl", "--profile", "nope"]);
+    assert_eq!(code(&o), 3);
+    let o = common::run(&["export", "--to", "systemd", "--unit", "a/b"]);
+    assert_eq!(code(&o), 3);
+    assert!(
+        stderr(&o).contains("not a systemd unit name"),
+        "{}",
+        stderr(&o)
+    );
+    let o = common::run(&["export", "--to", "yaml"]);
+    assert_eq!(code(&o), 3);
+    let windows = fixture("windows-default");
+    let o = common::run(&[
+        "export",
+        "--to",
+        "sysctl",
+        "--root",
+        windows.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("not a Linux host"), "{}", stderr(&o));
+    // An unwritable -o leaves nothing behind and says where.
+    let o = common::run(&[
+        "export",
+        "--to",
+        "sysctl",
+        "-o",
+        "/nonexistent/dir/60-wstune.conf",
+    ]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("/nonexistent/dir"), "{}", stderr(&o));
+}
