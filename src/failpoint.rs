@@ -1,7 +1,9 @@
 //! Test-only pause points, so an integration test can kill a real `wstune apply` at a known
 //! step (between two changes) and prove that the journal recovers from it. Set
-//! `WSTUNE_FAILPOINT=apply-pause-after=N`: after its Nth change, apply prints a line to stderr
-//! and sleeps for up to 60 s.
+//! `WSTUNE_FAILPOINT=apply-pause-after=N`: at step N apply prints a line to stderr and sleeps
+//! for up to 60 s. Step 0 is after the journal entry is saved and before the first change;
+//! steps 1..=A follow each of the A actions (sysctls, limits), A+1..=A+F each of the F files
+//! written, and A+F+1 the journal commit (tests/apply_killed.rs kills apply at every one).
 //!
 //! Compiled in only with the `failpoints` feature, which only the test build enables (a
 //! dev-dependency of the crate on itself): a release binary ignores the variable entirely, so a

@@ -283,8 +283,8 @@ fn read_nofile(backend: &dyn Backend, pid: &str, which: LimitKind) -> Reading {
         Ok(t) => t,
         Err(e) => return Err(e).into(),
     };
-    match procfs_core::process::Limits::from_read(text.as_bytes()) {
-        Ok(limits) => {
+    match parse_limits(&text) {
+        Some(limits) => {
             let l = limits.max_open_files;
             let v = match which {
                 LimitKind::Soft => l.soft_limit,
@@ -297,7 +297,7 @@ fn read_nofile(backend: &dyn Backend, pid: &str, which: LimitKind) -> Reading {
         }
         // procfs's own message for a malformed file is an "internal error, please report this
         // procfs bug"; the problem is the file, and that is what the note says.
-        Err(_) => Reading::Unreadable(format!(
+        None => Reading::Unreadable(format!(
             "{path}: no readable \"Max open files\" line; it is not in /proc/PID/limits format"
         )),
     }
@@ -306,14 +306,26 @@ fn read_nofile(backend: &dyn Backend, pid: &str, which: LimitKind) -> Reading {
 /// (soft, hard) RLIMIT_NOFILE of a process; unlimited as u64::MAX.
 pub fn nofile_of(backend: &dyn Backend, pid: u32) -> Option<(u64, u64)> {
     let text = backend.read(&format!("/proc/{pid}/limits")).ok()?;
-    let l = procfs_core::process::Limits::from_read(text.as_bytes())
-        .ok()?
-        .max_open_files;
+    let l = parse_limits(&text)?.max_open_files;
     let v = |x: procfs_core::process::LimitValue| match x {
         procfs_core::process::LimitValue::Unlimited => u64::MAX,
         procfs_core::process::LimitValue::Value(n) => n,
     };
     Some((v(l.soft_limit), v(l.hard_limit)))
+}
+
+/// /proc/PID/limits through procfs-core, without the lines its parser cannot take: it
+/// subtracts from the word count of every line, so a line of fewer than three words (an empty
+/// line, a cut-off file from a `--root` tree) overflows and panics in a debug build (found by
+/// fuzz/proc_limits). Such a line is no limit anyway; a file without the needed ones is
+/// still refused.
+fn parse_limits(text: &str) -> Option<procfs_core::process::Limits> {
+    let lines: String = text
+        .lines()
+        .filter(|l| l.split_whitespace().count() >= 3)
+        .flat_map(|l| [l, "\n"])
+        .collect();
+    procfs_core::process::Limits::from_read(lines.as_bytes()).ok()
 }
 
 /// `Group.Name` from /proc/net/netstat, then /proc/net/snmp (same two-line format).
@@ -687,6 +699,25 @@ pub fn split_boot_entry(text: &str) -> Option<(&str, &str)> {
 mod tests {
     use super::*;
     use crate::host::memory::MemoryBackend;
+
+    #[test]
+    fn limits_lines_of_fewer_than_three_words_are_skipped_not_a_panic() {
+        // fuzz/regressions/proc_limits: procfs-core subtracts from each line's word count.
+        let good = "Limit Soft Limit Hard Limit Units\nMax open files 1024 4096 files\n";
+        for bad in ["\n", "x\n", "Max nice\n", "Max open\n"] {
+            let host = MemoryBackend::default().file("/proc/7/limits", &format!("{good}{bad}"));
+            assert_eq!(
+                nofile_of(&host, 7),
+                None,
+                "{bad:?}: the other limits are missing"
+            );
+        }
+        let full = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        if !full.is_empty() {
+            let host = MemoryBackend::default().file("/proc/7/limits", &format!("{full}\nx\n"));
+            assert!(nofile_of(&host, 7).is_some());
+        }
+    }
 
     #[test]
     fn netstat_pairs() {

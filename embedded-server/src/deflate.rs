@@ -211,6 +211,15 @@ impl Compressor {
         if out.ends_with(&TAIL) {
             out.truncate(out.len() - 4);
         }
+        if out.is_empty() {
+            // zlib writes nothing for a flush with no input right after another flush (an
+            // empty message after any message, with context takeover). An empty payload is
+            // not an empty message: the peer appends 00 00 ff ff, reads those bytes as the
+            // header of a stored block whose 3 header bits never came, and every later
+            // message of the connection inflates wrong. RFC 7692 7.2.3.6: an empty message
+            // is the single byte 0x00 (an empty stored block, less the removed tail).
+            out.push(0x00);
+        }
         if !self.takeover {
             self.z.reset();
         }
@@ -472,6 +481,24 @@ fn push_window(h: &mut Vec<u8>, data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_empty_message_after_another_is_an_empty_block_and_keeps_the_stream_in_step() {
+        // Found by fuzz/frame_client (fuzz/regressions/frame_client): before the fix the empty
+        // message compressed to no bytes at all and the next message failed as corrupt.
+        for takeover in [true, false] {
+            let mut c = super::Compressor::new(15, 8, 1, takeover);
+            let mut d = super::Decompressor::new(takeover);
+            let mut z = Vec::new();
+            for m in [&b"hello"[..], b"", b"", b"world"] {
+                c.compress(m, &mut z);
+                assert!(!z.is_empty(), "message {m:?} compressed to nothing");
+                let mut out = Vec::new();
+                d.decompress(&z, &mut out, 1 << 20).unwrap();
+                assert_eq!(out, m);
+            }
+        }
+    }
+
     use super::*;
 
     fn on() -> DeflateSettings {

@@ -144,11 +144,21 @@ fn file_contents(plan: &Plan, store: &Store) -> Result<Vec<(String, FileState)>>
 /// Make the changes the entry describes. The entry must already be saved. On the first failure
 /// everything is restored and the entry is saved as `undone`; the error names the action.
 pub fn execute(entry: &mut Entry, backend: &dyn Backend, store: &Store) -> Result<()> {
-    let result = run_steps(entry, backend, store);
+    // Failpoint steps (tests/apply_killed.rs kills apply at each): 0 = the entry is saved and
+    // nothing is changed yet, 1..=A after each action, A+1..=A+F after each file, A+F+1 after
+    // the commit.
+    crate::failpoint::pause_after_action(0);
+    let result = run_steps(entry, backend, store).and_then(|()| {
+        entry.state = State::Applied;
+        // A commit that cannot be written (a full disk) is a failed step like any other: the
+        // changes are undone below, not left in place under an apply that reports failure and
+        // an entry that still says pending.
+        journal::save(store, entry)
+            .map_err(|e| format!("the journal could not record the apply as done: {e:#}"))
+    });
     match result {
         Ok(()) => {
-            entry.state = State::Applied;
-            journal::save(store, entry)?;
+            crate::failpoint::pause_after_action(entry.actions.len() + entry.files.len() + 1);
             Ok(())
         }
         Err(failure) => {
@@ -208,7 +218,7 @@ fn run_steps(
         r.map_err(|e| fail(i, a, e))?;
         crate::failpoint::pause_after_action(i + 1);
     }
-    for f in &entry.files {
+    for (k, f) in entry.files.iter().enumerate() {
         let state = f.new.state().map_err(|e| format!("{e:#}"))?;
         store.write(&f.path, &state).map_err(|e| {
             let i = entry
@@ -218,6 +228,7 @@ fn run_steps(
                 .unwrap_or(total - 1);
             fail(i, &entry.actions[i], format!("{e:#}"))
         })?;
+        crate::failpoint::pause_after_action(total + k + 1);
     }
     Ok(())
 }
@@ -253,6 +264,18 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
         }
     }
     for f in entry.files.iter().rev() {
+        // Already as it was (never written, or written back): nothing to undo. A file apply
+        // never got to write may sit in a directory nothing can write (read-only), and
+        // removing what is not there must not count as a failed undo.
+        let now = store.read(&f.path).ok().flatten().map(|n| Blob::from(&n));
+        let unchanged = match (&f.old, &now) {
+            (None, None) => true,
+            (Some(old), Some(now)) => old.base64 == now.base64 && old.mode == now.mode,
+            _ => false,
+        };
+        if unchanged {
+            continue;
+        }
         let r = match &f.old {
             Some(old) => old.state().and_then(|s| store.write(&f.path, &s)),
             None => store.remove(&f.path),

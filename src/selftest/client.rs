@@ -96,6 +96,12 @@ pub struct Conn {
 
 pub struct Reader {
     half: OwnedReadHalf,
+    frames: Frames,
+}
+
+/// The reader's frame decoder, apart from the socket so fuzz/ can feed it bytes.
+#[doc(hidden)]
+pub struct Frames {
     buf: Vec<u8>,
     start: usize,
     end: usize,
@@ -241,12 +247,14 @@ pub async fn connect(
     Ok(Conn {
         reader: Reader {
             half: r,
-            buf,
-            start: head_end,
-            end: n,
-            inflate: decomp,
-            msg: Vec::new(),
-            msg_compressed: false,
+            frames: Frames {
+                buf,
+                start: head_end,
+                end: n,
+                inflate: decomp,
+                msg: Vec::new(),
+                msg_compressed: false,
+            },
         },
         writer: Writer {
             half: w,
@@ -312,38 +320,55 @@ impl Reader {
     /// The next complete message, ping or close. Cancel-safe: bytes read stay in the buffer.
     pub async fn next(&mut self) -> std::io::Result<Incoming> {
         loop {
-            if let Some(x) = self.parse()? {
+            if let Some(x) = self.frames.parse()? {
                 return Ok(x);
             }
-            if self.start > 0 && self.start == self.end {
-                self.start = 0;
-                self.end = 0;
+            let f = &mut self.frames;
+            if f.start > 0 && f.start == f.end {
+                f.start = 0;
+                f.end = 0;
             }
-            if self.end == self.buf.len() {
-                if self.start > 0 {
-                    self.buf.copy_within(self.start..self.end, 0);
-                    self.end -= self.start;
-                    self.start = 0;
+            if f.end == f.buf.len() {
+                if f.start > 0 {
+                    f.buf.copy_within(f.start..f.end, 0);
+                    f.end -= f.start;
+                    f.start = 0;
                 } else {
-                    let len = self.buf.len();
-                    self.buf.resize(len * 2, 0);
+                    let len = f.buf.len();
+                    f.buf.resize(len * 2, 0);
                 }
             }
-            let n = self.half.read(&mut self.buf[self.end..]).await?;
+            let n = self.half.read(&mut f.buf[f.end..]).await?;
             if n == 0 {
                 return Ok(Incoming::Closed(None));
             }
-            self.end += n;
+            f.end += n;
         }
     }
 
     /// The next message, ping or close already in the buffer, without reading the socket.
     pub fn next_buffered(&mut self) -> std::io::Result<Option<Incoming>> {
-        self.parse()
+        self.frames.parse()
+    }
+}
+
+impl Frames {
+    /// A decoder over bytes already received (`buf`), inflating with `inflate` when
+    /// permessage-deflate was negotiated.
+    pub fn new(buf: Vec<u8>, inflate: Option<Decompressor>) -> Frames {
+        let end = buf.len();
+        Frames {
+            buf,
+            start: 0,
+            end,
+            inflate,
+            msg: Vec::new(),
+            msg_compressed: false,
+        }
     }
 
     /// One frame from the buffer, if a whole one is there.
-    fn parse(&mut self) -> std::io::Result<Option<Incoming>> {
+    pub fn parse(&mut self) -> std::io::Result<Option<Incoming>> {
         loop {
             let b = &self.buf[self.start..self.end];
             if b.len() < 2 {
