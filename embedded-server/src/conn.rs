@@ -236,12 +236,15 @@ impl Shared {
         self.notify.notify_one();
     }
 
-    /// Ask the connection to close with `code` (first request wins).
-    pub fn request_close(&self, code: u16) {
-        let _ = self
+    /// Ask the connection to close with `code` (first request wins). Returns whether this
+    /// request was the first, so callers count each close once.
+    pub fn request_close(&self, code: u16) -> bool {
+        let first = self
             .close_request
-            .compare_exchange(0, code, Relaxed, Relaxed);
+            .compare_exchange(0, code, Relaxed, Relaxed)
+            .is_ok();
         self.notify.notify_one();
+        first
     }
 
     /// Our close is on its way: nothing more may be queued after it (a broadcast or an

@@ -308,8 +308,11 @@ impl Hub {
             let seen = c.last_seen.load(Relaxed);
             let idle = now.saturating_sub(seen);
             if idle >= timeout {
-                self.metrics.heartbeat_timeouts.fetch_add(1, Relaxed);
-                c.request_close(HEARTBEAT_CLOSE);
+                // A dead peer stays in the registry until its close wait ends, and is seen by
+                // the sweeps meanwhile: count it once (1,000 half-open clients counted 2,686).
+                if c.request_close(HEARTBEAT_CLOSE) {
+                    self.metrics.heartbeat_timeouts.fetch_add(1, Relaxed);
+                }
             } else if idle >= interval && now.saturating_sub(c.last_ping.load(Relaxed)) >= interval
             {
                 c.last_ping.store(now, Relaxed);
@@ -323,7 +326,7 @@ impl Hub {
     /// Ask every connection to close with 1001 (graceful shutdown).
     pub fn close_all(&self, code: u16) {
         for c in self.conns.read().unwrap().values() {
-            c.request_close(code);
+            let _ = c.request_close(code);
         }
     }
 }
