@@ -401,6 +401,23 @@ fn spawn(st: &Arc<State>, i: usize) -> Result<(tokio::process::Child, u32)> {
     Ok((child, pid))
 }
 
+/// A child's log line as the supervisor forwards it: text lines prefixed `[process i]`; a JSON
+/// line (`--log-format json`) stays one JSON object, with `"process":i` added as its first
+/// field, so a log shipper still parses every line.
+fn tag_line(i: usize, l: &str) -> String {
+    match l.strip_prefix('{') {
+        Some(rest) if l.ends_with('}') => {
+            let sep = if rest.trim_start().starts_with('}') {
+                ""
+            } else {
+                ","
+            };
+            format!("{{\"process\":{i}{sep}{rest}")
+        }
+        _ => format!("[process {i}] {l}"),
+    }
+}
+
 /// Follow process `i`'s log: it is up once it prints its admin address (after "listening");
 /// what it printed before is kept (returned) and shown only for process 0's first start (its
 /// settings table) or when it dies before listening. Later lines are forwarded, prefixed.
@@ -416,7 +433,7 @@ async fn watch_stderr(
     let mut up = false;
     while let Ok(Some(l)) = lines.next_line().await {
         if up {
-            say!("[process {i}] {l}");
+            say!("{}", tag_line(i, &l));
             continue;
         }
         if let Some(rest) = l.split("admin on http://").nth(1) {
@@ -635,6 +652,18 @@ async fn serve_admin(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_log_lines_stay_json_with_the_process_added() {
+        assert_eq!(
+            tag_line(3, r#"{"level":"INFO","msg":"x"}"#),
+            r#"{"process":3,"level":"INFO","msg":"x"}"#
+        );
+        assert_eq!(tag_line(0, "{}"), r#"{"process":0}"#);
+        assert_eq!(tag_line(2, "plain text"), "[process 2] plain text");
+        let v: serde_json::Value = serde_json::from_str(&tag_line(5, r#"{"a":1}"#)).unwrap();
+        assert_eq!(v["process"], 5);
+    }
 
     #[test]
     fn restart_backoff_doubles_from_100_ms_to_5_s() {
