@@ -164,10 +164,10 @@ impl Shared {
                 frame = frame.slice(written..);
             }
         }
-        let rest = frame.len();
+        // Counted before the lock goes: the task may write (and subtract) it right after.
+        self.queued.fetch_add(frame.len(), Relaxed);
         out.frames.push_back(frame);
         drop(out);
-        self.queued.fetch_add(rest, Relaxed);
         self.notify.notify_one();
         true
     }
@@ -265,7 +265,13 @@ struct DirectGuard<'a>(&'a Shared);
 
 impl Drop for DirectGuard<'_> {
     fn drop(&mut self) {
-        let _out = self.0.out.lock().unwrap();
+        // Also while unwinding from a panic that poisoned the lock: a second panic here would
+        // abort the whole server, and the descriptor must be withdrawn either way.
+        let _out = self
+            .0
+            .out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.0.direct_fd.store(-1, Relaxed);
     }
 }
@@ -631,10 +637,11 @@ async fn run<T: Transport>(
             }
             continue;
         }
-        let requested = shared.close_request.swap(0, Relaxed);
+        // Read, never cleared: while set, nothing more is queued for us (a swap to 0 and back
+        // left a window in which a broadcaster could write after our close frame, and in which
+        // a second close request counted again).
+        let requested = shared.close_request.load(Relaxed);
         if requested != 0 && !st.close_sent {
-            // Keep the request visible so nothing more is queued for us.
-            shared.close_request.store(requested, Relaxed);
             let reason = match requested {
                 1001 => "server shutting down",
                 crate::hub::HEARTBEAT_CLOSE => "heartbeat timeout",
@@ -672,8 +679,6 @@ async fn run<T: Transport>(
                 }
                 shared.queued.store(queued, Relaxed);
             }
-        } else if requested != 0 {
-            shared.close_request.store(requested, Relaxed);
         }
         let pending = flush(io, shared, m)?;
         if st.close_sent && !pending && closed_write(io, st, m) {

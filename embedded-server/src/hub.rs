@@ -70,16 +70,28 @@ impl Hub {
     /// A broadcast that came from another node: local delivery only (never relayed again).
     pub fn deliver_remote_broadcast(&self, op: OpCode, payload: &[u8]) {
         self.metrics.broadcasts.fetch_add(1, Relaxed);
-        let conns = self.conns.read().unwrap();
-        self.fan_out(op, payload, conns.values());
+        self.fan_out(op, payload, self.everyone().iter());
     }
 
     /// A channel message (already `{"channel":..,"data":..}` text) from another node.
     pub fn deliver_remote_channel(&self, channel: &str, text: &str) {
+        let subs = self.subscribers(channel);
+        self.fan_out(OpCode::Text, text.as_bytes(), subs.iter());
+    }
+
+    /// Every connection now. A fan-out writes to the sockets (a send per recipient, see
+    /// `Shared::push`), so it works on this copy, not under the registry's lock: a lock held
+    /// for a whole fan-out (~1.5 s to 100k here) would stall every accept and close behind it.
+    fn everyone(&self) -> Vec<Arc<Shared>> {
+        self.conns.read().unwrap().values().cloned().collect()
+    }
+
+    /// A channel's subscribers now (a copy, for the same reason).
+    fn subscribers(&self, channel: &str) -> Vec<Arc<Shared>> {
         let map = self.channels.lock().unwrap();
-        if let Some(subs) = map.get(channel) {
-            self.fan_out(OpCode::Text, text.as_bytes(), subs.values());
-        }
+        map.get(channel)
+            .map(|subs| subs.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Coarse clock: whole seconds since the server started.
@@ -132,10 +144,7 @@ impl Hub {
     /// `Shared::push_compressed`). The others get the plain frame.
     pub fn broadcast(&self, op: OpCode, payload: &[u8]) {
         self.metrics.broadcasts.fetch_add(1, Relaxed);
-        {
-            let conns = self.conns.read().unwrap();
-            self.fan_out(op, payload, conns.values());
-        }
+        self.fan_out(op, payload, self.everyone().iter());
         if let Some(r) = self.relay.get() {
             r(Relay::Broadcast { op, payload });
         }
@@ -197,9 +206,8 @@ impl Hub {
     /// waits for it.
     pub fn broadcast_encoded(&self, frame: Bytes) {
         self.metrics.broadcasts.fetch_add(1, Relaxed);
-        let conns = self.conns.read().unwrap();
         let mut sent = 0;
-        for c in conns.values() {
+        for c in self.everyone() {
             if c.push(frame.clone(), &self.metrics) {
                 sent += 1;
             }
@@ -284,12 +292,8 @@ impl Hub {
     /// Publish to a channel: one encode, then the same frame to each subscriber.
     pub fn publish(&self, channel: &str, data: &serde_json::Value) {
         let text = serde_json::json!({"channel": channel, "data": data}).to_string();
-        {
-            let map = self.channels.lock().unwrap();
-            if let Some(subs) = map.get(channel) {
-                self.fan_out(OpCode::Text, text.as_bytes(), subs.values());
-            }
-        }
+        let subs = self.subscribers(channel);
+        self.fan_out(OpCode::Text, text.as_bytes(), subs.iter());
         if let Some(r) = self.relay.get() {
             r(Relay::Channel {
                 channel,
@@ -303,8 +307,8 @@ impl Hub {
         let now = self.now();
         let interval = self.config.heartbeat_interval.as_secs().max(1) as u32;
         let timeout = self.config.heartbeat_timeout.as_secs().max(1) as u32;
-        let conns = self.conns.read().unwrap();
-        for c in conns.values() {
+        let mut due = Vec::new();
+        for c in self.conns.read().unwrap().values() {
             let seen = c.last_seen.load(Relaxed);
             let idle = now.saturating_sub(seen);
             if idle >= timeout {
@@ -316,9 +320,13 @@ impl Hub {
             } else if idle >= interval && now.saturating_sub(c.last_ping.load(Relaxed)) >= interval
             {
                 c.last_ping.store(now, Relaxed);
-                if c.push(self.ping.clone(), &self.metrics) {
-                    self.metrics.pings_sent.fetch_add(1, Relaxed);
-                }
+                due.push(c.clone());
+            }
+        }
+        // The pings are sends (see `Shared::push`): made after the registry lock is released.
+        for c in due {
+            if c.push(self.ping.clone(), &self.metrics) {
+                self.metrics.pings_sent.fetch_add(1, Relaxed);
             }
         }
     }
