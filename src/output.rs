@@ -183,13 +183,35 @@ mod tests {
     }
 }
 
-/// Print a line to stdout, ignoring a closed pipe: `wstune apply ... | head -3` or `wstune
-/// rollback | head` must still finish changing the host (println! panics on EPIPE, which
-/// stopped a rollback halfway).
+/// Print a line to stdout without panicking when it cannot be written: `wstune apply ... |
+/// head -3` or `wstune rollback | head` must still finish changing the host (println! panics
+/// on EPIPE, which stopped a rollback halfway). A lost line is remembered (`stdout_lost`), so a
+/// prompt never asks about a plan nobody could read, and any error but a closed pipe (a full
+/// disk behind `> plan.txt`) is said on stderr.
 macro_rules! say {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($t)*);
+        if let Err(e) = writeln!(std::io::stdout(), $($t)*) {
+            $crate::output::stdout_failed(&e);
+        }
     }};
 }
 pub(crate) use say;
+
+static STDOUT_LOST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `say!` could not write a line.
+pub fn stdout_failed(e: &std::io::Error) {
+    if !STDOUT_LOST.swap(true, std::sync::atomic::Ordering::Relaxed)
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        eprintln!(
+            "wstune: warning: cannot write to standard output ({e}): the output is incomplete"
+        );
+    }
+}
+
+/// Whether a line of this run's output was lost.
+pub fn stdout_lost() -> bool {
+    STDOUT_LOST.load(std::sync::atomic::Ordering::Relaxed)
+}

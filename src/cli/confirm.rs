@@ -13,6 +13,10 @@ pub fn confirm(question: &str, no_terminal: &str) -> Result<()> {
     if !std::io::stdin().is_terminal() {
         bail!("{no_terminal}");
     }
+    // The question is about what was just printed; if that never arrived, a yes is blind.
+    if crate::output::stdout_lost() {
+        bail!("refusing to ask about a plan that could not be shown (standard output is closed): run it with the output on a terminal or in a file, or pass --yes. Nothing was changed.");
+    }
     eprint!("{question} [y/N] ");
     std::io::stderr().flush()?;
     let mut line = String::new();
