@@ -618,6 +618,7 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
         limits::deflate_conns(
             conns,
             profile.estimate().bytes_per_conn(),
+            r.config.deflate.window_bits,
             room.mem_available,
         )
         .filter(|_| r.config.deflate.enabled && a.load.conns.is_none()),

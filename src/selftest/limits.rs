@@ -124,11 +124,14 @@ pub const GENERATOR_BYTES_PER_CONN: u64 = 4096 + 12 * 1024;
 
 /// What one deflate connection adds on the generator's side: a decompressor with the server's
 /// window (the server keeps its context); the generator compresses from one shared context
-/// per process. Measured: 5,000 deflate connections against the 100k profile's server held
-/// 136 MB of generator RSS, 27 KB each with the plain client state (a per-connection
-/// compressor and 32 KiB inflate window held 896 MB, 179 KB each, and kept the deflate
-/// scenario to ~72k connections on a 24 GiB host); rounded up.
-pub const GENERATOR_DEFLATE_BYTES_PER_CONN: u64 = 24 << 10;
+/// per process. Measured: 5,000 deflate connections against the 100k profile's server (window
+/// 11 bits) held 136 MB of generator RSS, 27 KB each with the plain client state (a
+/// per-connection compressor and 32 KiB inflate window held 896 MB, 179 KB each, and kept the
+/// deflate scenario to ~72k connections on a 24 GiB host): 22 KiB of inflate state and buffers
+/// plus the window, rounded up.
+pub fn generator_deflate_bytes_per_conn(server_window_bits: u8) -> u64 {
+    (22 << 10) + (1u64 << server_window_bits.clamp(9, 15))
+}
 
 /// The deflate scenario's own count when `conns` deflate connections (server estimate
 /// `bytes_per_conn` with its contexts, plus the generator's side) do not fit the memory; the
@@ -136,10 +139,12 @@ pub const GENERATOR_DEFLATE_BYTES_PER_CONN: u64 = 24 << 10;
 pub fn deflate_conns(
     conns: usize,
     bytes_per_conn: u64,
+    window_bits: u8,
     mem_available: Option<u64>,
 ) -> Option<(usize, String)> {
     let avail = mem_available?;
-    let per = bytes_per_conn + GENERATOR_BYTES_PER_CONN + GENERATOR_DEFLATE_BYTES_PER_CONN;
+    let generator = GENERATOR_BYTES_PER_CONN + generator_deflate_bytes_per_conn(window_bits);
+    let per = bytes_per_conn + generator;
     let cap = ((avail as f64 * MEMORY_SHARE) as u64 / per) as usize;
     (cap < conns).then(|| {
         (
@@ -150,7 +155,7 @@ pub fn deflate_conns(
                  more than {:.0}% of the {} MiB available; it runs {cap}, the other scenarios \
                  keep {conns}",
                 (conns as u64 * per) >> 20,
-                GENERATOR_BYTES_PER_CONN + GENERATOR_DEFLATE_BYTES_PER_CONN,
+                generator,
                 MEMORY_SHARE * 100.0,
                 avail >> 20
             ),
@@ -494,14 +499,14 @@ mod tests {
         );
         // Deflate needs its own, lower count on an 8 GiB host at 100k; the others keep theirs
         // (24 GiB holds all 100k since the generator shares its compressor).
-        assert_eq!(deflate_conns(100_000, 48 << 10, Some(24 << 30)), None);
-        let (n, why) = deflate_conns(100_000, 48 << 10, Some(8 << 30)).unwrap();
+        assert_eq!(deflate_conns(100_000, 48 << 10, 11, Some(24 << 30)), None);
+        let (n, why) = deflate_conns(100_000, 48 << 10, 11, Some(8 << 30)).unwrap();
         assert!(n < 100_000 && n > 50_000, "{n}");
         assert!(
             why.starts_with("deflate scenario") && why.contains("keep 100000"),
             "{why}"
         );
-        assert_eq!(deflate_conns(10_000, 48 << 10, Some(24 << 30)), None);
+        assert_eq!(deflate_conns(10_000, 48 << 10, 11, Some(24 << 30)), None);
         // Plenty of everything: the profile's count.
         let s = size_self_test(
             100_000,

@@ -851,7 +851,13 @@ async fn run_phase(
         } else {
             o.secs + warmup
         })
-        + Duration::from_secs(if scenario == Scenario::Storm { 60 } else { 15 });
+        + Duration::from_secs(if scenario == Scenario::Storm { 60 } else { 15 })
+        // Broadcast subscribers wait one round gap past the window for the last round.
+        + Duration::from_secs_f64(if scenario == Scenario::Broadcast {
+            o.secs / (o.rounds as f64 + 1.0)
+        } else {
+            0.0
+        });
     let mut incomplete: Option<String> = None;
     let mut server_end = None;
     // Scenarios measured over a fixed window read the server when the window ends, before the
@@ -912,6 +918,10 @@ async fn run_phase(
         }
     }
     pb.finish_and_clear();
+    if let Some(h) = window_end.as_ref().filter(|_| incomplete.is_some()) {
+        // The load stopped early: no window to wait out (a --secs 3600 run would idle here).
+        h.abort();
+    }
     if let Some(Ok(Some(at_end))) = match window_end {
         Some(h) => Some(h.await),
         None => None,
