@@ -66,7 +66,10 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
                 )?;
             }
             for line in apply::recover::undo_interrupted(&entries, backend, &store)? {
-                eprintln!("wstune: {line}");
+                // Not eprintln!: a closed stderr (`2>&1 | head`) must not stop the apply here,
+                // between the undo and the new changes.
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "wstune: {line}");
             }
         }
     }
