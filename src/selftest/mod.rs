@@ -402,9 +402,8 @@ pub fn peak_rss(pid: u32) -> Option<u64> {
 /// last handshakes after a connect phase, and on closing a scenario's connections after its
 /// clients left; a measurement started meanwhile charges that work to the next scenario (after
 /// the idle scenario, echo-rate's p99 at 100k was 240-1000 ms with the cores saturated by the
-/// teardown, 1.2 ms when it ran first). A server measured only by URL (no pid) is not waited
-/// for, and at least one quarter second always passes (it gives at least half a second,
-/// as the idle scenario always had).
+/// teardown, 1.2 ms when it ran first). Every call takes at least one quarter-second sample;
+/// a server measured only by URL (no pid) costs just that one.
 pub async fn quiesce(o: &Options, limit: Duration) {
     let deadline = tokio::time::Instant::now() + limit;
     let pids: Vec<u32> = [o.server_pid, o.broadcast_server_pid]
