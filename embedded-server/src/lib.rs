@@ -25,6 +25,7 @@ pub mod hub;
 pub mod memory;
 pub mod metrics;
 pub mod offload;
+pub mod outbox;
 #[cfg(feature = "tls")]
 pub mod tls;
 pub mod transport;
