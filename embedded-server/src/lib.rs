@@ -31,7 +31,8 @@ pub mod tls;
 pub mod transport;
 pub mod utf8;
 
-pub use config::{App, BackpressureClose, Handler, ServerConfig};
+pub use config::{App, BackpressureClose, ConfigError, Handler, ServerConfig};
+pub use deflate::DeflateSettings;
 pub use hub::Hub;
 
 use conn::Ctx;
