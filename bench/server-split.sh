@@ -10,10 +10,13 @@
 #   broadcast  CONNS subscribers, 10 rounds (serve --app broadcast): server CPU seconds over
 #              the run and the last subscriber's p50 (ms)
 # Then the median of each measure per binary and NEW/OLD. Every step is bounded in time;
-# SECS (default 5) is each scenario's measured window.
+# SECS (default 5) is each scenario's measured window; ONLY=idle|echo-sat|echo-rate|broadcast
+# runs one measure (more runs of a noisy one, say).
 set -euo pipefail
 OLD=$1; NEW=$2; N=${3:-10000}; RUNS=${4:-3}; SECS=${SECS:-5}
 GEN=${GEN:-./target/release/wstune}
+ONLY=${ONLY:-all}
+want() { [ "$ONLY" = all ] || [ "$ONLY" = "$1" ]; }
 OUT=${OUT:-$(mktemp -d)}; mkdir -p "$OUT"
 ulimit -n 20000 2>/dev/null || true
 wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
@@ -27,13 +30,15 @@ one() { # label binary run
   pid=$!
   wait_port "$port"
   f="$OUT/$label-$run"
-  timeout 120 "$GEN" selftest --url "ws://127.0.0.1:$port/" --pid "$pid" --scenario idle \
-    --conns "$N" --secs "$SECS" -f json >"$f-idle.json" 2>/dev/null || true
-  timeout 120 "$GEN" selftest --url "ws://127.0.0.1:$port/" --pid "$pid" --scenario echo-sat \
-    --conns 100 --secs "$SECS" -f json >"$f-sat.json" 2>/dev/null || true
-  timeout 120 "$GEN" selftest --url "ws://127.0.0.1:$port/" --pid "$pid" --scenario echo-rate \
-    --conns 1000 --rate 10 --secs "$SECS" -f json >"$f-rate.json" 2>/dev/null || true
+  want idle && { timeout 120 "$GEN" selftest --url "ws://127.0.0.1:$port/" --pid "$pid" \
+    --scenario idle --conns "$N" --secs "$SECS" -f json >"$f-idle.json" 2>/dev/null || true; }
+  want echo-sat && { timeout 120 "$GEN" selftest --url "ws://127.0.0.1:$port/" --pid "$pid" \
+    --scenario echo-sat --conns 100 --secs "$SECS" -f json >"$f-sat.json" 2>/dev/null || true; }
+  want echo-rate && { timeout 120 "$GEN" selftest --url "ws://127.0.0.1:$port/" --pid "$pid" \
+    --scenario echo-rate --conns 1000 --rate 10 --secs "$SECS" -f json >"$f-rate.json" \
+    2>/dev/null || true; }
   kill "$pid"; wait "$pid" 2>/dev/null || true
+  want broadcast || { echo "run $run $label done" >&2; return 0; }
 
   port=$((20000 + RANDOM % 20000))
   "$bin" serve --app broadcast --port "$port" --admin off --profile 100k \
