@@ -223,3 +223,32 @@ pub struct SelfTestTargets {
     pub rate_per_client: u64,
     pub p99_ms: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_profiles_deflate_block_converts_into_the_servers_settings() {
+        let p = DeflateProfile {
+            enabled: true,
+            window_bits: 11,
+            mem_level: 4,
+            level: 3,
+            threshold_bytes: 512,
+            context_takeover: false,
+            inflate_budget_bytes: Some(1 << 27),
+        };
+        assert_eq!(
+            embedded_server::DeflateSettings::from(&p),
+            embedded_server::DeflateSettings {
+                enabled: true,
+                window_bits: 11,
+                mem_level: 4,
+                level: 3,
+                threshold: 512,
+                context_takeover: false,
+            }
+        );
+    }
+}
