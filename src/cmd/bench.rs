@@ -7,13 +7,28 @@
 //! likely measure: with context takeover a repeat is almost all back-references) and a ticker
 //! feed whose values change in every message.
 
-use crate::cli::args::{BenchDeflateArgs, ListFormat};
-use crate::cli::exit;
+use crate::outcome::Outcome;
 use crate::output;
+use crate::report::ListFormat;
 use anyhow::{bail, Result};
 use embedded_server::deflate::{Compressor, Decompressor};
 use serde::Serialize;
 use std::time::Instant;
+
+/// `bench deflate` as given; the sizes and codec settings are checked here, where they are used.
+#[derive(Debug, Clone)]
+pub struct DeflateRequest {
+    /// Message sizes, comma-separated (1k = 1024 bytes).
+    pub sizes: String,
+    /// Round trips per size, stream and mode.
+    pub iterations: usize,
+    pub window_bits: u8,
+    pub mem_level: u8,
+    pub level: u8,
+    /// The broadcast cost to this many recipients instead of round trips.
+    pub broadcast: Option<usize>,
+    pub format: ListFormat,
+}
 
 /// The seed's figures, ms per 10,000 round trips: (size KiB, persistent before, after, no-context before, after).
 const SEED: [(usize, f64, f64, f64, f64); 4] = [
@@ -74,7 +89,7 @@ fn parse_size(s: &str) -> Result<usize> {
     }
 }
 
-pub fn deflate(a: &BenchDeflateArgs) -> Result<u8> {
+pub fn deflate(a: &DeflateRequest) -> Result<Outcome> {
     let sizes: Vec<usize> = a.sizes.split(',').map(parse_size).collect::<Result<_>>()?;
     if a.iterations == 0 {
         bail!("--iterations must be at least 1");
@@ -102,7 +117,7 @@ pub fn deflate(a: &BenchDeflateArgs) -> Result<u8> {
         ListFormat::Table => table(&rows, a),
     };
     output::emit(None, &text)?;
-    Ok(exit::OK)
+    Ok(Outcome::Ok)
 }
 
 fn run(
@@ -110,7 +125,7 @@ fn run(
     stream: &'static str,
     mode: &'static str,
     msgs: &[Vec<u8>],
-    a: &BenchDeflateArgs,
+    a: &DeflateRequest,
 ) -> Row {
     let takeover = mode == "persistent";
     let mut c = Compressor::new(a.window_bits, a.mem_level, a.level, takeover);
@@ -156,7 +171,7 @@ fn run(
     }
 }
 
-fn table(rows: &[Row], a: &BenchDeflateArgs) -> String {
+fn table(rows: &[Row], a: &DeflateRequest) -> String {
     let mut t = output::new_table();
     t.set_header(vec![
         "size",
@@ -205,7 +220,7 @@ struct BroadcastRow {
 /// deflate peer); "per_connection" keeps one context-takeover compressor per recipient (what
 /// a server that compresses per connection pays). Both outputs are inflated by a recipient to
 /// check them.
-fn broadcast(sizes: &[usize], n: usize, a: &BenchDeflateArgs) -> Result<u8> {
+fn broadcast(sizes: &[usize], n: usize, a: &DeflateRequest) -> Result<Outcome> {
     if n == 0 || n > 100_000 {
         bail!("--broadcast: 1..=100000 recipients (each one holds a ~256 KiB context in per-connection mode)");
     }
@@ -306,7 +321,7 @@ fn broadcast(sizes: &[usize], n: usize, a: &BenchDeflateArgs) -> Result<u8> {
         }
     };
     output::emit(None, &text)?;
-    Ok(exit::OK)
+    Ok(Outcome::Ok)
 }
 
 #[cfg(test)]

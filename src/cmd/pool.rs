@@ -1,17 +1,42 @@
 //! `wstune pool`: the guide's pool formula from given times, from times measured on a real
 //! handler under load (`--measure`), or an experiment over pool sizes (`--sweep`).
 
-use crate::cli::args::{ListFormat, PoolArgs};
-use crate::cli::exit;
+use crate::outcome::Outcome;
 use crate::pool::{self, Advice, SweepPoint};
+use crate::report::ListFormat;
 use crate::selftest::{self, client::Target, Options, Scenario};
 use anyhow::{bail, Context, Result};
 use embedded_server::{Handler, Hub, Server, ServerConfig};
 use serde::Serialize;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// `pool`, resolved: every number checked, the handler parsed, `--write-profile`'s profile
+/// loadable and its file writable.
+pub struct Request {
+    pub blocking_ms: Option<f64>,
+    pub cpu_ms: Option<f64>,
+    /// Cores to size for (given, or this host's, clamped).
+    pub cores: u64,
+    pub measure: bool,
+    pub sweep: bool,
+    /// The handler a local server runs (never echo: there is no pool to size).
+    pub handler: Option<Handler>,
+    /// A running server to measure, and its admin address.
+    pub url: Option<String>,
+    pub admin: Option<String>,
+    /// Pool sizes for the sweep.
+    pub sizes: Vec<u64>,
+    pub conns: usize,
+    pub secs: f64,
+    /// The profile `--write-profile` copies (a built-in name or a file).
+    pub profile: String,
+    pub write_profile: Option<PathBuf>,
+    pub format: ListFormat,
+}
 
 /// Handler times measured over a run: averages per handled message.
 #[derive(Debug, Clone, Serialize)]
@@ -322,40 +347,8 @@ fn write_profile(spec: &str, out: &std::path::Path, pool_size: u64, queue: u64) 
     crate::output::write_atomic(out, &new)
 }
 
-pub fn run(a: &PoolArgs) -> Result<u8> {
-    let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    // A host's own count is never refused (it is clamped); a given one past the ceiling is.
-    let cores = a.cores.unwrap_or(host_cores.min(pool::MAX_CORES));
-    pool::check_cores(cores).map_err(anyhow::Error::msg)?;
-    if !(a.secs.is_finite() && a.secs > 0.0 && a.secs <= 600.0) {
-        bail!(
-            "--secs {}: give more than 0 and at most 600 seconds",
-            a.secs
-        );
-    }
-    if a.conns == 0 || a.conns > 100_000 {
-        bail!("--conns {}: give 1..=100000 connections", a.conns);
-    }
-    let handler = match &a.handler {
-        Some(h) => Some(Handler::parse(h).map_err(|e| anyhow::anyhow!("--handler: {e}"))?),
-        None => None,
-    };
-    if let Some(Handler::Echo) = handler {
-        bail!("--handler echo runs inline on the I/O threads: there is no pool to size; give cpu:, block: or both");
-    }
-    let sizes: Vec<u64> = a
-        .sizes
-        .split(',')
-        .map(|s| match s.trim().parse::<u64>() {
-            Ok(n) if (1..=4096).contains(&n) => Ok(n),
-            _ => bail!("--sizes: '{s}' is not a pool size 1..=4096 (e.g. --sizes 2,4,8,16)"),
-        })
-        .collect::<Result<_>>()?;
-    if let Some(path) = &a.write_profile {
-        // A bad --profile or an unwritable OUT fails before any work.
-        crate::profile::load(&a.profile)?;
-        crate::output::check_writable(path, "--write-profile")?;
-    }
+pub fn run(a: Request) -> Result<Outcome> {
+    let (cores, handler, sizes) = (a.cores, a.handler, &a.sizes);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -398,7 +391,7 @@ pub fn run(a: &PoolArgs) -> Result<u8> {
             let Some(h) = handler else {
                 bail!("--sweep restarts the server at each size: give --handler SPEC");
             };
-            rt.block_on(sweep(h, &sizes, a.conns, a.secs))?
+            rt.block_on(sweep(h, sizes, a.conns, a.secs))?
         } else {
             Vec::new()
         };
@@ -441,7 +434,7 @@ pub fn run(a: &PoolArgs) -> Result<u8> {
             path.display()
         );
     }
-    Ok(exit::OK)
+    Ok(Outcome::Ok)
 }
 
 fn table(o: &Output) -> String {

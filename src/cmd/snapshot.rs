@@ -3,17 +3,24 @@
 //! the same host. The tree is built in a temporary directory and renamed into place, so a failed
 //! snapshot leaves nothing behind.
 
-use crate::cli::args::SnapshotArgs;
-use crate::cli::{exit, resolve};
+use crate::engine::check::{inputs, Target};
 use crate::gather::gather;
 use crate::host::fs::META_DIR;
 #[cfg(not(windows))]
 use crate::host::fs::{FsBackend, Recording, KEEP};
 use crate::host::Backend;
+use crate::outcome::Outcome;
 use anyhow::{bail, Context, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-pub fn run(a: &SnapshotArgs) -> Result<u8> {
+/// `snapshot`, resolved: the directory to create and what the checks are run against (the
+/// backend is the recording one this command makes itself).
+pub struct Request {
+    pub out_dir: PathBuf,
+    pub target: Target,
+}
+
+pub fn run(a: Request) -> Result<Outcome> {
     let out = &a.out_dir;
     if out.exists()
         && std::fs::read_dir(out)
@@ -40,7 +47,7 @@ pub fn run(a: &SnapshotArgs) -> Result<u8> {
         .prefix(".wstune-snapshot-")
         .tempdir_in(parent)
         .context("cannot create a temporary directory")?;
-    let captured = capture(a, tmp.path())?;
+    let captured = capture(&a, tmp.path())?;
     if out.exists() {
         std::fs::remove_dir(out)
             .with_context(|| format!("cannot replace the empty directory {}", out.display()))?;
@@ -53,14 +60,14 @@ pub fn run(a: &SnapshotArgs) -> Result<u8> {
         out.display(),
         out.display()
     );
-    Ok(exit::OK)
+    Ok(Outcome::Ok)
 }
 
 /// The live Linux host: every file the checks read, as a tree. Returns what was captured.
 #[cfg(not(windows))]
-fn capture(a: &SnapshotArgs, dir: &Path) -> Result<String> {
+fn capture(a: &Request, dir: &Path) -> Result<String> {
     let backend = FsBackend::recording();
-    let r = resolve::inputs(&a.target, &backend)?;
+    let r = inputs(&a.target, &backend)?;
     let facts = gather(&r.catalog, &backend, &r.options);
     let rec = backend
         .take_recording()
@@ -77,9 +84,9 @@ fn capture(a: &SnapshotArgs, dir: &Path) -> Result<String> {
 /// The live Windows host: every registry value, adapter and port range the checks read, as the
 /// `registry.yaml` that makes a tree a Windows host for `check --root`.
 #[cfg(windows)]
-fn capture(a: &SnapshotArgs, dir: &Path) -> Result<String> {
+fn capture(a: &Request, dir: &Path) -> Result<String> {
     let backend = crate::host::windows::WindowsBackend::recording();
-    let r = resolve::inputs(&a.target, &backend)?;
+    let r = inputs(&a.target, &backend)?;
     let facts = gather(&r.catalog, &backend, &r.options);
     let rec = backend
         .take_recording()
