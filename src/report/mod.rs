@@ -10,6 +10,8 @@ mod prometheus;
 mod serve;
 mod table;
 
+pub mod checks_doc;
+
 pub use journal::{entry_list, restore_preview};
 pub use junit::junit;
 pub use plan::plan_table;
