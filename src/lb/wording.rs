@@ -168,4 +168,64 @@ mod tests {
             .fix()
             .starts_with("set proxy_read_timeout (and proxy_send_timeout) 85s in x.conf"));
     }
+
+    /// Every placeholder a finding uses is filled, in every case the checks distinguish.
+    #[test]
+    fn findings_leave_no_placeholder_unfilled() {
+        let p = crate::profile::load("100k").unwrap().profile;
+        let opts = super::super::Options {
+            backends: vec!["127.0.0.1:9001".into()],
+            bind: "0.0.0.0:80".into(),
+            tls_cert: None,
+            tls_key: None,
+            sticky: None,
+        };
+        let mut configs = vec!["nothing to see".to_string()];
+        for kind in [Kind::Haproxy, Kind::Nginx] {
+            let good = super::super::generate(kind, &p, &opts).unwrap();
+            configs.push(good.clone());
+            // Short timeouts, a cap without headroom, listens without backlog=.
+            configs.push(
+                good.replace("timeout tunnel", "timeout tunnel 30s #")
+                    .replace("proxy_read_timeout", "proxy_read_timeout 10s; #")
+                    .replace("backlog=", "x="),
+            );
+            configs.push("http { upstream b { server 1.2.3.4; } server { location / { proxy_pass http://b; } } }".into());
+        }
+        let limits = crate::lb::ProcLimits {
+            soft: 1024,
+            hard: 4096,
+            raise_to: None,
+            source: "test".into(),
+        };
+        for text in &configs {
+            for l in [Ok(limits.clone()), Err("unreadable".to_string())] {
+                for f in super::super::findings_with(std::path::Path::new("lb.conf"), text, &p, l) {
+                    let all = format!(
+                        "{} {} {} {}",
+                        f.title,
+                        f.why,
+                        f.fix.runtime.unwrap_or_default(),
+                        f.fix.persistent.unwrap_or_default()
+                    );
+                    assert!(!all.contains('{'), "{}: {all}", f.id);
+                    assert!(
+                        defs().iter().any(|d| d.id == f.id),
+                        "{} is not in checks/lb.yaml",
+                        f.id
+                    );
+                }
+            }
+        }
+    }
+
+    /// lb.fd_limit is worded in lb/limits.rs; its listed title must be the one it reports.
+    #[test]
+    fn fd_limit_title_matches_the_finding() {
+        for kind in [Kind::Haproxy, Kind::Nginx] {
+            let f =
+                super::super::limits::finding(kind, &super::super::read(""), Err("x".into()), "f");
+            assert_eq!(f.title, words("lb.fd_limit", Some(kind), vec![]).title());
+        }
+    }
 }
