@@ -1,7 +1,9 @@
 //! wstune: check, tune and prove a host and a WebSocket server for 100k+ connections.
 //!
-//! The flow, one way: args (`cli`) -> profile + catalog -> host facts (`gather`, through a
-//! `host::Backend`) -> findings (`catalog::eval`, pure) -> `report` -> exit code (`cli`).
+//! The flow, one way: args -> one typed request per command (`cli::resolve`) -> the command
+//! (`cmd`), which runs the shared pipelines (`engine`: profile + catalog -> host facts through a
+//! `host::Backend` -> findings, pure -> `report`) and returns an `outcome::Outcome` -> exit code
+//! (`cli`, the only module that imports `cli`).
 
 pub mod apply;
 pub mod catalog;
