@@ -79,3 +79,54 @@ pub fn restore_preview(entry: &Entry) -> String {
     }
     lines.join("\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> Entry {
+        serde_json::from_value(serde_json::json!({
+            "id": "20261201-120000-1", "created": "2026-12-01T12:00:00Z", "state": "applied",
+            "profile": "100k (builtin:100k)", "actions": [],
+            "runtime": [{"path": "/proc/sys/net/ipv4/tcp_rmem", "old": "4096\t131072\t6291456\n"}],
+            "files": [{"path": "/etc/sysctl.d/60-wstune.conf", "old": null,
+                       "new": {"base64": "", "mode": 420}}],
+            "created_dirs": [], "limits": [{"pid": 42, "soft": 1024, "hard": 4096}],
+            "registry": []
+        }))
+        .expect("a journal entry")
+    }
+
+    #[test]
+    fn the_preview_names_each_value_and_file_to_put_back() {
+        assert_eq!(
+            restore_preview(&entry()),
+            "Rolling back entry 20261201-120000-1 (100k (builtin:100k), applied):\n\
+             \x20 /proc/sys/net/ipv4/tcp_rmem <- 4096 131072 6291456\n\
+             \x20 nofile of process 42 <- 1024:4096\n\
+             \x20 /etc/sysctl.d/60-wstune.conf (remove: it did not exist)"
+        );
+    }
+
+    #[test]
+    fn the_list_says_where_it_looked_when_empty_and_shows_damaged_entries() {
+        let dir = Path::new("/var/lib/wstune/journal");
+        assert_eq!(
+            entry_list(dir, &[], &[]),
+            "No journal entries under /var/lib/wstune/journal."
+        );
+        let damaged = Damaged {
+            path: dir.join("20261201-130000-2.json"),
+            error: "EOF".into(),
+        };
+        let t = entry_list(dir, &[entry()], &[damaged]);
+        assert!(
+            t.contains("20261201-120000-1") && t.contains("applied"),
+            "{t}"
+        );
+        assert!(
+            t.contains("20261201-130000-2") && t.contains("damaged, cannot be read"),
+            "{t}"
+        );
+    }
+}

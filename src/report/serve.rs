@@ -46,3 +46,21 @@ pub fn settings_table(
     }
     t.to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_setting_shows_where_it_came_from_and_iocp_rows_only_when_asked() {
+        let rows = vec![("max connections", "100000".to_string(), "profile")];
+        let t = settings_table(&rows, 4, 1, false);
+        let line = t.lines().find(|l| l.contains("max connections")).unwrap();
+        assert!(line.contains("100000") && line.contains("profile"), "{t}");
+        assert!(
+            t.contains("io workers (effective)") && !t.contains("IOCP"),
+            "{t}"
+        );
+        assert!(settings_table(&rows, 4, 1, true).contains("IOCP threads (= io workers)"));
+    }
+}
