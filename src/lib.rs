@@ -6,6 +6,7 @@
 //! (`cli`, the only module that imports `cli`).
 
 pub mod apply;
+pub mod bench;
 pub mod catalog;
 pub mod cli;
 pub mod cluster;

@@ -2,12 +2,11 @@
 //! handler under load (`--measure`), or an experiment over pool sizes (`--sweep`).
 
 use crate::outcome::Outcome;
-use crate::pool::{self, Advice, SweepPoint};
+use crate::pool::{self, Measured, SweepPoint};
 use crate::report::ListFormat;
 use crate::selftest::{self, client::Target, Options, Scenario};
 use anyhow::{bail, Context, Result};
 use embedded_server::{Handler, Hub, Server, ServerConfig};
-use serde::Serialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
@@ -36,35 +35,6 @@ pub struct Request {
     pub profile: String,
     pub write_profile: Option<PathBuf>,
     pub format: ListFormat,
-}
-
-/// Handler times measured over a run: averages per handled message.
-#[derive(Debug, Clone, Serialize)]
-pub struct Measured {
-    pub jobs: u64,
-    pub wall_ms: f64,
-    pub cpu_ms: f64,
-    /// Waiting for a core (runnable, not running): neither CPU nor blocking. Absent where the
-    /// kernel keeps no scheduler statistics; then it is counted as blocking.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub runqueue_ms: Option<f64>,
-    pub blocking_ms: f64,
-    pub ratio: f64,
-}
-
-#[derive(Debug, Serialize)]
-struct Output {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    measured: Option<Measured>,
-    advice: Advice,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    sweep: Vec<SweepPoint>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    knee: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    best: Option<u64>,
-    /// The pool size written with --write-profile (the knee when sweeping, else the formula's).
-    chosen: u64,
 }
 
 /// The server's running sums for offloaded messages: (seconds, observations) per histogram.
@@ -412,7 +382,7 @@ pub fn run(a: Request) -> Result<Outcome> {
         .max_by(|x, y| x.throughput.total_cmp(&y.throughput))
         .map(|p| p.size);
     let chosen = knee.unwrap_or(advice.pool_size);
-    let out = Output {
+    let out = pool::Report {
         measured,
         advice,
         sweep: points,
@@ -422,7 +392,7 @@ pub fn run(a: Request) -> Result<Outcome> {
     };
     let text = match a.format {
         ListFormat::Json => serde_json::to_string_pretty(&out)? + "\n",
-        ListFormat::Table => table(&out),
+        ListFormat::Table => crate::report::pool_table(&out),
     };
     crate::output::emit(None, &text)?;
     if let Some(path) = &a.write_profile {
@@ -435,84 +405,6 @@ pub fn run(a: Request) -> Result<Outcome> {
         );
     }
     Ok(Outcome::Ok)
-}
-
-fn table(o: &Output) -> String {
-    let a = &o.advice;
-    let mut s = String::new();
-    if let Some(m) = &o.measured {
-        s.push_str(&format!(
-            "measured over {} handled messages: wall {:.2} ms, on CPU {:.2} ms, {}blocking {:.2} ms, ratio {:.2}\n",
-            m.jobs,
-            m.wall_ms,
-            m.cpu_ms,
-            m.runqueue_ms
-                .map(|q| format!("waiting for a core {q:.2} ms, "))
-                .unwrap_or_default(),
-            m.blocking_ms,
-            m.ratio
-        ));
-    }
-    let mut t = crate::output::new_table();
-    t.set_header(vec!["setting", "value", "why"]);
-    t.add_row(vec![
-        "offload pool size".to_string(),
-        a.pool_size.to_string(),
-        format!(
-            "{} + ({:.2} / {:.2}) x {} (PoolSize = CPUCount + blocking/cpu x CPUCount)",
-            a.cores, a.blocking_ms, a.cpu_ms, a.cores
-        ),
-    ]);
-    t.add_row(vec![
-        "io workers".to_string(),
-        a.io_workers.to_string(),
-        "one per core: the event loop never blocks (the guide's 2-4 is for workers that may)"
-            .into(),
-    ]);
-    t.add_row(vec![
-        "offload queue size".to_string(),
-        a.queue_size.to_string(),
-        "bounded: a full queue stops reading (TCP backpressure)".into(),
-    ]);
-    s.push_str(&format!("{t}\n"));
-    if !o.sweep.is_empty() {
-        let mut t = crate::output::new_table();
-        t.set_header(vec![
-            "pool size",
-            "msgs/s",
-            "p99 ms",
-            "queue avg",
-            "queue max",
-            "",
-        ]);
-        for p in &o.sweep {
-            let mut mark = Vec::new();
-            if Some(p.size) == o.knee {
-                mark.push("knee");
-            }
-            if Some(p.size) == o.best {
-                mark.push("best throughput");
-            }
-            t.add_row(vec![
-                p.size.to_string(),
-                format!("{:.0}", p.throughput),
-                format!("{:.1}", p.p99_ms),
-                format!("{:.1}", p.queue_avg),
-                format!("{:.0}", p.queue_max),
-                mark.join(", "),
-            ]);
-        }
-        s.push_str(&format!("{t}\n"));
-        s.push_str(&format!(
-            "sweep knee: {} (smallest size within 5% of the best throughput, p99 no worse); formula: {}\n",
-            o.knee.map(|k| k.to_string()).unwrap_or_else(|| "-".into()),
-            a.pool_size
-        ));
-    }
-    for n in &a.notes {
-        s.push_str(&format!("- {n}\n"));
-    }
-    s
 }
 
 #[cfg(test)]

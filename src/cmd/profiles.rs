@@ -29,28 +29,7 @@ pub fn run(r: Request) -> Result<Outcome> {
                         .collect();
                     serde_json::to_string_pretty(&rows)? + "\n"
                 }
-                ListFormat::Table => {
-                    let mut t = output::new_table();
-                    t.set_header(vec![
-                        "Profile",
-                        "Connections",
-                        "nofile",
-                        "somaxconn",
-                        "deflate window",
-                        "Description",
-                    ]);
-                    for p in &profiles {
-                        t.add_row(vec![
-                            p.name.clone(),
-                            p.connections.to_string(),
-                            p.linux.nofile.to_string(),
-                            p.linux.somaxconn.to_string(),
-                            p.server.deflate.window_bits.to_string(),
-                            p.description.clone(),
-                        ]);
-                    }
-                    format!("{t}\nShow one in full: wstune profiles show NAME\n")
-                }
+                ListFormat::Table => crate::report::profile_list(&profiles),
             };
             output::emit(None, &text)?;
         }

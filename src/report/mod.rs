@@ -3,18 +3,24 @@
 //! Commands build the typed values and emit what these functions return; nothing here
 //! decides an exit code.
 
+mod bench;
 mod journal;
 mod junit;
 mod plan;
+mod pool;
+mod profiles;
 mod prometheus;
 mod serve;
 mod table;
 
 pub mod checks_doc;
 
+pub use bench::{broadcast_table, round_trip_table};
 pub use journal::{entry_list, restore_preview};
 pub use junit::junit;
 pub use plan::plan_table;
+pub use pool::pool_table;
+pub use profiles::profile_list;
 pub use prometheus::prometheus;
 pub use serve::{settings_table, Setting};
 pub use table::{area, table, Show, AREAS};
