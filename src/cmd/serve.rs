@@ -6,7 +6,7 @@ use crate::engine::check::{self, Resolved as HostInputs};
 use crate::engine::selftest::Load;
 use crate::outcome::Outcome;
 use crate::profile::Profile;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use embedded_server::{App, BackpressureClose, Handler, Server, ServerConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -123,30 +123,19 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
         a.heartbeat_timeout.map(|v| v as usize),
         s.heartbeat.timeout_secs,
     );
-    if max_frame_bytes > max_message_bytes {
-        bail!("--max-frame {max_frame_bytes} is above the message cap {max_message_bytes}: a frame is part of a message; raise --max-message too");
-    }
-    if hb_timeout <= hb_interval {
-        bail!("heartbeat timeout {hb_timeout} s must be longer than the interval {hb_interval} s, or every connection times out before its pong");
-    }
-    if fragment_bytes == 0 || max_frame_bytes == 0 || send_queue_bytes < 1024 {
-        bail!("--fragment and --max-frame must be positive and --send-queue at least 1024 bytes");
-    }
     let handler = Handler::parse(&a.handler).map_err(|e| anyhow::anyhow!("--handler: {e}"))?;
     let app = a.app;
-    if handler.offloaded() && app != App::Echo {
-        bail!("--handler {} works with --app echo only (the built-in handler simulates work before the echo)", a.handler);
-    }
     table.push(("app", format!("{:?}", app).to_lowercase(), "flag"));
     table.push(("handler", a.handler.clone(), "flag"));
     let pd = &s.deflate;
-    let deflate = embedded_server::deflate::DeflateSettings {
-        enabled: (pd.enabled || a.deflate) && !a.no_deflate,
-        window_bits: a.deflate_window_bits.unwrap_or(pd.window_bits),
-        mem_level: a.deflate_mem_level.unwrap_or(pd.mem_level),
-        level: a.deflate_level.unwrap_or(pd.level),
-        threshold: a.deflate_threshold.unwrap_or(pd.threshold_bytes as usize),
-        context_takeover: pd.context_takeover && !a.deflate_no_context_takeover,
+    let from_profile = embedded_server::DeflateSettings::from(pd);
+    let deflate = embedded_server::DeflateSettings {
+        enabled: (from_profile.enabled || a.deflate) && !a.no_deflate,
+        window_bits: a.deflate_window_bits.unwrap_or(from_profile.window_bits),
+        mem_level: a.deflate_mem_level.unwrap_or(from_profile.mem_level),
+        level: a.deflate_level.unwrap_or(from_profile.level),
+        threshold: a.deflate_threshold.unwrap_or(from_profile.threshold),
+        context_takeover: from_profile.context_takeover && !a.deflate_no_context_takeover,
     };
     let from = |flag: bool| if flag { "flag" } else { "profile" };
     table.push((
@@ -190,11 +179,6 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
             "default",
         ),
     };
-    // Below the message cap, every large compressed message would get 1013 "try again later"
-    // forever: refuse the setting instead.
-    if inflate_budget < max_message_bytes {
-        bail!("inflate budget {inflate_budget} ({budget_from}) is below the message cap {max_message_bytes}: no message near the cap could ever be inflated; set --inflate-budget (profile: server.deflate.inflate_budget_bytes) to at least the message cap, or leave it unset for max(64 MiB, 4 x the message cap)");
-    }
     if deflate.enabled {
         table.push((
             "inflate budget bytes",
@@ -227,6 +211,10 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
         shutdown_grace: Duration::from_secs(a.shutdown_grace),
         inflate_budget: Some(inflate_budget),
     };
+    // Every bound lives in ServerConfig::validate; only where the budget came from is ours.
+    config
+        .validate()
+        .map_err(|e| anyhow::Error::new(e.with_origin(budget_from)))?;
     Ok(Resolved {
         config,
         workers,
@@ -383,7 +371,7 @@ fn supervise(
     #[cfg(not(target_os = "linux"))]
     {
         let _ = (admin, tls);
-        bail!("{from} {want}: several processes on one port need Linux (SO_REUSEPORT spreads the connections); run one `wstune serve` per port behind a load balancer");
+        anyhow::bail!("{from} {want}: several processes on one port need Linux (SO_REUSEPORT spreads the connections); run one `wstune serve` per port behind a load balancer");
     }
     #[cfg(target_os = "linux")]
     {
@@ -424,7 +412,7 @@ fn tls_config(a: &Flags) -> Result<Option<embedded_server::tls::Config>> {
 #[cfg(not(feature = "tls"))]
 fn tls_config(a: &Flags) -> Result<Option<std::convert::Infallible>> {
     if a.tls_cert.is_some() {
-        bail!("this wstune was built without the `tls` feature: rebuild with default features for --tls-cert");
+        anyhow::bail!("this wstune was built without the `tls` feature: rebuild with default features for --tls-cert");
     }
     Ok(None)
 }
