@@ -13,7 +13,7 @@ use super::plan::Op;
 use super::store::Store;
 use crate::catalog::eval::{Finding, FixText, Status};
 use crate::catalog::{Scope, Severity};
-use crate::gather::sysctl_path;
+use crate::host::procfs::sysctl_path;
 use crate::host::Backend;
 use crate::value::Value;
 use anyhow::{bail, Result};

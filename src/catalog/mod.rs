@@ -7,6 +7,7 @@
 
 pub mod eval;
 pub mod expr;
+pub mod facts;
 mod model;
 
 pub use model::*;

@@ -3,7 +3,7 @@
 //! copy exactly the files the catalog needed.
 
 use super::{registry_file::RegistryFile, Backend, HostInfo, Link, ReadError, WriteError};
-use crate::catalog::{Platform, RegType};
+use super::{Platform, RegType};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -317,7 +317,7 @@ impl Backend for FsBackend {
 
     fn dynamic_ports(
         &self,
-        ip: crate::catalog::IpVersion,
+        ip: super::IpVersion,
     ) -> Result<super::dynamic_ports::PortRange, ReadError> {
         match &self.registry {
             Some(reg) => reg.borrow().dynamic_ports(ip),

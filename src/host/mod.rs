@@ -13,14 +13,31 @@
 pub mod dynamic_ports;
 pub mod fs;
 pub mod memory;
+pub mod procfs;
 pub mod registry_file;
+mod types;
 #[cfg(windows)]
 pub mod windows;
 pub mod windows_errors;
 
-use crate::catalog::{Fact, IpVersion, Platform, RegType};
+use crate::catalog::Fact;
 use dynamic_ports::PortRange;
 use serde::Serialize;
+pub use types::{IpVersion, Platform, RegType};
+
+/// The files wstune owns on a Linux host (host paths; `--prefix` moves them). `gather` reads
+/// them as facts, `apply` plans and writes them, `export` names them.
+pub mod owned {
+    /// The sysctl file wstune owns.
+    pub const SYSCTL_FILE: &str = "/etc/sysctl.d/60-wstune.conf";
+    /// The PAM limits file wstune owns.
+    pub const LIMITS_FILE: &str = "/etc/security/limits.d/60-wstune.conf";
+
+    /// The systemd drop-in wstune writes for `unit`.
+    pub fn unit_dropin(unit: &str) -> String {
+        format!("/etc/systemd/system/{unit}.d/60-wstune.conf")
+    }
+}
 
 /// Why a value could not be read. `NotFound` is often meaningful (a module not loaded, a key
 /// removed from the kernel), the others are skips.
