@@ -11,9 +11,9 @@ pub mod recover;
 pub mod store;
 
 use crate::catalog::eval::{Finding, Status};
-use crate::catalog::Scope;
 use crate::host::procfs::sysctl_path;
 use crate::host::{Backend, ReadError};
+use crate::value::Value;
 use anyhow::{anyhow, Result};
 use journal::{Blob, Entry, OldFile, OldLimits, OldRegistry, OldRuntime, State};
 use plan::{Op, Plan};
@@ -286,22 +286,24 @@ pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
         }
     }
     let ok = drifted.is_empty();
-    Some(Finding {
-        id: "wstune.journal.drift".into(),
-        title: "Host still matches the last wstune apply".into(),
-        status: if ok { Status::Pass } else { Status::Warn },
-        current: Some(crate::value::Value::Text(if ok { "unchanged".into() } else { format!("{} drifted", drifted.len()) })),
-        compare: "==",
-        target: Some(crate::value::Value::Text(format!("apply {}", last.id))),
-        severity: crate::catalog::Severity::Warn,
-        scope: Scope::Boot,
-        why: "Something changed a setting wstune applied (a config manager, a package update, a person): the host no longer matches what was applied and journaled.".into(),
-        fix: crate::catalog::eval::FixText {
-            runtime: Some("wstune apply again to restore the profile, or wstune rollback to return to the state before it".into()),
-            persistent: None,
-        },
-        note: Some(if ok { format!("entry {}", last.id) } else { drifted.join("; ") }),
-    })
+    // The words are checks/wstune.yaml's; the verdict is this comparison's.
+    Some(
+        crate::catalog::computed::get("wstune.journal.drift").finding(
+            if ok { Status::Pass } else { Status::Warn },
+            Value::Text(if ok {
+                "unchanged".into()
+            } else {
+                format!("{} drifted", drifted.len())
+            }),
+            Value::Text(format!("apply {}", last.id)),
+            if ok {
+                format!("entry {}", last.id)
+            } else {
+                drifted.join("; ")
+            },
+            None,
+        ),
+    )
 }
 
 #[cfg(test)]

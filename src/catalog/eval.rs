@@ -192,7 +192,7 @@ fn target_of(def: &CheckDef, vars: &BTreeMap<String, Value>) -> Result<Option<Va
     }
 }
 
-fn compare_str(c: Compare) -> &'static str {
+pub fn compare_str(c: Compare) -> &'static str {
     match c {
         Compare::AtLeast => ">=",
         Compare::AtMost => "<=",

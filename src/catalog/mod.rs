@@ -5,6 +5,7 @@
 //! not parse, variables no profile defines, comparisons that cannot take the given target. After
 //! that, evaluation cannot meet a malformed check.
 
+pub mod computed;
 pub mod eval;
 pub mod expr;
 pub mod facts;
