@@ -12,7 +12,7 @@ pub use crate::catalog::facts::{HostFacts, Instance, Options, Reading};
 use crate::catalog::{
     Catalog, CheckDef, Compare, Each, Fact, LimitKind, Platform, Process, Source, Target,
 };
-use crate::host::procfs::{self, sysctl_path};
+use crate::host::procfs::{self, paths, sysctl_path};
 use crate::host::{owned, Backend, Link, ReadError};
 use crate::value::Value;
 use std::collections::BTreeMap;
@@ -53,7 +53,7 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> Ho
     // Whether this process may raise its own hard fd limit (CAP_SYS_RESOURCE in CapEff, bit
     // 24): without it, root included, `serve --processes` is the way past the limit.
     if let Some(can) = backend
-        .read("/proc/self/status")
+        .read(paths::SELF_STATUS)
         .ok()
         .and_then(|t| procfs::can_raise_nofile(&t))
     {
@@ -301,7 +301,7 @@ fn systemd_value(v: &str) -> Value {
 }
 
 fn read_nofile(backend: &dyn Backend, pid: &str, which: LimitKind) -> Reading {
-    let path = format!("/proc/{pid}/limits");
+    let path = paths::limits(pid);
     let text = match backend.read(&path) {
         Ok(t) => t,
         Err(e) => return Err(e).into(),
@@ -325,7 +325,7 @@ fn read_nofile(backend: &dyn Backend, pid: &str, which: LimitKind) -> Reading {
 
 /// (soft, hard) RLIMIT_NOFILE of a process; unlimited as u64::MAX.
 pub fn nofile_of(backend: &dyn Backend, pid: u32) -> Option<(u64, u64)> {
-    procfs::nofile_limits(&backend.read(&format!("/proc/{pid}/limits")).ok()?)
+    procfs::nofile_limits(&backend.read(&paths::limits(pid)).ok()?)
 }
 
 /// `Group.Name` from /proc/net/netstat, then /proc/net/snmp (same two-line format).
@@ -334,7 +334,7 @@ fn read_netstat(backend: &dyn Backend, name: &str) -> Reading {
         return Reading::Unreadable(format!("'{name}' is not Group.Name"));
     };
     let mut last_err = None;
-    for path in ["/proc/net/netstat", "/proc/net/snmp"] {
+    for path in [paths::NETSTAT, paths::SNMP] {
         match backend.read(path) {
             Ok(text) => {
                 if let Some(v) = procfs::header_values(&text, group, field) {
@@ -356,10 +356,10 @@ fn read_sockstat(backend: &dyn Backend, name: &str) -> Reading {
     let Some((proto, field)) = name.split_once('.') else {
         return Reading::Unreadable(format!("'{name}' is not PROTO.field"));
     };
-    match backend.read("/proc/net/sockstat") {
+    match backend.read(paths::SOCKSTAT) {
         Ok(text) => match procfs::sockstat(&text, proto, field) {
             Some(v) => Reading::Value(Value::Num(v)),
-            None => Reading::Missing(format!("/proc/net/sockstat has no {name}")),
+            None => Reading::Missing(format!("{} has no {name}", paths::SOCKSTAT)),
         },
         Err(e) => Err(e).into(),
     }
@@ -380,10 +380,10 @@ fn read_fact(backend: &dyn Backend, fact: Fact, nic: Option<&Link>) -> Reading {
             "the handle count of a process is a Windows fact (Linux: see the nofile checks)".into(),
         ),
         Fact::KernelVersion => backend
-            .read("/proc/sys/kernel/osrelease")
+            .read(paths::OSRELEASE)
             .map(|t| Value::Text(t.trim().to_string()))
             .into(),
-        Fact::Cpus => match backend.read("/sys/devices/system/cpu/online") {
+        Fact::Cpus => match backend.read(paths::CPUS_ONLINE) {
             Ok(t) => match procfs::count_cpu_list(&t) {
                 Some(n) => Reading::Value(Value::Num(n)),
                 None => Reading::Unreadable(format!(
@@ -392,13 +392,13 @@ fn read_fact(backend: &dyn Backend, fact: Fact, nic: Option<&Link>) -> Reading {
                 )),
             },
             Err(_) => backend
-                .read("/proc/cpuinfo")
+                .read(paths::CPUINFO)
                 .map(|t| Value::Num(procfs::cpuinfo_processors(&t)))
                 .into(),
         },
         Fact::MemBytes => mem_bytes(backend),
         Fact::NumaNodes => backend
-            .list("/sys/devices/system/node")
+            .list(paths::NUMA_NODES)
             .map(|names| {
                 Value::Num(
                     names
@@ -426,7 +426,7 @@ fn read_fact(backend: &dyn Backend, fact: Fact, nic: Option<&Link>) -> Reading {
                 None => Reading::Missing(format!("{} reports no queues", link.name)),
             }
         }
-        Fact::ProcSysWritable => match backend.read("/proc/self/mountinfo") {
+        Fact::ProcSysWritable => match backend.read(paths::SELF_MOUNTINFO) {
             Ok(text) => Reading::Value(Value::Num(procfs::proc_sys_writable(&text) as i64)),
             Err(e) => Err(e).into(),
         },
@@ -441,16 +441,17 @@ fn read_fact(backend: &dyn Backend, fact: Fact, nic: Option<&Link>) -> Reading {
 
 /// MemTotal, or the cgroup memory limit of this process when it is lower (a container).
 fn mem_bytes(backend: &dyn Backend) -> Reading {
-    let text = match backend.read("/proc/meminfo") {
+    let text = match backend.read(paths::MEMINFO) {
         Ok(t) => t,
         Err(e) => return Err(e).into(),
     };
     let Some(total) = procfs::mem_total(&text) else {
-        return Reading::Unreadable(
-            "/proc/meminfo: no readable MemTotal line; it is not in /proc/meminfo format".into(),
-        );
+        return Reading::Unreadable(format!(
+            "{0}: no readable MemTotal line; it is not in {0} format",
+            paths::MEMINFO
+        ));
     };
-    let cgroup = backend.read("/proc/self/cgroup").ok().and_then(|t| {
+    let cgroup = backend.read(paths::SELF_CGROUP).ok().and_then(|t| {
         procfs::cgroup_memory_files(&t)
             .iter()
             .filter_map(|p| procfs::cgroup_limit(&backend.read(p).ok()?))
@@ -464,7 +465,7 @@ fn mem_bytes(backend: &dyn Backend) -> Reading {
 /// msi_irqs directory when there is one (driver naming in /proc/interrupts varies), else from
 /// /proc/interrupts lines that name the NIC.
 fn nic_irq_cpus(backend: &dyn Backend, nic: &str) -> Reading {
-    let text = match backend.read("/proc/interrupts") {
+    let text = match backend.read(paths::INTERRUPTS) {
         Ok(t) => t,
         Err(e) => return Err(e).into(),
     };

@@ -5,6 +5,36 @@
 
 use procfs_core::FromRead;
 
+/// The files these parsers read, by host path: every /proc and /sys file wstune names outside
+/// its catalog is here, next to the parser of its format.
+pub mod paths {
+    pub const PROC: &str = "/proc";
+    pub const SELF_STATUS: &str = "/proc/self/status";
+    pub const SELF_CGROUP: &str = "/proc/self/cgroup";
+    pub const SELF_MOUNTINFO: &str = "/proc/self/mountinfo";
+    pub const MEMINFO: &str = "/proc/meminfo";
+    pub const CPUINFO: &str = "/proc/cpuinfo";
+    pub const INTERRUPTS: &str = "/proc/interrupts";
+    pub const SOCKSTAT: &str = "/proc/net/sockstat";
+    pub const NETSTAT: &str = "/proc/net/netstat";
+    pub const SNMP: &str = "/proc/net/snmp";
+    pub const OSRELEASE: &str = "/proc/sys/kernel/osrelease";
+    pub const NR_OPEN: &str = "/proc/sys/fs/nr_open";
+    pub const PORT_RANGE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
+    pub const CPUS_ONLINE: &str = "/sys/devices/system/cpu/online";
+    pub const NUMA_NODES: &str = "/sys/devices/system/node";
+
+    /// `/proc/PID` (`self` for this process).
+    pub fn process(pid: impl std::fmt::Display) -> String {
+        format!("{PROC}/{pid}")
+    }
+
+    /// `/proc/PID/limits`.
+    pub fn limits(pid: impl std::fmt::Display) -> String {
+        format!("{PROC}/{pid}/limits")
+    }
+}
+
 /// The /proc/sys file of a dotted sysctl key.
 pub fn sysctl_path(key: &str) -> String {
     format!("/proc/sys/{}", key.replace('.', "/"))

@@ -14,7 +14,8 @@
 use super::{Facts, Kind};
 use crate::catalog::eval::{Finding, FixText, Status};
 use crate::catalog::{Scope, Severity};
-use crate::host::{procfs, Backend};
+use crate::host::procfs::{self, paths};
+use crate::host::Backend;
 use crate::value::Value;
 
 /// Descriptors a proxy needs beyond two per connection: HAProxy 2.6 adds about 3 per thread
@@ -54,7 +55,7 @@ fn read_pid(host: &dyn Backend, dir: &str, source: String) -> Result<ProcLimits,
     let raise_to = procfs::can_raise_nofile(&status)
         .unwrap_or(false)
         .then(|| {
-            host.read("/proc/sys/fs/nr_open")
+            host.read(paths::NR_OPEN)
                 .ok()
                 .and_then(|v| v.trim().parse().ok())
         })
@@ -71,11 +72,11 @@ fn read_pid(host: &dyn Backend, dir: &str, source: String) -> Result<ProcLimits,
 pub fn of_pid(pid: u32) -> Result<ProcLimits, String> {
     let host = crate::host::live(None);
     let comm = host
-        .read(&format!("/proc/{pid}/comm"))
+        .read(&format!("{}/comm", paths::process(pid)))
         .map_err(|_| format!("--lb-pid {pid}: no such process; give the proxy's (master) pid"))?;
     read_pid(
         host.as_ref(),
-        &format!("/proc/{pid}"),
+        &paths::process(pid),
         format!("{} pid {pid}", comm.trim()),
     )
     .map_err(|e| format!("--lb-pid {pid}: {e}"))
@@ -84,11 +85,11 @@ pub fn of_pid(pid: u32) -> Result<ProcLimits, String> {
 /// Running processes named `name` whose parent is not (their masters), lowest pid first.
 fn masters(host: &dyn Backend, name: &str) -> Vec<u32> {
     let comm = |pid: u32| {
-        host.read(&format!("/proc/{pid}/comm"))
+        host.read(&format!("{}/comm", paths::process(pid)))
             .map(|c| c.trim().to_string())
             .unwrap_or_default()
     };
-    let Ok(entries) = host.list("/proc") else {
+    let Ok(entries) = host.list(paths::PROC) else {
         return Vec::new();
     };
     let mut pids: Vec<u32> = entries
@@ -97,7 +98,7 @@ fn masters(host: &dyn Backend, name: &str) -> Vec<u32> {
         .filter(|pid| comm(*pid) == name)
         .filter(|pid| {
             // An unreadable parent counts as not the same program.
-            host.read(&format!("/proc/{pid}/stat"))
+            host.read(&format!("{}/stat", paths::process(pid)))
                 .ok()
                 .and_then(|s| procfs::stat_ppid(&s))
                 .is_none_or(|ppid| comm(ppid) != name)
@@ -129,7 +130,7 @@ pub fn detect(kind: Kind) -> Result<ProcLimits, String> {
         };
         if let Ok(l) = read_pid(
             host,
-            &format!("/proc/{pid}"),
+            &paths::process(pid),
             format!("running {name} pid {pid}{also}"),
         ) {
             return Ok(l);
@@ -137,7 +138,7 @@ pub fn detect(kind: Kind) -> Result<ProcLimits, String> {
     }
     read_pid(
         host,
-        "/proc/self",
+        &paths::process("self"),
         format!(
             "this shell (no running {name} found: run the check on the proxy's host as the user \
              that starts it, or pass --lb-pid)"

@@ -330,7 +330,9 @@ pub fn fd_room(nofile: u64, processes: usize) -> usize {
 
 /// Memory this host can still give, bytes: MemAvailable from /proc/meminfo, Linux.
 pub fn mem_available() -> Option<u64> {
-    let text = crate::host::live(None).read("/proc/meminfo").ok()?;
+    let text = crate::host::live(None)
+        .read(crate::host::procfs::paths::MEMINFO)
+        .ok()?;
     crate::host::procfs::meminfo_bytes(&text, "MemAvailable")
 }
 
@@ -338,7 +340,7 @@ pub fn mem_available() -> Option<u64> {
 /// kernel default) when unreadable.
 pub fn ephemeral_ports() -> u32 {
     crate::host::live(None)
-        .read("/proc/sys/net/ipv4/ip_local_port_range")
+        .read(crate::host::procfs::paths::PORT_RANGE)
         .ok()
         .and_then(|s| crate::host::procfs::range_len(&s))
         .unwrap_or(28_232)

@@ -251,9 +251,10 @@ pub struct KernelMemory {
 /// Read /proc/net/sockstat and /proc/meminfo through this host's backend (Linux; None
 /// elsewhere).
 pub fn kernel_sample() -> Option<KernelSample> {
+    use crate::host::procfs::paths;
     let host = crate::host::live(None);
-    let sockstat = host.read("/proc/net/sockstat").ok()?;
-    let meminfo = host.read("/proc/meminfo").ok()?;
+    let sockstat = host.read(paths::SOCKSTAT).ok()?;
+    let meminfo = host.read(paths::MEMINFO).ok()?;
     Some(parse_kernel_sample(&sockstat, &meminfo))
 }
 
