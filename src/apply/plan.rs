@@ -19,7 +19,7 @@
 //! 4. [`plan`]: [`desired`] (never lower) -> `Op::Sysctl { value: String }` (change 2:
 //!    [`kernel_text`], the text the kernel takes)
 //! 5. `apply::execute`: the journaled action -> `Backend::write_runtime(path, &value)`
-//! 6. the backend (host/fs.rs): `value\n` written to /proc/sys/net/core/somaxconn
+//! 6. `LinuxBackend::write_runtime` (host/linux/): `value\n` written to /proc/sys/net/core/somaxconn
 
 use crate::catalog::eval::{self, Finding, Key, Status};
 use crate::catalog::facts::{HostFacts, Reading};
