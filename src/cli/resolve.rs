@@ -49,11 +49,7 @@ pub fn backend(root: Option<&Path>, prefix: Option<&Path>) -> Result<Box<dyn Bac
 /// Where the files wstune owns are written: `--prefix`, else the `--root` tree, else `/` (on a
 /// live Windows host: the journal in `%ProgramData%\wstune`).
 pub fn store(root: Option<&Path>, prefix: Option<&Path>) -> Store {
-    match (prefix.or(root), crate::host::live_state_dir()) {
-        (Some(dir), _) => Store::new(dir),
-        (None, Some(state)) => Store::new(&state).with_state_dir(&state),
-        (None, None) => Store::new(Path::new("/")),
-    }
+    Store::for_host(root, prefix)
 }
 
 /// Profile, catalog and options for a backend, with `--pid` and `--unit` validated against it.

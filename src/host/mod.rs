@@ -227,6 +227,20 @@ pub fn live(_prefix: Option<&std::path::Path>) -> Box<dyn Backend> {
     Box::new(windows::WindowsBackend::live())
 }
 
+/// Where the host's files are for `--root` and `--prefix`: the one mapping of those flags,
+/// shared by [`open`]'s backend and [`store::Store::for_host`].
+pub fn layout(root: Option<&std::path::Path>, prefix: Option<&std::path::Path>) -> layout::Layout {
+    let l = layout::Layout::at(root.unwrap_or(std::path::Path::new("/")));
+    let l = match prefix {
+        Some(p) => l.with_prefix(p),
+        None => l,
+    };
+    match (root.or(prefix), live_state_dir()) {
+        (None, Some(state)) => l.with_state_dir(&state),
+        _ => l,
+    }
+}
+
 /// The host to read and write: the captured tree `root` (host/fixture.rs), else the live
 /// host; `prefix` moves the files wstune owns. The one place `--root` and `--prefix` become
 /// a backend.

@@ -290,16 +290,9 @@ fn kernel_memory(
     })
 }
 
+/// This host's memory page size (what `TCP: mem` counts in), from its backend.
 fn page_size() -> u64 {
-    #[cfg(unix)]
-    {
-        // SAFETY: sysconf only reads a constant of the system.
-        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if p > 0 {
-            return p as u64;
-        }
-    }
-    4096
+    crate::host::live(None).page_size()
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
