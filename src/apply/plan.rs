@@ -23,11 +23,12 @@
 
 use crate::catalog::eval::{self, Finding, Key, Status};
 use crate::catalog::facts::{HostFacts, Reading};
-use crate::catalog::{self, Catalog, CheckDef, Compare, LimitKind, Process, RegType, Source};
+use crate::catalog::{self, Catalog, CheckDef, LimitKind, Process, RegType, Source};
 use crate::host::procfs::sysctl_path;
 use crate::value::Value;
 use serde::{Deserialize, Serialize};
 
+pub use crate::catalog::eval::desired;
 pub use crate::host::owned::{unit_dropin, LIMITS_FILE, SYSCTL_FILE};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -476,38 +477,6 @@ fn fmt_limit(v: Option<i64>) -> String {
     }
 }
 
-/// The value to set: the target, except that a `>=` setting keeps a higher current value and a
-/// `<=` one a lower (never undo an operator's deliberate choice), and a range is widened.
-/// `field` replaces one value of a multi-value setting and keeps the others.
-pub fn desired(
-    compare: Compare,
-    current: &Value,
-    field: Option<usize>,
-    target: &Value,
-) -> Option<Value> {
-    let pick = |c: i64, t: i64| match compare {
-        Compare::AtLeast => Some(c.max(t)),
-        Compare::AtMost => Some(c.min(t)),
-        Compare::Equal => Some(t),
-        _ => None,
-    };
-    match (current, field, target) {
-        (Value::List(list), Some(i), Value::Num(t)) => {
-            let mut list = list.clone();
-            let slot = list.get_mut(i)?;
-            *slot = pick(*slot, *t)?;
-            Some(Value::List(list))
-        }
-        (Value::List(c), None, Value::List(t))
-            if compare == Compare::Covers && c.len() == 2 && t.len() == 2 =>
-        {
-            Some(Value::List(vec![c[0].min(t[0]), c[1].max(t[1])]))
-        }
-        (Value::Num(c), None, Value::Num(t)) => pick(*c, *t).map(Value::Num),
-        _ => None,
-    }
-}
-
 /// Our file's existing lines with `updates` applied (existing keys keep their place).
 pub fn merge_sysctl_lines(existing: &str, updates: &[(String, String)]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = existing
@@ -551,6 +520,7 @@ pub fn render_unit_dropin(nofile: u64) -> String {
 mod tests {
     use super::*;
     use crate::catalog::facts::{BootConfig, Instance};
+    use crate::catalog::Compare;
     use crate::host::HostInfo;
     use std::collections::BTreeMap;
 

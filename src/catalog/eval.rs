@@ -232,7 +232,7 @@ fn base(
             (super::Source::Sysctl(key), Some(_)) => vars.get(&format!("sysctl.{key}")).cloned(),
             _ => current.clone().filter(|_| inst.is_some()),
         }?;
-        crate::apply::plan::desired(def.check.compare, &whole, def.check.field, t)
+        desired(def.check.compare, &whole, def.check.field, t)
     });
     let fill = |text: &Option<String>| {
         text.as_ref().map(|t| {
@@ -524,6 +524,38 @@ pub fn meets(compare: Compare, current: &Value, target: &Value) -> Result<bool, 
         }
         Compare::Absent | Compare::NoGrowth | Compare::Report => true,
     })
+}
+
+/// The value to set (what a fix says and `apply` writes): the target, except that a `>=` setting keeps a higher current value and a
+/// `<=` one a lower (never undo an operator's deliberate choice), and a range is widened.
+/// `field` replaces one value of a multi-value setting and keeps the others.
+pub fn desired(
+    compare: Compare,
+    current: &Value,
+    field: Option<usize>,
+    target: &Value,
+) -> Option<Value> {
+    let pick = |c: i64, t: i64| match compare {
+        Compare::AtLeast => Some(c.max(t)),
+        Compare::AtMost => Some(c.min(t)),
+        Compare::Equal => Some(t),
+        _ => None,
+    };
+    match (current, field, target) {
+        (Value::List(list), Some(i), Value::Num(t)) => {
+            let mut list = list.clone();
+            let slot = list.get_mut(i)?;
+            *slot = pick(*slot, *t)?;
+            Some(Value::List(list))
+        }
+        (Value::List(c), None, Value::List(t))
+            if compare == Compare::Covers && c.len() == 2 && t.len() == 2 =>
+        {
+            Some(Value::List(vec![c[0].min(t[0]), c[1].max(t[1])]))
+        }
+        (Value::Num(c), None, Value::Num(t)) => pick(*c, *t).map(Value::Num),
+        _ => None,
+    }
 }
 
 /// The boot-time view of a sysctl check: what the value will be after the next reboot.
