@@ -5,7 +5,7 @@ use super::args::{CheckArgs, TargetArgs};
 use crate::apply::store::Store;
 use crate::catalog::{self, Catalog};
 use crate::gather::Options;
-use crate::host::{fs::FsBackend, Backend, ReadError};
+use crate::host::{Backend, ReadError};
 use crate::profile::{self, Loaded};
 use anyhow::{bail, Result};
 use std::collections::BTreeSet;
@@ -43,26 +43,13 @@ pub fn backend(root: Option<&Path>, prefix: Option<&Path>) -> Result<Box<dyn Bac
             );
         }
     }
-    Ok(match root {
-        Some(dir) => {
-            let b = FsBackend::rooted(dir)?;
-            Box::new(match prefix {
-                Some(p) => b.with_prefix(p),
-                None => b,
-            })
-        }
-        None => crate::host::live(prefix),
-    })
+    Ok(crate::host::open(root, prefix)?)
 }
 
 /// Where the files wstune owns are written: `--prefix`, else the `--root` tree, else `/` (on a
 /// live Windows host: the journal in `%ProgramData%\wstune`).
 pub fn store(root: Option<&Path>, prefix: Option<&Path>) -> Store {
-    match (prefix.or(root), crate::host::live_state_dir()) {
-        (Some(dir), _) => Store::new(dir),
-        (None, Some(state)) => Store::new(&state).with_state_dir(&state),
-        (None, None) => Store::new(Path::new("/")),
-    }
+    Store::for_host(root, prefix)
 }
 
 /// Profile, catalog and options for a backend, with `--pid` and `--unit` validated against it.

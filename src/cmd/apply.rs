@@ -6,7 +6,7 @@ use crate::catalog::Scope as CheckScope;
 use crate::cli::args::ApplyArgs;
 use crate::cli::confirm::{confirm, PASS_YES};
 use crate::cli::{exit, resolve};
-use crate::cmd::check::make_report;
+use crate::cmd::check::{make_report, make_report_and_facts};
 use crate::output;
 use crate::output::say;
 use anyhow::{bail, Result};
@@ -73,19 +73,12 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
             }
         }
     }
-    let before = make_report(&inputs, backend, None);
+    let (before, facts) = make_report_and_facts(&inputs, backend, None);
     let scope = plan::Scope {
         runtime: !a.persist_only,
         persist: !a.runtime_only,
     };
-    let p = plan::plan(
-        &inputs.catalog,
-        &before.results,
-        backend,
-        scope,
-        a.target.unit.as_deref(),
-        a.target.pid,
-    );
+    let p = plan::plan(&inputs.catalog, &before.results, &facts, scope);
     let profile = &inputs.profile.profile.name;
 
     if p.actions.is_empty() {

@@ -5,7 +5,7 @@ use crate::catalog::eval::{evaluate, Summary};
 use crate::cli::args::{CheckArgs, Format, ShowArg};
 use crate::cli::exit;
 use crate::cli::resolve::{self, Inputs, Resolved};
-use crate::gather::gather;
+use crate::gather::{gather, HostFacts};
 use crate::host::Backend;
 use crate::output;
 use crate::report::{self, CheckReport, HostRef, ProfileRef};
@@ -58,13 +58,22 @@ pub fn run(r: Resolved, a: &CheckArgs) -> Result<u8> {
 /// Gather, evaluate and, with a `store`, report an interrupted or damaged journal entry and
 /// compare the host with the last applied one.
 pub fn make_report(r: &Inputs, backend: &dyn Backend, store: Option<&Store>) -> CheckReport {
+    make_report_and_facts(r, backend, store).0
+}
+
+/// [`make_report`] and the host facts it was made from (what `apply`'s pure plan needs too).
+pub fn make_report_and_facts(
+    r: &Inputs,
+    backend: &dyn Backend,
+    store: Option<&Store>,
+) -> (CheckReport, HostFacts) {
     let facts = gather(&r.catalog, backend, &r.options);
     let mut results = evaluate(&r.catalog, &r.profile.profile.variables(), &facts);
     if let Some(s) = store {
         results.extend(crate::apply::journal_findings(s, backend));
     }
     let summary = Summary::of(&results);
-    CheckReport {
+    let report = CheckReport {
         schema_version: report::SCHEMA_VERSION,
         profile: ProfileRef {
             name: r.profile.profile.name.clone(),
@@ -77,7 +86,8 @@ pub fn make_report(r: &Inputs, backend: &dyn Backend, store: Option<&Store>) -> 
         },
         results,
         summary,
-    }
+    };
+    (report, facts)
 }
 
 /// 2 on any failure; 1 on warnings with --strict; else 0.

@@ -4,7 +4,7 @@
 use crate::apply::plan;
 use crate::cli::args::{ExportArgs, ExportFormat, TargetArgs};
 use crate::cli::{exit, resolve};
-use crate::cmd::check::make_report;
+use crate::cmd::check::make_report_and_facts;
 use crate::export::{self, Export, Format};
 use crate::output;
 use anyhow::{bail, Context, Result};
@@ -31,7 +31,7 @@ pub fn run(a: &ExportArgs) -> Result<u8> {
             a.unit
         );
     }
-    let report = make_report(&inputs, backend, None);
+    let (report, facts) = make_report_and_facts(&inputs, backend, None);
     let info = backend.describe();
     let e = Export {
         profile: inputs.profile.profile.name.clone(),
@@ -42,7 +42,7 @@ pub fn run(a: &ExportArgs) -> Result<u8> {
         } else {
             info.source.clone()
         },
-        settings: plan::settings(&inputs.catalog, &report.results, backend),
+        settings: plan::settings(&inputs.catalog, &report.results, &facts),
     };
     let format = match a.to {
         ExportFormat::Sysctl => Format::Sysctl,
