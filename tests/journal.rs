@@ -5,21 +5,9 @@
 
 mod common;
 
-use common::{assert_same_tree, code, copy_dir, fixture, stderr, stdout, wstune};
+use common::{assert_same_tree, code, copy_dir, finding, fixture, json_of, stderr, stdout, wstune};
 use std::path::Path;
 use std::process::Output;
-
-fn finding(o: &Output, id: &str) -> serde_json::Value {
-    let r: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)));
-    r["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == id)
-        .unwrap_or_else(|| panic!("no finding {id} in {}", r["results"]))
-        .clone()
-}
 
 fn script(name: &str) -> String {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts");
@@ -216,7 +204,8 @@ fn a_damaged_entry_is_reported_by_check_and_refused_by_apply() {
     std::fs::write(&bad, "{\"id\": \"20991231T2359").unwrap();
 
     let o = wstune(&["check", "--root", t, "-f", "json"]);
-    let f = finding(&o, "wstune.journal.pending");
+    let r = json_of(&o);
+    let f = finding(&r, "wstune.journal.pending");
     assert_eq!(f["status"], "fail", "{f}");
     let bad_s = bad.display().to_string();
     assert!(f["note"].as_str().unwrap().contains(&bad_s), "{f}");
@@ -228,7 +217,10 @@ fn a_damaged_entry_is_reported_by_check_and_refused_by_apply() {
         "{f}"
     );
     // The drift view still works beside it.
-    assert_eq!(finding(&o, "wstune.journal.drift")["status"], "pass");
+    assert_eq!(
+        finding(&json_of(&o), "wstune.journal.drift")["status"],
+        "pass"
+    );
 
     let before = std::fs::read_to_string(tree.join("proc/sys/net/core/somaxconn")).unwrap();
     std::fs::write(tree.join("proc/sys/net/core/somaxconn"), "4096\n").unwrap();

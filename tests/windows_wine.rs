@@ -15,6 +15,8 @@
 
 mod common;
 
+use common::finding;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -383,10 +385,6 @@ impl Drop for Wine {
         // directory goes away.
         let _ = wine_env(Command::new("wineserver").arg("-k"), &self.prefix()).status();
     }
-}
-
-fn finding<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
-    common::element(&report["results"], "id", id)
 }
 
 fn ok(o: &Output) -> String {
