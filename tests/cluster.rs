@@ -4,9 +4,7 @@ mod common;
 
 use common::{free_port, redis, Served};
 use futures_util::{SinkExt, StreamExt};
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
 
 type Ws =
@@ -21,23 +19,17 @@ fn node(app: &str, redis_port: u16) -> (Served, u16, u16) {
 }
 
 fn healthz(admin: u16) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", admin)).unwrap();
-    s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").unwrap();
-    let mut r = String::new();
-    s.read_to_string(&mut r).unwrap();
-    r
+    common::get(admin, "/healthz")
 }
 
 fn wait_backplane(admin: u16, state: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let h = healthz(admin);
-        if h.contains(&format!("\"backplane\":\"{state}\"")) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "backplane never {state}: {h}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut h = String::new();
+    common::poll(Duration::from_secs(20), || {
+        h = healthz(admin);
+        h.contains(&format!("\"backplane\":\"{state}\""))
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("backplane never {state}: {h}"));
 }
 
 async fn clients(port: u16, n: usize) -> Vec<Ws> {

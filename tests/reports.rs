@@ -137,19 +137,6 @@ fn euid() -> u32 {
     line.split_whitespace().nth(2).unwrap().parse().unwrap()
 }
 
-/// GET /metrics over plain HTTP/1.0 (the body ends at EOF).
-fn scrape(port: u16) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    body.starts_with("HTTP/1.").then_some(body)
-}
-
 /// README's monitoring recipe, end to end: wstune runs as root and writes the textfile; the
 /// Debian node_exporter, running as an unprivileged user, must read it and export it.
 #[test]
@@ -209,17 +196,11 @@ fn node_exporter_running_unprivileged_exports_the_prom_file() {
         .spawn()
         .unwrap();
     let _guard = common::Kill(child);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let metrics = loop {
-        if let Some(m) = scrape(port) {
-            break m;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "node_exporter did not answer on 127.0.0.1:{port}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    let metrics = common::wait_for(
+        &format!("node_exporter to answer on 127.0.0.1:{port}"),
+        std::time::Duration::from_secs(20),
+        || common::try_get_ok(port, "/metrics"),
+    );
     assert!(
         !metrics
             .lines()
@@ -248,17 +229,16 @@ fn check_tree_bounded(root: &Path, id: &str) -> serde_json::Value {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "wstune check --root {} did not finish in 30 s",
-                root.display()
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    let exited = common::poll(std::time::Duration::from_secs(30), || {
+        child.try_wait().unwrap()
+    });
+    if exited.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "wstune check --root {} did not finish in 30 s",
+            root.display()
+        );
     }
     let out = child.wait_with_output().unwrap();
     let report: serde_json::Value = serde_json::from_slice(&out.stdout)
