@@ -459,6 +459,35 @@ pub fn check_json(root: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
     (code(&o), json_of(&o))
 }
 
+/// The bash that runs tests/scripts/NAME inside a namespace (see [`in_netns`]) after
+/// journal_lib.sh (the scratch --prefix, shielded globals, `state`), with `env` (`K=V ...`,
+/// may be empty) set for it.
+pub fn lib_script(name: &str, env: &str) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts");
+    format!(
+        "source {} && {env} source {}",
+        dir.join("journal_lib.sh").display(),
+        dir.join(name).display()
+    )
+}
+
+/// The lines of a run's stdout that start with `tag` (a namespace script's STEP, ERR, ...).
+pub fn tagged(o: &Output, tag: &str) -> Vec<String> {
+    stdout(o)
+        .lines()
+        .filter(|l| l.starts_with(tag))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The first line tagged `tag`; panics with both outputs when there is none.
+pub fn tagged_line(o: &Output, tag: &str) -> String {
+    tagged(o, tag)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no line {tag} in:\n{}\nstderr:\n{}", stdout(o), stderr(o)))
+}
+
 /// Runs `script` (bash) inside fresh network and mount namespaces, with `$WSTUNE` naming the
 /// binary: sysctls written there are the namespace's own, never the host's. None (a recorded
 /// skip) when this machine cannot make namespaces (not root); in CI that is a failure.
