@@ -272,7 +272,7 @@ async fn websocket_traffic_through_haproxy_survives_losing_a_backend() {
     assert!(s["achieved_rate"].as_f64().unwrap() > 400.0, "{s:#}");
 }
 
-fn check_json(profile: &str, cfg: &std::path::Path, extra: &[&str]) -> Value {
+fn check_lb(profile: &str, cfg: &std::path::Path, extra: &[&str]) -> Value {
     let mut a = vec![
         "check",
         "--profile",
@@ -339,7 +339,7 @@ fn nginx_listens_with_the_profiles_backlog_and_check_flags_one_without() {
         generate(&["nginx", "--backends", "127.0.0.1:9001", "--profile", "10k"]),
     )
     .unwrap();
-    let v = check_json("10k", &cfg, &[]);
+    let v = check_lb("10k", &cfg, &[]);
     let b = common::element(&v["results"], "id", "lb.backlog");
     assert_eq!(b["status"], "pass", "{b:#}");
     assert_eq!(b["current"], 4096);
@@ -347,7 +347,7 @@ fn nginx_listens_with_the_profiles_backlog_and_check_flags_one_without() {
         .unwrap()
         .replace(" backlog=4096", "");
     std::fs::write(&cfg, without).unwrap();
-    let v = check_json("10k", &cfg, &[]);
+    let v = check_lb("10k", &cfg, &[]);
     let b = common::element(&v["results"], "id", "lb.backlog");
     assert_eq!(b["status"], "fail", "{b:#}");
     assert_eq!(b["current"], 511);
@@ -367,7 +367,7 @@ fn nginx_listens_with_the_profiles_backlog_and_check_flags_one_without() {
             .replace(":80;", ":80 backlog=1024;"),
     )
     .unwrap();
-    let v = check_json("10k", &cfg, &[]);
+    let v = check_lb("10k", &cfg, &[]);
     let b = common::element(&v["results"], "id", "lb.backlog");
     assert_eq!(
         (b["status"].as_str(), b["current"].as_u64()),
@@ -392,7 +392,7 @@ fn check_counts_nginx_worker_rlimit_nofile() {
         let o = nginx_t(&cfg, dir.path());
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
-    let v = check_json("10k", &cfg, &[]);
+    let v = check_lb("10k", &cfg, &[]);
     let cap = common::element(&v["results"], "id", "lb.max_connections");
     assert_eq!(cap["status"], "fail", "{cap:#}");
     assert_eq!(cap["current"], 512, "{cap:#}");
@@ -535,7 +535,7 @@ fn haproxy_maxconn_has_headroom_and_check_compares_the_fd_limit_of_the_running_p
     let proxy = Kill(haproxy_limited(&small, 4096));
     let pid = proxy.0.id().to_string();
     common::wait_port(port, Duration::from_secs(10), "haproxy");
-    let v = check_json("10k", &big, &["--lb-pid", &pid]);
+    let v = check_lb("10k", &big, &["--lb-pid", &pid]);
     let fd = common::element(&v["results"], "id", "lb.fd_limit");
     assert_eq!(fd["status"], "fail", "{fd:#}");
     assert_eq!(fd["current"], 4096, "{fd:#}");
@@ -552,7 +552,7 @@ fn haproxy_maxconn_has_headroom_and_check_compares_the_fd_limit_of_the_running_p
     // The profile's cap is met with headroom.
     let cap = common::element(&v["results"], "id", "lb.max_connections");
     assert_eq!(cap["status"], "pass", "{cap:#}");
-    let v = check_json("10k", &small, &["--lb-pid", &pid]);
+    let v = check_lb("10k", &small, &["--lb-pid", &pid]);
     let fd = common::element(&v["results"], "id", "lb.fd_limit");
     assert_eq!(fd["status"], "pass", "{fd:#}");
     assert_eq!(fd["target"], 2256, "{fd:#}");

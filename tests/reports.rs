@@ -8,16 +8,7 @@ use common::{copy_dir, fixture, stderr};
 use std::path::Path;
 
 fn json_check(args: &[&str]) -> serde_json::Value {
-    let mut all = vec!["check", "-f", "json"];
-    all.extend_from_slice(args);
-    let out = common::run(&all);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    common::json_of(&common::run(&[&["check", "-f", "json"], args].concat()))
 }
 
 // ---- item 5: fix texts for multi-value sysctls keep the other fields ----
@@ -222,25 +213,12 @@ fn node_exporter_running_unprivileged_exports_the_prom_file() {
 /// `wstune check -f json --root ROOT` with a deadline: a read that blocks or never ends must not
 /// hang the test suite. Returns the report's finding for `id`.
 fn check_tree_bounded(root: &Path, id: &str) -> serde_json::Value {
-    let mut child = std::process::Command::new(common::bin())
-        .args(["check", "-f", "json", "--root", root.to_str().unwrap()])
-        .env("NO_COLOR", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let exited = common::poll(std::time::Duration::from_secs(30), || {
-        child.try_wait().unwrap()
-    });
-    if exited.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!(
-            "wstune check --root {} did not finish in 30 s",
-            root.display()
-        );
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = common::run_bounded(
+        std::process::Command::new(common::bin())
+            .args(["check", "-f", "json", "--root", root.to_str().unwrap()])
+            .env("NO_COLOR", "1"),
+        std::time::Duration::from_secs(30),
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {}", stderr(&out)));
     common::element(&report["results"], "id", id).clone()

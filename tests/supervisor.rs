@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::tungstenite::{clients, next_text, Ws};
 use common::{redis, Served};
 use futures_util::{SinkExt, StreamExt};
 use std::process::Command;
@@ -11,9 +12,6 @@ use std::time::Duration;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 fn supervisor(app: &str, n: &str) -> Served {
     common::serve(&["--profile", "10k", "--app", app, "--processes", n])
@@ -64,27 +62,6 @@ fn wait_health(
         ok(&last).then(|| last.clone())
     })
     .unwrap_or_else(|| panic!("never {what}: {last:#}"))
-}
-
-async fn clients(port: u16, n: usize) -> Vec<Ws> {
-    let mut v = Vec::new();
-    for _ in 0..n {
-        let url = format!("ws://127.0.0.1:{port}/");
-        v.push(tokio_tungstenite::connect_async(url).await.unwrap().0);
-    }
-    v
-}
-
-/// The next text message, or None when the connection closed or failed instead.
-async fn next_text(ws: &mut Ws) -> Option<String> {
-    loop {
-        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
-            Ok(Some(Ok(Message::Text(t)))) => return Some(t.to_string()),
-            Ok(Some(Ok(Message::Close(_)))) | Ok(Some(Err(_))) | Ok(None) => return None,
-            Ok(Some(Ok(_))) => continue,
-            Err(_) => panic!("no message within 10 s"),
-        }
-    }
 }
 
 async fn echo(ws: &mut Ws, text: &str) -> Option<String> {

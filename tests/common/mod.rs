@@ -2,6 +2,7 @@
 //! processes that are reaped when a test ends (even when it fails).
 #![allow(dead_code)] // each test binary uses its own part
 
+pub mod tungstenite;
 pub mod ws;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -317,6 +318,45 @@ pub fn wait_exit(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus
     wait_for(&format!("{what} to exit"), timeout, || {
         child.try_wait().unwrap()
     })
+}
+
+/// Run `cmd` to completion within `limit` (stdout and stderr captured), or kill it and fail
+/// the test with what it wrote: a command that blocks or never ends must not hang the suite.
+pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+    // Drain both pipes while waiting, so a chatty child cannot block on a full one.
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let status = poll(limit, || child.try_wait().unwrap());
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let o = Output {
+        status: status.unwrap_or_else(|| child.wait().unwrap()),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    };
+    assert!(
+        status.is_some(),
+        "{cmd:?} ran past {limit:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
 }
 
 /// Wait until `path` exists and is not empty.
