@@ -199,17 +199,17 @@ fn bad_handshakes_get_the_status_the_rfc_asks_for() {
         status_of(&http(p, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")),
         426
     );
-    let v8 = http(p, &UPGRADE.replace("Version: 13", "Version: 8"));
+    let v8 = http(p, UPGRADE.replace("Version: 13", "Version: 8"));
     assert_eq!(status_of(&v8), 426);
     assert!(v8.contains("Sec-WebSocket-Version: 13"), "{v8}");
     assert_eq!(
         status_of(&http(
             p,
-            &UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "bm9wZQ==")
+            UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "bm9wZQ==")
         )),
         400
     );
-    assert_eq!(status_of(&http(p, &UPGRADE.replace("GET", "POST"))), 405);
+    assert_eq!(status_of(&http(p, UPGRADE.replace("GET", "POST"))), 405);
     assert_eq!(
         status_of(&http(p, "\u{16}\u{3}\u{1}not http at all\r\n\r\n")),
         400
@@ -393,7 +393,7 @@ fn upgrades_past_max_connections_get_503_and_origins_are_checked() {
     let srv = serve_10k(&["--max-connections", "2", "--origin", "https://ok.example"]);
     let with_origin = |o: &str| UPGRADE.replace("\r\n\r\n", &format!("\r\nOrigin: {o}\r\n\r\n"));
     assert_eq!(
-        status_of(&http(srv.port, &with_origin("https://evil.example"))),
+        status_of(&http(srv.port, with_origin("https://evil.example"))),
         403
     );
     let open = |_| {
@@ -410,7 +410,7 @@ fn upgrades_past_max_connections_get_503_and_origins_are_checked() {
     // Both count before the third asks.
     srv.wait_metric("ws_connections", Duration::from_secs(10), |n| n == 2.0);
     assert_eq!(
-        status_of(&http(srv.port, &with_origin("https://ok.example"))),
+        status_of(&http(srv.port, with_origin("https://ok.example"))),
         503
     );
     assert_eq!(
