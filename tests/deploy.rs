@@ -518,7 +518,7 @@ fn connection_events_are_debug_and_rust_log_selects_them() {
         // The connection has come and gone (its events, if any, are written) before the stop.
         srv.wait_metric("ws_connections", Duration::from_secs(10), |n| n == 0.0);
         // SIGTERM: the server drains and exits, closing stderr.
-        unsafe_term(srv.pid());
+        common::signal(srv.pid(), "-TERM");
         srv.wait_exit(Duration::from_secs(20));
         srv.wait_log("shutting down", Duration::from_secs(10), |log| {
             log.iter().any(|l| l.contains("shutting down"))
@@ -529,12 +529,6 @@ fn connection_events_are_debug_and_rust_log_selects_them() {
     assert!(quiet.contains("shutting down"), "{quiet}");
     let loud = run(Some("embedded_server=debug"));
     assert!(loud.contains("\"connection opened\""), "{loud}");
-}
-
-fn unsafe_term(pid: u32) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
 }
 
 /// The Debian package (cargo-deb, deploy/debian/build.sh) installs with dpkg into a scratch

@@ -624,10 +624,7 @@ fn sigterm_closes_every_client_with_1001_and_exits() {
     let mut srv = serve_10k(&[]);
     let mut a = upgraded(srv.port, None);
     let mut b = upgraded(srv.port, None);
-    Command::new("kill")
-        .args(["-TERM", &srv.pid().to_string()])
-        .status()
-        .unwrap();
+    common::signal(srv.pid(), "-TERM");
     assert_eq!(close_code(&mut a), Some(1001));
     assert_eq!(close_code(&mut b), Some(1001));
     a.write_all(&frame(true, 8, &1001u16.to_be_bytes(), true))

@@ -5,7 +5,7 @@
 mod common;
 
 use common::tungstenite::{clients, next_text, Ws};
-use common::{redis, Served};
+use common::{redis, signal, Served};
 use futures_util::{SinkExt, StreamExt};
 use std::process::Command;
 use std::time::Duration;
@@ -110,14 +110,6 @@ fn alive(pid: u64) -> bool {
     }
 }
 
-fn signal(pid: u64, sig: &str) {
-    assert!(Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_one_port_metrics_summed_and_a_killed_one_restarted() {
     let s = supervisor("echo", "3");
@@ -155,7 +147,7 @@ async fn three_processes_one_port_metrics_summed_and_a_killed_one_restarted() {
     // kill -9 one process: its clients are cut, the others' stay, the port keeps accepting.
     let before = per_process(s.admin);
     let (victim, cut) = before[1];
-    signal(victim, "-KILL");
+    signal(victim as u32, "-KILL");
     // Once the supervisor has reaped it (every thread gone, its listener closed: a connection
     // still in a dying listener's accept queue is lost with it, see README), the port accepts
     // on the others, during the restart's backoff or after it.
@@ -213,7 +205,7 @@ async fn sigterm_drains_every_process_with_1001_and_leaves_none_behind() {
     }
     assert_spread(s.admin, 24);
     let pids: Vec<u64> = per_process(s.admin).iter().map(|p| p.0).collect();
-    signal(s.proc.0.id() as u64, "-TERM");
+    signal(s.pid(), "-TERM");
     for ws in open.iter_mut() {
         let close = close_frame(ws).await;
         assert_eq!(close.map(|c| c.code), Some(CloseCode::Away));
@@ -232,7 +224,7 @@ async fn a_supervisor_killed_with_9_leaves_no_orphan() {
     let mut ws = clients(s.port, 1).await.pop().unwrap();
     assert_eq!(echo(&mut ws, "hi").await.as_deref(), Some("hi"));
     let pids: Vec<u64> = per_process(s.admin).iter().map(|p| p.0).collect();
-    signal(s.proc.0.id() as u64, "-KILL");
+    signal(s.pid(), "-KILL");
     // The parent-death signal (SIGTERM) drains the processes: the client gets 1001.
     let close = close_frame(&mut ws).await;
     assert_eq!(close.map(|c| c.code), Some(CloseCode::Away));

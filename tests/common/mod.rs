@@ -323,6 +323,16 @@ pub fn wait_exit(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus
     })
 }
 
+/// Send `sig` (`-TERM`, `-KILL`, ...) to `pid` with kill(1); panics when kill fails (the
+/// process is already gone).
+pub fn signal(pid: u32, sig: &str) {
+    let st = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill {sig} {pid}: {st}");
+}
+
 /// Run `cmd` to completion within `limit` (stdout and stderr captured), or kill it and fail
 /// the test with what it wrote: a command that blocks or never ends must not hang the suite.
 pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
