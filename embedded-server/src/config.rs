@@ -74,8 +74,21 @@ impl Handler {
             _ => Err(format!("unknown handler '{s}': use echo, cpu:MICROS, block:MILLIS or mixed:CPU_US,BLOCK_MS")),
         }
     }
+    /// Whether the handler runs on the offload pool (anything but the plain echo).
     pub fn offloaded(self) -> bool {
         self != Handler::Echo
+    }
+}
+
+/// The spec `parse` reads: `echo`, `cpu:MICROS`, `block:MILLIS`, `mixed:CPU_US,BLOCK_MS`.
+impl std::fmt::Display for Handler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Handler::Echo => f.write_str("echo"),
+            Handler::Cpu(us) => write!(f, "cpu:{us}"),
+            Handler::Block(ms) => write!(f, "block:{ms}"),
+            Handler::Mixed { cpu_us, block_ms } => write!(f, "mixed:{cpu_us},{block_ms}"),
+        }
     }
 }
 
@@ -166,7 +179,158 @@ impl Default for ServerConfig {
     }
 }
 
+/// A bound of `ServerConfig` that a value breaks: the server would misbehave with it (refuse
+/// every message, time out every connection), so `validate` refuses it before anything runs.
+/// The wording is what `wstune serve` prints, flag names included, since that is where most
+/// of these values are typed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// A frame is part of a message: a frame cap above the message cap cannot be reached.
+    FrameAboveMessage {
+        max_frame: usize,
+        max_message: usize,
+    },
+    /// Every connection would time out before its pong could arrive.
+    HeartbeatTimeoutNotAfterInterval {
+        timeout: Duration,
+        interval: Duration,
+    },
+    /// Zero-sized fragments or frames, or a send queue smaller than one small frame.
+    Sizes,
+    /// The built-in handlers simulate work before an echo.
+    HandlerNeedsEcho { handler: Handler, app: App },
+    /// No message near the cap could ever be inflated (every one would get 1013). `origin`
+    /// says where the budget was set (flag, profile) when the caller knows
+    /// (`with_origin`).
+    InflateBudgetBelowMessage {
+        budget: usize,
+        max_message: usize,
+        origin: Option<&'static str>,
+    },
+    /// A permessage-deflate parameter outside what zlib honours.
+    Deflate {
+        what: &'static str,
+        value: u8,
+        range: std::ops::RangeInclusive<u8>,
+    },
+    /// Every upgrade would time out at once.
+    ZeroHandshakeTimeout,
+}
+
+impl ConfigError {
+    /// Name where the offending value came from (`flag`, `profile`), for a caller that
+    /// resolved it from several places; shown after the value.
+    pub fn with_origin(mut self, from: &'static str) -> ConfigError {
+        if let ConfigError::InflateBudgetBelowMessage { origin, .. } = &mut self {
+            *origin = Some(from);
+        }
+        self
+    }
+}
+
+/// Whole seconds as a bare number (what the flags take), anything finer with its fraction.
+fn secs(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        d.as_secs().to_string()
+    } else {
+        format!("{}", d.as_secs_f64())
+    }
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::FrameAboveMessage { max_frame, max_message } => write!(
+                f,
+                "--max-frame {max_frame} is above the message cap {max_message}: a frame is part of a message; raise --max-message too"
+            ),
+            ConfigError::HeartbeatTimeoutNotAfterInterval { timeout, interval } => write!(
+                f,
+                "heartbeat timeout {} s must be longer than the interval {} s, or every connection times out before its pong",
+                secs(*timeout),
+                secs(*interval)
+            ),
+            ConfigError::Sizes => f.write_str(
+                "--fragment and --max-frame must be positive and --send-queue at least 1024 bytes",
+            ),
+            ConfigError::HandlerNeedsEcho { handler, .. } => write!(
+                f,
+                "--handler {handler} works with --app echo only (the built-in handler simulates work before the echo)"
+            ),
+            ConfigError::InflateBudgetBelowMessage { budget, max_message, origin } => {
+                write!(f, "inflate budget {budget}")?;
+                if let Some(o) = origin {
+                    write!(f, " ({o})")?;
+                }
+                write!(
+                    f,
+                    " is below the message cap {max_message}: no message near the cap could ever be inflated; set --inflate-budget (profile: server.deflate.inflate_budget_bytes) to at least the message cap, or leave it unset for max(64 MiB, 4 x the message cap)"
+                )
+            }
+            ConfigError::Deflate { what, value, range } => write!(
+                f,
+                "permessage-deflate {what} {value} is out of range; allowed {}..={}",
+                range.start(),
+                range.end()
+            ),
+            ConfigError::ZeroHandshakeTimeout => {
+                f.write_str("the handshake timeout must be at least 1 s")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
 impl ServerConfig {
+    /// Check every bound the server relies on and return the first one broken (in the order
+    /// `wstune serve` has always checked them). `Server::new` trusts its config, so callers
+    /// (the CLI, library users) call this first.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_frame_bytes > self.max_message_bytes {
+            return Err(ConfigError::FrameAboveMessage {
+                max_frame: self.max_frame_bytes,
+                max_message: self.max_message_bytes,
+            });
+        }
+        if self.heartbeat_timeout <= self.heartbeat_interval {
+            return Err(ConfigError::HeartbeatTimeoutNotAfterInterval {
+                timeout: self.heartbeat_timeout,
+                interval: self.heartbeat_interval,
+            });
+        }
+        if self.fragment_bytes == 0 || self.max_frame_bytes == 0 || self.send_queue_bytes < 1024 {
+            return Err(ConfigError::Sizes);
+        }
+        if self.handler.offloaded() && self.app != App::Echo {
+            return Err(ConfigError::HandlerNeedsEcho {
+                handler: self.handler,
+                app: self.app,
+            });
+        }
+        if self.inflate_budget() < self.max_message_bytes {
+            return Err(ConfigError::InflateBudgetBelowMessage {
+                budget: self.inflate_budget(),
+                max_message: self.max_message_bytes,
+                origin: None,
+            });
+        }
+        let d = &self.deflate;
+        for (what, value, range) in [
+            ("window bits", d.window_bits, 9..=15),
+            ("memLevel", d.mem_level, 1..=9),
+            ("level", d.level, 0..=9),
+        ] {
+            if !range.contains(&value) {
+                return Err(ConfigError::Deflate { what, value, range });
+            }
+        }
+        if self.handshake_timeout.is_zero() {
+            return Err(ConfigError::ZeroHandshakeTimeout);
+        }
+        Ok(())
+    }
+
     /// A context-takeover connection's compressor is freed after this long without a
     /// compressed message: one heartbeat interval, since the heartbeat's ping is what wakes an
     /// idle connection. None without heartbeats (nothing wakes an idle connection then).
@@ -226,5 +390,69 @@ mod tests {
         assert!(Handler::parse("cpu:x")
             .unwrap_err()
             .contains("not a whole number"));
+    }
+
+    #[test]
+    fn the_default_is_valid_and_every_bound_is_named() {
+        assert_eq!(ServerConfig::default().validate(), Ok(()));
+        let bad = |f: fn(&mut ServerConfig)| {
+            let mut c = ServerConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err().to_string()
+        };
+        assert_eq!(
+            bad(|c| c.max_frame_bytes = c.max_message_bytes + 1),
+            "--max-frame 16777217 is above the message cap 16777216: a frame is part of a message; raise --max-message too"
+        );
+        assert_eq!(
+            bad(|c| c.heartbeat_timeout = c.heartbeat_interval),
+            "heartbeat timeout 30 s must be longer than the interval 30 s, or every connection times out before its pong"
+        );
+        for f in [
+            (|c: &mut ServerConfig| c.fragment_bytes = 0) as fn(&mut ServerConfig),
+            |c| c.max_frame_bytes = 0,
+            |c| c.send_queue_bytes = 1023,
+        ] {
+            assert_eq!(
+                bad(f),
+                "--fragment and --max-frame must be positive and --send-queue at least 1024 bytes"
+            );
+        }
+        assert!(bad(|c| {
+            c.handler = Handler::Cpu(5);
+            c.app = App::Broadcast;
+        })
+        .starts_with("--handler cpu:5 works with --app echo only"));
+        assert!(bad(|c| c.inflate_budget = Some(1000))
+            .starts_with("inflate budget 1000 is below the message cap 16777216"));
+        assert!(bad(|c| c.deflate.window_bits = 8)
+            .contains("window bits 8 is out of range; allowed 9..=15"));
+        assert!(bad(|c| c.deflate.mem_level = 0).contains("memLevel 0"));
+        assert!(bad(|c| c.deflate.level = 10).contains("level 10"));
+        assert!(bad(|c| c.handshake_timeout = Duration::ZERO).contains("handshake timeout"));
+    }
+
+    #[test]
+    fn the_callers_origin_is_named_after_the_value() {
+        let c = ServerConfig {
+            max_frame_bytes: 1 << 20,
+            max_message_bytes: 1 << 20,
+            inflate_budget: Some(1000),
+            ..ServerConfig::default()
+        };
+        let e = c.validate().unwrap_err().with_origin("flag");
+        assert!(e
+            .to_string()
+            .starts_with("inflate budget 1000 (flag) is below the message cap 1048576"));
+        // Other errors have no origin to show.
+        let e = ConfigError::Sizes.with_origin("flag");
+        assert_eq!(e, ConfigError::Sizes);
+    }
+
+    #[test]
+    fn handler_specs_print_as_parsed() {
+        for s in ["echo", "cpu:1000", "block:20", "mixed:1000,20"] {
+            assert_eq!(Handler::parse(s).unwrap().to_string(), s);
+        }
     }
 }

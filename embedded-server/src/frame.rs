@@ -1,4 +1,6 @@
-//! RFC 6455 framing: parse a client frame header, unmask in place, encode server frames.
+//! RFC 6455 framing: parse a client frame header, unmask in place, encode server frames; and
+//! the client side's half (parse a server frame header, encode a masked client frame), which
+//! the self-test client, the benchmark tools and the tests use instead of decoders of their own.
 //!
 //! Errors are a plain enum carrying the close code the RFC asks for, so the connection can fail
 //! with the right code without allocating on the hot path.
@@ -48,6 +50,7 @@ pub struct Header {
     /// RSV1..3 as the low three bits (RSV1 = 0b100).
     pub rsv: u8,
     pub opcode: OpCode,
+    /// The masking key (`[0; 4]` for a server frame, which is not masked).
     pub mask: [u8; 4],
     pub payload_len: u64,
     /// Bytes the header itself takes (2..=14).
@@ -79,6 +82,36 @@ impl FrameError {
 /// Parse the header of a client frame at the start of `buf`. `allowed_rsv` are the RSV bits an
 /// extension negotiated (RSV1 for permessage-deflate).
 pub fn parse_header(buf: &[u8], max_frame: u64, allowed_rsv: u8) -> Result<Header, FrameError> {
+    parse(buf, max_frame, allowed_rsv, true)
+}
+
+/// Parse the header of a server frame at the start of `buf`: the client side's decoder, used by
+/// the self-test client, the benchmark tools and the tests' peers, so every frame header in the
+/// project is read by one function. The same rules as `parse_header` (opcodes, RSV bits,
+/// control frames, the 64-bit length, `max_frame`), except that the frame must *not* be masked
+/// (RFC 6455 5.1: a client fails a connection whose server masks); `mask` is then `[0; 4]`.
+pub fn parse_server_header(
+    buf: &[u8],
+    max_frame: u64,
+    allowed_rsv: u8,
+) -> Result<Header, FrameError> {
+    parse(buf, max_frame, allowed_rsv, false)
+}
+
+/// How many bytes a frame header takes (2..=14), known from its first two bytes: for a reader
+/// that takes a header off a stream in two steps (two bytes, then the rest).
+pub fn header_len(second_byte: u8) -> usize {
+    let len = match second_byte & 0x7F {
+        126 => 4,
+        127 => 10,
+        _ => 2,
+    };
+    len + if second_byte & 0x80 != 0 { 4 } else { 0 }
+}
+
+/// Both sides' header parser: `masked` is what the other side must do (clients mask, servers
+/// do not).
+fn parse(buf: &[u8], max_frame: u64, allowed_rsv: u8, masked: bool) -> Result<Header, FrameError> {
     if buf.len() < 2 {
         return Err(FrameError::Incomplete);
     }
@@ -92,8 +125,10 @@ pub fn parse_header(buf: &[u8], max_frame: u64, allowed_rsv: u8) -> Result<Heade
             "reserved bits set without a negotiated extension",
         ));
     }
-    if b1 & 0x80 == 0 {
-        return Err(FrameError::Protocol("client frames must be masked"));
+    match (b1 & 0x80 != 0, masked) {
+        (false, true) => return Err(FrameError::Protocol("client frames must be masked")),
+        (true, false) => return Err(FrameError::Protocol("server frames must not be masked")),
+        _ => {}
     }
     let len7 = (b1 & 0x7F) as u64;
     let (payload_len, mut pos) = match len7 {
@@ -133,11 +168,15 @@ pub fn parse_header(buf: &[u8], max_frame: u64, allowed_rsv: u8) -> Result<Heade
     if payload_len > max_frame {
         return Err(FrameError::TooBig);
     }
-    if buf.len() < pos + 4 {
-        return Err(FrameError::Incomplete);
+    let mut mask = [0u8; 4];
+    if masked {
+        if buf.len() < pos + 4 {
+            return Err(FrameError::Incomplete);
+        }
+        mask.copy_from_slice(&buf[pos..pos + 4]);
+        pos += 4;
     }
-    let mask = [buf[pos], buf[pos + 1], buf[pos + 2], buf[pos + 3]];
-    pos += 4;
+    debug_assert_eq!(pos, header_len(b1));
     Ok(Header {
         fin,
         rsv,
@@ -337,6 +376,61 @@ mod tests {
         assert_eq!(
             m,
             vec![0x01, 3, b'a', b'b', b'c', 0x00, 3, b'd', b'e', b'f', 0x80, 1, b'g']
+        );
+    }
+
+    #[test]
+    fn server_frames_parse_on_the_client_side() {
+        for len in [0, 5, 125, 126, 65535, 65536, 100_000] {
+            let payload = vec![7u8; len];
+            let f = encode_message(OpCode::Binary, &payload, usize::MAX, false);
+            let h = parse_server_header(&f, 1 << 20, 0).unwrap();
+            assert_eq!(
+                (h.payload_len, h.opcode, h.fin, h.mask),
+                (len as u64, OpCode::Binary, true, [0; 4])
+            );
+            assert_eq!(h.header_len, header_len(f[1]));
+            assert_eq!(h.header_len + len, f.len());
+            assert_eq!(
+                parse_server_header(&f[..h.header_len - 1], 1 << 20, 0),
+                Err(FrameError::Incomplete)
+            );
+        }
+        // Fragments, RSV1 on the first frame only when deflate was negotiated.
+        let m = encode_message(OpCode::Text, b"abcdefg", 3, true);
+        let h = parse_server_header(&m, 100, 0b100).unwrap();
+        assert_eq!((h.fin, h.rsv, h.opcode), (false, 0b100, OpCode::Text));
+        assert!(matches!(
+            parse_server_header(&m, 100, 0),
+            Err(FrameError::Protocol(_))
+        ));
+        let close = encode_message(OpCode::Close, &1000u16.to_be_bytes(), 125, false);
+        assert_eq!(
+            parse_server_header(&close, 100, 0).unwrap().opcode,
+            OpCode::Close
+        );
+        assert_eq!(
+            parse_server_header(
+                &encode_message(OpCode::Binary, &[0; 101], 1000, false),
+                100,
+                0
+            ),
+            Err(FrameError::TooBig)
+        );
+    }
+
+    #[test]
+    fn each_side_refuses_the_other_sides_masking() {
+        let client = encode_client_frame(true, OpCode::Text, b"hi", [1, 2, 3, 4]);
+        assert_eq!(header_len(client[1]), 6);
+        assert_eq!(
+            parse_server_header(&client, 100, 0),
+            Err(FrameError::Protocol("server frames must not be masked"))
+        );
+        let server = encode_message(OpCode::Text, b"hi", 100, false);
+        assert_eq!(
+            parse_header(&server, 100, 0),
+            Err(FrameError::Protocol("client frames must be masked"))
         );
     }
 

@@ -14,9 +14,9 @@
 //! - anything else -> `{"op":"error","error":"..."}` (the connection stays open).
 
 use crate::config::ServerConfig;
-use crate::conn::Shared;
 use crate::frame::{self, OpCode};
 use crate::metrics::Metrics;
+use crate::outbox::Shared;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -25,12 +25,14 @@ pub mod hub;
 pub mod memory;
 pub mod metrics;
 pub mod offload;
+pub mod outbox;
 #[cfg(feature = "tls")]
 pub mod tls;
 pub mod transport;
 pub mod utf8;
 
-pub use config::{App, BackpressureClose, Handler, ServerConfig};
+pub use config::{App, BackpressureClose, ConfigError, Handler, ServerConfig};
+pub use deflate::DeflateSettings;
 pub use hub::Hub;
 
 use conn::Ctx;

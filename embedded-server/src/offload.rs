@@ -4,9 +4,9 @@
 //! queue's depth is exported: a growing queue is the early warning that the pool is too small.
 
 use crate::config::Handler;
-use crate::conn::Shared;
 use crate::frame::OpCode;
 use crate::metrics::Metrics;
+use crate::outbox::Shared;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

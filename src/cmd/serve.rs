@@ -56,34 +56,23 @@ pub fn resolve(a: &ServeArgs) -> Result<Resolved> {
         a.heartbeat_timeout.map(|v| v as usize),
         s.heartbeat.timeout_secs,
     );
-    if max_frame_bytes > max_message_bytes {
-        bail!("--max-frame {max_frame_bytes} is above the message cap {max_message_bytes}: a frame is part of a message; raise --max-message too");
-    }
-    if hb_timeout <= hb_interval {
-        bail!("heartbeat timeout {hb_timeout} s must be longer than the interval {hb_interval} s, or every connection times out before its pong");
-    }
-    if fragment_bytes == 0 || max_frame_bytes == 0 || send_queue_bytes < 1024 {
-        bail!("--fragment and --max-frame must be positive and --send-queue at least 1024 bytes");
-    }
     let handler = Handler::parse(&a.handler).map_err(|e| anyhow::anyhow!("--handler: {e}"))?;
     let app = match a.app {
         AppArg::Echo => App::Echo,
         AppArg::Broadcast => App::Broadcast,
         AppArg::Channels => App::Channels,
     };
-    if handler.offloaded() && app != App::Echo {
-        bail!("--handler {} works with --app echo only (the built-in handler simulates work before the echo)", a.handler);
-    }
     table.push(("app", format!("{:?}", app).to_lowercase(), "flag"));
     table.push(("handler", a.handler.clone(), "flag"));
     let pd = &s.deflate;
-    let deflate = embedded_server::deflate::DeflateSettings {
-        enabled: (pd.enabled || a.deflate) && !a.no_deflate,
-        window_bits: a.deflate_window_bits.unwrap_or(pd.window_bits),
-        mem_level: a.deflate_mem_level.unwrap_or(pd.mem_level),
-        level: a.deflate_level.unwrap_or(pd.level),
-        threshold: a.deflate_threshold.unwrap_or(pd.threshold_bytes as usize),
-        context_takeover: pd.context_takeover && !a.deflate_no_context_takeover,
+    let from_profile = embedded_server::DeflateSettings::from(pd);
+    let deflate = embedded_server::DeflateSettings {
+        enabled: (from_profile.enabled || a.deflate) && !a.no_deflate,
+        window_bits: a.deflate_window_bits.unwrap_or(from_profile.window_bits),
+        mem_level: a.deflate_mem_level.unwrap_or(from_profile.mem_level),
+        level: a.deflate_level.unwrap_or(from_profile.level),
+        threshold: a.deflate_threshold.unwrap_or(from_profile.threshold),
+        context_takeover: from_profile.context_takeover && !a.deflate_no_context_takeover,
     };
     let from = |flag: bool| if flag { "flag" } else { "profile" };
     table.push((
@@ -127,11 +116,6 @@ pub fn resolve(a: &ServeArgs) -> Result<Resolved> {
             "default",
         ),
     };
-    // Below the message cap, every large compressed message would get 1013 "try again later"
-    // forever: refuse the setting instead.
-    if inflate_budget < max_message_bytes {
-        bail!("inflate budget {inflate_budget} ({budget_from}) is below the message cap {max_message_bytes}: no message near the cap could ever be inflated; set --inflate-budget (profile: server.deflate.inflate_budget_bytes) to at least the message cap, or leave it unset for max(64 MiB, 4 x the message cap)");
-    }
     if deflate.enabled {
         table.push((
             "inflate budget bytes",
@@ -164,6 +148,10 @@ pub fn resolve(a: &ServeArgs) -> Result<Resolved> {
         shutdown_grace: Duration::from_secs(a.shutdown_grace),
         inflate_budget: Some(inflate_budget),
     };
+    // Every bound lives in ServerConfig::validate; only where the budget came from is ours.
+    config
+        .validate()
+        .map_err(|e| anyhow::Error::new(e.with_origin(budget_from)))?;
     Ok(Resolved {
         config,
         workers,

@@ -85,7 +85,7 @@ pub struct ServerSettings {
     pub read_buffer_bytes: u64,
     /// Initial per-connection write buffer.
     pub write_buffer_bytes: u64,
-    pub deflate: DeflateSettings,
+    pub deflate: DeflateProfile,
     /// Largest frame accepted.
     pub max_frame_bytes: u64,
     /// Largest reassembled message accepted.
@@ -167,10 +167,14 @@ impl<'de> Deserialize<'de> for Processes {
     }
 }
 
-/// permessage-deflate (RFC 7692) settings.
+/// permessage-deflate (RFC 7692) as the profile file writes it (`server.deflate`): the file's
+/// names and whole numbers, like every other profile field. The server runs on one type,
+/// `embedded_server::DeflateSettings`; this converts into it with `From` (and `serve`'s flags
+/// override that type's fields, which have the same names and widths). The inflate budget is
+/// the server config's own (`ServerConfig::inflate_budget`), not a deflate setting.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct DeflateSettings {
+pub struct DeflateProfile {
     pub enabled: bool,
     /// LZ77 window, 9..=15 (zlib turns 8 into 9 for raw deflate, so 8 is refused).
     pub window_bits: u8,
@@ -186,6 +190,20 @@ pub struct DeflateSettings {
     /// server's default, max(64 MiB, 4 x max_message_bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inflate_budget_bytes: Option<u64>,
+}
+
+impl From<&DeflateProfile> for embedded_server::DeflateSettings {
+    fn from(p: &DeflateProfile) -> Self {
+        embedded_server::DeflateSettings {
+            enabled: p.enabled,
+            window_bits: p.window_bits,
+            mem_level: p.mem_level,
+            level: p.level,
+            // Validated at load to at most 1 GiB, so it fits any usize wstune builds for.
+            threshold: usize::try_from(p.threshold_bytes).unwrap_or(usize::MAX),
+            context_takeover: p.context_takeover,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -204,4 +222,33 @@ pub struct SelfTestTargets {
     pub payload_bytes: u64,
     pub rate_per_client: u64,
     pub p99_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_profiles_deflate_block_converts_into_the_servers_settings() {
+        let p = DeflateProfile {
+            enabled: true,
+            window_bits: 11,
+            mem_level: 4,
+            level: 3,
+            threshold_bytes: 512,
+            context_takeover: false,
+            inflate_budget_bytes: Some(1 << 27),
+        };
+        assert_eq!(
+            embedded_server::DeflateSettings::from(&p),
+            embedded_server::DeflateSettings {
+                enabled: true,
+                window_bits: 11,
+                mem_level: 4,
+                level: 3,
+                threshold: 512,
+                context_takeover: false,
+            }
+        );
+    }
 }

@@ -4,11 +4,15 @@
 //! (for the `deflate` scenario) reuses the embedded server's contexts.
 
 use embedded_server::deflate::{compress_fresh, Decompressor};
-use embedded_server::frame::{encode_client_frame, OpCode};
+use embedded_server::frame::{self, encode_client_frame, FrameError, OpCode};
 use std::net::{IpAddr, SocketAddr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
+
+/// The largest server frame (and inflated message) the generator takes: above any cap a
+/// server would set, a bound against a broken peer making it allocate gigabytes.
+const MAX_SERVER_FRAME: u64 = 64 << 20;
 
 /// Where to connect: parsed from `ws://HOST:PORT/PATH`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -122,6 +126,7 @@ pub struct Writer {
 }
 
 /// What the reader got.
+#[derive(Debug)]
 pub enum Incoming {
     /// A whole data message (inflated if it was compressed).
     Message(Vec<u8>),
@@ -371,22 +376,21 @@ impl Frames {
     pub fn parse(&mut self) -> std::io::Result<Option<Incoming>> {
         loop {
             let b = &self.buf[self.start..self.end];
-            if b.len() < 2 {
-                return Ok(None);
-            }
-            let (fin, rsv1, op) = (b[0] & 0x80 != 0, b[0] & 0x40 != 0, b[0] & 0x0f);
-            let (len, hl) = match b[1] & 0x7f {
-                126 if b.len() >= 4 => (u16::from_be_bytes([b[2], b[3]]) as usize, 4),
-                127 if b.len() >= 10 => (
-                    u64::from_be_bytes(b[2..10].try_into().unwrap()) as usize,
-                    10,
-                ),
-                126 | 127 => return Ok(None),
-                n => (n as usize, 2),
+            // RSV1 only where permessage-deflate was negotiated; the rest of RFC 6455's rules
+            // (opcodes, control frames, lengths, no mask from a server) are frame.rs's.
+            let rsv = if self.inflate.is_some() { 0b100 } else { 0 };
+            let h = match frame::parse_server_header(b, MAX_SERVER_FRAME, rsv) {
+                Ok(h) => h,
+                Err(FrameError::Incomplete) => return Ok(None),
+                Err(FrameError::TooBig) => {
+                    return Err(std::io::Error::other("a server frame over 64 MiB"))
+                }
+                Err(FrameError::Protocol(why)) => {
+                    return Err(std::io::Error::other(format!("from the server: {why}")))
+                }
             };
-            if len > 64 << 20 {
-                return Err(std::io::Error::other("a server frame over 64 MiB"));
-            }
+            let (fin, rsv1, op) = (h.fin, h.rsv & 0b100 != 0, h.opcode);
+            let (len, hl) = (h.payload_len as usize, h.header_len);
             if b.len() < hl + len {
                 if self.buf.len() < hl + len {
                     // Room for the whole frame at the front of the buffer.
@@ -401,20 +405,21 @@ impl Frames {
             let frame_start = self.start;
             self.start += hl + len;
             match op {
-                0x9 => return Ok(Some(Incoming::Ping(payload.to_vec()))),
-                0xA => continue,
-                0x8 => {
+                OpCode::Ping => return Ok(Some(Incoming::Ping(payload.to_vec()))),
+                OpCode::Pong => continue,
+                OpCode::Close => {
                     let code =
                         (payload.len() >= 2).then(|| u16::from_be_bytes([payload[0], payload[1]]));
                     return Ok(Some(Incoming::Closed(code)));
                 }
-                0x0..=0x2 => {
-                    if op != 0 {
+                OpCode::Continuation | OpCode::Text | OpCode::Binary => {
+                    let first = op != OpCode::Continuation;
+                    if first {
                         self.msg_compressed = rsv1;
                         self.msg.clear();
                     }
                     let payload = &self.buf[frame_start + hl..frame_start + hl + len];
-                    if fin && op != 0 && !rsv1 {
+                    if fin && first && !rsv1 {
                         return Ok(Some(Incoming::Message(payload.to_vec())));
                     }
                     self.msg.extend_from_slice(payload);
@@ -431,14 +436,9 @@ impl Frames {
                         ));
                     };
                     let mut out = Vec::with_capacity(whole.len() * 3);
-                    d.decompress(&whole, &mut out, 64 << 20)
+                    d.decompress(&whole, &mut out, MAX_SERVER_FRAME as usize)
                         .map_err(|e| std::io::Error::other(format!("inflate: {e:?}")))?;
                     return Ok(Some(Incoming::Message(out)));
-                }
-                other => {
-                    return Err(std::io::Error::other(format!(
-                        "reserved opcode {other} from the server"
-                    )))
                 }
             }
         }
@@ -463,5 +463,49 @@ mod tests {
         assert!(Target::parse("ws://no-such-host.invalid:1/")
             .unwrap_err()
             .contains("cannot resolve"));
+    }
+
+    #[test]
+    fn frames_decode_with_the_servers_client_side_parser() {
+        use embedded_server::frame::encode_message;
+        let mut wire = encode_message(OpCode::Text, b"abcdefg", 3, false);
+        wire.extend(encode_message(OpCode::Ping, b"p", 125, false));
+        wire.extend(encode_message(
+            OpCode::Close,
+            &1001u16.to_be_bytes(),
+            125,
+            false,
+        ));
+        // Arriving a byte at a time decodes the same as all at once.
+        let mut f = Frames::new(Vec::new(), None);
+        let mut got = Vec::new();
+        for b in &wire {
+            // As Reader::next does: into the room after `end`, growing when there is none.
+            if f.end == f.buf.len() {
+                f.buf.push(*b);
+            } else {
+                f.buf[f.end] = *b;
+            }
+            f.end += 1;
+            while let Some(x) = f.parse().unwrap() {
+                got.push(format!("{x:?}"));
+            }
+        }
+        assert_eq!(
+            got,
+            [
+                format!("{:?}", Incoming::Message(b"abcdefg".to_vec())),
+                format!("{:?}", Incoming::Ping(b"p".to_vec())),
+                format!("{:?}", Incoming::Closed(Some(1001))),
+            ]
+        );
+        // A masked frame from a server is refused, as is RSV1 without deflate.
+        let masked = encode_client_frame(true, OpCode::Text, b"x", [1, 2, 3, 4]);
+        let e = Frames::new(masked, None).parse().unwrap_err();
+        assert!(e.to_string().contains("must not be masked"), "{e}");
+        let e = Frames::new(encode_message(OpCode::Text, b"x", 125, true), None)
+            .parse()
+            .unwrap_err();
+        assert!(e.to_string().contains("reserved bits"), "{e}");
     }
 }

@@ -41,26 +41,21 @@ pub fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
     embedded_server::frame::encode_client_frame(true, op, payload, [0x12, 0x34, 0x56, 0x78])
 }
 
-/// Read one server frame: (opcode, payload).
+/// Read one server frame into `buf` (its payload) and return its opcode, decoded with the
+/// embedded server's client-side parser: the header's first two bytes say how long it is
+/// (`frame::header_len`), then `frame::parse_server_header` reads it.
 pub async fn read_frame(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<u8> {
-    let mut h = [0u8; 2];
-    s.read_exact(&mut h).await?;
-    let len = match h[1] & 0x7f {
-        126 => {
-            let mut b = [0u8; 2];
-            s.read_exact(&mut b).await?;
-            u16::from_be_bytes(b) as usize
-        }
-        127 => {
-            let mut b = [0u8; 8];
-            s.read_exact(&mut b).await?;
-            u64::from_be_bytes(b) as usize
-        }
-        n => n as usize,
-    };
-    buf.resize(len, 0);
+    use embedded_server::frame;
+    let mut h = [0u8; 14];
+    s.read_exact(&mut h[..2]).await?;
+    let hl = frame::header_len(h[1]);
+    s.read_exact(&mut h[2..hl]).await?;
+    // A benchmark peer takes any frame the server sends, compressed ones included.
+    let hdr = frame::parse_server_header(&h[..hl], u64::MAX >> 1, 0b111)
+        .map_err(|e| std::io::Error::other(format!("from the server: {e:?}")))?;
+    buf.resize(hdr.payload_len as usize, 0);
     s.read_exact(buf).await?;
-    Ok(h[0] & 0x0f)
+    Ok(hdr.opcode.as_u8())
 }
 
 pub fn now_nanos() -> u128 {

@@ -1,0 +1,444 @@
+//! Reading and dispatch: one read into the worker's shared receive buffer, frames parsed with
+//! frame.rs (text validated as it arrives, messages reassembled and inflated within the caps),
+//! and each complete message handed to the application (echo, offload, broadcast, channels).
+
+use super::close::{fail, on_close};
+use super::write::{commit, send};
+use super::{Ctx, State, Stop};
+use crate::config::{App, Handler};
+use crate::frame::{self, FrameError, OpCode};
+use crate::offload::Job;
+use crate::outbox::Shared;
+use crate::transport::Transport;
+use std::cell::RefCell;
+use std::io;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// Per-worker receive buffer: every connection a worker serves reads into this one.
+const RECV_BUF: usize = 64 << 10;
+thread_local! {
+    static RECV: RefCell<Vec<u8>> = RefCell::new(vec![0; RECV_BUF]);
+}
+
+/// Read once and process. Returns false at end of stream.
+pub(super) fn on_readable<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+) -> io::Result<bool> {
+    RECV.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        let n = match io.try_read(&mut buf[..]) {
+            Ok(0) => return Ok(false),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+            Err(e) => return Err(e),
+        };
+        if st.input_done() {
+            return Ok(true); // discarded: only the peer's FIN is awaited
+        }
+        shared.last_seen.store(ctx.hub.now(), Relaxed);
+        if st.partial.is_empty() {
+            let consumed = process(io, shared, ctx, st, &mut buf[..n]);
+            if consumed < n && !st.input_done() {
+                st.partial.extend_from_slice(&buf[consumed..n]);
+            }
+        } else {
+            let mut data = std::mem::take(&mut st.partial);
+            data.extend_from_slice(&buf[..n]);
+            drop(buf);
+            process_owned(io, shared, ctx, st, &mut data);
+        }
+        Ok(true)
+    })
+}
+
+/// Process an owned buffer (the pending partial plus new bytes) and keep what is left.
+pub(super) fn process_owned<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+    data: &mut Vec<u8>,
+) {
+    let consumed = process(io, shared, ctx, st, data);
+    if consumed < data.len() && !st.input_done() {
+        data.drain(..consumed);
+        // Give back a large buffer once the big frame it held is done.
+        if data.is_empty() && data.capacity() > RECV_BUF {
+            *data = Vec::new();
+        }
+        st.partial = std::mem::take(data);
+    }
+}
+
+/// Parse and handle every complete frame in `data`; returns the bytes consumed.
+fn process<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+    data: &mut [u8],
+) -> usize {
+    let cfg = &ctx.hub.config;
+    let mut pos = 0;
+    while pos < data.len() && st.pending_job.is_none() && !st.input_done() {
+        // RSV1 is legal only when permessage-deflate was negotiated.
+        let rsv = if st.deflate.is_some() { 0b100 } else { 0 };
+        let h = match frame::parse_header(&data[pos..], cfg.max_frame_bytes as u64, rsv) {
+            Ok(h) => h,
+            Err(FrameError::Incomplete) => break,
+            Err(e) => {
+                fail(
+                    io,
+                    shared,
+                    ctx,
+                    st,
+                    e.close_code(),
+                    match e {
+                        FrameError::Protocol(why) => why,
+                        _ => "frame too large",
+                    },
+                );
+                return data.len();
+            }
+        };
+        let total = h.header_len + h.payload_len as usize;
+        if data.len() - pos < total {
+            if let Err(Stop::Fail(code, why)) =
+                check_partial_text(st, &h, &mut data[pos + h.header_len..], cfg)
+            {
+                fail(io, shared, ctx, st, code, why);
+                return data.len();
+            }
+            break;
+        }
+        let payload = &mut data[pos + h.header_len..pos + total];
+        // Only the frame at the head of a pending partial can have been checked already.
+        let checked = std::mem::take(&mut st.frame_checked);
+        frame::unmask(&mut payload[checked..], h.mask, checked);
+        pos += total;
+        if st.close_sent && !matches!(h.opcode, OpCode::Close) {
+            continue; // after our close only the peer's close matters
+        }
+        if let Err(Stop::Fail(code, why)) = on_frame(io, shared, ctx, st, h, payload, checked) {
+            fail(io, shared, ctx, st, code, why);
+            return data.len();
+        }
+    }
+    commit(io, shared, &ctx.hub.metrics, st);
+    pos
+}
+
+/// Fail fast on invalid UTF-8 (RFC 6455 8.1): validate the part of an incomplete text frame
+/// that has arrived, so a frame that turns invalid fails with 1007 as those bytes arrive, not
+/// when the whole frame is in. The bytes checked are unmasked in place and counted in
+/// `frame_checked`. Frames that will fail for another reason when complete (a message too
+/// large, a message that should not start here) are left to that check, so they get its code.
+fn check_partial_text(
+    st: &mut State,
+    h: &frame::Header,
+    arrived: &mut [u8],
+    cfg: &crate::config::ServerConfig,
+) -> Result<(), Stop> {
+    let len = h.payload_len as usize;
+    let text = !st.close_sent
+        && h.rsv == 0
+        && match h.opcode {
+            OpCode::Text => st.msg_op.is_none() && (h.fin || len <= cfg.max_message_bytes),
+            OpCode::Continuation => {
+                st.msg_op == Some(OpCode::Text)
+                    && !st.msg_compressed
+                    && st.msg.len() + len <= cfg.max_message_bytes
+            }
+            _ => false,
+        };
+    if !text || arrived.len() <= st.frame_checked {
+        return Ok(());
+    }
+    let from = st.frame_checked;
+    let new = &mut arrived[from..];
+    frame::unmask(new, h.mask, from);
+    st.frame_checked = from + new.len();
+    st.utf8
+        .feed(new)
+        .map_err(|_| Stop::Fail(1007, "invalid UTF-8 in a text message"))
+}
+
+/// Handle one complete frame (payload unmasked). `checked`: leading payload bytes already fed
+/// to the UTF-8 validator while the frame was incomplete.
+fn on_frame<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+    h: frame::Header,
+    payload: &mut [u8],
+    checked: usize,
+) -> Result<(), Stop> {
+    let cfg = &ctx.hub.config;
+    match h.opcode {
+        OpCode::Text | OpCode::Binary => {
+            if st.msg_op.is_some() {
+                return Err(Stop::Fail(
+                    1002,
+                    "a new message started before the previous one ended",
+                ));
+            }
+            let compressed = h.rsv & 0b100 != 0;
+            if h.fin {
+                if compressed {
+                    return deliver_compressed(io, shared, ctx, st, h.opcode, payload);
+                }
+                if h.opcode == OpCode::Text {
+                    let valid = if checked == 0 {
+                        std::str::from_utf8(payload).is_ok()
+                    } else {
+                        st.utf8.feed(&payload[checked..]).is_ok() && st.utf8.finish().is_ok()
+                    };
+                    if !valid {
+                        return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
+                    }
+                }
+                deliver(io, shared, ctx, st, h.opcode, payload)
+            } else {
+                if payload.len() > cfg.max_message_bytes {
+                    return Err(Stop::Fail(1009, "message too large"));
+                }
+                // Compressed text is validated once inflated.
+                if !compressed
+                    && h.opcode == OpCode::Text
+                    && st.utf8.feed(&payload[checked..]).is_err()
+                {
+                    return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
+                }
+                st.msg_op = Some(h.opcode);
+                st.msg_compressed = compressed;
+                st.msg.extend_from_slice(payload);
+                Ok(())
+            }
+        }
+        OpCode::Continuation => {
+            let Some(op) = st.msg_op else {
+                return Err(Stop::Fail(1002, "continuation frame without a message"));
+            };
+            if h.rsv != 0 {
+                return Err(Stop::Fail(
+                    1002,
+                    "RSV1 is set on the first frame of a message only",
+                ));
+            }
+            if st.msg.len() + payload.len() > cfg.max_message_bytes {
+                return Err(Stop::Fail(1009, "message too large"));
+            }
+            let compressed = st.msg_compressed;
+            if !compressed && op == OpCode::Text && st.utf8.feed(&payload[checked..]).is_err() {
+                return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
+            }
+            st.msg.extend_from_slice(payload);
+            if h.fin {
+                if !compressed && op == OpCode::Text && st.utf8.finish().is_err() {
+                    return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
+                }
+                st.msg_op = None;
+                st.msg_compressed = false;
+                let mut msg = std::mem::take(&mut st.msg);
+                let r = if compressed {
+                    deliver_compressed(io, shared, ctx, st, op, &msg)
+                } else {
+                    deliver(io, shared, ctx, st, op, &mut msg)
+                };
+                msg.clear();
+                if msg.capacity() <= RECV_BUF {
+                    st.msg = msg; // keep a small buffer; large ones go back to the allocator
+                }
+                r?;
+            }
+            Ok(())
+        }
+        OpCode::Ping => {
+            send(
+                io,
+                shared,
+                &ctx.hub.metrics,
+                st,
+                OpCode::Pong,
+                payload,
+                cfg.fragment_bytes,
+            );
+            Ok(())
+        }
+        OpCode::Pong => Ok(()),
+        OpCode::Close => on_close(io, shared, ctx, st, payload),
+    }
+}
+
+/// A complete compressed message: inflate (stopping at the message cap), validate, deliver.
+fn deliver_compressed<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+    op: OpCode,
+    data: &[u8],
+) -> Result<(), Stop> {
+    let Some(d) = st.deflate.as_mut() else {
+        return Err(Stop::Fail(1002, "RSV1 without permessage-deflate"));
+    };
+    d.inflate(data, ctx.hub.config.max_message_bytes)?;
+    let mut msg = std::mem::take(&mut d.inflated);
+    let r = if op == OpCode::Text && std::str::from_utf8(&msg).is_err() {
+        Err(Stop::Fail(1007, "invalid UTF-8 in a text message"))
+    } else {
+        deliver(io, shared, ctx, st, op, &mut msg)
+    };
+    if let Some(d) = st.deflate.as_mut() {
+        d.done_inflated(msg);
+    }
+    r
+}
+
+/// A complete message arrived: hand it to the application.
+fn deliver<T: Transport>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx,
+    st: &mut State,
+    op: OpCode,
+    payload: &mut [u8],
+) -> Result<(), Stop> {
+    let hub = &ctx.hub;
+    let m = &hub.metrics;
+    m.messages_in.fetch_add(1, Relaxed);
+    m.bytes_in.fetch_add(payload.len() as u64, Relaxed);
+    match hub.config.app {
+        App::Echo if hub.config.handler == Handler::Echo => {
+            send(io, shared, m, st, op, payload, hub.config.fragment_bytes);
+            m.messages_out.fetch_add(1, Relaxed);
+        }
+        App::Echo => {
+            let job = Job {
+                conn: shared.clone(),
+                opcode: op,
+                payload: payload.to_vec(),
+            };
+            if let Some(tx) = &ctx.offload {
+                match tx.try_send(job) {
+                    Ok(()) => {
+                        m.offload_queue_depth.fetch_add(1, Relaxed);
+                    }
+                    Err(async_channel::TrySendError::Full(job)) => st.pending_job = Some(job),
+                    Err(async_channel::TrySendError::Closed(_)) => {}
+                }
+            }
+        }
+        App::Broadcast => hub.broadcast(op, payload),
+        App::Channels => {
+            if op != OpCode::Text {
+                return Err(Stop::Fail(1003, "the channels protocol is JSON text"));
+            }
+            if let Some(reply) = hub.channel_message(shared, &mut st.channels, payload) {
+                send(
+                    io,
+                    shared,
+                    m,
+                    st,
+                    OpCode::Text,
+                    reply.as_bytes(),
+                    hub.config.fragment_bytes,
+                );
+                m.messages_out.fetch_add(1, Relaxed);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{client, closes, ctx, serve, server_frames, MemIo};
+    use crate::config::ServerConfig;
+    use crate::frame::OpCode;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    fn capped() -> ServerConfig {
+        ServerConfig {
+            max_frame_bytes: 600,
+            max_message_bytes: 1000,
+            ..ServerConfig::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn messages_are_dispatched_whole_and_in_order() {
+        let mut input = client(true, OpCode::Text, b"one");
+        input.extend(client(false, OpCode::Binary, b"tw"));
+        input.extend(client(true, OpCode::Ping, b"p"));
+        input.extend(client(true, OpCode::Continuation, b"o"));
+        input.extend(client(true, OpCode::Close, &1000u16.to_be_bytes()));
+        let io = MemIo::with_input(&input);
+        let ctx = ctx(ServerConfig::default());
+        serve(&io, &ctx).await;
+        let frames = server_frames(&io.output());
+        assert_eq!(
+            frames,
+            vec![
+                (OpCode::Text, b"one".to_vec()),
+                (OpCode::Pong, b"p".to_vec()),
+                (OpCode::Binary, b"two".to_vec()),
+                (OpCode::Close, 1000u16.to_be_bytes().to_vec()),
+            ]
+        );
+        assert_eq!(ctx.hub.metrics.messages_in.load(Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn a_message_over_the_cap_closes_with_1009() {
+        let mut input = client(false, OpCode::Text, &[b'a'; 600]);
+        input.extend(client(true, OpCode::Continuation, &[b'a'; 600]));
+        let io = MemIo::with_input(&input);
+        serve(&io, &ctx(capped())).await;
+        assert_eq!(
+            closes(&io.output()),
+            vec![(1009, "message too large".into())]
+        );
+        // Nothing of the refused message was echoed.
+        assert_eq!(server_frames(&io.output()).len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_frame_over_the_cap_closes_with_1009_before_it_arrives() {
+        // Only the header is sent: the frame is refused on its announced length.
+        let whole = client(true, OpCode::Binary, &[0; 700]);
+        let io = MemIo::with_input(&whole[..8]);
+        serve(&io, &ctx(capped())).await;
+        assert_eq!(closes(&io.output()), vec![(1009, "frame too large".into())]);
+    }
+
+    #[tokio::test]
+    async fn invalid_utf8_fails_with_1007_and_the_rest_is_discarded() {
+        let mut input = client(true, OpCode::Text, &[0xff, 0xfe]);
+        input.extend(client(true, OpCode::Text, b"never echoed"));
+        let io = MemIo::with_input(&input);
+        serve(&io, &ctx(ServerConfig::default())).await;
+        let frames = server_frames(&io.output());
+        assert_eq!(frames.len(), 1, "{frames:?}");
+        assert_eq!(
+            closes(&io.output()),
+            vec![(1007, "invalid UTF-8 in a text message".into())]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unmasked_frame_is_a_protocol_error() {
+        let server_style = crate::frame::encode_message(OpCode::Text, b"hi", 100, false);
+        let io = MemIo::with_input(&server_style);
+        serve(&io, &ctx(ServerConfig::default())).await;
+        assert_eq!(
+            closes(&io.output()),
+            vec![(1002, "client frames must be masked".into())]
+        );
+    }
+}

@@ -1,0 +1,553 @@
+//! A connection's outbound side, the half other threads touch: its queue of encoded frames,
+//! the close requests, and the direct write that makes fan-out one syscall per recipient.
+//!
+//! The hub (broadcast, channels, heartbeat), the offload pool (replies) and the connection's
+//! own task (conn/) all write through a `Shared`; this module depends on none of them, so
+//! they depend on it and not on each other. Its guarantees:
+//! - every write to a connection's socket, direct or from the queue, happens under the `out`
+//!   lock, so frames never interleave and order is kept;
+//! - the socket is written directly only while its descriptor is in `direct_fd`, which the
+//!   connection clears (under the lock, by dropping `DirectGuard`) before the socket closes;
+//! - nothing is queued after a close frame (`close_request` is set before the close is queued,
+//!   and checked again under the lock);
+//! - a consumer whose unsent bytes pass the cap is closed, never waited for.
+
+use crate::deflate::{Agreed, DeflateSettings};
+use crate::frame::{self, OpCode};
+use crate::metrics::Metrics;
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::io::IoSlice;
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU16, AtomicU32, AtomicU8, AtomicUsize, Ordering::Relaxed,
+};
+use std::sync::{Mutex, MutexGuard};
+use tokio::sync::Notify;
+
+/// Frames handed to one vectored write.
+pub(crate) const WRITE_SLICES: usize = 32;
+
+/// The half of a connection other threads touch: its outgoing queue and close requests.
+/// About 150 bytes.
+pub struct Shared {
+    pub id: u64,
+    out: Mutex<Out>,
+    /// Bytes queued and not yet written.
+    queued: AtomicUsize,
+    notify: Notify,
+    /// A close someone else asked for (heartbeat, backpressure, shutdown); 0 = none.
+    close_request: AtomicU16,
+    /// Coarse clock seconds of the last frame received.
+    pub last_seen: AtomicU32,
+    /// Coarse clock seconds of the last ping sent.
+    pub last_ping: AtomicU32,
+    send_cap: usize,
+    backpressure_code: u16,
+    /// Window bits of this peer's permessage-deflate (0: not negotiated). Broadcasts and
+    /// offloaded replies compress once per window size from a reset context, valid for every
+    /// peer whatever its context-takeover setting.
+    pub shared_deflate_bits: AtomicU8,
+    /// The peer keeps our compression context between messages (no server_no_context_takeover).
+    pub deflate_takeover: AtomicBool,
+    /// A frame compressed elsewhere went to a context-takeover peer: its window now holds data
+    /// our own compressor never saw, so that compressor must start over before its next
+    /// message. Changed only under the `out` lock, so it is ordered with the queue.
+    deflate_stale: AtomicBool,
+    /// The socket, while other threads may write to it directly (plain TCP only; -1 otherwise).
+    /// Read and changed only under the `out` lock: the connection clears it (under the lock)
+    /// before its socket is closed, so a writer never reaches a descriptor number the kernel
+    /// has handed to another socket.
+    direct_fd: AtomicI32,
+    /// The connection holds a compressor it frees after an idle spell; that check runs when its
+    /// task wakes, so frames written directly still wake it (see `push_frame`).
+    holds_compressor: AtomicBool,
+}
+
+/// The queue itself; only reachable through the lock (`Shared::lock`).
+#[derive(Default)]
+struct Out {
+    frames: VecDeque<Bytes>,
+    /// Bytes of the first frame already written.
+    head_off: usize,
+    /// The first frame is the rest of a frame partly written directly (its start is already on
+    /// the wire), so it must go out whole even when the queue is dropped.
+    head_is_rest: bool,
+}
+
+impl Shared {
+    pub fn new(id: u64, send_cap: usize, backpressure_code: u16, now: u32) -> Shared {
+        Shared {
+            id,
+            out: Mutex::new(Out::default()),
+            queued: AtomicUsize::new(0),
+            notify: Notify::new(),
+            close_request: AtomicU16::new(0),
+            last_seen: AtomicU32::new(now),
+            last_ping: AtomicU32::new(now),
+            send_cap,
+            backpressure_code,
+            shared_deflate_bits: AtomicU8::new(0),
+            deflate_takeover: AtomicBool::new(false),
+            deflate_stale: AtomicBool::new(false),
+            direct_fd: AtomicI32::new(-1),
+            holds_compressor: AtomicBool::new(false),
+        }
+    }
+
+    /// Queue an encoded frame (shared, not copied) and wake the connection. A consumer above
+    /// its cap is closed instead: broadcast never waits for the slowest client.
+    pub fn push(&self, frame: Bytes, metrics: &Metrics) -> bool {
+        self.push_frame(frame, metrics, false)
+    }
+
+    /// Queue a frame compressed from a reset context outside this connection's task.
+    pub fn push_compressed(&self, frame: Bytes, metrics: &Metrics) -> bool {
+        self.push_frame(frame, metrics, self.deflate_takeover.load(Relaxed))
+    }
+
+    /// Fan-out's cost is this function times the recipients, so the common case is one
+    /// syscall: when nothing is queued for this connection and its socket is plain TCP, the
+    /// frame goes straight to the kernel from the calling thread (a broadcaster, the heartbeat)
+    /// without waking the connection's task. Only what the socket does not take is queued, and
+    /// then the task is woken to write it when the socket drains. Every write to the socket
+    /// happens under the `out` lock, so frames never interleave and order is kept.
+    fn push_frame(&self, frame: Bytes, metrics: &Metrics, stale: bool) -> bool {
+        if self.close_request.load(Relaxed) != 0 {
+            return false;
+        }
+        let len = frame.len();
+        // A consumer is slow when data piles up, not when one message is large: a frame bigger
+        // than the cap still goes to an empty queue.
+        let queued = self.queued.load(Relaxed);
+        if queued > 0 && queued + len > self.send_cap {
+            self.backpressure(metrics);
+            return false;
+        }
+        let mut out = self.out.lock().unwrap();
+        // Checked again under the lock: the connection queues its close frame under it after
+        // setting `close_request`, and nothing may follow a close frame on the wire.
+        if self.close_request.load(Relaxed) != 0 {
+            return false;
+        }
+        if stale {
+            self.deflate_stale.store(true, Relaxed);
+        }
+        let mut frame = frame;
+        if out.frames.is_empty() {
+            let written = direct_write(self.direct_fd.load(Relaxed), &frame);
+            metrics.bytes_out.fetch_add(written as u64, Relaxed);
+            if written == len {
+                drop(out);
+                if self.holds_compressor.load(Relaxed) {
+                    self.notify.notify_one();
+                }
+                return true;
+            }
+            if written > 0 {
+                // The frame's start is on the wire: its rest must go out whole.
+                out.head_is_rest = true;
+                frame = frame.slice(written..);
+            }
+        }
+        // Counted before the lock goes: the task may write (and subtract) it right after.
+        self.queued.fetch_add(frame.len(), Relaxed);
+        out.frames.push_back(frame);
+        drop(out);
+        self.notify.notify_one();
+        true
+    }
+
+    /// Let other threads write to `fd` directly (`None`: never, e.g. TLS) until the returned
+    /// guard drops; it must drop before the socket closes.
+    pub(crate) fn allow_direct(&self, fd: Option<i32>) -> DirectGuard<'_> {
+        if let Some(fd) = fd {
+            let _out = self.out.lock().unwrap();
+            self.direct_fd.store(fd, Relaxed);
+        }
+        DirectGuard(self)
+    }
+
+    /// Encode and queue a message from another thread (the offload pool), compressed with that
+    /// thread's shared context when the peer negotiated permessage-deflate.
+    pub fn send_owned(
+        &self,
+        opcode: OpCode,
+        payload: &[u8],
+        fragment: usize,
+        deflate: &DeflateSettings,
+        metrics: &Metrics,
+    ) {
+        let bits = self.shared_deflate_bits.load(Relaxed);
+        let pushed = if bits != 0 && payload.len() >= deflate.threshold {
+            let mut z = Vec::new();
+            let created = crate::deflate::compress_fresh(
+                bits,
+                deflate.mem_level,
+                deflate.level,
+                payload,
+                &mut z,
+            );
+            metrics
+                .deflate_memory_bytes
+                .fetch_add(created as i64, Relaxed);
+            let frame = Bytes::from(frame::encode_message(opcode, &z, fragment, true));
+            self.push_compressed(frame, metrics)
+        } else {
+            let frame = Bytes::from(frame::encode_message(opcode, payload, fragment, false));
+            self.push(frame, metrics)
+        };
+        if pushed {
+            metrics.messages_out.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Record what permessage-deflate this peer agreed to, for frames compressed elsewhere.
+    pub fn set_deflate(&self, agreed: &Agreed, ours: &DeflateSettings) {
+        self.shared_deflate_bits
+            .store(agreed.server_window_bits.min(ours.window_bits), Relaxed);
+        self.deflate_takeover
+            .store(!agreed.server_no_context_takeover, Relaxed);
+    }
+
+    /// Close this consumer for exceeding its send-queue cap (counted once).
+    pub(crate) fn backpressure(&self, metrics: &Metrics) {
+        if self
+            .close_request
+            .compare_exchange(0, self.backpressure_code, Relaxed, Relaxed)
+            .is_ok()
+        {
+            metrics.backpressure_closes.fetch_add(1, Relaxed);
+        }
+        self.notify.notify_one();
+    }
+
+    /// Ask the connection to close with `code` (first request wins). Returns whether this
+    /// request was the first, so callers count each close once.
+    pub fn request_close(&self, code: u16) -> bool {
+        let first = self
+            .close_request
+            .compare_exchange(0, code, Relaxed, Relaxed)
+            .is_ok();
+        self.notify.notify_one();
+        first
+    }
+
+    /// The close someone asked for (0: none). Never cleared: while set, nothing more is queued
+    /// (a swap to 0 and back left a window in which a broadcaster could write after our close
+    /// frame, and in which a second close request counted again).
+    pub(crate) fn close_requested(&self) -> u16 {
+        self.close_request.load(Relaxed)
+    }
+
+    /// Our close is on its way: nothing more may be queued after it (a broadcast or an
+    /// offloaded reply behind a close frame would be a protocol violation).
+    pub(crate) fn stop_queueing(&self, code: u16) {
+        let _ = self
+            .close_request
+            .compare_exchange(0, code, Relaxed, Relaxed);
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queued.load(Relaxed)
+    }
+
+    /// Wait until someone queued for this connection or asked it to close.
+    pub(crate) async fn notified(&self) {
+        self.notify.notified().await
+    }
+
+    /// Whether a frame compressed elsewhere went out since our compressor's last message, and
+    /// forget it (the compressor is about to start over).
+    pub(crate) fn take_deflate_stale(&self) -> bool {
+        self.deflate_stale.swap(false, Relaxed)
+    }
+
+    /// Whether a frame compressed elsewhere went out since our compressor's last message.
+    pub(crate) fn deflate_stale(&self) -> bool {
+        self.deflate_stale.load(Relaxed)
+    }
+
+    /// The connection now holds (or no longer holds) a compressor to free when idle.
+    pub(crate) fn set_holds_compressor(&self, holds: bool) {
+        self.holds_compressor.store(holds, Relaxed);
+    }
+
+    /// The queue, locked: every write to the socket happens while this is held.
+    pub(crate) fn lock(&self) -> Locked<'_> {
+        Locked {
+            shared: self,
+            out: self.out.lock().unwrap(),
+        }
+    }
+}
+
+/// The queue under its lock: what the connection's writer works on.
+pub(crate) struct Locked<'a> {
+    shared: &'a Shared,
+    out: MutexGuard<'a, Out>,
+}
+
+impl Locked<'_> {
+    /// Nothing waits to be written: a new frame may go straight to the socket.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.out.frames.is_empty()
+    }
+
+    /// Queue a frame; a consumer that already had bytes waiting and now passes its cap is
+    /// closed (one large frame to an empty queue always goes).
+    pub(crate) fn enqueue(&mut self, frame: Bytes, metrics: &Metrics) {
+        let len = frame.len();
+        let before = self.shared.queued.fetch_add(len, Relaxed);
+        self.out.frames.push_back(frame);
+        if before > 0 && before + len > self.shared.send_cap {
+            self.shared.backpressure(metrics);
+        }
+    }
+
+    /// Queue the rest of a frame whose first `written` bytes went to the socket directly (it
+    /// was written only because the queue was empty, so the rest is now the queue's head and
+    /// must go out whole).
+    pub(crate) fn enqueue_rest(&mut self, rest: Bytes, written: usize, metrics: &Metrics) {
+        if written > 0 {
+            self.out.head_is_rest = true;
+        }
+        self.enqueue(rest, metrics);
+    }
+
+    /// Queue our close frame; no cap applies to it.
+    pub(crate) fn enqueue_close(&mut self, frame: Bytes) {
+        self.shared.queued.fetch_add(frame.len(), Relaxed);
+        self.out.frames.push_back(frame);
+    }
+
+    /// A slow or silent peer's close: drop what it has not read, keep only the close frame at
+    /// the back, and the frame at the head if it is already partly on the wire (the stream
+    /// breaks otherwise).
+    pub(crate) fn drop_unsent_before_close(&mut self) {
+        let out = &mut *self.out;
+        let close = out.frames.pop_back();
+        let started = if out.head_off > 0 || out.head_is_rest {
+            out.frames.pop_front()
+        } else {
+            None
+        };
+        out.frames.clear();
+        let mut queued = 0;
+        if let Some(f) = started {
+            queued += f.len() - out.head_off;
+            out.frames.push_back(f);
+        } else {
+            out.head_off = 0;
+            out.head_is_rest = false;
+        }
+        if let Some(c) = close {
+            queued += c.len();
+            out.frames.push_back(c);
+        }
+        self.shared.queued.store(queued, Relaxed);
+    }
+
+    /// The next frames to write, at most `WRITE_SLICES` (the head without its written part).
+    pub(crate) fn slices<'s>(&'s self, slices: &mut [IoSlice<'s>; WRITE_SLICES]) -> usize {
+        let out = &*self.out;
+        let mut n = 0;
+        for (i, f) in out.frames.iter().take(WRITE_SLICES).enumerate() {
+            slices[i] = IoSlice::new(if i == 0 { &f[out.head_off..] } else { &f[..] });
+            n += 1;
+        }
+        n
+    }
+
+    /// `n` bytes from the head of the queue were written.
+    pub(crate) fn consume(&mut self, n: usize) {
+        self.shared.queued.fetch_sub(n, Relaxed);
+        let out = &mut *self.out;
+        let mut left = n;
+        while left > 0 {
+            let head_len = out.frames[0].len() - out.head_off;
+            if left >= head_len {
+                left -= head_len;
+                out.frames.pop_front();
+                out.head_off = 0;
+                out.head_is_rest = false;
+            } else {
+                out.head_off += left;
+                left = 0;
+            }
+        }
+    }
+
+    /// After a burst: the queue's ring goes back to a small size.
+    pub(crate) fn shrink(&mut self) {
+        if self.out.frames.capacity() > 64 {
+            self.out.frames.shrink_to(8);
+        }
+    }
+}
+
+/// Ends direct writes to a connection's socket; dropped before the socket is closed.
+pub(crate) struct DirectGuard<'a>(&'a Shared);
+
+impl Drop for DirectGuard<'_> {
+    fn drop(&mut self) {
+        // Also while unwinding from a panic that poisoned the lock: a second panic here would
+        // abort the whole server, and the descriptor must be withdrawn either way.
+        let _out = self
+            .0
+            .out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.0.direct_fd.store(-1, Relaxed);
+    }
+}
+
+/// Write `buf` to a non-blocking socket from any thread; returns how much the kernel took (0 on
+/// a full socket, an error, or no descriptor: the caller queues the rest and the connection's
+/// own task meets any error on its next write).
+#[cfg(unix)]
+fn direct_write(fd: i32, buf: &[u8]) -> usize {
+    if fd < 0 || buf.is_empty() {
+        return 0;
+    }
+    // SAFETY: `fd` is an open socket while it is stored in `direct_fd` (the caller holds the
+    // `out` lock, and the connection clears the field under that lock before closing), and
+    // `buf` is valid for `buf.len()` bytes. MSG_DONTWAIT: never block the fanning thread;
+    // MSG_NOSIGNAL: a peer that is gone gives EPIPE, not SIGPIPE.
+    let n = unsafe {
+        libc::send(
+            fd,
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    n.max(0) as usize
+}
+
+#[cfg(not(unix))]
+fn direct_write(_fd: i32, _buf: &[u8]) -> usize {
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(n: usize, byte: u8) -> Bytes {
+        Bytes::from(vec![byte; n])
+    }
+
+    fn drain(s: &Shared) -> Vec<u8> {
+        let mut q = s.lock();
+        let mut all = Vec::new();
+        let mut slices: [IoSlice<'_>; WRITE_SLICES] = std::array::from_fn(|_| IoSlice::new(&[]));
+        let n = q.slices(&mut slices);
+        for sl in &slices[..n] {
+            all.extend_from_slice(sl);
+        }
+        let len = all.len();
+        q.consume(len);
+        all
+    }
+
+    #[test]
+    fn without_a_socket_frames_queue_in_order() {
+        let m = Metrics::default();
+        let s = Shared::new(1, 1 << 20, 1008, 0);
+        assert!(s.push(frame(3, b'a'), &m));
+        assert!(s.push(frame(2, b'b'), &m));
+        assert_eq!(s.queued(), 5);
+        assert_eq!(drain(&s), b"aaabb");
+        assert_eq!(s.queued(), 0);
+        assert!(s.lock().is_empty());
+    }
+
+    #[test]
+    fn backpressure_past_the_cap_closes_the_slow_consumer_once() {
+        let m = Metrics::default();
+        let s = Shared::new(1, 1024, 1013, 0);
+        // One frame larger than the cap still goes to an empty queue.
+        assert!(s.push(frame(2000, b'x'), &m));
+        assert_eq!(s.close_requested(), 0);
+        // Data piling up is what makes a consumer slow.
+        assert!(!s.push(frame(10, b'y'), &m));
+        assert_eq!(s.close_requested(), 1013);
+        assert!(
+            !s.push(frame(10, b'y'), &m),
+            "nothing queued after the close"
+        );
+        assert_eq!(m.backpressure_closes.load(Relaxed), 1);
+        // A later request does not win over the first.
+        assert!(!s.request_close(1001));
+        assert_eq!(s.close_requested(), 1013);
+    }
+
+    #[test]
+    fn a_slow_consumers_close_keeps_only_a_started_frame_and_the_close() {
+        let m = Metrics::default();
+        let s = Shared::new(1, 1 << 20, 1008, 0);
+        s.push(frame(4, b'a'), &m);
+        s.push(frame(4, b'b'), &m);
+        {
+            let mut q = s.lock();
+            q.consume(1); // "a" is partly on the wire
+            q.enqueue_close(frame(2, b'c'));
+            q.drop_unsent_before_close();
+        }
+        assert_eq!(s.queued(), 5);
+        assert_eq!(drain(&s), b"aaacc");
+
+        // Nothing started: only the close is left.
+        s.push(frame(4, b'd'), &m);
+        let mut q = s.lock();
+        q.enqueue_close(frame(2, b'c'));
+        q.drop_unsent_before_close();
+        drop(q);
+        assert_eq!(drain(&s), b"cc");
+    }
+
+    #[test]
+    fn the_rest_of_a_directly_written_frame_survives_the_drop() {
+        let m = Metrics::default();
+        let s = Shared::new(1, 1 << 20, 1008, 0);
+        let mut q = s.lock();
+        q.enqueue_rest(frame(3, b'r'), 2, &m);
+        q.enqueue(frame(3, b'x'), &m);
+        q.enqueue_close(frame(2, b'c'));
+        q.drop_unsent_before_close();
+        drop(q);
+        assert_eq!(drain(&s), b"rrrcc");
+    }
+
+    #[test]
+    fn a_close_request_stops_queueing() {
+        let m = Metrics::default();
+        let s = Shared::new(1, 1 << 20, 1008, 0);
+        s.stop_queueing(1000);
+        assert!(!s.push(frame(1, b'x'), &m));
+        assert_eq!(s.queued(), 0);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn direct_writes_stop_when_the_guard_drops() {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let m = Metrics::default();
+        let s = Shared::new(1, 1 << 20, 1008, 0);
+        {
+            let _direct = s.allow_direct(Some(a.as_raw_fd()));
+            assert!(s.push(frame(3, b'd'), &m));
+            assert_eq!(s.queued(), 0, "written straight to the socket");
+        }
+        let mut got = [0u8; 3];
+        b.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"ddd");
+        // After the guard: queued for the task, never written to the (closing) descriptor.
+        assert!(s.push(frame(2, b'q'), &m));
+        assert_eq!(s.queued(), 2);
+        assert_eq!(m.bytes_out.load(Relaxed), 3);
+    }
+}
