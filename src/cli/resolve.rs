@@ -11,7 +11,7 @@ use crate::apply::store::Store;
 use crate::cmd;
 use crate::engine::check::{self, LbConfig, Resolved, Target};
 use crate::engine::selftest::Load;
-use crate::host::{fs::FsBackend, Backend};
+use crate::host::Backend;
 use crate::report::{self, ListFormat};
 use crate::selftest::client::Target as Url;
 use anyhow::{bail, Context, Result};
@@ -404,24 +404,11 @@ pub fn backend(root: Option<&Path>, prefix: Option<&Path>) -> Result<Box<dyn Bac
             );
         }
     }
-    Ok(match root {
-        Some(dir) => {
-            let b = FsBackend::rooted(dir)?;
-            Box::new(match prefix {
-                Some(p) => b.with_prefix(p),
-                None => b,
-            })
-        }
-        None => crate::host::live(prefix),
-    })
+    Ok(crate::host::open(root, prefix)?)
 }
 
 /// Where the files wstune owns are written: `--prefix`, else the `--root` tree, else `/` (on a
 /// live Windows host: the journal in `%ProgramData%\wstune`).
 pub fn store(root: Option<&Path>, prefix: Option<&Path>) -> Store {
-    match (prefix.or(root), crate::host::live_state_dir()) {
-        (Some(dir), _) => Store::new(dir),
-        (None, Some(state)) => Store::new(&state).with_state_dir(&state),
-        (None, None) => Store::new(Path::new("/")),
-    }
+    Store::for_host(root, prefix)
 }

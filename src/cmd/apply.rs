@@ -5,7 +5,7 @@ use crate::apply::{self, journal, plan};
 use crate::catalog::eval::Status;
 use crate::catalog::Scope as CheckScope;
 use crate::confirm::{confirm, PASS_YES};
-use crate::engine::check::{report as make_report, Resolved};
+use crate::engine::check::{report as make_report, report_and_facts, Resolved};
 use crate::outcome::Outcome;
 use crate::output::say;
 use anyhow::{bail, Result};
@@ -83,15 +83,8 @@ pub fn run(a: Request) -> Result<Outcome> {
             }
         }
     }
-    let before = make_report(inputs, backend, None);
-    let p = plan::plan(
-        &inputs.catalog,
-        &before.results,
-        backend,
-        a.scope,
-        inputs.options.unit.as_deref(),
-        inputs.options.pid,
-    );
+    let (before, facts) = report_and_facts(inputs, backend, None);
+    let p = plan::plan(&inputs.catalog, &before.results, &facts, a.scope);
     let profile = &inputs.profile.profile.name;
 
     if p.actions.is_empty() {

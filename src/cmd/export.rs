@@ -2,7 +2,7 @@
 //! value rule apply uses (`apply::plan::settings`), then one renderer from `crate::export`.
 
 use crate::apply::plan;
-use crate::engine::check::{report as make_report, Resolved};
+use crate::engine::check::{report_and_facts, Resolved};
 use crate::export::{self, Export, Format};
 use crate::outcome::Outcome;
 use crate::output;
@@ -22,7 +22,7 @@ pub struct Request {
 pub fn run(a: Request) -> Result<Outcome> {
     let Resolved { inputs, backend } = &a.host;
     let backend = backend.as_ref();
-    let report = make_report(inputs, backend, None);
+    let (report, facts) = report_and_facts(inputs, backend, None);
     let info = backend.describe();
     let e = Export {
         profile: inputs.profile.profile.name.clone(),
@@ -33,7 +33,7 @@ pub fn run(a: Request) -> Result<Outcome> {
         } else {
             info.source.clone()
         },
-        settings: plan::settings(&inputs.catalog, &report.results, backend),
+        settings: plan::settings(&inputs.catalog, &report.results, &facts),
     };
     if a.to == Format::SystemdUnit {
         return units(&e, &a);

@@ -6,7 +6,7 @@
 use crate::apply::store::Store;
 use crate::catalog::eval::{evaluate, Status, Summary};
 use crate::catalog::{self, Catalog};
-use crate::gather::{gather, Options};
+use crate::gather::{gather, HostFacts, Options};
 use crate::host::{Backend, ReadError};
 use crate::profile::{self, Loaded};
 use crate::report::{self, CheckReport, HostRef, ProfileRef};
@@ -84,13 +84,23 @@ pub fn inputs(t: &Target, backend: &dyn Backend) -> Result<Inputs> {
 /// Gather, evaluate and, with a `store`, report an interrupted or damaged journal entry and
 /// compare the host with the last applied one.
 pub fn report(r: &Inputs, backend: &dyn Backend, store: Option<&Store>) -> CheckReport {
+    report_and_facts(r, backend, store).0
+}
+
+/// [`report`] and the host facts it was made from (what `apply`'s pure plan and `export`'s
+/// values need too).
+pub fn report_and_facts(
+    r: &Inputs,
+    backend: &dyn Backend,
+    store: Option<&Store>,
+) -> (CheckReport, HostFacts) {
     let facts = gather(&r.catalog, backend, &r.options);
     let mut results = evaluate(&r.catalog, &r.profile.profile.variables(), &facts);
     if let Some(s) = store {
         results.extend(crate::apply::journal_findings(s, backend));
     }
     let summary = Summary::of(&results);
-    CheckReport {
+    let report = CheckReport {
         schema_version: report::SCHEMA_VERSION,
         profile: ProfileRef {
             name: r.profile.profile.name.clone(),
@@ -103,7 +113,8 @@ pub fn report(r: &Inputs, backend: &dyn Backend, store: Option<&Store>) -> Check
         },
         results,
         summary,
-    }
+    };
+    (report, facts)
 }
 
 /// A load balancer's configuration to check beside the host (`check --lb-config`).

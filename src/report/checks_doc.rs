@@ -1,25 +1,16 @@
 //! docs/checks.md: every check id an operator can meet in a report, what it checks, on which
 //! platform, and the fix, generated from the catalogs (checks/linux.yaml, checks/windows.yaml,
-//! checks/lb.yaml) so the list cannot drift from them. A unit test below fails when the
+//! checks/lb.yaml, checks/wstune.yaml) so the list cannot drift from them. A unit test below fails when the
 //! committed file is stale; `UPDATE_SNAPSHOTS=1 cargo test --lib checks_doc` rewrites it.
 
 use crate::catalog::{self, Platform};
 use std::collections::BTreeSet;
 
-/// Findings made in code rather than read from a catalog: (id, what it checks, the fix).
-/// One a catalog defines is listed from the catalog instead.
-const JOURNAL: &[(&str, &str, &str)] = &[
-    (
-        "wstune.journal.pending",
-        "No interrupted apply or damaged journal entry",
-        "`wstune rollback --id ID` restores the state before the interrupted apply (a new `wstune apply` also undoes it first); for a damaged entry the report names the file and what to do",
-    ),
-    (
-        "wstune.journal.drift",
-        "Host still matches the last wstune apply",
-        "`wstune apply` again to restore the profile, or `wstune rollback` to return to the state before it",
-    ),
-];
+/// The fix of a journal check whose fix is computed (it names the entry), for the list.
+const COMPUTED_FIX: &[(&str, &str)] = &[(
+    "wstune.journal.pending",
+    "`wstune rollback --id ID` restores the state before the interrupted apply (a new `wstune apply` also undoes it first); for a damaged entry the report names the file and what to do",
+)];
 
 /// The whole of docs/checks.md.
 pub fn checks_markdown() -> String {
@@ -35,11 +26,11 @@ pub fn checks_markdown() -> String {
          column, `results[].id` in JSON, the JUnit test case name, the Prometheus `id` label. \
          Placeholders in a fix (`{target}`, `{desired}`, `{nic}`, `{file}`...) are filled in \
          with this host's values in the report itself.\n\n\
-         Generated from `checks/linux.yaml`, `checks/windows.yaml` and `checks/lb.yaml` \
+         Generated from `checks/linux.yaml`, `checks/windows.yaml`, `checks/lb.yaml` and \
+         `checks/wstune.yaml` \
          (`src/report/checks_doc.rs`); a unit test fails when this file is stale, and \
          `UPDATE_SNAPSHOTS=1 cargo test --lib checks_doc` rewrites it.\n",
     );
-    let mut catalog_ids = BTreeSet::new();
     for (platform, file, about) in [
         (
             Platform::Linux,
@@ -68,7 +59,6 @@ pub fn checks_markdown() -> String {
         };
         for d in &cat.checks {
             let c = &d.check;
-            catalog_ids.insert(c.id.clone());
             let id = if d.has_boot_view() {
                 format!("`{}` and `{}.boot`", c.id, c.id)
             } else {
@@ -101,12 +91,22 @@ pub fn checks_markdown() -> String {
         ]));
     }
     out.push_str(
-        "\n## wstune's own journal\n\n\
+        "\n## wstune's own journal (`checks/wstune.yaml`)\n\n\
          `check` also reads the journal `apply` keeps (under `--prefix` or `--root` when given).\n\n\
          | id | what it checks | platform | fix |\n|---|---|---|---|\n",
     );
-    for (id, what, fix) in JOURNAL.iter().filter(|j| !catalog_ids.contains(j.0)) {
-        out.push_str(&row(&[&format!("`{id}`"), what, "Linux, Windows", fix]));
+    for c in catalog::computed::all() {
+        let fix = match (&c.fix.runtime, COMPUTED_FIX.iter().find(|f| f.0 == c.id)) {
+            (_, Some((_, f))) => f.to_string(),
+            (Some(r), None) => r.clone(),
+            (None, None) => "-".into(),
+        };
+        out.push_str(&row(&[
+            &format!("`{}`", c.id),
+            &c.title,
+            "Linux, Windows",
+            &fix,
+        ]));
     }
     out
 }
