@@ -25,12 +25,7 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
     let lb = match &a.lb_config {
         Some(path) => Some(LbConfig {
             path: path.clone(),
-            text: std::fs::read_to_string(path).map_err(|e| {
-                anyhow::anyhow!(
-                    "--lb-config {}: {e}; give the proxy's configuration file",
-                    path.display()
-                )
-            })?,
+            text: read_lb_config(path)?,
             pid: a.lb_pid,
         }),
         None => None,
@@ -51,6 +46,28 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
         },
         output: a.output.clone(),
         lb,
+    })
+}
+
+/// `--lb-config FILE` through the one bounded reader: a FIFO or a device named by mistake is
+/// refused at once instead of blocking or filling memory.
+fn read_lb_config(path: &Path) -> Result<String> {
+    use crate::input::{io_words, read_bounded, Refused};
+    // A proxy configuration with includes inlined stays far below this.
+    const MAX_LB_CONFIG_BYTES: u64 = 16 << 20;
+    read_bounded(path, MAX_LB_CONFIG_BYTES, None).map_err(|r| {
+        let why = match r {
+            Refused::Io(e) => io_words(&e),
+            Refused::Directory => "is a directory".into(),
+            Refused::NotRegular => "not a regular file (a device, pipe or socket)".into(),
+            Refused::Outside(real) => format!("resolves to {}", real.display()),
+            Refused::TooLarge(cap) => format!("larger than {} MiB", cap >> 20),
+            Refused::NotUtf8 => "not UTF-8 text".into(),
+        };
+        anyhow::anyhow!(
+            "--lb-config {}: {why}; give the proxy's configuration file",
+            path.display()
+        )
     })
 }
 
@@ -411,4 +428,37 @@ pub fn backend(root: Option<&Path>, prefix: Option<&Path>) -> Result<Box<dyn Bac
 /// live Windows host: the journal in `%ProgramData%\wstune`).
 pub fn store(root: Option<&Path>, prefix: Option<&Path>) -> Store {
     Store::for_host(root, prefix)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// `--lb-config` named a FIFO: `check` blocked forever on the read (found while moving the
+    /// read here); now it is refused at once with the reason, like a missing file.
+    #[test]
+    fn an_lb_config_that_is_no_regular_file_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("haproxy.cfg");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let e = read_lb_config(&fifo).unwrap_err().to_string();
+        assert!(
+            e.contains("not a regular file") && e.contains("--lb-config"),
+            "{e}"
+        );
+        let e = read_lb_config(&dir.path().join("missing.cfg"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with("no such file; give the proxy's configuration file"),
+            "{e}"
+        );
+        let ok = dir.path().join("ok.cfg");
+        std::fs::write(&ok, "global\n").unwrap();
+        assert_eq!(read_lb_config(&ok).unwrap(), "global\n");
+    }
 }

@@ -284,9 +284,8 @@ async fn sweep(
 fn write_profile(spec: &str, out: &std::path::Path, pool_size: u64, queue: u64) -> Result<()> {
     let text = match crate::profile::EMBEDDED.iter().find(|(n, _)| *n == spec) {
         Some((_, t)) => t.to_string(),
-        None => {
-            std::fs::read_to_string(spec).with_context(|| format!("cannot read profile {spec}"))?
-        }
+        None => crate::profile::read_config_file(std::path::Path::new(spec))
+            .map_err(|e| anyhow::anyhow!("cannot read profile {spec}: {e}"))?,
     };
     let mut found = (false, false);
     let mut lines: Vec<String> = Vec::new();

@@ -41,7 +41,8 @@ pub fn run(r: Request) -> Result<Outcome> {
                 // The built-in text keeps its comments, which document every key.
                 match EMBEDDED.iter().find(|(n, _)| *n == name) {
                     Some((_, text)) => text.to_string(),
-                    None => std::fs::read_to_string(&name)?,
+                    None => profile::read_config_file(std::path::Path::new(&name))
+                        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?,
                 }
             };
             output::emit(None, &text)?;
