@@ -3,6 +3,11 @@
 //! a directory. A link to `/dev/zero` must not be read until memory runs out, and a FIFO must
 //! not block forever; both are refused at once with the reason. One reader for every caller, so
 //! the same hostile file gets the same answer wherever it is named.
+//!
+//! This and host/ are the only modules that open files: host/ reads and writes the host (its
+//! /proc, /sys, /etc, wstune's journal, through a backend), this reads the files a user names
+//! on the command line, which are input, not the host. (host/fs.rs reads a host file through
+//! [`read_bounded`] too, for the same reasons.)
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

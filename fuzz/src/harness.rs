@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use wstune::catalog::{self, Platform};
 use wstune::gather::{self, Options};
 use wstune::host::memory::MemoryBackend;
+use wstune::host::procfs;
 use wstune::host::Link;
 
 /// One target's body: feed it bytes; it panics only on a bug.
@@ -678,8 +679,8 @@ pub fn proc_net(data: &[u8]) {
         ("", ""),
     ];
     let (group, field) = NAMES[pick as usize % NAMES.len()];
-    let _ = gather::parse_header_values(text, group, field);
-    let _ = gather::parse_sockstat(text, group, field);
+    let _ = procfs::header_values(text, group, field);
+    let _ = procfs::sockstat(text, group, field);
     let path =
         ["/proc/net/netstat", "/proc/net/snmp", "/proc/net/sockstat"][(pick as usize >> 3) % 3];
     gather_with(&[(path, text)]);
@@ -708,7 +709,7 @@ pub fn proc_interrupts(data: &[u8]) {
             .take(4)
             .collect(),
     };
-    if let Some(n) = gather::count_irq_cpus(text, nic, &irqs) {
+    if let Some(n) = procfs::count_irq_cpus(text, nic, &irqs) {
         let cpus = text
             .lines()
             .next()
@@ -752,11 +753,11 @@ pub fn cgroup_sys(data: &[u8]) {
         mountinfo: next(),
         status: next(),
     };
-    if let Some(n) = gather::count_cpu_list(s.cpu_online) {
+    if let Some(n) = procfs::count_cpu_list(s.cpu_online) {
         assert!(n > 0);
     }
-    let _ = gather::proc_sys_writable(s.mountinfo);
-    let _ = gather::can_raise_nofile(s.status);
+    let _ = procfs::proc_sys_writable(s.mountinfo);
+    let _ = procfs::can_raise_nofile(s.status);
     // The limit file at the path the cgroup line names (v2 first, else the v1 memory one).
     let mut limit_paths = Vec::new();
     for line in s.cgroup.lines().take(4) {

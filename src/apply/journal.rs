@@ -11,7 +11,7 @@
 //! that died; one whose lock is held belongs to an apply still running.
 
 use super::plan::Action;
-use super::store::{FileState, Store};
+use super::store::{FileLock, FileState, Store};
 use anyhow::{bail, Context, Result};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -155,7 +155,7 @@ pub fn load(store: &Store, id: &str) -> Result<Entry> {
         bail!("'{id}' is not a journal id; `wstune rollback --list` shows them");
     }
     let path = store.path(&path_of(id));
-    let text = std::fs::read_to_string(&path).with_context(|| {
+    let text = store.read_text(&path_of(id)).with_context(|| {
         format!(
             "no journal entry '{id}' ({}); `wstune rollback --list` shows them",
             path.display()
@@ -195,7 +195,8 @@ pub fn scan(store: &Store) -> Result<(Vec<Entry>, Vec<Damaged>)> {
     let (mut good, mut bad) = (Vec::new(), Vec::new());
     for id in ids(store)? {
         let path = store.path(&path_of(&id));
-        let parsed = std::fs::read_to_string(&path)
+        let parsed = store
+            .read_text(&path_of(&id))
             .map_err(|e| e.to_string())
             .and_then(|t| parse(&t).map_err(|e| e.to_string()));
         match parsed {
@@ -213,20 +214,12 @@ pub fn list(store: &Store) -> Result<Vec<Entry>> {
 
 /// The ids of the entry files, oldest first.
 fn ids(store: &Store) -> Result<Vec<String>> {
-    let dir = store.path(DIR);
-    let mut ids: Vec<String> = match std::fs::read_dir(&dir) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_suffix(".json"))
-                    .map(str::to_string)
-            })
-            .collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
-    };
+    let mut ids: Vec<String> = store
+        .list(DIR)?
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| n.strip_suffix(".json").map(str::to_string))
+        .collect();
     ids.sort();
     Ok(ids)
 }
@@ -234,7 +227,7 @@ fn ids(store: &Store) -> Result<Vec<String>> {
 /// The journal lock, held (exclusively) by a running apply or rollback until dropped.
 #[derive(Debug)]
 pub struct Lock {
-    _file: std::fs::File,
+    _lock: FileLock,
 }
 
 /// Whether an apply or rollback holds the lock right now.
@@ -244,38 +237,26 @@ pub enum LockState {
     Held,
 }
 
-fn lock_path(store: &Store) -> std::path::PathBuf {
-    store.path(&format!("{DIR}/.lock"))
+fn lock_path() -> String {
+    format!("{DIR}/.lock")
 }
 
 impl Lock {
     /// Take the lock, or fail at once (never wait) naming what holds it.
     pub fn acquire(store: &Store) -> Result<Lock> {
-        let path = lock_path(store);
-        let dir = path.parent().expect("the lock is in the journal directory");
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("cannot open the journal lock {}", path.display()))?;
-        match file.try_lock() {
-            Ok(()) => Ok(Lock { _file: file }),
-            Err(std::fs::TryLockError::WouldBlock) => bail!(
+        let lock = FileLock::acquire(store, &lock_path(), |path| {
+            format!(
                 "another wstune apply or rollback is running (it holds {}); wait for it to finish. Nothing was changed.",
                 path.display()
-            ),
-            Err(std::fs::TryLockError::Error(e)) => {
-                Err(e).with_context(|| format!("cannot lock {}", path.display()))
-            }
-        }
+            )
+        })?;
+        Ok(Lock { _lock: lock })
     }
 
     /// Take the lock if the journal directory exists; None when it does not (no apply ever
     /// ran: nothing to recover, and nothing is created yet).
     pub fn acquire_existing(store: &Store) -> Result<Option<Lock>> {
-        if store.path(DIR).is_dir() {
+        if store.is_dir(DIR) {
             Lock::acquire(store).map(Some)
         } else {
             Ok(None)
@@ -284,12 +265,10 @@ impl Lock {
 
     /// Whether someone holds the lock, without taking it or creating anything (for `check`).
     pub fn probe(store: &Store) -> LockState {
-        let Ok(file) = std::fs::File::open(lock_path(store)) else {
-            return LockState::Free;
-        };
-        match file.try_lock_shared() {
-            Err(std::fs::TryLockError::WouldBlock) => LockState::Held,
-            _ => LockState::Free,
+        if FileLock::held(store, &lock_path()) {
+            LockState::Held
+        } else {
+            LockState::Free
         }
     }
 }

@@ -1,8 +1,8 @@
 //! `apply` and `rollback`: change a host to a profile safely, and put it back exactly.
 //!
-//! Flow: findings -> [`plan::plan`] -> [`record`] (the journal entry, saved before any change)
-//! -> [`execute`] (on the first failure, [`restore`] undoes everything and the entry says so)
-//! -> check again. `rollback` is [`restore`] of a saved entry. Before planning, apply restores an
+//! Flow: findings + facts -> [`plan::plan`] (pure) -> [`record`] (the journal entry, saved
+//! before any change) -> [`execute`] (on the first failure, [`restore`] undoes everything and
+//! the entry says so) -> check again. `rollback` is [`restore`] of a saved entry. Before planning, apply restores an
 //! entry a killed apply left `pending` ([`recover::undo_interrupted`]).
 
 pub mod journal;
@@ -11,16 +11,18 @@ pub mod recover;
 pub mod store;
 
 use crate::catalog::eval::{Finding, Status};
-use crate::catalog::Scope;
-use crate::gather::sysctl_path;
+use crate::host::procfs::sysctl_path;
 use crate::host::{Backend, ReadError};
+use crate::value::Value;
 use anyhow::{anyhow, Result};
 use journal::{Blob, Entry, OldFile, OldLimits, OldRegistry, OldRuntime, State};
 use plan::{Op, Plan};
 use store::{FileState, Store};
 
 /// Build the journal entry for `plan`: every old value and file it will replace, and the new
-/// file contents. Nothing is changed yet.
+/// file contents. Nothing is changed yet. The old values are read here, once, right before
+/// the change and as the bytes the host has (a restore writes back exactly those), not taken
+/// from the facts the plan was made from.
 pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) -> Result<Entry> {
     let mut e = Entry {
         id: journal::new_id(),
@@ -78,67 +80,24 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
             Op::SysctlFile { .. } | Op::LimitsFile { .. } | Op::UnitDropIn { .. } => {}
         }
     }
-    for (path, new) in file_contents(plan, store)? {
-        for dir in store.missing_dirs(&path) {
+    for (path, text) in &plan.files {
+        for dir in store.missing_dirs(path) {
             if !e.created_dirs.contains(&dir) {
                 e.created_dirs.push(dir);
             }
         }
-        let old = store.read(&path)?;
+        let old = store.read(path)?;
+        let new = FileState {
+            bytes: text.clone().into_bytes(),
+            mode: 0o644,
+        };
         e.files.push(OldFile {
-            path,
+            path: path.clone(),
             old: old.as_ref().map(Blob::from),
             new: Blob::from(&new),
         });
     }
     Ok(e)
-}
-
-/// The whole new content of every file the plan writes.
-fn file_contents(plan: &Plan, store: &Store) -> Result<Vec<(String, FileState)>> {
-    let mut out = Vec::new();
-    let sysctls: Vec<(String, String)> = plan
-        .actions
-        .iter()
-        .filter_map(|a| match &a.op {
-            Op::SysctlFile { key, value } => Some((key.clone(), value.clone())),
-            _ => None,
-        })
-        .collect();
-    if !sysctls.is_empty() {
-        let existing = store
-            .read(plan::SYSCTL_FILE)?
-            .map(|s| String::from_utf8_lossy(&s.bytes).into_owned())
-            .unwrap_or_default();
-        let text = plan::render_sysctl_file(&plan::merge_sysctl_lines(&existing, &sysctls));
-        out.push((
-            plan::SYSCTL_FILE.to_string(),
-            FileState {
-                bytes: text.into_bytes(),
-                mode: 0o644,
-            },
-        ));
-    }
-    for a in &plan.actions {
-        match &a.op {
-            Op::LimitsFile { nofile } => out.push((
-                plan::LIMITS_FILE.into(),
-                FileState {
-                    bytes: plan::render_limits_file(*nofile).into_bytes(),
-                    mode: 0o644,
-                },
-            )),
-            Op::UnitDropIn { unit, nofile } => out.push((
-                plan::unit_dropin(unit),
-                FileState {
-                    bytes: plan::render_unit_dropin(*nofile).into_bytes(),
-                    mode: 0o644,
-                },
-            )),
-            _ => {}
-        }
-    }
-    Ok(out)
 }
 
 /// Make the changes the entry describes. The entry must already be saved. On the first failure
@@ -327,22 +286,24 @@ pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
         }
     }
     let ok = drifted.is_empty();
-    Some(Finding {
-        id: "wstune.journal.drift".into(),
-        title: "Host still matches the last wstune apply".into(),
-        status: if ok { Status::Pass } else { Status::Warn },
-        current: Some(crate::value::Value::Text(if ok { "unchanged".into() } else { format!("{} drifted", drifted.len()) })),
-        compare: "==",
-        target: Some(crate::value::Value::Text(format!("apply {}", last.id))),
-        severity: crate::catalog::Severity::Warn,
-        scope: Scope::Boot,
-        why: "Something changed a setting wstune applied (a config manager, a package update, a person): the host no longer matches what was applied and journaled.".into(),
-        fix: crate::catalog::eval::FixText {
-            runtime: Some("wstune apply again to restore the profile, or wstune rollback to return to the state before it".into()),
-            persistent: None,
-        },
-        note: Some(if ok { format!("entry {}", last.id) } else { drifted.join("; ") }),
-    })
+    // The words are checks/wstune.yaml's; the verdict is this comparison's.
+    Some(
+        crate::catalog::computed::get("wstune.journal.drift").finding(
+            if ok { Status::Pass } else { Status::Warn },
+            Value::Text(if ok {
+                "unchanged".into()
+            } else {
+                format!("{} drifted", drifted.len())
+            }),
+            Value::Text(format!("apply {}", last.id)),
+            if ok {
+                format!("entry {}", last.id)
+            } else {
+                drifted.join("; ")
+            },
+            None,
+        ),
+    )
 }
 
 #[cfg(test)]

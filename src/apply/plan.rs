@@ -1,28 +1,35 @@
 //! From findings to actions: one change per failing or warning check that wstune knows how to
-//! make, derived from the check's source (a sysctl, an fd limit, a unit, a registry value). Pure
-//! but for reading the full current values of multi-value sysctls through the backend.
+//! make, derived from the check's source (a sysctl, an fd limit, a unit, a registry value).
+//!
+//! Pure: [`plan`] reads nothing. Everything it needs about the host is in the [`HostFacts`]
+//! `gather` read once (the whole value of each sysctl, the boot configuration, the files wstune
+//! owns), and it joins findings to checks by [`eval::Key`], not by id text. Each file it writes
+//! is rendered here, once, into [`Plan::files`]; `apply` (mod.rs) journals the plan and the
+//! backend carries it out.
 //!
 //! Rules: never lower what an operator raised (a `>=` setting persists the higher of current
 //! and target); change at runtime only what fails now; persist whatever would not survive a
 //! reboot (including a value met now whose boot default is unknown); and never write a line
 //! that a later boot file would override anyway (say so instead).
+//!
+//! The path of one value, somaxconn, from the profile to the kernel (6 hops, 2 type changes):
+//! 1. `profile::load`: profiles/100k.yaml `linux.somaxconn: 65535` -> `Profile.linux.somaxconn: u64`
+//! 2. `Profile::variables`: `"linux.somaxconn"` -> `Value::Num(65535)` (change 1: u64 -> Value)
+//! 3. `catalog::eval::evaluate`: the check's target expression -> `Finding.target: Value`
+//! 4. [`plan`]: [`desired`] (never lower) -> `Op::Sysctl { value: String }` (change 2:
+//!    [`kernel_text`], the text the kernel takes)
+//! 5. `apply::execute`: the journaled action -> `Backend::write_runtime(path, &value)`
+//! 6. `LinuxBackend::write_runtime` (host/linux/): `value\n` written to /proc/sys/net/core/somaxconn
 
-use crate::catalog::eval::{Finding, Status};
-use crate::catalog::{self, Catalog, CheckDef, Compare, LimitKind, Process, RegType, Source};
-use crate::gather::{boot_entry_with, split_boot_entry, sysctl_path, Reading};
-use crate::host::Backend;
+use crate::catalog::eval::{self, Finding, Key, Status};
+use crate::catalog::facts::{HostFacts, Reading};
+use crate::catalog::{self, Catalog, CheckDef, LimitKind, Process, RegType, Source};
+use crate::host::procfs::sysctl_path;
 use crate::value::Value;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
-/// The sysctl file wstune owns.
-pub const SYSCTL_FILE: &str = "/etc/sysctl.d/60-wstune.conf";
-/// The PAM limits file wstune owns.
-pub const LIMITS_FILE: &str = "/etc/security/limits.d/60-wstune.conf";
-
-pub fn unit_dropin(unit: &str) -> String {
-    format!("/etc/systemd/system/{unit}.d/60-wstune.conf")
-}
+pub use crate::catalog::eval::desired;
+pub use crate::host::owned::{unit_dropin, LIMITS_FILE, SYSCTL_FILE};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Action {
@@ -77,9 +84,11 @@ impl Op {
     }
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
     pub actions: Vec<Action>,
+    /// The whole new text of every file the actions write (host path, text), rendered once.
+    pub files: Vec<(String, String)>,
     /// What wstune will not do, and why (a boot file it does not own, a restart needed).
     pub notes: Vec<String>,
 }
@@ -90,27 +99,48 @@ pub struct Scope {
     pub persist: bool,
 }
 
-/// Build the plan. `findings` come from evaluating `catalog` on this backend.
-pub fn plan(
-    catalog: &Catalog,
-    findings: &[Finding],
-    backend: &dyn Backend,
-    scope: Scope,
-    unit: Option<&str>,
-    pid: Option<u32>,
-) -> Plan {
-    let by_id: BTreeMap<&str, &Finding> = findings.iter().map(|f| (f.id.as_str(), f)).collect();
+/// One sysctl to persist in our file: (check id, key, from, to).
+struct Persist {
+    check: String,
+    key: String,
+    from: String,
+    to: String,
+}
+
+/// Build the plan from `findings` (which start with what `eval::evaluate` made of `facts`:
+/// later ones, the journal's or a proxy's, are not catalog checks and are ignored), the same
+/// `facts`, and what to change. `--unit` and `--pid` are the ones `facts` were gathered for.
+pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: Scope) -> Plan {
+    let keyed: Vec<(Key, &Finding)> = eval::keys(catalog, facts)
+        .into_iter()
+        .zip(findings)
+        .collect();
+    debug_assert!(
+        keyed
+            .iter()
+            .all(|(k, f)| f.id.starts_with(&catalog.checks[k.check].check.id)),
+        "findings are not evaluate's output for these facts"
+    );
+    // One finding per check and view; per-NIC checks are not changed by apply.
+    let finding = |check: usize, boot: bool| {
+        keyed
+            .iter()
+            .find(|(k, _)| k.check == check && k.boot == boot && !k.per_nic)
+            .map(|(_, f)| *f)
+    };
+    let (unit, pid) = (facts.options.unit.as_deref(), facts.options.pid);
     let wrong = |f: &Finding| matches!(f.status, Status::Fail | Status::Warn);
     let mut p = Plan::default();
-    let mut persist_sysctls: Vec<(String, String, String, String)> = Vec::new(); // (check, key, from, to)
+    let mut persist_sysctls: Vec<Persist> = Vec::new();
     let mut nofile_persist: Option<(String, u64, Option<String>)> = None;
+    let pid_nofile = PidNofile::of(catalog, &finding);
 
-    for def in &catalog.checks {
+    for (i, def) in catalog.checks.iter().enumerate() {
         let id = def.check.id.as_str();
-        let Some(f) = by_id.get(id) else { continue };
+        let Some(f) = finding(i, false) else { continue };
         match &def.check.source {
             Source::Sysctl(key) => {
-                let (full, desired) = match sysctl_value(def, f, backend) {
+                let (full, desired) = match sysctl_value(def, f, facts) {
                     SysctlValue::Set { current, value } => (current, value),
                     SysctlValue::Unknown(note) => {
                         p.notes.push(note);
@@ -118,9 +148,8 @@ pub fn plan(
                     }
                     SysctlValue::NoTarget | SysctlValue::Unreadable => continue,
                 };
-                let runtime_wrong = wrong(f);
-                let boot_wrong = by_id.get(format!("{id}.boot").as_str()).map(|b| b.status);
-                if scope.runtime && runtime_wrong && desired != full {
+                let boot = finding(i, true);
+                if scope.runtime && wrong(f) && desired != full {
                     p.actions.push(Action {
                         check: id.into(),
                         setting: key.clone(),
@@ -132,7 +161,7 @@ pub fn plan(
                         },
                     });
                 }
-                let persist = match boot_wrong {
+                let persist = match boot.map(|b| b.status) {
                     Some(Status::Fail | Status::Warn) => true,
                     // Not set in any boot file, and the kernel computes its default at boot
                     // (from RAM): nobody can say the next boot meets the target, so the value
@@ -142,16 +171,13 @@ pub fn plan(
                     _ => false,
                 };
                 if scope.persist && persist && def.check.boot != Some(false) {
-                    let from = by_id
-                        .get(format!("{id}.boot").as_str())
-                        .and_then(|b| b.current.as_ref())
-                        .map(|v| v.to_string());
-                    persist_sysctls.push((
-                        id.into(),
-                        key.clone(),
-                        from.unwrap_or_else(|| "(not set)".into()),
-                        kernel_text(&desired),
-                    ));
+                    let from = boot.and_then(|b| b.current.as_ref()).map(|v| v.to_string());
+                    persist_sysctls.push(Persist {
+                        check: id.into(),
+                        key: key.clone(),
+                        from: from.unwrap_or_else(|| "(not set)".into()),
+                        to: kernel_text(&desired),
+                    });
                 }
             }
             Source::Rlimit(r) if wrong(f) => {
@@ -169,7 +195,7 @@ pub fn plan(
                         if p.actions.iter().any(|a| matches!(a.op, Op::Prlimit { .. })) {
                             continue;
                         }
-                        let (soft, hard) = current_nofile(findings).unwrap_or((0, 0));
+                        let (soft, hard) = pid_nofile.both().unwrap_or((0, 0));
                         let (soft, hard) = (soft.max(target), hard.max(target));
                         p.actions.push(Action {
                             check: id.into(),
@@ -177,8 +203,8 @@ pub fn plan(
                                 .to_lowercase(),
                             from: Some(format!(
                                 "{}:{}",
-                                fmt_limit(current_of(findings, LimitKind::Soft)),
-                                fmt_limit(current_of(findings, LimitKind::Hard))
+                                fmt_limit(pid_nofile.soft),
+                                fmt_limit(pid_nofile.hard)
                             )),
                             to: format!("{soft}:{hard}"),
                             op: Op::Prlimit { pid, soft, hard },
@@ -238,40 +264,40 @@ pub fn plan(
         }
     }
 
-    // Persisted sysctls only if our file would really win at boot.
-    if !persist_sysctls.is_empty() {
-        let mut lines: Vec<(String, String)> = persist_sysctls
-            .iter()
-            .map(|(_, k, _, v)| (k.clone(), v.clone()))
-            .collect();
-        if let Ok(existing) = backend.read(SYSCTL_FILE) {
-            lines = merge_sysctl_lines(&existing, &lines);
-        }
-        let text = render_sysctl_file(&lines);
-        for (check, key, from, to) in persist_sysctls {
-            match boot_entry_with(backend, &key, Some((SYSCTL_FILE, &text))) {
-                Reading::Value(Value::Text(e))
-                    if split_boot_entry(&e)
-                        .is_some_and(|(loc, _)| !loc.starts_with(SYSCTL_FILE)) =>
-                {
-                    let (loc, v) = split_boot_entry(&e).unwrap();
-                    p.notes.push(format!(
-                        "{key}: {loc} sets {v} and is applied after {SYSCTL_FILE}; wstune does not edit files it does not own: change or remove that line"
-                    ));
-                }
-                _ => p.actions.push(Action {
-                    check,
-                    setting: key.clone(),
-                    from: Some(from),
-                    to: to.clone(),
-                    op: Op::SysctlFile { key, value: to },
-                }),
+    // Persisted sysctls only if our file would really win at boot: a line for the key in a
+    // file applied after ours would override it.
+    let mut sysctl_lines: Vec<(String, String)> = Vec::new();
+    for s in persist_sysctls {
+        match facts.boot.set_after(SYSCTL_FILE, &s.key) {
+            Some(e) => p.notes.push(format!(
+                "{}: {} sets {} and is applied after {SYSCTL_FILE}; wstune does not edit files it does not own: change or remove that line",
+                s.key,
+                e.location(),
+                e.value
+            )),
+            None => {
+                sysctl_lines.push((s.key.clone(), s.to.clone()));
+                p.actions.push(Action {
+                    check: s.check,
+                    setting: s.key.clone(),
+                    from: Some(s.from),
+                    to: s.to.clone(),
+                    op: Op::SysctlFile {
+                        key: s.key,
+                        value: s.to,
+                    },
+                });
             }
         }
     }
+    if !sysctl_lines.is_empty() {
+        let existing = facts.owned.get(SYSCTL_FILE).map_or("", String::as_str);
+        let text = render_sysctl_file(&merge_sysctl_lines(existing, &sysctl_lines));
+        p.files.push((SYSCTL_FILE.to_string(), text));
+    }
     // A file that already says exactly this is done, even if the running processes it will
     // apply to (new logins, a restarted unit) do not show it yet.
-    let written = |path: &str, text: &str| backend.read(path).is_ok_and(|t| t == text);
+    let written = |path: &str, text: &str| facts.owned.get(path).is_some_and(|t| t == text);
     p.actions.retain(|a| match &a.op {
         Op::UnitDropIn { unit, nofile } => {
             !written(&unit_dropin(unit), &render_unit_dropin(*nofile))
@@ -296,7 +322,44 @@ pub fn plan(
         });
         p.notes.push("limits.d applies to new PAM logins (ssh, su), not to running shells or systemd services (use --unit)".into());
     }
+    // The other files, in action order (the journal restores in reverse).
+    for a in &p.actions {
+        match &a.op {
+            Op::LimitsFile { nofile } => p
+                .files
+                .push((LIMITS_FILE.into(), render_limits_file(*nofile))),
+            Op::UnitDropIn { unit, nofile } => p
+                .files
+                .push((unit_dropin(unit), render_unit_dropin(*nofile))),
+            _ => {}
+        }
+    }
     p
+}
+
+/// The current nofile limits of the `--pid` process, from its two checks.
+struct PidNofile {
+    soft: Option<i64>,
+    hard: Option<i64>,
+}
+
+impl PidNofile {
+    fn of<'a>(catalog: &Catalog, finding: &impl Fn(usize, bool) -> Option<&'a Finding>) -> Self {
+        let current = |kind: LimitKind| {
+            let i = catalog.checks.iter().position(|d| {
+                matches!(&d.check.source, Source::Rlimit(r) if r.process == Process::Pid && r.limit == kind)
+            })?;
+            finding(i, false)?.current.as_ref()?.as_num()
+        };
+        PidNofile {
+            soft: current(LimitKind::Soft),
+            hard: current(LimitKind::Hard),
+        }
+    }
+
+    fn both(&self) -> Option<(u64, u64)> {
+        Some((self.soft? as u64, self.hard? as u64))
+    }
 }
 
 /// What one sysctl check asks of this host.
@@ -312,23 +375,21 @@ pub enum SysctlValue {
     Unknown(String),
 }
 
-/// The value `apply` and `export` set for a sysctl check: one rule for both.
-pub fn sysctl_value(def: &CheckDef, f: &Finding, backend: &dyn Backend) -> SysctlValue {
+/// The value `apply` and `export` set for a sysctl check: one rule for both. The current value
+/// is the whole one `gather` read (all of tcp_rmem, not the checked field).
+pub fn sysctl_value(def: &CheckDef, f: &Finding, facts: &HostFacts) -> SysctlValue {
     let Source::Sysctl(key) = &def.check.source else {
         return SysctlValue::NoTarget;
     };
     let Some(target) = &f.target else {
         return SysctlValue::NoTarget;
     };
-    let Ok(full) = backend
-        .read(&sysctl_path(key))
-        .map(|t| Value::parse_kernel(&t))
-    else {
+    let Some(Reading::Value(full)) = facts.sysctls.get(key) else {
         return SysctlValue::Unreadable;
     };
-    match desired(def.check.compare, &full, def.check.field, target) {
+    match desired(def.check.compare, full, def.check.field, target) {
         Some(value) => SysctlValue::Set {
-            current: full,
+            current: full.clone(),
             value,
         },
         None => SysctlValue::Unknown(format!(
@@ -350,15 +411,23 @@ pub struct Settings {
     pub notes: Vec<String>,
 }
 
-pub fn settings(catalog: &Catalog, findings: &[Finding], backend: &dyn Backend) -> Settings {
-    let by_id: BTreeMap<&str, &Finding> = findings.iter().map(|f| (f.id.as_str(), f)).collect();
+/// [`Settings`] from `findings` (evaluate's output for `facts` first) and the same `facts`.
+pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> Settings {
+    let keyed: Vec<(Key, &Finding)> = eval::keys(catalog, facts)
+        .into_iter()
+        .zip(findings)
+        .collect();
     let mut s = Settings::default();
-    for def in &catalog.checks {
-        let Some(f) = by_id.get(def.check.id.as_str()) else {
+    for (i, def) in catalog.checks.iter().enumerate() {
+        let Some(f) = keyed
+            .iter()
+            .find(|(k, _)| k.check == i && !k.boot && !k.per_nic)
+            .map(|(_, f)| *f)
+        else {
             continue;
         };
         match &def.check.source {
-            Source::Sysctl(key) => match sysctl_value(def, f, backend) {
+            Source::Sysctl(key) => match sysctl_value(def, f, facts) {
                 SysctlValue::Set { value, .. } => s.sysctls.push((
                     def.check.id.clone(),
                     key.clone(),
@@ -400,62 +469,11 @@ pub fn kernel_text(v: &Value) -> String {
     }
 }
 
-fn current_of(findings: &[Finding], kind: LimitKind) -> Option<i64> {
-    let id = match kind {
-        LimitKind::Soft => "linux.pid.nofile.soft",
-        LimitKind::Hard => "linux.pid.nofile.hard",
-    };
-    findings
-        .iter()
-        .find(|f| f.id == id)
-        .and_then(|f| f.current.as_ref())
-        .and_then(Value::as_num)
-}
-
-fn current_nofile(findings: &[Finding]) -> Option<(u64, u64)> {
-    Some((
-        current_of(findings, LimitKind::Soft)? as u64,
-        current_of(findings, LimitKind::Hard)? as u64,
-    ))
-}
-
 fn fmt_limit(v: Option<i64>) -> String {
     match v {
         Some(i64::MAX) => "unlimited".into(),
         Some(n) => n.to_string(),
         None => "?".into(),
-    }
-}
-
-/// The value to set: the target, except that a `>=` setting keeps a higher current value and a
-/// `<=` one a lower (never undo an operator's deliberate choice), and a range is widened.
-/// `field` replaces one value of a multi-value setting and keeps the others.
-pub fn desired(
-    compare: Compare,
-    current: &Value,
-    field: Option<usize>,
-    target: &Value,
-) -> Option<Value> {
-    let pick = |c: i64, t: i64| match compare {
-        Compare::AtLeast => Some(c.max(t)),
-        Compare::AtMost => Some(c.min(t)),
-        Compare::Equal => Some(t),
-        _ => None,
-    };
-    match (current, field, target) {
-        (Value::List(list), Some(i), Value::Num(t)) => {
-            let mut list = list.clone();
-            let slot = list.get_mut(i)?;
-            *slot = pick(*slot, *t)?;
-            Some(Value::List(list))
-        }
-        (Value::List(c), None, Value::List(t))
-            if compare == Compare::Covers && c.len() == 2 && t.len() == 2 =>
-        {
-            Some(Value::List(vec![c[0].min(t[0]), c[1].max(t[1])]))
-        }
-        (Value::Num(c), None, Value::Num(t)) => pick(*c, *t).map(Value::Num),
-        _ => None,
     }
 }
 
@@ -501,6 +519,163 @@ pub fn render_unit_dropin(nofile: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::facts::{BootConfig, Instance};
+    use crate::catalog::Compare;
+    use crate::host::HostInfo;
+    use std::collections::BTreeMap;
+
+    /// A plan from hand-made facts, with no backend anywhere: the catalog, facts written out
+    /// here, the pure evaluator, the pure plan.
+    mod pure {
+        use super::*;
+
+        fn catalog() -> (Catalog, BTreeMap<String, Value>) {
+            let vars = crate::profile::load("100k").unwrap().profile.variables();
+            let known = vars.keys().cloned().collect();
+            let c = catalog::load(catalog::Platform::Linux, None, &known).unwrap();
+            (c, vars)
+        }
+
+        /// Facts where each named sysctl has a value and the rest of the catalog is missing.
+        fn facts(c: &Catalog, sysctls: &[(&str, Value)], nofile: Option<i64>) -> HostFacts {
+            let mut f = HostFacts::empty(HostInfo::default());
+            f.vars.insert("host.cpus".into(), Value::Num(2));
+            f.vars.insert("host.page_size".into(), Value::Num(4096));
+            f.vars.insert("host.mem_bytes".into(), Value::Num(8 << 30));
+            f.boot = BootConfig {
+                files: vec![],
+                any: true,
+            };
+            for (k, v) in sysctls {
+                f.sysctls.insert(k.to_string(), Reading::Value(v.clone()));
+            }
+            for (i, def) in c.checks.iter().enumerate() {
+                let reading = match &def.check.source {
+                    Source::Sysctl(key) => match (f.sysctls.get(key), def.check.field) {
+                        (Some(Reading::Value(Value::List(l))), Some(n)) => {
+                            Reading::Value(Value::Num(l[n]))
+                        }
+                        (Some(r), _) => r.clone(),
+                        (None, _) => Reading::Missing("not here".into()),
+                    },
+                    Source::Rlimit(r) if r.process == Process::Current => match nofile {
+                        Some(n) => Reading::Value(Value::Num(n)),
+                        None => Reading::Missing("not here".into()),
+                    },
+                    _ => Reading::Missing("not here".into()),
+                };
+                f.instances.push(Instance {
+                    check: i,
+                    nic: None,
+                    reading,
+                    after: None,
+                    boot: None,
+                    defaulted: false,
+                });
+            }
+            f
+        }
+
+        /// Set each sysctl instance's boot entry from the facts' boot configuration.
+        fn with_boot(c: &Catalog, mut f: HostFacts) -> HostFacts {
+            for inst in &mut f.instances {
+                let def = &c.checks[inst.check];
+                if let (true, Source::Sysctl(key)) = (def.has_boot_view(), &def.check.source) {
+                    inst.boot = Some(f.boot.entry(key));
+                }
+            }
+            f
+        }
+
+        fn plan_of(c: &Catalog, vars: &BTreeMap<String, Value>, f: &HostFacts) -> Plan {
+            let findings = eval::evaluate(c, vars, f);
+            let scope = Scope {
+                runtime: true,
+                persist: true,
+            };
+            plan(c, &findings, f, scope)
+        }
+
+        #[test]
+        fn a_low_sysctl_is_raised_now_and_persisted_in_one_rendered_file() {
+            let (c, vars) = catalog();
+            let mut f = facts(&c, &[("net.core.somaxconn", Value::Num(4096))], None);
+            f.owned.insert(
+                SYSCTL_FILE.into(),
+                render_sysctl_file(&[("vm.swappiness".into(), "1".into())]),
+            );
+            let f = with_boot(&c, f);
+            let p = plan_of(&c, &vars, &f);
+            let ops: Vec<&Op> = p.actions.iter().map(|a| &a.op).collect();
+            assert!(ops.contains(&&Op::Sysctl {
+                key: "net.core.somaxconn".into(),
+                value: "65535".into()
+            }));
+            assert!(ops.contains(&&Op::SysctlFile {
+                key: "net.core.somaxconn".into(),
+                value: "65535".into()
+            }));
+            // One file, merged into what our file already holds, rendered once.
+            assert_eq!(
+                p.files,
+                vec![(
+                    SYSCTL_FILE.to_string(),
+                    render_sysctl_file(&[
+                        ("vm.swappiness".into(), "1".into()),
+                        ("net.core.somaxconn".into(), "65535".into())
+                    ])
+                )]
+            );
+        }
+
+        #[test]
+        fn a_later_boot_file_is_named_not_overridden() {
+            let (c, vars) = catalog();
+            let mut f = facts(&c, &[("net.core.somaxconn", Value::Num(65535))], None);
+            f.boot.files.push((
+                "/etc/sysctl.d/99-x.conf".into(),
+                "net.core.somaxconn = 1024\n".into(),
+            ));
+            let f = with_boot(&c, f);
+            let p = plan_of(&c, &vars, &f);
+            assert!(p.actions.iter().all(|a| a.setting != "net.core.somaxconn"));
+            assert!(p.files.is_empty());
+            assert!(
+                p.notes.iter().any(|n| n.starts_with(
+                    "net.core.somaxconn: /etc/sysctl.d/99-x.conf:1 sets 1024 and is applied after"
+                )),
+                "{:?}",
+                p.notes
+            );
+        }
+
+        #[test]
+        fn a_limits_file_that_already_says_it_is_left_alone() {
+            let (c, vars) = catalog();
+            let f = facts(&c, &[], Some(1024));
+            let p = plan_of(&c, &vars, &f);
+            let nofile = p
+                .actions
+                .iter()
+                .find_map(|a| match a.op {
+                    Op::LimitsFile { nofile } => Some(nofile),
+                    _ => None,
+                })
+                .expect("a low nofile is persisted for PAM logins");
+            assert_eq!(
+                p.files,
+                vec![(LIMITS_FILE.to_string(), render_limits_file(nofile))]
+            );
+
+            let mut f = f;
+            f.owned
+                .insert(LIMITS_FILE.into(), render_limits_file(nofile));
+            let p = plan_of(&c, &vars, &f);
+            assert!(p.actions.is_empty(), "{:?}", p.actions);
+            assert!(p.files.is_empty());
+            assert!(p.notes[0].contains("already sets nofile"), "{:?}", p.notes);
+        }
+    }
 
     #[test]
     fn desired_never_lowers_a_deliberate_value() {

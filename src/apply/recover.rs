@@ -11,9 +11,8 @@
 use super::journal::{self, Entry, Lock, LockState, State};
 use super::plan::Op;
 use super::store::Store;
-use crate::catalog::eval::{Finding, FixText, Status};
-use crate::catalog::{Scope, Severity};
-use crate::gather::sysctl_path;
+use crate::catalog::eval::{Finding, Status};
+use crate::host::procfs::sysctl_path;
 use crate::host::Backend;
 use crate::value::Value;
 use anyhow::{bail, Result};
@@ -200,20 +199,14 @@ pub fn finding(store: &Store) -> Option<Finding> {
             format!("{} entr(ies), none interrupted or damaged", entries.len()),
         ),
     };
-    Some(Finding {
-        id: "wstune.journal.pending".into(),
-        title: "No interrupted apply or damaged journal entry".into(),
-        status,
-        current: Some(Value::Text(current)),
-        compare: "==",
-        target: Some(Value::Text("none".into())),
-        severity: Severity::Fail,
-        scope: Scope::Boot,
-        why: "An apply that was killed midway leaves the host half changed: some settings new, some old, files maybe not written. Its journal entry says exactly what to put back; a damaged entry cannot be rolled back automatically.".into(),
-        fix: FixText {
-            runtime: (!fixes.is_empty()).then(|| fixes.join("; ")),
-            persistent: None,
-        },
-        note: Some(note),
-    })
+    // The words are checks/wstune.yaml's; the verdict and the fix (entry ids) are computed.
+    Some(
+        crate::catalog::computed::get("wstune.journal.pending").finding(
+            status,
+            Value::Text(current),
+            Value::Text("none".into()),
+            note,
+            (!fixes.is_empty()).then(|| fixes.join("; ")),
+        ),
+    )
 }

@@ -4,31 +4,32 @@
 use super::plan::{self, Op, Plan};
 use super::*;
 use crate::catalog::{self, eval, Platform};
-use crate::gather::{gather, Options};
+use crate::gather::{gather, HostFacts, Options};
 use crate::host::memory::MemoryBackend;
 use crate::host::registry_file::RegistryFile;
 
-fn findings(backend: &dyn Backend, platform: Platform) -> (crate::catalog::Catalog, Vec<Finding>) {
+fn findings(
+    backend: &dyn Backend,
+    platform: Platform,
+) -> (crate::catalog::Catalog, Vec<Finding>, HostFacts) {
     let profile = crate::profile::load("100k").unwrap().profile;
     let vars = profile.variables();
     let cat = catalog::load(platform, None, &vars.keys().cloned().collect()).unwrap();
     let facts = gather(&cat, backend, &Options::default());
     let f = eval::evaluate(&cat, &vars, &facts);
-    (cat, f)
+    (cat, f, facts)
 }
 
 fn plan_for(backend: &dyn Backend, platform: Platform) -> Plan {
-    let (cat, f) = findings(backend, platform);
+    let (cat, f, facts) = findings(backend, platform);
     plan::plan(
         &cat,
         &f,
-        backend,
+        &facts,
         plan::Scope {
             runtime: true,
             persist: true,
         },
-        None,
-        None,
     )
 }
 
@@ -93,7 +94,7 @@ fn windows_apply_fixes_the_registry_and_rollback_restores_it_exactly() {
     assert_eq!(entry.state, State::Applied);
 
     // The checks it changed now pass, and a second plan is empty.
-    let (_, f) = findings(&b, Platform::Windows);
+    let (_, f, _) = findings(&b, Platform::Windows);
     for id in [
         "windows.tcpip.tcp_timed_wait_delay",
         "windows.tcpip.tcp_max_connect_response_retransmissions",
@@ -179,6 +180,11 @@ fn linux() -> MemoryBackend {
 }
 
 fn linux_plan() -> Plan {
+    linux_plan_over("")
+}
+
+/// The plan with its sysctl file merged into `existing`, as [`plan::plan`] renders it.
+fn linux_plan_over(existing: &str) -> Plan {
     let act = |key: &str, from: &str, to: &str| plan::Action {
         check: format!("linux.{key}"),
         setting: key.into(),
@@ -207,6 +213,10 @@ fn linux_plan() -> Plan {
             value: "65535".into(),
         },
     });
+    let lines =
+        plan::merge_sysctl_lines(existing, &[("net.core.somaxconn".into(), "65535".into())]);
+    p.files
+        .push((plan::SYSCTL_FILE.into(), plan::render_sysctl_file(&lines)));
     p
 }
 
@@ -254,7 +264,8 @@ fn linux_apply_then_restore_is_exact_and_keeps_a_file_it_replaced() {
     store.write(plan::SYSCTL_FILE, &mine).unwrap();
     let b = linux();
     let before = b.files.borrow().clone();
-    let mut entry = record(&linux_plan(), &b, &store, "100k").unwrap();
+    let p = linux_plan_over(std::str::from_utf8(&mine.bytes).unwrap());
+    let mut entry = record(&p, &b, &store, "100k").unwrap();
     journal::save(&store, &entry).unwrap();
     execute(&mut entry, &b, &store).unwrap();
     assert_eq!(
@@ -366,8 +377,8 @@ fn export_settings_list_every_target_and_never_lower() {
         .file("/proc/sys/net/core/somaxconn", "100000\n")
         .file("/proc/sys/net/ipv4/tcp_fin_timeout", "60\n")
         .file("/proc/sys/net/ipv4/tcp_max_syn_backlog", "128\n");
-    let (cat, f) = findings(&b, Platform::Linux);
-    let s = plan::settings(&cat, &f, &b);
+    let (cat, f, facts) = findings(&b, Platform::Linux);
+    let s = plan::settings(&cat, &f, &facts);
     let value = |k: &str| {
         s.sysctls
             .iter()

@@ -5,8 +5,8 @@
 //! warn or info); anything that could not be read is a skip with the reason, never a pass;
 //! cumulative counters are info unless they grew during `--watch`.
 
+use super::facts::{BootEntry, HostFacts, Instance, Reading};
 use super::{Catalog, CheckDef, Compare, Requirement, Scope, Severity, Target};
-use crate::gather::{split_boot_entry, HostFacts, Instance, Reading};
 use crate::value::{version_parts, Value};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -95,6 +95,57 @@ impl Summary {
     }
 }
 
+/// Which check, and which view of it, one finding of [`evaluate`] is: the typed key `apply`'s
+/// plan joins findings on (never their id text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key {
+    /// Index into the catalog's checks.
+    pub check: usize,
+    /// A per-NIC check (one finding per NIC, or one skip when there is none).
+    pub per_nic: bool,
+    /// The boot-time view of a sysctl check (`ID.boot`).
+    pub boot: bool,
+}
+
+/// What [`evaluate`] produces for each check, in its order: the one walk both
+/// [`evaluate`] and [`keys`] follow, so a finding and its key cannot disagree.
+enum View<'a> {
+    NoObject,
+    Runtime(&'a Instance),
+    Boot(&'a Instance, &'a Reading<BootEntry>),
+}
+
+fn walk<'a>(catalog: &'a Catalog, facts: &'a HostFacts) -> Vec<(Key, &'a CheckDef, View<'a>)> {
+    let mut out = Vec::new();
+    for (i, def) in catalog.checks.iter().enumerate() {
+        let key = |boot| Key {
+            check: i,
+            per_nic: def.check.each.is_some(),
+            boot,
+        };
+        let instances: Vec<&Instance> = facts.instances.iter().filter(|x| x.check == i).collect();
+        if instances.is_empty() && def.check.each.is_some() {
+            out.push((key(false), def, View::NoObject));
+            continue;
+        }
+        for inst in instances {
+            out.push((key(false), def, View::Runtime(inst)));
+            if let (true, Some(boot)) = (def.has_boot_view(), &inst.boot) {
+                out.push((key(true), def, View::Boot(inst, boot)));
+            }
+        }
+    }
+    out
+}
+
+/// The key of each finding [`evaluate`] returns for these facts, in the same order.
+pub fn keys(catalog: &Catalog, facts: &HostFacts) -> Vec<Key> {
+    walk(catalog, facts)
+        .into_iter()
+        .map(|(k, _, _)| k)
+        .collect()
+}
+
 /// Evaluate every gathered instance. `profile_vars` come from [`crate::profile::Profile::variables`].
 pub fn evaluate(
     catalog: &Catalog,
@@ -103,28 +154,23 @@ pub fn evaluate(
 ) -> Vec<Finding> {
     let mut vars = profile_vars.clone();
     vars.extend(facts.vars.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let mut out = Vec::new();
-    for (i, def) in catalog.checks.iter().enumerate() {
-        let instances: Vec<&Instance> = facts.instances.iter().filter(|x| x.check == i).collect();
-        if instances.is_empty() && def.check.each.is_some() {
-            let reason = facts
-                .no_nics
-                .clone()
-                .unwrap_or_else(|| "no object to check".into());
-            let mut f = base(def, &def.check.id, &vars, facts, None, None);
-            f.status = Status::Skip;
-            f.note = Some(reason);
-            out.push(f);
-            continue;
-        }
-        for inst in instances {
-            out.push(evaluate_one(def, inst, &vars, facts));
-            if let Some(boot) = &inst.boot {
-                out.push(evaluate_boot(def, inst, boot, &vars, facts));
+    walk(catalog, facts)
+        .into_iter()
+        .map(|(_, def, view)| match view {
+            View::NoObject => {
+                let reason = facts
+                    .no_nics
+                    .clone()
+                    .unwrap_or_else(|| "no object to check".into());
+                let mut f = base(def, &def.check.id, &vars, facts, None, None);
+                f.status = Status::Skip;
+                f.note = Some(reason);
+                f
             }
-        }
-    }
-    out
+            View::Runtime(inst) => evaluate_one(def, inst, &vars, facts),
+            View::Boot(inst, boot) => evaluate_boot(def, inst, boot, &vars, facts),
+        })
+        .collect()
 }
 
 /// Compute a check's target; an expression over an unreadable host value is an error message.
@@ -146,7 +192,7 @@ fn target_of(def: &CheckDef, vars: &BTreeMap<String, Value>) -> Result<Option<Va
     }
 }
 
-fn compare_str(c: Compare) -> &'static str {
+pub fn compare_str(c: Compare) -> &'static str {
     match c {
         Compare::AtLeast => ">=",
         Compare::AtMost => "<=",
@@ -169,8 +215,11 @@ fn base(
     current: Option<Value>,
 ) -> Finding {
     let target = target_of(def, vars).ok().flatten();
-    let location = match &current {
-        Some(Value::Text(t)) => split_boot_entry(t).map(|(loc, _)| loc.to_string()),
+    // `{location}`: where a `boot_entry` check found its line.
+    let location = match (&def.check.source, inst.and_then(|i| i.boot.as_ref())) {
+        (super::Source::BootEntry(_), Some(Reading::Value(e))) if current.is_some() => {
+            Some(e.location())
+        }
         _ => None,
     };
     let nic = inst.and_then(|i| i.nic.as_ref());
@@ -183,7 +232,7 @@ fn base(
             (super::Source::Sysctl(key), Some(_)) => vars.get(&format!("sysctl.{key}")).cloned(),
             _ => current.clone().filter(|_| inst.is_some()),
         }?;
-        crate::apply::plan::desired(def.check.compare, &whole, def.check.field, t)
+        desired(def.check.compare, &whole, def.check.field, t)
     });
     let fill = |text: &Option<String>| {
         text.as_ref().map(|t| {
@@ -477,11 +526,43 @@ pub fn meets(compare: Compare, current: &Value, target: &Value) -> Result<bool, 
     })
 }
 
+/// The value to set (what a fix says and `apply` writes): the target, except that a `>=` setting keeps a higher current value and a
+/// `<=` one a lower (never undo an operator's deliberate choice), and a range is widened.
+/// `field` replaces one value of a multi-value setting and keeps the others.
+pub fn desired(
+    compare: Compare,
+    current: &Value,
+    field: Option<usize>,
+    target: &Value,
+) -> Option<Value> {
+    let pick = |c: i64, t: i64| match compare {
+        Compare::AtLeast => Some(c.max(t)),
+        Compare::AtMost => Some(c.min(t)),
+        Compare::Equal => Some(t),
+        _ => None,
+    };
+    match (current, field, target) {
+        (Value::List(list), Some(i), Value::Num(t)) => {
+            let mut list = list.clone();
+            let slot = list.get_mut(i)?;
+            *slot = pick(*slot, *t)?;
+            Some(Value::List(list))
+        }
+        (Value::List(c), None, Value::List(t))
+            if compare == Compare::Covers && c.len() == 2 && t.len() == 2 =>
+        {
+            Some(Value::List(vec![c[0].min(t[0]), c[1].max(t[1])]))
+        }
+        (Value::Num(c), None, Value::Num(t)) => pick(*c, *t).map(Value::Num),
+        _ => None,
+    }
+}
+
 /// The boot-time view of a sysctl check: what the value will be after the next reboot.
 fn evaluate_boot(
     def: &CheckDef,
     inst: &Instance,
-    boot: &Reading,
+    boot: &Reading<BootEntry>,
     vars: &BTreeMap<String, Value>,
     facts: &HostFacts,
 ) -> Finding {
@@ -517,8 +598,8 @@ fn evaluate_boot(
     }
     let runtime_ok = matches!(&inst.reading, Reading::Value(v) if meets(def.check.compare, v, &target) == Ok(true));
     let (status, note, current) = match boot {
-        Reading::Value(Value::Text(entry)) => {
-            let (location, raw) = split_boot_entry(entry).unwrap_or((entry.as_str(), ""));
+        Reading::Value(entry) => {
+            let (location, raw) = (entry.location(), entry.value.as_str());
             match select(Value::parse_kernel(raw)) {
                 Some(v) => match meets(def.check.compare, &v, &target) {
                     Ok(true) => (Status::Pass, format!("set by {location}"), Some(v)),
@@ -535,7 +616,6 @@ fn evaluate_boot(
                 None => (Status::Skip, format!("{location}: cannot read '{raw}'"), None),
             }
         }
-        Reading::Value(_) => (Status::Skip, "unexpected boot entry".into(), None),
         Reading::Missing(_) => match &def.default {
             Some(d) => {
                 let d = select(d.clone());
@@ -562,8 +642,8 @@ fn evaluate_boot(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::facts::{BootEntry, HostFacts, Instance, Reading};
     use crate::catalog::{self, Catalog};
-    use crate::gather::{HostFacts, Instance, Options};
     use crate::host::HostInfo;
     use std::time::Duration;
 
@@ -585,12 +665,10 @@ mod tests {
         vars.insert("host.cpus".into(), Value::Num(2));
         vars.insert("host.page_size".into(), Value::Num(4096));
         HostFacts {
-            info: HostInfo::default(),
             vars,
             instances,
             no_nics: Some("none here".into()),
-            watched: None,
-            options: Options::default(),
+            ..HostFacts::empty(HostInfo::default())
         }
     }
 
@@ -845,7 +923,7 @@ mod tests {
         );
     }
 
-    fn boot(c: &Catalog, runtime: i64, entry: Reading) -> Finding {
+    fn boot(c: &Catalog, runtime: i64, entry: Reading<BootEntry>) -> Finding {
         let i = idx(c, "linux.net.core.somaxconn");
         let mut x = inst(i, Reading::Value(Value::Num(runtime)));
         x.boot = Some(entry);
@@ -858,7 +936,11 @@ mod tests {
         let f = boot(
             &c,
             65535,
-            Reading::Value(Value::Text("/etc/sysctl.d/99-x.conf:3 = 1024".into())),
+            Reading::Value(BootEntry {
+                file: "/etc/sysctl.d/99-x.conf".into(),
+                line: 3,
+                value: "1024".into(),
+            }),
         );
         assert_eq!(f.status, Status::Warn);
         assert!(
@@ -871,7 +953,11 @@ mod tests {
         let f = boot(
             &c,
             65535,
-            Reading::Value(Value::Text("/etc/sysctl.d/60-wstune.conf:1 = 65535".into())),
+            Reading::Value(BootEntry {
+                file: "/etc/sysctl.d/60-wstune.conf".into(),
+                line: 1,
+                value: "65535".into(),
+            }),
         );
         assert_eq!(f.status, Status::Pass);
         let f = boot(&c, 65535, Reading::Missing("no".into()));

@@ -5,8 +5,10 @@
 //! not parse, variables no profile defines, comparisons that cannot take the given target. After
 //! that, evaluation cannot meet a malformed check.
 
+pub mod computed;
 pub mod eval;
 pub mod expr;
+pub mod facts;
 mod model;
 
 pub use model::*;

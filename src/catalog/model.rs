@@ -5,12 +5,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Platform {
-    Linux,
-    Windows,
-}
+// The OS vocabulary the backend speaks lives with it (host/); the catalog names it the same way.
+pub use crate::host::{IpVersion, Platform, RegType};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -86,23 +82,6 @@ pub enum Source {
     DynamicPortCount(IpVersion),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum IpVersion {
-    Ipv4,
-    Ipv6,
-}
-
-impl IpVersion {
-    /// The word netsh uses (`netsh int ipv4 ...`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            IpVersion::Ipv4 => "ipv4",
-            IpVersion::Ipv6 => "ipv6",
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RlimitSource {
@@ -163,14 +142,6 @@ pub struct RegistrySource {
     /// Enumerated values shown by name (e.g. *RSSProfile "3" -> NUMAScaling).
     #[serde(default)]
     pub names: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-pub enum RegType {
-    #[serde(rename = "REG_DWORD")]
-    Dword,
-    #[serde(rename = "REG_SZ")]
-    Sz,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,7 +2,7 @@
 //! are derived from the file paths, so a test states only the files it cares about.
 
 use super::{registry_file::RegistryFile, Backend, HostInfo, Link, ReadError, WriteError};
-use crate::catalog::{Platform, RegType};
+use super::{Platform, RegType};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
@@ -99,7 +99,7 @@ impl Backend for MemoryBackend {
     }
     fn dynamic_ports(
         &self,
-        ip: crate::catalog::IpVersion,
+        ip: super::IpVersion,
     ) -> Result<super::dynamic_ports::PortRange, ReadError> {
         match &self.registry {
             Some(r) => r.borrow().dynamic_ports(ip),

@@ -3,24 +3,48 @@
 //! The engine asks a [`Backend`] for raw text (a /proc or /sys file, a directory listing, a
 //! registry value, a systemd property) and for the list of network links; everything else is
 //! parsing and evaluation, which is pure. Implementations:
-//! - [`fs::FsBackend`] rooted at `/` with `live` set: this Linux host (netlink for links,
-//!   systemctl for units, sysinfo for its description);
-//! - the same rooted at `--root DIR`: a captured tree (from `wstune snapshot` or a test fixture),
-//!   with `DIR/registry.yaml` making it a Windows host;
+//! - `linux::LinuxBackend` (not on Windows): this host (netlink for links, systemctl for
+//!   units, prlimit, sysinfo for its description), optionally recording for `wstune snapshot`;
+//! - [`fixture::FixtureBackend`] at `--root DIR`: a captured tree (from `wstune snapshot` or a
+//!   test fixture), with `DIR/registry.yaml` making it a Windows host;
 //! - [`memory::MemoryBackend`]: in-memory values for unit tests;
 //! - `windows` (cfg(windows) only): the live registry.
 
+pub mod atomic;
 pub mod dynamic_ports;
+pub mod fixture;
 pub mod fs;
+pub mod layout;
+#[cfg(not(windows))]
+pub mod linux;
 pub mod memory;
+pub mod procfs;
 pub mod registry_file;
+pub mod snapshot;
+pub mod store;
+mod types;
 #[cfg(windows)]
 pub mod windows;
 pub mod windows_errors;
 
-use crate::catalog::{Fact, IpVersion, Platform, RegType};
+use crate::catalog::Fact;
 use dynamic_ports::PortRange;
 use serde::Serialize;
+pub use types::{IpVersion, Platform, RegType};
+
+/// The files wstune owns on a Linux host (host paths; `--prefix` moves them). `gather` reads
+/// them as facts, `apply` plans and writes them, `export` names them.
+pub mod owned {
+    /// The sysctl file wstune owns.
+    pub const SYSCTL_FILE: &str = "/etc/sysctl.d/60-wstune.conf";
+    /// The PAM limits file wstune owns.
+    pub const LIMITS_FILE: &str = "/etc/security/limits.d/60-wstune.conf";
+
+    /// The systemd drop-in wstune writes for `unit`.
+    pub fn unit_dropin(unit: &str) -> String {
+        format!("/etc/systemd/system/{unit}.d/60-wstune.conf")
+    }
+}
 
 /// Why a value could not be read. `NotFound` is often meaningful (a module not loaded, a key
 /// removed from the kernel), the others are skips.
@@ -153,46 +177,16 @@ pub trait Backend {
     }
 }
 
-#[cfg(target_os = "linux")]
-mod linux;
-#[cfg(target_os = "linux")]
-use linux::{live_page_size, netlink_links};
-
-#[cfg(not(target_os = "linux"))]
-fn netlink_links() -> Result<Vec<Link>, ReadError> {
-    Err(ReadError::Unsupported(
-        "netlink exists only on Linux".into(),
-    ))
-}
-
-#[cfg(not(target_os = "linux"))]
-fn live_page_size() -> u64 {
-    4096
-}
-
-#[cfg(target_os = "linux")]
-use linux::{is_root, prlimit_nofile};
-
 /// Raise this process's soft open-file limit to its hard limit (what a server should do at
 /// start); returns the (soft, hard) limits in force afterwards.
-#[cfg(target_os = "linux")]
+#[cfg(not(windows))]
 pub fn raise_nofile() -> (u64, u64) {
     linux::raise_nofile()
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(windows)]
 pub fn raise_nofile() -> (u64, u64) {
     (u64::MAX, u64::MAX)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn is_root() -> bool {
-    false
-}
-
-#[cfg(not(target_os = "linux"))]
-fn prlimit_nofile(_pid: u32, _soft: u64, _hard: u64) -> Result<(), WriteError> {
-    Err(WriteError::Other("prlimit exists only on Linux".into()))
 }
 
 /// The running host's identity, from sysinfo (portable across the OSes wstune runs on).
@@ -221,8 +215,8 @@ pub fn live_state_dir() -> Option<std::path::PathBuf> {
 #[cfg(not(windows))]
 pub fn live(prefix: Option<&std::path::Path>) -> Box<dyn Backend> {
     match prefix {
-        Some(p) => Box::new(fs::FsBackend::live().with_prefix(p)),
-        None => Box::new(fs::FsBackend::live()),
+        Some(p) => Box::new(linux::LinuxBackend::live().with_prefix(p)),
+        None => Box::new(linux::LinuxBackend::live()),
     }
 }
 
@@ -231,4 +225,37 @@ pub fn live(prefix: Option<&std::path::Path>) -> Box<dyn Backend> {
 #[cfg(windows)]
 pub fn live(_prefix: Option<&std::path::Path>) -> Box<dyn Backend> {
     Box::new(windows::WindowsBackend::live())
+}
+
+/// Where the host's files are for `--root` and `--prefix`: the one mapping of those flags,
+/// shared by [`open`]'s backend and [`store::Store::for_host`].
+pub fn layout(root: Option<&std::path::Path>, prefix: Option<&std::path::Path>) -> layout::Layout {
+    let l = layout::Layout::at(root.unwrap_or(std::path::Path::new("/")));
+    let l = match prefix {
+        Some(p) => l.with_prefix(p),
+        None => l,
+    };
+    match (root.or(prefix), live_state_dir()) {
+        (None, Some(state)) => l.with_state_dir(&state),
+        _ => l,
+    }
+}
+
+/// The host to read and write: the captured tree `root` (host/fixture.rs), else the live
+/// host; `prefix` moves the files wstune owns. The one place `--root` and `--prefix` become
+/// a backend.
+pub fn open(
+    root: Option<&std::path::Path>,
+    prefix: Option<&std::path::Path>,
+) -> Result<Box<dyn Backend>, fixture::RootError> {
+    Ok(match root {
+        Some(dir) => {
+            let b = fixture::FixtureBackend::open(dir)?;
+            Box::new(match prefix {
+                Some(p) => b.with_prefix(p),
+                None => b,
+            })
+        }
+        None => live(prefix),
+    })
 }

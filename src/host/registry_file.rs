@@ -19,8 +19,8 @@
 //! ```
 
 use super::dynamic_ports::PortRange;
+use super::{IpVersion, RegType};
 use super::{Link, ReadError};
-use crate::catalog::{IpVersion, RegType};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;

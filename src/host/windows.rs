@@ -9,7 +9,8 @@
 use super::dynamic_ports::{parse_netsh, PortRange};
 use super::registry_file::{Adapter, RegistryFile};
 use super::{Backend, HostInfo, Link, ReadError, WriteError};
-use crate::catalog::{Fact, IpVersion, Platform, RegType};
+use super::{IpVersion, Platform, RegType};
+use crate::catalog::Fact;
 use std::cell::RefCell;
 use windows_registry::LOCAL_MACHINE;
 

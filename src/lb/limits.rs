@@ -14,6 +14,8 @@
 use super::{Facts, Kind};
 use crate::catalog::eval::{Finding, FixText, Status};
 use crate::catalog::{Scope, Severity};
+use crate::host::procfs::{self, paths};
+use crate::host::Backend;
 use crate::value::Value;
 
 /// Descriptors a proxy needs beyond two per connection: HAProxy 2.6 adds about 3 per thread
@@ -24,10 +26,6 @@ pub const FD_MARGIN: u64 = 256;
 
 /// nginx's worker_connections when the configuration does not set it.
 const NGINX_DEFAULT_WORKER_CONNECTIONS: u64 = 512;
-
-/// CAP_SYS_RESOURCE (linux/capability.h): lets a process raise its hard limit up to
-/// fs.nr_open.
-const CAP_SYS_RESOURCE: u32 = 24;
 
 /// RLIMIT_NOFILE of the process the proxy is (or will be), and where that came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,37 +45,17 @@ impl ProcLimits {
     }
 }
 
-/// "Max open files  1024  524288  files" from /proc/PID/limits.
-fn parse_limits(text: &str) -> Option<(u64, u64)> {
-    let rest = text
-        .lines()
-        .find_map(|l| l.strip_prefix("Max open files"))?;
-    let mut w = rest.split_whitespace();
-    let num = |v: &str| match v {
-        "unlimited" => Some(u64::MAX),
-        n => n.parse().ok(),
-    };
-    Some((num(w.next()?)?, num(w.next()?)?))
-}
-
-/// Whether CapEff in /proc/PID/status holds CAP_SYS_RESOURCE.
-fn has_sys_resource(status: &str) -> bool {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0)
-}
-
-fn read_pid(dir: &str, source: String) -> Result<ProcLimits, String> {
-    let limits = std::fs::read_to_string(format!("{dir}/limits"))
+fn read_pid(host: &dyn Backend, dir: &str, source: String) -> Result<ProcLimits, String> {
+    let limits = host
+        .read(&format!("{dir}/limits"))
         .map_err(|e| format!("cannot read {dir}/limits: {e}"))?;
-    let (soft, hard) = parse_limits(&limits)
+    let (soft, hard) = procfs::nofile_limits(&limits)
         .ok_or_else(|| format!("{dir}/limits has no 'Max open files' line"))?;
-    let status = std::fs::read_to_string(format!("{dir}/status")).unwrap_or_default();
-    let raise_to = has_sys_resource(&status)
+    let status = host.read(&format!("{dir}/status")).unwrap_or_default();
+    let raise_to = procfs::can_raise_nofile(&status)
+        .unwrap_or(false)
         .then(|| {
-            std::fs::read_to_string("/proc/sys/fs/nr_open")
+            host.read(paths::NR_OPEN)
                 .ok()
                 .and_then(|v| v.trim().parse().ok())
         })
@@ -92,41 +70,38 @@ fn read_pid(dir: &str, source: String) -> Result<ProcLimits, String> {
 
 /// The limits of a given process (`check --lb-pid`).
 pub fn of_pid(pid: u32) -> Result<ProcLimits, String> {
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+    let host = crate::host::live(None);
+    let comm = host
+        .read(&format!("{}/comm", paths::process(pid)))
         .map_err(|_| format!("--lb-pid {pid}: no such process; give the proxy's (master) pid"))?;
     read_pid(
-        &format!("/proc/{pid}"),
+        host.as_ref(),
+        &paths::process(pid),
         format!("{} pid {pid}", comm.trim()),
     )
     .map_err(|e| format!("--lb-pid {pid}: {e}"))
 }
 
 /// Running processes named `name` whose parent is not (their masters), lowest pid first.
-fn masters(name: &str) -> Vec<u32> {
-    let comm = |pid: &str| {
-        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+fn masters(host: &dyn Backend, name: &str) -> Vec<u32> {
+    let comm = |pid: u32| {
+        host.read(&format!("{}/comm", paths::process(pid)))
             .map(|c| c.trim().to_string())
             .unwrap_or_default()
     };
-    let Ok(dir) = std::fs::read_dir("/proc") else {
+    let Ok(entries) = host.list(paths::PROC) else {
         return Vec::new();
     };
-    let mut pids: Vec<u32> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| comm(&pid.to_string()) == name)
+    let mut pids: Vec<u32> = entries
+        .iter()
+        .filter_map(|e| e.parse::<u32>().ok())
+        .filter(|pid| comm(*pid) == name)
         .filter(|pid| {
-            let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            // An unreadable parent counts as not the same program.
+            host.read(&format!("{}/stat", paths::process(pid)))
                 .ok()
-                .and_then(|s| {
-                    // pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
-                    s.rsplit_once(')')?
-                        .1
-                        .split_whitespace()
-                        .nth(1)
-                        .map(str::to_string)
-                })
-                .unwrap_or_default();
-            comm(&ppid) != name
+                .and_then(|s| procfs::stat_ppid(&s))
+                .is_none_or(|ppid| comm(ppid) != name)
         })
         .collect();
     pids.sort_unstable();
@@ -140,7 +115,9 @@ pub fn detect(kind: Kind) -> Result<ProcLimits, String> {
         Kind::Haproxy => "haproxy",
         Kind::Nginx => "nginx",
     };
-    let found = masters(name);
+    let host = crate::host::live(None);
+    let host = host.as_ref();
+    let found = masters(host, name);
     if let Some(&pid) = found.first() {
         let also = if found.len() > 1 {
             format!(
@@ -152,14 +129,16 @@ pub fn detect(kind: Kind) -> Result<ProcLimits, String> {
             String::new()
         };
         if let Ok(l) = read_pid(
-            &format!("/proc/{pid}"),
+            host,
+            &paths::process(pid),
             format!("running {name} pid {pid}{also}"),
         ) {
             return Ok(l);
         }
     }
     read_pid(
-        "/proc/self",
+        host,
+        &paths::process("self"),
         format!(
             "this shell (no running {name} found: run the check on the proxy's host as the user \
              that starts it, or pass --lb-pid)"
@@ -332,15 +311,8 @@ mod tests {
     }
 
     #[test]
-    fn reads_proc_limits_and_capabilities() {
-        let t = "Limit                     Soft Limit           Hard Limit           Units     \n\
-                 Max cpu time              unlimited            unlimited            seconds   \n\
-                 Max open files            1024                 524288               files     \n";
-        assert_eq!(parse_limits(t), Some((1024, 524288)));
-        assert_eq!(parse_limits("nothing"), None);
-        assert!(has_sys_resource("Name:\tx\nCapEff:\t000001ffffffffff\n"));
-        assert!(!has_sys_resource("CapEff:\t000001fffeffffff\n"));
-        assert!(!has_sys_resource(""));
+    fn reads_this_hosts_limits() {
+        // The parsers are host/procfs.rs's, tested there; this reads the real /proc.
         let me = detect(Kind::Haproxy).unwrap();
         assert!(me.hard >= me.soft && me.soft > 0, "{me:?}");
     }

@@ -578,9 +578,8 @@ impl Profile {
     /// Flat variables for catalog expressions: every profile key by its dotted path
     /// (`linux.somaxconn`, `server.deflate.window_bits`, ...) plus `estimate.*`.
     pub fn variables(&self) -> BTreeMap<String, Value> {
-        let mut vars = BTreeMap::new();
-        let json = serde_json::to_value(self).expect("a profile always serializes");
-        flatten("", &json, &mut vars);
+        // Straight from the typed fields: `linux.somaxconn: u64` -> `Value::Num` once.
+        let mut vars = crate::value::flatten(self).expect("a profile has no map or float");
         let e = self.estimate();
         for (k, v) in [
             ("kernel_bytes_per_conn", e.kernel_bytes_per_conn),
@@ -655,28 +654,6 @@ pub fn nofile_per_process(processes: Option<&Value>, connections: u64, nofile: u
 /// The fewest processes whose share of `connections` fits under `limit` open files each.
 pub fn processes_needed(connections: u64, limit: u64) -> Option<u64> {
     (1..=MAX_PROCESSES).find(|&n| connections_per_process(connections, n) + RESERVE_FDS <= limit)
-}
-
-fn flatten(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, Value>) {
-    let key = |k: &str| {
-        if prefix.is_empty() {
-            k.to_string()
-        } else {
-            format!("{prefix}.{k}")
-        }
-    };
-    match v {
-        serde_json::Value::Object(map) => {
-            for (k, v) in map {
-                flatten(&key(k), v, out);
-            }
-        }
-        other => {
-            if let Some(value) = Value::from_json(other) {
-                out.insert(prefix.to_string(), value);
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -330,25 +330,19 @@ pub fn fd_room(nofile: u64, processes: usize) -> usize {
 
 /// Memory this host can still give, bytes: MemAvailable from /proc/meminfo, Linux.
 pub fn mem_available() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map(|kib| kib * 1024)
+    let text = crate::host::live(None)
+        .read(crate::host::procfs::paths::MEMINFO)
+        .ok()?;
+    crate::host::procfs::meminfo_bytes(&text, "MemAvailable")
 }
 
 /// Ephemeral ports per source address (net.ipv4.ip_local_port_range), Linux; 28232 (the
 /// kernel default) when unreadable.
 pub fn ephemeral_ports() -> u32 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+    crate::host::live(None)
+        .read(crate::host::procfs::paths::PORT_RANGE)
         .ok()
-        .and_then(|s| {
-            let v: Vec<u32> = s
-                .split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect();
-            (v.len() == 2 && v[1] >= v[0]).then(|| v[1] - v[0] + 1)
-        })
+        .and_then(|s| crate::host::procfs::range_len(&s))
         .unwrap_or(28_232)
 }
 

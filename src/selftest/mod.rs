@@ -136,7 +136,7 @@ pub struct WorkerResult {
     pub peak_rss_bytes: Option<u64>,
 }
 
-/// Everything a run needs; built by `cmd::selftest` or `serve --self-test`.
+/// Everything a run needs; built by `engine::selftest::plan` (for `selftest` and `serve --self-test`).
 #[derive(Debug, Clone)]
 pub struct Options {
     pub target: Target,
@@ -248,37 +248,29 @@ pub struct KernelMemory {
     pub slab_bytes_per_socket: Option<f64>,
 }
 
-/// Read /proc/net/sockstat and /proc/meminfo (Linux; None elsewhere).
+/// Read /proc/net/sockstat and /proc/meminfo through this host's backend (Linux; None
+/// elsewhere).
 pub fn kernel_sample() -> Option<KernelSample> {
-    let sockstat = std::fs::read_to_string("/proc/net/sockstat").ok()?;
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    use crate::host::procfs::paths;
+    let host = crate::host::live(None);
+    let sockstat = host.read(paths::SOCKSTAT).ok()?;
+    let meminfo = host.read(paths::MEMINFO).ok()?;
     Some(parse_kernel_sample(&sockstat, &meminfo))
 }
 
 fn parse_kernel_sample(sockstat: &str, meminfo: &str) -> KernelSample {
-    let field = |line: &str, key: &str| -> u64 {
-        let w: Vec<&str> = line.split_whitespace().collect();
-        w.iter()
-            .position(|x| *x == key)
-            .and_then(|i| w.get(i + 1)?.parse().ok())
+    use crate::host::procfs;
+    let field = |proto, name| {
+        procfs::sockstat(sockstat, proto, name)
+            .and_then(|v| u64::try_from(v).ok())
             .unwrap_or(0)
     };
-    let mut k = KernelSample::default();
-    for l in sockstat.lines() {
-        if l.starts_with("sockets:") {
-            k.sockets_used = field(l, "used");
-        } else if l.starts_with("TCP:") {
-            k.tcp_inuse = field(l, "inuse");
-            k.tcp_mem_pages = field(l, "mem");
-        }
+    KernelSample {
+        sockets_used: field("sockets", "used"),
+        tcp_inuse: field("TCP", "inuse"),
+        tcp_mem_pages: field("TCP", "mem"),
+        slab_bytes: procfs::meminfo_bytes(meminfo, "Slab").unwrap_or(0),
     }
-    k.slab_bytes = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("Slab:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .unwrap_or(0)
-        * 1024;
-    k
 }
 
 fn kernel_memory(
@@ -298,16 +290,9 @@ fn kernel_memory(
     })
 }
 
+/// This host's memory page size (what `TCP: mem` counts in), from its backend.
 fn page_size() -> u64 {
-    #[cfg(unix)]
-    {
-        // SAFETY: sysconf only reads a constant of the system.
-        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if p > 0 {
-            return p as u64;
-        }
-    }
-    4096
+    crate::host::live(None).page_size()
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

@@ -1,0 +1,156 @@
+//! The one atomic file writer: every file wstune writes (reports, exports, man pages, the
+//! files it owns under /etc, its journal, a captured tree's registry.yaml and limits) goes
+//! through [`write`]. A temporary file in the same directory, fsync, rename over the old one,
+//! fsync of the directory: a crash or a full disk leaves the old file or the new one, never
+//! half of either, and a reader (CI picking up a report, `sysctl --system` at boot) never sees
+//! a partial file.
+
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::path::Path;
+
+/// The permission bits the new file gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Exactly these (the files wstune owns and its journal: the journal restores a file's
+    /// old mode with its bytes).
+    Exact(u32),
+    /// Those of the file it replaces (and its owner and group, where allowed), else 0666 less
+    /// the umask, like any other tool's output. A report is read by other users:
+    /// node_exporter's textfile collector runs unprivileged and cannot read a 0600 `.prom`
+    /// file written by root, and an operator who chose 0640 for a group must not find it reset
+    /// on the next run.
+    LikeExisting,
+}
+
+/// Write `bytes` to `path` atomically and durably, with `mode`. The directory must exist.
+pub fn write(path: &Path, bytes: &[u8], mode: Mode) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = new_temp_in(dir).with_context(|| {
+        format!(
+            "cannot create a file in {} to write {}",
+            dir.display(),
+            path.display()
+        )
+    })?;
+    match mode {
+        Mode::Exact(bits) => set_mode(tmp.as_file(), bits)
+            .with_context(|| format!("cannot chmod {}", tmp.path().display()))?,
+        Mode::LikeExisting => keep_mode_of(path, tmp.as_file()).with_context(|| {
+            format!("cannot give the new {} the old one's mode", path.display())
+        })?,
+    }
+    tmp.write_all(bytes)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    tmp.as_file()
+        .sync_all()
+        .with_context(|| format!("cannot sync {}", path.display()))?;
+    tmp.persist(path)
+        .with_context(|| format!("cannot replace {}", path.display()))?;
+    sync_dir(dir);
+    Ok(())
+}
+
+/// A temporary file created with mode 0666, which the kernel reduces by the umask. (tempfile's
+/// default, 0600, is right for secrets, wrong for reports.)
+fn new_temp_in(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    #[cfg_attr(not(unix), allow(unused_mut))]
+    let mut b = tempfile::Builder::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        b.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    b.tempfile_in(dir)
+}
+
+#[cfg(unix)]
+fn set_mode(f: &std::fs::File, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
+}
+
+#[cfg(not(unix))]
+fn set_mode(_f: &std::fs::File, _mode: u32) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// Give `new` the permission bits of the regular file at `path`, when there is one, and its
+/// owner and group when this process may (root); otherwise leave the umask's mode. Only the
+/// rwx bits are copied: a report must never inherit set-id bits.
+#[cfg(unix)]
+fn keep_mode_of(path: &Path, new: &std::fs::File) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Ok(old) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    if !old.is_file() {
+        return Ok(());
+    }
+    let mine = new.metadata()?;
+    if (old.uid(), old.gid()) != (mine.uid(), mine.gid()) {
+        // Best effort: only root may give a file away; an unprivileged writer keeps its own.
+        // Before the chmod, since a chown clears set-id bits and may touch the mode.
+        let _ = std::os::unix::fs::fchown(new, Some(old.uid()), Some(old.gid()));
+    }
+    new.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o777))
+}
+
+#[cfg(not(unix))]
+fn keep_mode_of(_path: &Path, _new: &std::fs::File) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// Make a rename or removal durable. Best effort: not every file system syncs a directory.
+pub fn sync_dir(dir: &Path) {
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// This process's umask, read without changing it (umask(2) is process-wide and tests run
+    /// in parallel threads).
+    fn umask() -> u32 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("Umask:")).unwrap();
+        u32::from_str_radix(line["Umask:".len()..].trim(), 8).unwrap()
+    }
+
+    #[test]
+    fn new_files_follow_the_umask_and_existing_files_keep_their_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = dir.path().join("fresh.prom");
+        write(&fresh, b"a\n", Mode::LikeExisting).unwrap();
+        assert_eq!(
+            mode(&fresh),
+            0o666 & !umask(),
+            "a new file: 0666 less the umask"
+        );
+
+        let kept = dir.path().join("kept.prom");
+        std::fs::write(&kept, "old\n").unwrap();
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o640)).unwrap();
+        write(&kept, b"new\n", Mode::LikeExisting).unwrap();
+        assert_eq!(mode(&kept), 0o640, "an existing 0640 file stays 0640");
+        assert_eq!(std::fs::read_to_string(&kept).unwrap(), "new\n");
+
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        write(&kept, b"x\n", Mode::LikeExisting).unwrap();
+        assert_eq!(mode(&kept), 0o755, "set-id bits are never carried over");
+
+        write(&kept, b"y\n", Mode::Exact(0o600)).unwrap();
+        assert_eq!(mode(&kept), 0o600, "an exact mode is exactly that");
+    }
+}

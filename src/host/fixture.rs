@@ -1,0 +1,337 @@
+//! A captured host: a tree laid out like the live one (`--root DIR`, from `wstune snapshot`
+//! or a test fixture), with `DIR/registry.yaml` making it a Windows host. It answers only
+//! from its own files: nothing here asks the machine wstune runs on (no netlink, systemctl,
+//! prlimit, geteuid), and a file linked out of the tree is refused. Parsing is shared with
+//! the live backend (host/fs.rs, host/procfs.rs).
+
+use super::fs::{list_dir, parse_show, read_regular, sysfs_links, META_DIR};
+use super::layout::Layout;
+use super::{registry_file::RegistryFile, Backend, HostInfo, Link, ReadError, WriteError};
+use super::{IpVersion, Platform, RegType};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Where Windows keeps the TCP/IP stack's settings, and the host name.
+const TCPIP_PARAMETERS: &str = r"HKLM\SYSTEM\CurrentControlSet\Services\Tcpip\Parameters";
+
+pub struct FixtureBackend {
+    layout: Layout,
+    /// A Windows tree's registry.yaml, changed in memory and saved whole on every write.
+    registry: Option<RefCell<RegistryFile>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RootError {
+    #[error("--root {0}: no such directory; pass a tree made by `wstune snapshot DIR`")]
+    Missing(String),
+    #[error("--root {0}: neither proc/ nor registry.yaml is inside; pass a tree made by `wstune snapshot DIR`")]
+    NotATree(String),
+    #[error("--root {0}: {1}")]
+    BadRegistry(String, String),
+}
+
+impl FixtureBackend {
+    /// A captured tree; refuses a directory that is not one, so a typo cannot pass as a host
+    /// whose every value is missing.
+    pub fn open(dir: &Path) -> Result<FixtureBackend, RootError> {
+        let shown = dir.display().to_string();
+        if !dir.is_dir() {
+            return Err(RootError::Missing(shown));
+        }
+        let registry = dir.join("registry.yaml");
+        // Any entry by that name, a FIFO too: load refuses it with the reason, rather than the
+        // tree being called "not a tree".
+        let registry = if std::fs::symlink_metadata(&registry).is_ok() {
+            Some(
+                RegistryFile::load(&registry)
+                    .map_err(|e| RootError::BadRegistry(shown.clone(), e))?,
+            )
+        } else {
+            None
+        };
+        if registry.is_none() && !dir.join("proc").is_dir() {
+            return Err(RootError::NotATree(shown));
+        }
+        Ok(FixtureBackend {
+            layout: Layout::at(dir),
+            registry: registry.map(RefCell::new),
+        })
+    }
+
+    /// Read and write the configuration files wstune owns (/etc, /var/lib/wstune) under `dir`.
+    pub fn with_prefix(mut self, dir: &Path) -> FixtureBackend {
+        self.layout = self.layout.with_prefix(dir);
+        self
+    }
+
+    fn meta(&self, key: &str) -> Option<String> {
+        let shown = format!("/{META_DIR}/host.yaml");
+        let text = read_regular(&self.layout.path(&shown), &shown, None).ok()?;
+        let map: BTreeMap<String, serde_yaml_ng::Value> = serde_yaml_ng::from_str(&text).ok()?;
+        match map.get(key)? {
+            serde_yaml_ng::Value::String(s) => Some(s.clone()),
+            serde_yaml_ng::Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        }
+    }
+}
+
+impl Backend for FixtureBackend {
+    fn platform(&self) -> Platform {
+        if self.registry.is_some() {
+            Platform::Windows
+        } else {
+            Platform::Linux
+        }
+    }
+
+    fn describe(&self) -> HostInfo {
+        let file = |p: &str| self.read(p).ok().map(|s| s.trim().to_string());
+        let os = self.meta("os").or_else(|| {
+            file("/etc/os-release")?.lines().find_map(|l| {
+                l.strip_prefix("PRETTY_NAME=")
+                    .map(|v| v.trim_matches('"').to_string())
+            })
+        });
+        let registry_hostname = self.registry.as_ref().and_then(|r| {
+            r.borrow()
+                .get(TCPIP_PARAMETERS, "Hostname", RegType::Sz)
+                .ok()
+        });
+        HostInfo {
+            hostname: self
+                .meta("hostname")
+                .or(registry_hostname)
+                .or_else(|| file("/proc/sys/kernel/hostname"))
+                .unwrap_or_default(),
+            os: os.unwrap_or_else(|| {
+                if self.registry.is_some() {
+                    "Windows".into()
+                } else {
+                    "Linux".into()
+                }
+            }),
+            kernel: self
+                .meta("kernel")
+                .or_else(|| file("/proc/sys/kernel/osrelease"))
+                .unwrap_or_default(),
+            source: format!("snapshot:{}", self.layout.root().display()),
+        }
+    }
+
+    fn read(&self, path: &str) -> Result<String, ReadError> {
+        // A captured tree must answer from its own files: a link out of it would report the
+        // machine wstune runs on as if it were the captured host.
+        read_regular(&self.layout.path(path), path, Some(self.layout.base(path)))
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>, ReadError> {
+        Ok(list_dir(&self.layout.path(dir), dir)?
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect())
+    }
+
+    fn links(&self) -> Result<Vec<Link>, ReadError> {
+        match &self.registry {
+            Some(reg) => Ok(reg.borrow().adapters()),
+            None => sysfs_links(self),
+        }
+    }
+
+    fn systemd_property(&self, unit: &str, property: &str) -> Result<String, ReadError> {
+        let path = format!("/{META_DIR}/systemd/{unit}.show");
+        let text = self.read(&path).map_err(|_| {
+            ReadError::NotFound(format!("{path} (the snapshot has no systemd unit {unit})"))
+        })?;
+        parse_show(&text, unit, property)
+    }
+
+    fn registry(&self, key: &str, value: &str, kind: RegType) -> Result<String, ReadError> {
+        match &self.registry {
+            Some(reg) => reg.borrow().get(key, value, kind),
+            None => Err(ReadError::Unsupported(
+                "the Windows registry exists only on Windows hosts".into(),
+            )),
+        }
+    }
+
+    fn dynamic_ports(&self, ip: IpVersion) -> Result<super::dynamic_ports::PortRange, ReadError> {
+        match &self.registry {
+            Some(reg) => reg.borrow().dynamic_ports(ip),
+            None => Err(ReadError::Unsupported(format!(
+                "the {} dynamic port range exists only on Windows hosts",
+                ip.as_str()
+            ))),
+        }
+    }
+
+    fn write_runtime(&self, path: &str, value: &str) -> Result<(), WriteError> {
+        super::fs::write_existing(&self.layout.path(path), path, value)
+    }
+
+    /// A captured tree has no processes to prlimit: rewrite the line /proc/PID/limits shows.
+    fn set_nofile(&self, pid: u32, soft: u64, hard: u64) -> Result<(), WriteError> {
+        let path = format!("/proc/{pid}/limits");
+        let text = self
+            .read(&path)
+            .map_err(|_| WriteError::NotFound(path.clone()))?;
+        let fmt = |v: u64| {
+            if v >= i64::MAX as u64 {
+                "unlimited".to_string()
+            } else {
+                v.to_string()
+            }
+        };
+        let new: String = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("Max open files") {
+                    format!(
+                        "{:<26}{:<21}{:<21}files     \n",
+                        "Max open files",
+                        fmt(soft),
+                        fmt(hard)
+                    )
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        super::atomic::write(
+            &self.layout.path(&path),
+            new.as_bytes(),
+            super::atomic::Mode::LikeExisting,
+        )
+        .map_err(|e| WriteError::Other(format!("{e:#}")))
+    }
+
+    fn set_registry(
+        &self,
+        key: &str,
+        value: &str,
+        kind: RegType,
+        data: Option<&str>,
+    ) -> Result<(), WriteError> {
+        let Some(reg) = &self.registry else {
+            return Err(WriteError::Other(
+                "the Windows registry exists only on Windows hosts".into(),
+            ));
+        };
+        reg.borrow_mut()
+            .set(key, value, kind, data)
+            .map_err(WriteError::Other)?;
+        let text = reg.borrow().to_yaml();
+        super::atomic::write(
+            &self.layout.root().join("registry.yaml"),
+            text.as_bytes(),
+            super::atomic::Mode::LikeExisting,
+        )
+        .map_err(|e| WriteError::Other(format!("{e:#}")))
+    }
+
+    /// A captured tree's own file permissions decide what may change.
+    fn privileged(&self) -> bool {
+        true
+    }
+
+    fn page_size(&self) -> u64 {
+        self.meta("page_size")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(4096)
+    }
+
+    fn host_fact(
+        &self,
+        fact: crate::catalog::Fact,
+        pid: Option<u32>,
+    ) -> Option<Result<i64, ReadError>> {
+        self.registry.as_ref()?.borrow().fact(fact, pid)
+    }
+
+    fn process_exists(&self, pid: u32) -> bool {
+        match &self.registry {
+            Some(reg) => reg.borrow().processes.contains_key(&pid),
+            None => self.read(&format!("/proc/{pid}/limits")).is_ok(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_refuses_what_is_not_a_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            FixtureBackend::open(&dir.path().join("nope")),
+            Err(RootError::Missing(_))
+        ));
+        assert!(matches!(
+            FixtureBackend::open(dir.path()),
+            Err(RootError::NotATree(_))
+        ));
+        std::fs::create_dir(dir.path().join("proc")).unwrap();
+        assert!(FixtureBackend::open(dir.path()).is_ok());
+    }
+
+    /// The fixture answers from its tree only: links from its /sys, units from its
+    /// wstune/systemd, its page size from wstune/host.yaml, and a file linked out of the tree
+    /// is refused rather than read from the machine the test runs on.
+    #[cfg(unix)]
+    #[test]
+    fn a_fixture_never_asks_the_machine_it_runs_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path();
+        for d in [
+            "proc/sys/net/core",
+            "sys/class/net/eth9/device",
+            "sys/class/net/eth9/queues/rx-0",
+            "wstune/systemd",
+        ] {
+            std::fs::create_dir_all(t.join(d)).unwrap();
+        }
+        std::fs::write(t.join("proc/sys/net/core/somaxconn"), "4096\n").unwrap();
+        std::fs::write(
+            t.join("wstune/host.yaml"),
+            "page_size: 16384\nhostname: captured\n",
+        )
+        .unwrap();
+        std::fs::write(
+            t.join("wstune/systemd/app.service.show"),
+            "LoadState=loaded\nLimitNOFILE=777\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/proc/self/status", t.join("proc/sys/net/core/escape"))
+            .unwrap();
+        let b = FixtureBackend::open(t).unwrap();
+        assert_eq!(b.read("/proc/sys/net/core/somaxconn").unwrap(), "4096\n");
+        assert!(b.read("/proc/sys/net/core/escape").is_err());
+        let links = b.links().unwrap();
+        assert_eq!(links.len(), 1);
+        assert_eq!(
+            (
+                links[0].name.as_str(),
+                links[0].physical,
+                links[0].rx_queues
+            ),
+            ("eth9", true, Some(1))
+        );
+        assert_eq!(
+            b.systemd_property("app.service", "LimitNOFILE").unwrap(),
+            "777"
+        );
+        assert_eq!(b.page_size(), 16384);
+        assert_eq!(b.describe().hostname, "captured");
+        assert!(b.privileged());
+        b.write_runtime("/proc/sys/net/core/somaxconn", "65535")
+            .unwrap();
+        assert_eq!(b.read("/proc/sys/net/core/somaxconn").unwrap(), "65535\n");
+        assert!(matches!(
+            b.write_runtime("/proc/sys/net/core/nope", "1"),
+            Err(WriteError::NotFound(_))
+        ));
+    }
+}

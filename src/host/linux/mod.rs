@@ -1,0 +1,235 @@
+//! The live host wstune runs on (Linux; other Unix hosts get the same file reads without the
+//! Linux-only calls): /proc and /sys read in place, links over netlink, units from systemctl,
+//! prlimit(2) for a running process, geteuid for privilege. `--prefix` moves only the files
+//! wstune owns (host/layout.rs). Parsing is shared with the fixture backend (host/fs.rs,
+//! host/procfs.rs).
+//!
+//! With a recording (`wstune snapshot`), every read, listing and unit property is kept so the
+//! snapshot can copy exactly what the checks needed; links are then read from /sys, so their
+//! listing is recorded too.
+
+#[cfg(target_os = "linux")]
+mod sys;
+
+use super::fs::{list_dir, parse_show, read_regular, sysfs_links};
+use super::layout::Layout;
+use super::{Backend, HostInfo, Link, Platform, ReadError, RegType, WriteError};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+pub struct LinuxBackend {
+    layout: Layout,
+    recorder: Option<RefCell<Recording>>,
+}
+
+/// What a snapshot must reproduce.
+#[derive(Debug, Default)]
+pub struct Recording {
+    pub files: BTreeMap<String, String>,
+    /// Directory -> (entry, is_dir).
+    pub dirs: BTreeMap<String, Vec<(String, bool)>>,
+    /// (unit, property) -> value.
+    pub systemd: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl LinuxBackend {
+    pub fn live() -> LinuxBackend {
+        LinuxBackend {
+            layout: Layout::at(Path::new("/")),
+            recorder: None,
+        }
+    }
+
+    /// The live host, recording everything for `wstune snapshot`.
+    pub fn recording() -> LinuxBackend {
+        LinuxBackend {
+            recorder: Some(RefCell::new(Recording::default())),
+            ..LinuxBackend::live()
+        }
+    }
+
+    /// Read and write the configuration files wstune owns (/etc, /var/lib/wstune) under `dir`.
+    pub fn with_prefix(mut self, dir: &Path) -> LinuxBackend {
+        self.layout = self.layout.with_prefix(dir);
+        self
+    }
+
+    pub fn take_recording(&self) -> Option<Recording> {
+        self.recorder
+            .as_ref()
+            .map(|r| std::mem::take(&mut *r.borrow_mut()))
+    }
+}
+
+impl Backend for LinuxBackend {
+    fn platform(&self) -> Platform {
+        Platform::Linux
+    }
+
+    fn describe(&self) -> HostInfo {
+        super::live_describe()
+    }
+
+    fn read(&self, path: &str) -> Result<String, ReadError> {
+        // The live host follows its links (sysfs is made of them): nothing to confine to.
+        let text = read_regular(&self.layout.path(path), path, None)?;
+        if let Some(rec) = &self.recorder {
+            rec.borrow_mut()
+                .files
+                .insert(path.to_string(), text.clone());
+        }
+        Ok(text)
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>, ReadError> {
+        let entries = list_dir(&self.layout.path(dir), dir)?;
+        if let Some(rec) = &self.recorder {
+            rec.borrow_mut()
+                .dirs
+                .insert(dir.to_string(), entries.clone());
+        }
+        Ok(entries.into_iter().map(|(n, _)| n).collect())
+    }
+
+    fn links(&self) -> Result<Vec<Link>, ReadError> {
+        if self.recorder.is_some() {
+            return sysfs_links(self);
+        }
+        let mut links = netlink_links()?;
+        for l in &mut links {
+            l.physical = self
+                .layout
+                .path(&format!("/sys/class/net/{}/device", l.name))
+                .exists();
+        }
+        Ok(links)
+    }
+
+    fn systemd_property(&self, unit: &str, property: &str) -> Result<String, ReadError> {
+        if !Path::new("/run/systemd/system").exists() {
+            return Err(ReadError::NotFound(
+                "systemd (not running: no /run/systemd/system)".into(),
+            ));
+        }
+        let out = std::process::Command::new("systemctl")
+            .args(["show", "-p", "LoadState", "-p", property, unit])
+            .output()
+            .map_err(|e| ReadError::Other(format!("cannot run systemctl: {e}")))?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if let Some(rec) = &self.recorder {
+            let mut rec = rec.borrow_mut();
+            let entry = rec.systemd.entry(unit.to_string()).or_default();
+            for line in text.lines() {
+                if let Some((k, v)) = line.split_once('=') {
+                    entry.insert(k.to_string(), v.to_string());
+                }
+            }
+        }
+        parse_show(&text, unit, property)
+    }
+
+    fn registry(&self, _key: &str, _value: &str, _kind: RegType) -> Result<String, ReadError> {
+        Err(ReadError::Unsupported(
+            "the Windows registry exists only on Windows hosts".into(),
+        ))
+    }
+
+    fn write_runtime(&self, path: &str, value: &str) -> Result<(), WriteError> {
+        super::fs::write_existing(&self.layout.path(path), path, value)
+    }
+
+    fn set_nofile(&self, pid: u32, soft: u64, hard: u64) -> Result<(), WriteError> {
+        prlimit_nofile(pid, soft, hard)
+    }
+
+    fn set_registry(
+        &self,
+        _key: &str,
+        _value: &str,
+        _kind: RegType,
+        _data: Option<&str>,
+    ) -> Result<(), WriteError> {
+        Err(WriteError::Other(
+            "the Windows registry exists only on Windows hosts".into(),
+        ))
+    }
+
+    fn privileged(&self) -> bool {
+        is_root()
+    }
+
+    fn page_size(&self) -> u64 {
+        live_page_size()
+    }
+}
+
+#[cfg(target_os = "linux")]
+use sys::{is_root, live_page_size, netlink_links, prlimit_nofile};
+
+#[cfg(target_os = "linux")]
+pub use sys::raise_nofile;
+
+#[cfg(not(target_os = "linux"))]
+fn netlink_links() -> Result<Vec<Link>, ReadError> {
+    Err(ReadError::Unsupported(
+        "netlink exists only on Linux".into(),
+    ))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn live_page_size() -> u64 {
+    4096
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn raise_nofile() -> (u64, u64) {
+    (u64::MAX, u64::MAX)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn is_root() -> bool {
+    false
+}
+
+#[cfg(not(target_os = "linux"))]
+fn prlimit_nofile(_pid: u32, _soft: u64, _hard: u64) -> Result<(), WriteError> {
+    Err(WriteError::Other("prlimit exists only on Linux".into()))
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// The live backend reads this machine: its own limits, netlink's links (loopback left
+    /// out), and --prefix moves only wstune's files.
+    #[test]
+    fn the_live_backend_reads_this_machine_and_the_prefix_moves_only_owned_files() {
+        let b = LinuxBackend::live();
+        assert!(b
+            .read("/proc/self/limits")
+            .unwrap()
+            .contains("Max open files"));
+        assert!(b.links().unwrap().iter().all(|l| l.name != "lo"));
+        assert_eq!(b.describe().source, "live");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+        std::fs::write(dir.path().join("etc/hostname"), "in-prefix\n").unwrap();
+        let p = LinuxBackend::live().with_prefix(dir.path());
+        assert_eq!(p.read("/etc/hostname").unwrap(), "in-prefix\n");
+        assert!(
+            p.read("/proc/self/limits").is_ok(),
+            "/proc stays the host's"
+        );
+    }
+
+    #[test]
+    fn a_recording_keeps_what_was_read_and_listed() {
+        let b = LinuxBackend::recording();
+        b.read("/proc/sys/kernel/osrelease").unwrap();
+        let _ = b.links();
+        let rec = b.take_recording().unwrap();
+        assert!(rec.files.contains_key("/proc/sys/kernel/osrelease"));
+        assert!(rec.dirs.contains_key("/sys/class/net"));
+    }
+}

@@ -1,0 +1,359 @@
+//! Parsers for the text Linux shows in /proc and /sys: pure functions from a file's text to typed
+//! values. One parser per format, shared by every reader of it: `gather` (through any backend,
+//! live or a captured tree), the self-test's kernel samples and the proxy fd-limit check. None
+//! of them reads anything; the caller reads through a [`super::Backend`].
+
+use procfs_core::FromRead;
+
+/// The files these parsers read, by host path: every /proc and /sys file wstune names outside
+/// its catalog is here, next to the parser of its format.
+pub mod paths {
+    pub const PROC: &str = "/proc";
+    pub const SELF_STATUS: &str = "/proc/self/status";
+    pub const SELF_CGROUP: &str = "/proc/self/cgroup";
+    pub const SELF_MOUNTINFO: &str = "/proc/self/mountinfo";
+    pub const MEMINFO: &str = "/proc/meminfo";
+    pub const CPUINFO: &str = "/proc/cpuinfo";
+    pub const INTERRUPTS: &str = "/proc/interrupts";
+    pub const SOCKSTAT: &str = "/proc/net/sockstat";
+    pub const NETSTAT: &str = "/proc/net/netstat";
+    pub const SNMP: &str = "/proc/net/snmp";
+    pub const OSRELEASE: &str = "/proc/sys/kernel/osrelease";
+    pub const NR_OPEN: &str = "/proc/sys/fs/nr_open";
+    pub const PORT_RANGE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
+    pub const CPUS_ONLINE: &str = "/sys/devices/system/cpu/online";
+    pub const NUMA_NODES: &str = "/sys/devices/system/node";
+
+    /// `/proc/PID` (`self` for this process).
+    pub fn process(pid: impl std::fmt::Display) -> String {
+        format!("{PROC}/{pid}")
+    }
+
+    /// `/proc/PID/limits`.
+    pub fn limits(pid: impl std::fmt::Display) -> String {
+        format!("{PROC}/{pid}/limits")
+    }
+}
+
+/// The /proc/sys file of a dotted sysctl key.
+pub fn sysctl_path(key: &str) -> String {
+    format!("/proc/sys/{}", key.replace('.', "/"))
+}
+
+/// (soft, hard) RLIMIT_NOFILE from /proc/PID/limits; unlimited as u64::MAX.
+///
+/// Parsed with procfs-core, without the lines its parser cannot take: it subtracts from the
+/// word count of every line, so a line of fewer than three words (an empty line, a cut-off file
+/// from a `--root` tree) overflows and panics in a debug build (found by fuzz/proc_limits). Such
+/// a line is no limit anyway; a file without the needed ones is still refused.
+pub fn nofile_limits(text: &str) -> Option<(u64, u64)> {
+    let lines: String = text
+        .lines()
+        .filter(|l| l.split_whitespace().count() >= 3)
+        .flat_map(|l| [l, "\n"])
+        .collect();
+    let l = procfs_core::process::Limits::from_read(lines.as_bytes())
+        .ok()?
+        .max_open_files;
+    let v = |x: procfs_core::process::LimitValue| match x {
+        procfs_core::process::LimitValue::Unlimited => u64::MAX,
+        procfs_core::process::LimitValue::Value(n) => n,
+    };
+    Some((v(l.soft_limit), v(l.hard_limit)))
+}
+
+/// The `Group: names` / `Group: values` line pairs of /proc/net/netstat and /proc/net/snmp.
+pub fn header_values(text: &str, group: &str, field: &str) -> Option<i64> {
+    let prefix = format!("{group}:");
+    let mut lines = text.lines().filter(|l| l.starts_with(&prefix));
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        let names = names[prefix.len()..].split_whitespace();
+        let values = values[prefix.len()..].split_whitespace();
+        for (n, v) in names.zip(values) {
+            if n == field {
+                return v.parse().ok();
+            }
+        }
+    }
+    None
+}
+
+/// One field of /proc/net/sockstat: `TCP: inuse 5 orphan 0 tw 2 alloc 7 mem 1`.
+pub fn sockstat(text: &str, proto: &str, field: &str) -> Option<i64> {
+    let line = text.lines().find(|l| l.split(':').next() == Some(proto))?;
+    let words: Vec<&str> = line.split_once(':')?.1.split_whitespace().collect();
+    words
+        .chunks(2)
+        .find(|kv| kv[0] == field)
+        .and_then(|kv| kv.get(1)?.parse().ok())
+}
+
+/// CAP_SYS_RESOURCE (linux/capability.h): lets a process raise its hard limit up to
+/// fs.nr_open.
+pub const CAP_SYS_RESOURCE: u32 = 24;
+
+/// CAP_SYS_RESOURCE in the CapEff line of /proc/PID/status; None when the line is absent.
+pub fn can_raise_nofile(status: &str) -> Option<bool> {
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))?
+        .trim();
+    let caps = u64::from_str_radix(hex, 16).ok()?;
+    Some(caps & (1 << CAP_SYS_RESOURCE) != 0)
+}
+
+/// Whether /proc/sys is mounted read-write (/proc/self/mountinfo): the last mount covering it
+/// wins (containers remount it read-only on top of /proc).
+pub fn proc_sys_writable(mountinfo: &str) -> bool {
+    let mut writable = true;
+    for line in mountinfo.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 6 {
+            continue;
+        }
+        let (mount_point, opts) = (f[4], f[5]);
+        if mount_point == "/proc" || mount_point == "/proc/sys" {
+            writable = !opts.split(',').any(|o| o == "ro");
+        }
+    }
+    writable
+}
+
+/// A CPU list (/sys/devices/system/cpu/online): "0-3,8-11" -> 8.
+pub fn count_cpu_list(text: &str) -> Option<i64> {
+    let mut n = 0;
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => n += b.parse::<i64>().ok()? - a.parse::<i64>().ok()? + 1,
+            None => {
+                part.parse::<i64>().ok()?;
+                n += 1
+            }
+        }
+    }
+    (n > 0).then_some(n)
+}
+
+/// `processor` lines of /proc/cpuinfo (where /sys has no CPU list).
+pub fn cpuinfo_processors(text: &str) -> i64 {
+    text.lines().filter(|l| l.starts_with("processor")).count() as i64
+}
+
+/// MemTotal of /proc/meminfo, bytes, through procfs-core (which checks the whole format).
+pub fn mem_total(meminfo: &str) -> Option<u64> {
+    procfs_core::Meminfo::from_read(meminfo.as_bytes())
+        .ok()
+        .map(|m| m.mem_total)
+}
+
+/// One `Key:  N kB` line of /proc/meminfo, bytes (`MemAvailable`, `Slab`).
+pub fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+}
+
+/// The files holding this process's cgroup memory limit, from /proc/self/cgroup: v2
+/// (`0::PATH` -> memory.max) or v1 (`N:memory:PATH` -> memory.limit_in_bytes).
+pub fn cgroup_memory_files(proc_self_cgroup: &str) -> Vec<String> {
+    let norm = |p: &str| {
+        if p == "/" {
+            String::new()
+        } else {
+            p.to_string()
+        }
+    };
+    let mut candidates = Vec::new();
+    for line in proc_self_cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            // A line that is not `ID:CONTROLLERS:PATH`: the file is not what it should be,
+            // and no limit is better than a wrong one.
+            return Vec::new();
+        };
+        if controllers.is_empty() {
+            candidates.push(format!("/sys/fs/cgroup{}/memory.max", norm(path)));
+        } else if controllers.split(',').any(|c| c == "memory") {
+            candidates.push(format!(
+                "/sys/fs/cgroup/memory{}/memory.limit_in_bytes",
+                norm(path)
+            ));
+        }
+    }
+    candidates
+}
+
+/// A cgroup memory limit file's value; "max" and v1's near-2^63 "unlimited" are None.
+pub fn cgroup_limit(text: &str) -> Option<u64> {
+    text.trim().parse::<u64>().ok().filter(|v| *v < (1 << 62))
+}
+
+/// How many CPUs have served the NIC's interrupts (/proc/interrupts): its IRQs by number when
+/// `irqs` (the PCI device's msi_irqs) is known, else the lines that name the NIC.
+pub fn count_irq_cpus(text: &str, nic: &str, irqs: &[String]) -> Option<i64> {
+    let mut lines = text.lines();
+    let ncpu = lines.next()?.split_whitespace().count();
+    let mut served = vec![false; ncpu];
+    let mut found = false;
+    for line in lines {
+        let Some((irq, rest)) = line.trim_start().split_once(':') else {
+            continue;
+        };
+        let ours = if irqs.is_empty() {
+            rest.split_whitespace()
+                .any(|w| w == nic || w.starts_with(&format!("{nic}-")))
+        } else {
+            irqs.iter().any(|i| i == irq)
+        };
+        if !ours {
+            continue;
+        }
+        found = true;
+        for (cpu, count) in rest.split_whitespace().take(ncpu).enumerate() {
+            if count.parse::<u64>().is_ok_and(|c| c > 0) {
+                served[cpu] = true;
+            }
+        }
+    }
+    found.then(|| served.iter().filter(|s| **s).count() as i64)
+}
+
+/// The parent pid in /proc/PID/stat (`pid (comm) state ppid ...`; comm may hold spaces and
+/// parentheses, so the fields are counted after the last ')').
+pub fn stat_ppid(stat: &str) -> Option<u32> {
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// A two-number range sysctl (ip_local_port_range): how many values it holds.
+pub fn range_len(text: &str) -> Option<u32> {
+    let v: Vec<u32> = text
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    (v.len() == 2 && v[1] >= v[0]).then(|| v[1] - v[0] + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_lines_of_fewer_than_three_words_are_skipped_not_a_panic() {
+        // fuzz/regressions/proc_limits: procfs-core subtracts from each line's word count.
+        let good = "Limit Soft Limit Hard Limit Units\nMax open files 1024 4096 files\n";
+        for bad in ["\n", "x\n", "Max nice\n", "Max open\n"] {
+            assert_eq!(
+                nofile_limits(&format!("{good}{bad}")),
+                None,
+                "{bad:?}: the other limits are missing"
+            );
+        }
+        let full =
+            "Limit                     Soft Limit           Hard Limit           Units     \n\
+            Max cpu time              unlimited            unlimited            seconds   \n\
+            Max file size             unlimited            unlimited            bytes     \n\
+            Max data size             unlimited            unlimited            bytes     \n\
+            Max stack size            8388608              unlimited            bytes     \n\
+            Max core file size        0                    unlimited            bytes     \n\
+            Max resident set          unlimited            unlimited            bytes     \n\
+            Max processes             63448                63448                processes \n\
+            Max open files            1024                 unlimited            files     \n\
+            Max locked memory         8388608              8388608              bytes     \n\
+            Max address space         unlimited            unlimited            bytes     \n\
+            Max file locks            unlimited            unlimited            locks     \n\
+            Max pending signals       63448                63448                signals   \n\
+            Max msgqueue size         819200               819200               bytes     \n\
+            Max nice priority         0                    0                    \n\
+            Max realtime priority     0                    0                    \n\
+            Max realtime timeout      unlimited            unlimited            us        \n";
+        assert_eq!(nofile_limits(full), Some((1024, u64::MAX)));
+        assert_eq!(
+            nofile_limits(&format!("{full}\nx\n")),
+            Some((1024, u64::MAX))
+        );
+    }
+
+    #[test]
+    fn netstat_pairs() {
+        let text = "TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 17 19\nIpExt: InNoRoutes\nIpExt: 3\n";
+        assert_eq!(header_values(text, "TcpExt", "ListenOverflows"), Some(17));
+        assert_eq!(header_values(text, "IpExt", "InNoRoutes"), Some(3));
+        assert_eq!(header_values(text, "TcpExt", "Nope"), None);
+    }
+
+    #[test]
+    fn sockstat_fields() {
+        let text =
+            "sockets: used 100\nTCP: inuse 5 orphan 1 tw 2 alloc 7 mem 3\nUDP: inuse 1 mem 0\n";
+        assert_eq!(sockstat(text, "TCP", "tw"), Some(2));
+        assert_eq!(sockstat(text, "TCP", "mem"), Some(3));
+        assert_eq!(sockstat(text, "UDP", "mem"), Some(0));
+        assert_eq!(sockstat(text, "sockets", "used"), Some(100));
+        assert_eq!(sockstat(text, "TCP", "x"), None);
+    }
+
+    #[test]
+    fn read_only_proc_sys() {
+        let host = "22 1 0:20 / /proc rw,nosuid - proc proc rw\n";
+        assert!(proc_sys_writable(host));
+        let container =
+            format!("{host}1203 22 0:84 /sys /proc/sys ro,nosuid,nodev - proc proc rw\n");
+        assert!(!proc_sys_writable(&container));
+    }
+
+    #[test]
+    fn cap_sys_resource_is_bit_24_of_cap_eff() {
+        let root = "Name:\twstune\nCapEff:\t000001ffffffffff\n";
+        assert_eq!(can_raise_nofile(root), Some(true));
+        // Docker's default set: root without CAP_SYS_RESOURCE.
+        let docker = "CapEff:\t00000000a80425fb\n";
+        assert_eq!(can_raise_nofile(docker), Some(false));
+        assert_eq!(can_raise_nofile("Name: x\n"), None);
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(count_cpu_list("0-1\n"), Some(2));
+        assert_eq!(count_cpu_list("0-3,8-11"), Some(8));
+        assert_eq!(count_cpu_list("5"), Some(1));
+        assert_eq!(count_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn irq_spread() {
+        let text = "      CPU0  CPU1  CPU2\n 24:  10  0  0  PCI-MSI 1 eth0-TxRx-0\n 25:  0  5  0  PCI-MSI 2 eth0-TxRx-1\n 26: 9 9 9 PCI-MSI 3 nvme0q0\n";
+        assert_eq!(count_irq_cpus(text, "eth0", &[]), Some(2));
+        assert_eq!(count_irq_cpus(text, "eth0", &["26".into()]), Some(3));
+        assert_eq!(count_irq_cpus(text, "eth1", &[]), None);
+    }
+
+    #[test]
+    fn meminfo_cgroup_stat_and_ranges() {
+        let meminfo = "MemTotal:  2048 kB\nMemAvailable:   1024 kB\nSlab: 8 kB\n";
+        assert_eq!(meminfo_bytes(meminfo, "MemAvailable"), Some(1 << 20));
+        assert_eq!(meminfo_bytes(meminfo, "Slab"), Some(8192));
+        assert_eq!(meminfo_bytes(meminfo, "Mem"), None);
+        assert_eq!(
+            cgroup_memory_files("0::/box\n"),
+            ["/sys/fs/cgroup/box/memory.max"]
+        );
+        assert_eq!(
+            cgroup_memory_files("4:cpu,memory:/\n"),
+            ["/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+        );
+        assert_eq!(cgroup_limit("max\n"), None);
+        assert_eq!(cgroup_limit("9223372036854771712\n"), None);
+        assert_eq!(cgroup_limit("1073741824\n"), Some(1 << 30));
+        assert_eq!(stat_ppid("42 (a) b) S 7 42 42"), Some(7));
+        assert_eq!(range_len("32768\t60999\n"), Some(28232));
+        assert_eq!(range_len("5 4"), None);
+    }
+}
