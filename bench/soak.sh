@@ -128,6 +128,13 @@ while :; do
   done
   # What the clients hold (each wrote its count when it settled).
   held=$(for i in $(seq 0 $((NPROC - 1))); do cat "$OUT/quiet.$i" 2>/dev/null; echo; done | awk '{s += $1} END {print s + 0}')
+  # A client whose run ended while this sample was taken stops being quiet (it removes its
+  # file) to leave: the counts no longer belong together, and sampling is over.
+  ended=0
+  for i in $(seq 0 $((NPROC - 1))); do
+    { [ -e "$OUT/quiet.$i" ] && kill -0 "${PIDS[$i]}" 2>/dev/null; } || ended=1
+  done
+  if [ "$settled" = 1 ] && [ "$ended" = 1 ]; then rm -f "$OUT/pause"; break; fi
   row="$t,$(rss),$(fds),$g,$r,$held,$(metric ws_deflate_memory_bytes)"
   rm -f "$OUT/pause"
   echo "$row" >>"$OUT/samples.csv"
