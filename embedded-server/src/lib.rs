@@ -22,10 +22,12 @@ pub mod deflate;
 pub mod frame;
 pub mod handshake;
 pub mod hub;
+pub mod limits;
 pub mod memory;
 pub mod metrics;
 pub mod offload;
 pub mod outbox;
+pub mod proxy_protocol;
 #[cfg(feature = "tls")]
 pub mod tls;
 pub mod transport;
@@ -77,11 +79,13 @@ impl Server {
                 config.deflate,
             )
         });
+        let limits = Arc::new(limits::Limits::new(config.limits.clone()));
         let hub = Arc::new(Hub::new(config, metrics));
         Server {
             ctx: Arc::new(Ctx {
                 hub: hub.clone(),
                 offload,
+                limits,
             }),
             hub,
             stopping: Arc::new(AtomicBool::new(false)),
@@ -241,6 +245,31 @@ fn spawn_conn(
     stopping: Arc<AtomicBool>,
     tls: Option<&TlsConfig>,
 ) {
+    // Abuse limits (limits.rs): with trusted proxies configured, a connection may start with a
+    // PROXY protocol header naming the client; it is read (before TLS) first.
+    if ctx.limits.reads_proxy_header() {
+        let tls = tls.cloned();
+        tokio::spawn(async move {
+            let timeout = ctx.hub.config.handshake_timeout;
+            let metrics = ctx.hub.metrics.clone();
+            if let Some(client) =
+                limits::read_proxy_header(&stream, peer, &ctx.limits, &metrics, timeout).await
+            {
+                start_conn(stream, client, ctx, stopping, tls.as_ref());
+            }
+        });
+        return;
+    }
+    start_conn(stream, peer, ctx, stopping, tls);
+}
+
+fn start_conn(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    ctx: Arc<Ctx>,
+    stopping: Arc<AtomicBool>,
+    tls: Option<&TlsConfig>,
+) {
     use tracing::Instrument;
     let _ = stream.set_nodelay(true);
     let id = NEXT_CONN_ID.fetch_add(1, Relaxed);
@@ -341,6 +370,20 @@ async fn handle<T: Transport>(
         stream.shutdown_write();
         return;
     }
+    // Abuse limits (limits.rs): the client's address (X-Forwarded-For from a trusted proxy),
+    // then the per-address cap and the connection rates; the slot is held while it is open.
+    let client = ctx.limits.client_addr(peer, &buf[..end]);
+    let exempt = cfg.limits.is_exempt(client.ip());
+    let _slot = match ctx.limits.admit(client.ip()) {
+        Ok(slot) => slot,
+        Err(refused) => {
+            hub.metrics.reject(refused.reason);
+            tracing::debug!(conn = id, peer = %peer, client = %client.ip(), reason = ?refused.reason, "handshake refused by a limit");
+            let _ = write_all(&stream, &refused.response).await;
+            finish_refusal(&stream).await;
+            return;
+        }
+    };
     let full = hub.len() >= cfg.max_connections;
     match handshake::respond(&buf[..end], cfg, full) {
         Err(refused) => {
@@ -354,6 +397,9 @@ async fn handle<T: Transport>(
             // that has its 101 receives every broadcast after it. Frames queued meanwhile are
             // written once the connection task starts, after the response.
             let shared = hub.register();
+            if exempt {
+                shared.msg_rate.exempt();
+            }
             if let Some(a) = &accepted.deflate {
                 shared.set_deflate(a, &cfg.deflate);
             }

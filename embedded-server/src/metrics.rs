@@ -13,9 +13,19 @@ pub enum Reject {
     TooLarge,
     Full,
     Shutdown,
+    /// Abuse limits (limits.rs): the per-address connection cap (503).
+    IpConnectionCap,
+    /// The per-address new-connection rate (429).
+    IpRateLimit,
+    /// The server-wide new-connection rate (429).
+    GlobalRateLimit,
+    /// A PROXY protocol header from a peer not in the trusted list (400).
+    ProxyUntrusted,
+    /// A malformed PROXY protocol header from a trusted peer (400).
+    ProxyHeader,
 }
 
-const REJECT_NAMES: [&str; 7] = [
+const REJECT_NAMES: [&str; 12] = [
     "bad_request",
     "version",
     "origin",
@@ -23,6 +33,11 @@ const REJECT_NAMES: [&str; 7] = [
     "header_too_large",
     "max_connections",
     "shutting_down",
+    "ip_connection_cap",
+    "ip_rate_limit",
+    "global_rate_limit",
+    "proxy_untrusted",
+    "proxy_header",
 ];
 /// Close codes counted individually (1005: a close without a code); others land in "other".
 const CLOSE_CODES: [u16; 11] = [
@@ -82,7 +97,7 @@ impl Histogram {
 pub struct Metrics {
     pub connections: AtomicI64,
     pub accepted: AtomicU64,
-    rejected: [AtomicU64; 7],
+    rejected: [AtomicU64; 12],
     pub messages_in: AtomicU64,
     pub messages_out: AtomicU64,
     pub bytes_in: AtomicU64,
@@ -124,6 +139,8 @@ pub struct Metrics {
     pub inflate_budget_bytes: AtomicU64,
     /// Compressed messages refused (1013) because the inflate budget was spent.
     pub inflate_budget_closes: AtomicU64,
+    /// Connections closed for going over their message rate (limits.rs).
+    pub message_rate_closes: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -157,6 +174,7 @@ impl Default for Metrics {
             inflate_buffer_bytes: AtomicU64::new(0),
             inflate_budget_bytes: AtomicU64::new(0),
             inflate_budget_closes: AtomicU64::new(0),
+            message_rate_closes: AtomicU64::new(0),
         }
     }
 }
@@ -292,6 +310,12 @@ impl Metrics {
             "Compressed messages refused with 1013 because the inflate budget was spent.",
             "counter",
             self.inflate_budget_closes.load(Relaxed) as f64,
+        );
+        g(
+            "ws_message_rate_closes_total",
+            "Connections closed for going over their message rate (the limits' close code).",
+            "counter",
+            self.message_rate_closes.load(Relaxed) as f64,
         );
         if self.backplane_up.load(Relaxed) >= 0 {
             g(

@@ -61,6 +61,8 @@ pub struct Shared {
     /// The connection holds a compressor it frees after an idle spell; that check runs when its
     /// task wakes, so frames written directly still wake it (see `push_frame`).
     holds_compressor: AtomicBool,
+    /// The message rate limit's bucket (limits.rs); unused while that limit is off.
+    pub msg_rate: crate::limits::MessageBucket,
 }
 
 /// The queue itself; only reachable through the lock (`Shared::lock`).
@@ -91,6 +93,7 @@ impl Shared {
             deflate_stale: AtomicBool::new(false),
             direct_fd: AtomicI32::new(-1),
             holds_compressor: AtomicBool::new(false),
+            msg_rate: Default::default(),
         }
     }
 

@@ -36,6 +36,8 @@ use write::flush;
 pub struct Ctx {
     pub hub: Arc<Hub>,
     pub offload: Option<crate::offload::Sender>,
+    /// Abuse limits' state (per-address counts, rates).
+    pub limits: Arc<crate::limits::Limits>,
 }
 
 /// Why processing stopped early.

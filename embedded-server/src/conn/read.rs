@@ -311,6 +311,16 @@ fn deliver<T: Transport>(
 ) -> Result<(), Stop> {
     let hub = &ctx.hub;
     let m = &hub.metrics;
+    // Abuse limits (limits.rs): a connection over its message rate is closed.
+    if let Some(rate) = hub.config.limits.message_rate {
+        if !shared.msg_rate.allow(rate) {
+            m.message_rate_closes.fetch_add(1, Relaxed);
+            return Err(Stop::Fail(
+                hub.config.limits.message_rate_close,
+                "message rate limit exceeded",
+            ));
+        }
+    }
     m.messages_in.fetch_add(1, Relaxed);
     m.bytes_in.fetch_add(payload.len() as u64, Relaxed);
     match hub.config.app {

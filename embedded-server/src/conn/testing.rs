@@ -129,9 +129,11 @@ impl Transport for MemIo {
 
 /// A server context for one connection under `config` (no offload pool).
 pub(super) fn ctx(config: ServerConfig) -> Arc<Ctx> {
+    let limits = Arc::new(crate::limits::Limits::new(config.limits.clone()));
     Arc::new(Ctx {
         hub: Arc::new(Hub::new(config, Arc::new(Metrics::default()))),
         offload: None,
+        limits,
     })
 }
 
