@@ -330,3 +330,62 @@ fn the_self_test_exempts_its_own_sources_from_the_limits() {
         assert_eq!(s["disconnects"], 0, "{name}: {s:#}");
     }
 }
+
+#[test]
+fn a_proxy_header_is_read_before_tls() {
+    // The balancer sends the header in clear, then the client's TLS handshake: a Python client
+    // does exactly that (source 127.0.0.5, the trusted proxy) and upgrades over TLS.
+    let dir = tempfile::tempdir().unwrap();
+    let Some((cert, key)) = common::self_signed_cert(dir.path()) else {
+        return;
+    };
+    let srv = serve_10k(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--trusted-proxy",
+        "127.0.0.5",
+        "--max-conns-per-ip",
+        "1",
+    ]);
+    let script = r#"
+import socket, ssl, sys
+port = int(sys.argv[1])
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+socks = []
+for src in ["198.51.100.7", "198.51.100.8", "198.51.100.7"]:
+    s = socket.socket()
+    s.bind(("127.0.0.5", 0))
+    s.settimeout(10)
+    s.connect(("127.0.0.1", port))
+    s.sendall(f"PROXY TCP4 {src} 127.0.0.1 4000 {port}\r\n".encode())
+    t = ctx.wrap_socket(s, server_hostname="localhost")
+    t.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    resp = b""
+    while b"\r\n\r\n" not in resp:
+        chunk = t.recv(1024)
+        if not chunk:
+            break
+        resp += chunk
+    print(resp.split(b" ")[1].decode())
+    socks.append(t)
+"#;
+    let o = std::process::Command::new("python3")
+        .args(["-c", script, &srv.port.to_string()])
+        .output()
+        .expect("python3");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Two clients behind the proxy connect; the first one's second connection is over the cap.
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["101", "101", "503"]
+    );
+}
