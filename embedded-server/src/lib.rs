@@ -372,13 +372,11 @@ async fn handle<T: Transport>(
     }
     // Abuse limits (limits.rs): the client's address (X-Forwarded-For from a trusted proxy),
     // then the per-address cap and the connection rates; the slot is held while it is open.
-    let client = ctx.limits.client_addr(peer, &buf[..end]);
-    let exempt = cfg.limits.is_exempt(client.ip());
-    let _slot = match ctx.limits.admit(client.ip()) {
-        Ok(slot) => slot,
+    let (_slot, exempt) = match ctx.limits.admit_request(peer, &buf[..end]) {
+        Ok(admitted) => admitted,
         Err(refused) => {
             hub.metrics.reject(refused.reason);
-            tracing::debug!(conn = id, peer = %peer, client = %client.ip(), reason = ?refused.reason, "handshake refused by a limit");
+            tracing::debug!(conn = id, peer = %peer, client = %refused.client, reason = ?refused.reason, "handshake refused by a limit");
             let _ = write_all(&stream, &refused.response).await;
             finish_refusal(&stream).await;
             return;

@@ -304,6 +304,8 @@ impl MessageBucket {
 pub struct Refusal {
     pub reason: Reject,
     pub response: Vec<u8>,
+    /// The client address refused (for the log).
+    pub client: IpAddr,
 }
 
 /// One address's state: open connections and its rate's arrival time.
@@ -415,6 +417,22 @@ impl Limits {
         }
     }
 
+    /// An upgrade request from `peer`: its client address (`client_addr`), then `admit`.
+    /// Returns the slot and whether the client is exempt (its message rate is not limited
+    /// either). The client address is not kept: a connection's task holds only this.
+    pub fn admit_request(
+        self: &Arc<Self>,
+        peer: SocketAddr,
+        request: &[u8],
+    ) -> Result<(Option<Slot>, bool), Refusal> {
+        let s = &self.settings;
+        if !s.limits_connections() && s.message_rate.is_none() {
+            return Ok((None, false)); // everything off: nothing to look at
+        }
+        let client = self.client_addr(peer, request).ip();
+        Ok((self.admit(client)?, s.is_exempt(client)))
+    }
+
     /// Admit an upgrade from `client`, or refuse it. The slot (when any limit counts) holds the
     /// connection's place in its address's count until dropped.
     pub fn admit(self: &Arc<Self>, client: IpAddr) -> Result<Option<Slot>, Refusal> {
@@ -434,6 +452,7 @@ impl Limits {
             let e = shard.map.entry(key).or_default();
             if s.max_connections_per_ip > 0 && e.conns as usize >= s.max_connections_per_ip {
                 return Err(Refusal {
+                    client,
                     reason: Reject::IpConnectionCap,
                     response: too_many(
                         503,
@@ -448,6 +467,7 @@ impl Limits {
                     Ok(tat) => e.tat = tat,
                     Err(wait) => {
                         return Err(Refusal {
+                            client,
                             reason: Reject::IpRateLimit,
                             response: too_many(
                                 429,
@@ -479,6 +499,7 @@ impl Limits {
                     },
                     Err(wait) => {
                         return Err(Refusal {
+                            client,
                             reason: Reject::GlobalRateLimit,
                             response: too_many(
                                 429,
