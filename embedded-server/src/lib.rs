@@ -372,18 +372,20 @@ async fn handle<T: Transport>(
     }
     // Abuse limits (limits.rs): the client's address (X-Forwarded-For from a trusted proxy),
     // then the per-address cap and the connection rates; the slot is held while it is open.
-    let (_slot, exempt) = match ctx.limits.admit_request(peer, &buf[..end]) {
-        Ok(admitted) => admitted,
+    // A refusal goes out through the handshake's own refusal path below: a branch of its own
+    // (awaits holding the response) would add ~100 bytes to every connection's task.
+    let full = hub.len() >= cfg.max_connections;
+    let (admitted, decision) = match ctx.limits.admit_request(peer, &buf[..end]) {
+        Ok(admitted) => (admitted, handshake::respond(&buf[..end], cfg, full)),
         Err(refused) => {
-            hub.metrics.reject(refused.reason);
-            tracing::debug!(conn = id, peer = %peer, client = %refused.client, reason = ?refused.reason, "handshake refused by a limit");
-            let _ = write_all(&stream, &refused.response).await;
-            finish_refusal(&stream).await;
-            return;
+            tracing::debug!(conn = id, peer = %peer, client = %refused.client, "refused by an abuse limit");
+            let limits::Refusal {
+                reason, response, ..
+            } = refused;
+            (None, Err(handshake::Refused { reason, response }))
         }
     };
-    let full = hub.len() >= cfg.max_connections;
-    match handshake::respond(&buf[..end], cfg, full) {
+    match decision {
         Err(refused) => {
             hub.metrics.reject(refused.reason);
             tracing::debug!(conn = id, peer = %peer, reason = ?refused.reason, "handshake refused");
@@ -395,7 +397,7 @@ async fn handle<T: Transport>(
             // that has its 101 receives every broadcast after it. Frames queued meanwhile are
             // written once the connection task starts, after the response.
             let shared = hub.register();
-            if exempt {
+            if admitted.as_ref().is_some_and(|a| a.exempt) {
                 shared.msg_rate.exempt();
             }
             if let Some(a) = &accepted.deflate {

@@ -335,6 +335,15 @@ pub struct Limits {
     shards: Vec<Mutex<Shard>>,
 }
 
+/// An admitted connection's part in the limits, held while it is open.
+#[derive(Debug)]
+pub struct Admitted {
+    /// Its place in its address's count (when a connection limit is on).
+    _slot: Option<Slot>,
+    /// From an exempt address: its message rate is not limited either.
+    pub exempt: bool,
+}
+
 /// Holds one connection's place in its address's count; gives it back when dropped.
 #[derive(Debug)]
 pub struct Slot {
@@ -418,19 +427,22 @@ impl Limits {
     }
 
     /// An upgrade request from `peer`: its client address (`client_addr`), then `admit`.
-    /// Returns the slot and whether the client is exempt (its message rate is not limited
-    /// either). The client address is not kept: a connection's task holds only this.
+    /// None when every limit is off: a connection's task then holds one null pointer for the
+    /// limits (it lives as long as the connection, so its size is idle memory per connection).
     pub fn admit_request(
         self: &Arc<Self>,
         peer: SocketAddr,
         request: &[u8],
-    ) -> Result<(Option<Slot>, bool), Refusal> {
+    ) -> Result<Option<Box<Admitted>>, Refusal> {
         let s = &self.settings;
         if !s.limits_connections() && s.message_rate.is_none() {
-            return Ok((None, false)); // everything off: nothing to look at
+            return Ok(None); // everything off: nothing to look at
         }
         let client = self.client_addr(peer, request).ip();
-        Ok((self.admit(client)?, s.is_exempt(client)))
+        Ok(Some(Box::new(Admitted {
+            _slot: self.admit(client)?,
+            exempt: s.is_exempt(client),
+        })))
     }
 
     /// Admit an upgrade from `client`, or refuse it. The slot (when any limit counts) holds the
