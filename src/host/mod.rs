@@ -18,6 +18,7 @@ pub mod layout;
 #[cfg(not(windows))]
 pub mod linux;
 pub mod memory;
+pub mod process;
 pub mod procfs;
 pub mod registry_file;
 pub mod snapshot;
