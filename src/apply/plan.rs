@@ -89,6 +89,11 @@ pub struct Plan {
     pub actions: Vec<Action>,
     /// The whole new text of every file the actions write (host path, text), rendered once.
     pub files: Vec<(String, String)>,
+    /// The text each file that is merged rather than replaced (our sysctl file keeps the lines
+    /// of settings it no longer changes) was rendered from, as the facts saw it ("" when it
+    /// was absent). [`super::record`] refuses when the file no longer says this: a change made
+    /// between the check and the lock would otherwise be silently dropped.
+    pub rendered_from: Vec<(String, String)>,
     /// What wstune will not do, and why (a boot file it does not own, a restart needed).
     pub notes: Vec<String>,
 }
@@ -294,6 +299,8 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
         let existing = facts.owned.get(SYSCTL_FILE).map_or("", String::as_str);
         let text = render_sysctl_file(&merge_sysctl_lines(existing, &sysctl_lines));
         p.files.push((SYSCTL_FILE.to_string(), text));
+        p.rendered_from
+            .push((SYSCTL_FILE.to_string(), existing.to_string()));
     }
     // A file that already says exactly this is done, even if the running processes it will
     // apply to (new logins, a restarted unit) do not show it yet.

@@ -217,7 +217,35 @@ fn linux_plan_over(existing: &str) -> Plan {
         plan::merge_sysctl_lines(existing, &[("net.core.somaxconn".into(), "65535".into())]);
     p.files
         .push((plan::SYSCTL_FILE.into(), plan::render_sysctl_file(&lines)));
+    p.rendered_from
+        .push((plan::SYSCTL_FILE.into(), existing.into()));
     p
+}
+
+/// A line added to our sysctl file after the plan was made (between check and lock) must not
+/// be dropped by writing the plan's text: record refuses, before any change or journal entry.
+#[test]
+fn record_refuses_when_the_merged_file_changed_since_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let b = linux();
+    let before = b.files.borrow().clone();
+    let p = linux_plan_over("");
+    // Meanwhile an operator adds a line to the file the plan was rendered from (absent then).
+    let edited = "vm.swappiness = 10\n";
+    let file = store.path(plan::SYSCTL_FILE);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, edited).unwrap();
+    let err = record(&p, &b, &store, "100k").unwrap_err().to_string();
+    assert!(err.contains("changed since the check"), "{err}");
+    assert!(err.contains("run apply again"), "{err}");
+    // Nothing changed: the runtime values, the edited file, no journal entry.
+    assert_eq!(*b.files.borrow(), before);
+    assert_eq!(
+        std::fs::read_to_string(store.path(plan::SYSCTL_FILE)).unwrap(),
+        edited
+    );
+    assert!(journal::list(&store).unwrap().is_empty());
 }
 
 #[test]
