@@ -3,7 +3,7 @@
 //!
 //! Pure: [`plan`] reads nothing. Everything it needs about the host is in the [`HostFacts`]
 //! `gather` read once (the whole value of each sysctl, the boot configuration, the files wstune
-//! owns), and it joins findings to checks by [`eval::Key`], not by id text. Each file it writes
+//! owns), and it joins findings to checks by [`Finding::key`], not by id text. Each file it writes
 //! is rendered here, once, into [`Plan::files`]; `apply` (mod.rs) journals the plan and the
 //! backend carries it out.
 //!
@@ -21,7 +21,7 @@
 //! 5. `apply::execute`: the journaled action -> `Backend::write_runtime(path, &value)`
 //! 6. `LinuxBackend::write_runtime` (host/linux/): `value\n` written to /proc/sys/net/core/somaxconn
 
-use crate::catalog::eval::{self, Finding, Key, Status};
+use crate::catalog::eval::{Finding, Status};
 use crate::catalog::facts::{HostFacts, Reading};
 use crate::catalog::{self, Catalog, CheckDef, LimitKind, Process, RegType, Source};
 use crate::host::procfs::sysctl_path;
@@ -116,22 +116,13 @@ struct Persist {
 /// later ones, the journal's or a proxy's, are not catalog checks and are ignored), the same
 /// `facts`, and what to change. `--unit` and `--pid` are the ones `facts` were gathered for.
 pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: Scope) -> Plan {
-    let keyed: Vec<(Key, &Finding)> = eval::keys(catalog, facts)
-        .into_iter()
-        .zip(findings)
-        .collect();
-    debug_assert!(
-        keyed
-            .iter()
-            .all(|(k, f)| f.id.starts_with(&catalog.checks[k.check].check.id)),
-        "findings are not evaluate's output for these facts"
-    );
-    // One finding per check and view; per-NIC checks are not changed by apply.
+    // One finding per check and view, joined on the key evaluate gave it; per-NIC checks are
+    // not changed by apply.
     let finding = |check: usize, boot: bool| {
-        keyed
-            .iter()
-            .find(|(k, _)| k.check == check && k.boot == boot && !k.per_nic)
-            .map(|(_, f)| *f)
+        findings.iter().find(|f| {
+            f.key
+                .is_some_and(|k| k.check == check && k.boot == boot && !k.per_nic)
+        })
     };
     let (unit, pid) = (facts.options.unit.as_deref(), facts.options.pid);
     let wrong = |f: &Finding| matches!(f.status, Status::Fail | Status::Warn);
@@ -420,16 +411,11 @@ pub struct Settings {
 
 /// [`Settings`] from `findings` (evaluate's output for `facts` first) and the same `facts`.
 pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> Settings {
-    let keyed: Vec<(Key, &Finding)> = eval::keys(catalog, facts)
-        .into_iter()
-        .zip(findings)
-        .collect();
     let mut s = Settings::default();
     for (i, def) in catalog.checks.iter().enumerate() {
-        let Some(f) = keyed
+        let Some(f) = findings
             .iter()
-            .find(|(k, _)| k.check == i && !k.boot && !k.per_nic)
-            .map(|(_, f)| *f)
+            .find(|f| f.key.is_some_and(|k| k.check == i && !k.boot && !k.per_nic))
         else {
             continue;
         };
@@ -535,6 +521,7 @@ mod tests {
     /// here, the pure evaluator, the pure plan.
     mod pure {
         use super::*;
+        use crate::catalog::eval;
 
         fn catalog() -> (Catalog, BTreeMap<String, Value>) {
             let vars = crate::profile::load("100k").unwrap().profile.variables();
@@ -632,6 +619,35 @@ mod tests {
                         ("net.core.somaxconn".into(), "65535".into())
                     ])
                 )]
+            );
+        }
+
+        /// Findings are joined to checks by their key, not their position: a finding from
+        /// elsewhere first (a proxy's, the journal's) and the rest in another order give the same
+        /// plan and settings.
+        #[test]
+        fn findings_join_by_key_not_by_position() {
+            let (c, vars) = catalog();
+            let f = facts(&c, &[("net.core.somaxconn", Value::Num(4096))], None);
+            let f = with_boot(&c, f);
+            let findings = eval::evaluate(&c, &vars, &f);
+            let scope = Scope {
+                runtime: true,
+                persist: true,
+            };
+            let want = plan(&c, &findings, &f, scope);
+            assert!(!want.actions.is_empty());
+            let mut shuffled = findings.clone();
+            shuffled.reverse();
+            let mut foreign = shuffled[0].clone();
+            foreign.id = "lb.haproxy.maxconn".into();
+            foreign.status = Status::Fail;
+            foreign.key = None;
+            shuffled.insert(0, foreign);
+            assert_eq!(plan(&c, &shuffled, &f, scope), want);
+            assert_eq!(
+                settings(&c, &shuffled, &f).sysctls,
+                settings(&c, &findings, &f).sysctls
             );
         }
 

@@ -76,6 +76,7 @@ impl Computed {
                 persistent: self.fix.persistent.clone(),
             },
             note: Some(note),
+            key: None,
         }
     }
 }

@@ -145,7 +145,7 @@ pub fn host_check(report: &CheckReport) -> crate::selftest::report::HostCheck {
     let failed: Vec<String> = report
         .results
         .iter()
-        .filter(|f| matches!(f.status, Status::Fail) && !f.id.ends_with(".boot"))
+        .filter(|f| matches!(f.status, Status::Fail) && !f.is_boot_view())
         .map(|f| {
             format!(
                 "{} ({}, needs {} {})",

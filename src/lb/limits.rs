@@ -171,6 +171,7 @@ pub fn finding(kind: Kind, f: &Facts, limits: Result<ProcLimits, String>, file: 
             persistent: None,
         },
         note: None,
+        key: None,
     };
     let l = match limits {
         Ok(l) => l,
