@@ -489,24 +489,44 @@ pub fn merge_sysctl_lines(existing: &str, updates: &[(String, String)]) -> Vec<(
     out
 }
 
+/// The first line of every file apply writes whole.
+const MANAGED: &str = "# Managed by wstune apply: this file is rewritten whole. `wstune rollback` restores what it replaced.\n";
+
 pub fn render_sysctl_file(lines: &[(String, String)]) -> String {
-    let mut s = String::from("# Managed by wstune apply: this file is rewritten whole. `wstune rollback` restores what it replaced.\n");
-    for (k, v) in lines {
-        s.push_str(&format!("{k} = {v}\n"));
-    }
-    s
+    format!("{MANAGED}{}", sysctl_lines(lines))
+}
+
+/// The `KEY = VALUE` lines of a sysctl.d file (apply's file, export's file).
+pub fn sysctl_lines<K: AsRef<str>, V: AsRef<str>>(lines: &[(K, V)]) -> String {
+    lines
+        .iter()
+        .map(|(k, v)| format!("{} = {}\n", k.as_ref(), v.as_ref()))
+        .collect()
 }
 
 pub fn render_limits_file(nofile: u64) -> String {
+    format!("{MANAGED}{}", limits_lines(nofile))
+}
+
+/// The nofile lines of a limits.d file (apply's file, export's file).
+pub fn limits_lines(nofile: u64) -> String {
     // `*` does not match root in pam_limits, hence the explicit root lines.
-    format!(
-        "# Managed by wstune apply: this file is rewritten whole. `wstune rollback` restores what it replaced.\n\
-         * soft nofile {nofile}\n* hard nofile {nofile}\nroot soft nofile {nofile}\nroot hard nofile {nofile}\n"
-    )
+    format!("* soft nofile {nofile}\n* hard nofile {nofile}\nroot soft nofile {nofile}\nroot hard nofile {nofile}\n")
 }
 
 pub fn render_unit_dropin(nofile: u64) -> String {
-    format!("# Managed by wstune apply. `wstune rollback` removes it.\n[Service]\nLimitNOFILE={nofile}\n")
+    format!(
+        "# Managed by wstune apply. `wstune rollback` removes it.\n{}",
+        dropin_body(Some(nofile))
+    )
+}
+
+/// The body of a systemd drop-in setting the open-file limit (apply's drop-in, export's).
+pub fn dropin_body(nofile: Option<u64>) -> String {
+    match nofile {
+        Some(n) => format!("[Service]\nLimitNOFILE={n}\n"),
+        None => "[Service]\n".to_string(),
+    }
 }
 
 #[cfg(test)]
