@@ -8,16 +8,15 @@
 pub mod journal;
 pub mod plan;
 pub mod recover;
-pub mod store;
 
 use crate::catalog::eval::{Finding, Status};
 use crate::host::procfs::sysctl_path;
+use crate::host::store::{FileState, Store};
 use crate::host::{Backend, ReadError};
 use crate::value::Value;
 use anyhow::{anyhow, Result};
 use journal::{Blob, Entry, OldFile, OldLimits, OldRegistry, OldRuntime, State};
 use plan::{Op, Plan};
-use store::{FileState, Store};
 
 /// Build the journal entry for `plan`: every old value and file it will replace, and the new
 /// file contents. Nothing is changed yet. The old values are read here, once, right before

@@ -23,8 +23,9 @@
 
 use crate::catalog::eval::{Finding, Status};
 use crate::catalog::facts::{HostFacts, Reading};
-use crate::catalog::{self, Catalog, CheckDef, LimitKind, Process, RegType, Source};
+use crate::catalog::{self, Catalog, CheckDef, LimitKind, Process, Source};
 use crate::host::procfs::sysctl_path;
+use crate::host::RegType;
 use crate::value::Value;
 use serde::{Deserialize, Serialize};
 
@@ -546,7 +547,7 @@ mod tests {
         fn catalog() -> (Catalog, BTreeMap<String, Value>) {
             let vars = crate::profile::load("100k").unwrap().profile.variables();
             let known = vars.keys().cloned().collect();
-            let c = catalog::load(catalog::Platform::Linux, None, &known).unwrap();
+            let c = catalog::load(crate::host::Platform::Linux, None, &known).unwrap();
             (c, vars)
         }
 

@@ -3,10 +3,12 @@
 
 use super::plan::{self, Op, Plan};
 use super::*;
-use crate::catalog::{self, eval, Platform};
-use crate::gather::{gather, HostFacts, Options};
+use crate::catalog::facts::{HostFacts, Options};
+use crate::catalog::{self, eval};
+use crate::gather::gather;
 use crate::host::memory::MemoryBackend;
 use crate::host::registry_file::RegistryFile;
+use crate::host::Platform;
 
 fn findings(
     backend: &dyn Backend,
@@ -37,13 +39,13 @@ const PARAMS: &str = r"HKLM\SYSTEM\CurrentControlSet\Services\Tcpip\Parameters";
 
 fn windows(tw_delay: Option<u32>, retrans: Option<u32>) -> MemoryBackend {
     let mut reg = RegistryFile::default();
-    reg.set(PARAMS, "Hostname", crate::catalog::RegType::Sz, Some("w"))
+    reg.set(PARAMS, "Hostname", crate::host::RegType::Sz, Some("w"))
         .unwrap();
     if let Some(v) = tw_delay {
         reg.set(
             PARAMS,
             "TcpTimedWaitDelay",
-            crate::catalog::RegType::Dword,
+            crate::host::RegType::Dword,
             Some(&v.to_string()),
         )
         .unwrap();
@@ -52,7 +54,7 @@ fn windows(tw_delay: Option<u32>, retrans: Option<u32>) -> MemoryBackend {
         reg.set(
             PARAMS,
             "TcpMaxConnectResponseRetransmissions",
-            crate::catalog::RegType::Dword,
+            crate::host::RegType::Dword,
             Some(&v.to_string()),
         )
         .unwrap();

@@ -661,7 +661,7 @@ mod tests {
 
     fn catalog() -> Catalog {
         let known = profile_vars().into_keys().collect();
-        catalog::load(catalog::Platform::Linux, None, &known).unwrap()
+        catalog::load(crate::host::Platform::Linux, None, &known).unwrap()
     }
 
     fn idx(c: &Catalog, id: &str) -> usize {

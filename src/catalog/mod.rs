@@ -13,6 +13,7 @@ mod model;
 
 pub use model::*;
 
+use crate::host::Platform;
 use crate::profile::Problem;
 use crate::value::{version_parts, Value};
 use expr::Expr;

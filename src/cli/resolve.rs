@@ -7,11 +7,11 @@ use super::args::{
     self, ApplyArgs, BenchDeflateArgs, CheckArgs, ExportArgs, ExportFormat, LbArgs, LoadArgs,
     PoolArgs, ProfilesCommand, RollbackArgs, SelftestArgs, ServeArgs, SnapshotArgs, TargetArgs,
 };
-use crate::apply::store::Store;
 use crate::cmd;
 use crate::engine::check::{self, LbConfig, Resolved, Target};
 use crate::engine::selftest::Load;
 use crate::host::layout::Layout;
+use crate::host::store::Store;
 use crate::host::Backend;
 use crate::report::{self, ListFormat};
 use crate::selftest::client::Target as Url;
@@ -130,7 +130,7 @@ pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
         ..Target::default()
     };
     let inputs = check::inputs(&t, backend.as_ref())?;
-    if inputs.catalog.platform != crate::catalog::Platform::Linux {
+    if inputs.catalog.platform != crate::host::Platform::Linux {
         bail!(
             "export writes Linux settings; {} is not a Linux host (use `wstune apply` on Windows)",
             backend.describe().source
