@@ -10,6 +10,7 @@ pub mod eval;
 pub mod expr;
 pub mod facts;
 mod model;
+pub mod words;
 
 pub use model::*;
 
