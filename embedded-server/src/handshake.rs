@@ -19,6 +19,34 @@ pub struct Accepted {
     pub extensions: Vec<String>,
     /// permessage-deflate parameters, when negotiated.
     pub deflate: Option<crate::deflate::Agreed>,
+    /// The Sec-WebSocket-Accept value.
+    pub accept: String,
+}
+
+impl Accepted {
+    /// The 101 response answering with `protocol` instead of the configured choice (the
+    /// application's `on_upgrade` chose it).
+    pub fn response_with(&self, protocol: Option<&str>) -> Vec<u8> {
+        switching(&self.accept, protocol, self.deflate.as_ref())
+    }
+}
+
+fn switching(
+    accept: &str,
+    protocol: Option<&str>,
+    deflate: Option<&crate::deflate::Agreed>,
+) -> Vec<u8> {
+    let mut response = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n"
+    );
+    if let Some(p) = protocol {
+        response.push_str(&format!("Sec-WebSocket-Protocol: {p}\r\n"));
+    }
+    if let Some(d) = deflate {
+        response.push_str(&format!("Sec-WebSocket-Extensions: {}\r\n", d.response));
+    }
+    response.push_str("\r\n");
+    response.into_bytes()
 }
 
 /// A refused request: why (for metrics) and the HTTP response to write before closing.
@@ -183,20 +211,11 @@ pub fn respond(req: &[u8], cfg: &ServerConfig, full: bool) -> Result<Accepted, R
         .find(|p| offered.iter().any(|o| o == *p))
         .cloned();
     let extensions = all("Sec-WebSocket-Extensions");
-    let mut response = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n",
-        accept_key(&key)
-    );
-    if let Some(p) = &protocol {
-        response.push_str(&format!("Sec-WebSocket-Protocol: {p}\r\n"));
-    }
     let deflate = crate::deflate::negotiate(&extensions, &cfg.deflate);
-    if let Some(d) = &deflate {
-        response.push_str(&format!("Sec-WebSocket-Extensions: {}\r\n", d.response));
-    }
-    response.push_str("\r\n");
+    let accept = accept_key(&key);
     Ok(Accepted {
-        response: response.into_bytes(),
+        response: switching(&accept, protocol.as_deref(), deflate.as_ref()),
+        accept,
         path: r.path.unwrap_or("/").to_string(),
         protocol,
         extensions,

@@ -16,10 +16,12 @@
 //! ```
 
 pub mod admin;
+pub mod apps;
 pub mod config;
-pub mod conn;
+mod conn;
 pub mod deflate;
 pub mod frame;
+pub mod handler;
 pub mod handshake;
 pub mod hub;
 pub mod memory;
@@ -31,8 +33,12 @@ pub mod tls;
 pub mod transport;
 pub mod utf8;
 
-pub use config::{App, BackpressureClose, ConfigError, Handler, ServerConfig};
+pub use apps::Builtin;
+pub use config::{App, BackpressureClose, ConfigError, ServerConfig, SimulatedWork};
 pub use deflate::DeflateSettings;
+pub use handler::{
+    Closed, Conn, Encoded, Handler, Message, OffloadError, OwnedMessage, Request, Upgrade,
+};
 pub use hub::Hub;
 
 use conn::Ctx;
@@ -46,42 +52,51 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use transport::Transport;
 
-pub struct Server {
+/// A WebSocket server running the application `H` (by default one of the built-in apps,
+/// [`Builtin`]). The handler is a type parameter, not a trait object: its callbacks are
+/// direct calls and its per-connection state is stored inline.
+pub struct Server<H: Handler = Builtin> {
     hub: Arc<Hub>,
-    ctx: Arc<Ctx>,
+    ctx: Arc<Ctx<H>>,
     stopping: Arc<AtomicBool>,
     /// In-process TLS (see `tls`), when configured.
     tls: Option<TlsConfig>,
 }
 
-impl Server {
-    /// Build the server; starts the offload pool when the handler needs one. Must be called
-    /// inside a tokio runtime only for `run`.
-    pub fn new(config: ServerConfig) -> Server {
+impl Server<Builtin> {
+    /// The built-in application `config` names ([`ServerConfig::app`] and
+    /// [`ServerConfig::handler`]): what `wstune serve` runs.
+    pub fn new(config: ServerConfig) -> Server<Builtin> {
+        let app = Builtin::from_config(&config);
+        Server::with_handler(config, app)
+    }
+}
+
+impl<H: Handler> Server<H> {
+    /// A server running `handler`; starts the offload pool when the handler uses one
+    /// ([`Handler::uses_offload`]). `config.app` and `config.handler` are the built-in apps'
+    /// and are not used here. Must be called inside a tokio runtime only for `run`.
+    pub fn with_handler(config: ServerConfig, handler: H) -> Server<H> {
         let metrics = Arc::new(Metrics::default());
         metrics
             .inflate_budget_bytes
             .store(config.inflate_budget() as u64, Relaxed);
-        let offload = config.handler.offloaded().then(|| {
+        let offload = handler.uses_offload().then(|| {
             let threads = if config.offload_pool_size == 0 {
                 num_cpus()
             } else {
                 config.offload_pool_size
             };
-            offload::start(
-                config.handler,
-                threads,
-                config.offload_queue_size,
-                metrics.clone(),
-                config.fragment_bytes,
-                config.deflate,
-            )
+            offload::start(threads, config.offload_queue_size, metrics.clone())
         });
         let hub = Arc::new(Hub::new(config, metrics));
+        if let Some(tx) = offload {
+            let _ = hub.offload.set(tx);
+        }
         Server {
             ctx: Arc::new(Ctx {
                 hub: hub.clone(),
-                offload,
+                handler,
             }),
             hub,
             stopping: Arc::new(AtomicBool::new(false)),
@@ -89,9 +104,14 @@ impl Server {
         }
     }
 
+    /// The application.
+    pub fn handler(&self) -> &H {
+        &self.ctx.handler
+    }
+
     /// Serve wss:// with this rustls configuration (see [`tls::load`]).
     #[cfg(feature = "tls")]
-    pub fn with_tls(mut self, tls: tls::Config) -> Server {
+    pub fn with_tls(mut self, tls: tls::Config) -> Server<H> {
         self.tls = Some(tls);
         self
     }
@@ -234,10 +254,10 @@ type TlsConfig = std::convert::Infallible;
 /// Connection ids for logs: unique within this process, in accept order.
 static NEXT_CONN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-fn spawn_conn(
+fn spawn_conn<H: Handler>(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
-    ctx: Arc<Ctx>,
+    ctx: Arc<Ctx<H>>,
     stopping: Arc<AtomicBool>,
     tls: Option<&TlsConfig>,
 ) {
@@ -266,11 +286,11 @@ fn spawn_conn(
 /// Upgrade one accepted socket and serve it.
 /// Connection events (refused, opened, closed) name the connection's id and peer themselves,
 /// so they carry both at any level, span or not.
-async fn handle<T: Transport>(
+async fn handle<T: Transport, H: Handler>(
     stream: T,
     peer: SocketAddr,
     id: u64,
-    ctx: Arc<Ctx>,
+    ctx: Arc<Ctx<H>>,
     stopping: Arc<AtomicBool>,
 ) {
     let hub = ctx.hub.clone();
@@ -350,6 +370,11 @@ async fn handle<T: Transport>(
             finish_refusal(&stream).await;
         }
         Ok(accepted) => {
+            let Some((state, response)) =
+                ask_handler(&ctx, &stream, &buf[..end], peer, id, &accepted).await
+            else {
+                return;
+            };
             // Registered (with its compression settings) before the 101 goes out: a client
             // that has its 101 receives every broadcast after it. Frames queued meanwhile are
             // written once the connection task starts, after the response.
@@ -357,8 +382,9 @@ async fn handle<T: Transport>(
             if let Some(a) = &accepted.deflate {
                 shared.set_deflate(a, &cfg.deflate);
             }
-            if write_all(&stream, &accepted.response).await.is_err() {
-                hub.unregister(&shared, &[]);
+            let response = response.unwrap_or(accepted.response);
+            if write_all(&stream, &response).await.is_err() {
+                hub.unregister(&shared);
                 return;
             }
             hub.metrics.accepted.fetch_add(1, Relaxed);
@@ -366,10 +392,74 @@ async fn handle<T: Transport>(
             drop(buf);
             tracing::debug!(conn = id, peer = %peer, deflate = accepted.deflate.is_some(), "connection opened");
             let started = std::time::Instant::now();
-            conn::serve(stream, shared, rest, ctx, accepted.deflate).await;
+            let conn = Conn::new(shared, hub.clone(), peer, state);
+            conn::serve(stream, conn, rest, ctx, accepted.deflate).await;
             tracing::debug!(conn = id, peer = %peer, secs = started.elapsed().as_secs_f64(), "connection closed");
         }
     }
+}
+
+/// The application's say on a valid upgrade: its state and, when it chose a subprotocol, the
+/// 101 that names it. `None` when it refused (the refusal is written and counted here).
+async fn ask_handler<T: Transport, H: Handler>(
+    ctx: &Ctx<H>,
+    stream: &T,
+    head: &[u8],
+    peer: SocketAddr,
+    id: u64,
+    accepted: &handshake::Accepted,
+) -> Option<(H::State, Option<Vec<u8>>)> {
+    let hub = &ctx.hub;
+    let decision = {
+        // Parsed already by the handshake: this cannot fail, but an answer beats a panic.
+        let req = handler::Request::parse(head, peer)?;
+        let offered: Vec<&str> = req.protocols().collect();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ctx.handler.on_upgrade(&req)
+        }))
+        .map(|d| (d, offered.iter().map(|s| s.to_string()).collect::<Vec<_>>()))
+    };
+    let (status, body) = match decision {
+        Ok((Upgrade::Accept { state, protocol }, offered)) => match protocol {
+            None => return Some((state, None)),
+            Some(p) if offered.iter().any(|o| *o == p) => {
+                return Some((state, Some(accepted.response_with(Some(&p)))))
+            }
+            Some(p) => {
+                tracing::error!(conn = id, peer = %peer, "on_upgrade chose subprotocol '{p}', which the client did not offer ({offered:?})");
+                (
+                    500,
+                    "the server chose a subprotocol the client did not offer".to_string(),
+                )
+            }
+        },
+        Ok((Upgrade::Reject { status, body }, _)) => {
+            let status = if (400..=599).contains(&status) {
+                status
+            } else {
+                500
+            };
+            (status, body)
+        }
+        Err(_) => {
+            tracing::error!(conn = id, peer = %peer, "the handler's on_upgrade panicked");
+            (500, "internal error".to_string())
+        }
+    };
+    hub.metrics.reject(metrics::Reject::Handler);
+    tracing::debug!(conn = id, peer = %peer, status, "upgrade refused by the application");
+    let _ = write_all(
+        stream,
+        &handshake::http_error(
+            status,
+            handler::reason_phrase(status),
+            "",
+            &format!("{body}\n"),
+        ),
+    )
+    .await;
+    finish_refusal(stream).await;
+    None
 }
 
 /// Read until the end of the request header. `Ok(None)` when the header (up to and including

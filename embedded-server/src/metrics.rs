@@ -13,9 +13,11 @@ pub enum Reject {
     TooLarge,
     Full,
     Shutdown,
+    /// The application's [`crate::Handler::on_upgrade`] refused it.
+    Handler,
 }
 
-const REJECT_NAMES: [&str; 7] = [
+const REJECT_NAMES: [&str; 8] = [
     "bad_request",
     "version",
     "origin",
@@ -23,6 +25,7 @@ const REJECT_NAMES: [&str; 7] = [
     "header_too_large",
     "max_connections",
     "shutting_down",
+    "handler",
 ];
 /// Close codes counted individually (1005: a close without a code); others land in "other".
 const CLOSE_CODES: [u16; 11] = [
@@ -82,7 +85,7 @@ impl Histogram {
 pub struct Metrics {
     pub connections: AtomicI64,
     pub accepted: AtomicU64,
-    rejected: [AtomicU64; 7],
+    rejected: [AtomicU64; 8],
     pub messages_in: AtomicU64,
     pub messages_out: AtomicU64,
     pub bytes_in: AtomicU64,

@@ -3,31 +3,29 @@
 //! until there is room, so TCP flow control slows that client instead of memory growing. The
 //! queue's depth is exported: a growing queue is the early warning that the pool is too small.
 
-use crate::config::Handler;
-use crate::frame::OpCode;
 use crate::metrics::Metrics;
-use crate::outbox::Shared;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub struct Job {
-    pub conn: Arc<Shared>,
-    pub opcode: OpCode,
-    pub payload: Vec<u8>,
+/// One unit of offloaded work: a closure the application handed to
+/// [`Conn::offload`](crate::Conn::offload) (the built-in simulated handlers are such closures
+/// too). It sends its own reply, if any, through the `Conn` it captured.
+pub struct Job(Box<dyn FnOnce() + Send + 'static>);
+
+impl Job {
+    /// Wrap a closure as a job.
+    pub fn new(f: impl FnOnce() + Send + 'static) -> Job {
+        Job(Box::new(f))
+    }
 }
 
+/// The pool's bounded queue.
 pub type Sender = async_channel::Sender<Job>;
 
-/// Start `threads` workers running `handler`; returns the queue's sender.
-pub fn start(
-    handler: Handler,
-    threads: usize,
-    queue: usize,
-    metrics: Arc<Metrics>,
-    fragment: usize,
-    deflate: crate::deflate::DeflateSettings,
-) -> Sender {
+/// Start `threads` workers; returns the queue's sender. Each job is timed (wall, thread CPU,
+/// run-queue wait): the histograms `wstune pool --measure` reads from /metrics.
+pub fn start(threads: usize, queue: usize, metrics: Arc<Metrics>) -> Sender {
     let (tx, rx) = async_channel::bounded::<Job>(queue.max(1));
     metrics
         .offload_threads
@@ -43,7 +41,9 @@ pub fn start(
                     let start = Instant::now();
                     let cpu0 = thread_cpu_time();
                     let queued0 = thread_runqueue_wait();
-                    run(handler);
+                    // A panicking job must not take a pool thread with it: the pool is fixed
+                    // size, and each lost thread would shrink it for good.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job.0));
                     let wall = start.elapsed();
                     metrics.handler_wall.observe(wall);
                     metrics
@@ -56,8 +56,6 @@ pub fn start(
                         .offload_busy_us
                         .fetch_add(wall.as_micros() as u64, Relaxed);
                     metrics.offload_jobs.fetch_add(1, Relaxed);
-                    job.conn
-                        .send_owned(job.opcode, &job.payload, fragment, &deflate, &metrics);
                 }
             })
             .expect("spawn an offload thread");
@@ -65,14 +63,16 @@ pub fn start(
     tx
 }
 
-/// The simulated work: CPU time is burnt on this thread's CPU clock, so a busy machine does not
-/// shorten it; blocking is a sleep, like waiting for a database.
-fn run(handler: Handler) {
-    let (cpu_us, block_ms) = match handler {
-        Handler::Echo => (0, 0),
-        Handler::Cpu(us) => (us, 0),
-        Handler::Block(ms) => (0, ms),
-        Handler::Mixed { cpu_us, block_ms } => (cpu_us, block_ms),
+/// The simulated work of `wstune serve --handler`: CPU time is burnt on this thread's CPU
+/// clock, so a busy machine does not shorten it; blocking is a sleep, like waiting for a
+/// database.
+pub fn simulate(work: crate::config::SimulatedWork) {
+    use crate::config::SimulatedWork;
+    let (cpu_us, block_ms) = match work {
+        SimulatedWork::Echo => (0, 0),
+        SimulatedWork::Cpu(us) => (us, 0),
+        SimulatedWork::Block(ms) => (0, ms),
+        SimulatedWork::Mixed { cpu_us, block_ms } => (cpu_us, block_ms),
     };
     if cpu_us > 0 {
         let start = thread_cpu_time();

@@ -61,6 +61,10 @@ pub struct Shared {
     /// The connection holds a compressor it frees after an idle spell; that check runs when its
     /// task wakes, so frames written directly still wake it (see `push_frame`).
     holds_compressor: AtomicBool,
+    /// The connection's task has finished: handles still held elsewhere see it closed.
+    ended: AtomicBool,
+    /// It joined a channel at least once (the hub cleans up after it on close).
+    subscribed: AtomicBool,
 }
 
 /// The queue itself; only reachable through the lock (`Shared::lock`).
@@ -91,7 +95,30 @@ impl Shared {
             deflate_stale: AtomicBool::new(false),
             direct_fd: AtomicI32::new(-1),
             holds_compressor: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            subscribed: AtomicBool::new(false),
         }
+    }
+
+    /// The connection is over: nothing more is queued (pushes answer false from now on).
+    pub(crate) fn end(&self) {
+        self.ended.store(true, Relaxed);
+        let _ = self
+            .close_request
+            .compare_exchange(0, 1006, Relaxed, Relaxed);
+    }
+
+    /// Whether the connection's task has finished.
+    pub fn ended(&self) -> bool {
+        self.ended.load(Relaxed)
+    }
+
+    pub(crate) fn set_subscribed(&self) {
+        self.subscribed.store(true, Relaxed);
+    }
+
+    pub(crate) fn subscribed(&self) -> bool {
+        self.subscribed.load(Relaxed)
     }
 
     /// Queue an encoded frame (shared, not copied) and wake the connection. A consumer above

@@ -6,7 +6,7 @@ use crate::cli::exit;
 use crate::pool::{self, Advice, SweepPoint};
 use crate::selftest::{self, client::Target, Options, Scenario};
 use anyhow::{bail, Context, Result};
-use embedded_server::{Handler, Hub, Server, ServerConfig};
+use embedded_server::{Hub, Server, ServerConfig, SimulatedWork};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -160,7 +160,7 @@ fn parse_admin(s: &str) -> Result<SocketAddr> {
 
 /// A server with `handler` and an offload pool of `size`, on loopback, in this process.
 fn start_local(
-    handler: Handler,
+    handler: SimulatedWork,
     size: usize,
     conns: usize,
 ) -> Result<(SocketAddr, Arc<Hub>, tokio::sync::oneshot::Sender<()>)> {
@@ -231,7 +231,7 @@ async fn load(
 /// not oversubscribe the cores (the generator and other processes still may: that wait is
 /// measured and taken out, see `Measured::runqueue_ms`).
 async fn measure_local(
-    handler: Handler,
+    handler: SimulatedWork,
     cores: usize,
     conns: usize,
     secs: f64,
@@ -246,7 +246,7 @@ async fn measure_local(
 }
 
 async fn sweep(
-    handler: Handler,
+    handler: SimulatedWork,
     sizes: &[u64],
     conns: usize,
     secs: f64,
@@ -337,10 +337,10 @@ pub fn run(a: &PoolArgs) -> Result<u8> {
         bail!("--conns {}: give 1..=100000 connections", a.conns);
     }
     let handler = match &a.handler {
-        Some(h) => Some(Handler::parse(h).map_err(|e| anyhow::anyhow!("--handler: {e}"))?),
+        Some(h) => Some(SimulatedWork::parse(h).map_err(|e| anyhow::anyhow!("--handler: {e}"))?),
         None => None,
     };
-    if let Some(Handler::Echo) = handler {
+    if let Some(SimulatedWork::Echo) = handler {
         bail!("--handler echo runs inline on the I/O threads: there is no pool to size; give cpu:, block: or both");
     }
     let sizes: Vec<u64> = a

@@ -5,7 +5,7 @@ use crate::cli::exit;
 use crate::output;
 use crate::profile;
 use anyhow::{bail, Context, Result};
-use embedded_server::{App, BackpressureClose, Handler, Server, ServerConfig};
+use embedded_server::{App, BackpressureClose, Server, ServerConfig, SimulatedWork};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -56,7 +56,8 @@ pub fn resolve(a: &ServeArgs) -> Result<Resolved> {
         a.heartbeat_timeout.map(|v| v as usize),
         s.heartbeat.timeout_secs,
     );
-    let handler = Handler::parse(&a.handler).map_err(|e| anyhow::anyhow!("--handler: {e}"))?;
+    let handler =
+        SimulatedWork::parse(&a.handler).map_err(|e| anyhow::anyhow!("--handler: {e}"))?;
     let app = match a.app {
         AppArg::Echo => App::Echo,
         AppArg::Broadcast => App::Broadcast,
