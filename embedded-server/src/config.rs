@@ -27,12 +27,26 @@ pub enum SimulatedWork {
     /// Block (sleep) for this many milliseconds, like a database call.
     Block(u64),
     /// Both: CPU microseconds, then blocking milliseconds.
-    Mixed { cpu_us: u64, block_ms: u64 },
+    Mixed {
+        /// CPU microseconds, first.
+        cpu_us: u64,
+        /// Then blocking milliseconds.
+        block_ms: u64,
+    },
 }
 
 impl SimulatedWork {
     /// `echo`, `cpu:MICROS`, `block:MILLIS`, `mixed:CPU_US,BLOCK_MS`, or parts joined with `+`
     /// (`block:20+cpu:1000us`: the CPU part runs first).
+    ///
+    /// ```
+    /// use embedded_server::SimulatedWork;
+    /// assert_eq!(
+    ///     SimulatedWork::parse("block:20+cpu:1000us"),
+    ///     Ok(SimulatedWork::Mixed { cpu_us: 1000, block_ms: 20 })
+    /// );
+    /// assert!(SimulatedWork::parse("sleep:3").is_err());
+    /// ```
     pub fn parse(s: &str) -> Result<SimulatedWork, String> {
         if s.contains('+') {
             let (mut cpu_us, mut block_ms) = (0, 0);
@@ -94,6 +108,7 @@ impl std::fmt::Display for SimulatedWork {
     }
 }
 
+/// How a consumer over its send-queue cap is closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackpressureClose {
     /// 1008 policy violation.
@@ -103,6 +118,7 @@ pub enum BackpressureClose {
 }
 
 impl BackpressureClose {
+    /// The close code sent.
     pub fn code(self) -> u16 {
         match self {
             BackpressureClose::Policy => 1008,
@@ -111,9 +127,12 @@ impl BackpressureClose {
     }
 }
 
+/// Every setting of the server (see each field for its default and bound).
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
+    /// The built-in application `Server::new` runs (`--app`).
     pub app: App,
+    /// The built-in simulated work before an echo (`--handler`).
     pub handler: SimulatedWork,
     /// Upgrades beyond this many open connections get HTTP 503. Default 100,000.
     pub max_connections: usize,
@@ -189,30 +208,45 @@ impl Default for ServerConfig {
 pub enum ConfigError {
     /// A frame is part of a message: a frame cap above the message cap cannot be reached.
     FrameAboveMessage {
+        /// The frame cap.
         max_frame: usize,
+        /// The message cap.
         max_message: usize,
     },
     /// Every connection would time out before its pong could arrive.
     HeartbeatTimeoutNotAfterInterval {
+        /// The heartbeat timeout.
         timeout: Duration,
+        /// The heartbeat interval.
         interval: Duration,
     },
     /// Zero-sized fragments or frames, or a send queue smaller than one small frame.
     Sizes,
     /// The built-in handlers simulate work before an echo.
-    HandlerNeedsEcho { handler: SimulatedWork, app: App },
+    HandlerNeedsEcho {
+        /// The simulated work asked for.
+        handler: SimulatedWork,
+        /// The app it was asked with.
+        app: App,
+    },
     /// No message near the cap could ever be inflated (every one would get 1013). `origin`
     /// says where the budget was set (flag, profile) when the caller knows
     /// (`with_origin`).
     InflateBudgetBelowMessage {
+        /// The budget in bytes.
         budget: usize,
+        /// The message cap it must hold.
         max_message: usize,
+        /// Where the budget was set (flag, profile), if known.
         origin: Option<&'static str>,
     },
     /// A permessage-deflate parameter outside what zlib honours.
     Deflate {
+        /// The parameter.
         what: &'static str,
+        /// Its value.
         value: u8,
+        /// What zlib honours.
         range: std::ops::RangeInclusive<u8>,
     },
     /// Every upgrade would time out at once.

@@ -170,7 +170,7 @@ pub(crate) fn reason_phrase(status: u16) -> &'static str {
         502 => "Bad Gateway",
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
-        400..=499 => "Client Error",
+        s if s < 500 => "Client Error",
         _ => "Server Error",
     }
 }

@@ -13,7 +13,9 @@ const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 pub struct Accepted {
     /// The 101 response to write.
     pub response: Vec<u8>,
+    /// The request's path (with its query).
     pub path: String,
+    /// The subprotocol chosen from the configured list, if any.
     pub protocol: Option<String>,
     /// Sec-WebSocket-Extensions offers, for the extension negotiation.
     pub extensions: Vec<String>,
@@ -52,7 +54,9 @@ fn switching(
 /// A refused request: why (for metrics) and the HTTP response to write before closing.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refused {
+    /// Why (the metrics label).
     pub reason: Reject,
+    /// The HTTP response to write.
     pub response: Vec<u8>,
 }
 
@@ -61,6 +65,7 @@ pub fn header_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
 }
 
+/// Sec-WebSocket-Accept for a Sec-WebSocket-Key (RFC 6455 4.2.2).
 pub fn accept_key(key: &str) -> String {
     let mut h = Sha1::new();
     h.update(key.as_bytes());
@@ -68,6 +73,7 @@ pub fn accept_key(key: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(h.finalize())
 }
 
+/// An HTTP error response that closes the connection.
 pub fn http_error(status: u16, reason: &str, extra_headers: &str, body: &str) -> Vec<u8> {
     format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n{extra_headers}\r\n{body}",

@@ -3,17 +3,42 @@
 //! An event-driven RFC 6455 server on tokio with the tuning guide's levers built in: a bounded
 //! offload pool for handler work, fragmentation, frame and message caps, encode-once broadcast
 //! and channels, one heartbeat sweep instead of a timer per connection, per-connection send-queue
-//! caps, and Prometheus metrics. `Server::run` takes its listener and a shutdown future from the
-//! caller, so tests bind `127.0.0.1:0` and embed it.
+//! caps, permessage-deflate, in-process TLS and Prometheus metrics. Applications implement
+//! [`Handler`] (see [`handler`] for the rules: callbacks never block, blocking work goes to
+//! [`Conn::offload`]); the built-in apps of `wstune serve` ([`Builtin`]) are handlers too.
+//! `Server::run` takes its listeners and a shutdown future from the caller, so tests bind
+//! `127.0.0.1:0` and embed it.
 //!
 //! ```no_run
+//! use embedded_server::{Conn, Handler, Message, Request, Server, ServerConfig, Upgrade};
+//!
+//! struct Shout;
+//!
+//! impl Handler for Shout {
+//!     type State = ();
+//!     fn on_upgrade(&self, _req: &Request<'_>) -> Upgrade<()> {
+//!         Upgrade::accept(())
+//!     }
+//!     fn on_message(&self, conn: &Conn, msg: Message<'_>) {
+//!         if let Message::Text(t) = msg {
+//!             let _ = conn.send_text(&t.to_uppercase());
+//!         }
+//!     }
+//! }
+//!
 //! # async fn demo() -> std::io::Result<()> {
-//! use embedded_server::{Server, ServerConfig};
-//! let server = Server::new(ServerConfig::default());
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-//! server.run(vec![listener], async { let _ = tokio::signal::ctrl_c().await; }).await
+//! let server = Server::with_handler(ServerConfig::default(), Shout);
+//! let listeners = embedded_server::bind("127.0.0.1:0".parse().unwrap(), false, 1)?;
+//! let shutdown = embedded_server::shutdown_signal()?;
+//! server.run(listeners, shutdown).await
 //! # }
 //! ```
+//!
+//! Public API and its stability: see the crate's README (semver; the modules below `handler`
+//! that `wstune` itself uses, such as `frame`, `deflate` and `outbox`, are public but may change
+//! in a minor release while the crate is 0.x).
+
+#![warn(missing_docs)]
 
 pub mod admin;
 pub mod apps;
@@ -422,7 +447,7 @@ async fn ask_handler<T: Transport, H: Handler>(
     let (status, body) = match decision {
         Ok((Upgrade::Accept { state, protocol }, offered)) => match protocol {
             None => return Some((state, None)),
-            Some(p) if offered.iter().any(|o| *o == p) => {
+            Some(p) if offered.contains(&p) => {
                 return Some((state, Some(accepted.response_with(Some(&p)))))
             }
             Some(p) => {

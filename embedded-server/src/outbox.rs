@@ -30,6 +30,7 @@ pub(crate) const WRITE_SLICES: usize = 32;
 /// The half of a connection other threads touch: its outgoing queue and close requests.
 /// About 150 bytes.
 pub struct Shared {
+    /// The connection's id (unique in its hub).
     pub id: u64,
     out: Mutex<Out>,
     /// Bytes queued and not yet written.
@@ -79,6 +80,7 @@ struct Out {
 }
 
 impl Shared {
+    /// An empty outbox for connection `id`.
     pub fn new(id: u64, send_cap: usize, backpressure_code: u16, now: u32) -> Shared {
         Shared {
             id,
@@ -274,6 +276,7 @@ impl Shared {
             .compare_exchange(0, code, Relaxed, Relaxed);
     }
 
+    /// Bytes queued and not yet written.
     pub fn queued(&self) -> usize {
         self.queued.load(Relaxed)
     }
