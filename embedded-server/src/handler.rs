@@ -52,7 +52,7 @@ use std::borrow::Cow;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// An application on the server. One value serves every connection (`&self`), from every I/O
 /// thread at once; per-connection data lives in [`Handler::State`], set on upgrade.
@@ -437,9 +437,6 @@ struct ConnInner<S> {
     shared: Arc<Shared>,
     hub: Arc<Hub>,
     peer: SocketAddr,
-    /// A close asked for outside the connection's callbacks: the code and reason its task
-    /// sends (see `Conn::close`).
-    app_close: OnceLock<(u16, Box<str>)>,
     state: S,
 }
 
@@ -468,7 +465,6 @@ impl<S> Conn<S> {
                 shared,
                 hub,
                 peer,
-                app_close: OnceLock::new(),
                 state,
             }),
         }
@@ -479,12 +475,8 @@ impl<S> Conn<S> {
     }
 
     /// The close the application asked for from outside a callback, if `requested` is it.
-    pub(crate) fn app_close_reason(&self, requested: u16) -> Option<&str> {
-        self.inner
-            .app_close
-            .get()
-            .filter(|(c, _)| *c == requested)
-            .map(|(_, r)| &**r)
+    pub(crate) fn app_close_reason(&self, requested: u16) -> Option<Box<str>> {
+        self.inner.hub.take_app_close(self.id(), requested)
     }
 
     /// This connection's id: unique among the server's connections.
@@ -585,10 +577,14 @@ impl<S> Conn<S> {
         if !self.is_open() {
             return Err(Closed);
         }
-        let _ = self.inner.app_close.set((code, reason.into()));
+        // The reason waits in the hub (closes from outside a callback are rare; a field per
+        // connection would cost every connection its size).
+        let hub = &self.inner.hub;
+        hub.put_app_close(self.id(), code, reason);
         if self.inner.shared.request_close(code) {
             Ok(())
         } else {
+            let _ = hub.take_app_close(self.id(), code);
             Err(Closed)
         }
     }

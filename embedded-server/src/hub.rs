@@ -68,6 +68,10 @@ pub struct Hub {
     channels: Mutex<Channels>,
     /// The offload pool's queue, when the server has a pool.
     pub(crate) offload: std::sync::OnceLock<crate::offload::Sender>,
+    /// Closes the application asked for outside a callback (`Conn::close`): the code and
+    /// reason each connection's task sends, by connection id; `app_close_count` entries.
+    app_closes: Mutex<HashMap<u64, (u16, Box<str>)>>,
+    app_close_count: AtomicU64,
     next_id: AtomicU64,
     start: Instant,
     ping: Bytes,
@@ -84,6 +88,8 @@ impl Hub {
             conns: RwLock::new(HashMap::new()),
             channels: Mutex::new(Channels::default()),
             offload: std::sync::OnceLock::new(),
+            app_closes: Mutex::new(HashMap::new()),
+            app_close_count: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
             start: Instant::now(),
             ping: Bytes::from(frame::encode_message(OpCode::Ping, b"", 125, false)),
@@ -154,6 +160,24 @@ impl Hub {
         s
     }
 
+    pub(crate) fn put_app_close(&self, id: u64, code: u16, reason: &str) {
+        let mut m = self.app_closes.lock().unwrap();
+        if m.insert(id, (code, reason.into())).is_none() {
+            self.app_close_count.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The reason of the application's close of `id` with `code`, taken (once).
+    pub(crate) fn take_app_close(&self, id: u64, code: u16) -> Option<Box<str>> {
+        if self.app_close_count.load(Relaxed) == 0 {
+            return None;
+        }
+        let mut m = self.app_closes.lock().unwrap();
+        let (c, reason) = m.remove(&id)?;
+        self.app_close_count.fetch_sub(1, Relaxed);
+        (c == code).then_some(reason)
+    }
+
     /// Remove a connection from the registry and from every channel it joined. It is marked
     /// ended first, so a `subscribe` racing with this cannot add it back.
     pub fn unregister(&self, s: &Shared) {
@@ -161,6 +185,8 @@ impl Hub {
         if self.conns.write().unwrap().remove(&s.id).is_some() {
             self.metrics.connections.fetch_sub(1, Relaxed);
         }
+        // A close asked for as the connection ended, never acted on.
+        let _ = self.take_app_close(s.id, 0);
         if s.subscribed() {
             let mut map = self.channels.lock().unwrap();
             let Channels { subs, by_conn } = &mut *map;

@@ -142,7 +142,7 @@ pub(super) fn on_close_request<S>(conn: &Conn<S>, st: &mut State, config: &Serve
     }
     if let Some(why) = conn.app_close_reason(requested) {
         // Asked for by the application: what it queued before goes out first.
-        start_close(shared, st, requested, why, CLOSE_WAIT);
+        start_close(shared, st, requested, &why, CLOSE_WAIT);
         return;
     }
     let reason = match requested {
