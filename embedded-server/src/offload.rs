@@ -123,6 +123,7 @@ pub fn thread_runqueue_wait() -> Option<Duration> {
     })
 }
 
+/// Time this thread waited for a core: unknown off Linux.
 #[cfg(not(target_os = "linux"))]
 pub fn thread_runqueue_wait() -> Option<Duration> {
     None
@@ -136,6 +137,7 @@ fn parse_schedstat_wait(line: &str) -> Option<Duration> {
     fields.next()?.parse().ok().map(Duration::from_nanos)
 }
 
+/// CPU time this thread has used; without a per-thread clock, the wall time since first asked.
 #[cfg(not(unix))]
 pub fn thread_cpu_time() -> Duration {
     // No per-thread clock here: wall time is the closest stand-in.
