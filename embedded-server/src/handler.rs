@@ -479,6 +479,12 @@ impl<S> Conn<S> {
         self.inner.hub.take_app_close(self.id(), requested)
     }
 
+    /// Which connection this is, for the callback scope: its outbox's address, unique among
+    /// the live connections of every server in the process (ids are unique per server only).
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.inner.shared) as usize
+    }
+
     /// This connection's id: unique among the server's connections.
     pub fn id(&self) -> u64 {
         self.inner.shared.id
@@ -512,7 +518,7 @@ impl<S> Conn<S> {
     pub fn send(&self, msg: Message<'_>) -> Result<(), Closed> {
         let op = msg.opcode();
         let payload = msg.as_bytes();
-        if let Some(r) = with_local(self.id(), |l| l.send(op, payload)) {
+        if let Some(r) = with_local(self.key(), |l| l.send(op, payload)) {
             return if r { Ok(()) } else { Err(Closed) };
         }
         let hub = &self.inner.hub;
@@ -545,7 +551,7 @@ impl<S> Conn<S> {
 
     /// Send a frame encoded in advance (one reference count, no copy, no compression).
     pub fn send_encoded(&self, frame: &Encoded) -> Result<(), Closed> {
-        if let Some(r) = with_local(self.id(), |l| l.send_encoded(frame.0.clone())) {
+        if let Some(r) = with_local(self.key(), |l| l.send_encoded(frame.0.clone())) {
             return if r { Ok(()) } else { Err(Closed) };
         }
         let m = &self.inner.hub.metrics;
@@ -571,7 +577,7 @@ impl<S> Conn<S> {
             cut -= 1;
         }
         let reason = &reason[..cut];
-        if let Some(r) = with_local(self.id(), |l| l.close(code, reason)) {
+        if let Some(r) = with_local(self.key(), |l| l.close(code, reason)) {
             return if r { Ok(()) } else { Err(Closed) };
         }
         if !self.is_open() {
@@ -641,7 +647,7 @@ impl<S> Conn<S> {
                 Ok(())
             }
             Err(async_channel::TrySendError::Full(job)) => {
-                match with_local(self.id(), move |l| l.park(job)) {
+                match with_local(self.key(), move |l| l.park(job)) {
                     Some(()) => Ok(()),
                     None => Err(OffloadError::Full),
                 }
@@ -687,11 +693,11 @@ type LocalPtr = *mut (dyn Local + 'static);
 
 thread_local! {
     /// The connection whose callback runs on this thread now, and its task's `Local`.
-    static SCOPE: Cell<Option<(u64, LocalPtr)>> = const { Cell::new(None) };
+    static SCOPE: Cell<Option<(usize, LocalPtr)>> = const { Cell::new(None) };
 }
 
 /// Restores the previous scope when a callback returns (or unwinds).
-struct Restore(Option<(u64, LocalPtr)>);
+struct Restore(Option<(usize, LocalPtr)>);
 
 impl Drop for Restore {
     fn drop(&mut self) {
@@ -699,22 +705,23 @@ impl Drop for Restore {
     }
 }
 
-/// Run `f` (a callback of connection `id`) with `local` as the way its sends go out.
-pub(crate) fn in_scope<R>(id: u64, local: &mut dyn Local, f: impl FnOnce() -> R) -> R {
+/// Run `f` (a callback of the connection whose `Conn::key` is `key`) with `local` as the way
+/// its sends go out.
+pub(crate) fn in_scope<R>(key: usize, local: &mut dyn Local, f: impl FnOnce() -> R) -> R {
     let ptr: *mut (dyn Local + '_) = local;
     // SAFETY: only the lifetime is erased. The pointer is reachable through SCOPE only until
     // `Restore` runs at the end of this function, while `local` is still mutably borrowed
     // here (so nothing else uses it), and only from this thread (SCOPE is thread-local).
     let ptr: LocalPtr = unsafe { std::mem::transmute::<*mut (dyn Local + '_), LocalPtr>(ptr) };
-    let prev = SCOPE.with(|s| s.replace(Some((id, ptr))));
+    let prev = SCOPE.with(|s| s.replace(Some((key, ptr))));
     let _restore = Restore(prev);
     f()
 }
 
-/// Use the `Local` of connection `id` if one of its callbacks is running on this thread.
-fn with_local<R>(id: u64, f: impl FnOnce(&mut dyn Local) -> R) -> Option<R> {
+/// Use the `Local` of connection `key` if one of its callbacks is running on this thread.
+fn with_local<R>(key: usize, f: impl FnOnce(&mut dyn Local) -> R) -> Option<R> {
     let cur = SCOPE.with(|s| s.get())?;
-    if cur.0 != id {
+    if cur.0 != key {
         return None;
     }
     // Taken out while in use, so a nested use (none exists) could not alias it.

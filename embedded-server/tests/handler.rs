@@ -304,3 +304,64 @@ async fn sends_and_closes_from_anywhere_keep_their_order_and_reason() {
     assert!(codes.contains(&4001) && codes.contains(&4002), "{codes:?}");
     assert!(codes.contains(&1011), "{codes:?}");
 }
+
+/// Relays each message to the connection of another server kept in `to`.
+struct Relay {
+    to: Arc<Mutex<Option<Conn>>>,
+    keep: bool,
+}
+
+impl Handler for Relay {
+    type State = ();
+    fn on_upgrade(&self, _req: &Request<'_>) -> Upgrade<()> {
+        Upgrade::accept(())
+    }
+    fn on_open(&self, conn: &Conn) {
+        if self.keep {
+            *self.to.lock().unwrap() = Some(conn.clone());
+        }
+    }
+    fn on_message(&self, _conn: &Conn, msg: Message<'_>) {
+        if let Some(other) = self.to.lock().unwrap().as_ref() {
+            other.send(msg).unwrap();
+        }
+    }
+    fn uses_offload(&self) -> bool {
+        false
+    }
+}
+
+/// Two servers on one thread, each with its connection id 1: a send from A's callback to B's
+/// connection must reach B's client, not join A's own corked replies.
+#[tokio::test(flavor = "current_thread")]
+async fn a_send_to_another_servers_connection_from_a_callback_goes_there() {
+    let slot: Arc<Mutex<Option<Conn>>> = Arc::default();
+    let serve = |h: Relay| {
+        let server = Server::with_handler(ServerConfig::default(), h);
+        let listeners = embedded_server::bind("127.0.0.1:0".parse().unwrap(), false, 1).unwrap();
+        let addr = listeners[0].local_addr().unwrap();
+        tokio::spawn(async move { server.run(listeners, std::future::pending()).await });
+        addr
+    };
+    let a = serve(Relay {
+        to: slot.clone(),
+        keep: false,
+    });
+    let b = serve(Relay {
+        to: slot.clone(),
+        keep: true,
+    });
+    let (mut on_b, _) = connect(format!("ws://{b}/").into_client_request().unwrap())
+        .await
+        .unwrap();
+    until(|| slot.lock().unwrap().is_some()).await;
+    let (mut on_a, _) = connect(format!("ws://{a}/").into_client_request().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(slot.lock().unwrap().as_ref().unwrap().id(), 1);
+    on_a.send(Ws::text("to b")).await.unwrap();
+    assert_eq!(next(&mut on_b).await, Ws::text("to b"));
+    // And A's own client got nothing: its next message is the close we ask for.
+    on_a.close(None).await.unwrap();
+    assert!(matches!(next(&mut on_a).await, Ws::Close(_)));
+}

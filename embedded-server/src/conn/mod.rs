@@ -166,7 +166,7 @@ fn dispatch<T: Transport, H: Handler>(
         st,
         shared: conn.shared(),
     };
-    let ok = in_scope(conn.id(), &mut local, || {
+    let ok = in_scope(conn.key(), &mut local, || {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&ctx.handler, conn))).is_ok()
     });
     if !ok {
