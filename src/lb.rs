@@ -8,6 +8,7 @@
 //! connection costs the proxy two sockets.
 
 mod limits;
+pub mod wording;
 
 use crate::profile::Profile;
 use std::fmt::Write;
@@ -474,23 +475,23 @@ pub fn findings_with(
     let f = read(text);
     let file = path.display().to_string();
     let Some(kind) = f.kind else {
+        let w = wording::words("lb.config", None, vec![("file", file.clone())]);
         return vec![Finding {
             id: "lb.config".into(),
-            title: "Load balancer configuration is HAProxy or nginx".into(),
+            title: w.title(),
             status: Status::Fail,
             current: Some(Value::Text("unrecognised".into())),
             compare: "==",
             target: Some(Value::Text("haproxy or nginx".into())),
             severity: Severity::Fail,
             scope: Scope::Proxy,
-            why: format!("{file} has no HAProxy frontend/backend and no nginx upstream/proxy_pass, so nothing in it could be checked."),
-            fix: FixText { runtime: Some("pass the proxy's main configuration file, or generate one with `wstune lb haproxy|nginx`".into()), persistent: None },
+            why: w.why(&[]),
+            fix: FixText {
+                runtime: Some(w.fix()),
+                persistent: None,
+            },
             note: None,
         }];
-    };
-    let name = match kind {
-        Kind::Haproxy => "haproxy",
-        Kind::Nginx => "nginx",
     };
     let hb = &p.server.heartbeat;
     let want_idle = tunnel_timeout(p);
@@ -500,27 +501,28 @@ pub fn findings_with(
         Some(t) if t > hb.interval_secs => Status::Warn,
         _ => Status::Fail,
     };
-    let directive = match kind {
-        Kind::Haproxy => "timeout tunnel",
-        Kind::Nginx => "proxy_read_timeout (and proxy_send_timeout)",
-    };
+    let w = wording::words(
+        "lb.idle_timeout",
+        Some(kind),
+        vec![
+            ("file", file.clone()),
+            ("interval", hb.interval_secs.to_string()),
+            ("timeout", hb.timeout_secs.to_string()),
+            ("want", want_idle.to_string()),
+        ],
+    );
     let mut out = vec![Finding {
         id: "lb.idle_timeout".into(),
-        title: format!("{name}: idle timeout of upgraded connections outlasts the ping interval"),
+        title: w.title(),
         status: idle_status,
         current: f.idle_timeout_secs.map(|t| Value::Num(t as i64)),
         compare: ">=",
         target: Some(Value::Num(want_idle as i64)),
         severity: Severity::Fail,
         scope: Scope::Proxy,
-        why: format!(
-            "The server pings every {} s; a proxy that closes a connection silent for less than that cuts every idle client{}. The margin (interval + the {} s heartbeat timeout) covers a late pong.",
-            hb.interval_secs,
-            if idle_ok { "; this one is above the interval but has little margin" } else { "" },
-            hb.timeout_secs
-        ),
+        why: w.why(if idle_ok { &["little_margin"] } else { &[] }),
         fix: FixText {
-            runtime: Some(format!("set {directive} {want_idle}s in {file} and reload the proxy (`wstune lb {name}` prints a full configuration)")),
+            runtime: Some(w.fix()),
             persistent: None,
         },
         note: Some(file.clone()),
@@ -531,35 +533,33 @@ pub fn findings_with(
         Some(m) if m >= p.connections => Status::Warn,
         _ => Status::Fail,
     };
+    let wc = nginx_worker_connections(p.connections);
+    let w = wording::words(
+        "lb.max_connections",
+        Some(kind),
+        vec![
+            ("file", file.clone()),
+            ("want_cap", want_cap.to_string()),
+            ("wc", wc.to_string()),
+            ("rlimit", (wc + 1024).to_string()),
+        ],
+    );
     out.push(Finding {
         id: "lb.max_connections".into(),
-        title: format!("{name}: accepts the profile's connections"),
+        title: w.title(),
         status: cap_status,
         current: f.max_connections.map(|m| Value::Num(m as i64)),
         compare: ">=",
         target: Some(Value::Num(p.connections as i64)),
         severity: Severity::Fail,
         scope: Scope::Proxy,
-        why: format!(
-            "{} {}",
-            match kind {
-                Kind::Haproxy => "HAProxy refuses (or queues) connections past maxconn; the lowest of the global and frontend values applies.",
-                Kind::Nginx => "Each proxied connection holds two of a worker's worker_connections (client and backend), and a worker holds no more than its worker_rlimit_nofile, so the cap is worker_processes x min(worker_connections, worker_rlimit_nofile) / 2.",
-            },
-            if cap_status == Status::Warn {
-                format!("This one has less than the 10 % headroom ({want_cap}) that reconnect storms need: closing clients still count while new ones arrive.")
-            } else {
-                String::new()
-            }
-        ),
+        why: w.why(if cap_status == Status::Warn {
+            &["no_headroom"]
+        } else {
+            &[]
+        }),
         fix: FixText {
-            runtime: Some(match kind {
-                Kind::Haproxy => format!("set maxconn {want_cap} in global and the frontend of {file} (the profile's connections + 10 %)"),
-                Kind::Nginx => {
-                    let wc = nginx_worker_connections(p.connections);
-                    format!("set worker_connections {wc} (per worker) and worker_rlimit_nofile {} in {file}", wc + 1024)
-                }
-            }),
+            runtime: Some(w.fix()),
             persistent: None,
         },
         note: Some(file.clone()),
@@ -596,31 +596,38 @@ fn backlog_finding(f: &Facts, p: &Profile, file: &str) -> crate::catalog::eval::
             None => format!("{a} (no backlog=, so 511)"),
         })
         .collect();
+    let w = wording::words(
+        "lb.backlog",
+        Some(Kind::Nginx),
+        vec![
+            ("file", file.to_string()),
+            ("want", want.to_string()),
+            ("short", short.join(", ")),
+        ],
+    );
+    let detail: &[&str] = if f.listens.is_empty() {
+        &["no_listen"]
+    } else if short.is_empty() {
+        &[]
+    } else {
+        &["short_listens"]
+    };
     Finding {
         id: "lb.backlog".into(),
-        title: "nginx: listen backlog matches the profile's somaxconn".into(),
-        status: if lowest >= want { Status::Pass } else { Status::Fail },
+        title: w.title(),
+        status: if lowest >= want {
+            Status::Pass
+        } else {
+            Status::Fail
+        },
         current: Some(Value::Num(lowest as i64)),
         compare: ">=",
         target: Some(Value::Num(want as i64)),
         severity: Severity::Fail,
         scope: Scope::Proxy,
-        why: format!(
-            "nginx asks the kernel for an accept queue of 511 unless listen says backlog=, \
-             whatever net.core.somaxconn ({want} in the profile) allows; a reconnect storm \
-             overflows 511 and the kernel drops the SYNs. {}",
-            if f.listens.is_empty() {
-                "There is no listen directive (nginx listens on *:80 with 511).".to_string()
-            } else if short.is_empty() {
-                String::new()
-            } else {
-                format!("Short: {}.", short.join(", "))
-            }
-        ),
+        why: w.why(detail),
         fix: FixText {
-            runtime: Some(format!(
-                "add backlog={want} to each listen in {file} (e.g. `listen 0.0.0.0:80 backlog={want};`) and reload nginx; nginx caps it at somaxconn, so raise that too (`wstune apply`)"
-            )),
+            runtime: Some(w.fix()),
             persistent: None,
         },
         note: Some(file.to_string()),

@@ -1,19 +1,25 @@
 //! wstune: check, tune and prove a host and a WebSocket server for 100k+ connections.
 //!
-//! The flow, one way: args (`cli`) -> profile + catalog -> host facts (`gather`, through a
-//! `host::Backend`) -> findings (`catalog::eval`, pure) -> `report` -> exit code (`cli`).
+//! The flow, one way: args -> one typed request per command (`cli::resolve`) -> the command
+//! (`cmd`), which runs the shared pipelines (`engine`: profile + catalog -> host facts through a
+//! `host::Backend` -> findings, pure -> `report`) and returns an `outcome::Outcome` -> exit code
+//! (`cli`, the only module that imports `cli`).
 
 pub mod apply;
+pub mod bench;
 pub mod catalog;
 pub mod cli;
 pub mod cluster;
 pub mod cmd;
+pub mod confirm;
+pub mod engine;
 pub mod export;
 pub mod failpoint;
 pub mod gather;
 pub mod host;
 pub mod input;
 pub mod lb;
+pub mod outcome;
 pub mod output;
 pub mod pool;
 pub mod profile;

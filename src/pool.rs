@@ -195,6 +195,37 @@ pub fn knee(points: &[SweepPoint], tolerance: f64) -> Option<u64> {
         .map(|p| p.size)
 }
 
+/// Handler times measured over a run: averages per handled message.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measured {
+    pub jobs: u64,
+    pub wall_ms: f64,
+    pub cpu_ms: f64,
+    /// Waiting for a core (runnable, not running): neither CPU nor blocking. Absent where the
+    /// kernel keeps no scheduler statistics; then it is counted as blocking.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runqueue_ms: Option<f64>,
+    pub blocking_ms: f64,
+    pub ratio: f64,
+}
+
+/// What `wstune pool` concluded (its JSON shape): the measured times, the formula's advice,
+/// the sweep and the size chosen.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured: Option<Measured>,
+    pub advice: Advice,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sweep: Vec<SweepPoint>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub knee: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best: Option<u64>,
+    /// The pool size written with --write-profile (the knee when sweeping, else the formula's).
+    pub chosen: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,30 +8,11 @@
 
 mod common;
 
-use common::{stderr, stdout};
-use std::path::Path;
-use std::process::Output;
-
-fn script(name: &str, env: &str) -> String {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts");
-    format!(
-        "source {} && {env} source {}",
-        dir.join("journal_lib.sh").display(),
-        dir.join(name).display()
-    )
-}
-
-fn tagged(o: &Output, tag: &str) -> Vec<String> {
-    stdout(o)
-        .lines()
-        .filter(|l| l.starts_with(tag))
-        .map(str::to_string)
-        .collect()
-}
+use common::{lib_script, stderr, stdout, tagged};
 
 fn every_step(second: bool) {
     let env = if second { "SECOND=1" } else { "SECOND=0" };
-    let Some(o) = common::in_netns(&script("apply_killed.sh", env)) else {
+    let Some(o) = common::in_netns(&lib_script("apply_killed.sh", env)) else {
         return;
     };
     let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
@@ -84,7 +65,7 @@ fn apply_killed_at_every_step_then_a_second_apply_is_undone_by_one_rollback() {
 
 #[test]
 fn a_full_disk_or_a_read_only_file_partway_stops_apply_and_undoes_it() {
-    let Some(o) = common::in_netns(&script("apply_faults.sh", "")) else {
+    let Some(o) = common::in_netns(&lib_script("apply_faults.sh", "")) else {
         return;
     };
     let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));

@@ -2,15 +2,11 @@
 
 mod common;
 
+use common::tungstenite::{clients, next_text};
 use common::{free_port, redis, Served};
-use futures_util::{SinkExt, StreamExt};
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use futures_util::SinkExt;
+use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// A node on the Redis at `redis_port`: (process, WebSocket port, admin port).
 fn node(app: &str, redis_port: u16) -> (Served, u16, u16) {
@@ -21,46 +17,17 @@ fn node(app: &str, redis_port: u16) -> (Served, u16, u16) {
 }
 
 fn healthz(admin: u16) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", admin)).unwrap();
-    s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").unwrap();
-    let mut r = String::new();
-    s.read_to_string(&mut r).unwrap();
-    r
+    common::get(admin, "/healthz")
 }
 
 fn wait_backplane(admin: u16, state: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let h = healthz(admin);
-        if h.contains(&format!("\"backplane\":\"{state}\"")) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "backplane never {state}: {h}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-async fn clients(port: u16, n: usize) -> Vec<Ws> {
-    let mut v = Vec::new();
-    for _ in 0..n {
-        v.push(
-            tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/"))
-                .await
-                .unwrap()
-                .0,
-        );
-    }
-    v
-}
-
-async fn next_text(ws: &mut Ws) -> String {
-    loop {
-        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
-            Ok(Some(Ok(Message::Text(t)))) => return t.to_string(),
-            Ok(Some(Ok(_))) => continue,
-            other => panic!("no message: {other:?}"),
-        }
-    }
+    let mut h = String::new();
+    common::poll(Duration::from_secs(20), || {
+        h = healthz(admin);
+        h.contains(&format!("\"backplane\":\"{state}\""))
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("backplane never {state}: {h}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,8 +45,8 @@ async fn broadcast_spans_nodes_exactly_once_and_survives_a_redis_restart() {
     on_a[0].send(Message::text("m1")).await.unwrap();
     on_a[0].send(Message::text("m2")).await.unwrap();
     for ws in on_a.iter_mut().chain(on_b.iter_mut()) {
-        assert_eq!(next_text(ws).await, "m1");
-        assert_eq!(next_text(ws).await, "m2");
+        assert_eq!(next_text(ws).await.unwrap(), "m1");
+        assert_eq!(next_text(ws).await.unwrap(), "m2");
     }
     // Redis goes away: A keeps serving its own clients (local delivery), nothing crashes.
     drop(r);
@@ -87,7 +54,7 @@ async fn broadcast_spans_nodes_exactly_once_and_survives_a_redis_restart() {
     wait_backplane(ab, "down");
     on_a[1].send(Message::text("m3")).await.unwrap();
     for ws in on_a.iter_mut() {
-        assert_eq!(next_text(ws).await, "m3");
+        assert_eq!(next_text(ws).await.unwrap(), "m3");
     }
     let mut late = clients(pb, 1).await; // B still accepts connections
                                          // Redis comes back on the same port: both nodes resubscribe and relay again.
@@ -101,7 +68,7 @@ async fn broadcast_spans_nodes_exactly_once_and_survives_a_redis_restart() {
         .chain(late.iter_mut())
     {
         // B's clients never saw m3 (it was local to A during the outage); everyone gets m4.
-        assert_eq!(next_text(ws).await, "m4");
+        assert_eq!(next_text(ws).await.unwrap(), "m4");
     }
     assert!(healthz(aa).contains("\"backplane\":\"up\""));
     // The WebSocket port answers the same health check, for load balancers.
@@ -127,13 +94,16 @@ async fn channels_span_nodes() {
         ws.send(Message::text(r#"{"op":"subscribe","channel":"prices"}"#))
             .await
             .unwrap();
-        assert!(next_text(ws).await.contains("subscribed"));
+        assert!(next_text(ws).await.unwrap().contains("subscribed"));
     }
     other_b
         .send(Message::text(r#"{"op":"subscribe","channel":"news"}"#))
         .await
         .unwrap();
-    assert!(next_text(&mut other_b).await.contains("subscribed"));
+    assert!(next_text(&mut other_b)
+        .await
+        .unwrap()
+        .contains("subscribed"));
     let mut publisher = clients(pa, 1).await.pop().unwrap();
     publisher
         .send(Message::text(
@@ -148,16 +118,16 @@ async fn channels_span_nodes() {
         .await
         .unwrap();
     assert_eq!(
-        next_text(&mut sub_a).await,
+        next_text(&mut sub_a).await.unwrap(),
         r#"{"channel":"prices","data":{"px":101}}"#
     );
     assert_eq!(
-        next_text(&mut sub_b).await,
+        next_text(&mut sub_b).await.unwrap(),
         r#"{"channel":"prices","data":{"px":101}}"#
     );
     // Only the channel's subscribers, on either node.
     assert_eq!(
-        next_text(&mut other_b).await,
+        next_text(&mut other_b).await.unwrap(),
         r#"{"channel":"news","data":"hi"}"#
     );
 }
@@ -200,7 +170,7 @@ async fn reuseport_processes_share_one_port() {
     let mut open = clients(port, 40).await;
     for (i, ws) in open.iter_mut().enumerate() {
         ws.send(Message::text(format!("r{i}"))).await.unwrap();
-        assert_eq!(next_text(ws).await, format!("r{i}"));
+        assert_eq!(next_text(ws).await.unwrap(), format!("r{i}"));
     }
     let count = |admin: u16| -> u64 {
         let h = healthz(admin);

@@ -6,25 +6,18 @@
 
 mod common;
 
-use common::{bin, code, fixture, stderr, stdout, Kill};
+use common::{bin, code, fixture, have, stderr, stdout, try_get_ok, wait_for, Kill};
 use serde_json::Value as Json;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn deploy(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("deploy")
         .join(path)
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 fn promtool(args: &[&str], dir: &Path) -> std::process::Output {
@@ -194,20 +187,6 @@ fn systemd_units_pass_systemd_analyze() {
     }
 }
 
-/// GET a path on 127.0.0.1:port; the body on a 200, else None.
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .ok()?;
-    let mut r = String::new();
-    s.read_to_string(&mut r).ok()?;
-    let (head, body) = r.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200")
-        .then(|| body.to_string())
-        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
-}
-
 fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
@@ -221,21 +200,10 @@ fn urlencode(s: &str) -> String {
 
 /// An instant query; the `data.result` array (None while Prometheus is not up).
 fn query(port: u16, q: &str) -> Option<Vec<Json>> {
-    let body = http_get(port, &format!("/api/v1/query?query={}", urlencode(q)))?;
+    let body = try_get_ok(port, &format!("/api/v1/query?query={}", urlencode(q)))?;
     let v: Json = serde_json::from_str(&body).ok()?;
     assert_eq!(v["status"], "success", "query {q}: {v}");
     v["data"]["result"].as_array().cloned()
-}
-
-fn wait_for<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 /// README's monitoring recipe, live: Prometheus (loading deploy/prometheus/wstune-rules.yml)
@@ -338,27 +306,35 @@ fn prometheus_scrapes_the_server_and_the_check_textfile() {
     );
 
     // The live connection count, scraped from the server.
-    let connections = wait_for("ws_connections in Prometheus", 90, || {
-        let r = query(prom_port, "ws_connections{job=\"wstune\"}")?;
-        let v = r.first()?["value"][1].as_str()?.parse::<f64>().ok()?;
-        (v == clients.len() as f64).then_some(v)
-    });
+    let connections = wait_for(
+        "ws_connections in Prometheus",
+        Duration::from_secs(90),
+        || {
+            let r = query(prom_port, "ws_connections{job=\"wstune\"}")?;
+            let v = r.first()?["value"][1].as_str()?.parse::<f64>().ok()?;
+            (v == clients.len() as f64).then_some(v)
+        },
+    );
     assert_eq!(connections, 7.0);
     // The check results, through node_exporter's textfile collector.
-    let failed = wait_for("wstune_check_result in Prometheus", 60, || {
-        let r = query(
-            prom_port,
-            "wstune_check_result{job=\"node\",status=\"fail\"} == 1",
-        )?;
-        (!r.is_empty()).then_some(r)
-    });
+    let failed = wait_for(
+        "wstune_check_result in Prometheus",
+        Duration::from_secs(60),
+        || {
+            let r = query(
+                prom_port,
+                "wstune_check_result{job=\"node\",status=\"fail\"} == 1",
+            )?;
+            (!r.is_empty()).then_some(r)
+        },
+    );
     assert!(
         failed
             .iter()
             .any(|s| s["metric"]["id"] == "linux.net.core.somaxconn"),
         "the default fixture fails somaxconn: {failed:?}"
     );
-    let fired = wait_for("WstuneCheckFailed to fire", 60, || {
+    let fired = wait_for("WstuneCheckFailed to fire", Duration::from_secs(60), || {
         let r = query(prom_port, "ALERTS{alertname=\"WstuneCheckFailed\"}")?;
         (!r.is_empty()).then_some(r)
     });
@@ -366,7 +342,8 @@ fn prometheus_scrapes_the_server_and_the_check_textfile() {
         .iter()
         .any(|s| s["metric"]["id"] == "linux.net.core.somaxconn"));
     // Every rule of the shipped file evaluates on real series without error.
-    let rules: Json = serde_json::from_str(&http_get(prom_port, "/api/v1/rules").unwrap()).unwrap();
+    let rules: Json =
+        serde_json::from_str(&try_get_ok(prom_port, "/api/v1/rules").unwrap()).unwrap();
     let mut n = 0;
     for g in rules["data"]["groups"].as_array().unwrap() {
         for r in g["rules"].as_array().unwrap() {
@@ -464,36 +441,20 @@ fn man_pages_for_every_subcommand_render_with_man() {
 /// object; the connection's events (opened, closed, refused) carry its peer address and id.
 #[test]
 fn serve_json_logs_carry_each_connections_peer_and_id() {
-    use std::io::BufRead;
-    let mut child = Command::new(bin())
-        .args(["serve", "--profile", "10k", "--port", "0", "--admin", "off"])
-        .args(["--log-format", "json", "--log-level", "debug"])
-        .env("NO_COLOR", "1")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for l in lines.map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                return;
-            }
-        }
-    });
-    let _guard = Kill(child);
-    let next = || {
-        rx.recv_timeout(Duration::from_secs(20))
-            .expect("a log line")
-    };
-    let port: u16 = loop {
-        let l = next();
-        if let Some(r) = l.split("listening on ws://127.0.0.1:").nth(1) {
-            break r.trim_end_matches('/').parse().unwrap();
-        }
-    };
+    let srv = common::serve_env(
+        &[
+            "--profile",
+            "10k",
+            "--admin",
+            "off",
+            "--log-format",
+            "json",
+            "--log-level",
+            "debug",
+        ],
+        &[("RUST_LOG", None)],
+    );
+    let port = srv.port;
     let client = common::ws::upgraded(port, None);
     let local = client.local_addr().unwrap().to_string();
     drop(client);
@@ -503,26 +464,24 @@ fn serve_json_logs_carry_each_connections_peer_and_id() {
         .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
     let refused_peer = plain.local_addr().unwrap().to_string();
-    let mut events: Vec<Json> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let json_events = |log: &[String]| -> Vec<Json> {
+        log.iter()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect()
+    };
     let seen = |events: &[Json], msg: &str| events.iter().any(|e| e["fields"]["message"] == msg);
-    while ![
-        "connection opened",
-        "connection closed",
-        "handshake refused",
-    ]
-    .iter()
-    .all(|m| seen(&events, m))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "missing connection events in {events:?}"
-        );
-        let l = next();
-        if l.starts_with('{') {
-            events.push(serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")));
-        }
-    }
+    srv.wait_log("connection events", Duration::from_secs(20), |log| {
+        let events = json_events(log);
+        [
+            "connection opened",
+            "connection closed",
+            "handshake refused",
+        ]
+        .iter()
+        .all(|m| seen(&events, m))
+    });
+    let events = json_events(&srv.log.lock().unwrap());
     let find = |msg: &str| {
         events
             .iter()
@@ -551,59 +510,25 @@ fn serve_json_logs_carry_each_connections_peer_and_id() {
 #[test]
 fn connection_events_are_debug_and_rust_log_selects_them() {
     let run = |rust_log: Option<&str>| -> String {
-        let mut cmd = Command::new(bin());
-        cmd.args([
-            "serve",
-            "--profile",
-            "10k",
-            "--port",
-            "0",
-            "--admin",
-            "off",
-            "--log-format",
-            "json",
-        ])
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-        match rust_log {
-            Some(v) => cmd.env("RUST_LOG", v),
-            None => cmd.env_remove("RUST_LOG"),
-        };
-        let mut child = cmd.spawn().unwrap();
-        let mut r = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut head = String::new();
-        let port: u16 = loop {
-            let mut l = String::new();
-            assert!(
-                std::io::BufRead::read_line(&mut r, &mut l).unwrap() > 0,
-                "{head}"
-            );
-            head.push_str(&l);
-            if let Some(p) = l.split("listening on ws://127.0.0.1:").nth(1) {
-                break p.trim().trim_end_matches('/').parse().unwrap();
-            }
-        };
-        drop(common::ws::upgraded(port, None));
-        std::thread::sleep(Duration::from_millis(300));
+        let mut srv = common::serve_env(
+            &["--profile", "10k", "--log-format", "json"],
+            &[("RUST_LOG", rust_log)],
+        );
+        drop(common::ws::upgraded(srv.port, None));
+        // The connection has come and gone (its events, if any, are written) before the stop.
+        srv.wait_metric("ws_connections", Duration::from_secs(10), |n| n == 0.0);
         // SIGTERM: the server drains and exits, closing stderr.
-        unsafe_term(child.id());
-        let mut rest = String::new();
-        let _ = r.read_to_string(&mut rest);
-        let _ = child.wait();
-        rest
+        common::signal(srv.pid(), "-TERM");
+        srv.wait_exit(Duration::from_secs(20));
+        srv.wait_log("shutting down", Duration::from_secs(10), |log| {
+            log.iter().any(|l| l.contains("shutting down"))
+        })
     };
     let quiet = run(None);
     assert!(!quiet.contains("connection opened"), "{quiet}");
     assert!(quiet.contains("shutting down"), "{quiet}");
     let loud = run(Some("embedded_server=debug"));
     assert!(loud.contains("\"connection opened\""), "{loud}");
-}
-
-fn unsafe_term(pid: u32) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
 }
 
 /// The Debian package (cargo-deb, deploy/debian/build.sh) installs with dpkg into a scratch

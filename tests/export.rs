@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{bin, code, fixture, stderr, stdout};
+use common::{bin, code, finding, fixture, have, stderr, stdout};
 use serde_json::Value as Json;
 use std::path::Path;
 use std::process::Command;
@@ -17,13 +17,6 @@ fn export(args: &[&str]) -> String {
     let o = common::run(&[&["export"], args].concat());
     assert_eq!(code(&o), 0, "export {args:?}: {}", stderr(&o));
     stdout(&o)
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 /// (key, value, scope, check id) of every exported sysctl.
@@ -62,16 +55,9 @@ fn shield(dir: &Path, json: &str) -> String {
     s
 }
 
+/// The status of finding `id` in a check report.
 fn status_of(report: &Json, id: &str) -> String {
-    report["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["id"] == id)
-        .unwrap_or_else(|| panic!("no finding {id}"))["status"]
-        .as_str()
-        .unwrap()
-        .to_string()
+    finding(report, id)["status"].as_str().unwrap().to_string()
 }
 
 fn host_sysctl(key: &str) -> String {

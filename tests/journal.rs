@@ -5,76 +5,40 @@
 
 mod common;
 
-use common::{assert_same_tree, code, copy_dir, fixture, stderr, stdout, wstune};
-use std::path::Path;
-use std::process::Output;
-
-fn finding(o: &Output, id: &str) -> serde_json::Value {
-    let r: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)));
-    r["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == id)
-        .unwrap_or_else(|| panic!("no finding {id} in {}", r["results"]))
-        .clone()
-}
-
-fn script(name: &str) -> String {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts");
-    format!(
-        "source {} && source {}",
-        dir.join("journal_lib.sh").display(),
-        dir.join(name).display()
-    )
-}
-
-/// The lines of a namespace script's output that start with `tag`.
-fn lines(o: &Output, tag: &str) -> Vec<String> {
-    stdout(o)
-        .lines()
-        .filter(|l| l.starts_with(tag))
-        .map(str::to_string)
-        .collect()
-}
-
-fn line(o: &Output, tag: &str) -> String {
-    lines(o, tag)
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| panic!("no line {tag} in:\n{}\nstderr:\n{}", stdout(o), stderr(o)))
-}
+use common::{
+    assert_same_tree, code, copy_dir, finding, fixture, json_of, lib_script, stderr, stdout,
+    tagged, tagged_line, wstune,
+};
 
 #[test]
 fn an_apply_killed_midway_then_another_apply_is_undone_by_one_rollback() {
     let host_before = std::fs::read_to_string("/proc/sys/net/core/somaxconn").unwrap();
-    let Some(o) = common::in_netns(&script("journal_killed.sh")) else {
+    let Some(o) = common::in_netns(&lib_script("journal_killed.sh", "")) else {
         return;
     };
     let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
     assert_eq!(
-        line(&o, "STEP paused "),
+        tagged_line(&o, "STEP paused "),
         "STEP paused yes",
         "the test build honours WSTUNE_FAILPOINT (feature failpoints): {all}"
     );
     assert_eq!(
-        line(&o, "STEP killed "),
+        tagged_line(&o, "STEP killed "),
         "STEP killed rc=137 same=no",
         "the kill happened between changes: {all}"
     );
     // While the first apply is paused (alive, holding the journal lock), a second one refuses.
     assert_eq!(
-        line(&o, "STEP concurrent "),
+        tagged_line(&o, "STEP concurrent "),
         "STEP concurrent rc=3",
         "{all}"
     );
     assert!(
-        line(&o, "ERR concurrent ").contains("another wstune apply or rollback is running"),
+        tagged_line(&o, "ERR concurrent ").contains("another wstune apply or rollback is running"),
         "{all}"
     );
     // check names the interrupted entry, fails, and gives the fix.
-    let check = line(&o, "CHECK ");
+    let check = tagged_line(&o, "CHECK ");
     let r: serde_json::Value = serde_json::from_str(check.strip_prefix("CHECK ").unwrap()).unwrap();
     let pending = r["results"]
         .as_array()
@@ -99,21 +63,21 @@ fn an_apply_killed_midway_then_another_apply_is_undone_by_one_rollback() {
     );
     // The second apply undoes the interrupted one first and says so.
     assert_eq!(
-        line(&o, "STEP second-apply "),
+        tagged_line(&o, "STEP second-apply "),
         "STEP second-apply rc=0",
         "{all}"
     );
     assert!(
-        line(&o, "ERR second-apply ").contains("was interrupted"),
+        tagged_line(&o, "ERR second-apply ").contains("was interrupted"),
         "{all}"
     );
     // One rollback returns every value and file to the state before the killed apply.
     assert_eq!(
-        line(&o, "STEP rollback "),
+        tagged_line(&o, "STEP rollback "),
         "STEP rollback rc=0 same=yes",
         "{all}"
     );
-    let after = line(&o, "CHECKAFTER ");
+    let after = tagged_line(&o, "CHECKAFTER ");
     let r: serde_json::Value =
         serde_json::from_str(after.strip_prefix("CHECKAFTER ").unwrap()).unwrap();
     let pending = r["results"]
@@ -135,12 +99,12 @@ fn an_apply_killed_midway_then_another_apply_is_undone_by_one_rollback() {
 
 #[test]
 fn values_raised_by_hand_are_persisted_for_the_next_boot() {
-    let Some(o) = common::in_netns(&script("journal_hand_raised.sh")) else {
+    let Some(o) = common::in_netns(&lib_script("journal_hand_raised.sh", "")) else {
         return;
     };
     let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
-    assert_eq!(line(&o, "STEP apply "), "STEP apply rc=0", "{all}");
-    let file = lines(&o, "FILE ");
+    assert_eq!(tagged_line(&o, "STEP apply "), "STEP apply rc=0", "{all}");
+    let file = tagged(&o, "FILE ");
     for want in [
         "FILE net.ipv4.tcp_max_syn_backlog = 100000",
         "FILE net.ipv4.tcp_max_tw_buckets = 500000",
@@ -149,12 +113,12 @@ fn values_raised_by_hand_are_persisted_for_the_next_boot() {
         assert!(file.iter().any(|l| l == want), "{want} missing: {all}");
     }
     assert_eq!(
-        line(&o, "STEP second-apply "),
+        tagged_line(&o, "STEP second-apply "),
         "STEP second-apply rc=0 nothing=yes",
         "persisting them is done once: {all}"
     );
     assert_eq!(
-        line(&o, "STEP rollback "),
+        tagged_line(&o, "STEP rollback "),
         "STEP rollback rc=0 same=yes",
         "{all}"
     );
@@ -216,7 +180,8 @@ fn a_damaged_entry_is_reported_by_check_and_refused_by_apply() {
     std::fs::write(&bad, "{\"id\": \"20991231T2359").unwrap();
 
     let o = wstune(&["check", "--root", t, "-f", "json"]);
-    let f = finding(&o, "wstune.journal.pending");
+    let r = json_of(&o);
+    let f = finding(&r, "wstune.journal.pending");
     assert_eq!(f["status"], "fail", "{f}");
     let bad_s = bad.display().to_string();
     assert!(f["note"].as_str().unwrap().contains(&bad_s), "{f}");
@@ -228,7 +193,10 @@ fn a_damaged_entry_is_reported_by_check_and_refused_by_apply() {
         "{f}"
     );
     // The drift view still works beside it.
-    assert_eq!(finding(&o, "wstune.journal.drift")["status"], "pass");
+    assert_eq!(
+        finding(&json_of(&o), "wstune.journal.drift")["status"],
+        "pass"
+    );
 
     let before = std::fs::read_to_string(tree.join("proc/sys/net/core/somaxconn")).unwrap();
     std::fs::write(tree.join("proc/sys/net/core/somaxconn"), "4096\n").unwrap();
@@ -313,7 +281,13 @@ fn unit_without_systemd_says_so_instead_of_planning_nothing() {
     ) else {
         return;
     };
-    assert_eq!(line(&o, "RC "), "RC 3", "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        tagged_line(&o, "RC "),
+        "RC 3",
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
     assert!(
         stderr(&o).contains("systemd (not running"),
         "{}",
@@ -338,8 +312,8 @@ fn apply_and_rollback_finish_when_stdout_is_closed_early() {
     };
     let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
     assert!(!stderr(&o).contains("panicked"), "{all}");
-    assert_eq!(line(&o, "APPLY "), "APPLY 0 65535", "{all}");
-    let rb = line(&o, "ROLLBACK ");
+    assert_eq!(tagged_line(&o, "APPLY "), "APPLY 0 65535", "{all}");
+    let rb = tagged_line(&o, "ROLLBACK ");
     let f: Vec<&str> = rb.split(' ').collect();
     assert_eq!(
         (f[1], f[2]),
@@ -347,7 +321,7 @@ fn apply_and_rollback_finish_when_stdout_is_closed_early() {
         "rolled back to the value before: {all}"
     );
     assert_eq!(
-        line(&o, "FILES "),
+        tagged_line(&o, "FILES "),
         "FILES 0",
         "the persisted file is gone too: {all}"
     );

@@ -6,14 +6,13 @@ mod common;
 use common::{free_port, run, Kill};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
 
-/// Whether a proxy binary is installed; CI must have it (.ci/run installs both).
-fn have(tool: &str) -> bool {
+/// Whether a proxy binary is installed (and runs); CI must have it (.ci/run installs both).
+fn have_proxy(tool: &str) -> bool {
     let ok = Command::new(tool)
         .arg("-v")
         .output()
@@ -45,7 +44,7 @@ fn generated_configs_pass_the_proxies_own_checks() {
     std::fs::copy(&key, dir.path().join("cert.pem.key")).unwrap();
     let (c, k) = (cert.to_str().unwrap(), key.to_str().unwrap());
     let backends = "127.0.0.1:9001,127.0.0.1:9002";
-    if have("haproxy") {
+    if have_proxy("haproxy") {
         for extra in [
             &[][..],
             &["--sticky", "cookie"],
@@ -65,7 +64,7 @@ fn generated_configs_pass_the_proxies_own_checks() {
             );
         }
     }
-    if have("nginx") {
+    if have_proxy("nginx") {
         for extra in [
             &[][..],
             &["--sticky", "source"],
@@ -171,19 +170,15 @@ fn check_reads_a_proxy_config_against_the_profile() {
 
 /// The connection count a backend reports on its own port (GET /healthz without an upgrade).
 fn healthz(port: u16) -> Option<u64> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        .ok()?;
-    let mut r = String::new();
-    s.read_to_string(&mut r).ok()?;
+    let r = common::try_http(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")?;
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");
-    let body: Value = serde_json::from_str(r.split("\r\n\r\n").nth(1)?).ok()?;
+    let body: Value = serde_json::from_str(common::body(&r)).ok()?;
     body["connections"].as_u64()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_traffic_through_haproxy_survives_losing_a_backend() {
-    if !have("haproxy") {
+    if !have_proxy("haproxy") {
         return;
     }
     let b1 = common::serve(&["--profile", "10k", "--admin", "off"]);
@@ -220,11 +215,7 @@ async fn websocket_traffic_through_haproxy_survives_losing_a_backend() {
             .unwrap(),
     );
     let url = format!("ws://127.0.0.1:{front}/");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", front)).is_err() {
-        assert!(Instant::now() < deadline, "haproxy did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    common::wait_port(front, Duration::from_secs(10), "haproxy");
     // 10 clients through the proxy: every echo comes back, and leastconn uses both backends.
     let mut clients = Vec::new();
     for i in 0..10 {
@@ -281,7 +272,7 @@ async fn websocket_traffic_through_haproxy_survives_losing_a_backend() {
     assert!(s["achieved_rate"].as_f64().unwrap() > 400.0, "{s:#}");
 }
 
-fn check_json(profile: &str, cfg: &std::path::Path, extra: &[&str]) -> Value {
+fn check_lb(profile: &str, cfg: &std::path::Path, extra: &[&str]) -> Value {
     let mut a = vec![
         "check",
         "--profile",
@@ -337,7 +328,7 @@ fn nginx_listens_with_the_profiles_backlog_and_check_flags_one_without() {
         "{text}"
     );
     std::fs::write(&cfg, &text).unwrap();
-    if have("nginx") {
+    if have_proxy("nginx") {
         let o = nginx_t(&cfg, dir.path());
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
@@ -348,7 +339,7 @@ fn nginx_listens_with_the_profiles_backlog_and_check_flags_one_without() {
         generate(&["nginx", "--backends", "127.0.0.1:9001", "--profile", "10k"]),
     )
     .unwrap();
-    let v = check_json("10k", &cfg, &[]);
+    let v = check_lb("10k", &cfg, &[]);
     let b = common::element(&v["results"], "id", "lb.backlog");
     assert_eq!(b["status"], "pass", "{b:#}");
     assert_eq!(b["current"], 4096);
@@ -356,7 +347,7 @@ fn nginx_listens_with_the_profiles_backlog_and_check_flags_one_without() {
         .unwrap()
         .replace(" backlog=4096", "");
     std::fs::write(&cfg, without).unwrap();
-    let v = check_json("10k", &cfg, &[]);
+    let v = check_lb("10k", &cfg, &[]);
     let b = common::element(&v["results"], "id", "lb.backlog");
     assert_eq!(b["status"], "fail", "{b:#}");
     assert_eq!(b["current"], 511);
@@ -376,7 +367,7 @@ fn nginx_listens_with_the_profiles_backlog_and_check_flags_one_without() {
             .replace(":80;", ":80 backlog=1024;"),
     )
     .unwrap();
-    let v = check_json("10k", &cfg, &[]);
+    let v = check_lb("10k", &cfg, &[]);
     let b = common::element(&v["results"], "id", "lb.backlog");
     assert_eq!(
         (b["status"].as_str(), b["current"].as_u64()),
@@ -397,11 +388,11 @@ fn check_counts_nginx_worker_rlimit_nofile() {
          location / { proxy_pass http://u; proxy_read_timeout 120s; proxy_send_timeout 120s; }\n  }\n}\n",
     )
     .unwrap();
-    if have("nginx") {
+    if have_proxy("nginx") {
         let o = nginx_t(&cfg, dir.path());
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
-    let v = check_json("10k", &cfg, &[]);
+    let v = check_lb("10k", &cfg, &[]);
     let cap = common::element(&v["results"], "id", "lb.max_connections");
     assert_eq!(cap["status"], "fail", "{cap:#}");
     assert_eq!(cap["current"], 512, "{cap:#}");
@@ -451,7 +442,7 @@ fn lb_bind_is_validated() {
     // What is accepted, both proxies accept (":PORT" is written "*:PORT": nginx refuses ":PORT").
     let dir = tempfile::tempdir().unwrap();
     for bind in ["*:18443", ":18444", "[::1]:18445", "localhost:18446"] {
-        if have("haproxy") {
+        if have_proxy("haproxy") {
             let cfg = dir.path().join("haproxy.cfg");
             std::fs::write(
                 &cfg,
@@ -465,7 +456,7 @@ fn lb_bind_is_validated() {
                 String::from_utf8_lossy(&o.stderr)
             );
         }
-        if have("nginx") {
+        if have_proxy("nginx") {
             let cfg = dir.path().join("nginx.conf");
             let text = generate(&["nginx", "--backends", "127.0.0.1:9001", "--bind", bind]);
             assert!(!text.contains("listen :"), "{text}");
@@ -497,7 +488,7 @@ fn haproxy_limited(cfg: &std::path::Path, nofile: u32) -> std::process::Child {
 
 #[test]
 fn haproxy_maxconn_has_headroom_and_check_compares_the_fd_limit_of_the_running_proxy() {
-    if !have("haproxy") {
+    if !have_proxy("haproxy") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -527,17 +518,11 @@ fn haproxy_maxconn_has_headroom_and_check_compares_the_fd_limit_of_the_running_p
     std::fs::write(&big, &text).unwrap();
     // The real HAProxy agrees that 4096 fds are not enough: it refuses to start.
     let mut p = haproxy_limited(&big, 4096);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = p.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "haproxy started with 4096 fds for maxconn 11000"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = common::wait_exit(
+        &mut p,
+        Duration::from_secs(10),
+        "haproxy with 4096 fds for maxconn 11000 (it must refuse to start)",
+    );
     let mut err = String::new();
     p.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert!(
@@ -549,12 +534,8 @@ fn haproxy_maxconn_has_headroom_and_check_compares_the_fd_limit_of_the_running_p
     std::fs::write(&small, text.replace("maxconn 11000", "maxconn 1000")).unwrap();
     let proxy = Kill(haproxy_limited(&small, 4096));
     let pid = proxy.0.id().to_string();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "haproxy did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let v = check_json("10k", &big, &["--lb-pid", &pid]);
+    common::wait_port(port, Duration::from_secs(10), "haproxy");
+    let v = check_lb("10k", &big, &["--lb-pid", &pid]);
     let fd = common::element(&v["results"], "id", "lb.fd_limit");
     assert_eq!(fd["status"], "fail", "{fd:#}");
     assert_eq!(fd["current"], 4096, "{fd:#}");
@@ -571,7 +552,7 @@ fn haproxy_maxconn_has_headroom_and_check_compares_the_fd_limit_of_the_running_p
     // The profile's cap is met with headroom.
     let cap = common::element(&v["results"], "id", "lb.max_connections");
     assert_eq!(cap["status"], "pass", "{cap:#}");
-    let v = check_json("10k", &small, &["--lb-pid", &pid]);
+    let v = check_lb("10k", &small, &["--lb-pid", &pid]);
     let fd = common::element(&v["results"], "id", "lb.fd_limit");
     assert_eq!(fd["status"], "pass", "{fd:#}");
     assert_eq!(fd["target"], 2256, "{fd:#}");

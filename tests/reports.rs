@@ -8,16 +8,7 @@ use common::{copy_dir, fixture, stderr};
 use std::path::Path;
 
 fn json_check(args: &[&str]) -> serde_json::Value {
-    let mut all = vec!["check", "-f", "json"];
-    all.extend_from_slice(args);
-    let out = common::run(&all);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    common::json_of(&common::run(&[&["check", "-f", "json"], args].concat()))
 }
 
 // ---- item 5: fix texts for multi-value sysctls keep the other fields ----
@@ -137,19 +128,6 @@ fn euid() -> u32 {
     line.split_whitespace().nth(2).unwrap().parse().unwrap()
 }
 
-/// GET /metrics over plain HTTP/1.0 (the body ends at EOF).
-fn scrape(port: u16) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    body.starts_with("HTTP/1.").then_some(body)
-}
-
 /// README's monitoring recipe, end to end: wstune runs as root and writes the textfile; the
 /// Debian node_exporter, running as an unprivileged user, must read it and export it.
 #[test]
@@ -209,17 +187,11 @@ fn node_exporter_running_unprivileged_exports_the_prom_file() {
         .spawn()
         .unwrap();
     let _guard = common::Kill(child);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let metrics = loop {
-        if let Some(m) = scrape(port) {
-            break m;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "node_exporter did not answer on 127.0.0.1:{port}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    let metrics = common::wait_for(
+        &format!("node_exporter to answer on 127.0.0.1:{port}"),
+        std::time::Duration::from_secs(20),
+        || common::try_get_ok(port, "/metrics"),
+    );
     assert!(
         !metrics
             .lines()
@@ -241,26 +213,12 @@ fn node_exporter_running_unprivileged_exports_the_prom_file() {
 /// `wstune check -f json --root ROOT` with a deadline: a read that blocks or never ends must not
 /// hang the test suite. Returns the report's finding for `id`.
 fn check_tree_bounded(root: &Path, id: &str) -> serde_json::Value {
-    let mut child = std::process::Command::new(common::bin())
-        .args(["check", "-f", "json", "--root", root.to_str().unwrap()])
-        .env("NO_COLOR", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "wstune check --root {} did not finish in 30 s",
-                root.display()
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = common::run_bounded(
+        std::process::Command::new(common::bin())
+            .args(["check", "-f", "json", "--root", root.to_str().unwrap()])
+            .env("NO_COLOR", "1"),
+        std::time::Duration::from_secs(30),
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {}", stderr(&out)));
     common::element(&report["results"], "id", id).clone()

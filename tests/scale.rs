@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{json_of, run};
+use common::{fixture, json_of, run};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -20,19 +20,16 @@ fn small_profile(dir: &Path, conns: usize, rate: u32) -> PathBuf {
     p
 }
 
-fn fixture(name: &str) -> String {
-    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
 fn self_test(profile: &Path, host: &str, extra: &[&str]) -> Output {
     let root = fixture(host);
+    let root = root.to_str().unwrap();
     let mut args = vec![
         "serve",
         "--self-test",
         "--profile",
         profile.to_str().unwrap(),
         "--host-root",
-        &root,
+        root,
         "--scenario",
         "idle",
         "--scenario",
@@ -136,7 +133,7 @@ fn a_run_below_the_profile_count_never_prints_an_unqualified_pass() {
     let script = format!(
         "ulimit -n 400 && exec \"$0\" serve --self-test --processes 1 --profile {} --host-root {} --scenario idle --secs 1 --format json",
         p.display(),
-        fixture("tuned")
+        fixture("tuned").display()
     );
     let o = std::process::Command::new("bash")
         .args(["-c", &script, common::bin()])
@@ -197,7 +194,7 @@ fn past_one_process_fd_limit_the_server_runs_as_several_processes_at_full_count(
         "ulimit -n 400 && exec \"$0\" serve --self-test --profile {} --host-root {} \
          --scenario idle --scenario storm --scenario broadcast --rounds 2 --secs 1 --format json",
         p.display(),
-        fixture("tuned")
+        fixture("tuned").display()
     );
     let o = std::process::Command::new("bash")
         .args(["-c", &script, common::bin()])

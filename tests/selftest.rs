@@ -232,7 +232,11 @@ fn a_server_that_goes_away_mid_run_gives_a_partial_report() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(2000));
+    // Mid-run: every client connected and echoes flowing (the run lasts 4 s).
+    srv.wait_metric("ws_connections", Duration::from_secs(30), |n| n >= 50.0);
+    srv.wait_metric("ws_messages_in_total", Duration::from_secs(30), |n| {
+        n >= 50.0
+    });
     drop(srv);
     let started = Instant::now();
     let o = child.wait_with_output().unwrap();

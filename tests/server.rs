@@ -5,140 +5,20 @@
 mod common;
 
 use common::ws::{
-    self, close_code, deflated_frame, frame, read_frame, status_of, UPGRADE, UPGRADE_DEFLATE,
+    self, close_code, deflated_frame, frame, read_frame, status_of, upgraded, upgraded_deflate,
+    UPGRADE, UPGRADE_DEFLATE,
 };
+use common::{http, Served};
 use futures_util::{SinkExt, StreamExt};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
-/// A running `wstune serve`, killed on drop.
-struct Srv {
-    child: Child,
-    port: u16,
-    admin: u16,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Srv {
-    fn start(args: &[&str]) -> Srv {
-        let mut cmd = Command::new(common::bin());
-        cmd.args([
-            "serve",
-            "--port",
-            "0",
-            "--admin",
-            "127.0.0.1:0",
-            "--profile",
-            "10k",
-        ])
-        .args(args);
-        cmd.stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .env("NO_COLOR", "1");
-        let mut child = cmd.spawn().expect("start wstune serve");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let l2 = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                l2.lock().unwrap().push(line.clone());
-                let _ = tx.send(line);
-            }
-        });
-        let (mut port, mut admin) = (0, 0);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while port == 0 || admin == 0 {
-            let line = rx
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .unwrap_or_else(|_| panic!("server did not start: {:?}", log.lock().unwrap()));
-            if let Some(rest) = line
-                .split("listening on ws://127.0.0.1:")
-                .nth(1)
-                .or_else(|| line.split("listening on wss://127.0.0.1:").nth(1))
-            {
-                port = rest.trim_end_matches('/').parse().unwrap();
-            }
-            if let Some(rest) = line.split("admin on http://127.0.0.1:").nth(1) {
-                admin = rest.split('/').next().unwrap().parse().unwrap();
-            }
-        }
-        Srv {
-            child,
-            port,
-            admin,
-            log,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("ws://127.0.0.1:{}/", self.port)
-    }
-
-    fn get(&self, path: &str) -> String {
-        http(
-            self.admin,
-            &format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n"),
-        )
-    }
-
-    fn metric(&self, name: &str) -> f64 {
-        ws::metric(self.admin, name)
-    }
-
-    fn rss_kib(&self) -> u64 {
-        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        s.lines()
-            .find(|l| l.starts_with("VmRSS:"))
-            .unwrap()
-            .split_whitespace()
-            .nth(1)
-            .unwrap()
-            .parse()
-            .unwrap()
-    }
-}
-
-impl Drop for Srv {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One HTTP exchange; returns the whole response.
-fn http(port: u16, req: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// A raw TCP client after a successful upgrade.
-fn raw(port: u16) -> TcpStream {
-    raw_with(port, None)
-}
-
-/// The same with a tiny receive buffer (no autotuning): a client that cannot absorb much, so a
-/// server's send queue fills quickly when it does not read.
-fn raw_small_rcvbuf(port: u16) -> TcpStream {
-    raw_with(port, Some(4096))
-}
-
-fn raw_with(port: u16, rcvbuf: Option<usize>) -> TcpStream {
-    let (s, head) = ws::upgrade(port, UPGRADE, rcvbuf, Duration::from_secs(10));
-    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
-    assert!(
-        head.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
-        "{head}"
-    );
-    s
+/// `wstune serve --profile 10k ARGS` on free ports (see [`common::serve`]).
+fn serve_10k(args: &[&str]) -> Served {
+    common::serve(&[&["--profile", "10k"], args].concat())
 }
 
 /// Run a Python script that uses the `websockets` package; (stdout, stderr), or None (with a
@@ -168,7 +48,7 @@ fn python_websockets(script: &str, args: &[&str]) -> Option<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokio_tungstenite_echo_text_binary_fragmented_and_ping() {
-    let srv = Srv::start(&["--fragment", "16384"]);
+    let srv = serve_10k(&["--fragment", "16384"]);
     let (mut ws, resp) = tokio_tungstenite::connect_async(srv.url()).await.unwrap();
     assert_eq!(resp.status(), 101);
     ws.send(Message::text("héllo")).await.unwrap();
@@ -198,7 +78,7 @@ async fn tokio_tungstenite_echo_text_binary_fragmented_and_ping() {
 
 #[test]
 fn python_websockets_client_interoperates() {
-    let srv = Srv::start(&["--subprotocol", "chat.v1"]);
+    let srv = serve_10k(&["--subprotocol", "chat.v1"]);
     let script = r#"
 import asyncio, sys, websockets
 async def main(url):
@@ -241,7 +121,7 @@ fn headless_chromium_interoperates() {
         return;
     };
     // The page talks to the channels app and reports back on a channel this test listens to.
-    let srv = Srv::start(&["--app", "channels"]);
+    let srv = serve_10k(&["--app", "channels"]);
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("t.html");
     std::fs::write(
@@ -261,7 +141,7 @@ ws.onmessage = (e) => {{
         ),
     )
     .unwrap();
-    let mut listener = raw(srv.port);
+    let mut listener = upgraded(srv.port, None);
     listener
         .write_all(&frame(
             true,
@@ -313,23 +193,23 @@ ws.onmessage = (e) => {{
 
 #[test]
 fn bad_handshakes_get_the_status_the_rfc_asks_for() {
-    let srv = Srv::start(&[]);
+    let srv = serve_10k(&[]);
     let p = srv.port;
     assert_eq!(
         status_of(&http(p, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")),
         426
     );
-    let v8 = http(p, &UPGRADE.replace("Version: 13", "Version: 8"));
+    let v8 = http(p, UPGRADE.replace("Version: 13", "Version: 8"));
     assert_eq!(status_of(&v8), 426);
     assert!(v8.contains("Sec-WebSocket-Version: 13"), "{v8}");
     assert_eq!(
         status_of(&http(
             p,
-            &UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "bm9wZQ==")
+            UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "bm9wZQ==")
         )),
         400
     );
-    assert_eq!(status_of(&http(p, &UPGRADE.replace("GET", "POST"))), 405);
+    assert_eq!(status_of(&http(p, UPGRADE.replace("GET", "POST"))), 405);
     assert_eq!(
         status_of(&http(p, "\u{16}\u{3}\u{1}not http at all\r\n\r\n")),
         400
@@ -338,14 +218,14 @@ fn bad_handshakes_get_the_status_the_rfc_asks_for() {
     assert_eq!(status_of(&http(p, &huge)), 431);
     assert!(srv.metric("ws_handshakes_rejected_total{reason=\"bad_request\"}") >= 3.0);
     // Still serving.
-    let mut s = raw(p);
+    let mut s = upgraded(p, None);
     s.write_all(&frame(true, 1, b"alive", true)).unwrap();
     assert_eq!(read_frame(&mut s), Some((1, b"alive".to_vec())));
 }
 
 #[test]
 fn protocol_violations_close_with_the_right_code_and_the_server_keeps_serving() {
-    let srv = Srv::start(&["--max-frame", "1024", "--max-message", "4096"]);
+    let srv = serve_10k(&["--max-frame", "1024", "--max-message", "4096"]);
     let cases: Vec<(&str, Vec<u8>, u16)> = vec![
         ("unmasked frame", frame(true, 1, b"x", false), 1002),
         ("reserved opcode", frame(true, 3, b"", true), 1002),
@@ -416,7 +296,7 @@ fn protocol_violations_close_with_the_right_code_and_the_server_keeps_serving() 
         ),
     ];
     for (name, bytes, want) in cases {
-        let mut s = raw(srv.port);
+        let mut s = upgraded(srv.port, None);
         s.write_all(&bytes).unwrap();
         assert_eq!(close_code(&mut s), Some(want), "{name}");
         // The server closes the TCP connection after the close handshake.
@@ -429,7 +309,7 @@ fn protocol_violations_close_with_the_right_code_and_the_server_keeps_serving() 
     }
     assert!(srv.metric("ws_closes_sent_total{code=\"1002\"}") >= 8.0);
     // A clean close is echoed with its code.
-    let mut s = raw(srv.port);
+    let mut s = upgraded(srv.port, None);
     s.write_all(&frame(
         true,
         8,
@@ -438,7 +318,7 @@ fn protocol_violations_close_with_the_right_code_and_the_server_keeps_serving() 
     ))
     .unwrap();
     assert_eq!(close_code(&mut s), Some(4321));
-    let mut s = raw(srv.port);
+    let mut s = upgraded(srv.port, None);
     s.write_all(&frame(true, 1, b"still here", true)).unwrap();
     assert_eq!(read_frame(&mut s), Some((1, b"still here".to_vec())));
 }
@@ -452,7 +332,7 @@ impl<T> Pipe for T {}
 
 #[test]
 fn slowloris_upgrades_time_out_with_408() {
-    let srv = Srv::start(&["--handshake-timeout", "1"]);
+    let srv = serve_10k(&["--handshake-timeout", "1"]);
     let mut s = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
@@ -469,16 +349,16 @@ fn slowloris_upgrades_time_out_with_408() {
 
 #[test]
 fn malformed_frames_in_bulk_leave_memory_bounded() {
-    let srv = Srv::start(&[]);
+    let srv = serve_10k(&[]);
     // Warm up, then measure.
     for _ in 0..50 {
-        let mut s = raw(srv.port);
+        let mut s = upgraded(srv.port, None);
         s.write_all(&frame(true, 3, b"", true)).unwrap();
         let _ = close_code(&mut s);
     }
     let before = srv.rss_kib();
     for i in 0..500 {
-        let mut s = raw(srv.port);
+        let mut s = upgraded(srv.port, None);
         if i % 2 == 0 {
             // A 64-bit length with the top bit set: refused at once.
             s.write_all(&[
@@ -497,14 +377,7 @@ fn malformed_frames_in_bulk_leave_memory_bounded() {
         }
     }
     // Wait until the server has noticed every vanished peer, then look at its memory.
-    let start = Instant::now();
-    while srv.metric("ws_connections") > 0.0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "connections never closed"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    srv.wait_metric("ws_connections", Duration::from_secs(10), |n| n == 0.0);
     let after = srv.rss_kib();
     assert!(
         after < before + 8 * 1024,
@@ -517,10 +390,10 @@ fn malformed_frames_in_bulk_leave_memory_bounded() {
 
 #[test]
 fn upgrades_past_max_connections_get_503_and_origins_are_checked() {
-    let srv = Srv::start(&["--max-connections", "2", "--origin", "https://ok.example"]);
+    let srv = serve_10k(&["--max-connections", "2", "--origin", "https://ok.example"]);
     let with_origin = |o: &str| UPGRADE.replace("\r\n\r\n", &format!("\r\nOrigin: {o}\r\n\r\n"));
     assert_eq!(
-        status_of(&http(srv.port, &with_origin("https://evil.example"))),
+        status_of(&http(srv.port, with_origin("https://evil.example"))),
         403
     );
     let open = |_| {
@@ -534,9 +407,10 @@ fn upgrades_past_max_connections_get_503_and_origins_are_checked() {
     };
     let _a = open(0);
     let _b = open(1);
-    std::thread::sleep(Duration::from_millis(100));
+    // Both count before the third asks.
+    srv.wait_metric("ws_connections", Duration::from_secs(10), |n| n == 2.0);
     assert_eq!(
-        status_of(&http(srv.port, &with_origin("https://ok.example"))),
+        status_of(&http(srv.port, with_origin("https://ok.example"))),
         503
     );
     assert_eq!(
@@ -553,8 +427,8 @@ fn upgrades_past_max_connections_get_503_and_origins_are_checked() {
 
 #[test]
 fn heartbeats_ping_idle_clients_and_close_silent_ones() {
-    let srv = Srv::start(&["--heartbeat-interval", "1", "--heartbeat-timeout", "3"]);
-    let mut silent = raw(srv.port);
+    let srv = serve_10k(&["--heartbeat-interval", "1", "--heartbeat-timeout", "3"]);
+    let mut silent = upgraded(srv.port, None);
     let start = Instant::now();
     let (op, _) = read_frame(&mut silent).unwrap();
     assert_eq!(op, 9, "a ping first");
@@ -595,8 +469,8 @@ fn heartbeats_ping_idle_clients_and_close_silent_ones() {
 
 #[test]
 fn a_consumer_that_does_not_read_is_closed_not_buffered() {
-    let srv = Srv::start(&["--send-queue", "65536", "--backpressure-close", "1013"]);
-    let mut s = raw_small_rcvbuf(srv.port);
+    let srv = serve_10k(&["--send-queue", "65536", "--backpressure-close", "1013"]);
+    let mut s = upgraded(srv.port, Some(4096));
     let before = srv.rss_kib();
     // Send 4 MB of echo requests without reading a byte of the replies (from another thread, so
     // this one can start reading as soon as the server gives up on us).
@@ -606,11 +480,11 @@ fn a_consumer_that_does_not_read_is_closed_not_buffered() {
         let f = frame(true, 2, &[7u8; 16384], true);
         (0..256).take_while(|_| w.write_all(&f).is_ok()).count()
     });
-    let start = Instant::now();
-    while srv.metric("ws_backpressure_closes_total") < 1.0 {
-        assert!(start.elapsed() < Duration::from_secs(10), "never closed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    srv.wait_metric(
+        "ws_backpressure_closes_total",
+        Duration::from_secs(10),
+        |n| n >= 1.0,
+    );
     assert_eq!(close_code(&mut s), Some(1013));
     assert!(
         writer.join().unwrap() > 4,
@@ -625,14 +499,17 @@ fn a_consumer_that_does_not_read_is_closed_not_buffered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broadcast_reaches_everyone_and_a_slow_consumer_does_not_slow_the_rest() {
-    let srv = Srv::start(&["--app", "broadcast"]);
+    let srv = serve_10k(&["--app", "broadcast"]);
     let mut clients = Vec::new();
     for _ in 0..3 {
         clients.push(tokio_tungstenite::connect_async(srv.url()).await.unwrap().0);
     }
     // A slow consumer: upgraded, never reads, tiny receive window.
-    let slow = raw_small_rcvbuf(srv.port);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let slow = upgraded(srv.port, Some(4096));
+    // Every subscriber is connected before the first broadcast.
+    tokio::task::block_in_place(|| {
+        srv.wait_metric("ws_connections", Duration::from_secs(10), |n| n == 4.0)
+    });
     let payload = "z".repeat(20_000);
     let start = Instant::now();
     let mut sender = clients.remove(0);
@@ -686,9 +563,9 @@ async fn broadcast_reaches_everyone_and_a_slow_consumer_does_not_slow_the_rest()
 
 #[test]
 fn channels_subscribe_publish_unsubscribe() {
-    let srv = Srv::start(&["--app", "channels"]);
-    let mut a = raw(srv.port);
-    let mut b = raw(srv.port);
+    let srv = serve_10k(&["--app", "channels"]);
+    let mut a = upgraded(srv.port, None);
+    let mut b = upgraded(srv.port, None);
     let send =
         |s: &mut TcpStream, t: &str| s.write_all(&frame(true, 1, t.as_bytes(), true)).unwrap();
     let recv = |s: &mut TcpStream| String::from_utf8(read_frame(s).unwrap().1).unwrap();
@@ -715,7 +592,7 @@ fn channels_subscribe_publish_unsubscribe() {
 
 #[test]
 fn blocking_handlers_run_on_the_offload_pool() {
-    let srv = Srv::start(&[
+    let srv = serve_10k(&[
         "--handler",
         "block:250",
         "--offload-pool",
@@ -723,7 +600,7 @@ fn blocking_handlers_run_on_the_offload_pool() {
         "--workers",
         "1",
     ]);
-    let mut socks: Vec<TcpStream> = (0..4).map(|_| raw(srv.port)).collect();
+    let mut socks: Vec<TcpStream> = (0..4).map(|_| upgraded(srv.port, None)).collect();
     let start = Instant::now();
     for s in &mut socks {
         s.write_all(&frame(true, 1, b"job", true)).unwrap();
@@ -744,34 +621,24 @@ fn blocking_handlers_run_on_the_offload_pool() {
 
 #[test]
 fn sigterm_closes_every_client_with_1001_and_exits() {
-    let mut srv = Srv::start(&[]);
-    let mut a = raw(srv.port);
-    let mut b = raw(srv.port);
-    Command::new("kill")
-        .args(["-TERM", &srv.child.id().to_string()])
-        .status()
-        .unwrap();
+    let mut srv = serve_10k(&[]);
+    let mut a = upgraded(srv.port, None);
+    let mut b = upgraded(srv.port, None);
+    common::signal(srv.pid(), "-TERM");
     assert_eq!(close_code(&mut a), Some(1001));
     assert_eq!(close_code(&mut b), Some(1001));
     a.write_all(&frame(true, 8, &1001u16.to_be_bytes(), true))
         .unwrap();
     b.write_all(&frame(true, 8, &1001u16.to_be_bytes(), true))
         .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = srv.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = srv.wait_exit(Duration::from_secs(10));
     assert!(status.success());
 }
 
 #[test]
 fn settings_table_and_fd_warning_at_start() {
-    let srv = Srv::start(&["--max-connections", "50000", "--workers", "2"]);
-    let log = srv.log.lock().unwrap().join("\n");
+    let srv = serve_10k(&["--max-connections", "50000", "--workers", "2"]);
+    let log = srv.log_text();
     assert!(
         log.contains("max connections") && log.contains("50000") && log.contains("flag"),
         "{log}"
@@ -841,7 +708,7 @@ fn autobahn(cases: &[&str], expected: &str, server_args: &[&str]) {
         );
         return;
     }
-    let srv = Srv::start(server_args);
+    let srv = serve_10k(server_args);
     let dir = tempfile::tempdir().unwrap();
     let spec = serde_json::json!({
         "outdir": "./reports",
@@ -934,7 +801,7 @@ fn tls_serves_wss_to_a_standard_client() {
     let Some((cert, key)) = common::self_signed_cert(dir.path()) else {
         return;
     };
-    let srv = Srv::start(&[
+    let srv = serve_10k(&[
         "--tls-cert",
         cert.to_str().unwrap(),
         "--tls-key",
@@ -956,13 +823,12 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
     else {
         return;
     };
-    assert!(
-        out.contains("TLS-OK"),
-        "{err}\n{:?}",
-        srv.log.lock().unwrap()
-    );
+    assert!(out.contains("TLS-OK"), "{err}\n{}", srv.log_text());
     // A plain-text client gets nowhere, and the server keeps serving.
-    assert_eq!(status_of(&http(srv.port, UPGRADE)), 0);
+    assert_eq!(
+        status_of(&common::try_http(srv.port, UPGRADE).unwrap_or_default()),
+        0
+    );
     let bad = Command::new(common::bin())
         .args([
             "serve",
@@ -987,15 +853,15 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 
 #[test]
 fn reuseport_accept_loops_share_one_port() {
-    let srv = Srv::start(&["--reuseport", "--acceptors", "3"]);
-    let log = srv.log.lock().unwrap().join("\n");
+    let srv = serve_10k(&["--reuseport", "--acceptors", "3"]);
+    let log = srv.log_text();
     assert!(
         log.lines()
             .any(|l| l.contains("accept loops") && l.contains(" 3 ")),
         "{log}"
     );
     for i in 0..20 {
-        let mut s = raw(srv.port);
+        let mut s = upgraded(srv.port, None);
         let msg = format!("via reuseport {i}");
         s.write_all(&frame(true, 1, msg.as_bytes(), true)).unwrap();
         assert_eq!(read_frame(&mut s), Some((1, msg.into_bytes())));
@@ -1003,11 +869,6 @@ fn reuseport_accept_loops_share_one_port() {
 }
 
 // --- permessage-deflate -------------------------------------------------------------------------
-
-/// A raw client that negotiated permessage-deflate; returns the 101 response too.
-fn raw_deflate(port: u16) -> (TcpStream, String) {
-    ws::upgrade(port, UPGRADE_DEFLATE, None, Duration::from_secs(10))
-}
 
 /// Inflate a sequence of permessage-deflate payloads with one Python zlib stream (context
 /// takeover), as a client would.
@@ -1057,8 +918,8 @@ fn py_zlib(op: &str, data: &[u8]) -> Vec<u8> {
 
 #[test]
 fn deflate_on_the_wire_is_rsv1_and_smaller_and_python_zlib_reads_it() {
-    let srv = Srv::start(&["--deflate", "--deflate-threshold", "256"]);
-    let (mut s, head) = raw_deflate(srv.port);
+    let srv = serve_10k(&["--deflate", "--deflate-threshold", "256"]);
+    let (mut s, head) = ws::upgrade(srv.port, UPGRADE_DEFLATE, None, Duration::from_secs(10));
     assert!(
         head.contains("Sec-WebSocket-Extensions: permessage-deflate\r\n"),
         "{head}"
@@ -1114,7 +975,7 @@ fn deflate_on_the_wire_is_rsv1_and_smaller_and_python_zlib_reads_it() {
 
 #[test]
 fn deflate_bombs_and_corrupt_data_are_refused_with_bounded_memory() {
-    let srv = Srv::start(&[
+    let srv = serve_10k(&[
         "--deflate",
         "--max-message",
         "1048576",
@@ -1125,7 +986,7 @@ fn deflate_bombs_and_corrupt_data_are_refused_with_bounded_memory() {
     assert!(bomb.len() < 100_000);
     let before = srv.rss_kib();
     for _ in 0..5 {
-        let (mut s, _) = raw_deflate(srv.port);
+        let mut s = upgraded_deflate(srv.port);
         s.write_all(&deflated_frame(2, &bomb)).unwrap();
         assert_eq!(
             close_code(&mut s),
@@ -1139,19 +1000,19 @@ fn deflate_bombs_and_corrupt_data_are_refused_with_bounded_memory() {
         "inflation stopped at the cap: RSS {} KiB, was {before}",
         srv.rss_kib()
     );
-    let (mut s, _) = raw_deflate(srv.port);
+    let mut s = upgraded_deflate(srv.port);
     s.write_all(&deflated_frame(2, &[0xff, 0xfe, 0xfd, 0x01, 0x02, 0x03]))
         .unwrap();
     assert_eq!(close_code(&mut s), Some(1007));
     // RSV1 on a continuation frame is a protocol error.
-    let (mut s, _) = raw_deflate(srv.port);
+    let mut s = upgraded_deflate(srv.port);
     let mut cont = frame(true, 0, b"x", true);
     cont[0] |= 0x40;
     s.write_all(&[frame(false, 1, b"a", true), cont].concat())
         .unwrap();
     assert_eq!(close_code(&mut s), Some(1002));
     // Without the extension, RSV1 is a protocol error too.
-    let mut plain = raw(srv.port);
+    let mut plain = upgraded(srv.port, None);
     plain
         .write_all(&deflated_frame(1, &py_zlib("deflate", b"hello")))
         .unwrap();
@@ -1160,7 +1021,7 @@ fn deflate_bombs_and_corrupt_data_are_refused_with_bounded_memory() {
 
 #[test]
 fn python_websockets_with_compression_settings() {
-    let srv = Srv::start(&[
+    let srv = serve_10k(&[
         "--deflate",
         "--deflate-window-bits",
         "12",
@@ -1199,7 +1060,7 @@ asyncio.run(main(sys.argv[1]))
 
 #[test]
 fn broadcast_compresses_once_for_every_deflate_peer() {
-    let srv = Srv::start(&["--app", "broadcast", "--deflate"]);
+    let srv = serve_10k(&["--app", "broadcast", "--deflate"]);
     let offer = "permessage-deflate; server_no_context_takeover";
     let open = |ext: Option<&str>| {
         let req = match ext {
@@ -1262,7 +1123,7 @@ fn context_takeover_peer_decodes_own_replies_mixed_with_shared_frames() {
     // publishes arrive compressed once from a reset context. Mixed on one connection, the
     // client's single inflate stream must decode every one of them, in order, while another
     // client publishes concurrently.
-    let srv = Srv::start(&["--app", "channels", "--deflate", "--deflate-threshold", "0"]);
+    let srv = serve_10k(&["--app", "channels", "--deflate", "--deflate-threshold", "0"]);
     let script = r#"
 import asyncio, json, sys, websockets
 async def main(url):
@@ -1306,8 +1167,8 @@ asyncio.run(main(sys.argv[1]))
 fn an_idle_connection_gives_its_compressor_back() {
     // One heartbeat interval without a compressed message frees the compressor (~256 KiB at
     // the defaults); the decompressor stays, since the client may point into its window.
-    let srv = Srv::start(&["--deflate", "--heartbeat-interval", "1"]);
-    let (mut s, _) = raw_deflate(srv.port);
+    let srv = serve_10k(&["--deflate", "--heartbeat-interval", "1"]);
+    let mut s = upgraded_deflate(srv.port);
     let text = r#"{"price":101.25,"size":300,"side":"buy"}"#.repeat(40);
     s.write_all(&deflated_frame(1, &py_zlib("deflate", text.as_bytes())))
         .unwrap();
@@ -1356,7 +1217,7 @@ fn an_idle_connection_gives_its_compressor_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_message_larger_than_the_send_queue_cap_still_goes_out() {
     // The cap is about data piling up for a consumer, not about message size.
-    let srv = Srv::start(&["--send-queue", "65536", "--fragment", "16384"]);
+    let srv = serve_10k(&["--send-queue", "65536", "--fragment", "16384"]);
     let (mut ws, _) = tokio_tungstenite::connect_async(srv.url()).await.unwrap();
     for size in [60_000, 200_000, 1_000_000] {
         let m = vec![9u8; size];

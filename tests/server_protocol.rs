@@ -4,34 +4,11 @@
 
 mod common;
 
+use common::http;
 use common::ws::{frame, header, metric, read_message, status_of, upgraded, MASK, UPGRADE};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-
-/// One HTTP exchange on a fresh connection: the whole response (until the server closes), or
-/// the head of a 101 (the connection then stays open).
-fn http(port: u16, req: &[u8]) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(req).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e) => panic!(
-                "reading the response: {e} after {:?}",
-                String::from_utf8_lossy(&out)
-            ),
-        }
-        if out.starts_with(b"HTTP/1.1 101 ") && out.windows(4).any(|w| w == b"\r\n\r\n") {
-            break;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
 
 fn close_code(p: &[u8]) -> u16 {
     u16::from_be_bytes([p[0], p[1]])
@@ -136,16 +113,8 @@ fn a_failed_connection_is_dropped_at_once() {
         );
     }
     // And the server lets go of those connections without waiting for the old 2 s either.
-    let start = Instant::now();
-    while metric(srv.admin, "ws_connections") > 0.0 {
-        assert!(
-            // At most the 0.5 s drain now, 2 s before; the rest is slack for a loaded machine.
-            start.elapsed() < Duration::from_millis(1800),
-            "connections still open after {:?}",
-            start.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // At most the 0.5 s drain now, 2 s before; the rest is slack for a loaded machine.
+    srv.wait_metric("ws_connections", Duration::from_millis(1800), |n| n == 0.0);
 }
 
 /// Issue #12 item 17: a consumer that stops reading is closed for backpressure, but when the
@@ -161,16 +130,13 @@ fn a_close_frame_that_was_never_written_is_not_counted_as_sent() {
         let f = frame(true, 2, &[7u8; 16384], true);
         (0..256).take_while(|_| w.write_all(&f).is_ok()).count()
     });
-    let start = Instant::now();
-    while metric(srv.admin, "ws_backpressure_closes_total") < 1.0 {
-        assert!(start.elapsed() < Duration::from_secs(10), "never closed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    srv.wait_metric(
+        "ws_backpressure_closes_total",
+        Duration::from_secs(10),
+        |n| n >= 1.0,
+    );
     // The server gives up on the close after its close wait (2 s) and drops the connection.
-    while metric(srv.admin, "ws_connections") > 0.0 {
-        assert!(start.elapsed() < Duration::from_secs(10), "never dropped");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    srv.wait_metric("ws_connections", Duration::from_secs(10), |n| n == 0.0);
     let _ = writer.join();
     assert_eq!(
         metric(srv.admin, "ws_closes_sent_total{code=\"1008\"}"),
@@ -225,6 +191,7 @@ fn invalid_utf8_fails_before_the_text_frame_is_complete() {
     let f = frame(true, 1, text.as_bytes(), true);
     for piece in f.chunks(777) {
         s.write_all(piece).unwrap();
+        // The pause is the behaviour under test: each piece arrives as its own read.
         std::thread::sleep(Duration::from_millis(2));
     }
     match read_message(&mut s) {
@@ -257,6 +224,7 @@ fn the_request_header_limit_is_8_kib_exactly() {
         if s.write_all(piece).is_err() {
             break;
         }
+        // The pause is the behaviour under test: the head arrives in separate reads.
         std::thread::sleep(Duration::from_millis(5));
     }
     let mut out = Vec::new();

@@ -4,31 +4,22 @@
 
 mod common;
 
-use common::{redis, Served};
+use common::tungstenite::{clients, next_text, Ws};
+use common::{redis, signal, Served};
 use futures_util::{SinkExt, StreamExt};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 fn supervisor(app: &str, n: &str) -> Served {
     common::serve(&["--profile", "10k", "--app", app, "--processes", n])
 }
 
+/// The body of `GET path` on the admin port.
 fn get(admin: u16, path: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", admin)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut r = String::new();
-    s.read_to_string(&mut r).unwrap();
-    r.split_once("\r\n\r\n").unwrap().1.to_string()
+    common::body(&common::get(admin, path)).to_string()
 }
 
 fn healthz(admin: u16) -> serde_json::Value {
@@ -65,36 +56,12 @@ fn wait_health(
     what: &str,
     ok: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let h = healthz(admin);
-        if ok(&h) {
-            return h;
-        }
-        assert!(Instant::now() < deadline, "never {what}: {h:#}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-async fn clients(port: u16, n: usize) -> Vec<Ws> {
-    let mut v = Vec::new();
-    for _ in 0..n {
-        let url = format!("ws://127.0.0.1:{port}/");
-        v.push(tokio_tungstenite::connect_async(url).await.unwrap().0);
-    }
-    v
-}
-
-/// The next text message, or None when the connection closed or failed instead.
-async fn next_text(ws: &mut Ws) -> Option<String> {
-    loop {
-        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
-            Ok(Some(Ok(Message::Text(t)))) => return Some(t.to_string()),
-            Ok(Some(Ok(Message::Close(_)))) | Ok(Some(Err(_))) | Ok(None) => return None,
-            Ok(Some(Ok(_))) => continue,
-            Err(_) => panic!("no message within 10 s"),
-        }
-    }
+    let mut last = serde_json::Value::Null;
+    common::poll(Duration::from_secs(30), || {
+        last = healthz(admin);
+        ok(&last).then(|| last.clone())
+    })
+    .unwrap_or_else(|| panic!("never {what}: {last:#}"))
 }
 
 async fn echo(ws: &mut Ws, text: &str) -> Option<String> {
@@ -107,14 +74,11 @@ async fn echo(ws: &mut Ws, text: &str) -> Option<String> {
 fn assert_spread(admin: u16, n: u64) {
     // Polled: on a loaded machine a process can miss one scrape (it then counts 0), and the
     // last connections may still be registering.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let per = loop {
-        let per = per_process(admin);
-        if per.iter().map(|p| p.1).sum::<u64>() == n || std::time::Instant::now() > deadline {
-            break per;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let mut per = Vec::new();
+    common::poll(Duration::from_secs(10), || {
+        per = per_process(admin);
+        (per.iter().map(|p| p.1).sum::<u64>() == n).then_some(())
+    });
     assert_eq!(per.iter().map(|p| p.1).sum::<u64>(), n, "{per:?}");
     assert!(
         per.iter().all(|p| p.1 > 0),
@@ -144,14 +108,6 @@ fn alive(pid: u64) -> bool {
             .starts_with('Z'),
         Err(_) => false,
     }
-}
-
-fn signal(pid: u64, sig: &str) {
-    assert!(Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,7 +147,7 @@ async fn three_processes_one_port_metrics_summed_and_a_killed_one_restarted() {
     // kill -9 one process: its clients are cut, the others' stay, the port keeps accepting.
     let before = per_process(s.admin);
     let (victim, cut) = before[1];
-    signal(victim, "-KILL");
+    signal(victim as u32, "-KILL");
     // Once the supervisor has reaped it (every thread gone, its listener closed: a connection
     // still in a dying listener's accept queue is lost with it, see README), the port accepts
     // on the others, during the restart's backoff or after it.
@@ -249,20 +205,13 @@ async fn sigterm_drains_every_process_with_1001_and_leaves_none_behind() {
     }
     assert_spread(s.admin, 24);
     let pids: Vec<u64> = per_process(s.admin).iter().map(|p| p.0).collect();
-    signal(s.proc.0.id() as u64, "-TERM");
+    signal(s.pid(), "-TERM");
     for ws in open.iter_mut() {
         let close = close_frame(ws).await;
         assert_eq!(close.map(|c| c.code), Some(CloseCode::Away));
     }
     drop(open); // answer the closes so the processes need not wait out the grace
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(st) = s.proc.0.try_wait().unwrap() {
-            break st;
-        }
-        assert!(Instant::now() < deadline, "the supervisor did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = s.wait_exit(Duration::from_secs(20));
     assert_eq!(status.code(), Some(0));
     for pid in pids {
         assert!(!alive(pid), "process {pid} outlived its supervisor");
@@ -275,16 +224,16 @@ async fn a_supervisor_killed_with_9_leaves_no_orphan() {
     let mut ws = clients(s.port, 1).await.pop().unwrap();
     assert_eq!(echo(&mut ws, "hi").await.as_deref(), Some("hi"));
     let pids: Vec<u64> = per_process(s.admin).iter().map(|p| p.0).collect();
-    signal(s.proc.0.id() as u64, "-KILL");
+    signal(s.pid(), "-KILL");
     // The parent-death signal (SIGTERM) drains the processes: the client gets 1001.
     let close = close_frame(&mut ws).await;
     assert_eq!(close.map(|c| c.code), Some(CloseCode::Away));
     drop(ws);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while pids.iter().any(|&p| alive(p)) {
-        assert!(Instant::now() < deadline, "orphans left: {pids:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_until(
+        &format!("the processes {pids:?} to end"),
+        Duration::from_secs(20),
+        || !pids.iter().any(|&p| alive(p)),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,14 +253,11 @@ async fn broadcast_reaches_every_process_exactly_once() {
     }
     // The counters move just after the frames are queued, and a process can miss a scrape
     // on a loaded machine: poll until they settle.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let m = loop {
-        let m = get(s.admin, "/metrics");
-        if series(&m, "ws_messages_out_total") == 48.0 || std::time::Instant::now() > deadline {
-            break m;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let mut m = String::new();
+    common::poll(Duration::from_secs(10), || {
+        m = get(s.admin, "/metrics");
+        (series(&m, "ws_messages_out_total") == 48.0).then_some(())
+    });
     // Each message crossed to the two other processes once.
     assert_eq!(series(&m, "ws_supervisor_relay_frames_total"), 4.0, "{m}");
     assert_eq!(series(&m, "ws_messages_out_total"), 48.0, "{m}");
@@ -450,11 +396,9 @@ async fn with_cluster_every_process_is_a_node_on_redis() {
             .iter()
             .all(|p| p["backplane"] == "up")
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !get(b.admin, "/healthz").contains("\"backplane\":\"up\"") {
-        assert!(Instant::now() < deadline, "node B never subscribed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_until("node B to subscribe", Duration::from_secs(20), || {
+        get(b.admin, "/healthz").contains("\"backplane\":\"up\"")
+    });
     let mut on_a = clients(a.port, 16).await;
     assert_spread(a.admin, 16);
     let mut on_b = clients(b.port, 2).await;

@@ -4,27 +4,9 @@
 
 mod common;
 
-use common::{element, fixture, wstune};
+use common::{check_json, finding, fixture, wstune};
 use std::path::Path;
 use std::process::Command;
-
-fn check_json(root: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
-    let mut args = vec!["check", "--root", root.to_str().unwrap(), "-f", "json"];
-    args.extend_from_slice(extra);
-    let o = wstune(&args);
-    let report = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    });
-    (o.status.code().unwrap(), report)
-}
-
-fn finding<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
-    element(&report["results"], "id", id)
-}
 
 const RANGES: [&str; 2] = [
     "windows.tcpip.dynamic_port_range",

@@ -15,6 +15,8 @@
 
 mod common;
 
+use common::{finding, run_bounded as bounded};
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -148,31 +150,6 @@ fn wine_env<'a>(cmd: &'a mut Command, prefix: &Path) -> &'a mut Command {
         .env_remove("DISPLAY")
         .env_remove("WAYLAND_DISPLAY")
         .stdin(Stdio::null())
-}
-
-/// Run to completion within `limit`, or kill it and fail the test.
-fn bounded(cmd: &mut Command, limit: Duration) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-    let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!(
-                "{cmd:?} ran past {limit:?}: {}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A fresh Windows for one test: a copy of the template prefix, its wineserver stopped on drop.
@@ -383,10 +360,6 @@ impl Drop for Wine {
         // directory goes away.
         let _ = wine_env(Command::new("wineserver").arg("-k"), &self.prefix()).status();
     }
-}
-
-fn finding<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
-    common::element(&report["results"], "id", id)
 }
 
 fn ok(o: &Output) -> String {

@@ -446,18 +446,6 @@ pub struct LoadArgs {
     pub report: Option<PathBuf>,
 }
 
-impl LoadArgs {
-    /// Whether any load setting was given (they only mean something with a load test).
-    pub fn any_set(&self) -> bool {
-        !self.scenarios.is_empty()
-            || self.conns.is_some()
-            || self.rate.is_some()
-            || self.size.is_some()
-            || self.secs.is_some()
-            || self.report.is_some()
-    }
-}
-
 #[derive(Debug, Args)]
 pub struct LbArgs {
     /// Which proxy.

@@ -1,34 +1,412 @@
-//! Args -> loaded inputs: the profile, the catalog for the host's platform, and the backend.
-//! Every input is validated here, before anything runs, so a bad flag is one clear error.
+//! Args -> one typed request per command: the profile loaded, the catalog for the host's
+//! platform, the backend and the journal's store, every flag checked and turned into the
+//! library's own types. Every input is validated here, before anything runs, so a bad flag is
+//! one clear error; commands (`cmd::*`) receive these values and never see clap's structs.
 
-use super::args::{CheckArgs, TargetArgs};
+use super::args::{
+    self, ApplyArgs, BenchDeflateArgs, CheckArgs, ExportArgs, ExportFormat, LbArgs, LoadArgs,
+    PoolArgs, ProfilesCommand, RollbackArgs, SelftestArgs, ServeArgs, SnapshotArgs, TargetArgs,
+};
 use crate::apply::store::Store;
-use crate::catalog::{self, Catalog};
-use crate::gather::Options;
-use crate::host::{Backend, ReadError};
-use crate::profile::{self, Loaded};
-use anyhow::{bail, Result};
-use std::collections::BTreeSet;
+use crate::cmd;
+use crate::engine::check::{self, LbConfig, Resolved, Target};
+use crate::engine::selftest::Load;
+use crate::host::Backend;
+use crate::report::{self, ListFormat};
+use crate::selftest::client::Target as Url;
+use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Duration;
 
-/// Everything a command needs besides the backend.
-pub struct Inputs {
-    pub profile: Loaded,
-    pub catalog: Catalog,
-    pub options: Options,
-}
-
-pub struct Resolved {
-    pub inputs: Inputs,
-    pub backend: Box<dyn Backend>,
-}
-
-pub fn check(a: &CheckArgs) -> Result<Resolved> {
+pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
     let backend = backend(a.root.as_deref(), a.prefix.as_deref())?;
-    let mut inputs = inputs(&a.target, backend.as_ref())?;
+    let mut inputs = check::inputs(&target(&a.target), backend.as_ref())?;
     inputs.options.watch = a.watch.map(Duration::from_secs);
-    Ok(Resolved { inputs, backend })
+    let lb = match &a.lb_config {
+        Some(path) => Some(LbConfig {
+            path: path.clone(),
+            text: read_lb_config(path)?,
+            pid: a.lb_pid,
+        }),
+        None => None,
+    };
+    Ok(cmd::check::Request {
+        host: Resolved { inputs, backend },
+        store: store(a.root.as_deref(), a.prefix.as_deref()),
+        format: match a.format {
+            args::Format::Table => report::Format::Table,
+            args::Format::Json => report::Format::Json,
+            args::Format::Junit => report::Format::Junit,
+            args::Format::Prometheus => report::Format::Prometheus,
+        },
+        strict: a.strict,
+        show: match a.show {
+            args::ShowArg::Problems => report::Show::Problems,
+            args::ShowArg::All => report::Show::All,
+        },
+        output: a.output.clone(),
+        lb,
+    })
+}
+
+/// `--lb-config FILE` through the one bounded reader: a FIFO or a device named by mistake is
+/// refused at once instead of blocking or filling memory.
+fn read_lb_config(path: &Path) -> Result<String> {
+    use crate::input::{io_words, read_bounded, Refused};
+    // A proxy configuration with includes inlined stays far below this.
+    const MAX_LB_CONFIG_BYTES: u64 = 16 << 20;
+    read_bounded(path, MAX_LB_CONFIG_BYTES, None).map_err(|r| {
+        let why = match r {
+            Refused::Io(e) => io_words(&e),
+            Refused::Directory => "is a directory".into(),
+            Refused::NotRegular => "not a regular file (a device, pipe or socket)".into(),
+            Refused::Outside(real) => format!("resolves to {}", real.display()),
+            Refused::TooLarge(cap) => format!("larger than {} MiB", cap >> 20),
+            Refused::NotUtf8 => "not UTF-8 text".into(),
+        };
+        anyhow::anyhow!(
+            "--lb-config {}: {why}; give the proxy's configuration file",
+            path.display()
+        )
+    })
+}
+
+pub fn apply(a: &ApplyArgs) -> Result<cmd::apply::Request> {
+    let backend = backend(a.root.as_deref(), a.prefix.as_deref())?;
+    let store = store(a.root.as_deref(), a.prefix.as_deref());
+    let inputs = check::inputs(&target(&a.target), backend.as_ref())?;
+    refuse_unit_without_systemd(a.target.unit.as_deref(), backend.as_ref())?;
+    Ok(cmd::apply::Request {
+        host: Resolved { inputs, backend },
+        store,
+        scope: crate::apply::plan::Scope {
+            runtime: !a.persist_only,
+            persist: !a.runtime_only,
+        },
+        dry_run: a.dry_run,
+        yes: a.yes,
+    })
+}
+
+/// `--unit` on a host where systemd cannot be asked (not running, or a captured tree without
+/// the unit): a drop-in would be planned for nothing, so say so instead of planning nothing.
+fn refuse_unit_without_systemd(unit: Option<&str>, backend: &dyn Backend) -> Result<()> {
+    let Some(unit) = unit else {
+        return Ok(());
+    };
+    match backend.systemd_property(unit, "LimitNOFILE") {
+        Err(crate::host::ReadError::NotFound(what)) | Err(crate::host::ReadError::Unsupported(what)) => bail!(
+            "--unit {unit}: {what} does not exist, so there is no unit to give a LimitNOFILE drop-in; drop --unit and raise the server's limit in whatever starts it (or pass --pid PID for the running process). Nothing was changed."
+        ),
+        _ => Ok(()),
+    }
+}
+
+pub fn rollback(a: &RollbackArgs) -> Result<cmd::rollback::Request> {
+    let store = store(a.root.as_deref(), a.prefix.as_deref());
+    // Listing reads only the journal: a --root that is no host tree does not stop it.
+    let action = if a.list {
+        cmd::rollback::Action::List
+    } else {
+        cmd::rollback::Action::Restore {
+            backend: backend(a.root.as_deref(), a.prefix.as_deref())?,
+            id: a.id.clone(),
+            yes: a.yes,
+            force: a.force,
+        }
+    };
+    Ok(cmd::rollback::Request { store, action })
+}
+
+pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
+    use crate::export::Format;
+    let backend = backend(a.root.as_deref(), None)?;
+    let t = Target {
+        profile: a.profile.clone(),
+        catalog: a.catalog.clone(),
+        ..Target::default()
+    };
+    let inputs = check::inputs(&t, backend.as_ref())?;
+    if inputs.catalog.platform != crate::catalog::Platform::Linux {
+        bail!(
+            "export writes Linux settings; {} is not a Linux host (use `wstune apply` on Windows)",
+            backend.describe().source
+        );
+    }
+    if a.unit.is_empty() || a.unit.contains('/') {
+        bail!(
+            "--unit '{}': not a systemd unit name; pass e.g. --unit myserver.service",
+            a.unit
+        );
+    }
+    Ok(cmd::export::Request {
+        host: Resolved { inputs, backend },
+        to: match a.to {
+            ExportFormat::Sysctl => Format::Sysctl,
+            ExportFormat::Limits => Format::Limits,
+            ExportFormat::Systemd => Format::Systemd,
+            ExportFormat::SystemdUnit => Format::SystemdUnit,
+            ExportFormat::Ansible => Format::Ansible,
+            ExportFormat::Kubernetes => Format::Kubernetes,
+            ExportFormat::Docker => Format::Docker,
+            ExportFormat::Compose => Format::Compose,
+            ExportFormat::Json => Format::Json,
+        },
+        unit: a.unit.clone(),
+        output: a.output.clone(),
+    })
+}
+
+pub fn snapshot(a: &SnapshotArgs) -> cmd::snapshot::Request {
+    cmd::snapshot::Request {
+        out_dir: a.out_dir.clone(),
+        target: target(&a.target),
+    }
+}
+
+pub fn lb(a: &LbArgs) -> Result<cmd::lb::Request> {
+    let profile = crate::profile::load(&a.profile)?.profile;
+    let backends = crate::lb::parse_backends(&a.backends).map_err(anyhow::Error::msg)?;
+    Ok(cmd::lb::Request {
+        kind: a.kind,
+        profile,
+        options: crate::lb::Options {
+            backends,
+            bind: crate::lb::parse_bind(&a.bind).map_err(anyhow::Error::msg)?,
+            tls_cert: a.tls_cert.clone(),
+            tls_key: a.tls_key.clone(),
+            sticky: a.sticky,
+        },
+        output: a.output.clone(),
+    })
+}
+
+pub fn profiles(p: &ProfilesCommand) -> cmd::profiles::Request {
+    match p {
+        ProfilesCommand::List { format } => cmd::profiles::Request::List {
+            format: list_format(*format),
+        },
+        ProfilesCommand::Show { name, format } => cmd::profiles::Request::Show {
+            name: name.clone(),
+            json: *format == args::ShowFormat::Json,
+        },
+    }
+}
+
+pub fn bench_deflate(a: &BenchDeflateArgs) -> cmd::bench::DeflateRequest {
+    cmd::bench::DeflateRequest {
+        sizes: a.sizes.clone(),
+        iterations: a.iterations,
+        window_bits: a.window_bits,
+        mem_level: a.mem_level,
+        level: a.level,
+        broadcast: a.broadcast,
+        format: list_format(a.format),
+    }
+}
+
+pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
+    let profile = crate::profile::load(&a.profile)?.profile;
+    let target = Url::parse(&a.url).map_err(anyhow::Error::msg)?;
+    let broadcast = match &a.broadcast_url {
+        Some(u) => Url::parse(u).map_err(anyhow::Error::msg)?,
+        None => target.clone(),
+    };
+    if let Some(pid) = a.pid {
+        if crate::selftest::sample(pid).is_none() {
+            bail!("--pid {pid}: no such process readable in /proc; give the server's pid or leave it out");
+        }
+    }
+    let subscribe = a
+        .subscribe_url
+        .iter()
+        .map(|u| Url::parse(u).map_err(anyhow::Error::msg))
+        .collect::<Result<_>>()?;
+    Ok(cmd::selftest::Request {
+        profile,
+        target,
+        broadcast,
+        subscribe,
+        pid: a.pid,
+        deflate: a.deflate,
+        load: load(&a.load),
+    })
+}
+
+pub fn pool(a: &PoolArgs) -> Result<cmd::pool::Request> {
+    use embedded_server::SimulatedWork;
+    let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    // A host's own count is never refused (it is clamped); a given one past the ceiling is.
+    let cores = a.cores.unwrap_or(host_cores.min(crate::pool::MAX_CORES));
+    crate::pool::check_cores(cores).map_err(anyhow::Error::msg)?;
+    if !(a.secs.is_finite() && a.secs > 0.0 && a.secs <= 600.0) {
+        bail!(
+            "--secs {}: give more than 0 and at most 600 seconds",
+            a.secs
+        );
+    }
+    if a.conns == 0 || a.conns > 100_000 {
+        bail!("--conns {}: give 1..=100000 connections", a.conns);
+    }
+    let handler = match &a.handler {
+        Some(h) => Some(SimulatedWork::parse(h).map_err(|e| anyhow::anyhow!("--handler: {e}"))?),
+        None => None,
+    };
+    if let Some(SimulatedWork::Echo) = handler {
+        bail!("--handler echo runs inline on the I/O threads: there is no pool to size; give cpu:, block: or both");
+    }
+    let sizes: Vec<u64> = a
+        .sizes
+        .split(',')
+        .map(|s| match s.trim().parse::<u64>() {
+            Ok(n) if (1..=4096).contains(&n) => Ok(n),
+            _ => bail!("--sizes: '{s}' is not a pool size 1..=4096 (e.g. --sizes 2,4,8,16)"),
+        })
+        .collect::<Result<_>>()?;
+    if let Some(path) = &a.write_profile {
+        // A bad --profile or an unwritable OUT fails before any work.
+        crate::profile::load(&a.profile)?;
+        crate::output::check_writable(path, "--write-profile")?;
+    }
+    Ok(cmd::pool::Request {
+        blocking_ms: a.blocking_ms,
+        cpu_ms: a.cpu_ms,
+        cores,
+        measure: a.measure,
+        sweep: a.sweep,
+        handler,
+        url: a.url.clone(),
+        admin: a.admin.clone(),
+        sizes,
+        conns: a.conns,
+        secs: a.secs,
+        profile: a.profile.clone(),
+        write_profile: a.write_profile.clone(),
+        format: list_format(a.format),
+    })
+}
+
+pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
+    if a.self_test {
+        if a.tls_cert.is_some() {
+            bail!("--self-test measures the plain ws:// server: drop --tls-cert/--tls-key (TLS is measured at the proxy or with `wstune selftest`)");
+        }
+        // It starts its own echo and broadcast instances on loopback: flags that choose another
+        // app or span nodes would be silently ignored, so they are refused instead.
+        if a.app != args::AppArg::Echo || a.cluster.is_some() || a.reuseport {
+            bail!("--self-test starts its own echo and broadcast instances on loopback, so --app, --cluster and --reuseport do not apply; measure such a server with `wstune selftest --url` (and --pid)");
+        }
+    } else if load(&a.load).any_set() {
+        bail!(
+            "--scenario, --conns, --rate, --size, --secs and --report only apply to a load test: \
+             add --self-test (or measure a running server with `wstune selftest --url`)"
+        );
+    }
+    let profile = crate::profile::load(&a.profile)?.profile;
+    // The host the server runs on, for its warning (and the self-test's host half): a host
+    // that cannot be read gets no warning. `--host-root` is the self-test's stand-in host, and
+    // a tree that is not one is bad input, not a host that fails every check.
+    let root = a.host_root.as_deref().filter(|_| a.self_test);
+    let backend = match root {
+        Some(dir) => Some(
+            backend(Some(dir), None).with_context(|| format!("--host-root {}", dir.display()))?,
+        ),
+        None => backend(None, None).ok(),
+    };
+    let host = backend.and_then(|backend| {
+        let inputs = check::inputs(&Target::profile(&a.profile), backend.as_ref()).ok()?;
+        Some(Resolved { inputs, backend })
+    });
+    Ok(cmd::serve::Request {
+        profile,
+        flags: serve_flags(a),
+        self_test: a.self_test.then(|| load(&a.load)),
+        host,
+    })
+}
+
+fn serve_flags(a: &ServeArgs) -> cmd::serve::Flags {
+    cmd::serve::Flags {
+        profile: a.profile.clone(),
+        bind: a.bind,
+        port: a.port,
+        app: match a.app {
+            args::AppArg::Echo => embedded_server::App::Echo,
+            args::AppArg::Broadcast => embedded_server::App::Broadcast,
+            args::AppArg::Channels => embedded_server::App::Channels,
+        },
+        handler: a.handler.clone(),
+        workers: a.workers,
+        offload_pool: a.offload_pool,
+        offload_queue: a.offload_queue,
+        max_connections: a.max_connections,
+        max_frame: a.max_frame,
+        max_message: a.max_message,
+        fragment: a.fragment,
+        send_queue: a.send_queue,
+        backpressure_close: a.backpressure_close,
+        heartbeat_interval: a.heartbeat_interval,
+        heartbeat_timeout: a.heartbeat_timeout,
+        handshake_timeout: a.handshake_timeout,
+        origins: a.origins.clone(),
+        subprotocols: a.subprotocols.clone(),
+        admin: a.admin.clone(),
+        reuseport: a.reuseport,
+        acceptors: a.acceptors,
+        processes: a.processes,
+        deflate: a.deflate,
+        no_deflate: a.no_deflate,
+        deflate_window_bits: a.deflate_window_bits,
+        deflate_mem_level: a.deflate_mem_level,
+        deflate_level: a.deflate_level,
+        deflate_threshold: a.deflate_threshold,
+        deflate_no_context_takeover: a.deflate_no_context_takeover,
+        inflate_budget: a.inflate_budget,
+        tls_cert: a.tls_cert.clone(),
+        tls_key: a.tls_key.clone(),
+        shutdown_grace: a.shutdown_grace,
+        log_format: match a.log_format {
+            args::LogFormat::Text => cmd::serve::LogFormat::Text,
+            args::LogFormat::Json => cmd::serve::LogFormat::Json,
+        },
+        log_level: a.log_level.clone(),
+        cluster: a.cluster.clone(),
+    }
+}
+
+fn load(l: &LoadArgs) -> Load {
+    Load {
+        scenarios: l.scenarios.clone(),
+        conns: l.conns,
+        rate: l.rate,
+        size: l.size,
+        secs: l.secs,
+        warmup: l.warmup,
+        inflight: l.inflight,
+        rounds: l.rounds,
+        generators: l.generators,
+        sources: l.sources,
+        ramp: l.ramp,
+        storm_concurrency: l.storm_concurrency,
+        format: list_format(l.format),
+        report: l.report.clone(),
+    }
+}
+
+fn list_format(f: args::ListFormat) -> ListFormat {
+    match f {
+        args::ListFormat::Table => ListFormat::Table,
+        args::ListFormat::Json => ListFormat::Json,
+    }
+}
+
+fn target(t: &TargetArgs) -> Target {
+    Target {
+        profile: t.profile.clone(),
+        pid: t.pid,
+        unit: t.unit.clone(),
+        catalog: t.catalog.clone(),
+    }
 }
 
 /// The host to read and write: a captured tree or the live host, with `--prefix` moving the
@@ -52,35 +430,35 @@ pub fn store(root: Option<&Path>, prefix: Option<&Path>) -> Store {
     Store::for_host(root, prefix)
 }
 
-/// Profile, catalog and options for a backend, with `--pid` and `--unit` validated against it.
-pub fn inputs(t: &TargetArgs, backend: &dyn Backend) -> Result<Inputs> {
-    let profile = profile::load(&t.profile)?;
-    let known: BTreeSet<String> = profile.profile.variables().into_keys().collect();
-    let catalog = catalog::load(backend.platform(), t.catalog.as_deref(), &known)?;
-    if let Some(pid) = t.pid {
-        if !backend.process_exists(pid) {
-            match backend.platform() {
-                catalog::Platform::Linux => bail!("--pid {pid}: no such process (or its /proc/{pid}/limits is unreadable); pass the PID of the running server, e.g. from `pgrep -f NAME`"),
-                catalog::Platform::Windows => bail!("--pid {pid}: no such process on this host; pass the PID of the running server, e.g. from `Get-Process NAME` or `tasklist`"),
-            }
-        }
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// `--lb-config` named a FIFO: `check` blocked forever on the read (found while moving the
+    /// read here); now it is refused at once with the reason, like a missing file.
+    #[test]
+    fn an_lb_config_that_is_no_regular_file_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("haproxy.cfg");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let e = read_lb_config(&fifo).unwrap_err().to_string();
+        assert!(
+            e.contains("not a regular file") && e.contains("--lb-config"),
+            "{e}"
+        );
+        let e = read_lb_config(&dir.path().join("missing.cfg"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with("no such file; give the proxy's configuration file"),
+            "{e}"
+        );
+        let ok = dir.path().join("ok.cfg");
+        std::fs::write(&ok, "global\n").unwrap();
+        assert_eq!(read_lb_config(&ok).unwrap(), "global\n");
     }
-    if let Some(unit) = &t.unit {
-        if unit.is_empty() || unit.contains('/') {
-            bail!("--unit '{unit}': not a systemd unit name; pass e.g. --unit myserver.service");
-        }
-        // A unit systemd does not know is a usage error; systemd not running is a skip.
-        if let Err(ReadError::Other(msg)) = backend.systemd_property(unit, "LimitNOFILE") {
-            bail!("--unit {unit}: {msg}");
-        }
-    }
-    Ok(Inputs {
-        profile,
-        catalog,
-        options: Options {
-            pid: t.pid,
-            unit: t.unit.clone(),
-            watch: None,
-        },
-    })
 }

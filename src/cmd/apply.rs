@@ -1,15 +1,27 @@
 //! `wstune apply`: check, plan, show, confirm, journal, change, check again.
 
+use crate::apply::store::Store;
 use crate::apply::{self, journal, plan};
 use crate::catalog::eval::Status;
 use crate::catalog::Scope as CheckScope;
-use crate::cli::args::ApplyArgs;
-use crate::cli::confirm::{confirm, PASS_YES};
-use crate::cli::{exit, resolve};
-use crate::cmd::check::{make_report, make_report_and_facts};
-use crate::output;
+use crate::confirm::{confirm, PASS_YES};
+use crate::engine::check::{report as make_report, report_and_facts, Resolved};
+use crate::outcome::Outcome;
 use crate::output::say;
 use anyhow::{bail, Result};
+
+/// `apply`, resolved: inputs and backend (`--unit` known to systemd), where its files and
+/// journal go, and what to do.
+pub struct Request {
+    pub host: Resolved,
+    pub store: Store,
+    /// Runtime values, persistent files, or both.
+    pub scope: plan::Scope,
+    /// Show the plan and change nothing.
+    pub dry_run: bool,
+    /// Confirmed already (`--yes`).
+    pub yes: bool,
+}
 
 /// The refusal for a real apply without root, wherever it is first noticed.
 const NOT_ROOT: &str = "apply changes kernel settings and files under /etc: run it as root (sudo wstune apply ...), or add --dry-run to only see the plan. Nothing was changed.";
@@ -24,12 +36,10 @@ pub fn not_privileged(platform: crate::catalog::Platform) -> &'static str {
     }
 }
 
-pub fn run(a: &ApplyArgs) -> Result<u8> {
-    let backend = resolve::backend(a.root.as_deref(), a.prefix.as_deref())?;
+pub fn run(a: Request) -> Result<Outcome> {
+    let Resolved { inputs, backend } = &a.host;
     let backend = backend.as_ref();
-    let store = resolve::store(a.root.as_deref(), a.prefix.as_deref());
-    let inputs = resolve::inputs(&a.target, backend)?;
-    refuse_unit_without_systemd(a, backend)?;
+    let store = &a.store;
     // One apply or rollback at a time. Taken before reading the journal so that a `pending`
     // entry seen under the lock is one whose process died. With no journal directory yet there
     // is nothing to recover, and it is taken (creating it) only when there is something to do,
@@ -38,9 +48,9 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
     let mut lock = if a.dry_run || !backend.privileged() {
         None
     } else {
-        journal::Lock::acquire_existing(&store)?
+        journal::Lock::acquire_existing(store)?
     };
-    let (entries, damaged) = journal::scan(&store)?;
+    let (entries, damaged) = journal::scan(store)?;
     if let Some(d) = damaged.first() {
         bail!(
             "journal entry {} is damaged ({}): apply cannot tell what an earlier apply changed, so it changes nothing.\nFix: {}",
@@ -51,7 +61,7 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
     }
     if entries.iter().any(|e| e.state == journal::State::Pending) {
         if a.dry_run {
-            if journal::Lock::probe(&store) == journal::LockState::Held {
+            if journal::Lock::probe(store) == journal::LockState::Held {
                 say!("note: another apply or rollback is running now (its entry shows as pending until it ends); this plan may be out of date when it finishes");
             } else {
                 say!("note: an earlier apply was interrupted (`wstune rollback --list` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make");
@@ -65,7 +75,7 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
                     PASS_YES,
                 )?;
             }
-            for line in apply::recover::undo_interrupted(&entries, backend, &store)? {
+            for line in apply::recover::undo_interrupted(&entries, backend, store)? {
                 // Not eprintln!: a closed stderr (`2>&1 | head`) must not stop the apply here,
                 // between the undo and the new changes.
                 use std::io::Write as _;
@@ -73,25 +83,21 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
             }
         }
     }
-    let (before, facts) = make_report_and_facts(&inputs, backend, None);
-    let scope = plan::Scope {
-        runtime: !a.persist_only,
-        persist: !a.runtime_only,
-    };
-    let p = plan::plan(&inputs.catalog, &before.results, &facts, scope);
+    let (before, facts) = report_and_facts(inputs, backend, None);
+    let p = plan::plan(&inputs.catalog, &before.results, &facts, a.scope);
     let profile = &inputs.profile.profile.name;
 
     if p.actions.is_empty() {
         say!("Nothing to change: this host already has every setting wstune can change for profile {profile}.");
         print_notes(&p.notes);
         print_remaining(&before.results);
-        return Ok(exit::OK);
+        return Ok(Outcome::Ok);
     }
-    say!("{}", plan_table(&p));
+    say!("{}", crate::report::plan_table(&p));
     print_notes(&p.notes);
     if a.dry_run {
         say!("Dry run: nothing was changed.");
-        return Ok(exit::OK);
+        return Ok(Outcome::Ok);
     }
 
     if !backend.privileged() {
@@ -106,22 +112,22 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
     }
 
     if lock.is_none() {
-        lock = Some(journal::Lock::acquire(&store)?);
+        lock = Some(journal::Lock::acquire(store)?);
     }
     let mut entry = apply::record(
         &p,
         backend,
-        &store,
+        store,
         &format!("{profile} ({})", inputs.profile.source),
     )?;
-    journal::save(&store, &entry)?;
-    apply::execute(&mut entry, backend, &store)?;
+    journal::save(store, &entry)?;
+    apply::execute(&mut entry, backend, store)?;
     say!(
         "Applied {} change(s); the old values are in journal entry {} (undo with `wstune rollback`).",
         entry.actions.len(),
         entry.id
     );
-    let after = make_report(&inputs, backend, Some(&store));
+    let after = make_report(inputs, backend, Some(store));
     let s = &after.summary;
     say!(
         "check after apply: {} pass, {} fail, {} warn, {} skip, {} info",
@@ -133,88 +139,7 @@ pub fn run(a: &ApplyArgs) -> Result<u8> {
     );
     print_remaining(&after.results);
     drop(lock);
-    Ok(exit::OK)
-}
-
-/// `--unit` on a host where systemd cannot be asked (not running, or a captured tree without
-/// the unit): a drop-in would be planned for nothing, so say so instead of planning nothing.
-fn refuse_unit_without_systemd(a: &ApplyArgs, backend: &dyn crate::host::Backend) -> Result<()> {
-    let Some(unit) = &a.target.unit else {
-        return Ok(());
-    };
-    match backend.systemd_property(unit, "LimitNOFILE") {
-        Err(crate::host::ReadError::NotFound(what)) | Err(crate::host::ReadError::Unsupported(what)) => bail!(
-            "--unit {unit}: {what} does not exist, so there is no unit to give a LimitNOFILE drop-in; drop --unit and raise the server's limit in whatever starts it (or pass --pid PID for the running process). Nothing was changed."
-        ),
-        _ => Ok(()),
-    }
-}
-
-/// The plan for people: one row per setting (its change now and at boot side by side, not two
-/// rows), grouped by area in the check table's order, then the files it writes.
-fn plan_table(p: &plan::Plan) -> String {
-    // (area, setting) -> (now, at boot), in first-seen order within each area.
-    let mut rows: Vec<(&'static str, String, Option<String>, Option<String>)> = Vec::new();
-    for a in &p.actions {
-        let change = format!("{} -> {}", a.from.as_deref().unwrap_or("-"), a.to);
-        let area = crate::report::area(&a.check);
-        let i = match rows.iter().position(|r| r.0 == area && r.1 == a.setting) {
-            Some(i) => i,
-            None => {
-                rows.push((area, a.setting.clone(), None, None));
-                rows.len() - 1
-            }
-        };
-        let slot = if a.op.is_runtime() {
-            &mut rows[i].2
-        } else {
-            &mut rows[i].3
-        };
-        *slot = Some(match &a.op {
-            plan::Op::Sysctl { .. } | plan::Op::SysctlFile { .. } | plan::Op::LimitsFile { .. } => {
-                change
-            }
-            op => format!("{change} ({})", op.place()),
-        });
-    }
-    let order = |area: &str| {
-        crate::report::AREAS
-            .iter()
-            .position(|a| *a == area)
-            .unwrap_or(usize::MAX)
-    };
-    rows.sort_by_key(|r| order(r.0));
-    let mut t = output::new_table();
-    t.set_header(vec!["Area", "Setting", "Now", "At boot"]);
-    let mut last = "";
-    for (area, setting, now, boot) in &rows {
-        t.add_row(vec![
-            if *area == last {
-                String::new()
-            } else {
-                area.to_string()
-            },
-            setting.clone(),
-            now.clone().unwrap_or_else(|| "-".into()),
-            boot.clone().unwrap_or_else(|| "-".into()),
-        ]);
-        last = area;
-    }
-    let mut files: Vec<String> = Vec::new();
-    for a in p.actions.iter().filter(|a| !a.op.is_runtime()) {
-        if !files.contains(&a.op.place()) {
-            files.push(a.op.place());
-        }
-    }
-    let mut out = format!(
-        "Plan ({} change(s) to {} setting(s)):\n{t}",
-        p.actions.len(),
-        rows.len()
-    );
-    if !files.is_empty() {
-        out.push_str(&format!("\nAt boot: written to {}", files.join(", ")));
-    }
-    out
+    Ok(Outcome::Ok)
 }
 
 fn print_notes(notes: &[String]) {

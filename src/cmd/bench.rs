@@ -1,80 +1,27 @@
-//! `wstune bench deflate`: the seed's permessage-deflate table on this machine.
-//!
-//! 10,000 compress + decompress round trips of a JSON message per size, output checked equal
-//! to input, in three modes: a persistent context (context takeover), no context takeover (one
-//! compressor reset after each message), and a fresh compressor per message (the seed's
-//! "before"). Two payload streams: the same message repeated (what the seed's figures most
-//! likely measure: with context takeover a repeat is almost all back-references) and a ticker
-//! feed whose values change in every message.
+//! `wstune bench deflate`: the measurements in `crate::bench`, a table or JSON.
 
-use crate::cli::args::{BenchDeflateArgs, ListFormat};
-use crate::cli::exit;
+use crate::bench::{self, parse_size, Settings};
+use crate::outcome::Outcome;
 use crate::output;
+use crate::report::{self, ListFormat};
 use anyhow::{bail, Result};
-use embedded_server::deflate::{Compressor, Decompressor};
-use serde::Serialize;
-use std::time::Instant;
 
-/// The seed's figures, ms per 10,000 round trips: (size KiB, persistent before, after, no-context before, after).
-const SEED: [(usize, f64, f64, f64, f64); 4] = [
-    (1, 437.0, 28.0, 149.0, 75.0),
-    (4, 480.0, 88.0, 173.0, 100.0),
-    (16, 546.0, 431.0, 302.0, 228.0),
-    (64, 1994.0, 1725.0, 1216.0, 1094.0),
-];
-
-#[derive(Debug, Serialize)]
-struct Row {
-    size_bytes: usize,
-    stream: &'static str,
-    mode: &'static str,
-    iterations: usize,
-    ms_total: f64,
-    ms_per_10k: f64,
-    us_per_round_trip: f64,
-    /// Compressed bytes / original bytes, averaged over the run.
-    ratio: f64,
-    seed_after_ms_per_10k: Option<f64>,
-    seed_before_ms_per_10k: Option<f64>,
+/// `bench deflate` as given; the sizes and codec settings are checked here, where they are used.
+#[derive(Debug, Clone)]
+pub struct DeflateRequest {
+    /// Message sizes, comma-separated (1k = 1024 bytes).
+    pub sizes: String,
+    /// Round trips per size, stream and mode.
+    pub iterations: usize,
+    pub window_bits: u8,
+    pub mem_level: u8,
+    pub level: u8,
+    /// The broadcast cost to this many recipients instead of round trips.
+    pub broadcast: Option<usize>,
+    pub format: ListFormat,
 }
 
-/// A JSON ticker message of about `size` bytes; `i` varies the values (distinct stream).
-pub fn message(size: usize, i: u64) -> Vec<u8> {
-    let mut s = String::from("[");
-    let mut k = 0u64;
-    while s.len() < size {
-        if k > 0 {
-            s.push(',');
-        }
-        let x = (i.wrapping_mul(2654435761).wrapping_add(k * 40503)) % 100000;
-        s.push_str(&format!(
-            "{{\"symbol\":\"SYM{k:03}\",\"bid\":{}.{:05},\"ask\":{}.{:05},\"volume\":{},\"seq\":{},\"venue\":\"XNAS\"}}",
-            x % 500,
-            x,
-            x % 500,
-            (x + 7) % 100000,
-            x * 13 % 1000003,
-            i * 100 + k
-        ));
-        k += 1;
-    }
-    s.push(']');
-    s.into_bytes()
-}
-
-fn parse_size(s: &str) -> Result<usize> {
-    let t = s.trim().to_ascii_lowercase();
-    let (num, mul) = match t.strip_suffix('k') {
-        Some(n) => (n, 1024),
-        None => (t.as_str(), 1),
-    };
-    match num.parse::<usize>() {
-        Ok(n) if n > 0 && n * mul <= 16 << 20 => Ok(n * mul),
-        _ => bail!("--sizes: '{s}' is not a size like 1k or 4096 (1 byte .. 16 MiB)"),
-    }
-}
-
-pub fn deflate(a: &BenchDeflateArgs) -> Result<u8> {
+pub fn deflate(a: &DeflateRequest) -> Result<Outcome> {
     let sizes: Vec<usize> = a.sizes.split(',').map(parse_size).collect::<Result<_>>()?;
     if a.iterations == 0 {
         bail!("--iterations must be at least 1");
@@ -82,272 +29,33 @@ pub fn deflate(a: &BenchDeflateArgs) -> Result<u8> {
     if !(9..=15).contains(&a.window_bits) || !(1..=9).contains(&a.mem_level) || a.level > 9 {
         bail!("--window-bits 9..=15, --mem-level 1..=9, --level 0..=9");
     }
-    if let Some(n) = a.broadcast {
-        return broadcast(&sizes, n, a);
-    }
-    let mut rows = Vec::new();
-    for &size in &sizes {
-        for stream in ["repeated", "distinct"] {
-            // Messages are made before the clock starts; distinct ones cycle through 64.
-            let msgs: Vec<Vec<u8>> = (0..if stream == "repeated" { 1 } else { 64 })
-                .map(|i| message(size, i))
-                .collect();
-            for mode in ["persistent", "no_context_takeover", "fresh_per_message"] {
-                rows.push(run(size, stream, mode, &msgs, a));
-            }
-        }
-    }
-    let text = match a.format {
-        ListFormat::Json => serde_json::to_string_pretty(&rows)? + "\n",
-        ListFormat::Table => table(&rows, a),
-    };
-    output::emit(None, &text)?;
-    Ok(exit::OK)
-}
-
-fn run(
-    size: usize,
-    stream: &'static str,
-    mode: &'static str,
-    msgs: &[Vec<u8>],
-    a: &BenchDeflateArgs,
-) -> Row {
-    let takeover = mode == "persistent";
-    let mut c = Compressor::new(a.window_bits, a.mem_level, a.level, takeover);
-    let mut d = Decompressor::new(takeover);
-    let (mut z, mut out) = (Vec::new(), Vec::new());
-    let mut compressed = 0usize;
-    let mut original = 0usize;
-    let start = Instant::now();
-    for i in 0..a.iterations {
-        let msg = &msgs[i % msgs.len()];
-        if mode == "fresh_per_message" {
-            c = Compressor::new(a.window_bits, a.mem_level, a.level, false);
-            d = Decompressor::new(false);
-        }
-        c.compress(msg, &mut z);
-        out.clear();
-        d.decompress(&z, &mut out, usize::MAX)
-            .expect("a message we compressed inflates");
-        // Checked on every message: a benchmark that skipped it could measure a broken codec.
-        assert!(out == *msg, "round trip changed the message");
-        compressed += z.len();
-        original += msg.len();
-    }
-    let ms = start.elapsed().as_secs_f64() * 1000.0;
-    let seed = SEED.iter().find(|s| s.0 * 1024 == size);
-    let (before, after) = match (seed, mode) {
-        (Some(s), "persistent") => (Some(s.1), Some(s.2)),
-        (Some(s), "no_context_takeover") => (Some(s.3), Some(s.4)),
-        (Some(s), "fresh_per_message") => (Some(s.1), None),
-        _ => (None, None),
-    };
-    Row {
-        size_bytes: size,
-        stream,
-        mode,
+    let settings = Settings {
         iterations: a.iterations,
-        ms_total: ms,
-        ms_per_10k: ms * 10_000.0 / a.iterations as f64,
-        us_per_round_trip: ms * 1000.0 / a.iterations as f64,
-        ratio: compressed as f64 / original as f64,
-        seed_after_ms_per_10k: after,
-        seed_before_ms_per_10k: before,
-    }
-}
-
-fn table(rows: &[Row], a: &BenchDeflateArgs) -> String {
-    let mut t = output::new_table();
-    t.set_header(vec![
-        "size",
-        "stream",
-        "mode",
-        "ms / 10k round trips",
-        "ratio",
-        "seed after",
-        "seed before",
-    ]);
-    for r in rows {
-        let opt = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
-        t.add_row(vec![
-            format!("{} KiB", r.size_bytes as f64 / 1024.0),
-            r.stream.to_string(),
-            r.mode.to_string(),
-            format!("{:.1}", r.ms_per_10k),
-            format!("{:.3}", r.ratio),
-            opt(r.seed_after_ms_per_10k),
-            opt(r.seed_before_ms_per_10k),
-        ]);
-    }
-    format!(
-        "permessage-deflate round trips (compress + decompress + compare), window {} bits, memLevel {}, level {}, {} iterations per row.\n\
-         'repeated' sends one message again and again (what the seed most likely measured); 'distinct' is a ticker whose values change.\n{t}\n",
-        a.window_bits, a.mem_level, a.level, a.iterations
-    )
-}
-
-#[derive(Debug, Serialize)]
-struct BroadcastRow {
-    size_bytes: usize,
-    recipients: usize,
-    mode: &'static str,
-    messages: usize,
-    /// CPU time spent compressing, per broadcast message.
-    ms_per_broadcast: f64,
-    /// Bytes on the wire per recipient, over original bytes.
-    ratio: f64,
-    /// Deflate contexts held for the recipients while the stream runs.
-    deflate_memory_bytes: u64,
-}
-
-/// Broadcast cost: `n` recipients get every message of the ticker stream. "once" compresses
-/// each message a single time from a reset context (what `Hub::broadcast` does for every
-/// deflate peer); "per_connection" keeps one context-takeover compressor per recipient (what
-/// a server that compresses per connection pays). Both outputs are inflated by a recipient to
-/// check them.
-fn broadcast(sizes: &[usize], n: usize, a: &BenchDeflateArgs) -> Result<u8> {
-    if n == 0 || n > 100_000 {
-        bail!("--broadcast: 1..=100000 recipients (each one holds a ~256 KiB context in per-connection mode)");
-    }
-    let messages = a.iterations.clamp(1, 1000);
-    let mut rows = Vec::new();
-    for &size in sizes {
-        let msgs: Vec<Vec<u8>> = (0..64).map(|i| message(size, i)).collect();
-        for mode in ["once", "per_connection"] {
-            let mut z = Vec::new();
-            let (mut wire, mut original) = (0usize, 0usize);
-            let mut per_conn: Vec<Compressor> = Vec::new();
-            let mut check = Decompressor::new(mode == "per_connection");
-            let mut out = Vec::new();
-            let mut cpu = std::time::Duration::ZERO;
-            for i in 0..messages {
-                let msg = &msgs[i % msgs.len()];
-                let start = Instant::now();
-                if mode == "once" {
-                    embedded_server::deflate::compress_fresh(
-                        a.window_bits,
-                        a.mem_level,
-                        a.level,
-                        msg,
-                        &mut z,
-                    );
-                    wire += z.len() * n;
-                } else {
-                    if per_conn.is_empty() {
-                        per_conn = (0..n)
-                            .map(|_| Compressor::new(a.window_bits, a.mem_level, a.level, true))
-                            .collect();
-                    }
-                    for c in &mut per_conn {
-                        c.compress(msg, &mut z);
-                        wire += z.len();
-                    }
-                }
-                cpu += start.elapsed();
-                original += msg.len() * n;
-                // The last recipient's copy (per connection: its own stream) must inflate back.
-                out.clear();
-                check
-                    .decompress(&z, &mut out, usize::MAX)
-                    .expect("a broadcast we compressed inflates");
-                assert!(out == *msg, "broadcast changed the message");
+        window_bits: a.window_bits,
+        mem_level: a.mem_level,
+        level: a.level,
+    };
+    let text = match a.broadcast {
+        Some(n) => {
+            let rows = bench::broadcast(&sizes, n, &settings)?;
+            match a.format {
+                ListFormat::Json => serde_json::to_string_pretty(&rows)? + "\n",
+                ListFormat::Table => report::broadcast_table(
+                    &rows,
+                    &settings,
+                    bench::broadcast_messages(&settings),
+                    n,
+                ),
             }
-            let memory = match mode {
-                "once" => {
-                    embedded_server::memory::deflate_compressor_bytes(a.window_bits, a.mem_level)
-                }
-                _ => {
-                    n as u64
-                        * embedded_server::memory::deflate_compressor_bytes(
-                            a.window_bits,
-                            a.mem_level,
-                        )
-                }
-            };
-            rows.push(BroadcastRow {
-                size_bytes: size,
-                recipients: n,
-                mode,
-                messages,
-                ms_per_broadcast: cpu.as_secs_f64() * 1000.0 / messages as f64,
-                ratio: wire as f64 / original as f64,
-                deflate_memory_bytes: memory,
-            });
         }
-    }
-    let text = match a.format {
-        ListFormat::Json => serde_json::to_string_pretty(&rows)? + "\n",
-        ListFormat::Table => {
-            let mut t = output::new_table();
-            t.set_header(vec![
-                "size",
-                "mode",
-                "compress ms / broadcast",
-                "wire ratio",
-                "deflate memory",
-            ]);
-            for r in &rows {
-                t.add_row(vec![
-                    format!("{} KiB", r.size_bytes as f64 / 1024.0),
-                    r.mode.to_string(),
-                    format!("{:.3}", r.ms_per_broadcast),
-                    format!("{:.3}", r.ratio),
-                    format!(
-                        "{:.1} MiB",
-                        r.deflate_memory_bytes as f64 / (1 << 20) as f64
-                    ),
-                ]);
+        None => {
+            let rows = bench::round_trips(&sizes, &settings);
+            match a.format {
+                ListFormat::Json => serde_json::to_string_pretty(&rows)? + "\n",
+                ListFormat::Table => report::round_trip_table(&rows, &settings),
             }
-            format!(
-                "Broadcasting {messages} distinct ticker messages to {n} recipients with permessage-deflate (window {} bits, memLevel {}, level {}).\n\
-                 'once' compresses each message one time for everybody (the server's way); 'per_connection' keeps a context per recipient.\n{t}\n",
-                a.window_bits, a.mem_level, a.level
-            )
         }
     };
     output::emit(None, &text)?;
-    Ok(exit::OK)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn messages_are_json_of_the_asked_size() {
-        for size in [1024, 4096, 65536] {
-            let m = message(size, 3);
-            assert!(m.len() >= size && m.len() < size + 200);
-            let v: serde_json::Value = serde_json::from_slice(&m).unwrap();
-            assert!(v.as_array().unwrap().len() > 3);
-            assert_ne!(message(size, 3), message(size, 4));
-        }
-        assert_eq!(parse_size("4k").unwrap(), 4096);
-        assert!(parse_size("0").is_err() && parse_size("x").is_err());
-    }
-}
-
-#[cfg(test)]
-mod peer_parity {
-    /// bench/deflate_peer.py must generate byte-identical messages, or the comparison is unfair.
-    #[test]
-    fn python_peer_generates_the_same_messages() {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/deflate_peer.py");
-        let code = format!("import runpy,sys\nsys.argv=['x']\nsrc=open({script:?}).read().rsplit('main()',1)[0]\nns={{}}\nexec(src,ns)\nsys.stdout.buffer.write(ns['message'](4096,5)+b'|'+ns['message'](1024,63))");
-        let Ok(o) = std::process::Command::new("python3")
-            .arg("-c")
-            .arg(&code)
-            .output()
-        else {
-            return;
-        };
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let want = [
-            super::message(4096, 5),
-            b"|".to_vec(),
-            super::message(1024, 63),
-        ]
-        .concat();
-        assert_eq!(o.stdout, want);
-    }
+    Ok(Outcome::Ok)
 }

@@ -1,26 +1,24 @@
 //! `wstune completions SHELL` and `wstune man --out DIR`: shell completion scripts
 //! (clap_complete) and man pages (clap_mangen) generated from the same clap definitions the
-//! parser uses, so they cannot drift from the flags. The Debian package ships both.
+//! parser uses, so they cannot drift from the flags (`cli` passes them in as `clap::Command`).
+//! The Debian package ships both.
 
-use crate::cli::args::Cli;
-use crate::cli::exit;
+use crate::outcome::Outcome;
 use crate::output;
 use anyhow::{bail, Context, Result};
-use clap::CommandFactory;
 use clap_complete::Shell;
 use std::path::Path;
 
-pub fn completions(shell: Shell) -> Result<u8> {
-    let mut cmd = Cli::command();
+pub fn completions(mut cmd: clap::Command, shell: Shell) -> Result<Outcome> {
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut cmd, "wstune", &mut buf);
     output::emit(None, &String::from_utf8(buf).context("completion script")?)?;
-    Ok(exit::OK)
+    Ok(Outcome::Ok)
 }
 
 /// wstune.1 and one page per (visible) subcommand, `wstune-check.1`,
 /// `wstune-bench-deflate.1`...; each written atomically.
-pub fn man(dir: &Path) -> Result<u8> {
+pub fn man(mut cmd: clap::Command, dir: &Path) -> Result<Outcome> {
     if !dir.is_dir() {
         bail!(
             "--out {}: no such directory; create it first (mkdir -p {})",
@@ -28,12 +26,11 @@ pub fn man(dir: &Path) -> Result<u8> {
             dir.display()
         );
     }
-    let mut cmd = Cli::command();
     cmd.build();
     let mut written = Vec::new();
     page(&cmd, "wstune", dir, &mut written)?;
     println!("wrote {} man pages to {}", written.len(), dir.display());
-    Ok(exit::OK)
+    Ok(Outcome::Ok)
 }
 
 fn page(cmd: &clap::Command, name: &str, dir: &Path, written: &mut Vec<String>) -> Result<()> {

@@ -2,36 +2,27 @@
 //! value rule apply uses (`apply::plan::settings`), then one renderer from `crate::export`.
 
 use crate::apply::plan;
-use crate::cli::args::{ExportArgs, ExportFormat, TargetArgs};
-use crate::cli::{exit, resolve};
-use crate::cmd::check::make_report_and_facts;
+use crate::engine::check::{report_and_facts, Resolved};
 use crate::export::{self, Export, Format};
+use crate::outcome::Outcome;
 use crate::output;
 use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
 
-pub fn run(a: &ExportArgs) -> Result<u8> {
-    let backend = resolve::backend(a.root.as_deref(), None)?;
+/// `export`, resolved: inputs and a Linux backend (this host or a `--root` tree), the form,
+/// the unit a drop-in is for (a valid unit name), and where to write.
+pub struct Request {
+    pub host: Resolved,
+    pub to: Format,
+    pub unit: String,
+    /// `-o`: a file, or for the systemd units a directory; else standard output.
+    pub output: Option<PathBuf>,
+}
+
+pub fn run(a: Request) -> Result<Outcome> {
+    let Resolved { inputs, backend } = &a.host;
     let backend = backend.as_ref();
-    let target = TargetArgs {
-        profile: a.profile.clone(),
-        pid: None,
-        unit: None,
-        catalog: a.catalog.clone(),
-    };
-    let inputs = resolve::inputs(&target, backend)?;
-    if inputs.catalog.platform != crate::catalog::Platform::Linux {
-        bail!(
-            "export writes Linux settings; {} is not a Linux host (use `wstune apply` on Windows)",
-            backend.describe().source
-        );
-    }
-    if a.unit.is_empty() || a.unit.contains('/') {
-        bail!(
-            "--unit '{}': not a systemd unit name; pass e.g. --unit myserver.service",
-            a.unit
-        );
-    }
-    let (report, facts) = make_report_and_facts(&inputs, backend, None);
+    let (report, facts) = report_and_facts(inputs, backend, None);
     let info = backend.describe();
     let e = Export {
         profile: inputs.profile.profile.name.clone(),
@@ -44,23 +35,15 @@ pub fn run(a: &ExportArgs) -> Result<u8> {
         },
         settings: plan::settings(&inputs.catalog, &report.results, &facts),
     };
-    let format = match a.to {
-        ExportFormat::Sysctl => Format::Sysctl,
-        ExportFormat::Limits => Format::Limits,
-        ExportFormat::Systemd => Format::Systemd,
-        ExportFormat::SystemdUnit => return units(&e, a),
-        ExportFormat::Ansible => Format::Ansible,
-        ExportFormat::Kubernetes => Format::Kubernetes,
-        ExportFormat::Docker => Format::Docker,
-        ExportFormat::Compose => Format::Compose,
-        ExportFormat::Json => Format::Json,
-    };
-    output::emit(a.output.as_deref(), &export::render(&e, format, &a.unit))?;
-    Ok(exit::OK)
+    if a.to == Format::SystemdUnit {
+        return units(&e, &a);
+    }
+    output::emit(a.output.as_deref(), &export::render(&e, a.to, &a.unit))?;
+    Ok(Outcome::Ok)
 }
 
 /// Three files, so `-o` names a directory.
-fn units(e: &Export, a: &ExportArgs) -> Result<u8> {
+fn units(e: &Export, a: &Request) -> Result<Outcome> {
     let Some(dir) = a.output.as_deref().filter(|d| d.is_dir()) else {
         bail!("--to systemd-unit writes three files (wstune-serve.service, wstune-check.service, wstune-check.timer): give an existing directory with -o DIR");
     };
@@ -83,5 +66,5 @@ fn units(e: &Export, a: &ExportArgs) -> Result<u8> {
         output::write_atomic(&path, &text)
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(exit::OK)
+    Ok(Outcome::Ok)
 }

@@ -1,21 +1,22 @@
 //! `wstune lb haproxy|nginx`: a proxy configuration for WebSocket traffic from the profile.
 
-use crate::cli::args::LbArgs;
-use crate::cli::exit;
 use crate::lb;
+use crate::outcome::Outcome;
+use crate::profile::Profile;
 use anyhow::Result;
+use std::path::PathBuf;
 
-pub fn run(a: &LbArgs) -> Result<u8> {
-    let profile = crate::profile::load(&a.profile)?.profile;
-    let backends = lb::parse_backends(&a.backends).map_err(anyhow::Error::msg)?;
-    let o = lb::Options {
-        backends,
-        bind: lb::parse_bind(&a.bind).map_err(anyhow::Error::msg)?,
-        tls_cert: a.tls_cert.clone(),
-        tls_key: a.tls_key.clone(),
-        sticky: a.sticky,
-    };
-    let text = lb::generate(a.kind, &profile, &o).map_err(anyhow::Error::msg)?;
-    crate::output::emit(a.output.as_deref(), &text)?;
-    Ok(exit::OK)
+/// `lb`, resolved: the proxy, the profile loaded, the backends and listen address parsed.
+pub struct Request {
+    pub kind: lb::Kind,
+    pub profile: Profile,
+    pub options: lb::Options,
+    /// `-o FILE`, else standard output.
+    pub output: Option<PathBuf>,
+}
+
+pub fn run(r: Request) -> Result<Outcome> {
+    let text = lb::generate(r.kind, &r.profile, &r.options).map_err(anyhow::Error::msg)?;
+    crate::output::emit(r.output.as_deref(), &text)?;
+    Ok(Outcome::Ok)
 }

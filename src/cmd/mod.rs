@@ -1,4 +1,7 @@
-//! One module per subcommand, wiring the pieces: resolve -> gather -> evaluate -> report.
+//! One module per subcommand. Each takes its typed `Request` (built by `cli::resolve`: inputs
+//! loaded, flags checked) and returns an `Outcome` (or an error); it runs the shared pipelines
+//! in `engine`, has `report` format what people read, and emits it. A command never imports
+//! `cli` or another command (a unit test in `cli` keeps it so).
 
 pub mod apply;
 pub mod bench;

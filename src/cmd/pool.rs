@@ -1,45 +1,40 @@
 //! `wstune pool`: the guide's pool formula from given times, from times measured on a real
 //! handler under load (`--measure`), or an experiment over pool sizes (`--sweep`).
 
-use crate::cli::args::{ListFormat, PoolArgs};
-use crate::cli::exit;
-use crate::pool::{self, Advice, SweepPoint};
+use crate::outcome::Outcome;
+use crate::pool::{self, Measured, SweepPoint};
+use crate::report::ListFormat;
 use crate::selftest::{self, client::Target, Options, Scenario};
 use anyhow::{bail, Context, Result};
 use embedded_server::{Hub, Server, ServerConfig, SimulatedWork};
-use serde::Serialize;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Handler times measured over a run: averages per handled message.
-#[derive(Debug, Clone, Serialize)]
-pub struct Measured {
-    pub jobs: u64,
-    pub wall_ms: f64,
-    pub cpu_ms: f64,
-    /// Waiting for a core (runnable, not running): neither CPU nor blocking. Absent where the
-    /// kernel keeps no scheduler statistics; then it is counted as blocking.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub runqueue_ms: Option<f64>,
-    pub blocking_ms: f64,
-    pub ratio: f64,
-}
-
-#[derive(Debug, Serialize)]
-struct Output {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    measured: Option<Measured>,
-    advice: Advice,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    sweep: Vec<SweepPoint>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    knee: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    best: Option<u64>,
-    /// The pool size written with --write-profile (the knee when sweeping, else the formula's).
-    chosen: u64,
+/// `pool`, resolved: every number checked, the handler parsed, `--write-profile`'s profile
+/// loadable and its file writable.
+pub struct Request {
+    pub blocking_ms: Option<f64>,
+    pub cpu_ms: Option<f64>,
+    /// Cores to size for (given, or this host's, clamped).
+    pub cores: u64,
+    pub measure: bool,
+    pub sweep: bool,
+    /// The handler a local server runs (never echo: there is no pool to size).
+    pub handler: Option<SimulatedWork>,
+    /// A running server to measure, and its admin address.
+    pub url: Option<String>,
+    pub admin: Option<String>,
+    /// Pool sizes for the sweep.
+    pub sizes: Vec<u64>,
+    pub conns: usize,
+    pub secs: f64,
+    /// The profile `--write-profile` copies (a built-in name or a file).
+    pub profile: String,
+    pub write_profile: Option<PathBuf>,
+    pub format: ListFormat,
 }
 
 /// The server's running sums for offloaded messages: (seconds, observations) per histogram.
@@ -289,9 +284,8 @@ async fn sweep(
 fn write_profile(spec: &str, out: &std::path::Path, pool_size: u64, queue: u64) -> Result<()> {
     let text = match crate::profile::EMBEDDED.iter().find(|(n, _)| *n == spec) {
         Some((_, t)) => t.to_string(),
-        None => {
-            std::fs::read_to_string(spec).with_context(|| format!("cannot read profile {spec}"))?
-        }
+        None => crate::profile::read_config_file(std::path::Path::new(spec))
+            .map_err(|e| anyhow::anyhow!("cannot read profile {spec}: {e}"))?,
     };
     let mut found = (false, false);
     let mut lines: Vec<String> = Vec::new();
@@ -322,40 +316,8 @@ fn write_profile(spec: &str, out: &std::path::Path, pool_size: u64, queue: u64) 
     crate::output::write_atomic(out, &new)
 }
 
-pub fn run(a: &PoolArgs) -> Result<u8> {
-    let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    // A host's own count is never refused (it is clamped); a given one past the ceiling is.
-    let cores = a.cores.unwrap_or(host_cores.min(pool::MAX_CORES));
-    pool::check_cores(cores).map_err(anyhow::Error::msg)?;
-    if !(a.secs.is_finite() && a.secs > 0.0 && a.secs <= 600.0) {
-        bail!(
-            "--secs {}: give more than 0 and at most 600 seconds",
-            a.secs
-        );
-    }
-    if a.conns == 0 || a.conns > 100_000 {
-        bail!("--conns {}: give 1..=100000 connections", a.conns);
-    }
-    let handler = match &a.handler {
-        Some(h) => Some(SimulatedWork::parse(h).map_err(|e| anyhow::anyhow!("--handler: {e}"))?),
-        None => None,
-    };
-    if let Some(SimulatedWork::Echo) = handler {
-        bail!("--handler echo runs inline on the I/O threads: there is no pool to size; give cpu:, block: or both");
-    }
-    let sizes: Vec<u64> = a
-        .sizes
-        .split(',')
-        .map(|s| match s.trim().parse::<u64>() {
-            Ok(n) if (1..=4096).contains(&n) => Ok(n),
-            _ => bail!("--sizes: '{s}' is not a pool size 1..=4096 (e.g. --sizes 2,4,8,16)"),
-        })
-        .collect::<Result<_>>()?;
-    if let Some(path) = &a.write_profile {
-        // A bad --profile or an unwritable OUT fails before any work.
-        crate::profile::load(&a.profile)?;
-        crate::output::check_writable(path, "--write-profile")?;
-    }
+pub fn run(a: Request) -> Result<Outcome> {
+    let (cores, handler, sizes) = (a.cores, a.handler, &a.sizes);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -398,7 +360,7 @@ pub fn run(a: &PoolArgs) -> Result<u8> {
             let Some(h) = handler else {
                 bail!("--sweep restarts the server at each size: give --handler SPEC");
             };
-            rt.block_on(sweep(h, &sizes, a.conns, a.secs))?
+            rt.block_on(sweep(h, sizes, a.conns, a.secs))?
         } else {
             Vec::new()
         };
@@ -419,7 +381,7 @@ pub fn run(a: &PoolArgs) -> Result<u8> {
         .max_by(|x, y| x.throughput.total_cmp(&y.throughput))
         .map(|p| p.size);
     let chosen = knee.unwrap_or(advice.pool_size);
-    let out = Output {
+    let out = pool::Report {
         measured,
         advice,
         sweep: points,
@@ -429,7 +391,7 @@ pub fn run(a: &PoolArgs) -> Result<u8> {
     };
     let text = match a.format {
         ListFormat::Json => serde_json::to_string_pretty(&out)? + "\n",
-        ListFormat::Table => table(&out),
+        ListFormat::Table => crate::report::pool_table(&out),
     };
     crate::output::emit(None, &text)?;
     if let Some(path) = &a.write_profile {
@@ -441,85 +403,7 @@ pub fn run(a: &PoolArgs) -> Result<u8> {
             path.display()
         );
     }
-    Ok(exit::OK)
-}
-
-fn table(o: &Output) -> String {
-    let a = &o.advice;
-    let mut s = String::new();
-    if let Some(m) = &o.measured {
-        s.push_str(&format!(
-            "measured over {} handled messages: wall {:.2} ms, on CPU {:.2} ms, {}blocking {:.2} ms, ratio {:.2}\n",
-            m.jobs,
-            m.wall_ms,
-            m.cpu_ms,
-            m.runqueue_ms
-                .map(|q| format!("waiting for a core {q:.2} ms, "))
-                .unwrap_or_default(),
-            m.blocking_ms,
-            m.ratio
-        ));
-    }
-    let mut t = crate::output::new_table();
-    t.set_header(vec!["setting", "value", "why"]);
-    t.add_row(vec![
-        "offload pool size".to_string(),
-        a.pool_size.to_string(),
-        format!(
-            "{} + ({:.2} / {:.2}) x {} (PoolSize = CPUCount + blocking/cpu x CPUCount)",
-            a.cores, a.blocking_ms, a.cpu_ms, a.cores
-        ),
-    ]);
-    t.add_row(vec![
-        "io workers".to_string(),
-        a.io_workers.to_string(),
-        "one per core: the event loop never blocks (the guide's 2-4 is for workers that may)"
-            .into(),
-    ]);
-    t.add_row(vec![
-        "offload queue size".to_string(),
-        a.queue_size.to_string(),
-        "bounded: a full queue stops reading (TCP backpressure)".into(),
-    ]);
-    s.push_str(&format!("{t}\n"));
-    if !o.sweep.is_empty() {
-        let mut t = crate::output::new_table();
-        t.set_header(vec![
-            "pool size",
-            "msgs/s",
-            "p99 ms",
-            "queue avg",
-            "queue max",
-            "",
-        ]);
-        for p in &o.sweep {
-            let mut mark = Vec::new();
-            if Some(p.size) == o.knee {
-                mark.push("knee");
-            }
-            if Some(p.size) == o.best {
-                mark.push("best throughput");
-            }
-            t.add_row(vec![
-                p.size.to_string(),
-                format!("{:.0}", p.throughput),
-                format!("{:.1}", p.p99_ms),
-                format!("{:.1}", p.queue_avg),
-                format!("{:.0}", p.queue_max),
-                mark.join(", "),
-            ]);
-        }
-        s.push_str(&format!("{t}\n"));
-        s.push_str(&format!(
-            "sweep knee: {} (smallest size within 5% of the best throughput, p99 no worse); formula: {}\n",
-            o.knee.map(|k| k.to_string()).unwrap_or_else(|| "-".into()),
-            a.pool_size
-        ));
-    }
-    for n in &a.notes {
-        s.push_str(&format!("- {n}\n"));
-    }
-    s
+    Ok(Outcome::Ok)
 }
 
 #[cfg(test)]

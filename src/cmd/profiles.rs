@@ -1,14 +1,22 @@
 //! `wstune profiles list|show`.
 
-use crate::cli::args::{ListFormat, ProfilesCommand, ShowFormat};
-use crate::cli::exit;
+use crate::outcome::Outcome;
 use crate::output;
 use crate::profile::{self, EMBEDDED};
+use crate::report::ListFormat;
 use anyhow::Result;
 
-pub fn run(cmd: ProfilesCommand) -> Result<u8> {
-    match cmd {
-        ProfilesCommand::List { format } => {
+/// `profiles list|show`.
+pub enum Request {
+    /// One line per built-in profile.
+    List { format: ListFormat },
+    /// One profile in full: a built-in name or a file.
+    Show { name: String, json: bool },
+}
+
+pub fn run(r: Request) -> Result<Outcome> {
+    match r {
+        Request::List { format } => {
             let profiles: Vec<profile::Profile> = EMBEDDED
                 .iter()
                 .map(|(name, _)| profile::load(name).map(|l| l.profile))
@@ -21,43 +29,24 @@ pub fn run(cmd: ProfilesCommand) -> Result<u8> {
                         .collect();
                     serde_json::to_string_pretty(&rows)? + "\n"
                 }
-                ListFormat::Table => {
-                    let mut t = output::new_table();
-                    t.set_header(vec![
-                        "Profile",
-                        "Connections",
-                        "nofile",
-                        "somaxconn",
-                        "deflate window",
-                        "Description",
-                    ]);
-                    for p in &profiles {
-                        t.add_row(vec![
-                            p.name.clone(),
-                            p.connections.to_string(),
-                            p.linux.nofile.to_string(),
-                            p.linux.somaxconn.to_string(),
-                            p.server.deflate.window_bits.to_string(),
-                            p.description.clone(),
-                        ]);
-                    }
-                    format!("{t}\nShow one in full: wstune profiles show NAME\n")
+                ListFormat::Table => crate::report::profile_list(&profiles),
+            };
+            output::emit(None, &text)?;
+        }
+        Request::Show { name, json } => {
+            let loaded = profile::load(&name)?;
+            let text = if json {
+                serde_json::to_string_pretty(&loaded.profile)? + "\n"
+            } else {
+                // The built-in text keeps its comments, which document every key.
+                match EMBEDDED.iter().find(|(n, _)| *n == name) {
+                    Some((_, text)) => text.to_string(),
+                    None => profile::read_config_file(std::path::Path::new(&name))
+                        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?,
                 }
             };
             output::emit(None, &text)?;
         }
-        ProfilesCommand::Show { name, format } => {
-            let loaded = profile::load(&name)?;
-            let text = match format {
-                // The built-in text keeps its comments, which document every key.
-                ShowFormat::Yaml => match EMBEDDED.iter().find(|(n, _)| *n == name) {
-                    Some((_, text)) => text.to_string(),
-                    None => std::fs::read_to_string(&name)?,
-                },
-                ShowFormat::Json => serde_json::to_string_pretty(&loaded.profile)? + "\n",
-            };
-            output::emit(None, &text)?;
-        }
     }
-    Ok(exit::OK)
+    Ok(Outcome::Ok)
 }

@@ -2,20 +2,43 @@
 
 use crate::apply::journal::{self, Entry, Lock, State};
 use crate::apply::{self, recover, store::Store};
-use crate::cli::args::RollbackArgs;
-use crate::cli::confirm::{confirm, PASS_YES};
-use crate::cli::{exit, resolve};
-use crate::output;
+use crate::confirm::{confirm, PASS_YES};
+use crate::host::Backend;
+use crate::outcome::Outcome;
+use crate::output::say;
 use anyhow::{anyhow, bail, Result};
 
-use crate::output::say;
+/// `rollback`, resolved: where the journal is, and what to do with it.
+pub struct Request {
+    pub store: Store,
+    pub action: Action,
+}
 
-pub fn run(a: &RollbackArgs) -> Result<u8> {
-    let store: Store = resolve::store(a.root.as_deref(), a.prefix.as_deref());
-    if a.list {
-        return list(&store);
-    }
-    let backend = resolve::backend(a.root.as_deref(), a.prefix.as_deref())?;
+pub enum Action {
+    /// List the entries; change nothing (no backend is needed).
+    List,
+    Restore {
+        backend: Box<dyn Backend>,
+        /// This entry, else the newest one applied or interrupted.
+        id: Option<String>,
+        /// Confirmed already (`--yes`).
+        yes: bool,
+        /// Overwrite values changed by hand since the apply.
+        force: bool,
+    },
+}
+
+pub fn run(r: Request) -> Result<Outcome> {
+    let store = r.store;
+    let (backend, id, yes, force) = match r.action {
+        Action::List => return list(&store),
+        Action::Restore {
+            backend,
+            id,
+            yes,
+            force,
+        } => (backend, id, yes, force),
+    };
     // Never restore under an apply that is still running (its entry is `pending` too). Without
     // a journal directory there is nothing to lock, and `pick` says there is nothing to do.
     let _lock = if backend.privileged() {
@@ -23,48 +46,14 @@ pub fn run(a: &RollbackArgs) -> Result<u8> {
     } else {
         None
     };
-    let mut entry = pick(&store, a.id.as_deref())?;
+    let mut entry = pick(&store, id.as_deref())?;
     if !backend.privileged() {
         bail!(match backend.platform() {
             crate::catalog::Platform::Linux => "rollback changes kernel settings and files under /etc: run it as root. Nothing was changed.",
             crate::catalog::Platform::Windows => "rollback changes registry values under HKLM: run it from an elevated prompt (Run as administrator). Nothing was changed.",
         });
     }
-    say!(
-        "Rolling back entry {} ({}, {}):",
-        entry.id,
-        entry.profile,
-        entry.state.as_str()
-    );
-    for r in &entry.runtime {
-        say!(
-            "  {} <- {}",
-            r.path,
-            r.old.split_whitespace().collect::<Vec<_>>().join(" ")
-        );
-    }
-    for l in &entry.limits {
-        say!("  nofile of process {} <- {}:{}", l.pid, l.soft, l.hard);
-    }
-    for r in &entry.registry {
-        say!(
-            "  {}\\{} <- {}",
-            r.key,
-            r.value,
-            r.old.as_deref().unwrap_or("(delete)")
-        );
-    }
-    for f in &entry.files {
-        say!(
-            "  {} {}",
-            f.path,
-            if f.old.is_some() {
-                "<- previous content"
-            } else {
-                "(remove: it did not exist)"
-            }
-        );
-    }
+    say!("{}", crate::report::restore_preview(&entry));
     // Someone changed a value after the apply: restoring silently would undo their change.
     let hand = recover::hand_changes(&entry, backend.as_ref(), &store);
     if !hand.is_empty() {
@@ -72,7 +61,7 @@ pub fn run(a: &RollbackArgs) -> Result<u8> {
         for h in &hand {
             say!("  {h}");
         }
-        if !a.force {
+        if !force {
             confirm(
                 "Overwrite these hand changes too?",
                 &format!(
@@ -84,7 +73,7 @@ pub fn run(a: &RollbackArgs) -> Result<u8> {
             )?;
         }
     }
-    if !a.yes {
+    if !yes {
         confirm("Restore these?", PASS_YES)?;
     }
     let errors = apply::restore(&entry, backend.as_ref(), &store);
@@ -104,7 +93,7 @@ pub fn run(a: &RollbackArgs) -> Result<u8> {
             say!("note: {unit} keeps its LimitNOFILE until systemd rereads its units and it restarts: systemctl daemon-reload && systemctl restart {unit}");
         }
     }
-    Ok(exit::OK)
+    Ok(Outcome::Ok)
 }
 
 /// The entry to restore: `--id`, else the newest one applied or interrupted.
@@ -145,38 +134,11 @@ fn pick(store: &Store, id: Option<&str>) -> Result<Entry> {
         })
 }
 
-fn list(store: &Store) -> Result<u8> {
+fn list(store: &Store) -> Result<Outcome> {
     let (entries, damaged) = journal::scan(store)?;
-    if entries.is_empty() && damaged.is_empty() {
-        say!(
-            "No journal entries under {}.",
-            store.path(journal::DIR).display()
-        );
-        return Ok(exit::OK);
-    }
-    let mut t = output::new_table();
-    t.set_header(vec!["Id", "Created", "Profile", "Changes", "State"]);
-    for e in &entries {
-        t.add_row(vec![
-            e.id.clone(),
-            e.created.clone(),
-            e.profile.clone(),
-            e.actions.len().to_string(),
-            e.state.as_str().to_string(),
-        ]);
-    }
-    for d in &damaged {
-        t.add_row(vec![
-            d.path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            "?".into(),
-            "?".into(),
-            "?".into(),
-            "damaged, cannot be read (`wstune check` says what to do)".into(),
-        ]);
-    }
-    say!("{t}");
-    Ok(exit::OK)
+    say!(
+        "{}",
+        crate::report::entry_list(&store.path(journal::DIR), &entries, &damaged)
+    );
+    Ok(Outcome::Ok)
 }

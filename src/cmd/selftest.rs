@@ -1,306 +1,37 @@
-//! `wstune selftest`: args + profile -> a sized plan -> the scenarios -> report and verdict.
-//! `serve --self-test` builds the same plan around a server it starts itself.
+//! `wstune selftest`: measure a running server with the self-test pipeline
+//! (`engine::selftest`): a plan sized to this host, the scenarios, the report and its verdict.
 
-use crate::cli::args::{ListFormat, LoadArgs, SelftestArgs};
-use crate::cli::exit;
+use crate::engine::selftest::{execute, finish, plan, Defaults, Load};
+use crate::outcome::Outcome;
 use crate::profile::Profile;
 use crate::selftest::client::Target;
-use crate::selftest::report::{self, Report, Targets};
-use crate::selftest::{limits, run_scenario, target_url, Options, Scenario};
-use anyhow::{bail, Result};
+use crate::selftest::{report, Scenario};
+use anyhow::Result;
 
-/// A run, sized and validated, before anything starts.
-pub struct Plan {
-    pub opts: Options,
-    pub scenarios: Vec<Scenario>,
-    pub targets: Targets,
-    pub scaled_down: Vec<String>,
-    pub rate_note: Option<String>,
-    pub server_processes: Option<usize>,
-    pub deflate_conns: Option<usize>,
-    pub url: String,
-}
-
-/// What a command runs when the flags do not say.
-pub struct Defaults {
-    /// broadcast: subscriber servers (`selftest --subscribe-url`), empty for the broadcast URL.
-    pub subscribe_targets: Vec<Target>,
-    /// Negotiate permessage-deflate in every scenario (`selftest --deflate`).
+/// `selftest`, resolved: the profile loaded, every URL parsed, `--pid` found.
+pub struct Request {
+    pub profile: Profile,
+    pub target: Target,
+    /// Where `broadcast` subscribes and publishes (`--broadcast-url`, else the target).
+    pub broadcast: Target,
+    /// `--subscribe-url`: the subscribers spread over these servers.
+    pub subscribe: Vec<Target>,
+    /// The server's process, for its CPU and memory.
+    pub pid: Option<u32>,
+    /// Negotiate permessage-deflate on every connection.
     pub deflate: bool,
-    pub conns: usize,
-    pub scenarios: Vec<Scenario>,
-    pub secs: f64,
-    /// Messages per second per connection when --rate does not say (None: the profile's).
-    pub rate: Option<f64>,
-    /// Why `rate` is below the profile's.
-    pub rate_note: Option<String>,
-    /// Server processes behind the target (serve --self-test), for the report.
-    pub server_processes: Option<usize>,
-    /// Measure the server as `server_pid`'s whole process tree (a supervisor).
-    pub server_tree: bool,
-    /// The deflate scenario's own (lower) count, when memory cannot hold `conns` of it.
-    pub deflate_conns: Option<usize>,
-    /// The broadcast server's process, when it is another than the echo server's.
-    pub broadcast_server_pid: Option<u32>,
-    /// Cores the generator and server share (serve --self-test): the broadcast rounds are
-    /// paced to what they deliver. None: `--rounds` or 10, as asked.
-    pub budget_cores: Option<usize>,
+    pub load: Load,
 }
 
-/// Broadcast rounds when neither the flag nor the CPU budget says otherwise.
-const DEFAULT_ROUNDS: usize = 10;
-
-/// Validate the load settings and size the generator to this host's limits.
-pub fn plan(
-    load: &LoadArgs,
-    target: Target,
-    broadcast_target: Target,
-    profile: &Profile,
-    defaults: Defaults,
-    server_pid: Option<u32>,
-    scaled_down: Vec<String>,
-) -> Result<Plan> {
-    let t = &profile.selftest;
-    let conns = load.conns.unwrap_or(defaults.conns);
-    let rate = load
-        .rate
-        .or(defaults.rate)
-        .unwrap_or(t.rate_per_client as f64);
-    // The flag wins over the CPU budget's rate: then there is nothing to explain.
-    let rate_note = if load.rate.is_some() {
-        None
-    } else {
-        defaults.rate_note
-    };
-    let size = load.size.unwrap_or(t.payload_bytes as usize);
-    let secs = load.secs.unwrap_or(defaults.secs);
-    if conns == 0 || conns > 10_000_000 {
-        bail!("--conns {conns}: give 1..=10000000 connections");
-    }
-    if !(rate.is_finite() && rate > 0.0 && rate <= 100_000.0) {
-        bail!("--rate {rate}: give messages per second per connection, more than 0 and at most 100000");
-    }
-    if !(16..=16 << 20).contains(&size) {
-        bail!("--size {size}: payloads carry a 16-byte timestamp; give 16 bytes .. 16 MiB");
-    }
-    if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
-        bail!("--secs {secs}: give more than 0 and at most 3600 seconds per scenario");
-    }
-    if let Some(w) = load
-        .warmup
-        .filter(|w| !(w.is_finite() && (0.0..=600.0).contains(w)))
-    {
-        bail!("--warmup {w}: give 0..=600 seconds");
-    }
-    if let Some(path) = &load.report {
-        crate::output::check_writable(path, "--report")?;
-    }
-    if !(1..=1024).contains(&load.inflight) {
-        bail!(
-            "--inflight {}: give 1..=1024 messages in flight per connection",
-            load.inflight
-        );
-    }
-    if let Some(r) = load.rounds.filter(|r| !(1..=10_000).contains(r)) {
-        bail!("--rounds {r}: give 1..=10000 broadcast rounds");
-    }
-    // Limits: every generator process may open as many files as this one (raised to its hard
-    // limit first); ports per loopback source from the ephemeral range.
-    let (soft, _hard) = crate::host::raise_nofile();
-    let workers = limits::workers_for(conns, soft, load.generators).map_err(anyhow::Error::msg)?;
-    // Ports for twice the count: the previous scenario's connections are still closing
-    // (FIN_WAIT, TIME_WAIT) while the next one opens its own, and 100k of them take seconds
-    // to go; sized for one scenario, the second one met EADDRNOTAVAIL at ~99.6%.
-    let sources = limits::sources_for(
-        target.addr.ip(),
-        conns.saturating_mul(2),
-        limits::ephemeral_ports(),
-        load.sources,
-    )
-    .map_err(anyhow::Error::msg)?;
-    let mut scenarios = load.scenarios.clone();
-    if scenarios.is_empty() {
-        scenarios = defaults.scenarios;
-    }
-    // A fixed order: idle first, while the server's memory is fresh (an allocator keeps
-    // what earlier scenarios freed, which would hide the per-connection cost), then the
-    // rate-limited runs before the ones that saturate.
-    scenarios.sort_by_key(|s| *s as u8);
-    scenarios.dedup();
-    // Like the rate, the rounds follow the CPU budget unless the flag says: rounds closer
-    // together than one fan-out queue behind each other, and "until the last subscriber"
-    // would measure the queue.
-    let (rounds, rounds_note) = match (load.rounds, defaults.budget_cores) {
-        (Some(r), _) => (r, None),
-        (None, Some(cores)) if scenarios.contains(&Scenario::Broadcast) => {
-            limits::broadcast_rounds(conns, cores, secs, DEFAULT_ROUNDS)
-        }
-        _ => (DEFAULT_ROUNDS, None),
-    };
-    let rate_note = match (rate_note, rounds_note) {
-        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
-        (a, b) => a.or(b),
-    };
-    Ok(Plan {
-        url: target_url(&target),
-        opts: Options {
-            target,
-            broadcast_target,
-            subscribe_targets: defaults.subscribe_targets,
-            scenarios: scenarios.clone(),
-            conns,
-            rate,
-            size,
-            secs,
-            warmup: load.warmup,
-            deflate: defaults.deflate,
-            inflight: load.inflight,
-            rounds,
-            workers,
-            sources,
-            server_pid,
-            server_tree: defaults.server_tree,
-            broadcast_server_pid: defaults.broadcast_server_pid,
-            ramp_per_sec: load.ramp,
-            storm_concurrency: load.storm_concurrency,
-        },
-        scenarios,
-        targets: Targets {
-            profile: profile.name.clone(),
-            connections: profile.connections as usize,
-            estimate: report::MemoryEstimate::of(profile),
-            p99_ms: t.p99_ms as f64,
-            rate_per_client: rate,
-            payload_bytes: size,
-        },
-        scaled_down,
-        rate_note,
-        server_processes: defaults.server_processes,
-        deflate_conns: defaults.deflate_conns,
-    })
-}
-
-/// Run the scenarios in order. A scenario that cannot start (nothing connects) ends the run:
-/// the report holds what was measured before it, and the error says why.
-pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
-    let mut done = Vec::new();
-    let mut error = None;
-    for (i, &s) in p.scenarios.iter().enumerate() {
-        if i > 0 {
-            settle(&p.opts).await;
-        }
-        let opts = match p.deflate_conns {
-            Some(n) if s == Scenario::Deflate => Options {
-                conns: n,
-                ..p.opts.clone()
-            },
-            _ => p.opts.clone(),
-        };
-        match run_scenario(&opts, s).await {
-            Ok(r) => done.push(r),
-            Err(e) => {
-                error = Some(e.context(format!("scenario {}", s.name())));
-                break;
-            }
-        }
-    }
-    let verdict = report::verdict(&done, &p.targets);
-    let report = Report {
-        schema_version: report::SCHEMA_VERSION,
-        url: p.url.clone(),
-        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        targets: p.targets.clone(),
-        conns: p.opts.conns,
-        scaled_down: p.scaled_down.clone(),
-        rate_note: p.rate_note.clone(),
-        server_processes: p.server_processes,
-        memory: report::MemoryReport::of(&done, &p.targets.estimate),
-        host_check: None,
-        scenarios: done,
-        verdict,
-    };
-    (report, error)
-}
-
-/// Wait (at most 20 s) until the previous scenario's sockets are mostly gone and the server is
-/// quiet again: at 100k connections their closes take seconds, and the next scenario would
-/// otherwise open its connections (and measure the server) while the kernel and the server
-/// still tear them down.
-async fn settle(o: &crate::selftest::Options) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    wait_for_sockets(o.conns, deadline).await;
-    crate::selftest::quiesce(o, deadline - tokio::time::Instant::now()).await;
-}
-
-async fn wait_for_sockets(conns: usize, deadline: tokio::time::Instant) {
-    let Some(start) = crate::selftest::kernel_sample() else {
-        return;
-    };
-    // Both ends of each loopback connection are sockets here; a tenth of them may linger.
-    let quiet = (conns as u64 / 5).max(200);
-    let mut now = start;
-    while now.tcp_inuse > quiet && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        match crate::selftest::kernel_sample() {
-            Some(k) => now = k,
-            None => return,
-        }
-    }
-}
-
-/// Print the report, write the HTML page, and turn the outcome into the exit code: 0 pass,
-/// 2 miss (or a partial run), 3 when nothing could be measured.
-pub fn finish(report: &Report, error: Option<anyhow::Error>, load: &LoadArgs) -> Result<u8> {
-    if report.scenarios.is_empty() {
-        if let Some(e) = error {
-            return Err(e);
-        }
-    }
-    let text = match load.format {
-        ListFormat::Json => serde_json::to_string_pretty(report)? + "\n",
-        ListFormat::Table => report::table(report),
-    };
-    crate::output::emit(None, &text)?;
-    if let Some(path) = &load.report {
-        crate::output::write_atomic(path, &report::html(report))?;
-        eprintln!("wstune: wrote {}", path.display());
-    }
-    if let Some(e) = error {
-        eprintln!("wstune: error: {e:#}");
-        eprintln!("  the report above covers the scenarios that ran before it");
-        return Ok(exit::FAIL);
-    }
-    Ok(if report.verdict.pass {
-        exit::OK
-    } else {
-        exit::FAIL
-    })
-}
-
-pub fn run(a: &SelftestArgs) -> Result<u8> {
-    let profile = crate::profile::load(&a.profile)?.profile;
-    let target = Target::parse(&a.url).map_err(anyhow::Error::msg)?;
-    let broadcast = match &a.broadcast_url {
-        Some(u) => Target::parse(u).map_err(anyhow::Error::msg)?,
-        None => target.clone(),
-    };
-    if let Some(pid) = a.pid {
-        if crate::selftest::sample(pid).is_none() {
-            bail!("--pid {pid}: no such process readable in /proc; give the server's pid or leave it out");
-        }
-    }
+pub fn run(r: Request) -> Result<Outcome> {
     let plan = plan(
-        &a.load,
-        target,
-        broadcast,
-        &profile,
+        &r.load,
+        r.target,
+        r.broadcast,
+        &r.profile,
         Defaults {
-            subscribe_targets: a
-                .subscribe_url
-                .iter()
-                .map(|u| Target::parse(u).map_err(anyhow::Error::msg))
-                .collect::<Result<_>>()?,
-            deflate: a.deflate,
+            subscribe_targets: r.subscribe,
+            deflate: r.deflate,
             conns: 1000,
             scenarios: vec![Scenario::EchoRate],
             secs: 10.0,
@@ -312,7 +43,7 @@ pub fn run(a: &SelftestArgs) -> Result<u8> {
             broadcast_server_pid: None,
             budget_cores: None,
         },
-        a.pid,
+        r.pid,
         Vec::new(),
     )?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -320,5 +51,5 @@ pub fn run(a: &SelftestArgs) -> Result<u8> {
         .build()?;
     let (mut report, error) = rt.block_on(execute(&plan));
     report::combine(&mut report, false);
-    finish(&report, error, &a.load)
+    finish(&report, error, &r.load)
 }

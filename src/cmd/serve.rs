@@ -1,23 +1,90 @@
-//! `wstune serve`: profile + flags -> ServerConfig -> embedded_server::Server::run.
+//! `wstune serve`: profile + flags -> ServerConfig -> embedded_server::Server::run; with
+//! `--self-test`, the host half of the check pipeline and the self-test pipeline around the
+//! servers it starts.
 
-use crate::cli::args::{AppArg, LogFormat, ServeArgs};
-use crate::cli::exit;
-use crate::output;
-use crate::profile;
-use anyhow::{bail, Context, Result};
+use crate::engine::check::{self, Resolved as HostInputs};
+use crate::engine::selftest::Load;
+use crate::outcome::Outcome;
+use crate::profile::Profile;
+use anyhow::{Context, Result};
 use embedded_server::{App, BackpressureClose, Server, ServerConfig, SimulatedWork};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// `serve`, resolved: the profile loaded once, the server flags as given, and the host to
+/// judge. The flags stay as given (None: the profile's) because a `--processes` supervisor
+/// and `--self-test` pass them on to child servers.
+pub struct Request {
+    pub profile: Profile,
+    pub flags: Flags,
+    /// `--self-test`'s load settings; None: serve.
+    pub self_test: Option<Load>,
+    /// The host the server will run on (or, for the self-test, `--host-root`'s tree), with the
+    /// inputs the check pipeline needs; None when they cannot be loaded (no host warning then).
+    pub host: Option<HostInputs>,
+}
+
+/// Log lines for people or for log shippers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `serve`'s flags (`wstune serve --help` documents each); None takes the profile's value.
+#[derive(Debug, Clone)]
+pub struct Flags {
+    /// The profile as named (children are started with the same name).
+    pub profile: String,
+    pub bind: std::net::IpAddr,
+    pub port: u16,
+    pub app: App,
+    pub handler: String,
+    pub workers: Option<usize>,
+    pub offload_pool: Option<usize>,
+    pub offload_queue: Option<usize>,
+    pub max_connections: Option<usize>,
+    pub max_frame: Option<usize>,
+    pub max_message: Option<usize>,
+    pub fragment: Option<usize>,
+    pub send_queue: Option<usize>,
+    pub backpressure_close: u16,
+    pub heartbeat_interval: Option<u64>,
+    pub heartbeat_timeout: Option<u64>,
+    pub handshake_timeout: u64,
+    pub origins: Vec<String>,
+    pub subprotocols: Vec<String>,
+    /// An address, or "off".
+    pub admin: String,
+    pub reuseport: bool,
+    pub acceptors: usize,
+    pub processes: Option<crate::profile::Processes>,
+    pub deflate: bool,
+    pub no_deflate: bool,
+    pub deflate_window_bits: Option<u8>,
+    pub deflate_mem_level: Option<u8>,
+    pub deflate_level: Option<u8>,
+    pub deflate_threshold: Option<usize>,
+    pub deflate_no_context_takeover: bool,
+    pub inflate_budget: Option<usize>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub shutdown_grace: u64,
+    pub log_format: LogFormat,
+    pub log_level: Option<String>,
+    pub cluster: Option<String>,
+}
 
 /// Settings resolved from the profile and flags, with where each came from.
 pub struct Resolved {
     pub config: ServerConfig,
     pub workers: usize,
-    pub table: Vec<(&'static str, String, &'static str)>,
+    pub table: Vec<crate::report::Setting>,
 }
 
-pub fn resolve(a: &ServeArgs) -> Result<Resolved> {
-    let p = profile::load(&a.profile)?.profile;
+/// The server's configuration: each flag given, else the profile's value, within its bounds.
+pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
     let s = &p.server;
     let mut table = Vec::new();
     let mut pick = |name: &'static str, flag: Option<usize>, prof: u64| -> usize {
@@ -58,11 +125,7 @@ pub fn resolve(a: &ServeArgs) -> Result<Resolved> {
     );
     let handler =
         SimulatedWork::parse(&a.handler).map_err(|e| anyhow::anyhow!("--handler: {e}"))?;
-    let app = match a.app {
-        AppArg::Echo => App::Echo,
-        AppArg::Broadcast => App::Broadcast,
-        AppArg::Channels => App::Channels,
-    };
+    let app = a.app;
     table.push(("app", format!("{:?}", app).to_lowercase(), "flag"));
     table.push(("handler", a.handler.clone(), "flag"));
     let pd = &s.deflate;
@@ -177,18 +240,13 @@ fn release_large_frees() {
     }
 }
 
-pub fn run(a: &ServeArgs) -> Result<u8> {
+pub fn run(req: Request) -> Result<Outcome> {
     release_large_frees();
-    if a.self_test {
-        return self_test(a);
+    if let Some(load) = &req.self_test {
+        return self_test(&req, load);
     }
-    if a.load.any_set() {
-        anyhow::bail!(
-            "--scenario, --conns, --rate, --size, --secs and --report only apply to a load test: \
-             add --self-test (or measure a running server with `wstune selftest --url`)"
-        );
-    }
-    let r = resolve(a)?;
+    let a = &req.flags;
+    let r = resolve(&req.profile, a)?;
     if let Some(url) = &a.cluster {
         crate::cluster::client(url)?;
     }
@@ -204,8 +262,8 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
         .ok()
         .and_then(|v| v.parse().ok());
     if supervised.is_none() {
-        if let Some(code) = supervise(a, &r, admin, tls.is_some())? {
-            return Ok(code);
+        if let Some(outcome) = supervise(&req.profile, a, &r, admin, tls.is_some())? {
+            return Ok(outcome);
         }
     }
     init_logs(a, "info");
@@ -238,7 +296,7 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
         // Warnings first, so whoever waits for "listening" has already seen them.
         // One process of a supervisor speaks for all (the others' start-up lines are not shown).
         if supervised.unwrap_or(0) == 0 {
-            host_warnings(&a.profile);
+            host_warnings(req.host.as_ref());
         }
         if (soft as usize) < r.config.max_connections + 64 {
             eprintln!(
@@ -249,7 +307,14 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
             );
         }
         let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
-        print_settings(&r, scheme, local, admin_addr, listeners.len());
+        eprintln!(
+            "{}",
+            crate::report::settings_table(&r.table, r.workers, listeners.len(), cfg!(windows))
+        );
+        eprintln!("wstune serve: listening on {scheme}://{local}/");
+        if let Some(a) = admin_addr {
+            eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics");
+        }
         let server = with_tls(Server::new(r.config.clone()), tls);
         if let Some(url) = &a.cluster {
             crate::cluster::start(url, server.hub())?;
@@ -277,19 +342,19 @@ pub fn run(a: &ServeArgs) -> Result<u8> {
         let _ = stop_tx.send(true);
         Ok::<_, anyhow::Error>(())
     })?;
-    Ok(exit::OK)
+    Ok(Outcome::Ok)
 }
 
 /// `--processes` (or the profile's `server.processes`) above one: run the supervisor, and
-/// return its exit code. None when this process serves alone.
+/// return its outcome. None when this process serves alone.
 fn supervise(
-    a: &ServeArgs,
+    prof: &Profile,
+    a: &Flags,
     r: &Resolved,
     admin: Option<SocketAddr>,
     tls: bool,
-) -> Result<Option<u8>> {
+) -> Result<Option<Outcome>> {
     use crate::profile::Processes;
-    let prof = profile::load(&a.profile)?.profile;
     let (want, from) = match a.processes {
         Some(p) => (p, "--processes"),
         None => (prof.server.processes, "server.processes"),
@@ -307,7 +372,7 @@ fn supervise(
     #[cfg(not(target_os = "linux"))]
     {
         let _ = (admin, tls);
-        bail!("{from} {want}: several processes on one port need Linux (SO_REUSEPORT spreads the connections); run one `wstune serve` per port behind a load balancer");
+        anyhow::bail!("{from} {want}: several processes on one port need Linux (SO_REUSEPORT spreads the connections); run one `wstune serve` per port behind a load balancer");
     }
     #[cfg(target_os = "linux")]
     {
@@ -332,53 +397,9 @@ fn supervise(
     }
 }
 
-fn print_settings(
-    r: &Resolved,
-    scheme: &str,
-    ws: SocketAddr,
-    admin: Option<SocketAddr>,
-    acceptors: usize,
-) {
-    let mut t = output::new_table();
-    t.set_header(vec!["Setting", "Value", "From"]);
-    for (k, v, from) in &r.table {
-        t.add_row(vec![k.to_string(), v.clone(), from.to_string()]);
-    }
-    t.add_row(vec![
-        "io workers (effective)".to_string(),
-        r.workers.to_string(),
-        "runtime".into(),
-    ]);
-    t.add_row(vec![
-        "accept loops".to_string(),
-        acceptors.to_string(),
-        "flag".into(),
-    ]);
-    // Windows: what an operator compares with perfmon and netsh. tokio's I/O driver on Windows
-    // is mio's IOCP: one completion port, polled by the I/O workers, no thread of its own.
-    if cfg!(windows) {
-        t.add_row(vec![
-            "IOCP threads (= io workers)".to_string(),
-            r.workers.to_string(),
-            "runtime".into(),
-        ]);
-        t.add_row(vec![
-            "socket options".to_string(),
-            "TCP_NODELAY on each connection; listener SO_REUSEADDR, listen backlog 65535 requested"
-                .to_string(),
-            "built in".into(),
-        ]);
-    }
-    eprintln!("{t}");
-    eprintln!("wstune serve: listening on {scheme}://{ws}/");
-    if let Some(a) = admin {
-        eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics");
-    }
-}
-
 /// The TLS configuration from --tls-cert/--tls-key, if given.
 #[cfg(feature = "tls")]
-fn tls_config(a: &ServeArgs) -> Result<Option<embedded_server::tls::Config>> {
+fn tls_config(a: &Flags) -> Result<Option<embedded_server::tls::Config>> {
     match (&a.tls_cert, &a.tls_key) {
         (Some(c), Some(k)) => {
             Ok(Some(embedded_server::tls::load(c, k).map_err(|e| {
@@ -390,9 +411,9 @@ fn tls_config(a: &ServeArgs) -> Result<Option<embedded_server::tls::Config>> {
 }
 
 #[cfg(not(feature = "tls"))]
-fn tls_config(a: &ServeArgs) -> Result<Option<std::convert::Infallible>> {
+fn tls_config(a: &Flags) -> Result<Option<std::convert::Infallible>> {
     if a.tls_cert.is_some() {
-        bail!("this wstune was built without the `tls` feature: rebuild with default features for --tls-cert");
+        anyhow::bail!("this wstune was built without the `tls` feature: rebuild with default features for --tls-cert");
     }
     Ok(None)
 }
@@ -410,62 +431,19 @@ fn with_tls(s: Server, _tls: Option<std::convert::Infallible>) -> Server {
     s
 }
 
-/// Run the check engine against this host (or the captured tree `root`): the failed findings
-/// (sysctl boot views left out) as "id (current, needs op target)", and how many warnings.
-/// None when the host cannot be read.
-fn host_findings(
-    profile: &str,
-    root: Option<&std::path::Path>,
-) -> Option<(String, Vec<String>, usize)> {
-    let args = crate::cli::args::TargetArgs {
-        profile: profile.to_string(),
-        pid: None,
-        unit: None,
-        catalog: None,
-    };
-    let backend = crate::cli::resolve::backend(root, None).ok()?;
-    let inputs = crate::cli::resolve::inputs(&args, backend.as_ref()).ok()?;
-    let report = crate::cmd::check::make_report(&inputs, backend.as_ref(), None);
-    let warns = report
-        .results
-        .iter()
-        .filter(|f| matches!(f.status, crate::catalog::eval::Status::Warn))
-        .count();
-    let wrong: Vec<String> = report
-        .results
-        .iter()
-        .filter(|f| {
-            matches!(f.status, crate::catalog::eval::Status::Fail) && !f.id.ends_with(".boot")
-        })
-        .map(|f| {
-            format!(
-                "{} ({}, needs {} {})",
-                f.id,
-                f.current
-                    .as_ref()
-                    .map(|v| v.to_string())
-                    .unwrap_or_default(),
-                f.compare,
-                f.target.as_ref().map(|v| v.to_string()).unwrap_or_default()
-            )
-        })
-        .collect();
-    Some((report.profile.name.clone(), wrong, warns))
-}
-
 /// Name what would cap this server: the same findings `wstune check --profile P` reports,
 /// limited to failures.
-fn host_warnings(profile: &str) {
-    if let Some((name, wrong, _)) = host_findings(profile, None) {
-        if !wrong.is_empty() {
-            tracing::warn!("this host fails {} check(s) for profile {name}: {}; `wstune check --profile {name}` says how to fix them", wrong.len(), wrong.join(", "));
-        }
+fn host_warnings(host: Option<&HostInputs>) {
+    let Some(h) = host else { return };
+    let c = check::host_check(&check::report(&h.inputs, h.backend.as_ref(), None));
+    if !c.failed.is_empty() {
+        tracing::warn!("this host fails {} check(s) for profile {}: {}; `wstune check --profile {}` says how to fix them", c.failed.len(), c.profile, c.failed.join(", "), c.profile);
     }
 }
 
 /// The command line of a child `wstune serve` with this run's server settings: `app` on a
 /// free loopback port, as `processes` processes holding `max_connections` in all, no admin.
-fn child_args(a: &ServeArgs, app: &str, processes: usize, max_connections: usize) -> Vec<String> {
+fn child_args(a: &Flags, app: &str, processes: usize, max_connections: usize) -> Vec<String> {
     let mut v: Vec<String> = vec![
         "--profile".into(),
         a.profile.clone(),
@@ -535,25 +513,16 @@ fn child_args(a: &ServeArgs, app: &str, processes: usize, max_connections: usize
 /// `serve --self-test`: check the host, start the tuned server (an echo instance with the
 /// configured handler, and a broadcast instance) on loopback, run the scenarios sized to this
 /// host against it, print one report and exit with its verdict.
-fn self_test(a: &ServeArgs) -> Result<u8> {
+fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
     use crate::selftest::{client::Target, limits, Scenario};
-    if a.tls_cert.is_some() {
-        bail!("--self-test measures the plain ws:// server: drop --tls-cert/--tls-key (TLS is measured at the proxy or with `wstune selftest`)");
-    }
-    // It starts its own echo and broadcast instances on loopback: flags that choose another
-    // app or span nodes would be silently ignored, so they are refused instead.
-    if a.app != AppArg::Echo || a.cluster.is_some() || a.reuseport {
-        bail!("--self-test starts its own echo and broadcast instances on loopback, so --app, --cluster and --reuseport do not apply; measure such a server with `wstune selftest --url` (and --pid)");
-    }
-    let r = resolve(a)?;
-    let profile = profile::load(&a.profile)?.profile;
+    let a = &req.flags;
+    let profile = &req.profile;
+    let r = resolve(profile, a)?;
     init_logs(a, "warn");
-    if let Some(dir) = &a.host_root {
-        // A tree that is not one is bad input, not a host that fails every check.
-        crate::cli::resolve::backend(Some(dir), None)
-            .with_context(|| format!("--host-root {}", dir.display()))?;
-    }
-    let host = host_findings(&a.profile, a.host_root.as_deref());
+    let host = req
+        .host
+        .as_ref()
+        .map(|h| check::host_check(&check::report(&h.inputs, h.backend.as_ref(), None)));
     let (soft, _hard) = crate::host::raise_nofile();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let profile_rate = profile.selftest.rate_per_client as f64;
@@ -584,7 +553,7 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
     );
     // --conns is the operator's choice: no scale-down to explain (and the verdict still says
     // when it is below the profile's count); the rate still follows the CPU budget.
-    let (conns, scaled) = match a.load.conns {
+    let (conns, scaled) = match load.conns {
         Some(n) => (n, Vec::new()),
         None => (sized.conns, sized.scaled_down.clone()),
     };
@@ -610,13 +579,13 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
             r.config.deflate.window_bits,
             room.mem_available,
         )
-        .filter(|_| r.config.deflate.enabled && a.load.conns.is_none()),
+        .filter(|_| r.config.deflate.enabled && load.conns.is_none()),
         scaled,
     );
     if let Some((_, why)) = &deflate_conns {
         scaled.push(why.clone());
     }
-    let sized = if a.load.conns.is_some() {
+    let sized = if load.conns.is_some() {
         limits::size_self_test(
             conns,
             profile_rate,
@@ -677,12 +646,12 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
         let target = |addr: SocketAddr| Target { addr, host: addr.to_string(), path: "/".into() };
         // Short scenarios: this is the quick start's command, and 5 s of steady load per
         // scenario gives stable medians on the sizes it picks.
-        let plan = crate::cmd::selftest::plan(
-            &a.load,
+        let plan = crate::engine::selftest::plan(
+            load,
             target(echo),
             target(fanout),
-            &profile,
-            crate::cmd::selftest::Defaults {
+            profile,
+            crate::engine::selftest::Defaults {
                 subscribe_targets: Vec::new(),
                 deflate: false,
                 conns,
@@ -706,7 +675,7 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
         for s in &plan.scaled_down {
             eprintln!("wstune serve --self-test: scaled down: {s}");
         }
-        let out = crate::cmd::selftest::execute(&plan).await;
+        let out = crate::engine::selftest::execute(&plan).await;
         for s in servers {
             match s {
                 Running::InProcess(stop) => {
@@ -717,23 +686,16 @@ fn self_test(a: &ServeArgs) -> Result<u8> {
         }
         Ok::<_, anyhow::Error>(out)
     })?;
-    report.host_check =
-        host.map(
-            |(profile, failed, warnings)| crate::selftest::report::HostCheck {
-                profile,
-                failed,
-                warnings,
-            },
-        );
+    report.host_check = host;
     crate::selftest::report::combine(&mut report, true);
-    crate::cmd::selftest::finish(&report, error, &a.load)
+    crate::engine::selftest::finish(&report, error, load)
 }
 
 /// Logs to stderr, as text or JSON lines; the level from --log-level, else RUST_LOG, else
 /// `default`. A log line that cannot be written is dropped silently: the default reports it
 /// with eprintln!, which panics on a closed stderr, and a supervised process whose supervisor
 /// was killed (its stderr pipe gone) must still drain its clients.
-fn init_logs(a: &ServeArgs, default: &str) {
+fn init_logs(a: &Flags, default: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = match &a.log_level {
         Some(level) => EnvFilter::new(level),

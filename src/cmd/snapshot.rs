@@ -3,17 +3,25 @@
 //! the same host. The tree is built beside OUT_DIR and renamed into place (host/snapshot.rs), so
 //! a failed snapshot leaves nothing behind.
 
-use crate::cli::args::SnapshotArgs;
-use crate::cli::{exit, resolve};
+use crate::engine::check::{inputs, Target};
 use crate::gather::gather;
 use crate::host::snapshot;
+use crate::outcome::Outcome;
 use anyhow::Result;
+use std::path::PathBuf;
 
-pub fn run(a: &SnapshotArgs) -> Result<u8> {
+/// `snapshot`, resolved: the directory to create and what the checks are run against (the
+/// backend is the recording one this command makes itself).
+pub struct Request {
+    pub out_dir: PathBuf,
+    pub target: Target,
+}
+
+pub fn run(a: Request) -> Result<Outcome> {
     let out = &a.out_dir;
     let pending = snapshot::start(out)?;
     let backend = snapshot::recorder();
-    let r = resolve::inputs(&a.target, &backend)?;
+    let r = inputs(&a.target, &backend)?;
     let facts = gather(&r.catalog, &backend, &r.options);
     let captured = snapshot::save(&pending, &backend, &facts.info)?;
     snapshot::finish(pending, out)?;
@@ -22,5 +30,5 @@ pub fn run(a: &SnapshotArgs) -> Result<u8> {
         out.display(),
         out.display()
     );
-    Ok(exit::OK)
+    Ok(Outcome::Ok)
 }

@@ -1,18 +1,50 @@
-//! Everything `check` prints: one [`CheckReport`], four renderings. Nothing else in the crate
-//! writes a report, and nothing here decides an exit code.
+//! Everything `check` prints: one [`CheckReport`], four renderings; and the other tables
+//! commands show people: `apply`'s plan, `rollback`'s journal entries, `serve`'s settings.
+//! Commands build the typed values and emit what these functions return; nothing here
+//! decides an exit code.
 
+mod bench;
+mod journal;
 mod junit;
+mod plan;
+mod pool;
+mod profiles;
 mod prometheus;
+mod serve;
 mod table;
 
+pub mod checks_doc;
+
+pub use bench::{broadcast_table, round_trip_table};
+pub use journal::{entry_list, restore_preview};
 pub use junit::junit;
+pub use plan::plan_table;
+pub use pool::pool_table;
+pub use profiles::profile_list;
 pub use prometheus::prometheus;
+pub use serve::{settings_table, Setting};
 pub use table::{area, table, Show, AREAS};
 
 use crate::catalog::eval::{Finding, Summary};
 use crate::catalog::Platform;
 use crate::host::HostInfo;
 use serde::Serialize;
+
+/// How a report other than the check's is written: a table for people or JSON for machines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListFormat {
+    Table,
+    Json,
+}
+
+/// The check report's formats (`check --format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Table,
+    Json,
+    Junit,
+    Prometheus,
+}
 
 /// Bumped only when a field changes meaning or disappears; new fields may be added.
 pub const SCHEMA_VERSION: u32 = 1;

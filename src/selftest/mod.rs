@@ -136,7 +136,7 @@ pub struct WorkerResult {
     pub peak_rss_bytes: Option<u64>,
 }
 
-/// Everything a run needs; built by `cmd::selftest` or `serve --self-test`.
+/// Everything a run needs; built by `engine::selftest::plan` (for `selftest` and `serve --self-test`).
 #[derive(Debug, Clone)]
 pub struct Options {
     pub target: Target,

@@ -70,14 +70,14 @@ fn emit(e: &Event) {
     let _ = out.flush();
 }
 
-pub fn main(spec_json: &str) -> anyhow::Result<u8> {
+pub fn main(spec_json: &str) -> anyhow::Result<()> {
     let spec: WorkerSpec = serde_json::from_str(spec_json)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, run(spec));
-    Ok(0)
+    Ok(())
 }
 
 fn cpu_secs() -> f64 {

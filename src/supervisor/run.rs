@@ -3,6 +3,7 @@
 
 use super::relay::Hubs;
 use super::{metrics, Sizing, ENV_PROCESS, ENV_RELAY_FD};
+use crate::outcome::Outcome;
 use anyhow::{bail, Context, Result};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -73,7 +74,7 @@ fn backoff(attempt: u32) -> Duration {
 const STABLE: Duration = Duration::from_secs(30);
 
 /// Run the supervisor until SIGTERM/SIGINT; the exit code.
-pub fn supervise(plan: Plan) -> Result<u8> {
+pub fn supervise(plan: Plan) -> Result<Outcome> {
     // Reserve the port: bound with SO_REUSEPORT but never listening, so it receives nothing,
     // yet `--port 0` becomes a real port and a process holding the port without SO_REUSEPORT
     // is found now, before any child starts.
@@ -126,7 +127,7 @@ pub fn supervise(plan: Plan) -> Result<u8> {
     Ok(code)
 }
 
-async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<u8> {
+async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<Outcome> {
     // Before any process starts: a SIGTERM from then on must drain them, not kill us alone.
     let signal =
         embedded_server::shutdown_signal().context("cannot install the SIGTERM/SIGINT handlers")?;
@@ -156,7 +157,7 @@ async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<u8>
             }
             _ = &mut signal => {
                 stop(&st, keepers).await;
-                return Ok(crate::cli::exit::OK);
+                return Ok(Outcome::Ok);
             }
         }
     }
@@ -202,10 +203,11 @@ async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<u8>
     );
     let clean = stop(&st, keepers).await;
     let _ = admin_stop.send(true);
+    // A process that had to be killed lost its clients without a close: done, with a warning.
     Ok(if clean {
-        crate::cli::exit::OK
+        Outcome::Ok
     } else {
-        crate::cli::exit::WARN
+        Outcome::Warnings
     })
 }
 

@@ -1,12 +1,19 @@
-//! What the integration test binaries share: the binary, a server started on free ports, and
-//! processes that are reaped when a test ends (even when it fails).
+//! What the integration test binaries share, and the only place a test helper is defined
+//! (README: Development): the binary and its output, a server started on free ports, processes
+//! reaped when a test ends (even when it fails), plain HTTP, bounded waits on an event (never a
+//! fixed sleep), check reports, network namespaces, and skips (a failure under `CI`).
+//! ws.rs is a raw WebSocket client; tungstenite.rs async clients through tokio-tungstenite.
 #![allow(dead_code)] // each test binary uses its own part
 
+pub mod tungstenite;
 pub mod ws;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_wstune")
@@ -102,14 +109,7 @@ pub fn redis(port: u16) -> Option<Kill> {
         return None;
     };
     let k = Kill(child);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "redis-server did not start"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_port(port, Duration::from_secs(10), "redis-server");
     Some(k)
 }
 
@@ -121,7 +121,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A running `wstune serve`.
+/// A running `wstune serve`, killed on drop.
 pub struct Served {
     pub proc: Kill,
     pub port: u16,
@@ -129,12 +129,99 @@ pub struct Served {
     pub admin: u16,
     /// Every stderr line up to "listening" (the settings table).
     pub head: Vec<String>,
+    /// Every stderr line so far (the head included): a thread keeps reading it, so the server
+    /// never blocks on a full pipe.
+    pub log: Arc<Mutex<Vec<String>>>,
 }
 
-/// Start `wstune serve ARGS` and wait until it listens. Without `--port`/`--admin` in ARGS it
-/// takes free ports (`--port 0 --admin 127.0.0.1:0`).
+impl Served {
+    pub fn pid(&self) -> u32 {
+        self.proc.0.id()
+    }
+
+    pub fn url(&self) -> String {
+        format!("ws://127.0.0.1:{}/", self.port)
+    }
+
+    /// The whole response to `GET path` on the admin port.
+    pub fn get(&self, path: &str) -> String {
+        get(self.admin, path)
+    }
+
+    /// One series of the admin endpoint's /metrics (see [`ws::metric`]).
+    pub fn metric(&self, name: &str) -> f64 {
+        ws::metric(self.admin, name)
+    }
+
+    /// Wait until the metric `name` satisfies `ok` (bounded; the panic names the metric and
+    /// its last value).
+    pub fn wait_metric(&self, name: &str, timeout: Duration, ok: impl Fn(f64) -> bool) -> f64 {
+        let mut last = f64::NAN;
+        poll(timeout, || {
+            last = self.metric(name);
+            ok(last).then_some(last)
+        })
+        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {name} (still {last})"))
+    }
+
+    /// The server's resident memory (VmRSS) in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        s.lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    /// Every stderr line so far, one per line.
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Wait (bounded) until the stderr lines so far satisfy `ok`: their text.
+    pub fn wait_log(
+        &self,
+        what: &str,
+        timeout: Duration,
+        ok: impl Fn(&[String]) -> bool,
+    ) -> String {
+        poll(timeout, || {
+            let log = self.log.lock().unwrap();
+            ok(&log).then(|| log.join("\n"))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "timed out after {timeout:?} waiting for {what} in the server's log:\n{}",
+                self.log_text()
+            )
+        })
+    }
+
+    /// Wait (bounded) for the server to exit by itself.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        wait_exit(&mut self.proc.0, timeout, "wstune serve")
+    }
+}
+
+/// Start `wstune serve ARGS` and wait (at most 60 s) until it listens. Without
+/// `--port`/`--admin` in ARGS it takes free ports (`--port 0 --admin 127.0.0.1:0`).
 pub fn serve(args: &[&str]) -> Served {
+    serve_env(args, &[])
+}
+
+/// [`serve`] with environment variables set (`Some`) or removed (`None`), e.g. `RUST_LOG`.
+pub fn serve_env(args: &[&str], env: &[(&str, Option<&str>)]) -> Served {
     let mut cmd = Command::new(bin());
+    for (k, v) in env {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
     cmd.arg("serve");
     if !args.contains(&"--port") {
         cmd.args(["--port", "0"]);
@@ -150,14 +237,31 @@ pub fn serve(args: &[&str]) -> Served {
         .stdout(Stdio::null())
         .spawn()
         .expect("start wstune serve");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let stderr = child.stderr.take().unwrap();
+    let proc = Kill(child);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let l2 = log.clone();
+    // Keeps reading to the end, so the server never blocks on a full pipe.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            l2.lock().unwrap().push(line.clone());
+            let _ = tx.send(line);
+        }
+    });
     let (mut port, mut admin, mut head) = (0, 0, Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(60);
     while port == 0 || (admin == 0 && !admin_off) {
-        let l = match lines.next() {
-            Some(Ok(l)) => l,
-            _ => panic!("wstune serve {args:?} stopped before listening: {head:#?}"),
-        };
-        if let Some(r) = l.split("listening on ws://127.0.0.1:").nth(1) {
+        let l = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|e| {
+                panic!("wstune serve {args:?} did not start listening ({e}): {head:#?}")
+            });
+        if let Some(r) = l
+            .split("listening on ws://127.0.0.1:")
+            .nth(1)
+            .or_else(|| l.split("listening on wss://127.0.0.1:").nth(1))
+        {
             port = r.trim_end_matches('/').parse().unwrap();
         }
         if let Some(r) = l.split("admin on http://127.0.0.1:").nth(1) {
@@ -165,18 +269,188 @@ pub fn serve(args: &[&str]) -> Served {
         }
         head.push(l);
     }
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
     Served {
-        proc: Kill(child),
+        proc,
         port,
         admin,
         head,
+        log,
     }
 }
 
+// --- waiting for an event, never for a fixed time --------------------------------------------
+
+/// Poll `f` until it gives a value; None after `timeout` (for a caller that reports the
+/// timeout itself, with what it saw last). The first retries come after 10 ms, later ones up
+/// to 250 ms apart: quick when the event is near, light on a 2-core machine when it is not.
+pub fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(250));
+    }
+}
+
+/// Poll `f` (see [`poll`]) until it gives a value; panics naming `what` after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    poll(timeout, f).unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
+}
+
+/// Poll `ok` (see [`poll`]) until it holds; panics naming `what` after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    wait_for(what, timeout, || ok().then_some(()))
+}
+
+/// Wait until 127.0.0.1:`port` accepts a connection (`what` listens there).
+pub fn wait_port(port: u16, timeout: Duration, what: &str) {
+    wait_until(&format!("{what} to accept on port {port}"), timeout, || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    })
+}
+
+/// Wait until `child` exits by itself: its status; panics naming `what` after `timeout`.
+pub fn wait_exit(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus {
+    wait_for(&format!("{what} to exit"), timeout, || {
+        child.try_wait().unwrap()
+    })
+}
+
+/// Send `sig` (`-TERM`, `-KILL`, ...) to `pid` with kill(1); panics when kill fails (the
+/// process is already gone).
+pub fn signal(pid: u32, sig: &str) {
+    let st = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill {sig} {pid}: {st}");
+}
+
+/// Run `cmd` to completion within `limit` (stdout and stderr captured), or kill it and fail
+/// the test with what it wrote: a command that blocks or never ends must not hang the suite.
+pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+    // Drain both pipes while waiting, so a chatty child cannot block on a full one.
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let status = poll(limit, || child.try_wait().unwrap());
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let o = Output {
+        status: status.unwrap_or_else(|| child.wait().unwrap()),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    };
+    assert!(
+        status.is_some(),
+        "{cmd:?} ran past {limit:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// Wait until `path` exists and is not empty.
+pub fn wait_file(path: &Path, timeout: Duration) {
+    wait_until(
+        &format!("{} to be written", path.display()),
+        timeout,
+        || std::fs::metadata(path).is_ok_and(|m| m.len() > 0),
+    )
+}
+
+// --- plain HTTP -------------------------------------------------------------------------------
+
+/// One HTTP exchange on a fresh connection (10 s read timeout): the whole response (until the
+/// server closes), or the head of a 101 (the connection then stays open); None when nothing
+/// listens or the exchange fails (a server still starting).
+pub fn try_http(port: u16, req: impl AsRef<[u8]>) -> Option<String> {
+    let req = req.as_ref();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(req).ok()?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            // A reset after part of a response: what came is the response.
+            Err(_) if out.is_empty() => return None,
+            Err(_) => break,
+        }
+        if out.starts_with(b"HTTP/1.1 101 ") && out.windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Like [`try_http`]; panics when the exchange fails.
+pub fn http(port: u16, req: impl AsRef<[u8]>) -> String {
+    let req = req.as_ref();
+    try_http(port, req).unwrap_or_else(|| {
+        panic!(
+            "no HTTP response on port {port} to {:?}",
+            String::from_utf8_lossy(req)
+        )
+    })
+}
+
+/// HTTP/1.0: the body ends at the close and is never chunked (Prometheus chunks 1.1 replies).
+fn get_request(path: &str) -> String {
+    format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+}
+
+/// The whole response to `GET path` on 127.0.0.1:`port`; panics when there is none.
+pub fn get(port: u16, path: &str) -> String {
+    http(port, get_request(path))
+}
+
+/// The body of a 200 response to `GET path`; None while nothing listens, or on another status.
+pub fn try_get_ok(port: u16, path: &str) -> Option<String> {
+    let r = try_http(port, get_request(path))?;
+    let (head, body) = r.split_once("\r\n\r\n")?;
+    (head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200")).then(|| body.to_string())
+}
+
+/// The body of an HTTP response (after the blank line; empty when there is none).
+pub fn body(resp: &str) -> &str {
+    resp.split_once("\r\n\r\n").map_or("", |(_, b)| b)
+}
+
+/// Whether `tool` is on PATH.
+pub fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 /// A self-signed certificate and key for localhost under `dir` (openssl), as (cert, key).
-/// None, with a message, when openssl is missing; CI installs it, so there it is an error.
+/// None (a recorded skip) when openssl is missing; CI installs it, so there it is an error.
 pub fn self_signed_cert(dir: &std::path::Path) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     let made = Command::new("openssl")
@@ -197,11 +471,10 @@ pub fn self_signed_cert(dir: &std::path::Path) -> Option<(std::path::PathBuf, st
     if made.as_ref().is_ok_and(|o| o.status.success()) {
         return Some((cert, key));
     }
-    assert!(
-        std::env::var("CI").is_err(),
-        "CI must have openssl to make a test certificate"
+    skip(
+        "openssl",
+        "no openssl to make a test certificate (apt-get install openssl)",
     );
-    eprintln!("skipped: no openssl");
     None
 }
 
@@ -224,6 +497,48 @@ pub fn element<'a>(list: &'a serde_json::Value, key: &str, value: &str) -> &'a s
         .iter()
         .find(|e| e[key] == value)
         .unwrap_or_else(|| panic!("no {key} {value} in {list:#}"))
+}
+
+/// The finding `id` in a check report's `results`; panics naming it when missing.
+pub fn finding<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    element(&report["results"], "id", id)
+}
+
+/// `wstune check --root ROOT -f json EXTRA...`: (exit code, the report).
+pub fn check_json(root: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
+    let mut args = vec!["check", "--root", root.to_str().unwrap(), "-f", "json"];
+    args.extend_from_slice(extra);
+    let o = wstune(&args);
+    (code(&o), json_of(&o))
+}
+
+/// The bash that runs tests/scripts/NAME inside a namespace (see [`in_netns`]) after
+/// journal_lib.sh (the scratch --prefix, shielded globals, `state`), with `env` (`K=V ...`,
+/// may be empty) set for it.
+pub fn lib_script(name: &str, env: &str) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts");
+    format!(
+        "source {} && {env} source {}",
+        dir.join("journal_lib.sh").display(),
+        dir.join(name).display()
+    )
+}
+
+/// The lines of a run's stdout that start with `tag` (a namespace script's STEP, ERR, ...).
+pub fn tagged(o: &Output, tag: &str) -> Vec<String> {
+    stdout(o)
+        .lines()
+        .filter(|l| l.starts_with(tag))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The first line tagged `tag`; panics with both outputs when there is none.
+pub fn tagged_line(o: &Output, tag: &str) -> String {
+    tagged(o, tag)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no line {tag} in:\n{}\nstderr:\n{}", stdout(o), stderr(o)))
 }
 
 /// Runs `script` (bash) inside fresh network and mount namespaces, with `$WSTUNE` naming the

@@ -40,11 +40,28 @@ pub fn upgrade(
     (s, String::from_utf8(head).unwrap())
 }
 
-/// A raw client after a successful upgrade (a 101; 10 s read timeout); `rcvbuf` shrinks its
-/// receive buffer.
+/// A raw client after a successful upgrade (a 101 with the accept key RFC 6455 gives for the
+/// fixed request key; 10 s read timeout); `rcvbuf` shrinks its receive buffer (4096: a client
+/// that cannot absorb much, so a server's send queue fills quickly when it does not read).
 pub fn upgraded(port: u16, rcvbuf: Option<usize>) -> TcpStream {
     let (s, head) = upgrade(port, UPGRADE, rcvbuf, Duration::from_secs(10));
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        head.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
+        "{head}"
+    );
+    s
+}
+
+/// A raw client that negotiated permessage-deflate with context takeover (60 s read timeout:
+/// the memory tests load the machine).
+pub fn upgraded_deflate(port: u16) -> TcpStream {
+    let (s, head) = upgrade(port, UPGRADE_DEFLATE, None, Duration::from_secs(60));
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        head.contains("Sec-WebSocket-Extensions: permessage-deflate\r\n"),
+        "{head}"
+    );
     s
 }
 

@@ -47,7 +47,9 @@ echo "ERR kernel-rejects $(tr '\n' ' ' < "$T/err")"
 # journal is saved and some keys are changed; then it is killed.
 WSTUNE_FAILPOINT=apply-pause-after=3 "$W" apply --profile 100k --prefix "$P" --yes > "$T/out" 2> "$T/err" &
 pid=$!
+# Bounded (10 s), and a clear error if the failpoint never holds it.
 for _ in $(seq 200); do grep -q "failpoint: paused" "$T/err" && break; sleep 0.05; done
+grep -q "failpoint: paused" "$T/err" || { echo "ERR the apply never paused: $(cat "$T/err")"; kill -9 $pid; exit 95; }
 kill -9 $pid; wait $pid 2>/dev/null
 step killed 137
 "$W" rollback --prefix "$P" --list > "$T/out" 2>&1; grep -q pending "$T/out" && echo "STEP journal-pending rc=0 same=yes"

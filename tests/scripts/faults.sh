@@ -44,6 +44,13 @@ wait_gauge() { # value, max seconds -> prints the milliseconds it took, or "time
   done
   echo timeout
 }
+wait_metric_at_least() { # metric, value, max seconds: bounded; exits 98 naming it on timeout
+  for _ in $(seq $(( $3 * 20 ))); do
+    [ "$(metric "$1")" -ge "$2" ] && return 0
+    sleep 0.05
+  done
+  echo "ERR $1 never reached $2 (now $(metric "$1"))"; exit 98
+}
 server_log_errors() { awk 'f; /listening on/{f=1}' "$T/server.log" | grep -cE "ERROR|panicked"; }
 
 case $CASE in
@@ -60,9 +67,11 @@ blackhole)
   PROBE=$!
   G1=$(wait_gauge $((N + 1)) 20)
   RSS1=$(rss)
+  MO0=$(metric ws_messages_out_total)
   $C publish --url $URL_LO --rate 20 --size 1000 --secs 20 > "$T/pub.json" &
   PUB=$!
-  sleep 1
+  # Broadcasts are flowing (one has reached every client) before the blackhole.
+  wait_metric_at_least ws_messages_out_total $((MO0 + N)) 10
   nft add table inet bh
   nft add chain inet bh out '{ type filter hook output priority 0; }'
   nft add chain inet bh in '{ type filter hook input priority 0; }'
@@ -73,7 +82,8 @@ blackhole)
   MS=$(wait_gauge 2 30)
   HB=$(( $(metric ws_heartbeat_timeouts_total) - HB0 )); BP=$(( $(metric ws_backpressure_closes_total) - BP0 ))
   wait $PROBE $PUB
-  sleep 1
+  # The probe and the publisher are gone from the gauge before RSS is read.
+  GA=$(wait_gauge 0 10)
   RSS2=$(rss)
   echo "RESULT blackhole n=$N ready=$(cat "$T/ready") before_gauge_ms=$G1 closed_all_ms=$MS heartbeat_closes=$HB backpressure_closes=$BP gauge_after=$(metric ws_connections) deflate_after=$(metric ws_deflate_memory_bytes) rss0_kib=$RSS0 rss_connected_kib=$RSS1 rss_after_kib=$RSS2 log_errors=$(server_log_errors)"
   echo "PROBE $(cat "$T/probe.json")"
@@ -115,6 +125,8 @@ flood)
   $IN_CLI sysctl -qw net.ipv4.ip_local_port_range="50000 60999"
   "$W" check --profile 10k --watch 10 -f json > "$T/check.json" 2> "$T/check.err" &
   CHECK=$!
+  # No event to wait for: check prints nothing until its window ends. Half a second lets it
+  # take its first sample of the counters before the storm starts.
   sleep 0.5
   # First the RST storm alone (a SYN flood without cookies refuses every new connection, the
   # storm's included), then the SYN flood and the backlog flood together.

@@ -1,4 +1,5 @@
-//! The one way apply and rollback ask before they change the host.
+//! The one way apply and rollback ask before they change the host (a library module, not part of
+//! `cli`: the commands that ask live in `cmd`, which never imports `cli`).
 
 use anyhow::{bail, Result};
 use std::io::{BufRead, IsTerminal, Write};

@@ -1,0 +1,314 @@
+//! The self-test pipeline: load settings + profile -> a plan sized to this host's limits ->
+//! the scenarios, one after another -> one report -> its outcome. `selftest` runs it against a
+//! server it is given; `serve --self-test` around the servers it starts itself.
+
+use crate::outcome::Outcome;
+use crate::profile::Profile;
+use crate::report::ListFormat;
+use crate::selftest::client::Target;
+use crate::selftest::report::{self, Report, Targets};
+use crate::selftest::{limits, run_scenario, target_url, Options, Scenario};
+use anyhow::{bail, Result};
+use std::path::PathBuf;
+
+/// The load generator's settings as the user gave them (`selftest`, `serve --self-test`);
+/// None: the command's default (`Defaults`) or the profile's.
+#[derive(Debug, Clone)]
+pub struct Load {
+    pub scenarios: Vec<Scenario>,
+    pub conns: Option<usize>,
+    pub rate: Option<f64>,
+    pub size: Option<usize>,
+    pub secs: Option<f64>,
+    pub warmup: Option<f64>,
+    pub inflight: usize,
+    pub rounds: Option<usize>,
+    pub generators: usize,
+    pub sources: usize,
+    pub ramp: f64,
+    pub storm_concurrency: usize,
+    /// The report on stdout.
+    pub format: ListFormat,
+    /// Also an HTML page here.
+    pub report: Option<PathBuf>,
+}
+
+impl Load {
+    /// Whether any load setting was given (they only mean something with a load test).
+    pub fn any_set(&self) -> bool {
+        !self.scenarios.is_empty()
+            || self.conns.is_some()
+            || self.rate.is_some()
+            || self.size.is_some()
+            || self.secs.is_some()
+            || self.report.is_some()
+    }
+}
+
+/// A run, sized and validated, before anything starts.
+pub struct Plan {
+    pub opts: Options,
+    pub scenarios: Vec<Scenario>,
+    pub targets: Targets,
+    pub scaled_down: Vec<String>,
+    pub rate_note: Option<String>,
+    pub server_processes: Option<usize>,
+    pub deflate_conns: Option<usize>,
+    pub url: String,
+}
+
+/// What a command runs when the flags do not say.
+pub struct Defaults {
+    /// broadcast: subscriber servers (`selftest --subscribe-url`), empty for the broadcast URL.
+    pub subscribe_targets: Vec<Target>,
+    /// Negotiate permessage-deflate in every scenario (`selftest --deflate`).
+    pub deflate: bool,
+    pub conns: usize,
+    pub scenarios: Vec<Scenario>,
+    pub secs: f64,
+    /// Messages per second per connection when --rate does not say (None: the profile's).
+    pub rate: Option<f64>,
+    /// Why `rate` is below the profile's.
+    pub rate_note: Option<String>,
+    /// Server processes behind the target (serve --self-test), for the report.
+    pub server_processes: Option<usize>,
+    /// Measure the server as `server_pid`'s whole process tree (a supervisor).
+    pub server_tree: bool,
+    /// The deflate scenario's own (lower) count, when memory cannot hold `conns` of it.
+    pub deflate_conns: Option<usize>,
+    /// The broadcast server's process, when it is another than the echo server's.
+    pub broadcast_server_pid: Option<u32>,
+    /// Cores the generator and server share (serve --self-test): the broadcast rounds are
+    /// paced to what they deliver. None: `--rounds` or 10, as asked.
+    pub budget_cores: Option<usize>,
+}
+
+/// Broadcast rounds when neither the flag nor the CPU budget says otherwise.
+const DEFAULT_ROUNDS: usize = 10;
+
+/// Validate the load settings and size the generator to this host's limits.
+pub fn plan(
+    load: &Load,
+    target: Target,
+    broadcast_target: Target,
+    profile: &Profile,
+    defaults: Defaults,
+    server_pid: Option<u32>,
+    scaled_down: Vec<String>,
+) -> Result<Plan> {
+    let t = &profile.selftest;
+    let conns = load.conns.unwrap_or(defaults.conns);
+    let rate = load
+        .rate
+        .or(defaults.rate)
+        .unwrap_or(t.rate_per_client as f64);
+    // The flag wins over the CPU budget's rate: then there is nothing to explain.
+    let rate_note = if load.rate.is_some() {
+        None
+    } else {
+        defaults.rate_note
+    };
+    let size = load.size.unwrap_or(t.payload_bytes as usize);
+    let secs = load.secs.unwrap_or(defaults.secs);
+    if conns == 0 || conns > 10_000_000 {
+        bail!("--conns {conns}: give 1..=10000000 connections");
+    }
+    if !(rate.is_finite() && rate > 0.0 && rate <= 100_000.0) {
+        bail!("--rate {rate}: give messages per second per connection, more than 0 and at most 100000");
+    }
+    if !(16..=16 << 20).contains(&size) {
+        bail!("--size {size}: payloads carry a 16-byte timestamp; give 16 bytes .. 16 MiB");
+    }
+    if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
+        bail!("--secs {secs}: give more than 0 and at most 3600 seconds per scenario");
+    }
+    if let Some(w) = load
+        .warmup
+        .filter(|w| !(w.is_finite() && (0.0..=600.0).contains(w)))
+    {
+        bail!("--warmup {w}: give 0..=600 seconds");
+    }
+    if let Some(path) = &load.report {
+        crate::output::check_writable(path, "--report")?;
+    }
+    if !(1..=1024).contains(&load.inflight) {
+        bail!(
+            "--inflight {}: give 1..=1024 messages in flight per connection",
+            load.inflight
+        );
+    }
+    if let Some(r) = load.rounds.filter(|r| !(1..=10_000).contains(r)) {
+        bail!("--rounds {r}: give 1..=10000 broadcast rounds");
+    }
+    // Limits: every generator process may open as many files as this one (raised to its hard
+    // limit first); ports per loopback source from the ephemeral range.
+    let (soft, _hard) = crate::host::raise_nofile();
+    let workers = limits::workers_for(conns, soft, load.generators).map_err(anyhow::Error::msg)?;
+    // Ports for twice the count: the previous scenario's connections are still closing
+    // (FIN_WAIT, TIME_WAIT) while the next one opens its own, and 100k of them take seconds
+    // to go; sized for one scenario, the second one met EADDRNOTAVAIL at ~99.6%.
+    let sources = limits::sources_for(
+        target.addr.ip(),
+        conns.saturating_mul(2),
+        limits::ephemeral_ports(),
+        load.sources,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let mut scenarios = load.scenarios.clone();
+    if scenarios.is_empty() {
+        scenarios = defaults.scenarios;
+    }
+    // A fixed order: idle first, while the server's memory is fresh (an allocator keeps
+    // what earlier scenarios freed, which would hide the per-connection cost), then the
+    // rate-limited runs before the ones that saturate.
+    scenarios.sort_by_key(|s| *s as u8);
+    scenarios.dedup();
+    // Like the rate, the rounds follow the CPU budget unless the flag says: rounds closer
+    // together than one fan-out queue behind each other, and "until the last subscriber"
+    // would measure the queue.
+    let (rounds, rounds_note) = match (load.rounds, defaults.budget_cores) {
+        (Some(r), _) => (r, None),
+        (None, Some(cores)) if scenarios.contains(&Scenario::Broadcast) => {
+            limits::broadcast_rounds(conns, cores, secs, DEFAULT_ROUNDS)
+        }
+        _ => (DEFAULT_ROUNDS, None),
+    };
+    let rate_note = match (rate_note, rounds_note) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    };
+    Ok(Plan {
+        url: target_url(&target),
+        opts: Options {
+            target,
+            broadcast_target,
+            subscribe_targets: defaults.subscribe_targets,
+            scenarios: scenarios.clone(),
+            conns,
+            rate,
+            size,
+            secs,
+            warmup: load.warmup,
+            deflate: defaults.deflate,
+            inflight: load.inflight,
+            rounds,
+            workers,
+            sources,
+            server_pid,
+            server_tree: defaults.server_tree,
+            broadcast_server_pid: defaults.broadcast_server_pid,
+            ramp_per_sec: load.ramp,
+            storm_concurrency: load.storm_concurrency,
+        },
+        scenarios,
+        targets: Targets {
+            profile: profile.name.clone(),
+            connections: profile.connections as usize,
+            estimate: report::MemoryEstimate::of(profile),
+            p99_ms: t.p99_ms as f64,
+            rate_per_client: rate,
+            payload_bytes: size,
+        },
+        scaled_down,
+        rate_note,
+        server_processes: defaults.server_processes,
+        deflate_conns: defaults.deflate_conns,
+    })
+}
+
+/// Run the scenarios in order. A scenario that cannot start (nothing connects) ends the run:
+/// the report holds what was measured before it, and the error says why.
+pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
+    let mut done = Vec::new();
+    let mut error = None;
+    for (i, &s) in p.scenarios.iter().enumerate() {
+        if i > 0 {
+            settle(&p.opts).await;
+        }
+        let opts = match p.deflate_conns {
+            Some(n) if s == Scenario::Deflate => Options {
+                conns: n,
+                ..p.opts.clone()
+            },
+            _ => p.opts.clone(),
+        };
+        match run_scenario(&opts, s).await {
+            Ok(r) => done.push(r),
+            Err(e) => {
+                error = Some(e.context(format!("scenario {}", s.name())));
+                break;
+            }
+        }
+    }
+    let verdict = report::verdict(&done, &p.targets);
+    let report = Report {
+        schema_version: report::SCHEMA_VERSION,
+        url: p.url.clone(),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        targets: p.targets.clone(),
+        conns: p.opts.conns,
+        scaled_down: p.scaled_down.clone(),
+        rate_note: p.rate_note.clone(),
+        server_processes: p.server_processes,
+        memory: report::MemoryReport::of(&done, &p.targets.estimate),
+        host_check: None,
+        scenarios: done,
+        verdict,
+    };
+    (report, error)
+}
+
+/// Wait (at most 20 s) until the previous scenario's sockets are mostly gone and the server is
+/// quiet again: at 100k connections their closes take seconds, and the next scenario would
+/// otherwise open its connections (and measure the server) while the kernel and the server
+/// still tear them down.
+async fn settle(o: &crate::selftest::Options) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    wait_for_sockets(o.conns, deadline).await;
+    crate::selftest::quiesce(o, deadline - tokio::time::Instant::now()).await;
+}
+
+async fn wait_for_sockets(conns: usize, deadline: tokio::time::Instant) {
+    let Some(start) = crate::selftest::kernel_sample() else {
+        return;
+    };
+    // Both ends of each loopback connection are sockets here; a tenth of them may linger.
+    let quiet = (conns as u64 / 5).max(200);
+    let mut now = start;
+    while now.tcp_inuse > quiet && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        match crate::selftest::kernel_sample() {
+            Some(k) => now = k,
+            None => return,
+        }
+    }
+}
+
+/// Print the report, write the HTML page, and conclude: Ok on a pass, Failed on a miss (or a
+/// partial run), an error when nothing could be measured.
+pub fn finish(report: &Report, error: Option<anyhow::Error>, load: &Load) -> Result<Outcome> {
+    if report.scenarios.is_empty() {
+        if let Some(e) = error {
+            return Err(e);
+        }
+    }
+    let text = match load.format {
+        ListFormat::Json => serde_json::to_string_pretty(report)? + "\n",
+        ListFormat::Table => report::table(report),
+    };
+    crate::output::emit(None, &text)?;
+    if let Some(path) = &load.report {
+        crate::output::write_atomic(path, &report::html(report))?;
+        eprintln!("wstune: wrote {}", path.display());
+    }
+    if let Some(e) = error {
+        eprintln!("wstune: error: {e:#}");
+        eprintln!("  the report above covers the scenarios that ran before it");
+        return Ok(Outcome::Failed);
+    }
+    Ok(if report.verdict.pass {
+        Outcome::Ok
+    } else {
+        Outcome::Failed
+    })
+}

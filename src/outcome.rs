@@ -1,0 +1,50 @@
+//! What a command concluded, before anyone turns it into an exit code.
+//!
+//! Commands return an [`Outcome`] (or an error: bad input, a refusal, something that could not
+//! be done); only `cli` maps it to the process's exit code (`cli::exit`), so the policy sits in
+//! one place and nothing in the library decides how the process ends.
+
+use crate::catalog::eval::Summary;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done, and nothing failed (warnings allowed when they do not count).
+    Ok,
+    /// Done, with warnings that count: `check --strict` with warnings and no failure, or a
+    /// `serve --processes` supervisor that had to kill a process that would not drain.
+    Warnings,
+    /// At least one check failed, or a load test missed its targets or stopped partway.
+    Failed,
+}
+
+impl Outcome {
+    /// A check's outcome: any failure fails; warnings count only when `strict`.
+    pub fn of_checks(s: &Summary, strict: bool) -> Outcome {
+        if s.fail > 0 {
+            Outcome::Failed
+        } else if strict && s.warn > 0 {
+            Outcome::Warnings
+        } else {
+            Outcome::Ok
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_check_fails_on_failures_and_warns_only_when_strict() {
+        let s = |fail, warn| Summary {
+            fail,
+            warn,
+            ..Summary::default()
+        };
+        assert_eq!(Outcome::of_checks(&s(0, 0), true), Outcome::Ok);
+        assert_eq!(Outcome::of_checks(&s(0, 3), false), Outcome::Ok);
+        assert_eq!(Outcome::of_checks(&s(0, 3), true), Outcome::Warnings);
+        assert_eq!(Outcome::of_checks(&s(1, 3), true), Outcome::Failed);
+        assert_eq!(Outcome::of_checks(&s(1, 0), false), Outcome::Failed);
+    }
+}
