@@ -48,10 +48,14 @@ impl Handler for Builtin {
             Builtin::Simulated(work) => {
                 let reply_to = conn.clone();
                 let msg = msg.to_owned();
-                let _ = conn.offload(move || {
-                    crate::offload::simulate(work);
-                    let _ = reply_to.send(msg.as_message());
-                });
+                // The reply goes out once the job is counted: what /metrics says is never
+                // behind what a client has seen.
+                let _ = conn.offload_then(
+                    move || crate::offload::simulate(work),
+                    move |()| {
+                        let _ = reply_to.send(msg.as_message());
+                    },
+                );
             }
             Builtin::Broadcast => conn.broadcast(msg),
             Builtin::Channels => match msg {

@@ -634,6 +634,33 @@ impl<S> Conn<S> {
     /// answers [`OffloadError::Full`] (see [`Conn::offload_wait`]). Each job's wall, CPU and
     /// run-queue time lands in /metrics (`ws_handler_*`), what `wstune pool --measure` reads.
     pub fn offload(&self, work: impl FnOnce() + Send + 'static) -> Result<(), OffloadError> {
+        self.queue(Job::new(work))
+    }
+
+    /// [`Conn::offload`] in two parts: `work` (the blocking call) is what the pool's metrics
+    /// time; `then` gets its result on the same pool thread once the job is counted, so a
+    /// client that receives the reply `then` sends finds the job in /metrics already.
+    ///
+    /// ```no_run
+    /// # fn demo(conn: &embedded_server::Conn) {
+    /// let reply_to = conn.clone();
+    /// let _ = conn.offload_then(
+    ///     || std::fs::read_to_string("/etc/hostname").unwrap_or_default(),
+    ///     move |name| {
+    ///         let _ = reply_to.send_text(name.trim());
+    ///     },
+    /// );
+    /// # }
+    /// ```
+    pub fn offload_then<R: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> R + Send + 'static,
+        then: impl FnOnce(R) + Send + 'static,
+    ) -> Result<(), OffloadError> {
+        self.queue(Job::then(work, then))
+    }
+
+    fn queue(&self, job: Job) -> Result<(), OffloadError> {
         if self.inner.shared.ended() {
             return Err(OffloadError::Closed);
         }
@@ -641,7 +668,7 @@ impl<S> Conn<S> {
             return Err(OffloadError::NoPool);
         };
         let m = &self.inner.hub.metrics;
-        match tx.try_send(Job::new(work)) {
+        match tx.try_send(job) {
             Ok(()) => {
                 m.offload_queue_depth.fetch_add(1, Relaxed);
                 Ok(())

@@ -11,12 +11,31 @@ use std::time::{Duration, Instant};
 /// One unit of offloaded work: a closure the application handed to
 /// [`Conn::offload`](crate::Conn::offload) (the built-in simulated handlers are such closures
 /// too). It sends its own reply, if any, through the `Conn` it captured.
-pub struct Job(Box<dyn FnOnce() + Send + 'static>);
+pub struct Job(Box<dyn FnOnce() -> Option<Then> + Send + 'static>);
+
+/// What a job hands back to run after its timing is recorded (its reply, say).
+type Then = Box<dyn FnOnce() + Send + 'static>;
 
 impl Job {
     /// Wrap a closure as a job.
     pub fn new(f: impl FnOnce() + Send + 'static) -> Job {
-        Job(Box::new(f))
+        Job(Box::new(move || {
+            f();
+            None
+        }))
+    }
+
+    /// A job in two parts: `work` is timed, then `then` gets its result once the job is
+    /// counted in the metrics (so whoever sees the reply `then` sends also sees the job in
+    /// /metrics).
+    pub fn then<R: Send + 'static>(
+        work: impl FnOnce() -> R + Send + 'static,
+        then: impl FnOnce(R) + Send + 'static,
+    ) -> Job {
+        Job(Box::new(move || {
+            let r = work();
+            Some(Box::new(move || then(r)) as Then)
+        }))
     }
 }
 
@@ -43,7 +62,9 @@ pub fn start(threads: usize, queue: usize, metrics: Arc<Metrics>) -> Sender {
                     let queued0 = thread_runqueue_wait();
                     // A panicking job must not take a pool thread with it: the pool is fixed
                     // size, and each lost thread would shrink it for good.
-                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job.0));
+                    let then = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job.0))
+                        .ok()
+                        .flatten();
                     let wall = start.elapsed();
                     metrics.handler_wall.observe(wall);
                     metrics
@@ -56,6 +77,9 @@ pub fn start(threads: usize, queue: usize, metrics: Arc<Metrics>) -> Sender {
                         .offload_busy_us
                         .fetch_add(wall.as_micros() as u64, Relaxed);
                     metrics.offload_jobs.fetch_add(1, Relaxed);
+                    if let Some(then) = then {
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(then));
+                    }
                 }
             })
             .expect("spawn an offload thread");
