@@ -427,11 +427,9 @@ async fn upgrade<T: Transport, H: Handler>(
             None
         }
         Ok(accepted) => {
-            let Some((state, response)) =
-                ask_handler(ctx, &stream, &buf[..end], peer, id, &accepted).await
-            else {
-                return None;
-            };
+            // The application refused: the refusal is written and counted there.
+            let (state, response) =
+                ask_handler(ctx, &stream, &buf[..end], peer, id, &accepted).await?;
             // Registered (with its compression settings) before the 101 goes out: a client
             // that has its 101 receives every broadcast after it. Frames queued meanwhile are
             // written once the connection task starts, after the response.
