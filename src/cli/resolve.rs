@@ -237,7 +237,7 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
 }
 
 pub fn pool(a: &PoolArgs) -> Result<cmd::pool::Request> {
-    use embedded_server::Handler;
+    use embedded_server::SimulatedWork;
     let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     // A host's own count is never refused (it is clamped); a given one past the ceiling is.
     let cores = a.cores.unwrap_or(host_cores.min(crate::pool::MAX_CORES));
@@ -252,10 +252,10 @@ pub fn pool(a: &PoolArgs) -> Result<cmd::pool::Request> {
         bail!("--conns {}: give 1..=100000 connections", a.conns);
     }
     let handler = match &a.handler {
-        Some(h) => Some(Handler::parse(h).map_err(|e| anyhow::anyhow!("--handler: {e}"))?),
+        Some(h) => Some(SimulatedWork::parse(h).map_err(|e| anyhow::anyhow!("--handler: {e}"))?),
         None => None,
     };
-    if let Some(Handler::Echo) = handler {
+    if let Some(SimulatedWork::Echo) = handler {
         bail!("--handler echo runs inline on the I/O threads: there is no pool to size; give cpu:, block: or both");
     }
     let sizes: Vec<u64> = a
