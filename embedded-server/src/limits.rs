@@ -39,7 +39,9 @@ use std::time::{Duration, Instant};
 /// A rate: `per_sec` events a second on average, up to `burst` at once after a quiet spell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate {
+    /// Events a second on average.
     pub per_sec: u32,
+    /// Events at once after a quiet spell.
     pub burst: u32,
 }
 
@@ -99,6 +101,7 @@ pub struct Cidr {
 }
 
 impl Cidr {
+    /// Parse `10.0.0.0/8`, `192.0.2.7`, `2001:db8::/32` or `::1`; the error names the forms.
     pub fn parse(s: &str) -> Result<Cidr, String> {
         let bad = || {
             format!("'{s}' is not an address or network: write 10.0.0.0/8, 192.0.2.7, 2001:db8::/32 or ::1")
@@ -120,6 +123,7 @@ impl Cidr {
         })
     }
 
+    /// Whether `ip` is in this network (IPv4-mapped IPv6 counts as IPv4).
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
         ip.is_ipv4() == self.net.is_ipv4() && mask(ip, self.prefix) == self.net
@@ -205,7 +209,12 @@ pub enum LimitsError {
     /// Only 1008 and 1013 say what happened.
     MessageRateClose(u16),
     /// A rate faster than one event per nanosecond's resolution can express.
-    RateTooHigh { what: &'static str, per_sec: u32 },
+    RateTooHigh {
+        /// The flag it was given with.
+        what: &'static str,
+        /// The rate given.
+        per_sec: u32,
+    },
 }
 
 impl std::fmt::Display for LimitsError {
@@ -226,6 +235,7 @@ impl std::fmt::Display for LimitsError {
 impl std::error::Error for LimitsError {}
 
 impl LimitSettings {
+    /// Refuse a close code or rate the server cannot honour.
     pub fn validate(&self) -> Result<(), LimitsError> {
         if !matches!(self.message_rate_close, 1008 | 1013) {
             return Err(LimitsError::MessageRateClose(self.message_rate_close));
@@ -247,10 +257,12 @@ impl LimitSettings {
         Ok(())
     }
 
+    /// Whether no limit applies to `ip`.
     pub fn is_exempt(&self, ip: IpAddr) -> bool {
         self.exempt.iter().any(|c| c.contains(ip))
     }
 
+    /// Whether `ip` may name the client (PROXY header, X-Forwarded-For).
     pub fn is_trusted(&self, ip: IpAddr) -> bool {
         self.trusted_proxies.iter().any(|c| c.contains(ip))
     }
@@ -279,6 +291,7 @@ pub struct MessageBucket(AtomicU64);
 const EXEMPT: u64 = u64::MAX;
 
 impl MessageBucket {
+    /// Mark a connection from an exempt address: never limited.
     pub fn exempt(&self) {
         self.0.store(EXEMPT, Relaxed);
     }
@@ -302,7 +315,9 @@ impl MessageBucket {
 /// A refused upgrade: why, and the response to write.
 #[derive(Debug)]
 pub struct Refusal {
+    /// Why (for the metrics' reject reason).
     pub reason: Reject,
+    /// The HTTP response to write.
     pub response: Vec<u8>,
     /// The client address refused (for the log).
     pub client: IpAddr,
@@ -327,6 +342,7 @@ struct Shard {
 /// The limits' state for one server.
 #[derive(Debug)]
 pub struct Limits {
+    /// The settings in force.
     pub settings: LimitSettings,
     global_tat: AtomicU64,
     /// Per-address entries, sharded by address so accepts on different threads rarely meet.
@@ -372,6 +388,7 @@ fn too_many(status: u16, reason: &str, retry: Duration, body: &str) -> Vec<u8> {
 }
 
 impl Limits {
+    /// The state for these settings (every count empty).
     pub fn new(settings: LimitSettings) -> Limits {
         Limits {
             settings,
@@ -426,19 +443,17 @@ impl Limits {
         }
     }
 
-    /// An upgrade request from `peer`: its client address (`client_addr`), then `admit`.
+    /// An upgrade from `client` (see `client_addr`): `admit`, and whether it is exempt.
     /// None when every limit is off: a connection's task then holds one null pointer for the
     /// limits (it lives as long as the connection, so its size is idle memory per connection).
     pub fn admit_request(
         self: &Arc<Self>,
-        peer: SocketAddr,
-        request: &[u8],
+        client: IpAddr,
     ) -> Result<Option<Box<Admitted>>, Refusal> {
         let s = &self.settings;
         if !s.limits_connections() && s.message_rate.is_none() {
             return Ok(None); // everything off: nothing to look at
         }
-        let client = self.client_addr(peer, request).ip();
         Ok(Some(Box::new(Admitted {
             _slot: self.admit(client)?,
             exempt: s.is_exempt(client),

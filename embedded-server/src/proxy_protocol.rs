@@ -31,7 +31,9 @@ pub enum Parsed {
     /// header carries none (v1 UNKNOWN, v2 LOCAL such as the balancer's own health check, or
     /// an address family without an IP: the connection then keeps its peer address).
     Header {
+        /// Bytes of the header: what to consume before the client's own stream.
         len: usize,
+        /// The client's address, when the header names one.
         source: Option<SocketAddr>,
     },
 }

@@ -15,11 +15,12 @@ use embedded_server::frame::{self, FrameError, OpCode};
 use embedded_server::handshake;
 use embedded_server::utf8::Utf8Validator;
 use std::collections::BTreeMap;
-use wstune::catalog::{self, Platform};
-use wstune::gather::{self, Options};
+use wstune::catalog::{self, facts::Options};
+use wstune::gather;
 use wstune::host::memory::MemoryBackend;
 use wstune::host::procfs;
 use wstune::host::Link;
+use wstune::host::Platform;
 
 /// One target's body: feed it bytes; it panics only on a bug.
 pub type Harness = fn(&[u8]);

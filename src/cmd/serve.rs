@@ -7,7 +7,7 @@ use crate::engine::selftest::Load;
 use crate::outcome::Outcome;
 use crate::profile::Profile;
 use anyhow::{Context, Result};
-use embedded_server::{App, BackpressureClose, Handler, Server, ServerConfig};
+use embedded_server::{App, BackpressureClose, Server, ServerConfig, SimulatedWork};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -125,7 +125,8 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
         a.heartbeat_timeout.map(|v| v as usize),
         s.heartbeat.timeout_secs,
     );
-    let handler = Handler::parse(&a.handler).map_err(|e| anyhow::anyhow!("--handler: {e}"))?;
+    let handler =
+        SimulatedWork::parse(&a.handler).map_err(|e| anyhow::anyhow!("--handler: {e}"))?;
     let app = a.app;
     table.push(("app", format!("{:?}", app).to_lowercase(), "flag"));
     table.push(("handler", a.handler.clone(), "flag"));
