@@ -172,6 +172,9 @@ pub struct ServerConfig {
     /// pass it is refused with 1013 (try again later), so N hostile peers cannot multiply the
     /// message cap. None: `default_inflate_budget` (see `inflate_budget`).
     pub inflate_budget: Option<usize>,
+    /// Abuse limits (per-address cap, connection and message rates, exempt addresses, trusted
+    /// proxies); all off by default. See `limits`.
+    pub limits: crate::limits::LimitSettings,
 }
 
 impl Default for ServerConfig {
@@ -196,6 +199,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(5),
             deflate: crate::deflate::DeflateSettings::default(),
             inflate_budget: None,
+            limits: crate::limits::LimitSettings::default(),
         }
     }
 }
@@ -251,6 +255,8 @@ pub enum ConfigError {
     },
     /// Every upgrade would time out at once.
     ZeroHandshakeTimeout,
+    /// An abuse-limit setting (see `limits`).
+    Limits(crate::limits::LimitsError),
 }
 
 impl ConfigError {
@@ -312,6 +318,7 @@ impl std::fmt::Display for ConfigError {
             ConfigError::ZeroHandshakeTimeout => {
                 f.write_str("the handshake timeout must be at least 1 s")
             }
+            ConfigError::Limits(e) => e.fmt(f),
         }
     }
 }
@@ -364,6 +371,7 @@ impl ServerConfig {
         if self.handshake_timeout.is_zero() {
             return Err(ConfigError::ZeroHandshakeTimeout);
         }
+        self.limits.validate().map_err(ConfigError::Limits)?;
         Ok(())
     }
 

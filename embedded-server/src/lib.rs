@@ -49,10 +49,12 @@ pub mod frame;
 pub mod handler;
 pub mod handshake;
 pub mod hub;
+pub mod limits;
 pub mod memory;
 pub mod metrics;
 pub mod offload;
 pub mod outbox;
+pub mod proxy_protocol;
 #[cfg(feature = "tls")]
 pub mod tls;
 pub mod transport;
@@ -114,6 +116,7 @@ impl<H: Handler> Server<H> {
             };
             offload::start(threads, config.offload_queue_size, metrics.clone())
         });
+        let limits = Arc::new(limits::Limits::new(config.limits.clone()));
         let hub = Arc::new(Hub::new(config, metrics));
         if let Some(tx) = offload {
             let _ = hub.offload.set(tx);
@@ -122,6 +125,7 @@ impl<H: Handler> Server<H> {
             ctx: Arc::new(Ctx {
                 hub: hub.clone(),
                 handler,
+                limits,
             }),
             hub,
             stopping: Arc::new(AtomicBool::new(false)),
@@ -286,6 +290,31 @@ fn spawn_conn<H: Handler>(
     stopping: Arc<AtomicBool>,
     tls: Option<&TlsConfig>,
 ) {
+    // Abuse limits (limits.rs): with trusted proxies configured, a connection may start with a
+    // PROXY protocol header naming the client; it is read (before TLS) first.
+    if ctx.limits.reads_proxy_header() {
+        let tls = tls.cloned();
+        tokio::spawn(async move {
+            let timeout = ctx.hub.config.handshake_timeout;
+            let metrics = ctx.hub.metrics.clone();
+            if let Some(client) =
+                limits::read_proxy_header(&stream, peer, &ctx.limits, &metrics, timeout).await
+            {
+                start_conn(stream, client, ctx, stopping, tls.as_ref());
+            }
+        });
+        return;
+    }
+    start_conn(stream, peer, ctx, stopping, tls);
+}
+
+fn start_conn<H: Handler>(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    ctx: Arc<Ctx<H>>,
+    stopping: Arc<AtomicBool>,
+    tls: Option<&TlsConfig>,
+) {
     use tracing::Instrument;
     let _ = stream.set_nodelay(true);
     let id = NEXT_CONN_ID.fetch_add(1, Relaxed);
@@ -326,6 +355,8 @@ async fn handle<T: Transport, H: Handler>(
         return;
     };
     tracing::debug!(conn = id, peer = %peer, deflate = up.deflate.is_some(), "connection opened");
+    // Its place in the abuse limits' counts, given back when the connection ends.
+    let _admitted = up.admitted;
     let started = std::time::Instant::now();
     conn::serve(up.stream, up.conn, up.rest, ctx, up.deflate).await;
     tracing::debug!(conn = id, peer = %peer, secs = started.elapsed().as_secs_f64(), "connection closed");
@@ -338,6 +369,8 @@ struct Upgraded<T, S> {
     /// Bytes that arrived after the request header (the first frames).
     rest: Vec<u8>,
     deflate: Option<deflate::Agreed>,
+    /// Its part in the abuse limits (None while they are off).
+    admitted: Option<Box<limits::Admitted>>,
 }
 
 /// Read the upgrade request and answer it: refusals are written (and counted) here; an
@@ -417,8 +450,22 @@ async fn upgrade<T: Transport, H: Handler>(
         stream.shutdown_write();
         return None;
     }
+    // Abuse limits (limits.rs): the client's address (X-Forwarded-For from a trusted proxy),
+    // then the per-address cap and the connection rates. A refusal goes out through the
+    // handshake's refusal path below.
+    let peer = ctx.limits.client_addr(peer, &buf[..end]);
     let full = hub.len() >= cfg.max_connections;
-    match handshake::respond(&buf[..end], cfg, full) {
+    let (admitted, decision) = match ctx.limits.admit_request(peer.ip()) {
+        Ok(admitted) => (admitted, handshake::respond(&buf[..end], cfg, full)),
+        Err(refused) => {
+            tracing::debug!(conn = id, peer = %peer, "refused by an abuse limit");
+            let limits::Refusal {
+                reason, response, ..
+            } = refused;
+            (None, Err(handshake::Refused { reason, response }))
+        }
+    };
+    match decision {
         Err(refused) => {
             hub.metrics.reject(refused.reason);
             tracing::debug!(conn = id, peer = %peer, reason = ?refused.reason, "handshake refused");
@@ -434,6 +481,9 @@ async fn upgrade<T: Transport, H: Handler>(
             // that has its 101 receives every broadcast after it. Frames queued meanwhile are
             // written once the connection task starts, after the response.
             let shared = hub.register();
+            if admitted.as_ref().is_some_and(|a| a.exempt) {
+                shared.msg_rate.exempt();
+            }
             if let Some(a) = &accepted.deflate {
                 shared.set_deflate(a, &cfg.deflate);
             }
@@ -448,6 +498,7 @@ async fn upgrade<T: Transport, H: Handler>(
                 conn: Conn::new(shared, hub.clone(), peer, state),
                 rest: buf[end..].to_vec(),
                 deflate: accepted.deflate,
+                admitted,
             })
         }
     }

@@ -22,9 +22,19 @@ pub enum Reject {
     Shutdown,
     /// The application's [`crate::Handler::on_upgrade`] refused it.
     Handler,
+    /// Abuse limits (limits.rs): the per-address connection cap (503).
+    IpConnectionCap,
+    /// The per-address new-connection rate (429).
+    IpRateLimit,
+    /// The server-wide new-connection rate (429).
+    GlobalRateLimit,
+    /// A PROXY protocol header from a peer not in the trusted list (400).
+    ProxyUntrusted,
+    /// A malformed PROXY protocol header from a trusted peer (400).
+    ProxyHeader,
 }
 
-const REJECT_NAMES: [&str; 8] = [
+const REJECT_NAMES: [&str; 13] = [
     "bad_request",
     "version",
     "origin",
@@ -33,6 +43,11 @@ const REJECT_NAMES: [&str; 8] = [
     "max_connections",
     "shutting_down",
     "handler",
+    "ip_connection_cap",
+    "ip_rate_limit",
+    "global_rate_limit",
+    "proxy_untrusted",
+    "proxy_header",
 ];
 /// Close codes counted individually (1005: a close without a code); others land in "other".
 const CLOSE_CODES: [u16; 11] = [
@@ -96,7 +111,7 @@ pub struct Metrics {
     pub connections: AtomicI64,
     /// Upgrades accepted.
     pub accepted: AtomicU64,
-    rejected: [AtomicU64; 8],
+    rejected: [AtomicU64; 13],
     /// Data messages received.
     pub messages_in: AtomicU64,
     /// Data messages sent (a broadcast counts once per recipient).
@@ -151,6 +166,8 @@ pub struct Metrics {
     pub inflate_budget_bytes: AtomicU64,
     /// Compressed messages refused (1013) because the inflate budget was spent.
     pub inflate_budget_closes: AtomicU64,
+    /// Connections closed for going over their message rate (limits.rs).
+    pub message_rate_closes: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -184,6 +201,7 @@ impl Default for Metrics {
             inflate_buffer_bytes: AtomicU64::new(0),
             inflate_budget_bytes: AtomicU64::new(0),
             inflate_budget_closes: AtomicU64::new(0),
+            message_rate_closes: AtomicU64::new(0),
         }
     }
 }
@@ -324,6 +342,12 @@ impl Metrics {
             "Compressed messages refused with 1013 because the inflate budget was spent.",
             "counter",
             self.inflate_budget_closes.load(Relaxed) as f64,
+        );
+        g(
+            "ws_message_rate_closes_total",
+            "Connections closed for going over their message rate (the limits' close code).",
+            "counter",
+            self.message_rate_closes.load(Relaxed) as f64,
         );
         if self.backplane_up.load(Relaxed) >= 0 {
             g(

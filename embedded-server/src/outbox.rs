@@ -66,6 +66,8 @@ pub struct Shared {
     ended: AtomicBool,
     /// It joined a channel at least once (the hub cleans up after it on close).
     subscribed: AtomicBool,
+    /// The message rate limit's bucket (limits.rs); unused while that limit is off.
+    pub(crate) msg_rate: crate::limits::MessageBucket,
 }
 
 /// The queue itself; only reachable through the lock (`Shared::lock`).
@@ -99,6 +101,7 @@ impl Shared {
             holds_compressor: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             subscribed: AtomicBool::new(false),
+            msg_rate: Default::default(),
         }
     }
 

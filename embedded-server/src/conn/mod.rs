@@ -37,6 +37,8 @@ use write::flush;
 pub(crate) struct Ctx<H> {
     pub(crate) hub: Arc<Hub>,
     pub(crate) handler: H,
+    /// Abuse limits' state (per-address counts, rates).
+    pub(crate) limits: Arc<crate::limits::Limits>,
 }
 
 /// Why processing stopped early.

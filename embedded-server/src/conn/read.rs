@@ -309,6 +309,16 @@ fn deliver<T: Transport, H: Handler>(
     payload: &mut [u8],
 ) -> Result<(), Stop> {
     let m = &ctx.hub.metrics;
+    // Abuse limits (limits.rs): a connection over its message rate is closed.
+    if let Some(rate) = ctx.hub.config.limits.message_rate {
+        if !conn.shared().msg_rate.allow(rate) {
+            m.message_rate_closes.fetch_add(1, Relaxed);
+            return Err(Stop::Fail(
+                ctx.hub.config.limits.message_rate_close,
+                "message rate limit exceeded",
+            ));
+        }
+    }
     m.messages_in.fetch_add(1, Relaxed);
     m.bytes_in.fetch_add(payload.len() as u64, Relaxed);
     let msg = if op == OpCode::Text {
