@@ -8,12 +8,10 @@
 //! only what to read for which check.
 
 use crate::catalog::facts::{BootConfig, BootEntry, SYSCTL_CONF, SYSCTL_DIRS};
-pub use crate::catalog::facts::{HostFacts, Instance, Options, Reading};
-use crate::catalog::{
-    Catalog, CheckDef, Compare, Each, Fact, LimitKind, Platform, Process, Source, Target,
-};
+use crate::catalog::facts::{HostFacts, Instance, Options, Reading};
+use crate::catalog::{Catalog, CheckDef, Compare, Each, Fact, LimitKind, Process, Source, Target};
 use crate::host::procfs::{self, paths, sysctl_path};
-use crate::host::{owned, Backend, Link, ReadError};
+use crate::host::{owned, Backend, Link, Platform, ReadError};
 use crate::value::Value;
 use std::collections::BTreeMap;
 

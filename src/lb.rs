@@ -491,6 +491,7 @@ pub fn findings_with(
                 persistent: None,
             },
             note: None,
+            key: None,
         }];
     };
     let hb = &p.server.heartbeat;
@@ -526,6 +527,7 @@ pub fn findings_with(
             persistent: None,
         },
         note: Some(file.clone()),
+        key: None,
     }];
     let want_cap = with_headroom(p.connections);
     let cap_status = match f.max_connections {
@@ -563,6 +565,7 @@ pub fn findings_with(
             persistent: None,
         },
         note: Some(file.clone()),
+        key: None,
     });
     if kind == Kind::Nginx {
         out.push(backlog_finding(&f, p, &file));
@@ -631,6 +634,7 @@ fn backlog_finding(f: &Facts, p: &Profile, file: &str) -> crate::catalog::eval::
             persistent: None,
         },
         note: Some(file.to_string()),
+        key: None,
     }
 }
 

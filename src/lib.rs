@@ -25,6 +25,7 @@ pub mod pool;
 pub mod profile;
 pub mod report;
 pub mod selftest;
+pub mod server_limits;
 pub mod supervisor;
 pub mod value;
 mod yaml_lines;

@@ -291,38 +291,26 @@ mod flat {
         }
     }
 
-    impl ser::SerializeSeq for List<'_> {
-        type Ok = ();
-        type Error = FlattenError;
-        fn serialize_element<T: ?Sized + Serialize>(&mut self, v: &T) -> Result<(), FlattenError> {
-            self.push(v)
-        }
-        fn end(self) -> Result<(), FlattenError> {
-            self.finish()
-        }
+    /// A sequence, a tuple and a tuple struct all flatten alike: each element onto the list.
+    macro_rules! list_serializer {
+        ($($trait:ident :: $method:ident),*) => {$(
+            impl ser::$trait for List<'_> {
+                type Ok = ();
+                type Error = FlattenError;
+                fn $method<T: ?Sized + Serialize>(&mut self, v: &T) -> Result<(), FlattenError> {
+                    self.push(v)
+                }
+                fn end(self) -> Result<(), FlattenError> {
+                    self.finish()
+                }
+            }
+        )*};
     }
-
-    impl ser::SerializeTuple for List<'_> {
-        type Ok = ();
-        type Error = FlattenError;
-        fn serialize_element<T: ?Sized + Serialize>(&mut self, v: &T) -> Result<(), FlattenError> {
-            self.push(v)
-        }
-        fn end(self) -> Result<(), FlattenError> {
-            self.finish()
-        }
-    }
-
-    impl ser::SerializeTupleStruct for List<'_> {
-        type Ok = ();
-        type Error = FlattenError;
-        fn serialize_field<T: ?Sized + Serialize>(&mut self, v: &T) -> Result<(), FlattenError> {
-            self.push(v)
-        }
-        fn end(self) -> Result<(), FlattenError> {
-            self.finish()
-        }
-    }
+    list_serializer!(
+        SerializeSeq::serialize_element,
+        SerializeTuple::serialize_element,
+        SerializeTupleStruct::serialize_field
+    );
 }
 
 #[cfg(test)]

@@ -81,4 +81,5 @@ targets!(
     proc_net,
     proc_interrupts,
     cgroup_sys,
+    proxy_protocol,
 );

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+/// Serve the admin endpoints (`/metrics`, `/healthz`) on `listener` until `shutdown` completes.
 pub async fn serve(listener: TcpListener, hub: Arc<Hub>, shutdown: impl Future<Output = ()>) {
     serve_routes(listener, shutdown, move |route| {
         let hub = hub.clone();
@@ -25,7 +26,9 @@ pub async fn serve(listener: TcpListener, hub: Arc<Hub>, shutdown: impl Future<O
 /// What the admin listener was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
+    /// `/healthz`: JSON health.
     Healthz,
+    /// `/metrics`: Prometheus text.
     Metrics,
 }
 

@@ -14,10 +14,12 @@ pub enum App {
     Channels,
 }
 
-/// Simulated business work for echo, to measure pool sizing: runs on the offload pool, never on
-/// an I/O thread.
+/// Simulated business work for echo (`wstune serve --handler`), to measure pool sizing: runs on
+/// the offload pool, never on an I/O thread. Not to be confused with the [`crate::Handler`]
+/// trait, through which real application code runs (the built-in apps use it too, see
+/// [`crate::apps`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Handler {
+pub enum SimulatedWork {
     /// No work: echo inline on the I/O thread.
     Echo,
     /// Spin on the CPU for this many microseconds.
@@ -25,21 +27,35 @@ pub enum Handler {
     /// Block (sleep) for this many milliseconds, like a database call.
     Block(u64),
     /// Both: CPU microseconds, then blocking milliseconds.
-    Mixed { cpu_us: u64, block_ms: u64 },
+    Mixed {
+        /// CPU microseconds, first.
+        cpu_us: u64,
+        /// Then blocking milliseconds.
+        block_ms: u64,
+    },
 }
 
-impl Handler {
+impl SimulatedWork {
     /// `echo`, `cpu:MICROS`, `block:MILLIS`, `mixed:CPU_US,BLOCK_MS`, or parts joined with `+`
     /// (`block:20+cpu:1000us`: the CPU part runs first).
-    pub fn parse(s: &str) -> Result<Handler, String> {
+    ///
+    /// ```
+    /// use embedded_server::SimulatedWork;
+    /// assert_eq!(
+    ///     SimulatedWork::parse("block:20+cpu:1000us"),
+    ///     Ok(SimulatedWork::Mixed { cpu_us: 1000, block_ms: 20 })
+    /// );
+    /// assert!(SimulatedWork::parse("sleep:3").is_err());
+    /// ```
+    pub fn parse(s: &str) -> Result<SimulatedWork, String> {
         if s.contains('+') {
             let (mut cpu_us, mut block_ms) = (0, 0);
             for part in s.split('+') {
-                match Handler::parse(part.trim())? {
-                    Handler::Echo => {}
-                    Handler::Cpu(us) => cpu_us += us,
-                    Handler::Block(ms) => block_ms += ms,
-                    Handler::Mixed {
+                match SimulatedWork::parse(part.trim())? {
+                    SimulatedWork::Echo => {}
+                    SimulatedWork::Cpu(us) => cpu_us += us,
+                    SimulatedWork::Block(ms) => block_ms += ms,
+                    SimulatedWork::Mixed {
                         cpu_us: c,
                         block_ms: b,
                     } => {
@@ -49,10 +65,10 @@ impl Handler {
                 }
             }
             return Ok(match (cpu_us, block_ms) {
-                (0, 0) => Handler::Echo,
-                (c, 0) => Handler::Cpu(c),
-                (0, b) => Handler::Block(b),
-                (c, b) => Handler::Mixed {
+                (0, 0) => SimulatedWork::Echo,
+                (c, 0) => SimulatedWork::Cpu(c),
+                (0, b) => SimulatedWork::Block(b),
+                (c, b) => SimulatedWork::Mixed {
                     cpu_us: c,
                     block_ms: b,
                 },
@@ -64,34 +80,35 @@ impl Handler {
                 .map_err(|_| format!("'{v}' is not a whole number of {what}"))
         };
         match s.split_once(':') {
-            None if s == "echo" => Ok(Handler::Echo),
-            Some(("cpu", v)) => Ok(Handler::Cpu(num(v.trim_end_matches("us"), "microseconds")?)),
-            Some(("block", v)) => Ok(Handler::Block(num(v.trim_end_matches("ms"), "milliseconds")?)),
+            None if s == "echo" => Ok(SimulatedWork::Echo),
+            Some(("cpu", v)) => Ok(SimulatedWork::Cpu(num(v.trim_end_matches("us"), "microseconds")?)),
+            Some(("block", v)) => Ok(SimulatedWork::Block(num(v.trim_end_matches("ms"), "milliseconds")?)),
             Some(("mixed", v)) => {
                 let (c, b) = v.split_once(',').ok_or_else(|| format!("'{s}': write mixed:CPU_US,BLOCK_MS"))?;
-                Ok(Handler::Mixed { cpu_us: num(c.trim_end_matches("us"), "microseconds")?, block_ms: num(b.trim_end_matches("ms"), "milliseconds")? })
+                Ok(SimulatedWork::Mixed { cpu_us: num(c.trim_end_matches("us"), "microseconds")?, block_ms: num(b.trim_end_matches("ms"), "milliseconds")? })
             }
             _ => Err(format!("unknown handler '{s}': use echo, cpu:MICROS, block:MILLIS or mixed:CPU_US,BLOCK_MS")),
         }
     }
     /// Whether the handler runs on the offload pool (anything but the plain echo).
     pub fn offloaded(self) -> bool {
-        self != Handler::Echo
+        self != SimulatedWork::Echo
     }
 }
 
 /// The spec `parse` reads: `echo`, `cpu:MICROS`, `block:MILLIS`, `mixed:CPU_US,BLOCK_MS`.
-impl std::fmt::Display for Handler {
+impl std::fmt::Display for SimulatedWork {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Handler::Echo => f.write_str("echo"),
-            Handler::Cpu(us) => write!(f, "cpu:{us}"),
-            Handler::Block(ms) => write!(f, "block:{ms}"),
-            Handler::Mixed { cpu_us, block_ms } => write!(f, "mixed:{cpu_us},{block_ms}"),
+            SimulatedWork::Echo => f.write_str("echo"),
+            SimulatedWork::Cpu(us) => write!(f, "cpu:{us}"),
+            SimulatedWork::Block(ms) => write!(f, "block:{ms}"),
+            SimulatedWork::Mixed { cpu_us, block_ms } => write!(f, "mixed:{cpu_us},{block_ms}"),
         }
     }
 }
 
+/// How a consumer over its send-queue cap is closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackpressureClose {
     /// 1008 policy violation.
@@ -101,6 +118,7 @@ pub enum BackpressureClose {
 }
 
 impl BackpressureClose {
+    /// The close code sent.
     pub fn code(self) -> u16 {
         match self {
             BackpressureClose::Policy => 1008,
@@ -109,10 +127,13 @@ impl BackpressureClose {
     }
 }
 
+/// Every setting of the server (see each field for its default and bound).
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
+    /// The built-in application `Server::new` runs (`--app`).
     pub app: App,
-    pub handler: Handler,
+    /// The built-in simulated work before an echo (`--handler`).
+    pub handler: SimulatedWork,
     /// Upgrades beyond this many open connections get HTTP 503. Default 100,000.
     pub max_connections: usize,
     /// Largest frame accepted (1009 above). Default 4 MiB, the guide's cap against peers that
@@ -151,13 +172,16 @@ pub struct ServerConfig {
     /// pass it is refused with 1013 (try again later), so N hostile peers cannot multiply the
     /// message cap. None: `default_inflate_budget` (see `inflate_budget`).
     pub inflate_budget: Option<usize>,
+    /// Abuse limits (per-address cap, connection and message rates, exempt addresses, trusted
+    /// proxies); all off by default. See `limits`.
+    pub limits: crate::limits::LimitSettings,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             app: App::Echo,
-            handler: Handler::Echo,
+            handler: SimulatedWork::Echo,
             max_connections: 100_000,
             max_frame_bytes: 4 << 20,
             max_message_bytes: 16 << 20,
@@ -175,6 +199,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(5),
             deflate: crate::deflate::DeflateSettings::default(),
             inflate_budget: None,
+            limits: crate::limits::LimitSettings::default(),
         }
     }
 }
@@ -187,34 +212,51 @@ impl Default for ServerConfig {
 pub enum ConfigError {
     /// A frame is part of a message: a frame cap above the message cap cannot be reached.
     FrameAboveMessage {
+        /// The frame cap.
         max_frame: usize,
+        /// The message cap.
         max_message: usize,
     },
     /// Every connection would time out before its pong could arrive.
     HeartbeatTimeoutNotAfterInterval {
+        /// The heartbeat timeout.
         timeout: Duration,
+        /// The heartbeat interval.
         interval: Duration,
     },
     /// Zero-sized fragments or frames, or a send queue smaller than one small frame.
     Sizes,
     /// The built-in handlers simulate work before an echo.
-    HandlerNeedsEcho { handler: Handler, app: App },
+    HandlerNeedsEcho {
+        /// The simulated work asked for.
+        handler: SimulatedWork,
+        /// The app it was asked with.
+        app: App,
+    },
     /// No message near the cap could ever be inflated (every one would get 1013). `origin`
     /// says where the budget was set (flag, profile) when the caller knows
     /// (`with_origin`).
     InflateBudgetBelowMessage {
+        /// The budget in bytes.
         budget: usize,
+        /// The message cap it must hold.
         max_message: usize,
+        /// Where the budget was set (flag, profile), if known.
         origin: Option<&'static str>,
     },
     /// A permessage-deflate parameter outside what zlib honours.
     Deflate {
+        /// The parameter.
         what: &'static str,
+        /// Its value.
         value: u8,
+        /// What zlib honours.
         range: std::ops::RangeInclusive<u8>,
     },
     /// Every upgrade would time out at once.
     ZeroHandshakeTimeout,
+    /// An abuse-limit setting (see `limits`).
+    Limits(crate::limits::LimitsError),
 }
 
 impl ConfigError {
@@ -276,6 +318,7 @@ impl std::fmt::Display for ConfigError {
             ConfigError::ZeroHandshakeTimeout => {
                 f.write_str("the handshake timeout must be at least 1 s")
             }
+            ConfigError::Limits(e) => e.fmt(f),
         }
     }
 }
@@ -328,6 +371,7 @@ impl ServerConfig {
         if self.handshake_timeout.is_zero() {
             return Err(ConfigError::ZeroHandshakeTimeout);
         }
+        self.limits.validate().map_err(ConfigError::Limits)?;
         Ok(())
     }
 
@@ -364,30 +408,42 @@ mod tests {
 
     #[test]
     fn handler_specs() {
-        assert_eq!(Handler::parse("echo"), Ok(Handler::Echo));
-        assert_eq!(Handler::parse("cpu:1000"), Ok(Handler::Cpu(1000)));
-        assert_eq!(Handler::parse("cpu:1000us"), Ok(Handler::Cpu(1000)));
-        assert_eq!(Handler::parse("block:20"), Ok(Handler::Block(20)));
+        assert_eq!(SimulatedWork::parse("echo"), Ok(SimulatedWork::Echo));
         assert_eq!(
-            Handler::parse("mixed:1000,20"),
-            Ok(Handler::Mixed {
+            SimulatedWork::parse("cpu:1000"),
+            Ok(SimulatedWork::Cpu(1000))
+        );
+        assert_eq!(
+            SimulatedWork::parse("cpu:1000us"),
+            Ok(SimulatedWork::Cpu(1000))
+        );
+        assert_eq!(
+            SimulatedWork::parse("block:20"),
+            Ok(SimulatedWork::Block(20))
+        );
+        assert_eq!(
+            SimulatedWork::parse("mixed:1000,20"),
+            Ok(SimulatedWork::Mixed {
                 cpu_us: 1000,
                 block_ms: 20
             })
         );
         assert_eq!(
-            Handler::parse("block:20+cpu:1000us"),
-            Ok(Handler::Mixed {
+            SimulatedWork::parse("block:20+cpu:1000us"),
+            Ok(SimulatedWork::Mixed {
                 cpu_us: 1000,
                 block_ms: 20
             })
         );
-        assert_eq!(Handler::parse("cpu:5+cpu:5"), Ok(Handler::Cpu(10)));
-        assert!(Handler::parse("block:1+nope").is_err());
-        assert!(Handler::parse("sleep:1")
+        assert_eq!(
+            SimulatedWork::parse("cpu:5+cpu:5"),
+            Ok(SimulatedWork::Cpu(10))
+        );
+        assert!(SimulatedWork::parse("block:1+nope").is_err());
+        assert!(SimulatedWork::parse("sleep:1")
             .unwrap_err()
             .contains("unknown handler"));
-        assert!(Handler::parse("cpu:x")
+        assert!(SimulatedWork::parse("cpu:x")
             .unwrap_err()
             .contains("not a whole number"));
     }
@@ -419,7 +475,7 @@ mod tests {
             );
         }
         assert!(bad(|c| {
-            c.handler = Handler::Cpu(5);
+            c.handler = SimulatedWork::Cpu(5);
             c.app = App::Broadcast;
         })
         .starts_with("--handler cpu:5 works with --app echo only"));
@@ -452,7 +508,7 @@ mod tests {
     #[test]
     fn handler_specs_print_as_parsed() {
         for s in ["echo", "cpu:1000", "block:20", "mixed:1000,20"] {
-            assert_eq!(Handler::parse(s).unwrap().to_string(), s);
+            assert_eq!(SimulatedWork::parse(s).unwrap().to_string(), s);
         }
     }
 }

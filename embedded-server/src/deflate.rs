@@ -17,10 +17,13 @@ const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 /// What the server is willing to do (from the profile and flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeflateSettings {
+    /// Negotiate permessage-deflate at all.
     pub enabled: bool,
     /// The largest window the server compresses with (9..=15; zlib turns 8 into 9).
     pub window_bits: u8,
+    /// zlib's memory level (1-9).
     pub mem_level: u8,
+    /// zlib's compression level (0-9).
     pub level: u8,
     /// Messages smaller than this go uncompressed (RSV1 clear).
     pub threshold: usize,
@@ -48,7 +51,9 @@ pub struct Agreed {
     pub server_no_context_takeover: bool,
     /// The client resets its compressor after each message (so ours can reset too).
     pub client_no_context_takeover: bool,
+    /// The server's (our) window bits, as agreed.
     pub server_window_bits: u8,
+    /// The client's window bits, as agreed.
     pub client_window_bits: u8,
     /// The Sec-WebSocket-Extensions response value.
     pub response: String,
@@ -164,6 +169,7 @@ pub struct Compressor {
 }
 
 impl Compressor {
+    /// A compressor with these zlib parameters; `takeover` keeps the context between messages.
     pub fn new(window_bits: u8, mem_level: u8, level: u8, takeover: bool) -> Compressor {
         let cfg = DeflateConfig {
             level: level as i32,

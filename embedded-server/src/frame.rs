@@ -8,15 +8,22 @@
 /// Opcodes (RFC 6455 section 5.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpCode {
+    /// Continues a fragmented message.
     Continuation,
+    /// A text frame.
     Text,
+    /// A binary frame.
     Binary,
+    /// A close frame.
     Close,
+    /// A ping.
     Ping,
+    /// A pong.
     Pong,
 }
 
 impl OpCode {
+    /// The opcode of a header's low four bits, if defined.
     pub fn from_u8(b: u8) -> Option<OpCode> {
         Some(match b {
             0x0 => OpCode::Continuation,
@@ -28,6 +35,7 @@ impl OpCode {
             _ => return None,
         })
     }
+    /// The opcode's four bits.
     pub fn as_u8(self) -> u8 {
         match self {
             OpCode::Continuation => 0x0,
@@ -38,6 +46,7 @@ impl OpCode {
             OpCode::Pong => 0xA,
         }
     }
+    /// Close, ping or pong.
     pub fn is_control(self) -> bool {
         matches!(self, OpCode::Close | OpCode::Ping | OpCode::Pong)
     }
@@ -46,12 +55,15 @@ impl OpCode {
 /// A parsed frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
+    /// The last frame of its message.
     pub fin: bool,
     /// RSV1..3 as the low three bits (RSV1 = 0b100).
     pub rsv: u8,
+    /// What the frame carries.
     pub opcode: OpCode,
     /// The masking key (`[0; 4]` for a server frame, which is not masked).
     pub mask: [u8; 4],
+    /// Payload bytes.
     pub payload_len: u64,
     /// Bytes the header itself takes (2..=14).
     pub header_len: usize,
@@ -70,6 +82,7 @@ pub enum FrameError {
 }
 
 impl FrameError {
+    /// The close code a connection failed for this error gets.
     pub fn close_code(self) -> u16 {
         match self {
             FrameError::Incomplete => 1002,

@@ -13,18 +13,50 @@ const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 pub struct Accepted {
     /// The 101 response to write.
     pub response: Vec<u8>,
+    /// The request's path (with its query).
     pub path: String,
+    /// The subprotocol chosen from the configured list, if any.
     pub protocol: Option<String>,
     /// Sec-WebSocket-Extensions offers, for the extension negotiation.
     pub extensions: Vec<String>,
     /// permessage-deflate parameters, when negotiated.
     pub deflate: Option<crate::deflate::Agreed>,
+    /// The Sec-WebSocket-Accept value.
+    pub accept: String,
+}
+
+impl Accepted {
+    /// The 101 response answering with `protocol` instead of the configured choice (the
+    /// application's `on_upgrade` chose it).
+    pub fn response_with(&self, protocol: Option<&str>) -> Vec<u8> {
+        switching(&self.accept, protocol, self.deflate.as_ref())
+    }
+}
+
+fn switching(
+    accept: &str,
+    protocol: Option<&str>,
+    deflate: Option<&crate::deflate::Agreed>,
+) -> Vec<u8> {
+    let mut response = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n"
+    );
+    if let Some(p) = protocol {
+        response.push_str(&format!("Sec-WebSocket-Protocol: {p}\r\n"));
+    }
+    if let Some(d) = deflate {
+        response.push_str(&format!("Sec-WebSocket-Extensions: {}\r\n", d.response));
+    }
+    response.push_str("\r\n");
+    response.into_bytes()
 }
 
 /// A refused request: why (for metrics) and the HTTP response to write before closing.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refused {
+    /// Why (the metrics label).
     pub reason: Reject,
+    /// The HTTP response to write.
     pub response: Vec<u8>,
 }
 
@@ -33,6 +65,7 @@ pub fn header_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
 }
 
+/// Sec-WebSocket-Accept for a Sec-WebSocket-Key (RFC 6455 4.2.2).
 pub fn accept_key(key: &str) -> String {
     let mut h = Sha1::new();
     h.update(key.as_bytes());
@@ -40,6 +73,7 @@ pub fn accept_key(key: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(h.finalize())
 }
 
+/// An HTTP error response that closes the connection.
 pub fn http_error(status: u16, reason: &str, extra_headers: &str, body: &str) -> Vec<u8> {
     format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n{extra_headers}\r\n{body}",
@@ -183,20 +217,11 @@ pub fn respond(req: &[u8], cfg: &ServerConfig, full: bool) -> Result<Accepted, R
         .find(|p| offered.iter().any(|o| o == *p))
         .cloned();
     let extensions = all("Sec-WebSocket-Extensions");
-    let mut response = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n",
-        accept_key(&key)
-    );
-    if let Some(p) = &protocol {
-        response.push_str(&format!("Sec-WebSocket-Protocol: {p}\r\n"));
-    }
     let deflate = crate::deflate::negotiate(&extensions, &cfg.deflate);
-    if let Some(d) = &deflate {
-        response.push_str(&format!("Sec-WebSocket-Extensions: {}\r\n", d.response));
-    }
-    response.push_str("\r\n");
+    let accept = accept_key(&key);
     Ok(Accepted {
-        response: response.into_bytes(),
+        response: switching(&accept, protocol.as_deref(), deflate.as_ref()),
+        accept,
         path: r.path.unwrap_or("/").to_string(),
         protocol,
         extensions,

@@ -29,17 +29,49 @@ pub const HEARTBEAT_CLOSE: u16 = 4000;
 /// A message this node fanned out locally that other nodes should deliver too (a cluster
 /// backplane relays it; see `Hub::set_relay`).
 pub enum Relay<'a> {
-    Broadcast { op: OpCode, payload: &'a [u8] },
-    Channel { channel: &'a str, text: &'a str },
+    /// A broadcast to every connection.
+    Broadcast {
+        /// Text or binary.
+        op: OpCode,
+        /// The message.
+        payload: &'a [u8],
+    },
+    /// A channel publish (text).
+    Channel {
+        /// The channel's name.
+        channel: &'a str,
+        /// The message, as subscribers receive it.
+        text: &'a str,
+    },
 }
 
+/// The backplane's hook (see [`Hub::set_relay`]).
 pub type RelayFn = Box<dyn Fn(Relay<'_>) + Send + Sync>;
 
+/// Channel subscriptions, both ways: who is in a channel (for a publish) and which channels a
+/// connection is in (so that its close leaves them without the connection keeping a list: a
+/// connection that never subscribes costs nothing here).
+#[derive(Default)]
+struct Channels {
+    subs: HashMap<String, HashMap<u64, Arc<Shared>>>,
+    by_conn: HashMap<u64, Vec<String>>,
+}
+
+/// What every connection shares: the configuration, the metrics, the registry of open
+/// connections, channel subscriptions, the offload pool's queue and the cluster relay.
 pub struct Hub {
+    /// The server's configuration (fixed once the server is built).
     pub config: ServerConfig,
+    /// The counters behind /metrics.
     pub metrics: Arc<Metrics>,
     conns: RwLock<HashMap<u64, Arc<Shared>>>,
-    channels: Mutex<HashMap<String, HashMap<u64, Arc<Shared>>>>,
+    channels: Mutex<Channels>,
+    /// The offload pool's queue, when the server has a pool.
+    pub(crate) offload: std::sync::OnceLock<crate::offload::Sender>,
+    /// Closes the application asked for outside a callback (`Conn::close`): the code and
+    /// reason each connection's task sends, by connection id; `app_close_count` entries.
+    app_closes: Mutex<HashMap<u64, (u16, Box<str>)>>,
+    app_close_count: AtomicU64,
     next_id: AtomicU64,
     start: Instant,
     ping: Bytes,
@@ -48,12 +80,16 @@ pub struct Hub {
 }
 
 impl Hub {
+    /// A hub with no connections (a `Server` builds its own; see [`crate::Server::hub`]).
     pub fn new(config: ServerConfig, metrics: Arc<Metrics>) -> Hub {
         Hub {
             config,
             metrics,
             conns: RwLock::new(HashMap::new()),
-            channels: Mutex::new(HashMap::new()),
+            channels: Mutex::new(Channels::default()),
+            offload: std::sync::OnceLock::new(),
+            app_closes: Mutex::new(HashMap::new()),
+            app_close_count: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
             start: Instant::now(),
             ping: Bytes::from(frame::encode_message(OpCode::Ping, b"", 125, false)),
@@ -89,7 +125,8 @@ impl Hub {
     /// A channel's subscribers now (a copy, for the same reason).
     fn subscribers(&self, channel: &str) -> Vec<Arc<Shared>> {
         let map = self.channels.lock().unwrap();
-        map.get(channel)
+        map.subs
+            .get(channel)
             .map(|subs| subs.values().cloned().collect())
             .unwrap_or_default()
     }
@@ -99,14 +136,17 @@ impl Hub {
         self.start.elapsed().as_secs() as u32
     }
 
+    /// Open connections.
     pub fn len(&self) -> usize {
         self.conns.read().unwrap().len()
     }
 
+    /// No connection is open.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// Add a connection to the registry (the server does this on upgrade).
     pub fn register(&self) -> Arc<Shared> {
         let id = self.next_id.fetch_add(1, Relaxed);
         let s = Arc::new(Shared::new(
@@ -120,21 +160,94 @@ impl Hub {
         s
     }
 
-    pub fn unregister(&self, s: &Shared, channels: &[String]) {
+    pub(crate) fn put_app_close(&self, id: u64, code: u16, reason: &str) {
+        let mut m = self.app_closes.lock().unwrap();
+        if m.insert(id, (code, reason.into())).is_none() {
+            self.app_close_count.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The reason of the application's close of `id` with `code`, taken (once).
+    pub(crate) fn take_app_close(&self, id: u64, code: u16) -> Option<Box<str>> {
+        if self.app_close_count.load(Relaxed) == 0 {
+            return None;
+        }
+        let mut m = self.app_closes.lock().unwrap();
+        let (c, reason) = m.remove(&id)?;
+        self.app_close_count.fetch_sub(1, Relaxed);
+        (c == code).then_some(reason)
+    }
+
+    /// Remove a connection from the registry and from every channel it joined. It is marked
+    /// ended first, so a `subscribe` racing with this cannot add it back.
+    pub fn unregister(&self, s: &Shared) {
+        s.end();
         if self.conns.write().unwrap().remove(&s.id).is_some() {
             self.metrics.connections.fetch_sub(1, Relaxed);
         }
-        if !channels.is_empty() {
+        // A close asked for as the connection ended, never acted on.
+        let _ = self.take_app_close(s.id, 0);
+        if s.subscribed() {
             let mut map = self.channels.lock().unwrap();
-            for c in channels {
-                if let Some(subs) = map.get_mut(c) {
-                    subs.remove(&s.id);
-                    if subs.is_empty() {
-                        map.remove(c);
+            let Channels { subs, by_conn } = &mut *map;
+            for c in by_conn.remove(&s.id).unwrap_or_default() {
+                if let Some(members) = subs.get_mut(&c) {
+                    members.remove(&s.id);
+                    if members.is_empty() {
+                        subs.remove(&c);
                     }
                 }
             }
         }
+    }
+
+    /// Add `conn` to `channel`. False when the connection has ended (nothing is added).
+    pub fn subscribe(&self, conn: &Arc<Shared>, channel: &str) -> bool {
+        let mut map = self.channels.lock().unwrap();
+        // Checked under the lock `unregister` takes after marking the end: no subscription
+        // outlives its connection.
+        if conn.ended() {
+            return false;
+        }
+        conn.set_subscribed();
+        map.subs
+            .entry(channel.to_string())
+            .or_default()
+            .insert(conn.id, conn.clone());
+        let mine = map.by_conn.entry(conn.id).or_default();
+        if !mine.iter().any(|c| c == channel) {
+            mine.push(channel.to_string());
+        }
+        true
+    }
+
+    /// Remove `conn` from `channel`; returns whether it was subscribed.
+    pub fn unsubscribe(&self, conn: &Shared, channel: &str) -> bool {
+        let mut map = self.channels.lock().unwrap();
+        let Channels { subs, by_conn } = &mut *map;
+        let was = match subs.get_mut(channel) {
+            Some(members) => {
+                let was = members.remove(&conn.id).is_some();
+                if members.is_empty() {
+                    subs.remove(channel);
+                }
+                was
+            }
+            None => false,
+        };
+        if let Some(mine) = by_conn.get_mut(&conn.id) {
+            mine.retain(|c| c != channel);
+            if mine.is_empty() {
+                by_conn.remove(&conn.id);
+            }
+        }
+        was
+    }
+
+    /// Subscribers of `channel` now.
+    pub fn subscriber_count(&self, channel: &str) -> usize {
+        let map = self.channels.lock().unwrap();
+        map.subs.get(channel).map_or(0, |m| m.len())
     }
 
     /// Encode `payload` once and queue the same bytes on every connection. Peers that
@@ -233,13 +346,9 @@ impl Hub {
         }
     }
 
-    /// Handle one channels-protocol message; returns a reply for the sender, if any.
-    pub fn channel_message(
-        &self,
-        me: &Arc<Shared>,
-        mine: &mut Vec<String>,
-        payload: &[u8],
-    ) -> Option<String> {
+    /// Handle one channels-protocol message (see the module's documentation); returns a
+    /// reply for the sender, if any.
+    pub fn channel_message(&self, me: &Arc<Shared>, payload: &[u8]) -> Option<String> {
         #[derive(serde::Deserialize)]
         struct Msg {
             op: String,
@@ -257,26 +366,11 @@ impl Hub {
         };
         match msg.op.as_str() {
             "subscribe" => {
-                self.channels
-                    .lock()
-                    .unwrap()
-                    .entry(channel.clone())
-                    .or_default()
-                    .insert(me.id, me.clone());
-                if !mine.contains(&channel) {
-                    mine.push(channel.clone());
-                }
+                self.subscribe(me, &channel);
                 Some(serde_json::json!({"op": "subscribed", "channel": channel}).to_string())
             }
             "unsubscribe" => {
-                let mut map = self.channels.lock().unwrap();
-                if let Some(subs) = map.get_mut(&channel) {
-                    subs.remove(&me.id);
-                    if subs.is_empty() {
-                        map.remove(&channel);
-                    }
-                }
-                mine.retain(|c| c != &channel);
+                self.unsubscribe(me, &channel);
                 Some(serde_json::json!({"op": "unsubscribed", "channel": channel}).to_string())
             }
             "publish" => {
@@ -289,17 +383,28 @@ impl Hub {
         }
     }
 
-    /// Publish to a channel: one encode, then the same frame to each subscriber.
+    /// Publish to a channel in the channels protocol's envelope
+    /// (`{"channel":..,"data":..}`): one encode, then the same frame to each subscriber.
     pub fn publish(&self, channel: &str, data: &serde_json::Value) {
         let text = serde_json::json!({"channel": channel, "data": data}).to_string();
+        self.publish_text(channel, &text);
+    }
+
+    /// Publish `text` as it is to a channel's subscribers (encoded once), and through the
+    /// cluster relay to other nodes' subscribers.
+    pub fn publish_text(&self, channel: &str, text: &str) {
         let subs = self.subscribers(channel);
         self.fan_out(OpCode::Text, text.as_bytes(), subs.iter());
         if let Some(r) = self.relay.get() {
-            r(Relay::Channel {
-                channel,
-                text: &text,
-            });
+            r(Relay::Channel { channel, text });
         }
+    }
+
+    /// Publish a binary message to a channel's subscribers on this node (the cluster relay
+    /// carries text only).
+    pub fn publish_binary(&self, channel: &str, payload: &[u8]) {
+        let subs = self.subscribers(channel);
+        self.fan_out(OpCode::Binary, payload, subs.iter());
     }
 
     /// One heartbeat sweep (run once a second).

@@ -3,36 +3,69 @@
 //! An event-driven RFC 6455 server on tokio with the tuning guide's levers built in: a bounded
 //! offload pool for handler work, fragmentation, frame and message caps, encode-once broadcast
 //! and channels, one heartbeat sweep instead of a timer per connection, per-connection send-queue
-//! caps, and Prometheus metrics. `Server::run` takes its listener and a shutdown future from the
-//! caller, so tests bind `127.0.0.1:0` and embed it.
+//! caps, permessage-deflate, in-process TLS and Prometheus metrics. Applications implement
+//! [`Handler`] (see [`handler`] for the rules: callbacks never block, blocking work goes to
+//! [`Conn::offload`]); the built-in apps of `wstune serve` ([`Builtin`]) are handlers too.
+//! `Server::run` takes its listeners and a shutdown future from the caller, so tests bind
+//! `127.0.0.1:0` and embed it.
 //!
 //! ```no_run
+//! use embedded_server::{Conn, Handler, Message, Request, Server, ServerConfig, Upgrade};
+//!
+//! struct Shout;
+//!
+//! impl Handler for Shout {
+//!     type State = ();
+//!     fn on_upgrade(&self, _req: &Request<'_>) -> Upgrade<()> {
+//!         Upgrade::accept(())
+//!     }
+//!     fn on_message(&self, conn: &Conn, msg: Message<'_>) {
+//!         if let Message::Text(t) = msg {
+//!             let _ = conn.send_text(&t.to_uppercase());
+//!         }
+//!     }
+//! }
+//!
 //! # async fn demo() -> std::io::Result<()> {
-//! use embedded_server::{Server, ServerConfig};
-//! let server = Server::new(ServerConfig::default());
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-//! server.run(vec![listener], async { let _ = tokio::signal::ctrl_c().await; }).await
+//! let server = Server::with_handler(ServerConfig::default(), Shout);
+//! let listeners = embedded_server::bind("127.0.0.1:0".parse().unwrap(), false, 1)?;
+//! let shutdown = embedded_server::shutdown_signal()?;
+//! server.run(listeners, shutdown).await
 //! # }
 //! ```
+//!
+//! Public API and its stability: see the crate's README (semver; the modules below `handler`
+//! that `wstune` itself uses, such as `frame`, `deflate` and `outbox`, are public but may change
+//! in a minor release while the crate is 0.x).
+
+#![warn(missing_docs)]
 
 pub mod admin;
+pub mod apps;
 pub mod config;
-pub mod conn;
+mod conn;
 pub mod deflate;
 pub mod frame;
+pub mod handler;
 pub mod handshake;
 pub mod hub;
+pub mod limits;
 pub mod memory;
 pub mod metrics;
 pub mod offload;
 pub mod outbox;
+pub mod proxy_protocol;
 #[cfg(feature = "tls")]
 pub mod tls;
 pub mod transport;
 pub mod utf8;
 
-pub use config::{App, BackpressureClose, ConfigError, Handler, ServerConfig};
+pub use apps::Builtin;
+pub use config::{App, BackpressureClose, ConfigError, ServerConfig, SimulatedWork};
 pub use deflate::DeflateSettings;
+pub use handler::{
+    Closed, Conn, Encoded, Handler, Message, OffloadError, OwnedMessage, Request, Upgrade,
+};
 pub use hub::Hub;
 
 use conn::Ctx;
@@ -46,42 +79,53 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use transport::Transport;
 
-pub struct Server {
+/// A WebSocket server running the application `H` (by default one of the built-in apps,
+/// [`Builtin`]). The handler is a type parameter, not a trait object: its callbacks are
+/// direct calls and its per-connection state is stored inline.
+pub struct Server<H: Handler = Builtin> {
     hub: Arc<Hub>,
-    ctx: Arc<Ctx>,
+    ctx: Arc<Ctx<H>>,
     stopping: Arc<AtomicBool>,
     /// In-process TLS (see `tls`), when configured.
     tls: Option<TlsConfig>,
 }
 
-impl Server {
-    /// Build the server; starts the offload pool when the handler needs one. Must be called
-    /// inside a tokio runtime only for `run`.
-    pub fn new(config: ServerConfig) -> Server {
+impl Server<Builtin> {
+    /// The built-in application `config` names ([`ServerConfig::app`] and
+    /// [`ServerConfig::handler`]): what `wstune serve` runs.
+    pub fn new(config: ServerConfig) -> Server<Builtin> {
+        let app = Builtin::from_config(&config);
+        Server::with_handler(config, app)
+    }
+}
+
+impl<H: Handler> Server<H> {
+    /// A server running `handler`; starts the offload pool when the handler uses one
+    /// ([`Handler::uses_offload`]). `config.app` and `config.handler` are the built-in apps'
+    /// and are not used here. Must be called inside a tokio runtime only for `run`.
+    pub fn with_handler(config: ServerConfig, handler: H) -> Server<H> {
         let metrics = Arc::new(Metrics::default());
         metrics
             .inflate_budget_bytes
             .store(config.inflate_budget() as u64, Relaxed);
-        let offload = config.handler.offloaded().then(|| {
+        let offload = handler.uses_offload().then(|| {
             let threads = if config.offload_pool_size == 0 {
                 num_cpus()
             } else {
                 config.offload_pool_size
             };
-            offload::start(
-                config.handler,
-                threads,
-                config.offload_queue_size,
-                metrics.clone(),
-                config.fragment_bytes,
-                config.deflate,
-            )
+            offload::start(threads, config.offload_queue_size, metrics.clone())
         });
+        let limits = Arc::new(limits::Limits::new(config.limits.clone()));
         let hub = Arc::new(Hub::new(config, metrics));
+        if let Some(tx) = offload {
+            let _ = hub.offload.set(tx);
+        }
         Server {
             ctx: Arc::new(Ctx {
                 hub: hub.clone(),
-                offload,
+                handler,
+                limits,
             }),
             hub,
             stopping: Arc::new(AtomicBool::new(false)),
@@ -89,9 +133,14 @@ impl Server {
         }
     }
 
+    /// The application.
+    pub fn handler(&self) -> &H {
+        &self.ctx.handler
+    }
+
     /// Serve wss:// with this rustls configuration (see [`tls::load`]).
     #[cfg(feature = "tls")]
-    pub fn with_tls(mut self, tls: tls::Config) -> Server {
+    pub fn with_tls(mut self, tls: tls::Config) -> Server<H> {
         self.tls = Some(tls);
         self
     }
@@ -234,10 +283,35 @@ type TlsConfig = std::convert::Infallible;
 /// Connection ids for logs: unique within this process, in accept order.
 static NEXT_CONN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-fn spawn_conn(
+fn spawn_conn<H: Handler>(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
-    ctx: Arc<Ctx>,
+    ctx: Arc<Ctx<H>>,
+    stopping: Arc<AtomicBool>,
+    tls: Option<&TlsConfig>,
+) {
+    // Abuse limits (limits.rs): with trusted proxies configured, a connection may start with a
+    // PROXY protocol header naming the client; it is read (before TLS) first.
+    if ctx.limits.reads_proxy_header() {
+        let tls = tls.cloned();
+        tokio::spawn(async move {
+            let timeout = ctx.hub.config.handshake_timeout;
+            let metrics = ctx.hub.metrics.clone();
+            if let Some(client) =
+                limits::read_proxy_header(&stream, peer, &ctx.limits, &metrics, timeout).await
+            {
+                start_conn(stream, client, ctx, stopping, tls.as_ref());
+            }
+        });
+        return;
+    }
+    start_conn(stream, peer, ctx, stopping, tls);
+}
+
+fn start_conn<H: Handler>(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    ctx: Arc<Ctx<H>>,
     stopping: Arc<AtomicBool>,
     tls: Option<&TlsConfig>,
 ) {
@@ -266,13 +340,48 @@ fn spawn_conn(
 /// Upgrade one accepted socket and serve it.
 /// Connection events (refused, opened, closed) name the connection's id and peer themselves,
 /// so they carry both at any level, span or not.
-async fn handle<T: Transport>(
+async fn handle<T: Transport, H: Handler>(
     stream: T,
     peer: SocketAddr,
     id: u64,
-    ctx: Arc<Ctx>,
+    ctx: Arc<Ctx<H>>,
     stopping: Arc<AtomicBool>,
 ) {
+    // The upgrade's state (a 2 KiB read chunk, the request, the handler's decision) is boxed:
+    // it lives only until the 101 is written, while inline it would stay part of every
+    // connection's task for the connection's whole life (about half of an idle connection's
+    // memory was that chunk).
+    let Some(up) = Box::pin(upgrade(stream, peer, id, &ctx, &stopping)).await else {
+        return;
+    };
+    tracing::debug!(conn = id, peer = %peer, deflate = up.deflate.is_some(), "connection opened");
+    // Its place in the abuse limits' counts, given back when the connection ends.
+    let _admitted = up.admitted;
+    let started = std::time::Instant::now();
+    conn::serve(up.stream, up.conn, up.rest, ctx, up.deflate).await;
+    tracing::debug!(conn = id, peer = %peer, secs = started.elapsed().as_secs_f64(), "connection closed");
+}
+
+/// An upgraded connection, ready to serve.
+struct Upgraded<T, S> {
+    stream: T,
+    conn: Conn<S>,
+    /// Bytes that arrived after the request header (the first frames).
+    rest: Vec<u8>,
+    deflate: Option<deflate::Agreed>,
+    /// Its part in the abuse limits (None while they are off).
+    admitted: Option<Box<limits::Admitted>>,
+}
+
+/// Read the upgrade request and answer it: refusals are written (and counted) here; an
+/// accepted connection is registered, its 101 written, and handed back.
+async fn upgrade<T: Transport, H: Handler>(
+    stream: T,
+    peer: SocketAddr,
+    id: u64,
+    ctx: &Arc<Ctx<H>>,
+    stopping: &AtomicBool,
+) -> Option<Upgraded<T, H::State>> {
     let hub = ctx.hub.clone();
     let cfg = &hub.config;
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
@@ -297,9 +406,9 @@ async fn handle<T: Transport>(
             )
             .await;
             finish_refusal(&stream).await;
-            return;
+            return None;
         }
-        Ok(Err(_)) => return,
+        Ok(Err(_)) => return None,
         Err(_) => {
             hub.metrics.reject(Reject::Timeout);
             tracing::debug!(conn = id, peer = %peer, status = 408, "handshake refused: no upgrade within the handshake timeout");
@@ -313,7 +422,7 @@ async fn handle<T: Transport>(
                 ),
             )
             .await;
-            return;
+            return None;
         }
     };
     if stopping.load(Relaxed) {
@@ -323,7 +432,7 @@ async fn handle<T: Transport>(
             &handshake::http_error(503, "Service Unavailable", "", "shutting down\n"),
         )
         .await;
-        return;
+        return None;
     }
     // A load balancer's health check on the traffic port itself (no separate admin port to
     // expose): a plain `GET /healthz` without an upgrade answers 200 while the server serves.
@@ -339,37 +448,123 @@ async fn handle<T: Transport>(
         );
         let _ = write_all(&stream, resp.as_bytes()).await;
         stream.shutdown_write();
-        return;
+        return None;
     }
+    // Abuse limits (limits.rs): the client's address (X-Forwarded-For from a trusted proxy),
+    // then the per-address cap and the connection rates. A refusal goes out through the
+    // handshake's refusal path below.
+    let peer = ctx.limits.client_addr(peer, &buf[..end]);
     let full = hub.len() >= cfg.max_connections;
-    match handshake::respond(&buf[..end], cfg, full) {
+    let (admitted, decision) = match ctx.limits.admit_request(peer.ip()) {
+        Ok(admitted) => (admitted, handshake::respond(&buf[..end], cfg, full)),
+        Err(refused) => {
+            tracing::debug!(conn = id, peer = %peer, "refused by an abuse limit");
+            let limits::Refusal {
+                reason, response, ..
+            } = refused;
+            (None, Err(handshake::Refused { reason, response }))
+        }
+    };
+    match decision {
         Err(refused) => {
             hub.metrics.reject(refused.reason);
             tracing::debug!(conn = id, peer = %peer, reason = ?refused.reason, "handshake refused");
             let _ = write_all(&stream, &refused.response).await;
             finish_refusal(&stream).await;
+            None
         }
         Ok(accepted) => {
+            // The application refused: the refusal is written and counted there.
+            let (state, response) =
+                ask_handler(ctx, &stream, &buf[..end], peer, id, &accepted).await?;
             // Registered (with its compression settings) before the 101 goes out: a client
             // that has its 101 receives every broadcast after it. Frames queued meanwhile are
             // written once the connection task starts, after the response.
             let shared = hub.register();
+            if admitted.as_ref().is_some_and(|a| a.exempt) {
+                shared.msg_rate.exempt();
+            }
             if let Some(a) = &accepted.deflate {
                 shared.set_deflate(a, &cfg.deflate);
             }
-            if write_all(&stream, &accepted.response).await.is_err() {
-                hub.unregister(&shared, &[]);
-                return;
+            let response = response.unwrap_or(accepted.response);
+            if write_all(&stream, &response).await.is_err() {
+                hub.unregister(&shared);
+                return None;
             }
             hub.metrics.accepted.fetch_add(1, Relaxed);
-            let rest = buf[end..].to_vec();
-            drop(buf);
-            tracing::debug!(conn = id, peer = %peer, deflate = accepted.deflate.is_some(), "connection opened");
-            let started = std::time::Instant::now();
-            conn::serve(stream, shared, rest, ctx, accepted.deflate).await;
-            tracing::debug!(conn = id, peer = %peer, secs = started.elapsed().as_secs_f64(), "connection closed");
+            Some(Upgraded {
+                stream,
+                conn: Conn::new(shared, hub.clone(), peer, state),
+                rest: buf[end..].to_vec(),
+                deflate: accepted.deflate,
+                admitted,
+            })
         }
     }
+}
+
+/// The application's say on a valid upgrade: its state and, when it chose a subprotocol, the
+/// 101 that names it. `None` when it refused (the refusal is written and counted here).
+async fn ask_handler<T: Transport, H: Handler>(
+    ctx: &Ctx<H>,
+    stream: &T,
+    head: &[u8],
+    peer: SocketAddr,
+    id: u64,
+    accepted: &handshake::Accepted,
+) -> Option<(H::State, Option<Vec<u8>>)> {
+    let hub = &ctx.hub;
+    let decision = {
+        // Parsed already by the handshake: this cannot fail, but an answer beats a panic.
+        let req = handler::Request::parse(head, peer)?;
+        let offered: Vec<&str> = req.protocols().collect();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ctx.handler.on_upgrade(&req)
+        }))
+        .map(|d| (d, offered.iter().map(|s| s.to_string()).collect::<Vec<_>>()))
+    };
+    let (status, body) = match decision {
+        Ok((Upgrade::Accept { state, protocol }, offered)) => match protocol {
+            None => return Some((state, None)),
+            Some(p) if offered.contains(&p) => {
+                return Some((state, Some(accepted.response_with(Some(&p)))))
+            }
+            Some(p) => {
+                tracing::error!(conn = id, peer = %peer, "on_upgrade chose subprotocol '{p}', which the client did not offer ({offered:?})");
+                (
+                    500,
+                    "the server chose a subprotocol the client did not offer".to_string(),
+                )
+            }
+        },
+        Ok((Upgrade::Reject { status, body }, _)) => {
+            let status = if (400..=599).contains(&status) {
+                status
+            } else {
+                500
+            };
+            (status, body)
+        }
+        Err(_) => {
+            tracing::error!(conn = id, peer = %peer, "the handler's on_upgrade panicked");
+            (500, "internal error".to_string())
+        }
+    };
+    hub.metrics.reject(metrics::Reject::Handler);
+    tracing::debug!(conn = id, peer = %peer, status, "upgrade refused by the application");
+    let _ = write_all(
+        stream,
+        &handshake::http_error(
+            status,
+            handler::reason_phrase(status),
+            "",
+            &format!("{body}\n"),
+        ),
+    )
+    .await;
+    finish_refusal(stream).await;
+    None
 }
 
 /// Read until the end of the request header. `Ok(None)` when the header (up to and including

@@ -6,16 +6,35 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 /// Why an upgrade was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reject {
+    /// Malformed or not an upgrade.
     BadRequest,
+    /// Not WebSocket version 13.
     Version,
+    /// Origin not allowed.
     Origin,
+    /// No request within the handshake timeout.
     Timeout,
+    /// Request header too large.
     TooLarge,
+    /// At max_connections.
     Full,
+    /// Shutting down.
     Shutdown,
+    /// The application's [`crate::Handler::on_upgrade`] refused it.
+    Handler,
+    /// Abuse limits (limits.rs): the per-address connection cap (503).
+    IpConnectionCap,
+    /// The per-address new-connection rate (429).
+    IpRateLimit,
+    /// The server-wide new-connection rate (429).
+    GlobalRateLimit,
+    /// A PROXY protocol header from a peer not in the trusted list (400).
+    ProxyUntrusted,
+    /// A malformed PROXY protocol header from a trusted peer (400).
+    ProxyHeader,
 }
 
-const REJECT_NAMES: [&str; 7] = [
+const REJECT_NAMES: [&str; 13] = [
     "bad_request",
     "version",
     "origin",
@@ -23,6 +42,12 @@ const REJECT_NAMES: [&str; 7] = [
     "header_too_large",
     "max_connections",
     "shutting_down",
+    "handler",
+    "ip_connection_cap",
+    "ip_rate_limit",
+    "global_rate_limit",
+    "proxy_untrusted",
+    "proxy_header",
 ];
 /// Close codes counted individually (1005: a close without a code); others land in "other".
 const CLOSE_CODES: [u16; 11] = [
@@ -45,6 +70,7 @@ pub struct Histogram {
 }
 
 impl Histogram {
+    /// Count one observation.
     pub fn observe(&self, d: std::time::Duration) {
         let secs = d.as_secs_f64();
         let i = HANDLER_BUCKETS
@@ -78,23 +104,35 @@ impl Histogram {
     }
 }
 
+/// The server's counters (relaxed atomics), rendered as Prometheus text by `render`.
 #[derive(Debug)]
 pub struct Metrics {
+    /// Open connections.
     pub connections: AtomicI64,
+    /// Upgrades accepted.
     pub accepted: AtomicU64,
-    rejected: [AtomicU64; 7],
+    rejected: [AtomicU64; 13],
+    /// Data messages received.
     pub messages_in: AtomicU64,
+    /// Data messages sent (a broadcast counts once per recipient).
     pub messages_out: AtomicU64,
+    /// Payload bytes received.
     pub bytes_in: AtomicU64,
+    /// Bytes written to sockets.
     pub bytes_out: AtomicU64,
     /// Close codes the server sent, by code.
     closes_sent: [AtomicU64; 12],
     /// Close codes peers sent.
     closes_received: [AtomicU64; 12],
+    /// Consumers closed for exceeding their send-queue cap.
     pub backpressure_closes: AtomicU64,
+    /// Connections closed for silence past the heartbeat timeout.
     pub heartbeat_timeouts: AtomicU64,
+    /// Heartbeat pings sent.
     pub pings_sent: AtomicU64,
+    /// Jobs queued on the offload pool, not yet started.
     pub offload_queue_depth: AtomicI64,
+    /// Jobs the offload pool has run.
     pub offload_jobs: AtomicU64,
     /// Microseconds the offload pool spent running handlers.
     pub offload_busy_us: AtomicU64,
@@ -103,17 +141,21 @@ pub struct Metrics {
     /// Per handled message: wall time of the handler, and its on-CPU time (thread CPU clock).
     /// Wall minus CPU is the time it blocked: the ratio `wstune pool` sizes the pool from.
     pub handler_wall: Histogram,
+    /// Per job: on-CPU time (thread clock).
     pub handler_cpu: Histogram,
     /// Time the handler's thread waited for a core (Linux schedstat); empty where unknown.
     pub handler_runqueue: Histogram,
     /// Cluster backplane: 1 connected, 0 down (reconnecting), absent when not configured
     /// (-1 is stored then; see `backplane_state`).
     pub backplane_up: AtomicI64,
+    /// Messages published to the backplane.
     pub backplane_published: AtomicU64,
+    /// Messages received from the backplane.
     pub backplane_received: AtomicU64,
     /// Messages not relayed because the backplane was down or its queue full (delivered
     /// locally only).
     pub backplane_dropped: AtomicU64,
+    /// Broadcasts made (each counts once).
     pub broadcasts: AtomicU64,
     /// Memory held by live permessage-deflate contexts (zlib's formula, see memory.rs).
     pub deflate_memory_bytes: AtomicI64,
@@ -124,6 +166,8 @@ pub struct Metrics {
     pub inflate_budget_bytes: AtomicU64,
     /// Compressed messages refused (1013) because the inflate budget was spent.
     pub inflate_budget_closes: AtomicU64,
+    /// Connections closed for going over their message rate (limits.rs).
+    pub message_rate_closes: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -157,6 +201,7 @@ impl Default for Metrics {
             inflate_buffer_bytes: AtomicU64::new(0),
             inflate_budget_bytes: AtomicU64::new(0),
             inflate_budget_closes: AtomicU64::new(0),
+            message_rate_closes: AtomicU64::new(0),
         }
     }
 }
@@ -169,18 +214,23 @@ fn slot(code: u16) -> usize {
 }
 
 impl Metrics {
+    /// Count a refused upgrade.
     pub fn reject(&self, r: Reject) {
         self.rejected[r as usize].fetch_add(1, Relaxed);
     }
+    /// Refused upgrades for this reason.
     pub fn rejected(&self, r: Reject) -> u64 {
         self.rejected[r as usize].load(Relaxed)
     }
+    /// Count a close frame sent.
     pub fn close_sent(&self, code: u16) {
         self.closes_sent[slot(code)].fetch_add(1, Relaxed);
     }
+    /// Count a close frame received.
     pub fn close_received(&self, code: u16) {
         self.closes_received[slot(code)].fetch_add(1, Relaxed);
     }
+    /// Close frames sent with this code.
     pub fn closes_sent(&self, code: u16) -> u64 {
         self.closes_sent[slot(code)].load(Relaxed)
     }
@@ -292,6 +342,12 @@ impl Metrics {
             "Compressed messages refused with 1013 because the inflate budget was spent.",
             "counter",
             self.inflate_budget_closes.load(Relaxed) as f64,
+        );
+        g(
+            "ws_message_rate_closes_total",
+            "Connections closed for going over their message rate (the limits' close code).",
+            "counter",
+            self.message_rate_closes.load(Relaxed) as f64,
         );
         if self.backplane_up.load(Relaxed) >= 0 {
             g(

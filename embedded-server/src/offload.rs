@@ -3,31 +3,48 @@
 //! until there is room, so TCP flow control slows that client instead of memory growing. The
 //! queue's depth is exported: a growing queue is the early warning that the pool is too small.
 
-use crate::config::Handler;
-use crate::frame::OpCode;
 use crate::metrics::Metrics;
-use crate::outbox::Shared;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub struct Job {
-    pub conn: Arc<Shared>,
-    pub opcode: OpCode,
-    pub payload: Vec<u8>,
+/// One unit of offloaded work: a closure the application handed to
+/// [`Conn::offload`](crate::Conn::offload) (the built-in simulated handlers are such closures
+/// too). It sends its own reply, if any, through the `Conn` it captured.
+pub struct Job(Box<dyn FnOnce() -> Option<Then> + Send + 'static>);
+
+/// What a job hands back to run after its timing is recorded (its reply, say).
+type Then = Box<dyn FnOnce() + Send + 'static>;
+
+impl Job {
+    /// Wrap a closure as a job.
+    pub fn new(f: impl FnOnce() + Send + 'static) -> Job {
+        Job(Box::new(move || {
+            f();
+            None
+        }))
+    }
+
+    /// A job in two parts: `work` is timed, then `then` gets its result once the job is
+    /// counted in the metrics (so whoever sees the reply `then` sends also sees the job in
+    /// /metrics).
+    pub fn then<R: Send + 'static>(
+        work: impl FnOnce() -> R + Send + 'static,
+        then: impl FnOnce(R) + Send + 'static,
+    ) -> Job {
+        Job(Box::new(move || {
+            let r = work();
+            Some(Box::new(move || then(r)) as Then)
+        }))
+    }
 }
 
+/// The pool's bounded queue.
 pub type Sender = async_channel::Sender<Job>;
 
-/// Start `threads` workers running `handler`; returns the queue's sender.
-pub fn start(
-    handler: Handler,
-    threads: usize,
-    queue: usize,
-    metrics: Arc<Metrics>,
-    fragment: usize,
-    deflate: crate::deflate::DeflateSettings,
-) -> Sender {
+/// Start `threads` workers; returns the queue's sender. Each job is timed (wall, thread CPU,
+/// run-queue wait): the histograms `wstune pool --measure` reads from /metrics.
+pub fn start(threads: usize, queue: usize, metrics: Arc<Metrics>) -> Sender {
     let (tx, rx) = async_channel::bounded::<Job>(queue.max(1));
     metrics
         .offload_threads
@@ -43,7 +60,11 @@ pub fn start(
                     let start = Instant::now();
                     let cpu0 = thread_cpu_time();
                     let queued0 = thread_runqueue_wait();
-                    run(handler);
+                    // A panicking job must not take a pool thread with it: the pool is fixed
+                    // size, and each lost thread would shrink it for good.
+                    let then = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job.0))
+                        .ok()
+                        .flatten();
                     let wall = start.elapsed();
                     metrics.handler_wall.observe(wall);
                     metrics
@@ -56,8 +77,9 @@ pub fn start(
                         .offload_busy_us
                         .fetch_add(wall.as_micros() as u64, Relaxed);
                     metrics.offload_jobs.fetch_add(1, Relaxed);
-                    job.conn
-                        .send_owned(job.opcode, &job.payload, fragment, &deflate, &metrics);
+                    if let Some(then) = then {
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(then));
+                    }
                 }
             })
             .expect("spawn an offload thread");
@@ -65,14 +87,16 @@ pub fn start(
     tx
 }
 
-/// The simulated work: CPU time is burnt on this thread's CPU clock, so a busy machine does not
-/// shorten it; blocking is a sleep, like waiting for a database.
-fn run(handler: Handler) {
-    let (cpu_us, block_ms) = match handler {
-        Handler::Echo => (0, 0),
-        Handler::Cpu(us) => (us, 0),
-        Handler::Block(ms) => (0, ms),
-        Handler::Mixed { cpu_us, block_ms } => (cpu_us, block_ms),
+/// The simulated work of `wstune serve --handler`: CPU time is burnt on this thread's CPU
+/// clock, so a busy machine does not shorten it; blocking is a sleep, like waiting for a
+/// database.
+pub fn simulate(work: crate::config::SimulatedWork) {
+    use crate::config::SimulatedWork;
+    let (cpu_us, block_ms) = match work {
+        SimulatedWork::Echo => (0, 0),
+        SimulatedWork::Cpu(us) => (us, 0),
+        SimulatedWork::Block(ms) => (0, ms),
+        SimulatedWork::Mixed { cpu_us, block_ms } => (cpu_us, block_ms),
     };
     if cpu_us > 0 {
         let start = thread_cpu_time();
@@ -123,6 +147,7 @@ pub fn thread_runqueue_wait() -> Option<Duration> {
     })
 }
 
+/// Time this thread waited for a core: unknown off Linux.
 #[cfg(not(target_os = "linux"))]
 pub fn thread_runqueue_wait() -> Option<Duration> {
     None
@@ -136,6 +161,7 @@ fn parse_schedstat_wait(line: &str) -> Option<Duration> {
     fields.next()?.parse().ok().map(Duration::from_nanos)
 }
 
+/// CPU time this thread has used; without a per-thread clock, the wall time since first asked.
 #[cfg(not(unix))]
 pub fn thread_cpu_time() -> Duration {
     // No per-thread clock here: wall time is the closest stand-in.

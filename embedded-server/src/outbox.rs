@@ -30,6 +30,7 @@ pub(crate) const WRITE_SLICES: usize = 32;
 /// The half of a connection other threads touch: its outgoing queue and close requests.
 /// About 150 bytes.
 pub struct Shared {
+    /// The connection's id (unique in its hub).
     pub id: u64,
     out: Mutex<Out>,
     /// Bytes queued and not yet written.
@@ -61,6 +62,12 @@ pub struct Shared {
     /// The connection holds a compressor it frees after an idle spell; that check runs when its
     /// task wakes, so frames written directly still wake it (see `push_frame`).
     holds_compressor: AtomicBool,
+    /// The connection's task has finished: handles still held elsewhere see it closed.
+    ended: AtomicBool,
+    /// It joined a channel at least once (the hub cleans up after it on close).
+    subscribed: AtomicBool,
+    /// The message rate limit's bucket (limits.rs); unused while that limit is off.
+    pub(crate) msg_rate: crate::limits::MessageBucket,
 }
 
 /// The queue itself; only reachable through the lock (`Shared::lock`).
@@ -75,6 +82,7 @@ struct Out {
 }
 
 impl Shared {
+    /// An empty outbox for connection `id`.
     pub fn new(id: u64, send_cap: usize, backpressure_code: u16, now: u32) -> Shared {
         Shared {
             id,
@@ -91,7 +99,31 @@ impl Shared {
             deflate_stale: AtomicBool::new(false),
             direct_fd: AtomicI32::new(-1),
             holds_compressor: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            subscribed: AtomicBool::new(false),
+            msg_rate: Default::default(),
         }
+    }
+
+    /// The connection is over: nothing more is queued (pushes answer false from now on).
+    pub(crate) fn end(&self) {
+        self.ended.store(true, Relaxed);
+        let _ = self
+            .close_request
+            .compare_exchange(0, 1006, Relaxed, Relaxed);
+    }
+
+    /// Whether the connection's task has finished.
+    pub fn ended(&self) -> bool {
+        self.ended.load(Relaxed)
+    }
+
+    pub(crate) fn set_subscribed(&self) {
+        self.subscribed.store(true, Relaxed);
+    }
+
+    pub(crate) fn subscribed(&self) -> bool {
+        self.subscribed.load(Relaxed)
     }
 
     /// Queue an encoded frame (shared, not copied) and wake the connection. A consumer above
@@ -247,6 +279,7 @@ impl Shared {
             .compare_exchange(0, code, Relaxed, Relaxed);
     }
 
+    /// Bytes queued and not yet written.
     pub fn queued(&self) -> usize {
         self.queued.load(Relaxed)
     }

@@ -39,6 +39,7 @@ pub fn load(cert: &Path, key: &Path) -> Result<Config, String> {
     Ok(Arc::new(cfg))
 }
 
+/// A TLS session over a TCP stream, as a `Transport`.
 pub struct TlsStream {
     tcp: TcpStream,
     tls: Mutex<rustls::ServerConnection>,
@@ -47,6 +48,7 @@ pub struct TlsStream {
 }
 
 impl TlsStream {
+    /// Start the server side of a TLS session on `tcp`.
     pub fn new(tcp: TcpStream, cfg: Arc<rustls::ServerConfig>) -> io::Result<TlsStream> {
         let tls = rustls::ServerConnection::new(cfg).map_err(io::Error::other)?;
         Ok(TlsStream {

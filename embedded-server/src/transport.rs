@@ -7,6 +7,7 @@ use std::future::Future;
 use std::io::{self, IoSlice};
 use tokio::net::TcpStream;
 
+/// A non-blocking byte stream a connection is served over (plain TCP, or TLS).
 pub trait Transport: Send + Sync + 'static {
     /// Wait until a read may make progress.
     fn readable(&self) -> impl Future<Output = io::Result<()>> + Send;

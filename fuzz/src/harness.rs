@@ -15,11 +15,12 @@ use embedded_server::frame::{self, FrameError, OpCode};
 use embedded_server::handshake;
 use embedded_server::utf8::Utf8Validator;
 use std::collections::BTreeMap;
-use wstune::catalog::{self, Platform};
-use wstune::gather::{self, Options};
+use wstune::catalog::{self, facts::Options};
+use wstune::gather;
 use wstune::host::memory::MemoryBackend;
 use wstune::host::procfs;
 use wstune::host::Link;
+use wstune::host::Platform;
 
 /// One target's body: feed it bytes; it panics only on a bug.
 pub type Harness = fn(&[u8]);
@@ -39,6 +40,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("proc_net", proc_net),
     ("proc_interrupts", proc_interrupts),
     ("cgroup_sys", cgroup_sys),
+    ("proxy_protocol", proxy_protocol),
 ];
 
 /// The server's frame header parser on raw bytes: every header it accepts obeys RFC 6455's
@@ -782,4 +784,120 @@ pub fn cgroup_sys(data: &[u8]) {
         files.push((p, s.memory_max));
     }
     gather_with(&files);
+}
+
+#[derive(Arbitrary, Debug)]
+enum ProxyHeader {
+    V1 {
+        v6: bool,
+        src: [u8; 16],
+        dst: [u8; 16],
+        sport: u16,
+        dport: u16,
+    },
+    V2 {
+        local: bool,
+        family: u8,
+        addr: Vec<u8>,
+    },
+}
+
+/// The PROXY protocol v1/v2 parser (embedded_server::proxy_protocol) the server runs on the
+/// first bytes of a connection from a trusted proxy. On raw bytes: a header is reported with
+/// a length inside the input and at most `MAX_HEADER`, parses the same from exactly its bytes
+/// and with anything after it (the server consumes exactly that many), every shorter prefix is
+/// `Incomplete`, and a buffer of `MAX_HEADER` bytes is never `Incomplete` (the server's peek
+/// would wait forever). Structured: headers built from arbitrary addresses parse back to
+/// them.
+pub fn proxy_protocol(data: &[u8]) {
+    use embedded_server::proxy_protocol::{parse, Parsed, MAX_HEADER, V2_SIGNATURE};
+    let raw = |bytes: &[u8]| {
+        let r = parse(bytes);
+        match r {
+            Ok(Parsed::Header { len, source: _ }) => {
+                assert!(len <= bytes.len() && len <= MAX_HEADER, "{r:?}");
+                assert_eq!(parse(&bytes[..len]), r, "the header alone");
+                let mut more = bytes[..len].to_vec();
+                more.extend_from_slice(b"GET / HTTP/1.1\r\n");
+                assert_eq!(parse(&more), r, "with bytes after it");
+                for cut in [len - 1, len / 2, 1] {
+                    assert!(
+                        matches!(parse(&bytes[..cut]), Ok(Parsed::Incomplete)),
+                        "prefix {cut} of {len}"
+                    );
+                }
+            }
+            Ok(Parsed::Incomplete) => {
+                assert!(bytes.len() < MAX_HEADER, "incomplete at {}", bytes.len())
+            }
+            Ok(Parsed::NotProxy) => assert!(!bytes.is_empty()),
+            Err(_) => {}
+        }
+    };
+    raw(data);
+    // Odd first byte: raw bytes only; even: a structured header as well.
+    let Some((&ctl, rest)) = data.split_first() else {
+        return;
+    };
+    if ctl & 1 == 1 {
+        return;
+    }
+    let Ok(h) = ProxyHeader::arbitrary_take_rest(Unstructured::new(rest)) else {
+        return;
+    };
+    match h {
+        ProxyHeader::V1 {
+            v6,
+            src,
+            dst,
+            sport,
+            dport,
+        } => {
+            let ip = |b: [u8; 16]| -> std::net::IpAddr {
+                if v6 {
+                    std::net::Ipv6Addr::from(b).into()
+                } else {
+                    std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]).into()
+                }
+            };
+            let (s, d) = (ip(src), ip(dst));
+            let fam = if v6 { "TCP6" } else { "TCP4" };
+            let line = format!("PROXY {fam} {s} {d} {sport} {dport}\r\n");
+            let want = Ok(Parsed::Header {
+                len: line.len(),
+                source: Some(std::net::SocketAddr::new(s, sport)),
+            });
+            assert_eq!(parse(line.as_bytes()), want, "{line:?}");
+            raw(line.as_bytes());
+        }
+        ProxyHeader::V2 {
+            local,
+            family,
+            addr,
+        } => {
+            let mut h = V2_SIGNATURE.to_vec();
+            h.push(if local { 0x20 } else { 0x21 });
+            h.push(family);
+            let addr = &addr[..addr.len().min(2000)];
+            h.extend_from_slice(&(addr.len() as u16).to_be_bytes());
+            h.extend_from_slice(addr);
+            let r = parse(&h);
+            if let Ok(Parsed::Header {
+                len,
+                source: Some(src),
+            }) = r
+            {
+                assert!(!local && len == h.len());
+                match family >> 4 {
+                    1 => assert_eq!(
+                        src.ip().to_string(),
+                        format!("{}.{}.{}.{}", addr[0], addr[1], addr[2], addr[3])
+                    ),
+                    2 => assert!(src.is_ipv6()),
+                    _ => panic!("an address from family {family:#x}"),
+                }
+            }
+            raw(&h);
+        }
+    }
 }

@@ -11,7 +11,7 @@
 //! that died; one whose lock is held belongs to an apply still running.
 
 use super::plan::Action;
-use super::store::{FileLock, FileState, Store};
+use crate::host::store::{FileLock, FileState, Store};
 use anyhow::{bail, Context, Result};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -114,7 +114,7 @@ pub struct OldLimits {
 pub struct OldRegistry {
     pub key: String,
     pub value: String,
-    pub kind: crate::catalog::RegType,
+    pub kind: crate::host::RegType,
     /// None: the value did not exist.
     pub old: Option<String>,
 }

@@ -8,22 +8,32 @@
 pub mod journal;
 pub mod plan;
 pub mod recover;
-pub mod store;
 
 use crate::catalog::eval::{Finding, Status};
 use crate::host::procfs::sysctl_path;
+use crate::host::store::{FileState, Store};
 use crate::host::{Backend, ReadError};
 use crate::value::Value;
 use anyhow::{anyhow, Result};
 use journal::{Blob, Entry, OldFile, OldLimits, OldRegistry, OldRuntime, State};
 use plan::{Op, Plan};
-use store::{FileState, Store};
 
 /// Build the journal entry for `plan`: every old value and file it will replace, and the new
 /// file contents. Nothing is changed yet. The old values are read here, once, right before
 /// the change and as the bytes the host has (a restore writes back exactly those), not taken
 /// from the facts the plan was made from.
 pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) -> Result<Entry> {
+    // First, before reading anything else: a merged file must still be what the plan merged
+    // into, else its new text would drop what changed meanwhile (an operator's edit, another
+    // tool's line) while the journal recorded the newer bytes as "old".
+    for (path, from) in &plan.rendered_from {
+        let now = store.read(path)?.map(|f| f.bytes).unwrap_or_default();
+        if now != from.as_bytes() {
+            return Err(anyhow!(
+                "{path} changed since the check this plan was made from; nothing was changed: run apply again"
+            ));
+        }
+    }
     let mut e = Entry {
         id: journal::new_id(),
         created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),

@@ -3,7 +3,7 @@
 //!
 //! Pure: [`plan`] reads nothing. Everything it needs about the host is in the [`HostFacts`]
 //! `gather` read once (the whole value of each sysctl, the boot configuration, the files wstune
-//! owns), and it joins findings to checks by [`eval::Key`], not by id text. Each file it writes
+//! owns), and it joins findings to checks by [`Finding::key`], not by id text. Each file it writes
 //! is rendered here, once, into [`Plan::files`]; `apply` (mod.rs) journals the plan and the
 //! backend carries it out.
 //!
@@ -21,10 +21,11 @@
 //! 5. `apply::execute`: the journaled action -> `Backend::write_runtime(path, &value)`
 //! 6. `LinuxBackend::write_runtime` (host/linux/): `value\n` written to /proc/sys/net/core/somaxconn
 
-use crate::catalog::eval::{self, Finding, Key, Status};
+use crate::catalog::eval::{Finding, Status};
 use crate::catalog::facts::{HostFacts, Reading};
-use crate::catalog::{self, Catalog, CheckDef, LimitKind, Process, RegType, Source};
+use crate::catalog::{self, Catalog, CheckDef, LimitKind, Process, Source};
 use crate::host::procfs::sysctl_path;
+use crate::host::RegType;
 use crate::value::Value;
 use serde::{Deserialize, Serialize};
 
@@ -89,6 +90,11 @@ pub struct Plan {
     pub actions: Vec<Action>,
     /// The whole new text of every file the actions write (host path, text), rendered once.
     pub files: Vec<(String, String)>,
+    /// The text each file that is merged rather than replaced (our sysctl file keeps the lines
+    /// of settings it no longer changes) was rendered from, as the facts saw it ("" when it
+    /// was absent). [`super::record`] refuses when the file no longer says this: a change made
+    /// between the check and the lock would otherwise be silently dropped.
+    pub rendered_from: Vec<(String, String)>,
     /// What wstune will not do, and why (a boot file it does not own, a restart needed).
     pub notes: Vec<String>,
 }
@@ -111,22 +117,13 @@ struct Persist {
 /// later ones, the journal's or a proxy's, are not catalog checks and are ignored), the same
 /// `facts`, and what to change. `--unit` and `--pid` are the ones `facts` were gathered for.
 pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: Scope) -> Plan {
-    let keyed: Vec<(Key, &Finding)> = eval::keys(catalog, facts)
-        .into_iter()
-        .zip(findings)
-        .collect();
-    debug_assert!(
-        keyed
-            .iter()
-            .all(|(k, f)| f.id.starts_with(&catalog.checks[k.check].check.id)),
-        "findings are not evaluate's output for these facts"
-    );
-    // One finding per check and view; per-NIC checks are not changed by apply.
+    // One finding per check and view, joined on the key evaluate gave it; per-NIC checks are
+    // not changed by apply.
     let finding = |check: usize, boot: bool| {
-        keyed
-            .iter()
-            .find(|(k, _)| k.check == check && k.boot == boot && !k.per_nic)
-            .map(|(_, f)| *f)
+        findings.iter().find(|f| {
+            f.key
+                .is_some_and(|k| k.check == check && k.boot == boot && !k.per_nic)
+        })
     };
     let (unit, pid) = (facts.options.unit.as_deref(), facts.options.pid);
     let wrong = |f: &Finding| matches!(f.status, Status::Fail | Status::Warn);
@@ -294,6 +291,8 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
         let existing = facts.owned.get(SYSCTL_FILE).map_or("", String::as_str);
         let text = render_sysctl_file(&merge_sysctl_lines(existing, &sysctl_lines));
         p.files.push((SYSCTL_FILE.to_string(), text));
+        p.rendered_from
+            .push((SYSCTL_FILE.to_string(), existing.to_string()));
     }
     // A file that already says exactly this is done, even if the running processes it will
     // apply to (new logins, a restarted unit) do not show it yet.
@@ -413,16 +412,11 @@ pub struct Settings {
 
 /// [`Settings`] from `findings` (evaluate's output for `facts` first) and the same `facts`.
 pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> Settings {
-    let keyed: Vec<(Key, &Finding)> = eval::keys(catalog, facts)
-        .into_iter()
-        .zip(findings)
-        .collect();
     let mut s = Settings::default();
     for (i, def) in catalog.checks.iter().enumerate() {
-        let Some(f) = keyed
+        let Some(f) = findings
             .iter()
-            .find(|(k, _)| k.check == i && !k.boot && !k.per_nic)
-            .map(|(_, f)| *f)
+            .find(|f| f.key.is_some_and(|k| k.check == i && !k.boot && !k.per_nic))
         else {
             continue;
         };
@@ -496,24 +490,44 @@ pub fn merge_sysctl_lines(existing: &str, updates: &[(String, String)]) -> Vec<(
     out
 }
 
+/// The first line of every file apply writes whole.
+const MANAGED: &str = "# Managed by wstune apply: this file is rewritten whole. `wstune rollback` restores what it replaced.\n";
+
 pub fn render_sysctl_file(lines: &[(String, String)]) -> String {
-    let mut s = String::from("# Managed by wstune apply: this file is rewritten whole. `wstune rollback` restores what it replaced.\n");
-    for (k, v) in lines {
-        s.push_str(&format!("{k} = {v}\n"));
-    }
-    s
+    format!("{MANAGED}{}", sysctl_lines(lines))
+}
+
+/// The `KEY = VALUE` lines of a sysctl.d file (apply's file, export's file).
+pub fn sysctl_lines<K: AsRef<str>, V: AsRef<str>>(lines: &[(K, V)]) -> String {
+    lines
+        .iter()
+        .map(|(k, v)| format!("{} = {}\n", k.as_ref(), v.as_ref()))
+        .collect()
 }
 
 pub fn render_limits_file(nofile: u64) -> String {
+    format!("{MANAGED}{}", limits_lines(nofile))
+}
+
+/// The nofile lines of a limits.d file (apply's file, export's file).
+pub fn limits_lines(nofile: u64) -> String {
     // `*` does not match root in pam_limits, hence the explicit root lines.
-    format!(
-        "# Managed by wstune apply: this file is rewritten whole. `wstune rollback` restores what it replaced.\n\
-         * soft nofile {nofile}\n* hard nofile {nofile}\nroot soft nofile {nofile}\nroot hard nofile {nofile}\n"
-    )
+    format!("* soft nofile {nofile}\n* hard nofile {nofile}\nroot soft nofile {nofile}\nroot hard nofile {nofile}\n")
 }
 
 pub fn render_unit_dropin(nofile: u64) -> String {
-    format!("# Managed by wstune apply. `wstune rollback` removes it.\n[Service]\nLimitNOFILE={nofile}\n")
+    format!(
+        "# Managed by wstune apply. `wstune rollback` removes it.\n{}",
+        dropin_body(Some(nofile))
+    )
+}
+
+/// The body of a systemd drop-in setting the open-file limit (apply's drop-in, export's).
+pub fn dropin_body(nofile: Option<u64>) -> String {
+    match nofile {
+        Some(n) => format!("[Service]\nLimitNOFILE={n}\n"),
+        None => "[Service]\n".to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -528,11 +542,12 @@ mod tests {
     /// here, the pure evaluator, the pure plan.
     mod pure {
         use super::*;
+        use crate::catalog::eval;
 
         fn catalog() -> (Catalog, BTreeMap<String, Value>) {
             let vars = crate::profile::load("100k").unwrap().profile.variables();
             let known = vars.keys().cloned().collect();
-            let c = catalog::load(catalog::Platform::Linux, None, &known).unwrap();
+            let c = catalog::load(crate::host::Platform::Linux, None, &known).unwrap();
             (c, vars)
         }
 
@@ -625,6 +640,35 @@ mod tests {
                         ("net.core.somaxconn".into(), "65535".into())
                     ])
                 )]
+            );
+        }
+
+        /// Findings are joined to checks by their key, not their position: a finding from
+        /// elsewhere first (a proxy's, the journal's) and the rest in another order give the same
+        /// plan and settings.
+        #[test]
+        fn findings_join_by_key_not_by_position() {
+            let (c, vars) = catalog();
+            let f = facts(&c, &[("net.core.somaxconn", Value::Num(4096))], None);
+            let f = with_boot(&c, f);
+            let findings = eval::evaluate(&c, &vars, &f);
+            let scope = Scope {
+                runtime: true,
+                persist: true,
+            };
+            let want = plan(&c, &findings, &f, scope);
+            assert!(!want.actions.is_empty());
+            let mut shuffled = findings.clone();
+            shuffled.reverse();
+            let mut foreign = shuffled[0].clone();
+            foreign.id = "lb.haproxy.maxconn".into();
+            foreign.status = Status::Fail;
+            foreign.key = None;
+            shuffled.insert(0, foreign);
+            assert_eq!(plan(&c, &shuffled, &f, scope), want);
+            assert_eq!(
+                settings(&c, &shuffled, &f).sysctls,
+                settings(&c, &findings, &f).sysctls
             );
         }
 

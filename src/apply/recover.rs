@@ -10,9 +10,9 @@
 
 use super::journal::{self, Entry, Lock, LockState, State};
 use super::plan::Op;
-use super::store::Store;
 use crate::catalog::eval::{Finding, Status};
 use crate::host::procfs::sysctl_path;
+use crate::host::store::Store;
 use crate::host::Backend;
 use crate::value::Value;
 use anyhow::{bail, Result};

@@ -3,10 +3,12 @@
 
 use super::plan::{self, Op, Plan};
 use super::*;
-use crate::catalog::{self, eval, Platform};
-use crate::gather::{gather, HostFacts, Options};
+use crate::catalog::facts::{HostFacts, Options};
+use crate::catalog::{self, eval};
+use crate::gather::gather;
 use crate::host::memory::MemoryBackend;
 use crate::host::registry_file::RegistryFile;
+use crate::host::Platform;
 
 fn findings(
     backend: &dyn Backend,
@@ -37,13 +39,13 @@ const PARAMS: &str = r"HKLM\SYSTEM\CurrentControlSet\Services\Tcpip\Parameters";
 
 fn windows(tw_delay: Option<u32>, retrans: Option<u32>) -> MemoryBackend {
     let mut reg = RegistryFile::default();
-    reg.set(PARAMS, "Hostname", crate::catalog::RegType::Sz, Some("w"))
+    reg.set(PARAMS, "Hostname", crate::host::RegType::Sz, Some("w"))
         .unwrap();
     if let Some(v) = tw_delay {
         reg.set(
             PARAMS,
             "TcpTimedWaitDelay",
-            crate::catalog::RegType::Dword,
+            crate::host::RegType::Dword,
             Some(&v.to_string()),
         )
         .unwrap();
@@ -52,7 +54,7 @@ fn windows(tw_delay: Option<u32>, retrans: Option<u32>) -> MemoryBackend {
         reg.set(
             PARAMS,
             "TcpMaxConnectResponseRetransmissions",
-            crate::catalog::RegType::Dword,
+            crate::host::RegType::Dword,
             Some(&v.to_string()),
         )
         .unwrap();
@@ -217,7 +219,35 @@ fn linux_plan_over(existing: &str) -> Plan {
         plan::merge_sysctl_lines(existing, &[("net.core.somaxconn".into(), "65535".into())]);
     p.files
         .push((plan::SYSCTL_FILE.into(), plan::render_sysctl_file(&lines)));
+    p.rendered_from
+        .push((plan::SYSCTL_FILE.into(), existing.into()));
     p
+}
+
+/// A line added to our sysctl file after the plan was made (between check and lock) must not
+/// be dropped by writing the plan's text: record refuses, before any change or journal entry.
+#[test]
+fn record_refuses_when_the_merged_file_changed_since_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let b = linux();
+    let before = b.files.borrow().clone();
+    let p = linux_plan_over("");
+    // Meanwhile an operator adds a line to the file the plan was rendered from (absent then).
+    let edited = "vm.swappiness = 10\n";
+    let file = store.path(plan::SYSCTL_FILE);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, edited).unwrap();
+    let err = record(&p, &b, &store, "100k").unwrap_err().to_string();
+    assert!(err.contains("changed since the check"), "{err}");
+    assert!(err.contains("run apply again"), "{err}");
+    // Nothing changed: the runtime values, the edited file, no journal entry.
+    assert_eq!(*b.files.borrow(), before);
+    assert_eq!(
+        std::fs::read_to_string(store.path(plan::SYSCTL_FILE)).unwrap(),
+        edited
+    );
+    assert!(journal::list(&store).unwrap().is_empty());
 }
 
 #[test]

@@ -11,12 +11,6 @@ use std::sync::OnceLock;
 const FILE: &str = "checks/wstune.yaml";
 const TEXT: &str = include_str!("../../checks/wstune.yaml");
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct File {
-    checks: Vec<Computed>,
-}
-
 /// One computed check's words.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,11 +29,7 @@ pub struct Computed {
 /// so a parse failure here is a build defect, not an input error.
 pub fn all() -> &'static [Computed] {
     static CHECKS: OnceLock<Vec<Computed>> = OnceLock::new();
-    CHECKS.get_or_init(|| {
-        serde_yaml_ng::from_str::<File>(TEXT)
-            .unwrap_or_else(|e| panic!("{FILE} does not parse: {e}"))
-            .checks
-    })
+    CHECKS.get_or_init(|| super::words::load(FILE, TEXT))
 }
 
 /// The computed check `id` (one of the ids in checks/wstune.yaml).
@@ -76,6 +66,7 @@ impl Computed {
                 persistent: self.fix.persistent.clone(),
             },
             note: Some(note),
+            key: None,
         }
     }
 }

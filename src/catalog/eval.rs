@@ -64,6 +64,18 @@ pub struct Finding {
     pub fix: FixText,
     /// Why it was skipped, where a value was set, how much a counter grew.
     pub note: Option<String>,
+    /// Which catalog check and view [`evaluate`] made this from (None: a finding from
+    /// elsewhere: the load-balancer checks, the journal's, a computed one). Code joins
+    /// findings on this, never on the id text; not part of the JSON shape.
+    #[serde(skip)]
+    pub key: Option<Key>,
+}
+
+impl Finding {
+    /// The boot-time view of a sysctl check (the `ID.boot` finding).
+    pub fn is_boot_view(&self) -> bool {
+        self.key.is_some_and(|k| k.boot)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -107,8 +119,7 @@ pub struct Key {
     pub boot: bool,
 }
 
-/// What [`evaluate`] produces for each check, in its order: the one walk both
-/// [`evaluate`] and [`keys`] follow, so a finding and its key cannot disagree.
+/// What [`evaluate`] produces for each check, in its order, with the key each finding carries.
 enum View<'a> {
     NoObject,
     Runtime(&'a Instance),
@@ -138,14 +149,6 @@ fn walk<'a>(catalog: &'a Catalog, facts: &'a HostFacts) -> Vec<(Key, &'a CheckDe
     out
 }
 
-/// The key of each finding [`evaluate`] returns for these facts, in the same order.
-pub fn keys(catalog: &Catalog, facts: &HostFacts) -> Vec<Key> {
-    walk(catalog, facts)
-        .into_iter()
-        .map(|(k, _, _)| k)
-        .collect()
-}
-
 /// Evaluate every gathered instance. `profile_vars` come from [`crate::profile::Profile::variables`].
 pub fn evaluate(
     catalog: &Catalog,
@@ -156,19 +159,23 @@ pub fn evaluate(
     vars.extend(facts.vars.iter().map(|(k, v)| (k.clone(), v.clone())));
     walk(catalog, facts)
         .into_iter()
-        .map(|(_, def, view)| match view {
-            View::NoObject => {
-                let reason = facts
-                    .no_nics
-                    .clone()
-                    .unwrap_or_else(|| "no object to check".into());
-                let mut f = base(def, &def.check.id, &vars, facts, None, None);
-                f.status = Status::Skip;
-                f.note = Some(reason);
-                f
-            }
-            View::Runtime(inst) => evaluate_one(def, inst, &vars, facts),
-            View::Boot(inst, boot) => evaluate_boot(def, inst, boot, &vars, facts),
+        .map(|(key, def, view)| {
+            let mut f = match view {
+                View::NoObject => {
+                    let reason = facts
+                        .no_nics
+                        .clone()
+                        .unwrap_or_else(|| "no object to check".into());
+                    let mut f = base(def, &def.check.id, &vars, facts, None, None);
+                    f.status = Status::Skip;
+                    f.note = Some(reason);
+                    f
+                }
+                View::Runtime(inst) => evaluate_one(def, inst, &vars, facts),
+                View::Boot(inst, boot) => evaluate_boot(def, inst, boot, &vars, facts),
+            };
+            f.key = Some(key);
+            f
         })
         .collect()
 }
@@ -276,6 +283,7 @@ fn base(
         why: def.check.why.trim().to_string(),
         fix,
         note: None,
+        key: None,
     }
 }
 
@@ -653,7 +661,7 @@ mod tests {
 
     fn catalog() -> Catalog {
         let known = profile_vars().into_keys().collect();
-        catalog::load(catalog::Platform::Linux, None, &known).unwrap()
+        catalog::load(crate::host::Platform::Linux, None, &known).unwrap()
     }
 
     fn idx(c: &Catalog, id: &str) -> usize {

@@ -10,9 +10,11 @@ pub mod eval;
 pub mod expr;
 pub mod facts;
 mod model;
+pub mod words;
 
 pub use model::*;
 
+use crate::host::Platform;
 use crate::profile::Problem;
 use crate::value::{version_parts, Value};
 use expr::Expr;

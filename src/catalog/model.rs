@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 // The OS vocabulary the backend speaks lives with it (host/); the catalog names it the same way.
-pub use crate::host::{IpVersion, Platform, RegType};
+use crate::host::{IpVersion, Platform, RegType};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -391,6 +391,8 @@ pub struct ServeArgs {
     #[arg(long, hide = true, value_name = "DIR")]
     pub host_root: Option<std::path::PathBuf>,
     #[command(flatten)]
+    pub limits: crate::server_limits::LimitArgs,
+    #[command(flatten)]
     pub load: LoadArgs,
 }
 

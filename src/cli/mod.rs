@@ -107,6 +107,14 @@ mod tests {
     #[test]
     fn nothing_outside_cli_imports_it_and_no_command_imports_another() {
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let commands: Vec<String> = std::fs::read_dir(src.join("cmd"))
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".rs").map(str::to_string)
+            })
+            .filter(|n| n != "mod")
+            .collect();
         let mut bad = Vec::new();
         let mut stack = vec![src.clone()];
         while let Some(dir) = stack.pop() {
@@ -125,15 +133,79 @@ mod tests {
                     continue;
                 }
                 let text = std::fs::read_to_string(&path).unwrap();
-                if uses(&text, "crate::cli") || uses(&text, "super::cli") {
+                let from_crate = names_under(&text, "crate");
+                if from_crate.iter().any(|n| n == "cli") || uses(&text, "super::cli") {
                     bad.push(format!("{rel} imports cli"));
                 }
-                if rel.starts_with("cmd/") && rel != "cmd/mod.rs" && uses(&text, "crate::cmd") {
-                    bad.push(format!("{rel} imports another command"));
+                if rel.starts_with("cmd/") && rel != "cmd/mod.rs" {
+                    let from_super = names_under(&text, "super");
+                    if from_crate.iter().any(|n| n == "cmd")
+                        || from_super.iter().any(|n| commands.contains(n))
+                    {
+                        bad.push(format!("{rel} imports another command"));
+                    }
                 }
             }
         }
         assert!(bad.is_empty(), "{bad:#?}");
+    }
+
+    /// The first segment of every path under `root::`, plain (`crate::cli::x`) or grouped
+    /// (`crate::{cli::x, engine}`, nested groups included): `crate::{cli::...}` and
+    /// `super::apply` inside cmd/ imported around the text match once.
+    fn names_under(text: &str, root: &str) -> Vec<String> {
+        let ident = |s: &str| -> String {
+            s.trim_start()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect()
+        };
+        let mut out = Vec::new();
+        let pat = format!("{root}::");
+        for (i, _) in text.match_indices(&pat) {
+            // A whole segment: `supercrate::x` is not `crate::x`.
+            if text[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+                continue;
+            }
+            let rest = text[i + pat.len()..].trim_start();
+            let Some(group) = rest.strip_prefix('{') else {
+                out.push(ident(rest));
+                continue;
+            };
+            // The group's top-level items, split at commas outside nested braces.
+            let (mut depth, mut start) = (0usize, 0usize);
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        out.push(ident(&group[start..j]));
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        out.push(ident(&group[start..j]));
+                        start = j + 1;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out.retain(|n| !n.is_empty());
+        out
+    }
+
+    #[test]
+    fn grouped_and_sibling_imports_are_seen() {
+        let names = |t, r| names_under(t, r);
+        assert_eq!(names("use crate::cli::args;", "crate"), ["cli"]);
+        assert_eq!(
+            names("use crate::{engine, cli::{args, resolve}, x};", "crate"),
+            ["engine", "cli", "x"]
+        );
+        assert_eq!(names("use crate::{\n    cmd::apply,\n};", "crate"), ["cmd"]);
+        assert_eq!(names("use super::{apply, *};", "super"), ["apply"]);
+        assert_eq!(names("super::check::run(r)", "super"), ["check"]);
+        assert!(names("use supercrate::cli;", "crate").is_empty());
     }
 
     /// `path` named as a whole path segment (`super::client` is not `super::cli`).

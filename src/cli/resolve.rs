@@ -7,10 +7,11 @@ use super::args::{
     self, ApplyArgs, BenchDeflateArgs, CheckArgs, ExportArgs, ExportFormat, LbArgs, LoadArgs,
     PoolArgs, ProfilesCommand, RollbackArgs, SelftestArgs, ServeArgs, SnapshotArgs, TargetArgs,
 };
-use crate::apply::store::Store;
 use crate::cmd;
 use crate::engine::check::{self, LbConfig, Resolved, Target};
 use crate::engine::selftest::Load;
+use crate::host::layout::Layout;
+use crate::host::store::Store;
 use crate::host::Backend;
 use crate::report::{self, ListFormat};
 use crate::selftest::client::Target as Url;
@@ -19,7 +20,7 @@ use std::path::Path;
 use std::time::Duration;
 
 pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
-    let backend = backend(a.root.as_deref(), a.prefix.as_deref())?;
+    let (backend, store) = host_and_store(a.root.as_deref(), a.prefix.as_deref())?;
     let mut inputs = check::inputs(&target(&a.target), backend.as_ref())?;
     inputs.options.watch = a.watch.map(Duration::from_secs);
     let lb = match &a.lb_config {
@@ -32,7 +33,7 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
     };
     Ok(cmd::check::Request {
         host: Resolved { inputs, backend },
-        store: store(a.root.as_deref(), a.prefix.as_deref()),
+        store,
         format: match a.format {
             args::Format::Table => report::Format::Table,
             args::Format::Json => report::Format::Json,
@@ -72,8 +73,7 @@ fn read_lb_config(path: &Path) -> Result<String> {
 }
 
 pub fn apply(a: &ApplyArgs) -> Result<cmd::apply::Request> {
-    let backend = backend(a.root.as_deref(), a.prefix.as_deref())?;
-    let store = store(a.root.as_deref(), a.prefix.as_deref());
+    let (backend, store) = host_and_store(a.root.as_deref(), a.prefix.as_deref())?;
     let inputs = check::inputs(&target(&a.target), backend.as_ref())?;
     refuse_unit_without_systemd(a.target.unit.as_deref(), backend.as_ref())?;
     Ok(cmd::apply::Request {
@@ -103,19 +103,22 @@ fn refuse_unit_without_systemd(unit: Option<&str>, backend: &dyn Backend) -> Res
 }
 
 pub fn rollback(a: &RollbackArgs) -> Result<cmd::rollback::Request> {
-    let store = store(a.root.as_deref(), a.prefix.as_deref());
+    let layout = crate::host::layout(a.root.as_deref(), a.prefix.as_deref());
     // Listing reads only the journal: a --root that is no host tree does not stop it.
     let action = if a.list {
         cmd::rollback::Action::List
     } else {
         cmd::rollback::Action::Restore {
-            backend: backend(a.root.as_deref(), a.prefix.as_deref())?,
+            backend: open(&layout)?,
             id: a.id.clone(),
             yes: a.yes,
             force: a.force,
         }
     };
-    Ok(cmd::rollback::Request { store, action })
+    Ok(cmd::rollback::Request {
+        store: Store::with_layout(layout),
+        action,
+    })
 }
 
 pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
@@ -127,7 +130,7 @@ pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
         ..Target::default()
     };
     let inputs = check::inputs(&t, backend.as_ref())?;
-    if inputs.catalog.platform != crate::catalog::Platform::Linux {
+    if inputs.catalog.platform != crate::host::Platform::Linux {
         bail!(
             "export writes Linux settings; {} is not a Linux host (use `wstune apply` on Windows)",
             backend.describe().source
@@ -234,7 +237,7 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
 }
 
 pub fn pool(a: &PoolArgs) -> Result<cmd::pool::Request> {
-    use embedded_server::Handler;
+    use embedded_server::SimulatedWork;
     let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     // A host's own count is never refused (it is clamped); a given one past the ceiling is.
     let cores = a.cores.unwrap_or(host_cores.min(crate::pool::MAX_CORES));
@@ -249,10 +252,10 @@ pub fn pool(a: &PoolArgs) -> Result<cmd::pool::Request> {
         bail!("--conns {}: give 1..=100000 connections", a.conns);
     }
     let handler = match &a.handler {
-        Some(h) => Some(Handler::parse(h).map_err(|e| anyhow::anyhow!("--handler: {e}"))?),
+        Some(h) => Some(SimulatedWork::parse(h).map_err(|e| anyhow::anyhow!("--handler: {e}"))?),
         None => None,
     };
-    if let Some(Handler::Echo) = handler {
+    if let Some(SimulatedWork::Echo) = handler {
         bail!("--handler echo runs inline on the I/O threads: there is no pool to size; give cpu:, block: or both");
     }
     let sizes: Vec<u64> = a
@@ -371,6 +374,7 @@ fn serve_flags(a: &ServeArgs) -> cmd::serve::Flags {
         },
         log_level: a.log_level.clone(),
         cluster: a.cluster.clone(),
+        limits: a.limits.clone(),
     }
 }
 
@@ -412,7 +416,12 @@ fn target(t: &TargetArgs) -> Target {
 /// The host to read and write: a captured tree or the live host, with `--prefix` moving the
 /// files wstune owns.
 pub fn backend(root: Option<&Path>, prefix: Option<&Path>) -> Result<Box<dyn Backend>> {
-    if let Some(p) = prefix {
+    open(&crate::host::layout(root, prefix))
+}
+
+/// The backend for `layout` (a `--prefix` that is no directory refused first).
+fn open(layout: &Layout) -> Result<Box<dyn Backend>> {
+    if let Some(p) = layout.prefix() {
         if !p.is_dir() {
             bail!(
                 "--prefix {}: no such directory; create it first (mkdir -p {})",
@@ -421,18 +430,42 @@ pub fn backend(root: Option<&Path>, prefix: Option<&Path>) -> Result<Box<dyn Bac
             );
         }
     }
-    Ok(crate::host::open(root, prefix)?)
+    Ok(crate::host::open(layout)?)
 }
 
-/// Where the files wstune owns are written: `--prefix`, else the `--root` tree, else `/` (on a
-/// live Windows host: the journal in `%ProgramData%\wstune`).
-pub fn store(root: Option<&Path>, prefix: Option<&Path>) -> Store {
-    Store::for_host(root, prefix)
+/// The backend and the store of wstune's own files (`--prefix`, else the `--root` tree, else
+/// `/`; on a live Windows host the journal in `%ProgramData%\wstune`), both from the one
+/// layout `--root` and `--prefix` make.
+fn host_and_store(root: Option<&Path>, prefix: Option<&Path>) -> Result<(Box<dyn Backend>, Store)> {
+    let layout = crate::host::layout(root, prefix);
+    Ok((open(&layout)?, Store::with_layout(layout)))
 }
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+
+    /// The backend and the store come from one layout: what the store writes under
+    /// `--prefix` is what the backend of a `--root` tree reads back, and the tree's own files
+    /// stay the tree's.
+    #[test]
+    fn the_backend_and_the_store_place_files_alike() {
+        let prefix = tempfile::tempdir().unwrap();
+        let root = Path::new("tests/fixtures/default");
+        let (backend, store) = host_and_store(Some(root), Some(prefix.path())).unwrap();
+        let file = crate::host::owned::SYSCTL_FILE;
+        assert!(store.path(file).starts_with(prefix.path()));
+        std::fs::create_dir_all(store.path(file).parent().unwrap()).unwrap();
+        std::fs::write(store.path(file), "net.core.somaxconn = 1\n").unwrap();
+        assert_eq!(backend.read(file).unwrap(), "net.core.somaxconn = 1\n");
+        assert_eq!(
+            backend.read("/proc/sys/net/core/somaxconn").unwrap(),
+            std::fs::read_to_string(root.join("proc/sys/net/core/somaxconn")).unwrap()
+        );
+        let missing = prefix.path().join("nope");
+        let e = host_and_store(Some(root), Some(&missing)).err().unwrap();
+        assert!(e.to_string().contains("no such directory"), "{e}");
+    }
 
     /// `--lb-config` named a FIFO: `check` blocked forever on the read (found while moving the
     /// read here); now it is refused at once with the reason, like a missing file.

@@ -1,11 +1,11 @@
 //! `wstune apply`: check, plan, show, confirm, journal, change, check again.
 
-use crate::apply::store::Store;
 use crate::apply::{self, journal, plan};
 use crate::catalog::eval::Status;
 use crate::catalog::Scope as CheckScope;
 use crate::confirm::{confirm, PASS_YES};
 use crate::engine::check::{report as make_report, report_and_facts, Resolved};
+use crate::host::store::Store;
 use crate::outcome::Outcome;
 use crate::output::say;
 use anyhow::{bail, Result};
@@ -29,10 +29,10 @@ const NOT_ROOT: &str = "apply changes kernel settings and files under /etc: run 
 const NOT_ADMIN: &str = "apply changes registry values under HKLM: run it from an elevated prompt (Run as administrator), or add --dry-run to only see the plan. Nothing was changed.";
 
 /// Why an unprivileged apply is refused, in the platform's words.
-pub fn not_privileged(platform: crate::catalog::Platform) -> &'static str {
+pub fn not_privileged(platform: crate::host::Platform) -> &'static str {
     match platform {
-        crate::catalog::Platform::Linux => NOT_ROOT,
-        crate::catalog::Platform::Windows => NOT_ADMIN,
+        crate::host::Platform::Linux => NOT_ROOT,
+        crate::host::Platform::Windows => NOT_ADMIN,
     }
 }
 
@@ -213,7 +213,7 @@ fn refuse_read_only_proc_sys(
 #[cfg(test)]
 mod privilege_tests {
     use super::not_privileged;
-    use crate::catalog::Platform;
+    use crate::host::Platform;
 
     /// Wine runs everything as an administrator, so the Windows refusal is checked here: it
     /// names what elevation means on that platform, and that nothing was changed, as on Linux.

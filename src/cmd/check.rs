@@ -1,8 +1,8 @@
 //! `wstune check`: the check pipeline (`engine::check`), the load balancer's findings when
 //! asked, one rendering of the report, and the outcome from the findings.
 
-use crate::apply::store::Store;
 use crate::engine::check::{self, LbConfig, Resolved};
+use crate::host::store::Store;
 use crate::outcome::Outcome;
 use crate::output;
 use crate::report::{self, Format, Show};

@@ -6,7 +6,7 @@ use crate::pool::{self, Measured, SweepPoint};
 use crate::report::ListFormat;
 use crate::selftest::{self, client::Target, Options, Scenario};
 use anyhow::{bail, Context, Result};
-use embedded_server::{Handler, Hub, Server, ServerConfig};
+use embedded_server::{Hub, Server, ServerConfig, SimulatedWork};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
@@ -23,7 +23,7 @@ pub struct Request {
     pub measure: bool,
     pub sweep: bool,
     /// The handler a local server runs (never echo: there is no pool to size).
-    pub handler: Option<Handler>,
+    pub handler: Option<SimulatedWork>,
     /// A running server to measure, and its admin address.
     pub url: Option<String>,
     pub admin: Option<String>,
@@ -155,7 +155,7 @@ fn parse_admin(s: &str) -> Result<SocketAddr> {
 
 /// A server with `handler` and an offload pool of `size`, on loopback, in this process.
 fn start_local(
-    handler: Handler,
+    handler: SimulatedWork,
     size: usize,
     conns: usize,
 ) -> Result<(SocketAddr, Arc<Hub>, tokio::sync::oneshot::Sender<()>)> {
@@ -226,7 +226,7 @@ async fn load(
 /// not oversubscribe the cores (the generator and other processes still may: that wait is
 /// measured and taken out, see `Measured::runqueue_ms`).
 async fn measure_local(
-    handler: Handler,
+    handler: SimulatedWork,
     cores: usize,
     conns: usize,
     secs: f64,
@@ -241,7 +241,7 @@ async fn measure_local(
 }
 
 async fn sweep(
-    handler: Handler,
+    handler: SimulatedWork,
     sizes: &[u64],
     conns: usize,
     secs: f64,

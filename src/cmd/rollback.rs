@@ -1,8 +1,9 @@
 //! `wstune rollback`: restore a journal entry exactly, or list the entries.
 
 use crate::apply::journal::{self, Entry, Lock, State};
-use crate::apply::{self, recover, store::Store};
+use crate::apply::{self, recover};
 use crate::confirm::{confirm, PASS_YES};
+use crate::host::store::Store;
 use crate::host::Backend;
 use crate::outcome::Outcome;
 use crate::output::say;
@@ -49,8 +50,8 @@ pub fn run(r: Request) -> Result<Outcome> {
     let mut entry = pick(&store, id.as_deref())?;
     if !backend.privileged() {
         bail!(match backend.platform() {
-            crate::catalog::Platform::Linux => "rollback changes kernel settings and files under /etc: run it as root. Nothing was changed.",
-            crate::catalog::Platform::Windows => "rollback changes registry values under HKLM: run it from an elevated prompt (Run as administrator). Nothing was changed.",
+            crate::host::Platform::Linux => "rollback changes kernel settings and files under /etc: run it as root. Nothing was changed.",
+            crate::host::Platform::Windows => "rollback changes registry values under HKLM: run it from an elevated prompt (Run as administrator). Nothing was changed.",
         });
     }
     say!("{}", crate::report::restore_preview(&entry));

@@ -7,7 +7,7 @@ use crate::engine::selftest::Load;
 use crate::outcome::Outcome;
 use crate::profile::Profile;
 use anyhow::{Context, Result};
-use embedded_server::{App, BackpressureClose, Handler, Server, ServerConfig};
+use embedded_server::{App, BackpressureClose, Server, ServerConfig, SimulatedWork};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -74,6 +74,8 @@ pub struct Flags {
     pub log_format: LogFormat,
     pub log_level: Option<String>,
     pub cluster: Option<String>,
+    /// The abuse-limit flags (see `server_limits`).
+    pub limits: crate::server_limits::LimitArgs,
 }
 
 /// Settings resolved from the profile and flags, with where each came from.
@@ -123,7 +125,8 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
         a.heartbeat_timeout.map(|v| v as usize),
         s.heartbeat.timeout_secs,
     );
-    let handler = Handler::parse(&a.handler).map_err(|e| anyhow::anyhow!("--handler: {e}"))?;
+    let handler =
+        SimulatedWork::parse(&a.handler).map_err(|e| anyhow::anyhow!("--handler: {e}"))?;
     let app = a.app;
     table.push(("app", format!("{:?}", app).to_lowercase(), "flag"));
     table.push(("handler", a.handler.clone(), "flag"));
@@ -186,7 +189,9 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
             budget_from,
         ));
     }
+    let limits = crate::server_limits::resolve(&s.limits, &a.limits, &mut table)?;
     let config = ServerConfig {
+        limits,
         deflate,
         app,
         handler,
@@ -442,7 +447,13 @@ fn host_warnings(host: Option<&HostInputs>) {
 
 /// The command line of a child `wstune serve` with this run's server settings: `app` on a
 /// free loopback port, as `processes` processes holding `max_connections` in all, no admin.
-fn child_args(a: &Flags, app: &str, processes: usize, max_connections: usize) -> Vec<String> {
+fn child_args(
+    a: &Flags,
+    limits: &crate::profile::LimitsProfile,
+    app: &str,
+    processes: usize,
+    max_connections: usize,
+) -> Vec<String> {
     let mut v: Vec<String> = vec![
         "--profile".into(),
         a.profile.clone(),
@@ -488,6 +499,10 @@ fn child_args(a: &Flags, app: &str, processes: usize, max_connections: usize) ->
     opt(&mut v, "--deflate-level", a.deflate_level);
     opt(&mut v, "--deflate-threshold", a.deflate_threshold);
     opt(&mut v, "--inflate-budget", a.inflate_budget);
+    // The self-test's children exempt its loopback sources from the abuse limits.
+    v.extend(crate::server_limits::self_test_child_args(
+        &a.limits, limits,
+    ));
     for o in &a.origins {
         v.extend(["--origin".into(), o.clone()]);
     }
@@ -617,6 +632,7 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
     let (mut report, error) = rt.block_on(async {
         let mut config = r.config.clone();
         config.max_connections = config.max_connections.max(conns + 16);
+        crate::server_limits::exempt_self_test(&mut config.limits);
         let start = |app: embedded_server::App| -> Result<(SocketAddr, tokio::sync::oneshot::Sender<()>)> {
             let listeners = embedded_server::bind("127.0.0.1:0".parse()?, false, 1)
                 .context("cannot listen on 127.0.0.1 for the self-test")?;
@@ -633,8 +649,8 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
             Child(Box<crate::selftest::server::ChildServer>),
         }
         let (echo, fanout, servers, server_pid, fanout_pid) = if processes > 1 {
-            let e = crate::selftest::server::ChildServer::start(&child_args(a, "echo", processes, server_max)).await?;
-            let b = crate::selftest::server::ChildServer::start(&child_args(a, "broadcast", processes, server_max)).await?;
+            let e = crate::selftest::server::ChildServer::start(&child_args(a, &profile.server.limits, "echo", processes, server_max)).await?;
+            let b = crate::selftest::server::ChildServer::start(&child_args(a, &profile.server.limits, "broadcast", processes, server_max)).await?;
             let (pid, bpid) = (e.pid, b.pid);
             (e.addr, b.addr, vec![Running::Child(Box::new(e)), Running::Child(Box::new(b))], pid, Some(bpid))
         } else {

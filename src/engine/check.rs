@@ -3,10 +3,11 @@
 //! [`CheckReport`]. `check` renders it; `apply` plans from it; `export` takes its values;
 //! `serve` names its failures.
 
-use crate::apply::store::Store;
 use crate::catalog::eval::{evaluate, Status, Summary};
+use crate::catalog::facts::{HostFacts, Options};
 use crate::catalog::{self, Catalog};
-use crate::gather::{gather, HostFacts, Options};
+use crate::gather::gather;
+use crate::host::store::Store;
 use crate::host::{Backend, ReadError};
 use crate::profile::{self, Loaded};
 use crate::report::{self, CheckReport, HostRef, ProfileRef};
@@ -56,8 +57,8 @@ pub fn inputs(t: &Target, backend: &dyn Backend) -> Result<Inputs> {
     if let Some(pid) = t.pid {
         if !backend.process_exists(pid) {
             match backend.platform() {
-                catalog::Platform::Linux => bail!("--pid {pid}: no such process (or its /proc/{pid}/limits is unreadable); pass the PID of the running server, e.g. from `pgrep -f NAME`"),
-                catalog::Platform::Windows => bail!("--pid {pid}: no such process on this host; pass the PID of the running server, e.g. from `Get-Process NAME` or `tasklist`"),
+                crate::host::Platform::Linux => bail!("--pid {pid}: no such process (or its /proc/{pid}/limits is unreadable); pass the PID of the running server, e.g. from `pgrep -f NAME`"),
+                crate::host::Platform::Windows => bail!("--pid {pid}: no such process on this host; pass the PID of the running server, e.g. from `Get-Process NAME` or `tasklist`"),
             }
         }
     }
@@ -145,7 +146,7 @@ pub fn host_check(report: &CheckReport) -> crate::selftest::report::HostCheck {
     let failed: Vec<String> = report
         .results
         .iter()
-        .filter(|f| matches!(f.status, Status::Fail) && !f.id.ends_with(".boot"))
+        .filter(|f| matches!(f.status, Status::Fail) && !f.is_boot_view())
         .map(|f| {
             format!(
                 "{} ({}, needs {} {})",

@@ -3,7 +3,7 @@
 //! profile and /usr/bin/wstune, as the Debian package installs them).
 
 use super::Export;
-use crate::apply::plan::{LIMITS_FILE, SYSCTL_FILE};
+use crate::apply::plan::{dropin_body, limits_lines, sysctl_lines, LIMITS_FILE, SYSCTL_FILE};
 
 pub fn sysctl(e: &Export) -> String {
     let mut s = e.header("sysctl", "#");
@@ -23,9 +23,11 @@ pub fn sysctl(e: &Export) -> String {
         }
         s.push_str(title);
         s.push('\n');
-        for x in list {
-            s.push_str(&format!("{} = {}\n", x.key, x.value));
-        }
+        let lines: Vec<(&str, &str)> = list
+            .iter()
+            .map(|x| (x.key.as_str(), x.value.as_str()))
+            .collect();
+        s.push_str(&sysctl_lines(&lines));
     }
     s
 }
@@ -37,10 +39,7 @@ pub fn limits(e: &Export) -> String {
          # systemd services: for a service use `--to systemd` (LimitNOFILE).\n"
     ));
     match e.settings.nofile {
-        // `*` does not match root in pam_limits, hence the explicit root lines.
-        Some(n) => s.push_str(&format!(
-            "* soft nofile {n}\n* hard nofile {n}\nroot soft nofile {n}\nroot hard nofile {n}\n"
-        )),
+        Some(n) => s.push_str(&limits_lines(n)),
         None => s.push_str("# (the profile sets no open-file limit for this host)\n"),
     }
     s
@@ -50,12 +49,9 @@ pub fn dropin(e: &Export, unit: &str) -> String {
     let mut s = e.header("systemd", "#");
     s.push_str(&format!(
         "# Install as /etc/systemd/system/{unit}.d/60-wstune.conf, then\n\
-         # `systemctl daemon-reload && systemctl restart {unit}` (a unit reads its limits at start).\n\
-         [Service]\n"
+         # `systemctl daemon-reload && systemctl restart {unit}` (a unit reads its limits at start).\n"
     ));
-    if let Some(n) = e.settings.nofile {
-        s.push_str(&format!("LimitNOFILE={n}\n"));
-    }
+    s.push_str(&dropin_body(e.settings.nofile));
     s
 }
 

@@ -54,6 +54,30 @@ pub fn write(path: &Path, bytes: &[u8], mode: Mode) -> Result<()> {
     Ok(())
 }
 
+/// Check, before a long run, that [`write`] will be able to write `path`: `path` is not a
+/// directory and its directory exists and takes a new file (a temporary one, created with the
+/// same call [`write`] uses and removed at once). `flag` names the option in the error.
+pub fn check_writable(path: &Path, flag: &str) -> Result<()> {
+    if path.is_dir() {
+        anyhow::bail!(
+            "{flag} {}: is a directory; give a file name",
+            path.display()
+        );
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    new_temp_in(dir).with_context(|| {
+        format!(
+            "{flag} {}: cannot create a file in {} (does the directory exist, is it writable?)",
+            path.display(),
+            dir.display()
+        )
+    })?;
+    Ok(())
+}
+
 /// A temporary file created with mode 0666, which the kernel reduces by the umask. (tempfile's
 /// default, 0600, is right for secrets, wrong for reports.)
 fn new_temp_in(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {

@@ -59,9 +59,10 @@ impl FixtureBackend {
         })
     }
 
-    /// Read and write the configuration files wstune owns (/etc, /var/lib/wstune) under `dir`.
-    pub fn with_prefix(mut self, dir: &Path) -> FixtureBackend {
-        self.layout = self.layout.with_prefix(dir);
+    /// Read and write through `layout` (host::layout: the tree and `--prefix`), the same one
+    /// the store of wstune's own files uses.
+    pub fn with_layout(mut self, layout: Layout) -> FixtureBackend {
+        self.layout = layout;
         self
     }
 

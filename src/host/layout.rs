@@ -20,6 +20,8 @@ pub struct Layout {
     /// Where /var/lib/wstune lives instead: the live Windows host keeps it in
     /// `%ProgramData%\wstune`, where Windows operators look for a service's state.
     state_dir: Option<PathBuf>,
+    /// `root` is a captured tree (`--root`), read by the fixture backend, not the live host.
+    captured: bool,
 }
 
 impl Layout {
@@ -29,7 +31,27 @@ impl Layout {
             root: root.to_path_buf(),
             prefix: None,
             state_dir: None,
+            captured: false,
         }
+    }
+
+    /// Every path under the captured tree `root` (`--root`): [`super::open`] reads it with the
+    /// fixture backend.
+    pub fn captured(root: &Path) -> Layout {
+        Layout {
+            captured: true,
+            ..Layout::at(root)
+        }
+    }
+
+    /// The captured tree, when this is one.
+    pub fn tree(&self) -> Option<&Path> {
+        self.captured.then_some(self.root.as_path())
+    }
+
+    /// `--prefix`, when given.
+    pub fn prefix(&self) -> Option<&Path> {
+        self.prefix.as_deref()
     }
 
     /// The files wstune owns ([`is_prefixed`]) under `dir` instead.

@@ -18,6 +18,7 @@ pub mod layout;
 #[cfg(not(windows))]
 pub mod linux;
 pub mod memory;
+pub mod process;
 pub mod procfs;
 pub mod registry_file;
 pub mod snapshot;
@@ -212,25 +213,28 @@ pub fn live_state_dir() -> Option<std::path::PathBuf> {
 }
 
 /// The backend for the host wstune runs on; `prefix` moves the files wstune owns.
-#[cfg(not(windows))]
 pub fn live(prefix: Option<&std::path::Path>) -> Box<dyn Backend> {
-    match prefix {
-        Some(p) => Box::new(linux::LinuxBackend::live().with_prefix(p)),
-        None => Box::new(linux::LinuxBackend::live()),
-    }
+    live_at(&layout(None, prefix))
 }
 
-/// The backend for the host wstune runs on. The registry has no prefix: `--prefix` only moves
-/// the journal there.
+#[cfg(not(windows))]
+fn live_at(layout: &layout::Layout) -> Box<dyn Backend> {
+    Box::new(linux::LinuxBackend::live().with_layout(layout.clone()))
+}
+
+/// The live registry has no layout: `--prefix` only moves the journal (the store's).
 #[cfg(windows)]
-pub fn live(_prefix: Option<&std::path::Path>) -> Box<dyn Backend> {
+fn live_at(_layout: &layout::Layout) -> Box<dyn Backend> {
     Box::new(windows::WindowsBackend::live())
 }
 
 /// Where the host's files are for `--root` and `--prefix`: the one mapping of those flags,
-/// shared by [`open`]'s backend and [`store::Store::for_host`].
+/// which [`open`]'s backend and the [`store::Store`] of wstune's own files both take.
 pub fn layout(root: Option<&std::path::Path>, prefix: Option<&std::path::Path>) -> layout::Layout {
-    let l = layout::Layout::at(root.unwrap_or(std::path::Path::new("/")));
+    let l = match root {
+        Some(r) => layout::Layout::captured(r),
+        None => layout::Layout::at(std::path::Path::new("/")),
+    };
     let l = match prefix {
         Some(p) => l.with_prefix(p),
         None => l,
@@ -241,21 +245,11 @@ pub fn layout(root: Option<&std::path::Path>, prefix: Option<&std::path::Path>) 
     }
 }
 
-/// The host to read and write: the captured tree `root` (host/fixture.rs), else the live
-/// host; `prefix` moves the files wstune owns. The one place `--root` and `--prefix` become
-/// a backend.
-pub fn open(
-    root: Option<&std::path::Path>,
-    prefix: Option<&std::path::Path>,
-) -> Result<Box<dyn Backend>, fixture::RootError> {
-    Ok(match root {
-        Some(dir) => {
-            let b = fixture::FixtureBackend::open(dir)?;
-            Box::new(match prefix {
-                Some(p) => b.with_prefix(p),
-                None => b,
-            })
-        }
-        None => live(prefix),
+/// The host to read and write as `layout` places it: its captured tree (host/fixture.rs),
+/// else the live host.
+pub fn open(layout: &layout::Layout) -> Result<Box<dyn Backend>, fixture::RootError> {
+    Ok(match layout.tree() {
+        Some(dir) => Box::new(fixture::FixtureBackend::open(dir)?.with_layout(layout.clone())),
+        None => live_at(layout),
     })
 }

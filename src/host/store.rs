@@ -28,12 +28,6 @@ impl Store {
         }
     }
 
-    /// The files wstune owns on the host `--root`/`--prefix` name (the live host when neither:
-    /// on Windows its journal in `%ProgramData%\wstune`), placed as the backend places them.
-    pub fn for_host(root: Option<&Path>, prefix: Option<&Path>) -> Store {
-        Store::with_layout(super::layout(root, prefix))
-    }
-
     /// The files as `layout` places them (the same layout the backend reads through).
     pub fn with_layout(layout: Layout) -> Store {
         Store { layout }

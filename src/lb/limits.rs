@@ -70,6 +70,8 @@ fn read_pid(host: &dyn Backend, dir: &str, source: String) -> Result<ProcLimits,
 
 /// The limits of a given process (`check --lb-pid`).
 pub fn of_pid(pid: u32) -> Result<ProcLimits, String> {
+    // The live backend, not the caller's: the limits that matter are those of the proxy running
+    // on this machine; a `--root` tree holds no running proxy to measure.
     let host = crate::host::live(None);
     let comm = host
         .read(&format!("{}/comm", paths::process(pid)))
@@ -115,6 +117,8 @@ pub fn detect(kind: Kind) -> Result<ProcLimits, String> {
         Kind::Haproxy => "haproxy",
         Kind::Nginx => "nginx",
     };
+    // The live backend, not the caller's: the limits that matter are those of the proxy running
+    // on this machine; a `--root` tree holds no running proxy to measure.
     let host = crate::host::live(None);
     let host = host.as_ref();
     let found = masters(host, name);
@@ -167,6 +171,7 @@ pub fn finding(kind: Kind, f: &Facts, limits: Result<ProcLimits, String>, file: 
             persistent: None,
         },
         note: None,
+        key: None,
     };
     let l = match limits {
         Ok(l) => l,

@@ -10,12 +10,6 @@ use std::sync::OnceLock;
 /// checks/lb.yaml, as compiled in.
 pub const YAML: &str = include_str!("../../checks/lb.yaml");
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct File {
-    checks: Vec<Def>,
-}
-
 /// One check's words.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -54,11 +48,7 @@ impl Text {
 /// Every lb check, in the file's order.
 pub fn defs() -> &'static [Def] {
     static DEFS: OnceLock<Vec<Def>> = OnceLock::new();
-    DEFS.get_or_init(|| {
-        serde_yaml_ng::from_str::<File>(YAML)
-            .expect("checks/lb.yaml is valid (a unit test parses it)")
-            .checks
-    })
+    DEFS.get_or_init(|| crate::catalog::words::load("checks/lb.yaml", YAML))
 }
 
 /// The words of check `id`, with the values of one finding.

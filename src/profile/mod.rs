@@ -479,6 +479,7 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
     if s.fragment_bytes > s.max_frame_bytes {
         b.problem("server.fragment_bytes", format!("{} is above server.max_frame_bytes {}: peers with the same cap would reject our fragments", s.fragment_bytes, s.max_frame_bytes));
     }
+    validate_limits(&mut b, &s.limits);
     if s.heartbeat.timeout_secs <= s.heartbeat.interval_secs {
         b.problem("server.heartbeat.timeout_secs", format!("{} must be longer than interval_secs {}, or every connection times out before its pong", s.heartbeat.timeout_secs, s.heartbeat.interval_secs));
     }
@@ -494,6 +495,80 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
     );
     b.range("selftest.p99_ms", t.p99_ms, 1, 600_000, "");
     b.0
+}
+
+/// `server.limits`: rates and bursts a u32 holds, a close code that says what happened, and
+/// addresses the server can parse.
+fn validate_limits(b: &mut Bounds, l: &model::LimitsProfile) {
+    let per_sec = "per second; 0 turns it off";
+    b.range(
+        "server.limits.max_connections_per_ip",
+        l.max_connections_per_ip,
+        0,
+        u32::MAX as u64,
+        "0 turns it off",
+    );
+    b.range(
+        "server.limits.connection_rate_per_ip",
+        l.connection_rate_per_ip,
+        0,
+        1_000_000_000,
+        per_sec,
+    );
+    b.range(
+        "server.limits.connection_burst_per_ip",
+        l.connection_burst_per_ip,
+        0,
+        u32::MAX as u64,
+        "",
+    );
+    b.range(
+        "server.limits.connection_rate",
+        l.connection_rate,
+        0,
+        1_000_000_000,
+        per_sec,
+    );
+    b.range(
+        "server.limits.connection_burst",
+        l.connection_burst,
+        0,
+        u32::MAX as u64,
+        "",
+    );
+    b.range(
+        "server.limits.message_rate",
+        l.message_rate,
+        0,
+        1_000_000_000,
+        per_sec,
+    );
+    b.range(
+        "server.limits.message_burst",
+        l.message_burst,
+        0,
+        u32::MAX as u64,
+        "",
+    );
+    if !matches!(l.message_rate_close, 1008 | 1013) {
+        b.problem(
+            "server.limits.message_rate_close",
+            format!(
+                "{} is not allowed; use 1008 (policy violation) or 1013 (try again later)",
+                l.message_rate_close
+            ),
+        );
+    }
+    for (path, list) in [
+        ("server.limits.exempt", &l.exempt),
+        ("server.limits.trusted_proxies", &l.trusted_proxies),
+    ] {
+        for entry in list {
+            if let Err(e) = embedded_server::limits::Cidr::parse(entry) {
+                b.problem(path, e);
+            }
+        }
+    }
 }
 
 /// Collects (key path, problem) pairs.
@@ -705,6 +780,55 @@ mod tests {
                 "bigger profiles save deflate memory"
             );
         }
+    }
+
+    #[test]
+    fn the_limits_block_is_optional_and_its_bad_values_have_lines() {
+        let base = EMBEDDED[0].1;
+        assert!(parse(base, "p.yaml").unwrap().server.limits.is_default());
+        let with = |block: &str| {
+            base.replace(
+                "  send_queue_bytes:",
+                &format!("  limits:\n{block}\n  send_queue_bytes:"),
+            )
+        };
+        let p = parse(
+            &with(
+                "    max_connections_per_ip: 100\n    message_rate: 50\n    exempt: [10.0.0.0/8]",
+            ),
+            "p.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.server.limits.max_connections_per_ip, 100);
+        assert_eq!(
+            p.server.limits.message_rate_close, 1008,
+            "default close code"
+        );
+        let text = with("    message_rate_close: 1000\n    trusted_proxies: [10.0.0.0/33]");
+        let err = parse(&text, "p.yaml").unwrap_err();
+        let ProfileError::Invalid(problems) = &err else {
+            panic!("{err}")
+        };
+        let msgs: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        let line = |k| yaml_lines::line_of(&text, k).unwrap();
+        assert!(
+            msgs.iter().any(|m| m.starts_with(&format!(
+                "p.yaml:{}: server.limits.message_rate_close: 1000 is not allowed; use 1008",
+                line("server.limits.message_rate_close")
+            ))),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs.iter().any(|m| m.contains(&format!(
+                "p.yaml:{}: server.limits.trusted_proxies: '10.0.0.0/33' is not an address",
+                line("server.limits.trusted_proxies")
+            ))),
+            "{msgs:?}"
+        );
+        let typo = parse(&with("    max_conns_per_ip: 1"), "p.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(typo.contains("max_conns_per_ip"), "{typo}");
     }
 
     #[test]

@@ -100,6 +100,62 @@ pub struct ServerSettings {
     /// per core). Optional; 1 when absent.
     #[serde(default)]
     pub processes: Processes,
+    /// Abuse limits (`server.limits`, see `LimitsProfile`). Optional; all off when absent.
+    #[serde(default, skip_serializing_if = "LimitsProfile::is_default")]
+    pub limits: LimitsProfile,
+}
+
+/// Abuse limits as the profile file writes them (`server.limits`); `serve`'s flags override
+/// each key. Every key is optional and 0 (or an empty list) means off / none, which is also
+/// what the built-in profiles ship: a per-address cap or rate that fits one deployment
+/// refuses real users in another (a carrier NAT puts thousands of clients behind one
+/// address; a balancer that sends no PROXY header or X-Forwarded-For makes every client the
+/// balancer), so the operator who knows the topology turns them on. See
+/// `embedded_server::limits` for how each is answered.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsProfile {
+    /// Concurrent connections per client address (IPv6: per /64); 0: no cap.
+    pub max_connections_per_ip: u64,
+    /// New connections per second per client address; 0: off.
+    pub connection_rate_per_ip: u64,
+    /// How many may come at once after a quiet spell; 0: one second's worth.
+    pub connection_burst_per_ip: u64,
+    /// New connections per second, server-wide; 0: off.
+    pub connection_rate: u64,
+    pub connection_burst: u64,
+    /// Messages per second per connection; 0: off.
+    pub message_rate: u64,
+    pub message_burst: u64,
+    /// Close code for a connection over its message rate: 1008 or 1013.
+    pub message_rate_close: u64,
+    /// Addresses or networks no limit applies to (the load balancer, a backend publisher).
+    pub exempt: Vec<String>,
+    /// Peers whose PROXY protocol header or X-Forwarded-For names the client; none by default.
+    pub trusted_proxies: Vec<String>,
+}
+
+impl Default for LimitsProfile {
+    fn default() -> Self {
+        LimitsProfile {
+            max_connections_per_ip: 0,
+            connection_rate_per_ip: 0,
+            connection_burst_per_ip: 0,
+            connection_rate: 0,
+            connection_burst: 0,
+            message_rate: 0,
+            message_burst: 0,
+            message_rate_close: 1008,
+            exempt: Vec::new(),
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
+
+impl LimitsProfile {
+    pub fn is_default(&self) -> bool {
+        *self == LimitsProfile::default()
+    }
 }
 
 /// How many server processes `serve` starts (see `src/supervisor`).

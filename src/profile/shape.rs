@@ -20,6 +20,8 @@ const BYTE_FIELDS: &[&str] = &[
 fn optional(path: &str) -> Option<Json> {
     match path {
         "server.deflate.inflate_budget_bytes" => Some(Json::from(0u64)),
+        // The abuse limits: every key of the block is optional too (see `LIMITS`).
+        LIMITS => serde_json::to_value(super::LimitsProfile::default()).ok(),
         _ => None,
     }
 }
@@ -27,6 +29,9 @@ fn optional(path: &str) -> Option<Json> {
 /// Keys the template shows that a profile may still leave out (newer than most profiles in
 /// use), each with a serde default.
 const OPTIONAL: &[&str] = &["server.processes"];
+
+/// `server.limits`: an optional block whose keys are each optional (serde defaults them).
+const LIMITS: &str = "server.limits";
 
 /// One shape problem: the dotted key path it is about, and what is wrong (with the fix).
 #[derive(Debug, Clone, PartialEq)]
@@ -116,7 +121,7 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                 match map.get_mut(&key) {
                     Some(v) => walk(&join(path, name), v, sub, out),
                     // An optional key left out: serde's default fills it in.
-                    None if OPTIONAL.contains(&join(path, name).as_str()) => {}
+                    None if OPTIONAL.contains(&join(path, name).as_str()) || path == LIMITS => {}
                     None => {
                         if !meant.contains(name) {
                             out.push(Mismatch {
@@ -162,6 +167,19 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                 out.push(Mismatch {
                     path: path.to_string(),
                     message: format!("{path}: expected text, found {}", shown(doc)),
+                });
+                *doc = to_yaml(template);
+            }
+        }
+        // A list of text (the limits' address lists; the template's is empty).
+        Json::Array(items) if items.is_empty() => {
+            if !matches!(doc, Yaml::Sequence(s) if s.iter().all(|v| matches!(v, Yaml::String(_)))) {
+                out.push(Mismatch {
+                    path: path.to_string(),
+                    message: format!(
+                        "{path}: expected a list of addresses or networks ([10.0.0.0/8, 192.0.2.7]), found {}",
+                        shown(doc)
+                    ),
                 });
                 *doc = to_yaml(template);
             }

@@ -3,7 +3,8 @@
 //! checks/lb.yaml, checks/wstune.yaml) so the list cannot drift from them. A unit test below fails when the
 //! committed file is stale; `UPDATE_SNAPSHOTS=1 cargo test --lib checks_doc` rewrites it.
 
-use crate::catalog::{self, Platform};
+use crate::catalog;
+use crate::host::Platform;
 use std::collections::BTreeSet;
 
 /// The fix of a journal check whose fix is computed (it names the entry), for the list.

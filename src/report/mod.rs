@@ -26,8 +26,8 @@ pub use serve::{settings_table, Setting};
 pub use table::{area, table, Show, AREAS};
 
 use crate::catalog::eval::{Finding, Summary};
-use crate::catalog::Platform;
 use crate::host::HostInfo;
+use crate::host::Platform;
 use serde::Serialize;
 
 /// How a report other than the check's is written: a table for people or JSON for machines.

@@ -34,10 +34,19 @@ pub const AREAS: [&str; 10] = [
     "wstune",
 ];
 
+/// The area of a finding: a boot-time view is "next boot", whatever its check's area.
+pub fn area_of(f: &Finding) -> &'static str {
+    if f.is_boot_view() {
+        "next boot"
+    } else {
+        area(&f.id)
+    }
+}
+
 /// The area of a check, from its id (the catalog's ids are stable, so this is too).
 pub fn area(id: &str) -> &'static str {
     let has = |words: &[&str]| words.iter().any(|w| id.contains(w));
-    if id.ends_with(".boot") || id.starts_with("linux.boot.") {
+    if id.starts_with("linux.boot.") {
         "next boot"
     } else if id.starts_with("lb.") {
         "load balancer"
@@ -82,7 +91,7 @@ pub fn table(report: &CheckReport, colour: bool, width: u16, show: Show) -> Stri
         let rows: Vec<&Finding> = report
             .results
             .iter()
-            .filter(|f| area(&f.id) == a && listed(f))
+            .filter(|f| area_of(f) == a && listed(f))
             .collect();
         if rows.is_empty() {
             continue;
@@ -119,7 +128,7 @@ pub fn table(report: &CheckReport, colour: bool, width: u16, show: Show) -> Stri
                 let n = report
                     .results
                     .iter()
-                    .filter(|f| area(&f.id) == *a && f.status == Status::Pass)
+                    .filter(|f| area_of(f) == *a && f.status == Status::Pass)
                     .count();
                 (n > 0).then(|| format!("{a} {n}"))
             })
@@ -267,7 +276,6 @@ mod tests {
             ("linux.nic.rx_queues[eth0]", "NIC"),
             ("linux.counter.listen_overflows", "kernel counters"),
             ("linux.kernel.version", "host"),
-            ("linux.net.core.somaxconn.boot", "next boot"),
             ("linux.boot.tcp_tw_recycle", "next boot"),
             ("wstune.journal.pending", "wstune"),
         ] {

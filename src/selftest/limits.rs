@@ -330,6 +330,8 @@ pub fn fd_room(nofile: u64, processes: usize) -> usize {
 
 /// Memory this host can still give, bytes: MemAvailable from /proc/meminfo, Linux.
 pub fn mem_available() -> Option<u64> {
+    // This machine's live backend, not the caller's: the self-test measures the machine it runs
+    // on (its own sockets, memory, ports), never a `--root` tree, which has nothing running.
     let text = crate::host::live(None)
         .read(crate::host::procfs::paths::MEMINFO)
         .ok()?;
@@ -339,6 +341,8 @@ pub fn mem_available() -> Option<u64> {
 /// Ephemeral ports per source address (net.ipv4.ip_local_port_range), Linux; 28232 (the
 /// kernel default) when unreadable.
 pub fn ephemeral_ports() -> u32 {
+    // This machine's live backend, not the caller's: the self-test measures the machine it runs
+    // on (its own sockets, memory, ports), never a `--root` tree, which has nothing running.
     crate::host::live(None)
         .read(crate::host::procfs::paths::PORT_RANGE)
         .ok()

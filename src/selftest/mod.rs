@@ -252,6 +252,8 @@ pub struct KernelMemory {
 /// elsewhere).
 pub fn kernel_sample() -> Option<KernelSample> {
     use crate::host::procfs::paths;
+    // This machine's live backend, not the caller's: the self-test measures the machine it runs
+    // on (its own sockets, memory, ports), never a `--root` tree, which has nothing running.
     let host = crate::host::live(None);
     let sockstat = host.read(paths::SOCKSTAT).ok()?;
     let meminfo = host.read(paths::MEMINFO).ok()?;
@@ -292,6 +294,8 @@ fn kernel_memory(
 
 /// This host's memory page size (what `TCP: mem` counts in), from its backend.
 fn page_size() -> u64 {
+    // This machine's live backend, not the caller's: the self-test measures the machine it runs
+    // on (its own sockets, memory, ports), never a `--root` tree, which has nothing running.
     crate::host::live(None).page_size()
 }
 
@@ -368,18 +372,9 @@ fn server_sample(o: &Options, scenario: Scenario) -> Option<(f64, u64)> {
     }
 }
 
-/// A process's peak resident memory (VmHWM), Linux.
+/// A process's peak resident memory (VmHWM), Linux (read by host/).
 pub fn peak_rss(pid: u32) -> Option<u64> {
-    #[cfg(target_os = "linux")]
-    {
-        let p = procfs::process::Process::new(pid as i32).ok()?;
-        Some(p.status().ok()?.vmhwm? * 1024)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = pid;
-        None
-    }
+    crate::host::process::peak_rss(pid)
 }
 
 /// Wait, at most `limit`, until the server processes measured here are quiet: under 5 % of
@@ -417,21 +412,10 @@ pub async fn quiesce(o: &Options, limit: Duration) {
     }
 }
 
-/// A process's CPU time and resident memory (Linux /proc; None elsewhere or when it is gone).
+/// A process's CPU time and resident memory (Linux /proc via host/; None elsewhere or when it
+/// is gone).
 pub fn sample(pid: u32) -> Option<(f64, u64)> {
-    #[cfg(target_os = "linux")]
-    {
-        let p = procfs::process::Process::new(pid as i32).ok()?;
-        let st = p.stat().ok()?;
-        let cpu = (st.utime + st.stime) as f64 / procfs::ticks_per_second() as f64;
-        let rss = p.status().ok()?.vmrss? * 1024;
-        Some((cpu, rss))
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = pid;
-        None
-    }
+    crate::host::process::sample(pid)
 }
 
 fn latency(h: &Histogram<u64>) -> Latency {

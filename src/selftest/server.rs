@@ -110,34 +110,7 @@ impl ChildServer {
 
 /// `pid` and every process below it (the supervisor and its server processes), Linux.
 pub fn tree(pid: u32) -> Vec<u32> {
-    #[cfg(not(target_os = "linux"))]
-    {
-        vec![pid]
-    }
-    #[cfg(target_os = "linux")]
-    {
-        let mut out = vec![pid];
-        let mut parents: Vec<(u32, u32)> = Vec::new();
-        if let Ok(all) = procfs::process::all_processes() {
-            for p in all.flatten() {
-                if let Ok(st) = p.stat() {
-                    parents.push((st.pid as u32, st.ppid as u32));
-                }
-            }
-        }
-        let mut i = 0;
-        while i < out.len() {
-            let parent = out[i];
-            out.extend(
-                parents
-                    .iter()
-                    .filter(|(_, pp)| *pp == parent)
-                    .map(|(p, _)| *p),
-            );
-            i += 1;
-        }
-        out
-    }
+    crate::host::process::tree(pid)
 }
 
 /// CPU seconds and RSS summed over `pid`'s process tree.

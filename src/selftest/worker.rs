@@ -81,13 +81,7 @@ pub fn main(spec_json: &str) -> anyhow::Result<()> {
 }
 
 fn cpu_secs() -> f64 {
-    #[cfg(target_os = "linux")]
-    {
-        if let Ok(st) = procfs::process::Process::myself().and_then(|p| p.stat()) {
-            return (st.utime + st.stime) as f64 / procfs::ticks_per_second() as f64;
-        }
-    }
-    0.0
+    crate::host::process::self_cpu_secs()
 }
 
 fn wall_nanos() -> u64 {

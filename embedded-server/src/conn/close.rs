@@ -6,6 +6,7 @@ use super::write::send;
 use super::{Ctx, State, Stop};
 use crate::config::ServerConfig;
 use crate::frame::{self, OpCode};
+use crate::handler::Conn;
 use crate::metrics::Metrics;
 use crate::outbox::Shared;
 use crate::transport::Transport;
@@ -26,10 +27,10 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// short enough that such peers hold no connection slot for long.
 const DRAIN_WAIT: Duration = Duration::from_millis(500);
 
-pub(super) fn on_close<T: Transport>(
+pub(super) fn on_close<T: Transport, H>(
     io: &T,
     shared: &Arc<Shared>,
-    ctx: &Ctx,
+    ctx: &Ctx<H>,
     st: &mut State,
     payload: &[u8],
 ) -> Result<(), Stop> {
@@ -50,12 +51,16 @@ pub(super) fn on_close<T: Transport>(
     };
     m.close_received(code.unwrap_or(1005));
     st.close_received = true;
+    // Checked valid UTF-8 above.
+    let reason = String::from_utf8_lossy(payload.get(2..).unwrap_or_default()).into_owned();
+    st.peer_close = Some(Box::new((code.unwrap_or(1005), reason)));
     if !st.close_sent {
         // Echo the code back (an empty close for an empty close), then the server closes TCP.
         let body = code.map(|c| c.to_be_bytes().to_vec()).unwrap_or_default();
         shared.stop_queueing(1000);
         send(io, shared, m, st, OpCode::Close, &body, usize::MAX);
         st.close_unwritten = Some(code.unwrap_or(1005));
+        st.close_sent_code = Some(code.unwrap_or(1005));
         st.close_sent = true;
         // A peer that sent its close and stopped reading does not hold us longer than this.
         st.close_deadline = Some(Instant::now() + CLOSE_WAIT);
@@ -65,10 +70,10 @@ pub(super) fn on_close<T: Transport>(
 
 /// Fail the connection: send a close with `code` and stop handling data (RFC 6455 7.1.7: no
 /// close is awaited, the rest of the input is discarded until the peer's FIN).
-pub(super) fn fail<T: Transport>(
+pub(super) fn fail<T: Transport, H>(
     io: &T,
     shared: &Arc<Shared>,
-    ctx: &Ctx,
+    ctx: &Ctx<H>,
     st: &mut State,
     code: u16,
     why: &'static str,
@@ -94,14 +99,50 @@ pub(super) fn fail<T: Transport>(
         usize::MAX,
     );
     st.close_unwritten = Some(code);
+    st.close_sent_code = Some(code);
     st.close_sent = true;
     st.close_deadline = Some(Instant::now() + CLOSE_WAIT);
 }
 
-/// Act on a close another thread asked for (heartbeat, backpressure, shutdown), once.
-pub(super) fn on_close_request(shared: &Arc<Shared>, st: &mut State, config: &ServerConfig) {
+/// The application closes from one of its callbacks: the close goes out after the replies
+/// batched before it, then the peer's close is awaited (a normal closing handshake).
+pub(super) fn close_from_app<T: Transport, H>(
+    io: &T,
+    shared: &Arc<Shared>,
+    ctx: &Ctx<H>,
+    st: &mut State,
+    code: u16,
+    why: &str,
+) {
+    let mut body = code.to_be_bytes().to_vec();
+    body.extend_from_slice(why.as_bytes());
+    shared.stop_queueing(code);
+    send(
+        io,
+        shared,
+        &ctx.hub.metrics,
+        st,
+        OpCode::Close,
+        &body,
+        usize::MAX,
+    );
+    st.close_unwritten = Some(code);
+    st.close_sent_code = Some(code);
+    st.close_sent = true;
+    st.close_deadline = Some(Instant::now() + CLOSE_WAIT);
+}
+
+/// Act on a close another thread asked for (heartbeat, backpressure, shutdown, the
+/// application through a `Conn`), once.
+pub(super) fn on_close_request<S>(conn: &Conn<S>, st: &mut State, config: &ServerConfig) {
+    let shared = conn.shared();
     let requested = shared.close_requested();
     if requested == 0 || st.close_sent {
+        return;
+    }
+    if let Some(why) = conn.app_close_reason(requested) {
+        // Asked for by the application: what it queued before goes out first.
+        start_close(shared, st, requested, &why, CLOSE_WAIT);
         return;
     }
     let reason = match requested {
@@ -135,6 +176,7 @@ fn start_close(shared: &Arc<Shared>, st: &mut State, code: u16, why: &str, wait:
     ));
     shared.lock().enqueue_close(frame);
     st.close_unwritten = Some(code);
+    st.close_sent_code = Some(code);
     st.close_sent = true;
     st.close_deadline = Some(Instant::now() + wait);
 }

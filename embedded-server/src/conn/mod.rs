@@ -17,6 +17,7 @@ mod write;
 
 use crate::deflate::Agreed;
 use crate::frame::OpCode;
+use crate::handler::{in_scope, Conn, Handler, Local};
 use crate::hub::Hub;
 use crate::offload::Job;
 use crate::outbox::Shared;
@@ -32,10 +33,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 use write::flush;
 
-/// Everything a connection needs from the server.
-pub struct Ctx {
-    pub hub: Arc<Hub>,
-    pub offload: Option<crate::offload::Sender>,
+/// Everything a connection needs from the server: the hub and the application.
+pub(crate) struct Ctx<H> {
+    pub(crate) hub: Arc<Hub>,
+    pub(crate) handler: H,
+    /// Abuse limits' state (per-address counts, rates).
+    pub(crate) limits: Arc<crate::limits::Limits>,
 }
 
 /// Why processing stopped early.
@@ -52,14 +55,16 @@ struct State {
     msg: Vec<u8>,
     msg_op: Option<OpCode>,
     utf8: Utf8Validator,
-    /// A job waiting for room in the offload queue: reading pauses until it is queued.
-    pending_job: Option<Job>,
+    /// Jobs waiting for room in the offload queue: reading pauses until they are queued.
+    pending_jobs: Vec<Job>,
     close_sent: bool,
     close_received: bool,
     /// We failed the connection (1002/1007/1009...): the rest of the input is discarded unread.
     failed: bool,
     /// The close code sent, until the close frame is actually written (then it is counted).
     close_unwritten: Option<u16>,
+    /// The close code sent (for `on_close` when the peer never answered).
+    close_sent_code: Option<u16>,
     /// Our write side is shut down (FIN after our close frame).
     write_shut: bool,
     /// The peer's FIN arrived.
@@ -68,8 +73,8 @@ struct State {
     /// Payload bytes of the incomplete frame at the head of `partial` that are already unmasked
     /// and UTF-8 validated (a text frame is checked as its bytes arrive, not when it is whole).
     frame_checked: usize,
-    /// Channels this connection subscribed to (channels app).
-    channels: Vec<String>,
+    /// The peer's close code and reason, once its close arrived (for `on_close`).
+    peer_close: Option<Box<(u16, String)>>,
     /// permessage-deflate, when negotiated (boxed: most of it exists only for such peers).
     deflate: Option<Box<DeflateState>>,
     /// The message being reassembled arrived compressed (RSV1 on its first frame).
@@ -85,16 +90,17 @@ impl State {
             msg: Vec::new(),
             msg_op: None,
             utf8: Utf8Validator::default(),
-            pending_job: None,
+            pending_jobs: Vec::new(),
             close_sent: false,
             close_received: false,
             failed: false,
             close_unwritten: None,
+            close_sent_code: None,
             write_shut: false,
             peer_eof: false,
             close_deadline: None,
             frame_checked: 0,
-            channels: Vec::new(),
+            peer_close: None,
             deflate,
             msg_compressed: false,
             batch: Vec::new(),
@@ -110,51 +116,154 @@ impl State {
 
 /// Serve one upgraded connection until it closes. `initial` holds bytes that arrived with the
 /// upgrade request.
-pub async fn serve<T: Transport>(
+pub(crate) async fn serve<T: Transport, H: Handler>(
     io: T,
-    shared: Arc<Shared>,
+    conn: Conn<H::State>,
     initial: Vec<u8>,
-    ctx: Arc<Ctx>,
+    ctx: Arc<Ctx<H>>,
     deflate: Option<Agreed>,
 ) {
-    let hub = ctx.hub.clone();
+    let hub = &ctx.hub;
+    let shared = conn.shared();
     let deflate = deflate.map(|agreed| DeflateState::new(agreed, &hub.config, hub.metrics.clone()));
-    let mut st = State::new(initial, deflate);
+    let mut st = State::new(Vec::new(), deflate);
     let direct = shared.allow_direct(io.direct_fd());
-    let _ = run(&io, &shared, &ctx, &mut st).await;
+    // The greeting (if any) goes out before anything the first read produces.
+    dispatch(&io, &conn, &ctx, &mut st, |h, c| h.on_open(c));
+    write::commit(&io, shared, &hub.metrics, &mut st);
+    st.partial = initial;
+    let _ = run(&io, &conn, &ctx, &mut st).await;
     drop(direct);
     if !st.write_shut {
         io.shutdown_write();
     }
-    hub.unregister(&shared, &st.channels);
+    hub.unregister(shared);
+    let (code, reason) = match (st.peer_close.take(), st.close_sent_code) {
+        (Some(pc), _) => *pc,
+        (None, Some(ours)) => (ours, String::new()),
+        (None, None) => (1006, String::new()),
+    };
+    let h = &ctx.handler;
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        h.on_close(&conn, code, &reason)
+    }))
+    .is_err()
+    {
+        tracing::error!(conn = conn.id(), "the handler's on_close panicked");
+    }
 }
 
-async fn run<T: Transport>(
+/// Run a callback of the application for this connection, with its sends joining the corked
+/// batch. A callback that panics fails the connection with 1011; the server goes on.
+fn dispatch<T: Transport, H: Handler>(
     io: &T,
-    shared: &Arc<Shared>,
-    ctx: &Ctx,
+    conn: &Conn<H::State>,
+    ctx: &Ctx<H>,
+    st: &mut State,
+    f: impl FnOnce(&H, &Conn<H::State>),
+) {
+    let mut local = Sink {
+        io,
+        ctx,
+        st,
+        shared: conn.shared(),
+    };
+    let ok = in_scope(conn.key(), &mut local, || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&ctx.handler, conn))).is_ok()
+    });
+    if !ok {
+        tracing::error!(
+            conn = conn.id(),
+            "the handler panicked: closing the connection with 1011"
+        );
+        close::fail(io, conn.shared(), ctx, st, 1011, "internal error");
+    }
+}
+
+/// The connection's own task, as its callbacks see it (`handler::Local`).
+struct Sink<'a, T, H> {
+    io: &'a T,
+    ctx: &'a Ctx<H>,
+    st: &'a mut State,
+    shared: &'a Arc<Shared>,
+}
+
+impl<T: Transport, H: Handler> Local for Sink<'_, T, H> {
+    fn send(&mut self, op: OpCode, payload: &[u8]) -> bool {
+        if self.st.close_sent {
+            return false;
+        }
+        let m = &self.ctx.hub.metrics;
+        write::send(
+            self.io,
+            self.shared,
+            m,
+            self.st,
+            op,
+            payload,
+            self.ctx.hub.config.fragment_bytes,
+        );
+        m.messages_out.fetch_add(1, Relaxed);
+        true
+    }
+
+    fn send_encoded(&mut self, frame: bytes::Bytes) -> bool {
+        if self.st.close_sent {
+            return false;
+        }
+        let m = &self.ctx.hub.metrics;
+        // After the batch: order is kept.
+        write::commit(self.io, self.shared, m, self.st);
+        let pushed = self.shared.push(frame, m);
+        if pushed {
+            m.messages_out.fetch_add(1, Relaxed);
+        }
+        pushed
+    }
+
+    fn close(&mut self, code: u16, reason: &str) -> bool {
+        if self.st.close_sent {
+            return false;
+        }
+        close::close_from_app(self.io, self.shared, self.ctx, self.st, code, reason);
+        true
+    }
+
+    fn park(&mut self, job: Job) {
+        self.st.pending_jobs.push(job);
+    }
+}
+
+async fn run<T: Transport, H: Handler>(
+    io: &T,
+    conn: &Conn<H::State>,
+    ctx: &Ctx<H>,
     st: &mut State,
 ) -> io::Result<()> {
     let hub = &ctx.hub;
     let m = &hub.metrics;
+    let shared = conn.shared();
     if !st.partial.is_empty() {
         let mut data = std::mem::take(&mut st.partial);
-        process_owned(io, shared, ctx, st, &mut data);
+        process_owned(io, conn, ctx, st, &mut data);
     }
     loop {
-        if let Some(job) = st.pending_job.take() {
-            if let Some(tx) = &ctx.offload {
-                if tx.send(job).await.is_ok() {
-                    m.offload_queue_depth.fetch_add(1, Relaxed);
+        if !st.pending_jobs.is_empty() {
+            // The queue was full: this connection reads nothing more until its jobs are in.
+            for job in std::mem::take(&mut st.pending_jobs) {
+                if let Some(tx) = hub.offload.get() {
+                    if tx.send(job).await.is_ok() {
+                        m.offload_queue_depth.fetch_add(1, Relaxed);
+                    }
                 }
             }
             if !st.partial.is_empty() {
                 let mut data = std::mem::take(&mut st.partial);
-                process_owned(io, shared, ctx, st, &mut data);
+                process_owned(io, conn, ctx, st, &mut data);
             }
             continue;
         }
-        on_close_request(shared, st, &hub.config);
+        on_close_request(conn, st, &hub.config);
         let pending = flush(io, shared, m)?;
         if st.close_sent && !pending && closed_write(io, st, m) {
             return Ok(());
@@ -169,7 +278,7 @@ async fn run<T: Transport>(
             biased;
             r = io.readable(), if !st.peer_eof => {
                 r?;
-                if !on_readable(io, shared, ctx, st)? {
+                if !on_readable(io, conn, ctx, st)? {
                     st.peer_eof = true;
                     if !st.close_sent {
                         // The peer is gone without a closing handshake.

@@ -4,16 +4,13 @@
 
 use super::close::{fail, on_close};
 use super::write::{commit, send};
-use super::{Ctx, State, Stop};
-use crate::config::{App, Handler};
+use super::{dispatch, Ctx, State, Stop};
 use crate::frame::{self, FrameError, OpCode};
-use crate::offload::Job;
-use crate::outbox::Shared;
+use crate::handler::{Conn, Handler, Message};
 use crate::transport::Transport;
 use std::cell::RefCell;
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 
 /// Per-worker receive buffer: every connection a worker serves reads into this one.
 const RECV_BUF: usize = 64 << 10;
@@ -22,10 +19,10 @@ thread_local! {
 }
 
 /// Read once and process. Returns false at end of stream.
-pub(super) fn on_readable<T: Transport>(
+pub(super) fn on_readable<T: Transport, H: Handler>(
     io: &T,
-    shared: &Arc<Shared>,
-    ctx: &Ctx,
+    conn: &Conn<H::State>,
+    ctx: &Ctx<H>,
     st: &mut State,
 ) -> io::Result<bool> {
     RECV.with(|cell| {
@@ -39,9 +36,9 @@ pub(super) fn on_readable<T: Transport>(
         if st.input_done() {
             return Ok(true); // discarded: only the peer's FIN is awaited
         }
-        shared.last_seen.store(ctx.hub.now(), Relaxed);
+        conn.shared().last_seen.store(ctx.hub.now(), Relaxed);
         if st.partial.is_empty() {
-            let consumed = process(io, shared, ctx, st, &mut buf[..n]);
+            let consumed = process(io, conn, ctx, st, &mut buf[..n]);
             if consumed < n && !st.input_done() {
                 st.partial.extend_from_slice(&buf[consumed..n]);
             }
@@ -49,21 +46,21 @@ pub(super) fn on_readable<T: Transport>(
             let mut data = std::mem::take(&mut st.partial);
             data.extend_from_slice(&buf[..n]);
             drop(buf);
-            process_owned(io, shared, ctx, st, &mut data);
+            process_owned(io, conn, ctx, st, &mut data);
         }
         Ok(true)
     })
 }
 
 /// Process an owned buffer (the pending partial plus new bytes) and keep what is left.
-pub(super) fn process_owned<T: Transport>(
+pub(super) fn process_owned<T: Transport, H: Handler>(
     io: &T,
-    shared: &Arc<Shared>,
-    ctx: &Ctx,
+    conn: &Conn<H::State>,
+    ctx: &Ctx<H>,
     st: &mut State,
     data: &mut Vec<u8>,
 ) {
-    let consumed = process(io, shared, ctx, st, data);
+    let consumed = process(io, conn, ctx, st, data);
     if consumed < data.len() && !st.input_done() {
         data.drain(..consumed);
         // Give back a large buffer once the big frame it held is done.
@@ -75,16 +72,17 @@ pub(super) fn process_owned<T: Transport>(
 }
 
 /// Parse and handle every complete frame in `data`; returns the bytes consumed.
-fn process<T: Transport>(
+fn process<T: Transport, H: Handler>(
     io: &T,
-    shared: &Arc<Shared>,
-    ctx: &Ctx,
+    conn: &Conn<H::State>,
+    ctx: &Ctx<H>,
     st: &mut State,
     data: &mut [u8],
 ) -> usize {
     let cfg = &ctx.hub.config;
+    let shared = conn.shared();
     let mut pos = 0;
-    while pos < data.len() && st.pending_job.is_none() && !st.input_done() {
+    while pos < data.len() && st.pending_jobs.is_empty() && !st.input_done() {
         // RSV1 is legal only when permessage-deflate was negotiated.
         let rsv = if st.deflate.is_some() { 0b100 } else { 0 };
         let h = match frame::parse_header(&data[pos..], cfg.max_frame_bytes as u64, rsv) {
@@ -123,7 +121,7 @@ fn process<T: Transport>(
         if st.close_sent && !matches!(h.opcode, OpCode::Close) {
             continue; // after our close only the peer's close matters
         }
-        if let Err(Stop::Fail(code, why)) = on_frame(io, shared, ctx, st, h, payload, checked) {
+        if let Err(Stop::Fail(code, why)) = on_frame(io, conn, ctx, st, h, payload, checked) {
             fail(io, shared, ctx, st, code, why);
             return data.len();
         }
@@ -169,16 +167,17 @@ fn check_partial_text(
 
 /// Handle one complete frame (payload unmasked). `checked`: leading payload bytes already fed
 /// to the UTF-8 validator while the frame was incomplete.
-fn on_frame<T: Transport>(
+fn on_frame<T: Transport, H: Handler>(
     io: &T,
-    shared: &Arc<Shared>,
-    ctx: &Ctx,
+    conn: &Conn<H::State>,
+    ctx: &Ctx<H>,
     st: &mut State,
     h: frame::Header,
     payload: &mut [u8],
     checked: usize,
 ) -> Result<(), Stop> {
     let cfg = &ctx.hub.config;
+    let shared = conn.shared();
     match h.opcode {
         OpCode::Text | OpCode::Binary => {
             if st.msg_op.is_some() {
@@ -190,7 +189,7 @@ fn on_frame<T: Transport>(
             let compressed = h.rsv & 0b100 != 0;
             if h.fin {
                 if compressed {
-                    return deliver_compressed(io, shared, ctx, st, h.opcode, payload);
+                    return deliver_compressed(io, conn, ctx, st, h.opcode, payload);
                 }
                 if h.opcode == OpCode::Text {
                     let valid = if checked == 0 {
@@ -202,7 +201,7 @@ fn on_frame<T: Transport>(
                         return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
                     }
                 }
-                deliver(io, shared, ctx, st, h.opcode, payload)
+                deliver(io, conn, ctx, st, h.opcode, payload)
             } else {
                 if payload.len() > cfg.max_message_bytes {
                     return Err(Stop::Fail(1009, "message too large"));
@@ -246,9 +245,9 @@ fn on_frame<T: Transport>(
                 st.msg_compressed = false;
                 let mut msg = std::mem::take(&mut st.msg);
                 let r = if compressed {
-                    deliver_compressed(io, shared, ctx, st, op, &msg)
+                    deliver_compressed(io, conn, ctx, st, op, &msg)
                 } else {
-                    deliver(io, shared, ctx, st, op, &mut msg)
+                    deliver(io, conn, ctx, st, op, &mut msg)
                 };
                 msg.clear();
                 if msg.capacity() <= RECV_BUF {
@@ -276,10 +275,10 @@ fn on_frame<T: Transport>(
 }
 
 /// A complete compressed message: inflate (stopping at the message cap), validate, deliver.
-fn deliver_compressed<T: Transport>(
+fn deliver_compressed<T: Transport, H: Handler>(
     io: &T,
-    shared: &Arc<Shared>,
-    ctx: &Ctx,
+    conn: &Conn<H::State>,
+    ctx: &Ctx<H>,
     st: &mut State,
     op: OpCode,
     data: &[u8],
@@ -292,7 +291,7 @@ fn deliver_compressed<T: Transport>(
     let r = if op == OpCode::Text && std::str::from_utf8(&msg).is_err() {
         Err(Stop::Fail(1007, "invalid UTF-8 in a text message"))
     } else {
-        deliver(io, shared, ctx, st, op, &mut msg)
+        deliver(io, conn, ctx, st, op, &mut msg)
     };
     if let Some(d) = st.deflate.as_mut() {
         d.done_inflated(msg);
@@ -300,59 +299,37 @@ fn deliver_compressed<T: Transport>(
     r
 }
 
-/// A complete message arrived: hand it to the application.
-fn deliver<T: Transport>(
+/// A complete message arrived: hand it to the application (text already validated).
+fn deliver<T: Transport, H: Handler>(
     io: &T,
-    shared: &Arc<Shared>,
-    ctx: &Ctx,
+    conn: &Conn<H::State>,
+    ctx: &Ctx<H>,
     st: &mut State,
     op: OpCode,
     payload: &mut [u8],
 ) -> Result<(), Stop> {
-    let hub = &ctx.hub;
-    let m = &hub.metrics;
-    m.messages_in.fetch_add(1, Relaxed);
-    m.bytes_in.fetch_add(payload.len() as u64, Relaxed);
-    match hub.config.app {
-        App::Echo if hub.config.handler == Handler::Echo => {
-            send(io, shared, m, st, op, payload, hub.config.fragment_bytes);
-            m.messages_out.fetch_add(1, Relaxed);
-        }
-        App::Echo => {
-            let job = Job {
-                conn: shared.clone(),
-                opcode: op,
-                payload: payload.to_vec(),
-            };
-            if let Some(tx) = &ctx.offload {
-                match tx.try_send(job) {
-                    Ok(()) => {
-                        m.offload_queue_depth.fetch_add(1, Relaxed);
-                    }
-                    Err(async_channel::TrySendError::Full(job)) => st.pending_job = Some(job),
-                    Err(async_channel::TrySendError::Closed(_)) => {}
-                }
-            }
-        }
-        App::Broadcast => hub.broadcast(op, payload),
-        App::Channels => {
-            if op != OpCode::Text {
-                return Err(Stop::Fail(1003, "the channels protocol is JSON text"));
-            }
-            if let Some(reply) = hub.channel_message(shared, &mut st.channels, payload) {
-                send(
-                    io,
-                    shared,
-                    m,
-                    st,
-                    OpCode::Text,
-                    reply.as_bytes(),
-                    hub.config.fragment_bytes,
-                );
-                m.messages_out.fetch_add(1, Relaxed);
-            }
+    let m = &ctx.hub.metrics;
+    // Abuse limits (limits.rs): a connection over its message rate is closed.
+    if let Some(rate) = ctx.hub.config.limits.message_rate {
+        if !conn.shared().msg_rate.allow(rate) {
+            m.message_rate_closes.fetch_add(1, Relaxed);
+            return Err(Stop::Fail(
+                ctx.hub.config.limits.message_rate_close,
+                "message rate limit exceeded",
+            ));
         }
     }
+    m.messages_in.fetch_add(1, Relaxed);
+    m.bytes_in.fetch_add(payload.len() as u64, Relaxed);
+    let msg = if op == OpCode::Text {
+        // SAFETY: every text message is validated before it is delivered (as its frames
+        // arrive, whole, or once inflated); a second pass here would double the cost of
+        // validation for large messages.
+        Message::Text(unsafe { std::str::from_utf8_unchecked(payload) })
+    } else {
+        Message::Binary(payload)
+    };
+    dispatch(io, conn, ctx, st, |h, c| h.on_message(c, msg));
     Ok(())
 }
 

@@ -3,8 +3,10 @@
 //! test allows, so a full socket, a partial write and corking can be seen without a kernel.
 
 use super::Ctx;
+use crate::apps::Builtin;
 use crate::config::ServerConfig;
 use crate::frame::{self, OpCode};
+use crate::handler::{Conn, Handler};
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::transport::Transport;
@@ -127,11 +129,13 @@ impl Transport for MemIo {
     }
 }
 
-/// A server context for one connection under `config` (no offload pool).
-pub(super) fn ctx(config: ServerConfig) -> Arc<Ctx> {
+/// A server context for one connection under `config`, running the built-in app it names
+/// (no offload pool).
+pub(super) fn ctx(config: ServerConfig) -> Arc<Ctx<Builtin>> {
     Arc::new(Ctx {
+        handler: Builtin::from_config(&config),
+        limits: Arc::new(crate::limits::Limits::new(config.limits.clone())),
         hub: Arc::new(Hub::new(config, Arc::new(Metrics::default()))),
-        offload: None,
     })
 }
 
@@ -167,18 +171,19 @@ pub(super) fn closes(out: &[u8]) -> Vec<(u16, String)> {
 }
 
 /// Serve one connection on `io` until it ends (bounded: the test fails rather than hangs).
-pub(super) async fn serve(io: &MemIo, ctx: &Arc<Ctx>) {
+pub(super) async fn serve<H: Handler<State = ()>>(io: &MemIo, ctx: &Arc<Ctx<H>>) {
     let shared = ctx.hub.register();
     serve_registered(io, ctx, shared).await;
 }
 
 /// The same for a connection registered (and perhaps written to) beforehand.
-pub(super) async fn serve_registered(
+pub(super) async fn serve_registered<H: Handler<State = ()>>(
     io: &MemIo,
-    ctx: &Arc<Ctx>,
+    ctx: &Arc<Ctx<H>>,
     shared: Arc<crate::outbox::Shared>,
 ) {
-    let task = super::serve(io.clone(), shared, Vec::new(), ctx.clone(), None);
+    let conn = Conn::new(shared, ctx.hub.clone(), "127.0.0.1:1".parse().unwrap(), ());
+    let task = super::serve(io.clone(), conn, Vec::new(), ctx.clone(), None);
     tokio::time::timeout(std::time::Duration::from_secs(10), task)
         .await
         .expect("the connection ends by itself");

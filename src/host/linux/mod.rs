@@ -49,9 +49,10 @@ impl LinuxBackend {
         }
     }
 
-    /// Read and write the configuration files wstune owns (/etc, /var/lib/wstune) under `dir`.
-    pub fn with_prefix(mut self, dir: &Path) -> LinuxBackend {
-        self.layout = self.layout.with_prefix(dir);
+    /// Read and write through `layout` (host::layout: `--prefix` moves the files wstune owns),
+    /// the same one the store of wstune's own files uses.
+    pub fn with_layout(mut self, layout: Layout) -> LinuxBackend {
+        self.layout = layout;
         self
     }
 
@@ -215,7 +216,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("etc")).unwrap();
         std::fs::write(dir.path().join("etc/hostname"), "in-prefix\n").unwrap();
-        let p = LinuxBackend::live().with_prefix(dir.path());
+        let p =
+            LinuxBackend::live().with_layout(Layout::at(Path::new("/")).with_prefix(dir.path()));
         assert_eq!(p.read("/etc/hostname").unwrap(), "in-prefix\n");
         assert!(
             p.read("/proc/self/limits").is_ok(),

@@ -1,0 +1,301 @@
+//! `serve`'s abuse-limit flags and the profile's `server.limits`, resolved into the server's
+//! `LimitSettings` (what each limit does and how it is answered: `embedded_server::limits`).
+//! Kept apart from `cmd/serve.rs` so the flags, the profile keys and the self-test's exemption
+//! live in one place.
+
+use crate::profile::LimitsProfile;
+use embedded_server::limits::{Cidr, LimitSettings, Rate};
+
+/// The abuse-limit flags of `wstune serve` (each overrides its `server.limits` key).
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
+pub struct LimitArgs {
+    /// Concurrent connections per client address (IPv6: per /64); more get HTTP 503. 0: no cap
+    /// [profile: server.limits.max_connections_per_ip]
+    #[arg(long, value_name = "N", help_heading = "Abuse limits")]
+    pub max_conns_per_ip: Option<u64>,
+    /// New connections per second per client address, RATE or RATE:BURST; more get HTTP 429.
+    /// 0: off [profile: server.limits.connection_rate_per_ip / _burst_per_ip]
+    #[arg(long, value_name = "RATE[:BURST]", help_heading = "Abuse limits")]
+    pub conn_rate_per_ip: Option<String>,
+    /// New connections per second server-wide, RATE or RATE:BURST; more get HTTP 429. 0: off
+    /// [profile: server.limits.connection_rate / _burst]
+    #[arg(long, value_name = "RATE[:BURST]", help_heading = "Abuse limits")]
+    pub conn_rate: Option<String>,
+    /// Messages per second per connection, RATE or RATE:BURST; a connection over it is closed
+    /// with --message-rate-close. 0: off [profile: server.limits.message_rate / _burst]
+    #[arg(long, value_name = "RATE[:BURST]", help_heading = "Abuse limits")]
+    pub message_rate: Option<String>,
+    /// Close code for a connection over its message rate: 1008 (policy violation) or 1013
+    /// (try again later) [profile: server.limits.message_rate_close; default 1008]
+    #[arg(long, value_name = "CODE", help_heading = "Abuse limits")]
+    pub message_rate_close: Option<u16>,
+    /// An address or network no limit applies to (the load balancer); repeat for more. Replaces
+    /// the profile's list [profile: server.limits.exempt]
+    #[arg(
+        long = "limit-exempt",
+        value_name = "CIDR",
+        help_heading = "Abuse limits"
+    )]
+    pub exempt: Vec<String>,
+    /// A proxy whose PROXY protocol header (v1/v2) or X-Forwarded-For names the client; repeat
+    /// for more. A PROXY header from any other peer is refused. None by default. Replaces the
+    /// profile's list [profile: server.limits.trusted_proxies]
+    #[arg(
+        long = "trusted-proxy",
+        value_name = "CIDR",
+        help_heading = "Abuse limits"
+    )]
+    pub trusted_proxies: Vec<String>,
+}
+
+/// A setting for `serve`'s settings table: name, value, where it came from.
+pub type Row = (&'static str, String, &'static str);
+
+/// The limits in force: each flag given, else the profile's key. Rows for the settings table
+/// are appended (only for limits that are on, so a default run's table does not grow).
+pub fn resolve(
+    p: &LimitsProfile,
+    a: &LimitArgs,
+    table: &mut Vec<Row>,
+) -> anyhow::Result<LimitSettings> {
+    let from = |flag: bool| if flag { "flag" } else { "profile" };
+    let rate = |flag: &Option<String>,
+                name: &str,
+                per_sec: u64,
+                burst: u64|
+     -> anyhow::Result<(Option<Rate>, bool)> {
+        match flag {
+            Some(s) => Ok((
+                Rate::parse(s).map_err(|e| anyhow::anyhow!("--{name}: {e}"))?,
+                true,
+            )),
+            // Validated at load to fit (rates up to 1e9, bursts up to u32::MAX).
+            None => Ok((
+                Rate::new(
+                    u32::try_from(per_sec).unwrap_or(u32::MAX),
+                    u32::try_from(burst).unwrap_or(u32::MAX),
+                ),
+                false,
+            )),
+        }
+    };
+    let cidrs =
+        |flag: &[String], name: &str, prof: &[String]| -> anyhow::Result<(Vec<Cidr>, bool)> {
+            let (list, given) = if flag.is_empty() {
+                (prof, false)
+            } else {
+                (flag, true)
+            };
+            let parsed = list
+                .iter()
+                .map(|s| Cidr::parse(s).map_err(|e| anyhow::anyhow!("--{name}: {e}")))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Ok((parsed, given))
+        };
+    let (max_per_ip, cap_flag) = match a.max_conns_per_ip {
+        Some(n) => (n, true),
+        None => (p.max_connections_per_ip, false),
+    };
+    let max_connections_per_ip = usize::try_from(max_per_ip).unwrap_or(usize::MAX);
+    let (connection_rate_per_ip, r1) = rate(
+        &a.conn_rate_per_ip,
+        "conn-rate-per-ip",
+        p.connection_rate_per_ip,
+        p.connection_burst_per_ip,
+    )?;
+    let (connection_rate, r2) = rate(
+        &a.conn_rate,
+        "conn-rate",
+        p.connection_rate,
+        p.connection_burst,
+    )?;
+    let (message_rate, r3) = rate(
+        &a.message_rate,
+        "message-rate",
+        p.message_rate,
+        p.message_burst,
+    )?;
+    let message_rate_close = a
+        .message_rate_close
+        .unwrap_or(u16::try_from(p.message_rate_close).unwrap_or(0));
+    let (exempt, e_flag) = cidrs(&a.exempt, "limit-exempt", &p.exempt)?;
+    let (trusted_proxies, t_flag) = cidrs(&a.trusted_proxies, "trusted-proxy", &p.trusted_proxies)?;
+    if max_connections_per_ip > 0 {
+        table.push((
+            "max connections per ip",
+            max_connections_per_ip.to_string(),
+            from(cap_flag),
+        ));
+    }
+    for (name, r, flag) in [
+        ("new connections per ip", connection_rate_per_ip, r1),
+        ("new connections (server)", connection_rate, r2),
+        ("messages per connection", message_rate, r3),
+    ] {
+        if let Some(r) = r {
+            table.push((name, r.to_string(), from(flag)));
+        }
+    }
+    if message_rate.is_some() {
+        table.push((
+            "message rate close code",
+            message_rate_close.to_string(),
+            from(a.message_rate_close.is_some()),
+        ));
+    }
+    let list = |l: &[Cidr]| {
+        l.iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !exempt.is_empty() {
+        table.push(("limits exempt", list(&exempt), from(e_flag)));
+    }
+    if !trusted_proxies.is_empty() {
+        table.push(("trusted proxies", list(&trusted_proxies), from(t_flag)));
+    }
+    Ok(LimitSettings {
+        max_connections_per_ip,
+        connection_rate_per_ip,
+        connection_rate,
+        message_rate,
+        message_rate_close,
+        exempt,
+        trusted_proxies,
+    })
+}
+
+/// The flags as given, for a child `serve` (the `--processes` supervisor's, the self-test's).
+pub fn child_args(a: &LimitArgs) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(n) = a.max_conns_per_ip {
+        v.extend(["--max-conns-per-ip".into(), n.to_string()]);
+    }
+    for (flag, x) in [
+        ("--conn-rate-per-ip", &a.conn_rate_per_ip),
+        ("--conn-rate", &a.conn_rate),
+        ("--message-rate", &a.message_rate),
+    ] {
+        if let Some(x) = x {
+            v.extend([flag.to_string(), x.clone()]);
+        }
+    }
+    if let Some(c) = a.message_rate_close {
+        v.extend(["--message-rate-close".into(), c.to_string()]);
+    }
+    for e in &a.exempt {
+        v.extend(["--limit-exempt".into(), e.clone()]);
+    }
+    for t in &a.trusted_proxies {
+        v.extend(["--trusted-proxy".into(), t.clone()]);
+    }
+    v
+}
+
+/// The self-test's load comes from loopback: its own source addresses (127.0.0.0/8, spread
+/// over many to get past the port range, and ::1) are exempt from every limit, so a host
+/// tuned with per-address caps and rates does not fail its own proof. The limits themselves
+/// are covered by tests/limits.rs, not by the load test.
+pub const SELF_TEST_EXEMPT: [&str; 2] = ["127.0.0.0/8", "::1"];
+
+/// Exempt the self-test's own sources (see `SELF_TEST_EXEMPT`).
+pub fn exempt_self_test(s: &mut LimitSettings) {
+    for c in SELF_TEST_EXEMPT {
+        let c = Cidr::parse(c).expect("a valid built-in network");
+        if !s.exempt.contains(&c) {
+            s.exempt.push(c);
+        }
+    }
+}
+
+/// `exempt_self_test` for a child server: its flags with the exemption added (a flag list
+/// replaces the profile's, so the profile's entries are carried over too).
+pub fn self_test_child_args(a: &LimitArgs, p: &LimitsProfile) -> Vec<String> {
+    let mut a = a.clone();
+    if a.exempt.is_empty() {
+        a.exempt = p.exempt.clone();
+    }
+    for c in SELF_TEST_EXEMPT {
+        if !a.exempt.iter().any(|e| e == c) {
+            a.exempt.push(c.to_string());
+        }
+    }
+    child_args(&a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_profile_and_rows_name_the_source() {
+        let p = LimitsProfile {
+            max_connections_per_ip: 10,
+            message_rate: 50,
+            exempt: vec!["10.0.0.0/8".into()],
+            ..LimitsProfile::default()
+        };
+        let a = LimitArgs {
+            message_rate: Some("5:20".into()),
+            trusted_proxies: vec!["192.0.2.1".into()],
+            ..LimitArgs::default()
+        };
+        let mut t = Vec::new();
+        let s = resolve(&p, &a, &mut t).unwrap();
+        assert_eq!(s.max_connections_per_ip, 10);
+        assert_eq!(s.message_rate, Rate::new(5, 20));
+        assert_eq!(s.exempt, vec![Cidr::parse("10.0.0.0/8").unwrap()]);
+        assert_eq!(s.trusted_proxies, vec![Cidr::parse("192.0.2.1").unwrap()]);
+        assert!(t.contains(&("max connections per ip", "10".into(), "profile")));
+        assert!(t.contains(&("messages per connection", "5/s burst 20".into(), "flag")));
+        // Off: nothing in the table.
+        let mut t = Vec::new();
+        let off = resolve(&LimitsProfile::default(), &LimitArgs::default(), &mut t).unwrap();
+        assert_eq!(off, LimitSettings::default());
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn bad_flags_name_the_flag() {
+        let bad = |a: LimitArgs| {
+            resolve(&LimitsProfile::default(), &a, &mut Vec::new())
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(bad(LimitArgs {
+            conn_rate: Some("fast".into()),
+            ..LimitArgs::default()
+        })
+        .starts_with("--conn-rate: 'fast' is not a rate"));
+        assert!(bad(LimitArgs {
+            trusted_proxies: vec!["10.0.0.0/40".into()],
+            ..LimitArgs::default()
+        })
+        .starts_with("--trusted-proxy: '10.0.0.0/40' is not an address"));
+    }
+
+    #[test]
+    fn the_self_test_exempts_loopback_and_keeps_the_operators_list() {
+        let mut s = LimitSettings::default();
+        exempt_self_test(&mut s);
+        assert!(s.is_exempt("127.0.0.42".parse().unwrap()));
+        assert!(s.is_exempt("::1".parse().unwrap()));
+        let p = LimitsProfile {
+            exempt: vec!["10.0.0.1".into()],
+            ..LimitsProfile::default()
+        };
+        let v = self_test_child_args(&LimitArgs::default(), &p);
+        assert_eq!(
+            v,
+            [
+                "--limit-exempt",
+                "10.0.0.1",
+                "--limit-exempt",
+                "127.0.0.0/8",
+                "--limit-exempt",
+                "::1"
+            ]
+        );
+    }
+}

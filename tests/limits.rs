@@ -1,0 +1,391 @@
+//! Abuse limits of `wstune serve` (issue 15 item 5): the real binary on 127.0.0.1, clients
+//! from other loopback source addresses (127.0.0.2, .3, ...: Linux routes all of 127/8 to lo),
+//! raw sockets so every status line and close code is seen as sent.
+
+mod common;
+
+use common::{run, serve, wait_until, Served};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::time::Duration;
+
+const UPGRADE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
+fn serve_10k(args: &[&str]) -> Served {
+    serve(&[&["--profile", "10k"], args].concat())
+}
+
+/// A TCP connection to the server from the loopback source address `from`.
+fn connect_from(from: &str, port: u16) -> TcpStream {
+    let local: SocketAddr = format!("{from}:0").parse().unwrap();
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&local.into()).unwrap();
+    let to: SocketAddr = ("127.0.0.1".parse::<IpAddr>().unwrap(), port).into();
+    s.connect_timeout(&to.into(), Duration::from_secs(5))
+        .unwrap();
+    let s: TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// Send `prefix` (a PROXY header, or nothing) and `request`; read the response header.
+fn upgrade_with(s: &mut TcpStream, prefix: &[u8], request: &str) -> String {
+    s.write_all(&[prefix, request.as_bytes()].concat()).unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        match s.read(&mut b) {
+            Ok(1) => got.push(b[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+fn status(resp: &str) -> u16 {
+    resp.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {resp:?}"))
+}
+
+/// Open a WebSocket from `from`; the response header.
+fn open(from: &str, port: u16) -> (TcpStream, String) {
+    let mut s = connect_from(from, port);
+    let r = upgrade_with(&mut s, b"", UPGRADE);
+    (s, r)
+}
+
+fn rejected(srv: &Served, reason: &str) -> f64 {
+    srv.metric(&format!(
+        "ws_handshakes_rejected_total{{reason=\"{reason}\"}}"
+    ))
+}
+
+#[test]
+fn more_connections_than_the_per_ip_cap_are_refused_and_counted_while_others_connect() {
+    let srv = serve_10k(&["--max-conns-per-ip", "2", "--limit-exempt", "127.0.0.4"]);
+    assert!(
+        srv.head
+            .iter()
+            .any(|l| l.contains("max connections per ip") && l.contains("flag")),
+        "the settings table shows the cap: {:#?}",
+        srv.head
+    );
+    let (a, r) = open("127.0.0.2", srv.port);
+    assert_eq!(status(&r), 101, "{r}");
+    let (_b, r) = open("127.0.0.2", srv.port);
+    assert_eq!(status(&r), 101, "{r}");
+    let (_c, r) = open("127.0.0.2", srv.port);
+    assert_eq!(status(&r), 503, "the third from one address: {r}");
+    assert!(r.contains("Retry-After: 1\r\n"), "{r}");
+    // Another address is not affected.
+    let (_d, r) = open("127.0.0.3", srv.port);
+    assert_eq!(status(&r), 101, "{r}");
+    // An exempt address has no cap.
+    let exempt: Vec<_> = (0..4).map(|_| open("127.0.0.4", srv.port)).collect();
+    assert!(exempt.iter().all(|(_, r)| status(r) == 101));
+    assert_eq!(rejected(&srv, "ip_connection_cap"), 1.0);
+    srv.wait_metric("ws_connections", Duration::from_secs(10), |n| n == 7.0);
+    // A closed connection gives its place back.
+    drop(a);
+    srv.wait_metric("ws_connections", Duration::from_secs(10), |n| n == 6.0);
+    let (_e, r) = open("127.0.0.2", srv.port);
+    assert_eq!(status(&r), 101, "after one closed: {r}");
+}
+
+#[test]
+fn a_new_connection_rate_per_ip_answers_429_with_retry_after() {
+    let srv = serve_10k(&["--conn-rate-per-ip", "1:2"]);
+    let (_a, r1) = open("127.0.0.2", srv.port);
+    let (_b, r2) = open("127.0.0.2", srv.port);
+    let (_c, r3) = open("127.0.0.2", srv.port);
+    assert_eq!((status(&r1), status(&r2)), (101, 101), "the burst of two");
+    assert_eq!(status(&r3), 429, "{r3}");
+    assert!(r3.contains("Retry-After: 1\r\n"), "{r3}");
+    let (_d, r) = open("127.0.0.3", srv.port);
+    assert_eq!(status(&r), 101, "another address has its own bucket: {r}");
+    assert_eq!(rejected(&srv, "ip_rate_limit"), 1.0);
+    assert_eq!(rejected(&srv, "global_rate_limit"), 0.0);
+}
+
+#[test]
+fn the_server_wide_connection_rate_applies_to_every_address() {
+    let srv = serve_10k(&["--conn-rate", "1:1"]);
+    let (_a, r) = open("127.0.0.2", srv.port);
+    assert_eq!(status(&r), 101, "{r}");
+    let (_b, r) = open("127.0.0.3", srv.port);
+    assert_eq!(status(&r), 429, "{r}");
+    assert_eq!(rejected(&srv, "global_rate_limit"), 1.0);
+}
+
+/// A masked client frame.
+fn frame(op: u8, payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() < 126);
+    let mask = [1u8, 2, 3, 4];
+    let mut f = vec![0x80 | op, 0x80 | payload.len() as u8];
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+/// Read server frames until a close; (messages echoed, the close code).
+fn read_until_close(s: &mut TcpStream) -> (usize, u16) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let mut echoed = 0;
+    loop {
+        // Parse what we have (server frames are unmasked and short here).
+        while buf.len() >= 2 {
+            let len = (buf[1] & 0x7f) as usize;
+            assert!(len < 126, "short frames only");
+            if buf.len() < 2 + len {
+                break;
+            }
+            let op = buf[0] & 0x0f;
+            if op == 8 {
+                return (echoed, u16::from_be_bytes([buf[2], buf[3]]));
+            }
+            echoed += usize::from(op == 1);
+            buf.drain(..2 + len);
+        }
+        let n = s.read(&mut chunk).expect("the server closes in time");
+        assert!(n > 0, "connection ended without a close frame");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[test]
+fn a_client_over_its_message_rate_is_closed_with_the_configured_code() {
+    let srv = serve_10k(&[
+        "--message-rate",
+        "5:5",
+        "--message-rate-close",
+        "1013",
+        "--limit-exempt",
+        "127.0.0.4",
+    ]);
+    let (mut s, r) = open("127.0.0.2", srv.port);
+    assert_eq!(status(&r), 101, "{r}");
+    let burst: Vec<u8> = (0..20).flat_map(|_| frame(1, b"hi")).collect();
+    s.write_all(&burst).unwrap();
+    let (echoed, code) = read_until_close(&mut s);
+    assert_eq!(code, 1013);
+    assert_eq!(echoed, 5, "the burst is served, the sixth closes");
+    srv.wait_metric(
+        "ws_message_rate_closes_total",
+        Duration::from_secs(5),
+        |n| n == 1.0,
+    );
+    assert_eq!(srv.metric("ws_closes_sent_total{code=\"1013\"}"), 1.0);
+    // An exempt address may send as fast as it likes.
+    let (mut e, r) = open("127.0.0.4", srv.port);
+    assert_eq!(status(&r), 101, "{r}");
+    let mut burst: Vec<u8> = (0..20).flat_map(|_| frame(1, b"hi")).collect();
+    burst.extend(frame(8, &1000u16.to_be_bytes()));
+    e.write_all(&burst).unwrap();
+    assert_eq!(read_until_close(&mut e), (20, 1000));
+}
+
+fn proxy_v1(src: &str, sport: u16) -> Vec<u8> {
+    format!("PROXY TCP4 {src} 127.0.0.1 {sport} 9001\r\n").into_bytes()
+}
+
+fn proxy_v2(src: [u8; 4], sport: u16) -> Vec<u8> {
+    let mut v = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    v.extend_from_slice(&[0x21, 0x11, 0, 12]);
+    v.extend_from_slice(&src);
+    v.extend_from_slice(&[127, 0, 0, 1]);
+    v.extend_from_slice(&sport.to_be_bytes());
+    v.extend_from_slice(&9001u16.to_be_bytes());
+    v
+}
+
+#[test]
+fn a_proxy_header_from_an_untrusted_peer_is_refused() {
+    let srv = serve_10k(&["--trusted-proxy", "127.0.0.5"]);
+    let mut s = connect_from("127.0.0.6", srv.port);
+    let r = upgrade_with(&mut s, &proxy_v1("198.51.100.7", 4000), UPGRADE);
+    assert_eq!(status(&r), 400, "{r}");
+    let mut s = connect_from("127.0.0.6", srv.port);
+    let r = upgrade_with(&mut s, &proxy_v2([198, 51, 100, 7], 4000), UPGRADE);
+    assert_eq!(status(&r), 400, "{r}");
+    assert_eq!(rejected(&srv, "proxy_untrusted"), 2.0);
+    // The same peer without a header is an ordinary client.
+    let (_c, r) = open("127.0.0.6", srv.port);
+    assert_eq!(status(&r), 101, "{r}");
+    // A broken header from the trusted proxy is refused too.
+    let mut s = connect_from("127.0.0.5", srv.port);
+    let r = upgrade_with(&mut s, b"PROXY TCP4 nonsense\r\n", UPGRADE);
+    assert_eq!(status(&r), 400, "{r}");
+    assert_eq!(rejected(&srv, "proxy_header"), 1.0);
+}
+
+#[test]
+fn without_a_trusted_proxy_a_proxy_header_is_never_honoured() {
+    // Nothing trusted by default: the header is not read and the request is bad HTTP.
+    let srv = serve_10k(&["--max-conns-per-ip", "1"]);
+    let mut s = connect_from("127.0.0.2", srv.port);
+    let r = upgrade_with(&mut s, &proxy_v1("198.51.100.7", 4000), UPGRADE);
+    assert_eq!(status(&r), 400, "{r}");
+    assert_eq!(rejected(&srv, "proxy_untrusted"), 0.0);
+}
+
+#[test]
+fn a_trusted_proxy_sets_the_address_the_cap_counts() {
+    let srv = serve_10k(&["--max-conns-per-ip", "1", "--trusted-proxy", "127.0.0.5"]);
+    let via = |prefix: Vec<u8>, request: &str| {
+        let mut s = connect_from("127.0.0.5", srv.port);
+        let r = upgrade_with(&mut s, &prefix, request);
+        (s, status(&r))
+    };
+    // Two clients behind the proxy: each has its own place.
+    let (_a, a) = via(proxy_v1("198.51.100.7", 4000), UPGRADE);
+    let (_b, b) = via(proxy_v2([198, 51, 100, 8], 4001), UPGRADE);
+    assert_eq!((a, b), (101, 101));
+    // A second connection of the first client, in either version, is over its cap.
+    let (_c, c) = via(proxy_v2([198, 51, 100, 7], 4002), UPGRADE);
+    assert_eq!(c, 503);
+    // X-Forwarded-For from the trusted proxy (no PROXY header) names the client too.
+    let xff = |ip: &str| UPGRADE.replace("\r\n\r\n", &format!("\r\nX-Forwarded-For: {ip}\r\n\r\n"));
+    let (_d, d) = via(Vec::new(), &xff("203.0.113.1"));
+    let (_e, e) = via(Vec::new(), &xff("203.0.113.1"));
+    assert_eq!((d, e), (101, 503));
+    assert_eq!(rejected(&srv, "ip_connection_cap"), 2.0);
+    // From an untrusted peer X-Forwarded-For is ignored: the peer itself is counted.
+    let mut s = connect_from("127.0.0.6", srv.port);
+    assert_eq!(
+        status(&upgrade_with(&mut s, b"", &xff("203.0.113.50"))),
+        101
+    );
+    let mut t = connect_from("127.0.0.6", srv.port);
+    assert_eq!(
+        status(&upgrade_with(&mut t, b"", &xff("203.0.113.51"))),
+        503
+    );
+    drop((s, t));
+    wait_until("closes are seen", Duration::from_secs(10), || {
+        srv.metric("ws_connections") == 3.0
+    });
+}
+
+#[test]
+fn bad_limit_settings_are_refused_before_anything_runs() {
+    for (args, want) in [
+        (
+            &["--message-rate-close", "1000"][..],
+            "--message-rate-close 1000 is not allowed: use 1008",
+        ),
+        (
+            &["--trusted-proxy", "10.0.0.0/99"],
+            "--trusted-proxy: '10.0.0.0/99' is not an address or network",
+        ),
+        (
+            &["--conn-rate", "lots"],
+            "--conn-rate: 'lots' is not a rate",
+        ),
+    ] {
+        let o = run(&[&["serve", "--port", "0", "--admin", "off"], args].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn the_self_test_exempts_its_own_sources_from_the_limits() {
+    // Limits that would refuse nearly all of the self-test's load from loopback: a cap of 2
+    // per address, 1 new connection a second, 1 message a second.
+    let o = run(&[
+        "serve",
+        "--self-test",
+        "--profile",
+        "10k",
+        "--max-conns-per-ip",
+        "2",
+        "--conn-rate",
+        "1:1",
+        "--message-rate",
+        "1:1",
+        "--conns",
+        "50",
+        "--secs",
+        "1",
+        "--rounds",
+        "1",
+        "--scenario",
+        "echo-rate",
+        "--scenario",
+        "storm",
+        "--format",
+        "json",
+    ]);
+    let r = common::json_of(&o);
+    let scenarios = r["scenarios"].as_array().unwrap();
+    assert_eq!(scenarios.len(), 2, "{r:#}");
+    for s in scenarios {
+        let name = s["scenario"].as_str().unwrap();
+        assert_eq!(s["conns_connected"], 50, "{name}: {s:#}");
+        assert_eq!(s["errors"], 0, "{name}: {s:#}");
+        assert_eq!(s["disconnects"], 0, "{name}: {s:#}");
+    }
+}
+
+#[test]
+fn a_proxy_header_is_read_before_tls() {
+    // The balancer sends the header in clear, then the client's TLS handshake: a Python client
+    // does exactly that (source 127.0.0.5, the trusted proxy) and upgrades over TLS.
+    let dir = tempfile::tempdir().unwrap();
+    let Some((cert, key)) = common::self_signed_cert(dir.path()) else {
+        return;
+    };
+    let srv = serve_10k(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--trusted-proxy",
+        "127.0.0.5",
+        "--max-conns-per-ip",
+        "1",
+    ]);
+    let script = r#"
+import socket, ssl, sys
+port = int(sys.argv[1])
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+socks = []
+for src in ["198.51.100.7", "198.51.100.8", "198.51.100.7"]:
+    s = socket.socket()
+    s.bind(("127.0.0.5", 0))
+    s.settimeout(10)
+    s.connect(("127.0.0.1", port))
+    s.sendall(f"PROXY TCP4 {src} 127.0.0.1 4000 {port}\r\n".encode())
+    t = ctx.wrap_socket(s, server_hostname="localhost")
+    t.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    resp = b""
+    while b"\r\n\r\n" not in resp:
+        chunk = t.recv(1024)
+        if not chunk:
+            break
+        resp += chunk
+    print(resp.split(b" ")[1].decode())
+    socks.append(t)
+"#;
+    let o = std::process::Command::new("python3")
+        .args(["-c", script, &srv.port.to_string()])
+        .output()
+        .expect("python3");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Two clients behind the proxy connect; the first one's second connection is over the cap.
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["101", "101", "503"]
+    );
+}
