@@ -2,8 +2,9 @@
 # Churn soak of `wstune serve` (RELIABILITY.md): CONNS connections (default 10,000) held for
 # MINUTES (default 10) while CHURN of them per second (default 500) close and reconnect (a
 # third with a close frame, a third with a TCP reset, a third with a FIN alone), with echo
-# traffic, a broadcast every second and permessage-deflate on half of them
-# (bench/soak_client.py, in processes of at most 2,500 connections each).
+# traffic, a broadcast every second and permessage-deflate on half of them (the Rust client
+# bench/wsbench/src/bin/wssoak.rs, or with CLIENT=python bench/soak_client.py, the same mix
+# through Python's `websockets`; in processes of at most 2,500 connections each).
 #
 # Every 10 s the clients pause churning and settle (so the counts can be compared exactly),
 # and one sample is taken: server RSS, open fds (/proc/PID/fd), the `ws_connections` gauge
@@ -15,9 +16,11 @@
 # did not close. Exit 0 on pass, 1 on fail.
 #
 # Usage: bench/soak.sh [MINUTES=10]; env CONNS, CHURN, NO_DEFLATE=1 (no client compresses), BIN (a wstune binary: default a release
-# build), OUT (directory for samples.csv, chart.svg, summary.txt, server.log; default a temp dir).
-# Needs python3 with `websockets` (tests/requirements.txt) and `ss`. Run it under `nice`: it is
-# a leak and correctness test, not a latency measurement.
+# build), OUT (directory for samples.csv, chart.svg, summary.txt, server.log; default a temp dir),
+# CLIENT=rust (default; SOAK_CLIENT names a built wssoak, else a release build) or python
+# (python3 with `websockets`, tests/requirements.txt: ~130 reconnects/s at most on 2 vCPUs).
+# Needs python3 (the summary) and `ss`. Run it under `nice` beside other work: it is a leak and
+# correctness test, not a latency measurement (but 500 reconnects/s needs the CPU it asks for).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MINUTES=${1:-10}
@@ -30,6 +33,17 @@ if [ -z "${BIN:-}" ]; then
   cargo build --release -q -p wstune
   BIN=${CARGO_TARGET_DIR:-target}/release/wstune
 fi
+CLIENT=${CLIENT:-rust}
+case "$CLIENT" in
+  rust)
+    if [ -z "${SOAK_CLIENT:-}" ]; then
+      cargo build --release -q -p wsbench --bin wssoak
+      SOAK_CLIENT=${CARGO_TARGET_DIR:-target}/release/wssoak
+    fi
+    CLIENT_CMD=("$SOAK_CLIENT") ;;
+  python) CLIENT_CMD=(python3 bench/soak_client.py) ;;
+  *) echo "CLIENT must be rust or python, not '$CLIENT'" >&2; exit 3 ;;
+esac
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free_port); APORT=$(free_port)
 PIDS=()
@@ -67,7 +81,7 @@ NPROC=$(( (CONNS + PER - 1) / PER ))
 rm -f "$OUT"/pause "$OUT"/quiet.* "$OUT"/ready.* "$OUT"/client.*
 for i in $(seq 0 $((NPROC - 1))); do
   n=$(( i < NPROC - 1 ? PER : CONNS - PER * (NPROC - 1) ))
-  python3 bench/soak_client.py --url "ws://127.0.0.1:$PORT/" --conns "$n" \
+  "${CLIENT_CMD[@]}" --url "ws://127.0.0.1:$PORT/" --conns "$n" \
     --churn "$(python3 -c "print($CHURN * $n / $CONNS)")" --secs "$SECS" --index "$i" \
     --pause "$OUT/pause" --quiet "$OUT/quiet.$i" --ready "$OUT/ready.$i" ${NO_DEFLATE:+--no-deflate} \
     >"$OUT/client.$i.json" 2>"$OUT/client.$i.err" &
@@ -114,6 +128,13 @@ while :; do
   done
   # What the clients hold (each wrote its count when it settled).
   held=$(for i in $(seq 0 $((NPROC - 1))); do cat "$OUT/quiet.$i" 2>/dev/null; echo; done | awk '{s += $1} END {print s + 0}')
+  # A client whose run ended while this sample was taken stops being quiet (it removes its
+  # file) to leave: the counts no longer belong together, and sampling is over.
+  ended=0
+  for i in $(seq 0 $((NPROC - 1))); do
+    { [ -e "$OUT/quiet.$i" ] && kill -0 "${PIDS[$i]}" 2>/dev/null; } || ended=1
+  done
+  if [ "$settled" = 1 ] && [ "$ended" = 1 ]; then rm -f "$OUT/pause"; break; fi
   row="$t,$(rss),$(fds),$g,$r,$held,$(metric ws_deflate_memory_bytes)"
   rm -f "$OUT/pause"
   echo "$row" >>"$OUT/samples.csv"
@@ -133,15 +154,19 @@ done
 FD1=$(fds); G1=$(metric ws_connections); RSS1=$(rss)
 [ "$FD1" -le "$FD0" ] || FAIL+=("fds did not return to the baseline: $FD1 after, $FD0 before")
 [ "$G1" = 0 ] || FAIL+=("ws_connections is $G1 after every client left")
+# What the allocator hands back to the kernel once the clients are gone (jemalloc returns freed
+# pages after a 10 s decay; glibc kept most of them): informational, not a criterion.
+sleep "${RETURN_SECS:-15}"; RSS2=$(rss)
 kill -TERM $SPID; wait $SPID || true; SPID=""
 # From "listening" on (the start-up host check warns about this host's limits, rightly).
 BAD=$(awk 'f; /listening on/{f=1}' "$OUT/server.log" | grep -E "WARN|ERROR|panicked" || true)
 [ -z "$BAD" ] || FAIL+=("the server log has warnings or errors: ${BAD:0:600}")
 
-python3 - "$OUT" "$SECS" "$RSS0" "$FD0" "$FD1" "$RSS1" "${WARMUP_SECS:-0}" "${RSS_MAX_GROWTH_PCT:-2}" >"$OUT/summary.txt" <<'EOF' || FAIL+=("the summary's criteria (above)")
+python3 - "$OUT" "$SECS" "$RSS0" "$FD0" "$FD1" "$RSS1" "${WARMUP_SECS:-0}" "${RSS_MAX_GROWTH_PCT:-2}" "$RSS2" "${RETURN_SECS:-15}" >"$OUT/summary.txt" <<'EOF' || FAIL+=("the summary's criteria (above)")
 import csv, json, sys, glob
 out, secs, rss0, fd0, fd1, rss1, warmup = sys.argv[1], int(sys.argv[2]), *map(int, sys.argv[3:8])
 limit = float(sys.argv[8])
+rss2, later = int(sys.argv[9]), sys.argv[10]
 rows = [{k: int(v or -1) for k, v in r.items()} for r in csv.DictReader(open(f"{out}/samples.csv"))]
 clients = [json.loads(l) for f in sorted(glob.glob(f"{out}/client.*.json")) for l in open(f) if l.strip()]
 tot = {k: sum(c[k] for c in clients) for k in clients[0] if k not in ("index", "errors")} if clients else {}
@@ -150,7 +175,8 @@ warm = warmup or max(20, secs // 5)
 after = [r for r in rows if r["t_s"] >= warm]
 ok = True
 print(f"samples: {len(rows)} (every 10 s), warm-up {warm} s")
-print(f"baseline: rss {rss0} KiB, {fd0} fds; after the clients left: rss {rss1} KiB, {fd1} fds")
+print(f"baseline: rss {rss0} KiB, {fd0} fds; after the clients left: rss {rss1} KiB, {fd1} fds; "
+      f"{later} s later: rss {rss2} KiB")
 if len(after) >= 2:
     first, last = after[0]["rss_kib"], after[-1]["rss_kib"]
     peak = max(r["rss_kib"] for r in after)

@@ -236,6 +236,9 @@ async def main():
                                           "data": {"at": time.time(), "pad": "b" * 200}}))
             except Exception:
                 pass
+    # No longer settled: soak.sh must not read a count from before the leaving.
+    if os.path.exists(a.quiet):
+        os.unlink(a.quiet)
     if tasks:
         await asyncio.wait(tasks, timeout=15)
     # Leave: every connection with a close frame.

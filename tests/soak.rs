@@ -32,12 +32,16 @@ fn churn_soak_at_ci_size_keeps_memory_fds_and_the_gauge_true() {
     let o = Command::new("bash")
         .arg(root.join("bench/soak.sh"))
         .arg("1.5")
-        .env("WARMUP_SECS", "50")
-        // Open defect (RELIABILITY.md, "Churn soak"): with permessage-deflate on half the
-        // clients RSS keeps growing under churn, about 2-3 KB per deflate reconnect; without
-        // deflate it is flat. Until that is fixed CI bounds the growth at 15 % (a gross leak)
-        // and keeps every other criterion exact; the 10-minute run applies 2 %.
-        .env("RSS_MAX_GROWTH_PCT", "15")
+        // RSS judged from 20 s on. With glibc's malloc this size grew 7-9 % from there
+        // (fragmentation under deflate churn, RELIABILITY.md "Churn soak"); with jemalloc
+        // 1.6 % in a debug build (0 in a release one). 5 % fails the first and leaves the
+        // second room for a slower CI machine; the 10-minute run applies 2 %.
+        .env("WARMUP_SECS", "20")
+        .env("RSS_MAX_GROWTH_PCT", "5")
+        // Python's websockets, not bench's wssoak: an independent client (its own framing and
+        // zlib) checks the server here, and 50 reconnects/s needs no release build of ours.
+        .env("CLIENT", "python")
+        .env("RETURN_SECS", "0")
         .env("CONNS", "1000")
         .env("CHURN", "50")
         .env("BIN", common::bin())
