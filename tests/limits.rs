@@ -221,6 +221,38 @@ fn a_proxy_header_from_an_untrusted_peer_is_refused() {
     assert_eq!(rejected(&srv, "proxy_header"), 1.0);
 }
 
+/// Read until the server closes (or the read timeout); what came, and how long it took.
+fn until_closed(s: &mut TcpStream) -> (String, Duration) {
+    let t0 = std::time::Instant::now();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    (String::from_utf8_lossy(&got).into_owned(), t0.elapsed())
+}
+
+#[test]
+fn one_handshake_deadline_covers_the_proxy_header_and_untrusted_peers_are_not_peeked() {
+    let srv = serve_10k(&["--trusted-proxy", "127.0.0.5", "--handshake-timeout", "2"]);
+    // A trusted proxy dribbles the header, then half a request: the connection ends at the
+    // 2 s deadline set at accept, not 2 s after the header (3.5 s).
+    let mut s = connect_from("127.0.0.5", srv.port);
+    s.write_all(b"PROXY TCP4 198.51.100.7 ").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    s.write_all(b"127.0.0.1 4000 9001\r\nGET / HTTP/1.1\r\n")
+        .unwrap();
+    let (r, took) = until_closed(&mut s);
+    assert!(
+        took < Duration::from_millis(1200),
+        "closed after {took:?}: {r}"
+    );
+    assert!(r.starts_with("HTTP/1.1 408"), "{r}");
+    // An untrusted peer's stalled header is not peeked (no PROXY read runs for it): it waits in
+    // the upgrade's read like any slow request, and is answered 408 at the deadline.
+    let mut u = connect_from("127.0.0.6", srv.port);
+    u.write_all(b"PROXY TCP4 198.51.100.7 ").unwrap();
+    let (r, _) = until_closed(&mut u);
+    assert!(r.starts_with("HTTP/1.1 408"), "{r}");
+}
+
 #[test]
 fn without_a_trusted_proxy_a_proxy_header_is_never_honoured() {
     // Nothing trusted by default: the header is not read and the request is bad HTTP.

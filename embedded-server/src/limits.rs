@@ -414,6 +414,11 @@ impl Limits {
         !self.settings.trusted_proxies.is_empty()
     }
 
+    /// Whether a connection from `peer` is peeked for a PROXY header: only a trusted proxy's.
+    pub fn reads_proxy_header_from(&self, peer: IpAddr) -> bool {
+        self.reads_proxy_header() && self.settings.is_trusted(peer)
+    }
+
     /// The client's address for an upgrade request from `peer` (already the PROXY header's
     /// source when there was one): the right-most X-Forwarded-For address that is not itself a
     /// trusted proxy, walking left only while each hop is trusted (nginx's
@@ -596,14 +601,15 @@ pub fn on_first_bytes(
 /// Read the PROXY header a connection may start with, consuming exactly its bytes (what follows
 /// stays unread for TLS or HTTP). It peeks, so nothing is over-read; a header split over
 /// segments (rare: balancers send it in one write) is re-peeked every 5 ms. Bounded by the
-/// handshake timeout. Returns the client's address, or None when the connection was refused
+/// deadline set at accept (the upgrade that follows shares it). Only a trusted proxy's
+/// connections come here, so the re-peek loop is not anyone's to drive. Returns the client's address, or None when the connection was refused
 /// (answered and counted) or failed.
 pub async fn read_proxy_header(
     stream: &tokio::net::TcpStream,
     peer: SocketAddr,
     limits: &Limits,
     metrics: &crate::metrics::Metrics,
-    timeout: Duration,
+    deadline: tokio::time::Instant,
 ) -> Option<SocketAddr> {
     let decide = async {
         let mut buf = vec![0u8; proxy_protocol::MAX_HEADER];
@@ -623,7 +629,7 @@ pub async fn read_proxy_header(
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     };
-    let (out, mut len) = match tokio::time::timeout(timeout, decide).await {
+    let (out, mut len) = match tokio::time::timeout_at(deadline, decide).await {
         Ok(Some(v)) => v,
         Ok(None) => return None,
         Err(_) => {
