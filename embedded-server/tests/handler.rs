@@ -23,6 +23,9 @@ struct Seen {
     kept: Vec<Conn<String>>,
     /// on_close's (code, reason), in order.
     closes: Vec<(u16, String)>,
+    /// What a send after the handler's own close returned (asserted by the test, not inside
+    /// the callback, where a panic is caught and could not fail the test).
+    after_close: Option<Result<(), Closed>>,
 }
 
 /// State: who the connection is (from the query, the cookie, the peer).
@@ -80,8 +83,9 @@ impl Handler for Probe {
             Message::Text("bye") => {
                 let _ = conn.send_text("last words");
                 let _ = conn.close(4002, "bye from the handler");
-                // After the close nothing more goes out.
-                assert_eq!(conn.send_text("too late"), Err(Closed));
+                // After the close nothing more goes out: recorded for the test to assert.
+                let late = conn.send_text("too late");
+                self.seen.lock().unwrap().after_close = Some(late);
             }
             other => {
                 let _ = conn.send(other);
@@ -282,6 +286,7 @@ async fn sends_and_closes_from_anywhere_keep_their_order_and_reason() {
         close_of(next(&mut ws).await),
         (4002, "bye from the handler".into())
     );
+    assert_eq!(seen.lock().unwrap().after_close, Some(Err(Closed)));
 
     // A panicking callback fails its own connection with 1011, nobody else's.
     let (mut ws, _) = connect(url.clone().into_client_request().unwrap())
