@@ -79,6 +79,12 @@ impl Handler for Probe {
                     c.close(4001, "done from a task").unwrap();
                 });
             }
+            Message::Text("ack then publish") => {
+                // The sender is subscribed: its ack (corked) must still arrive first.
+                let _ = conn.subscribe("room");
+                let _ = conn.send_text("ack");
+                conn.publish("room", Message::Text("published"));
+            }
             Message::Text("boom") => panic!("on_message blew up"),
             Message::Text("bye") => {
                 let _ = conn.send_text("last words");
@@ -287,6 +293,15 @@ async fn sends_and_closes_from_anywhere_keep_their_order_and_reason() {
         (4002, "bye from the handler".into())
     );
     assert_eq!(seen.lock().unwrap().after_close, Some(Err(Closed)));
+
+    // A callback's send, then its publish to a room the sender is in: in that order.
+    let (mut ws, _) = connect(url.clone().into_client_request().unwrap())
+        .await
+        .unwrap();
+    next(&mut ws).await;
+    ws.send(Ws::text("ack then publish")).await.unwrap();
+    assert_eq!(next(&mut ws).await, Ws::text("ack"));
+    assert_eq!(next(&mut ws).await, Ws::text("published"));
 
     // A panicking callback fails its own connection with 1011, nobody else's.
     let (mut ws, _) = connect(url.clone().into_client_request().unwrap())
