@@ -284,6 +284,13 @@ fn a_trusted_proxy_sets_the_address_the_cap_counts() {
     let (_e, e) = via(Vec::new(), &xff("203.0.113.1"));
     assert_eq!((d, e), (101, 503));
     assert_eq!(rejected(&srv, "ip_connection_cap"), 2.0);
+    // A hop with a port names the client (before, it was silently the proxy: its own count).
+    let (_f, f) = via(Vec::new(), &xff("203.0.113.1:5678"));
+    assert_eq!(f, 503);
+    // A client hop that is no address is refused and counted, not taken as the proxy.
+    let (_g, g) = via(Vec::new(), &xff("garbage"));
+    assert_eq!(g, 400);
+    assert_eq!(rejected(&srv, "forwarded_for"), 1.0);
     // From an untrusted peer X-Forwarded-For is ignored: the peer itself is counted.
     let mut s = connect_from("127.0.0.6", srv.port);
     assert_eq!(

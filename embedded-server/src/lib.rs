@@ -484,7 +484,22 @@ async fn upgrade<T: Transport, H: Handler>(
     // Abuse limits (limits.rs): the client's address (X-Forwarded-For from a trusted proxy),
     // then the per-address cap and the connection rates. A refusal goes out through the
     // handshake's refusal path below.
-    let peer = ctx.limits.client_addr(peer, &buf[..end]);
+    let Some(peer) = ctx.limits.client_addr(peer, &buf[..end]) else {
+        hub.metrics.reject(Reject::ForwardedFor);
+        tracing::debug!(conn = id, peer = %peer, status = 400, "handshake refused: X-Forwarded-For names no address");
+        let _ = write_all(
+            &stream,
+            &handshake::http_error(
+                400,
+                "Bad Request",
+                "",
+                "X-Forwarded-For: the client hop is not an IP address\n",
+            ),
+        )
+        .await;
+        finish_refusal(&stream).await;
+        return None;
+    };
     let full = hub.len() >= cfg.max_connections;
     let (admitted, decision) = match ctx.limits.admit_request(peer.ip()) {
         Ok(admitted) => (admitted, handshake::respond(&buf[..end], cfg, full)),
