@@ -254,6 +254,34 @@ fn one_handshake_deadline_covers_the_proxy_header_and_untrusted_peers_are_not_pe
 }
 
 #[test]
+fn after_a_proxy_header_x_forwarded_for_is_never_read() {
+    // The client's own address is in the trust list too (one list covers both): its
+    // X-Forwarded-For must still not rename it once the balancer's PROXY header named it.
+    let srv = serve_10k(&[
+        "--max-conns-per-ip",
+        "1",
+        "--trusted-proxy",
+        "127.0.0.5",
+        "--trusted-proxy",
+        "198.51.100.0/24",
+    ]);
+    let xff = |ip: &str| UPGRADE.replace("\r\n\r\n", &format!("\r\nX-Forwarded-For: {ip}\r\n\r\n"));
+    let mut a = connect_from("127.0.0.5", srv.port);
+    let ra = upgrade_with(
+        &mut a,
+        &proxy_v1("198.51.100.7", 4000),
+        &xff("203.0.113.77"),
+    );
+    let mut b = connect_from("127.0.0.5", srv.port);
+    let rb = upgrade_with(
+        &mut b,
+        &proxy_v1("198.51.100.7", 4001),
+        &xff("203.0.113.78"),
+    );
+    assert_eq!((status(&ra), status(&rb)), (101, 503), "{ra}\n{rb}");
+}
+
+#[test]
 fn without_a_trusted_proxy_a_proxy_header_is_never_honoured() {
     // Nothing trusted by default: the header is not read and the request is bad HTTP.
     let srv = serve_10k(&["--max-conns-per-ip", "1"]);

@@ -304,12 +304,20 @@ fn spawn_conn<H: Handler>(
             if let Some(client) =
                 limits::read_proxy_header(&stream, peer, &ctx.limits, &metrics, deadline).await
             {
-                start_conn(stream, client, ctx, stopping, tls.as_ref(), deadline);
+                start_conn(
+                    stream,
+                    client,
+                    ctx,
+                    stopping,
+                    tls.as_ref(),
+                    deadline,
+                    client != peer,
+                );
             }
         });
         return;
     }
-    start_conn(stream, peer, ctx, stopping, tls, deadline);
+    start_conn(stream, peer, ctx, stopping, tls, deadline, false);
 }
 
 fn start_conn<H: Handler>(
@@ -319,6 +327,8 @@ fn start_conn<H: Handler>(
     stopping: Arc<AtomicBool>,
     tls: Option<&TlsConfig>,
     deadline: tokio::time::Instant,
+    // Whether a PROXY header named the client (X-Forwarded-For is then never read).
+    proxied: bool,
 ) {
     use tracing::Instrument;
     let _ = stream.set_nodelay(true);
@@ -328,12 +338,16 @@ fn start_conn<H: Handler>(
     let span = tracing::debug_span!("conn", conn = id, peer = %peer);
     match tls {
         None => {
-            tokio::spawn(handle(stream, peer, id, ctx, stopping, deadline).instrument(span));
+            tokio::spawn(
+                handle(stream, peer, id, ctx, stopping, deadline, proxied).instrument(span),
+            );
         }
         #[cfg(feature = "tls")]
         Some(cfg) => match tls::TlsStream::new(stream, cfg.clone()) {
             Ok(s) => {
-                tokio::spawn(handle(s, peer, id, ctx, stopping, deadline).instrument(span));
+                tokio::spawn(
+                    handle(s, peer, id, ctx, stopping, deadline, proxied).instrument(span),
+                );
             }
             Err(e) => tracing::warn!(conn = id, peer = %peer, "TLS session: {e}"),
         },
@@ -352,12 +366,18 @@ async fn handle<T: Transport, H: Handler>(
     ctx: Arc<Ctx<H>>,
     stopping: Arc<AtomicBool>,
     deadline: tokio::time::Instant,
+    // Whether a PROXY header named the client (X-Forwarded-For is then never read).
+    proxied: bool,
 ) {
     // The upgrade's state (a 2 KiB read chunk, the request, the handler's decision) is boxed:
     // it lives only until the 101 is written, while inline it would stay part of every
     // connection's task for the connection's whole life (about half of an idle connection's
     // memory was that chunk).
-    let Some(up) = Box::pin(upgrade(stream, peer, id, &ctx, &stopping, deadline)).await else {
+    let Some(up) = Box::pin(upgrade(
+        stream, peer, id, &ctx, &stopping, deadline, proxied,
+    ))
+    .await
+    else {
         return;
     };
     tracing::debug!(conn = id, peer = %peer, deflate = up.deflate.is_some(), "connection opened");
@@ -388,6 +408,8 @@ async fn upgrade<T: Transport, H: Handler>(
     ctx: &Arc<Ctx<H>>,
     stopping: &AtomicBool,
     deadline: tokio::time::Instant,
+    // Whether a PROXY header named the client (X-Forwarded-For is then never read).
+    proxied: bool,
 ) -> Option<Upgraded<T, H::State>> {
     let hub = ctx.hub.clone();
     let cfg = &hub.config;
@@ -484,7 +506,14 @@ async fn upgrade<T: Transport, H: Handler>(
     // Abuse limits (limits.rs): the client's address (X-Forwarded-For from a trusted proxy),
     // then the per-address cap and the connection rates. A refusal goes out through the
     // handshake's refusal path below.
-    let Some(peer) = ctx.limits.client_addr(peer, &buf[..end]) else {
+    // A PROXY header's source is the client: X-Forwarded-For (which the client may have
+    // written itself) is read only on a connection that had none.
+    let named = if proxied {
+        Some(peer)
+    } else {
+        ctx.limits.client_addr(peer, &buf[..end])
+    };
+    let Some(peer) = named else {
         hub.metrics.reject(Reject::ForwardedFor);
         tracing::debug!(conn = id, peer = %peer, status = 400, "handshake refused: X-Forwarded-For names no address");
         let _ = write_all(
