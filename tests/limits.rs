@@ -177,7 +177,12 @@ fn a_client_over_its_message_rate_is_closed_with_the_configured_code() {
         Duration::from_secs(5),
         |n| n == 1.0,
     );
-    assert_eq!(srv.metric("ws_closes_sent_total{code=\"1013\"}"), 1.0);
+    // Counted when the close is done with, which may be just after the client read it.
+    srv.wait_metric(
+        "ws_closes_sent_total{code=\"1013\"}",
+        Duration::from_secs(5),
+        |n| n == 1.0,
+    );
     // An exempt address may send as fast as it likes.
     let (mut e, r) = open("127.0.0.4", srv.port);
     assert_eq!(status(&r), 101, "{r}");
@@ -221,6 +226,66 @@ fn a_proxy_header_from_an_untrusted_peer_is_refused() {
     assert_eq!(rejected(&srv, "proxy_header"), 1.0);
 }
 
+/// Read until the server closes (or the read timeout); what came, and how long it took.
+fn until_closed(s: &mut TcpStream) -> (String, Duration) {
+    let t0 = std::time::Instant::now();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    (String::from_utf8_lossy(&got).into_owned(), t0.elapsed())
+}
+
+#[test]
+fn one_handshake_deadline_covers_the_proxy_header_and_untrusted_peers_are_not_peeked() {
+    let srv = serve_10k(&["--trusted-proxy", "127.0.0.5", "--handshake-timeout", "2"]);
+    // A trusted proxy dribbles the header, then half a request: the connection ends at the
+    // 2 s deadline set at accept, not 2 s after the header (3.5 s).
+    let mut s = connect_from("127.0.0.5", srv.port);
+    s.write_all(b"PROXY TCP4 198.51.100.7 ").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    s.write_all(b"127.0.0.1 4000 9001\r\nGET / HTTP/1.1\r\n")
+        .unwrap();
+    let (r, took) = until_closed(&mut s);
+    assert!(
+        took < Duration::from_millis(1200),
+        "closed after {took:?}: {r}"
+    );
+    assert!(r.starts_with("HTTP/1.1 408"), "{r}");
+    // An untrusted peer's stalled header is not peeked (no PROXY read runs for it): it waits in
+    // the upgrade's read like any slow request, and is answered 408 at the deadline.
+    let mut u = connect_from("127.0.0.6", srv.port);
+    u.write_all(b"PROXY TCP4 198.51.100.7 ").unwrap();
+    let (r, _) = until_closed(&mut u);
+    assert!(r.starts_with("HTTP/1.1 408"), "{r}");
+}
+
+#[test]
+fn after_a_proxy_header_x_forwarded_for_is_never_read() {
+    // The client's own address is in the trust list too (one list covers both): its
+    // X-Forwarded-For must still not rename it once the balancer's PROXY header named it.
+    let srv = serve_10k(&[
+        "--max-conns-per-ip",
+        "1",
+        "--trusted-proxy",
+        "127.0.0.5",
+        "--trusted-proxy",
+        "198.51.100.0/24",
+    ]);
+    let xff = |ip: &str| UPGRADE.replace("\r\n\r\n", &format!("\r\nX-Forwarded-For: {ip}\r\n\r\n"));
+    let mut a = connect_from("127.0.0.5", srv.port);
+    let ra = upgrade_with(
+        &mut a,
+        &proxy_v1("198.51.100.7", 4000),
+        &xff("203.0.113.77"),
+    );
+    let mut b = connect_from("127.0.0.5", srv.port);
+    let rb = upgrade_with(
+        &mut b,
+        &proxy_v1("198.51.100.7", 4001),
+        &xff("203.0.113.78"),
+    );
+    assert_eq!((status(&ra), status(&rb)), (101, 503), "{ra}\n{rb}");
+}
+
 #[test]
 fn without_a_trusted_proxy_a_proxy_header_is_never_honoured() {
     // Nothing trusted by default: the header is not read and the request is bad HTTP.
@@ -252,6 +317,13 @@ fn a_trusted_proxy_sets_the_address_the_cap_counts() {
     let (_e, e) = via(Vec::new(), &xff("203.0.113.1"));
     assert_eq!((d, e), (101, 503));
     assert_eq!(rejected(&srv, "ip_connection_cap"), 2.0);
+    // A hop with a port names the client (before, it was silently the proxy: its own count).
+    let (_f, f) = via(Vec::new(), &xff("203.0.113.1:5678"));
+    assert_eq!(f, 503);
+    // A client hop that is no address is refused and counted, not taken as the proxy.
+    let (_g, g) = via(Vec::new(), &xff("garbage"));
+    assert_eq!(g, 400);
+    assert_eq!(rejected(&srv, "forwarded_for"), 1.0);
     // From an untrusted peer X-Forwarded-For is ignored: the peer itself is counted.
     let mut s = connect_from("127.0.0.6", srv.port);
     assert_eq!(

@@ -616,6 +616,9 @@ impl<S> Conn<S> {
     /// encoded once; text also goes to other nodes' subscribers when a cluster backplane is
     /// configured. A hub operation: it works whether or not this connection is still open.
     pub fn publish(&self, channel: &str, msg: Message<'_>) {
+        // The calling callback's batch goes first: a publish may write to a subscriber
+        // (the sender too) directly, ahead of what the callback sent before it.
+        with_current_local(|l| l.commit());
         match msg {
             Message::Text(t) => self.inner.hub.publish_text(channel, t),
             Message::Binary(b) => self.inner.hub.publish_binary(channel, b),
@@ -624,6 +627,8 @@ impl<S> Conn<S> {
 
     /// Send `msg` to every connection (encoded once, relayed to other nodes in a cluster).
     pub fn broadcast(&self, msg: Message<'_>) {
+        // As in `publish`: what this callback sent before goes out first.
+        with_current_local(|l| l.commit());
         self.inner.hub.broadcast(msg.opcode(), msg.as_bytes());
     }
 
@@ -712,6 +717,8 @@ pub(crate) trait Local {
     /// False when nothing can be sent any more (a close went out).
     fn send(&mut self, op: OpCode, payload: &[u8]) -> bool;
     fn send_encoded(&mut self, frame: Bytes) -> bool;
+    /// Write out the batch sent so far (before a publish/broadcast, which may write directly).
+    fn commit(&mut self);
     fn close(&mut self, code: u16, reason: &str) -> bool;
     fn park(&mut self, job: Job);
 }
@@ -751,6 +758,16 @@ fn with_local<R>(key: usize, f: impl FnOnce(&mut dyn Local) -> R) -> Option<R> {
     if cur.0 != key {
         return None;
     }
+    with_scope(cur, f)
+}
+
+/// Run `f` on whichever connection's callback runs on this thread now, if any.
+fn with_current_local<R>(f: impl FnOnce(&mut dyn Local) -> R) -> Option<R> {
+    let cur = SCOPE.with(|s| s.get())?;
+    with_scope(cur, f)
+}
+
+fn with_scope<R>(cur: (usize, LocalPtr), f: impl FnOnce(&mut dyn Local) -> R) -> Option<R> {
     // Taken out while in use, so a nested use (none exists) could not alias it.
     SCOPE.with(|s| s.set(None));
     let _restore = Restore(Some(cur));

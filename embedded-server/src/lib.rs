@@ -290,22 +290,34 @@ fn spawn_conn<H: Handler>(
     stopping: Arc<AtomicBool>,
     tls: Option<&TlsConfig>,
 ) {
-    // Abuse limits (limits.rs): with trusted proxies configured, a connection may start with a
-    // PROXY protocol header naming the client; it is read (before TLS) first.
-    if ctx.limits.reads_proxy_header() {
+    // One deadline from accept covers the PROXY header and the upgrade request together, so a
+    // slow header cannot buy a second full handshake timeout.
+    let deadline = tokio::time::Instant::now() + ctx.hub.config.handshake_timeout;
+    // Abuse limits (limits.rs): a connection from a trusted proxy may start with a PROXY
+    // protocol header naming the client; it is read (before TLS) first. Only a trusted peer's
+    // connection is peeked: anyone else goes straight to the upgrade, where a PROXY header is
+    // refused (`proxy_untrusted`), so no untrusted client can keep the re-peek loop busy.
+    if ctx.limits.reads_proxy_header_from(peer.ip()) {
         let tls = tls.cloned();
         tokio::spawn(async move {
-            let timeout = ctx.hub.config.handshake_timeout;
             let metrics = ctx.hub.metrics.clone();
             if let Some(client) =
-                limits::read_proxy_header(&stream, peer, &ctx.limits, &metrics, timeout).await
+                limits::read_proxy_header(&stream, peer, &ctx.limits, &metrics, deadline).await
             {
-                start_conn(stream, client, ctx, stopping, tls.as_ref());
+                start_conn(
+                    stream,
+                    client,
+                    ctx,
+                    stopping,
+                    tls.as_ref(),
+                    deadline,
+                    client != peer,
+                );
             }
         });
         return;
     }
-    start_conn(stream, peer, ctx, stopping, tls);
+    start_conn(stream, peer, ctx, stopping, tls, deadline, false);
 }
 
 fn start_conn<H: Handler>(
@@ -314,6 +326,9 @@ fn start_conn<H: Handler>(
     ctx: Arc<Ctx<H>>,
     stopping: Arc<AtomicBool>,
     tls: Option<&TlsConfig>,
+    deadline: tokio::time::Instant,
+    // Whether a PROXY header named the client (X-Forwarded-For is then never read).
+    proxied: bool,
 ) {
     use tracing::Instrument;
     let _ = stream.set_nodelay(true);
@@ -323,12 +338,16 @@ fn start_conn<H: Handler>(
     let span = tracing::debug_span!("conn", conn = id, peer = %peer);
     match tls {
         None => {
-            tokio::spawn(handle(stream, peer, id, ctx, stopping).instrument(span));
+            tokio::spawn(
+                handle(stream, peer, id, ctx, stopping, deadline, proxied).instrument(span),
+            );
         }
         #[cfg(feature = "tls")]
         Some(cfg) => match tls::TlsStream::new(stream, cfg.clone()) {
             Ok(s) => {
-                tokio::spawn(handle(s, peer, id, ctx, stopping).instrument(span));
+                tokio::spawn(
+                    handle(s, peer, id, ctx, stopping, deadline, proxied).instrument(span),
+                );
             }
             Err(e) => tracing::warn!(conn = id, peer = %peer, "TLS session: {e}"),
         },
@@ -346,12 +365,19 @@ async fn handle<T: Transport, H: Handler>(
     id: u64,
     ctx: Arc<Ctx<H>>,
     stopping: Arc<AtomicBool>,
+    deadline: tokio::time::Instant,
+    // Whether a PROXY header named the client (X-Forwarded-For is then never read).
+    proxied: bool,
 ) {
     // The upgrade's state (a 2 KiB read chunk, the request, the handler's decision) is boxed:
     // it lives only until the 101 is written, while inline it would stay part of every
     // connection's task for the connection's whole life (about half of an idle connection's
     // memory was that chunk).
-    let Some(up) = Box::pin(upgrade(stream, peer, id, &ctx, &stopping)).await else {
+    let Some(up) = Box::pin(upgrade(
+        stream, peer, id, &ctx, &stopping, deadline, proxied,
+    ))
+    .await
+    else {
         return;
     };
     tracing::debug!(conn = id, peer = %peer, deflate = up.deflate.is_some(), "connection opened");
@@ -381,12 +407,16 @@ async fn upgrade<T: Transport, H: Handler>(
     id: u64,
     ctx: &Arc<Ctx<H>>,
     stopping: &AtomicBool,
+    deadline: tokio::time::Instant,
+    // Whether a PROXY header named the client (X-Forwarded-For is then never read).
+    proxied: bool,
 ) -> Option<Upgraded<T, H::State>> {
     let hub = ctx.hub.clone();
     let cfg = &hub.config;
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
-    let read = tokio::time::timeout(
-        cfg.handshake_timeout,
+    // The deadline was set at accept (a PROXY header's read came out of it).
+    let read = tokio::time::timeout_at(
+        deadline,
         read_request(&stream, &mut buf, cfg.max_header_bytes),
     )
     .await;
@@ -425,6 +455,29 @@ async fn upgrade<T: Transport, H: Handler>(
             return None;
         }
     };
+    // A PROXY header from a peer not trusted (a trusted one's was read before the upgrade):
+    // refused and counted as such, not honoured and not mistaken for a bad request.
+    if ctx.limits.reads_proxy_header()
+        && !matches!(
+            proxy_protocol::parse(&buf),
+            Ok(proxy_protocol::Parsed::NotProxy)
+        )
+    {
+        hub.metrics.reject(Reject::ProxyUntrusted);
+        tracing::debug!(conn = id, peer = %peer, status = 400, "handshake refused: PROXY header from a peer that is not a trusted proxy");
+        let _ = write_all(
+            &stream,
+            &handshake::http_error(
+                400,
+                "Bad Request",
+                "",
+                "PROXY protocol header from a peer that is not a trusted proxy\n",
+            ),
+        )
+        .await;
+        finish_refusal(&stream).await;
+        return None;
+    }
     if stopping.load(Relaxed) {
         hub.metrics.reject(Reject::Shutdown);
         let _ = write_all(
@@ -453,7 +506,29 @@ async fn upgrade<T: Transport, H: Handler>(
     // Abuse limits (limits.rs): the client's address (X-Forwarded-For from a trusted proxy),
     // then the per-address cap and the connection rates. A refusal goes out through the
     // handshake's refusal path below.
-    let peer = ctx.limits.client_addr(peer, &buf[..end]);
+    // A PROXY header's source is the client: X-Forwarded-For (which the client may have
+    // written itself) is read only on a connection that had none.
+    let named = if proxied {
+        Some(peer)
+    } else {
+        ctx.limits.client_addr(peer, &buf[..end])
+    };
+    let Some(peer) = named else {
+        hub.metrics.reject(Reject::ForwardedFor);
+        tracing::debug!(conn = id, peer = %peer, status = 400, "handshake refused: X-Forwarded-For names no address");
+        let _ = write_all(
+            &stream,
+            &handshake::http_error(
+                400,
+                "Bad Request",
+                "",
+                "X-Forwarded-For: the client hop is not an IP address\n",
+            ),
+        )
+        .await;
+        finish_refusal(&stream).await;
+        return None;
+    };
     let full = hub.len() >= cfg.max_connections;
     let (admitted, decision) = match ctx.limits.admit_request(peer.ip()) {
         Ok(admitted) => (admitted, handshake::respond(&buf[..end], cfg, full)),

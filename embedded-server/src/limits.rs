@@ -414,33 +414,36 @@ impl Limits {
         !self.settings.trusted_proxies.is_empty()
     }
 
+    /// Whether a connection from `peer` is peeked for a PROXY header: only a trusted proxy's.
+    pub fn reads_proxy_header_from(&self, peer: IpAddr) -> bool {
+        self.reads_proxy_header() && self.settings.is_trusted(peer)
+    }
+
     /// The client's address for an upgrade request from `peer` (already the PROXY header's
     /// source when there was one): the right-most X-Forwarded-For address that is not itself a
     /// trusted proxy, walking left only while each hop is trusted (nginx's
-    /// `real_ip_recursive on`); `peer` itself when it is not trusted or names no one.
-    pub fn client_addr(&self, peer: SocketAddr, request: &[u8]) -> SocketAddr {
+    /// `real_ip_recursive on`); `peer` itself when it is not trusted or names no one. A hop may
+    /// carry a port or brackets (`1.2.3.4:5678`, `[2001:db8::1]:443`, `[::1]`). None when the
+    /// hop that would name the client is unparsable: refused, never silently the proxy (which
+    /// would put every such client in the proxy's own count).
+    pub fn client_addr(&self, peer: SocketAddr, request: &[u8]) -> Option<SocketAddr> {
         if !self.settings.is_trusted(peer.ip()) {
-            return peer;
+            return Some(peer);
         }
         let mut client = peer.ip();
         for hop in forwarded_for(request).iter().rev() {
-            match hop.parse::<IpAddr>() {
-                Ok(ip) => {
-                    client = ip;
-                    if !self.settings.is_trusted(ip) {
-                        break;
-                    }
-                }
-                // A garbled hop: stop at the last address known good.
-                Err(_) => break,
+            let ip = parse_hop(hop)?;
+            client = ip;
+            if !self.settings.is_trusted(ip) {
+                break;
             }
         }
-        if client == peer.ip() {
+        Some(if client == peer.ip() {
             peer
         } else {
-            // The forwarded header names no port.
+            // The forwarded header names no port (one it names is the proxy's view, unused).
             SocketAddr::new(client, 0)
-        }
+        })
     }
 
     /// An upgrade from `client` (see `client_addr`): `admit`, and whether it is exempt.
@@ -566,6 +569,21 @@ fn forwarded_for(request: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// One X-Forwarded-For hop: an address, with or without a port, IPv6 bracketed or not.
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    let hop = hop.trim();
+    if let Ok(ip) = hop.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Ok(sa) = hop.parse::<SocketAddr>() {
+        return Some(sa.ip());
+    }
+    hop.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .and_then(|h| h.parse::<std::net::Ipv6Addr>().ok())
+        .map(IpAddr::V6)
+}
+
 /// What reading a connection's PROXY header decided.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ProxyOutcome {
@@ -596,14 +614,15 @@ pub fn on_first_bytes(
 /// Read the PROXY header a connection may start with, consuming exactly its bytes (what follows
 /// stays unread for TLS or HTTP). It peeks, so nothing is over-read; a header split over
 /// segments (rare: balancers send it in one write) is re-peeked every 5 ms. Bounded by the
-/// handshake timeout. Returns the client's address, or None when the connection was refused
+/// deadline set at accept (the upgrade that follows shares it). Only a trusted proxy's
+/// connections come here, so the re-peek loop is not anyone's to drive. Returns the client's address, or None when the connection was refused
 /// (answered and counted) or failed.
 pub async fn read_proxy_header(
     stream: &tokio::net::TcpStream,
     peer: SocketAddr,
     limits: &Limits,
     metrics: &crate::metrics::Metrics,
-    timeout: Duration,
+    deadline: tokio::time::Instant,
 ) -> Option<SocketAddr> {
     let decide = async {
         let mut buf = vec![0u8; proxy_protocol::MAX_HEADER];
@@ -623,7 +642,7 @@ pub async fn read_proxy_header(
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     };
-    let (out, mut len) = match tokio::time::timeout(timeout, decide).await {
+    let (out, mut len) = match tokio::time::timeout_at(deadline, decide).await {
         Ok(Some(v)) => v,
         Ok(None) => return None,
         Err(_) => {
@@ -867,20 +886,27 @@ mod tests {
         };
         let lb: SocketAddr = "10.0.0.2:5000".parse().unwrap();
         let stranger: SocketAddr = "198.51.100.1:5000".parse().unwrap();
-        assert_eq!(l.client_addr(stranger, &req("203.0.113.9")), stranger);
-        assert_eq!(
-            l.client_addr(lb, &req("203.0.113.9")).ip(),
-            ip("203.0.113.9")
-        );
+        let addr = |peer, xff: &str| l.client_addr(peer, &req(xff)).map(|a| a.ip());
+        assert_eq!(l.client_addr(stranger, &req("203.0.113.9")), Some(stranger));
+        assert_eq!(addr(lb, "203.0.113.9"), Some(ip("203.0.113.9")));
         // Spoofed hops to the left of the first untrusted address are ignored.
         assert_eq!(
-            l.client_addr(lb, &req("1.1.1.1, 203.0.113.9, 192.168.1.1"))
-                .ip(),
-            ip("203.0.113.9")
+            addr(lb, "1.1.1.1, 203.0.113.9, 192.168.1.1"),
+            Some(ip("203.0.113.9"))
         );
-        // No header, or garbage: the proxy itself.
-        assert_eq!(l.client_addr(lb, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"), lb);
-        assert_eq!(l.client_addr(lb, &req("nonsense")).ip(), lb.ip());
+        // Hops with a port or brackets name the client too, never the proxy.
+        assert_eq!(addr(lb, "1.2.3.4:5678"), Some(ip("1.2.3.4")));
+        assert_eq!(addr(lb, "[2001:db8::1]:443"), Some(ip("2001:db8::1")));
+        assert_eq!(addr(lb, "[::1]"), Some(ip("::1")));
+        // No header: the proxy itself. Garbage where the client should be: refused.
+        assert_eq!(
+            l.client_addr(lb, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Some(lb)
+        );
+        assert_eq!(addr(lb, "nonsense"), None);
+        assert_eq!(addr(lb, "1.1.1.1, nonsense"), None);
+        // Garbage left of the first untrusted hop is never read.
+        assert_eq!(addr(lb, "nonsense, 203.0.113.9"), Some(ip("203.0.113.9")));
     }
 
     #[test]

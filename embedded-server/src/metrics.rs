@@ -32,9 +32,11 @@ pub enum Reject {
     ProxyUntrusted,
     /// A malformed PROXY protocol header from a trusted peer (400).
     ProxyHeader,
+    /// A trusted proxy's X-Forwarded-For whose client hop is not an address (400).
+    ForwardedFor,
 }
 
-const REJECT_NAMES: [&str; 13] = [
+const REJECT_NAMES: [&str; 14] = [
     "bad_request",
     "version",
     "origin",
@@ -48,6 +50,7 @@ const REJECT_NAMES: [&str; 13] = [
     "global_rate_limit",
     "proxy_untrusted",
     "proxy_header",
+    "forwarded_for",
 ];
 /// Close codes counted individually (1005: a close without a code); others land in "other".
 const CLOSE_CODES: [u16; 11] = [
@@ -111,7 +114,7 @@ pub struct Metrics {
     pub connections: AtomicI64,
     /// Upgrades accepted.
     pub accepted: AtomicU64,
-    rejected: [AtomicU64; 13],
+    rejected: [AtomicU64; 14],
     /// Data messages received.
     pub messages_in: AtomicU64,
     /// Data messages sent (a broadcast counts once per recipient).

@@ -23,6 +23,9 @@ struct Seen {
     kept: Vec<Conn<String>>,
     /// on_close's (code, reason), in order.
     closes: Vec<(u16, String)>,
+    /// What a send after the handler's own close returned (asserted by the test, not inside
+    /// the callback, where a panic is caught and could not fail the test).
+    after_close: Option<Result<(), Closed>>,
 }
 
 /// State: who the connection is (from the query, the cookie, the peer).
@@ -76,12 +79,19 @@ impl Handler for Probe {
                     c.close(4001, "done from a task").unwrap();
                 });
             }
+            Message::Text("ack then publish") => {
+                // The sender is subscribed: its ack (corked) must still arrive first.
+                let _ = conn.subscribe("room");
+                let _ = conn.send_text("ack");
+                conn.publish("room", Message::Text("published"));
+            }
             Message::Text("boom") => panic!("on_message blew up"),
             Message::Text("bye") => {
                 let _ = conn.send_text("last words");
                 let _ = conn.close(4002, "bye from the handler");
-                // After the close nothing more goes out.
-                assert_eq!(conn.send_text("too late"), Err(Closed));
+                // After the close nothing more goes out: recorded for the test to assert.
+                let late = conn.send_text("too late");
+                self.seen.lock().unwrap().after_close = Some(late);
             }
             other => {
                 let _ = conn.send(other);
@@ -282,6 +292,16 @@ async fn sends_and_closes_from_anywhere_keep_their_order_and_reason() {
         close_of(next(&mut ws).await),
         (4002, "bye from the handler".into())
     );
+    assert_eq!(seen.lock().unwrap().after_close, Some(Err(Closed)));
+
+    // A callback's send, then its publish to a room the sender is in: in that order.
+    let (mut ws, _) = connect(url.clone().into_client_request().unwrap())
+        .await
+        .unwrap();
+    next(&mut ws).await;
+    ws.send(Ws::text("ack then publish")).await.unwrap();
+    assert_eq!(next(&mut ws).await, Ws::text("ack"));
+    assert_eq!(next(&mut ws).await, Ws::text("published"));
 
     // A panicking callback fails its own connection with 1011, nobody else's.
     let (mut ws, _) = connect(url.clone().into_client_request().unwrap())

@@ -221,6 +221,12 @@ impl<T: Transport, H: Handler> Local for Sink<'_, T, H> {
         pushed
     }
 
+    fn commit(&mut self) {
+        if !self.st.close_sent {
+            write::commit(self.io, self.shared, &self.ctx.hub.metrics, self.st);
+        }
+    }
+
     fn close(&mut self, code: u16, reason: &str) -> bool {
         if self.st.close_sent {
             return false;
