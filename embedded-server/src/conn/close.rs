@@ -86,22 +86,8 @@ pub(super) fn fail<T: Transport, H>(
     if st.close_sent {
         return;
     }
-    let mut body = code.to_be_bytes().to_vec();
-    body.extend_from_slice(why.as_bytes());
-    shared.stop_queueing(code);
-    send(
-        io,
-        shared,
-        &ctx.hub.metrics,
-        st,
-        OpCode::Close,
-        &body,
-        usize::MAX,
-    );
-    st.close_unwritten = Some(code);
-    st.close_sent_code = Some(code);
-    st.close_sent = true;
-    st.close_deadline = Some(Instant::now() + CLOSE_WAIT);
+    // The close itself goes out as an application's does; only the state above differs.
+    close_from_app(io, shared, ctx, st, code, why);
 }
 
 /// The application closes from one of its callbacks: the close goes out after the replies
