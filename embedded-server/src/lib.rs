@@ -423,19 +423,16 @@ async fn upgrade<T: Transport, H: Handler>(
     let end = match read {
         Ok(Ok(Some(end))) => end,
         Ok(Ok(None)) => {
-            hub.metrics.reject(Reject::TooLarge);
             tracing::debug!(conn = id, peer = %peer, status = 431, "handshake refused: request header too large");
-            let _ = write_all(
+            refuse(
                 &stream,
-                &handshake::http_error(
-                    431,
-                    "Request Header Fields Too Large",
-                    "",
-                    "request header too large\n",
-                ),
+                &hub.metrics,
+                Reject::TooLarge,
+                431,
+                "Request Header Fields Too Large",
+                "request header too large\n",
             )
             .await;
-            finish_refusal(&stream).await;
             return None;
         }
         Ok(Err(_)) => return None,
@@ -463,19 +460,16 @@ async fn upgrade<T: Transport, H: Handler>(
             Ok(proxy_protocol::Parsed::NotProxy)
         )
     {
-        hub.metrics.reject(Reject::ProxyUntrusted);
         tracing::debug!(conn = id, peer = %peer, status = 400, "handshake refused: PROXY header from a peer that is not a trusted proxy");
-        let _ = write_all(
+        refuse(
             &stream,
-            &handshake::http_error(
-                400,
-                "Bad Request",
-                "",
-                "PROXY protocol header from a peer that is not a trusted proxy\n",
-            ),
+            &hub.metrics,
+            Reject::ProxyUntrusted,
+            400,
+            "Bad Request",
+            "PROXY protocol header from a peer that is not a trusted proxy\n",
         )
         .await;
-        finish_refusal(&stream).await;
         return None;
     }
     if stopping.load(Relaxed) {
@@ -514,19 +508,16 @@ async fn upgrade<T: Transport, H: Handler>(
         ctx.limits.client_addr(peer, &buf[..end])
     };
     let Some(peer) = named else {
-        hub.metrics.reject(Reject::ForwardedFor);
         tracing::debug!(conn = id, peer = %peer, status = 400, "handshake refused: X-Forwarded-For names no address");
-        let _ = write_all(
+        refuse(
             &stream,
-            &handshake::http_error(
-                400,
-                "Bad Request",
-                "",
-                "X-Forwarded-For: the client hop is not an IP address\n",
-            ),
+            &hub.metrics,
+            Reject::ForwardedFor,
+            400,
+            "Bad Request",
+            "X-Forwarded-For: the client hop is not an IP address\n",
         )
         .await;
-        finish_refusal(&stream).await;
         return None;
     };
     let full = hub.len() >= cfg.max_connections;
@@ -626,19 +617,17 @@ async fn ask_handler<T: Transport, H: Handler>(
             (500, "internal error".to_string())
         }
     };
-    hub.metrics.reject(metrics::Reject::Handler);
     tracing::debug!(conn = id, peer = %peer, status, "upgrade refused by the application");
-    let _ = write_all(
+    let body = format!("{body}\n");
+    refuse(
         stream,
-        &handshake::http_error(
-            status,
-            handler::reason_phrase(status),
-            "",
-            &format!("{body}\n"),
-        ),
+        &hub.metrics,
+        metrics::Reject::Handler,
+        status,
+        handler::reason_phrase(status),
+        &body,
     )
     .await;
-    finish_refusal(stream).await;
     None
 }
 
@@ -666,6 +655,21 @@ async fn read_request<T: Transport>(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Refuse an upgrade: count it under `reason`, answer `status` with `body`, and close without
+/// a reset (every refusal of a read request goes this way).
+async fn refuse<T: Transport>(
+    stream: &T,
+    metrics: &metrics::Metrics,
+    reason: Reject,
+    status: u16,
+    phrase: &str,
+    body: &str,
+) {
+    metrics.reject(reason);
+    let _ = write_all(stream, &handshake::http_error(status, phrase, "", body)).await;
+    finish_refusal(stream).await;
 }
 
 /// After a refusal: FIN after the response, then read and discard what the client still sends
