@@ -83,6 +83,9 @@ struct State {
     batch: Vec<u8>,
 }
 
+/// For the idle-bytes breakdown (`memory::idle_layout`).
+pub(crate) const STATE_BYTES: usize = std::mem::size_of::<State>();
+
 impl State {
     fn new(partial: Vec<u8>, deflate: Option<Box<DeflateState>>) -> State {
         State {
