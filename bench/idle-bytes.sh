@@ -15,5 +15,5 @@ echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 |
 for run in $(seq "$RUNS"); do
   echo "## run $run"
   IDLE_CONNS=$N cargo test --release -q -p embedded-server --no-default-features --test idle_bytes -- --ignored --nocapture 2>&1 \
-    | grep -E '^(\||idle|task|type|heap|RSS|kernel)'
+    | grep -E '^(\||idle|task|type|heap|RSS|kernel|last)'
 done

@@ -27,13 +27,24 @@ static LIVE: [AtomicI64; EXACT + 1] = [ZERO; EXACT + 1];
 /// Live bytes as requested, and as jemalloc rounded them.
 static REQUESTED: AtomicI64 = AtomicI64::new(0);
 static USABLE: AtomicI64 = AtomicI64::new(0);
-/// Usable bytes by requested size (the rounding of each row).
+/// Usable bytes by requested size (the rounding of each row), and requested bytes (for the
+/// large bucket, whose sizes differ).
 static USABLE_BY_SIZE: [AtomicI64; EXACT + 1] = [ZERO; EXACT + 1];
+static REQUESTED_BY_SIZE: [AtomicI64; EXACT + 1] = [ZERO; EXACT + 1];
+
+/// The sizes of the last large allocations (> EXACT), to name the tables behind that row.
+static LARGE: [AtomicI64; 16] = [ZERO; 16];
+static LARGE_NEXT: AtomicI64 = AtomicI64::new(0);
 
 fn count(size: usize, usable: usize, sign: i64) {
     let i = size.min(EXACT);
+    if size > EXACT {
+        let k = LARGE_NEXT.fetch_add(1, Relaxed) as usize % LARGE.len();
+        LARGE[k].store(sign * size as i64, Relaxed);
+    }
     LIVE[i].fetch_add(sign, Relaxed);
     USABLE_BY_SIZE[i].fetch_add(sign * usable as i64, Relaxed);
+    REQUESTED_BY_SIZE[i].fetch_add(sign * size as i64, Relaxed);
     REQUESTED.fetch_add(sign * size as i64, Relaxed);
     USABLE.fetch_add(sign * usable as i64, Relaxed);
 }
@@ -80,6 +91,7 @@ pub static malloc_conf: &[u8; 34] = b"dirty_decay_ms:0,muzzy_decay_ms:0\0";
 struct Snapshot {
     live: Vec<i64>,
     usable_by_size: Vec<i64>,
+    requested_by_size: Vec<i64>,
     requested: i64,
     usable: i64,
     rss: i64,
@@ -124,14 +136,29 @@ fn slab() -> Vec<(String, i64)> {
         .collect()
 }
 
-fn snapshot() -> Snapshot {
+/// Fills `s` in place: both snapshots' buffers exist before the first one is taken, so the
+/// harness's own tables are in neither difference.
+fn snapshot(s: &mut Snapshot) {
+    for (i, a) in LIVE.iter().enumerate() {
+        s.live[i] = a.load(Relaxed);
+        s.usable_by_size[i] = USABLE_BY_SIZE[i].load(Relaxed);
+        s.requested_by_size[i] = REQUESTED_BY_SIZE[i].load(Relaxed);
+    }
+    s.requested = REQUESTED.load(Relaxed);
+    s.usable = USABLE.load(Relaxed);
+    s.rss = rss_bytes();
+    s.slab = slab();
+}
+
+fn empty() -> Snapshot {
     Snapshot {
-        live: LIVE.iter().map(|a| a.load(Relaxed)).collect(),
-        usable_by_size: USABLE_BY_SIZE.iter().map(|a| a.load(Relaxed)).collect(),
-        requested: REQUESTED.load(Relaxed),
-        usable: USABLE.load(Relaxed),
-        rss: rss_bytes(),
-        slab: slab(),
+        live: vec![0; EXACT + 1],
+        usable_by_size: vec![0; EXACT + 1],
+        requested_by_size: vec![0; EXACT + 1],
+        requested: 0,
+        usable: 0,
+        rss: 0,
+        slab: Vec::with_capacity(16),
     }
 }
 
@@ -209,10 +236,11 @@ fn idle_connection_bytes() {
     open(&mut clients, port, warm, &held, warm);
     // Let the upgrades' transient state go (boxed handshake, request buffers).
     std::thread::sleep(Duration::from_secs(2));
-    let before = snapshot();
+    let (mut before, mut after) = (empty(), empty());
+    snapshot(&mut before);
     open(&mut clients, port, n, &held, warm + n);
     std::thread::sleep(Duration::from_secs(3));
-    let after = snapshot();
+    snapshot(&mut after);
     let per = |a: i64, b: i64| (b - a) as f64 / n as f64;
     println!("idle connections: {n} (after {warm} warm-up), {workers} worker threads");
     println!(
@@ -228,12 +256,13 @@ fn idle_connection_bytes() {
     for i in 0..=EXACT {
         let d = after.live[i] - before.live[i];
         let u = after.usable_by_size[i] - before.usable_by_size[i];
+        let r = after.requested_by_size[i] - before.requested_by_size[i];
         if u.abs() as f64 / n as f64 >= 0.5 || d.abs() as f64 / n as f64 >= 0.05 {
-            rows.push((i, d, u));
+            rows.push((i, d, u, r));
         }
     }
     rows.sort_by_key(|r| -r.2);
-    for (i, d, u) in rows {
+    for (i, d, u, r) in rows {
         let label = if i == EXACT {
             format!(">{EXACT}")
         } else {
@@ -242,10 +271,16 @@ fn idle_connection_bytes() {
         println!(
             "| {label} | {:.3} | {:.1} | {:.1} |",
             d as f64 / n as f64,
-            d as f64 * i.min(EXACT) as f64 / n as f64,
+            r as f64 / n as f64,
             u as f64 / n as f64
         );
     }
+    let large: Vec<i64> = LARGE
+        .iter()
+        .map(|a| a.load(Relaxed))
+        .filter(|&x| x != 0)
+        .collect();
+    println!("last large allocations (+) and frees (-), bytes: {large:?}");
     println!(
         "heap per connection: requested {:.1} B, usable (jemalloc) {:.1} B",
         per(before.requested, after.requested),
