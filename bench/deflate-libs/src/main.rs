@@ -82,7 +82,11 @@ impl Codec for ZlibRs {
         out.reserve(msg.len() + msg.len() / 8 + 1024);
         let before = self.c.total_out();
         self.c
-            .compress_uninit(msg, out.spare_capacity_mut(), zlib_rs::DeflateFlush::SyncFlush)
+            .compress_uninit(
+                msg,
+                out.spare_capacity_mut(),
+                zlib_rs::DeflateFlush::SyncFlush,
+            )
             .expect("zlib-rs compress");
         let n = (self.c.total_out() - before) as usize;
         // SAFETY: zlib-rs initialised `n` bytes of the spare capacity.
@@ -127,7 +131,10 @@ struct Libdeflate {
 impl Codec for Libdeflate {
     fn compress(&mut self, msg: &[u8], out: &mut Vec<u8>) {
         out.resize(self.c.deflate_compress_bound(msg.len()), 0);
-        let n = self.c.deflate_compress(msg, out).expect("libdeflate compress");
+        let n = self
+            .c
+            .deflate_compress(msg, out)
+            .expect("libdeflate compress");
         out.truncate(n);
     }
 
@@ -266,6 +273,24 @@ impl Codec for Isal {
     }
 }
 
+/// What the server does since issue 16 for a message sent without context: igzip compresses
+/// (embedded-server/src/deflate/igzip.rs: level 1, default level buffer, reset per message)
+/// and zlib-rs inflates (deflate.rs's `Decompressor`).
+struct Wired {
+    c: Isal,
+    d: ZlibRs,
+}
+
+impl Codec for Wired {
+    fn compress(&mut self, msg: &[u8], out: &mut Vec<u8>) {
+        self.c.compress(msg, out)
+    }
+
+    fn inflate(&mut self, wire: &[u8], out: &mut Vec<u8>, size: usize) {
+        self.d.inflate(wire, out, size)
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -285,7 +310,10 @@ fn measure(name: &str, mode: &str, msgs: &[&[u8]], runs: usize, make: &dyn Fn() 
             let t1 = cpu_ns();
             codec.inflate(&z, &mut out, m.len());
             let t2 = cpu_ns();
-            assert!(out == *m, "{name} {mode}: the round trip changed the message");
+            assert!(
+                out == *m,
+                "{name} {mode}: the round trip changed the message"
+            );
             c_ns += t1 - t0;
             d_ns += t2 - t1;
             wire += z.len();
@@ -310,7 +338,8 @@ fn main() {
         eprintln!("usage: deflate-libs MESSAGES_FILE MESSAGE_SIZE RUNS");
         std::process::exit(3);
     }
-    let data = std::fs::read(&args[1]).expect("the messages file (bench/deflate_libs.py writes it)");
+    let data =
+        std::fs::read(&args[1]).expect("the messages file (bench/deflate_libs.py writes it)");
     let size: usize = args[2].parse().expect("MESSAGE_SIZE");
     let runs: usize = args[3].parse().expect("RUNS");
     let msgs: Vec<&[u8]> = data.chunks(size).collect();
@@ -320,15 +349,37 @@ fn main() {
         // this feed), so level 2 shows what zlib-rs costs at a ratio near the others'.
         for level in [1, 2] {
             let name = format!("zlib-rs 0.6 level {level}");
-            measure(&name, mode, &msgs, runs, &|| Box::new(ZlibRs::new(takeover, level)));
+            measure(&name, mode, &msgs, runs, &|| {
+                Box::new(ZlibRs::new(takeover, level))
+            });
         }
         for (label, buf) in [
-            ("isa-l 2.31 (level_buf 276 KiB)", isal::ISAL_DEF_LVL1_DEFAULT as usize),
-            ("isa-l 2.31 (level_buf 24 KiB)", isal::ISAL_DEF_LVL1_MIN as usize),
+            (
+                "isa-l 2.31 (level_buf 276 KiB)",
+                isal::ISAL_DEF_LVL1_DEFAULT as usize,
+            ),
+            (
+                "isa-l 2.31 (level_buf 24 KiB)",
+                isal::ISAL_DEF_LVL1_MIN as usize,
+            ),
         ] {
-            measure(label, mode, &msgs, runs, &|| Box::new(Isal::new(takeover, buf)));
+            measure(label, mode, &msgs, runs, &|| {
+                Box::new(Isal::new(takeover, buf))
+            });
         }
         if !takeover {
+            measure(
+                "wstune: isa-l compress + zlib-rs inflate",
+                mode,
+                &msgs,
+                runs,
+                &|| {
+                    Box::new(Wired {
+                        c: Isal::new(false, isal::ISAL_DEF_LVL1_DEFAULT as usize),
+                        d: ZlibRs::new(false, 1),
+                    })
+                },
+            );
             measure("libdeflate 1.26", mode, &msgs, runs, &|| {
                 Box::new(Libdeflate {
                     c: libdeflater::Compressor::new(libdeflater::CompressionLvl::new(1).unwrap()),
