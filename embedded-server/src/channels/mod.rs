@@ -20,7 +20,7 @@ use std::sync::Arc;
 /// Subscriptions one connection may hold when the operator sets none: far above what a real
 /// client needs, low enough that one connection cannot grow the hub's maps (and the time it
 /// holds the hub's lock on close) without bound.
-pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 256;
+pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 1024;
 
 /// The longest channel name (bytes), for the WebSocket protocol and the HTTP API alike.
 pub const MAX_CHANNEL_NAME: usize = 256;
