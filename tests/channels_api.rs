@@ -454,6 +454,17 @@ async fn bad_input_gets_clear_errors_counted_and_the_server_keeps_serving() {
     let big = format!(r#"{{"channel":"a","data":"{}"}}"#, "x".repeat(10_000));
     let (code, body) = publish(&s, &d, &big);
     assert!(code == 413 && body.contains("4096"), "{code} {body}");
+    // The same sent at once by a client that does not wait for 100-continue: the 413 still
+    // arrives (the unread body must not turn the close into a reset that destroys it).
+    let r = common::http(
+        s.admin,
+        format!(
+            "POST /api/publish HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
+             Content-Length: {}\r\n\r\n{big}",
+            big.len()
+        ),
+    );
+    assert_eq!(status_of(&r), 413, "{r}");
     // No length, chunked: 411.
     let auth = format!("Authorization: Bearer {KEY}\r\n");
     let r = common::http(
@@ -508,7 +519,7 @@ async fn bad_input_gets_clear_errors_counted_and_the_server_keeps_serving() {
     );
     assert_eq!(
         s.metric(r#"ws_api_requests_total{route="publish",code="413"}"#),
-        1.0
+        2.0
     );
     assert_eq!(
         s.metric(r#"ws_api_requests_total{route="publish",code="411"}"#),

@@ -498,9 +498,15 @@ async fn write(stream: &mut TcpStream, r: Reply) -> std::io::Result<()> {
     );
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(r.body.as_bytes()).await?;
-    // Let the client read the answer before the close (an unread request body would turn the
-    // close into a reset that can destroy the answer in flight).
+    // FIN, then read (discarding) until the client's FIN, for at most a second: closing with a
+    // request body still unread (a 413 answered from the length alone) would send a reset,
+    // which can destroy the answer before the client reads it.
     let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut sink = [0u8; 8192];
+        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
     Ok(())
 }
 

@@ -221,7 +221,9 @@ impl Hub {
         }
     }
 
-    /// Add `conn` to `channel`. False when the connection has ended (nothing is added).
+    /// Add `conn` to `channel`. False when the connection has ended (nothing is added). No
+    /// cap: an application subscribing on a client's request should use
+    /// [`Hub::subscribe_capped`], as the channels protocol does.
     pub fn subscribe(&self, conn: &Arc<Shared>, channel: &str) -> bool {
         self.subscribe_capped(conn, channel, usize::MAX) != Subscribed::Ended
     }
@@ -519,5 +521,30 @@ impl Hub {
         for c in self.conns.read().unwrap().values() {
             let _ = c.request_close(code);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_subscription_cap_counts_distinct_channels_and_frees_on_unsubscribe() {
+        let hub = Hub::new(ServerConfig::default(), Arc::new(Metrics::default()));
+        let c = hub.register();
+        assert_eq!(hub.subscribe_capped(&c, "a", 2), Subscribed::Added);
+        assert_eq!(hub.subscribe_capped(&c, "a", 2), Subscribed::Already);
+        assert_eq!(hub.subscribe_capped(&c, "b", 2), Subscribed::Added);
+        assert_eq!(hub.subscribe_capped(&c, "c", 2), Subscribed::Full);
+        // A channel already held is not refused at the cap.
+        assert_eq!(hub.subscribe_capped(&c, "b", 2), Subscribed::Already);
+        assert!(hub.unsubscribe(&c, "a"));
+        assert_eq!(hub.subscribe_capped(&c, "c", 2), Subscribed::Added);
+        let mut counts = hub.channel_counts();
+        counts.sort();
+        assert_eq!(counts, vec![("b".to_string(), 1), ("c".to_string(), 1)]);
+        hub.unregister(&c);
+        assert!(hub.channel_counts().is_empty());
+        assert_eq!(hub.subscribe_capped(&c, "d", 2), Subscribed::Ended);
     }
 }
