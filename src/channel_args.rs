@@ -55,6 +55,7 @@ fn secret(
                 p.display()
             )
         })?;
+        warn_if_shared(p, what);
         Ok(Some((text, format!("{what} {}", p.display()))))
     };
     if let Some(p) = flag {
@@ -146,4 +147,24 @@ fn source(from: &str) -> &'static str {
     } else {
         "profile"
     }
+}
+
+/// A secret file every local user can read is no secret: say so (ssh refuses such keys; a
+/// warning is enough here, since the operator may rely on the directory's mode).
+fn warn_if_shared(p: &Path, what: &str) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(m) = std::fs::metadata(p) {
+            if m.permissions().mode() & 0o004 != 0 {
+                eprintln!(
+                    "wstune: warning: {what} {}: every local user can read this secret; \
+                     chmod 600 it (or 640 with a group for the service)",
+                    p.display()
+                );
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (p, what);
 }

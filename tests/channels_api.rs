@@ -24,6 +24,13 @@ fn secrets() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     std::fs::write(d.path().join("api-key"), format!("{KEY}\n")).unwrap();
     std::fs::write(d.path().join("jwt-secret"), format!("{SECRET}\n")).unwrap();
+    // One shared secret file (the server warns), one private (it does not).
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |n: &str, m: u32| {
+        std::fs::set_permissions(d.path().join(n), std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    mode("api-key", 0o644);
+    mode("jwt-secret", 0o600);
     std::fs::write(
         d.path().join("auth-header"),
         format!("Authorization: Bearer {KEY}\n"),
@@ -256,6 +263,12 @@ async fn an_http_publish_with_the_key_reaches_subscribers_and_without_it_gets_40
         s.log_text().contains("api key"),
         "the settings table says a key is set"
     );
+    assert!(
+        s.log_text()
+            .contains("every local user can read this secret"),
+        "a world-readable key file is warned about: {}",
+        s.log_text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -376,6 +389,10 @@ async fn a_token_for_a_gets_a_and_is_refused_b_and_bad_tokens_get_401() {
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", s.pid())).unwrap();
     assert!(!String::from_utf8_lossy(&cmdline).contains(SECRET));
     assert!(!s.log_text().contains(SECRET) && !s.log_text().contains(KEY));
+    assert!(
+        !s.log_text().contains("every local user"),
+        "a 0600 secret is not warned about"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
