@@ -202,6 +202,14 @@ async fn an_http_publish_with_the_key_reaches_subscribers_and_without_it_gets_40
     assert_eq!(json(&body)["channels"], serde_json::json!({"a": 1}));
     let (_, body) = curl(s.admin, "GET", "/api/channels/a", Some(&h), "");
     assert_eq!(json(&body)["subscribers"], 1);
+    // Names are percent-decoded from the path (a `+` stays a `+`).
+    let mut odd = connect(s.port, "", None).await.unwrap();
+    assert!(subscribe(&mut odd, "x+y/z").await.contains("subscribed"));
+    for p in ["/api/channels/x%2By%2Fz", "/api/channels/x+y%2Fz"] {
+        let (_, body) = curl(s.admin, "GET", p, Some(&h), "");
+        assert_eq!(json(&body)["subscribers"], 1, "{p}: {body}");
+    }
+    drop(odd);
     // Without the key, or with another: 401, and nothing is delivered.
     let (code, body) = curl(
         s.admin,

@@ -304,7 +304,11 @@ where
                 "/api/channels" => Some(Endpoint::Channels),
                 p => p
                     .strip_prefix("/api/channels/")
-                    .map(|n| Endpoint::Channel(crate::handler::percent_decode(n).into_owned())),
+                    // A `+` in a path is itself, not a space (that is the query's rule).
+                    .map(|n| {
+                        let n = n.replace('+', "%2B");
+                        Endpoint::Channel(crate::handler::percent_decode(&n).into_owned())
+                    }),
             };
             route_label = endpoint.as_ref().map_or("api_other", Endpoint::label);
             let presented = header("authorization")
