@@ -42,6 +42,7 @@
 
 pub mod admin;
 pub mod apps;
+pub mod channels;
 pub mod config;
 mod conn;
 pub mod deflate;
@@ -95,7 +96,11 @@ impl Server<Builtin> {
     /// [`ServerConfig::handler`]): what `wstune serve` runs.
     pub fn new(config: ServerConfig) -> Server<Builtin> {
         let app = Builtin::from_config(&config);
-        Server::with_handler(config, app)
+        let server = Server::with_handler(config, app);
+        if let Builtin::Channels(app) = server.handler() {
+            app.count_into(server.hub.channel_metrics.clone());
+        }
+        server
     }
 }
 
