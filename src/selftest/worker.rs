@@ -218,6 +218,22 @@ async fn run(spec: WorkerSpec) {
     let elapsed = measure_from.elapsed().as_secs_f64();
     let start_us = start.duration_since(sh.epoch).as_micros() as u64;
     let cpu = cpu_secs() - cpu0.get();
+    emit_result(
+        &sh,
+        cpu,
+        elapsed,
+        start_us,
+        storm_connect_errors.or(first_error),
+    );
+    // The connections close only now, after the result (see `Shared::finished`).
+    let finished = std::mem::take(&mut *sh.finished.borrow_mut());
+    for (_r, mut w) in finished {
+        let _ = w.close().await;
+    }
+}
+
+/// The worker's result, one JSON line on stdout.
+fn emit_result(sh: &Shared, cpu: f64, elapsed: f64, start_us: u64, first_error: Option<String>) {
     let c = sh.c.borrow();
     let mut hist_bytes = Vec::new();
     use hdrhistogram::serialization::Serializer;
@@ -243,14 +259,9 @@ async fn run(spec: WorkerSpec) {
         rounds: c.rounds.clone(),
         last_echo_secs: c.last_echo_us.saturating_sub(start_us) as f64 / 1e6,
         lost: c.lost,
-        first_error: storm_connect_errors.or(first_error),
+        first_error,
         peak_rss_bytes: super::peak_rss(std::process::id()),
     }));
-    drop((c, service));
-    let finished = std::mem::take(&mut *sh.finished.borrow_mut());
-    for (_r, mut w) in finished {
-        let _ = w.close().await;
-    }
 }
 
 /// Open this worker's connections: at most 256 handshakes in flight, paced by the ramp.
