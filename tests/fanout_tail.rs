@@ -10,8 +10,19 @@ use serde_json::Value;
 fn echo_rate(port: u16, format: &str) -> std::process::Output {
     let url = format!("ws://127.0.0.1:{port}/");
     run(&[
-        "selftest", "--url", &url, "--profile", "10k", "--conns", "20", "--rate", "10", "--secs",
-        "2", "--format", format,
+        "selftest",
+        "--url",
+        &url,
+        "--profile",
+        "10k",
+        "--conns",
+        "20",
+        "--rate",
+        "10",
+        "--secs",
+        "2",
+        "--format",
+        format,
     ])
 }
 
@@ -30,7 +41,9 @@ fn echo_rate_reports_service_latency_beside_the_scheduled_one() {
     let v = json_of(&o);
     let sc = &v["scenarios"][0];
     let service = &sc["service_latency_ms"];
-    let count = service["count"].as_u64().expect("a service latency summary");
+    let count = service["count"]
+        .as_u64()
+        .expect("a service latency summary");
     // Every echo is in both histograms (warm-up excluded from both).
     assert_eq!(count, sc["latency_ms"]["count"].as_u64().unwrap(), "{sc:#}");
     assert!(count > 0);
