@@ -383,6 +383,24 @@ pub fn table(r: &Report) -> String {
         if let Some(o) = s.offered_rate {
             notes.push(format!("offered {}/s", num(o)));
         }
+        if let Some(l) = s.service_latency_ms.as_ref().filter(|l| l.count > 0) {
+            notes.push(format!(
+                "from the send: p50 {} / p99 {} / p99.9 {} / max {} ms",
+                num(l.p50),
+                num(l.p99),
+                num(l.p999),
+                num(l.max)
+            ));
+        }
+        if s.workers > 0 {
+            // Each generator process is one thread: what is left of its cores is the margin
+            // by which the load could grow before the generator, not the server, is the limit.
+            let busy = s.generator.cpu_pct / s.workers as f64;
+            notes.push(format!(
+                "generator headroom {:.0}%",
+                (100.0 - busy).max(0.0)
+            ));
+        }
         if let Some(e) = s.echoes_per_server_cpu_sec {
             notes.push(format!("{} echoes per server CPU-s", num(e)));
         }
