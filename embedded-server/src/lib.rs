@@ -27,7 +27,7 @@
 //! }
 //!
 //! # async fn demo() -> std::io::Result<()> {
-//! let server = Server::with_handler(ServerConfig::default(), Shout);
+//! let server = Server::with_handler(ServerConfig::default(), Shout).expect("valid");
 //! let listeners = embedded_server::bind("127.0.0.1:0".parse().unwrap(), false, 1)?;
 //! let shutdown = embedded_server::shutdown_signal()?;
 //! server.run(listeners, shutdown).await
@@ -59,6 +59,7 @@ pub mod proxy_protocol;
 pub mod tls;
 pub mod transport;
 pub mod utf8;
+pub mod wstune;
 
 pub use apps::Builtin;
 pub use config::{App, BackpressureClose, ConfigError, ServerConfig, SimulatedWork};
@@ -92,30 +93,48 @@ pub struct Server<H: Handler = Builtin> {
 
 impl Server<Builtin> {
     /// The built-in application `config` names ([`ServerConfig::app`] and
-    /// [`ServerConfig::handler`]): what `wstune serve` runs.
+    /// [`ServerConfig::handler`]): what `wstune serve` runs. Unlike [`Server::with_handler`]
+    /// it trusts `config`: `wstune` validates it first, naming the flag or profile key that
+    /// set a bad value, which this layer cannot know.
     pub fn new(config: ServerConfig) -> Server<Builtin> {
         let app = Builtin::from_config(&config);
-        Server::with_handler(config, app)
+        Server::build(config, app)
     }
 }
 
 impl<H: Handler> Server<H> {
-    /// A server running `handler`; starts the offload pool when the handler uses one
-    /// ([`Handler::uses_offload`]). `config.app` and `config.handler` are the built-in apps'
-    /// and are not used here. Must be called inside a tokio runtime only for `run`.
-    pub fn with_handler(config: ServerConfig, handler: H) -> Server<H> {
+    /// A server running `handler`, once `config` passes [`ServerConfig::validate`] (a bad
+    /// value would otherwise misbehave at run time: every message refused, every connection
+    /// timed out). The offload pool starts with the server when the handler asks for it
+    /// ([`Handler::uses_offload`]), else on the first offloaded job. `config.app` and
+    /// `config.handler` are the built-in apps' and are not used here.
+    ///
+    /// ```
+    /// use embedded_server::{ConfigError, Server, ServerConfig};
+    /// # struct App;
+    /// # impl embedded_server::Handler for App {
+    /// #     type State = ();
+    /// #     fn on_upgrade(&self, _: &embedded_server::Request<'_>) -> embedded_server::Upgrade<()> {
+    /// #         embedded_server::Upgrade::accept(())
+    /// #     }
+    /// #     fn on_message(&self, _: &embedded_server::Conn, _: embedded_server::Message<'_>) {}
+    /// # }
+    /// let bad = ServerConfig { max_frame_bytes: 2 << 20, max_message_bytes: 1 << 20, ..Default::default() };
+    /// assert!(matches!(Server::with_handler(bad, App), Err(ConfigError::FrameAboveMessage { .. })));
+    /// ```
+    pub fn with_handler(config: ServerConfig, handler: H) -> Result<Server<H>, ConfigError> {
+        config.validate()?;
+        Ok(Server::build(config, handler))
+    }
+
+    fn build(config: ServerConfig, handler: H) -> Server<H> {
         let metrics = Arc::new(Metrics::default());
         metrics
             .inflate_budget_bytes
             .store(config.inflate_budget() as u64, Relaxed);
-        let offload = handler.uses_offload().then(|| {
-            let threads = if config.offload_pool_size == 0 {
-                num_cpus()
-            } else {
-                config.offload_pool_size
-            };
-            offload::start(threads, config.offload_queue_size, metrics.clone())
-        });
+        let offload = handler
+            .uses_offload()
+            .then(|| offload::start_for(&config, metrics.clone()));
         let limits = Arc::new(limits::Limits::new(config.limits.clone()));
         let hub = Arc::new(Hub::new(config, metrics));
         if let Some(tx) = offload {
@@ -266,12 +285,6 @@ pub fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
             let _ = tokio::signal::ctrl_c().await;
         })
     }
-}
-
-fn num_cpus() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
 }
 
 #[cfg(feature = "tls")]
