@@ -10,7 +10,8 @@
 //! - the per-address connection cap reached: HTTP 503 Service Unavailable with
 //!   `Retry-After: 1` (a condition that ends when one of its connections closes; nginx's
 //!   `limit_conn` answers 503 too);
-//! - a connection over its message rate: closed with `message_rate_close`, 1008 (policy
+//! - a connection over its message rate (every frame counts but a close: data frames and
+//!   each fragment, pings, pongs): closed with `message_rate_close`, 1008 (policy
 //!   violation, the default: the client misbehaves) or 1013 (try again later, for
 //!   deployments whose clients reconnect and back off on it);
 //! - a PROXY header from a peer not in the trusted list, or a malformed one: HTTP 400 and the
@@ -178,7 +179,9 @@ pub struct LimitSettings {
     pub connection_rate_per_ip: Option<Rate>,
     /// New connections server-wide (a reconnect storm is spread instead of taken at once).
     pub connection_rate: Option<Rate>,
-    /// Messages per connection.
+    /// Frames per connection: each data frame (an unfragmented message is one; a fragmented
+    /// one costs a token per fragment), ping and pong. Close frames are free, so a client over
+    /// the rate can still close cleanly.
     pub message_rate: Option<Rate>,
     /// The close code for a connection over its message rate: 1008 or 1013.
     pub message_rate_close: u16,
