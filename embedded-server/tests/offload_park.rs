@@ -121,3 +121,76 @@ async fn a_parked_connection_still_closes_and_its_job_still_runs() {
     .await
     .unwrap();
 }
+
+struct Lazy;
+
+impl Handler for Lazy {
+    type State = ();
+    fn on_upgrade(&self, _req: &Request<'_>) -> Upgrade<()> {
+        Upgrade::accept(())
+    }
+    fn on_message(&self, conn: &Conn, msg: Message<'_>) {
+        if msg.as_bytes() == b"offload" {
+            let reply = conn.clone();
+            conn.offload(move || {
+                let _ = reply.send_text("done");
+            })
+            .unwrap();
+        } else {
+            let _ = conn.send(msg);
+        }
+    }
+}
+
+type Client =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn next_text(ws: &mut Client) -> String {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+            Ok(Some(Ok(Ws::Text(t)))) => return t.to_string(),
+            Ok(Some(Ok(_))) => continue,
+            other => panic!("expected a reply, got {other:?}"),
+        }
+    }
+}
+
+/// Threads of this process whose name starts with `prefix` (Linux).
+fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|n| n.starts_with(prefix))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn the_offload_pool_starts_on_first_use_not_with_the_server() {
+    let config = ServerConfig {
+        offload_pool_size: 3,
+        ..ServerConfig::default()
+    };
+    let server = Server::with_handler(config, Lazy).unwrap();
+    let hub = server.hub();
+    let listeners = embedded_server::bind("127.0.0.1:0".parse().unwrap(), false, 1).unwrap();
+    let addr = listeners[0].local_addr().unwrap();
+    tokio::spawn(async move { server.run(listeners, std::future::pending()).await });
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    // An echo needs no pool: none is started (a handler that never offloads has no threads).
+    ws.send(Ws::Text("hi".into())).await.unwrap();
+    assert_eq!(next_text(&mut ws).await, "hi");
+    assert_eq!(hub.metrics.offload_threads.load(SeqCst), 0);
+    // The first offload starts the configured pool, once.
+    for _ in 0..2 {
+        ws.send(Ws::Text("offload".into())).await.unwrap();
+        assert_eq!(next_text(&mut ws).await, "done");
+    }
+    assert_eq!(hub.metrics.offload_threads.load(SeqCst), 3);
+    if cfg!(target_os = "linux") {
+        assert!(threads_named("ws-offload-") >= 3);
+    }
+}
