@@ -508,7 +508,10 @@ impl<S> Conn<S> {
         &self.inner.state
     }
 
-    /// The server's hub: broadcast to everyone, publish, metrics, the connection count.
+    /// The server's hub: broadcast to everyone, publish, metrics, the connection count. Not
+    /// part of the stable API (the built-in channels app uses it); [`Conn::publish`],
+    /// [`Conn::broadcast`] and [`Conn::subscribe`] are.
+    #[doc(hidden)]
     pub fn hub(&self) -> &Arc<Hub> {
         &self.inner.hub
     }

@@ -34,40 +34,61 @@
 //! # }
 //! ```
 //!
-//! Public API and its stability: see the crate's README (semver; the modules below `handler`
-//! that `wstune` itself uses, such as `frame`, `deflate` and `outbox`, are public but may change
-//! in a minor release while the crate is 0.x).
+//! # Stability
+//!
+//! What this documentation shows is the API the crate keeps (semver; see the crate's README
+//! for the list). Items hidden from it (`#[doc(hidden)]`: the built-in apps, the hub, the frame
+//! codec, the offload pool's internals, ...) are public only because the `wstune` binary uses
+//! them, and may change in any release.
 
 #![warn(missing_docs)]
 
+#[doc(hidden)]
 pub mod admin;
+#[doc(hidden)]
 pub mod apps;
 pub mod config;
 mod conn;
+#[doc(hidden)]
 pub mod deflate;
+#[doc(hidden)]
 pub mod frame;
 pub mod handler;
+#[doc(hidden)]
 pub mod handshake;
+#[doc(hidden)]
 pub mod hub;
 pub mod limits;
+#[doc(hidden)]
 pub mod memory;
+#[doc(hidden)]
 pub mod metrics;
+#[doc(hidden)]
 pub mod offload;
+#[doc(hidden)]
 pub mod outbox;
+#[doc(hidden)]
 pub mod proxy_protocol;
 #[cfg(feature = "tls")]
 pub mod tls;
+#[doc(hidden)]
 pub mod transport;
+#[doc(hidden)]
 pub mod utf8;
 pub mod wstune;
 
+#[doc(hidden)]
 pub use apps::Builtin;
-pub use config::{App, BackpressureClose, ConfigError, ServerConfig, SimulatedWork};
+#[doc(hidden)]
+pub use config::{App, SimulatedWork};
+pub use config::{BackpressureClose, ConfigError, ServerConfig};
 pub use deflate::DeflateSettings;
 pub use handler::{
     Closed, Conn, Encoded, Handler, Message, OffloadError, OwnedMessage, Request, Upgrade,
 };
+#[doc(hidden)]
 pub use hub::Hub;
+pub use limits::{Cidr, LimitSettings, LimitsError, Rate};
 
 use conn::Ctx;
 use metrics::{Metrics, Reject};
@@ -93,9 +114,10 @@ pub struct Server<H: Handler = Builtin> {
 
 impl Server<Builtin> {
     /// The built-in application `config` names ([`ServerConfig::app`] and
-    /// [`ServerConfig::handler`]): what `wstune serve` runs. Unlike [`Server::with_handler`]
+    /// [`ServerConfig::handler`]): what `wstune serve` runs. Not part of the stable API. Unlike [`Server::with_handler`]
     /// it trusts `config`: `wstune` validates it first, naming the flag or profile key that
     /// set a bad value, which this layer cannot know.
+    #[doc(hidden)]
     pub fn new(config: ServerConfig) -> Server<Builtin> {
         let app = Builtin::from_config(&config);
         Server::build(config, app)
@@ -164,9 +186,23 @@ impl<H: Handler> Server<H> {
         self
     }
 
-    /// The hub: broadcast, publish, metrics, connection count.
+    /// The hub: broadcast, publish, metrics, connection count. Not part of the stable API
+    /// (what `wstune` itself uses); [`Server::serve_admin`] serves its metrics.
+    #[doc(hidden)]
     pub fn hub(&self) -> Arc<Hub> {
         self.hub.clone()
+    }
+
+    /// Serve `GET /metrics` (Prometheus text: connections, messages, the offload pool's
+    /// queue and its jobs' wall/CPU/run-queue times, what `wstune pool --measure` reads) and
+    /// `GET /healthz` (JSON) on `listener` until `shutdown` completes. Keep it off the
+    /// WebSocket port (127.0.0.1 by default) so it can be firewalled apart.
+    pub fn serve_admin(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        admin::serve(listener, self.hub.clone(), shutdown)
     }
 
     /// Accept on every listener until `shutdown` completes; then stop accepting, close every

@@ -285,6 +285,7 @@ fn now_ns() -> u64 {
     epoch.elapsed().as_nanos() as u64
 }
 
+#[doc(hidden)]
 /// A per-connection message bucket: the theoretical arrival time, 0 when new (full), or
 /// `EXEMPT` for a connection from an exempt address. Lives in `outbox::Shared`; only the
 /// connection's own task touches it, so relaxed loads and stores suffice.
@@ -315,6 +316,7 @@ impl MessageBucket {
     }
 }
 
+#[doc(hidden)]
 /// A refused upgrade: why, and the response to write.
 #[derive(Debug)]
 pub struct Refusal {
@@ -342,6 +344,7 @@ struct Shard {
     sweep_at: usize,
 }
 
+#[doc(hidden)]
 /// The limits' state for one server.
 #[derive(Debug)]
 pub struct Limits {
@@ -354,6 +357,7 @@ pub struct Limits {
     shards: Vec<Mutex<Shard>>,
 }
 
+#[doc(hidden)]
 /// An admitted connection's part in the limits, held while it is open.
 #[derive(Debug)]
 pub struct Admitted {
@@ -363,6 +367,7 @@ pub struct Admitted {
     pub exempt: bool,
 }
 
+#[doc(hidden)]
 /// Holds one connection's place in its address's count; gives it back when dropped.
 #[derive(Debug)]
 pub struct Slot {
@@ -587,6 +592,7 @@ fn parse_hop(hop: &str) -> Option<IpAddr> {
         .map(IpAddr::V6)
 }
 
+#[doc(hidden)]
 /// What reading a connection's PROXY header decided.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ProxyOutcome {
@@ -596,6 +602,7 @@ pub enum ProxyOutcome {
     Refuse(Reject, &'static str),
 }
 
+#[doc(hidden)]
 /// Decide on the first bytes of a connection from `peer` (see `read_proxy_header`).
 pub fn on_first_bytes(
     settings: &LimitSettings,
@@ -614,6 +621,7 @@ pub fn on_first_bytes(
     })
 }
 
+#[doc(hidden)]
 /// Read the PROXY header a connection may start with, consuming exactly its bytes (what follows
 /// stays unread for TLS or HTTP). It peeks, so nothing is over-read; a header split over
 /// segments (rare: balancers send it in one write) is re-peeked every 5 ms. Bounded by the

@@ -189,7 +189,7 @@ impl Launch {
         let (stop_admin, admin_stopped) = tokio::sync::oneshot::channel::<()>();
         if let Some(a) = self.admin {
             let l = tokio::net::TcpListener::bind(a).await?;
-            tokio::spawn(crate::admin::serve(l, server.hub(), async move {
+            tokio::spawn(server.serve_admin(l, async move {
                 let _ = admin_stopped.await;
             }));
         }
