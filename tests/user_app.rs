@@ -322,3 +322,18 @@ fn ctrl_c_stops_the_users_server_with_the_run() {
         running_with(&marker).is_empty()
     });
 }
+
+#[test]
+fn flags_that_do_not_apply_to_a_users_server_are_refused() {
+    for (args, says) in [
+        (&["--handler", "block:20"][..], "drop --handler"),
+        (&["--processes", "2"][..], "drop --processes"),
+    ] {
+        let o = run(&[&["serve", "--self-test", "--command", "./srv"], args].concat());
+        assert_eq!(code(&o), 3, "{}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{}", stderr(&o));
+    }
+    // --command belongs to the self-test.
+    let o = run(&["serve", "--command", "./srv"]);
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+}

@@ -309,6 +309,9 @@ pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
         if a.command.is_some() && a.processes.is_some() {
             bail!("--self-test --command runs your program as it starts itself (one process, or as many as it forks): drop --processes");
         }
+        if a.command.is_some() && a.handler != "echo" {
+            bail!("--handler {} simulates work in the built-in echo; with --command your program's own handler runs: drop --handler", a.handler);
+        }
         if a.app != args::AppArg::Echo || a.cluster.is_some() || a.reuseport {
             bail!("--self-test starts its own echo and broadcast instances on loopback, so --app, --cluster and --reuseport do not apply; measure such a server with `wstune selftest --url` (and --pid)");
         }
