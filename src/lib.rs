@@ -8,6 +8,7 @@
 pub mod apply;
 pub mod bench;
 pub mod catalog;
+pub mod channel_args;
 pub mod cli;
 pub mod cluster;
 pub mod cmd;

@@ -1,22 +1,74 @@
-//! The admin listener (127.0.0.1 by default): `GET /healthz` and `GET /metrics` (Prometheus).
-//! Kept off the WebSocket port so it can be firewalled separately and never competes with
-//! upgrades.
+//! The admin listener (127.0.0.1 by default): `GET /healthz`, `GET /metrics` (Prometheus) and
+//! the channels app's HTTP API for backends (`/api/*`, see [`crate::channels::api`]). Kept off
+//! the WebSocket port so it can be firewalled separately and never competes with upgrades.
+//!
+//! Requests are parsed with `httparse`, one per connection (`Connection: close`). The API:
+//!
+//! - every `/api/*` route needs the API key (`Authorization: Bearer KEY` or `X-API-Key: KEY`):
+//!   401 without it or with another; with no key configured the API is off (403), whatever
+//!   address the listener is on (a loopback admin port is reachable by every local user and
+//!   every process of the host, so loopback is no authentication);
+//! - a POST body needs a `Content-Length` (411 without; chunked bodies are refused with 411
+//!   too) of at most [`Gate::max_body`] bytes (413), arriving within 10 s;
+//! - `Expect: 100-continue` (curl sends it for bodies over 1 KiB) is answered at once;
+//! - every answer is counted in `ws_api_requests_total{route,code}`.
 
+use crate::channels::api::{self, ApiCall, ApiKey, Endpoint};
 use crate::hub::Hub;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
-/// Serve the admin endpoints (`/metrics`, `/healthz`) on `listener` until `shutdown` completes.
+/// The longest request head accepted (431 above it).
+pub const MAX_HEAD: usize = 8192;
+/// How long a request head may take to arrive.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request body may take to arrive.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serve the admin endpoints (`/metrics`, `/healthz`) on `listener` until `shutdown`
+/// completes, with the HTTP API off (no key): see [`serve_with`].
 pub async fn serve(listener: TcpListener, hub: Arc<Hub>, shutdown: impl Future<Output = ()>) {
-    serve_routes(listener, shutdown, move |route| {
-        let hub = hub.clone();
+    let gate = Arc::new(Gate::new(None, hub.config.max_message_bytes));
+    let app = app_name(&hub);
+    serve_with(listener, hub, gate, app, shutdown).await
+}
+
+/// The `--app` a server runs, when it is not channels (what the API's 409 names).
+pub fn app_name(hub: &Hub) -> Option<String> {
+    match hub.config.app {
+        crate::App::Channels => None,
+        crate::App::Echo => Some("--app echo".into()),
+        crate::App::Broadcast => Some("--app broadcast".into()),
+    }
+}
+
+/// Serve `/healthz`, `/metrics` and the channels API of `hub` behind `gate`. `app` names the
+/// application when it is not the channels app (the API then answers 409).
+pub async fn serve_with(
+    listener: TcpListener,
+    hub: Arc<Hub>,
+    gate: Arc<Gate>,
+    app: Option<String>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let counts = gate.clone();
+    let app: Arc<Option<String>> = Arc::new(app);
+    serve_routes(listener, shutdown, gate, move |route| {
+        let (hub, counts, app) = (hub.clone(), counts.clone(), app.clone());
         async move {
             match route {
-                Route::Healthz => ("200 OK", healthz_body(&hub)),
-                Route::Metrics => ("200 OK", render(&hub)),
+                Route::Healthz => (200, healthz_body(&hub)),
+                Route::Metrics => {
+                    let mut m = render(&hub);
+                    counts.render_counts(&mut m, "ws_api_requests_total");
+                    (200, m)
+                }
+                Route::Api(call) => api::answer(&hub, &call, app.as_deref()),
             }
         }
     })
@@ -24,87 +76,442 @@ pub async fn serve(listener: TcpListener, hub: Arc<Hub>, shutdown: impl Future<O
 }
 
 /// What the admin listener was asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Route {
-    /// `/healthz`: JSON health.
+    /// `GET /healthz`: JSON health.
     Healthz,
-    /// `/metrics`: Prometheus text.
+    /// `GET /metrics`: Prometheus text.
     Metrics,
+    /// An `/api/*` request whose key, method and body were checked.
+    Api(ApiCall),
 }
 
-/// Serve `GET /healthz` (JSON) and `GET /metrics` (Prometheus text) on `listener` until
-/// `shutdown`, each answered by `answer(route)` as (status line, body); anything else gets 404
-/// or 405. A server process and the `--processes` supervisor both answer through this, so their
-/// endpoints behave alike. A request head must arrive within 5 s and fit in 4 KiB.
+/// The HTTP API's key and body cap, and the count of every admin answer.
+#[derive(Debug)]
+pub struct Gate {
+    key: Option<ApiKey>,
+    /// The largest POST body accepted, bytes.
+    pub max_body: usize,
+    counts: Mutex<BTreeMap<(&'static str, u16), u64>>,
+}
+
+impl Gate {
+    /// A gate for `key` (None: the API is off) and bodies up to `max_body` bytes.
+    pub fn new(key: Option<ApiKey>, max_body: usize) -> Gate {
+        let mut counts = BTreeMap::new();
+        // One series from the start, so the family is never empty.
+        counts.insert(("publish", 200), 0);
+        Gate {
+            key,
+            max_body,
+            counts: Mutex::new(counts),
+        }
+    }
+
+    /// The API key, if one is configured.
+    pub fn key(&self) -> Option<&ApiKey> {
+        self.key.as_ref()
+    }
+
+    fn count(&self, route: &'static str, code: u16) {
+        *self
+            .counts
+            .lock()
+            .unwrap()
+            .entry((route, code))
+            .or_default() += 1;
+    }
+
+    /// Answers counted so far for `route` with `code`.
+    pub fn counted(&self, route: &str, code: u16) -> u64 {
+        let m = self.counts.lock().unwrap();
+        m.iter()
+            .filter(|((r, c), _)| *r == route && *c == code)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Append the answers counted, as the counter family `name`, to `o`.
+    pub fn render_counts(&self, o: &mut String, name: &str) {
+        let _ = writeln!(
+            o,
+            "# HELP {name} Admin listener answers, by route and HTTP status.\n# TYPE {name} counter"
+        );
+        for ((route, code), n) in self.counts.lock().unwrap().iter() {
+            let _ = writeln!(o, "{name}{{route=\"{route}\",code=\"{code}\"}} {n}");
+        }
+    }
+}
+
+fn phrase(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        411 => "Length Required",
+        413 => "Content Too Large",
+        431 => "Request Header Fields Too Large",
+        s => crate::handler::reason_phrase(s),
+    }
+}
+
+/// Serve `GET /healthz` (JSON), `GET /metrics` (Prometheus text) and `/api/*` (JSON, behind
+/// `gate`) on `listener` until `shutdown`, each answered by `answer(route)` as (status, body);
+/// anything else gets 404 or 405. A server process and the `--processes` supervisor both
+/// answer through this, so their endpoints behave alike. A request head must arrive within
+/// 5 s and fit in [`MAX_HEAD`] bytes.
 pub async fn serve_routes<F, Fut>(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
+    gate: Arc<Gate>,
     answer: F,
 ) where
     F: Fn(Route) -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = (&'static str, String)> + Send,
+    Fut: Future<Output = (u16, String)> + Send,
 {
     tokio::pin!(shutdown);
     loop {
-        let (mut stream, _) = tokio::select! {
+        let (stream, _) = tokio::select! {
             _ = &mut shutdown => return,
             r = listener.accept() => match r {
                 Ok(s) => s,
                 Err(_) => continue,
             },
         };
-        let answer = answer.clone();
+        let (answer, gate) = (answer.clone(), gate.clone());
         tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            let mut n = 0;
-            let read = tokio::time::timeout(Duration::from_secs(5), async {
-                while n < buf.len() {
-                    let r = stream.read(&mut buf[n..]).await?;
-                    if r == 0 {
-                        break;
-                    }
-                    n += r;
-                    if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
-                }
-                Ok::<_, std::io::Error>(())
-            })
-            .await;
-            if !matches!(read, Ok(Ok(()))) {
-                return;
-            }
-            let line = String::from_utf8_lossy(&buf[..n])
-                .lines()
-                .next()
-                .unwrap_or("")
-                .to_string();
-            let mut words = line.split_whitespace();
-            let (method, path) = (words.next(), words.next().unwrap_or("/"));
-            let (status, ctype, body) = match (method, path) {
-                (Some("GET"), "/healthz") => {
-                    let (status, body) = answer(Route::Healthz).await;
-                    (status, "application/json", body)
-                }
-                (Some("GET"), "/metrics") => {
-                    let (status, body) = answer(Route::Metrics).await;
-                    (status, "text/plain; version=0.0.4", body)
-                }
-                (Some("GET"), _) => (
-                    "404 Not Found",
-                    "text/plain",
-                    "try /healthz or /metrics\n".to_string(),
-                ),
-                _ => (
-                    "405 Method Not Allowed",
-                    "text/plain",
-                    "GET only\n".to_string(),
-                ),
-            };
-            let resp = format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-            let _ = stream.write_all(resp.as_bytes()).await;
+            let _ = one_request(stream, &gate, answer).await;
         });
     }
+}
+
+/// An answer: status, content type, body, extra header lines.
+struct Reply {
+    status: u16,
+    ctype: &'static str,
+    body: String,
+    extra: &'static str,
+}
+
+fn json_error(status: u16, msg: &str) -> Reply {
+    Reply {
+        status,
+        ctype: "application/json",
+        body: api::error(status, msg).1,
+        extra: "",
+    }
+}
+
+async fn one_request<F, Fut>(mut stream: TcpStream, gate: &Gate, answer: F) -> std::io::Result<()>
+where
+    F: Fn(Route) -> Fut,
+    Fut: Future<Output = (u16, String)>,
+{
+    let mut buf = vec![0u8; MAX_HEAD];
+    let mut n = 0;
+    // The head, parsed as it arrives: Some(head length) once complete.
+    let head = tokio::time::timeout(HEAD_TIMEOUT, async {
+        loop {
+            if n == buf.len() {
+                return Ok::<_, std::io::Error>(None);
+            }
+            let r = stream.read(&mut buf[n..]).await?;
+            if r == 0 {
+                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+            }
+            n += r;
+            let mut raw = [httparse::EMPTY_HEADER; 64];
+            match httparse::Request::new(&mut raw).parse(&buf[..n]) {
+                Ok(httparse::Status::Complete(len)) => return Ok(Some(Ok(len))),
+                Ok(httparse::Status::Partial) => continue,
+                Err(e) => return Ok(Some(Err(e))),
+            }
+        }
+    })
+    .await;
+    let head_len = match head {
+        Ok(Ok(Some(Ok(len)))) => len,
+        Ok(Ok(Some(Err(e)))) => {
+            let r = Reply {
+                status: 400,
+                ctype: "text/plain",
+                body: format!("bad request: {e}\n"),
+                extra: "",
+            };
+            gate.count("other", 400);
+            return write(&mut stream, r).await;
+        }
+        Ok(Ok(None)) => {
+            let r = Reply {
+                status: 431,
+                ctype: "text/plain",
+                body: format!("the request head is over {MAX_HEAD} bytes\n"),
+                extra: "",
+            };
+            gate.count("other", 431);
+            return write(&mut stream, r).await;
+        }
+        // Slow, or gone: nobody to answer.
+        _ => return Ok(()),
+    };
+    let mut raw = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut raw);
+    let _ = req.parse(&buf[..n]);
+    let method = req.method.unwrap_or("").to_string();
+    let target = req.path.unwrap_or("/");
+    let path = target
+        .split_once('?')
+        .map_or(target, |(p, _)| p)
+        .to_string();
+    let header = |name: &str| {
+        req.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    };
+    let route_label;
+    let reply = match path.as_str() {
+        "/healthz" | "/metrics" => {
+            route_label = if path == "/healthz" {
+                "healthz"
+            } else {
+                "metrics"
+            };
+            if method != "GET" {
+                Reply {
+                    status: 405,
+                    ctype: "text/plain",
+                    body: "GET only\n".into(),
+                    extra: "Allow: GET\r\n",
+                }
+            } else {
+                let (route, ctype) = if path == "/healthz" {
+                    (Route::Healthz, "application/json")
+                } else {
+                    (Route::Metrics, "text/plain; version=0.0.4")
+                };
+                let (status, body) = answer(route).await;
+                Reply {
+                    status,
+                    ctype,
+                    body,
+                    extra: "",
+                }
+            }
+        }
+        p if p == "/api" || p.starts_with("/api/") => {
+            let endpoint = match p {
+                "/api/publish" => Some(Endpoint::Publish),
+                "/api/batch" => Some(Endpoint::Batch),
+                "/api/channels" => Some(Endpoint::Channels),
+                p => p
+                    .strip_prefix("/api/channels/")
+                    // A `+` in a path is itself, not a space (that is the query's rule).
+                    .map(|n| {
+                        let n = n.replace('+', "%2B");
+                        Endpoint::Channel(crate::handler::percent_decode(&n).into_owned())
+                    }),
+            };
+            route_label = endpoint.as_ref().map_or("api_other", Endpoint::label);
+            let presented = header("authorization")
+                .and_then(|v| {
+                    let v = std::str::from_utf8(v).ok()?.trim();
+                    let (scheme, rest) = v.split_once(' ')?;
+                    scheme
+                        .eq_ignore_ascii_case("bearer")
+                        .then(|| rest.trim().as_bytes())
+                })
+                .or_else(|| header("x-api-key").map(<[u8]>::trim_ascii));
+            match (&gate.key, presented) {
+                (None, _) => json_error(
+                    403,
+                    "the HTTP API is off: no API key is configured; give the server one with \
+                     --api-key-file FILE, WSTUNE_API_KEY or server.channels.api_key_file",
+                ),
+                (Some(_), None) => Reply {
+                    extra: "WWW-Authenticate: Bearer\r\n",
+                    ..json_error(
+                        401,
+                        "API key required: send Authorization: Bearer KEY (or X-API-Key: KEY)",
+                    )
+                },
+                (Some(k), Some(p)) if !k.matches(p) => Reply {
+                    extra: "WWW-Authenticate: Bearer\r\n",
+                    ..json_error(401, "wrong API key")
+                },
+                (Some(_), Some(_)) => match endpoint {
+                    None => json_error(
+                        404,
+                        "no such API route: POST /api/publish, POST /api/batch, GET \
+                         /api/channels, GET /api/channels/NAME",
+                    ),
+                    Some(e) if e.is_post() && method != "POST" => Reply {
+                        extra: "Allow: POST\r\n",
+                        ..json_error(405, &format!("{p} takes POST"))
+                    },
+                    Some(e) if !e.is_post() && method != "GET" => Reply {
+                        extra: "Allow: GET\r\n",
+                        ..json_error(405, &format!("{p} takes GET"))
+                    },
+                    Some(e) if !e.is_post() => {
+                        let (status, body) = answer(Route::Api(ApiCall {
+                            endpoint: e,
+                            body: Vec::new(),
+                        }))
+                        .await;
+                        Reply {
+                            status,
+                            ctype: "application/json",
+                            body,
+                            extra: "",
+                        }
+                    }
+                    Some(e) => {
+                        let expect = header("expect")
+                            .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
+                        let length = body_length(
+                            header("transfer-encoding").is_some(),
+                            req.headers
+                                .iter()
+                                .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
+                                .map(|h| h.value),
+                            gate.max_body,
+                        );
+                        match length {
+                            Err(r) => r,
+                            Ok(len) => {
+                                if expect {
+                                    stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+                                }
+                                let mut body = buf[head_len..n].to_vec();
+                                body.truncate(len);
+                                let rest = read_body(&mut stream, &mut body, len).await;
+                                if rest.is_err() {
+                                    json_error(
+                                        400,
+                                        "the body ended (or stalled for 10 s) before \
+                                         Content-Length bytes",
+                                    )
+                                } else {
+                                    let (status, body) =
+                                        answer(Route::Api(ApiCall { endpoint: e, body })).await;
+                                    Reply {
+                                        status,
+                                        ctype: "application/json",
+                                        body,
+                                        extra: "",
+                                    }
+                                }
+                            }
+                        }
+                    }
+                },
+            }
+        }
+        _ => {
+            route_label = "other";
+            if method == "GET" {
+                Reply {
+                    status: 404,
+                    ctype: "text/plain",
+                    body: "try /healthz, /metrics or /api/channels\n".into(),
+                    extra: "",
+                }
+            } else {
+                Reply {
+                    status: 405,
+                    ctype: "text/plain",
+                    body: "GET only (POST for /api/publish and /api/batch)\n".into(),
+                    extra: "Allow: GET\r\n",
+                }
+            }
+        }
+    };
+    gate.count(route_label, reply.status);
+    write(&mut stream, reply).await
+}
+
+/// The body's length from its headers, or the refusal: 411 for chunked or no length, 400 for
+/// a length that is not one number, 413 above `max`.
+fn body_length<'a>(
+    chunked: bool,
+    mut lengths: impl Iterator<Item = &'a [u8]>,
+    max: usize,
+) -> Result<usize, Reply> {
+    if chunked {
+        return Err(json_error(
+            411,
+            "Transfer-Encoding bodies are not accepted: send the body with a Content-Length",
+        ));
+    }
+    let Some(first) = lengths.next() else {
+        return Err(json_error(
+            411,
+            "Content-Length required (the body's size in bytes)",
+        ));
+    };
+    let parse = |v: &[u8]| {
+        std::str::from_utf8(v)
+            .ok()
+            .map(str::trim)
+            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse::<u64>().ok())
+    };
+    let len = parse(first);
+    // Two different lengths are a request-smuggling attempt, not a body.
+    if len.is_none() || lengths.any(|v| parse(v) != len) {
+        return Err(json_error(400, "Content-Length is not one decimal number"));
+    }
+    let len = len.unwrap_or(0);
+    if len > max as u64 {
+        return Err(json_error(
+            413,
+            &format!(
+                "the body is {len} bytes; the most accepted is {max} (the server's largest \
+                 message, --max-message / server.max_message_bytes): split it into batches"
+            ),
+        ));
+    }
+    Ok(len as usize)
+}
+
+/// Read until `body` holds `len` bytes (within [`BODY_TIMEOUT`]).
+async fn read_body(stream: &mut TcpStream, body: &mut Vec<u8>, len: usize) -> Result<(), ()> {
+    let read = async {
+        let mut chunk = vec![0u8; 16384];
+        while body.len() < len {
+            let want = (len - body.len()).min(chunk.len());
+            match stream.read(&mut chunk[..want]).await {
+                Ok(0) | Err(_) => return Err(()),
+                Ok(r) => body.extend_from_slice(&chunk[..r]),
+            }
+        }
+        Ok(())
+    };
+    tokio::time::timeout(BODY_TIMEOUT, read)
+        .await
+        .unwrap_or(Err(()))
+}
+
+async fn write(stream: &mut TcpStream, r: Reply) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
+        r.status,
+        phrase(r.status),
+        r.ctype,
+        r.body.len(),
+        r.extra
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(r.body.as_bytes()).await?;
+    // FIN, then read (discarding) until the client's FIN, for at most a second: closing with a
+    // request body still unread (a 413 answered from the length alone) would send a reset,
+    // which can destroy the answer before the client reads it.
+    let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut sink = [0u8; 8192];
+        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
+    Ok(())
 }
 
 /// The metrics text, with the runtime's per-worker busy time.
@@ -113,7 +520,7 @@ pub fn render(hub: &Hub) -> String {
     let workers: Vec<f64> = (0..rt.num_workers())
         .map(|i| rt.worker_total_busy_duration(i).as_secs_f64())
         .collect();
-    hub.metrics.render(
+    let mut o = hub.metrics.render(
         &workers,
         &[
             ("ws_io_workers", "I/O worker threads.", workers.len() as f64),
@@ -123,7 +530,9 @@ pub fn render(hub: &Hub) -> String {
                 hub.config.send_queue_bytes as f64,
             ),
         ],
-    )
+    );
+    hub.channel_metrics.render(&mut o);
+    o
 }
 
 /// The `/healthz` JSON: the connection count, and the cluster backplane's state when one is
@@ -140,5 +549,34 @@ pub fn healthz_body(hub: &Hub) -> String {
             hub.len(),
             if up == 1 { "up" } else { "down" }
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(r: Result<usize, Reply>) -> Result<usize, u16> {
+        r.map_err(|r| r.status)
+    }
+
+    #[test]
+    fn body_lengths_are_one_number_under_the_cap() {
+        let one = |v: &'static str| std::iter::once(v.as_bytes());
+        assert_eq!(status(body_length(false, one("12"), 100)), Ok(12));
+        assert_eq!(status(body_length(false, one("101"), 100)), Err(413));
+        assert_eq!(status(body_length(false, one("-1"), 100)), Err(400));
+        assert_eq!(status(body_length(false, one("1e3"), 100)), Err(400));
+        assert_eq!(
+            status(body_length(false, one("99999999999999999999999"), 100)),
+            Err(400)
+        );
+        assert_eq!(
+            status(body_length(false, std::iter::empty(), 100)),
+            Err(411)
+        );
+        assert_eq!(status(body_length(true, one("5"), 100)), Err(411));
+        let two = ["5".as_bytes(), "6".as_bytes()];
+        assert_eq!(status(body_length(false, two.into_iter(), 100)), Err(400));
     }
 }

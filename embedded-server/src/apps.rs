@@ -2,14 +2,18 @@
 //! [`Handler`] API like any user's application, so the benchmarked and tested paths are the
 //! API's own: echo (corked replies from `on_message`), the simulated handlers (work on the
 //! offload pool, reply from there), broadcast (encode once for everybody) and channels (the
-//! JSON pub/sub protocol of [`crate::hub`]).
+//! JSON pub/sub protocol of [`crate::hub`], with the token check of [`crate::channels`]).
 
+use crate::channels::{ChannelMetrics, Grant, Verifier};
 use crate::config::{App, ServerConfig, SimulatedWork};
 use crate::handler::{Conn, Handler, Message, Request, Upgrade};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// One of the built-in applications, chosen by [`ServerConfig::app`] and
 /// [`ServerConfig::handler`] (what [`Server::new`](crate::Server::new) serves).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Builtin {
     /// Every message back to its sender, from the I/O thread.
     Echo,
@@ -17,8 +21,87 @@ pub enum Builtin {
     Simulated(SimulatedWork),
     /// Every message to every connection.
     Broadcast,
-    /// The channels protocol (subscribe, unsubscribe, publish in JSON).
-    Channels,
+    /// The channels protocol (subscribe, unsubscribe, publish in JSON), with its token check
+    /// when one is configured.
+    Channels(Arc<ChannelsApp>),
+}
+
+/// The channels app's upgrade-time state: the token verifier, and the connections whose
+/// token expires, closed when it does.
+#[derive(Debug, Default)]
+pub struct ChannelsApp {
+    verifier: Option<Arc<Verifier>>,
+    /// (exp, connection id) -> its handle: the earliest expiry first, for the sweep.
+    expiring: Mutex<BTreeMap<(u64, u64), Conn<ChannelState>>>,
+    sweeping: OnceLock<()>,
+    /// The hub's channel counters (set by `Server::new`, which builds the hub after the app).
+    metrics: OnceLock<Arc<ChannelMetrics>>,
+}
+
+/// A channels connection's state: what its token allows (None: no auth configured).
+pub type ChannelState = Option<Arc<Grant>>;
+
+impl ChannelsApp {
+    /// The app, checking tokens with `verifier` when given.
+    pub fn new(verifier: Option<Arc<Verifier>>) -> ChannelsApp {
+        ChannelsApp {
+            verifier,
+            ..Default::default()
+        }
+    }
+
+    /// Count into `metrics` (the hub's): refused tokens happen before any connection (and
+    /// its hub handle) exists.
+    pub fn count_into(&self, metrics: Arc<ChannelMetrics>) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    fn on_upgrade(&self, req: &Request<'_>) -> Result<ChannelState, crate::channels::AuthError> {
+        match &self.verifier {
+            None => Ok(None),
+            Some(v) => v.verify_request(req).map(|g| Some(Arc::new(g))),
+        }
+    }
+
+    /// Remember a connection whose token expires, and start the sweep (once) that closes
+    /// each at its `exp` (plus the leeway): one task and one ordered map for all connections,
+    /// not a timer each.
+    fn watch(self: &Arc<Self>, conn: &Conn<ChannelState>, exp: u64) {
+        self.expiring
+            .lock()
+            .unwrap()
+            .insert((exp, conn.id()), conn.clone());
+        if self.sweeping.set(()).is_ok() {
+            let app = Arc::downgrade(self);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let Some(app) = app.upgrade() else { return };
+                    app.sweep(jsonwebtoken::get_current_timestamp());
+                }
+            });
+        }
+    }
+
+    /// Close (1008 "token expired") every connection whose token is past exp + leeway at `now`.
+    fn sweep(&self, now: u64) {
+        let due = {
+            let mut m = self.expiring.lock().unwrap();
+            let cutoff = now.saturating_sub(crate::channels::auth::LEEWAY_SECS);
+            let later = m.split_off(&(cutoff, u64::MAX));
+            std::mem::replace(&mut *m, later)
+        };
+        for (_, conn) in due {
+            if conn.close(1008, "token expired").is_ok() {
+                conn.hub()
+                    .channel_metrics
+                    .token_expired_closes
+                    .fetch_add(1, Relaxed);
+            }
+        }
+    }
 }
 
 impl Builtin {
@@ -28,24 +111,51 @@ impl Builtin {
             App::Echo if config.handler.offloaded() => Builtin::Simulated(config.handler),
             App::Echo => Builtin::Echo,
             App::Broadcast => Builtin::Broadcast,
-            App::Channels => Builtin::Channels,
+            App::Channels => {
+                Builtin::Channels(Arc::new(ChannelsApp::new(config.channels.auth.clone())))
+            }
         }
     }
 }
 
 impl Handler for Builtin {
-    type State = ();
+    /// What the connection's token allows; None for every app but channels under auth (8
+    /// bytes per connection).
+    type State = ChannelState;
 
-    fn on_upgrade(&self, _req: &Request<'_>) -> Upgrade<()> {
-        Upgrade::accept(())
+    fn on_upgrade(&self, req: &Request<'_>) -> Upgrade<ChannelState> {
+        match self {
+            Builtin::Channels(app) => match app.on_upgrade(req) {
+                Ok(state) => Upgrade::accept(state),
+                Err(e) => {
+                    if let Some(m) = app.metrics.get() {
+                        m.auth_failed(e);
+                    }
+                    Upgrade::reject_with(401, e.message())
+                }
+            },
+            _ => Upgrade::accept(None),
+        }
     }
 
-    fn on_message(&self, conn: &Conn, msg: Message<'_>) {
-        match *self {
+    fn on_open(&self, conn: &Conn<ChannelState>) {
+        if let (Builtin::Channels(app), Some(g)) = (self, conn.state()) {
+            app.watch(conn, g.exp);
+        }
+    }
+
+    fn on_close(&self, conn: &Conn<ChannelState>, _code: u16, _reason: &str) {
+        if let (Builtin::Channels(app), Some(g)) = (self, conn.state()) {
+            app.expiring.lock().unwrap().remove(&(g.exp, conn.id()));
+        }
+    }
+
+    fn on_message(&self, conn: &Conn<ChannelState>, msg: Message<'_>) {
+        match self {
             Builtin::Echo => {
                 let _ = conn.send(msg);
             }
-            Builtin::Simulated(work) => {
+            &Builtin::Simulated(work) => {
                 let reply_to = conn.clone();
                 let msg = msg.to_owned();
                 // The reply goes out once the job is counted: what /metrics says is never
@@ -58,9 +168,13 @@ impl Handler for Builtin {
                 );
             }
             Builtin::Broadcast => conn.broadcast(msg),
-            Builtin::Channels => match msg {
+            Builtin::Channels(_) => match msg {
                 Message::Text(t) => {
-                    if let Some(reply) = conn.hub().channel_message(conn.shared(), t.as_bytes()) {
+                    let grant = conn.state().as_deref();
+                    let reply = conn
+                        .hub()
+                        .channel_message_as(conn.shared(), t.as_bytes(), grant);
+                    if let Some(reply) = reply {
                         let _ = conn.send_text(&reply);
                     }
                 }

@@ -175,6 +175,9 @@ pub struct ServerConfig {
     /// Abuse limits (per-address cap, connection and message rates, exempt addresses, trusted
     /// proxies); all off by default. See `limits`.
     pub limits: crate::limits::LimitSettings,
+    /// The channels app's access control and caps (JWT on upgrade, subscriptions per
+    /// connection); see `channels`.
+    pub channels: crate::channels::ChannelsSettings,
 }
 
 impl Default for ServerConfig {
@@ -200,6 +203,7 @@ impl Default for ServerConfig {
             deflate: crate::deflate::DeflateSettings::default(),
             inflate_budget: None,
             limits: crate::limits::LimitSettings::default(),
+            channels: crate::channels::ChannelsSettings::default(),
         }
     }
 }

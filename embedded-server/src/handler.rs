@@ -286,7 +286,7 @@ impl<'a> Request<'a> {
     }
 }
 
-fn percent_decode(s: &str) -> Cow<'_, str> {
+pub(crate) fn percent_decode(s: &str) -> Cow<'_, str> {
     if !s.contains(['%', '+']) {
         return Cow::Borrowed(s);
     }

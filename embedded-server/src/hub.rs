@@ -12,6 +12,10 @@
 //! - `{"op":"publish","channel":"prices","data":ANY}` -> every subscriber (the publisher too, if
 //!   subscribed) gets `{"channel":"prices","data":ANY}`, encoded once per publish.
 //! - anything else -> `{"op":"error","error":"..."}` (the connection stays open).
+//!
+//! A subscribe past the per-connection cap (`ServerConfig::channels.max_subscriptions`), or,
+//! under token auth (`crate::channels::auth`), to a channel the token does not allow, gets
+//! `{"op":"error","error":"...","channel":"prices"}`; a publish the token does not allow too.
 
 use crate::config::ServerConfig;
 use crate::frame::{self, OpCode};
@@ -45,6 +49,19 @@ pub enum Relay<'a> {
     },
 }
 
+/// What [`Hub::subscribe_capped`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subscribed {
+    /// Now subscribed.
+    Added,
+    /// It was already.
+    Already,
+    /// Not added: the connection holds the most subscriptions allowed.
+    Full,
+    /// Not added: the connection has ended.
+    Ended,
+}
+
 /// The backplane's hook (see [`Hub::set_relay`]).
 pub type RelayFn = Box<dyn Fn(Relay<'_>) + Send + Sync>;
 
@@ -64,6 +81,8 @@ pub struct Hub {
     pub config: ServerConfig,
     /// The counters behind /metrics.
     pub metrics: Arc<Metrics>,
+    /// The channels app's access-control counters (also in /metrics).
+    pub channel_metrics: Arc<crate::channels::ChannelMetrics>,
     conns: RwLock<HashMap<u64, Arc<Shared>>>,
     channels: Mutex<Channels>,
     /// The offload pool's queue, when the server has a pool.
@@ -85,6 +104,7 @@ impl Hub {
         Hub {
             config,
             metrics,
+            channel_metrics: Default::default(),
             conns: RwLock::new(HashMap::new()),
             channels: Mutex::new(Channels::default()),
             offload: std::sync::OnceLock::new(),
@@ -201,24 +221,42 @@ impl Hub {
         }
     }
 
-    /// Add `conn` to `channel`. False when the connection has ended (nothing is added).
+    /// Add `conn` to `channel`. False when the connection has ended (nothing is added). No
+    /// cap: an application subscribing on a client's request should use
+    /// [`Hub::subscribe_capped`], as the channels protocol does.
     pub fn subscribe(&self, conn: &Arc<Shared>, channel: &str) -> bool {
+        self.subscribe_capped(conn, channel, usize::MAX) != Subscribed::Ended
+    }
+
+    /// Add `conn` to `channel` unless it already holds `cap` other subscriptions (checked
+    /// under the same lock as the insert, so concurrent subscribes cannot pass the cap).
+    pub fn subscribe_capped(&self, conn: &Arc<Shared>, channel: &str, cap: usize) -> Subscribed {
         let mut map = self.channels.lock().unwrap();
         // Checked under the lock `unregister` takes after marking the end: no subscription
         // outlives its connection.
         if conn.ended() {
-            return false;
+            return Subscribed::Ended;
+        }
+        if let Some(mine) = map.by_conn.get(&conn.id) {
+            if mine.iter().any(|c| c == channel) {
+                return Subscribed::Already;
+            }
+            if mine.len() >= cap {
+                return Subscribed::Full;
+            }
+        } else if cap == 0 {
+            return Subscribed::Full;
         }
         conn.set_subscribed();
         map.subs
             .entry(channel.to_string())
             .or_default()
             .insert(conn.id, conn.clone());
-        let mine = map.by_conn.entry(conn.id).or_default();
-        if !mine.iter().any(|c| c == channel) {
-            mine.push(channel.to_string());
-        }
-        true
+        map.by_conn
+            .entry(conn.id)
+            .or_default()
+            .push(channel.to_string());
+        Subscribed::Added
     }
 
     /// Remove `conn` from `channel`; returns whether it was subscribed.
@@ -248,6 +286,12 @@ impl Hub {
     pub fn subscriber_count(&self, channel: &str) -> usize {
         let map = self.channels.lock().unwrap();
         map.subs.get(channel).map_or(0, |m| m.len())
+    }
+
+    /// Every channel with at least one subscriber on this node, and how many (presence).
+    pub fn channel_counts(&self) -> Vec<(String, usize)> {
+        let map = self.channels.lock().unwrap();
+        map.subs.iter().map(|(c, m)| (c.clone(), m.len())).collect()
     }
 
     /// Encode `payload` once and queue the same bytes on every connection. Peers that
@@ -346,9 +390,20 @@ impl Hub {
         }
     }
 
-    /// Handle one channels-protocol message (see the module's documentation); returns a
-    /// reply for the sender, if any.
+    /// Handle one channels-protocol message (see the module's documentation) from a
+    /// connection no token restricts; returns a reply for the sender, if any.
     pub fn channel_message(&self, me: &Arc<Shared>, payload: &[u8]) -> Option<String> {
+        self.channel_message_as(me, payload, None)
+    }
+
+    /// Handle one channels-protocol message from a connection whose token granted `grant`
+    /// (None: no auth, everything allowed). Subscriptions are capped per connection.
+    pub fn channel_message_as(
+        &self,
+        me: &Arc<Shared>,
+        payload: &[u8],
+        grant: Option<&crate::channels::Grant>,
+    ) -> Option<String> {
         #[derive(serde::Deserialize)]
         struct Msg {
             op: String,
@@ -361,12 +416,31 @@ impl Hub {
             Ok(m) => m,
             Err(e) => return err(&format!("not a channels message: {e}")),
         };
-        let Some(channel) = msg.channel.filter(|c| !c.is_empty() && c.len() <= 256) else {
+        let Some(channel) = msg
+            .channel
+            .filter(|c| crate::channels::check_name(c).is_ok())
+        else {
             return err("a channel name (1..256 characters) is required");
         };
+        let denied = |e: String| {
+            Some(serde_json::json!({"op": "error", "error": e, "channel": channel}).to_string())
+        };
+        let m = &self.channel_metrics;
         match msg.op.as_str() {
             "subscribe" => {
-                self.subscribe(me, &channel);
+                if grant.is_some_and(|g| !g.may_subscribe(&channel)) {
+                    m.subscribe_denied.fetch_add(1, Relaxed);
+                    return denied(format!(
+                        "not allowed: the token does not allow subscribing to '{channel}'"
+                    ));
+                }
+                let cap = self.config.channels.max_subscriptions;
+                if self.subscribe_capped(me, &channel, cap) == Subscribed::Full {
+                    m.subscription_cap.fetch_add(1, Relaxed);
+                    return denied(format!(
+                        "too many subscriptions: a connection may hold {cap}; unsubscribe first"
+                    ));
+                }
                 Some(serde_json::json!({"op": "subscribed", "channel": channel}).to_string())
             }
             "unsubscribe" => {
@@ -374,6 +448,12 @@ impl Hub {
                 Some(serde_json::json!({"op": "unsubscribed", "channel": channel}).to_string())
             }
             "publish" => {
+                if grant.is_some_and(|g| !g.may_publish(&channel)) {
+                    m.publish_denied.fetch_add(1, Relaxed);
+                    return denied(format!(
+                        "not allowed: the token does not allow publishing to '{channel}'"
+                    ));
+                }
                 self.publish(&channel, &msg.data);
                 None
             }
@@ -441,5 +521,30 @@ impl Hub {
         for c in self.conns.read().unwrap().values() {
             let _ = c.request_close(code);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_subscription_cap_counts_distinct_channels_and_frees_on_unsubscribe() {
+        let hub = Hub::new(ServerConfig::default(), Arc::new(Metrics::default()));
+        let c = hub.register();
+        assert_eq!(hub.subscribe_capped(&c, "a", 2), Subscribed::Added);
+        assert_eq!(hub.subscribe_capped(&c, "a", 2), Subscribed::Already);
+        assert_eq!(hub.subscribe_capped(&c, "b", 2), Subscribed::Added);
+        assert_eq!(hub.subscribe_capped(&c, "c", 2), Subscribed::Full);
+        // A channel already held is not refused at the cap.
+        assert_eq!(hub.subscribe_capped(&c, "b", 2), Subscribed::Already);
+        assert!(hub.unsubscribe(&c, "a"));
+        assert_eq!(hub.subscribe_capped(&c, "c", 2), Subscribed::Added);
+        let mut counts = hub.channel_counts();
+        counts.sort();
+        assert_eq!(counts, vec![("b".to_string(), 1), ("c".to_string(), 1)]);
+        hub.unregister(&c);
+        assert!(hub.channel_counts().is_empty());
+        assert_eq!(hub.subscribe_capped(&c, "d", 2), Subscribed::Ended);
     }
 }

@@ -47,6 +47,7 @@
 pub mod admin;
 #[doc(hidden)]
 pub mod apps;
+pub mod channels;
 pub mod config;
 mod conn;
 #[doc(hidden)]
@@ -120,7 +121,11 @@ impl Server<Builtin> {
     #[doc(hidden)]
     pub fn new(config: ServerConfig) -> Server<Builtin> {
         let app = Builtin::from_config(&config);
-        Server::build(config, app)
+        let server = Server::build(config, app);
+        if let Builtin::Channels(app) = server.handler() {
+            app.count_into(server.hub.channel_metrics.clone());
+        }
+        server
     }
 }
 

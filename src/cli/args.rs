@@ -399,6 +399,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub limits: crate::server_limits::LimitArgs,
     #[command(flatten)]
+    pub channels: crate::channel_args::ChannelArgs,
+    #[command(flatten)]
     pub load: LoadArgs,
 }
 

@@ -410,6 +410,7 @@ fn serve_flags(a: &ServeArgs) -> cmd::serve::Flags {
         log_level: a.log_level.clone(),
         cluster: a.cluster.clone(),
         limits: a.limits.clone(),
+        channels: a.channels.clone(),
     }
 }
 

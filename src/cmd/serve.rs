@@ -78,6 +78,8 @@ pub struct Flags {
     pub cluster: Option<String>,
     /// The abuse-limit flags (see `server_limits`).
     pub limits: crate::server_limits::LimitArgs,
+    /// The channels app's flags (see `channel_args`).
+    pub channels: crate::channel_args::ChannelArgs,
 }
 
 /// Settings resolved from the profile and flags, with where each came from.
@@ -85,6 +87,8 @@ pub struct Resolved {
     pub config: ServerConfig,
     pub workers: usize,
     pub table: Vec<crate::report::Setting>,
+    /// The admin listener's HTTP API key (None: the API is off).
+    pub api_key: Option<embedded_server::channels::ApiKey>,
 }
 
 /// The server's configuration: each flag given, else the profile's value, within its bounds.
@@ -192,8 +196,15 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
         ));
     }
     let limits = crate::server_limits::resolve(&s.limits, &a.limits, &mut table)?;
+    let channels = crate::channel_args::resolve(
+        &s.channels,
+        &a.channels,
+        app == embedded_server::App::Channels,
+        &mut table,
+    )?;
     let config = ServerConfig {
         limits,
+        channels: channels.settings,
         deflate,
         app,
         handler,
@@ -226,6 +237,7 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
         config,
         workers,
         table,
+        api_key: channels.api_key,
     })
 }
 
@@ -338,7 +350,9 @@ pub fn run(req: Request) -> Result<Outcome> {
         if let Some(l) = admin_listener {
             let hub = server.hub();
             let mut rx = stop_rx.clone();
-            tokio::spawn(embedded_server::admin::serve(l, hub, async move {
+            let gate = embedded_server::admin::Gate::new(r.api_key.clone(), r.config.max_message_bytes);
+            let app = embedded_server::admin::app_name(&hub);
+            tokio::spawn(embedded_server::admin::serve_with(l, hub, std::sync::Arc::new(gate), app, async move {
                 let _ = rx.changed().await;
             }));
         }
@@ -396,6 +410,8 @@ fn supervise(
             args: std::env::args().skip(1).collect(),
             workers,
             relay: a.cluster.is_none(),
+            api_key: r.api_key.clone(),
+            max_body: r.config.max_message_bytes,
             grace: Duration::from_secs(a.shutdown_grace),
             scheme: if tls { "wss" } else { "ws" },
         };

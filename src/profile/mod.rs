@@ -783,6 +783,28 @@ mod tests {
     }
 
     #[test]
+    fn the_channels_block_is_optional_and_partial_and_checks_its_keys() {
+        let base = EMBEDDED[0].1;
+        assert!(parse(base, "p.yaml").unwrap().server.channels.is_default());
+        let with = |block: &str| {
+            base.replace(
+                "  send_queue_bytes:",
+                &format!("  channels:\n{block}\n  send_queue_bytes:"),
+            )
+        };
+        let p = parse(
+            &with("    auth:\n      secret_file: /etc/wstune/jwt\n    max_subscriptions: 8"),
+            "p.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.server.channels.auth.secret_file, "/etc/wstune/jwt");
+        assert_eq!(p.server.channels.max_subscriptions, 8);
+        assert_eq!(p.server.channels.api_key_file, "", "absent keys default");
+        let err = parse(&with("    api_key: hunter2"), "p.yaml").unwrap_err();
+        assert!(err.to_string().contains("api_key"), "{err}");
+    }
+
+    #[test]
     fn the_limits_block_is_optional_and_its_bad_values_have_lines() {
         let base = EMBEDDED[0].1;
         assert!(parse(base, "p.yaml").unwrap().server.limits.is_default());

@@ -103,6 +103,37 @@ pub struct ServerSettings {
     /// Abuse limits (`server.limits`, see `LimitsProfile`). Optional; all off when absent.
     #[serde(default, skip_serializing_if = "LimitsProfile::is_default")]
     pub limits: LimitsProfile,
+    /// The channels app (`server.channels`, see `ChannelsProfile`). Optional.
+    #[serde(default, skip_serializing_if = "ChannelsProfile::is_default")]
+    pub channels: ChannelsProfile,
+}
+
+/// `server.channels`: the channels app's HTTP API key, its upgrade tokens and its
+/// per-connection subscription cap. Secrets are named by file (relative paths are from the
+/// working directory), never written in the profile. Every key is optional.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChannelsProfile {
+    /// File holding the admin listener's HTTP API key; empty: none (the API is off unless
+    /// --api-key-file or WSTUNE_API_KEY gives one).
+    pub api_key_file: String,
+    pub auth: ChannelsAuthProfile,
+    /// Subscriptions one connection may hold; 0: the default (1024).
+    pub max_subscriptions: u64,
+}
+
+/// `server.channels.auth`: JWT (HS256) on upgrade.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChannelsAuthProfile {
+    /// File holding the HMAC secret (32+ bytes); empty: no token auth.
+    pub secret_file: String,
+}
+
+impl ChannelsProfile {
+    pub fn is_default(&self) -> bool {
+        *self == ChannelsProfile::default()
+    }
 }
 
 /// Abuse limits as the profile file writes them (`server.limits`); `serve`'s flags override

@@ -22,6 +22,8 @@ fn optional(path: &str) -> Option<Json> {
         "server.deflate.inflate_budget_bytes" => Some(Json::from(0u64)),
         // The abuse limits: every key of the block is optional too (see `LIMITS`).
         LIMITS => serde_json::to_value(super::LimitsProfile::default()).ok(),
+        // The channels app's block: every key optional (serde defaults them).
+        "server.channels" => serde_json::to_value(super::ChannelsProfile::default()).ok(),
         _ => None,
     }
 }
@@ -121,7 +123,10 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                 match map.get_mut(&key) {
                     Some(v) => walk(&join(path, name), v, sub, out),
                     // An optional key left out: serde's default fills it in.
-                    None if OPTIONAL.contains(&join(path, name).as_str()) || path == LIMITS => {}
+                    None if OPTIONAL.contains(&join(path, name).as_str())
+                        || path == LIMITS
+                        || path == "server.channels"
+                        || path == "server.channels.auth" => {}
                     None => {
                         if !meant.contains(name) {
                             out.push(Mismatch {

@@ -10,6 +10,8 @@
 //! process, /metrics summed) and relays `broadcast`/`channels` between the processes
 //! (`relay.rs`) unless `--cluster` makes each process a node on Redis.
 
+#[cfg(target_os = "linux")]
+pub mod api;
 pub mod metrics;
 #[cfg(target_os = "linux")]
 pub mod relay;

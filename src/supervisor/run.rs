@@ -34,6 +34,10 @@ pub struct Plan {
     pub relay: bool,
     pub grace: Duration,
     pub scheme: &'static str,
+    /// The HTTP API's key (the processes read the same file or variable themselves).
+    pub api_key: Option<embedded_server::channels::ApiKey>,
+    /// The largest API body accepted (the processes' --max-message).
+    pub max_body: usize,
 }
 
 #[derive(Default, Clone)]
@@ -629,26 +633,65 @@ async fn healthz_body(st: &State) -> (&'static str, String) {
     (code, format!("{body}\n"))
 }
 
-/// The supervisor's admin endpoint: /healthz (per process) and /metrics (summed).
+/// The supervisor's admin endpoint: /healthz (per process), /metrics (summed) and the
+/// channels API: a publish is handed to one process that is up (which delivers it to its
+/// subscribers and relays it to the others, as a WebSocket publish), presence is summed over
+/// the processes.
 async fn serve_admin(
     l: tokio::net::TcpListener,
     st: Arc<State>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    use embedded_server::admin::{serve_routes, Route};
+    use embedded_server::admin::{serve_routes, Gate, Route};
     let shutdown = async move {
         let _ = stop.changed().await;
     };
-    serve_routes(l, shutdown, move |route| {
-        let st = st.clone();
+    let gate = Arc::new(Gate::new(st.plan.api_key.clone(), st.plan.max_body));
+    let counts = gate.clone();
+    serve_routes(l, shutdown, gate, move |route| {
+        let (st, counts) = (st.clone(), counts.clone());
         async move {
             match route {
-                Route::Healthz => healthz_body(&st).await,
-                Route::Metrics => ("200 OK", metrics_body(&st).await),
+                Route::Healthz => {
+                    let (status, body) = healthz_body(&st).await;
+                    (if status.starts_with("200") { 200 } else { 503 }, body)
+                }
+                Route::Metrics => {
+                    let mut m = metrics_body(&st).await;
+                    counts.render_counts(&mut m, "ws_supervisor_api_requests_total");
+                    (200, m)
+                }
+                Route::Api(call) => super::api::answer(&*st, call).await,
             }
         }
     })
     .await
+}
+
+/// The admin addresses of the processes that are up, by index.
+fn up_admins(st: &State) -> Vec<(usize, SocketAddr)> {
+    st.slots
+        .lock()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.admin.filter(|_| s.up).map(|a| (i, a)))
+        .collect()
+}
+
+/// The supervisor's side of the channels API (see `serve_admin`).
+mod api_glue {
+    use super::{up_admins, State};
+    use crate::supervisor::api::Process;
+
+    impl Process for State {
+        fn api_key(&self) -> Option<&str> {
+            self.plan.api_key.as_ref().map(|k| k.expose())
+        }
+        fn up_admins(&self) -> Vec<(usize, std::net::SocketAddr)> {
+            up_admins(self)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -171,18 +171,24 @@ pub(super) fn closes(out: &[u8]) -> Vec<(u16, String)> {
 }
 
 /// Serve one connection on `io` until it ends (bounded: the test fails rather than hangs).
-pub(super) async fn serve<H: Handler<State = ()>>(io: &MemIo, ctx: &Arc<Ctx<H>>) {
+pub(super) async fn serve<H: Handler>(io: &MemIo, ctx: &Arc<Ctx<H>>)
+where
+    H::State: Default,
+{
     let shared = ctx.hub.register();
     serve_registered(io, ctx, shared).await;
 }
 
 /// The same for a connection registered (and perhaps written to) beforehand.
-pub(super) async fn serve_registered<H: Handler<State = ()>>(
+pub(super) async fn serve_registered<H: Handler>(
     io: &MemIo,
     ctx: &Arc<Ctx<H>>,
     shared: Arc<crate::outbox::Shared>,
-) {
-    let conn = Conn::new(shared, ctx.hub.clone(), "127.0.0.1:1".parse().unwrap(), ());
+) where
+    H::State: Default,
+{
+    let peer = "127.0.0.1:1".parse().unwrap();
+    let conn = Conn::new(shared, ctx.hub.clone(), peer, Default::default());
     let task = super::serve(io.clone(), conn, Vec::new(), ctx.clone(), None);
     tokio::time::timeout(std::time::Duration::from_secs(10), task)
         .await

@@ -1,0 +1,170 @@
+//! `serve`'s channels flags and the profile's `server.channels`: the HTTP API's key, the JWT
+//! secret for upgrades and the per-connection subscription cap, resolved into the server's
+//! `ChannelsSettings` and the admin listener's key. Secrets come from a file or the
+//! environment, never from the command line (`ps` and shell history show arguments to every
+//! local user), and no secret is ever printed: the settings table says only where each came
+//! from.
+
+use crate::profile::ChannelsProfile;
+use embedded_server::channels::{ApiKey, ChannelsSettings, Verifier, DEFAULT_MAX_SUBSCRIPTIONS};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The environment variable holding the HTTP API key (when no --api-key-file is given).
+pub const ENV_API_KEY: &str = "WSTUNE_API_KEY";
+/// The environment variable holding the JWT secret (when no --auth-secret-file is given).
+pub const ENV_AUTH_SECRET: &str = "WSTUNE_AUTH_SECRET";
+
+/// The channels flags of `wstune serve` (each overrides its `server.channels` key).
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChannelArgs {
+    /// File holding the key backends send to the admin listener's HTTP API (/api/*, as
+    /// `Authorization: Bearer KEY`); without a key the API is off. Else $WSTUNE_API_KEY
+    /// [profile: server.channels.api_key_file]
+    #[arg(long, value_name = "FILE", help_heading = "Channels (--app channels)")]
+    pub api_key_file: Option<PathBuf>,
+    /// File holding the HS256 secret (32+ bytes) that signs the JWTs clients must present on
+    /// upgrade (?token= or Authorization: Bearer); a token's `channels` claim lists what it
+    /// may subscribe to. Else $WSTUNE_AUTH_SECRET [profile: server.channels.auth.secret_file]
+    #[arg(long, value_name = "FILE", help_heading = "Channels (--app channels)")]
+    pub auth_secret_file: Option<PathBuf>,
+    /// Channels one connection may subscribe to at once; more get an error op [profile:
+    /// server.channels.max_subscriptions; default 1024]
+    #[arg(long, value_name = "N", help_heading = "Channels (--app channels)")]
+    pub max_subscriptions: Option<usize>,
+}
+
+/// What the flags, the environment and the profile resolve to.
+pub struct Resolved {
+    pub settings: ChannelsSettings,
+    pub api_key: Option<ApiKey>,
+}
+
+/// Where a secret comes from: the flag's file, else the environment, else the profile's file.
+fn secret(
+    flag: &Option<PathBuf>,
+    flag_name: &str,
+    env: &str,
+    profile: &str,
+    profile_key: &str,
+) -> anyhow::Result<Option<(String, String)>> {
+    let read = |p: &Path, what: &str| -> anyhow::Result<Option<(String, String)>> {
+        let text = std::fs::read_to_string(p).map_err(|e| {
+            anyhow::anyhow!(
+                "{what} {}: cannot read it ({e}); write the secret alone in that file",
+                p.display()
+            )
+        })?;
+        warn_if_shared(p, what);
+        Ok(Some((text, format!("{what} {}", p.display()))))
+    };
+    if let Some(p) = flag {
+        return read(p, flag_name);
+    }
+    if let Some(v) = std::env::var_os(env) {
+        let v = v
+            .into_string()
+            .map_err(|_| anyhow::anyhow!("${env} is not UTF-8 text"))?;
+        return Ok(Some((v, format!("${env}"))));
+    }
+    if !profile.is_empty() {
+        return read(Path::new(profile), profile_key);
+    }
+    Ok(None)
+}
+
+/// Resolve the channels settings; rows for the settings table are appended (never a secret).
+pub fn resolve(
+    p: &ChannelsProfile,
+    a: &ChannelArgs,
+    app_is_channels: bool,
+    table: &mut Vec<crate::report::Setting>,
+) -> anyhow::Result<Resolved> {
+    let api_key = match secret(
+        &a.api_key_file,
+        "--api-key-file",
+        ENV_API_KEY,
+        &p.api_key_file,
+        "server.channels.api_key_file",
+    )? {
+        Some((text, from)) => {
+            let k = ApiKey::new(&text).map_err(|e| anyhow::anyhow!("{from}: {e}"))?;
+            table.push(("api key", "set".into(), source(&from)));
+            Some(k)
+        }
+        None => None,
+    };
+    let auth = match secret(
+        &a.auth_secret_file,
+        "--auth-secret-file",
+        ENV_AUTH_SECRET,
+        &p.auth.secret_file,
+        "server.channels.auth.secret_file",
+    )? {
+        Some((text, from)) => {
+            if !app_is_channels {
+                anyhow::bail!(
+                    "{from}: token auth is the channels app's; add --app channels (or drop the \
+                     secret)"
+                );
+            }
+            // A file's trailing newline is not part of the secret; anything else is.
+            let v = Verifier::new(text.trim_end_matches(['\n', '\r']).as_bytes())
+                .map_err(|e| anyhow::anyhow!("{from}: {e}"))?;
+            table.push(("token auth", "HS256 JWT".into(), source(&from)));
+            Some(Arc::new(v))
+        }
+        None => None,
+    };
+    let (max_subscriptions, from) = match (a.max_subscriptions, p.max_subscriptions) {
+        (Some(n), _) => (n, "flag"),
+        (None, 0) => (DEFAULT_MAX_SUBSCRIPTIONS, "default"),
+        (None, n) => (usize::try_from(n).unwrap_or(usize::MAX), "profile"),
+    };
+    if max_subscriptions == 0 {
+        anyhow::bail!(
+            "--max-subscriptions 0: a connection could subscribe to nothing; use 1 or more \
+             (default {DEFAULT_MAX_SUBSCRIPTIONS})"
+        );
+    }
+    if app_is_channels {
+        table.push(("max subscriptions", max_subscriptions.to_string(), from));
+    }
+    Ok(Resolved {
+        settings: ChannelsSettings {
+            auth,
+            max_subscriptions,
+        },
+        api_key,
+    })
+}
+
+fn source(from: &str) -> &'static str {
+    if from.starts_with("--") {
+        "flag"
+    } else if from.starts_with('$') {
+        "env"
+    } else {
+        "profile"
+    }
+}
+
+/// A secret file every local user can read is no secret: say so (ssh refuses such keys; a
+/// warning is enough here, since the operator may rely on the directory's mode).
+fn warn_if_shared(p: &Path, what: &str) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(m) = std::fs::metadata(p) {
+            if m.permissions().mode() & 0o004 != 0 {
+                eprintln!(
+                    "wstune: warning: {what} {}: every local user can read this secret; \
+                     chmod 600 it (or 640 with a group for the service)",
+                    p.display()
+                );
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (p, what);
+}

@@ -1,0 +1,149 @@
+//! The channels HTTP API on the supervisor's admin listener (`serve --processes N`).
+//!
+//! - `POST /api/publish` and `/api/batch` are handed, as they came, to one process that is up
+//!   (the lowest index): it delivers to its own subscribers and relays to the other processes
+//!   (the supervisor's relay, or Redis with `--cluster`), exactly as when a WebSocket client
+//!   publishes on it. Its answer is passed back with `"process": i` added; its `delivered`
+//!   counts that process's subscribers only.
+//! - `GET /api/channels` and `/api/channels/NAME` ask every process that is up and add the
+//!   counts; `"processes"` says how many answered.
+//!
+//! The supervisor checked the key already; it presents the same key to the process (which
+//! read it from the same file or variable).
+
+use embedded_server::channels::api::{error, ApiCall, Endpoint};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// What the API needs from the supervisor.
+pub trait Process {
+    /// The API key (set whenever a request got this far).
+    fn api_key(&self) -> Option<&str>;
+    /// The admin listeners of the processes that are up, by index.
+    fn up_admins(&self) -> Vec<(usize, SocketAddr)>;
+}
+
+/// One request to a process's admin listener: its (status, body), or None when it did not
+/// answer within 5 s.
+async fn call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    key: &str,
+    body: &[u8],
+) -> Option<(u16, String)> {
+    let go = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).await.ok()?;
+        s.write_all(body).await.ok()?;
+        let mut r = Vec::new();
+        s.read_to_end(&mut r).await.ok()?;
+        let r = String::from_utf8_lossy(&r);
+        let (head, body) = r.split_once("\r\n\r\n")?;
+        let status = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((status, body.to_string()))
+    };
+    tokio::time::timeout(Duration::from_secs(5), go)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// A channel name as one path segment.
+fn encode_segment(name: &str) -> String {
+    let mut o = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            o.push(b as char);
+        } else {
+            o.push_str(&format!("%{b:02X}"));
+        }
+    }
+    o
+}
+
+/// Answer an authorised API request for the supervisor `p`.
+pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
+    let Some(key) = p.api_key() else {
+        return error(403, "the HTTP API is off: no API key is configured");
+    };
+    let up = p.up_admins();
+    if up.is_empty() {
+        return error(503, "no server process is up; try again");
+    }
+    match &c.endpoint {
+        Endpoint::Publish | Endpoint::Batch => {
+            let path = if c.endpoint == Endpoint::Publish {
+                "/api/publish"
+            } else {
+                "/api/batch"
+            };
+            // The first process that answers takes it; one that is gone is skipped.
+            for (i, addr) in up {
+                if let Some((status, body)) = call(addr, "POST", path, key, &c.body).await {
+                    return match serde_json::from_str::<Value>(&body) {
+                        Ok(mut v) if v.is_object() => {
+                            v["process"] = i.into();
+                            (status, format!("{v}\n"))
+                        }
+                        _ => (status, body),
+                    };
+                }
+            }
+            error(503, "no server process answered; try again")
+        }
+        Endpoint::Channels | Endpoint::Channel(_) => {
+            let path = match &c.endpoint {
+                Endpoint::Channel(name) => format!("/api/channels/{}", encode_segment(name)),
+                _ => "/api/channels".to_string(),
+            };
+            let answers = futures_util::future::join_all(
+                up.iter().map(|(_, a)| call(*a, "GET", &path, key, b"")),
+            )
+            .await;
+            let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+            let (mut answered, mut subscribers, mut total) = (0, 0u64, 0u64);
+            for (status, body) in answers.into_iter().flatten() {
+                let Ok(v) = serde_json::from_str::<Value>(&body) else {
+                    continue;
+                };
+                if status != 200 {
+                    // The same error from every process (a bad name, not the channels app).
+                    return (status, body);
+                }
+                answered += 1;
+                subscribers += v["subscribers"].as_u64().unwrap_or(0);
+                total += v["subscriptions"].as_u64().unwrap_or(0);
+                if let Some(m) = v["channels"].as_object() {
+                    for (name, n) in m {
+                        *counts.entry(name.clone()).or_default() += n.as_u64().unwrap_or(0);
+                    }
+                }
+            }
+            let v = match &c.endpoint {
+                Endpoint::Channel(name) => json!({
+                    "channel": name, "subscribers": subscribers, "processes": answered,
+                }),
+                _ => json!({"channels": counts, "subscriptions": total, "processes": answered}),
+            };
+            (200, format!("{v}\n"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn channel_names_become_one_path_segment() {
+        assert_eq!(super::encode_segment("news.eu"), "news.eu");
+        assert_eq!(super::encode_segment("a/b c?"), "a%2Fb%20c%3F");
+    }
+}

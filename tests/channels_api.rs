@@ -1,0 +1,756 @@
+//! `serve --app channels` for backends: the HTTP publish API on the admin listener (API key),
+//! JWT auth on upgrade, presence, the subscription cap, across Redis nodes and through the
+//! `--processes` supervisor. Real `wstune serve` processes, real sockets; the clients are code
+//! we did not write (curl for HTTP, tokio-tungstenite for WebSocket, jsonwebtoken mints the
+//! tokens).
+
+mod common;
+
+use common::tungstenite::{next_text, Ws};
+use common::ws::status_of;
+use common::{free_port, Served};
+use futures_util::SinkExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+const KEY: &str = "k3y-0f-the-backend-Zq81xv";
+const SECRET: &str = "a-shared-jwt-secret-of-at-least-32-bytes";
+
+/// A temporary directory holding the key and secret files (and curl's header file).
+fn secrets() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("api-key"), format!("{KEY}\n")).unwrap();
+    std::fs::write(d.path().join("jwt-secret"), format!("{SECRET}\n")).unwrap();
+    // One shared secret file (the server warns), one private (it does not).
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |n: &str, m: u32| {
+        std::fs::set_permissions(d.path().join(n), std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    mode("api-key", 0o644);
+    mode("jwt-secret", 0o600);
+    std::fs::write(
+        d.path().join("auth-header"),
+        format!("Authorization: Bearer {KEY}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        d.path().join("wrong-header"),
+        "Authorization: Bearer not-the-key-at-all-0000\n",
+    )
+    .unwrap();
+    d
+}
+
+fn path(d: &tempfile::TempDir, name: &str) -> String {
+    d.path().join(name).to_str().unwrap().to_string()
+}
+
+/// curl METHOD http://127.0.0.1:PORT/PATH with `body` (from a file) and the headers of
+/// `header_file` (so the key is on curl's command line neither): (status, body).
+fn curl(
+    port: u16,
+    method: &str,
+    url_path: &str,
+    header_file: Option<&Path>,
+    body: &str,
+) -> (u16, String) {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let body_file = std::env::temp_dir().join(format!(
+        "wstune-channels-api-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::write(&body_file, body).unwrap();
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-sS",
+        "--max-time",
+        "10",
+        "-X",
+        method,
+        "-o",
+        "-",
+        "-w",
+        "\n%{http_code}",
+    ]);
+    if let Some(h) = header_file {
+        cmd.arg("-H").arg(format!("@{}", h.display()));
+    }
+    if method == "POST" {
+        cmd.args(["-H", "Content-Type: application/json", "--data-binary"]);
+        cmd.arg(format!("@{}", body_file.display()));
+    }
+    cmd.arg(format!("http://127.0.0.1:{port}{url_path}"));
+    let out = common::run_bounded(&mut cmd, Duration::from_secs(15));
+    let _ = std::fs::remove_file(&body_file);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let code = code
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("curl: {text} {}", String::from_utf8_lossy(&out.stderr)));
+    (code, body.to_string())
+}
+
+fn publish(s: &Served, d: &tempfile::TempDir, body: &str) -> (u16, String) {
+    let h = d.path().join("auth-header");
+    curl(s.admin, "POST", "/api/publish", Some(&h), body)
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn token(claims: serde_json::Value, secret: &str) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
+
+/// Connect with `token` in the query (Some) or none: the socket, or the refusal's
+/// (status, body).
+async fn connect(port: u16, query: &str, bearer: Option<&str>) -> Result<Ws, (u16, String)> {
+    let mut req = format!("ws://127.0.0.1:{port}/{query}")
+        .into_client_request()
+        .unwrap();
+    if let Some(t) = bearer {
+        req.headers_mut()
+            .insert("Authorization", format!("Bearer {t}").parse().unwrap());
+    }
+    match tokio_tungstenite::connect_async(req).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => Err((
+            r.status().as_u16(),
+            String::from_utf8_lossy(r.body().as_deref().unwrap_or_default()).into_owned(),
+        )),
+        Err(e) => panic!("upgrade failed without an HTTP answer: {e}"),
+    }
+}
+
+async fn send(ws: &mut Ws, text: &str) -> String {
+    ws.send(Message::text(text)).await.unwrap();
+    next_text(ws).await.expect("a reply")
+}
+
+async fn subscribe(ws: &mut Ws, channel: &str) -> String {
+    send(
+        ws,
+        &format!(r#"{{"op":"subscribe","channel":"{channel}"}}"#),
+    )
+    .await
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_publish_with_the_key_reaches_subscribers_and_without_it_gets_401() {
+    let d = secrets();
+    let s = common::serve(&[
+        "--profile",
+        "10k",
+        "--app",
+        "channels",
+        "--api-key-file",
+        &path(&d, "api-key"),
+    ]);
+    let mut sub = connect(s.port, "", None).await.unwrap();
+    assert!(subscribe(&mut sub, "a").await.contains("subscribed"));
+    let (code, body) = publish(&s, &d, r#"{"channel":"a","data":{"px":101}}"#);
+    assert_eq!(
+        (code, json(&body)),
+        (200, serde_json::json!({"delivered": 1}))
+    );
+    assert_eq!(
+        next_text(&mut sub).await.unwrap(),
+        r#"{"channel":"a","data":{"px":101}}"#
+    );
+    // Batch: every message, in order; delivered counts each queued copy.
+    let h = d.path().join("auth-header");
+    let (code, body) = curl(
+        s.admin,
+        "POST",
+        "/api/batch",
+        Some(&h),
+        r#"{"messages":[{"channel":"a","data":1},{"channel":"nobody","data":2},{"channel":"a","data":3}]}"#,
+    );
+    assert_eq!(
+        (code, json(&body)),
+        (200, serde_json::json!({"published": 3, "delivered": 2}))
+    );
+    assert_eq!(
+        next_text(&mut sub).await.unwrap(),
+        r#"{"channel":"a","data":1}"#
+    );
+    assert_eq!(
+        next_text(&mut sub).await.unwrap(),
+        r#"{"channel":"a","data":3}"#
+    );
+    // Presence.
+    let (code, body) = curl(s.admin, "GET", "/api/channels", Some(&h), "");
+    assert_eq!(code, 200);
+    assert_eq!(json(&body)["channels"], serde_json::json!({"a": 1}));
+    let (_, body) = curl(s.admin, "GET", "/api/channels/a", Some(&h), "");
+    assert_eq!(json(&body)["subscribers"], 1);
+    // Names are percent-decoded from the path (a `+` stays a `+`).
+    let mut odd = connect(s.port, "", None).await.unwrap();
+    assert!(subscribe(&mut odd, "x+y/z").await.contains("subscribed"));
+    for p in ["/api/channels/x%2By%2Fz", "/api/channels/x+y%2Fz"] {
+        let (_, body) = curl(s.admin, "GET", p, Some(&h), "");
+        assert_eq!(json(&body)["subscribers"], 1, "{p}: {body}");
+    }
+    drop(odd);
+    // Without the key, or with another: 401, and nothing is delivered.
+    let (code, body) = curl(
+        s.admin,
+        "POST",
+        "/api/publish",
+        None,
+        r#"{"channel":"a","data":"x"}"#,
+    );
+    assert!(
+        code == 401 && body.contains("API key required"),
+        "{code} {body}"
+    );
+    let wrong = d.path().join("wrong-header");
+    let (code, body) = curl(
+        s.admin,
+        "POST",
+        "/api/publish",
+        Some(&wrong),
+        r#"{"channel":"a","data":"x"}"#,
+    );
+    assert!(
+        code == 401 && body.contains("wrong API key"),
+        "{code} {body}"
+    );
+    let (code, _) = curl(s.admin, "GET", "/api/channels", None, "");
+    assert_eq!(code, 401);
+    // X-API-Key works as well as Authorization.
+    let body = r#"{"channel":"a","data":"y"}"#;
+    let r = common::http(
+        s.admin,
+        format!(
+            "POST /api/publish HTTP/1.1\r\nHost: x\r\nX-API-Key: {KEY}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    assert_eq!(status_of(&r), 200, "{r}");
+    assert_eq!(
+        next_text(&mut sub).await.unwrap(),
+        r#"{"channel":"a","data":"y"}"#
+    );
+    // Counted by route and status.
+    assert_eq!(
+        s.metric(r#"ws_api_requests_total{route="publish",code="401"}"#),
+        2.0
+    );
+    assert_eq!(
+        s.metric(r#"ws_api_requests_total{route="publish",code="200"}"#),
+        2.0
+    );
+    assert_eq!(
+        s.metric(r#"ws_api_requests_total{route="channels",code="401"}"#),
+        1.0
+    );
+    // The key is in no process argument and no log line.
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", s.pid())).unwrap();
+    assert!(!String::from_utf8_lossy(&cmdline).contains(KEY));
+    assert!(!s.log_text().contains(KEY), "{}", s.log_text());
+    assert!(
+        s.log_text().contains("api key"),
+        "the settings table says a key is set"
+    );
+    assert!(
+        s.log_text()
+            .contains("every local user can read this secret"),
+        "a world-readable key file is warned about: {}",
+        s.log_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_for_a_gets_a_and_is_refused_b_and_bad_tokens_get_401() {
+    let d = secrets();
+    let s = common::serve_env(
+        &[
+            "--profile",
+            "10k",
+            "--app",
+            "channels",
+            "--auth-secret-file",
+            &path(&d, "jwt-secret"),
+        ],
+        // The API key from the environment this time.
+        &[("WSTUNE_API_KEY", Some(KEY))],
+    );
+    let t = token(
+        serde_json::json!({"exp": now() + 600, "channels": ["a", "news.*"]}),
+        SECRET,
+    );
+    // The token in the query (browsers) ...
+    let mut c = connect(s.port, &format!("?token={t}"), None).await.unwrap();
+    assert!(subscribe(&mut c, "a").await.contains("subscribed"));
+    assert!(subscribe(&mut c, "news.eu").await.contains("subscribed"));
+    let refused = json(&subscribe(&mut c, "b").await);
+    assert_eq!(refused["op"], "error");
+    assert_eq!(refused["channel"], "b");
+    assert!(
+        refused["error"].as_str().unwrap().contains("not allowed"),
+        "{refused}"
+    );
+    // ... publishing over the WebSocket needs a `publish` claim this token lacks ...
+    let refused = json(&send(&mut c, r#"{"op":"publish","channel":"a","data":1}"#).await);
+    assert_eq!(refused["op"], "error");
+    // ... and the connection is still open: a's messages (from a backend) arrive, b's do not.
+    let (code, _) = publish(&s, &d, r#"{"channel":"b","data":"not for you"}"#);
+    assert_eq!(code, 200);
+    let (code, _) = publish(&s, &d, r#"{"channel":"a","data":"for you"}"#);
+    assert_eq!(code, 200);
+    assert_eq!(
+        next_text(&mut c).await.unwrap(),
+        r#"{"channel":"a","data":"for you"}"#
+    );
+    // The token in the Authorization header, with a publish claim.
+    let tp = token(
+        serde_json::json!({"exp": now() + 600, "channels": ["a"], "publish": ["a"]}),
+        SECRET,
+    );
+    let mut p = connect(s.port, "", Some(&tp)).await.unwrap();
+    p.send(Message::text(
+        r#"{"op":"publish","channel":"a","data":"ws"}"#,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        next_text(&mut c).await.unwrap(),
+        r#"{"channel":"a","data":"ws"}"#
+    );
+    // Refused upgrades: 401 with a short reason, each counted.
+    let expired = token(
+        serde_json::json!({"exp": now() - 3600, "channels": ["a"]}),
+        SECRET,
+    );
+    let forged = token(
+        serde_json::json!({"exp": now() + 600, "channels": ["*"]}),
+        "another-secret-of-thirty-two-bytes-or-more",
+    );
+    for (query, reason, body) in [
+        (format!("?token={expired}"), "expired", "token expired"),
+        (
+            "?token=not.a.jwt".to_string(),
+            "malformed",
+            "malformed token",
+        ),
+        ("?token=%%%".to_string(), "malformed", "malformed token"),
+        (
+            format!("?token={forged}"),
+            "bad_signature",
+            "bad token signature",
+        ),
+        (String::new(), "missing", "token required"),
+    ] {
+        let (status, text) = connect(s.port, &query, None)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{reason} accepted"));
+        assert_eq!(status, 401, "{reason}");
+        assert!(text.contains(body), "{reason}: {text}");
+        let _ = reason;
+    }
+    assert_eq!(
+        s.metric(r#"ws_channels_auth_failures_total{reason="expired"}"#),
+        1.0
+    );
+    assert_eq!(
+        s.metric(r#"ws_channels_auth_failures_total{reason="malformed"}"#),
+        2.0
+    );
+    assert_eq!(
+        s.metric(r#"ws_channels_auth_failures_total{reason="bad_signature"}"#),
+        1.0
+    );
+    assert_eq!(
+        s.metric(r#"ws_channels_auth_failures_total{reason="missing"}"#),
+        1.0
+    );
+    assert_eq!(s.metric(r#"ws_channels_denied_total{op="subscribe"}"#), 1.0);
+    assert_eq!(s.metric(r#"ws_channels_denied_total{op="publish"}"#), 1.0);
+    // The server kept serving: the first client still gets its messages.
+    let (code, _) = publish(&s, &d, r#"{"channel":"news.eu","data":2}"#);
+    assert_eq!(code, 200);
+    assert_eq!(
+        next_text(&mut c).await.unwrap(),
+        r#"{"channel":"news.eu","data":2}"#
+    );
+    // The secret is in no process argument and no log line.
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", s.pid())).unwrap();
+    assert!(!String::from_utf8_lossy(&cmdline).contains(SECRET));
+    assert!(!s.log_text().contains(SECRET) && !s.log_text().contains(KEY));
+    assert!(
+        !s.log_text().contains("every local user"),
+        "a 0600 secret is not warned about"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_is_closed_1008_when_its_token_expires() {
+    let d = secrets();
+    let s = common::serve(&[
+        "--profile",
+        "10k",
+        "--app",
+        "channels",
+        "--auth-secret-file",
+        &path(&d, "jwt-secret"),
+    ]);
+    // Valid for about 4 s more thanks to the 5 s leeway; closed once exp + leeway passes.
+    let t = token(
+        serde_json::json!({"exp": now() - 1, "channels": ["a"]}),
+        SECRET,
+    );
+    let mut c = connect(s.port, &format!("?token={t}"), None).await.unwrap();
+    assert!(subscribe(&mut c, "a").await.contains("subscribed"));
+    let started = std::time::Instant::now();
+    use futures_util::StreamExt;
+    let close = loop {
+        match tokio::time::timeout(Duration::from_secs(15), c.next()).await {
+            Ok(Some(Ok(Message::Close(f)))) => break f,
+            Ok(Some(Ok(_))) => continue,
+            other => panic!("no close frame: {other:?}"),
+        }
+    };
+    let f = close.expect("a close code");
+    assert_eq!(u16::from(f.code), 1008);
+    assert_eq!(f.reason.as_str(), "token expired");
+    assert!(started.elapsed() < Duration::from_secs(12));
+    s.wait_metric(
+        "ws_channels_token_expired_closes_total",
+        Duration::from_secs(5),
+        |v| v == 1.0,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_errors_counted_and_the_server_keeps_serving() {
+    let d = secrets();
+    let s = common::serve(&[
+        "--profile",
+        "10k",
+        "--app",
+        "channels",
+        "--api-key-file",
+        &path(&d, "api-key"),
+        "--max-message",
+        "4096",
+        "--max-frame",
+        "4096",
+        "--max-subscriptions",
+        "2",
+    ]);
+    let mut sub = connect(s.port, "", None).await.unwrap();
+    assert!(subscribe(&mut sub, "a").await.contains("subscribed"));
+    // Missing fields name the field.
+    let (code, body) = publish(&s, &d, r#"{"data":1}"#);
+    assert_eq!(
+        (code, json(&body)["field"].as_str()),
+        (400, Some("channel")),
+        "{body}"
+    );
+    let (code, body) = publish(&s, &d, r#"{"channel":"a"}"#);
+    assert_eq!(
+        (code, json(&body)["field"].as_str()),
+        (400, Some("data")),
+        "{body}"
+    );
+    let (code, body) = publish(&s, &d, "{not json");
+    assert!(code == 400 && body.contains("not JSON"), "{body}");
+    // Oversized: 413, answered from the length alone.
+    let big = format!(r#"{{"channel":"a","data":"{}"}}"#, "x".repeat(10_000));
+    let (code, body) = publish(&s, &d, &big);
+    assert!(code == 413 && body.contains("4096"), "{code} {body}");
+    // The same sent at once by a client that does not wait for 100-continue: the 413 still
+    // arrives (the unread body must not turn the close into a reset that destroys it).
+    let r = common::http(
+        s.admin,
+        format!(
+            "POST /api/publish HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
+             Content-Length: {}\r\n\r\n{big}",
+            big.len()
+        ),
+    );
+    assert_eq!(status_of(&r), 413, "{r}");
+    // No length, chunked: 411.
+    let auth = format!("Authorization: Bearer {KEY}\r\n");
+    let r = common::http(
+        s.admin,
+        format!("POST /api/publish HTTP/1.1\r\nHost: x\r\n{auth}\r\n"),
+    );
+    assert_eq!(status_of(&r), 411, "{r}");
+    let r = common::http(
+        s.admin,
+        format!("POST /api/publish HTTP/1.1\r\nHost: x\r\n{auth}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+    );
+    assert!(status_of(&r) == 411 && r.contains("Content-Length"), "{r}");
+    // Wrong method, unknown route, garbage.
+    let (code, _) = curl(
+        s.admin,
+        "GET",
+        "/api/publish",
+        Some(&d.path().join("auth-header")),
+        "",
+    );
+    assert_eq!(code, 405);
+    let (code, _) = curl(
+        s.admin,
+        "GET",
+        "/api/nothing",
+        Some(&d.path().join("auth-header")),
+        "",
+    );
+    assert_eq!(code, 404);
+    assert_eq!(
+        status_of(&common::http(s.admin, "\x16\x03\x01garbage\r\n\r\n")),
+        400
+    );
+    // The subscription cap: the third channel is refused with an error op, counted.
+    assert!(subscribe(&mut sub, "b").await.contains("subscribed"));
+    let refused = json(&subscribe(&mut sub, "c").await);
+    assert_eq!(refused["op"], "error");
+    assert!(refused["error"]
+        .as_str()
+        .unwrap()
+        .contains("too many subscriptions"));
+    // Still serving: a good publish is delivered.
+    let (code, _) = publish(&s, &d, r#"{"channel":"a","data":"ok"}"#);
+    assert_eq!(code, 200);
+    assert_eq!(
+        next_text(&mut sub).await.unwrap(),
+        r#"{"channel":"a","data":"ok"}"#
+    );
+    assert_eq!(
+        s.metric(r#"ws_api_requests_total{route="publish",code="400"}"#),
+        3.0
+    );
+    assert_eq!(
+        s.metric(r#"ws_api_requests_total{route="publish",code="413"}"#),
+        2.0
+    );
+    assert_eq!(
+        s.metric(r#"ws_api_requests_total{route="publish",code="411"}"#),
+        2.0
+    );
+    assert_eq!(
+        s.metric(r#"ws_api_requests_total{route="publish",code="405"}"#),
+        1.0
+    );
+    assert_eq!(
+        s.metric(r#"ws_api_requests_total{route="api_other",code="404"}"#),
+        1.0
+    );
+    assert_eq!(s.metric("ws_channels_subscription_cap_total"), 1.0);
+
+    // A server that does not run the channels app: 409 naming the fix.
+    let echo = common::serve(&["--profile", "10k", "--api-key-file", &path(&d, "api-key")]);
+    let (code, body) = publish(&echo, &d, r#"{"channel":"a","data":1}"#);
+    assert!(
+        code == 409 && body.contains("--app channels"),
+        "{code} {body}"
+    );
+    assert_eq!(
+        echo.metric(r#"ws_api_requests_total{route="publish",code="409"}"#),
+        1.0
+    );
+    // No key configured: the API is off (403), whatever the listener's address.
+    let open = common::serve_env(
+        &["--profile", "10k", "--app", "channels"],
+        &[("WSTUNE_API_KEY", None)],
+    );
+    let (code, body) = curl(
+        open.admin,
+        "POST",
+        "/api/publish",
+        None,
+        r#"{"channel":"a","data":1}"#,
+    );
+    assert!(
+        code == 403 && body.contains("--api-key-file"),
+        "{code} {body}"
+    );
+}
+
+#[test]
+fn bad_secrets_are_refused_at_start_with_the_fix() {
+    let d = secrets();
+    std::fs::write(d.path().join("short"), "tooshort\n").unwrap();
+    for (args, says) in [
+        (
+            vec![
+                "--app",
+                "channels",
+                "--auth-secret-file",
+                &*path(&d, "short"),
+            ],
+            "at least 32",
+        ),
+        (
+            vec!["--app", "channels", "--api-key-file", &*path(&d, "short")],
+            "at least 16",
+        ),
+        (
+            vec!["--app", "channels", "--api-key-file", &*path(&d, "absent")],
+            "cannot read",
+        ),
+        (
+            vec!["--auth-secret-file", &*path(&d, "jwt-secret")],
+            "--app channels",
+        ),
+    ] {
+        let mut all = vec!["serve", "--profile", "10k", "--port", "0", "--admin", "off"];
+        all.extend(args.iter().copied());
+        let o = common::run(&all);
+        assert_eq!(common::code(&o), 3, "{all:?}: {}", common::stderr(&o));
+        assert!(
+            common::stderr(&o).contains(says),
+            "{all:?}: {}",
+            common::stderr(&o)
+        );
+        assert!(
+            !common::stderr(&o).contains("tooshort"),
+            "the secret is never printed"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_publish_on_one_redis_node_reaches_subscribers_on_the_other() {
+    let rp = free_port();
+    let Some(_r) = common::redis(rp) else { return };
+    let d = secrets();
+    let url = format!("redis://127.0.0.1:{rp}/0");
+    let node = || {
+        common::serve(&[
+            "--profile",
+            "10k",
+            "--app",
+            "channels",
+            "--cluster",
+            &url,
+            "--api-key-file",
+            &path(&d, "api-key"),
+        ])
+    };
+    let (a, b) = (node(), node());
+    for n in [&a, &b] {
+        common::wait_until("the backplane up", Duration::from_secs(20), || {
+            common::get(n.admin, "/healthz").contains("\"backplane\":\"up\"")
+        });
+    }
+    let mut on_a = connect(a.port, "", None).await.unwrap();
+    let mut on_b = connect(b.port, "", None).await.unwrap();
+    assert!(subscribe(&mut on_a, "prices").await.contains("subscribed"));
+    assert!(subscribe(&mut on_b, "prices").await.contains("subscribed"));
+    let (code, body) = publish(&a, &d, r#"{"channel":"prices","data":7}"#);
+    assert_eq!(
+        (code, json(&body)),
+        (200, serde_json::json!({"delivered": 1, "backplane": "up"}))
+    );
+    let (code, _) = publish(&a, &d, r#"{"channel":"prices","data":8}"#);
+    assert_eq!(code, 200);
+    // Each node's subscriber gets each message once (the next one is the next publish).
+    for ws in [&mut on_a, &mut on_b] {
+        assert_eq!(
+            next_text(ws).await.unwrap(),
+            r#"{"channel":"prices","data":7}"#
+        );
+        assert_eq!(
+            next_text(ws).await.unwrap(),
+            r#"{"channel":"prices","data":8}"#
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_to_the_supervisor_reaches_subscribers_in_every_process() {
+    let d = secrets();
+    let s = common::serve(&[
+        "--profile",
+        "10k",
+        "--app",
+        "channels",
+        "--processes",
+        "2",
+        "--api-key-file",
+        &path(&d, "api-key"),
+    ]);
+    // Subscribers until both processes hold some (the kernel spreads connections by hash), so
+    // the publish must cross the relay to reach them all.
+    let mut subs = Vec::new();
+    let per_process = |s: &Served| -> Vec<u64> {
+        let h = json(common::body(&common::get(s.admin, "/healthz")));
+        h["process"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["connections"].as_u64().unwrap_or(0))
+            .collect()
+    };
+    while subs.len() < 4 || per_process(&s).contains(&0) {
+        assert!(
+            subs.len() < 64,
+            "every connection went to one process: {:?}",
+            per_process(&s)
+        );
+        let mut ws = connect(s.port, "", None).await.unwrap();
+        assert!(subscribe(&mut ws, "a").await.contains("subscribed"));
+        subs.push(ws);
+    }
+    let n = subs.len() as u64;
+    let h = d.path().join("auth-header");
+    let (code, body) = curl(s.admin, "GET", "/api/channels", Some(&h), "");
+    let v = json(&body);
+    assert_eq!(
+        (code, v["channels"]["a"].as_u64(), v["processes"].as_u64()),
+        (200, Some(n), Some(2)),
+        "{body}"
+    );
+    let (code, body) = publish(&s, &d, r#"{"channel":"a","data":"all"}"#);
+    assert_eq!(code, 200, "{body}");
+    assert!(json(&body)["process"].is_u64(), "{body}");
+    let (code, _) = publish(&s, &d, r#"{"channel":"a","data":"again"}"#);
+    assert_eq!(code, 200);
+    // Everyone, in every process, once: the message after the first is the second publish.
+    for ws in subs.iter_mut() {
+        assert_eq!(
+            next_text(ws).await.unwrap(),
+            r#"{"channel":"a","data":"all"}"#
+        );
+        assert_eq!(
+            next_text(ws).await.unwrap(),
+            r#"{"channel":"a","data":"again"}"#
+        );
+    }
+    // Without the key the supervisor refuses too.
+    let (code, _) = curl(
+        s.admin,
+        "POST",
+        "/api/publish",
+        None,
+        r#"{"channel":"a","data":1}"#,
+    );
+    assert_eq!(code, 401);
+    assert_eq!(
+        s.metric(r#"ws_supervisor_api_requests_total{route="publish",code="401"}"#),
+        1.0
+    );
+}
