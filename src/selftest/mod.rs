@@ -7,6 +7,7 @@
 //! [`report`] for the table, JSON, HTML and the verdict.
 
 pub mod client;
+pub mod command;
 pub mod limits;
 pub mod report;
 pub mod server;
@@ -88,6 +89,11 @@ pub struct WorkerSpec {
     pub rounds: usize,
     /// Storm: handshakes in flight at once.
     pub storm_concurrency: usize,
+    /// A user's server (`--command --message`): send this text instead of a stamped echo
+    /// payload and take each reply, whatever it says, as the answer to the oldest message not
+    /// yet answered (replies come in order on one connection).
+    #[serde(default)]
+    pub request: Option<String>,
 }
 
 impl WorkerSpec {
@@ -171,6 +177,9 @@ pub struct Options {
     pub broadcast_server_pid: Option<u32>,
     pub ramp_per_sec: f64,
     pub storm_concurrency: usize,
+    /// The message a user's server answers (`--message`; see `WorkerSpec::request`). None:
+    /// the stamped payloads an echo sends back.
+    pub request: Option<String>,
 }
 
 impl Options {
@@ -681,6 +690,11 @@ fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec
             ramp_per_sec: o.ramp_per_sec / workers as f64,
             rounds: o.rounds,
             storm_concurrency: (o.storm_concurrency / workers).max(1),
+            // The broadcast scenario's stamps must come back as sent.
+            request: o
+                .request
+                .clone()
+                .filter(|_| scenario != Scenario::Broadcast),
         };
         assigned += n;
         let mut child = tokio::process::Command::new(&exe)

@@ -148,6 +148,12 @@ pub struct HostCheck {
 pub struct Report {
     pub schema_version: u32,
     pub url: String,
+    /// The user's server the run measured (`--command`), as given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
+    /// Scenarios left out, and why (a user's server that does not do what they need).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub skipped: Vec<String>,
     pub cores: usize,
     pub targets: Targets,
     /// Connections the scenarios ran with.
@@ -459,7 +465,16 @@ pub fn table(r: &Report) -> String {
             notes.join("; "),
         ]);
     }
-    let mut out = format!("wstune self-test of {} ({} cores)\n{t}\n", r.url, r.cores);
+    let mut out = match &r.program {
+        Some(p) => format!(
+            "wstune self-test of your server `{p}` at {} ({} cores)\n{t}\n",
+            r.url, r.cores
+        ),
+        None => format!("wstune self-test of {} ({} cores)\n{t}\n", r.url, r.cores),
+    };
+    for s in &r.skipped {
+        out.push_str(&format!("skipped: {s}\n"));
+    }
     if let Some(h) = &r.host_check {
         if h.failed.is_empty() {
             out.push_str(&format!(

@@ -316,7 +316,9 @@ async fn open_all(spec: &Rc<WorkerSpec>) -> (Vec<client::Conn>, Option<String>) 
 /// The payload of an echo message: the scheduled send time (us since this worker's epoch)
 /// first, so the echo says when it was due. Binary, or JSON text for the deflate scenario.
 fn payload(spec: &WorkerSpec, due_us: u64, seq: u64) -> (OpCode, Vec<u8>) {
-    if spec.deflate {
+    if let Some(r) = &spec.request {
+        (OpCode::Text, r.clone().into_bytes())
+    } else if spec.deflate {
         let mut s = format!(
             "{{\"t\":{due_us:020},\"seq\":{seq},\"symbol\":\"SYM{:03}\",\"bid\":{}.{:04},\"venue\":\"XNAS\",\"pad\":\"",
             seq % 500,
@@ -335,8 +337,12 @@ fn payload(spec: &WorkerSpec, due_us: u64, seq: u64) -> (OpCode, Vec<u8>) {
     }
 }
 
-fn stamp_of(spec: &WorkerSpec, msg: &[u8]) -> Option<u64> {
-    if spec.deflate {
+/// The send stamp a reply answers: read from an echo; for a user's request, the oldest
+/// message not yet answered (`oldest`).
+fn stamp_of(spec: &WorkerSpec, msg: &[u8], oldest: Option<u64>) -> Option<u64> {
+    if spec.request.is_some() {
+        oldest
+    } else if spec.deflate {
         std::str::from_utf8(msg.get(5..25)?).ok()?.parse().ok()
     } else {
         Some(u64::from_le_bytes(msg.get(..8)?.try_into().ok()?))
@@ -427,7 +433,7 @@ async fn echo_rate(
             m = r.next() => match m {
                 Err(e) => { result = Err(e); break; }
                 Ok(Incoming::Message(m)) => {
-                    if let Some(t) = stamp_of(spec, &m) {
+                    if let Some(t) = stamp_of(spec, &m, outstanding.front().map(|&(due, _)| due)) {
                         let at = record(sh, t);
                         if let (Some(at), Some((_, sent_us))) = (at, outstanding.pop_front()) {
                             sh.observe_service(at.saturating_sub(sent_us));
@@ -479,9 +485,13 @@ async fn echo_sat(
     end: Instant,
 ) -> std::io::Result<()> {
     let mut seq = 0u64;
+    // Send stamps in order (used for a user's request, whose replies carry none).
+    let mut sent_at = std::collections::VecDeque::new();
     for _ in 0..spec.inflight.max(1) {
-        let (op, p) = payload(spec, sh.now_us(), seq);
+        let now = sh.now_us();
+        let (op, p) = payload(spec, now, seq);
         w.queue(op, &p);
+        sent_at.push_back(now);
         seq += 1;
     }
     w.flush().await?;
@@ -501,14 +511,16 @@ async fn echo_sat(
         while let Some(m) = next {
             match m {
                 Incoming::Message(m) => {
-                    if let Some(t) = stamp_of(spec, &m) {
+                    if let Some(t) = stamp_of(spec, &m, sent_at.pop_front()) {
                         // Only echoes that arrive inside the window count toward throughput.
                         if Instant::now() <= end {
                             record(sh, t);
                         }
                         outstanding -= 1;
                         if Instant::now() < end {
-                            let (op, p) = payload(spec, sh.now_us(), seq);
+                            let now = sh.now_us();
+                            let (op, p) = payload(spec, now, seq);
+                            sent_at.push_back(now);
                             w.queue(op, &p);
                             seq += 1;
                             replies += 1;
