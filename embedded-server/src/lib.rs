@@ -392,9 +392,9 @@ fn start_conn<H: Handler>(
     let span = tracing::debug_span!("conn", conn = id, peer = %peer);
     match tls {
         None => {
-            tokio::spawn(
-                handle(stream, peer, id, ctx, stopping, deadline, proxied).instrument(span),
-            );
+            let task = handle(stream, peer, id, ctx, stopping, deadline, proxied).instrument(span);
+            memory::note_task_future(std::mem::size_of_val(&task));
+            tokio::spawn(task);
         }
         #[cfg(feature = "tls")]
         Some(cfg) => match tls::TlsStream::new(stream, cfg.clone()) {
