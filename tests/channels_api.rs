@@ -754,3 +754,40 @@ async fn a_publish_to_the_supervisor_reaches_subscribers_in_every_process() {
         1.0
     );
 }
+
+/// Idle connects to the admin port cannot take every descriptor: over the cap (256) a
+/// connection gets 503 at once, the WebSocket port keeps upgrading and answering /healthz,
+/// and the idle ones are dropped after the head timeout (5 s), freeing the admin port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_admin_connections_are_capped_and_dropped_and_upgrades_still_work() {
+    let s = common::serve(&["--profile", "10k", "--app", "channels"]);
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        held.push(std::net::TcpStream::connect(("127.0.0.1", s.admin)).unwrap());
+    }
+    // The listener accepts in order: once a probe is refused, the 300 are all accepted.
+    let over = common::wait_for("a 503 from the admin port", Duration::from_secs(10), || {
+        let r = common::get(s.admin, "/healthz");
+        r.starts_with("HTTP/1.1 503").then_some(r)
+    });
+    assert!(over.contains("too many admin connections"), "{over}");
+    let mut ws = connect(s.port, "", None).await.unwrap();
+    assert!(subscribe(&mut ws, "a").await.contains("subscribed"));
+    assert!(common::try_get_ok(s.port, "/healthz").is_some());
+    // Within the head timeout plus slack, every held one is closed by the server.
+    let t0 = std::time::Instant::now();
+    for c in held.iter_mut() {
+        use std::io::Read;
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // Those over the cap got the 503 and a close; the others a close after 5 s.
+        let mut b = Vec::new();
+        match c.read_to_end(&mut b) {
+            Ok(_) if b.is_empty() || b.starts_with(b"HTTP/1.1 503") => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            r => panic!("an idle admin connection was not closed: {r:?} {b:?}"),
+        }
+    }
+    assert!(t0.elapsed() < Duration::from_secs(9), "{:?}", t0.elapsed());
+    assert!(common::try_get_ok(s.admin, "/healthz").is_some());
+    assert!(s.metric(r#"ws_api_requests_total{route="other",code="503"}"#) >= 1.0);
+}

@@ -29,6 +29,14 @@ pub const MAX_HEAD: usize = 8192;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a request body may take to arrive.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most one request may take, head, body, answer and write together: a client that reads
+/// the answer slowly (or never) cannot hold a connection (and a file descriptor) longer.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(20);
+/// The most admin connections served at once. Each holds a file descriptor; without a cap,
+/// idle connects to the admin port could use every descriptor the process has and starve the
+/// WebSocket listener's upgrades. Over it a connection gets a 503 (one non-blocking write)
+/// and is closed at once.
+pub const MAX_CONNECTIONS: usize = 256;
 
 /// Serve the admin endpoints (`/metrics`, `/healthz`) on `listener` until `shutdown`
 /// completes, with the HTTP API off (no key): see [`serve_with`].
@@ -157,7 +165,8 @@ fn phrase(status: u16) -> &'static str {
 /// `gate`) on `listener` until `shutdown`, each answered by `answer(route)` as (status, body);
 /// anything else gets 404 or 405. A server process and the `--processes` supervisor both
 /// answer through this, so their endpoints behave alike. A request head must arrive within
-/// 5 s and fit in [`MAX_HEAD`] bytes.
+/// 5 s and fit in [`MAX_HEAD`] bytes; the whole request, the answer's write included, gets
+/// 20 s; at most [`MAX_CONNECTIONS`] are served at once.
 pub async fn serve_routes<F, Fut>(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
@@ -168,17 +177,37 @@ pub async fn serve_routes<F, Fut>(
     Fut: Future<Output = (u16, String)> + Send,
 {
     tokio::pin!(shutdown);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, _) = tokio::select! {
             _ = &mut shutdown => return,
             r = listener.accept() => match r {
                 Ok(s) => s,
-                Err(_) => continue,
+                // EMFILE and friends: back off instead of spinning (as the WebSocket
+                // listener does); the error does not go away by retrying at once.
+                Err(e) => {
+                    tracing::warn!("admin accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
             },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Full: one non-blocking write (it fits any fresh socket buffer), then close. No
+            // task, no wait: a flood costs an accept and a close per connection.
+            let _ = stream.try_write(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
+                  Content-Length: 38\r\nRetry-After: 1\r\nConnection: close\r\n\r\n\
+                  too many admin connections; try again\n",
+            );
+            gate.count("other", 503);
+            continue;
         };
         let (answer, gate) = (answer.clone(), gate.clone());
         tokio::spawn(async move {
-            let _ = one_request(stream, &gate, answer).await;
+            let _ =
+                tokio::time::timeout(REQUEST_DEADLINE, one_request(stream, &gate, answer)).await;
+            drop(slot);
         });
     }
 }
