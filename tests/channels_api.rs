@@ -791,3 +791,76 @@ async fn idle_admin_connections_are_capped_and_dropped_and_upgrades_still_work()
     assert!(common::try_get_ok(s.admin, "/healthz").is_some());
     assert!(s.metric(r#"ws_api_requests_total{route="other",code="503"}"#) >= 1.0);
 }
+
+/// Asserts that no further text message arrives on `ws` within half a second (a duplicate
+/// delivery would).
+async fn nothing_more(ws: &mut Ws) {
+    if let Ok(m) = tokio::time::timeout(Duration::from_millis(500), next_text(ws)).await {
+        panic!("a message more than expected: {m:?}");
+    }
+}
+
+/// Sends SIGCONT to a process on drop, so a failing test never leaves one stopped.
+struct Resume(i32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory preconditions; the pid is the test's own server process.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// A process that took a publish and stopped answering is not bypassed by a retry on another
+/// (which would deliver it twice once the first resumes): the supervisor answers 504 "may or
+/// may not have been delivered", and after SIGCONT every subscriber gets the message once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_the_process_took_but_did_not_answer_is_a_504_not_a_duplicate() {
+    let d = secrets();
+    let s = common::serve(&[
+        "--profile",
+        "10k",
+        "--app",
+        "channels",
+        "--processes",
+        "2",
+        "--api-key-file",
+        &path(&d, "api-key"),
+    ]);
+    let health = |s: &Served| json(common::body(&common::get(s.admin, "/healthz")));
+    let mut subs = Vec::new();
+    while subs.len() < 2
+        || health(&s)["process"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["connections"].as_u64().unwrap_or(0) == 0)
+    {
+        assert!(subs.len() < 64, "every connection went to one process");
+        let mut ws = connect(s.port, "", None).await.unwrap();
+        assert!(subscribe(&mut ws, "a").await.contains("subscribed"));
+        subs.push(ws);
+    }
+    // The supervisor hands a publish to the lowest index that is up: process 0.
+    let pid0 = health(&s)["process"][0]["pid"].as_i64().unwrap() as i32;
+    // SAFETY: as in Resume::drop.
+    unsafe { libc::kill(pid0, libc::SIGSTOP) };
+    let resume = Resume(pid0);
+    let t0 = std::time::Instant::now();
+    let (code, body) = publish(&s, &d, r#"{"channel":"a","data":"once"}"#);
+    assert_eq!(code, 504, "{body}");
+    assert!(
+        body.contains("may or may not have been delivered"),
+        "{body}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(9), "{:?}", t0.elapsed());
+    drop(resume);
+    for ws in subs.iter_mut() {
+        assert_eq!(
+            next_text(ws).await.unwrap(),
+            r#"{"channel":"a","data":"once"}"#
+        );
+    }
+    for ws in subs.iter_mut() {
+        nothing_more(ws).await;
+    }
+}

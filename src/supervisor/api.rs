@@ -4,7 +4,10 @@
 //!   (the lowest index): it delivers to its own subscribers and relays to the other processes
 //!   (the supervisor's relay, or Redis with `--cluster`), exactly as when a WebSocket client
 //!   publishes on it. Its answer is passed back with `"process": i` added; its `delivered`
-//!   counts that process's subscribers only.
+//!   counts that process's subscribers only. Only a process that never got the request
+//!   (connection refused) is skipped for the next one; one that got it and does not answer
+//!   within 5 s gets a 504 saying the publish may or may not have been delivered: a blind
+//!   retry on another process would deliver it twice once the first one resumes.
 //! - `GET /api/channels` and `/api/channels/NAME` ask every process that is up and add the
 //!   counts; `"processes"` says how many answered.
 //!
@@ -26,16 +29,26 @@ pub trait Process {
     fn up_admins(&self) -> Vec<(usize, SocketAddr)>;
 }
 
-/// One request to a process's admin listener: its (status, body), or None when it did not
-/// answer within 5 s.
+/// Why a request to a process's admin listener got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failed {
+    /// The request never reached the process whole (refused connection, a write that failed):
+    /// it cannot have acted on it, so another process may take it.
+    NotSent,
+    /// The request was sent but no answer came within 5 s (a stopped or overloaded process):
+    /// it may still act on it.
+    NoAnswer,
+}
+
+/// One request to a process's admin listener: its (status, body), or why there is none.
 async fn call(
     addr: SocketAddr,
     method: &str,
     path: &str,
     key: &str,
     body: &[u8],
-) -> Option<(u16, String)> {
-    let go = async {
+) -> Result<(u16, String), Failed> {
+    let send = async {
         let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
         let head = format!(
             "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
@@ -44,6 +57,16 @@ async fn call(
         );
         s.write_all(head.as_bytes()).await.ok()?;
         s.write_all(body).await.ok()?;
+        Some(s)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut s = match tokio::time::timeout_at(deadline, send).await {
+        Ok(Some(s)) => s,
+        // A connect that cannot complete, or a write that stalls: the body is incomplete on
+        // the other side (Content-Length), so the process cannot act on it.
+        _ => return Err(Failed::NotSent),
+    };
+    let read = async {
         let mut r = Vec::new();
         s.read_to_end(&mut r).await.ok()?;
         let r = String::from_utf8_lossy(&r);
@@ -51,10 +74,10 @@ async fn call(
         let status = head.split_whitespace().nth(1)?.parse().ok()?;
         Some((status, body.to_string()))
     };
-    tokio::time::timeout(Duration::from_secs(5), go)
-        .await
-        .ok()
-        .flatten()
+    match tokio::time::timeout_at(deadline, read).await {
+        Ok(Some(a)) => Ok(a),
+        _ => Err(Failed::NoAnswer),
+    }
 }
 
 /// A channel name as one path segment.
@@ -86,19 +109,37 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
             } else {
                 "/api/batch"
             };
-            // The first process that answers takes it; one that is gone is skipped.
+            // The first process that takes the request answers it. One that is gone (nothing
+            // sent) is skipped; one that took the request and did not answer is NOT retried
+            // elsewhere: it may still deliver, and a retry would deliver twice.
             for (i, addr) in up {
-                if let Some((status, body)) = call(addr, "POST", path, key, &c.body).await {
-                    return match serde_json::from_str::<Value>(&body) {
-                        Ok(mut v) if v.is_object() => {
-                            v["process"] = i.into();
-                            (status, format!("{v}\n"))
-                        }
-                        _ => (status, body),
-                    };
+                match call(addr, "POST", path, key, &c.body).await {
+                    Ok((status, body)) => {
+                        return match serde_json::from_str::<Value>(&body) {
+                            Ok(mut v) if v.is_object() => {
+                                v["process"] = i.into();
+                                (status, format!("{v}\n"))
+                            }
+                            _ => (status, body),
+                        };
+                    }
+                    Err(Failed::NotSent) => continue,
+                    Err(Failed::NoAnswer) => {
+                        return error(
+                            504,
+                            &format!(
+                                "server process {i} took the publish but did not answer within \
+                                 5 s: it may or may not have been delivered; retry only if a \
+                                 duplicate is acceptable (or make the message idempotent)"
+                            ),
+                        )
+                    }
                 }
             }
-            error(503, "no server process answered; try again")
+            error(
+                503,
+                "no server process is reachable; nothing was published; try again",
+            )
         }
         Endpoint::Channels | Endpoint::Channel(_) => {
             let path = match &c.endpoint {
