@@ -29,7 +29,7 @@ pub struct ChannelArgs {
     #[arg(long, value_name = "FILE", help_heading = "Channels (--app channels)")]
     pub auth_secret_file: Option<PathBuf>,
     /// Channels one connection may subscribe to at once; more get an error op [profile:
-    /// server.channels.max_subscriptions; default 1024]
+    /// server.channels.max_subscriptions; default 256]
     #[arg(long, value_name = "N", help_heading = "Channels (--app channels)")]
     pub max_subscriptions: Option<usize>,
 }
@@ -134,6 +134,7 @@ pub fn resolve(
         settings: ChannelsSettings {
             auth,
             max_subscriptions,
+            ..ChannelsSettings::default()
         },
         api_key,
     })

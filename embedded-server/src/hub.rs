@@ -58,6 +58,9 @@ pub enum Subscribed {
     Already,
     /// Not added: the connection holds the most subscriptions allowed.
     Full,
+    /// Not added: the names of the connection's subscriptions would pass its byte budget
+    /// ([`MAX_SUBSCRIPTION_BYTES`](crate::channels::MAX_SUBSCRIPTION_BYTES)).
+    NamesFull,
     /// Not added: the connection has ended.
     Ended,
 }
@@ -67,11 +70,19 @@ pub type RelayFn = Box<dyn Fn(Relay<'_>) + Send + Sync>;
 
 /// Channel subscriptions, both ways: who is in a channel (for a publish) and which channels a
 /// connection is in (so that its close leaves them without the connection keeping a list: a
-/// connection that never subscribes costs nothing here).
+/// connection that never subscribes costs nothing here). A name is stored once (`Arc<str>`,
+/// shared by both maps and every subscriber's list).
 #[derive(Default)]
 struct Channels {
-    subs: HashMap<String, HashMap<u64, Arc<Shared>>>,
-    by_conn: HashMap<u64, Vec<String>>,
+    subs: HashMap<Arc<str>, HashMap<u64, Arc<Shared>>>,
+    by_conn: HashMap<u64, Mine>,
+}
+
+/// One connection's subscriptions, and the bytes of their names (its budget).
+#[derive(Default)]
+struct Mine {
+    names: Vec<Arc<str>>,
+    bytes: usize,
 }
 
 /// What every connection shares: the configuration, the metrics, the registry of open
@@ -210,7 +221,7 @@ impl Hub {
         if s.subscribed() {
             let mut map = self.channels.lock().unwrap();
             let Channels { subs, by_conn } = &mut *map;
-            for c in by_conn.remove(&s.id).unwrap_or_default() {
+            for c in by_conn.remove(&s.id).unwrap_or_default().names {
                 if let Some(members) = subs.get_mut(&c) {
                     members.remove(&s.id);
                     if members.is_empty() {
@@ -229,33 +240,51 @@ impl Hub {
     }
 
     /// Add `conn` to `channel` unless it already holds `cap` other subscriptions (checked
-    /// under the same lock as the insert, so concurrent subscribes cannot pass the cap).
+    /// under the same lock as the insert, so concurrent subscribes cannot pass the cap). No
+    /// budget on the names' bytes: see [`Hub::subscribe_within`].
     pub fn subscribe_capped(&self, conn: &Arc<Shared>, channel: &str, cap: usize) -> Subscribed {
+        self.subscribe_within(conn, channel, cap, usize::MAX)
+    }
+
+    /// [`Hub::subscribe_capped`], also refusing ([`Subscribed::NamesFull`]) a subscription
+    /// that would bring the bytes of the connection's channel names past `max_bytes`.
+    pub fn subscribe_within(
+        &self,
+        conn: &Arc<Shared>,
+        channel: &str,
+        cap: usize,
+        max_bytes: usize,
+    ) -> Subscribed {
         let mut map = self.channels.lock().unwrap();
         // Checked under the lock `unregister` takes after marking the end: no subscription
         // outlives its connection.
         if conn.ended() {
             return Subscribed::Ended;
         }
-        if let Some(mine) = map.by_conn.get(&conn.id) {
-            if mine.iter().any(|c| c == channel) {
-                return Subscribed::Already;
-            }
-            if mine.len() >= cap {
-                return Subscribed::Full;
-            }
-        } else if cap == 0 {
+        let (held, bytes) = match map.by_conn.get(&conn.id) {
+            Some(mine) if mine.names.iter().any(|c| &**c == channel) => return Subscribed::Already,
+            Some(mine) => (mine.names.len(), mine.bytes),
+            None => (0, 0),
+        };
+        if held >= cap {
             return Subscribed::Full;
         }
+        if bytes.saturating_add(channel.len()) > max_bytes {
+            return Subscribed::NamesFull;
+        }
         conn.set_subscribed();
-        map.subs
-            .entry(channel.to_string())
+        let Channels { subs, by_conn } = &mut *map;
+        // The channel's own key when it has subscribers already: one allocation per name.
+        let name = match subs.get_key_value(channel) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(channel),
+        };
+        subs.entry(name.clone())
             .or_default()
             .insert(conn.id, conn.clone());
-        map.by_conn
-            .entry(conn.id)
-            .or_default()
-            .push(channel.to_string());
+        let mine = by_conn.entry(conn.id).or_default();
+        mine.bytes += name.len();
+        mine.names.push(name);
         Subscribed::Added
     }
 
@@ -274,8 +303,11 @@ impl Hub {
             None => false,
         };
         if let Some(mine) = by_conn.get_mut(&conn.id) {
-            mine.retain(|c| c != channel);
-            if mine.is_empty() {
+            if let Some(i) = mine.names.iter().position(|c| &**c == channel) {
+                mine.bytes -= channel.len();
+                mine.names.swap_remove(i);
+            }
+            if mine.names.is_empty() {
                 by_conn.remove(&conn.id);
             }
         }
@@ -291,7 +323,10 @@ impl Hub {
     /// Every channel with at least one subscriber on this node, and how many (presence).
     pub fn channel_counts(&self) -> Vec<(String, usize)> {
         let map = self.channels.lock().unwrap();
-        map.subs.iter().map(|(c, m)| (c.clone(), m.len())).collect()
+        map.subs
+            .iter()
+            .map(|(c, m)| (c.to_string(), m.len()))
+            .collect()
     }
 
     /// Encode `payload` once and queue the same bytes on every connection. Peers that
@@ -435,11 +470,23 @@ impl Hub {
                     ));
                 }
                 let cap = self.config.channels.max_subscriptions;
-                if self.subscribe_capped(me, &channel, cap) == Subscribed::Full {
-                    m.subscription_cap.fetch_add(1, Relaxed);
-                    return denied(format!(
-                        "too many subscriptions: a connection may hold {cap}; unsubscribe first"
-                    ));
+                let budget = self.config.channels.max_subscription_bytes;
+                match self.subscribe_within(me, &channel, cap, budget) {
+                    Subscribed::Full => {
+                        m.subscription_cap.fetch_add(1, Relaxed);
+                        return denied(format!(
+                            "too many subscriptions: a connection may hold {cap}; unsubscribe \
+                             first"
+                        ));
+                    }
+                    Subscribed::NamesFull => {
+                        m.subscription_cap.fetch_add(1, Relaxed);
+                        return denied(format!(
+                            "too many subscriptions: the names of a connection's channels may \
+                             total {budget} bytes; unsubscribe first (or use shorter names)"
+                        ));
+                    }
+                    _ => {}
                 }
                 Some(serde_json::json!({"op": "subscribed", "channel": channel}).to_string())
             }
@@ -546,5 +593,38 @@ mod tests {
         hub.unregister(&c);
         assert!(hub.channel_counts().is_empty());
         assert_eq!(hub.subscribe_capped(&c, "d", 2), Subscribed::Ended);
+    }
+
+    #[test]
+    fn the_names_of_a_connections_subscriptions_have_a_byte_budget_and_are_stored_once() {
+        let hub = Hub::new(ServerConfig::default(), Arc::new(Metrics::default()));
+        let (c, d) = (hub.register(), hub.register());
+        let long = "x".repeat(200);
+        assert_eq!(hub.subscribe_within(&c, &long, 10, 300), Subscribed::Added);
+        assert_eq!(hub.subscribe_within(&c, "abc", 10, 300), Subscribed::Added);
+        assert_eq!(
+            hub.subscribe_within(&c, &"y".repeat(98), 10, 300),
+            Subscribed::NamesFull
+        );
+        assert_eq!(
+            hub.subscribe_within(&c, &"y".repeat(97), 10, 300),
+            Subscribed::Added
+        );
+        // Unsubscribing gives the bytes back.
+        assert!(hub.unsubscribe(&c, &long));
+        assert_eq!(
+            hub.subscribe_within(&c, &"z".repeat(200), 10, 300),
+            Subscribed::Added
+        );
+        // A second subscriber shares the channel's one copy of the name.
+        assert_eq!(hub.subscribe_within(&d, "abc", 10, 300), Subscribed::Added);
+        let map = hub.channels.lock().unwrap();
+        let key = map.subs.get_key_value("abc").unwrap().0;
+        for id in [c.id, d.id] {
+            let mine = &map.by_conn[&id];
+            let n = mine.names.iter().find(|n| &***n == "abc").unwrap();
+            assert!(Arc::ptr_eq(n, key));
+        }
+        assert_eq!(Arc::strong_count(key), 3);
     }
 }

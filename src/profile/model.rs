@@ -118,7 +118,7 @@ pub struct ChannelsProfile {
     /// --api-key-file or WSTUNE_API_KEY gives one).
     pub api_key_file: String,
     pub auth: ChannelsAuthProfile,
-    /// Subscriptions one connection may hold; 0: the default (1024).
+    /// Subscriptions one connection may hold; 0: the default (256).
     pub max_subscriptions: u64,
 }
 
