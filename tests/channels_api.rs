@@ -156,6 +156,7 @@ fn json(s: &str) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_publish_with_the_key_reaches_subscribers_and_without_it_gets_401() {
     let d = secrets();
+    // Debug logs (every refusal and connection), so "the key is in no log line" covers them.
     let s = common::serve(&[
         "--profile",
         "10k",
@@ -163,6 +164,10 @@ async fn an_http_publish_with_the_key_reaches_subscribers_and_without_it_gets_40
         "channels",
         "--api-key-file",
         &path(&d, "api-key"),
+        "--log-level",
+        "debug",
+        "--log-format",
+        "json",
     ]);
     let mut sub = connect(s.port, "", None).await.unwrap();
     assert!(subscribe(&mut sub, "a").await.contains("subscribed"));
@@ -266,6 +271,11 @@ async fn an_http_publish_with_the_key_reaches_subscribers_and_without_it_gets_40
     // The key is in no process argument and no log line.
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", s.pid())).unwrap();
     assert!(!String::from_utf8_lossy(&cmdline).contains(KEY));
+    assert!(
+        s.log_text().contains(r#""level":"DEBUG""#),
+        "debug events are logged: {}",
+        s.log_text()
+    );
     assert!(!s.log_text().contains(KEY), "{}", s.log_text());
     assert!(
         s.log_text().contains("api key"),
@@ -290,6 +300,10 @@ async fn a_token_for_a_gets_a_and_is_refused_b_and_bad_tokens_get_401() {
             "channels",
             "--auth-secret-file",
             &path(&d, "jwt-secret"),
+            "--log-level",
+            "debug",
+            "--log-format",
+            "json",
         ],
         // The API key from the environment this time.
         &[("WSTUNE_API_KEY", Some(KEY))],
@@ -366,7 +380,6 @@ async fn a_token_for_a_gets_a_and_is_refused_b_and_bad_tokens_get_401() {
             .unwrap_or_else(|| panic!("{reason} accepted"));
         assert_eq!(status, 401, "{reason}");
         assert!(text.contains(body), "{reason}: {text}");
-        let _ = reason;
     }
     assert_eq!(
         s.metric(r#"ws_channels_auth_failures_total{reason="expired"}"#),
@@ -396,7 +409,13 @@ async fn a_token_for_a_gets_a_and_is_refused_b_and_bad_tokens_get_401() {
     // The secret is in no process argument and no log line.
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", s.pid())).unwrap();
     assert!(!String::from_utf8_lossy(&cmdline).contains(SECRET));
+    assert!(
+        s.log_text().contains("upgrade refused"),
+        "the refusals are logged (at debug): {}",
+        s.log_text()
+    );
     assert!(!s.log_text().contains(SECRET) && !s.log_text().contains(KEY));
+    assert!(!s.log_text().contains(&t), "no token in the log");
     assert!(
         !s.log_text().contains("every local user"),
         "a 0600 secret is not warned about"
@@ -677,6 +696,7 @@ async fn an_http_publish_on_one_redis_node_reaches_subscribers_on_the_other() {
             next_text(ws).await.unwrap(),
             r#"{"channel":"prices","data":8}"#
         );
+        nothing_more(ws).await;
     }
 }
 
@@ -739,6 +759,9 @@ async fn a_publish_to_the_supervisor_reaches_subscribers_in_every_process() {
             next_text(ws).await.unwrap(),
             r#"{"channel":"a","data":"again"}"#
         );
+    }
+    for ws in subs.iter_mut() {
+        nothing_more(ws).await;
     }
     // Without the key the supervisor refuses too.
     let (code, _) = curl(
@@ -863,4 +886,111 @@ async fn a_publish_the_process_took_but_did_not_answer_is_a_504_not_a_duplicate(
     for ws in subs.iter_mut() {
         nothing_more(ws).await;
     }
+}
+
+/// A raw HTTP exchange on the admin port: write `parts` (pausing `gap` between them), then
+/// read until the server closes or `wait` passes: what it answered.
+fn raw_admin(port: u16, parts: &[&[u8]], gap: Duration, wait: Duration) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            std::thread::sleep(gap);
+        }
+        // The server may have answered and closed already (431): the answer is what counts.
+        let _ = c.write_all(p);
+    }
+    c.set_read_timeout(Some(wait)).unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The admin port's limits, from a raw socket: a head that does not complete within 5 s is
+/// dropped without an answer, one over 8 KiB gets 431, a body that stalls gets 400 after 10 s,
+/// and `Expect: 100-continue` gets its 100 and then the answer.
+#[test]
+fn the_admin_port_limits_slow_and_large_requests_and_answers_100_continue() {
+    let d = secrets();
+    let s = common::serve(&[
+        "--profile",
+        "10k",
+        "--app",
+        "channels",
+        "--api-key-file",
+        &path(&d, "api-key"),
+    ]);
+    let port = s.admin;
+    let auth = format!("Authorization: Bearer {KEY}\r\n");
+    let slow_head = std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        let r = raw_admin(
+            port,
+            &[b"GET /healthz HTTP/1.1\r\nHost: x\r\n"],
+            Duration::ZERO,
+            Duration::from_secs(15),
+        );
+        (r, t0.elapsed())
+    });
+    let head2 = auth.clone();
+    let stalled_body = std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        let head = format!("POST /api/publish HTTP/1.1\r\n{head2}Content-Length: 100\r\n\r\n");
+        let r = raw_admin(
+            port,
+            &[head.as_bytes(), b"{\"channel\""],
+            Duration::from_millis(100),
+            Duration::from_secs(20),
+        );
+        (r, t0.elapsed())
+    });
+    let big = format!(
+        "GET /healthz HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
+        "p".repeat(9000)
+    );
+    let r = raw_admin(
+        port,
+        &[big.as_bytes()],
+        Duration::ZERO,
+        Duration::from_secs(10),
+    );
+    assert!(r.starts_with("HTTP/1.1 431 "), "{r}");
+    // Expect: 100-continue, the body sent only after the 100 (as curl does above 1 MiB).
+    {
+        use std::io::{Read, Write};
+        let body = r#"{"channel":"a","data":1}"#;
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            c,
+            "POST /api/publish HTTP/1.1\r\n{auth}Expect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .unwrap();
+        let mut got = [0u8; 25];
+        c.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"HTTP/1.1 100 Continue\r\n\r\n");
+        c.write_all(body.as_bytes()).unwrap();
+        let mut rest = String::new();
+        let _ = c.read_to_string(&mut rest);
+        assert!(rest.starts_with("HTTP/1.1 200 "), "{rest}");
+        assert!(rest.contains(r#""delivered":0"#), "{rest}");
+    }
+    let (r, took) = slow_head.join().unwrap();
+    assert!(r.is_empty(), "a slow head is not answered: {r}");
+    assert!(
+        took >= Duration::from_secs(4) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    let (r, took) = stalled_body.join().unwrap();
+    assert!(r.starts_with("HTTP/1.1 400 "), "{r}");
+    assert!(r.contains("stalled"), "{r}");
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(16),
+        "{took:?}"
+    );
+    assert_eq!(
+        s.metric(r#"ws_api_requests_total{route="other",code="431"}"#),
+        1.0
+    );
 }

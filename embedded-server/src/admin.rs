@@ -10,7 +10,8 @@
 //!   every process of the host, so loopback is no authentication);
 //! - a POST body needs a `Content-Length` (411 without; chunked bodies are refused with 411
 //!   too) of at most [`Gate::max_body`] bytes (413), arriving within 10 s;
-//! - `Expect: 100-continue` (curl sends it for bodies over 1 KiB) is answered at once;
+//! - `Expect: 100-continue` (recent curl sends it for bodies over 1 MiB; older ones over 1 KiB)
+//!   is answered with 100 as soon as the head is checked;
 //! - every answer is counted in `ws_api_requests_total{route,code}`.
 
 use crate::channels::api::{self, ApiCall, ApiKey, Endpoint};

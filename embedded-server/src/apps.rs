@@ -189,3 +189,75 @@ impl Handler for Builtin {
         matches!(self, Builtin::Simulated(_))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::Hub;
+    use crate::metrics::Metrics;
+
+    fn conn(hub: &Arc<Hub>, exp: u64) -> Conn<ChannelState> {
+        let grant = Grant {
+            subscribe: vec!["*".into()],
+            publish: Vec::new(),
+            exp,
+        };
+        let peer = "127.0.0.1:1".parse().unwrap();
+        Conn::new(hub.register(), hub.clone(), peer, Some(Arc::new(grant)))
+    }
+
+    fn hub() -> Arc<Hub> {
+        Arc::new(Hub::new(
+            ServerConfig::default(),
+            Arc::new(Metrics::default()),
+        ))
+    }
+
+    #[test]
+    fn the_sweep_closes_each_connection_once_its_exp_plus_the_leeway_passes() {
+        let hub = hub();
+        let app = ChannelsApp::new(None);
+        let leeway = crate::channels::auth::LEEWAY_SECS;
+        let (early, late) = (conn(&hub, 1000), conn(&hub, 2000));
+        for c in [&early, &late] {
+            let exp = c.state().as_ref().unwrap().exp;
+            app.expiring
+                .lock()
+                .unwrap()
+                .insert((exp, c.id()), c.clone());
+        }
+        app.sweep(1000 + leeway - 1);
+        assert!(early.is_open() && late.is_open());
+        app.sweep(1000 + leeway);
+        assert!(!early.is_open() && late.is_open());
+        assert_eq!(early.shared().close_requested(), 1008);
+        app.sweep(2000 + leeway);
+        assert!(!late.is_open());
+        assert!(app.expiring.lock().unwrap().is_empty());
+        let closes = &hub.channel_metrics.token_expired_closes;
+        assert_eq!(closes.load(Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn a_normal_close_removes_the_connection_from_the_expiry_map() {
+        let hub = hub();
+        let app = Arc::new(ChannelsApp::new(None));
+        let b = Builtin::Channels(app.clone());
+        let (a, c) = (conn(&hub, 1000), conn(&hub, 1000));
+        b.on_open(&a);
+        b.on_open(&c);
+        assert_eq!(app.expiring.lock().unwrap().len(), 2);
+        b.on_close(&a, 1000, "");
+        let left: Vec<u64> = app
+            .expiring
+            .lock()
+            .unwrap()
+            .values()
+            .map(Conn::id)
+            .collect();
+        assert_eq!(left, vec![c.id()]);
+        // Nothing is closed for a connection already gone.
+        app.sweep(5000);
+        assert_eq!(hub.channel_metrics.token_expired_closes.load(Relaxed), 1);
+    }
+}
