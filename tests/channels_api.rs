@@ -550,6 +550,27 @@ async fn bad_input_gets_clear_errors_counted_and_the_server_keeps_serving() {
         .as_str()
         .unwrap()
         .contains("too many subscriptions"));
+    // Bad WebSocket input: an error op naming the problem, counted by reason.
+    let long = format!(r#"{{"op":"subscribe","channel":"{}"}}"#, "n".repeat(300));
+    for (msg, says) in [
+        ("not json", "not a channels message"),
+        (r#"{"op":"subscribe"}"#, "\"channel\" is required"),
+        (long.as_str(), "too long: at most 256 bytes"),
+        (r#"{"op":"dance","channel":"a"}"#, "unknown op 'dance'"),
+    ] {
+        let r = json(&send(&mut sub, msg).await);
+        assert_eq!(r["op"], "error", "{msg}");
+        assert!(r["error"].as_str().unwrap().contains(says), "{msg}: {r}");
+    }
+    for (reason, n) in [("bad_json", 1.0), ("bad_name", 2.0), ("unknown_op", 1.0)] {
+        assert_eq!(
+            s.metric(&format!(
+                r#"ws_channels_protocol_errors_total{{reason="{reason}"}}"#
+            )),
+            n,
+            "{reason}"
+        );
+    }
     // Still serving: a good publish is delivered.
     let (code, _) = publish(&s, &d, r#"{"channel":"a","data":"ok"}"#);
     assert_eq!(code, 200);

@@ -179,6 +179,9 @@ impl Handler for Builtin {
                     }
                 }
                 Message::Binary(_) => {
+                    conn.hub()
+                        .channel_metrics
+                        .protocol_error(crate::channels::ProtocolError::Binary);
                     let _ = conn.close(1003, "the channels protocol is JSON text");
                 }
             },

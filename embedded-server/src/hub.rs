@@ -446,21 +446,36 @@ impl Hub {
             #[serde(default)]
             data: serde_json::Value,
         }
-        let err = |e: &str| Some(serde_json::json!({"op": "error", "error": e}).to_string());
+        use crate::channels::ProtocolError;
+        let m = &self.channel_metrics;
+        let err = |why: ProtocolError, e: &str| {
+            m.protocol_error(why);
+            Some(serde_json::json!({"op": "error", "error": e}).to_string())
+        };
         let msg: Msg = match serde_json::from_slice(payload) {
             Ok(m) => m,
-            Err(e) => return err(&format!("not a channels message: {e}")),
+            Err(e) => {
+                return err(
+                    ProtocolError::BadJson,
+                    &format!("not a channels message: {e}"),
+                )
+            }
         };
-        let Some(channel) = msg
-            .channel
-            .filter(|c| crate::channels::check_name(c).is_ok())
-        else {
-            return err("a channel name (1..256 characters) is required");
+        let channel = match msg.channel {
+            None => {
+                return err(
+                    ProtocolError::BadName,
+                    "\"channel\" is required: a name of 1..256 bytes",
+                )
+            }
+            Some(c) => match crate::channels::check_name(&c) {
+                Ok(()) => c,
+                Err(e) => return err(ProtocolError::BadName, e),
+            },
         };
         let denied = |e: String| {
             Some(serde_json::json!({"op": "error", "error": e, "channel": channel}).to_string())
         };
-        let m = &self.channel_metrics;
         match msg.op.as_str() {
             "subscribe" => {
                 if grant.is_some_and(|g| !g.may_subscribe(&channel)) {
@@ -504,9 +519,10 @@ impl Hub {
                 self.publish(&channel, &msg.data);
                 None
             }
-            other => err(&format!(
-                "unknown op '{other}': use subscribe, unsubscribe or publish"
-            )),
+            other => err(
+                ProtocolError::UnknownOp,
+                &format!("unknown op '{other}': use subscribe, unsubscribe or publish"),
+            ),
         }
     }
 

@@ -56,10 +56,45 @@ impl Default for ChannelsSettings {
 
 /// A channel name the protocol accepts: 1..=256 bytes. The reason otherwise.
 pub fn check_name(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() || name.len() > MAX_CHANNEL_NAME {
-        Err("a channel name (1..256 characters) is required")
+    if name.is_empty() {
+        Err("the channel name is empty: give one of 1..256 bytes")
+    } else if name.len() > MAX_CHANNEL_NAME {
+        Err("the channel name is too long: at most 256 bytes (UTF-8)")
     } else {
         Ok(())
+    }
+}
+
+/// Why a WebSocket channels message was answered with an error op (the label of
+/// `ws_channels_protocol_errors_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// Not JSON, or not an object with a string `op`.
+    BadJson,
+    /// No channel, or a name that is empty or over 256 bytes.
+    BadName,
+    /// An op other than subscribe, unsubscribe, publish.
+    UnknownOp,
+    /// A binary frame (the connection is closed with 1003).
+    Binary,
+}
+
+impl ProtocolError {
+    const ALL: [ProtocolError; 4] = [
+        ProtocolError::BadJson,
+        ProtocolError::BadName,
+        ProtocolError::UnknownOp,
+        ProtocolError::Binary,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ProtocolError::BadJson => "bad_json",
+            ProtocolError::BadName => "bad_name",
+            ProtocolError::UnknownOp => "unknown_op",
+            ProtocolError::Binary => "binary",
+        }
     }
 }
 
@@ -75,12 +110,18 @@ pub struct ChannelMetrics {
     pub subscription_cap: AtomicU64,
     /// Connections closed (1008) because their token expired.
     pub token_expired_closes: AtomicU64,
+    protocol_errors: [AtomicU64; 4],
 }
 
 impl ChannelMetrics {
     /// Count an upgrade refused for `e`.
     pub fn auth_failed(&self, e: AuthError) {
         self.auth_failures[e as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Count a WebSocket message refused for `e`.
+    pub fn protocol_error(&self, e: ProtocolError) {
+        self.protocol_errors[e as usize].fetch_add(1, Relaxed);
     }
 
     /// Upgrades refused for `e` so far.
@@ -101,6 +142,20 @@ impl ChannelMetrics {
                 "ws_channels_auth_failures_total{{reason=\"{}\"}} {}",
                 e.label(),
                 self.auth_failures(e)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "# HELP ws_channels_protocol_errors_total WebSocket channels messages refused \
+             (answered with an error op, or a 1003 close for binary), by reason.\n# TYPE \
+             ws_channels_protocol_errors_total counter"
+        );
+        for e in ProtocolError::ALL {
+            let _ = writeln!(
+                o,
+                "ws_channels_protocol_errors_total{{reason=\"{}\"}} {}",
+                e.label(),
+                self.protocol_errors[e as usize].load(Relaxed)
             );
         }
         let _ = writeln!(
