@@ -550,6 +550,32 @@ async fn bad_input_gets_clear_errors_counted_and_the_server_keeps_serving() {
         .as_str()
         .unwrap()
         .contains("too many subscriptions"));
+    // Presence pages: a prefix, a limit, a cursor; a path name that is not UTF-8 is a 400.
+    let h = d.path().join("auth-header");
+    let (code, body) = curl(s.admin, "GET", "/api/channels?limit=1", Some(&h), "");
+    let v = json(&body);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        (
+            v["channels"].clone(),
+            v["truncated"].as_bool(),
+            v["next"].as_str()
+        ),
+        (serde_json::json!({"a": 1}), Some(true), Some("a")),
+        "{body}"
+    );
+    let (_, body) = curl(s.admin, "GET", "/api/channels?after=a", Some(&h), "");
+    assert_eq!(
+        json(&body)["channels"],
+        serde_json::json!({"b": 1}),
+        "{body}"
+    );
+    let (_, body) = curl(s.admin, "GET", "/api/channels?prefix=z", Some(&h), "");
+    assert_eq!(json(&body)["channels"], serde_json::json!({}), "{body}");
+    let (code, body) = curl(s.admin, "GET", "/api/channels/%ff%fe", Some(&h), "");
+    assert!(code == 400 && body.contains("UTF-8"), "{code} {body}");
+    let (code, body) = curl(s.admin, "GET", "/api/channels/a+b", Some(&h), "");
+    assert!(code == 200 && body.contains(r#""channel":"a+b""#), "{body}");
     // Bad WebSocket input: an error op naming the problem, counted by reason.
     let long = format!(r#"{{"op":"subscribe","channel":"{}"}}"#, "n".repeat(300));
     for (msg, says) in [
@@ -763,6 +789,18 @@ async fn a_publish_to_the_supervisor_reaches_subscribers_in_every_process() {
     assert_eq!(
         (code, v["channels"]["a"].as_u64(), v["processes"].as_u64()),
         (200, Some(n), Some(2)),
+        "{body}"
+    );
+    let (code, body) = curl(
+        s.admin,
+        "GET",
+        "/api/channels?prefix=a&limit=1",
+        Some(&h),
+        "",
+    );
+    assert_eq!(
+        (code, json(&body)["channels"]["a"].as_u64()),
+        (200, Some(n)),
         "{body}"
     );
     let (code, body) = publish(&s, &d, r#"{"channel":"a","data":"all"}"#);

@@ -287,10 +287,10 @@ where
     let _ = req.parse(&buf[..n]);
     let method = req.method.unwrap_or("").to_string();
     let target = req.path.unwrap_or("/");
-    let path = target
-        .split_once('?')
-        .map_or(target, |(p, _)| p)
-        .to_string();
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p.to_string(), q.to_string()),
+        None => (target.to_string(), String::new()),
+    };
     let header = |name: &str| {
         req.headers
             .iter()
@@ -332,14 +332,15 @@ where
                 "/api/publish" => Some(Endpoint::Publish),
                 "/api/batch" => Some(Endpoint::Batch),
                 "/api/channels" => Some(Endpoint::Channels),
-                p => p
-                    .strip_prefix("/api/channels/")
-                    // A `+` in a path is itself, not a space (that is the query's rule).
-                    .map(|n| {
-                        let n = n.replace('+', "%2B");
-                        Endpoint::Channel(crate::handler::percent_decode(&n).into_owned())
-                    }),
+                // A `+` in a path is itself, not a space (that is the query's rule); a name
+                // that does not decode to UTF-8 is refused, not mangled into another.
+                p => p.strip_prefix("/api/channels/").map(|n| {
+                    Endpoint::Channel(api::decode_component(n, false).unwrap_or_default())
+                }),
             };
+            let bad_name = p
+                .strip_prefix("/api/channels/")
+                .is_some_and(|n| api::decode_component(n, false).is_none());
             route_label = endpoint.as_ref().map_or("api_other", Endpoint::label);
             let presented = header("authorization")
                 .and_then(|v| {
@@ -368,6 +369,11 @@ where
                     ..json_error(401, "wrong API key")
                 },
                 (Some(_), Some(_)) => match endpoint {
+                    Some(_) if bad_name => json_error(
+                        400,
+                        "the channel name in the path is not percent-encoded UTF-8: encode \
+                         the name's UTF-8 bytes (%C3%A9 for é)",
+                    ),
                     None => json_error(
                         404,
                         "no such API route: POST /api/publish, POST /api/batch, GET \
@@ -385,6 +391,7 @@ where
                         let (status, body) = answer(Route::Api(ApiCall {
                             endpoint: e,
                             body: Vec::new(),
+                            query: query.clone(),
                         }))
                         .await;
                         Reply {
@@ -421,8 +428,12 @@ where
                                          Content-Length bytes",
                                     )
                                 } else {
-                                    let (status, body) =
-                                        answer(Route::Api(ApiCall { endpoint: e, body })).await;
+                                    let (status, body) = answer(Route::Api(ApiCall {
+                                        endpoint: e,
+                                        body,
+                                        query: query.clone(),
+                                    }))
+                                    .await;
                                     Reply {
                                         status,
                                         ctype: "application/json",

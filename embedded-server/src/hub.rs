@@ -49,6 +49,17 @@ pub enum Relay<'a> {
     },
 }
 
+/// One page of presence ([`Hub::channel_page`]).
+#[derive(Debug, Clone, Default)]
+pub struct ChannelPage {
+    /// The channels of the page and their subscribers, in byte order of the names.
+    pub counts: Vec<(Arc<str>, usize)>,
+    /// Subscriptions on this node, every channel counted (not only the page's).
+    pub subscriptions: usize,
+    /// Whether more channels match after the page's last.
+    pub truncated: bool,
+}
+
 /// What [`Hub::subscribe_capped`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subscribed {
@@ -318,6 +329,37 @@ impl Hub {
     pub fn subscriber_count(&self, channel: &str) -> usize {
         let map = self.channels.lock().unwrap();
         map.subs.get(channel).map_or(0, |m| m.len())
+    }
+
+    /// One page of presence: the channels whose names start with `prefix`, after `after`, in
+    /// byte order, at most `limit`. Under the channels lock only the matching names' handles
+    /// (a reference count each, no copy of the bytes) and their counts are taken; the sort
+    /// and the page happen after it is released, so a listing of many channels does not hold
+    /// up subscribes and publishes while it copies names.
+    pub fn channel_page(&self, prefix: &str, after: Option<&str>, limit: usize) -> ChannelPage {
+        let (mut counts, subscriptions) = {
+            let map = self.channels.lock().unwrap();
+            let mut total = 0;
+            let counts: Vec<(Arc<str>, usize)> = map
+                .subs
+                .iter()
+                .inspect(|(_, m)| total += m.len())
+                .filter(|(c, _)| c.starts_with(prefix) && after.is_none_or(|a| &***c > a))
+                .map(|(c, m)| (c.clone(), m.len()))
+                .collect();
+            (counts, total)
+        };
+        let truncated = counts.len() > limit;
+        if truncated {
+            counts.select_nth_unstable_by(limit, |a, b| a.0.cmp(&b.0));
+            counts.truncate(limit);
+        }
+        counts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        ChannelPage {
+            counts,
+            subscriptions,
+            truncated,
+        }
     }
 
     /// Every channel with at least one subscriber on this node, and how many (presence).

@@ -14,7 +14,7 @@
 //! The supervisor checked the key already; it presents the same key to the process (which
 //! read it from the same file or variable).
 
-use embedded_server::channels::api::{error, ApiCall, Endpoint};
+use embedded_server::channels::api::{error, ApiCall, Endpoint, ListQuery};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -142,8 +142,18 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
             )
         }
         Endpoint::Channels | Endpoint::Channel(_) => {
-            let path = match &c.endpoint {
-                Endpoint::Channel(name) => format!("/api/channels/{}", encode_segment(name)),
+            let list = match &c.endpoint {
+                Endpoint::Channels => match ListQuery::parse(&c.query) {
+                    Ok(q) => Some(q),
+                    Err(e) => return e,
+                },
+                _ => None,
+            };
+            let path = match (&c.endpoint, &list) {
+                (Endpoint::Channel(name), _) => {
+                    format!("/api/channels/{}", encode_segment(name))
+                }
+                (_, Some(q)) => format!("/api/channels?{}", q.to_query()),
                 _ => "/api/channels".to_string(),
             };
             let answers = futures_util::future::join_all(
@@ -152,6 +162,7 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
             .await;
             let mut counts: BTreeMap<String, u64> = BTreeMap::new();
             let (mut answered, mut subscribers, mut total) = (0, 0u64, 0u64);
+            let mut truncated = false;
             for (status, body) in answers.into_iter().flatten() {
                 let Ok(v) = serde_json::from_str::<Value>(&body) else {
                     continue;
@@ -163,6 +174,7 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
                 answered += 1;
                 subscribers += v["subscribers"].as_u64().unwrap_or(0);
                 total += v["subscriptions"].as_u64().unwrap_or(0);
+                truncated |= v["truncated"].as_bool().unwrap_or(false);
                 if let Some(m) = v["channels"].as_object() {
                     for (name, n) in m {
                         *counts.entry(name.clone()).or_default() += n.as_u64().unwrap_or(0);
@@ -173,7 +185,24 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
                 Endpoint::Channel(name) => json!({
                     "channel": name, "subscribers": subscribers, "processes": answered,
                 }),
-                _ => json!({"channels": counts, "subscriptions": total, "processes": answered}),
+                _ => {
+                    // Each process listed its first `limit` names after the cursor, so the
+                    // first `limit` of their union are exactly the whole's (a name in it is
+                    // in every page of a process that has it): exact counts, one cursor.
+                    let limit = list.as_ref().map_or(usize::MAX, |q| q.limit);
+                    truncated |= counts.len() > limit;
+                    let counts: BTreeMap<String, u64> = counts.into_iter().take(limit).collect();
+                    let mut v = json!({
+                        "channels": counts, "subscriptions": total, "processes": answered,
+                        "truncated": truncated,
+                    });
+                    if truncated {
+                        if let Some(last) = counts.keys().next_back() {
+                            v["next"] = last.clone().into();
+                        }
+                    }
+                    v
+                }
             };
             (200, format!("{v}\n"))
         }
