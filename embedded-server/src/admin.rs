@@ -77,7 +77,7 @@ pub async fn serve_with(
                     counts.render_counts(&mut m, "ws_api_requests_total");
                     (200, m)
                 }
-                Route::Api(call) => api::answer(&hub, &call, app.as_deref()),
+                Route::Api(call) => api::answer(&hub, &call, app.as_deref()).await,
             }
         }
     })

@@ -391,7 +391,7 @@ impl Hub {
         op: OpCode,
         payload: &[u8],
         recipients: impl Iterator<Item = &'a Arc<Shared>>,
-    ) {
+    ) -> u64 {
         let plain = Bytes::from(frame::encode_message(
             op,
             payload,
@@ -433,6 +433,7 @@ impl Hub {
             }
         }
         self.metrics.messages_out.fetch_add(sent, Relaxed);
+        sent
     }
 
     /// Queue a frame encoded in advance on every connection: one reference count per recipient,
@@ -571,18 +572,30 @@ impl Hub {
     /// Publish to a channel in the channels protocol's envelope
     /// (`{"channel":..,"data":..}`): one encode, then the same frame to each subscriber.
     pub fn publish(&self, channel: &str, data: &serde_json::Value) {
+        self.publish_delivered(channel, data);
+    }
+
+    /// [`Hub::publish`], answering how many of this node's subscribers the message was
+    /// queued for (counted by the fan-out itself: a subscriber that joins or leaves meanwhile
+    /// is counted as it was served).
+    pub fn publish_delivered(&self, channel: &str, data: &serde_json::Value) -> u64 {
         let text = serde_json::json!({"channel": channel, "data": data}).to_string();
-        self.publish_text(channel, &text);
+        self.publish_text_delivered(channel, &text)
     }
 
     /// Publish `text` as it is to a channel's subscribers (encoded once), and through the
     /// cluster relay to other nodes' subscribers.
     pub fn publish_text(&self, channel: &str, text: &str) {
+        self.publish_text_delivered(channel, text);
+    }
+
+    fn publish_text_delivered(&self, channel: &str, text: &str) -> u64 {
         let subs = self.subscribers(channel);
-        self.fan_out(OpCode::Text, text.as_bytes(), subs.iter());
+        let sent = self.fan_out(OpCode::Text, text.as_bytes(), subs.iter());
         if let Some(r) = self.relay.get() {
             r(Relay::Channel { channel, text });
         }
+        sent
     }
 
     /// Publish a binary message to a channel's subscribers on this node (the cluster relay
