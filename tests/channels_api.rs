@@ -835,6 +835,19 @@ async fn a_publish_to_the_supervisor_reaches_subscribers_in_every_process() {
         s.metric(r#"ws_supervisor_api_requests_total{route="publish",code="401"}"#),
         1.0
     );
+    // The supervisor's own polling of its processes (every /healthz and /metrics above) is
+    // not traffic: the summed counter holds the forwarded API calls only.
+    let text = s.get("/metrics");
+    for route in ["healthz", "metrics"] {
+        assert!(
+            !text.contains(&format!(r#"ws_api_requests_total{{route="{route}""#)),
+            "{route} scrapes counted: {text}"
+        );
+    }
+    assert_eq!(
+        s.metric(r#"ws_api_requests_total{route="publish",code="200"}"#),
+        2.0
+    );
 }
 
 /// Idle connects to the admin port cannot take every descriptor: over the cap (256) a

@@ -24,6 +24,11 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// A request header that marks a `/metrics` or `/healthz` request as a `--processes`
+/// supervisor's own polling: it is answered as usual but not counted in
+/// `ws_api_requests_total` (the API's routes are counted whatever the header says).
+pub const INTERNAL_HEADER: &str = "X-Wstune-Internal";
+
 /// The longest request head accepted (431 above it).
 pub const MAX_HEAD: usize = 8192;
 /// How long a request head may take to arrive.
@@ -466,7 +471,11 @@ where
             }
         }
     };
-    gate.count(route_label, reply.status);
+    let internal =
+        header(INTERNAL_HEADER).is_some() && matches!(route_label, "healthz" | "metrics");
+    if !internal {
+        gate.count(route_label, reply.status);
+    }
     write(&mut stream, reply).await
 }
 

@@ -23,7 +23,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// What the API needs from the supervisor.
 pub trait Process {
-    /// The API key (set whenever a request got this far).
+    /// The API key (always set when a request gets this far: the admin listener refuses
+    /// every API request with 403 when there is none).
     fn api_key(&self) -> Option<&str>;
     /// The admin listeners of the processes that are up, by index.
     fn up_admins(&self) -> Vec<(usize, SocketAddr)>;
@@ -31,27 +32,41 @@ pub trait Process {
 
 /// Why a request to a process's admin listener got no answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Failed {
+pub enum Failed {
     /// The request never reached the process whole (refused connection, a write that failed):
     /// it cannot have acted on it, so another process may take it.
     NotSent,
-    /// The request was sent but no answer came within 5 s (a stopped or overloaded process):
+    /// The request was sent but no answer came in time (a stopped or overloaded process):
     /// it may still act on it.
     NoAnswer,
 }
 
-/// One request to a process's admin listener: its (status, body), or why there is none.
-async fn call(
+/// The header that marks the supervisor's own scrapes of a process's `/metrics` and
+/// `/healthz`, which the process leaves out of its `ws_api_requests_total` (they are not
+/// traffic anyone sent; summed, they would grow with every scrape of the supervisor).
+pub const INTERNAL_HEADER: &str = embedded_server::admin::INTERNAL_HEADER;
+
+/// The supervisor's one HTTP client for its processes' admin listeners: `method path` with
+/// `body` (and the API key when given), answered within `limit`: (status, body), or why not.
+pub async fn request(
     addr: SocketAddr,
     method: &str,
     path: &str,
-    key: &str,
+    key: Option<&str>,
     body: &[u8],
+    limit: Duration,
 ) -> Result<(u16, String), Failed> {
+    let auth = key.map_or(String::new(), |k| format!("Authorization: Bearer {k}\r\n"));
+    // Health and metrics are the supervisor's own polling; API calls are forwarded traffic.
+    let internal = if key.is_none() {
+        format!("{INTERNAL_HEADER}: 1\r\n")
+    } else {
+        String::new()
+    };
     let send = async {
         let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}{internal}\
              Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
@@ -59,7 +74,7 @@ async fn call(
         s.write_all(body).await.ok()?;
         Some(s)
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let deadline = tokio::time::Instant::now() + limit;
     let mut s = match tokio::time::timeout_at(deadline, send).await {
         Ok(Some(s)) => s,
         // A connect that cannot complete, or a write that stalls: the body is incomplete on
@@ -80,6 +95,17 @@ async fn call(
     }
 }
 
+/// An API request forwarded to a process (5 s to answer).
+async fn call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    key: &str,
+    body: &[u8],
+) -> Result<(u16, String), Failed> {
+    request(addr, method, path, Some(key), body, Duration::from_secs(5)).await
+}
+
 /// A channel name as one path segment.
 fn encode_segment(name: &str) -> String {
     let mut o = String::with_capacity(name.len());
@@ -95,9 +121,8 @@ fn encode_segment(name: &str) -> String {
 
 /// Answer an authorised API request for the supervisor `p`.
 pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
-    let Some(key) = p.api_key() else {
-        return error(403, "the HTTP API is off: no API key is configured");
-    };
+    // The admin listener answered 403 already when no key is configured.
+    let key = p.api_key().unwrap_or_default();
     let up = p.up_admins();
     if up.is_empty() {
         return error(503, "no server process is up; try again");
