@@ -32,6 +32,14 @@ pub struct ChannelArgs {
     /// server.channels.max_subscriptions; default 256]
     #[arg(long, value_name = "N", help_heading = "Channels (--app channels)")]
     pub max_subscriptions: Option<usize>,
+    /// Refuse tokens valid for more than SECS (exp - now, or exp - iat when the token has
+    /// iat): caps how long a leaked token works [profile: server.channels.auth.max_lifetime_secs]
+    #[arg(long, value_name = "SECS", help_heading = "Channels (--app channels)")]
+    pub auth_max_lifetime: Option<u64>,
+    /// Require tokens to carry this `aud` claim (tokens minted for another service are
+    /// refused) [profile: server.channels.auth.audience]
+    #[arg(long, value_name = "AUD", help_heading = "Channels (--app channels)")]
+    pub auth_audience: Option<String>,
 }
 
 /// What the flags, the environment and the profile resolve to.
@@ -112,7 +120,33 @@ pub fn resolve(
             let v = Verifier::new(text.trim_end_matches(['\n', '\r']).as_bytes())
                 .map_err(|e| anyhow::anyhow!("{from}: {e}"))?;
             table.push(("token auth", "HS256 JWT".into(), source(&from)));
-            Some(Arc::new(v))
+            let lifetime = a.auth_max_lifetime.or(match p.auth.max_lifetime_secs {
+                0 => None,
+                n => Some(n),
+            });
+            if lifetime == Some(0) {
+                anyhow::bail!("--auth-max-lifetime 0 refuses every token; give seconds, e.g. 3600");
+            }
+            let audience = a
+                .auth_audience
+                .clone()
+                .or_else(|| Some(p.auth.audience.clone()).filter(|s| !s.is_empty()));
+            let from_flag = |flag: bool| if flag { "flag" } else { "profile" };
+            if let Some(l) = lifetime {
+                let f = from_flag(a.auth_max_lifetime.is_some());
+                table.push(("token max lifetime", format!("{l} s"), f));
+            }
+            if let Some(aud) = &audience {
+                let f = from_flag(a.auth_audience.is_some());
+                table.push(("token audience", aud.clone(), f));
+            }
+            Some(Arc::new(v.with_limits(lifetime, audience.as_deref())))
+        }
+        None if a.auth_max_lifetime.is_some() || a.auth_audience.is_some() => {
+            anyhow::bail!(
+                "--auth-max-lifetime and --auth-audience check tokens: give the secret too \
+                 (--auth-secret-file FILE or $WSTUNE_AUTH_SECRET)"
+            )
         }
         None => None,
     };

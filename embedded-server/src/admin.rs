@@ -348,13 +348,9 @@ where
                 .is_some_and(|n| api::decode_component(n, false).is_none());
             route_label = endpoint.as_ref().map_or("api_other", Endpoint::label);
             let presented = header("authorization")
-                .and_then(|v| {
-                    let v = std::str::from_utf8(v).ok()?.trim();
-                    let (scheme, rest) = v.split_once(' ')?;
-                    scheme
-                        .eq_ignore_ascii_case("bearer")
-                        .then(|| rest.trim().as_bytes())
-                })
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(crate::channels::auth::bearer)
+                .map(str::as_bytes)
                 .or_else(|| header("x-api-key").map(<[u8]>::trim_ascii));
             match (&gate.key, presented) {
                 (None, _) => json_error(

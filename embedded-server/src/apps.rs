@@ -31,7 +31,7 @@ pub enum Builtin {
 #[derive(Debug, Default)]
 pub struct ChannelsApp {
     verifier: Option<Arc<Verifier>>,
-    /// (exp, connection id) -> its handle: the earliest expiry first, for the sweep.
+    /// (when to close it, connection id) -> its handle: the earliest first, for the sweep.
     expiring: Mutex<BTreeMap<(u64, u64), Conn<ChannelState>>>,
     sweeping: OnceLock<()>,
     /// The hub's channel counters (set by `Server::new`, which builds the hub after the app).
@@ -40,6 +40,18 @@ pub struct ChannelsApp {
 
 /// A channels connection's state: what its token allows (None: no auth configured).
 pub type ChannelState = Option<Arc<Grant>>;
+
+/// Expiry closes are spread over this many seconds after `exp` + leeway, by connection: tokens
+/// minted together (one rounded `exp` for a whole fleet) do not close every connection in the
+/// same second and bring every client back at once.
+pub const EXPIRY_SPREAD_SECS: u64 = 10;
+
+/// When the sweep closes connection `id` whose token expires at `exp`: after the leeway, plus
+/// the connection's share of the spread (a hash of its id, so even over consecutive ids).
+fn close_at(exp: u64, id: u64) -> u64 {
+    let share = (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % (EXPIRY_SPREAD_SECS + 1);
+    exp.saturating_add(crate::channels::auth::LEEWAY_SECS + share)
+}
 
 impl ChannelsApp {
     /// The app, checking tokens with `verifier` when given.
@@ -64,13 +76,13 @@ impl ChannelsApp {
     }
 
     /// Remember a connection whose token expires, and start the sweep (once) that closes
-    /// each at its `exp` (plus the leeway): one task and one ordered map for all connections,
+    /// each after its `exp` (see [`close_at`]): one task and one ordered map for all connections,
     /// not a timer each.
     fn watch(self: &Arc<Self>, conn: &Conn<ChannelState>, exp: u64) {
         self.expiring
             .lock()
             .unwrap()
-            .insert((exp, conn.id()), conn.clone());
+            .insert((close_at(exp, conn.id()), conn.id()), conn.clone());
         if self.sweeping.set(()).is_ok() {
             let app = Arc::downgrade(self);
             tokio::spawn(async move {
@@ -85,12 +97,11 @@ impl ChannelsApp {
         }
     }
 
-    /// Close (1008 "token expired") every connection whose token is past exp + leeway at `now`.
+    /// Close (1008 "token expired") every connection due at `now` (see [`close_at`]).
     fn sweep(&self, now: u64) {
         let due = {
             let mut m = self.expiring.lock().unwrap();
-            let cutoff = now.saturating_sub(crate::channels::auth::LEEWAY_SECS);
-            let later = m.split_off(&(cutoff, u64::MAX));
+            let later = m.split_off(&(now.saturating_add(1), 0));
             std::mem::replace(&mut *m, later)
         };
         for (_, conn) in due {
@@ -146,7 +157,11 @@ impl Handler for Builtin {
 
     fn on_close(&self, conn: &Conn<ChannelState>, _code: u16, _reason: &str) {
         if let (Builtin::Channels(app), Some(g)) = (self, conn.state()) {
-            app.expiring.lock().unwrap().remove(&(g.exp, conn.id()));
+            let id = conn.id();
+            app.expiring
+                .lock()
+                .unwrap()
+                .remove(&(close_at(g.exp, id), id));
         }
     }
 
@@ -220,25 +235,36 @@ mod tests {
     fn the_sweep_closes_each_connection_once_its_exp_plus_the_leeway_passes() {
         let hub = hub();
         let app = ChannelsApp::new(None);
-        let leeway = crate::channels::auth::LEEWAY_SECS;
         let (early, late) = (conn(&hub, 1000), conn(&hub, 2000));
         for c in [&early, &late] {
             let exp = c.state().as_ref().unwrap().exp;
-            app.expiring
-                .lock()
-                .unwrap()
-                .insert((exp, c.id()), c.clone());
+            let at = close_at(exp, c.id());
+            app.expiring.lock().unwrap().insert((at, c.id()), c.clone());
         }
-        app.sweep(1000 + leeway - 1);
+        let due = close_at(1000, early.id());
+        app.sweep(due - 1);
         assert!(early.is_open() && late.is_open());
-        app.sweep(1000 + leeway);
+        app.sweep(due);
         assert!(!early.is_open() && late.is_open());
         assert_eq!(early.shared().close_requested(), 1008);
-        app.sweep(2000 + leeway);
+        app.sweep(close_at(2000, late.id()));
         assert!(!late.is_open());
         assert!(app.expiring.lock().unwrap().is_empty());
         let closes = &hub.channel_metrics.token_expired_closes;
         assert_eq!(closes.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn expiry_closes_are_spread_after_the_leeway_never_before() {
+        let leeway = crate::channels::auth::LEEWAY_SECS;
+        let at: Vec<u64> = (1..=1000).map(|id| close_at(1000, id)).collect();
+        let window = 1000 + leeway..=1000 + leeway + EXPIRY_SPREAD_SECS;
+        assert!(at.iter().all(|t| window.contains(t)));
+        // Every second of the spread gets a share (1000 connections over 11 seconds).
+        for s in 0..=EXPIRY_SPREAD_SECS {
+            let n = at.iter().filter(|&&t| t == 1000 + leeway + s).count();
+            assert!(n > 40, "second {s}: {n}");
+        }
     }
 
     #[tokio::test]
