@@ -410,9 +410,20 @@ async fn a_token_for_a_gets_a_and_is_refused_b_and_bad_tokens_get_401() {
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", s.pid())).unwrap();
     assert!(!String::from_utf8_lossy(&cmdline).contains(SECRET));
     assert!(
-        s.log_text().contains("upgrade refused"),
-        "the refusals are logged (at debug): {}",
+        s.log_text().contains(r#""reason":"bad_signature""#),
+        "the refusals are logged with their reason (at debug): {}",
         s.log_text()
+    );
+    // RFC 6750: the 401 names the scheme.
+    let r = common::http(
+        s.port,
+        "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    );
+    assert!(r.starts_with("HTTP/1.1 401"), "{r}");
+    assert!(
+        r.contains("WWW-Authenticate: Bearer error=\"invalid_token\""),
+        "{r}"
     );
     assert!(!s.log_text().contains(SECRET) && !s.log_text().contains(KEY));
     assert!(!s.log_text().contains(&t), "no token in the log");

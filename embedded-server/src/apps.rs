@@ -139,6 +139,8 @@ impl Handler for Builtin {
             Builtin::Channels(app) => match app.on_upgrade(req) {
                 Ok(state) => Upgrade::accept(state),
                 Err(e) => {
+                    // The reason, never the token.
+                    tracing::debug!(reason = e.label(), "upgrade refused: token check failed");
                     if let Some(m) = app.metrics.get() {
                         m.auth_failed(e);
                     }
