@@ -329,7 +329,12 @@ pub fn run(req: Request) -> Result<Outcome> {
         );
         eprintln!("wstune serve: listening on {scheme}://{local}/");
         if let Some(a) = admin_addr {
-            eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics");
+            let api = if r.api_key.is_some() && r.config.app == embedded_server::App::Channels {
+                format!(" and the API on http://{a}/api/")
+            } else {
+                String::new()
+            };
+            eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics{api}");
         }
         let server = with_tls(Server::new(r.config.clone()), tls);
         if let Some(url) = &a.cluster {
@@ -348,11 +353,14 @@ pub fn run(req: Request) -> Result<Outcome> {
         if let Some(l) = admin_listener {
             let hub = server.hub();
             let mut rx = stop_rx.clone();
-            let gate = embedded_server::admin::Gate::new(r.api_key.clone(), r.config.max_message_bytes);
-            let app = embedded_server::admin::app_name(&hub);
-            tokio::spawn(embedded_server::admin::serve_with(l, hub, std::sync::Arc::new(gate), app, async move {
+            let max_body = r.config.max_message_bytes;
+            use embedded_server::admin::{app_name, Gate};
+            let gate = std::sync::Arc::new(Gate::new(r.api_key.clone(), max_body));
+            let app = app_name(&hub);
+            let stop = async move {
                 let _ = rx.changed().await;
-            }));
+            };
+            tokio::spawn(embedded_server::admin::serve_with(l, hub, gate, app, stop));
         }
         server
             .run(listeners, shutdown)
