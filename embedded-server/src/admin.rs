@@ -122,11 +122,6 @@ impl Gate {
         }
     }
 
-    /// The API key, if one is configured.
-    pub fn key(&self) -> Option<&ApiKey> {
-        self.key.as_ref()
-    }
-
     fn count(&self, route: &'static str, code: u16) {
         *self
             .counts
@@ -134,15 +129,6 @@ impl Gate {
             .unwrap()
             .entry((route, code))
             .or_default() += 1;
-    }
-
-    /// Answers counted so far for `route` with `code`.
-    pub fn counted(&self, route: &str, code: u16) -> u64 {
-        let m = self.counts.lock().unwrap();
-        m.iter()
-            .filter(|((r, c), _)| *r == route && *c == code)
-            .map(|(_, n)| n)
-            .sum()
     }
 
     /// Append the answers counted, as the counter family `name`, to `o`.

@@ -34,7 +34,7 @@ pub struct ChannelsApp {
     /// (when to close it, connection id) -> its handle: the earliest first, for the sweep.
     expiring: Mutex<BTreeMap<(u64, u64), Conn<ChannelState>>>,
     sweeping: OnceLock<()>,
-    /// The hub's channel counters (set by `Server::new`, which builds the hub after the app).
+    /// The hub's channel counters (set from the configuration by [`Builtin::from_config`]).
     metrics: OnceLock<Arc<ChannelMetrics>>,
 }
 
@@ -63,7 +63,8 @@ impl ChannelsApp {
     }
 
     /// Count into `metrics` (the hub's): refused tokens happen before any connection (and
-    /// its hub handle) exists.
+    /// its hub handle) exists. The first call wins; [`Builtin::from_config`] makes it with
+    /// the configuration's counters, which the hub shares.
     pub fn count_into(&self, metrics: Arc<ChannelMetrics>) {
         let _ = self.metrics.set(metrics);
     }
@@ -123,7 +124,9 @@ impl Builtin {
             App::Echo => Builtin::Echo,
             App::Broadcast => Builtin::Broadcast,
             App::Channels => {
-                Builtin::Channels(Arc::new(ChannelsApp::new(config.channels.auth.clone())))
+                let app = ChannelsApp::new(config.channels.auth.clone());
+                app.count_into(config.channels.metrics.clone());
+                Builtin::Channels(Arc::new(app))
             }
         }
     }
@@ -254,6 +257,27 @@ mod tests {
         assert!(app.expiring.lock().unwrap().is_empty());
         let closes = &hub.channel_metrics.token_expired_closes;
         assert_eq!(closes.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn a_builtin_from_the_config_counts_refusals_into_the_hub_it_is_served_with() {
+        let cfg = ServerConfig {
+            app: App::Channels,
+            ..ServerConfig::default()
+        };
+        let b = Builtin::from_config(&cfg);
+        let hub = Hub::new(cfg, Arc::new(Metrics::default()));
+        let Builtin::Channels(app) = &b else {
+            panic!("not channels")
+        };
+        app.metrics
+            .get()
+            .unwrap()
+            .auth_failed(crate::channels::AuthError::Missing);
+        let m = hub
+            .channel_metrics
+            .auth_failures(crate::channels::AuthError::Missing);
+        assert_eq!(m, 1);
     }
 
     #[test]

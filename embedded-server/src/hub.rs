@@ -123,10 +123,13 @@ pub struct Hub {
 impl Hub {
     /// A hub with no connections (a `Server` builds its own; see [`crate::Server::hub`]).
     pub fn new(config: ServerConfig, metrics: Arc<Metrics>) -> Hub {
+        let channel_metrics = config.channels.metrics.clone();
         Hub {
             config,
             metrics,
-            channel_metrics: Default::default(),
+            // The configuration's, so the channels app built from the same configuration
+            // counts refused upgrades (before any connection exists) into the hub's counters.
+            channel_metrics,
             conns: RwLock::new(HashMap::new()),
             channels: Mutex::new(Channels::default()),
             offload: std::sync::OnceLock::new(),

@@ -42,6 +42,9 @@ pub struct ChannelsSettings {
     /// The most bytes the names of one connection's subscriptions may total; a subscribe
     /// past it gets an error op.
     pub max_subscription_bytes: usize,
+    /// The counters, shared by the hub and the channels app built from this configuration
+    /// (`Server::with_handler(cfg, Builtin::from_config(&cfg))` counts refused upgrades too).
+    pub metrics: Arc<ChannelMetrics>,
 }
 
 impl Default for ChannelsSettings {
@@ -50,6 +53,7 @@ impl Default for ChannelsSettings {
             auth: None,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
             max_subscription_bytes: MAX_SUBSCRIPTION_BYTES,
+            metrics: Arc::default(),
         }
     }
 }
