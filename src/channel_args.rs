@@ -46,6 +46,11 @@ pub struct ChannelArgs {
 pub struct Resolved {
     pub settings: ChannelsSettings,
     pub api_key: Option<ApiKey>,
+    /// The secrets a `--processes` supervisor sets in each server process's environment (and
+    /// only there): the API key always as the supervisor read it (so the supervisor and a
+    /// restarted process present and expect the same key, even if the file changed since),
+    /// the JWT secret when it came from the environment.
+    pub child_env: Vec<(&'static str, String)>,
 }
 
 /// Where a secret comes from: the flag's file, else the environment, else the profile's file.
@@ -70,6 +75,11 @@ fn secret(
         return read(p, flag_name);
     }
     if let Some(v) = std::env::var_os(env) {
+        // Read once, then out of this process's environment: nothing it starts later (a
+        // hook, a helper) inherits the secret by accident. The `--processes` supervisor hands
+        // its copy to each server process explicitly (`Resolved::child_env`). Note that
+        // /proc/PID/environ keeps showing the environment the process was started with.
+        std::env::remove_var(env);
         let v = v
             .into_string()
             .map_err(|_| anyhow::anyhow!("${env} is not UTF-8 text"))?;
@@ -88,6 +98,7 @@ pub fn resolve(
     app_is_channels: bool,
     table: &mut Vec<crate::report::Setting>,
 ) -> anyhow::Result<Resolved> {
+    let mut child_env = Vec::new();
     let api_key = match secret(
         &a.api_key_file,
         "--api-key-file",
@@ -97,6 +108,7 @@ pub fn resolve(
     )? {
         Some((text, from)) => {
             let k = ApiKey::new(&text).map_err(|e| anyhow::anyhow!("{from}: {e}"))?;
+            child_env.push((ENV_API_KEY, k.expose().to_string()));
             table.push(("api key", "set".into(), source(&from)));
             Some(k)
         }
@@ -115,6 +127,9 @@ pub fn resolve(
                     "{from}: token auth is the channels app's; add --app channels (or drop the \
                      secret)"
                 );
+            }
+            if from.starts_with('$') {
+                child_env.push((ENV_AUTH_SECRET, text.clone()));
             }
             // A file's trailing newline is not part of the secret; anything else is.
             let v = Verifier::new(text.trim_end_matches(['\n', '\r']).as_bytes())
@@ -171,6 +186,7 @@ pub fn resolve(
             ..ChannelsSettings::default()
         },
         api_key,
+        child_env,
     })
 }
 

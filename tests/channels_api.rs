@@ -1134,3 +1134,48 @@ async fn lifetime_audience_and_algorithm_refusals_say_what_to_fix() {
     }
     assert!(s.log_text().contains("token audience"), "{}", s.log_text());
 }
+
+/// A restarted server process expects the key the supervisor presents: the supervisor hands
+/// down its own copy (in the process's environment only) instead of letting the process
+/// re-read a key file that may have changed since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_process_agrees_with_the_supervisor_on_the_api_key() {
+    let d = secrets();
+    let s = common::serve(&[
+        "--profile",
+        "10k",
+        "--app",
+        "channels",
+        "--processes",
+        "2",
+        "--api-key-file",
+        &path(&d, "api-key"),
+    ]);
+    let health = |s: &Served| json(common::body(&common::get(s.admin, "/healthz")));
+    let pid0 = health(&s)["process"][0]["pid"].as_i64().unwrap() as i32;
+    // The file is rotated; process 0 dies and is restarted.
+    std::fs::write(
+        d.path().join("api-key"),
+        "a-rotated-key-nobody-has-yet-0000\n",
+    )
+    .unwrap();
+    // SAFETY: kill has no memory preconditions; the pid is the test's own server process.
+    unsafe { libc::kill(pid0, libc::SIGKILL) };
+    common::wait_until("process 0 restarted", Duration::from_secs(20), || {
+        let h = health(&s);
+        let p = &h["process"][0];
+        p["state"] == "up" && p["pid"].as_i64() != Some(pid0 as i64)
+    });
+    // The supervisor hands a publish to process 0, presenting the key it read at start.
+    let (code, body) = publish(&s, &d, r#"{"channel":"a","data":1}"#);
+    assert_eq!(
+        (code, json(&body)["process"].as_u64()),
+        (200, Some(0)),
+        "{body}"
+    );
+    let child = health(&s)["process"][0]["pid"].as_i64().unwrap();
+    let env = std::fs::read(format!("/proc/{child}/environ")).unwrap();
+    assert!(String::from_utf8_lossy(&env).contains("WSTUNE_API_KEY="));
+    let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap();
+    assert!(!String::from_utf8_lossy(&cmdline).contains("--api-key-file"));
+}

@@ -87,6 +87,8 @@ pub struct Resolved {
     pub table: Vec<crate::report::Setting>,
     /// The admin listener's HTTP API key (None: the API is off).
     pub api_key: Option<embedded_server::channels::ApiKey>,
+    /// Secrets for a supervisor's server processes' environment (`channel_args::Resolved`).
+    pub child_env: Vec<(&'static str, String)>,
 }
 
 /// The server's configuration: each flag given, else the profile's value, within its bounds.
@@ -236,6 +238,7 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
         workers,
         table,
         api_key: channels.api_key,
+        child_env: channels.child_env,
     })
 }
 
@@ -417,6 +420,7 @@ fn supervise(
             workers,
             relay: a.cluster.is_none(),
             api_key: r.api_key.clone(),
+            child_env: r.child_env.clone(),
             max_body: r.config.max_message_bytes,
             grace: Duration::from_secs(a.shutdown_grace),
             scheme: if tls { "wss" } else { "ws" },

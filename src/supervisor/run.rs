@@ -36,6 +36,9 @@ pub struct Plan {
     pub scheme: &'static str,
     /// The HTTP API's key (the processes read the same file or variable themselves).
     pub api_key: Option<embedded_server::channels::ApiKey>,
+    /// Secrets set in each server process's environment only (see
+    /// `channel_args::Resolved::child_env`); the supervisor's own environment has none.
+    pub child_env: Vec<(&'static str, String)>,
     /// The largest API body accepted (the processes' --max-message).
     pub max_body: usize,
 }
@@ -375,7 +378,20 @@ fn spawn(st: &Arc<State>, i: usize) -> Result<(tokio::process::Child, u32)> {
     let exe = std::env::current_exe().context("cannot find the wstune executable")?;
     let args = super::child_args(&p.args, st.port, p.sizing.per_process, p.workers);
     let mut cmd = tokio::process::Command::new(exe);
+    // The API key comes from the supervisor's copy, not the file again: a key file rewritten
+    // since the start would leave a restarted process expecting another key than the one the
+    // supervisor presents.
+    let args = if p
+        .child_env
+        .iter()
+        .any(|(k, _)| *k == crate::channel_args::ENV_API_KEY)
+    {
+        super::without_flag(&args, "--api-key-file")
+    } else {
+        args
+    };
     cmd.args(&args)
+        .envs(p.child_env.iter().map(|(k, v)| (k, v)))
         .env(ENV_PROCESS, i.to_string())
         .env_remove(ENV_RELAY_FD)
         .stdin(std::process::Stdio::null())
