@@ -21,7 +21,8 @@ pub struct LimitArgs {
     /// [profile: server.limits.connection_rate / _burst]
     #[arg(long, value_name = "RATE[:BURST]", help_heading = "Abuse limits")]
     pub conn_rate: Option<String>,
-    /// Messages per second per connection, RATE or RATE:BURST; a connection over it is closed
+    /// Messages per second per connection, RATE or RATE:BURST, counted per frame (each
+    /// fragment, ping and pong counts; a close does not); a connection over it is closed
     /// with --message-rate-close. 0: off [profile: server.limits.message_rate / _burst]
     #[arg(long, value_name = "RATE[:BURST]", help_heading = "Abuse limits")]
     pub message_rate: Option<String>,

@@ -461,3 +461,42 @@ for src in ["198.51.100.7", "198.51.100.8", "198.51.100.7"]:
         ["101", "101", "503"]
     );
 }
+
+#[test]
+fn pings_pongs_and_fragments_count_against_the_message_rate() {
+    let srv = serve_10k(&["--message-rate", "5:5", "--message-rate-close", "1013"]);
+    // A ping flood: each ping is a frame the server must answer.
+    let (mut s, r) = open("127.0.0.2", srv.port);
+    assert_eq!(status(&r), 101, "{r}");
+    let flood: Vec<u8> = (0..20).flat_map(|_| frame(9, b"p")).collect();
+    s.write_all(&flood).unwrap();
+    assert_eq!(read_until_close(&mut s).1, 1013, "a ping flood is closed");
+    // Unsolicited pongs.
+    let (mut s, r) = open("127.0.0.3", srv.port);
+    assert_eq!(status(&r), 101, "{r}");
+    let flood: Vec<u8> = (0..20).flat_map(|_| frame(10, b"p")).collect();
+    s.write_all(&flood).unwrap();
+    assert_eq!(read_until_close(&mut s).1, 1013, "a pong flood is closed");
+    // One message cut into 20 one-byte fragments is 20 frames, not one message.
+    let (mut s, r) = open("127.0.0.5", srv.port);
+    assert_eq!(status(&r), 101, "{r}");
+    let mut frags = Vec::new();
+    for i in 0..20 {
+        let mut f = frame(if i == 0 { 1 } else { 0 }, b"x");
+        if i < 19 {
+            f[0] &= 0x7f; // FIN clear: more fragments follow
+        }
+        frags.extend(f);
+    }
+    s.write_all(&frags).unwrap();
+    assert_eq!(
+        read_until_close(&mut s),
+        (0, 1013),
+        "closed before the message completes"
+    );
+    srv.wait_metric(
+        "ws_message_rate_closes_total",
+        Duration::from_secs(5),
+        |n| n == 3.0,
+    );
+}

@@ -123,18 +123,11 @@ impl Handler for Chat {
         let event = serde_json::json!({"room": m.room, "event": "left", "user": m.user});
         conn.publish(&m.room, Message::Text(&event.to_string()));
     }
-
-    fn uses_offload(&self) -> bool {
-        false
-    }
 }
 
 /// The server as the example runs it, with tokens from `spec` (`user:token,...`).
 pub fn server(spec: &str) -> Result<Server<Chat>, String> {
-    Ok(Server::with_handler(
-        ServerConfig::default(),
-        Chat::new(spec)?,
-    ))
+    Server::with_handler(ServerConfig::default(), Chat::new(spec)?).map_err(|e| e.to_string())
 }
 
 #[tokio::main]

@@ -7,6 +7,7 @@
 //! Replies sent from `on_message` join the read's corked batch: 16 pipelined messages cost one
 //! write, the path `wstune serve` (whose echo is this same handler) is benchmarked on.
 
+use embedded_server::wstune::Launch;
 use embedded_server::{Conn, Handler, Message, Request, Server, ServerConfig, Upgrade};
 
 /// Echo on any path.
@@ -23,16 +24,11 @@ impl Handler for Echo {
         // `Err(Closed)` only once the connection is closing: nothing to do then.
         let _ = conn.send(msg);
     }
-
-    /// Nothing here blocks, so no offload pool (no threads started for it).
-    fn uses_offload(&self) -> bool {
-        false
-    }
 }
 
 /// The server as the example runs it (the test builds the same one).
 pub fn server() -> Server<Echo> {
-    Server::with_handler(ServerConfig::default(), Echo)
+    Server::with_handler(ServerConfig::default(), Echo).expect("the default configuration is valid")
 }
 
 /// The port from `--port N` or `PORT`, default 9001.
@@ -57,9 +53,12 @@ async fn main() -> std::io::Result<()> {
         eprintln!("echo: {e}");
         std::process::exit(2)
     });
-    let listeners = embedded_server::bind(([127, 0, 0, 1], port).into(), false, 1)?;
-    // Signal handlers first: a Ctrl-C right after the line below still closes cleanly.
-    let shutdown = embedded_server::shutdown_signal()?;
-    println!("echo listening on ws://{}/", listeners[0].local_addr()?);
-    server().run(listeners, shutdown).await
+    // Under `wstune serve --self-test --command`, wstune's address and the profile's tuning
+    // replace these defaults (see `embedded_server::wstune`).
+    let launch = Launch::from_env(ServerConfig::default(), ([127, 0, 0, 1], port).into())
+        .unwrap_or_else(|e| {
+            eprintln!("echo: {e}");
+            std::process::exit(2)
+        });
+    launch.run(Echo).await
 }

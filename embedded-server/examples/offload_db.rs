@@ -13,6 +13,7 @@
 //! /metrics (`ws_handler_wall_seconds` and friends), so `wstune pool --measure` can size the
 //! pool for it: here about 20 ms of blocking per request.
 
+use embedded_server::wstune::Launch;
 use embedded_server::{Conn, Handler, Message, Request, Server, ServerConfig, Upgrade};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -78,19 +79,25 @@ impl Handler for Lookup {
     }
 }
 
-/// The server as the example runs it: `pool` offload threads, `latency` per query.
-pub fn server(pool: usize, latency: Duration) -> Server<Lookup> {
-    let config = ServerConfig {
+/// The example's own configuration: `pool` offload threads.
+pub fn config(pool: usize) -> ServerConfig {
+    ServerConfig {
         offload_pool_size: pool,
         offload_queue_size: 1024,
         ..ServerConfig::default()
-    };
-    Server::with_handler(
-        config,
-        Lookup {
-            db: Arc::new(Db::demo(latency)),
-        },
-    )
+    }
+}
+
+/// The application, `latency` per query.
+pub fn app(latency: Duration) -> Lookup {
+    Lookup {
+        db: Arc::new(Db::demo(latency)),
+    }
+}
+
+/// The server as the example runs it: `pool` offload threads, `latency` per query.
+pub fn server(pool: usize, latency: Duration) -> Server<Lookup> {
+    Server::with_handler(config(pool), app(latency)).expect("the example's configuration is valid")
 }
 
 #[tokio::main]
@@ -110,14 +117,13 @@ async fn main() -> std::io::Result<()> {
         eprintln!("offload_db: the port must be a number (0-65535)");
         std::process::exit(2)
     });
-    let listeners = embedded_server::bind(([127, 0, 0, 1], port).into(), false, 1)?;
-    let shutdown = embedded_server::shutdown_signal()?;
-    println!(
-        "offload_db listening on ws://{}/ (send: get user:1)",
-        listeners[0].local_addr()?
-    );
-    // 16 threads: at 20 ms a query that is up to 800 queries a second.
-    server(16, Duration::from_millis(20))
-        .run(listeners, shutdown)
-        .await
+    // 16 threads: at 20 ms a query that is up to 800 queries a second. Under `wstune serve
+    // --self-test --command` or `wstune pool --measure --command`, wstune's address, admin
+    // listener and the profile's configuration (its pool size) replace these defaults.
+    let launch = Launch::from_env(config(16), ([127, 0, 0, 1], port).into()).unwrap_or_else(|e| {
+        eprintln!("offload_db: {e}");
+        std::process::exit(2)
+    });
+    eprintln!("offload_db: send `get user:1`");
+    launch.run(app(Duration::from_millis(20))).await
 }

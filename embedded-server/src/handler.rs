@@ -37,7 +37,7 @@
 //! }
 //!
 //! # async fn demo() -> std::io::Result<()> {
-//! let server = Server::with_handler(ServerConfig::default(), Echo);
+//! let server = Server::with_handler(ServerConfig::default(), Echo).expect("valid");
 //! let listeners = embedded_server::bind("127.0.0.1:9001".parse().unwrap(), false, 1)?;
 //! server.run(listeners, async { let _ = tokio::signal::ctrl_c().await; }).await
 //! # }
@@ -88,10 +88,13 @@ pub trait Handler: Send + Sync + 'static {
         let _ = (conn, code, reason);
     }
 
-    /// Whether the server starts its offload pool for this handler (default: yes). Without a
-    /// pool, [`Conn::offload`] answers [`OffloadError::NoPool`].
+    /// Whether the offload pool starts with the server (default: no). Either way
+    /// [`Conn::offload`] works: without this, the pool's threads start on the first offloaded
+    /// job, so a handler that never offloads has no pool threads at all (what the built-in
+    /// echo relies on). Return true when the first job must not pay the threads' start, or
+    /// when a benchmark wants the threads in place before the load.
     fn uses_offload(&self) -> bool {
-        true
+        false
     }
 }
 
@@ -272,7 +275,12 @@ impl<'a> Request<'a> {
             .filter(|p| !p.is_empty())
     }
 
-    /// The client's address (the TCP peer).
+    /// The client's address, as the abuse limits see it: the TCP peer; or, when the peer is
+    /// one of [`LimitSettings::trusted_proxies`](crate::limits::LimitSettings::trusted_proxies),
+    /// the client its PROXY protocol v1/v2 header names (with that header's source port), else
+    /// the right-most X-Forwarded-For hop that is not itself a trusted proxy (port 0: the
+    /// header carries none). An untrusted peer's PROXY header or X-Forwarded-For is never
+    /// believed, so behind a proxy that is not listed this is the proxy's address.
     pub fn peer(&self) -> SocketAddr {
         self.peer
     }
@@ -407,7 +415,7 @@ impl std::error::Error for Closed {}
 pub enum OffloadError {
     /// The connection is over.
     Closed,
-    /// The server has no offload pool ([`Handler::uses_offload`] said no).
+    /// The offload pool is shut down (the server is gone).
     NoPool,
     /// The queue is full and the caller is not the connection's own callback (which would
     /// pause reading instead): retry later, or use [`Conn::offload_wait`] from a task.
@@ -418,7 +426,7 @@ impl std::fmt::Display for OffloadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             OffloadError::Closed => "the connection is closed",
-            OffloadError::NoPool => "the server has no offload pool (Handler::uses_offload)",
+            OffloadError::NoPool => "the server's offload pool is shut down",
             OffloadError::Full => "the offload queue is full",
         })
     }
@@ -500,7 +508,10 @@ impl<S> Conn<S> {
         &self.inner.state
     }
 
-    /// The server's hub: broadcast to everyone, publish, metrics, the connection count.
+    /// The server's hub: broadcast to everyone, publish, metrics, the connection count. Not
+    /// part of the stable API (the built-in channels app uses it); [`Conn::publish`],
+    /// [`Conn::broadcast`] and [`Conn::subscribe`] are.
+    #[doc(hidden)]
     pub fn hub(&self) -> &Arc<Hub> {
         &self.inner.hub
     }
@@ -669,9 +680,7 @@ impl<S> Conn<S> {
         if self.inner.shared.ended() {
             return Err(OffloadError::Closed);
         }
-        let Some(tx) = self.inner.hub.offload.get() else {
-            return Err(OffloadError::NoPool);
-        };
+        let tx = self.pool();
         let m = &self.inner.hub.metrics;
         match tx.try_send(job) {
             Ok(()) => {
@@ -688,6 +697,14 @@ impl<S> Conn<S> {
         }
     }
 
+    /// The offload pool's queue, started on first use unless [`Handler::uses_offload`]
+    /// started it with the server (one start even when threads race here: a `OnceLock`).
+    fn pool(&self) -> &crate::offload::Sender {
+        let hub = &self.inner.hub;
+        hub.offload
+            .get_or_init(|| crate::offload::start_for(&hub.config, hub.metrics.clone()))
+    }
+
     /// [`Conn::offload`] for async code: waits for room in the queue instead of failing.
     pub async fn offload_wait(
         &self,
@@ -696,9 +713,7 @@ impl<S> Conn<S> {
         if self.inner.shared.ended() {
             return Err(OffloadError::Closed);
         }
-        let Some(tx) = self.inner.hub.offload.get() else {
-            return Err(OffloadError::NoPool);
-        };
+        let tx = self.pool();
         tx.send(Job::new(work))
             .await
             .map_err(|_| OffloadError::NoPool)?;

@@ -404,11 +404,11 @@ impl Hub {
         let d = &self.config.deflate;
         let compressible = d.enabled && payload.len() >= d.threshold;
         let mut compressed: [Option<Bytes>; 16] = Default::default();
-        let mut sent = 0;
+        let (mut sent, mut written) = (0, 0);
         for c in recipients {
             let bits = c.shared_deflate_bits.load(Relaxed) as usize;
             let pushed = if bits == 0 || !compressible {
-                c.push(plain.clone(), &self.metrics)
+                c.push_tallied(plain.clone(), false, &self.metrics, &mut written)
             } else {
                 let f = compressed[bits].get_or_insert_with(|| {
                     let mut z = Vec::new();
@@ -429,12 +429,13 @@ impl Hub {
                         true,
                     ))
                 });
-                c.push_compressed(f.clone(), &self.metrics)
+                c.push_tallied(f.clone(), true, &self.metrics, &mut written)
             };
             if pushed {
                 sent += 1;
             }
         }
+        crate::outbox::count_written(&self.metrics, written);
         self.metrics.messages_out.fetch_add(sent, Relaxed);
         sent
     }
@@ -444,12 +445,13 @@ impl Hub {
     /// waits for it.
     pub fn broadcast_encoded(&self, frame: Bytes) {
         self.metrics.broadcasts.fetch_add(1, Relaxed);
-        let mut sent = 0;
+        let (mut sent, mut written) = (0, 0);
         for c in self.everyone() {
-            if c.push(frame.clone(), &self.metrics) {
+            if c.push_tallied(frame.clone(), false, &self.metrics, &mut written) {
                 sent += 1;
             }
         }
+        crate::outbox::count_written(&self.metrics, written);
         self.metrics.messages_out.fetch_add(sent, Relaxed);
     }
 

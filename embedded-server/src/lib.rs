@@ -27,47 +27,69 @@
 //! }
 //!
 //! # async fn demo() -> std::io::Result<()> {
-//! let server = Server::with_handler(ServerConfig::default(), Shout);
+//! let server = Server::with_handler(ServerConfig::default(), Shout).expect("valid");
 //! let listeners = embedded_server::bind("127.0.0.1:0".parse().unwrap(), false, 1)?;
 //! let shutdown = embedded_server::shutdown_signal()?;
 //! server.run(listeners, shutdown).await
 //! # }
 //! ```
 //!
-//! Public API and its stability: see the crate's README (semver; the modules below `handler`
-//! that `wstune` itself uses, such as `frame`, `deflate` and `outbox`, are public but may change
-//! in a minor release while the crate is 0.x).
+//! # Stability
+//!
+//! What this documentation shows is the API the crate keeps (semver; see the crate's README
+//! for the list). Items hidden from it (`#[doc(hidden)]`: the built-in apps, the hub, the frame
+//! codec, the offload pool's internals, ...) are public only because the `wstune` binary uses
+//! them, and may change in any release.
 
 #![warn(missing_docs)]
 
+#[doc(hidden)]
 pub mod admin;
+#[doc(hidden)]
 pub mod apps;
 pub mod channels;
 pub mod config;
 mod conn;
+#[doc(hidden)]
 pub mod deflate;
+#[doc(hidden)]
 pub mod frame;
 pub mod handler;
+#[doc(hidden)]
 pub mod handshake;
+#[doc(hidden)]
 pub mod hub;
 pub mod limits;
+#[doc(hidden)]
 pub mod memory;
+#[doc(hidden)]
 pub mod metrics;
+#[doc(hidden)]
 pub mod offload;
+#[doc(hidden)]
 pub mod outbox;
+#[doc(hidden)]
 pub mod proxy_protocol;
 #[cfg(feature = "tls")]
 pub mod tls;
+#[doc(hidden)]
 pub mod transport;
+#[doc(hidden)]
 pub mod utf8;
+pub mod wstune;
 
+#[doc(hidden)]
 pub use apps::Builtin;
-pub use config::{App, BackpressureClose, ConfigError, ServerConfig, SimulatedWork};
+#[doc(hidden)]
+pub use config::{App, SimulatedWork};
+pub use config::{BackpressureClose, ConfigError, ServerConfig};
 pub use deflate::DeflateSettings;
 pub use handler::{
     Closed, Conn, Encoded, Handler, Message, OffloadError, OwnedMessage, Request, Upgrade,
 };
+#[doc(hidden)]
 pub use hub::Hub;
+pub use limits::{Cidr, LimitSettings, LimitsError, Rate};
 
 use conn::Ctx;
 use metrics::{Metrics, Reject};
@@ -93,10 +115,13 @@ pub struct Server<H: Handler = Builtin> {
 
 impl Server<Builtin> {
     /// The built-in application `config` names ([`ServerConfig::app`] and
-    /// [`ServerConfig::handler`]): what `wstune serve` runs.
+    /// [`ServerConfig::handler`]): what `wstune serve` runs. Not part of the stable API. Unlike [`Server::with_handler`]
+    /// it trusts `config`: `wstune` validates it first, naming the flag or profile key that
+    /// set a bad value, which this layer cannot know.
+    #[doc(hidden)]
     pub fn new(config: ServerConfig) -> Server<Builtin> {
         let app = Builtin::from_config(&config);
-        let server = Server::with_handler(config, app);
+        let server = Server::build(config, app);
         if let Builtin::Channels(app) = server.handler() {
             app.count_into(server.hub.channel_metrics.clone());
         }
@@ -105,22 +130,38 @@ impl Server<Builtin> {
 }
 
 impl<H: Handler> Server<H> {
-    /// A server running `handler`; starts the offload pool when the handler uses one
-    /// ([`Handler::uses_offload`]). `config.app` and `config.handler` are the built-in apps'
-    /// and are not used here. Must be called inside a tokio runtime only for `run`.
-    pub fn with_handler(config: ServerConfig, handler: H) -> Server<H> {
+    /// A server running `handler`, once `config` passes [`ServerConfig::validate`] (a bad
+    /// value would otherwise misbehave at run time: every message refused, every connection
+    /// timed out). The offload pool starts with the server when the handler asks for it
+    /// ([`Handler::uses_offload`]), else on the first offloaded job. `config.app` and
+    /// `config.handler` are the built-in apps' and are not used here.
+    ///
+    /// ```
+    /// use embedded_server::{ConfigError, Server, ServerConfig};
+    /// # struct App;
+    /// # impl embedded_server::Handler for App {
+    /// #     type State = ();
+    /// #     fn on_upgrade(&self, _: &embedded_server::Request<'_>) -> embedded_server::Upgrade<()> {
+    /// #         embedded_server::Upgrade::accept(())
+    /// #     }
+    /// #     fn on_message(&self, _: &embedded_server::Conn, _: embedded_server::Message<'_>) {}
+    /// # }
+    /// let bad = ServerConfig { max_frame_bytes: 2 << 20, max_message_bytes: 1 << 20, ..Default::default() };
+    /// assert!(matches!(Server::with_handler(bad, App), Err(ConfigError::FrameAboveMessage { .. })));
+    /// ```
+    pub fn with_handler(config: ServerConfig, handler: H) -> Result<Server<H>, ConfigError> {
+        config.validate()?;
+        Ok(Server::build(config, handler))
+    }
+
+    fn build(config: ServerConfig, handler: H) -> Server<H> {
         let metrics = Arc::new(Metrics::default());
         metrics
             .inflate_budget_bytes
             .store(config.inflate_budget() as u64, Relaxed);
-        let offload = handler.uses_offload().then(|| {
-            let threads = if config.offload_pool_size == 0 {
-                num_cpus()
-            } else {
-                config.offload_pool_size
-            };
-            offload::start(threads, config.offload_queue_size, metrics.clone())
-        });
+        let offload = handler
+            .uses_offload()
+            .then(|| offload::start_for(&config, metrics.clone()));
         let limits = Arc::new(limits::Limits::new(config.limits.clone()));
         let hub = Arc::new(Hub::new(config, metrics));
         if let Some(tx) = offload {
@@ -150,9 +191,23 @@ impl<H: Handler> Server<H> {
         self
     }
 
-    /// The hub: broadcast, publish, metrics, connection count.
+    /// The hub: broadcast, publish, metrics, connection count. Not part of the stable API
+    /// (what `wstune` itself uses); [`Server::serve_admin`] serves its metrics.
+    #[doc(hidden)]
     pub fn hub(&self) -> Arc<Hub> {
         self.hub.clone()
+    }
+
+    /// Serve `GET /metrics` (Prometheus text: connections, messages, the offload pool's
+    /// queue and its jobs' wall/CPU/run-queue times, what `wstune pool --measure` reads) and
+    /// `GET /healthz` (JSON) on `listener` until `shutdown` completes. Keep it off the
+    /// WebSocket port (127.0.0.1 by default) so it can be firewalled apart.
+    pub fn serve_admin(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        admin::serve(listener, self.hub.clone(), shutdown)
     }
 
     /// Accept on every listener until `shutdown` completes; then stop accepting, close every
@@ -271,12 +326,6 @@ pub fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
             let _ = tokio::signal::ctrl_c().await;
         })
     }
-}
-
-fn num_cpus() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
 }
 
 #[cfg(feature = "tls")]

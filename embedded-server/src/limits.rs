@@ -10,7 +10,8 @@
 //! - the per-address connection cap reached: HTTP 503 Service Unavailable with
 //!   `Retry-After: 1` (a condition that ends when one of its connections closes; nginx's
 //!   `limit_conn` answers 503 too);
-//! - a connection over its message rate: closed with `message_rate_close`, 1008 (policy
+//! - a connection over its message rate (every frame counts but a close: data frames and
+//!   each fragment, pings, pongs): closed with `message_rate_close`, 1008 (policy
 //!   violation, the default: the client misbehaves) or 1013 (try again later, for
 //!   deployments whose clients reconnect and back off on it);
 //! - a PROXY header from a peer not in the trusted list, or a malformed one: HTTP 400 and the
@@ -178,7 +179,9 @@ pub struct LimitSettings {
     pub connection_rate_per_ip: Option<Rate>,
     /// New connections server-wide (a reconnect storm is spread instead of taken at once).
     pub connection_rate: Option<Rate>,
-    /// Messages per connection.
+    /// Frames per connection: each data frame (an unfragmented message is one; a fragmented
+    /// one costs a token per fragment), ping and pong. Close frames are free, so a client over
+    /// the rate can still close cleanly.
     pub message_rate: Option<Rate>,
     /// The close code for a connection over its message rate: 1008 or 1013.
     pub message_rate_close: u16,
@@ -282,6 +285,7 @@ fn now_ns() -> u64 {
     epoch.elapsed().as_nanos() as u64
 }
 
+#[doc(hidden)]
 /// A per-connection message bucket: the theoretical arrival time, 0 when new (full), or
 /// `EXEMPT` for a connection from an exempt address. Lives in `outbox::Shared`; only the
 /// connection's own task touches it, so relaxed loads and stores suffice.
@@ -312,6 +316,7 @@ impl MessageBucket {
     }
 }
 
+#[doc(hidden)]
 /// A refused upgrade: why, and the response to write.
 #[derive(Debug)]
 pub struct Refusal {
@@ -339,6 +344,7 @@ struct Shard {
     sweep_at: usize,
 }
 
+#[doc(hidden)]
 /// The limits' state for one server.
 #[derive(Debug)]
 pub struct Limits {
@@ -351,6 +357,7 @@ pub struct Limits {
     shards: Vec<Mutex<Shard>>,
 }
 
+#[doc(hidden)]
 /// An admitted connection's part in the limits, held while it is open.
 #[derive(Debug)]
 pub struct Admitted {
@@ -360,6 +367,7 @@ pub struct Admitted {
     pub exempt: bool,
 }
 
+#[doc(hidden)]
 /// Holds one connection's place in its address's count; gives it back when dropped.
 #[derive(Debug)]
 pub struct Slot {
@@ -584,6 +592,7 @@ fn parse_hop(hop: &str) -> Option<IpAddr> {
         .map(IpAddr::V6)
 }
 
+#[doc(hidden)]
 /// What reading a connection's PROXY header decided.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ProxyOutcome {
@@ -593,6 +602,7 @@ pub enum ProxyOutcome {
     Refuse(Reject, &'static str),
 }
 
+#[doc(hidden)]
 /// Decide on the first bytes of a connection from `peer` (see `read_proxy_header`).
 pub fn on_first_bytes(
     settings: &LimitSettings,
@@ -611,6 +621,7 @@ pub fn on_first_bytes(
     })
 }
 
+#[doc(hidden)]
 /// Read the PROXY header a connection may start with, consuming exactly its bytes (what follows
 /// stays unread for TLS or HTTP). It peeks, so nothing is over-read; a header split over
 /// segments (rare: balancers send it in one write) is re-peeked every 5 ms. Bounded by the

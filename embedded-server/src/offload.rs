@@ -42,6 +42,15 @@ impl Job {
 /// The pool's bounded queue.
 pub type Sender = async_channel::Sender<Job>;
 
+/// The pool `config` asks for (`offload_pool_size`, 0 = one thread per core).
+pub(crate) fn start_for(config: &crate::ServerConfig, metrics: Arc<Metrics>) -> Sender {
+    let threads = match config.offload_pool_size {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    start(threads, config.offload_queue_size, metrics)
+}
+
 /// Start `threads` workers; returns the queue's sender. Each job is timed (wall, thread CPU,
 /// run-queue wait): the histograms `wstune pool --measure` reads from /metrics.
 pub fn start(threads: usize, queue: usize, metrics: Arc<Metrics>) -> Sender {

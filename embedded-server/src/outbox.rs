@@ -129,12 +129,33 @@ impl Shared {
     /// Queue an encoded frame (shared, not copied) and wake the connection. A consumer above
     /// its cap is closed instead: broadcast never waits for the slowest client.
     pub fn push(&self, frame: Bytes, metrics: &Metrics) -> bool {
-        self.push_frame(frame, metrics, false)
+        let mut written = 0;
+        let pushed = self.push_frame(frame, metrics, false, &mut written);
+        count_written(metrics, written);
+        pushed
     }
 
     /// Queue a frame compressed from a reset context outside this connection's task.
     pub fn push_compressed(&self, frame: Bytes, metrics: &Metrics) -> bool {
-        self.push_frame(frame, metrics, self.deflate_takeover.load(Relaxed))
+        let mut written = 0;
+        let stale = self.deflate_takeover.load(Relaxed);
+        let pushed = self.push_frame(frame, metrics, stale, &mut written);
+        count_written(metrics, written);
+        pushed
+    }
+
+    /// `push` (or `push_compressed`) for a fan-out: the bytes written directly are added to
+    /// `written` for the caller to count once per fan-out, not with one shared atomic per
+    /// recipient (a cache line every I/O thread's counters also write).
+    pub(crate) fn push_tallied(
+        &self,
+        frame: Bytes,
+        compressed: bool,
+        metrics: &Metrics,
+        written: &mut u64,
+    ) -> bool {
+        let stale = compressed && self.deflate_takeover.load(Relaxed);
+        self.push_frame(frame, metrics, stale, written)
     }
 
     /// Fan-out's cost is this function times the recipients, so the common case is one
@@ -143,7 +164,7 @@ impl Shared {
     /// without waking the connection's task. Only what the socket does not take is queued, and
     /// then the task is woken to write it when the socket drains. Every write to the socket
     /// happens under the `out` lock, so frames never interleave and order is kept.
-    fn push_frame(&self, frame: Bytes, metrics: &Metrics, stale: bool) -> bool {
+    fn push_frame(&self, frame: Bytes, metrics: &Metrics, stale: bool, tally: &mut u64) -> bool {
         if self.close_request.load(Relaxed) != 0 {
             return false;
         }
@@ -167,7 +188,7 @@ impl Shared {
         let mut frame = frame;
         if out.frames.is_empty() {
             let written = direct_write(self.direct_fd.load(Relaxed), &frame);
-            metrics.bytes_out.fetch_add(written as u64, Relaxed);
+            *tally += written as u64;
             if written == len {
                 drop(out);
                 if self.holds_compressor.load(Relaxed) {
@@ -415,6 +436,14 @@ impl Locked<'_> {
         if self.out.frames.capacity() > 64 {
             self.out.frames.shrink_to(8);
         }
+    }
+}
+
+/// Count bytes written directly (skipped when none were: a queued frame is counted when the
+/// connection's task writes it).
+pub(crate) fn count_written(metrics: &Metrics, written: u64) {
+    if written > 0 {
+        metrics.bytes_out.fetch_add(written, Relaxed);
     }
 }
 

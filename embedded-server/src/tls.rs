@@ -39,7 +39,8 @@ pub fn load(cert: &Path, key: &Path) -> Result<Config, String> {
     Ok(Arc::new(cfg))
 }
 
-/// A TLS session over a TCP stream, as a `Transport`.
+/// A TLS session over a TCP stream, as a `Transport` (internal: not part of the stable API).
+#[doc(hidden)]
 pub struct TlsStream {
     tcp: TcpStream,
     tls: Mutex<rustls::ServerConnection>,

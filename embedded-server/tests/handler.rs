@@ -106,14 +106,10 @@ impl Handler for Probe {
             .closes
             .push((code, reason.to_string()));
     }
-
-    fn uses_offload(&self) -> bool {
-        false
-    }
 }
 
 fn start(seen: Arc<Mutex<Seen>>) -> (SocketAddr, Arc<embedded_server::Hub>) {
-    let server = Server::with_handler(ServerConfig::default(), Probe { seen });
+    let server = Server::with_handler(ServerConfig::default(), Probe { seen }).unwrap();
     let hub = server.hub();
     let listeners = embedded_server::bind("127.0.0.1:0".parse().unwrap(), false, 1).unwrap();
     let addr = listeners[0].local_addr().unwrap();
@@ -346,9 +342,6 @@ impl Handler for Relay {
             other.send(msg).unwrap();
         }
     }
-    fn uses_offload(&self) -> bool {
-        false
-    }
 }
 
 /// Two servers on one thread, each with its connection id 1: a send from A's callback to B's
@@ -357,7 +350,7 @@ impl Handler for Relay {
 async fn a_send_to_another_servers_connection_from_a_callback_goes_there() {
     let slot: Arc<Mutex<Option<Conn>>> = Arc::default();
     let serve = |h: Relay| {
-        let server = Server::with_handler(ServerConfig::default(), h);
+        let server = Server::with_handler(ServerConfig::default(), h).unwrap();
         let listeners = embedded_server::bind("127.0.0.1:0".parse().unwrap(), false, 1).unwrap();
         let addr = listeners[0].local_addr().unwrap();
         tokio::spawn(async move { server.run(listeners, std::future::pending()).await });

@@ -387,6 +387,12 @@ pub struct ServeArgs {
     /// workload sized to this host, print one report and exit with the verdict (0 pass, 2 miss).
     #[arg(long)]
     pub self_test: bool,
+    /// Self-test your own server instead of the built-in echo: wstune starts "PROGRAM ARGS"
+    /// (shell quoting, no shell) with the profile's tuning in WSTUNE_LISTEN and
+    /// WSTUNE_SERVER_CONFIG (embedded_server::wstune::Launch reads them), waits for it to
+    /// listen, load-tests it and stops its process group at the end.
+    #[arg(long, value_name = "PROGRAM ARGS", requires = "self_test")]
+    pub command: Option<String>,
     /// Self-test: judge a captured tree (`check --root DIR`) as the host instead of this one.
     /// For tests and for rehearsing a verdict; the load still runs here.
     #[arg(long, hide = true, value_name = "DIR")]
@@ -443,6 +449,12 @@ pub struct LoadArgs {
     /// storm: handshakes in flight at once, over all generator processes.
     #[arg(long, default_value_t = 512)]
     pub storm_concurrency: usize,
+    /// A server that answers requests instead of echoing (your own, e.g. with --command): the
+    /// text every echo-rate, echo-sat, storm and deflate message carries; each reply,
+    /// whatever it says, answers the connection's oldest unanswered message. Default: a
+    /// timestamped payload the server must send back as it came.
+    #[arg(long, value_name = "TEXT")]
+    pub message: Option<String>,
     /// Output format for the report on stdout.
     #[arg(long = "format", short = 'f', value_enum, default_value_t = ListFormat::Table, id = "load_format")]
     pub format: ListFormat,
@@ -509,6 +521,15 @@ pub struct PoolArgs {
     /// The running server's admin address (http://HOST:PORT), for the handler times.
     #[arg(long, value_name = "URL")]
     pub admin: Option<String>,
+    /// Measure your own server: wstune starts "PROGRAM ARGS" (shell quoting, no shell) with
+    /// WSTUNE_LISTEN, WSTUNE_ADMIN and WSTUNE_SERVER_CONFIG (its offload pool size per
+    /// measurement), reads the pool's timings from its /metrics, and stops it after each.
+    #[arg(long, value_name = "PROGRAM ARGS", conflicts_with_all = ["handler", "url", "admin"])]
+    pub command: Option<String>,
+    /// With --command: the text each client sends (one in flight per client); each reply,
+    /// whatever it says, counts as its answer. Default: a 100-byte binary message to echo.
+    #[arg(long, value_name = "TEXT", requires = "command")]
+    pub message: Option<String>,
     /// Pool sizes for --sweep.
     #[arg(long, default_value = "2,4,8,16,32,64")]
     pub sizes: String,

@@ -278,6 +278,16 @@ pub fn pool(a: &PoolArgs) -> Result<cmd::pool::Request> {
         measure: a.measure,
         sweep: a.sweep,
         handler,
+        command: a
+            .command
+            .as_deref()
+            .map(crate::selftest::command::parse)
+            .transpose()?,
+        message: a.message.clone(),
+        user_config: match &a.command {
+            Some(_) => Some(profile_server_config(&a.profile)?),
+            None => None,
+        },
         url: a.url.clone(),
         admin: a.admin.clone(),
         sizes,
@@ -296,6 +306,12 @@ pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
         }
         // It starts its own echo and broadcast instances on loopback: flags that choose another
         // app or span nodes would be silently ignored, so they are refused instead.
+        if a.command.is_some() && a.processes.is_some() {
+            bail!("--self-test --command runs your program as it starts itself (one process, or as many as it forks): drop --processes");
+        }
+        if a.command.is_some() && a.handler != "echo" {
+            bail!("--handler {} simulates work in the built-in echo; with --command your program's own handler runs: drop --handler", a.handler);
+        }
         if a.app != args::AppArg::Echo || a.cluster.is_some() || a.reuseport {
             bail!("--self-test starts its own echo and broadcast instances on loopback, so --app, --cluster and --reuseport do not apply; measure such a server with `wstune selftest --url` (and --pid)");
         }
@@ -324,8 +340,27 @@ pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
         profile,
         flags: serve_flags(a),
         self_test: a.self_test.then(|| load(&a.load)),
+        command: a
+            .command
+            .as_deref()
+            .map(crate::selftest::command::parse)
+            .transpose()?,
         host,
     })
+}
+
+/// The server configuration `wstune serve --profile SPEC` would run with no other flag: what
+/// `pool --command` starts the user's server with. Parsed through `serve`'s own flags so every
+/// default (and every flag added later) resolves as `serve` resolves it.
+fn profile_server_config(spec: &str) -> Result<embedded_server::ServerConfig> {
+    use clap::Parser;
+    let cli = args::Cli::try_parse_from(["wstune", "serve", "--profile", spec])
+        .map_err(|e| anyhow::anyhow!("--profile {spec}: {e}"))?;
+    let args::Command::Serve(a) = cli.command else {
+        unreachable!("parsed as serve")
+    };
+    let profile = crate::profile::load(spec)?.profile;
+    Ok(cmd::serve::resolve(&profile, &serve_flags(&a))?.config)
 }
 
 fn serve_flags(a: &ServeArgs) -> cmd::serve::Flags {
@@ -393,6 +428,7 @@ fn load(l: &LoadArgs) -> Load {
         sources: l.sources,
         ramp: l.ramp,
         storm_concurrency: l.storm_concurrency,
+        message: l.message.clone(),
         format: list_format(l.format),
         report: l.report.clone(),
     }

@@ -4,6 +4,7 @@
 use crate::outcome::Outcome;
 use crate::pool::{self, Measured, SweepPoint};
 use crate::report::ListFormat;
+use crate::selftest::command::UserServer;
 use crate::selftest::{self, client::Target, Options, Scenario};
 use anyhow::{bail, Context, Result};
 use embedded_server::{Hub, Server, ServerConfig, SimulatedWork};
@@ -24,6 +25,11 @@ pub struct Request {
     pub sweep: bool,
     /// The handler a local server runs (never echo: there is no pool to size).
     pub handler: Option<SimulatedWork>,
+    /// The user's server a measurement starts (`--command`), and what its clients send.
+    pub command: Option<Vec<String>>,
+    pub message: Option<String>,
+    /// `--profile`'s server settings, which the user's server is started with.
+    pub user_config: Option<ServerConfig>,
     /// A running server to measure, and its admin address.
     pub url: Option<String>,
     pub admin: Option<String>,
@@ -91,8 +97,8 @@ fn measured(before: Totals, after: Totals) -> Result<Measured> {
     })
 }
 
-/// A remote server's figures, from its admin `/metrics` (plain HTTP GET).
-async fn fetch_totals(admin: SocketAddr) -> Result<Totals> {
+/// A server's `/metrics` text (plain HTTP GET on its admin address), bounded.
+async fn fetch_metrics(admin: SocketAddr) -> Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let what = || format!("the admin endpoint http://{admin}/metrics");
     let mut s = tokio::time::timeout(
@@ -113,10 +119,20 @@ async fn fetch_totals(admin: SocketAddr) -> Result<Totals> {
     tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut body))
         .await
         .map_err(|_| anyhow::anyhow!("{} did not finish its answer in 5 s", what()))??;
-    let get = |name: &str| -> Option<f64> {
-        body.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-    };
+    Ok(body)
+}
+
+/// One sample's value from Prometheus text (`name value`, no labels).
+fn metric(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// A remote server's figures, from its admin `/metrics`.
+async fn fetch_totals(admin: SocketAddr) -> Result<Totals> {
+    let what = || format!("the admin endpoint http://{admin}/metrics");
+    let body = fetch_metrics(admin).await?;
+    let get = |name: &str| metric(&body, name);
     let pair = |name: &str| -> Option<(f64, u64)> {
         Some((
             get(&format!("{name}_sum"))?,
@@ -196,6 +212,7 @@ async fn load(
     conns: usize,
     secs: f64,
     pid: Option<u32>,
+    request: Option<String>,
 ) -> Result<selftest::ScenarioReport> {
     let (soft, _) = crate::host::raise_nofile();
     let o = Options {
@@ -218,6 +235,7 @@ async fn load(
         broadcast_server_pid: None,
         ramp_per_sec: 0.0,
         storm_concurrency: 1,
+        request,
     };
     selftest::run_scenario(&o, Scenario::EchoSat).await
 }
@@ -233,7 +251,7 @@ async fn measure_local(
 ) -> Result<Measured> {
     let (addr, hub, stop) = start_local(handler, cores, conns)?;
     let before = totals_of(&hub);
-    let r = load(target(addr), conns, secs, None).await;
+    let r = load(target(addr), conns, secs, None, None).await;
     let after = totals_of(&hub);
     let _ = stop.send(());
     r?;
@@ -262,9 +280,104 @@ async fn sweep(
             })
         };
         eprintln!("wstune pool: sweep: pool size {size}...");
-        let r = load(target(addr), conns, secs, None).await;
+        let r = load(target(addr), conns, secs, None, None).await;
         sampler.abort();
         let _ = stop.send(());
+        let r = r.with_context(|| format!("pool size {size}"))?;
+        let samples = std::mem::take(&mut *samples.lock().unwrap());
+        let n = samples.len().max(1) as f64;
+        out.push(SweepPoint {
+            size,
+            throughput: r.achieved_rate,
+            p99_ms: r.latency_ms.p99,
+            queue_avg: samples.iter().sum::<f64>() / n,
+            queue_max: samples.iter().cloned().fold(0.0, f64::max),
+        });
+    }
+    Ok(out)
+}
+
+/// The user's server (`--command`) with an offload pool of `size`, its /metrics on an admin
+/// port; the rest of its configuration is `--profile`'s, so it is measured as it will run.
+async fn start_user(
+    words: &[String],
+    profile: &ServerConfig,
+    size: usize,
+    conns: usize,
+) -> Result<UserServer> {
+    let config = ServerConfig {
+        offload_pool_size: size,
+        max_connections: profile.max_connections.max(conns + 64),
+        ..profile.clone()
+    };
+    UserServer::start(words, &config, true).await
+}
+
+/// `--measure --command`: the pool's timings from the program's /metrics, before and after
+/// the load (one pool thread per core, as `measure_local`).
+async fn measure_user(
+    words: &[String],
+    profile: &ServerConfig,
+    request: Option<String>,
+    cores: usize,
+    conns: usize,
+    secs: f64,
+) -> Result<Measured> {
+    let u = start_user(words, profile, cores, conns).await?;
+    let admin = u.admin.expect("started with an admin listener");
+    let r = async {
+        let before = fetch_totals(admin).await?;
+        load(target(u.addr), conns, secs, Some(u.pid), request).await?;
+        let after = fetch_totals(admin).await?;
+        measured(before, after).map_err(|_| {
+            anyhow::anyhow!(
+                "`{}` offloaded no work during the run (ws_handler_wall_seconds_count did not \
+                 move on its /metrics): --measure times what its handler runs through \
+                 conn.offload(..); give --message with a request that does",
+                u.program
+            )
+        })
+    }
+    .await;
+    u.stop().await;
+    r
+}
+
+/// `--sweep --command`: the program restarted at each pool size, the queue depth read from
+/// its /metrics every 100 ms.
+async fn sweep_user(
+    words: &[String],
+    profile: &ServerConfig,
+    request: Option<String>,
+    sizes: &[u64],
+    conns: usize,
+    secs: f64,
+) -> Result<Vec<SweepPoint>> {
+    let mut out = Vec::new();
+    for &size in sizes {
+        let u = start_user(words, profile, size as usize, conns).await?;
+        let admin = u.admin.expect("started with an admin listener");
+        let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sampler = {
+            let samples = samples.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if let Ok(body) = fetch_metrics(admin).await {
+                        if let Some(d) = metric(&body, "ws_offload_queue_depth") {
+                            samples.lock().unwrap().push(d.max(0.0));
+                        }
+                    }
+                }
+            })
+        };
+        eprintln!(
+            "wstune pool: sweep: `{}` with pool size {size} (pid {})...",
+            u.program, u.pid
+        );
+        let r = load(target(u.addr), conns, secs, Some(u.pid), request.clone()).await;
+        sampler.abort();
+        u.stop().await;
         let r = r.with_context(|| format!("pool size {size}"))?;
         let samples = std::mem::take(&mut *samples.lock().unwrap());
         let n = samples.len().max(1) as f64;
@@ -316,25 +429,41 @@ fn write_profile(spec: &str, out: &std::path::Path, pool_size: u64, queue: u64) 
     crate::output::write_atomic(out, &new)
 }
 
+/// `work` until it ends or Ctrl-C, which drops it: a user's server it started is stopped with
+/// its process group (`UserServer`'s drop), the generators with theirs.
+async fn interruptible<T>(work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    // Biased: the Ctrl-C handler is in place (first poll) before the server starts.
+    tokio::select! {
+        biased;
+        _ = tokio::signal::ctrl_c() => bail!("interrupted (Ctrl-C): the measurement and the server it started were stopped"),
+        r = work => r,
+    }
+}
+
 pub fn run(a: Request) -> Result<Outcome> {
     let (cores, handler, sizes) = (a.cores, a.handler, &a.sizes);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let user_config = &a.user_config;
     let (measured, advice, points) = if a.measure || a.sweep {
         let m = rt.block_on(async {
             match (&handler, &a.url, &a.admin) {
+                _ if a.command.is_some() => {
+                    let (words, config) = (a.command.as_deref().unwrap_or_default(), user_config.as_ref().expect("loaded with --command"));
+                    interruptible(measure_user(words, config, a.message.clone(), cores as usize, a.conns, a.secs)).await
+                }
                 (Some(h), _, _) => measure_local(*h, cores as usize, a.conns, a.secs).await,
                 (None, Some(url), Some(admin)) => {
                     let t = Target::parse(url).map_err(anyhow::Error::msg)?;
                     let admin = parse_admin(admin)?;
                     let before = fetch_totals(admin).await?;
-                    load(t, a.conns, a.secs, None).await?;
+                    load(t, a.conns, a.secs, None, None).await?;
                     let after = fetch_totals(admin).await?;
                     measured(before, after)
                 }
                 (None, Some(_), None) => bail!("--measure --url needs --admin URL: the server's /metrics carries the handler times"),
-                (None, None, _) => bail!("--measure needs --handler SPEC (a local server) or --url and --admin (a running one)"),
+                (None, None, _) => bail!("--measure needs --handler SPEC (a local server), --command \"PROGRAM ARGS\" (your own server) or --url and --admin (a running one)"),
             }
         })?;
         let mut advice = pool::advise(m.blocking_ms, m.cpu_ms.max(1e-6), cores).map_err(|e| {
@@ -357,10 +486,21 @@ pub fn run(a: Request) -> Result<Outcome> {
             );
         }
         let points = if a.sweep {
-            let Some(h) = handler else {
-                bail!("--sweep restarts the server at each size: give --handler SPEC");
-            };
-            rt.block_on(sweep(h, sizes, a.conns, a.secs))?
+            if let (Some(words), Some(config)) = (&a.command, &user_config) {
+                rt.block_on(interruptible(sweep_user(
+                    words,
+                    config,
+                    a.message.clone(),
+                    sizes,
+                    a.conns,
+                    a.secs,
+                )))?
+            } else {
+                let Some(h) = handler else {
+                    bail!("--sweep restarts the server at each size: give --handler SPEC or --command \"PROGRAM ARGS\"");
+                };
+                rt.block_on(sweep(h, sizes, a.conns, a.secs))?
+            }
         } else {
             Vec::new()
         };

@@ -20,6 +20,8 @@ pub struct Request {
     pub flags: Flags,
     /// `--self-test`'s load settings; None: serve.
     pub self_test: Option<Load>,
+    /// `--self-test --command`: the user's server to start instead of the built-in apps.
+    pub command: Option<Vec<String>>,
     /// The host the server will run on (or, for the self-test, `--host-root`'s tree), with the
     /// inputs the check pipeline needs; None when they cannot be loaded (no host warning then).
     pub host: Option<HostInputs>,
@@ -576,6 +578,9 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
         (None, p) => Some((p, "server.processes")),
     };
     let max_server_processes = match want {
+        // The user's program is one process as far as the sizing knows (it may fork more;
+        // they are measured as its process tree).
+        _ if req.command.is_some() => 1,
         _ if !cfg!(target_os = "linux") => 1,
         Some((crate::profile::Processes::Count(n), _)) => n.max(1) as usize,
         _ => limits::MAX_SERVER_PROCESSES,
@@ -653,40 +658,98 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
     if r.config.deflate.enabled {
         defaults.push(Scenario::Deflate);
     }
+    // A user's server: broadcast needs an app that sends every message it gets to every
+    // connection, which an application cannot be assumed to do; it runs when asked for.
+    let mut skipped = Vec::new();
+    if req.command.is_some() && load.scenarios.is_empty() {
+        defaults.retain(|s| *s != Scenario::Broadcast);
+        skipped.push(
+            "broadcast: your server is not assumed to send each message to every connection; \
+             add --scenario broadcast (with the other scenarios you want) if it does"
+                .to_string(),
+        );
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(r.workers)
         .enable_all()
         .build()?;
-    let (mut report, error) = rt.block_on(async {
+    let run = async {
         let mut config = r.config.clone();
         config.max_connections = config.max_connections.max(conns + 16);
         crate::server_limits::exempt_self_test(&mut config.limits);
-        let start = |app: embedded_server::App| -> Result<(SocketAddr, tokio::sync::oneshot::Sender<()>)> {
-            let listeners = embedded_server::bind("127.0.0.1:0".parse()?, false, 1)
-                .context("cannot listen on 127.0.0.1 for the self-test")?;
-            let addr = listeners[0].local_addr()?;
-            let server = Server::new(ServerConfig { app, ..config.clone() });
-            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-            tokio::spawn(async move {
-                let _ = server.run(listeners, async move { let _ = rx.await; }).await;
-            });
-            Ok((addr, tx))
-        };
+        let start =
+            |app: embedded_server::App| -> Result<(SocketAddr, tokio::sync::oneshot::Sender<()>)> {
+                let listeners = embedded_server::bind("127.0.0.1:0".parse()?, false, 1)
+                    .context("cannot listen on 127.0.0.1 for the self-test")?;
+                let addr = listeners[0].local_addr()?;
+                let server = Server::new(ServerConfig {
+                    app,
+                    ..config.clone()
+                });
+                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                tokio::spawn(async move {
+                    let _ = server
+                        .run(listeners, async move {
+                            let _ = rx.await;
+                        })
+                        .await;
+                });
+                Ok((addr, tx))
+            };
         enum Running {
             InProcess(tokio::sync::oneshot::Sender<()>),
             Child(Box<crate::selftest::server::ChildServer>),
+            User(Box<crate::selftest::command::UserServer>),
         }
-        let (echo, fanout, servers, server_pid, fanout_pid) = if processes > 1 {
-            let e = crate::selftest::server::ChildServer::start(&child_args(a, &profile.server.limits, "echo", processes, server_max)).await?;
-            let b = crate::selftest::server::ChildServer::start(&child_args(a, &profile.server.limits, "broadcast", processes, server_max)).await?;
+        let (echo, fanout, servers, server_pid, fanout_pid) = if let Some(words) = &req.command {
+            let u = crate::selftest::command::UserServer::start(words, &config, false).await?;
+            eprintln!(
+                "wstune serve --self-test: your server `{}` listens on ws://{}/ (pid {})",
+                u.program, u.addr, u.pid
+            );
+            let (addr, pid) = (u.addr, u.pid);
+            (addr, addr, vec![Running::User(Box::new(u))], pid, None)
+        } else if processes > 1 {
+            let e = crate::selftest::server::ChildServer::start(&child_args(
+                a,
+                &profile.server.limits,
+                "echo",
+                processes,
+                server_max,
+            ))
+            .await?;
+            let b = crate::selftest::server::ChildServer::start(&child_args(
+                a,
+                &profile.server.limits,
+                "broadcast",
+                processes,
+                server_max,
+            ))
+            .await?;
             let (pid, bpid) = (e.pid, b.pid);
-            (e.addr, b.addr, vec![Running::Child(Box::new(e)), Running::Child(Box::new(b))], pid, Some(bpid))
+            (
+                e.addr,
+                b.addr,
+                vec![Running::Child(Box::new(e)), Running::Child(Box::new(b))],
+                pid,
+                Some(bpid),
+            )
         } else {
             let (e, stop_e) = start(embedded_server::App::Echo)?;
             let (b, stop_b) = start(embedded_server::App::Broadcast)?;
-            (e, b, vec![Running::InProcess(stop_e), Running::InProcess(stop_b)], std::process::id(), None)
+            (
+                e,
+                b,
+                vec![Running::InProcess(stop_e), Running::InProcess(stop_b)],
+                std::process::id(),
+                None,
+            )
         };
-        let target = |addr: SocketAddr| Target { addr, host: addr.to_string(), path: "/".into() };
+        let target = |addr: SocketAddr| Target {
+            addr,
+            host: addr.to_string(),
+            path: "/".into(),
+        };
         // Short scenarios: this is the quick start's command, and 5 s of steady load per
         // scenario gives stable medians on the sizes it picks.
         let plan = crate::engine::selftest::plan(
@@ -703,7 +766,8 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
                 rate: Some(sized.rate),
                 rate_note: sized.rate_note.clone(),
                 server_processes: Some(processes),
-                server_tree: processes > 1,
+                // The user's program: whatever processes it starts count too.
+                server_tree: processes > 1 || req.command.is_some(),
                 deflate_conns: deflate_conns.map(|d| d.0),
                 broadcast_server_pid: fanout_pid,
                 budget_cores: Some(room.cores),
@@ -718,17 +782,41 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
         for s in &plan.scaled_down {
             eprintln!("wstune serve --self-test: scaled down: {s}");
         }
-        let out = crate::engine::selftest::execute(&plan).await;
+        let (report, mut error) = crate::engine::selftest::execute(&plan).await;
         for s in servers {
             match s {
                 Running::InProcess(stop) => {
                     let _ = stop.send(());
                 }
                 Running::Child(c) => c.stop().await,
+                Running::User(mut u) => {
+                    // A server that died under load: say so rather than leave only the
+                    // scenarios' connection errors.
+                    if let Some(why) = u.exited() {
+                        let e = anyhow::anyhow!("your server stopped during the self-test: {why}");
+                        error = Some(match error {
+                            Some(first) => e.context(format!("{first:#}")),
+                            None => e,
+                        });
+                    }
+                    u.stop().await
+                }
             }
         }
-        Ok::<_, anyhow::Error>(out)
+        Ok::<_, anyhow::Error>((report, error))
+    };
+    // Ctrl-C drops the run: the generators (kill_on_drop) and the user's server (its process
+    // group) go with it.
+    let (mut report, error) = rt.block_on(async {
+        // Biased: the Ctrl-C handler is in place (first poll) before anything starts.
+        tokio::select! {
+            biased;
+            _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted (Ctrl-C): the self-test and its servers were stopped"),
+            r = run => r,
+        }
     })?;
+    report.program = req.command.as_ref().map(|w| w.join(" "));
+    report.skipped = skipped;
     report.host_check = host;
     crate::selftest::report::combine(&mut report, true);
     crate::engine::selftest::finish(&report, error, load)

@@ -27,6 +27,8 @@ pub struct Load {
     pub sources: usize,
     pub ramp: f64,
     pub storm_concurrency: usize,
+    /// `--message`: the request a user's server answers (see `WorkerSpec::request`).
+    pub message: Option<String>,
     /// The report on stdout.
     pub format: ListFormat,
     /// Also an HTML page here.
@@ -42,6 +44,7 @@ impl Load {
             || self.size.is_some()
             || self.secs.is_some()
             || self.report.is_some()
+            || self.message.is_some()
     }
 }
 
@@ -199,6 +202,7 @@ pub fn plan(
             broadcast_server_pid: defaults.broadcast_server_pid,
             ramp_per_sec: load.ramp,
             storm_concurrency: load.storm_concurrency,
+            request: load.message.clone(),
         },
         scenarios,
         targets: Targets {
@@ -244,6 +248,8 @@ pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
     let report = Report {
         schema_version: report::SCHEMA_VERSION,
         url: p.url.clone(),
+        program: None,
+        skipped: Vec::new(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         targets: p.targets.clone(),
         conns: p.opts.conns,

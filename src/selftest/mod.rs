@@ -7,6 +7,7 @@
 //! [`report`] for the table, JSON, HTML and the verdict.
 
 pub mod client;
+pub mod command;
 pub mod limits;
 pub mod report;
 pub mod server;
@@ -88,6 +89,11 @@ pub struct WorkerSpec {
     pub rounds: usize,
     /// Storm: handshakes in flight at once.
     pub storm_concurrency: usize,
+    /// A user's server (`--command --message`): send this text instead of a stamped echo
+    /// payload and take each reply, whatever it says, as the answer to the oldest message not
+    /// yet answered (replies come in order on one connection).
+    #[serde(default)]
+    pub request: Option<String>,
 }
 
 impl WorkerSpec {
@@ -125,6 +131,9 @@ pub struct WorkerResult {
     pub close_codes: BTreeMap<u16, u64>,
     /// HdrHistogram V2, base64: latencies in microseconds.
     pub histogram: String,
+    /// echo-rate / deflate: latencies from the actual send (same encoding); None elsewhere.
+    #[serde(default)]
+    pub service_histogram: Option<String>,
     pub cpu_secs: f64,
     pub elapsed_secs: f64,
     pub rounds: Vec<(u64, u64)>,
@@ -168,6 +177,9 @@ pub struct Options {
     pub broadcast_server_pid: Option<u32>,
     pub ramp_per_sec: f64,
     pub storm_concurrency: usize,
+    /// The message a user's server answers (`--message`; see `WorkerSpec::request`). None:
+    /// the stamped payloads an echo sends back.
+    pub request: Option<String>,
 }
 
 impl Options {
@@ -333,6 +345,11 @@ pub struct ScenarioReport {
     pub lost: u64,
     pub close_codes: BTreeMap<u16, u64>,
     pub latency_ms: Latency,
+    /// echo-rate / deflate: latency from the actual send. `latency_ms` counts from when each
+    /// message was due, so a generator running behind its schedule inflates it; a server
+    /// stall shows in both.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_latency_ms: Option<Latency>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<ProcFigures>,
     pub generator: ProcFigures,
@@ -516,6 +533,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
 
     let Merged {
         hist,
+        service,
         sent,
         received,
         mut errors,
@@ -603,6 +621,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
         lost,
         close_codes,
         latency_ms: latency(&hist),
+        service_latency_ms: echo_like.then(|| latency(&service)),
         echoes_per_server_cpu_sec: match (&server, scenario) {
             (Some(s), Scenario::EchoSat) if s.cpu_secs > 0.0 => Some(received as f64 / s.cpu_secs),
             _ => None,
@@ -671,6 +690,11 @@ fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec
             ramp_per_sec: o.ramp_per_sec / workers as f64,
             rounds: o.rounds,
             storm_concurrency: (o.storm_concurrency / workers).max(1),
+            // The broadcast scenario's stamps must come back as sent.
+            request: o
+                .request
+                .clone()
+                .filter(|_| scenario != Scenario::Broadcast),
         };
         assigned += n;
         let mut child = tokio::process::Command::new(&exe)
@@ -902,6 +926,7 @@ async fn run_phase(
 /// The workers' results added up.
 struct Merged {
     hist: Histogram<u64>,
+    service: Histogram<u64>,
     sent: u64,
     received: u64,
     errors: u64,
@@ -919,6 +944,7 @@ struct Merged {
 
 fn merge(results: &[&WorkerResult], n_rounds: usize, mut first_error: Option<String>) -> Merged {
     let mut hist = worker::histogram();
+    let mut service = worker::histogram();
     let (mut sent, mut received, mut errors, mut disconnects, mut lost) = (0, 0, 0, 0, 0);
     let mut close_codes = BTreeMap::new();
     let mut gen_cpu = 0.0;
@@ -952,6 +978,17 @@ fn merge(results: &[&WorkerResult], n_rounds: usize, mut first_error: Option<Str
                 let _ = hist.add(h);
             }
         }
+        if let Some(Ok(bytes)) = r
+            .service_histogram
+            .as_ref()
+            .map(|s| base64::engine::general_purpose::STANDARD.decode(s))
+        {
+            if let Ok(h) = hdrhistogram::serialization::Deserializer::new()
+                .deserialize::<u64, _>(&mut &bytes[..])
+            {
+                let _ = service.add(h);
+            }
+        }
         for (i, (n, last)) in r.rounds.iter().enumerate() {
             if let Some(slot) = rounds.get_mut(i) {
                 slot.0 += n;
@@ -961,6 +998,7 @@ fn merge(results: &[&WorkerResult], n_rounds: usize, mut first_error: Option<Str
     }
     Merged {
         hist,
+        service,
         sent,
         received,
         errors,

@@ -148,6 +148,12 @@ pub struct HostCheck {
 pub struct Report {
     pub schema_version: u32,
     pub url: String,
+    /// The user's server the run measured (`--command`), as given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
+    /// Scenarios left out, and why (a user's server that does not do what they need).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub skipped: Vec<String>,
     pub cores: usize,
     pub targets: Targets,
     /// Connections the scenarios ran with.
@@ -383,6 +389,24 @@ pub fn table(r: &Report) -> String {
         if let Some(o) = s.offered_rate {
             notes.push(format!("offered {}/s", num(o)));
         }
+        if let Some(l) = s.service_latency_ms.as_ref().filter(|l| l.count > 0) {
+            notes.push(format!(
+                "from the send: p50 {} / p99 {} / p99.9 {} / max {} ms",
+                num(l.p50),
+                num(l.p99),
+                num(l.p999),
+                num(l.max)
+            ));
+        }
+        if s.workers > 0 {
+            // Each generator process is one thread: what is left of its cores is the margin
+            // by which the load could grow before the generator, not the server, is the limit.
+            let busy = s.generator.cpu_pct / s.workers as f64;
+            notes.push(format!(
+                "generator headroom {:.0}%",
+                (100.0 - busy).max(0.0)
+            ));
+        }
         if let Some(e) = s.echoes_per_server_cpu_sec {
             notes.push(format!("{} echoes per server CPU-s", num(e)));
         }
@@ -441,7 +465,16 @@ pub fn table(r: &Report) -> String {
             notes.join("; "),
         ]);
     }
-    let mut out = format!("wstune self-test of {} ({} cores)\n{t}\n", r.url, r.cores);
+    let mut out = match &r.program {
+        Some(p) => format!(
+            "wstune self-test of your server `{p}` at {} ({} cores)\n{t}\n",
+            r.url, r.cores
+        ),
+        None => format!("wstune self-test of {} ({} cores)\n{t}\n", r.url, r.cores),
+    };
+    for s in &r.skipped {
+        out.push_str(&format!("skipped: {s}\n"));
+    }
     if let Some(h) = &r.host_check {
         if h.failed.is_empty() {
             out.push_str(&format!(

@@ -253,21 +253,29 @@ async fn run<T: Transport, H: Handler>(
         let mut data = std::mem::take(&mut st.partial);
         process_owned(io, conn, ctx, st, &mut data);
     }
+    // Jobs parked because the offload queue was full are queued by a task of their own, and
+    // this connection reads nothing more until they are in (TCP then slows the client). The
+    // loop itself goes on meanwhile: a close asked for by the application, the heartbeat or a
+    // shutdown, pings and replies from other threads, and the close deadline all progress.
+    // A connection that ends while parked leaves its jobs to that task: each was promised
+    // (`offload` answered Ok), so each is queued.
+    let mut parked: Option<tokio::sync::oneshot::Receiver<()>> = None;
     loop {
-        if !st.pending_jobs.is_empty() {
-            // The queue was full: this connection reads nothing more until its jobs are in.
-            for job in std::mem::take(&mut st.pending_jobs) {
-                if let Some(tx) = hub.offload.get() {
-                    if tx.send(job).await.is_ok() {
-                        m.offload_queue_depth.fetch_add(1, Relaxed);
+        if parked.is_none() && !st.pending_jobs.is_empty() {
+            let jobs = std::mem::take(&mut st.pending_jobs);
+            if let Some(tx) = hub.offload.get() {
+                let (tx, metrics) = (tx.clone(), hub.metrics.clone());
+                let (done, wait) = tokio::sync::oneshot::channel();
+                tokio::spawn(async move {
+                    for job in jobs {
+                        if tx.send(job).await.is_ok() {
+                            metrics.offload_queue_depth.fetch_add(1, Relaxed);
+                        }
                     }
-                }
+                    let _ = done.send(());
+                });
+                parked = Some(wait);
             }
-            if !st.partial.is_empty() {
-                let mut data = std::mem::take(&mut st.partial);
-                process_owned(io, conn, ctx, st, &mut data);
-            }
-            continue;
         }
         on_close_request(conn, st, &hub.config);
         let pending = flush(io, shared, m)?;
@@ -282,7 +290,15 @@ async fn run<T: Transport, H: Handler>(
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
             biased;
-            r = io.readable(), if !st.peer_eof => {
+            _ = async { parked.as_mut().expect("guarded").await }, if parked.is_some() => {
+                parked = None;
+                // What was read behind the parked message, before reading more.
+                if !st.partial.is_empty() {
+                    let mut data = std::mem::take(&mut st.partial);
+                    process_owned(io, conn, ctx, st, &mut data);
+                }
+            }
+            r = io.readable(), if !st.peer_eof && parked.is_none() => {
                 r?;
                 if !on_readable(io, conn, ctx, st)? {
                     st.peer_eof = true;

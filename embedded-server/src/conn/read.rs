@@ -178,6 +178,22 @@ fn on_frame<T: Transport, H: Handler>(
 ) -> Result<(), Stop> {
     let cfg = &ctx.hub.config;
     let shared = conn.shared();
+    // Abuse limits (limits.rs): the message rate counts every frame but a close, so neither a
+    // ping flood nor a message cut into one-byte fragments is free; a close stays free so a
+    // client over the rate can still leave cleanly.
+    if let Some(rate) = cfg
+        .limits
+        .message_rate
+        .filter(|_| h.opcode != OpCode::Close)
+    {
+        if !shared.msg_rate.allow(rate) {
+            ctx.hub.metrics.message_rate_closes.fetch_add(1, Relaxed);
+            return Err(Stop::Fail(
+                cfg.limits.message_rate_close,
+                "message rate limit exceeded",
+            ));
+        }
+    }
     match h.opcode {
         OpCode::Text | OpCode::Binary => {
             if st.msg_op.is_some() {
@@ -309,16 +325,6 @@ fn deliver<T: Transport, H: Handler>(
     payload: &mut [u8],
 ) -> Result<(), Stop> {
     let m = &ctx.hub.metrics;
-    // Abuse limits (limits.rs): a connection over its message rate is closed.
-    if let Some(rate) = ctx.hub.config.limits.message_rate {
-        if !conn.shared().msg_rate.allow(rate) {
-            m.message_rate_closes.fetch_add(1, Relaxed);
-            return Err(Stop::Fail(
-                ctx.hub.config.limits.message_rate_close,
-                "message rate limit exceeded",
-            ));
-        }
-    }
     m.messages_in.fetch_add(1, Relaxed);
     m.bytes_in.fetch_add(payload.len() as u64, Relaxed);
     let msg = if op == OpCode::Text {

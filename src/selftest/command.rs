@@ -1,0 +1,285 @@
+//! The user's own server (`--command "PROGRAM ARGS"`): a program built on `embedded-server`,
+//! started with the tuned configuration in its environment (see `embedded_server::wstune`),
+//! waited for until it listens, measured by pid, and always stopped with its whole process
+//! group: at the end, on an error, on Ctrl-C, and (PR_SET_PDEATHSIG) when wstune is killed.
+
+use anyhow::{bail, Context, Result};
+use embedded_server::ServerConfig;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt;
+
+/// How long the program may take to listen: a debug build of an application starting its
+/// runtime and pool takes well under a second; 30 s covers a loaded CI machine without letting
+/// a program that never listens hold the run for long. `WSTUNE_COMMAND_START_SECS` changes it
+/// (an application that loads data before it listens; tests).
+pub const START_BUDGET: Duration = Duration::from_secs(30);
+
+fn start_budget() -> Result<Duration> {
+    match std::env::var("WSTUNE_COMMAND_START_SECS") {
+        Err(_) => Ok(START_BUDGET),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(s) if (1..=3600).contains(&s) => Ok(Duration::from_secs(s)),
+            _ => bail!("WSTUNE_COMMAND_START_SECS={v:?}: give the seconds your server may take to listen, 1..=3600"),
+        },
+    }
+}
+
+/// Lines of the program's output kept for an error message.
+const TAIL_LINES: usize = 20;
+
+/// `--command`'s words: POSIX shell quoting (no shell runs it), at least a program.
+pub fn parse(command: &str) -> Result<Vec<String>> {
+    match shlex::split(command) {
+        Some(w) if !w.is_empty() => Ok(w),
+        Some(_) => bail!("--command is empty: give the program that runs your server and its arguments, e.g. --command \"./target/release/my-server --flag\""),
+        None => bail!("--command {command:?}: unbalanced quotes or a trailing backslash; quote as in a shell"),
+    }
+}
+
+/// A running user server; dropping it kills the process group.
+pub struct UserServer {
+    child: tokio::process::Child,
+    pub pid: u32,
+    pub addr: SocketAddr,
+    pub admin: Option<SocketAddr>,
+    /// The command as given, for the report and for messages.
+    pub program: String,
+    config_file: PathBuf,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    stopped: bool,
+}
+
+/// A loopback port free now (the program binds it moments later; another process taking it in
+/// between is reported as the program failing to listen, with its own error in the tail).
+fn free_port() -> Result<SocketAddr> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .context("cannot find a free port on 127.0.0.1")?;
+    Ok(l.local_addr()?)
+}
+
+impl UserServer {
+    /// Start `words` with `config` handed over; with `admin`, also an admin listener (whose
+    /// `/metrics` carries the offload pool's timings). Waits (bounded) until the program
+    /// accepts connections on each address.
+    pub async fn start(words: &[String], config: &ServerConfig, admin: bool) -> Result<UserServer> {
+        let program = words.join(" ");
+        let budget = start_budget()?;
+        let addr = free_port()?;
+        let admin = if admin { Some(free_port()?) } else { None };
+        let config_file = std::env::temp_dir().join(format!(
+            "wstune-server-config-{}-{}.json",
+            std::process::id(),
+            addr.port()
+        ));
+        crate::output::write_atomic(&config_file, &embedded_server::wstune::to_json(config))?;
+        let mut cmd = tokio::process::Command::new(&words[0]);
+        cmd.args(&words[1..])
+            .env(embedded_server::wstune::LISTEN_VAR, addr.to_string())
+            .env(embedded_server::wstune::CONFIG_VAR, &config_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        match admin {
+            Some(a) => cmd.env(embedded_server::wstune::ADMIN_VAR, a.to_string()),
+            None => cmd.env_remove(embedded_server::wstune::ADMIN_VAR),
+        };
+        #[cfg(unix)]
+        {
+            // Its own process group, so the stop reaches everything it started.
+            cmd.process_group(0);
+        }
+        #[cfg(target_os = "linux")]
+        {
+            let parent = std::process::id() as i32;
+            // SAFETY: only async-signal-safe calls between fork and exec. wstune killed
+            // outright (SIGKILL, a CI timeout) must not leave the user's server running.
+            unsafe {
+                cmd.pre_exec(move || crate::supervisor::term_with_parent(parent));
+            }
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_file(&config_file);
+                bail!("--command: cannot start `{program}`: {e}");
+            }
+        };
+        let pid = child.id().unwrap_or(0);
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        // Its output goes on to our stderr (stdout carries wstune's report), prefixed with the
+        // program's name; the last lines are kept for an error message.
+        let name = std::path::Path::new(&words[0])
+            .file_name()
+            .map_or_else(|| words[0].clone(), |n| n.to_string_lossy().into_owned());
+        let out = child.stdout.take().expect("piped stdout");
+        let err = child.stderr.take().expect("piped stderr");
+        for stream in [
+            Box::new(out) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+            Box::new(err),
+        ] {
+            let (tail, name) = (tail.clone(), name.clone());
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(stream).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    eprintln!("[{name}] {l}");
+                    let mut t = tail.lock().unwrap();
+                    if t.len() == TAIL_LINES {
+                        t.pop_front();
+                    }
+                    t.push_back(l);
+                }
+            });
+        }
+        let mut server = UserServer {
+            child,
+            pid,
+            addr,
+            admin,
+            program,
+            config_file,
+            tail,
+            stopped: false,
+        };
+        server.wait_listening(budget).await?;
+        Ok(server)
+    }
+
+    fn tail(&self) -> String {
+        let t = self.tail.lock().unwrap();
+        if t.is_empty() {
+            "  (it printed nothing)".into()
+        } else {
+            t.iter()
+                .map(|l| format!("  | {l}\n"))
+                .collect::<String>()
+                .trim_end()
+                .into()
+        }
+    }
+
+    /// Poll until every address accepts a connection, the program exits, or the budget ends.
+    async fn wait_listening(&mut self, budget: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + budget;
+        let mut waiting: Vec<SocketAddr> = std::iter::once(self.addr).chain(self.admin).collect();
+        while !waiting.is_empty() {
+            if let Some(status) = self.child.try_wait()? {
+                // Let the output readers catch up with its last words.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                self.stopped = true;
+                bail!(
+                    "--command: `{}` exited ({status}) before it listened on {}; its last output:\n{}\n  \
+                     a server run by wstune must serve on the address in WSTUNE_LISTEN (with \
+                     embedded-server: embedded_server::wstune::Launch::from_env)",
+                    self.program,
+                    self.addr,
+                    self.tail()
+                );
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let waited: Vec<String> = waiting.iter().map(|a| a.to_string()).collect();
+                let msg =
+                    format!(
+                    "--command: `{}` did not listen on {} within {} s; its last output:\n{}\n  \
+                     a server run by wstune must serve on WSTUNE_LISTEN{} (with embedded-server: \
+                     embedded_server::wstune::Launch::from_env does both)",
+                    self.program,
+                    waited.join(" and "),
+                    budget.as_secs(),
+                    self.tail(),
+                    if self.admin.is_some() { " and its /metrics on WSTUNE_ADMIN" } else { "" },
+                );
+                self.kill().await;
+                bail!(msg);
+            }
+            let a = waiting[0];
+            if let Ok(Ok(_)) = tokio::time::timeout(
+                Duration::from_millis(200),
+                tokio::net::TcpStream::connect(a),
+            )
+            .await
+            {
+                waiting.remove(0);
+                continue;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    /// Whether the program is still running (it may crash under load).
+    pub fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(format!(
+                "`{}` exited ({status}); its last output:\n{}",
+                self.program,
+                self.tail()
+            )),
+            _ => None,
+        }
+    }
+
+    #[cfg(unix)]
+    fn signal_group(&self, sig: i32) {
+        if self.pid > 0 {
+            // SAFETY: kill(2) on the process group our own child leads.
+            unsafe { libc::kill(-(self.pid as libc::pid_t), sig) };
+        }
+    }
+
+    /// SIGKILL to the whole group, and reap the program.
+    async fn kill(&mut self) {
+        #[cfg(unix)]
+        self.signal_group(libc::SIGKILL);
+        let _ = self.child.kill().await;
+        self.stopped = true;
+    }
+
+    /// SIGTERM to the process group (a graceful shutdown, bounded to 5 s), then SIGKILL to
+    /// whatever of the group is left.
+    pub async fn stop(mut self) {
+        #[cfg(unix)]
+        self.signal_group(libc::SIGTERM);
+        #[cfg(not(unix))]
+        let _ = self.child.start_kill();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        self.kill().await;
+    }
+}
+
+impl Drop for UserServer {
+    fn drop(&mut self) {
+        // An error or Ctrl-C dropped it mid-run: nothing of the group may outlive us. Once
+        // stopped (the leader reaped), its pid may be reused and is left alone; what the
+        // group had started was killed with it.
+        if !self.stopped {
+            #[cfg(unix)]
+            self.signal_group(libc::SIGKILL);
+            let _ = self.child.start_kill();
+        }
+        let _ = std::fs::remove_file(&self.config_file);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_split_like_a_shell_without_one() {
+        assert_eq!(
+            parse(r#"./srv --name "a b" 'c d'"#).unwrap(),
+            ["./srv", "--name", "a b", "c d"]
+        );
+        assert!(parse("  ").unwrap_err().to_string().contains("empty"));
+        assert!(parse("srv \"open")
+            .unwrap_err()
+            .to_string()
+            .contains("quotes"));
+    }
+}
