@@ -13,6 +13,9 @@
 mod igzip;
 
 use std::cell::RefCell;
+use std::sync::atomic::AtomicI64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use zlib_rs::{Deflate, DeflateConfig, DeflateFlush, Inflate, InflateFlush, Status};
 
 const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
@@ -241,6 +244,40 @@ impl Compressor {
     pub fn reset(&mut self) {
         self.z.reset();
     }
+}
+
+/// What this thread's shared contexts were charged to: subtracted again when the thread
+/// ends, so a gauge does not keep counting contexts that went with a thread the user spawned
+/// (an I/O or pool thread lives as long as the server, a user's thread may not).
+struct Charges(Vec<(Arc<AtomicI64>, i64)>);
+
+impl Drop for Charges {
+    fn drop(&mut self) {
+        for (gauge, bytes) in &self.0 {
+            gauge.fetch_sub(*bytes, Relaxed);
+        }
+    }
+}
+
+thread_local! {
+    static CHARGES: RefCell<Charges> = const { RefCell::new(Charges(Vec::new())) };
+}
+
+/// Charge `bytes` of contexts created on this thread by [`compress_fresh`] or
+/// [`inflate_fresh`] to `gauge`, and give them back when the thread ends.
+pub fn charge_thread(gauge: &Arc<AtomicI64>, bytes: u64) {
+    if bytes == 0 {
+        return;
+    }
+    gauge.fetch_add(bytes as i64, Relaxed);
+    // A thread being torn down has nothing left to charge; ignore that case.
+    let _ = CHARGES.try_with(|c| {
+        let mut c = c.borrow_mut();
+        match c.0.iter_mut().find(|(g, _)| Arc::ptr_eq(g, gauge)) {
+            Some((_, b)) => *b += bytes as i64,
+            None => c.0.push((gauge.clone(), bytes as i64)),
+        }
+    });
 }
 
 thread_local! {
@@ -516,6 +553,35 @@ fn push_window(h: &mut Vec<u8>, data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_threads_shared_contexts_give_their_charge_back_when_the_thread_ends() {
+        use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+        use std::sync::Arc;
+        let gauge = Arc::new(AtomicI64::new(0));
+        let g = gauge.clone();
+        let during = std::thread::spawn(move || {
+            let mut z = Vec::new();
+            let msg = vec![b'x'; 8192];
+            // Both kinds of shared context (zlib-rs below 4 KiB, ISA-L above where built).
+            super::charge_thread(&g, super::compress_fresh(15, 8, 1, &msg[..100], &mut z));
+            super::charge_thread(&g, super::compress_fresh(15, 8, 1, &msg, &mut z));
+            // Reused: no second charge.
+            super::charge_thread(&g, super::compress_fresh(15, 8, 1, &msg[..100], &mut z));
+            let mut out = Vec::new();
+            let (created, r) = super::inflate_fresh(&z, &mut out, 1 << 20, &mut |_| true);
+            r.unwrap();
+            super::charge_thread(&g, created);
+            g.load(Relaxed)
+        })
+        .join()
+        .unwrap();
+        assert!(
+            during > 0,
+            "the contexts were charged while the thread lived"
+        );
+        assert_eq!(gauge.load(Relaxed), 0, "and given back when it ended");
+    }
+
     #[test]
     fn an_empty_message_after_another_is_an_empty_block_and_keeps_the_stream_in_step() {
         // Found by fuzz/frame_client (fuzz/regressions/frame_client): before the fix the empty

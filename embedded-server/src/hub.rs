@@ -419,9 +419,7 @@ impl Hub {
                         payload,
                         &mut z,
                     );
-                    self.metrics
-                        .deflate_memory_bytes
-                        .fetch_add(created as i64, Relaxed);
+                    crate::deflate::charge_thread(&self.metrics.deflate_memory_bytes, created);
                     Bytes::from(frame::encode_message(
                         op,
                         &z,

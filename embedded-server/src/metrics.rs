@@ -160,8 +160,10 @@ pub struct Metrics {
     pub backplane_dropped: AtomicU64,
     /// Broadcasts made (each counts once).
     pub broadcasts: AtomicU64,
-    /// Memory held by live permessage-deflate contexts (zlib's formula, see memory.rs).
-    pub deflate_memory_bytes: AtomicI64,
+    /// Memory held by live permessage-deflate contexts (zlib's formula, see memory.rs). An
+    /// `Arc` so a thread's shared no-context contexts can give their charge back when the
+    /// thread ends (`deflate::charge_thread`).
+    pub deflate_memory_bytes: std::sync::Arc<AtomicI64>,
     /// Capacity of inflate output buffers held now, server-wide, charged against
     /// `ServerConfig::inflate_budget`.
     pub inflate_buffer_bytes: AtomicU64,
@@ -200,7 +202,7 @@ impl Default for Metrics {
             backplane_received: AtomicU64::new(0),
             backplane_dropped: AtomicU64::new(0),
             broadcasts: AtomicU64::new(0),
-            deflate_memory_bytes: AtomicI64::new(0),
+            deflate_memory_bytes: std::sync::Arc::new(AtomicI64::new(0)),
             inflate_buffer_bytes: AtomicU64::new(0),
             inflate_budget_bytes: AtomicU64::new(0),
             inflate_budget_closes: AtomicU64::new(0),

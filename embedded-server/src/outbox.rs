@@ -240,9 +240,7 @@ impl Shared {
                 payload,
                 &mut z,
             );
-            metrics
-                .deflate_memory_bytes
-                .fetch_add(created as i64, Relaxed);
+            crate::deflate::charge_thread(&metrics.deflate_memory_bytes, created);
             let frame = Bytes::from(frame::encode_message(opcode, &z, fragment, true));
             self.push_compressed(frame, metrics)
         } else {

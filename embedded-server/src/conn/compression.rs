@@ -94,9 +94,7 @@ impl DeflateState {
             // Nothing to keep between messages: this thread's shared context does it.
             let (created, r) =
                 crate::deflate::inflate_fresh(data, &mut self.inflated, max, &mut charge);
-            metrics
-                .deflate_memory_bytes
-                .fetch_add(created as i64, Relaxed);
+            crate::deflate::charge_thread(&metrics.deflate_memory_bytes, created);
             r
         } else {
             let d = self.decompressor.get_or_insert_with(|| {
@@ -169,9 +167,7 @@ impl DeflateState {
                 payload,
                 &mut self.compressed,
             );
-            self.metrics
-                .deflate_memory_bytes
-                .fetch_add(created as i64, Relaxed);
+            crate::deflate::charge_thread(&self.metrics.deflate_memory_bytes, created);
             return true;
         }
         let stale = shared.take_deflate_stale();
