@@ -337,3 +337,50 @@ fn flags_that_do_not_apply_to_a_users_server_are_refused() {
     let o = run(&["serve", "--command", "./srv"]);
     assert_eq!(code(&o), 3, "{}", stderr(&o));
 }
+
+/// A program whose output is not UTF-8 (a binary banner, a Latin-1 log line) is still a server:
+/// its output is passed on lossily and the pipe stays open, so it neither dies of SIGPIPE nor
+/// loses its messages.
+#[test]
+fn output_that_is_not_utf8_does_not_kill_the_users_server() {
+    let Some(echo) = example("echo") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("latin1-banner.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nprintf 'caf\\351 ouvert\\n'\nprintf 'no newline at the end'\nexec {} 2>&1\n",
+            echo.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = run(&[
+        "serve",
+        "--self-test",
+        "--profile",
+        small_profile(dir.path()).to_str().unwrap(),
+        "--host-root",
+        fixture("tuned").to_str().unwrap(),
+        "--command",
+        wrapper.to_str().unwrap(),
+        "--secs",
+        "1",
+        "--format",
+        "json",
+    ]);
+    let r = json_of(&o);
+    let e = stderr(&o);
+    assert_eq!(code(&o), 0, "a pass: {r:#}\n{e}");
+    assert!(
+        e.contains("[latin1-banner.sh] caf\u{FFFD} ouvert"),
+        "shown lossily: {e}"
+    );
+    assert!(
+        e.contains("listening on ws://"),
+        "the exec'd server's own output: {e}"
+    );
+}

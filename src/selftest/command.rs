@@ -62,6 +62,74 @@ fn free_port() -> Result<SocketAddr> {
     Ok(l.local_addr()?)
 }
 
+/// The longest line of the program's output kept whole; the rest of a longer line (or of
+/// output that never ends a line) is cut, so a program printing without newlines cannot make
+/// wstune buffer without bound.
+const MAX_LINE: usize = 4096;
+
+/// Pass the program's output on to our stderr line by line, keeping the last lines for an error
+/// message. Bytes that are not UTF-8 are shown lossily, never a reason to stop: the pipe's read
+/// end stays open until the program closes its end, so the program never dies of SIGPIPE because
+/// of what it printed. A read error drains the rest into a sink.
+async fn read_output(
+    stream: Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+    name: String,
+    tail: Arc<Mutex<VecDeque<String>>>,
+) {
+    let mut reader = tokio::io::BufReader::new(stream);
+    let mut line = Vec::with_capacity(256);
+    loop {
+        // Read one line, keeping at most MAX_LINE bytes of it.
+        line.clear();
+        let mut cut = false;
+        let mut eof = false;
+        loop {
+            let buf = match reader.fill_buf().await {
+                Ok(b) => b,
+                Err(_) => {
+                    let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
+                    return;
+                }
+            };
+            if buf.is_empty() {
+                eof = true;
+                break;
+            }
+            let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            };
+            let room = MAX_LINE.saturating_sub(line.len());
+            line.extend_from_slice(&buf[..take.min(room)]);
+            cut |= take > room;
+            reader.consume(take);
+            if done {
+                break;
+            }
+        }
+        if line.is_empty() && eof {
+            return;
+        }
+        while matches!(line.last(), Some(b'\n' | b'\r')) {
+            line.pop();
+        }
+        let mut l = String::from_utf8_lossy(&line).into_owned();
+        if cut {
+            l.push_str(" [line cut]");
+        }
+        eprintln!("[{name}] {l}");
+        let mut t = tail.lock().unwrap();
+        if t.len() == TAIL_LINES {
+            t.pop_front();
+        }
+        t.push_back(l);
+        drop(t);
+        if eof {
+            return;
+        }
+    }
+}
+
 impl UserServer {
     /// Start `words` with `config` handed over; with `admin`, also an admin listener (whose
     /// `/metrics` carries the offload pool's timings). Waits (bounded) until the program
@@ -124,17 +192,7 @@ impl UserServer {
             Box::new(err),
         ] {
             let (tail, name) = (tail.clone(), name.clone());
-            tokio::spawn(async move {
-                let mut lines = tokio::io::BufReader::new(stream).lines();
-                while let Ok(Some(l)) = lines.next_line().await {
-                    eprintln!("[{name}] {l}");
-                    let mut t = tail.lock().unwrap();
-                    if t.len() == TAIL_LINES {
-                        t.pop_front();
-                    }
-                    t.push_back(l);
-                }
-            });
+            tokio::spawn(read_output(stream, name, tail));
         }
         let mut server = UserServer {
             child,
