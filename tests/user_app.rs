@@ -384,3 +384,84 @@ fn output_that_is_not_utf8_does_not_kill_the_users_server() {
         "the exec'd server's own output: {e}"
     );
 }
+
+/// The process group of `pid` (Linux /proc/PID/stat's fifth field; the second may hold spaces).
+fn pgrp_of(pid: u32) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split(' ').nth(2)?.parse().ok()
+}
+
+/// Live processes (zombies are dead: their parent reaps them) in process group `group`.
+fn in_group(group: i64) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = stat
+                .rfind(')')
+                .is_some_and(|i| stat[i + 2..].starts_with('Z'));
+            !zombie && pgrp_of(pid) == Some(group)
+        })
+        .collect()
+}
+
+/// wstune killed outright (SIGKILL: no handler runs) takes the user's server with it, with
+/// everything the server started and a program that ignores SIGTERM.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_killed_wstune_leaves_nothing_of_the_users_server_running() {
+    let Some(echo) = example("echo") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("stubborn-wrapper.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ntrap '' TERM\n{} &\nwait\nwait\n",
+            echo.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut child = common::Kill(
+        Command::new(common::bin())
+            .args([
+                "serve",
+                "--self-test",
+                "--command",
+                wrapper.to_str().unwrap(),
+                "--conns",
+                "4",
+                "--secs",
+                "30",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // The shell running the wrapper (wstune's own command line names it after --command).
+    let marker = format!("sh\0{}", wrapper.display());
+    let mut group = None;
+    common::wait_until(
+        "the program runs with its child",
+        Duration::from_secs(30),
+        || {
+            group = running_with(&marker).first().and_then(|&p| pgrp_of(p));
+            group.is_some_and(|g| in_group(g).len() >= 3)
+        },
+    );
+    let group = group.unwrap();
+    child.0.kill().unwrap();
+    let _ = child.0.wait();
+    common::wait_until(
+        "nothing of the program's process group is left",
+        Duration::from_secs(10),
+        || in_group(group).is_empty(),
+    );
+}

@@ -697,7 +697,17 @@ fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec
                 .filter(|_| scenario != Scenario::Broadcast),
         };
         assigned += n;
-        let mut child = tokio::process::Command::new(&exe)
+        let mut cmd = tokio::process::Command::new(&exe);
+        #[cfg(target_os = "linux")]
+        {
+            let parent = std::process::id() as i32;
+            // SAFETY: only async-signal-safe calls between fork and exec. A generator of a
+            // self-test killed outright must not go on loading the server.
+            unsafe {
+                cmd.pre_exec(move || crate::supervisor::term_with_parent(parent));
+            }
+        }
+        let mut child = cmd
             .arg("selftest-worker")
             .arg(serde_json::to_string(&spec)?)
             .stdin(Stdio::piped())
