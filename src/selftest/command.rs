@@ -47,6 +47,8 @@ pub struct UserServer {
     /// The process wstune started: on Linux the reaper, which leads the process group and
     /// exits as the program does, with its status; elsewhere the program itself.
     child: tokio::process::Child,
+    /// The process group's leader (what `signal_group` signals).
+    #[cfg_attr(not(unix), allow(dead_code))]
     leader: u32,
     /// wstune's end of the reaper's socket (Linux): closed when this is dropped or wstune dies.
     #[cfg(target_os = "linux")]
