@@ -522,8 +522,19 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     if let Some(p) = publisher {
         let _ = p.await;
     }
+    // Each generator closes its connections (1000, Normal Closure) after its result and then
+    // exits: a server's close counters see clean closes, not resets. The server's figures were
+    // read before (`server_end`), so the closes are outside the measured window. A generator
+    // still running after CLOSE_GRACE is killed.
+    let grace = tokio::time::Instant::now() + CLOSE_GRACE;
     for p in procs.iter_mut() {
-        let _ = p.child.start_kill();
+        if p.result.is_none()
+            || tokio::time::timeout_at(grace, p.child.wait())
+                .await
+                .is_err()
+        {
+            let _ = p.child.start_kill();
+        }
         let _ = p.child.wait().await;
     }
     let results: Vec<&WorkerResult> = procs.iter().filter_map(|p| p.result.as_ref()).collect();
@@ -839,6 +850,9 @@ async fn start_publisher(o: &Options, target: &Target) -> Result<tokio::task::Jo
 /// Follow the workers' ticks and collect their results (bounded: the run plus a drain).
 /// Returns why the run stopped short, if it did, and the server's CPU and RSS at the first
 /// result.
+/// How long the generators may take to close their connections after their results.
+const CLOSE_GRACE: Duration = Duration::from_secs(3);
+
 async fn run_phase(
     procs: &mut [WorkerProc],
     o: &Options,
