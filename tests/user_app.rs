@@ -495,3 +495,44 @@ fn the_self_tests_connections_close_cleanly_after_the_run() {
     );
     assert_eq!(clean, 20.0);
 }
+
+/// `pool --measure --command` exempts its own load from the profile's abuse limits (as the
+/// self-test does): a per-address cap of 10 does not refuse its 30 connections from 127.0.0.1,
+/// and the load runs whole (a partial one is an error, not advice).
+#[test]
+fn pool_measure_exempts_its_load_from_the_profiles_limits() {
+    let Some(db) = example("offload_db") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/profiles/10k.yaml"))
+        .unwrap()
+        .replace(
+            "  # limits:\n  #   max_connections_per_ip: 100",
+            "  limits:\n    max_connections_per_ip: 10",
+        );
+    assert!(text.contains("\n  limits:\n    max_connections_per_ip: 10"));
+    let profile = dir.path().join("capped.yaml");
+    std::fs::write(&profile, text).unwrap();
+    let o = run(&[
+        "pool",
+        "--measure",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--command",
+        db.to_str().unwrap(),
+        "--message",
+        "get user:2",
+        "--cores",
+        "2",
+        "--conns",
+        "30",
+        "--secs",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let r = json_of(&o);
+    assert!(r["measured"]["jobs"].as_u64().unwrap() > 0, "{r:#}");
+}

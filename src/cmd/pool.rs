@@ -237,7 +237,32 @@ async fn load(
         storm_concurrency: 1,
         request,
     };
-    selftest::run_scenario(&o, Scenario::EchoSat).await
+    let r = selftest::run_scenario(&o, Scenario::EchoSat).await?;
+    load_complete(&r)?;
+    Ok(r)
+}
+
+/// A load that did not run as asked measures something else: fewer connections than asked
+/// (a connection limit refused them), errors or disconnects are an error with the numbers,
+/// not a pool size advised from a partial load.
+fn load_complete(r: &selftest::ScenarioReport) -> Result<()> {
+    if r.conns_connected < r.conns_requested || r.errors > 0 || r.disconnects > 0 {
+        let why = r
+            .first_error
+            .as_deref()
+            .map(|e| format!("; first error: {e}"))
+            .unwrap_or_default();
+        anyhow::bail!(
+            "the load did not run as asked: {} of {} connections connected, {} error(s), {} \
+             disconnect(s){why}. The server refused or dropped connections (its connection \
+             limits, its file-descriptor limit, a crash): fix that first, or lower --conns",
+            r.conns_connected,
+            r.conns_requested,
+            r.errors,
+            r.disconnects
+        );
+    }
+    Ok(())
 }
 
 /// Measure a handler on a local server with one pool thread per core, so the pool itself does
@@ -305,11 +330,14 @@ async fn start_user(
     size: usize,
     conns: usize,
 ) -> Result<UserServer> {
-    let config = ServerConfig {
+    let mut config = ServerConfig {
         offload_pool_size: size,
         max_connections: profile.max_connections.max(conns + 64),
         ..profile.clone()
     };
+    // The load comes from 127.0.0.1: the profile's abuse limits must not refuse it (as
+    // `serve --self-test` does).
+    crate::server_limits::exempt_self_test(&mut config.limits);
     UserServer::start(words, &config, true).await
 }
 
