@@ -536,3 +536,34 @@ fn pool_measure_exempts_its_load_from_the_profiles_limits() {
     let r = json_of(&o);
     assert!(r["measured"]["jobs"].as_u64().unwrap() > 0, "{r:#}");
 }
+
+/// A program that dies during the load is an error naming its end, not a pool size advised
+/// from half a run.
+#[test]
+fn pool_notices_the_users_server_dying_mid_run() {
+    let Some(db) = example("offload_db") else {
+        return;
+    };
+    let command = format!("timeout -s KILL 2 {}", db.display());
+    for mode in [&["--measure"][..], &["--sweep", "--sizes", "2"][..]] {
+        let mut args = vec!["pool"];
+        args.extend_from_slice(mode);
+        args.extend_from_slice(&[
+            "--command",
+            &command,
+            "--message",
+            "get user:2",
+            "--conns",
+            "4",
+            "--secs",
+            "4",
+        ]);
+        let o = run(&args);
+        let e = stderr(&o);
+        assert_eq!(code(&o), 3, "{mode:?}: {e}");
+        assert!(
+            e.contains("the server died during the run"),
+            "{mode:?}: {e}"
+        );
+    }
+}

@@ -351,11 +351,13 @@ async fn measure_user(
     conns: usize,
     secs: f64,
 ) -> Result<Measured> {
-    let u = start_user(words, profile, cores, conns).await?;
+    let mut u = start_user(words, profile, cores, conns).await?;
     let admin = u.admin.expect("started with an admin listener");
     let r = async {
         let before = fetch_totals(admin).await?;
-        load(target(u.addr), conns, secs, Some(u.pid), request).await?;
+        let loaded = load(target(u.addr), conns, secs, Some(u.pid), request).await;
+        still_running(&mut u)?;
+        loaded?;
         let after = fetch_totals(admin).await?;
         measured(before, after).map_err(|_| {
             anyhow::anyhow!(
@@ -371,6 +373,15 @@ async fn measure_user(
     r
 }
 
+/// The program died during the load (a crash under load, an OOM kill): the figures are not
+/// its pool's, so this is an error naming its exit and last output.
+fn still_running(u: &mut UserServer) -> Result<()> {
+    match u.exited() {
+        Some(e) => anyhow::bail!("the server died during the run: {e}"),
+        None => Ok(()),
+    }
+}
+
 /// `--sweep --command`: the program restarted at each pool size, the queue depth read from
 /// its /metrics every 100 ms.
 async fn sweep_user(
@@ -383,7 +394,7 @@ async fn sweep_user(
 ) -> Result<Vec<SweepPoint>> {
     let mut out = Vec::new();
     for &size in sizes {
-        let u = start_user(words, profile, size as usize, conns).await?;
+        let mut u = start_user(words, profile, size as usize, conns).await?;
         let admin = u.admin.expect("started with an admin listener");
         let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
         let sampler = {
@@ -405,7 +416,9 @@ async fn sweep_user(
         );
         let r = load(target(u.addr), conns, secs, Some(u.pid), request.clone()).await;
         sampler.abort();
+        let died = still_running(&mut u);
         u.stop().await;
+        died.with_context(|| format!("pool size {size}"))?;
         let r = r.with_context(|| format!("pool size {size}"))?;
         let samples = std::mem::take(&mut *samples.lock().unwrap());
         let n = samples.len().max(1) as f64;
