@@ -98,7 +98,7 @@ fn measured(before: Totals, after: Totals) -> Result<Measured> {
 }
 
 /// A server's `/metrics` text (plain HTTP GET on its admin address), bounded.
-async fn fetch_metrics(admin: SocketAddr) -> Result<String> {
+pub(crate) async fn fetch_metrics(admin: SocketAddr) -> Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let what = || format!("the admin endpoint http://{admin}/metrics");
     let mut s = tokio::time::timeout(

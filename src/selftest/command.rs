@@ -66,12 +66,13 @@ pub struct UserServer {
     stopped: bool,
 }
 
-/// A loopback port free now (the program binds it moments later; another process taking it in
-/// between is reported as the program failing to listen, with its own error in the tail).
-fn free_port() -> Result<SocketAddr> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")
-        .context("cannot find a free port on 127.0.0.1")?;
-    Ok(l.local_addr()?)
+/// A loopback port free now, held (the listener) until just before the program starts, so
+/// the WS and admin ports are always two different ones. The program binds it moments later;
+/// another process taking it in between makes the program fail to bind, which
+/// `wait_listening` and the checks after it report (it exits; or its admin /metrics does not
+/// answer as an embedded-server's does).
+fn free_port() -> Result<std::net::TcpListener> {
+    std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port on 127.0.0.1")
 }
 
 /// The longest line of the program's output kept whole; the rest of a longer line (or of
@@ -180,8 +181,15 @@ impl UserServer {
     pub async fn start(words: &[String], config: &ServerConfig, admin: bool) -> Result<UserServer> {
         let program = words.join(" ");
         let budget = start_budget()?;
-        let addr = free_port()?;
-        let admin = if admin { Some(free_port()?) } else { None };
+        let held_ws = free_port()?;
+        let held_admin = if admin { Some(free_port()?) } else { None };
+        let addr = held_ws.local_addr()?;
+        let admin = held_admin.as_ref().map(|l| l.local_addr()).transpose()?;
+        assert_ne!(
+            Some(addr),
+            admin,
+            "two listeners held at once have two ports"
+        );
         let config_file = std::env::temp_dir().join(format!(
             "wstune-server-config-{}-{}.json",
             std::process::id(),
@@ -224,6 +232,7 @@ impl UserServer {
             }
             Some((ours, theirs_fd))
         };
+        drop((held_ws, held_admin));
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -282,7 +291,10 @@ impl UserServer {
             tail,
             stopped: false,
         };
-        let listening = server.wait_listening(budget).await;
+        let listening = match server.wait_listening(budget).await {
+            Ok(()) => server.check_ours().await,
+            Err(e) => Err(e),
+        };
         // Read at start: it has no use once the program listens, and a SIGKILLed wstune must
         // not leave it behind for long (`remove_stale_configs` sweeps what a kill during the
         // start left).
@@ -349,6 +361,34 @@ impl UserServer {
                 continue;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    /// The addresses that accepted are the program's: it is still running a moment after
+    /// (one that lost its port to another process exits with a bind error), and its admin
+    /// listener answers /metrics with embedded-server's series.
+    async fn check_ours(&mut self) -> Result<()> {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(e) = self.exited() {
+            self.stopped = true;
+            bail!("--command: {e}");
+        }
+        if let Some(admin) = self.admin {
+            let body = crate::cmd::pool::fetch_metrics(admin)
+                .await
+                .unwrap_or_default();
+            if !body.contains("ws_") {
+                let msg = format!(
+                    "--command: {} accepts connections but does not answer /metrics as \
+                     embedded-server does (another process on the port, or the program does not \
+                     serve its admin on WSTUNE_ADMIN); its last output:\n{}",
+                    admin,
+                    self.tail()
+                );
+                self.kill().await;
+                bail!(msg);
+            }
         }
         Ok(())
     }
