@@ -231,7 +231,8 @@ async fn load(
         workers: selftest::limits::workers_for(conns, soft, 1).map_err(anyhow::Error::msg)?,
         sources: Vec::new(),
         server_pid: pid,
-        server_tree: false,
+        // A user's server may run helpers of its own; the built-in one is one process.
+        server_tree: pid.is_some(),
         broadcast_server_pid: None,
         ramp_per_sec: 0.0,
         storm_concurrency: 1,

@@ -578,8 +578,9 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
                 _ => None,
             };
             Some(ProcFigures {
-                cpu_secs: c1 - c0,
-                cpu_pct: (c1 - c0) / secs * 100.0,
+                // A tree's figure can step back (see `server::sample_tree`): never negative.
+                cpu_secs: (c1 - c0).max(0.0),
+                cpu_pct: (c1 - c0).max(0.0) / secs * 100.0,
                 rss_before_bytes: rss_before,
                 rss_after_bytes: rss_after_connect.or(Some(rss1)),
                 rss_per_conn_bytes: if scenario == Scenario::Idle {
