@@ -29,15 +29,28 @@ pub struct ChannelArgs {
     #[arg(long, value_name = "FILE", help_heading = "Channels (--app channels)")]
     pub auth_secret_file: Option<PathBuf>,
     /// Channels one connection may subscribe to at once; more get an error op [profile:
-    /// server.channels.max_subscriptions; default 1024]
+    /// server.channels.max_subscriptions; default 256]
     #[arg(long, value_name = "N", help_heading = "Channels (--app channels)")]
     pub max_subscriptions: Option<usize>,
+    /// Refuse tokens valid for more than SECS (exp - now, or exp - iat when the token has
+    /// iat): caps how long a leaked token works [profile: server.channels.auth.max_lifetime_secs]
+    #[arg(long, value_name = "SECS", help_heading = "Channels (--app channels)")]
+    pub auth_max_lifetime: Option<u64>,
+    /// Require tokens to carry this `aud` claim (tokens minted for another service are
+    /// refused) [profile: server.channels.auth.audience]
+    #[arg(long, value_name = "AUD", help_heading = "Channels (--app channels)")]
+    pub auth_audience: Option<String>,
 }
 
 /// What the flags, the environment and the profile resolve to.
 pub struct Resolved {
     pub settings: ChannelsSettings,
     pub api_key: Option<ApiKey>,
+    /// The secrets a `--processes` supervisor sets in each server process's environment (and
+    /// only there): the API key always as the supervisor read it (so the supervisor and a
+    /// restarted process present and expect the same key, even if the file changed since),
+    /// the JWT secret when it came from the environment.
+    pub child_env: Vec<(&'static str, String)>,
 }
 
 /// Where a secret comes from: the flag's file, else the environment, else the profile's file.
@@ -62,6 +75,11 @@ fn secret(
         return read(p, flag_name);
     }
     if let Some(v) = std::env::var_os(env) {
+        // Read once, then out of this process's environment: nothing it starts later (a
+        // hook, a helper) inherits the secret by accident. The `--processes` supervisor hands
+        // its copy to each server process explicitly (`Resolved::child_env`). Note that
+        // /proc/PID/environ keeps showing the environment the process was started with.
+        std::env::remove_var(env);
         let v = v
             .into_string()
             .map_err(|_| anyhow::anyhow!("${env} is not UTF-8 text"))?;
@@ -80,6 +98,7 @@ pub fn resolve(
     app_is_channels: bool,
     table: &mut Vec<crate::report::Setting>,
 ) -> anyhow::Result<Resolved> {
+    let mut child_env = Vec::new();
     let api_key = match secret(
         &a.api_key_file,
         "--api-key-file",
@@ -89,6 +108,7 @@ pub fn resolve(
     )? {
         Some((text, from)) => {
             let k = ApiKey::new(&text).map_err(|e| anyhow::anyhow!("{from}: {e}"))?;
+            child_env.push((ENV_API_KEY, k.expose().to_string()));
             table.push(("api key", "set".into(), source(&from)));
             Some(k)
         }
@@ -108,11 +128,40 @@ pub fn resolve(
                      secret)"
                 );
             }
+            if from.starts_with('$') {
+                child_env.push((ENV_AUTH_SECRET, text.clone()));
+            }
             // A file's trailing newline is not part of the secret; anything else is.
             let v = Verifier::new(text.trim_end_matches(['\n', '\r']).as_bytes())
                 .map_err(|e| anyhow::anyhow!("{from}: {e}"))?;
             table.push(("token auth", "HS256 JWT".into(), source(&from)));
-            Some(Arc::new(v))
+            let lifetime = a.auth_max_lifetime.or(match p.auth.max_lifetime_secs {
+                0 => None,
+                n => Some(n),
+            });
+            if lifetime == Some(0) {
+                anyhow::bail!("--auth-max-lifetime 0 refuses every token; give seconds, e.g. 3600");
+            }
+            let audience = a
+                .auth_audience
+                .clone()
+                .or_else(|| Some(p.auth.audience.clone()).filter(|s| !s.is_empty()));
+            let from_flag = |flag: bool| if flag { "flag" } else { "profile" };
+            if let Some(l) = lifetime {
+                let f = from_flag(a.auth_max_lifetime.is_some());
+                table.push(("token max lifetime", format!("{l} s"), f));
+            }
+            if let Some(aud) = &audience {
+                let f = from_flag(a.auth_audience.is_some());
+                table.push(("token audience", aud.clone(), f));
+            }
+            Some(Arc::new(v.with_limits(lifetime, audience.as_deref())))
+        }
+        None if a.auth_max_lifetime.is_some() || a.auth_audience.is_some() => {
+            anyhow::bail!(
+                "--auth-max-lifetime and --auth-audience check tokens: give the secret too \
+                 (--auth-secret-file FILE or $WSTUNE_AUTH_SECRET)"
+            )
         }
         None => None,
     };
@@ -134,8 +183,10 @@ pub fn resolve(
         settings: ChannelsSettings {
             auth,
             max_subscriptions,
+            ..ChannelsSettings::default()
         },
         api_key,
+        child_env,
     })
 }
 

@@ -10,7 +10,8 @@
 //!   every process of the host, so loopback is no authentication);
 //! - a POST body needs a `Content-Length` (411 without; chunked bodies are refused with 411
 //!   too) of at most [`Gate::max_body`] bytes (413), arriving within 10 s;
-//! - `Expect: 100-continue` (curl sends it for bodies over 1 KiB) is answered at once;
+//! - `Expect: 100-continue` (recent curl sends it for bodies over 1 MiB; older ones over 1 KiB)
+//!   is answered with 100 as soon as the head is checked;
 //! - every answer is counted in `ws_api_requests_total{route,code}`.
 
 use crate::channels::api::{self, ApiCall, ApiKey, Endpoint};
@@ -23,12 +24,25 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// A request header that marks a `/metrics` or `/healthz` request as a `--processes`
+/// supervisor's own polling: it is answered as usual but not counted in
+/// `ws_api_requests_total` (the API's routes are counted whatever the header says).
+pub const INTERNAL_HEADER: &str = "X-Wstune-Internal";
+
 /// The longest request head accepted (431 above it).
 pub const MAX_HEAD: usize = 8192;
 /// How long a request head may take to arrive.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a request body may take to arrive.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most one request may take, head, body, answer and write together: a client that reads
+/// the answer slowly (or never) cannot hold a connection (and a file descriptor) longer.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(20);
+/// The most admin connections served at once. Each holds a file descriptor; without a cap,
+/// idle connects to the admin port could use every descriptor the process has and starve the
+/// WebSocket listener's upgrades. Over it a connection gets a 503 (one non-blocking write)
+/// and is closed at once.
+pub const MAX_CONNECTIONS: usize = 256;
 
 /// Serve the admin endpoints (`/metrics`, `/healthz`) on `listener` until `shutdown`
 /// completes, with the HTTP API off (no key): see [`serve_with`].
@@ -68,7 +82,7 @@ pub async fn serve_with(
                     counts.render_counts(&mut m, "ws_api_requests_total");
                     (200, m)
                 }
-                Route::Api(call) => api::answer(&hub, &call, app.as_deref()),
+                Route::Api(call) => api::answer(&hub, &call, app.as_deref()).await,
             }
         }
     })
@@ -108,11 +122,6 @@ impl Gate {
         }
     }
 
-    /// The API key, if one is configured.
-    pub fn key(&self) -> Option<&ApiKey> {
-        self.key.as_ref()
-    }
-
     fn count(&self, route: &'static str, code: u16) {
         *self
             .counts
@@ -120,15 +129,6 @@ impl Gate {
             .unwrap()
             .entry((route, code))
             .or_default() += 1;
-    }
-
-    /// Answers counted so far for `route` with `code`.
-    pub fn counted(&self, route: &str, code: u16) -> u64 {
-        let m = self.counts.lock().unwrap();
-        m.iter()
-            .filter(|((r, c), _)| *r == route && *c == code)
-            .map(|(_, n)| n)
-            .sum()
     }
 
     /// Append the answers counted, as the counter family `name`, to `o`.
@@ -157,7 +157,8 @@ fn phrase(status: u16) -> &'static str {
 /// `gate`) on `listener` until `shutdown`, each answered by `answer(route)` as (status, body);
 /// anything else gets 404 or 405. A server process and the `--processes` supervisor both
 /// answer through this, so their endpoints behave alike. A request head must arrive within
-/// 5 s and fit in [`MAX_HEAD`] bytes.
+/// 5 s and fit in [`MAX_HEAD`] bytes; the whole request, the answer's write included, gets
+/// 20 s; at most [`MAX_CONNECTIONS`] are served at once.
 pub async fn serve_routes<F, Fut>(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
@@ -168,17 +169,37 @@ pub async fn serve_routes<F, Fut>(
     Fut: Future<Output = (u16, String)> + Send,
 {
     tokio::pin!(shutdown);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, _) = tokio::select! {
             _ = &mut shutdown => return,
             r = listener.accept() => match r {
                 Ok(s) => s,
-                Err(_) => continue,
+                // EMFILE and friends: back off instead of spinning (as the WebSocket
+                // listener does); the error does not go away by retrying at once.
+                Err(e) => {
+                    tracing::warn!("admin accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
             },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Full: one non-blocking write (it fits any fresh socket buffer), then close. No
+            // task, no wait: a flood costs an accept and a close per connection.
+            let _ = stream.try_write(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
+                  Content-Length: 38\r\nRetry-After: 1\r\nConnection: close\r\n\r\n\
+                  too many admin connections; try again\n",
+            );
+            gate.count("other", 503);
+            continue;
         };
         let (answer, gate) = (answer.clone(), gate.clone());
         tokio::spawn(async move {
-            let _ = one_request(stream, &gate, answer).await;
+            let _ =
+                tokio::time::timeout(REQUEST_DEADLINE, one_request(stream, &gate, answer)).await;
+            drop(slot);
         });
     }
 }
@@ -257,10 +278,10 @@ where
     let _ = req.parse(&buf[..n]);
     let method = req.method.unwrap_or("").to_string();
     let target = req.path.unwrap_or("/");
-    let path = target
-        .split_once('?')
-        .map_or(target, |(p, _)| p)
-        .to_string();
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p.to_string(), q.to_string()),
+        None => (target.to_string(), String::new()),
+    };
     let header = |name: &str| {
         req.headers
             .iter()
@@ -302,23 +323,20 @@ where
                 "/api/publish" => Some(Endpoint::Publish),
                 "/api/batch" => Some(Endpoint::Batch),
                 "/api/channels" => Some(Endpoint::Channels),
-                p => p
-                    .strip_prefix("/api/channels/")
-                    // A `+` in a path is itself, not a space (that is the query's rule).
-                    .map(|n| {
-                        let n = n.replace('+', "%2B");
-                        Endpoint::Channel(crate::handler::percent_decode(&n).into_owned())
-                    }),
+                // A `+` in a path is itself, not a space (that is the query's rule); a name
+                // that does not decode to UTF-8 is refused, not mangled into another.
+                p => p.strip_prefix("/api/channels/").map(|n| {
+                    Endpoint::Channel(api::decode_component(n, false).unwrap_or_default())
+                }),
             };
+            let bad_name = p
+                .strip_prefix("/api/channels/")
+                .is_some_and(|n| api::decode_component(n, false).is_none());
             route_label = endpoint.as_ref().map_or("api_other", Endpoint::label);
             let presented = header("authorization")
-                .and_then(|v| {
-                    let v = std::str::from_utf8(v).ok()?.trim();
-                    let (scheme, rest) = v.split_once(' ')?;
-                    scheme
-                        .eq_ignore_ascii_case("bearer")
-                        .then(|| rest.trim().as_bytes())
-                })
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(crate::channels::auth::bearer)
+                .map(str::as_bytes)
                 .or_else(|| header("x-api-key").map(<[u8]>::trim_ascii));
             match (&gate.key, presented) {
                 (None, _) => json_error(
@@ -338,6 +356,11 @@ where
                     ..json_error(401, "wrong API key")
                 },
                 (Some(_), Some(_)) => match endpoint {
+                    Some(_) if bad_name => json_error(
+                        400,
+                        "the channel name in the path is not percent-encoded UTF-8: encode \
+                         the name's UTF-8 bytes (%C3%A9 for é)",
+                    ),
                     None => json_error(
                         404,
                         "no such API route: POST /api/publish, POST /api/batch, GET \
@@ -355,6 +378,7 @@ where
                         let (status, body) = answer(Route::Api(ApiCall {
                             endpoint: e,
                             body: Vec::new(),
+                            query: query.clone(),
                         }))
                         .await;
                         Reply {
@@ -391,8 +415,12 @@ where
                                          Content-Length bytes",
                                     )
                                 } else {
-                                    let (status, body) =
-                                        answer(Route::Api(ApiCall { endpoint: e, body })).await;
+                                    let (status, body) = answer(Route::Api(ApiCall {
+                                        endpoint: e,
+                                        body,
+                                        query: query.clone(),
+                                    }))
+                                    .await;
                                     Reply {
                                         status,
                                         ctype: "application/json",
@@ -425,7 +453,11 @@ where
             }
         }
     };
-    gate.count(route_label, reply.status);
+    let internal =
+        header(INTERNAL_HEADER).is_some() && matches!(route_label, "healthz" | "metrics");
+    if !internal {
+        gate.count(route_label, reply.status);
+    }
     write(&mut stream, reply).await
 }
 

@@ -31,15 +31,27 @@ pub enum Builtin {
 #[derive(Debug, Default)]
 pub struct ChannelsApp {
     verifier: Option<Arc<Verifier>>,
-    /// (exp, connection id) -> its handle: the earliest expiry first, for the sweep.
+    /// (when to close it, connection id) -> its handle: the earliest first, for the sweep.
     expiring: Mutex<BTreeMap<(u64, u64), Conn<ChannelState>>>,
     sweeping: OnceLock<()>,
-    /// The hub's channel counters (set by `Server::new`, which builds the hub after the app).
+    /// The hub's channel counters (set from the configuration by [`Builtin::from_config`]).
     metrics: OnceLock<Arc<ChannelMetrics>>,
 }
 
 /// A channels connection's state: what its token allows (None: no auth configured).
 pub type ChannelState = Option<Arc<Grant>>;
+
+/// Expiry closes are spread over this many seconds after `exp` + leeway, by connection: tokens
+/// minted together (one rounded `exp` for a whole fleet) do not close every connection in the
+/// same second and bring every client back at once.
+pub const EXPIRY_SPREAD_SECS: u64 = 10;
+
+/// When the sweep closes connection `id` whose token expires at `exp`: after the leeway, plus
+/// the connection's share of the spread (a hash of its id, so even over consecutive ids).
+fn close_at(exp: u64, id: u64) -> u64 {
+    let share = (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % (EXPIRY_SPREAD_SECS + 1);
+    exp.saturating_add(crate::channels::auth::LEEWAY_SECS + share)
+}
 
 impl ChannelsApp {
     /// The app, checking tokens with `verifier` when given.
@@ -51,7 +63,8 @@ impl ChannelsApp {
     }
 
     /// Count into `metrics` (the hub's): refused tokens happen before any connection (and
-    /// its hub handle) exists.
+    /// its hub handle) exists. The first call wins; [`Builtin::from_config`] makes it with
+    /// the configuration's counters, which the hub shares.
     pub fn count_into(&self, metrics: Arc<ChannelMetrics>) {
         let _ = self.metrics.set(metrics);
     }
@@ -64,13 +77,13 @@ impl ChannelsApp {
     }
 
     /// Remember a connection whose token expires, and start the sweep (once) that closes
-    /// each at its `exp` (plus the leeway): one task and one ordered map for all connections,
+    /// each after its `exp` (see [`close_at`]): one task and one ordered map for all connections,
     /// not a timer each.
     fn watch(self: &Arc<Self>, conn: &Conn<ChannelState>, exp: u64) {
         self.expiring
             .lock()
             .unwrap()
-            .insert((exp, conn.id()), conn.clone());
+            .insert((close_at(exp, conn.id()), conn.id()), conn.clone());
         if self.sweeping.set(()).is_ok() {
             let app = Arc::downgrade(self);
             tokio::spawn(async move {
@@ -85,12 +98,11 @@ impl ChannelsApp {
         }
     }
 
-    /// Close (1008 "token expired") every connection whose token is past exp + leeway at `now`.
+    /// Close (1008 "token expired") every connection due at `now` (see [`close_at`]).
     fn sweep(&self, now: u64) {
         let due = {
             let mut m = self.expiring.lock().unwrap();
-            let cutoff = now.saturating_sub(crate::channels::auth::LEEWAY_SECS);
-            let later = m.split_off(&(cutoff, u64::MAX));
+            let later = m.split_off(&(now.saturating_add(1), 0));
             std::mem::replace(&mut *m, later)
         };
         for (_, conn) in due {
@@ -112,7 +124,9 @@ impl Builtin {
             App::Echo => Builtin::Echo,
             App::Broadcast => Builtin::Broadcast,
             App::Channels => {
-                Builtin::Channels(Arc::new(ChannelsApp::new(config.channels.auth.clone())))
+                let app = ChannelsApp::new(config.channels.auth.clone());
+                app.count_into(config.channels.metrics.clone());
+                Builtin::Channels(Arc::new(app))
             }
         }
     }
@@ -128,6 +142,8 @@ impl Handler for Builtin {
             Builtin::Channels(app) => match app.on_upgrade(req) {
                 Ok(state) => Upgrade::accept(state),
                 Err(e) => {
+                    // The reason, never the token.
+                    tracing::debug!(reason = e.label(), "upgrade refused: token check failed");
                     if let Some(m) = app.metrics.get() {
                         m.auth_failed(e);
                     }
@@ -146,7 +162,11 @@ impl Handler for Builtin {
 
     fn on_close(&self, conn: &Conn<ChannelState>, _code: u16, _reason: &str) {
         if let (Builtin::Channels(app), Some(g)) = (self, conn.state()) {
-            app.expiring.lock().unwrap().remove(&(g.exp, conn.id()));
+            let id = conn.id();
+            app.expiring
+                .lock()
+                .unwrap()
+                .remove(&(close_at(g.exp, id), id));
         }
     }
 
@@ -179,6 +199,9 @@ impl Handler for Builtin {
                     }
                 }
                 Message::Binary(_) => {
+                    conn.hub()
+                        .channel_metrics
+                        .protocol_error(crate::channels::ProtocolError::Binary);
                     let _ = conn.close(1003, "the channels protocol is JSON text");
                 }
             },
@@ -187,5 +210,109 @@ impl Handler for Builtin {
 
     fn uses_offload(&self) -> bool {
         matches!(self, Builtin::Simulated(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::Hub;
+    use crate::metrics::Metrics;
+
+    fn conn(hub: &Arc<Hub>, exp: u64) -> Conn<ChannelState> {
+        let grant = Grant {
+            subscribe: vec!["*".into()],
+            publish: Vec::new(),
+            exp,
+        };
+        let peer = "127.0.0.1:1".parse().unwrap();
+        Conn::new(hub.register(), hub.clone(), peer, Some(Arc::new(grant)))
+    }
+
+    fn hub() -> Arc<Hub> {
+        Arc::new(Hub::new(
+            ServerConfig::default(),
+            Arc::new(Metrics::default()),
+        ))
+    }
+
+    #[test]
+    fn the_sweep_closes_each_connection_once_its_exp_plus_the_leeway_passes() {
+        let hub = hub();
+        let app = ChannelsApp::new(None);
+        let (early, late) = (conn(&hub, 1000), conn(&hub, 2000));
+        for c in [&early, &late] {
+            let exp = c.state().as_ref().unwrap().exp;
+            let at = close_at(exp, c.id());
+            app.expiring.lock().unwrap().insert((at, c.id()), c.clone());
+        }
+        let due = close_at(1000, early.id());
+        app.sweep(due - 1);
+        assert!(early.is_open() && late.is_open());
+        app.sweep(due);
+        assert!(!early.is_open() && late.is_open());
+        assert_eq!(early.shared().close_requested(), 1008);
+        app.sweep(close_at(2000, late.id()));
+        assert!(!late.is_open());
+        assert!(app.expiring.lock().unwrap().is_empty());
+        let closes = &hub.channel_metrics.token_expired_closes;
+        assert_eq!(closes.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn a_builtin_from_the_config_counts_refusals_into_the_hub_it_is_served_with() {
+        let cfg = ServerConfig {
+            app: App::Channels,
+            ..ServerConfig::default()
+        };
+        let b = Builtin::from_config(&cfg);
+        let hub = Hub::new(cfg, Arc::new(Metrics::default()));
+        let Builtin::Channels(app) = &b else {
+            panic!("not channels")
+        };
+        app.metrics
+            .get()
+            .unwrap()
+            .auth_failed(crate::channels::AuthError::Missing);
+        let m = hub
+            .channel_metrics
+            .auth_failures(crate::channels::AuthError::Missing);
+        assert_eq!(m, 1);
+    }
+
+    #[test]
+    fn expiry_closes_are_spread_after_the_leeway_never_before() {
+        let leeway = crate::channels::auth::LEEWAY_SECS;
+        let at: Vec<u64> = (1..=1000).map(|id| close_at(1000, id)).collect();
+        let window = 1000 + leeway..=1000 + leeway + EXPIRY_SPREAD_SECS;
+        assert!(at.iter().all(|t| window.contains(t)));
+        // Every second of the spread gets a share (1000 connections over 11 seconds).
+        for s in 0..=EXPIRY_SPREAD_SECS {
+            let n = at.iter().filter(|&&t| t == 1000 + leeway + s).count();
+            assert!(n > 40, "second {s}: {n}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_normal_close_removes_the_connection_from_the_expiry_map() {
+        let hub = hub();
+        let app = Arc::new(ChannelsApp::new(None));
+        let b = Builtin::Channels(app.clone());
+        let (a, c) = (conn(&hub, 1000), conn(&hub, 1000));
+        b.on_open(&a);
+        b.on_open(&c);
+        assert_eq!(app.expiring.lock().unwrap().len(), 2);
+        b.on_close(&a, 1000, "");
+        let left: Vec<u64> = app
+            .expiring
+            .lock()
+            .unwrap()
+            .values()
+            .map(Conn::id)
+            .collect();
+        assert_eq!(left, vec![c.id()]);
+        // Nothing is closed for a connection already gone.
+        app.sweep(5000);
+        assert_eq!(hub.channel_metrics.token_expired_closes.load(Relaxed), 1);
     }
 }

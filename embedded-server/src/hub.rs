@@ -49,6 +49,17 @@ pub enum Relay<'a> {
     },
 }
 
+/// One page of presence ([`Hub::channel_page`]).
+#[derive(Debug, Clone, Default)]
+pub struct ChannelPage {
+    /// The channels of the page and their subscribers, in byte order of the names.
+    pub counts: Vec<(Arc<str>, usize)>,
+    /// Subscriptions on this node, every channel counted (not only the page's).
+    pub subscriptions: usize,
+    /// Whether more channels match after the page's last.
+    pub truncated: bool,
+}
+
 /// What [`Hub::subscribe_capped`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subscribed {
@@ -58,6 +69,9 @@ pub enum Subscribed {
     Already,
     /// Not added: the connection holds the most subscriptions allowed.
     Full,
+    /// Not added: the names of the connection's subscriptions would pass its byte budget
+    /// ([`MAX_SUBSCRIPTION_BYTES`](crate::channels::MAX_SUBSCRIPTION_BYTES)).
+    NamesFull,
     /// Not added: the connection has ended.
     Ended,
 }
@@ -67,11 +81,19 @@ pub type RelayFn = Box<dyn Fn(Relay<'_>) + Send + Sync>;
 
 /// Channel subscriptions, both ways: who is in a channel (for a publish) and which channels a
 /// connection is in (so that its close leaves them without the connection keeping a list: a
-/// connection that never subscribes costs nothing here).
+/// connection that never subscribes costs nothing here). A name is stored once (`Arc<str>`,
+/// shared by both maps and every subscriber's list).
 #[derive(Default)]
 struct Channels {
-    subs: HashMap<String, HashMap<u64, Arc<Shared>>>,
-    by_conn: HashMap<u64, Vec<String>>,
+    subs: HashMap<Arc<str>, HashMap<u64, Arc<Shared>>>,
+    by_conn: HashMap<u64, Mine>,
+}
+
+/// One connection's subscriptions, and the bytes of their names (its budget).
+#[derive(Default)]
+struct Mine {
+    names: Vec<Arc<str>>,
+    bytes: usize,
 }
 
 /// What every connection shares: the configuration, the metrics, the registry of open
@@ -101,10 +123,13 @@ pub struct Hub {
 impl Hub {
     /// A hub with no connections (a `Server` builds its own; see [`crate::Server::hub`]).
     pub fn new(config: ServerConfig, metrics: Arc<Metrics>) -> Hub {
+        let channel_metrics = config.channels.metrics.clone();
         Hub {
             config,
             metrics,
-            channel_metrics: Default::default(),
+            // The configuration's, so the channels app built from the same configuration
+            // counts refused upgrades (before any connection exists) into the hub's counters.
+            channel_metrics,
             conns: RwLock::new(HashMap::new()),
             channels: Mutex::new(Channels::default()),
             offload: std::sync::OnceLock::new(),
@@ -210,7 +235,7 @@ impl Hub {
         if s.subscribed() {
             let mut map = self.channels.lock().unwrap();
             let Channels { subs, by_conn } = &mut *map;
-            for c in by_conn.remove(&s.id).unwrap_or_default() {
+            for c in by_conn.remove(&s.id).unwrap_or_default().names {
                 if let Some(members) = subs.get_mut(&c) {
                     members.remove(&s.id);
                     if members.is_empty() {
@@ -229,33 +254,51 @@ impl Hub {
     }
 
     /// Add `conn` to `channel` unless it already holds `cap` other subscriptions (checked
-    /// under the same lock as the insert, so concurrent subscribes cannot pass the cap).
+    /// under the same lock as the insert, so concurrent subscribes cannot pass the cap). No
+    /// budget on the names' bytes: see [`Hub::subscribe_within`].
     pub fn subscribe_capped(&self, conn: &Arc<Shared>, channel: &str, cap: usize) -> Subscribed {
+        self.subscribe_within(conn, channel, cap, usize::MAX)
+    }
+
+    /// [`Hub::subscribe_capped`], also refusing ([`Subscribed::NamesFull`]) a subscription
+    /// that would bring the bytes of the connection's channel names past `max_bytes`.
+    pub fn subscribe_within(
+        &self,
+        conn: &Arc<Shared>,
+        channel: &str,
+        cap: usize,
+        max_bytes: usize,
+    ) -> Subscribed {
         let mut map = self.channels.lock().unwrap();
         // Checked under the lock `unregister` takes after marking the end: no subscription
         // outlives its connection.
         if conn.ended() {
             return Subscribed::Ended;
         }
-        if let Some(mine) = map.by_conn.get(&conn.id) {
-            if mine.iter().any(|c| c == channel) {
-                return Subscribed::Already;
-            }
-            if mine.len() >= cap {
-                return Subscribed::Full;
-            }
-        } else if cap == 0 {
+        let (held, bytes) = match map.by_conn.get(&conn.id) {
+            Some(mine) if mine.names.iter().any(|c| &**c == channel) => return Subscribed::Already,
+            Some(mine) => (mine.names.len(), mine.bytes),
+            None => (0, 0),
+        };
+        if held >= cap {
             return Subscribed::Full;
         }
+        if bytes.saturating_add(channel.len()) > max_bytes {
+            return Subscribed::NamesFull;
+        }
         conn.set_subscribed();
-        map.subs
-            .entry(channel.to_string())
+        let Channels { subs, by_conn } = &mut *map;
+        // The channel's own key when it has subscribers already: one allocation per name.
+        let name = match subs.get_key_value(channel) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(channel),
+        };
+        subs.entry(name.clone())
             .or_default()
             .insert(conn.id, conn.clone());
-        map.by_conn
-            .entry(conn.id)
-            .or_default()
-            .push(channel.to_string());
+        let mine = by_conn.entry(conn.id).or_default();
+        mine.bytes += name.len();
+        mine.names.push(name);
         Subscribed::Added
     }
 
@@ -274,8 +317,11 @@ impl Hub {
             None => false,
         };
         if let Some(mine) = by_conn.get_mut(&conn.id) {
-            mine.retain(|c| c != channel);
-            if mine.is_empty() {
+            if let Some(i) = mine.names.iter().position(|c| &**c == channel) {
+                mine.bytes -= channel.len();
+                mine.names.swap_remove(i);
+            }
+            if mine.names.is_empty() {
                 by_conn.remove(&conn.id);
             }
         }
@@ -288,10 +334,44 @@ impl Hub {
         map.subs.get(channel).map_or(0, |m| m.len())
     }
 
+    /// One page of presence: the channels whose names start with `prefix`, after `after`, in
+    /// byte order, at most `limit`. Under the channels lock only the matching names' handles
+    /// (a reference count each, no copy of the bytes) and their counts are taken; the sort
+    /// and the page happen after it is released, so a listing of many channels does not hold
+    /// up subscribes and publishes while it copies names.
+    pub fn channel_page(&self, prefix: &str, after: Option<&str>, limit: usize) -> ChannelPage {
+        let (mut counts, subscriptions) = {
+            let map = self.channels.lock().unwrap();
+            let mut total = 0;
+            let counts: Vec<(Arc<str>, usize)> = map
+                .subs
+                .iter()
+                .inspect(|(_, m)| total += m.len())
+                .filter(|(c, _)| c.starts_with(prefix) && after.is_none_or(|a| &***c > a))
+                .map(|(c, m)| (c.clone(), m.len()))
+                .collect();
+            (counts, total)
+        };
+        let truncated = counts.len() > limit;
+        if truncated {
+            counts.select_nth_unstable_by(limit, |a, b| a.0.cmp(&b.0));
+            counts.truncate(limit);
+        }
+        counts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        ChannelPage {
+            counts,
+            subscriptions,
+            truncated,
+        }
+    }
+
     /// Every channel with at least one subscriber on this node, and how many (presence).
     pub fn channel_counts(&self) -> Vec<(String, usize)> {
         let map = self.channels.lock().unwrap();
-        map.subs.iter().map(|(c, m)| (c.clone(), m.len())).collect()
+        map.subs
+            .iter()
+            .map(|(c, m)| (c.to_string(), m.len()))
+            .collect()
     }
 
     /// Encode `payload` once and queue the same bytes on every connection. Peers that
@@ -314,7 +394,7 @@ impl Hub {
         op: OpCode,
         payload: &[u8],
         recipients: impl Iterator<Item = &'a Arc<Shared>>,
-    ) {
+    ) -> u64 {
         let plain = Bytes::from(frame::encode_message(
             op,
             payload,
@@ -357,6 +437,7 @@ impl Hub {
         }
         crate::outbox::count_written(&self.metrics, written);
         self.metrics.messages_out.fetch_add(sent, Relaxed);
+        sent
     }
 
     /// Queue a frame encoded in advance on every connection: one reference count per recipient,
@@ -413,21 +494,36 @@ impl Hub {
             #[serde(default)]
             data: serde_json::Value,
         }
-        let err = |e: &str| Some(serde_json::json!({"op": "error", "error": e}).to_string());
+        use crate::channels::ProtocolError;
+        let m = &self.channel_metrics;
+        let err = |why: ProtocolError, e: &str| {
+            m.protocol_error(why);
+            Some(serde_json::json!({"op": "error", "error": e}).to_string())
+        };
         let msg: Msg = match serde_json::from_slice(payload) {
             Ok(m) => m,
-            Err(e) => return err(&format!("not a channels message: {e}")),
+            Err(e) => {
+                return err(
+                    ProtocolError::BadJson,
+                    &format!("not a channels message: {e}"),
+                )
+            }
         };
-        let Some(channel) = msg
-            .channel
-            .filter(|c| crate::channels::check_name(c).is_ok())
-        else {
-            return err("a channel name (1..256 characters) is required");
+        let channel = match msg.channel {
+            None => {
+                return err(
+                    ProtocolError::BadName,
+                    "\"channel\" is required: a name of 1..256 bytes",
+                )
+            }
+            Some(c) => match crate::channels::check_name(&c) {
+                Ok(()) => c,
+                Err(e) => return err(ProtocolError::BadName, e),
+            },
         };
         let denied = |e: String| {
             Some(serde_json::json!({"op": "error", "error": e, "channel": channel}).to_string())
         };
-        let m = &self.channel_metrics;
         match msg.op.as_str() {
             "subscribe" => {
                 if grant.is_some_and(|g| !g.may_subscribe(&channel)) {
@@ -437,11 +533,23 @@ impl Hub {
                     ));
                 }
                 let cap = self.config.channels.max_subscriptions;
-                if self.subscribe_capped(me, &channel, cap) == Subscribed::Full {
-                    m.subscription_cap.fetch_add(1, Relaxed);
-                    return denied(format!(
-                        "too many subscriptions: a connection may hold {cap}; unsubscribe first"
-                    ));
+                let budget = self.config.channels.max_subscription_bytes;
+                match self.subscribe_within(me, &channel, cap, budget) {
+                    Subscribed::Full => {
+                        m.subscription_cap.fetch_add(1, Relaxed);
+                        return denied(format!(
+                            "too many subscriptions: a connection may hold {cap}; unsubscribe \
+                             first"
+                        ));
+                    }
+                    Subscribed::NamesFull => {
+                        m.subscription_cap.fetch_add(1, Relaxed);
+                        return denied(format!(
+                            "too many subscriptions: the names of a connection's channels may \
+                             total {budget} bytes; unsubscribe first (or use shorter names)"
+                        ));
+                    }
+                    _ => {}
                 }
                 Some(serde_json::json!({"op": "subscribed", "channel": channel}).to_string())
             }
@@ -459,27 +567,40 @@ impl Hub {
                 self.publish(&channel, &msg.data);
                 None
             }
-            other => err(&format!(
-                "unknown op '{other}': use subscribe, unsubscribe or publish"
-            )),
+            other => err(
+                ProtocolError::UnknownOp,
+                &format!("unknown op '{other}': use subscribe, unsubscribe or publish"),
+            ),
         }
     }
 
     /// Publish to a channel in the channels protocol's envelope
     /// (`{"channel":..,"data":..}`): one encode, then the same frame to each subscriber.
     pub fn publish(&self, channel: &str, data: &serde_json::Value) {
+        self.publish_delivered(channel, data);
+    }
+
+    /// [`Hub::publish`], answering how many of this node's subscribers the message was
+    /// queued for (counted by the fan-out itself: a subscriber that joins or leaves meanwhile
+    /// is counted as it was served).
+    pub fn publish_delivered(&self, channel: &str, data: &serde_json::Value) -> u64 {
         let text = serde_json::json!({"channel": channel, "data": data}).to_string();
-        self.publish_text(channel, &text);
+        self.publish_text_delivered(channel, &text)
     }
 
     /// Publish `text` as it is to a channel's subscribers (encoded once), and through the
     /// cluster relay to other nodes' subscribers.
     pub fn publish_text(&self, channel: &str, text: &str) {
+        self.publish_text_delivered(channel, text);
+    }
+
+    fn publish_text_delivered(&self, channel: &str, text: &str) -> u64 {
         let subs = self.subscribers(channel);
-        self.fan_out(OpCode::Text, text.as_bytes(), subs.iter());
+        let sent = self.fan_out(OpCode::Text, text.as_bytes(), subs.iter());
         if let Some(r) = self.relay.get() {
             r(Relay::Channel { channel, text });
         }
+        sent
     }
 
     /// Publish a binary message to a channel's subscribers on this node (the cluster relay
@@ -548,5 +669,38 @@ mod tests {
         hub.unregister(&c);
         assert!(hub.channel_counts().is_empty());
         assert_eq!(hub.subscribe_capped(&c, "d", 2), Subscribed::Ended);
+    }
+
+    #[test]
+    fn the_names_of_a_connections_subscriptions_have_a_byte_budget_and_are_stored_once() {
+        let hub = Hub::new(ServerConfig::default(), Arc::new(Metrics::default()));
+        let (c, d) = (hub.register(), hub.register());
+        let long = "x".repeat(200);
+        assert_eq!(hub.subscribe_within(&c, &long, 10, 300), Subscribed::Added);
+        assert_eq!(hub.subscribe_within(&c, "abc", 10, 300), Subscribed::Added);
+        assert_eq!(
+            hub.subscribe_within(&c, &"y".repeat(98), 10, 300),
+            Subscribed::NamesFull
+        );
+        assert_eq!(
+            hub.subscribe_within(&c, &"y".repeat(97), 10, 300),
+            Subscribed::Added
+        );
+        // Unsubscribing gives the bytes back.
+        assert!(hub.unsubscribe(&c, &long));
+        assert_eq!(
+            hub.subscribe_within(&c, &"z".repeat(200), 10, 300),
+            Subscribed::Added
+        );
+        // A second subscriber shares the channel's one copy of the name.
+        assert_eq!(hub.subscribe_within(&d, "abc", 10, 300), Subscribed::Added);
+        let map = hub.channels.lock().unwrap();
+        let key = map.subs.get_key_value("abc").unwrap().0;
+        for id in [c.id, d.id] {
+            let mine = &map.by_conn[&id];
+            let n = mine.names.iter().find(|n| &***n == "abc").unwrap();
+            assert!(Arc::ptr_eq(n, key));
+        }
+        assert_eq!(Arc::strong_count(key), 3);
     }
 }

@@ -413,9 +413,9 @@ fn start_conn<H: Handler>(
     let span = tracing::debug_span!("conn", conn = id, peer = %peer);
     match tls {
         None => {
-            tokio::spawn(
-                handle(stream, peer, id, ctx, stopping, deadline, proxied).instrument(span),
-            );
+            let task = handle(stream, peer, id, ctx, stopping, deadline, proxied).instrument(span);
+            memory::note_task_future(std::mem::size_of_val(&task));
+            tokio::spawn(task);
         }
         #[cfg(feature = "tls")]
         Some(cfg) => match tls::TlsStream::new(stream, cfg.clone()) {
@@ -694,15 +694,16 @@ async fn ask_handler<T: Transport, H: Handler>(
     };
     tracing::debug!(conn = id, peer = %peer, status, "upgrade refused by the application");
     let body = format!("{body}\n");
-    refuse(
-        stream,
-        &hub.metrics,
-        metrics::Reject::Handler,
-        status,
-        handler::reason_phrase(status),
-        &body,
-    )
-    .await;
+    // RFC 6750 3.1: a 401 names the scheme the client must use (and RFC 7235 requires one).
+    let extra = if status == 401 {
+        "WWW-Authenticate: Bearer error=\"invalid_token\"\r\n"
+    } else {
+        ""
+    };
+    hub.metrics.reject(metrics::Reject::Handler);
+    let phrase = handler::reason_phrase(status);
+    let _ = write_all(stream, &handshake::http_error(status, phrase, extra, &body)).await;
+    finish_refusal(stream).await;
     None
 }
 

@@ -35,6 +35,48 @@ pub fn deflate_bytes_per_conn(window_bits: u8, mem_level: u8) -> u64 {
     deflate_compressor_bytes(window_bits, mem_level) + deflate_decompressor_bytes(window_bits)
 }
 
+/// The size of one connection's task future (`size_of_val` of what is spawned per connection),
+/// noted at the first spawn: the largest user-space item of an idle connection
+/// (embedded-server/tests/idle_bytes.rs, BENCHMARKS.md "idle bytes per connection").
+static TASK_FUTURE_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+pub(crate) fn note_task_future(bytes: usize) {
+    use std::sync::atomic::Ordering::Relaxed;
+    if TASK_FUTURE_BYTES.load(Relaxed) == 0 {
+        TASK_FUTURE_BYTES.store(bytes, Relaxed);
+    }
+}
+
+/// The connection task's future size in bytes (0 before the first connection).
+#[doc(hidden)]
+pub fn task_future_bytes() -> usize {
+    TASK_FUTURE_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sizes of the state one idle connection holds, by type, for the idle-bytes breakdown.
+#[doc(hidden)]
+pub fn idle_layout() -> Vec<(&'static str, usize)> {
+    use std::mem::size_of;
+    vec![
+        (
+            "outbox::Shared (in an Arc: +16)",
+            size_of::<crate::outbox::Shared>(),
+        ),
+        (
+            "conn::State (inside the task future)",
+            crate::conn::STATE_BYTES,
+        ),
+        (
+            "hub registry entry (u64, Arc<Shared>) + 1 control byte",
+            size_of::<(u64, std::sync::Arc<crate::outbox::Shared>)>() + 1,
+        ),
+        (
+            "tokio::net::TcpStream (inside the task future)",
+            size_of::<tokio::net::TcpStream>(),
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

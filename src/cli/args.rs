@@ -321,7 +321,8 @@ pub struct ServeArgs {
     /// Subprotocol the server speaks (repeat, in preference order).
     #[arg(long = "subprotocol", value_name = "NAME")]
     pub subprotocols: Vec<String>,
-    /// Admin listener for /healthz and /metrics ("off" to disable).
+    /// Admin listener for /healthz, /metrics and, with --app channels and an API key, the
+    /// backends' HTTP API (/api/publish, /api/batch, /api/channels) ("off" to disable).
     #[arg(long, default_value = "127.0.0.1:9002")]
     pub admin: String,
     /// Several accept loops on one port with SO_REUSEPORT.

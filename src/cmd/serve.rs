@@ -89,6 +89,8 @@ pub struct Resolved {
     pub table: Vec<crate::report::Setting>,
     /// The admin listener's HTTP API key (None: the API is off).
     pub api_key: Option<embedded_server::channels::ApiKey>,
+    /// Secrets for a supervisor's server processes' environment (`channel_args::Resolved`).
+    pub child_env: Vec<(&'static str, String)>,
 }
 
 /// The server's configuration: each flag given, else the profile's value, within its bounds.
@@ -238,6 +240,7 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
         workers,
         table,
         api_key: channels.api_key,
+        child_env: channels.child_env,
     })
 }
 
@@ -331,7 +334,12 @@ pub fn run(req: Request) -> Result<Outcome> {
         );
         eprintln!("wstune serve: listening on {scheme}://{local}/");
         if let Some(a) = admin_addr {
-            eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics");
+            let api = if r.api_key.is_some() && r.config.app == embedded_server::App::Channels {
+                format!(" and the API on http://{a}/api/")
+            } else {
+                String::new()
+            };
+            eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics{api}");
         }
         let server = with_tls(Server::new(r.config.clone()), tls);
         if let Some(url) = &a.cluster {
@@ -350,11 +358,14 @@ pub fn run(req: Request) -> Result<Outcome> {
         if let Some(l) = admin_listener {
             let hub = server.hub();
             let mut rx = stop_rx.clone();
-            let gate = embedded_server::admin::Gate::new(r.api_key.clone(), r.config.max_message_bytes);
-            let app = embedded_server::admin::app_name(&hub);
-            tokio::spawn(embedded_server::admin::serve_with(l, hub, std::sync::Arc::new(gate), app, async move {
+            let max_body = r.config.max_message_bytes;
+            use embedded_server::admin::{app_name, Gate};
+            let gate = std::sync::Arc::new(Gate::new(r.api_key.clone(), max_body));
+            let app = app_name(&hub);
+            let stop = async move {
                 let _ = rx.changed().await;
-            }));
+            };
+            tokio::spawn(embedded_server::admin::serve_with(l, hub, gate, app, stop));
         }
         server
             .run(listeners, shutdown)
@@ -411,6 +422,7 @@ fn supervise(
             workers,
             relay: a.cluster.is_none(),
             api_key: r.api_key.clone(),
+            child_env: r.child_env.clone(),
             max_body: r.config.max_message_bytes,
             grace: Duration::from_secs(a.shutdown_grace),
             scheme: if tls { "wss" } else { "ws" },

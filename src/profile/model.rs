@@ -118,7 +118,7 @@ pub struct ChannelsProfile {
     /// --api-key-file or WSTUNE_API_KEY gives one).
     pub api_key_file: String,
     pub auth: ChannelsAuthProfile,
-    /// Subscriptions one connection may hold; 0: the default (1024).
+    /// Subscriptions one connection may hold; 0: the default (256).
     pub max_subscriptions: u64,
 }
 
@@ -128,6 +128,10 @@ pub struct ChannelsProfile {
 pub struct ChannelsAuthProfile {
     /// File holding the HMAC secret (32+ bytes); empty: no token auth.
     pub secret_file: String,
+    /// Refuse tokens valid for longer (seconds); 0: no cap.
+    pub max_lifetime_secs: u64,
+    /// The `aud` tokens must carry; empty: not checked.
+    pub audience: String,
 }
 
 impl ChannelsProfile {

@@ -4,14 +4,17 @@
 //!   (the lowest index): it delivers to its own subscribers and relays to the other processes
 //!   (the supervisor's relay, or Redis with `--cluster`), exactly as when a WebSocket client
 //!   publishes on it. Its answer is passed back with `"process": i` added; its `delivered`
-//!   counts that process's subscribers only.
+//!   counts that process's subscribers only. Only a process that never got the request
+//!   (connection refused) is skipped for the next one; one that got it and does not answer
+//!   within 5 s gets a 504 saying the publish may or may not have been delivered: a blind
+//!   retry on another process would deliver it twice once the first one resumes.
 //! - `GET /api/channels` and `/api/channels/NAME` ask every process that is up and add the
 //!   counts; `"processes"` says how many answered.
 //!
 //! The supervisor checked the key already; it presents the same key to the process (which
 //! read it from the same file or variable).
 
-use embedded_server::channels::api::{error, ApiCall, Endpoint};
+use embedded_server::channels::api::{error, ApiCall, Endpoint, ListQuery};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -20,30 +23,65 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// What the API needs from the supervisor.
 pub trait Process {
-    /// The API key (set whenever a request got this far).
+    /// The API key (always set when a request gets this far: the admin listener refuses
+    /// every API request with 403 when there is none).
     fn api_key(&self) -> Option<&str>;
     /// The admin listeners of the processes that are up, by index.
     fn up_admins(&self) -> Vec<(usize, SocketAddr)>;
 }
 
-/// One request to a process's admin listener: its (status, body), or None when it did not
-/// answer within 5 s.
-async fn call(
+/// Why a request to a process's admin listener got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failed {
+    /// The request never reached the process whole (refused connection, a write that failed):
+    /// it cannot have acted on it, so another process may take it.
+    NotSent,
+    /// The request was sent but no answer came in time (a stopped or overloaded process):
+    /// it may still act on it.
+    NoAnswer,
+}
+
+/// The header that marks the supervisor's own scrapes of a process's `/metrics` and
+/// `/healthz`, which the process leaves out of its `ws_api_requests_total` (they are not
+/// traffic anyone sent; summed, they would grow with every scrape of the supervisor).
+pub const INTERNAL_HEADER: &str = embedded_server::admin::INTERNAL_HEADER;
+
+/// The supervisor's one HTTP client for its processes' admin listeners: `method path` with
+/// `body` (and the API key when given), answered within `limit`: (status, body), or why not.
+pub async fn request(
     addr: SocketAddr,
     method: &str,
     path: &str,
-    key: &str,
+    key: Option<&str>,
     body: &[u8],
-) -> Option<(u16, String)> {
-    let go = async {
+    limit: Duration,
+) -> Result<(u16, String), Failed> {
+    let auth = key.map_or(String::new(), |k| format!("Authorization: Bearer {k}\r\n"));
+    // Health and metrics are the supervisor's own polling; API calls are forwarded traffic.
+    let internal = if key.is_none() {
+        format!("{INTERNAL_HEADER}: 1\r\n")
+    } else {
+        String::new()
+    };
+    let send = async {
         let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}{internal}\
              Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
         s.write_all(head.as_bytes()).await.ok()?;
         s.write_all(body).await.ok()?;
+        Some(s)
+    };
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut s = match tokio::time::timeout_at(deadline, send).await {
+        Ok(Some(s)) => s,
+        // A connect that cannot complete, or a write that stalls: the body is incomplete on
+        // the other side (Content-Length), so the process cannot act on it.
+        _ => return Err(Failed::NotSent),
+    };
+    let read = async {
         let mut r = Vec::new();
         s.read_to_end(&mut r).await.ok()?;
         let r = String::from_utf8_lossy(&r);
@@ -51,10 +89,21 @@ async fn call(
         let status = head.split_whitespace().nth(1)?.parse().ok()?;
         Some((status, body.to_string()))
     };
-    tokio::time::timeout(Duration::from_secs(5), go)
-        .await
-        .ok()
-        .flatten()
+    match tokio::time::timeout_at(deadline, read).await {
+        Ok(Some(a)) => Ok(a),
+        _ => Err(Failed::NoAnswer),
+    }
+}
+
+/// An API request forwarded to a process (5 s to answer).
+async fn call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    key: &str,
+    body: &[u8],
+) -> Result<(u16, String), Failed> {
+    request(addr, method, path, Some(key), body, Duration::from_secs(5)).await
 }
 
 /// A channel name as one path segment.
@@ -72,9 +121,8 @@ fn encode_segment(name: &str) -> String {
 
 /// Answer an authorised API request for the supervisor `p`.
 pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
-    let Some(key) = p.api_key() else {
-        return error(403, "the HTTP API is off: no API key is configured");
-    };
+    // The admin listener answered 403 already when no key is configured.
+    let key = p.api_key().unwrap_or_default();
     let up = p.up_admins();
     if up.is_empty() {
         return error(503, "no server process is up; try again");
@@ -86,23 +134,51 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
             } else {
                 "/api/batch"
             };
-            // The first process that answers takes it; one that is gone is skipped.
+            // The first process that takes the request answers it. One that is gone (nothing
+            // sent) is skipped; one that took the request and did not answer is NOT retried
+            // elsewhere: it may still deliver, and a retry would deliver twice.
             for (i, addr) in up {
-                if let Some((status, body)) = call(addr, "POST", path, key, &c.body).await {
-                    return match serde_json::from_str::<Value>(&body) {
-                        Ok(mut v) if v.is_object() => {
-                            v["process"] = i.into();
-                            (status, format!("{v}\n"))
-                        }
-                        _ => (status, body),
-                    };
+                match call(addr, "POST", path, key, &c.body).await {
+                    Ok((status, body)) => {
+                        return match serde_json::from_str::<Value>(&body) {
+                            Ok(mut v) if v.is_object() => {
+                                v["process"] = i.into();
+                                (status, format!("{v}\n"))
+                            }
+                            _ => (status, body),
+                        };
+                    }
+                    Err(Failed::NotSent) => continue,
+                    Err(Failed::NoAnswer) => {
+                        return error(
+                            504,
+                            &format!(
+                                "server process {i} took the publish but did not answer within \
+                                 5 s: it may or may not have been delivered; retry only if a \
+                                 duplicate is acceptable (or make the message idempotent)"
+                            ),
+                        )
+                    }
                 }
             }
-            error(503, "no server process answered; try again")
+            error(
+                503,
+                "no server process is reachable; nothing was published; try again",
+            )
         }
         Endpoint::Channels | Endpoint::Channel(_) => {
-            let path = match &c.endpoint {
-                Endpoint::Channel(name) => format!("/api/channels/{}", encode_segment(name)),
+            let list = match &c.endpoint {
+                Endpoint::Channels => match ListQuery::parse(&c.query) {
+                    Ok(q) => Some(q),
+                    Err(e) => return e,
+                },
+                _ => None,
+            };
+            let path = match (&c.endpoint, &list) {
+                (Endpoint::Channel(name), _) => {
+                    format!("/api/channels/{}", encode_segment(name))
+                }
+                (_, Some(q)) => format!("/api/channels?{}", q.to_query()),
                 _ => "/api/channels".to_string(),
             };
             let answers = futures_util::future::join_all(
@@ -111,6 +187,7 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
             .await;
             let mut counts: BTreeMap<String, u64> = BTreeMap::new();
             let (mut answered, mut subscribers, mut total) = (0, 0u64, 0u64);
+            let mut truncated = false;
             for (status, body) in answers.into_iter().flatten() {
                 let Ok(v) = serde_json::from_str::<Value>(&body) else {
                     continue;
@@ -122,6 +199,7 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
                 answered += 1;
                 subscribers += v["subscribers"].as_u64().unwrap_or(0);
                 total += v["subscriptions"].as_u64().unwrap_or(0);
+                truncated |= v["truncated"].as_bool().unwrap_or(false);
                 if let Some(m) = v["channels"].as_object() {
                     for (name, n) in m {
                         *counts.entry(name.clone()).or_default() += n.as_u64().unwrap_or(0);
@@ -132,7 +210,24 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
                 Endpoint::Channel(name) => json!({
                     "channel": name, "subscribers": subscribers, "processes": answered,
                 }),
-                _ => json!({"channels": counts, "subscriptions": total, "processes": answered}),
+                _ => {
+                    // Each process listed its first `limit` names after the cursor, so the
+                    // first `limit` of their union are exactly the whole's (a name in it is
+                    // in every page of a process that has it): exact counts, one cursor.
+                    let limit = list.as_ref().map_or(usize::MAX, |q| q.limit);
+                    truncated |= counts.len() > limit;
+                    let counts: BTreeMap<String, u64> = counts.into_iter().take(limit).collect();
+                    let mut v = json!({
+                        "channels": counts, "subscriptions": total, "processes": answered,
+                        "truncated": truncated,
+                    });
+                    if truncated {
+                        if let Some(last) = counts.keys().next_back() {
+                            v["next"] = last.clone().into();
+                        }
+                    }
+                    v
+                }
             };
             (200, format!("{v}\n"))
         }

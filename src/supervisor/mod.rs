@@ -133,6 +133,20 @@ pub fn size(
     })
 }
 
+/// `args` without `flag` and its value (`--flag V` or `--flag=V`).
+pub fn without_flag(args: &[String], flag: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == flag {
+            it.next();
+        } else if !a.starts_with(&format!("{flag}=")) {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
 /// The arguments of a supervised process: the supervisor's own (after the program name),
 /// without the flags the supervisor sets itself, plus those.
 pub fn child_args(own: &[String], port: u16, per_process: usize, workers: usize) -> Vec<String> {

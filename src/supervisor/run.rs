@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// A line on stderr that never panics: `eprintln!` panics when stderr is a closed pipe (`| head`,
 /// a parent that died), and a panic here would stop a process from ever being restarted.
@@ -36,6 +36,9 @@ pub struct Plan {
     pub scheme: &'static str,
     /// The HTTP API's key (the processes read the same file or variable themselves).
     pub api_key: Option<embedded_server::channels::ApiKey>,
+    /// Secrets set in each server process's environment only (see
+    /// `channel_args::Resolved::child_env`); the supervisor's own environment has none.
+    pub child_env: Vec<(&'static str, String)>,
     /// The largest API body accepted (the processes' --max-message).
     pub max_body: usize,
 }
@@ -48,6 +51,13 @@ struct Slot {
     restarts: u64,
     /// The last exit, as the log said it.
     last_exit: Option<String>,
+}
+
+impl Slot {
+    /// Its admin listener, while the process is up.
+    fn up_admin(&self) -> Option<SocketAddr> {
+        self.admin.filter(|_| self.up)
+    }
 }
 
 struct State {
@@ -368,7 +378,20 @@ fn spawn(st: &Arc<State>, i: usize) -> Result<(tokio::process::Child, u32)> {
     let exe = std::env::current_exe().context("cannot find the wstune executable")?;
     let args = super::child_args(&p.args, st.port, p.sizing.per_process, p.workers);
     let mut cmd = tokio::process::Command::new(exe);
+    // The API key comes from the supervisor's copy, not the file again: a key file rewritten
+    // since the start would leave a restarted process expecting another key than the one the
+    // supervisor presents.
+    let args = if p
+        .child_env
+        .iter()
+        .any(|(k, _)| *k == crate::channel_args::ENV_API_KEY)
+    {
+        super::without_flag(&args, "--api-key-file")
+    } else {
+        args
+    };
     cmd.args(&args)
+        .envs(p.child_env.iter().map(|(k, v)| (k, v)))
         .env(ENV_PROCESS, i.to_string())
         .env_remove(ENV_RELAY_FD)
         .stdin(std::process::Stdio::null())
@@ -470,37 +493,20 @@ async fn watch_stderr(
     head
 }
 
-/// GET `path` from a process's admin listener: the body, or None (down, slow, refused).
-async fn fetch(addr: SocketAddr, path: &str) -> Option<String> {
-    let get = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
-            .await
-            .ok()?;
-        let mut r = String::new();
-        s.read_to_string(&mut r).await.ok()?;
-        r.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
-    };
-    tokio::time::timeout(Duration::from_secs(2), get)
-        .await
-        .ok()
-        .flatten()
-}
-
-/// Every process's `path`, in process order (None for one that did not answer).
+/// Every process's `path`, in process order (None for one that is down or did not answer
+/// within 2 s): the supervisor's own polling, marked internal so the processes do not count it.
 async fn fetch_all(st: &State, path: &str) -> Vec<Option<String>> {
     let addrs: Vec<Option<SocketAddr>> = st
         .slots
         .lock()
         .unwrap()
         .iter()
-        .map(|s| s.admin.filter(|_| s.up))
+        .map(Slot::up_admin)
         .collect();
     futures_util::future::join_all(addrs.into_iter().map(|a| async move {
-        match a {
-            Some(a) => fetch(a, path).await,
-            None => None,
-        }
+        let a = a?;
+        let r = super::api::request(a, "GET", path, None, b"", Duration::from_secs(2)).await;
+        r.ok().map(|(_, body)| body)
     }))
     .await
 }
@@ -675,7 +681,7 @@ fn up_admins(st: &State) -> Vec<(usize, SocketAddr)> {
         .unwrap()
         .iter()
         .enumerate()
-        .filter_map(|(i, s)| s.admin.filter(|_| s.up).map(|a| (i, a)))
+        .filter_map(|(i, s)| s.up_admin().map(|a| (i, a)))
         .collect()
 }
 

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `POST /api/publish` `{"channel":"news","data":ANY}` | 200 `{"delivered":N}` |
 //! | `POST /api/batch` `{"messages":[{"channel":..,"data":..},..]}` (1..=1000) | 200 `{"published":M,"delivered":N}` |
-//! | `GET /api/channels` | 200 `{"channels":{"news":3,..},"subscriptions":N}` |
+//! | `GET /api/channels[?prefix=P&after=C&limit=N]` | 200 `{"channels":{"news":3,..},"subscriptions":N,"truncated":false}` (+ `"next":C` when truncated) |
 //! | `GET /api/channels/NAME` | 200 `{"channel":"NAME","subscribers":N}` |
 //!
 //! `delivered` is the number of this node's subscribers the message was queued for. A publish
@@ -23,6 +23,14 @@ use subtle::ConstantTimeEq;
 
 /// The most messages one batch may carry.
 pub const MAX_BATCH: usize = 1000;
+
+/// A batch yields its I/O thread after this many publishes.
+const YIELD_EVERY: usize = 16;
+
+/// The most channels one `GET /api/channels` lists when the request sets no `limit`.
+pub const DEFAULT_LIST_LIMIT: usize = 1000;
+/// The largest `limit` a `GET /api/channels` may ask for.
+pub const MAX_LIST_LIMIT: usize = 10_000;
 
 /// The shortest API key accepted, bytes.
 pub const MIN_KEY_BYTES: usize = 16;
@@ -64,6 +72,109 @@ pub struct ApiCall {
     pub endpoint: Endpoint,
     /// The request body (empty for GET).
     pub body: Vec<u8>,
+    /// The query string after `?` (empty when none), undecoded.
+    pub query: String,
+}
+
+/// Percent-decode one URL component. `plus_is_space`: a query's rule (`+` is a space); in a
+/// path a `+` is itself. None for a bad escape or bytes that are not UTF-8 (the caller
+/// answers 400 rather than guessing at a name).
+pub fn decode_component(s: &str, plus_is_space: bool) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' if plus_is_space => out.push(b' '),
+            b'%' => {
+                let hex = |c: Option<&u8>| c.and_then(|c| (*c as char).to_digit(16));
+                let (h, l) = (hex(b.get(i + 1))?, hex(b.get(i + 2))?);
+                out.push((h * 16 + l) as u8);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// What `GET /api/channels` lists: names starting with `prefix`, after the cursor `after`
+/// (the `next` of the previous page), in byte order, at most `limit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Only names starting with this.
+    pub prefix: String,
+    /// Only names after this one (exclusive).
+    pub after: Option<String>,
+    /// The most names in one answer.
+    pub limit: usize,
+}
+
+impl ListQuery {
+    /// Parse `prefix`, `after` and `limit` from a query string; the 400 otherwise.
+    pub fn parse(query: &str) -> Result<ListQuery, (u16, String)> {
+        let mut q = ListQuery {
+            prefix: String::new(),
+            after: None,
+            limit: DEFAULT_LIST_LIMIT,
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = decode_component(v, true).ok_or_else(|| {
+                error(
+                    400,
+                    &format!("query parameter {k}: a bad %-escape or not UTF-8"),
+                )
+            })?;
+            match k {
+                "prefix" => q.prefix = v,
+                "after" => q.after = Some(v),
+                "limit" => {
+                    q.limit = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=MAX_LIST_LIMIT).contains(n))
+                        .ok_or_else(|| {
+                            error(
+                                400,
+                                &format!("limit must be 1..={MAX_LIST_LIMIT}, not '{v}'"),
+                            )
+                        })?
+                }
+                other => {
+                    return Err(error(
+                        400,
+                        &format!("unknown query parameter '{other}': use prefix, after, limit"),
+                    ))
+                }
+            }
+        }
+        Ok(q)
+    }
+
+    /// The query string that asks for this (for a process the supervisor forwards to).
+    pub fn to_query(&self) -> String {
+        let enc = |s: &str| {
+            let mut o = String::with_capacity(s.len());
+            for b in s.bytes() {
+                if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                    o.push(b as char);
+                } else {
+                    o.push_str(&format!("%{b:02X}"));
+                }
+            }
+            o
+        };
+        let mut q = format!("limit={}", self.limit);
+        if !self.prefix.is_empty() {
+            q += &format!("&prefix={}", enc(&self.prefix));
+        }
+        if let Some(a) = &self.after {
+            q += &format!("&after={}", enc(a));
+        }
+        q
+    }
 }
 
 /// The key backends present (`Authorization: Bearer KEY` or `X-API-Key: KEY`). Only its
@@ -171,7 +282,7 @@ fn message<'a>(v: &'a Value, at: &str) -> Result<(&'a str, &'a Value), (u16, Str
 
 /// Answer `call` for the channels app on `hub`: (status, JSON body). `app` names the
 /// application the server runs when it is not the channels app (the answer is then 409).
-pub fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, String) {
+pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, String) {
     if let Some(app) = app {
         return error(
             409,
@@ -203,8 +314,7 @@ pub fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, String) {
                 Ok(m) => m,
                 Err(e) => return e,
             };
-            let delivered = hub.subscriber_count(channel);
-            hub.publish(channel, data);
+            let delivered = hub.publish_delivered(channel, data);
             with_backplane(json!({ "delivered": delivered }))
         }
         Endpoint::Batch => {
@@ -236,21 +346,39 @@ pub fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, String) {
                 }
             }
             let mut delivered = 0;
-            for (channel, data) in &checked {
-                delivered += hub.subscriber_count(channel);
-                hub.publish(channel, data);
+            for (i, (channel, data)) in checked.iter().enumerate() {
+                // A batch of 1000 fan-outs runs on an I/O thread: let its other connections
+                // run between every few, so one batch is not one long stall for them.
+                if i > 0 && i % YIELD_EVERY == 0 {
+                    tokio::task::yield_now().await;
+                }
+                delivered += hub.publish_delivered(channel, data);
             }
             with_backplane(json!({ "published": checked.len(), "delivered": delivered }))
         }
         Endpoint::Channels => {
-            let counts = hub.channel_counts();
-            let total: usize = counts.iter().map(|(_, n)| n).sum();
-            let map: serde_json::Map<String, Value> =
-                counts.into_iter().map(|(c, n)| (c, n.into())).collect();
-            (
-                200,
-                format!("{}\n", json!({ "channels": map, "subscriptions": total })),
-            )
+            let q = match ListQuery::parse(&call.query) {
+                Ok(q) => q,
+                Err(e) => return e,
+            };
+            let page = hub.channel_page(&q.prefix, q.after.as_deref(), q.limit);
+            let next = page
+                .truncated
+                .then(|| page.counts.last().map(|(c, _)| c.to_string()));
+            let map: serde_json::Map<String, Value> = page
+                .counts
+                .into_iter()
+                .map(|(c, n)| (c.to_string(), n.into()))
+                .collect();
+            let mut v = json!({
+                "channels": map,
+                "subscriptions": page.subscriptions,
+                "truncated": page.truncated,
+            });
+            if let Some(Some(n)) = next {
+                v["next"] = n.into();
+            }
+            (200, format!("{v}\n"))
         }
         Endpoint::Channel(name) => {
             if let Err(e) = super::check_name(name) {
@@ -282,6 +410,13 @@ mod tests {
         assert!(ApiKey::new("0123456789 abcdef").is_err());
     }
 
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
     #[test]
     fn publish_bodies_name_the_missing_or_bad_field() {
         let hub = Hub::new(
@@ -289,14 +424,15 @@ mod tests {
             std::sync::Arc::new(crate::metrics::Metrics::default()),
         );
         let call = |e: Endpoint, b: &str| {
-            answer(
+            block_on(answer(
                 &hub,
                 &ApiCall {
                     endpoint: e,
                     body: b.as_bytes().to_vec(),
+                    query: String::new(),
                 },
                 None,
-            )
+            ))
         };
         let (s, b) = call(Endpoint::Publish, r#"{"data":1}"#);
         assert_eq!(s, 400);
@@ -316,14 +452,95 @@ mod tests {
         assert!(s == 400 && b.contains("messages[1]: missing field"), "{b}");
         let (s, b) = call(Endpoint::Batch, r#"{"messages":[]}"#);
         assert!(s == 400 && b.contains("1..=1000"), "{b}");
-        let (s, b) = answer(
+        let (s, b) = block_on(answer(
             &hub,
             &ApiCall {
                 endpoint: Endpoint::Channels,
                 body: vec![],
+                query: String::new(),
             },
             Some("--app echo"),
-        );
+        ));
         assert!(s == 409 && b.contains("--app channels"), "{b}");
+    }
+
+    #[test]
+    fn components_decode_strictly_and_lists_page_by_prefix_and_cursor() {
+        assert_eq!(decode_component("a+b%2Fc", false).as_deref(), Some("a+b/c"));
+        assert_eq!(decode_component("a+b", true).as_deref(), Some("a b"));
+        assert_eq!(decode_component("%ff%fe", false), None);
+        assert_eq!(decode_component("%4", false), None);
+        assert_eq!(decode_component("%zz", false), None);
+        assert_eq!(decode_component("%C3%A9", false).as_deref(), Some("é"));
+        let hub = Hub::new(
+            crate::ServerConfig::default(),
+            std::sync::Arc::new(crate::metrics::Metrics::default()),
+        );
+        let c = hub.register();
+        for n in ["news.a", "news.b", "news.c", "other"] {
+            hub.subscribe(&c, n);
+        }
+        let list = |q: &str| {
+            let (s, b) = block_on(answer(
+                &hub,
+                &ApiCall {
+                    endpoint: Endpoint::Channels,
+                    body: vec![],
+                    query: q.into(),
+                },
+                None,
+            ));
+            (s, serde_json::from_str::<Value>(&b).unwrap())
+        };
+        let (s, v) = list("prefix=news.&limit=2");
+        assert_eq!(s, 200);
+        assert_eq!(v["channels"], json!({"news.a": 1, "news.b": 1}));
+        assert_eq!(
+            (v["truncated"].as_bool(), v["next"].as_str()),
+            (Some(true), Some("news.b"))
+        );
+        assert_eq!(v["subscriptions"], 4);
+        let (_, v) = list("prefix=news.&limit=2&after=news.b");
+        assert_eq!(v["channels"], json!({"news.c": 1}));
+        assert_eq!(v["truncated"], false);
+        assert!(v.get("next").is_none());
+        assert_eq!(list("").1["channels"].as_object().unwrap().len(), 4);
+        assert_eq!(list("limit=0").0, 400);
+        assert_eq!(list("limit=x").0, 400);
+        assert_eq!(list("color=red").0, 400);
+        let q = ListQuery::parse("prefix=a%20b&after=x%2By&limit=5").unwrap();
+        assert_eq!(ListQuery::parse(&q.to_query()).unwrap(), q);
+    }
+
+    #[test]
+    fn a_batch_counts_what_the_fan_out_queued_across_its_yields() {
+        let hub = Hub::new(
+            crate::ServerConfig::default(),
+            std::sync::Arc::new(crate::metrics::Metrics::default()),
+        );
+        let (a, b) = (hub.register(), hub.register());
+        hub.subscribe(&a, "x");
+        hub.subscribe(&b, "x");
+        // b's close is requested: still in the channel, but nothing is queued for it.
+        b.request_close(1000);
+        let msgs: Vec<String> = (0..100)
+            .map(|i| format!(r#"{{"channel":"x","data":{i}}}"#))
+            .collect();
+        let body = format!(r#"{{"messages":[{}]}}"#, msgs.join(","));
+        let (s, out) = block_on(answer(
+            &hub,
+            &ApiCall {
+                endpoint: Endpoint::Batch,
+                body: body.into_bytes(),
+                query: String::new(),
+            },
+            None,
+        ));
+        assert_eq!(s, 200, "{out}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            (v["published"].as_u64(), v["delivered"].as_u64()),
+            (Some(100), Some(100))
+        );
     }
 }

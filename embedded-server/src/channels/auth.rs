@@ -9,7 +9,9 @@
 //!
 //! - `exp` (required): seconds since the epoch; accepted up to [`LEEWAY_SECS`] past it (clock
 //!   skew between the backend that mints tokens and this server). `nbf`, when present, is
-//!   checked the same way. No other registered claim (`aud`, `iss`) is checked.
+//!   checked the same way. `aud` is checked when the verifier has an audience
+//!   ([`Verifier::with_limits`]; the token must then carry it); `iat`, when present, counts
+//!   towards the lifetime cap. `iss` is not checked.
 //! - `channels` (required, may be empty): what the connection may subscribe to.
 //! - `publish` (optional, default none): what it may publish to over the WebSocket. Backends
 //!   publish through the HTTP API, so a browser client publishes nothing unless its token says.
@@ -47,11 +49,17 @@ pub enum AuthError {
     /// Signed and current, but `exp` or `channels` is missing or of the wrong kind, or a
     /// pattern has a misplaced `*`.
     Claims,
+    /// Signed with another algorithm than HS256 (or a header naming it otherwise: `hs256`).
+    Algorithm,
+    /// Without the `aud` the server requires, or for another audience.
+    Audience,
+    /// Valid for longer than the server's lifetime cap (`exp - now` or `exp - iat`).
+    Lifetime,
 }
 
 impl AuthError {
     /// How many reasons there are.
-    pub const COUNT: usize = 6;
+    pub const COUNT: usize = 9;
     /// Every reason, in label order.
     pub const ALL: [AuthError; AuthError::COUNT] = [
         AuthError::Missing,
@@ -60,6 +68,9 @@ impl AuthError {
         AuthError::Expired,
         AuthError::NotYetValid,
         AuthError::Claims,
+        AuthError::Algorithm,
+        AuthError::Audience,
+        AuthError::Lifetime,
     ];
 
     /// The metric label.
@@ -71,6 +82,9 @@ impl AuthError {
             AuthError::Expired => "expired",
             AuthError::NotYetValid => "not_yet_valid",
             AuthError::Claims => "invalid_claims",
+            AuthError::Algorithm => "bad_algorithm",
+            AuthError::Audience => "bad_audience",
+            AuthError::Lifetime => "lifetime_too_long",
         }
     }
 
@@ -80,7 +94,20 @@ impl AuthError {
             AuthError::Missing => {
                 "token required: send Authorization: Bearer TOKEN or ?token=TOKEN"
             }
-            AuthError::Malformed => "malformed token: expected an HS256 JWT",
+            AuthError::Malformed => {
+                "malformed token: expected a JWT (three base64url parts) signed with HS256"
+            }
+            AuthError::Algorithm => {
+                "token algorithm not accepted: sign with HS256 (header {\"alg\":\"HS256\"}, \
+                 upper case)"
+            }
+            AuthError::Audience => {
+                "token audience not accepted: the aud claim must name this server"
+            }
+            AuthError::Lifetime => {
+                "token lifetime too long: mint shorter-lived tokens (the server caps exp - now and \
+                 exp - iat)"
+            }
             AuthError::BadSignature => "bad token signature",
             AuthError::Expired => "token expired",
             AuthError::NotYetValid => "token not valid yet (nbf)",
@@ -145,6 +172,27 @@ fn valid_pattern(p: &str) -> bool {
 pub struct Verifier {
     key: jsonwebtoken::DecodingKey,
     validation: jsonwebtoken::Validation,
+    max_lifetime: Option<u64>,
+}
+
+/// The token of an `Authorization` header value: `Bearer TOKEN` (the scheme in any case,
+/// spaces around the token ignored); None for another scheme or an empty token. The one parser
+/// of the API key header and of upgrade tokens.
+pub fn bearer(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.trim().split_once(' ')?;
+    let token = rest.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The `alg` of a JWT's header, when the header is base64url JSON with a string `alg`.
+fn algorithm_of(token: &str) -> Option<String> {
+    use base64::Engine;
+    let head = token.split('.').next()?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(head.trim_end_matches('='))
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    v.get("alg")?.as_str().map(str::to_string)
 }
 
 impl std::fmt::Debug for Verifier {
@@ -171,16 +219,30 @@ impl Verifier {
         validation.validate_nbf = true;
         validation.validate_aud = false;
         validation.set_required_spec_claims(&["exp"]);
-        Ok(Verifier { key, validation })
+        Ok(Verifier {
+            key,
+            validation,
+            max_lifetime: None,
+        })
+    }
+
+    /// Refuse tokens valid for more than `max_lifetime` seconds (`exp - now` or, when the
+    /// token has `iat`, `exp - iat`; plus the leeway), and, with `audience`, tokens whose
+    /// `aud` does not name it (or that have none).
+    pub fn with_limits(mut self, max_lifetime: Option<u64>, audience: Option<&str>) -> Verifier {
+        self.max_lifetime = max_lifetime;
+        if let Some(a) = audience {
+            self.validation.set_audience(&[a]);
+            self.validation.validate_aud = true;
+            self.validation.set_required_spec_claims(&["exp", "aud"]);
+        }
+        self
     }
 
     /// The token of an upgrade request: `Authorization: Bearer` first, else `?token=`.
     pub fn token_of<'a>(req: &Request<'a>) -> Option<Cow<'a, str>> {
-        if let Some(h) = req.header("authorization") {
-            let (scheme, rest) = h.split_once(' ').unwrap_or((h, ""));
-            if scheme.eq_ignore_ascii_case("bearer") && !rest.trim().is_empty() {
-                return Some(Cow::Borrowed(rest.trim()));
-            }
+        if let Some(t) = req.header("authorization").and_then(bearer) {
+            return Some(Cow::Borrowed(t));
         }
         req.query_param("token").filter(|t| !t.is_empty())
     }
@@ -193,10 +255,16 @@ impl Verifier {
             channels: Vec<String>,
             #[serde(default)]
             publish: Vec<String>,
+            #[serde(default)]
+            iat: Option<u64>,
         }
         use jsonwebtoken::errors::ErrorKind as K;
         // The header first: a token whose header does not parse is malformed; a JSON error
         // after that is about the (signed) claims.
+        match algorithm_of(token) {
+            Some(a) if a != "HS256" => return Err(AuthError::Algorithm),
+            _ => {}
+        }
         if jsonwebtoken::decode_header(token).is_err() {
             return Err(AuthError::Malformed);
         }
@@ -205,6 +273,9 @@ impl Verifier {
                 K::InvalidSignature => AuthError::BadSignature,
                 K::ExpiredSignature => AuthError::Expired,
                 K::ImmatureSignature => AuthError::NotYetValid,
+                K::InvalidAudience => AuthError::Audience,
+                K::MissingRequiredClaim(c) if c == "aud" => AuthError::Audience,
+                K::InvalidAlgorithm => AuthError::Algorithm,
                 K::MissingRequiredClaim(_) | K::InvalidClaimFormat(_) | K::Json(_) => {
                     AuthError::Claims
                 }
@@ -212,6 +283,15 @@ impl Verifier {
             },
         )?;
         let c = data.claims;
+        if let Some(max) = self.max_lifetime {
+            let now = jsonwebtoken::get_current_timestamp();
+            let cap = max.saturating_add(LEEWAY_SECS);
+            if c.exp.saturating_sub(now) > cap
+                || c.iat.is_some_and(|i| c.exp.saturating_sub(i) > cap)
+            {
+                return Err(AuthError::Lifetime);
+            }
+        }
         if !c
             .channels
             .iter()
@@ -310,12 +390,62 @@ mod tests {
             "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0",
             "eyJleHAiOjk5OTk5OTk5OTksImNoYW5uZWxzIjpbIioiXX0"
         );
-        assert_eq!(v.verify(&none), Err(AuthError::Malformed));
+        assert_eq!(v.verify(&none), Err(AuthError::Algorithm));
     }
 
     #[test]
     fn a_short_secret_is_refused_with_the_fix() {
         let e = Verifier::new(b"short").unwrap_err();
         assert!(e.contains("at least 32") && e.contains("urandom"), "{e}");
+    }
+
+    #[test]
+    fn algorithm_audience_and_lifetime_have_their_own_reasons() {
+        let v = Verifier::new(SECRET)
+            .unwrap()
+            .with_limits(Some(3600), Some("wstune"));
+        let ok = token(
+            serde_json::json!({"exp": now() + 600, "aud": "wstune", "channels": []}),
+            SECRET,
+        );
+        assert!(v.verify(&ok).is_ok());
+        let long = token(
+            serde_json::json!({"exp": now() + 7200, "aud": "wstune", "channels": []}),
+            SECRET,
+        );
+        assert_eq!(v.verify(&long), Err(AuthError::Lifetime));
+        let old_iat = token(
+            serde_json::json!({"exp": now() + 60, "iat": now() - 7200, "aud": "wstune", "channels": []}),
+            SECRET,
+        );
+        assert_eq!(v.verify(&old_iat), Err(AuthError::Lifetime));
+        let other = token(
+            serde_json::json!({"exp": now() + 60, "aud": "else", "channels": []}),
+            SECRET,
+        );
+        assert_eq!(v.verify(&other), Err(AuthError::Audience));
+        let none = token(
+            serde_json::json!({"exp": now() + 60, "channels": []}),
+            SECRET,
+        );
+        assert_eq!(v.verify(&none), Err(AuthError::Audience));
+        let hs512 = jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS512),
+            &serde_json::json!({"exp": now() + 60, "channels": []}),
+            &jsonwebtoken::EncodingKey::from_secret(SECRET).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(v.verify(&hs512), Err(AuthError::Algorithm));
+        // A lower-case alg, hand-made (no library writes one).
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let lower = format!("{}.{}.x", b64(r#"{"alg":"hs256"}"#), b64("{}"));
+        assert_eq!(v.verify(&lower), Err(AuthError::Algorithm));
+        assert_eq!(v.verify("not a token"), Err(AuthError::Malformed));
+        assert!(AuthError::Algorithm.message().contains("sign with HS256"));
+        assert_eq!(bearer(" Bearer  abc "), Some("abc"));
+        assert_eq!(bearer("bearer x"), Some("x"));
+        assert_eq!(bearer("Basic x"), None);
+        assert_eq!(bearer("Bearer "), None);
     }
 }

@@ -29,7 +29,6 @@ use read::{on_readable, process_owned};
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::time::Instant;
 use write::flush;
 
@@ -82,6 +81,9 @@ struct State {
     /// Plain replies produced by the current read, written together by `commit`.
     batch: Vec<u8>,
 }
+
+/// For the idle-bytes breakdown (`memory::idle_layout`).
+pub(crate) const STATE_BYTES: usize = std::mem::size_of::<State>();
 
 impl State {
     fn new(partial: Vec<u8>, deflate: Option<Box<DeflateState>>) -> State {
@@ -285,9 +287,15 @@ async fn run<T: Transport, H: Handler>(
         if st.close_deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(());
         }
-        let deadline = st
-            .close_deadline
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        // Write readiness and the close deadline matter only while a write is pending or a
+        // close is under way, never on an idle connection: boxed then (an allocation per turn
+        // of that rare state), so their 152 + 112 bytes are not in every connection's task
+        // for its whole life (BENCHMARKS.md, "Issue 16: idle bytes per connection").
+        let writable = maybe(pending.then(|| Box::pin(io.writable())));
+        let closing = maybe(
+            st.close_deadline
+                .map(|d| Box::pin(tokio::time::sleep_until(d))),
+        );
         tokio::select! {
             biased;
             _ = async { parked.as_mut().expect("guarded").await }, if parked.is_some() => {
@@ -331,11 +339,20 @@ async fn run<T: Transport, H: Handler>(
                     d.release_idle(idle, shared);
                 }
             }
-            r = io.writable(), if pending => { r?; }
-            _ = tokio::time::sleep_until(deadline), if st.close_deadline.is_some() => {
+            r = writable, if pending => { r?; }
+            _ = closing, if st.close_deadline.is_some() => {
                 let _ = flush(io, shared, m);
                 return Ok(());
             }
         }
+    }
+}
+
+/// `f`'s output when there is a future, else never: a select! branch whose future exists only
+/// while it can fire.
+async fn maybe<F: std::future::Future>(f: Option<std::pin::Pin<Box<F>>>) -> F::Output {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
     }
 }
