@@ -310,7 +310,7 @@ async fn run<T: Transport, H: Handler>(
             // Parked, this side reads nothing, so the peer's frames (its pongs among them)
             // wait in the socket: the time counts as seen, or the heartbeat would close a live
             // client for the server's own back-pressure.
-            _ = tokio::time::sleep(Duration::from_millis(500)), if parked.is_some() => {
+            _ = tokio::time::sleep(std::time::Duration::from_millis(500)), if parked.is_some() => {
                 shared.last_seen.store(hub.now(), Relaxed);
             }
             r = io.readable(), if !st.peer_eof && parked.is_none() => {
