@@ -15,6 +15,7 @@
 //!   `{"room":..,"from":..,"text":..}`, encoded once (the hub's channels); joins and leaves
 //!   are announced as `{"room":..,"event":"joined"|"left","user":..}`.
 
+use embedded_server::wstune::Launch;
 use embedded_server::{Conn, Handler, Message, Request, Server, ServerConfig, Upgrade};
 use std::collections::HashMap;
 
@@ -125,7 +126,9 @@ impl Handler for Chat {
     }
 }
 
-/// The server as the example runs it, with tokens from `spec` (`user:token,...`).
+/// The server as the example runs it, with tokens from `spec` (`user:token,...`) (the test
+/// builds it; `main` runs the same handler through `Launch`).
+#[allow(dead_code)]
 pub fn server(spec: &str) -> Result<Server<Chat>, String> {
     Server::with_handler(ServerConfig::default(), Chat::new(spec)?).map_err(|e| e.to_string())
 }
@@ -147,12 +150,15 @@ async fn main() -> std::io::Result<()> {
     .unwrap_or_else(|_| fail("the port must be a number (0-65535)".into()));
     let spec =
         std::env::var("CHAT_TOKENS").unwrap_or_else(|_| "alice:alice-token,bob:bob-token".into());
-    let server = server(&spec).unwrap_or_else(|e| fail(e));
-    let listeners = embedded_server::bind(([127, 0, 0, 1], port).into(), false, 1)?;
-    let shutdown = embedded_server::shutdown_signal()?;
+    let chat = Chat::new(&spec).unwrap_or_else(|e| fail(e));
+    // Under `wstune serve --self-test --command`, wstune's address and the profile's tuning
+    // replace these defaults (see `embedded_server::wstune`); give the self-test `--path
+    // /chat/lobby` and a token (`--path "/chat/lobby?token=alice-token"`).
+    let launch = Launch::from_env(ServerConfig::default(), ([127, 0, 0, 1], port).into())
+        .unwrap_or_else(|e| fail(e.to_string()));
     println!(
-        "chat listening on ws://{}/chat/ROOM?token=TOKEN",
-        listeners[0].local_addr()?
+        "chat: clients connect to ws://{}/chat/ROOM?token=TOKEN",
+        launch.listen
     );
-    server.run(listeners, shutdown).await
+    launch.run(chat).await
 }

@@ -191,6 +191,27 @@ impl<H: Handler> Server<H> {
         self
     }
 
+    /// Connections open now (upgraded and not yet closed), for a health check or a log line.
+    ///
+    /// ```
+    /// use embedded_server::{Server, ServerConfig};
+    /// # struct Echo;
+    /// # impl embedded_server::Handler for Echo {
+    /// #     type State = ();
+    /// #     fn on_upgrade(&self, _: &embedded_server::Request<'_>) -> embedded_server::Upgrade<()> {
+    /// #         embedded_server::Upgrade::accept(())
+    /// #     }
+    /// #     fn on_message(&self, c: &embedded_server::Conn, m: embedded_server::Message<'_>) {
+    /// #         let _ = c.send(m);
+    /// #     }
+    /// # }
+    /// let server = Server::with_handler(ServerConfig::default(), Echo).unwrap();
+    /// assert_eq!(server.connection_count(), 0);
+    /// ```
+    pub fn connection_count(&self) -> usize {
+        self.hub.len()
+    }
+
     /// The hub: broadcast, publish, metrics, connection count. Not part of the stable API
     /// (what `wstune` itself uses); [`Server::serve_admin`] serves its metrics.
     #[doc(hidden)]

@@ -10,7 +10,11 @@
 //! | `WSTUNE_SERVER_CONFIG` | a JSON file with the profile's [`ServerConfig`] (pool sizes, caps, deflate, heartbeats, abuse limits) |
 //!
 //! [`Launch::from_env`] reads them, falling back to your program's own address and
-//! configuration when they are not set, so one `main` serves both ways:
+//! configuration when they are not set, so one `main` serves both ways. The file is merged
+//! into your configuration: the profile's tuning (sizes, caps, timeouts, offload pool,
+//! deflate, abuse limits) replaces yours; what it does not tune stays yours (the app, the
+//! channels settings with their JWT verifier); `allowed_origins` and `subprotocols` stay yours
+//! unless the profile lists some:
 //!
 //! ```no_run
 //! use embedded_server::{wstune::Launch, Conn, Handler, Message, Request, ServerConfig, Upgrade};
@@ -169,10 +173,11 @@ impl Launch {
                 path: path.clone(),
                 error,
             })?;
-            launch.config = from_json(&text).map_err(|e| match e {
-                FromJson::Version(found) => EnvError::Version { found },
-                FromJson::Format(error) => EnvError::Format { path, error },
-            })?;
+            launch.config =
+                from_json(&text, std::mem::take(&mut launch.config)).map_err(|e| match e {
+                    FromJson::Version(found) => EnvError::Version { found },
+                    FromJson::Format(error) => EnvError::Format { path, error },
+                })?;
             launch.by_wstune = true;
         }
         launch.config.validate().map_err(EnvError::Config)?;
@@ -299,8 +304,12 @@ enum FromJson {
     Format(String),
 }
 
-/// Read what [`to_json`] wrote.
-fn from_json(text: &str) -> Result<ServerConfig, FromJson> {
+/// Read what [`to_json`] wrote over the program's own `base`: the tuned fields (sizes, caps,
+/// timeouts, pool, deflate, abuse limits) are wstune's; what the file does not carry (the
+/// app, the channels settings: JWT verifier, caps) stays the program's; `allowed_origins` and
+/// `subprotocols` are the program's unless the profile names some (its list replaces the
+/// program's then).
+fn from_json(text: &str, base: ServerConfig) -> Result<ServerConfig, FromJson> {
     // The version first, so a newer format is named as such rather than as a parse error.
     #[derive(Deserialize)]
     struct Versioned {
@@ -331,8 +340,16 @@ fn from_json(text: &str) -> Result<ServerConfig, FromJson> {
         heartbeat_timeout: Duration::from_millis(w.heartbeat_timeout_ms),
         handshake_timeout: Duration::from_millis(w.handshake_timeout_ms),
         max_header_bytes: w.max_header_bytes,
-        allowed_origins: w.allowed_origins,
-        subprotocols: w.subprotocols,
+        allowed_origins: if w.allowed_origins.is_empty() {
+            base.allowed_origins.clone()
+        } else {
+            w.allowed_origins
+        },
+        subprotocols: if w.subprotocols.is_empty() {
+            base.subprotocols.clone()
+        } else {
+            w.subprotocols
+        },
         offload_pool_size: w.offload_pool_size,
         offload_queue_size: w.offload_queue_size,
         shutdown_grace: Duration::from_millis(w.shutdown_grace_ms),
@@ -354,7 +371,7 @@ fn from_json(text: &str) -> Result<ServerConfig, FromJson> {
             exempt: cidrs(&w.limits.exempt)?,
             trusted_proxies: cidrs(&w.limits.trusted_proxies)?,
         },
-        ..ServerConfig::default()
+        ..base
     })
 }
 
@@ -416,6 +433,37 @@ mod tests {
     }
 
     #[test]
+    fn the_programs_own_settings_outside_the_tuning_are_kept() {
+        let mut own = ServerConfig {
+            subprotocols: vec!["chat.v1".into()],
+            allowed_origins: vec!["https://app.example".into()],
+            offload_pool_size: 2,
+            ..ServerConfig::default()
+        };
+        own.channels.max_subscriptions = 7;
+        let tuned = ServerConfig {
+            offload_pool_size: 9,
+            ..ServerConfig::default()
+        };
+        let file = std::env::temp_dir().join(format!("wstune-env-merge-{}", std::process::id()));
+        std::fs::write(&file, to_json(&tuned)).unwrap();
+        let l = Launch::from_vars(
+            own.clone(),
+            "127.0.0.1:1".parse().unwrap(),
+            vars(&[(CONFIG_VAR, file.display().to_string())]),
+        )
+        .unwrap();
+        let _ = std::fs::remove_file(&file);
+        assert_eq!(l.config.offload_pool_size, 9, "the tuning is wstune's");
+        assert_eq!(l.config.subprotocols, own.subprotocols);
+        assert_eq!(l.config.allowed_origins, own.allowed_origins);
+        assert_eq!(
+            format!("{:?}", l.config.channels),
+            format!("{:?}", own.channels)
+        );
+    }
+
+    #[test]
     fn bad_variables_are_errors_naming_them() {
         let e = Launch::from_vars(
             ServerConfig::default(),
@@ -434,6 +482,9 @@ mod tests {
         .to_string();
         assert!(e.contains("cannot read /nonexistent/wstune.json"), "{e}");
         let newer = r#"{"version": 99}"#;
-        assert!(matches!(from_json(newer), Err(FromJson::Version(99))));
+        assert!(matches!(
+            from_json(newer, ServerConfig::default()),
+            Err(FromJson::Version(99))
+        ));
     }
 }

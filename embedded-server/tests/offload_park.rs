@@ -180,3 +180,79 @@ async fn the_offload_pool_starts_on_first_use_not_with_the_server() {
     }
     assert_eq!(hub.metrics.offload_threads.load(SeqCst), 3);
 }
+
+/// Records the order its jobs run in; the first job waits at the gate.
+struct Ordered {
+    gate: Arc<Gate>,
+    ran: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Handler for Ordered {
+    type State = ();
+    fn on_upgrade(&self, _req: &Request<'_>) -> Upgrade<()> {
+        Upgrade::accept(())
+    }
+    fn on_message(&self, conn: &Conn, msg: Message<'_>) {
+        let (gate, ran) = (self.gate.clone(), self.ran.clone());
+        let n = msg.as_bytes()[0];
+        conn.offload(move || {
+            gate.wait();
+            ran.lock().unwrap().push(n);
+        })
+        .unwrap();
+    }
+}
+
+/// Parked for longer than the heartbeat timeout, a live client is not closed as dead (it
+/// reads nothing then, so the client's frames wait in the socket), and its messages' jobs run
+/// in the order it sent them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_connection_outlives_the_heartbeat_and_keeps_its_order() {
+    let gate = Arc::new(Gate::default());
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let config = ServerConfig {
+        offload_pool_size: 1,
+        offload_queue_size: 1,
+        heartbeat_interval: Duration::from_secs(1),
+        heartbeat_timeout: Duration::from_secs(2),
+        ..ServerConfig::default()
+    };
+    let server = Server::with_handler(
+        config,
+        Ordered {
+            gate: gate.clone(),
+            ran: ran.clone(),
+        },
+    )
+    .unwrap();
+    let hub = server.hub();
+    let listeners = embedded_server::bind("127.0.0.1:0".parse().unwrap(), false, 1).unwrap();
+    let addr = listeners[0].local_addr().unwrap();
+    tokio::spawn(async move { server.run(listeners, std::future::pending()).await });
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    // 1 holds the pool thread, 2 fills the queue, 3 parks the connection, 4-6 wait behind it.
+    for n in 1..=6u8 {
+        ws.send(Ws::Binary(vec![n].into())).await.unwrap();
+    }
+    // Three heartbeat timeouts' worth parked; the client answers what it is sent meanwhile.
+    let _ = tokio::time::timeout(Duration::from_secs(6), async {
+        while let Some(Ok(m)) = ws.next().await {
+            assert!(!matches!(m, Ws::Close(_)), "closed while parked: {m:?}");
+        }
+        panic!("the connection ended while parked");
+    })
+    .await;
+    assert_eq!(hub.metrics.heartbeat_timeouts.load(SeqCst), 0);
+    gate.release();
+    let r = ran.clone();
+    tokio::task::spawn_blocking(move || wait_until("six jobs", || r.lock().unwrap().len() == 6))
+        .await
+        .unwrap();
+    assert_eq!(
+        *ran.lock().unwrap(),
+        [1, 2, 3, 4, 5, 6],
+        "run in the order sent"
+    );
+}

@@ -98,7 +98,7 @@ fn measured(before: Totals, after: Totals) -> Result<Measured> {
 }
 
 /// A server's `/metrics` text (plain HTTP GET on its admin address), bounded.
-async fn fetch_metrics(admin: SocketAddr) -> Result<String> {
+pub(crate) async fn fetch_metrics(admin: SocketAddr) -> Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let what = || format!("the admin endpoint http://{admin}/metrics");
     let mut s = tokio::time::timeout(
@@ -231,13 +231,39 @@ async fn load(
         workers: selftest::limits::workers_for(conns, soft, 1).map_err(anyhow::Error::msg)?,
         sources: Vec::new(),
         server_pid: pid,
-        server_tree: false,
+        // A user's server may run helpers of its own; the built-in one is one process.
+        server_tree: pid.is_some(),
         broadcast_server_pid: None,
         ramp_per_sec: 0.0,
         storm_concurrency: 1,
         request,
     };
-    selftest::run_scenario(&o, Scenario::EchoSat).await
+    let r = selftest::run_scenario(&o, Scenario::EchoSat).await?;
+    load_complete(&r)?;
+    Ok(r)
+}
+
+/// A load that did not run as asked measures something else: fewer connections than asked
+/// (a connection limit refused them), errors or disconnects are an error with the numbers,
+/// not a pool size advised from a partial load.
+fn load_complete(r: &selftest::ScenarioReport) -> Result<()> {
+    if r.conns_connected < r.conns_requested || r.errors > 0 || r.disconnects > 0 {
+        let why = r
+            .first_error
+            .as_deref()
+            .map(|e| format!("; first error: {e}"))
+            .unwrap_or_default();
+        anyhow::bail!(
+            "the load did not run as asked: {} of {} connections connected, {} error(s), {} \
+             disconnect(s){why}. The server refused or dropped connections (its connection \
+             limits, its file-descriptor limit, a crash): fix that first, or lower --conns",
+            r.conns_connected,
+            r.conns_requested,
+            r.errors,
+            r.disconnects
+        );
+    }
+    Ok(())
 }
 
 /// Measure a handler on a local server with one pool thread per core, so the pool itself does
@@ -305,11 +331,14 @@ async fn start_user(
     size: usize,
     conns: usize,
 ) -> Result<UserServer> {
-    let config = ServerConfig {
+    let mut config = ServerConfig {
         offload_pool_size: size,
         max_connections: profile.max_connections.max(conns + 64),
         ..profile.clone()
     };
+    // The load comes from 127.0.0.1: the profile's abuse limits must not refuse it (as
+    // `serve --self-test` does).
+    crate::server_limits::exempt_self_test(&mut config.limits);
     UserServer::start(words, &config, true).await
 }
 
@@ -323,11 +352,13 @@ async fn measure_user(
     conns: usize,
     secs: f64,
 ) -> Result<Measured> {
-    let u = start_user(words, profile, cores, conns).await?;
+    let mut u = start_user(words, profile, cores, conns).await?;
     let admin = u.admin.expect("started with an admin listener");
     let r = async {
         let before = fetch_totals(admin).await?;
-        load(target(u.addr), conns, secs, Some(u.pid), request).await?;
+        let loaded = load(target(u.addr), conns, secs, Some(u.pid), request).await;
+        still_running(&mut u)?;
+        loaded?;
         let after = fetch_totals(admin).await?;
         measured(before, after).map_err(|_| {
             anyhow::anyhow!(
@@ -343,6 +374,15 @@ async fn measure_user(
     r
 }
 
+/// The program died during the load (a crash under load, an OOM kill): the figures are not
+/// its pool's, so this is an error naming its exit and last output.
+fn still_running(u: &mut UserServer) -> Result<()> {
+    match u.exited() {
+        Some(e) => anyhow::bail!("the server died during the run: {e}"),
+        None => Ok(()),
+    }
+}
+
 /// `--sweep --command`: the program restarted at each pool size, the queue depth read from
 /// its /metrics every 100 ms.
 async fn sweep_user(
@@ -355,7 +395,7 @@ async fn sweep_user(
 ) -> Result<Vec<SweepPoint>> {
     let mut out = Vec::new();
     for &size in sizes {
-        let u = start_user(words, profile, size as usize, conns).await?;
+        let mut u = start_user(words, profile, size as usize, conns).await?;
         let admin = u.admin.expect("started with an admin listener");
         let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
         let sampler = {
@@ -377,7 +417,9 @@ async fn sweep_user(
         );
         let r = load(target(u.addr), conns, secs, Some(u.pid), request.clone()).await;
         sampler.abort();
+        let died = still_running(&mut u);
         u.stop().await;
+        died.with_context(|| format!("pool size {size}"))?;
         let r = r.with_context(|| format!("pool size {size}"))?;
         let samples = std::mem::take(&mut *samples.lock().unwrap());
         let n = samples.len().max(1) as f64;

@@ -1,7 +1,8 @@
 //! The user's own server (`--command "PROGRAM ARGS"`): a program built on `embedded-server`,
 //! started with the tuned configuration in its environment (see `embedded_server::wstune`),
 //! waited for until it listens, measured by pid, and always stopped with its whole process
-//! group: at the end, on an error, on Ctrl-C, and (PR_SET_PDEATHSIG) when wstune is killed.
+//! group: at the end, on an error, on Ctrl-C, and (Linux: a reaper process, see `reaper`) when
+//! wstune is killed, however.
 
 use anyhow::{bail, Context, Result};
 use embedded_server::ServerConfig;
@@ -43,7 +44,18 @@ pub fn parse(command: &str) -> Result<Vec<String>> {
 
 /// A running user server; dropping it kills the process group.
 pub struct UserServer {
+    /// The process wstune started: on Linux the reaper, which leads the process group and
+    /// exits as the program does, with its status; elsewhere the program itself.
     child: tokio::process::Child,
+    /// The process group's leader (what `signal_group` signals).
+    #[cfg_attr(not(unix), allow(dead_code))]
+    leader: u32,
+    /// wstune's end of the reaper's socket (Linux): closed when this is dropped or wstune dies.
+    #[cfg(target_os = "linux")]
+    _watch: Option<std::os::unix::net::UnixStream>,
+    #[cfg(not(target_os = "linux"))]
+    _watch: (),
+    /// The program's own pid (measured).
     pub pid: u32,
     pub addr: SocketAddr,
     pub admin: Option<SocketAddr>,
@@ -54,12 +66,112 @@ pub struct UserServer {
     stopped: bool,
 }
 
-/// A loopback port free now (the program binds it moments later; another process taking it in
-/// between is reported as the program failing to listen, with its own error in the tail).
-fn free_port() -> Result<SocketAddr> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")
-        .context("cannot find a free port on 127.0.0.1")?;
-    Ok(l.local_addr()?)
+/// A loopback port free now, held (the listener) until just before the program starts, so
+/// the WS and admin ports are always two different ones. The program binds it moments later;
+/// another process taking it in between makes the program fail to bind, which
+/// `wait_listening` and the checks after it report (it exits; or its admin /metrics does not
+/// answer as an embedded-server's does).
+fn free_port() -> Result<std::net::TcpListener> {
+    std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port on 127.0.0.1")
+}
+
+/// The longest line of the program's output kept whole; the rest of a longer line (or of
+/// output that never ends a line) is cut, so a program printing without newlines cannot make
+/// wstune buffer without bound.
+const MAX_LINE: usize = 4096;
+
+/// Pass the program's output on to our stderr line by line, keeping the last lines for an error
+/// message. Bytes that are not UTF-8 are shown lossily, never a reason to stop: the pipe's read
+/// end stays open until the program closes its end, so the program never dies of SIGPIPE because
+/// of what it printed. A read error drains the rest into a sink.
+async fn read_output(
+    stream: Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+    name: String,
+    tail: Arc<Mutex<VecDeque<String>>>,
+) {
+    let mut reader = tokio::io::BufReader::new(stream);
+    let mut line = Vec::with_capacity(256);
+    loop {
+        // Read one line, keeping at most MAX_LINE bytes of it.
+        line.clear();
+        let mut cut = false;
+        let mut eof = false;
+        loop {
+            let buf = match reader.fill_buf().await {
+                Ok(b) => b,
+                Err(_) => {
+                    let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
+                    return;
+                }
+            };
+            if buf.is_empty() {
+                eof = true;
+                break;
+            }
+            let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            };
+            let room = MAX_LINE.saturating_sub(line.len());
+            line.extend_from_slice(&buf[..take.min(room)]);
+            cut |= take > room;
+            reader.consume(take);
+            if done {
+                break;
+            }
+        }
+        if line.is_empty() && eof {
+            return;
+        }
+        while matches!(line.last(), Some(b'\n' | b'\r')) {
+            line.pop();
+        }
+        let mut l = String::from_utf8_lossy(&line).into_owned();
+        if cut {
+            l.push_str(" [line cut]");
+        }
+        eprintln!("[{name}] {l}");
+        let mut t = tail.lock().unwrap();
+        if t.len() == TAIL_LINES {
+            t.pop_front();
+        }
+        t.push_back(l);
+        drop(t);
+        if eof {
+            return;
+        }
+    }
+}
+
+/// Config files of wstune processes that are gone (killed while their program started).
+fn remove_stale_configs() {
+    let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("wstune-server-config-"))
+        else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        #[cfg(unix)]
+        let gone = pid != std::process::id()
+            && std::fs::metadata(format!("/proc/{pid}")).is_err()
+            && std::path::Path::new("/proc/self").exists();
+        #[cfg(not(unix))]
+        let gone = {
+            let _ = pid;
+            false
+        };
+        if gone {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 impl UserServer {
@@ -69,13 +181,21 @@ impl UserServer {
     pub async fn start(words: &[String], config: &ServerConfig, admin: bool) -> Result<UserServer> {
         let program = words.join(" ");
         let budget = start_budget()?;
-        let addr = free_port()?;
-        let admin = if admin { Some(free_port()?) } else { None };
+        let held_ws = free_port()?;
+        let held_admin = if admin { Some(free_port()?) } else { None };
+        let addr = held_ws.local_addr()?;
+        let admin = held_admin.as_ref().map(|l| l.local_addr()).transpose()?;
+        assert_ne!(
+            Some(addr),
+            admin,
+            "two listeners held at once have two ports"
+        );
         let config_file = std::env::temp_dir().join(format!(
             "wstune-server-config-{}-{}.json",
             std::process::id(),
             addr.port()
         ));
+        remove_stale_configs();
         crate::output::write_atomic(&config_file, &embedded_server::wstune::to_json(config))?;
         let mut cmd = tokio::process::Command::new(&words[0]);
         cmd.args(&words[1..])
@@ -94,15 +214,25 @@ impl UserServer {
             // Its own process group, so the stop reaches everything it started.
             cmd.process_group(0);
         }
+        // wstune killed outright (SIGKILL, a CI timeout, the OOM killer) must not leave the
+        // user's server or anything it started running: a reaper process leads the group and
+        // SIGKILLs all of it when wstune's end of a socket closes (see `reaper`).
         #[cfg(target_os = "linux")]
-        {
-            let parent = std::process::id() as i32;
-            // SAFETY: only async-signal-safe calls between fork and exec. wstune killed
-            // outright (SIGKILL, a CI timeout) must not leave the user's server running.
+        let mut pair = {
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+                .context("--command: cannot create the reaper's socket pair")?;
+            use std::os::fd::{AsRawFd, IntoRawFd};
+            let ours_fd = ours.as_raw_fd();
+            // Theirs is inherited by the reaper (it never execs) and closed at the program's
+            // exec (std's sockets are close-on-exec); ours is closed in both.
+            let theirs_fd = theirs.into_raw_fd();
+            // SAFETY: only raw system calls between fork and exec (see `reaper::pre_exec`).
             unsafe {
-                cmd.pre_exec(move || crate::supervisor::term_with_parent(parent));
+                cmd.pre_exec(move || reaper::pre_exec(ours_fd, theirs_fd));
             }
-        }
+            Some((ours, theirs_fd))
+        };
+        drop((held_ws, held_admin));
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -110,7 +240,30 @@ impl UserServer {
                 bail!("--command: cannot start `{program}`: {e}");
             }
         };
-        let pid = child.id().unwrap_or(0);
+        // The group leader is the reaper; the program (whose memory and CPU are measured) is
+        // its child, whose pid the reaper sends first.
+        #[cfg(target_os = "linux")]
+        let (leader, pid, watch) = {
+            let (ours, theirs_fd) = pair.take().expect("set above");
+            // SAFETY: our copy of the reaper's end, not used elsewhere.
+            unsafe { libc::close(theirs_fd) };
+            let leader = child.id().unwrap_or(0);
+            let pid = match reaper::program_pid(&ours) {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = std::fs::remove_file(&config_file);
+                    bail!("--command: cannot start `{program}`: {e}");
+                }
+            };
+            // Ours stays open for as long as this server is wanted (or wstune lives): its close
+            // is the reaper's signal.
+            (leader, pid, Some(ours))
+        };
+        #[cfg(not(target_os = "linux"))]
+        let (leader, pid, watch) = {
+            let p = child.id().unwrap_or(0);
+            (p, p, ())
+        };
         let tail = Arc::new(Mutex::new(VecDeque::new()));
         // Its output goes on to our stderr (stdout carries wstune's report), prefixed with the
         // program's name; the last lines are kept for an error message.
@@ -124,21 +277,13 @@ impl UserServer {
             Box::new(err),
         ] {
             let (tail, name) = (tail.clone(), name.clone());
-            tokio::spawn(async move {
-                let mut lines = tokio::io::BufReader::new(stream).lines();
-                while let Ok(Some(l)) = lines.next_line().await {
-                    eprintln!("[{name}] {l}");
-                    let mut t = tail.lock().unwrap();
-                    if t.len() == TAIL_LINES {
-                        t.pop_front();
-                    }
-                    t.push_back(l);
-                }
-            });
+            tokio::spawn(read_output(stream, name, tail));
         }
         let mut server = UserServer {
             child,
+            leader,
             pid,
+            _watch: watch,
             addr,
             admin,
             program,
@@ -146,7 +291,15 @@ impl UserServer {
             tail,
             stopped: false,
         };
-        server.wait_listening(budget).await?;
+        let listening = match server.wait_listening(budget).await {
+            Ok(()) => server.check_ours().await,
+            Err(e) => Err(e),
+        };
+        // Read at start: it has no use once the program listens, and a SIGKILLed wstune must
+        // not leave it behind for long (`remove_stale_configs` sweeps what a kill during the
+        // start left).
+        let _ = std::fs::remove_file(&server.config_file);
+        listening?;
         Ok(server)
     }
 
@@ -212,6 +365,34 @@ impl UserServer {
         Ok(())
     }
 
+    /// The addresses that accepted are the program's: it is still running a moment after
+    /// (one that lost its port to another process exits with a bind error), and its admin
+    /// listener answers /metrics with embedded-server's series.
+    async fn check_ours(&mut self) -> Result<()> {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(e) = self.exited() {
+            self.stopped = true;
+            bail!("--command: {e}");
+        }
+        if let Some(admin) = self.admin {
+            let body = crate::cmd::pool::fetch_metrics(admin)
+                .await
+                .unwrap_or_default();
+            if !body.contains("ws_") {
+                let msg = format!(
+                    "--command: {} accepts connections but does not answer /metrics as \
+                     embedded-server does (another process on the port, or the program does not \
+                     serve its admin on WSTUNE_ADMIN); its last output:\n{}",
+                    admin,
+                    self.tail()
+                );
+                self.kill().await;
+                bail!(msg);
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the program is still running (it may crash under load).
     pub fn exited(&mut self) -> Option<String> {
         match self.child.try_wait() {
@@ -226,9 +407,9 @@ impl UserServer {
 
     #[cfg(unix)]
     fn signal_group(&self, sig: i32) {
-        if self.pid > 0 {
+        if self.leader > 0 {
             // SAFETY: kill(2) on the process group our own child leads.
-            unsafe { libc::kill(-(self.pid as libc::pid_t), sig) };
+            unsafe { libc::kill(-(self.leader as libc::pid_t), sig) };
         }
     }
 
@@ -263,6 +444,103 @@ impl Drop for UserServer {
             let _ = self.child.start_kill();
         }
         let _ = std::fs::remove_file(&self.config_file);
+    }
+}
+
+/// The process between wstune and the user's program (Linux). PR_SET_PDEATHSIG alone is not
+/// enough: it reaches only the direct child, a program may ignore SIGTERM, and what the program
+/// started would survive. The reaper is forked (a raw clone, no atfork handlers) between std's
+/// fork and the program's exec, leads the process group, and:
+/// - sends wstune the program's pid over a socket pair, then watches its end: the socket
+///   closing means wstune is gone (however it died), and the reaper SIGKILLs the whole group,
+///   itself included;
+/// - ignores SIGTERM and SIGINT, so a graceful stop (SIGTERM to the group) reaches the program
+///   and the reaper waits for it;
+/// - exits as the program does (the same code, or the same signal), so wstune sees the
+///   program's status.
+///
+/// The program itself also gets PR_SET_PDEATHSIG = SIGKILL for the reaper's death.
+#[cfg(target_os = "linux")]
+mod reaper {
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+
+    /// Runs in std's forked child before exec: only async-signal-safe system calls.
+    pub unsafe fn pre_exec(ours: i32, theirs: i32) -> std::io::Result<()> {
+        libc::close(ours);
+        // A raw fork: glibc's fork() runs atfork handlers that take malloc's locks, which
+        // another thread of wstune may have held when std forked.
+        let program = libc::syscall(
+            libc::SYS_clone,
+            libc::SIGCHLD as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        );
+        if program < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if program == 0 {
+            // The program: dies with the reaper; `theirs` closes at exec.
+            let reaper = libc::getppid();
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != reaper {
+                libc::_exit(137);
+            }
+            return Ok(());
+        }
+        watch(program as libc::pid_t, theirs)
+    }
+
+    unsafe fn watch(program: libc::pid_t, sock: i32) -> ! {
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        // Hold nothing of wstune's open, above all std's exec-error pipe (whose reader waits
+        // for every copy of it to close) and the program's listening sockets.
+        for fd in 3..4096 {
+            if fd != sock {
+                libc::close(fd);
+            }
+        }
+        let bytes = (program as u32).to_le_bytes();
+        libc::write(sock, bytes.as_ptr().cast(), bytes.len());
+        loop {
+            let mut status = 0;
+            let r = libc::waitpid(program, &mut status, libc::WNOHANG);
+            if r == program {
+                if libc::WIFSIGNALED(status) {
+                    let sig = libc::WTERMSIG(status);
+                    libc::signal(sig, libc::SIG_DFL);
+                    libc::kill(libc::getpid(), sig);
+                    libc::_exit(128 + sig);
+                }
+                libc::_exit(libc::WEXITSTATUS(status));
+            }
+            let mut pfd = libc::pollfd {
+                fd: sock,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // wstune never writes: readable, hang-up or error all mean its end closed.
+            if libc::poll(&mut pfd, 1, 50) > 0 {
+                libc::kill(0, libc::SIGKILL);
+                libc::_exit(137);
+            }
+        }
+    }
+
+    /// The program's pid, as the reaper sends it (bounded: the reaper writes it at once).
+    pub fn program_pid(ours: &UnixStream) -> std::io::Result<u32> {
+        ours.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+        let mut b = [0u8; 4];
+        (&*ours).read_exact(&mut b)?;
+        ours.set_read_timeout(None)?;
+        Ok(u32::from_le_bytes(b))
     }
 }
 

@@ -522,8 +522,19 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     if let Some(p) = publisher {
         let _ = p.await;
     }
+    // Each generator closes its connections (1000, Normal Closure) after its result and then
+    // exits: a server's close counters see clean closes, not resets. The server's figures were
+    // read before (`server_end`), so the closes are outside the measured window. A generator
+    // still running after CLOSE_GRACE is killed.
+    let grace = tokio::time::Instant::now() + CLOSE_GRACE;
     for p in procs.iter_mut() {
-        let _ = p.child.start_kill();
+        if p.result.is_none()
+            || tokio::time::timeout_at(grace, p.child.wait())
+                .await
+                .is_err()
+        {
+            let _ = p.child.start_kill();
+        }
         let _ = p.child.wait().await;
     }
     let results: Vec<&WorkerResult> = procs.iter().filter_map(|p| p.result.as_ref()).collect();
@@ -567,8 +578,9 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
                 _ => None,
             };
             Some(ProcFigures {
-                cpu_secs: c1 - c0,
-                cpu_pct: (c1 - c0) / secs * 100.0,
+                // A tree's figure can step back (see `server::sample_tree`): never negative.
+                cpu_secs: (c1 - c0).max(0.0),
+                cpu_pct: (c1 - c0).max(0.0) / secs * 100.0,
                 rss_before_bytes: rss_before,
                 rss_after_bytes: rss_after_connect.or(Some(rss1)),
                 rss_per_conn_bytes: if scenario == Scenario::Idle {
@@ -697,7 +709,17 @@ fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec
                 .filter(|_| scenario != Scenario::Broadcast),
         };
         assigned += n;
-        let mut child = tokio::process::Command::new(&exe)
+        let mut cmd = tokio::process::Command::new(&exe);
+        #[cfg(target_os = "linux")]
+        {
+            let parent = std::process::id() as i32;
+            // SAFETY: only async-signal-safe calls between fork and exec. A generator of a
+            // self-test killed outright must not go on loading the server.
+            unsafe {
+                cmd.pre_exec(move || crate::supervisor::term_with_parent(parent));
+            }
+        }
+        let mut child = cmd
             .arg("selftest-worker")
             .arg(serde_json::to_string(&spec)?)
             .stdin(Stdio::piped())
@@ -829,6 +851,9 @@ async fn start_publisher(o: &Options, target: &Target) -> Result<tokio::task::Jo
 /// Follow the workers' ticks and collect their results (bounded: the run plus a drain).
 /// Returns why the run stopped short, if it did, and the server's CPU and RSS at the first
 /// result.
+/// How long the generators may take to close their connections after their results.
+const CLOSE_GRACE: Duration = Duration::from_secs(3);
+
 async fn run_phase(
     procs: &mut [WorkerProc],
     o: &Options,

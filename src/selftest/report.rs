@@ -498,7 +498,7 @@ pub fn table(r: &Report) -> String {
         out.push_str(&format!("rate: {n}\n"));
     }
     if let Some(m) = &r.memory {
-        out.push_str(&memory_lines(m));
+        out.push_str(&memory_lines(m, r.program.is_some()));
     }
     for c in &r.verdict.checks {
         if !c.ok {
@@ -518,7 +518,10 @@ pub fn table(r: &Report) -> String {
     out
 }
 
-fn memory_lines(m: &MemoryReport) -> String {
+/// `users`: the server is the user's program (`--command`), whose memory is its own
+/// application's, not what the profile's estimate models: a gap is reported, not blamed on
+/// the estimate.
+fn memory_lines(m: &MemoryReport, users: bool) -> String {
     let mut out = String::new();
     let mut parts = Vec::new();
     if let (Some(p), Some(total)) = (m.server_rss_per_conn_bytes, m.server_rss_bytes) {
@@ -556,6 +559,9 @@ fn memory_lines(m: &MemoryReport) -> String {
             c.error * 100.0,
             if c.within_tolerance {
                 ", within 25%"
+            } else if users {
+                ", more than 25% apart: the estimate models the built-in server, not your \
+                 application's own memory"
             } else {
                 ", OFF by more than 25%: the estimate needs changing"
             }

@@ -113,9 +113,22 @@ pub fn tree(pid: u32) -> Vec<u32> {
     crate::host::process::tree(pid)
 }
 
-/// CPU seconds and RSS summed over `pid`'s process tree.
+/// CPU seconds and RSS summed over `pid`'s process tree. The CPU includes what the tree's
+/// exited (and reaped) processes used: the kernel adds a reaped child's time to its parent's
+/// cutime/cstime, and a process's children's, so the top process's account them all (a
+/// short-lived helper, a worker restarted mid-run). One that exited but is not yet reaped is
+/// missed until it is; callers clamp a negative delta (a process gone from the tree with its
+/// time not yet in an ancestor's).
 pub fn sample_tree(pid: u32) -> Option<(f64, u64)> {
     let mut total: Option<(f64, u64)> = None;
+    #[cfg(target_os = "linux")]
+    if let Some(c) = procfs::process::Process::new(pid as i32)
+        .ok()
+        .and_then(|p| p.stat().ok())
+    {
+        let reaped = (c.cutime + c.cstime).max(0) as f64 / procfs::ticks_per_second() as f64;
+        total = Some((reaped, 0));
+    }
     for p in tree(pid) {
         if let Some((c, r)) = super::sample(p) {
             let t = total.get_or_insert((0.0, 0));
@@ -124,4 +137,21 @@ pub fn sample_tree(pid: u32) -> Option<(f64, u64)> {
         }
     }
     total
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    /// A child that burned CPU and exited (reaped) still counts in its parent's tree.
+    #[test]
+    fn a_reaped_childs_cpu_counts_in_the_tree() {
+        let busy = std::process::Command::new("timeout")
+            .args(["0.5", "sh", "-c", "while :; do :; done"])
+            .status()
+            .unwrap();
+        assert!(!busy.success(), "stopped by timeout");
+        let me = std::process::id();
+        let own = super::super::sample(me).unwrap().0;
+        let tree = super::sample_tree(me).unwrap().0;
+        assert!(tree >= own + 0.05, "tree {tree} s, own {own} s");
+    }
 }

@@ -37,6 +37,9 @@ struct Counters {
     last_echo_us: u64,
     /// Measured messages never echoed by the end of the run.
     lost: u64,
+    /// `--message`: server messages that arrived with no request outstanding (a server that
+    /// pushes, or answers one request with several messages): not latencies, warned about.
+    unsolicited: u64,
 }
 
 struct Shared {
@@ -235,6 +238,18 @@ async fn run(spec: WorkerSpec) {
 /// The worker's result, one JSON line on stdout.
 fn emit_result(sh: &Shared, cpu: f64, elapsed: f64, start_us: u64, first_error: Option<String>) {
     let c = sh.c.borrow();
+    if c.unsolicited > 0 {
+        // --message pairs each server message with the oldest request: more messages than
+        // requests mean the server does not answer one message per request, and the
+        // latencies pair the wrong messages.
+        eprintln!(
+            "wstune selftest: warning: {} server message(s) arrived with no request outstanding: \
+             --message counts each server message as the answer to the oldest request, so the \
+             latencies are only right for a server that answers each request with exactly one \
+             message",
+            c.unsolicited
+        );
+    }
     let mut hist_bytes = Vec::new();
     use hdrhistogram::serialization::Serializer;
     let _ = hdrhistogram::serialization::V2Serializer::new()
@@ -433,6 +448,9 @@ async fn echo_rate(
             m = r.next() => match m {
                 Err(e) => { result = Err(e); break; }
                 Ok(Incoming::Message(m)) => {
+                    if spec.request.is_some() && outstanding.is_empty() {
+                        sh.c.borrow_mut().unsolicited += 1;
+                    }
                     if let Some(t) = stamp_of(spec, &m, outstanding.front().map(|&(due, _)| due)) {
                         let at = record(sh, t);
                         if let (Some(at), Some((_, sent_us))) = (at, outstanding.pop_front()) {

@@ -300,11 +300,18 @@ async fn run<T: Transport, H: Handler>(
             biased;
             _ = async { parked.as_mut().expect("guarded").await }, if parked.is_some() => {
                 parked = None;
+                shared.last_seen.store(hub.now(), Relaxed);
                 // What was read behind the parked message, before reading more.
                 if !st.partial.is_empty() {
                     let mut data = std::mem::take(&mut st.partial);
                     process_owned(io, conn, ctx, st, &mut data);
                 }
+            }
+            // Parked, this side reads nothing, so the peer's frames (its pongs among them)
+            // wait in the socket: the time counts as seen, or the heartbeat would close a live
+            // client for the server's own back-pressure.
+            _ = tokio::time::sleep(std::time::Duration::from_millis(500)), if parked.is_some() => {
+                shared.last_seen.store(hub.now(), Relaxed);
             }
             r = io.readable(), if !st.peer_eof && parked.is_none() => {
                 r?;
