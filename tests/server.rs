@@ -1123,7 +1123,16 @@ fn context_takeover_peer_decodes_own_replies_mixed_with_shared_frames() {
     // publishes arrive compressed once from a reset context. Mixed on one connection, the
     // client's single inflate stream must decode every one of them, in order, while another
     // client publishes concurrently.
-    let srv = serve_10k(&["--app", "channels", "--deflate", "--deflate-threshold", "0"]);
+    // The chatter holds 301 subscriptions on one connection: over the default cap (256).
+    let srv = serve_10k(&[
+        "--app",
+        "channels",
+        "--deflate",
+        "--deflate-threshold",
+        "0",
+        "--max-subscriptions",
+        "1000",
+    ]);
     let script = r#"
 import asyncio, json, sys, websockets
 async def main(url):
