@@ -152,8 +152,9 @@ async fn main() -> std::io::Result<()> {
         std::env::var("CHAT_TOKENS").unwrap_or_else(|_| "alice:alice-token,bob:bob-token".into());
     let chat = Chat::new(&spec).unwrap_or_else(|e| fail(e));
     // Under `wstune serve --self-test --command`, wstune's address and the profile's tuning
-    // replace these defaults (see `embedded_server::wstune`); give the self-test `--path
-    // /chat/lobby` and a token (`--path "/chat/lobby?token=alice-token"`).
+    // replace these defaults (see `embedded_server::wstune`). Its clients connect to `/` with
+    // no token, which this server refuses; measure it with `wstune selftest --url
+    // 'ws://127.0.0.1:9002/chat/lobby?token=alice-token' --pid PID` instead.
     let launch = Launch::from_env(ServerConfig::default(), ([127, 0, 0, 1], port).into())
         .unwrap_or_else(|e| fail(e.to_string()));
     println!(
