@@ -207,6 +207,18 @@ fn target(addr: SocketAddr) -> Target {
 
 /// Closed-loop load: `conns` clients, one message in flight each, through the self-test's
 /// generator. Returns the scenario's report.
+/// One size's point of a sweep: the load's throughput and p99, and the offload queue's depth
+/// sampled during it (average and peak).
+fn sweep_point(size: u64, r: &selftest::ScenarioReport, queue: &[f64]) -> SweepPoint {
+    SweepPoint {
+        size,
+        throughput: r.achieved_rate,
+        p99_ms: r.latency_ms.p99,
+        queue_avg: queue.iter().sum::<f64>() / queue.len().max(1) as f64,
+        queue_max: queue.iter().cloned().fold(0.0, f64::max),
+    }
+}
+
 async fn load(
     t: Target,
     conns: usize,
@@ -311,14 +323,7 @@ async fn sweep(
         let _ = stop.send(());
         let r = r.with_context(|| format!("pool size {size}"))?;
         let samples = std::mem::take(&mut *samples.lock().unwrap());
-        let n = samples.len().max(1) as f64;
-        out.push(SweepPoint {
-            size,
-            throughput: r.achieved_rate,
-            p99_ms: r.latency_ms.p99,
-            queue_avg: samples.iter().sum::<f64>() / n,
-            queue_max: samples.iter().cloned().fold(0.0, f64::max),
-        });
+        out.push(sweep_point(size, &r, &samples));
     }
     Ok(out)
 }
@@ -422,14 +427,7 @@ async fn sweep_user(
         died.with_context(|| format!("pool size {size}"))?;
         let r = r.with_context(|| format!("pool size {size}"))?;
         let samples = std::mem::take(&mut *samples.lock().unwrap());
-        let n = samples.len().max(1) as f64;
-        out.push(SweepPoint {
-            size,
-            throughput: r.achieved_rate,
-            p99_ms: r.latency_ms.p99,
-            queue_avg: samples.iter().sum::<f64>() / n,
-            queue_max: samples.iter().cloned().fold(0.0, f64::max),
-        });
+        out.push(sweep_point(size, &r, &samples));
     }
     Ok(out)
 }
