@@ -212,13 +212,32 @@ struct Reply {
     extra: &'static str,
 }
 
-fn json_error(status: u16, msg: &str) -> Reply {
-    Reply {
-        status,
-        ctype: "application/json",
-        body: api::error(status, msg).1,
-        extra: "",
+impl Reply {
+    fn new(status: u16, ctype: &'static str, body: String) -> Reply {
+        Reply {
+            status,
+            ctype,
+            body,
+            extra: "",
+        }
     }
+
+    fn text(status: u16, body: impl Into<String>) -> Reply {
+        Reply::new(status, "text/plain", body.into())
+    }
+
+    fn json(status: u16, body: String) -> Reply {
+        Reply::new(status, "application/json", body)
+    }
+
+    /// The same answer with extra header lines (`Allow`, `WWW-Authenticate`).
+    fn with(self, extra: &'static str) -> Reply {
+        Reply { extra, ..self }
+    }
+}
+
+fn json_error(status: u16, msg: &str) -> Reply {
+    Reply::json(status, api::error(status, msg).1)
 }
 
 async fn one_request<F, Fut>(mut stream: TcpStream, gate: &Gate, answer: F) -> std::io::Result<()>
@@ -251,22 +270,12 @@ where
     let head_len = match head {
         Ok(Ok(Some(Ok(len)))) => len,
         Ok(Ok(Some(Err(e)))) => {
-            let r = Reply {
-                status: 400,
-                ctype: "text/plain",
-                body: format!("bad request: {e}\n"),
-                extra: "",
-            };
+            let r = Reply::text(400, format!("bad request: {e}\n"));
             gate.count("other", 400);
             return write(&mut stream, r).await;
         }
         Ok(Ok(None)) => {
-            let r = Reply {
-                status: 431,
-                ctype: "text/plain",
-                body: format!("the request head is over {MAX_HEAD} bytes\n"),
-                extra: "",
-            };
+            let r = Reply::text(431, format!("the request head is over {MAX_HEAD} bytes\n"));
             gate.count("other", 431);
             return write(&mut stream, r).await;
         }
@@ -297,12 +306,7 @@ where
                 "metrics"
             };
             if method != "GET" {
-                Reply {
-                    status: 405,
-                    ctype: "text/plain",
-                    body: "GET only\n".into(),
-                    extra: "Allow: GET\r\n",
-                }
+                Reply::text(405, "GET only\n").with("Allow: GET\r\n")
             } else {
                 let (route, ctype) = if path == "/healthz" {
                     (Route::Healthz, "application/json")
@@ -310,12 +314,7 @@ where
                     (Route::Metrics, "text/plain; version=0.0.4")
                 };
                 let (status, body) = answer(route).await;
-                Reply {
-                    status,
-                    ctype,
-                    body,
-                    extra: "",
-                }
+                Reply::new(status, ctype, body)
             }
         }
         p if p == "/api" || p.starts_with("/api/") => {
@@ -344,17 +343,14 @@ where
                     "the HTTP API is off: no API key is configured; give the server one with \
                      --api-key-file FILE, WSTUNE_API_KEY or server.channels.api_key_file",
                 ),
-                (Some(_), None) => Reply {
-                    extra: "WWW-Authenticate: Bearer\r\n",
-                    ..json_error(
-                        401,
-                        "API key required: send Authorization: Bearer KEY (or X-API-Key: KEY)",
-                    )
-                },
-                (Some(k), Some(p)) if !k.matches(p) => Reply {
-                    extra: "WWW-Authenticate: Bearer\r\n",
-                    ..json_error(401, "wrong API key")
-                },
+                (Some(_), None) => json_error(
+                    401,
+                    "API key required: send Authorization: Bearer KEY (or X-API-Key: KEY)",
+                )
+                .with("WWW-Authenticate: Bearer\r\n"),
+                (Some(k), Some(p)) if !k.matches(p) => {
+                    json_error(401, "wrong API key").with("WWW-Authenticate: Bearer\r\n")
+                }
                 (Some(_), Some(_)) => match endpoint {
                     Some(_) if bad_name => json_error(
                         400,
@@ -366,14 +362,12 @@ where
                         "no such API route: POST /api/publish, POST /api/batch, GET \
                          /api/channels, GET /api/channels/NAME",
                     ),
-                    Some(e) if e.is_post() && method != "POST" => Reply {
-                        extra: "Allow: POST\r\n",
-                        ..json_error(405, &format!("{p} takes POST"))
-                    },
-                    Some(e) if !e.is_post() && method != "GET" => Reply {
-                        extra: "Allow: GET\r\n",
-                        ..json_error(405, &format!("{p} takes GET"))
-                    },
+                    Some(e) if e.is_post() && method != "POST" => {
+                        json_error(405, &format!("{p} takes POST")).with("Allow: POST\r\n")
+                    }
+                    Some(e) if !e.is_post() && method != "GET" => {
+                        json_error(405, &format!("{p} takes GET")).with("Allow: GET\r\n")
+                    }
                     Some(e) if !e.is_post() => {
                         let (status, body) = answer(Route::Api(ApiCall {
                             endpoint: e,
@@ -381,12 +375,7 @@ where
                             query: query.clone(),
                         }))
                         .await;
-                        Reply {
-                            status,
-                            ctype: "application/json",
-                            body,
-                            extra: "",
-                        }
+                        Reply::json(status, body)
                     }
                     Some(e) => {
                         let expect = header("expect")
@@ -421,12 +410,7 @@ where
                                         query: query.clone(),
                                     }))
                                     .await;
-                                    Reply {
-                                        status,
-                                        ctype: "application/json",
-                                        body,
-                                        extra: "",
-                                    }
+                                    Reply::json(status, body)
                                 }
                             }
                         }
@@ -437,19 +421,10 @@ where
         _ => {
             route_label = "other";
             if method == "GET" {
-                Reply {
-                    status: 404,
-                    ctype: "text/plain",
-                    body: "try /healthz, /metrics or /api/channels\n".into(),
-                    extra: "",
-                }
+                Reply::text(404, "try /healthz, /metrics or /api/channels\n")
             } else {
-                Reply {
-                    status: 405,
-                    ctype: "text/plain",
-                    body: "GET only (POST for /api/publish and /api/batch)\n".into(),
-                    extra: "Allow: GET\r\n",
-                }
+                Reply::text(405, "GET only (POST for /api/publish and /api/batch)\n")
+                    .with("Allow: GET\r\n")
             }
         }
     };
