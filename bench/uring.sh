@@ -3,7 +3,7 @@
 # epoll and an io_uring I/O loop, beside wstune (1 I/O thread) and tokio-tungstenite, all driven by
 # the self-test's generator. Server on core 0, generator on core 1, both at $PRIO (real-time
 # priority by default, so the other tenants' builds do not take the pinned cores); servers
-# alternated run by run. Per run and server:
+# alternated run by run (uring-fixed: the io_uring loop with registered files). Per run and server:
 #   sat:   echo-sat, SAT_CONNS connections, 1 message in flight each: echoes per server CPU-second
 #   rate:  echo-rate, RATE_CONNS x RATE msgs/s open loop: server CPU %, service p99
 #   bcast: broadcast 100 B to RATE_CONNS subscribers, BCAST_ROUNDS rounds: server CPU per delivery
@@ -13,7 +13,7 @@
 # (separately, so perf's cost per traced syscall does not enter the CPU figures).
 #   bench/uring.sh [RUNS=5]
 # Knobs (env): GEN=wstune binary (generator and the wstune server), TT=tt-echo binary,
-#   SERVERS="epoll uring wstune tt-echo" SECS=10 SAT_CONNS=100 RATE_CONNS=10000 RATE=2 BCAST_ROUNDS=20 PRIO='chrt -r 1' OUT=dir
+#   SERVERS="epoll uring uring-fixed wstune tt-echo" SECS=10 SAT_CONNS=100 RATE_CONNS=10000 RATE=2 BCAST_ROUNDS=20 PRIO='chrt -r 1' OUT=dir
 # Every load run is bounded (selftest --secs plus its drain, `timeout` 120 s around each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +41,7 @@ start() { # start SERVER MODE(echo|broadcast) -> PID, PORT
   local b=""; [ "$2" = broadcast ] && b=broadcast
   case $1 in
     epoll|uring) $PRIO taskset -c 0 "$UB" serve --io "$1" --port $port ${b:+--broadcast} >"$OUT/server.log" 2>&1 & ;;
+    uring-fixed) $PRIO taskset -c 0 "$UB" serve --io uring --fixed --port $port ${b:+--broadcast} >"$OUT/server.log" 2>&1 & ;;
     wstune) $PRIO taskset -c 0 "$GEN" serve --port $port --admin off --workers 1 --no-deflate --app "$2" >"$OUT/server.log" 2>&1 & ;;
     tt-echo) $PRIO taskset -c 0 "$TT" $port $b >"$OUT/server.log" 2>&1 & ;;
   esac
@@ -56,7 +57,7 @@ gen() { # gen NAME ARGS...: one selftest run, JSON to $OUT/NAME.json
 }
 SAT=(--scenario echo-sat --conns "$SAT_CONNS" --inflight 1 --secs "$SECS")
 RATEARGS=(--scenario echo-rate --conns "$RATE_CONNS" --rate "$RATE" --secs "$SECS")
-read -r -a SERVERS <<<"${SERVERS:-epoll uring wstune tt-echo}"
+read -r -a SERVERS <<<"${SERVERS:-epoll uring uring-fixed wstune tt-echo}"
 
 echo "uring.sh: $(date -u +%FT%TZ), $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg), out $OUT" >&2
 for r in $(seq "$RUNS"); do
@@ -88,10 +89,29 @@ for s in "${SERVERS[@]}"; do
     stop
   done
 done
+# Where the CPU goes: a flat profile (cpu-clock samples, kernel and user) of each prototype and of
+# wstune at both loads, PROFILE_SECS inside the window; the top symbols go to $OUT/profile-*.txt.
+if [ "${PROFILE:-1}" = 1 ]; then
+  for s in epoll uring wstune; do
+    for kind in sat rate; do
+      start "$s" echo
+      if [ $kind = sat ]; then args=("${SAT[@]}"); want=$SAT_CONNS; else args=("${RATEARGS[@]}"); want=$RATE_CONNS; fi
+      gen "prof$kind-$s" "${args[@]}" &
+      g=$!
+      for _ in $(seq 600); do [ "$(ls /proc/"$PID"/fd 2>/dev/null | wc -l)" -ge "$want" ] && break; sleep 0.1; done
+      sleep 2
+      timeout 60 perf record -q -e cpu-clock -F 4000 -o "$OUT/prof.data" -p "$PID" -- sleep "${PROFILE_SECS:-4}" 2>/dev/null || true
+      perf report -i "$OUT/prof.data" --no-children --sort sym --stdio 2>/dev/null | grep -v '^#' | grep -v '^$' | head -40 >"$OUT/profile-$kind-$s.txt" || true
+      wait $g || true
+      stop
+    done
+  done
+  rm -f "$OUT/prof.data"
+fi
 python3 - "$OUT" "$RUNS" "$SECS" <<'PY'
 import json, sys, statistics as st, re, os
 out, runs, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-S = os.environ.get("SERVERS", "epoll uring wstune tt-echo").split()
+S = os.environ.get("SERVERS", "epoll uring uring-fixed wstune tt-echo").split()
 def load(n):
     try:
         return json.load(open(f"{out}/{n}.json"))["scenarios"][0]
@@ -115,13 +135,13 @@ def perf(n):
         pass
     return c
 print(f"medians of {runs} runs (range); generator CPU as % of its core")
-print("| server | echo-sat: echoes per server CPU-s | gen CPU | syscalls/echo (sat) | echo-rate: server CPU % | service p99 ms | gen CPU | syscalls/echo (rate) | broadcast: us server CPU per delivery | last p50 ms | gen us/delivery |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| server | echo-sat: echoes per server CPU-s | server CPU % | gen CPU | syscalls/echo (sat) | echo-rate: server CPU % | service p99 ms | gen CPU | syscalls/echo (rate) | broadcast: us server CPU per delivery | last p50 ms | gen us/delivery |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for s in S:
     a = [load(f"sat-{s}-{r}") for r in range(1, runs + 1)]
     b = [load(f"rate-{s}-{r}") for r in range(1, runs + 1)]
     c = [load(f"bcast-{s}-{r}") for r in range(1, runs + 1)]
-    row = [s, fmt(med([sat(x) for x in a])), fmt(med([x and x["generator"]["cpu_pct"] for x in a]))]
+    row = [s, fmt(med([sat(x) for x in a])), fmt(med([x and x["server"]["cpu_pct"] for x in a])), fmt(med([x and x["generator"]["cpu_pct"] for x in a]))]
     for kind, xs in (("sat", a), ("rate", b)):
         p, ps = perf(f"perf{kind}-{s}"), load(f"perf{kind}-{s}")
         echoes = ps and ps["achieved_rate"] * (int(secs) // 2)

@@ -4,7 +4,7 @@
 //! comparison; BENCHMARKS.md ("Issue 16: io_uring beside epoll") has the figures and the
 //! decision.
 //!
-//!   uring-bench serve --io epoll|uring --port PORT [--broadcast]
+//!   uring-bench serve --io epoll|uring [--fixed] --port PORT [--broadcast]
 //!   uring-bench floor [CONNS] [ROUNDS] [BYTES] [READER_CPU] [GAP_MS] [READER=epoll|uring]
 
 mod epoll;
@@ -15,7 +15,7 @@ mod ws;
 use std::io;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: uring-bench serve --io epoll|uring --port PORT [--broadcast]\n       uring-bench floor [CONNS] [ROUNDS] [BYTES] [READER_CPU] [GAP_MS] [READER=epoll|uring]";
+const USAGE: &str = "usage: uring-bench serve --io epoll|uring [--fixed] --port PORT [--broadcast]\n       uring-bench floor [CONNS] [ROUNDS] [BYTES] [READER_CPU] [GAP_MS] [READER=epoll|uring]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -43,20 +43,22 @@ pub fn usage(what: &str) -> io::Error {
 }
 
 fn serve(args: &[String]) -> io::Result<()> {
-    let (mut io, mut port, mut broadcast) = (None, None, false);
+    let (mut io, mut port, mut broadcast, mut fixed) = (None, None, false, false);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--io" => io = it.next().cloned(),
             "--port" => port = it.next().and_then(|p| p.parse::<u16>().ok()),
             "--broadcast" => broadcast = true,
+            "--fixed" => fixed = true,
             other => return Err(usage(&format!("unknown argument {other:?}"))),
         }
     }
     let port = port.ok_or_else(|| usage("--port PORT (1-65535) is required"))?;
     match io.as_deref() {
+        Some("epoll") if fixed => Err(usage("--fixed (registered files) is for --io uring")),
         Some("epoll") => epoll::serve(port, broadcast),
-        Some("uring") => uring::serve(port, broadcast),
+        Some("uring") => uring::serve(port, broadcast, fixed),
         _ => Err(usage("--io must be epoll or uring")),
     }
 }

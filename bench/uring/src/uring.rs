@@ -13,9 +13,11 @@
 //! - SINGLE_ISSUER + DEFER_TASKRUN: completion work runs only when this thread enters the
 //!   kernel to wait, batched, with no interrupts of the running loop (the kernel's advice for a
 //!   one-thread-per-ring server).
-//! - No registered files: one thread owns the ring, so the fd table lookup registered files
-//!   save is an uncontended fdget; no SQPOLL: it spends a second core polling, which the
-//!   one-core-per-server comparison must not hide.
+//! - Registered files with `--fixed`: multishot accept installs each connection straight into
+//!   the ring's file table (no fd in the process table), and every recv, send, setsockopt,
+//!   shutdown and close names it by index, so no fget/fput per operation. Measured both ways.
+//! - No SQPOLL: it spends a second core polling, which the one-core-per-server comparison
+//!   must not hide.
 
 use crate::listener;
 use crate::ws::{Flow, Ws};
@@ -39,6 +41,23 @@ const BGID: u16 = 0;
 const OP_ACCEPT: u64 = 1;
 const OP_RECV: u64 = 2;
 const OP_SEND: u64 = 3;
+/// Fire-and-forget operations (setsockopt, shutdown, close of a registered file): submitted with
+/// CQE_SKIP_SUCCESS, so only a failure posts a completion, which is ignored.
+const OP_QUIET: u64 = 4;
+
+/// Build an SQE on a connection's socket: by fd, or by its index in the registered file table.
+macro_rules! on_fd {
+    ($fixed:expr, $fd:expr, |$f:ident| $e:expr) => {
+        if $fixed {
+            let $f = types::Fixed($fd as u32);
+            $e
+        } else {
+            let $f = types::Fd($fd);
+            $e
+        }
+    };
+}
+static ONE: libc::c_int = 1;
 
 fn ud(op: u64, slot: usize, gen: u32) -> u64 {
     op | (slot as u64) << 8 | (gen as u64) << 40
@@ -71,8 +90,10 @@ struct Conn {
     recv_armed: bool,
     /// Close once the queue is sent (close handshake done, or a protocol error).
     closing: bool,
-    /// The socket was shut down: waiting for the last completions before close().
+    /// The queue was dropped: nothing more is sent; waiting for the last completions.
     shut: bool,
+    /// shutdown() was issued, to end the armed receive.
+    shut_sent: bool,
     slot_in_live: usize,
 }
 
@@ -144,11 +165,13 @@ struct Server {
     live: Vec<usize>,
     next_gen: u32,
     broadcast: bool,
+    /// Connections live in the ring's registered file table (`--fixed`).
+    fixed: bool,
     /// Spare reply buffers, so an echo does not allocate.
     spare: Vec<Vec<u8>>,
 }
 
-pub fn serve(port: u16, broadcast: bool) -> io::Result<()> {
+pub fn serve(port: u16, broadcast: bool, fixed: bool) -> io::Result<()> {
     let ring = IoUring::builder()
         .setup_cqsize(CQ_ENTRIES)
         .setup_single_issuer()
@@ -157,6 +180,16 @@ pub fn serve(port: u16, broadcast: bool) -> io::Result<()> {
         .build(SQ_ENTRIES)?;
     let bufs = BufRing::new(&ring)?;
     let lfd = listener(port)?;
+    if fixed {
+        // The table's size is bounded by RLIMIT_NOFILE (the kernel's rule for registered files).
+        let mut l = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) };
+        ring.submitter()
+            .register_files_sparse(l.rlim_cur.min(1 << 20) as u32)?;
+    }
     let mut s = Server {
         ring,
         bufs,
@@ -165,11 +198,13 @@ pub fn serve(port: u16, broadcast: bool) -> io::Result<()> {
         live: Vec::new(),
         next_gen: 0,
         broadcast,
+        fixed,
         spare: Vec::new(),
     };
     s.push(
         opcode::AcceptMulti::new(types::Fd(lfd))
-            .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+            .allocate_file_index(fixed)
+            .flags(accept_flags(fixed))
             .build()
             .user_data(OP_ACCEPT),
     )?;
@@ -217,13 +252,28 @@ impl Server {
         );
         match op {
             OP_ACCEPT => {
+                if res < 0
+                    && ![
+                        libc::EMFILE,
+                        libc::ENFILE,
+                        libc::ECONNABORTED,
+                        libc::EINTR,
+                        libc::ENOMEM,
+                        libc::ENOBUFS,
+                    ]
+                    .contains(&-res)
+                {
+                    // Not a passing shortage: re-arming would spin on the same error.
+                    return Err(io::Error::from_raw_os_error(-res));
+                }
                 if res >= 0 {
                     self.open(res)?;
                 }
                 if !cqueue::more(flags) {
                     // The kernel ended the multishot accept (e.g. EMFILE): arm it again.
                     let e = opcode::AcceptMulti::new(types::Fd(lfd))
-                        .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
+                        .allocate_file_index(self.fixed)
+                        .flags(accept_flags(self.fixed));
                     self.push(e.build().user_data(OP_ACCEPT))?;
                 }
             }
@@ -298,6 +348,7 @@ impl Server {
                 self.send_head(slot)?;
                 self.maybe_close(slot);
             }
+            OP_QUIET => {}
             _ => unreachable!("unknown user_data {u:#x}"),
         }
         Ok(())
@@ -308,7 +359,23 @@ impl Server {
     }
 
     fn open(&mut self, fd: i32) -> io::Result<()> {
-        crate::nodelay(fd);
+        if self.fixed {
+            // Nagle off through the ring: a registered file has no fd for setsockopt().
+            let e = opcode::SetSockOpt::new(
+                types::Fixed(fd as u32),
+                libc::IPPROTO_TCP as u32,
+                libc::TCP_NODELAY as u32,
+                (&ONE as *const i32).cast(),
+                4,
+            );
+            self.push(
+                e.build()
+                    .flags(squeue::Flags::SKIP_SUCCESS)
+                    .user_data(OP_QUIET),
+            )?;
+        } else {
+            crate::nodelay(fd);
+        }
         let slot = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conns.len() - 1
@@ -324,6 +391,7 @@ impl Server {
             recv_armed: false,
             closing: false,
             shut: false,
+            shut_sent: false,
             slot_in_live: self.live.len(),
         });
         self.live.push(slot);
@@ -333,9 +401,9 @@ impl Server {
     fn arm_recv(&mut self, slot: usize) -> io::Result<()> {
         let c = self.conns[slot].as_mut().unwrap();
         c.recv_armed = true;
-        let e = opcode::RecvMulti::new(types::Fd(c.fd), BGID)
-            .build()
-            .user_data(ud(OP_RECV, slot, c.gen));
+        let e = on_fd!(self.fixed, c.fd, |f| opcode::RecvMulti::new(f, BGID)
+            .build())
+        .user_data(ud(OP_RECV, slot, c.gen));
         self.push(e)
     }
 
@@ -374,10 +442,14 @@ impl Server {
             return Ok(());
         };
         let b = &head.bytes()[c.sent..];
-        let e = opcode::Send::new(types::Fd(c.fd), b.as_ptr(), b.len() as u32)
-            .flags(libc::MSG_NOSIGNAL)
-            .build()
-            .user_data(ud(OP_SEND, slot, c.gen));
+        let e = on_fd!(self.fixed, c.fd, |f| opcode::Send::new(
+            f,
+            b.as_ptr(),
+            b.len() as u32
+        )
+        .flags(libc::MSG_NOSIGNAL)
+        .build())
+        .user_data(ud(OP_SEND, slot, c.gen));
         c.sending = true;
         self.push(e)
     }
@@ -402,20 +474,48 @@ impl Server {
         if !c.closing || c.sending || (!c.queue.is_empty() && !c.shut && c.recv_armed) {
             return;
         }
+        let (fd, recv_armed) = (c.fd, c.recv_armed);
         if !c.shut {
             c.shut = true;
             c.queue.clear();
-            unsafe { libc::shutdown(c.fd, libc::SHUT_RDWR) };
         }
-        if c.recv_armed {
+        // Only a receive still armed needs the shutdown: one that has ended must not get it,
+        // least of all with --fixed, where the kernel runs a shutdown on a worker thread and the
+        // close below could free the index for the next accept before the shutdown runs.
+        if recv_armed && !c.shut_sent {
+            c.shut_sent = true;
+            if self.fixed {
+                let e = opcode::Shutdown::new(types::Fixed(fd as u32), libc::SHUT_RDWR).build();
+                // A full SQ only submits first; an error here would surface in the next enter.
+                let _ = self.push(e.flags(squeue::Flags::SKIP_SUCCESS).user_data(OP_QUIET));
+            } else {
+                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+            }
+        }
+        if recv_armed {
             return;
         }
         let c = self.conns[slot].take().unwrap();
-        unsafe { libc::close(c.fd) };
+        if self.fixed {
+            let e = opcode::Close::new(types::Fixed(c.fd as u32)).build();
+            let _ = self.push(e.flags(squeue::Flags::SKIP_SUCCESS).user_data(OP_QUIET));
+        } else {
+            unsafe { libc::close(c.fd) };
+        }
         self.live.swap_remove(c.slot_in_live);
         if let Some(&moved) = self.live.get(c.slot_in_live) {
             self.conns[moved].as_mut().unwrap().slot_in_live = c.slot_in_live;
         }
         self.free.push(slot);
+    }
+}
+
+/// A socket accepted into the registered file table has no fd, so no close-on-exec flag (the
+/// kernel refuses SOCK_CLOEXEC there with EINVAL).
+fn accept_flags(fixed: bool) -> i32 {
+    if fixed {
+        libc::SOCK_NONBLOCK
+    } else {
+        libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC
     }
 }
