@@ -131,6 +131,10 @@ pub fn main(a: &[String]) -> io::Result<()> {
         acks.read_exact(&mut x)
             .map_err(|e| io::Error::other(format!("floor: the reader died: {e}")))?;
     }
+    // The reader prints its own line when it has the last round: wait for it first, so the two
+    // lines do not interleave.
+    drop(acks);
+    child.wait()?;
     let sends = (conns * rounds) as f64;
     println!(
         "uring-floor: {conns} sockets x {rounds} rounds each x {bytes} B, {gap_ms} ms apart, reader {reader}: \
@@ -142,8 +146,6 @@ pub fn main(a: &[String]) -> io::Result<()> {
         short[1]
     );
     io::stdout().flush()?;
-    drop(acks);
-    child.wait()?;
     Ok(())
 }
 
