@@ -412,6 +412,13 @@ fn start_conn<H: Handler>(
     // default level it is never created, so 100k idle connections cost no span each.
     let span = tracing::debug_span!("conn", conn = id, peer = %peer);
     match tls {
+        // At the default level the span is disabled: the task then runs the bare future, not
+        // one wrapped to enter and exit a span that is not there on every poll.
+        None if span.is_disabled() => {
+            let task = handle(stream, peer, id, ctx, stopping, deadline, proxied);
+            memory::note_task_future(std::mem::size_of_val(&task));
+            tokio::spawn(task);
+        }
         None => {
             let task = handle(stream, peer, id, ctx, stopping, deadline, proxied).instrument(span);
             memory::note_task_future(std::mem::size_of_val(&task));
