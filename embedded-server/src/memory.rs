@@ -67,8 +67,8 @@ pub fn idle_layout() -> Vec<(&'static str, usize)> {
             crate::conn::STATE_BYTES,
         ),
         (
-            "hub registry entry (u64, Arc<Shared>) + 1 control byte",
-            size_of::<(u64, std::sync::Arc<crate::outbox::Shared>)>() + 1,
+            "hub registry slot (Arc<Shared>, found by its id) + 1 control byte",
+            size_of::<std::sync::Arc<crate::outbox::Shared>>() + 1,
         ),
         (
             "tokio::net::TcpStream (inside the task future)",
