@@ -19,11 +19,13 @@ cd "$(dirname "$0")/.."
 N=${1:-100000}; R=${2:-5}; RUNS=${3:-1}
 W=${W:-target/release/wstune}; GEN=${GEN:-$W}; PRIO=${PRIO-chrt -r 1}
 PROCESSES=${PROCESSES:-7}; GAP=${GAP:-5}; PORT=${PORT:-21990}
+. bench/rt-quiet.sh # rt_quiet: wait for other real-time benchmarks on the host to end
 MAX=$((N + N / 10 + 64)) # what the self-test gives its own server (src/cmd/serve.rs, child_args)
 SPID=
 trap '[ -z "$SPID" ] || kill -TERM "$SPID" 2>/dev/null || true' EXIT
 for run in $(seq "$RUNS"); do
   out=$(mktemp)
+  [ -z "$PRIO" ] || rt_quiet
   $PRIO taskset -c 0 "$W" serve --profile 100k --bind 127.0.0.1 --port "$PORT" --admin off \
     --app broadcast --processes "$PROCESSES" --max-connections "$MAX" >/dev/null 2>&1 &
   SPID=$!

@@ -12,9 +12,11 @@
 # Env: W=wstune binary to serve (default target/release/wstune), GEN= generator binary
 # (default W), TT= tt-echo binary (default target/release/tt-echo), CONNS=100 SECS=10 SIZE=100.
 # SYSCALLS=1: also count the server's syscalls by name (perf stat on tracepoints, attached to
-# every thread of the server for SYS_SECS=4 s in the middle of the window) and print them per
-# echo (echoes in the perf window = the run's echoes/s x SYS_SECS). PROFILE=DIR: also
-# `perf record -g` the server for SYS_SECS into DIR/NAME-RUN.data (for perf report).
+# every thread of the server for the generator's whole run) and print them per echo (per
+# message the generator sent, warm-up and drain included: the server echoes every one; the
+# 100 handshakes are noise). Tracing costs the server CPU: take the efficiency from runs
+# without it. PROFILE=DIR: also `perf record -g` the server for SYS_SECS=4 s in the middle of
+# the window into DIR/NAME-RUN.data (for perf report).
 # Prints one line per run; each run is bounded (SECS + ~6 s) and every server is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,8 +25,9 @@ SERVERS=("$@"); [ ${#SERVERS[@]} -gt 0 ] || SERVERS=(wstune-1 wstune-2 tt-echo n
 W=${W:-target/release/wstune}; GEN=${GEN:-$W}; TT=${TT:-target/release/tt-echo}
 CONNS=${CONNS:-100}; SECS=${SECS:-10}; SIZE=${SIZE:-100}; SYS_SECS=${SYS_SECS:-4}
 PRIO=${PRIO-chrt -r 1}
-PID=
-trap '[ -z "$PID" ] || kill "$PID" 2>/dev/null || true' EXIT
+. bench/rt-quiet.sh # rt_quiet: wait for other real-time benchmarks on the host to end
+PID= SPERF=
+trap '[ -z "$SPERF" ] || kill -INT "$SPERF" 2>/dev/null; [ -z "$PID" ] || kill "$PID" 2>/dev/null || true' EXIT
 [ -z "${PROFILE:-}" ] || mkdir -p "$PROFILE"
 EV=(-e raw_syscalls:sys_enter) # the tracepoints this kernel has, looked up once (perf list is slow)
 for e in recvfrom read readv writev sendto write sendmsg epoll_wait epoll_pwait epoll_pwait2 \
@@ -49,20 +52,23 @@ start() { # start SERVER PORT -> PID
 one() { # one SERVER RUN
   local name=$1 run=$2 port=$((21000 + RANDOM % 900)) out sys=/dev/null
   out=$(mktemp)
+  [ -z "$PRIO" ] || rt_quiet
   start "$name" "$port"
+  if [ "${SYSCALLS:-}" = 1 ]; then # counted over the generator's whole run, divided by every
+    sys=$(mktemp)                   # message it sent (warm-up and drain included: each is echoed)
+    perf stat -x, "${EV[@]}" -p "$PID" -o "$sys" >/dev/null 2>&1 &
+    SPERF=$!
+    sleep 0.5
+  fi
   $PRIO taskset -c 1 "$GEN" selftest --url "ws://127.0.0.1:$port/" --pid "$PID" --scenario echo-sat \
     --conns "$CONNS" --inflight "$INFLIGHT" --size "$SIZE" --secs "$SECS" -f json >"$out" 2>/dev/null &
   local gen=$!
-  if [ "${SYSCALLS:-}" = 1 ] || [ -n "${PROFILE:-}" ]; then
+  if [ -n "${PROFILE:-}" ]; then
     sleep $(((SECS - SYS_SECS) / 2 + 1)) # past the connects and the 1 s warm-up: the middle
-    if [ "${SYSCALLS:-}" = 1 ]; then
-      sys=$(mktemp)
-      perf stat -x, "${EV[@]}" -p "$PID" -o "$sys" -- sleep "$SYS_SECS" 2>/dev/null || true
-    else
-      perf record -q -g -o "$PROFILE/$name-$run.data" -p "$PID" -- sleep "$SYS_SECS" >/dev/null 2>&1 || true
-    fi
+    perf record -q -g -o "$PROFILE/$name-$run.data" -p "$PID" -- sleep "$SYS_SECS" >/dev/null 2>&1 || true
   fi
   wait "$gen" || true
+  if [ -n "$SPERF" ]; then kill -INT "$SPERF"; wait "$SPERF" 2>/dev/null || true; SPERF=; fi
   kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=
   python3 - "$name" "$out" "$sys" "$SYS_SECS" <<'PY'
 import json, sys
@@ -82,7 +88,7 @@ if sysf != "/dev/null":
         f = l.strip().split(",")
         if len(f) > 2 and f[0].replace(".", "").isdigit():
             counts[f[2].split(":")[-1].replace("sys_enter_", "")] = float(f[0])
-    echoes = s["achieved_rate"] * win
+    echoes = max(s["sent"], 1)
     total = counts.pop("sys_enter", 0)
     named = {k: v for k, v in counts.items() if v > 0}
     other = total - sum(named.values())

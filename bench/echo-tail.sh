@@ -25,6 +25,7 @@ PRIO=${PRIO:-}
 runq() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $2} END {print s / 1e6}'; }
 ulimit -n 20000 2>/dev/null || ulimit -n 20000
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/rt-quiet.sh" # rt_quiet: wait for other real-time benchmarks on the host to end
 SRV=
 trap '[ -z "$SRV" ] || kill "$SRV" 2>/dev/null || true' EXIT
 one() {
@@ -32,6 +33,7 @@ one() {
   local bin=${spec%%@*} envs=() port=$((${PORT0:-10000} + RANDOM % ${PORTN:-10000})) out
   [[ $spec == *@* ]] && IFS=@ read -r -a envs <<<"${spec#*@}"
   out=$(mktemp)
+  [ -z "$PRIO" ] || rt_quiet
   if [[ $bin == node-ws ]]; then # the peers in bench/peers/
     env "${envs[@]}" $PRIO taskset -c 0 node "$here/peers/node/echo.js" "$port" >/dev/null 2>&1 &
   elif [[ $bin == py-websockets ]]; then

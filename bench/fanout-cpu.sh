@@ -19,11 +19,13 @@ GEN=${GEN:-$NEW}
 SECS=${SECS:-10}
 ulimit -n 20000 2>/dev/null || ulimit -n 20000
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/rt-quiet.sh" # rt_quiet: wait for other real-time benchmarks on the host to end
 floor=$(mktemp -d)/write-floor
 cc -O2 -o "$floor" "$here/write-floor.c"
 one() {
   local name=$1 bin=$2 port=$((${PORT0:-10000} + RANDOM % ${PORTN:-10000})) out
   out=$(mktemp)
+  [ -z "$PRIO" ] || rt_quiet
   if [[ $bin == node-ws ]]; then # the peers' broadcast modes (bench/peers/)
     $PRIO taskset -c 0 node "$here/peers/node/echo.js" "$port" broadcast >/dev/null 2>&1 &
   elif [[ $bin == py-websockets ]]; then
