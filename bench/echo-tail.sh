@@ -13,14 +13,13 @@
 # other tenants' compilers do not take slices of the pinned cores.
 # NAME=node-ws and NAME=py-websockets (no binary) are the Node ws and Python websockets peers
 # (bench/peers/). PORT0=21000 PORTN=1000 picks ports in [PORT0, PORT0+PORTN).
-# GAPS=1 also traces the server's syscalls (perf record -e raw_syscalls:sys_enter, every thread,
+# GAPS=1 also traces core 0's syscalls and switches (perf record -e raw_syscalls:sys_enter -C 0,
 # the whole run: it costs the server CPU, so a traced run is not one of the measured ones) and
 # prints each thread's gaps between two syscalls over GAP_MS=20 ms inside the measured window
 # (the longest time a thread went without entering the kernel: a long run of one task, or a
-# thread that was not running), each with why: preempted while runnable (and by whom: the
-# scheduler's sched_switch is traced too), off the CPU in another state (S: waiting, e.g. in
-# epoll_wait with nothing to do; D: blocked in the kernel), or on the CPU with no switch (a long
-# run in user space), and the syscall it entered last (232 is epoll_wait).
+# thread that was not running), each with what core 0 ran meanwhile (the scheduler's switches
+# on core 0 are traced too: the server itself (a long run in user space), idle (nothing to do),
+# or another process and its pid) and the syscall the thread entered last (232: epoll_wait).
 set -euo pipefail
 N=$1; RATE=$2; SECS=$3; RUNS=$4; shift 4
 GEN=${GEN:-./target/release/wstune}
@@ -51,7 +50,7 @@ one() {
   for _ in $(seq 50); do (echo >/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
   if [ -n "${GAPS:-}" ]; then
     trace=$(mktemp)
-    perf record -q -m 8192 -e raw_syscalls:sys_enter -e sched:sched_switch -p "$pid" -o "$trace" >/dev/null 2>&1 &
+    perf record -q -m 8192 -e raw_syscalls:sys_enter -e sched:sched_switch -C 0 -o "$trace" >/dev/null 2>&1 &
     tracer=$!
     sleep 1
   fi
@@ -82,24 +81,22 @@ PY
     # Threads with under 5 % of the window's syscalls (a runtime's idle helpers) are left out.
     local mono1; mono1=$(python3 -c 'import time; print(time.monotonic())')
     local wall_now; wall_now=$(date +%s.%N)
-    perf script -i "$trace" -F tid,time,event,trace 2>/dev/null | python3 -c '
+    perf script -i "$trace" -F tid,pid,time,event,trace 2>/dev/null | python3 -c '
 import sys
 exit_ = float(sys.argv[1]) - (float(sys.argv[2]) - float(sys.argv[3]))
 start, end = exit_ - float(sys.argv[4]), exit_ - 0.7
-gap = float(sys.argv[5]) / 1e3
-last, gaps, longest, n, per = {}, [], {}, 0, {}
-out = {} # tid -> (time, state, who took the CPU) of its last switch-out
-nr = {}  # tid -> the syscall number it last entered (232 epoll_wait: waiting for work)
+gap, me = float(sys.argv[5]) / 1e3, sys.argv[6]
+last, gaps, longest, n, per, nr = {}, [], {}, 0, {}, {}
+sw = []  # core 0 timeline: (time, tid, comm) of whoever was switched in
 for line in sys.stdin:
-    f = line.replace(":", " ", 2).split()
-    if len(f) < 3: continue
-    tid, t = f[0], float(f[1].rstrip(":"))
-    if "sched_switch" in line:
-        if "next_comm=" in line:
-            nxt = line.split("next_comm=")[1].split()
-            st = line.split("prev_state=")[1].split()[0]
-            out[tid] = (t, st, nxt[0] + " " + nxt[1].replace("next_pid=", "pid "))
+    f = line.split()
+    if len(f) < 3 or "/" not in f[0]: continue
+    (pid, tid), t = f[0].split("/"), float(f[1].rstrip(":"))
+    if "sched_switch" in f[2]:
+        comm, rest = line.split("next_comm=")[1].split(" next_pid=")
+        sw.append((t, rest.split()[0], comm))
         continue
+    if pid != me: continue
     if start <= t <= end:
         n += 1
         per[tid] = per.get(tid, 0) + 1
@@ -107,24 +104,28 @@ for line in sys.stdin:
         if p is not None:
             d = t - p
             longest[tid] = max(longest.get(tid, 0), d)
-            if d > gap:
-                o = out.get(tid)
-                if o and p <= o[0] <= t:
-                    why = f"preempted by {o[2]}" if o[1].startswith("R") else f"off the CPU in state {o[1]}"
-                else:
-                    why = "on the CPU, no switch"
-                gaps.append((d, tid, t - start, f"{why}, after syscall {nr.get(tid)}"))
+            if d > gap: gaps.append((d, tid, p, t, nr.get(tid)))
     last[tid] = t
     if "NR " in line:
         nr[tid] = line.split("NR ")[1].split()[0]
+def who(tid, a, b):  # what core 0 ran during [a, b]
+    use = {}
+    for k, (t, nt, comm) in enumerate(sw):
+        u = sw[k + 1][0] if k + 1 < len(sw) else b
+        lo, hi = max(a, t), min(b, u)
+        if hi <= lo: continue
+        key = "the server" if nt == tid else ("idle" if nt == "0" else f"{comm} pid {nt}")
+        use[key] = use.get(key, 0) + hi - lo
+    return ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in sorted(use.items(), key=lambda kv: -kv[1])[:3])
 busy = {k for k, v in per.items() if v >= 0.05 * n}
 gaps = sorted((g for g in gaps if g[1] in busy), reverse=True)
 longest = {k: v for k, v in longest.items() if k in busy}
-print(f"  syscall trace: {n} syscalls in the window; longest gap per thread: "
+print(f"  syscall trace: {n} server syscalls in the window; longest gap per thread: "
       + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in sorted(longest.items(), key=lambda kv: -kv[1])[:4])
       + f"; gaps over {sys.argv[5]} ms: {len(gaps)}"
-      + "".join(f"; {d * 1e3:.1f} ms (thread {tid}, at {at:.1f} s, {why})" for d, tid, at, why in gaps[:8]))
-' "$mono1" "$wall_now" "$t1" "$SECS" "${GAP_MS:-20}"
+      + "".join(f"; {d * 1e3:.1f} ms at {a - start:.1f} s after syscall {k} (core 0 ran: {who(tid, a, b)})"
+                for d, tid, a, b, k in gaps[:6]))
+' "$mono1" "$wall_now" "$t1" "$SECS" "${GAP_MS:-20}" "$pid"
     rm -f "$trace"
   fi
   rm -f "$out"
