@@ -13,9 +13,9 @@
 # other tenants' compilers do not take slices of the pinned cores.
 # NAME=node-ws and NAME=py-websockets (no binary) are the Node ws and Python websockets peers
 # (bench/peers/). PORT0=21000 PORTN=1000 picks ports in [PORT0, PORT0+PORTN).
-# GAPS=1 also traces core 0's syscalls and switches (perf record -e raw_syscalls:sys_enter -C 0,
-# the whole run: it costs the server CPU, so a traced run is not one of the measured ones) and
-# prints each thread's gaps between two syscalls over GAP_MS=20 ms inside the measured window
+# GAPS=1 also traces the server's syscalls (perf record -e raw_syscalls:sys_enter -p PID) and
+# core 0's switches (-e sched:sched_switch -C 0) for the whole run (it costs the server CPU: a
+# traced run is not one of the measured ones) and prints each thread's gaps between two syscalls over GAP_MS=20 ms inside the measured window
 # (the longest time a thread went without entering the kernel: a long run of one task, or a
 # thread that was not running), each with what core 0 ran meanwhile (the scheduler's switches
 # on core 0 are traced too: the server itself (a long run in user space), idle (nothing to do),
@@ -45,13 +45,16 @@ one() {
   else
     env "${envs[@]}" $PRIO taskset -c 0 "$bin" serve --port "$port" --admin off >/dev/null 2>&1 &
   fi
-  local pid=$! trace= tracer=
+  local pid=$! trace= tracer= switches= swtracer=
   SRV=$pid
   for _ in $(seq 50); do (echo >/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
   if [ -n "${GAPS:-}" ]; then
     trace=$(mktemp)
-    perf record -q -m 8192 -e raw_syscalls:sys_enter -e sched:sched_switch -C 0 -o "$trace" >/dev/null 2>&1 &
+    switches=$(mktemp)
+    perf record -q -m 8192 -e raw_syscalls:sys_enter -p "$pid" -o "$trace" >/dev/null 2>&1 &
     tracer=$!
+    perf record -q -m 1024 -e sched:sched_switch -C 0 -o "$switches" >/dev/null 2>&1 &
+    swtracer=$!
     sleep 1
   fi
   local q0; q0=$(runq "$pid")
@@ -60,7 +63,7 @@ one() {
     --conns "$N" --rate "$RATE" --secs "$SECS" -f json >"$out" 2>/dev/null || true
   local t1; t1=$(date +%s.%N)
   local q1; q1=$(runq "$pid")
-  if [ -n "$tracer" ]; then kill -INT "$tracer"; wait "$tracer" 2>/dev/null || true; fi
+  if [ -n "$tracer" ]; then kill -INT "$tracer" "$swtracer"; wait "$tracer" "$swtracer" 2>/dev/null || true; fi
   kill "$pid" 2>/dev/null || echo "$name: the server had exited (see its log)" >&2; wait "$pid" 2>/dev/null || true
   SRV=
   python3 - "$name" "$out" "$q0" "$q1" <<'PY'
@@ -81,7 +84,8 @@ PY
     # Threads with under 5 % of the window's syscalls (a runtime's idle helpers) are left out.
     local mono1; mono1=$(python3 -c 'import time; print(time.monotonic())')
     local wall_now; wall_now=$(date +%s.%N)
-    perf script -i "$trace" -F tid,pid,time,event,trace 2>/dev/null | python3 -c '
+    { perf script -i "$trace" -F tid,pid,time,event,trace; perf script -i "$switches" -F tid,pid,time,event,trace; } 2>/dev/null |
+      sort -s -k2,2n | python3 -c '
 import sys
 exit_ = float(sys.argv[1]) - (float(sys.argv[2]) - float(sys.argv[3]))
 start, end = exit_ - float(sys.argv[4]), exit_ - 0.7
@@ -126,7 +130,7 @@ print(f"  syscall trace: {n} server syscalls in the window; longest gap per thre
       + "".join(f"; {d * 1e3:.1f} ms at {a - start:.1f} s after syscall {k} (core 0 ran: {who(tid, a, b)})"
                 for d, tid, a, b, k in gaps[:6]))
 ' "$mono1" "$wall_now" "$t1" "$SECS" "${GAP_MS:-20}" "$pid"
-    rm -f "$trace"
+    rm -f "$trace" "$switches"
   fi
   rm -f "$out"
 }
