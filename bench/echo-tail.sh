@@ -15,11 +15,11 @@
 # (bench/peers/). PORT0=21000 PORTN=1000 picks ports in [PORT0, PORT0+PORTN).
 # GAPS=1 also traces the server's syscalls (perf record -e raw_syscalls:sys_enter -p PID) and
 # core 0's switches (-e sched:sched_switch -C 0) for the whole run (it costs the server CPU: a
-# traced run is not one of the measured ones) and prints each thread's gaps between two syscalls over GAP_MS=20 ms inside the measured window
-# (the longest time a thread went without entering the kernel: a long run of one task, or a
-# thread that was not running), each with what core 0 ran meanwhile (the scheduler's switches
-# on core 0 are traced too: the server itself (a long run in user space), idle (nothing to do),
-# or another process and its pid) and the syscall the thread entered last (232: epoll_wait).
+# traced run is not one of the measured ones) and prints each thread's gaps between two
+# syscalls over GAP_MS=20 ms inside the measured window (the longest time a thread went without
+# entering the kernel: a long run of one task, or a thread that was not running), each with what
+# core 0 ran meanwhile (the server itself: a long run in user space; idle: nothing to do; or
+# another process and its pid) and the syscall the thread entered last (232: epoll_wait).
 set -euo pipefail
 N=$1; RATE=$2; SECS=$3; RUNS=$4; shift 4
 GEN=${GEN:-./target/release/wstune}
