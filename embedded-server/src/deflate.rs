@@ -13,12 +13,12 @@
 //! compressing level-1 messages of 4 KiB and more (`igzip.rs`) and inflating the messages of
 //! client_no_context_takeover peers from 2 KiB of compressed input (`isal_inflate.rs`).
 
+#[cfg(test)]
+mod differential;
 #[cfg(all(feature = "isal", target_os = "linux", target_arch = "x86_64"))]
 mod igzip;
 #[cfg(all(feature = "isal", target_os = "linux", target_arch = "x86_64"))]
 mod isal_inflate;
-#[cfg(test)]
-mod differential;
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;

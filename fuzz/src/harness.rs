@@ -979,11 +979,19 @@ pub fn inflate_isal(data: &[u8]) {
         let (plain, wire) = match m {
             IsalMsg::Plain(frags) => {
                 let frags: Vec<&[u8]> = frags.iter().take(16).map(Vec::as_slice).collect();
-                let frags = if frags.is_empty() { vec![&[][..]] } else { frags };
+                let frags = if frags.is_empty() {
+                    vec![&[][..]]
+                } else {
+                    frags
+                };
                 (Some(frags.concat()), compress(&frags))
             }
             IsalMsg::Repeat(piece, n) => {
-                let p = piece.repeat(*n as usize).into_iter().take(1 << 20).collect::<Vec<_>>();
+                let p = piece
+                    .repeat(*n as usize)
+                    .into_iter()
+                    .take(1 << 20)
+                    .collect::<Vec<_>>();
                 (Some(p.clone()), compress(&[&p]))
             }
             IsalMsg::Mutated(p, flips, cut) => {
@@ -1007,7 +1015,10 @@ pub fn inflate_isal(data: &[u8]) {
             budget,
         );
         if let (Some(p), Ok(())) = (&plain, &z.0) {
-            assert!(&z.1 == p, "zlib-rs inflated a compressed message to something else");
+            assert!(
+                &z.1 == p,
+                "zlib-rs inflated a compressed message to something else"
+            );
         }
         if let (Some(p), Err(e)) = (&plain, &z.0) {
             assert!(

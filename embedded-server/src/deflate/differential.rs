@@ -133,7 +133,10 @@ fn same(wire: &[u8], max: usize, budget: usize, what: &str) -> Answer {
         &mut |out, charge| inflate_fresh(wire, out, max, charge).1,
         budget,
     );
-    let refused = matches!(z.r, Err(InflateError::Corrupt) | Err(InflateError::OverBudget));
+    let refused = matches!(
+        z.r,
+        Err(InflateError::Corrupt) | Err(InflateError::OverBudget)
+    );
     assert!(
         routed.r == z.r && (refused || routed.out == z.out) && routed.charges == z.charges,
         "{what}: inflate_fresh differs from zlib-rs ({why:?})"
@@ -147,7 +150,10 @@ fn same(wire: &[u8], max: usize, budget: usize, what: &str) -> Answer {
     );
     // A refused message's partial output is dropped by the server: compared only when
     // inflated or too big (the first `max` bytes).
-    let refused = matches!(z.r, Err(InflateError::Corrupt) | Err(InflateError::OverBudget));
+    let refused = matches!(
+        z.r,
+        Err(InflateError::Corrupt) | Err(InflateError::OverBudget)
+    );
     assert!(
         isal.r == z.r && (refused || isal.out == z.out) && isal.charges == z.charges,
         "{what}: igzip {:?} ({} bytes, charges {:?}) against zlib-rs {:?} ({} bytes, charges {:?}, {why:?})",
@@ -209,9 +215,20 @@ fn bodies(size: usize, seed: u64) -> Vec<(&'static str, Vec<u8>)> {
     }
     json.truncate(size);
     let runs: Vec<u8> = (0..size)
-        .map(|i| if (i / 700) % 3 == 0 { 0 } else { b'a' + (i / 700 % 7) as u8 })
+        .map(|i| {
+            if (i / 700) % 3 == 0 {
+                0
+            } else {
+                b'a' + (i / 700 % 7) as u8
+            }
+        })
         .collect();
-    let repeats = b"hello, world! ".iter().copied().cycle().take(size).collect();
+    let repeats = b"hello, world! "
+        .iter()
+        .copied()
+        .cycle()
+        .take(size)
+        .collect();
     vec![
         ("random", random),
         ("json", json.into_bytes()),
@@ -280,7 +297,11 @@ fn messages_after_messages_and_after_errors_start_clean() {
         vec![0xff; 3000],
         zlib_stream(&[&vec![0u8; 1 << 20]], 15, 9, End::Sync),
     ] {
-        for (max, budget) in [(1 << 20, usize::MAX), (40_000, usize::MAX), (1 << 20, 20_000)] {
+        for (max, budget) in [
+            (1 << 20, usize::MAX),
+            (40_000, usize::MAX),
+            (1 << 20, 20_000),
+        ] {
             same(&bad, max, budget, "a bad message");
             let a = same(&good, 1 << 20, usize::MAX, "the message after it");
             assert!(a.out == body);
@@ -365,23 +386,23 @@ fn hostile_streams_fail_the_same_way() {
         ("length code 286", fixed(&|b| b.fixed(286))),
         ("reserved block type 3", vec![0b110, 0, 0, 0]),
         // Stored block, LEN 5 with NLEN not its complement.
-        ("stored LEN/NLEN", vec![0x00, 0x05, 0x00, 0xfa, 0xfe, 1, 2, 3, 4, 5]),
-        // A dynamic block whose code-length code is over-subscribed (every length 1).
         (
-            "over-subscribed code",
-            {
-                let mut b = Bits::new();
-                b.put(0b100, 3);
-                b.put(0, 5);
-                b.put(0, 5);
-                b.put(15, 4);
-                for _ in 0..19 {
-                    b.put(1, 3);
-                }
-                b.put(0, 16);
-                b.done()
-            },
+            "stored LEN/NLEN",
+            vec![0x00, 0x05, 0x00, 0xfa, 0xfe, 1, 2, 3, 4, 5],
         ),
+        // A dynamic block whose code-length code is over-subscribed (every length 1).
+        ("over-subscribed code", {
+            let mut b = Bits::new();
+            b.put(0b100, 3);
+            b.put(0, 5);
+            b.put(0, 5);
+            b.put(15, 4);
+            for _ in 0..19 {
+                b.put(1, 3);
+            }
+            b.put(0, 16);
+            b.done()
+        }),
         // Garbage.
         ("0xff", vec![0xff; 64]),
     ];
@@ -419,7 +440,12 @@ fn hostile_streams_fail_the_same_way() {
     let mut second = vec![0u8; 40_000];
     z.compress(y, &mut second, DeflateFlush::SyncFlush).unwrap();
     second.truncate(z.total_out() as usize - 4);
-    let a = same(&[first, second].concat(), 1 << 20, usize::MAX, "after a final block");
+    let a = same(
+        &[first, second].concat(),
+        1 << 20,
+        usize::MAX,
+        "after a final block",
+    );
     assert!(a.out == body);
 }
 
