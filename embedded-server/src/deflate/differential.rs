@@ -259,6 +259,14 @@ fn igzip_inflates_what_zlib_rs_inflates_from_both_compressors_at_every_window() 
                 for frags in [vec![&body[..]], pieces] {
                     for end in [End::Sync, End::Final, End::FinalPadded] {
                         let level = [1, 6, 9][(bits as usize + k) % 3];
+                        #[cfg_attr(
+                            not(all(
+                                feature = "isal",
+                                target_os = "linux",
+                                target_arch = "x86_64"
+                            )),
+                            allow(unused_mut)
+                        )]
                         let mut wires = vec![("zlib-rs", zlib_stream(&frags, bits, level, end))];
                         #[cfg(all(feature = "isal", target_os = "linux", target_arch = "x86_64"))]
                         wires.push(("igzip", isal_stream(&frags, bits, end)));
