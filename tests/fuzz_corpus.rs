@@ -73,6 +73,7 @@ targets!(
     handshake,
     deflate_offer,
     inflate,
+    inflate_isal,
     utf8,
     profile_yaml,
     catalog_yaml,

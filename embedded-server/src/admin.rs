@@ -240,14 +240,72 @@ fn json_error(status: u16, msg: &str) -> Reply {
     Reply::json(status, api::error(status, msg).1)
 }
 
+/// One request on one connection: read and parse the head ([`read_head`]), route it
+/// ([`status_route`], [`api_route`], [`other_route`]), count and write the answer.
 async fn one_request<F, Fut>(mut stream: TcpStream, gate: &Gate, answer: F) -> std::io::Result<()>
 where
     F: Fn(Route) -> Fut,
     Fut: Future<Output = (u16, String)>,
 {
+    let (buf, n, head_len) = match read_head(&mut stream).await {
+        Ok(head) => head,
+        Err(Some(refusal)) => {
+            gate.count("other", refusal.status);
+            return write(&mut stream, refusal).await;
+        }
+        // Slow, or gone: nobody to answer.
+        Err(None) => return Ok(()),
+    };
+    // Parsed again from the complete head: `read_head` only learned where it ends.
+    let mut raw = [httparse::EMPTY_HEADER; 64];
+    let mut parsed = httparse::Request::new(&mut raw);
+    let _ = parsed.parse(&buf[..n]);
+    let target = parsed.path.unwrap_or("/");
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let req = Head {
+        method: parsed.method.unwrap_or(""),
+        query,
+        headers: parsed.headers,
+    };
+    let (route_label, reply) = match path {
+        "/healthz" | "/metrics" => status_route(path, &req, answer).await,
+        p if p == "/api" || p.starts_with("/api/") => {
+            let early_body = &buf[head_len..n];
+            api_route(&mut stream, gate, p, &req, early_body, answer).await?
+        }
+        _ => other_route(&req),
+    };
+    let internal =
+        req.header(INTERNAL_HEADER).is_some() && matches!(route_label, "healthz" | "metrics");
+    if !internal {
+        gate.count(route_label, reply.status);
+    }
+    write(&mut stream, reply).await
+}
+
+/// What routing reads of a parsed head (the path is matched on its own).
+struct Head<'b, 'h> {
+    method: &'b str,
+    /// After `?`, undecoded; empty when none.
+    query: &'b str,
+    headers: &'h [httparse::Header<'b>],
+}
+
+impl Head<'_, '_> {
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
+}
+
+/// Read the request head as it arrives, within [`HEAD_TIMEOUT`]: the buffer, the bytes read and
+/// the head's length (any bytes after it are the body's start). `Err(Some(reply))` is a refusal
+/// to send (400 unparsable, 431 too long); `Err(None)` a client that was slow or left.
+async fn read_head(stream: &mut TcpStream) -> Result<(Vec<u8>, usize, usize), Option<Reply>> {
     let mut buf = vec![0u8; MAX_HEAD];
     let mut n = 0;
-    // The head, parsed as it arrives: Some(head length) once complete.
     let head = tokio::time::timeout(HEAD_TIMEOUT, async {
         loop {
             if n == buf.len() {
@@ -267,173 +325,158 @@ where
         }
     })
     .await;
-    let head_len = match head {
-        Ok(Ok(Some(Ok(len)))) => len,
-        Ok(Ok(Some(Err(e)))) => {
-            let r = Reply::text(400, format!("bad request: {e}\n"));
-            gate.count("other", 400);
-            return write(&mut stream, r).await;
-        }
-        Ok(Ok(None)) => {
-            let r = Reply::text(431, format!("the request head is over {MAX_HEAD} bytes\n"));
-            gate.count("other", 431);
-            return write(&mut stream, r).await;
-        }
-        // Slow, or gone: nobody to answer.
-        _ => return Ok(()),
-    };
-    let mut raw = [httparse::EMPTY_HEADER; 64];
-    let mut req = httparse::Request::new(&mut raw);
-    let _ = req.parse(&buf[..n]);
-    let method = req.method.unwrap_or("").to_string();
-    let target = req.path.unwrap_or("/");
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p.to_string(), q.to_string()),
-        None => (target.to_string(), String::new()),
-    };
-    let header = |name: &str| {
-        req.headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value)
-    };
-    let route_label;
-    let reply = match path.as_str() {
-        "/healthz" | "/metrics" => {
-            route_label = if path == "/healthz" {
-                "healthz"
-            } else {
-                "metrics"
-            };
-            if method != "GET" {
-                Reply::text(405, "GET only\n").with("Allow: GET\r\n")
-            } else {
-                let (route, ctype) = if path == "/healthz" {
-                    (Route::Healthz, "application/json")
-                } else {
-                    (Route::Metrics, "text/plain; version=0.0.4")
-                };
-                let (status, body) = answer(route).await;
-                Reply::new(status, ctype, body)
-            }
-        }
-        p if p == "/api" || p.starts_with("/api/") => {
-            let endpoint = match p {
-                "/api/publish" => Some(Endpoint::Publish),
-                "/api/batch" => Some(Endpoint::Batch),
-                "/api/channels" => Some(Endpoint::Channels),
-                // A `+` in a path is itself, not a space (that is the query's rule); a name
-                // that does not decode to UTF-8 is refused, not mangled into another.
-                p => p.strip_prefix("/api/channels/").map(|n| {
-                    Endpoint::Channel(api::decode_component(n, false).unwrap_or_default())
-                }),
-            };
-            let bad_name = p
-                .strip_prefix("/api/channels/")
-                .is_some_and(|n| api::decode_component(n, false).is_none());
-            route_label = endpoint.as_ref().map_or("api_other", Endpoint::label);
-            let presented = header("authorization")
-                .and_then(|v| std::str::from_utf8(v).ok())
-                .and_then(crate::channels::auth::bearer)
-                .map(str::as_bytes)
-                .or_else(|| header("x-api-key").map(<[u8]>::trim_ascii));
-            match (&gate.key, presented) {
-                (None, _) => json_error(
-                    403,
-                    "the HTTP API is off: no API key is configured; give the server one with \
-                     --api-key-file FILE, WSTUNE_API_KEY or server.channels.api_key_file",
-                ),
-                (Some(_), None) => json_error(
-                    401,
-                    "API key required: send Authorization: Bearer KEY (or X-API-Key: KEY)",
-                )
-                .with("WWW-Authenticate: Bearer\r\n"),
-                (Some(k), Some(p)) if !k.matches(p) => {
-                    json_error(401, "wrong API key").with("WWW-Authenticate: Bearer\r\n")
-                }
-                (Some(_), Some(_)) => match endpoint {
-                    Some(_) if bad_name => json_error(
-                        400,
-                        "the channel name in the path is not percent-encoded UTF-8: encode \
-                         the name's UTF-8 bytes (%C3%A9 for é)",
-                    ),
-                    None => json_error(
-                        404,
-                        "no such API route: POST /api/publish, POST /api/batch, GET \
-                         /api/channels, GET /api/channels/NAME",
-                    ),
-                    Some(e) if e.is_post() && method != "POST" => {
-                        json_error(405, &format!("{p} takes POST")).with("Allow: POST\r\n")
-                    }
-                    Some(e) if !e.is_post() && method != "GET" => {
-                        json_error(405, &format!("{p} takes GET")).with("Allow: GET\r\n")
-                    }
-                    Some(e) if !e.is_post() => {
-                        let (status, body) = answer(Route::Api(ApiCall {
-                            endpoint: e,
-                            body: Vec::new(),
-                            query: query.clone(),
-                        }))
-                        .await;
-                        Reply::json(status, body)
-                    }
-                    Some(e) => {
-                        let expect = header("expect")
-                            .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
-                        let length = body_length(
-                            header("transfer-encoding").is_some(),
-                            req.headers
-                                .iter()
-                                .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
-                                .map(|h| h.value),
-                            gate.max_body,
-                        );
-                        match length {
-                            Err(r) => r,
-                            Ok(len) => {
-                                if expect {
-                                    stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
-                                }
-                                let mut body = buf[head_len..n].to_vec();
-                                body.truncate(len);
-                                let rest = read_body(&mut stream, &mut body, len).await;
-                                if rest.is_err() {
-                                    json_error(
-                                        400,
-                                        "the body ended (or stalled for 10 s) before \
-                                         Content-Length bytes",
-                                    )
-                                } else {
-                                    let (status, body) = answer(Route::Api(ApiCall {
-                                        endpoint: e,
-                                        body,
-                                        query: query.clone(),
-                                    }))
-                                    .await;
-                                    Reply::json(status, body)
-                                }
-                            }
-                        }
-                    }
-                },
-            }
-        }
-        _ => {
-            route_label = "other";
-            if method == "GET" {
-                Reply::text(404, "try /healthz, /metrics or /api/channels\n")
-            } else {
-                Reply::text(405, "GET only (POST for /api/publish and /api/batch)\n")
-                    .with("Allow: GET\r\n")
-            }
-        }
-    };
-    let internal =
-        header(INTERNAL_HEADER).is_some() && matches!(route_label, "healthz" | "metrics");
-    if !internal {
-        gate.count(route_label, reply.status);
+    match head {
+        Ok(Ok(Some(Ok(len)))) => Ok((buf, n, len)),
+        Ok(Ok(Some(Err(e)))) => Err(Some(Reply::text(400, format!("bad request: {e}\n")))),
+        Ok(Ok(None)) => Err(Some(Reply::text(
+            431,
+            format!("the request head is over {MAX_HEAD} bytes\n"),
+        ))),
+        _ => Err(None),
     }
-    write(&mut stream, reply).await
+}
+
+/// `GET /healthz` and `GET /metrics`, answered by the server's `answer`.
+async fn status_route<F, Fut>(path: &str, req: &Head<'_, '_>, answer: F) -> (&'static str, Reply)
+where
+    F: Fn(Route) -> Fut,
+    Fut: Future<Output = (u16, String)>,
+{
+    let (label, route, ctype) = if path == "/healthz" {
+        ("healthz", Route::Healthz, "application/json")
+    } else {
+        ("metrics", Route::Metrics, "text/plain; version=0.0.4")
+    };
+    if req.method != "GET" {
+        return (label, Reply::text(405, "GET only\n").with("Allow: GET\r\n"));
+    }
+    let (status, body) = answer(route).await;
+    (label, Reply::new(status, ctype, body))
+}
+
+/// Any other path: 404 for a GET, 405 otherwise.
+fn other_route(req: &Head<'_, '_>) -> (&'static str, Reply) {
+    let reply = if req.method == "GET" {
+        Reply::text(404, "try /healthz, /metrics or /api/channels\n")
+    } else {
+        Reply::text(405, "GET only (POST for /api/publish and /api/batch)\n").with("Allow: GET\r\n")
+    };
+    ("other", reply)
+}
+
+/// `/api/*`: the key first (403 with none configured, 401 missing or wrong), then the route,
+/// the method and, for a POST, the body (`early_body` is what arrived with the head). Only an
+/// error writing the `100 Continue` is an `Err`.
+async fn api_route<F, Fut>(
+    stream: &mut TcpStream,
+    gate: &Gate,
+    path: &str,
+    req: &Head<'_, '_>,
+    early_body: &[u8],
+    answer: F,
+) -> std::io::Result<(&'static str, Reply)>
+where
+    F: Fn(Route) -> Fut,
+    Fut: Future<Output = (u16, String)>,
+{
+    let endpoint = match path {
+        "/api/publish" => Some(Endpoint::Publish),
+        "/api/batch" => Some(Endpoint::Batch),
+        "/api/channels" => Some(Endpoint::Channels),
+        // A `+` in a path is itself, not a space (that is the query's rule); a name that does
+        // not decode to UTF-8 is refused below, not mangled into another.
+        p => p
+            .strip_prefix("/api/channels/")
+            .map(|n| Endpoint::Channel(api::decode_component(n, false).unwrap_or_default())),
+    };
+    let bad_name = path
+        .strip_prefix("/api/channels/")
+        .is_some_and(|n| api::decode_component(n, false).is_none());
+    let label = endpoint.as_ref().map_or("api_other", Endpoint::label);
+    let presented = req
+        .header("authorization")
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(crate::channels::auth::bearer)
+        .map(str::as_bytes)
+        .or_else(|| req.header("x-api-key").map(<[u8]>::trim_ascii));
+    let refusal = match (&gate.key, presented) {
+        (None, _) => Some(json_error(
+            403,
+            "the HTTP API is off: no API key is configured; give the server one with \
+             --api-key-file FILE, WSTUNE_API_KEY or server.channels.api_key_file",
+        )),
+        (Some(_), None) => Some(
+            json_error(
+                401,
+                "API key required: send Authorization: Bearer KEY (or X-API-Key: KEY)",
+            )
+            .with("WWW-Authenticate: Bearer\r\n"),
+        ),
+        (Some(k), Some(p)) if !k.matches(p) => {
+            Some(json_error(401, "wrong API key").with("WWW-Authenticate: Bearer\r\n"))
+        }
+        (Some(_), Some(_)) => None,
+    };
+    if let Some(r) = refusal {
+        return Ok((label, r));
+    }
+    let e = match endpoint {
+        Some(_) if bad_name => {
+            let msg = "the channel name in the path is not percent-encoded UTF-8: encode the \
+                       name's UTF-8 bytes (%C3%A9 for é)";
+            return Ok((label, json_error(400, msg)));
+        }
+        None => {
+            let msg = "no such API route: POST /api/publish, POST /api/batch, GET \
+                       /api/channels, GET /api/channels/NAME";
+            return Ok((label, json_error(404, msg)));
+        }
+        Some(e) => e,
+    };
+    let (want, allow) = if e.is_post() {
+        ("POST", "Allow: POST\r\n")
+    } else {
+        ("GET", "Allow: GET\r\n")
+    };
+    if req.method != want {
+        return Ok((
+            label,
+            json_error(405, &format!("{path} takes {want}")).with(allow),
+        ));
+    }
+    let mut body = Vec::new();
+    if e.is_post() {
+        let length = body_length(
+            req.header("transfer-encoding").is_some(),
+            req.headers
+                .iter()
+                .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .map(|h| h.value),
+            gate.max_body,
+        );
+        let len = match length {
+            Err(r) => return Ok((label, r)),
+            Ok(len) => len,
+        };
+        if req
+            .header("expect")
+            .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"))
+        {
+            stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        }
+        body = early_body[..early_body.len().min(len)].to_vec();
+        if read_body(stream, &mut body, len).await.is_err() {
+            let msg = "the body ended (or stalled for 10 s) before Content-Length bytes";
+            return Ok((label, json_error(400, msg)));
+        }
+    }
+    let call = ApiCall {
+        endpoint: e,
+        body,
+        query: req.query.to_string(),
+    };
+    let (status, body) = answer(Route::Api(call)).await;
+    Ok((label, Reply::json(status, body)))
 }
 
 /// The body's length from its headers, or the refusal: 411 for chunked or no length, 400 for

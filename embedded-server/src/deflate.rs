@@ -8,11 +8,20 @@
 //! Wire rules: each message is compressed and flushed with Z_SYNC_FLUSH, and the trailing
 //! `00 00 ff ff` is removed; the receiver appends it back before inflating. Without context
 //! takeover the stream is reset after every message.
+//!
+//! With the `isal` feature on x86-64 Linux, ISA-L's igzip takes the per-thread reset contexts:
+//! compressing level-1 messages of 4 KiB and more (`igzip.rs`) and inflating the messages of
+//! client_no_context_takeover peers from 2 KiB of compressed input (`isal_inflate.rs`).
 
+#[cfg(test)]
+mod differential;
 #[cfg(all(feature = "isal", target_os = "linux", target_arch = "x86_64"))]
 mod igzip;
+#[cfg(all(feature = "isal", target_os = "linux", target_arch = "x86_64"))]
+mod isal_inflate;
 
 use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::sync::atomic::AtomicI64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -287,6 +296,9 @@ thread_local! {
     /// construction per message.
     static FRESH_Z: RefCell<Vec<(u8, u8, u8, Compressor)>> = const { RefCell::new(Vec::new()) };
     static FRESH_INFLATE: RefCell<Option<Decompressor>> = const { RefCell::new(None) };
+    /// igzip's inflater for `inflate_fresh` (see `isal_inflate`).
+    #[cfg(all(feature = "isal", target_os = "linux", target_arch = "x86_64"))]
+    static FRESH_ISAL_INFLATE: RefCell<Option<isal_inflate::IsalInflate>> = const { RefCell::new(None) };
     /// igzip streams for `compress_fresh`, by window bits (see `igzip`).
     #[cfg(all(feature = "isal", target_os = "linux", target_arch = "x86_64"))]
     static FRESH_IGZIP: RefCell<Vec<(u8, igzip::Igzip)>> = const { RefCell::new(Vec::new()) };
@@ -351,7 +363,33 @@ pub fn compress_fresh(
 /// shared decompressor. Returns the bytes of a context created for the call (0 when reused)
 /// whatever the outcome: the context stays with the thread even when the message is refused,
 /// so the memory gauge must count it either way.
+///
+/// Where built (the `isal` feature on x86-64 Linux), payloads of `isal_inflate::MIN_INPUT`
+/// compressed bytes and more go through igzip, smaller ones (and every other build) through
+/// zlib-rs; both are driven by the same loop (`feed`), so the message cap and the inflate
+/// budget see the same growth either way.
 pub fn inflate_fresh(
+    input: &[u8],
+    out: &mut Vec<u8>,
+    max: usize,
+    charge: &mut dyn FnMut(usize) -> bool,
+) -> (u64, Result<(), InflateError>) {
+    #[cfg(all(feature = "isal", target_os = "linux", target_arch = "x86_64"))]
+    if input.len() >= isal_inflate::MIN_INPUT {
+        return inflate_fresh_isal(input, out, max, charge).expect("built with ISA-L");
+    }
+    inflate_fresh_zlib(input, out, max, charge)
+}
+
+/// Whether ISA-L's codec is built in (the `isal` feature on x86-64 Linux).
+pub const ISAL: bool = cfg!(all(
+    feature = "isal",
+    target_os = "linux",
+    target_arch = "x86_64"
+));
+
+/// `inflate_fresh` through zlib-rs whatever the size (the differential tests' reference).
+pub fn inflate_fresh_zlib(
     input: &[u8],
     out: &mut Vec<u8>,
     max: usize,
@@ -368,6 +406,137 @@ pub fn inflate_fresh(
     })
 }
 
+/// `inflate_fresh` through igzip whatever the size; None where ISA-L is not built (other
+/// targets, or without the `isal` feature). For the differential tests and fuzz target.
+#[allow(unused_variables)]
+pub fn inflate_fresh_isal(
+    input: &[u8],
+    out: &mut Vec<u8>,
+    max: usize,
+    charge: &mut dyn FnMut(usize) -> bool,
+) -> Option<(u64, Result<(), InflateError>)> {
+    #[cfg(all(feature = "isal", target_os = "linux", target_arch = "x86_64"))]
+    return Some(FRESH_ISAL_INFLATE.with(|cell| {
+        let mut d = cell.borrow_mut();
+        let mut created = 0;
+        let d = d.get_or_insert_with(|| {
+            created = isal_inflate::IsalInflate::bytes();
+            isal_inflate::IsalInflate::new()
+        });
+        let start = out.len();
+        let mut r = inflate_message(d, input, out, max, charge);
+        if d.final_block {
+            // igzip cannot say where a final block's stream ends in the input: zlib-rs does
+            // this (rare) message again. The output so far is the same bytes zlib-rs writes
+            // and its capacity is already charged, so the budget sees zlib-rs's own growth.
+            out.truncate(start);
+            let (zlib_created, zr) = inflate_fresh_zlib(input, out, max, charge);
+            created += zlib_created;
+            r = zr;
+        }
+        // Without context takeover nothing outlives the message, whatever its outcome.
+        d.reset();
+        (created, r)
+    }));
+    #[cfg(not(all(feature = "isal", target_os = "linux", target_arch = "x86_64")))]
+    None
+}
+
+/// What `feed` needs from an inflater: zlib-rs's (`Decompressor`) or igzip's.
+trait Engine {
+    /// Inflate from `input` into `out`: (input bytes used, output bytes written, outcome).
+    fn step(&mut self, input: &[u8], out: &mut [MaybeUninit<u8>]) -> (usize, usize, Step);
+    /// A final block ended the stream: start a new one whose window is the end of `msg_out`
+    /// (this message's output so far) and whatever the engine keeps from earlier messages.
+    fn restart(&mut self, msg_out: &[u8]);
+}
+
+/// How one `Engine::step` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// More input or more room may give more output.
+    Going,
+    /// The end of a final block (BFINAL=1): the stream is over.
+    End,
+    /// Not valid deflate data.
+    Corrupt,
+}
+
+/// Inflate one whole message (without its removed tail) into `out`, appended.
+fn inflate_message<E: Engine>(
+    e: &mut E,
+    input: &[u8],
+    out: &mut Vec<u8>,
+    max: usize,
+    charge: &mut dyn FnMut(usize) -> bool,
+) -> Result<(), InflateError> {
+    let start = out.len();
+    // The first growth is sized from the input (most messages inflate a few times their
+    // size), later ones double: a bomb's buffer reaches the cap in a few steps.
+    let first = input.len().saturating_mul(4).clamp(1 << 10, OUT_CHUNK);
+    // A payload that ends exactly with a final block is complete: the appended tail would
+    // be read by the restarted stream as a broken stored block (the tail is the end of
+    // an empty stored block whose 3 header bits sit in the previous byte). A payload with
+    // bytes after its final block (RFC 7692 7.2.3.3 pads with 0x00) gets the tail as usual.
+    feed(e, input, out, start, max, first, charge)
+        .and_then(|ended| match ended {
+            true => Ok(true),
+            false => feed(e, &TAIL, out, start, max, first, charge),
+        })
+        .map(|_| ())
+}
+
+/// Inflate `input` into `out`; true when it ended exactly at the end of a final block.
+fn feed<E: Engine>(
+    e: &mut E,
+    mut input: &[u8],
+    out: &mut Vec<u8>,
+    start: usize,
+    max: usize,
+    first: usize,
+    charge: &mut dyn FnMut(usize) -> bool,
+) -> Result<bool, InflateError> {
+    // One byte past the cap is room enough to see that a message is over it.
+    let limit = start.saturating_add(max).saturating_add(1);
+    loop {
+        if out.len() == out.capacity() {
+            let want = out
+                .capacity()
+                .saturating_mul(2)
+                .max(out.len() + first)
+                .min(limit);
+            if !charge(want - out.capacity()) {
+                return Err(InflateError::OverBudget);
+            }
+            out.reserve_exact(want - out.len());
+        }
+        let len = out.len();
+        let room = (out.capacity() - len).min(limit - len);
+        let (used, produced, r) = e.step(input, &mut out.spare_capacity_mut()[..room]);
+        // SAFETY: the engine initialised exactly `produced` bytes of the spare capacity.
+        unsafe { out.set_len(len + produced) };
+        input = &input[used..];
+        if out.len() - start > max {
+            out.truncate(start + max);
+            return Err(InflateError::TooBig);
+        }
+        match r {
+            Step::Corrupt => return Err(InflateError::Corrupt),
+            Step::End => {
+                // A final block: without this, the stream stays "ended" and every later
+                // message would inflate to nothing, silently.
+                e.restart(&out[start..]);
+                if input.is_empty() {
+                    return Ok(true);
+                }
+            }
+            Step::Going if input.is_empty() && produced < room => return Ok(false),
+            Step::Going if used == 0 && produced == 0 => return Err(InflateError::Corrupt),
+            Step::Going => {}
+        }
+    }
+}
+
 /// The receiving side: inflates messages, stopping as soon as the output passes the cap.
 pub struct Decompressor {
     z: Inflate,
@@ -378,6 +547,9 @@ pub struct Decompressor {
     /// plaintext up to `out[start + history_upto]` of the current message; at most 32 KiB.
     history: Option<Vec<u8>>,
     history_upto: usize,
+    /// zlib's reason for the last `Corrupt` (fuzz/inflate_isal tells igzip's known leniency,
+    /// incomplete Huffman code sets, from a real disagreement).
+    corrupt_reason: Option<&'static str>,
 }
 
 impl Decompressor {
@@ -389,6 +561,7 @@ impl Decompressor {
             takeover,
             history: None,
             history_upto: 0,
+            corrupt_reason: None,
         }
     }
 
@@ -401,7 +574,14 @@ impl Decompressor {
             takeover,
             history: None,
             history_upto: 0,
+            corrupt_reason: None,
         }
+    }
+
+    /// zlib's message for the last message refused as `Corrupt` ("invalid distance too far
+    /// back", "invalid literal/lengths set", ...).
+    pub fn corrupt_reason(&self) -> Option<&'static str> {
+        self.corrupt_reason
     }
 
     /// Bytes held beyond zlib's own state (the window copy kept for final-block peers).
@@ -429,20 +609,8 @@ impl Decompressor {
         charge: &mut dyn FnMut(usize) -> bool,
     ) -> Result<(), InflateError> {
         let start = out.len();
-        // The first growth is sized from the input (most messages inflate a few times their
-        // size), later ones double: a bomb's buffer reaches the cap in a few steps.
-        let first = input.len().saturating_mul(4).clamp(1 << 10, OUT_CHUNK);
-        // A payload that ends exactly with a final block is complete: the appended tail would
-        // be read by the restarted stream as a broken stored block (the tail is the end of
-        // an empty stored block whose 3 header bits sit in the previous byte). A payload with
-        // bytes after its final block (RFC 7692 7.2.3.3 pads with 0x00) gets the tail as usual.
-        let r = self
-            .feed(input, out, start, max, first, charge)
-            .and_then(|ended| match ended {
-                true => Ok(true),
-                false => self.feed(&TAIL, out, start, max, first, charge),
-            })
-            .map(|_| ());
+        self.corrupt_reason = None;
+        let r = inflate_message(self, input, out, max, charge);
         if !self.takeover || r.is_err() {
             self.z.reset(false);
             self.history = None;
@@ -451,65 +619,6 @@ impl Decompressor {
         }
         self.history_upto = 0;
         r
-    }
-
-    /// Inflate `input` into `out`; true when it ended exactly at the end of a final block.
-    fn feed(
-        &mut self,
-        mut input: &[u8],
-        out: &mut Vec<u8>,
-        start: usize,
-        max: usize,
-        first: usize,
-        charge: &mut dyn FnMut(usize) -> bool,
-    ) -> Result<bool, InflateError> {
-        // One byte past the cap is room enough to see that a message is over it.
-        let limit = start.saturating_add(max).saturating_add(1);
-        loop {
-            if out.len() == out.capacity() {
-                let want = out
-                    .capacity()
-                    .saturating_mul(2)
-                    .max(out.len() + first)
-                    .min(limit);
-                if !charge(want - out.capacity()) {
-                    return Err(InflateError::OverBudget);
-                }
-                out.reserve_exact(want - out.len());
-            }
-            let len = out.len();
-            let room = (out.capacity() - len).min(limit - len);
-            let before_in = self.z.total_in();
-            let before_out = self.z.total_out();
-            let r = self.z.decompress_uninit(
-                input,
-                &mut out.spare_capacity_mut()[..room],
-                InflateFlush::SyncFlush,
-            );
-            let used = (self.z.total_in() - before_in) as usize;
-            let produced = (self.z.total_out() - before_out) as usize;
-            // SAFETY: zlib initialised exactly `produced` bytes of the spare capacity.
-            unsafe { out.set_len(len + produced) };
-            input = &input[used..];
-            if out.len() - start > max {
-                out.truncate(start + max);
-                return Err(InflateError::TooBig);
-            }
-            match r {
-                Err(_) => return Err(InflateError::Corrupt),
-                Ok(Status::StreamEnd) => {
-                    // A final block: without this, zlib stays "ended" and every later message
-                    // would inflate to nothing, silently.
-                    self.restart(&out[start..]);
-                    if input.is_empty() {
-                        return Ok(true);
-                    }
-                }
-                Ok(_) if input.is_empty() && produced < room => return Ok(false),
-                Ok(_) if used == 0 && produced == 0 => return Err(InflateError::Corrupt),
-                Ok(_) => {}
-            }
-        }
     }
 
     /// Start a new raw stream after a final block, primed with the last 32 KiB of plaintext
@@ -533,6 +642,33 @@ impl Decompressor {
             self.history = Some(dict);
             self.history_upto = msg_out.len();
         }
+    }
+}
+
+impl Engine for Decompressor {
+    fn step(&mut self, input: &[u8], out: &mut [MaybeUninit<u8>]) -> (usize, usize, Step) {
+        let before_in = self.z.total_in();
+        let before_out = self.z.total_out();
+        let r = self
+            .z
+            .decompress_uninit(input, out, InflateFlush::SyncFlush);
+        let used = (self.z.total_in() - before_in) as usize;
+        let produced = (self.z.total_out() - before_out) as usize;
+        // zlib-rs may notice bad data in one call and fail only in the next ("repeated call
+        // with bad state"): the first message is the reason.
+        if self.corrupt_reason.is_none() {
+            self.corrupt_reason = self.z.error_message();
+        }
+        let step = match r {
+            Err(_) => Step::Corrupt,
+            Ok(Status::StreamEnd) => Step::End,
+            Ok(_) => Step::Going,
+        };
+        (used, produced, step)
+    }
+
+    fn restart(&mut self, msg_out: &[u8]) {
+        Decompressor::restart(self, msg_out)
     }
 }
 

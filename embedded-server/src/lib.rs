@@ -405,32 +405,19 @@ fn start_conn<H: Handler>(
     // Whether a PROXY header named the client (X-Forwarded-For is then never read).
     proxied: bool,
 ) {
-    use tracing::Instrument;
     let _ = stream.set_nodelay(true);
     let id = NEXT_CONN_ID.fetch_add(1, Relaxed);
     // Every event inside the connection's task carries its id and peer. A debug span: at the
     // default level it is never created, so 100k idle connections cost no span each.
     let span = tracing::debug_span!("conn", conn = id, peer = %peer);
     match tls {
-        // At the default level the span is disabled: the task then runs the bare future, not
-        // one wrapped to enter and exit a span that is not there on every poll.
-        None if span.is_disabled() => {
-            let task = handle(stream, peer, id, ctx, stopping, deadline, proxied);
-            memory::note_task_future(std::mem::size_of_val(&task));
-            tokio::spawn(task);
-        }
-        None => {
-            let task = handle(stream, peer, id, ctx, stopping, deadline, proxied).instrument(span);
-            memory::note_task_future(std::mem::size_of_val(&task));
-            tokio::spawn(task);
-        }
+        None => spawn_task(
+            handle(stream, peer, id, ctx, stopping, deadline, proxied),
+            span,
+        ),
         #[cfg(feature = "tls")]
         Some(cfg) => match tls::TlsStream::new(stream, cfg.clone()) {
-            Ok(s) => {
-                tokio::spawn(
-                    handle(s, peer, id, ctx, stopping, deadline, proxied).instrument(span),
-                );
-            }
+            Ok(s) => spawn_task(handle(s, peer, id, ctx, stopping, deadline, proxied), span),
             Err(e) => tracing::warn!(conn = id, peer = %peer, "TLS session: {e}"),
         },
         #[cfg(not(feature = "tls"))]
@@ -438,10 +425,30 @@ fn start_conn<H: Handler>(
     }
 }
 
+/// Spawn a connection's task, inside its span only when that span is enabled: a disabled span
+/// (the default level) would still take 40 bytes of every connection's task for its whole life.
+fn spawn_task<F: Future<Output = ()> + Send + 'static>(task: F, span: tracing::Span) {
+    use tracing::Instrument;
+    memory::note_task_future(std::mem::size_of_val(&task));
+    if span.is_disabled() {
+        tokio::spawn(task);
+    } else {
+        tokio::spawn(task.instrument(span));
+    }
+}
+
 /// Upgrade one accepted socket and serve it.
 /// Connection events (refused, opened, closed) name the connection's id and peer themselves,
 /// so they carry both at any level, span or not.
-async fn handle<T: Transport, H: Handler>(
+///
+/// Not an `async fn`: rustc keeps an async fn's arguments in its future beside the locals they
+/// are moved into, for the future's whole life, so every connection would carry the accepted
+/// socket, its peer, deadline and handles twice or three times (BENCHMARKS.md, "Issue 16: idle
+/// bytes per connection"). The arguments go straight into the upgrade's future, which is
+/// boxed (its state, a 2 KiB read chunk among it, lives only until the 101 is written), and
+/// what the upgrade hands back is moved whole into the connection's own future
+/// (`conn::serve`), so the task keeps one copy of each and an 8-byte box pointer.
+fn handle<T: Transport, H: Handler>(
     stream: T,
     peer: SocketAddr,
     id: u64,
@@ -450,35 +457,31 @@ async fn handle<T: Transport, H: Handler>(
     deadline: tokio::time::Instant,
     // Whether a PROXY header named the client (X-Forwarded-For is then never read).
     proxied: bool,
-) {
-    // The upgrade's state (a 2 KiB read chunk, the request, the handler's decision) is boxed:
-    // it lives only until the 101 is written, while inline it would stay part of every
-    // connection's task for the connection's whole life (about half of an idle connection's
-    // memory was that chunk).
-    let Some(up) = Box::pin(upgrade(
-        stream, peer, id, &ctx, &stopping, deadline, proxied,
-    ))
-    .await
-    else {
-        return;
-    };
-    tracing::debug!(conn = id, peer = %peer, deflate = up.deflate.is_some(), "connection opened");
-    // Its place in the abuse limits' counts, given back when the connection ends.
-    let _admitted = up.admitted;
-    let started = std::time::Instant::now();
-    conn::serve(up.stream, up.conn, up.rest, ctx, up.deflate).await;
-    tracing::debug!(conn = id, peer = %peer, secs = started.elapsed().as_secs_f64(), "connection closed");
+) -> impl Future<Output = ()> + Send {
+    let upgrading = Box::pin(upgrade(stream, peer, id, ctx, stopping, deadline, proxied));
+    async move {
+        // `up` ends with the match arm, before the await: bound across it (`if let`), its
+        // storage would stay in the future beside the serving future it was moved into.
+        let serving = match upgrading.await {
+            Some(up) => conn::serve(up),
+            None => return,
+        };
+        serving.await
+    }
 }
 
-/// An upgraded connection, ready to serve.
-struct Upgraded<T, S> {
-    stream: T,
-    conn: Conn<S>,
+/// An upgraded connection, ready to serve: everything its task keeps (`conn::serve`).
+pub(crate) struct Upgraded<T, H: Handler> {
+    pub(crate) stream: T,
+    pub(crate) conn: Conn<H::State>,
+    pub(crate) ctx: Arc<Ctx<H>>,
     /// Bytes that arrived after the request header (the first frames).
-    rest: Vec<u8>,
-    deflate: Option<deflate::Agreed>,
-    /// Its part in the abuse limits (None while they are off).
-    admitted: Option<Box<limits::Admitted>>,
+    pub(crate) rest: Vec<u8>,
+    pub(crate) deflate: Option<deflate::Agreed>,
+    /// Its part in the abuse limits (None while they are off), given back when it ends.
+    pub(crate) admitted: Option<Box<limits::Admitted>>,
+    /// The id its log events name (the accept's, as the span's and the refusals').
+    pub(crate) log_id: u64,
 }
 
 /// Read the upgrade request and answer it: refusals are written (and counted) here; an
@@ -487,12 +490,12 @@ async fn upgrade<T: Transport, H: Handler>(
     stream: T,
     peer: SocketAddr,
     id: u64,
-    ctx: &Arc<Ctx<H>>,
-    stopping: &AtomicBool,
+    ctx: Arc<Ctx<H>>,
+    stopping: Arc<AtomicBool>,
     deadline: tokio::time::Instant,
     // Whether a PROXY header named the client (X-Forwarded-For is then never read).
     proxied: bool,
-) -> Option<Upgraded<T, H::State>> {
+) -> Option<Upgraded<T, H>> {
     let hub = ctx.hub.clone();
     let cfg = &hub.config;
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
@@ -624,7 +627,7 @@ async fn upgrade<T: Transport, H: Handler>(
         Ok(accepted) => {
             // The application refused: the refusal is written and counted there.
             let (state, response) =
-                ask_handler(ctx, &stream, &buf[..end], peer, id, &accepted).await?;
+                ask_handler(&ctx, &stream, &buf[..end], peer, id, &accepted).await?;
             // Registered (with its compression settings) before the 101 goes out: a client
             // that has its 101 receives every broadcast after it. Frames queued meanwhile are
             // written once the connection task starts, after the response.
@@ -647,6 +650,8 @@ async fn upgrade<T: Transport, H: Handler>(
                 rest: buf[end..].to_vec(),
                 deflate: accepted.deflate,
                 admitted,
+                log_id: id,
+                ctx,
             })
         }
     }
@@ -796,4 +801,49 @@ async fn write_all<T: Transport>(io: &T, mut data: &[u8]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of what `f` returns, without calling it (no socket or runtime needed).
+    fn output_size<A, R>(_: &impl Fn(A) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    /// A size guard, not a timing test. Every idle connection is one tokio task: its header,
+    /// scheduler handle and trailer (104 bytes) and this future, 128-byte aligned, in one
+    /// allocation that jemalloc rounds up to its next size class (..., 768, 896, 1,024,
+    /// 1,280, 1,536). The future was 1,264 bytes (the 1,536 class) before issue 16's session 8
+    /// took the duplicated arguments, the rare state and the idle-time sub-futures out of it
+    /// (BENCHMARKS.md, "Issue 16: idle bytes per connection"); in a release build it is now
+    /// 648, the 768 class, which holds futures up to 664. A field or a select! branch added to
+    /// the connection's loop lands here: past the limit, every idle connection costs 128 bytes
+    /// more. Box what only a rare state needs (see `conn::Maybe`, `conn::Rare`) or raise the
+    /// limit knowingly, with BENCHMARKS.md's table. Debug builds lay futures out a little
+    /// differently (656 bytes when release had 648), so the test's own build is held to that
+    /// plus the same 16 bytes of room (the release figure is what bench/idle-bytes.sh prints
+    /// as "task future").
+    #[test]
+    fn the_connection_task_stays_in_its_allocator_class() {
+        type Args = (
+            tokio::net::TcpStream,
+            SocketAddr,
+            u64,
+            Arc<Ctx<Builtin>>,
+            Arc<AtomicBool>,
+            tokio::time::Instant,
+            bool,
+        );
+        let task = |(s, p, i, c, st, d, pr): Args| handle(s, p, i, c, st, d, pr);
+        let bytes = output_size(&task);
+        let limit = if cfg!(debug_assertions) { 672 } else { 664 };
+        eprintln!("connection task future: {bytes} B (limit {limit})");
+        assert!(
+            bytes <= limit,
+            "the connection's task future is {bytes} B, over {limit}: every idle connection's \
+             task moves to a larger allocator class (see this test's comment)"
+        );
+    }
 }

@@ -28,7 +28,9 @@ use tokio::sync::Notify;
 pub(crate) const WRITE_SLICES: usize = 32;
 
 /// The half of a connection other threads touch: its outgoing queue and close requests.
-/// About 150 bytes.
+/// 104 bytes (jemalloc's 128 class with the `Arc`'s counts; the unit test
+/// `an_idle_outbox_fits_its_allocator_class` holds it there): the queue itself exists only
+/// while frames wait (`Out`).
 pub struct Shared {
     /// The connection's id (unique in its hub).
     pub id: u64,
@@ -70,9 +72,15 @@ pub struct Shared {
     pub(crate) msg_rate: crate::limits::MessageBucket,
 }
 
-/// The queue itself; only reachable through the lock (`Shared::lock`).
+/// The queue, only while frames wait in it: allocated when the first frame is queued and
+/// freed when the last one is written, so an idle connection (and one that was busy once)
+/// holds 8 bytes here, not a 48-byte header and a ring buffer (BENCHMARKS.md, "Issue 16: idle
+/// bytes per connection"). Only reachable through the lock (`Shared::lock`). Invariant: `Some`
+/// holds at least one frame.
+type Out = Option<Box<Queue>>;
+
 #[derive(Default)]
-struct Out {
+struct Queue {
     frames: VecDeque<Bytes>,
     /// Bytes of the first frame already written.
     head_off: usize,
@@ -86,7 +94,7 @@ impl Shared {
     pub fn new(id: u64, send_cap: usize, backpressure_code: u16, now: u32) -> Shared {
         Shared {
             id,
-            out: Mutex::new(Out::default()),
+            out: Mutex::new(None),
             queued: AtomicUsize::new(0),
             notify: Notify::new(),
             close_request: AtomicU16::new(0),
@@ -186,7 +194,8 @@ impl Shared {
             self.deflate_stale.store(true, Relaxed);
         }
         let mut frame = frame;
-        if out.frames.is_empty() {
+        let mut started = false;
+        if out.is_none() {
             let written = direct_write(self.direct_fd.load(Relaxed), &frame);
             *tally += written as u64;
             if written == len {
@@ -198,13 +207,15 @@ impl Shared {
             }
             if written > 0 {
                 // The frame's start is on the wire: its rest must go out whole.
-                out.head_is_rest = true;
+                started = true;
                 frame = frame.slice(written..);
             }
         }
         // Counted before the lock goes: the task may write (and subtract) it right after.
         self.queued.fetch_add(frame.len(), Relaxed);
-        out.frames.push_back(frame);
+        let q = out.get_or_insert_with(Box::default);
+        q.head_is_rest |= started;
+        q.frames.push_back(frame);
         drop(out);
         self.notify.notify_one();
         true
@@ -342,7 +353,12 @@ pub(crate) struct Locked<'a> {
 impl Locked<'_> {
     /// Nothing waits to be written: a new frame may go straight to the socket.
     pub(crate) fn is_empty(&self) -> bool {
-        self.out.frames.is_empty()
+        self.out.is_none()
+    }
+
+    /// The queue, created for a frame about to be queued.
+    fn queue(&mut self) -> &mut Queue {
+        self.out.get_or_insert_with(Box::default)
     }
 
     /// Queue a frame; a consumer that already had bytes waiting and now passes its cap is
@@ -350,7 +366,7 @@ impl Locked<'_> {
     pub(crate) fn enqueue(&mut self, frame: Bytes, metrics: &Metrics) {
         let len = frame.len();
         let before = self.shared.queued.fetch_add(len, Relaxed);
-        self.out.frames.push_back(frame);
+        self.queue().frames.push_back(frame);
         if before > 0 && before + len > self.shared.send_cap {
             self.shared.backpressure(metrics);
         }
@@ -360,23 +376,25 @@ impl Locked<'_> {
     /// was written only because the queue was empty, so the rest is now the queue's head and
     /// must go out whole).
     pub(crate) fn enqueue_rest(&mut self, rest: Bytes, written: usize, metrics: &Metrics) {
-        if written > 0 {
-            self.out.head_is_rest = true;
-        }
         self.enqueue(rest, metrics);
+        if written > 0 {
+            self.queue().head_is_rest = true;
+        }
     }
 
     /// Queue our close frame; no cap applies to it.
     pub(crate) fn enqueue_close(&mut self, frame: Bytes) {
         self.shared.queued.fetch_add(frame.len(), Relaxed);
-        self.out.frames.push_back(frame);
+        self.queue().frames.push_back(frame);
     }
 
     /// A slow or silent peer's close: drop what it has not read, keep only the close frame at
     /// the back, and the frame at the head if it is already partly on the wire (the stream
     /// breaks otherwise).
     pub(crate) fn drop_unsent_before_close(&mut self) {
-        let out = &mut *self.out;
+        let Some(out) = self.out.as_deref_mut() else {
+            return;
+        };
         let close = out.frames.pop_back();
         let started = if out.head_off > 0 || out.head_is_rest {
             out.frames.pop_front()
@@ -397,11 +415,16 @@ impl Locked<'_> {
             out.frames.push_back(c);
         }
         self.shared.queued.store(queued, Relaxed);
+        if out.frames.is_empty() {
+            *self.out = None;
+        }
     }
 
     /// The next frames to write, at most `WRITE_SLICES` (the head without its written part).
     pub(crate) fn slices<'s>(&'s self, slices: &mut [IoSlice<'s>; WRITE_SLICES]) -> usize {
-        let out = &*self.out;
+        let Some(out) = self.out.as_deref() else {
+            return 0;
+        };
         let mut n = 0;
         for (i, f) in out.frames.iter().take(WRITE_SLICES).enumerate() {
             slices[i] = IoSlice::new(if i == 0 { &f[out.head_off..] } else { &f[..] });
@@ -413,7 +436,9 @@ impl Locked<'_> {
     /// `n` bytes from the head of the queue were written.
     pub(crate) fn consume(&mut self, n: usize) {
         self.shared.queued.fetch_sub(n, Relaxed);
-        let out = &mut *self.out;
+        let Some(out) = self.out.as_deref_mut() else {
+            return;
+        };
         let mut left = n;
         while left > 0 {
             let head_len = out.frames[0].len() - out.head_off;
@@ -427,12 +452,17 @@ impl Locked<'_> {
                 left = 0;
             }
         }
+        if out.frames.is_empty() {
+            // Drained: the queue and its ring go back to the allocator.
+            *self.out = None;
+        }
     }
 
-    /// After a burst: the queue's ring goes back to a small size.
+    /// After a burst: the queue's ring goes back to a small size (a drained queue is already
+    /// freed).
     pub(crate) fn shrink(&mut self) {
-        if self.out.frames.capacity() > 64 {
-            self.out.frames.shrink_to(8);
+        if let Some(q) = self.out.as_deref_mut().filter(|q| q.frames.capacity() > 64) {
+            q.frames.shrink_to(8);
         }
     }
 }
@@ -508,6 +538,28 @@ mod tests {
         let len = all.len();
         q.consume(len);
         all
+    }
+
+    /// jemalloc's size classes step by 16 up to 128, then by 32: `Arc<Shared>` (its two counts
+    /// and `Shared`) now fits the 128 class, down from 160 (BENCHMARKS.md, "Issue 16: idle
+    /// bytes per connection"). One of these per connection; a field added here that pushes it
+    /// past 112 bytes costs 32 bytes per connection: keep such fields behind the queue's box or
+    /// in the connection's task.
+    #[test]
+    fn an_idle_outbox_fits_its_allocator_class() {
+        let arc = std::mem::size_of::<Shared>() + 16;
+        assert!(
+            arc <= 128,
+            "Arc<Shared> is {arc} bytes, over jemalloc's 128 class"
+        );
+        // Nothing is allocated for the queue until a frame waits, and it is freed when drained.
+        let m = Metrics::default();
+        let s = Shared::new(1, 1 << 20, 1008, 0);
+        assert!(s.out.lock().unwrap().is_none());
+        s.push(frame(3, b'a'), &m);
+        assert!(s.out.lock().unwrap().is_some());
+        assert_eq!(drain(&s), b"aaa");
+        assert!(s.out.lock().unwrap().is_none(), "a drained queue is freed");
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("handshake", handshake),
     ("deflate_offer", deflate_offer),
     ("inflate", inflate),
+    ("inflate_isal", inflate_isal),
     ("utf8", utf8),
     ("profile_yaml", profile_yaml),
     ("catalog_yaml", catalog_yaml),
@@ -899,5 +900,176 @@ pub fn proxy_protocol(data: &[u8]) {
             }
             raw(&h);
         }
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+enum IsalMsg {
+    /// Compressed (zlib-rs below 4 KiB or at levels other than 1, igzip above at level 1, as
+    /// the server's `compress_fresh`), in fragments each ended with a sync flush; the last
+    /// one's tail removed.
+    Plain(Vec<Vec<u8>>),
+    /// `Plain` of one piece repeated up to 64k times (large messages, igzip's compressor).
+    Repeat(Vec<u8>, u16),
+    /// Compressed, then bits flipped (byte index, bit) and cut to a length.
+    Mutated(Vec<u8>, Vec<(u16, u8)>, Option<u16>),
+    /// Raw bytes: not deflate data, or a hostile stream.
+    Raw(Vec<u8>),
+}
+
+#[derive(Arbitrary, Debug)]
+struct InflateIsalInput {
+    window_bits: u8,
+    level: u8,
+    cap: u32,
+    budget: Option<u32>,
+    msgs: Vec<IsalMsg>,
+}
+
+/// One inflater's answer: result, output, the growth asked of the budget.
+type Answer = (Result<(), InflateError>, Vec<u8>, Vec<usize>);
+
+fn answer(
+    f: &mut dyn FnMut(&mut Vec<u8>, &mut dyn FnMut(usize) -> bool) -> Result<(), InflateError>,
+    budget: Option<usize>,
+) -> Answer {
+    let (mut out, mut charges, mut left) = (Vec::new(), Vec::new(), budget);
+    let r = f(&mut out, &mut |n| {
+        charges.push(n);
+        match left.as_mut() {
+            Some(l) if *l < n => false,
+            Some(l) => {
+                *l -= n;
+                true
+            }
+            None => true,
+        }
+    });
+    (r, out, charges)
+}
+
+/// igzip's inflater (`inflate_fresh_isal`, one reset state per thread, reused across messages
+/// and inputs as the server reuses it) against zlib-rs's (a fresh `Decompressor`): the same
+/// result, the same bytes (all of them when inflated, the first `cap` when too big), the same
+/// growth requests to the budget. Two known differences are allowed (deflate/isal_inflate.rs):
+/// zlib-rs refuses an incomplete Huffman code set ("invalid ... set") that igzip decodes, and
+/// on a stream cut inside a block igzip delivers a few bytes less.
+pub fn inflate_isal(data: &[u8]) {
+    let Ok(input) = InflateIsalInput::arbitrary_take_rest(Unstructured::new(data)) else {
+        return;
+    };
+    let cap = (input.cap as usize % (1 << 20)).max(1);
+    let budget = input.budget.map(|b| b as usize % (2 << 20));
+    let wb = 9 + input.window_bits % 7;
+    let level = [1, 1, 6, 9][input.level as usize % 4];
+    let compress = |frags: &[&[u8]]| -> Vec<u8> {
+        let mut wire = Vec::new();
+        let mut z = Vec::new();
+        for f in frags {
+            deflate::compress_fresh(wb, 8, level, f, &mut z);
+            // Each fragment flushed and restarted: the tail goes back between fragments.
+            if !wire.is_empty() {
+                wire.extend_from_slice(&[0, 0, 0xff, 0xff]);
+            }
+            wire.extend_from_slice(&z);
+        }
+        wire
+    };
+    for m in input.msgs.iter().take(6) {
+        let (plain, wire) = match m {
+            IsalMsg::Plain(frags) => {
+                let frags: Vec<&[u8]> = frags.iter().take(16).map(Vec::as_slice).collect();
+                let frags = if frags.is_empty() {
+                    vec![&[][..]]
+                } else {
+                    frags
+                };
+                (Some(frags.concat()), compress(&frags))
+            }
+            IsalMsg::Repeat(piece, n) => {
+                let p = piece
+                    .repeat(*n as usize)
+                    .into_iter()
+                    .take(1 << 20)
+                    .collect::<Vec<_>>();
+                (Some(p.clone()), compress(&[&p]))
+            }
+            IsalMsg::Mutated(p, flips, cut) => {
+                let mut w = compress(&[p]);
+                for &(at, bit) in flips.iter().take(8) {
+                    if !w.is_empty() {
+                        let i = at as usize % w.len();
+                        w[i] ^= 1 << (bit % 8);
+                    }
+                }
+                if let Some(c) = cut {
+                    w.truncate(*c as usize);
+                }
+                (None, w)
+            }
+            IsalMsg::Raw(r) => (None, r.clone()),
+        };
+        let mut zlib = Decompressor::new(false);
+        let z = answer(
+            &mut |out, charge| zlib.decompress_within(&wire, out, cap, charge),
+            budget,
+        );
+        if let (Some(p), Ok(())) = (&plain, &z.0) {
+            assert!(
+                &z.1 == p,
+                "zlib-rs inflated a compressed message to something else"
+            );
+        }
+        if let (Some(p), Err(e)) = (&plain, &z.0) {
+            assert!(
+                *e != InflateError::Corrupt && (*e != InflateError::TooBig || p.len() > cap),
+                "zlib-rs refused a compressed message of {} bytes: {e:?}",
+                p.len()
+            );
+        }
+        let routed = answer(
+            &mut |out, charge| deflate::inflate_fresh(&wire, out, cap, charge).1,
+            budget,
+        );
+        if !deflate::ISAL {
+            // Built without ISA-L: `inflate_fresh` is zlib-rs.
+            assert!(routed == z);
+            continue;
+        }
+        let isal = answer(
+            &mut |out, charge| match deflate::inflate_fresh_isal(&wire, out, cap, charge) {
+                Some((_, r)) => r,
+                None => unreachable!("ISA-L is built"),
+            },
+            budget,
+        );
+        assert!(
+            routed == z || routed == isal,
+            "inflate_fresh answered neither as zlib-rs nor as igzip"
+        );
+        let same_bytes = |a: &Answer, b: &Answer| match a.0 {
+            // A refused message's partial output is dropped by the server: not compared.
+            Err(InflateError::Corrupt) | Err(InflateError::OverBudget) => true,
+            _ => a.1 == b.1,
+        };
+        if isal.0 == z.0 && isal.2 == z.2 && same_bytes(&isal, &z) {
+            continue;
+        }
+        // A stream cut inside a block: both deliver it, igzip a symbol or so shorter.
+        if isal.0 == z.0 && z.1.starts_with(&isal.1) && z.1.len() - isal.1.len() <= 1024 {
+            continue;
+        }
+        let why = zlib.corrupt_reason();
+        assert!(
+            z.0 == Err(InflateError::Corrupt) && why.is_some_and(|w| w.ends_with(" set")),
+            "igzip {:?} ({} bytes, charges {:?}) against zlib-rs {:?} ({} bytes, charges {:?}, {why:?}) on {} bytes",
+            isal.0,
+            isal.1.len(),
+            isal.2,
+            z.0,
+            z.1.len(),
+            z.2,
+            wire.len()
+        );
     }
 }

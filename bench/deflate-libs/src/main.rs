@@ -291,6 +291,32 @@ impl Codec for Wired {
     }
 }
 
+/// The server's own code for a message without context (embedded-server/src/deflate.rs, built
+/// with its `isal` feature): `compress_fresh` at level 1 and `inflate_fresh` under a 16 MiB cap
+/// with a budget that always agrees, the calls `conn/compression.rs` makes. `zlib_inflate`
+/// forces the inflate half through zlib-rs (the server before session 8) for an A/B in one run.
+struct Server {
+    zlib_inflate: bool,
+}
+
+impl Codec for Server {
+    fn compress(&mut self, msg: &[u8], out: &mut Vec<u8>) {
+        embedded_server::deflate::compress_fresh(15, 8, 1, msg, out);
+    }
+
+    fn inflate(&mut self, wire: &[u8], out: &mut Vec<u8>, _size: usize) {
+        out.clear();
+        let f = if self.zlib_inflate {
+            embedded_server::deflate::inflate_fresh_zlib
+        } else {
+            embedded_server::deflate::inflate_fresh
+        };
+        f(wire, out, 16 << 20, &mut |_| true)
+            .1
+            .expect("the server inflates");
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -380,6 +406,14 @@ fn main() {
                     })
                 },
             );
+            for (label, zlib_inflate) in [
+                ("wstune server path: isa-l compress + zlib-rs inflate (before)", true),
+                ("wstune server path: isa-l compress + inflate_fresh (now)", false),
+            ] {
+                measure(label, mode, &msgs, runs, &|| {
+                    Box::new(Server { zlib_inflate })
+                });
+            }
             measure("libdeflate 1.26", mode, &msgs, runs, &|| {
                 Box::new(Libdeflate {
                     c: libdeflater::Compressor::new(libdeflater::CompressionLvl::new(1).unwrap()),

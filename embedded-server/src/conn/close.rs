@@ -53,17 +53,18 @@ pub(super) fn on_close<T: Transport, H>(
     st.close_received = true;
     // Checked valid UTF-8 above.
     let reason = String::from_utf8_lossy(payload.get(2..).unwrap_or_default()).into_owned();
-    st.peer_close = Some(Box::new((code.unwrap_or(1005), reason)));
+    st.rare().peer_close = Some((code.unwrap_or(1005), reason));
     if !st.close_sent {
         // Echo the code back (an empty close for an empty close), then the server closes TCP.
         let body = code.map(|c| c.to_be_bytes().to_vec()).unwrap_or_default();
         shared.stop_queueing(1000);
         send(io, shared, m, st, OpCode::Close, &body, usize::MAX);
-        st.close_unwritten = Some(code.unwrap_or(1005));
-        st.close_sent_code = Some(code.unwrap_or(1005));
         st.close_sent = true;
         // A peer that sent its close and stopped reading does not hold us longer than this.
-        st.close_deadline = Some(Instant::now() + CLOSE_WAIT);
+        let rare = st.rare();
+        rare.close_unwritten = Some(code.unwrap_or(1005));
+        rare.close_sent_code = Some(code.unwrap_or(1005));
+        rare.close_deadline = Some(Instant::now() + CLOSE_WAIT);
     }
     Ok(())
 }
@@ -112,10 +113,11 @@ pub(super) fn close_from_app<T: Transport, H>(
         &body,
         usize::MAX,
     );
-    st.close_unwritten = Some(code);
-    st.close_sent_code = Some(code);
     st.close_sent = true;
-    st.close_deadline = Some(Instant::now() + CLOSE_WAIT);
+    let rare = st.rare();
+    rare.close_unwritten = Some(code);
+    rare.close_sent_code = Some(code);
+    rare.close_deadline = Some(Instant::now() + CLOSE_WAIT);
 }
 
 /// Act on a close another thread asked for (heartbeat, backpressure, shutdown, the
@@ -161,10 +163,11 @@ fn start_close(shared: &Arc<Shared>, st: &mut State, code: u16, why: &str, wait:
         false,
     ));
     shared.lock().enqueue_close(frame);
-    st.close_unwritten = Some(code);
-    st.close_sent_code = Some(code);
     st.close_sent = true;
-    st.close_deadline = Some(Instant::now() + wait);
+    let rare = st.rare();
+    rare.close_unwritten = Some(code);
+    rare.close_sent_code = Some(code);
+    rare.close_deadline = Some(Instant::now() + wait);
 }
 
 /// Our close frame and everything before it are written: shut down our write side (FIN after
@@ -176,7 +179,7 @@ fn start_close(shared: &Arc<Shared>, st: &mut State, code: u16, why: &str, wait:
 pub(super) fn closed_write<T: Transport>(io: &T, st: &mut State, m: &Metrics) -> bool {
     // Counted now that the frame is really written (not when queued): a peer that stopped
     // reading never got it.
-    if let Some(code) = st.close_unwritten.take() {
+    if let Some(code) = st.rare.as_mut().and_then(|r| r.close_unwritten.take()) {
         m.close_sent(code);
     }
     if !st.write_shut {
@@ -188,8 +191,9 @@ pub(super) fn closed_write<T: Transport>(io: &T, st: &mut State, m: &Metrics) ->
     }
     if st.close_received || st.failed {
         let drain = Instant::now() + DRAIN_WAIT;
-        if st.close_deadline.is_none_or(|d| d > drain) {
-            st.close_deadline = Some(drain);
+        let rare = st.rare();
+        if rare.close_deadline.is_none_or(|d| d > drain) {
+            rare.close_deadline = Some(drain);
         }
     }
     false

@@ -15,7 +15,6 @@ mod read;
 mod testing;
 mod write;
 
-use crate::deflate::Agreed;
 use crate::frame::OpCode;
 use crate::handler::{in_scope, Conn, Handler, Local};
 use crate::hub::Hub;
@@ -46,7 +45,8 @@ enum Stop {
     Fail(u16, &'static str),
 }
 
-/// Task-local state; lives as long as the connection.
+/// Task-local state; lives as long as the connection, inside its task's future: what every
+/// turn of an ordinary connection touches is here, the rest (`Rare`) behind one box.
 struct State {
     /// An incomplete frame (only while one is pending).
     partial: Vec<u8>,
@@ -54,32 +54,41 @@ struct State {
     msg: Vec<u8>,
     msg_op: Option<OpCode>,
     utf8: Utf8Validator,
-    /// Jobs waiting for room in the offload queue: reading pauses until they are queued.
-    pending_jobs: Vec<Job>,
     close_sent: bool,
     close_received: bool,
     /// We failed the connection (1002/1007/1009...): the rest of the input is discarded unread.
     failed: bool,
-    /// The close code sent, until the close frame is actually written (then it is counted).
-    close_unwritten: Option<u16>,
-    /// The close code sent (for `on_close` when the peer never answered).
-    close_sent_code: Option<u16>,
     /// Our write side is shut down (FIN after our close frame).
     write_shut: bool,
     /// The peer's FIN arrived.
     peer_eof: bool,
-    close_deadline: Option<Instant>,
     /// Payload bytes of the incomplete frame at the head of `partial` that are already unmasked
     /// and UTF-8 validated (a text frame is checked as its bytes arrive, not when it is whole).
     frame_checked: usize,
-    /// The peer's close code and reason, once its close arrived (for `on_close`).
-    peer_close: Option<Box<(u16, String)>>,
     /// permessage-deflate, when negotiated (boxed: most of it exists only for such peers).
     deflate: Option<Box<DeflateState>>,
     /// The message being reassembled arrived compressed (RSV1 on its first frame).
     msg_compressed: bool,
     /// Plain replies produced by the current read, written together by `commit`.
     batch: Vec<u8>,
+    /// What only a closing or parked connection needs (`State::rare`): allocated the first time
+    /// one of its fields is set, so an open connection's task does not carry its ~60 bytes for
+    /// its whole life (BENCHMARKS.md, "Issue 16: idle bytes per connection").
+    rare: Option<Box<Rare>>,
+}
+
+/// `State`'s fields a connection needs only while it closes or while its offloaded jobs wait.
+#[derive(Default)]
+struct Rare {
+    /// Jobs waiting for room in the offload queue: reading pauses until they are queued.
+    pending_jobs: Vec<Job>,
+    /// The close code sent, until the close frame is actually written (then it is counted).
+    close_unwritten: Option<u16>,
+    /// The close code sent (for `on_close` when the peer never answered).
+    close_sent_code: Option<u16>,
+    close_deadline: Option<Instant>,
+    /// The peer's close code and reason, once its close arrived (for `on_close`).
+    peer_close: Option<(u16, String)>,
 }
 
 /// For the idle-bytes breakdown (`memory::idle_layout`).
@@ -92,21 +101,35 @@ impl State {
             msg: Vec::new(),
             msg_op: None,
             utf8: Utf8Validator::default(),
-            pending_jobs: Vec::new(),
             close_sent: false,
             close_received: false,
             failed: false,
-            close_unwritten: None,
-            close_sent_code: None,
             write_shut: false,
             peer_eof: false,
-            close_deadline: None,
             frame_checked: 0,
-            peer_close: None,
             deflate,
             msg_compressed: false,
             batch: Vec::new(),
+            rare: None,
         }
+    }
+
+    /// The rarely used fields, allocated on first use (kept until the connection ends: a
+    /// connection that closed or parked once is near its end or busy, not idle).
+    fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// When a close under way gives up waiting for the peer.
+    fn close_deadline(&self) -> Option<Instant> {
+        self.rare.as_ref().and_then(|r| r.close_deadline)
+    }
+
+    /// Jobs wait for room in the offload queue (reading pauses meanwhile).
+    fn has_pending_jobs(&self) -> bool {
+        self.rare
+            .as_ref()
+            .is_some_and(|r| !r.pending_jobs.is_empty())
     }
 
     /// No more frames are read: the peer's close arrived or we failed the connection. Input
@@ -116,42 +139,67 @@ impl State {
     }
 }
 
-/// Serve one upgraded connection until it closes. `initial` holds bytes that arrived with the
-/// upgrade request.
-pub(crate) async fn serve<T: Transport, H: Handler>(
-    io: T,
-    conn: Conn<H::State>,
-    initial: Vec<u8>,
-    ctx: Arc<Ctx<H>>,
-    deflate: Option<Agreed>,
-) {
-    let hub = &ctx.hub;
-    let shared = conn.shared();
-    let deflate = deflate.map(|agreed| DeflateState::new(agreed, &hub.config, hub.metrics.clone()));
-    let mut st = State::new(Vec::new(), deflate);
-    let direct = shared.allow_direct(io.direct_fd());
-    // The greeting (if any) goes out before anything the first read produces.
-    dispatch(&io, &conn, &ctx, &mut st, |h, c| h.on_open(c));
-    write::commit(&io, shared, &hub.metrics, &mut st);
-    st.partial = initial;
-    let _ = run(&io, &conn, &ctx, &mut st).await;
-    drop(direct);
-    if !st.write_shut {
-        io.shutdown_write();
-    }
-    hub.unregister(shared);
-    let (code, reason) = match (st.peer_close.take(), st.close_sent_code) {
-        (Some(pc), _) => *pc,
-        (None, Some(ours)) => (ours, String::new()),
-        (None, None) => (1006, String::new()),
-    };
-    let h = &ctx.handler;
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        h.on_close(&conn, code, &reason)
-    }))
-    .is_err()
-    {
-        tracing::error!(conn = conn.id(), "the handler's on_close panicked");
+/// Serve one upgraded connection until it closes (`up.rest`: bytes that arrived with the
+/// upgrade request).
+///
+/// Not an `async fn`: its future would keep the arguments (the `Upgraded` whole: socket,
+/// handles, the first bytes' `Vec`, the negotiated deflate) beside the copies moved out of
+/// them, for the connection's whole life. Here they are taken apart first, and the future
+/// captures each thing it keeps exactly once (BENCHMARKS.md, "Issue 16: idle bytes per
+/// connection").
+pub(crate) fn serve<T: Transport, H: Handler>(
+    up: crate::Upgraded<T, H>,
+) -> impl std::future::Future<Output = ()> + Send {
+    let crate::Upgraded {
+        stream: io,
+        conn,
+        ctx,
+        rest,
+        deflate,
+        admitted,
+        log_id,
+    } = up;
+    let deflate_on = deflate.is_some();
+    let deflate =
+        deflate.map(|agreed| DeflateState::new(agreed, &ctx.hub.config, ctx.hub.metrics.clone()));
+    // The first bytes wait in `partial` (taken out again below, before the greeting): one place
+    // for them, not a second field of the future.
+    let mut st = State::new(rest, deflate);
+    // Coarse seconds (4 bytes, not an `Instant`'s 16) for the closing event's duration.
+    let opened = ctx.hub.now();
+    async move {
+        tracing::debug!(conn = log_id, peer = %conn.peer(), deflate = deflate_on, "connection opened");
+        let hub = &ctx.hub;
+        let shared = conn.shared();
+        let direct = shared.allow_direct(io.direct_fd());
+        let initial = std::mem::take(&mut st.partial);
+        // The greeting (if any) goes out before anything the first read produces.
+        dispatch(&io, &conn, &ctx, &mut st, |h, c| h.on_open(c));
+        write::commit(&io, shared, &hub.metrics, &mut st);
+        st.partial = initial;
+        let _ = run(&io, &conn, &ctx, &mut st).await;
+        drop(direct);
+        if !st.write_shut {
+            io.shutdown_write();
+        }
+        hub.unregister(shared);
+        let rare = st.rare.take().unwrap_or_default();
+        let (code, reason) = match (rare.peer_close, rare.close_sent_code) {
+            (Some(pc), _) => pc,
+            (None, Some(ours)) => (ours, String::new()),
+            (None, None) => (1006, String::new()),
+        };
+        let h = &ctx.handler;
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            h.on_close(&conn, code, &reason)
+        }))
+        .is_err()
+        {
+            tracing::error!(conn = conn.id(), "the handler's on_close panicked");
+        }
+        // Its place in the abuse limits' counts, given back now that it ended.
+        drop(admitted);
+        tracing::debug!(conn = log_id, peer = %conn.peer(), secs = ctx.hub.now().saturating_sub(opened), "connection closed");
     }
 }
 
@@ -238,7 +286,7 @@ impl<T: Transport, H: Handler> Local for Sink<'_, T, H> {
     }
 
     fn park(&mut self, job: Job) {
-        self.st.pending_jobs.push(job);
+        self.st.rare().pending_jobs.push(job);
     }
 }
 
@@ -263,8 +311,8 @@ async fn run<T: Transport, H: Handler>(
     // (`offload` answered Ok), so each is queued.
     let mut parked: Option<tokio::sync::oneshot::Receiver<()>> = None;
     loop {
-        if parked.is_none() && !st.pending_jobs.is_empty() {
-            let jobs = std::mem::take(&mut st.pending_jobs);
+        if parked.is_none() && st.has_pending_jobs() {
+            let jobs = std::mem::take(&mut st.rare().pending_jobs);
             if let Some(tx) = hub.offload.get() {
                 let (tx, metrics) = (tx.clone(), hub.metrics.clone());
                 let (done, wait) = tokio::sync::oneshot::channel();
@@ -284,21 +332,26 @@ async fn run<T: Transport, H: Handler>(
         if st.close_sent && !pending && closed_write(io, st, m) {
             return Ok(());
         }
-        if st.close_deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(());
-        }
+        let closing = match st.close_deadline() {
+            Some(d) if Instant::now() >= d => return Ok(()),
+            d => d,
+        };
         // Write readiness and the close deadline matter only while a write is pending or a
         // close is under way, never on an idle connection: boxed then (an allocation per turn
         // of that rare state), so their 152 + 112 bytes are not in every connection's task
         // for its whole life (BENCHMARKS.md, "Issue 16: idle bytes per connection").
-        let writable = maybe(pending.then(|| Box::pin(io.writable())));
-        let closing = maybe(
-            st.close_deadline
-                .map(|d| Box::pin(tokio::time::sleep_until(d))),
+        let writable = Maybe(pending.then(|| Box::pin(io.writable())));
+        let closing = Maybe(closing.map(|d| Box::pin(tokio::time::sleep_until(d))));
+        // The same for the parked connection's half-second tick: built (with a clock read)
+        // only while parked, not on every turn of every connection.
+        let park_tick = Maybe(
+            parked
+                .is_some()
+                .then(|| Box::pin(tokio::time::sleep(std::time::Duration::from_millis(500)))),
         );
         tokio::select! {
             biased;
-            _ = async { parked.as_mut().expect("guarded").await }, if parked.is_some() => {
+            _ = Maybe(parked.as_mut()), if parked.is_some() => {
                 parked = None;
                 shared.last_seen.store(hub.now(), Relaxed);
                 // What was read behind the parked message, before reading more.
@@ -310,7 +363,7 @@ async fn run<T: Transport, H: Handler>(
             // Parked, this side reads nothing, so the peer's frames (its pongs among them)
             // wait in the socket: the time counts as seen, or the heartbeat would close a live
             // client for the server's own back-pressure.
-            _ = tokio::time::sleep(std::time::Duration::from_millis(500)), if parked.is_some() => {
+            _ = park_tick, if parked.is_some() => {
                 shared.last_seen.store(hub.now(), Relaxed);
             }
             r = io.readable(), if !st.peer_eof && parked.is_none() => {
@@ -340,7 +393,7 @@ async fn run<T: Transport, H: Handler>(
                 }
             }
             r = writable, if pending => { r?; }
-            _ = closing, if st.close_deadline.is_some() => {
+            _ = closing, if st.close_deadline().is_some() => {
                 let _ = flush(io, shared, m);
                 return Ok(());
             }
@@ -348,11 +401,21 @@ async fn run<T: Transport, H: Handler>(
     }
 }
 
-/// `f`'s output when there is a future, else never: a select! branch whose future exists only
-/// while it can fire.
-async fn maybe<F: std::future::Future>(f: Option<std::pin::Pin<Box<F>>>) -> F::Output {
-    match f {
-        Some(f) => f.await,
-        None => std::future::pending().await,
+/// The output of the future inside when there is one, else never: a select! branch whose
+/// future exists only while it can fire. A plain `Future` of 8 bytes (a box or a reference);
+/// an `async fn` doing the same kept both its argument and the awaited box, 24 bytes, and
+/// every connection's task holds four of these.
+struct Maybe<F>(Option<F>);
+
+impl<F: std::future::Future + Unpin> std::future::Future for Maybe<F> {
+    type Output = F::Output;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        match self.0.as_mut() {
+            Some(f) => std::pin::Pin::new(f).poll(cx),
+            None => std::task::Poll::Pending,
+        }
     }
 }

@@ -82,7 +82,7 @@ fn process<T: Transport, H: Handler>(
     let cfg = &ctx.hub.config;
     let shared = conn.shared();
     let mut pos = 0;
-    while pos < data.len() && st.pending_jobs.is_empty() && !st.input_done() {
+    while pos < data.len() && !st.has_pending_jobs() && !st.input_done() {
         // RSV1 is legal only when permessage-deflate was negotiated.
         let rsv = if st.deflate.is_some() { 0b100 } else { 0 };
         let h = match frame::parse_header(&data[pos..], cfg.max_frame_bytes as u64, rsv) {

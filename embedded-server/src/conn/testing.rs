@@ -189,7 +189,15 @@ pub(super) async fn serve_registered<H: Handler>(
 {
     let peer = "127.0.0.1:1".parse().unwrap();
     let conn = Conn::new(shared, ctx.hub.clone(), peer, Default::default());
-    let task = super::serve(io.clone(), conn, Vec::new(), ctx.clone(), None);
+    let task = super::serve(crate::Upgraded {
+        stream: io.clone(),
+        conn,
+        ctx: ctx.clone(),
+        rest: Vec::new(),
+        deflate: None,
+        admitted: None,
+        log_id: 0,
+    });
     tokio::time::timeout(std::time::Duration::from_secs(10), task)
         .await
         .expect("the connection ends by itself");

@@ -4,9 +4,8 @@
 //! deflate beside ISA-L and libdeflate"): about half zlib-rs's CPU and a ratio of 0.28 instead
 //! of 0.39. Below `MIN_INPUT` zlib-rs stays faster (igzip's per-message reset dominates).
 //!
-//! Only the compressor: inflating stays on zlib-rs, whose window is its own (igzip inflates
-//! back-references from the bytes before its output pointer, which a growing output buffer
-//! moves), and which carries the bomb cap and the inflate budget.
+//! The inflating side for peers without context takeover is `isal_inflate.rs` (igzip keeps its
+//! own 32 KiB history, so the growing output buffer may move between calls).
 //!
 //! The wire form is zlib's: a sync flush per message (never a final block), its 00 00 ff ff
 //! tail removed, so every peer inflates it the same way, context takeover or not.
