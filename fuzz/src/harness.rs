@@ -929,10 +929,12 @@ struct InflateIsalInput {
 /// One inflater's answer: result, output, the growth asked of the budget.
 type Answer = (Result<(), InflateError>, Vec<u8>, Vec<usize>);
 
-fn answer(
-    f: &mut dyn FnMut(&mut Vec<u8>, &mut dyn FnMut(usize) -> bool) -> Result<(), InflateError>,
-    budget: Option<usize>,
-) -> Answer {
+/// An inflater under test: it fills the output, asking the budget (the inner closure) before
+/// each growth.
+type Run<'a> =
+    dyn FnMut(&mut Vec<u8>, &mut dyn FnMut(usize) -> bool) -> Result<(), InflateError> + 'a;
+
+fn answer(f: &mut Run<'_>, budget: Option<usize>) -> Answer {
     let (mut out, mut charges, mut left) = (Vec::new(), Vec::new(), budget);
     let r = f(&mut out, &mut |n| {
         charges.push(n);

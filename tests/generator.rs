@@ -1,0 +1,207 @@
+//! The self-test's load generator (issue 16 item 4) against a fake server written here from raw
+//! sockets, so every frame the generator sends is seen with its arrival time and its stamp:
+//! the open loop keeps its schedule while the server answers nothing, and a server that stops
+//! reading (its socket full) is charged every message that fell due, not hidden by a generator
+//! waiting on the socket (coordinated omission).
+
+mod common;
+
+use common::{bin, json_of, run_bounded};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One frame the fake server got: when it arrived, and its payload's first 8 bytes (the
+/// generator's stamp: when the message was due, us since the worker's epoch).
+type Arrivals = Arc<Mutex<Vec<Vec<(Instant, u64)>>>>;
+
+/// Answer the generator's upgrade request with a 101 (the generator checks only the status).
+fn handshake(s: &mut TcpStream) {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).expect("the upgrade request");
+        head.push(b[0]);
+    }
+    s.write_all(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+    )
+    .unwrap();
+}
+
+/// Read client frames (masked) until the connection ends, recording each data frame.
+fn read_frames(mut s: TcpStream, out: &mut Vec<(Instant, u64)>) {
+    let mut hdr = [0u8; 2];
+    while s.read_exact(&mut hdr).is_ok() {
+        let len = match hdr[1] & 0x7f {
+            126 => {
+                let mut l = [0u8; 2];
+                s.read_exact(&mut l).unwrap();
+                u16::from_be_bytes(l) as usize
+            }
+            127 => {
+                let mut l = [0u8; 8];
+                s.read_exact(&mut l).unwrap();
+                u64::from_be_bytes(l) as usize
+            }
+            n => n as usize,
+        };
+        let mut mask = [0u8; 4];
+        let mut p = vec![0u8; len];
+        if s.read_exact(&mut mask).is_err() || s.read_exact(&mut p).is_err() {
+            return;
+        }
+        for (i, b) in p.iter_mut().enumerate() {
+            *b ^= mask[i & 3];
+        }
+        match hdr[0] & 0x0f {
+            0x2 if len >= 8 => out.push((
+                Instant::now(),
+                u64::from_le_bytes(p[..8].try_into().unwrap()),
+            )),
+            0x8 => return, // the generator's close, after its result
+            _ => {}
+        }
+    }
+}
+
+/// A server that upgrades every connection and never answers a message. `read` false: it does
+/// not read after the upgrade either, so the connection's socket fills up.
+fn silent_server(conns: usize, read: bool) -> (u16, Arrivals) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let got: Arrivals = Arc::new(Mutex::new(vec![Vec::new(); conns]));
+    let g = got.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for i in 0..conns {
+            let Ok((mut s, _)) = l.accept() else { return };
+            handshake(&mut s);
+            if read {
+                let g = g.clone();
+                std::thread::spawn(move || {
+                    let mut mine = Vec::new();
+                    read_frames(s, &mut mine);
+                    g.lock().unwrap()[i] = mine;
+                });
+            } else {
+                held.push(s);
+            }
+        }
+        // Held open, unread, until the generator has gone (its end of the connection closes).
+        for mut s in held {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
+            let mut sink = [0u8; 1 << 16];
+            while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+        }
+    });
+    (port, got)
+}
+
+fn echo_rate(port: u16, conns: usize, rate: u32, size: usize) -> serde_json::Value {
+    let url = format!("ws://127.0.0.1:{port}/");
+    let o = run_bounded(
+        Command::new(bin()).env("NO_COLOR", "1").args([
+            "selftest",
+            "--url",
+            &url,
+            "--scenario",
+            "echo-rate",
+            "--conns",
+            &conns.to_string(),
+            "--rate",
+            &rate.to_string(),
+            "--size",
+            &size.to_string(),
+            "--secs",
+            "2",
+            "--warmup",
+            "0",
+            "--format",
+            "json",
+        ]),
+        Duration::from_secs(60),
+    );
+    json_of(&o)["scenarios"][0].clone()
+}
+
+#[test]
+fn the_open_loop_keeps_its_schedule_while_the_server_answers_nothing() {
+    // 20 connections x 20 msgs/s for 2 s, and not one echo: a closed-loop generator would send
+    // one message per connection and wait. Every message must still go out on time.
+    let (conns, rate) = (20, 20);
+    let (port, got) = silent_server(conns, true);
+    let started = Instant::now();
+    let s = echo_rate(port, conns, rate, 100);
+    assert!(started.elapsed() < Duration::from_secs(30), "bounded");
+    let due = (conns as u64) * u64::from(rate) * 2;
+    let sent = s["sent"].as_u64().unwrap();
+    assert!(
+        sent >= due * 9 / 10 && sent <= due + conns as u64,
+        "sent {sent} of {due}: {s:#}"
+    );
+    assert_eq!(s["received"], 0, "{s:#}");
+    assert_eq!(s["lost"], sent, "every unanswered message is lost: {s:#}");
+    assert_eq!(
+        s["latency_ms"]["count"], sent,
+        "and in the percentiles: {s:#}"
+    );
+    assert_eq!(s["errors"], 0, "{s:#}");
+    // What the server saw: each connection's messages, stamped about one period apart (a send
+    // over 1 ms late is stamped with its send time less 1 ms) and arriving on that schedule
+    // (no gap of 4 periods: the generator never waited for an answer).
+    let period_us = 1_000_000 / u64::from(rate);
+    let got = common::poll(Duration::from_secs(20), || {
+        let g = got.lock().unwrap();
+        g.iter().all(|c| !c.is_empty()).then(|| g.clone())
+    })
+    .expect("every connection's frames, after the generator closed it");
+    for (i, c) in got.iter().enumerate() {
+        assert!(
+            c.len() as u64 >= u64::from(rate) * 2 * 9 / 10,
+            "connection {i}: {} messages",
+            c.len()
+        );
+        for w in c.windows(2) {
+            let stamp_gap = w[1].1 as i64 - w[0].1 as i64;
+            assert!(
+                stamp_gap >= period_us as i64 / 2 && stamp_gap <= 4 * period_us as i64,
+                "connection {i}: stamps {} us apart (period {period_us} us)",
+                stamp_gap
+            );
+            let arrival_gap = w[1].0 - w[0].0;
+            assert!(
+                arrival_gap < Duration::from_micros(4 * period_us),
+                "connection {i}: {arrival_gap:?} between two messages (period {period_us} us)"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_server_that_stops_reading_is_charged_every_message_that_fell_due() {
+    // 16 KiB messages into sockets nobody reads: the kernel's buffers fill within a few
+    // messages. The generator must neither stop its schedule there (a send waiting on the
+    // socket hid every later message from the report) nor hang: each message that fell due is
+    // sent (queued for the socket), unanswered, and counted lost with the time it waited.
+    let (conns, rate) = (4, 20);
+    let (port, _) = silent_server(conns, false);
+    let started = Instant::now();
+    let s = echo_rate(port, conns, rate, 16 << 10);
+    assert!(started.elapsed() < Duration::from_secs(30), "bounded");
+    let due = (conns as u64) * u64::from(rate) * 2;
+    let sent = s["sent"].as_u64().unwrap();
+    assert!(
+        sent >= due * 9 / 10,
+        "sent {sent} of the {due} messages that fell due: {s:#}"
+    );
+    assert_eq!(s["lost"], sent, "{s:#}");
+    assert_eq!(s["latency_ms"]["count"], sent, "{s:#}");
+    // Each waited from when it was due to the end of the drain (2 s after the window), so the
+    // scheduled p50 is a second or more: the stall is in the figures.
+    let p50 = s["latency_ms"]["p50"].as_f64().unwrap();
+    assert!(p50 > 1000.0, "scheduled p50 {p50} ms: {s:#}");
+}
