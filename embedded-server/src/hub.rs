@@ -167,7 +167,12 @@ fn mono() -> Duration {
     };
     // SAFETY: `ts` is a valid timespec to write; the clock id is a constant Linux knows
     // (since 2.6.32), so the call cannot fail.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    if rc != 0 {
+        // Cannot happen (above); were it to, a stuck clock would stop every heartbeat timeout.
+        static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        return EPOCH.get_or_init(std::time::Instant::now).elapsed();
+    }
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 

@@ -176,6 +176,11 @@ impl Shared {
         if self.close_request.load(Relaxed) != 0 {
             return false;
         }
+        // Nothing to send (no frame is empty; a caller's empty `Bytes`): queued, it would stay
+        // at the head with zero bytes to write and the connection would spin on `writable`.
+        if frame.is_empty() {
+            return true;
+        }
         let len = frame.len();
         // A consumer is slow when data piles up, not when one message is large: a frame bigger
         // than the cap still goes to an empty queue.

@@ -22,7 +22,7 @@ const TIMER_SLOP_US: u64 = 1000;
 /// the slop, so the wait is in the scheduled latency. The service latency, from the actual
 /// send, is the figure that leaves the generator's own lateness out.
 fn latency_origin_us(due_us: u64, now_us: u64) -> u64 {
-    now_us.min(due_us + TIMER_SLOP_US)
+    now_us.clamp(due_us, due_us + TIMER_SLOP_US)
 }
 
 /// The longest latency the histograms hold: 10 minutes, in microseconds.

@@ -168,7 +168,9 @@ pub(crate) fn serve<T: Transport, H: Handler>(
     // Coarse seconds (4 bytes, not an `Instant`'s 16) for the closing event's duration.
     let opened = ctx.hub.now();
     async move {
-        tracing::debug!(conn = log_id, peer = %conn.peer(), deflate = deflate_on, "connection opened");
+        // The target stays the crate's, as when these events were written in lib.rs: log
+        // pipelines select on it.
+        tracing::debug!(target: "embedded_server", conn = log_id, peer = %conn.peer(), deflate = deflate_on, "connection opened");
         let hub = &ctx.hub;
         let shared = conn.shared();
         let direct = shared.allow_direct(io.direct_fd());
@@ -199,7 +201,9 @@ pub(crate) fn serve<T: Transport, H: Handler>(
         }
         // Its place in the abuse limits' counts, given back now that it ended.
         drop(admitted);
-        tracing::debug!(conn = log_id, peer = %conn.peer(), secs = ctx.hub.now().saturating_sub(opened), "connection closed");
+        // `secs` stays a float for log schemas, now in whole seconds (the hub's clock).
+        let secs = f64::from(ctx.hub.now().saturating_sub(opened));
+        tracing::debug!(target: "embedded_server", conn = log_id, peer = %conn.peer(), secs, "connection closed");
     }
 }
 

@@ -54,7 +54,8 @@ impl IsalInflate {
         // stream reads (crc_flag 0 = IGZIP_DEFLATE: no wrapper, no checksum; hist_bits 0 = any
         // distance up to 32 KiB, as zlib-rs's window 15).
         let s = unsafe {
-            let mut s: Box<isal::inflate_state> = Box::new(MaybeUninit::zeroed().assume_init());
+            // Zeroed on the heap: the ~87 KiB state never passes through the stack.
+            let mut s: Box<isal::inflate_state> = Box::new_zeroed().assume_init();
             isal::isal_inflate_init(&mut *s);
             s
         };
@@ -121,11 +122,16 @@ impl Engine for IsalInflate {
         };
         let produced = room - s.avail_out as usize;
         if r != isal::ISAL_DECOMP_OK as i32 {
-            if !self.pending().is_empty() {
-                self.failed = true;
-                return (used, produced, Step::Going);
+            if self.pending().is_empty() {
+                return (used, produced, Step::Corrupt);
             }
-            return (used, produced, Step::Corrupt);
+            // Output before the error is handed out first (the cap is judged on it, as with
+            // zlib-rs). igzip leaves output pending only when the buffer is full; were it ever
+            // to leave some with room to spare, hand it out now, so `feed` never reads a short
+            // `Going` as the message's end and the error cannot be lost.
+            self.failed = true;
+            let (_, more, step) = self.step(&[], &mut out[produced..]);
+            return (used, produced + more, step);
         }
         if s.block_state == isal::isal_block_state_ISAL_BLOCK_FINISH {
             return (used, produced, Step::End);
