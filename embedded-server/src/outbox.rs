@@ -580,6 +580,18 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_frame_is_never_queued() {
+        // Queued behind a frame, an empty one would stay at the head with nothing to write
+        // once the frame before it went out: the writer would wait on `writable` forever.
+        let m = Metrics::default();
+        let s = Shared::new(1, 1 << 20, 1008, 0);
+        assert!(s.push(frame(3, b'a'), &m));
+        assert!(s.push(Bytes::new(), &m));
+        assert_eq!(drain(&s), b"aaa");
+        assert!(s.out.lock().unwrap().is_none(), "nothing left behind the frame");
+    }
+
+    #[test]
     fn backpressure_past_the_cap_closes_the_slow_consumer_once() {
         let m = Metrics::default();
         let s = Shared::new(1, 1024, 1013, 0);
