@@ -588,7 +588,10 @@ mod tests {
         assert!(s.push(frame(3, b'a'), &m));
         assert!(s.push(Bytes::new(), &m));
         assert_eq!(drain(&s), b"aaa");
-        assert!(s.out.lock().unwrap().is_none(), "nothing left behind the frame");
+        assert!(
+            s.out.lock().unwrap().is_none(),
+            "nothing left behind the frame"
+        );
     }
 
     #[test]

@@ -407,8 +407,14 @@ fn main() {
                 },
             );
             for (label, zlib_inflate) in [
-                ("wstune server path: isa-l compress + zlib-rs inflate (before)", true),
-                ("wstune server path: isa-l compress + inflate_fresh (now)", false),
+                (
+                    "wstune server path: isa-l compress + zlib-rs inflate (before)",
+                    true,
+                ),
+                (
+                    "wstune server path: isa-l compress + inflate_fresh (now)",
+                    false,
+                ),
             ] {
                 measure(label, mode, &msgs, runs, &|| {
                     Box::new(Server { zlib_inflate })
