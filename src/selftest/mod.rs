@@ -710,15 +710,8 @@ fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec
         };
         assigned += n;
         let mut cmd = tokio::process::Command::new(&exe);
-        #[cfg(target_os = "linux")]
-        {
-            let parent = std::process::id() as i32;
-            // SAFETY: only async-signal-safe calls between fork and exec. A generator of a
-            // self-test killed outright must not go on loading the server.
-            unsafe {
-                cmd.pre_exec(move || crate::supervisor::term_with_parent(parent));
-            }
-        }
+        // A generator of a self-test killed outright must not go on loading the server.
+        crate::supervisor::dies_with_this_process(&mut cmd);
         let mut child = cmd
             .arg("selftest-worker")
             .arg(serde_json::to_string(&spec)?)

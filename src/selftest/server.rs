@@ -26,15 +26,7 @@ impl ChildServer {
         let exe = std::env::current_exe()
             .context("cannot find this program to start the self-test's server")?;
         let mut cmd = tokio::process::Command::new(&exe);
-        #[cfg(target_os = "linux")]
-        {
-            let parent = std::process::id() as i32;
-            // SAFETY: only async-signal-safe calls between fork and exec. The self-test killed
-            // outright (SIGKILL, a CI runner's timeout) must not leave its server running.
-            unsafe {
-                cmd.pre_exec(move || crate::supervisor::term_with_parent(parent));
-            }
-        }
+        crate::supervisor::dies_with_this_process(&mut cmd);
         let mut child = cmd
             .arg("serve")
             .args(args)

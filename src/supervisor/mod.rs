@@ -34,6 +34,23 @@ pub unsafe fn term_with_parent(parent: i32) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Make a child about to be spawned get SIGTERM when this process dies (Linux; elsewhere a
+/// no-op): a self-test killed outright (SIGKILL, a CI runner's timeout) must not leave its
+/// server or its generators running. The same fork-thread caveat as [`term_with_parent`].
+pub fn dies_with_this_process(cmd: &mut tokio::process::Command) {
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id() as i32;
+        // SAFETY: only async-signal-safe calls between fork and exec (term_with_parent's).
+        unsafe {
+            cmd.pre_exec(move || term_with_parent(parent));
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
+}
+
 #[cfg(target_os = "linux")]
 mod run;
 #[cfg(target_os = "linux")]
