@@ -19,13 +19,14 @@ mod differential;
 mod igzip;
 #[cfg(all(feature = "isal", target_os = "linux", target_arch = "x86_64"))]
 mod isal_inflate;
+mod zlib;
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::sync::atomic::AtomicI64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use zlib_rs::{Deflate, DeflateConfig, DeflateFlush, Inflate, InflateFlush, Status};
+use zlib_rs::{Inflate, InflateFlush, Status};
 
 const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 
@@ -139,13 +140,19 @@ pub fn negotiate(offers: &[String], s: &DeflateSettings) -> Option<Agreed> {
         if smwb.is_some() || server_bits < 15 {
             response.push_str(&format!("; server_max_window_bits={server_bits}"));
         }
-        // client_max_window_bits may only be answered if offered; we accept any client window.
+        // client_max_window_bits may only be answered if offered (RFC 7692 7.1.2.2), with at
+        // most the offered value. When offered, the client gets our window too: its stream
+        // then fits a `2^window_bits` inflate window, the same memory lever in both
+        // directions. Not offered, the client may use 15 and our decompressor keeps 32 KiB.
         let client_bits = match cmwb {
-            Some(Some(b)) => {
-                response.push_str(&format!("; client_max_window_bits={b}"));
+            Some(offered) => {
+                let b = offered.unwrap_or(15).min(s.window_bits);
+                if offered.is_some() || b < 15 {
+                    response.push_str(&format!("; client_max_window_bits={b}"));
+                }
                 b
             }
-            _ => 15,
+            None => 15,
         };
         return Some(Agreed {
             server_no_context_takeover: server_nct,
@@ -178,22 +185,19 @@ const OUT_CHUNK: usize = 16 << 10;
 const WINDOW: usize = 1 << 15;
 
 /// One direction's compressor, kept for the connection's life with context takeover.
+///
+/// Classic zlib (`zlib.rs`): its memory is `2^(wb+2) + 2^(memLevel+9)` plus ~6 KiB of state,
+/// so window bits and memLevel are the memory levers `memory.rs` says they are.
 pub struct Compressor {
-    z: Deflate,
+    z: zlib::RawDeflate,
     takeover: bool,
 }
 
 impl Compressor {
     /// A compressor with these zlib parameters; `takeover` keeps the context between messages.
     pub fn new(window_bits: u8, mem_level: u8, level: u8, takeover: bool) -> Compressor {
-        let cfg = DeflateConfig {
-            level: level as i32,
-            window_bits: -(window_bits.max(9) as i32),
-            mem_level: mem_level as i32,
-            ..DeflateConfig::default()
-        };
         Compressor {
-            z: Deflate::new_with_config(cfg),
+            z: zlib::RawDeflate::new(level, window_bits.max(9), mem_level),
             takeover,
         }
     }
@@ -215,17 +219,12 @@ impl Compressor {
             let len = out.len();
             let spare = out.spare_capacity_mut();
             let room = spare.len();
-            let before_in = self.z.total_in();
-            let before_out = self.z.total_out();
-            let r = self
-                .z
-                .compress_uninit(&input[consumed..], spare, DeflateFlush::SyncFlush);
-            consumed += (self.z.total_in() - before_in) as usize;
-            let produced = (self.z.total_out() - before_out) as usize;
+            let (used, produced, ok) = self.z.sync_flush(&input[consumed..], spare);
+            consumed += used;
             // SAFETY: zlib initialised exactly `produced` bytes of the spare capacity.
             unsafe { out.set_len(len + produced) };
             // All input taken and room left over: the sync flush is complete.
-            if r.is_err() || (consumed == input.len() && produced < room) {
+            if !ok || (consumed == input.len() && produced < room) {
                 break;
             }
         }
@@ -737,6 +736,7 @@ mod tests {
     }
 
     use super::*;
+    use zlib_rs::{Deflate, DeflateConfig, DeflateFlush};
 
     fn on() -> DeflateSettings {
         DeflateSettings {
@@ -754,6 +754,23 @@ mod tests {
         let a = negotiate(&offers("permessage-deflate; client_max_window_bits"), &on()).unwrap();
         assert_eq!(a.response, "permessage-deflate");
         assert_eq!((a.server_window_bits, a.client_window_bits), (15, 15));
+        // A smaller window of ours caps the client's when it offered the parameter (so our
+        // decompressor needs only that window), and only then.
+        let small = DeflateSettings {
+            window_bits: 11,
+            ..on()
+        };
+        let a = negotiate(&offers("permessage-deflate; client_max_window_bits"), &small).unwrap();
+        assert_eq!(
+            a.response,
+            "permessage-deflate; server_max_window_bits=11; client_max_window_bits=11"
+        );
+        assert_eq!((a.server_window_bits, a.client_window_bits), (11, 11));
+        let a = negotiate(&offers("permessage-deflate; client_max_window_bits=10"), &small).unwrap();
+        assert_eq!(a.client_window_bits, 10);
+        let a = negotiate(&offers("permessage-deflate"), &small).unwrap();
+        assert_eq!(a.response, "permessage-deflate; server_max_window_bits=11");
+        assert_eq!(a.client_window_bits, 15);
         let a = negotiate(&offers("permessage-deflate; server_no_context_takeover; client_no_context_takeover; server_max_window_bits=10; client_max_window_bits=12"), &on()).unwrap();
         assert_eq!(a.response, "permessage-deflate; server_no_context_takeover; client_no_context_takeover; server_max_window_bits=10; client_max_window_bits=12");
         assert!(a.server_no_context_takeover && a.client_no_context_takeover);

@@ -953,7 +953,7 @@ mod tests {
             v["estimate.total_bytes"],
             Value::Num(e.total_bytes() as i64)
         );
-        // window 11, memLevel 4: 8 KiB + 8 KiB + 6 KiB to compress, 2 KiB + 7 KiB to inflate.
-        assert_eq!(e.deflate_bytes_per_conn, 31 * 1024);
+        // window 11, memLevel 4: 8 KiB + 8 KiB + 11 KiB to compress, 2 KiB + 17 KiB to inflate.
+        assert_eq!(e.deflate_bytes_per_conn, 46 * 1024);
     }
 }
