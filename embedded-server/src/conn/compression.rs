@@ -66,12 +66,18 @@ impl DeflateState {
         crate::memory::deflate_compressor_bytes(bits, self.mem_level) as i64
     }
 
-    fn decompressor_bytes() -> i64 {
-        crate::memory::deflate_decompressor_bytes(15) as i64
+    /// The peer compresses with at most the window it agreed to, so that is all ours keeps.
+    fn decompressor_bits(&self) -> u8 {
+        self.agreed.client_window_bits.clamp(9, 15)
+    }
+
+    fn decompressor_bytes(&self) -> i64 {
+        crate::memory::deflate_decompressor_bytes(self.decompressor_bits()) as i64
     }
 
     pub(super) fn inflate(&mut self, data: &[u8], max: usize) -> Result<(), Stop> {
         self.inflated.clear();
+        let (bits, bytes) = (self.decompressor_bits(), self.decompressor_bytes());
         let (metrics, budget, charged) = (
             &self.metrics,
             self.inflate_budget,
@@ -98,10 +104,8 @@ impl DeflateState {
             r
         } else {
             let d = self.decompressor.get_or_insert_with(|| {
-                metrics
-                    .deflate_memory_bytes
-                    .fetch_add(Self::decompressor_bytes(), Relaxed);
-                Decompressor::new(true)
+                metrics.deflate_memory_bytes.fetch_add(bytes, Relaxed);
+                Decompressor::with_window(bits, true)
             });
             let extra = d.extra_bytes();
             let r = d.decompress_within(data, &mut self.inflated, max, &mut charge);
@@ -221,7 +225,7 @@ impl Drop for DeflateState {
         if self.decompressor.is_some() {
             self.metrics
                 .deflate_memory_bytes
-                .fetch_sub(Self::decompressor_bytes(), Relaxed);
+                .fetch_sub(self.decompressor_bytes(), Relaxed);
         }
     }
 }
