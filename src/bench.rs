@@ -330,3 +330,97 @@ mod peer_parity {
         assert_eq!(o.stdout, want);
     }
 }
+
+/// One pass over every connection of [`contexts`].
+#[derive(Debug, Serialize)]
+pub struct ContextsPass {
+    /// "first" (contexts created) or "again" (reused).
+    pub pass: &'static str,
+    pub us_per_conn: f64,
+    /// Minor page faults per connection (Linux; None elsewhere).
+    pub faults_per_conn: Option<f64>,
+    /// Resident memory the pass added, per connection (Linux; None elsewhere).
+    pub resident_bytes_per_conn: Option<f64>,
+}
+
+/// `bench deflate --contexts`: what `connections` connections' own contexts cost.
+#[derive(Debug, Serialize)]
+pub struct ContextsRow {
+    pub connections: usize,
+    pub size_bytes: usize,
+    /// `memory::deflate_bytes_per_conn` for these settings: what the profile's estimate
+    /// counts per connection.
+    pub estimate_bytes_per_conn: u64,
+    pub passes: Vec<ContextsPass>,
+}
+
+/// Give each of `n` connections a compressor and a decompressor (context takeover, the
+/// server's way: its window for both directions) and one `size`-byte message through both,
+/// twice: the first pass creates the contexts, the second reuses them cold. Every message is
+/// checked to come back as sent.
+pub fn contexts(n: usize, size: usize, a: &Settings) -> ContextsRow {
+    let msgs: Vec<Vec<u8>> = (0..16).map(|i| message(size, i)).collect();
+    // The peer's side: what each connection receives, compressed as a client would.
+    let wire: Vec<Vec<u8>> = msgs
+        .iter()
+        .map(|m| {
+            let mut z = Vec::new();
+            Compressor::new(a.window_bits, a.mem_level, a.level, false).compress(m, &mut z);
+            z
+        })
+        .collect();
+    let mut comps: Vec<Option<Compressor>> = (0..n).map(|_| None).collect();
+    let mut decs: Vec<Option<Decompressor>> = (0..n).map(|_| None).collect();
+    let (mut plain, mut packed) = (Vec::with_capacity(size * 2), Vec::with_capacity(size * 2));
+    let mut passes = Vec::new();
+    for pass in ["first", "again"] {
+        let (faults, resident) = (minor_faults(), resident_bytes());
+        let start = Instant::now();
+        for i in 0..n {
+            plain.clear();
+            decs[i]
+                .get_or_insert_with(|| Decompressor::with_window(a.window_bits, true))
+                .decompress(&wire[i % wire.len()], &mut plain, usize::MAX)
+                .expect("a message we compressed inflates");
+            comps[i]
+                .get_or_insert_with(|| {
+                    Compressor::new(a.window_bits, a.mem_level, a.level, true)
+                })
+                .compress(&plain, &mut packed);
+        }
+        let secs = start.elapsed().as_secs_f64();
+        assert!(plain == msgs[(n - 1) % msgs.len()], "a message changed on its way");
+        let per = |after: Option<u64>, before: Option<u64>| {
+            Some((after?.saturating_sub(before?)) as f64 / n as f64)
+        };
+        passes.push(ContextsPass {
+            pass,
+            us_per_conn: secs * 1e6 / n as f64,
+            faults_per_conn: per(minor_faults(), faults),
+            resident_bytes_per_conn: per(resident_bytes(), resident),
+        });
+    }
+    ContextsRow {
+        connections: n,
+        size_bytes: size,
+        estimate_bytes_per_conn: embedded_server::memory::deflate_bytes_per_conn(
+            a.window_bits,
+            a.mem_level,
+        ),
+        passes,
+    }
+}
+
+/// This process's minor page faults so far (Linux).
+fn minor_faults() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(7)?.parse().ok()
+}
+
+/// This process's resident memory (Linux).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * crate::host::live(None).page_size())
+}

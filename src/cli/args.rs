@@ -610,8 +610,13 @@ pub struct BenchDeflateArgs {
     pub level: u8,
     /// Instead of round trips: the cost of broadcasting the ticker stream to this many
     /// recipients, compressed once for all vs once per connection with context takeover.
-    #[arg(long, value_name = "RECIPIENTS")]
+    #[arg(long, value_name = "RECIPIENTS", conflicts_with = "contexts")]
     pub broadcast: Option<usize>,
+    /// Instead of round trips: what this many connections' own contexts cost (context
+    /// takeover): each gets a compressor and a decompressor and one message of the first
+    /// --sizes size; CPU per context created, page faults and resident bytes per connection.
+    #[arg(long, value_name = "CONNECTIONS")]
+    pub contexts: Option<usize>,
     #[arg(long, short = 'f', value_enum, default_value_t = ListFormat::Table)]
     pub format: ListFormat,
 }

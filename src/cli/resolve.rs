@@ -204,6 +204,7 @@ pub fn bench_deflate(a: &BenchDeflateArgs) -> cmd::bench::DeflateRequest {
         mem_level: a.mem_level,
         level: a.level,
         broadcast: a.broadcast,
+        contexts: a.contexts,
         format: list_format(a.format),
     }
 }

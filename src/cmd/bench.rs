@@ -18,6 +18,8 @@ pub struct DeflateRequest {
     pub level: u8,
     /// The broadcast cost to this many recipients instead of round trips.
     pub broadcast: Option<usize>,
+    /// What this many connections' own contexts cost instead of round trips.
+    pub contexts: Option<usize>,
     pub format: ListFormat,
 }
 
@@ -35,6 +37,18 @@ pub fn deflate(a: &DeflateRequest) -> Result<Outcome> {
         mem_level: a.mem_level,
         level: a.level,
     };
+    if let Some(n) = a.contexts {
+        if !(1..=10_000_000).contains(&n) {
+            bail!("--contexts {n}: give 1..=10000000 connections");
+        }
+        let row = bench::contexts(n, sizes[0], &settings);
+        let text = match a.format {
+            ListFormat::Json => serde_json::to_string_pretty(&row)? + "\n",
+            ListFormat::Table => report::contexts_table(&row, &settings),
+        };
+        output::emit(None, &text)?;
+        return Ok(Outcome::Ok);
+    }
     let text = match a.broadcast {
         Some(n) => {
             let rows = bench::broadcast(&sizes, n, &settings)?;

@@ -1,7 +1,7 @@
 //! `bench deflate`'s tables for people: round trips beside the seed's figures, or the cost of
 //! one broadcast.
 
-use crate::bench::{BroadcastRow, Row, Settings};
+use crate::bench::{BroadcastRow, ContextsRow, Row, Settings};
 use crate::output;
 
 pub fn round_trip_table(rows: &[Row], a: &Settings) -> String {
@@ -60,5 +60,40 @@ pub fn broadcast_table(rows: &[BroadcastRow], a: &Settings, messages: usize, n: 
         "Broadcasting {messages} distinct ticker messages to {n} recipients with permessage-deflate (window {} bits, memLevel {}, level {}).\n\
          'once' compresses each message one time for everybody (the server's way); 'per_connection' keeps a context per recipient.\n{t}\n",
         a.window_bits, a.mem_level, a.level
+    )
+}
+
+/// What `n` connections' own contexts cost.
+pub fn contexts_table(r: &ContextsRow, a: &Settings) -> String {
+    let mut t = output::new_table();
+    t.set_header(vec![
+        "messages",
+        "us per connection",
+        "page faults per connection",
+        "resident KiB per connection",
+    ]);
+    let opt = |v: Option<f64>, d: usize| match v {
+        Some(v) => format!("{v:.d$}"),
+        None => "-".into(),
+    };
+    for p in &r.passes {
+        t.add_row(vec![
+            p.pass.to_string(),
+            format!("{:.2}", p.us_per_conn),
+            opt(p.faults_per_conn, 1),
+            opt(p.resident_bytes_per_conn.map(|b| b / 1024.0), 1),
+        ]);
+    }
+    format!(
+        "{} connections with their own permessage-deflate contexts (context takeover), window {} bits, memLevel {}, level {}: \
+         a compressor and a decompressor each, {}-byte JSON messages. 'first' creates the contexts (what the first message \
+         of a connection costs), 'again' reuses them (each context cold: the others were touched since). \
+         The server's estimate for these settings is {:.1} KiB per connection.\n{t}\n",
+        r.connections,
+        a.window_bits,
+        a.mem_level,
+        a.level,
+        r.size_bytes,
+        r.estimate_bytes_per_conn as f64 / 1024.0
     )
 }

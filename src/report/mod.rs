@@ -15,7 +15,7 @@ mod table;
 
 pub mod checks_doc;
 
-pub use bench::{broadcast_table, round_trip_table};
+pub use bench::{broadcast_table, contexts_table, round_trip_table};
 pub use journal::{entry_list, restore_preview};
 pub use junit::junit;
 pub use plan::plan_table;
