@@ -215,6 +215,10 @@ pub async fn connect(
         }
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    // Keep only what followed the head (usually nothing): the reader takes a buffer when
+    // bytes arrive.
+    let buf = buf[head_end..n].to_vec();
+    let (head_end, n) = (0, buf.len());
     let status = head.lines().next().unwrap_or("").trim().to_string();
     if !status.starts_with("HTTP/1.1 101") {
         return Err(ConnectError::NotWebSocket(status));
@@ -321,8 +325,12 @@ impl Writer {
     }
 }
 
+/// A reader's buffer while bytes are arriving (it doubles for a larger frame).
+const READ_CHUNK: usize = 4096;
+
 impl Reader {
-    /// The next complete message, ping or close. Cancel-safe: bytes read stay in the buffer.
+    /// The next complete message, ping or close. Cancel-safe: bytes read stay in the buffer
+    /// (the buffer is given back only while empty).
     pub async fn next(&mut self) -> std::io::Result<Incoming> {
         loop {
             if let Some(x) = self.frames.parse()? {
@@ -332,6 +340,32 @@ impl Reader {
             if f.start > 0 && f.start == f.end {
                 f.start = 0;
                 f.end = 0;
+            }
+            if f.end == 0 {
+                // Nothing buffered: a busy connection reads straight on; an idle one gives its
+                // buffer back while it waits, so a held connection costs the generator no
+                // read buffer (4 KiB each was 4 GB at 1,000,000 connections).
+                if !f.buf.is_empty() {
+                    match self.half.try_read(&mut f.buf) {
+                        Ok(0) => return Ok(Incoming::Closed(None)),
+                        Ok(n) => {
+                            f.end = n;
+                            continue;
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e),
+                    }
+                    f.buf = Vec::new();
+                }
+                self.half.readable().await?;
+                f.buf.resize(READ_CHUNK, 0);
+                match self.half.try_read(&mut f.buf) {
+                    Ok(0) => return Ok(Incoming::Closed(None)),
+                    Ok(n) => f.end = n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+                continue;
             }
             if f.end == f.buf.len() {
                 if f.start > 0 {
