@@ -5,7 +5,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 const AFTER_HELP: &str = "\
-Exit codes: 0 nothing failed; 1 only warnings and --strict; 2 a check failed; 3 usage or internal error.
+Exit codes: 0 nothing failed; 1 only warnings and --strict; 2 a check failed; 3 usage or internal error;
+4 a self-test the host was too noisy to judge (NOT PROVEN: steal or other processes' CPU over its limit).
 Documentation: README.md (profiles, the check catalog, the JSON shape, CI preflight).";
 
 #[derive(Debug, Parser)]
@@ -455,6 +456,11 @@ pub struct LoadArgs {
     /// timestamped payload the server must send back as it came.
     #[arg(long, value_name = "TEXT")]
     pub message: Option<String>,
+    /// Judge every measurement as it came, however disturbed the host was: no re-measure and
+    /// no NOT PROVEN for noise (steal and other processes' CPU are still measured and
+    /// reported). For a box known to be shared, where a verdict under noise is wanted anyway.
+    #[arg(long)]
+    pub accept_noise: bool,
     /// Output format for the report on stdout.
     #[arg(long = "format", short = 'f', value_enum, default_value_t = ListFormat::Table, id = "load_format")]
     pub format: ListFormat,

@@ -52,6 +52,17 @@ impl Scenario {
         )
     }
 
+    /// Whether the scenario's verdict rests on timing (latency, rate, work done before a
+    /// deadline), which a host busy with other work distorts: such a scenario is only judged
+    /// on a window quiet enough (see `noise`). idle (holding connections) and echo-sat (no
+    /// target but finishing cleanly) are reported with their disturbance, and judged anyway.
+    pub fn timed(self) -> bool {
+        matches!(
+            self,
+            Scenario::EchoRate | Scenario::Deflate | Scenario::Storm | Scenario::Broadcast
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Scenario::EchoRate => "echo-rate",

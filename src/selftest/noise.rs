@@ -41,6 +41,9 @@ pub struct HostTimes {
     pub steal: f64,
     /// Every field: busy, irq, idle, iowait, steal.
     pub total: f64,
+    /// The host's CPUs (its `cpuN` lines): the host, not this process's affinity, which a
+    /// pinned run narrows to one.
+    pub cpus: usize,
 }
 
 /// Parse /proc/stat's aggregate `cpu` line (None when it is not there).
@@ -55,11 +58,16 @@ pub fn parse_stat(text: &str) -> Option<HostTimes> {
     // user nice system idle iowait irq softirq steal (guest and guest_nice are inside user
     // and nice already).
     let (busy, irq, steal) = (at(0) + at(1) + at(2), at(5) + at(6), at(7));
+    let cpus = text
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count();
     Some(HostTimes {
         busy,
         irq,
         steal,
         total: busy + at(3) + at(4) + irq + steal,
+        cpus,
     })
 }
 
@@ -143,9 +151,13 @@ pub struct Ours<'a> {
     pub server_known: bool,
 }
 
-/// The disturbance between two samples of the same window.
+/// The disturbance between two samples of the same window; `cores` where /proc/stat does not
+/// say how many the host has.
 pub fn between(a: &Sample, b: &Sample, ours: &Ours, cores: usize, hz: f64) -> Disturbance {
     let secs = b.at.saturating_duration_since(a.at).as_secs_f64();
+    let cores = b
+        .host
+        .map_or(cores, |h| if h.cpus > 0 { h.cpus } else { cores });
     let (mut steal_pct, mut other, mut kthreads, mut not_measured) = (None, None, None, None);
     if let (Some(h0), Some(h1)) = (a.host, b.host) {
         let total = h1.total - h0.total;
@@ -236,7 +248,8 @@ mod tests {
                 busy: 1500.0,
                 irq: 30.0,
                 steal: 10.0,
-                total: 1500.0 + 5000.0 + 20.0 + 30.0 + 10.0
+                total: 1500.0 + 5000.0 + 20.0 + 30.0 + 10.0,
+                cpus: 1,
             }
         );
         assert!(parse_stat("intr 1 2 3\n").is_none());
@@ -271,6 +284,7 @@ mod tests {
                     irq: 0.0,
                     steal,
                     total: 200.0,
+                    cpus: 2,
                 }),
                 procs: procs(1.0),
             },
