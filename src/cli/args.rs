@@ -44,7 +44,8 @@ pub enum Command {
     /// Run the embedded WebSocket server with the profile's settings (every one overridable).
     Serve(ServeArgs),
     /// Load-test a WebSocket server: open-loop echo latency, saturation, idle memory, connect
-    /// storms, broadcast fan-out, compression; a verdict against the profile (0 pass, 2 miss).
+    /// storms, broadcast fan-out, compression; a verdict against the profile (0 pass, 2 miss, 4
+    /// NOT PROVEN: the host was too noisy to judge).
     Selftest(SelftestArgs),
     /// Worker-pool sizes from blocking/CPU times: given, measured on a handler, or by experiment.
     #[command(
@@ -385,7 +386,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "redis://HOST:PORT[/DB]")]
     pub cluster: Option<String>,
     /// Run `check`, start the server with these settings, load-test it with the profile's
-    /// workload sized to this host, print one report and exit with the verdict (0 pass, 2 miss).
+    /// workload sized to this host, print one report and exit with the verdict (0 pass, 2 miss,
+    /// 4 NOT PROVEN: the host was too noisy to judge the load).
     #[arg(long)]
     pub self_test: bool,
     /// Self-test your own server instead of the built-in echo: wstune starts "PROGRAM ARGS"
