@@ -15,6 +15,9 @@ pub enum Outcome {
     Warnings,
     /// At least one check failed, or a load test missed its targets or stopped partway.
     Failed,
+    /// A load test that could not be judged: the host was too noisy to stand behind a pass or
+    /// a miss (and nothing else failed).
+    Inconclusive,
 }
 
 impl Outcome {

@@ -36,8 +36,9 @@ fn ms(v: &Value, field: &str, p: &str) -> f64 {
 fn echo_rate_reports_service_latency_beside_the_scheduled_one() {
     let s = serve(&["--profile", "10k"]);
     let o = echo_rate(s.port, "json");
-    // Exit 2 is a missed p99 target on a busy machine: not what this test is about.
-    assert!(matches!(o.status.code(), Some(0 | 2)), "{o:?}");
+    // Exit 2 is a missed p99 target on a busy machine, 4 a machine too noisy to judge: not
+    // what this test is about.
+    assert!(matches!(o.status.code(), Some(0 | 2 | 4)), "{o:?}");
     let v = json_of(&o);
     let sc = &v["scenarios"][0];
     let service = &sc["service_latency_ms"];

@@ -205,3 +205,24 @@ fn a_server_that_stops_reading_is_charged_every_message_that_fell_due() {
     let p50 = s["latency_ms"]["p50"].as_f64().unwrap();
     assert!(p50 > 1000.0, "scheduled p50 {p50} ms: {s:#}");
 }
+
+#[test]
+fn sends_are_spread_within_the_millisecond_and_the_report_says_so() {
+    // 200 connections x 20 msgs/s: one send every 250 us in all. On tokio's 1 ms timer they
+    // left four at a time (gaps 0, 0, 0, 1000 us: a coefficient of variation of 1.7); each
+    // connection on its own schedule, they leave one by one (0 when exact, 1 for Poisson).
+    let (conns, rate) = (200, 20);
+    let (port, _) = silent_server(conns, true);
+    let s = echo_rate(port, conns, rate, 100);
+    let a = &s["arrivals"];
+    assert_eq!(a["model"], "even", "{s:#}");
+    let cv = a["gap_cv"].as_f64().unwrap();
+    let gap = a["gap_mean_us"].as_f64().unwrap();
+    assert!((200.0..320.0).contains(&gap), "mean gap {gap} us: {a:#}");
+    if cfg!(target_os = "linux") {
+        assert_eq!(a["timer_resolution_us"], 1, "{a:#}");
+        assert!(cv < 1.2, "gaps between sends: CV {cv}: {a:#}");
+    }
+    let per_ms = a["sends_per_ms_mean"].as_f64().unwrap();
+    assert!((3.0..5.0).contains(&per_ms), "{a:#}");
+}

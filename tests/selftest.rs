@@ -31,9 +31,14 @@ fn serve_self_test_runs_every_scenario_and_reports_them() {
     let r = json_of(&o);
     let code = o.status.code().unwrap();
     let pass = r["verdict"]["pass"].as_bool().unwrap();
+    let noisy = r["verdict"]["inconclusive"].as_bool().unwrap();
     assert_eq!(
         code,
-        if pass { 0 } else { 2 },
+        match (pass, noisy) {
+            (true, _) => 0,
+            (false, true) => 4,
+            (false, false) => 2,
+        },
         "exit code follows the verdict: {r:#}"
     );
     assert_eq!(r["schema_version"], 1);
@@ -328,4 +333,70 @@ fn bad_input_and_low_limits_are_refused_before_anything_starts() {
     let o = run(&["serve", "--conns", "10"]);
     assert_eq!(o.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&o.stderr).contains("add --self-test"));
+}
+
+/// A CPU hog beside the server: the self-test measures it, does not say PASS (or MISS), says
+/// why, re-measures once, and exits 4. The hog is one busy shell loop, unpinned, so it gets a
+/// core of its own on any host with two or more (half a core is the limit at most).
+#[test]
+fn a_cpu_hog_on_the_box_makes_the_verdict_not_proven() {
+    if !cfg!(target_os = "linux") {
+        return;
+    }
+    let srv = serve(&["--profile", "10k"]);
+    let mut hog = Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    let url = format!("ws://127.0.0.1:{}/", srv.port);
+    let pid = srv.pid().to_string();
+    let started = Instant::now();
+    let o = run(&[
+        "selftest",
+        "--url",
+        &url,
+        "--pid",
+        &pid,
+        "--profile",
+        "10k",
+        "--scenario",
+        "echo-rate",
+        "--conns",
+        "20",
+        "--rate",
+        "5",
+        "--secs",
+        "2",
+        "--warmup",
+        "0",
+        "--format",
+        "json",
+    ]);
+    let _ = hog.kill();
+    let _ = hog.wait();
+    assert!(started.elapsed() < Duration::from_secs(60), "bounded");
+    let r = json_of(&o);
+    let s = &r["scenarios"][0];
+    let d = &s["disturbance"];
+    assert_eq!(d["too_noisy"], true, "{s:#}");
+    assert!(d["other_cpu_pct"].as_f64().unwrap() >= 50.0, "{d:#}");
+    assert!(
+        d["why"].as_str().unwrap().contains("other processes"),
+        "{d:#}"
+    );
+    // Measured twice: the first (noisy) measurement is kept for the spread.
+    assert_eq!(s["attempts"].as_array().map(|a| a.len()), Some(1), "{s:#}");
+    let v = &r["verdict"];
+    assert_eq!(v["pass"], false, "{v:#}");
+    assert_eq!(v["too_noisy"], true, "{v:#}");
+    assert!(
+        v["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("NOT PROVEN: load: NOT PROVEN"),
+        "{v:#}"
+    );
+    assert_eq!(o.status.code(), Some(4), "{v:#}");
+    // The generator's sends were measured too.
+    assert!(s["arrivals"]["gap_cv"].as_f64().is_some(), "{s:#}");
 }

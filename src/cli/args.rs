@@ -5,7 +5,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 const AFTER_HELP: &str = "\
-Exit codes: 0 nothing failed; 1 only warnings and --strict; 2 a check failed; 3 usage or internal error.
+Exit codes: 0 nothing failed; 1 only warnings and --strict; 2 a check failed; 3 usage or internal error;
+4 a self-test the host was too noisy to judge (NOT PROVEN: steal or other processes' CPU over its limit).
 Documentation: README.md (profiles, the check catalog, the JSON shape, CI preflight).";
 
 #[derive(Debug, Parser)]
@@ -43,7 +44,8 @@ pub enum Command {
     /// Run the embedded WebSocket server with the profile's settings (every one overridable).
     Serve(ServeArgs),
     /// Load-test a WebSocket server: open-loop echo latency, saturation, idle memory, connect
-    /// storms, broadcast fan-out, compression; a verdict against the profile (0 pass, 2 miss).
+    /// storms, broadcast fan-out, compression; a verdict against the profile (0 pass, 2 miss, 4
+    /// NOT PROVEN: the host was too noisy to judge).
     Selftest(SelftestArgs),
     /// Worker-pool sizes from blocking/CPU times: given, measured on a handler, or by experiment.
     #[command(
@@ -384,7 +386,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "redis://HOST:PORT[/DB]")]
     pub cluster: Option<String>,
     /// Run `check`, start the server with these settings, load-test it with the profile's
-    /// workload sized to this host, print one report and exit with the verdict (0 pass, 2 miss).
+    /// workload sized to this host, print one report and exit with the verdict (0 pass, 2 miss,
+    /// 4 NOT PROVEN: the host was too noisy to judge the load).
     #[arg(long)]
     pub self_test: bool,
     /// Self-test your own server instead of the built-in echo: wstune starts "PROGRAM ARGS"
@@ -456,6 +459,11 @@ pub struct LoadArgs {
     /// timestamped payload the server must send back as it came.
     #[arg(long, value_name = "TEXT")]
     pub message: Option<String>,
+    /// Judge every measurement as it came, however disturbed the host was: no re-measure and
+    /// no NOT PROVEN for noise (steal and other processes' CPU are still measured and
+    /// reported). For a box known to be shared, where a verdict under noise is wanted anyway.
+    #[arg(long)]
+    pub accept_noise: bool,
     /// Output format for the report on stdout.
     #[arg(long = "format", short = 'f', value_enum, default_value_t = ListFormat::Table, id = "load_format")]
     pub format: ListFormat,

@@ -23,6 +23,9 @@ pub mod exit {
     pub const FAIL: u8 = 2;
     /// Usage or internal error: the report could not be made.
     pub const ERROR: u8 = 3;
+    /// A self-test that would have been judged, but its host was too noisy to stand behind
+    /// either a PASS or a MISS.
+    pub const NOT_PROVEN_NOISY: u8 = 4;
 }
 
 pub fn main() -> ExitCode {
@@ -61,6 +64,7 @@ fn code(o: Outcome) -> u8 {
         Outcome::Ok => exit::OK,
         Outcome::Warnings => exit::WARN,
         Outcome::Failed => exit::FAIL,
+        Outcome::Inconclusive => exit::NOT_PROVEN_NOISY,
     }
 }
 
@@ -99,6 +103,7 @@ mod tests {
         assert_eq!(code(Outcome::Warnings), 1);
         assert_eq!(code(Outcome::Failed), 2);
         assert_eq!(exit::ERROR, 3);
+        assert_eq!(code(Outcome::Inconclusive), 4);
     }
 
     /// The engine's shape, kept: only `cli` (and main.rs, through `cli::main`) knows clap's

@@ -430,6 +430,7 @@ fn load(l: &LoadArgs) -> Load {
         ramp: l.ramp,
         storm_concurrency: l.storm_concurrency,
         message: l.message.clone(),
+        accept_noise: l.accept_noise,
         format: list_format(l.format),
         report: l.report.clone(),
     }

@@ -29,6 +29,8 @@ pub struct Load {
     pub storm_concurrency: usize,
     /// `--message`: the request a user's server answers (see `WorkerSpec::request`).
     pub message: Option<String>,
+    /// Judge every window as measured, however noisy (no re-measure, no NOT PROVEN for noise).
+    pub accept_noise: bool,
     /// The report on stdout.
     pub format: ListFormat,
     /// Also an HTML page here.
@@ -51,6 +53,8 @@ impl Load {
 /// A run, sized and validated, before anything starts.
 pub struct Plan {
     pub opts: Options,
+    /// Judge every window as measured (`--accept-noise`).
+    pub accept_noise: bool,
     pub scenarios: Vec<Scenario>,
     pub targets: Targets,
     pub scaled_down: Vec<String>,
@@ -94,6 +98,10 @@ pub struct Defaults {
     /// paced to what they deliver. None: `--rounds` or 10, as asked.
     pub budget_cores: Option<usize>,
 }
+
+/// The open-loop sends per second one generator process is given before the load is spread
+/// over another (when `--generators` does not say).
+const SENDS_PER_GENERATOR: f64 = 12_000.0;
 
 /// Broadcast rounds when neither the flag nor the CPU budget says otherwise.
 const DEFAULT_ROUNDS: usize = 10;
@@ -159,6 +167,17 @@ pub fn plan(
     // limit first); ports per loopback source from the ephemeral range.
     let (soft, _hard) = crate::host::raise_nofile();
     let workers = limits::workers_for(conns, soft, load.generators).map_err(anyhow::Error::msg)?;
+    // Each send is a wake-up of its own (independent arrivals), so one generator process keeps
+    // its schedule up to ~15,000 sends/s (77 % of a core on the development VM) and pauses for
+    // milliseconds near 25,000/s (93 %): past SENDS_PER_GENERATOR the open-loop load is spread
+    // over more processes, as many as the cores this process may run on.
+    let workers = if load.generators == 0 {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let by_rate = (conns as f64 * rate / SENDS_PER_GENERATOR).ceil() as usize;
+        workers.max(by_rate.min(cores).min(conns))
+    } else {
+        workers
+    };
     // Ports for twice the count: the previous scenario's connections are still closing
     // (FIN_WAIT, TIME_WAIT) while the next one opens its own, and 100k of them take seconds
     // to go; sized for one scenario, the second one met EADDRNOTAVAIL at ~99.6%.
@@ -193,6 +212,7 @@ pub fn plan(
         (a, b) => a.or(b),
     };
     Ok(Plan {
+        accept_noise: load.accept_noise,
         url: target_url(&target),
         opts: Options {
             target,
@@ -251,6 +271,20 @@ pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
             _ => p.opts.clone(),
         };
         match run_scenario(&opts, s).await {
+            Ok(r) if needs_remeasure(&r, p.accept_noise) => {
+                // Too noisy to judge: measured once more, after the host had a moment. The
+                // last measurement is the one judged; the first stays in `attempts`, so the
+                // run-to-run spread is in the report.
+                settle(&p.opts).await;
+                let first = r;
+                match run_scenario(&opts, s).await {
+                    Ok(mut again) => {
+                        again.attempts.push(attempt(&first, &p.targets));
+                        done.push(again);
+                    }
+                    Err(_) => done.push(first),
+                }
+            }
             Ok(r) => done.push(r),
             Err(e) => {
                 error = Some(e.context(format!("scenario {}", s.name())));
@@ -258,7 +292,7 @@ pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
             }
         }
     }
-    let verdict = report::verdict(&done, &p.targets);
+    let verdict = report::verdict(&done, &p.targets, p.accept_noise);
     let report = Report {
         schema_version: report::SCHEMA_VERSION,
         url: p.url.clone(),
@@ -276,6 +310,33 @@ pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
         verdict,
     };
     (report, error)
+}
+
+/// A timed scenario whose window was too noisy to judge is measured once more (never more:
+/// a host that stays busy gets NOT PROVEN, and the run stays bounded).
+fn needs_remeasure(r: &crate::selftest::ScenarioReport, accept_noise: bool) -> bool {
+    !accept_noise
+        && r.scenario.timed()
+        && r.incomplete.is_none()
+        && r.disturbance.as_ref().is_some_and(|d| d.too_noisy)
+}
+
+/// The figures of a measurement that was repeated, for the report's run-to-run spread.
+fn attempt(r: &crate::selftest::ScenarioReport, t: &Targets) -> crate::selftest::Attempt {
+    let judged = report::verdict(std::slice::from_ref(r), t, true);
+    crate::selftest::Attempt {
+        p99_ms: r.latency_ms.p99,
+        service_p99_ms: r.service_latency_ms.as_ref().map(|l| l.p99),
+        achieved_rate: r.achieved_rate,
+        server_cpu_pct: r.server.as_ref().map(|s| s.cpu_pct),
+        disturbance: r.disturbance.clone(),
+        missed: judged
+            .checks
+            .iter()
+            .filter(|c| !c.ok)
+            .map(|c| c.what.clone())
+            .collect(),
+    }
 }
 
 /// Wait (at most 20 s) until the previous scenario's sockets are mostly gone and the server is
@@ -328,6 +389,8 @@ pub fn finish(report: &Report, error: Option<anyhow::Error>, load: &Load) -> Res
     }
     Ok(if report.verdict.pass {
         Outcome::Ok
+    } else if report.verdict.inconclusive {
+        Outcome::Inconclusive
     } else {
         Outcome::Failed
     })

@@ -16,6 +16,8 @@ pub mod paths {
     pub const CPUINFO: &str = "/proc/cpuinfo";
     pub const INTERRUPTS: &str = "/proc/interrupts";
     pub const SOCKSTAT: &str = "/proc/net/sockstat";
+    /// The whole host's CPU time by kind (user, system, idle, steal, ...), in USER_HZ ticks.
+    pub const STAT: &str = "/proc/stat";
     pub const NETSTAT: &str = "/proc/net/netstat";
     pub const SNMP: &str = "/proc/net/snmp";
     pub const OSRELEASE: &str = "/proc/sys/kernel/osrelease";

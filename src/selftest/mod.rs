@@ -6,9 +6,11 @@
 //! server's CPU and memory from /proc, and hands a [`ScenarioReport`] per scenario to
 //! [`report`] for the table, JSON, HTML and the verdict.
 
+pub mod arrivals;
 pub mod client;
 pub mod command;
 pub mod limits;
+pub mod noise;
 pub mod report;
 pub mod server;
 pub mod worker;
@@ -47,6 +49,17 @@ impl Scenario {
         matches!(
             self,
             Scenario::EchoRate | Scenario::Deflate | Scenario::EchoSat
+        )
+    }
+
+    /// Whether the scenario's verdict rests on timing (latency, rate, work done before a
+    /// deadline), which a host busy with other work distorts: such a scenario is only judged
+    /// on a window quiet enough (see `noise`). idle (holding connections) and echo-sat (no
+    /// target but finishing cleanly) are reported with their disturbance, and judged anyway.
+    pub fn timed(self) -> bool {
+        matches!(
+            self,
+            Scenario::EchoRate | Scenario::Deflate | Scenario::Storm | Scenario::Broadcast
         )
     }
 
@@ -94,9 +107,28 @@ pub struct WorkerSpec {
     /// yet answered (replies come in order on one connection).
     #[serde(default)]
     pub request: Option<String>,
+    /// echo-rate and deflate: where this worker's connections sit in the run's send schedule.
+    /// Connection `j` of worker `phase_slot` is slot `j * phase_stride + phase_slot` of
+    /// `phase_total`, and sends at that fraction of each period, so the workers' schedules
+    /// interleave and the run's sends are spread evenly over the period (0: this worker alone).
+    #[serde(default)]
+    pub phase_slot: usize,
+    #[serde(default)]
+    pub phase_stride: usize,
+    #[serde(default)]
+    pub phase_total: usize,
 }
 
 impl WorkerSpec {
+    /// Connection `j`'s place in one period of the run's schedule, in [0, 1).
+    pub fn phase(&self, j: usize) -> f64 {
+        if self.phase_total > 0 && self.phase_stride > 0 {
+            ((j * self.phase_stride + self.phase_slot) as f64 / self.phase_total as f64).min(1.0)
+        } else {
+            j as f64 / self.conns.max(1) as f64
+        }
+    }
+
     pub fn source(&self, i: usize) -> Option<IpAddr> {
         (!self.sources.is_empty())
             .then(|| self.sources[(self.source_offset + i) % self.sources.len()])
@@ -119,7 +151,7 @@ pub enum Event {
         sent: u64,
         received: u64,
     },
-    Done(WorkerResult),
+    Done(Box<WorkerResult>),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -143,6 +175,9 @@ pub struct WorkerResult {
     /// The worker's peak resident memory (VmHWM), bytes; None where /proc is unreadable.
     #[serde(default)]
     pub peak_rss_bytes: Option<u64>,
+    /// echo-rate / deflate: how spread out this process's sends left (None elsewhere).
+    #[serde(default)]
+    pub arrivals: Option<arrivals::ArrivalStats>,
 }
 
 /// Everything a run needs; built by `engine::selftest::plan` (for `selftest` and `serve --self-test`).
@@ -350,6 +385,9 @@ pub struct ScenarioReport {
     /// stall shows in both.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_latency_ms: Option<Latency>,
+    /// echo-rate / deflate: how the sends were scheduled and how spread out they left.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<arrivals::Arrivals>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<ProcFigures>,
     pub generator: ProcFigures,
@@ -369,11 +407,34 @@ pub struct ScenarioReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub broadcast_rounds: Option<usize>,
     pub timeline: Vec<TimelinePoint>,
+    /// How disturbed the measured window was: steal, other processes' CPU (None: the window
+    /// was not sampled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disturbance: Option<noise::Disturbance>,
+    /// Earlier measurements of this scenario, when a window too noisy to judge was measured
+    /// again; this report is the last one. The spread between them is the run-to-run spread.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<Attempt>,
     /// Why the run stopped short (a worker died, the server went away); the figures are partial.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub incomplete: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+}
+
+/// One earlier measurement of a scenario that was measured again.
+#[derive(Debug, Clone, Serialize)]
+pub struct Attempt {
+    pub p99_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_p99_ms: Option<f64>,
+    pub achieved_rate: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cpu_pct: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disturbance: Option<noise::Disturbance>,
+    /// The checks this measurement missed (empty: it passed).
+    pub missed: Vec<String>,
 }
 
 /// The server's CPU time and RSS: its process, or its whole process tree.
@@ -504,7 +565,10 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
         let o = o.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
-            server_sample(&o, scenario).map(|s| (s, Instant::now()))
+            (
+                server_sample(&o, scenario).map(|s| (s, Instant::now())),
+                noise::sample(),
+            )
         })
     };
     let t0 = Instant::now();
@@ -518,7 +582,8 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     } else {
         None
     };
-    let (mut incomplete, server_end) = run_phase(&mut procs, o, scenario, warmup, t0).await;
+    let (mut incomplete, server_end, noise_end) =
+        run_phase(&mut procs, o, scenario, warmup, t0).await;
     if let Some(p) = publisher {
         let _ = p.await;
     }
@@ -567,7 +632,14 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     } else {
         elapsed.max(wall)
     };
-    let server0 = server0.await.ok().flatten();
+    let (server0, noise0) = match server0.await {
+        Ok((s, n)) => (s, Some(n)),
+        Err(_) => (None, None),
+    };
+    let disturbance = match (noise0, noise_end) {
+        (Some(a), Some(b)) => Some(disturbance_of(o, target, &a, &b)),
+        _ => None,
+    };
     let server = match (server0, server_end) {
         (Some(((c0, _), from)), Some(((c1, rss1), to))) => {
             let secs = to.duration_since(from).as_secs_f64().max(0.001);
@@ -634,6 +706,13 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
         close_codes,
         latency_ms: latency(&hist),
         service_latency_ms: echo_like.then(|| latency(&service)),
+        arrivals: echo_like
+            .then(|| {
+                let each: Vec<_> = results.iter().filter_map(|r| r.arrivals.as_ref()).collect();
+                arrivals::ArrivalStats::merge(&each)
+            })
+            .flatten()
+            .map(|a| a.summary("even", crate::host::timer::RESOLUTION_US)),
         echoes_per_server_cpu_sec: match (&server, scenario) {
             (Some(s), Scenario::EchoSat) if s.cpu_secs > 0.0 => Some(received as f64 / s.cpu_secs),
             _ => None,
@@ -652,9 +731,42 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
         broadcast_last_ms: (scenario == Scenario::Broadcast).then(|| latency(&round_hist)),
         broadcast_rounds: (scenario == Scenario::Broadcast).then_some(o.rounds),
         timeline,
+        disturbance,
+        attempts: Vec::new(),
         incomplete,
         first_error,
     })
+}
+
+/// How disturbed the window between `a` and `b` was: this process, the servers measured by pid
+/// and everything below them are the run's own; every other process's CPU is noise.
+fn disturbance_of(
+    o: &Options,
+    target: &Target,
+    a: &noise::Sample,
+    b: &noise::Sample,
+) -> noise::Disturbance {
+    let roots: Vec<u32> = [
+        Some(std::process::id()),
+        o.server_pid,
+        o.broadcast_server_pid,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    // A server on another host does not share this one's CPU with anything here.
+    let server_known = o.server_pid.is_some() || !target.addr.ip().is_loopback();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    noise::between(
+        a,
+        b,
+        &noise::Ours {
+            roots: &roots,
+            server_known,
+        },
+        cores,
+        crate::host::process::ticks_per_second(),
+    )
 }
 
 pub fn target_url(t: &Target) -> String {
@@ -707,6 +819,9 @@ fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec
                 .request
                 .clone()
                 .filter(|_| scenario != Scenario::Broadcast),
+            phase_slot: w,
+            phase_stride: workers,
+            phase_total: o.conns,
         };
         assigned += n;
         let mut cmd = tokio::process::Command::new(&exe);
@@ -853,7 +968,11 @@ async fn run_phase(
     scenario: Scenario,
     warmup: f64,
     t0: Instant,
-) -> (Option<String>, Option<((f64, u64), Instant)>) {
+) -> (
+    Option<String>,
+    Option<((f64, u64), Instant)>,
+    Option<noise::Sample>,
+) {
     let pb = progress_bar(o.secs.ceil() as u64, scenario.name());
     let run_deadline = tokio::time::Instant::now()
         + Duration::from_secs_f64(if scenario == Scenario::Storm {
@@ -870,6 +989,7 @@ async fn run_phase(
         });
     let mut incomplete: Option<String> = None;
     let mut server_end = None;
+    let mut noise_end = None;
     // Scenarios measured over a fixed window read the server when the window ends, before the
     // generator closes its connections: at 100k the close handshakes cost the server more CPU
     // than a minute of idling, and counting them made "idle" look busy (27 % instead of under
@@ -879,7 +999,10 @@ async fn run_phase(
         let at = t0 + Duration::from_secs_f64(warmup + o.secs);
         tokio::spawn(async move {
             tokio::time::sleep_until(at.into()).await;
-            server_sample(&o, scenario).map(|s| (s, Instant::now()))
+            (
+                server_sample(&o, scenario).map(|s| (s, Instant::now())),
+                noise::sample(),
+            )
         })
     });
     {
@@ -909,10 +1032,11 @@ async fn run_phase(
                         next.push(i);
                     }
                     Ok(Event::Done(r)) => {
-                        if server_end.is_none() {
+                        if noise_end.is_none() {
                             server_end = server_sample(o, scenario).map(|s| (s, Instant::now()));
+                            noise_end = Some(noise::sample());
                         }
-                        p.result = Some(r);
+                        p.result = Some(*r);
                     }
                     _ => next.push(i),
                 }
@@ -932,13 +1056,16 @@ async fn run_phase(
         // The load stopped early: no window to wait out (a --secs 3600 run would idle here).
         h.abort();
     }
-    if let Some(Ok(Some(at_end))) = match window_end {
+    if let Some(Ok((at_end, n))) = match window_end {
         Some(h) => Some(h.await),
         None => None,
     } {
-        server_end = Some(at_end);
+        if at_end.is_some() {
+            server_end = at_end;
+        }
+        noise_end = Some(n);
     }
-    (incomplete, server_end)
+    (incomplete, server_end, noise_end)
 }
 
 /// The workers' results added up.

@@ -117,6 +117,15 @@ pub struct Check {
     pub what: String,
     pub ok: bool,
     pub detail: String,
+    /// The check counts toward the verdict: false when it rests on timing and its window was
+    /// too noisy to judge (its result is still shown, never dropped).
+    pub judged: bool,
+}
+
+/// Checks a busy host cannot produce: a server that closed connections did so whatever else
+/// ran. They are judged on any window.
+fn noise_proof(what: &str) -> bool {
+    what == "no server closes"
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -133,6 +142,15 @@ pub struct Verdict {
     pub full_size: bool,
     /// One line: which part passed, which failed, at how many connections.
     pub summary: String,
+    /// The load could not be judged: a scenario's measurement was too noisy (also after one
+    /// re-measure) and no judged check missed. Never a PASS, never a MISS.
+    pub too_noisy: bool,
+    /// What was too noisy, where ("other processes 98 % of a core in echo-rate").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub noise: Option<String>,
+    /// The run would have been judged but for the noise (`too_noisy`, and nothing else
+    /// failed): exit code 4, NOT PROVEN.
+    pub inconclusive: bool,
     pub checks: Vec<Check>,
 }
 
@@ -178,15 +196,33 @@ pub struct Report {
 /// Judge the scenarios against the targets. Every scenario must finish without errors or
 /// server-side closes; the echo-rate ones must also deliver 95% of the offered rate within
 /// the profile's p99; broadcast must reach every subscriber in every round.
-pub fn verdict(scenarios: &[ScenarioReport], t: &Targets) -> Verdict {
+///
+/// A timed scenario (`Scenario::timed`) whose window was too noisy is not judged (unless
+/// `accept_noise`): its checks are shown but decide nothing, except the noise-proof ones.
+/// The load then passes only if every judged check passed and nothing went unjudged; it
+/// misses if any judged check missed; otherwise it is too noisy to tell.
+pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, accept_noise: bool) -> Verdict {
     let mut checks = Vec::new();
+    let mut noisy = Vec::new();
     for s in scenarios {
+        let quiet = accept_noise
+            || !s.scenario.timed()
+            || !s.disturbance.as_ref().is_some_and(|d| d.too_noisy);
+        if !quiet {
+            let why = s
+                .disturbance
+                .as_ref()
+                .and_then(|d| d.why.clone())
+                .unwrap_or_default();
+            noisy.push(format!("{why} in {}", s.scenario.name()));
+        }
         let mut add = |what: &str, ok: bool, detail: String| {
             checks.push(Check {
                 scenario: s.scenario,
                 what: what.to_string(),
                 ok,
                 detail,
+                judged: quiet || noise_proof(what),
             })
         };
         add(
@@ -246,13 +282,18 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets) -> Verdict {
             _ => {}
         }
     }
-    let load_pass = !checks.is_empty() && checks.iter().all(|c| c.ok);
+    let judged_miss = checks.iter().any(|c| c.judged && !c.ok);
+    let too_noisy = !noisy.is_empty() && !judged_miss;
+    let load_pass = !checks.is_empty() && !judged_miss && noisy.is_empty();
     Verdict {
         pass: load_pass,
         load_pass,
         host_pass: None,
         full_size: false,
         summary: String::new(),
+        too_noisy,
+        noise: (!noisy.is_empty()).then(|| noisy.join("; ")),
+        inconclusive: false,
         checks,
     }
 }
@@ -286,9 +327,19 @@ pub fn combine(r: &mut Report, host_required: bool) {
         .min()
         .unwrap_or(r.conns);
     v.full_size = smallest >= want;
+    let noise = match (&v.noise, v.too_noisy) {
+        (Some(n), true) => format!(", host too noisy to judge it ({n})"),
+        _ => String::new(),
+    };
     let load = format!(
-        "load: {} at {}",
-        if v.load_pass { "PASS" } else { "MISS" },
+        "load: {} at {}{noise}",
+        if v.load_pass {
+            "PASS"
+        } else if v.too_noisy {
+            "NOT PROVEN"
+        } else {
+            "MISS"
+        },
         if v.full_size {
             format!("{} connections", count(r.conns))
         } else if r.conns >= want {
@@ -320,7 +371,15 @@ pub fn combine(r: &mut Report, host_required: bool) {
     );
     if !host_required {
         v.pass = v.load_pass;
-        v.summary = format!("{}: {load}", if v.pass { "PASS" } else { "MISS" });
+        v.inconclusive = v.too_noisy;
+        let word = if v.pass {
+            "PASS"
+        } else if v.too_noisy {
+            "NOT PROVEN"
+        } else {
+            "MISS"
+        };
+        v.summary = format!("{word}: {load}");
         return;
     }
     let host_ok = r.host_check.as_ref().is_some_and(|h| h.failed.is_empty());
@@ -336,10 +395,13 @@ pub fn combine(r: &mut Report, host_required: bool) {
         None => "host: NOT CHECKED (the host could not be read)".into(),
     };
     v.pass = v.load_pass && host_ok && v.full_size;
+    // Exit 4 means exactly: this would have been judged, but the host was too noisy.
+    v.inconclusive = v.too_noisy && host_ok && v.full_size;
     let word = if v.pass {
         "PASS"
-    } else if v.load_pass && host_ok {
-        // Everything that ran passed, but not at the profile's size.
+    } else if (v.load_pass || v.too_noisy) && host_ok {
+        // Everything that ran passed but not at the profile's size, or the host was too
+        // noisy to judge the load.
         "NOT PROVEN"
     } else {
         "MISS"
@@ -500,13 +562,21 @@ pub fn table(r: &Report) -> String {
     if let Some(m) = &r.memory {
         out.push_str(&memory_lines(m, r.program.is_some()));
     }
+    for s in &r.scenarios {
+        out.push_str(&disturbance_lines(s));
+    }
     for c in &r.verdict.checks {
         if !c.ok {
             out.push_str(&format!(
-                "MISS {} {}: {}\n",
+                "MISS {} {}: {}{}\n",
                 c.scenario.name(),
                 c.what,
-                c.detail
+                c.detail,
+                if c.judged {
+                    ""
+                } else {
+                    " (not judged: the host was too noisy)"
+                }
             ));
         }
     }
@@ -515,6 +585,57 @@ pub fn table(r: &Report) -> String {
         r.targets.profile, r.targets.p99_ms
     ));
     out.push_str(&format!("verdict: {}\n", r.verdict.summary));
+    out
+}
+
+/// Per scenario: the disturbance of its window, how spread out its sends were, and what an
+/// earlier, noisier measurement said.
+fn disturbance_lines(s: &ScenarioReport) -> String {
+    let mut out = String::new();
+    if let Some(d) = &s.disturbance {
+        out.push_str(&format!(
+            "disturbance {}: {}{}\n",
+            s.scenario.name(),
+            d.line(),
+            match &d.why {
+                Some(w) if s.scenario.timed() => format!(" -- TOO NOISY to judge ({w})"),
+                Some(w) => format!(" -- noisy ({w}; not a timing verdict, judged anyway)"),
+                None => String::new(),
+            }
+        ));
+    }
+    for (i, a) in s.attempts.iter().enumerate() {
+        out.push_str(&format!(
+            "  measured {} time{} before: p99 {} ms, server CPU {}, {}{}\n",
+            i + 1,
+            if i == 0 { "" } else { "s" },
+            num(a.p99_ms),
+            a.server_cpu_pct
+                .map(|c| format!("{c:.0}%"))
+                .unwrap_or_else(|| "-".into()),
+            a.disturbance
+                .as_ref()
+                .map(|d| d.line())
+                .unwrap_or_else(|| "disturbance not measured".into()),
+            if a.missed.is_empty() {
+                "; passed".to_string()
+            } else {
+                format!("; missed {}", a.missed.join(", "))
+            }
+        ));
+    }
+    if let Some(a) = &s.arrivals {
+        out.push_str(&format!(
+            "arrivals {}: each connection on its own schedule, phases even; per generator \
+             process: gap {:.0} us, CV {:.2}, sends per 1 ms p50 {} / p99 {} / max {}\n",
+            s.scenario.name(),
+            a.gap_mean_us,
+            a.gap_cv,
+            a.sends_per_ms_p50,
+            a.sends_per_ms_p99,
+            a.sends_per_ms_max
+        ));
+    }
     out
 }
 
@@ -723,7 +844,13 @@ pub fn html(r: &Report) -> String {
          <h1>wstune self-test: <span class=\"{}\">{}</span></h1><p>{}</p><p>{} &middot; {} cores &middot; profile {} (p99 target {} ms)</p>\
          {}{}<h2>Figures</h2><pre>{}</pre><h2>Report (JSON)</h2><pre>{}</pre></body></html>\n",
         if r.verdict.pass { "pass" } else { "miss" },
-        if r.verdict.pass { "PASS" } else { "MISS" },
+        if r.verdict.pass {
+            "PASS"
+        } else if r.verdict.too_noisy {
+            "NOT PROVEN"
+        } else {
+            "MISS"
+        },
         esc(&r.verdict.summary),
         esc(&r.url),
         r.cores,
@@ -734,4 +861,244 @@ pub fn html(r: &Report) -> String {
         esc(&table(r)),
         esc(&json)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::selftest::noise::Disturbance;
+    use crate::selftest::{Latency, ScenarioReport};
+
+    fn targets() -> Targets {
+        Targets {
+            profile: "10k".into(),
+            connections: 200,
+            p99_ms: 5.0,
+            rate_per_client: 10.0,
+            payload_bytes: 100,
+            estimate: MemoryEstimate {
+                server_bytes_per_conn: 0,
+                kernel_bytes_per_socket: 0,
+                bytes_per_conn: 0,
+            },
+        }
+    }
+
+    fn disturbance(other_pct: f64) -> Disturbance {
+        let (too_noisy, why) = crate::selftest::noise::judge(Some(0.0), Some(other_pct), 2);
+        Disturbance {
+            secs: 5.0,
+            host_cores: 2,
+            steal_pct: Some(0.0),
+            other_cpu_pct: Some(other_pct),
+            kernel_threads_cpu_pct: None,
+            other_not_measured: None,
+            too_noisy,
+            why,
+        }
+    }
+
+    /// An echo-rate at 200 x 10 msgs/s with this p99, on a window with this much other CPU.
+    fn echo(scenario: Scenario, p99: f64, other_pct: f64) -> ScenarioReport {
+        ScenarioReport {
+            scenario,
+            conns_requested: 200,
+            conns_connected: 200,
+            workers: 1,
+            sources: 1,
+            secs: 5.0,
+            warmup_secs: 1.0,
+            payload_bytes: 100,
+            offered_rate: Some(2000.0),
+            inflight: None,
+            sent: 10_000,
+            received: 10_000,
+            achieved_rate: 2000.0,
+            errors: 0,
+            disconnects: 0,
+            lost: 0,
+            close_codes: Default::default(),
+            latency_ms: Latency {
+                count: 10_000,
+                p99,
+                ..Latency::default()
+            },
+            service_latency_ms: None,
+            arrivals: None,
+            server: None,
+            generator: Default::default(),
+            kernel: None,
+            echoes_per_server_cpu_sec: None,
+            storm_secs: None,
+            connects_per_sec: None,
+            broadcast_last_ms: None,
+            broadcast_rounds: None,
+            timeline: Vec::new(),
+            disturbance: Some(disturbance(other_pct)),
+            attempts: Vec::new(),
+            incomplete: None,
+            first_error: None,
+        }
+    }
+
+    fn report(scenarios: Vec<ScenarioReport>, accept_noise: bool, host: bool) -> Report {
+        let t = targets();
+        let verdict = verdict(&scenarios, &t, accept_noise);
+        let mut r = Report {
+            schema_version: SCHEMA_VERSION,
+            url: "ws://127.0.0.1:1/".into(),
+            program: None,
+            skipped: Vec::new(),
+            cores: 2,
+            targets: t,
+            conns: 200,
+            scaled_down: Vec::new(),
+            rate_note: None,
+            server_processes: None,
+            memory: None,
+            host_check: Some(HostCheck {
+                profile: "10k".into(),
+                failed: Vec::new(),
+                warnings: 0,
+            }),
+            scenarios,
+            verdict,
+        };
+        combine(&mut r, host);
+        r
+    }
+
+    #[test]
+    fn a_quiet_pass_is_a_pass_and_a_quiet_miss_a_miss() {
+        let r = report(vec![echo(Scenario::EchoRate, 1.2, 3.0)], false, true);
+        assert!(r.verdict.pass && !r.verdict.too_noisy && !r.verdict.inconclusive);
+        assert!(r
+            .verdict
+            .summary
+            .starts_with("PASS against profile 10k: load: PASS"));
+        let r = report(vec![echo(Scenario::EchoRate, 9.0, 3.0)], false, true);
+        assert!(!r.verdict.pass && !r.verdict.too_noisy && !r.verdict.inconclusive);
+        assert!(r
+            .verdict
+            .summary
+            .starts_with("MISS against profile 10k: load: MISS"));
+    }
+
+    #[test]
+    fn a_noisy_window_is_neither_pass_nor_miss() {
+        // A pass under a CPU hog (other processes a whole core) is not a PASS...
+        let r = report(vec![echo(Scenario::EchoRate, 1.2, 100.0)], false, true);
+        assert!(
+            !r.verdict.pass && r.verdict.too_noisy && r.verdict.inconclusive,
+            "{:?}",
+            r.verdict
+        );
+        assert!(
+            r.verdict
+                .summary
+                .starts_with("NOT PROVEN against profile 10k: load: NOT PROVEN"),
+            "{}",
+            r.verdict.summary
+        );
+        assert!(r
+            .verdict
+            .summary
+            .contains("host too noisy to judge it (other processes 100 % of a core in echo-rate)"));
+        // ... and a miss under it is not a MISS, but it is shown, marked as not judged.
+        let r = report(vec![echo(Scenario::EchoRate, 40.0, 100.0)], false, false);
+        assert!(r.verdict.too_noisy && r.verdict.inconclusive);
+        assert!(r
+            .verdict
+            .summary
+            .starts_with("NOT PROVEN: load: NOT PROVEN at 200"));
+        let t = table(&r);
+        assert!(
+            t.contains("MISS echo-rate p99 latency: 40.00 ms (target 5 ms) (not judged: the host was too noisy)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("TOO NOISY to judge (other processes 100 % of a core)"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn a_miss_on_a_quiet_window_is_not_hidden_by_noise_elsewhere() {
+        // echo-rate missed on a quiet window (its re-measure, say); storm was too noisy: the
+        // judged miss decides.
+        let mut quiet_miss = echo(Scenario::EchoRate, 9.0, 3.0);
+        quiet_miss.attempts.push(crate::selftest::Attempt {
+            p99_ms: 30.0,
+            service_p99_ms: None,
+            achieved_rate: 2000.0,
+            server_cpu_pct: Some(40.0),
+            disturbance: Some(disturbance(100.0)),
+            missed: vec!["p99 latency".into()],
+        });
+        let r = report(
+            vec![quiet_miss, echo(Scenario::Storm, 1.0, 100.0)],
+            false,
+            false,
+        );
+        assert!(!r.verdict.pass && !r.verdict.too_noisy && !r.verdict.inconclusive);
+        assert!(
+            r.verdict.summary.starts_with("MISS: load: MISS"),
+            "{}",
+            r.verdict.summary
+        );
+        assert_eq!(
+            r.verdict.noise.as_deref(),
+            Some("other processes 100 % of a core in storm")
+        );
+        let t = table(&r);
+        assert!(
+            t.contains("measured 1 time before: p99 30.0 ms, server CPU 40%"),
+            "{t}"
+        );
+        assert!(t.contains("missed p99 latency"), "{t}");
+    }
+
+    #[test]
+    fn server_closes_are_judged_on_any_window() {
+        let mut closed = echo(Scenario::EchoRate, 1.0, 100.0);
+        closed.disconnects = 3;
+        let r = report(vec![closed], false, false);
+        assert!(!r.verdict.too_noisy && !r.verdict.pass, "{:?}", r.verdict);
+        assert!(r.verdict.summary.starts_with("MISS"));
+    }
+
+    #[test]
+    fn untimed_scenarios_and_accept_noise_are_judged_as_measured() {
+        // idle holds connections: a busy host does not make it pass or fail.
+        let r = report(vec![echo(Scenario::Idle, 0.0, 100.0)], false, false);
+        assert!(r.verdict.pass, "{:?}", r.verdict);
+        assert!(table(&r).contains("noisy (other processes 100 % of a core; not a timing verdict"));
+        let r = report(vec![echo(Scenario::EchoRate, 1.0, 100.0)], true, false);
+        assert!(r.verdict.pass && !r.verdict.too_noisy);
+        let r = report(vec![echo(Scenario::EchoRate, 9.0, 100.0)], true, false);
+        assert!(!r.verdict.pass && !r.verdict.inconclusive);
+    }
+
+    #[test]
+    fn a_noisy_run_with_a_failed_host_check_is_a_miss_not_exit_4() {
+        let mut r = report(vec![echo(Scenario::EchoRate, 1.0, 100.0)], false, true);
+        r.host_check
+            .as_mut()
+            .unwrap()
+            .failed
+            .push("fs.nr_open".into());
+        combine(&mut r, true);
+        assert!(r.verdict.too_noisy && !r.verdict.inconclusive);
+        assert!(
+            r.verdict
+                .summary
+                .starts_with("MISS against profile 10k: load: NOT PROVEN"),
+            "{}",
+            r.verdict.summary
+        );
+        assert!(r
+            .verdict
+            .summary
+            .ends_with("host: NOT READY for 10k, 1 failed check"));
+    }
 }

@@ -67,6 +67,8 @@ struct Shared {
     epoch: Instant,
     /// Messages due before this (us since the epoch) are the warm-up: sent, not counted.
     measure_from_us: std::cell::Cell<u64>,
+    /// echo-rate and deflate: when each measured message actually left, for the burstiness.
+    sends: RefCell<super::arrivals::Recorder>,
 }
 
 impl Shared {
@@ -132,6 +134,7 @@ async fn run(spec: WorkerSpec) {
         }),
         epoch: Instant::now(),
         measure_from_us: std::cell::Cell::new(0),
+        sends: RefCell::new(Default::default()),
     });
     let spec = Rc::new(spec);
     // Connect phase (all scenarios but storm, whose connects are the measurement).
@@ -198,13 +201,23 @@ async fn run(spec: WorkerSpec) {
             storm_connect_errors = err;
         }
     } else {
-        let n = conns.len();
+        let echo_like = matches!(spec.scenario, Scenario::EchoRate | Scenario::Deflate);
+        let slots: Vec<Rc<Slot>> = if echo_like {
+            (0..conns.len()).map(|_| Rc::new(Slot::default())).collect()
+        } else {
+            Vec::new()
+        };
+        if echo_like {
+            tokio::task::spawn_local(pace(slots.clone(), spec.clone(), sh.clone(), start, end));
+        }
         for (i, c) in conns.into_iter().enumerate() {
             let (sh, spec) = (sh.clone(), spec.clone());
+            let slot = slots.get(i).cloned();
             tasks.push(tokio::task::spawn_local(async move {
                 let r = match spec.scenario {
                     Scenario::EchoRate | Scenario::Deflate => {
-                        echo_rate(c.reader, c.writer, &spec, &sh, i, n, start, end).await
+                        let slot = slot.expect("a schedule slot per connection");
+                        echo_rate(c.reader, c.writer, &spec, &sh, &slot, end).await
                     }
                     Scenario::EchoSat => echo_sat(c.reader, c.writer, &spec, &sh, end).await,
                     Scenario::Idle => hold(c.reader, c.writer, &sh, end).await,
@@ -270,7 +283,7 @@ fn emit_result(sh: &Shared, cpu: f64, elapsed: f64, start_us: u64, first_error: 
         let _ = hdrhistogram::serialization::V2Serializer::new().serialize(&*service, &mut b);
         base64::engine::general_purpose::STANDARD.encode(&b)
     });
-    emit(&Event::Done(WorkerResult {
+    emit(&Event::Done(Box::new(WorkerResult {
         sent: c.sent,
         received: c.received,
         errors: c.errors,
@@ -285,7 +298,8 @@ fn emit_result(sh: &Shared, cpu: f64, elapsed: f64, start_us: u64, first_error: 
         lost: c.lost,
         first_error,
         peak_rss_bytes: super::peak_rss(std::process::id()),
-    }));
+        arrivals: std::mem::take(&mut *sh.sends.borrow_mut()).finish(),
+    })));
 }
 
 /// Open this worker's connections: at most 256 handshakes in flight, paced by the ramp.
@@ -393,67 +407,123 @@ fn closed(sh: &Shared, code: Option<u16>) {
     }
 }
 
-/// Open loop: messages are due on a fixed schedule and latency counts from when each was due,
-/// so a stalled server shows up in the percentiles (no coordinated omission) instead of
-/// quietly slowing the load down.
-#[allow(clippy::too_many_arguments)]
+/// One connection's place in the schedule: the due times the pacer has handed it and not yet
+/// sent, and the wake-up for its task.
+#[derive(Default)]
+struct Slot {
+    due: RefCell<std::collections::VecDeque<u64>>,
+    wake: tokio::sync::Notify,
+    /// The pacer has handed out its last due time.
+    over: std::cell::Cell<bool>,
+}
+
+/// The send schedule of this process's connections. Each connection sends every period at its
+/// own phase (its slot in the run's schedule, see `WorkerSpec::phase`), so the run's sends are
+/// spread evenly over the period, as independent clients' are, instead of leaving together on
+/// each tick of tokio's 1 ms timer (a burst per millisecond let the server read many sockets
+/// per wake-up: 33-40 % of a core at 5,000 x 5 msgs/s where sends spaced on their own
+/// schedules cost it 46-47 %). One fine timer (host::timer) wakes at each due time and hands
+/// that connection its message; a connection whose socket is full keeps its due times queued
+/// and sends them late, each counted from when it was due.
+async fn pace(
+    slots: Vec<Rc<Slot>>,
+    spec: Rc<WorkerSpec>,
+    sh: Rc<Shared>,
+    start: Instant,
+    end: Instant,
+) {
+    use std::cmp::Reverse;
+    let period = Duration::from_secs_f64(1.0 / spec.rate.max(0.001));
+    // (due, connection): the earliest first.
+    let mut heap: std::collections::BinaryHeap<Reverse<(Instant, usize)>> = (0..slots.len())
+        .map(|j| Reverse((start + period.mul_f64(spec.phase(j)), j)))
+        .collect();
+    // This process's connections sit evenly spaced in the period (`WorkerSpec::phase`), so
+    // its sends are one every period / connections: one ticker at that interval from the
+    // first due time wakes for each of them.
+    let first = heap.peek().map_or(start, |r| r.0 .0);
+    // At most one wake-up per 20 us: past 50,000 sends/s per process the sends due within
+    // one tick leave together (a timer interrupt every microsecond would starve the process).
+    let gap = period
+        .div_f64(slots.len().max(1) as f64)
+        .max(Duration::from_micros(20));
+    let mut ticker = crate::host::timer::Ticker::new(first, gap);
+    // A due time this close after a tick is that tick's (float rounding of the phases).
+    let slack = (gap / 4).min(Duration::from_micros(5));
+    while let Some(&Reverse((due, _))) = heap.peek() {
+        if due >= end {
+            break;
+        }
+        ticker.tick().await;
+        // Every connection whose time has come (a late wake-up hands out all it passed).
+        let now = Instant::now() + slack;
+        while let Some(&Reverse((due, j))) = heap.peek() {
+            if due > now || due >= end {
+                break;
+            }
+            heap.pop();
+            slots[j]
+                .due
+                .borrow_mut()
+                .push_back(due.duration_since(sh.epoch).as_micros() as u64);
+            slots[j].wake.notify_one();
+            heap.push(Reverse((due + period, j)));
+        }
+    }
+    for s in &slots {
+        s.over.set(true);
+        s.wake.notify_one();
+    }
+}
+
+/// Open loop: messages are due on a fixed schedule (`pace`) and latency counts from when each
+/// was due, so a stalled server shows up in the percentiles (no coordinated omission) instead
+/// of quietly slowing the load down.
 async fn echo_rate(
     mut r: Reader,
     mut w: Writer,
     spec: &WorkerSpec,
     sh: &Shared,
-    index: usize,
-    n: usize,
-    start: Instant,
+    slot: &Slot,
     end: Instant,
 ) -> std::io::Result<()> {
-    let period = Duration::from_secs_f64(1.0 / spec.rate.max(0.001));
-    // Spread the connections' phases evenly over one period.
-    let mut due = start + period.mul_f64(index as f64 / n.max(1) as f64);
     let mut seq = 0u64;
     // (due, actually sent) stamps of messages not echoed yet (echoes come back in order).
     let mut outstanding = std::collections::VecDeque::new();
     let drain_until = end + Duration::from_secs(2);
     let mut result = Ok(());
-    // One timer per connection, moved rather than made anew: a timer created inside the loop
-    // is registered and removed again on every echo, generator CPU the server gets blamed for
-    // (at 100k connections the generator shares the cores with the server).
-    let next_send = tokio::time::sleep_until(due);
-    tokio::pin!(next_send);
-    loop {
-        let sending = due < end;
+    let drain = tokio::time::sleep_until(drain_until);
+    tokio::pin!(drain);
+    'run: loop {
+        let sending = !(slot.over.get() && slot.due.borrow().is_empty());
         if !sending && outstanding.is_empty() {
             break;
         }
-        if !sending && next_send.deadline() != drain_until {
-            next_send.as_mut().reset(drain_until);
-        }
         tokio::select! {
-            _ = &mut next_send => {
-                if !sending {
-                    break; // the drain is over
+            _ = slot.wake.notified(), if sending => {
+                loop {
+                    let Some(due_us) = slot.due.borrow_mut().pop_front() else { break };
+                    // Latency counts from when the message was due, so a send held back by a
+                    // stalled server is charged to the server. The timer's own resolution is
+                    // not: up to 1 ms of lateness is forgiven.
+                    let now_us = sh.now_us();
+                    let origin_us = latency_origin_us(due_us, now_us);
+                    let (op, p) = payload(spec, origin_us, seq);
+                    // A server that stopped reading must not hold the generator past the run.
+                    match tokio::time::timeout_at(drain_until, w.send(op, &p)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => { result = Err(e); break 'run; }
+                        Err(_) => break 'run,
+                    }
+                    seq += 1;
+                    outstanding.push_back((origin_us, now_us));
+                    if origin_us >= sh.measure_from_us.get() {
+                        sh.c.borrow_mut().sent += 1;
+                        sh.sends.borrow_mut().sent(now_us);
+                    }
                 }
-                // Latency counts from when the message was due, so a send held back by a
-                // stalled server is charged to the server. The timer's own resolution (tokio
-                // wakes on 1 ms ticks) is not: up to 1 ms of lateness is forgiven.
-                let due_us = due.duration_since(sh.epoch).as_micros() as u64;
-                let now_us = sh.now_us();
-                let origin_us = latency_origin_us(due_us, now_us);
-                let (op, p) = payload(spec, origin_us, seq);
-                // A server that stopped reading must not hold the generator past the run.
-                match tokio::time::timeout_at(drain_until, w.send(op, &p)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => { result = Err(e); break; }
-                    Err(_) => break,
-                }
-                seq += 1;
-                outstanding.push_back((origin_us, now_us));
-                if origin_us >= sh.measure_from_us.get() {
-                    sh.c.borrow_mut().sent += 1;
-                }
-                due += period;
-                next_send.as_mut().reset(due);
             }
+            _ = &mut drain => break, // the drain is over
             m = r.next() => match m {
                 Err(e) => { result = Err(e); break; }
                 Ok(Incoming::Message(m)) => {
