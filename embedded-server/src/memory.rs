@@ -101,9 +101,9 @@ mod tests {
     }
 
     #[test]
-    fn small_windows_cost_an_order_of_magnitude_less() {
+    fn small_windows_cost_a_tenth() {
         let small = deflate_bytes_per_conn(9, 1);
         assert!(small < 35 * 1024, "{small}");
-        assert!(deflate_bytes_per_conn(15, 8) / small > 10);
+        assert!(deflate_bytes_per_conn(15, 8) / small >= 10);
     }
 }
