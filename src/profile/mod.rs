@@ -623,6 +623,12 @@ impl Estimate {
             + self.server_bytes_per_conn
             + self.deflate_bytes_per_conn
     }
+    /// What a connection that exchanges no compressed message holds while idle: its kernel
+    /// socket and the server's idle state (no buffers, no contexts). The self-test's idle,
+    /// storm and plain echo connections are these; the deflate scenario is sized on its own.
+    pub fn plain_bytes_per_conn(&self) -> u64 {
+        self.kernel_bytes_per_conn + self.server_bytes_per_conn
+    }
     pub fn total_bytes(&self) -> u64 {
         self.connections * self.bytes_per_conn() + self.base_bytes
     }
