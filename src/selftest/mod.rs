@@ -78,6 +78,18 @@ impl Scenario {
 /// Seconds a storm may take at least before its clients give up waiting for their echo.
 pub const STORM_BUDGET_SECS: f64 = 30.0;
 
+/// Storm handshakes per second the budget allows for at least: 2 cores completed 100k in
+/// ~6 s (~17k/s) serving and generating at once, and a million at ~8,600/s (both cores
+/// saturated by 61 server and 51 generator processes), so a million clients get 200 s
+/// instead of 30.
+pub const STORM_BUDGET_PER_SEC: f64 = 5_000.0;
+
+/// The seconds a storm of `conns` clients may take before they give up (`--secs` raises it).
+pub fn storm_budget_secs(conns: usize, secs: f64) -> f64 {
+    secs.max(STORM_BUDGET_SECS)
+        .max(conns as f64 / STORM_BUDGET_PER_SEC)
+}
+
 /// What one worker process does (passed as JSON on its command line).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerSpec {
@@ -339,6 +351,79 @@ fn kernel_memory(
     })
 }
 
+/// The kernel's TCP drop and memory counters over one scenario (/proc/net/netstat, this
+/// network namespace): what names the bound when connections fail at scale.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct KernelDrops {
+    /// TcpExt ListenOverflows: a full accept queue (net.core.somaxconn, the listen backlog).
+    pub listen_overflows: u64,
+    /// TcpExt ListenDrops: every SYN or handshake dropped at a listener (overflows included).
+    pub listen_drops: u64,
+    /// TcpExt TCPMemoryPressures: times TCP memory entered pressure (net.ipv4.tcp_mem).
+    pub memory_pressures: u64,
+    /// TcpExt TCPAbortOnMemory: connections reset because TCP memory was spent.
+    pub aborts_on_memory: u64,
+    /// What bit, in words, when a counter grew; None when none did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound: Option<String>,
+}
+
+/// The TcpExt counters `KernelDrops` follows, as read now (Linux; None elsewhere).
+fn drop_counters() -> Option<[u64; 4]> {
+    use crate::host::procfs::{header_values, paths};
+    let text = crate::host::live(None).read(paths::NETSTAT).ok()?;
+    let v = |f| header_values(&text, "TcpExt", f).and_then(|v| u64::try_from(v).ok());
+    Some([
+        v("ListenOverflows")?,
+        v("ListenDrops")?,
+        v("TCPMemoryPressures").unwrap_or(0),
+        v("TCPAbortOnMemory").unwrap_or(0),
+    ])
+}
+
+/// The counters' growth from `before` to `after`, and the bound they name: the sysctls that
+/// set it are read from this host so the words say what to raise.
+fn kernel_drops(before: Option<[u64; 4]>, after: Option<[u64; 4]>) -> Option<KernelDrops> {
+    let (b, a) = (before?, after?);
+    let d: Vec<u64> = a.iter().zip(b).map(|(a, b)| a.saturating_sub(b)).collect();
+    let sysctl = |p: &str| {
+        crate::host::live(None)
+            .read(p)
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|_| "?".into())
+    };
+    let mut bound = Vec::new();
+    if d[0] > 0 || d[1] > 0 {
+        bound.push(format!(
+            "the accept queues overflowed: {} SYNs or handshakes dropped at the listeners \
+             (TcpExt ListenOverflows +{}, ListenDrops +{}; `nstat -az TcpExtListenDrops`), \
+             with net.core.somaxconn {} and net.ipv4.tcp_max_syn_backlog {} here \
+             (`wstune check` names the fix)",
+            d[1].max(d[0]),
+            d[0],
+            d[1],
+            sysctl("/proc/sys/net/core/somaxconn"),
+            sysctl("/proc/sys/net/ipv4/tcp_max_syn_backlog")
+        ));
+    }
+    if d[2] > 0 || d[3] > 0 {
+        bound.push(format!(
+            "TCP memory ran short: pressure entered {} times, {} connections reset for memory \
+             (TcpExt TCPMemoryPressures, TCPAbortOnMemory), with net.ipv4.tcp_mem {} pages here",
+            d[2],
+            d[3],
+            sysctl("/proc/sys/net/ipv4/tcp_mem")
+        ));
+    }
+    Some(KernelDrops {
+        listen_overflows: d[0],
+        listen_drops: d[1],
+        memory_pressures: d[2],
+        aborts_on_memory: d[3],
+        bound: (!bound.is_empty()).then(|| bound.join("; ")),
+    })
+}
+
 /// This host's memory page size (what `TCP: mem` counts in), from its backend.
 fn page_size() -> u64 {
     // This machine's live backend, not the caller's: the self-test measures the machine it runs
@@ -394,6 +479,9 @@ pub struct ScenarioReport {
     /// idle: the kernel's socket memory before and while the connections were held.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel: Option<KernelMemory>,
+    /// The kernel's drop and memory counters over the scenario (Linux; None elsewhere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_drops: Option<KernelDrops>,
     /// echo-sat: echoes per CPU-second of the server, the efficiency figure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub echoes_per_server_cpu_sec: Option<f64>,
@@ -550,6 +638,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     };
     let rss_before = server_sample(o, scenario).map(|s| s.1);
     let kernel_before = (scenario == Scenario::Idle).then(kernel_sample).flatten();
+    let drops_before = drop_counters();
     let mut procs = spawn_workers(o, scenario, target)?;
     let workers = procs.len();
     let (connected, first_error) = connect_phase(&mut procs, o, scenario, target).await?;
@@ -584,6 +673,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
     };
     let (mut incomplete, server_end, noise_end) =
         run_phase(&mut procs, o, scenario, warmup, t0).await;
+    let drops = kernel_drops(drops_before, drop_counters());
     if let Some(p) = publisher {
         let _ = p.await;
     }
@@ -725,6 +815,7 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
             ..ProcFigures::default()
         },
         kernel: kernel_memory(kernel_before, kernel_during),
+        kernel_drops: drops,
         storm_secs: (scenario == Scenario::Storm).then_some(last_echo),
         connects_per_sec: (scenario == Scenario::Storm && last_echo > 0.0)
             .then(|| hist.len() as f64 / last_echo),
@@ -802,7 +893,7 @@ fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec
             // A storm is measured by how long it takes: --secs bounds it only from below, or
             // 100k clients on 2 cores were cut off at 5 s with a third still connecting.
             secs: if scenario == Scenario::Storm {
-                o.secs.max(STORM_BUDGET_SECS)
+                storm_budget_secs(o.conns, o.secs)
             } else {
                 o.secs
             },
@@ -976,7 +1067,7 @@ async fn run_phase(
     let pb = progress_bar(o.secs.ceil() as u64, scenario.name());
     let run_deadline = tokio::time::Instant::now()
         + Duration::from_secs_f64(if scenario == Scenario::Storm {
-            o.secs.max(STORM_BUDGET_SECS)
+            storm_budget_secs(o.conns, o.secs)
         } else {
             o.secs + warmup
         })
@@ -1181,6 +1272,23 @@ fn timeline(procs: &[WorkerProc]) -> Vec<TimelinePoint> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn kernel_drops_name_the_accept_queue_and_tcp_memory_only_when_they_grew() {
+        let quiet = super::kernel_drops(Some([5, 7, 1, 0]), Some([5, 7, 1, 0])).unwrap();
+        assert_eq!(quiet.bound, None);
+        let full = super::kernel_drops(Some([5, 7, 1, 0]), Some([105, 120, 3, 4])).unwrap();
+        assert_eq!(
+            (full.listen_overflows, full.listen_drops, full.memory_pressures, full.aborts_on_memory),
+            (100, 113, 2, 4)
+        );
+        let b = full.bound.unwrap();
+        assert!(b.contains("accept queues overflowed: 113") && b.contains("somaxconn"), "{b}");
+        assert!(b.contains("TCP memory ran short") && b.contains("tcp_mem"), "{b}");
+        // A counter that went back (a namespace's counters reset) is no growth, not a wrap.
+        let back = super::kernel_drops(Some([9, 9, 9, 9]), Some([1, 1, 1, 1])).unwrap();
+        assert_eq!(back.bound, None);
+    }
+
     use super::*;
 
     #[test]

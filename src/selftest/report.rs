@@ -499,6 +499,9 @@ pub fn table(r: &Report) -> String {
         if let Some(i) = &s.incomplete {
             notes.push(format!("INCOMPLETE: {i}"));
         }
+        if let Some(b) = s.kernel_drops.as_ref().and_then(|k| k.bound.as_ref()) {
+            notes.push(format!("kernel: {b}"));
+        }
         let l = &s.latency_ms;
         t.add_row(vec![
             s.scenario.name().to_string(),
@@ -928,6 +931,7 @@ mod tests {
             server: None,
             generator: Default::default(),
             kernel: None,
+            kernel_drops: None,
             echoes_per_server_cpu_sec: None,
             storm_secs: None,
             connects_per_sec: None,
