@@ -35,6 +35,8 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
         }
     }
     let mut e = Entry {
+        format: journal::FORMAT,
+        checksum: String::new(),
         id: journal::new_id(),
         created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         state: State::Pending,
@@ -96,15 +98,22 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
                 e.created_dirs.push(dir);
             }
         }
+        // What the path is (a link, hard links) first: what cannot be written through and put
+        // back exactly is refused here, before anything is changed.
+        let shape = store.shape(path)?.unwrap_or_default();
         let old = store.read(path)?;
+        // An existing file keeps its mode and owner (a 0640 file stays 0640 while applied).
         let new = FileState {
             bytes: text.clone().into_bytes(),
-            mode: 0o644,
+            mode: old.as_ref().map_or(0o644, |o| o.mode),
+            owner: old.as_ref().and_then(|o| o.owner),
         };
         e.files.push(OldFile {
             path: path.clone(),
             old: old.as_ref().map(Blob::from),
             new: Blob::from(&new),
+            link: shape.link,
+            nlink: shape.nlink,
         });
     }
     Ok(e)
@@ -237,17 +246,25 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
         // never got to write may sit in a directory nothing can write (read-only), and
         // removing what is not there must not count as a failed undo.
         let now = store.read(&f.path).ok().flatten().map(|n| Blob::from(&n));
-        let unchanged = match (&f.old, &now) {
-            (None, None) => true,
-            (Some(old), Some(now)) => old.base64 == now.base64 && old.mode == now.mode,
-            _ => false,
-        };
+        let linked = f.link.as_ref().is_none_or(|t| {
+            std::fs::read_link(store.path(&f.path)).is_ok_and(|now| now.to_string_lossy() == *t)
+        });
+        let unchanged = linked
+            && match (&f.old, &now) {
+                (None, None) => true,
+                (Some(old), Some(now)) => old.same_as(now),
+                _ => false,
+            };
         if unchanged {
             continue;
         }
-        let r = match &f.old {
-            Some(old) => old.state().and_then(|s| store.write(&f.path, &s)),
-            None => store.remove(&f.path),
+        let r = match (&f.old, &f.link) {
+            (Some(old), Some(target)) => store
+                .relink(&f.path, target)
+                .and_then(|()| old.state())
+                .and_then(|s| store.write(&f.path, &s)),
+            (Some(old), None) => old.state().and_then(|s| store.write(&f.path, &s)),
+            (None, _) => store.remove(&f.path),
         };
         if let Err(e) = r {
             errors.push(format!("{}: {e:#}", f.path));
@@ -257,6 +274,31 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
         store.remove_dir_if_empty(d);
     }
     errors
+}
+
+/// Remove the temporaries a killed write left beside wstune's files (`paths`, host paths) and
+/// in its journal directory. The caller holds the journal lock, so no write of wstune's is
+/// running. Returns the host paths removed.
+pub fn remove_temporaries<'a>(
+    store: &Store,
+    paths: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
+    use crate::host::owned::{LIMITS_FILE, SYSCTL_FILE};
+    let journal_file = format!("{}/.lock", journal::DIR);
+    let mut dirs: Vec<String> = vec![SYSCTL_FILE.into(), LIMITS_FILE.into(), journal_file];
+    dirs.extend(paths.into_iter().map(str::to_string));
+    let mut seen = std::collections::BTreeSet::new();
+    let mut removed = Vec::new();
+    for p in &dirs {
+        let dir = p
+            .rsplit_once('/')
+            .map_or(p.as_str(), |(d, _)| d)
+            .to_string();
+        if seen.insert(dir) {
+            removed.extend(store.remove_temporaries_beside(p));
+        }
+    }
+    removed
 }
 
 /// What `check` reports about the journal: an interrupted or damaged entry, and drift.

@@ -90,7 +90,12 @@ pub fn hand_changes(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<
             continue;
         };
         let now = now.as_ref().map(journal::Blob::from);
-        if now.as_ref() != Some(&f.new) && now != f.old {
+        let is = |b: &Option<journal::Blob>| match (b, &now) {
+            (Some(b), Some(n)) => b.same_as(n),
+            (None, None) => true,
+            _ => false,
+        };
+        if !is(&Some(f.new.clone())) && !is(&f.old) {
             out.push(HandChange(format!(
                 "{}: applied by wstune, now {} (changed by hand)",
                 f.path,

@@ -23,8 +23,19 @@ pub enum Mode {
     LikeExisting,
 }
 
+/// How every temporary file of [`write`] starts, so that wstune can tell its own leftovers (a
+/// write killed between the temporary file and the rename) from anything else in a directory
+/// and remove them ([`remove_temporaries`]).
+pub const TEMP_PREFIX: &str = ".wstune-tmp.";
+
 /// Write `bytes` to `path` atomically and durably, with `mode`. The directory must exist.
 pub fn write(path: &Path, bytes: &[u8], mode: Mode) -> Result<()> {
+    write_owned(path, bytes, mode, None)
+}
+
+/// [`write`], and give the new file `owner` (uid, gid) before it replaces the old one, so a
+/// restored file is never seen with the wrong owner.
+pub fn write_owned(path: &Path, bytes: &[u8], mode: Mode, owner: Option<(u32, u32)>) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -36,6 +47,11 @@ pub fn write(path: &Path, bytes: &[u8], mode: Mode) -> Result<()> {
             path.display()
         )
     })?;
+    if let Some(owner) = owner {
+        // Before the chmod: a chown clears set-id bits.
+        set_owner(tmp.as_file(), owner)
+            .with_context(|| format!("cannot give {} its owner", path.display()))?;
+    }
     match mode {
         Mode::Exact(bits) => set_mode(tmp.as_file(), bits)
             .with_context(|| format!("cannot chmod {}", tmp.path().display()))?,
@@ -52,6 +68,68 @@ pub fn write(path: &Path, bytes: &[u8], mode: Mode) -> Result<()> {
         .with_context(|| format!("cannot replace {}", path.display()))?;
     sync_dir(dir);
     Ok(())
+}
+
+/// Rewrite the existing file `path` in place (same inode), for a file with more than one name:
+/// a rename would split its hard links. Not atomic: the journal entry that holds the old bytes
+/// is saved before, so an interrupted write is put back by the next apply or a rollback.
+pub fn write_in_place(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    owner: Option<(u32, u32)>,
+) -> Result<()> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags(libc_nofollow());
+    }
+    let mut f = opts
+        .open(path)
+        .with_context(|| format!("cannot open {} to rewrite it", path.display()))?;
+    if let Some(owner) = owner {
+        set_owner(&f, owner)
+            .with_context(|| format!("cannot give {} its owner", path.display()))?;
+    }
+    set_mode(&f, mode).with_context(|| format!("cannot chmod {}", path.display()))?;
+    f.write_all(bytes)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    f.sync_all()
+        .with_context(|| format!("cannot sync {}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
+fn libc_nofollow() -> i32 {
+    libc::O_NOFOLLOW | libc::O_NONBLOCK
+}
+
+#[cfg(all(unix, not(target_os = "linux")))]
+fn libc_nofollow() -> i32 {
+    0
+}
+
+/// Remove the temporaries a killed [`write`] left in `dir` (only files named [`TEMP_PREFIX`]...).
+/// Returns the names removed. The caller must hold the journal lock: a running writer's
+/// temporary is not a leftover.
+pub fn remove_temporaries(dir: &Path) -> Vec<String> {
+    let mut removed = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return removed;
+    };
+    for e in rd.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let is_file = e.file_type().map(|t| t.is_file()).unwrap_or(false);
+        if is_file && name.starts_with(TEMP_PREFIX) && std::fs::remove_file(e.path()).is_ok() {
+            removed.push(name);
+        }
+    }
+    if !removed.is_empty() {
+        sync_dir(dir);
+    }
+    removed
 }
 
 /// Check, before a long run, that [`write`] will be able to write `path`: `path` is not a
@@ -83,12 +161,28 @@ pub fn check_writable(path: &Path, flag: &str) -> Result<()> {
 fn new_temp_in(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
     #[cfg_attr(not(unix), allow(unused_mut))]
     let mut b = tempfile::Builder::new();
+    b.prefix(TEMP_PREFIX);
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         b.permissions(std::fs::Permissions::from_mode(0o666));
     }
     b.tempfile_in(dir)
+}
+
+#[cfg(unix)]
+fn set_owner(f: &std::fs::File, (uid, gid): (u32, u32)) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = f.metadata()?;
+    if (m.uid(), m.gid()) == (uid, gid) {
+        return Ok(());
+    }
+    std::os::unix::fs::fchown(f, Some(uid), Some(gid))
+}
+
+#[cfg(not(unix))]
+fn set_owner(_f: &std::fs::File, _owner: (u32, u32)) -> std::io::Result<()> {
+    Ok(())
 }
 
 #[cfg(unix)]

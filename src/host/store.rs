@@ -14,12 +14,30 @@ pub struct Store {
     layout: Layout,
 }
 
-/// A file's bytes and permission bits, as the journal keeps them.
+/// A file's bytes, permission bits and owner, as the journal keeps them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FileState {
     pub bytes: Vec<u8>,
     pub mode: u32,
+    /// Owner and group (uid, gid); None: whatever the writer creates (a new file, or a platform
+    /// without owners).
+    pub owner: Option<(u32, u32)>,
 }
+
+/// What a path is besides its content, so that a rollback puts back the same kind of thing:
+/// wstune writes through a symbolic link (to a file it may own) and into a hard-linked file in
+/// place, and restores both as they were.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Shape {
+    /// The path is a symbolic link with this target (as readlink gives it).
+    pub link: Option<String>,
+    /// How many names the file (the link's target) has; more than 1: hard links.
+    pub nlink: u64,
+}
+
+/// The largest file of wstune's own (a journal entry, a file under /etc it owns) it reads: far
+/// above any real one, and a bound on what a hostile file (a link to /dev/zero) can cost.
+pub const MAX_OWN_FILE: u64 = 16 << 20;
 
 impl Store {
     pub fn new(base: &Path) -> Store {
@@ -44,9 +62,19 @@ impl Store {
         self.layout.path(host_path)
     }
 
-    /// A file's text (a journal entry); the error is the OS's.
-    pub fn read_text(&self, host_path: &str) -> std::io::Result<String> {
-        std::fs::read_to_string(self.path(host_path))
+    /// A file's text (a journal entry), through the bounded reader: a FIFO, a device or a link
+    /// to one is refused at once (never opened for a blocking read), as is a file over
+    /// [`MAX_OWN_FILE`] or one that is not UTF-8.
+    pub fn read_text(&self, host_path: &str) -> std::result::Result<String, String> {
+        use crate::input::{io_words, read_bounded, Refused};
+        read_bounded(&self.path(host_path), MAX_OWN_FILE, None).map_err(|r| match r {
+            Refused::Io(e) => io_words(&e),
+            Refused::Directory => "is a directory".into(),
+            Refused::NotRegular => "is not a regular file (a FIFO, device or socket): wstune writes only plain files there".into(),
+            Refused::Outside(p) => format!("leads outside ({})", p.display()),
+            Refused::TooLarge(cap) => format!("is larger than {} MiB, which no journal entry is", cap >> 20),
+            Refused::NotUtf8 => "is not UTF-8 text".into(),
+        })
     }
 
     /// The entry names of a directory, unsorted; None when it does not exist.
@@ -67,17 +95,109 @@ impl Store {
         self.path(host_path).is_dir()
     }
 
-    /// The file's state, or None when it does not exist.
+    /// The file's state (through a symbolic link: its target's), or None when it does not
+    /// exist. Only a regular file of at most [`MAX_OWN_FILE`] is read: a FIFO or a device in
+    /// its place is an error, never a read that blocks or does not end.
     pub fn read(&self, host_path: &str) -> Result<Option<FileState>> {
         let p = self.path(host_path);
-        match std::fs::read(&p) {
-            Ok(bytes) => Ok(Some(FileState {
-                bytes,
-                mode: mode_of(&p)?,
-            })),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e).with_context(|| format!("cannot read {}", p.display())),
+        let meta = match std::fs::metadata(&p) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if std::fs::symlink_metadata(&p).is_ok() {
+                    bail!(
+                        "{} is a symbolic link to {}, which does not exist (or loops); wstune writes only what it can put back exactly, so it changes nothing. Fix: remove the link or make it lead to a file under /etc",
+                        p.display(),
+                        link_text(&p)
+                    );
+                }
+                return Ok(None);
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", p.display())),
+        };
+        if !meta.is_file() {
+            bail!(
+                "{} is not a regular file (a directory, FIFO, device or socket); wstune owns only plain files there: move it aside",
+                p.display()
+            );
         }
+        let bytes = read_capped(&p)?;
+        Ok(Some(FileState {
+            bytes,
+            mode: mode_bits(&meta),
+            owner: owner_of(&meta),
+        }))
+    }
+
+    /// What `host_path` is (a link, hard-linked), or None when nothing is there. Refuses what
+    /// wstune cannot write through and put back exactly: a dangling link or a loop, a link to
+    /// anything but a regular file, or one whose real path leaves the directory tree the path
+    /// belongs to (`/etc` for its configuration, its state directory for the journal).
+    pub fn shape(&self, host_path: &str) -> Result<Option<Shape>> {
+        let p = self.path(host_path);
+        let lmeta = match std::fs::symlink_metadata(&p) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("cannot stat {}", p.display())),
+        };
+        let refuse = |why: String| {
+            anyhow::anyhow!(
+                "{} {why}; wstune writes only what it can put back exactly, so it changes nothing. Fix: replace the link with the file itself (cp --remove-destination \"$(readlink -f {p})\" {p}) or move it aside",
+                p.display(),
+                p = p.display()
+            )
+        };
+        if lmeta.file_type().is_symlink() {
+            let target = link_text(&p);
+            let real = match p.canonicalize() {
+                Ok(r) => r,
+                Err(_) => {
+                    return Err(refuse(format!(
+                        "is a symbolic link to {target}, which does not exist or loops"
+                    )))
+                }
+            };
+            let allowed = self.allowed_tree(host_path);
+            if !real.starts_with(&allowed) {
+                return Err(refuse(format!(
+                    "is a symbolic link to {}, outside {}",
+                    real.display(),
+                    allowed.display()
+                )));
+            }
+            let meta = std::fs::metadata(&real)
+                .with_context(|| format!("cannot stat {}", real.display()))?;
+            if !meta.is_file() {
+                return Err(refuse(format!(
+                    "is a symbolic link to {}, which is not a regular file",
+                    real.display()
+                )));
+            }
+            return Ok(Some(Shape {
+                link: Some(target),
+                nlink: nlink_of(&meta),
+            }));
+        }
+        if !lmeta.is_file() {
+            bail!(
+                "{} is not a regular file (a directory, FIFO, device or socket); wstune owns only plain files there: move it aside. Nothing was changed.",
+                p.display()
+            );
+        }
+        Ok(Some(Shape {
+            link: None,
+            nlink: nlink_of(&lmeta),
+        }))
+    }
+
+    /// The real directory a link at `host_path` may lead into.
+    fn allowed_tree(&self, host_path: &str) -> PathBuf {
+        let top = if host_path.starts_with(super::layout::STATE) {
+            super::layout::STATE
+        } else {
+            "/etc"
+        };
+        let dir = self.path(top);
+        dir.canonicalize().unwrap_or(dir)
     }
 
     /// Create the parent directories that are missing; returns them (host paths), outermost
@@ -97,11 +217,72 @@ impl Store {
         out
     }
 
+    /// Write `state` at `host_path`: atomically (a temporary file renamed over it), through a
+    /// symbolic link to its target (the link stays), and in place into a file with hard links
+    /// (a rename would split them). [`Store::shape`]'s refusals apply.
     pub fn write(&self, host_path: &str, state: &FileState) -> Result<()> {
         let p = self.path(host_path);
         let dir = p.parent().expect("host paths are absolute");
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        atomic::write(&p, &state.bytes, Mode::Exact(state.mode))
+        match self.shape(host_path)? {
+            Some(Shape {
+                link: Some(_),
+                nlink,
+            }) => {
+                let real = p
+                    .canonicalize()
+                    .with_context(|| format!("cannot resolve {}", p.display()))?;
+                if nlink > 1 {
+                    atomic::write_in_place(&real, &state.bytes, state.mode, state.owner)
+                } else {
+                    atomic::write_owned(&real, &state.bytes, Mode::Exact(state.mode), state.owner)
+                }
+            }
+            Some(Shape { nlink, .. }) if nlink > 1 => {
+                atomic::write_in_place(&p, &state.bytes, state.mode, state.owner)
+            }
+            _ => atomic::write_owned(&p, &state.bytes, Mode::Exact(state.mode), state.owner),
+        }
+    }
+
+    /// Make `host_path` the symbolic link `target` again (what a rollback restores when the link
+    /// was replaced since); atomic: a new link renamed over whatever is there.
+    #[cfg(unix)]
+    pub fn relink(&self, host_path: &str, target: &str) -> Result<()> {
+        let p = self.path(host_path);
+        if std::fs::read_link(&p).is_ok_and(|t| t.to_string_lossy() == target) {
+            return Ok(());
+        }
+        let dir = p.parent().expect("host paths are absolute");
+        let tmp = dir.join(format!(
+            "{}link.{}",
+            atomic::TEMP_PREFIX,
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(target, &tmp)
+            .with_context(|| format!("cannot create the link {} -> {target}", p.display()))?;
+        std::fs::rename(&tmp, &p).with_context(|| format!("cannot replace {}", p.display()))?;
+        atomic::sync_dir(dir);
+        Ok(())
+    }
+
+    #[cfg(not(unix))]
+    pub fn relink(&self, host_path: &str, _target: &str) -> Result<()> {
+        bail!("{host_path}: symbolic links are not restored on this platform")
+    }
+
+    /// Remove the temporaries a killed write left beside `host_path` (see
+    /// [`atomic::remove_temporaries`]); the names removed, as host paths.
+    pub fn remove_temporaries_beside(&self, host_path: &str) -> Vec<String> {
+        let Some(dir) = Path::new(host_path).parent() else {
+            return vec![];
+        };
+        let shown = dir.to_string_lossy();
+        atomic::remove_temporaries(&self.path(&shown))
+            .into_iter()
+            .map(|n| format!("{}/{n}", shown.trim_end_matches('/')))
+            .collect()
     }
 
     pub fn remove(&self, host_path: &str) -> Result<()> {
@@ -124,19 +305,73 @@ impl Store {
     }
 }
 
+fn link_text(p: &Path) -> String {
+    std::fs::read_link(p)
+        .map(|t| t.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// A regular file's bytes, at most [`MAX_OWN_FILE`] of them.
+fn read_capped(p: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags(libc::O_NONBLOCK);
+    }
+    let f = opts
+        .open(p)
+        .with_context(|| format!("cannot read {}", p.display()))?;
+    if !f.metadata().map(|m| m.is_file()).unwrap_or(false) {
+        bail!("{} is not a regular file", p.display());
+    }
+    let mut bytes = Vec::new();
+    f.take(MAX_OWN_FILE + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {}", p.display()))?;
+    if bytes.len() as u64 > MAX_OWN_FILE {
+        bail!(
+            "{} is larger than {} MiB, which no file of wstune's is",
+            p.display(),
+            MAX_OWN_FILE >> 20
+        );
+    }
+    Ok(bytes)
+}
+
 #[cfg(unix)]
-fn mode_of(p: &Path) -> Result<u32> {
+fn mode_bits(m: &std::fs::Metadata) -> u32 {
     use std::os::unix::fs::PermissionsExt;
-    Ok(std::fs::metadata(p)
-        .with_context(|| format!("cannot stat {}", p.display()))?
-        .permissions()
-        .mode()
-        & 0o7777)
+    m.permissions().mode() & 0o7777
 }
 
 #[cfg(not(unix))]
-fn mode_of(_p: &Path) -> Result<u32> {
-    Ok(0o644)
+fn mode_bits(_m: &std::fs::Metadata) -> u32 {
+    0o644
+}
+
+#[cfg(unix)]
+fn owner_of(m: &std::fs::Metadata) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    Some((m.uid(), m.gid()))
+}
+
+#[cfg(not(unix))]
+fn owner_of(_m: &std::fs::Metadata) -> Option<(u32, u32)> {
+    None
+}
+
+#[cfg(unix)]
+fn nlink_of(m: &std::fs::Metadata) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    m.nlink()
+}
+
+#[cfg(not(unix))]
+fn nlink_of(_m: &std::fs::Metadata) -> u64 {
+    1
 }
 
 /// An advisory lock on a file (flock), held until dropped: the journal's, so two applies or
@@ -157,12 +392,26 @@ impl FileLock {
         let path = store.path(host_path);
         let dir = path.parent().expect("host paths are absolute");
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("cannot open the journal lock {}", path.display()))?;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.create(true).truncate(false).write(true);
+        #[cfg(target_os = "linux")]
+        {
+            // A FIFO put in its place must not block the open (it fails with ENXIO instead).
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
+        }
+        let file = opts.open(&path).with_context(|| {
+            format!(
+                "cannot open the journal lock {} (it must be a plain file)",
+                path.display()
+            )
+        })?;
+        if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
+            bail!(
+                "the journal lock {} is not a plain file: move it aside. Nothing was changed.",
+                path.display()
+            );
+        }
         match file.try_lock() {
             Ok(()) => Ok(FileLock { _file: file }),
             Err(std::fs::TryLockError::WouldBlock) => bail!(busy(&path)),
@@ -175,9 +424,19 @@ impl FileLock {
     /// Whether another process holds the lock on `host_path`, without taking it or creating
     /// anything.
     pub fn held(store: &Store, host_path: &str) -> bool {
-        let Ok(file) = std::fs::File::open(store.path(host_path)) else {
+        let mut opts = std::fs::OpenOptions::new();
+        opts.read(true);
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
+        }
+        let Ok(file) = opts.open(store.path(host_path)) else {
             return false;
         };
+        if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
+            return false;
+        }
         matches!(
             file.try_lock_shared(),
             Err(std::fs::TryLockError::WouldBlock)
@@ -201,9 +460,11 @@ mod tests {
         let st = FileState {
             bytes: b"x = 1\n\xff".to_vec(),
             mode: 0o600,
+            owner: None,
         };
         s.write("/etc/a/b.conf", &st).unwrap();
-        assert_eq!(s.read("/etc/a/b.conf").unwrap(), Some(st));
+        let back = s.read("/etc/a/b.conf").unwrap().unwrap();
+        assert_eq!((back.bytes, back.mode), (st.bytes, st.mode));
         assert!(s.missing_dirs("/etc/a/b.conf").is_empty());
         s.remove("/etc/a/b.conf").unwrap();
         s.remove("/etc/a/b.conf").unwrap();
