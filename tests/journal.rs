@@ -326,3 +326,304 @@ fn apply_and_rollback_finish_when_stdout_is_closed_early() {
         "the persisted file is gone too: {all}"
     );
 }
+
+/// The shape of every file under a tree (less the journal): type, mode, owner, link count,
+/// link target and content, one line each, for an exact before/after comparison.
+const FINGERPRINT: &str = r#"fp() { (cd "$1" && find . -mindepth 1 -path ./var -prune -o -printf '%y %m %U:%G %n %l %p\n' | sort
+  find . -path ./var -prune -o -type f -print | sort | xargs -r sha256sum); }"#;
+
+/// A symlinked limits.d file, a hard-linked sysctl.d file owned by 1000:1000 with mode 640:
+/// apply writes through both and keeps the owner and mode; rollback puts back the tree exactly
+/// (it made the link a regular 0600 copy, the owner 0:0, split the hard link, and the 640 file
+/// was 644 while applied).
+#[test]
+fn rollback_restores_links_owners_modes_and_hard_links_exactly() {
+    let script = format!(
+        r#"source {lib}
+{FINGERPRINT}
+mkdir -p "$P/etc/sysctl.d" "$P/etc/security/limits.d"
+printf '# mine\nvm.swappiness = 10\n' > "$P/etc/sysctl.d/60-wstune.conf"
+chown 1000:1000 "$P/etc/sysctl.d/60-wstune.conf"; chmod 640 "$P/etc/sysctl.d/60-wstune.conf"
+ln "$P/etc/sysctl.d/60-wstune.conf" "$P/etc/sysctl-copy.conf"
+printf '# real\n' > "$P/etc/security/limits-real.conf"; chown 1000:1000 "$P/etc/security/limits-real.conf"
+chmod 600 "$P/etc/security/limits-real.conf"
+ln -s ../limits-real.conf "$P/etc/security/limits.d/60-wstune.conf"
+fp "$P" > "$T/tree-before"; before=$(state)
+"$W" apply --profile 100k --yes --prefix "$P" > "$T/out" 2>&1; echo "APPLY $?"
+echo "DURING $(stat -c '%a %u:%g %h' "$P/etc/sysctl.d/60-wstune.conf") $(stat -c %F "$P/etc/security/limits.d/60-wstune.conf")"
+grep -c nofile "$P/etc/security/limits-real.conf" | sed 's/^/REALNOFILE /'
+grep -c somaxconn "$P/etc/sysctl-copy.conf" | sed 's/^/COPYSOMAXCONN /'
+"$W" rollback --yes --prefix "$P" >> "$T/out" 2>&1; echo "ROLLBACK $?"
+fp "$P" > "$T/tree-after"
+if cmp -s "$T/tree-before" "$T/tree-after"; then echo "TREE same"; else echo "TREE differs"; diff "$T/tree-before" "$T/tree-after"; fi
+[ "$before" = "$(state)" ] && echo "VALUES same" || echo "VALUES differ"
+cat "$T/out""#,
+        lib = lib_path("journal_lib.sh")
+    );
+    let Some(o) = common::in_netns(&script) else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    assert_eq!(tagged_line(&o, "APPLY "), "APPLY 0", "{all}");
+    assert_eq!(
+        tagged_line(&o, "DURING "),
+        "DURING 640 1000:1000 2 symbolic link",
+        "applied in place: mode, owner, hard link and symlink kept: {all}"
+    );
+    assert_eq!(
+        tagged_line(&o, "REALNOFILE "),
+        "REALNOFILE 4",
+        "written through the link: {all}"
+    );
+    assert_eq!(
+        tagged_line(&o, "COPYSOMAXCONN "),
+        "COPYSOMAXCONN 1",
+        "one file, two names: {all}"
+    );
+    assert_eq!(tagged_line(&o, "ROLLBACK "), "ROLLBACK 0", "{all}");
+    assert_eq!(tagged_line(&o, "TREE "), "TREE same", "{all}");
+    assert_eq!(tagged_line(&o, "VALUES "), "VALUES same", "{all}");
+}
+
+/// A link wstune cannot write through and put back (out of /etc, dangling) is refused before
+/// anything changes, with the reason and the fix.
+#[test]
+fn a_link_out_of_etc_or_dangling_is_refused_before_any_change() {
+    let script = format!(
+        r#"source {lib}
+{FINGERPRINT}
+mkdir -p "$P/etc/sysctl.d" "$T/outside"; printf '# victim\n' > "$T/outside/victim.conf"
+for target in "$T/outside/victim.conf" "$P/etc/nowhere.conf"; do
+  ln -sfn "$target" "$P/etc/sysctl.d/60-wstune.conf"
+  fp "$P" > "$T/tree-before"; before=$(state); v=$(sha256sum < "$T/outside/victim.conf")
+  "$W" apply --profile 100k --yes --prefix "$P" > "$T/out" 2> "$T/err"; rc=$?
+  fp "$P" > "$T/tree-after"
+  same=no; cmp -s "$T/tree-before" "$T/tree-after" && [ "$before" = "$(state)" ] && [ "$v" = "$(sha256sum < "$T/outside/victim.conf")" ] && same=yes
+  echo "CASE rc=$rc same=$same"; echo "ERR $(tr '\n' ' ' < "$T/err")"
+done"#,
+        lib = lib_path("journal_lib.sh")
+    );
+    let Some(o) = common::in_netns(&script) else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        tagged(&o, "CASE "),
+        vec!["CASE rc=3 same=yes", "CASE rc=3 same=yes"],
+        "{all}"
+    );
+    let errs = tagged(&o, "ERR ");
+    assert!(
+        errs[0].contains("outside") && errs[0].contains("Fix:"),
+        "{all}"
+    );
+    assert!(
+        errs[1].contains("does not exist") && errs[1].contains("Fix:"),
+        "{all}"
+    );
+}
+
+fn lib_path(name: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/scripts")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// A `--root` tree with one applied entry: (tempdir, tree, the entry's file).
+fn applied_tree() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("default"), &tree);
+    let o = wstune(&["apply", "--root", tree.to_str().unwrap(), "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let jdir = tree.join("var/lib/wstune/journal");
+    let entry = std::fs::read_dir(&jdir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "json"))
+        .unwrap();
+    (dir, tree, entry)
+}
+
+/// Edit an entry's JSON with `f`; `legacy` drops its format and checksum (an entry as an older
+/// wstune wrote it), so that what is checked is the path itself, not the checksum.
+fn tamper(entry: &std::path::Path, legacy: bool, f: impl FnOnce(&mut serde_json::Value)) {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(entry).unwrap()).unwrap();
+    if legacy {
+        let o = v.as_object_mut().unwrap();
+        o.remove("format");
+        o.remove("checksum");
+    }
+    f(&mut v);
+    std::fs::write(entry, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+}
+
+/// rollback restored whatever a journal entry named: a runtime path outside /proc/sys, a file
+/// path that climbs out of the tree, one changed base64 character, fields of "a newer version".
+/// Each is now refused (exit 3, naming the entry), and nothing is written.
+#[test]
+fn rollback_refuses_an_entry_that_does_not_verify() {
+    type Edit = Box<dyn Fn(&mut serde_json::Value, &std::path::Path)>;
+    let cases: Vec<(&str, bool, Edit, &str)> = vec![
+        (
+            "runtime path outside /proc/sys",
+            true,
+            Box::new(|v, out| {
+                v["runtime"][0]["path"] = out.join("victim-runtime").display().to_string().into()
+            }),
+            "is not a kernel setting under /proc/sys",
+        ),
+        (
+            "file path out of the tree",
+            true,
+            Box::new(|v, _| {
+                v["files"][0]["path"] = "/etc/../../outside/victim-file".into();
+            }),
+            "is not one wstune writes",
+        ),
+        (
+            "one base64 character changed",
+            false,
+            Box::new(|v, _| {
+                let b = v["files"][0]["new"]["base64"].as_str().unwrap().to_string();
+                let flipped = if b.starts_with('I') { "J" } else { "I" };
+                v["files"][0]["new"]["base64"] = format!("{flipped}{}", &b[1..]).into();
+            }),
+            "checksum does not match",
+        ),
+        (
+            "an unknown field",
+            false,
+            Box::new(|v, _| v["files"][0]["mode_v3"] = 1.into()),
+            "unknown field",
+        ),
+        (
+            "a newer format",
+            false,
+            Box::new(|v, _| v["format"] = 99.into()),
+            "newer wstune",
+        ),
+    ];
+    for (what, legacy, edit, want) in cases {
+        let (dir, tree, entry) = applied_tree();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("victim-runtime"), "keep\n").unwrap();
+        tamper(&entry, legacy, |v| edit(v, &outside));
+        let before = std::fs::read_to_string(tree.join("proc/sys/net/core/somaxconn")).unwrap();
+        let t = tree.to_str().unwrap();
+        let o = wstune(&["rollback", "--root", t, "--yes", "--force"]);
+        let err = stderr(&o);
+        assert_eq!(code(&o), 3, "{what}: {}{err}", stdout(&o));
+        assert!(
+            err.contains(&entry.display().to_string()) && err.contains(want),
+            "{what}: {err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(outside.join("victim-runtime")).unwrap(),
+            "keep\n",
+            "{what}"
+        );
+        assert!(!dir.path().join("outside/victim-file").exists(), "{what}");
+        assert_eq!(
+            std::fs::read_to_string(tree.join("proc/sys/net/core/somaxconn")).unwrap(),
+            before,
+            "{what}: nothing was restored"
+        );
+        // --id names the entry too.
+        let id = entry.file_stem().unwrap().to_str().unwrap();
+        let o = wstune(&["rollback", "--root", t, "--id", id, "--yes", "--force"]);
+        assert_eq!(code(&o), 3, "{what} --id: {}", stderr(&o));
+    }
+}
+
+/// A journal directory others can write is refused, as sudo refuses such a sudoers file.
+#[test]
+fn a_journal_directory_writable_by_others_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_dir, tree, _entry) = applied_tree();
+    let jdir = tree.join("var/lib/wstune/journal");
+    std::fs::set_permissions(&jdir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let t = tree.to_str().unwrap();
+    for args in [
+        vec!["rollback", "--root", t, "--yes"],
+        vec!["apply", "--root", t, "--yes"],
+    ] {
+        let o = wstune(&args);
+        assert_eq!(code(&o), 3, "{args:?}: {}{}", stdout(&o), stderr(&o));
+        assert!(
+            stderr(&o).contains("writable by others") && stderr(&o).contains("chmod 700"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    std::fs::set_permissions(&jdir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let o = wstune(&["rollback", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+/// A FIFO in the journal directory hung check, apply, rollback and `rollback --list`; a link to
+/// /dev/zero was read until memory ran out. Both are a damaged entry now, reported at once.
+#[test]
+fn a_fifo_or_a_dev_zero_link_in_the_journal_is_refused_without_blocking() {
+    for kind in ["fifo", "dev-zero", "lock-fifo"] {
+        let (_dir, tree, _entry) = applied_tree();
+        let jdir = tree.join("var/lib/wstune/journal");
+        let odd = jdir.join(if kind == "lock-fifo" {
+            ".lock"
+        } else {
+            "20991231T235959.000000000.json"
+        });
+        let _ = std::fs::remove_file(&odd);
+        if kind == "dev-zero" {
+            std::os::unix::fs::symlink("/dev/zero", &odd).unwrap();
+        } else {
+            assert!(std::process::Command::new("mkfifo")
+                .arg(&odd)
+                .status()
+                .unwrap()
+                .success());
+        }
+        let t = tree.to_str().unwrap();
+        let limit = std::time::Duration::from_secs(20);
+        let run = |args: &[&str]| {
+            let mut cmd = std::process::Command::new(common::bin());
+            cmd.args(args).env("NO_COLOR", "1");
+            common::run_bounded(&mut cmd, limit)
+        };
+        let o = run(&["check", "--root", t, "-f", "json"]);
+        if kind != "lock-fifo" {
+            let r = json_of(&o);
+            let f = finding(&r, "wstune.journal.pending");
+            assert_eq!(f["status"], "fail", "{kind}: {f}");
+            assert!(
+                f["note"].as_str().unwrap().contains("not a regular file"),
+                "{kind}: {f}"
+            );
+            let o = run(&["rollback", "--root", t, "--list"]);
+            assert!(
+                stdout(&o).contains("damaged"),
+                "{kind}: {}{}",
+                stdout(&o),
+                stderr(&o)
+            );
+        }
+        for args in [
+            vec!["rollback", "--root", t, "--yes"],
+            vec!["apply", "--root", t, "--yes"],
+        ] {
+            let o = run(&args);
+            assert_eq!(code(&o), 3, "{kind} {args:?}: {}{}", stdout(&o), stderr(&o));
+            assert!(
+                stderr(&o).contains(&odd.display().to_string())
+                    || stderr(&o).contains("not a plain file"),
+                "{kind} {args:?}: {}",
+                stderr(&o)
+            );
+        }
+    }
+}

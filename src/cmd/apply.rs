@@ -40,15 +40,17 @@ pub fn run(a: Request) -> Result<Outcome> {
     let Resolved { inputs, backend } = &a.host;
     let backend = backend.as_ref();
     let store = &a.store;
-    // One apply or rollback at a time. Taken before reading the journal so that a `pending`
-    // entry seen under the lock is one whose process died. With no journal directory yet there
-    // is nothing to recover, and it is taken (creating it) only when there is something to do,
-    // so a refusal leaves no trace. Without root there is no lock to take (and nothing will be
-    // changed: the refusal comes below, or from the recovery).
-    let mut lock = if a.dry_run || !backend.privileged() {
+    // One apply or rollback at a time, and the lock is taken before anything is read: the
+    // journal (a `pending` entry seen under the lock is one whose process died) and the host
+    // (the plan is made from values no other apply can change until this one ends; planned
+    // before the lock, a concurrent first apply could lower what another just raised). It
+    // creates the journal directory on a first apply. Without root there is no lock to take
+    // (and nothing will be changed: the refusal comes below, or from the recovery).
+    let lock = if a.dry_run || !backend.privileged() {
         None
     } else {
-        journal::Lock::acquire_existing(store)?
+        journal::check_dir(store)?;
+        Some(journal::Lock::acquire(store)?)
     };
     let (entries, damaged) = journal::scan(store)?;
     if let Some(d) = damaged.first() {
@@ -83,6 +85,19 @@ pub fn run(a: Request) -> Result<Outcome> {
             }
         }
     }
+    if lock.is_some() {
+        let paths = entries
+            .iter()
+            .flat_map(|e| e.files.iter().map(|f| f.path.as_str()));
+        let removed = apply::remove_temporaries(store, paths);
+        if !removed.is_empty() {
+            say!(
+                "note: removed {} temporary file(s) an interrupted write had left: {}",
+                removed.len(),
+                removed.join(", ")
+            );
+        }
+    }
     let (before, facts) = report_and_facts(inputs, backend, None);
     let p = plan::plan(&inputs.catalog, &before.results, &facts, a.scope);
     let profile = &inputs.profile.profile.name;
@@ -111,9 +126,6 @@ pub fn run(a: Request) -> Result<Outcome> {
         )?;
     }
 
-    if lock.is_none() {
-        lock = Some(journal::Lock::acquire(store)?);
-    }
     let mut entry = apply::record(
         &p,
         backend,
