@@ -627,3 +627,95 @@ fn a_fifo_or_a_dev_zero_link_in_the_journal_is_refused_without_blocking() {
         }
     }
 }
+
+/// Two first applies (no journal directory yet) started together: the lock was taken after
+/// planning, so the 50k apply, delayed at its flock (strace), wrote its lower values over the
+/// 100k apply's, and both exited 0. The lock is taken before anything is read now: the second
+/// plans from what the first left, and never lowers it.
+#[test]
+fn two_first_applies_at_once_never_lower_what_the_other_raised() {
+    if !common::have("strace") {
+        common::skip("strace", "strace is not installed (apt-get install strace)");
+        return;
+    }
+    let script = format!(
+        r#"source {lib}
+strace -f -qq -o /dev/null -e trace=flock -e inject=flock:delay_enter=3000000:when=1 \
+  "$W" apply --profile 50k --runtime-only --yes --prefix "$P" > "$T/a" 2>&1 &
+a=$!
+sleep 1
+"$W" apply --profile 100k --runtime-only --yes --prefix "$P" > "$T/b" 2>&1; echo "B $?"
+wait $a; echo "A $?"
+echo "VALUES $(cat /proc/sys/net/core/somaxconn) $(cat /proc/sys/net/ipv4/tcp_max_syn_backlog) $(cat /proc/sys/net/ipv4/tcp_fin_timeout)"
+cat "$T/a" "$T/b""#,
+        lib = lib_path("journal_lib.sh")
+    );
+    let Some(o) = common::in_netns(&script) else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    assert_eq!(tagged_line(&o, "B "), "B 0", "{all}");
+    assert_eq!(tagged_line(&o, "A "), "A 0", "{all}");
+    assert_eq!(
+        tagged_line(&o, "VALUES "),
+        "VALUES 65535 65535 15",
+        "the 100k values stay: {all}"
+    );
+}
+
+/// apply killed (strace, SIGKILL) on the rename of its sysctl.d file left `.tmpXXXXXX` with the
+/// new content there, and nothing removed it. The next rollback, or the next apply's recovery,
+/// removes wstune's own temporaries; the tree is as before.
+#[test]
+fn temporaries_of_a_killed_write_are_removed_by_rollback_and_recovery() {
+    if !common::have("strace") {
+        common::skip("strace", "strace is not installed (apt-get install strace)");
+        return;
+    }
+    let script = format!(
+        r#"source {lib}
+state > "$T/before"
+for next in rollback apply; do
+  strace -f -qq -o /dev/null -e trace=rename,renameat,renameat2 \
+    -e inject=rename,renameat,renameat2:signal=SIGKILL:when=2 \
+    "$W" apply --profile 100k --yes --prefix "$P" > "$T/out" 2>&1
+  echo "KILLED $next $?"
+  echo "LEFT $next $(ls -A "$P/etc/sysctl.d" | grep -vc '^60-wstune.conf$')"
+  if [ $next = apply ]; then "$W" apply --profile 100k --yes --prefix "$P" >> "$T/out" 2>&1; echo "APPLY $?"; fi
+  "$W" rollback --yes --prefix "$P" >> "$T/out" 2>&1; echo "ROLLBACK $next $?"
+  echo "AFTER $next $(ls -A "$P/etc/sysctl.d" 2>/dev/null | wc -l) $(same)"
+done
+cat "$T/out""#,
+        lib = lib_path("journal_lib.sh")
+    );
+    let Some(o) = common::in_netns(&script) else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    for next in ["rollback", "apply"] {
+        assert_eq!(
+            tagged_line(&o, &format!("KILLED {next} ")),
+            format!("KILLED {next} 137"),
+            "{all}"
+        );
+        assert_eq!(
+            tagged_line(&o, &format!("LEFT {next} ")),
+            format!("LEFT {next} 1"),
+            "the kill left a temporary: {all}"
+        );
+        assert_eq!(
+            tagged_line(&o, &format!("ROLLBACK {next} ")),
+            format!("ROLLBACK {next} 0"),
+            "{all}"
+        );
+        assert_eq!(
+            tagged_line(&o, &format!("AFTER {next} ")),
+            format!("AFTER {next} 0 yes"),
+            "{all}"
+        );
+    }
+    assert!(
+        stdout(&o).contains("temporary file(s) an interrupted write had left"),
+        "{all}"
+    );
+}

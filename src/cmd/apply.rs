@@ -61,30 +61,7 @@ pub fn run(a: Request) -> Result<Outcome> {
             journal::damaged_fix(&d.path)
         );
     }
-    if entries.iter().any(|e| e.state == journal::State::Pending) {
-        if a.dry_run {
-            if journal::Lock::probe(store) == journal::LockState::Held {
-                say!("note: another apply or rollback is running now (its entry shows as pending until it ends); this plan may be out of date when it finishes");
-            } else {
-                say!("note: an earlier apply was interrupted (`wstune rollback --list` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make");
-            }
-        } else if !backend.privileged() {
-            bail!(not_privileged(backend.platform()));
-        } else {
-            if !a.yes {
-                confirm(
-                    "An earlier apply was interrupted midway. Undo its changes first?",
-                    PASS_YES,
-                )?;
-            }
-            for line in apply::recover::undo_interrupted(&entries, backend, store)? {
-                // Not eprintln!: a closed stderr (`2>&1 | head`) must not stop the apply here,
-                // between the undo and the new changes.
-                use std::io::Write as _;
-                let _ = writeln!(std::io::stderr(), "wstune: {line}");
-            }
-        }
-    }
+    // Before the recovery: a directory it removes must not keep a leftover temporary.
     if lock.is_some() {
         let paths = entries
             .iter()
@@ -96,6 +73,30 @@ pub fn run(a: Request) -> Result<Outcome> {
                 removed.len(),
                 removed.join(", ")
             );
+        }
+        if entries.iter().any(|e| e.state == journal::State::Pending) {
+            if a.dry_run {
+                if journal::Lock::probe(store) == journal::LockState::Held {
+                    say!("note: another apply or rollback is running now (its entry shows as pending until it ends); this plan may be out of date when it finishes");
+                } else {
+                    say!("note: an earlier apply was interrupted (`wstune rollback --list` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make");
+                }
+            } else if !backend.privileged() {
+                bail!(not_privileged(backend.platform()));
+            } else {
+                if !a.yes {
+                    confirm(
+                        "An earlier apply was interrupted midway. Undo its changes first?",
+                        PASS_YES,
+                    )?;
+                }
+                for line in apply::recover::undo_interrupted(&entries, backend, store)? {
+                    // Not eprintln!: a closed stderr (`2>&1 | head`) must not stop the apply here,
+                    // between the undo and the new changes.
+                    use std::io::Write as _;
+                    let _ = writeln!(std::io::stderr(), "wstune: {line}");
+                }
+            }
         }
     }
     let (before, facts) = report_and_facts(inputs, backend, None);

@@ -77,7 +77,6 @@ pub fn run(r: Request) -> Result<Outcome> {
     if !yes {
         confirm("Restore these?", PASS_YES)?;
     }
-    let errors = apply::restore(&entry, backend.as_ref(), &store);
     // Under the lock: no write of wstune's is running, so these are a killed one's.
     let removed = apply::remove_temporaries(&store, entry.files.iter().map(|f| f.path.as_str()));
     if !removed.is_empty() {
@@ -87,6 +86,7 @@ pub fn run(r: Request) -> Result<Outcome> {
             removed.join(", ")
         );
     }
+    let errors = apply::restore(&entry, backend.as_ref(), &store);
     if !errors.is_empty() {
         bail!("could not restore: {}\nThe entry is kept as it was; fix the cause and run `wstune rollback --id {}` again.", errors.join("; "), entry.id);
     }
