@@ -719,3 +719,30 @@ cat "$T/out""#,
         "{all}"
     );
 }
+
+/// A vendor file applied after wstune's sets fs.nr_open = 1048576: apply said so, and still
+/// wrote `* hard nofile 2000000`, which every login's setrlimit refuses after the next boot.
+/// nofile is judged against the boot-time nr_open now, lowered to it, and the reason given.
+#[test]
+fn nofile_is_never_written_above_the_nr_open_the_host_boots_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("default"), &tree);
+    std::fs::write(
+        tree.join("usr/lib/sysctl.d/99-vendor.conf"),
+        "fs.nr_open = 1048576\n",
+    )
+    .unwrap();
+    let t = tree.to_str().unwrap();
+    let o = wstune(&["apply", "--root", t, "--profile", "1m", "--yes"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let limits =
+        std::fs::read_to_string(tree.join("etc/security/limits.d/60-wstune.conf")).unwrap();
+    assert!(limits.contains("* hard nofile 1048576"), "{limits}");
+    assert!(!limits.contains("2000000"), "{limits}");
+    let out = stdout(&o);
+    assert!(
+        out.contains("above the fs.nr_open this host will have after the next boot (1048576, set by /usr/lib/sysctl.d/99-vendor.conf:1)"),
+        "{out}"
+    );
+}

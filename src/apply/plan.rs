@@ -294,6 +294,29 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
         p.rendered_from
             .push((SYSCTL_FILE.to_string(), existing.to_string()));
     }
+    // A nofile limit above the fs.nr_open the host will have after the next boot makes every
+    // login's (or the unit's) setrlimit fail with EPERM: judge it against that nr_open (ours
+    // when this plan writes it and it wins, else the boot file that sets it last, else the
+    // kernel's default), and lower it to it, saying why.
+    if let Some((cap, by)) = boot_nr_open(facts, &sysctl_lines) {
+        let mut capped = |nofile: &mut u64, what: &str| {
+            if *nofile > cap {
+                p.notes.push(format!(
+                    "{what}: nofile {nofile} is above the fs.nr_open this host will have after the next boot ({cap}, {by}): the kernel would refuse it to every login (EPERM), so {cap} is written instead. Fix: raise fs.nr_open there (or remove that line), then apply again"
+                ));
+                *nofile = cap;
+            }
+        };
+        if let Some((_, nofile, _)) = &mut nofile_persist {
+            capped(nofile, LIMITS_FILE);
+        }
+        for a in &mut p.actions {
+            if let Op::UnitDropIn { unit, nofile } = &mut a.op {
+                capped(nofile, &unit_dropin(unit));
+                a.to = nofile.to_string();
+            }
+        }
+    }
     // A file that already says exactly this is done, even if the running processes it will
     // apply to (new logins, a restarted unit) do not show it yet.
     let written = |path: &str, text: &str| facts.owned.get(path).is_some_and(|t| t == text);
@@ -334,6 +357,28 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
         }
     }
     p
+}
+
+/// The kernel's fs.nr_open when no boot file sets it (1024 * 1024).
+pub const KERNEL_NR_OPEN: u64 = 1 << 20;
+
+/// The fs.nr_open the host will have after the next boot, and where it comes from; None when
+/// nothing applies sysctls at boot here (a container: its runtime does).
+pub fn boot_nr_open(facts: &HostFacts, ours: &[(String, String)]) -> Option<(u64, String)> {
+    if let Some((_, v)) = ours.iter().find(|(k, _)| k == "fs.nr_open") {
+        return Some((v.trim().parse().ok()?, format!("set by {SYSCTL_FILE}")));
+    }
+    match facts.boot.entry("fs.nr_open") {
+        Reading::Value(e) => Some((
+            e.value.trim().parse().ok()?,
+            format!("set by {}", e.location()),
+        )),
+        Reading::Missing(_) => Some((
+            KERNEL_NR_OPEN,
+            "the kernel's default: no boot file sets it".into(),
+        )),
+        Reading::Unreadable(_) => None,
+    }
 }
 
 /// The current nofile limits of the `--pid` process, from its two checks.
