@@ -442,3 +442,63 @@ fn catalog_errors_are_all_reported_and_a_duplicate_id_at_its_own_line() {
     }
     assert_eq!(err.lines().count(), 3, "exactly the three problems:\n{err}");
 }
+
+/// A control character in a sysctl.d file name, the osrelease or the profile name made the
+/// JUnit report invalid XML (every CI's parser refused it). Python's expat, a strict XML 1.0
+/// parser, reads it now.
+#[test]
+fn junit_with_control_characters_in_names_is_valid_xml() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("host");
+    copy_dir(&fixture("default"), &root);
+    std::fs::write(
+        root.join("etc/sysctl.d/10-a\x01b.conf"),
+        "net.ipv4.tcp_fin_timeout = 61\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("proc/sys/kernel/osrelease"), "6.1.0\x02-amd64\n").unwrap();
+    let profile = dir.path().join("p.yaml");
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
+            .unwrap()
+            .replace("name: 100k", "name: \"100k\\x03\"");
+    std::fs::write(&profile, text).unwrap();
+    let o = common::run(&[
+        "check",
+        "--root",
+        root.to_str().unwrap(),
+        "--profile",
+        profile.to_str().unwrap(),
+        "-f",
+        "junit",
+    ]);
+    let xml = o.stdout.clone();
+    assert!(
+        String::from_utf8_lossy(&xml).contains("10-a\\x01b.conf"),
+        "the file name is in the report, its control character named: {}{}",
+        common::stdout(&o),
+        stderr(&o)
+    );
+    let mut py = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, xml.dom.minidom as m; d = m.parseString(sys.stdin.buffer.read()); print(d.getElementsByTagName('testsuite')[0].getAttribute('name'))",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    py.stdin.take().unwrap().write_all(&xml).unwrap();
+    let r = py.wait_with_output().unwrap();
+    assert!(
+        r.status.success(),
+        "expat refused the report: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout).trim(),
+        "wstune check 100k\\x03"
+    );
+}
