@@ -451,8 +451,13 @@ pub struct Settings {
     pub sysctls: Vec<(String, String, String, catalog::Scope)>,
     /// The per-process open-file limit the server needs (soft = hard).
     pub nofile: Option<u64>,
-    /// What could not be exported, and why.
+    /// What could not be exported, and why; and the boot files on this host that override
+    /// wstune's sysctl.d file (as `apply` says).
     pub notes: Vec<String>,
+    /// How each key's check compares (by key): an exported script or play keeps "never lower"
+    /// on the host where it runs, which may already have more than the host it was made on.
+    /// The field judged, when the check judges one field of a multi-value key (0-based).
+    pub rules: std::collections::BTreeMap<String, (catalog::Compare, Option<usize>)>,
 }
 
 /// [`Settings`] from `findings` (evaluate's output for `facts` first) and the same `facts`.
@@ -467,12 +472,23 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
         };
         match &def.check.source {
             Source::Sysctl(key) => match sysctl_value(def, f, facts) {
-                SysctlValue::Set { value, .. } => s.sysctls.push((
-                    def.check.id.clone(),
-                    key.clone(),
-                    kernel_text(&value),
-                    def.check.scope,
-                )),
+                SysctlValue::Set { value, .. } => {
+                    s.sysctls.push((
+                        def.check.id.clone(),
+                        key.clone(),
+                        kernel_text(&value),
+                        def.check.scope,
+                    ));
+                    s.rules
+                        .insert(key.clone(), (def.check.compare, def.check.field));
+                    if let Some(e) = facts.boot.set_after(SYSCTL_FILE, key) {
+                        s.notes.push(format!(
+                            "{key}: {} sets {} and is applied after {SYSCTL_FILE}, so on {{host}} it wins at boot over this value: change or remove that line",
+                            e.location(),
+                            e.value
+                        ));
+                    }
+                }
                 SysctlValue::Unreadable => s.notes.push(format!(
                     "{key}: not readable on this host (not in this kernel, or its module is not loaded); not exported"
                 )),
