@@ -44,9 +44,10 @@ pub fn run(a: Request) -> Result<Outcome> {
     // journal (a `pending` entry seen under the lock is one whose process died) and the host
     // (the plan is made from values no other apply can change until this one ends; planned
     // before the lock, a concurrent first apply could lower what another just raised). It
-    // creates the journal directory on a first apply. Without root there is no lock to take
+    // creates the journal directory on a first apply (removed again if nothing is recorded, so a
+    // refusal leaves no trace). Without root there is no lock to take
     // (and nothing will be changed: the refusal comes below, or from the recovery).
-    let lock = if a.dry_run || !backend.privileged() {
+    let mut lock = if a.dry_run || !backend.privileged() {
         None
     } else {
         journal::check_dir(store)?;
@@ -134,6 +135,9 @@ pub fn run(a: Request) -> Result<Outcome> {
         &format!("{profile} ({})", inputs.profile.source),
     )?;
     journal::save(store, &entry)?;
+    if let Some(l) = &mut lock {
+        l.keep();
+    }
     apply::execute(&mut entry, backend, store)?;
     say!(
         "Applied {} change(s); the old values are in journal entry {} (undo with `wstune rollback`).",

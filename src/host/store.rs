@@ -305,6 +305,20 @@ impl Store {
     }
 }
 
+#[cfg(unix)]
+fn same_file(f: &std::fs::File, p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (f.metadata(), std::fs::symlink_metadata(p)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(_f: &std::fs::File, p: &Path) -> bool {
+    p.exists()
+}
+
 fn link_text(p: &Path) -> String {
     std::fs::read_link(p)
         .map(|t| t.to_string_lossy().into_owned())
@@ -413,7 +427,14 @@ impl FileLock {
             );
         }
         match file.try_lock() {
-            Ok(()) => Ok(FileLock { _file: file }),
+            Ok(()) => {
+                // The holder before may have removed the file as it finished (a first apply
+                // that changed nothing): a lock on a file no longer at the path excludes no one.
+                if !same_file(&file, &path) {
+                    bail!(busy(&path));
+                }
+                Ok(FileLock { _file: file })
+            }
             Err(std::fs::TryLockError::WouldBlock) => bail!(busy(&path)),
             Err(std::fs::TryLockError::Error(e)) => {
                 Err(e).with_context(|| format!("cannot lock {}", path.display()))
