@@ -746,3 +746,97 @@ fn nofile_is_never_written_above_the_nr_open_the_host_boots_with() {
         "{out}"
     );
 }
+
+/// Run as root, a key the kernel keeps read-only in a child network namespace got "permission
+/// denied (run as root)"; a sysctl.d file that could not be written was blamed on its first
+/// line's setting alone, with the OS error printed twice. Each says what happened now.
+#[test]
+fn write_failures_name_the_namespace_the_file_and_the_os_error_once() {
+    let script = format!(
+        r#"source {lib}
+umount /proc/sys/net/netfilter/nf_conntrack_max 2>/dev/null
+if [ -w /proc/sys/net/netfilter/nf_conntrack_max ] || [ ! -e /proc/sys/net/netfilter/nf_conntrack_max ]; then echo "NS no-conntrack"; else
+  "$W" apply --profile 1m --runtime-only --yes --prefix "$P" > /dev/null 2> "$T/err"; echo "NS rc=$? $(tr '\n' ' ' < "$T/err")"
+fi
+mkdir -p "$P/etc/sysctl.d"; mount --bind "$P/etc/sysctl.d" "$P/etc/sysctl.d"; mount -o remount,bind,ro "$P/etc/sysctl.d"
+"$W" apply --profile 100k --yes --prefix "$P" > /dev/null 2> "$T/err"; echo "RO rc=$? $(tr '\n' ' ' < "$T/err")"
+umount "$P/etc/sysctl.d""#,
+        lib = lib_path("journal_lib.sh")
+    );
+    let Some(o) = common::in_netns(&script) else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    let ns = tagged_line(&o, "NS ");
+    if ns != "NS no-conntrack" {
+        assert!(ns.starts_with("NS rc=3 "), "{all}");
+        assert!(
+            ns.contains(
+                "cannot be changed from this network namespace, although wstune runs as root"
+            ) && !ns.contains("(run as root)"),
+            "{all}"
+        );
+    }
+    let ro = tagged_line(&o, "RO ");
+    assert!(ro.starts_with("RO rc=3 "), "{all}");
+    assert!(
+        ro.contains("writing /etc/sysctl.d/60-wstune.conf failed (actions "),
+        "the file, with every action it holds: {all}"
+    );
+    assert_eq!(ro.matches("Read-only file system").count(), 1, "{all}");
+    assert!(!ro.contains("os error"), "{all}");
+}
+
+/// There was no way to roll back everything but a value changed by hand since: `--keep KEY`
+/// leaves that one and restores the rest; a key the entry did not change is refused.
+#[test]
+fn rollback_keep_leaves_one_hand_changed_value_and_restores_the_rest() {
+    let (_dir, tree, _entry) = applied_tree();
+    let t = tree.to_str().unwrap();
+    let somaxconn = tree.join("proc/sys/net/core/somaxconn");
+    std::fs::write(&somaxconn, "100000\n").unwrap();
+    let o = wstune(&[
+        "rollback",
+        "--root",
+        t,
+        "--yes",
+        "--keep",
+        "net.core.somaxcon",
+    ]);
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("did not change net.core.somaxcon at runtime")
+            && stderr(&o).contains("net.core.somaxconn"),
+        "{}",
+        stderr(&o)
+    );
+    let o = wstune(&[
+        "rollback",
+        "--root",
+        t,
+        "--yes",
+        "--keep",
+        "net.core.somaxconn",
+    ]);
+    assert_eq!(
+        code(&o),
+        0,
+        "no --force needed: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(
+        stdout(&o).contains("Kept net.core.somaxconn at 100000"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&somaxconn).unwrap(), "100000\n");
+    // Everything else is as before the apply.
+    std::fs::write(
+        &somaxconn,
+        std::fs::read_to_string(fixture("default").join("proc/sys/net/core/somaxconn")).unwrap(),
+    )
+    .unwrap();
+    std::fs::remove_dir_all(tree.join("var")).unwrap();
+    assert_same_tree(&fixture("default"), &tree);
+}

@@ -199,12 +199,27 @@ fn run_steps(
     for (k, f) in entry.files.iter().enumerate() {
         let state = f.new.state().map_err(|e| format!("{e:#}"))?;
         store.write(&f.path, &state).map_err(|e| {
-            let i = entry
+            // The file holds several actions (every sysctl.d line): name them all, not the
+            // first one's setting as if it alone had failed.
+            let mine: Vec<usize> = entry
                 .actions
                 .iter()
-                .position(|a| a.op.place() == f.path)
-                .unwrap_or(total - 1);
-            fail(i, &entry.actions[i], format!("{e:#}"))
+                .enumerate()
+                .filter(|(_, a)| a.op.place() == f.path)
+                .map(|(i, _)| i + 1)
+                .collect();
+            let which = match (mine.first(), mine.last()) {
+                (Some(a), Some(b)) if a == b => format!("action {a}/{total}"),
+                (Some(a), Some(b)) if b - a + 1 == mine.len() => format!("actions {a}-{b}/{total}"),
+                _ => format!(
+                    "actions {}/{total}",
+                    mine.iter()
+                        .map(|n| n.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            format!("writing {} failed ({which}): {e:#}", f.path)
         })?;
         crate::failpoint::pause_after_action(total + k + 1);
     }

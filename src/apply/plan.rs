@@ -261,6 +261,12 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
         }
     }
 
+    if !facts.boot.skipped.is_empty() && scope.persist {
+        p.notes.push(format!(
+            "the boot view {}; a line there may override {SYSCTL_FILE}",
+            facts.boot.skipped_note()
+        ));
+    }
     // Persisted sysctls only if our file would really win at boot: a line for the key in a
     // file applied after ours would override it.
     let mut sysctl_lines: Vec<(String, String)> = Vec::new();
@@ -619,6 +625,7 @@ mod tests {
             f.vars.insert("host.page_size".into(), Value::Num(4096));
             f.vars.insert("host.mem_bytes".into(), Value::Num(8 << 30));
             f.boot = BootConfig {
+                skipped: vec![],
                 files: vec![],
                 any: true,
             };

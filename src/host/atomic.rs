@@ -5,7 +5,8 @@
 //! half of either, and a reader (CI picking up a report, `sysctl --system` at boot) never sees
 //! a partial file.
 
-use anyhow::{Context, Result};
+use crate::input::io_words;
+use anyhow::{anyhow, Context, Result};
 use std::io::Write;
 use std::path::Path;
 
@@ -40,32 +41,35 @@ pub fn write_owned(path: &Path, bytes: &[u8], mode: Mode, owner: Option<(u32, u3
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let mut tmp = new_temp_in(dir).with_context(|| {
-        format!(
-            "cannot create a file in {} to write {}",
+    // The OS's words once: tempfile's errors carry the error as their source too, and `{:#}`
+    // printed it twice.
+    let mut tmp = new_temp_in(dir).map_err(|e| {
+        anyhow!(
+            "cannot create a file in {} to write {}: {}",
             dir.display(),
-            path.display()
+            path.display(),
+            io_words(&e)
         )
     })?;
     if let Some(owner) = owner {
         // Before the chmod: a chown clears set-id bits.
         set_owner(tmp.as_file(), owner)
-            .with_context(|| format!("cannot give {} its owner", path.display()))?;
+            .map_err(|e| anyhow!("cannot give {} its owner: {}", path.display(), io_words(&e)))?;
     }
     match mode {
         Mode::Exact(bits) => set_mode(tmp.as_file(), bits)
-            .with_context(|| format!("cannot chmod {}", tmp.path().display()))?,
+            .map_err(|e| anyhow!("cannot chmod {}: {}", tmp.path().display(), io_words(&e)))?,
         Mode::LikeExisting => keep_mode_of(path, tmp.as_file()).with_context(|| {
             format!("cannot give the new {} the old one's mode", path.display())
         })?,
     }
     tmp.write_all(bytes)
-        .with_context(|| format!("cannot write {}", path.display()))?;
+        .map_err(|e| anyhow!("cannot write {}: {}", path.display(), io_words(&e)))?;
     tmp.as_file()
         .sync_all()
-        .with_context(|| format!("cannot sync {}", path.display()))?;
+        .map_err(|e| anyhow!("cannot sync {}: {}", path.display(), io_words(&e)))?;
     tmp.persist(path)
-        .with_context(|| format!("cannot replace {}", path.display()))?;
+        .map_err(|e| anyhow!("cannot replace {}: {}", path.display(), io_words(&e.error)))?;
     sync_dir(dir);
     Ok(())
 }
@@ -146,11 +150,12 @@ pub fn check_writable(path: &Path, flag: &str) -> Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    new_temp_in(dir).with_context(|| {
-        format!(
-            "{flag} {}: cannot create a file in {} (does the directory exist, is it writable?)",
+    new_temp_in(dir).map_err(|e| {
+        anyhow!(
+            "{flag} {}: cannot create a file in {} (does the directory exist, is it writable?): {}",
             path.display(),
-            dir.display()
+            dir.display(),
+            io_words(&e)
         )
     })?;
     Ok(())

@@ -81,6 +81,10 @@ pub enum WriteError {
     ReadOnly(String),
     #[error("permission denied writing {0} (run as root)")]
     Denied(String),
+    /// Denied although wstune runs as root: the kernel refuses the key in this network
+    /// namespace (a kernel-wide key seen from a child namespace, a container).
+    #[error("{0} cannot be changed from this network namespace, although wstune runs as root: the kernel makes it read-only in a child namespace (a kernel-wide key, or a container); set it on the host itself")]
+    DeniedInNamespace(String),
     /// Windows' access denied on HKLM: the process is not elevated.
     #[error("permission denied writing {0} (run from an elevated prompt: Run as administrator)")]
     NotElevated(String),
@@ -100,6 +104,9 @@ impl WriteError {
                 value: value.trim().into(),
             },
             Some(30) => WriteError::ReadOnly(path.into()),
+            Some(1) | Some(13) if path.starts_with("/proc/sys/") && linux::is_root() => {
+                WriteError::DeniedInNamespace(path.into())
+            }
             Some(1) | Some(13) => WriteError::Denied(path.into()),
             Some(2) => WriteError::NotFound(path.into()),
             _ => WriteError::Other(format!("cannot write {value:?} to {path}: {e}")),
