@@ -104,13 +104,25 @@ impl WriteError {
                 value: value.trim().into(),
             },
             Some(30) => WriteError::ReadOnly(path.into()),
-            Some(1) | Some(13) if path.starts_with("/proc/sys/") && linux::is_root() => {
+            Some(1) | Some(13) if path.starts_with("/proc/sys/") && running_as_root() => {
                 WriteError::DeniedInNamespace(path.into())
             }
             Some(1) | Some(13) => WriteError::Denied(path.into()),
             Some(2) => WriteError::NotFound(path.into()),
             _ => WriteError::Other(format!("cannot write {value:?} to {path}: {e}")),
         }
+    }
+}
+
+/// Whether this process runs as root (never on Windows, whose writes go to the registry).
+fn running_as_root() -> bool {
+    #[cfg(not(windows))]
+    {
+        linux::is_root()
+    }
+    #[cfg(windows)]
+    {
+        false
     }
 }
 

@@ -184,7 +184,7 @@ mod tests {
     /// character allowed; it parses), and reading it back gives the string made safe.
     #[test]
     fn any_string_in_an_attribute_or_text_gives_valid_xml_that_reads_back() {
-        for (i, s) in strings(0x5eed_0f_0a11, 3000).into_iter().enumerate() {
+        for (i, s) in strings(0x5eed_0f0a, 3000).into_iter().enumerate() {
             let mut w = quick_xml::Writer::new(Vec::new());
             let mut el = BytesStart::new("property");
             el.push_attribute(("value", s.as_str()));
