@@ -561,6 +561,13 @@ fn a_journal_directory_writable_by_others_is_refused() {
             stderr(&o)
         );
     }
+    let r = json_of(&wstune(&["check", "--root", t, "-f", "json"]));
+    let f = finding(&r, "wstune.journal.pending");
+    assert_eq!(f["status"], "fail", "check shows it too: {f}");
+    assert!(
+        f["note"].as_str().unwrap().contains("writable by others"),
+        "{f}"
+    );
     std::fs::set_permissions(&jdir, std::fs::Permissions::from_mode(0o700)).unwrap();
     let o = wstune(&["rollback", "--root", t, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));

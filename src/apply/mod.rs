@@ -261,9 +261,10 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
         // never got to write may sit in a directory nothing can write (read-only), and
         // removing what is not there must not count as a failed undo.
         let now = store.read(&f.path).ok().flatten().map(|n| Blob::from(&n));
-        let linked = f.link.as_ref().is_none_or(|t| {
-            std::fs::read_link(store.path(&f.path)).is_ok_and(|now| now.to_string_lossy() == *t)
-        });
+        let linked = f
+            .link
+            .as_ref()
+            .is_none_or(|t| store.link_target(&f.path).as_ref() == Some(t));
         let unchanged = linked
             && match (&f.old, &now) {
                 (None, None) => true,

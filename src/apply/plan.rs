@@ -489,7 +489,7 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
                         .insert(key.clone(), (def.check.compare, def.check.field));
                     if let Some(e) = facts.boot.set_after(SYSCTL_FILE, key) {
                         s.notes.push(format!(
-                            "{key}: {} sets {} and is applied after {SYSCTL_FILE}, so on {{host}} it wins at boot over this value: change or remove that line",
+                            "{key}: {} sets {} and is applied after {SYSCTL_FILE}, so on the host this was computed on (and any like it) it wins at boot over this value: change or remove that line",
                             e.location(),
                             e.value
                         ));

@@ -156,7 +156,22 @@ pub fn undo_interrupted(
 /// `wstune.journal.pending`: fails on an interrupted apply (pending, no live process) or a
 /// damaged entry. None when there is no journal at all.
 pub fn finding(store: &Store) -> Option<Finding> {
-    let (entries, damaged) = journal::scan(store).ok()?;
+    let (entries, damaged) = match journal::scan(store) {
+        Ok(found) => found,
+        // A journal directory others can write (or one that cannot be listed) is a problem
+        // `check` must show, not a journal that is not there.
+        Err(e) => {
+            return Some(
+                crate::catalog::computed::get("wstune.journal.pending").finding(
+                    Status::Fail,
+                    Value::Text("journal refused".into()),
+                    Value::Text("none".into()),
+                    format!("{e:#}"),
+                    None,
+                ),
+            )
+        }
+    };
     if entries.is_empty() && damaged.is_empty() {
         return None;
     }

@@ -150,7 +150,6 @@ impl Export {
             self.profile, self.source, self.connections, self.host
         );
         for n in &self.settings.notes {
-            let n = n.replace("{host}", &self.host);
             s.push_str(&format!("{comment} note: {n}\n"));
         }
         s

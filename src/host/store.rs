@@ -245,6 +245,13 @@ impl Store {
         }
     }
 
+    /// The target of the symbolic link at `host_path`, or None when it is not one.
+    pub fn link_target(&self, host_path: &str) -> Option<String> {
+        std::fs::read_link(self.path(host_path))
+            .ok()
+            .map(|t| t.to_string_lossy().into_owned())
+    }
+
     /// Make `host_path` the symbolic link `target` again (what a rollback restores when the link
     /// was replaced since); atomic: a new link renamed over whatever is there.
     #[cfg(unix)]
