@@ -502,6 +502,12 @@ fn rollback_refuses_an_entry_that_does_not_verify() {
             "unknown field",
         ),
         (
+            "an unknown field in an action",
+            false,
+            Box::new(|v, _| v["actions"][0]["op"]["undo_with"] = "rm -rf /".into()),
+            "unknown field",
+        ),
+        (
             "a newer format",
             false,
             Box::new(|v, _| v["format"] = 99.into()),

@@ -32,7 +32,10 @@ use serde::{Deserialize, Serialize};
 pub use crate::catalog::eval::desired;
 pub use crate::host::owned::{unit_dropin, LIMITS_FILE, SYSCTL_FILE};
 
+// Unknown fields refused: the journal stores actions, and a field this version does not know
+// must make the entry damaged, not be dropped silently (its checksum covers only known ones).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Action {
     /// The check that asked for it.
     pub check: String,
@@ -44,7 +47,7 @@ pub struct Action {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Op {
     /// Write /proc/sys now.
     Sysctl { key: String, value: String },

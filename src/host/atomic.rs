@@ -125,7 +125,11 @@ pub fn remove_temporaries(dir: &Path) -> Vec<String> {
     };
     for e in rd.filter_map(|e| e.ok()) {
         let name = e.file_name().to_string_lossy().into_owned();
-        let is_file = e.file_type().map(|t| t.is_file()).unwrap_or(false);
+        // A file, or the link Store::relink was about to rename into place.
+        let is_file = e
+            .file_type()
+            .map(|t| t.is_file() || t.is_symlink())
+            .unwrap_or(false);
         if is_file && name.starts_with(TEMP_PREFIX) && std::fs::remove_file(e.path()).is_ok() {
             removed.push(name);
         }
