@@ -653,7 +653,7 @@ fn two_first_applies_at_once_never_lower_what_the_other_raised() {
     }
     let script = format!(
         r#"source {lib}
-strace -f -qq -o /dev/null -e trace=flock -e inject=flock:delay_enter=3000000:when=1 \
+strace -f -qq -o /dev/null -e trace=flock -e inject=flock:delay_enter=6000000:when=1 \
   "$W" apply --profile 50k --runtime-only --yes --prefix "$P" > "$T/a" 2>&1 &
 a=$!
 sleep 1
