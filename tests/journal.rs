@@ -547,6 +547,102 @@ fn rollback_refuses_an_entry_that_does_not_verify() {
     }
 }
 
+/// An entry whose `link` leads out of the tree (rollback made wstune's file a link there, and
+/// every later rollback failed), whose `created_dirs` names a directory wstune did not create,
+/// that lost its format and checksum but carries the fields only format 2 has, or that says
+/// format 0: each is refused (exit 3, naming the entry), and nothing is written.
+#[test]
+fn rollback_refuses_a_tampered_link_created_dir_or_stripped_format() {
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, bool, Edit, &str)> = vec![
+        (
+            "a link out of the tree",
+            true,
+            Box::new(|v| v["files"][0]["link"] = "../../../outside/victim".into()),
+            "not a file wstune may write through",
+        ),
+        (
+            "an absolute link",
+            true,
+            Box::new(|v| v["files"][0]["link"] = "/etc/passwd".into()),
+            "not a file wstune may write through",
+        ),
+        (
+            "a directory wstune did not create",
+            true,
+            Box::new(|v| v["created_dirs"] = serde_json::json!(["/var"])),
+            "is not one wstune created",
+        ),
+        (
+            "format 2 fields without format and checksum",
+            true,
+            Box::new(|v| v["files"][0]["new"]["owner"] = serde_json::json!([0, 0])),
+            "fields only format 2 has",
+        ),
+        (
+            "a link without format and checksum",
+            true,
+            Box::new(|v| {
+                let p = v["files"][0]["path"].as_str().unwrap().to_string();
+                let name = p.rsplit('/').next().unwrap().to_string();
+                v["files"][0]["link"] = format!("{name}.real").into();
+            }),
+            "fields only format 2 has",
+        ),
+        (
+            "format 0",
+            false,
+            Box::new(|v| v["format"] = 0.into()),
+            "format 0",
+        ),
+    ];
+    for (what, legacy, edit, want) in cases {
+        let (dir, tree, entry) = applied_tree();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("victim"), "keep\n").unwrap();
+        tamper(&entry, legacy, |v| {
+            edit(v);
+            if let Some(name) = v["files"][0]["link"]
+                .as_str()
+                .filter(|l| l.ends_with(".real"))
+            {
+                // The target exists: only the missing checksum can refuse it.
+                let p = v["files"][0]["path"].as_str().unwrap();
+                let real = tree.join(&p[1..]).with_file_name(name);
+                std::fs::write(real, "x = 1\n").unwrap();
+            }
+        });
+        let file: String =
+            serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&entry).unwrap())
+                .unwrap()["files"][0]["path"]
+                .as_str()
+                .unwrap()
+                .to_string();
+        let on_disk = tree.join(&file[1..]);
+        let before = std::fs::read(&on_disk).ok();
+        let t = tree.to_str().unwrap();
+        let o = wstune(&["rollback", "--root", t, "--yes", "--force"]);
+        let err = stderr(&o);
+        assert_eq!(code(&o), 3, "{what}: {}{err}", stdout(&o));
+        assert!(
+            err.contains(&entry.display().to_string()) && err.contains(want),
+            "{what}: {err}"
+        );
+        assert!(
+            !std::fs::symlink_metadata(&on_disk).is_ok_and(|m| m.file_type().is_symlink()),
+            "{what}: {file} was made a link"
+        );
+        assert_eq!(std::fs::read(&on_disk).ok(), before, "{what}: {file}");
+        assert_eq!(
+            std::fs::read_to_string(outside.join("victim")).unwrap(),
+            "keep\n",
+            "{what}"
+        );
+        assert!(tree.join("var").exists(), "{what}");
+    }
+}
+
 /// A journal directory others can write is refused, as sudo refuses such a sudoers file.
 #[test]
 fn a_journal_directory_writable_by_others_is_refused() {

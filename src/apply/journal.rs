@@ -297,6 +297,11 @@ fn parse(text: &str, id: &str) -> std::result::Result<Entry, String> {
             "written by a newer wstune (journal format {format}; this one reads up to {FORMAT}): roll it back with that version"
         ));
     }
+    if format < 1 {
+        return Err(format!(
+            "its journal format {format} is not one any wstune wrote (1 is the oldest)"
+        ));
+    }
     let e: Entry = serde_json::from_str(text).map_err(|e| e.to_string())?;
     if e.format >= 2 {
         let want = checksum_of(&e);
@@ -310,6 +315,21 @@ fn parse(text: &str, id: &str) -> std::result::Result<Entry, String> {
         return Err(format!("its id {} is not its file name's ({id})", e.id));
     }
     check_paths(&e)?;
+    // Format 1 has no checksum; it never had these fields either. One that carries them was
+    // changed after it was written (its format and checksum taken out, so nothing verifies it).
+    if e.format < 2 {
+        let newer = e.files.iter().any(|f| {
+            f.link.is_some()
+                || f.nlink != 0
+                || f.new.owner.is_some()
+                || f.old.as_ref().is_some_and(|o| o.owner.is_some())
+        });
+        if newer {
+            return Err(
+                "it has no format and no checksum (an entry of an older wstune), but carries fields only format 2 has (link, owner, nlink): no wstune wrote it so, it was changed after it was written".into(),
+            );
+        }
+    }
     Ok(e)
 }
 
@@ -348,6 +368,14 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
         if !canonical(&f.path) || !own_file(&f.path) {
             return Err(format!("file {} is not one wstune writes", f.path));
         }
+        if let Some(target) = &f.link {
+            if !link_target_ok(&f.path, target) {
+                return Err(format!(
+                    "file {} is to be a link to {target}, which is not a file wstune may write through",
+                    f.path
+                ));
+            }
+        }
     }
     for d in &e.created_dirs {
         let parent_of_own = e.files.iter().any(|f| f.path.starts_with(&format!("{d}/")));
@@ -363,6 +391,28 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether a journaled link target may be restored: relative, resolved (lexically, from the
+/// link's directory) to a file under /etc other than the link itself.
+fn link_target_ok(path: &str, target: &str) -> bool {
+    if target.is_empty() || target.starts_with('/') || target.contains('\0') {
+        return false;
+    }
+    let mut at: Vec<&str> = path[1..].split('/').collect();
+    at.pop();
+    for c in target.split('/') {
+        match c {
+            "" | "." => return false,
+            ".." => {
+                if at.pop().is_none() {
+                    return false;
+                }
+            }
+            c => at.push(c),
+        }
+    }
+    at.len() >= 2 && at[0] == "etc" && format!("/{}", at.join("/")) != path
 }
 
 /// What to do about an entry that cannot be read: nothing can roll it back automatically.

@@ -261,6 +261,23 @@ impl Store {
             return Ok(());
         }
         let dir = p.parent().expect("host paths are absolute");
+        // What shape() would refuse for the link, refused before it is made: a target that
+        // does not exist, is not a regular file, or leads out of the tree.
+        let real = dir.join(target).canonicalize().map_err(|_| {
+            anyhow::anyhow!(
+                "{} is not made a link to {target} again: that does not exist (or loops)",
+                p.display()
+            )
+        })?;
+        let allowed = self.allowed_tree(host_path);
+        if !real.starts_with(&allowed) || !std::fs::metadata(&real).is_ok_and(|m| m.is_file()) {
+            bail!(
+                "{} is not made a link to {target} again: it leads to {}, which is not a regular file under {}",
+                p.display(),
+                real.display(),
+                allowed.display()
+            );
+        }
         let tmp = dir.join(format!(
             "{}link.{}",
             atomic::TEMP_PREFIX,
