@@ -423,6 +423,44 @@ done"#,
     );
 }
 
+/// A link in a directory above wstune's file (`etc/security/limits.d -> outside`): apply wrote
+/// `outside/60-wstune.conf`. Each such parent is refused before any change now, with nothing
+/// written outside and no journal directory left behind.
+#[test]
+fn a_link_in_a_parent_directory_is_refused_before_any_change() {
+    let script = format!(
+        r#"source {lib}
+{FINGERPRINT}
+for linked in etc/security/limits.d etc/security etc/sysctl.d; do
+  rm -rf "$P"/* "$T/outside"; mkdir -p "$P/$(dirname $linked)" "$T/outside"
+  ln -s "$T/outside" "$P/$linked"
+  fp "$P" > "$T/tree-before"; before=$(state)
+  "$W" apply --profile 100k --yes --prefix "$P" > "$T/out" 2> "$T/err"; rc=$?
+  fp "$P" > "$T/tree-after"
+  same=no; cmp -s "$T/tree-before" "$T/tree-after" && [ "$before" = "$(state)" ] && same=yes
+  echo "CASE $linked rc=$rc same=$same outside=$(find "$T/outside" -mindepth 1 | wc -l) var=$(test -e "$P/var/lib/wstune" && echo left || echo none)"
+  echo "ERR $(tr '\n' ' ' < "$T/err")"
+done"#,
+        lib = lib_path("journal_lib.sh")
+    );
+    let Some(o) = common::in_netns(&script) else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        tagged(&o, "CASE "),
+        vec![
+            "CASE etc/security/limits.d rc=3 same=yes outside=0 var=none",
+            "CASE etc/security rc=3 same=yes outside=0 var=none",
+            "CASE etc/sysctl.d rc=3 same=yes outside=0 var=none",
+        ],
+        "{all}"
+    );
+    for e in tagged(&o, "ERR ") {
+        assert!(e.contains("outside") && e.contains("Fix:"), "{all}");
+    }
+}
+
 fn lib_path(name: &str) -> String {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/scripts")

@@ -133,7 +133,15 @@ impl Store {
     /// anything but a regular file, or one whose real path leaves the directory tree the path
     /// belongs to (`/etc` for its configuration, its state directory for the journal).
     pub fn shape(&self, host_path: &str) -> Result<Option<Shape>> {
-        let p = self.path(host_path);
+        match self.real_dir(host_path, false)? {
+            Some(dir) => self.shape_at(&dir.join(file_name(host_path)), host_path),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Store::shape`] of `p`, the path in its real directory ([`Store::real_dir`]).
+    fn shape_at(&self, p: &Path, host_path: &str) -> Result<Option<Shape>> {
+        let p = p.to_path_buf();
         let lmeta = match std::fs::symlink_metadata(&p) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -196,8 +204,46 @@ impl Store {
         } else {
             "/etc"
         };
-        let dir = self.path(top);
-        dir.canonicalize().unwrap_or(dir)
+        resolve_existing(&self.path(top))
+    }
+
+    /// `host_path`'s directory as it really is (every link in it resolved), refused unless it
+    /// is inside the tree the path belongs to ([`Store::allowed_tree`]): a link in a parent
+    /// (`etc/security/limits.d -> /tmp/x`) must not carry a write, a removal or a new link out
+    /// of it. `create`: make what is missing first (inside the tree only). None: it does not
+    /// exist (and `create` is false).
+    fn real_dir(&self, host_path: &str, create: bool) -> Result<Option<PathBuf>> {
+        let p = self.path(host_path);
+        let dir = p.parent().expect("host paths are absolute");
+        let allowed = self.allowed_tree(host_path);
+        let outside = |real: &Path| {
+            anyhow::anyhow!(
+                "{} leads to {} (a symbolic link in a directory above the file), outside {}; wstune writes only inside the tree its files belong to, so it changes nothing. Fix: make it a real directory (or move the link aside)",
+                dir.display(),
+                real.display(),
+                allowed.display()
+            )
+        };
+        let known = resolve_existing(dir);
+        if !known.starts_with(&allowed) {
+            return Err(outside(&known));
+        }
+        if !dir.is_dir() {
+            if !create {
+                return Ok(None);
+            }
+            // Created by its resolved name: nothing here follows a link made meanwhile
+            // above the part that already existed.
+            std::fs::create_dir_all(&known)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let real = dir
+            .canonicalize()
+            .with_context(|| format!("cannot resolve {}", dir.display()))?;
+        if !real.starts_with(&allowed) {
+            return Err(outside(&real));
+        }
+        Ok(Some(real))
     }
 
     /// Create the parent directories that are missing; returns them (host paths), outermost
@@ -221,10 +267,11 @@ impl Store {
     /// symbolic link to its target (the link stays), and in place into a file with hard links
     /// (a rename would split them). [`Store::shape`]'s refusals apply.
     pub fn write(&self, host_path: &str, state: &FileState) -> Result<()> {
-        let p = self.path(host_path);
-        let dir = p.parent().expect("host paths are absolute");
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        match self.shape(host_path)? {
+        let dir = self
+            .real_dir(host_path, true)?
+            .expect("real_dir creates the directory");
+        let p = dir.join(file_name(host_path));
+        match self.shape_at(&p, host_path)? {
             Some(Shape {
                 link: Some(_),
                 nlink,
@@ -256,11 +303,17 @@ impl Store {
     /// was replaced since); atomic: a new link renamed over whatever is there.
     #[cfg(unix)]
     pub fn relink(&self, host_path: &str, target: &str) -> Result<()> {
-        let p = self.path(host_path);
+        let Some(dir) = self.real_dir(host_path, false)? else {
+            bail!(
+                "{} is not made a link again: its directory does not exist",
+                self.path(host_path).display()
+            );
+        };
+        let p = dir.join(file_name(host_path));
         if std::fs::read_link(&p).is_ok_and(|t| t.to_string_lossy() == target) {
             return Ok(());
         }
-        let dir = p.parent().expect("host paths are absolute");
+        let dir = dir.as_path();
         // What shape() would refuse for the link, refused before it is made: a target that
         // does not exist, is not a regular file, or leads out of the tree.
         let real = dir.join(target).canonicalize().map_err(|_| {
@@ -310,7 +363,10 @@ impl Store {
     }
 
     pub fn remove(&self, host_path: &str) -> Result<()> {
-        let p = self.path(host_path);
+        let Some(dir) = self.real_dir(host_path, false)? else {
+            return Ok(());
+        };
+        let p = dir.join(file_name(host_path));
         match std::fs::remove_file(&p) {
             Ok(()) => {
                 if let Some(dir) = p.parent() {
@@ -341,6 +397,30 @@ fn same_file(f: &std::fs::File, p: &Path) -> bool {
 #[cfg(not(unix))]
 fn same_file(_f: &std::fs::File, p: &Path) -> bool {
     p.exists()
+}
+
+/// The last component of a host path.
+fn file_name(host_path: &str) -> &str {
+    host_path.rsplit('/').next().unwrap_or(host_path)
+}
+
+/// `p` with every link in the part of it that exists resolved, the rest (not there yet)
+/// appended as it is.
+fn resolve_existing(p: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = p;
+    loop {
+        if let Ok(real) = at.canonicalize() {
+            return rest.iter().rev().fold(real, |acc, c| acc.join(c));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(up), Some(name)) => {
+                rest.push(name.to_os_string());
+                at = up;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
 }
 
 fn link_text(p: &Path) -> String {
