@@ -606,6 +606,12 @@ fn rollback_refuses_a_tampered_link_created_dir_or_stripped_format() {
             "not a file wstune may write through",
         ),
         (
+            "a /proc/sys key the catalog does not change",
+            true,
+            Box::new(|v| v["runtime"][0]["path"] = "/proc/sys/kernel/core_pattern".into()),
+            "not a setting wstune's catalog changes",
+        ),
+        (
             "a directory wstune did not create",
             true,
             Box::new(|v| v["created_dirs"] = serde_json::json!(["/var"])),

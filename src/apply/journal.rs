@@ -345,6 +345,7 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
                 .split('/')
                 .all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
     };
+    let managed = crate::catalog::managed();
     for r in &e.runtime {
         let key_ok = r.path.strip_prefix("/proc/sys/").is_some_and(|k| {
             k.chars()
@@ -353,6 +354,16 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
         if !canonical(&r.path) || !key_ok {
             return Err(format!(
                 "runtime path {} is not a kernel setting under /proc/sys",
+                r.path
+            ));
+        }
+        if !managed
+            .sysctls
+            .iter()
+            .any(|k| crate::host::procfs::sysctl_path(k) == r.path)
+        {
+            return Err(format!(
+                "runtime path {} is not a setting wstune's catalog changes",
                 r.path
             ));
         }
@@ -386,8 +397,11 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
         }
     }
     for r in &e.registry {
-        if !r.key.starts_with("HKLM\\SYSTEM\\CurrentControlSet\\") || r.key.contains("..") {
-            return Err(format!("registry key {} is not one wstune changes", r.key));
+        if !managed.registry.contains(&(r.key.clone(), r.value.clone())) {
+            return Err(format!(
+                "registry value {}\\{} is not one wstune's catalog changes",
+                r.key, r.value
+            ));
         }
     }
     Ok(())
@@ -561,7 +575,7 @@ mod tests {
                 profile: "100k".into(),
                 actions: vec![],
                 runtime: vec![OldRuntime {
-                    path: "/proc/sys/x".into(),
+                    path: "/proc/sys/net/core/somaxconn".into(),
                     old: "1\t2\n".into(),
                 }],
                 files: vec![OldFile {
@@ -590,6 +604,29 @@ mod tests {
         assert_eq!(all[0].files[0].new.state().unwrap().bytes, vec![0, 255, 10]);
         assert_eq!(all[0].runtime[0].old, "1\t2\n");
         assert!(load(&store, "../etc/passwd").is_err());
+        // Only what the catalogs change: not any /proc/sys key, not any HKLM value.
+        let mut e = all[0].clone();
+        e.runtime[0].path = "/proc/sys/kernel/core_pattern".into();
+        assert!(check_paths(&e).unwrap_err().contains("not a setting"));
+        let reg = |key: &str, value: &str| {
+            let mut e = all[0].clone();
+            e.registry = vec![OldRegistry {
+                key: key.into(),
+                value: value.into(),
+                kind: crate::host::RegType::Dword,
+                old: None,
+            }];
+            check_paths(&e)
+        };
+        let tcpip = "HKLM\\SYSTEM\\CurrentControlSet\\Services\\Tcpip\\Parameters";
+        assert!(reg(tcpip, "TcpTimedWaitDelay").is_ok());
+        assert!(reg(tcpip, "ImagePath").is_err());
+        assert!(reg(
+            "HKLM\\SYSTEM\\CurrentControlSet\\Services\\EvilSvc",
+            "ImagePath"
+        )
+        .unwrap_err()
+        .contains("not one wstune's catalog changes"));
         assert!(load(&store, "nope")
             .unwrap_err()
             .to_string()

@@ -49,9 +49,17 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
         registry: vec![],
         failure: None,
     };
+    let managed = crate::catalog::managed();
     for a in &plan.actions {
         match &a.op {
             Op::Sysctl { key, .. } => {
+                // A rollback restores only what the built-in catalogs change (a journal entry
+                // naming anything else is refused): never change what it could not put back.
+                if !managed.sysctls.contains(key) {
+                    return Err(anyhow!(
+                        "{key} is not a setting of wstune's built-in catalog, so a rollback would refuse to restore it; nothing was changed. Fix: set it by hand, or apply with the built-in catalog"
+                    ));
+                }
                 let path = sysctl_path(key);
                 let old = backend
                     .read(&path)
@@ -73,6 +81,11 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
                 reg_type,
                 ..
             } => {
+                if !managed.registry.contains(&(key.clone(), value.clone())) {
+                    return Err(anyhow!(
+                        "{key}\\{value} is not a value of wstune's built-in catalog, so a rollback would refuse to restore it; nothing was changed. Fix: set it by hand, or apply with the built-in catalog"
+                    ));
+                }
                 let old = match backend.registry(key, value, *reg_type) {
                     Ok(v) => Some(v),
                     Err(ReadError::NotFound(_)) => None,
