@@ -719,6 +719,39 @@ fn a_journal_directory_writable_by_others_is_refused() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
 
+/// With `umask 000` apply created its journal directory 0777 and then refused it as writable
+/// by others. The state and journal directories are made 0700 whatever the umask.
+#[test]
+fn the_journal_directory_apply_creates_is_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    for umask in ["000", "777"] {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("host");
+        copy_dir(&fixture("default"), &tree);
+        let o = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &format!("umask {umask}; exec \"$0\" apply --root \"$1\" --yes"),
+            ])
+            .arg(common::bin())
+            .arg(&tree)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 0, "umask {umask}: {}{}", stdout(&o), stderr(&o));
+        for d in ["var/lib/wstune", "var/lib/wstune/journal"] {
+            let mode = std::fs::metadata(tree.join(d))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777;
+            assert_eq!(mode, 0o700, "umask {umask}: {d}");
+        }
+        let o = wstune(&["rollback", "--root", tree.to_str().unwrap(), "--yes"]);
+        assert_eq!(code(&o), 0, "umask {umask}: {}", stderr(&o));
+    }
+}
+
 /// A FIFO in the journal directory hung check, apply, rollback and `rollback --list`; a link to
 /// /dev/zero was read until memory ran out. Both are a damaged entry now, reported at once.
 #[test]

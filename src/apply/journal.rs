@@ -515,6 +515,12 @@ impl Lock {
     /// Take the lock, or fail at once (never wait) naming what holds it.
     pub fn acquire(store: &Store) -> Result<Lock> {
         let created = store.missing_dirs(&lock_path());
+        if let Err(e) = store.create_dirs(&created) {
+            for d in created.iter().rev() {
+                store.remove_dir_if_empty(d);
+            }
+            return Err(e);
+        }
         let lock = FileLock::acquire(store, &lock_path(), |path| {
             format!(
                 "another wstune apply or rollback is running (it holds {}); wait for it to finish. Nothing was changed.",

@@ -263,6 +263,41 @@ impl Store {
         out
     }
 
+    /// Create `dirs` (host paths, outermost first, as [`Store::missing_dirs`] gives them) with
+    /// their modes set, not left to the umask: wstune's state directory and what is under it
+    /// 0700 (the journal check refuses one others can write, and with `umask 000` a plain
+    /// create made it 0777), anything above it 0755.
+    pub fn create_dirs(&self, dirs: &[String]) -> Result<()> {
+        for d in dirs {
+            let p = self.path(d);
+            let mode = if d.starts_with(super::layout::STATE) {
+                0o700
+            } else {
+                0o755
+            };
+            let mut b = std::fs::DirBuilder::new();
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::DirBuilderExt;
+                b.mode(mode);
+            }
+            match b.create(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).with_context(|| format!("cannot create {}", p.display())),
+            }
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+                    .with_context(|| format!("cannot chmod {}", p.display()))?;
+            }
+            #[cfg(not(unix))]
+            let _ = mode;
+        }
+        Ok(())
+    }
+
     /// Write `state` at `host_path`: atomically (a temporary file renamed over it), through a
     /// symbolic link to its target (the link stays), and in place into a file with hard links
     /// (a rename would split them). [`Store::shape`]'s refusals apply.
