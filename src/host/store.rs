@@ -275,6 +275,12 @@ impl Store {
             } else {
                 0o755
             };
+            // Above the first one, what the layout places elsewhere (`--prefix` keeps the host's
+            // /var/lib but moves /var/lib/wstune): made as any tool would.
+            if let Some(up) = p.parent().filter(|up| !up.exists()) {
+                std::fs::create_dir_all(up)
+                    .with_context(|| format!("cannot create {}", up.display()))?;
+            }
             let mut b = std::fs::DirBuilder::new();
             #[cfg(unix)]
             {
