@@ -96,8 +96,8 @@ pub struct OldFile {
     /// are the target's), and a rollback makes it that link again if it was replaced.
     #[serde(default)]
     pub link: Option<String>,
-    /// How many names the file had (more than 1: hard links, written in place so they stay
-    /// one file); 0 when it did not exist or the entry is older.
+    /// How many names the file had (1: a file with hard links is refused before any change);
+    /// 0 when it did not exist or the entry is older.
     #[serde(default)]
     pub nlink: u64,
 }
@@ -407,26 +407,15 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Whether a journaled link target may be restored: relative, resolved (lexically, from the
-/// link's directory) to a file under /etc other than the link itself.
+/// Whether a journaled link target may be restored: a plain name, in the link's own directory
+/// (the only link apply writes through), other than the link itself.
 fn link_target_ok(path: &str, target: &str) -> bool {
-    if target.is_empty() || target.starts_with('/') || target.contains('\0') {
-        return false;
-    }
-    let mut at: Vec<&str> = path[1..].split('/').collect();
-    at.pop();
-    for c in target.split('/') {
-        match c {
-            "" | "." => return false,
-            ".." => {
-                if at.pop().is_none() {
-                    return false;
-                }
-            }
-            c => at.push(c),
-        }
-    }
-    at.len() >= 2 && at[0] == "etc" && format!("/{}", at.join("/")) != path
+    !target.is_empty()
+        && !target.contains('/')
+        && !target.contains('\0')
+        && target != "."
+        && target != ".."
+        && path.rsplit('/').next() != Some(target)
 }
 
 /// What to do about an entry that cannot be read: nothing can roll it back automatically.

@@ -74,47 +74,6 @@ pub fn write_owned(path: &Path, bytes: &[u8], mode: Mode, owner: Option<(u32, u3
     Ok(())
 }
 
-/// Rewrite the existing file `path` in place (same inode), for a file with more than one name:
-/// a rename would split its hard links. Not atomic: the journal entry that holds the old bytes
-/// is saved before, so an interrupted write is put back by the next apply or a rollback.
-pub fn write_in_place(
-    path: &Path,
-    bytes: &[u8],
-    mode: u32,
-    owner: Option<(u32, u32)>,
-) -> Result<()> {
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.custom_flags(libc_nofollow());
-    }
-    let mut f = opts
-        .open(path)
-        .with_context(|| format!("cannot open {} to rewrite it", path.display()))?;
-    if let Some(owner) = owner {
-        set_owner(&f, owner)
-            .with_context(|| format!("cannot give {} its owner", path.display()))?;
-    }
-    set_mode(&f, mode).with_context(|| format!("cannot chmod {}", path.display()))?;
-    f.write_all(bytes)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    f.sync_all()
-        .with_context(|| format!("cannot sync {}", path.display()))?;
-    Ok(())
-}
-
-#[cfg(target_os = "linux")]
-fn libc_nofollow() -> i32 {
-    libc::O_NOFOLLOW | libc::O_NONBLOCK
-}
-
-#[cfg(all(unix, not(target_os = "linux")))]
-fn libc_nofollow() -> i32 {
-    0
-}
-
 /// Remove the temporaries a killed [`write`] left in `dir` (only files named [`TEMP_PREFIX`]...).
 /// Returns the names removed. The caller must hold the journal lock: a running writer's
 /// temporary is not a leftover.

@@ -25,8 +25,8 @@ pub struct FileState {
 }
 
 /// What a path is besides its content, so that a rollback puts back the same kind of thing:
-/// wstune writes through a symbolic link (to a file it may own) and into a hard-linked file in
-/// place, and restores both as they were.
+/// wstune writes through a symbolic link to a plain file beside it, and restores the link. A
+/// file with hard links is refused (see [`Store::shape`]).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Shape {
     /// The path is a symbolic link with this target (as readlink gives it).
@@ -128,10 +128,11 @@ impl Store {
         }))
     }
 
-    /// What `host_path` is (a link, hard-linked), or None when nothing is there. Refuses what
-    /// wstune cannot write through and put back exactly: a dangling link or a loop, a link to
-    /// anything but a regular file, or one whose real path leaves the directory tree the path
-    /// belongs to (`/etc` for its configuration, its state directory for the journal).
+    /// What `host_path` is (a link), or None when nothing is there. Refuses what wstune cannot
+    /// write through and put back exactly: a dangling link or a loop, a link to anything but a
+    /// plain file beside it in the same directory, a file with hard links, or a path whose
+    /// directory really is outside the tree it belongs to (`/etc` for its configuration, its
+    /// state directory for the journal).
     pub fn shape(&self, host_path: &str) -> Result<Option<Shape>> {
         match self.real_dir(host_path, false)? {
             Some(dir) => self.shape_at(&dir.join(file_name(host_path)), host_path),
@@ -172,14 +173,17 @@ impl Store {
                     allowed.display()
                 )));
             }
-            let meta = std::fs::metadata(&real)
-                .with_context(|| format!("cannot stat {}", real.display()))?;
-            if !meta.is_file() {
+            let dir = p.parent().expect("a path in a directory");
+            if let Err(why) = beside(dir, &target) {
                 return Err(refuse(format!(
-                    "is a symbolic link to {}, which is not a regular file",
-                    real.display()
+                    "is a symbolic link to {target} ({}), {why}: wstune writes through a link only to a plain file beside it in {}, never over another file's whole content (limits.conf, say)",
+                    real.display(),
+                    dir.display()
                 )));
             }
+            let meta = std::fs::metadata(&real)
+                .with_context(|| format!("cannot stat {}", real.display()))?;
+            refuse_hard_links(&real, &meta)?;
             return Ok(Some(Shape {
                 link: Some(target),
                 nlink: nlink_of(&meta),
@@ -191,6 +195,7 @@ impl Store {
                 p.display()
             );
         }
+        refuse_hard_links(&p, &lmeta)?;
         Ok(Some(Shape {
             link: None,
             nlink: nlink_of(&lmeta),
@@ -305,32 +310,22 @@ impl Store {
     }
 
     /// Write `state` at `host_path`: atomically (a temporary file renamed over it), through a
-    /// symbolic link to its target (the link stays), and in place into a file with hard links
-    /// (a rename would split them). [`Store::shape`]'s refusals apply.
+    /// symbolic link to its target beside it (the link stays). [`Store::shape`]'s refusals
+    /// apply.
     pub fn write(&self, host_path: &str, state: &FileState) -> Result<()> {
         let dir = self
             .real_dir(host_path, true)?
             .expect("real_dir creates the directory");
         let p = dir.join(file_name(host_path));
-        match self.shape_at(&p, host_path)? {
+        // A link's target is a plain file in the same real directory (shape_at): written by
+        // that name, not by resolving the link again.
+        let p = match self.shape_at(&p, host_path)? {
             Some(Shape {
-                link: Some(_),
-                nlink,
-            }) => {
-                let real = p
-                    .canonicalize()
-                    .with_context(|| format!("cannot resolve {}", p.display()))?;
-                if nlink > 1 {
-                    atomic::write_in_place(&real, &state.bytes, state.mode, state.owner)
-                } else {
-                    atomic::write_owned(&real, &state.bytes, Mode::Exact(state.mode), state.owner)
-                }
-            }
-            Some(Shape { nlink, .. }) if nlink > 1 => {
-                atomic::write_in_place(&p, &state.bytes, state.mode, state.owner)
-            }
-            _ => atomic::write_owned(&p, &state.bytes, Mode::Exact(state.mode), state.owner),
-        }
+                link: Some(target), ..
+            }) => dir.join(target),
+            _ => p,
+        };
+        atomic::write_owned(&p, &state.bytes, Mode::Exact(state.mode), state.owner)
     }
 
     /// The target of the symbolic link at `host_path`, or None when it is not one.
@@ -356,20 +351,11 @@ impl Store {
         }
         let dir = dir.as_path();
         // What shape() would refuse for the link, refused before it is made: a target that
-        // does not exist, is not a regular file, or leads out of the tree.
-        let real = dir.join(target).canonicalize().map_err(|_| {
-            anyhow::anyhow!(
-                "{} is not made a link to {target} again: that does not exist (or loops)",
-                p.display()
-            )
-        })?;
-        let allowed = self.allowed_tree(host_path);
-        if !real.starts_with(&allowed) || !std::fs::metadata(&real).is_ok_and(|m| m.is_file()) {
+        // is not a plain file beside it.
+        if let Err(why) = beside(dir, target) {
             bail!(
-                "{} is not made a link to {target} again: it leads to {}, which is not a regular file under {}",
-                p.display(),
-                real.display(),
-                allowed.display()
+                "{} is not made a link to {target} again: {why}",
+                p.display()
             );
         }
         let tmp = dir.join(format!(
@@ -438,6 +424,34 @@ fn same_file(f: &std::fs::File, p: &Path) -> bool {
 #[cfg(not(unix))]
 fn same_file(_f: &std::fs::File, p: &Path) -> bool {
     p.exists()
+}
+
+/// Whether the link text `target`, of a link in the real directory `dir`, names a plain
+/// (regular, not linked again) file in `dir` itself: the only target wstune writes through.
+fn beside(dir: &Path, target: &str) -> std::result::Result<(), String> {
+    if target.is_empty() || target.contains('/') || target == "." || target == ".." {
+        return Err("not a file in the link's own directory".into());
+    }
+    match std::fs::symlink_metadata(dir.join(target)) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => Err("which is not a plain file (a link again, a directory, a device)".into()),
+        Err(_) => Err("which does not exist".into()),
+    }
+}
+
+/// Refuse a file with more than one name: an atomic write (a rename) would split its hard
+/// links, and rewriting it in place leaves it empty or half-written if the power fails midway
+/// (and systemd-sysctl reads it at boot).
+fn refuse_hard_links(p: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    let n = nlink_of(meta);
+    if n > 1 {
+        bail!(
+            "{} has {n} names (hard links): replacing it would split them, and rewriting it in place can leave it empty or half-written after a power loss, so wstune changes nothing. Fix: give it a name of its own (cp -p {p} {p}.new && mv {p}.new {p}), or remove the other names",
+            p.display(),
+            p = p.display()
+        );
+    }
+    Ok(())
 }
 
 /// The last component of a host path.
