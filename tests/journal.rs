@@ -794,6 +794,44 @@ fn the_journal_directory_apply_creates_is_private_whatever_the_umask() {
     }
 }
 
+/// `check` without root failed "journal refused: permission denied" on the private (0700)
+/// journal directory; it is a skip now, saying why.
+#[test]
+fn check_without_root_skips_a_journal_it_cannot_read() {
+    use std::os::unix::fs::PermissionsExt;
+    if !common::have("setpriv") {
+        common::skip("setpriv", "setpriv is not installed (util-linux)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let jdir = dir.path().join("var/lib/wstune/journal");
+    std::fs::create_dir_all(&jdir).unwrap();
+    for d in [jdir.parent().unwrap(), &jdir] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let o = std::process::Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(common::bin())
+        .args([
+            "check",
+            "--prefix",
+            dir.path().to_str().unwrap(),
+            "-f",
+            "json",
+        ])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let r = json_of(&o);
+    let f = finding(&r, "wstune.journal.pending");
+    assert_eq!(f["status"], "skip", "{f}");
+    assert!(
+        f["note"].as_str().unwrap().contains("run check as root"),
+        "{f}"
+    );
+}
+
 /// A FIFO in the journal directory hung check, apply, rollback and `rollback --list`; a link to
 /// /dev/zero was read until memory ran out. Both are a damaged entry now, reported at once.
 #[test]

@@ -332,7 +332,7 @@ pub fn remove_temporaries<'a>(
 
 /// What `check` reports about the journal: an interrupted or damaged entry, and drift.
 pub fn journal_findings(store: &Store, backend: &dyn Backend) -> Vec<Finding> {
-    recover::finding(store)
+    recover::finding(store, backend.privileged())
         .into_iter()
         .chain(drift(store, backend))
         .collect()

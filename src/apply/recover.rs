@@ -155,9 +155,30 @@ pub fn undo_interrupted(
 
 /// `wstune.journal.pending`: fails on an interrupted apply (pending, no live process) or a
 /// damaged entry. None when there is no journal at all.
-pub fn finding(store: &Store) -> Option<Finding> {
+pub fn finding(store: &Store, privileged: bool) -> Option<Finding> {
     let (entries, damaged) = match journal::scan(store) {
         Ok(found) => found,
+        // The journal directory is root's and private (0700): a check without root cannot
+        // read it, which says nothing about the journal.
+        Err(e)
+            if !privileged
+                && e.chain().any(|c| {
+                    c.downcast_ref::<std::io::Error>()
+                        .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+                }) =>
+        {
+            return Some(
+                crate::catalog::computed::get("wstune.journal.pending").finding(
+                    Status::Skip,
+                    Value::Text("not readable".into()),
+                    Value::Text("none".into()),
+                    format!(
+                        "{e:#}: the journal is readable only by root; run check as root to see it"
+                    ),
+                    None,
+                ),
+            )
+        }
         // A journal directory others can write (or one that cannot be listed) is a problem
         // `check` must show, not a journal that is not there.
         Err(e) => {
