@@ -47,11 +47,22 @@ pub fn run(a: Request) -> Result<Outcome> {
     // creates the journal directory on a first apply (removed again if nothing is recorded, so a
     // refusal leaves no trace). Without root there is no lock to take
     // (and nothing will be changed: the refusal comes below, or from the recovery).
+    // No journal yet and none can be made (a read-only /var): there is nothing to recover, and
+    // an apply that plans nothing changes nothing and needs no lock. One that plans a change is
+    // refused with this error before it makes any.
+    let mut no_journal = None;
     let mut lock = if a.dry_run || !backend.privileged() {
         None
     } else {
         journal::check_dir(store)?;
-        Some(journal::Lock::acquire(store)?)
+        match journal::Lock::acquire(store) {
+            Ok(l) => Some(l),
+            Err(e) if !store.is_dir(journal::DIR) => {
+                no_journal = Some(e);
+                None
+            }
+            Err(e) => return Err(e),
+        }
     };
     let (entries, damaged) = journal::scan(store)?;
     if let Some(d) = damaged.first() {
@@ -119,6 +130,9 @@ pub fn run(a: Request) -> Result<Outcome> {
 
     if !backend.privileged() {
         bail!(not_privileged(backend.platform()));
+    }
+    if let Some(e) = no_journal {
+        return Err(e.context("the journal cannot be created, and apply changes nothing it cannot record. Nothing was changed"));
     }
     refuse_read_only_proc_sys(&inputs.catalog, &before.results, &p)?;
     if !a.yes {
