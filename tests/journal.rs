@@ -868,6 +868,27 @@ done"#,
     );
 }
 
+/// An older wstune's killed write left `.tmpXXXXXX` with the new content, which nothing
+/// removed. rollback removes such a file when its bytes are exactly a journaled new content,
+/// and leaves one of that name with other bytes.
+#[test]
+fn rollback_removes_an_older_versions_temporaries_with_journaled_content() {
+    let (_dir, tree, entry) = applied_tree();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&entry).unwrap()).unwrap();
+    let path = v["files"][0]["path"].as_str().unwrap();
+    let on_disk = tree.join(&path[1..]);
+    let new = std::fs::read(&on_disk).unwrap();
+    let dir = on_disk.parent().unwrap();
+    std::fs::write(dir.join(".tmpAb12Cd"), &new).unwrap();
+    std::fs::write(dir.join(".tmpZz99Yy"), b"someone else's\n").unwrap();
+    let o = wstune(&["rollback", "--root", tree.to_str().unwrap(), "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(!dir.join(".tmpAb12Cd").exists(), "{}", stdout(&o));
+    assert!(dir.join(".tmpZz99Yy").exists());
+    assert!(stdout(&o).contains(".tmpAb12Cd"), "{}", stdout(&o));
+}
+
 /// A FIFO in the journal directory hung check, apply, rollback and `rollback --list`; a link to
 /// /dev/zero was read until memory ran out. Both are a damaged entry now, reported at once.
 #[test]

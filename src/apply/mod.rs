@@ -305,17 +305,33 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
     errors
 }
 
-/// Remove the temporaries a killed write left beside wstune's files (`paths`, host paths) and
-/// in its journal directory. The caller holds the journal lock, so no write of wstune's is
-/// running. Returns the host paths removed.
+/// Remove the temporaries a killed write left beside wstune's files (`files`, journaled) and
+/// in its journal directory: its own (`.wstune-tmp.*`), also in the directory a link led to,
+/// and an older wstune's (`.tmpXXXXXX`) where their bytes are exactly a journaled new content
+/// (anything else of that name is not known to be wstune's and stays). The caller holds the
+/// journal lock, so no write of wstune's is running. Returns the host paths removed.
 pub fn remove_temporaries<'a>(
     store: &Store,
-    paths: impl IntoIterator<Item = &'a str>,
+    files: impl IntoIterator<Item = &'a OldFile>,
 ) -> Vec<String> {
     use crate::host::owned::{LIMITS_FILE, SYSCTL_FILE};
+    let files: Vec<&OldFile> = files.into_iter().collect();
     let journal_file = format!("{}/.lock", journal::DIR);
     let mut dirs: Vec<String> = vec![SYSCTL_FILE.into(), LIMITS_FILE.into(), journal_file];
-    dirs.extend(paths.into_iter().map(str::to_string));
+    for f in &files {
+        dirs.push(f.path.clone());
+        if let Some(target) = &f.link {
+            if let Some((dir, _)) = f.path.rsplit_once('/') {
+                if !target.starts_with('/') {
+                    dirs.push(format!("{dir}/{target}"));
+                }
+            }
+        }
+    }
+    let new: Vec<Vec<u8>> = files
+        .iter()
+        .filter_map(|f| f.new.state().ok().map(|s| s.bytes))
+        .collect();
     let mut seen = std::collections::BTreeSet::new();
     let mut removed = Vec::new();
     for p in &dirs {
@@ -325,6 +341,7 @@ pub fn remove_temporaries<'a>(
             .to_string();
         if seen.insert(dir) {
             removed.extend(store.remove_temporaries_beside(p));
+            removed.extend(store.remove_legacy_temporaries_beside(p, &new));
         }
     }
     removed

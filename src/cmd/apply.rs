@@ -75,10 +75,7 @@ pub fn run(a: Request) -> Result<Outcome> {
     }
     // Before the recovery: a directory it removes must not keep a leftover temporary.
     if lock.is_some() {
-        let paths = entries
-            .iter()
-            .flat_map(|e| e.files.iter().map(|f| f.path.as_str()));
-        let removed = apply::remove_temporaries(store, paths);
+        let removed = apply::remove_temporaries(store, entries.iter().flat_map(|e| &e.files));
         if !removed.is_empty() {
             say!(
                 "note: removed {} temporary file(s) an interrupted write had left: {}",

@@ -84,7 +84,7 @@ pub fn run(r: Request) -> Result<Outcome> {
         confirm("Restore these?", PASS_YES)?;
     }
     // Under the lock: no write of wstune's is running, so these are a killed one's.
-    let removed = apply::remove_temporaries(&store, entry.files.iter().map(|f| f.path.as_str()));
+    let removed = apply::remove_temporaries(&store, entry.files.iter());
     if !removed.is_empty() {
         say!(
             "Removed {} temporary file(s) an interrupted write had left: {}",

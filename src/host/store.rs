@@ -389,6 +389,45 @@ impl Store {
             .collect()
     }
 
+    /// Remove the temporaries an older wstune's killed write left beside `host_path`: plain
+    /// files named `.tmp` and six letters or digits (its temporary-file library's names) whose
+    /// bytes are exactly one of `known` (what a journal entry says was written there). The
+    /// names removed, as host paths.
+    pub fn remove_legacy_temporaries_beside(
+        &self,
+        host_path: &str,
+        known: &[Vec<u8>],
+    ) -> Vec<String> {
+        let Some(dir) = Path::new(host_path).parent() else {
+            return vec![];
+        };
+        let shown = dir.to_string_lossy().trim_end_matches('/').to_string();
+        let Ok(Some(real)) = self.real_dir(host_path, false) else {
+            return vec![];
+        };
+        let Ok(rd) = std::fs::read_dir(&real) else {
+            return vec![];
+        };
+        let mut removed = Vec::new();
+        for e in rd.filter_map(|e| e.ok()) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let legacy = name
+                .strip_prefix(".tmp")
+                .is_some_and(|r| r.len() == 6 && r.chars().all(|c| c.is_ascii_alphanumeric()));
+            if !legacy || !e.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            let same = read_capped(&e.path()).is_ok_and(|b| known.contains(&b));
+            if same && std::fs::remove_file(e.path()).is_ok() {
+                removed.push(format!("{shown}/{name}"));
+            }
+        }
+        if !removed.is_empty() {
+            atomic::sync_dir(&real);
+        }
+        removed
+    }
+
     pub fn remove(&self, host_path: &str) -> Result<()> {
         let Some(dir) = self.real_dir(host_path, false)? else {
             return Ok(());
