@@ -286,6 +286,7 @@ impl Store {
                 std::fs::create_dir_all(up)
                     .with_context(|| format!("cannot create {}", up.display()))?;
             }
+            #[cfg_attr(not(unix), allow(unused_mut))]
             let mut b = std::fs::DirBuilder::new();
             #[cfg(unix)]
             {
