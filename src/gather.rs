@@ -494,16 +494,29 @@ pub fn read_boot_config(backend: &dyn Backend) -> BootConfig {
         }
     }
     let mut files = Vec::new();
-    for path in names.into_values().chain([SYSCTL_CONF.to_string()]) {
+    let mut skipped = Vec::new();
+    let listed = names.len();
+    for (i, path) in names
+        .into_values()
+        .chain([SYSCTL_CONF.to_string()])
+        .enumerate()
+    {
         match backend.read(&path) {
             Ok(text) => {
                 any |= path == SYSCTL_CONF;
                 files.push((path, text));
             }
-            Err(_) => continue,
+            // /etc/sysctl.conf is optional; a listed file that cannot be read (not UTF-8, a
+            // link loop, no permission) is named: what it sets at boot is unknown.
+            Err(ReadError::NotFound(_)) if i == listed => {}
+            Err(e) => skipped.push((path, e.to_string())),
         }
     }
-    BootConfig { files, any }
+    BootConfig {
+        files,
+        any,
+        skipped,
+    }
 }
 
 /// The entry that sets `key` at the next boot (a single lookup; `gather` reads the whole

@@ -335,10 +335,108 @@ fn kubernetes_manifests_validate_and_split_pod_and_node() {
     for (k, v, s, _) in &all {
         if s != "netns" {
             assert!(
-                script.contains(&format!("echo '{v}' > /proc/sys/{}", k.replace('.', "/"))),
+                script.contains(&format!("raise {} ", k.replace('.', "/")))
+                    && script.contains(&format!(" '{v}'\n")),
                 "{k} in {script}"
             );
         }
+    }
+}
+
+/// The DaemonSet wrote every kernel-wide value unconditionally and the play set exact values,
+/// so a node that already had more was lowered. Run for real (the DaemonSet's script under
+/// sh, the play under ansible-playbook) against a namespace with higher values, they leave
+/// those unchanged and still raise the one below the profile.
+#[test]
+fn exported_daemonset_and_play_never_lower_a_node_that_has_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture("default");
+    let root = root.to_str().unwrap();
+    let json = export(&["--to", "json", "--root", root]);
+    let k8s = export(&["--to", "kubernetes", "--root", root]);
+    let docs: Vec<serde_yaml_ng::Value> = serde_yaml_ng::Deserializer::from_str(&k8s)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let script = docs[1]["spec"]["template"]["spec"]["initContainers"][0]["command"][2]
+        .as_str()
+        .unwrap();
+    std::fs::write(dir.path().join("daemonset.sh"), script).unwrap();
+    let play = dir.path().join("wstune.yml");
+    export(&[
+        "--to",
+        "ansible",
+        "--root",
+        root,
+        "-o",
+        play.to_str().unwrap(),
+    ]);
+    let prefix = dir.path().join("p");
+    std::fs::create_dir(&prefix).unwrap();
+    // Above the export: fs.nr_open, fs.file-max (ge), the range (covers), fin_timeout (le),
+    // somaxconn (ge); below it: fs.epoll.max_user_watches and tcp_max_syn_backlog.
+    let higher = "echo 2147483584 > /proc/sys/fs/nr_open; echo 9223372036854775807 > /proc/sys/fs/file-max
+echo 1000 > /proc/sys/fs/epoll/max_user_watches
+echo 200000 > /proc/sys/net/core/somaxconn; echo 5 > /proc/sys/net/ipv4/tcp_fin_timeout
+echo '1024 65535' > /proc/sys/net/ipv4/ip_local_port_range; echo 128 > /proc/sys/net/ipv4/tcp_max_syn_backlog";
+    let show = "for k in fs/nr_open fs/file-max fs/epoll/max_user_watches net/core/somaxconn net/ipv4/tcp_fin_timeout net/ipv4/ip_local_port_range net/ipv4/tcp_max_syn_backlog; do printf '%s=%s;' $k \"$(cat /proc/sys/$k | tr '\\t' ' ')\"; done; echo";
+    let want = "fs/nr_open=2147483584;fs/file-max=9223372036854775807;fs/epoll/max_user_watches=5491511;net/core/somaxconn=200000;net/ipv4/tcp_fin_timeout=5;net/ipv4/ip_local_port_range=1024 65535;";
+    let with_ansible = have("ansible-playbook");
+    let script = format!(
+        "{shield}
+set +e
+{higher}
+sh {dir}/daemonset.sh; echo \"DAEMONSET rc=$? $({show})\"
+{higher}
+if {with_ansible}; then
+ANSIBLE_LOCALHOST_WARNING=false ANSIBLE_NOCOLOR=1 ansible-playbook -i localhost, -c local \
+  -e ansible_python_interpreter=\"$(command -v python3)\" \
+  -e wstune_sysctl_file={prefix}/etc/sysctl.d/60-wstune.conf \
+  -e wstune_limits_file={prefix}/etc/security/limits.d/60-wstune.conf {play} >&2
+echo \"ANSIBLE rc=$? $({show})\"
+grep -E '^(net.core.somaxconn|fs.nr_open|net.ipv4.tcp_fin_timeout)' {prefix}/etc/sysctl.d/60-wstune.conf | tr '\\n' ';' | sed 's/^/FILE /'; echo
+fi
+",
+        shield = shield(dir.path(), &json),
+        dir = dir.path().display(),
+        prefix = prefix.display(),
+        play = play.display(),
+    );
+    let Some(o) = common::in_netns(&script) else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    let line = |tag: &str| {
+        stdout(&o)
+            .lines()
+            .find(|l| l.starts_with(tag))
+            .unwrap_or_else(|| panic!("no {tag}: {all}"))
+            .to_string()
+    };
+    // 5491511 and 65535: raised to the profile's; the rest kept.
+    assert_eq!(
+        line("DAEMONSET "),
+        format!("DAEMONSET rc=0 {want}net/ipv4/tcp_max_syn_backlog=128;"),
+        "the DaemonSet sets kernel-wide keys only: {all}"
+    );
+    if !with_ansible {
+        return common::skip(
+            "ansible",
+            "ansible-playbook is not installed (pip install ansible)",
+        );
+    }
+    assert_eq!(
+        line("ANSIBLE "),
+        format!("ANSIBLE rc=0 {want}net/ipv4/tcp_max_syn_backlog=65535;"),
+        "{all}"
+    );
+    // The file gets the host's own higher values too: the next boot does not lower them.
+    let file = line("FILE ");
+    for want in [
+        "net.core.somaxconn=200000",
+        "fs.nr_open=2147483584",
+        "net.ipv4.tcp_fin_timeout=5",
+    ] {
+        assert!(file.contains(want), "{want} in {file}: {all}");
     }
 }
 
@@ -506,4 +604,24 @@ fn export_refuses_bad_input_clearly() {
     ]);
     assert_eq!(code(&o), 3);
     assert!(stderr(&o).contains("/nonexistent/dir"), "{}", stderr(&o));
+}
+
+/// `export --to sysctl` said nothing about a vendor file applied after wstune's that sets the
+/// same key, though apply names it: the file installed as-is would lose at boot. The export
+/// carries apply's note now.
+#[test]
+fn sysctl_export_names_a_vendor_file_that_wins_at_boot() {
+    let dir = tempfile::tempdir().unwrap();
+    common::copy_dir(&fixture("default"), dir.path());
+    std::fs::write(
+        dir.path().join("usr/lib/sysctl.d/99-vendor.conf"),
+        "net.core.somaxconn = 4096\n",
+    )
+    .unwrap();
+    let text = export(&["--to", "sysctl", "--root", dir.path().to_str().unwrap()]);
+    assert!(
+        text.lines().any(|l| l.starts_with("# note: net.core.somaxconn: /usr/lib/sysctl.d/99-vendor.conf:1 sets 4096 and is applied after /etc/sysctl.d/60-wstune.conf")
+            && l.contains("wins at boot")),
+        "{text}"
+    );
 }

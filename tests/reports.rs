@@ -442,3 +442,134 @@ fn catalog_errors_are_all_reported_and_a_duplicate_id_at_its_own_line() {
     }
     assert_eq!(err.lines().count(), 3, "exactly the three problems:\n{err}");
 }
+
+/// A control character in a sysctl.d file name, the osrelease or the profile name made the
+/// JUnit report invalid XML (every CI's parser refused it). Python's expat, a strict XML 1.0
+/// parser, reads it now.
+#[test]
+fn junit_with_control_characters_in_names_is_valid_xml() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("host");
+    copy_dir(&fixture("default"), &root);
+    std::fs::write(
+        root.join("etc/sysctl.d/10-a\x01b.conf"),
+        "net.ipv4.tcp_fin_timeout = 61\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("proc/sys/kernel/osrelease"), "6.1.0\x02-amd64\n").unwrap();
+    let profile = dir.path().join("p.yaml");
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
+            .unwrap()
+            .replace("name: 100k", "name: \"100k\\x03\"");
+    std::fs::write(&profile, text).unwrap();
+    let o = common::run(&[
+        "check",
+        "--root",
+        root.to_str().unwrap(),
+        "--profile",
+        profile.to_str().unwrap(),
+        "-f",
+        "junit",
+    ]);
+    let xml = o.stdout.clone();
+    assert!(
+        String::from_utf8_lossy(&xml).contains("10-a\\x01b.conf"),
+        "the file name is in the report, its control character named: {}{}",
+        common::stdout(&o),
+        stderr(&o)
+    );
+    let mut py = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, xml.dom.minidom as m; d = m.parseString(sys.stdin.buffer.read()); print(d.getElementsByTagName('testsuite')[0].getAttribute('name'))",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    py.stdin.take().unwrap().write_all(&xml).unwrap();
+    let r = py.wait_with_output().unwrap();
+    assert!(
+        r.status.success(),
+        "expat refused the report: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout).trim(),
+        "wstune check 100k\\x03"
+    );
+}
+
+/// A profile accepted somaxconn up to 4294967295, which the kernel (an int) refuses at apply.
+#[test]
+fn a_backlog_above_the_kernels_int_is_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("p.yaml");
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
+            .unwrap()
+            .replace("somaxconn: 65535", "somaxconn: 4294967295");
+    std::fs::write(&profile, text).unwrap();
+    let o = common::run(&[
+        "check",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--root",
+        fixture("default").to_str().unwrap(),
+    ]);
+    assert_eq!(common::code(&o), 3, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("linux.somaxconn") && err.contains("2147483647") && err.contains("p.yaml:"),
+        "{err}"
+    );
+}
+
+/// A sysctl.d file that is not UTF-8 and one that is a link loop were skipped without a word in
+/// the boot view: a key they set looked unset. Both are named now.
+#[test]
+fn unreadable_sysctl_d_files_are_named_in_the_boot_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("host");
+    copy_dir(&fixture("default"), &root);
+    let d = root.join("etc/sysctl.d");
+    std::fs::write(
+        d.join("70-latin1.conf"),
+        b"# caf\xe9\nnet.core.somaxconn = 8192\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("80-loop.conf", d.join("80-loop.conf")).unwrap();
+    let report = json_check(&["--root", root.to_str().unwrap()]);
+    let f = common::finding(&report, "linux.net.core.somaxconn.boot");
+    let note = f["note"].as_str().unwrap_or_default().to_string() + &f["current"].to_string();
+    assert!(
+        note.contains("/etc/sysctl.d/70-latin1.conf")
+            && note.contains("/etc/sysctl.d/80-loop.conf"),
+        "{f}"
+    );
+    let o = common::run(&["apply", "--root", root.to_str().unwrap(), "--dry-run"]);
+    let out = common::stdout(&o);
+    assert!(
+        out.contains("note: the boot view could not read") && out.contains("70-latin1.conf"),
+        "{out}"
+    );
+}
+
+/// `serve --bind` with an address this host does not have said "in use? pick another --port";
+/// EADDRNOTAVAIL means the address is not on this host.
+#[test]
+fn serve_on_an_address_not_on_this_host_says_so() {
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args(["serve", "--bind", "192.0.2.77", "--port", "0"]);
+    let o = common::run_bounded(&mut cmd, std::time::Duration::from_secs(20));
+    assert_eq!(common::code(&o), 3, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("192.0.2.77 is not an address of this host")
+            && !err.contains("pick another --port"),
+        "{err}"
+    );
+}

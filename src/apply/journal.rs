@@ -18,6 +18,11 @@ use serde::{Deserialize, Serialize};
 
 pub const DIR: &str = "/var/lib/wstune/journal";
 
+/// The journal's format. 2 added the checksum, owners and what a file was (a link, hard
+/// links); an entry without `format` is a 1 (no checksum, read as before). A higher one was
+/// written by a newer wstune and is refused: its fields might mean more than this one knows.
+pub const FORMAT: u32 = 2;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
@@ -42,7 +47,15 @@ impl State {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Entry {
+    /// [`FORMAT`] when written; 1 for an entry of an older wstune.
+    #[serde(default = "format_1")]
+    pub format: u32,
+    /// sha256 (hex) of the entry as written with this field empty: a changed byte (a base64
+    /// character, a path) is found before anything is restored from it.
+    #[serde(default)]
+    pub checksum: String,
     pub id: String,
     pub created: String,
     pub state: State,
@@ -62,24 +75,42 @@ pub struct Entry {
     pub failure: Option<String>,
 }
 
+fn format_1() -> u32 {
+    1
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OldRuntime {
     pub path: String,
     pub old: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OldFile {
     pub path: String,
     pub old: Option<Blob>,
     pub new: Blob,
+    /// The path was a symbolic link with this target: apply wrote through it (`old` and `new`
+    /// are the target's), and a rollback makes it that link again if it was replaced.
+    #[serde(default)]
+    pub link: Option<String>,
+    /// How many names the file had (1: a file with hard links is refused before any change);
+    /// 0 when it did not exist or the entry is older.
+    #[serde(default)]
+    pub nlink: u64,
 }
 
-/// File bytes (base64, so any content survives JSON exactly) and permission bits.
+/// File bytes (base64, so any content survives JSON exactly), permission bits and owner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Blob {
     pub base64: String,
     pub mode: u32,
+    /// (uid, gid); None: the writer's (a file apply created), or an older entry.
+    #[serde(default)]
+    pub owner: Option<(u32, u32)>,
 }
 
 impl From<&FileState> for Blob {
@@ -87,6 +118,7 @@ impl From<&FileState> for Blob {
         Blob {
             base64: base64::engine::general_purpose::STANDARD.encode(&s.bytes),
             mode: s.mode,
+            owner: s.owner,
         }
     }
 }
@@ -99,11 +131,23 @@ impl Blob {
         Ok(FileState {
             bytes,
             mode: self.mode,
+            owner: self.owner,
         })
+    }
+
+    /// The same bytes and mode, and the same owner where both know one.
+    pub fn same_as(&self, other: &Blob) -> bool {
+        self.base64 == other.base64
+            && self.mode == other.mode
+            && match (self.owner, other.owner) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OldLimits {
     pub pid: u32,
     pub soft: u64,
@@ -111,6 +155,7 @@ pub struct OldLimits {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OldRegistry {
     pub key: String,
     pub value: String,
@@ -138,16 +183,74 @@ fn path_of(id: &str) -> String {
     format!("{DIR}/{id}.json")
 }
 
-/// Write (or rewrite) an entry atomically and durably.
+/// The checksum of `entry`: sha256 of its compact JSON with `checksum` empty.
+fn checksum_of(entry: &Entry) -> String {
+    use sha2::Digest;
+    let mut e = entry.clone();
+    e.checksum.clear();
+    let text = serde_json::to_string(&e).expect("an entry always serializes");
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Write (or rewrite) an entry atomically and durably, in the current [`FORMAT`] with its
+/// checksum.
 pub fn save(store: &Store, entry: &Entry) -> Result<()> {
-    let text = serde_json::to_string_pretty(entry)?;
+    check_dir(store)?;
+    let mut e = entry.clone();
+    e.format = FORMAT;
+    e.checksum = checksum_of(&e);
+    let text = serde_json::to_string_pretty(&e)?;
     store.write(
         &path_of(&entry.id),
         &FileState {
             bytes: text.into_bytes(),
             mode: 0o600,
+            owner: None,
         },
     )
+}
+
+/// Refuse a journal directory (or the state directory above it) that someone but its owner
+/// may write, or that another user owns, as sudo refuses such a sudoers file: whoever can
+/// write an entry can make a rollback write any value wstune may restore.
+pub fn check_dir(store: &Store) -> Result<()> {
+    #[cfg(unix)]
+    for host in [crate::host::layout::STATE, DIR] {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let p = store.path(host);
+        let Ok(m) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        let me = effective_uid();
+        if m.file_type().is_symlink() || !m.is_dir() {
+            bail!(
+                "the journal directory {} is not a directory (a link or a file): wstune keeps its journal only in a directory of its own. Fix: move it aside. Nothing was changed.",
+                p.display()
+            );
+        }
+        let mode = m.permissions().mode();
+        if mode & 0o022 != 0 || (m.uid() != 0 && Some(m.uid()) != me) {
+            bail!(
+                "the journal directory {} is writable by others or owned by another user (mode {:o}, uid {}): anyone who can write there could make a rollback write what they like. Fix: chown root:root {p} && chmod 700 {p}. Nothing was changed.",
+                p.display(),
+                mode & 0o7777,
+                m.uid(),
+                p = p.display()
+            );
+        }
+    }
+    let _ = store;
+    Ok(())
+}
+
+/// This process's effective uid, read from /proc (no unsafe code).
+#[cfg(unix)]
+fn effective_uid() -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
 }
 
 pub fn load(store: &Store, id: &str) -> Result<Entry> {
@@ -155,13 +258,22 @@ pub fn load(store: &Store, id: &str) -> Result<Entry> {
         bail!("'{id}' is not a journal id; `wstune rollback --list` shows them");
     }
     let path = store.path(&path_of(id));
-    let text = store.read_text(&path_of(id)).with_context(|| {
-        format!(
+    if !store.path(&path_of(id)).exists()
+        && std::fs::symlink_metadata(store.path(&path_of(id))).is_err()
+    {
+        bail!(
             "no journal entry '{id}' ({}); `wstune rollback --list` shows them",
             path.display()
+        );
+    }
+    let text = store.read_text(&path_of(id)).map_err(|e| {
+        anyhow::anyhow!(
+            "journal entry {} cannot be read ({e}): {}",
+            path.display(),
+            damaged_fix(&path)
         )
     })?;
-    parse(&text).map_err(|e| {
+    parse(&text, id).map_err(|e| {
         anyhow::anyhow!(
             "journal entry {} is damaged ({e}): {}",
             path.display(),
@@ -170,8 +282,140 @@ pub fn load(store: &Store, id: &str) -> Result<Entry> {
     })
 }
 
-fn parse(text: &str) -> std::result::Result<Entry, serde_json::Error> {
-    serde_json::from_str(text)
+/// An entry, verified: it parses with no unknown field, its format is one this wstune knows,
+/// its checksum matches, its id is its file's name, and every path in it is one wstune may own
+/// ([`check_paths`]).
+fn parse(text: &str, id: &str) -> std::result::Result<Entry, String> {
+    // The format first: a newer entry's unknown fields are its format's, not damage.
+    let format = serde_json::from_str::<serde_json::Value>(text)
+        .map_err(|e| e.to_string())?
+        .get("format")
+        .map(|f| f.as_u64().unwrap_or(u64::MAX))
+        .unwrap_or(1);
+    if format > FORMAT as u64 {
+        return Err(format!(
+            "written by a newer wstune (journal format {format}; this one reads up to {FORMAT}): roll it back with that version"
+        ));
+    }
+    if format < 1 {
+        return Err(format!(
+            "its journal format {format} is not one any wstune wrote (1 is the oldest)"
+        ));
+    }
+    let e: Entry = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    if e.format >= 2 {
+        let want = checksum_of(&e);
+        if e.checksum != want {
+            return Err(
+                "its checksum does not match its content (changed after it was written)".into(),
+            );
+        }
+    }
+    if e.id != id {
+        return Err(format!("its id {} is not its file name's ({id})", e.id));
+    }
+    check_paths(&e)?;
+    // Format 1 has no checksum; it never had these fields either. One that carries them was
+    // changed after it was written (its format and checksum taken out, so nothing verifies it).
+    if e.format < 2 {
+        let newer = e.files.iter().any(|f| {
+            f.link.is_some()
+                || f.nlink != 0
+                || f.new.owner.is_some()
+                || f.old.as_ref().is_some_and(|o| o.owner.is_some())
+        });
+        if newer {
+            return Err(
+                "it has no format and no checksum (an entry of an older wstune), but carries fields only format 2 has (link, owner, nlink): no wstune wrote it so, it was changed after it was written".into(),
+            );
+        }
+    }
+    Ok(e)
+}
+
+/// Every path an entry names must be one wstune may own, so that a rollback can never be made
+/// to write elsewhere: runtime values under /proc/sys only, files only wstune's own (its
+/// sysctl.d and limits.d files, its systemd drop-ins), directories only theirs, each written
+/// without `.`, `..` or empty components.
+pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
+    use crate::host::owned::{unit_dropin, LIMITS_FILE, SYSCTL_FILE};
+    let canonical = |p: &str| {
+        p.starts_with('/')
+            && p[1..]
+                .split('/')
+                .all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0'))
+    };
+    let managed = crate::catalog::managed();
+    for r in &e.runtime {
+        let key_ok = r.path.strip_prefix("/proc/sys/").is_some_and(|k| {
+            k.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c))
+        });
+        if !canonical(&r.path) || !key_ok {
+            return Err(format!(
+                "runtime path {} is not a kernel setting under /proc/sys",
+                r.path
+            ));
+        }
+        if !managed
+            .sysctls
+            .iter()
+            .any(|k| crate::host::procfs::sysctl_path(k) == r.path)
+        {
+            return Err(format!(
+                "runtime path {} is not a setting wstune's catalog changes",
+                r.path
+            ));
+        }
+    }
+    let own_file = |p: &str| {
+        p == SYSCTL_FILE
+            || p == LIMITS_FILE
+            || p.strip_prefix("/etc/systemd/system/")
+                .and_then(|r| r.strip_suffix(".d/60-wstune.conf"))
+                .is_some_and(|unit| !unit.contains('/') && unit_dropin(unit) == p)
+    };
+    for f in &e.files {
+        if !canonical(&f.path) || !own_file(&f.path) {
+            return Err(format!("file {} is not one wstune writes", f.path));
+        }
+        if let Some(target) = &f.link {
+            if !link_target_ok(&f.path, target) {
+                return Err(format!(
+                    "file {} is to be a link to {target}, which is not a file wstune may write through",
+                    f.path
+                ));
+            }
+        }
+    }
+    for d in &e.created_dirs {
+        let parent_of_own = e.files.iter().any(|f| f.path.starts_with(&format!("{d}/")));
+        if !canonical(d) || !parent_of_own {
+            return Err(format!(
+                "directory {d} is not one wstune created for its files"
+            ));
+        }
+    }
+    for r in &e.registry {
+        if !managed.registry.contains(&(r.key.clone(), r.value.clone())) {
+            return Err(format!(
+                "registry value {}\\{} is not one wstune's catalog changes",
+                r.key, r.value
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a journaled link target may be restored: a plain name, in the link's own directory
+/// (the only link apply writes through), other than the link itself.
+fn link_target_ok(path: &str, target: &str) -> bool {
+    !target.is_empty()
+        && !target.contains('/')
+        && !target.contains('\0')
+        && target != "."
+        && target != ".."
+        && path.rsplit('/').next() != Some(target)
 }
 
 /// What to do about an entry that cannot be read: nothing can roll it back automatically.
@@ -195,10 +439,7 @@ pub fn scan(store: &Store) -> Result<(Vec<Entry>, Vec<Damaged>)> {
     let (mut good, mut bad) = (Vec::new(), Vec::new());
     for id in ids(store)? {
         let path = store.path(&path_of(&id));
-        let parsed = store
-            .read_text(&path_of(&id))
-            .map_err(|e| e.to_string())
-            .and_then(|t| parse(&t).map_err(|e| e.to_string()));
+        let parsed = store.read_text(&path_of(&id)).and_then(|t| parse(&t, &id));
         match parsed {
             Ok(e) => good.push(e),
             Err(error) => bad.push(Damaged { path, error }),
@@ -212,8 +453,9 @@ pub fn list(store: &Store) -> Result<Vec<Entry>> {
     ids(store)?.iter().map(|id| load(store, id)).collect()
 }
 
-/// The ids of the entry files, oldest first.
+/// The ids of the entry files, oldest first. The directory is checked first ([`check_dir`]).
 fn ids(store: &Store) -> Result<Vec<String>> {
+    check_dir(store)?;
     let mut ids: Vec<String> = store
         .list(DIR)?
         .unwrap_or_default()
@@ -228,6 +470,23 @@ fn ids(store: &Store) -> Result<Vec<String>> {
 #[derive(Debug)]
 pub struct Lock {
     _lock: FileLock,
+    /// The directories taking the lock created (no journal existed yet), outermost first.
+    /// Dropped without [`Lock::keep`] (a refusal, nothing to change), the lock file and these
+    /// go again, while the lock is still held: an apply that changed nothing leaves no trace.
+    created: Vec<String>,
+    store: Store,
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if self.created.is_empty() {
+            return;
+        }
+        let _ = self.store.remove(&lock_path());
+        for d in self.created.iter().rev() {
+            self.store.remove_dir_if_empty(d);
+        }
+    }
 }
 
 /// Whether an apply or rollback holds the lock right now.
@@ -244,13 +503,29 @@ fn lock_path() -> String {
 impl Lock {
     /// Take the lock, or fail at once (never wait) naming what holds it.
     pub fn acquire(store: &Store) -> Result<Lock> {
+        let created = store.missing_dirs(&lock_path());
+        if let Err(e) = store.create_dirs(&created) {
+            for d in created.iter().rev() {
+                store.remove_dir_if_empty(d);
+            }
+            return Err(e);
+        }
         let lock = FileLock::acquire(store, &lock_path(), |path| {
             format!(
                 "another wstune apply or rollback is running (it holds {}); wait for it to finish. Nothing was changed.",
                 path.display()
             )
         })?;
-        Ok(Lock { _lock: lock })
+        Ok(Lock {
+            _lock: lock,
+            created,
+            store: store.clone(),
+        })
+    }
+
+    /// Keep the journal directory this lock created: an entry is saved in it now.
+    pub fn keep(&mut self) {
+        self.created.clear();
     }
 
     /// Take the lock if the journal directory exists; None when it does not (no apply ever
@@ -287,22 +562,27 @@ mod tests {
         assert!(a < b, "{a} < {b}");
         for id in [&b, &a] {
             let e = Entry {
+                format: FORMAT,
+                checksum: String::new(),
                 id: id.clone(),
                 created: "now".into(),
                 state: State::Pending,
                 profile: "100k".into(),
                 actions: vec![],
                 runtime: vec![OldRuntime {
-                    path: "/proc/sys/x".into(),
+                    path: "/proc/sys/net/core/somaxconn".into(),
                     old: "1\t2\n".into(),
                 }],
                 files: vec![OldFile {
-                    path: "/etc/x".into(),
+                    path: "/etc/sysctl.d/60-wstune.conf".into(),
                     old: None,
                     new: Blob::from(&FileState {
                         bytes: vec![0, 255, 10],
                         mode: 0o644,
+                        owner: None,
                     }),
+                    link: None,
+                    nlink: 0,
                 }],
                 created_dirs: vec![],
                 limits: vec![],
@@ -319,6 +599,29 @@ mod tests {
         assert_eq!(all[0].files[0].new.state().unwrap().bytes, vec![0, 255, 10]);
         assert_eq!(all[0].runtime[0].old, "1\t2\n");
         assert!(load(&store, "../etc/passwd").is_err());
+        // Only what the catalogs change: not any /proc/sys key, not any HKLM value.
+        let mut e = all[0].clone();
+        e.runtime[0].path = "/proc/sys/kernel/core_pattern".into();
+        assert!(check_paths(&e).unwrap_err().contains("not a setting"));
+        let reg = |key: &str, value: &str| {
+            let mut e = all[0].clone();
+            e.registry = vec![OldRegistry {
+                key: key.into(),
+                value: value.into(),
+                kind: crate::host::RegType::Dword,
+                old: None,
+            }];
+            check_paths(&e)
+        };
+        let tcpip = "HKLM\\SYSTEM\\CurrentControlSet\\Services\\Tcpip\\Parameters";
+        assert!(reg(tcpip, "TcpTimedWaitDelay").is_ok());
+        assert!(reg(tcpip, "ImagePath").is_err());
+        assert!(reg(
+            "HKLM\\SYSTEM\\CurrentControlSet\\Services\\EvilSvc",
+            "ImagePath"
+        )
+        .unwrap_err()
+        .contains("not one wstune's catalog changes"));
         assert!(load(&store, "nope")
             .unwrap_err()
             .to_string()

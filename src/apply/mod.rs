@@ -35,6 +35,8 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
         }
     }
     let mut e = Entry {
+        format: journal::FORMAT,
+        checksum: String::new(),
         id: journal::new_id(),
         created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         state: State::Pending,
@@ -47,9 +49,17 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
         registry: vec![],
         failure: None,
     };
+    let managed = crate::catalog::managed();
     for a in &plan.actions {
         match &a.op {
             Op::Sysctl { key, .. } => {
+                // A rollback restores only what the built-in catalogs change (a journal entry
+                // naming anything else is refused): never change what it could not put back.
+                if !managed.sysctls.contains(key) {
+                    return Err(anyhow!(
+                        "{key} is not a setting of wstune's built-in catalog, so a rollback would refuse to restore it; nothing was changed. Fix: set it by hand, or apply with the built-in catalog"
+                    ));
+                }
                 let path = sysctl_path(key);
                 let old = backend
                     .read(&path)
@@ -71,6 +81,11 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
                 reg_type,
                 ..
             } => {
+                if !managed.registry.contains(&(key.clone(), value.clone())) {
+                    return Err(anyhow!(
+                        "{key}\\{value} is not a value of wstune's built-in catalog, so a rollback would refuse to restore it; nothing was changed. Fix: set it by hand, or apply with the built-in catalog"
+                    ));
+                }
                 let old = match backend.registry(key, value, *reg_type) {
                     Ok(v) => Some(v),
                     Err(ReadError::NotFound(_)) => None,
@@ -96,15 +111,22 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
                 e.created_dirs.push(dir);
             }
         }
+        // What the path is (a link, hard links) first: what cannot be written through and put
+        // back exactly is refused here, before anything is changed.
+        let shape = store.shape(path)?.unwrap_or_default();
         let old = store.read(path)?;
+        // An existing file keeps its mode and owner (a 0640 file stays 0640 while applied).
         let new = FileState {
             bytes: text.clone().into_bytes(),
-            mode: 0o644,
+            mode: old.as_ref().map_or(0o644, |o| o.mode),
+            owner: old.as_ref().and_then(|o| o.owner),
         };
         e.files.push(OldFile {
             path: path.clone(),
             old: old.as_ref().map(Blob::from),
             new: Blob::from(&new),
+            link: shape.link,
+            nlink: shape.nlink,
         });
     }
     Ok(e)
@@ -190,12 +212,27 @@ fn run_steps(
     for (k, f) in entry.files.iter().enumerate() {
         let state = f.new.state().map_err(|e| format!("{e:#}"))?;
         store.write(&f.path, &state).map_err(|e| {
-            let i = entry
+            // The file holds several actions (every sysctl.d line): name them all, not the
+            // first one's setting as if it alone had failed.
+            let mine: Vec<usize> = entry
                 .actions
                 .iter()
-                .position(|a| a.op.place() == f.path)
-                .unwrap_or(total - 1);
-            fail(i, &entry.actions[i], format!("{e:#}"))
+                .enumerate()
+                .filter(|(_, a)| a.op.place() == f.path)
+                .map(|(i, _)| i + 1)
+                .collect();
+            let which = match (mine.first(), mine.last()) {
+                (Some(a), Some(b)) if a == b => format!("action {a}/{total}"),
+                (Some(a), Some(b)) if b - a + 1 == mine.len() => format!("actions {a}-{b}/{total}"),
+                _ => format!(
+                    "actions {}/{total}",
+                    mine.iter()
+                        .map(|n| n.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            format!("writing {} failed ({which}): {e:#}", f.path)
         })?;
         crate::failpoint::pause_after_action(total + k + 1);
     }
@@ -237,17 +274,26 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
         // never got to write may sit in a directory nothing can write (read-only), and
         // removing what is not there must not count as a failed undo.
         let now = store.read(&f.path).ok().flatten().map(|n| Blob::from(&n));
-        let unchanged = match (&f.old, &now) {
-            (None, None) => true,
-            (Some(old), Some(now)) => old.base64 == now.base64 && old.mode == now.mode,
-            _ => false,
-        };
+        let linked = f
+            .link
+            .as_ref()
+            .is_none_or(|t| store.link_target(&f.path).as_ref() == Some(t));
+        let unchanged = linked
+            && match (&f.old, &now) {
+                (None, None) => true,
+                (Some(old), Some(now)) => old.same_as(now),
+                _ => false,
+            };
         if unchanged {
             continue;
         }
-        let r = match &f.old {
-            Some(old) => old.state().and_then(|s| store.write(&f.path, &s)),
-            None => store.remove(&f.path),
+        let r = match (&f.old, &f.link) {
+            (Some(old), Some(target)) => store
+                .relink(&f.path, target)
+                .and_then(|()| old.state())
+                .and_then(|s| store.write(&f.path, &s)),
+            (Some(old), None) => old.state().and_then(|s| store.write(&f.path, &s)),
+            (None, _) => store.remove(&f.path),
         };
         if let Err(e) = r {
             errors.push(format!("{}: {e:#}", f.path));
@@ -259,9 +305,51 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
     errors
 }
 
+/// Remove the temporaries a killed write left beside wstune's files (`files`, journaled) and
+/// in its journal directory: its own (`.wstune-tmp.*`), also in the directory a link led to,
+/// and an older wstune's (`.tmpXXXXXX`) where their bytes are exactly a journaled new content
+/// (anything else of that name is not known to be wstune's and stays). The caller holds the
+/// journal lock, so no write of wstune's is running. Returns the host paths removed.
+pub fn remove_temporaries<'a>(
+    store: &Store,
+    files: impl IntoIterator<Item = &'a OldFile>,
+) -> Vec<String> {
+    use crate::host::owned::{LIMITS_FILE, SYSCTL_FILE};
+    let files: Vec<&OldFile> = files.into_iter().collect();
+    let journal_file = format!("{}/.lock", journal::DIR);
+    let mut dirs: Vec<String> = vec![SYSCTL_FILE.into(), LIMITS_FILE.into(), journal_file];
+    for f in &files {
+        dirs.push(f.path.clone());
+        if let Some(target) = &f.link {
+            if let Some((dir, _)) = f.path.rsplit_once('/') {
+                if !target.starts_with('/') {
+                    dirs.push(format!("{dir}/{target}"));
+                }
+            }
+        }
+    }
+    let new: Vec<Vec<u8>> = files
+        .iter()
+        .filter_map(|f| f.new.state().ok().map(|s| s.bytes))
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut removed = Vec::new();
+    for p in &dirs {
+        let dir = p
+            .rsplit_once('/')
+            .map_or(p.as_str(), |(d, _)| d)
+            .to_string();
+        if seen.insert(dir) {
+            removed.extend(store.remove_temporaries_beside(p));
+            removed.extend(store.remove_legacy_temporaries_beside(p, &new));
+        }
+    }
+    removed
+}
+
 /// What `check` reports about the journal: an interrupted or damaged entry, and drift.
 pub fn journal_findings(store: &Store, backend: &dyn Backend) -> Vec<Finding> {
-    recover::finding(store)
+    recover::finding(store, backend.privileged())
         .into_iter()
         .chain(drift(store, backend))
         .collect()

@@ -32,7 +32,10 @@ use serde::{Deserialize, Serialize};
 pub use crate::catalog::eval::desired;
 pub use crate::host::owned::{unit_dropin, LIMITS_FILE, SYSCTL_FILE};
 
+// Unknown fields refused: the journal stores actions, and a field this version does not know
+// must make the entry damaged, not be dropped silently (its checksum covers only known ones).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Action {
     /// The check that asked for it.
     pub check: String,
@@ -44,7 +47,7 @@ pub struct Action {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Op {
     /// Write /proc/sys now.
     Sysctl { key: String, value: String },
@@ -261,6 +264,12 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
         }
     }
 
+    if !facts.boot.skipped.is_empty() && scope.persist {
+        p.notes.push(format!(
+            "the boot view {}; a line there may override {SYSCTL_FILE}",
+            facts.boot.skipped_note()
+        ));
+    }
     // Persisted sysctls only if our file would really win at boot: a line for the key in a
     // file applied after ours would override it.
     let mut sysctl_lines: Vec<(String, String)> = Vec::new();
@@ -293,6 +302,29 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
         p.files.push((SYSCTL_FILE.to_string(), text));
         p.rendered_from
             .push((SYSCTL_FILE.to_string(), existing.to_string()));
+    }
+    // A nofile limit above the fs.nr_open the host will have after the next boot makes every
+    // login's (or the unit's) setrlimit fail with EPERM: judge it against that nr_open (ours
+    // when this plan writes it and it wins, else the boot file that sets it last, else the
+    // kernel's default), and lower it to it, saying why.
+    if let Some((cap, by)) = boot_nr_open(facts, &sysctl_lines) {
+        let mut capped = |nofile: &mut u64, what: &str| {
+            if *nofile > cap {
+                p.notes.push(format!(
+                    "{what}: nofile {nofile} is above the fs.nr_open this host will have after the next boot ({cap}, {by}): the kernel would refuse it to every login (EPERM), so {cap} is written instead. Fix: raise fs.nr_open there (or remove that line), then apply again"
+                ));
+                *nofile = cap;
+            }
+        };
+        if let Some((_, nofile, _)) = &mut nofile_persist {
+            capped(nofile, LIMITS_FILE);
+        }
+        for a in &mut p.actions {
+            if let Op::UnitDropIn { unit, nofile } = &mut a.op {
+                capped(nofile, &unit_dropin(unit));
+                a.to = nofile.to_string();
+            }
+        }
     }
     // A file that already says exactly this is done, even if the running processes it will
     // apply to (new logins, a restarted unit) do not show it yet.
@@ -334,6 +366,28 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
         }
     }
     p
+}
+
+/// The kernel's fs.nr_open when no boot file sets it (1024 * 1024).
+pub const KERNEL_NR_OPEN: u64 = 1 << 20;
+
+/// The fs.nr_open the host will have after the next boot, and where it comes from; None when
+/// nothing applies sysctls at boot here (a container: its runtime does).
+pub fn boot_nr_open(facts: &HostFacts, ours: &[(String, String)]) -> Option<(u64, String)> {
+    if let Some((_, v)) = ours.iter().find(|(k, _)| k == "fs.nr_open") {
+        return Some((v.trim().parse().ok()?, format!("set by {SYSCTL_FILE}")));
+    }
+    match facts.boot.entry("fs.nr_open") {
+        Reading::Value(e) => Some((
+            e.value.trim().parse().ok()?,
+            format!("set by {}", e.location()),
+        )),
+        Reading::Missing(_) => Some((
+            KERNEL_NR_OPEN,
+            "the kernel's default: no boot file sets it".into(),
+        )),
+        Reading::Unreadable(_) => None,
+    }
 }
 
 /// The current nofile limits of the `--pid` process, from its two checks.
@@ -406,8 +460,13 @@ pub struct Settings {
     pub sysctls: Vec<(String, String, String, catalog::Scope)>,
     /// The per-process open-file limit the server needs (soft = hard).
     pub nofile: Option<u64>,
-    /// What could not be exported, and why.
+    /// What could not be exported, and why; and the boot files on this host that override
+    /// wstune's sysctl.d file (as `apply` says).
     pub notes: Vec<String>,
+    /// How each key's check compares (by key): an exported script or play keeps "never lower"
+    /// on the host where it runs, which may already have more than the host it was made on.
+    /// The field judged, when the check judges one field of a multi-value key (0-based).
+    pub rules: std::collections::BTreeMap<String, (catalog::Compare, Option<usize>)>,
 }
 
 /// [`Settings`] from `findings` (evaluate's output for `facts` first) and the same `facts`.
@@ -422,12 +481,23 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
         };
         match &def.check.source {
             Source::Sysctl(key) => match sysctl_value(def, f, facts) {
-                SysctlValue::Set { value, .. } => s.sysctls.push((
-                    def.check.id.clone(),
-                    key.clone(),
-                    kernel_text(&value),
-                    def.check.scope,
-                )),
+                SysctlValue::Set { value, .. } => {
+                    s.sysctls.push((
+                        def.check.id.clone(),
+                        key.clone(),
+                        kernel_text(&value),
+                        def.check.scope,
+                    ));
+                    s.rules
+                        .insert(key.clone(), (def.check.compare, def.check.field));
+                    if let Some(e) = facts.boot.set_after(SYSCTL_FILE, key) {
+                        s.notes.push(format!(
+                            "{key}: {} sets {} and is applied after {SYSCTL_FILE}, so on the host this was computed on (and any like it) it wins at boot over this value: change or remove that line",
+                            e.location(),
+                            e.value
+                        ));
+                    }
+                }
                 SysctlValue::Unreadable => s.notes.push(format!(
                     "{key}: not readable on this host (not in this kernel, or its module is not loaded); not exported"
                 )),
@@ -558,6 +628,7 @@ mod tests {
             f.vars.insert("host.page_size".into(), Value::Num(4096));
             f.vars.insert("host.mem_bytes".into(), Value::Num(8 << 30));
             f.boot = BootConfig {
+                skipped: vec![],
                 files: vec![],
                 any: true,
             };

@@ -90,7 +90,12 @@ pub fn hand_changes(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<
             continue;
         };
         let now = now.as_ref().map(journal::Blob::from);
-        if now.as_ref() != Some(&f.new) && now != f.old {
+        let is = |b: &Option<journal::Blob>| match (b, &now) {
+            (Some(b), Some(n)) => b.same_as(n),
+            (None, None) => true,
+            _ => false,
+        };
+        if !is(&Some(f.new.clone())) && !is(&f.old) {
             out.push(HandChange(format!(
                 "{}: applied by wstune, now {} (changed by hand)",
                 f.path,
@@ -150,8 +155,44 @@ pub fn undo_interrupted(
 
 /// `wstune.journal.pending`: fails on an interrupted apply (pending, no live process) or a
 /// damaged entry. None when there is no journal at all.
-pub fn finding(store: &Store) -> Option<Finding> {
-    let (entries, damaged) = journal::scan(store).ok()?;
+pub fn finding(store: &Store, privileged: bool) -> Option<Finding> {
+    let (entries, damaged) = match journal::scan(store) {
+        Ok(found) => found,
+        // The journal directory is root's and private (0700): a check without root cannot
+        // read it, which says nothing about the journal.
+        Err(e)
+            if !privileged
+                && e.chain().any(|c| {
+                    c.downcast_ref::<std::io::Error>()
+                        .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+                }) =>
+        {
+            return Some(
+                crate::catalog::computed::get("wstune.journal.pending").finding(
+                    Status::Skip,
+                    Value::Text("not readable".into()),
+                    Value::Text("none".into()),
+                    format!(
+                        "{e:#}: the journal is readable only by root; run check as root to see it"
+                    ),
+                    None,
+                ),
+            )
+        }
+        // A journal directory others can write (or one that cannot be listed) is a problem
+        // `check` must show, not a journal that is not there.
+        Err(e) => {
+            return Some(
+                crate::catalog::computed::get("wstune.journal.pending").finding(
+                    Status::Fail,
+                    Value::Text("journal refused".into()),
+                    Value::Text("none".into()),
+                    format!("{e:#}"),
+                    None,
+                ),
+            )
+        }
+    };
     if entries.is_empty() && damaged.is_empty() {
         return None;
     }

@@ -621,10 +621,15 @@ fn evaluate_boot(
                     }
                     Err(e) => (Status::Skip, format!("{location}: {e}"), Some(v)),
                 },
-                None => (Status::Skip, format!("{location}: cannot read '{raw}'"), None),
+                None => (
+                    Status::Skip,
+                    format!("{location}: cannot read '{raw}'"),
+                    None,
+                ),
             }
         }
-        Reading::Missing(_) => match &def.default {
+        Reading::Missing(why) => {
+            let (status, note, current) = match &def.default {
             Some(d) => {
                 let d = select(d.clone());
                 match d.as_ref().map(|d| meets(def.check.compare, d, &target)) {
@@ -638,7 +643,13 @@ fn evaluate_boot(
                 "not set in sysctl.d; the kernel computes its default at boot (from RAM). If the current value was set by hand, persist it".into(),
                 None,
             ),
-        },
+            };
+            // Files the boot view could not read may set it: say so (BootConfig::entry).
+            match why.split_once("; could not read ") {
+                Some((_, rest)) => (status, format!("{note}; could not read {rest}"), current),
+                None => (status, note, current),
+            }
+        }
         Reading::Unreadable(e) => (Status::Skip, e.clone(), None),
     };
     f.status = status;

@@ -83,6 +83,9 @@ pub struct BootConfig {
     /// Whether this host has any boot configuration at all (a sysctl.d directory or
     /// /etc/sysctl.conf); a container usually has none, and then nothing is "missing".
     pub any: bool,
+    /// Files that should be applied at boot but could not be read (not UTF-8, a link loop, no
+    /// permission): (host path, why). What they set is unknown, and every answer says so.
+    pub skipped: Vec<(String, String)>,
 }
 
 /// Boot-time configuration directories in the order `sysctl --system` and systemd-sysctl use:
@@ -119,8 +122,25 @@ impl BootConfig {
             None if !self.any => Reading::Unreadable(
                 "no /etc/sysctl.conf or sysctl.d directory: nothing applies sysctls at boot here (in a container the runtime does: docker --sysctl, Kubernetes securityContext.sysctls)".into(),
             ),
+            None if !self.skipped.is_empty() => Reading::Missing(format!(
+                "no sysctl.d file wstune could read sets {key}; {}",
+                self.skipped_note()
+            )),
             None => Reading::Missing(format!("no sysctl.d file sets {key}")),
         }
+    }
+
+    /// The files skipped, in words: "could not read F (why); ...: what they set is unknown".
+    pub fn skipped_note(&self) -> String {
+        let list: Vec<String> = self
+            .skipped
+            .iter()
+            .map(|(p, why)| format!("{p} ({why})"))
+            .collect();
+        format!(
+            "could not read {}: what they set at boot is unknown",
+            list.join(", ")
+        )
     }
 
     /// This configuration with `path` holding `text` (replacing a same-named file: a file in
@@ -141,7 +161,11 @@ impl BootConfig {
             .position(|(p, _)| p == SYSCTL_CONF || name(p) > ours)
             .unwrap_or(files.len());
         files.insert(at, (path.to_string(), text.to_string()));
-        BootConfig { files, any: true }
+        BootConfig {
+            files,
+            any: true,
+            skipped: self.skipped.clone(),
+        }
     }
 }
 
@@ -154,6 +178,7 @@ impl BootConfig {
         let later = BootConfig {
             files: with.files[at + 1..].to_vec(),
             any: true,
+            skipped: vec![],
         };
         later.entry(key).value().cloned()
     }
@@ -251,6 +276,7 @@ mod tests {
     #[test]
     fn our_file_takes_its_place_in_the_order_and_masks_its_namesake() {
         let cfg = BootConfig {
+            skipped: vec![],
             files: vec![
                 ("/usr/lib/sysctl.d/50-a.conf".into(), "k = 1\n".into()),
                 ("/usr/lib/sysctl.d/60-wstune.conf".into(), "k = 2\n".into()),

@@ -29,6 +29,38 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     ),
 ];
 
+/// What the built-in catalogs (both platforms) can make apply change: the sysctl keys and the
+/// registry values (key, value) their checks read. A journal entry naming anything else was not
+/// written by apply, and a rollback never writes it (`kernel.core_pattern`, a service's
+/// `ImagePath`).
+#[derive(Debug, Default)]
+pub struct Managed {
+    pub sysctls: BTreeSet<String>,
+    pub registry: BTreeSet<(String, String)>,
+}
+
+pub fn managed() -> &'static Managed {
+    static MANAGED: std::sync::OnceLock<Managed> = std::sync::OnceLock::new();
+    MANAGED.get_or_init(|| {
+        let mut m = Managed::default();
+        for (_, text) in EMBEDDED {
+            let v: serde_yaml_ng::Value =
+                serde_yaml_ng::from_str(text).expect("the built-in catalogs parse");
+            for check in v["checks"].as_sequence().into_iter().flatten() {
+                let source = &check["source"];
+                if let Some(key) = source["sysctl"].as_str() {
+                    m.sysctls.insert(key.to_string());
+                }
+                let r = &source["registry"];
+                if let (Some(key), Some(value)) = (r["key"].as_str(), r["value"].as_str()) {
+                    m.registry.insert((key.to_string(), value.to_string()));
+                }
+            }
+        }
+        m
+    })
+}
+
 /// Host variables a target expression may use besides the profile's and `sysctl.*`.
 pub const HOST_VARS: &[&str] = &["host.cpus", "host.mem_bytes", "host.page_size"];
 

@@ -244,6 +244,11 @@ pub struct RollbackArgs {
     /// --force rollback asks on a terminal and refuses otherwise).
     #[arg(long)]
     pub force: bool,
+    /// Leave this runtime value as it is now and roll back everything else (a value changed by
+    /// hand since the apply that should stay); repeatable. Its line in wstune's sysctl.d file
+    /// goes back with the file.
+    #[arg(long, value_name = "KEY", conflicts_with = "list")]
+    pub keep: Vec<String>,
     /// The --prefix the changes were applied with.
     #[arg(long, value_name = "DIR")]
     pub prefix: Option<PathBuf>,

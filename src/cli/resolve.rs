@@ -113,6 +113,7 @@ pub fn rollback(a: &RollbackArgs) -> Result<cmd::rollback::Request> {
             id: a.id.clone(),
             yes: a.yes,
             force: a.force,
+            keep: a.keep.clone(),
         }
     };
     Ok(cmd::rollback::Request {

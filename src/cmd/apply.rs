@@ -40,15 +40,29 @@ pub fn run(a: Request) -> Result<Outcome> {
     let Resolved { inputs, backend } = &a.host;
     let backend = backend.as_ref();
     let store = &a.store;
-    // One apply or rollback at a time. Taken before reading the journal so that a `pending`
-    // entry seen under the lock is one whose process died. With no journal directory yet there
-    // is nothing to recover, and it is taken (creating it) only when there is something to do,
-    // so a refusal leaves no trace. Without root there is no lock to take (and nothing will be
-    // changed: the refusal comes below, or from the recovery).
+    // One apply or rollback at a time, and the lock is taken before anything is read: the
+    // journal (a `pending` entry seen under the lock is one whose process died) and the host
+    // (the plan is made from values no other apply can change until this one ends; planned
+    // before the lock, a concurrent first apply could lower what another just raised). It
+    // creates the journal directory on a first apply (removed again if nothing is recorded, so a
+    // refusal leaves no trace). Without root there is no lock to take
+    // (and nothing will be changed: the refusal comes below, or from the recovery).
+    // No journal yet and none can be made (a read-only /var): there is nothing to recover, and
+    // an apply that plans nothing changes nothing and needs no lock. One that plans a change is
+    // refused with this error before it makes any.
+    let mut no_journal = None;
     let mut lock = if a.dry_run || !backend.privileged() {
         None
     } else {
-        journal::Lock::acquire_existing(store)?
+        journal::check_dir(store)?;
+        match journal::Lock::acquire(store) {
+            Ok(l) => Some(l),
+            Err(e) if !store.is_dir(journal::DIR) => {
+                no_journal = Some(e);
+                None
+            }
+            Err(e) => return Err(e),
+        }
     };
     let (entries, damaged) = journal::scan(store)?;
     if let Some(d) = damaged.first() {
@@ -59,27 +73,38 @@ pub fn run(a: Request) -> Result<Outcome> {
             journal::damaged_fix(&d.path)
         );
     }
-    if entries.iter().any(|e| e.state == journal::State::Pending) {
-        if a.dry_run {
-            if journal::Lock::probe(store) == journal::LockState::Held {
-                say!("note: another apply or rollback is running now (its entry shows as pending until it ends); this plan may be out of date when it finishes");
+    // Before the recovery: a directory it removes must not keep a leftover temporary.
+    if lock.is_some() {
+        let removed = apply::remove_temporaries(store, entries.iter().flat_map(|e| &e.files));
+        if !removed.is_empty() {
+            say!(
+                "note: removed {} temporary file(s) an interrupted write had left: {}",
+                removed.len(),
+                removed.join(", ")
+            );
+        }
+        if entries.iter().any(|e| e.state == journal::State::Pending) {
+            if a.dry_run {
+                if journal::Lock::probe(store) == journal::LockState::Held {
+                    say!("note: another apply or rollback is running now (its entry shows as pending until it ends); this plan may be out of date when it finishes");
+                } else {
+                    say!("note: an earlier apply was interrupted (`wstune rollback --list` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make");
+                }
+            } else if !backend.privileged() {
+                bail!(not_privileged(backend.platform()));
             } else {
-                say!("note: an earlier apply was interrupted (`wstune rollback --list` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make");
-            }
-        } else if !backend.privileged() {
-            bail!(not_privileged(backend.platform()));
-        } else {
-            if !a.yes {
-                confirm(
-                    "An earlier apply was interrupted midway. Undo its changes first?",
-                    PASS_YES,
-                )?;
-            }
-            for line in apply::recover::undo_interrupted(&entries, backend, store)? {
-                // Not eprintln!: a closed stderr (`2>&1 | head`) must not stop the apply here,
-                // between the undo and the new changes.
-                use std::io::Write as _;
-                let _ = writeln!(std::io::stderr(), "wstune: {line}");
+                if !a.yes {
+                    confirm(
+                        "An earlier apply was interrupted midway. Undo its changes first?",
+                        PASS_YES,
+                    )?;
+                }
+                for line in apply::recover::undo_interrupted(&entries, backend, store)? {
+                    // Not eprintln!: a closed stderr (`2>&1 | head`) must not stop the apply here,
+                    // between the undo and the new changes.
+                    use std::io::Write as _;
+                    let _ = writeln!(std::io::stderr(), "wstune: {line}");
+                }
             }
         }
     }
@@ -103,6 +128,9 @@ pub fn run(a: Request) -> Result<Outcome> {
     if !backend.privileged() {
         bail!(not_privileged(backend.platform()));
     }
+    if let Some(e) = no_journal {
+        return Err(e.context("the journal cannot be created, and apply changes nothing it cannot record. Nothing was changed"));
+    }
     refuse_read_only_proc_sys(&inputs.catalog, &before.results, &p)?;
     if !a.yes {
         confirm(
@@ -111,9 +139,6 @@ pub fn run(a: Request) -> Result<Outcome> {
         )?;
     }
 
-    if lock.is_none() {
-        lock = Some(journal::Lock::acquire(store)?);
-    }
     let mut entry = apply::record(
         &p,
         backend,
@@ -121,6 +146,9 @@ pub fn run(a: Request) -> Result<Outcome> {
         &format!("{profile} ({})", inputs.profile.source),
     )?;
     journal::save(store, &entry)?;
+    if let Some(l) = &mut lock {
+        l.keep();
+    }
     apply::execute(&mut entry, backend, store)?;
     say!(
         "Applied {} change(s); the old values are in journal entry {} (undo with `wstune rollback`).",

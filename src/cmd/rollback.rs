@@ -26,19 +26,22 @@ pub enum Action {
         yes: bool,
         /// Overwrite values changed by hand since the apply.
         force: bool,
+        /// Sysctl keys whose runtime value is left as it is now.
+        keep: Vec<String>,
     },
 }
 
 pub fn run(r: Request) -> Result<Outcome> {
     let store = r.store;
-    let (backend, id, yes, force) = match r.action {
+    let (backend, id, yes, force, keep) = match r.action {
         Action::List => return list(&store),
         Action::Restore {
             backend,
             id,
             yes,
             force,
-        } => (backend, id, yes, force),
+            keep,
+        } => (backend, id, yes, force, keep),
     };
     // Never restore under an apply that is still running (its entry is `pending` too). Without
     // a journal directory there is nothing to lock, and `pick` says there is nothing to do.
@@ -48,15 +51,18 @@ pub fn run(r: Request) -> Result<Outcome> {
         None
     };
     let mut entry = pick(&store, id.as_deref())?;
+    // What is restored: the entry less the runtime values to keep (the entry itself is saved
+    // whole, as rolled back).
+    let restored = without(&entry, &keep)?;
     if !backend.privileged() {
         bail!(match backend.platform() {
             crate::host::Platform::Linux => "rollback changes kernel settings and files under /etc: run it as root. Nothing was changed.",
             crate::host::Platform::Windows => "rollback changes registry values under HKLM: run it from an elevated prompt (Run as administrator). Nothing was changed.",
         });
     }
-    say!("{}", crate::report::restore_preview(&entry));
+    say!("{}", crate::report::restore_preview(&restored));
     // Someone changed a value after the apply: restoring silently would undo their change.
-    let hand = recover::hand_changes(&entry, backend.as_ref(), &store);
+    let hand = recover::hand_changes(&restored, backend.as_ref(), &store);
     if !hand.is_empty() {
         say!("Changed by hand since the apply (rollback overwrites these with the values from before it):");
         for h in &hand {
@@ -77,7 +83,16 @@ pub fn run(r: Request) -> Result<Outcome> {
     if !yes {
         confirm("Restore these?", PASS_YES)?;
     }
-    let errors = apply::restore(&entry, backend.as_ref(), &store);
+    // Under the lock: no write of wstune's is running, so these are a killed one's.
+    let removed = apply::remove_temporaries(&store, entry.files.iter());
+    if !removed.is_empty() {
+        say!(
+            "Removed {} temporary file(s) an interrupted write had left: {}",
+            removed.len(),
+            removed.join(", ")
+        );
+    }
+    let errors = apply::restore(&restored, backend.as_ref(), &store);
     if !errors.is_empty() {
         bail!("could not restore: {}\nThe entry is kept as it was; fix the cause and run `wstune rollback --id {}` again.", errors.join("; "), entry.id);
     }
@@ -86,15 +101,49 @@ pub fn run(r: Request) -> Result<Outcome> {
     say!(
         "Restored entry {}: {} runtime value(s), {} file(s).",
         entry.id,
-        entry.runtime.len() + entry.limits.len() + entry.registry.len(),
-        entry.files.len()
+        restored.runtime.len() + restored.limits.len() + restored.registry.len(),
+        restored.files.len()
     );
+    for k in &keep {
+        let now = backend
+            .read(&crate::host::procfs::sysctl_path(k))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|e| e.to_string());
+        say!("Kept {k} at {now} (--keep); the next boot applies what the restored files say.");
+    }
     for a in &entry.actions {
         if let apply::plan::Op::UnitDropIn { unit, .. } = &a.op {
             say!("note: {unit} keeps its LimitNOFILE until systemd rereads its units and it restarts: systemctl daemon-reload && systemctl restart {unit}");
         }
     }
     Ok(Outcome::Ok)
+}
+
+/// `entry` less the runtime values of `keep` (sysctl keys). A key the entry did not change is
+/// refused, naming those it did: a typo must not roll back the value meant to be kept.
+fn without(entry: &Entry, keep: &[String]) -> Result<Entry> {
+    let mut e = entry.clone();
+    for k in keep {
+        let path = crate::host::procfs::sysctl_path(k);
+        let before = e.runtime.len();
+        e.runtime.retain(|r| r.path != path);
+        if e.runtime.len() == before {
+            let changed: Vec<String> = entry
+                .actions
+                .iter()
+                .filter_map(|a| match &a.op {
+                    apply::plan::Op::Sysctl { key, .. } => Some(key.clone()),
+                    _ => None,
+                })
+                .collect();
+            bail!(
+                "--keep {k}: entry {} did not change {k} at runtime; it changed: {}. Nothing was changed.",
+                entry.id,
+                if changed.is_empty() { "no runtime value".into() } else { changed.join(", ") }
+            );
+        }
+    }
+    Ok(e)
 }
 
 /// The entry to restore: `--id`, else the newest one applied or interrupted.

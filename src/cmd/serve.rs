@@ -305,7 +305,7 @@ pub fn run(req: Request) -> Result<Outcome> {
             (true, n) => n,
         };
         let listeners = embedded_server::bind(addr, a.reuseport, acceptors);
-        let listeners = listeners.with_context(|| format!("cannot listen on {addr} (in use? pick another --port)"))?;
+        let listeners = listeners.map_err(|e| crate::supervisor::listen_error(addr, "--bind", &e))?;
         let local = listeners[0].local_addr()?;
         let admin_listener = match admin {
             Some(addr) => {

@@ -41,13 +41,41 @@ pub fn playbook(e: &Export) -> String {
         &e.netns(),
     ));
     s.push_str(&map("wstune_node_sysctls", "Kernel-wide.", &e.node()));
+    // Only ever raised on each host: how each key compares (ge: at least, le: at most, covers: a
+    // range at least this wide, eq: exactly), applied to the host's own value before setting.
+    s.push_str("    # How each key compares on the host: its own value is kept where it is already beyond the one above.\n    wstune_rules:");
+    let all = e.sysctls();
+    if all.is_empty() {
+        s.push_str(" {}\n");
+    } else {
+        s.push('\n');
+        for x in &all {
+            s.push_str(&format!("      {}: {}\n", yq(&x.key), x.rule));
+        }
+    }
     match e.settings.nofile {
         Some(n) => s.push_str(&format!("    wstune_nofile: {n}\n")),
         None => s.push_str("    wstune_nofile: 0  # the profile sets none: the task is skipped\n"),
     }
-    s.push_str(
+    s.push_str(&format!(
         "  tasks:
-    - name: Directories for the sysctl.d and limits.d files
+    - name: The value for each sysctl on this host (the profile's, never lower than what it already has)
+      # A key this host lacks (a module not loaded, a kernel-wide net key in a container) gets
+      # the profile's value, for the file only.
+      ansible.builtin.shell: >-
+        f=/proc/sys/{{{{ item.key | replace('.', '/') | quote }}}};
+        if [ -e \"$f\" ]; then awk -v r={{{{ wstune_rules[item.key] | default('eq') | quote }}}} -v want={{{{ item.value | string | quote }}}}
+        {awk} < \"$f\"; else printf '%s\\n' {{{{ item.value | string | quote }}}};
+        echo \"not on this host: written to the file only\" >&2; fi
+      loop: \"{{{{ (wstune_netns_sysctls | dict2items) + (wstune_node_sysctls | dict2items) }}}}\"
+      register: wstune_values
+      changed_when: false
+      check_mode: false
+",
+        awk = shell_single(super::RAISE_AWK)
+    ));
+    s.push_str(
+        "    - name: Directories for the sysctl.d and limits.d files
       ansible.builtin.file:
         path: \"{{ item | dirname }}\"
         state: directory
@@ -58,22 +86,26 @@ pub fn playbook(e: &Export) -> String {
     - name: Per-network-namespace sysctls, now and in the sysctl.d file
       ansible.posix.sysctl:
         name: \"{{ item.key }}\"
-        value: \"{{ item.value }}\"
+        value: \"{{ wstune_here.stdout }}\"
         sysctl_file: \"{{ wstune_sysctl_file }}\"
-        sysctl_set: true
+        sysctl_set: \"{{ wstune_here.stderr == '' }}\"
         # No `sysctl -p FILE`: it would also set the keys the next task may leave alone.
         reload: false
         state: present
       loop: \"{{ wstune_netns_sysctls | dict2items }}\"
+      vars:
+        wstune_here: \"{{ wstune_values.results | selectattr('item.key', 'equalto', item.key) | first }}\"
     - name: Kernel-wide sysctls, in the sysctl.d file and (wstune_set_node_sysctls) now
       ansible.posix.sysctl:
         name: \"{{ item.key }}\"
-        value: \"{{ item.value }}\"
+        value: \"{{ wstune_here.stdout }}\"
         sysctl_file: \"{{ wstune_sysctl_file }}\"
-        sysctl_set: \"{{ wstune_set_node_sysctls | bool }}\"
+        sysctl_set: \"{{ (wstune_set_node_sysctls | bool) and wstune_here.stderr == '' }}\"
         reload: false
         state: present
       loop: \"{{ wstune_node_sysctls | dict2items }}\"
+      vars:
+        wstune_here: \"{{ wstune_values.results | selectattr('item.key', 'equalto', item.key) | first }}\"
     # pam_limits: new logins only. A systemd service needs LimitNOFILE (`wstune export --to systemd`).
     - name: Open-file limit for new logins (`*` does not match root in pam_limits)
       community.general.pam_limits:
@@ -87,4 +119,9 @@ pub fn playbook(e: &Export) -> String {
 ",
     );
     s
+}
+
+/// `s` in single quotes for sh (the awk program has none of its own).
+fn shell_single(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
 }

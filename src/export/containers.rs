@@ -82,12 +82,20 @@ spec:
     if node.is_empty() {
         return s;
     }
-    let mut script = String::from("set -e\n");
+    // Only ever raised on the node it runs on, which may have more than the host the export
+    // was made on: each value is compared with the node's own (awk: the rule per field) and
+    // written only when that changes it. A key the node lacks (nf_conntrack not loaded) is
+    // skipped with a line, not a failed init container.
+    let mut script = format!(
+        "set -e\nraise() {{ f=/proc/sys/$1; if [ ! -e \"$f\" ]; then echo \"wstune: $1 is not on this node (module not loaded?): left alone\" >&2; return 0; fi; cur=$(cat \"$f\"); new=$(echo \"$cur\" | awk -v r=\"$2\" -v want=\"$3\" '{}'); if [ \"$new\" != \"$(echo $cur)\" ]; then echo \"$new\" > \"$f\"; fi; }}\n",
+        super::RAISE_AWK
+    );
     for x in &node {
         script.push_str(&format!(
-            "echo '{}' > /proc/sys/{}\n",
-            x.value,
-            x.key.replace('.', "/")
+            "raise {} {} '{}'\n",
+            x.key.replace('.', "/"),
+            x.rule,
+            x.value
         ));
     }
     s.push_str(&format!(

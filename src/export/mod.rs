@@ -78,7 +78,20 @@ pub struct Sysctl {
     /// `netns` (each network namespace, so each container, has its own) or `global`.
     pub scope: &'static str,
     pub kubernetes: Kube,
+    /// How the host where it is set must compare, so that it is only ever raised there:
+    /// `ge` (each field at least this), `le` (at most), `covers` (a range at least this
+    /// wide), `eq` (exactly this); `RULE:N` when only field N (0-based) is judged, the others
+    /// keeping the host's own values.
+    pub rule: String,
 }
+
+/// An awk program (POSIX; busybox's awk runs it) reading the current value on stdin, with
+/// `-v want=VALUE -v r=RULE` ([`Sysctl::rule`]), printing the value to write there: per
+/// whitespace-separated field, the node's own value where it is already beyond the wanted one
+/// (`ge`: above it, `le`: below it, `covers`: a lower start or a higher end), else the wanted
+/// one; with `RULE:N`, the fields but N keep the node's own. One program for the DaemonSet's
+/// script and the Ansible play.
+pub const RAISE_AWK: &str = r#"BEGIN { split(r, p, ":"); rr = p[1]; fld = (p[2] == "" ? 0 : p[2] + 1) } { n = split(want, w, " "); o = ""; for (i = 1; i <= n; i++) { v = w[i]; c = $i; if (c ~ /^-?[0-9]+$/ && v ~ /^-?[0-9]+$/) { if (fld && i != fld) v = c; else if ((rr == "ge" || (rr == "covers" && i == 2)) && c + 0 > v + 0) v = c; else if ((rr == "le" || (rr == "covers" && i == 1)) && c + 0 < v + 0) v = c } o = o (i > 1 ? " " : "") v } print o }"#;
 
 impl Export {
     pub fn sysctls(&self) -> Vec<Sysctl> {
@@ -95,6 +108,20 @@ impl Export {
                     "global"
                 },
                 kubernetes: kube_class(key, *scope),
+                rule: {
+                    use crate::catalog::Compare;
+                    let (cmp, field) = self.settings.rules.get(key).copied().unzip();
+                    let r = match cmp {
+                        Some(Compare::AtLeast) => "ge",
+                        Some(Compare::AtMost) => "le",
+                        Some(Compare::Covers) => "covers",
+                        _ => "eq",
+                    };
+                    match field.flatten() {
+                        Some(n) => format!("{r}:{n}"),
+                        None => r.to_string(),
+                    }
+                },
             })
             .collect()
     }
@@ -221,6 +248,7 @@ mod tests {
                 ],
                 nofile: Some(200_000),
                 notes: vec![],
+                rules: Default::default(),
             },
         }
     }
@@ -262,10 +290,7 @@ mod tests {
             k8s.contains("--allowed-unsafe-sysctls='net.core.somaxconn'"),
             "{k8s}"
         );
-        assert!(
-            k8s.contains("echo '1048576' > /proc/sys/fs/nr_open"),
-            "{k8s}"
-        );
+        assert!(k8s.contains("raise fs/nr_open eq '1048576'"), "{k8s}");
         let sysctl = render(&e, Format::Sysctl, "x.service");
         assert!(
             sysctl.contains("\nnet.ipv4.ip_local_port_range = 10000 65535\n"),

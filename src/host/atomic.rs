@@ -5,7 +5,8 @@
 //! half of either, and a reader (CI picking up a report, `sysctl --system` at boot) never sees
 //! a partial file.
 
-use anyhow::{Context, Result};
+use crate::input::io_words;
+use anyhow::{anyhow, Context, Result};
 use std::io::Write;
 use std::path::Path;
 
@@ -23,35 +24,79 @@ pub enum Mode {
     LikeExisting,
 }
 
+/// How every temporary file of [`write`] starts, so that wstune can tell its own leftovers (a
+/// write killed between the temporary file and the rename) from anything else in a directory
+/// and remove them ([`remove_temporaries`]).
+pub const TEMP_PREFIX: &str = ".wstune-tmp.";
+
 /// Write `bytes` to `path` atomically and durably, with `mode`. The directory must exist.
 pub fn write(path: &Path, bytes: &[u8], mode: Mode) -> Result<()> {
+    write_owned(path, bytes, mode, None)
+}
+
+/// [`write`], and give the new file `owner` (uid, gid) before it replaces the old one, so a
+/// restored file is never seen with the wrong owner.
+pub fn write_owned(path: &Path, bytes: &[u8], mode: Mode, owner: Option<(u32, u32)>) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let mut tmp = new_temp_in(dir).with_context(|| {
-        format!(
-            "cannot create a file in {} to write {}",
+    // The OS's words once: tempfile's errors carry the error as their source too, and `{:#}`
+    // printed it twice.
+    let mut tmp = new_temp_in(dir).map_err(|e| {
+        anyhow!(
+            "cannot create a file in {} to write {}: {}",
             dir.display(),
-            path.display()
+            path.display(),
+            io_words(&e)
         )
     })?;
+    if let Some(owner) = owner {
+        // Before the chmod: a chown clears set-id bits.
+        set_owner(tmp.as_file(), owner)
+            .map_err(|e| anyhow!("cannot give {} its owner: {}", path.display(), io_words(&e)))?;
+    }
     match mode {
         Mode::Exact(bits) => set_mode(tmp.as_file(), bits)
-            .with_context(|| format!("cannot chmod {}", tmp.path().display()))?,
+            .map_err(|e| anyhow!("cannot chmod {}: {}", tmp.path().display(), io_words(&e)))?,
         Mode::LikeExisting => keep_mode_of(path, tmp.as_file()).with_context(|| {
             format!("cannot give the new {} the old one's mode", path.display())
         })?,
     }
     tmp.write_all(bytes)
-        .with_context(|| format!("cannot write {}", path.display()))?;
+        .map_err(|e| anyhow!("cannot write {}: {}", path.display(), io_words(&e)))?;
     tmp.as_file()
         .sync_all()
-        .with_context(|| format!("cannot sync {}", path.display()))?;
+        .map_err(|e| anyhow!("cannot sync {}: {}", path.display(), io_words(&e)))?;
     tmp.persist(path)
-        .with_context(|| format!("cannot replace {}", path.display()))?;
+        .map_err(|e| anyhow!("cannot replace {}: {}", path.display(), io_words(&e.error)))?;
     sync_dir(dir);
     Ok(())
+}
+
+/// Remove the temporaries a killed [`write`] left in `dir` (only files named [`TEMP_PREFIX`]...).
+/// Returns the names removed. The caller must hold the journal lock: a running writer's
+/// temporary is not a leftover.
+pub fn remove_temporaries(dir: &Path) -> Vec<String> {
+    let mut removed = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return removed;
+    };
+    for e in rd.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        // A file, or the link Store::relink was about to rename into place.
+        let is_file = e
+            .file_type()
+            .map(|t| t.is_file() || t.is_symlink())
+            .unwrap_or(false);
+        if is_file && name.starts_with(TEMP_PREFIX) && std::fs::remove_file(e.path()).is_ok() {
+            removed.push(name);
+        }
+    }
+    if !removed.is_empty() {
+        sync_dir(dir);
+    }
+    removed
 }
 
 /// Check, before a long run, that [`write`] will be able to write `path`: `path` is not a
@@ -68,11 +113,12 @@ pub fn check_writable(path: &Path, flag: &str) -> Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    new_temp_in(dir).with_context(|| {
-        format!(
-            "{flag} {}: cannot create a file in {} (does the directory exist, is it writable?)",
+    new_temp_in(dir).map_err(|e| {
+        anyhow!(
+            "{flag} {}: cannot create a file in {} (does the directory exist, is it writable?): {}",
             path.display(),
-            dir.display()
+            dir.display(),
+            io_words(&e)
         )
     })?;
     Ok(())
@@ -83,12 +129,28 @@ pub fn check_writable(path: &Path, flag: &str) -> Result<()> {
 fn new_temp_in(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
     #[cfg_attr(not(unix), allow(unused_mut))]
     let mut b = tempfile::Builder::new();
+    b.prefix(TEMP_PREFIX);
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         b.permissions(std::fs::Permissions::from_mode(0o666));
     }
     b.tempfile_in(dir)
+}
+
+#[cfg(unix)]
+fn set_owner(f: &std::fs::File, (uid, gid): (u32, u32)) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = f.metadata()?;
+    if (m.uid(), m.gid()) == (uid, gid) {
+        return Ok(());
+    }
+    std::os::unix::fs::fchown(f, Some(uid), Some(gid))
+}
+
+#[cfg(not(unix))]
+fn set_owner(_f: &std::fs::File, _owner: (u32, u32)) -> std::io::Result<()> {
+    Ok(())
 }
 
 #[cfg(unix)]

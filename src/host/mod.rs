@@ -82,6 +82,15 @@ pub enum WriteError {
     ReadOnly(String),
     #[error("permission denied writing {0} (run as root)")]
     Denied(String),
+    /// Denied although wstune runs as root, in what looks like a child network namespace: most
+    /// likely the kernel makes the key read-only there (a kernel-wide key, a container); a
+    /// security module or a missing capability says the same errno.
+    #[error("{0} cannot be changed from this network namespace, although wstune runs as root: most likely the kernel makes it read-only in a child namespace (a kernel-wide key, or a container: set it on the host itself); a security module (SELinux, AppArmor) or a missing capability can refuse it too (see the audit log: journalctl -k, ausearch -m avc)")]
+    DeniedInNamespace(String),
+    /// Denied although wstune runs as root in the host's own network namespace: a security
+    /// module or a capability the process lacks.
+    #[error("{0}: permission denied although wstune runs as root: a security module (SELinux, AppArmor) or a missing capability (CAP_SYS_ADMIN or CAP_NET_ADMIN dropped, as a container runtime does) refuses it; see the audit log (journalctl -k, ausearch -m avc)")]
+    DeniedAsRoot(String),
     /// Windows' access denied on HKLM: the process is not elevated.
     #[error("permission denied writing {0} (run from an elevated prompt: Run as administrator)")]
     NotElevated(String),
@@ -101,10 +110,51 @@ impl WriteError {
                 value: value.trim().into(),
             },
             Some(30) => WriteError::ReadOnly(path.into()),
+            Some(1) | Some(13) if path.starts_with("/proc/sys/") && running_as_root() => {
+                if in_child_netns() {
+                    WriteError::DeniedInNamespace(path.into())
+                } else {
+                    WriteError::DeniedAsRoot(path.into())
+                }
+            }
             Some(1) | Some(13) => WriteError::Denied(path.into()),
             Some(2) => WriteError::NotFound(path.into()),
             _ => WriteError::Other(format!("cannot write {value:?} to {path}: {e}")),
         }
+    }
+}
+
+/// Whether this process looks to be in a child network namespace: not PID 1's, or (PID 1 in
+/// a container shares it) not one the kernel numbers as the initial one (0xEFFFFFF9 since
+/// 6.x; 4026531992 is what older kernels gave it). A guess for the wording of an error only.
+fn in_child_netns() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let ino = |p: &str| std::fs::metadata(p).ok().map(|m| m.ino());
+        let Some(me) = ino("/proc/self/ns/net") else {
+            return false;
+        };
+        if ino("/proc/1/ns/net").is_some_and(|init| init != me) {
+            return true;
+        }
+        !matches!(me, 0xEFFF_FFF9 | 4_026_531_992)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// Whether this process runs as root (never on Windows, whose writes go to the registry).
+fn running_as_root() -> bool {
+    #[cfg(not(windows))]
+    {
+        linux::is_root()
+    }
+    #[cfg(windows)]
+    {
+        false
     }
 }
 

@@ -243,20 +243,22 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
     );
     b.range("linux.nr_open", l.nr_open, 1024, 1 << 30, "");
     b.range("linux.file_max", l.file_max, 1024, i64::MAX as u64, "");
-    b.range("linux.somaxconn", l.somaxconn, 128, u32::MAX as u64, "");
+    // The kernel keeps these three in an int: a larger value is refused with EINVAL at apply.
+    const INT: &str = "the kernel's maximum is 2147483647, an int";
+    b.range("linux.somaxconn", l.somaxconn, 128, i32::MAX as u64, INT);
     b.range(
         "linux.tcp_max_syn_backlog",
         l.tcp_max_syn_backlog,
         128,
-        u32::MAX as u64,
-        "",
+        i32::MAX as u64,
+        INT,
     );
     b.range(
         "linux.netdev_max_backlog",
         l.netdev_max_backlog,
         1,
-        u32::MAX as u64,
-        "",
+        i32::MAX as u64,
+        INT,
     );
     b.range(
         "linux.tcp_tw_reuse",

@@ -53,6 +53,25 @@ pub fn dies_with_this_process(cmd: &mut tokio::process::Command) {
 
 #[cfg(target_os = "linux")]
 mod run;
+
+/// Why `addr` cannot be listened on, in words that say what to change: an address not on this
+/// host is not a port in use.
+pub fn listen_error(addr: std::net::SocketAddr, flag: &str, e: &std::io::Error) -> anyhow::Error {
+    match e.kind() {
+        std::io::ErrorKind::AddrNotAvailable => anyhow::anyhow!(
+            "cannot listen on {addr}: {} is not an address of this host ({flag}; `ip -br addr` lists them): pick one of those, or 0.0.0.0 (:: for IPv6) for all",
+            addr.ip()
+        ),
+        std::io::ErrorKind::AddrInUse => anyhow::anyhow!(
+            "cannot listen on {addr}: the port is in use: stop what holds it (ss -ltnp 'sport = :{}') or pick another --port",
+            addr.port()
+        ),
+        _ => anyhow::anyhow!(
+            "cannot listen on {addr}: {}",
+            crate::input::io_words(e)
+        ),
+    }
+}
 #[cfg(target_os = "linux")]
 pub use run::{supervise, Plan};
 

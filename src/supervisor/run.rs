@@ -100,6 +100,9 @@ pub fn supervise(plan: Plan) -> Result<Outcome> {
     reserve.set_reuse_address(true)?;
     reserve.set_reuse_port(true)?;
     if let Err(e) = reserve.bind(&plan.addr.into()) {
+        if e.kind() == std::io::ErrorKind::AddrNotAvailable {
+            return Err(super::listen_error(plan.addr, "--bind", &e));
+        }
         bail!(
             "cannot use {} for {} processes: {e}; another process holds the port without \
              SO_REUSEPORT (or as another user): stop it or pick another --port",

@@ -166,7 +166,8 @@ impl Backend for LinuxBackend {
 }
 
 #[cfg(target_os = "linux")]
-use sys::{is_root, live_page_size, netlink_links, prlimit_nofile};
+pub(crate) use sys::is_root;
+use sys::{live_page_size, netlink_links, prlimit_nofile};
 
 #[cfg(target_os = "linux")]
 pub use sys::raise_nofile;
@@ -189,7 +190,7 @@ pub fn raise_nofile() -> (u64, u64) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     false
 }
 
