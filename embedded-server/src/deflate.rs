@@ -26,7 +26,7 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::AtomicI64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use zlib_rs::{Inflate, InflateFlush, Status};
+use zlib_rs::{Deflate, DeflateConfig, DeflateFlush, Inflate, InflateFlush, Status};
 
 const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 
@@ -186,20 +186,65 @@ const WINDOW: usize = 1 << 15;
 
 /// One direction's compressor, kept for the connection's life with context takeover.
 ///
-/// Classic zlib (`zlib.rs`): its memory is `2^(wb+2) + 2^(memLevel+9)` plus ~6 KiB of state,
-/// so window bits and memLevel are the memory levers `memory.rs` says they are.
+/// zlib-rs, or classic zlib (`zlib.rs`) where the settings ask for less memory than zlib-rs's
+/// fixed hash table allows (`memory::compressor_engine`), so window bits and memLevel are the
+/// memory levers `memory.rs` says they are.
 pub struct Compressor {
-    z: zlib::RawDeflate,
+    z: DeflateEngine,
     takeover: bool,
+}
+
+/// The two compressors behind [`Compressor`].
+enum DeflateEngine {
+    ZlibRs(Deflate),
+    Zlib(zlib::RawDeflate),
+}
+
+impl DeflateEngine {
+    /// Deflate with a sync flush into `out`: (input used, output written, ok).
+    fn sync_flush(&mut self, input: &[u8], out: &mut [MaybeUninit<u8>]) -> (usize, usize, bool) {
+        match self {
+            DeflateEngine::ZlibRs(z) => {
+                let (before_in, before_out) = (z.total_in(), z.total_out());
+                let r = z.compress_uninit(input, out, DeflateFlush::SyncFlush);
+                (
+                    (z.total_in() - before_in) as usize,
+                    (z.total_out() - before_out) as usize,
+                    r.is_ok(),
+                )
+            }
+            DeflateEngine::Zlib(z) => z.sync_flush(input, out),
+        }
+    }
+
+    fn reset(&mut self) {
+        match self {
+            DeflateEngine::ZlibRs(z) => {
+                z.reset();
+            }
+            DeflateEngine::Zlib(z) => z.reset(),
+        }
+    }
 }
 
 impl Compressor {
     /// A compressor with these zlib parameters; `takeover` keeps the context between messages.
     pub fn new(window_bits: u8, mem_level: u8, level: u8, takeover: bool) -> Compressor {
-        Compressor {
-            z: zlib::RawDeflate::new(level, window_bits.max(9), mem_level),
-            takeover,
-        }
+        let window_bits = window_bits.max(9);
+        let z = match crate::memory::compressor_engine(window_bits, mem_level) {
+            crate::memory::CompressorEngine::ZlibRs => DeflateEngine::ZlibRs(Deflate::new_with_config(
+                DeflateConfig {
+                    level: level as i32,
+                    window_bits: -(window_bits as i32),
+                    mem_level: mem_level as i32,
+                    ..DeflateConfig::default()
+                },
+            )),
+            crate::memory::CompressorEngine::Zlib => {
+                DeflateEngine::Zlib(zlib::RawDeflate::new(level, window_bits, mem_level))
+            }
+        };
+        Compressor { z, takeover }
     }
 
     /// Compress one message into `out` (cleared first), without the sync-flush tail.
@@ -736,7 +781,6 @@ mod tests {
     }
 
     use super::*;
-    use zlib_rs::{Deflate, DeflateConfig, DeflateFlush};
 
     fn on() -> DeflateSettings {
         DeflateSettings {

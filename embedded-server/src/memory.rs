@@ -21,14 +21,54 @@ pub const SERVER_BYTES_PER_IDLE_CONN: u64 = 1536;
 /// Process-wide memory that does not grow with connections (runtime, tables, code).
 pub const SERVER_BASE_BYTES: u64 = 64 << 20;
 
-/// Bytes one compressor holds (classic zlib, `deflate/zlib.rs`): `2^(windowBits+2) +
-/// 2^(memLevel+9)` for its window, chain and hash tables and pending buffer (zlib's zconf.h),
-/// plus 11 KiB: zlib's ~6 KiB of state and the allocator's rounding of its five blocks (each
-/// carries a 16-byte size header for the Rust allocator). Measured with `wstune bench deflate
-/// --contexts` (window 11, memLevel 4: 27.3 KB resident per compressor). Window bits 9..=15,
-/// memLevel 1..=9.
-pub fn deflate_compressor_bytes(window_bits: u8, mem_level: u8) -> u64 {
+/// Which deflate implementation a connection's own compressor uses for these settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompressorEngine {
+    /// zlib-rs: ~3x less CPU per message at level 1 than zlib, but a fixed 128 KiB hash table
+    /// whatever memLevel asks for.
+    ZlibRs,
+    /// Classic zlib: its hash table follows memLevel, so its memory is what the profile asks.
+    Zlib,
+}
+
+/// What zlib-rs holds for one compressor: its window and chain (`2^(wb+2)`), the fixed
+/// 65,536-entry hash (128 KiB), the pending buffer (`2^(memLevel+8)`) and ~11 KiB of state and
+/// allocator rounding.
+fn zlib_rs_compressor_bytes(window_bits: u8, mem_level: u8) -> u64 {
+    (1u64 << (window_bits as u32 + 2)) + (128 << 10) + (1u64 << (mem_level as u32 + 8)) + 11 * 1024
+}
+
+/// What classic zlib holds for one compressor: `2^(windowBits+2) + 2^(memLevel+9)` for its
+/// window, chain and hash tables and pending buffer (zlib's zconf.h), plus 11 KiB: zlib's
+/// ~6 KiB of state and the allocator's rounding of its five blocks (each carries a 16-byte size
+/// header for the Rust allocator). Measured with `wstune bench deflate --contexts` (window 11,
+/// memLevel 4: 27.3 KB resident per compressor).
+fn zlib_compressor_bytes(window_bits: u8, mem_level: u8) -> u64 {
     (1u64 << (window_bits as u32 + 2)) + (1u64 << (mem_level as u32 + 9)) + 11 * 1024
+}
+
+/// The engine for a connection's own compressor: zlib-rs, the faster, unless its fixed hash
+/// makes it hold more than 1.5x what zlib would for these settings. The profile's small
+/// memLevel is then a request for memory over CPU, and zlib honours it: window 11 / memLevel 4
+/// (100k) holds 27 KiB instead of 150 KiB and builds in ~15 us instead of ~70 us (38 page
+/// faults), at ~3x the CPU per compressed message. Window 15 / memLevel 8 stays on zlib-rs.
+pub fn compressor_engine(window_bits: u8, mem_level: u8) -> CompressorEngine {
+    if zlib_rs_compressor_bytes(window_bits, mem_level) * 2
+        <= zlib_compressor_bytes(window_bits, mem_level) * 3
+    {
+        CompressorEngine::ZlibRs
+    } else {
+        CompressorEngine::Zlib
+    }
+}
+
+/// Bytes one connection's compressor holds with these settings (the engine
+/// [`compressor_engine`] picks). Window bits 9..=15, memLevel 1..=9.
+pub fn deflate_compressor_bytes(window_bits: u8, mem_level: u8) -> u64 {
+    match compressor_engine(window_bits, mem_level) {
+        CompressorEngine::ZlibRs => zlib_rs_compressor_bytes(window_bits, mem_level),
+        CompressorEngine::Zlib => zlib_compressor_bytes(window_bits, mem_level),
+    }
 }
 
 /// Bytes one decompressor holds (zlib-rs's inflate): the `2^windowBits` window plus 17 KiB of
@@ -39,7 +79,7 @@ pub fn deflate_decompressor_bytes(window_bits: u8) -> u64 {
 }
 
 /// Deflate memory one connection holds when it keeps both contexts alive (context takeover):
-/// one compressor and one decompressor. With default settings (15, 8) this is ~315 KiB, far
+/// one compressor and one decompressor. With default settings (15, 8) this is ~380 KiB, far
 /// more than the "32 KB per connection" folklore, which counts only the window.
 pub fn deflate_bytes_per_conn(window_bits: u8, mem_level: u8) -> u64 {
     deflate_compressor_bytes(window_bits, mem_level) + deflate_decompressor_bytes(window_bits)
@@ -92,12 +132,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_zlib_settings_cost_about_315_kib() {
-        // 128 KiB window*4 + 128 KiB hash/lit buffers + 11 KiB, plus 32 KiB + 17 KiB to inflate.
+    fn default_zlib_settings_cost_about_380_kib() {
+        // zlib-rs: 128 KiB window*4 + its 128 KiB hash + 64 KiB pending + 11 KiB, plus 32 KiB +
+        // 17 KiB to inflate.
+        assert_eq!(compressor_engine(15, 8), CompressorEngine::ZlibRs);
         assert_eq!(
             deflate_bytes_per_conn(15, 8),
-            (128 + 128 + 11 + 32 + 17) * 1024
+            (128 + 128 + 64 + 11 + 32 + 17) * 1024
         );
+    }
+
+    #[test]
+    fn small_memory_levels_get_the_engine_that_honours_them() {
+        // The profiles' large counts ask for small contexts: classic zlib keeps them small.
+        for (wb, ml) in [(13, 6), (11, 4), (10, 3), (9, 1)] {
+            assert_eq!(compressor_engine(wb, ml), CompressorEngine::Zlib, "{wb}/{ml}");
+        }
+        // window 11, memLevel 4: 8 KiB + 8 KiB + 11 KiB (zlib-rs would hold 147 KiB).
+        assert_eq!(deflate_compressor_bytes(11, 4), 27 * 1024);
     }
 
     #[test]

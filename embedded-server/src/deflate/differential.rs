@@ -10,8 +10,6 @@
 //! `inflate_fresh` routing is then zlib-rs throughout).
 
 use super::*;
-// zlib-rs's compressor, the reference the tests compress with (the server's own is classic zlib).
-use zlib_rs::{Deflate, DeflateConfig, DeflateFlush};
 
 /// How a test stream ends.
 #[derive(Debug, Clone, Copy, PartialEq)]

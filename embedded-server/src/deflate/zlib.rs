@@ -1,7 +1,8 @@
-//! Classic zlib's raw deflate (libz-sys, built from its bundled source), the compressor a
-//! connection keeps with context takeover.
+//! Classic zlib's raw deflate (libz-sys, built from its bundled source): the compressor a
+//! connection keeps with context takeover when the profile's memLevel asks for small contexts
+//! (`memory::compressor_engine`; zlib-rs, ~3x faster at level 1, otherwise).
 //!
-//! Why not zlib-rs here (it still inflates, and tests compare against it): zlib-rs, like
+//! Why not always zlib-rs: zlib-rs, like
 //! zlib-ng, allocates a fixed 65,536-entry hash table and zeroes it when a context is created,
 //! whatever memLevel asks for. A window-11, memLevel-4 context then costs ~150 KiB and ~38 page
 //! faults to create instead of zlib's documented `2^(wb+2) + 2^(memLevel+9)` (16 KiB). At 100k
