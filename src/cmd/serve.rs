@@ -629,7 +629,12 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
             r.config.deflate.window_bits,
             room.mem_available,
         )
-        .filter(|_| r.config.deflate.enabled && load.conns.is_none()),
+        // Only said when the deflate scenario runs (named, or among the defaults).
+        .filter(|_| {
+            r.config.deflate.enabled
+                && load.conns.is_none()
+                && (load.scenarios.is_empty() || load.scenarios.contains(&Scenario::Deflate))
+        }),
         scaled,
     );
     if let Some((_, why)) = &deflate_conns {
