@@ -426,8 +426,7 @@ pub struct LoadArgs {
     /// Messages per second per connection for echo-rate and deflate (default: the profile's).
     #[arg(long)]
     pub rate: Option<f64>,
-    /// Payload bytes per message (default: the profile's; the deflate scenario sends JSON of at
-    /// least 1024 bytes, above the server's compression threshold, so both directions compress).
+    /// Payload bytes per message (default: the profile's).
     #[arg(long)]
     pub size: Option<usize>,
     /// Seconds each scenario runs.

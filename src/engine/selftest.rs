@@ -61,17 +61,8 @@ pub struct Plan {
     pub rate_note: Option<String>,
     pub server_processes: Option<usize>,
     pub deflate_conns: Option<usize>,
-    /// The deflate scenario's payload: `--size`, else [`DEFLATE_PAYLOAD_BYTES`] or the
-    /// profile's payload when larger.
-    pub deflate_size: usize,
     pub url: String,
 }
-
-/// The deflate scenario's messages when `--size` does not say: the seed's 1 KB figure. The
-/// profiles' 100-byte echo payload is below the server's compression threshold (256 bytes),
-/// so with it the server would inflate every message and compress none of its echoes: the
-/// scenario would prove only half of permessage-deflate.
-pub const DEFLATE_PAYLOAD_BYTES: usize = 1024;
 
 /// What a command runs when the flags do not say.
 pub struct Defaults {
@@ -129,9 +120,6 @@ pub fn plan(
         defaults.rate_note
     };
     let size = load.size.unwrap_or(t.payload_bytes as usize);
-    let deflate_size = load
-        .size
-        .unwrap_or((t.payload_bytes as usize).max(DEFLATE_PAYLOAD_BYTES));
     let secs = load.secs.unwrap_or(defaults.secs);
     if conns == 0 || conns > 10_000_000 {
         bail!("--conns {conns}: give 1..=10000000 connections");
@@ -249,7 +237,6 @@ pub fn plan(
         rate_note,
         server_processes: defaults.server_processes,
         deflate_conns: defaults.deflate_conns,
-        deflate_size,
     })
 }
 
@@ -262,10 +249,9 @@ pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
         if i > 0 {
             settle(&p.opts).await;
         }
-        let opts = match s {
-            Scenario::Deflate => Options {
-                conns: p.deflate_conns.unwrap_or(p.opts.conns),
-                size: p.deflate_size,
+        let opts = match p.deflate_conns {
+            Some(n) if s == Scenario::Deflate => Options {
+                conns: n,
                 ..p.opts.clone()
             },
             _ => p.opts.clone(),
