@@ -10,13 +10,14 @@
 #        PROFILE (default 100k), SHAPES (default "1000:10 100000:0.1"), SCENARIO (default
 #        deflate; echo-rate is the control without compression), PROCESSES (default: as
 #        serve --self-test sizes it; e.g. 7 runs every shape on 7 server processes), SIZE
-#        (default: the scenario's own, 1024 bytes for deflate)
+#        (default 1024: the profiles' 100-byte payload is below the server's 256-byte
+#        compression threshold, so only the client's messages would be compressed)
 # Prints one line per run, then the median per binary and shape and the 100k/1k ratio.
 set -u
 ROUNDS=${ROUNDS:-3}; SECS=${SECS:-10}; PROFILE=${PROFILE:-100k}
 SHAPES=${SHAPES:-"1000:10 100000:0.1"}; SCENARIO=${SCENARIO:-deflate}
 procs=(); [ -n "${PROCESSES:-}" ] && procs=(--processes "$PROCESSES")
-[ -n "${SIZE:-}" ] && procs+=(--size "$SIZE")
+procs+=(--size "${SIZE:-1024}")
 bins=("$@")
 [ ${#bins[@]} -ge 1 ] || { echo "usage: $0 BIN [BIN...]" >&2; exit 2; }
 out=$(mktemp); trap 'rm -f "$out"' EXIT
