@@ -383,13 +383,14 @@ pub fn contexts(n: usize, size: usize, a: &Settings) -> ContextsRow {
                 .decompress(&wire[i % wire.len()], &mut plain, usize::MAX)
                 .expect("a message we compressed inflates");
             comps[i]
-                .get_or_insert_with(|| {
-                    Compressor::new(a.window_bits, a.mem_level, a.level, true)
-                })
+                .get_or_insert_with(|| Compressor::new(a.window_bits, a.mem_level, a.level, true))
                 .compress(&plain, &mut packed);
         }
         let secs = start.elapsed().as_secs_f64();
-        assert!(plain == msgs[(n - 1) % msgs.len()], "a message changed on its way");
+        assert!(
+            plain == msgs[(n - 1) % msgs.len()],
+            "a message changed on its way"
+        );
         let per = |after: Option<u64>, before: Option<u64>| {
             Some((after?.saturating_sub(before?)) as f64 / n as f64)
         };
@@ -415,7 +416,12 @@ pub fn contexts(n: usize, size: usize, a: &Settings) -> ContextsRow {
 fn minor_faults() -> Option<u64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // The fields after the command name, which is in parentheses and may hold spaces.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(7)?.parse().ok()
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(7)?
+        .parse()
+        .ok()
 }
 
 /// This process's resident memory (Linux).

@@ -232,14 +232,14 @@ impl Compressor {
     pub fn new(window_bits: u8, mem_level: u8, level: u8, takeover: bool) -> Compressor {
         let window_bits = window_bits.max(9);
         let z = match crate::memory::compressor_engine(window_bits, mem_level) {
-            crate::memory::CompressorEngine::ZlibRs => DeflateEngine::ZlibRs(Deflate::new_with_config(
-                DeflateConfig {
+            crate::memory::CompressorEngine::ZlibRs => {
+                DeflateEngine::ZlibRs(Deflate::new_with_config(DeflateConfig {
                     level: level as i32,
                     window_bits: -(window_bits as i32),
                     mem_level: mem_level as i32,
                     ..DeflateConfig::default()
-                },
-            )),
+                }))
+            }
             crate::memory::CompressorEngine::Zlib => {
                 DeflateEngine::Zlib(zlib::RawDeflate::new(level, window_bits, mem_level))
             }
@@ -804,13 +804,21 @@ mod tests {
             window_bits: 11,
             ..on()
         };
-        let a = negotiate(&offers("permessage-deflate; client_max_window_bits"), &small).unwrap();
+        let a = negotiate(
+            &offers("permessage-deflate; client_max_window_bits"),
+            &small,
+        )
+        .unwrap();
         assert_eq!(
             a.response,
             "permessage-deflate; server_max_window_bits=11; client_max_window_bits=11"
         );
         assert_eq!((a.server_window_bits, a.client_window_bits), (11, 11));
-        let a = negotiate(&offers("permessage-deflate; client_max_window_bits=10"), &small).unwrap();
+        let a = negotiate(
+            &offers("permessage-deflate; client_max_window_bits=10"),
+            &small,
+        )
+        .unwrap();
         assert_eq!(a.client_window_bits, 10);
         let a = negotiate(&offers("permessage-deflate"), &small).unwrap();
         assert_eq!(a.response, "permessage-deflate; server_max_window_bits=11");

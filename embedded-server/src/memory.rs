@@ -146,7 +146,11 @@ mod tests {
     fn small_memory_levels_get_the_engine_that_honours_them() {
         // The profiles' large counts ask for small contexts: classic zlib keeps them small.
         for (wb, ml) in [(13, 6), (11, 4), (10, 3), (9, 1)] {
-            assert_eq!(compressor_engine(wb, ml), CompressorEngine::Zlib, "{wb}/{ml}");
+            assert_eq!(
+                compressor_engine(wb, ml),
+                CompressorEngine::Zlib,
+                "{wb}/{ml}"
+            );
         }
         // window 11, memLevel 4: 8 KiB + 8 KiB + 11 KiB (zlib-rs would hold 147 KiB).
         assert_eq!(deflate_compressor_bytes(11, 4), 27 * 1024);

@@ -1284,12 +1284,23 @@ mod tests {
         assert_eq!(quiet.bound, None);
         let full = super::kernel_drops(Some([5, 7, 1, 0]), Some([105, 120, 3, 4])).unwrap();
         assert_eq!(
-            (full.listen_overflows, full.listen_drops, full.memory_pressures, full.aborts_on_memory),
+            (
+                full.listen_overflows,
+                full.listen_drops,
+                full.memory_pressures,
+                full.aborts_on_memory
+            ),
             (100, 113, 2, 4)
         );
         let b = full.bound.unwrap();
-        assert!(b.contains("accept queues overflowed: 113") && b.contains("somaxconn"), "{b}");
-        assert!(b.contains("TCP memory ran short") && b.contains("tcp_mem"), "{b}");
+        assert!(
+            b.contains("accept queues overflowed: 113") && b.contains("somaxconn"),
+            "{b}"
+        );
+        assert!(
+            b.contains("TCP memory ran short") && b.contains("tcp_mem"),
+            "{b}"
+        );
         // A counter that went back (a namespace's counters reset) is no growth, not a wrap.
         let back = super::kernel_drops(Some([9, 9, 9, 9]), Some([1, 1, 1, 1])).unwrap();
         assert_eq!(back.bound, None);
