@@ -261,7 +261,7 @@ pub struct RollbackArgs {
 pub enum Format {
     /// A table for people.
     Table,
-    /// The documented JSON object (README.md, "JSON report").
+    /// The documented JSON object (README.md, "Formats"; docs/check-report.schema.json).
     Json,
     /// JUnit XML: one testcase per check.
     Junit,

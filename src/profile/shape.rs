@@ -132,7 +132,7 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                             out.push(Mismatch {
                             path: path.to_string(),
                             message: format!(
-                                "{}missing field `{name}`; add it (README.md, \"Profiles\", documents each key)",
+                                "{}missing field `{name}`; add it (docs/profiles.md documents each key)",
                                 if path.is_empty() { String::new() } else { format!("{path}: ") }
                             ),
                         });
