@@ -41,6 +41,22 @@ pub fn deflate(a: &DeflateRequest) -> Result<Outcome> {
         if !(1..=10_000_000).contains(&n) {
             bail!("--contexts {n}: give 1..=10000000 connections");
         }
+        // Every context stays alive for the second pass: refuse before allocating what the
+        // host does not have, rather than let the OOM killer end the run.
+        let need =
+            n as u64 * embedded_server::memory::deflate_bytes_per_conn(a.window_bits, a.mem_level);
+        if let Some(avail) = crate::selftest::limits::mem_available() {
+            if need > avail / 2 {
+                bail!(
+                    "--contexts {n}: {n} connections' contexts at window {} / memLevel {} need \
+                     about {} MiB, more than half of the {} MiB available; give fewer",
+                    a.window_bits,
+                    a.mem_level,
+                    need >> 20,
+                    avail >> 20
+                );
+            }
+        }
         let row = bench::contexts(n, sizes[0], &settings);
         let text = match a.format {
             ListFormat::Json => serde_json::to_string_pretty(&row)? + "\n",
