@@ -176,12 +176,19 @@ impl Handler for Builtin {
                 let _ = conn.send(msg);
             }
             &Builtin::Simulated(work) => {
-                let reply_to = conn.clone();
+                let (reply_to, alive) = (conn.clone(), conn.clone());
                 let msg = msg.to_owned();
                 // The reply goes out once the job is counted: what /metrics says is never
-                // behind what a client has seen.
-                let _ = conn.offload_then(
-                    move || crate::offload::simulate(work),
+                // behind what a client has seen. The copy of the message is charged to the
+                // memory budget until then, and the work is skipped for a client that has
+                // gone (its echo could never be delivered).
+                let _ = conn.offload_then_holding(
+                    msg.as_message().as_bytes().len(),
+                    move || {
+                        if alive.is_open() {
+                            crate::offload::simulate(work)
+                        }
+                    },
                     move |()| {
                         let _ = reply_to.send(msg.as_message());
                     },

@@ -172,6 +172,36 @@ pub struct ServerConfig {
     /// pass it is refused with 1013 (try again later), so N hostile peers cannot multiply the
     /// message cap. None: `default_inflate_budget` (see `inflate_budget`).
     pub inflate_budget: Option<usize>,
+    /// The server-wide memory budget (`budget.rs`): partial frames, reassembly, inflate output,
+    /// queued outgoing bytes and offloaded payloads together. A charge past it closes the
+    /// connection that asked with 1013. None: `budget::default_budget` (an eighth of the host's
+    /// memory beyond what `max_connections` idle connections need, at least 64 MiB).
+    pub memory_budget: Option<usize>,
+    /// What one connection may hold of the budget at once; past it, 1009. None: three messages
+    /// at the cap plus a frame and the send queue, the most a legitimate connection holds (a
+    /// compressed message reassembled, inflated and echoed while the next frame arrives).
+    pub conn_memory_share: Option<usize>,
+    /// A message (or a frame) must arrive whole within this once its first byte has: a client
+    /// that sends part of one and pauses, or drips a byte at a time, holds its buffers only
+    /// this long. Zero: no bound. Default 30 s (Apache's mod_reqtimeout bounds a request body
+    /// the same way, 20 s by default; nginx's `client_body_timeout` is 60 s between reads, which
+    /// a drip defeats).
+    pub message_timeout: Duration,
+    /// A queue above `send_queue_bytes` (one large frame goes to an empty queue whole) must
+    /// drain below it within this, or the connection is closed with the backpressure code: a
+    /// pong, or anything else the peer sends, does not reset the clock. Zero: no bound.
+    /// Default 30 s.
+    pub send_drain_timeout: Duration,
+    /// A compressed message that inflates to more than this many times its compressed size is
+    /// refused with 1009 once its output passes 1 MiB (smaller messages are never checked).
+    /// Zero: no bound. Default 200, Apache mod_deflate's `DeflateInflateRatioLimit`: ordinary
+    /// text and JSON compress 3-20x; a zero bomb 1,000x.
+    pub inflate_ratio_limit: u32,
+    /// Inflate output per connection per second (bytes; a burst of one message at the cap):
+    /// past it the connection's reading pauses until the rate allows, so a client cannot make
+    /// the server decompress faster than this, and its neighbours on the same I/O thread keep
+    /// their turn. Zero: no bound. Default 32 MiB/s (about 10-30 ms of CPU a second).
+    pub inflate_rate: u64,
     /// Abuse limits (per-address cap, connection and message rates, exempt addresses, trusted
     /// proxies); all off by default. See `limits`.
     pub limits: crate::limits::LimitSettings,
@@ -202,6 +232,12 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(5),
             deflate: crate::deflate::DeflateSettings::default(),
             inflate_budget: None,
+            memory_budget: None,
+            conn_memory_share: None,
+            message_timeout: Duration::from_secs(30),
+            send_drain_timeout: Duration::from_secs(30),
+            inflate_ratio_limit: 200,
+            inflate_rate: 32 << 20,
             limits: crate::limits::LimitSettings::default(),
             channels: crate::channels::ChannelsSettings::default(),
         }
@@ -399,6 +435,28 @@ pub fn default_inflate_budget(max_message_bytes: usize) -> usize {
 }
 
 impl ServerConfig {
+    /// The memory budget in force (`budget.rs`).
+    pub fn memory_budget(&self) -> usize {
+        self.memory_budget.unwrap_or_else(|| {
+            let idle =
+                crate::memory::SERVER_BYTES_PER_IDLE_CONN + crate::memory::KERNEL_BYTES_PER_SOCKET;
+            // Where the host's memory is unknown, 4 GiB is assumed (and the operator told in
+            // the startup line which budget is in force).
+            let host = crate::budget::host_memory().unwrap_or(4 << 30);
+            crate::budget::default_budget(host, self.max_connections, idle)
+        })
+    }
+
+    /// One connection's share of the memory budget in force.
+    pub fn conn_memory_share(&self) -> usize {
+        self.conn_memory_share.unwrap_or_else(|| {
+            self.max_message_bytes
+                .saturating_mul(3)
+                .saturating_add(self.max_frame_bytes)
+                .saturating_add(self.send_queue_bytes)
+        })
+    }
+
     /// The inflate budget in force.
     pub fn inflate_budget(&self) -> usize {
         self.inflate_budget

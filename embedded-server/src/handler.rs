@@ -420,6 +420,9 @@ pub enum OffloadError {
     /// The queue is full and the caller is not the connection's own callback (which would
     /// pause reading instead): retry later, or use [`Conn::offload_wait`] from a task.
     Full,
+    /// The bytes the job would carry ([`Conn::offload_then_holding`]) would pass the server's
+    /// memory budget: the connection is being closed with 1013 (try again later).
+    OverBudget,
 }
 
 impl std::fmt::Display for OffloadError {
@@ -428,6 +431,7 @@ impl std::fmt::Display for OffloadError {
             OffloadError::Closed => "the connection is closed",
             OffloadError::NoPool => "the server's offload pool is shut down",
             OffloadError::Full => "the offload queue is full",
+            OffloadError::OverBudget => "the server's memory budget is spent",
         })
     }
 }
@@ -674,6 +678,31 @@ impl<S> Conn<S> {
         then: impl FnOnce(R) + Send + 'static,
     ) -> Result<(), OffloadError> {
         self.queue(Job::then(work, then))
+    }
+
+    /// [`Conn::offload_then`] for a job that carries `bytes` (typically a copy of the message
+    /// it answers): they are charged to the server's memory budget until the job has run, so
+    /// a client whose messages queue up faster than the pool runs them cannot hold more than
+    /// the budget. When the budget is spent the job is not queued, the connection is closed
+    /// with 1013, and the answer is [`OffloadError::OverBudget`].
+    pub fn offload_then_holding<R: Send + 'static>(
+        &self,
+        bytes: usize,
+        work: impl FnOnce() -> R + Send + 'static,
+        then: impl FnOnce(R) + Send + 'static,
+    ) -> Result<(), OffloadError> {
+        if self.inner.shared.ended() {
+            return Err(OffloadError::Closed);
+        }
+        let m = self.inner.hub.metrics.clone();
+        let Some(charge) = crate::budget::Charge::try_new(m, crate::budget::Store::Offload, bytes)
+        else {
+            self.inner
+                .shared
+                .request_close_why(crate::outbox::BUDGET_CLOSE, crate::outbox::CloseWhy::Budget);
+            return Err(OffloadError::OverBudget);
+        };
+        self.queue(Job::then(work, then).holding(charge))
     }
 
     fn queue(&self, job: Job) -> Result<(), OffloadError> {

@@ -294,7 +294,7 @@ impl Hub {
     /// Remove a connection from the registry and from every channel it joined. It is marked
     /// ended first, so a `subscribe` racing with this cannot add it back.
     pub fn unregister(&self, s: &Shared) {
-        s.end();
+        s.end(&self.metrics);
         if self.conns.write().unwrap().remove(&s.id) {
             self.metrics.connections.fetch_sub(1, Relaxed);
         }
@@ -471,14 +471,14 @@ impl Hub {
         ));
         let d = &self.config.deflate;
         let compressible = d.enabled && payload.len() >= d.threshold;
-        let mut compressed: [Option<Bytes>; 16] = Default::default();
+        let mut compressed: [Option<(Bytes, bool)>; 16] = Default::default();
         let (mut sent, mut written) = (0, 0);
         for c in recipients {
             let bits = c.shared_deflate_bits.load(Relaxed) as usize;
             let pushed = if bits == 0 || !compressible {
                 c.push_tallied(plain.clone(), false, &self.metrics, &mut written)
             } else {
-                let f = compressed[bits].get_or_insert_with(|| {
+                let (f, rsv1) = compressed[bits].get_or_insert_with(|| {
                     let mut z = Vec::new();
                     let created = crate::deflate::compress_fresh(
                         bits as u8,
@@ -488,14 +488,15 @@ impl Hub {
                         &mut z,
                     );
                     crate::deflate::charge_thread(&self.metrics.deflate_memory_bytes, created);
-                    Bytes::from(frame::encode_message(
-                        op,
-                        &z,
-                        self.config.fragment_bytes,
-                        true,
-                    ))
+                    if z.len() >= payload.len() {
+                        // Incompressible: deflate would only add its framing.
+                        self.metrics.deflate_skipped.fetch_add(1, Relaxed);
+                        return (plain.clone(), false);
+                    }
+                    let f = frame::encode_message(op, &z, self.config.fragment_bytes, true);
+                    (Bytes::from(f), true)
                 });
-                c.push_tallied(f.clone(), true, &self.metrics, &mut written)
+                c.push_tallied(f.clone(), *rsv1, &self.metrics, &mut written)
             };
             if pushed {
                 sent += 1;
@@ -681,8 +682,33 @@ impl Hub {
         let now = self.now();
         let interval = self.config.heartbeat_interval.as_secs().max(1) as u32;
         let timeout = self.config.heartbeat_timeout.as_secs().max(1) as u32;
+        let message_timeout = self.config.message_timeout.as_secs() as u32;
+        let drain_timeout = self.config.send_drain_timeout.as_secs() as u32;
         let mut due = Vec::new();
         for c in self.conns.read().unwrap().iter() {
+            // Progress, not liveness: a client that answers pings (or sends anything) but
+            // never finishes its message, or never reads what it asked for, is closed all the
+            // same once the bound passes.
+            let since = c.input_since.load(Relaxed);
+            if message_timeout > 0 && since != 0 && now.saturating_sub(since) >= message_timeout {
+                if c.request_close_why(1008, crate::outbox::CloseWhy::MessageTimeout) {
+                    self.metrics.message_timeouts.fetch_add(1, Relaxed);
+                }
+                continue;
+            }
+            if drain_timeout > 0 {
+                let over = c.over_cap_since.load(Relaxed);
+                if c.queued() <= c.send_cap() {
+                    if over != 0 {
+                        c.over_cap_since.store(0, Relaxed);
+                    }
+                } else if over == 0 {
+                    c.over_cap_since.store(now.max(1), Relaxed);
+                } else if now.saturating_sub(over) >= drain_timeout {
+                    c.drain_timeout(&self.metrics);
+                    continue;
+                }
+            }
             let seen = c.last_seen.load(Relaxed);
             let idle = now.saturating_sub(seen);
             if idle >= timeout {

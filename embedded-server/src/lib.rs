@@ -47,6 +47,7 @@
 pub mod admin;
 #[doc(hidden)]
 pub mod apps;
+pub mod budget;
 pub mod channels;
 pub mod config;
 mod conn;
@@ -57,6 +58,7 @@ pub mod frame;
 pub mod handler;
 #[doc(hidden)]
 pub mod handshake;
+mod heavy;
 #[doc(hidden)]
 pub mod hub;
 pub mod limits;
@@ -159,6 +161,7 @@ impl<H: Handler> Server<H> {
         metrics
             .inflate_budget_bytes
             .store(config.inflate_budget() as u64, Relaxed);
+        metrics.memory.set_limit(config.memory_budget());
         let offload = handler
             .uses_offload()
             .then(|| offload::start_for(&config, metrics.clone()));

@@ -173,6 +173,21 @@ pub struct Metrics {
     pub inflate_budget_closes: AtomicU64,
     /// Connections closed for going over their message rate (limits.rs).
     pub message_rate_closes: AtomicU64,
+    /// The server-wide memory budget and what is charged to it (budget.rs).
+    pub memory: crate::budget::Budget,
+    /// Outgoing bytes queued now, over every connection (also charged to `memory`).
+    pub queued_bytes: AtomicI64,
+    /// Connections closed because a message or frame did not arrive whole within the message
+    /// timeout.
+    pub message_timeouts: AtomicU64,
+    /// Connections closed because their queue stayed above the cap past the drain timeout.
+    pub drain_timeouts: AtomicU64,
+    /// Compressed messages refused for inflating past the ratio limit.
+    pub inflate_ratio_closes: AtomicU64,
+    /// Times a connection's reading paused because it passed its inflate rate.
+    pub inflate_rate_pauses: AtomicU64,
+    /// Messages that went out uncompressed because deflate would have made them larger.
+    pub deflate_skipped: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -207,6 +222,13 @@ impl Default for Metrics {
             inflate_budget_bytes: AtomicU64::new(0),
             inflate_budget_closes: AtomicU64::new(0),
             message_rate_closes: AtomicU64::new(0),
+            memory: Default::default(),
+            queued_bytes: AtomicI64::new(0),
+            message_timeouts: AtomicU64::new(0),
+            drain_timeouts: AtomicU64::new(0),
+            inflate_ratio_closes: AtomicU64::new(0),
+            inflate_rate_pauses: AtomicU64::new(0),
+            deflate_skipped: AtomicU64::new(0),
         }
     }
 }
@@ -354,6 +376,67 @@ impl Metrics {
             "counter",
             self.message_rate_closes.load(Relaxed) as f64,
         );
+        let budget = &self.memory;
+        g(
+            "ws_memory_budget_bytes",
+            "The server-wide memory budget for what clients cause (--memory-budget).",
+            "gauge",
+            budget.limit() as f64,
+        );
+        g(
+            "ws_memory_budget_used_bytes",
+            "Bytes charged to the memory budget now: partial frames, reassembly, inflate output, queued output, offloaded payloads.",
+            "gauge",
+            budget.used() as f64,
+        );
+        g(
+            "ws_memory_budget_peak_bytes",
+            "The most charged to the memory budget at once since the server started.",
+            "gauge",
+            budget.peak() as f64,
+        );
+        g(
+            "ws_memory_share_closes_total",
+            "Connections closed with 1009 for holding more than their share of the memory budget.",
+            "counter",
+            budget.share_closes() as f64,
+        );
+        g(
+            "ws_send_queue_bytes",
+            "Outgoing bytes queued now, over every connection.",
+            "gauge",
+            self.queued_bytes.load(Relaxed) as f64,
+        );
+        g(
+            "ws_message_timeouts_total",
+            "Connections closed because a message or frame did not arrive whole within the message timeout.",
+            "counter",
+            self.message_timeouts.load(Relaxed) as f64,
+        );
+        g(
+            "ws_drain_timeouts_total",
+            "Connections closed because their send queue stayed above its cap past the drain timeout.",
+            "counter",
+            self.drain_timeouts.load(Relaxed) as f64,
+        );
+        g(
+            "ws_inflate_ratio_closes_total",
+            "Compressed messages refused with 1009 for inflating past the ratio limit.",
+            "counter",
+            self.inflate_ratio_closes.load(Relaxed) as f64,
+        );
+        g(
+            "ws_inflate_rate_pauses_total",
+            "Times a connection's reading paused for passing its inflate rate.",
+            "counter",
+            self.inflate_rate_pauses.load(Relaxed) as f64,
+        );
+        g(
+            "ws_deflate_skipped_total",
+            "Messages sent uncompressed because deflate would have made them larger.",
+            "counter",
+            self.deflate_skipped.load(Relaxed) as f64,
+        );
         if self.backplane_up.load(Relaxed) >= 0 {
             g(
                 "ws_backplane_up",
@@ -435,6 +518,28 @@ impl Metrics {
                     .unwrap_or_else(|| "other".into());
                 let _ = writeln!(o, "{name}{{code=\"{label}\"}} {}", v.load(Relaxed));
             }
+        }
+        let _ = writeln!(
+            o,
+            "# HELP ws_memory_budget_store_bytes Bytes charged to the memory budget now, by store.\n# TYPE ws_memory_budget_store_bytes gauge"
+        );
+        for (store, bytes, _) in budget.stores() {
+            let _ = writeln!(
+                o,
+                "ws_memory_budget_store_bytes{{store=\"{}\"}} {bytes}",
+                store.name()
+            );
+        }
+        let _ = writeln!(
+            o,
+            "# HELP ws_memory_budget_closes_total Connections closed with 1013 because a charge to this store would pass the memory budget.\n# TYPE ws_memory_budget_closes_total counter"
+        );
+        for (store, _, refused) in budget.stores() {
+            let _ = writeln!(
+                o,
+                "ws_memory_budget_closes_total{{store=\"{}\"}} {refused}",
+                store.name()
+            );
         }
         let _ = writeln!(o, "# HELP ws_worker_busy_seconds_total Time each I/O worker spent running tasks.\n# TYPE ws_worker_busy_seconds_total counter");
         for (i, s) in workers.iter().enumerate() {

@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 /// One unit of offloaded work: a closure the application handed to
 /// [`Conn::offload`](crate::Conn::offload) (the built-in simulated handlers are such closures
 /// too). It sends its own reply, if any, through the `Conn` it captured.
-pub struct Job(Box<dyn FnOnce() -> Option<Then> + Send + 'static>);
+pub struct Job(
+    Box<dyn FnOnce() -> Option<Then> + Send + 'static>,
+    /// What the job carries, charged to the memory budget until it has run (or is dropped).
+    Option<crate::budget::Charge>,
+);
 
 /// What a job hands back to run after its timing is recorded (its reply, say).
 type Then = Box<dyn FnOnce() + Send + 'static>;
@@ -19,10 +23,19 @@ type Then = Box<dyn FnOnce() + Send + 'static>;
 impl Job {
     /// Wrap a closure as a job.
     pub fn new(f: impl FnOnce() + Send + 'static) -> Job {
-        Job(Box::new(move || {
-            f();
-            None
-        }))
+        Job(
+            Box::new(move || {
+                f();
+                None
+            }),
+            None,
+        )
+    }
+
+    /// Hold `charge` (the bytes the job carries) until the job has run or is dropped.
+    pub(crate) fn holding(mut self, charge: crate::budget::Charge) -> Job {
+        self.1 = Some(charge);
+        self
     }
 
     /// A job in two parts: `work` is timed, then `then` gets its result once the job is
@@ -32,10 +45,13 @@ impl Job {
         work: impl FnOnce() -> R + Send + 'static,
         then: impl FnOnce(R) + Send + 'static,
     ) -> Job {
-        Job(Box::new(move || {
-            let r = work();
-            Some(Box::new(move || then(r)) as Then)
-        }))
+        Job(
+            Box::new(move || {
+                let r = work();
+                Some(Box::new(move || then(r)) as Then)
+            }),
+            None,
+        )
     }
 }
 
@@ -71,7 +87,8 @@ pub fn start(threads: usize, queue: usize, metrics: Arc<Metrics>) -> Sender {
                     let queued0 = thread_runqueue_wait();
                     // A panicking job must not take a pool thread with it: the pool is fixed
                     // size, and each lost thread would shrink it for good.
-                    let then = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job.0))
+                    let Job(work, charge) = job;
+                    let then = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
                         .ok()
                         .flatten();
                     let wall = start.elapsed();
@@ -89,6 +106,9 @@ pub fn start(threads: usize, queue: usize, metrics: Arc<Metrics>) -> Sender {
                     if let Some(then) = then {
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(then));
                     }
+                    // The payload it carried is gone (the reply, if any, is queued and
+                    // charged there): its bytes go back to the budget.
+                    drop(charge);
                 }
             })
             .expect("spawn an offload thread");

@@ -12,6 +12,7 @@
 //!   and checked again under the lock);
 //! - a consumer whose unsent bytes pass the cap is closed, never waited for.
 
+use crate::budget::Store;
 use crate::deflate::{Agreed, DeflateSettings};
 use crate::frame::{self, OpCode};
 use crate::metrics::Metrics;
@@ -70,7 +71,49 @@ pub struct Shared {
     subscribed: AtomicBool,
     /// The message rate limit's bucket (limits.rs); unused while that limit is off.
     pub(crate) msg_rate: crate::limits::MessageBucket,
+    /// Coarse clock seconds since which the connection's task has held an incomplete frame or
+    /// message (0: none); the heartbeat sweep enforces the message timeout on it.
+    pub(crate) input_since: AtomicU32,
+    /// Coarse clock seconds since which the sweep has seen the queue above its cap (0: not
+    /// above); kept by the sweep alone, so no write path reads a clock.
+    pub(crate) over_cap_since: AtomicU32,
+    /// Why someone else asked for the close (`CloseWhy`), for its reason and its handling.
+    close_why: AtomicU8,
 }
+
+/// Why a close was asked for from outside the connection's task, where the code alone does
+/// not say (1008 and 1013 each have several causes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum CloseWhy {
+    /// Not said (the heartbeat, shutdown and the application have codes of their own).
+    Other = 0,
+    /// More queued than the send-queue cap.
+    Backpressure = 1,
+    /// Queuing would pass the server's memory budget.
+    Budget = 2,
+    /// The queue stayed above its cap past the drain timeout.
+    Drain = 3,
+    /// A message or frame did not arrive whole within the message timeout.
+    MessageTimeout = 4,
+}
+
+impl CloseWhy {
+    /// The reason sent in the close frame.
+    pub(crate) fn reason(self) -> Option<&'static str> {
+        Some(match self {
+            CloseWhy::Other => return None,
+            CloseWhy::Backpressure => "send queue full: consumer too slow",
+            CloseWhy::Budget => "server memory budget spent: try again later",
+            CloseWhy::Drain => "send queue did not drain in time: consumer too slow",
+            CloseWhy::MessageTimeout => "message not completed in time",
+        })
+    }
+}
+
+/// The close code for a connection refused a charge to the memory budget: 1013, try again
+/// later (RFC 6455 7.4.1: the server, not the client's message, is the problem).
+pub(crate) const BUDGET_CLOSE: u16 = 1013;
 
 /// The queue, only while frames wait in it: allocated when the first frame is queued and
 /// freed when the last one is written, so an idle connection (and one that was busy once)
@@ -110,15 +153,61 @@ impl Shared {
             ended: AtomicBool::new(false),
             subscribed: AtomicBool::new(false),
             msg_rate: Default::default(),
+            input_since: AtomicU32::new(0),
+            over_cap_since: AtomicU32::new(0),
+            close_why: AtomicU8::new(CloseWhy::Other as u8),
         }
     }
 
-    /// The connection is over: nothing more is queued (pushes answer false from now on).
-    pub(crate) fn end(&self) {
+    /// Count `n` bytes into the queue (its counter, the server-wide gauge and the budget)
+    /// without a check: bytes that must go out for the stream to stay whole (the rest of a
+    /// frame already started on the wire, a close frame).
+    fn add_queued(&self, n: usize, metrics: &Metrics) {
+        self.queued.fetch_add(n, Relaxed);
+        metrics.queued_bytes.fetch_add(n as i64, Relaxed);
+        metrics.memory.charge(Store::Queue, n);
+    }
+
+    /// Count `n` bytes into the queue if the memory budget has room; otherwise ask for the
+    /// close (1013) and return false.
+    fn try_add_queued(&self, n: usize, metrics: &Metrics) -> bool {
+        let holds = self.queued.load(Relaxed);
+        if !metrics.memory.try_charge(Store::Queue, n, holds) {
+            self.request_close_why(BUDGET_CLOSE, CloseWhy::Budget);
+            return false;
+        }
+        self.queued.fetch_add(n, Relaxed);
+        metrics.queued_bytes.fetch_add(n as i64, Relaxed);
+        true
+    }
+
+    /// `n` queued bytes are gone (written or dropped).
+    fn sub_queued(&self, n: usize, metrics: &Metrics) {
+        if n > 0 {
+            self.queued.fetch_sub(n, Relaxed);
+            metrics.queued_bytes.fetch_sub(n as i64, Relaxed);
+            metrics.memory.release(Store::Queue, n);
+        }
+    }
+
+    /// The connection is over: nothing more is queued (pushes answer false from now on), and
+    /// what was never written is dropped and given back to the budget.
+    pub(crate) fn end(&self, metrics: &Metrics) {
         self.ended.store(true, Relaxed);
         let _ = self
             .close_request
             .compare_exchange(0, 1006, Relaxed, Relaxed);
+        let mut out = self
+            .out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *out = None;
+        let left = self.queued.swap(0, Relaxed);
+        drop(out);
+        if left > 0 {
+            metrics.queued_bytes.fetch_sub(left as i64, Relaxed);
+            metrics.memory.release(Store::Queue, left);
+        }
     }
 
     /// Whether the connection's task has finished.
@@ -216,8 +305,13 @@ impl Shared {
                 frame = frame.slice(written..);
             }
         }
-        // Counted before the lock goes: the task may write (and subtract) it right after.
-        self.queued.fetch_add(frame.len(), Relaxed);
+        // Counted before the lock goes: the task may write (and subtract) it right after. A
+        // frame whose start is on the wire goes whole whatever the budget says.
+        if started {
+            self.add_queued(frame.len(), metrics);
+        } else if !self.try_add_queued(frame.len(), metrics) {
+            return false;
+        }
         let q = out.get_or_insert_with(Box::default);
         q.head_is_rest |= started;
         q.frames.push_back(frame);
@@ -257,8 +351,15 @@ impl Shared {
                 &mut z,
             );
             crate::deflate::charge_thread(&metrics.deflate_memory_bytes, created);
-            let frame = Bytes::from(frame::encode_message(opcode, &z, fragment, true));
-            self.push_compressed(frame, metrics)
+            if z.len() < payload.len() {
+                let frame = Bytes::from(frame::encode_message(opcode, &z, fragment, true));
+                self.push_compressed(frame, metrics)
+            } else {
+                // Incompressible: deflate would only add its framing.
+                metrics.deflate_skipped.fetch_add(1, Relaxed);
+                let frame = Bytes::from(frame::encode_message(opcode, payload, fragment, false));
+                self.push(frame, metrics)
+            }
         } else {
             let frame = Bytes::from(frame::encode_message(opcode, payload, fragment, false));
             self.push(frame, metrics)
@@ -278,14 +379,47 @@ impl Shared {
 
     /// Close this consumer for exceeding its send-queue cap (counted once).
     pub(crate) fn backpressure(&self, metrics: &Metrics) {
-        if self
-            .close_request
-            .compare_exchange(0, self.backpressure_code, Relaxed, Relaxed)
-            .is_ok()
-        {
+        if self.request_close_why(self.backpressure_code, CloseWhy::Backpressure) {
             metrics.backpressure_closes.fetch_add(1, Relaxed);
         }
+    }
+
+    /// Close this consumer because its queue stayed above the cap past the drain timeout
+    /// (counted once, as a backpressure close and a drain timeout).
+    pub(crate) fn drain_timeout(&self, metrics: &Metrics) {
+        if self.request_close_why(self.backpressure_code, CloseWhy::Drain) {
+            metrics.backpressure_closes.fetch_add(1, Relaxed);
+            metrics.drain_timeouts.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Ask for a close with `code` for `why` (first request wins, and its reason with it).
+    pub(crate) fn request_close_why(&self, code: u16, why: CloseWhy) -> bool {
+        let first = self
+            .close_request
+            .compare_exchange(0, code, Relaxed, Relaxed)
+            .is_ok();
+        if first {
+            self.close_why.store(why as u8, Relaxed);
+        }
         self.notify.notify_one();
+        first
+    }
+
+    /// Why the close was asked for (`CloseWhy::Other` when nobody said).
+    pub(crate) fn close_why(&self) -> CloseWhy {
+        match self.close_why.load(Relaxed) {
+            1 => CloseWhy::Backpressure,
+            2 => CloseWhy::Budget,
+            3 => CloseWhy::Drain,
+            4 => CloseWhy::MessageTimeout,
+            _ => CloseWhy::Other,
+        }
+    }
+
+    /// The send-queue cap.
+    pub(crate) fn send_cap(&self) -> usize {
+        self.send_cap
     }
 
     /// Ask the connection to close with `code` (first request wins). Returns whether this
@@ -370,7 +504,10 @@ impl Locked<'_> {
     /// closed (one large frame to an empty queue always goes).
     pub(crate) fn enqueue(&mut self, frame: Bytes, metrics: &Metrics) {
         let len = frame.len();
-        let before = self.shared.queued.fetch_add(len, Relaxed);
+        let before = self.shared.queued.load(Relaxed);
+        if !self.shared.try_add_queued(len, metrics) {
+            return; // closing with 1013: the frame is dropped, its bytes never held
+        }
         self.queue().frames.push_back(frame);
         if before > 0 && before + len > self.shared.send_cap {
             self.shared.backpressure(metrics);
@@ -379,24 +516,28 @@ impl Locked<'_> {
 
     /// Queue the rest of a frame whose first `written` bytes went to the socket directly (it
     /// was written only because the queue was empty, so the rest is now the queue's head and
-    /// must go out whole).
+    /// must go out whole, budget or not).
     pub(crate) fn enqueue_rest(&mut self, rest: Bytes, written: usize, metrics: &Metrics) {
-        self.enqueue(rest, metrics);
-        if written > 0 {
-            self.queue().head_is_rest = true;
+        if written == 0 {
+            self.enqueue(rest, metrics);
+            return;
         }
+        self.shared.add_queued(rest.len(), metrics);
+        let q = self.queue();
+        q.frames.push_back(rest);
+        q.head_is_rest = true;
     }
 
     /// Queue our close frame; no cap applies to it.
-    pub(crate) fn enqueue_close(&mut self, frame: Bytes) {
-        self.shared.queued.fetch_add(frame.len(), Relaxed);
+    pub(crate) fn enqueue_close(&mut self, frame: Bytes, metrics: &Metrics) {
+        self.shared.add_queued(frame.len(), metrics);
         self.queue().frames.push_back(frame);
     }
 
     /// A slow or silent peer's close: drop what it has not read, keep only the close frame at
     /// the back, and the frame at the head if it is already partly on the wire (the stream
     /// breaks otherwise).
-    pub(crate) fn drop_unsent_before_close(&mut self) {
+    pub(crate) fn drop_unsent_before_close(&mut self, metrics: &Metrics) {
         let Some(out) = self.out.as_deref_mut() else {
             return;
         };
@@ -419,7 +560,9 @@ impl Locked<'_> {
             queued += c.len();
             out.frames.push_back(c);
         }
-        self.shared.queued.store(queued, Relaxed);
+        let before = self.shared.queued.load(Relaxed);
+        self.shared
+            .sub_queued(before.saturating_sub(queued), metrics);
         if out.frames.is_empty() {
             *self.out = None;
         }
@@ -439,8 +582,8 @@ impl Locked<'_> {
     }
 
     /// `n` bytes from the head of the queue were written.
-    pub(crate) fn consume(&mut self, n: usize) {
-        self.shared.queued.fetch_sub(n, Relaxed);
+    pub(crate) fn consume(&mut self, n: usize, metrics: &Metrics) {
+        self.shared.sub_queued(n, metrics);
         let Some(out) = self.out.as_deref_mut() else {
             return;
         };
@@ -541,7 +684,7 @@ mod tests {
             all.extend_from_slice(sl);
         }
         let len = all.len();
-        q.consume(len);
+        q.consume(len, &Metrics::default());
         all
     }
 
@@ -622,9 +765,9 @@ mod tests {
         s.push(frame(4, b'b'), &m);
         {
             let mut q = s.lock();
-            q.consume(1); // "a" is partly on the wire
-            q.enqueue_close(frame(2, b'c'));
-            q.drop_unsent_before_close();
+            q.consume(1, &Metrics::default()); // "a" is partly on the wire
+            q.enqueue_close(frame(2, b'c'), &m);
+            q.drop_unsent_before_close(&m);
         }
         assert_eq!(s.queued(), 5);
         assert_eq!(drain(&s), b"aaacc");
@@ -632,8 +775,8 @@ mod tests {
         // Nothing started: only the close is left.
         s.push(frame(4, b'd'), &m);
         let mut q = s.lock();
-        q.enqueue_close(frame(2, b'c'));
-        q.drop_unsent_before_close();
+        q.enqueue_close(frame(2, b'c'), &m);
+        q.drop_unsent_before_close(&m);
         drop(q);
         assert_eq!(drain(&s), b"cc");
     }
@@ -645,8 +788,8 @@ mod tests {
         let mut q = s.lock();
         q.enqueue_rest(frame(3, b'r'), 2, &m);
         q.enqueue(frame(3, b'x'), &m);
-        q.enqueue_close(frame(2, b'c'));
-        q.drop_unsent_before_close();
+        q.enqueue_close(frame(2, b'c'), &m);
+        q.drop_unsent_before_close(&m);
         drop(q);
         assert_eq!(drain(&s), b"rrrcc");
     }

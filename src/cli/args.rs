@@ -369,6 +369,33 @@ pub struct ServeArgs {
     /// default max(64 MiB, 4 x --max-message)). At least --max-message.
     #[arg(long, value_name = "BYTES")]
     pub inflate_budget: Option<usize>,
+    /// Server-wide memory budget, bytes: partial frames, reassembly, inflate output, queued
+    /// output and offloaded payloads together; a connection whose charge would pass it is
+    /// closed with 1013 (profile: server.budget.memory_bytes; default an eighth of the host's
+    /// memory beyond what --max-connections idle connections need, at least 64 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub memory_budget: Option<usize>,
+    /// What one connection may hold of the memory budget, bytes; past it, 1009 (profile:
+    /// server.budget.conn_share_bytes; default 3 x --max-message + --max-frame + --send-queue).
+    #[arg(long, value_name = "BYTES")]
+    pub conn_memory_share: Option<usize>,
+    /// Seconds a started message or frame has to arrive whole; then 1008 (profile:
+    /// server.budget.message_timeout_secs; default 30; 0: no bound).
+    #[arg(long, value_name = "SECS")]
+    pub message_timeout: Option<u64>,
+    /// Seconds a send queue above --send-queue (one large message) has to drain below it,
+    /// whatever the peer sends meanwhile; then the backpressure close (profile:
+    /// server.budget.drain_timeout_secs; default 30; 0: no bound).
+    #[arg(long, value_name = "SECS")]
+    pub drain_timeout: Option<u64>,
+    /// Largest inflated / compressed ratio of a message once past 1 MiB of output; then 1009
+    /// (profile: server.budget.inflate_ratio_limit; default 200; 0: no bound).
+    #[arg(long, value_name = "RATIO")]
+    pub inflate_ratio_limit: Option<u32>,
+    /// Inflate output per connection per second, bytes; past it the connection's reading
+    /// pauses (profile: server.budget.inflate_rate_bytes; default 32 MiB; 0: no bound).
+    #[arg(long, value_name = "BYTES")]
+    pub inflate_rate: Option<u64>,
     /// PEM certificate chain: serve wss:// (with --tls-key).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<std::path::PathBuf>,

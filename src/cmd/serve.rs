@@ -70,6 +70,12 @@ pub struct Flags {
     pub deflate_threshold: Option<usize>,
     pub deflate_no_context_takeover: bool,
     pub inflate_budget: Option<usize>,
+    pub memory_budget: Option<usize>,
+    pub conn_memory_share: Option<usize>,
+    pub message_timeout: Option<u64>,
+    pub drain_timeout: Option<u64>,
+    pub inflate_ratio_limit: Option<u32>,
+    pub inflate_rate: Option<u64>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub shutdown_grace: u64,
@@ -197,6 +203,7 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
             budget_from,
         ));
     }
+    let budget = resolve_budget(&s.budget, a, &mut table);
     let limits = crate::server_limits::resolve(&s.limits, &a.limits, &mut table)?;
     let channels = crate::channel_args::resolve(
         &s.channels,
@@ -230,7 +237,32 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
         offload_queue_size: offload_queue_size.max(1),
         shutdown_grace: Duration::from_secs(a.shutdown_grace),
         inflate_budget: Some(inflate_budget),
+        memory_budget: None,
+        conn_memory_share: budget.conn_share,
+        message_timeout: budget.message_timeout,
+        send_drain_timeout: budget.drain_timeout,
+        inflate_ratio_limit: budget.ratio,
+        inflate_rate: budget.rate,
     };
+    // The memory budget's default follows the connection count; shown as resolved.
+    let config = ServerConfig {
+        memory_budget: Some(budget.memory.unwrap_or_else(|| config.memory_budget())),
+        ..config
+    };
+    table.push((
+        "memory budget bytes",
+        config.memory_budget().to_string(),
+        budget.memory_from,
+    ));
+    table.push((
+        "memory share per connection bytes",
+        config.conn_memory_share().to_string(),
+        if budget.conn_share.is_some() {
+            "flag/profile"
+        } else {
+            "default"
+        },
+    ));
     // Every bound lives in ServerConfig::validate; only where the budget came from is ours.
     config
         .validate()
@@ -242,6 +274,61 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
         api_key: channels.api_key,
         child_env: channels.child_env,
     })
+}
+
+/// `server.budget` with its flags over it (0 in the profile: the server's derived default).
+struct BudgetResolved {
+    memory: Option<usize>,
+    memory_from: &'static str,
+    conn_share: Option<usize>,
+    message_timeout: Duration,
+    drain_timeout: Duration,
+    ratio: u32,
+    rate: u64,
+}
+
+fn resolve_budget(
+    p: &crate::profile::BudgetProfile,
+    a: &Flags,
+    table: &mut Vec<crate::report::Setting>,
+) -> BudgetResolved {
+    let nonzero = |v: u64| (v > 0).then_some(v as usize);
+    let (memory, memory_from) = match (a.memory_budget, nonzero(p.memory_bytes)) {
+        (Some(b), _) => (Some(b), "flag"),
+        (None, Some(b)) => (Some(b), "profile"),
+        (None, None) => (None, "default"),
+    };
+    let from = |flag: bool| if flag { "flag" } else { "profile" };
+    let message_timeout = a.message_timeout.unwrap_or(p.message_timeout_secs);
+    let drain_timeout = a.drain_timeout.unwrap_or(p.drain_timeout_secs);
+    let ratio = a
+        .inflate_ratio_limit
+        .unwrap_or(u32::try_from(p.inflate_ratio_limit).unwrap_or(u32::MAX));
+    let rate = a.inflate_rate.unwrap_or(p.inflate_rate_bytes);
+    table.push((
+        "message timeout secs (0 = none)",
+        message_timeout.to_string(),
+        from(a.message_timeout.is_some()),
+    ));
+    table.push((
+        "send drain timeout secs (0 = none)",
+        drain_timeout.to_string(),
+        from(a.drain_timeout.is_some()),
+    ));
+    table.push((
+        "inflate ratio limit / rate bytes per s",
+        format!("{ratio} / {rate}"),
+        from(a.inflate_ratio_limit.is_some() || a.inflate_rate.is_some()),
+    ));
+    BudgetResolved {
+        memory,
+        memory_from,
+        conn_share: a.conn_memory_share.or(nonzero(p.conn_share_bytes)),
+        message_timeout: Duration::from_secs(message_timeout),
+        drain_timeout: Duration::from_secs(drain_timeout),
+        ratio,
+        rate,
+    }
 }
 
 /// Make glibc give large freed blocks back to the kernel at once. By default its mmap
@@ -424,6 +511,7 @@ fn supervise(
             api_key: r.api_key.clone(),
             child_env: r.child_env.clone(),
             max_body: r.config.max_message_bytes,
+            memory_budget: r.config.memory_budget(),
             grace: Duration::from_secs(a.shutdown_grace),
             scheme: if tls { "wss" } else { "ws" },
         };
@@ -529,6 +617,12 @@ fn child_args(
     opt(&mut v, "--deflate-level", a.deflate_level);
     opt(&mut v, "--deflate-threshold", a.deflate_threshold);
     opt(&mut v, "--inflate-budget", a.inflate_budget);
+    opt(&mut v, "--memory-budget", a.memory_budget);
+    opt(&mut v, "--conn-memory-share", a.conn_memory_share);
+    opt(&mut v, "--message-timeout", a.message_timeout);
+    opt(&mut v, "--drain-timeout", a.drain_timeout);
+    opt(&mut v, "--inflate-ratio-limit", a.inflate_ratio_limit);
+    opt(&mut v, "--inflate-rate", a.inflate_rate);
     // The self-test's children exempt its loopback sources from the abuse limits.
     v.extend(crate::server_limits::self_test_child_args(
         &a.limits, limits,

@@ -482,6 +482,7 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         b.problem("server.fragment_bytes", format!("{} is above server.max_frame_bytes {}: peers with the same cap would reject our fragments", s.fragment_bytes, s.max_frame_bytes));
     }
     validate_limits(&mut b, &s.limits);
+    validate_budget(&mut b, &s.budget);
     if s.heartbeat.timeout_secs <= s.heartbeat.interval_secs {
         b.problem("server.heartbeat.timeout_secs", format!("{} must be longer than interval_secs {}, or every connection times out before its pong", s.heartbeat.timeout_secs, s.heartbeat.interval_secs));
     }
@@ -497,6 +498,45 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
     );
     b.range("selftest.p99_ms", t.p99_ms, 1, 600_000, "");
     b.0
+}
+
+/// `server.budget`: sizes a server can hold and bounds it can keep.
+fn validate_budget(b: &mut Bounds, v: &model::BudgetProfile) {
+    let tib = 1u64 << 40;
+    b.range(
+        "server.budget.memory_bytes",
+        v.memory_bytes,
+        0,
+        tib,
+        "bytes; 0 derives it from the host's memory",
+    );
+    b.range(
+        "server.budget.conn_share_bytes",
+        v.conn_share_bytes,
+        0,
+        tib,
+        "bytes; 0 derives it from the message and queue caps",
+    );
+    for (key, value) in [
+        ("server.budget.message_timeout_secs", v.message_timeout_secs),
+        ("server.budget.drain_timeout_secs", v.drain_timeout_secs),
+    ] {
+        b.range(key, value, 0, 86_400, "seconds; 0 turns it off");
+    }
+    b.range(
+        "server.budget.inflate_ratio_limit",
+        v.inflate_ratio_limit,
+        0,
+        u32::MAX as u64,
+        "0 turns it off",
+    );
+    b.range(
+        "server.budget.inflate_rate_bytes",
+        v.inflate_rate_bytes,
+        0,
+        tib,
+        "bytes per second; 0 turns it off",
+    );
 }
 
 /// `server.limits`: rates and bursts a u32 holds, a close code that says what happened, and

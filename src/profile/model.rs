@@ -106,6 +106,53 @@ pub struct ServerSettings {
     /// The channels app (`server.channels`, see `ChannelsProfile`). Optional.
     #[serde(default, skip_serializing_if = "ChannelsProfile::is_default")]
     pub channels: ChannelsProfile,
+    /// What clients can make the server hold and spend (`server.budget`, see
+    /// `BudgetProfile`). Optional; the server's defaults when absent.
+    #[serde(default, skip_serializing_if = "BudgetProfile::is_default")]
+    pub budget: BudgetProfile,
+}
+
+/// `server.budget`: the server-wide memory budget and the bounds that keep one client from
+/// piling bytes or CPU up (see `embedded_server::budget` and `ServerConfig`). Every key is
+/// optional; the defaults are the server's.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BudgetProfile {
+    /// Bytes clients may make the server hold at once, server-wide (partial frames,
+    /// reassembly, inflate output, queued output, offloaded payloads); 0: an eighth of the
+    /// host's memory beyond what the profile's connections need, at least 64 MiB.
+    pub memory_bytes: u64,
+    /// What one connection may hold of it; 0: three messages at the cap, a frame and the send
+    /// queue.
+    pub conn_share_bytes: u64,
+    /// Seconds a message (or frame) has to arrive whole once it has started; 0: no bound.
+    pub message_timeout_secs: u64,
+    /// Seconds a queue above its cap has to drain below it; 0: no bound.
+    pub drain_timeout_secs: u64,
+    /// Largest inflated / compressed size of a message past 1 MiB of output; 0: no bound.
+    pub inflate_ratio_limit: u64,
+    /// Inflate output per connection per second, bytes; 0: no bound.
+    pub inflate_rate_bytes: u64,
+}
+
+impl Default for BudgetProfile {
+    fn default() -> Self {
+        let s = embedded_server::ServerConfig::default();
+        BudgetProfile {
+            memory_bytes: 0,
+            conn_share_bytes: 0,
+            message_timeout_secs: s.message_timeout.as_secs(),
+            drain_timeout_secs: s.send_drain_timeout.as_secs(),
+            inflate_ratio_limit: s.inflate_ratio_limit as u64,
+            inflate_rate_bytes: s.inflate_rate,
+        }
+    }
+}
+
+impl BudgetProfile {
+    pub fn is_default(&self) -> bool {
+        *self == BudgetProfile::default()
+    }
 }
 
 /// `server.channels`: the channels app's HTTP API key, its upgrade tokens and its

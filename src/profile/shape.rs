@@ -24,6 +24,8 @@ fn optional(path: &str) -> Option<Json> {
         LIMITS => serde_json::to_value(super::LimitsProfile::default()).ok(),
         // The channels app's block: every key optional (serde defaults them).
         "server.channels" => serde_json::to_value(super::ChannelsProfile::default()).ok(),
+        // The memory budget and its bounds: every key optional too.
+        "server.budget" => serde_json::to_value(super::BudgetProfile::default()).ok(),
         _ => None,
     }
 }

@@ -184,14 +184,23 @@ pub fn without_flag(args: &[String], flag: &str) -> Vec<String> {
 }
 
 /// The arguments of a supervised process: the supervisor's own (after the program name),
-/// without the flags the supervisor sets itself, plus those.
-pub fn child_args(own: &[String], port: u16, per_process: usize, workers: usize) -> Vec<String> {
+/// without the flags the supervisor sets itself, plus those. `memory_budget`: the process's
+/// share of the server's memory budget (the budget is the server's, not each process's: N
+/// processes that each derived their own from the host's memory would promise it N times).
+pub fn child_args(
+    own: &[String],
+    port: u16,
+    per_process: usize,
+    workers: usize,
+    memory_budget: usize,
+) -> Vec<String> {
     const SET_HERE: &[&str] = &[
         "--processes",
         "--port",
         "--admin",
         "--max-connections",
         "--workers",
+        "--memory-budget",
     ];
     let mut out = Vec::new();
     let mut it = own.iter();
@@ -219,6 +228,8 @@ pub fn child_args(own: &[String], port: u16, per_process: usize, workers: usize)
             &per_process.to_string(),
             "--workers",
             &workers.to_string(),
+            "--memory-budget",
+            &memory_budget.to_string(),
         ]
         .map(String::from),
     );
@@ -278,13 +289,15 @@ mod tests {
             "--admin",
             "127.0.0.1:9",
             "--workers=4",
+            "--memory-budget",
+            "999",
         ]
         .map(String::from)
         .to_vec();
         assert_eq!(
-            child_args(&own, 4000, 40, 1).join(" "),
+            child_args(&own, 4000, 40, 1, 1 << 30).join(" "),
             "serve --app broadcast --port 4000 --reuseport --admin 127.0.0.1:0 \
-             --max-connections 40 --workers 1"
+             --max-connections 40 --workers 1 --memory-budget 1073741824"
         );
     }
 }

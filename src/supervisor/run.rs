@@ -41,6 +41,8 @@ pub struct Plan {
     pub child_env: Vec<(&'static str, String)>,
     /// The largest API body accepted (the processes' --max-message).
     pub max_body: usize,
+    /// The server's memory budget, shared out evenly among the processes.
+    pub memory_budget: usize,
 }
 
 #[derive(Default, Clone)]
@@ -379,7 +381,8 @@ async fn keep(st: Arc<State>, i: usize) {
 fn spawn(st: &Arc<State>, i: usize) -> Result<(tokio::process::Child, u32)> {
     let p = &st.plan;
     let exe = std::env::current_exe().context("cannot find the wstune executable")?;
-    let args = super::child_args(&p.args, st.port, p.sizing.per_process, p.workers);
+    let budget = p.memory_budget / p.sizing.processes.max(1);
+    let args = super::child_args(&p.args, st.port, p.sizing.per_process, p.workers, budget);
     let mut cmd = tokio::process::Command::new(exe);
     // The API key comes from the supervisor's copy, not the file again: a key file rewritten
     // since the start would leave a restarted process expecting another key than the one the

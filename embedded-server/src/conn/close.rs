@@ -8,7 +8,7 @@ use crate::config::ServerConfig;
 use crate::frame::{self, OpCode};
 use crate::handler::Conn;
 use crate::metrics::Metrics;
-use crate::outbox::Shared;
+use crate::outbox::{CloseWhy, Shared};
 use crate::transport::Transport;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -79,11 +79,7 @@ pub(super) fn fail<T: Transport, H>(
     code: u16,
     why: &'static str,
 ) {
-    st.failed = true;
-    st.partial = Vec::new();
-    st.frame_checked = 0;
-    st.msg = Vec::new();
-    st.msg_op = None;
+    st.drop_input(&ctx.hub.metrics.memory);
     if st.close_sent {
         return;
     }
@@ -122,7 +118,12 @@ pub(super) fn close_from_app<T: Transport, H>(
 
 /// Act on a close another thread asked for (heartbeat, backpressure, shutdown, the
 /// application through a `Conn`), once.
-pub(super) fn on_close_request<S>(conn: &Conn<S>, st: &mut State, config: &ServerConfig) {
+pub(super) fn on_close_request<S>(
+    conn: &Conn<S>,
+    st: &mut State,
+    config: &ServerConfig,
+    metrics: &Metrics,
+) {
     let shared = conn.shared();
     let requested = shared.close_requested();
     if requested == 0 || st.close_sent {
@@ -130,30 +131,44 @@ pub(super) fn on_close_request<S>(conn: &Conn<S>, st: &mut State, config: &Serve
     }
     if let Some(why) = conn.app_close_reason(requested) {
         // Asked for by the application: what it queued before goes out first.
-        start_close(shared, st, requested, &why, CLOSE_WAIT);
+        start_close(shared, st, requested, &why, CLOSE_WAIT, metrics);
         return;
     }
-    let reason = match requested {
-        1001 => "server shutting down",
-        crate::hub::HEARTBEAT_CLOSE => "heartbeat timeout",
+    let why = shared.close_why();
+    let reason = match (requested, why.reason()) {
+        (_, Some(reason)) => reason,
+        (1001, None) => "server shutting down",
+        (crate::hub::HEARTBEAT_CLOSE, None) => "heartbeat timeout",
         _ => "send queue full: consumer too slow",
     };
+    if matches!(why, CloseWhy::Budget | CloseWhy::MessageTimeout) {
+        // The bytes this connection holds are the problem: they go back now, and the rest of
+        // its input is discarded unread, as when the connection fails.
+        st.drop_input(&metrics.memory);
+    }
     // Shutdown gives clients the grace period; a slow or silent peer gets the usual wait.
     let wait = if requested == 1001 {
         config.shutdown_grace.max(CLOSE_WAIT)
     } else {
         CLOSE_WAIT
     };
-    start_close(shared, st, requested, reason, wait);
+    start_close(shared, st, requested, reason, wait, metrics);
     if requested != 1001 {
         // A slow or silent peer: drop what it has not read, send the close now.
         // A frame already partly on the wire must be finished, or the stream breaks.
-        shared.lock().drop_unsent_before_close();
+        shared.lock().drop_unsent_before_close(metrics);
     }
 }
 
 /// Queue a close the server initiates (heartbeat, backpressure, shutdown).
-fn start_close(shared: &Arc<Shared>, st: &mut State, code: u16, why: &str, wait: Duration) {
+fn start_close(
+    shared: &Arc<Shared>,
+    st: &mut State,
+    code: u16,
+    why: &str,
+    wait: Duration,
+    metrics: &Metrics,
+) {
     let mut body = code.to_be_bytes().to_vec();
     body.extend_from_slice(why.as_bytes());
     let frame = Bytes::from(frame::encode_message(
@@ -162,7 +177,7 @@ fn start_close(shared: &Arc<Shared>, st: &mut State, code: u16, why: &str, wait:
         usize::MAX,
         false,
     ));
-    shared.lock().enqueue_close(frame);
+    shared.lock().enqueue_close(frame, metrics);
     st.close_sent = true;
     let rare = st.rare();
     rare.close_unwritten = Some(code);

@@ -38,7 +38,19 @@ pub(super) struct DeflateState {
     threshold: usize,
     /// When our own compressor last handled a message.
     last_compress: Instant,
+    /// `ServerConfig::inflate_ratio_limit` (0: none).
+    ratio_limit: u32,
+    /// Nanoseconds of inflate rate one output byte costs (0: no rate), and the burst allowed
+    /// (one message at the cap), for the GCRA below.
+    ns_per_byte: f64,
+    burst_ns: f64,
+    /// The rate's theoretical arrival time: when the output inflated so far would be paid for.
+    inflate_tat: Instant,
 }
+
+/// Inflate output below this is never checked against the ratio limit: a small message that
+/// compresses very well (a run of spaces, a repeated JSON key) is not a bomb.
+const RATIO_FLOOR: usize = 1 << 20;
 
 impl DeflateState {
     /// A connection's state for what it agreed to; holds no context until a message needs one.
@@ -58,7 +70,38 @@ impl DeflateState {
             level: d.level,
             threshold: d.threshold,
             last_compress: Instant::now(),
+            ratio_limit: config.inflate_ratio_limit,
+            ns_per_byte: if config.inflate_rate == 0 {
+                0.0
+            } else {
+                1e9 / config.inflate_rate as f64
+            },
+            burst_ns: if config.inflate_rate == 0 {
+                0.0
+            } else {
+                config.max_message_bytes as f64 * 1e9 / config.inflate_rate as f64
+            },
+            inflate_tat: Instant::now(),
         })
+    }
+
+    /// Count `bytes` of inflate output against the connection's rate; returns when reading
+    /// may go on, if it must pause first (the output is over the rate by more than the burst).
+    pub(super) fn charge_rate(&mut self, bytes: usize) -> Option<Instant> {
+        if self.ns_per_byte == 0.0 || bytes == 0 {
+            return None;
+        }
+        let now = Instant::now();
+        let cost = Duration::from_nanos((bytes as f64 * self.ns_per_byte) as u64);
+        self.inflate_tat = self.inflate_tat.max(now) + cost;
+        let ahead = self.inflate_tat - now;
+        let burst = Duration::from_nanos(self.burst_ns as u64);
+        (ahead > burst).then(|| now + (ahead - burst))
+    }
+
+    /// Bytes of inflate output this connection holds now (charged to both budgets).
+    pub(super) fn inflate_charged(&self) -> usize {
+        self.inflate_charged
     }
 
     fn compressor_bytes(&self) -> i64 {
@@ -83,14 +126,34 @@ impl DeflateState {
             self.inflate_budget,
             &mut self.inflate_charged,
         );
-        // Reserve before growing: the buffer grows only when the server-wide total stays
-        // within the budget, or when no other message holds any of it (one message up to the
-        // cap always goes through, like one large frame to an empty send queue).
+        let (ratio_limit, input) = (self.ratio_limit as u64, data.len() as u64);
+        let (mut ratio_hit, mut memory_hit) = (false, false);
+        // Reserve before growing: the buffer grows only when the server-wide totals (the
+        // inflate budget and the memory budget) stay within bounds, or when no other message
+        // holds any of it (one message up to the cap always goes through, like one large frame
+        // to an empty send queue). The buffer grows when it is full, so `*charged` is the
+        // output so far: past the floor, output over the ratio limit times the input is a
+        // bomb, refused before it costs more.
         let mut charge = |n: usize| {
+            if ratio_limit > 0
+                && *charged > RATIO_FLOOR
+                && *charged as u64 > ratio_limit.saturating_mul(input)
+            {
+                ratio_hit = true;
+                return false;
+            }
             let before = metrics.inflate_buffer_bytes.fetch_add(n as u64, Relaxed);
             let others = before.saturating_sub(*charged as u64);
             if before + n as u64 > budget as u64 && others > 0 {
                 metrics.inflate_buffer_bytes.fetch_sub(n as u64, Relaxed);
+                return false;
+            }
+            if !metrics
+                .memory
+                .try_charge(crate::budget::Store::Inflate, n, *charged)
+            {
+                metrics.inflate_buffer_bytes.fetch_sub(n as u64, Relaxed);
+                memory_hit = true;
                 return false;
             }
             *charged += n;
@@ -122,6 +185,14 @@ impl DeflateState {
         Err(match e {
             InflateError::TooBig => Stop::Fail(1009, "message too large once inflated"),
             InflateError::Corrupt => Stop::Fail(1007, "invalid compressed data"),
+            InflateError::OverBudget if ratio_hit => {
+                self.metrics.inflate_ratio_closes.fetch_add(1, Relaxed);
+                Stop::Fail(1009, "message inflates past the compression ratio limit")
+            }
+            InflateError::OverBudget if memory_hit => Stop::Fail(
+                crate::outbox::BUDGET_CLOSE,
+                "server memory budget spent: try again later",
+            ),
             InflateError::OverBudget => {
                 self.metrics.inflate_budget_closes.fetch_add(1, Relaxed);
                 Stop::Fail(1013, "server inflate memory budget spent: try again later")
@@ -143,6 +214,9 @@ impl DeflateState {
         self.metrics
             .inflate_buffer_bytes
             .fetch_sub(self.inflate_charged as u64, Relaxed);
+        self.metrics
+            .memory
+            .release(crate::budget::Store::Inflate, self.inflate_charged);
         self.inflate_charged = 0;
     }
 
@@ -172,7 +246,7 @@ impl DeflateState {
                 &mut self.compressed,
             );
             crate::deflate::charge_thread(&self.metrics.deflate_memory_bytes, created);
-            return true;
+            return self.keep_if_smaller(payload);
         }
         let stale = shared.take_deflate_stale();
         match self.compressor.as_mut() {
@@ -191,7 +265,29 @@ impl DeflateState {
             .unwrap()
             .compress(payload, &mut self.compressed);
         self.last_compress = Instant::now();
-        true
+        if self.keep_if_smaller(payload) {
+            return true;
+        }
+        // Sent uncompressed, the message is not in the peer's window but is in our
+        // compressor's history: the context starts over, or our next message could point
+        // at bytes the peer never saw.
+        if let Some(c) = self.compressor.as_mut() {
+            c.reset();
+        }
+        false
+    }
+
+    /// Whether the compressed form is worth sending: when it is no smaller than the payload
+    /// (random or already compressed data grows by deflate's framing, ~0.03 % plus 5 bytes a
+    /// block, or by more at a low memLevel), the payload goes out as it is.
+    fn keep_if_smaller(&mut self, payload: &[u8]) -> bool {
+        if self.compressed.len() < payload.len() {
+            return true;
+        }
+        self.metrics.deflate_skipped.fetch_add(1, Relaxed);
+        self.compressed.clear();
+        self.trim_compressed();
+        false
     }
 
     /// Free the compressor of a connection that has sent nothing compressed for `idle` seconds.

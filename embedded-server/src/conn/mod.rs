@@ -71,6 +71,13 @@ struct State {
     msg_compressed: bool,
     /// Plain replies produced by the current read, written together by `commit`.
     batch: Vec<u8>,
+    /// Bytes of `partial` and `msg` (their capacity) charged to the memory budget.
+    input_charged: usize,
+    /// The task has told the sweep (`Shared::input_since`) that input is incomplete.
+    input_pending: bool,
+    /// A message was delivered since the last `read::settle_input`: an incomplete frame or
+    /// message after it is a new one, whose time starts now.
+    delivered: bool,
     /// What only a closing or parked connection needs (`State::rare`): allocated the first time
     /// one of its fields is set, so an open connection's task does not carry its ~60 bytes for
     /// its whole life (BENCHMARKS.md, "Issue 16: idle bytes per connection").
@@ -89,6 +96,9 @@ struct Rare {
     close_deadline: Option<Instant>,
     /// The peer's close code and reason, once its close arrived (for `on_close`).
     peer_close: Option<(u16, String)>,
+    /// Reading pauses until then: the connection passed its inflate rate, or waits for a
+    /// slot to handle a heavy message (`heavy.rs`).
+    read_pause: Option<Instant>,
 }
 
 /// For the idle-bytes breakdown (`memory::idle_layout`).
@@ -110,8 +120,23 @@ impl State {
             deflate,
             msg_compressed: false,
             batch: Vec::new(),
+            input_charged: 0,
+            input_pending: false,
+            delivered: false,
             rare: None,
         }
+    }
+
+    /// Stop handling input: what is kept of it goes back to the allocator and the budget at
+    /// once, and the rest of the input is discarded unread (`input_done`).
+    fn drop_input(&mut self, budget: &crate::budget::Budget) {
+        self.failed = true;
+        self.partial = Vec::new();
+        self.frame_checked = 0;
+        self.msg = Vec::new();
+        self.msg_op = None;
+        budget.release(crate::budget::Store::Input, self.input_charged);
+        self.input_charged = 0;
     }
 
     /// The rarely used fields, allocated on first use (kept until the connection ends: a
@@ -130,6 +155,12 @@ impl State {
         self.rare
             .as_ref()
             .is_some_and(|r| !r.pending_jobs.is_empty())
+    }
+
+    /// Reading pauses for the inflate rate or a heavy message's slot (what is already read
+    /// waits in `partial`).
+    fn paused(&self) -> bool {
+        self.rare.as_ref().is_some_and(|r| r.read_pause.is_some())
     }
 
     /// No more frames are read: the peer's close arrived or we failed the connection. Input
@@ -180,6 +211,10 @@ pub(crate) fn serve<T: Transport, H: Handler>(
         write::commit(&io, shared, &hub.metrics, &mut st);
         st.partial = initial;
         let _ = run(&io, &conn, &ctx, &mut st).await;
+        hub.metrics
+            .memory
+            .release(crate::budget::Store::Input, st.input_charged);
+        st.input_charged = 0;
         drop(direct);
         if !st.write_shut {
             io.shutdown_write();
@@ -331,7 +366,7 @@ async fn run<T: Transport, H: Handler>(
                 parked = Some(wait);
             }
         }
-        on_close_request(conn, st, &hub.config);
+        on_close_request(conn, st, &hub.config, m);
         let pending = flush(io, shared, m)?;
         if st.close_sent && !pending && closed_write(io, st, m) {
             return Ok(());
@@ -348,11 +383,16 @@ async fn run<T: Transport, H: Handler>(
         let closing = Maybe(closing.map(|d| Box::pin(tokio::time::sleep_until(d))));
         // The same for the parked connection's half-second tick: built (with a clock read)
         // only while parked, not on every turn of every connection.
-        let park_tick = Maybe(
-            parked
-                .is_some()
-                .then(|| Box::pin(tokio::time::sleep(std::time::Duration::from_millis(500)))),
-        );
+        // A pause in reading (the inflate rate, a heavy message waiting for its slot) shares
+        // that place: it ends at its own deadline.
+        let paused = st.paused();
+        let park_tick = Maybe(match st.rare.as_ref().and_then(|r| r.read_pause) {
+            _ if parked.is_some() => Some(Box::pin(tokio::time::sleep(
+                std::time::Duration::from_millis(500),
+            ))),
+            Some(until) => Some(Box::pin(tokio::time::sleep_until(until))),
+            None => None,
+        });
         tokio::select! {
             biased;
             _ = Maybe(parked.as_mut()), if parked.is_some() => {
@@ -367,10 +407,18 @@ async fn run<T: Transport, H: Handler>(
             // Parked, this side reads nothing, so the peer's frames (its pongs among them)
             // wait in the socket: the time counts as seen, or the heartbeat would close a live
             // client for the server's own back-pressure.
-            _ = park_tick, if parked.is_some() => {
+            _ = park_tick, if parked.is_some() || paused => {
                 shared.last_seen.store(hub.now(), Relaxed);
+                if parked.is_none() {
+                    // The pause is over: what was read behind it first.
+                    st.rare().read_pause = None;
+                    if !st.partial.is_empty() {
+                        let mut data = std::mem::take(&mut st.partial);
+                        process_owned(io, conn, ctx, st, &mut data);
+                    }
+                }
             }
-            r = io.readable(), if !st.peer_eof && parked.is_none() => {
+            r = io.readable(), if !st.peer_eof && parked.is_none() && !paused => {
                 r?;
                 if !on_readable(io, conn, ctx, st)? {
                     st.peer_eof = true;

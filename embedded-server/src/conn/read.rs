@@ -5,6 +5,7 @@
 use super::close::{fail, on_close};
 use super::write::{commit, send};
 use super::{dispatch, Ctx, State, Stop};
+use crate::budget::Store;
 use crate::frame::{self, FrameError, OpCode};
 use crate::handler::{Conn, Handler, Message};
 use crate::transport::Transport;
@@ -42,6 +43,7 @@ pub(super) fn on_readable<T: Transport, H: Handler>(
             if consumed < n && !st.input_done() {
                 st.partial.extend_from_slice(&buf[consumed..n]);
             }
+            settle_input(io, conn, ctx, st);
         } else {
             let mut data = std::mem::take(&mut st.partial);
             data.extend_from_slice(&buf[..n]);
@@ -62,13 +64,67 @@ pub(super) fn process_owned<T: Transport, H: Handler>(
 ) {
     let consumed = process(io, conn, ctx, st, data);
     if consumed < data.len() && !st.input_done() {
-        data.drain(..consumed);
-        // Give back a large buffer once the big frame it held is done.
-        if data.is_empty() && data.capacity() > RECV_BUF {
-            *data = Vec::new();
+        if consumed > 0 && data.capacity() > RECV_BUF && data.len() - consumed <= RECV_BUF {
+            // The big frame this buffer held is done and only the start of the next one is
+            // left: that start moves to a buffer of its size, so a client that follows a
+            // large frame with a few bytes (and then a byte now and then) holds those bytes,
+            // not the large frame's buffer.
+            st.partial = data[consumed..].to_vec();
+        } else {
+            data.drain(..consumed);
+            st.partial = std::mem::take(data);
         }
-        st.partial = std::mem::take(data);
     }
+    settle_input(io, conn, ctx, st);
+}
+
+/// After a read was processed: charge what the connection keeps of its input (an incomplete
+/// frame, a message being reassembled) to the server's memory budget, check its share, and
+/// tell the sweep since when its input has been incomplete (the message timeout).
+fn settle_input<T: Transport, H: Handler>(
+    io: &T,
+    conn: &Conn<H::State>,
+    ctx: &Ctx<H>,
+    st: &mut State,
+) {
+    let shared = conn.shared();
+    let budget = &ctx.hub.metrics.memory;
+    let now_bytes = st.partial.capacity() + st.msg.capacity();
+    if now_bytes != st.input_charged {
+        let inflating = st.deflate.as_ref().map_or(0, |d| d.inflate_charged());
+        let holds = st.input_charged + shared.queued() + inflating;
+        if !budget.settle(Store::Input, &mut st.input_charged, now_bytes, holds) {
+            fail(
+                io,
+                shared,
+                ctx,
+                st,
+                crate::outbox::BUDGET_CLOSE,
+                "server memory budget spent: try again later",
+            );
+        } else if st.input_charged + shared.queued() + inflating
+            > ctx.hub.config.conn_memory_share()
+        {
+            budget.count_share_close();
+            fail(
+                io,
+                shared,
+                ctx,
+                st,
+                1009,
+                "connection holds more than its memory share",
+            );
+        }
+    }
+    let pending = !st.input_done() && (!st.partial.is_empty() || st.msg_op.is_some());
+    if pending && (!st.input_pending || st.delivered) {
+        // Zero means "none" to the sweep: the server's first second counts as its second.
+        shared.input_since.store(ctx.hub.now().max(1), Relaxed);
+    } else if !pending && st.input_pending {
+        shared.input_since.store(0, Relaxed);
+    }
+    st.input_pending = pending;
+    st.delivered = false;
 }
 
 /// Parse and handle every complete frame in `data`; returns the bytes consumed.
@@ -82,7 +138,7 @@ fn process<T: Transport, H: Handler>(
     let cfg = &ctx.hub.config;
     let shared = conn.shared();
     let mut pos = 0;
-    while pos < data.len() && !st.has_pending_jobs() && !st.input_done() {
+    while pos < data.len() && !st.has_pending_jobs() && !st.input_done() && !st.paused() {
         // RSV1 is legal only when permessage-deflate was negotiated.
         let rsv = if st.deflate.is_some() { 0b100 } else { 0 };
         let h = match frame::parse_header(&data[pos..], cfg.max_frame_bytes as u64, rsv) {
@@ -113,6 +169,22 @@ fn process<T: Transport, H: Handler>(
             }
             break;
         }
+        // A message that completes with this frame and is heavy to handle needs one of the
+        // server's slots for such work; without one, reading pauses briefly and the frame
+        // waits, unread, in the buffer (`heavy.rs`).
+        let _slot = if heavy_delivery(st, &h, cfg) >= crate::heavy::HEAVY_BYTES
+            && crate::heavy::offloadable()
+        {
+            match crate::heavy::try_slot() {
+                Some(slot) => Some(slot),
+                None => {
+                    st.rare().read_pause = Some(tokio::time::Instant::now() + SLOT_RETRY);
+                    break;
+                }
+            }
+        } else {
+            None
+        };
         let payload = &mut data[pos + h.header_len..pos + total];
         // Only the frame at the head of a pending partial can have been checked already.
         let checked = std::mem::take(&mut st.frame_checked);
@@ -128,6 +200,35 @@ fn process<T: Transport, H: Handler>(
     }
     commit(io, shared, &ctx.hub.metrics, st);
     pos
+}
+
+/// How soon a connection that found no slot for a heavy message tries again.
+const SLOT_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// The bytes delivering the message this frame completes could take: its size, or for a
+/// compressed one what it could inflate to (at most the ratio limit times its compressed
+/// size, or deflate's own ~1,032, within the message cap). 0 for a frame that completes no
+/// message.
+fn heavy_delivery(st: &State, h: &frame::Header, cfg: &crate::config::ServerConfig) -> usize {
+    if !h.fin {
+        return 0;
+    }
+    let (size, compressed) = match h.opcode {
+        OpCode::Text | OpCode::Binary => (h.payload_len as usize, h.rsv & 0b100 != 0),
+        OpCode::Continuation if st.msg_op.is_some() => (
+            st.msg.len().saturating_add(h.payload_len as usize),
+            st.msg_compressed,
+        ),
+        _ => return 0,
+    };
+    if !compressed {
+        return size;
+    }
+    let ratio = match cfg.inflate_ratio_limit {
+        0 => 1032,
+        r => (r as usize).min(1032),
+    };
+    size.saturating_mul(ratio).min(cfg.max_message_bytes)
 }
 
 /// Fail fast on invalid UTF-8 (RFC 6455 8.1): validate the part of an incomplete text frame
@@ -205,7 +306,7 @@ fn on_frame<T: Transport, H: Handler>(
             let compressed = h.rsv & 0b100 != 0;
             if h.fin {
                 if compressed {
-                    return deliver_compressed(io, conn, ctx, st, h.opcode, payload);
+                    return deliver_compressed_heavy(io, conn, ctx, st, h.opcode, payload);
                 }
                 if h.opcode == OpCode::Text {
                     let valid = if checked == 0 {
@@ -217,7 +318,9 @@ fn on_frame<T: Transport, H: Handler>(
                         return Err(Stop::Fail(1007, "invalid UTF-8 in a text message"));
                     }
                 }
-                deliver(io, conn, ctx, st, h.opcode, payload)
+                crate::heavy::run(payload.len(), || {
+                    deliver(io, conn, ctx, st, h.opcode, payload)
+                })
             } else {
                 if payload.len() > cfg.max_message_bytes {
                     return Err(Stop::Fail(1009, "message too large"));
@@ -261,9 +364,9 @@ fn on_frame<T: Transport, H: Handler>(
                 st.msg_compressed = false;
                 let mut msg = std::mem::take(&mut st.msg);
                 let r = if compressed {
-                    deliver_compressed(io, conn, ctx, st, op, &msg)
+                    deliver_compressed_heavy(io, conn, ctx, st, op, &msg)
                 } else {
-                    deliver(io, conn, ctx, st, op, &mut msg)
+                    crate::heavy::run(msg.len(), || deliver(io, conn, ctx, st, op, &mut msg))
                 };
                 msg.clear();
                 if msg.capacity() <= RECV_BUF {
@@ -290,6 +393,25 @@ fn on_frame<T: Transport, H: Handler>(
     }
 }
 
+/// `deliver_compressed`, off the I/O thread's other connections when the message could
+/// inflate to a heavy size (`heavy_delivery`; the caller holds the slot).
+fn deliver_compressed_heavy<T: Transport, H: Handler>(
+    io: &T,
+    conn: &Conn<H::State>,
+    ctx: &Ctx<H>,
+    st: &mut State,
+    op: OpCode,
+    data: &[u8],
+) -> Result<(), Stop> {
+    let cfg = &ctx.hub.config;
+    let ratio = match cfg.inflate_ratio_limit {
+        0 => 1032,
+        r => (r as usize).min(1032),
+    };
+    let could_be = data.len().saturating_mul(ratio).min(cfg.max_message_bytes);
+    crate::heavy::run(could_be, || deliver_compressed(io, conn, ctx, st, op, data))
+}
+
 /// A complete compressed message: inflate (stopping at the message cap), validate, deliver.
 fn deliver_compressed<T: Transport, H: Handler>(
     io: &T,
@@ -303,7 +425,14 @@ fn deliver_compressed<T: Transport, H: Handler>(
         return Err(Stop::Fail(1002, "RSV1 without permessage-deflate"));
     };
     d.inflate(data, ctx.hub.config.max_message_bytes)?;
+    let pause = d.charge_rate(d.inflated.len());
     let mut msg = std::mem::take(&mut d.inflated);
+    if let Some(until) = pause {
+        // Over its inflate rate: this connection reads nothing more until the rate allows
+        // (TCP slows the client), and its neighbours on this thread get their turn.
+        ctx.hub.metrics.inflate_rate_pauses.fetch_add(1, Relaxed);
+        st.rare().read_pause = Some(until);
+    }
     let r = if op == OpCode::Text && std::str::from_utf8(&msg).is_err() {
         Err(Stop::Fail(1007, "invalid UTF-8 in a text message"))
     } else {
@@ -325,6 +454,7 @@ fn deliver<T: Transport, H: Handler>(
     payload: &mut [u8],
 ) -> Result<(), Stop> {
     let m = &ctx.hub.metrics;
+    st.delivered = true;
     m.messages_in.fetch_add(1, Relaxed);
     m.bytes_in.fetch_add(payload.len() as u64, Relaxed);
     let msg = if op == OpCode::Text {

@@ -50,12 +50,13 @@ pub(super) fn send<T: Transport>(
     }
     commit(io, shared, m, st);
     let mut out = shared.lock();
+    let mut rsv1 = rsv1;
     if rsv1 && shared.deflate_stale() {
         // A frame compressed elsewhere was queued while we compressed: it sits between our
         // history and this message in the peer's window. Compress again from a reset context
         // (rare; with the lock held nothing else can slip in).
         if let Some(d) = st.deflate.as_deref_mut() {
-            d.compress(payload, shared);
+            rsv1 = d.compress(payload, shared);
         }
     }
     let payload: &[u8] = match &st.deflate {
@@ -68,7 +69,7 @@ pub(super) fn send<T: Transport>(
     } else {
         let mut hdr = [0u8; 10];
         let hl = frame::encode_header(&mut hdr, true, rsv1, op, payload.len());
-        write_or_queue(io, m, out, &hdr[..hl], payload);
+        write_or_queue(io, m, out, &hdr[..hl], payload, op == OpCode::Close);
     }
     if let Some(d) = st.deflate.as_deref_mut().filter(|_| rsv1) {
         d.trim_compressed();
@@ -82,7 +83,7 @@ pub(super) fn commit<T: Transport>(io: &T, shared: &Shared, m: &Metrics, st: &mu
         return;
     }
     let out = shared.lock();
-    write_or_queue(io, m, out, &st.batch, &[]);
+    write_or_queue(io, m, out, &st.batch, &[], false);
     st.batch.clear();
     // A burst's buffer goes back to the allocator; an idle connection holds none.
     if st.batch.capacity() > 4096 {
@@ -91,13 +92,15 @@ pub(super) fn commit<T: Transport>(io: &T, shared: &Shared, m: &Metrics, st: &mu
 }
 
 /// Write `head` + `body` directly when the queue is empty, and queue whatever the socket did
-/// not take (that rest is then the queue's head: it must go out whole).
+/// not take (that rest is then the queue's head: it must go out whole). `close`: a close frame,
+/// queued whatever the memory budget says (the close must reach the peer).
 fn write_or_queue<T: Transport>(
     io: &T,
     m: &Metrics,
     mut out: Locked<'_>,
     head: &[u8],
     body: &[u8],
+    close: bool,
 ) {
     let total = head.len() + body.len();
     let written = if out.is_empty() && !io.wants_flush() {
@@ -115,7 +118,11 @@ fn write_or_queue<T: Transport>(
         } else {
             rest.extend_from_slice(&body[written - head.len()..]);
         }
-        out.enqueue_rest(Bytes::from(rest), written, m);
+        if close && written == 0 {
+            out.enqueue_close(Bytes::from(rest), m);
+        } else {
+            out.enqueue_rest(Bytes::from(rest), written, m);
+        }
     }
 }
 
@@ -142,7 +149,7 @@ pub(super) fn flush<T: Transport>(io: &T, shared: &Shared, m: &Metrics) -> io::R
             return Ok(true);
         }
         m.bytes_out.fetch_add(n as u64, Relaxed);
-        out.consume(n);
+        out.consume(n, m);
     }
     out.shrink();
     drop(out);
