@@ -862,41 +862,43 @@ async fn a_publish_to_the_supervisor_reaches_subscribers_in_every_process() {
     );
 }
 
-/// Idle connects to the admin port cannot take every descriptor: over the cap (256) a
-/// connection gets 503 at once, the WebSocket port keeps upgrading and answering /healthz,
-/// and the idle ones are dropped after the head timeout (5 s), freeing the admin port.
+/// Regression: silent connections to the admin port took the slots scrapes needed (256
+/// silent connections: 53 of 56 scrapes answered 503). A connection that has not sent its
+/// request holds only a reading slot, which a newer connection takes over, and a scrape has
+/// slots of its own: with the port full of silent connections a scrape answers 200, the
+/// WebSocket port keeps upgrading, and every silent one is closed within the head timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_admin_connections_are_capped_and_dropped_and_upgrades_still_work() {
+async fn silent_admin_connections_cannot_keep_a_scrape_out() {
     let s = common::serve(&["--profile", "10k", "--app", "channels"]);
     let mut held = Vec::new();
     for _ in 0..300 {
         held.push(std::net::TcpStream::connect(("127.0.0.1", s.admin)).unwrap());
     }
-    // The listener accepts in order: once a probe is refused, the 300 are all accepted.
-    let over = common::wait_for("a 503 from the admin port", Duration::from_secs(10), || {
-        let r = common::get(s.admin, "/healthz");
-        r.starts_with("HTTP/1.1 503").then_some(r)
-    });
-    assert!(over.contains("too many admin connections"), "{over}");
+    // Scrapes now, well inside the head timeout (3 s) that would otherwise free the slots.
+    let t0 = std::time::Instant::now();
+    for _ in 0..5 {
+        let r = common::get(s.admin, "/metrics");
+        assert!(r.starts_with("HTTP/1.1 200 "), "{r}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     let mut ws = connect(s.port, "", None).await.unwrap();
     assert!(subscribe(&mut ws, "a").await.contains("subscribed"));
     assert!(common::try_get_ok(s.port, "/healthz").is_some());
-    // Within the head timeout plus slack, every held one is closed by the server.
+    // Within the head timeout plus slack, every held one is closed by the server (the oldest
+    // ones at once, to make room; the rest when their time is up).
     let t0 = std::time::Instant::now();
     for c in held.iter_mut() {
         use std::io::Read;
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        // Those over the cap got the 503 and a close; the others a close after 5 s.
         let mut b = Vec::new();
         match c.read_to_end(&mut b) {
-            Ok(_) if b.is_empty() || b.starts_with(b"HTTP/1.1 503") => {}
+            Ok(_) if b.is_empty() => {}
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-            r => panic!("an idle admin connection was not closed: {r:?} {b:?}"),
+            r => panic!("a silent admin connection was not closed: {r:?} {b:?}"),
         }
     }
-    assert!(t0.elapsed() < Duration::from_secs(9), "{:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(6), "{:?}", t0.elapsed());
     assert!(common::try_get_ok(s.admin, "/healthz").is_some());
-    assert!(s.metric(r#"ws_api_requests_total{route="other",code="503"}"#) >= 1.0);
 }
 
 /// Asserts that no further text message arrives on `ws` within half a second (a duplicate
