@@ -174,13 +174,16 @@ async fn an_http_publish_with_the_key_reaches_subscribers_and_without_it_gets_40
     let (code, body) = publish(&s, &d, r#"{"channel":"a","data":{"px":101}}"#);
     assert_eq!(
         (code, json(&body)),
-        (200, serde_json::json!({"delivered": 1}))
+        (
+            200,
+            serde_json::json!({"queued": 1, "dropped": 0, "delivered": 1})
+        )
     );
     assert_eq!(
         next_text(&mut sub).await.unwrap(),
         r#"{"channel":"a","data":{"px":101}}"#
     );
-    // Batch: every message, in order; delivered counts each queued copy.
+    // Batch: every message, in order; queued (and its old name, delivered) counts each copy.
     let h = d.path().join("auth-header");
     let (code, body) = curl(
         s.admin,
@@ -191,7 +194,10 @@ async fn an_http_publish_with_the_key_reaches_subscribers_and_without_it_gets_40
     );
     assert_eq!(
         (code, json(&body)),
-        (200, serde_json::json!({"published": 3, "delivered": 2}))
+        (
+            200,
+            serde_json::json!({"published": 3, "queued": 2, "dropped": 0, "delivered": 2})
+        )
     );
     assert_eq!(
         next_text(&mut sub).await.unwrap(),
@@ -741,7 +747,10 @@ async fn an_http_publish_on_one_redis_node_reaches_subscribers_on_the_other() {
     let (code, body) = publish(&a, &d, r#"{"channel":"prices","data":7}"#);
     assert_eq!(
         (code, json(&body)),
-        (200, serde_json::json!({"delivered": 1, "backplane": "up"}))
+        (
+            200,
+            serde_json::json!({"queued": 1, "dropped": 0, "delivered": 1, "backplane": "up"})
+        )
     );
     let (code, _) = publish(&a, &d, r#"{"channel":"prices","data":8}"#);
     assert_eq!(code, 200);
@@ -1180,4 +1189,99 @@ async fn a_restarted_process_agrees_with_the_supervisor_on_the_api_key() {
     assert!(String::from_utf8_lossy(&env).contains("WSTUNE_API_KEY="));
     let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap();
     assert!(!String::from_utf8_lossy(&cmdline).contains("--api-key-file"));
+}
+
+/// A subscriber that subscribes to `channel` and then never reads, with a small receive buffer
+/// so its send queue on the server fills after a few messages.
+fn stalled_subscriber(port: u16, channel: &str) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    let to: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    s.connect(&to.into()).unwrap();
+    let mut s: std::net::TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).unwrap();
+        head.push(b[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    let payload = format!(r#"{{"op":"subscribe","channel":"{channel}"}}"#).into_bytes();
+    let mask = [7u8, 1, 2, 3];
+    let mut f = vec![0x81, 0x80 | payload.len() as u8];
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, c)| c ^ mask[i % 4]));
+    s.write_all(&f).unwrap();
+    // The "subscribed" answer: a short unmasked text frame.
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h).unwrap();
+    let mut reply = vec![0u8; (h[1] & 0x7f) as usize];
+    s.read_exact(&mut reply).unwrap();
+    assert!(String::from_utf8_lossy(&reply).contains("subscribed"));
+    s
+}
+
+/// Regression: with one slow subscriber every publish answered {"delivered":1} while the
+/// subscriber got only some of them and then a 1008 close. The answer now says for how many
+/// subscribers each message was queued and for how many it was dropped, and the drops are
+/// counted in ws_publish_dropped_total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_to_a_slow_subscriber_reports_the_copies_it_dropped() {
+    let d = secrets();
+    let s = common::serve(&[
+        "--profile",
+        "10k",
+        "--app",
+        "channels",
+        "--api-key-file",
+        &path(&d, "api-key"),
+        "--send-queue",
+        "16384",
+    ]);
+    let _slow = stalled_subscriber(s.port, "slow");
+    let mut fast = connect(s.port, "", None).await.unwrap();
+    assert!(subscribe(&mut fast, "other").await.contains("subscribed"));
+    // The kernel's buffers take a few MiB on loopback before the server's queue fills: batches
+    // until a copy is dropped (or 16 MiB were offered).
+    let data = "x".repeat(16000);
+    let h = d.path().join("auth-header");
+    let (mut queued, mut dropped, mut offered) = (0, 0, 0);
+    let mut last = serde_json::Value::Null;
+    for round in 0..10 {
+        let messages: Vec<String> = (0..100)
+            .map(|i| format!(r#"{{"channel":"slow","data":"{round}-{i}{data}"}}"#))
+            .collect();
+        let body = format!(r#"{{"messages":[{}]}}"#, messages.join(","));
+        let (code, out) = curl(s.admin, "POST", "/api/batch", Some(&h), &body);
+        assert_eq!(code, 200, "{out}");
+        let v = json(&out);
+        let (q, dr) = (
+            v["queued"].as_u64().expect("queued"),
+            v["dropped"].as_u64().expect("dropped"),
+        );
+        assert_eq!(q + dr, 100, "every copy is one or the other: {v}");
+        assert_eq!(
+            v["delivered"].as_u64(),
+            Some(q),
+            "the old name keeps its value"
+        );
+        (queued, dropped, offered, last) = (queued + q, dropped + dr, offered + 100, v);
+        if dropped > 0 {
+            break;
+        }
+    }
+    assert!(
+        dropped > 0,
+        "the stalled subscriber was closed by backpressure: {last}"
+    );
+    assert!(queued < offered, "{last}");
+    assert_eq!(s.metric("ws_publish_dropped_total"), dropped as f64);
+    assert!(s.metric("ws_backpressure_closes_total") >= 1.0);
 }
