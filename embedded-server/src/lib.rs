@@ -750,16 +750,29 @@ async fn ask_handler<T: Transport, H: Handler>(
     let decision = {
         // Parsed already by the handshake: this cannot fail, but an answer beats a panic.
         let req = handler::Request::parse(head, peer)?;
-        let offered: Vec<&str> = req.protocols().collect();
+        // The offer is read only when the handler chose a subprotocol (most choose none), and
+        // then only until the choice is found: a long list costs nothing otherwise.
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             ctx.handler.on_upgrade(&req)
         }))
-        .map(|d| (d, offered.iter().map(|s| s.to_string()).collect::<Vec<_>>()))
+        .map(|d| {
+            let (chosen_offered, offered) = match &d {
+                Upgrade::Accept {
+                    protocol: Some(p), ..
+                } if req.protocols().any(|o| o == p) => (true, Vec::new()),
+                // A handler bug: what the client offered goes into the error log.
+                Upgrade::Accept {
+                    protocol: Some(_), ..
+                } => (false, req.protocols().map(str::to_string).collect()),
+                _ => (false, Vec::new()),
+            };
+            (d, chosen_offered, offered)
+        })
     };
     let (status, body) = match decision {
-        Ok((Upgrade::Accept { state, protocol }, offered)) => match protocol {
+        Ok((Upgrade::Accept { state, protocol }, chosen_offered, offered)) => match protocol {
             None => return Some((state, None)),
-            Some(p) if offered.contains(&p) => {
+            Some(p) if chosen_offered => {
                 return Some((state, Some(accepted.response_with(Some(&p)))))
             }
             Some(p) => {
@@ -770,7 +783,7 @@ async fn ask_handler<T: Transport, H: Handler>(
                 )
             }
         },
-        Ok((Upgrade::Reject { status, body }, _)) => {
+        Ok((Upgrade::Reject { status, body }, _, _)) => {
             let status = if (400..=599).contains(&status) {
                 status
             } else {
