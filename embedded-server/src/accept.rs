@@ -87,6 +87,8 @@ pub fn fd_limit() -> Option<u64> {
         if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0
             && r.rlim_cur != libc::RLIM_INFINITY
         {
+            // rlim_t is u64 on Linux, not on every Unix.
+            #[allow(clippy::unnecessary_cast)]
             return Some(r.rlim_cur as u64);
         }
         None
