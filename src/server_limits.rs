@@ -47,6 +47,18 @@ pub struct LimitArgs {
         help_heading = "Abuse limits"
     )]
     pub trusted_proxies: Vec<String>,
+
+    // Accept-time resource guards (embedded_server::accept): they protect descriptors.
+    /// Connections still in their handshake (TLS, upgrade request) at once; more are closed
+    /// at accept. 0 (default): a quarter of the smaller of --max-connections and the open-file
+    /// limit, at least 64
+    #[arg(long, value_name = "N", help_heading = "Abuse limits")]
+    pub max_pending_handshakes: Option<usize>,
+    /// File descriptors kept free below the open-file limit (ulimit -n): connections accepted
+    /// within this many of it are closed at once, so the admin port and handshakes under way
+    /// still get descriptors. Default: a sixteenth of the limit, 32 to 1024; 0: off
+    #[arg(long, value_name = "N", help_heading = "Abuse limits")]
+    pub fd_reserve: Option<usize>,
 }
 
 /// A setting for `serve`'s settings table: name, value, where it came from.
@@ -156,7 +168,15 @@ pub fn resolve(
     if !trusted_proxies.is_empty() {
         table.push(("trusted proxies", list(&trusted_proxies), from(t_flag)));
     }
+    if let Some(n) = a.max_pending_handshakes.filter(|n| *n > 0) {
+        table.push(("max pending handshakes", n.to_string(), "flag"));
+    }
+    if let Some(n) = a.fd_reserve {
+        table.push(("descriptor reserve", n.to_string(), "flag"));
+    }
     Ok(LimitSettings {
+        max_pending_handshakes: a.max_pending_handshakes.unwrap_or(0),
+        fd_reserve: a.fd_reserve,
         max_connections_per_ip,
         connection_rate_per_ip,
         connection_rate,
@@ -190,6 +210,12 @@ pub fn child_args(a: &LimitArgs) -> Vec<String> {
     }
     for t in &a.trusted_proxies {
         v.extend(["--trusted-proxy".into(), t.clone()]);
+    }
+    if let Some(n) = a.max_pending_handshakes {
+        v.extend(["--max-pending-handshakes".into(), n.to_string()]);
+    }
+    if let Some(n) = a.fd_reserve {
+        v.extend(["--fd-reserve".into(), n.to_string()]);
     }
     v
 }

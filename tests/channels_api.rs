@@ -174,13 +174,16 @@ async fn an_http_publish_with_the_key_reaches_subscribers_and_without_it_gets_40
     let (code, body) = publish(&s, &d, r#"{"channel":"a","data":{"px":101}}"#);
     assert_eq!(
         (code, json(&body)),
-        (200, serde_json::json!({"delivered": 1}))
+        (
+            200,
+            serde_json::json!({"queued": 1, "dropped": 0, "delivered": 1})
+        )
     );
     assert_eq!(
         next_text(&mut sub).await.unwrap(),
         r#"{"channel":"a","data":{"px":101}}"#
     );
-    // Batch: every message, in order; delivered counts each queued copy.
+    // Batch: every message, in order; queued (and its old name, delivered) counts each copy.
     let h = d.path().join("auth-header");
     let (code, body) = curl(
         s.admin,
@@ -191,7 +194,10 @@ async fn an_http_publish_with_the_key_reaches_subscribers_and_without_it_gets_40
     );
     assert_eq!(
         (code, json(&body)),
-        (200, serde_json::json!({"published": 3, "delivered": 2}))
+        (
+            200,
+            serde_json::json!({"published": 3, "queued": 2, "dropped": 0, "delivered": 2})
+        )
     );
     assert_eq!(
         next_text(&mut sub).await.unwrap(),
@@ -741,7 +747,10 @@ async fn an_http_publish_on_one_redis_node_reaches_subscribers_on_the_other() {
     let (code, body) = publish(&a, &d, r#"{"channel":"prices","data":7}"#);
     assert_eq!(
         (code, json(&body)),
-        (200, serde_json::json!({"delivered": 1, "backplane": "up"}))
+        (
+            200,
+            serde_json::json!({"queued": 1, "dropped": 0, "delivered": 1, "backplane": "up"})
+        )
     );
     let (code, _) = publish(&a, &d, r#"{"channel":"prices","data":8}"#);
     assert_eq!(code, 200);
@@ -862,41 +871,43 @@ async fn a_publish_to_the_supervisor_reaches_subscribers_in_every_process() {
     );
 }
 
-/// Idle connects to the admin port cannot take every descriptor: over the cap (256) a
-/// connection gets 503 at once, the WebSocket port keeps upgrading and answering /healthz,
-/// and the idle ones are dropped after the head timeout (5 s), freeing the admin port.
+/// Regression: silent connections to the admin port took the slots scrapes needed (256
+/// silent connections: 53 of 56 scrapes answered 503). A connection that has not sent its
+/// request holds only a reading slot, which a newer connection takes over, and a scrape has
+/// slots of its own: with the port full of silent connections a scrape answers 200, the
+/// WebSocket port keeps upgrading, and every silent one is closed within the head timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_admin_connections_are_capped_and_dropped_and_upgrades_still_work() {
+async fn silent_admin_connections_cannot_keep_a_scrape_out() {
     let s = common::serve(&["--profile", "10k", "--app", "channels"]);
     let mut held = Vec::new();
     for _ in 0..300 {
         held.push(std::net::TcpStream::connect(("127.0.0.1", s.admin)).unwrap());
     }
-    // The listener accepts in order: once a probe is refused, the 300 are all accepted.
-    let over = common::wait_for("a 503 from the admin port", Duration::from_secs(10), || {
-        let r = common::get(s.admin, "/healthz");
-        r.starts_with("HTTP/1.1 503").then_some(r)
-    });
-    assert!(over.contains("too many admin connections"), "{over}");
+    // Scrapes now, well inside the head timeout (3 s) that would otherwise free the slots.
+    let t0 = std::time::Instant::now();
+    for _ in 0..5 {
+        let r = common::get(s.admin, "/metrics");
+        assert!(r.starts_with("HTTP/1.1 200 "), "{r}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     let mut ws = connect(s.port, "", None).await.unwrap();
     assert!(subscribe(&mut ws, "a").await.contains("subscribed"));
     assert!(common::try_get_ok(s.port, "/healthz").is_some());
-    // Within the head timeout plus slack, every held one is closed by the server.
+    // Within the head timeout plus slack, every held one is closed by the server (the oldest
+    // ones at once, to make room; the rest when their time is up).
     let t0 = std::time::Instant::now();
     for c in held.iter_mut() {
         use std::io::Read;
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        // Those over the cap got the 503 and a close; the others a close after 5 s.
         let mut b = Vec::new();
         match c.read_to_end(&mut b) {
-            Ok(_) if b.is_empty() || b.starts_with(b"HTTP/1.1 503") => {}
+            Ok(_) if b.is_empty() => {}
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-            r => panic!("an idle admin connection was not closed: {r:?} {b:?}"),
+            r => panic!("a silent admin connection was not closed: {r:?} {b:?}"),
         }
     }
-    assert!(t0.elapsed() < Duration::from_secs(9), "{:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(6), "{:?}", t0.elapsed());
     assert!(common::try_get_ok(s.admin, "/healthz").is_some());
-    assert!(s.metric(r#"ws_api_requests_total{route="other",code="503"}"#) >= 1.0);
 }
 
 /// Asserts that no further text message arrives on `ws` within half a second (a duplicate
@@ -990,7 +1001,7 @@ fn raw_admin(port: u16, parts: &[&[u8]], gap: Duration, wait: Duration) -> Strin
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The admin port's limits, from a raw socket: a head that does not complete within 5 s is
+/// The admin port's limits, from a raw socket: a head that does not complete within 3 s is
 /// dropped without an answer, one over 8 KiB gets 431, a body that stalls gets 400 after 10 s,
 /// and `Expect: 100-continue` gets its 100 and then the answer.
 #[test]
@@ -1063,7 +1074,7 @@ fn the_admin_port_limits_slow_and_large_requests_and_answers_100_continue() {
     let (r, took) = slow_head.join().unwrap();
     assert!(r.is_empty(), "a slow head is not answered: {r}");
     assert!(
-        took >= Duration::from_secs(4) && took < Duration::from_secs(10),
+        took >= Duration::from_millis(2500) && took < Duration::from_secs(10),
         "{took:?}"
     );
     let (r, took) = stalled_body.join().unwrap();
@@ -1178,4 +1189,99 @@ async fn a_restarted_process_agrees_with_the_supervisor_on_the_api_key() {
     assert!(String::from_utf8_lossy(&env).contains("WSTUNE_API_KEY="));
     let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap();
     assert!(!String::from_utf8_lossy(&cmdline).contains("--api-key-file"));
+}
+
+/// A subscriber that subscribes to `channel` and then never reads, with a small receive buffer
+/// so its send queue on the server fills after a few messages.
+fn stalled_subscriber(port: u16, channel: &str) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    let to: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    s.connect(&to.into()).unwrap();
+    let mut s: std::net::TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).unwrap();
+        head.push(b[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    let payload = format!(r#"{{"op":"subscribe","channel":"{channel}"}}"#).into_bytes();
+    let mask = [7u8, 1, 2, 3];
+    let mut f = vec![0x81, 0x80 | payload.len() as u8];
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, c)| c ^ mask[i % 4]));
+    s.write_all(&f).unwrap();
+    // The "subscribed" answer: a short unmasked text frame.
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h).unwrap();
+    let mut reply = vec![0u8; (h[1] & 0x7f) as usize];
+    s.read_exact(&mut reply).unwrap();
+    assert!(String::from_utf8_lossy(&reply).contains("subscribed"));
+    s
+}
+
+/// Regression: with one slow subscriber every publish answered {"delivered":1} while the
+/// subscriber got only some of them and then a 1008 close. The answer now says for how many
+/// subscribers each message was queued and for how many it was dropped, and the drops are
+/// counted in ws_publish_dropped_total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_to_a_slow_subscriber_reports_the_copies_it_dropped() {
+    let d = secrets();
+    let s = common::serve(&[
+        "--profile",
+        "10k",
+        "--app",
+        "channels",
+        "--api-key-file",
+        &path(&d, "api-key"),
+        "--send-queue",
+        "16384",
+    ]);
+    let _slow = stalled_subscriber(s.port, "slow");
+    let mut fast = connect(s.port, "", None).await.unwrap();
+    assert!(subscribe(&mut fast, "other").await.contains("subscribed"));
+    // The kernel's buffers take a few MiB on loopback before the server's queue fills: batches
+    // until a copy is dropped (or 16 MiB were offered).
+    let data = "x".repeat(16000);
+    let h = d.path().join("auth-header");
+    let (mut queued, mut dropped, mut offered) = (0, 0, 0);
+    let mut last = serde_json::Value::Null;
+    for round in 0..10 {
+        let messages: Vec<String> = (0..100)
+            .map(|i| format!(r#"{{"channel":"slow","data":"{round}-{i}{data}"}}"#))
+            .collect();
+        let body = format!(r#"{{"messages":[{}]}}"#, messages.join(","));
+        let (code, out) = curl(s.admin, "POST", "/api/batch", Some(&h), &body);
+        assert_eq!(code, 200, "{out}");
+        let v = json(&out);
+        let (q, dr) = (
+            v["queued"].as_u64().expect("queued"),
+            v["dropped"].as_u64().expect("dropped"),
+        );
+        assert_eq!(q + dr, 100, "every copy is one or the other: {v}");
+        assert_eq!(
+            v["delivered"].as_u64(),
+            Some(q),
+            "the old name keeps its value"
+        );
+        (queued, dropped, offered, last) = (queued + q, dropped + dr, offered + 100, v);
+        if dropped > 0 {
+            break;
+        }
+    }
+    assert!(
+        dropped > 0,
+        "the stalled subscriber was closed by backpressure: {last}"
+    );
+    assert!(queued < offered, "{last}");
+    assert_eq!(s.metric("ws_publish_dropped_total"), dropped as f64);
+    assert!(s.metric("ws_backpressure_closes_total") >= 1.0);
 }

@@ -13,6 +13,17 @@
 //! - `Expect: 100-continue` (recent curl sends it for bodies over 1 MiB; older ones over 1 KiB)
 //!   is answered with 100 as soon as the head is checked;
 //! - every answer is counted in `ws_api_requests_total{route,code}`.
+//!
+//! Connections are served from three pools, so that one kind of traffic cannot starve
+//! another (256 connections in all, [`MAX_CONNECTIONS`]):
+//! - [`READING_SLOTS`]: a connection that has not sent its whole request head. It has
+//!   [`HEAD_TIMEOUT`] to send it, and when every reading slot is taken a new connection
+//!   takes the oldest one's place (that one is closed): silent connections cannot keep a
+//!   scrape out, they only push each other out;
+//! - [`STATUS_SLOTS`]: `/metrics` and `/healthz` once their head is read;
+//! - [`API_SLOTS`]: the HTTP API (and anything else), whose bodies and fan-outs take longer.
+//!
+//! A request whose pool is full is answered 503 with `Retry-After: 1`.
 
 use crate::channels::api::{self, ApiCall, ApiKey, Endpoint};
 use crate::hub::Hub;
@@ -31,18 +42,72 @@ pub const INTERNAL_HEADER: &str = "X-Wstune-Internal";
 
 /// The longest request head accepted (431 above it).
 pub const MAX_HEAD: usize = 8192;
-/// How long a request head may take to arrive.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request head may take to arrive. Short: a scraper or a backend sends its request
+/// as soon as it connects, and a reading slot is shared by everyone who has not yet.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a request body may take to arrive.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most one request may take, head, body, answer and write together: a client that reads
 /// the answer slowly (or never) cannot hold a connection (and a file descriptor) longer.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(20);
-/// The most admin connections served at once. Each holds a file descriptor; without a cap,
-/// idle connects to the admin port could use every descriptor the process has and starve the
-/// WebSocket listener's upgrades. Over it a connection gets a 503 (one non-blocking write)
-/// and is closed at once.
-pub const MAX_CONNECTIONS: usize = 256;
+/// The most admin connections served at once: the three pools together. Each holds a file
+/// descriptor; without a cap, idle connects to the admin port could use every descriptor the
+/// process has and starve the WebSocket listener's upgrades.
+pub const MAX_CONNECTIONS: usize = READING_SLOTS + STATUS_SLOTS + API_SLOTS;
+/// Connections still sending their request head (the oldest is closed to make room).
+pub const READING_SLOTS: usize = 128;
+/// `/metrics` and `/healthz` requests being answered: a scrape is quick, 32 is many scrapers.
+pub const STATUS_SLOTS: usize = 32;
+/// API requests (and other paths) being read and answered.
+pub const API_SLOTS: usize = 96;
+
+/// The reading pool: every connection still sending its head, oldest first. Taking a place in
+/// a full pool closes the oldest holder (its eviction channel is dropped).
+#[derive(Debug, Default)]
+struct Readers {
+    inner: Mutex<ReadersInner>,
+}
+
+#[derive(Debug, Default)]
+struct ReadersInner {
+    next: u64,
+    live: BTreeMap<u64, tokio::sync::oneshot::Sender<()>>,
+}
+
+/// A place in the reading pool, given back when dropped.
+struct Reading<'a> {
+    pool: &'a Readers,
+    id: u64,
+}
+
+impl Readers {
+    /// Take a place; the receiver completes when a newer connection takes it over.
+    fn enter(&self) -> (Reading<'_>, tokio::sync::oneshot::Receiver<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut inner = self.inner.lock().unwrap();
+        if inner.live.len() >= READING_SLOTS {
+            // Dropping the oldest one's sender wakes its receiver: it closes.
+            inner.live.pop_first();
+        }
+        let id = inner.next;
+        inner.next += 1;
+        inner.live.insert(id, tx);
+        (Reading { pool: self, id }, rx)
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.pool.inner.lock().unwrap().live.remove(&self.id);
+    }
+}
+
+/// The three pools (see the module's doc).
+struct Pools {
+    readers: Readers,
+    status: Arc<tokio::sync::Semaphore>,
+    api: Arc<tokio::sync::Semaphore>,
+}
 
 /// Serve the admin endpoints (`/metrics`, `/healthz`) on `listener` until `shutdown`
 /// completes, with the HTTP API off (no key): see [`serve_with`].
@@ -157,8 +222,9 @@ fn phrase(status: u16) -> &'static str {
 /// `gate`) on `listener` until `shutdown`, each answered by `answer(route)` as (status, body);
 /// anything else gets 404 or 405. A server process and the `--processes` supervisor both
 /// answer through this, so their endpoints behave alike. A request head must arrive within
-/// 5 s and fit in [`MAX_HEAD`] bytes; the whole request, the answer's write included, gets
-/// 20 s; at most [`MAX_CONNECTIONS`] are served at once.
+/// [`HEAD_TIMEOUT`] and fit in [`MAX_HEAD`] bytes; the whole request, the answer's write
+/// included, gets 20 s; at most [`MAX_CONNECTIONS`] are served at once, in three pools (see
+/// the module's doc).
 pub async fn serve_routes<F, Fut>(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
@@ -169,7 +235,11 @@ pub async fn serve_routes<F, Fut>(
     Fut: Future<Output = (u16, String)> + Send,
 {
     tokio::pin!(shutdown);
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let pools = Arc::new(Pools {
+        readers: Readers::default(),
+        status: Arc::new(tokio::sync::Semaphore::new(STATUS_SLOTS)),
+        api: Arc::new(tokio::sync::Semaphore::new(API_SLOTS)),
+    });
     loop {
         let (stream, _) = tokio::select! {
             _ = &mut shutdown => return,
@@ -184,22 +254,11 @@ pub async fn serve_routes<F, Fut>(
                 }
             },
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // Full: one non-blocking write (it fits any fresh socket buffer), then close. No
-            // task, no wait: a flood costs an accept and a close per connection.
-            let _ = stream.try_write(
-                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
-                  Content-Length: 38\r\nRetry-After: 1\r\nConnection: close\r\n\r\n\
-                  too many admin connections; try again\n",
-            );
-            gate.count("other", 503);
-            continue;
-        };
-        let (answer, gate) = (answer.clone(), gate.clone());
+        let (answer, gate, pools) = (answer.clone(), gate.clone(), pools.clone());
         tokio::spawn(async move {
             let _ =
-                tokio::time::timeout(REQUEST_DEADLINE, one_request(stream, &gate, answer)).await;
-            drop(slot);
+                tokio::time::timeout(REQUEST_DEADLINE, one_request(stream, &gate, &pools, answer))
+                    .await;
         });
     }
 }
@@ -242,12 +301,24 @@ fn json_error(status: u16, msg: &str) -> Reply {
 
 /// One request on one connection: read and parse the head ([`read_head`]), route it
 /// ([`status_route`], [`api_route`], [`other_route`]), count and write the answer.
-async fn one_request<F, Fut>(mut stream: TcpStream, gate: &Gate, answer: F) -> std::io::Result<()>
+async fn one_request<F, Fut>(
+    mut stream: TcpStream,
+    gate: &Gate,
+    pools: &Pools,
+    answer: F,
+) -> std::io::Result<()>
 where
     F: Fn(Route) -> Fut,
     Fut: Future<Output = (u16, String)>,
 {
-    let (buf, n, head_len) = match read_head(&mut stream).await {
+    let (reading, evicted) = pools.readers.enter();
+    let head = tokio::select! {
+        head = read_head(&mut stream) => head,
+        // A newer connection took this one's reading slot: it had its chance.
+        _ = evicted => return Ok(()),
+    };
+    drop(reading);
+    let (buf, n, head_len) = match head {
         Ok(head) => head,
         Err(Some(refusal)) => {
             gate.count("other", refusal.status);
@@ -266,6 +337,24 @@ where
         method: parsed.method.unwrap_or(""),
         query,
         headers: parsed.headers,
+    };
+    // The route's own pool: scrapes never wait behind API calls, nor API calls behind scrapes.
+    let pool = if matches!(path, "/healthz" | "/metrics") {
+        &pools.status
+    } else {
+        &pools.api
+    };
+    let Ok(_slot) = pool.clone().try_acquire_owned() else {
+        let label = match path {
+            "/healthz" => "healthz",
+            "/metrics" => "metrics",
+            p if p == "/api" || p.starts_with("/api/") => "api_other",
+            _ => "other",
+        };
+        gate.count(label, 503);
+        let busy = Reply::text(503, "too many admin requests at once; try again\n")
+            .with("Retry-After: 1\r\n");
+        return write(&mut stream, busy).await;
     };
     let (route_label, reply) = match path {
         "/healthz" | "/metrics" => status_route(path, &req, answer).await,

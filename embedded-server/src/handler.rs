@@ -273,6 +273,8 @@ impl<'a> Request<'a> {
             .flat_map(|v| v.split(','))
             .map(str::trim)
             .filter(|p| !p.is_empty())
+            // Bounded like the handshake's own lists: thousands of offers buy no more work.
+            .take(crate::handshake::MAX_LIST_ITEMS)
     }
 
     /// The client's address, as the abuse limits see it: the TCP peer; or, when the peer is

@@ -60,6 +60,18 @@ pub struct ChannelPage {
     pub truncated: bool,
 }
 
+/// What one publish's fan-out did on this node ([`Hub::publish_report`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Published {
+    /// Subscribers the message was queued for (or written to the socket of, when nothing was
+    /// waiting). Not a receipt: a subscriber closed later for backpressure loses what was
+    /// still queued for it (counted in `ws_backpressure_closes_total`, not here).
+    pub queued: u64,
+    /// Subscribers it could not be queued for: over their send-queue cap (closed now by
+    /// backpressure), already closing, or gone.
+    pub dropped: u64,
+}
+
 /// What [`Hub::subscribe_capped`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subscribed {
@@ -462,7 +474,7 @@ impl Hub {
         op: OpCode,
         payload: &[u8],
         recipients: impl Iterator<Item = &'a Arc<Shared>>,
-    ) -> u64 {
+    ) -> Published {
         let plain = Bytes::from(frame::encode_message(
             op,
             payload,
@@ -472,7 +484,7 @@ impl Hub {
         let d = &self.config.deflate;
         let compressible = d.enabled && payload.len() >= d.threshold;
         let mut compressed: [Option<(Bytes, bool)>; 16] = Default::default();
-        let (mut sent, mut written) = (0, 0);
+        let (mut sent, mut written, mut dropped) = (0, 0, 0);
         for c in recipients {
             let bits = c.shared_deflate_bits.load(Relaxed) as usize;
             let pushed = if bits == 0 || !compressible {
@@ -500,11 +512,16 @@ impl Hub {
             };
             if pushed {
                 sent += 1;
+            } else {
+                dropped += 1;
             }
         }
         crate::outbox::count_written(&self.metrics, written);
         self.metrics.messages_out.fetch_add(sent, Relaxed);
-        sent
+        Published {
+            queued: sent,
+            dropped,
+        }
     }
 
     /// Queue a frame encoded in advance on every connection: one reference count per recipient,
@@ -648,9 +665,15 @@ impl Hub {
     }
 
     /// [`Hub::publish`], answering how many of this node's subscribers the message was
-    /// queued for (counted by the fan-out itself: a subscriber that joins or leaves meanwhile
-    /// is counted as it was served).
+    /// queued for: [`Published::queued`] of [`Hub::publish_report`].
     pub fn publish_delivered(&self, channel: &str, data: &serde_json::Value) -> u64 {
+        self.publish_report(channel, data).queued
+    }
+
+    /// [`Hub::publish`], answering for how many of this node's subscribers the message was
+    /// queued and for how many it could not be (counted by the fan-out itself: a subscriber
+    /// that joins or leaves meanwhile is counted as it was served).
+    pub fn publish_report(&self, channel: &str, data: &serde_json::Value) -> Published {
         let text = serde_json::json!({"channel": channel, "data": data}).to_string();
         self.publish_text_delivered(channel, &text)
     }
@@ -661,9 +684,12 @@ impl Hub {
         self.publish_text_delivered(channel, text);
     }
 
-    fn publish_text_delivered(&self, channel: &str, text: &str) -> u64 {
+    fn publish_text_delivered(&self, channel: &str, text: &str) -> Published {
         let subs = self.subscribers(channel);
         let sent = self.fan_out(OpCode::Text, text.as_bytes(), subs.iter());
+        self.metrics
+            .publish_dropped
+            .fetch_add(sent.dropped, Relaxed);
         if let Some(r) = self.relay.get() {
             r(Relay::Channel { channel, text });
         }
@@ -674,7 +700,10 @@ impl Hub {
     /// carries text only).
     pub fn publish_binary(&self, channel: &str, payload: &[u8]) {
         let subs = self.subscribers(channel);
-        self.fan_out(OpCode::Binary, payload, subs.iter());
+        let sent = self.fan_out(OpCode::Binary, payload, subs.iter());
+        self.metrics
+            .publish_dropped
+            .fetch_add(sent.dropped, Relaxed);
     }
 
     /// One heartbeat sweep (run once a second).

@@ -44,6 +44,8 @@
 #![warn(missing_docs)]
 
 #[doc(hidden)]
+pub mod accept;
+#[doc(hidden)]
 pub mod admin;
 #[doc(hidden)]
 pub mod apps;
@@ -113,6 +115,8 @@ pub struct Server<H: Handler = Builtin> {
     stopping: Arc<AtomicBool>,
     /// In-process TLS (see `tls`), when configured.
     tls: Option<TlsConfig>,
+    /// What a new connection passes before anything is spent on it (accept.rs).
+    gate: Arc<accept::Gate>,
 }
 
 impl Server<Builtin> {
@@ -166,6 +170,11 @@ impl<H: Handler> Server<H> {
             .uses_offload()
             .then(|| offload::start_for(&config, metrics.clone()));
         let limits = Arc::new(limits::Limits::new(config.limits.clone()));
+        let gate = Arc::new(accept::Gate::new(
+            limits.clone(),
+            config.max_connections,
+            accept::fd_limit(),
+        ));
         let hub = Arc::new(Hub::new(config, metrics));
         if let Some(tx) = offload {
             let _ = hub.offload.set(tx);
@@ -179,6 +188,7 @@ impl<H: Handler> Server<H> {
             hub,
             stopping: Arc::new(AtomicBool::new(false)),
             tls: None,
+            gate,
         }
     }
 
@@ -259,22 +269,39 @@ impl<H: Handler> Server<H> {
             let ctx = self.ctx.clone();
             let stopping = self.stopping.clone();
             let tls = self.tls.clone();
+            let gate = self.gate.clone();
             let mut stop = stop_rx.clone();
             accepters.push(tokio::spawn(async move {
+                // Accept errors in a row (the back-off grows with them).
+                let mut failures = 0u32;
                 loop {
                     tokio::select! {
                         _ = stop.changed() => return,
                         r = l.accept() => match r {
                             Ok((stream, peer)) => {
-                                let ctx = ctx.clone();
-                                let stopping = stopping.clone();
-                                let _ = stream.set_nodelay(true);
-                                spawn_conn(stream, peer, ctx, stopping, tls.as_ref());
+                                failures = 0;
+                                // The accept gate (accept.rs) runs before a task, a read or a
+                                // TLS handshake is spent on the connection.
+                                match gate.admit(peer, raw_fd(&stream)) {
+                                    Ok(pass) => {
+                                        let _ = stream.set_nodelay(true);
+                                        spawn_conn(stream, peer, pass, ctx.clone(), stopping.clone(), tls.as_ref());
+                                    }
+                                    Err(refused) => {
+                                        accept::refuse(stream, tls.is_some(), refused, &ctx.hub.metrics)
+                                    }
+                                }
                             }
-                            // EMFILE and friends: back off instead of spinning.
+                            // EMFILE and friends: the connection stays in the backlog and an
+                            // immediate retry fails again, so back off (accept::accept_backoff).
                             Err(e) => {
-                                tracing::warn!("accept failed: {e}");
-                                tokio::time::sleep(Duration::from_millis(50)).await;
+                                ctx.hub.metrics.accept_errors.fetch_add(1, Relaxed);
+                                if failures == 0 {
+                                    tracing::warn!("accept failed: {e}; backing off");
+                                }
+                                let wait = accept::accept_backoff(failures);
+                                failures = failures.saturating_add(1);
+                                tokio::time::sleep(wait).await;
                             }
                         },
                     }
@@ -361,9 +388,25 @@ type TlsConfig = std::convert::Infallible;
 /// Connection ids for logs: unique within this process, in accept order.
 static NEXT_CONN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
+/// The accepted socket's descriptor number, where the platform has one (the accept gate's
+/// reserve check reads it).
+fn raw_fd(stream: &tokio::net::TcpStream) -> Option<u64> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        u64::try_from(stream.as_raw_fd()).ok()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = stream;
+        None
+    }
+}
+
 fn spawn_conn<H: Handler>(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
+    pass: accept::Pass,
     ctx: Arc<Ctx<H>>,
     stopping: Arc<AtomicBool>,
     tls: Option<&TlsConfig>,
@@ -385,6 +428,7 @@ fn spawn_conn<H: Handler>(
                 start_conn(
                     stream,
                     client,
+                    pass,
                     ctx,
                     stopping,
                     tls.as_ref(),
@@ -395,12 +439,14 @@ fn spawn_conn<H: Handler>(
         });
         return;
     }
-    start_conn(stream, peer, ctx, stopping, tls, deadline, false);
+    start_conn(stream, peer, pass, ctx, stopping, tls, deadline, false);
 }
 
+#[allow(clippy::too_many_arguments)]
 fn start_conn<H: Handler>(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
+    pass: accept::Pass,
     ctx: Arc<Ctx<H>>,
     stopping: Arc<AtomicBool>,
     tls: Option<&TlsConfig>,
@@ -415,12 +461,15 @@ fn start_conn<H: Handler>(
     let span = tracing::debug_span!("conn", conn = id, peer = %peer);
     match tls {
         None => spawn_task(
-            handle(stream, peer, id, ctx, stopping, deadline, proxied),
+            handle(stream, peer, id, ctx, stopping, deadline, proxied, pass),
             span,
         ),
         #[cfg(feature = "tls")]
         Some(cfg) => match tls::TlsStream::new(stream, cfg.clone()) {
-            Ok(s) => spawn_task(handle(s, peer, id, ctx, stopping, deadline, proxied), span),
+            Ok(s) => spawn_task(
+                handle(s, peer, id, ctx, stopping, deadline, proxied, pass),
+                span,
+            ),
             Err(e) => tracing::warn!(conn = id, peer = %peer, "TLS session: {e}"),
         },
         #[cfg(not(feature = "tls"))]
@@ -451,6 +500,7 @@ fn spawn_task<F: Future<Output = ()> + Send + 'static>(task: F, span: tracing::S
 /// boxed (its state, a 2 KiB read chunk among it, lives only until the 101 is written), and
 /// what the upgrade hands back is moved whole into the connection's own future
 /// (`conn::serve`), so the task keeps one copy of each and an 8-byte box pointer.
+#[allow(clippy::too_many_arguments)]
 fn handle<T: Transport, H: Handler>(
     stream: T,
     peer: SocketAddr,
@@ -460,8 +510,12 @@ fn handle<T: Transport, H: Handler>(
     deadline: tokio::time::Instant,
     // Whether a PROXY header named the client (X-Forwarded-For is then never read).
     proxied: bool,
+    // What the accept gate gave it, held until the handshake ends.
+    pass: accept::Pass,
 ) -> impl Future<Output = ()> + Send {
-    let upgrading = Box::pin(upgrade(stream, peer, id, ctx, stopping, deadline, proxied));
+    let upgrading = Box::pin(upgrade(
+        stream, peer, id, ctx, stopping, deadline, proxied, pass,
+    ));
     async move {
         // `up` ends with the match arm, before the await: bound across it (`if let`), its
         // storage would stay in the future beside the serving future it was moved into.
@@ -488,7 +542,9 @@ pub(crate) struct Upgraded<T, H: Handler> {
 }
 
 /// Read the upgrade request and answer it: refusals are written (and counted) here; an
-/// accepted connection is registered, its 101 written, and handed back.
+/// accepted connection is registered, its 101 written, and handed back. `pass` (its place in
+/// the pending-handshake count) is given back when this returns, either way.
+#[allow(clippy::too_many_arguments)]
 async fn upgrade<T: Transport, H: Handler>(
     stream: T,
     peer: SocketAddr,
@@ -498,6 +554,7 @@ async fn upgrade<T: Transport, H: Handler>(
     deadline: tokio::time::Instant,
     // Whether a PROXY header named the client (X-Forwarded-For is then never read).
     proxied: bool,
+    mut pass: accept::Pass,
 ) -> Option<Upgraded<T, H>> {
     let hub = ctx.hub.clone();
     let cfg = &hub.config;
@@ -511,6 +568,7 @@ async fn upgrade<T: Transport, H: Handler>(
     let end = match read {
         Ok(Ok(Some(end))) => end,
         Ok(Ok(None)) => {
+            aborted(&hub.metrics, &stream);
             tracing::debug!(conn = id, peer = %peer, status = 431, "handshake refused: request header too large");
             refuse(
                 &stream,
@@ -523,8 +581,12 @@ async fn upgrade<T: Transport, H: Handler>(
             .await;
             return None;
         }
-        Ok(Err(_)) => return None,
+        Ok(Err(_)) => {
+            aborted(&hub.metrics, &stream);
+            return None;
+        }
         Err(_) => {
+            aborted(&hub.metrics, &stream);
             hub.metrics.reject(Reject::Timeout);
             tracing::debug!(conn = id, peer = %peer, status = 408, "handshake refused: no upgrade within the handshake timeout");
             let _ = write_all(
@@ -609,7 +671,11 @@ async fn upgrade<T: Transport, H: Handler>(
         return None;
     };
     let full = hub.len() >= cfg.max_connections;
-    let (admitted, decision) = match ctx.limits.admit_request(peer.ip()) {
+    // A connection the accept gate counted (its TCP peer is the client) carries its slot here;
+    // a trusted proxy's is counted now, per the client it names.
+    let counted = pass.counted;
+    let at_accept = pass.slot.take();
+    let (admitted, decision) = match ctx.limits.admit_after_accept(peer.ip(), counted, at_accept) {
         Ok(admitted) => (admitted, handshake::respond(&buf[..end], cfg, full)),
         Err(refused) => {
             tracing::debug!(conn = id, peer = %peer, "refused by an abuse limit");
@@ -622,6 +688,9 @@ async fn upgrade<T: Transport, H: Handler>(
     match decision {
         Err(refused) => {
             hub.metrics.reject(refused.reason);
+            if refused.reason == Reject::BadRequest {
+                aborted(&hub.metrics, &stream);
+            }
             tracing::debug!(conn = id, peer = %peer, reason = ?refused.reason, "handshake refused");
             let _ = write_all(&stream, &refused.response).await;
             finish_refusal(&stream).await;
@@ -660,6 +729,16 @@ async fn upgrade<T: Transport, H: Handler>(
     }
 }
 
+/// Count a handshake that did not finish, by the stage it stopped in (TLS or the request).
+fn aborted<T: Transport>(metrics: &Metrics, stream: &T) {
+    let stage = if stream.handshaking() {
+        &metrics.aborted_tls
+    } else {
+        &metrics.aborted_http
+    };
+    stage.fetch_add(1, Relaxed);
+}
+
 /// The application's say on a valid upgrade: its state and, when it chose a subprotocol, the
 /// 101 that names it. `None` when it refused (the refusal is written and counted here).
 async fn ask_handler<T: Transport, H: Handler>(
@@ -674,16 +753,29 @@ async fn ask_handler<T: Transport, H: Handler>(
     let decision = {
         // Parsed already by the handshake: this cannot fail, but an answer beats a panic.
         let req = handler::Request::parse(head, peer)?;
-        let offered: Vec<&str> = req.protocols().collect();
+        // The offer is read only when the handler chose a subprotocol (most choose none), and
+        // then only until the choice is found: a long list costs nothing otherwise.
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             ctx.handler.on_upgrade(&req)
         }))
-        .map(|d| (d, offered.iter().map(|s| s.to_string()).collect::<Vec<_>>()))
+        .map(|d| {
+            let (chosen_offered, offered) = match &d {
+                Upgrade::Accept {
+                    protocol: Some(p), ..
+                } if req.protocols().any(|o| o == p) => (true, Vec::new()),
+                // A handler bug: what the client offered goes into the error log.
+                Upgrade::Accept {
+                    protocol: Some(_), ..
+                } => (false, req.protocols().map(str::to_string).collect()),
+                _ => (false, Vec::new()),
+            };
+            (d, chosen_offered, offered)
+        })
     };
     let (status, body) = match decision {
-        Ok((Upgrade::Accept { state, protocol }, offered)) => match protocol {
+        Ok((Upgrade::Accept { state, protocol }, chosen_offered, offered)) => match protocol {
             None => return Some((state, None)),
-            Some(p) if offered.contains(&p) => {
+            Some(p) if chosen_offered => {
                 return Some((state, Some(accepted.response_with(Some(&p)))))
             }
             Some(p) => {
@@ -694,7 +786,7 @@ async fn ask_handler<T: Transport, H: Handler>(
                 )
             }
         },
-        Ok((Upgrade::Reject { status, body }, _)) => {
+        Ok((Upgrade::Reject { status, body }, _, _)) => {
             let status = if (400..=599).contains(&status) {
                 status
             } else {
@@ -838,8 +930,9 @@ mod tests {
             Arc<AtomicBool>,
             tokio::time::Instant,
             bool,
+            accept::Pass,
         );
-        let task = |(s, p, i, c, st, d, pr): Args| handle(s, p, i, c, st, d, pr);
+        let task = |(s, p, i, c, st, d, pr, pa): Args| handle(s, p, i, c, st, d, pr, pa);
         let bytes = output_size(&task);
         let limit = if cfg!(debug_assertions) { 672 } else { 664 };
         eprintln!("connection task future: {bytes} B (limit {limit})");

@@ -190,6 +190,20 @@ pub struct LimitSettings {
     /// Peers whose PROXY protocol header or X-Forwarded-For names the client. Empty: none, and
     /// the client is always the TCP peer.
     pub trusted_proxies: Vec<Cidr>,
+
+    // Accept-time resource guards (see `crate::accept`): they protect the process's
+    // descriptors, not one address's share, so they apply to every peer.
+    /// Connections accepted that have not finished their handshake (TLS, the upgrade request)
+    /// at once; more are closed at accept (`pending_handshakes`). A silent connection holds a
+    /// descriptor until the handshake timeout: without a cap, enough of them hold all of them.
+    /// 0 (the default): a quarter of the smaller of `max_connections` and the descriptor
+    /// limit, at least 64. Exempt addresses and trusted proxies are counted, never refused.
+    pub max_pending_handshakes: usize,
+    /// Descriptors kept free below `RLIMIT_NOFILE`: a connection accepted within this many of
+    /// the limit is closed at once (`fd_reserve`), so the admin listener and the connections
+    /// finishing their handshake still get descriptors. None (the default): a sixteenth of the
+    /// limit, between 32 and 1024; 0: off.
+    pub fd_reserve: Option<usize>,
 }
 
 impl Default for LimitSettings {
@@ -202,6 +216,8 @@ impl Default for LimitSettings {
             message_rate_close: 1008,
             exempt: Vec::new(),
             trusted_proxies: Vec::new(),
+            max_pending_handshakes: 0,
+            fd_reserve: None,
         }
     }
 }
@@ -468,6 +484,25 @@ impl Limits {
         Ok(Some(Box::new(Admitted {
             _slot: self.admit(client)?,
             exempt: s.is_exempt(client),
+        })))
+    }
+
+    /// An upgrade whose connection passed the accept gate (`crate::accept`): when the gate took
+    /// the per-address limits (`counted`: the TCP peer is the client), the slot it took is the
+    /// connection's part and nothing is counted twice; otherwise (a trusted proxy's or an
+    /// exempt peer's connection) `admit_request` for the client the request names.
+    pub fn admit_after_accept(
+        self: &Arc<Self>,
+        client: IpAddr,
+        counted: bool,
+        slot: Option<Slot>,
+    ) -> Result<Option<Box<Admitted>>, Refusal> {
+        if !counted {
+            return self.admit_request(client);
+        }
+        Ok(Some(Box::new(Admitted {
+            _slot: slot,
+            exempt: false,
         })))
     }
 

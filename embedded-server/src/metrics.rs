@@ -34,9 +34,16 @@ pub enum Reject {
     ProxyHeader,
     /// A trusted proxy's X-Forwarded-For whose client hop is not an address (400).
     ForwardedFor,
+    /// Accept gate (accept.rs): too many connections still in their handshake.
+    PendingHandshakes,
+    /// Accept gate: the process is within the descriptor reserve of its limit.
+    FdReserve,
 }
 
-const REJECT_NAMES: [&str; 14] = [
+/// The reasons `ws_handshakes_rejected_total` counts (one per [`Reject`]).
+const REJECTS: usize = 16;
+
+const REJECT_NAMES: [&str; REJECTS] = [
     "bad_request",
     "version",
     "origin",
@@ -51,6 +58,8 @@ const REJECT_NAMES: [&str; 14] = [
     "proxy_untrusted",
     "proxy_header",
     "forwarded_for",
+    "pending_handshakes",
+    "fd_reserve",
 ];
 /// Close codes counted individually (1005: a close without a code); others land in "other".
 const CLOSE_CODES: [u16; 11] = [
@@ -114,7 +123,7 @@ pub struct Metrics {
     pub connections: AtomicI64,
     /// Upgrades accepted.
     pub accepted: AtomicU64,
-    rejected: [AtomicU64; 14],
+    rejected: [AtomicU64; REJECTS],
     /// Data messages received.
     pub messages_in: AtomicU64,
     /// Data messages sent (a broadcast counts once per recipient).
@@ -188,6 +197,22 @@ pub struct Metrics {
     pub inflate_rate_pauses: AtomicU64,
     /// Messages that went out uncompressed because deflate would have made them larger.
     pub deflate_skipped: AtomicU64,
+
+    // Handshakes that did not finish, and the accept loop's errors (accept.rs).
+    /// Handshakes abandoned during TLS: a failed TLS handshake, or a peer that timed out or
+    /// left before it finished.
+    pub aborted_tls: AtomicU64,
+    /// Upgrade requests that timed out, were malformed or too large, or whose peer left
+    /// before sending one whole.
+    pub aborted_http: AtomicU64,
+    /// Accept calls that failed (out of descriptors, most often); each is followed by a
+    /// short back-off instead of an immediate retry.
+    pub accept_errors: AtomicU64,
+
+    // Channel publishes (hub.rs): recipients a publish could not be queued for.
+    /// Subscribers a publish found but could not queue the message for: closed by
+    /// backpressure (over the send-queue cap), closing, or gone.
+    pub publish_dropped: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -229,6 +254,10 @@ impl Default for Metrics {
             inflate_ratio_closes: AtomicU64::new(0),
             inflate_rate_pauses: AtomicU64::new(0),
             deflate_skipped: AtomicU64::new(0),
+            aborted_tls: AtomicU64::new(0),
+            aborted_http: AtomicU64::new(0),
+            accept_errors: AtomicU64::new(0),
+            publish_dropped: AtomicU64::new(0),
         }
     }
 }
@@ -437,6 +466,19 @@ impl Metrics {
             "counter",
             self.deflate_skipped.load(Relaxed) as f64,
         );
+        // Accept gate (accept.rs) and channel publishes (hub.rs).
+        g(
+            "ws_accept_errors_total",
+            "Accept calls that failed (out of descriptors, most often), each followed by a short back-off.",
+            "counter",
+            self.accept_errors.load(Relaxed) as f64,
+        );
+        g(
+            "ws_publish_dropped_total",
+            "Channel publish recipients the message could not be queued for (closed by backpressure, closing or gone).",
+            "counter",
+            self.publish_dropped.load(Relaxed) as f64,
+        );
         if self.backplane_up.load(Relaxed) >= 0 {
             g(
                 "ws_backplane_up",
@@ -488,6 +530,15 @@ impl Metrics {
                 "ws_handler_runqueue_seconds",
                 "Time the handler's thread was runnable but waiting for a core, per offloaded \
                  message (schedstat): part of the wall time that is not blocking.",
+            );
+        }
+        // Handshakes that did not finish (accept.rs, lib.rs).
+        let _ = writeln!(o, "# HELP ws_handshakes_aborted_total Handshakes that did not finish, by stage: tls (failed or abandoned TLS handshake), http (upgrade request timed out, malformed, too large or cut off).\n# TYPE ws_handshakes_aborted_total counter");
+        for (stage, v) in [("tls", &self.aborted_tls), ("http", &self.aborted_http)] {
+            let _ = writeln!(
+                o,
+                "ws_handshakes_aborted_total{{stage=\"{stage}\"}} {}",
+                v.load(Relaxed)
             );
         }
         let _ = writeln!(o, "# HELP ws_handshakes_rejected_total Upgrades refused, by reason.\n# TYPE ws_handshakes_rejected_total counter");

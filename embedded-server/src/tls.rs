@@ -165,6 +165,10 @@ impl Transport for TlsStream {
         flush_tls(&mut self.tls.lock().unwrap(), &self.tcp)
     }
 
+    fn handshaking(&self) -> bool {
+        self.tls.lock().unwrap().is_handshaking()
+    }
+
     fn shutdown_write(&self) {
         let mut tls = self.tls.lock().unwrap();
         tls.send_close_notify();

@@ -27,6 +27,12 @@ pub trait Transport: Send + Sync + 'static {
     }
     /// Half-close: no more writes (sends FIN after what is queued).
     fn shutdown_write(&self);
+    /// Whether a handshake of the transport's own (TLS) is still under way: a connection that
+    /// fails now failed in that handshake, not in the upgrade request (the aborted-handshake
+    /// metric tells them apart).
+    fn handshaking(&self) -> bool {
+        false
+    }
     /// The socket itself, when bytes written to it go to the peer as they are (plain TCP, not
     /// TLS): other threads may then write a frame straight to the kernel instead of queueing it
     /// and waking the connection's task (see `Shared::push`).

@@ -248,6 +248,11 @@ struct WireLimits {
     message_rate_close: u16,
     exempt: Vec<String>,
     trusted_proxies: Vec<String>,
+    // The accept gate's guards; absent in files written before they existed (the defaults).
+    #[serde(default)]
+    max_pending_handshakes: usize,
+    #[serde(default)]
+    fd_reserve: Option<usize>,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -294,6 +299,8 @@ pub fn to_json(c: &ServerConfig) -> String {
             message_rate_close: l.message_rate_close,
             exempt: l.exempt.iter().map(|c| c.to_string()).collect(),
             trusted_proxies: l.trusted_proxies.iter().map(|c| c.to_string()).collect(),
+            max_pending_handshakes: l.max_pending_handshakes,
+            fd_reserve: l.fd_reserve,
         },
     };
     serde_json::to_string_pretty(&wire).expect("plain data serializes")
@@ -370,6 +377,8 @@ fn from_json(text: &str, base: ServerConfig) -> Result<ServerConfig, FromJson> {
             message_rate_close: w.limits.message_rate_close,
             exempt: cidrs(&w.limits.exempt)?,
             trusted_proxies: cidrs(&w.limits.trusted_proxies)?,
+            max_pending_handshakes: w.limits.max_pending_handshakes,
+            fd_reserve: w.limits.fd_reserve,
         },
         ..base
     })

@@ -3,8 +3,9 @@
 //! - `POST /api/publish` and `/api/batch` are handed, as they came, to one process that is up
 //!   (the lowest index): it delivers to its own subscribers and relays to the other processes
 //!   (the supervisor's relay, or Redis with `--cluster`), exactly as when a WebSocket client
-//!   publishes on it. Its answer is passed back with `"process": i` added; its `delivered`
-//!   counts that process's subscribers only. Only a process that never got the request
+//!   publishes on it. Its answer is passed back with `"process": i` added; its `queued`,
+//!   `dropped` (and `delivered`, the old name of `queued`) count that process's subscribers
+//!   only. Only a process that never got the request
 //!   (connection refused) is skipped for the next one; one that got it and does not answer
 //!   within 5 s gets a 504 saying the publish may or may not have been delivered: a blind
 //!   retry on another process would deliver it twice once the first one resumes.

@@ -215,7 +215,32 @@ pub fn serve(args: &[&str]) -> Served {
 
 /// [`serve`] with environment variables set (`Some`) or removed (`None`), e.g. `RUST_LOG`.
 pub fn serve_env(args: &[&str], env: &[(&str, Option<&str>)]) -> Served {
+    serve_command(Command::new(bin()), args, env)
+}
+
+/// [`serve`] under an open-file limit of `nofile` (soft and hard), to reach the server's
+/// descriptor limit with a few hundred connections.
+#[cfg(unix)]
+pub fn serve_nofile(nofile: u64, args: &[&str]) -> Served {
+    use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(bin());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = libc::rlimit {
+                rlim_cur: nofile as libc::rlim_t,
+                rlim_max: nofile as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    serve_command(cmd, args, &[])
+}
+
+fn serve_command(mut cmd: Command, args: &[&str], env: &[(&str, Option<&str>)]) -> Served {
     for (k, v) in env {
         match v {
             Some(v) => cmd.env(k, v),

@@ -3,13 +3,19 @@
 //!
 //! | Request | Answer |
 //! |---|---|
-//! | `POST /api/publish` `{"channel":"news","data":ANY}` | 200 `{"delivered":N}` |
-//! | `POST /api/batch` `{"messages":[{"channel":..,"data":..},..]}` (1..=1000) | 200 `{"published":M,"delivered":N}` |
+//! | `POST /api/publish` `{"channel":"news","data":ANY}` | 200 `{"queued":N,"dropped":D,"delivered":N}` |
+//! | `POST /api/batch` `{"messages":[{"channel":..,"data":..},..]}` (1..=1000) | 200 `{"published":M,"queued":N,"dropped":D,"delivered":N}` |
 //! | `GET /api/channels[?prefix=P&after=C&limit=N]` | 200 `{"channels":{"news":3,..},"subscriptions":N,"truncated":false}` (+ `"next":C` when truncated) |
 //! | `GET /api/channels/NAME` | 200 `{"channel":"NAME","subscribers":N}` |
 //!
-//! `delivered` is the number of this node's subscribers the message was queued for. A publish
-//! goes through [`Hub::publish`], the path a WebSocket publish takes, so with a cluster
+//! `queued` is the number of this node's subscribers the message was queued for (or written to
+//! the socket of, when nothing was waiting). It is not a receipt: a slow subscriber whose queue
+//! later passes its cap is closed (1008 or 1013) and loses what was still queued for it (see
+//! `ws_backpressure_closes_total`). `dropped` is the number it could not be queued for: over
+//! their cap (closed by backpressure by this very publish), already closing, or gone; the sum
+//! over every publish is `ws_publish_dropped_total`. `delivered` is the old name of `queued`,
+//! kept with the same value so existing clients keep working; read `queued`, as `delivered`
+//! may be removed in a later release. A publish goes through [`Hub::publish`], the path a WebSocket publish takes, so with a cluster
 //! backplane it is also relayed (once) to the other nodes, whose subscribers are not in `N`;
 //! the answer then carries `"backplane":"up"` (or `"down"`: delivered here only). Errors are
 //! `{"error":"..."}` (with `"field"` when one field is at fault): 400 for a body that is not
@@ -314,8 +320,10 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
                 Ok(m) => m,
                 Err(e) => return e,
             };
-            let delivered = hub.publish_delivered(channel, data);
-            with_backplane(json!({ "delivered": delivered }))
+            let p = hub.publish_report(channel, data);
+            with_backplane(
+                json!({ "queued": p.queued, "dropped": p.dropped, "delivered": p.queued }),
+            )
         }
         Endpoint::Batch => {
             let v = match parse() {
@@ -345,16 +353,23 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
                     Err(e) => return e,
                 }
             }
-            let mut delivered = 0;
+            let (mut queued, mut dropped) = (0, 0);
             for (i, (channel, data)) in checked.iter().enumerate() {
                 // A batch of 1000 fan-outs runs on an I/O thread: let its other connections
                 // run between every few, so one batch is not one long stall for them.
                 if i > 0 && i % YIELD_EVERY == 0 {
                     tokio::task::yield_now().await;
                 }
-                delivered += hub.publish_delivered(channel, data);
+                let p = hub.publish_report(channel, data);
+                queued += p.queued;
+                dropped += p.dropped;
             }
-            with_backplane(json!({ "published": checked.len(), "delivered": delivered }))
+            with_backplane(json!({
+                "published": checked.len(),
+                "queued": queued,
+                "dropped": dropped,
+                "delivered": queued,
+            }))
         }
         Endpoint::Channels => {
             let q = match ListQuery::parse(&call.query) {
@@ -444,7 +459,10 @@ mod tests {
         let (s, _) = call(Endpoint::Publish, "not json");
         assert_eq!(s, 400);
         let (s, b) = call(Endpoint::Publish, r#"{"channel":"a","data":null}"#);
-        assert_eq!((s, b.trim()), (200, r#"{"delivered":0}"#));
+        assert_eq!(
+            (s, b.trim()),
+            (200, r#"{"delivered":0,"dropped":0,"queued":0}"#)
+        );
         let (s, b) = call(
             Endpoint::Batch,
             r#"{"messages":[{"channel":"a","data":1},{"data":2}]}"#,
