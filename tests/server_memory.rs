@@ -378,6 +378,10 @@ fn idle_deflate_connections_keep_no_large_buffers_after_a_large_message() {
         "600",
         "--heartbeat-timeout",
         "1200",
+        // A 16-byte pattern repeated deflates ~1,000 times: past the default ratio limit (a
+        // bomb's shape). This test is about what a large message leaves behind, not bombs.
+        "--inflate-ratio-limit",
+        "0",
     ]);
     let pid = srv.proc.0.id();
     let big: Vec<u8> = b"0123456789abcdef".repeat((15 << 20) / 16);
