@@ -3,7 +3,9 @@
 //! - the partial frame and the reassembled message a connection's task keeps between reads,
 //! - inflate output (also under its own `inflate_budget`, which caps that store alone),
 //! - outgoing bytes waiting in a connection's queue (including one frame above the send-queue
-//!   cap, which an empty queue takes whole),
+//!   cap, which an empty queue takes whole); a broadcast frame waiting in several queues is
+//!   one allocation but is charged once per queue, so the budget over-counts fan-out to slow
+//!   consumers, and only connections that queue (whose socket is full) are ever refused,
 //! - the payload an offloaded job carries until it has run.
 //!
 //! One budget, not one cap per store: per-store caps multiply (a connection could hold a 16 MiB

@@ -221,9 +221,16 @@ fn heavy_delivery(st: &State, h: &frame::Header, cfg: &crate::config::ServerConf
         ),
         _ => return 0,
     };
-    if !compressed {
-        return size;
+    if compressed {
+        could_inflate_to(size, cfg)
+    } else {
+        size
     }
+}
+
+/// The most a compressed message of `size` bytes can inflate to here: the ratio limit (or
+/// deflate's own ~1,032) times its size, within the message cap.
+fn could_inflate_to(size: usize, cfg: &crate::config::ServerConfig) -> usize {
     let ratio = match cfg.inflate_ratio_limit {
         0 => 1032,
         r => (r as usize).min(1032),
@@ -403,12 +410,7 @@ fn deliver_compressed_heavy<T: Transport, H: Handler>(
     op: OpCode,
     data: &[u8],
 ) -> Result<(), Stop> {
-    let cfg = &ctx.hub.config;
-    let ratio = match cfg.inflate_ratio_limit {
-        0 => 1032,
-        r => (r as usize).min(1032),
-    };
-    let could_be = data.len().saturating_mul(ratio).min(cfg.max_message_bytes);
+    let could_be = could_inflate_to(data.len(), &ctx.hub.config);
     crate::heavy::run(could_be, || deliver_compressed(io, conn, ctx, st, op, data))
 }
 
