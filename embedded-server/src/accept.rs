@@ -100,7 +100,7 @@ pub fn fd_limit() -> Option<u64> {
 }
 
 /// The cap on pending handshakes for `max_connections` under a descriptor limit of `fds`,
-/// when none is configured: a quarter of the smaller, at least [`MIN_PENDING`]. A quarter
+/// when none is configured: a quarter of the smaller, at least 64. A quarter
 /// leaves three quarters of the descriptors to connections that finished their handshake,
 /// while a reconnect storm of a quarter of the server's clients still connects at once.
 pub fn derived_max_pending(max_connections: usize, fds: Option<u64>) -> usize {
