@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Broadcast 100 B to 100,000 subscribers with the multi-process server (issue 16's row): one
+# Broadcast 100 B to 100,000 subscribers with the multi-process server (a row of the goals): one
 # `serve --app broadcast --processes 7` (SO_REUSEPORT on one port; 7 processes because the
 # per-process fd limit here is 20,000: each holds its share + 10 % + 64 files), pinned to core 0,
 # and one `selftest --scenario broadcast` on core 1 (it starts as many generator processes as

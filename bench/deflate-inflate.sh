@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 16 item 5, session 8: the server's no-context round trip (compress_fresh + inflate_fresh,
-# ISA-L inflating since session 8) beside ISA-L's own and beside the server before (zlib-rs
+# The server's no-context round trip (compress_fresh + inflate_fresh,
+# ISA-L inflating) beside ISA-L's own and beside the server before (zlib-rs
 # inflating), one run, at several message sizes. Per size: bench/deflate_libs.py writes 64
 # ticker messages, then bench/deflate-libs (thread CPU time per message, median of RUNS passes)
 # runs twice, pinned to one core at real-time priority so the shared VM's builds do not take it.
@@ -17,7 +17,7 @@ for size in $SIZES; do
   python3 bench/deflate_libs.py write "$MSGS" "$size" 64
   for pass in 1 2; do
     # Only the fresh-mode rows that compare the inflate halves (the takeover rows are
-    # session 7's and unchanged).
+    # those of BENCHMARKS.md's "Deflate beside ISA-L and libdeflate", unchanged).
     timeout 120 taskset -c 1 chrt -r 1 "$BIN" "$MSGS" "$size" "$RUNS" 2>/dev/null \
       | grep '"mode":"fresh"' | grep -E 'level 1"|276 KiB|wstune|libdeflate' \
       | sed "s/^/{\"size\":$size,\"pass\":$pass,\"row\":/; s/\$/}/"

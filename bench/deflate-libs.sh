@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16 item 5: permessage-deflate's libraries on the same bytes on this machine. Writes 64
+# Permessage-deflate's libraries on the same bytes on this machine. Writes 64
 # deterministic 64 KiB JSON ticker messages (bench/deflate_libs.py), then times compress and
 # inflate per message (thread CPU time, median of RUNS passes over the 64) for zlib-rs (the
 # server's codec), ISA-L and libdeflate in Rust (bench/deflate-libs) and C zlib, zlib-ng,

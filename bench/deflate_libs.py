@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 16 item 5: one 64 KiB JSON ticker stream, the same bytes for every library.
+"""One 64 KiB JSON ticker stream, the same bytes for every library.
 
 `deflate_libs.py write FILE SIZE COUNT` writes COUNT deterministic messages of SIZE bytes back
 to back (the Rust side, bench/deflate-libs, reads that file); `deflate_libs.py run FILE SIZE

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Echo efficiency beside the three peers (issue 16's "echo, 100 connections, 1 in flight" and
+# Echo efficiency beside the three peers (the goals' "echo, 100 connections, 1 in flight" and
 # "syscalls per echo" rows): `selftest --scenario echo-sat` at CONNS connections x INFLIGHT
 # messages in flight, the server pinned to core 0, the generator to core 1, both at real-time
 # priority (PRIO, default `chrt -r 1`, so the other tenants' builds do not take the pinned

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Open-loop echo tail with the server pinned (issue 16): `serve` on core 0, the self-test's
+# Open-loop echo tail with the server pinned: `serve` on core 0, the self-test's
 # generator on core 1, configurations alternated run by run. Each configuration is
 # NAME=BINARY[@ENV=VALUE...] (the env goes to the server only, e.g. a jemalloc option; a
 # binary named tt-echo* is the tokio-tungstenite peer, started as `tt-echo PORT`):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fan-out cost beside its floor (issue 16): server CPU per broadcast delivery, measured over the
+# Fan-out cost beside its floor: server CPU per broadcast delivery, measured over the
 # rounds only (connects excluded: `selftest --pid` samples the server's utime+stime at the
 # window's edges), server pinned to core 0 and generator to core 1, binaries alternated run by
 # run, and in each run the floor: bench/write-floor.c's one 100-byte send() per socket to the

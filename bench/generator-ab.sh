@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The self-test generator's own cost (issue 16 item 4): two generator binaries, A and B,
+# The self-test generator's own cost: two generator binaries, A and B,
 # alternated run by run against the SAME server binary, server pinned to core 0 and the
 # generator to core 1, both at real-time priority 1 (bounded runs), so the server's figures
 # stay put and only the generator's move:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16 item 6: the bytes of one idle connection (no deflate), allocation by allocation.
+# The bytes of one idle connection (no deflate), allocation by allocation.
 # Runs embedded-server/tests/idle_bytes.rs (release, the server in-process on jemalloc under a
 # counting allocator; 10,000 idle clients in a Python process: bench/idle_clients.py) and
 # prints the table for BENCHMARKS.md: live allocations per connection by requested size, the

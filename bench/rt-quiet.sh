@@ -1,6 +1,6 @@
 # Sourced by the pinned benchmarks (echo-tail.sh, echo-peers.sh, fanout-cpu.sh,
 # broadcast-100k.sh): `rt_quiet` waits until no other user process runs at real-time priority.
-# On a shared host several engineers pin their servers to core 0 at `chrt -r 1`; two such runs at
+# On a shared host several users may pin their servers to core 0 at `chrt -r 1`; two such runs at
 # once share the core round-robin in 100 ms slices and each measures the other's stalls. Bounded:
 # RT_WAIT seconds (default 600), then it goes on and says so. Kernel threads (children of
 # kthreadd, pid 2) are not counted. RT_WAIT=0 skips the wait.

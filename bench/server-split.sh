@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two server binaries side by side in one run, alternated (noise on a shared host hits both):
 #   bench/server-split.sh OLD_WSTUNE NEW_WSTUNE [CONNS=10000] [RUNS=3]
-# Made for issue 14 ("no regression from the server split"); reusable for any server change.
+# Made to show no regression from the server split; reusable for any server change.
 # Per run and binary, with one generator for both (GEN, default this checkout's release
 # wstune) measuring the server process by --pid:
 #   idle       CONNS idle connections: server RSS per connection (bytes)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# io_uring beside epoll (issue 16 item 3): the same WebSocket server code (bench/uring) with an
+# io_uring beside epoll: the same WebSocket server code (bench/uring) with an
 # epoll and an io_uring I/O loop, beside wstune (1 I/O thread) and tokio-tungstenite, all driven by
 # the self-test's generator. Server on core 0, generator on core 1, both at $PRIO (real-time
 # priority by default, so the other tenants' builds do not take the pinned cores); servers

@@ -1,5 +1,5 @@
-//! Issue 16 (fan-out and tail): the self-test reports latency from the actual send beside the
-//! scheduled one, and the generator's headroom, so neither a generator running behind nor a
+//! Fan-out and tail (BENCHMARKS.md, "Fan-out and tail"): the self-test reports latency from
+//! the actual send beside the scheduled one, and the generator's headroom, so neither a generator running behind nor a
 //! stalled server can pass for the other. The real binary, real sockets on 127.0.0.1.
 
 mod common;

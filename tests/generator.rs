@@ -1,4 +1,4 @@
-//! The self-test's load generator (issue 16 item 4) against a fake server written here from raw
+//! The self-test's load generator against a fake server written here from raw
 //! sockets, so every frame the generator sends is seen with its arrival time and its stamp:
 //! the open loop keeps its schedule while the server answers nothing, and a server that stops
 //! reading (its socket full) is charged every message that fell due, not hidden by a generator

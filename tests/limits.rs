@@ -1,4 +1,4 @@
-//! Abuse limits of `wstune serve` (issue 15 item 5): the real binary on 127.0.0.1, clients
+//! Abuse limits of `wstune serve`: the real binary on 127.0.0.1, clients
 //! from other loopback source addresses (127.0.0.2, .3, ...: Linux routes all of 127/8 to lo),
 //! raw sockets so every status line and close code is seen as sent.
 

@@ -28,8 +28,8 @@ fn noise(n: usize, mut x: u64) -> Vec<u8> {
 
 // --- ending a connection ------------------------------------------------------------------------
 
-/// Issue #12 item 22: a client that keeps sending after a protocol error used to get a reset
-/// that discarded the echo before the error and the 1002 close. Every byte the server wrote
+/// Audit defect 22 (RELIABILITY.md, "The outside audit of the tool as a whole"): a client
+/// that keeps sending after a protocol error used to get a reset that discarded the echo before the error and the 1002 close. Every byte the server wrote
 /// must arrive, then a clean end of stream.
 #[test]
 fn replies_and_the_close_survive_a_client_that_keeps_sending_after_an_error() {
@@ -68,7 +68,7 @@ fn replies_and_the_close_survive_a_client_that_keeps_sending_after_an_error() {
     }
 }
 
-/// Issue #12 item 17: once the connection is failed (here: the client's own close is invalid)
+/// Audit defect 17: once the connection is failed (here: the client's own close is invalid)
 /// the server drops TCP at once (RFC 6455 7.1.7), it does not wait 2 s for another close.
 #[test]
 fn a_failed_connection_is_dropped_at_once() {
@@ -117,7 +117,7 @@ fn a_failed_connection_is_dropped_at_once() {
     srv.wait_metric("ws_connections", Duration::from_millis(1800), |n| n == 0.0);
 }
 
-/// Issue #12 item 17: a consumer that stops reading is closed for backpressure, but when the
+/// Audit defect 17: a consumer that stops reading is closed for backpressure, but when the
 /// close frame never fits into its socket it is not counted in ws_closes_sent_total.
 #[test]
 fn a_close_frame_that_was_never_written_is_not_counted_as_sent() {
@@ -158,7 +158,7 @@ fn a_close_frame_that_was_never_written_is_not_counted_as_sent() {
 
 // --- UTF-8 ---------------------------------------------------------------------------------------
 
-/// Issue #12 item 19 (Autobahn 6.4.3/6.4.4): invalid UTF-8 inside one text frame fails with 1007
+/// Audit defect 19 (Autobahn 6.4.3/6.4.4): invalid UTF-8 inside one text frame fails with 1007
 /// as soon as its bytes arrive, not when the frame is complete.
 #[test]
 fn invalid_utf8_fails_before_the_text_frame_is_complete() {
@@ -206,7 +206,7 @@ fn upgrade_with(extra: &str) -> String {
     UPGRADE.replace("\r\n\r\n", &format!("\r\n{extra}\r\n"))
 }
 
-/// Issue #12 item 18: the request header may be 8 KiB (8192 bytes with its blank line), not a
+/// Audit defect 18: the request header may be 8 KiB (8192 bytes with its blank line), not a
 /// byte more; larger gets 431 (it used to pass up to ~10 KiB).
 #[test]
 fn the_request_header_limit_is_8_kib_exactly() {
@@ -239,7 +239,7 @@ fn the_request_header_limit_is_8_kib_exactly() {
     );
 }
 
-/// Issue #12 items 18 and 23: no Host, or a single-valued field given twice, is a 400 (RFC 7230
+/// Audit defects 18 and 23: no Host, or a single-valued field given twice, is a 400 (RFC 7230
 /// 5.4, RFC 6455 4.1/11.3.1); list fields may repeat.
 #[test]
 fn missing_host_and_repeated_single_fields_get_400() {

@@ -229,7 +229,7 @@ fn the_table_header_names_each_windows_host() {
     }
 }
 
-/// The acceptance line: 100k connections through one proxy address do not fit in
+/// The case the check exists for: 100k connections through one proxy address do not fit in
 /// Windows' default 16,384 dynamic ports, and the check says how many addresses they need.
 #[test]
 fn default_windows_host_fails_the_dynamic_port_count_for_100k_through_one_proxy_address() {

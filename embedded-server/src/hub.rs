@@ -110,8 +110,8 @@ struct Mine {
 
 /// A registry entry: a connection's `Shared`, found by the id it holds. A slot of the table is
 /// then one pointer, not an id beside it: 9 bytes a slot with the control byte instead of 17,
-/// about 13 bytes less per connection at the table's usual load (BENCHMARKS.md, "Issue 16:
-/// idle bytes per connection").
+/// about 13 bytes less per connection at the table's usual load (BENCHMARKS.md, "Idle
+/// bytes per connection").
 struct Entry(Arc<Shared>);
 
 impl std::ops::Deref for Entry {
@@ -170,7 +170,7 @@ pub struct Hub {
 /// A monotonic clock for `Hub::now`. On Linux the coarse clock (`CLOCK_MONOTONIC_COARSE`, the
 /// kernel's last tick: a few ms of resolution, which whole seconds do not need) is a plain vDSO
 /// read, without the TSC read and conversion of `Instant::now` (~0.5 % of the server's CPU on an
-/// echo, BENCHMARKS.md "Issue 16: the echo path's user space").
+/// echo, BENCHMARKS.md "The echo path's user space").
 #[cfg(target_os = "linux")]
 fn mono() -> Duration {
     let mut ts = libc::timespec {

@@ -495,7 +495,7 @@ fn spawn_task<F: Future<Output = ()> + Send + 'static>(task: F, span: tracing::S
 ///
 /// Not an `async fn`: rustc keeps an async fn's arguments in its future beside the locals they
 /// are moved into, for the future's whole life, so every connection would carry the accepted
-/// socket, its peer, deadline and handles twice or three times (BENCHMARKS.md, "Issue 16: idle
+/// socket, its peer, deadline and handles twice or three times (BENCHMARKS.md, "Idle
 /// bytes per connection"). The arguments go straight into the upgrade's future, which is
 /// boxed (its state, a 2 KiB read chunk among it, lives only until the 101 is written), and
 /// what the upgrade hands back is moved whole into the connection's own future
@@ -910,9 +910,9 @@ mod tests {
     /// A size guard, not a timing test. Every idle connection is one tokio task: its header,
     /// scheduler handle and trailer (104 bytes) and this future, 128-byte aligned, in one
     /// allocation that jemalloc rounds up to its next size class (..., 768, 896, 1,024,
-    /// 1,280, 1,536). The future was 1,264 bytes (the 1,536 class) before issue 16's session 8
+    /// 1,280, 1,536). The future was 1,264 bytes (the 1,536 class) before the idle-memory work
     /// took the duplicated arguments, the rare state and the idle-time sub-futures out of it
-    /// (BENCHMARKS.md, "Issue 16: idle bytes per connection"); in a release build it is now
+    /// (BENCHMARKS.md, "Idle bytes per connection"); in a release build it is now
     /// 648, the 768 class, which holds futures up to 664. A field or a select! branch added to
     /// the connection's loop lands here: past the limit, every idle connection costs 128 bytes
     /// more. Box what only a rare state needs (see `conn::Maybe`, `conn::Rare`) or raise the

@@ -117,7 +117,7 @@ pub(crate) const BUDGET_CLOSE: u16 = 1013;
 
 /// The queue, only while frames wait in it: allocated when the first frame is queued and
 /// freed when the last one is written, so an idle connection (and one that was busy once)
-/// holds 8 bytes here, not a 48-byte header and a ring buffer (BENCHMARKS.md, "Issue 16: idle
+/// holds 8 bytes here, not a 48-byte header and a ring buffer (BENCHMARKS.md, "Idle
 /// bytes per connection"). Only reachable through the lock (`Shared::lock`). Invariant: `Some`
 /// holds at least one frame.
 type Out = Option<Box<Queue>>;
@@ -689,7 +689,7 @@ mod tests {
     }
 
     /// jemalloc's size classes step by 16 up to 128, then by 32: `Arc<Shared>` (its two counts
-    /// and `Shared`) now fits the 128 class, down from 160 (BENCHMARKS.md, "Issue 16: idle
+    /// and `Shared`) now fits the 128 class, down from 160 (BENCHMARKS.md, "Idle
     /// bytes per connection"). One of these per connection; a field added here that pushes it
     /// past 112 bytes costs 32 bytes per connection: keep such fields behind the queue's box or
     /// in the connection's task.

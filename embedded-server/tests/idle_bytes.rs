@@ -1,4 +1,4 @@
-//! Issue 16 item 6: every byte an idle connection costs, by allocation. Run by
+//! Every byte an idle connection costs, by allocation. Run by
 //! bench/idle-bytes.sh (release, `--ignored`); not part of the ordinary test run (10,000
 //! connections need a client process and ~20,000 file descriptors).
 //!
@@ -293,9 +293,9 @@ fn idle_connection_bytes() {
             per(*b, *a)
         );
     }
-    // The budget this measurement guards (BENCHMARKS.md, "Issue 16: idle bytes per
+    // The budget this measurement guards (BENCHMARKS.md, "Idle bytes per
     // connection"): 2,044 B before the rare select! branches were boxed, 1,804 B after;
-    // 2,073 B before session 8's cuts (task cell 1,536 -> 768, Shared 160 -> 128, registry
+    // 2,073 B before "The cheap bytes taken" (task cell 1,536 -> 768, Shared 160 -> 128, registry
     // slots 17 -> 9 B), 1,260 B after. Over 1,400, a size class was lost somewhere.
     let heap = per(before.usable, after.usable);
     let ok = heap < 1_400.0;

@@ -273,9 +273,9 @@ impl Codec for Isal {
     }
 }
 
-/// What the server does since issue 16 for a message sent without context: igzip compresses
-/// (embedded-server/src/deflate/igzip.rs: level 1, default level buffer, reset per message)
-/// and zlib-rs inflates (deflate.rs's `Decompressor`).
+/// What the server did for a message sent without context before igzip inflated too: igzip
+/// compresses (embedded-server/src/deflate/igzip.rs: level 1, default level buffer, reset per
+/// message) and zlib-rs inflates (deflate.rs's `Decompressor`).
 struct Wired {
     c: Isal,
     d: ZlibRs,
@@ -294,7 +294,8 @@ impl Codec for Wired {
 /// The server's own code for a message without context (embedded-server/src/deflate.rs, built
 /// with its `isal` feature): `compress_fresh` at level 1 and `inflate_fresh` under a 16 MiB cap
 /// with a budget that always agrees, the calls `conn/compression.rs` makes. `zlib_inflate`
-/// forces the inflate half through zlib-rs (the server before session 8) for an A/B in one run.
+/// forces the inflate half through zlib-rs (the server before igzip inflated) for an A/B in
+/// one run.
 struct Server {
     zlib_inflate: bool,
 }

@@ -3,7 +3,7 @@
 //! them on another core), with rounds alternating between a send() loop and io_uring Send
 //! SQEs (4096 per submit, the SQ's size) in the same run, on the same sockets.
 //! READER=uring drains with multishot receives and a provided buffer ring instead of epoll +
-//! read(): the receive side's floor, the generator's share of fan-out (issue 16 item 4).
+//! read(): the receive side's floor, the generator's share of fan-out.
 
 use crate::{check, cpu_secs, nodelay, usage};
 use io_uring::{cqueue, opcode, types, IoUring};

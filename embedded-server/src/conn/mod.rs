@@ -80,7 +80,7 @@ struct State {
     delivered: bool,
     /// What only a closing or parked connection needs (`State::rare`): allocated the first time
     /// one of its fields is set, so an open connection's task does not carry its ~60 bytes for
-    /// its whole life (BENCHMARKS.md, "Issue 16: idle bytes per connection").
+    /// its whole life (BENCHMARKS.md, "Idle bytes per connection").
     rare: Option<Box<Rare>>,
 }
 
@@ -176,7 +176,7 @@ impl State {
 /// Not an `async fn`: its future would keep the arguments (the `Upgraded` whole: socket,
 /// handles, the first bytes' `Vec`, the negotiated deflate) beside the copies moved out of
 /// them, for the connection's whole life. Here they are taken apart first, and the future
-/// captures each thing it keeps exactly once (BENCHMARKS.md, "Issue 16: idle bytes per
+/// captures each thing it keeps exactly once (BENCHMARKS.md, "Idle bytes per
 /// connection").
 pub(crate) fn serve<T: Transport, H: Handler>(
     up: crate::Upgraded<T, H>,
@@ -378,7 +378,7 @@ async fn run<T: Transport, H: Handler>(
         // Write readiness and the close deadline matter only while a write is pending or a
         // close is under way, never on an idle connection: boxed then (an allocation per turn
         // of that rare state), so their 152 + 112 bytes are not in every connection's task
-        // for its whole life (BENCHMARKS.md, "Issue 16: idle bytes per connection").
+        // for its whole life (BENCHMARKS.md, "Idle bytes per connection").
         let writable = Maybe(pending.then(|| Box::pin(io.writable())));
         let closing = Maybe(closing.map(|d| Box::pin(tokio::time::sleep_until(d))));
         // The same for the parked connection's half-second tick: built (with a clock read)

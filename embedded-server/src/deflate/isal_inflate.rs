@@ -1,7 +1,7 @@
 //! ISA-L's igzip as the inflater for messages a peer compressed without context
 //! (client_no_context_takeover: `inflate_fresh`, one reset state per I/O thread, nothing per
 //! connection). On the 64 KiB JSON ticker feed it inflates in about two thirds of zlib-rs's CPU
-//! (BENCHMARKS.md, "Issue 16: deflate beside ISA-L and libdeflate", session 8).
+//! (BENCHMARKS.md, "ISA-L inflates the no-context messages").
 //!
 //! Why a growing output buffer is safe here (checked in ISA-L 2.31's igzip/igzip_inflate.c,
 //! `isal_inflate`): igzip never reads output from before the `next_out` it was called with.
@@ -30,8 +30,8 @@ use isal_sys::igzip_lib as isal;
 use std::mem::MaybeUninit;
 
 /// Compressed messages shorter than this go to zlib-rs: igzip builds larger decoding tables
-/// per block (multi-symbol lookup), which small messages do not repay (bench/deflate-libs.sh,
-/// session 8: the crossover near 8 KiB of JSON, about 2-3 KiB compressed).
+/// per block (multi-symbol lookup), which small messages do not repay (bench/deflate-libs.sh:
+/// the crossover near 8 KiB of JSON, about 2-3 KiB compressed).
 pub(super) const MIN_INPUT: usize = 2 << 10;
 
 /// One reset-per-message igzip inflate state (raw deflate, 32 KiB window).
