@@ -220,6 +220,11 @@ fn past_one_process_fd_limit_the_server_runs_as_several_processes_at_full_count(
     // The server's memory is the whole tree's: the supervisor and three processes.
     let rss = r["memory"]["server_rss_bytes"].as_u64().unwrap();
     assert!(rss > 12 << 20, "{rss}");
+    // The budget comes from the supervisors' summed /metrics: the echo and broadcast
+    // servers' three processes each, the budget split between them.
+    let mb = &r["memory_budget"];
+    assert!(mb["limit_bytes"].as_u64().unwrap() >= 6 * (64 << 20), "{mb:#}");
+    assert!(mb["peak_bytes"].as_u64().unwrap() > 0, "the broadcasts were queued: {mb:#}");
     // The host is the tuned tree: the load at the full count decides, and it passed.
     let v = &r["verdict"];
     assert_eq!(

@@ -6,7 +6,9 @@
 //!   cap, which an empty queue takes whole); a broadcast frame waiting in several queues is
 //!   one allocation but is charged once per queue, so the budget over-counts fan-out to slow
 //!   consumers, and only connections that queue (whose socket is full) are ever refused,
-//! - the payload an offloaded job carries until it has run.
+//! - the payload an offloaded job carries until it has run,
+//! - channel subscriptions (their names and table entries; a subscribe the budget has no room
+//!   for is refused with an error op rather than a close).
 //!
 //! One budget, not one cap per store: per-store caps multiply (a connection could hold a 16 MiB
 //! reassembly, a 4 MiB partial frame and a 17 MiB echo at once, and 300 connections 11 GB),
@@ -35,9 +37,18 @@ pub enum Store {
     Queue,
     /// Payloads of offloaded jobs waiting for or running on the pool.
     Offload,
+    /// Channel subscriptions: their names and table entries. A refused charge refuses the
+    /// subscribe (an error op); the connection stays open.
+    Subscriptions,
 }
 
-const STORES: [Store; 4] = [Store::Input, Store::Inflate, Store::Queue, Store::Offload];
+const STORES: [Store; 5] = [
+    Store::Input,
+    Store::Inflate,
+    Store::Queue,
+    Store::Offload,
+    Store::Subscriptions,
+];
 
 impl Store {
     fn index(self) -> usize {
@@ -51,6 +62,7 @@ impl Store {
             Store::Inflate => "inflate",
             Store::Queue => "queue",
             Store::Offload => "offload",
+            Store::Subscriptions => "subscriptions",
         }
     }
 }
@@ -61,10 +73,10 @@ pub struct Budget {
     /// Bytes allowed in all (`usize::MAX`: unbounded, until the server sets it).
     limit: AtomicUsize,
     used: AtomicUsize,
-    by_store: [AtomicUsize; 4],
+    by_store: [AtomicUsize; 5],
     peak: AtomicUsize,
-    /// Charges refused, per store (each closed a connection).
-    refused: [AtomicU64; 4],
+    /// Charges refused, per store (each closed a connection, or refused a subscribe).
+    refused: [AtomicU64; 5],
     /// Connections closed for passing their own share.
     share_closes: AtomicU64,
 }

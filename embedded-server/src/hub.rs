@@ -19,10 +19,11 @@
 
 use crate::config::ServerConfig;
 use crate::frame::{self, OpCode};
+use crate::budget::Store;
 use crate::metrics::Metrics;
 use crate::outbox::Shared;
 use bytes::Bytes;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -84,6 +85,10 @@ pub enum Subscribed {
     /// Not added: the names of the connection's subscriptions would pass its byte budget
     /// ([`MAX_SUBSCRIPTION_BYTES`](crate::channels::MAX_SUBSCRIPTION_BYTES)).
     NamesFull,
+    /// Not added: the server's memory budget has no room for another subscription
+    /// ([`Hub::subscribe_within`] only; an application's own subscribes are charged without
+    /// a check).
+    OverBudget,
     /// Not added: the connection has ended.
     Ended,
 }
@@ -95,10 +100,45 @@ pub type RelayFn = Box<dyn Fn(Relay<'_>) + Send + Sync>;
 /// connection is in (so that its close leaves them without the connection keeping a list: a
 /// connection that never subscribes costs nothing here). A name is stored once (`Arc<str>`,
 /// shared by both maps and every subscriber's list).
+///
+/// `names` orders the channels for presence pages, so that a page costs its own length under
+/// the lock and not a scan of every channel; it changes only when a channel gains its first
+/// subscriber or loses its last, never on a publish.
 #[derive(Default)]
 struct Channels {
     subs: HashMap<Arc<str>, HashMap<u64, Arc<Shared>>>,
     by_conn: HashMap<u64, Mine>,
+    names: BTreeSet<Arc<str>>,
+    /// Subscriptions in all (every channel's members).
+    total: usize,
+}
+
+/// What one subscription is charged to the memory budget besides its name's bytes: its entry
+/// in the channel's member table and in the connection's list (a pointer each, with the
+/// tables' slack), rounded up.
+const SUBSCRIPTION_ENTRY_BYTES: usize = 64;
+
+/// The budget charge of subscriptions whose names total `name_bytes`.
+fn subscription_cost(count: usize, name_bytes: usize) -> usize {
+    count * SUBSCRIPTION_ENTRY_BYTES + name_bytes
+}
+
+impl Channels {
+    /// Take `id` out of `channel`'s members; the channel goes when it was the last.
+    fn leave(&mut self, channel: &str, id: u64) -> bool {
+        let Some(members) = self.subs.get_mut(channel) else {
+            return false;
+        };
+        let was = members.remove(&id).is_some();
+        if was {
+            self.total -= 1;
+        }
+        if members.is_empty() {
+            self.subs.remove(channel);
+            self.names.remove(channel);
+        }
+        was
+    }
 }
 
 /// One connection's subscriptions, and the bytes of their names (its budget).
@@ -314,14 +354,13 @@ impl Hub {
         let _ = self.take_app_close(s.id, 0);
         if s.subscribed() {
             let mut map = self.channels.lock().unwrap();
-            let Channels { subs, by_conn } = &mut *map;
-            for c in by_conn.remove(&s.id).unwrap_or_default().names {
-                if let Some(members) = subs.get_mut(&c) {
-                    members.remove(&s.id);
-                    if members.is_empty() {
-                        subs.remove(&c);
-                    }
-                }
+            let mine = map.by_conn.remove(&s.id).unwrap_or_default();
+            self.metrics.memory.release(
+                Store::Subscriptions,
+                subscription_cost(mine.names.len(), mine.bytes),
+            );
+            for c in mine.names {
+                map.leave(&c, s.id);
             }
         }
     }
@@ -337,17 +376,33 @@ impl Hub {
     /// under the same lock as the insert, so concurrent subscribes cannot pass the cap). No
     /// budget on the names' bytes: see [`Hub::subscribe_within`].
     pub fn subscribe_capped(&self, conn: &Arc<Shared>, channel: &str, cap: usize) -> Subscribed {
-        self.subscribe_within(conn, channel, cap, usize::MAX)
+        self.join(conn, channel, cap, usize::MAX, false)
     }
 
     /// [`Hub::subscribe_capped`], also refusing ([`Subscribed::NamesFull`]) a subscription
-    /// that would bring the bytes of the connection's channel names past `max_bytes`.
+    /// that would bring the bytes of the connection's channel names past `max_bytes`, and
+    /// ([`Subscribed::OverBudget`]) one the server's memory budget has no room for: what the
+    /// channels protocol uses for a client's subscribes.
     pub fn subscribe_within(
         &self,
         conn: &Arc<Shared>,
         channel: &str,
         cap: usize,
         max_bytes: usize,
+    ) -> Subscribed {
+        self.join(conn, channel, cap, max_bytes, true)
+    }
+
+    /// Every subscribe comes here. Each subscription is charged to the memory budget
+    /// (`Store::Subscriptions`): checked when a client asks (`checked`), unchecked when the
+    /// application does.
+    fn join(
+        &self,
+        conn: &Arc<Shared>,
+        channel: &str,
+        cap: usize,
+        max_bytes: usize,
+        checked: bool,
     ) -> Subscribed {
         let mut map = self.channels.lock().unwrap();
         // Checked under the lock `unregister` takes after marking the end: no subscription
@@ -366,16 +421,34 @@ impl Hub {
         if bytes.saturating_add(channel.len()) > max_bytes {
             return Subscribed::NamesFull;
         }
+        let cost = subscription_cost(1, channel.len());
+        if checked {
+            if !self.metrics.memory.try_charge(Store::Subscriptions, cost, 0) {
+                return Subscribed::OverBudget;
+            }
+        } else {
+            self.metrics.memory.charge(Store::Subscriptions, cost);
+        }
         conn.set_subscribed();
-        let Channels { subs, by_conn } = &mut *map;
+        let Channels {
+            subs,
+            by_conn,
+            names,
+            total,
+        } = &mut *map;
         // The channel's own key when it has subscribers already: one allocation per name.
         let name = match subs.get_key_value(channel) {
             Some((k, _)) => k.clone(),
-            None => Arc::from(channel),
+            None => {
+                let name: Arc<str> = Arc::from(channel);
+                names.insert(name.clone());
+                name
+            }
         };
         subs.entry(name.clone())
             .or_default()
             .insert(conn.id, conn.clone());
+        *total += 1;
         let mine = by_conn.entry(conn.id).or_default();
         mine.bytes += name.len();
         mine.names.push(name);
@@ -385,24 +458,17 @@ impl Hub {
     /// Remove `conn` from `channel`; returns whether it was subscribed.
     pub fn unsubscribe(&self, conn: &Shared, channel: &str) -> bool {
         let mut map = self.channels.lock().unwrap();
-        let Channels { subs, by_conn } = &mut *map;
-        let was = match subs.get_mut(channel) {
-            Some(members) => {
-                let was = members.remove(&conn.id).is_some();
-                if members.is_empty() {
-                    subs.remove(channel);
-                }
-                was
-            }
-            None => false,
-        };
-        if let Some(mine) = by_conn.get_mut(&conn.id) {
+        let was = map.leave(channel, conn.id);
+        if let Some(mine) = map.by_conn.get_mut(&conn.id) {
             if let Some(i) = mine.names.iter().position(|c| &**c == channel) {
                 mine.bytes -= channel.len();
                 mine.names.swap_remove(i);
+                self.metrics
+                    .memory
+                    .release(Store::Subscriptions, subscription_cost(1, channel.len()));
             }
             if mine.names.is_empty() {
-                by_conn.remove(&conn.id);
+                map.by_conn.remove(&conn.id);
             }
         }
         was
@@ -415,32 +481,28 @@ impl Hub {
     }
 
     /// One page of presence: the channels whose names start with `prefix`, after `after`, in
-    /// byte order, at most `limit`. Under the channels lock only the matching names' handles
-    /// (a reference count each, no copy of the bytes) and their counts are taken; the sort
-    /// and the page happen after it is released, so a listing of many channels does not hold
-    /// up subscribes and publishes while it copies names.
+    /// byte order, at most `limit`. The ordered index of names is walked from the page's first
+    /// name, so the lock is held for the page's length (a reference count and a count per
+    /// channel), not for a scan of every channel the node has.
     pub fn channel_page(&self, prefix: &str, after: Option<&str>, limit: usize) -> ChannelPage {
-        let (mut counts, subscriptions) = {
-            let map = self.channels.lock().unwrap();
-            let mut total = 0;
-            let counts: Vec<(Arc<str>, usize)> = map
-                .subs
-                .iter()
-                .inspect(|(_, m)| total += m.len())
-                .filter(|(c, _)| c.starts_with(prefix) && after.is_none_or(|a| &***c > a))
-                .map(|(c, m)| (c.clone(), m.len()))
-                .collect();
-            (counts, total)
+        use std::ops::Bound;
+        let map = self.channels.lock().unwrap();
+        let start = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a),
+            _ => Bound::Included(prefix),
         };
+        let mut counts: Vec<(Arc<str>, usize)> = map
+            .names
+            .range::<str, _>((start, Bound::Unbounded))
+            .take_while(|c| c.starts_with(prefix))
+            .take(limit.saturating_add(1))
+            .map(|c| (c.clone(), map.subs.get(c).map_or(0, HashMap::len)))
+            .collect();
         let truncated = counts.len() > limit;
-        if truncated {
-            counts.select_nth_unstable_by(limit, |a, b| a.0.cmp(&b.0));
-            counts.truncate(limit);
-        }
-        counts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        counts.truncate(limit);
         ChannelPage {
             counts,
-            subscriptions,
+            subscriptions: map.total,
             truncated,
         }
     }
@@ -633,6 +695,13 @@ impl Hub {
                              total {budget} bytes; unsubscribe first (or use shorter names)"
                         ));
                     }
+                    Subscribed::OverBudget => {
+                        return denied(
+                            "server busy: its memory budget has no room for another \
+                             subscription; try again later"
+                                .to_string(),
+                        );
+                    }
                     _ => {}
                 }
                 Some(serde_json::json!({"op": "subscribed", "channel": channel}).to_string())
@@ -822,6 +891,65 @@ mod tests {
             let n = mine.names.iter().find(|n| &***n == "abc").unwrap();
             assert!(Arc::ptr_eq(n, key));
         }
-        assert_eq!(Arc::strong_count(key), 3);
+        // The member table's key, the presence index and the two connections' lists.
+        assert_eq!(Arc::strong_count(key), 4);
+    }
+
+    #[test]
+    fn subscriptions_are_charged_to_the_budget_and_a_full_budget_refuses_a_clients() {
+        let metrics = Arc::new(Metrics::default());
+        let hub = Hub::new(ServerConfig::default(), metrics.clone());
+        let (c, d) = (hub.register(), hub.register());
+        let used = || metrics.memory.used_by(Store::Subscriptions);
+        assert_eq!(hub.subscribe_within(&c, "abc", 10, 300), Subscribed::Added);
+        assert_eq!(used(), subscription_cost(1, 3));
+        // Room for one more: the next client subscribe is refused, and counted.
+        metrics.memory.set_limit(metrics.memory.used() + subscription_cost(1, 4));
+        assert_eq!(hub.subscribe_within(&d, "abcd", 10, 300), Subscribed::Added);
+        assert_eq!(hub.subscribe_within(&d, "e", 10, 300), Subscribed::OverBudget);
+        assert_eq!(metrics.memory.refused(Store::Subscriptions), 1);
+        assert!(!hub.channel_counts().iter().any(|(n, _)| n == "e"));
+        // The application's own subscribe is charged but never refused.
+        assert_eq!(hub.subscribe_capped(&d, "e", 10), Subscribed::Added);
+        assert_eq!(used(), subscription_cost(3, 8));
+        // An unsubscribe and an end give it all back.
+        assert!(hub.unsubscribe(&d, "e"));
+        assert_eq!(used(), subscription_cost(2, 7));
+        hub.unregister(&c);
+        hub.unregister(&d);
+        assert_eq!((used(), metrics.memory.used()), (0, 0));
+        let map = hub.channels.lock().unwrap();
+        assert!(map.names.is_empty() && map.subs.is_empty() && map.total == 0);
+    }
+
+    #[test]
+    fn a_presence_page_walks_the_index_from_its_first_name() {
+        let hub = Hub::new(ServerConfig::default(), Arc::new(Metrics::default()));
+        let (c, d) = (hub.register(), hub.register());
+        for name in ["a/1", "a/2", "a/3", "b/1", "a"] {
+            hub.subscribe(&c, name);
+        }
+        hub.subscribe(&d, "a/2");
+        let names = |p: &ChannelPage| -> Vec<(String, usize)> {
+            p.counts.iter().map(|(n, k)| (n.to_string(), *k)).collect()
+        };
+        let page = hub.channel_page("a/", None, 2);
+        assert_eq!(names(&page), [("a/1".into(), 1), ("a/2".into(), 2)]);
+        assert!(page.truncated);
+        assert_eq!(page.subscriptions, 6);
+        let page = hub.channel_page("a/", Some("a/2"), 2);
+        assert_eq!(names(&page), [("a/3".into(), 1)]);
+        assert!(!page.truncated);
+        // An `after` before the prefix starts at the prefix; one after it past every match
+        // gives an empty page.
+        assert_eq!(hub.channel_page("b/", Some("a/9"), 5).counts.len(), 1);
+        assert!(hub.channel_page("a/", Some("a/9"), 5).counts.is_empty());
+        assert_eq!(hub.channel_page("", None, 10).counts.len(), 5);
+        // A channel that loses its last subscriber leaves the index.
+        hub.unsubscribe(&c, "a/1");
+        assert_eq!(names(&hub.channel_page("a/", None, 1)), [("a/2".into(), 2)]);
+        hub.unregister(&c);
+        let page = hub.channel_page("", None, 10);
+        assert_eq!((names(&page), page.subscriptions), (vec![("a/2".into(), 1)], 1));
     }
 }

@@ -583,7 +583,7 @@ impl Metrics {
         }
         let _ = writeln!(
             o,
-            "# HELP ws_memory_budget_closes_total Connections closed with 1013 because a charge to this store would pass the memory budget.\n# TYPE ws_memory_budget_closes_total counter"
+            "# HELP ws_memory_budget_closes_total Charges to this store refused because they would pass the memory budget: each closed its connection with 1013 (for subscriptions: refused the subscribe with an error op).\n# TYPE ws_memory_budget_closes_total counter"
         );
         for (store, _, refused) in budget.stores() {
             let _ = writeln!(

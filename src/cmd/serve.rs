@@ -5,11 +5,13 @@
 use crate::engine::check::{self, Resolved as HostInputs};
 use crate::engine::selftest::Load;
 use crate::outcome::Outcome;
+use crate::selftest::report::BudgetReport;
 use crate::profile::Profile;
 use anyhow::{Context, Result};
 use embedded_server::{App, BackpressureClose, Server, ServerConfig, SimulatedWork};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `serve`, resolved: the profile loaded once, the server flags as given, and the host to
@@ -579,8 +581,9 @@ fn child_args(
         "127.0.0.1".into(),
         "--port".into(),
         "0".into(),
+        // On loopback, on a free port: the self-test reads the budget from its /metrics.
         "--admin".into(),
-        "off".into(),
+        "127.0.0.1:0".into(),
         "--app".into(),
         app.into(),
         "--processes".into(),
@@ -779,8 +782,13 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
         let mut config = r.config.clone();
         config.max_connections = config.max_connections.max(conns + 16);
         crate::server_limits::exempt_self_test(&mut config.limits);
+        type Started = (
+            SocketAddr,
+            tokio::sync::oneshot::Sender<()>,
+            Arc<embedded_server::metrics::Metrics>,
+        );
         let start =
-            |app: embedded_server::App| -> Result<(SocketAddr, tokio::sync::oneshot::Sender<()>)> {
+            |app: embedded_server::App| -> Result<Started> {
                 let listeners = embedded_server::bind("127.0.0.1:0".parse()?, false, 1)
                     .context("cannot listen on 127.0.0.1 for the self-test")?;
                 let addr = listeners[0].local_addr()?;
@@ -788,6 +796,7 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
                     app,
                     ..config.clone()
                 });
+                let metrics = server.hub().metrics.clone();
                 let (tx, rx) = tokio::sync::oneshot::channel::<()>();
                 tokio::spawn(async move {
                     let _ = server
@@ -796,10 +805,13 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
                         })
                         .await;
                 });
-                Ok((addr, tx))
+                Ok((addr, tx, metrics))
             };
         enum Running {
-            InProcess(tokio::sync::oneshot::Sender<()>),
+            InProcess(
+                tokio::sync::oneshot::Sender<()>,
+                Arc<embedded_server::metrics::Metrics>,
+            ),
             Child(Box<crate::selftest::server::ChildServer>),
             User(Box<crate::selftest::command::UserServer>),
         }
@@ -837,12 +849,15 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
                 Some(bpid),
             )
         } else {
-            let (e, stop_e) = start(embedded_server::App::Echo)?;
-            let (b, stop_b) = start(embedded_server::App::Broadcast)?;
+            let (e, stop_e, m_e) = start(embedded_server::App::Echo)?;
+            let (b, stop_b, m_b) = start(embedded_server::App::Broadcast)?;
             (
                 e,
                 b,
-                vec![Running::InProcess(stop_e), Running::InProcess(stop_b)],
+                vec![
+                    Running::InProcess(stop_e, m_e),
+                    Running::InProcess(stop_b, m_b),
+                ],
                 std::process::id(),
                 None,
             )
@@ -884,10 +899,32 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
         for s in &plan.scaled_down {
             eprintln!("wstune serve --self-test: scaled down: {s}");
         }
-        let (report, mut error) = crate::engine::selftest::execute(&plan).await;
+        let (mut report, mut error) = crate::engine::selftest::execute(&plan).await;
+        // The budget, read before the servers stop (a supervised server's admin goes with it).
+        let mut budget: Option<BudgetReport> = None;
+        let mut add = |b: Option<BudgetReport>| {
+            if let Some(b) = b {
+                budget = Some(budget.map_or(b, |a| a.add(b)));
+            }
+        };
+        for s in &servers {
+            let admin = match s {
+                Running::InProcess(_, m) => {
+                    add(Some(budget_of(m)));
+                    None
+                }
+                Running::Child(c) => c.admin,
+                Running::User(u) => u.admin,
+            };
+            if let Some(a) = admin {
+                let text = crate::cmd::pool::fetch_metrics(a).await.unwrap_or_default();
+                add(BudgetReport::from_metrics(&text));
+            }
+        }
+        report.memory_budget = budget;
         for s in servers {
             match s {
-                Running::InProcess(stop) => {
+                Running::InProcess(stop, _) => {
                     let _ = stop.send(());
                 }
                 Running::Child(c) => c.stop().await,
@@ -922,6 +959,17 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
     report.host_check = host;
     crate::selftest::report::combine(&mut report, true);
     crate::engine::selftest::finish(&report, error, load)
+}
+
+/// An in-process server's budget, as the self-test reports it.
+fn budget_of(m: &embedded_server::metrics::Metrics) -> BudgetReport {
+    let b = &m.memory;
+    BudgetReport {
+        limit_bytes: b.limit() as u64,
+        peak_bytes: b.peak() as u64,
+        budget_closes: b.stores().map(|(_, _, refused)| refused).sum(),
+        share_closes: b.share_closes(),
+    }
 }
 
 /// Logs to stderr, as text or JSON lines; the level from --log-level, else RUST_LOG, else

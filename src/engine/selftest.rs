@@ -291,6 +291,7 @@ pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
         rate_note: p.rate_note.clone(),
         server_processes: p.server_processes,
         memory: report::MemoryReport::of(&done, &p.targets.estimate),
+        memory_budget: None,
         host_check: None,
         scenarios: done,
         verdict,

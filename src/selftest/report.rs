@@ -187,10 +187,86 @@ pub struct Report {
     /// Memory for the idle connections, measured, against the profile's estimate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryReport>,
+    /// The servers' memory budget over the run: what clients made them hold at most, against
+    /// the budget (the embedded server's, or a user's that serves its /metrics).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_budget: Option<BudgetReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_check: Option<HostCheck>,
     pub scenarios: Vec<ScenarioReport>,
     pub verdict: Verdict,
+}
+
+/// The memory budget of the servers a self-test ran against, summed over them (the echo and
+/// broadcast servers, and every process of a supervised one): from their /metrics, or from an
+/// in-process server's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct BudgetReport {
+    /// The budgets, in all.
+    pub limit_bytes: u64,
+    /// The most each server held at once, summed (an upper bound on what they held together).
+    pub peak_bytes: u64,
+    /// Connections closed with 1013 (or subscribes refused) because the budget was full.
+    pub budget_closes: u64,
+    /// Connections closed with 1009 for passing their own share.
+    pub share_closes: u64,
+}
+
+impl BudgetReport {
+    /// Read from a server's Prometheus text; None when it has no budget series (an older
+    /// server, or another program).
+    pub fn from_metrics(text: &str) -> Option<BudgetReport> {
+        let mut r = BudgetReport::default();
+        let mut seen = false;
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((name, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(v) = value.parse::<f64>() else {
+                continue;
+            };
+            let v = v as u64;
+            let series = name.split('{').next().unwrap_or(name);
+            match series {
+                "ws_memory_budget_bytes" => {
+                    r.limit_bytes += v;
+                    seen = true;
+                }
+                "ws_memory_budget_peak_bytes" => r.peak_bytes += v,
+                "ws_memory_budget_closes_total" => r.budget_closes += v,
+                "ws_memory_share_closes_total" => r.share_closes += v,
+                _ => {}
+            }
+        }
+        seen.then_some(r)
+    }
+
+    /// Two servers' budgets as one.
+    pub fn add(self, o: BudgetReport) -> BudgetReport {
+        BudgetReport {
+            limit_bytes: self.limit_bytes + o.limit_bytes,
+            peak_bytes: self.peak_bytes + o.peak_bytes,
+            budget_closes: self.budget_closes + o.budget_closes,
+            share_closes: self.share_closes + o.share_closes,
+        }
+    }
+
+    /// The report's line.
+    pub fn line(&self) -> String {
+        let pct = if self.limit_bytes > 0 {
+            format!(" ({:.1}%)", self.peak_bytes as f64 * 100.0 / self.limit_bytes as f64)
+        } else {
+            String::new()
+        };
+        format!(
+            "memory budget: clients made the server hold at most {} of {}{pct}; {} closed \
+             over the budget (1013), {} past their share (1009)\n",
+            bytes(self.peak_bytes as f64),
+            bytes(self.limit_bytes as f64),
+            self.budget_closes,
+            self.share_closes
+        )
+    }
 }
 
 /// Judge the scenarios against the targets. Every scenario must finish without errors or
@@ -564,6 +640,9 @@ pub fn table(r: &Report) -> String {
     }
     if let Some(m) = &r.memory {
         out.push_str(&memory_lines(m, r.program.is_some()));
+    }
+    if let Some(b) = &r.memory_budget {
+        out.push_str(&b.line());
     }
     for s in &r.scenarios {
         out.push_str(&disturbance_lines(s));
@@ -960,6 +1039,7 @@ mod tests {
             rate_note: None,
             server_processes: None,
             memory: None,
+            memory_budget: None,
             host_check: Some(HostCheck {
                 profile: "10k".into(),
                 failed: Vec::new(),

@@ -17,6 +17,9 @@ pub struct ChildServer {
     child: tokio::process::Child,
     pub addr: SocketAddr,
     pub pid: u32,
+    /// The supervisor's admin listener (/metrics summed over its processes), when the child
+    /// was started with one.
+    pub admin: Option<SocketAddr>,
 }
 
 impl ChildServer {
@@ -76,12 +79,30 @@ impl ChildServer {
                 )
             }
         };
+        // The supervisor names its admin listener right after the port (when it has one).
+        let admin = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Ok(Some(l)) = lines.next_line().await {
+                if let Some(rest) = l.split("admin on http://").nth(1) {
+                    return rest.split('/').next().and_then(|a| a.parse().ok());
+                }
+                eprintln!("{l}");
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten();
         tokio::spawn(async move {
             while let Ok(Some(l)) = lines.next_line().await {
                 eprintln!("{l}");
             }
         });
-        Ok(ChildServer { child, addr, pid })
+        Ok(ChildServer {
+            child,
+            addr,
+            pid,
+            admin,
+        })
     }
 
     /// SIGTERM (every process drains), bounded; then SIGKILL.

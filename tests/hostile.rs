@@ -1,0 +1,195 @@
+//! Hostile clients against the real server, each beside a well-behaved probe client: the
+//! attacks of `bench/hostile.py`, at a size this suite can afford, with what must hold asserted.
+//! Each test starts `wstune serve` (one process, a 64 MiB memory budget, two I/O workers) and
+//! runs one attack from Python; the script samples the server's RSS from /proc, times the
+//! probe's echoes, scrapes /metrics once a second and prints one JSON object.
+//!
+//! What each asserts: the server's RSS grew by no more than the budget plus allocator slack
+//! (without the budget every one of these grows by hundreds of MiB: 17 MiB an amplified echo,
+//! 12 MiB a reassembly, 4 MiB a dripped frame, 16 MiB an offloaded bomb), the attackers got the
+//! documented close code, the probe's echo p99 stayed under 50 ms with no error, and every
+//! scrape of /metrics answered.
+
+mod common;
+
+use common::{serve, Served};
+use serde_json::Value;
+use std::process::Command;
+
+const BUDGET: u64 = 64 << 20;
+
+/// What RSS may grow by beyond the budget: freed buffers the allocator keeps, the thread
+/// stacks and each connection's fixed state.
+const SLACK: u64 = 64 << 20;
+
+fn server(extra: &[&str]) -> Served {
+    let budget = BUDGET.to_string();
+    let base = [
+        "--profile",
+        "100k",
+        "--processes",
+        "1",
+        "--workers",
+        "2",
+        "--max-connections",
+        "2000",
+        "--memory-budget",
+        &budget,
+    ];
+    serve(&[&base[..], extra].concat())
+}
+
+/// Run one attack of bench/hostile.py against `srv`; its JSON summary.
+fn attack(srv: &Served, name: &str, args: &[&str]) -> Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/hostile.py");
+    let o = Command::new("python3")
+        .arg(script)
+        .arg(name)
+        .args(["--port", &srv.port.to_string()])
+        .args(["--admin", &srv.admin.to_string()])
+        .args(["--pid", &srv.pid().to_string()])
+        .args(args)
+        .output()
+        .expect("python3 runs bench/hostile.py");
+    assert!(
+        o.status.success(),
+        "{name}: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!("{name}: not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout))
+    })
+}
+
+/// The checks every attack shares.
+fn held(r: &Value) {
+    let mib = |k: &str| (r[k].as_f64().unwrap() * 1048576.0) as u64;
+    let grew = mib("rss_peak_mib").saturating_sub(mib("rss_start_mib"));
+    assert!(
+        grew <= BUDGET + SLACK,
+        "RSS grew {} MiB, past the {} MiB budget and {} MiB of slack: {r:#}",
+        grew >> 20,
+        BUDGET >> 20,
+        SLACK >> 20
+    );
+    let p = &r["probe"];
+    assert_eq!(p["errors"], 0, "the probe was not served: {r:#}");
+    assert!(p["echoes"].as_u64().unwrap() >= 20, "{r:#}");
+    let p99 = p["p99_ms"].as_f64().unwrap();
+    assert!(p99 < 50.0, "the probe's echo p99 {p99} ms: {r:#}");
+    assert_eq!(r["scrapes_failed"], 0, "/metrics stopped answering: {r:#}");
+    assert!(r["scrapes_ok"].as_u64().unwrap() >= 3, "{r:#}");
+    let peak = r["metrics"]["ws_memory_budget_peak_bytes"].as_f64().unwrap() as u64;
+    assert!(
+        peak <= BUDGET + (17 << 20),
+        "the budget held at most one message past its limit: {r:#}"
+    );
+}
+
+fn closes(r: &Value, code: &str) -> u64 {
+    r["attacker_closes"][code].as_u64().unwrap_or(0)
+}
+
+fn metric(r: &Value, name: &str) -> f64 {
+    r["metrics"][name].as_f64().unwrap_or(0.0)
+}
+
+#[test]
+fn deflate_amplification_stays_in_the_budget_and_unsolicited_pongs_do_not_keep_it() {
+    // 20 connections each send ~100 KB that inflate to 16 MiB, never read and pong every
+    // 2 s. The echoes would queue 20 x 16 MiB; the budget closes them with 1013 instead
+    // (the first may be held whole), and a queue that does not drain is closed by the drain
+    // deadline whatever the pongs say.
+    let srv = server(&["--drain-timeout", "5"]);
+    let r = attack(
+        &srv,
+        "amplify",
+        &["--conns", "20", "--secs", "8", "--pong-every", "2"],
+    );
+    held(&r);
+    let budget = closes(&r, "1013");
+    let backpressure = closes(&r, "1008");
+    assert!(budget >= 10, "most were closed over the budget: {r:#}");
+    assert_eq!(
+        budget + backpressure,
+        20,
+        "every attacker was closed (budget or drain deadline): {r:#}"
+    );
+    assert!(metric(&r, "ws_memory_budget_closes_total{store=\"queue\"}") >= 10.0, "{r:#}");
+    assert_eq!(
+        metric(&r, "ws_memory_budget_used_bytes"),
+        0.0,
+        "their bytes were given back: {r:#}"
+    );
+}
+
+#[test]
+fn offloaded_bombs_are_charged_and_refused_by_the_ratio_limit() {
+    // One connection sends 16 KB zero bombs (16 MiB each inflated) to a handler that offloads
+    // each message for 2 s on two threads: the ratio limit closes it with 1009 on the first.
+    let srv = server(&["--handler", "block:2000", "--offload-pool", "2"]);
+    let r = attack(&srv, "offload", &["--count", "40", "--secs", "4"]);
+    held(&r);
+    assert_eq!(closes(&r, "1009"), 1, "{r:#}");
+    assert!(metric(&r, "ws_inflate_ratio_closes_total") >= 1.0, "{r:#}");
+}
+
+#[test]
+fn offloaded_bombs_past_the_ratio_limit_are_bounded_by_the_budget() {
+    // The ratio limit off: each bomb's 16 MiB is charged while its job waits, so the budget
+    // refuses the jobs past it and closes the connection with 1013.
+    let srv = server(&[
+        "--handler",
+        "block:2000",
+        "--offload-pool",
+        "2",
+        "--inflate-ratio-limit",
+        "0",
+    ]);
+    let r = attack(&srv, "offload", &["--count", "40", "--secs", "6"]);
+    held(&r);
+    assert_eq!(closes(&r, "1013"), 1, "{r:#}");
+    assert!(metric(&r, "ws_memory_budget_closes_total{store=\"offload\"}") >= 1.0 || metric(&r, "ws_memory_budget_closes_total{store=\"inflate\"}") >= 1.0, "{r:#}");
+}
+
+#[test]
+fn paused_reassemblies_are_bounded_by_the_budget_and_the_message_deadline() {
+    // 12 connections each send three 4 MiB fragments of a message and pause (answering
+    // pings): 144 MiB held without a bound. The budget closes those past it (1013), and the
+    // message deadline the rest (1008) however well they answer pings.
+    let srv = server(&["--message-timeout", "4"]);
+    let r = attack(&srv, "reassembly", &["--conns", "12", "--secs", "7"]);
+    held(&r);
+    assert!(closes(&r, "1013") >= 4, "{r:#}");
+    assert_eq!(closes(&r, "1013") + closes(&r, "1008"), 12, "{r:#}");
+    assert!(metric(&r, "ws_message_timeouts_total") >= 1.0, "{r:#}");
+    assert_eq!(metric(&r, "ws_memory_budget_used_bytes"), 0.0, "{r:#}");
+}
+
+#[test]
+fn a_dripped_frame_does_not_keep_the_last_frames_buffer() {
+    // A whole 4 MiB frame and the next frame's first bytes in one write, then one byte every
+    // second: the 4 MiB buffer is given back once its frame ends, and the drip is closed by
+    // the message deadline (1008).
+    let srv = server(&["--message-timeout", "3"]);
+    let r = attack(
+        &srv,
+        "drip",
+        &["--conns", "10", "--secs", "6", "--pong-every", "1"],
+    );
+    held(&r);
+    assert_eq!(closes(&r, "1008"), 10, "{r:#}");
+    assert_eq!(metric(&r, "ws_memory_budget_used_bytes"), 0.0, "{r:#}");
+}
+
+#[test]
+fn an_inflate_flood_does_not_stall_the_probe() {
+    // One client writes ~100 KB messages that inflate to 16 MiB as fast as the server takes
+    // them (the ratio limit off, so the work is done): the inflate rate pauses its reading and
+    // its messages are handled off the other connections' path.
+    let srv = server(&["--inflate-ratio-limit", "0"]);
+    let r = attack(&srv, "inflate-cpu", &["--secs", "6"]);
+    held(&r);
+    assert!(metric(&r, "ws_inflate_rate_pauses_total") >= 1.0, "{r:#}");
+}
