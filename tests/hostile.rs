@@ -22,6 +22,10 @@ const BUDGET: u64 = 64 << 20;
 /// stacks and each connection's fixed state.
 const SLACK: u64 = 64 << 20;
 
+/// One attack at a time: each measures RSS and a probe's latency, which a second attack on
+/// the same two cores would disturb.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn server(extra: &[&str]) -> Served {
     let budget = BUDGET.to_string();
     let base = [
@@ -41,6 +45,7 @@ fn server(extra: &[&str]) -> Served {
 
 /// Run one attack of bench/hostile.py against `srv`; its JSON summary.
 fn attack(srv: &Served, name: &str, args: &[&str]) -> Value {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/hostile.py");
     let o = Command::new("python3")
         .arg(script)
@@ -62,8 +67,8 @@ fn attack(srv: &Served, name: &str, args: &[&str]) -> Value {
     })
 }
 
-/// The checks every attack shares.
-fn held(r: &Value) {
+/// The checks every attack shares; the probe's echo p99 must stay under `p99_ms`.
+fn held(r: &Value, p99_ms: f64) {
     let mib = |k: &str| (r[k].as_f64().unwrap() * 1048576.0) as u64;
     let grew = mib("rss_peak_mib").saturating_sub(mib("rss_start_mib"));
     assert!(
@@ -75,9 +80,9 @@ fn held(r: &Value) {
     );
     let p = &r["probe"];
     assert_eq!(p["errors"], 0, "the probe was not served: {r:#}");
-    assert!(p["echoes"].as_u64().unwrap() >= 20, "{r:#}");
+    assert!(p["echoes"].as_u64().unwrap() >= 5, "{r:#}");
     let p99 = p["p99_ms"].as_f64().unwrap();
-    assert!(p99 < 50.0, "the probe's echo p99 {p99} ms: {r:#}");
+    assert!(p99 < p99_ms, "the probe's echo p99 {p99} ms: {r:#}");
     assert_eq!(r["scrapes_failed"], 0, "/metrics stopped answering: {r:#}");
     assert!(r["scrapes_ok"].as_u64().unwrap() >= 3, "{r:#}");
     let peak = r["metrics"]["ws_memory_budget_peak_bytes"].as_f64().unwrap() as u64;
@@ -107,16 +112,19 @@ fn deflate_amplification_stays_in_the_budget_and_unsolicited_pongs_do_not_keep_i
         "amplify",
         &["--conns", "20", "--secs", "8", "--pong-every", "2"],
     );
-    held(&r);
+    held(&r, 50.0);
+    // A connection closed by the drain deadline gets its close frame only if its full queue
+    // takes it; otherwise it is dropped (end of stream): either way it is gone.
     let budget = closes(&r, "1013");
-    let backpressure = closes(&r, "1008");
+    let gone = budget + closes(&r, "1008") + closes(&r, "eof");
     assert!(budget >= 10, "most were closed over the budget: {r:#}");
-    assert_eq!(
-        budget + backpressure,
-        20,
-        "every attacker was closed (budget or drain deadline): {r:#}"
-    );
+    assert_eq!(gone, 20, "every attacker was closed (budget or drain deadline): {r:#}");
     assert!(metric(&r, "ws_memory_budget_closes_total{store=\"queue\"}") >= 10.0, "{r:#}");
+    // Their echoes (a 3,000-byte block repeated, beyond the 2 KiB window) are judged
+    // incompressible by a sample and never compressed whole: compressing 20 x 16 MiB at
+    // memLevel 4 kept a core busy for the whole attack (~100 %); sampled, it is under 10 %.
+    let cpu = r["server_cpu_pct"].as_f64().unwrap();
+    assert!(cpu < 50.0, "the server spent {cpu} % of a core on the attack: {r:#}");
     assert_eq!(
         metric(&r, "ws_memory_budget_used_bytes"),
         0.0,
@@ -127,10 +135,12 @@ fn deflate_amplification_stays_in_the_budget_and_unsolicited_pongs_do_not_keep_i
 #[test]
 fn offloaded_bombs_are_charged_and_refused_by_the_ratio_limit() {
     // One connection sends 16 KB zero bombs (16 MiB each inflated) to a handler that offloads
-    // each message for 2 s on two threads: the ratio limit closes it with 1009 on the first.
-    let srv = server(&["--handler", "block:2000", "--offload-pool", "2"]);
+    // each message for 200 ms on two threads: the ratio limit closes it with 1009 on the
+    // first. The probe's echoes go through the same handler: 200 ms each, and no bomb's job
+    // ahead of them.
+    let srv = server(&["--handler", "block:200", "--offload-pool", "2"]);
     let r = attack(&srv, "offload", &["--count", "40", "--secs", "4"]);
-    held(&r);
+    held(&r, 450.0);
     assert_eq!(closes(&r, "1009"), 1, "{r:#}");
     assert!(metric(&r, "ws_inflate_ratio_closes_total") >= 1.0, "{r:#}");
 }
@@ -139,16 +149,23 @@ fn offloaded_bombs_are_charged_and_refused_by_the_ratio_limit() {
 fn offloaded_bombs_past_the_ratio_limit_are_bounded_by_the_budget() {
     // The ratio limit off: each bomb's 16 MiB is charged while its job waits, so the budget
     // refuses the jobs past it and closes the connection with 1013.
+    // The inflate rate (32 MiB/s, two bombs a second) alone keeps one connection's bombs
+    // below what the pool drains; raised, as many connections together would be, the bombs
+    // arrive faster than the pool's two threads take them. Without the budget the 40 jobs
+    // (640 MiB) would all wait, and the probe's echo behind them for 4 s; with it, the few
+    // that fit wait and the connection is closed with the rest.
     let srv = server(&[
         "--handler",
-        "block:2000",
+        "block:200",
         "--offload-pool",
         "2",
         "--inflate-ratio-limit",
         "0",
+        "--inflate-rate",
+        "1073741824",
     ]);
     let r = attack(&srv, "offload", &["--count", "40", "--secs", "6"]);
-    held(&r);
+    held(&r, 1000.0);
     assert_eq!(closes(&r, "1013"), 1, "{r:#}");
     assert!(metric(&r, "ws_memory_budget_closes_total{store=\"offload\"}") >= 1.0 || metric(&r, "ws_memory_budget_closes_total{store=\"inflate\"}") >= 1.0, "{r:#}");
 }
@@ -160,7 +177,7 @@ fn paused_reassemblies_are_bounded_by_the_budget_and_the_message_deadline() {
     // message deadline the rest (1008) however well they answer pings.
     let srv = server(&["--message-timeout", "4"]);
     let r = attack(&srv, "reassembly", &["--conns", "12", "--secs", "7"]);
-    held(&r);
+    held(&r, 50.0);
     assert!(closes(&r, "1013") >= 4, "{r:#}");
     assert_eq!(closes(&r, "1013") + closes(&r, "1008"), 12, "{r:#}");
     assert!(metric(&r, "ws_message_timeouts_total") >= 1.0, "{r:#}");
@@ -178,7 +195,7 @@ fn a_dripped_frame_does_not_keep_the_last_frames_buffer() {
         "drip",
         &["--conns", "10", "--secs", "6", "--pong-every", "1"],
     );
-    held(&r);
+    held(&r, 50.0);
     assert_eq!(closes(&r, "1008"), 10, "{r:#}");
     assert_eq!(metric(&r, "ws_memory_budget_used_bytes"), 0.0, "{r:#}");
 }
@@ -190,6 +207,6 @@ fn an_inflate_flood_does_not_stall_the_probe() {
     // its messages are handled off the other connections' path.
     let srv = server(&["--inflate-ratio-limit", "0"]);
     let r = attack(&srv, "inflate-cpu", &["--secs", "6"]);
-    held(&r);
+    held(&r, 50.0);
     assert!(metric(&r, "ws_inflate_rate_pauses_total") >= 1.0, "{r:#}");
 }

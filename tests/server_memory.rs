@@ -427,3 +427,60 @@ fn idle_deflate_connections_keep_no_large_buffers_after_a_large_message() {
         (1, false, b"still here".to_vec())
     );
 }
+
+/// Bytes no compressor can shrink (xorshift64).
+fn noise(n: usize, mut x: u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn incompressible_messages_are_echoed_plain_and_compressible_ones_compressed() {
+    // 100 KB of noise is compressed and found no smaller; 2 MiB of noise is judged by a 32 KiB
+    // sample and never compressed whole; 2 MiB of JSON is compressed. Each plain echo is the
+    // payload byte for byte, with RSV1 clear, and the connection's context starts over after
+    // it (the JSON after the noise still inflates right, with Python's zlib).
+    let srv = common::serve(&["--profile", "10k", "--deflate"]);
+    let small = noise(100_000, 1);
+    let large = noise(2 << 20, 2);
+    let text = json_text(3, 26_000);
+    let z = py_deflate(&[&small, &large, &text].map(|d| Z {
+        data: d,
+        dict: &[],
+        finish: false,
+        pad: &[],
+    }));
+    let mut s = upgraded_deflate(srv.port);
+    for (zd, plain) in z.iter().zip([&small, &large]) {
+        s.write_all(&deflated_frame(2, zd)).unwrap();
+        let (op, rsv1, back) = read_message(&mut s);
+        assert_eq!((op, rsv1, back.len()), (2, false, plain.len()));
+        assert!(back == *plain, "the plain echo is the payload");
+    }
+    s.write_all(&deflated_frame(1, &z[2])).unwrap();
+    let (op, rsv1, back) = read_message(&mut s);
+    assert_eq!((op, rsv1), (1, true), "JSON is echoed compressed");
+    assert!(back.len() < text.len() / 2, "{} of {}", back.len(), text.len());
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zlib; d = zlib.decompressobj(-15); \
+             sys.stdout.buffer.write(d.decompress(sys.stdin.buffer.read() + b'\\x00\\x00\\xff\\xff'))",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().unwrap().write_all(&back)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(out.stdout == text, "the compressed echo inflates to the JSON");
+    assert_eq!(metric(srv.admin, "ws_deflate_skipped_total"), 2.0);
+}

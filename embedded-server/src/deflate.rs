@@ -348,6 +348,29 @@ thread_local! {
     static FRESH_IGZIP: RefCell<Vec<(u8, igzip::Igzip)>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Messages at least this large are sampled before they are compressed (`worth_compressing`).
+pub const SAMPLE_FROM: usize = 256 << 10;
+
+/// The sample: the message's first bytes.
+const SAMPLE: usize = 32 << 10;
+
+/// Whether compressing `payload` can pay for itself: always below [`SAMPLE_FROM`]; above,
+/// when its first 32 KiB, compressed alone with the same settings, shrink by at least an
+/// eighth. Random or already-compressed data (and data whose repeats lie beyond the window)
+/// does not, and compressing megabytes of it at a low memLevel costs tens of milliseconds a
+/// MiB (a Huffman tree built every few thousand symbols) for a result that is then thrown
+/// away. The price: a large message incompressible at its start but compressible later is
+/// sent plain. Btrfs decides the same way for the same reason (a sample before compressing).
+pub fn worth_compressing(payload: &[u8], window_bits: u8, mem_level: u8, level: u8) -> bool {
+    if payload.len() < SAMPLE_FROM {
+        return true;
+    }
+    let sample = &payload[..SAMPLE];
+    let mut out = Vec::with_capacity(SAMPLE + 64);
+    compress_fresh(window_bits, mem_level, level, sample, &mut out);
+    out.len() <= SAMPLE - SAMPLE / 8
+}
+
 /// Compress one message with no context (a reset context of `window_bits`), using this
 /// thread's shared compressor. Returns the bytes of a context created for the call (0 when one
 /// was reused), for memory accounting.
@@ -1148,5 +1171,28 @@ mod tests {
             budget.checked_sub(n).map(|b| budget = b).is_some()
         });
         assert_eq!(r, Err(InflateError::OverBudget));
+    }
+
+    #[test]
+    fn only_large_messages_are_sampled_and_noise_is_not_worth_compressing() {
+        let mut x = 7u64;
+        let noise: Vec<u8> = (0..(SAMPLE_FROM * 2))
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        assert!(worth_compressing(&noise[..SAMPLE_FROM - 1], 15, 8, 1), "below: not judged");
+        assert!(!worth_compressing(&noise, 15, 8, 1));
+        assert!(!worth_compressing(&noise, 11, 4, 1));
+        let text = b"{\"symbol\":\"EURUSD\",\"bid\":1.0842}\n".repeat(SAMPLE_FROM / 16);
+        assert!(worth_compressing(&text, 11, 4, 1));
+        // Repeats beyond the window are noise to it: a 3,000-byte block repeated.
+        let block = &noise[..3000];
+        let far: Vec<u8> = block.iter().copied().cycle().take(SAMPLE_FROM * 2).collect();
+        assert!(!worth_compressing(&far, 11, 4, 1));
+        assert!(worth_compressing(&far, 15, 8, 1));
     }
 }

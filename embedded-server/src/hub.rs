@@ -553,6 +553,11 @@ impl Hub {
                 c.push_tallied(plain.clone(), false, &self.metrics, &mut written)
             } else {
                 let (f, rsv1) = compressed[bits].get_or_insert_with(|| {
+                    if !crate::deflate::worth_compressing(payload, bits as u8, d.mem_level, d.level)
+                    {
+                        self.metrics.deflate_skipped.fetch_add(1, Relaxed);
+                        return (plain.clone(), false);
+                    }
                     let mut z = Vec::new();
                     let created = crate::deflate::compress_fresh(
                         bits as u8,

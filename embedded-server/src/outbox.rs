@@ -341,7 +341,10 @@ impl Shared {
         metrics: &Metrics,
     ) {
         let bits = self.shared_deflate_bits.load(Relaxed);
-        let pushed = if bits != 0 && payload.len() >= deflate.threshold {
+        let pushed = if bits != 0
+            && payload.len() >= deflate.threshold
+            && crate::deflate::worth_compressing(payload, bits, deflate.mem_level, deflate.level)
+        {
             let mut z = Vec::new();
             let created = crate::deflate::compress_fresh(
                 bits,

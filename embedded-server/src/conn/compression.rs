@@ -237,6 +237,14 @@ impl DeflateState {
             return false;
         }
         let bits = self.agreed.server_window_bits.min(self.window_bits);
+        if !crate::deflate::worth_compressing(payload, bits, self.mem_level, self.level) {
+            // Sent plain: the context starts over, as below.
+            self.metrics.deflate_skipped.fetch_add(1, Relaxed);
+            if let Some(c) = self.compressor.as_mut() {
+                c.reset();
+            }
+            return false;
+        }
         if self.agreed.server_no_context_takeover {
             let created = crate::deflate::compress_fresh(
                 bits,
