@@ -63,7 +63,10 @@ fn attack(srv: &Served, name: &str, args: &[&str]) -> Value {
         String::from_utf8_lossy(&o.stderr)
     );
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!("{name}: not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout))
+        panic!(
+            "{name}: not JSON ({e}): {}",
+            String::from_utf8_lossy(&o.stdout)
+        )
     })
 }
 
@@ -85,7 +88,9 @@ fn held(r: &Value, p99_ms: f64) {
     assert!(p99 < p99_ms, "the probe's echo p99 {p99} ms: {r:#}");
     assert_eq!(r["scrapes_failed"], 0, "/metrics stopped answering: {r:#}");
     assert!(r["scrapes_ok"].as_u64().unwrap() >= 3, "{r:#}");
-    let peak = r["metrics"]["ws_memory_budget_peak_bytes"].as_f64().unwrap() as u64;
+    let peak = r["metrics"]["ws_memory_budget_peak_bytes"]
+        .as_f64()
+        .unwrap() as u64;
     assert!(
         peak <= BUDGET + (17 << 20),
         "the budget held at most one message past its limit: {r:#}"
@@ -118,13 +123,22 @@ fn deflate_amplification_stays_in_the_budget_and_unsolicited_pongs_do_not_keep_i
     let budget = closes(&r, "1013");
     let gone = budget + closes(&r, "1008") + closes(&r, "eof");
     assert!(budget >= 10, "most were closed over the budget: {r:#}");
-    assert_eq!(gone, 20, "every attacker was closed (budget or drain deadline): {r:#}");
-    assert!(metric(&r, "ws_memory_budget_closes_total{store=\"queue\"}") >= 10.0, "{r:#}");
+    assert_eq!(
+        gone, 20,
+        "every attacker was closed (budget or drain deadline): {r:#}"
+    );
+    assert!(
+        metric(&r, "ws_memory_budget_closes_total{store=\"queue\"}") >= 10.0,
+        "{r:#}"
+    );
     // Their echoes (a 3,000-byte block repeated, beyond the 2 KiB window) are judged
     // incompressible by a sample and never compressed whole: compressing 20 x 16 MiB at
     // memLevel 4 kept a core busy for the whole attack (~100 %); sampled, it is under 10 %.
     let cpu = r["server_cpu_pct"].as_f64().unwrap();
-    assert!(cpu < 50.0, "the server spent {cpu} % of a core on the attack: {r:#}");
+    assert!(
+        cpu < 50.0,
+        "the server spent {cpu} % of a core on the attack: {r:#}"
+    );
     assert_eq!(
         metric(&r, "ws_memory_budget_used_bytes"),
         0.0,
@@ -167,7 +181,11 @@ fn offloaded_bombs_past_the_ratio_limit_are_bounded_by_the_budget() {
     let r = attack(&srv, "offload", &["--count", "40", "--secs", "6"]);
     held(&r, 1000.0);
     assert_eq!(closes(&r, "1013"), 1, "{r:#}");
-    assert!(metric(&r, "ws_memory_budget_closes_total{store=\"offload\"}") >= 1.0 || metric(&r, "ws_memory_budget_closes_total{store=\"inflate\"}") >= 1.0, "{r:#}");
+    assert!(
+        metric(&r, "ws_memory_budget_closes_total{store=\"offload\"}") >= 1.0
+            || metric(&r, "ws_memory_budget_closes_total{store=\"inflate\"}") >= 1.0,
+        "{r:#}"
+    );
 }
 
 #[test]

@@ -106,10 +106,16 @@ fn serve_self_test_runs_every_scenario_and_reports_them() {
     // no client closed over it by a well-behaved load.
     let mb = &r["memory_budget"];
     let limit = mb["limit_bytes"].as_u64().unwrap();
-    assert!(limit >= 2 * (64 << 20), "two servers, 64 MiB floor each: {mb:#}");
+    assert!(
+        limit >= 2 * (64 << 20),
+        "two servers, 64 MiB floor each: {mb:#}"
+    );
     let peak = mb["peak_bytes"].as_u64().unwrap();
     assert!(peak > 0 && peak < limit, "{mb:#}");
-    assert_eq!((mb["budget_closes"].as_u64(), mb["share_closes"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(
+        (mb["budget_closes"].as_u64(), mb["share_closes"].as_u64()),
+        (Some(0), Some(0))
+    );
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("<svg") && page.contains("Latency by percentile"));
     assert!(page.contains("echo-sat"));

@@ -466,7 +466,12 @@ fn incompressible_messages_are_echoed_plain_and_compressible_ones_compressed() {
     s.write_all(&deflated_frame(1, &z[2])).unwrap();
     let (op, rsv1, back) = read_message(&mut s);
     assert_eq!((op, rsv1), (1, true), "JSON is echoed compressed");
-    assert!(back.len() < text.len() / 2, "{} of {}", back.len(), text.len());
+    assert!(
+        back.len() < text.len() / 2,
+        "{} of {}",
+        back.len(),
+        text.len()
+    );
     let out = Command::new("python3")
         .args([
             "-c",
@@ -481,6 +486,9 @@ fn incompressible_messages_are_echoed_plain_and_compressible_ones_compressed() {
             c.wait_with_output()
         })
         .unwrap();
-    assert!(out.stdout == text, "the compressed echo inflates to the JSON");
+    assert!(
+        out.stdout == text,
+        "the compressed echo inflates to the JSON"
+    );
     assert_eq!(metric(srv.admin, "ws_deflate_skipped_total"), 2.0);
 }

@@ -1184,14 +1184,22 @@ mod tests {
                 x as u8
             })
             .collect();
-        assert!(worth_compressing(&noise[..SAMPLE_FROM - 1], 15, 8, 1), "below: not judged");
+        assert!(
+            worth_compressing(&noise[..SAMPLE_FROM - 1], 15, 8, 1),
+            "below: not judged"
+        );
         assert!(!worth_compressing(&noise, 15, 8, 1));
         assert!(!worth_compressing(&noise, 11, 4, 1));
         let text = b"{\"symbol\":\"EURUSD\",\"bid\":1.0842}\n".repeat(SAMPLE_FROM / 16);
         assert!(worth_compressing(&text, 11, 4, 1));
         // Repeats beyond the window are noise to it: a 3,000-byte block repeated.
         let block = &noise[..3000];
-        let far: Vec<u8> = block.iter().copied().cycle().take(SAMPLE_FROM * 2).collect();
+        let far: Vec<u8> = block
+            .iter()
+            .copied()
+            .cycle()
+            .take(SAMPLE_FROM * 2)
+            .collect();
         assert!(!worth_compressing(&far, 11, 4, 1));
         assert!(worth_compressing(&far, 15, 8, 1));
     }

@@ -17,9 +17,9 @@
 //! under token auth (`crate::channels::auth`), to a channel the token does not allow, gets
 //! `{"op":"error","error":"...","channel":"prices"}`; a publish the token does not allow too.
 
+use crate::budget::Store;
 use crate::config::ServerConfig;
 use crate::frame::{self, OpCode};
-use crate::budget::Store;
 use crate::metrics::Metrics;
 use crate::outbox::Shared;
 use bytes::Bytes;
@@ -423,7 +423,11 @@ impl Hub {
         }
         let cost = subscription_cost(1, channel.len());
         if checked {
-            if !self.metrics.memory.try_charge(Store::Subscriptions, cost, 0) {
+            if !self
+                .metrics
+                .memory
+                .try_charge(Store::Subscriptions, cost, 0)
+            {
                 return Subscribed::OverBudget;
             }
         } else {
@@ -909,9 +913,14 @@ mod tests {
         assert_eq!(hub.subscribe_within(&c, "abc", 10, 300), Subscribed::Added);
         assert_eq!(used(), subscription_cost(1, 3));
         // Room for one more: the next client subscribe is refused, and counted.
-        metrics.memory.set_limit(metrics.memory.used() + subscription_cost(1, 4));
+        metrics
+            .memory
+            .set_limit(metrics.memory.used() + subscription_cost(1, 4));
         assert_eq!(hub.subscribe_within(&d, "abcd", 10, 300), Subscribed::Added);
-        assert_eq!(hub.subscribe_within(&d, "e", 10, 300), Subscribed::OverBudget);
+        assert_eq!(
+            hub.subscribe_within(&d, "e", 10, 300),
+            Subscribed::OverBudget
+        );
         assert_eq!(metrics.memory.refused(Store::Subscriptions), 1);
         assert!(!hub.channel_counts().iter().any(|(n, _)| n == "e"));
         // The application's own subscribe is charged but never refused.
@@ -955,6 +964,9 @@ mod tests {
         assert_eq!(names(&hub.channel_page("a/", None, 1)), [("a/2".into(), 2)]);
         hub.unregister(&c);
         let page = hub.channel_page("", None, 10);
-        assert_eq!((names(&page), page.subscriptions), (vec![("a/2".into(), 1)], 1));
+        assert_eq!(
+            (names(&page), page.subscriptions),
+            (vec![("a/2".into(), 1)], 1)
+        );
     }
 }

@@ -5,8 +5,8 @@
 use crate::engine::check::{self, Resolved as HostInputs};
 use crate::engine::selftest::Load;
 use crate::outcome::Outcome;
-use crate::selftest::report::BudgetReport;
 use crate::profile::Profile;
+use crate::selftest::report::BudgetReport;
 use anyhow::{Context, Result};
 use embedded_server::{App, BackpressureClose, Server, ServerConfig, SimulatedWork};
 use std::net::SocketAddr;
@@ -787,26 +787,25 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
             tokio::sync::oneshot::Sender<()>,
             Arc<embedded_server::metrics::Metrics>,
         );
-        let start =
-            |app: embedded_server::App| -> Result<Started> {
-                let listeners = embedded_server::bind("127.0.0.1:0".parse()?, false, 1)
-                    .context("cannot listen on 127.0.0.1 for the self-test")?;
-                let addr = listeners[0].local_addr()?;
-                let server = Server::new(ServerConfig {
-                    app,
-                    ..config.clone()
-                });
-                let metrics = server.hub().metrics.clone();
-                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-                tokio::spawn(async move {
-                    let _ = server
-                        .run(listeners, async move {
-                            let _ = rx.await;
-                        })
-                        .await;
-                });
-                Ok((addr, tx, metrics))
-            };
+        let start = |app: embedded_server::App| -> Result<Started> {
+            let listeners = embedded_server::bind("127.0.0.1:0".parse()?, false, 1)
+                .context("cannot listen on 127.0.0.1 for the self-test")?;
+            let addr = listeners[0].local_addr()?;
+            let server = Server::new(ServerConfig {
+                app,
+                ..config.clone()
+            });
+            let metrics = server.hub().metrics.clone();
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            tokio::spawn(async move {
+                let _ = server
+                    .run(listeners, async move {
+                        let _ = rx.await;
+                    })
+                    .await;
+            });
+            Ok((addr, tx, metrics))
+        };
         enum Running {
             InProcess(
                 tokio::sync::oneshot::Sender<()>,
@@ -904,7 +903,7 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
         let mut budget: Option<BudgetReport> = None;
         let mut add = |b: Option<BudgetReport>| {
             if let Some(b) = b {
-                budget = Some(budget.map_or(b, |a| a.add(b)));
+                budget = Some(budget.map_or(b, |a| a + b));
             }
         };
         for s in &servers {

@@ -241,20 +241,13 @@ impl BudgetReport {
         seen.then_some(r)
     }
 
-    /// Two servers' budgets as one.
-    pub fn add(self, o: BudgetReport) -> BudgetReport {
-        BudgetReport {
-            limit_bytes: self.limit_bytes + o.limit_bytes,
-            peak_bytes: self.peak_bytes + o.peak_bytes,
-            budget_closes: self.budget_closes + o.budget_closes,
-            share_closes: self.share_closes + o.share_closes,
-        }
-    }
-
     /// The report's line.
     pub fn line(&self) -> String {
         let pct = if self.limit_bytes > 0 {
-            format!(" ({:.1}%)", self.peak_bytes as f64 * 100.0 / self.limit_bytes as f64)
+            format!(
+                " ({:.1}%)",
+                self.peak_bytes as f64 * 100.0 / self.limit_bytes as f64
+            )
         } else {
             String::new()
         };
@@ -266,6 +259,19 @@ impl BudgetReport {
             self.budget_closes,
             self.share_closes
         )
+    }
+}
+
+/// Two servers' budgets as one.
+impl std::ops::Add for BudgetReport {
+    type Output = BudgetReport;
+    fn add(self, o: BudgetReport) -> BudgetReport {
+        BudgetReport {
+            limit_bytes: self.limit_bytes + o.limit_bytes,
+            peak_bytes: self.peak_bytes + o.peak_bytes,
+            budget_closes: self.budget_closes + o.budget_closes,
+            share_closes: self.share_closes + o.share_closes,
+        }
     }
 }
 
@@ -1184,5 +1190,32 @@ mod tests {
             .verdict
             .summary
             .ends_with("host: NOT READY for 10k, 1 failed check"));
+    }
+
+    #[test]
+    fn the_budget_row_sums_servers_and_stores_and_needs_the_series() {
+        let text = "# HELP ws_memory_budget_bytes x\nws_memory_budget_bytes 1000\n\
+                    ws_memory_budget_peak_bytes 250\n\
+                    ws_memory_budget_closes_total{store=\"queue\"} 2\n\
+                    ws_memory_budget_closes_total{store=\"input\"} 1\n\
+                    ws_memory_share_closes_total 4\nws_connections 7\n";
+        let one = BudgetReport::from_metrics(text).unwrap();
+        assert_eq!(
+            one,
+            BudgetReport {
+                limit_bytes: 1000,
+                peak_bytes: 250,
+                budget_closes: 3,
+                share_closes: 4
+            }
+        );
+        assert_eq!((one + one).limit_bytes, 2000);
+        assert!(
+            one.line()
+                .contains("at most 250 B of 1000 B (25.0%); 3 closed"),
+            "{}",
+            one.line()
+        );
+        assert_eq!(BudgetReport::from_metrics("ws_connections 7\n"), None);
     }
 }
