@@ -916,8 +916,7 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
                 Running::User(u) => u.admin,
             };
             if let Some(a) = admin {
-                let text = crate::cmd::pool::fetch_metrics(a).await.unwrap_or_default();
-                add(BudgetReport::from_metrics(&text));
+                add(crate::selftest::server::budget_at(a).await);
             }
         }
         report.memory_budget = budget;

@@ -152,6 +152,13 @@ pub fn sample_tree(pid: u32) -> Option<(f64, u64)> {
     total
 }
 
+/// The memory budget a server's admin listener reports; None when it does not answer or has
+/// no budget series.
+pub async fn budget_at(admin: SocketAddr) -> Option<crate::selftest::report::BudgetReport> {
+    let text = crate::cmd::pool::fetch_metrics(admin).await.ok()?;
+    crate::selftest::report::BudgetReport::from_metrics(&text)
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     /// A child that burned CPU and exited (reaped) still counts in its parent's tree.
