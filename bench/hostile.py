@@ -24,6 +24,7 @@ server's inflater meets bytes it did not make.
 import argparse
 import base64
 import json
+import multiprocessing
 import os
 import random
 import socket
@@ -140,47 +141,56 @@ class Reader:
 
 
 class Probe:
-    """A well-behaved client: a 64-byte text message every 20 ms, its echo timed."""
+    """A well-behaved client: a 64-byte text message every 20 ms, its echo timed. It runs in
+    its own process, so the attack's threads (hundreds, under one GIL) do not delay its
+    reads: what it measures is the server."""
 
     def __init__(self, port):
-        self.port, self.rtts, self.errors, self.stop = port, [], 0, False
-        self.t = threading.Thread(target=self.run, daemon=True)
-        self.t.start()
-
-    def run(self):
-        try:
-            s, rest = upgrade(self.port, False)
-            s.settimeout(5)
-            buf = rest
-            while not self.stop:
-                msg = os.urandom(32).hex().encode()
-                t0 = time.monotonic()
-                s.sendall(frame(1, msg))
-                while True:
-                    while len(buf) < 2:
-                        buf += s.recv(65536)
-                    n = buf[1] & 0x7F
-                    while len(buf) < 2 + n:
-                        buf += s.recv(65536)
-                    op, payload, buf = buf[0] & 0x0F, buf[2 : 2 + n], buf[2 + n :]
-                    if op == 9:
-                        s.sendall(frame(10, payload))
-                        continue
-                    break
-                if payload == msg:
-                    self.rtts.append((time.monotonic() - t0) * 1000)
-                else:
-                    self.errors += 1
-                time.sleep(0.02)
-        except (OSError, socket.timeout):
-            self.errors += 1
+        self.q, self.halt = multiprocessing.Queue(), multiprocessing.Event()
+        self.p = multiprocessing.Process(target=_probe, args=(port, self.halt, self.q), daemon=True)
+        self.p.start()
 
     def summary(self):
-        self.stop = True
-        self.t.join(6)
-        r = sorted(self.rtts)
+        self.halt.set()
+        try:
+            rtts, errors = self.q.get(timeout=10)
+        except Exception:
+            rtts, errors = [], 1
+        self.p.join(5)
+        r = sorted(rtts)
         pct = lambda q: round(r[min(len(r) - 1, int(q * len(r)))], 2) if r else None
-        return {"echoes": len(r), "errors": self.errors, "p50_ms": pct(0.5), "p99_ms": pct(0.99), "max_ms": round(r[-1], 2) if r else None}
+        return {"echoes": len(r), "errors": errors, "p50_ms": pct(0.5), "p99_ms": pct(0.99), "max_ms": round(r[-1], 2) if r else None}
+
+
+def _probe(port, halt, q):
+    rtts, errors = [], 0
+    try:
+        s, rest = upgrade(port, False)
+        s.settimeout(5)
+        buf = rest
+        while not halt.is_set():
+            msg = os.urandom(32).hex().encode()
+            t0 = time.monotonic()
+            s.sendall(frame(1, msg))
+            while True:
+                while len(buf) < 2:
+                    buf += s.recv(65536)
+                n = buf[1] & 0x7F
+                while len(buf) < 2 + n:
+                    buf += s.recv(65536)
+                op, payload, buf = buf[0] & 0x0F, buf[2 : 2 + n], buf[2 + n :]
+                if op == 9:
+                    s.sendall(frame(10, payload))
+                    continue
+                break
+            if payload == msg:
+                rtts.append((time.monotonic() - t0) * 1000)
+            else:
+                errors += 1
+            time.sleep(0.02)
+    except (OSError, socket.timeout):
+        errors += 1
+    q.put((rtts, errors))
 
 
 def rss_kib(pid):
@@ -372,7 +382,9 @@ def main():
     p.add_argument("--pong-every", type=float, default=15, help="seconds between pongs/drips")
     p.add_argument("--settle", type=float, default=3, help="seconds to wait after the attack")
     a = p.parse_args()
-    watch, probe = Watch(a.pid, a.admin), Probe(a.port)
+    # The probe's process first: forked before this one starts any thread.
+    probe = Probe(a.port)
+    watch = Watch(a.pid, a.admin)
     time.sleep(0.5)
     readers = []
     extra = ATTACKS[a.attack](a, readers)

@@ -428,18 +428,6 @@ fn idle_deflate_connections_keep_no_large_buffers_after_a_large_message() {
     );
 }
 
-/// Bytes no compressor can shrink (xorshift64).
-fn noise(n: usize, mut x: u64) -> Vec<u8> {
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 #[test]
 fn incompressible_messages_are_echoed_plain_and_compressible_ones_compressed() {
     // 100 KB of noise is compressed and found no smaller; 2 MiB of noise is judged by a 32 KiB
@@ -447,8 +435,8 @@ fn incompressible_messages_are_echoed_plain_and_compressible_ones_compressed() {
     // payload byte for byte, with RSV1 clear, and the connection's context starts over after
     // it (the JSON after the noise still inflates right, with Python's zlib).
     let srv = common::serve(&["--profile", "10k", "--deflate"]);
-    let small = noise(100_000, 1);
-    let large = noise(2 << 20, 2);
+    let small = common::noise(100_000, 1);
+    let large = common::noise(2 << 20, 2);
     let text = json_text(3, 26_000);
     let z = py_deflate(&[&small, &large, &text].map(|d| Z {
         data: d,

@@ -14,18 +14,6 @@ fn close_code(p: &[u8]) -> u16 {
     u16::from_be_bytes([p[0], p[1]])
 }
 
-/// Bytes that parse as nothing in particular (xorshift; no dependency needed).
-fn noise(n: usize, mut x: u64) -> Vec<u8> {
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 // --- ending a connection ------------------------------------------------------------------------
 
 /// Audit defect 22 (RELIABILITY.md, "The outside audit of the tool as a whole"): a client
@@ -36,13 +24,13 @@ fn replies_and_the_close_survive_a_client_that_keeps_sending_after_an_error() {
     let srv = common::serve(&[]);
     for round in 0..5 {
         let mut s = upgraded(srv.port, None);
-        let big = noise(300_000, 7 + round);
+        let big = common::noise(300_000, 7 + round);
         // As the reproduction does it: everything is sent before anything is read.
         s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
         let sent = s
             .write_all(&frame(true, 2, &big, true))
             .and_then(|()| s.write_all(&frame(true, 3, b"", true))) // reserved opcode: 1002
-            .and_then(|()| s.write_all(&noise(1 << 20, 99 + round)));
+            .and_then(|()| s.write_all(&common::noise(1 << 20, 99 + round)));
         let echo = read_message(&mut s);
         let close = read_message(&mut s);
         let end = read_message(&mut s);

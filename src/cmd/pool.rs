@@ -7,7 +7,7 @@ use crate::report::ListFormat;
 use crate::selftest::command::UserServer;
 use crate::selftest::{self, client::Target, Options, Scenario};
 use anyhow::{bail, Context, Result};
-use embedded_server::{Hub, Server, ServerConfig, SimulatedWork};
+use embedded_server::{Hub, ServerConfig, SimulatedWork};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
@@ -181,20 +181,7 @@ fn start_local(
         max_connections: conns + 64,
         ..ServerConfig::default()
     };
-    let listeners = embedded_server::bind("127.0.0.1:0".parse()?, false, 1)
-        .context("cannot listen on 127.0.0.1")?;
-    let addr = listeners[0].local_addr()?;
-    let server = Server::new(config);
-    let hub = server.hub();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let _ = server
-            .run(listeners, async move {
-                let _ = rx.await;
-            })
-            .await;
-    });
-    Ok((addr, hub, tx))
+    selftest::server::start_in_process(config)
 }
 
 fn target(addr: SocketAddr) -> Target {

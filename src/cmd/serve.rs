@@ -782,29 +782,12 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
         let mut config = r.config.clone();
         config.max_connections = config.max_connections.max(conns + 16);
         crate::server_limits::exempt_self_test(&mut config.limits);
-        type Started = (
-            SocketAddr,
-            tokio::sync::oneshot::Sender<()>,
-            Arc<embedded_server::metrics::Metrics>,
-        );
-        let start = |app: embedded_server::App| -> Result<Started> {
-            let listeners = embedded_server::bind("127.0.0.1:0".parse()?, false, 1)
-                .context("cannot listen on 127.0.0.1 for the self-test")?;
-            let addr = listeners[0].local_addr()?;
-            let server = Server::new(ServerConfig {
+        let start = |app: embedded_server::App| {
+            crate::selftest::server::start_in_process(ServerConfig {
                 app,
                 ..config.clone()
-            });
-            let metrics = server.hub().metrics.clone();
-            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-            tokio::spawn(async move {
-                let _ = server
-                    .run(listeners, async move {
-                        let _ = rx.await;
-                    })
-                    .await;
-            });
-            Ok((addr, tx, metrics))
+            })
+            .map(|(addr, hub, stop)| (addr, stop, hub.metrics.clone()))
         };
         enum Running {
             InProcess(

@@ -152,6 +152,31 @@ pub fn sample_tree(pid: u32) -> Option<(f64, u64)> {
     total
 }
 
+/// The embedded server with `config` on a free loopback port, in this process (on the
+/// current Tokio runtime), until the sender is used or dropped: its address and hub.
+pub fn start_in_process(
+    config: embedded_server::ServerConfig,
+) -> Result<(
+    SocketAddr,
+    std::sync::Arc<embedded_server::Hub>,
+    tokio::sync::oneshot::Sender<()>,
+)> {
+    let listeners = embedded_server::bind("127.0.0.1:0".parse()?, false, 1)
+        .context("cannot listen on a loopback port (127.0.0.1)")?;
+    let addr = listeners[0].local_addr()?;
+    let server = embedded_server::Server::new(config);
+    let hub = server.hub();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _ = server
+            .run(listeners, async move {
+                let _ = rx.await;
+            })
+            .await;
+    });
+    Ok((addr, hub, tx))
+}
+
 /// The memory budget a server's admin listener reports; None when it does not answer or has
 /// no budget series.
 pub async fn budget_at(admin: SocketAddr) -> Option<crate::selftest::report::BudgetReport> {

@@ -633,3 +633,16 @@ pub fn skip_dir(cargo_pid: u32) -> std::path::PathBuf {
         .join("skipped")
         .join(cargo_pid.to_string())
 }
+
+/// `n` bytes that no compressor can shrink and that parse as nothing in particular
+/// (xorshift64 from `seed`; no dependency needed).
+pub fn noise(n: usize, mut seed: u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        })
+        .collect()
+}
