@@ -556,9 +556,16 @@ fn silent_connections_over_the_per_ip_cap_are_closed_at_accept() {
             "under the cap they wait for their request"
         );
     }
-    // Another address connects at once, and a held connection can still upgrade.
+    // Another address connects at once (within a second, while the held ones still wait),
+    // and a held connection can still upgrade.
+    let t = std::time::Instant::now();
     let (_d, r) = open("127.0.0.3", srv.port);
     assert_eq!(status(&r), 101, "{r}");
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "a fresh client took {:?} to upgrade during the flood",
+        t.elapsed()
+    );
     let r = upgrade_with(&mut held[0], b"", UPGRADE);
     assert_eq!(
         status(&r),
@@ -796,5 +803,96 @@ fn malformed_and_timed_out_upgrade_requests_are_counted_as_aborted() {
     assert_eq!(
         srv.metric("ws_handshakes_aborted_total{stage=\"tls\"}"),
         0.0
+    );
+}
+
+/// A flood of replayed TLS ClientHellos (a real one, captured once) from one address: past the
+/// per-address rate they are closed at accept, before any TLS work, and a fresh client from
+/// another address still completes its TLS handshake and upgrade within a second, every time.
+#[test]
+fn a_replayed_client_hello_flood_is_refused_at_accept_and_a_fresh_tls_client_gets_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((cert, key)) = common::self_signed_cert(dir.path()) else {
+        return;
+    };
+    let srv = serve_10k(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--max-conns-per-ip",
+        "50",
+        "--conn-rate-per-ip",
+        "20:20",
+    ]);
+    let script = r#"
+import socket, ssl, sys, threading, time
+port, ca = int(sys.argv[1]), sys.argv[2]
+ctx = ssl.create_default_context(cafile=ca)
+inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+obj = ctx.wrap_bio(inc, out, server_hostname="localhost")
+try:
+    obj.do_handshake()
+except ssl.SSLWantReadError:
+    pass
+hello = out.read()
+assert hello[0] == 0x16, hello[:8]
+stop, sent = time.monotonic() + 4, [0]
+def flood():
+    while time.monotonic() < stop:
+        try:
+            s = socket.socket()
+            s.bind(("127.0.0.2", 0))
+            s.settimeout(2)
+            s.connect(("127.0.0.1", port))
+            s.sendall(hello)
+            sent[0] += 1
+            s.close()
+        except OSError:
+            pass
+threads = [threading.Thread(target=flood) for _ in range(4)]
+for t in threads:
+    t.start()
+time.sleep(1)
+worst = 0.0
+for _ in range(5):
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+            head = s.recv(4096)
+            assert head.startswith(b"HTTP/1.1 101"), head
+    worst = max(worst, time.monotonic() - t0)
+    time.sleep(0.3)
+for t in threads:
+    t.join()
+print(sent[0], worst)
+"#;
+    let o = std::process::Command::new("python3")
+        .args(["-c", script, &srv.port.to_string(), cert.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        srv.log_text()
+    );
+    let mut it = out.split_whitespace();
+    let sent: f64 = it.next().unwrap().parse().unwrap();
+    let worst: f64 = it.next().unwrap().parse().unwrap();
+    eprintln!("{sent} hellos sent; the fresh TLS client took at most {worst:.3} s");
+    assert!(
+        worst < 1.0,
+        "a fresh TLS client took {worst:.3} s during the flood"
+    );
+    // 20 a second (and a burst of 20) get their handshake; the rest are refused at accept.
+    let refused = rejected(&srv, "ip_rate_limit");
+    assert!(sent >= 200.0, "the flood sent only {sent} hellos");
+    assert!(
+        refused >= sent - 150.0,
+        "{refused} of {sent} refused at accept"
     );
 }
