@@ -407,20 +407,16 @@ fn the_self_test_exempts_its_own_sources_from_the_limits() {
 fn a_proxy_header_is_read_before_tls() {
     // The balancer sends the header in clear, then the client's TLS handshake: a Python client
     // does exactly that (source 127.0.0.5, the trusted proxy) and upgrades over TLS.
-    let dir = tempfile::tempdir().unwrap();
-    let Some((cert, key)) = common::self_signed_cert(dir.path()) else {
-        return;
-    };
-    let srv = serve_10k(&[
-        "--tls-cert",
-        cert.to_str().unwrap(),
-        "--tls-key",
-        key.to_str().unwrap(),
+    let Some((srv, _cert, _dir)) = common::serve_tls(&[
+        "--profile",
+        "10k",
         "--trusted-proxy",
         "127.0.0.5",
         "--max-conns-per-ip",
         "1",
-    ]);
+    ]) else {
+        return;
+    };
     let script = r#"
 import socket, ssl, sys
 port = int(sys.argv[1])
@@ -744,20 +740,16 @@ fn out_of_descriptors_the_accept_loop_backs_off_and_recovers() {
 /// place), and failed handshakes are counted by stage.
 #[test]
 fn tls_connections_pass_the_accept_gate_first_and_aborted_handshakes_are_counted() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some((cert, key)) = common::self_signed_cert(dir.path()) else {
-        return;
-    };
-    let srv = serve_10k(&[
-        "--tls-cert",
-        cert.to_str().unwrap(),
-        "--tls-key",
-        key.to_str().unwrap(),
+    let Some((srv, _cert, _dir)) = common::serve_tls(&[
+        "--profile",
+        "10k",
         "--max-conns-per-ip",
         "2",
         "--handshake-timeout",
         "2",
-    ]);
+    ]) else {
+        return;
+    };
     let _held: Vec<TcpStream> = (0..2)
         .map(|_| connect_from("127.0.0.2", srv.port))
         .collect();
@@ -811,20 +803,16 @@ fn malformed_and_timed_out_upgrade_requests_are_counted_as_aborted() {
 /// another address still completes its TLS handshake and upgrade within a second, every time.
 #[test]
 fn a_replayed_client_hello_flood_is_refused_at_accept_and_a_fresh_tls_client_gets_in() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some((cert, key)) = common::self_signed_cert(dir.path()) else {
-        return;
-    };
-    let srv = serve_10k(&[
-        "--tls-cert",
-        cert.to_str().unwrap(),
-        "--tls-key",
-        key.to_str().unwrap(),
+    let Some((srv, cert, _dir)) = common::serve_tls(&[
+        "--profile",
+        "10k",
         "--max-conns-per-ip",
         "50",
         "--conn-rate-per-ip",
         "20:20",
-    ]);
+    ]) else {
+        return;
+    };
     let script = r#"
 import socket, ssl, sys, threading, time
 port, ca = int(sys.argv[1]), sys.argv[2]
@@ -888,11 +876,12 @@ print(sent[0], worst)
         worst < 1.0,
         "a fresh TLS client took {worst:.3} s during the flood"
     );
-    // 20 a second (and a burst of 20) get their handshake; the rest are refused at accept.
-    let refused = rejected(&srv, "ip_rate_limit");
+    // 20 a second (and a burst of 20) get their handshake; the rest are refused at accept
+    // (counted as the server works through its backlog, which may outlast the flood).
     assert!(sent >= 200.0, "the flood sent only {sent} hellos");
-    assert!(
-        refused >= sent - 150.0,
-        "{refused} of {sent} refused at accept"
+    srv.wait_metric(
+        "ws_handshakes_rejected_total{reason=\"ip_rate_limit\"}",
+        Duration::from_secs(10),
+        |n| n >= 0.95 * sent,
     );
 }

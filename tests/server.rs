@@ -797,16 +797,10 @@ fn autobahn_compression_cases_report_no_failure() {
 
 #[test]
 fn tls_serves_wss_to_a_standard_client() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some((cert, key)) = common::self_signed_cert(dir.path()) else {
+    let Some((srv, cert, dir)) = common::serve_tls(&["--profile", "10k"]) else {
         return;
     };
-    let srv = serve_10k(&[
-        "--tls-cert",
-        cert.to_str().unwrap(),
-        "--tls-key",
-        key.to_str().unwrap(),
-    ]);
+    let key = dir.path().join("key.pem");
     let script = r#"
 import asyncio, ssl, sys, websockets
 async def main(port, ca):

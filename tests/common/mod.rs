@@ -474,6 +474,22 @@ pub fn have(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// `wstune serve ARGS` over TLS, with a fresh self-signed certificate for localhost: the
+/// server, the certificate (for clients to trust) and the directory holding both (keep it
+/// while the server runs). None (a recorded skip) when openssl is missing.
+pub fn serve_tls(args: &[&str]) -> Option<(Served, std::path::PathBuf, tempfile::TempDir)> {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed_cert(dir.path())?;
+    let tls = [
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ];
+    let srv = serve(&[&tls[..], args].concat());
+    Some((srv, cert, dir))
+}
+
 /// A self-signed certificate and key for localhost under `dir` (openssl), as (cert, key).
 /// None (a recorded skip) when openssl is missing; CI installs it, so there it is an error.
 pub fn self_signed_cert(dir: &std::path::Path) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
