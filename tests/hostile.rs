@@ -214,7 +214,11 @@ fn a_dripped_frame_does_not_keep_the_last_frames_buffer() {
         &["--conns", "10", "--secs", "6", "--pong-every", "1"],
     );
     held(&r, 50.0);
-    assert_eq!(closes(&r, "1008"), 10, "{r:#}");
+    // Ten 4 MiB frames read at once can pass the 64 MiB budget (a buffer is charged by its
+    // capacity): one may be closed over the budget (1013) before its frame ends.
+    assert!(closes(&r, "1008") >= 8, "{r:#}");
+    assert_eq!(closes(&r, "1008") + closes(&r, "1013"), 10, "{r:#}");
+    assert!(metric(&r, "ws_message_timeouts_total") >= 8.0, "{r:#}");
     assert_eq!(metric(&r, "ws_memory_budget_used_bytes"), 0.0, "{r:#}");
 }
 
