@@ -571,33 +571,29 @@ fn silent_connections_over_the_per_ip_cap_are_closed_at_accept() {
     assert_eq!(rejected(&srv, "ip_connection_cap"), 100.0);
 }
 
+/// `n` silent connections from `from(i)`; after a second, the responses of those the server
+/// closed (at accept), each within 50 ms.
+fn refused_of_silent(port: u16, n: usize, from: impl Fn(usize) -> String) -> Vec<String> {
+    let mut silent: Vec<TcpStream> = (0..n).map(|i| connect_from(&from(i), port)).collect();
+    std::thread::sleep(Duration::from_secs(1));
+    silent
+        .iter_mut()
+        .filter_map(|s| closed_within(s, Duration::from_millis(50)))
+        .collect()
+}
+
 #[test]
 fn connection_rates_are_enforced_at_accept() {
     let srv = serve_10k(&["--conn-rate-per-ip", "5:5", "--handshake-timeout", "30"]);
-    let mut silent: Vec<TcpStream> = (0..30)
-        .map(|_| connect_from("127.0.0.2", srv.port))
-        .collect();
-    std::thread::sleep(Duration::from_secs(1));
-    let refused: Vec<String> = silent
-        .iter_mut()
-        .filter_map(|s| closed_within(s, Duration::from_millis(50)))
-        .collect();
+    let refused = refused_of_silent(srv.port, 30, |_| "127.0.0.2".into());
     assert!(refused.len() >= 20, "only {} of 30 refused", refused.len());
     assert!(
         refused.iter().all(|r| r.starts_with("HTTP/1.1 429 ")),
         "{refused:?}"
     );
     assert_eq!(rejected(&srv, "ip_rate_limit"), refused.len() as f64);
-    drop(silent);
     let srv = serve_10k(&["--conn-rate", "5:5", "--handshake-timeout", "30"]);
-    let mut silent: Vec<TcpStream> = (0..30)
-        .map(|i| connect_from(&format!("127.0.2.{}", i + 1), srv.port))
-        .collect();
-    std::thread::sleep(Duration::from_secs(1));
-    let refused = silent
-        .iter_mut()
-        .filter_map(|s| closed_within(s, Duration::from_millis(50)))
-        .count();
+    let refused = refused_of_silent(srv.port, 30, |i| format!("127.0.2.{}", i + 1)).len();
     assert!(refused >= 20, "only {refused} of 30 refused");
     assert_eq!(rejected(&srv, "global_rate_limit"), refused as f64);
 }
