@@ -7,7 +7,7 @@ use std::path::PathBuf;
 const AFTER_HELP: &str = "\
 Exit codes: 0 nothing failed; 1 only warnings and --strict; 2 a check failed; 3 usage or internal error;
 4 a self-test the host was too noisy to judge (NOT PROVEN: steal or other processes' CPU over its limit).
-Documentation: README.md (profiles, the check catalog, the JSON shape, CI preflight).";
+Documentation: README.md (quick start, CI preflight) and docs/ (the JSON shape, profiles, the check catalog).";
 
 #[derive(Debug, Parser)]
 #[command(name = "wstune", version, about = "Take a host and a WebSocket server from \"it runs\" to \"it scales to 100k+ connections\".", after_help = AFTER_HELP)]
@@ -261,7 +261,7 @@ pub struct RollbackArgs {
 pub enum Format {
     /// A table for people.
     Table,
-    /// The documented JSON object (README.md, "Formats"; docs/check-report.schema.json).
+    /// The documented JSON object (docs/check.md, "Formats"; docs/check-report.schema.json).
     Json,
     /// JUnit XML: one testcase per check.
     Junit,

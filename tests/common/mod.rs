@@ -1,5 +1,5 @@
 //! What the integration test binaries share, and the only place a test helper is defined
-//! (README: Development): the binary and its output, a server started on free ports, processes
+//! (docs/development.md): the binary and its output, a server started on free ports, processes
 //! reaped when a test ends (even when it fails), plain HTTP, bounded waits on an event (never a
 //! fixed sleep), check reports, network namespaces, and skips (a failure under `CI`).
 //! ws.rs is a raw WebSocket client; tungstenite.rs async clients through tokio-tungstenite.
