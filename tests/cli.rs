@@ -641,6 +641,54 @@ fn profiles_list_and_show() {
 }
 
 #[test]
+fn a_profile_that_extends_a_built_in_is_shown_resolved_and_checked_against() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("edge.yaml");
+    std::fs::write(
+        &p,
+        "extends: 100k\nname: edge\nlinux:\n  somaxconn: 32768\n",
+    )
+    .unwrap();
+    let path = p.to_str().unwrap();
+    // Its own text as written; resolved, every value in effect.
+    let own = stdout(&wstune120(&["profiles", "show", path]));
+    assert!(own.starts_with("extends: 100k"), "{own}");
+    let resolved = stdout(&wstune120(&["profiles", "show", path, "--resolved"]));
+    assert!(
+        resolved.contains("name: edge") && resolved.contains("somaxconn: 32768"),
+        "{resolved}"
+    );
+    assert!(
+        resolved.contains("nofile: 200000"),
+        "the base's values: {resolved}"
+    );
+    assert!(!resolved.contains("extends:"), "{resolved}");
+    let json = json_of(&wstune120(&["profiles", "show", path, "-f", "json"]));
+    assert_eq!(json["linux"]["somaxconn"], 32768);
+    assert_eq!(json["connections"], 100000);
+    // check uses the merged target.
+    let (_, report) = check_json(&fixture("default"), &["--profile", path]);
+    assert_eq!(report["profile"]["name"], "edge");
+    let somax = finding(&report, "linux.net.core.somaxconn");
+    assert_eq!(somax["target"], 32768, "{somax}");
+    assert_eq!(
+        finding(&report, "linux.process.nofile.hard")["target"],
+        200000
+    );
+    // A bad value in the extending file: its own file and line.
+    std::fs::write(&p, "extends: 100k\nname: edge\nlinux:\n  somaxconn: lots\n").unwrap();
+    let o = wstune120(&["profiles", "show", path]);
+    assert_ne!(code(&o), 0);
+    assert!(
+        stderr(&o).contains(&format!(
+            "{path}:4: linux.somaxconn: expected a whole number"
+        )),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn a_profile_file_and_a_catalog_file_extend_the_built_ins() {
     let dir = tempfile::tempdir().unwrap();
     let text =

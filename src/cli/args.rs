@@ -461,8 +461,8 @@ pub struct LoadArgs {
     pub secs: Option<f64>,
     /// Seconds of load before each echo-rate, deflate and echo-sat measurement starts (not
     /// counted: the first burst on fresh connections is a start-up cost, not the steady state).
-    /// Default 1, and for echo-rate and deflate one period of the per-connection rate, at
-    /// most 5
+    /// Default 1; for echo-rate one period of the per-connection rate, at most 5; for deflate
+    /// one period and a second, at most 15 (every connection's contexts built before measuring)
     #[arg(long)]
     pub warmup: Option<f64>,
     /// echo-sat: messages in flight per connection.
@@ -682,6 +682,10 @@ pub enum ProfilesCommand {
         name: String,
         #[arg(long, short = 'f', value_enum, default_value_t = ShowFormat::Yaml)]
         format: ShowFormat,
+        /// Print every value in effect, with what the profile `extends` merged in, instead of
+        /// the file's own text (JSON is always resolved).
+        #[arg(long)]
+        resolved: bool,
     },
 }
 

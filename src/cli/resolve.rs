@@ -190,9 +190,14 @@ pub fn profiles(p: &ProfilesCommand) -> cmd::profiles::Request {
         ProfilesCommand::List { format } => cmd::profiles::Request::List {
             format: list_format(*format),
         },
-        ProfilesCommand::Show { name, format } => cmd::profiles::Request::Show {
+        ProfilesCommand::Show {
+            name,
+            format,
+            resolved,
+        } => cmd::profiles::Request::Show {
             name: name.clone(),
             json: *format == args::ShowFormat::Json,
+            resolved: *resolved,
         },
     }
 }

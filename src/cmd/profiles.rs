@@ -10,8 +10,13 @@ use anyhow::Result;
 pub enum Request {
     /// One line per built-in profile.
     List { format: ListFormat },
-    /// One profile in full: a built-in name or a file.
-    Show { name: String, json: bool },
+    /// One profile in full: a built-in name or a file; `resolved`: every value in effect
+    /// (what it extends merged in), not the file's own text.
+    Show {
+        name: String,
+        json: bool,
+        resolved: bool,
+    },
 }
 
 pub fn run(r: Request) -> Result<Outcome> {
@@ -33,10 +38,21 @@ pub fn run(r: Request) -> Result<Outcome> {
             };
             output::emit(None, &text)?;
         }
-        Request::Show { name, json } => {
+        Request::Show {
+            name,
+            json,
+            resolved,
+        } => {
             let loaded = profile::load(&name)?;
             let text = if json {
                 serde_json::to_string_pretty(&loaded.profile)? + "\n"
+            } else if resolved {
+                format!(
+                    "# wstune profile {}: every value in effect, resolved from {}\n{}",
+                    loaded.profile.name,
+                    loaded.source,
+                    serde_yaml_ng::to_string(&loaded.profile)?
+                )
             } else {
                 // The built-in text keeps its comments, which document every key.
                 match EMBEDDED.iter().find(|(n, _)| *n == name) {

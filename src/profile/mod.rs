@@ -85,8 +85,14 @@ pub struct Loaded {
 /// Resolve `--profile`: a built-in name, or else a path to a YAML file. A value that looks like a
 /// path (has a separator or a .yaml/.yml ending) is never taken for a name.
 pub fn load(spec: &str) -> Result<Loaded, ProfileError> {
+    load_in(spec, &mut Vec::new())
+}
+
+/// [`load`], with the profiles being read that extend this one (`chain`), for cycles.
+fn load_in(spec: &str, chain: &mut Vec<String>) -> Result<Loaded, ProfileError> {
     if let Some((_, text)) = EMBEDDED.iter().find(|(n, _)| *n == spec) {
-        let profile = parse(text, &format!("builtin:{spec}"))?;
+        chain.push(format!("builtin:{spec}"));
+        let profile = parse_in(text, &format!("builtin:{spec}"), chain)?;
         return Ok(Loaded {
             profile,
             source: format!("builtin:{spec}"),
@@ -104,11 +110,119 @@ pub fn load(spec: &str) -> Result<Loaded, ProfileError> {
         path: path.to_path_buf(),
         reason,
     })?;
-    let profile = parse(&text, spec)?;
+    chain.push(
+        path.canonicalize()
+            .map_or_else(|_| spec.to_string(), |p| p.display().to_string()),
+    );
+    let profile = parse_in(&text, spec, chain)?;
     Ok(Loaded {
         profile,
         source: spec.to_string(),
     })
+}
+
+/// How many profiles an `extends` chain may hold: tuned's include chains are a few deep; a
+/// longer one is a mistake, and the cap keeps a chain of generated files bounded.
+pub const MAX_EXTENDS: usize = 8;
+
+/// The profile `extends:` names, loaded, with what it is called in messages; None when the
+/// document has no `extends`. The key is removed from `doc`: it is not a setting. A relative
+/// path is taken from the directory of the file that names it, as tuned's `include=` is.
+fn take_extends(
+    doc: &mut serde_yaml_ng::Value,
+    text: &str,
+    file: &str,
+    chain: &mut Vec<String>,
+) -> Result<Option<(String, Profile)>, ProfileError> {
+    let serde_yaml_ng::Value::Mapping(map) = doc else {
+        return Ok(None);
+    };
+    let Some(value) = map.remove("extends") else {
+        return Ok(None);
+    };
+    let line = yaml_lines::line_of(text, "extends");
+    let at = |message: String| Problem {
+        file: file.to_string(),
+        line,
+        message,
+    };
+    let names = EMBEDDED
+        .iter()
+        .map(|(n, _)| *n)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let serde_yaml_ng::Value::String(spec) = value else {
+        return Err(ProfileError::Invalid(vec![at(format!(
+            "extends: expected the name of a built-in profile ({names}) or the path of a profile file"
+        ))]));
+    };
+    if !map.contains_key("name") {
+        return Err(ProfileError::Invalid(vec![at(format!(
+            "a profile that extends another needs a `name` of its own (reports would call it by {spec}'s): add `name: ...`"
+        ))]));
+    }
+    let builtin = EMBEDDED.iter().any(|(n, _)| *n == spec);
+    // As for --profile: a word is a built-in's name (an unknown one says which exist).
+    let path_like = spec.contains('/') || spec.ends_with(".yaml") || spec.ends_with(".yml");
+    let base_spec = match Path::new(file).parent() {
+        Some(dir)
+            if path_like && !file.starts_with("builtin:") && Path::new(&spec).is_relative() =>
+        {
+            dir.join(&spec).display().to_string()
+        }
+        _ => spec.clone(),
+    };
+    let key = if builtin {
+        format!("builtin:{spec}")
+    } else {
+        Path::new(&base_spec)
+            .canonicalize()
+            .map_or_else(|_| base_spec.clone(), |p| p.display().to_string())
+    };
+    if chain.contains(&key) {
+        return Err(ProfileError::Invalid(vec![at(format!(
+            "extends: {spec} is already being read ({} -> {spec}): a profile cannot extend itself, directly or through others",
+            chain.join(" -> ")
+        ))]));
+    }
+    if chain.len() >= MAX_EXTENDS {
+        return Err(ProfileError::Invalid(vec![at(format!(
+            "extends: more than {MAX_EXTENDS} profiles in one chain ({}): extend the built-in profile directly",
+            chain.join(" -> ")
+        ))]));
+    }
+    match load_in(&base_spec, chain) {
+        Ok(base) => Ok(Some((base.source, base.profile))),
+        Err(ProfileError::Invalid(mut problems)) => {
+            problems.insert(
+                0,
+                at(format!(
+                    "extends: {spec} has problems of its own (below): fix them there"
+                )),
+            );
+            Err(ProfileError::Invalid(problems))
+        }
+        Err(e) => Err(ProfileError::Invalid(vec![at(format!("extends: {e}"))])),
+    }
+}
+
+/// Lay `over` on `base`: mappings merge key by key, anything else (numbers, text, lists)
+/// replaces what the base had, as a tuned child profile's values replace its parent's.
+fn merge(base: &mut serde_yaml_ng::Value, over: serde_yaml_ng::Value) {
+    use serde_yaml_ng::Value::Mapping;
+    match (base, over) {
+        (Mapping(b), Mapping(o)) => {
+            for (k, v) in o {
+                match b.get_mut(&k) {
+                    Some(slot) => merge(slot, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
 }
 
 /// The largest profile or catalog file accepted. The built-in ones are a few KiB and the
@@ -137,7 +251,15 @@ pub fn read_config_file(path: &Path) -> Result<String, String> {
 /// reported at once, sorted by line: unknown and missing keys, wrongly typed values (found by
 /// comparing with a built-in profile's shape), then the bounds of [`validate`]. Only a YAML
 /// syntax error stops early, since nothing after it can be read.
+///
+/// `extends: NAME|PATH` starts from that profile (itself resolved and validated) and lays this
+/// document's keys over it (see [`merge`]); this file then needs only what it changes, and a
+/// problem in a value it inherits says where it came from.
 pub fn parse(text: &str, file: &str) -> Result<Profile, ProfileError> {
+    parse_in(text, file, &mut Vec::new())
+}
+
+fn parse_in(text: &str, file: &str, chain: &mut Vec<String>) -> Result<Profile, ProfileError> {
     let problem = |line: Option<usize>, message: String| Problem {
         file: file.to_string(),
         line,
@@ -150,12 +272,25 @@ pub fn parse(text: &str, file: &str) -> Result<Profile, ProfileError> {
         )])
     };
     let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).map_err(serde_problem)?;
+    let base = take_extends(&mut doc, text, file, chain)?;
+    if let Some((_, base)) = &base {
+        let mut merged = serde_yaml_ng::to_value(base).expect("a profile always serializes");
+        merge(&mut merged, doc);
+        doc = merged;
+    }
+    // A value this file does not set came from the profile it extends: say so.
+    let inherited = |path: &str| match &base {
+        Some((from, _)) if yaml_lines::line_of(text, path).is_none() => {
+            format!(" (inherited from {from})")
+        }
+        _ => String::new(),
+    };
     let mismatches = shape::check(&mut doc, &template());
     let mut problems: Vec<Problem> = mismatches
         .iter()
         .map(|m| problem(line_of_path(text, &m.path), m.message.clone()))
         .collect();
-    let profile: Profile = if mismatches.is_empty() {
+    let profile: Profile = if mismatches.is_empty() && base.is_none() {
         // Untouched: serde reads the text itself, so whatever the shape check does not know
         // about still comes with serde's own line.
         serde_yaml_ng::from_str(text).map_err(serde_problem)?
@@ -182,7 +317,7 @@ pub fn parse(text: &str, file: &str) -> Result<Profile, ProfileError> {
             .map(|(path, message)| {
                 problem(
                     yaml_lines::line_of(text, path),
-                    format!("{path}: {message}"),
+                    format!("{path}: {message}{}", inherited(path)),
                 )
             }),
     );
@@ -975,6 +1110,109 @@ mod tests {
         assert!(err.contains("server.processes: 0 is out of range"), "{err}");
         let err = with("lots").unwrap_err().to_string();
         assert!(err.contains("'lots' is not a process count"), "{err}");
+    }
+
+    #[test]
+    fn a_profile_extends_another_and_changes_only_what_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let child = dir.path().join("edge.yaml");
+        std::fs::write(
+            &child,
+            "extends: 100k\nname: edge\nlinux:\n  somaxconn: 32768\n  ip_local_port_range: [20000, 60999]\nserver:\n  deflate:\n    enabled: false\n",
+        )
+        .unwrap();
+        let p = load(child.to_str().unwrap()).unwrap().profile;
+        let base = load("100k").unwrap().profile;
+        assert_eq!(p.name, "edge");
+        assert_eq!(p.linux.somaxconn, 32768);
+        // A list replaces the base's; a mapping merges key by key.
+        assert_eq!(p.linux.ip_local_port_range, [20000, 60999]);
+        assert!(!p.server.deflate.enabled);
+        assert_eq!(
+            p.server.deflate.window_bits,
+            base.server.deflate.window_bits
+        );
+        assert_eq!(p.connections, base.connections);
+        assert_eq!(p.windows, base.windows);
+
+        // A grandchild, by a path relative to its own file.
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let grand = sub.join("edge-eu.yaml");
+        std::fs::write(
+            &grand,
+            "extends: ../edge.yaml\nname: edge-eu\nconnections: 50000\n",
+        )
+        .unwrap();
+        let g = load(grand.to_str().unwrap()).unwrap().profile;
+        assert_eq!((g.connections, g.linux.somaxconn), (50000, 32768));
+    }
+
+    #[test]
+    fn an_extending_profile_is_validated_with_its_own_lines_and_names_inherited_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let child = dir.path().join("bad.yaml");
+        let path = child.to_str().unwrap().to_string();
+        let text = "extends: 100k\nname: bad\nserver:\n  deflate:\n    window_bits: 8\n    window_bitz: 9\n  heartbeat:\n    interval_secs: 120\n";
+        std::fs::write(&child, text).unwrap();
+        let ProfileError::Invalid(problems) = load(&path).unwrap_err() else {
+            panic!()
+        };
+        let find = |needle: &str| {
+            problems
+                .iter()
+                .find(|p| p.message.contains(needle))
+                .unwrap_or_else(|| panic!("no `{needle}` in {problems:?}"))
+        };
+        assert_eq!(find("unknown field `window_bitz`").line, Some(6));
+        assert_eq!(find("window_bits: 8 is out of range").line, Some(5));
+        // The interval this file sets meets the timeout it inherits (90 s).
+        let hb = find("longer than interval_secs");
+        assert!(
+            hb.message.contains("(inherited from builtin:100k)"),
+            "{hb:?}"
+        );
+        assert!(problems.iter().all(|p| p.file == path), "{problems:?}");
+    }
+
+    #[test]
+    fn extends_refuses_cycles_unknown_bases_and_a_missing_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.yaml");
+        let b = dir.path().join("b.yaml");
+        std::fs::write(&a, "extends: b.yaml\nname: a\n").unwrap();
+        std::fs::write(&b, "extends: a.yaml\nname: b\n").unwrap();
+        let err = load(a.to_str().unwrap()).unwrap_err().to_string();
+        assert!(err.contains("cannot extend itself"), "{err}");
+        assert!(err.contains("a.yaml:1:"), "{err}");
+
+        std::fs::write(&a, "name: a\nextends: 200k\n").unwrap();
+        let err = load(a.to_str().unwrap()).unwrap_err().to_string();
+        assert!(
+            err.contains("a.yaml:2: extends: unknown profile '200k'"),
+            "{err}"
+        );
+
+        std::fs::write(&a, "extends: 10k\nconnections: 5000\n").unwrap();
+        let err = load(a.to_str().unwrap()).unwrap_err().to_string();
+        assert!(err.contains("needs a `name` of its own"), "{err}");
+
+        std::fs::write(&a, "extends: [10k]\nname: a\n").unwrap();
+        let err = load(a.to_str().unwrap()).unwrap_err().to_string();
+        assert!(
+            err.contains("extends: expected the name of a built-in profile"),
+            "{err}"
+        );
+
+        // A base with problems of its own: named with its file and line, below the child's.
+        std::fs::write(&b, "extends: 10k\nname: b\nlinux:\n  somaxconn: lots\n").unwrap();
+        std::fs::write(&a, "extends: b.yaml\nname: a\n").unwrap();
+        let err = load(a.to_str().unwrap()).unwrap_err().to_string();
+        assert!(err.contains("has problems of its own"), "{err}");
+        assert!(
+            err.contains("b.yaml:4: linux.somaxconn: expected a whole number"),
+            "{err}"
+        );
     }
 
     #[test]
