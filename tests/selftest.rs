@@ -281,6 +281,77 @@ fn a_server_that_goes_away_mid_run_gives_a_partial_report() {
     assert_eq!(r["verdict"]["pass"], false);
 }
 
+/// The generator processes a self-test started (its children running `selftest-worker`).
+fn workers_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for c in children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+        {
+            let cmd = std::fs::read(format!("/proc/{c}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmd).contains("selftest-worker") {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_generator_killed_mid_run_is_named_with_how_it_ended() {
+    let srv = serve(&["--profile", "10k"]);
+    let url = format!("ws://127.0.0.1:{}/", srv.port);
+    let child = Command::new(bin())
+        .args([
+            "selftest",
+            "--url",
+            &url,
+            "--conns",
+            "40",
+            "--secs",
+            "6",
+            "--generators",
+            "2",
+            "--format",
+            "json",
+            "--scenario",
+            "idle",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    srv.wait_metric("ws_connections", Duration::from_secs(30), |n| n >= 40.0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let workers = loop {
+        let w = workers_of(child.id());
+        if w.len() == 2 || Instant::now() > deadline {
+            break w;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(workers.len(), 2, "two generator processes");
+    unsafe { libc::kill(workers[1] as i32, libc::SIGKILL) };
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let r = json_of(&o);
+    let why = r["scenarios"][0]["incomplete"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        why.contains(" of 2 ended (signal: 9 (SIGKILL)) without a result"),
+        "{why}"
+    );
+    assert_eq!(r["verdict"]["pass"], false);
+}
+
 #[test]
 fn bad_input_and_low_limits_are_refused_before_anything_starts() {
     let cases: &[(&[&str], &str)] = &[

@@ -240,15 +240,28 @@ impl Options {
     /// spilled into the window: late sends counted from when they were due (p99 145-470 ms).
     /// With 5 s (half the connections have sent once) p99 was 1.2 ms, the same as with 10 s,
     /// and the whole self-test stays within its 3 minutes.
+    ///
+    /// Deflate warms up for one whole period and a second (at most 15 s): each connection's
+    /// first message builds its contexts on both sides (~40 us of server CPU for a compressor
+    /// and a decompressor at 11/4), so a 5 s warm-up at 0.1 msg/s left half the connections'
+    /// creations in the window, which then measured context creation instead of what a kept
+    /// context costs. Creating them is measured on its own: `wstune bench deflate --contexts`.
     pub fn warmup_for(&self, scenario: Scenario) -> f64 {
-        match (scenario, self.warmup) {
-            (s, _) if !s.warms_up() => 0.0,
-            (_, Some(w)) => w,
-            (Scenario::EchoRate | Scenario::Deflate, None) => {
-                (1.0 / self.rate.max(0.001)).clamp(1.0, 5.0)
-            }
-            (_, None) => 1.0,
+        match self.warmup {
+            _ if !scenario.warms_up() => 0.0,
+            Some(w) => w,
+            None => default_warmup(scenario, self.rate),
         }
+    }
+}
+
+/// The warm-up without `--warmup`, for a scenario that warms up (see [`Options::warmup_for`]).
+fn default_warmup(scenario: Scenario, rate: f64) -> f64 {
+    let period = 1.0 / rate.max(0.001);
+    match scenario {
+        Scenario::EchoRate => period.clamp(1.0, 5.0),
+        Scenario::Deflate => (period + 1.0).clamp(1.0, 15.0),
+        _ => 1.0,
     }
 }
 
@@ -629,6 +642,36 @@ struct WorkerProc {
     stdin: tokio::process::ChildStdin,
     ticks: Vec<(u64, u64)>,
     result: Option<WorkerResult>,
+    /// The last line it wrote that is not an event (and why), for the report if it then ends
+    /// without a result.
+    garbled: Option<String>,
+}
+
+/// Why generator process `i` of `n` stopped before its result, in words an operator can act
+/// on: how it ended (its exit status, or the signal that ended it) and the last line it wrote
+/// that could not be read as an event. A bare "exited" left a run's miss unexplained.
+async fn ended_early(p: &mut WorkerProc, i: usize, n: usize, before: &str) -> String {
+    let how = match tokio::time::timeout(Duration::from_secs(2), p.child.wait()).await {
+        Ok(Ok(status)) => status.to_string(),
+        Ok(Err(e)) => format!("its exit status cannot be read: {e}"),
+        Err(_) => "its output closed, the process still running".into(),
+    };
+    let garbled = p
+        .garbled
+        .as_deref()
+        .map(|g| format!("; the last line it wrote that is not an event: {g}"))
+        .unwrap_or_default();
+    format!("generator process {i} of {n} ended ({how}) {before}{garbled}")
+}
+
+/// Note a line that is not an event: kept (shortened) for [`ended_early`].
+fn garbled(line: &str, e: &dyn std::fmt::Display) -> String {
+    let mut end = line.len().min(200);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    let more = if end < line.len() { "..." } else { "" };
+    format!("{e}: {}{more}", &line[..end])
 }
 
 /// Run one scenario end to end. An error means nothing could be measured (no connection
@@ -920,15 +963,13 @@ fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec
         assigned += n;
         let mut cmd = tokio::process::Command::new(&exe);
         // A generator of a self-test killed outright must not go on loading the server.
-        crate::supervisor::dies_with_this_process(&mut cmd);
-        let mut child = cmd
-            .arg("selftest-worker")
+        cmd.arg("selftest-worker")
             .arg(serde_json::to_string(&spec)?)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
+            .kill_on_drop(true);
+        let mut child = crate::supervisor::spawn_dying_with_this_process(cmd)
             .with_context(|| format!("cannot start a generator process ({})", exe.display()))?;
         let stdout = child.stdout.take().expect("piped stdout");
         let stdin = child.stdin.take().expect("piped stdin");
@@ -938,6 +979,7 @@ fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec
             stdin,
             ticks: Vec::new(),
             result: None,
+            garbled: None,
         });
     }
 
@@ -968,7 +1010,13 @@ async fn connect_phase(
         loop {
             let line = match tokio::time::timeout_at(deadline, p.lines.next_line()).await {
                 Ok(Ok(Some(l))) => l,
-                Ok(_) => bail!("generator process {i} exited before its connections were open"),
+                Ok(Ok(None)) => {
+                    bail!(
+                        "{}",
+                        ended_early(p, i, procs_len, "before its connections were open").await
+                    )
+                }
+                Ok(Err(e)) => bail!("cannot read generator process {i}'s output: {e}"),
                 Err(_) => bail!(
                     "connections were still opening after {} s: {} of {} handshakes done, {} \
                      generator process(es) of {} ready, first error so far: {}; is the server \
@@ -982,6 +1030,7 @@ async fn connect_phase(
                 ),
             };
             match serde_json::from_str::<Event>(&line) {
+                Err(e) => p.garbled = Some(garbled(&line, &e)),
                 Ok(Event::Connecting { done }) => {
                     done_counts[i] = done;
                     pb.set_position(done_counts.iter().sum::<usize>() as u64);
@@ -1103,16 +1152,22 @@ async fn run_phase(
         })
     });
     {
-        let mut pending: Vec<usize> = (0..procs.len()).collect();
+        let n = procs.len();
+        let mut pending: Vec<usize> = (0..n).collect();
         while !pending.is_empty() {
             let mut next = Vec::new();
             for &i in &pending {
                 let p = &mut procs[i];
                 let line = match tokio::time::timeout_at(run_deadline, p.lines.next_line()).await {
                     Ok(Ok(Some(l))) => l,
-                    Ok(_) => {
+                    Ok(Ok(None)) => {
+                        let why = ended_early(p, i, n, "without a result").await;
+                        incomplete.get_or_insert(why);
+                        continue;
+                    }
+                    Ok(Err(e)) => {
                         incomplete.get_or_insert(format!(
-                            "generator process {i} exited without a result"
+                            "cannot read generator process {i}'s output: {e}"
                         ));
                         continue;
                     }
@@ -1134,6 +1189,10 @@ async fn run_phase(
                             noise_end = Some(noise::sample());
                         }
                         p.result = Some(*r);
+                    }
+                    Err(e) => {
+                        p.garbled = Some(garbled(&line, &e));
+                        next.push(i);
                     }
                     _ => next.push(i),
                 }
@@ -1307,6 +1366,19 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn deflate_warms_up_until_every_connection_has_built_its_contexts() {
+        // 100k profile: 0.1 msg/s each. Echo-rate's 5 s cap stays; deflate waits a whole
+        // period (every connection's first message) and a second.
+        assert_eq!(default_warmup(Scenario::EchoRate, 0.1), 5.0);
+        assert_eq!(default_warmup(Scenario::Deflate, 0.1), 11.0);
+        // Fast rates: the 1 s floor; a very slow rate: capped, the run stays bounded.
+        assert_eq!(default_warmup(Scenario::EchoRate, 10.0), 1.0);
+        assert_eq!(default_warmup(Scenario::Deflate, 10.0), 1.1);
+        assert_eq!(default_warmup(Scenario::Deflate, 0.001), 15.0);
+        assert_eq!(default_warmup(Scenario::EchoSat, 0.1), 1.0);
+    }
 
     #[test]
     fn sockstat_and_slab_are_read() {

@@ -29,9 +29,7 @@ impl ChildServer {
         let exe = std::env::current_exe()
             .context("cannot find this program to start the self-test's server")?;
         let mut cmd = tokio::process::Command::new(&exe);
-        crate::supervisor::dies_with_this_process(&mut cmd);
-        let mut child = cmd
-            .arg("serve")
+        cmd.arg("serve")
             .args(args)
             // Its per-process start and drain lines would bury the report; warnings stay.
             .env(
@@ -41,8 +39,8 @@ impl ChildServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
+            .kill_on_drop(true);
+        let mut child = crate::supervisor::spawn_dying_with_this_process(cmd)
             .with_context(|| format!("cannot start `{} serve`", exe.display()))?;
         let pid = child.id().unwrap_or(0);
         let mut lines =

@@ -157,7 +157,14 @@ async fn run(spec: WorkerSpec) {
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     match stdin.next_line().await {
         Ok(Some(l)) if l.trim() == "go" => {}
-        _ => return,
+        _ => {
+            // Said, so that the self-test's "ended without a result" has its reason beside it.
+            eprintln!(
+                "wstune selftest-worker: no \"go\" from the self-test (its input closed); \
+                 ending without a result"
+            );
+            return;
+        }
     }
     let start = Instant::now();
     // The warm-up runs the same load without counting it: the first burst on fresh

@@ -425,7 +425,7 @@ fn spawn(st: &Arc<State>, i: usize) -> Result<(tokio::process::Child, u32)> {
             Ok(())
         });
     }
-    let child = cmd.spawn().context("cannot start wstune serve")?;
+    let child = super::spawn_lasting(cmd).context("cannot start wstune serve")?;
     let pid = child.id().unwrap_or(0);
     if let Some((mine, theirs)) = pair {
         drop(theirs);
