@@ -490,6 +490,7 @@ pub fn findings_with(
                 runtime: Some(w.fix()),
                 persistent: None,
             },
+            refs: Vec::new(),
             note: None,
             key: None,
         }];
@@ -526,6 +527,7 @@ pub fn findings_with(
             runtime: Some(w.fix()),
             persistent: None,
         },
+        refs: Vec::new(),
         note: Some(file.clone()),
         key: None,
     }];
@@ -564,6 +566,7 @@ pub fn findings_with(
             runtime: Some(w.fix()),
             persistent: None,
         },
+        refs: Vec::new(),
         note: Some(file.clone()),
         key: None,
     });
@@ -633,6 +636,7 @@ fn backlog_finding(f: &Facts, p: &Profile, file: &str) -> crate::catalog::eval::
             runtime: Some(w.fix()),
             persistent: None,
         },
+        refs: Vec::new(),
         note: Some(file.to_string()),
         key: None,
     }

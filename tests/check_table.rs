@@ -91,6 +91,25 @@ fn show_all_lists_every_row_by_area() {
     }
     assert!(out.contains("Kernel counters: "), "{out}");
     assert!(!out.contains("`--show all`"), "{out}");
+    // Every recommendation with the sources it follows, once per check.
+    let sources = out
+        .split("Sources each recommendation follows:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no sources list:\n{out}"));
+    assert!(
+        sources.contains("  linux.net.core.somaxconn: TCP variables: somaxconn <https://docs.kernel.org/networking/ip-sysctl.html>"),
+        "{sources}"
+    );
+    assert_eq!(
+        sources.matches("  linux.net.core.somaxconn:").count(),
+        1,
+        "{sources}"
+    );
+    let somax = common::finding(&json, "linux.net.core.somaxconn");
+    assert_eq!(
+        somax["refs"][0]["url"],
+        "https://docs.kernel.org/networking/ip-sysctl.html"
+    );
 }
 
 #[test]

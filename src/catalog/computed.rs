@@ -65,6 +65,7 @@ impl Computed {
                 runtime: fix.or_else(|| self.fix.runtime.clone()),
                 persistent: self.fix.persistent.clone(),
             },
+            refs: Vec::new(),
             note: Some(note),
             key: None,
         }

@@ -62,6 +62,9 @@ pub struct Finding {
     pub scope: Scope,
     pub why: String,
     pub fix: FixText,
+    /// The public sources the recommendation follows (the catalog's `refs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refs: Vec<crate::catalog::model::Ref>,
     /// Why it was skipped, where a value was set, how much a counter grew.
     pub note: Option<String>,
     /// Which catalog check and view [`evaluate`] made this from (None: a finding from
@@ -282,6 +285,7 @@ fn base(
         scope: def.check.scope,
         why: def.check.why.trim().to_string(),
         fix,
+        refs: def.check.refs.clone(),
         note: None,
         key: None,
     }

@@ -229,6 +229,20 @@ pub fn parse(
         if !id_ok {
             bad("ids are lowercase words joined by dots, e.g. linux.net.core.somaxconn".into());
         }
+        for r in &check.refs {
+            if !r.url.starts_with("https://") || r.url.contains(char::is_whitespace) {
+                bad(format!(
+                    "refs: `{}` is not an https:// address; give the source's address, e.g. https://docs.kernel.org/networking/ip-sysctl.html",
+                    r.url
+                ));
+            }
+            if r.section.trim().is_empty() {
+                bad(format!(
+                    "refs: {} has no section; name the heading or entry the check follows",
+                    r.url
+                ));
+            }
+        }
         let target = match compile_target(&check, known_vars) {
             Ok(t) => t,
             Err(e) => {
@@ -474,6 +488,35 @@ mod tests {
             let c = parse(text, file, &known()).unwrap_or_else(|e| panic!("{e}"));
             assert!(c.checks.len() >= 4, "{file}");
         }
+    }
+
+    /// Every built-in recommendation says whom it follows, so an operator can read the
+    /// source and judge it for their host.
+    #[test]
+    fn every_built_in_check_names_its_sources() {
+        let mut missing = Vec::new();
+        for (file, text) in EMBEDDED {
+            for c in parse(text, file, &known()).unwrap().checks {
+                if c.check.refs.is_empty() {
+                    missing.push(c.check.id.clone());
+                }
+            }
+        }
+        assert!(missing.is_empty(), "checks without refs: {missing:?}");
+    }
+
+    #[test]
+    fn a_ref_must_be_an_https_address_with_a_section() {
+        let text = ONE.replace("TARGET", "1").replace(
+            "    why: w\n",
+            "    why: w\n    refs:\n      - {url: \"docs.kernel.org\", section: somaxconn}\n      - {url: \"https://docs.kernel.org/\", section: \" \"}\n",
+        );
+        let err = parse(&text, "c.yaml", &known()).unwrap_err().to_string();
+        assert!(
+            err.contains("`docs.kernel.org` is not an https:// address"),
+            "{err}"
+        );
+        assert!(err.contains("has no section"), "{err}");
     }
 
     #[test]

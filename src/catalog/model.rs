@@ -51,6 +51,21 @@ pub struct Check {
     pub if_missing: Option<IfMissing>,
     pub why: String,
     pub fix: Fix,
+    /// The public sources the target and the why follow (kernel documentation, vendor guides,
+    /// well-known write-ups). Every built-in check has at least one; an operator's own
+    /// catalog may leave them out.
+    #[serde(default)]
+    pub refs: Vec<Ref>,
+}
+
+/// One source a check follows: where it is, and the part of it that says so.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ref {
+    /// An https:// address.
+    pub url: String,
+    /// The heading, sysctl entry or paragraph the recommendation rests on.
+    pub section: String,
 }
 
 /// Where a check's current value comes from.

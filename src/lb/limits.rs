@@ -170,6 +170,7 @@ pub fn finding(kind: Kind, f: &Facts, limits: Result<ProcLimits, String>, file: 
             runtime: None,
             persistent: None,
         },
+        refs: Vec::new(),
         note: None,
         key: None,
     };

@@ -26,7 +26,9 @@ pub fn checks_markdown() -> String {
          Every finding `wstune check` reports carries one of these ids: the table's `Check` \
          column, `results[].id` in JSON, the JUnit test case name, the Prometheus `id` label. \
          Placeholders in a fix (`{target}`, `{desired}`, `{nic}`, `{file}`...) are filled in \
-         with this host's values in the report itself.\n\n\
+         with this host's values in the report itself. *Follows* names the sources each \
+         recommendation rests on (also `results[].refs` in JSON and the list under \
+         `check --show all`).\n\n\
          Generated from `checks/linux.yaml`, `checks/windows.yaml`, `checks/lb.yaml` and \
          `checks/wstune.yaml` \
          (`src/report/checks_doc.rs`); a unit test fails when this file is stale, and \
@@ -48,7 +50,7 @@ pub fn checks_markdown() -> String {
     ] {
         let cat = catalog::load(platform, None, &known).expect("the built-in catalogs load");
         out.push_str(&format!(
-            "\n## {} (`{file}`)\n\n{about}\n\n| id | what it checks | platform | fix |\n|---|---|---|---|\n",
+            "\n## {} (`{file}`)\n\n{about}\n\n| id | what it checks | platform | fix | follows |\n|---|---|---|---|---|\n",
             match platform {
                 Platform::Linux => "Linux",
                 Platform::Windows => "Windows",
@@ -71,7 +73,13 @@ pub fn checks_markdown() -> String {
                 (None, Some(p)) => format!("persistent: {p}"),
                 (None, None) => "-".into(),
             };
-            out.push_str(&row(&[&id, &c.title, name, &fix]));
+            let refs = c
+                .refs
+                .iter()
+                .map(|r| format!("[{}]({})", r.section.replace(['[', ']'], ""), r.url))
+                .collect::<Vec<_>>()
+                .join("; ");
+            out.push_str(&row(&[&id, &c.title, name, &fix, &refs]));
         }
     }
     out.push_str(

@@ -144,6 +144,27 @@ pub fn table(report: &CheckReport, colour: bool, width: u16, show: Show) -> Stri
             s.info
         ));
     }
+    if show == Show::All {
+        // Each recommendation with whom it follows, once per check (not per NIC or boot view).
+        let mut seen = std::collections::BTreeSet::new();
+        let mut sources = String::new();
+        for f in report.results.iter().filter(|f| !f.refs.is_empty()) {
+            let id = f.id.split('[').next().unwrap_or(&f.id);
+            let id = id.strip_suffix(".boot").unwrap_or(id);
+            if seen.insert(id.to_string()) {
+                let refs: Vec<String> = f
+                    .refs
+                    .iter()
+                    .map(|r| format!("{} <{}>", r.section, r.url))
+                    .collect();
+                sources.push_str(&format!("  {id}: {}\n", refs.join("; ")));
+            }
+        }
+        if !sources.is_empty() {
+            out.push_str("\nSources each recommendation follows:\n");
+            out.push_str(&sources);
+        }
+    }
     out.push_str(&format!(
         "{} checks: {} pass, {} fail, {} warn, {} skip, {} info\n",
         s.total, s.pass, s.fail, s.warn, s.skip, s.info
