@@ -179,13 +179,18 @@ PY
 fn default_distribution_fails_100k_on_fds_and_accept_queues() {
     let (c, r) = check_json(&fixture("default"), &[]);
     assert_eq!(c, 2);
-    for id in [
-        "linux.process.nofile.hard",
-        "linux.net.core.somaxconn",
-        "linux.net.ipv4.tcp_max_syn_backlog",
-    ] {
+    for id in ["linux.process.nofile.hard", "linux.net.core.somaxconn"] {
         assert_eq!(finding(&r, id)["status"], "fail", "{id}");
     }
+    // With SYN cookies on (the default), a short SYN backlog drops nothing: a warning.
+    assert_eq!(
+        finding(&r, "linux.net.ipv4.tcp_syncookies")["status"],
+        "pass"
+    );
+    assert_eq!(
+        finding(&r, "linux.net.ipv4.tcp_max_syn_backlog")["status"],
+        "warn"
+    );
     assert_eq!(finding(&r, "linux.net.ipv4.tcp_tw_reuse")["current"], 2);
     assert_eq!(finding(&r, "linux.net.ipv4.tcp_tw_reuse")["status"], "warn");
     assert_eq!(
@@ -206,6 +211,41 @@ fn default_distribution_fails_100k_on_fds_and_accept_queues() {
     let (_, r10) = check_json(&fixture("default"), &["--profile", "10k"]);
     assert_eq!(finding(&r10, "linux.process.nofile.hard")["status"], "pass");
     assert_eq!(finding(&r10, "linux.net.core.somaxconn")["status"], "pass");
+}
+
+#[test]
+fn syn_cookies_off_fails_and_the_orphan_limit_follows_the_connection_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("default"), &tree);
+    std::fs::write(tree.join("proc/sys/net/ipv4/tcp_syncookies"), "0\n").unwrap();
+    let (_, r) = check_json(&tree, &[]);
+    let cookies = finding(&r, "linux.net.ipv4.tcp_syncookies");
+    assert_eq!(
+        (cookies["status"].as_str(), cookies["current"].as_u64()),
+        (Some("fail"), Some(0))
+    );
+    assert!(cookies["fix"]["runtime"]
+        .as_str()
+        .unwrap()
+        .contains("tcp_syncookies=1"));
+    // 131,072 here (a 24 GB host's default): enough for 100k, not for a million.
+    assert_eq!(
+        finding(&r, "linux.net.ipv4.tcp_max_orphans")["status"],
+        "pass"
+    );
+    let (_, r1m) = check_json(&tree, &["--profile", "1m"]);
+    let o = finding(&r1m, "linux.net.ipv4.tcp_max_orphans");
+    assert_eq!(
+        (
+            o["status"].as_str(),
+            o["current"].as_u64(),
+            o["target"].as_u64()
+        ),
+        (Some("warn"), Some(131072), Some(1_000_000)),
+        "{o}"
+    );
+    assert_eq!(o["scope"], "global");
 }
 
 #[test]
@@ -947,7 +987,7 @@ fn apply_on_a_captured_tree_then_rollback_restores_it_exactly() {
     let o = wstune120(&["apply", "--root", t, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("Applied 23 change(s)"),
+        stdout(&o).contains("Applied 24 change(s)"),
         "{}",
         stdout(&o)
     );
