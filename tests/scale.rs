@@ -21,7 +21,11 @@ fn small_profile(dir: &Path, conns: usize, rate: u32) -> PathBuf {
 }
 
 fn self_test(profile: &Path, host: &str, extra: &[&str]) -> Output {
-    let root = fixture(host);
+    self_test_at(profile, &fixture(host), extra)
+}
+
+/// The same against the captured host tree at `root`.
+fn self_test_at(profile: &Path, root: &Path, extra: &[&str]) -> Output {
     let root = root.to_str().unwrap();
     let mut args = vec![
         "serve",
@@ -97,9 +101,12 @@ fn the_verdict_is_0_only_when_load_and_host_pass_and_2_when_the_host_fails() {
             > 0
     );
 
-    // The same load against a host that fails the profile's checks: exit 2, and the line says
-    // which half failed.
-    let o = self_test(&p, "default", &[]);
+    // The same load against a host that fails the profile's checks (a stock host with SYN
+    // cookies turned off): exit 2, and the line says which half failed.
+    let failing = dir.path().join("no-cookies");
+    common::copy_dir(&fixture("default"), &failing);
+    std::fs::write(failing.join("proc/sys/net/ipv4/tcp_syncookies"), "0\n").unwrap();
+    let o = self_test_at(&p, &failing, &[]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(2), "{out}");
     let line = out
@@ -262,7 +269,8 @@ fn in_a_namespace_the_verdict_follows_what_apply_changed() {
 ip link set lo up
 P=$(mktemp -d); mkdir "$P/root"
 st() {{ "$WSTUNE" serve --self-test --profile {p} --scenario idle --scenario storm --secs 1 --accept-noise; }}
-echo "syn backlog before: $(cat /proc/sys/net/ipv4/tcp_max_syn_backlog)"
+sysctl -qw net.ipv4.tcp_syncookies=0
+echo "syncookies before: $(cat /proc/sys/net/ipv4/tcp_syncookies)"
 st > "$P/before" 2>&1; echo "before exit $?"
 grep '^verdict: ' "$P/before"
 "$WSTUNE" apply --profile {p} --yes --prefix "$P/root" > "$P/apply" 2>&1 || {{ echo "apply failed"; cat "$P/apply"; }}
@@ -276,13 +284,8 @@ grep '^verdict: ' "$P/after"
     };
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
-    // A namespace starts from the kernel's defaults (2048 here); the tiny profile asks 8192.
-    let before: u64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("syn backlog before: "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{out}{err}"));
-    assert!(before < 8192, "the namespace already has {before}: {out}");
+    // A namespace has its own tcp_syncookies: turned off in this one, which the profile fails.
+    assert!(out.contains("syncookies before: 0"), "{out}{err}");
     assert!(out.contains("before exit 2"), "{out}{err}");
     assert!(
         out.contains("verdict: MISS against profile tiny: load: PASS at 150 connections; host: NOT READY for tiny, 1 failed check"),
