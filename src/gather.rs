@@ -219,6 +219,17 @@ fn read_source(
         }
         Source::Netstat(name) => read_netstat(backend, name),
         Source::Sockstat(name) => read_sockstat(backend, name),
+        Source::Softnet(field) => match backend.read(paths::SOFTNET_STAT) {
+            Ok(text) => match procfs::softnet_sum(&text, field.column()) {
+                Some(v) => Reading::Value(Value::Num(v)),
+                None => Reading::Unreadable(format!(
+                    "{} has no column {} on every row",
+                    paths::SOFTNET_STAT,
+                    field.column()
+                )),
+            },
+            Err(e) => Err(e).into(),
+        },
         Source::Fact(f) => fact(backend, *f, nic, options.pid),
         Source::BootEntry(key) => read_boot_config(backend)
             .entry(key)

@@ -490,7 +490,7 @@ pub fn findings_with(
                 runtime: Some(w.fix()),
                 persistent: None,
             },
-            refs: Vec::new(),
+            refs: w.refs(),
             note: None,
             key: None,
         }];
@@ -527,7 +527,7 @@ pub fn findings_with(
             runtime: Some(w.fix()),
             persistent: None,
         },
-        refs: Vec::new(),
+        refs: w.refs(),
         note: Some(file.clone()),
         key: None,
     }];
@@ -566,7 +566,7 @@ pub fn findings_with(
             runtime: Some(w.fix()),
             persistent: None,
         },
-        refs: Vec::new(),
+        refs: w.refs(),
         note: Some(file.clone()),
         key: None,
     });
@@ -636,7 +636,7 @@ fn backlog_finding(f: &Facts, p: &Profile, file: &str) -> crate::catalog::eval::
             runtime: Some(w.fix()),
             persistent: None,
         },
-        refs: Vec::new(),
+        refs: w.refs(),
         note: Some(file.to_string()),
         key: None,
     }

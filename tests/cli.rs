@@ -248,6 +248,58 @@ fn syn_cookies_off_fails_and_the_orphan_limit_follows_the_connection_count() {
     assert_eq!(o["scope"], "global");
 }
 
+/// softnet_stat's drop and squeeze counters count only when they grow during --watch: the
+/// evidence the NIC advice waits for. A captured tree stands for the host; the file is
+/// rewritten midway through the watch as the kernel's would be.
+#[test]
+fn softnet_drops_that_grow_during_a_watch_are_reported_and_quiet_ones_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("default"), &tree);
+    let t = tree.to_str().unwrap().to_string();
+    let row = |processed: u32, dropped: u32, squeezed: u32| {
+        format!("{processed:08x} {dropped:08x} {squeezed:08x} 00000000 00000000 00000000 00000000 00000000 00000000\n")
+    };
+    let file = tree.join("proc/net/softnet_stat");
+    std::fs::write(&file, row(1000, 3, 7) + &row(2000, 0, 1)).unwrap();
+    // Quiet: read twice, no growth.
+    let (_, quiet) = check_json(&tree, &["--watch", "1"]);
+    for id in ["linux.softnet.dropped", "linux.softnet.time_squeeze"] {
+        assert_eq!(
+            finding(&quiet, id)["status"],
+            "pass",
+            "{}",
+            finding(&quiet, id)
+        );
+    }
+    // Without --watch a counter since boot says nothing about now.
+    let (_, once) = check_json(&tree, &[]);
+    assert_eq!(finding(&once, "linux.softnet.dropped")["status"], "info");
+    assert_eq!(finding(&once, "linux.softnet.dropped")["current"], 3);
+    // Growing: dropped by 40 and squeezed by 5 while the watch waits.
+    let child = Command::new(bin())
+        .args(["check", "--root", &t, "--watch", "2", "-f", "json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    std::fs::write(&file, row(5000, 43, 12) + &row(9000, 0, 1)).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let r = json_of(&o);
+    let dropped = finding(&r, "linux.softnet.dropped");
+    assert_eq!(dropped["status"], "warn", "{dropped}");
+    assert!(
+        dropped["note"].as_str().unwrap_or_default().contains("40"),
+        "{dropped}"
+    );
+    let squeezed = finding(&r, "linux.softnet.time_squeeze");
+    assert_eq!(squeezed["status"], "info", "{squeezed}");
+    assert!(
+        squeezed["note"].as_str().unwrap_or_default().contains('5'),
+        "{squeezed}"
+    );
+}
+
 #[test]
 fn tuned_host_passes_strictly_and_checks_a_pid_and_a_unit() {
     let (c, r) = check_json(&fixture("tuned"), &["--strict"]);

@@ -64,7 +64,7 @@ pub struct Finding {
     pub fix: FixText,
     /// The public sources the recommendation follows (the catalog's `refs`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub refs: Vec<crate::catalog::model::Ref>,
+    pub refs: Vec<crate::catalog::Ref>,
     /// Why it was skipped, where a value was set, how much a counter grew.
     pub note: Option<String>,
     /// Which catalog check and view [`evaluate`] made this from (None: a finding from

@@ -68,6 +68,26 @@ pub struct Ref {
     pub section: String,
 }
 
+/// The /proc/net/softnet_stat counters a check can read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SoftnetField {
+    /// Packets dropped because a CPU's input backlog was full.
+    Dropped,
+    /// Times the receive softirq stopped with packets left (its budget ran out).
+    TimeSqueeze,
+}
+
+impl SoftnetField {
+    /// Its column in the file (0 is packets processed).
+    pub fn column(self) -> usize {
+        match self {
+            SoftnetField::Dropped => 1,
+            SoftnetField::TimeSqueeze => 2,
+        }
+    }
+}
+
 /// Where a check's current value comes from.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -84,6 +104,8 @@ pub enum Source {
     Netstat(String),
     /// A field of /proc/net/sockstat as `PROTO.field`, e.g. `TCP.tw`.
     Sockstat(String),
+    /// A column of /proc/net/softnet_stat summed over CPUs: `dropped` or `time_squeeze`.
+    Softnet(SoftnetField),
     /// A value the engine computes from several files.
     Fact(Fact),
     /// The line in the sysctl.d boot configuration that sets a key, if any.

@@ -16,6 +16,8 @@ pub mod paths {
     pub const CPUINFO: &str = "/proc/cpuinfo";
     pub const INTERRUPTS: &str = "/proc/interrupts";
     pub const SOCKSTAT: &str = "/proc/net/sockstat";
+    /// One row per CPU of the receive path's counters, in hex (see [`super::softnet_sum`]).
+    pub const SOFTNET_STAT: &str = "/proc/net/softnet_stat";
     /// The whole host's CPU time by kind (user, system, idle, steal, ...), in USER_HZ ticks.
     pub const STAT: &str = "/proc/stat";
     pub const NETSTAT: &str = "/proc/net/netstat";
@@ -88,6 +90,22 @@ pub fn sockstat(text: &str, proto: &str, field: &str) -> Option<i64> {
         .chunks(2)
         .find(|kv| kv[0] == field)
         .and_then(|kv| kv.get(1)?.parse().ok())
+}
+
+/// One column of /proc/net/softnet_stat summed over every CPU's row. The columns are hex:
+/// 0 packets processed, 1 dropped (the CPU's input backlog, net.core.netdev_max_backlog, was
+/// full), 2 time_squeeze (the NET_RX softirq ran out of net.core.netdev_budget or
+/// netdev_budget_usecs with packets left); kernels since 2.6 have at least these. None when the
+/// text has no row, or a row lacks the column or is not hex.
+pub fn softnet_sum(text: &str, column: usize) -> Option<i64> {
+    let mut sum: i64 = 0;
+    let mut rows = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v = line.split_whitespace().nth(column)?;
+        sum = sum.checked_add(i64::from_str_radix(v, 16).ok()?)?;
+        rows += 1;
+    }
+    (rows > 0).then_some(sum)
 }
 
 /// CAP_SYS_RESOURCE (linux/capability.h): lets a process raise its hard limit up to
@@ -289,6 +307,18 @@ mod tests {
         assert_eq!(header_values(text, "TcpExt", "ListenOverflows"), Some(17));
         assert_eq!(header_values(text, "IpExt", "InNoRoutes"), Some(3));
         assert_eq!(header_values(text, "TcpExt", "Nope"), None);
+    }
+
+    #[test]
+    fn softnet_columns_are_summed_over_cpus() {
+        let text = "00b2f6a1 00000000 00000003 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000\n\
+                    0001e240 0000000a 0000001f 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000001\n";
+        assert_eq!(softnet_sum(text, 0), Some(0xb2f6a1 + 0x1e240));
+        assert_eq!(softnet_sum(text, 1), Some(10));
+        assert_eq!(softnet_sum(text, 2), Some(3 + 31));
+        assert_eq!(softnet_sum(text, 20), None);
+        assert_eq!(softnet_sum("", 1), None);
+        assert_eq!(softnet_sum("zz 1 2\n", 0), None);
     }
 
     #[test]

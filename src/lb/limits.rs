@@ -170,7 +170,11 @@ pub fn finding(kind: Kind, f: &Facts, limits: Result<ProcLimits, String>, file: 
             runtime: None,
             persistent: None,
         },
-        refs: Vec::new(),
+        refs: super::wording::defs()
+            .iter()
+            .find(|d| d.id == "lb.fd_limit")
+            .map(|d| d.refs.clone())
+            .unwrap_or_default(),
         note: None,
         key: None,
     };

@@ -21,6 +21,9 @@ pub struct Def {
     /// Put into `why` (at `{name}`) only in the case the name says; empty otherwise.
     #[serde(default)]
     pub parts: BTreeMap<String, String>,
+    /// The proxies' own documentation the advice follows (as the host catalog's `refs`).
+    #[serde(default)]
+    pub refs: Vec<crate::catalog::Ref>,
 }
 
 /// The same for both proxies, or one text each.
@@ -100,6 +103,10 @@ impl Words {
     pub fn fix(&self) -> String {
         fill(&self.def.fix.for_kind(self.kind), &self.vars)
     }
+
+    pub fn refs(&self) -> Vec<crate::catalog::Ref> {
+        self.def.refs.clone()
+    }
 }
 
 /// `{name}` -> its value; an unknown name is left as it is (a unit test finds those).
@@ -123,6 +130,10 @@ mod tests {
         sorted.dedup();
         assert_eq!(sorted.len(), ids.len(), "{ids:?}");
         assert!(ids.iter().all(|i| i.starts_with("lb.")), "{ids:?}");
+        assert!(
+            defs().iter().all(|d| !d.refs.is_empty()),
+            "every lb check names the documentation it follows"
+        );
         for id in [
             "lb.config",
             "lb.idle_timeout",

@@ -73,19 +73,13 @@ pub fn checks_markdown() -> String {
                 (None, Some(p)) => format!("persistent: {p}"),
                 (None, None) => "-".into(),
             };
-            let refs = c
-                .refs
-                .iter()
-                .map(|r| format!("[{}]({})", r.section.replace(['[', ']'], ""), r.url))
-                .collect::<Vec<_>>()
-                .join("; ");
-            out.push_str(&row(&[&id, &c.title, name, &fix, &refs]));
+            out.push_str(&row(&[&id, &c.title, name, &fix, &links(&c.refs)]));
         }
     }
     out.push_str(
         "\n## Load balancer (`checks/lb.yaml`, `check --lb-config FILE`)\n\n\
          The values come from the proxy's configuration file and the running proxy's fd limit.\n\n\
-         | id | what it checks | platform | fix |\n|---|---|---|---|\n",
+         | id | what it checks | platform | fix | follows |\n|---|---|---|---|---|\n",
     );
     for d in crate::lb::wording::defs() {
         out.push_str(&row(&[
@@ -97,6 +91,7 @@ pub fn checks_markdown() -> String {
                 "HAProxy, nginx"
             },
             &d.fix.for_kind(None),
+            &links(&d.refs),
         ]));
     }
     out.push_str(
@@ -118,6 +113,14 @@ pub fn checks_markdown() -> String {
         ]));
     }
     out
+}
+
+/// A check's sources as Markdown links.
+fn links(refs: &[catalog::Ref]) -> String {
+    refs.iter()
+        .map(|r| format!("[{}]({})", r.section.replace(['[', ']'], ""), r.url))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// One table row; `|` inside a cell would end it, and a line break would end the table.
