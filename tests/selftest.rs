@@ -223,15 +223,25 @@ fn unreachable_and_non_websocket_servers_are_clear_errors() {
     );
 }
 
+/// `wstune selftest --url URL --format json ARGS` running, its output piped, for a test that
+/// acts on the run while it goes on.
+fn selftest_in_background(url: &str, args: &[&str]) -> std::process::Child {
+    Command::new(bin())
+        .args(["selftest", "--url", url, "--format", "json"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn a_server_that_goes_away_mid_run_gives_a_partial_report() {
     let srv = serve(&["--profile", "10k"]);
     let url = format!("ws://127.0.0.1:{}/", srv.port);
-    let child = Command::new(bin())
-        .args([
-            "selftest",
-            "--url",
-            &url,
+    let child = selftest_in_background(
+        &url,
+        &[
             "--conns",
             "50",
             "--secs",
@@ -240,17 +250,12 @@ fn a_server_that_goes_away_mid_run_gives_a_partial_report() {
             // partial report empty.
             "--warmup",
             "0",
-            "--format",
-            "json",
             "--scenario",
             "echo-rate",
             "--scenario",
             "echo-sat",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     // Mid-run: every client connected and echoes flowing (the run lasts 4 s).
     srv.wait_metric("ws_connections", Duration::from_secs(30), |n| n >= 50.0);
     srv.wait_metric("ws_messages_in_total", Duration::from_secs(30), |n| {
@@ -306,26 +311,19 @@ fn workers_of(pid: u32) -> Vec<u32> {
 fn a_generator_killed_mid_run_is_named_with_how_it_ended() {
     let srv = serve(&["--profile", "10k"]);
     let url = format!("ws://127.0.0.1:{}/", srv.port);
-    let child = Command::new(bin())
-        .args([
-            "selftest",
-            "--url",
-            &url,
+    let child = selftest_in_background(
+        &url,
+        &[
             "--conns",
             "40",
             "--secs",
             "6",
             "--generators",
             "2",
-            "--format",
-            "json",
             "--scenario",
             "idle",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     srv.wait_metric("ws_connections", Duration::from_secs(30), |n| n >= 40.0);
     let deadline = Instant::now() + Duration::from_secs(20);
     let workers = loop {
