@@ -246,6 +246,17 @@ fn syn_cookies_off_fails_and_the_orphan_limit_follows_the_connection_count() {
         "{o}"
     );
     assert_eq!(o["scope"], "global");
+    // The conntrack hash: a quarter of the profile's table or more (262,144 here).
+    assert_eq!(
+        finding(&r, "linux.net.netfilter.nf_conntrack_buckets")["status"],
+        "pass"
+    );
+    let b = finding(&r1m, "linux.net.netfilter.nf_conntrack_buckets");
+    assert_eq!(
+        (b["status"].as_str(), b["target"].as_u64()),
+        (Some("warn"), Some(524_288)),
+        "{b}"
+    );
 }
 
 /// softnet_stat's drop and squeeze counters count only when they grow during --watch: the
@@ -1039,7 +1050,7 @@ fn apply_on_a_captured_tree_then_rollback_restores_it_exactly() {
     let o = wstune120(&["apply", "--root", t, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("Applied 24 change(s)"),
+        stdout(&o).contains("Applied 25 change(s)"),
         "{}",
         stdout(&o)
     );

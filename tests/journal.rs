@@ -1077,7 +1077,7 @@ fn nofile_is_never_written_above_the_nr_open_the_host_boots_with() {
 fn write_failures_name_the_namespace_the_file_and_the_os_error_once() {
     let script = format!(
         r#"source {lib}
-umount /proc/sys/net/netfilter/nf_conntrack_max 2>/dev/null
+umount /proc/sys/net/netfilter/nf_conntrack_max /proc/sys/net/netfilter/nf_conntrack_buckets 2>/dev/null
 if [ -w /proc/sys/net/netfilter/nf_conntrack_max ] || [ ! -e /proc/sys/net/netfilter/nf_conntrack_max ]; then echo "NS no-conntrack"; else
   "$W" apply --profile 1m --runtime-only --yes --prefix "$P" > /dev/null 2> "$T/err"; echo "NS rc=$? $(tr '\n' ' ' < "$T/err")"
 fi

@@ -16,7 +16,7 @@ shield() {
     s=$(mktemp -p "$T"); cat "$f" > "$s"; mount --bind "$s" "$f" || exit 91
   done
 }
-shield fs/file-max fs/nr_open fs/epoll/max_user_watches net/netfilter/nf_conntrack_max \
+shield fs/file-max fs/nr_open fs/epoll/max_user_watches net/netfilter/nf_conntrack_max net/netfilter/nf_conntrack_buckets \
        net/core/netdev_max_backlog net/ipv4/tcp_mem net/ipv4/tcp_max_orphans
 
 KEYS="net/core/somaxconn net/ipv4/tcp_max_syn_backlog net/ipv4/tcp_tw_reuse net/ipv4/ip_local_port_range
