@@ -143,6 +143,21 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> Ho
         std::thread::sleep(wait);
         for inst in &mut instances {
             let def = &catalog.checks[inst.check];
+            if let (Source::Softirq(_), Reading::Value(Value::Text(before))) =
+                (&def.check.source, &inst.reading)
+            {
+                inst.reading = match backend.read(paths::STAT) {
+                    Ok(after) => match procfs::softirq_shares(before, &after) {
+                        Some(shares) => Reading::Value(Value::Text(shares)),
+                        None => Reading::Unreadable(format!(
+                            "{} showed no CPU time passing during the watch",
+                            paths::STAT
+                        )),
+                    },
+                    Err(e) => Err(e).into(),
+                };
+                continue;
+            }
             if def.check.compare == Compare::NoGrowth {
                 // A second reading, never the cached first one.
                 let mut fresh = Sysctls::default();
@@ -154,6 +169,15 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> Ho
                     &mut fresh,
                 ));
             }
+        }
+    }
+
+    // Without a watch a softirq share has no interval: say so rather than show the raw file.
+    for inst in &mut instances {
+        let def = &catalog.checks[inst.check];
+        if matches!(def.check.source, Source::Softirq(_)) && options.watch.is_none() {
+            inst.reading =
+                Reading::Missing("a share of time needs an interval: --watch SECS".into());
         }
     }
 
@@ -219,6 +243,8 @@ fn read_source(
         }
         Source::Netstat(name) => read_netstat(backend, name),
         Source::Sockstat(name) => read_sockstat(backend, name),
+        // The first reading; the share is computed once the watch has waited (see `gather`).
+        Source::Softirq(_) => backend.read(paths::STAT).map(Value::Text).into(),
         Source::Softnet(field) => match backend.read(paths::SOFTNET_STAT) {
             Ok(text) => match procfs::softnet_sum(&text, field.column()) {
                 Some(v) => Reading::Value(Value::Num(v)),

@@ -311,6 +311,54 @@ fn softnet_drops_that_grow_during_a_watch_are_reported_and_quiet_ones_are_not() 
     );
 }
 
+/// Softirq time is a share of an interval: reported per CPU, busiest first, only over --watch.
+#[test]
+fn softirq_time_per_cpu_is_reported_over_a_watch() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("default"), &tree);
+    let t = tree.to_str().unwrap().to_string();
+    let stat = |cpu0: [u64; 8], cpu1: [u64; 8]| {
+        let line = |n: &str, v: [u64; 8]| {
+            format!(
+                "{n} {}\n",
+                v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")
+            )
+        };
+        format!(
+            "cpu  0 0 0 0 0 0 0 0\n{}{}intr 0\n",
+            line("cpu0", cpu0),
+            line("cpu1", cpu1)
+        )
+    };
+    let file = tree.join("proc/stat");
+    std::fs::write(
+        &file,
+        stat([10, 0, 10, 80, 0, 0, 0, 0], [10, 0, 10, 80, 0, 0, 0, 0]),
+    )
+    .unwrap();
+    let (_, once) = check_json(&tree, &[]);
+    let f = finding(&once, "linux.cpu.softirq");
+    assert_eq!(f["status"], "info");
+    assert!(f["note"].as_str().unwrap().contains("--watch SECS"), "{f}");
+    let child = Command::new(bin())
+        .args(["check", "--root", &t, "--watch", "2", "-f", "json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    // 200 ticks pass on each CPU: cpu1 spends 70 of them in softirq (35 %), cpu0 4 (2 %).
+    std::fs::write(
+        &file,
+        stat([60, 0, 30, 206, 0, 0, 4, 0], [40, 0, 20, 170, 0, 0, 70, 0]),
+    )
+    .unwrap();
+    let r = json_of(&child.wait_with_output().unwrap());
+    let f = finding(&r, "linux.cpu.softirq");
+    assert_eq!(f["status"], "info", "{f}");
+    assert_eq!(f["current"], "cpu1 35.0 %, cpu0 2.0 %", "{f}");
+}
+
 #[test]
 fn tuned_host_passes_strictly_and_checks_a_pid_and_a_unit() {
     let (c, r) = check_json(&fixture("tuned"), &["--strict"]);

@@ -68,6 +68,13 @@ pub struct Ref {
     pub section: String,
 }
 
+/// What a softirq check reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SoftirqField {
+    PerCpu,
+}
+
 /// The /proc/net/softnet_stat counters a check can read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -106,6 +113,9 @@ pub enum Source {
     Sockstat(String),
     /// A column of /proc/net/softnet_stat summed over CPUs: `dropped` or `time_squeeze`.
     Softnet(SoftnetField),
+    /// `per_cpu`: each CPU's share of time in softirq during `--watch` (/proc/stat, read at
+    /// both ends), busiest first; unreadable without --watch (a share needs an interval).
+    Softirq(SoftirqField),
     /// A value the engine computes from several files.
     Fact(Fact),
     /// The line in the sysctl.d boot configuration that sets a key, if any.

@@ -108,6 +108,49 @@ pub fn softnet_sum(text: &str, column: usize) -> Option<i64> {
     (rows > 0).then_some(sum)
 }
 
+/// Each CPU's (name, softirq ticks, all ticks) from /proc/stat's `cpuN` lines (user nice
+/// system idle iowait irq softirq steal; guest time is inside user and nice already).
+pub fn cpu_softirq_ticks(stat: &str) -> Vec<(String, u64, u64)> {
+    stat.lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let name = f.next()?.to_string();
+            let v: Vec<u64> = f.take(8).map(|x| x.parse().unwrap_or(0)).collect();
+            (v.len() >= 7).then(|| (name, v[6], v.iter().sum()))
+        })
+        .collect()
+}
+
+/// The share of time each CPU spent in softirq between two /proc/stat readings, busiest
+/// first, as "cpu3 31.0 %, cpu0 2.5 %, ..." (the busiest 8); None when the readings share no
+/// CPU or no time passed.
+pub fn softirq_shares(before: &str, after: &str) -> Option<String> {
+    let before = cpu_softirq_ticks(before);
+    let mut shares: Vec<(String, f64)> = cpu_softirq_ticks(after)
+        .into_iter()
+        .filter_map(|(cpu, soft, total)| {
+            let (_, soft0, total0) = before.iter().find(|(c, _, _)| *c == cpu)?;
+            let dt = total.checked_sub(*total0).filter(|d| *d > 0)?;
+            Some((cpu, soft.saturating_sub(*soft0) as f64 * 100.0 / dt as f64))
+        })
+        .collect();
+    if shares.is_empty() {
+        return None;
+    }
+    shares.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let n = shares.len();
+    let mut text: Vec<String> = shares
+        .iter()
+        .take(8)
+        .map(|(c, p)| format!("{c} {p:.1} %"))
+        .collect();
+    if n > 8 {
+        text.push(format!("{} more", n - 8));
+    }
+    Some(text.join(", "))
+}
+
 /// CAP_SYS_RESOURCE (linux/capability.h): lets a process raise its hard limit up to
 /// fs.nr_open.
 pub const CAP_SYS_RESOURCE: u32 = 24;
@@ -307,6 +350,19 @@ mod tests {
         assert_eq!(header_values(text, "TcpExt", "ListenOverflows"), Some(17));
         assert_eq!(header_values(text, "IpExt", "InNoRoutes"), Some(3));
         assert_eq!(header_values(text, "TcpExt", "Nope"), None);
+    }
+
+    #[test]
+    fn softirq_shares_are_per_cpu_and_busiest_first() {
+        let before = "cpu  10 0 10 100 0 0 10 0 0 0\ncpu0 5 0 5 50 0 0 0 0 0 0\ncpu1 5 0 5 50 0 0 10 0 0 0\nintr 1\n";
+        // 100 ticks pass on each CPU: cpu1 spends 30 of them in softirq, cpu0 2.
+        let after = "cpu  ...\ncpu0 50 0 5 103 0 0 2 0 0 0\ncpu1 20 0 5 105 0 0 40 0 0 0\n";
+        assert_eq!(
+            softirq_shares(before, after).unwrap(),
+            "cpu1 30.0 %, cpu0 2.0 %"
+        );
+        assert_eq!(softirq_shares(before, before), None, "no time passed");
+        assert_eq!(softirq_shares("", after), None);
     }
 
     #[test]
