@@ -215,10 +215,7 @@ fn default_distribution_fails_100k_on_fds_and_accept_queues() {
 
 #[test]
 fn syn_cookies_off_fails_and_the_orphan_limit_follows_the_connection_count() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("host");
-    copy_dir(&fixture("default"), &tree);
-    std::fs::write(tree.join("proc/sys/net/ipv4/tcp_syncookies"), "0\n").unwrap();
+    let (_dir, tree) = default_tree_with("proc/sys/net/ipv4/tcp_syncookies", "0\n");
     let (_, r) = check_json(&tree, &[]);
     let cookies = finding(&r, "linux.net.ipv4.tcp_syncookies");
     assert_eq!(
@@ -259,20 +256,45 @@ fn syn_cookies_off_fails_and_the_orphan_limit_follows_the_connection_count() {
     );
 }
 
-/// softnet_stat's drop and squeeze counters count only when they grow during --watch: the
-/// evidence the NIC advice waits for. A captured tree stands for the host; the file is
-/// rewritten midway through the watch as the kernel's would be.
-#[test]
-fn softnet_drops_that_grow_during_a_watch_are_reported_and_quiet_ones_are_not() {
+/// A copy of the default fixture whose file `rel` (under the tree) reads `text`.
+fn default_tree_with(rel: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let tree = dir.path().join("host");
     copy_dir(&fixture("default"), &tree);
-    let t = tree.to_str().unwrap().to_string();
+    std::fs::write(tree.join(rel), text).unwrap();
+    (dir, tree)
+}
+
+/// `check --root TREE --watch 4 -f json`, with `after` written to `rel` while the watch waits,
+/// as the kernel's own file would change (the first reading is taken at start, well before).
+fn check_watched_while_rewritten(tree: &Path, rel: &str, after: &str) -> serde_json::Value {
+    let child = Command::new(bin())
+        .args([
+            "check",
+            "--root",
+            tree.to_str().unwrap(),
+            "--watch",
+            "4",
+            "-f",
+            "json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    std::fs::write(tree.join(rel), after).unwrap();
+    json_of(&child.wait_with_output().unwrap())
+}
+
+/// softnet_stat's drop and squeeze counters count only when they grow during --watch: the
+/// evidence the NIC advice waits for.
+#[test]
+fn softnet_drops_that_grow_during_a_watch_are_reported_and_quiet_ones_are_not() {
     let row = |processed: u32, dropped: u32, squeezed: u32| {
         format!("{processed:08x} {dropped:08x} {squeezed:08x} 00000000 00000000 00000000 00000000 00000000 00000000\n")
     };
-    let file = tree.join("proc/net/softnet_stat");
-    std::fs::write(&file, row(1000, 3, 7) + &row(2000, 0, 1)).unwrap();
+    let rel = "proc/net/softnet_stat";
+    let (_dir, tree) = default_tree_with(rel, &(row(1000, 3, 7) + &row(2000, 0, 1)));
     // Quiet: read twice, no growth.
     let (_, quiet) = check_json(&tree, &["--watch", "1"]);
     for id in ["linux.softnet.dropped", "linux.softnet.time_squeeze"] {
@@ -288,25 +310,17 @@ fn softnet_drops_that_grow_during_a_watch_are_reported_and_quiet_ones_are_not() 
     assert_eq!(finding(&once, "linux.softnet.dropped")["status"], "info");
     assert_eq!(finding(&once, "linux.softnet.dropped")["current"], 3);
     // Growing: dropped by 40 and squeezed by 5 while the watch waits.
-    let child = Command::new(bin())
-        .args(["check", "--root", &t, "--watch", "2", "-f", "json"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(700));
-    std::fs::write(&file, row(5000, 43, 12) + &row(9000, 0, 1)).unwrap();
-    let o = child.wait_with_output().unwrap();
-    let r = json_of(&o);
+    let r = check_watched_while_rewritten(&tree, rel, &(row(5000, 43, 12) + &row(9000, 0, 1)));
     let dropped = finding(&r, "linux.softnet.dropped");
     assert_eq!(dropped["status"], "warn", "{dropped}");
     assert!(
-        dropped["note"].as_str().unwrap_or_default().contains("40"),
+        dropped["note"].as_str().unwrap_or_default().contains("+40"),
         "{dropped}"
     );
     let squeezed = finding(&r, "linux.softnet.time_squeeze");
     assert_eq!(squeezed["status"], "info", "{squeezed}");
     assert!(
-        squeezed["note"].as_str().unwrap_or_default().contains('5'),
+        squeezed["note"].as_str().unwrap_or_default().contains("+5"),
         "{squeezed}"
     );
 }
@@ -314,16 +328,10 @@ fn softnet_drops_that_grow_during_a_watch_are_reported_and_quiet_ones_are_not() 
 /// Softirq time is a share of an interval: reported per CPU, busiest first, only over --watch.
 #[test]
 fn softirq_time_per_cpu_is_reported_over_a_watch() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("host");
-    copy_dir(&fixture("default"), &tree);
-    let t = tree.to_str().unwrap().to_string();
     let stat = |cpu0: [u64; 8], cpu1: [u64; 8]| {
         let line = |n: &str, v: [u64; 8]| {
-            format!(
-                "{n} {}\n",
-                v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")
-            )
+            let v: Vec<String> = v.iter().map(u64::to_string).collect();
+            format!("{n} {}\n", v.join(" "))
         };
         format!(
             "cpu  0 0 0 0 0 0 0 0\n{}{}intr 0\n",
@@ -331,29 +339,18 @@ fn softirq_time_per_cpu_is_reported_over_a_watch() {
             line("cpu1", cpu1)
         )
     };
-    let file = tree.join("proc/stat");
-    std::fs::write(
-        &file,
-        stat([10, 0, 10, 80, 0, 0, 0, 0], [10, 0, 10, 80, 0, 0, 0, 0]),
-    )
-    .unwrap();
+    let rel = "proc/stat";
+    let (_dir, tree) = default_tree_with(
+        rel,
+        &stat([10, 0, 10, 80, 0, 0, 0, 0], [10, 0, 10, 80, 0, 0, 0, 0]),
+    );
     let (_, once) = check_json(&tree, &[]);
     let f = finding(&once, "linux.cpu.softirq");
     assert_eq!(f["status"], "info");
     assert!(f["note"].as_str().unwrap().contains("--watch SECS"), "{f}");
-    let child = Command::new(bin())
-        .args(["check", "--root", &t, "--watch", "2", "-f", "json"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(700));
     // 200 ticks pass on each CPU: cpu1 spends 70 of them in softirq (35 %), cpu0 4 (2 %).
-    std::fs::write(
-        &file,
-        stat([60, 0, 30, 206, 0, 0, 4, 0], [40, 0, 20, 170, 0, 0, 70, 0]),
-    )
-    .unwrap();
-    let r = json_of(&child.wait_with_output().unwrap());
+    let after = stat([60, 0, 30, 206, 0, 0, 4, 0], [40, 0, 20, 170, 0, 0, 70, 0]);
+    let r = check_watched_while_rewritten(&tree, rel, &after);
     let f = finding(&r, "linux.cpu.softirq");
     assert_eq!(f["status"], "info", "{f}");
     assert_eq!(f["current"], "cpu1 35.0 %, cpu0 2.0 %", "{f}");
