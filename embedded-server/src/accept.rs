@@ -55,14 +55,23 @@ pub struct Gate {
 /// What a connection that passed the gate carries until its handshake ends.
 #[derive(Debug)]
 pub struct Pass {
-    /// Its place in the pending count, given back when the pass is dropped (the handshake
-    /// ended, either way).
-    _pending: Pending,
+    /// Its place in the pending count, given back when the upgrade is decided
+    /// ([`Pass::decided`]) or the pass is dropped (the handshake ended, either way).
+    pending: Option<Pending>,
     /// Its place in its address's count, when the per-address limits were taken at accept.
     pub slot: Option<Slot>,
     /// Whether the per-address limits were taken at accept (the request-time check then
     /// only hands the slot on).
     pub counted: bool,
+}
+
+impl Pass {
+    /// The upgrade is decided: the connection stops counting as a pending handshake before
+    /// its 101 goes out, so a client that has its 101 never finds its own place still taken
+    /// (one that opened its next connection at once was refused while the count lagged).
+    pub fn decided(&mut self) {
+        self.pending = None;
+    }
 }
 
 /// One place in the pending-handshake count.
@@ -184,7 +193,7 @@ impl Gate {
             }
         };
         Ok(Pass {
-            _pending: pending,
+            pending: Some(pending),
             slot,
             counted,
         })
@@ -279,7 +288,12 @@ mod tests {
         assert!(g.admit(peer("10.1.1.1"), None).is_ok(), "exempt");
         assert_eq!(g.pending(), 2);
         drop(a);
-        assert!(g.admit(peer("192.0.2.3"), None).is_ok());
+        let mut c = g.admit(peer("192.0.2.3"), None).unwrap();
+        // A decided upgrade gives its place back before its 101 is written.
+        c.decided();
+        assert_eq!(g.pending(), 1);
+        drop(c);
+        assert_eq!(g.pending(), 1, "given back once only");
     }
 
     #[test]

@@ -711,6 +711,7 @@ async fn upgrade<T: Transport, H: Handler>(
                 shared.set_deflate(a, &cfg.deflate);
             }
             let response = response.unwrap_or(accepted.response);
+            pass.decided();
             if write_all(&stream, &response).await.is_err() {
                 hub.unregister(&shared);
                 return None;
