@@ -12,12 +12,13 @@
 #        serve --self-test sizes it; e.g. 7 runs every shape on 7 server processes), SIZE
 #        (default 1024: the profiles' 100-byte payload is below the server's 256-byte
 #        compression threshold, so only the client's messages would be compressed), WARMUP
-#        (seconds; default: the self-test's own, one send interval plus a second)
+#        (seconds; default: the self-test's own, one send interval plus a second),
 #        KEEP (a directory: each run's JSON report is kept there, to read the service p99,
 #        the generator's CPU, the kernel's drop counters and the window's disturbance)
 # Prints one line per run, then the median per binary and shape and the 100k/1k ratio. A run
-# whose p99 from the actual send passes a second was backlogged (the box's two cores saturated
-# by server and generator together): marked "backlogged", and left out of the medians.
+# whose p99 from the actual send passes a second was backlogged (a stall at the window's start
+# whose cause is not known; BENCHMARKS.md): marked "backlogged", printed, and left out of the
+# medians.
 set -u
 ROUNDS=${ROUNDS:-3}; SECS=${SECS:-10}; PROFILE=${PROFILE:-100k}
 SHAPES=${SHAPES:-"1000:10 100000:0.1"}; SCENARIO=${SCENARIO:-deflate}

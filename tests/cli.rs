@@ -813,6 +813,17 @@ fn a_profile_that_extends_a_built_in_is_shown_resolved_and_checked_against() {
     assert!(!resolved.contains("extends:"), "{resolved}");
     let json = json_of(&wstune120(&["profiles", "show", path, "-f", "json"]));
     assert_eq!(json["linux"]["somaxconn"], 32768);
+    // The resolved text is a whole profile of its own: loaded back, the same values.
+    let whole = dir.path().join("edge-resolved.yaml");
+    std::fs::write(&whole, &resolved).unwrap();
+    let again = json_of(&wstune120(&[
+        "profiles",
+        "show",
+        whole.to_str().unwrap(),
+        "-f",
+        "json",
+    ]));
+    assert_eq!(again, json);
     assert_eq!(json["connections"], 100000);
     // check uses the merged target.
     let (_, report) = check_json(&fixture("default"), &["--profile", path]);
