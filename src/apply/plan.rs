@@ -479,7 +479,24 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
         else {
             continue;
         };
+        // A check this host's role does not need is not exported either.
+        if def.role_skip.is_some() {
+            continue;
+        }
         match &def.check.source {
+            // A second check of the same key (a floor beside a ceiling) narrows the value the
+            // first one chose; the key is written once.
+            Source::Sysctl(key) if s.sysctls.iter().any(|(_, k, _, _)| k == key) => {
+                let slot = s.sysctls.iter_mut().find(|(_, k, _, _)| k == key).unwrap();
+                let now = Value::parse_kernel(&slot.2);
+                if let Some(v) = f
+                    .target
+                    .as_ref()
+                    .and_then(|t| desired(def.check.compare, &now, def.check.field, t))
+                {
+                    slot.2 = kernel_text(&v);
+                }
+            }
             Source::Sysctl(key) => match sysctl_value(def, f, facts) {
                 SysctlValue::Set { value, .. } => {
                     s.sysctls.push((

@@ -16,7 +16,9 @@ fn findings(
 ) -> (crate::catalog::Catalog, Vec<Finding>, HostFacts) {
     let profile = crate::profile::load("100k").unwrap().profile;
     let vars = profile.variables();
-    let cat = catalog::load(platform, None, &vars.keys().cloned().collect()).unwrap();
+    let cat = catalog::load(platform, None, &vars.keys().cloned().collect())
+        .unwrap()
+        .for_role(crate::profile::Role::Server);
     let facts = gather(&cat, backend, &Options::default());
     let f = eval::evaluate(&cat, &vars, &facts);
     (cat, f, facts)
@@ -422,7 +424,17 @@ fn export_settings_list_every_target_and_never_lower() {
         Some("100000"),
         "passing, kept"
     );
-    assert_eq!(value("net.ipv4.tcp_fin_timeout").as_deref(), Some("15"));
+    // The ceiling (30) and the floor (25) of one key: written once, inside both.
+    assert_eq!(value("net.ipv4.tcp_fin_timeout").as_deref(), Some("30"));
+    assert_eq!(
+        s.sysctls
+            .iter()
+            .filter(|(_, k, _, _)| k == "net.ipv4.tcp_fin_timeout")
+            .count(),
+        1
+    );
+    // A server does not need a wider port range: not exported.
+    assert_eq!(value("net.ipv4.ip_local_port_range"), None);
     assert_eq!(
         value("net.ipv4.tcp_max_syn_backlog").as_deref(),
         Some("65535")

@@ -144,7 +144,8 @@ fn walk<'a>(catalog: &'a Catalog, facts: &'a HostFacts) -> Vec<(Key, &'a CheckDe
         }
         for inst in instances {
             out.push((key(false), def, View::Runtime(inst)));
-            if let (true, Some(boot)) = (def.has_boot_view(), &inst.boot) {
+            // A check this role does not need has no boot view to judge either.
+            if let (true, None, Some(boot)) = (def.has_boot_view(), &def.role_skip, &inst.boot) {
                 out.push((key(true), def, View::Boot(inst, boot)));
             }
         }
@@ -177,6 +178,10 @@ pub fn evaluate(
                 View::Runtime(inst) => evaluate_one(def, inst, &vars, facts),
                 View::Boot(inst, boot) => evaluate_boot(def, inst, boot, &vars, facts),
             };
+            if let Some(why) = &def.role_skip {
+                f.status = Status::Skip;
+                f.note = Some(why.clone());
+            }
             f.key = Some(key);
             f
         })
@@ -208,6 +213,7 @@ pub fn compare_str(c: Compare) -> &'static str {
         Compare::AtMost => "<=",
         Compare::Equal => "==",
         Compare::Covers => "covers",
+        Compare::Reserves => "reserves",
         Compare::VersionAtLeast => "version>=",
         Compare::Absent => "absent",
         Compare::NoGrowth => "no_growth",
@@ -249,7 +255,8 @@ fn base(
             let mut s = t.clone();
             let subs: [(&str, Option<String>); 8] = [
                 ("{target}", target.as_ref().map(|v| v.to_string())),
-                ("{desired}", desired.as_ref().map(|v| v.to_string())),
+                // A view without a current value (the boot view) has the target to go by.
+                ("{desired}", desired.as_ref().or(target.as_ref()).map(|v| v.to_string())),
                 ("{unit}", facts.options.unit.clone()),
                 ("{pid}", facts.options.pid.map(|p| p.to_string())),
                 ("{nic}", nic.map(|n| n.name.clone())),
@@ -494,6 +501,49 @@ fn verdict(
     }
 }
 
+/// A kernel port list (`30000-32767,10250`; empty: none) as sorted, merged ranges. None when
+/// it is not one.
+pub fn port_set(v: &Value) -> Option<Vec<(i64, i64)>> {
+    let text = match v {
+        Value::Num(n) => n.to_string(),
+        Value::Text(t) => t.clone(),
+        _ => return None,
+    };
+    let port = |s: &str| s.trim().parse::<i64>().ok().filter(|p| (0..=65535).contains(p));
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (port(a)?, port(b)?),
+            None => (port(part)?, port(part)?),
+        };
+        if lo > hi {
+            return None;
+        }
+        out.push((lo, hi));
+    }
+    Some(merge_ranges(out))
+}
+
+fn merge_ranges(mut r: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
+    r.sort();
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for (lo, hi) in r {
+        match out.last_mut() {
+            Some(last) if lo <= last.1 + 1 => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
+}
+
+/// Ranges as the kernel writes them: `10250,30000-32767`.
+pub fn port_text(r: &[(i64, i64)]) -> String {
+    r.iter()
+        .map(|&(lo, hi)| if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Whether `current` meets `target` under `compare`.
 pub fn meets(compare: Compare, current: &Value, target: &Value) -> Result<bool, String> {
     let nums = || match (current.as_num(), target.as_num()) {
@@ -526,6 +576,12 @@ pub fn meets(compare: Compare, current: &Value, target: &Value) -> Result<bool, 
                 ))
             }
         },
+        Compare::Reserves => {
+            let (Some(c), Some(t)) = (port_set(current), port_set(target)) else {
+                return Err(format!("cannot read '{current}' or '{target}' as port lists"));
+            };
+            t.iter().all(|&(lo, hi)| c.iter().any(|&(a, b)| a <= lo && hi <= b))
+        }
         Compare::VersionAtLeast => {
             let c = version_parts(&current.to_string());
             let t = version_parts(&target.to_string());
@@ -566,6 +622,12 @@ pub fn desired(
             Some(Value::List(vec![c[0].min(t[0]), c[1].max(t[1])]))
         }
         (Value::Num(c), None, Value::Num(t)) => pick(*c, *t).map(Value::Num),
+        // Ports already reserved stay reserved: the union.
+        (c, None, t) if compare == Compare::Reserves => {
+            let mut all = port_set(c)?;
+            all.extend(port_set(t)?);
+            Some(Value::Text(port_text(&merge_ranges(all))))
+        }
         _ => None,
     }
 }

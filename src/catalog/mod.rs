@@ -18,7 +18,7 @@ use crate::host::Platform;
 use crate::profile::Problem;
 use crate::value::{version_parts, Value};
 use expr::Expr;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The catalogs compiled into the binary.
 pub const EMBEDDED: &[(&str, &str)] = &[
@@ -84,6 +84,10 @@ pub struct CheckDef {
     pub target: Option<Target>,
     /// The kernel default at boot, for sysctl checks that have one.
     pub default: Option<Value>,
+    /// Set by [`Catalog::for_role`]: this role does not need the check, and why.
+    pub role_skip: Option<String>,
+    /// The check as each role it names needs it, validated when the catalog loads.
+    pub by_role: BTreeMap<crate::profile::Role, (Check, Option<Target>, Option<String>)>,
 }
 
 impl CheckDef {
@@ -106,6 +110,21 @@ pub enum Target {
 #[derive(Debug, thiserror::Error)]
 #[error("{}", .0.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n"))]
 pub struct CatalogError(pub Vec<Problem>);
+
+impl Catalog {
+    /// The catalog as a host of `role` needs it: each check's override for that role laid
+    /// over it (a skip keeps the check, to say why it does not apply).
+    pub fn for_role(mut self, role: crate::profile::Role) -> Catalog {
+        for def in &mut self.checks {
+            if let Some((check, target, skip)) = def.by_role.get(&role).cloned() {
+                def.check = check;
+                def.target = target;
+                def.role_skip = skip.map(|why| format!("not needed on a {role}: {}", why.trim()));
+            }
+        }
+        self
+    }
+}
 
 /// Load the built-in catalog for `platform`, or `override_file` instead when given.
 pub fn load(
@@ -252,6 +271,10 @@ pub fn parse(
         };
         let default = match &check.default {
             None => None,
+            // A port list's default is text ("" for none reserved).
+            Some(serde_yaml_ng::Value::String(t)) if check.compare == Compare::Reserves => {
+                Some(Value::Text(t.clone()))
+            }
             Some(v) => match literal(v) {
                 Some(v) => Some(v),
                 None => {
@@ -284,10 +307,45 @@ pub fn parse(
         if check.why.trim().is_empty() {
             bad("every check needs a `why`".into());
         }
+        let mut by_role = BTreeMap::new();
+        for (role, o) in &check.roles {
+            let mut c = check.clone();
+            c.roles.clear();
+            if o.skip.is_some()
+                && (o.compare.is_some() || o.target.is_some() || o.severity.is_some())
+            {
+                bad(format!(
+                    "roles.{role}: `skip` leaves nothing to compare; give either skip or compare/target/severity"
+                ));
+            }
+            if let Some(v) = o.compare {
+                c.compare = v;
+            }
+            if let Some(v) = &o.target {
+                c.target = Some(v.clone());
+            }
+            if let Some(v) = o.severity {
+                c.severity = v;
+            }
+            if let Some(v) = &o.why {
+                c.why = v.clone();
+            }
+            if let Some(v) = &o.fix {
+                c.fix = v.clone();
+            }
+            match compile_target(&c, known_vars) {
+                Ok(t) => {
+                    by_role.insert(*role, (c, t, o.skip.clone()));
+                }
+                Err(e) => bad(format!("roles.{role}: {e}")),
+            }
+        }
         checks.push(CheckDef {
             check,
             target,
             default,
+            role_skip: None,
+            by_role,
         });
     }
     problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
@@ -327,6 +385,15 @@ fn compile_target(check: &Check, known: &BTreeSet<String>) -> Result<Option<Targ
             return Err(format!("'{text}' is not a version like \"3.9\""));
         }
         Target::Version(text)
+    } else if check.compare == Compare::Reserves {
+        let text = match raw {
+            serde_yaml_ng::Value::String(s) => s.clone(),
+            serde_yaml_ng::Value::Number(n) => n.to_string(),
+            _ => return Err("a `reserves` target is a port list like \"30000-32767,10250\"".into()),
+        };
+        let ports = eval::port_set(&Value::Text(text.clone()))
+            .ok_or_else(|| format!("'{text}' is not a port list like \"30000-32767,10250\""))?;
+        Target::Value(Value::Text(eval::port_text(&ports)))
     } else if let Some(v) = literal(raw) {
         Target::Value(v)
     } else if let serde_yaml_ng::Value::String(s) = raw {

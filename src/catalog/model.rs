@@ -56,6 +56,31 @@ pub struct Check {
     /// catalog may leave them out.
     #[serde(default)]
     pub refs: Vec<Ref>,
+    /// What changes on a host of another role (`role:` of the profile, `--role`): a skip with
+    /// its reason, or another target, comparison, severity or why. Roles not named take the
+    /// check as written.
+    #[serde(default)]
+    pub roles: BTreeMap<crate::profile::Role, RoleOverride>,
+}
+
+/// A check as one role needs it. `skip` excludes the others.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleOverride {
+    /// Not needed on this role, and why (shown as the finding's note).
+    #[serde(default)]
+    pub skip: Option<String>,
+    #[serde(default)]
+    pub compare: Option<Compare>,
+    #[serde(default)]
+    pub target: Option<serde_yaml_ng::Value>,
+    #[serde(default)]
+    pub severity: Option<Severity>,
+    /// Replaces `why` for this role.
+    #[serde(default)]
+    pub why: Option<String>,
+    #[serde(default)]
+    pub fix: Option<Fix>,
 }
 
 /// One source a check follows: where it is, and the part of it that says so.
@@ -223,6 +248,10 @@ pub enum Compare {
     /// The current [low, high] range contains the target range.
     #[serde(rename = "covers")]
     Covers,
+    /// A port list (`30000-32767,10250`, as net.ipv4.ip_local_reserved_ports reads) holds
+    /// every port of the target list.
+    #[serde(rename = "reserves")]
+    Reserves,
     /// Current version (dotted) is at least the target version.
     #[serde(rename = "version>=")]
     VersionAtLeast,

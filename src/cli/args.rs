@@ -111,6 +111,9 @@ pub struct ExportArgs {
     /// Use this catalog file instead of the built-in one.
     #[arg(long, value_name = "FILE")]
     pub catalog: Option<String>,
+    /// The host's role the values follow (as for check and apply).
+    #[arg(long, value_enum, value_name = "ROLE")]
+    pub role: Option<RoleArg>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -165,6 +168,32 @@ pub struct TargetArgs {
     /// Use this catalog file instead of the built-in one for the host's platform.
     #[arg(long, value_name = "FILE")]
     pub catalog: Option<String>,
+    /// What the host does besides serving WebSockets, where the right setting depends on it
+    /// (ephemeral ports, TIME_WAIT reuse, NodePorts): over the profile's `role:`; without
+    /// either, a Kubernetes node is detected by its kubelet's configuration, else `server`.
+    #[arg(long, value_enum, value_name = "ROLE")]
+    pub role: Option<RoleArg>,
+}
+
+/// `--role`'s values: [`crate::profile::Role`]'s words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RoleArg {
+    /// Accepts WebSocket clients; few outbound connections of its own.
+    Server,
+    /// Opens a backend connection per client (HAProxy, nginx, Envoy).
+    Proxy,
+    /// A Kubernetes node (NodePorts 30000-32767, the kubelet on 10250).
+    KubernetesNode,
+}
+
+impl From<RoleArg> for crate::profile::Role {
+    fn from(r: RoleArg) -> Self {
+        match r {
+            RoleArg::Server => crate::profile::Role::Server,
+            RoleArg::Proxy => crate::profile::Role::Proxy,
+            RoleArg::KubernetesNode => crate::profile::Role::KubernetesNode,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -128,6 +128,7 @@ pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
     let t = Target {
         profile: a.profile.clone(),
         catalog: a.catalog.clone(),
+        role: a.role.map(Into::into),
         ..Target::default()
     };
     let inputs = check::inputs(&t, backend.as_ref())?;
@@ -461,6 +462,7 @@ fn target(t: &TargetArgs) -> Target {
         pid: t.pid,
         unit: t.unit.clone(),
         catalog: t.catalog.clone(),
+        role: t.role.map(Into::into),
     }
 }
 

@@ -9,7 +9,7 @@ use crate::catalog::{self, Catalog};
 use crate::gather::gather;
 use crate::host::store::Store;
 use crate::host::{Backend, ReadError};
-use crate::profile::{self, Loaded};
+use crate::profile::{self, Loaded, Role};
 use crate::report::{self, CheckReport, HostRef, ProfileRef};
 use anyhow::{bail, Result};
 use std::collections::BTreeSet;
@@ -24,6 +24,8 @@ pub struct Target {
     pub unit: Option<String>,
     /// A catalog file instead of the built-in one for the host's platform.
     pub catalog: Option<String>,
+    /// `--role`: the host's role, over the profile's and what is detected.
+    pub role: Option<Role>,
 }
 
 impl Target {
@@ -39,8 +41,34 @@ impl Target {
 /// Everything the pipeline needs besides the backend: loaded, validated, ready to gather.
 pub struct Inputs {
     pub profile: Loaded,
+    /// The catalog as this host's role needs it ([`Catalog::for_role`]).
     pub catalog: Catalog,
     pub options: Options,
+    pub role: Role,
+    /// Where [`Inputs::role`] came from, for the report.
+    pub role_from: String,
+}
+
+/// Files only a Kubernetes node has: the kubelet's configuration (kubeadm's paths and the
+/// kubelet's default `--config`).
+const KUBELET_FILES: [&str; 2] = ["/var/lib/kubelet/config.yaml", "/etc/kubernetes/kubelet.conf"];
+
+/// The host's role: `--role`, else the profile's `role:`, else a Kubernetes node when a
+/// kubelet's configuration is there, else a server. A proxy is never guessed (nginx and
+/// HAProxy also serve and terminate): a proxy host says so.
+pub fn role_of(flag: Option<Role>, profile: Option<Role>, backend: &dyn Backend) -> (Role, String) {
+    if let Some(r) = flag {
+        return (r, "--role".into());
+    }
+    if let Some(r) = profile {
+        return (r, "profile".into());
+    }
+    if backend.platform() == crate::host::Platform::Linux {
+        if let Some(path) = KUBELET_FILES.iter().find(|p| backend.read(p).is_ok()) {
+            return (Role::KubernetesNode, format!("detected: {path}"));
+        }
+    }
+    (Role::Server, "default".into())
 }
 
 /// Inputs with the backend they were validated against.
@@ -53,7 +81,8 @@ pub struct Resolved {
 pub fn inputs(t: &Target, backend: &dyn Backend) -> Result<Inputs> {
     let profile = profile::load(&t.profile)?;
     let known: BTreeSet<String> = profile.profile.variables().into_keys().collect();
-    let catalog = catalog::load(backend.platform(), t.catalog.as_deref(), &known)?;
+    let (role, role_from) = role_of(t.role, profile.profile.role, backend);
+    let catalog = catalog::load(backend.platform(), t.catalog.as_deref(), &known)?.for_role(role);
     if let Some(pid) = t.pid {
         if !backend.process_exists(pid) {
             match backend.platform() {
@@ -79,6 +108,8 @@ pub fn inputs(t: &Target, backend: &dyn Backend) -> Result<Inputs> {
             unit: t.unit.clone(),
             watch: None,
         },
+        role,
+        role_from,
     })
 }
 
@@ -107,6 +138,8 @@ pub fn report_and_facts(
             name: r.profile.profile.name.clone(),
             source: r.profile.source.clone(),
             connections: r.profile.profile.connections,
+            role: r.role,
+            role_from: r.role_from.clone(),
         },
         host: HostRef {
             platform: r.catalog.platform,

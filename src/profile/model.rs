@@ -14,10 +14,50 @@ pub struct Profile {
     pub description: String,
     /// Concurrent WebSocket connections the host must hold.
     pub connections: u64,
+    /// What else the host does, where the right value of a setting depends on it (a port
+    /// range, TIME_WAIT reuse, reserved ports). Absent: `--role`, else detected, else `server`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
     pub linux: LinuxTargets,
     pub windows: WindowsTargets,
     pub server: ServerSettings,
     pub selftest: SelfTestTargets,
+}
+
+/// What the host does besides holding WebSocket connections. The sources disagree only where
+/// the roles do: a server that only accepts opens no outbound connections, a proxy opens one per
+/// client, a Kubernetes node must keep its NodePorts out of the ephemeral range.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Accepts WebSocket clients; its outbound connections are few (a database, a backplane).
+    Server,
+    /// Opens a connection to a backend for every client: HAProxy, nginx, Envoy, a gateway.
+    Proxy,
+    /// A Kubernetes node: kube-proxy and NodePorts (30000-32767) and the kubelet (10250) on it.
+    KubernetesNode,
+}
+
+impl Role {
+    pub const ALL: [Role; 3] = [Role::Server, Role::Proxy, Role::KubernetesNode];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Server => "server",
+            Role::Proxy => "proxy",
+            Role::KubernetesNode => "kubernetes-node",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Linux kernel and process targets; each one is read by a check in checks/linux.yaml.

@@ -14,6 +14,37 @@ const COMPUTED_FIX: &[(&str, &str)] = &[(
 )];
 
 /// The whole of docs/checks.md.
+/// How a check changes with the host's role (`roles:` in the catalog), in a few words.
+fn by_role(c: &crate::catalog::Check) -> Option<String> {
+    if c.roles.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = c
+        .roles
+        .iter()
+        .map(|(role, o)| {
+            if o.skip.is_some() {
+                return format!("{role}: not checked");
+            }
+            let mut what = Vec::new();
+            if let Some(cmp) = o.compare {
+                what.push(crate::catalog::eval::compare_str(cmp).to_string());
+            }
+            if let Some(t) = &o.target {
+                what.push(match t {
+                    serde_yaml_ng::Value::String(s) => s.clone(),
+                    other => serde_yaml_ng::to_string(other).unwrap_or_default().trim().to_string(),
+                });
+            }
+            if let Some(sev) = o.severity {
+                what.push(format!("({})", format!("{sev:?}").to_lowercase()));
+            }
+            format!("{role}: {}", what.join(" "))
+        })
+        .collect();
+    Some(format!("{}; other roles as written", parts.join("; ")))
+}
+
 pub fn checks_markdown() -> String {
     let known: BTreeSet<String> = crate::profile::load(crate::profile::DEFAULT)
         .expect("the default profile loads")
@@ -73,7 +104,11 @@ pub fn checks_markdown() -> String {
                 (None, Some(p)) => format!("persistent: {p}"),
                 (None, None) => "-".into(),
             };
-            out.push_str(&row(&[&id, &c.title, name, &fix, &links(&c.refs)]));
+            let what = match by_role(c) {
+                Some(r) => format!("{}. *By role:* {r}", c.title),
+                None => c.title.clone(),
+            };
+            out.push_str(&row(&[&id, &what, name, &fix, &links(&c.refs)]));
         }
     }
     out.push_str(

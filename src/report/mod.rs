@@ -65,6 +65,10 @@ pub struct ProfileRef {
     /// `builtin:NAME` or a file path.
     pub source: String,
     pub connections: u64,
+    /// The host's role the checks followed.
+    pub role: crate::profile::Role,
+    /// Where the role came from: `--role`, `profile`, `detected: PATH` or `default`.
+    pub role_from: String,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -79,9 +79,11 @@ pub fn area(id: &str) -> &'static str {
 pub fn table(report: &CheckReport, colour: bool, width: u16, show: Show) -> String {
     let s = &report.summary;
     let mut out = format!(
-        "wstune check: profile {} ({} connections) on {} [{}]\n",
+        "wstune check: profile {} ({} connections) as a {} ({}) on {} [{}]\n",
         report.profile.name,
         report.profile.connections,
+        report.profile.role,
+        report.profile.role_from,
         report.host.info.hostname,
         report.host.info.source
     );
