@@ -20,6 +20,7 @@ pub mod gather;
 pub mod host;
 pub mod input;
 pub mod lb;
+pub mod nic;
 pub mod outcome;
 pub mod output;
 pub mod pool;

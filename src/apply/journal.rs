@@ -347,6 +347,10 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
     };
     let managed = crate::catalog::managed();
     for r in &e.runtime {
+        // A NIC queue's or interrupt's setting: only those paths, exactly.
+        if crate::host::owned::nic_runtime_path(&r.path) && canonical(&r.path) {
+            continue;
+        }
         let key_ok = r.path.strip_prefix("/proc/sys/").is_some_and(|k| {
             k.chars()
                 .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c))
@@ -371,6 +375,8 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
     let own_file = |p: &str| {
         p == SYSCTL_FILE
             || p == LIMITS_FILE
+            || p == crate::host::owned::NIC_RULES_FILE
+            || p == crate::host::owned::NIC_SYSCTL_FILE
             || p.strip_prefix("/etc/systemd/system/")
                 .and_then(|r| r.strip_suffix(".d/60-wstune.conf"))
                 .is_some_and(|unit| !unit.contains('/') && unit_dropin(unit) == p)

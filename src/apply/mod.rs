@@ -6,6 +6,7 @@
 //! entry a killed apply left `pending` ([`recover::undo_interrupted`]).
 
 pub mod journal;
+pub mod nic;
 pub mod plan;
 pub mod recover;
 
@@ -102,7 +103,25 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
                     old,
                 });
             }
-            Op::SysctlFile { .. } | Op::LimitsFile { .. } | Op::UnitDropIn { .. } => {}
+            Op::KernelFile { path, .. } => {
+                if !crate::host::owned::nic_runtime_path(path) {
+                    return Err(anyhow!(
+                        "{path} is not a NIC queue or interrupt setting wstune changes, so a rollback would refuse to restore it; nothing was changed"
+                    ));
+                }
+                let old = backend
+                    .read(path)
+                    .map_err(|err| anyhow!("cannot read {path} before changing it: {err}"))?;
+                e.runtime.push(OldRuntime {
+                    path: path.clone(),
+                    old,
+                });
+            }
+            Op::SysctlFile { .. }
+            | Op::LimitsFile { .. }
+            | Op::UnitDropIn { .. }
+            | Op::NicRules
+            | Op::NicSysctlFile { .. } => {}
         }
     }
     for (path, text) in &plan.files {
@@ -192,6 +211,9 @@ fn run_steps(
         let r = match &a.op {
             Op::Sysctl { key, value } => backend
                 .write_runtime(&sysctl_path(key), value)
+                .map_err(|e| e.to_string()),
+            Op::KernelFile { path, value } => backend
+                .write_runtime(path, value)
                 .map_err(|e| e.to_string()),
             Op::Prlimit { pid, soft, hard } => backend
                 .set_nofile(*pid, *soft, *hard)
@@ -362,6 +384,13 @@ pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
     let last = entries.iter().rev().find(|e| e.state == State::Applied)?;
     let mut drifted = Vec::new();
     for a in &last.actions {
+        if let Op::KernelFile { path, value } = &a.op {
+            match backend.read(path) {
+                Ok(now) if crate::nic::same_setting(path, &now, value) => {}
+                Ok(now) => drifted.push(format!("{path} is {} (applied {value})", now.trim())),
+                Err(e) => drifted.push(format!("{path}: {e}")),
+            }
+        }
         if let Op::Sysctl { key, value } = &a.op {
             match backend.read(&sysctl_path(key)) {
                 Ok(now) if now.split_whitespace().eq(value.split_whitespace()) => {}

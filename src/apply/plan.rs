@@ -66,6 +66,13 @@ pub enum Op {
         reg_type: RegType,
         data: String,
     },
+    /// Write a NIC queue's or interrupt's setting under /sys or /proc/irq now
+    /// ([`crate::host::owned::nic_runtime_path`]).
+    KernelFile { path: String, value: String },
+    /// The udev rule that writes the NICs' queue settings at boot and hotplug.
+    NicRules,
+    /// net.core.rps_sock_flow_entries in /etc/sysctl.d/60-wstune-nic.conf.
+    NicSysctlFile { value: u64 },
 }
 
 impl Op {
@@ -78,12 +85,15 @@ impl Op {
             Op::UnitDropIn { unit, .. } => unit_dropin(unit),
             Op::Prlimit { pid, .. } => format!("process {pid} (prlimit)"),
             Op::Registry { key, value, .. } => format!("{key}\\{value}"),
+            Op::KernelFile { path, .. } => path.clone(),
+            Op::NicRules => crate::host::owned::NIC_RULES_FILE.into(),
+            Op::NicSysctlFile { .. } => crate::host::owned::NIC_SYSCTL_FILE.into(),
         }
     }
     pub fn is_runtime(&self) -> bool {
         matches!(
             self,
-            Op::Sysctl { .. } | Op::Prlimit { .. } | Op::Registry { .. }
+            Op::Sysctl { .. } | Op::Prlimit { .. } | Op::Registry { .. } | Op::KernelFile { .. }
         )
     }
 }
@@ -106,6 +116,85 @@ pub struct Plan {
 pub struct Scope {
     pub runtime: bool,
     pub persist: bool,
+}
+
+/// A key several checks judge (tcp_fin_timeout's ceiling and floor): its runtime change and its
+/// boot line are written once each, with a value that meets every one of them, starting from
+/// what the host will have now (the runtime change, else the value the first check chose).
+fn narrow_shared_keys(
+    catalog: &Catalog,
+    findings: &[Finding],
+    actions: &mut Vec<Action>,
+    persist: &mut Vec<Persist>,
+) {
+    let rules = |key: &str| -> Vec<(catalog::Compare, Option<usize>, Value)> {
+        catalog
+            .checks
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| matches!(&d.check.source, Source::Sysctl(k) if k == key))
+            .filter_map(|(i, d)| {
+                let f = findings
+                    .iter()
+                    .find(|f| f.key.is_some_and(|k| k.check == i && !k.boot && !k.per_nic))?;
+                Some((d.check.compare, d.check.field, f.target.clone()?))
+            })
+            .collect()
+    };
+    let narrow = |rules: &[(catalog::Compare, Option<usize>, Value)], text: &str| {
+        let mut v = Value::parse_kernel(text);
+        for (cmp, field, target) in rules {
+            if let Some(n) = desired(*cmp, &v, *field, target) {
+                v = n;
+            }
+        }
+        kernel_text(&v)
+    };
+    let keys: Vec<String> = actions
+        .iter()
+        .filter_map(|a| match &a.op {
+            Op::Sysctl { key, .. } => Some(key.clone()),
+            _ => None,
+        })
+        .chain(persist.iter().map(|p| p.key.clone()))
+        .collect();
+    let mut done = std::collections::BTreeSet::new();
+    for key in keys {
+        let rules = rules(&key);
+        if rules.len() < 2 || !done.insert(key.clone()) {
+            continue;
+        }
+        let mut runtime_after: Option<String> = None;
+        let mut seen = false;
+        actions.retain_mut(|a| {
+            let Op::Sysctl { key: k, value } = &mut a.op else {
+                return true;
+            };
+            if *k != key {
+                return true;
+            }
+            if seen {
+                return false;
+            }
+            seen = true;
+            *value = narrow(&rules, value);
+            a.to = value.clone();
+            runtime_after = Some(value.clone());
+            true
+        });
+        let mut seen = false;
+        persist.retain_mut(|p| {
+            if p.key != key {
+                return true;
+            }
+            if seen {
+                return false;
+            }
+            seen = true;
+            p.to = narrow(&rules, runtime_after.as_deref().unwrap_or(&p.to));
+            true
+        });
+    }
 }
 
 /// One sysctl to persist in our file: (check id, key, from, to).
@@ -263,6 +352,8 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
             _ => {}
         }
     }
+
+    narrow_shared_keys(catalog, findings, &mut p.actions, &mut persist_sysctls);
 
     if !facts.boot.skipped.is_empty() && scope.persist {
         p.notes.push(format!(

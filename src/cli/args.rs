@@ -249,6 +249,14 @@ pub struct ApplyArgs {
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub yes: bool,
+    /// Measure for SECS seconds first (softirq time per CPU, softnet drops and squeezes): the
+    /// NICs' queues are tuned only when that shows the kernel busy receiving.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub watch: Option<u64>,
+    /// Tune this NIC's queues (RPS, RFS, XPS, pinned interrupts per the profile's `nic:`)
+    /// without waiting for evidence; repeatable; a virtual link too.
+    #[arg(long, value_name = "NAME")]
+    pub nic: Vec<String>,
     /// Put every file wstune writes or journals (/etc/..., /var/lib/wstune) under DIR; runtime
     /// values still go to the live /proc/sys.
     #[arg(long, value_name = "DIR")]

@@ -74,9 +74,14 @@ fn read_lb_config(path: &Path) -> Result<String> {
 
 pub fn apply(a: &ApplyArgs) -> Result<cmd::apply::Request> {
     let (backend, store) = host_and_store(a.root.as_deref(), a.prefix.as_deref())?;
-    let inputs = check::inputs(&target(&a.target), backend.as_ref())?;
+    let mut inputs = check::inputs(&target(&a.target), backend.as_ref())?;
+    inputs.options.watch = a.watch.map(Duration::from_secs);
     refuse_unit_without_systemd(a.target.unit.as_deref(), backend.as_ref())?;
+    if !a.nic.is_empty() && inputs.catalog.platform != crate::host::Platform::Linux {
+        bail!("--nic tunes a Linux NIC's queues; on Windows the adapters' RSS keywords are checked per adapter (wstune check). Nothing was changed.");
+    }
     Ok(cmd::apply::Request {
+        nics: a.nic.clone(),
         host: Resolved { inputs, backend },
         store,
         scope: crate::apply::plan::Scope {

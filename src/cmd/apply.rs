@@ -21,6 +21,8 @@ pub struct Request {
     pub dry_run: bool,
     /// Confirmed already (`--yes`).
     pub yes: bool,
+    /// `--nic NAME`: tune these NICs' queues without evidence (virtual links too).
+    pub nics: Vec<String>,
 }
 
 /// The refusal for a real apply without root, wherever it is first noticed.
@@ -109,7 +111,10 @@ pub fn run(a: Request) -> Result<Outcome> {
         }
     }
     let (before, facts) = report_and_facts(inputs, backend, None);
-    let p = plan::plan(&inputs.catalog, &before.results, &facts, a.scope);
+    let mut p = plan::plan(&inputs.catalog, &before.results, &facts, a.scope);
+    if inputs.catalog.platform == crate::host::Platform::Linux {
+        add_nic_plan(&mut p, &a, &before.results)?;
+    }
     let profile = &inputs.profile.profile.name;
 
     if p.actions.is_empty() {
@@ -168,6 +173,71 @@ pub fn run(a: Request) -> Result<Outcome> {
     print_remaining(&after.results);
     drop(lock);
     Ok(Outcome::Ok)
+}
+
+/// The NICs' part of the plan ([`apply::nic`]): the links `--nic` names, else every physical
+/// one, read now; the evidence is what `--watch` measured in `results`.
+fn add_nic_plan(
+    p: &mut plan::Plan,
+    a: &Request,
+    results: &[crate::catalog::eval::Finding],
+) -> Result<()> {
+    use crate::host::owned::NIC_RULES_FILE;
+    let backend = a.host.backend.as_ref();
+    let links = backend.links().unwrap_or_default();
+    let mut chosen = Vec::new();
+    for name in &a.nics {
+        match links.iter().find(|l| &l.name == name) {
+            Some(l) => chosen.push(l.clone()),
+            None => bail!(
+                "--nic {name}: no such network interface here ({}); `ip link` lists them. Nothing was changed.",
+                if links.is_empty() {
+                    "none found".to_string()
+                } else {
+                    format!("found: {}", links.iter().map(|l| l.name.as_str()).collect::<Vec<_>>().join(", "))
+                }
+            ),
+        }
+    }
+    if a.nics.is_empty() {
+        chosen = links.into_iter().filter(|l| l.physical).collect();
+    }
+    let nics: Vec<crate::nic::NicFacts> = chosen
+        .iter()
+        .map(|l| crate::nic::read(backend, &l.name, l.physical))
+        .collect();
+    let evidence = crate::nic::Evidence::from_findings(results);
+    let flow_entries = backend
+        .read("/proc/sys/net/core/rps_sock_flow_entries")
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
+    let irqbalance = backend
+        .systemd_property("irqbalance.service", "ActiveState")
+        .ok()
+        .map(|s| s.trim() == "active");
+    let rules_now = a
+        .store
+        .read(NIC_RULES_FILE)?
+        .map(|f| String::from_utf8_lossy(&f.bytes).into_owned())
+        .unwrap_or_default();
+    let n = apply::nic::plan(&apply::nic::Inputs {
+        profile: &a.host.inputs.profile.profile.nic,
+        nics: &nics,
+        named: !a.nics.is_empty(),
+        evidence: &evidence,
+        flow_entries,
+        irqbalance,
+        rules_now: &rules_now,
+        scope: a.scope,
+    });
+    if n.files.iter().any(|(f, _)| f == NIC_RULES_FILE) {
+        // Merged with other NICs' rules: refused at record time if it changed meanwhile.
+        p.rendered_from.push((NIC_RULES_FILE.to_string(), rules_now));
+    }
+    p.actions.extend(n.actions);
+    p.files.extend(n.files);
+    p.notes.extend(n.notes);
+    Ok(())
 }
 
 fn print_notes(notes: &[String]) {

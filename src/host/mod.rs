@@ -46,6 +46,42 @@ pub mod owned {
     pub fn unit_dropin(unit: &str) -> String {
         format!("/etc/systemd/system/{unit}.d/60-wstune.conf")
     }
+
+    /// The udev rule that writes each tuned NIC's queue settings when it appears.
+    pub const NIC_RULES_FILE: &str = "/etc/udev/rules.d/60-wstune-nic.rules";
+    /// RFS's flow table size, set with the NICs' RPS.
+    pub const NIC_SYSCTL_FILE: &str = "/etc/sysctl.d/60-wstune-nic.conf";
+
+    /// Whether `path` is a NIC queue or interrupt setting apply may write (and rollback put
+    /// back): a queue's rps_cpus, rps_flow_cnt or xps_cpus, or an interrupt's
+    /// smp_affinity_list. Nothing else outside /proc/sys is ever written at runtime.
+    pub fn nic_runtime_path(path: &str) -> bool {
+        let digits = |s: &str| !s.is_empty() && s.len() <= 6 && s.bytes().all(|b| b.is_ascii_digit());
+        if let Some(rest) = path.strip_prefix("/proc/irq/") {
+            return rest
+                .strip_suffix("/smp_affinity_list")
+                .is_some_and(digits);
+        }
+        let Some(rest) = path.strip_prefix("/sys/class/net/") else {
+            return false;
+        };
+        let parts: Vec<&str> = rest.split('/').collect();
+        let [nic, "queues", queue, attr] = parts.as_slice() else {
+            return false;
+        };
+        // An interface name: 1-15 bytes, no '/', not "." or "..".
+        let nic_ok = (1..=15).contains(&nic.len())
+            && *nic != "."
+            && *nic != ".."
+            && nic.bytes().all(|b| b.is_ascii_graphic() && b != b'/');
+        let q = |prefix: &str| queue.strip_prefix(prefix).is_some_and(digits);
+        nic_ok
+            && match *attr {
+                "rps_cpus" | "rps_flow_cnt" => q("rx-"),
+                "xps_cpus" => q("tx-"),
+                _ => false,
+            }
+    }
 }
 
 /// Why a value could not be read. `NotFound` is often meaningful (a module not loaded, a key

@@ -22,6 +22,94 @@ pub struct Profile {
     pub windows: WindowsTargets,
     pub server: ServerSettings,
     pub selftest: SelfTestTargets,
+    /// How `apply` tunes each NIC's queues (RSS, RPS/RFS, XPS, interrupts). Absent: the
+    /// defaults of [`NicProfile`].
+    #[serde(default, skip_serializing_if = "NicProfile::is_default")]
+    pub nic: NicProfile,
+}
+
+/// Which CPUs serve a NIC's queues: the words of Windows' RSS profiles, carried out on Linux
+/// with queues, interrupts, RPS and XPS (Microsoft's RSS profile keywords; the kernel's
+/// scaling.rst).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RssProfile {
+    /// The CPUs of the NIC's own NUMA node (ClosestProcessor): no cross-node traffic.
+    #[default]
+    Closest,
+    /// Every CPU, the NIC's node first (NUMAScaling): more CPUs than one node has.
+    NumaScaling,
+    /// Half the node's CPUs (ConservativeScaling): the rest stay for the application.
+    Conservative,
+}
+
+impl RssProfile {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RssProfile::Closest => "closest",
+            RssProfile::NumaScaling => "numa_scaling",
+            RssProfile::Conservative => "conservative",
+        }
+    }
+}
+
+/// Who places a NIC's interrupts.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum IrqPolicy {
+    /// irqbalance does (it must run); apply pins nothing.
+    #[default]
+    Irqbalance,
+    /// apply pins each queue's interrupt to one CPU of the profile's set (what the vendors'
+    /// set_irq_affinity.sh does) and keeps irqbalance off those interrupts.
+    Pinned,
+}
+
+/// When `apply` changes a NIC.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NicWhen {
+    /// Only when `--watch` measured the kernel spending real time receiving (softnet drops or
+    /// squeezes grew, or one CPU's softirq share stood out), or `--nic NAME` names the NIC.
+    #[default]
+    Evidence,
+    /// Whenever the queues differ from the profile.
+    Always,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NicProfile {
+    pub rss: RssProfile,
+    pub irq: IrqPolicy,
+    /// RPS and RFS on each receive queue when the NIC has fewer receive queues than the
+    /// profile's CPUs (redundant otherwise: scaling.rst).
+    pub rps: bool,
+    /// XPS: each transmit queue sent on by its own CPUs (a NIC with more than one).
+    pub xps: bool,
+    /// net.core.rps_sock_flow_entries, RFS's global flow table (scaling.rst suggests 32768);
+    /// each queue's rps_flow_cnt is this over the queue count.
+    pub rps_flow_entries: u64,
+    pub when: NicWhen,
+}
+
+impl Default for NicProfile {
+    fn default() -> Self {
+        NicProfile {
+            rss: RssProfile::Closest,
+            irq: IrqPolicy::Irqbalance,
+            rps: true,
+            xps: true,
+            rps_flow_entries: 32768,
+            when: NicWhen::Evidence,
+        }
+    }
+}
+
+impl NicProfile {
+    fn is_default(&self) -> bool {
+        *self == NicProfile::default()
+    }
 }
 
 /// What the host does besides holding WebSocket connections. The sources disagree only where

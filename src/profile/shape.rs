@@ -21,6 +21,8 @@ fn optional(path: &str) -> Option<Json> {
     match path {
         "server.deflate.inflate_budget_bytes" => Some(Json::from(0u64)),
         "role" => Some(Json::from("server")),
+        // The NIC block: every key optional (serde defaults them).
+        "nic" => serde_json::to_value(super::NicProfile::default()).ok(),
         // The abuse limits: every key of the block is optional too (see `LIMITS`).
         LIMITS => serde_json::to_value(super::LimitsProfile::default()).ok(),
         // The channels app's block: every key optional (serde defaults them).

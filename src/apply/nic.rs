@@ -1,0 +1,507 @@
+//! The NIC part of a plan: which CPUs serve each queue (the profile's `nic.rss`), carried out
+//! with RPS and RFS on each receive queue, XPS on each transmit queue and, with `nic.irq:
+//! pinned`, each queue's interrupt on its own CPU; persisted by a udev rule that writes the
+//! same queue attributes when the NIC appears, and a sysctl.d file for RFS's flow table.
+//!
+//! Pure, like [`super::plan::plan`]: the NICs' facts ([`crate::nic::read`]) and the evidence
+//! (`--watch`) in, actions and file texts out. Nothing is planned for a NIC without evidence
+//! that the kernel spends real time receiving, unless the operator names it (`--nic`) or the
+//! profile says `nic.when: always`: on an idle NIC the changes cost CPU locality for nothing.
+//!
+//! What the kernel's scaling.rst suggests, and what is done here:
+//! - RPS: "for a multi-queue system, if RSS is configured so that a hardware receive queue is
+//!   mapped to each CPU, then RPS is probably redundant"; with fewer queues than CPUs, each
+//!   queue's rps_cpus are the CPUs of the NIC's memory domain. So RPS is set only on a NIC with
+//!   fewer receive queues than the profile's CPUs, to those CPUs.
+//! - RFS: rps_sock_flow_entries 32768 "for a moderately loaded server", and each queue's
+//!   rps_flow_cnt that over the number of queues.
+//! - XPS: each CPU sends on one queue; with fewer queues than CPUs a queue takes several.
+//! - Interrupts: queue k's on the k-th CPU of the set (what the vendors' set_irq_affinity.sh
+//!   does for `local`), only with `irq: pinned`; irqbalance is never fought silently.
+
+use super::plan::{Action, Op, Scope};
+use crate::host::owned::{NIC_RULES_FILE, NIC_SYSCTL_FILE};
+use crate::nic::{cpu_list, mask, parse_cpu_list, parse_mask, Evidence, NicFacts};
+use crate::profile::{IrqPolicy, NicProfile, NicWhen, RssProfile};
+
+/// Everything the NIC plan is made from.
+pub struct Inputs<'a> {
+    pub profile: &'a NicProfile,
+    pub nics: &'a [NicFacts],
+    /// The operator named these NICs (`--nic`): tuned without evidence.
+    pub named: bool,
+    pub evidence: &'a Evidence,
+    /// net.core.rps_sock_flow_entries now (None: unreadable).
+    pub flow_entries: Option<u64>,
+    /// Whether irqbalance.service is active (None: unknown, no systemd).
+    pub irqbalance: Option<bool>,
+    /// The rules file as it is now ("" when absent): lines of NICs not tuned here are kept.
+    pub rules_now: &'a str,
+    pub scope: Scope,
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub struct NicPlan {
+    pub actions: Vec<Action>,
+    pub files: Vec<(String, String)>,
+    pub notes: Vec<String>,
+}
+
+/// The CPUs the profile puts a NIC's queues on, in the order queues take them.
+pub fn cpus_for(rss: RssProfile, nic: &NicFacts) -> Vec<u32> {
+    match rss {
+        RssProfile::Closest => nic.local_cpus.clone(),
+        RssProfile::NumaScaling => {
+            let mut v = nic.local_cpus.clone();
+            v.extend(nic.cpus.iter().filter(|c| !nic.local_cpus.contains(c)));
+            v
+        }
+        RssProfile::Conservative => {
+            let n = nic.local_cpus.len().div_ceil(2).max(1);
+            nic.local_cpus.iter().take(n).copied().collect()
+        }
+    }
+}
+
+fn same_cpus(now: Option<&str>, want: &[u32], parse: fn(&str) -> Option<Vec<u32>>) -> bool {
+    let mut want = want.to_vec();
+    want.sort_unstable();
+    now.and_then(parse).is_some_and(|n| n == want)
+}
+
+pub fn plan(i: &Inputs) -> NicPlan {
+    let mut p = NicPlan::default();
+    if i.nics.is_empty() {
+        return p;
+    }
+    let forced = i.named || i.profile.when == NicWhen::Always;
+    if !forced && i.evidence.found.is_empty() {
+        let names: Vec<&str> = i.nics.iter().map(|n| n.name.as_str()).collect();
+        p.notes.push(if i.evidence.measured {
+            format!(
+                "NIC queues of {} not changed: the kernel is not busy receiving ({}). --nic NAME tunes one anyway",
+                names.join(", "),
+                i.evidence.quiet.join("; ")
+            )
+        } else {
+            format!(
+                "NIC queues of {} not changed: nothing measured says the kernel spends real time receiving. Run apply --watch 10 under the real load (it tunes them when softnet drops or squeezes grow, or one CPU's softirq share passes {} %), or name a NIC with --nic NAME",
+                names.join(", "),
+                crate::nic::SOFTIRQ_BUSY_PERCENT
+            )
+        });
+        return p;
+    }
+    let why = if !i.evidence.found.is_empty() {
+        format!("evidence: {}", i.evidence.found.join("; "))
+    } else if i.named {
+        "named with --nic".to_string()
+    } else {
+        "profile nic.when: always".to_string()
+    };
+    p.notes.push(format!(
+        "NIC queues tuned ({why}) to RSS profile {}: {}",
+        i.profile.rss.as_str(),
+        match i.profile.rss {
+            RssProfile::Closest => "the CPUs of each NIC's own NUMA node",
+            RssProfile::NumaScaling => "every CPU, each NIC's own node first",
+            RssProfile::Conservative => "half the CPUs of each NIC's node",
+        }
+    ));
+    let mut rule_lines: Vec<(String, String)> = Vec::new();
+    let mut rps_planned = false;
+    for nic in i.nics {
+        let cpus = cpus_for(i.profile.rss, nic);
+        let mut attrs: Vec<(String, String)> = Vec::new();
+        // Every queue setting goes into the rule; one that differs now is also written now.
+        let mut set = |p: &mut NicPlan, attr: String, now: Option<&String>, to: String, same: bool| {
+            attrs.push((attr.clone(), to.clone()));
+            if i.scope.runtime && !same {
+                p.actions.push(Action {
+                    check: format!("linux.nic.queues[{}]", nic.name),
+                    setting: format!("{} {attr}", nic.name),
+                    from: now.cloned(),
+                    to: to.clone(),
+                    op: Op::KernelFile {
+                        path: format!("/sys/class/net/{}/{attr}", nic.name),
+                        value: to,
+                    },
+                });
+            }
+        };
+        // RPS and RFS: only where the hardware has fewer receive queues than the CPUs, or
+        // has no receive hardware at all (a veth or a tunnel receives on the sending CPU,
+        // whatever its queue count: only RPS spreads it).
+        let rx = nic.rx.len();
+        let steered_by_hardware = nic.physical && rx >= cpus.len();
+        if i.profile.rps && rx > 0 && !steered_by_hardware {
+            let flow = (i.profile.rps_flow_entries / rx as u64)
+                .max(1)
+                .next_power_of_two()
+                .to_string();
+            for q in &nic.rx {
+                if q.rps_cpus.is_some() {
+                    let same = same_cpus(q.rps_cpus.as_deref(), &cpus, parse_mask);
+                    let attr = format!("queues/rx-{}/rps_cpus", q.index);
+                    set(&mut p, attr, q.rps_cpus.as_ref(), mask(&cpus), same);
+                }
+                if q.rps_flow_cnt.is_some() {
+                    let same = q.rps_flow_cnt.as_deref() == Some(flow.as_str());
+                    let attr = format!("queues/rx-{}/rps_flow_cnt", q.index);
+                    set(&mut p, attr, q.rps_flow_cnt.as_ref(), flow.clone(), same);
+                }
+            }
+            rps_planned = true;
+        } else if i.profile.rps && steered_by_hardware {
+            p.notes.push(format!(
+                "{}: RPS not set: {rx} receive queues for {} CPUs, one each already (scaling.rst: RPS is then redundant)",
+                nic.name,
+                cpus.len()
+            ));
+        }
+        if nic.physical && rx < cpus.len() {
+            p.notes.push(format!(
+                "{}: {rx} receive queues for the profile's {} CPUs; if the NIC has more, `ethtool -l {}` shows its maximum and `ethtool -L {} combined N` sets them (then apply again: the queues' RPS and XPS are set per queue)",
+                nic.name,
+                cpus.len(),
+                nic.name,
+                nic.name
+            ));
+        }
+        // XPS: a NIC with one transmit queue has nothing to choose.
+        let tx = nic.tx.len();
+        if i.profile.xps && tx > 1 && !cpus.is_empty() {
+            for q in &nic.tx {
+                let mine: Vec<u32> = if cpus.len() >= tx {
+                    cpus.iter()
+                        .enumerate()
+                        .filter(|(k, _)| k % tx == q.index as usize % tx)
+                        .map(|(_, c)| *c)
+                        .collect()
+                } else {
+                    vec![cpus[q.index as usize % cpus.len()]]
+                };
+                if q.xps_cpus.is_none() {
+                    continue;
+                }
+                let same = same_cpus(q.xps_cpus.as_deref(), &mine, parse_mask);
+                let attr = format!("queues/tx-{}/xps_cpus", q.index);
+                set(&mut p, attr, q.xps_cpus.as_ref(), mask(&mine), same);
+            }
+        }
+        // Interrupts.
+        match i.profile.irq {
+            IrqPolicy::Irqbalance => match i.irqbalance {
+                Some(true) => {}
+                _ => p.notes.push(format!(
+                    "{}: interrupts are left to irqbalance (nic.irq: irqbalance), which is not running here: systemctl enable --now irqbalance",
+                    nic.name
+                )),
+            },
+            IrqPolicy::Pinned if nic.irqs.is_empty() => p.notes.push(format!(
+                "{}: no queue interrupts found in /proc/interrupts (a virtual NIC, or a driver that names them unlike its queues): none pinned",
+                nic.name
+            )),
+            IrqPolicy::Pinned => {
+                for (k, irq) in nic.irqs.iter().enumerate() {
+                    let cpu = cpus[k % cpus.len()];
+                    if same_cpus(irq.affinity.as_deref(), &[cpu], parse_cpu_list) {
+                        continue;
+                    }
+                    if i.scope.runtime {
+                        p.actions.push(Action {
+                            check: format!("linux.nic.irq[{}]", nic.name),
+                            setting: format!("IRQ {} ({})", irq.number, irq.name),
+                            from: irq.affinity.clone(),
+                            to: cpu_list(&[cpu]),
+                            op: Op::KernelFile {
+                                path: format!("/proc/irq/{}/smp_affinity_list", irq.number),
+                                value: cpu_list(&[cpu]),
+                            },
+                        });
+                    }
+                }
+                if i.irqbalance == Some(true) {
+                    let bans: Vec<String> =
+                        nic.irqs.iter().map(|q| format!("--banirq={}", q.number)).collect();
+                    p.notes.push(format!(
+                        "{}: irqbalance runs and would move the pinned interrupts again: add {} to IRQBALANCE_ARGS (/etc/default/irqbalance or /etc/sysconfig/irqbalance) and restart it, or stop it (systemctl disable --now irqbalance)",
+                        nic.name,
+                        bans.join(" ")
+                    ));
+                }
+                p.notes.push(format!(
+                    "{}: the interrupts are pinned now, not at the next boot (their numbers change when the driver loads again); apply again after a reboot",
+                    nic.name
+                ));
+            }
+        }
+        if !attrs.is_empty() {
+            rule_lines.push((nic.name.clone(), udev_line(nic, &attrs)));
+        }
+    }
+    if i.scope.persist {
+        let now = i.rules_now;
+        if !rule_lines.is_empty() {
+            let text = rules_file(now, &rule_lines);
+            if text != now {
+                p.files.push((NIC_RULES_FILE.to_string(), text));
+                p.actions.push(Action {
+                    check: "linux.nic.queues".into(),
+                    setting: format!(
+                        "udev rule for {}",
+                        rule_lines
+                            .iter()
+                            .map(|(n, _)| n.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    from: None,
+                    to: "the queue settings at every boot and hotplug".into(),
+                    op: Op::NicRules,
+                });
+            }
+        }
+    }
+    if rps_planned {
+        let want = i.profile.rps_flow_entries;
+        if i.scope.runtime && i.flow_entries.is_some_and(|n| n < want) {
+            p.actions.push(Action {
+                check: "linux.nic.queues".into(),
+                setting: "net.core.rps_sock_flow_entries".into(),
+                from: i.flow_entries.map(|n| n.to_string()),
+                to: want.to_string(),
+                op: Op::Sysctl {
+                    key: "net.core.rps_sock_flow_entries".into(),
+                    value: want.to_string(),
+                },
+            });
+        }
+        if i.scope.persist && i.flow_entries.is_some_and(|n| n <= want) {
+            p.files.push((
+                NIC_SYSCTL_FILE.to_string(),
+                format!("# Written by wstune apply: RFS's flow table for the RPS set on the NICs' queues\n# (/etc/udev/rules.d/60-wstune-nic.rules). `wstune rollback` removes it.\nnet.core.rps_sock_flow_entries = {want}\n"),
+            ));
+            p.actions.push(Action {
+                check: "linux.nic.queues".into(),
+                setting: "net.core.rps_sock_flow_entries".into(),
+                from: None,
+                to: want.to_string(),
+                op: Op::NicSysctlFile { value: want },
+            });
+        }
+    }
+    p
+}
+
+/// One NIC's udev rule: matched by its MAC address (a name can change at boot), writing each
+/// queue attribute when the device appears.
+fn udev_line(nic: &NicFacts, attrs: &[(String, String)]) -> String {
+    let matcher = match &nic.address {
+        Some(a) => format!("ATTR{{address}}==\"{a}\""),
+        None => format!("KERNEL==\"{}\"", nic.name),
+    };
+    let sets: Vec<String> = attrs
+        .iter()
+        .map(|(k, v)| format!("ATTR{{{k}}}=\"{v}\""))
+        .collect();
+    format!(
+        "# nic {}\nACTION==\"add\", SUBSYSTEM==\"net\", {matcher}, {}\n",
+        nic.name,
+        sets.join(", ")
+    )
+}
+
+const RULES_HEADER: &str = "# Written by wstune apply: each NIC's RPS, RFS and XPS queue settings, written again when\n# the NIC appears (boot, hotplug). `wstune rollback` puts back what was here before.\n";
+
+/// The rules file with these NICs' rules replaced and every other NIC's kept.
+fn rules_file(now: &str, lines: &[(String, String)]) -> String {
+    let mut kept: Vec<String> = Vec::new();
+    let mut skip_next = false;
+    for l in now.lines() {
+        if skip_next {
+            skip_next = false;
+            continue;
+        }
+        if let Some(name) = l.strip_prefix("# nic ") {
+            if lines.iter().any(|(n, _)| n == name.trim()) {
+                skip_next = true;
+                continue;
+            }
+            kept.push(l.to_string());
+            continue;
+        }
+        if l.starts_with('#') && RULES_HEADER.lines().any(|h| h == l) {
+            continue;
+        }
+        kept.push(l.to_string());
+    }
+    let mut out = String::from(RULES_HEADER);
+    for l in kept.iter().filter(|l| !l.trim().is_empty()) {
+        out.push_str(l);
+        out.push('\n');
+    }
+    for (_, l) in lines {
+        out.push_str(l);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nic::{Irq, RxQueue, TxQueue};
+
+    fn veth(rx: u32, tx: u32, cpus: u32) -> NicFacts {
+        NicFacts {
+            name: "veth0".into(),
+            address: Some("02:00:00:00:00:01".into()),
+            physical: false,
+            rx: (0..rx)
+                .map(|index| RxQueue {
+                    index,
+                    rps_cpus: Some("0".into()),
+                    rps_flow_cnt: Some("0".into()),
+                })
+                .collect(),
+            tx: (0..tx)
+                .map(|index| TxQueue {
+                    index,
+                    xps_cpus: Some("0".into()),
+                })
+                .collect(),
+            cpus: (0..cpus).collect(),
+            local_cpus: (0..cpus).collect(),
+            numa_node: None,
+            irqs: vec![],
+        }
+    }
+
+    fn inputs<'a>(
+        profile: &'a NicProfile,
+        nics: &'a [NicFacts],
+        named: bool,
+        evidence: &'a Evidence,
+    ) -> Inputs<'a> {
+        Inputs {
+            profile,
+            nics,
+            named,
+            evidence,
+            flow_entries: Some(0),
+            irqbalance: Some(true),
+            rules_now: "",
+            scope: Scope {
+                runtime: true,
+                persist: true,
+            },
+        }
+    }
+
+    #[test]
+    fn without_evidence_nothing_is_planned_and_the_note_says_how_to_measure() {
+        let (profile, nics, e) = (NicProfile::default(), [veth(2, 2, 8)], Evidence::default());
+        let p = plan(&inputs(&profile, &nics, false, &e));
+        assert!(p.actions.is_empty(), "{p:?}");
+        assert!(p.notes[0].contains("--watch 10"), "{:?}", p.notes);
+        // Measured and quiet: the note says what was measured.
+        let quiet = Evidence {
+            measured: true,
+            found: vec![],
+            quiet: vec!["softirq: busiest cpu0 1.0 %".into()],
+        };
+        let p = plan(&inputs(&profile, &nics, false, &quiet));
+        assert!(p.actions.is_empty());
+        assert!(p.notes[0].contains("cpu0 1.0 %"), "{:?}", p.notes);
+    }
+
+    #[test]
+    fn evidence_tunes_rps_rfs_and_xps_and_persists_them_in_one_udev_rule() {
+        let e = Evidence {
+            measured: true,
+            found: vec!["softnet drops +120 in 10 s".into()],
+            quiet: vec![],
+        };
+        let (profile, nics) = (NicProfile::default(), [veth(2, 4, 8)]);
+        let p = plan(&inputs(&profile, &nics, false, &e));
+        let writes: Vec<(&str, &str)> = p
+            .actions
+            .iter()
+            .filter_map(|a| match &a.op {
+                Op::KernelFile { path, value } => Some((path.as_str(), value.as_str())),
+                _ => None,
+            })
+            .collect();
+        assert!(writes.contains(&("/sys/class/net/veth0/queues/rx-0/rps_cpus", "ff")));
+        // 32768 flow entries over 2 queues.
+        assert!(writes.contains(&("/sys/class/net/veth0/queues/rx-1/rps_flow_cnt", "16384")));
+        // 8 CPUs over 4 transmit queues: 0 and 4 on tx-0.
+        assert!(writes.contains(&("/sys/class/net/veth0/queues/tx-0/xps_cpus", "11")));
+        assert!(writes.contains(&("/sys/class/net/veth0/queues/tx-3/xps_cpus", "88")));
+        let rules = &p.files.iter().find(|(f, _)| f == NIC_RULES_FILE).unwrap().1;
+        assert!(rules.contains("ATTR{address}==\"02:00:00:00:00:01\""), "{rules}");
+        assert!(rules.contains("ATTR{queues/tx-3/xps_cpus}=\"88\""), "{rules}");
+        assert!(p.notes[0].contains("softnet drops +120"), "{:?}", p.notes);
+        assert!(p
+            .actions
+            .iter()
+            .any(|a| matches!(&a.op, Op::Sysctl { key, value } if key == "net.core.rps_sock_flow_entries" && value == "32768")));
+    }
+
+    #[test]
+    fn rps_is_left_off_where_every_cpu_has_its_hardware_queue() {
+        let mut nic = veth(8, 1, 8);
+        nic.physical = true;
+        let (profile, nics, e) = (NicProfile::default(), [nic], Evidence::default());
+        let p = plan(&inputs(&profile, &nics, true, &e));
+        assert!(p.actions.iter().all(|a| !a.setting.contains("rps")), "{p:?}");
+        assert!(p.notes.iter().any(|n| n.contains("redundant")), "{:?}", p.notes);
+    }
+
+    #[test]
+    fn pinned_interrupts_go_one_per_cpu_of_the_nics_node_and_irqbalance_is_named() {
+        let mut nic = veth(4, 4, 8);
+        nic.local_cpus = vec![4, 5, 6, 7];
+        nic.irqs = (0..4)
+            .map(|k| Irq {
+                number: 40 + k,
+                name: format!("veth0-TxRx-{k}"),
+                affinity: Some("0-7".into()),
+            })
+            .collect();
+        let profile = NicProfile {
+            irq: IrqPolicy::Pinned,
+            ..NicProfile::default()
+        };
+        let (nics, e) = ([nic], Evidence::default());
+        let p = plan(&inputs(&profile, &nics, true, &e));
+        let pins: Vec<(&str, &str)> = p
+            .actions
+            .iter()
+            .filter_map(|a| match &a.op {
+                Op::KernelFile { path, value } if path.starts_with("/proc/irq/") => {
+                    Some((path.as_str(), value.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            pins,
+            [
+                ("/proc/irq/40/smp_affinity_list", "4"),
+                ("/proc/irq/41/smp_affinity_list", "5"),
+                ("/proc/irq/42/smp_affinity_list", "6"),
+                ("/proc/irq/43/smp_affinity_list", "7")
+            ]
+        );
+        assert!(p.notes.iter().any(|n| n.contains("--banirq=40")), "{:?}", p.notes);
+    }
+
+    #[test]
+    fn another_nics_rule_is_kept_and_this_ones_replaced() {
+        let now = format!("{RULES_HEADER}# nic eth9\nACTION==\"add\", SUBSYSTEM==\"net\", KERNEL==\"eth9\", ATTR{{queues/rx-0/rps_cpus}}=\"3\"\n# nic veth0\nold line\n");
+        let text = rules_file(&now, &[("veth0".into(), "# nic veth0\nnew line\n".into())]);
+        assert!(text.contains("eth9") && text.contains("new line") && !text.contains("old line"), "{text}");
+        assert_eq!(text.matches("Written by wstune").count(), 1, "{text}");
+    }
+}

@@ -1,0 +1,328 @@
+//! What `apply` needs to know about a NIC's queues, read once through a [`Backend`]: its
+//! receive and transmit queues with their RPS, RFS and XPS settings, its NUMA node and local
+//! CPUs, and the interrupts of its queues with their affinity. Also the CPU-set formats the
+//! kernel speaks (`rps_cpus`' hex words, `smp_affinity_list`'s ranges) and the evidence that
+//! says a NIC is worth tuning (the kernel's scaling.rst; the seed: tune the NIC only when the
+//! kernel spends real time in softirq).
+
+use crate::catalog::eval::{Finding, Status};
+use crate::host::Backend;
+use crate::value::Value;
+
+/// One receive queue (`queues/rx-N`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RxQueue {
+    pub index: u32,
+    /// `rps_cpus` as the kernel prints it; None when unreadable (a kernel without RPS).
+    pub rps_cpus: Option<String>,
+    pub rps_flow_cnt: Option<String>,
+}
+
+/// One transmit queue (`queues/tx-N`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TxQueue {
+    pub index: u32,
+    pub xps_cpus: Option<String>,
+}
+
+/// One interrupt of the NIC's queues.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Irq {
+    pub number: u32,
+    /// Its name in /proc/interrupts (`eth0-TxRx-3`): what a boot script finds it by, since
+    /// the numbers change when the driver loads again.
+    pub name: String,
+    /// `/proc/irq/N/smp_affinity_list` now.
+    pub affinity: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NicFacts {
+    pub name: String,
+    /// The MAC address a udev rule matches it by (names change at boot; the address not).
+    pub address: Option<String>,
+    pub physical: bool,
+    pub rx: Vec<RxQueue>,
+    pub tx: Vec<TxQueue>,
+    /// Online CPUs of the host.
+    pub cpus: Vec<u32>,
+    /// CPUs of the NIC's NUMA node (`device/local_cpulist`); every CPU without one.
+    pub local_cpus: Vec<u32>,
+    pub numa_node: Option<i64>,
+    pub irqs: Vec<Irq>,
+}
+
+/// Read one link's queue facts.
+pub fn read(backend: &dyn Backend, name: &str, physical: bool) -> NicFacts {
+    let base = format!("/sys/class/net/{name}");
+    let text = |p: &str| backend.read(p).ok().map(|t| t.trim().to_string());
+    let cpus = text("/sys/devices/system/cpu/online")
+        .and_then(|t| parse_cpu_list(&t))
+        .unwrap_or_else(|| vec![0]);
+    let local_cpus = text(&format!("{base}/device/local_cpulist"))
+        .and_then(|t| parse_cpu_list(&t))
+        .map(|l| l.into_iter().filter(|c| cpus.contains(c)).collect::<Vec<_>>())
+        .filter(|l| !l.is_empty())
+        .unwrap_or_else(|| cpus.clone());
+    let queues = backend.list(&format!("{base}/queues")).unwrap_or_default();
+    let index = |q: &str, prefix: &str| q.strip_prefix(prefix).and_then(|n| n.parse::<u32>().ok());
+    let mut rx: Vec<RxQueue> = queues
+        .iter()
+        .filter_map(|q| index(q, "rx-"))
+        .map(|i| RxQueue {
+            index: i,
+            rps_cpus: text(&format!("{base}/queues/rx-{i}/rps_cpus")),
+            rps_flow_cnt: text(&format!("{base}/queues/rx-{i}/rps_flow_cnt")),
+        })
+        .collect();
+    rx.sort_by_key(|q| q.index);
+    let mut tx: Vec<TxQueue> = queues
+        .iter()
+        .filter_map(|q| index(q, "tx-"))
+        .map(|i| TxQueue {
+            index: i,
+            xps_cpus: text(&format!("{base}/queues/tx-{i}/xps_cpus")),
+        })
+        .collect();
+    tx.sort_by_key(|q| q.index);
+    let irqs = queue_irqs(backend, name)
+        .into_iter()
+        .map(|(number, irq_name)| Irq {
+            number,
+            name: irq_name,
+            affinity: text(&format!("/proc/irq/{number}/smp_affinity_list")),
+        })
+        .collect();
+    NicFacts {
+        name: name.to_string(),
+        address: text(&format!("{base}/address")).filter(|a| !a.is_empty()),
+        physical,
+        rx,
+        tx,
+        local_cpus,
+        cpus,
+        numa_node: text(&format!("{base}/device/numa_node")).and_then(|t| t.parse().ok()),
+        irqs,
+    }
+}
+
+/// The interrupts of a NIC's queues, in queue order: the /proc/interrupts lines whose name
+/// starts with the NIC's (`eth0-TxRx-0`, `eth0-rx-1`: how most drivers name their queues),
+/// else those of the device's own MSI vectors (`device/msi_irqs`) named like a queue
+/// (mlx5's `mlx5_comp0@pci:...`, virtio's `virtio1-input.0`), leaving out its control and
+/// asynchronous-event vectors.
+fn queue_irqs(backend: &dyn Backend, nic: &str) -> Vec<(u32, String)> {
+    let Ok(text) = backend.read("/proc/interrupts") else {
+        return vec![];
+    };
+    let lines: Vec<(u32, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let (num, rest) = l.trim_start().split_once(':')?;
+            let number = num.trim().parse::<u32>().ok()?;
+            Some((number, rest.split_whitespace().last()?.to_string()))
+        })
+        .collect();
+    let prefix = format!("{nic}-");
+    let named: Vec<(u32, String)> = lines
+        .iter()
+        .filter(|(_, n)| n.starts_with(&prefix))
+        .cloned()
+        .collect();
+    if !named.is_empty() {
+        return named;
+    }
+    let msi: Vec<u32> = backend
+        .list(&format!("/sys/class/net/{nic}/device/msi_irqs"))
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let queue_like = |n: &str| {
+        let n = n.to_ascii_lowercase();
+        ["comp", "txrx", "rx", "tx", "input", "output", "queue"]
+            .iter()
+            .any(|w| n.contains(w))
+            && !["async", "config", "ctrl", "admin"].iter().any(|w| n.contains(w))
+    };
+    let mut out: Vec<(u32, String)> = lines
+        .into_iter()
+        .filter(|(num, name)| msi.contains(num) && queue_like(name))
+        .collect();
+    out.sort_by_key(|(n, _)| *n);
+    out
+}
+
+/// `0-3,8,10-11` as CPU numbers; None when it is not such a list.
+pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?);
+                if a > b || b - a > 65536 {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.trim().parse().ok()?),
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Some(out)
+}
+
+/// CPU numbers as a list the kernel takes (`0-3,8`).
+pub fn cpu_list(cpus: &[u32]) -> String {
+    let mut v = cpus.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            v[i].to_string()
+        } else {
+            format!("{}-{}", v[i], v[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+/// A CPU mask as `rps_cpus` and `xps_cpus` print it (hex, 32-bit words joined by commas,
+/// most significant first) -> CPU numbers. None when it is not one.
+pub fn parse_mask(text: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    let words: Vec<&str> = text.trim().split(',').collect();
+    for (k, w) in words.iter().rev().enumerate() {
+        let bits = u32::from_str_radix(w.trim(), 16).ok()?;
+        for b in 0..32 {
+            if bits & (1 << b) != 0 {
+                cpus.push(k as u32 * 32 + b);
+            }
+        }
+    }
+    Some(cpus)
+}
+
+/// CPU numbers as the mask the kernel takes: `f`, `1,00000000` (CPU 32).
+pub fn mask(cpus: &[u32]) -> String {
+    let top = cpus.iter().max().map_or(0, |m| m / 32);
+    let mut words = vec![0u32; top as usize + 1];
+    for &c in cpus {
+        words[(c / 32) as usize] |= 1 << (c % 32);
+    }
+    let mut out: Vec<String> = Vec::new();
+    for (i, w) in words.iter().enumerate().rev() {
+        out.push(if i == top as usize {
+            format!("{w:x}")
+        } else {
+            format!("{w:08x}")
+        });
+    }
+    out.join(",")
+}
+
+/// Whether a setting read back (`now`) is what was written (`applied`): the kernel prints a
+/// mask padded (`0000000f` for `f`) and a flow count rounded up to a power of two.
+pub fn same_setting(path: &str, now: &str, applied: &str) -> bool {
+    if path.ends_with("_cpus") {
+        return parse_mask(now).is_some() && parse_mask(now) == parse_mask(applied);
+    }
+    if path.ends_with("smp_affinity_list") {
+        return parse_cpu_list(now).is_some() && parse_cpu_list(now) == parse_cpu_list(applied);
+    }
+    now.trim() == applied.trim()
+}
+
+/// What `--watch` measured that says whether the kernel spends real time receiving: the
+/// softnet counters' growth and the busiest CPU's softirq share.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Evidence {
+    /// Whether anything was measured (`--watch`).
+    pub measured: bool,
+    /// The measurements that call for tuning, for the plan ("softnet drops +120 in 10 s").
+    pub found: Vec<String>,
+    /// What was measured and found quiet.
+    pub quiet: Vec<String>,
+}
+
+/// A CPU spending this share of its time in softirq is busy receiving (the kernel's softirq
+/// budget, netdev_budget_usecs, is 2 ms of every softirq run; a fifth of a CPU is well past
+/// housekeeping).
+pub const SOFTIRQ_BUSY_PERCENT: f64 = 20.0;
+
+impl Evidence {
+    /// From a report made with `--watch`: linux.softnet.dropped and .time_squeeze grown, or
+    /// one CPU's share in linux.cpu.softirq at [`SOFTIRQ_BUSY_PERCENT`] or more.
+    pub fn from_findings(findings: &[Finding]) -> Evidence {
+        let mut e = Evidence::default();
+        for f in findings {
+            let grown = f.note.as_deref().is_some_and(|n| n.starts_with('+'));
+            match f.id.as_str() {
+                "linux.softnet.dropped" | "linux.softnet.time_squeeze" => {
+                    let what = if f.id.ends_with("dropped") {
+                        "softnet drops"
+                    } else {
+                        "softnet time_squeeze"
+                    };
+                    match (f.status, grown) {
+                        (Status::Warn | Status::Fail | Status::Info, true) => {
+                            e.measured = true;
+                            e.found
+                                .push(format!("{what} {}", f.note.as_deref().unwrap_or("")));
+                        }
+                        (Status::Pass, _) => {
+                            e.measured = true;
+                            e.quiet.push(format!("{what}: {}", f.note.as_deref().unwrap_or("")));
+                        }
+                        _ => {}
+                    }
+                }
+                "linux.cpu.softirq" => {
+                    let Some(Value::Text(shares)) = &f.current else {
+                        continue;
+                    };
+                    e.measured = true;
+                    let busiest = shares.split(", ").next().unwrap_or("");
+                    let pct = busiest
+                        .split_whitespace()
+                        .nth(1)
+                        .and_then(|p| p.parse::<f64>().ok());
+                    match pct {
+                        Some(p) if p >= SOFTIRQ_BUSY_PERCENT => {
+                            e.found.push(format!("softirq: {busiest} (busiest CPU)"))
+                        }
+                        _ => e.quiet.push(format!("softirq: busiest {busiest}")),
+                    }
+                }
+                _ => {}
+            }
+        }
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_and_lists_read_and_write_the_kernels_forms() {
+        assert_eq!(mask(&[0, 1, 2, 3]), "f");
+        assert_eq!(mask(&[32]), "1,00000000");
+        assert_eq!(parse_mask("00000000,0000000f").unwrap(), vec![0, 1, 2, 3]);
+        assert_eq!(parse_mask("0").unwrap(), Vec::<u32>::new());
+        assert_eq!(parse_mask(&mask(&[1, 33, 40])).unwrap(), vec![1, 33, 40]);
+        assert_eq!(parse_cpu_list("0-3,8,10-11").unwrap(), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(cpu_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
+        assert!(parse_cpu_list("3-1").is_none());
+        assert!(parse_mask("xyz").is_none());
+    }
+}
