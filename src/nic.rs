@@ -309,6 +309,47 @@ impl Evidence {
     }
 }
 
+/// The NIC checks' advice after a `--watch`: with evidence the kernel is busy receiving, a NIC
+/// check that misses its target becomes a warning that names the evidence and the change
+/// (`apply --nic`); measured and quiet, it says the NIC is not what limits the host now.
+/// Without a measurement the findings stay as they are (information).
+pub fn advise(findings: &mut [Finding]) {
+    let e = Evidence::from_findings(findings);
+    if !e.measured {
+        return;
+    }
+    for f in findings.iter_mut() {
+        let Some(nic) = f
+            .id
+            .strip_prefix("linux.nic.")
+            .and_then(|rest| rest.split_once('['))
+            .map(|(_, n)| n.trim_end_matches(']').to_string())
+        else {
+            continue;
+        };
+        // A miss shown as information (a report-only row has nothing to miss).
+        if f.status != Status::Info || f.compare == "report" {
+            continue;
+        }
+        let advice = if e.found.is_empty() {
+            format!(
+                "not needed now: the kernel was not busy receiving during the watch ({})",
+                e.quiet.join("; ")
+            )
+        } else {
+            f.status = Status::Warn;
+            format!(
+                "the kernel is busy receiving ({}): spread {nic}'s receive work (wstune apply --watch 10 under this load, or apply --nic {nic})",
+                e.found.join("; ")
+            )
+        };
+        f.note = Some(match &f.note {
+            Some(n) => format!("{n}; {advice}"),
+            None => advice,
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

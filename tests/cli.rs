@@ -269,22 +269,111 @@ fn default_tree_with(rel: &str, text: &str) -> (tempfile::TempDir, std::path::Pa
 /// `check --root TREE --watch 4 -f json`, with `after` written to `rel` while the watch waits,
 /// as the kernel's own file would change (the first reading is taken at start, well before).
 fn check_watched_while_rewritten(tree: &Path, rel: &str, after: &str) -> serde_json::Value {
+    json_of(&watched_while_rewritten(
+        &["check", "--root", tree.to_str().unwrap(), "--watch", "4", "-f", "json"],
+        tree,
+        rel,
+        after,
+    ))
+}
+
+/// Run wstune with `args` (one of them `--watch 4`), writing `after` to `rel` in `tree` 1.5 s
+/// in, while the watch waits.
+fn watched_while_rewritten(args: &[&str], tree: &Path, rel: &str, after: &str) -> Output {
     let child = Command::new(bin())
-        .args([
-            "check",
-            "--root",
-            tree.to_str().unwrap(),
-            "--watch",
-            "4",
-            "-f",
-            "json",
-        ])
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", "200")
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));
     std::fs::write(tree.join(rel), after).unwrap();
-    json_of(&child.wait_with_output().unwrap())
+    child.wait_with_output().unwrap()
+}
+
+/// softnet_stat as the kernel prints it: one row per CPU (processed, dropped, squeezed...).
+fn softnet_row(processed: u32, dropped: u32, squeezed: u32) -> String {
+    format!("{processed:08x} {dropped:08x} {squeezed:08x} 00000000 00000000 00000000 00000000 00000000 00000000\n")
+}
+
+/// The NIC advice follows the watch: drops that grow make the NIC's queue check a warning that
+/// names them and the change; a quiet watch says the NIC is not what limits the host; and
+/// `apply --watch` plans the queues' RPS and XPS only in the first case.
+#[test]
+fn the_nic_advice_and_plan_follow_what_the_watch_measured() {
+    let rel = "proc/net/softnet_stat";
+    let before = softnet_row(1000, 3, 7) + &softnet_row(2000, 0, 1);
+    let (_dir, tree) = default_tree_with(rel, &before);
+    // Give eth0 the queue files a kernel with RPS has.
+    std::fs::write(tree.join("sys/class/net/eth0/queues/rx-0/rps_cpus"), "0\n").unwrap();
+    std::fs::write(tree.join("sys/class/net/eth0/queues/rx-0/rps_flow_cnt"), "0\n").unwrap();
+    std::fs::write(tree.join("sys/class/net/eth0/queues/tx-0/xps_cpus"), "0\n").unwrap();
+    let t = tree.to_str().unwrap();
+
+    let (_, quiet) = check_json(&tree, &["--watch", "1"]);
+    let q = finding(&quiet, "linux.nic.rx_queues[eth0]");
+    assert_eq!(q["status"], "info", "{q}");
+    assert!(q["note"].as_str().unwrap().contains("not needed now"), "{q}");
+    let o = wstune120(&["apply", "--root", t, "--watch", "1", "--dry-run"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("NIC queues of eth0 not changed: the kernel is not busy receiving"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("rps_cpus"), "{}", stdout(&o));
+
+    let busy = softnet_row(1500, 90, 40) + &softnet_row(2600, 0, 1);
+    let r = check_watched_while_rewritten(&tree, rel, &busy);
+    let b = finding(&r, "linux.nic.rx_queues[eth0]");
+    assert_eq!(b["status"], "warn", "{b}");
+    let note = b["note"].as_str().unwrap();
+    assert!(note.contains("softnet drops +87") && note.contains("apply --nic eth0"), "{b}");
+
+    std::fs::write(tree.join(rel), &before).unwrap();
+    let o = watched_while_rewritten(&["apply", "--root", t, "--watch", "4", "--dry-run"], &tree, rel, &busy);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    let plan = String::from_utf8_lossy(&o.stdout);
+    // One receive queue for two CPUs: RPS over both, RFS's table, and the udev rule.
+    assert!(plan.contains("eth0 queues/rx-0/rps_cpus") && plan.contains("0 -> 3"), "{plan}");
+    assert!(plan.contains("NIC queues tuned (evidence: softnet drops +87"), "{plan}");
+    assert!(plan.contains("/etc/udev/rules.d/60-wstune-nic.rules"), "{plan}");
+}
+
+/// With `nic.irq: pinned`, each queue interrupt of an 8-queue mlx5 NIC goes to its own CPU of
+/// the NIC's node, on a captured tree with files under --prefix; rollback restores the tree.
+#[test]
+fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("tuned"), &tree);
+    let pristine = dir.path().join("pristine");
+    // The NIC on node 1 (CPUs 16-31), every queue interrupt allowed anywhere now.
+    std::fs::write(tree.join("sys/class/net/eth0/device/local_cpulist"), "16-31\n").unwrap();
+    for irq in 40..48 {
+        let d = tree.join(format!("proc/irq/{irq}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("smp_affinity_list"), "0-31\n").unwrap();
+    }
+    copy_dir(&tree, &pristine);
+    let profile = dir.path().join("pinned.yaml");
+    std::fs::write(&profile, "extends: 100k\nname: pinned\nnic:\n  irq: pinned\n").unwrap();
+    let prefix = dir.path().join("prefix");
+    std::fs::create_dir(&prefix).unwrap();
+    let (t, p, pr) = (
+        tree.to_str().unwrap(),
+        prefix.to_str().unwrap(),
+        profile.to_str().unwrap(),
+    );
+    let o = wstune120(&["apply", "--root", t, "--prefix", p, "--profile", pr, "--nic", "eth0", "--runtime-only", "--yes"]);
+    assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    for (k, irq) in (40..48).enumerate() {
+        let now = std::fs::read_to_string(tree.join(format!("proc/irq/{irq}/smp_affinity_list"))).unwrap();
+        assert_eq!(now.trim(), (16 + k).to_string(), "IRQ {irq}");
+    }
+    assert!(stdout(&o).contains("pinned now, not at the next boot"), "{}", stdout(&o));
+    let o = wstune120(&["rollback", "--root", t, "--prefix", p, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    std::fs::remove_dir_all(tree.join("var")).unwrap();
+    common::assert_same_tree(&pristine, &tree);
 }
 
 /// softnet_stat's drop and squeeze counters count only when they grow during --watch: the

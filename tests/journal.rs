@@ -981,7 +981,7 @@ cat "$T/a" "$T/b""#,
     assert_eq!(tagged_line(&o, "A "), "A 0", "{all}");
     assert_eq!(
         tagged_line(&o, "VALUES "),
-        "VALUES 65535 65535 15",
+        "VALUES 65535 65535 30",
         "the 100k values stay: {all}"
     );
 }

@@ -131,7 +131,8 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                     None if OPTIONAL.contains(&join(path, name).as_str())
                         || path == LIMITS
                         || path == "server.channels"
-                        || path == "server.channels.auth" => {}
+                        || path == "server.channels.auth"
+                        || path == "nic" => {}
                     None => {
                         if !meant.contains(name) {
                             out.push(Mismatch {
