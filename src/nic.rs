@@ -50,6 +50,12 @@ pub struct NicFacts {
     pub local_cpus: Vec<u32>,
     pub numa_node: Option<i64>,
     pub irqs: Vec<Irq>,
+    /// Its channel counts (ethtool netlink); None where they cannot be read (a captured tree,
+    /// a driver without channels).
+    pub channels: Option<crate::host::Channels>,
+    /// systemd's default link policy (99-default.link's [Link] lines): a .link file that
+    /// matches the NIC replaces it, so wstune's carries them on.
+    pub default_link: Option<String>,
 }
 
 /// Read one link's queue facts.
@@ -103,6 +109,10 @@ pub fn read(backend: &dyn Backend, name: &str, physical: bool) -> NicFacts {
         cpus,
         numa_node: text(&format!("{base}/device/numa_node")).and_then(|t| t.parse().ok()),
         irqs,
+        channels: backend.channels(name).ok(),
+        default_link: ["/usr/lib/systemd/network/99-default.link", "/lib/systemd/network/99-default.link"]
+            .iter()
+            .find_map(|p| backend.read(p).ok()),
     }
 }
 

@@ -1192,12 +1192,17 @@ fn apply_and_rollback_against_a_real_kernel_in_private_namespaces() {
     );
 }
 
-/// A 4-queue veth in a private namespace: `apply --nic` sets each queue's RPS, RFS and XPS
-/// (the CPUs of this host), persists them in one udev rule that names the NIC by its address,
-/// `check` reports a queue changed by hand as drift, and `rollback` puts every queue back byte
-/// for byte.
+/// A 4-queue veth in a private namespace, started at one queue each way: `apply --nic` raises
+/// its channel counts over ethtool netlink (one queue per CPU, at most the 4 it has) and keeps
+/// them in a .link file; a second apply sets each new queue's RPS, RFS and XPS and keeps them
+/// in a udev rule. udev itself applies both files (`udevadm test`, `test-builtin
+/// net_setup_link`), `check` reports a queue changed by hand as drift, and two rollbacks put
+/// every count, queue, value and file back byte for byte.
 #[test]
 fn apply_tunes_a_nics_queues_and_rollback_restores_them_in_a_private_namespace() {
+    if !common::have("ethtool") {
+        return common::skip("ethtool", "ethtool is not installed (apt-get install ethtool)");
+    }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/nic_apply.sh");
     let Some(o) = common::in_netns(&format!("bash {}", script.display())) else {
         return;
@@ -1209,49 +1214,69 @@ fn apply_tunes_a_nics_queues_and_rollback_restores_them_in_a_private_namespace()
             .unwrap_or_else(|| panic!("no {prefix} in:\n{out}\n{}", stderr(&o)))
             .to_string()
     };
+    let decoded = |tag: &str| {
+        use base64::Engine as _;
+        let b64 = line(tag);
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64.trim_start_matches(tag).trim())
+            .unwrap();
+        String::from_utf8(bytes).unwrap()
+    };
     // Not physical and not named: the plan leaves it alone.
     assert!(!line("PLAN-UNNAMED ").contains("wsq0"), "{out}");
     assert_eq!(line("STEP dry-run "), "STEP dry-run rc=0 same=yes");
     let plan = line("PLAN ");
     assert!(plan.contains("named with --nic") && plan.contains("RSS profile closest"), "{plan}");
+    assert!(plan.contains("wsq0 channels") && plan.contains("rx 1, tx 1 ->"), "{plan}");
     assert_eq!(line("STEP apply "), "STEP apply rc=0 same=no");
     let cpus = std::thread::available_parallelism().unwrap().get() as u32;
+    let n = cpus.min(4);
+    assert_eq!(line("CHANNELS "), format!("CHANNELS RX:{n}TX:{n}"));
+    let link = decoded("LINK ");
+    assert!(link.contains("[Match]\nOriginalName=wsq0\n"), "{link}");
+    assert!(link.contains("NamePolicy=") && link.contains(&format!("RxChannels={n}\nTxChannels={n}\n")), "{link}");
+    assert_eq!(line("STEP second-apply "), "STEP second-apply rc=0");
     let mask = |l: &str| {
         u64::from_str_radix(&l.rsplit('=').next().unwrap().replace(',', ""), 16)
             .unwrap_or_else(|e| panic!("{l}: {e}"))
     };
-    for q in 0..4 {
-        // Every CPU (one NUMA node here) steers each queue.
+    let flow = (32768 / n).next_power_of_two();
+    for q in 0..n {
+        // Every CPU (one NUMA node here) steers each queue: a veth receives on the sender's CPU.
         let rps = line(&format!("AFTER /sys/class/net/wsq0/queues/rx-{q}/rps_cpus="));
         assert_eq!(mask(&rps), (1u64 << cpus) - 1, "{rps}");
-        // 32768 flow entries over 4 queues.
-        assert!(line(&format!("AFTER /sys/class/net/wsq0/queues/rx-{q}/rps_flow_cnt=")).ends_with("=8192"));
-        // Each transmit queue sent on by one CPU of the set, in turn.
+        let cnt = line(&format!("AFTER /sys/class/net/wsq0/queues/rx-{q}/rps_flow_cnt="));
+        assert!(cnt.ends_with(&format!("={flow}")), "{cnt}");
+        // Each transmit queue sent on by the CPUs whose position is q modulo the queue count.
         let xps = line(&format!("AFTER /sys/class/net/wsq0/queues/tx-{q}/xps_cpus="));
-        if cpus <= 4 {
-            assert_eq!(mask(&xps), 1u64 << (q % cpus), "{xps}");
-        } else {
-            assert_eq!(mask(&xps).count_ones(), (cpus - q).div_ceil(4), "{xps}");
-        }
+        let want: u64 = (0..cpus).filter(|c| c % n == q).map(|c| 1u64 << c).sum();
+        assert_eq!(mask(&xps), want, "{xps}");
     }
-    use base64::Engine as _;
-    let rules = base64::engine::general_purpose::STANDARD
-        .decode(line("RULES ").trim_start_matches("RULES ").trim())
-        .unwrap();
-    let rules = String::from_utf8(rules).unwrap();
-    assert!(rules.contains("# nic wsq0\nACTION==\"add\", SUBSYSTEM==\"net\", ATTR{address}==\""), "{rules}");
-    assert!(rules.contains("ATTR{queues/rx-3/rps_flow_cnt}=\"8192\""), "{rules}");
-    assert!(rules.contains("ATTR{queues/tx-3/xps_cpus}="), "{rules}");
+    let rules = decoded("RULES ");
+    assert!(rules.contains("# nic wsq0\nACTION==\"add\", SUBSYSTEM==\"net\", KERNEL==\"wsq0\", "), "{rules}");
+    assert!(rules.contains(&format!("ATTR{{queues/rx-{}/rps_flow_cnt}}=\"{flow}\"", n - 1)), "{rules}");
     assert_eq!(line("DRIFT "), "DRIFT ['pass']");
     let hand = line("DRIFT-HAND ");
     assert!(
         hand.starts_with("DRIFT-HAND warn") && hand.contains("/sys/class/net/wsq0/queues/rx-0/rps_cpus is 1"),
         "{hand}"
     );
+    if out.contains("UDEV-MISSING") {
+        common::skip("udev", "udevadm is not installed (apt-get install udev)");
+    } else {
+        // The rule writes every queue setting again (3 per queue), the changed one included.
+        let rule = line("UDEV-RULE ");
+        assert!(rule.starts_with("UDEV-RULE rc=0 rx0=") && rule.ends_with(&format!(" {} writes", 3 * n)), "{rule}");
+        assert_eq!(mask(rule.split_whitespace().nth(2).unwrap()), (1u64 << cpus) - 1, "{rule}");
+        assert_eq!(
+            line("UDEV-LINK "),
+            format!("UDEV-LINK rc=0 Config file /etc/systemd/network/10-wstune-wsq0.link is applied channels=RX:{n}TX:{n}")
+        );
+    }
     assert_eq!(
         line("STEP rollback "),
         "STEP rollback rc=0 same=yes",
-        "every queue, value and file back, byte for byte: {}",
+        "every count, queue, value and file back, byte for byte: {}",
         stderr(&o)
     );
 }

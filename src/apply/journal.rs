@@ -70,6 +70,10 @@ pub struct Entry {
     pub created_dirs: Vec<String>,
     pub limits: Vec<OldLimits>,
     pub registry: Vec<OldRegistry>,
+    /// NICs' channel counts before the change. Left out when empty, so an entry written before
+    /// NIC changes existed keeps its checksum.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<OldChannels>,
     /// Why an apply failed, when it did.
     #[serde(default)]
     pub failure: Option<String>,
@@ -77,6 +81,14 @@ pub struct Entry {
 
 fn format_1() -> u32 {
     1
+}
+
+/// A NIC's channel counts before apply changed them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OldChannels {
+    pub nic: String,
+    pub old: crate::host::Channels,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -377,6 +389,12 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
             || p == LIMITS_FILE
             || p == crate::host::owned::NIC_RULES_FILE
             || p == crate::host::owned::NIC_SYSCTL_FILE
+            || p.strip_prefix("/etc/systemd/network/10-wstune-")
+                .and_then(|r| r.strip_suffix(".link"))
+                .is_some_and(|nic| {
+                    crate::host::owned::nic_name_ok(nic)
+                        && crate::host::owned::nic_link_file(nic) == p
+                })
             || p.strip_prefix("/etc/systemd/system/")
                 .and_then(|r| r.strip_suffix(".d/60-wstune.conf"))
                 .is_some_and(|unit| !unit.contains('/') && unit_dropin(unit) == p)
@@ -400,6 +418,11 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
             return Err(format!(
                 "directory {d} is not one wstune created for its files"
             ));
+        }
+    }
+    for c in &e.channels {
+        if !crate::host::owned::nic_name_ok(&c.nic) {
+            return Err(format!("{:?} is not a network interface name", c.nic));
         }
     }
     for r in &e.registry {
@@ -593,6 +616,7 @@ mod tests {
                 created_dirs: vec![],
                 limits: vec![],
                 registry: vec![],
+                channels: vec![],
                 failure: None,
             };
             save(&store, &e).unwrap();

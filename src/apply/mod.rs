@@ -48,6 +48,7 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
         created_dirs: vec![],
         limits: vec![],
         registry: vec![],
+        channels: vec![],
         failure: None,
     };
     let managed = crate::catalog::managed();
@@ -117,11 +118,24 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
                     old,
                 });
             }
+            Op::Channels { nic, .. } => {
+                if !crate::host::owned::nic_name_ok(nic) {
+                    return Err(anyhow!("{nic:?} is not a network interface name; nothing was changed"));
+                }
+                let old = backend.channels(nic).map_err(|err| {
+                    anyhow!("cannot read {nic}'s channel counts before changing them: {err}")
+                })?;
+                e.channels.push(journal::OldChannels {
+                    nic: nic.clone(),
+                    old,
+                });
+            }
             Op::SysctlFile { .. }
             | Op::LimitsFile { .. }
             | Op::UnitDropIn { .. }
             | Op::NicRules
-            | Op::NicSysctlFile { .. } => {}
+            | Op::NicSysctlFile { .. }
+            | Op::NicLinkFile { .. } => {}
         }
     }
     for (path, text) in &plan.files {
@@ -215,6 +229,14 @@ fn run_steps(
             Op::KernelFile { path, value } => backend
                 .write_runtime(path, value)
                 .map_err(|e| e.to_string()),
+            Op::Channels {
+                nic,
+                rx,
+                tx,
+                combined,
+            } => backend
+                .set_channels(nic, *rx, *tx, *combined)
+                .map_err(|e| e.to_string()),
             Op::Prlimit { pid, soft, hard } => backend
                 .set_nofile(*pid, *soft, *hard)
                 .map_err(|e| e.to_string()),
@@ -266,9 +288,38 @@ fn run_steps(
 pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<String> {
     let mut errors = Vec::new();
     let same = |a: &str, b: &str| a.split_whitespace().eq(b.split_whitespace());
-    for r in entry.runtime.iter().rev() {
-        if backend.read(&r.path).is_ok_and(|now| same(&now, &r.old)) {
+    // Channels first: a queue added by the apply goes with them, and the queues that stay get
+    // their old settings below.
+    for c in entry.channels.iter().rev() {
+        if backend.channels(&c.nic).ok() == Some(c.old) {
             continue;
+        }
+        let changed = entry.actions.iter().find_map(|a| match &a.op {
+            Op::Channels {
+                nic, rx, tx, combined,
+            } if *nic == c.nic => Some((rx.is_some(), tx.is_some(), combined.is_some())),
+            _ => None,
+        });
+        let (rx, tx, combined) = changed.unwrap_or((true, true, true));
+        let pick = |on: bool, n: u32| (on && n > 0).then_some(n);
+        if let Err(e) = backend.set_channels(
+            &c.nic,
+            pick(rx, c.old.rx),
+            pick(tx, c.old.tx),
+            pick(combined, c.old.combined),
+        ) {
+            errors.push(format!("{}'s channels: {e}", c.nic));
+        }
+    }
+    for r in entry.runtime.iter().rev() {
+        match backend.read(&r.path) {
+            Ok(now) if same(&now, &r.old) => continue,
+            // A NIC queue or interrupt that is gone (fewer channels now, the NIC removed, the
+            // driver reloaded) took its setting with it: nothing is left to put back.
+            Err(ReadError::NotFound(_)) if crate::host::owned::nic_runtime_path(&r.path) => {
+                continue
+            }
+            _ => {}
         }
         // Exactly what was read (less the newline the backend adds back): a captured tree gets
         // its bytes back, and the kernel parses tabs and spaces alike.
@@ -384,6 +435,20 @@ pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
     let last = entries.iter().rev().find(|e| e.state == State::Applied)?;
     let mut drifted = Vec::new();
     for a in &last.actions {
+        if let Op::Channels {
+            nic, rx, tx, combined,
+        } = &a.op
+        {
+            if let Ok(now) = backend.channels(nic) {
+                let off = |want: &Option<u32>, have: u32| want.is_some_and(|w| w != have);
+                if off(rx, now.rx) || off(tx, now.tx) || off(combined, now.combined) {
+                    drifted.push(format!(
+                        "{nic}'s channels are rx {} tx {} combined {} (applied {})",
+                        now.rx, now.tx, now.combined, a.to
+                    ));
+                }
+            }
+        }
         if let Op::KernelFile { path, value } = &a.op {
             match backend.read(path) {
                 Ok(now) if crate::nic::same_setting(path, &now, value) => {}

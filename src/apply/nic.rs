@@ -129,6 +129,15 @@ pub fn plan(i: &Inputs) -> NicPlan {
                 });
             }
         };
+        // The queue count first: up to one queue per CPU of the set, never fewer than now.
+        let queues_change = plan_channels(&mut p, i, nic, cpus.len() as u32);
+        if queues_change {
+            p.notes.push(format!(
+                "{}: its queues change with this apply; run apply again afterwards to set RPS and XPS on the new queues",
+                nic.name
+            ));
+            continue;
+        }
         // RPS and RFS: only where the hardware has fewer receive queues than the CPUs, or
         // has no receive hardware at all (a veth or a tunnel receives on the sending CPU,
         // whatever its queue count: only RPS spreads it).
@@ -159,9 +168,9 @@ pub fn plan(i: &Inputs) -> NicPlan {
                 cpus.len()
             ));
         }
-        if nic.physical && rx < cpus.len() {
+        if nic.physical && rx < cpus.len() && nic.channels.is_none() {
             p.notes.push(format!(
-                "{}: {rx} receive queues for the profile's {} CPUs; if the NIC has more, `ethtool -l {}` shows its maximum and `ethtool -L {} combined N` sets them (then apply again: the queues' RPS and XPS are set per queue)",
+                "{}: {rx} receive queues for the profile's {} CPUs, and its channel counts cannot be read here; if the NIC has more, `ethtool -l {}` shows its maximum and `ethtool -L {} combined N` sets them (then apply again: the queues' RPS and XPS are set per queue)",
                 nic.name,
                 cpus.len(),
                 nic.name,
@@ -294,10 +303,124 @@ pub fn plan(i: &Inputs) -> NicPlan {
     p
 }
 
+/// Raise a NIC's channel counts toward one queue per CPU of its set, up to the hardware's
+/// maximum (`ethtool -L`), now and in a .link file; true when they change.
+fn plan_channels(p: &mut NicPlan, i: &Inputs, nic: &NicFacts, want: u32) -> bool {
+    let Some(ch) = nic.channels else {
+        return false;
+    };
+    let raise = |now: u32, max: u32| {
+        let t = want.min(max);
+        (max > 0 && now < t).then_some(t)
+    };
+    let (rx, tx, combined) = if ch.max_combined > 0 {
+        (None, None, raise(ch.combined, ch.max_combined))
+    } else {
+        (raise(ch.rx, ch.max_rx), raise(ch.tx, ch.max_tx), None)
+    };
+    if rx.is_none() && tx.is_none() && combined.is_none() {
+        return false;
+    }
+    let words = |rx: Option<u32>, tx: Option<u32>, c: Option<u32>| {
+        [("rx", rx), ("tx", tx), ("combined", c)]
+            .iter()
+            .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let from = words(
+        rx.map(|_| ch.rx),
+        tx.map(|_| ch.tx),
+        combined.map(|_| ch.combined),
+    );
+    let to = words(rx, tx, combined);
+    if i.scope.runtime {
+        p.actions.push(Action {
+            check: format!("linux.nic.queues[{}]", nic.name),
+            setting: format!("{} channels", nic.name),
+            from: Some(from.clone()),
+            to: to.clone(),
+            op: Op::Channels {
+                nic: nic.name.clone(),
+                rx,
+                tx,
+                combined,
+            },
+        });
+    }
+    if i.scope.persist {
+        p.files.push((
+            crate::host::owned::nic_link_file(&nic.name),
+            link_file(nic, rx, tx, combined),
+        ));
+        p.actions.push(Action {
+            check: format!("linux.nic.queues[{}]", nic.name),
+            setting: format!("{} channels", nic.name),
+            from: Some(from),
+            to,
+            op: Op::NicLinkFile {
+                nic: nic.name.clone(),
+            },
+        });
+    }
+    true
+}
+
+/// systemd 252's 99-default.link [Link] lines, for a host whose own cannot be read.
+const DEFAULT_LINK: &str = "NamePolicy=keep kernel database onboard slot path\nAlternativeNamesPolicy=database onboard slot path\nMACAddressPolicy=persistent\n";
+
+/// The .link file that sets the channel counts at boot. udev applies only the first .link file
+/// that matches a device, so this one repeats the [Link] settings of the host's
+/// 99-default.link (interface naming, MAC address policy): without them the NIC would lose its
+/// predictable name at the next boot.
+fn link_file(nic: &NicFacts, rx: Option<u32>, tx: Option<u32>, combined: Option<u32>) -> String {
+    let matcher = match nic_address(nic) {
+        Some(a) => format!("MACAddress={a}"),
+        None => format!("OriginalName={}", nic.name),
+    };
+    let defaults: Vec<String> = nic
+        .default_link
+        .as_deref()
+        .map(|t| {
+            t.lines()
+                .skip_while(|l| l.trim() != "[Link]")
+                .skip(1)
+                .take_while(|l| !l.trim_start().starts_with('['))
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with(';'))
+                .filter(|l| !l.contains("Channels="))
+                .map(str::to_string)
+                .collect()
+        })
+        .filter(|v: &Vec<String>| !v.is_empty())
+        .unwrap_or_else(|| DEFAULT_LINK.lines().map(str::to_string).collect());
+    let mut out = format!(
+        "# Written by wstune apply: {}'s channel counts at every boot (udev's net_setup_link\n# applies it). Only the first .link file that matches a NIC is applied, so the [Link]\n# settings of systemd's 99-default.link are repeated. `wstune rollback` removes it.\n[Match]\n{matcher}\n\n[Link]\n",
+        nic.name
+    );
+    for l in defaults {
+        out.push_str(&l);
+        out.push('\n');
+    }
+    for (k, v) in [("RxChannels", rx), ("TxChannels", tx), ("CombinedChannels", combined)] {
+        if let Some(v) = v {
+            out.push_str(&format!("{k}={v}\n"));
+        }
+    }
+    out
+}
+
+/// What a boot file matches a NIC by: a physical NIC's hardware address (its name can change
+/// at boot, the address not); a virtual link's name, since its address is random or rewritten
+/// at creation (99-default.link's MACAddressPolicy=persistent).
+fn nic_address(nic: &NicFacts) -> Option<&str> {
+    nic.address.as_deref().filter(|_| nic.physical)
+}
+
 /// One NIC's udev rule: matched by its MAC address (a name can change at boot), writing each
 /// queue attribute when the device appears.
 fn udev_line(nic: &NicFacts, attrs: &[(String, String)]) -> String {
-    let matcher = match &nic.address {
+    let matcher = match nic_address(nic) {
         Some(a) => format!("ATTR{{address}}==\"{a}\""),
         None => format!("KERNEL==\"{}\"", nic.name),
     };
@@ -374,6 +497,8 @@ mod tests {
             local_cpus: (0..cpus).collect(),
             numa_node: None,
             irqs: vec![],
+            channels: None,
+            default_link: None,
         }
     }
 
@@ -422,7 +547,9 @@ mod tests {
             found: vec!["softnet drops +120 in 10 s".into()],
             quiet: vec![],
         };
-        let (profile, nics) = (NicProfile::default(), [veth(2, 4, 8)]);
+        let mut nic = veth(2, 4, 8);
+        nic.physical = true;
+        let (profile, nics) = (NicProfile::default(), [nic]);
         let p = plan(&inputs(&profile, &nics, false, &e));
         let writes: Vec<(&str, &str)> = p
             .actions
@@ -495,6 +622,31 @@ mod tests {
             ]
         );
         assert!(p.notes.iter().any(|n| n.contains("--banirq=40")), "{:?}", p.notes);
+    }
+
+    #[test]
+    fn channels_are_raised_to_one_queue_per_cpu_of_the_set_and_kept_at_boot_with_the_default_naming() {
+        let mut nic = veth(2, 2, 8);
+        nic.physical = true;
+        nic.channels = Some(crate::host::Channels {
+            combined: 2,
+            max_combined: 6,
+            ..Default::default()
+        });
+        nic.default_link = Some("[Match]\nOriginalName=*\n\n[Link]\nNamePolicy=keep kernel\nMACAddressPolicy=persistent\n".into());
+        let (profile, nics, e) = (NicProfile::default(), [nic], Evidence::default());
+        let p = plan(&inputs(&profile, &nics, true, &e));
+        assert!(p.actions.iter().any(|a| matches!(&a.op, Op::Channels { combined: Some(6), rx: None, tx: None, .. })), "{p:?}");
+        // The queues change: RPS and XPS wait for the next apply.
+        assert!(!p.actions.iter().any(|a| matches!(&a.op, Op::KernelFile { .. })), "{p:?}");
+        let link = &p.files.iter().find(|(f, _)| f.ends_with("10-wstune-veth0.link")).unwrap().1;
+        assert!(link.contains("[Match]\nMACAddress=02:00:00:00:00:01\n"), "{link}");
+        assert!(link.contains("NamePolicy=keep kernel\nMACAddressPolicy=persistent\nCombinedChannels=6\n"), "{link}");
+        // Never lowered: a NIC with more queues than the set keeps them.
+        let mut wide = nics[0].clone();
+        wide.channels = Some(crate::host::Channels { combined: 16, max_combined: 16, ..Default::default() });
+        let p = plan(&inputs(&profile, std::slice::from_ref(&wide), true, &e));
+        assert!(!p.actions.iter().any(|a| matches!(&a.op, Op::Channels { .. })), "{p:?}");
     }
 
     #[test]

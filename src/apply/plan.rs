@@ -73,6 +73,15 @@ pub enum Op {
     NicRules,
     /// net.core.rps_sock_flow_entries in /etc/sysctl.d/60-wstune-nic.conf.
     NicSysctlFile { value: u64 },
+    /// A NIC's channel counts now, over ethtool netlink (None: left as they are).
+    Channels {
+        nic: String,
+        rx: Option<u32>,
+        tx: Option<u32>,
+        combined: Option<u32>,
+    },
+    /// The .link file that sets a NIC's channel counts at boot.
+    NicLinkFile { nic: String },
 }
 
 impl Op {
@@ -88,12 +97,18 @@ impl Op {
             Op::KernelFile { path, .. } => path.clone(),
             Op::NicRules => crate::host::owned::NIC_RULES_FILE.into(),
             Op::NicSysctlFile { .. } => crate::host::owned::NIC_SYSCTL_FILE.into(),
+            Op::Channels { nic, .. } => format!("{nic}'s channels (ethtool netlink)"),
+            Op::NicLinkFile { nic } => crate::host::owned::nic_link_file(nic),
         }
     }
     pub fn is_runtime(&self) -> bool {
         matches!(
             self,
-            Op::Sysctl { .. } | Op::Prlimit { .. } | Op::Registry { .. } | Op::KernelFile { .. }
+            Op::Sysctl { .. }
+                | Op::Prlimit { .. }
+                | Op::Registry { .. }
+                | Op::KernelFile { .. }
+                | Op::Channels { .. }
         )
     }
 }

@@ -52,6 +52,22 @@ pub mod owned {
     /// RFS's flow table size, set with the NICs' RPS.
     pub const NIC_SYSCTL_FILE: &str = "/etc/sysctl.d/60-wstune-nic.conf";
 
+    /// The systemd .link file that gives `nic` its channel counts at boot (udev's
+    /// net_setup_link applies it). 10- sorts before systemd's 99-default.link: the first
+    /// matching .link file is the only one applied.
+    pub fn nic_link_file(nic: &str) -> String {
+        format!("/etc/systemd/network/10-wstune-{nic}.link")
+    }
+
+    /// An interface name as the kernel allows it: 1-15 bytes, no '/' or whitespace, not "."
+    /// or "..".
+    pub fn nic_name_ok(nic: &str) -> bool {
+        (1..=15).contains(&nic.len())
+            && nic != "."
+            && nic != ".."
+            && nic.bytes().all(|b| b.is_ascii_graphic() && b != b'/')
+    }
+
     /// Whether `path` is a NIC queue or interrupt setting apply may write (and rollback put
     /// back): a queue's rps_cpus, rps_flow_cnt or xps_cpus, or an interrupt's
     /// smp_affinity_list. Nothing else outside /proc/sys is ever written at runtime.
@@ -69,11 +85,7 @@ pub mod owned {
         let [nic, "queues", queue, attr] = parts.as_slice() else {
             return false;
         };
-        // An interface name: 1-15 bytes, no '/', not "." or "..".
-        let nic_ok = (1..=15).contains(&nic.len())
-            && *nic != "."
-            && *nic != ".."
-            && nic.bytes().all(|b| b.is_ascii_graphic() && b != b'/');
+        let nic_ok = nic_name_ok(nic);
         let q = |prefix: &str| queue.strip_prefix(prefix).is_some_and(digits);
         nic_ok
             && match *attr {
@@ -206,6 +218,17 @@ pub struct Link {
     pub registry_key: Option<String>,
 }
 
+/// A NIC's channel counts (`ethtool -l`): its queues, and how many the hardware allows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Channels {
+    pub rx: u32,
+    pub tx: u32,
+    pub combined: u32,
+    pub max_rx: u32,
+    pub max_tx: u32,
+    pub max_combined: u32,
+}
+
 /// Who the host is, for the report header.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct HostInfo {
@@ -246,6 +269,24 @@ pub trait Backend {
     }
     /// Set a runtime kernel value: write `value` to an existing /proc/sys file. Never creates.
     fn write_runtime(&self, path: &str, value: &str) -> Result<(), WriteError>;
+    /// A NIC's channel counts (ethtool netlink). Only the live Linux host has them.
+    fn channels(&self, nic: &str) -> Result<Channels, ReadError> {
+        Err(ReadError::Unsupported(format!(
+            "{nic}'s channel counts are read over ethtool netlink, on the live host only"
+        )))
+    }
+    /// Set a NIC's channel counts (None: left as they are).
+    fn set_channels(
+        &self,
+        nic: &str,
+        _rx: Option<u32>,
+        _tx: Option<u32>,
+        _combined: Option<u32>,
+    ) -> Result<(), WriteError> {
+        Err(WriteError::Other(format!(
+            "{nic}'s channel counts are set over ethtool netlink, on the live host only"
+        )))
+    }
     /// Set RLIMIT_NOFILE of a running process (prlimit(2)).
     fn set_nofile(&self, pid: u32, soft: u64, hard: u64) -> Result<(), WriteError>;
     /// Set a registry value (`Some(data)`, REG_DWORD in decimal) or delete it (`None`).

@@ -9,6 +9,7 @@
 //! listing is recorded too.
 
 #[cfg(target_os = "linux")]
+mod ethtool;
 mod sys;
 
 use super::fs::{list_dir, parse_show, read_regular, sysfs_links};
@@ -142,6 +143,20 @@ impl Backend for LinuxBackend {
 
     fn set_nofile(&self, pid: u32, soft: u64, hard: u64) -> Result<(), WriteError> {
         prlimit_nofile(pid, soft, hard)
+    }
+
+    fn channels(&self, nic: &str) -> Result<super::Channels, ReadError> {
+        ethtool::channels(nic)
+    }
+
+    fn set_channels(
+        &self,
+        nic: &str,
+        rx: Option<u32>,
+        tx: Option<u32>,
+        combined: Option<u32>,
+    ) -> Result<(), WriteError> {
+        ethtool::set_channels(nic, rx, tx, combined)
     }
 
     fn set_registry(
