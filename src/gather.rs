@@ -9,7 +9,7 @@
 
 use crate::catalog::facts::{BootConfig, BootEntry, SYSCTL_CONF, SYSCTL_DIRS};
 use crate::catalog::facts::{HostFacts, Instance, Options, Reading};
-use crate::catalog::{Catalog, CheckDef, Compare, Each, Fact, LimitKind, Process, Source, Target};
+use crate::catalog::{Catalog, CheckDef, Compare, Each, Fact, LimitKind, Process, SoftirqField, Source, Target};
 use crate::host::procfs::{self, paths, sysctl_path};
 use crate::host::{owned, Backend, Link, Platform, ReadError};
 use crate::value::Value;
@@ -143,6 +143,20 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> Ho
         std::thread::sleep(wait);
         for inst in &mut instances {
             let def = &catalog.checks[inst.check];
+            if let (Source::Softirq(SoftirqField::NetRx), Reading::Value(Value::Text(before))) =
+                (&def.check.source, &inst.reading)
+            {
+                inst.reading = match backend.read(paths::SOFTIRQS) {
+                    Ok(after) => match procfs::net_rx_spread(before, &after) {
+                        Some((text, _)) => Reading::Value(Value::Text(text)),
+                        None => Reading::Value(Value::Text(
+                            "no receive softirqs ran during the watch".into(),
+                        )),
+                    },
+                    Err(e) => Err(e).into(),
+                };
+                continue;
+            }
             if let (Source::Softirq(_), Reading::Value(Value::Text(before))) =
                 (&def.check.source, &inst.reading)
             {
@@ -244,6 +258,7 @@ fn read_source(
         Source::Netstat(name) => read_netstat(backend, name),
         Source::Sockstat(name) => read_sockstat(backend, name),
         // The first reading; the share is computed once the watch has waited (see `gather`).
+        Source::Softirq(SoftirqField::NetRx) => backend.read(paths::SOFTIRQS).map(Value::Text).into(),
         Source::Softirq(_) => backend.read(paths::STAT).map(Value::Text).into(),
         Source::Softnet(field) => match backend.read(paths::SOFTNET_STAT) {
             Ok(text) => match procfs::softnet_sum(&text, field.column()) {

@@ -268,6 +268,13 @@ pub struct Evidence {
 /// housekeeping).
 pub const SOFTIRQ_BUSY_PERCENT: f64 = 20.0;
 
+/// One CPU running this share of the receive softirqs, with others idle, is one queue or one
+/// interrupt taking every packet.
+pub const NET_RX_ONE_CPU_PERCENT: f64 = 75.0;
+/// ...and only when it ran at least this many during the watch (a thousand a second over
+/// ten seconds): an idle host's few softirqs land anywhere.
+pub const NET_RX_BUSY: u64 = 10_000;
+
 impl Evidence {
     /// From a report made with `--watch`: linux.softnet.dropped and .time_squeeze grown, or
     /// one CPU's share in linux.cpu.softirq at [`SOFTIRQ_BUSY_PERCENT`] or more.
@@ -293,6 +300,30 @@ impl Evidence {
                             e.quiet.push(format!("{what}: {}", f.note.as_deref().unwrap_or("")));
                         }
                         _ => {}
+                    }
+                }
+                "linux.cpu.net_rx" => {
+                    let Some(Value::Text(spread)) = &f.current else {
+                        continue;
+                    };
+                    if !spread.starts_with("cpu") {
+                        continue;
+                    }
+                    e.measured = true;
+                    let busiest = spread.split(", ").next().unwrap_or("");
+                    let mut w = busiest.split_whitespace();
+                    let share = w.nth(1).and_then(|p| p.parse::<f64>().ok());
+                    let count = busiest
+                        .rsplit_once('(')
+                        .and_then(|(_, n)| n.trim_end_matches(')').parse::<u64>().ok());
+                    let cpus = spread.matches("cpu").count();
+                    match (share, count) {
+                        (Some(s), Some(n))
+                            if cpus > 1 && s >= NET_RX_ONE_CPU_PERCENT && n >= NET_RX_BUSY =>
+                        {
+                            e.found.push(format!("NET_RX: {busiest} on one CPU"))
+                        }
+                        _ => e.quiet.push(format!("NET_RX: busiest {busiest}")),
                     }
                 }
                 "linux.cpu.softirq" => {
@@ -363,6 +394,39 @@ pub fn advise(findings: &mut [Finding]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn finding(id: &str, current: &str) -> Finding {
+        Finding {
+            id: id.into(),
+            title: String::new(),
+            status: Status::Info,
+            current: Some(Value::Text(current.into())),
+            compare: "report",
+            target: None,
+            severity: crate::catalog::Severity::Info,
+            scope: crate::catalog::Scope::Host,
+            why: String::new(),
+            fix: Default::default(),
+            refs: vec![],
+            note: None,
+            key: None,
+        }
+    }
+
+    #[test]
+    fn receive_softirqs_on_one_cpu_are_evidence_and_an_even_spread_is_not() {
+        let one = [finding("linux.cpu.net_rx", "cpu3 92 % (46000), cpu0 8 % (4000)")];
+        let e = Evidence::from_findings(&one);
+        assert!(e.measured && e.found == ["NET_RX: cpu3 92 % (46000) on one CPU"], "{e:?}");
+        let even = [finding("linux.cpu.net_rx", "cpu3 52 % (46000), cpu0 48 % (42000)")];
+        let e = Evidence::from_findings(&even);
+        assert!(e.measured && e.found.is_empty() && e.quiet[0].starts_with("NET_RX: busiest cpu3"), "{e:?}");
+        // A few softirqs on an idle host say nothing.
+        let idle = [finding("linux.cpu.net_rx", "cpu1 100 % (12)")];
+        assert!(Evidence::from_findings(&idle).found.is_empty());
+        let busy_cpu = [finding("linux.cpu.softirq", "cpu1 35.0 %, cpu0 2.0 %")];
+        assert_eq!(Evidence::from_findings(&busy_cpu).found, ["softirq: cpu1 35.0 % (busiest CPU)"]);
+    }
 
     #[test]
     fn masks_and_lists_read_and_write_the_kernels_forms() {

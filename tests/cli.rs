@@ -339,18 +339,22 @@ fn the_nic_advice_and_plan_follow_what_the_watch_measured() {
 }
 
 /// With `nic.irq: pinned`, each queue interrupt of an 8-queue mlx5 NIC goes to its own CPU of
-/// the NIC's node, on a captured tree with files under --prefix; rollback restores the tree.
+/// the NIC's node, on a captured tree with files under --prefix. The boot script finds each
+/// interrupt by its name and pins it again (run here against the tree), systemd-analyze
+/// accepts its unit, and rollback restores the tree.
 #[test]
 fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
     let dir = tempfile::tempdir().unwrap();
     let tree = dir.path().join("host");
     copy_dir(&fixture("tuned"), &tree);
     let pristine = dir.path().join("pristine");
-    // The NIC on node 1 (CPUs 16-31), every queue interrupt allowed anywhere now.
+    // The NIC on node 1 (CPUs 16-31), every queue interrupt allowed anywhere now; the kernel's
+    // /proc/irq/N/NAME directory names each one's handler.
     std::fs::write(tree.join("sys/class/net/eth0/device/local_cpulist"), "16-31\n").unwrap();
-    for irq in 40..48 {
+    for (k, irq) in (40..48).enumerate() {
         let d = tree.join(format!("proc/irq/{irq}"));
-        std::fs::create_dir_all(&d).unwrap();
+        std::fs::create_dir_all(d.join(format!("mlx5_comp{k}@pci:0000:3b:00.0"))).unwrap();
+        std::fs::write(d.join(format!("mlx5_comp{k}@pci:0000:3b:00.0/.keep")), "").unwrap();
         std::fs::write(d.join("smp_affinity_list"), "0-31\n").unwrap();
     }
     copy_dir(&tree, &pristine);
@@ -363,17 +367,60 @@ fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
         prefix.to_str().unwrap(),
         profile.to_str().unwrap(),
     );
-    let o = wstune120(&["apply", "--root", t, "--prefix", p, "--profile", pr, "--nic", "eth0", "--runtime-only", "--yes"]);
+    let o = wstune120(&["apply", "--root", t, "--prefix", p, "--profile", pr, "--nic", "eth0", "--yes"]);
     assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    let affinity = |irq: u32| {
+        std::fs::read_to_string(tree.join(format!("proc/irq/{irq}/smp_affinity_list"))).unwrap()
+    };
     for (k, irq) in (40..48).enumerate() {
-        let now = std::fs::read_to_string(tree.join(format!("proc/irq/{irq}/smp_affinity_list"))).unwrap();
-        assert_eq!(now.trim(), (16 + k).to_string(), "IRQ {irq}");
+        assert_eq!(affinity(irq).trim(), (16 + k).to_string(), "IRQ {irq}");
     }
-    assert!(stdout(&o).contains("pinned now, not at the next boot"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("kept at boot by wstune-nic-irq.service"), "{}", stdout(&o));
+    // The files apply wrote, wherever --root and --prefix put them.
+    let find = |name: &str| {
+        walk(dir.path())
+            .into_iter()
+            .find(|f| f.ends_with(name) && !f.starts_with(&pristine))
+            .unwrap_or_else(|| panic!("no {name} written"))
+    };
+    let script = find("etc/wstune/nic-irq.sh");
+    let unit = find("etc/systemd/system/wstune-nic-irq.service");
+    let rules = std::fs::read_to_string(find("etc/udev/rules.d/60-wstune-nic.rules")).unwrap();
+    assert!(rules.contains("ENV{SYSTEMD_WANTS}+=\"wstune-nic-irq.service\""), "{rules}");
+    // A reboot: the numbers are the kernel's again, and the script finds them by name.
+    for irq in 40..48 {
+        std::fs::write(tree.join(format!("proc/irq/{irq}/smp_affinity_list")), "0-31\n").unwrap();
+    }
+    let sh = Command::new("sh").arg(&script).arg(&tree).output().unwrap();
+    assert!(sh.status.success(), "{}", String::from_utf8_lossy(&sh.stderr));
+    for (k, irq) in (40..48).enumerate() {
+        assert_eq!(affinity(irq).trim(), (16 + k).to_string(), "IRQ {irq} after the boot script");
+    }
+    if common::have("systemd-analyze") {
+        let v = Command::new("systemd-analyze").args(["verify", unit.to_str().unwrap()]).output().unwrap();
+        assert!(v.status.success(), "systemd-analyze verify: {}", String::from_utf8_lossy(&v.stderr));
+    } else {
+        common::skip("systemd-analyze", "systemd is not installed (apt-get install systemd)");
+    }
     let o = wstune120(&["rollback", "--root", t, "--prefix", p, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    std::fs::remove_dir_all(tree.join("var")).unwrap();
+    let _ = std::fs::remove_dir_all(tree.join("var"));
     common::assert_same_tree(&pristine, &tree);
+    assert!(walk(&prefix).iter().all(|f| !f.to_string_lossy().contains("wstune-nic")), "the prefix is empty again");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// softnet_stat's drop and squeeze counters count only when they grow during --watch: the
@@ -1412,6 +1459,39 @@ fn apply_on_a_windows_registry_tree_and_rollback() {
         "not set: the built-in default applies",
         "the value was deleted again"
     );
+}
+
+/// A Windows adapter's RSS keywords change only for an adapter named with --nic (the change
+/// restarts it): *RSSProfile is written as its number under the adapter's class key, the plan
+/// and the output say the adapter restarts (a captured tree cannot, and says so), and
+/// rollback deletes the value it created.
+#[test]
+fn apply_sets_a_named_windows_adapters_rss_keywords_and_rollback_deletes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("w");
+    copy_dir(&fixture("windows-default"), &tree);
+    let t = tree.to_str().unwrap();
+    let nic = "Intel(R) Ethernet Controller X710";
+    let unnamed = stdout(&wstune120(&["apply", "--root", t, "--dry-run"]));
+    assert!(unnamed.contains("adapters' RSS keywords not changed (Intel(R) Ethernet Controller X710)"), "{unnamed}");
+    assert!(!unnamed.contains("*RSSProfile"), "{unnamed}");
+    let o = wstune120(&["apply", "--root", t, "--nic", nic, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    // The setting's cell wraps in the table: its words are there.
+    assert!(out.contains(nic) && out.contains("*RSSProfile") && out.contains("NUMAScalingStatic -> NUMAScaling"), "{out}");
+    assert!(out.contains("the adapter restarts after its keywords are written"), "{out}");
+    assert!(out.contains(&format!("adapter {nic} could not be restarted here")), "{out}");
+    let reg = std::fs::read_to_string(tree.join("registry.yaml")).unwrap();
+    assert!(reg.contains("'*RSSProfile':\n      type: REG_SZ\n      data: '3'"), "{reg}");
+    let (_, r) = check_json(&tree, &[]);
+    assert_eq!(finding(&r, &format!("windows.nic.rss_profile[{nic}]"))["status"], "pass");
+    let o = wstune120(&["rollback", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let (_, r) = check_json(&tree, &[]);
+    let f = finding(&r, &format!("windows.nic.rss_profile[{nic}]"));
+    assert_eq!(f["current"], "NUMAScalingStatic", "deleted again: the default stands in {f}");
+    assert!(!std::fs::read_to_string(tree.join("registry.yaml")).unwrap().contains("*RSSProfile"));
 }
 
 #[test]

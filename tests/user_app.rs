@@ -497,7 +497,8 @@ fn the_self_tests_connections_close_cleanly_after_the_run() {
         Duration::from_secs(10),
         |v| v >= 20.0,
     );
-    assert_eq!(clean, 20.0);
+    // 20 per run: a window the noise check measures again opens another 20, closed as cleanly.
+    assert!(clean >= 20.0 && clean % 20.0 == 0.0, "{clean} clean closes");
 }
 
 /// `pool --measure --command` exempts its own load from the profile's abuse limits (as the

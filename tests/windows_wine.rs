@@ -249,6 +249,15 @@ impl Wine {
         assert!(o.status.success(), "reg add: {}", common::stderr(&o));
     }
 
+    fn reg_add_sz(&self, key: &str, value: &str, data: &str) {
+        let o = bounded(
+            self.cmd("reg")
+                .args(["add", key, "/v", value, "/t", "REG_SZ", "/d", data, "/f"]),
+            Duration::from_secs(60),
+        );
+        assert!(o.status.success(), "reg add: {}", common::stderr(&o));
+    }
+
     /// `wine reg export KEY`: the key's whole subtree, as regedit would save it.
     fn reg_export(&self, key: &str, name: &str) -> Vec<u8> {
         let o = bounded(
@@ -433,6 +442,52 @@ fn apply_and_rollback_restore_wines_registry_exactly() {
     assert!(
         before == after,
         "the exported key differs after rollback:\n{}\n---\n{}",
+        String::from_utf8_lossy(&before),
+        String::from_utf8_lossy(&after)
+    );
+}
+
+/// A network adapter's RSS keywords under its class key, as a driver's INF writes them: apply
+/// --nic sets *RSS, *RSSProfile and *NumRssQueues through the Win32 registry API, says the
+/// adapter restarts (Wine has no adapter to restart, and says so), and rollback leaves the key
+/// byte for byte as it was.
+#[test]
+fn apply_sets_an_adapters_rss_keywords_and_rollback_restores_the_class_key_exactly() {
+    let Some(w) = Wine::new() else { return };
+    let key = r"HKLM\SYSTEM\CurrentControlSet\Control\Class\{4d36e972-e325-11ce-bfc1-08002be10318}\0007";
+    let nic = "wstune Test Adapter";
+    w.reg_add_sz(key, "DriverDesc", nic);
+    w.reg_add_sz(key, "*RSS", "0");
+    w.reg_add_sz(key, "*RSSProfile", "4");
+    w.reg_add_sz(key, "*NumRssQueues", "1");
+    let before = w.reg_export(key, "nic-before.reg");
+
+    let (_, r) = w.check_json(&["--profile", "100k"]);
+    let rss = finding(&r, &format!("windows.nic.rss_enabled[{nic}]"));
+    assert_eq!(rss["current"], 0, "{rss:#}");
+    let out = ok(&w.wstune(&["apply", "--profile", "100k", "--nic", nic, "--yes"]));
+    assert!(out.contains("the adapter restarts after its keywords are written"), "{out}");
+    assert!(out.contains(&format!("adapter {nic} could not be restarted here")), "{out}");
+    assert_eq!(w.reg_query(key, "*RSS"), Some(("REG_SZ".into(), "1".into())));
+    // NUMAScaling, the profile's, as its number.
+    assert_eq!(w.reg_query(key, "*RSSProfile"), Some(("REG_SZ".into(), "3".into())));
+    let cpus = finding(&r, "windows.host.cpus")["current"].as_i64().unwrap();
+    let queues = cpus.clamp(1, 8).max(1);
+    assert_eq!(
+        w.reg_query(key, "*NumRssQueues"),
+        Some(("REG_SZ".into(), queues.to_string())),
+        "one queue per processor, at most 8"
+    );
+    let (_, after_apply) = w.check_json(&["--profile", "100k"]);
+    for id in ["rss_enabled", "rss_profile", "rss_queues"] {
+        let f = finding(&after_apply, &format!("windows.nic.{id}[{nic}]"));
+        assert_eq!(f["status"], "pass", "{f:#}");
+    }
+    ok(&w.wstune(&["rollback", "--yes"]));
+    let after = w.reg_export(key, "nic-after.reg");
+    assert!(
+        before == after,
+        "the adapter's key differs after rollback:\n{}\n---\n{}",
         String::from_utf8_lossy(&before),
         String::from_utf8_lossy(&after)
     );

@@ -389,6 +389,8 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
             || p == LIMITS_FILE
             || p == crate::host::owned::NIC_RULES_FILE
             || p == crate::host::owned::NIC_SYSCTL_FILE
+            || p == crate::host::owned::NIC_IRQ_SCRIPT
+            || p == crate::host::owned::NIC_IRQ_UNIT
             || p.strip_prefix("/etc/systemd/network/10-wstune-")
                 .and_then(|r| r.strip_suffix(".link"))
                 .is_some_and(|nic| {
@@ -426,7 +428,7 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
         }
     }
     for r in &e.registry {
-        if !managed.registry.contains(&(r.key.clone(), r.value.clone())) {
+        if !managed.registry_value(&r.key, &r.value) {
             return Err(format!(
                 "registry value {}\\{} is not one wstune's catalog changes",
                 r.key, r.value

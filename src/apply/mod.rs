@@ -83,7 +83,7 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
                 reg_type,
                 ..
             } => {
-                if !managed.registry.contains(&(key.clone(), value.clone())) {
+                if !managed.registry_value(key, value) {
                     return Err(anyhow!(
                         "{key}\\{value} is not a value of wstune's built-in catalog, so a rollback would refuse to restore it; nothing was changed. Fix: set it by hand, or apply with the built-in catalog"
                     ));
@@ -135,7 +135,8 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
             | Op::UnitDropIn { .. }
             | Op::NicRules
             | Op::NicSysctlFile { .. }
-            | Op::NicLinkFile { .. } => {}
+            | Op::NicLinkFile { .. }
+            | Op::NicIrqFiles => {}
         }
     }
     for (path, text) in &plan.files {
@@ -376,6 +377,36 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
         store.remove_dir_if_empty(d);
     }
     errors
+}
+
+/// Restart the adapters whose keywords changed, so their drivers read them; what happened, a
+/// line each. A restart that fails leaves the values written (they take effect at the
+/// adapter's next restart or the next boot): it is said, with the command, never undone.
+pub fn restart_adapters(backend: &dyn Backend, names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .map(|name| match backend.restart_adapter(name) {
+            Ok(()) => format!("Restarted adapter {name}: it now reads its RSS keywords."),
+            Err(e) => format!(
+                "note: adapter {name} could not be restarted here ({e}); its keywords take effect when it restarts: Restart-NetAdapter -InterfaceDescription '{name}'"
+            ),
+        })
+        .collect()
+}
+
+/// The adapters an entry changed keywords of (its `windows.nic.*[NAME]` actions).
+pub fn adapters_of(entry: &Entry) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for a in &entry.actions {
+        if let (Op::Registry { .. }, Some(rest)) = (&a.op, a.check.strip_prefix("windows.nic.")) {
+            if let Some(name) = rest.split_once('[').map(|(_, n)| n.trim_end_matches(']')) {
+                if !out.iter().any(|o| o == name) {
+                    out.push(name.to_string());
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Remove the temporaries a killed write left beside wstune's files (`files`, journaled) and

@@ -20,7 +20,7 @@
 //!   does for `local`), only with `irq: pinned`; irqbalance is never fought silently.
 
 use super::plan::{Action, Op, Scope};
-use crate::host::owned::{NIC_RULES_FILE, NIC_SYSCTL_FILE};
+use crate::host::owned::{NIC_IRQ_SCRIPT, NIC_IRQ_UNIT, NIC_RULES_FILE, NIC_SYSCTL_FILE};
 use crate::nic::{cpu_list, mask, parse_cpu_list, parse_mask, Evidence, NicFacts};
 use crate::profile::{IrqPolicy, NicProfile, NicWhen, RssProfile};
 
@@ -37,6 +37,8 @@ pub struct Inputs<'a> {
     pub irqbalance: Option<bool>,
     /// The rules file as it is now ("" when absent): lines of NICs not tuned here are kept.
     pub rules_now: &'a str,
+    /// The interrupt boot script as it is now ("" when absent), likewise.
+    pub irq_script_now: &'a str,
     pub scope: Scope,
 }
 
@@ -109,6 +111,8 @@ pub fn plan(i: &Inputs) -> NicPlan {
         }
     ));
     let mut rule_lines: Vec<(String, String)> = Vec::new();
+    // Per NIC with pinned interrupts: (interrupt name, CPU) for the boot script.
+    let mut pins: Vec<(String, Vec<(String, u32)>)> = Vec::new();
     let mut rps_planned = false;
     for nic in i.nics {
         let cpus = cpus_for(i.profile.rss, nic);
@@ -239,15 +243,41 @@ pub fn plan(i: &Inputs) -> NicPlan {
                         bans.join(" ")
                     ));
                 }
-                p.notes.push(format!(
-                    "{}: the interrupts are pinned now, not at the next boot (their numbers change when the driver loads again); apply again after a reboot",
-                    nic.name
+                pins.push((
+                    nic.name.clone(),
+                    nic.irqs
+                        .iter()
+                        .enumerate()
+                        .map(|(k, q)| (q.name.clone(), cpus[k % cpus.len()]))
+                        .collect(),
                 ));
             }
         }
-        if !attrs.is_empty() {
-            rule_lines.push((nic.name.clone(), udev_line(nic, &attrs)));
+        let pinned = pins.iter().any(|(n, _)| *n == nic.name);
+        if !attrs.is_empty() || pinned {
+            rule_lines.push((nic.name.clone(), udev_line(nic, &attrs, pinned)));
         }
+    }
+    if i.scope.persist && !pins.is_empty() {
+        let script = irq_script(i.irq_script_now, &pins);
+        if script != i.irq_script_now {
+            p.files.push((NIC_IRQ_SCRIPT.to_string(), script));
+            p.files.push((NIC_IRQ_UNIT.to_string(), IRQ_UNIT.to_string()));
+            p.actions.push(Action {
+                check: "linux.nic.irq".into(),
+                setting: format!(
+                    "interrupts of {} at boot",
+                    pins.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                from: None,
+                to: "pinned by wstune-nic-irq.service".into(),
+                op: Op::NicIrqFiles,
+            });
+        }
+        p.notes.push(format!(
+            "{}: the pinned interrupts are kept at boot by wstune-nic-irq.service, which the udev rule starts when the NIC appears and which finds each interrupt by its name (their numbers change when the driver loads again)",
+            pins.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+        ));
     }
     if i.scope.persist {
         let now = i.rules_now;
@@ -301,6 +331,103 @@ pub fn plan(i: &Inputs) -> NicPlan {
         }
     }
     p
+}
+
+/// A Windows adapter's RSS keywords (`*RSS`, `*RSSProfile`, `*NumRssQueues` under its network
+/// class key, the standardized INF keywords) set to what the catalog's per-adapter checks want:
+/// what `Set-NetAdapterRss` and `Set-NetAdapterAdvancedProperty` write. Only for the adapters
+/// named (`--nic`), or every adapter with `nic.when: always`: the driver reads them when the
+/// adapter restarts, and its link drops for that moment. Returns the plan and the adapters to
+/// restart once the values are written.
+pub fn plan_windows(
+    catalog: &crate::catalog::Catalog,
+    findings: &[crate::catalog::eval::Finding],
+    facts: &crate::catalog::facts::HostFacts,
+    named: &[String],
+    profile: &NicProfile,
+    scope: Scope,
+) -> (NicPlan, Vec<String>) {
+    use crate::catalog::eval::{desired, Status};
+    use crate::catalog::Source;
+    use crate::value::Value;
+    let mut p = NicPlan::default();
+    let mut restart: Vec<String> = Vec::new();
+    let all = profile.when == NicWhen::Always;
+    let mut seen: Vec<String> = Vec::new();
+    for inst in &facts.instances {
+        let (Some(link), Some(def)) = (&inst.nic, catalog.checks.get(inst.check)) else {
+            continue;
+        };
+        let Source::Registry(r) = &def.check.source else {
+            continue;
+        };
+        if !seen.contains(&link.name) {
+            seen.push(link.name.clone());
+        }
+        if !(all || named.contains(&link.name)) || !scope.runtime {
+            continue;
+        }
+        let (Some(sub), id) = (&link.registry_key, format!("{}[{}]", def.check.id, link.name)) else {
+            continue;
+        };
+        let Some(f) = findings.iter().find(|f| f.id == id) else {
+            continue;
+        };
+        // A keyword the driver does not have (no current value, no documented default) is
+        // not one it reads: writing it would change nothing.
+        let known = f.current.is_some();
+        if !known || matches!(f.status, Status::Pass | Status::Skip) || f.compare == "report" {
+            continue;
+        }
+        let Some(target) = &f.target else { continue };
+        let value = match (f.current.as_ref(), target) {
+            (Some(c @ Value::Num(_)), Value::Num(_)) => {
+                desired(def.check.compare, c, None, target).unwrap_or_else(|| target.clone())
+            }
+            _ => target.clone(),
+        };
+        // An enumerated keyword is written as its number (*RSSProfile NUMAScaling -> "3").
+        let data = r
+            .names
+            .iter()
+            .find(|(_, n)| Value::Text((*n).clone()) == value)
+            .map(|(raw, _)| raw.clone())
+            .unwrap_or_else(|| value.to_string());
+        p.actions.push(Action {
+            check: id.clone(),
+            setting: format!("{} {}", link.name, r.value),
+            from: f.current.as_ref().map(|v| v.to_string()),
+            to: value.to_string(),
+            op: Op::Registry {
+                key: r.key.replace("{nic_key}", sub),
+                value: r.value.clone(),
+                reg_type: r.kind,
+                data,
+            },
+        });
+        if !restart.contains(&link.name) {
+            restart.push(link.name.clone());
+        }
+    }
+    for name in named {
+        if !seen.contains(name) {
+            p.notes.push(format!(
+                "--nic {name}: no adapter of that name exposes RSS keywords (Get-NetAdapter shows the names: wstune uses the InterfaceDescription)"
+            ));
+        }
+    }
+    if restart.is_empty() && !all && named.is_empty() && !seen.is_empty() {
+        p.notes.push(format!(
+            "adapters' RSS keywords not changed ({}): the change restarts an adapter (its link drops for a moment), so apply makes it only for one named with --nic NAME, or every one with the profile's nic.when: always",
+            seen.join(", ")
+        ));
+    }
+    for name in &restart {
+        p.notes.push(format!(
+            "{name}: the adapter restarts after its keywords are written (Restart-NetAdapter), and its link drops for a moment"
+        ));
+    }
+    (p, restart)
 }
 
 /// Raise a NIC's channel counts toward one queue per CPU of its set, up to the hardware's
@@ -419,20 +546,51 @@ fn nic_address(nic: &NicFacts) -> Option<&str> {
 
 /// One NIC's udev rule: matched by its MAC address (a name can change at boot), writing each
 /// queue attribute when the device appears.
-fn udev_line(nic: &NicFacts, attrs: &[(String, String)]) -> String {
+fn udev_line(nic: &NicFacts, attrs: &[(String, String)], pinned: bool) -> String {
     let matcher = match nic_address(nic) {
         Some(a) => format!("ATTR{{address}}==\"{a}\""),
         None => format!("KERNEL==\"{}\"", nic.name),
     };
-    let sets: Vec<String> = attrs
+    let mut sets: Vec<String> = attrs
         .iter()
         .map(|(k, v)| format!("ATTR{{{k}}}=\"{v}\""))
         .collect();
+    if pinned {
+        // The interrupts exist once the driver has them: a unit, ordered after the network.
+        sets.push("ENV{SYSTEMD_WANTS}+=\"wstune-nic-irq.service\"".into());
+    }
     format!(
         "# nic {}\nACTION==\"add\", SUBSYSTEM==\"net\", {matcher}, {}\n",
         nic.name,
         sets.join(", ")
     )
+}
+
+/// The unit that runs the boot script; the udev rule pulls it in when a pinned NIC appears.
+const IRQ_UNIT: &str = "# Written by wstune apply: pins the NICs' queue interrupts (nic.irq: pinned) each time\n# a NIC the udev rule /etc/udev/rules.d/60-wstune-nic.rules names appears. `wstune rollback`\n# removes it.\n[Unit]\nDescription=wstune: NIC queue interrupts on their CPUs\nWants=network-online.target\nAfter=network-online.target\n\n[Service]\nType=oneshot\nExecStart=/bin/sh /etc/wstune/nic-irq.sh\n";
+
+const IRQ_SCRIPT_HEAD: &str = "#!/bin/sh\n# Written by wstune apply: each pinned NIC queue interrupt on its CPU, found by its name\n# (the directory /proc/irq/N/NAME; the numbers change when the driver loads again). Run by\n# wstune-nic-irq.service; `wstune rollback` puts back what was here before. $1: a root.\nR=\"${1:-}\"\npin() { for d in \"$R\"/proc/irq/*/\"$1\"; do [ -d \"$d\" ] && echo \"$2\" > \"${d%/*}/smp_affinity_list\"; done; }\n";
+
+/// The boot script with these NICs' interrupts replaced and every other NIC's kept.
+fn irq_script(now: &str, pins: &[(String, Vec<(String, u32)>)]) -> String {
+    let mut out = String::from(IRQ_SCRIPT_HEAD);
+    let mut keep = false;
+    for l in now.lines().skip_while(|l| !l.starts_with("# nic ")) {
+        if let Some(name) = l.strip_prefix("# nic ") {
+            keep = !pins.iter().any(|(n, _)| n == name.trim());
+        }
+        if keep {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    for (nic, irqs) in pins {
+        out.push_str(&format!("# nic {nic}\n"));
+        for (name, cpu) in irqs {
+            out.push_str(&format!("pin '{}' {cpu}\n", name.replace('\'', "'\\''")));
+        }
+    }
+    out
 }
 
 const RULES_HEADER: &str = "# Written by wstune apply: each NIC's RPS, RFS and XPS queue settings, written again when\n# the NIC appears (boot, hotplug). `wstune rollback` puts back what was here before.\n";
@@ -516,6 +674,7 @@ mod tests {
             flow_entries: Some(0),
             irqbalance: Some(true),
             rules_now: "",
+            irq_script_now: "",
             scope: Scope {
                 runtime: true,
                 persist: true,
@@ -622,6 +781,16 @@ mod tests {
             ]
         );
         assert!(p.notes.iter().any(|n| n.contains("--banirq=40")), "{:?}", p.notes);
+        // Kept at boot: the rule starts the unit, the script finds each interrupt by name.
+        let script = &p.files.iter().find(|(f, _)| f == NIC_IRQ_SCRIPT).unwrap().1;
+        assert!(script.contains("# nic veth0\npin 'veth0-TxRx-0' 4\npin 'veth0-TxRx-1' 5\n"), "{script}");
+        let rules = &p.files.iter().find(|(f, _)| f == NIC_RULES_FILE).unwrap().1;
+        assert!(rules.contains("ENV{SYSTEMD_WANTS}+=\"wstune-nic-irq.service\""), "{rules}");
+        assert!(p.files.iter().any(|(f, t)| f == NIC_IRQ_UNIT && t.contains("ExecStart=/bin/sh /etc/wstune/nic-irq.sh")));
+        // Another NIC's lines are kept when this one's are replaced.
+        let again = irq_script(&format!("{script}# nic eth9\npin 'eth9-rx-0' 1\n"), &[("veth0".into(), vec![("veth0-TxRx-0".into(), 7)])]);
+        assert!(again.contains("# nic eth9\npin 'eth9-rx-0' 1\n# nic veth0\npin 'veth0-TxRx-0' 7\n"), "{again}");
+        assert_eq!(again.matches("#!/bin/sh").count(), 1);
     }
 
     #[test]

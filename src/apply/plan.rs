@@ -82,6 +82,8 @@ pub enum Op {
     },
     /// The .link file that sets a NIC's channel counts at boot.
     NicLinkFile { nic: String },
+    /// The boot script and unit that pin the NICs' queue interrupts.
+    NicIrqFiles,
 }
 
 impl Op {
@@ -99,6 +101,7 @@ impl Op {
             Op::NicSysctlFile { .. } => crate::host::owned::NIC_SYSCTL_FILE.into(),
             Op::Channels { nic, .. } => format!("{nic}'s channels (ethtool netlink)"),
             Op::NicLinkFile { nic } => crate::host::owned::nic_link_file(nic),
+            Op::NicIrqFiles => crate::host::owned::NIC_IRQ_SCRIPT.into(),
         }
     }
     pub fn is_runtime(&self) -> bool {

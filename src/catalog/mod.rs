@@ -61,6 +61,23 @@ pub fn managed() -> &'static Managed {
     })
 }
 
+impl Managed {
+    /// Whether `key\value` is a registry value the built-in catalogs change: one they name, or
+    /// an adapter's under the network class key (`{nic_key}`: its four-digit subkey).
+    pub fn registry_value(&self, key: &str, value: &str) -> bool {
+        self.registry.iter().any(|(k, v)| {
+            v == value
+                && match k.split_once("{nic_key}") {
+                    None => k == key,
+                    Some((head, tail)) => key
+                        .strip_prefix(head)
+                        .and_then(|rest| rest.strip_suffix(tail))
+                        .is_some_and(|sub| sub.len() == 4 && sub.bytes().all(|b| b.is_ascii_digit())),
+                }
+        })
+    }
+}
+
 /// Host variables a target expression may use besides the profile's and `sysctl.*`.
 pub const HOST_VARS: &[&str] = &["host.cpus", "host.mem_bytes", "host.page_size"];
 

@@ -97,7 +97,10 @@ pub struct Ref {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SoftirqField {
+    /// Each CPU's share of time in softirq (/proc/stat).
     PerCpu,
+    /// Each CPU's share of the receive softirqs (/proc/softirqs' NET_RX row).
+    NetRx,
 }
 
 /// The /proc/net/softnet_stat counters a check can read.

@@ -77,9 +77,6 @@ pub fn apply(a: &ApplyArgs) -> Result<cmd::apply::Request> {
     let mut inputs = check::inputs(&target(&a.target), backend.as_ref())?;
     inputs.options.watch = a.watch.map(Duration::from_secs);
     refuse_unit_without_systemd(a.target.unit.as_deref(), backend.as_ref())?;
-    if !a.nic.is_empty() && inputs.catalog.platform != crate::host::Platform::Linux {
-        bail!("--nic tunes a Linux NIC's queues; on Windows the adapters' RSS keywords are checked per adapter (wstune check). Nothing was changed.");
-    }
     Ok(cmd::apply::Request {
         nics: a.nic.clone(),
         host: Resolved { inputs, backend },

@@ -112,8 +112,22 @@ pub fn run(a: Request) -> Result<Outcome> {
     }
     let (before, facts) = report_and_facts(inputs, backend, None);
     let mut p = plan::plan(&inputs.catalog, &before.results, &facts, a.scope);
-    if inputs.catalog.platform == crate::host::Platform::Linux {
-        add_nic_plan(&mut p, &a, &before.results)?;
+    let mut restart = Vec::new();
+    match inputs.catalog.platform {
+        crate::host::Platform::Linux => add_nic_plan(&mut p, &a, &before.results)?,
+        crate::host::Platform::Windows => {
+            let (n, r) = apply::nic::plan_windows(
+                &inputs.catalog,
+                &before.results,
+                &facts,
+                &a.nics,
+                &inputs.profile.profile.nic,
+                a.scope,
+            );
+            p.actions.extend(n.actions);
+            p.notes.extend(n.notes);
+            restart = r;
+        }
     }
     let profile = &inputs.profile.profile.name;
 
@@ -160,6 +174,9 @@ pub fn run(a: Request) -> Result<Outcome> {
         entry.actions.len(),
         entry.id
     );
+    for line in apply::restart_adapters(backend, &restart) {
+        say!("{line}");
+    }
     let after = make_report(inputs, backend, Some(store));
     let s = &after.summary;
     say!(
@@ -220,6 +237,11 @@ fn add_nic_plan(
         .read(NIC_RULES_FILE)?
         .map(|f| String::from_utf8_lossy(&f.bytes).into_owned())
         .unwrap_or_default();
+    let irq_script_now = a
+        .store
+        .read(crate::host::owned::NIC_IRQ_SCRIPT)?
+        .map(|f| String::from_utf8_lossy(&f.bytes).into_owned())
+        .unwrap_or_default();
     let n = apply::nic::plan(&apply::nic::Inputs {
         profile: &a.host.inputs.profile.profile.nic,
         nics: &nics,
@@ -228,11 +250,16 @@ fn add_nic_plan(
         flow_entries,
         irqbalance,
         rules_now: &rules_now,
+        irq_script_now: &irq_script_now,
         scope: a.scope,
     });
+    // Merged with other NICs' lines: refused at record time if they changed meanwhile.
     if n.files.iter().any(|(f, _)| f == NIC_RULES_FILE) {
-        // Merged with other NICs' rules: refused at record time if it changed meanwhile.
         p.rendered_from.push((NIC_RULES_FILE.to_string(), rules_now));
+    }
+    if n.files.iter().any(|(f, _)| f == crate::host::owned::NIC_IRQ_SCRIPT) {
+        p.rendered_from
+            .push((crate::host::owned::NIC_IRQ_SCRIPT.to_string(), irq_script_now));
     }
     p.actions.extend(n.actions);
     p.files.extend(n.files);

@@ -111,6 +111,10 @@ pub fn run(r: Request) -> Result<Outcome> {
             .unwrap_or_else(|e| e.to_string());
         say!("Kept {k} at {now} (--keep); the next boot applies what the restored files say.");
     }
+    // Adapters read their restored keywords when they restart.
+    for line in apply::restart_adapters(backend.as_ref(), &apply::adapters_of(&restored)) {
+        say!("{line}");
+    }
     for a in &entry.actions {
         if let apply::plan::Op::UnitDropIn { unit, .. } = &a.op {
             say!("note: {unit} keeps its LimitNOFILE until systemd rereads its units and it restarts: systemctl daemon-reload && systemctl restart {unit}");

@@ -49,6 +49,9 @@ pub mod owned {
 
     /// The udev rule that writes each tuned NIC's queue settings when it appears.
     pub const NIC_RULES_FILE: &str = "/etc/udev/rules.d/60-wstune-nic.rules";
+    /// The boot script that pins the NICs' queue interrupts by name, and the unit that runs it.
+    pub const NIC_IRQ_SCRIPT: &str = "/etc/wstune/nic-irq.sh";
+    pub const NIC_IRQ_UNIT: &str = "/etc/systemd/system/wstune-nic-irq.service";
     /// RFS's flow table size, set with the NICs' RPS.
     pub const NIC_SYSCTL_FILE: &str = "/etc/sysctl.d/60-wstune-nic.conf";
 
@@ -285,6 +288,13 @@ pub trait Backend {
     ) -> Result<(), WriteError> {
         Err(WriteError::Other(format!(
             "{nic}'s channel counts are set over ethtool netlink, on the live host only"
+        )))
+    }
+    /// Restart a network adapter, so that it reads its changed registry keywords (what
+    /// Set-NetAdapterRss does after writing them; the link drops for a moment). Windows only.
+    fn restart_adapter(&self, name: &str) -> Result<(), WriteError> {
+        Err(WriteError::Other(format!(
+            "{name}: adapters are restarted on a live Windows host only"
         )))
     }
     /// Set RLIMIT_NOFILE of a running process (prlimit(2)).

@@ -20,6 +20,7 @@ pub mod paths {
     pub const SOFTNET_STAT: &str = "/proc/net/softnet_stat";
     /// The whole host's CPU time by kind (user, system, idle, steal, ...), in USER_HZ ticks.
     pub const STAT: &str = "/proc/stat";
+    pub const SOFTIRQS: &str = "/proc/softirqs";
     pub const NETSTAT: &str = "/proc/net/netstat";
     pub const SNMP: &str = "/proc/net/snmp";
     pub const OSRELEASE: &str = "/proc/sys/kernel/osrelease";
@@ -106,6 +107,54 @@ pub fn softnet_sum(text: &str, column: usize) -> Option<i64> {
         rows += 1;
     }
     (rows > 0).then_some(sum)
+}
+
+/// The NET_RX row of /proc/softirqs: each CPU's receive softirq count since boot, by the
+/// header's CPU names (`CPU0` -> `cpu0`).
+pub fn net_rx_counts(softirqs: &str) -> Vec<(String, u64)> {
+    let mut lines = softirqs.lines();
+    let Some(header) = lines.next() else {
+        return vec![];
+    };
+    let cpus: Vec<String> = header.split_whitespace().map(|c| c.to_ascii_lowercase()).collect();
+    lines
+        .find_map(|l| l.trim_start().strip_prefix("NET_RX:"))
+        .map(|row| {
+            cpus.iter()
+                .cloned()
+                .zip(row.split_whitespace().map(|v| v.parse().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Receive softirqs per CPU between two /proc/softirqs readings, busiest first, as
+/// "cpu1 82 % (41,000), cpu0 18 % (9,000)" (the busiest 8), and the busiest CPU's share of
+/// them all; None when nothing ran.
+pub fn net_rx_spread(before: &str, after: &str) -> Option<(String, f64)> {
+    let before = net_rx_counts(before);
+    let mut d: Vec<(String, u64)> = net_rx_counts(after)
+        .into_iter()
+        .filter_map(|(cpu, n)| {
+            let (_, b) = before.iter().find(|(c, _)| *c == cpu)?;
+            Some((cpu, n.saturating_sub(*b)))
+        })
+        .collect();
+    let total: u64 = d.iter().map(|(_, n)| n).sum();
+    if total == 0 {
+        return None;
+    }
+    d.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let share = |n: u64| n as f64 * 100.0 / total as f64;
+    let mut text: Vec<String> = d
+        .iter()
+        .take(8)
+        .map(|(c, n)| format!("{c} {:.0} % ({n})", share(*n)))
+        .collect();
+    if d.len() > 8 {
+        text.push(format!("{} more", d.len() - 8));
+    }
+    Some((text.join(", "), share(d[0].1)))
 }
 
 /// Each CPU's (name, softirq ticks, all ticks) from /proc/stat's `cpuN` lines (user nice
@@ -350,6 +399,16 @@ mod tests {
         assert_eq!(header_values(text, "TcpExt", "ListenOverflows"), Some(17));
         assert_eq!(header_values(text, "IpExt", "InNoRoutes"), Some(3));
         assert_eq!(header_values(text, "TcpExt", "Nope"), None);
+    }
+
+    #[test]
+    fn net_rx_is_counted_per_cpu_between_two_readings() {
+        let before = "                    CPU0       CPU1\n          HI:          0          0\n      NET_RX:        100        200\n";
+        let after = "                    CPU0       CPU1\n          HI:          0          0\n      NET_RX:        200       1100\n";
+        let (text, busiest) = net_rx_spread(before, after).unwrap();
+        assert_eq!(text, "cpu1 90 % (900), cpu0 10 % (100)");
+        assert_eq!(busiest.round(), 90.0);
+        assert!(net_rx_spread(before, before).is_none());
     }
 
     #[test]

@@ -61,6 +61,13 @@ fn netsh_path() -> std::path::PathBuf {
         .join("netsh.exe")
 }
 
+/// Windows PowerShell from the system directory, never from PATH (as for netsh).
+fn powershell_path() -> std::path::PathBuf {
+    let root = std::env::var_os("SystemRoot").unwrap_or_else(|| r"C:\Windows".into());
+    std::path::Path::new(&root)
+        .join(r"System32\WindowsPowerShell\v1.0\powershell.exe")
+}
+
 fn hklm_path(key: &str) -> Result<&str, ReadError> {
     key.strip_prefix(r"HKLM\")
         .ok_or_else(|| ReadError::Other(format!("{key}: only HKLM keys are read")))
@@ -184,6 +191,30 @@ impl Backend for WindowsBackend {
         Err(WriteError::Other(
             "Windows has no per-process file-descriptor limit".into(),
         ))
+    }
+    /// `Restart-NetAdapter` by the adapter's description (its DriverDesc, the name wstune
+    /// shows): the driver is stopped and started again and reads its keywords.
+    fn restart_adapter(&self, name: &str) -> Result<(), WriteError> {
+        let ps = powershell_path();
+        let quoted = name.replace('\'', "''");
+        let out = std::process::Command::new(&ps)
+            .args([
+                "-NoProfile",
+                "-NonInteractive",
+                "-Command",
+                &format!("Restart-NetAdapter -InterfaceDescription '{quoted}' -Confirm:$false"),
+            ])
+            .output()
+            .map_err(|e| WriteError::Other(format!("cannot run {}: {e}", ps.display())))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(WriteError::Other(format!(
+                "Restart-NetAdapter failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )))
+        }
     }
     fn set_registry(
         &self,
