@@ -53,6 +53,8 @@ pub struct NicFacts {
     /// Its channel counts (ethtool netlink); None where they cannot be read (a captured tree,
     /// a driver without channels).
     pub channels: Option<crate::host::Channels>,
+    /// The receive ring (now, maximum), ethtool netlink; None where it cannot be read.
+    pub rx_ring: Option<(u32, u32)>,
     /// systemd's default link policy (99-default.link's [Link] lines): a .link file that
     /// matches the NIC replaces it, so wstune's carries them on.
     pub default_link: Option<String>,
@@ -110,6 +112,7 @@ pub fn read(backend: &dyn Backend, name: &str, physical: bool) -> NicFacts {
         numa_node: text(&format!("{base}/device/numa_node")).and_then(|t| t.parse().ok()),
         irqs,
         channels: backend.channels(name).ok(),
+        rx_ring: backend.rx_ring(name).ok(),
         default_link: ["/usr/lib/systemd/network/99-default.link", "/lib/systemd/network/99-default.link"]
             .iter()
             .find_map(|p| backend.read(p).ok()),
@@ -261,6 +264,8 @@ pub struct Evidence {
     pub found: Vec<String>,
     /// What was measured and found quiet.
     pub quiet: Vec<String>,
+    /// NICs whose own receive drops (rx_missed_errors: no free descriptor in the ring) grew.
+    pub ring_drops: Vec<String>,
 }
 
 /// A CPU spending this share of its time in softirq is busy receiving (the kernel's softirq
@@ -299,6 +304,21 @@ impl Evidence {
                             e.measured = true;
                             e.quiet.push(format!("{what}: {}", f.note.as_deref().unwrap_or("")));
                         }
+                        _ => {}
+                    }
+                }
+                id if id.starts_with("linux.nic.rx_missed[") => {
+                    let nic = id["linux.nic.rx_missed[".len()..].trim_end_matches(']');
+                    match f.status {
+                        Status::Warn | Status::Fail if grown => {
+                            e.measured = true;
+                            e.found.push(format!(
+                                "{nic} rx_missed_errors {}",
+                                f.note.as_deref().unwrap_or("")
+                            ));
+                            e.ring_drops.push(nic.to_string());
+                        }
+                        Status::Pass => e.measured = true,
                         _ => {}
                     }
                 }

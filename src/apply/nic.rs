@@ -133,6 +133,23 @@ pub fn plan(i: &Inputs) -> NicPlan {
                 });
             }
         };
+        // Drops in the NIC itself (no free descriptor): a longer receive ring holds a burst.
+        if i.evidence.ring_drops.contains(&nic.name) {
+            p.notes.push(match nic.rx_ring {
+                Some((now, max)) if now < max => format!(
+                    "{}: its receive ring ran out of descriptors during the watch and holds {now} of the {max} it can: ethtool -G {} rx {max} (and RxBufferSize={max} in a systemd .link file to keep it; the ring is reallocated, the link drops for a moment)",
+                    nic.name, nic.name
+                ),
+                Some((now, _)) => format!(
+                    "{}: its receive ring ran out of descriptors during the watch and is at its maximum ({now}): spread the receive work over more queues and CPUs",
+                    nic.name
+                ),
+                None => format!(
+                    "{}: its receive ring ran out of descriptors during the watch: `ethtool -g {}` shows its size and maximum, `ethtool -G {} rx N` raises it",
+                    nic.name, nic.name, nic.name
+                ),
+            });
+        }
         // The queue count first: up to one queue per CPU of the set, never fewer than now.
         let queues_change = plan_channels(&mut p, i, nic, cpus.len() as u32);
         if queues_change {
@@ -656,6 +673,7 @@ mod tests {
             numa_node: None,
             irqs: vec![],
             channels: None,
+            rx_ring: None,
             default_link: None,
         }
     }
@@ -693,6 +711,7 @@ mod tests {
             measured: true,
             found: vec![],
             quiet: vec!["softirq: busiest cpu0 1.0 %".into()],
+            ring_drops: vec![],
         };
         let p = plan(&inputs(&profile, &nics, false, &quiet));
         assert!(p.actions.is_empty());
@@ -705,6 +724,7 @@ mod tests {
             measured: true,
             found: vec!["softnet drops +120 in 10 s".into()],
             quiet: vec![],
+            ring_drops: vec![],
         };
         let mut nic = veth(2, 4, 8);
         nic.physical = true;

@@ -278,6 +278,12 @@ pub trait Backend {
             "{nic}'s channel counts are read over ethtool netlink, on the live host only"
         )))
     }
+    /// A NIC's receive ring size and its maximum (`ethtool -g`). Only the live Linux host.
+    fn rx_ring(&self, nic: &str) -> Result<(u32, u32), ReadError> {
+        Err(ReadError::Unsupported(format!(
+            "{nic}'s ring sizes are read over ethtool netlink, on the live host only"
+        )))
+    }
     /// Set a NIC's channel counts (None: left as they are).
     fn set_channels(
         &self,

@@ -202,12 +202,22 @@ impl Backend for WindowsBackend {
                 "-NoProfile",
                 "-NonInteractive",
                 "-Command",
-                &format!("Restart-NetAdapter -InterfaceDescription '{quoted}' -Confirm:$false"),
+                &format!(
+                    "Restart-NetAdapter -InterfaceDescription '{quoted}' -Confirm:$false -ErrorAction Stop; 'wstune: restarted'"
+                ),
             ])
             .output()
             .map_err(|e| WriteError::Other(format!("cannot run {}: {e}", ps.display())))?;
-        if out.status.success() {
+        // Only the line the command prints after the restart counts: a PowerShell stand-in
+        // that runs nothing (Wine's) exits 0 too.
+        let done = String::from_utf8_lossy(&out.stdout).contains("wstune: restarted");
+        if out.status.success() && done {
             Ok(())
+        } else if out.status.success() {
+            Err(WriteError::Other(format!(
+                "{} ran but did not confirm the restart (not Windows PowerShell?)",
+                ps.display()
+            )))
         } else {
             Err(WriteError::Other(format!(
                 "Restart-NetAdapter failed ({}): {}",

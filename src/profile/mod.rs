@@ -377,6 +377,13 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         "the kernel's nr_open ceiling is at most 2^30",
     );
     b.range("linux.nr_open", l.nr_open, 1024, 1 << 30, "");
+    b.range(
+        "nic.rps_flow_entries",
+        p.nic.rps_flow_entries,
+        1,
+        1 << 29,
+        "the kernel refuses a flow table above 2^29 entries",
+    );
     b.range("linux.file_max", l.file_max, 1024, i64::MAX as u64, "");
     // The kernel keeps these three in an int: a larger value is refused with EINVAL at apply.
     const INT: &str = "the kernel's maximum is 2147483647, an int";

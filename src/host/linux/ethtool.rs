@@ -1,6 +1,6 @@
 //! A NIC's channel counts (its queues) over the kernel's ethtool netlink family, what `ethtool
 //! -l` reads and `ethtool -L` sets (Documentation/networking/ethtool-netlink.rst, CHANNELS_GET
-//! and CHANNELS_SET), through rust-netlink's `ethtool` crate on a one-off current-thread runtime.
+//! and CHANNELS_SET; RINGS_GET for the receive ring), through rust-netlink's `ethtool` crate on a one-off current-thread runtime.
 
 use crate::host::{Channels, ReadError, WriteError};
 use ethtool::EthtoolAttr::Channel;
@@ -45,6 +45,40 @@ pub fn channels(nic: &str) -> Result<Channels, ReadError> {
             }
         }
         Ok(c)
+    })
+}
+
+/// The receive ring's size now and the hardware's maximum (`ethtool -g`).
+pub fn rx_ring(nic: &str) -> Result<(u32, u32), ReadError> {
+    use ethtool::EthtoolRingAttr as R;
+    let rt = runtime().map_err(|e| ReadError::Other(format!("ethtool netlink: {e}")))?;
+    rt.block_on(async {
+        let (conn, mut handle, _) = ethtool::new_connection()
+            .map_err(|e| ReadError::Other(format!("ethtool netlink socket: {e}")))?;
+        tokio::spawn(conn);
+        let mut stream = handle
+            .ring()
+            .get(Some(nic))
+            .execute()
+            .await
+            .map_err(|e| unsupported(nic, &e.to_string()))?;
+        let msg = stream
+            .try_next()
+            .await
+            .map_err(|e| unsupported(nic, &e.to_string()))?
+            .ok_or_else(|| unsupported(nic, "no answer"))?;
+        let (mut now, mut max) = (0, 0);
+        for nla in &msg.payload.nlas {
+            match nla {
+                ethtool::EthtoolAttr::Ring(R::Rx(n)) => now = *n,
+                ethtool::EthtoolAttr::Ring(R::RxMax(n)) => max = *n,
+                _ => {}
+            }
+        }
+        if max == 0 {
+            return Err(unsupported(nic, "the driver reports no receive ring"));
+        }
+        Ok((now, max))
     })
 }
 

@@ -149,6 +149,10 @@ impl Backend for LinuxBackend {
         ethtool::channels(nic)
     }
 
+    fn rx_ring(&self, nic: &str) -> Result<(u32, u32), ReadError> {
+        ethtool::rx_ring(nic)
+    }
+
     fn set_channels(
         &self,
         nic: &str,
