@@ -271,6 +271,16 @@ fn read_source(
             },
             Err(e) => Err(e).into(),
         },
+        Source::ConntrackStat(column) => match backend.read(paths::CONNTRACK_STAT) {
+            Ok(text) => match procfs::conntrack_stat_sum(&text, column) {
+                Some(v) => Reading::Value(Value::Num(v)),
+                None => Reading::Unreadable(format!(
+                    "{} has no column {column} (an older kernel counts it elsewhere)",
+                    paths::CONNTRACK_STAT
+                )),
+            },
+            Err(e) => Err(e).into(),
+        },
         Source::Fact(f) => fact(backend, *f, nic, options.pid),
         Source::BootEntry(key) => read_boot_config(backend)
             .entry(key)

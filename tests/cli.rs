@@ -462,6 +462,27 @@ fn softnet_drops_that_grow_during_a_watch_are_reported_and_quiet_ones_are_not() 
     );
 }
 
+/// conntrack's drop counter (its table full) fails a watch it grew in, and passes one it did
+/// not; without conntrack loaded there is nothing to drop.
+#[test]
+fn conntrack_drops_that_grow_during_a_watch_fail() {
+    let stat = |drop0: u32, drop1: u32| {
+        format!("entries  clashres found new invalid ignore delete delete_list insert insert_failed drop  early_drop icmp_error\n0000002a  00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 {drop0:08x} 00000000 00000000\n0000002a  00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 {drop1:08x} 00000000 00000000\n")
+    };
+    let rel = "proc/net/stat/nf_conntrack";
+    let (_dir, tree) = default_tree_with(rel, &stat(5, 2));
+    let (_, quiet) = check_json(&tree, &["--watch", "1"]);
+    assert_eq!(finding(&quiet, "linux.netfilter.conntrack_drops")["status"], "pass");
+    assert_eq!(finding(&quiet, "linux.netfilter.conntrack_drops")["current"], 7);
+    let r = check_watched_while_rewritten(&tree, rel, &stat(305, 2));
+    let drops = finding(&r, "linux.netfilter.conntrack_drops");
+    assert_eq!(drops["status"], "fail", "{drops}");
+    assert!(drops["note"].as_str().unwrap_or_default().contains("+300"), "{drops}");
+    std::fs::remove_file(tree.join(rel)).unwrap();
+    let (_, none) = check_json(&tree, &[]);
+    assert_eq!(finding(&none, "linux.netfilter.conntrack_drops")["status"], "pass");
+}
+
 /// Softirq time is a share of an interval: reported per CPU, busiest first, only over --watch.
 #[test]
 fn softirq_time_per_cpu_is_reported_over_a_watch() {
@@ -1324,6 +1345,63 @@ fn apply_tunes_a_nics_queues_and_rollback_restores_them_in_a_private_namespace()
         line("STEP rollback "),
         "STEP rollback rc=0 same=yes",
         "every count, queue, value and file back, byte for byte: {}",
+        stderr(&o)
+    );
+}
+
+/// The settings the sources disagree on follow the host's role: a server is not asked for a
+/// wider port range or tw_reuse 1, a proxy is, and a Kubernetes node (detected by its
+/// kubelet's configuration, or named) must also keep its NodePorts and the kubelet's port out
+/// of the ephemeral range, which apply reserves without dropping what was reserved already.
+#[test]
+fn the_role_decides_the_port_range_tw_reuse_and_reserved_ports() {
+    let status = |r: &serde_json::Value, id: &str| finding(r, id)["status"].as_str().unwrap().to_string();
+    let (_, server) = check_json(&fixture("default"), &[]);
+    assert_eq!((server["profile"]["role"].as_str(), server["profile"]["role_from"].as_str()), (Some("server"), Some("default")));
+    assert_eq!(status(&server, "linux.net.ipv4.ip_local_port_range"), "skip");
+    // ...and no boot view to judge either.
+    assert!(server["results"].as_array().unwrap().iter().all(|f| f["id"] != "linux.net.ipv4.ip_local_port_range.boot"));
+    assert_eq!(status(&server, "linux.net.ipv4.tcp_tw_reuse"), "pass");
+    assert_eq!(status(&server, "linux.net.ipv4.ip_local_reserved_ports"), "skip");
+
+    let (_, proxy) = check_json(&fixture("default"), &["--role", "proxy"]);
+    assert_eq!(proxy["profile"]["role_from"], "--role");
+    assert_eq!(status(&proxy, "linux.net.ipv4.ip_local_port_range"), "warn");
+    assert_eq!(status(&proxy, "linux.net.ipv4.tcp_tw_reuse"), "warn");
+    assert_eq!(status(&proxy, "linux.net.ipv4.ip_local_reserved_ports"), "skip");
+
+    // A kubelet's configuration makes it a Kubernetes node; the kernel already reserves a port.
+    let (_dir, tree) = default_tree_with("proc/sys/net/ipv4/ip_local_reserved_ports", "9100\n");
+    std::fs::create_dir_all(tree.join("var/lib/kubelet")).unwrap();
+    std::fs::write(tree.join("var/lib/kubelet/config.yaml"), "kind: KubeletConfiguration\n").unwrap();
+    let (_, node) = check_json(&tree, &[]);
+    assert_eq!(node["profile"]["role"], "kubernetes-node");
+    assert_eq!(node["profile"]["role_from"], "detected: /var/lib/kubelet/config.yaml");
+    let reserved = finding(&node, "linux.net.ipv4.ip_local_reserved_ports");
+    assert_eq!(reserved["status"], "warn", "{reserved}");
+    assert_eq!(reserved["compare"], "reserves");
+    let t = tree.to_str().unwrap();
+    let o = wstune120(&["apply", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let now = std::fs::read_to_string(tree.join("proc/sys/net/ipv4/ip_local_reserved_ports")).unwrap();
+    assert_eq!(now.trim(), "9100,10250,30000-32767", "the union, in the kernel's form");
+    let conf = std::fs::read_to_string(tree.join("etc/sysctl.d/60-wstune.conf")).unwrap();
+    assert!(conf.contains("net.ipv4.ip_local_reserved_ports = 9100,10250,30000-32767"), "{conf}");
+    assert!(conf.contains("net.ipv4.ip_local_port_range = 10000 65535"), "{conf}");
+    // --role wins over what is detected, and over the profile's role.
+    let (_, named) = check_json(&tree, &["--role", "server"]);
+    assert_eq!(named["profile"]["role"], "server");
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("edge.yaml");
+    std::fs::write(&profile, "extends: 100k\nname: edge\nrole: proxy\n").unwrap();
+    let (_, from_profile) = check_json(&fixture("default"), &["--profile", profile.to_str().unwrap()]);
+    assert_eq!((from_profile["profile"]["role"].as_str(), from_profile["profile"]["role_from"].as_str()), (Some("proxy"), Some("profile")));
+    std::fs::write(&profile, "extends: 100k\nname: edge\nrole: router\n").unwrap();
+    let o = wstune120(&["check", "--root", fixture("default").to_str().unwrap(), "--profile", profile.to_str().unwrap()]);
+    assert_eq!(code(&o), 3);
+    assert!(
+        stderr(&o).contains("edge.yaml:3: role: \"router\" is not one of `server`, `proxy`, `kubernetes-node`"),
+        "{}",
         stderr(&o)
     );
 }

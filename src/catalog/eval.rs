@@ -914,6 +914,22 @@ mod tests {
     }
 
     #[test]
+    fn port_lists_are_read_merged_and_reserved_as_a_union() {
+        let t = |s: &str| Value::Text(s.into());
+        assert_eq!(port_set(&t("30000-32767,10250, 10251")).unwrap(), vec![(10250, 10251), (30000, 32767)]);
+        assert_eq!(port_set(&t("")).unwrap(), vec![]);
+        assert!(port_set(&t("9-3")).is_none() && port_set(&t("70000")).is_none());
+        let target = t("30000-32767,10250");
+        assert!(meets(Compare::Reserves, &t("10000-40000"), &target).unwrap());
+        assert!(!meets(Compare::Reserves, &t("30000-32767"), &target).unwrap());
+        assert!(!meets(Compare::Reserves, &Value::Num(10250), &target).unwrap());
+        assert_eq!(
+            desired(Compare::Reserves, &Value::Num(9100), None, &target),
+            Some(t("9100,10250,30000-32767"))
+        );
+    }
+
+    #[test]
     fn versions_compare_numerically() {
         assert_eq!(
             meets(

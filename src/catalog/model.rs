@@ -141,6 +141,9 @@ pub enum Source {
     Sockstat(String),
     /// A column of /proc/net/softnet_stat summed over CPUs: `dropped` or `time_squeeze`.
     Softnet(SoftnetField),
+    /// A column of /proc/net/stat/nf_conntrack, by its header name (`drop`, `early_drop`,
+    /// `insert_failed`), summed over CPUs.
+    ConntrackStat(String),
     /// `per_cpu`: each CPU's share of time in softirq during `--watch` (/proc/stat, read at
     /// both ends), busiest first; unreadable without --watch (a share needs an interval).
     Softirq(SoftirqField),

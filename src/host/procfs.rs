@@ -21,6 +21,7 @@ pub mod paths {
     /// The whole host's CPU time by kind (user, system, idle, steal, ...), in USER_HZ ticks.
     pub const STAT: &str = "/proc/stat";
     pub const SOFTIRQS: &str = "/proc/softirqs";
+    pub const CONNTRACK_STAT: &str = "/proc/net/stat/nf_conntrack";
     pub const NETSTAT: &str = "/proc/net/netstat";
     pub const SNMP: &str = "/proc/net/snmp";
     pub const OSRELEASE: &str = "/proc/sys/kernel/osrelease";
@@ -107,6 +108,20 @@ pub fn softnet_sum(text: &str, column: usize) -> Option<i64> {
         rows += 1;
     }
     (rows > 0).then_some(sum)
+}
+
+/// A column of /proc/net/stat/nf_conntrack (a header of names, then one row of hex counters
+/// per CPU; the columns differ between kernels, so they are found by name), summed over the
+/// CPUs. None when the column is not there.
+pub fn conntrack_stat_sum(text: &str, column: &str) -> Option<i64> {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let at = lines.next()?.split_whitespace().position(|h| h == column)?;
+    let mut sum: i64 = 0;
+    for row in lines {
+        let v = row.split_whitespace().nth(at)?;
+        sum = sum.checked_add(i64::from_str_radix(v, 16).ok()?)?;
+    }
+    Some(sum)
 }
 
 /// The NET_RX row of /proc/softirqs: each CPU's receive softirq count since boot, by the
@@ -399,6 +414,14 @@ mod tests {
         assert_eq!(header_values(text, "TcpExt", "ListenOverflows"), Some(17));
         assert_eq!(header_values(text, "IpExt", "InNoRoutes"), Some(3));
         assert_eq!(header_values(text, "TcpExt", "Nope"), None);
+    }
+
+    #[test]
+    fn conntrack_counters_are_found_by_name_and_summed_over_cpus() {
+        let text = "entries  clashres found new invalid ignore delete delete_list insert insert_failed drop  early_drop icmp_error\n0000001c  00000000 00000000 00000000 00000003 00000000 00000000 00000000 00000000 00000000 0000000a 00000001 00000000\n0000001c  00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000006 00000000 00000000\n";
+        assert_eq!(conntrack_stat_sum(text, "drop"), Some(16));
+        assert_eq!(conntrack_stat_sum(text, "early_drop"), Some(1));
+        assert_eq!(conntrack_stat_sum(text, "nope"), None);
     }
 
     #[test]

@@ -180,6 +180,17 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                     message: format!("{path}: expected text, found {}", shown(doc)),
                 });
                 *doc = to_yaml(template);
+            } else if let (Some(words), Yaml::String(w)) = (words_of(path), &*doc) {
+                if !words.contains(&w.as_str()) {
+                    out.push(Mismatch {
+                        path: path.to_string(),
+                        message: format!(
+                            "{path}: {w:?} is not one of {}",
+                            words.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(", ")
+                        ),
+                    });
+                    *doc = to_yaml(template);
+                }
             }
         }
         // A list of text (the limits' address lists; the template's is empty).
@@ -213,6 +224,17 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
         }
         Json::Null => {}
     }
+}
+
+/// The words a key of a fixed vocabulary takes (serde would say so too, but without the line).
+fn words_of(path: &str) -> Option<&'static [&'static str]> {
+    Some(match path {
+        "role" => &["server", "proxy", "kubernetes-node"],
+        "nic.rss" => &["closest", "numa_scaling", "conservative"],
+        "nic.irq" => &["irqbalance", "pinned"],
+        "nic.when" => &["evidence", "always"],
+        _ => return None,
+    })
 }
 
 fn to_yaml(v: &Json) -> Yaml {
