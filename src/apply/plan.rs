@@ -274,7 +274,8 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
                     // (from RAM): nobody can say the next boot meets the target, so the value
                     // the profile needs is written, whether apply raises it now or an operator
                     // already did by hand (a reboot would silently lower that).
-                    Some(Status::Info) => true,
+                    // (An info check's miss with a known default is advice: not written.)
+                    Some(Status::Info) => def.default.is_none(),
                     _ => false,
                 };
                 if scope.persist && persist && def.check.boot != Some(false) {

@@ -59,6 +59,8 @@ pub fn area(id: &str) -> &'static str {
         "syn_backlog",
         "netdev_max_backlog",
         "connect_response",
+        "syncookies",
+        "synack",
     ]) {
         "accept path"
     } else if has(&["tw_", "port", "fin_timeout", "time_wait", "timed_wait"]) {

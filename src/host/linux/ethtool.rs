@@ -1,47 +1,61 @@
-//! A NIC's channel counts (its queues) over the kernel's ethtool netlink family, what `ethtool
-//! -l` reads and `ethtool -L` sets (Documentation/networking/ethtool-netlink.rst, CHANNELS_GET
-//! and CHANNELS_SET; RINGS_GET for the receive ring), through rust-netlink's `ethtool` crate on a one-off current-thread runtime.
+//! A NIC's channel counts (its queues) and receive ring over the kernel's ethtool netlink
+//! family: what `ethtool -l` and `-g` read and `ethtool -L` sets
+//! (Documentation/networking/ethtool-netlink.rst: CHANNELS_GET, CHANNELS_SET, RINGS_GET),
+//! through rust-netlink's `ethtool` crate on a one-off current-thread runtime.
 
 use crate::host::{Channels, ReadError, WriteError};
-use ethtool::EthtoolAttr::Channel;
-use ethtool::EthtoolChannelAttr as A;
-use futures_util::TryStreamExt;
+use ethtool::{EthtoolAttr, EthtoolChannelAttr as C, EthtoolRingAttr as R};
+use ethtool::{EthtoolError, EthtoolHandle};
+use futures_util::{Stream, TryStreamExt};
 
-fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread().enable_io().build()
+/// Run `f` with a fresh ethtool netlink connection; `err` makes this module's errors.
+fn with_handle<T, E, Fut>(
+    err: impl Fn(String) -> E,
+    f: impl FnOnce(EthtoolHandle) -> Fut,
+) -> Result<T, E>
+where
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| err(format!("ethtool netlink: {e}")))?;
+    rt.block_on(async {
+        let (conn, handle, _) =
+            ethtool::new_connection().map_err(|e| err(format!("ethtool netlink socket: {e}")))?;
+        tokio::spawn(conn);
+        f(handle).await
+    })
+}
+
+/// The one reply a GET for one NIC gets.
+async fn reply<M>(
+    nic: &str,
+    stream: Result<impl Stream<Item = Result<M, EthtoolError>>, EthtoolError>,
+) -> Result<M, ReadError> {
+    let mut stream = std::pin::pin!(stream.map_err(|e| unsupported(nic, &e.to_string()))?);
+    stream
+        .try_next()
+        .await
+        .map_err(|e| unsupported(nic, &e.to_string()))?
+        .ok_or_else(|| unsupported(nic, "no answer"))
 }
 
 /// The counts and maxima; `ReadError::Unsupported` when the driver has no channels (loopback,
 /// some virtual links answer EOPNOTSUPP) or the kernel has no ethtool netlink family (< 5.6).
 pub fn channels(nic: &str) -> Result<Channels, ReadError> {
-    let rt = runtime().map_err(|e| ReadError::Other(format!("ethtool netlink: {e}")))?;
-    rt.block_on(async {
-        let (conn, mut handle, _) = ethtool::new_connection()
-            .map_err(|e| ReadError::Other(format!("ethtool netlink socket: {e}")))?;
-        tokio::spawn(conn);
-        let mut stream = handle
-            .channel()
-            .get(Some(nic))
-            .execute()
-            .await
-            .map_err(|e| unsupported(nic, &e.to_string()))?;
-        let msg = stream
-            .try_next()
-            .await
-            .map_err(|e| unsupported(nic, &e.to_string()))?
-            .ok_or_else(|| unsupported(nic, "no answer"))?;
+    with_handle(ReadError::Other, |mut h| async move {
         let mut c = Channels::default();
-        for nla in &msg.payload.nlas {
-            if let Channel(a) = nla {
-                match a {
-                    A::RxCount(n) => c.rx = *n,
-                    A::TxCount(n) => c.tx = *n,
-                    A::CombinedCount(n) => c.combined = *n,
-                    A::RxMax(n) => c.max_rx = *n,
-                    A::TxMax(n) => c.max_tx = *n,
-                    A::CombinedMax(n) => c.max_combined = *n,
-                    _ => {}
-                }
+        let msg = reply(nic, h.channel().get(Some(nic)).execute().await).await?;
+        for nla in msg.payload.nlas {
+            match nla {
+                EthtoolAttr::Channel(C::RxCount(n)) => c.rx = n,
+                EthtoolAttr::Channel(C::TxCount(n)) => c.tx = n,
+                EthtoolAttr::Channel(C::CombinedCount(n)) => c.combined = n,
+                EthtoolAttr::Channel(C::RxMax(n)) => c.max_rx = n,
+                EthtoolAttr::Channel(C::TxMax(n)) => c.max_tx = n,
+                EthtoolAttr::Channel(C::CombinedMax(n)) => c.max_combined = n,
+                _ => {}
             }
         }
         Ok(c)
@@ -50,28 +64,13 @@ pub fn channels(nic: &str) -> Result<Channels, ReadError> {
 
 /// The receive ring's size now and the hardware's maximum (`ethtool -g`).
 pub fn rx_ring(nic: &str) -> Result<(u32, u32), ReadError> {
-    use ethtool::EthtoolRingAttr as R;
-    let rt = runtime().map_err(|e| ReadError::Other(format!("ethtool netlink: {e}")))?;
-    rt.block_on(async {
-        let (conn, mut handle, _) = ethtool::new_connection()
-            .map_err(|e| ReadError::Other(format!("ethtool netlink socket: {e}")))?;
-        tokio::spawn(conn);
-        let mut stream = handle
-            .ring()
-            .get(Some(nic))
-            .execute()
-            .await
-            .map_err(|e| unsupported(nic, &e.to_string()))?;
-        let msg = stream
-            .try_next()
-            .await
-            .map_err(|e| unsupported(nic, &e.to_string()))?
-            .ok_or_else(|| unsupported(nic, "no answer"))?;
+    with_handle(ReadError::Other, |mut h| async move {
         let (mut now, mut max) = (0, 0);
-        for nla in &msg.payload.nlas {
+        let msg = reply(nic, h.ring().get(Some(nic)).execute().await).await?;
+        for nla in msg.payload.nlas {
             match nla {
-                ethtool::EthtoolAttr::Ring(R::Rx(n)) => now = *n,
-                ethtool::EthtoolAttr::Ring(R::RxMax(n)) => max = *n,
+                EthtoolAttr::Ring(R::Rx(n)) => now = n,
+                EthtoolAttr::Ring(R::RxMax(n)) => max = n,
                 _ => {}
             }
         }
@@ -84,7 +83,7 @@ pub fn rx_ring(nic: &str) -> Result<(u32, u32), ReadError> {
 
 fn unsupported(nic: &str, e: &str) -> ReadError {
     ReadError::Unsupported(format!(
-        "{nic}'s channel counts cannot be read over ethtool netlink ({e})"
+        "{nic}'s ethtool settings cannot be read over ethtool netlink ({e})"
     ))
 }
 
@@ -95,12 +94,8 @@ pub fn set_channels(
     tx: Option<u32>,
     combined: Option<u32>,
 ) -> Result<(), WriteError> {
-    let rt = runtime().map_err(|e| WriteError::Other(format!("ethtool netlink: {e}")))?;
-    rt.block_on(async {
-        let (conn, mut handle, _) = ethtool::new_connection()
-            .map_err(|e| WriteError::Other(format!("ethtool netlink socket: {e}")))?;
-        tokio::spawn(conn);
-        let mut req = handle.channel().set(nic);
+    with_handle(WriteError::Other, |mut h| async move {
+        let mut req = h.channel().set(nic);
         if let Some(n) = rx {
             req = req.rx_count(n);
         }
