@@ -1329,6 +1329,9 @@ fn apply_tunes_a_nics_queues_and_rollback_restores_them_in_a_private_namespace()
         hand.starts_with("DRIFT-HAND warn") && hand.contains("/sys/class/net/wsq0/queues/rx-0/rps_cpus is 1"),
         "{hand}"
     );
+    let refused = line("REFUSED ");
+    assert!(refused.starts_with("REFUSED rc=3 rx0=") && refused.ends_with("(changed by hand)"), "{refused}");
+    assert_eq!(mask(refused.split_whitespace().nth(2).unwrap()), 1, "left as changed: {refused}");
     if out.contains("UDEV-MISSING") {
         common::skip("udev", "udevadm is not installed (apt-get install udev)");
     } else {

@@ -37,6 +37,23 @@ fn words(s: &str) -> String {
 pub fn hand_changes(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<HandChange> {
     let mut out = Vec::new();
     for r in &entry.runtime {
+        // A NIC queue's or interrupt's setting, compared as the kernel prints it (a padded
+        // mask reads back for the one written).
+        let nic = entry.actions.iter().find_map(|a| match &a.op {
+            Op::KernelFile { path, value } if *path == r.path => Some(value),
+            _ => None,
+        });
+        if let (Some(applied), Ok(now)) = (nic, backend.read(&r.path)) {
+            let same = |v: &str| crate::nic::same_setting(&r.path, &now, v);
+            if !same(applied) && !same(&r.old) {
+                out.push(HandChange(format!(
+                    "{}: applied {applied}, now {} (changed by hand)",
+                    r.path,
+                    now.trim()
+                )));
+            }
+            continue;
+        }
         let applied = entry.actions.iter().find_map(|a| match &a.op {
             Op::Sysctl { key, value } if sysctl_path(key) == r.path => Some((key, value)),
             _ => None,

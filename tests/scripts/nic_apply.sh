@@ -44,6 +44,9 @@ echo "DRIFT $(python3 -c 'import json,sys; print([r["status"] for r in json.load
 echo 1 > /sys/class/net/wsq0/queues/rx-0/rps_cpus
 "$W" check --profile 100k --prefix "$P" -f json > "$T/check.json"
 echo "DRIFT-HAND $(python3 -c 'import json,sys; r=[r for r in json.load(open(sys.argv[1]))["results"] if r["id"]=="wstune.journal.drift"][0]; print(r["status"], r["note"])' "$T/check.json")"
+# Without --force, rollback refuses to overwrite the queue changed by hand, and changes nothing.
+"$W" rollback --prefix "$P" --yes > "$T/out" 2>&1; rc=$?
+echo "REFUSED rc=$rc rx0=$(cat /sys/class/net/wsq0/queues/rx-0/rps_cpus) $(grep -o 'rx-0/rps_cpus: applied [0-9a-f,]*, now [0-9a-f,]* (changed by hand)' "$T/out")"
 
 # The consumers, with wstune's files where they look for them (this mount namespace only).
 if command -v udevadm > /dev/null; then
