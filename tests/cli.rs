@@ -351,6 +351,12 @@ fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
     // The NIC on node 1 (CPUs 16-31), every queue interrupt allowed anywhere now; the kernel's
     // /proc/irq/N/NAME directory names each one's handler.
     std::fs::write(tree.join("sys/class/net/eth0/device/local_cpulist"), "16-31\n").unwrap();
+    // A kernel with RPS: 8 hardware queues for the node's 16 CPUs get it too, and RFS's table.
+    std::fs::write(tree.join("proc/sys/net/core/rps_sock_flow_entries"), "0\n").unwrap();
+    for q in 0..8 {
+        std::fs::write(tree.join(format!("sys/class/net/eth0/queues/rx-{q}/rps_cpus")), "00000000\n").unwrap();
+        std::fs::write(tree.join(format!("sys/class/net/eth0/queues/rx-{q}/rps_flow_cnt")), "0\n").unwrap();
+    }
     for (k, irq) in (40..48).enumerate() {
         let d = tree.join(format!("proc/irq/{irq}"));
         std::fs::create_dir_all(d.join(format!("mlx5_comp{k}@pci:0000:3b:00.0"))).unwrap();
@@ -375,7 +381,14 @@ fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
     for (k, irq) in (40..48).enumerate() {
         assert_eq!(affinity(irq).trim(), (16 + k).to_string(), "IRQ {irq}");
     }
+    let rps = std::fs::read_to_string(tree.join("sys/class/net/eth0/queues/rx-3/rps_cpus")).unwrap();
+    assert_eq!(rps.trim(), "ffff0000", "the node's CPUs 16-31");
+    let flow = std::fs::read_to_string(tree.join("proc/sys/net/core/rps_sock_flow_entries")).unwrap();
+    assert_eq!(flow.trim(), "32768");
     assert!(stdout(&o).contains("kept at boot by wstune-nic-irq.service"), "{}", stdout(&o));
+    // Done already: a second apply plans nothing, files included.
+    let again = wstune120(&["apply", "--root", t, "--prefix", p, "--profile", pr, "--nic", "eth0", "--yes"]);
+    assert!(stdout(&again).contains("Nothing to change"), "{}", stdout(&again));
     // The files apply wrote, wherever --root and --prefix put them.
     let find = |name: &str| {
         walk(dir.path())

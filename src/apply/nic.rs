@@ -181,7 +181,8 @@ pub fn plan(i: &Inputs) -> NicPlan {
                     set(&mut p, attr, q.rps_flow_cnt.as_ref(), flow.clone(), same);
                 }
             }
-            rps_planned = true;
+            // RFS's table only where a queue has RPS (a kernel without it has no files).
+            rps_planned |= nic.rx.iter().any(|q| q.rps_cpus.is_some());
         } else if i.profile.rps && steered_by_hardware {
             p.notes.push(format!(
                 "{}: RPS not set: {rx} receive queues for {} CPUs, one each already (scaling.rst: RPS is then redundant)",

@@ -261,8 +261,21 @@ fn add_nic_plan(
         p.rendered_from
             .push((crate::host::owned::NIC_IRQ_SCRIPT.to_string(), irq_script_now));
     }
-    p.actions.extend(n.actions);
-    p.files.extend(n.files);
+    // A file that already says exactly this (an earlier apply's) is not written again, and
+    // the actions it stands for are not changes: a second apply plans nothing.
+    let mut same = Vec::new();
+    for (path, text) in &n.files {
+        if a.store.read(path)?.is_some_and(|f| f.bytes == text.as_bytes()) {
+            same.push(path.clone());
+        }
+    }
+    p.actions.extend(
+        n.actions
+            .into_iter()
+            .filter(|x| x.op.is_runtime() || !same.contains(&x.op.place())),
+    );
+    p.files
+        .extend(n.files.into_iter().filter(|(path, _)| !same.contains(path)));
     p.notes.extend(n.notes);
     Ok(())
 }
