@@ -490,8 +490,9 @@ fn the_self_tests_connections_close_cleanly_after_the_run() {
         "--format",
         "json",
     ]);
-    // Exit 2 is a missed p99 target on a busy machine: not what this test is about.
-    assert!(matches!(o.status.code(), Some(0 | 2)), "{o:?}");
+    // Exit 2 is a missed p99 target on a busy machine, 4 a window too noisy to judge (steal
+    // on a shared VM): neither is what this test is about.
+    assert!(matches!(o.status.code(), Some(0 | 2 | 4)), "{o:?}");
     let clean = s.wait_metric(
         "ws_closes_received_total{code=\"1000\"}",
         Duration::from_secs(10),
