@@ -9,7 +9,9 @@
 
 use crate::catalog::facts::{BootConfig, BootEntry, SYSCTL_CONF, SYSCTL_DIRS};
 use crate::catalog::facts::{HostFacts, Instance, Options, Reading};
-use crate::catalog::{Catalog, CheckDef, Compare, Each, Fact, LimitKind, Process, SoftirqField, Source, Target};
+use crate::catalog::{
+    Catalog, CheckDef, Compare, Each, Fact, LimitKind, Process, SoftirqField, Source, Target,
+};
 use crate::host::procfs::{self, paths, sysctl_path};
 use crate::host::{owned, Backend, Link, Platform, ReadError};
 use crate::value::Value;
@@ -258,7 +260,9 @@ fn read_source(
         Source::Netstat(name) => read_netstat(backend, name),
         Source::Sockstat(name) => read_sockstat(backend, name),
         // The first reading; the share is computed once the watch has waited (see `gather`).
-        Source::Softirq(SoftirqField::NetRx) => backend.read(paths::SOFTIRQS).map(Value::Text).into(),
+        Source::Softirq(SoftirqField::NetRx) => {
+            backend.read(paths::SOFTIRQS).map(Value::Text).into()
+        }
         Source::Softirq(_) => backend.read(paths::STAT).map(Value::Text).into(),
         Source::Softnet(field) => match backend.read(paths::SOFTNET_STAT) {
             Ok(text) => match procfs::softnet_sum(&text, field.column()) {

@@ -69,7 +69,11 @@ pub fn read(backend: &dyn Backend, name: &str, physical: bool) -> NicFacts {
         .unwrap_or_else(|| vec![0]);
     let local_cpus = text(&format!("{base}/device/local_cpulist"))
         .and_then(|t| parse_cpu_list(&t))
-        .map(|l| l.into_iter().filter(|c| cpus.contains(c)).collect::<Vec<_>>())
+        .map(|l| {
+            l.into_iter()
+                .filter(|c| cpus.contains(c))
+                .collect::<Vec<_>>()
+        })
         .filter(|l| !l.is_empty())
         .unwrap_or_else(|| cpus.clone());
     let queues = backend.list(&format!("{base}/queues")).unwrap_or_default();
@@ -113,9 +117,12 @@ pub fn read(backend: &dyn Backend, name: &str, physical: bool) -> NicFacts {
         irqs,
         channels: backend.channels(name).ok(),
         rx_ring: backend.rx_ring(name).ok(),
-        default_link: ["/usr/lib/systemd/network/99-default.link", "/lib/systemd/network/99-default.link"]
-            .iter()
-            .find_map(|p| backend.read(p).ok()),
+        default_link: [
+            "/usr/lib/systemd/network/99-default.link",
+            "/lib/systemd/network/99-default.link",
+        ]
+        .iter()
+        .find_map(|p| backend.read(p).ok()),
     }
 }
 
@@ -156,7 +163,9 @@ fn queue_irqs(backend: &dyn Backend, nic: &str) -> Vec<(u32, String)> {
         ["comp", "txrx", "rx", "tx", "input", "output", "queue"]
             .iter()
             .any(|w| n.contains(w))
-            && !["async", "config", "ctrl", "admin"].iter().any(|w| n.contains(w))
+            && !["async", "config", "ctrl", "admin"]
+                .iter()
+                .any(|w| n.contains(w))
     };
     let mut out: Vec<(u32, String)> = lines
         .into_iter()
@@ -302,7 +311,8 @@ impl Evidence {
                         }
                         (Status::Pass, _) => {
                             e.measured = true;
-                            e.quiet.push(format!("{what}: {}", f.note.as_deref().unwrap_or("")));
+                            e.quiet
+                                .push(format!("{what}: {}", f.note.as_deref().unwrap_or("")));
                         }
                         _ => {}
                     }
@@ -380,11 +390,10 @@ pub fn advise(findings: &mut [Finding]) {
         return;
     }
     for f in findings.iter_mut() {
-        let Some(nic) = f
-            .id
-            .strip_prefix("linux.nic.")
-            .and_then(|rest| rest.split_once('['))
-            .map(|(_, n)| n.trim_end_matches(']').to_string())
+        let Some(nic) =
+            f.id.strip_prefix("linux.nic.")
+                .and_then(|rest| rest.split_once('['))
+                .map(|(_, n)| n.trim_end_matches(']').to_string())
         else {
             continue;
         };
@@ -435,17 +444,32 @@ mod tests {
 
     #[test]
     fn receive_softirqs_on_one_cpu_are_evidence_and_an_even_spread_is_not() {
-        let one = [finding("linux.cpu.net_rx", "cpu3 92 % (46000), cpu0 8 % (4000)")];
+        let one = [finding(
+            "linux.cpu.net_rx",
+            "cpu3 92 % (46000), cpu0 8 % (4000)",
+        )];
         let e = Evidence::from_findings(&one);
-        assert!(e.measured && e.found == ["NET_RX: cpu3 92 % (46000) on one CPU"], "{e:?}");
-        let even = [finding("linux.cpu.net_rx", "cpu3 52 % (46000), cpu0 48 % (42000)")];
+        assert!(
+            e.measured && e.found == ["NET_RX: cpu3 92 % (46000) on one CPU"],
+            "{e:?}"
+        );
+        let even = [finding(
+            "linux.cpu.net_rx",
+            "cpu3 52 % (46000), cpu0 48 % (42000)",
+        )];
         let e = Evidence::from_findings(&even);
-        assert!(e.measured && e.found.is_empty() && e.quiet[0].starts_with("NET_RX: busiest cpu3"), "{e:?}");
+        assert!(
+            e.measured && e.found.is_empty() && e.quiet[0].starts_with("NET_RX: busiest cpu3"),
+            "{e:?}"
+        );
         // A few softirqs on an idle host say nothing.
         let idle = [finding("linux.cpu.net_rx", "cpu1 100 % (12)")];
         assert!(Evidence::from_findings(&idle).found.is_empty());
         let busy_cpu = [finding("linux.cpu.softirq", "cpu1 35.0 %, cpu0 2.0 %")];
-        assert_eq!(Evidence::from_findings(&busy_cpu).found, ["softirq: cpu1 35.0 % (busiest CPU)"]);
+        assert_eq!(
+            Evidence::from_findings(&busy_cpu).found,
+            ["softirq: cpu1 35.0 % (busiest CPU)"]
+        );
     }
 
     #[test]
@@ -455,7 +479,10 @@ mod tests {
         assert_eq!(parse_mask("00000000,0000000f").unwrap(), vec![0, 1, 2, 3]);
         assert_eq!(parse_mask("0").unwrap(), Vec::<u32>::new());
         assert_eq!(parse_mask(&mask(&[1, 33, 40])).unwrap(), vec![1, 33, 40]);
-        assert_eq!(parse_cpu_list("0-3,8,10-11").unwrap(), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11").unwrap(),
+            vec![0, 1, 2, 3, 8, 10, 11]
+        );
         assert_eq!(cpu_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
         assert!(parse_cpu_list("3-1").is_none());
         assert!(parse_mask("xyz").is_none());

@@ -270,7 +270,15 @@ fn default_tree_with(rel: &str, text: &str) -> (tempfile::TempDir, std::path::Pa
 /// as the kernel's own file would change (the first reading is taken at start, well before).
 fn check_watched_while_rewritten(tree: &Path, rel: &str, after: &str) -> serde_json::Value {
     json_of(&watched_while_rewritten(
-        &["check", "--root", tree.to_str().unwrap(), "--watch", "4", "-f", "json"],
+        &[
+            "check",
+            "--root",
+            tree.to_str().unwrap(),
+            "--watch",
+            "4",
+            "-f",
+            "json",
+        ],
         tree,
         rel,
         after,
@@ -308,17 +316,28 @@ fn the_nic_advice_and_plan_follow_what_the_watch_measured() {
     let (_dir, tree) = default_tree_with(rel, &before);
     // Give eth0 the queue files a kernel with RPS has.
     std::fs::write(tree.join("sys/class/net/eth0/queues/rx-0/rps_cpus"), "0\n").unwrap();
-    std::fs::write(tree.join("sys/class/net/eth0/queues/rx-0/rps_flow_cnt"), "0\n").unwrap();
+    std::fs::write(
+        tree.join("sys/class/net/eth0/queues/rx-0/rps_flow_cnt"),
+        "0\n",
+    )
+    .unwrap();
     std::fs::write(tree.join("sys/class/net/eth0/queues/tx-0/xps_cpus"), "0\n").unwrap();
     let t = tree.to_str().unwrap();
 
     let (_, quiet) = check_json(&tree, &["--watch", "1"]);
     let q = finding(&quiet, "linux.nic.rx_queues[eth0]");
     assert_eq!(q["status"], "info", "{q}");
-    assert!(q["note"].as_str().unwrap().contains("not needed now"), "{q}");
+    assert!(
+        q["note"].as_str().unwrap().contains("not needed now"),
+        "{q}"
+    );
     let o = wstune120(&["apply", "--root", t, "--watch", "1", "--dry-run"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert!(stdout(&o).contains("NIC queues of eth0 not changed: the kernel is not busy receiving"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("NIC queues of eth0 not changed: the kernel is not busy receiving"),
+        "{}",
+        stdout(&o)
+    );
     assert!(!stdout(&o).contains("rps_cpus"), "{}", stdout(&o));
 
     let busy = softnet_row(1500, 90, 40) + &softnet_row(2600, 0, 1);
@@ -326,16 +345,33 @@ fn the_nic_advice_and_plan_follow_what_the_watch_measured() {
     let b = finding(&r, "linux.nic.rx_queues[eth0]");
     assert_eq!(b["status"], "warn", "{b}");
     let note = b["note"].as_str().unwrap();
-    assert!(note.contains("softnet drops +87") && note.contains("apply --nic eth0"), "{b}");
+    assert!(
+        note.contains("softnet drops +87") && note.contains("apply --nic eth0"),
+        "{b}"
+    );
 
     std::fs::write(tree.join(rel), &before).unwrap();
-    let o = watched_while_rewritten(&["apply", "--root", t, "--watch", "4", "--dry-run"], &tree, rel, &busy);
+    let o = watched_while_rewritten(
+        &["apply", "--root", t, "--watch", "4", "--dry-run"],
+        &tree,
+        rel,
+        &busy,
+    );
     assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
     let plan = String::from_utf8_lossy(&o.stdout);
     // One receive queue for two CPUs: RPS over both, RFS's table, and the udev rule.
-    assert!(plan.contains("eth0 queues/rx-0/rps_cpus") && plan.contains("0 -> 3"), "{plan}");
-    assert!(plan.contains("NIC queues tuned (evidence: softnet drops +87"), "{plan}");
-    assert!(plan.contains("/etc/udev/rules.d/60-wstune-nic.rules"), "{plan}");
+    assert!(
+        plan.contains("eth0 queues/rx-0/rps_cpus") && plan.contains("0 -> 3"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("NIC queues tuned (evidence: softnet drops +87"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("/etc/udev/rules.d/60-wstune-nic.rules"),
+        "{plan}"
+    );
 }
 
 /// With `nic.irq: pinned`, each queue interrupt of an 8-queue mlx5 NIC goes to its own CPU of
@@ -350,12 +386,24 @@ fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
     let pristine = dir.path().join("pristine");
     // The NIC on node 1 (CPUs 16-31), every queue interrupt allowed anywhere now; the kernel's
     // /proc/irq/N/NAME directory names each one's handler.
-    std::fs::write(tree.join("sys/class/net/eth0/device/local_cpulist"), "16-31\n").unwrap();
+    std::fs::write(
+        tree.join("sys/class/net/eth0/device/local_cpulist"),
+        "16-31\n",
+    )
+    .unwrap();
     // A kernel with RPS: 8 hardware queues for the node's 16 CPUs get it too, and RFS's table.
     std::fs::write(tree.join("proc/sys/net/core/rps_sock_flow_entries"), "0\n").unwrap();
     for q in 0..8 {
-        std::fs::write(tree.join(format!("sys/class/net/eth0/queues/rx-{q}/rps_cpus")), "00000000\n").unwrap();
-        std::fs::write(tree.join(format!("sys/class/net/eth0/queues/rx-{q}/rps_flow_cnt")), "0\n").unwrap();
+        std::fs::write(
+            tree.join(format!("sys/class/net/eth0/queues/rx-{q}/rps_cpus")),
+            "00000000\n",
+        )
+        .unwrap();
+        std::fs::write(
+            tree.join(format!("sys/class/net/eth0/queues/rx-{q}/rps_flow_cnt")),
+            "0\n",
+        )
+        .unwrap();
     }
     for (k, irq) in (40..48).enumerate() {
         let d = tree.join(format!("proc/irq/{irq}"));
@@ -365,7 +413,11 @@ fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
     }
     copy_dir(&tree, &pristine);
     let profile = dir.path().join("pinned.yaml");
-    std::fs::write(&profile, "extends: 100k\nname: pinned\nnic:\n  irq: pinned\n").unwrap();
+    std::fs::write(
+        &profile,
+        "extends: 100k\nname: pinned\nnic:\n  irq: pinned\n",
+    )
+    .unwrap();
     let prefix = dir.path().join("prefix");
     std::fs::create_dir(&prefix).unwrap();
     let (t, p, pr) = (
@@ -373,7 +425,18 @@ fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
         prefix.to_str().unwrap(),
         profile.to_str().unwrap(),
     );
-    let o = wstune120(&["apply", "--root", t, "--prefix", p, "--profile", pr, "--nic", "eth0", "--yes"]);
+    let o = wstune120(&[
+        "apply",
+        "--root",
+        t,
+        "--prefix",
+        p,
+        "--profile",
+        pr,
+        "--nic",
+        "eth0",
+        "--yes",
+    ]);
     assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
     let affinity = |irq: u32| {
         std::fs::read_to_string(tree.join(format!("proc/irq/{irq}/smp_affinity_list"))).unwrap()
@@ -381,14 +444,35 @@ fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
     for (k, irq) in (40..48).enumerate() {
         assert_eq!(affinity(irq).trim(), (16 + k).to_string(), "IRQ {irq}");
     }
-    let rps = std::fs::read_to_string(tree.join("sys/class/net/eth0/queues/rx-3/rps_cpus")).unwrap();
+    let rps =
+        std::fs::read_to_string(tree.join("sys/class/net/eth0/queues/rx-3/rps_cpus")).unwrap();
     assert_eq!(rps.trim(), "ffff0000", "the node's CPUs 16-31");
-    let flow = std::fs::read_to_string(tree.join("proc/sys/net/core/rps_sock_flow_entries")).unwrap();
+    let flow =
+        std::fs::read_to_string(tree.join("proc/sys/net/core/rps_sock_flow_entries")).unwrap();
     assert_eq!(flow.trim(), "32768");
-    assert!(stdout(&o).contains("kept at boot by wstune-nic-irq.service"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("kept at boot by wstune-nic-irq.service"),
+        "{}",
+        stdout(&o)
+    );
     // Done already: a second apply plans nothing, files included.
-    let again = wstune120(&["apply", "--root", t, "--prefix", p, "--profile", pr, "--nic", "eth0", "--yes"]);
-    assert!(stdout(&again).contains("Nothing to change"), "{}", stdout(&again));
+    let again = wstune120(&[
+        "apply",
+        "--root",
+        t,
+        "--prefix",
+        p,
+        "--profile",
+        pr,
+        "--nic",
+        "eth0",
+        "--yes",
+    ]);
+    assert!(
+        stdout(&again).contains("Nothing to change"),
+        "{}",
+        stdout(&again)
+    );
     // The files apply wrote, wherever --root and --prefix put them.
     let find = |name: &str| {
         walk(dir.path())
@@ -399,27 +483,57 @@ fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
     let script = find("etc/wstune/nic-irq.sh");
     let unit = find("etc/systemd/system/wstune-nic-irq.service");
     let rules = std::fs::read_to_string(find("etc/udev/rules.d/60-wstune-nic.rules")).unwrap();
-    assert!(rules.contains("ENV{SYSTEMD_WANTS}+=\"wstune-nic-irq.service\""), "{rules}");
+    assert!(
+        rules.contains("ENV{SYSTEMD_WANTS}+=\"wstune-nic-irq.service\""),
+        "{rules}"
+    );
     // A reboot: the numbers are the kernel's again, and the script finds them by name.
     for irq in 40..48 {
-        std::fs::write(tree.join(format!("proc/irq/{irq}/smp_affinity_list")), "0-31\n").unwrap();
+        std::fs::write(
+            tree.join(format!("proc/irq/{irq}/smp_affinity_list")),
+            "0-31\n",
+        )
+        .unwrap();
     }
     let sh = Command::new("sh").arg(&script).arg(&tree).output().unwrap();
-    assert!(sh.status.success(), "{}", String::from_utf8_lossy(&sh.stderr));
+    assert!(
+        sh.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sh.stderr)
+    );
     for (k, irq) in (40..48).enumerate() {
-        assert_eq!(affinity(irq).trim(), (16 + k).to_string(), "IRQ {irq} after the boot script");
+        assert_eq!(
+            affinity(irq).trim(),
+            (16 + k).to_string(),
+            "IRQ {irq} after the boot script"
+        );
     }
     if common::have("systemd-analyze") {
-        let v = Command::new("systemd-analyze").args(["verify", unit.to_str().unwrap()]).output().unwrap();
-        assert!(v.status.success(), "systemd-analyze verify: {}", String::from_utf8_lossy(&v.stderr));
+        let v = Command::new("systemd-analyze")
+            .args(["verify", unit.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            v.status.success(),
+            "systemd-analyze verify: {}",
+            String::from_utf8_lossy(&v.stderr)
+        );
     } else {
-        common::skip("systemd-analyze", "systemd is not installed (apt-get install systemd)");
+        common::skip(
+            "systemd-analyze",
+            "systemd is not installed (apt-get install systemd)",
+        );
     }
     let o = wstune120(&["rollback", "--root", t, "--prefix", p, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(tree.join("var"));
     common::assert_same_tree(&pristine, &tree);
-    assert!(walk(&prefix).iter().all(|f| !f.to_string_lossy().contains("wstune-nic")), "the prefix is empty again");
+    assert!(
+        walk(&prefix)
+            .iter()
+            .all(|f| !f.to_string_lossy().contains("wstune-nic")),
+        "the prefix is empty again"
+    );
 }
 
 /// Every file under `dir`.
@@ -485,15 +599,27 @@ fn conntrack_drops_that_grow_during_a_watch_fail() {
     let rel = "proc/net/stat/nf_conntrack";
     let (_dir, tree) = default_tree_with(rel, &stat(5, 2));
     let (_, quiet) = check_json(&tree, &["--watch", "1"]);
-    assert_eq!(finding(&quiet, "linux.netfilter.conntrack_drops")["status"], "pass");
-    assert_eq!(finding(&quiet, "linux.netfilter.conntrack_drops")["current"], 7);
+    assert_eq!(
+        finding(&quiet, "linux.netfilter.conntrack_drops")["status"],
+        "pass"
+    );
+    assert_eq!(
+        finding(&quiet, "linux.netfilter.conntrack_drops")["current"],
+        7
+    );
     let r = check_watched_while_rewritten(&tree, rel, &stat(305, 2));
     let drops = finding(&r, "linux.netfilter.conntrack_drops");
     assert_eq!(drops["status"], "fail", "{drops}");
-    assert!(drops["note"].as_str().unwrap_or_default().contains("+300"), "{drops}");
+    assert!(
+        drops["note"].as_str().unwrap_or_default().contains("+300"),
+        "{drops}"
+    );
     std::fs::remove_file(tree.join(rel)).unwrap();
     let (_, none) = check_json(&tree, &[]);
-    assert_eq!(finding(&none, "linux.netfilter.conntrack_drops")["status"], "pass");
+    assert_eq!(
+        finding(&none, "linux.netfilter.conntrack_drops")["status"],
+        "pass"
+    );
 }
 
 /// Softirq time is a share of an interval: reported per CPU, busiest first, only over --watch.
@@ -1099,10 +1225,16 @@ fn bad_input_is_one_clear_error_and_exit_3() {
     )
     .unwrap();
     // The typo is on the line after somaxconn's.
-    let typo_line = text.lines().position(|l| l == "  somaxconn: 65535").unwrap() + 2;
+    let typo_line = text
+        .lines()
+        .position(|l| l == "  somaxconn: 65535")
+        .unwrap()
+        + 2;
     assert_usage_error(
         &["check", "--profile", bad.to_str().unwrap()],
-        &[&format!("bad.yaml:{typo_line}: linux: unknown field `somaxcon`, expected one of")],
+        &[&format!(
+            "bad.yaml:{typo_line}: linux: unknown field `somaxcon`, expected one of"
+        )],
     );
     std::fs::write(&bad, text.replace("window_bits: 11", "window_bits: 8")).unwrap();
     assert_usage_error(
@@ -1265,7 +1397,13 @@ fn apply_and_rollback_against_a_real_kernel_in_private_namespaces() {
     // A server (the default role) is not asked to widen its port range: left as it was.
     let range = finding(&r, "linux.net.ipv4.ip_local_port_range");
     assert_eq!(range["status"], "skip", "{range}");
-    assert!(range["note"].as_str().unwrap().starts_with("not needed on a server"), "{range}");
+    assert!(
+        range["note"]
+            .as_str()
+            .unwrap()
+            .starts_with("not needed on a server"),
+        "{range}"
+    );
     assert_eq!(
         std::fs::read_to_string("/proc/sys/net/core/somaxconn").unwrap(),
         host_before,
@@ -1282,7 +1420,10 @@ fn apply_and_rollback_against_a_real_kernel_in_private_namespaces() {
 #[test]
 fn apply_tunes_a_nics_queues_and_rollback_restores_them_in_a_private_namespace() {
     if !common::have("ethtool") {
-        return common::skip("ethtool", "ethtool is not installed (apt-get install ethtool)");
+        return common::skip(
+            "ethtool",
+            "ethtool is not installed (apt-get install ethtool)",
+        );
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/nic_apply.sh");
     let Some(o) = common::in_netns(&format!("bash {}", script.display())) else {
@@ -1307,15 +1448,24 @@ fn apply_tunes_a_nics_queues_and_rollback_restores_them_in_a_private_namespace()
     assert!(!line("PLAN-UNNAMED ").contains("wsq0"), "{out}");
     assert_eq!(line("STEP dry-run "), "STEP dry-run rc=0 same=yes");
     let plan = line("PLAN ");
-    assert!(plan.contains("named with --nic") && plan.contains("RSS profile closest"), "{plan}");
-    assert!(plan.contains("wsq0 channels") && plan.contains("rx 1, tx 1 ->"), "{plan}");
+    assert!(
+        plan.contains("named with --nic") && plan.contains("RSS profile closest"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("wsq0 channels") && plan.contains("rx 1, tx 1 ->"),
+        "{plan}"
+    );
     assert_eq!(line("STEP apply "), "STEP apply rc=0 same=no");
     let cpus = std::thread::available_parallelism().unwrap().get() as u32;
     let n = cpus.min(4);
     assert_eq!(line("CHANNELS "), format!("CHANNELS RX:{n}TX:{n}"));
     let link = decoded("LINK ");
     assert!(link.contains("[Match]\nOriginalName=wsq0\n"), "{link}");
-    assert!(link.contains("NamePolicy=") && link.contains(&format!("RxChannels={n}\nTxChannels={n}\n")), "{link}");
+    assert!(
+        link.contains("NamePolicy=") && link.contains(&format!("RxChannels={n}\nTxChannels={n}\n")),
+        "{link}"
+    );
     assert_eq!(line("STEP second-apply "), "STEP second-apply rc=0");
     let mask = |l: &str| {
         u64::from_str_radix(&l.rsplit('=').next().unwrap().replace(',', ""), 16)
@@ -1324,34 +1474,65 @@ fn apply_tunes_a_nics_queues_and_rollback_restores_them_in_a_private_namespace()
     let flow = (32768 / n).next_power_of_two();
     for q in 0..n {
         // Every CPU (one NUMA node here) steers each queue: a veth receives on the sender's CPU.
-        let rps = line(&format!("AFTER /sys/class/net/wsq0/queues/rx-{q}/rps_cpus="));
+        let rps = line(&format!(
+            "AFTER /sys/class/net/wsq0/queues/rx-{q}/rps_cpus="
+        ));
         assert_eq!(mask(&rps), (1u64 << cpus) - 1, "{rps}");
-        let cnt = line(&format!("AFTER /sys/class/net/wsq0/queues/rx-{q}/rps_flow_cnt="));
+        let cnt = line(&format!(
+            "AFTER /sys/class/net/wsq0/queues/rx-{q}/rps_flow_cnt="
+        ));
         assert!(cnt.ends_with(&format!("={flow}")), "{cnt}");
         // Each transmit queue sent on by the CPUs whose position is q modulo the queue count.
-        let xps = line(&format!("AFTER /sys/class/net/wsq0/queues/tx-{q}/xps_cpus="));
+        let xps = line(&format!(
+            "AFTER /sys/class/net/wsq0/queues/tx-{q}/xps_cpus="
+        ));
         let want: u64 = (0..cpus).filter(|c| c % n == q).map(|c| 1u64 << c).sum();
         assert_eq!(mask(&xps), want, "{xps}");
     }
     let rules = decoded("RULES ");
-    assert!(rules.contains("# nic wsq0\nACTION==\"add\", SUBSYSTEM==\"net\", KERNEL==\"wsq0\", "), "{rules}");
-    assert!(rules.contains(&format!("ATTR{{queues/rx-{}/rps_flow_cnt}}=\"{flow}\"", n - 1)), "{rules}");
+    assert!(
+        rules.contains("# nic wsq0\nACTION==\"add\", SUBSYSTEM==\"net\", KERNEL==\"wsq0\", "),
+        "{rules}"
+    );
+    assert!(
+        rules.contains(&format!(
+            "ATTR{{queues/rx-{}/rps_flow_cnt}}=\"{flow}\"",
+            n - 1
+        )),
+        "{rules}"
+    );
     assert_eq!(line("DRIFT "), "DRIFT ['pass']");
     let hand = line("DRIFT-HAND ");
     assert!(
-        hand.starts_with("DRIFT-HAND warn") && hand.contains("/sys/class/net/wsq0/queues/rx-0/rps_cpus is 1"),
+        hand.starts_with("DRIFT-HAND warn")
+            && hand.contains("/sys/class/net/wsq0/queues/rx-0/rps_cpus is 1"),
         "{hand}"
     );
     let refused = line("REFUSED ");
-    assert!(refused.starts_with("REFUSED rc=3 rx0=") && refused.ends_with("(changed by hand)"), "{refused}");
-    assert_eq!(mask(refused.split_whitespace().nth(2).unwrap()), 1, "left as changed: {refused}");
+    assert!(
+        refused.starts_with("REFUSED rc=3 rx0=") && refused.ends_with("(changed by hand)"),
+        "{refused}"
+    );
+    assert_eq!(
+        mask(refused.split_whitespace().nth(2).unwrap()),
+        1,
+        "left as changed: {refused}"
+    );
     if out.contains("UDEV-MISSING") {
         common::skip("udev", "udevadm is not installed (apt-get install udev)");
     } else {
         // The rule writes every queue setting again (3 per queue), the changed one included.
         let rule = line("UDEV-RULE ");
-        assert!(rule.starts_with("UDEV-RULE rc=0 rx0=") && rule.ends_with(&format!(" {} writes", 3 * n)), "{rule}");
-        assert_eq!(mask(rule.split_whitespace().nth(2).unwrap()), (1u64 << cpus) - 1, "{rule}");
+        assert!(
+            rule.starts_with("UDEV-RULE rc=0 rx0=")
+                && rule.ends_with(&format!(" {} writes", 3 * n)),
+            "{rule}"
+        );
+        assert_eq!(
+            mask(rule.split_whitespace().nth(2).unwrap()),
+            (1u64 << cpus) - 1,
+            "{rule}"
+        );
         assert_eq!(
             line("UDEV-LINK "),
             format!("UDEV-LINK rc=0 Config file /etc/systemd/network/10-wstune-wsq0.link is applied channels=RX:{n}TX:{n}")
@@ -1371,52 +1552,107 @@ fn apply_tunes_a_nics_queues_and_rollback_restores_them_in_a_private_namespace()
 /// of the ephemeral range, which apply reserves without dropping what was reserved already.
 #[test]
 fn the_role_decides_the_port_range_tw_reuse_and_reserved_ports() {
-    let status = |r: &serde_json::Value, id: &str| finding(r, id)["status"].as_str().unwrap().to_string();
+    let status =
+        |r: &serde_json::Value, id: &str| finding(r, id)["status"].as_str().unwrap().to_string();
     let (_, server) = check_json(&fixture("default"), &[]);
-    assert_eq!((server["profile"]["role"].as_str(), server["profile"]["role_from"].as_str()), (Some("server"), Some("default")));
-    assert_eq!(status(&server, "linux.net.ipv4.ip_local_port_range"), "skip");
+    assert_eq!(
+        (
+            server["profile"]["role"].as_str(),
+            server["profile"]["role_from"].as_str()
+        ),
+        (Some("server"), Some("default"))
+    );
+    assert_eq!(
+        status(&server, "linux.net.ipv4.ip_local_port_range"),
+        "skip"
+    );
     // ...and no boot view to judge either.
-    assert!(server["results"].as_array().unwrap().iter().all(|f| f["id"] != "linux.net.ipv4.ip_local_port_range.boot"));
+    assert!(server["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f["id"] != "linux.net.ipv4.ip_local_port_range.boot"));
     assert_eq!(status(&server, "linux.net.ipv4.tcp_tw_reuse"), "pass");
-    assert_eq!(status(&server, "linux.net.ipv4.ip_local_reserved_ports"), "skip");
+    assert_eq!(
+        status(&server, "linux.net.ipv4.ip_local_reserved_ports"),
+        "skip"
+    );
 
     let (_, proxy) = check_json(&fixture("default"), &["--role", "proxy"]);
     assert_eq!(proxy["profile"]["role_from"], "--role");
     assert_eq!(status(&proxy, "linux.net.ipv4.ip_local_port_range"), "warn");
     assert_eq!(status(&proxy, "linux.net.ipv4.tcp_tw_reuse"), "warn");
-    assert_eq!(status(&proxy, "linux.net.ipv4.ip_local_reserved_ports"), "skip");
+    assert_eq!(
+        status(&proxy, "linux.net.ipv4.ip_local_reserved_ports"),
+        "skip"
+    );
 
     // A kubelet's configuration makes it a Kubernetes node; the kernel already reserves a port.
     let (_dir, tree) = default_tree_with("proc/sys/net/ipv4/ip_local_reserved_ports", "9100\n");
     std::fs::create_dir_all(tree.join("var/lib/kubelet")).unwrap();
-    std::fs::write(tree.join("var/lib/kubelet/config.yaml"), "kind: KubeletConfiguration\n").unwrap();
+    std::fs::write(
+        tree.join("var/lib/kubelet/config.yaml"),
+        "kind: KubeletConfiguration\n",
+    )
+    .unwrap();
     let (_, node) = check_json(&tree, &[]);
     assert_eq!(node["profile"]["role"], "kubernetes-node");
-    assert_eq!(node["profile"]["role_from"], "detected: /var/lib/kubelet/config.yaml");
+    assert_eq!(
+        node["profile"]["role_from"],
+        "detected: /var/lib/kubelet/config.yaml"
+    );
     let reserved = finding(&node, "linux.net.ipv4.ip_local_reserved_ports");
     assert_eq!(reserved["status"], "warn", "{reserved}");
     assert_eq!(reserved["compare"], "reserves");
     let t = tree.to_str().unwrap();
     let o = wstune120(&["apply", "--root", t, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let now = std::fs::read_to_string(tree.join("proc/sys/net/ipv4/ip_local_reserved_ports")).unwrap();
-    assert_eq!(now.trim(), "9100,10250,30000-32767", "the union, in the kernel's form");
+    let now =
+        std::fs::read_to_string(tree.join("proc/sys/net/ipv4/ip_local_reserved_ports")).unwrap();
+    assert_eq!(
+        now.trim(),
+        "9100,10250,30000-32767",
+        "the union, in the kernel's form"
+    );
     let conf = std::fs::read_to_string(tree.join("etc/sysctl.d/60-wstune.conf")).unwrap();
-    assert!(conf.contains("net.ipv4.ip_local_reserved_ports = 9100,10250,30000-32767"), "{conf}");
-    assert!(conf.contains("net.ipv4.ip_local_port_range = 10000 65535"), "{conf}");
+    assert!(
+        conf.contains("net.ipv4.ip_local_reserved_ports = 9100,10250,30000-32767"),
+        "{conf}"
+    );
+    assert!(
+        conf.contains("net.ipv4.ip_local_port_range = 10000 65535"),
+        "{conf}"
+    );
     // --role wins over what is detected, and over the profile's role.
     let (_, named) = check_json(&tree, &["--role", "server"]);
     assert_eq!(named["profile"]["role"], "server");
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("edge.yaml");
     std::fs::write(&profile, "extends: 100k\nname: edge\nrole: proxy\n").unwrap();
-    let (_, from_profile) = check_json(&fixture("default"), &["--profile", profile.to_str().unwrap()]);
-    assert_eq!((from_profile["profile"]["role"].as_str(), from_profile["profile"]["role_from"].as_str()), (Some("proxy"), Some("profile")));
+    let (_, from_profile) = check_json(
+        &fixture("default"),
+        &["--profile", profile.to_str().unwrap()],
+    );
+    assert_eq!(
+        (
+            from_profile["profile"]["role"].as_str(),
+            from_profile["profile"]["role_from"].as_str()
+        ),
+        (Some("proxy"), Some("profile"))
+    );
     std::fs::write(&profile, "extends: 100k\nname: edge\nrole: router\n").unwrap();
-    let o = wstune120(&["check", "--root", fixture("default").to_str().unwrap(), "--profile", profile.to_str().unwrap()]);
+    let o = wstune120(&[
+        "check",
+        "--root",
+        fixture("default").to_str().unwrap(),
+        "--profile",
+        profile.to_str().unwrap(),
+    ]);
     assert_eq!(code(&o), 3);
     assert!(
-        stderr(&o).contains("edge.yaml:3: role: \"router\" is not one of `server`, `proxy`, `kubernetes-node`"),
+        stderr(&o).contains(
+            "edge.yaml:3: role: \"router\" is not one of `server`, `proxy`, `kubernetes-node`"
+        ),
         "{}",
         stderr(&o)
     );
@@ -1567,25 +1803,50 @@ fn apply_sets_a_named_windows_adapters_rss_keywords_and_rollback_deletes_them() 
     let t = tree.to_str().unwrap();
     let nic = "Intel(R) Ethernet Controller X710";
     let unnamed = stdout(&wstune120(&["apply", "--root", t, "--dry-run"]));
-    assert!(unnamed.contains("adapters' RSS keywords not changed (Intel(R) Ethernet Controller X710)"), "{unnamed}");
+    assert!(
+        unnamed.contains("adapters' RSS keywords not changed (Intel(R) Ethernet Controller X710)"),
+        "{unnamed}"
+    );
     assert!(!unnamed.contains("*RSSProfile"), "{unnamed}");
     let o = wstune120(&["apply", "--root", t, "--nic", nic, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
     // The setting's cell wraps in the table: its words are there.
-    assert!(out.contains(nic) && out.contains("*RSSProfile") && out.contains("NUMAScalingStatic -> NUMAScaling"), "{out}");
-    assert!(out.contains("the adapter restarts after its keywords are written"), "{out}");
-    assert!(out.contains(&format!("adapter {nic} could not be restarted here")), "{out}");
+    assert!(
+        out.contains(nic)
+            && out.contains("*RSSProfile")
+            && out.contains("NUMAScalingStatic -> NUMAScaling"),
+        "{out}"
+    );
+    assert!(
+        out.contains("the adapter restarts after its keywords are written"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("adapter {nic} could not be restarted here")),
+        "{out}"
+    );
     let reg = std::fs::read_to_string(tree.join("registry.yaml")).unwrap();
-    assert!(reg.contains("'*RSSProfile':\n      type: REG_SZ\n      data: '3'"), "{reg}");
+    assert!(
+        reg.contains("'*RSSProfile':\n      type: REG_SZ\n      data: '3'"),
+        "{reg}"
+    );
     let (_, r) = check_json(&tree, &[]);
-    assert_eq!(finding(&r, &format!("windows.nic.rss_profile[{nic}]"))["status"], "pass");
+    assert_eq!(
+        finding(&r, &format!("windows.nic.rss_profile[{nic}]"))["status"],
+        "pass"
+    );
     let o = wstune120(&["rollback", "--root", t, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let (_, r) = check_json(&tree, &[]);
     let f = finding(&r, &format!("windows.nic.rss_profile[{nic}]"));
-    assert_eq!(f["current"], "NUMAScalingStatic", "deleted again: the default stands in {f}");
-    assert!(!std::fs::read_to_string(tree.join("registry.yaml")).unwrap().contains("*RSSProfile"));
+    assert_eq!(
+        f["current"], "NUMAScalingStatic",
+        "deleted again: the default stands in {f}"
+    );
+    assert!(!std::fs::read_to_string(tree.join("registry.yaml"))
+        .unwrap()
+        .contains("*RSSProfile"));
 }
 
 #[test]

@@ -148,7 +148,10 @@ printf '%s\\n%s\\n' \"$before\" \"$after\" | python3 -c 'import json,sys; d=json
         assert_eq!(status_of(after, id), "pass", "{id}");
     }
     // A server (the default role) needs no wider port range: not exported, not checked.
-    assert_eq!(status_of(after, "linux.net.ipv4.ip_local_port_range"), "skip");
+    assert_eq!(
+        status_of(after, "linux.net.ipv4.ip_local_port_range"),
+        "skip"
+    );
     let limits =
         std::fs::read_to_string(prefix.join("etc/security/limits.d/60-wstune.conf")).unwrap();
     let nofile: Json = serde_json::from_str(&json).unwrap();
@@ -305,7 +308,9 @@ fn kubernetes_manifests_validate_and_split_pod_and_node() {
     let docs: Vec<serde_yaml_ng::Value> = serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .collect();
-    let all = sysctls(&export(&["--to", "json", "--root", root, "--role", "proxy"]));
+    let all = sysctls(&export(&[
+        "--to", "json", "--root", root, "--role", "proxy",
+    ]));
     let pod: Vec<(String, String)> = docs[0]["spec"]["template"]["spec"]["securityContext"]
         ["sysctls"]
         .as_sequence()

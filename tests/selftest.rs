@@ -190,7 +190,11 @@ fn a_stalled_server_shows_in_the_percentiles() {
     );
     // A miss (2); on a box busy with other tests the noise check may not let the latency be
     // judged at all (4, NOT PROVEN): never a pass either way.
-    assert!(matches!(o.status.code(), Some(2 | 4)), "a miss: {:?}", o.status);
+    assert!(
+        matches!(o.status.code(), Some(2 | 4)),
+        "a miss: {:?}",
+        o.status
+    );
     assert_eq!(stalled["verdict"]["pass"], false);
 }
 

@@ -454,7 +454,8 @@ fn apply_and_rollback_restore_wines_registry_exactly() {
 #[test]
 fn apply_sets_an_adapters_rss_keywords_and_rollback_restores_the_class_key_exactly() {
     let Some(w) = Wine::new() else { return };
-    let key = r"HKLM\SYSTEM\CurrentControlSet\Control\Class\{4d36e972-e325-11ce-bfc1-08002be10318}\0007";
+    let key =
+        r"HKLM\SYSTEM\CurrentControlSet\Control\Class\{4d36e972-e325-11ce-bfc1-08002be10318}\0007";
     let nic = "wstune Test Adapter";
     w.reg_add_sz(key, "DriverDesc", nic);
     w.reg_add_sz(key, "*RSS", "0");
@@ -466,12 +467,26 @@ fn apply_sets_an_adapters_rss_keywords_and_rollback_restores_the_class_key_exact
     let rss = finding(&r, &format!("windows.nic.rss_enabled[{nic}]"));
     assert_eq!(rss["current"], 0, "{rss:#}");
     let out = ok(&w.wstune(&["apply", "--profile", "100k", "--nic", nic, "--yes"]));
-    assert!(out.contains("the adapter restarts after its keywords are written"), "{out}");
-    assert!(out.contains(&format!("adapter {nic} could not be restarted here")), "{out}");
-    assert_eq!(w.reg_query(key, "*RSS"), Some(("REG_SZ".into(), "1".into())));
+    assert!(
+        out.contains("the adapter restarts after its keywords are written"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("adapter {nic} could not be restarted here")),
+        "{out}"
+    );
+    assert_eq!(
+        w.reg_query(key, "*RSS"),
+        Some(("REG_SZ".into(), "1".into()))
+    );
     // NUMAScaling, the profile's, as its number.
-    assert_eq!(w.reg_query(key, "*RSSProfile"), Some(("REG_SZ".into(), "3".into())));
-    let cpus = finding(&r, "windows.host.cpus")["current"].as_i64().unwrap();
+    assert_eq!(
+        w.reg_query(key, "*RSSProfile"),
+        Some(("REG_SZ".into(), "3".into()))
+    );
+    let cpus = finding(&r, "windows.host.cpus")["current"]
+        .as_i64()
+        .unwrap();
     let queues = cpus.clamp(1, 8).max(1);
     assert_eq!(
         w.reg_query(key, "*NumRssQueues"),

@@ -120,7 +120,9 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
             }
             Op::Channels { nic, .. } => {
                 if !crate::host::owned::nic_name_ok(nic) {
-                    return Err(anyhow!("{nic:?} is not a network interface name; nothing was changed"));
+                    return Err(anyhow!(
+                        "{nic:?} is not a network interface name; nothing was changed"
+                    ));
                 }
                 let old = backend.channels(nic).map_err(|err| {
                     anyhow!("cannot read {nic}'s channel counts before changing them: {err}")
@@ -297,7 +299,10 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
         }
         let changed = entry.actions.iter().find_map(|a| match &a.op {
             Op::Channels {
-                nic, rx, tx, combined,
+                nic,
+                rx,
+                tx,
+                combined,
             } if *nic == c.nic => Some((rx.is_some(), tx.is_some(), combined.is_some())),
             _ => None,
         });
@@ -467,7 +472,10 @@ pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
     let mut drifted = Vec::new();
     for a in &last.actions {
         if let Op::Channels {
-            nic, rx, tx, combined,
+            nic,
+            rx,
+            tx,
+            combined,
         } = &a.op
         {
             if let Ok(now) = backend.channels(nic) {

@@ -118,21 +118,22 @@ pub fn plan(i: &Inputs) -> NicPlan {
         let cpus = cpus_for(i.profile.rss, nic);
         let mut attrs: Vec<(String, String)> = Vec::new();
         // Every queue setting goes into the rule; one that differs now is also written now.
-        let mut set = |p: &mut NicPlan, attr: String, now: Option<&String>, to: String, same: bool| {
-            attrs.push((attr.clone(), to.clone()));
-            if i.scope.runtime && !same {
-                p.actions.push(Action {
-                    check: format!("linux.nic.queues[{}]", nic.name),
-                    setting: format!("{} {attr}", nic.name),
-                    from: now.cloned(),
-                    to: to.clone(),
-                    op: Op::KernelFile {
-                        path: format!("/sys/class/net/{}/{attr}", nic.name),
-                        value: to,
-                    },
-                });
-            }
-        };
+        let mut set =
+            |p: &mut NicPlan, attr: String, now: Option<&String>, to: String, same: bool| {
+                attrs.push((attr.clone(), to.clone()));
+                if i.scope.runtime && !same {
+                    p.actions.push(Action {
+                        check: format!("linux.nic.queues[{}]", nic.name),
+                        setting: format!("{} {attr}", nic.name),
+                        from: now.cloned(),
+                        to: to.clone(),
+                        op: Op::KernelFile {
+                            path: format!("/sys/class/net/{}/{attr}", nic.name),
+                            value: to,
+                        },
+                    });
+                }
+            };
         // Drops in the NIC itself (no free descriptor): a longer receive ring holds a burst.
         if i.evidence.ring_drops.contains(&nic.name) {
             p.notes.push(match nic.rx_ring {
@@ -280,12 +281,16 @@ pub fn plan(i: &Inputs) -> NicPlan {
         let script = irq_script(i.irq_script_now, &pins);
         if script != i.irq_script_now {
             p.files.push((NIC_IRQ_SCRIPT.to_string(), script));
-            p.files.push((NIC_IRQ_UNIT.to_string(), IRQ_UNIT.to_string()));
+            p.files
+                .push((NIC_IRQ_UNIT.to_string(), IRQ_UNIT.to_string()));
             p.actions.push(Action {
                 check: "linux.nic.irq".into(),
                 setting: format!(
                     "interrupts of {} at boot",
-                    pins.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+                    pins.iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 from: None,
                 to: "pinned by wstune-nic-irq.service".into(),
@@ -385,7 +390,10 @@ pub fn plan_windows(
         if !(all || named.contains(&link.name)) || !scope.runtime {
             continue;
         }
-        let (Some(sub), id) = (&link.registry_key, format!("{}[{}]", def.check.id, link.name)) else {
+        let (Some(sub), id) = (
+            &link.registry_key,
+            format!("{}[{}]", def.check.id, link.name),
+        ) else {
             continue;
         };
         let Some(f) = findings.iter().find(|f| f.id == id) else {
@@ -547,7 +555,11 @@ fn link_file(nic: &NicFacts, rx: Option<u32>, tx: Option<u32>, combined: Option<
         out.push_str(&l);
         out.push('\n');
     }
-    for (k, v) in [("RxChannels", rx), ("TxChannels", tx), ("CombinedChannels", combined)] {
+    for (k, v) in [
+        ("RxChannels", rx),
+        ("TxChannels", tx),
+        ("CombinedChannels", combined),
+    ] {
         if let Some(v) = v {
             out.push_str(&format!("{k}={v}\n"));
         }
@@ -746,8 +758,14 @@ mod tests {
         assert!(writes.contains(&("/sys/class/net/veth0/queues/tx-0/xps_cpus", "11")));
         assert!(writes.contains(&("/sys/class/net/veth0/queues/tx-3/xps_cpus", "88")));
         let rules = &p.files.iter().find(|(f, _)| f == NIC_RULES_FILE).unwrap().1;
-        assert!(rules.contains("ATTR{address}==\"02:00:00:00:00:01\""), "{rules}");
-        assert!(rules.contains("ATTR{queues/tx-3/xps_cpus}=\"88\""), "{rules}");
+        assert!(
+            rules.contains("ATTR{address}==\"02:00:00:00:00:01\""),
+            "{rules}"
+        );
+        assert!(
+            rules.contains("ATTR{queues/tx-3/xps_cpus}=\"88\""),
+            "{rules}"
+        );
         assert!(p.notes[0].contains("softnet drops +120"), "{:?}", p.notes);
         assert!(p
             .actions
@@ -761,8 +779,15 @@ mod tests {
         nic.physical = true;
         let (profile, nics, e) = (NicProfile::default(), [nic], Evidence::default());
         let p = plan(&inputs(&profile, &nics, true, &e));
-        assert!(p.actions.iter().all(|a| !a.setting.contains("rps")), "{p:?}");
-        assert!(p.notes.iter().any(|n| n.contains("redundant")), "{:?}", p.notes);
+        assert!(
+            p.actions.iter().all(|a| !a.setting.contains("rps")),
+            "{p:?}"
+        );
+        assert!(
+            p.notes.iter().any(|n| n.contains("redundant")),
+            "{:?}",
+            p.notes
+        );
     }
 
     #[test]
@@ -801,21 +826,42 @@ mod tests {
                 ("/proc/irq/43/smp_affinity_list", "7")
             ]
         );
-        assert!(p.notes.iter().any(|n| n.contains("--banirq=40")), "{:?}", p.notes);
+        assert!(
+            p.notes.iter().any(|n| n.contains("--banirq=40")),
+            "{:?}",
+            p.notes
+        );
         // Kept at boot: the rule starts the unit, the script finds each interrupt by name.
         let script = &p.files.iter().find(|(f, _)| f == NIC_IRQ_SCRIPT).unwrap().1;
-        assert!(script.contains("# nic veth0\npin 'veth0-TxRx-0' 4\npin 'veth0-TxRx-1' 5\n"), "{script}");
+        assert!(
+            script.contains("# nic veth0\npin 'veth0-TxRx-0' 4\npin 'veth0-TxRx-1' 5\n"),
+            "{script}"
+        );
         let rules = &p.files.iter().find(|(f, _)| f == NIC_RULES_FILE).unwrap().1;
-        assert!(rules.contains("ENV{SYSTEMD_WANTS}+=\"wstune-nic-irq.service\""), "{rules}");
-        assert!(p.files.iter().any(|(f, t)| f == NIC_IRQ_UNIT && t.contains("ExecStart=/bin/sh /etc/wstune/nic-irq.sh")));
+        assert!(
+            rules.contains("ENV{SYSTEMD_WANTS}+=\"wstune-nic-irq.service\""),
+            "{rules}"
+        );
+        assert!(p
+            .files
+            .iter()
+            .any(|(f, t)| f == NIC_IRQ_UNIT
+                && t.contains("ExecStart=/bin/sh /etc/wstune/nic-irq.sh")));
         // Another NIC's lines are kept when this one's are replaced.
-        let again = irq_script(&format!("{script}# nic eth9\npin 'eth9-rx-0' 1\n"), &[("veth0".into(), vec![("veth0-TxRx-0".into(), 7)])]);
-        assert!(again.contains("# nic eth9\npin 'eth9-rx-0' 1\n# nic veth0\npin 'veth0-TxRx-0' 7\n"), "{again}");
+        let again = irq_script(
+            &format!("{script}# nic eth9\npin 'eth9-rx-0' 1\n"),
+            &[("veth0".into(), vec![("veth0-TxRx-0".into(), 7)])],
+        );
+        assert!(
+            again.contains("# nic eth9\npin 'eth9-rx-0' 1\n# nic veth0\npin 'veth0-TxRx-0' 7\n"),
+            "{again}"
+        );
         assert_eq!(again.matches("#!/bin/sh").count(), 1);
     }
 
     #[test]
-    fn channels_are_raised_to_one_queue_per_cpu_of_the_set_and_kept_at_boot_with_the_default_naming() {
+    fn channels_are_raised_to_one_queue_per_cpu_of_the_set_and_kept_at_boot_with_the_default_naming(
+    ) {
         let mut nic = veth(2, 2, 8);
         nic.physical = true;
         nic.channels = Some(crate::host::Channels {
@@ -826,24 +872,65 @@ mod tests {
         nic.default_link = Some("[Match]\nOriginalName=*\n\n[Link]\nNamePolicy=keep kernel\nMACAddressPolicy=persistent\n".into());
         let (profile, nics, e) = (NicProfile::default(), [nic], Evidence::default());
         let p = plan(&inputs(&profile, &nics, true, &e));
-        assert!(p.actions.iter().any(|a| matches!(&a.op, Op::Channels { combined: Some(6), rx: None, tx: None, .. })), "{p:?}");
+        assert!(
+            p.actions.iter().any(|a| matches!(
+                &a.op,
+                Op::Channels {
+                    combined: Some(6),
+                    rx: None,
+                    tx: None,
+                    ..
+                }
+            )),
+            "{p:?}"
+        );
         // The queues change: RPS and XPS wait for the next apply.
-        assert!(!p.actions.iter().any(|a| matches!(&a.op, Op::KernelFile { .. })), "{p:?}");
-        let link = &p.files.iter().find(|(f, _)| f.ends_with("10-wstune-veth0.link")).unwrap().1;
-        assert!(link.contains("[Match]\nMACAddress=02:00:00:00:00:01\n"), "{link}");
-        assert!(link.contains("NamePolicy=keep kernel\nMACAddressPolicy=persistent\nCombinedChannels=6\n"), "{link}");
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(&a.op, Op::KernelFile { .. })),
+            "{p:?}"
+        );
+        let link = &p
+            .files
+            .iter()
+            .find(|(f, _)| f.ends_with("10-wstune-veth0.link"))
+            .unwrap()
+            .1;
+        assert!(
+            link.contains("[Match]\nMACAddress=02:00:00:00:00:01\n"),
+            "{link}"
+        );
+        assert!(
+            link.contains(
+                "NamePolicy=keep kernel\nMACAddressPolicy=persistent\nCombinedChannels=6\n"
+            ),
+            "{link}"
+        );
         // Never lowered: a NIC with more queues than the set keeps them.
         let mut wide = nics[0].clone();
-        wide.channels = Some(crate::host::Channels { combined: 16, max_combined: 16, ..Default::default() });
+        wide.channels = Some(crate::host::Channels {
+            combined: 16,
+            max_combined: 16,
+            ..Default::default()
+        });
         let p = plan(&inputs(&profile, std::slice::from_ref(&wide), true, &e));
-        assert!(!p.actions.iter().any(|a| matches!(&a.op, Op::Channels { .. })), "{p:?}");
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(&a.op, Op::Channels { .. })),
+            "{p:?}"
+        );
     }
 
     #[test]
     fn another_nics_rule_is_kept_and_this_ones_replaced() {
         let now = format!("{RULES_HEADER}# nic eth9\nACTION==\"add\", SUBSYSTEM==\"net\", KERNEL==\"eth9\", ATTR{{queues/rx-0/rps_cpus}}=\"3\"\n# nic veth0\nold line\n");
         let text = rules_file(&now, &[("veth0".into(), "# nic veth0\nnew line\n".into())]);
-        assert!(text.contains("eth9") && text.contains("new line") && !text.contains("old line"), "{text}");
+        assert!(
+            text.contains("eth9") && text.contains("new line") && !text.contains("old line"),
+            "{text}"
+        );
         assert_eq!(text.matches("Written by wstune").count(), 1, "{text}");
     }
 }

@@ -256,7 +256,10 @@ fn base(
             let subs: [(&str, Option<String>); 8] = [
                 ("{target}", target.as_ref().map(|v| v.to_string())),
                 // A view without a current value (the boot view) has the target to go by.
-                ("{desired}", desired.as_ref().or(target.as_ref()).map(|v| v.to_string())),
+                (
+                    "{desired}",
+                    desired.as_ref().or(target.as_ref()).map(|v| v.to_string()),
+                ),
                 ("{unit}", facts.options.unit.clone()),
                 ("{pid}", facts.options.pid.map(|p| p.to_string())),
                 ("{nic}", nic.map(|n| n.name.clone())),
@@ -509,7 +512,12 @@ pub fn port_set(v: &Value) -> Option<Vec<(i64, i64)>> {
         Value::Text(t) => t.clone(),
         _ => return None,
     };
-    let port = |s: &str| s.trim().parse::<i64>().ok().filter(|p| (0..=65535).contains(p));
+    let port = |s: &str| {
+        s.trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|p| (0..=65535).contains(p))
+    };
     let mut out = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (lo, hi) = match part.split_once('-') {
@@ -539,7 +547,13 @@ fn merge_ranges(mut r: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
 /// Ranges as the kernel writes them: `10250,30000-32767`.
 pub fn port_text(r: &[(i64, i64)]) -> String {
     r.iter()
-        .map(|&(lo, hi)| if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") })
+        .map(|&(lo, hi)| {
+            if lo == hi {
+                lo.to_string()
+            } else {
+                format!("{lo}-{hi}")
+            }
+        })
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -578,9 +592,12 @@ pub fn meets(compare: Compare, current: &Value, target: &Value) -> Result<bool, 
         },
         Compare::Reserves => {
             let (Some(c), Some(t)) = (port_set(current), port_set(target)) else {
-                return Err(format!("cannot read '{current}' or '{target}' as port lists"));
+                return Err(format!(
+                    "cannot read '{current}' or '{target}' as port lists"
+                ));
             };
-            t.iter().all(|&(lo, hi)| c.iter().any(|&(a, b)| a <= lo && hi <= b))
+            t.iter()
+                .all(|&(lo, hi)| c.iter().any(|&(a, b)| a <= lo && hi <= b))
         }
         Compare::VersionAtLeast => {
             let c = version_parts(&current.to_string());
@@ -916,7 +933,10 @@ mod tests {
     #[test]
     fn port_lists_are_read_merged_and_reserved_as_a_union() {
         let t = |s: &str| Value::Text(s.into());
-        assert_eq!(port_set(&t("30000-32767,10250, 10251")).unwrap(), vec![(10250, 10251), (30000, 32767)]);
+        assert_eq!(
+            port_set(&t("30000-32767,10250, 10251")).unwrap(),
+            vec![(10250, 10251), (30000, 32767)]
+        );
         assert_eq!(port_set(&t("")).unwrap(), vec![]);
         assert!(port_set(&t("9-3")).is_none() && port_set(&t("70000")).is_none());
         let target = t("30000-32767,10250");

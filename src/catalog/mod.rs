@@ -72,7 +72,9 @@ impl Managed {
                     Some((head, tail)) => key
                         .strip_prefix(head)
                         .and_then(|rest| rest.strip_suffix(tail))
-                        .is_some_and(|sub| sub.len() == 4 && sub.bytes().all(|b| b.is_ascii_digit())),
+                        .is_some_and(|sub| {
+                            sub.len() == 4 && sub.bytes().all(|b| b.is_ascii_digit())
+                        }),
                 }
         })
     }
@@ -406,7 +408,9 @@ fn compile_target(check: &Check, known: &BTreeSet<String>) -> Result<Option<Targ
         let text = match raw {
             serde_yaml_ng::Value::String(s) => s.clone(),
             serde_yaml_ng::Value::Number(n) => n.to_string(),
-            _ => return Err("a `reserves` target is a port list like \"30000-32767,10250\"".into()),
+            _ => {
+                return Err("a `reserves` target is a port list like \"30000-32767,10250\"".into())
+            }
         };
         let ports = eval::port_set(&Value::Text(text.clone()))
             .ok_or_else(|| format!("'{text}' is not a port list like \"30000-32767,10250\""))?;

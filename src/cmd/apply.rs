@@ -255,17 +255,26 @@ fn add_nic_plan(
     });
     // Merged with other NICs' lines: refused at record time if they changed meanwhile.
     if n.files.iter().any(|(f, _)| f == NIC_RULES_FILE) {
-        p.rendered_from.push((NIC_RULES_FILE.to_string(), rules_now));
-    }
-    if n.files.iter().any(|(f, _)| f == crate::host::owned::NIC_IRQ_SCRIPT) {
         p.rendered_from
-            .push((crate::host::owned::NIC_IRQ_SCRIPT.to_string(), irq_script_now));
+            .push((NIC_RULES_FILE.to_string(), rules_now));
+    }
+    if n.files
+        .iter()
+        .any(|(f, _)| f == crate::host::owned::NIC_IRQ_SCRIPT)
+    {
+        p.rendered_from.push((
+            crate::host::owned::NIC_IRQ_SCRIPT.to_string(),
+            irq_script_now,
+        ));
     }
     // A file that already says exactly this (an earlier apply's) is not written again, and
     // the actions it stands for are not changes: a second apply plans nothing.
     let mut same = Vec::new();
     for (path, text) in &n.files {
-        if a.store.read(path)?.is_some_and(|f| f.bytes == text.as_bytes()) {
+        if a.store
+            .read(path)?
+            .is_some_and(|f| f.bytes == text.as_bytes())
+        {
             same.push(path.clone());
         }
     }

@@ -51,7 +51,10 @@ pub struct Inputs {
 
 /// Files only a Kubernetes node has: the kubelet's configuration (kubeadm's paths and the
 /// kubelet's default `--config`).
-const KUBELET_FILES: [&str; 2] = ["/var/lib/kubelet/config.yaml", "/etc/kubernetes/kubelet.conf"];
+const KUBELET_FILES: [&str; 2] = [
+    "/var/lib/kubelet/config.yaml",
+    "/etc/kubernetes/kubelet.conf",
+];
 
 /// The host's role: `--role`, else the profile's `role:`, else a Kubernetes node when a
 /// kubelet's configuration is there, else a server. A proxy is never guessed (nginx and

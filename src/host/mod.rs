@@ -75,11 +75,10 @@ pub mod owned {
     /// back): a queue's rps_cpus, rps_flow_cnt or xps_cpus, or an interrupt's
     /// smp_affinity_list. Nothing else outside /proc/sys is ever written at runtime.
     pub fn nic_runtime_path(path: &str) -> bool {
-        let digits = |s: &str| !s.is_empty() && s.len() <= 6 && s.bytes().all(|b| b.is_ascii_digit());
+        let digits =
+            |s: &str| !s.is_empty() && s.len() <= 6 && s.bytes().all(|b| b.is_ascii_digit());
         if let Some(rest) = path.strip_prefix("/proc/irq/") {
-            return rest
-                .strip_suffix("/smp_affinity_list")
-                .is_some_and(digits);
+            return rest.strip_suffix("/smp_affinity_list").is_some_and(digits);
         }
         let Some(rest) = path.strip_prefix("/sys/class/net/") else {
             return false;

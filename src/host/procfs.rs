@@ -131,7 +131,10 @@ pub fn net_rx_counts(softirqs: &str) -> Vec<(String, u64)> {
     let Some(header) = lines.next() else {
         return vec![];
     };
-    let cpus: Vec<String> = header.split_whitespace().map(|c| c.to_ascii_lowercase()).collect();
+    let cpus: Vec<String> = header
+        .split_whitespace()
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
     lines
         .find_map(|l| l.trim_start().strip_prefix("NET_RX:"))
         .map(|row| {

@@ -64,8 +64,7 @@ fn netsh_path() -> std::path::PathBuf {
 /// Windows PowerShell from the system directory, never from PATH (as for netsh).
 fn powershell_path() -> std::path::PathBuf {
     let root = std::env::var_os("SystemRoot").unwrap_or_else(|| r"C:\Windows".into());
-    std::path::Path::new(&root)
-        .join(r"System32\WindowsPowerShell\v1.0\powershell.exe")
+    std::path::Path::new(&root).join(r"System32\WindowsPowerShell\v1.0\powershell.exe")
 }
 
 fn hklm_path(key: &str) -> Result<&str, ReadError> {

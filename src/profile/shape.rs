@@ -186,7 +186,11 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                         path: path.to_string(),
                         message: format!(
                             "{path}: {w:?} is not one of {}",
-                            words.iter().map(|w| format!("`{w}`")).collect::<Vec<_>>().join(", ")
+                            words
+                                .iter()
+                                .map(|w| format!("`{w}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
                         ),
                     });
                     *doc = to_yaml(template);

@@ -33,7 +33,10 @@ fn by_role(c: &crate::catalog::Check) -> Option<String> {
             if let Some(t) = &o.target {
                 what.push(match t {
                     serde_yaml_ng::Value::String(s) => s.clone(),
-                    other => serde_yaml_ng::to_string(other).unwrap_or_default().trim().to_string(),
+                    other => serde_yaml_ng::to_string(other)
+                        .unwrap_or_default()
+                        .trim()
+                        .to_string(),
                 });
             }
             if let Some(sev) = o.severity {
