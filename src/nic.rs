@@ -6,6 +6,7 @@
 //! kernel spends real time in softirq).
 
 use crate::catalog::eval::{Finding, Status};
+use crate::catalog::{Catalog, SoftirqField, SoftnetField, Source};
 use crate::host::Backend;
 use crate::value::Value;
 
@@ -263,6 +264,11 @@ pub fn same_setting(path: &str, now: &str, applied: &str) -> bool {
     now.trim() == applied.trim()
 }
 
+/// The NIC of a per-NIC finding: its id is `CHECK[NIC]`.
+fn nic_of(f: &Finding) -> Option<&str> {
+    f.id.split_once('[').map(|(_, n)| n.trim_end_matches(']'))
+}
+
 /// What `--watch` measured that says whether the kernel spends real time receiving: the
 /// softnet counters' growth and the busiest CPU's softirq share.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -292,16 +298,24 @@ pub const NET_RX_BUSY: u64 = 10_000;
 impl Evidence {
     /// From a report made with `--watch`: linux.softnet.dropped and .time_squeeze grown, or
     /// one CPU's share in linux.cpu.softirq at [`SOFTIRQ_BUSY_PERCENT`] or more.
-    pub fn from_findings(findings: &[Finding]) -> Evidence {
+    pub fn from_findings(catalog: &Catalog, findings: &[Finding]) -> Evidence {
         let mut e = Evidence::default();
         for f in findings {
             let grown = f.note.as_deref().is_some_and(|n| n.starts_with('+'));
-            match f.id.as_str() {
-                "linux.softnet.dropped" | "linux.softnet.time_squeeze" => {
-                    let what = if f.id.ends_with("dropped") {
-                        "softnet drops"
-                    } else {
-                        "softnet time_squeeze"
+            // Joined on the finding's key to its check's source, never on the id text.
+            let Some(source) = f
+                .key
+                .filter(|k| !k.boot)
+                .and_then(|k| catalog.checks.get(k.check))
+                .map(|d| &d.check.source)
+            else {
+                continue;
+            };
+            match source {
+                Source::Softnet(field) => {
+                    let what = match field {
+                        SoftnetField::Dropped => "softnet drops",
+                        SoftnetField::TimeSqueeze => "softnet time_squeeze",
                     };
                     match (f.status, grown) {
                         (Status::Warn | Status::Fail | Status::Info, true) => {
@@ -317,8 +331,8 @@ impl Evidence {
                         _ => {}
                     }
                 }
-                id if id.starts_with("linux.nic.rx_missed[") => {
-                    let nic = id["linux.nic.rx_missed[".len()..].trim_end_matches(']');
+                Source::File(path) if path.ends_with("/statistics/rx_missed_errors") => {
+                    let Some(nic) = nic_of(f) else { continue };
                     match f.status {
                         Status::Warn | Status::Fail if grown => {
                             e.measured = true;
@@ -332,7 +346,7 @@ impl Evidence {
                         _ => {}
                     }
                 }
-                "linux.cpu.net_rx" => {
+                Source::Softirq(SoftirqField::NetRx) => {
                     let Some(Value::Text(spread)) = &f.current else {
                         continue;
                     };
@@ -356,7 +370,7 @@ impl Evidence {
                         _ => e.quiet.push(format!("NET_RX: busiest {busiest}")),
                     }
                 }
-                "linux.cpu.softirq" => {
+                Source::Softirq(SoftirqField::PerCpu) => {
                     let Some(Value::Text(shares)) = &f.current else {
                         continue;
                     };
@@ -384,17 +398,14 @@ impl Evidence {
 /// check that misses its target becomes a warning that names the evidence and the change
 /// (`apply --nic`); measured and quiet, it says the NIC is not what limits the host now.
 /// Without a measurement the findings stay as they are (information).
-pub fn advise(findings: &mut [Finding]) {
-    let e = Evidence::from_findings(findings);
+pub fn advise(catalog: &Catalog, findings: &mut [Finding]) {
+    let e = Evidence::from_findings(catalog, findings);
     if !e.measured {
         return;
     }
     for f in findings.iter_mut() {
-        let Some(nic) =
-            f.id.strip_prefix("linux.nic.")
-                .and_then(|rest| rest.split_once('['))
-                .map(|(_, n)| n.trim_end_matches(']').to_string())
-        else {
+        let per_nic = f.key.is_some_and(|k| k.per_nic && !k.boot);
+        let Some(nic) = nic_of(f).filter(|_| per_nic).map(str::to_string) else {
             continue;
         };
         // A miss shown as information (a report-only row has nothing to miss).
@@ -424,7 +435,19 @@ pub fn advise(findings: &mut [Finding]) {
 mod tests {
     use super::*;
 
-    fn finding(id: &str, current: &str) -> Finding {
+    fn catalog() -> Catalog {
+        let known = crate::profile::load("100k")
+            .unwrap()
+            .profile
+            .variables()
+            .into_keys()
+            .collect();
+        crate::catalog::load(crate::host::Platform::Linux, None, &known).unwrap()
+    }
+
+    /// A finding of the built-in check `id`, keyed to it as evaluate keys them.
+    fn finding(cat: &Catalog, id: &str, current: &str) -> Finding {
+        let check = cat.checks.iter().position(|d| d.check.id == id).unwrap();
         Finding {
             id: id.into(),
             title: String::new(),
@@ -438,38 +461,41 @@ mod tests {
             fix: Default::default(),
             refs: vec![],
             note: None,
-            key: None,
+            key: Some(crate::catalog::eval::Key {
+                check,
+                per_nic: false,
+                boot: false,
+            }),
         }
     }
 
     #[test]
     fn receive_softirqs_on_one_cpu_are_evidence_and_an_even_spread_is_not() {
-        let one = [finding(
-            "linux.cpu.net_rx",
-            "cpu3 92 % (46000), cpu0 8 % (4000)",
-        )];
-        let e = Evidence::from_findings(&one);
+        let c = catalog();
+        let net_rx = |text: &str| [finding(&c, "linux.cpu.net_rx", text)];
+        let e = Evidence::from_findings(&c, &net_rx("cpu3 92 % (46000), cpu0 8 % (4000)"));
         assert!(
             e.measured && e.found == ["NET_RX: cpu3 92 % (46000) on one CPU"],
             "{e:?}"
         );
-        let even = [finding(
-            "linux.cpu.net_rx",
-            "cpu3 52 % (46000), cpu0 48 % (42000)",
-        )];
-        let e = Evidence::from_findings(&even);
+        let e = Evidence::from_findings(&c, &net_rx("cpu3 52 % (46000), cpu0 48 % (42000)"));
         assert!(
             e.measured && e.found.is_empty() && e.quiet[0].starts_with("NET_RX: busiest cpu3"),
             "{e:?}"
         );
         // A few softirqs on an idle host say nothing.
-        let idle = [finding("linux.cpu.net_rx", "cpu1 100 % (12)")];
-        assert!(Evidence::from_findings(&idle).found.is_empty());
-        let busy_cpu = [finding("linux.cpu.softirq", "cpu1 35.0 %, cpu0 2.0 %")];
+        assert!(Evidence::from_findings(&c, &net_rx("cpu1 100 % (12)"))
+            .found
+            .is_empty());
+        let busy_cpu = [finding(&c, "linux.cpu.softirq", "cpu1 35.0 %, cpu0 2.0 %")];
         assert_eq!(
-            Evidence::from_findings(&busy_cpu).found,
+            Evidence::from_findings(&c, &busy_cpu).found,
             ["softirq: cpu1 35.0 % (busiest CPU)"]
         );
+        // Joined on the key: a finding with that id but no key (not the catalog's) is not read.
+        let mut stray = net_rx("cpu3 92 % (46000), cpu0 8 % (4000)");
+        stray[0].key = None;
+        assert!(!Evidence::from_findings(&c, &stray).measured);
     }
 
     #[test]

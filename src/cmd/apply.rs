@@ -223,7 +223,7 @@ fn add_nic_plan(
         .iter()
         .map(|l| crate::nic::read(backend, &l.name, l.physical))
         .collect();
-    let evidence = crate::nic::Evidence::from_findings(results);
+    let evidence = crate::nic::Evidence::from_findings(&a.host.inputs.catalog, results);
     let flow_entries = backend
         .read("/proc/sys/net/core/rps_sock_flow_entries")
         .ok()

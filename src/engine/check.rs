@@ -132,7 +132,7 @@ pub fn report_and_facts(
     let facts = gather(&r.catalog, backend, &r.options);
     let mut results = evaluate(&r.catalog, &r.profile.profile.variables(), &facts);
     // The NIC checks follow what the watch measured (softirq time, softnet drops).
-    crate::nic::advise(&mut results);
+    crate::nic::advise(&r.catalog, &mut results);
     if let Some(s) = store {
         results.extend(crate::apply::journal_findings(s, backend));
     }
