@@ -324,6 +324,14 @@ fn the_nic_advice_and_plan_follow_what_the_watch_measured() {
     std::fs::write(tree.join("sys/class/net/eth0/queues/tx-0/xps_cpus"), "0\n").unwrap();
     let t = tree.to_str().unwrap();
 
+    // A NIC that is not there is an error naming the ones that are.
+    let o = wstune120(&["apply", "--root", t, "--nic", "eth9", "--dry-run"]);
+    assert_eq!(code(&o), 3);
+    assert!(
+        stderr(&o).contains("--nic eth9: no such network interface here (found: "),
+        "{}",
+        stderr(&o)
+    );
     let (_, quiet) = check_json(&tree, &["--watch", "1"]);
     let q = finding(&quiet, "linux.nic.rx_queues[eth0]");
     assert_eq!(q["status"], "info", "{q}");
@@ -554,9 +562,7 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 /// evidence the NIC advice waits for.
 #[test]
 fn softnet_drops_that_grow_during_a_watch_are_reported_and_quiet_ones_are_not() {
-    let row = |processed: u32, dropped: u32, squeezed: u32| {
-        format!("{processed:08x} {dropped:08x} {squeezed:08x} 00000000 00000000 00000000 00000000 00000000 00000000\n")
-    };
+    let row = softnet_row;
     let rel = "proc/net/softnet_stat";
     let (_dir, tree) = default_tree_with(rel, &(row(1000, 3, 7) + &row(2000, 0, 1)));
     // Quiet: read twice, no growth.
@@ -1808,6 +1814,11 @@ fn apply_sets_a_named_windows_adapters_rss_keywords_and_rollback_deletes_them() 
         "{unnamed}"
     );
     assert!(!unnamed.contains("*RSSProfile"), "{unnamed}");
+    // A name that is no adapter here is an error, and nothing changes.
+    let o = wstune120(&["apply", "--root", t, "--nic", "Intel X710", "--yes"]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("--nic Intel X710: no such network interface here (found: Intel(R) Ethernet Controller X710)"), "{}", stderr(&o));
+    assert_same_tree(&fixture("windows-default"), &tree);
     let o = wstune120(&["apply", "--root", t, "--nic", nic, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);

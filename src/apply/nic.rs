@@ -435,13 +435,6 @@ pub fn plan_windows(
             restart.push(link.name.clone());
         }
     }
-    for name in named {
-        if !seen.contains(name) {
-            p.notes.push(format!(
-                "--nic {name}: no adapter of that name exposes RSS keywords (Get-NetAdapter shows the names: wstune uses the InterfaceDescription)"
-            ));
-        }
-    }
     if restart.is_empty() && !all && named.is_empty() && !seen.is_empty() {
         p.notes.push(format!(
             "adapters' RSS keywords not changed ({}): the change restarts an adapter (its link drops for a moment), so apply makes it only for one named with --nic NAME, or every one with the profile's nic.when: always",

@@ -116,6 +116,7 @@ pub fn run(a: Request) -> Result<Outcome> {
     match inputs.catalog.platform {
         crate::host::Platform::Linux => add_nic_plan(&mut p, &a, &before.results)?,
         crate::host::Platform::Windows => {
+            named_links(backend, &a.nics)?;
             let (n, r) = apply::nic::plan_windows(
                 &inputs.catalog,
                 &before.results,
@@ -192,6 +193,36 @@ pub fn run(a: Request) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
+/// The links `--nic` names (each must exist: a typo is an error, not a NIC left alone), or
+/// every physical one when none is named.
+fn named_links(
+    backend: &dyn crate::host::Backend,
+    names: &[String],
+) -> Result<Vec<crate::host::Link>> {
+    let links = backend.links().unwrap_or_default();
+    if names.is_empty() {
+        return Ok(links.into_iter().filter(|l| l.physical).collect());
+    }
+    let mut chosen = Vec::new();
+    for name in names {
+        match links.iter().find(|l| &l.name == name) {
+            Some(l) => chosen.push(l.clone()),
+            None => bail!(
+                "--nic {name}: no such network interface here ({}); `ip link` (Linux) or `Get-NetAdapter` (Windows: the InterfaceDescription) lists them. Nothing was changed.",
+                if links.is_empty() {
+                    "none found".to_string()
+                } else {
+                    format!(
+                        "found: {}",
+                        links.iter().map(|l| l.name.as_str()).collect::<Vec<_>>().join(", ")
+                    )
+                }
+            ),
+        }
+    }
+    Ok(chosen)
+}
+
 /// The NICs' part of the plan ([`apply::nic`]): the links `--nic` names, else every physical
 /// one, read now; the evidence is what `--watch` measured in `results`.
 fn add_nic_plan(
@@ -201,24 +232,7 @@ fn add_nic_plan(
 ) -> Result<()> {
     use crate::host::owned::NIC_RULES_FILE;
     let backend = a.host.backend.as_ref();
-    let links = backend.links().unwrap_or_default();
-    let mut chosen = Vec::new();
-    for name in &a.nics {
-        match links.iter().find(|l| &l.name == name) {
-            Some(l) => chosen.push(l.clone()),
-            None => bail!(
-                "--nic {name}: no such network interface here ({}); `ip link` lists them. Nothing was changed.",
-                if links.is_empty() {
-                    "none found".to_string()
-                } else {
-                    format!("found: {}", links.iter().map(|l| l.name.as_str()).collect::<Vec<_>>().join(", "))
-                }
-            ),
-        }
-    }
-    if a.nics.is_empty() {
-        chosen = links.into_iter().filter(|l| l.physical).collect();
-    }
+    let chosen = named_links(backend, &a.nics)?;
     let nics: Vec<crate::nic::NicFacts> = chosen
         .iter()
         .map(|l| crate::nic::read(backend, &l.name, l.physical))
