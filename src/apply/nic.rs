@@ -396,6 +396,7 @@ pub fn plan_windows(
         ) else {
             continue;
         };
+        // By id: a finding's key names its check but not its adapter (one key per NIC check).
         let Some(f) = findings.iter().find(|f| f.id == id) else {
             continue;
         };
