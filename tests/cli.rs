@@ -257,6 +257,102 @@ fn syn_cookies_off_fails_and_the_orphan_limit_follows_the_connection_count() {
     );
 }
 
+/// The checks for stalled and dead peers and TCP's memory budget: what a default host gets,
+/// what a tuned one passes, and what apply changes (the warnings) and leaves as advice (info).
+#[test]
+fn slow_and_dead_peers_and_tcp_memory_pressure_are_checked_and_only_warnings_applied() {
+    let (_, r) = check_json(&fixture("default"), &[]);
+    let row = |r: &serde_json::Value, id: &str| {
+        let f = finding(r, id);
+        (
+            f["status"].as_str().unwrap().to_string(),
+            f["current"].clone(),
+            f["target"].clone(),
+        )
+    };
+    let j = |v: u64| serde_json::json!(v);
+    // No limit on unsent bytes (the kernel's default): a warning, 128 KiB asked.
+    assert_eq!(
+        row(&r, "linux.net.ipv4.tcp_notsent_lowat"),
+        ("warn".into(), j(4_294_967_295), j(131_072))
+    );
+    // Advice only: 15 retries (~924 s) and 7200 s before a keepalive.
+    assert_eq!(
+        row(&r, "linux.net.ipv4.tcp_retries2"),
+        ("info".into(), j(15), j(8))
+    );
+    assert_eq!(
+        row(&r, "linux.net.ipv4.tcp_keepalive_time"),
+        ("info".into(), j(7200), j(120))
+    );
+    // Shown, not judged.
+    assert_eq!(finding(&r, "linux.net.core.netdev_budget")["current"], 300);
+    assert_eq!(
+        finding(&r, "linux.net.ipv4.tcp_wmem.max")["current"],
+        4_194_304
+    );
+    // 24 GB of RAM: pressure at 383,868 pages holds 100k connections' 8 KiB (200,000 pages)...
+    assert_eq!(
+        row(&r, "linux.net.ipv4.tcp_mem.pressure"),
+        ("pass".into(), j(383_868), j(200_000))
+    );
+    // ...a million's (2,000,000) not; the hard limit keeps the kernel's 3/2 above it.
+    let (_, r1m) = check_json(&fixture("default"), &["--profile", "1m"]);
+    assert_eq!(
+        row(&r1m, "linux.net.ipv4.tcp_mem.pressure"),
+        ("warn".into(), j(383_868), j(2_000_000))
+    );
+    assert_eq!(
+        row(&r1m, "linux.net.ipv4.tcp_mem.high"),
+        ("warn".into(), j(575_802), j(3_000_000))
+    );
+    let fix = finding(&r1m, "linux.net.ipv4.tcp_mem.pressure")["fix"]["runtime"].clone();
+    assert!(
+        fix.as_str()
+            .unwrap()
+            .contains("tcp_mem=\"287901 2000000 575802\""),
+        "{fix}"
+    );
+    // The tuned host passes all of them.
+    let (_, t) = check_json(&fixture("tuned"), &[]);
+    for id in [
+        "linux.net.ipv4.tcp_notsent_lowat",
+        "linux.net.ipv4.tcp_retries2",
+        "linux.net.ipv4.tcp_keepalive_time",
+        "linux.net.ipv4.tcp_mem.pressure",
+        "linux.net.ipv4.tcp_mem.high",
+        "linux.net.ipv4.tcp_notsent_lowat.boot",
+    ] {
+        assert_eq!(finding(&t, id)["status"], "pass", "{id}");
+    }
+    // apply at 1m: the warnings change (tcp_mem's two marks in one write, the host's min
+    // kept), the advice does not.
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("default"), &tree);
+    let t = tree.to_str().unwrap();
+    let o = wstune120(&["apply", "--root", t, "--profile", "1m", "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let read = |rel: &str| std::fs::read_to_string(tree.join(rel)).unwrap();
+    assert_eq!(read("proc/sys/net/ipv4/tcp_notsent_lowat"), "131072\n");
+    assert_eq!(
+        read("proc/sys/net/ipv4/tcp_mem")
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["287901", "2000000", "3000000"]
+    );
+    assert_eq!(read("proc/sys/net/ipv4/tcp_retries2"), "15\n");
+    assert_eq!(read("proc/sys/net/ipv4/tcp_keepalive_time"), "7200\n");
+    let conf = read("etc/sysctl.d/60-wstune.conf");
+    assert!(
+        conf.contains("net.ipv4.tcp_notsent_lowat = 131072")
+            && conf.contains("net.ipv4.tcp_mem = 287901 2000000 3000000")
+            && !conf.contains("tcp_retries2")
+            && !conf.contains("tcp_keepalive_time"),
+        "{conf}"
+    );
+}
+
 /// A copy of the default fixture whose file `rel` (under the tree) reads `text`.
 fn default_tree_with(rel: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -1673,7 +1769,7 @@ fn apply_on_a_captured_tree_then_rollback_restores_it_exactly() {
     let o = wstune120(&["apply", "--root", t, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("Applied 21 change(s)"),
+        stdout(&o).contains("Applied 23 change(s)"),
         "{}",
         stdout(&o)
     );

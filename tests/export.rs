@@ -253,6 +253,27 @@ fn export_never_lowers_what_the_host_has() {
         .find(|(k, _, _, _)| k == "net.core.somaxconn")
         .unwrap();
     assert_eq!(somaxconn.1, "65535");
+    // tcp_mem: the pressure and high marks are both judged (at least 200,000 and 300,000 pages
+    // for 100k connections of 8 KiB buffers), the host's own min is kept, and the exported
+    // rule names both fields so the play and the DaemonSet never lower either.
+    let json: Json = serde_json::from_str(&export(&[
+        "--to",
+        "json",
+        "--root",
+        fixture("default").to_str().unwrap(),
+    ]))
+    .unwrap();
+    let mem = json["sysctls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == "net.ipv4.tcp_mem")
+        .unwrap();
+    assert_eq!(
+        (mem["value"].as_str(), mem["rule"].as_str()),
+        (Some("287901 383868 575802"), Some("ge:1,2")),
+        "{mem}"
+    );
     // The same value goes into every format.
     let sysctl = export(&["--to", "sysctl", "--root", root]);
     assert!(

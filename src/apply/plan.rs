@@ -575,8 +575,9 @@ pub struct Settings {
     pub notes: Vec<String>,
     /// How each key's check compares (by key): an exported script or play keeps "never lower"
     /// on the host where it runs, which may already have more than the host it was made on.
-    /// The field judged, when the check judges one field of a multi-value key (0-based).
-    pub rules: std::collections::BTreeMap<String, (catalog::Compare, Option<usize>)>,
+    /// The fields judged, when checks judge some fields of a multi-value key (0-based; tcp_mem's
+    /// pressure and high marks are 1 and 2); empty when the whole value is.
+    pub rules: std::collections::BTreeMap<String, (catalog::Compare, Vec<usize>)>,
 }
 
 /// [`Settings`] from `findings` (evaluate's output for `facts` first) and the same `facts`.
@@ -599,6 +600,15 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
             Source::Sysctl(key) if s.sysctls.iter().any(|(_, k, _, _)| k == key) => {
                 let slot = s.sysctls.iter_mut().find(|(_, k, _, _)| k == key).unwrap();
                 let now = Value::parse_kernel(&slot.2);
+                // Another field of the key judged the same way (tcp_mem's pressure beside its
+                // high mark) is kept "never lower" on the target host too.
+                if let (Some(rule), Some(field)) = (s.rules.get_mut(key), def.check.field) {
+                    if rule.0 == def.check.compare && !rule.1.is_empty() && !rule.1.contains(&field)
+                    {
+                        rule.1.push(field);
+                        rule.1.sort_unstable();
+                    }
+                }
                 if let Some(v) = f
                     .target
                     .as_ref()
@@ -615,8 +625,10 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
                         kernel_text(&value),
                         def.check.scope,
                     ));
-                    s.rules
-                        .insert(key.clone(), (def.check.compare, def.check.field));
+                    s.rules.insert(
+                        key.clone(),
+                        (def.check.compare, def.check.field.into_iter().collect()),
+                    );
                     if let Some(e) = facts.boot.set_after(SYSCTL_FILE, key) {
                         s.notes.push(format!(
                             "{key}: {} sets {} and is applied after {SYSCTL_FILE}, so on the host this was computed on (and any like it) it wins at boot over this value: change or remove that line",

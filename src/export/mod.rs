@@ -80,8 +80,8 @@ pub struct Sysctl {
     pub kubernetes: Kube,
     /// How the host where it is set must compare, so that it is only ever raised there:
     /// `ge` (each field at least this), `le` (at most), `covers` (a range at least this
-    /// wide), `eq` (exactly this); `RULE:N` when only field N (0-based) is judged, the others
-    /// keeping the host's own values.
+    /// wide), `eq` (exactly this); `RULE:N` (or `RULE:N,M`) when only those fields (0-based)
+    /// are judged, the others keeping the host's own values.
     pub rule: String,
 }
 
@@ -89,9 +89,9 @@ pub struct Sysctl {
 /// `-v want=VALUE -v r=RULE` ([`Sysctl::rule`]), printing the value to write there: per
 /// whitespace-separated field, the node's own value where it is already beyond the wanted one
 /// (`ge`: above it, `le`: below it, `covers`: a lower start or a higher end), else the wanted
-/// one; with `RULE:N`, the fields but N keep the node's own. One program for the DaemonSet's
-/// script and the Ansible play.
-pub const RAISE_AWK: &str = r#"BEGIN { split(r, p, ":"); rr = p[1]; fld = (p[2] == "" ? 0 : p[2] + 1) } { n = split(want, w, " "); o = ""; for (i = 1; i <= n; i++) { v = w[i]; c = $i; if (c ~ /^-?[0-9]+$/ && v ~ /^-?[0-9]+$/) { if (fld && i != fld) v = c; else if ((rr == "ge" || (rr == "covers" && i == 2)) && c + 0 > v + 0) v = c; else if ((rr == "le" || (rr == "covers" && i == 1)) && c + 0 < v + 0) v = c } o = o (i > 1 ? " " : "") v } print o }"#;
+/// one; with `RULE:N,M`, the fields but N and M keep the node's own. One program for the
+/// DaemonSet's script and the Ansible play.
+pub const RAISE_AWK: &str = r#"BEGIN { split(r, p, ":"); rr = p[1]; nf = (p[2] == "" ? 0 : split(p[2], fl, ",")); for (j = 1; j <= nf; j++) only[fl[j] + 1] = 1 } { n = split(want, w, " "); o = ""; for (i = 1; i <= n; i++) { v = w[i]; c = $i; if (c ~ /^-?[0-9]+$/ && v ~ /^-?[0-9]+$/) { if (nf && !(i in only)) v = c; else if ((rr == "ge" || (rr == "covers" && i == 2)) && c + 0 > v + 0) v = c; else if ((rr == "le" || (rr == "covers" && i == 1)) && c + 0 < v + 0) v = c } o = o (i > 1 ? " " : "") v } print o }"#;
 
 impl Export {
     pub fn sysctls(&self) -> Vec<Sysctl> {
@@ -110,15 +110,18 @@ impl Export {
                 kubernetes: kube_class(key, *scope),
                 rule: {
                     use crate::catalog::Compare;
-                    let (cmp, field) = self.settings.rules.get(key).copied().unzip();
+                    let (cmp, fields) = self.settings.rules.get(key).cloned().unzip();
                     let r = match cmp {
                         Some(Compare::AtLeast) => "ge",
                         Some(Compare::AtMost) => "le",
                         Some(Compare::Covers) => "covers",
                         _ => "eq",
                     };
-                    match field.flatten() {
-                        Some(n) => format!("{r}:{n}"),
+                    match fields.filter(|f| !f.is_empty()) {
+                        Some(f) => {
+                            let f: Vec<String> = f.iter().map(usize::to_string).collect();
+                            format!("{r}:{}", f.join(","))
+                        }
                         None => r.to_string(),
                     }
                 },
@@ -251,6 +254,51 @@ mod tests {
                 rules: Default::default(),
             },
         }
+    }
+
+    /// The raise program, run by the system's awk as the exported play and DaemonSet run it.
+    fn raise(current: &str, want: &str, rule: &str) -> String {
+        let out = std::process::Command::new("awk")
+            .args([
+                "-v",
+                &format!("r={rule}"),
+                "-v",
+                &format!("want={want}"),
+                RAISE_AWK,
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().unwrap().write_all(current.as_bytes())?;
+                c.wait_with_output()
+            })
+            .expect("awk runs");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    #[test]
+    fn the_raise_program_keeps_each_judged_field_never_lower_and_the_others_the_hosts() {
+        // tcp_mem: pressure (1) and high (2) raised, the host's own min (0) kept.
+        let want = "287901 2000000 3000000";
+        assert_eq!(
+            raise("100 200 300\n", want, "ge:1,2"),
+            "100 2000000 3000000"
+        );
+        assert_eq!(
+            raise("100 4000000 2000000\n", want, "ge:1,2"),
+            "100 4000000 3000000"
+        );
+        // One field judged: the others are the host's.
+        assert_eq!(raise("100 200 300\n", want, "ge:2"), "100 200 3000000");
+        // The whole value.
+        assert_eq!(raise("65535\n", "4096", "ge"), "65535");
+        assert_eq!(raise("30\n", "15", "le"), "15");
+        assert_eq!(
+            raise("20000 60000\n", "10000 65535", "covers"),
+            "10000 65535"
+        );
     }
 
     #[test]
