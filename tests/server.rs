@@ -561,6 +561,66 @@ async fn broadcast_reaches_everyone_and_a_slow_consumer_does_not_slow_the_rest()
     drop(slow);
 }
 
+/// A consumer that stops reading with an ordinary receive window. With the socket's
+/// TCP_NOTSENT_LOWAT (the profiles' 128 KiB) the kernel takes little more than that, so 2 MB
+/// of broadcasts back up into the server's send queue and its 1 MiB cap closes the consumer;
+/// with the system's tcp_notsent_lowat (unlimited by default) the kernel's send buffer grows to
+/// about 4 MB and takes the same 2 MB whole: the cap never sees them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_that_stops_reading_backs_up_into_the_send_queue_with_the_unsent_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let no_mark = dir.path().join("no-mark.yaml");
+    std::fs::write(
+        &no_mark,
+        "extends: 10k\nname: no-mark\nserver:\n  notsent_lowat_bytes: 0\n",
+    )
+    .unwrap();
+    let unlimited = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_notsent_lowat")
+        .is_ok_and(|v| v.trim() == "4294967295");
+    for (profile, marked) in [("10k", true), (no_mark.to_str().unwrap(), false)] {
+        let srv = common::serve(&["--profile", profile, "--app", "broadcast"]);
+        let mut sender = tokio_tungstenite::connect_async(srv.url()).await.unwrap().0;
+        let slow = upgraded(srv.port, None);
+        tokio::task::block_in_place(|| {
+            srv.wait_metric("ws_connections", Duration::from_secs(10), |n| n == 2.0)
+        });
+        let payload = "z".repeat(20_000);
+        // 100 messages of 20 KB, 10 in flight at a time, as a paced feed sends them.
+        for w in 0..10 {
+            for i in w * 10..w * 10 + 10 {
+                sender
+                    .send(Message::text(format!("{i}:{payload}")))
+                    .await
+                    .unwrap();
+            }
+            for _ in 0..10 {
+                tokio::time::timeout(Duration::from_secs(10), sender.next())
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .unwrap();
+            }
+        }
+        if marked {
+            tokio::task::block_in_place(|| {
+                srv.wait_metric(
+                    "ws_backpressure_closes_total",
+                    Duration::from_secs(10),
+                    |n| n >= 1.0,
+                )
+            });
+        } else if unlimited {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert_eq!(
+                srv.metric("ws_backpressure_closes_total"),
+                0.0,
+                "without the mark the kernel held the 2 MB and the queue stayed under its cap"
+            );
+        }
+        drop(slow);
+    }
+}
+
 #[test]
 fn channels_subscribe_publish_unsubscribe() {
     let srv = serve_10k(&["--app", "channels"]);

@@ -127,6 +127,12 @@ impl BackpressureClose {
     }
 }
 
+/// [`ServerConfig::notsent_lowat_bytes`]'s default: 128 KiB.
+pub const DEFAULT_NOTSENT_LOWAT: usize = 128 << 10;
+/// Its bounds when set: below a page every write would wake the connection again; the kernel
+/// takes an int.
+pub const NOTSENT_LOWAT_BOUNDS: std::ops::RangeInclusive<usize> = 4096..=(1 << 30);
+
 /// Every setting of the server (see each field for its default and bound).
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -148,6 +154,14 @@ pub struct ServerConfig {
     pub send_queue_bytes: usize,
     /// The close code for a consumer that stays above `send_queue_bytes`.
     pub backpressure_close: BackpressureClose,
+    /// TCP_NOTSENT_LOWAT on every accepted socket (Linux): the unsent bytes the kernel takes
+    /// before the socket stops being writable. Without a mark a client that stops reading
+    /// absorbs up to its whole send buffer (tcp_wmem's max, 4 MiB) in the kernel, where
+    /// `send_queue_bytes` never sees it; with one, this server's own queue grows and the slow
+    /// consumer is closed. Default 128 KiB (the option's author: "128 KB or less is OK" to
+    /// keep the pipe full); 0 leaves the system's `net.ipv4.tcp_notsent_lowat`. 0, or 4 KiB to
+    /// 1 GiB.
+    pub notsent_lowat_bytes: usize,
     /// Server pings this often. Default 30 s.
     pub heartbeat_interval: Duration,
     /// A connection silent (no frame, no pong) this long is closed. Default 90 s.
@@ -221,6 +235,7 @@ impl Default for ServerConfig {
             fragment_bytes: 64 << 10,
             send_queue_bytes: 1 << 20,
             backpressure_close: BackpressureClose::Policy,
+            notsent_lowat_bytes: DEFAULT_NOTSENT_LOWAT,
             heartbeat_interval: Duration::from_secs(30),
             heartbeat_timeout: Duration::from_secs(90),
             handshake_timeout: Duration::from_secs(10),
@@ -295,6 +310,8 @@ pub enum ConfigError {
     },
     /// Every upgrade would time out at once.
     ZeroHandshakeTimeout,
+    /// A TCP_NOTSENT_LOWAT mark outside [`NOTSENT_LOWAT_BOUNDS`] (and not 0).
+    NotsentLowat(usize),
     /// An abuse-limit setting (see `limits`).
     Limits(crate::limits::LimitsError),
 }
@@ -358,6 +375,12 @@ impl std::fmt::Display for ConfigError {
             ConfigError::ZeroHandshakeTimeout => {
                 f.write_str("the handshake timeout must be at least 1 s")
             }
+            ConfigError::NotsentLowat(v) => write!(
+                f,
+                "server.notsent_lowat_bytes {v} must be 0 (the system's tcp_notsent_lowat) or {} to {} bytes",
+                NOTSENT_LOWAT_BOUNDS.start(),
+                NOTSENT_LOWAT_BOUNDS.end()
+            ),
             ConfigError::Limits(e) => e.fmt(f),
         }
     }
@@ -384,6 +407,10 @@ impl ServerConfig {
         }
         if self.fragment_bytes == 0 || self.max_frame_bytes == 0 || self.send_queue_bytes < 1024 {
             return Err(ConfigError::Sizes);
+        }
+        let lowat = self.notsent_lowat_bytes;
+        if lowat != 0 && !NOTSENT_LOWAT_BOUNDS.contains(&lowat) {
+            return Err(ConfigError::NotsentLowat(lowat));
         }
         if self.handler.offloaded() && self.app != App::Echo {
             return Err(ConfigError::HandlerNeedsEcho {
@@ -548,6 +575,17 @@ mod tests {
         assert!(bad(|c| c.deflate.mem_level = 0).contains("memLevel 0"));
         assert!(bad(|c| c.deflate.level = 10).contains("level 10"));
         assert!(bad(|c| c.handshake_timeout = Duration::ZERO).contains("handshake timeout"));
+        // The unsent mark: 0 (the system's) or a page to 1 GiB.
+        assert!(bad(|c| c.notsent_lowat_bytes = 1000).contains(
+            "server.notsent_lowat_bytes 1000 must be 0 (the system's tcp_notsent_lowat) or 4096 to"
+        ));
+        for ok in [0, 4096, DEFAULT_NOTSENT_LOWAT, 1 << 30] {
+            let c = ServerConfig {
+                notsent_lowat_bytes: ok,
+                ..ServerConfig::default()
+            };
+            assert!(c.validate().is_ok(), "{ok}");
+        }
     }
 
     #[test]

@@ -284,7 +284,6 @@ impl<H: Handler> Server<H> {
                                 // TLS handshake is spent on the connection.
                                 match gate.admit(peer, raw_fd(&stream)) {
                                     Ok(pass) => {
-                                        let _ = stream.set_nodelay(true);
                                         spawn_conn(stream, peer, pass, ctx.clone(), stopping.clone(), tls.as_ref());
                                     }
                                     Err(refused) => {
@@ -442,6 +441,21 @@ fn spawn_conn<H: Handler>(
     start_conn(stream, peer, pass, ctx, stopping, tls, deadline, false);
 }
 
+/// The per-socket options every connection gets, once, before its upgrade: no Nagle delay for
+/// small frames, and (Linux) a mark on the bytes the kernel keeps unsent, so that a consumer
+/// that stops reading backs up into this server's send queue, where `send_queue_bytes` closes
+/// it, not into a kernel buffer the server cannot see (`ServerConfig::notsent_lowat_bytes`).
+fn tune_socket(stream: &tokio::net::TcpStream, config: &ServerConfig) {
+    let _ = stream.set_nodelay(true);
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if config.notsent_lowat_bytes > 0 {
+        let _ =
+            socket2::SockRef::from(stream).set_tcp_notsent_lowat(config.notsent_lowat_bytes as u32);
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = config;
+}
+
 #[allow(clippy::too_many_arguments)]
 fn start_conn<H: Handler>(
     stream: tokio::net::TcpStream,
@@ -454,7 +468,7 @@ fn start_conn<H: Handler>(
     // Whether a PROXY header named the client (X-Forwarded-For is then never read).
     proxied: bool,
 ) {
-    let _ = stream.set_nodelay(true);
+    tune_socket(&stream, &ctx.hub.config);
     let id = NEXT_CONN_ID.fetch_add(1, Relaxed);
     // Every event inside the connection's task carries its id and peer. A debug span: at the
     // default level it is never created, so 100k idle connections cost no span each.

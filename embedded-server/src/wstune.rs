@@ -214,6 +214,9 @@ struct Wire {
     fragment_bytes: usize,
     send_queue_bytes: usize,
     backpressure_close: u16,
+    // Absent in files written before it existed: the library's default.
+    #[serde(default = "default_notsent_lowat")]
+    notsent_lowat_bytes: usize,
     heartbeat_interval_ms: u64,
     heartbeat_timeout_ms: u64,
     handshake_timeout_ms: u64,
@@ -255,6 +258,10 @@ struct WireLimits {
     fd_reserve: Option<usize>,
 }
 
+fn default_notsent_lowat() -> usize {
+    crate::config::DEFAULT_NOTSENT_LOWAT
+}
+
 fn ms(d: Duration) -> u64 {
     d.as_millis().min(u64::MAX as u128) as u64
 }
@@ -273,6 +280,7 @@ pub fn to_json(c: &ServerConfig) -> String {
         fragment_bytes: c.fragment_bytes,
         send_queue_bytes: c.send_queue_bytes,
         backpressure_close: c.backpressure_close.code(),
+        notsent_lowat_bytes: c.notsent_lowat_bytes,
         heartbeat_interval_ms: ms(c.heartbeat_interval),
         heartbeat_timeout_ms: ms(c.heartbeat_timeout),
         handshake_timeout_ms: ms(c.handshake_timeout),
@@ -343,6 +351,7 @@ fn from_json(text: &str, base: ServerConfig) -> Result<ServerConfig, FromJson> {
             1013 => BackpressureClose::TryAgain,
             _ => BackpressureClose::Policy,
         },
+        notsent_lowat_bytes: w.notsent_lowat_bytes,
         heartbeat_interval: Duration::from_millis(w.heartbeat_interval_ms),
         heartbeat_timeout: Duration::from_millis(w.heartbeat_timeout_ms),
         handshake_timeout: Duration::from_millis(w.handshake_timeout_ms),

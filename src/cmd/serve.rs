@@ -131,6 +131,11 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
     let max_message_bytes = pick("max message bytes", a.max_message, s.max_message_bytes);
     let fragment_bytes = pick("fragment bytes", a.fragment, s.fragment_bytes);
     let send_queue_bytes = pick("send queue cap bytes", a.send_queue, s.send_queue_bytes);
+    let notsent_lowat_bytes = pick(
+        "unsent bytes per socket (TCP_NOTSENT_LOWAT; 0 = system's)",
+        None,
+        s.notsent_lowat_bytes,
+    );
     let hb_interval = pick(
         "heartbeat interval s",
         a.heartbeat_interval.map(|v| v as usize),
@@ -224,6 +229,7 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
         max_message_bytes,
         fragment_bytes,
         send_queue_bytes,
+        notsent_lowat_bytes,
         backpressure_close: if a.backpressure_close == 1013 {
             BackpressureClose::TryAgain
         } else {

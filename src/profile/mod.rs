@@ -602,6 +602,16 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         1 << 32,
         "",
     );
+    if s.notsent_lowat_bytes != 0 {
+        let r = embedded_server::config::NOTSENT_LOWAT_BOUNDS;
+        b.range(
+            "server.notsent_lowat_bytes",
+            s.notsent_lowat_bytes,
+            *r.start() as u64,
+            *r.end() as u64,
+            "or 0: the system's tcp_notsent_lowat",
+        );
+    }
     if let model::Processes::Count(n) = s.processes {
         b.range(
             "server.processes",

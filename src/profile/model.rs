@@ -223,6 +223,11 @@ pub struct ServerSettings {
     pub heartbeat: HeartbeatSettings,
     /// Queued outgoing bytes per connection before a slow consumer is closed.
     pub send_queue_bytes: u64,
+    /// TCP_NOTSENT_LOWAT on each connection's socket: unsent bytes the kernel takes before the
+    /// server queues them itself (where send_queue_bytes sees them); 0 leaves the system's
+    /// net.ipv4.tcp_notsent_lowat. Optional; 131072 when absent.
+    #[serde(default = "default_notsent_lowat")]
+    pub notsent_lowat_bytes: u64,
     /// Server processes sharing the port (SO_REUSEPORT, `serve --processes`): a number,
     /// `auto` (enough that each stays under its fd limit) or `cores` (auto, and at least one
     /// per core). Optional; 1 when absent.
@@ -517,4 +522,8 @@ mod tests {
             }
         );
     }
+}
+
+fn default_notsent_lowat() -> u64 {
+    embedded_server::config::DEFAULT_NOTSENT_LOWAT as u64
 }
