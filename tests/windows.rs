@@ -383,12 +383,20 @@ fn the_rss_profile_check_follows_nic_rss() {
     };
     let (_, r) = check_json(&fixture("windows-tuned"), &["--profile", "100k"]);
     let f = finding(&r, NIC_T);
-    assert_eq!((f["status"].as_str(), f["target"].as_str()), (Some("pass"), Some("NUMAScaling")), "{f:#}");
+    assert_eq!(
+        (f["status"].as_str(), f["target"].as_str()),
+        (Some("pass"), Some("NUMAScaling")),
+        "{f:#}"
+    );
 
     let static_word = profile("static", "nic:\n  rss: numa_scaling_static\n");
     let (_, r) = check_json(&fixture("windows-default"), &["--profile", &static_word]);
     let f = finding(&r, NIC_D);
-    assert_eq!((f["status"].as_str(), f["target"].as_str()), (Some("pass"), Some("NUMAScalingStatic")), "{f:#}");
+    assert_eq!(
+        (f["status"].as_str(), f["target"].as_str()),
+        (Some("pass"), Some("NUMAScalingStatic")),
+        "{f:#}"
+    );
     let (_, r) = check_json(&fixture("windows-tuned"), &["--profile", &static_word]);
     let f = finding(&r, NIC_T);
     assert_eq!(f["status"], "info", "{f:#}");
@@ -397,10 +405,23 @@ fn the_rss_profile_check_follows_nic_rss() {
     let old = profile("old", "windows:\n  rss_profile: ConservativeScaling\n");
     let (_, r) = check_json(&fixture("windows-tuned"), &["--profile", &old]);
     let f = finding(&r, NIC_T);
-    assert_eq!((f["status"].as_str(), f["target"].as_str()), (Some("info"), Some("ConservativeScaling")), "{f:#}");
+    assert_eq!(
+        (f["status"].as_str(), f["target"].as_str()),
+        (Some("info"), Some("ConservativeScaling")),
+        "{f:#}"
+    );
     // Both keys, disagreeing: refused with the line and the fix.
-    let both = profile("both", "windows:\n  rss_profile: ClosestProcessor\nnic:\n  rss: numa_scaling\n");
-    let o = wstune(&["check", "--root", fixture("windows-tuned").to_str().unwrap(), "--profile", &both]);
+    let both = profile(
+        "both",
+        "windows:\n  rss_profile: ClosestProcessor\nnic:\n  rss: numa_scaling\n",
+    );
+    let o = wstune(&[
+        "check",
+        "--root",
+        fixture("windows-tuned").to_str().unwrap(),
+        "--profile",
+        &both,
+    ]);
     assert_eq!(o.status.code(), Some(3));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(

@@ -970,7 +970,10 @@ mod tests {
         let p = plan(&inputs(&profile, &nics, true, &e));
         assert!(!p.files.iter().any(|(f, _)| f.ends_with(".link")), "{p:?}");
         let rules = file_of(&p, "60-wstune-nic.rules");
-        assert!(rules.contains("ACTION==\"add\", SUBSYSTEM==\"net\", ATTR{address}"), "{rules}");
+        assert!(
+            rules.contains("ACTION==\"add\", SUBSYSTEM==\"net\", ATTR{address}"),
+            "{rules}"
+        );
     }
 
     fn file_of<'a>(p: &'a NicPlan, name: &str) -> &'a str {

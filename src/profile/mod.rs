@@ -355,9 +355,10 @@ fn fold_rss(doc: &mut serde_yaml_ng::Value, text: &str) -> (bool, Vec<(Option<us
         .collect::<Vec<_>>()
         .join(", ");
     let Some(word) = old.as_str().and_then(RssProfile::from_windows_name) else {
-        let found = old
-            .as_str()
-            .map_or_else(|| "a value that is not text".to_string(), |s| format!("'{s}'"));
+        let found = old.as_str().map_or_else(
+            || "a value that is not text".to_string(),
+            |s| format!("'{s}'"),
+        );
         return (
             true,
             vec![(
@@ -1125,7 +1126,9 @@ mod tests {
     /// A built-in profile as an older file wrote it: the Windows-only RSS key, no `nic` block.
     fn with_old_rss_key(windows_name: &str) -> String {
         let text = EMBEDDED[0].1;
-        let text = &text[..=text.find("\nnic:\n").expect("the built-in profiles say nic.rss")];
+        let text = &text[..=text
+            .find("\nnic:\n")
+            .expect("the built-in profiles say nic.rss")];
         text.replace(
             "windows:\n",
             &format!("windows:\n  rss_profile: {windows_name}\n"),
@@ -1173,8 +1176,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains(&format!("p.yaml:{old_line}: windows.rss_profile: 'Balanced' is not an RSS profile"))
-                && err.contains("NUMAScaling (`nic: rss: numa_scaling`)"),
+            err.contains(&format!(
+                "p.yaml:{old_line}: windows.rss_profile: 'Balanced' is not an RSS profile"
+            )) && err.contains("NUMAScaling (`nic: rss: numa_scaling`)"),
             "{err}"
         );
     }
