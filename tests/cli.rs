@@ -1551,7 +1551,7 @@ fn apply_tunes_a_nics_queues_and_rollback_restores_them_in_a_private_namespace()
     assert_eq!(line("STEP dry-run "), "STEP dry-run rc=0 same=yes");
     let plan = line("PLAN ");
     assert!(
-        plan.contains("named with --nic") && plan.contains("RSS profile closest"),
+        plan.contains("named with --nic") && plan.contains("RSS profile numa_scaling"),
         "{plan}"
     );
     assert!(

@@ -366,3 +366,67 @@ fn a_pid_the_capture_does_not_know_is_refused() {
     );
     assert!(String::from_utf8_lossy(&o.stderr).contains("--pid 999: no such process"));
 }
+
+/// An adapter's *RSSProfile check targets the profile's `nic.rss` in Windows' name: the tuned
+/// host (NUMAScaling) passes with the built-in word, numa_scaling; a profile saying
+/// numa_scaling_static makes the drivers' default (NUMAScalingStatic) pass there instead, with
+/// its number in the fix; an older profile's `windows.rss_profile` is still followed.
+#[test]
+fn the_rss_profile_check_follows_nic_rss() {
+    const NIC_T: &str = "windows.nic.rss_profile[Ethernet]";
+    const NIC_D: &str = "windows.nic.rss_profile[Intel(R) Ethernet Controller X710]";
+    let dir = tempfile::tempdir().unwrap();
+    let profile = |name: &str, body: &str| {
+        let p = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&p, format!("extends: 100k\nname: {name}\n{body}")).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (_, r) = check_json(&fixture("windows-tuned"), &["--profile", "100k"]);
+    let f = finding(&r, NIC_T);
+    assert_eq!(
+        (f["status"].as_str(), f["target"].as_str()),
+        (Some("pass"), Some("NUMAScaling")),
+        "{f:#}"
+    );
+
+    let static_word = profile("static", "nic:\n  rss: numa_scaling_static\n");
+    let (_, r) = check_json(&fixture("windows-default"), &["--profile", &static_word]);
+    let f = finding(&r, NIC_D);
+    assert_eq!(
+        (f["status"].as_str(), f["target"].as_str()),
+        (Some("pass"), Some("NUMAScalingStatic")),
+        "{f:#}"
+    );
+    let (_, r) = check_json(&fixture("windows-tuned"), &["--profile", &static_word]);
+    let f = finding(&r, NIC_T);
+    assert_eq!(f["status"], "info", "{f:#}");
+    assert_eq!(f["target"], "NUMAScalingStatic", "{f:#}");
+
+    let old = profile("old", "windows:\n  rss_profile: ConservativeScaling\n");
+    let (_, r) = check_json(&fixture("windows-tuned"), &["--profile", &old]);
+    let f = finding(&r, NIC_T);
+    assert_eq!(
+        (f["status"].as_str(), f["target"].as_str()),
+        (Some("info"), Some("ConservativeScaling")),
+        "{f:#}"
+    );
+    // Both keys, disagreeing: refused with the line and the fix.
+    let both = profile(
+        "both",
+        "windows:\n  rss_profile: ClosestProcessor\nnic:\n  rss: numa_scaling\n",
+    );
+    let o = wstune(&[
+        "check",
+        "--root",
+        fixture("windows-tuned").to_str().unwrap(),
+        "--profile",
+        &both,
+    ]);
+    assert_eq!(o.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("{both}:4: windows.rss_profile: ClosestProcessor disagrees with nic.rss: numa_scaling (line 6"))
+            && err.contains("remove windows.rss_profile"),
+        "{err}"
+    );
+}

@@ -40,6 +40,11 @@ pub struct Inputs<'a> {
     /// The interrupt boot script as it is now ("" when absent), likewise.
     pub irq_script_now: &'a str,
     pub scope: Scope,
+    /// The files are for other hosts of this one's hardware (`wstune export --to nic`): they
+    /// match each NIC by its name (a MAC address is this host's own), and the .link file is
+    /// rendered even where this host's channel counts already are the target (another host's
+    /// may still be at the driver's default).
+    pub for_other_hosts: bool,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -51,9 +56,11 @@ pub struct NicPlan {
 
 /// The CPUs the profile puts a NIC's queues on, in the order queues take them.
 pub fn cpus_for(rss: RssProfile, nic: &NicFacts) -> Vec<u32> {
+    // A static word is its dynamic twin's set: Linux's drivers never move a queue on their
+    // own; what moves at run time is irqbalance's (`nic.irq`).
     match rss {
-        RssProfile::Closest => nic.local_cpus.clone(),
-        RssProfile::NumaScaling => {
+        RssProfile::Closest | RssProfile::ClosestStatic => nic.local_cpus.clone(),
+        RssProfile::NumaScaling | RssProfile::NumaScalingStatic => {
             let mut v = nic.local_cpus.clone();
             v.extend(nic.cpus.iter().filter(|c| !nic.local_cpus.contains(c)));
             v
@@ -104,11 +111,7 @@ pub fn plan(i: &Inputs) -> NicPlan {
     p.notes.push(format!(
         "NIC queues tuned ({why}) to RSS profile {}: {}",
         i.profile.rss.as_str(),
-        match i.profile.rss {
-            RssProfile::Closest => "the CPUs of each NIC's own NUMA node",
-            RssProfile::NumaScaling => "every CPU, each NIC's own node first",
-            RssProfile::Conservative => "half the CPUs of each NIC's node",
-        }
+        i.profile.rss.linux_cpus()
     ));
     let mut rule_lines: Vec<(String, String)> = Vec::new();
     // Per NIC with pinned interrupts: (interrupt name, CPU) for the boot script.
@@ -274,7 +277,10 @@ pub fn plan(i: &Inputs) -> NicPlan {
         }
         let pinned = pins.iter().any(|(n, _)| *n == nic.name);
         if !attrs.is_empty() || pinned {
-            rule_lines.push((nic.name.clone(), udev_line(nic, &attrs, pinned)));
+            rule_lines.push((
+                nic.name.clone(),
+                udev_line(nic, &attrs, pinned, i.for_other_hosts),
+            ));
         }
     }
     if i.scope.persist && !pins.is_empty() {
@@ -456,9 +462,10 @@ fn plan_channels(p: &mut NicPlan, i: &Inputs, nic: &NicFacts, want: u32) -> bool
     let Some(ch) = nic.channels else {
         return false;
     };
+    // Raised here when below the target; for other hosts, also rendered when at it.
     let raise = |now: u32, max: u32| {
         let t = want.min(max);
-        (max > 0 && now < t).then_some(t)
+        (max > 0 && (now < t || (i.for_other_hosts && now == t))).then_some(t)
     };
     let (rx, tx, combined) = if ch.max_combined > 0 {
         (None, None, raise(ch.combined, ch.max_combined))
@@ -468,6 +475,9 @@ fn plan_channels(p: &mut NicPlan, i: &Inputs, nic: &NicFacts, want: u32) -> bool
     if rx.is_none() && tx.is_none() && combined.is_none() {
         return false;
     }
+    let grows = rx.is_some_and(|t| ch.rx < t)
+        || tx.is_some_and(|t| ch.tx < t)
+        || combined.is_some_and(|t| ch.combined < t);
     let words = |rx: Option<u32>, tx: Option<u32>, c: Option<u32>| {
         [("rx", rx), ("tx", tx), ("combined", c)]
             .iter()
@@ -481,7 +491,7 @@ fn plan_channels(p: &mut NicPlan, i: &Inputs, nic: &NicFacts, want: u32) -> bool
         combined.map(|_| ch.combined),
     );
     let to = words(rx, tx, combined);
-    if i.scope.runtime {
+    if i.scope.runtime && grows {
         p.actions.push(Action {
             check: format!("linux.nic.queues[{}]", nic.name),
             setting: format!("{} channels", nic.name),
@@ -498,7 +508,7 @@ fn plan_channels(p: &mut NicPlan, i: &Inputs, nic: &NicFacts, want: u32) -> bool
     if i.scope.persist {
         p.files.push((
             crate::host::owned::nic_link_file(&nic.name),
-            link_file(nic, rx, tx, combined),
+            link_file(nic, rx, tx, combined, i.for_other_hosts),
         ));
         p.actions.push(Action {
             check: format!("linux.nic.queues[{}]", nic.name),
@@ -510,7 +520,7 @@ fn plan_channels(p: &mut NicPlan, i: &Inputs, nic: &NicFacts, want: u32) -> bool
             },
         });
     }
-    true
+    grows
 }
 
 /// systemd 252's 99-default.link [Link] lines, for a host whose own cannot be read.
@@ -520,8 +530,14 @@ const DEFAULT_LINK: &str = "NamePolicy=keep kernel database onboard slot path\nA
 /// that matches a device, so this one repeats the [Link] settings of the host's
 /// 99-default.link (interface naming, MAC address policy): without them the NIC would lose its
 /// predictable name at the next boot.
-fn link_file(nic: &NicFacts, rx: Option<u32>, tx: Option<u32>, combined: Option<u32>) -> String {
-    let matcher = match nic_address(nic) {
+fn link_file(
+    nic: &NicFacts,
+    rx: Option<u32>,
+    tx: Option<u32>,
+    combined: Option<u32>,
+    by_name: bool,
+) -> String {
+    let matcher = match nic_address(nic, by_name) {
         Some(a) => format!("MACAddress={a}"),
         None => format!("OriginalName={}", nic.name),
     };
@@ -563,17 +579,21 @@ fn link_file(nic: &NicFacts, rx: Option<u32>, tx: Option<u32>, combined: Option<
 
 /// What a boot file matches a NIC by: a physical NIC's hardware address (its name can change
 /// at boot, the address not); a virtual link's name, since its address is random or rewritten
-/// at creation (99-default.link's MACAddressPolicy=persistent).
-fn nic_address(nic: &NicFacts) -> Option<&str> {
-    nic.address.as_deref().filter(|_| nic.physical)
+/// at creation (99-default.link's MACAddressPolicy=persistent); and the name for other hosts
+/// (`by_name`), whose addresses are their own.
+fn nic_address(nic: &NicFacts, by_name: bool) -> Option<&str> {
+    nic.address.as_deref().filter(|_| nic.physical && !by_name)
 }
 
-/// One NIC's udev rule: matched by its MAC address (a name can change at boot), writing each
-/// queue attribute when the device appears.
-fn udev_line(nic: &NicFacts, attrs: &[(String, String)], pinned: bool) -> String {
-    let matcher = match nic_address(nic) {
-        Some(a) => format!("ATTR{{address}}==\"{a}\""),
-        None => format!("KERNEL==\"{}\"", nic.name),
+/// One NIC's udev rule, writing each queue attribute when the device appears: matched by its
+/// MAC address (a name can change at boot), or by its name. By name for other hosts, also on
+/// the "move" event: a NIC that udev renames (eth0 to ens5, after this file's rules ran for
+/// "add") gets its name with that event.
+fn udev_line(nic: &NicFacts, attrs: &[(String, String)], pinned: bool, by_name: bool) -> String {
+    let (action, matcher) = match nic_address(nic, by_name) {
+        Some(a) => ("add", format!("ATTR{{address}}==\"{a}\"")),
+        None if by_name => ("add|move", format!("KERNEL==\"{}\"", nic.name)),
+        None => ("add", format!("KERNEL==\"{}\"", nic.name)),
     };
     let mut sets: Vec<String> = attrs
         .iter()
@@ -584,7 +604,7 @@ fn udev_line(nic: &NicFacts, attrs: &[(String, String)], pinned: bool) -> String
         sets.push("ENV{SYSTEMD_WANTS}+=\"wstune-nic-irq.service\"".into());
     }
     format!(
-        "# nic {}\nACTION==\"add\", SUBSYSTEM==\"net\", {matcher}, {}\n",
+        "# nic {}\nACTION==\"{action}\", SUBSYSTEM==\"net\", {matcher}, {}\n",
         nic.name,
         sets.join(", ")
     )
@@ -704,6 +724,7 @@ mod tests {
                 runtime: true,
                 persist: true,
             },
+            for_other_hosts: false,
         }
     }
 
@@ -915,6 +936,48 @@ mod tests {
                 .any(|a| matches!(&a.op, Op::Channels { .. })),
             "{p:?}"
         );
+    }
+
+    #[test]
+    fn for_other_hosts_a_physical_nic_is_matched_by_name_and_its_link_file_rendered_at_target() {
+        let mut nic = veth(2, 2, 2);
+        nic.physical = true;
+        nic.channels = Some(crate::host::Channels {
+            combined: 2,
+            max_combined: 8,
+            ..Default::default()
+        });
+        let (profile, nics, e) = (NicProfile::default(), [nic], Evidence::default());
+        let mut i = inputs(&profile, &nics, true, &e);
+        i.scope.runtime = false;
+        i.for_other_hosts = true;
+        let p = plan(&i);
+        let file = |name: &str| &p.files.iter().find(|(f, _)| f.ends_with(name)).unwrap().1;
+        let rules = file("60-wstune-nic.rules");
+        assert!(
+            rules.contains("ACTION==\"add|move\", SUBSYSTEM==\"net\", KERNEL==\"veth0\", "),
+            "{rules}"
+        );
+        assert!(!rules.contains("02:00:00:00:00:01"), "{rules}");
+        // At the target here already (2 CPUs, 2 queues): rendered for hosts still at the default.
+        let link = file("10-wstune-veth0.link");
+        assert!(
+            link.contains("OriginalName=veth0") && link.contains("CombinedChannels=2"),
+            "{link}"
+        );
+        assert!(p.actions.iter().all(|a| !a.op.is_runtime()), "{p:?}");
+        // For this host, the same NIC is matched by its address and its counts are left alone.
+        let p = plan(&inputs(&profile, &nics, true, &e));
+        assert!(!p.files.iter().any(|(f, _)| f.ends_with(".link")), "{p:?}");
+        let rules = file_of(&p, "60-wstune-nic.rules");
+        assert!(
+            rules.contains("ACTION==\"add\", SUBSYSTEM==\"net\", ATTR{address}"),
+            "{rules}"
+        );
+    }
+
+    fn file_of<'a>(p: &'a NicPlan, name: &str) -> &'a str {
+        &p.files.iter().find(|(f, _)| f.ends_with(name)).unwrap().1
     }
 
     #[test]

@@ -114,6 +114,11 @@ pub struct ExportArgs {
     /// The host's role the values follow (as for check and apply).
     #[arg(long, value_enum, value_name = "ROLE")]
     pub role: Option<RoleArg>,
+    /// A NIC whose boot files `--to nic` renders (every physical one when none is named), or
+    /// that the `--to ansible` play also installs them for; repeatable. Computed here, valid
+    /// for hosts of this one's hardware whose NIC has this name.
+    #[arg(long = "nic", value_name = "NAME")]
+    pub nics: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -152,6 +157,9 @@ pub enum ExportFormat {
     Compose,
     /// The settings as JSON, for other tools.
     Json,
+    /// The NICs' boot files apply writes (udev rule, .link, sysctl.d, interrupt script and
+    /// unit), matched by name, for hosts of this hardware; -o DIR writes them under DIR.
+    Nic,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -146,6 +146,9 @@ pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
             a.unit
         );
     }
+    if !a.nics.is_empty() && !matches!(a.to, ExportFormat::Nic | ExportFormat::Ansible) {
+        bail!("--nic renders a NIC's boot files, which only --to nic and --to ansible carry: drop --nic, or pass --to nic");
+    }
     Ok(cmd::export::Request {
         host: Resolved { inputs, backend },
         to: match a.to {
@@ -158,7 +161,9 @@ pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
             ExportFormat::Docker => Format::Docker,
             ExportFormat::Compose => Format::Compose,
             ExportFormat::Json => Format::Json,
+            ExportFormat::Nic => Format::Nic,
         },
+        nics: a.nics.clone(),
         unit: a.unit.clone(),
         output: a.output.clone(),
     })

@@ -266,6 +266,7 @@ fn add_nic_plan(
         rules_now: &rules_now,
         irq_script_now: &irq_script_now,
         scope: a.scope,
+        for_other_hosts: false,
     });
     // Merged with other NICs' lines: refused at record time if they changed meanwhile.
     if n.files.iter().any(|(f, _)| f == NIC_RULES_FILE) {

@@ -14,6 +14,9 @@ use std::path::PathBuf;
 pub struct Request {
     pub host: Resolved,
     pub to: Format,
+    /// `--nic`: the NICs whose boot files are rendered (`--to nic`: every physical one when
+    /// empty; `--to ansible`: none when empty).
+    pub nics: Vec<String>,
     pub unit: String,
     /// `-o`: a file, or for the systemd units a directory; else standard output.
     pub output: Option<PathBuf>,
@@ -34,11 +37,187 @@ pub fn run(a: Request) -> Result<Outcome> {
             info.source.clone()
         },
         settings: plan::settings(&inputs.catalog, &report.results, &facts),
+        nic: None,
+    };
+    let e = if a.to == Format::Nic || !a.nics.is_empty() {
+        let files = nic_files(&a, &e.host)?;
+        Export {
+            nic: Some(files),
+            ..e
+        }
+    } else {
+        e
     };
     if a.to == Format::SystemdUnit {
         return units(&e, &a);
     }
+    if a.to == Format::Nic {
+        if let Some(dir) = a.output.as_deref() {
+            return nic_tree(&e, dir);
+        }
+    }
     output::emit(a.output.as_deref(), &export::render(&e, a.to, &a.unit))?;
+    Ok(Outcome::Ok)
+}
+
+/// The NICs' boot files, from the plan apply makes (matched by name, for other hosts), with
+/// what another host must have for them to fit: this host's NIC model, CPUs and NUMA layout.
+fn nic_files(a: &Request, host: &str) -> Result<export::nic::NicFiles> {
+    use crate::apply::nic as apply_nic;
+    use export::nic::{NicHardware, NicOrigin};
+    let backend = a.host.backend.as_ref();
+    let links = backend.links().unwrap_or_default();
+    let found = || {
+        if links.is_empty() {
+            "none found".to_string()
+        } else {
+            format!(
+                "found: {}",
+                links
+                    .iter()
+                    .map(|l| l.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    };
+    let chosen: Vec<&crate::host::Link> = if a.nics.is_empty() {
+        let physical: Vec<_> = links.iter().filter(|l| l.physical).collect();
+        if physical.is_empty() {
+            bail!(
+                "--to nic: {host} has no physical NIC ({}); the files are computed from a NIC's queues, CPUs and NUMA node, so run the export on a host of the fleet's hardware, or name a link with --nic NAME",
+                found()
+            );
+        }
+        physical
+    } else {
+        let mut v = Vec::new();
+        for name in &a.nics {
+            match links.iter().find(|l| &l.name == name) {
+                Some(l) => v.push(l),
+                None => bail!(
+                    "--nic {name}: no such network interface on {host} ({}); `ip link` lists them. The files are computed from the named NIC's queues here, so run the export on a host that has it",
+                    found()
+                ),
+            }
+        }
+        v
+    };
+    let nics: Vec<crate::nic::NicFacts> = chosen
+        .iter()
+        .map(|l| crate::nic::read(backend, &l.name, l.physical))
+        .collect();
+    let irqbalance = backend
+        .systemd_property("irqbalance.service", "ActiveState")
+        .ok()
+        .map(|s| s.trim() == "active");
+    let n = apply_nic::plan(&apply_nic::Inputs {
+        profile: &a.host.inputs.profile.profile.nic,
+        nics: &nics,
+        named: true,
+        evidence: &crate::nic::Evidence::default(),
+        // Rendered whatever this host's own flow table holds.
+        flow_entries: Some(0),
+        irqbalance,
+        rules_now: "",
+        irq_script_now: "",
+        scope: plan::Scope {
+            runtime: false,
+            persist: true,
+        },
+        for_other_hosts: true,
+    });
+    // Queues this host does not have yet: their RPS and XPS cannot be computed before they exist.
+    for x in &n.actions {
+        if let (plan::Op::NicLinkFile { nic }, Some(from)) = (&x.op, &x.from) {
+            if *from != x.to {
+                bail!(
+                    "{nic} has {from} queues here and the profile's CPUs want {}: the queue settings of the other hosts' NICs are computed from this one's queues, so raise them first (sudo wstune apply --nic {nic}), then export again",
+                    x.to
+                );
+            }
+        }
+    }
+    if n.files.is_empty() {
+        bail!(
+            "the profile changes nothing at boot on {} here ({}): there are no NIC files to export",
+            nics.iter()
+                .map(|n| n.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            n.notes.join("; ")
+        );
+    }
+    let text = |p: &str| backend.read(p).ok().map(|t| t.trim().to_string());
+    let nodes = backend
+        .list("/sys/devices/system/node")
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|d| {
+            d.strip_prefix("node")
+                .is_some_and(|k| k.parse::<u32>().is_ok())
+        })
+        .filter_map(|d| {
+            text(&format!("/sys/devices/system/node/{d}/cpulist")).map(|c| format!("{d} {c}"))
+        })
+        .collect();
+    let hardware = nics
+        .iter()
+        .map(|nic| {
+            let uevent =
+                text(&format!("/sys/class/net/{}/device/uevent", nic.name)).unwrap_or_default();
+            let field = |k: &str| {
+                uevent
+                    .lines()
+                    .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+                    .map(str::to_string)
+            };
+            NicHardware {
+                name: nic.name.clone(),
+                physical: nic.physical,
+                driver: field("DRIVER"),
+                model: field("PCI_ID"),
+                numa_node: nic.numa_node,
+                local_cpus: crate::nic::cpu_list(&nic.local_cpus),
+                rx: nic.rx.len(),
+                tx: nic.tx.len(),
+            }
+        })
+        .collect();
+    let profile = a.host.inputs.profile.source.trim_start_matches("builtin:");
+    let named: String = a.nics.iter().map(|n| format!(" --nic {n}")).collect();
+    // The command that renders these files (the play carries the same ones).
+    let origin = NicOrigin {
+        command: format!("wstune export --profile {profile} --to nic{named}"),
+        host: host.to_string(),
+        cpus: nics
+            .first()
+            .map(|n| crate::nic::cpu_list(&n.cpus))
+            .unwrap_or_default(),
+        nodes,
+        nics: hardware,
+        notes: n.notes,
+    };
+    Ok(export::nic::with_headers(origin, n.files))
+}
+
+/// `--to nic -o DIR`: each file under DIR at its own path (DIR/etc/udev/rules.d/...), so
+/// `cp -r DIR/. /` (or the Ansible play) installs them.
+fn nic_tree(e: &Export, dir: &std::path::Path) -> Result<Outcome> {
+    if !dir.is_dir() {
+        bail!(
+            "--to nic writes several files under -o DIR at their own paths (DIR/etc/udev/rules.d/...): {} is not an existing directory; create it first",
+            dir.display()
+        );
+    }
+    for (path, text) in e.nic.iter().flat_map(|n| &n.files) {
+        let at = dir.join(path.trim_start_matches('/'));
+        if let Some(parent) = at.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        output::write_atomic(&at, text).with_context(|| format!("writing {}", at.display()))?;
+    }
     Ok(Outcome::Ok)
 }
 

@@ -57,6 +57,9 @@ pub fn playbook(e: &Export) -> String {
         Some(n) => s.push_str(&format!("    wstune_nofile: {n}\n")),
         None => s.push_str("    wstune_nofile: 0  # the profile sets none: the task is skipped\n"),
     }
+    if let Some(nic) = &e.nic {
+        s.push_str(&nic_vars(nic));
+    }
     s.push_str(&format!(
         "  tasks:
     - name: The value for each sysctl on this host (the profile's, never lower than what it already has)
@@ -118,8 +121,59 @@ pub fn playbook(e: &Export) -> String {
       when: wstune_nofile | int > 0
 ",
     );
+    if e.nic.is_some() {
+        s.push_str(NIC_TASKS);
+    }
     s
 }
+
+/// The NIC files as play variables: where each goes, its mode and its text. The header of each
+/// file says which hardware it fits, and so does the play's.
+fn nic_vars(nic: &super::nic::NicFiles) -> String {
+    let mut s = String::from(
+        "    # The NICs' boot files (`wstune export --to nic`), for hosts of this hardware only:\n",
+    );
+    for l in nic.origin.header("#").lines() {
+        s.push_str(&format!("    {l}\n"));
+    }
+    s.push_str("    # Installed under this directory (\"\": the host's own /).\n    wstune_nic_root: \"\"\n    wstune_nic_files:\n");
+    for (path, text) in &nic.files {
+        s.push_str(&format!(
+            "      - path: {}\n        content: {}\n",
+            yq(path),
+            yq(text)
+        ));
+    }
+    s
+}
+
+/// Install the NIC files; udev and systemd read them again. They take effect when each NIC
+/// next appears (at boot); `udevadm trigger --action=add /sys/class/net/NAME` applies them
+/// now, and resets the NIC's channels (its link drops for a moment), so the play leaves that
+/// to the operator.
+const NIC_TASKS: &str = "    - name: Directories of the NICs' boot files
+      ansible.builtin.file:
+        path: \"{{ (wstune_nic_root ~ item.path) | dirname }}\"
+        state: directory
+        mode: \"0755\"
+      loop: \"{{ wstune_nic_files }}\"
+    - name: The NICs' boot files (udev rule, .link files, sysctl.d, interrupt script and unit)
+      ansible.builtin.copy:
+        dest: \"{{ wstune_nic_root ~ item.path }}\"
+        content: \"{{ item.content }}\"
+        mode: \"0644\"
+      loop: \"{{ wstune_nic_files }}\"
+      register: wstune_nic_copied
+    # Applied when each NIC next appears (boot); `udevadm trigger --action=add
+    # /sys/class/net/NAME` applies them now (the NIC's link drops for a moment).
+    - name: udev reads the rules again
+      ansible.builtin.command: udevadm control --reload
+      when: wstune_nic_copied is changed and wstune_nic_root == ''
+    - name: systemd reads the units again
+      ansible.builtin.systemd:
+        daemon_reload: true
+      when: wstune_nic_copied is changed and wstune_nic_root == ''
+";
 
 /// `s` in single quotes for sh (the awk program has none of its own).
 fn shell_single(s: &str) -> String {

@@ -11,6 +11,7 @@
 mod ansible;
 mod containers;
 mod files;
+pub mod nic;
 
 use crate::apply::plan::Settings;
 use crate::catalog::Scope;
@@ -27,6 +28,8 @@ pub struct Export {
     /// The host the values were computed on (hostname, or the --root tree).
     pub host: String,
     pub settings: Settings,
+    /// The NICs' boot files (`--nic`, or `--to nic`): None when not asked for.
+    pub nic: Option<nic::NicFiles>,
 }
 
 /// Where a sysctl can be set in Kubernetes.
@@ -171,6 +174,8 @@ pub enum Format {
     Docker,
     Compose,
     Json,
+    /// The NICs' boot files; `-o DIR` writes each under DIR at its own path.
+    Nic,
 }
 
 /// The text of one export.
@@ -185,7 +190,18 @@ pub fn render(e: &Export, format: Format, unit: &str) -> String {
         Format::Docker => containers::docker(e),
         Format::Compose => containers::compose(e),
         Format::Json => json(e),
+        Format::Nic => nic_listing(e),
     }
+}
+
+/// The NIC files one after another, each under a line naming where it goes (for reading; `-o
+/// DIR` writes them as files).
+fn nic_listing(e: &Export) -> String {
+    let mut s = String::new();
+    for (path, text) in e.nic.iter().flat_map(|n| &n.files) {
+        s.push_str(&format!("# ==> {path} <==\n{text}\n"));
+    }
+    s
 }
 
 fn json(e: &Export) -> String {
@@ -253,6 +269,7 @@ mod tests {
                 notes: vec![],
                 rules: Default::default(),
             },
+            nic: None,
         }
     }
 

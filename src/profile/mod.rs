@@ -285,12 +285,14 @@ fn parse_in(text: &str, file: &str, chain: &mut Vec<String>) -> Result<Profile, 
         }
         _ => String::new(),
     };
+    let (folded, rss_problems) = fold_rss(&mut doc, text);
     let mismatches = shape::check(&mut doc, &template());
     let mut problems: Vec<Problem> = mismatches
         .iter()
         .map(|m| problem(line_of_path(text, &m.path), m.message.clone()))
+        .chain(rss_problems.into_iter().map(|(l, m)| problem(l, m)))
         .collect();
-    let profile: Profile = if mismatches.is_empty() && base.is_none() {
+    let profile: Profile = if mismatches.is_empty() && base.is_none() && !folded {
         // Untouched: serde reads the text itself, so whatever the shape check does not know
         // about still comes with serde's own line.
         serde_yaml_ng::from_str(text).map_err(serde_problem)?
@@ -327,6 +329,81 @@ fn parse_in(text: &str, file: &str, chain: &mut Vec<String>) -> Result<Profile, 
     } else {
         Err(ProfileError::Invalid(problems))
     }
+}
+
+/// `windows.rss_profile`, the older Windows-only spelling of the adapters' RSS profile, read
+/// into `nic.rss`, the one word both systems follow, and taken out of `doc` so that a resolved
+/// profile shows only that word. A file that writes both keys must say the same thing in both;
+/// one that extends another and writes only the old key overrides the inherited word. Returns
+/// whether `doc` changed, and what is wrong as (line, message).
+fn fold_rss(doc: &mut serde_yaml_ng::Value, text: &str) -> (bool, Vec<(Option<usize>, String)>) {
+    use serde_yaml_ng::Value as Yaml;
+    let Yaml::Mapping(map) = doc else {
+        return (false, Vec::new());
+    };
+    let Some(old) = map
+        .get_mut("windows")
+        .and_then(|w| w.as_mapping_mut())
+        .and_then(|w| w.remove("rss_profile"))
+    else {
+        return (false, Vec::new());
+    };
+    let line = yaml_lines::line_of(text, "windows.rss_profile");
+    let names = RssProfile::ALL
+        .iter()
+        .map(|r| format!("{} (`nic: rss: {}`)", r.windows_name(), r.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let Some(word) = old.as_str().and_then(RssProfile::from_windows_name) else {
+        let found = old.as_str().map_or_else(
+            || "a value that is not text".to_string(),
+            |s| format!("'{s}'"),
+        );
+        return (
+            true,
+            vec![(
+                line,
+                format!(
+                    "windows.rss_profile: {found} is not an RSS profile; allowed: {names}. Better: write the word under `nic: rss:` (both systems follow it) and remove windows.rss_profile"
+                ),
+            )],
+        );
+    };
+    let nic = map
+        .entry(Yaml::from("nic"))
+        .or_insert_with(|| Yaml::Mapping(Default::default()));
+    let Some(nic) = nic.as_mapping_mut() else {
+        // `nic` is not a mapping: the shape check says so.
+        return (true, Vec::new());
+    };
+    match yaml_lines::line_of(text, "nic.rss") {
+        // Written here too: the two must agree.
+        Some(nic_line) => {
+            let written = nic.get("rss").and_then(|v| v.as_str()).unwrap_or_default();
+            if written != word.as_str() && RssProfile::ALL.iter().any(|r| r.as_str() == written) {
+                let twin = RssProfile::ALL
+                    .into_iter()
+                    .find(|r| r.as_str() == written)
+                    .map_or("", |r| r.windows_name());
+                return (
+                    true,
+                    vec![(
+                        line,
+                        format!(
+                            "windows.rss_profile: {} disagrees with nic.rss: {written} (line {nic_line}, which is {twin} on Windows); both name the adapters' RSS profile: keep `nic: rss:` (the word both systems follow; {} is `{}`) and remove windows.rss_profile",
+                            word.windows_name(),
+                            word.windows_name(),
+                            word.as_str()
+                        ),
+                    )],
+                );
+            }
+        }
+        None => {
+            nic.insert(Yaml::from("rss"), Yaml::from(word.as_str()));
+        }
+    }
+    (true, Vec::new())
 }
 
 /// The shape every profile must have: the default built-in profile's keys and value kinds.
@@ -490,17 +567,6 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
             ),
         );
     }
-    if !RSS_PROFILES.contains(&w.rss_profile.as_str()) {
-        b.problem(
-            "windows.rss_profile",
-            format!(
-                "'{}' is not an RSS profile; allowed: {}",
-                w.rss_profile,
-                RSS_PROFILES.join(", ")
-            ),
-        );
-    }
-
     let s = &p.server;
     b.range(
         "server.io_workers",
@@ -789,15 +855,6 @@ impl Bounds {
     }
 }
 
-/// Values Windows accepts for a NIC's `*RSSProfile`.
-pub const RSS_PROFILES: &[&str] = &[
-    "ClosestProcessor",
-    "ClosestProcessorStatic",
-    "NUMAScaling",
-    "NUMAScalingStatic",
-    "ConservativeScaling",
-];
-
 /// How the memory for the target connections is estimated; every figure is also a variable
 /// (`estimate.*`) that checks can use.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -874,6 +931,12 @@ impl Profile {
         ] {
             vars.insert(format!("estimate.{k}"), Value::Num(v as i64));
         }
+        // `nic.rss` in Windows' name: what an adapter's *RSSProfile check targets. Always
+        // there, since a profile with the default `nic` block serializes none of it.
+        vars.insert(
+            "nic.rss.windows".into(),
+            Value::Text(self.nic.rss.windows_name().into()),
+        );
         let (processes, per_process) = nofile_per_process(
             vars.get("server.processes"),
             self.connections,
@@ -1068,6 +1131,75 @@ mod tests {
             err.contains("server.deflate.inflate_budget_bytes: expected a whole number"),
             "{err}"
         );
+    }
+
+    /// A built-in profile as an older file wrote it: the Windows-only RSS key, no `nic` block.
+    fn with_old_rss_key(windows_name: &str) -> String {
+        let text = EMBEDDED[0].1;
+        let text = &text[..=text
+            .find("\nnic:\n")
+            .expect("the built-in profiles say nic.rss")];
+        text.replace(
+            "windows:\n",
+            &format!("windows:\n  rss_profile: {windows_name}\n"),
+        )
+    }
+
+    #[test]
+    fn the_older_windows_rss_key_alone_is_read_into_the_one_word() {
+        let p = parse(&with_old_rss_key("ClosestProcessorStatic"), "old.yaml")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.nic.rss, RssProfile::ClosestStatic);
+        // Resolved, the profile says the one word, and the Windows check's target follows it.
+        let shown = serde_yaml_ng::to_string(&p).unwrap();
+        assert!(!shown.contains("rss_profile"), "{shown}");
+        assert!(shown.contains("rss: closest_static"), "{shown}");
+        assert_eq!(
+            p.variables().get("nic.rss.windows"),
+            Some(&Value::Text("ClosestProcessorStatic".into()))
+        );
+        // A profile extending a built-in one overrides the inherited word with the old key.
+        let child = "extends: 100k\nname: mine\nwindows:\n  rss_profile: ConservativeScaling\n";
+        let p = parse(child, "child.yaml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.nic.rss, RssProfile::Conservative);
+    }
+
+    #[test]
+    fn both_rss_keys_must_agree_and_the_error_names_both_with_the_line() {
+        let agree = with_old_rss_key("NUMAScaling") + "nic:\n  rss: numa_scaling\n";
+        let p = parse(&agree, "p.yaml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.nic.rss, RssProfile::NumaScaling);
+        let text = with_old_rss_key("NUMAScalingStatic") + "nic:\n  rss: closest\n";
+        let old_line = yaml_lines::line_of(&text, "windows.rss_profile").unwrap();
+        let nic_line = yaml_lines::line_of(&text, "nic.rss").unwrap();
+        let err = parse(&text, "p.yaml").unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("p.yaml:{old_line}: windows.rss_profile: NUMAScalingStatic disagrees with nic.rss: closest (line {nic_line}")),
+            "{err}"
+        );
+        assert!(
+            err.contains("remove windows.rss_profile") && err.contains("`numa_scaling_static`"),
+            "{err}"
+        );
+        // A name Windows does not have says which ones it does, and where the word belongs.
+        let err = parse(&with_old_rss_key("Balanced"), "p.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "p.yaml:{old_line}: windows.rss_profile: 'Balanced' is not an RSS profile"
+            )) && err.contains("NUMAScaling (`nic: rss: numa_scaling`)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn every_rss_word_is_one_windows_name_and_back() {
+        for r in RssProfile::ALL {
+            assert_eq!(RssProfile::from_windows_name(r.windows_name()), Some(r));
+            let yaml: RssProfile = serde_yaml_ng::from_str(r.as_str()).unwrap();
+            assert_eq!(yaml, r);
+        }
     }
 
     #[test]

@@ -28,27 +28,81 @@ pub struct Profile {
     pub nic: NicProfile,
 }
 
-/// Which CPUs serve a NIC's queues: the words of Windows' RSS profiles, carried out on Linux
-/// with queues, interrupts, RPS and XPS (Microsoft's RSS profile keywords; the kernel's
-/// scaling.rst).
+/// Which CPUs serve a NIC's queues: one word for both systems. On Windows it is the adapter's
+/// standardized `*RSSProfile` keyword (Microsoft's "Standardized INF keywords for RSS": 1
+/// ClosestProcessor, 2 ClosestProcessorStatic, 3 NUMAScaling, 4 NUMAScalingStatic, 5
+/// ConservativeScaling); on Linux the CPU set [`crate::apply::nic::cpus_for`] gives the queues,
+/// interrupts, RPS and XPS (the kernel's scaling.rst).
+///
+/// A `_static` word is its dynamic twin's CPU set on Linux: the driver there never moves a
+/// queue between CPUs on its own (Windows' dynamic profiles let NDIS do that at run time), and
+/// the run-time moving is irqbalance's, which `nic.irq` chooses (`irqbalance` moves interrupts
+/// as load shifts, `pinned` keeps them where they are put).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum RssProfile {
     /// The CPUs of the NIC's own NUMA node (ClosestProcessor): no cross-node traffic.
     #[default]
     Closest,
+    /// Closest, without Windows' run-time rebalancing (ClosestProcessorStatic).
+    ClosestStatic,
     /// Every CPU, the NIC's node first (NUMAScaling): more CPUs than one node has.
     NumaScaling,
+    /// NUMAScaling without Windows' run-time rebalancing (NUMAScalingStatic, the drivers'
+    /// default on Windows).
+    NumaScalingStatic,
     /// Half the node's CPUs (ConservativeScaling): the rest stay for the application.
     Conservative,
 }
 
 impl RssProfile {
+    pub const ALL: [RssProfile; 5] = [
+        RssProfile::Closest,
+        RssProfile::ClosestStatic,
+        RssProfile::NumaScaling,
+        RssProfile::NumaScalingStatic,
+        RssProfile::Conservative,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             RssProfile::Closest => "closest",
+            RssProfile::ClosestStatic => "closest_static",
             RssProfile::NumaScaling => "numa_scaling",
+            RssProfile::NumaScalingStatic => "numa_scaling_static",
             RssProfile::Conservative => "conservative",
+        }
+    }
+
+    /// The `*RSSProfile` name Windows gives the word (its number is the catalog's `names`).
+    pub fn windows_name(self) -> &'static str {
+        match self {
+            RssProfile::Closest => "ClosestProcessor",
+            RssProfile::ClosestStatic => "ClosestProcessorStatic",
+            RssProfile::NumaScaling => "NUMAScaling",
+            RssProfile::NumaScalingStatic => "NUMAScalingStatic",
+            RssProfile::Conservative => "ConservativeScaling",
+        }
+    }
+
+    /// The word for a Windows name (the older `windows.rss_profile` key's values).
+    pub fn from_windows_name(name: &str) -> Option<RssProfile> {
+        RssProfile::ALL
+            .into_iter()
+            .find(|r| r.windows_name() == name)
+    }
+
+    /// The CPUs the word gives a NIC on Linux, in words (a static word gives its dynamic
+    /// twin's: see the type's comment).
+    pub fn linux_cpus(self) -> &'static str {
+        match self {
+            RssProfile::Closest | RssProfile::ClosestStatic => {
+                "the CPUs of each NIC's own NUMA node"
+            }
+            RssProfile::NumaScaling | RssProfile::NumaScalingStatic => {
+                "every CPU, each NIC's own node first"
+            }
+            RssProfile::Conservative => "half the CPUs of each NIC's node",
         }
     }
 }
@@ -80,6 +134,8 @@ pub enum NicWhen {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct NicProfile {
+    /// The RSS profile of both systems (see [`RssProfile`]); `windows.rss_profile`, its older
+    /// Windows-only spelling, is still read into it.
     pub rss: RssProfile,
     pub irq: IrqPolicy,
     /// RPS and RFS on each receive queue when the NIC has fewer receive queues than the
@@ -192,9 +248,8 @@ pub struct WindowsTargets {
     pub tcp_timed_wait_delay: u64,
     /// Tcpip\Parameters\TcpMaxConnectResponseRetransmissions.
     pub tcp_max_connect_response_retransmissions: u64,
-    /// The NIC's *RSSProfile name (ClosestProcessor, ClosestProcessorStatic, NUMAScaling,
-    /// NUMAScalingStatic, ConservativeScaling).
-    pub rss_profile: String,
+    // The adapters' *RSSProfile is `nic.rss`: an older profile's `windows.rss_profile` is read
+    // into it when the profile is loaded (see `fold_rss` in profile/mod.rs).
 }
 
 /// Settings of the embedded server (`wstune serve`), also used to size memory estimates.

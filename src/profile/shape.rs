@@ -234,7 +234,13 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
 fn words_of(path: &str) -> Option<&'static [&'static str]> {
     Some(match path {
         "role" => &["server", "proxy", "kubernetes-node"],
-        "nic.rss" => &["closest", "numa_scaling", "conservative"],
+        "nic.rss" => &[
+            "closest",
+            "closest_static",
+            "numa_scaling",
+            "numa_scaling_static",
+            "conservative",
+        ],
         "nic.irq" => &["irqbalance", "pinned"],
         "nic.when" => &["evidence", "always"],
         _ => return None,
