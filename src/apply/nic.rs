@@ -173,11 +173,25 @@ pub fn plan(i: &Inputs) -> NicPlan {
                 .max(1)
                 .next_power_of_two()
                 .to_string();
+            // RPS stays in the NIC's memory domain whatever the word spreads the queues over
+            // (scaling.rst, "RPS Configuration": "the CPUs in the same memory domain of the
+            // interrupting CPU"): a packet steered to another node is processed from remote
+            // memory. numa_scaling's other nodes serve queues and interrupts, not RPS.
+            let rps_cpus: Vec<u32> = cpus
+                .iter()
+                .copied()
+                .filter(|c| nic.local_cpus.contains(c))
+                .collect();
+            let rps_cpus = if rps_cpus.is_empty() {
+                cpus.clone()
+            } else {
+                rps_cpus
+            };
             for q in &nic.rx {
                 if q.rps_cpus.is_some() {
-                    let same = same_cpus(q.rps_cpus.as_deref(), &cpus, parse_mask);
+                    let same = same_cpus(q.rps_cpus.as_deref(), &rps_cpus, parse_mask);
                     let attr = format!("queues/rx-{}/rps_cpus", q.index);
-                    set(&mut p, attr, q.rps_cpus.as_ref(), mask(&cpus), same);
+                    set(&mut p, attr, q.rps_cpus.as_ref(), mask(&rps_cpus), same);
                 }
                 if q.rps_flow_cnt.is_some() {
                     let same = q.rps_flow_cnt.as_deref() == Some(flow.as_str());
