@@ -575,9 +575,19 @@ pub struct Settings {
     pub notes: Vec<String>,
     /// How each key's check compares (by key): an exported script or play keeps "never lower"
     /// on the host where it runs, which may already have more than the host it was made on.
-    /// The fields judged, when checks judge some fields of a multi-value key (0-based; tcp_mem's
-    /// pressure and high marks are 1 and 2); empty when the whole value is.
-    pub rules: std::collections::BTreeMap<String, (catalog::Compare, Vec<usize>)>,
+    pub rules: std::collections::BTreeMap<String, Rule>,
+}
+
+/// How an exported key compares on the host where it is set (see [`Settings::rules`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub compare: catalog::Compare,
+    /// The fields judged, when checks judge some fields of a multi-value key (0-based;
+    /// tcp_mem's pressure and high marks are 1 and 2); empty when the whole value is.
+    pub fields: Vec<usize>,
+    /// A ceiling's floor from a second check of the same value (tcp_fin_timeout: at most 30,
+    /// not under 25): a host below it is raised to it, one between is kept.
+    pub floor: Option<i64>,
 }
 
 /// [`Settings`] from `findings` (evaluate's output for `facts` first) and the same `facts`.
@@ -603,10 +613,23 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
                 // Another field of the key judged the same way (tcp_mem's pressure beside its
                 // high mark) is kept "never lower" on the target host too.
                 if let (Some(rule), Some(field)) = (s.rules.get_mut(key), def.check.field) {
-                    if rule.0 == def.check.compare && !rule.1.is_empty() && !rule.1.contains(&field)
+                    if rule.compare == def.check.compare
+                        && !rule.fields.is_empty()
+                        && !rule.fields.contains(&field)
                     {
-                        rule.1.push(field);
-                        rule.1.sort_unstable();
+                        rule.fields.push(field);
+                        rule.fields.sort_unstable();
+                    }
+                }
+                // A floor beside a ceiling of the same value: the host keeps its own value
+                // only between the two.
+                if let (Some(rule), Some(Value::Num(floor))) = (s.rules.get_mut(key), &f.target) {
+                    if rule.compare == catalog::Compare::AtMost
+                        && def.check.compare == catalog::Compare::AtLeast
+                        && rule.fields.is_empty()
+                        && def.check.field.is_none()
+                    {
+                        rule.floor = Some(*floor);
                     }
                 }
                 if let Some(v) = f
@@ -627,7 +650,11 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
                     ));
                     s.rules.insert(
                         key.clone(),
-                        (def.check.compare, def.check.field.into_iter().collect()),
+                        Rule {
+                            compare: def.check.compare,
+                            fields: def.check.field.into_iter().collect(),
+                            floor: None,
+                        },
                     );
                     if let Some(e) = facts.boot.set_after(SYSCTL_FILE, key) {
                         s.notes.push(format!(

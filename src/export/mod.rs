@@ -84,7 +84,8 @@ pub struct Sysctl {
     /// How the host where it is set must compare, so that it is only ever raised there:
     /// `ge` (each field at least this), `le` (at most), `covers` (a range at least this
     /// wide), `eq` (exactly this); `RULE:N` (or `RULE:N,M`) when only those fields (0-based)
-    /// are judged, the others keeping the host's own values.
+    /// are judged, the others keeping the host's own values; `le::LO` when a floor bounds the
+    /// ceiling too (tcp_fin_timeout: kept between LO and the value, raised to LO below it).
     pub rule: String,
 }
 
@@ -92,9 +93,9 @@ pub struct Sysctl {
 /// `-v want=VALUE -v r=RULE` ([`Sysctl::rule`]), printing the value to write there: per
 /// whitespace-separated field, the node's own value where it is already beyond the wanted one
 /// (`ge`: above it, `le`: below it, `covers`: a lower start or a higher end), else the wanted
-/// one; with `RULE:N,M`, the fields but N and M keep the node's own. One program for the
-/// DaemonSet's script and the Ansible play.
-pub const RAISE_AWK: &str = r#"BEGIN { split(r, p, ":"); rr = p[1]; nf = (p[2] == "" ? 0 : split(p[2], fl, ",")); for (j = 1; j <= nf; j++) only[fl[j] + 1] = 1 } { n = split(want, w, " "); o = ""; for (i = 1; i <= n; i++) { v = w[i]; c = $i; if (c ~ /^-?[0-9]+$/ && v ~ /^-?[0-9]+$/) { if (nf && !(i in only)) v = c; else if ((rr == "ge" || (rr == "covers" && i == 2)) && c + 0 > v + 0) v = c; else if ((rr == "le" || (rr == "covers" && i == 1)) && c + 0 < v + 0) v = c } o = o (i > 1 ? " " : "") v } print o }"#;
+/// one; with `RULE:N,M`, the fields but N and M keep the node's own; with `le::LO`, a value
+/// under LO becomes LO. One program for the DaemonSet's script and the Ansible play.
+pub const RAISE_AWK: &str = r#"BEGIN { split(r, p, ":"); rr = p[1]; nf = (p[2] == "" ? 0 : split(p[2], fl, ",")); for (j = 1; j <= nf; j++) only[fl[j] + 1] = 1; lo = p[3] } { n = split(want, w, " "); o = ""; for (i = 1; i <= n; i++) { v = w[i]; c = $i; if (c ~ /^-?[0-9]+$/ && v ~ /^-?[0-9]+$/) { if (nf && !(i in only)) v = c; else if ((rr == "ge" || (rr == "covers" && i == 2)) && c + 0 > v + 0) v = c; else if ((rr == "le" || (rr == "covers" && i == 1)) && c + 0 < v + 0) { v = c; if (lo != "" && c + 0 < lo + 0) v = lo } } o = o (i > 1 ? " " : "") v } print o }"#;
 
 impl Export {
     pub fn sysctls(&self) -> Vec<Sysctl> {
@@ -113,19 +114,20 @@ impl Export {
                 kubernetes: kube_class(key, *scope),
                 rule: {
                     use crate::catalog::Compare;
-                    let (cmp, fields) = self.settings.rules.get(key).cloned().unzip();
-                    let r = match cmp {
+                    let rule = self.settings.rules.get(key);
+                    let r = match rule.map(|r| r.compare) {
                         Some(Compare::AtLeast) => "ge",
                         Some(Compare::AtMost) => "le",
                         Some(Compare::Covers) => "covers",
                         _ => "eq",
                     };
-                    match fields.filter(|f| !f.is_empty()) {
-                        Some(f) => {
-                            let f: Vec<String> = f.iter().map(usize::to_string).collect();
-                            format!("{r}:{}", f.join(","))
-                        }
-                        None => r.to_string(),
+                    let fields: Vec<String> = rule
+                        .map(|r| r.fields.iter().map(usize::to_string).collect())
+                        .unwrap_or_default();
+                    match rule.and_then(|r| r.floor) {
+                        Some(lo) => format!("{r}:{}:{lo}", fields.join(",")),
+                        None if fields.is_empty() => r.to_string(),
+                        None => format!("{r}:{}", fields.join(",")),
                     }
                 },
             })
@@ -312,6 +314,10 @@ mod tests {
         // The whole value.
         assert_eq!(raise("65535\n", "4096", "ge"), "65535");
         assert_eq!(raise("30\n", "15", "le"), "15");
+        // A ceiling with a floor (tcp_fin_timeout: at most 30, not under 25).
+        assert_eq!(raise("5\n", "30", "le::25"), "25");
+        assert_eq!(raise("28\n", "30", "le::25"), "28");
+        assert_eq!(raise("60\n", "30", "le::25"), "30");
         assert_eq!(
             raise("20000 60000\n", "10000 65535", "covers"),
             "10000 65535"
