@@ -274,6 +274,16 @@ fn export_never_lowers_what_the_host_has() {
         (Some("287901 383868 575802"), Some("ge:1,2")),
         "{mem}"
     );
+    // Advice (info checks of settings with a known default: retries, keepalives, the default
+    // buffers, SYN-ACK retries) is what apply leaves alone: not exported either.
+    for advice in [
+        "net.ipv4.tcp_retries2",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_rmem",
+        "net.ipv4.tcp_synack_retries",
+    ] {
+        assert!(!plain.iter().any(|(k, _, _, _)| k == advice), "{advice}");
+    }
     // The same value goes into every format.
     let sysctl = export(&["--to", "sysctl", "--root", root]);
     assert!(

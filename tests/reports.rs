@@ -14,8 +14,8 @@ fn json_check(args: &[&str]) -> serde_json::Value {
 
 // ---- audit defect 5: fix texts for multi-value sysctls keep the other fields ----
 
-/// The default fixture has tcp_rmem `4096 131072 33554432`: the fix lowers the default to the
-/// target and keeps min and max as they are (the old text cut max to 6291456).
+/// The default fixture has tcp_rmem `4096 131072 33554432`: the fix (advice) lowers the
+/// default to the target and keeps min and max as they are (the old text cut max to 6291456).
 #[test]
 fn tcp_rmem_and_wmem_fixes_keep_min_and_max() {
     let dir = tempfile::tempdir().unwrap();
@@ -33,7 +33,9 @@ fn tcp_rmem_and_wmem_fixes_keep_min_and_max() {
         ("linux.net.ipv4.tcp_wmem.default", 8192, 16777216),
     ] {
         let f = common::element(&report["results"], "id", id);
-        assert_eq!(f["status"], "warn", "{f}");
+        // Advice (the kernel docs keep the defaults; tcp_mem bounds the total): shown, with
+        // the fix for a host that wants it, never applied.
+        assert_eq!(f["status"], "info", "{f}");
         let target = f["target"].as_i64().unwrap();
         let key = id.trim_end_matches(".default");
         let key = key.trim_start_matches("linux.");

@@ -600,8 +600,11 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
         else {
             continue;
         };
-        // A check this host's role does not need is not exported either.
-        if def.role_skip.is_some() {
+        // A check this host's role does not need is not exported either, nor advice (an
+        // info check of a setting with a known default, which apply leaves alone too).
+        if def.role_skip.is_some()
+            || (f.severity == catalog::Severity::Info && def.default.is_some())
+        {
             continue;
         }
         match &def.check.source {
