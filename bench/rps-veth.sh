@@ -31,13 +31,13 @@
 # difference fails the run (exit 4). Killing the two namespace holders (trap on exit) takes
 # the veth and everything in it away.
 #
-#   sudo bench/rps-veth.sh [ROUNDS=5]
+#   sudo bench/rps-veth.sh [ROUNDS=7]
 #   WSTUNE=target/release/wstune PROFILE=100k CONNS=1000 RATE=20 SIZE=100 SECS=8 WARMUP=1
 #   INFLIGHT=4 IDLE=5 OUT=dir
 # Needs root, 2+ CPUs, ip (iproute2), ethtool, nsenter/unshare (util-linux), taskset, python3.
-# Every load is bounded (timeout 120 s per selftest); about 6 minutes at the defaults.
+# Every load is bounded (timeout 120 s per selftest); about 5 minutes at the defaults (2 vCPUs).
 set -euo pipefail
-ROUNDS=${1:-5}
+ROUNDS=${1:-7}
 here=$(cd "$(dirname "$0")" && pwd)
 WSTUNE=${WSTUNE:-$here/../target/release/wstune}
 PROFILE=${PROFILE:-100k}
@@ -213,33 +213,43 @@ for r in range(1, rounds + 1):
                    "p50": lat.get("p50", float("nan")), "p99": lat.get("p99", float("nan")),
                    "server": s["server"]["cpu_pct"], "other": dist.get("other_cpu_pct", float("nan")),
                    **d}
-            rows.setdefault((cfg, load), []).append(row)
+            row["soft_all"] = sum(row["soft"])
+            rows.setdefault((cfg, load), {})[r] = row
             print(f"{r:>3} {cfg}   {load:<9}{row['rate']:>7.0f} {row['p50']:>7.2f} {row['p99']:>7.2f}"
                   f" {row['server']:>8.1f}  {per_cpu(row['pkts'], '{:.0f}'):<12} "
                   f"{per_cpu(row['ipi'], '{:.0f}'):<10} {per_cpu(row['netrx'], '{:.0f}'):<12} "
                   f"{per_cpu(row['soft'], '{:.1f}'):<10} {row['other']:>6.0f}")
 
+def val(x, key, i):
+    return x[key] if i is None else x[key][i]
+
 def med(cfg, load, key, i=None):
-    v = [x[key] if i is None else x[key][i] for x in rows.get((cfg, load), [])]
+    v = [val(x, key, i) for x in rows.get((cfg, load), {}).values()]
     return statistics.median(v) if v else float("nan")
 
+def higher(load, key, i=None):
+    """In how many rounds B's figure was above A's in the same round."""
+    a, b = rows.get(("A", load), {}), rows.get(("B", load), {})
+    both = [r for r in a if r in b]
+    return f"{sum(val(b[r], key, i) > val(a[r], key, i) for r in both)}/{len(both)}"
+
 print()
-print("medians               A            B        B/A")
+print("medians                   A            B      B/A   B higher in (rounds)")
 for load in ("echo-rate", "echo-sat"):
     figs = [("msgs/s", "rate", None), ("p50 ms", "p50", None), ("p99 ms", "p99", None),
             ("server CPU %", "server", None)]
     for key, label in (("pkts", "packets/s"), ("ipi", "RPS IPI/s"), ("netrx", "NET_RX/s"),
                        ("soft", "softirq %")):
         figs += [(f"{label} CPU{i}", key, i) for i in range(ncpu)]
-    figs += [("other procs %", "other", None)]
-    print(f"{load} ({len(rows.get(('A', load), []))} A runs, {len(rows.get(('B', load), []))} B runs)")
+    figs += [("softirq % all CPUs", "soft_all", None), ("other procs %", "other", None)]
+    print(f"{load} ({len(rows.get(('A', load), {}))} A runs, {len(rows.get(('B', load), {}))} B runs)")
     for label, key, i in figs:
         a, b = med("A", load, key, i), med("B", load, key, i)
         ratio = f"{b / a:>6.2f}" if a else "     -"
-        print(f"  {label:<17} {a:>10.2f}   {b:>10.2f}   {ratio}")
+        print(f"  {label:<20} {a:>10.2f}   {b:>10.2f}   {ratio}   {higher(load, key, i)}")
     # The share of all received packets that CPU 0 (the generator's) processed.
     for cfg in ("A", "B"):
-        sh = [x["pkts"][0] / sum(x["pkts"]) for x in rows.get((cfg, load), []) if sum(x["pkts"])]
+        sh = [x["pkts"][0] / sum(x["pkts"]) for x in rows.get((cfg, load), {}).values() if sum(x["pkts"])]
         if sh:
             print(f"  {cfg}: CPU0's share of the packets received, median {statistics.median(sh):.2f}")
 PY
