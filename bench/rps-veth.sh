@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What RPS (and XPS) do, measured: a WebSocket server receives over a 4-queue veth whose
-# other end is driven by a load generator pinned to CPU 0. A veth delivers what it is sent
+# What RPS (and XPS) do, measured: a WebSocket server receives over a multi-queue veth (one
+# queue per CPU, at most 4) whose other end is driven by a load generator pinned to CPU 0. A veth delivers what it is sent
 # on the sending CPU (netif_rx -> that CPU's backlog), as a one-queue NIC delivers everything
 # on its one interrupt's CPU, so without RPS all the server-bound receive work lands on CPU 0;
 # with RPS the kernel hashes each flow to a CPU of the queue's rps_cpus (scaling.rst).
@@ -15,11 +15,14 @@
 #   echo-rate: CONNS clients x RATE msgs/s, open loop, the same work in A and B, so the
 #              per-CPU receive work and the latency percentiles compare directly;
 #   echo-sat:  CONNS clients, INFLIGHT messages in flight each, closed loop: throughput.
-# Per load: NET_RX softirqs per CPU (/proc/softirqs) and softirq time per CPU (/proc/stat),
-# over the whole selftest invocation (connect, warm-up and measured window), per second;
-# messages/s, latency p50/p99 (from each send) and the server's CPU (over selftest's measured
-# window). /proc/softirqs and /proc/stat are global, not per namespace: the host's own rate
-# with no load is measured first and last (IDLE s) and printed; keep the box otherwise quiet.
+# Per load, per CPU: packets received and RPS IPIs taken (/proc/net/softnet_stat), NET_RX
+# softirqs (/proc/softirqs) and softirq time (/proc/stat, tick-sampled without
+# CONFIG_IRQ_TIME_ACCOUNTING), per second over the whole selftest invocation (connect,
+# warm-up and measured window); messages/s, latency p50/p99 (from each send) and the
+# server's CPU (over selftest's measured window). Printed: each run, the medians, B/A, and in
+# how many rounds B was above A. /proc/softirqs, /proc/stat and softnet_stat are global, not
+# per namespace: the host's own rate with no load is measured first and last (IDLE s) and
+# printed; keep the box otherwise quiet.
 # The server (`serve --app echo --workers 1 --no-deflate`) is pinned to CPU 1, the generator
 # (one process) to CPU 0; their priorities are left alone.
 #
@@ -43,18 +46,18 @@ WSTUNE=${WSTUNE:-$here/../target/release/wstune}
 PROFILE=${PROFILE:-100k}
 CONNS=${CONNS:-1000}; RATE=${RATE:-20}; SIZE=${SIZE:-100}; SECS=${SECS:-8}; WARMUP=${WARMUP:-1}
 INFLIGHT=${INFLIGHT:-4}; IDLE=${IDLE:-5}
-OUT=${OUT:-$(mktemp -d /tmp/rps-veth.XXXX)}
-mkdir -p "$OUT"
 die() { echo "rps-veth.sh: $*" >&2; exit 3; }
 
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces, apply): run it with sudo"
-for t in ip ethtool nsenter unshare taskset python3 timeout; do
+for t in ip tc ethtool nsenter unshare taskset python3 timeout; do
   command -v "$t" > /dev/null || die "$t is not installed (apt-get install iproute2 ethtool util-linux python3)"
 done
 [ -x "$WSTUNE" ] || die "$WSTUNE is missing: cargo build --release --features isal (or set WSTUNE=)"
 NCPU=$(nproc)
 [ "$NCPU" -ge 2 ] || die "RPS spreads receive work over CPUs: this host has $NCPU"
 [ "$ROUNDS" -ge 1 ] 2>/dev/null || die "ROUNDS must be a positive number, not '$ROUNDS'"
+OUT=${OUT:-$(mktemp -d /tmp/rps-veth.XXXX)}
+mkdir -p "$OUT"
 ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 NQ=$((NCPU < 4 ? NCPU : 4))          # one queue per CPU, of the 4 the veth has: apply keeps it
 ADDR=10.211.0.1; PEER=10.211.0.2
