@@ -8,7 +8,8 @@
 #   B = what `wstune apply --profile PROFILE --nic wsr0 --yes` sets (RPS on every CPU, RFS
 #       table sizes, XPS per CPU), run for real in the receiver's namespaces; `wstune
 #       rollback` returns to A after each B run.
-# Alternated A B A B ..., ROUNDS rounds each, a fresh server per run. Two loads per run, both
+# Alternated A B A B ..., ROUNDS rounds each, a fresh server per run; then one more A run
+# with `wstune check --watch` beside it: the evidence `apply --watch` decides on. Two loads per run, both
 # from `wstune selftest` (many small messages over many TCP connections, the path a WebSocket
 # server's receive softirq takes; bulk TCP would arrive as a few 64 KiB GSO packets and say
 # little about per-packet work):
@@ -45,7 +46,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 WSTUNE=${WSTUNE:-$here/../target/release/wstune}
 PROFILE=${PROFILE:-100k}
 CONNS=${CONNS:-1000}; RATE=${RATE:-20}; SIZE=${SIZE:-100}; SECS=${SECS:-8}; WARMUP=${WARMUP:-1}
-INFLIGHT=${INFLIGHT:-4}; IDLE=${IDLE:-5}
+INFLIGHT=${INFLIGHT:-4}; IDLE=${IDLE:-5}; WATCH=$(( ${SECS%.*} > 5 ? ${SECS%.*} - 3 : 2 ))
 die() { echo "rps-veth.sh: $*" >&2; exit 3; }
 
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces, apply): run it with sudo"
@@ -141,14 +142,24 @@ run() {  # run CONFIG ROUND: a fresh server, echo-rate then echo-sat, each betwe
   for _ in $(seq 100); do [ -s "$OUT/server.pid" ] && break; sleep 0.05; done
   SRV=$(cat "$OUT/server.pid")
   for _ in $(seq 100); do intx bash -c "exec 3<>/dev/tcp/$ADDR/$port" 2>/dev/null && break; sleep 0.05; done
-  for load in echo-rate echo-sat; do
+  local loads=(echo-rate echo-sat) watcher=
+  [ "$cfg" = evidence ] && loads=(echo-rate)
+  for load in "${loads[@]}"; do
     local f=$OUT/$cfg-$r-$load
+    if [ "$cfg" = evidence ]; then
+      # What `apply --watch` would measure under this load: check's watch, inside the measured
+      # window, in the receiver's namespaces (its softirq figures are the host's, as above).
+      (sleep $((WARMUP + 2)); inrx timeout 120 "$WSTUNE" check --profile "$PROFILE" --prefix "$P" \
+         --watch "$WATCH" -f json > "$OUT/evidence.json" 2> "$OUT/evidence.err") &
+      watcher=$!
+    fi
     snap "$f.0"
     intx timeout 120 taskset -c 0 "$WSTUNE" selftest --url "ws://$ADDR:$port/" --pid "$SRV" -f json \
       --scenario "$load" --conns "$CONNS" --rate "$RATE" --size "$SIZE" --inflight "$INFLIGHT" \
       --secs "$SECS" --warmup "$WARMUP" --generators 1 --accept-noise > "$f.json" 2> "$f.err" || true
     snap "$f.1"
   done
+  [ -n "$watcher" ] && { wait "$watcher" || true; }
   kill "$SRV" 2>/dev/null || echo "rps-veth.sh: the server had exited (see $OUT/server.log)" >&2
   wait "$job" 2>/dev/null || true
   SRV=
@@ -164,8 +175,22 @@ for r in $(seq "$ROUNDS"); do
   inrx "$WSTUNE" rollback --prefix "$P" --yes >> "$OUT/apply.log" 2>&1 || die "wstune rollback failed: see $OUT/apply.log"
   [ "$(queues)" = "$(sed -n 's/^A queues: //p' "$OUT/queues")" ] || die "rollback did not restore the queues: $(queues)"
 done
+# One more A run, not in the table: the evidence apply's rule reads (docs/apply.md, "NIC queues").
+run evidence 0
 idle idle-after
 cat "$OUT/queues"
+python3 - "$OUT/evidence.json" <<'PY'
+import json, sys
+try:
+    r = {x["id"]: x for x in json.load(open(sys.argv[1]))["results"]}
+except Exception as e:
+    sys.exit(f"evidence: no check --watch result ({e}); see {sys.argv[1][:-5]}.err")
+print("evidence under A's echo-rate load (wstune check --watch, what apply --watch decides on):")
+for id in ("linux.cpu.softirq", "linux.cpu.net_rx", "linux.softnet.dropped", "linux.softnet.time_squeeze"):
+    x = r.get(id)
+    if x:
+        print(f"  {id}: {x['status']}: {x.get('note') or x.get('current') or ''}")
+PY
 
 python3 - "$OUT" "$ROUNDS" "$NCPU" <<'PY'
 import json, statistics, sys
