@@ -32,8 +32,8 @@
 # sysctls apply would write (fs.*, nf_conntrack_*) are shielded by scratch files bind-mounted
 # over them in the receiver's private mount namespace; every file apply writes goes under a
 # scratch --prefix. The host's global sysctls and links are compared before and after, and a
-# difference fails the run (exit 4). Killing the two namespace holders (trap on exit) takes
-# the veth and everything in it away.
+# difference fails the run (exit 4). On exit (trap) the server is stopped by its pid and the
+# two namespace holders are killed, which takes the veth and its namespaces away.
 #
 #   sudo bench/rps-veth.sh [ROUNDS=7]
 #   WSTUNE=target/release/wstune PROFILE=100k CONNS=1000 RATE=20 SIZE=100 SECS=8 WARMUP=1
