@@ -597,7 +597,7 @@ fn plan_irqbalance(p: &mut NicPlan, i: &Inputs, pins: &[(String, Vec<(String, u3
             check: "linux.nic.irq".into(),
             setting: "irqbalance policy script".into(),
             from: None,
-            to: format!("ban=true for the pinned interrupts of {}", names()),
+            to: "bans the pinned IRQs".into(),
             op: Op::IrqbalancePolicy,
         });
     }
@@ -608,7 +608,7 @@ fn plan_irqbalance(p: &mut NicPlan, i: &Inputs, pins: &[(String, Vec<(String, u3
             check: "linux.nic.irq".into(),
             setting: "IRQBALANCE_ARGS".into(),
             from: None,
-            to: format!("--policyscript={IRQBALANCE_POLICY} added"),
+            to: "adds --policyscript".into(),
             op: Op::IrqbalanceArgs {
                 path: path.to_string(),
             },
@@ -619,7 +619,7 @@ fn plan_irqbalance(p: &mut NicPlan, i: &Inputs, pins: &[(String, Vec<(String, u3
             check: "linux.nic.irq".into(),
             setting: "irqbalance".into(),
             from: Some("active".into()),
-            to: "restarted, reads its policy script".into(),
+            to: "restarted".into(),
             op: Op::TryRestart {
                 unit: super::journal::IRQBALANCE_UNIT.into(),
             },
