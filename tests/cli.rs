@@ -670,6 +670,12 @@ fn a_receive_ring_that_ran_out_during_the_watch_is_raised_kept_at_boot_and_rolle
     }
     let o = wstune120(&["rollback", "--root", t, "--prefix", p, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("eth0's receive ring <- 512")
+            && stdout(&o).contains("eth0's channels <- rx 0 tx 0 combined 1"),
+        "{}",
+        stdout(&o)
+    );
     let _ = std::fs::remove_dir_all(tree.join("var"));
     // The counter the watch saw grow is the kernel's, not apply's: put back for the comparison.
     std::fs::write(

@@ -471,4 +471,45 @@ mod tests {
             Err(WriteError::NotFound(_))
         ));
     }
+
+    /// A tree's `wstune/ethtool/NIC` answers the ethtool methods; a write changes only its
+    /// numbers, a size over the maximum is refused as the kernel refuses it, and a line that
+    /// is not `key: number` is an error naming the file and line.
+    #[test]
+    fn a_trees_ethtool_file_holds_channels_and_ring() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path();
+        std::fs::create_dir_all(t.join("proc")).unwrap();
+        std::fs::create_dir_all(t.join("wstune/ethtool")).unwrap();
+        let text = "# captured\nrx_ring: 512\nrx_ring_max: 4096\ncombined: 2\nmax_combined: 8\n";
+        std::fs::write(t.join("wstune/ethtool/eth0"), text).unwrap();
+        let b = FixtureBackend::open(t).unwrap();
+        assert_eq!(b.rx_ring("eth0").unwrap(), (512, 4096));
+        assert_eq!(
+            (
+                b.channels("eth0").unwrap().combined,
+                b.channels("eth0").unwrap().max_combined
+            ),
+            (2, 8)
+        );
+        b.set_rx_ring("eth0", 4096).unwrap();
+        b.set_channels("eth0", None, None, Some(8)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(t.join("wstune/ethtool/eth0")).unwrap(),
+            "# captured\nrx_ring: 4096\nrx_ring_max: 4096\ncombined: 8\nmax_combined: 8\n"
+        );
+        assert!(matches!(
+            b.set_rx_ring("eth0", 8192),
+            Err(WriteError::Rejected { .. })
+        ));
+        assert!(
+            b.set_channels("eth0", Some(2), None, None).is_err(),
+            "no rx line"
+        );
+        assert!(matches!(b.rx_ring("eth1"), Err(ReadError::Unsupported(_))));
+        assert!(b.rx_ring("../x").is_err());
+        std::fs::write(t.join("wstune/ethtool/eth0"), "rx_ring: many\n").unwrap();
+        let e = b.rx_ring("eth0").unwrap_err().to_string();
+        assert!(e.contains("/wstune/ethtool/eth0:1"), "{e}");
+    }
 }
