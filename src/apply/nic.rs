@@ -383,6 +383,12 @@ pub fn plan(i: &Inputs) -> NicPlan {
             rule_lines.push((nic.name.clone(), udev_line(nic, &attrs, pinned)));
         }
     }
+    if !i.scope.persist && !pins.is_empty() && i.irqbalance == Some(true) {
+        p.notes.push(format!(
+            "{}: irqbalance runs and may move the pinned interrupts again; apply without --runtime-only gives it a policy script that leaves them alone",
+            pins.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
     if i.scope.persist && !pins.is_empty() {
         let script = irq_script(i.irq_script_now, &pins);
         if script != i.irq_script_now {
@@ -665,11 +671,21 @@ fn with_policyscript(text: &str) -> Result<String, String> {
     };
     let line = text.lines().nth(at).unwrap_or_default();
     let raw = assignment(line).unwrap_or_default();
-    let (quote, value) = match raw.chars().next() {
-        Some(q @ ('"' | '\'')) if raw.len() >= 2 && raw.ends_with(q) => {
-            (Some(q), raw[1..raw.len() - 1].to_string())
+    // The value as the shell reads it (quoted, or one word), and what follows it on the line
+    // (a comment), kept.
+    let (quote, value, trailing) = match raw.chars().next() {
+        Some(q @ ('"' | '\'')) => match raw[1..].find(q) {
+            Some(end) => (
+                Some(q),
+                raw[1..=end].to_string(),
+                raw[end + 2..].to_string(),
+            ),
+            None => return Err(format!("an unterminated quote: {line}")),
+        },
+        _ => {
+            let end = raw.find(char::is_whitespace).unwrap_or(raw.len());
+            (None, raw[..end].to_string(), raw[end..].to_string())
         }
-        _ => (None, raw.clone()),
     };
     let words: Vec<&str> = value.split_whitespace().collect();
     if words.contains(&ours.as_str()) {
@@ -699,7 +715,9 @@ fn with_policyscript(text: &str) -> Result<String, String> {
     let mut out = String::new();
     for (k, l) in text.split_inclusive('\n').enumerate() {
         if k == at {
-            out.push_str(&format!("{indent}IRQBALANCE_ARGS={q}{new_value}{q}"));
+            out.push_str(&format!(
+                "{indent}IRQBALANCE_ARGS={q}{new_value}{q}{trailing}"
+            ));
             if l.ends_with('\n') {
                 out.push('\n');
             }
@@ -1514,5 +1532,14 @@ mod tests {
             "-l /usr/local/bin/pol"
         );
         assert!(with_policyscript("IRQBALANCE_ARGS=--policyscript=/x\n").is_err());
+        // A comment after the value stays after it; an unquoted word gets quotes.
+        assert_eq!(
+            with_policyscript("IRQBALANCE_ARGS=\"-t 5\"  # slower\n").unwrap(),
+            format!("IRQBALANCE_ARGS=\"-t 5 {ours}\"  # slower\n")
+        );
+        assert_eq!(
+            with_policyscript("IRQBALANCE_ARGS=--journal # mine\n").unwrap(),
+            format!("IRQBALANCE_ARGS=\"--journal {ours}\" # mine\n")
+        );
     }
 }
