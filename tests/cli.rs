@@ -668,7 +668,29 @@ fn a_receive_ring_that_ran_out_during_the_watch_is_raised_kept_at_boot_and_rolle
             "RxBufferSize= read and tried: {text}"
         );
     }
+    // Changed by hand since: check reports the drift, and rollback refuses without --force.
+    std::fs::write(
+        tree.join("wstune/ethtool/eth0"),
+        "rx_ring: 2048\nrx_ring_max: 4096\ncombined: 2\nmax_combined: 4\n",
+    )
+    .unwrap();
+    let (_, r) = check_json(&tree, &["--prefix", p]);
+    let drift = finding(&r, "wstune.journal.drift");
+    assert!(
+        drift["note"]
+            .as_str()
+            .unwrap()
+            .contains("eth0's receive ring is 2048 (applied 4096)"),
+        "{drift}"
+    );
     let o = wstune120(&["rollback", "--root", t, "--prefix", p, "--yes"]);
+    assert_eq!(code(&o), 3, "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("eth0's receive ring: applied 4096, now 2048 (changed by hand)"),
+        "{}",
+        stderr(&o)
+    );
+    let o = wstune120(&["rollback", "--root", t, "--prefix", p, "--yes", "--force"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(
         stdout(&o).contains("eth0's receive ring <- 512")
