@@ -281,6 +281,8 @@ pub struct Evidence {
     pub quiet: Vec<String>,
     /// NICs whose own receive drops (rx_missed_errors: no free descriptor in the ring) grew.
     pub ring_drops: Vec<String>,
+    /// softnet's time_squeeze grew (the receive softirq ran out of budget): the measurement.
+    pub squeezed: Option<String>,
 }
 
 /// A CPU spending this share of its time in softirq is busy receiving (the kernel's softirq
@@ -320,8 +322,11 @@ impl Evidence {
                     match (f.status, grown) {
                         (Status::Warn | Status::Fail | Status::Info, true) => {
                             e.measured = true;
-                            e.found
-                                .push(format!("{what} {}", f.note.as_deref().unwrap_or("")));
+                            let m = format!("{what} {}", f.note.as_deref().unwrap_or(""));
+                            if *field == SoftnetField::TimeSqueeze {
+                                e.squeezed = Some(m.clone());
+                            }
+                            e.found.push(m);
                         }
                         (Status::Pass, _) => {
                             e.measured = true;

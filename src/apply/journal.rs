@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
 
 pub const DIR: &str = "/var/lib/wstune/journal";
 
+/// The only service apply restarts: irqbalance, after its configuration changed.
+pub const IRQBALANCE_UNIT: &str = "irqbalance.service";
+
 /// The journal's format. 2 added the checksum, owners and what a file was (a link, hard
 /// links); an entry without `format` is a 1 (no checksum, read as before). A higher one was
 /// written by a newer wstune and is refused: its fields might mean more than this one knows.
@@ -74,6 +77,9 @@ pub struct Entry {
     /// NIC changes existed keeps its checksum.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub channels: Vec<OldChannels>,
+    /// NICs' receive ring sizes before the change; left out when empty, likewise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rings: Vec<OldRing>,
     /// Why an apply failed, when it did.
     #[serde(default)]
     pub failure: Option<String>,
@@ -89,6 +95,14 @@ fn format_1() -> u32 {
 pub struct OldChannels {
     pub nic: String,
     pub old: crate::host::Channels,
+}
+
+/// A NIC's receive ring size before apply changed it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OldRing {
+    pub nic: String,
+    pub old: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -373,10 +387,14 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
                 r.path
             ));
         }
-        if !managed
-            .sysctls
+        let nic_own = crate::host::owned::NIC_SYSCTLS
             .iter()
-            .any(|k| crate::host::procfs::sysctl_path(k) == r.path)
+            .any(|k| crate::host::procfs::sysctl_path(k) == r.path);
+        if !nic_own
+            && !managed
+                .sysctls
+                .iter()
+                .any(|k| crate::host::procfs::sysctl_path(k) == r.path)
         {
             return Err(format!(
                 "runtime path {} is not a setting wstune's catalog changes",
@@ -391,6 +409,8 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
             || p == crate::host::owned::NIC_SYSCTL_FILE
             || p == crate::host::owned::NIC_IRQ_SCRIPT
             || p == crate::host::owned::NIC_IRQ_UNIT
+            || p == crate::host::owned::IRQBALANCE_POLICY
+            || crate::host::owned::IRQBALANCE_CONFIGS.contains(&p)
             || p.strip_prefix("/etc/systemd/network/10-wstune-")
                 .and_then(|r| r.strip_suffix(".link"))
                 .is_some_and(|nic| {
@@ -422,9 +442,22 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
             ));
         }
     }
-    for c in &e.channels {
-        if !crate::host::owned::nic_name_ok(&c.nic) {
-            return Err(format!("{:?} is not a network interface name", c.nic));
+    for c in e
+        .channels
+        .iter()
+        .map(|c| &c.nic)
+        .chain(e.rings.iter().map(|r| &r.nic))
+    {
+        if !crate::host::owned::nic_name_ok(c) {
+            return Err(format!("{c:?} is not a network interface name"));
+        }
+    }
+    // The one service an apply restarts (and a rollback restarts again).
+    for a in &e.actions {
+        if let super::plan::Op::TryRestart { unit } = &a.op {
+            if unit != IRQBALANCE_UNIT {
+                return Err(format!("{unit} is not a service wstune restarts"));
+            }
         }
     }
     for r in &e.registry {
@@ -619,6 +652,7 @@ mod tests {
                 limits: vec![],
                 registry: vec![],
                 channels: vec![],
+                rings: vec![],
                 failure: None,
             };
             save(&store, &e).unwrap();

@@ -49,6 +49,7 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
         limits: vec![],
         registry: vec![],
         channels: vec![],
+        rings: vec![],
         failure: None,
     };
     let managed = crate::catalog::managed();
@@ -57,7 +58,9 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
             Op::Sysctl { key, .. } => {
                 // A rollback restores only what the built-in catalogs change (a journal entry
                 // naming anything else is refused): never change what it could not put back.
-                if !managed.sysctls.contains(key) {
+                if !managed.sysctls.contains(key)
+                    && !crate::host::owned::NIC_SYSCTLS.contains(&key.as_str())
+                {
                     return Err(anyhow!(
                         "{key} is not a setting of wstune's built-in catalog, so a rollback would refuse to restore it; nothing was changed. Fix: set it by hand, or apply with the built-in catalog"
                     ));
@@ -132,7 +135,31 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
                     old,
                 });
             }
+            Op::RxRing { nic, .. } => {
+                if !crate::host::owned::nic_name_ok(nic) {
+                    return Err(anyhow!(
+                        "{nic:?} is not a network interface name; nothing was changed"
+                    ));
+                }
+                let (old, _) = backend.rx_ring(nic).map_err(|err| {
+                    anyhow!("cannot read {nic}'s receive ring before changing it: {err}")
+                })?;
+                e.rings.push(journal::OldRing {
+                    nic: nic.clone(),
+                    old,
+                });
+            }
+            Op::TryRestart { unit } => {
+                if unit != journal::IRQBALANCE_UNIT {
+                    return Err(anyhow!(
+                        "{unit} is not a service wstune restarts; nothing was changed"
+                    ));
+                }
+            }
             Op::SysctlFile { .. }
+            | Op::NicSysctlLine { .. }
+            | Op::IrqbalancePolicy
+            | Op::IrqbalanceArgs { .. }
             | Op::LimitsFile { .. }
             | Op::UnitDropIn { .. }
             | Op::NicRules
@@ -240,6 +267,7 @@ fn run_steps(
             } => backend
                 .set_channels(nic, *rx, *tx, *combined)
                 .map_err(|e| e.to_string()),
+            Op::RxRing { nic, rx } => backend.set_rx_ring(nic, *rx).map_err(|e| e.to_string()),
             Op::Prlimit { pid, soft, hard } => backend
                 .set_nofile(*pid, *soft, *hard)
                 .map_err(|e| e.to_string()),
@@ -283,6 +311,14 @@ fn run_steps(
         })?;
         crate::failpoint::pause_after_action(total + k + 1);
     }
+    // A service reads its changed files only when restarted: after they are all written.
+    for (i, a) in entry.actions.iter().enumerate() {
+        if let Op::TryRestart { unit } = &a.op {
+            backend
+                .try_restart(unit)
+                .map_err(|e| fail(i, a, e.to_string()))?;
+        }
+    }
     Ok(())
 }
 
@@ -315,6 +351,14 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
             pick(combined, c.old.combined),
         ) {
             errors.push(format!("{}'s channels: {e}", c.nic));
+        }
+    }
+    for r in entry.rings.iter().rev() {
+        if backend.rx_ring(&r.nic).ok().map(|(now, _)| now) == Some(r.old) {
+            continue;
+        }
+        if let Err(e) = backend.set_rx_ring(&r.nic, r.old) {
+            errors.push(format!("{}'s receive ring: {e}", r.nic));
         }
     }
     for r in entry.runtime.iter().rev() {
@@ -380,6 +424,17 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
     }
     for d in entry.created_dirs.iter().rev() {
         store.remove_dir_if_empty(d);
+    }
+    // The restored files are read by the service only once it restarts (only if it runs).
+    for a in &entry.actions {
+        if let Op::TryRestart { unit } = &a.op {
+            if unit != journal::IRQBALANCE_UNIT {
+                continue;
+            }
+            if let Err(e) = backend.try_restart(unit) {
+                errors.push(format!("{unit}: {e}"));
+            }
+        }
     }
     errors
 }
@@ -485,6 +540,13 @@ pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
                         "{nic}'s channels are rx {} tx {} combined {} (applied {})",
                         now.rx, now.tx, now.combined, a.to
                     ));
+                }
+            }
+        }
+        if let Op::RxRing { nic, rx } = &a.op {
+            if let Ok((now, _)) = backend.rx_ring(nic) {
+                if now != *rx {
+                    drifted.push(format!("{nic}'s receive ring is {now} (applied {rx})"));
                 }
             }
         }

@@ -20,7 +20,9 @@
 //!   does for `local`), only with `irq: pinned`; irqbalance is never fought silently.
 
 use super::plan::{Action, Op, Scope};
-use crate::host::owned::{NIC_IRQ_SCRIPT, NIC_IRQ_UNIT, NIC_RULES_FILE, NIC_SYSCTL_FILE};
+use crate::host::owned::{
+    IRQBALANCE_POLICY, NIC_IRQ_SCRIPT, NIC_IRQ_UNIT, NIC_RULES_FILE, NIC_SYSCTL_FILE,
+};
 use crate::nic::{cpu_list, mask, parse_cpu_list, parse_mask, Evidence, NicFacts};
 use crate::profile::{IrqPolicy, NicProfile, NicWhen, RssProfile};
 
@@ -39,6 +41,18 @@ pub struct Inputs<'a> {
     pub rules_now: &'a str,
     /// The interrupt boot script as it is now ("" when absent), likewise.
     pub irq_script_now: &'a str,
+    /// irqbalance's policy script as it is now ("" when absent), likewise.
+    pub irq_policy_now: &'a str,
+    /// irqbalance's environment file (path, text), the first of
+    /// [`crate::host::owned::IRQBALANCE_CONFIGS`] that exists; None: irqbalance has none here.
+    pub irqbalance_config: Option<(&'a str, &'a str)>,
+    /// The NIC sysctl file as it is now ("" when absent): lines this plan does not set are kept.
+    pub nic_sysctl_now: &'a str,
+    /// Each NIC's wstune .link file as it is now (NIC, text): the boot settings a later apply
+    /// does not change are carried into the new one.
+    pub links_now: &'a [(String, String)],
+    /// net.core.netdev_budget and netdev_budget_usecs now (None: unreadable).
+    pub budget: (Option<u64>, Option<u64>),
     pub scope: Scope,
     /// The files are for other hosts of this one's hardware (`wstune export --to nic`): they
     /// match each NIC by its name (a MAC address is this host's own), and the .link file is
@@ -46,6 +60,14 @@ pub struct Inputs<'a> {
     /// may still be at the driver's default).
     pub for_other_hosts: bool,
 }
+
+/// The kernel's defaults of net.core.netdev_budget and netdev_budget_usecs
+/// (Documentation/admin-guide/sysctl/net.rst); apply raises each to twice its default when
+/// time_squeeze grew during the watch, and never lowers a higher value.
+pub const BUDGET_DEFAULTS: [(&str, u64); 2] = [
+    ("net.core.netdev_budget", 300),
+    ("net.core.netdev_budget_usecs", 2000),
+];
 
 #[derive(Debug, Default, PartialEq)]
 pub struct NicPlan {
@@ -80,7 +102,11 @@ fn same_cpus(now: Option<&str>, want: &[u32], parse: fn(&str) -> Option<Vec<u32>
 
 pub fn plan(i: &Inputs) -> NicPlan {
     let mut p = NicPlan::default();
+    // Lines of the NIC sysctl file (key, value), rendered once at the end.
+    let mut sysctl_lines: Vec<(String, String)> = Vec::new();
+    plan_budget(&mut p, i, &mut sysctl_lines);
     if i.nics.is_empty() {
+        finish_sysctl_file(&mut p, i, &sysctl_lines);
         return p;
     }
     let forced = i.named || i.profile.when == NicWhen::Always;
@@ -99,6 +125,7 @@ pub fn plan(i: &Inputs) -> NicPlan {
                 crate::nic::SOFTIRQ_BUSY_PERCENT
             )
         });
+        finish_sysctl_file(&mut p, i, &sysctl_lines);
         return p;
     }
     let why = if !i.evidence.found.is_empty() {
@@ -138,12 +165,37 @@ pub fn plan(i: &Inputs) -> NicPlan {
                 }
             };
         // Drops in the NIC itself (no free descriptor): a longer receive ring holds a burst.
+        // Only on that evidence: a longer ring costs memory and cache, and its packets wait
+        // longer (Red Hat: "Increasing the ring buffers to reduce a high packet drop rate").
+        let mut ring = None;
         if i.evidence.ring_drops.contains(&nic.name) {
             p.notes.push(match nic.rx_ring {
-                Some((now, max)) if now < max => format!(
-                    "{}: its receive ring ran out of descriptors during the watch and holds {now} of the {max} it can: ethtool -G {} rx {max} (and RxBufferSize={max} in a systemd .link file to keep it; the ring is reallocated, the link drops for a moment)",
-                    nic.name, nic.name
-                ),
+                Some((now, max)) if now < max => {
+                    ring = Some(max);
+                    if i.scope.runtime {
+                        p.actions.push(Action {
+                            check: format!("linux.nic.rx_missed[{}]", nic.name),
+                            setting: format!("{} receive ring", nic.name),
+                            from: Some(now.to_string()),
+                            to: max.to_string(),
+                            op: Op::RxRing {
+                                nic: nic.name.clone(),
+                                rx: max,
+                            },
+                        });
+                    }
+                    format!(
+                        "{}: its receive ring ran out of descriptors during the watch ({}): raised from {now} to the {max} the NIC allows (ethtool -G {} rx {max}; RxBufferSize={max} in its .link file keeps it at boot). The driver reallocates the ring, so the link drops for a moment; the longer ring holds more memory",
+                        nic.name,
+                        i.evidence
+                            .found
+                            .iter()
+                            .find(|f| f.starts_with(&format!("{} rx_missed_errors", nic.name)))
+                            .map(String::as_str)
+                            .unwrap_or("rx_missed_errors grew"),
+                        nic.name
+                    )
+                }
                 Some((now, _)) => format!(
                     "{}: its receive ring ran out of descriptors during the watch and is at its maximum ({now}): spread the receive work over more queues and CPUs",
                     nic.name
@@ -155,7 +207,79 @@ pub fn plan(i: &Inputs) -> NicPlan {
             });
         }
         // The queue count first: up to one queue per CPU of the set, never fewer than now.
-        let queues_change = plan_channels(&mut p, i, nic, cpus.len() as u32);
+        let channels = plan_channels(&mut p, i, nic, cpus.len() as u32);
+        // Counts rendered at the target for other hosts do not change this one's queues.
+        let queues_change = channels.is_some_and(|(_, grows)| grows);
+        let channels = channels.map(|(counts, _)| counts);
+        if i.scope.persist && (channels.is_some() || ring.is_some()) {
+            let (rx, tx, combined) = channels.unwrap_or_default();
+            // For other hosts, this host's own .link file has nothing to keep.
+            let now = i
+                .links_now
+                .iter()
+                .find(|(n, _)| *n == nic.name && !i.for_other_hosts)
+                .map_or("", |(_, t)| t.as_str());
+            p.files.push((
+                crate::host::owned::nic_link_file(&nic.name),
+                link_file(
+                    nic,
+                    now,
+                    &[
+                        ("RxChannels", rx),
+                        ("TxChannels", tx),
+                        ("CombinedChannels", combined),
+                        ("RxBufferSize", ring),
+                    ],
+                    i.for_other_hosts,
+                ),
+            ));
+            // One row per setting, beside its change now.
+            let rows = [
+                p.actions
+                    .iter()
+                    .find(|a| matches!(&a.op, Op::Channels { nic: n, .. } if *n == nic.name))
+                    .filter(|_| channels.is_some()),
+                p.actions
+                    .iter()
+                    .find(|a| matches!(&a.op, Op::RxRing { nic: n, .. } if *n == nic.name))
+                    .filter(|_| ring.is_some()),
+            ];
+            let mut boot: Vec<Action> = rows
+                .into_iter()
+                .flatten()
+                .map(|a| Action {
+                    op: Op::NicLinkFile {
+                        nic: nic.name.clone(),
+                    },
+                    ..a.clone()
+                })
+                .collect();
+            if boot.is_empty() {
+                // --persist-only: no change now to stand beside.
+                // The counts this host has now, where they are what the file sets: export
+                // refuses to render counts this host's queues do not have yet.
+                let from = channels.zip(nic.channels).map(|((rx, tx, c), ch)| {
+                    channel_words(rx.map(|_| ch.rx), tx.map(|_| ch.tx), c.map(|_| ch.combined))
+                });
+                boot.push(Action {
+                    check: format!("linux.nic.queues[{}]", nic.name),
+                    setting: format!("{} boot settings", nic.name),
+                    from: from.filter(|_| ring.is_none()),
+                    to: [
+                        channels.map(|(rx, tx, c)| channel_words(rx, tx, c)),
+                        ring.map(|r| format!("receive ring {r}")),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                    op: Op::NicLinkFile {
+                        nic: nic.name.clone(),
+                    },
+                });
+            }
+            p.actions.extend(boot);
+        }
         if queues_change {
             p.notes.push(format!(
                 "{}: its queues change with this apply; run apply again afterwards to set RPS and XPS on the new queues",
@@ -270,15 +394,6 @@ pub fn plan(i: &Inputs) -> NicPlan {
                         });
                     }
                 }
-                if i.irqbalance == Some(true) {
-                    let bans: Vec<String> =
-                        nic.irqs.iter().map(|q| format!("--banirq={}", q.number)).collect();
-                    p.notes.push(format!(
-                        "{}: irqbalance runs and would move the pinned interrupts again: add {} to IRQBALANCE_ARGS (/etc/default/irqbalance or /etc/sysconfig/irqbalance) and restart it, or stop it (systemctl disable --now irqbalance)",
-                        nic.name,
-                        bans.join(" ")
-                    ));
-                }
                 pins.push((
                     nic.name.clone(),
                     nic.irqs
@@ -296,6 +411,12 @@ pub fn plan(i: &Inputs) -> NicPlan {
                 udev_line(nic, &attrs, pinned, i.for_other_hosts),
             ));
         }
+    }
+    if !i.scope.persist && !pins.is_empty() && i.irqbalance == Some(true) {
+        p.notes.push(format!(
+            "{}: irqbalance runs and may move the pinned interrupts again; apply without --runtime-only gives it a policy script that leaves them alone",
+            pins.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+        ));
     }
     if i.scope.persist && !pins.is_empty() {
         let script = irq_script(i.irq_script_now, &pins);
@@ -321,6 +442,7 @@ pub fn plan(i: &Inputs) -> NicPlan {
             "{}: the pinned interrupts are kept at boot by wstune-nic-irq.service, which the udev rule starts when the NIC appears and which finds each interrupt by its name (their numbers change when the driver loads again)",
             pins.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
         ));
+        plan_irqbalance(&mut p, i, &pins);
     }
     if i.scope.persist {
         let now = i.rules_now;
@@ -360,10 +482,7 @@ pub fn plan(i: &Inputs) -> NicPlan {
             });
         }
         if i.scope.persist && i.flow_entries.is_some_and(|n| n <= want) {
-            p.files.push((
-                NIC_SYSCTL_FILE.to_string(),
-                format!("# Written by wstune apply: RFS's flow table for the RPS set on the NICs' queues\n# (/etc/udev/rules.d/60-wstune-nic.rules). `wstune rollback` removes it.\nnet.core.rps_sock_flow_entries = {want}\n"),
-            ));
+            sysctl_lines.push(("net.core.rps_sock_flow_entries".into(), want.to_string()));
             p.actions.push(Action {
                 check: "linux.nic.queues".into(),
                 setting: "net.core.rps_sock_flow_entries".into(),
@@ -373,7 +492,293 @@ pub fn plan(i: &Inputs) -> NicPlan {
             });
         }
     }
+    finish_sysctl_file(&mut p, i, &sysctl_lines);
     p
+}
+
+/// Raise the receive softirq's budget when time_squeeze grew during the watch: the softirq
+/// stopped with packets still queued because it used up netdev_budget packets or
+/// netdev_budget_usecs (sysctl/net.rst; Red Hat's network performance guide raises both).
+/// Each to twice the kernel's default, never lowered; only on that evidence, since a longer
+/// softirq run delays the rest of the CPU's work.
+fn plan_budget(p: &mut NicPlan, i: &Inputs, lines: &mut Vec<(String, String)>) {
+    let Some(squeezed) = &i.evidence.squeezed else {
+        return;
+    };
+    let mut raised = Vec::new();
+    for ((key, default), now) in BUDGET_DEFAULTS.iter().zip([i.budget.0, i.budget.1]) {
+        let want = default * 2;
+        let Some(now) = now else {
+            p.notes.push(format!(
+                "{key} cannot be read here: the receive budget is left as it is"
+            ));
+            continue;
+        };
+        if now >= want {
+            continue;
+        }
+        raised.push(format!("{key} {now} -> {want}"));
+        if i.scope.runtime {
+            p.actions.push(Action {
+                check: "linux.softnet.time_squeeze".into(),
+                setting: key.to_string(),
+                from: Some(now.to_string()),
+                to: want.to_string(),
+                op: Op::Sysctl {
+                    key: key.to_string(),
+                    value: want.to_string(),
+                },
+            });
+        }
+        if i.scope.persist {
+            lines.push((key.to_string(), want.to_string()));
+            p.actions.push(Action {
+                check: "linux.softnet.time_squeeze".into(),
+                setting: key.to_string(),
+                from: None,
+                to: want.to_string(),
+                op: Op::NicSysctlLine {
+                    key: key.to_string(),
+                    value: want.to_string(),
+                },
+            });
+        }
+    }
+    p.notes.push(if raised.is_empty() {
+        format!(
+            "the receive softirq ran out of budget during the watch ({squeezed}) with net.core.netdev_budget and netdev_budget_usecs already at twice their defaults or more: spread the receive work over more queues and CPUs"
+        )
+    } else {
+        format!(
+            "the receive softirq ran out of budget during the watch ({squeezed}): {} (twice the kernel's defaults; each softirq run may take longer before other work on that CPU)",
+            raised.join(", ")
+        )
+    });
+}
+
+/// The NIC sysctl file with this plan's lines, keeping any other line it has.
+fn finish_sysctl_file(p: &mut NicPlan, i: &Inputs, lines: &[(String, String)]) {
+    if !i.scope.persist || lines.is_empty() {
+        return;
+    }
+    let mut out = String::from(NIC_SYSCTL_HEAD);
+    for l in i.nic_sysctl_now.lines() {
+        let key = l.split_once('=').map(|(k, _)| k.trim());
+        let ours = key.is_some_and(|k| lines.iter().any(|(n, _)| n == k));
+        if ours || l.trim().is_empty() || NIC_SYSCTL_HEAD.lines().any(|h| h == l) {
+            continue;
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+    for (k, v) in lines {
+        out.push_str(&format!("{k} = {v}\n"));
+    }
+    // Pushed even when unchanged: apply drops a file that already says this, with its actions.
+    p.files.push((NIC_SYSCTL_FILE.to_string(), out));
+}
+
+const NIC_SYSCTL_HEAD: &str = "# Written by wstune apply: RFS's flow table for the RPS set on the NICs' queues\n# (/etc/udev/rules.d/60-wstune-nic.rules) and the receive softirq's budget. `wstune\n# rollback` puts back what was here before.\n";
+
+/// Keep irqbalance off the interrupts wstune pins: a policy script (irqbalance(1),
+/// --policyscript) that answers `ban=true` for each of them, found by its name as the boot
+/// script finds it (a driver reload renumbers them; irqbalance runs the script for every
+/// interrupt it discovers, with its number), named in IRQBALANCE_ARGS of irqbalance's own
+/// environment file. An operator's policy script is never replaced; a running irqbalance is
+/// restarted (`systemctl try-restart`) as a planned action so it reads the change.
+fn plan_irqbalance(p: &mut NicPlan, i: &Inputs, pins: &[(String, Vec<(String, u32)>)]) {
+    let names = || {
+        pins.iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some((path, text)) = i.irqbalance_config else {
+        p.notes.push(match i.irqbalance {
+            Some(true) => format!(
+                "{}: irqbalance runs but has no environment file here ({}): it may move the pinned interrupts again; add --policyscript={IRQBALANCE_POLICY} to its arguments by hand, or stop it (systemctl disable --now irqbalance)",
+                names(),
+                crate::host::owned::IRQBALANCE_CONFIGS.join(", ")
+            ),
+            _ => format!(
+                "{}: irqbalance is not installed here (no {}): nothing moves the pinned interrupts",
+                names(),
+                crate::host::owned::IRQBALANCE_CONFIGS.join(" or ")
+            ),
+        });
+        return;
+    };
+    let args = match with_policyscript(text) {
+        Ok(t) => t,
+        Err(theirs) => {
+            let bans: Vec<String> = pins
+                .iter()
+                .flat_map(|(_, q)| q.iter().map(|(n, _)| n.clone()))
+                .collect();
+            p.notes.push(format!(
+                "{}: IRQBALANCE_ARGS in {path} already names a policy script of its own ({theirs}): left as it is. Have it answer ban=true for the pinned interrupts ({}), or irqbalance may move them again",
+                names(),
+                bans.join(", ")
+            ));
+            return;
+        }
+    };
+    let policy = irq_policy(i.irq_policy_now, pins);
+    let mut changed = false;
+    if policy != i.irq_policy_now {
+        changed = true;
+        p.files.push((IRQBALANCE_POLICY.to_string(), policy));
+        p.actions.push(Action {
+            check: "linux.nic.irq".into(),
+            setting: "irqbalance policy script".into(),
+            from: None,
+            to: "bans the pinned IRQs".into(),
+            op: Op::IrqbalancePolicy,
+        });
+    }
+    if args != text {
+        changed = true;
+        p.files.push((path.to_string(), args));
+        p.actions.push(Action {
+            check: "linux.nic.irq".into(),
+            setting: "IRQBALANCE_ARGS".into(),
+            from: None,
+            to: "adds --policyscript".into(),
+            op: Op::IrqbalanceArgs {
+                path: path.to_string(),
+            },
+        });
+    }
+    if changed && i.scope.runtime && i.irqbalance == Some(true) {
+        p.actions.push(Action {
+            check: "linux.nic.irq".into(),
+            setting: "irqbalance".into(),
+            from: Some("active".into()),
+            to: "restarted".into(),
+            op: Op::TryRestart {
+                unit: super::journal::IRQBALANCE_UNIT.into(),
+            },
+        });
+    }
+    p.notes.push(format!(
+        "{}: irqbalance leaves the pinned interrupts alone: its policy script {IRQBALANCE_POLICY} answers ban=true for each, found by name, and IRQBALANCE_ARGS in {path} names it{}",
+        names(),
+        if changed && i.irqbalance == Some(true) && i.scope.runtime {
+            " (irqbalance is restarted to read it: systemctl try-restart irqbalance)"
+        } else {
+            ""
+        }
+    ));
+}
+
+/// irqbalance's environment file with `--policyscript=` ours added to IRQBALANCE_ARGS (its last
+/// assignment; appended when there is none), every other line and argument kept. Err: the
+/// arguments already name another policy script (`-l`/`--policyscript`), which is the
+/// operator's and is left alone.
+fn with_policyscript(text: &str) -> Result<String, String> {
+    let ours = format!("--policyscript={IRQBALANCE_POLICY}");
+    let assignment = |l: &str| {
+        l.trim_start()
+            .strip_prefix("IRQBALANCE_ARGS=")
+            .map(|v| v.trim_end().to_string())
+    };
+    let last = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| assignment(l).is_some())
+        .map(|(k, _)| k)
+        .last();
+    let Some(at) = last else {
+        let mut out = text.to_string();
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str(&format!(
+            "# Added by wstune apply (nic.irq: pinned): irqbalance leaves the pinned NIC interrupts\n# alone. `wstune rollback` puts back what was here before.\nIRQBALANCE_ARGS=\"{ours}\"\n"
+        ));
+        return Ok(out);
+    };
+    let line = text.lines().nth(at).unwrap_or_default();
+    let raw = assignment(line).unwrap_or_default();
+    // The value as the shell reads it (quoted, or one word), and what follows it on the line
+    // (a comment), kept.
+    let (quote, value, trailing) = match raw.chars().next() {
+        Some(q @ ('"' | '\'')) => match raw[1..].find(q) {
+            Some(end) => (
+                Some(q),
+                raw[1..=end].to_string(),
+                raw[end + 2..].to_string(),
+            ),
+            None => return Err(format!("an unterminated quote: {line}")),
+        },
+        _ => {
+            let end = raw.find(char::is_whitespace).unwrap_or(raw.len());
+            (None, raw[..end].to_string(), raw[end..].to_string())
+        }
+    };
+    let words: Vec<&str> = value.split_whitespace().collect();
+    if words.contains(&ours.as_str()) {
+        return Ok(text.to_string());
+    }
+    let theirs = words.iter().enumerate().find_map(|(k, w)| {
+        if w.starts_with("--policyscript") {
+            Some(w.to_string())
+        } else if *w == "-l" {
+            Some(format!("-l {}", words.get(k + 1).unwrap_or(&"")))
+        } else if w.starts_with("-l") && !w.starts_with("--") {
+            Some(w.to_string())
+        } else {
+            None
+        }
+    });
+    if let Some(theirs) = theirs {
+        return Err(theirs);
+    }
+    let new_value = if value.trim().is_empty() {
+        ours
+    } else {
+        format!("{} {ours}", value.trim_end())
+    };
+    let q = quote.unwrap_or('"');
+    let indent = &line[..line.len() - line.trim_start().len()];
+    let mut out = String::new();
+    for (k, l) in text.split_inclusive('\n').enumerate() {
+        if k == at {
+            out.push_str(&format!(
+                "{indent}IRQBALANCE_ARGS={q}{new_value}{q}{trailing}"
+            ));
+            if l.ends_with('\n') {
+                out.push('\n');
+            }
+        } else {
+            out.push_str(l);
+        }
+    }
+    Ok(out)
+}
+
+const IRQ_POLICY_HEAD: &str = "#!/bin/sh\n# Written by wstune apply: irqbalance's policy script (irqbalance(1), --policyscript).\n# irqbalance runs it for each interrupt it finds, with the device's sysfs path and the\n# interrupt's number; it answers ban=true for the NIC queue interrupts wstune pins (nic.irq:\n# pinned), found by name (/proc/irq/N/NAME), so a renumbered one stays banned. Any other\n# interrupt gets no answer and is balanced. `wstune rollback` puts back what was here before.\n# $3: a root, for tests.\nIRQ=\"$2\"\nR=\"${3:-}\"\nban() { if [ -d \"$R/proc/irq/$IRQ/$1\" ]; then echo ban=true; exit 0; fi; }\n";
+
+/// The policy script with these NICs' interrupts replaced and every other NIC's kept.
+fn irq_policy(now: &str, pins: &[(String, Vec<(String, u32)>)]) -> String {
+    let mut out = String::from(IRQ_POLICY_HEAD);
+    let mut keep = false;
+    for l in now.lines().skip_while(|l| !l.starts_with("# nic ")) {
+        if let Some(name) = l.strip_prefix("# nic ") {
+            keep = !pins.iter().any(|(n, _)| n == name.trim());
+        }
+        if keep {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    for (nic, irqs) in pins {
+        out.push_str(&format!("# nic {nic}\n"));
+        for (name, _) in irqs {
+            out.push_str(&format!("ban '{}'\n", name.replace('\'', "'\\''")));
+        }
+    }
+    out
 }
 
 /// A Windows adapter's RSS keywords (`*RSS`, `*RSSProfile`, `*NumRssQueues` under its network
@@ -470,13 +875,28 @@ pub fn plan_windows(
     (p, restart)
 }
 
+/// The channel counts as the plan shows them: "rx 4, combined 8".
+fn channel_words(rx: Option<u32>, tx: Option<u32>, c: Option<u32>) -> String {
+    [("rx", rx), ("tx", tx), ("combined", c)]
+        .iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Channel counts to set: (rx, tx, combined), None each where it stays.
+type ChannelCounts = (Option<u32>, Option<u32>, Option<u32>);
+
 /// Raise a NIC's channel counts toward one queue per CPU of its set, up to the hardware's
-/// maximum (`ethtool -L`), now and in a .link file; true when they change.
-fn plan_channels(p: &mut NicPlan, i: &Inputs, nic: &NicFacts, want: u32) -> bool {
-    let Some(ch) = nic.channels else {
-        return false;
-    };
-    // Raised here when below the target; for other hosts, also rendered when at it.
+/// maximum (`ethtool -L`), now: the counts to keep at boot (the caller writes them) and
+/// whether they grow on this host. For other hosts the counts are rendered at the target too.
+fn plan_channels(
+    p: &mut NicPlan,
+    i: &Inputs,
+    nic: &NicFacts,
+    want: u32,
+) -> Option<(ChannelCounts, bool)> {
+    let ch = nic.channels?;
     let raise = |now: u32, max: u32| {
         let t = want.min(max);
         (max > 0 && (now < t || (i.for_other_hosts && now == t))).then_some(t)
@@ -487,30 +907,22 @@ fn plan_channels(p: &mut NicPlan, i: &Inputs, nic: &NicFacts, want: u32) -> bool
         (raise(ch.rx, ch.max_rx), raise(ch.tx, ch.max_tx), None)
     };
     if rx.is_none() && tx.is_none() && combined.is_none() {
-        return false;
+        return None;
     }
     let grows = rx.is_some_and(|t| ch.rx < t)
         || tx.is_some_and(|t| ch.tx < t)
         || combined.is_some_and(|t| ch.combined < t);
-    let words = |rx: Option<u32>, tx: Option<u32>, c: Option<u32>| {
-        [("rx", rx), ("tx", tx), ("combined", c)]
-            .iter()
-            .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let from = words(
+    let from = channel_words(
         rx.map(|_| ch.rx),
         tx.map(|_| ch.tx),
         combined.map(|_| ch.combined),
     );
-    let to = words(rx, tx, combined);
     if i.scope.runtime && grows {
         p.actions.push(Action {
             check: format!("linux.nic.queues[{}]", nic.name),
             setting: format!("{} channels", nic.name),
-            from: Some(from.clone()),
-            to: to.clone(),
+            from: Some(from),
+            to: channel_words(rx, tx, combined),
             op: Op::Channels {
                 nic: nic.name.clone(),
                 rx,
@@ -519,41 +931,34 @@ fn plan_channels(p: &mut NicPlan, i: &Inputs, nic: &NicFacts, want: u32) -> bool
             },
         });
     }
-    if i.scope.persist {
-        p.files.push((
-            crate::host::owned::nic_link_file(&nic.name),
-            link_file(nic, rx, tx, combined, i.for_other_hosts),
-        ));
-        p.actions.push(Action {
-            check: format!("linux.nic.queues[{}]", nic.name),
-            setting: format!("{} channels", nic.name),
-            from: Some(from),
-            to,
-            op: Op::NicLinkFile {
-                nic: nic.name.clone(),
-            },
-        });
-    }
-    grows
+    Some(((rx, tx, combined), grows))
 }
 
 /// systemd 252's 99-default.link [Link] lines, for a host whose own cannot be read.
 const DEFAULT_LINK: &str = "NamePolicy=keep kernel database onboard slot path\nAlternativeNamesPolicy=database onboard slot path\nMACAddressPolicy=persistent\n";
 
-/// The .link file that sets the channel counts at boot. udev applies only the first .link file
-/// that matches a device, so this one repeats the [Link] settings of the host's
-/// 99-default.link (interface naming, MAC address policy): without them the NIC would lose its
-/// predictable name at the next boot.
-fn link_file(
-    nic: &NicFacts,
-    rx: Option<u32>,
-    tx: Option<u32>,
-    combined: Option<u32>,
-    by_name: bool,
-) -> String {
+/// The keys of a NIC's boot settings wstune writes in its .link file (systemd.link(5), [Link]).
+const LINK_KEYS: [&str; 4] = [
+    "RxChannels",
+    "TxChannels",
+    "CombinedChannels",
+    "RxBufferSize",
+];
+
+/// The .link file that sets the channel counts and receive ring at boot. udev applies only
+/// the first .link file that matches a device, so this one repeats the [Link] settings of the
+/// host's 99-default.link (interface naming, MAC address policy): without them the NIC would
+/// lose its predictable name at the next boot. `sets` are this apply's values (None: not
+/// changed now); a value an earlier apply wrote in `now` (the file as it is) is kept. Matched
+/// by the NIC's name instead of its address for other hosts (`by_name`).
+fn link_file(nic: &NicFacts, now: &str, sets: &[(&str, Option<u32>)], by_name: bool) -> String {
     let matcher = match nic_address(nic, by_name) {
         Some(a) => format!("MACAddress={a}"),
         None => format!("OriginalName={}", nic.name),
+    };
+    let ours = |l: &str| {
+        l.split_once('=')
+            .is_some_and(|(k, _)| LINK_KEYS.contains(&k.trim()))
     };
     let defaults: Vec<String> = nic
         .default_link
@@ -565,27 +970,30 @@ fn link_file(
                 .take_while(|l| !l.trim_start().starts_with('['))
                 .map(str::trim)
                 .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with(';'))
-                .filter(|l| !l.contains("Channels="))
+                .filter(|l| !l.contains("Channels=") && !ours(l))
                 .map(str::to_string)
                 .collect()
         })
         .filter(|v: &Vec<String>| !v.is_empty())
         .unwrap_or_else(|| DEFAULT_LINK.lines().map(str::to_string).collect());
+    let earlier = |key: &str| {
+        now.lines().find_map(|l| {
+            let (k, v) = l.trim().split_once('=')?;
+            (k.trim() == key).then(|| v.trim().parse::<u32>().ok())?
+        })
+    };
     let mut out = format!(
-        "# Written by wstune apply: {}'s channel counts at every boot (udev's net_setup_link\n# applies it). Only the first .link file that matches a NIC is applied, so the [Link]\n# settings of systemd's 99-default.link are repeated. `wstune rollback` removes it.\n[Match]\n{matcher}\n\n[Link]\n",
+        "# Written by wstune apply: {}'s channel counts and receive ring at every boot (udev's\n# net_setup_link applies it). Only the first .link file that matches a NIC is applied, so\n# the [Link] settings of systemd's 99-default.link are repeated. `wstune rollback` removes it.\n[Match]\n{matcher}\n\n[Link]\n",
         nic.name
     );
     for l in defaults {
         out.push_str(&l);
         out.push('\n');
     }
-    for (k, v) in [
-        ("RxChannels", rx),
-        ("TxChannels", tx),
-        ("CombinedChannels", combined),
-    ] {
-        if let Some(v) = v {
-            out.push_str(&format!("{k}={v}\n"));
+    for key in LINK_KEYS {
+        let set = sets.iter().find(|(k, _)| *k == key).and_then(|(_, v)| *v);
+        if let Some(v) = set.or_else(|| earlier(key)) {
+            out.push_str(&format!("{key}={v}\n"));
         }
     }
     out
@@ -734,6 +1142,11 @@ mod tests {
             irqbalance: Some(true),
             rules_now: "",
             irq_script_now: "",
+            irq_policy_now: "",
+            irqbalance_config: None,
+            nic_sysctl_now: "",
+            links_now: &[],
+            budget: (Some(300), Some(2000)),
             scope: Scope {
                 runtime: true,
                 persist: true,
@@ -754,6 +1167,7 @@ mod tests {
             found: vec![],
             quiet: vec!["softirq: busiest cpu0 1.0 %".into()],
             ring_drops: vec![],
+            squeezed: None,
         };
         let p = plan(&inputs(&profile, &nics, false, &quiet));
         assert!(p.actions.is_empty());
@@ -767,6 +1181,7 @@ mod tests {
             found: vec!["softnet drops +120 in 10 s".into()],
             quiet: vec![],
             ring_drops: vec![],
+            squeezed: None,
         };
         let mut nic = veth(2, 4, 8);
         nic.physical = true;
@@ -835,7 +1250,9 @@ mod tests {
             ..NicProfile::default()
         };
         let (nics, e) = ([nic], Evidence::default());
-        let p = plan(&inputs(&profile, &nics, true, &e));
+        let mut i = inputs(&profile, &nics, true, &e);
+        i.irqbalance_config = Some(("/etc/default/irqbalance", "#IRQBALANCE_ARGS=\n"));
+        let p = plan(&i);
         let pins: Vec<(&str, &str)> = p
             .actions
             .iter()
@@ -855,11 +1272,40 @@ mod tests {
                 ("/proc/irq/43/smp_affinity_list", "7")
             ]
         );
+        // irqbalance keeps off them: its policy script bans each by name, its arguments name
+        // the script, and the running daemon is restarted after the files are written.
+        let policy = &p
+            .files
+            .iter()
+            .find(|(f, _)| f == IRQBALANCE_POLICY)
+            .unwrap()
+            .1;
         assert!(
-            p.notes.iter().any(|n| n.contains("--banirq=40")),
-            "{:?}",
-            p.notes
+            policy.ends_with("# nic veth0\nban 'veth0-TxRx-0'\nban 'veth0-TxRx-1'\nban 'veth0-TxRx-2'\nban 'veth0-TxRx-3'\n"),
+            "{policy}"
         );
+        let args = &p
+            .files
+            .iter()
+            .find(|(f, _)| f == "/etc/default/irqbalance")
+            .unwrap()
+            .1;
+        assert!(
+            args.ends_with(&format!(
+                "IRQBALANCE_ARGS=\"--policyscript={IRQBALANCE_POLICY}\"\n"
+            )),
+            "{args}"
+        );
+        assert!(p.actions.iter().any(|a| a.op
+            == Op::TryRestart {
+                unit: "irqbalance.service".into()
+            }));
+        // irqbalance not running: the files, no restart.
+        i.irqbalance = Some(false);
+        assert!(!plan(&i)
+            .actions
+            .iter()
+            .any(|a| matches!(a.op, Op::TryRestart { .. })));
         // Kept at boot: the rule starts the unit, the script finds each interrupt by name.
         let script = &p.files.iter().find(|(f, _)| f == NIC_IRQ_SCRIPT).unwrap().1;
         assert!(
@@ -1003,5 +1449,183 @@ mod tests {
             "{text}"
         );
         assert_eq!(text.matches("Written by wstune").count(), 1, "{text}");
+    }
+
+    fn measured(found: &str) -> Evidence {
+        Evidence {
+            measured: true,
+            found: vec![found.into()],
+            quiet: vec![],
+            ring_drops: vec![],
+            squeezed: None,
+        }
+    }
+
+    /// The ring is raised to the NIC's maximum only when its rx_missed_errors grew, and kept
+    /// at boot in the same .link file as the channel counts.
+    #[test]
+    fn the_receive_ring_is_raised_to_its_maximum_only_on_ring_drops_and_shares_the_link_file() {
+        let mut nic = veth(2, 2, 8);
+        nic.physical = true;
+        nic.rx_ring = Some((1024, 8192));
+        nic.channels = Some(crate::host::Channels {
+            combined: 2,
+            max_combined: 8,
+            ..Default::default()
+        });
+        let profile = NicProfile::default();
+        let mut e = measured("veth0 rx_missed_errors +500 in 4 s");
+        e.ring_drops = vec!["veth0".into()];
+        let nics = [nic];
+        let p = plan(&inputs(&profile, &nics, false, &e));
+        assert!(
+            p.actions.iter().any(|a| a.op
+                == Op::RxRing {
+                    nic: "veth0".into(),
+                    rx: 8192
+                }
+                && a.from.as_deref() == Some("1024")),
+            "{p:?}"
+        );
+        let link = &p
+            .files
+            .iter()
+            .find(|(f, _)| f.ends_with("10-wstune-veth0.link"))
+            .unwrap()
+            .1;
+        assert!(
+            link.ends_with("CombinedChannels=8\nRxBufferSize=8192\n"),
+            "{link}"
+        );
+        assert_eq!(
+            p.files.iter().filter(|(f, _)| f.ends_with(".link")).count(),
+            1
+        );
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains("+500") && n.contains("link drops")),
+            "{:?}",
+            p.notes
+        );
+        // Named, but no ring drops: the ring stays, whatever its size.
+        let p = plan(&inputs(&profile, &nics, true, &Evidence::default()));
+        assert!(
+            !p.actions.iter().any(|a| matches!(a.op, Op::RxRing { .. })),
+            "{p:?}"
+        );
+        // A later apply that raises only the ring keeps the channel counts written before.
+        let mut at_max = nics[0].clone();
+        at_max.channels = Some(crate::host::Channels {
+            combined: 8,
+            max_combined: 8,
+            ..Default::default()
+        });
+        let links = [(
+            "veth0".to_string(),
+            "[Match]\nMACAddress=02:00:00:00:00:01\n\n[Link]\nCombinedChannels=8\n".to_string(),
+        )];
+        let mut i = inputs(&profile, std::slice::from_ref(&at_max), false, &e);
+        i.links_now = &links;
+        let p = plan(&i);
+        let link = &p
+            .files
+            .iter()
+            .find(|(f, _)| f.ends_with(".link"))
+            .unwrap()
+            .1;
+        assert!(
+            link.ends_with("CombinedChannels=8\nRxBufferSize=8192\n"),
+            "{link}"
+        );
+    }
+
+    /// time_squeeze that grew doubles both budgets (never lowering a higher one), now and in
+    /// the NIC sysctl file beside RFS's line; without it nothing is planned.
+    #[test]
+    fn the_receive_budget_is_doubled_only_when_time_squeeze_grew() {
+        let profile = NicProfile::default();
+        let nics = [veth(1, 1, 2)];
+        let quiet = measured("softnet drops +9 in 4 s");
+        let p = plan(&inputs(&profile, &nics, false, &quiet));
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| a.setting.starts_with("net.core.netdev_budget")),
+            "{p:?}"
+        );
+        let mut e = measured("softnet time_squeeze +40 in 4 s");
+        e.squeezed = Some("softnet time_squeeze +40 in 4 s".into());
+        let mut i = inputs(&profile, &nics, false, &e);
+        i.nic_sysctl_now =
+            "# mine\nnet.core.rps_sock_flow_entries = 32768\nnet.core.netdev_budget = 400\n";
+        i.budget = (Some(300), Some(8000));
+        let p = plan(&i);
+        let runtime: Vec<(&str, &str)> = p
+            .actions
+            .iter()
+            .filter_map(|a| match &a.op {
+                Op::Sysctl { key, value } if key.contains("netdev_budget") => {
+                    Some((key.as_str(), value.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        // usecs is already above twice its default: left as it is.
+        assert_eq!(runtime, [("net.core.netdev_budget", "600")]);
+        let file = &p
+            .files
+            .iter()
+            .find(|(f, _)| f == NIC_SYSCTL_FILE)
+            .unwrap()
+            .1;
+        assert!(file.starts_with(NIC_SYSCTL_HEAD), "{file}");
+        assert_eq!(
+            file.strip_prefix(NIC_SYSCTL_HEAD),
+            Some("# mine\nnet.core.netdev_budget = 600\nnet.core.rps_sock_flow_entries = 32768\n"),
+            "{file}"
+        );
+        assert_eq!(file.matches("netdev_budget =").count(), 1, "{file}");
+        assert!(
+            p.notes.iter().any(|n| n.contains("time_squeeze +40")),
+            "{:?}",
+            p.notes
+        );
+    }
+
+    #[test]
+    fn irqbalance_args_gain_our_policy_script_and_keep_everything_else() {
+        let ours = format!("--policyscript={IRQBALANCE_POLICY}");
+        // Debian's file: every line commented; ours is appended.
+        let debian = "#IRQBALANCE_ONESHOT=\n#IRQBALANCE_ARGS=\n";
+        let t = with_policyscript(debian).unwrap();
+        assert!(
+            t.starts_with(debian) && t.ends_with(&format!("IRQBALANCE_ARGS=\"{ours}\"\n")),
+            "{t}"
+        );
+        // RHEL's: an assignment with the operator's arguments, kept with its quotes.
+        let rhel = "# comment\nIRQBALANCE_ARGS='--powerthresh=2 --banirq=7'\nOTHER=1\n";
+        assert_eq!(
+            with_policyscript(rhel).unwrap(),
+            format!("# comment\nIRQBALANCE_ARGS='--powerthresh=2 --banirq=7 {ours}'\nOTHER=1\n")
+        );
+        // Done already: unchanged.
+        let done = with_policyscript(rhel).unwrap();
+        assert_eq!(with_policyscript(&done).unwrap(), done);
+        // Another policy script is the operator's: refused, named.
+        assert_eq!(
+            with_policyscript("IRQBALANCE_ARGS=\"-l /usr/local/bin/pol\"\n").unwrap_err(),
+            "-l /usr/local/bin/pol"
+        );
+        assert!(with_policyscript("IRQBALANCE_ARGS=--policyscript=/x\n").is_err());
+        // A comment after the value stays after it; an unquoted word gets quotes.
+        assert_eq!(
+            with_policyscript("IRQBALANCE_ARGS=\"-t 5\"  # slower\n").unwrap(),
+            format!("IRQBALANCE_ARGS=\"-t 5 {ours}\"  # slower\n")
+        );
+        assert_eq!(
+            with_policyscript("IRQBALANCE_ARGS=--journal # mine\n").unwrap(),
+            format!("IRQBALANCE_ARGS=\"--journal {ours}\" # mine\n")
+        );
     }
 }

@@ -80,10 +80,21 @@ pub enum Op {
         tx: Option<u32>,
         combined: Option<u32>,
     },
-    /// The .link file that sets a NIC's channel counts at boot.
+    /// The .link file that sets a NIC's channel counts and receive ring at boot.
     NicLinkFile { nic: String },
     /// The boot script and unit that pin the NICs' queue interrupts.
     NicIrqFiles,
+    /// A NIC's receive ring size now, over ethtool netlink (RINGS_SET).
+    RxRing { nic: String, rx: u32 },
+    /// A `key = value` line in /etc/sysctl.d/60-wstune-nic.conf (the receive budget).
+    NicSysctlLine { key: String, value: String },
+    /// irqbalance's policy script, which bans the pinned NIC interrupts by name.
+    IrqbalancePolicy,
+    /// `--policyscript=` added to IRQBALANCE_ARGS in irqbalance's environment file `path`.
+    IrqbalanceArgs { path: String },
+    /// `systemctl try-restart UNIT` once the files are written (and again after a rollback),
+    /// so a running service reads them.
+    TryRestart { unit: String },
 }
 
 impl Op {
@@ -102,6 +113,11 @@ impl Op {
             Op::Channels { nic, .. } => format!("{nic}'s channels (ethtool netlink)"),
             Op::NicLinkFile { nic } => crate::host::owned::nic_link_file(nic),
             Op::NicIrqFiles => crate::host::owned::NIC_IRQ_SCRIPT.into(),
+            Op::RxRing { nic, .. } => format!("{nic}'s receive ring (ethtool netlink)"),
+            Op::NicSysctlLine { .. } => crate::host::owned::NIC_SYSCTL_FILE.into(),
+            Op::IrqbalancePolicy => crate::host::owned::IRQBALANCE_POLICY.into(),
+            Op::IrqbalanceArgs { path } => path.clone(),
+            Op::TryRestart { unit } => format!("systemctl try-restart {unit}"),
         }
     }
     pub fn is_runtime(&self) -> bool {
@@ -112,6 +128,8 @@ impl Op {
                 | Op::Registry { .. }
                 | Op::KernelFile { .. }
                 | Op::Channels { .. }
+                | Op::RxRing { .. }
+                | Op::TryRestart { .. }
         )
     }
 }

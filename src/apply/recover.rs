@@ -84,6 +84,21 @@ pub fn hand_changes(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<
             )));
         }
     }
+    for r in &entry.rings {
+        let applied = entry.actions.iter().find_map(|a| match &a.op {
+            Op::RxRing { nic, rx } if *nic == r.nic => Some(*rx),
+            _ => None,
+        });
+        let (Some(applied), Ok((now, _))) = (applied, backend.rx_ring(&r.nic)) else {
+            continue;
+        };
+        if now != applied && now != r.old {
+            out.push(HandChange(format!(
+                "{}'s receive ring: applied {applied}, now {now} (changed by hand)",
+                r.nic
+            )));
+        }
+    }
     for r in &entry.registry {
         let applied = entry.actions.iter().find_map(|a| match &a.op {
             Op::Registry {

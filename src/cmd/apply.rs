@@ -256,6 +256,36 @@ fn add_nic_plan(
         .read(crate::host::owned::NIC_IRQ_SCRIPT)?
         .map(|f| String::from_utf8_lossy(&f.bytes).into_owned())
         .unwrap_or_default();
+    let text_of = |path: &str| -> Result<Option<String>> {
+        Ok(a.store
+            .read(path)?
+            .map(|f| String::from_utf8_lossy(&f.bytes).into_owned()))
+    };
+    let irq_policy_now = text_of(crate::host::owned::IRQBALANCE_POLICY)?.unwrap_or_default();
+    let nic_sysctl_now = text_of(crate::host::owned::NIC_SYSCTL_FILE)?.unwrap_or_default();
+    let mut irqbalance_config = None;
+    for path in crate::host::owned::IRQBALANCE_CONFIGS {
+        if let Some(text) = text_of(path)? {
+            irqbalance_config = Some((path, text));
+            break;
+        }
+    }
+    let mut links_now = Vec::new();
+    for nic in &nics {
+        if let Some(text) = text_of(&crate::host::owned::nic_link_file(&nic.name))? {
+            links_now.push((nic.name.clone(), text));
+        }
+    }
+    let sysctl = |key: &str| {
+        backend
+            .read(&crate::host::procfs::sysctl_path(key))
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+    };
+    let budget = (
+        sysctl("net.core.netdev_budget"),
+        sysctl("net.core.netdev_budget_usecs"),
+    );
     let n = apply::nic::plan(&apply::nic::Inputs {
         profile: &a.host.inputs.profile.profile.nic,
         nics: &nics,
@@ -265,6 +295,11 @@ fn add_nic_plan(
         irqbalance,
         rules_now: &rules_now,
         irq_script_now: &irq_script_now,
+        irq_policy_now: &irq_policy_now,
+        irqbalance_config: irqbalance_config.as_ref().map(|(p, t)| (*p, t.as_str())),
+        nic_sysctl_now: &nic_sysctl_now,
+        links_now: &links_now,
+        budget,
         scope: a.scope,
         for_other_hosts: false,
     });
@@ -281,6 +316,32 @@ fn add_nic_plan(
             crate::host::owned::NIC_IRQ_SCRIPT.to_string(),
             irq_script_now,
         ));
+    }
+    // Likewise the files merged with lines this plan does not set.
+    let mut merged: Vec<(String, String)> = vec![
+        (
+            crate::host::owned::IRQBALANCE_POLICY.into(),
+            irq_policy_now.clone(),
+        ),
+        (
+            crate::host::owned::NIC_SYSCTL_FILE.into(),
+            nic_sysctl_now.clone(),
+        ),
+    ];
+    merged.extend(
+        irqbalance_config
+            .iter()
+            .map(|(p, t)| (p.to_string(), t.clone())),
+    );
+    merged.extend(
+        links_now
+            .iter()
+            .map(|(nic, t)| (crate::host::owned::nic_link_file(nic), t.clone())),
+    );
+    for (path, from) in merged {
+        if n.files.iter().any(|(f, _)| *f == path) {
+            p.rendered_from.push((path, from));
+        }
     }
     // A file that already says exactly this (an earlier apply's) is not written again, and
     // the actions it stands for are not changes: a second apply plans nothing.

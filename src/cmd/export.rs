@@ -121,6 +121,13 @@ fn nic_files(a: &Request, host: &str) -> Result<export::nic::NicFiles> {
         irqbalance,
         rules_now: "",
         irq_script_now: "",
+        // irqbalance's own file is each host's: not rendered for others.
+        irq_policy_now: "",
+        irqbalance_config: None,
+        nic_sysctl_now: "",
+        links_now: &[],
+        // The receive budget follows a watch's evidence, which other hosts have their own of.
+        budget: (None, None),
         scope: plan::Scope {
             runtime: false,
             persist: true,

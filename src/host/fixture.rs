@@ -78,6 +78,81 @@ impl FixtureBackend {
     }
 }
 
+/// A NIC's ethtool settings in a captured tree: `wstune/ethtool/NIC`, one `key: number` line
+/// each (`rx`, `tx`, `combined`, `max_rx`, `max_tx`, `max_combined`: its channels; `rx_ring`,
+/// `rx_ring_max`: its receive ring). Read and written through the same [`Backend`] methods as
+/// the live host's ethtool netlink; a write changes only the numbers of its lines.
+const CHANNEL_KEYS: [&str; 6] = ["rx", "tx", "combined", "max_rx", "max_tx", "max_combined"];
+
+impl FixtureBackend {
+    fn ethtool_path(nic: &str) -> Option<String> {
+        super::owned::nic_name_ok(nic).then(|| format!("/{META_DIR}/ethtool/{nic}"))
+    }
+
+    fn ethtool(&self, nic: &str) -> Result<BTreeMap<String, u32>, ReadError> {
+        let path = Self::ethtool_path(nic)
+            .ok_or_else(|| ReadError::Other(format!("{nic:?} is not an interface name")))?;
+        let text = self.read(&path).map_err(|_| {
+            ReadError::Unsupported(format!(
+                "{nic}'s ethtool settings are not in this tree ({path})"
+            ))
+        })?;
+        let mut out = BTreeMap::new();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() || line.trim_start().starts_with('#') {
+                continue;
+            }
+            let parsed = line
+                .split_once(':')
+                .and_then(|(k, v)| Some((k.trim().to_string(), v.trim().parse::<u32>().ok()?)));
+            let Some((k, v)) = parsed else {
+                return Err(ReadError::Other(format!(
+                    "{path}:{}: expected `key: number`, found {line:?}",
+                    n + 1
+                )));
+            };
+            out.insert(k, v);
+        }
+        Ok(out)
+    }
+
+    /// Rewrite the numbers of `set`'s keys (a key the file lacks is an error: the tree says
+    /// the driver has no such setting).
+    fn set_ethtool(&self, nic: &str, set: &[(&str, u32)]) -> Result<(), WriteError> {
+        let path = Self::ethtool_path(nic)
+            .ok_or_else(|| WriteError::Other(format!("{nic:?} is not an interface name")))?;
+        let text = self
+            .read(&path)
+            .map_err(|_| WriteError::NotFound(path.clone()))?;
+        let mut out = String::new();
+        let mut done: Vec<&str> = Vec::new();
+        for line in text.lines() {
+            let key = line.split_once(':').map(|(k, _)| k.trim());
+            match set.iter().find(|(k, _)| Some(*k) == key) {
+                Some((k, v)) => {
+                    out.push_str(&format!("{k}: {v}\n"));
+                    done.push(k);
+                }
+                None => {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+        if let Some((k, _)) = set.iter().find(|(k, _)| !done.contains(k)) {
+            return Err(WriteError::Other(format!(
+                "{nic} has no {k} in {path}: the driver of this captured NIC does not have it"
+            )));
+        }
+        super::atomic::write(
+            &self.layout.path(&path),
+            out.as_bytes(),
+            super::atomic::Mode::LikeExisting,
+        )
+        .map_err(|e| WriteError::Other(format!("{e:#}")))
+    }
+}
+
 impl Backend for FixtureBackend {
     fn platform(&self) -> Platform {
         if self.registry.is_some() {
@@ -170,6 +245,67 @@ impl Backend for FixtureBackend {
 
     fn write_runtime(&self, path: &str, value: &str) -> Result<(), WriteError> {
         super::fs::write_existing(&self.layout.path(path), path, value)
+    }
+
+    fn channels(&self, nic: &str) -> Result<super::Channels, ReadError> {
+        let v = self.ethtool(nic)?;
+        if !CHANNEL_KEYS.iter().any(|k| v.contains_key(*k)) {
+            return Err(ReadError::Unsupported(format!(
+                "{nic} has no channel counts in this tree"
+            )));
+        }
+        let get = |k: &str| v.get(k).copied().unwrap_or(0);
+        Ok(super::Channels {
+            rx: get("rx"),
+            tx: get("tx"),
+            combined: get("combined"),
+            max_rx: get("max_rx"),
+            max_tx: get("max_tx"),
+            max_combined: get("max_combined"),
+        })
+    }
+
+    fn rx_ring(&self, nic: &str) -> Result<(u32, u32), ReadError> {
+        let v = self.ethtool(nic)?;
+        match (v.get("rx_ring"), v.get("rx_ring_max")) {
+            (Some(now), Some(max)) if *max > 0 => Ok((*now, *max)),
+            _ => Err(ReadError::Unsupported(format!(
+                "{nic} has no receive ring in this tree"
+            ))),
+        }
+    }
+
+    fn set_channels(
+        &self,
+        nic: &str,
+        rx: Option<u32>,
+        tx: Option<u32>,
+        combined: Option<u32>,
+    ) -> Result<(), WriteError> {
+        let set: Vec<(&str, u32)> = [("rx", rx), ("tx", tx), ("combined", combined)]
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v?)))
+            .collect();
+        self.set_ethtool(nic, &set)
+    }
+
+    fn set_rx_ring(&self, nic: &str, rx: u32) -> Result<(), WriteError> {
+        let (_, max) = self
+            .rx_ring(nic)
+            .map_err(|e| WriteError::Other(e.to_string()))?;
+        if rx > max {
+            // What the kernel answers (EINVAL) for a size over the driver's maximum.
+            return Err(WriteError::Rejected {
+                path: format!("{nic}'s receive ring (maximum {max})"),
+                value: rx.to_string(),
+            });
+        }
+        self.set_ethtool(nic, &[("rx_ring", rx)])
+    }
+
+    /// A captured tree runs no services: nothing to restart.
+    fn try_restart(&self, _unit: &str) -> Result<(), WriteError> {
+        Ok(())
     }
 
     /// A captured tree has no processes to prlimit: rewrite the line /proc/PID/limits shows.
@@ -334,5 +470,46 @@ mod tests {
             b.write_runtime("/proc/sys/net/core/nope", "1"),
             Err(WriteError::NotFound(_))
         ));
+    }
+
+    /// A tree's `wstune/ethtool/NIC` answers the ethtool methods; a write changes only its
+    /// numbers, a size over the maximum is refused as the kernel refuses it, and a line that
+    /// is not `key: number` is an error naming the file and line.
+    #[test]
+    fn a_trees_ethtool_file_holds_channels_and_ring() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path();
+        std::fs::create_dir_all(t.join("proc")).unwrap();
+        std::fs::create_dir_all(t.join("wstune/ethtool")).unwrap();
+        let text = "# captured\nrx_ring: 512\nrx_ring_max: 4096\ncombined: 2\nmax_combined: 8\n";
+        std::fs::write(t.join("wstune/ethtool/eth0"), text).unwrap();
+        let b = FixtureBackend::open(t).unwrap();
+        assert_eq!(b.rx_ring("eth0").unwrap(), (512, 4096));
+        assert_eq!(
+            (
+                b.channels("eth0").unwrap().combined,
+                b.channels("eth0").unwrap().max_combined
+            ),
+            (2, 8)
+        );
+        b.set_rx_ring("eth0", 4096).unwrap();
+        b.set_channels("eth0", None, None, Some(8)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(t.join("wstune/ethtool/eth0")).unwrap(),
+            "# captured\nrx_ring: 4096\nrx_ring_max: 4096\ncombined: 8\nmax_combined: 8\n"
+        );
+        assert!(matches!(
+            b.set_rx_ring("eth0", 8192),
+            Err(WriteError::Rejected { .. })
+        ));
+        assert!(
+            b.set_channels("eth0", Some(2), None, None).is_err(),
+            "no rx line"
+        );
+        assert!(matches!(b.rx_ring("eth1"), Err(ReadError::Unsupported(_))));
+        assert!(b.rx_ring("../x").is_err());
+        std::fs::write(t.join("wstune/ethtool/eth0"), "rx_ring: many\n").unwrap();
+        let e = b.rx_ring("eth0").unwrap_err().to_string();
+        assert!(e.contains("/wstune/ethtool/eth0:1"), "{e}");
     }
 }

@@ -52,8 +52,17 @@ pub mod owned {
     /// The boot script that pins the NICs' queue interrupts by name, and the unit that runs it.
     pub const NIC_IRQ_SCRIPT: &str = "/etc/wstune/nic-irq.sh";
     pub const NIC_IRQ_UNIT: &str = "/etc/systemd/system/wstune-nic-irq.service";
-    /// RFS's flow table size, set with the NICs' RPS.
+    /// RFS's flow table size, set with the NICs' RPS, and the receive budget.
     pub const NIC_SYSCTL_FILE: &str = "/etc/sysctl.d/60-wstune-nic.conf";
+    /// The receive softirq's budget, which the NIC plan raises when time_squeeze grew: not a
+    /// catalog check's setting, so named here for the journal (a rollback restores these).
+    pub const NIC_SYSCTLS: [&str; 2] = ["net.core.netdev_budget", "net.core.netdev_budget_usecs"];
+    /// irqbalance's policy script: `ban=true` for the NIC queue interrupts wstune pins.
+    pub const IRQBALANCE_POLICY: &str = "/etc/wstune/irqbalance-policy.sh";
+    /// irqbalance's environment file (IRQBALANCE_ARGS): Debian's, then RHEL's. Apply edits
+    /// the one that exists, keeping every other line; rollback puts its bytes back.
+    pub const IRQBALANCE_CONFIGS: [&str; 2] =
+        ["/etc/default/irqbalance", "/etc/sysconfig/irqbalance"];
 
     /// The systemd .link file that gives `nic` its channel counts at boot (udev's
     /// net_setup_link applies it). 10- sorts before systemd's 99-default.link: the first
@@ -293,6 +302,20 @@ pub trait Backend {
     ) -> Result<(), WriteError> {
         Err(WriteError::Other(format!(
             "{nic}'s channel counts are set over ethtool netlink, on the live host only"
+        )))
+    }
+    /// Set a NIC's receive ring size (`ethtool -G NIC rx N`; the driver reallocates the ring
+    /// and the link drops for a moment).
+    fn set_rx_ring(&self, nic: &str, _rx: u32) -> Result<(), WriteError> {
+        Err(WriteError::Other(format!(
+            "{nic}'s receive ring is set over ethtool netlink, on the live host only"
+        )))
+    }
+    /// `systemctl try-restart UNIT`: restart a service only if it runs, so that it reads its
+    /// changed configuration. A captured tree runs no services.
+    fn try_restart(&self, unit: &str) -> Result<(), WriteError> {
+        Err(WriteError::Other(format!(
+            "{unit} is restarted on a live Linux host only"
         )))
     }
     /// Restart a network adapter, so that it reads its changed registry keywords (what

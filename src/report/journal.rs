@@ -52,6 +52,15 @@ pub fn restore_preview(entry: &Entry) -> String {
             r.old.split_whitespace().collect::<Vec<_>>().join(" ")
         ));
     }
+    for c in &entry.channels {
+        lines.push(format!(
+            "  {}'s channels <- rx {} tx {} combined {}",
+            c.nic, c.old.rx, c.old.tx, c.old.combined
+        ));
+    }
+    for r in &entry.rings {
+        lines.push(format!("  {}'s receive ring <- {}", r.nic, r.old));
+    }
     for l in &entry.limits {
         lines.push(format!(
             "  nofile of process {} <- {}:{}",
@@ -76,6 +85,13 @@ pub fn restore_preview(entry: &Entry) -> String {
                 "(remove: it did not exist)"
             }
         ));
+    }
+    for a in &entry.actions {
+        if let crate::apply::plan::Op::TryRestart { unit } = &a.op {
+            lines.push(format!(
+                "  then systemctl try-restart {unit} (it rereads the restored files if it runs)"
+            ));
+        }
     }
     lines.join("\n")
 }

@@ -153,6 +153,25 @@ impl Backend for LinuxBackend {
         ethtool::rx_ring(nic)
     }
 
+    fn set_rx_ring(&self, nic: &str, rx: u32) -> Result<(), WriteError> {
+        ethtool::set_rx_ring(nic, rx)
+    }
+
+    fn try_restart(&self, unit: &str) -> Result<(), WriteError> {
+        let out = std::process::Command::new("systemctl")
+            .args(["try-restart", unit])
+            .output()
+            .map_err(|e| WriteError::Other(format!("systemctl try-restart {unit}: {e}")))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(WriteError::Other(format!(
+                "systemctl try-restart {unit}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )))
+        }
+    }
+
     fn set_channels(
         &self,
         nic: &str,
