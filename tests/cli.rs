@@ -463,13 +463,25 @@ fn the_nic_advice_and_plan_follow_what_the_watch_measured() {
     );
     assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
     let plan = String::from_utf8_lossy(&o.stdout);
-    // One receive queue for two CPUs: RPS over both, RFS's table, and the udev rule.
-    assert!(
-        plan.contains("eth0 queues/rx-0/rps_cpus") && plan.contains("0 -> 3"),
-        "{plan}"
-    );
+    // One receive queue for two CPUs: the evidence tunes the NIC, but RPS would move the work
+    // to the one other CPU, which has no room for it (measured: bench/rps-veth.sh), so not on
+    // evidence alone; the plan says so and how to set it anyway.
     assert!(
         plan.contains("NIC queues tuned (evidence: softnet drops +87"),
+        "{plan}"
+    );
+    assert!(!plan.contains("rps_cpus"), "{plan}");
+    assert!(
+        plan.contains("eth0: RPS not set: its 2 CPUs leave none with room")
+            && plan.contains("--nic eth0 sets it anyway"),
+        "{plan}"
+    );
+    // Named: RPS over both, RFS's table, and the udev rule.
+    let o = wstune120(&["apply", "--root", t, "--nic", "eth0", "--dry-run"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let plan = stdout(&o);
+    assert!(
+        plan.contains("eth0 queues/rx-0/rps_cpus") && plan.contains("0 -> 3"),
         "{plan}"
     );
     assert!(

@@ -61,6 +61,10 @@ pub struct Inputs<'a> {
     pub for_other_hosts: bool,
 }
 
+/// The fewest CPUs (in the NIC's memory domain, of the profile's set) that RPS is set over on
+/// evidence alone: below it no CPU has room for the receive work RPS would move there.
+pub const RPS_MIN_CPUS: usize = 4;
+
 /// The kernel's defaults of net.core.netdev_budget and netdev_budget_usecs
 /// (Documentation/admin-guide/sysctl/net.rst); apply raises each to twice its default when
 /// time_squeeze grew during the watch, and never lowers a higher value.
@@ -292,25 +296,37 @@ pub fn plan(i: &Inputs) -> NicPlan {
         // whatever its queue count: only RPS spreads it).
         let rx = nic.rx.len();
         let steered_by_hardware = nic.physical && rx >= cpus.len();
-        if i.profile.rps && rx > 0 && !steered_by_hardware {
+        // RPS stays in the NIC's memory domain whatever the word spreads the queues over
+        // (scaling.rst, "RPS Configuration": "the CPUs in the same memory domain of the
+        // interrupting CPU"): a packet steered to another node is processed from remote
+        // memory. numa_scaling's other nodes serve queues and interrupts, not RPS.
+        let rps_cpus: Vec<u32> = cpus
+            .iter()
+            .copied()
+            .filter(|c| nic.local_cpus.contains(c))
+            .collect();
+        let rps_cpus = if rps_cpus.is_empty() {
+            cpus.clone()
+        } else {
+            rps_cpus
+        };
+        // RPS moves receive work to other CPUs: it needs CPUs with room to take it. Measured
+        // on two (bench/rps-veth.sh), both already busy, it doubled the softirq time for the
+        // same messages and gained no throughput, while the evidence rule had fired. On a
+        // set that small, evidence alone does not set it; --nic or when: always still does.
+        let too_few = !forced && rps_cpus.len() < RPS_MIN_CPUS;
+        if i.profile.rps && rx > 0 && !steered_by_hardware && too_few {
+            p.notes.push(format!(
+                "{}: RPS not set: its {} CPUs leave none with room for the receive work it would move (on 2 busy CPUs it doubled softirq time and gained no throughput: BENCHMARKS.md, \"RPS and XPS on a NIC\"); --nic {} sets it anyway",
+                nic.name,
+                rps_cpus.len(),
+                nic.name
+            ));
+        } else if i.profile.rps && rx > 0 && !steered_by_hardware {
             let flow = (i.profile.rps_flow_entries / rx as u64)
                 .max(1)
                 .next_power_of_two()
                 .to_string();
-            // RPS stays in the NIC's memory domain whatever the word spreads the queues over
-            // (scaling.rst, "RPS Configuration": "the CPUs in the same memory domain of the
-            // interrupting CPU"): a packet steered to another node is processed from remote
-            // memory. numa_scaling's other nodes serve queues and interrupts, not RPS.
-            let rps_cpus: Vec<u32> = cpus
-                .iter()
-                .copied()
-                .filter(|c| nic.local_cpus.contains(c))
-                .collect();
-            let rps_cpus = if rps_cpus.is_empty() {
-                cpus.clone()
-            } else {
-                rps_cpus
-            };
             for q in &nic.rx {
                 if q.rps_cpus.is_some() {
                     let same = same_cpus(q.rps_cpus.as_deref(), &rps_cpus, parse_mask);
@@ -1399,6 +1415,43 @@ mod tests {
     }
 
     #[test]
+    fn on_evidence_alone_rps_needs_cpus_with_room_and_a_named_nic_gets_it_anyway() {
+        let e = Evidence {
+            measured: true,
+            found: vec!["softirq: cpu0 29.9 %".into()],
+            quiet: vec![],
+            ring_drops: vec![],
+            squeezed: None,
+        };
+        let rps = |p: &NicPlan| {
+            p.actions
+                .iter()
+                .filter(|a| a.setting.contains("rps_cpus"))
+                .count()
+        };
+        let profile = NicProfile::default();
+        // Two CPUs (what bench/rps-veth.sh measured): not on evidence alone; XPS still.
+        let small = [veth(2, 2, 2)];
+        let p = plan(&inputs(&profile, &small, false, &e));
+        assert_eq!(rps(&p), 0, "{p:?}");
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains("RPS not set: its 2 CPUs")),
+            "{:?}",
+            p.notes
+        );
+        assert!(p.actions.iter().any(|a| a.setting.contains("xps_cpus")));
+        // Named with --nic: the operator's call.
+        assert_eq!(rps(&plan(&inputs(&profile, &small, true, &e))), 2);
+        // Four CPUs: set on the evidence.
+        assert_eq!(
+            rps(&plan(&inputs(&profile, &[veth(2, 2, 4)], false, &e))),
+            2
+        );
+    }
+
+    #[test]
     fn for_other_hosts_a_physical_nic_is_matched_by_name_and_its_link_file_rendered_at_target() {
         let mut nic = veth(2, 2, 2);
         nic.physical = true;
@@ -1545,7 +1598,7 @@ mod tests {
     #[test]
     fn the_receive_budget_is_doubled_only_when_time_squeeze_grew() {
         let profile = NicProfile::default();
-        let nics = [veth(1, 1, 2)];
+        let nics = [veth(1, 1, 4)];
         let quiet = measured("softnet drops +9 in 4 s");
         let p = plan(&inputs(&profile, &nics, false, &quiet));
         assert!(
