@@ -550,6 +550,11 @@ pub struct SelfTestTargets {
     pub p99_ms: u64,
 }
 
+/// `server.notsent_lowat_bytes` when a profile leaves it out: the server's own default.
+fn default_notsent_lowat() -> u64 {
+    embedded_server::config::DEFAULT_NOTSENT_LOWAT as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -577,8 +582,4 @@ mod tests {
             }
         );
     }
-}
-
-fn default_notsent_lowat() -> u64 {
-    embedded_server::config::DEFAULT_NOTSENT_LOWAT as u64
 }
