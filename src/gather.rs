@@ -500,6 +500,16 @@ fn read_fact(backend: &dyn Backend, fact: Fact, nic: Option<&Link>) -> Reading {
             };
             nic_irq_cpus(backend, &link.name)
         }
+        Fact::NicCoalesce => {
+            let Some(link) = nic else {
+                return Reading::Unreadable("needs a NIC".into());
+            };
+            match backend.coalesce(&link.name) {
+                Ok(c) => Reading::Value(Value::Text(c.to_string())),
+                Err(crate::host::ReadError::Unsupported(why)) => Reading::Missing(why),
+                Err(e) => Err(e).into(),
+            }
+        }
     }
 }
 

@@ -59,6 +59,10 @@ pub struct NicFacts {
     /// systemd's default link policy (99-default.link's [Link] lines): a .link file that
     /// matches the NIC replaces it, so wstune's carries them on.
     pub default_link: Option<String>,
+    /// The PCI address of its device (`PCI_SLOT_NAME` in device/uevent, `0000:3b:00.0`): what
+    /// a .link file for other hosts of the same hardware matches a physical NIC by (udev's
+    /// ID_PATH), since its name there may be one udev gave it.
+    pub pci_slot: Option<String>,
 }
 
 /// Read one link's queue facts.
@@ -124,6 +128,15 @@ pub fn read(backend: &dyn Backend, name: &str, physical: bool) -> NicFacts {
         ]
         .iter()
         .find_map(|p| backend.read(p).ok()),
+        pci_slot: backend
+            .read(&format!("{base}/device/uevent"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("PCI_SLOT_NAME="))
+                    .map(|v| v.trim().to_string())
+            })
+            .filter(|v| !v.is_empty()),
     }
 }
 

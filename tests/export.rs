@@ -699,20 +699,8 @@ fn nic_files_for_other_hosts_are_applied_by_udev_in_a_private_namespace() {
         return;
     };
     let out = stdout(&o);
-    let line = |prefix: &str| -> String {
-        out.lines()
-            .find(|l| l.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no {prefix} in:\n{out}\n{}", stderr(&o)))
-            .to_string()
-    };
-    let decoded = |tag: &str| {
-        use base64::Engine as _;
-        let b64 = line(tag);
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(b64.trim_start_matches(tag).trim())
-            .unwrap();
-        String::from_utf8(bytes).unwrap()
-    };
+    let line = |tag: &str| common::tagged_line(&o, tag);
+    let decoded = |tag: &str| common::tagged_base64(&o, tag);
     let none = line("NONE ");
     assert!(
         none.starts_with("NONE rc=3")

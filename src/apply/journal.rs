@@ -21,10 +21,36 @@ pub const DIR: &str = "/var/lib/wstune/journal";
 /// The only service apply restarts: irqbalance, after its configuration changed.
 pub const IRQBALANCE_UNIT: &str = "irqbalance.service";
 
-/// The journal's format. 2 added the checksum, owners and what a file was (a link, hard
-/// links); an entry without `format` is a 1 (no checksum, read as before). A higher one was
-/// written by a newer wstune and is refused: its fields might mean more than this one knows.
-pub const FORMAT: u32 = 2;
+/// The journal's format: the newest this wstune reads. 2 added the checksum, owners and what a
+/// file was (a link, hard links); 3 the receive ring, irqbalance's files and restart, and the
+/// NIC sysctl file's lines ([`format_of`]: an entry without them is still written as a 2, which
+/// older versions read). An entry without `format` is a 1 (no checksum, read as before). A
+/// higher one was written by a newer wstune and is refused: its fields might mean more than
+/// this one knows.
+pub const FORMAT: u32 = 3;
+
+/// The format an entry is written in: 3 when it holds what only format 3 knows, else 2, so a
+/// wstune that reads up to 2 says "written by a newer wstune, roll it back with that version"
+/// for the first and reads the second, rather than calling either damaged.
+pub fn format_of(e: &Entry) -> u32 {
+    use super::plan::Op;
+    let three = !e.rings.is_empty()
+        || e.actions.iter().any(|a| {
+            matches!(
+                a.op,
+                Op::RxRing { .. }
+                    | Op::NicSysctlLine { .. }
+                    | Op::IrqbalancePolicy
+                    | Op::IrqbalanceArgs { .. }
+                    | Op::TryRestart { .. }
+            )
+        });
+    if three {
+        3
+    } else {
+        2
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -226,7 +252,7 @@ fn checksum_of(entry: &Entry) -> String {
 pub fn save(store: &Store, entry: &Entry) -> Result<()> {
     check_dir(store)?;
     let mut e = entry.clone();
-    e.format = FORMAT;
+    e.format = format_of(&e);
     e.checksum = checksum_of(&e);
     let text = serde_json::to_string_pretty(&e)?;
     store.write(
@@ -615,6 +641,27 @@ impl Lock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_with_a_ring_is_format_3_and_one_without_stays_2_for_older_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let mut e: Entry = serde_json::from_value(serde_json::json!({
+            "id": new_id(), "created": "now", "state": "pending", "profile": "100k",
+            "actions": [], "runtime": [], "files": [], "created_dirs": [], "limits": [], "registry": []
+        }))
+        .unwrap();
+        assert_eq!(format_of(&e), 2);
+        save(&store, &e).unwrap();
+        assert_eq!(load(&store, &e.id).unwrap().format, 2);
+        e.rings.push(OldRing {
+            nic: "eth0".into(),
+            old: 512,
+        });
+        assert_eq!(format_of(&e), 3);
+        save(&store, &e).unwrap();
+        assert_eq!(load(&store, &e.id).unwrap().format, 3);
+    }
 
     #[test]
     fn entries_round_trip_and_sort_by_time() {

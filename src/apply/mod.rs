@@ -178,10 +178,13 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
         // back exactly is refused here, before anything is changed.
         let shape = store.shape(path)?.unwrap_or_default();
         let old = store.read(path)?;
-        // An existing file keeps its mode and owner (a 0640 file stays 0640 while applied).
+        // An existing file keeps its mode and owner (a 0640 file stays 0640 while applied). A
+        // new script (`#!`) is executable: irqbalance execs its policy script, it does not
+        // hand it to a shell.
+        let fresh = if text.starts_with("#!") { 0o755 } else { 0o644 };
         let new = FileState {
             bytes: text.clone().into_bytes(),
-            mode: old.as_ref().map_or(0o644, |o| o.mode),
+            mode: old.as_ref().map_or(fresh, |o| o.mode),
             owner: old.as_ref().and_then(|o| o.owner),
         };
         e.files.push(OldFile {

@@ -65,9 +65,11 @@ pub struct Inputs<'a> {
 /// evidence alone: below it no CPU has room for the receive work RPS would move there.
 pub const RPS_MIN_CPUS: usize = 4;
 
-/// The kernel's defaults of net.core.netdev_budget and netdev_budget_usecs
-/// (Documentation/admin-guide/sysctl/net.rst); apply raises each to twice its default when
-/// time_squeeze grew during the watch, and never lowers a higher value.
+/// net.core.netdev_budget's default (300 packets) and netdev_budget_usecs' smallest: 2 jiffies,
+/// 2000 us at HZ=1000 (8000 at HZ=250: "net: revert default NAPI poll timeout to 2 jiffies",
+/// a4837980fd9f; the kernel docs still say 2000). apply raises each to twice this when
+/// time_squeeze grew during the watch and never lowers a higher value, so on a kernel of a lower
+/// HZ the time is already past it and only the packet count grows.
 pub const BUDGET_DEFAULTS: [(&str, u64); 2] = [
     ("net.core.netdev_budget", 300),
     ("net.core.netdev_budget_usecs", 2000),
@@ -150,6 +152,17 @@ pub fn plan(i: &Inputs) -> NicPlan {
     let mut rps_planned = false;
     for nic in i.nics {
         let cpus = cpus_for(i.profile.rss, nic);
+        // numa_scaling (the built-in profiles' word, Windows' NUMAScaling) reaches past the
+        // NIC's own node: said, since a host that applied closest before now spreads further.
+        if cpus.len() > nic.local_cpus.len() {
+            p.notes.push(format!(
+                "{}: nic.rss {} spreads its queues, interrupts and XPS over {} CPUs of every NUMA node, its own node's {} first (RPS stays on those); nic.rss: closest keeps them all on its node",
+                nic.name,
+                i.profile.rss.as_str(),
+                cpus.len(),
+                cpu_list(&nic.local_cpus)
+            ));
+        }
         let mut attrs: Vec<(String, String)> = Vec::new();
         // Every queue setting goes into the rule; one that differs now is also written now.
         let mut set =
@@ -188,8 +201,13 @@ pub fn plan(i: &Inputs) -> NicPlan {
                             },
                         });
                     }
+                    let how = match (i.scope.runtime, i.scope.persist) {
+                        (true, true) => format!("raised from {now} to the {max} the NIC allows (ethtool -G {} rx {max}; RxBufferSize={max} in its .link file keeps it at boot)", nic.name),
+                        (true, false) => format!("raised from {now} to the {max} the NIC allows (ethtool -G {} rx {max}; not kept at boot: --runtime-only)", nic.name),
+                        _ => format!("RxBufferSize={max}, the most the NIC allows, in its .link file for the next boot (it has {now} now; --persist-only)"),
+                    };
                     format!(
-                        "{}: its receive ring ran out of descriptors during the watch ({}): raised from {now} to the {max} the NIC allows (ethtool -G {} rx {max}; RxBufferSize={max} in its .link file keeps it at boot). The driver reallocates the ring, so the link drops for a moment; the longer ring holds more memory",
+                        "{}: its receive ring ran out of descriptors during the watch ({}): {how}. The driver reallocates the ring, so the link drops for a moment; the longer ring holds more memory",
                         nic.name,
                         i.evidence
                             .found
@@ -197,7 +215,6 @@ pub fn plan(i: &Inputs) -> NicPlan {
                             .find(|f| f.starts_with(&format!("{} rx_missed_errors", nic.name)))
                             .map(String::as_str)
                             .unwrap_or("rx_missed_errors grew"),
-                        nic.name
                     )
                 }
                 Some((now, _)) => format!(
@@ -562,11 +579,11 @@ fn plan_budget(p: &mut NicPlan, i: &Inputs, lines: &mut Vec<(String, String)>) {
     }
     p.notes.push(if raised.is_empty() {
         format!(
-            "the receive softirq ran out of budget during the watch ({squeezed}) with net.core.netdev_budget and netdev_budget_usecs already at twice their defaults or more: spread the receive work over more queues and CPUs"
+            "the receive softirq ran out of budget during the watch ({squeezed}) with net.core.netdev_budget and netdev_budget_usecs already at 600 packets and 4000 us or more: spread the receive work over more queues and CPUs"
         )
     } else {
         format!(
-            "the receive softirq ran out of budget during the watch ({squeezed}): {} (twice the kernel's defaults; each softirq run may take longer before other work on that CPU)",
+            "the receive softirq ran out of budget during the watch ({squeezed}): {} (twice 300 packets and 2000 us, a higher value kept; each softirq run may take longer before other work on that CPU)",
             raised.join(", ")
         )
     });
@@ -578,10 +595,14 @@ fn finish_sysctl_file(p: &mut NicPlan, i: &Inputs, lines: &[(String, String)]) {
         return;
     }
     let mut out = String::from(NIC_SYSCTL_HEAD);
+    // The file's leading "# Written by wstune apply" comment, of this version or an older one
+    // (whose words differ), gives way to the header above.
+    let mut head = i.nic_sysctl_now.starts_with("# Written by wstune apply");
     for l in i.nic_sysctl_now.lines() {
+        head &= l.starts_with('#');
         let key = l.split_once('=').map(|(k, _)| k.trim());
         let ours = key.is_some_and(|k| lines.iter().any(|(n, _)| n == k));
-        if ours || l.trim().is_empty() || NIC_SYSCTL_HEAD.lines().any(|h| h == l) {
+        if head || ours || l.trim().is_empty() {
             continue;
         }
         out.push_str(l);
@@ -609,24 +630,12 @@ fn plan_irqbalance(p: &mut NicPlan, i: &Inputs, pins: &[(String, Vec<(String, u3
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let Some((path, text)) = i.irqbalance_config else {
-        p.notes.push(match i.irqbalance {
-            Some(true) => format!(
-                "{}: irqbalance runs but has no environment file here ({}): it may move the pinned interrupts again; add --policyscript={IRQBALANCE_POLICY} to its arguments by hand, or stop it (systemctl disable --now irqbalance)",
-                names(),
-                crate::host::owned::IRQBALANCE_CONFIGS.join(", ")
-            ),
-            _ => format!(
-                "{}: irqbalance is not installed here (no {}): nothing moves the pinned interrupts",
-                names(),
-                crate::host::owned::IRQBALANCE_CONFIGS.join(" or ")
-            ),
-        });
-        return;
-    };
-    let args = match with_policyscript(text) {
-        Ok(t) => t,
-        Err(theirs) => {
+    // An operator's own policy script (named in IRQBALANCE_ARGS already) is never replaced.
+    let config = match i
+        .irqbalance_config
+        .map(|(path, text)| (path, text, with_policyscript(text)))
+    {
+        Some((path, _, Err(theirs))) => {
             let bans: Vec<String> = pins
                 .iter()
                 .flat_map(|(_, q)| q.iter().map(|(n, _)| n.clone()))
@@ -638,7 +647,12 @@ fn plan_irqbalance(p: &mut NicPlan, i: &Inputs, pins: &[(String, Vec<(String, u3
             ));
             return;
         }
+        Some((path, text, Ok(args))) => Some((path, text, args)),
+        None => None,
     };
+    // The script whenever interrupts are pinned: it is what a host's irqbalance needs, whether
+    // this plan can name it in irqbalance's arguments or an operator does (another host, or
+    // one whose irqbalance keeps its arguments elsewhere).
     let policy = irq_policy(i.irq_policy_now, pins);
     let mut changed = false;
     if policy != i.irq_policy_now {
@@ -652,6 +666,29 @@ fn plan_irqbalance(p: &mut NicPlan, i: &Inputs, pins: &[(String, Vec<(String, u3
             op: Op::IrqbalancePolicy,
         });
     }
+    let Some((path, text, args)) = config else {
+        p.notes.push(if i.for_other_hosts {
+            format!(
+                "{}: where irqbalance runs, add --policyscript={IRQBALANCE_POLICY} to its arguments (IRQBALANCE_ARGS in {}), or it may move the pinned interrupts again",
+                names(),
+                crate::host::owned::IRQBALANCE_CONFIGS.join(" or ")
+            )
+        } else {
+            match i.irqbalance {
+                Some(true) => format!(
+                    "{}: irqbalance runs but has no environment file here ({}): add --policyscript={IRQBALANCE_POLICY} to its arguments by hand, or stop it (systemctl disable --now irqbalance), or it may move the pinned interrupts again",
+                    names(),
+                    crate::host::owned::IRQBALANCE_CONFIGS.join(", ")
+                ),
+                _ => format!(
+                    "{}: irqbalance is not installed here (no {}): nothing moves the pinned interrupts; {IRQBALANCE_POLICY} keeps it off them once its arguments name it (--policyscript)",
+                    names(),
+                    crate::host::owned::IRQBALANCE_CONFIGS.join(" or ")
+                ),
+            }
+        });
+        return;
+    };
     if args != text {
         changed = true;
         p.files.push((path.to_string(), args));
@@ -777,7 +814,18 @@ const IRQ_POLICY_HEAD: &str = "#!/bin/sh\n# Written by wstune apply: irqbalance'
 
 /// The policy script with these NICs' interrupts replaced and every other NIC's kept.
 fn irq_policy(now: &str, pins: &[(String, Vec<(String, u32)>)]) -> String {
-    let mut out = String::from(IRQ_POLICY_HEAD);
+    per_nic_script(IRQ_POLICY_HEAD, now, pins, |name, _| format!("ban {name}"))
+}
+
+/// A script of `head` and one block per NIC (`# nic NAME`, then `line(quoted interrupt name,
+/// CPU)` per interrupt): these NICs' blocks replaced, every other NIC's kept from `now`.
+fn per_nic_script(
+    head: &str,
+    now: &str,
+    pins: &[(String, Vec<(String, u32)>)],
+    line: impl Fn(&str, u32) -> String,
+) -> String {
+    let mut out = String::from(head);
     let mut keep = false;
     for l in now.lines().skip_while(|l| !l.starts_with("# nic ")) {
         if let Some(name) = l.strip_prefix("# nic ") {
@@ -790,8 +838,10 @@ fn irq_policy(now: &str, pins: &[(String, Vec<(String, u32)>)]) -> String {
     }
     for (nic, irqs) in pins {
         out.push_str(&format!("# nic {nic}\n"));
-        for (name, _) in irqs {
-            out.push_str(&format!("ban '{}'\n", name.replace('\'', "'\\''")));
+        for (name, cpu) in irqs {
+            let quoted = format!("'{}'", name.replace('\'', "'\\''"));
+            out.push_str(&line(&quoted, *cpu));
+            out.push('\n');
         }
     }
     out
@@ -968,9 +1018,13 @@ const LINK_KEYS: [&str; 4] = [
 /// changed now); a value an earlier apply wrote in `now` (the file as it is) is kept. Matched
 /// by the NIC's name instead of its address for other hosts (`by_name`).
 fn link_file(nic: &NicFacts, now: &str, sets: &[(&str, Option<u32>)], by_name: bool) -> String {
-    let matcher = match nic_address(nic, by_name) {
-        Some(a) => format!("MACAddress={a}"),
-        None => format!("OriginalName={}", nic.name),
+    // For other hosts a physical NIC is matched by its PCI path (udev's ID_PATH, the same on
+    // the same hardware): OriginalName= cannot match a name udev gave it (systemd.link(5)),
+    // and most physical NICs have one (eth0 becomes ens5f0).
+    let matcher = match (nic_address(nic, by_name), &nic.pci_slot) {
+        (Some(a), _) => format!("MACAddress={a}"),
+        (None, Some(slot)) if by_name && nic.physical => format!("Path=*pci-{slot}"),
+        (None, _) => format!("OriginalName={}", nic.name),
     };
     let ours = |l: &str| {
         l.split_once('=')
@@ -1055,24 +1109,9 @@ const IRQ_SCRIPT_HEAD: &str = "#!/bin/sh\n# Written by wstune apply: each pinned
 
 /// The boot script with these NICs' interrupts replaced and every other NIC's kept.
 fn irq_script(now: &str, pins: &[(String, Vec<(String, u32)>)]) -> String {
-    let mut out = String::from(IRQ_SCRIPT_HEAD);
-    let mut keep = false;
-    for l in now.lines().skip_while(|l| !l.starts_with("# nic ")) {
-        if let Some(name) = l.strip_prefix("# nic ") {
-            keep = !pins.iter().any(|(n, _)| n == name.trim());
-        }
-        if keep {
-            out.push_str(l);
-            out.push('\n');
-        }
-    }
-    for (nic, irqs) in pins {
-        out.push_str(&format!("# nic {nic}\n"));
-        for (name, cpu) in irqs {
-            out.push_str(&format!("pin '{}' {cpu}\n", name.replace('\'', "'\\''")));
-        }
-    }
-    out
+    per_nic_script(IRQ_SCRIPT_HEAD, now, pins, |name, cpu| {
+        format!("pin {name} {cpu}")
+    })
 }
 
 const RULES_HEADER: &str = "# Written by wstune apply: each NIC's RPS, RFS and XPS queue settings, written again when\n# the NIC appears (boot, hotplug). `wstune rollback` puts back what was here before.\n";
@@ -1140,6 +1179,7 @@ mod tests {
             channels: None,
             rx_ring: None,
             default_link: None,
+            pci_slot: None,
         }
     }
 
@@ -1479,6 +1519,18 @@ mod tests {
             "{link}"
         );
         assert!(p.actions.iter().all(|a| !a.op.is_runtime()), "{p:?}");
+        // With its PCI address known, by its path: a name udev gave it cannot be matched.
+        let mut pci = nics.clone();
+        pci[0].pci_slot = Some("0000:3b:00.0".into());
+        let mut i = inputs(&profile, &pci, true, &e);
+        i.scope.runtime = false;
+        i.for_other_hosts = true;
+        let p = plan(&i);
+        let link = file_of(&p, "10-wstune-veth0.link");
+        assert!(
+            link.contains("[Match]\nPath=*pci-0000:3b:00.0\n") && !link.contains("OriginalName"),
+            "{link}"
+        );
         // For this host, the same NIC is matched by its address and its counts are left alone.
         let p = plan(&inputs(&profile, &nics, true, &e));
         assert!(!p.files.iter().any(|(f, _)| f.ends_with(".link")), "{p:?}");

@@ -161,7 +161,7 @@ pub fn evaluate(
 ) -> Vec<Finding> {
     let mut vars = profile_vars.clone();
     vars.extend(facts.vars.iter().map(|(k, v)| (k.clone(), v.clone())));
-    walk(catalog, facts)
+    let mut findings = walk(catalog, facts)
         .into_iter()
         .map(|(key, def, view)| {
             let mut f = match view {
@@ -185,7 +185,74 @@ pub fn evaluate(
             f.key = Some(key);
             f
         })
-        .collect()
+        .collect::<Vec<_>>();
+    narrow_shared_fixes(catalog, &vars, &mut findings);
+    findings
+}
+
+/// Checks of different fields of one key (tcp_mem's pressure and hard marks) each move only
+/// their own field in `{desired}`: printed alone, each fix would set the others back to what the
+/// host has, and the second line in sysctl.d would undo the first. Every fix of such a key
+/// says the one value that meets them all, as apply writes it.
+fn narrow_shared_fixes(
+    catalog: &Catalog,
+    vars: &BTreeMap<String, Value>,
+    findings: &mut [Finding],
+) {
+    let mut by_key: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (n, f) in findings.iter().enumerate() {
+        let Some(k) = f.key.filter(|k| !k.per_nic) else {
+            continue;
+        };
+        let def = &catalog.checks[k.check];
+        if let (super::Source::Sysctl(key), Some(_)) = (&def.check.source, def.check.field) {
+            by_key.entry(key.as_str()).or_default().push(n);
+        }
+    }
+    for (key, idx) in by_key {
+        let Some(whole) = vars.get(&format!("sysctl.{key}")) else {
+            continue;
+        };
+        let mut checks: Vec<usize> = idx
+            .iter()
+            .filter_map(|&n| findings[n].key.map(|k| k.check))
+            .collect();
+        checks.dedup();
+        if checks.len() < 2 {
+            continue;
+        }
+        let mut all = whole.clone();
+        for &c in &checks {
+            let def = &catalog.checks[c];
+            let target = idx
+                .iter()
+                .map(|&n| &findings[n])
+                .find(|f| f.key.is_some_and(|k| k.check == c))
+                .and_then(|f| f.target.clone());
+            if let Some(v) =
+                target.and_then(|t| desired(def.check.compare, &all, def.check.field, &t))
+            {
+                all = v;
+            }
+        }
+        for &n in &idx {
+            let f = &mut findings[n];
+            let def = &catalog.checks[f.key.map_or(0, |k| k.check)];
+            let own = f
+                .target
+                .as_ref()
+                .and_then(|t| desired(def.check.compare, whole, def.check.field, t));
+            if let Some(own) = own.filter(|o| *o != all) {
+                let (own, all) = (own.to_string(), all.to_string());
+                for text in [&mut f.fix.runtime, &mut f.fix.persistent]
+                    .into_iter()
+                    .flatten()
+                {
+                    *text = text.replace(&own, &all);
+                }
+            }
+        }
+    }
 }
 
 /// Compute a check's target; an expression over an unreadable host value is an error message.

@@ -318,7 +318,9 @@ pub fn parse(
         }
         let nic_only = matches!(
             check.source,
-            Source::Fact(Fact::NicRxQueues | Fact::NicTxQueues | Fact::NicIrqCpus)
+            Source::Fact(
+                Fact::NicRxQueues | Fact::NicTxQueues | Fact::NicIrqCpus | Fact::NicCoalesce
+            )
         ) || matches!(&check.source, Source::Registry(r) if r.key.contains("{nic_key}"));
         if nic_only && check.each != Some(Each::Nic) {
             bad("this source is per NIC; add `each: nic`".into());

@@ -203,6 +203,8 @@ pub enum Fact {
     NicTxQueues,
     /// How many CPUs have served the NIC's interrupts (/proc/interrupts).
     NicIrqCpus,
+    /// The NIC's receive interrupt coalescing (ethtool netlink), as text.
+    NicCoalesce,
     /// 1 when /proc/sys is mounted read-write, 0 when read-only (a container).
     ProcSysWritable,
     /// Open handles of the `--pid` process (Windows: GetProcessHandleCount).

@@ -217,13 +217,33 @@ fn nic_tree(e: &Export, dir: &std::path::Path) -> Result<Outcome> {
             dir.display()
         );
     }
+    // Each file whole or not at all; on a failure, the ones already written are named, so
+    // nothing half-done is installed from DIR unnoticed.
+    let mut written: Vec<String> = Vec::new();
     for (path, text) in e.nic.iter().flat_map(|n| &n.files) {
         let at = dir.join(path.trim_start_matches('/'));
+        let done = |w: &[String]| {
+            if w.is_empty() {
+                String::new()
+            } else {
+                format!(" (already written: {}; remove them or write again)", w.join(", "))
+            }
+        };
         if let Some(parent) = at.parent() {
             std::fs::create_dir_all(parent)
-                .with_context(|| format!("creating {}", parent.display()))?;
+                .with_context(|| format!("creating {}{}", parent.display(), done(&written)))?;
         }
-        output::write_atomic(&at, text).with_context(|| format!("writing {}", at.display()))?;
+        output::write_atomic(&at, text)
+            .with_context(|| format!("writing {}{}", at.display(), done(&written)))?;
+        // Scripts keep the executable bit through `cp -r DIR/. /`: irqbalance execs its
+        // policy script.
+        #[cfg(unix)]
+        if text.starts_with("#!") {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o755))
+                .with_context(|| format!("making {} executable", at.display()))?;
+        }
+        written.push(at.display().to_string());
     }
     Ok(Outcome::Ok)
 }

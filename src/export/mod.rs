@@ -93,9 +93,10 @@ pub struct Sysctl {
 /// `-v want=VALUE -v r=RULE` ([`Sysctl::rule`]), printing the value to write there: per
 /// whitespace-separated field, the node's own value where it is already beyond the wanted one
 /// (`ge`: above it, `le`: below it, `covers`: a lower start or a higher end), else the wanted
-/// one; with `RULE:N,M`, the fields but N and M keep the node's own; with `le::LO`, a value
-/// under LO becomes LO. One program for the DaemonSet's script and the Ansible play.
-pub const RAISE_AWK: &str = r#"BEGIN { split(r, p, ":"); rr = p[1]; nf = (p[2] == "" ? 0 : split(p[2], fl, ",")); for (j = 1; j <= nf; j++) only[fl[j] + 1] = 1; lo = p[3] } { n = split(want, w, " "); o = ""; for (i = 1; i <= n; i++) { v = w[i]; c = $i; if (c ~ /^-?[0-9]+$/ && v ~ /^-?[0-9]+$/) { if (nf && !(i in only)) v = c; else if ((rr == "ge" || (rr == "covers" && i == 2)) && c + 0 > v + 0) v = c; else if ((rr == "le" || (rr == "covers" && i == 1)) && c + 0 < v + 0) { v = c; if (lo != "" && c + 0 < lo + 0) v = lo } } o = o (i > 1 ? " " : "") v } print o }"#;
+/// one; with `RULE:N,M`, the fields but N and M keep the node's own (and with `ge`, a judged
+/// field is never below the one before it: tcp_mem's max stays at or above its pressure
+/// mark); with `le::LO`, a value under LO becomes LO. One program for the DaemonSet's script and the Ansible play.
+pub const RAISE_AWK: &str = r#"BEGIN { split(r, p, ":"); rr = p[1]; nf = (p[2] == "" ? 0 : split(p[2], fl, ",")); for (j = 1; j <= nf; j++) only[fl[j] + 1] = 1; lo = p[3] } { n = split(want, w, " "); o = ""; for (i = 1; i <= n; i++) { v = w[i]; c = $i; if (c ~ /^-?[0-9]+$/ && v ~ /^-?[0-9]+$/) { if (nf && !(i in only)) v = c; else if ((rr == "ge" || (rr == "covers" && i == 2)) && c + 0 > v + 0) v = c; else if ((rr == "le" || (rr == "covers" && i == 1)) && c + 0 < v + 0) { v = c; if (lo != "" && c + 0 < lo + 0) v = lo }; if (nf && rr == "ge" && (i in only) && i > 1 && v + 0 < pv + 0) v = pv } pv = v; o = o (i > 1 ? " " : "") v } print o }"#;
 
 impl Export {
     pub fn sysctls(&self) -> Vec<Sysctl> {
@@ -305,9 +306,10 @@ mod tests {
             raise("100 200 300\n", want, "ge:1,2"),
             "100 2000000 3000000"
         );
+        // A node whose pressure mark is already above the wanted max: the max follows it.
         assert_eq!(
             raise("100 4000000 2000000\n", want, "ge:1,2"),
-            "100 4000000 3000000"
+            "100 4000000 4000000"
         );
         // One field judged: the others are the host's.
         assert_eq!(raise("100 200 300\n", want, "ge:2"), "100 200 3000000");

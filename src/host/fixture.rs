@@ -80,7 +80,8 @@ impl FixtureBackend {
 
 /// A NIC's ethtool settings in a captured tree: `wstune/ethtool/NIC`, one `key: number` line
 /// each (`rx`, `tx`, `combined`, `max_rx`, `max_tx`, `max_combined`: its channels; `rx_ring`,
-/// `rx_ring_max`: its receive ring). Read and written through the same [`Backend`] methods as
+/// `rx_ring_max`: its receive ring; `adaptive_rx` (0 or 1), `rx_usecs`, `rx_frames`: its
+/// receive interrupt coalescing). Read and written through the same [`Backend`] methods as
 /// the live host's ethtool netlink; a write changes only the numbers of its lines.
 const CHANNEL_KEYS: [&str; 6] = ["rx", "tx", "combined", "max_rx", "max_tx", "max_combined"];
 
@@ -262,6 +263,24 @@ impl Backend for FixtureBackend {
             max_rx: get("max_rx"),
             max_tx: get("max_tx"),
             max_combined: get("max_combined"),
+        })
+    }
+
+    fn coalesce(&self, nic: &str) -> Result<super::Coalesce, ReadError> {
+        let v = self.ethtool(nic)?;
+        if !["adaptive_rx", "rx_usecs", "rx_frames"]
+            .iter()
+            .any(|k| v.contains_key(*k))
+        {
+            return Err(ReadError::Unsupported(format!(
+                "{nic} has no interrupt coalescing in this tree"
+            )));
+        }
+        let get = |k: &str| v.get(k).copied().unwrap_or(0);
+        Ok(super::Coalesce {
+            adaptive_rx: get("adaptive_rx") != 0,
+            rx_usecs: get("rx_usecs"),
+            rx_max_frames: get("rx_frames"),
         })
     }
 

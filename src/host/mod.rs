@@ -240,6 +240,27 @@ pub struct Channels {
     pub max_combined: u32,
 }
 
+/// A NIC's receive interrupt coalescing (`ethtool -c`): how long, and after how many frames, it
+/// waits before raising a receive interrupt, and whether the driver adapts both to the load.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Coalesce {
+    pub adaptive_rx: bool,
+    pub rx_usecs: u32,
+    pub rx_max_frames: u32,
+}
+
+impl std::fmt::Display for Coalesce {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "adaptive-rx {}, rx-usecs {}, rx-frames {}",
+            if self.adaptive_rx { "on" } else { "off" },
+            self.rx_usecs,
+            self.rx_max_frames
+        )
+    }
+}
+
 /// Who the host is, for the report header.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct HostInfo {
@@ -284,6 +305,13 @@ pub trait Backend {
     fn channels(&self, nic: &str) -> Result<Channels, ReadError> {
         Err(ReadError::Unsupported(format!(
             "{nic}'s channel counts are read over ethtool netlink, on the live host only"
+        )))
+    }
+    /// A NIC's interrupt coalescing (`ethtool -c`). Only the live Linux host, or a tree's
+    /// ethtool file.
+    fn coalesce(&self, nic: &str) -> Result<Coalesce, ReadError> {
+        Err(ReadError::Unsupported(format!(
+            "{nic}'s interrupt coalescing is read over ethtool netlink, on the live host only"
         )))
     }
     /// A NIC's receive ring size and its maximum (`ethtool -g`). Only the live Linux host.

@@ -582,6 +582,17 @@ pub fn tagged_line(o: &Output, tag: &str) -> String {
         .unwrap_or_else(|| panic!("no line {tag} in:\n{}\nstderr:\n{}", stdout(o), stderr(o)))
 }
 
+/// The rest of the first line tagged `tag`, base64-decoded (a script's way to hand back a
+/// whole file on one line).
+pub fn tagged_base64(o: &Output, tag: &str) -> String {
+    use base64::Engine as _;
+    let line = tagged_line(o, tag);
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(line.trim_start_matches(tag).trim())
+        .unwrap_or_else(|e| panic!("{tag} is not base64 ({e}): {line}"));
+    String::from_utf8(bytes).unwrap()
+}
+
 /// Runs `script` (bash) inside fresh network and mount namespaces, with `$WSTUNE` naming the
 /// binary: sysctls written there are the namespace's own, never the host's. None (a recorded
 /// skip) when this machine cannot make namespaces (not root); in CI that is a failure.

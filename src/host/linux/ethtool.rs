@@ -64,6 +64,28 @@ pub fn channels(nic: &str) -> Result<Channels, ReadError> {
     })
 }
 
+/// The receive interrupt coalescing (`ethtool -c`): COALESCE_GET.
+pub fn coalesce(nic: &str) -> Result<crate::host::Coalesce, ReadError> {
+    use ethtool::EthtoolCoalesceAttr as K;
+    with_handle(ReadError::Other, |mut h| async move {
+        let mut c = crate::host::Coalesce::default();
+        let msg = reply(nic, h.coalesce().get(Some(nic)).execute().await).await?;
+        let mut any = false;
+        for nla in msg.payload.nlas {
+            match nla {
+                EthtoolAttr::Coalesce(K::UseAdaptiveRx(b)) => (c.adaptive_rx, any) = (b, true),
+                EthtoolAttr::Coalesce(K::RxUsecs(n)) => (c.rx_usecs, any) = (n, true),
+                EthtoolAttr::Coalesce(K::RxMaxFrames(n)) => (c.rx_max_frames, any) = (n, true),
+                _ => {}
+            }
+        }
+        if !any {
+            return Err(unsupported(nic, "the driver reports no receive coalescing"));
+        }
+        Ok(c)
+    })
+}
+
 /// The receive ring's size now and the hardware's maximum (`ethtool -g`).
 pub fn rx_ring(nic: &str) -> Result<(u32, u32), ReadError> {
     with_handle(ReadError::Other, |mut h| async move {

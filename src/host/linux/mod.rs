@@ -153,6 +153,10 @@ impl Backend for LinuxBackend {
         ethtool::rx_ring(nic)
     }
 
+    fn coalesce(&self, nic: &str) -> Result<super::Coalesce, ReadError> {
+        ethtool::coalesce(nic)
+    }
+
     fn set_rx_ring(&self, nic: &str, rx: u32) -> Result<(), WriteError> {
         ethtool::set_rx_ring(nic, rx)
     }
