@@ -226,7 +226,10 @@ fn nic_tree(e: &Export, dir: &std::path::Path) -> Result<Outcome> {
             if w.is_empty() {
                 String::new()
             } else {
-                format!(" (already written: {}; remove them or write again)", w.join(", "))
+                format!(
+                    " (already written: {}; remove them or write again)",
+                    w.join(", ")
+                )
             }
         };
         if let Some(parent) = at.parent() {

@@ -106,6 +106,13 @@ fn write_recording(root: &Path, backend: &Recorder) -> Result<String> {
         }
         std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
     }
+    // What ethtool netlink answered, as the tree's ethtool files (host/fixture.rs reads them).
+    for (nic, values) in &rec.ethtool {
+        let dir = root.join(META_DIR).join("ethtool");
+        std::fs::create_dir_all(&dir)?;
+        let text: String = values.iter().map(|(k, v)| format!("{k}: {v}\n")).collect();
+        std::fs::write(dir.join(nic), text)?;
+    }
     for (unit, props) in &rec.systemd {
         let text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
         std::fs::write(

@@ -32,6 +32,9 @@ pub struct Recording {
     pub dirs: BTreeMap<String, Vec<(String, bool)>>,
     /// (unit, property) -> value.
     pub systemd: BTreeMap<String, BTreeMap<String, String>>,
+    /// NIC -> what ethtool netlink answered (channels, ring, coalescing), as a captured tree's
+    /// `wstune/ethtool/NIC` holds it (host/fixture.rs).
+    pub ethtool: BTreeMap<String, BTreeMap<String, u32>>,
 }
 
 impl LinuxBackend {
@@ -55,6 +58,17 @@ impl LinuxBackend {
     pub fn with_layout(mut self, layout: Layout) -> LinuxBackend {
         self.layout = layout;
         self
+    }
+
+    /// Keep what ethtool netlink answered for `nic`, when recording.
+    fn record_ethtool(&self, nic: &str, values: &[(&str, u32)]) {
+        if let Some(r) = &self.recorder {
+            let mut r = r.borrow_mut();
+            let e = r.ethtool.entry(nic.to_string()).or_default();
+            for (k, v) in values {
+                e.insert(k.to_string(), *v);
+            }
+        }
     }
 
     pub fn take_recording(&self) -> Option<Recording> {
@@ -146,15 +160,38 @@ impl Backend for LinuxBackend {
     }
 
     fn channels(&self, nic: &str) -> Result<super::Channels, ReadError> {
-        ethtool::channels(nic)
+        let c = ethtool::channels(nic)?;
+        self.record_ethtool(
+            nic,
+            &[
+                ("rx", c.rx),
+                ("tx", c.tx),
+                ("combined", c.combined),
+                ("max_rx", c.max_rx),
+                ("max_tx", c.max_tx),
+                ("max_combined", c.max_combined),
+            ],
+        );
+        Ok(c)
     }
 
     fn rx_ring(&self, nic: &str) -> Result<(u32, u32), ReadError> {
-        ethtool::rx_ring(nic)
+        let (now, max) = ethtool::rx_ring(nic)?;
+        self.record_ethtool(nic, &[("rx_ring", now), ("rx_ring_max", max)]);
+        Ok((now, max))
     }
 
     fn coalesce(&self, nic: &str) -> Result<super::Coalesce, ReadError> {
-        ethtool::coalesce(nic)
+        let c = ethtool::coalesce(nic)?;
+        self.record_ethtool(
+            nic,
+            &[
+                ("adaptive_rx", c.adaptive_rx as u32),
+                ("rx_usecs", c.rx_usecs),
+                ("rx_frames", c.rx_max_frames),
+            ],
+        );
+        Ok(c)
     }
 
     fn set_rx_ring(&self, nic: &str, rx: u32) -> Result<(), WriteError> {
