@@ -10,23 +10,37 @@ use ethtool::{EthtoolAttr, EthtoolChannelAttr as C, EthtoolRingAttr as R};
 use ethtool::{EthtoolError, EthtoolHandle};
 use futures_util::{Stream, StreamExt, TryStreamExt};
 
-/// Run `f` with a fresh ethtool netlink connection; `err` makes this module's errors.
+/// Run `f` with a fresh ethtool netlink connection; `err` makes this module's errors. On a
+/// one-off current-thread runtime, which cannot start inside another: called from one (`serve`
+/// checks the host at start), it runs on a thread of its own.
 fn with_handle<T, E, Fut>(
-    err: impl Fn(String) -> E,
-    f: impl FnOnce(EthtoolHandle) -> Fut,
+    err: impl Fn(String) -> E + Send,
+    f: impl FnOnce(EthtoolHandle) -> Fut + Send,
 ) -> Result<T, E>
 where
     Fut: std::future::Future<Output = Result<T, E>>,
+    T: Send,
+    E: Send,
 {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .map_err(|e| err(format!("ethtool netlink: {e}")))?;
-    rt.block_on(async {
-        let (conn, handle, _) =
-            ethtool::new_connection().map_err(|e| err(format!("ethtool netlink socket: {e}")))?;
-        tokio::spawn(conn);
-        f(handle).await
+    let run = move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .map_err(|e| err(format!("ethtool netlink: {e}")))?;
+        rt.block_on(async {
+            let (conn, handle, _) = ethtool::new_connection()
+                .map_err(|e| err(format!("ethtool netlink socket: {e}")))?;
+            tokio::spawn(conn);
+            f(handle).await
+        })
+    };
+    if tokio::runtime::Handle::try_current().is_err() {
+        return run();
+    }
+    std::thread::scope(|s| {
+        s.spawn(run)
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
     })
 }
 
@@ -302,6 +316,19 @@ mod tests {
     use super::*;
     use netlink_packet_core::{Emitable, ParseableParametrized};
     use netlink_packet_generic::{GenlFamily, GenlHeader};
+
+    /// `serve` checks the host from inside its runtime: a query there runs on a thread of its
+    /// own and answers what it answers outside (it used to panic: a runtime inside a runtime).
+    #[test]
+    fn a_query_from_inside_a_runtime_answers_as_outside_one() {
+        let outside = format!("{:?}", coalesce("lo"));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let inside = rt.block_on(async { format!("{:?}", coalesce("lo")) });
+        assert_eq!(inside, outside);
+    }
 
     /// The bytes RINGS_SET carries, attribute by attribute as ethtool-netlink.rst lays them
     /// out: a nested header (type 1 with NLA_F_NESTED) holding the NUL-terminated device name
