@@ -309,6 +309,18 @@ fn slow_and_dead_peers_and_tcp_memory_pressure_are_checked_and_only_warnings_app
         row(&r1m, "linux.net.ipv4.tcp_mem.high"),
         ("warn".into(), j(575_802), j(3_000_000))
     );
+    // Never past half the host's memory (the hard mark three quarters): a 2 GiB host at a
+    // million connections is held at 1 GiB and 1.5 GiB, and the memory check fails instead.
+    let (_, small) = check_json(&fixture("container"), &["--profile", "1m"]);
+    assert_eq!(
+        finding(&small, "linux.net.ipv4.tcp_mem.pressure")["target"],
+        262_144
+    );
+    assert_eq!(
+        finding(&small, "linux.net.ipv4.tcp_mem.high")["target"],
+        393_216
+    );
+    assert_eq!(finding(&small, "linux.host.memory")["status"], "fail");
     let fix = finding(&r1m, "linux.net.ipv4.tcp_mem.pressure")["fix"]["runtime"].clone();
     assert!(
         fix.as_str()
