@@ -55,6 +55,21 @@ fn shield(dir: &Path, json: &str) -> String {
     s
 }
 
+/// ansible-playbook accepts the play's syntax.
+fn syntax_check(play: &Path) {
+    let o = Command::new("ansible-playbook")
+        .args(["--syntax-check", "-i", "localhost,"])
+        .arg(play)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "syntax check: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+}
+
 /// The status of finding `id` in a check report.
 fn status_of(report: &Json, id: &str) -> String {
     finding(report, id)["status"].as_str().unwrap().to_string()
@@ -82,17 +97,7 @@ fn ansible_playbook_tunes_a_namespace_and_check_passes_what_it_set() {
     let json = export(&["--to", "json"]);
     export(&["--to", "ansible", "-o", play.to_str().unwrap()]);
 
-    let o = Command::new("ansible-playbook")
-        .args(["--syntax-check", "-i", "localhost,"])
-        .arg(&play)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "syntax check: {}{}",
-        stdout(&o),
-        stderr(&o)
-    );
+    syntax_check(&play);
 
     let prefix = dir.path().join("root");
     std::fs::create_dir(&prefix).unwrap();
@@ -897,17 +902,7 @@ fn nic_boot_script_unit_and_play_for_other_hosts_are_accepted_by_their_consumers
         "-o",
         play.to_str().unwrap(),
     ]);
-    let o = Command::new("ansible-playbook")
-        .args(["--syntax-check", "-i", "localhost,"])
-        .arg(&play)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "syntax check: {}{}",
-        stdout(&o),
-        stderr(&o)
-    );
+    syntax_check(&play);
     // Only the NIC tasks, under a scratch root: nothing of this host changes.
     let root = dir.path().join("root");
     let o = Command::new("ansible-playbook")

@@ -1422,12 +1422,7 @@ mod tests {
                 .any(|a| matches!(&a.op, Op::KernelFile { .. })),
             "{p:?}"
         );
-        let link = &p
-            .files
-            .iter()
-            .find(|(f, _)| f.ends_with("10-wstune-veth0.link"))
-            .unwrap()
-            .1;
+        let link = file_of(&p, "10-wstune-veth0.link");
         assert!(
             link.contains("[Match]\nMACAddress=02:00:00:00:00:01\n"),
             "{link}"
@@ -1592,12 +1587,7 @@ mod tests {
                 && a.from.as_deref() == Some("1024")),
             "{p:?}"
         );
-        let link = &p
-            .files
-            .iter()
-            .find(|(f, _)| f.ends_with("10-wstune-veth0.link"))
-            .unwrap()
-            .1;
+        let link = file_of(&p, "10-wstune-veth0.link");
         assert!(
             link.ends_with("CombinedChannels=8\nRxBufferSize=8192\n"),
             "{link}"
