@@ -1318,3 +1318,82 @@ async fn one_message_larger_than_the_send_queue_cap_still_goes_out() {
     }
     assert_eq!(srv.metric("ws_backpressure_closes_total"), 0.0);
 }
+
+/// The server's voluntary context switches so far, all its threads summed: each is a thread
+/// that went to sleep with nothing to do (in epoll_wait, or in the coalescing wait).
+fn sleeps_of(pid: u32) -> u64 {
+    let mut n = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        n += status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    n
+}
+
+/// Messages that arrive one at a time, 100 us apart (independent clients): without coalescing
+/// the I/O thread sleeps and wakes for nearly every one; with a 2 ms window it serves those
+/// that came during its wait together, so it sleeps many times less. Every echo comes back
+/// either way, in order.
+#[test]
+fn coalescing_serves_messages_that_arrive_apart_on_fewer_wake_ups() {
+    let mut sleeps = Vec::new();
+    for window in ["0", "2000"] {
+        let srv = common::serve(&[
+            "--profile",
+            "10k",
+            "--workers",
+            "1",
+            "--admin",
+            "off",
+            "--coalesce-us",
+            window,
+        ]);
+        assert!(
+            srv.head
+                .iter()
+                .any(|l| l.contains("wake-up coalescing us") && l.contains(window)),
+            "the settings table shows the window: {:?}",
+            srv.head
+        );
+        let mut conns: Vec<TcpStream> = (0..20).map(|_| upgraded(srv.port, None)).collect();
+        let before = sleeps_of(srv.pid());
+        let start = Instant::now();
+        const N: usize = 2000;
+        for i in 0..N {
+            // Spaced by the clock, not by sleeps (which would batch them in the kernel's timer).
+            let due = start + Duration::from_micros(100 * i as u64);
+            while Instant::now() < due {
+                std::hint::spin_loop();
+            }
+            let c = &mut conns[i % 20];
+            c.write_all(&frame(true, 2, &(i as u32).to_be_bytes(), true))
+                .unwrap();
+        }
+        let spent = sleeps_of(srv.pid()) - before;
+        for (k, c) in conns.iter_mut().enumerate() {
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            for i in (k..N).step_by(20) {
+                let (op, payload) = read_frame(c).expect("every echo comes back");
+                assert_eq!((op, payload), (2, (i as u32).to_be_bytes().to_vec()));
+            }
+        }
+        sleeps.push(spent);
+    }
+    let (plain, coalesced) = (sleeps[0], sleeps[1]);
+    eprintln!("sleeps: {plain} without coalescing, {coalesced} with a 2 ms window");
+    assert!(
+        plain >= 500,
+        "without coalescing the I/O thread slept for most of the 2,000 messages: {plain}"
+    );
+    assert!(
+        coalesced * 3 <= plain,
+        "a 2 ms window sleeps at least 3x less: {coalesced} against {plain}"
+    );
+}

@@ -51,6 +51,7 @@ pub mod admin;
 pub mod apps;
 pub mod budget;
 pub mod channels;
+pub mod coalesce;
 pub mod config;
 mod conn;
 #[doc(hidden)]

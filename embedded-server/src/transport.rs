@@ -17,6 +17,12 @@ pub trait Transport: Send + Sync + 'static {
     fn try_read(&self, buf: &mut [u8]) -> io::Result<usize>;
     /// Write what the socket takes now; `WouldBlock` when it takes nothing.
     fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
+    /// Whether a read that returns less than the buffer holds means the socket is empty (plain
+    /// TCP, whose short read also clears the readiness, see `try_read` below); a transport that
+    /// answers false is read again after yielding the thread.
+    fn short_read_drains(&self) -> bool {
+        false
+    }
     /// Whether bytes the transport itself buffered (TLS records) still wait to go out.
     fn wants_flush(&self) -> bool {
         false
@@ -69,6 +75,9 @@ impl Transport for TcpStream {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && short > 0 => Ok(short),
             r => r,
         }
+    }
+    fn short_read_drains(&self) -> bool {
+        true
     }
     fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         TcpStream::try_write_vectored(self, bufs)

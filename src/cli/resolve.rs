@@ -390,6 +390,7 @@ fn serve_flags(a: &ServeArgs) -> cmd::serve::Flags {
         },
         handler: a.handler.clone(),
         workers: a.workers,
+        coalesce_us: a.coalesce_us,
         offload_pool: a.offload_pool,
         offload_queue: a.offload_queue,
         max_connections: a.max_connections,

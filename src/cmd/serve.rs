@@ -46,6 +46,7 @@ pub struct Flags {
     pub app: App,
     pub handler: String,
     pub workers: Option<usize>,
+    pub coalesce_us: Option<u64>,
     pub offload_pool: Option<usize>,
     pub offload_queue: Option<usize>,
     pub max_connections: Option<usize>,
@@ -94,6 +95,8 @@ pub struct Flags {
 pub struct Resolved {
     pub config: ServerConfig,
     pub workers: usize,
+    /// The I/O threads' wake-up coalescing window (`embedded_server::coalesce`).
+    pub coalesce: Duration,
     pub table: Vec<crate::report::Setting>,
     /// The admin listener's HTTP API key (None: the API is off).
     pub api_key: Option<embedded_server::channels::ApiKey>,
@@ -120,6 +123,18 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
         0 => cores,
         n => n,
     };
+    let coalesce_us = pick(
+        "wake-up coalescing us (0 = off)",
+        a.coalesce_us.map(|v| v as usize),
+        s.coalesce_us,
+    );
+    let max_window = embedded_server::coalesce::MAX_WINDOW.as_micros() as usize;
+    if coalesce_us > max_window {
+        anyhow::bail!(
+            "--coalesce-us {coalesce_us}: at most {max_window} microseconds (0 serves every \
+             message the moment it arrives)"
+        );
+    }
     let offload_pool_size = pick(
         "offload pool (0 = cores)",
         a.offload_pool,
@@ -278,6 +293,7 @@ pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
     Ok(Resolved {
         config,
         workers,
+        coalesce: Duration::from_micros(coalesce_us as u64),
         table,
         api_key: channels.api_key,
         child_env: channels.child_env,
@@ -385,10 +401,7 @@ pub fn run(req: Request) -> Result<Outcome> {
     init_logs(a, "info");
     let scheme = if tls.is_some() { "wss" } else { "ws" };
     let (soft, hard) = crate::host::raise_nofile();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(r.workers)
-        .enable_all()
-        .build()?;
+    let rt = runtime(&r)?;
     rt.block_on(async move {
         // Before anything listens: a SIGTERM right after "listening" must drain, not kill.
         let shutdown = embedded_server::shutdown_signal()
@@ -613,6 +626,7 @@ fn child_args(
         }
     }
     opt(&mut v, "--workers", a.workers);
+    opt(&mut v, "--coalesce-us", a.coalesce_us);
     opt(&mut v, "--offload-pool", a.offload_pool);
     opt(&mut v, "--offload-queue", a.offload_queue);
     opt(&mut v, "--max-frame", a.max_frame);
@@ -780,10 +794,7 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
                 .to_string(),
         );
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(r.workers)
-        .enable_all()
-        .build()?;
+    let rt = runtime(&r)?;
     let run = async {
         let mut config = r.config.clone();
         config.max_connections = config.max_connections.max(conns + 16);
@@ -963,6 +974,15 @@ fn budget_of(m: &embedded_server::metrics::Metrics) -> BudgetReport {
 /// `default`. A log line that cannot be written is dropped silently: the default reports it
 /// with eprintln!, which panics on a closed stderr, and a supervised process whose supervisor
 /// was killed (its stderr pipe gone) must still drain its clients.
+/// The server's runtime: its I/O threads, each waiting up to the resolved coalescing window
+/// before it sleeps when its traffic is dense (`embedded_server::coalesce`).
+fn runtime(r: &Resolved) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.worker_threads(r.workers).enable_all();
+    embedded_server::coalesce::install(&mut b, r.coalesce);
+    b.build()
+}
+
 fn init_logs(a: &Flags, default: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = match &a.log_level {

@@ -678,6 +678,13 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
             "or 0: the system's tcp_notsent_lowat",
         );
     }
+    b.range(
+        "server.coalesce_us",
+        s.coalesce_us,
+        0,
+        embedded_server::coalesce::MAX_WINDOW.as_micros() as u64,
+        "0 serves every message at once",
+    );
     if let model::Processes::Count(n) = s.processes {
         b.range(
             "server.processes",

@@ -283,6 +283,12 @@ pub struct ServerSettings {
     /// net.ipv4.tcp_notsent_lowat. Optional; 131072 when absent.
     #[serde(default = "default_notsent_lowat")]
     pub notsent_lowat_bytes: u64,
+    /// How long an I/O thread with dense traffic waits before it sleeps, so the messages that
+    /// arrive meanwhile are served on one wake-up (`embedded_server::coalesce`): microseconds,
+    /// 0 to 2000; 0 serves every message the moment it arrives (latency-critical hosts).
+    /// Optional; 250 when absent.
+    #[serde(default = "default_coalesce_us")]
+    pub coalesce_us: u64,
     /// Server processes sharing the port (SO_REUSEPORT, `serve --processes`): a number,
     /// `auto` (enough that each stays under its fd limit) or `cores` (auto, and at least one
     /// per core). Optional; 1 when absent.
@@ -553,6 +559,11 @@ pub struct SelfTestTargets {
 /// `server.notsent_lowat_bytes` when a profile leaves it out: the server's own default.
 fn default_notsent_lowat() -> u64 {
     embedded_server::config::DEFAULT_NOTSENT_LOWAT as u64
+}
+
+/// `server.coalesce_us` when a profile leaves it out: the server's own default.
+fn default_coalesce_us() -> u64 {
+    embedded_server::coalesce::DEFAULT_WINDOW.as_micros() as u64
 }
 
 #[cfg(test)]

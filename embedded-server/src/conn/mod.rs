@@ -24,7 +24,7 @@ use crate::transport::Transport;
 use crate::utf8::Utf8Validator;
 use close::{closed_write, on_close_request};
 use compression::DeflateState;
-use read::{on_readable, process_owned};
+use read::{on_readable, process_owned, Readable};
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -420,7 +420,8 @@ async fn run<T: Transport, H: Handler>(
             }
             r = io.readable(), if !st.peer_eof && parked.is_none() && !paused => {
                 r?;
-                if !on_readable(io, conn, ctx, st)? {
+                let read = on_readable(io, conn, ctx, st)?;
+                if matches!(read, Readable::Eof) {
                     st.peer_eof = true;
                     if !st.close_sent {
                         // The peer is gone without a closing handshake.
@@ -435,7 +436,13 @@ async fn run<T: Transport, H: Handler>(
                 // a publisher) would otherwise be served read after read until tokio's budget
                 // runs out, while every other connection on this thread waits; under fan-out the
                 // recipients' tasks would not get to write and fast consumers would look slow.
-                tokio::task::yield_now().await;
+                // A read that drained the socket needs no yield: the next `readable()` waits
+                // for the kernel's next event, so the task gives the thread back by itself. A
+                // lone message (independent clients) then costs one poll of the task, not two
+                // (BENCHMARKS.md, "Server CPU per message under independent arrivals").
+                if matches!(read, Readable::More) {
+                    tokio::task::yield_now().await;
+                }
             }
             _ = shared.notified() => {
                 // Someone queued for us (on an idle connection, usually the heartbeat's

@@ -25,17 +25,25 @@ pub(super) fn on_readable<T: Transport, H: Handler>(
     conn: &Conn<H::State>,
     ctx: &Ctx<H>,
     st: &mut State,
-) -> io::Result<bool> {
+) -> io::Result<Readable> {
     RECV.with(|cell| {
         let mut buf = cell.borrow_mut();
         let n = match io.try_read(&mut buf[..]) {
-            Ok(0) => return Ok(false),
+            Ok(0) => return Ok(Readable::Eof),
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Readable::Drained),
             Err(e) => return Err(e),
         };
+        // A read that filled the buffer may have left bytes behind; so may any read of a
+        // transport whose short reads do not say the socket is empty (TLS).
+        let more = n == buf.len() || !io.short_read_drains();
+        let after = if more {
+            Readable::More
+        } else {
+            Readable::Drained
+        };
         if st.input_done() {
-            return Ok(true); // discarded: only the peer's FIN is awaited
+            return Ok(after); // discarded: only the peer's FIN is awaited
         }
         conn.shared().last_seen.store(ctx.hub.now(), Relaxed);
         if st.partial.is_empty() {
@@ -50,8 +58,18 @@ pub(super) fn on_readable<T: Transport, H: Handler>(
             drop(buf);
             process_owned(io, conn, ctx, st, &mut data);
         }
-        Ok(true)
+        Ok(after)
     })
+}
+
+/// What a read found.
+pub(super) enum Readable {
+    /// The peer's FIN: no more input.
+    Eof,
+    /// The socket is empty now: the next read waits for the kernel's next event.
+    Drained,
+    /// More may wait in the socket (a full read, or a transport that cannot tell).
+    More,
 }
 
 /// Process an owned buffer (the pending partial plus new bytes) and keep what is left.
