@@ -679,6 +679,13 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         );
     }
     b.range(
+        "server.cpu_ns_per_message",
+        s.cpu_ns_per_message,
+        100,
+        100_000_000,
+        "nanoseconds of server CPU per message",
+    );
+    b.range(
         "server.coalesce_us",
         s.coalesce_us,
         0,
@@ -892,7 +899,42 @@ impl Estimate {
     }
 }
 
+/// How busy the capacity estimate lets a core be: the guide's reference host ran its 1,000,000
+/// msgs/s at 71 % of its cores, and the rest is the headroom for bursts, reconnects and the
+/// kernel's own work on other cores' behalf.
+pub const CORE_BUSY_PCT: u64 = 70;
+
+/// What the profile's message rate costs in CPU (`estimate.messages_per_sec`,
+/// `estimate.cores_for_rate`): connections x `selftest.rate_per_client` messages a second at
+/// `server.cpu_ns_per_message` each, with each core [`CORE_BUSY_PCT`] busy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpuEstimate {
+    pub messages_per_sec: u64,
+    pub ns_per_message: u64,
+    pub cores: u64,
+}
+
+impl CpuEstimate {
+    /// The cores `messages_per_sec` need at `ns_per_message` each, every core
+    /// [`CORE_BUSY_PCT`] busy (at least one).
+    pub fn cores_at(messages_per_sec: f64, ns_per_message: f64) -> u64 {
+        let busy_ns = 1e9 * CORE_BUSY_PCT as f64 / 100.0;
+        ((messages_per_sec * ns_per_message / busy_ns).ceil() as u64).max(1)
+    }
+}
+
 impl Profile {
+    /// The CPU the profile's message rate needs at the profile's cost per message.
+    pub fn cpu_estimate(&self) -> CpuEstimate {
+        let messages_per_sec = self.connections * self.selftest.rate_per_client;
+        let ns_per_message = self.server.cpu_ns_per_message;
+        CpuEstimate {
+            messages_per_sec,
+            ns_per_message,
+            cores: CpuEstimate::cores_at(messages_per_sec as f64, ns_per_message as f64),
+        }
+    }
+
     /// The memory estimate for this profile's connections:
     /// kernel socket + in-flight socket buffers (one read and one write buffer's worth) + the
     /// server's idle state + deflate contexts (when context takeover keeps them alive).
@@ -943,6 +985,15 @@ impl Profile {
         vars.insert(
             "nic.rss.windows".into(),
             Value::Text(self.nic.rss.windows_name().into()),
+        );
+        let cpu = self.cpu_estimate();
+        vars.insert(
+            "estimate.messages_per_sec".into(),
+            Value::Num(cpu.messages_per_sec as i64),
+        );
+        vars.insert(
+            "estimate.cores_for_rate".into(),
+            Value::Num(cpu.cores as i64),
         );
         let (processes, per_process) = nofile_per_process(
             vars.get("server.processes"),
@@ -1397,5 +1448,22 @@ mod tests {
         );
         // window 11, memLevel 4: 8 KiB + 8 KiB + 11 KiB to compress, 2 KiB + 17 KiB to inflate.
         assert_eq!(e.deflate_bytes_per_conn, 46 * 1024);
+    }
+
+    #[test]
+    fn the_cores_for_the_rate_follow_the_cost_per_message() {
+        let mut p = load("100k").unwrap().profile;
+        // 100,000 clients x 10/s = 1,000,000 msgs/s; at 14 us each and 70 % busy: 20 cores.
+        let v = p.variables();
+        assert_eq!(v["estimate.messages_per_sec"], Value::Num(1_000_000));
+        assert_eq!(v["estimate.cores_for_rate"], Value::Num(20));
+        // The guide's own host: ~11 us per message (71 % of 16 cores), 16 cores.
+        p.server.cpu_ns_per_message = 11_000;
+        assert_eq!(p.cpu_estimate().cores, 16);
+        // A slow handler ten times dearer needs ten times the cores.
+        p.server.cpu_ns_per_message = 140_000;
+        assert_eq!(p.cpu_estimate().cores, 200);
+        // A trickle still needs a core.
+        assert_eq!(CpuEstimate::cores_at(10.0, 14_000.0), 1);
     }
 }

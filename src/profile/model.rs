@@ -286,9 +286,15 @@ pub struct ServerSettings {
     /// How long an I/O thread with dense traffic waits before it sleeps, so the messages that
     /// arrive meanwhile are served on one wake-up (`embedded_server::coalesce`): microseconds,
     /// 0 to 2000; 0 serves every message the moment it arrives (latency-critical hosts).
-    /// Optional; 250 when absent.
+    /// Optional; 500 when absent.
     #[serde(default = "default_coalesce_us")]
     pub coalesce_us: u64,
+    /// Server CPU per echoed message, in nanoseconds, that the capacity estimate
+    /// (`estimate.cores_for_rate`, the CPU check) budgets: by default what the embedded server
+    /// measured under independent arrivals (BENCHMARKS.md); put your own server's figure here,
+    /// as `wstune serve --self-test` (or `selftest --pid`) reports it. Optional.
+    #[serde(default = "default_cpu_ns_per_message")]
+    pub cpu_ns_per_message: u64,
     /// Server processes sharing the port (SO_REUSEPORT, `serve --processes`): a number,
     /// `auto` (enough that each stays under its fd limit) or `cores` (auto, and at least one
     /// per core). Optional; 1 when absent.
@@ -559,6 +565,16 @@ pub struct SelfTestTargets {
 /// `server.notsent_lowat_bytes` when a profile leaves it out: the server's own default.
 fn default_notsent_lowat() -> u64 {
     embedded_server::config::DEFAULT_NOTSENT_LOWAT as u64
+}
+
+/// `server.cpu_ns_per_message` when a profile leaves it out: the embedded server's CPU per
+/// echo under independent arrivals at 25,000 msgs/s on one core of the development VM, with
+/// its default coalescing window (BENCHMARKS.md, "Server CPU per message under independent
+/// arrivals"), rounded up.
+pub const DEFAULT_CPU_NS_PER_MESSAGE: u64 = 14_000;
+
+fn default_cpu_ns_per_message() -> u64 {
+    DEFAULT_CPU_NS_PER_MESSAGE
 }
 
 /// `server.coalesce_us` when a profile leaves it out: the server's own default.

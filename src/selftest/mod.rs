@@ -501,6 +501,11 @@ pub struct ScenarioReport {
     /// echo-sat: echoes per CPU-second of the server, the efficiency figure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub echoes_per_server_cpu_sec: Option<f64>,
+    /// echo-rate and deflate: the server's CPU (all its processes) per message received back
+    /// in the measured window, in microseconds: the cost the capacity estimate budgets
+    /// (`server.cpu_ns_per_message`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cpu_us_per_msg: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub storm_secs: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -849,6 +854,10 @@ pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioRep
             })
             .flatten()
             .map(|a| a.summary("even", crate::host::timer::RESOLUTION_US)),
+        server_cpu_us_per_msg: match &server {
+            Some(s) if echo_like && received > 0 => Some(1e6 * s.cpu_secs / received as f64),
+            _ => None,
+        },
         echoes_per_server_cpu_sec: match (&server, scenario) {
             (Some(s), Scenario::EchoSat) if s.cpu_secs > 0.0 => Some(received as f64 / s.cpu_secs),
             _ => None,

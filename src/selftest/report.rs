@@ -17,6 +17,86 @@ pub struct Targets {
     /// The profile's memory estimate per connection (check's `estimate.*`), to hold against
     /// what the idle scenario measured.
     pub estimate: MemoryEstimate,
+    /// The profile's CPU estimate for its message rate, to hold against what echo-rate
+    /// measured.
+    pub cpu: CpuTarget,
+}
+
+/// The profile's capacity estimate (`estimate.cores_for_rate`): its message rate at its cost
+/// per message.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct CpuTarget {
+    /// The profile's connections x `selftest.rate_per_client`.
+    pub messages_per_sec: u64,
+    /// `server.cpu_ns_per_message`.
+    pub ns_per_message: u64,
+    /// Cores that rate needs at that cost, each 70 % busy.
+    pub cores: u64,
+}
+
+impl CpuTarget {
+    pub fn of(p: &crate::profile::Profile) -> CpuTarget {
+        let e = p.cpu_estimate();
+        CpuTarget {
+            messages_per_sec: e.messages_per_sec,
+            ns_per_message: e.ns_per_message,
+            cores: e.cores,
+        }
+    }
+}
+
+/// The server's CPU per message as echo-rate measured it, and the cores the profile's message
+/// rate needs at that cost beside the profile's own estimate.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CapacityReport {
+    /// The scenario measured (echo-rate, else deflate).
+    pub scenario: String,
+    pub measured_us_per_message: f64,
+    pub profile_us_per_message: f64,
+    pub messages_per_sec: u64,
+    /// Cores the profile's rate needs at the measured cost (70 % busy each).
+    pub cores_at_measured: u64,
+    /// The profile's estimate (`estimate.cores_for_rate`).
+    pub cores_at_profile: u64,
+    pub host_cores: usize,
+}
+
+impl CapacityReport {
+    /// From echo-rate (or deflate, when echo-rate did not run) if the server's CPU was read.
+    pub fn of(scenarios: &[ScenarioReport], t: &CpuTarget, host_cores: usize) -> Option<Self> {
+        let s = [Scenario::EchoRate, Scenario::Deflate]
+            .iter()
+            .find_map(|k| scenarios.iter().find(|s| s.scenario == *k))?;
+        let us = s.server_cpu_us_per_msg?;
+        Some(CapacityReport {
+            scenario: s.scenario.name().to_string(),
+            measured_us_per_message: us,
+            profile_us_per_message: t.ns_per_message as f64 / 1000.0,
+            messages_per_sec: t.messages_per_sec,
+            cores_at_measured: crate::profile::CpuEstimate::cores_at(
+                t.messages_per_sec as f64,
+                us * 1000.0,
+            ),
+            cores_at_profile: t.cores,
+            host_cores,
+        })
+    }
+
+    /// One line for people.
+    pub fn line(&self) -> String {
+        format!(
+            "capacity: the server spent {} us of CPU per message in {} (the profile budgets {} us, \
+             server.cpu_ns_per_message): the profile's {} msgs/s need {} core(s) at that cost, each \
+             70% busy ({} at the profile's); this host has {}\n",
+            num(self.measured_us_per_message),
+            self.scenario,
+            num(self.profile_us_per_message),
+            num(self.messages_per_sec as f64),
+            self.cores_at_measured,
+            self.cores_at_profile,
+            self.host_cores
+        )
+    }
 }
 
 /// The parts of the profile's memory estimate that an idle connection can be measured against.
@@ -187,6 +267,9 @@ pub struct Report {
     /// Memory for the idle connections, measured, against the profile's estimate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryReport>,
+    /// The server's CPU per message, measured, and the cores the profile's rate needs at it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityReport>,
     /// The servers' memory budget over the run: what clients made them hold at most, against
     /// the budget (the embedded server's, or a user's that serves its /metrics).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -554,6 +637,9 @@ pub fn table(r: &Report) -> String {
         if let Some(e) = s.echoes_per_server_cpu_sec {
             notes.push(format!("{} echoes per server CPU-s", num(e)));
         }
+        if let Some(us) = s.server_cpu_us_per_msg {
+            notes.push(format!("{} us server CPU per message", num(us)));
+        }
         if let Some(p) = s.server.as_ref().and_then(|s| s.rss_per_conn_bytes) {
             notes.push(format!("{} RSS per connection", bytes(p)));
         }
@@ -646,6 +732,9 @@ pub fn table(r: &Report) -> String {
     }
     if let Some(m) = &r.memory {
         out.push_str(&memory_lines(m, r.program.is_some()));
+    }
+    if let Some(c) = &r.capacity {
+        out.push_str(&c.line());
     }
     if let Some(b) = &r.memory_budget {
         out.push_str(&b.line());
@@ -969,6 +1058,11 @@ mod tests {
                 kernel_bytes_per_socket: 0,
                 bytes_per_conn: 0,
             },
+            cpu: CpuTarget {
+                messages_per_sec: 2000,
+                ns_per_message: 14_000,
+                cores: 1,
+            },
         }
     }
 
@@ -1018,6 +1112,7 @@ mod tests {
             kernel: None,
             kernel_drops: None,
             echoes_per_server_cpu_sec: None,
+            server_cpu_us_per_msg: None,
             storm_secs: None,
             connects_per_sec: None,
             broadcast_last_ms: None,
@@ -1045,6 +1140,7 @@ mod tests {
             rate_note: None,
             server_processes: None,
             memory: None,
+            capacity: None,
             memory_budget: None,
             host_check: Some(HostCheck {
                 profile: "10k".into(),
