@@ -12,6 +12,7 @@
 #   wstune-US  the same with --coalesce-us US (any number)
 #   main       MAIN (an older wstune binary) serve, as wstune, for an A/B
 #   epoll      bench/uring's one-thread epoll loop (a minimal WebSocket echo: the floor)
+#   uring      the same echo on bench/uring's io_uring loop (multishot receive)
 #   tt-echo    tokio-tungstenite (bench/peers/tt-echo, TT=binary)
 #   node-ws    Node.js ws (bench/peers/node)
 # Per run: server CPU per message and % of its core (utime+stime over the measured window,
@@ -40,11 +41,11 @@ for s in "${SERVERS[@]}"; do
   case $s in
     wstune|wstune-*) need "$WSTUNE" "cargo build --release, or set WSTUNE=" ;;
     main) need "${MAIN:-/nonexistent}" "set MAIN= to an older wstune binary" ;;
-    epoll) need "$UB" "cargo build --release --manifest-path bench/uring/Cargo.toml, or set UB=" ;;
+    epoll|uring) need "$UB" "cargo build --release --manifest-path bench/uring/Cargo.toml, or set UB=" ;;
     tt-echo) need "$TT" "cargo build --release --manifest-path bench/peers/tt-echo/Cargo.toml, or set TT=" ;;
     node-ws) [ -d "$here/peers/node/node_modules/ws" ] ||
       { echo "arrivals.sh: node-ws needs (cd bench/peers/node && npm ci)" >&2; exit 3; } ;;
-    *) echo "arrivals.sh: unknown server $s (wstune, wstune-US, main, epoll, tt-echo, node-ws)" >&2; exit 3 ;;
+    *) echo "arrivals.sh: unknown server $s (wstune, wstune-US, main, epoll, uring, tt-echo, node-ws)" >&2; exit 3 ;;
   esac
 done
 command -v perf >/dev/null || { echo "arrivals.sh: perf is missing (apt-get install linux-perf)" >&2; exit 3; }
@@ -61,6 +62,7 @@ start_server() { # NAME PORT: starts it on core 0, sets SRV
     wstune-*) exec $PRIO taskset -c 0 "$WSTUNE" "${w[@]}" --coalesce-us "${1#wstune-}" ;;
     main) exec $PRIO taskset -c 0 "$MAIN" "${w[@]}" ;;
     epoll) exec $PRIO taskset -c 0 "$UB" serve --io epoll --port "$2" ;;
+    uring) exec $PRIO taskset -c 0 "$UB" serve --io uring --port "$2" ;;
     tt-echo) exec $PRIO taskset -c 0 "$TT" "$2" ;;
     node-ws) exec $PRIO taskset -c 0 node "$here/peers/node/echo.js" "$2" ;;
   esac >"$OUT/server.log" 2>&1 &

@@ -10,10 +10,12 @@
 //! served.
 //!
 //! The window costs latency: a message that arrives while the thread waits is served at most
-//! `window` later. It is adaptive, so a quiet server pays nothing: the thread waits only when
-//! its previous park ended within `2 x window` of starting, that is when traffic is dense enough
-//! that something is likely to arrive. After a wait that found nothing, the next park blocks
-//! until the kernel's next event, and waiting resumes only once events come that close again.
+//! `window` later. It is adaptive, so a quiet server pays nothing: each thread keeps a moving
+//! average of the reads it served per second (the connections count them, [`note_read`]) and
+//! waits only when that rate would bring at least [`MIN_EXPECTED`] reads within one window.
+//! Below that a wait would mostly add a wake-up of its own (a thread that sees one message every
+//! 700 us paid about a third more per message with a 500 us window: BENCHMARKS.md), so the
+//! thread sleeps at once, as without coalescing.
 //!
 //! Install it with [`install`] on the runtime builder; a window of zero leaves the builder as
 //! it was (latency-critical hosts: every message served the moment it arrives).
@@ -22,10 +24,20 @@ use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 thread_local! {
-    /// When this worker last began to park (after its wait, if it waited).
-    static PARKED_AT: Cell<Option<Instant>> = const { Cell::new(None) };
-    /// The previous park ended soon after it began: traffic is dense, the next park waits.
-    static DENSE: Cell<bool> = const { Cell::new(false) };
+    /// Reads this thread served since it last parked.
+    static READS: Cell<u32> = const { Cell::new(0) };
+    /// The coalescing decision's state for this thread.
+    static GATE: Cell<Gate> = const { Cell::new(Gate { last_park: None, rate: 0.0 }) };
+}
+
+/// Reads a window must be expected to bring before a thread waits for them.
+pub const MIN_EXPECTED: f64 = 2.0;
+
+/// One read served on this thread (a no-op cost where coalescing is not installed: one
+/// thread-local add).
+#[inline]
+pub fn note_read() {
+    READS.with(|r| r.set(r.get().saturating_add(1)));
 }
 
 /// The window `wstune serve` uses unless the profile or `--coalesce-us` says otherwise. At
@@ -38,54 +50,107 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_micros(500);
 /// The longest window accepted: past it the added latency is larger than any saving.
 pub const MAX_WINDOW: Duration = Duration::from_millis(2);
 
-/// Make the runtime's worker threads wait up to `window` before they park, when the traffic
-/// they serve is dense (module docs). A zero window installs nothing.
+/// Make the runtime's worker threads wait up to `window` before they park, when the reads
+/// they serve come often enough (module docs). A zero window installs nothing.
 pub fn install(builder: &mut tokio::runtime::Builder, window: Duration) {
     if window.is_zero() {
         return;
     }
     let window = window.min(MAX_WINDOW);
-    builder
-        .on_thread_park(move || {
-            if DENSE.with(Cell::get) {
-                // A plain sleep: the thread's timer slack is what a real-time thread has
-                // (none) or the default 50 us, both inside any useful window.
-                std::thread::sleep(window);
-            }
-            PARKED_AT.with(|p| p.set(Some(Instant::now())));
-        })
-        .on_thread_unpark(move || {
-            let dense = dense(PARKED_AT.with(Cell::take), Instant::now(), window);
-            DENSE.with(|d| d.set(dense));
-        });
+    builder.on_thread_park(move || {
+        let reads = READS.with(|r| r.replace(0));
+        let mut gate = GATE.with(Cell::get);
+        let wait = gate.park(Instant::now(), reads, window);
+        GATE.with(|g| g.set(gate));
+        if wait {
+            // A plain sleep: the thread's timer slack is what a real-time thread has (none)
+            // or the default 50 us, both inside any useful window.
+            std::thread::sleep(window);
+        }
+    });
 }
 
-/// Whether a park that began at `parked_at` and ended `now` says traffic is dense: work came
-/// within two windows, so the next park is worth a wait. A park that did not wait that long
-/// for work (or whose start is unknown) is sparse, and the next one blocks at once.
-fn dense(parked_at: Option<Instant>, now: Instant, window: Duration) -> bool {
-    parked_at.is_some_and(|at| now.saturating_duration_since(at) < 2 * window)
+/// A thread's read rate, park to park.
+#[derive(Clone, Copy, Debug)]
+struct Gate {
+    /// When the thread last began to park.
+    last_park: Option<Instant>,
+    /// Reads per second, a moving average over the last few park-to-park cycles.
+    rate: f64,
+}
+
+impl Gate {
+    /// The thread parks at `now` having served `reads` since it last did: whether it should
+    /// wait `window` first.
+    fn park(&mut self, now: Instant, reads: u32, window: Duration) -> bool {
+        if let Some(last) = self.last_park {
+            let cycle = now.saturating_duration_since(last).as_secs_f64().max(1e-6);
+            // A quarter weight to the newest cycle: a burst or a lull of one cycle does not
+            // flip the decision, a change of load does within a few.
+            self.rate = 0.75 * self.rate + 0.25 * (reads as f64 / cycle);
+        }
+        self.last_park = Some(now);
+        self.rate * window.as_secs_f64() >= MIN_EXPECTED
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn traffic_is_dense_when_work_came_within_two_windows() {
-        let w = Duration::from_micros(250);
+    /// Cycles of `reads` reads every `gap`, from a fresh gate: the last decision.
+    fn decide(reads: u32, gap: Duration, cycles: u32, window: Duration) -> bool {
+        let mut g = Gate {
+            last_park: None,
+            rate: 0.0,
+        };
         let t = Instant::now();
-        assert!(dense(Some(t), t, w), "work was there at once");
-        assert!(dense(Some(t), t + Duration::from_micros(499), w));
-        assert!(!dense(Some(t), t + Duration::from_micros(500), w));
-        assert!(
-            !dense(Some(t), t + Duration::from_millis(20), w),
-            "a quiet server"
-        );
-        assert!(!dense(None, t, w), "the first park blocks at once");
+        let mut wait = false;
+        for i in 0..cycles {
+            wait = g.park(t + gap * i, reads, window);
+        }
+        wait
     }
 
-    /// A runtime with the widest window serves I/O as before: every echo comes back.
+    #[test]
+    fn a_thread_waits_only_when_a_window_would_bring_two_reads_or_more() {
+        let w = Duration::from_micros(500);
+        // One read every 40 us (25,000/s): 12.5 per window.
+        assert!(decide(1, Duration::from_micros(40), 20, w));
+        // Woken with 12 reads every window's worth: the rate holds, so does the waiting.
+        assert!(decide(12, Duration::from_micros(520), 20, w));
+        // One read every 700 us (1,430/s): 0.7 per window, a wait would add a wake-up.
+        assert!(!decide(1, Duration::from_micros(700), 20, w));
+        // A quiet server, and the very first park.
+        assert!(!decide(0, Duration::from_millis(10), 20, w));
+        assert!(!decide(5, Duration::from_micros(40), 1, w));
+    }
+
+    #[test]
+    fn one_burst_does_not_turn_waiting_on_and_a_change_of_load_does() {
+        let w = Duration::from_micros(500);
+        let mut g = Gate {
+            last_park: None,
+            rate: 0.0,
+        };
+        let mut t = Instant::now();
+        let mut step = |g: &mut Gate, gap: u64, reads: u32| {
+            t += Duration::from_micros(gap);
+            g.park(t, reads, w)
+        };
+        for _ in 0..20 {
+            assert!(!step(&mut g, 1000, 1), "1,000 reads/s: 0.5 per window");
+        }
+        assert!(!step(&mut g, 100, 1), "one read 100 us after the last");
+        let mut waited = false;
+        for _ in 0..10 {
+            waited = step(&mut g, 40, 1);
+        }
+        assert!(waited, "25,000 reads/s for ten cycles");
+    }
+
+    /// A runtime with the widest window serves I/O as before: every echo comes back (each
+    /// after the thread's wait, once the reads come often enough).
     #[test]
     fn a_coalescing_runtime_serves_every_message() {
         let mut b = tokio::runtime::Builder::new_multi_thread();
@@ -104,6 +169,7 @@ mod tests {
                     if n == 0 {
                         break;
                     }
+                    note_read();
                     s.write_all(&buf[..n]).await.unwrap();
                 }
             });

@@ -34,6 +34,7 @@ pub(super) fn on_readable<T: Transport, H: Handler>(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Readable::Drained),
             Err(e) => return Err(e),
         };
+        crate::coalesce::note_read();
         // A read that filled the buffer may have left bytes behind; so may any read of a
         // transport whose short reads do not say the socket is empty (TLS).
         let more = n == buf.len() || !io.short_read_drains();
