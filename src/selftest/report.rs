@@ -52,6 +52,8 @@ pub struct CapacityReport {
     /// The scenario measured (echo-rate, else deflate).
     pub scenario: String,
     pub measured_us_per_message: f64,
+    /// The rate it was measured at (msgs/s offered in the scenario).
+    pub measured_messages_per_sec: f64,
     pub profile_us_per_message: f64,
     pub messages_per_sec: u64,
     /// Cores the profile's rate needs at the measured cost (70 % busy each).
@@ -71,6 +73,7 @@ impl CapacityReport {
         Some(CapacityReport {
             scenario: s.scenario.name().to_string(),
             measured_us_per_message: us,
+            measured_messages_per_sec: s.offered_rate.unwrap_or(s.achieved_rate),
             profile_us_per_message: t.ns_per_message as f64 / 1000.0,
             messages_per_sec: t.messages_per_sec,
             cores_at_measured: crate::profile::CpuEstimate::cores_at(
@@ -84,17 +87,30 @@ impl CapacityReport {
 
     /// One line for people.
     pub fn line(&self) -> String {
+        // A message that arrives alone pays its wake-up alone: measured far below the
+        // profile's rate, the cost per message is an upper bound for the busy server.
+        let low = self.measured_messages_per_sec * 2.0 < self.messages_per_sec as f64;
         format!(
-            "capacity: the server spent {} us of CPU per message in {} (the profile budgets {} us, \
-             server.cpu_ns_per_message): the profile's {} msgs/s need {} core(s) at that cost, each \
-             70% busy ({} at the profile's); this host has {}\n",
+            "capacity: the server spent {} us of CPU per message in {} at {} msgs/s (the profile \
+             budgets {} us, server.cpu_ns_per_message): the profile's {} msgs/s need {} core(s) at \
+             that cost, each 70% busy ({} at the profile's); this host has {}{}\n",
             num(self.measured_us_per_message),
             self.scenario,
+            num(self.measured_messages_per_sec),
             num(self.profile_us_per_message),
             num(self.messages_per_sec as f64),
             self.cores_at_measured,
             self.cores_at_profile,
-            self.host_cores
+            self.host_cores,
+            if low {
+                format!(
+                    ". Measured at {:.1}% of the profile's rate, where each message more often \
+                     wakes the server on its own: an upper bound for the busier server",
+                    100.0 * self.measured_messages_per_sec / self.messages_per_sec.max(1) as f64
+                )
+            } else {
+                String::new()
+            }
         )
     }
 }
@@ -1081,6 +1097,50 @@ mod tests {
     }
 
     /// An echo-rate at 200 x 10 msgs/s with this p99, on a window with this much other CPU.
+    #[test]
+    fn capacity_comes_from_echo_rate_and_says_when_the_rate_was_low() {
+        let t = CpuTarget::of(&crate::profile::load("100k").unwrap().profile);
+        assert_eq!((t.messages_per_sec, t.cores), (1_000_000, 20));
+        let mut e = echo(Scenario::EchoRate, 1.0, 0.0);
+        e.server_cpu_us_per_msg = Some(28.0);
+        let mut d = echo(Scenario::Deflate, 1.0, 0.0);
+        d.server_cpu_us_per_msg = Some(50.0);
+        // echo-rate wins over deflate; 28 us is twice the profile's 14: twice the cores.
+        let c = CapacityReport::of(&[d.clone(), e], &t, 2).unwrap();
+        assert_eq!(c.scenario, "echo-rate");
+        assert_eq!((c.cores_at_measured, c.cores_at_profile), (40, 20));
+        let line = c.line();
+        assert!(
+            line.contains("28.0 us of CPU per message in echo-rate at 2000 msgs/s"),
+            "{line}"
+        );
+        assert!(
+            line.contains("need 40 core(s)") && line.contains("(20 at the profile's)"),
+            "{line}"
+        );
+        assert!(
+            line.contains("Measured at 0.2% of the profile's rate"),
+            "{line}"
+        );
+        // Deflate alone serves; no server CPU read, no line.
+        assert_eq!(CapacityReport::of(&[d], &t, 2).unwrap().scenario, "deflate");
+        assert_eq!(
+            CapacityReport::of(&[echo(Scenario::EchoRate, 1.0, 0.0)], &t, 2),
+            None
+        );
+        // At the profile's own rate there is nothing to caveat.
+        let full = CpuTarget {
+            messages_per_sec: 2000,
+            ..t
+        };
+        let mut e = echo(Scenario::EchoRate, 1.0, 0.0);
+        e.server_cpu_us_per_msg = Some(14.0);
+        assert!(!CapacityReport::of(&[e], &full, 2)
+            .unwrap()
+            .line()
+            .contains("upper bound"));
+    }
+
     fn echo(scenario: Scenario, p99: f64, other_pct: f64) -> ScenarioReport {
         ScenarioReport {
             scenario,
