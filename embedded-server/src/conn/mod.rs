@@ -438,8 +438,12 @@ async fn run<T: Transport, H: Handler>(
                 // recipients' tasks would not get to write and fast consumers would look slow.
                 // A read that drained the socket needs no yield: the next `readable()` waits
                 // for the kernel's next event, so the task gives the thread back by itself. A
-                // lone message (independent clients) then costs one poll of the task, not two
-                // (BENCHMARKS.md, "Server CPU per message under independent arrivals").
+                // lone message (independent clients) then costs one poll of the task, not two,
+                // and tokio no longer polls its driver for nothing before running the yielded
+                // task (an `epoll_wait` per message: BENCHMARKS.md, "Server CPU per message
+                // under independent arrivals"). Where another I/O thread's driver marks the
+                // socket readable again meanwhile, tokio's cooperative budget still ends the
+                // turn after a bounded number of reads.
                 if matches!(read, Readable::More) {
                     tokio::task::yield_now().await;
                 }
