@@ -1658,6 +1658,26 @@ fn bad_input_is_one_clear_error_and_exit_3() {
             "server.deflate.window_bits: 8 is out of range; allowed 9..=15",
         ],
     );
+    std::fs::write(&bad, text.replace("coalesce_us: 500", "coalesce_us: 5000")).unwrap();
+    assert_usage_error(
+        &["check", "--profile", bad.to_str().unwrap()],
+        &[
+            "bad.yaml:",
+            "server.coalesce_us: 5000 is out of range; allowed 0..=2000",
+        ],
+    );
+    assert_usage_error(
+        &[
+            "serve",
+            "--coalesce-us",
+            "5000",
+            "--port",
+            "0",
+            "--admin",
+            "off",
+        ],
+        &["--coalesce-us 5000: at most 2000 microseconds"],
+    );
     assert_usage_error(
         &["check", "--root", "/nonexistent/tree"],
         &["--root /nonexistent/tree: no such directory"],
