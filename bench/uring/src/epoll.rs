@@ -18,9 +18,32 @@ struct Conn {
     close_after_flush: bool,
 }
 
-pub fn serve(port: u16, broadcast: bool) -> io::Result<()> {
+/// `struct epoll_params` (include/uapi/linux/eventpoll.h, Linux 6.9+).
+#[repr(C)]
+struct EpollParams {
+    busy_poll_usecs: u32,
+    busy_poll_budget: u16,
+    prefer_busy_poll: u8,
+    pad: u8,
+}
+
+/// `EPIOCSPARAMS`: `_IOW(0x8A, 0x01, struct epoll_params)`.
+const EPIOCSPARAMS: libc::c_ulong = (1 << 30) | (8 << 16) | (0x8A << 8) | 0x01;
+
+pub fn serve(port: u16, broadcast: bool, busy_poll_usecs: u32) -> io::Result<()> {
     let lfd = listener(port)?;
     let ep = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+    if busy_poll_usecs > 0 {
+        // The kernel busy-polls the NAPI instance the ready sockets' packets came from (none on
+        // loopback) for up to this long before epoll_wait sleeps.
+        let p = EpollParams {
+            busy_poll_usecs,
+            busy_poll_budget: 8,
+            prefer_busy_poll: 0,
+            pad: 0,
+        };
+        check(unsafe { libc::ioctl(ep, EPIOCSPARAMS as _, &p as *const EpollParams) })?;
+    }
     add(ep, lfd, libc::EPOLLIN as u32, LISTENER)?;
     // Connections indexed by fd: the kernel hands out the lowest free fd, so this stays dense.
     let mut conns: Vec<Option<Conn>> = Vec::new();

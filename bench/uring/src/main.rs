@@ -5,7 +5,8 @@
 //! io_uring won 4-8 %, under the 10 % bar); this prototype stays only as the benchmark that
 //! shows it. Rerun the whole comparison with `bench/uring.sh 5` (about 40 minutes).
 //!
-//!   uring-bench serve --io epoll|uring [--fixed] --port PORT [--broadcast]
+//!   uring-bench serve --io epoll|uring [--fixed] --port PORT [--broadcast] [--bind IPV4]
+//!                     [--busy-poll USECS]  (epoll only: EPIOCSPARAMS busy polling)
 //!   uring-bench floor [CONNS] [ROUNDS] [BYTES] [READER_CPU] [GAP_MS] [READER=epoll|uring]
 
 mod epoll;
@@ -16,7 +17,7 @@ mod ws;
 use std::io;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: uring-bench serve --io epoll|uring [--fixed] --port PORT [--broadcast]\n       uring-bench floor [CONNS] [ROUNDS] [BYTES] [READER_CPU] [GAP_MS] [READER=epoll|uring]";
+const USAGE: &str = "usage: uring-bench serve --io epoll|uring [--fixed] --port PORT [--broadcast] [--bind IPV4] [--busy-poll USECS]\n       uring-bench floor [CONNS] [ROUNDS] [BYTES] [READER_CPU] [GAP_MS] [READER=epoll|uring]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -45,11 +46,23 @@ pub fn usage(what: &str) -> io::Error {
 
 fn serve(args: &[String]) -> io::Result<()> {
     let (mut io, mut port, mut broadcast, mut fixed) = (None, None, false, false);
+    let mut busy_poll = 0u32;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--io" => io = it.next().cloned(),
             "--port" => port = it.next().and_then(|p| p.parse::<u16>().ok()),
+            "--bind" => {
+                let ip = it.next().and_then(|v| v.parse::<std::net::Ipv4Addr>().ok());
+                let ip = ip.ok_or_else(|| usage("--bind takes an IPv4 address"))?;
+                let _ = BIND.set(ip);
+            }
+            "--busy-poll" => {
+                busy_poll = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| usage("--busy-poll takes microseconds"))?
+            }
             "--broadcast" => broadcast = true,
             "--fixed" => fixed = true,
             other => return Err(usage(&format!("unknown argument {other:?}"))),
@@ -58,7 +71,8 @@ fn serve(args: &[String]) -> io::Result<()> {
     let port = port.ok_or_else(|| usage("--port PORT (1-65535) is required"))?;
     match io.as_deref() {
         Some("epoll") if fixed => Err(usage("--fixed (registered files) is for --io uring")),
-        Some("epoll") => epoll::serve(port, broadcast),
+        Some("epoll") => epoll::serve(port, broadcast, busy_poll),
+        Some(_) if busy_poll > 0 => Err(usage("--busy-poll is for --io epoll")),
         Some("uring") => uring::serve(port, broadcast, fixed),
         _ => Err(usage("--io must be epoll or uring")),
     }
@@ -72,7 +86,10 @@ pub fn check(r: i32) -> io::Result<i32> {
     }
 }
 
-/// A non-blocking listening socket on 127.0.0.1:port.
+/// The address `serve` listens on (`--bind`; 127.0.0.1 when not given).
+static BIND: std::sync::OnceLock<std::net::Ipv4Addr> = std::sync::OnceLock::new();
+
+/// A non-blocking listening socket on the bind address (127.0.0.1 by default), port.
 pub fn listener(port: u16) -> io::Result<i32> {
     unsafe {
         let fd = check(libc::socket(
@@ -92,7 +109,7 @@ pub fn listener(port: u16) -> io::Result<i32> {
             sin_family: libc::AF_INET as u16,
             sin_port: port.to_be(),
             sin_addr: libc::in_addr {
-                s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+                s_addr: u32::from(*BIND.get_or_init(|| std::net::Ipv4Addr::LOCALHOST)).to_be(),
             },
             sin_zero: [0; 8],
         };
