@@ -27,7 +27,7 @@ thread_local! {
     /// Reads this thread served since it last parked.
     static READS: Cell<u32> = const { Cell::new(0) };
     /// The coalescing decision's state for this thread.
-    static GATE: Cell<Gate> = const { Cell::new(Gate { last_park: None, rate: 0.0 }) };
+    static GATE: Cell<Gate> = const { Cell::new(Gate::NEW) };
 }
 
 /// Reads a window must be expected to bring before a thread waits for them.
@@ -42,8 +42,8 @@ pub fn note_read() {
 
 /// The window `wstune serve` uses unless the profile or `--coalesce-us` says otherwise. At
 /// 25,000 independent messages a second on one core it cut the server's CPU per message by a
-/// fifth (16.3 to 12.9 us, medians of 5 alternated runs) and kept the service p99 under 1 ms;
-/// 1 ms windows saved a little more (11.2 us) but pushed the p99 to 1.5 ms, 250 us saved
+/// quarter (16.4 to 12.0 us, medians of 5 alternated runs) and kept the service p99 under
+/// 1 ms; 1 ms windows saved a little more but pushed the p99 to 1.5 ms, 250 us saved about
 /// half as much (BENCHMARKS.md, "Server CPU per message under independent arrivals").
 pub const DEFAULT_WINDOW: Duration = Duration::from_micros(500);
 
@@ -75,22 +75,31 @@ pub fn install(builder: &mut tokio::runtime::Builder, window: Duration) {
 struct Gate {
     /// When the thread last began to park.
     last_park: Option<Instant>,
-    /// Reads per second, a moving average over the last few park-to-park cycles.
-    rate: f64,
+    /// Moving averages of the reads per park-to-park cycle and of the cycle's length (s):
+    /// their ratio is the read rate, each cycle weighted by its length, so two reads that
+    /// happen to come close together on a quiet thread do not look like a busy one.
+    reads: f64,
+    secs: f64,
 }
 
 impl Gate {
+    const NEW: Gate = Gate {
+        last_park: None,
+        reads: 0.0,
+        secs: 0.0,
+    };
+
     /// The thread parks at `now` having served `reads` since it last did: whether it should
     /// wait `window` first.
     fn park(&mut self, now: Instant, reads: u32, window: Duration) -> bool {
         if let Some(last) = self.last_park {
-            let cycle = now.saturating_duration_since(last).as_secs_f64().max(1e-6);
-            // A quarter weight to the newest cycle: a burst or a lull of one cycle does not
-            // flip the decision, a change of load does within a few.
-            self.rate = 0.75 * self.rate + 0.25 * (reads as f64 / cycle);
+            let cycle = now.saturating_duration_since(last).as_secs_f64();
+            // A quarter weight to the newest cycle: a change of load shows within a few.
+            self.reads = 0.75 * self.reads + 0.25 * reads as f64;
+            self.secs = 0.75 * self.secs + 0.25 * cycle;
         }
         self.last_park = Some(now);
-        self.rate * window.as_secs_f64() >= MIN_EXPECTED
+        self.secs > 0.0 && self.reads * window.as_secs_f64() >= MIN_EXPECTED * self.secs
     }
 }
 
@@ -100,10 +109,7 @@ mod tests {
 
     /// Cycles of `reads` reads every `gap`, from a fresh gate: the last decision.
     fn decide(reads: u32, gap: Duration, cycles: u32, window: Duration) -> bool {
-        let mut g = Gate {
-            last_park: None,
-            rate: 0.0,
-        };
+        let mut g = Gate::NEW;
         let t = Instant::now();
         let mut wait = false;
         for i in 0..cycles {
@@ -127,12 +133,27 @@ mod tests {
     }
 
     #[test]
+    fn two_reads_close_together_on_a_quiet_thread_do_not_make_it_wait() {
+        let w = Duration::from_micros(500);
+        let mut g = Gate::NEW;
+        let mut t = Instant::now();
+        for _ in 0..20 {
+            t += Duration::from_millis(100);
+            assert!(!g.park(t, 1, w));
+        }
+        t += Duration::from_micros(10);
+        assert!(
+            !g.park(t, 1, w),
+            "a pair 10 us apart among reads 100 ms apart"
+        );
+        t += Duration::from_micros(500);
+        assert!(!g.park(t, 0, w));
+    }
+
+    #[test]
     fn one_burst_does_not_turn_waiting_on_and_a_change_of_load_does() {
         let w = Duration::from_micros(500);
-        let mut g = Gate {
-            last_park: None,
-            rate: 0.0,
-        };
+        let mut g = Gate::NEW;
         let mut t = Instant::now();
         let mut step = |g: &mut Gate, gap: u64, reads: u32| {
             t += Duration::from_micros(gap);
@@ -142,6 +163,7 @@ mod tests {
             assert!(!step(&mut g, 1000, 1), "1,000 reads/s: 0.5 per window");
         }
         assert!(!step(&mut g, 100, 1), "one read 100 us after the last");
+        assert!(!step(&mut g, 10, 1), "and one more 10 us after that");
         let mut waited = false;
         for _ in 0..10 {
             waited = step(&mut g, 40, 1);
