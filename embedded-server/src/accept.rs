@@ -204,12 +204,7 @@ fn refusal(peer: SocketAddr, reason: Reject, body: &str) -> Refusal {
     Refusal {
         reason,
         client: peer.ip(),
-        response: crate::handshake::http_error(
-            503,
-            "Service Unavailable",
-            "Retry-After: 1\r\n",
-            body,
-        ),
+        response: crate::http::error(503, "Service Unavailable", "Retry-After: 1\r\n", body),
     }
 }
 

@@ -73,14 +73,7 @@ pub fn accept_key(key: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(h.finalize())
 }
 
-/// An HTTP error response that closes the connection.
-pub fn http_error(status: u16, reason: &str, extra_headers: &str, body: &str) -> Vec<u8> {
-    format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n{extra_headers}\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-}
+pub use crate::http::error as http_error;
 
 /// The most items of one list-valued field (`Sec-WebSocket-Protocol`, `-Extensions`,
 /// `Connection`, `Upgrade`, every line of it together) that are read; later ones are ignored.

@@ -62,8 +62,11 @@ pub mod handler;
 #[doc(hidden)]
 pub mod handshake;
 mod heavy;
+pub mod http;
 #[doc(hidden)]
 pub mod hub;
+#[cfg(test)]
+mod layering;
 pub mod limits;
 #[doc(hidden)]
 pub mod memory;
@@ -88,6 +91,8 @@ pub use apps::Builtin;
 #[doc(hidden)]
 pub use config::{App, SimulatedWork};
 pub use config::{BackpressureClose, ConfigError, ServerConfig};
+#[doc(hidden)]
+pub use conn::idle_layout;
 pub use deflate::DeflateSettings;
 pub use handler::{
     Closed, Conn, Encoded, Handler, Message, OffloadError, OwnedMessage, Request, Upgrade,
@@ -606,7 +611,7 @@ async fn upgrade<T: Transport, H: Handler>(
             tracing::debug!(conn = id, peer = %peer, status = 408, "handshake refused: no upgrade within the handshake timeout");
             let _ = write_all(
                 &stream,
-                &handshake::http_error(
+                &http::error(
                     408,
                     "Request Timeout",
                     "",
@@ -641,7 +646,7 @@ async fn upgrade<T: Transport, H: Handler>(
         hub.metrics.reject(Reject::Shutdown);
         let _ = write_all(
             &stream,
-            &handshake::http_error(503, "Service Unavailable", "", "shutting down\n"),
+            &http::error(503, "Service Unavailable", "", "shutting down\n"),
         )
         .await;
         return None;
@@ -825,7 +830,7 @@ async fn ask_handler<T: Transport, H: Handler>(
     };
     hub.metrics.reject(metrics::Reject::Handler);
     let phrase = handler::reason_phrase(status);
-    let _ = write_all(stream, &handshake::http_error(status, phrase, extra, &body)).await;
+    let _ = write_all(stream, &http::error(status, phrase, extra, &body)).await;
     finish_refusal(stream).await;
     None
 }
@@ -867,7 +872,7 @@ async fn refuse<T: Transport>(
     body: &str,
 ) {
     metrics.reject(reason);
-    let _ = write_all(stream, &handshake::http_error(status, phrase, "", body)).await;
+    let _ = write_all(stream, &http::error(status, phrase, "", body)).await;
     finish_refusal(stream).await;
 }
 

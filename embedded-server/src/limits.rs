@@ -403,7 +403,7 @@ impl Drop for Slot {
 fn too_many(status: u16, reason: &str, retry: Duration, body: &str) -> Vec<u8> {
     // Whole seconds, rounded up, at least 1: a client retrying at once would be refused again.
     let secs = retry.as_secs() + u64::from(retry.subsec_nanos() > 0);
-    crate::handshake::http_error(
+    crate::http::error(
         status,
         reason,
         &format!("Retry-After: {}\r\n", secs.max(1)),
@@ -700,7 +700,7 @@ pub async fn read_proxy_header(
         ProxyOutcome::Refuse(reason, body) => {
             metrics.reject(reason);
             tracing::debug!(peer = %peer, ?reason, "connection refused: {}", body.trim_end());
-            let resp = crate::handshake::http_error(400, "Bad Request", "", body);
+            let resp = crate::http::error(400, "Bad Request", "", body);
             if stream.writable().await.is_ok() {
                 let _ = stream.try_write(&resp);
             }

@@ -103,30 +103,6 @@ pub fn task_future_bytes() -> usize {
     TASK_FUTURE_BYTES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Sizes of the state one idle connection holds, by type, for the idle-bytes breakdown.
-#[doc(hidden)]
-pub fn idle_layout() -> Vec<(&'static str, usize)> {
-    use std::mem::size_of;
-    vec![
-        (
-            "outbox::Shared (in an Arc: +16)",
-            size_of::<crate::outbox::Shared>(),
-        ),
-        (
-            "conn::State (inside the task future)",
-            crate::conn::STATE_BYTES,
-        ),
-        (
-            "hub registry slot (Arc<Shared>, found by its id) + 1 control byte",
-            size_of::<std::sync::Arc<crate::outbox::Shared>>() + 1,
-        ),
-        (
-            "tokio::net::TcpStream (inside the task future)",
-            size_of::<tokio::net::TcpStream>(),
-        ),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -247,7 +247,7 @@ fn idle_connection_bytes() {
         "task future: {} B (embedded_server::memory::task_future_bytes)",
         embedded_server::memory::task_future_bytes()
     );
-    for (name, size) in embedded_server::memory::idle_layout() {
+    for (name, size) in embedded_server::idle_layout() {
         println!("type {name}: {size} B");
     }
     println!("| requested size (B) | live allocations per connection | requested B/conn | usable B/conn |");
