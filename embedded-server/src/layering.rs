@@ -49,7 +49,7 @@ fn modules() -> BTreeMap<String, String> {
                 .as_os_str()
                 .to_string_lossy();
             let top = top.trim_end_matches(".rs").to_string();
-            if top == "lib" || top == "layering" {
+            if top == "lib" || top == "layering" || top == "import_names" {
                 continue;
             }
             out.entry(top)
@@ -60,44 +60,11 @@ fn modules() -> BTreeMap<String, String> {
     out
 }
 
-/// The first segment of every `crate::` path in `text`, grouped ones (`crate::{a, b::c}`)
-/// included.
+/// The first segment of every `crate::` path in `text` (grouped imports included).
 fn named(text: &str) -> BTreeSet<String> {
-    let ident = |s: &str| -> String {
-        s.trim_start()
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect()
-    };
-    let mut out = BTreeSet::new();
-    for (i, _) in text.match_indices("crate::") {
-        if text[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
-            continue;
-        }
-        let rest = text[i + "crate::".len()..].trim_start();
-        let Some(group) = rest.strip_prefix('{') else {
-            out.insert(ident(rest));
-            continue;
-        };
-        let (mut depth, mut start) = (0usize, 0usize);
-        for (j, c) in group.char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' if depth == 0 => {
-                    out.insert(ident(&group[start..j]));
-                    break;
-                }
-                '}' => depth -= 1,
-                ',' if depth == 0 => {
-                    out.insert(ident(&group[start..j]));
-                    start = j + 1;
-                }
-                _ => {}
-            }
-        }
-    }
-    out.retain(|n| !n.is_empty());
-    out
+    crate::import_names::names_under(text, "crate")
+        .into_iter()
+        .collect()
 }
 
 /// Module -> the crate's modules it names.

@@ -66,6 +66,8 @@ pub mod http;
 #[doc(hidden)]
 pub mod hub;
 #[cfg(test)]
+mod import_names;
+#[cfg(test)]
 mod layering;
 pub mod limits;
 #[doc(hidden)]
