@@ -6,7 +6,7 @@
 //! stops, undoes what it did and says what failed. All inside `unshare --net --mount`
 //! (tests/scripts/apply_killed.sh, apply_faults.sh).
 
-mod common;
+use crate::common;
 
 use common::{lib_script, stderr, stdout, tagged};
 

@@ -4,7 +4,7 @@
 //! we did not write (curl for HTTP, tokio-tungstenite for WebSocket, jsonwebtoken mints the
 //! tokens).
 
-mod common;
+use crate::common;
 
 use common::tungstenite::{next_text, Ws};
 use common::ws::status_of;

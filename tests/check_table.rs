@@ -1,7 +1,7 @@
 //! The check table for people: problems first, grouped by area, each with its fix, then one
 //! line counting what passed; `--show all` lists every row; the machine formats keep every row.
 
-mod common;
+use crate::common;
 
 use common::{fixture, stdout, wstune};
 

@@ -3,7 +3,7 @@
 //! fixture trees under tests/fixtures, and with bad input. Every test asserts on exit codes and
 //! on what a person or a machine reads.
 
-mod common;
+use crate::common;
 
 use common::{
     assert_same_tree, bin, check_json, code, copy_dir, finding, fixture, json_of, stderr, stdout,
@@ -907,7 +907,7 @@ fn the_receive_budget_is_raised_only_when_time_squeeze_grew_during_the_watch() {
 fn rings_set_reaches_the_driver_of_a_veth_and_names_a_missing_device() {
     let exe = std::env::current_exe().unwrap();
     let Some(o) = common::in_netns(&format!(
-        "ip link add wsr0 type veth peer name wsr1 && WSTUNE_RINGS_IN_NETNS=1 {} --exact rings_set_in_a_private_namespace --ignored --nocapture --test-threads 1",
+        "ip link add wsr0 type veth peer name wsr1 && WSTUNE_RINGS_IN_NETNS=1 {} --exact cli::rings_set_in_a_private_namespace --ignored --nocapture --test-threads 1",
         exe.display()
     )) else {
         return;

@@ -1,6 +1,6 @@
 //! `serve --cluster redis://...`: two real `wstune serve` nodes on a real `redis-server`.
 
-mod common;
+use crate::common;
 
 use common::tungstenite::{clients, next_text};
 use common::{free_port, redis, Served};

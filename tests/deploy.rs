@@ -4,7 +4,7 @@
 //! end: a real Prometheus scraping `wstune serve` and a real node_exporter (unprivileged)
 //! reading the textfile `wstune check` wrote.
 
-mod common;
+use crate::common;
 
 use common::{bin, code, fixture, have, stderr, stdout, try_get_ok, wait_for, Kill};
 use serde_json::Value as Json;

@@ -6,7 +6,7 @@
 //! with every kernel-wide key that is visible there covered by a bind-mounted scratch file, and
 //! every file goes under a temporary directory.
 
-mod common;
+use crate::common;
 
 use common::{bin, code, finding, fixture, have, stderr, stdout};
 use serde_json::Value as Json;

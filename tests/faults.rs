@@ -3,7 +3,7 @@
 //! a blackhole under 1,000 half-open connections, a 1 Mbit/s link under a broadcast, and an
 //! RST storm plus a SYN flood against a small backlog. Figures in RELIABILITY.md.
 
-mod common;
+use crate::common;
 
 use common::{stderr, stdout};
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! entry; rollback will not silently overwrite values changed by hand; values raised by hand
 //! are persisted; `--unit` says what systemd needs (or that there is none).
 
-mod common;
+use crate::common;
 
 use common::{
     assert_same_tree, code, copy_dir, finding, fixture, json_of, lib_script, stderr, stdout,

@@ -1,7 +1,7 @@
 //! `wstune lb` configurations checked by the real proxies (`haproxy -c`, `nginx -t`), WebSocket
 //! traffic through a real HAProxy to two `wstune serve` backends, and `check --lb-config`.
 
-mod common;
+use crate::common;
 
 use common::{free_port, run, Kill};
 use futures_util::{SinkExt, StreamExt};

@@ -2,7 +2,7 @@
 //! from other loopback source addresses (127.0.0.2, .3, ...: Linux routes all of 127/8 to lo),
 //! raw sockets so every status line and close code is seen as sent.
 
-mod common;
+use crate::common;
 
 use common::{run, serve, wait_until, Served};
 use std::io::{Read, Write};

@@ -3,7 +3,7 @@
 //! error messages in wstune's words, and captured trees read with limits. "Audit defect N"
 //! is row N of RELIABILITY.md's "The outside audit of the tool as a whole".
 
-mod common;
+use crate::common;
 
 use common::{copy_dir, fixture, stderr};
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! `serve --self-test` at the profile's size and its honest verdict: the real binary, real
 //! sockets on 127.0.0.1, the host check against captured trees (`--host-root`).
 
-mod common;
+use crate::common;
 
 use common::{fixture, json_of, run};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! `wstune selftest` and `serve --self-test`: the real binary, real sockets on 127.0.0.1, the
 //! generator's own worker processes.
 
-mod common;
+use crate::common;
 
 use common::{bin, json_of, run, serve};
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //! a final (BFINAL=1) deflate block. Compressed bytes come from Python's zlib (an
 //! implementation we did not write).
 
-mod common;
+use crate::common;
 
 use common::ws::{
     self, close_code, deflated_frame, frame, metric, next_frame, upgraded_deflate, UPGRADE_DEFLATE,

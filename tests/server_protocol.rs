@@ -2,7 +2,7 @@
 //! connection (close frame, FIN, no reset), UTF-8 checked as a frame's bytes arrive, and what
 //! the upgrade request may contain (header size, Host, repeated fields).
 
-mod common;
+use crate::common;
 
 use common::http;
 use common::ws::{frame, header, metric, read_message, status_of, upgraded, MASK, UPGRADE};

@@ -5,7 +5,7 @@
 //! warm-up, fds back to the baseline, a clean server log, no lost client. The 10-minute,
 //! 10,000-connection run and its chart are in RELIABILITY.md.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

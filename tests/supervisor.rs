@@ -2,7 +2,7 @@
 //! operator would (real binary, real sockets, real signals).
 #![cfg(target_os = "linux")]
 
-mod common;
+use crate::common;
 
 use common::tungstenite::{clients, next_text, Ws};
 use common::{redis, signal, Served};

@@ -3,7 +3,7 @@
 //! by the real `wstune` binary with the profile's tuning in its environment, load-tested on
 //! 127.0.0.1, and stopped with its process group; and programs that never become a server.
 
-mod common;
+use crate::common;
 
 use common::{code, fixture, json_of, run, stderr};
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! the TCP dynamic port range check (what replaced MaxUserPort), its netsh fix text, and the
 //! report header. wstune.exe itself, under Wine, is tests/windows_wine.rs.
 
-mod common;
+use crate::common;
 
 use common::{check_json, finding, fixture, wstune};
 use std::path::Path;

@@ -13,7 +13,7 @@
 //! (Wine has no adapter class keys; the fixtures in tests/fixtures/windows-* cover them), and
 //! real Windows TCP performance.
 
-mod common;
+use crate::common;
 
 use common::{finding, run_bounded as bounded};
 

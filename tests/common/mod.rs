@@ -620,10 +620,20 @@ pub fn in_netns(script: &str) -> Option<Output> {
     }
 }
 
+/// Held by every test whose assertions are measurements (a probe's latency under attack, RSS,
+/// the gaps between a generator's sends, CPU ratios): those tests share one binary
+/// (tests/measured.rs) and run one at a time in it, so no other test's load on the same cores
+/// is in their figures.
+pub fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A failed test poisons it; the next still runs alone.
+    ALONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A group of tests that cannot run on this machine (a tool not installed, not root). In CI a
 /// skip is an error: `.ci/run` installs everything, so a skip there would hide a missing install
-/// step. Elsewhere the test returns early, and the group is recorded so that the last test
-/// binary of the run (`tests/zz_skip_summary.rs`) names it, with the command that would run it.
+/// step. Elsewhere the test returns early, and the group is named again when its test binary
+/// exits (see [`record_skip`]), with the command that would run it.
 pub fn skip(group: &str, why: &str) {
     assert!(
         std::env::var("CI").is_err(),
@@ -632,33 +642,41 @@ pub fn skip(group: &str, why: &str) {
     record_skip(group, why);
 }
 
+/// The groups this test binary skipped, with why.
+static SKIPPED: std::sync::Mutex<std::collections::BTreeMap<String, String>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
 /// Like [`skip`], but never an error in CI: only for what CI neither installs nor has (today the
 /// docker CLI). A kernel feature CI's kernel has (schedstat, namespaces) uses [`skip`], so CI can
 /// never go green by skipping a test it could have run.
+///
+/// libtest hides a passing test's output, so the skipped groups are also printed once when the
+/// test binary exits (an `atexit` hook): each binary names its own, whatever order the binaries
+/// or their tests run in (cargo test, nextest, one test by name).
 pub fn record_skip(group: &str, why: &str) {
     eprintln!("skipped: {why}");
-    let dir = skip_dir(std::os::unix::process::parent_id());
-    let name: String = group
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    // Best effort: a summary that misses a group must never fail the test that skipped.
-    let _ = std::fs::create_dir_all(&dir);
-    let _ = std::fs::write(dir.join(name), format!("{group}: {why}"));
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    // SAFETY: atexit takes a plain function that runs once, after main, in this process.
+    HOOK.call_once(|| unsafe {
+        libc::atexit(print_skipped);
+    });
+    SKIPPED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(group.to_string(), why.to_string());
 }
 
-/// Where the skips of one `cargo test` run are recorded: every test binary of a run is a child
-/// of the same cargo process, so its pid tells this run from an earlier one.
-pub fn skip_dir(cargo_pid: u32) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("skipped")
-        .join(cargo_pid.to_string())
+extern "C" fn print_skipped() {
+    let skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+    let groups: Vec<String> = skipped.iter().map(|(g, why)| format!("{g}: {why}")).collect();
+    // stderr is unbuffered; a closed one loses the line, never the exit status.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped test groups in this binary ({}): {}. Run `bash .ci/run` as root to install what they need and run every test.",
+        groups.len(),
+        groups.join("; ")
+    );
 }
 
 /// `n` bytes that no compressor can shrink and that parse as nothing in particular
