@@ -7,7 +7,8 @@
 //!   units, prlimit, sysinfo for its description), optionally recording for `wstune snapshot`;
 //! - [`fixture::FixtureBackend`] at `--root DIR`: a captured tree (from `wstune snapshot` or a
 //!   test fixture), with `DIR/registry.yaml` making it a Windows host;
-//! - [`memory::MemoryBackend`]: in-memory values for unit tests;
+//! - `memory::MemoryBackend`: in-memory values for tests (unit tests, and the `memory-backend`
+//!   feature for the fuzz harness), never in a release build;
 //! - `windows` (cfg(windows) only): the live registry.
 
 pub mod atomic;
@@ -17,6 +18,7 @@ pub mod fs;
 pub mod layout;
 #[cfg(not(windows))]
 pub mod linux;
+#[cfg(any(test, feature = "memory-backend"))]
 pub mod memory;
 pub mod process;
 pub mod procfs;
