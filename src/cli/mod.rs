@@ -5,6 +5,7 @@
 //! this module imports it.
 
 pub mod args;
+pub mod docs;
 pub mod resolve;
 
 use crate::cmd;
@@ -86,8 +87,8 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Snapshot(a) => cmd::snapshot::run(resolve::snapshot(&a)),
         Command::Profiles(p) => cmd::profiles::run(resolve::profiles(&p)),
         Command::Export(a) => cmd::export::run(resolve::export(&a)?),
-        Command::Completions { shell } => cmd::docs::completions(Cli::command(), shell),
-        Command::Man { out } => cmd::docs::man(Cli::command(), &out),
+        Command::Completions { shell } => docs::completions(Cli::command(), shell),
+        Command::Man { out } => docs::man(Cli::command(), &out),
     }
 }
 

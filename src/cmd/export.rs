@@ -233,7 +233,7 @@ fn nic_tree(e: &Export, dir: &std::path::Path) -> Result<Outcome> {
             }
         };
         if let Some(parent) = at.parent() {
-            std::fs::create_dir_all(parent)
+            crate::host::atomic::create_parents(&at)
                 .with_context(|| format!("creating {}{}", parent.display(), done(&written)))?;
         }
         output::write_atomic(&at, text)
@@ -242,8 +242,7 @@ fn nic_tree(e: &Export, dir: &std::path::Path) -> Result<Outcome> {
         // policy script.
         #[cfg(unix)]
         if text.starts_with("#!") {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o755))
+            crate::host::atomic::make_executable(&at)
                 .with_context(|| format!("making {} executable", at.display()))?;
         }
         written.push(at.display().to_string());

@@ -6,7 +6,6 @@
 pub mod apply;
 pub mod bench;
 pub mod check;
-pub mod docs;
 pub mod export;
 pub mod lb;
 pub mod pool;

@@ -240,3 +240,20 @@ mod tests {
         assert_eq!(mode(&kept), 0o600, "an exact mode is exactly that");
     }
 }
+
+/// Create the directories a file at `path` goes in (an export writes a tree of files).
+pub fn create_parents(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(dir) => std::fs::create_dir_all(dir),
+        None => Ok(()),
+    }
+}
+
+/// Make `path` executable by everyone (0755), as a script must be that is copied into place
+/// with `cp -r` and executed by a daemon.
+#[cfg(unix)]
+pub fn make_executable(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+}
+

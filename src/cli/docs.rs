@@ -1,7 +1,7 @@
 //! `wstune completions SHELL` and `wstune man --out DIR`: shell completion scripts
 //! (clap_complete) and man pages (clap_mangen) generated from the same clap definitions the
-//! parser uses, so they cannot drift from the flags (`cli` passes them in as `clap::Command`).
-//! The Debian package ships both.
+//! parser uses, so they cannot drift from the flags. They live in cli/ because they are clap's
+//! own output. The Debian package ships both.
 
 use crate::outcome::Outcome;
 use crate::output;
