@@ -4,8 +4,6 @@
 //! be done); only `cli` maps it to the process's exit code (`cli::exit`), so the policy sits in
 //! one place and nothing in the library decides how the process ends.
 
-use crate::catalog::eval::Summary;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// Done, and nothing failed (warnings allowed when they do not count).
@@ -21,11 +19,13 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// A check's outcome: any failure fails; warnings count only when `strict`.
-    pub fn of_checks(s: &Summary, strict: bool) -> Outcome {
-        if s.fail > 0 {
+    /// A check's outcome from its failed and warning counts: any failure fails; warnings
+    /// count only when `strict`. (Counts, not the catalog's summary: this module is a leaf
+    /// every command may use.)
+    pub fn of_checks(failed: usize, warnings: usize, strict: bool) -> Outcome {
+        if failed > 0 {
             Outcome::Failed
-        } else if strict && s.warn > 0 {
+        } else if strict && warnings > 0 {
             Outcome::Warnings
         } else {
             Outcome::Ok
@@ -39,15 +39,10 @@ mod tests {
 
     #[test]
     fn a_check_fails_on_failures_and_warns_only_when_strict() {
-        let s = |fail, warn| Summary {
-            fail,
-            warn,
-            ..Summary::default()
-        };
-        assert_eq!(Outcome::of_checks(&s(0, 0), true), Outcome::Ok);
-        assert_eq!(Outcome::of_checks(&s(0, 3), false), Outcome::Ok);
-        assert_eq!(Outcome::of_checks(&s(0, 3), true), Outcome::Warnings);
-        assert_eq!(Outcome::of_checks(&s(1, 3), true), Outcome::Failed);
-        assert_eq!(Outcome::of_checks(&s(1, 0), false), Outcome::Failed);
+        assert_eq!(Outcome::of_checks(0, 0, true), Outcome::Ok);
+        assert_eq!(Outcome::of_checks(0, 3, false), Outcome::Ok);
+        assert_eq!(Outcome::of_checks(0, 3, true), Outcome::Warnings);
+        assert_eq!(Outcome::of_checks(1, 3, true), Outcome::Failed);
+        assert_eq!(Outcome::of_checks(1, 0, false), Outcome::Failed);
     }
 }

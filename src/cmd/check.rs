@@ -54,5 +54,9 @@ pub fn run(r: Request) -> Result<Outcome> {
         }
     };
     output::emit(r.output.as_deref(), &text)?;
-    Ok(Outcome::of_checks(&report.summary, r.strict))
+    Ok(Outcome::of_checks(
+        report.summary.fail,
+        report.summary.warn,
+        r.strict,
+    ))
 }

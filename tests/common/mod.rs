@@ -668,7 +668,10 @@ pub fn record_skip(group: &str, why: &str) {
 
 extern "C" fn print_skipped() {
     let skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
-    let groups: Vec<String> = skipped.iter().map(|(g, why)| format!("{g}: {why}")).collect();
+    let groups: Vec<String> = skipped
+        .iter()
+        .map(|(g, why)| format!("{g}: {why}"))
+        .collect();
     // stderr is unbuffered; a closed one loses the line, never the exit status.
     use std::io::Write;
     let _ = writeln!(
