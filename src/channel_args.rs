@@ -10,10 +10,8 @@ use embedded_server::channels::{ApiKey, ChannelsSettings, Verifier, DEFAULT_MAX_
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The environment variable holding the HTTP API key (when no --api-key-file is given).
-pub const ENV_API_KEY: &str = "WSTUNE_API_KEY";
-/// The environment variable holding the JWT secret (when no --auth-secret-file is given).
-pub const ENV_AUTH_SECRET: &str = "WSTUNE_AUTH_SECRET";
+use crate::serve::config::TokenAuth;
+pub use crate::serve::config::{ENV_API_KEY, ENV_AUTH_SECRET};
 
 /// The channels flags of `wstune serve` (each overrides its `server.channels` key).
 #[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
@@ -42,15 +40,15 @@ pub struct ChannelArgs {
     pub auth_audience: Option<String>,
 }
 
-/// What the flags, the environment and the profile resolve to.
-pub struct Resolved {
+/// What the flags, the environment and the profile resolve to. The secrets are kept as read:
+/// child servers get them in their environment (`ServeConfig::child_env`), so the supervisor
+/// and a restarted process present and expect the same key even if a file changed since.
+pub struct ChannelsConfig {
     pub settings: ChannelsSettings,
     pub api_key: Option<ApiKey>,
-    /// The secrets a `--processes` supervisor sets in each server process's environment (and
-    /// only there): the API key always as the supervisor read it (so the supervisor and a
-    /// restarted process present and expect the same key, even if the file changed since),
-    /// the JWT secret when it came from the environment.
-    pub child_env: Vec<(&'static str, String)>,
+    /// The JWT secret, and the limits its verifier (in `settings.auth`) checks.
+    pub auth_secret: Option<String>,
+    pub token_auth: Option<TokenAuth>,
 }
 
 /// Where a secret comes from: the flag's file, else the environment, else the profile's file.
@@ -74,15 +72,9 @@ fn secret(
     if let Some(p) = flag {
         return read(p, flag_name);
     }
-    if let Some(v) = std::env::var_os(env) {
-        // Read once, then out of this process's environment: nothing it starts later (a
-        // hook, a helper) inherits the secret by accident. The `--processes` supervisor hands
-        // its copy to each server process explicitly (`Resolved::child_env`). Note that
-        // /proc/PID/environ keeps showing the environment the process was started with.
-        std::env::remove_var(env);
-        let v = v
-            .into_string()
-            .map_err(|_| anyhow::anyhow!("${env} is not UTF-8 text"))?;
+    // Read once, then out of this process's environment (`host::take_env`); child servers
+    // get their copy explicitly (`ServeConfig::child_env`).
+    if let Some(v) = crate::host::take_env(env).map_err(anyhow::Error::msg)? {
         return Ok(Some((v, format!("${env}"))));
     }
     if !profile.is_empty() {
@@ -97,8 +89,7 @@ pub fn resolve(
     a: &ChannelArgs,
     app_is_channels: bool,
     table: &mut Vec<crate::report::Setting>,
-) -> anyhow::Result<Resolved> {
-    let mut child_env = Vec::new();
+) -> anyhow::Result<ChannelsConfig> {
     let api_key = match secret(
         &a.api_key_file,
         "--api-key-file",
@@ -108,7 +99,6 @@ pub fn resolve(
     )? {
         Some((text, from)) => {
             let k = ApiKey::new(&text).map_err(|e| anyhow::anyhow!("{from}: {e}"))?;
-            child_env.push((ENV_API_KEY, k.expose().to_string()));
             table.push(("api key", "set".into(), source(&from)));
             Some(k)
         }
@@ -128,11 +118,8 @@ pub fn resolve(
                      secret)"
                 );
             }
-            if from.starts_with('$') {
-                child_env.push((ENV_AUTH_SECRET, text.clone()));
-            }
-            // A file's trailing newline is not part of the secret; anything else is.
-            let v = Verifier::new(text.trim_end_matches(['\n', '\r']).as_bytes())
+            // Checked now, so a short secret is named with where it came from.
+            Verifier::new(text.trim_end_matches(['\n', '\r']).as_bytes())
                 .map_err(|e| anyhow::anyhow!("{from}: {e}"))?;
             table.push(("token auth", "HS256 JWT".into(), source(&from)));
             let lifetime = a.auth_max_lifetime.or(match p.auth.max_lifetime_secs {
@@ -155,7 +142,14 @@ pub fn resolve(
                 let f = from_flag(a.auth_audience.is_some());
                 table.push(("token audience", aud.clone(), f));
             }
-            Some(Arc::new(v.with_limits(lifetime, audience.as_deref())))
+            let t = TokenAuth {
+                max_lifetime: lifetime,
+                audience,
+            };
+            let v = t
+                .verifier(&text)
+                .map_err(|e| anyhow::anyhow!("{from}: {e}"))?;
+            Some((Arc::new(v), text, t))
         }
         None if a.auth_max_lifetime.is_some() || a.auth_audience.is_some() => {
             anyhow::bail!(
@@ -179,14 +173,19 @@ pub fn resolve(
     if app_is_channels {
         table.push(("max subscriptions", max_subscriptions.to_string(), from));
     }
-    Ok(Resolved {
+    let (auth, auth_secret, token_auth) = match auth {
+        Some((v, secret, t)) => (Some(v), Some(secret), Some(t)),
+        None => (None, None, None),
+    };
+    Ok(ChannelsConfig {
         settings: ChannelsSettings {
             auth,
             max_subscriptions,
             ..ChannelsSettings::default()
         },
         api_key,
-        child_env,
+        auth_secret,
+        token_auth,
     })
 }
 

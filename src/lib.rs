@@ -27,6 +27,7 @@ pub mod pool;
 pub mod profile;
 pub mod report;
 pub mod selftest;
+pub mod serve;
 pub mod server_limits;
 pub mod supervisor;
 pub mod value;

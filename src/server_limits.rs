@@ -187,70 +187,6 @@ pub fn resolve(
     })
 }
 
-/// The flags as given, for a child `serve` (the `--processes` supervisor's, the self-test's).
-pub fn child_args(a: &LimitArgs) -> Vec<String> {
-    let mut v = Vec::new();
-    if let Some(n) = a.max_conns_per_ip {
-        v.extend(["--max-conns-per-ip".into(), n.to_string()]);
-    }
-    for (flag, x) in [
-        ("--conn-rate-per-ip", &a.conn_rate_per_ip),
-        ("--conn-rate", &a.conn_rate),
-        ("--message-rate", &a.message_rate),
-    ] {
-        if let Some(x) = x {
-            v.extend([flag.to_string(), x.clone()]);
-        }
-    }
-    if let Some(c) = a.message_rate_close {
-        v.extend(["--message-rate-close".into(), c.to_string()]);
-    }
-    for e in &a.exempt {
-        v.extend(["--limit-exempt".into(), e.clone()]);
-    }
-    for t in &a.trusted_proxies {
-        v.extend(["--trusted-proxy".into(), t.clone()]);
-    }
-    if let Some(n) = a.max_pending_handshakes {
-        v.extend(["--max-pending-handshakes".into(), n.to_string()]);
-    }
-    if let Some(n) = a.fd_reserve {
-        v.extend(["--fd-reserve".into(), n.to_string()]);
-    }
-    v
-}
-
-/// The self-test's load comes from loopback: its own source addresses (127.0.0.0/8, spread
-/// over many to get past the port range, and ::1) are exempt from every limit, so a host
-/// tuned with per-address caps and rates does not fail its own proof. The limits themselves
-/// are covered by tests/limits.rs, not by the load test.
-pub const SELF_TEST_EXEMPT: [&str; 2] = ["127.0.0.0/8", "::1"];
-
-/// Exempt the self-test's own sources (see `SELF_TEST_EXEMPT`).
-pub fn exempt_self_test(s: &mut LimitSettings) {
-    for c in SELF_TEST_EXEMPT {
-        let c = Cidr::parse(c).expect("a valid built-in network");
-        if !s.exempt.contains(&c) {
-            s.exempt.push(c);
-        }
-    }
-}
-
-/// `exempt_self_test` for a child server: its flags with the exemption added (a flag list
-/// replaces the profile's, so the profile's entries are carried over too).
-pub fn self_test_child_args(a: &LimitArgs, p: &LimitsProfile) -> Vec<String> {
-    let mut a = a.clone();
-    if a.exempt.is_empty() {
-        a.exempt = p.exempt.clone();
-    }
-    for c in SELF_TEST_EXEMPT {
-        if !a.exempt.iter().any(|e| e == c) {
-            a.exempt.push(c.to_string());
-        }
-    }
-    child_args(&a)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,29 +236,5 @@ mod tests {
             ..LimitArgs::default()
         })
         .starts_with("--trusted-proxy: '10.0.0.0/40' is not an address"));
-    }
-
-    #[test]
-    fn the_self_test_exempts_loopback_and_keeps_the_operators_list() {
-        let mut s = LimitSettings::default();
-        exempt_self_test(&mut s);
-        assert!(s.is_exempt("127.0.0.42".parse().unwrap()));
-        assert!(s.is_exempt("::1".parse().unwrap()));
-        let p = LimitsProfile {
-            exempt: vec!["10.0.0.1".into()],
-            ..LimitsProfile::default()
-        };
-        let v = self_test_child_args(&LimitArgs::default(), &p);
-        assert_eq!(
-            v,
-            [
-                "--limit-exempt",
-                "10.0.0.1",
-                "--limit-exempt",
-                "127.0.0.0/8",
-                "--limit-exempt",
-                "::1"
-            ]
-        );
     }
 }

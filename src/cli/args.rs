@@ -490,6 +490,18 @@ pub struct ServeArgs {
     pub load: LoadArgs,
 }
 
+/// Every flag at its default: `wstune serve` with nothing typed. The defaults are the
+/// attributes above, read through clap itself, so they stay in one place.
+impl Default for ServeArgs {
+    fn default() -> Self {
+        use clap::FromArgMatches;
+        let cmd = <ServeArgs as Args>::augment_args(clap::Command::new("serve"));
+        let none: [&str; 0] = [];
+        ServeArgs::from_arg_matches(&cmd.get_matches_from(none))
+            .expect("every serve flag has a default or is optional")
+    }
+}
+
 /// The load generator's settings, shared by `selftest` and `serve --self-test`.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Load test (selftest, serve --self-test)")]

@@ -330,7 +330,7 @@ async fn start_user(
     };
     // The load comes from 127.0.0.1: the profile's abuse limits must not refuse it (as
     // `serve --self-test` does).
-    crate::server_limits::exempt_self_test(&mut config.limits);
+    crate::serve::config::exempt_self_test(&mut config.limits);
     UserServer::start(words, &config, true).await
 }
 

@@ -7,352 +7,30 @@ use crate::engine::selftest::Load;
 use crate::outcome::Outcome;
 use crate::profile::Profile;
 use crate::selftest::report::BudgetReport;
+use crate::serve::config::{LogFormat, ServeConfig};
 use anyhow::{Context, Result};
-use embedded_server::{App, BackpressureClose, Server, ServerConfig, SimulatedWork};
+use embedded_server::{Server, ServerConfig};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-/// `serve`, resolved: the profile loaded once, the server flags as given, and the host to
-/// judge. The flags stay as given (None: the profile's) because a `--processes` supervisor
-/// and `--self-test` pass them on to child servers.
+/// `serve`, resolved: the one configuration, and the host to judge.
 pub struct Request {
-    pub profile: Profile,
-    pub flags: Flags,
-    /// `--self-test`'s load settings; None: serve.
-    pub self_test: Option<Load>,
-    /// `--self-test --command`: the user's server to start instead of the built-in apps.
-    pub command: Option<Vec<String>>,
+    pub config: ServeConfig,
+    /// `--self-test`: the load and the profile it is sized by; None: serve.
+    pub self_test: Option<SelfTest>,
     /// The host the server will run on (or, for the self-test, `--host-root`'s tree), with the
     /// inputs the check pipeline needs; None when they cannot be loaded (no host warning then).
     pub host: Option<HostInputs>,
 }
 
-/// Log lines for people or for log shippers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-/// `serve`'s flags (`wstune serve --help` documents each); None takes the profile's value.
-#[derive(Debug, Clone)]
-pub struct Flags {
-    /// The profile as named (children are started with the same name).
-    pub profile: String,
-    pub bind: std::net::IpAddr,
-    pub port: u16,
-    pub app: App,
-    pub handler: String,
-    pub workers: Option<usize>,
-    pub coalesce_us: Option<u64>,
-    pub offload_pool: Option<usize>,
-    pub offload_queue: Option<usize>,
-    pub max_connections: Option<usize>,
-    pub max_frame: Option<usize>,
-    pub max_message: Option<usize>,
-    pub fragment: Option<usize>,
-    pub send_queue: Option<usize>,
-    pub backpressure_close: u16,
-    pub heartbeat_interval: Option<u64>,
-    pub heartbeat_timeout: Option<u64>,
-    pub handshake_timeout: u64,
-    pub origins: Vec<String>,
-    pub subprotocols: Vec<String>,
-    /// An address, or "off".
-    pub admin: String,
-    pub reuseport: bool,
-    pub acceptors: usize,
-    pub processes: Option<crate::profile::Processes>,
-    pub deflate: bool,
-    pub no_deflate: bool,
-    pub deflate_window_bits: Option<u8>,
-    pub deflate_mem_level: Option<u8>,
-    pub deflate_level: Option<u8>,
-    pub deflate_threshold: Option<usize>,
-    pub deflate_no_context_takeover: bool,
-    pub inflate_budget: Option<usize>,
-    pub memory_budget: Option<usize>,
-    pub conn_memory_share: Option<usize>,
-    pub message_timeout: Option<u64>,
-    pub drain_timeout: Option<u64>,
-    pub inflate_ratio_limit: Option<u32>,
-    pub inflate_rate: Option<u64>,
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-    pub shutdown_grace: u64,
-    pub log_format: LogFormat,
-    pub log_level: Option<String>,
-    pub cluster: Option<String>,
-    /// The abuse-limit flags (see `server_limits`).
-    pub limits: crate::server_limits::LimitArgs,
-    /// The channels app's flags (see `channel_args`).
-    pub channels: crate::channel_args::ChannelArgs,
-}
-
-/// Settings resolved from the profile and flags, with where each came from.
-pub struct Resolved {
-    pub config: ServerConfig,
-    pub workers: usize,
-    /// The I/O threads' wake-up coalescing window (`embedded_server::coalesce`).
-    pub coalesce: Duration,
-    pub table: Vec<crate::report::Setting>,
-    /// The admin listener's HTTP API key (None: the API is off).
-    pub api_key: Option<embedded_server::channels::ApiKey>,
-    /// Secrets for a supervisor's server processes' environment (`channel_args::Resolved`).
-    pub child_env: Vec<(&'static str, String)>,
-}
-
-/// The server's configuration: each flag given, else the profile's value, within its bounds.
-pub fn resolve(p: &Profile, a: &Flags) -> Result<Resolved> {
-    let s = &p.server;
-    let mut table = Vec::new();
-    let mut pick = |name: &'static str, flag: Option<usize>, prof: u64| -> usize {
-        let (v, from) = match flag {
-            Some(v) => (v, "flag"),
-            None => (prof as usize, "profile"),
-        };
-        table.push((name, v.to_string(), from));
-        v
-    };
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let workers = match pick("io workers (0 = cores)", a.workers, s.io_workers) {
-        0 => cores,
-        n => n,
-    };
-    let coalesce_us = pick(
-        "wake-up coalescing us (0 = off)",
-        a.coalesce_us.map(|v| v as usize),
-        s.coalesce_us,
-    );
-    let max_window = embedded_server::coalesce::MAX_WINDOW.as_micros() as usize;
-    if coalesce_us > max_window {
-        anyhow::bail!(
-            "--coalesce-us {coalesce_us}: at most {max_window} microseconds (0 serves every \
-             message the moment it arrives)"
-        );
-    }
-    let offload_pool_size = pick(
-        "offload pool (0 = cores)",
-        a.offload_pool,
-        s.offload_pool_size,
-    );
-    let offload_queue_size = pick("offload queue", a.offload_queue, s.offload_queue_size);
-    let max_connections = pick("max connections", a.max_connections, s.max_connections);
-    let max_frame_bytes = pick("max frame bytes", a.max_frame, s.max_frame_bytes);
-    let max_message_bytes = pick("max message bytes", a.max_message, s.max_message_bytes);
-    let fragment_bytes = pick("fragment bytes", a.fragment, s.fragment_bytes);
-    let send_queue_bytes = pick("send queue cap bytes", a.send_queue, s.send_queue_bytes);
-    let notsent_lowat_bytes = pick(
-        "unsent bytes per socket (TCP_NOTSENT_LOWAT; 0 = system's)",
-        None,
-        s.notsent_lowat_bytes,
-    );
-    let hb_interval = pick(
-        "heartbeat interval s",
-        a.heartbeat_interval.map(|v| v as usize),
-        s.heartbeat.interval_secs,
-    );
-    let hb_timeout = pick(
-        "heartbeat timeout s",
-        a.heartbeat_timeout.map(|v| v as usize),
-        s.heartbeat.timeout_secs,
-    );
-    let handler =
-        SimulatedWork::parse(&a.handler).map_err(|e| anyhow::anyhow!("--handler: {e}"))?;
-    let app = a.app;
-    table.push(("app", format!("{:?}", app).to_lowercase(), "flag"));
-    table.push(("handler", a.handler.clone(), "flag"));
-    let pd = &s.deflate;
-    let from_profile = embedded_server::DeflateSettings::from(pd);
-    let deflate = embedded_server::DeflateSettings {
-        enabled: (from_profile.enabled || a.deflate) && !a.no_deflate,
-        window_bits: a.deflate_window_bits.unwrap_or(from_profile.window_bits),
-        mem_level: a.deflate_mem_level.unwrap_or(from_profile.mem_level),
-        level: a.deflate_level.unwrap_or(from_profile.level),
-        threshold: a.deflate_threshold.unwrap_or(from_profile.threshold),
-        context_takeover: from_profile.context_takeover && !a.deflate_no_context_takeover,
-    };
-    let from = |flag: bool| if flag { "flag" } else { "profile" };
-    table.push((
-        "permessage-deflate",
-        if deflate.enabled {
-            "on".into()
-        } else {
-            "off".into()
-        },
-        from(a.deflate || a.no_deflate),
-    ));
-    if deflate.enabled {
-        table.push((
-            "deflate window bits / memLevel / level",
-            format!(
-                "{} / {} / {}",
-                deflate.window_bits, deflate.mem_level, deflate.level
-            ),
-            from(
-                a.deflate_window_bits.is_some()
-                    || a.deflate_mem_level.is_some()
-                    || a.deflate_level.is_some(),
-            ),
-        ));
-        table.push((
-            "deflate threshold bytes",
-            deflate.threshold.to_string(),
-            from(a.deflate_threshold.is_some()),
-        ));
-        table.push((
-            "deflate context takeover",
-            deflate.context_takeover.to_string(),
-            from(a.deflate_no_context_takeover),
-        ));
-    }
-    let (inflate_budget, budget_from) = match (a.inflate_budget, pd.inflate_budget_bytes) {
-        (Some(b), _) => (b, "flag"),
-        (None, Some(b)) => (b as usize, "profile"),
-        (None, None) => (
-            embedded_server::config::default_inflate_budget(max_message_bytes),
-            "default",
-        ),
-    };
-    if deflate.enabled {
-        table.push((
-            "inflate budget bytes",
-            inflate_budget.to_string(),
-            budget_from,
-        ));
-    }
-    let budget = resolve_budget(&s.budget, a, &mut table);
-    let limits = crate::server_limits::resolve(&s.limits, &a.limits, &mut table)?;
-    let channels = crate::channel_args::resolve(
-        &s.channels,
-        &a.channels,
-        app == embedded_server::App::Channels,
-        &mut table,
-    )?;
-    let config = ServerConfig {
-        limits,
-        channels: channels.settings,
-        deflate,
-        app,
-        handler,
-        max_connections,
-        max_frame_bytes,
-        max_message_bytes,
-        fragment_bytes,
-        send_queue_bytes,
-        notsent_lowat_bytes,
-        backpressure_close: if a.backpressure_close == 1013 {
-            BackpressureClose::TryAgain
-        } else {
-            BackpressureClose::Policy
-        },
-        heartbeat_interval: Duration::from_secs(hb_interval as u64),
-        heartbeat_timeout: Duration::from_secs(hb_timeout as u64),
-        handshake_timeout: Duration::from_secs(a.handshake_timeout.max(1)),
-        max_header_bytes: 8 << 10,
-        allowed_origins: a.origins.clone(),
-        subprotocols: a.subprotocols.clone(),
-        offload_pool_size,
-        offload_queue_size: offload_queue_size.max(1),
-        shutdown_grace: Duration::from_secs(a.shutdown_grace),
-        inflate_budget: Some(inflate_budget),
-        memory_budget: None,
-        conn_memory_share: budget.conn_share,
-        message_timeout: budget.message_timeout,
-        send_drain_timeout: budget.drain_timeout,
-        inflate_ratio_limit: budget.ratio,
-        inflate_rate: budget.rate,
-    };
-    // The memory budget's default follows the connection count; shown as resolved.
-    let config = ServerConfig {
-        memory_budget: Some(budget.memory.unwrap_or_else(|| config.memory_budget())),
-        ..config
-    };
-    table.push((
-        "memory budget bytes",
-        config.memory_budget().to_string(),
-        budget.memory_from,
-    ));
-    table.push((
-        "memory share per connection bytes",
-        config.conn_memory_share().to_string(),
-        if budget.conn_share.is_some() {
-            "flag/profile"
-        } else {
-            "default"
-        },
-    ));
-    // Every bound lives in ServerConfig::validate; only where the budget came from is ours.
-    config
-        .validate()
-        .map_err(|e| anyhow::Error::new(e.with_origin(budget_from)))?;
-    Ok(Resolved {
-        config,
-        workers,
-        coalesce: Duration::from_micros(coalesce_us as u64),
-        table,
-        api_key: channels.api_key,
-        child_env: channels.child_env,
-    })
-}
-
-/// `server.budget` with its flags over it (0 in the profile: the server's derived default).
-struct BudgetResolved {
-    memory: Option<usize>,
-    memory_from: &'static str,
-    conn_share: Option<usize>,
-    message_timeout: Duration,
-    drain_timeout: Duration,
-    ratio: u32,
-    rate: u64,
-}
-
-fn resolve_budget(
-    p: &crate::profile::BudgetProfile,
-    a: &Flags,
-    table: &mut Vec<crate::report::Setting>,
-) -> BudgetResolved {
-    let nonzero = |v: u64| (v > 0).then_some(v as usize);
-    let (memory, memory_from) = match (a.memory_budget, nonzero(p.memory_bytes)) {
-        (Some(b), _) => (Some(b), "flag"),
-        (None, Some(b)) => (Some(b), "profile"),
-        (None, None) => (None, "default"),
-    };
-    let from = |flag: bool| if flag { "flag" } else { "profile" };
-    let message_timeout = a.message_timeout.unwrap_or(p.message_timeout_secs);
-    let drain_timeout = a.drain_timeout.unwrap_or(p.drain_timeout_secs);
-    let ratio = a
-        .inflate_ratio_limit
-        .unwrap_or(u32::try_from(p.inflate_ratio_limit).unwrap_or(u32::MAX));
-    let rate = a.inflate_rate.unwrap_or(p.inflate_rate_bytes);
-    table.push((
-        "message timeout secs (0 = none)",
-        message_timeout.to_string(),
-        from(a.message_timeout.is_some()),
-    ));
-    table.push((
-        "send drain timeout secs (0 = none)",
-        drain_timeout.to_string(),
-        from(a.drain_timeout.is_some()),
-    ));
-    table.push((
-        "inflate ratio limit / rate bytes per s",
-        format!("{ratio} / {rate}"),
-        from(a.inflate_ratio_limit.is_some() || a.inflate_rate.is_some()),
-    ));
-    BudgetResolved {
-        memory,
-        memory_from,
-        conn_share: a.conn_memory_share.or(nonzero(p.conn_share_bytes)),
-        message_timeout: Duration::from_secs(message_timeout),
-        drain_timeout: Duration::from_secs(drain_timeout),
-        ratio,
-        rate,
-    }
+/// `serve --self-test`'s own inputs.
+pub struct SelfTest {
+    /// The load settings.
+    pub load: Load,
+    /// The profile the scenarios are sized by and judged against.
+    pub profile: Profile,
+    /// `--command`: the user's server to start instead of the built-in apps.
+    pub command: Option<Vec<String>>,
 }
 
 /// Make glibc give large freed blocks back to the kernel at once. By default its mmap
@@ -374,45 +52,39 @@ fn release_large_frees() {
 
 pub fn run(req: Request) -> Result<Outcome> {
     release_large_frees();
-    if let Some(load) = &req.self_test {
-        return self_test(&req, load);
+    if let Some(t) = &req.self_test {
+        return self_test(&req.config, t, req.host.as_ref());
     }
-    let a = &req.flags;
-    let r = resolve(&req.profile, a)?;
-    if let Some(url) = &a.cluster {
+    let r = &req.config;
+    if let Some(url) = &r.cluster {
         crate::cluster::client(url)?;
     }
-    let admin: Option<SocketAddr> = match a.admin.as_str() {
-        "off" => None,
-        s => Some(s.parse().with_context(|| {
-            format!("--admin {s}: not an address like 127.0.0.1:9002 (or off)")
-        })?),
-    };
-    let tls = tls_config(a)?;
+    let admin = r.admin;
+    let tls = tls_config(r)?;
     // A supervised process (started by `--processes`) serves; anyone else may supervise.
     let supervised: Option<u64> = std::env::var(crate::supervisor::ENV_PROCESS)
         .ok()
         .and_then(|v| v.parse().ok());
     if supervised.is_none() {
-        if let Some(outcome) = supervise(&req.profile, a, &r, admin, tls.is_some())? {
+        if let Some(outcome) = supervise(r, tls.is_some())? {
             return Ok(outcome);
         }
     }
-    init_logs(a, "info");
+    init_logs(r, "info");
     let scheme = if tls.is_some() { "wss" } else { "ws" };
     let (soft, hard) = crate::host::raise_nofile();
-    let rt = runtime(&r)?;
+    let rt = runtime(r)?;
     rt.block_on(async move {
         // Before anything listens: a SIGTERM right after "listening" must drain, not kill.
         let shutdown = embedded_server::shutdown_signal()
             .context("cannot install the SIGTERM/SIGINT handlers")?;
-        let addr = SocketAddr::new(a.bind, a.port);
-        let acceptors = match (a.reuseport, a.acceptors) {
+        let addr = SocketAddr::new(r.bind, r.port);
+        let acceptors = match (r.reuseport, r.acceptors) {
             (false, _) => 1,
             (true, 0) => r.workers,
             (true, n) => n,
         };
-        let listeners = embedded_server::bind(addr, a.reuseport, acceptors);
+        let listeners = embedded_server::bind(addr, r.reuseport, acceptors);
         let listeners = listeners.map_err(|e| crate::supervisor::listen_error(addr, "--bind", &e))?;
         let local = listeners[0].local_addr()?;
         let admin_listener = match admin {
@@ -427,30 +99,30 @@ pub fn run(req: Request) -> Result<Outcome> {
         if supervised.unwrap_or(0) == 0 {
             host_warnings(req.host.as_ref());
         }
-        if (soft as usize) < r.config.max_connections + 64 {
+        if (soft as usize) < r.server.max_connections + 64 {
             eprintln!(
                 "wstune: warning: this process may open {soft} files (hard limit {hard}), fewer than \
                  max connections {}: accept() will fail with EMFILE beyond that. Raise LimitNOFILE / \
                  ulimit -n (wstune check says how).",
-                r.config.max_connections
+                r.server.max_connections
             );
         }
         let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
         eprintln!(
             "{}",
-            crate::report::settings_table(&r.table, r.workers, listeners.len(), cfg!(windows))
+            crate::report::settings_table(&r.settings, r.workers, listeners.len(), cfg!(windows))
         );
         eprintln!("wstune serve: listening on {scheme}://{local}/");
         if let Some(a) = admin_addr {
-            let api = if r.api_key.is_some() && r.config.app == embedded_server::App::Channels {
+            let api = if r.secrets.api_key.is_some() && r.server.app == embedded_server::App::Channels {
                 format!(" and the API on http://{a}/api/")
             } else {
                 String::new()
             };
             eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics{api}");
         }
-        let server = with_tls(Server::new(r.config.clone()), tls);
-        if let Some(url) = &a.cluster {
+        let server = with_tls(Server::new(r.server.clone()), tls);
+        if let Some(url) = &r.cluster {
             crate::cluster::start(url, server.hub())?;
             eprintln!("wstune serve: cluster backplane on {url} (channel {})", crate::cluster::CHANNEL);
         }
@@ -466,9 +138,9 @@ pub fn run(req: Request) -> Result<Outcome> {
         if let Some(l) = admin_listener {
             let hub = server.hub();
             let mut rx = stop_rx.clone();
-            let max_body = r.config.max_message_bytes;
+            let max_body = r.server.max_message_bytes;
             use embedded_server::admin::{app_name, Gate};
-            let gate = std::sync::Arc::new(Gate::new(r.api_key.clone(), max_body));
+            let gate = std::sync::Arc::new(Gate::new(r.secrets.api_key.clone(), max_body));
             let app = app_name(&hub);
             let stop = async move {
                 let _ = rx.changed().await;
@@ -486,54 +158,41 @@ pub fn run(req: Request) -> Result<Outcome> {
 
 /// `--processes` (or the profile's `server.processes`) above one: run the supervisor, and
 /// return its outcome. None when this process serves alone.
-fn supervise(
-    prof: &Profile,
-    a: &Flags,
-    r: &Resolved,
-    admin: Option<SocketAddr>,
-    tls: bool,
-) -> Result<Option<Outcome>> {
+fn supervise(r: &ServeConfig, tls: bool) -> Result<Option<Outcome>> {
     use crate::profile::Processes;
-    let (want, from) = match a.processes {
-        Some(p) => (p, "--processes"),
-        None => (prof.server.processes, "server.processes"),
-    };
+    let (want, from) = (r.processes, r.processes_from.as_str());
     if want == Processes::Count(1) {
         return Ok(None);
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (_, hard) = crate::host::raise_nofile();
-    let sizing = crate::supervisor::size(want, from, r.config.max_connections, hard, cores)
+    let sizing = crate::supervisor::size(want, from, r.server.max_connections, hard, cores)
         .map_err(anyhow::Error::msg)?;
     if sizing.processes == 1 {
         return Ok(None);
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (admin, tls);
+        let _ = tls;
         anyhow::bail!("{from} {want}: several processes on one port need Linux (SO_REUSEPORT spreads the connections); run one `wstune serve` per port behind a load balancer");
     }
     #[cfg(target_os = "linux")]
     {
         // One process per core by default, each with its share of the cores (nginx's layout);
         // an explicit --workers or profile io_workers is each process's own.
-        let workers = if a.workers.is_none() && prof.server.io_workers == 0 {
+        let workers = if r.workers_follow_cores {
             (cores / sizing.processes).max(1)
         } else {
             r.workers
         };
         let plan = crate::supervisor::Plan {
             sizing,
-            addr: SocketAddr::new(a.bind, a.port),
-            admin,
-            args: std::env::args().skip(1).collect(),
+            addr: SocketAddr::new(r.bind, r.port),
+            admin: r.admin,
+            config: r.clone(),
             workers,
-            relay: a.cluster.is_none(),
-            api_key: r.api_key.clone(),
-            child_env: r.child_env.clone(),
-            max_body: r.config.max_message_bytes,
-            memory_budget: r.config.memory_budget(),
-            grace: Duration::from_secs(a.shutdown_grace),
+            relay: r.cluster.is_none(),
+            grace: r.server.shutdown_grace,
             scheme: if tls { "wss" } else { "ws" },
         };
         Ok(Some(crate::supervisor::supervise(plan)?))
@@ -542,20 +201,19 @@ fn supervise(
 
 /// The TLS configuration from --tls-cert/--tls-key, if given.
 #[cfg(feature = "tls")]
-fn tls_config(a: &Flags) -> Result<Option<embedded_server::tls::Config>> {
-    match (&a.tls_cert, &a.tls_key) {
-        (Some(c), Some(k)) => {
-            Ok(Some(embedded_server::tls::load(c, k).map_err(|e| {
-                anyhow::anyhow!("--tls-cert/--tls-key: {e}")
-            })?))
-        }
-        _ => Ok(None),
+fn tls_config(r: &ServeConfig) -> Result<Option<embedded_server::tls::Config>> {
+    match &r.tls {
+        Some(t) => Ok(Some(
+            embedded_server::tls::load(&t.cert, &t.key)
+                .map_err(|e| anyhow::anyhow!("--tls-cert/--tls-key: {e}"))?,
+        )),
+        None => Ok(None),
     }
 }
 
 #[cfg(not(feature = "tls"))]
-fn tls_config(a: &Flags) -> Result<Option<std::convert::Infallible>> {
-    if a.tls_cert.is_some() {
+fn tls_config(r: &ServeConfig) -> Result<Option<std::convert::Infallible>> {
+    if r.tls.is_some() {
         anyhow::bail!("this wstune was built without the `tls` feature: rebuild with default features for --tls-cert");
     }
     Ok(None)
@@ -584,120 +242,26 @@ fn host_warnings(host: Option<&HostInputs>) {
     }
 }
 
-/// The command line of a child `wstune serve` with this run's server settings: `app` on a
-/// free loopback port, as `processes` processes holding `max_connections` in all, no admin.
-fn child_args(
-    a: &Flags,
-    limits: &crate::profile::LimitsProfile,
-    app: &str,
-    processes: usize,
-    max_connections: usize,
-) -> Vec<String> {
-    let mut v: Vec<String> = vec![
-        "--profile".into(),
-        a.profile.clone(),
-        "--bind".into(),
-        "127.0.0.1".into(),
-        "--port".into(),
-        "0".into(),
-        // On loopback, on a free port: the self-test reads the budget from its /metrics.
-        "--admin".into(),
-        "127.0.0.1:0".into(),
-        "--app".into(),
-        app.into(),
-        "--processes".into(),
-        processes.to_string(),
-        "--max-connections".into(),
-        max_connections.to_string(),
-        "--backpressure-close".into(),
-        a.backpressure_close.to_string(),
-        "--handshake-timeout".into(),
-        a.handshake_timeout.to_string(),
-        "--shutdown-grace".into(),
-        a.shutdown_grace.to_string(),
-    ];
-    if app == "echo" {
-        v.extend(["--handler".into(), a.handler.clone()]);
-    }
-    // A flag the operator gave goes on to the child as given; one left out keeps its default.
-    fn opt<T: ToString>(v: &mut Vec<String>, flag: &str, x: Option<T>) {
-        if let Some(x) = x {
-            v.extend([flag.to_string(), x.to_string()]);
-        }
-    }
-    opt(&mut v, "--workers", a.workers);
-    opt(&mut v, "--coalesce-us", a.coalesce_us);
-    opt(&mut v, "--offload-pool", a.offload_pool);
-    opt(&mut v, "--offload-queue", a.offload_queue);
-    opt(&mut v, "--max-frame", a.max_frame);
-    opt(&mut v, "--max-message", a.max_message);
-    opt(&mut v, "--fragment", a.fragment);
-    opt(&mut v, "--send-queue", a.send_queue);
-    opt(&mut v, "--heartbeat-interval", a.heartbeat_interval);
-    opt(&mut v, "--heartbeat-timeout", a.heartbeat_timeout);
-    opt(&mut v, "--deflate-window-bits", a.deflate_window_bits);
-    opt(&mut v, "--deflate-mem-level", a.deflate_mem_level);
-    opt(&mut v, "--deflate-level", a.deflate_level);
-    opt(&mut v, "--deflate-threshold", a.deflate_threshold);
-    opt(&mut v, "--inflate-budget", a.inflate_budget);
-    opt(&mut v, "--memory-budget", a.memory_budget);
-    opt(&mut v, "--conn-memory-share", a.conn_memory_share);
-    opt(&mut v, "--message-timeout", a.message_timeout);
-    opt(&mut v, "--drain-timeout", a.drain_timeout);
-    opt(&mut v, "--inflate-ratio-limit", a.inflate_ratio_limit);
-    opt(&mut v, "--inflate-rate", a.inflate_rate);
-    // The self-test's children exempt its loopback sources from the abuse limits.
-    v.extend(crate::server_limits::self_test_child_args(
-        &a.limits, limits,
-    ));
-    for o in &a.origins {
-        v.extend(["--origin".into(), o.clone()]);
-    }
-    for p in &a.subprotocols {
-        v.extend(["--subprotocol".into(), p.clone()]);
-    }
-    for (set, flag) in [
-        (a.deflate, "--deflate"),
-        (a.no_deflate, "--no-deflate"),
-        (
-            a.deflate_no_context_takeover,
-            "--deflate-no-context-takeover",
-        ),
-    ] {
-        if set {
-            v.push(flag.into());
-        }
-    }
-    v
-}
-
 /// `serve --self-test`: check the host, start the tuned server (an echo instance with the
 /// configured handler, and a broadcast instance) on loopback, run the scenarios sized to this
 /// host against it, print one report and exit with its verdict.
-fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
+fn self_test(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<Outcome> {
     use crate::selftest::{client::Target, limits, Scenario};
-    let a = &req.flags;
-    let profile = &req.profile;
-    let r = resolve(profile, a)?;
-    init_logs(a, "warn");
-    let host = req
-        .host
-        .as_ref()
-        .map(|h| check::host_check(&check::report(&h.inputs, h.backend.as_ref(), None)));
+    let (load, profile) = (&t.load, &t.profile);
+    init_logs(r, "warn");
+    let host = host.map(|h| check::host_check(&check::report(&h.inputs, h.backend.as_ref(), None)));
     let (soft, _hard) = crate::host::raise_nofile();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let profile_rate = profile.selftest.rate_per_client as f64;
     // Beyond one process's fd limit the server runs as a child `serve --processes N` (the
     // supervisor, Linux); `--processes` (or the profile's server.processes) fixes N instead.
-    let want = match (a.processes, profile.server.processes) {
-        (Some(p), _) => Some((p, "--processes")),
-        (None, crate::profile::Processes::Count(1)) => None,
-        (None, p) => Some((p, "server.processes")),
-    };
+    let want = (r.processes_from == "--processes"
+        || r.processes != crate::profile::Processes::Count(1))
+    .then_some((r.processes, r.processes_from.as_str()));
     let max_server_processes = match want {
         // The user's program is one process as far as the sizing knows (it may fork more;
         // they are measured as its process tree).
-        _ if req.command.is_some() => 1,
+        _ if t.command.is_some() => 1,
         _ if !cfg!(target_os = "linux") => 1,
         Some((crate::profile::Processes::Count(n), _)) => n.max(1) as usize,
         _ => limits::MAX_SERVER_PROCESSES,
@@ -743,12 +307,12 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
         limits::deflate_conns(
             conns,
             profile.estimate().bytes_per_conn(),
-            r.config.deflate.window_bits,
+            r.server.deflate.window_bits,
             room.mem_available,
         )
         // Only said when the deflate scenario runs (named, or among the defaults).
         .filter(|_| {
-            r.config.deflate.enabled
+            r.server.deflate.enabled
                 && load.conns.is_none()
                 && (load.scenarios.is_empty() || load.scenarios.contains(&Scenario::Deflate))
         }),
@@ -780,13 +344,13 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
         Scenario::Storm,
         Scenario::Broadcast,
     ];
-    if r.config.deflate.enabled {
+    if r.server.deflate.enabled {
         defaults.push(Scenario::Deflate);
     }
     // A user's server: broadcast needs an app that sends every message it gets to every
     // connection, which an application cannot be assumed to do; it runs when asked for.
     let mut skipped = Vec::new();
-    if req.command.is_some() && load.scenarios.is_empty() {
+    if t.command.is_some() && load.scenarios.is_empty() {
         defaults.retain(|s| *s != Scenario::Broadcast);
         skipped.push(
             "broadcast: your server is not assumed to send each message to every connection; \
@@ -794,11 +358,11 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
                 .to_string(),
         );
     }
-    let rt = runtime(&r)?;
+    let rt = runtime(r)?;
     let run = async {
-        let mut config = r.config.clone();
+        let mut config = r.server.clone();
         config.max_connections = config.max_connections.max(conns + 16);
-        crate::server_limits::exempt_self_test(&mut config.limits);
+        crate::serve::config::exempt_self_test(&mut config.limits);
         let start = |app: embedded_server::App| {
             crate::selftest::server::start_in_process(ServerConfig {
                 app,
@@ -814,7 +378,7 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
             Child(Box<crate::selftest::server::ChildServer>),
             User(Box<crate::selftest::command::UserServer>),
         }
-        let (echo, fanout, servers, server_pid, fanout_pid) = if let Some(words) = &req.command {
+        let (echo, fanout, servers, server_pid, fanout_pid) = if let Some(words) = &t.command {
             let u = crate::selftest::command::UserServer::start(words, &config, false).await?;
             eprintln!(
                 "wstune serve --self-test: your server `{}` listens on ws://{}/ (pid {})",
@@ -823,20 +387,11 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
             let (addr, pid) = (u.addr, u.pid);
             (addr, addr, vec![Running::User(Box::new(u))], pid, None)
         } else if processes > 1 {
-            let e = crate::selftest::server::ChildServer::start(&child_args(
-                a,
-                &profile.server.limits,
-                "echo",
-                processes,
-                server_max,
-            ))
-            .await?;
-            let b = crate::selftest::server::ChildServer::start(&child_args(
-                a,
-                &profile.server.limits,
-                "broadcast",
-                processes,
-                server_max,
+            let child = |app| r.for_self_test_child(app, processes, server_max);
+            let e = crate::selftest::server::ChildServer::start(&child(embedded_server::App::Echo))
+                .await?;
+            let b = crate::selftest::server::ChildServer::start(&child(
+                embedded_server::App::Broadcast,
             ))
             .await?;
             let (pid, bpid) = (e.pid, b.pid);
@@ -883,7 +438,7 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
                 rate_note: sized.rate_note.clone(),
                 server_processes: Some(processes),
                 // The user's program: whatever processes it starts count too.
-                server_tree: processes > 1 || req.command.is_some(),
+                server_tree: processes > 1 || t.command.is_some(),
                 deflate_conns: deflate_conns.map(|d| d.0),
                 broadcast_server_pid: fanout_pid,
                 budget_cores: Some(room.cores),
@@ -952,7 +507,7 @@ fn self_test(req: &Request, load: &Load) -> Result<Outcome> {
             r = run => r,
         }
     })?;
-    report.program = req.command.as_ref().map(|w| w.join(" "));
+    report.program = t.command.as_ref().map(|w| w.join(" "));
     report.skipped = skipped;
     report.host_check = host;
     crate::selftest::report::combine(&mut report, true);
@@ -976,14 +531,14 @@ fn budget_of(m: &embedded_server::metrics::Metrics) -> BudgetReport {
 /// was killed (its stderr pipe gone) must still drain its clients.
 /// The server's runtime: its I/O threads, each waiting up to the resolved coalescing window
 /// before it sleeps when its traffic is dense (`embedded_server::coalesce`).
-fn runtime(r: &Resolved) -> std::io::Result<tokio::runtime::Runtime> {
+fn runtime(r: &ServeConfig) -> std::io::Result<tokio::runtime::Runtime> {
     let mut b = tokio::runtime::Builder::new_multi_thread();
     b.worker_threads(r.workers).enable_all();
     embedded_server::coalesce::install(&mut b, r.coalesce);
     b.build()
 }
 
-fn init_logs(a: &Flags, default: &str) {
+fn init_logs(a: &ServeConfig, default: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = match &a.log_level {
         Some(level) => EnvFilter::new(level),

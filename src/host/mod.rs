@@ -372,6 +372,20 @@ pub trait Backend {
     }
 }
 
+/// Environment variable `name`, read once and then removed from this process's environment,
+/// so nothing it starts later (a hook, a helper) inherits it by accident: what a child needs
+/// is handed to it explicitly. Note that /proc/PID/environ keeps showing the environment the
+/// process was started with. A value that is not UTF-8 is an error naming the variable.
+pub fn take_env(name: &str) -> Result<Option<String>, String> {
+    let Some(v) = std::env::var_os(name) else {
+        return Ok(None);
+    };
+    std::env::remove_var(name);
+    v.into_string()
+        .map(Some)
+        .map_err(|_| format!("${name} is not UTF-8 text"))
+}
+
 /// Raise this process's soft open-file limit to its hard limit (what a server should do at
 /// start); returns the (soft, hard) limits in force afterwards.
 #[cfg(not(windows))]

@@ -23,14 +23,20 @@ pub struct ChildServer {
 }
 
 impl ChildServer {
-    /// Start `wstune serve ARGS` and wait (bounded) for its "listening on ws://ADDR/" line.
-    /// The rest of its stderr goes on to ours, so its warnings stay visible.
-    pub async fn start(args: &[String]) -> Result<ChildServer> {
+    /// Start `wstune serve` with `config` (handed over in its environment, as the supervisor
+    /// hands its own to its processes) and wait (bounded) for its "listening on ws://ADDR/"
+    /// line. The rest of its stderr goes on to ours, so its warnings stay visible.
+    pub async fn start(config: &crate::serve::config::ServeConfig) -> Result<ChildServer> {
+        let what = format!(
+            "`wstune serve`: {} on {} processes",
+            format!("{:?}", config.server.app).to_lowercase(),
+            config.processes
+        );
         let exe = std::env::current_exe()
             .context("cannot find this program to start the self-test's server")?;
         let mut cmd = tokio::process::Command::new(&exe);
         cmd.arg("serve")
-            .args(args)
+            .envs(config.child_env())
             // Its per-process start and drain lines would bury the report; warnings stay.
             .env(
                 "RUST_LOG",
@@ -63,16 +69,14 @@ impl ChildServer {
             Ok(None) => {
                 let _ = child.kill().await;
                 bail!(
-                    "the self-test's server (`wstune serve {}`) exited before listening:\n{}",
-                    args.join(" "),
+                    "the self-test's server ({what}) exited before listening:\n{}",
                     seen.join("\n")
                 )
             }
             Err(_) => {
                 let _ = child.kill().await;
                 bail!(
-                    "the self-test's server (`wstune serve {}`) did not listen within {} s",
-                    args.join(" "),
+                    "the self-test's server ({what}) did not listen within {} s",
                     START_BUDGET.as_secs()
                 )
             }
