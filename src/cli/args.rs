@@ -1,6 +1,9 @@
 //! What the user typed, validated by clap but not yet resolved: no file is read and no OS
 //! value is touched here (that happens in `resolve`).
 
+pub mod channels;
+pub mod limits;
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -483,9 +486,9 @@ pub struct ServeArgs {
     #[arg(long, hide = true, value_name = "DIR")]
     pub host_root: Option<std::path::PathBuf>,
     #[command(flatten)]
-    pub limits: crate::server_limits::LimitArgs,
+    pub limits: limits::LimitArgs,
     #[command(flatten)]
-    pub channels: crate::channel_args::ChannelArgs,
+    pub channels: channels::ChannelArgs,
     #[command(flatten)]
     pub load: LoadArgs,
 }

@@ -227,7 +227,7 @@ async fn load(
         deflate: false,
         inflight: 1,
         rounds: 1,
-        workers: selftest::limits::workers_for(conns, soft, 1).map_err(anyhow::Error::msg)?,
+        workers: selftest::sizing::workers_for(conns, soft, 1).map_err(anyhow::Error::msg)?,
         sources: Vec::new(),
         server_pid: pid,
         // A user's server may run helpers of its own; the built-in one is one process.

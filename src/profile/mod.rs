@@ -697,7 +697,7 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
             "server.processes",
             n,
             1,
-            crate::supervisor::MAX_PROCESSES as u64,
+            crate::serve::supervisor::MAX_PROCESSES as u64,
             "or auto / cores",
         );
     }

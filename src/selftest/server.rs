@@ -46,7 +46,7 @@ impl ChildServer {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = crate::supervisor::spawn_dying_with_this_process(cmd)
+        let mut child = crate::serve::supervisor::spawn_dying_with_this_process(cmd)
             .with_context(|| format!("cannot start `{} serve`", exe.display()))?;
         let pid = child.id().unwrap_or(0);
         let mut lines =

@@ -3,6 +3,9 @@
 //! (`--processes`, the self-test's) does not resolve again: it reads its parent's configuration
 //! from the environment ([`crate::serve::config::ENV_CONFIG`]).
 
+mod channels;
+mod limits;
+
 use super::{backend, load};
 use crate::cli::args::{self, ServeArgs};
 use crate::cmd;
@@ -71,7 +74,7 @@ pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
     let config = config(&profile, a)?;
     Ok(cmd::serve::Request {
         config,
-        self_test: a.self_test.then(|| cmd::serve::SelfTest {
+        self_test: a.self_test.then(|| crate::serve::self_test::SelfTest {
             load: load(&a.load),
             profile,
             command,
@@ -234,8 +237,8 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
         ));
     }
     let budget = budget(&s.budget, a, &mut table);
-    let limits = crate::server_limits::resolve(&s.limits, &a.limits, &mut table)?;
-    let channels = crate::channel_args::resolve(
+    let limits = limits::resolve(&s.limits, &a.limits, &mut table)?;
+    let channels = channels::resolve(
         &s.channels,
         &a.channels,
         app == embedded_server::App::Channels,

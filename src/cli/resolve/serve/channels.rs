@@ -1,44 +1,14 @@
 //! `serve`'s channels flags and the profile's `server.channels`: the HTTP API's key, the JWT
 //! secret for upgrades and the per-connection subscription cap, resolved into the server's
-//! `ChannelsSettings` and the admin listener's key. Secrets come from a file or the
-//! environment, never from the command line (`ps` and shell history show arguments to every
-//! local user), and no secret is ever printed: the settings table says only where each came
-//! from.
+//! `ChannelsSettings` and the admin listener's key. No secret is ever printed: the settings
+//! table says only where each came from.
 
+use crate::cli::args::channels::ChannelArgs;
 use crate::profile::ChannelsProfile;
+use crate::serve::config::{TokenAuth, ENV_API_KEY, ENV_AUTH_SECRET};
 use embedded_server::channels::{ApiKey, ChannelsSettings, Verifier, DEFAULT_MAX_SUBSCRIPTIONS};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-use crate::serve::config::TokenAuth;
-pub use crate::serve::config::{ENV_API_KEY, ENV_AUTH_SECRET};
-
-/// The channels flags of `wstune serve` (each overrides its `server.channels` key).
-#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
-pub struct ChannelArgs {
-    /// File holding the key backends send to the admin listener's HTTP API (/api/*, as
-    /// `Authorization: Bearer KEY`); without a key the API is off. Else $WSTUNE_API_KEY
-    /// [profile: server.channels.api_key_file]
-    #[arg(long, value_name = "FILE", help_heading = "Channels (--app channels)")]
-    pub api_key_file: Option<PathBuf>,
-    /// File holding the HS256 secret (32+ bytes) that signs the JWTs clients must present on
-    /// upgrade (?token= or Authorization: Bearer); a token's `channels` claim lists what it
-    /// may subscribe to. Else $WSTUNE_AUTH_SECRET [profile: server.channels.auth.secret_file]
-    #[arg(long, value_name = "FILE", help_heading = "Channels (--app channels)")]
-    pub auth_secret_file: Option<PathBuf>,
-    /// Channels one connection may subscribe to at once; more get an error op [profile:
-    /// server.channels.max_subscriptions; default 256]
-    #[arg(long, value_name = "N", help_heading = "Channels (--app channels)")]
-    pub max_subscriptions: Option<usize>,
-    /// Refuse tokens valid for more than SECS (exp - now, or exp - iat when the token has
-    /// iat): caps how long a leaked token works [profile: server.channels.auth.max_lifetime_secs]
-    #[arg(long, value_name = "SECS", help_heading = "Channels (--app channels)")]
-    pub auth_max_lifetime: Option<u64>,
-    /// Require tokens to carry this `aud` claim (tokens minted for another service are
-    /// refused) [profile: server.channels.auth.audience]
-    #[arg(long, value_name = "AUD", help_heading = "Channels (--app channels)")]
-    pub auth_audience: Option<String>,
-}
 
 /// What the flags, the environment and the profile resolve to. The secrets are kept as read:
 /// child servers get them in their environment (`ServeConfig::child_env`), so the supervisor

@@ -684,7 +684,7 @@ fn up_admins(st: &State) -> Vec<(usize, SocketAddr)> {
 /// The supervisor's side of the channels API (see `serve_admin`).
 mod api_glue {
     use super::{up_admins, State};
-    use crate::supervisor::api::Process;
+    use crate::serve::supervisor::api::Process;
 
     impl Process for State {
         fn api_key(&self) -> Option<&str> {
