@@ -161,6 +161,11 @@ mod tests {
                 if flag_attributes.iter().any(|a| text.contains(a)) {
                     bad.push(format!("{rel} declares command-line flags outside cli"));
                 }
+                // Commands are the top: what they share lives below them (engine, selftest),
+                // so nothing else may import one (selftest once read a command's metrics).
+                if !rel.starts_with("cmd/") && from_crate.iter().any(|n| n == "cmd") {
+                    bad.push(format!("{rel} imports a command"));
+                }
                 if rel.starts_with("cmd/") && rel != "cmd/mod.rs" {
                     let from_super = names_under(&text, "super");
                     if from_crate.iter().any(|n| n == "cmd")

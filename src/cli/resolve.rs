@@ -10,7 +10,7 @@ use super::args::{
 use crate::cmd;
 
 mod serve;
-use crate::engine::check::{self, LbConfig, Resolved, Target};
+use crate::engine::check::{self, HostInputs, LbConfig, Target};
 use crate::engine::selftest::Load;
 use crate::host::layout::Layout;
 use crate::host::store::Store;
@@ -35,7 +35,7 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
         None => None,
     };
     Ok(cmd::check::Request {
-        host: Resolved { inputs, backend },
+        host: HostInputs { inputs, backend },
         store,
         format: match a.format {
             args::Format::Table => report::Format::Table,
@@ -82,7 +82,7 @@ pub fn apply(a: &ApplyArgs) -> Result<cmd::apply::Request> {
     refuse_unit_without_systemd(a.target.unit.as_deref(), backend.as_ref())?;
     Ok(cmd::apply::Request {
         nics: a.nic.clone(),
-        host: Resolved { inputs, backend },
+        host: HostInputs { inputs, backend },
         store,
         scope: crate::apply::plan::Scope {
             runtime: !a.persist_only,
@@ -153,7 +153,7 @@ pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
         bail!("--nic renders a NIC's boot files, which only --to nic and --to ansible carry: drop --nic, or pass --to nic");
     }
     Ok(cmd::export::Request {
-        host: Resolved { inputs, backend },
+        host: HostInputs { inputs, backend },
         to: match a.to {
             ExportFormat::Sysctl => Format::Sysctl,
             ExportFormat::Limits => Format::Limits,

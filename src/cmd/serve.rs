@@ -1,7 +1,7 @@
 //! `wstune serve`: the resolved configuration to serve proper (`serve::run`) or, with
 //! `--self-test`, to the self-test around the servers it starts (`serve::self_test`).
 
-use crate::engine::check::Resolved as HostInputs;
+use crate::engine::check::HostInputs;
 use crate::outcome::Outcome;
 use crate::serve::config::ServeConfig;
 use crate::serve::self_test::SelfTest;

@@ -51,7 +51,7 @@ impl Load {
 }
 
 /// A run, sized and validated, before anything starts.
-pub struct Plan {
+pub struct LoadPlan {
     pub opts: Options,
     /// Judge every window as measured (`--accept-noise`).
     pub accept_noise: bool,
@@ -106,7 +106,7 @@ pub fn plan(
     defaults: Defaults,
     server_pid: Option<u32>,
     scaled_down: Vec<String>,
-) -> Result<Plan> {
+) -> Result<LoadPlan> {
     let t = &profile.selftest;
     let conns = load.conns.unwrap_or(defaults.conns);
     let rate = load
@@ -199,7 +199,7 @@ pub fn plan(
         (Some(a), Some(b)) => Some(format!("{a}; {b}")),
         (a, b) => a.or(b),
     };
-    Ok(Plan {
+    Ok(LoadPlan {
         accept_noise: load.accept_noise,
         url: target_url(&target),
         opts: Options {
@@ -243,7 +243,7 @@ pub fn plan(
 
 /// Run the scenarios in order. A scenario that cannot start (nothing connects) ends the run:
 /// the report holds what was measured before it, and the error says why.
-pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
+pub async fn execute(p: &LoadPlan) -> (Report, Option<anyhow::Error>) {
     let mut done = Vec::new();
     let mut error = None;
     for (i, &s) in p.scenarios.iter().enumerate() {

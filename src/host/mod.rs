@@ -386,6 +386,26 @@ pub fn take_env(name: &str) -> Result<Option<String>, String> {
         .map_err(|_| format!("${name} is not UTF-8 text"))
 }
 
+/// A secret file a user named (`--api-key-file`, `--auth-secret-file`), read whole.
+pub fn read_secret_file(p: &std::path::Path) -> std::io::Result<String> {
+    std::fs::read_to_string(p)
+}
+
+/// Whether every local user may read `p` (its mode's "other" read bit; never on Windows,
+/// where access is the ACL's).
+pub fn readable_by_everyone(p: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o004 != 0)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = p;
+        false
+    }
+}
+
 /// Raise this process's soft open-file limit to its hard limit (what a server should do at
 /// start); returns the (soft, hard) limits in force afterwards.
 #[cfg(not(windows))]

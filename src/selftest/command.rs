@@ -375,7 +375,7 @@ impl UserServer {
             bail!("--command: {e}");
         }
         if let Some(admin) = self.admin {
-            let body = crate::cmd::pool::fetch_metrics(admin)
+            let body = crate::selftest::server::fetch_metrics(admin)
                 .await
                 .unwrap_or_default();
             if !body.contains("ws_") {

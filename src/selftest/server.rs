@@ -182,7 +182,7 @@ pub fn start_in_process(
 /// The memory budget a server's admin listener reports; None when it does not answer or has
 /// no budget series.
 pub async fn budget_at(admin: SocketAddr) -> Option<crate::selftest::report::BudgetReport> {
-    let text = crate::cmd::pool::fetch_metrics(admin).await.ok()?;
+    let text = fetch_metrics(admin).await.ok()?;
     crate::selftest::report::BudgetReport::from_metrics(&text)
 }
 
@@ -201,4 +201,29 @@ mod tests {
         let tree = super::sample_tree(me).unwrap().0;
         assert!(tree >= own + 0.05, "tree {tree} s, own {own} s");
     }
+}
+
+/// A server's `/metrics` text (plain HTTP GET on its admin address), bounded.
+pub async fn fetch_metrics(admin: SocketAddr) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let what = || format!("the admin endpoint http://{admin}/metrics");
+    let mut s = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::net::TcpStream::connect(admin),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("{} did not answer in 5 s", what()))?
+    .with_context(|| {
+        format!(
+            "cannot reach {}: is --admin the server's admin address?",
+            what()
+        )
+    })?;
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n").as_bytes())
+        .await?;
+    let mut body = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut body))
+        .await
+        .map_err(|_| anyhow::anyhow!("{} did not finish its answer in 5 s", what()))??;
+    Ok(body)
 }

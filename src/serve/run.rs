@@ -3,7 +3,7 @@
 //! supervisor instead (`supervisor`).
 
 use super::config::{LogFormat, ServeConfig};
-use crate::engine::check::{self, Resolved as HostInputs};
+use crate::engine::check::{self, HostInputs};
 use crate::outcome::Outcome;
 use anyhow::{Context, Result};
 use embedded_server::Server;
@@ -141,7 +141,7 @@ fn supervise(r: &ServeConfig, tls: bool) -> Result<Option<Outcome>> {
         } else {
             r.workers
         };
-        let plan = crate::serve::supervisor::Plan {
+        let supervision = crate::serve::supervisor::Supervision {
             sizing,
             addr: SocketAddr::new(r.bind, r.port),
             admin: r.admin,
@@ -151,7 +151,7 @@ fn supervise(r: &ServeConfig, tls: bool) -> Result<Option<Outcome>> {
             grace: r.server.shutdown_grace,
             scheme: if tls { "wss" } else { "ws" },
         };
-        Ok(Some(crate::serve::supervisor::supervise(plan)?))
+        Ok(Some(crate::serve::supervisor::supervise(supervision)?))
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::config::ServeConfig;
 use super::run::{init_logs, runtime};
-use crate::engine::check::{self, Resolved as HostInputs};
+use crate::engine::check::{self, HostInputs};
 use crate::engine::selftest::Load;
 use crate::outcome::Outcome;
 use crate::profile::Profile;

@@ -9,7 +9,7 @@ mod limits;
 use super::{backend, load};
 use crate::cli::args::{self, ServeArgs};
 use crate::cmd;
-use crate::engine::check::{self, Resolved, Target};
+use crate::engine::check::{self, HostInputs, Target};
 use crate::profile::Profile;
 use crate::report::Setting;
 use crate::serve::config::{
@@ -86,7 +86,7 @@ pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
 /// The host the server runs on, for its warning (and the self-test's host half): a host that
 /// cannot be read gets no warning. A `--host-root` tree that is not one is bad input, not a
 /// host that fails every check.
-fn host_inputs(profile: &str, root: Option<&std::path::Path>) -> Result<Option<Resolved>> {
+fn host_inputs(profile: &str, root: Option<&std::path::Path>) -> Result<Option<HostInputs>> {
     let backend = match root {
         Some(dir) => Some(
             backend(Some(dir), None).with_context(|| format!("--host-root {}", dir.display()))?,
@@ -95,7 +95,7 @@ fn host_inputs(profile: &str, root: Option<&std::path::Path>) -> Result<Option<R
     };
     Ok(backend.and_then(|backend| {
         let inputs = check::inputs(&Target::profile(profile), backend.as_ref()).ok()?;
-        Some(Resolved { inputs, backend })
+        Some(HostInputs { inputs, backend })
     }))
 }
 

@@ -120,7 +120,7 @@ pub fn listen_error(addr: std::net::SocketAddr, flag: &str, e: &std::io::Error) 
     }
 }
 #[cfg(target_os = "linux")]
-pub use run::{supervise, Plan};
+pub use run::{supervise, Supervision};
 
 use crate::profile::Processes;
 

@@ -22,7 +22,7 @@ macro_rules! say {
 }
 
 /// What `serve` resolved for the supervisor.
-pub struct Plan {
+pub struct Supervision {
     pub sizing: Sizing,
     /// `--bind` and `--port` (0: any free port).
     pub addr: SocketAddr,
@@ -58,7 +58,7 @@ impl Slot {
 }
 
 struct State {
-    plan: Plan,
+    plan: Supervision,
     port: u16,
     slots: Mutex<Vec<Slot>>,
     hubs: Arc<Hubs>,
@@ -85,7 +85,7 @@ fn backoff(attempt: u32) -> Duration {
 const STABLE: Duration = Duration::from_secs(30);
 
 /// Run the supervisor until SIGTERM/SIGINT; the exit code.
-pub fn supervise(plan: Plan) -> Result<Outcome> {
+pub fn supervise(plan: Supervision) -> Result<Outcome> {
     // Reserve the port: bound with SO_REUSEPORT but never listening, so it receives nothing,
     // yet `--port 0` becomes a real port and a process holding the port without SO_REUSEPORT
     // is found now, before any child starts.

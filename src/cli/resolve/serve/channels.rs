@@ -30,7 +30,7 @@ fn secret(
     profile_key: &str,
 ) -> anyhow::Result<Option<(String, String)>> {
     let read = |p: &Path, what: &str| -> anyhow::Result<Option<(String, String)>> {
-        let text = std::fs::read_to_string(p).map_err(|e| {
+        let text = crate::host::read_secret_file(p).map_err(|e| {
             anyhow::anyhow!(
                 "{what} {}: cannot read it ({e}); write the secret alone in that file",
                 p.display()
@@ -172,19 +172,11 @@ fn source(from: &str) -> &'static str {
 /// A secret file every local user can read is no secret: say so (ssh refuses such keys; a
 /// warning is enough here, since the operator may rely on the directory's mode).
 fn warn_if_shared(p: &Path, what: &str) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        if let Ok(m) = std::fs::metadata(p) {
-            if m.permissions().mode() & 0o004 != 0 {
-                eprintln!(
-                    "wstune: warning: {what} {}: every local user can read this secret; \
-                     chmod 600 it (or 640 with a group for the service)",
-                    p.display()
-                );
-            }
-        }
+    if crate::host::readable_by_everyone(p) {
+        eprintln!(
+            "wstune: warning: {what} {}: every local user can read this secret; \
+             chmod 600 it (or 640 with a group for the service)",
+            p.display()
+        );
     }
-    #[cfg(not(unix))]
-    let _ = (p, what);
 }
