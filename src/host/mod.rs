@@ -23,6 +23,7 @@ pub mod procfs;
 pub mod registry_file;
 pub mod snapshot;
 pub mod store;
+pub mod temp;
 pub mod timer;
 mod types;
 #[cfg(windows)]
