@@ -8,9 +8,7 @@
 pub mod apply;
 pub mod bench;
 pub mod catalog;
-pub mod channel_args;
 pub mod cli;
-pub mod cluster;
 pub mod cmd;
 pub mod confirm;
 pub mod engine;
@@ -27,7 +25,6 @@ pub mod pool;
 pub mod profile;
 pub mod report;
 pub mod selftest;
-pub mod server_limits;
-pub mod supervisor;
+pub mod serve;
 pub mod value;
 mod yaml_lines;

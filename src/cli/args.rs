@@ -1,6 +1,9 @@
 //! What the user typed, validated by clap but not yet resolved: no file is read and no OS
 //! value is touched here (that happens in `resolve`).
 
+pub mod channels;
+pub mod limits;
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -483,11 +486,23 @@ pub struct ServeArgs {
     #[arg(long, hide = true, value_name = "DIR")]
     pub host_root: Option<std::path::PathBuf>,
     #[command(flatten)]
-    pub limits: crate::server_limits::LimitArgs,
+    pub limits: limits::LimitArgs,
     #[command(flatten)]
-    pub channels: crate::channel_args::ChannelArgs,
+    pub channels: channels::ChannelArgs,
     #[command(flatten)]
     pub load: LoadArgs,
+}
+
+/// Every flag at its default: `wstune serve` with nothing typed. The defaults are the
+/// attributes above, read through clap itself, so they stay in one place.
+impl Default for ServeArgs {
+    fn default() -> Self {
+        use clap::FromArgMatches;
+        let cmd = <ServeArgs as Args>::augment_args(clap::Command::new("serve"));
+        let none: [&str; 0] = [];
+        ServeArgs::from_arg_matches(&cmd.get_matches_from(none))
+            .expect("every serve flag has a default or is optional")
+    }
 }
 
 /// The load generator's settings, shared by `selftest` and `serve --self-test`.

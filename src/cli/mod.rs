@@ -115,7 +115,8 @@ mod tests {
 
     /// The engine's shape, kept: only `cli` (and main.rs, through `cli::main`) knows clap's
     /// args, and no command calls another (shared work is in `engine`). Both were broken once:
-    /// 11 files in one cli <-> cmd import cycle.
+    /// 11 files in one cli <-> cmd import cycle; and serve's limit and channels flags were once
+    /// clap structs outside cli.
     #[test]
     fn nothing_outside_cli_imports_it_and_no_command_imports_another() {
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -148,6 +149,23 @@ mod tests {
                 let from_crate = names_under(&text, "crate");
                 if from_crate.iter().any(|n| n == "cli") || uses(&text, "super::cli") {
                     bad.push(format!("{rel} imports cli"));
+                }
+                // Flags are declared in cli/ only (value enums a flag parses into may live
+                // beside their meaning, and `cmd/docs.rs` renders the finished clap::Command).
+                let flag_attributes = [
+                    "clap::Args",
+                    "clap::Parser",
+                    "clap::Subcommand",
+                    "#[arg(",
+                    "#[command(",
+                ];
+                if flag_attributes.iter().any(|a| text.contains(a)) {
+                    bad.push(format!("{rel} declares command-line flags outside cli"));
+                }
+                // Commands are the top: what they share lives below them (engine, selftest),
+                // so nothing else may import one (selftest once read a command's metrics).
+                if !rel.starts_with("cmd/") && from_crate.iter().any(|n| n == "cmd") {
+                    bad.push(format!("{rel} imports a command"));
                 }
                 if rel.starts_with("cmd/") && rel != "cmd/mod.rs" {
                     let from_super = names_under(&text, "super");

@@ -5,17 +5,20 @@
 
 use super::args::{
     self, ApplyArgs, BenchDeflateArgs, CheckArgs, ExportArgs, ExportFormat, LbArgs, LoadArgs,
-    PoolArgs, ProfilesCommand, RollbackArgs, SelftestArgs, ServeArgs, SnapshotArgs, TargetArgs,
+    PoolArgs, ProfilesCommand, RollbackArgs, SelftestArgs, SnapshotArgs, TargetArgs,
 };
 use crate::cmd;
-use crate::engine::check::{self, LbConfig, Resolved, Target};
+
+mod serve;
+use crate::engine::check::{self, HostInputs, LbConfig, Target};
 use crate::engine::selftest::Load;
 use crate::host::layout::Layout;
 use crate::host::store::Store;
 use crate::host::Backend;
 use crate::report::{self, ListFormat};
 use crate::selftest::client::Target as Url;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
+pub use serve::serve;
 use std::path::Path;
 use std::time::Duration;
 
@@ -32,7 +35,7 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
         None => None,
     };
     Ok(cmd::check::Request {
-        host: Resolved { inputs, backend },
+        host: HostInputs { inputs, backend },
         store,
         format: match a.format {
             args::Format::Table => report::Format::Table,
@@ -79,7 +82,7 @@ pub fn apply(a: &ApplyArgs) -> Result<cmd::apply::Request> {
     refuse_unit_without_systemd(a.target.unit.as_deref(), backend.as_ref())?;
     Ok(cmd::apply::Request {
         nics: a.nic.clone(),
-        host: Resolved { inputs, backend },
+        host: HostInputs { inputs, backend },
         store,
         scope: crate::apply::plan::Scope {
             runtime: !a.persist_only,
@@ -150,7 +153,7 @@ pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
         bail!("--nic renders a NIC's boot files, which only --to nic and --to ansible carry: drop --nic, or pass --to nic");
     }
     Ok(cmd::export::Request {
-        host: Resolved { inputs, backend },
+        host: HostInputs { inputs, backend },
         to: match a.to {
             ExportFormat::Sysctl => Format::Sysctl,
             ExportFormat::Limits => Format::Limits,
@@ -300,7 +303,7 @@ pub fn pool(a: &PoolArgs) -> Result<cmd::pool::Request> {
             .transpose()?,
         message: a.message.clone(),
         user_config: match &a.command {
-            Some(_) => Some(profile_server_config(&a.profile)?),
+            Some(_) => Some(serve::profile_server_config(&a.profile)?),
             None => None,
         },
         url: a.url.clone(),
@@ -312,128 +315,6 @@ pub fn pool(a: &PoolArgs) -> Result<cmd::pool::Request> {
         write_profile: a.write_profile.clone(),
         format: list_format(a.format),
     })
-}
-
-pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
-    if a.self_test {
-        if a.tls_cert.is_some() {
-            bail!("--self-test measures the plain ws:// server: drop --tls-cert/--tls-key (TLS is measured at the proxy or with `wstune selftest`)");
-        }
-        // It starts its own echo and broadcast instances on loopback: flags that choose another
-        // app or span nodes would be silently ignored, so they are refused instead.
-        if a.command.is_some() && a.processes.is_some() {
-            bail!("--self-test --command runs your program as it starts itself (one process, or as many as it forks): drop --processes");
-        }
-        if a.command.is_some() && a.handler != "echo" {
-            bail!("--handler {} simulates work in the built-in echo; with --command your program's own handler runs: drop --handler", a.handler);
-        }
-        if a.app != args::AppArg::Echo || a.cluster.is_some() || a.reuseport {
-            bail!("--self-test starts its own echo and broadcast instances on loopback, so --app, --cluster and --reuseport do not apply; measure such a server with `wstune selftest --url` (and --pid)");
-        }
-    } else if load(&a.load).any_set() {
-        bail!(
-            "--scenario, --conns, --rate, --size, --secs and --report only apply to a load test: \
-             add --self-test (or measure a running server with `wstune selftest --url`)"
-        );
-    }
-    let profile = crate::profile::load(&a.profile)?.profile;
-    // The host the server runs on, for its warning (and the self-test's host half): a host
-    // that cannot be read gets no warning. `--host-root` is the self-test's stand-in host, and
-    // a tree that is not one is bad input, not a host that fails every check.
-    let root = a.host_root.as_deref().filter(|_| a.self_test);
-    let backend = match root {
-        Some(dir) => Some(
-            backend(Some(dir), None).with_context(|| format!("--host-root {}", dir.display()))?,
-        ),
-        None => backend(None, None).ok(),
-    };
-    let host = backend.and_then(|backend| {
-        let inputs = check::inputs(&Target::profile(&a.profile), backend.as_ref()).ok()?;
-        Some(Resolved { inputs, backend })
-    });
-    Ok(cmd::serve::Request {
-        profile,
-        flags: serve_flags(a),
-        self_test: a.self_test.then(|| load(&a.load)),
-        command: a
-            .command
-            .as_deref()
-            .map(crate::selftest::command::parse)
-            .transpose()?,
-        host,
-    })
-}
-
-/// The server configuration `wstune serve --profile SPEC` would run with no other flag: what
-/// `pool --command` starts the user's server with. Parsed through `serve`'s own flags so every
-/// default (and every flag added later) resolves as `serve` resolves it.
-fn profile_server_config(spec: &str) -> Result<embedded_server::ServerConfig> {
-    use clap::Parser;
-    let cli = args::Cli::try_parse_from(["wstune", "serve", "--profile", spec])
-        .map_err(|e| anyhow::anyhow!("--profile {spec}: {e}"))?;
-    let args::Command::Serve(a) = cli.command else {
-        unreachable!("parsed as serve")
-    };
-    let profile = crate::profile::load(spec)?.profile;
-    Ok(cmd::serve::resolve(&profile, &serve_flags(&a))?.config)
-}
-
-fn serve_flags(a: &ServeArgs) -> cmd::serve::Flags {
-    cmd::serve::Flags {
-        profile: a.profile.clone(),
-        bind: a.bind,
-        port: a.port,
-        app: match a.app {
-            args::AppArg::Echo => embedded_server::App::Echo,
-            args::AppArg::Broadcast => embedded_server::App::Broadcast,
-            args::AppArg::Channels => embedded_server::App::Channels,
-        },
-        handler: a.handler.clone(),
-        workers: a.workers,
-        coalesce_us: a.coalesce_us,
-        offload_pool: a.offload_pool,
-        offload_queue: a.offload_queue,
-        max_connections: a.max_connections,
-        max_frame: a.max_frame,
-        max_message: a.max_message,
-        fragment: a.fragment,
-        send_queue: a.send_queue,
-        backpressure_close: a.backpressure_close,
-        heartbeat_interval: a.heartbeat_interval,
-        heartbeat_timeout: a.heartbeat_timeout,
-        handshake_timeout: a.handshake_timeout,
-        origins: a.origins.clone(),
-        subprotocols: a.subprotocols.clone(),
-        admin: a.admin.clone(),
-        reuseport: a.reuseport,
-        acceptors: a.acceptors,
-        processes: a.processes,
-        deflate: a.deflate,
-        no_deflate: a.no_deflate,
-        deflate_window_bits: a.deflate_window_bits,
-        deflate_mem_level: a.deflate_mem_level,
-        deflate_level: a.deflate_level,
-        deflate_threshold: a.deflate_threshold,
-        deflate_no_context_takeover: a.deflate_no_context_takeover,
-        inflate_budget: a.inflate_budget,
-        memory_budget: a.memory_budget,
-        conn_memory_share: a.conn_memory_share,
-        message_timeout: a.message_timeout,
-        drain_timeout: a.drain_timeout,
-        inflate_ratio_limit: a.inflate_ratio_limit,
-        inflate_rate: a.inflate_rate,
-        tls_cert: a.tls_cert.clone(),
-        tls_key: a.tls_key.clone(),
-        shutdown_grace: a.shutdown_grace,
-        log_format: match a.log_format {
-            args::LogFormat::Text => cmd::serve::LogFormat::Text,
-            args::LogFormat::Json => cmd::serve::LogFormat::Json,
-        },
-        log_level: a.log_level.clone(),
-        cluster: a.cluster.clone(),
-        limits: a.limits.clone(),
-        channels: a.channels.clone(),
-    }
 }
 
 fn load(l: &LoadArgs) -> Load {

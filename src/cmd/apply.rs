@@ -4,7 +4,7 @@ use crate::apply::{self, journal, plan};
 use crate::catalog::eval::Status;
 use crate::catalog::Scope as CheckScope;
 use crate::confirm::{confirm, PASS_YES};
-use crate::engine::check::{report as make_report, report_and_facts, Resolved};
+use crate::engine::check::{report as make_report, report_and_facts, HostInputs};
 use crate::host::store::Store;
 use crate::outcome::Outcome;
 use crate::output::say;
@@ -13,7 +13,7 @@ use anyhow::{bail, Result};
 /// `apply`, resolved: inputs and backend (`--unit` known to systemd), where its files and
 /// journal go, and what to do.
 pub struct Request {
-    pub host: Resolved,
+    pub host: HostInputs,
     pub store: Store,
     /// Runtime values, persistent files, or both.
     pub scope: plan::Scope,
@@ -39,7 +39,7 @@ pub fn not_privileged(platform: crate::host::Platform) -> &'static str {
 }
 
 pub fn run(a: Request) -> Result<Outcome> {
-    let Resolved { inputs, backend } = &a.host;
+    let HostInputs { inputs, backend } = &a.host;
     let backend = backend.as_ref();
     let store = &a.store;
     // One apply or rollback at a time, and the lock is taken before anything is read: the

@@ -1,7 +1,7 @@
 //! `wstune check`: the check pipeline (`engine::check`), the load balancer's findings when
 //! asked, one rendering of the report, and the outcome from the findings.
 
-use crate::engine::check::{self, LbConfig, Resolved};
+use crate::engine::check::{self, HostInputs, LbConfig};
 use crate::host::store::Store;
 use crate::outcome::Outcome;
 use crate::output;
@@ -12,7 +12,7 @@ use std::time::SystemTime;
 
 /// `check`, resolved: inputs and backend, where the journal lives, and how to report.
 pub struct Request {
-    pub host: Resolved,
+    pub host: HostInputs,
     /// The journal to look at (an interrupted apply, drift since the last one).
     pub store: Store,
     pub format: Format,
@@ -27,7 +27,7 @@ pub struct Request {
 }
 
 pub fn run(r: Request) -> Result<Outcome> {
-    let Resolved { inputs, backend } = &r.host;
+    let HostInputs { inputs, backend } = &r.host;
     let mut report = check::report(inputs, backend.as_ref(), Some(&r.store));
     if let Some(lb) = &r.lb {
         check::add_lb(&mut report, lb, &inputs.profile.profile)?;

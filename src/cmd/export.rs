@@ -2,7 +2,7 @@
 //! value rule apply uses (`apply::plan::settings`), then one renderer from `crate::export`.
 
 use crate::apply::plan;
-use crate::engine::check::{report_and_facts, Resolved};
+use crate::engine::check::{report_and_facts, HostInputs};
 use crate::export::{self, Export, Format};
 use crate::outcome::Outcome;
 use crate::output;
@@ -12,7 +12,7 @@ use std::path::PathBuf;
 /// `export`, resolved: inputs and a Linux backend (this host or a `--root` tree), the form,
 /// the unit a drop-in is for (a valid unit name), and where to write.
 pub struct Request {
-    pub host: Resolved,
+    pub host: HostInputs,
     pub to: Format,
     /// `--nic`: the NICs whose boot files are rendered (`--to nic`: every physical one when
     /// empty; `--to ansible`: none when empty).
@@ -23,7 +23,7 @@ pub struct Request {
 }
 
 pub fn run(a: Request) -> Result<Outcome> {
-    let Resolved { inputs, backend } = &a.host;
+    let HostInputs { inputs, backend } = &a.host;
     let backend = backend.as_ref();
     let (report, facts) = report_and_facts(inputs, backend, None);
     let info = backend.describe();

@@ -97,31 +97,6 @@ fn measured(before: Totals, after: Totals) -> Result<Measured> {
     })
 }
 
-/// A server's `/metrics` text (plain HTTP GET on its admin address), bounded.
-pub(crate) async fn fetch_metrics(admin: SocketAddr) -> Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let what = || format!("the admin endpoint http://{admin}/metrics");
-    let mut s = tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio::net::TcpStream::connect(admin),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("{} did not answer in 5 s", what()))?
-    .with_context(|| {
-        format!(
-            "cannot reach {}: is --admin the server's admin address?",
-            what()
-        )
-    })?;
-    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n").as_bytes())
-        .await?;
-    let mut body = String::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut body))
-        .await
-        .map_err(|_| anyhow::anyhow!("{} did not finish its answer in 5 s", what()))??;
-    Ok(body)
-}
-
 /// One sample's value from Prometheus text (`name value`, no labels).
 fn metric(body: &str, name: &str) -> Option<f64> {
     body.lines()
@@ -131,7 +106,7 @@ fn metric(body: &str, name: &str) -> Option<f64> {
 /// A remote server's figures, from its admin `/metrics`.
 async fn fetch_totals(admin: SocketAddr) -> Result<Totals> {
     let what = || format!("the admin endpoint http://{admin}/metrics");
-    let body = fetch_metrics(admin).await?;
+    let body = crate::selftest::server::fetch_metrics(admin).await?;
     let get = |name: &str| metric(&body, name);
     let pair = |name: &str| -> Option<(f64, u64)> {
         Some((
@@ -227,7 +202,7 @@ async fn load(
         deflate: false,
         inflight: 1,
         rounds: 1,
-        workers: selftest::limits::workers_for(conns, soft, 1).map_err(anyhow::Error::msg)?,
+        workers: selftest::sizing::workers_for(conns, soft, 1).map_err(anyhow::Error::msg)?,
         sources: Vec::new(),
         server_pid: pid,
         // A user's server may run helpers of its own; the built-in one is one process.
@@ -330,7 +305,7 @@ async fn start_user(
     };
     // The load comes from 127.0.0.1: the profile's abuse limits must not refuse it (as
     // `serve --self-test` does).
-    crate::server_limits::exempt_self_test(&mut config.limits);
+    crate::serve::config::exempt_self_test(&mut config.limits);
     UserServer::start(words, &config, true).await
 }
 
@@ -395,7 +370,7 @@ async fn sweep_user(
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(Duration::from_millis(100)).await;
-                    if let Ok(body) = fetch_metrics(admin).await {
+                    if let Ok(body) = crate::selftest::server::fetch_metrics(admin).await {
                         if let Some(d) = metric(&body, "ws_offload_queue_depth") {
                             samples.lock().unwrap().push(d.max(0.0));
                         }

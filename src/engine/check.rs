@@ -75,7 +75,7 @@ pub fn role_of(flag: Option<Role>, profile: Option<Role>, backend: &dyn Backend)
 }
 
 /// Inputs with the backend they were validated against.
-pub struct Resolved {
+pub struct HostInputs {
     pub inputs: Inputs,
     pub backend: Box<dyn Backend>,
 }

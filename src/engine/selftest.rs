@@ -7,7 +7,7 @@ use crate::profile::Profile;
 use crate::report::ListFormat;
 use crate::selftest::client::Target;
 use crate::selftest::report::{self, Report, Targets};
-use crate::selftest::{limits, run_scenario, target_url, Options, Scenario};
+use crate::selftest::{run_scenario, sizing, target_url, Options, Scenario};
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 
@@ -51,7 +51,7 @@ impl Load {
 }
 
 /// A run, sized and validated, before anything starts.
-pub struct Plan {
+pub struct LoadPlan {
     pub opts: Options,
     /// Judge every window as measured (`--accept-noise`).
     pub accept_noise: bool,
@@ -106,7 +106,7 @@ pub fn plan(
     defaults: Defaults,
     server_pid: Option<u32>,
     scaled_down: Vec<String>,
-) -> Result<Plan> {
+) -> Result<LoadPlan> {
     let t = &profile.selftest;
     let conns = load.conns.unwrap_or(defaults.conns);
     let rate = load
@@ -154,7 +154,7 @@ pub fn plan(
     // Limits: every generator process may open as many files as this one (raised to its hard
     // limit first); ports per loopback source from the ephemeral range.
     let (soft, _hard) = crate::host::raise_nofile();
-    let workers = limits::workers_for(conns, soft, load.generators).map_err(anyhow::Error::msg)?;
+    let workers = sizing::workers_for(conns, soft, load.generators).map_err(anyhow::Error::msg)?;
     // Each send is a wake-up of its own (independent arrivals), so one generator process keeps
     // its schedule up to ~15,000 sends/s (77 % of a core on the development VM) and pauses for
     // milliseconds near 25,000/s (93 %): past SENDS_PER_GENERATOR the open-loop load is spread
@@ -169,10 +169,10 @@ pub fn plan(
     // Ports for twice the count: the previous scenario's connections are still closing
     // (FIN_WAIT, TIME_WAIT) while the next one opens its own, and 100k of them take seconds
     // to go; sized for one scenario, the second one met EADDRNOTAVAIL at ~99.6%.
-    let sources = limits::sources_for(
+    let sources = sizing::sources_for(
         target.addr.ip(),
         conns.saturating_mul(2),
-        limits::ephemeral_ports(),
+        sizing::ephemeral_ports(),
         load.sources,
     )
     .map_err(anyhow::Error::msg)?;
@@ -191,7 +191,7 @@ pub fn plan(
     let (rounds, rounds_note) = match (load.rounds, defaults.budget_cores) {
         (Some(r), _) => (r, None),
         (None, Some(cores)) if scenarios.contains(&Scenario::Broadcast) => {
-            limits::broadcast_rounds(conns, cores, secs, DEFAULT_ROUNDS)
+            sizing::broadcast_rounds(conns, cores, secs, DEFAULT_ROUNDS)
         }
         _ => (DEFAULT_ROUNDS, None),
     };
@@ -199,7 +199,7 @@ pub fn plan(
         (Some(a), Some(b)) => Some(format!("{a}; {b}")),
         (a, b) => a.or(b),
     };
-    Ok(Plan {
+    Ok(LoadPlan {
         accept_noise: load.accept_noise,
         url: target_url(&target),
         opts: Options {
@@ -243,7 +243,7 @@ pub fn plan(
 
 /// Run the scenarios in order. A scenario that cannot start (nothing connects) ends the run:
 /// the report holds what was measured before it, and the error says why.
-pub async fn execute(p: &Plan) -> (Report, Option<anyhow::Error>) {
+pub async fn execute(p: &LoadPlan) -> (Report, Option<anyhow::Error>) {
     let mut done = Vec::new();
     let mut error = None;
     for (i, &s) in p.scenarios.iter().enumerate() {

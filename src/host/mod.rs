@@ -25,6 +25,7 @@ pub mod procfs;
 pub mod registry_file;
 pub mod snapshot;
 pub mod store;
+pub mod temp;
 pub mod timer;
 mod types;
 #[cfg(windows)]
@@ -371,6 +372,40 @@ pub trait Backend {
     /// Whether process `pid` exists (for `--pid` validation).
     fn process_exists(&self, pid: u32) -> bool {
         self.read(&format!("/proc/{pid}/limits")).is_ok()
+    }
+}
+
+/// Environment variable `name`, read once and then removed from this process's environment,
+/// so nothing it starts later (a hook, a helper) inherits it by accident: what a child needs
+/// is handed to it explicitly. Note that /proc/PID/environ keeps showing the environment the
+/// process was started with. A value that is not UTF-8 is an error naming the variable.
+pub fn take_env(name: &str) -> Result<Option<String>, String> {
+    let Some(v) = std::env::var_os(name) else {
+        return Ok(None);
+    };
+    std::env::remove_var(name);
+    v.into_string()
+        .map(Some)
+        .map_err(|_| format!("${name} is not UTF-8 text"))
+}
+
+/// A secret file a user named (`--api-key-file`, `--auth-secret-file`), read whole.
+pub fn read_secret_file(p: &std::path::Path) -> std::io::Result<String> {
+    std::fs::read_to_string(p)
+}
+
+/// Whether every local user may read `p` (its mode's "other" read bit; never on Windows,
+/// where access is the ACL's).
+pub fn readable_by_everyone(p: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o004 != 0)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = p;
+        false
     }
 }
 

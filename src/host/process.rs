@@ -5,6 +5,22 @@
 //! plain functions rather than [`super::Backend`] methods. They live here so that host/ stays
 //! the only code that touches the OS. Elsewhere than Linux every answer is "unknown".
 
+/// Whether process `pid` (not this one) has ended: no /proc/PID while /proc is mounted.
+/// Elsewhere than Linux, never (it cannot be told).
+pub fn gone(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        pid != std::process::id()
+            && std::fs::metadata(format!("/proc/{pid}")).is_err()
+            && std::path::Path::new("/proc/self").exists()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        false
+    }
+}
+
 /// A process's CPU time (user + system, seconds) and resident memory (bytes); None when it is
 /// gone or elsewhere than Linux.
 pub fn sample(pid: u32) -> Option<(f64, u64)> {

@@ -693,13 +693,7 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         "0 serves every message at once",
     );
     if let model::Processes::Count(n) = s.processes {
-        b.range(
-            "server.processes",
-            n,
-            1,
-            crate::supervisor::MAX_PROCESSES as u64,
-            "or auto / cores",
-        );
+        b.range("server.processes", n, 1, MAX_PROCESSES, "or auto / cores");
     }
     if s.max_frame_bytes > s.max_message_bytes {
         b.problem(

@@ -10,8 +10,8 @@ pub type Setting = (&'static str, String, &'static str);
 /// threads, `acceptors` the accept loops; `iocp` adds what an operator compares with perfmon
 /// and netsh on Windows (tokio's I/O driver there is mio's IOCP: one completion port, polled
 /// by the I/O workers, no thread of its own).
-pub fn settings_table(
-    settings: &[Setting],
+pub fn settings_table<K: AsRef<str>, F: AsRef<str>>(
+    settings: &[(K, String, F)],
     workers: usize,
     acceptors: usize,
     iocp: bool,
@@ -19,7 +19,11 @@ pub fn settings_table(
     let mut t = output::new_table();
     t.set_header(vec!["Setting", "Value", "From"]);
     for (k, v, from) in settings {
-        t.add_row(vec![k.to_string(), v.clone(), from.to_string()]);
+        t.add_row(vec![
+            k.as_ref().to_string(),
+            v.clone(),
+            from.as_ref().to_string(),
+        ]);
     }
     t.add_row(vec![
         "io workers (effective)".to_string(),

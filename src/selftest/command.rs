@@ -145,34 +145,16 @@ async fn read_output(
 
 /// Config files of wstune processes that are gone (killed while their program started).
 fn remove_stale_configs() {
-    let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for e in dir.flatten() {
-        let name = e.file_name();
-        let Some(rest) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("wstune-server-config-"))
-        else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        #[cfg(unix)]
-        let gone = pid != std::process::id()
-            && std::fs::metadata(format!("/proc/{pid}")).is_err()
-            && std::path::Path::new("/proc/self").exists();
-        #[cfg(not(unix))]
-        let gone = {
-            let _ = pid;
-            false
-        };
-        if gone {
-            let _ = std::fs::remove_file(e.path());
+    for (rest, path) in crate::host::temp::named(CONFIG_PREFIX) {
+        let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(crate::host::process::gone) {
+            crate::host::temp::remove(&path);
         }
     }
 }
+
+/// The name of the configuration files handed to a user's program, before `PID-PORT.json`.
+const CONFIG_PREFIX: &str = "wstune-server-config-";
 
 impl UserServer {
     /// Start `words` with `config` handed over; with `admin`, also an admin listener (whose
@@ -190,8 +172,8 @@ impl UserServer {
             admin,
             "two listeners held at once have two ports"
         );
-        let config_file = std::env::temp_dir().join(format!(
-            "wstune-server-config-{}-{}.json",
+        let config_file = crate::host::temp::path(&format!(
+            "{CONFIG_PREFIX}{}-{}.json",
             std::process::id(),
             addr.port()
         ));
@@ -236,7 +218,7 @@ impl UserServer {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                let _ = std::fs::remove_file(&config_file);
+                crate::host::temp::remove(&config_file);
                 bail!("--command: cannot start `{program}`: {e}");
             }
         };
@@ -251,7 +233,7 @@ impl UserServer {
             let pid = match reaper::program_pid(&ours) {
                 Ok(p) => p,
                 Err(e) => {
-                    let _ = std::fs::remove_file(&config_file);
+                    crate::host::temp::remove(&config_file);
                     bail!("--command: cannot start `{program}`: {e}");
                 }
             };
@@ -298,7 +280,7 @@ impl UserServer {
         // Read at start: it has no use once the program listens, and a SIGKILLed wstune must
         // not leave it behind for long (`remove_stale_configs` sweeps what a kill during the
         // start left).
-        let _ = std::fs::remove_file(&server.config_file);
+        crate::host::temp::remove(&server.config_file);
         listening?;
         Ok(server)
     }
@@ -375,7 +357,7 @@ impl UserServer {
             bail!("--command: {e}");
         }
         if let Some(admin) = self.admin {
-            let body = crate::cmd::pool::fetch_metrics(admin)
+            let body = crate::selftest::server::fetch_metrics(admin)
                 .await
                 .unwrap_or_default();
             if !body.contains("ws_") {
@@ -443,7 +425,7 @@ impl Drop for UserServer {
             self.signal_group(libc::SIGKILL);
             let _ = self.child.start_kill();
         }
-        let _ = std::fs::remove_file(&self.config_file);
+        crate::host::temp::remove(&self.config_file);
     }
 }
 

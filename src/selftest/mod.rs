@@ -9,10 +9,10 @@
 pub mod arrivals;
 pub mod client;
 pub mod command;
-pub mod limits;
 pub mod noise;
 pub mod report;
 pub mod server;
+pub mod sizing;
 pub mod worker;
 
 use anyhow::{bail, Context, Result};
@@ -978,7 +978,7 @@ fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
-        let mut child = crate::supervisor::spawn_dying_with_this_process(cmd)
+        let mut child = crate::serve::supervisor::spawn_dying_with_this_process(cmd)
             .with_context(|| format!("cannot start a generator process ({})", exe.display()))?;
         let stdout = child.stdout.take().expect("piped stdout");
         let stdin = child.stdin.take().expect("piped stdin");

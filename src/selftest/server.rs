@@ -23,14 +23,20 @@ pub struct ChildServer {
 }
 
 impl ChildServer {
-    /// Start `wstune serve ARGS` and wait (bounded) for its "listening on ws://ADDR/" line.
-    /// The rest of its stderr goes on to ours, so its warnings stay visible.
-    pub async fn start(args: &[String]) -> Result<ChildServer> {
+    /// Start `wstune serve` with `config` (handed over in its environment, as the supervisor
+    /// hands its own to its processes) and wait (bounded) for its "listening on ws://ADDR/"
+    /// line. The rest of its stderr goes on to ours, so its warnings stay visible.
+    pub async fn start(config: &crate::serve::config::ServeConfig) -> Result<ChildServer> {
+        let what = format!(
+            "`wstune serve`: {} on {} processes",
+            format!("{:?}", config.server.app).to_lowercase(),
+            config.processes
+        );
         let exe = std::env::current_exe()
             .context("cannot find this program to start the self-test's server")?;
         let mut cmd = tokio::process::Command::new(&exe);
         cmd.arg("serve")
-            .args(args)
+            .envs(config.child_env())
             // Its per-process start and drain lines would bury the report; warnings stay.
             .env(
                 "RUST_LOG",
@@ -40,7 +46,7 @@ impl ChildServer {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = crate::supervisor::spawn_dying_with_this_process(cmd)
+        let mut child = crate::serve::supervisor::spawn_dying_with_this_process(cmd)
             .with_context(|| format!("cannot start `{} serve`", exe.display()))?;
         let pid = child.id().unwrap_or(0);
         let mut lines =
@@ -63,16 +69,14 @@ impl ChildServer {
             Ok(None) => {
                 let _ = child.kill().await;
                 bail!(
-                    "the self-test's server (`wstune serve {}`) exited before listening:\n{}",
-                    args.join(" "),
+                    "the self-test's server ({what}) exited before listening:\n{}",
                     seen.join("\n")
                 )
             }
             Err(_) => {
                 let _ = child.kill().await;
                 bail!(
-                    "the self-test's server (`wstune serve {}`) did not listen within {} s",
-                    args.join(" "),
+                    "the self-test's server ({what}) did not listen within {} s",
                     START_BUDGET.as_secs()
                 )
             }
@@ -178,7 +182,7 @@ pub fn start_in_process(
 /// The memory budget a server's admin listener reports; None when it does not answer or has
 /// no budget series.
 pub async fn budget_at(admin: SocketAddr) -> Option<crate::selftest::report::BudgetReport> {
-    let text = crate::cmd::pool::fetch_metrics(admin).await.ok()?;
+    let text = fetch_metrics(admin).await.ok()?;
     crate::selftest::report::BudgetReport::from_metrics(&text)
 }
 
@@ -197,4 +201,29 @@ mod tests {
         let tree = super::sample_tree(me).unwrap().0;
         assert!(tree >= own + 0.05, "tree {tree} s, own {own} s");
     }
+}
+
+/// A server's `/metrics` text (plain HTTP GET on its admin address), bounded.
+pub async fn fetch_metrics(admin: SocketAddr) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let what = || format!("the admin endpoint http://{admin}/metrics");
+    let mut s = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::net::TcpStream::connect(admin),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("{} did not answer in 5 s", what()))?
+    .with_context(|| {
+        format!(
+            "cannot reach {}: is --admin the server's admin address?",
+            what()
+        )
+    })?;
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n").as_bytes())
+        .await?;
+    let mut body = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut body))
+        .await
+        .map_err(|_| anyhow::anyhow!("{} did not finish its answer in 5 s", what()))??;
+    Ok(body)
 }

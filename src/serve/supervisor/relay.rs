@@ -8,7 +8,7 @@
 //! which delivers it locally (encoded once per process). Every queue is bounded: a process that
 //! cannot keep up loses relayed messages (counted), it never blocks the others.
 
-use crate::cluster::encode;
+use crate::serve::cluster::encode;
 use embedded_server::Hub;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -101,7 +101,7 @@ pub fn start_child(hub: Arc<Hub>, index: u64, fd: RawFd) -> io::Result<()> {
     });
     tokio::spawn(async move {
         while let Ok(f) = read_frame(&mut rd).await {
-            crate::cluster::deliver(&hub, index, &f[4..]);
+            crate::serve::cluster::deliver(&hub, index, &f[4..]);
         }
         // The supervisor is gone (its parent-death signal drains this process).
         metrics.backplane_up.store(0, Relaxed);

@@ -4,7 +4,9 @@
 //!
 //! The supervisor holds the port bound (not listening: it receives nothing, but it reserves the
 //! port, resolves `--port 0`, and finds a non-reuseport owner before anything starts), starts
-//! each process as `wstune serve ... --port P --reuseport --admin 127.0.0.1:0` with
+//! each process as `wstune serve` with its own configuration in the environment (the
+//! supervisor's, with port P, SO_REUSEPORT, an admin on 127.0.0.1:0 and its share of the
+//! connections, threads and memory budget: `ServeConfig::for_supervised_process`) and
 //! `WSTUNE_PROCESS=i`, restarts one that dies (100 ms doubling to 5 s, reset after 30 s alive),
 //! forwards SIGTERM/SIGINT so every process drains, serves one admin endpoint (/healthz per
 //! process, /metrics summed) and relays `broadcast`/`channels` between the processes
@@ -118,7 +120,7 @@ pub fn listen_error(addr: std::net::SocketAddr, flag: &str, e: &std::io::Error) 
     }
 }
 #[cfg(target_os = "linux")]
-pub use run::{supervise, Plan};
+pub use run::{supervise, Supervision};
 
 use crate::profile::Processes;
 
@@ -214,73 +216,6 @@ pub fn size(
     })
 }
 
-/// `args` without `flag` and its value (`--flag V` or `--flag=V`).
-pub fn without_flag(args: &[String], flag: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if a == flag {
-            it.next();
-        } else if !a.starts_with(&format!("{flag}=")) {
-            out.push(a.clone());
-        }
-    }
-    out
-}
-
-/// The arguments of a supervised process: the supervisor's own (after the program name),
-/// without the flags the supervisor sets itself, plus those. `memory_budget`: the process's
-/// share of the server's memory budget (the budget is the server's, not each process's: N
-/// processes that each derived their own from the host's memory would promise it N times).
-pub fn child_args(
-    own: &[String],
-    port: u16,
-    per_process: usize,
-    workers: usize,
-    memory_budget: usize,
-) -> Vec<String> {
-    const SET_HERE: &[&str] = &[
-        "--processes",
-        "--port",
-        "--admin",
-        "--max-connections",
-        "--workers",
-        "--memory-budget",
-    ];
-    let mut out = Vec::new();
-    let mut it = own.iter();
-    while let Some(a) = it.next() {
-        if a == "--reuseport" {
-            continue;
-        }
-        if SET_HERE.contains(&a.as_str()) {
-            it.next();
-            continue;
-        }
-        if SET_HERE.iter().any(|f| a.starts_with(&format!("{f}="))) {
-            continue;
-        }
-        out.push(a.clone());
-    }
-    out.extend(
-        [
-            "--port",
-            &port.to_string(),
-            "--reuseport",
-            "--admin",
-            "127.0.0.1:0",
-            "--max-connections",
-            &per_process.to_string(),
-            "--workers",
-            &workers.to_string(),
-            "--memory-budget",
-            &memory_budget.to_string(),
-        ]
-        .map(String::from),
-    );
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,31 +254,6 @@ mod tests {
         );
         assert_eq!(per_process(10, 3), 5);
         assert_eq!(per_process(1000, 1), 1000);
-    }
-
-    #[test]
-    fn child_args_replace_what_the_supervisor_sets() {
-        let own: Vec<String> = [
-            "serve",
-            "--processes",
-            "3",
-            "--port=0",
-            "--app",
-            "broadcast",
-            "--reuseport",
-            "--admin",
-            "127.0.0.1:9",
-            "--workers=4",
-            "--memory-budget",
-            "999",
-        ]
-        .map(String::from)
-        .to_vec();
-        assert_eq!(
-            child_args(&own, 4000, 40, 1, 1 << 30).join(" "),
-            "serve --app broadcast --port 4000 --reuseport --admin 127.0.0.1:0 \
-             --max-connections 40 --workers 1 --memory-budget 1073741824"
-        );
     }
 
     /// The thread that asks for a child need not outlive it: a child started from a thread

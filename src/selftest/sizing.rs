@@ -1,6 +1,7 @@
 //! Sizing a load test to what the host allows, before anything starts: generator processes
 //! from the fd limit, loopback source addresses from the ephemeral port range, and (for
-//! `serve --self-test`) the connection count from the server's fd limit and the CPU.
+//! `serve --self-test`) the connection count from the server's fd limit and the CPU, and the
+//! server processes and deflate count that follow (`size_serve`).
 //! Pure functions over the figures, so every rule is unit-tested.
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -330,6 +331,140 @@ pub fn fd_room(nofile: u64, processes: usize) -> usize {
         .min(usize::MAX as u64) as usize
 }
 
+/// What `serve --self-test` sizes: the profile and the operator's load, and how the server
+/// runs (the processes asked for, a user's program, compression).
+pub struct ServeAsk<'a> {
+    pub profile: &'a crate::profile::Profile,
+    /// `--conns`: the operator's count (no scale-down to explain then).
+    pub conns: Option<usize>,
+    /// `--scenario`s named (empty: the defaults).
+    pub scenarios: &'a [super::Scenario],
+    /// `--processes` or a `server.processes` other than 1, with which of the two it was.
+    pub processes: Option<(crate::profile::Processes, &'a str)>,
+    /// `--command`: the user's program is the server.
+    pub user_program: bool,
+    /// The server's window bits when it offers permessage-deflate.
+    pub deflate_window_bits: Option<u8>,
+    /// This process's open-file limit (raised to the hard one) and the host's cores.
+    pub nofile: u64,
+    pub cores: usize,
+}
+
+/// How `serve --self-test` runs on this host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeSize {
+    /// Connections of every scenario.
+    pub conns: usize,
+    /// What the server accepts in all ([`server_max`]).
+    pub server_max: usize,
+    /// Server processes: 1 in this process, more as a child `serve --processes N`.
+    pub processes: usize,
+    /// The deflate scenario's own, lower count (its contexts on both sides), when it runs.
+    pub deflate_conns: Option<usize>,
+    /// Messages per second per connection in the rate scenarios, and why it is below the
+    /// profile's.
+    pub rate: f64,
+    pub rate_note: Option<String>,
+    /// Why the counts are below the profile's, one line per bound that bit.
+    pub scaled_down: Vec<String>,
+    pub cores: usize,
+}
+
+/// Size `serve --self-test` to this host: the profile's connections unless the fd limit over
+/// the server processes allowed, the memory or the port ranges cannot hold them, the server
+/// processes the supervisor will start for that count, and the deflate scenario's count. The
+/// errors are bad input (`--processes 1` with more connections than one process may hold).
+pub fn size_serve(a: &ServeAsk) -> Result<ServeSize, String> {
+    use crate::profile::Processes;
+    let profile = a.profile;
+    let profile_rate = profile.selftest.rate_per_client as f64;
+    let max_server_processes = match a.processes {
+        // The user's program is one process as far as the sizing knows (it may fork more;
+        // they are measured as its process tree).
+        _ if a.user_program => 1,
+        _ if !cfg!(target_os = "linux") => 1,
+        Some((Processes::Count(n), _)) => n.max(1) as usize,
+        _ => MAX_SERVER_PROCESSES,
+    };
+    let room = HostRoom {
+        server_nofile: a.nofile,
+        max_server_processes,
+        mem_available: mem_available(),
+        ephemeral_ports: ephemeral_ports(),
+        cores: a.cores,
+    };
+    // The scenarios' connections are plain ones (the deflate scenario's own count, with its
+    // contexts, is sized below): counting every connection's deflate contexts and in-flight
+    // buffers sized a million-connection profile down to 421k on a host that holds 1M.
+    let sized = size_self_test(
+        profile.connections as usize,
+        profile_rate,
+        profile.estimate().plain_bytes_per_conn(),
+        &room,
+    );
+    // --conns is the operator's choice: no scale-down to explain (and the verdict still says
+    // when it is below the profile's count); the rate still follows the CPU budget.
+    let (conns, mut scaled_down) = match a.conns {
+        Some(n) => (n, Vec::new()),
+        None => (sized.conns, sized.scaled_down.clone()),
+    };
+    let server_max = server_max(conns);
+    // The supervisor's own sizing, so the report names what it will start.
+    let processes = match a.processes {
+        _ if max_server_processes == 1 => 1,
+        Some((w, from)) => {
+            crate::serve::supervisor::size(w, from, server_max, a.nofile, a.cores)?.processes
+        }
+        None => crate::profile::processes_needed(server_max as u64, a.nofile)
+            .map_or(1, |n| n as usize)
+            .min(MAX_SERVER_PROCESSES),
+    };
+    // The deflate scenario alone may need a lower count: its contexts on both sides. Only
+    // said when the deflate scenario runs (named, or among the defaults).
+    let deflate_runs = a.conns.is_none()
+        && (a.scenarios.is_empty() || a.scenarios.contains(&super::Scenario::Deflate));
+    let deflate = a
+        .deflate_window_bits
+        .filter(|_| deflate_runs)
+        .and_then(|bits| {
+            deflate_conns(
+                conns,
+                profile.estimate().bytes_per_conn(),
+                bits,
+                room.mem_available,
+            )
+        });
+    if let Some((_, why)) = &deflate {
+        scaled_down.push(why.clone());
+    }
+    let sized = if a.conns.is_some() {
+        size_self_test(
+            conns,
+            profile_rate,
+            0,
+            &HostRoom {
+                server_nofile: u64::MAX,
+                max_server_processes: 1,
+                mem_available: None,
+                ephemeral_ports: u32::MAX,
+                ..room
+            },
+        )
+    } else {
+        sized
+    };
+    Ok(ServeSize {
+        conns,
+        server_max,
+        processes,
+        deflate_conns: deflate.map(|d| d.0),
+        rate: sized.rate,
+        rate_note: sized.rate_note,
+        scaled_down,
+        cores: room.cores,
+    })
+}
+
 /// Memory this host can still give, bytes: MemAvailable from /proc/meminfo, Linux.
 pub fn mem_available() -> Option<u64> {
     // This machine's live backend, not the caller's: the self-test measures the machine it runs
@@ -462,7 +597,7 @@ mod tests {
         // sizes must be accepted by `supervisor::size` for that many processes.
         for (nofile, procs) in [(20_000, 6), (20_000, 4), (4096, 3), (1024, 64)] {
             let s = size_self_test(100_000, 10.0, 4096, &room(nofile, procs, None, 2));
-            let fits = crate::supervisor::size(
+            let fits = crate::serve::supervisor::size(
                 crate::profile::Processes::Count(procs as u64),
                 "--processes",
                 server_max(s.conns),

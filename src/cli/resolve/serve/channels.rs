@@ -1,56 +1,24 @@
 //! `serve`'s channels flags and the profile's `server.channels`: the HTTP API's key, the JWT
 //! secret for upgrades and the per-connection subscription cap, resolved into the server's
-//! `ChannelsSettings` and the admin listener's key. Secrets come from a file or the
-//! environment, never from the command line (`ps` and shell history show arguments to every
-//! local user), and no secret is ever printed: the settings table says only where each came
-//! from.
+//! `ChannelsSettings` and the admin listener's key. No secret is ever printed: the settings
+//! table says only where each came from.
 
+use crate::cli::args::channels::ChannelArgs;
 use crate::profile::ChannelsProfile;
+use crate::serve::config::{TokenAuth, ENV_API_KEY, ENV_AUTH_SECRET};
 use embedded_server::channels::{ApiKey, ChannelsSettings, Verifier, DEFAULT_MAX_SUBSCRIPTIONS};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The environment variable holding the HTTP API key (when no --api-key-file is given).
-pub const ENV_API_KEY: &str = "WSTUNE_API_KEY";
-/// The environment variable holding the JWT secret (when no --auth-secret-file is given).
-pub const ENV_AUTH_SECRET: &str = "WSTUNE_AUTH_SECRET";
-
-/// The channels flags of `wstune serve` (each overrides its `server.channels` key).
-#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
-pub struct ChannelArgs {
-    /// File holding the key backends send to the admin listener's HTTP API (/api/*, as
-    /// `Authorization: Bearer KEY`); without a key the API is off. Else $WSTUNE_API_KEY
-    /// [profile: server.channels.api_key_file]
-    #[arg(long, value_name = "FILE", help_heading = "Channels (--app channels)")]
-    pub api_key_file: Option<PathBuf>,
-    /// File holding the HS256 secret (32+ bytes) that signs the JWTs clients must present on
-    /// upgrade (?token= or Authorization: Bearer); a token's `channels` claim lists what it
-    /// may subscribe to. Else $WSTUNE_AUTH_SECRET [profile: server.channels.auth.secret_file]
-    #[arg(long, value_name = "FILE", help_heading = "Channels (--app channels)")]
-    pub auth_secret_file: Option<PathBuf>,
-    /// Channels one connection may subscribe to at once; more get an error op [profile:
-    /// server.channels.max_subscriptions; default 256]
-    #[arg(long, value_name = "N", help_heading = "Channels (--app channels)")]
-    pub max_subscriptions: Option<usize>,
-    /// Refuse tokens valid for more than SECS (exp - now, or exp - iat when the token has
-    /// iat): caps how long a leaked token works [profile: server.channels.auth.max_lifetime_secs]
-    #[arg(long, value_name = "SECS", help_heading = "Channels (--app channels)")]
-    pub auth_max_lifetime: Option<u64>,
-    /// Require tokens to carry this `aud` claim (tokens minted for another service are
-    /// refused) [profile: server.channels.auth.audience]
-    #[arg(long, value_name = "AUD", help_heading = "Channels (--app channels)")]
-    pub auth_audience: Option<String>,
-}
-
-/// What the flags, the environment and the profile resolve to.
-pub struct Resolved {
+/// What the flags, the environment and the profile resolve to. The secrets are kept as read:
+/// child servers get them in their environment (`ServeConfig::child_env`), so the supervisor
+/// and a restarted process present and expect the same key even if a file changed since.
+pub struct ChannelsConfig {
     pub settings: ChannelsSettings,
     pub api_key: Option<ApiKey>,
-    /// The secrets a `--processes` supervisor sets in each server process's environment (and
-    /// only there): the API key always as the supervisor read it (so the supervisor and a
-    /// restarted process present and expect the same key, even if the file changed since),
-    /// the JWT secret when it came from the environment.
-    pub child_env: Vec<(&'static str, String)>,
+    /// The JWT secret, and the limits its verifier (in `settings.auth`) checks.
+    pub auth_secret: Option<String>,
+    pub token_auth: Option<TokenAuth>,
 }
 
 /// Where a secret comes from: the flag's file, else the environment, else the profile's file.
@@ -62,7 +30,7 @@ fn secret(
     profile_key: &str,
 ) -> anyhow::Result<Option<(String, String)>> {
     let read = |p: &Path, what: &str| -> anyhow::Result<Option<(String, String)>> {
-        let text = std::fs::read_to_string(p).map_err(|e| {
+        let text = crate::host::read_secret_file(p).map_err(|e| {
             anyhow::anyhow!(
                 "{what} {}: cannot read it ({e}); write the secret alone in that file",
                 p.display()
@@ -74,15 +42,9 @@ fn secret(
     if let Some(p) = flag {
         return read(p, flag_name);
     }
-    if let Some(v) = std::env::var_os(env) {
-        // Read once, then out of this process's environment: nothing it starts later (a
-        // hook, a helper) inherits the secret by accident. The `--processes` supervisor hands
-        // its copy to each server process explicitly (`Resolved::child_env`). Note that
-        // /proc/PID/environ keeps showing the environment the process was started with.
-        std::env::remove_var(env);
-        let v = v
-            .into_string()
-            .map_err(|_| anyhow::anyhow!("${env} is not UTF-8 text"))?;
+    // Read once, then out of this process's environment (`host::take_env`); child servers
+    // get their copy explicitly (`ServeConfig::child_env`).
+    if let Some(v) = crate::host::take_env(env).map_err(anyhow::Error::msg)? {
         return Ok(Some((v, format!("${env}"))));
     }
     if !profile.is_empty() {
@@ -97,8 +59,7 @@ pub fn resolve(
     a: &ChannelArgs,
     app_is_channels: bool,
     table: &mut Vec<crate::report::Setting>,
-) -> anyhow::Result<Resolved> {
-    let mut child_env = Vec::new();
+) -> anyhow::Result<ChannelsConfig> {
     let api_key = match secret(
         &a.api_key_file,
         "--api-key-file",
@@ -108,7 +69,6 @@ pub fn resolve(
     )? {
         Some((text, from)) => {
             let k = ApiKey::new(&text).map_err(|e| anyhow::anyhow!("{from}: {e}"))?;
-            child_env.push((ENV_API_KEY, k.expose().to_string()));
             table.push(("api key", "set".into(), source(&from)));
             Some(k)
         }
@@ -128,11 +88,8 @@ pub fn resolve(
                      secret)"
                 );
             }
-            if from.starts_with('$') {
-                child_env.push((ENV_AUTH_SECRET, text.clone()));
-            }
-            // A file's trailing newline is not part of the secret; anything else is.
-            let v = Verifier::new(text.trim_end_matches(['\n', '\r']).as_bytes())
+            // Checked now, so a short secret is named with where it came from.
+            Verifier::new(text.trim_end_matches(['\n', '\r']).as_bytes())
                 .map_err(|e| anyhow::anyhow!("{from}: {e}"))?;
             table.push(("token auth", "HS256 JWT".into(), source(&from)));
             let lifetime = a.auth_max_lifetime.or(match p.auth.max_lifetime_secs {
@@ -155,7 +112,14 @@ pub fn resolve(
                 let f = from_flag(a.auth_audience.is_some());
                 table.push(("token audience", aud.clone(), f));
             }
-            Some(Arc::new(v.with_limits(lifetime, audience.as_deref())))
+            let t = TokenAuth {
+                max_lifetime: lifetime,
+                audience,
+            };
+            let v = t
+                .verifier(&text)
+                .map_err(|e| anyhow::anyhow!("{from}: {e}"))?;
+            Some((Arc::new(v), text, t))
         }
         None if a.auth_max_lifetime.is_some() || a.auth_audience.is_some() => {
             anyhow::bail!(
@@ -179,14 +143,19 @@ pub fn resolve(
     if app_is_channels {
         table.push(("max subscriptions", max_subscriptions.to_string(), from));
     }
-    Ok(Resolved {
+    let (auth, auth_secret, token_auth) = match auth {
+        Some((v, secret, t)) => (Some(v), Some(secret), Some(t)),
+        None => (None, None, None),
+    };
+    Ok(ChannelsConfig {
         settings: ChannelsSettings {
             auth,
             max_subscriptions,
             ..ChannelsSettings::default()
         },
         api_key,
-        child_env,
+        auth_secret,
+        token_auth,
     })
 }
 
@@ -203,19 +172,11 @@ fn source(from: &str) -> &'static str {
 /// A secret file every local user can read is no secret: say so (ssh refuses such keys; a
 /// warning is enough here, since the operator may rely on the directory's mode).
 fn warn_if_shared(p: &Path, what: &str) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        if let Ok(m) = std::fs::metadata(p) {
-            if m.permissions().mode() & 0o004 != 0 {
-                eprintln!(
-                    "wstune: warning: {what} {}: every local user can read this secret; \
-                     chmod 600 it (or 640 with a group for the service)",
-                    p.display()
-                );
-            }
-        }
+    if crate::host::readable_by_everyone(p) {
+        eprintln!(
+            "wstune: warning: {what} {}: every local user can read this secret; \
+             chmod 600 it (or 640 with a group for the service)",
+            p.display()
+        );
     }
-    #[cfg(not(unix))]
-    let _ = (p, what);
 }

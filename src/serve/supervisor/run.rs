@@ -22,27 +22,22 @@ macro_rules! say {
 }
 
 /// What `serve` resolved for the supervisor.
-pub struct Plan {
+pub struct Supervision {
     pub sizing: Sizing,
     /// `--bind` and `--port` (0: any free port).
     pub addr: SocketAddr,
     pub admin: Option<SocketAddr>,
-    /// This process's own arguments (after the program name).
-    pub args: Vec<String>,
+    /// The server's configuration, each process's own with its share of the server (see
+    /// `ServeConfig::for_supervised_process`); its secrets go to each process's environment
+    /// only: the API key as the supervisor read it, so the supervisor and a restarted process
+    /// present and expect the same key even if a key file changed since.
+    pub config: crate::serve::config::ServeConfig,
+    /// Each process's I/O threads.
     pub workers: usize,
     /// Relay broadcast/channels locally (false with `--cluster`: Redis relays).
     pub relay: bool,
     pub grace: Duration,
     pub scheme: &'static str,
-    /// The HTTP API's key (the processes read the same file or variable themselves).
-    pub api_key: Option<embedded_server::channels::ApiKey>,
-    /// Secrets set in each server process's environment only (see
-    /// `channel_args::Resolved::child_env`); the supervisor's own environment has none.
-    pub child_env: Vec<(&'static str, String)>,
-    /// The largest API body accepted (the processes' --max-message).
-    pub max_body: usize,
-    /// The server's memory budget, shared out evenly among the processes.
-    pub memory_budget: usize,
 }
 
 #[derive(Default, Clone)]
@@ -63,7 +58,7 @@ impl Slot {
 }
 
 struct State {
-    plan: Plan,
+    plan: Supervision,
     port: u16,
     slots: Mutex<Vec<Slot>>,
     hubs: Arc<Hubs>,
@@ -90,7 +85,7 @@ fn backoff(attempt: u32) -> Duration {
 const STABLE: Duration = Duration::from_secs(30);
 
 /// Run the supervisor until SIGTERM/SIGINT; the exit code.
-pub fn supervise(plan: Plan) -> Result<Outcome> {
+pub fn supervise(plan: Supervision) -> Result<Outcome> {
     // Reserve the port: bound with SO_REUSEPORT but never listening, so it receives nothing,
     // yet `--port 0` becomes a real port and a process holding the port without SO_REUSEPORT
     // is found now, before any child starts.
@@ -381,23 +376,14 @@ async fn keep(st: Arc<State>, i: usize) {
 fn spawn(st: &Arc<State>, i: usize) -> Result<(tokio::process::Child, u32)> {
     let p = &st.plan;
     let exe = std::env::current_exe().context("cannot find the wstune executable")?;
-    let budget = p.memory_budget / p.sizing.processes.max(1);
-    let args = super::child_args(&p.args, st.port, p.sizing.per_process, p.workers, budget);
+    // The memory budget is the server's: each process gets its share.
+    let budget = p.config.server.memory_budget() / p.sizing.processes.max(1);
+    let config = p
+        .config
+        .for_supervised_process(st.port, p.sizing.per_process, p.workers, budget);
     let mut cmd = tokio::process::Command::new(exe);
-    // The API key comes from the supervisor's copy, not the file again: a key file rewritten
-    // since the start would leave a restarted process expecting another key than the one the
-    // supervisor presents.
-    let args = if p
-        .child_env
-        .iter()
-        .any(|(k, _)| *k == crate::channel_args::ENV_API_KEY)
-    {
-        super::without_flag(&args, "--api-key-file")
-    } else {
-        args
-    };
-    cmd.args(&args)
-        .envs(p.child_env.iter().map(|(k, v)| (k, v)))
+    cmd.arg("serve")
+        .envs(config.child_env())
         .env(ENV_PROCESS, i.to_string())
         .env_remove(ENV_RELAY_FD)
         .stdin(std::process::Stdio::null())
@@ -658,7 +644,11 @@ async fn serve_admin(
     let shutdown = async move {
         let _ = stop.changed().await;
     };
-    let gate = Arc::new(Gate::new(st.plan.api_key.clone(), st.plan.max_body));
+    let c = &st.plan.config;
+    let gate = Arc::new(Gate::new(
+        c.secrets.api_key.clone(),
+        c.server.max_message_bytes,
+    ));
     let counts = gate.clone();
     serve_routes(l, shutdown, gate, move |route| {
         let (st, counts) = (st.clone(), counts.clone());
@@ -694,11 +684,16 @@ fn up_admins(st: &State) -> Vec<(usize, SocketAddr)> {
 /// The supervisor's side of the channels API (see `serve_admin`).
 mod api_glue {
     use super::{up_admins, State};
-    use crate::supervisor::api::Process;
+    use crate::serve::supervisor::api::Process;
 
     impl Process for State {
         fn api_key(&self) -> Option<&str> {
-            self.plan.api_key.as_ref().map(|k| k.expose())
+            self.plan
+                .config
+                .secrets
+                .api_key
+                .as_ref()
+                .map(|k| k.expose())
         }
         fn up_admins(&self) -> Vec<(usize, std::net::SocketAddr)> {
             up_admins(self)

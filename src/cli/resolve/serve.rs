@@ -1,0 +1,408 @@
+//! `serve`'s flags and the profile -> the one [`ServeConfig`]: each flag given, else the
+//! profile's value, within its bounds, with the settings table that says which. A child server
+//! (`--processes`, the self-test's) does not resolve again: it reads its parent's configuration
+//! from the environment ([`crate::serve::config::ENV_CONFIG`]).
+
+mod channels;
+mod limits;
+
+use super::{backend, load};
+use crate::cli::args::{self, ServeArgs};
+use crate::cmd;
+use crate::engine::check::{self, HostInputs, Target};
+use crate::profile::Profile;
+use crate::report::Setting;
+use crate::serve::config::{
+    LogFormat, Secrets, ServeConfig, TlsFiles, ENV_API_KEY, ENV_AUTH_SECRET, ENV_CONFIG,
+};
+use anyhow::{bail, Context, Result};
+use embedded_server::{BackpressureClose, ServerConfig, SimulatedWork};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
+    // A child server: its parent's configuration, handed over whole.
+    if let Some(json) = crate::host::take_env(ENV_CONFIG).map_err(anyhow::Error::msg)? {
+        let api_key = match crate::host::take_env(ENV_API_KEY).map_err(anyhow::Error::msg)? {
+            Some(k) => Some(
+                embedded_server::channels::ApiKey::new(&k)
+                    .map_err(|e| anyhow::anyhow!("${ENV_API_KEY}: {e}"))?,
+            ),
+            None => None,
+        };
+        let secrets = Secrets {
+            api_key,
+            auth_secret: crate::host::take_env(ENV_AUTH_SECRET).map_err(anyhow::Error::msg)?,
+        };
+        let config = ServeConfig::from_json(&json, secrets)?;
+        let host = host_inputs(&config.profile, None)?;
+        return Ok(cmd::serve::Request {
+            config,
+            self_test: None,
+            host,
+        });
+    }
+    if a.self_test {
+        if a.tls_cert.is_some() {
+            bail!("--self-test measures the plain ws:// server: drop --tls-cert/--tls-key (TLS is measured at the proxy or with `wstune selftest`)");
+        }
+        // It starts its own echo and broadcast instances on loopback: flags that choose another
+        // app or span nodes would be silently ignored, so they are refused instead.
+        if a.command.is_some() && a.processes.is_some() {
+            bail!("--self-test --command runs your program as it starts itself (one process, or as many as it forks): drop --processes");
+        }
+        if a.command.is_some() && a.handler != "echo" {
+            bail!("--handler {} simulates work in the built-in echo; with --command your program's own handler runs: drop --handler", a.handler);
+        }
+        if a.app != args::AppArg::Echo || a.cluster.is_some() || a.reuseport {
+            bail!("--self-test starts its own echo and broadcast instances on loopback, so --app, --cluster and --reuseport do not apply; measure such a server with `wstune selftest --url` (and --pid)");
+        }
+    } else if load(&a.load).any_set() {
+        bail!(
+            "--scenario, --conns, --rate, --size, --secs and --report only apply to a load test: \
+             add --self-test (or measure a running server with `wstune selftest --url`)"
+        );
+    }
+    let profile = crate::profile::load(&a.profile)?.profile;
+    // `--host-root` is the self-test's stand-in host.
+    let host = host_inputs(&a.profile, a.host_root.as_deref().filter(|_| a.self_test))?;
+    let command = a
+        .command
+        .as_deref()
+        .map(crate::selftest::command::parse)
+        .transpose()?;
+    let config = config(&profile, a)?;
+    Ok(cmd::serve::Request {
+        config,
+        self_test: a.self_test.then(|| crate::serve::self_test::SelfTest {
+            load: load(&a.load),
+            profile,
+            command,
+        }),
+        host,
+    })
+}
+
+/// The host the server runs on, for its warning (and the self-test's host half): a host that
+/// cannot be read gets no warning. A `--host-root` tree that is not one is bad input, not a
+/// host that fails every check.
+fn host_inputs(profile: &str, root: Option<&std::path::Path>) -> Result<Option<HostInputs>> {
+    let backend = match root {
+        Some(dir) => Some(
+            backend(Some(dir), None).with_context(|| format!("--host-root {}", dir.display()))?,
+        ),
+        None => backend(None, None).ok(),
+    };
+    Ok(backend.and_then(|backend| {
+        let inputs = check::inputs(&Target::profile(profile), backend.as_ref()).ok()?;
+        Some(HostInputs { inputs, backend })
+    }))
+}
+
+/// The server configuration `wstune serve --profile SPEC` would run with no other flag: what
+/// `pool --command` starts the user's server with. Resolved as `serve` resolves it, from the
+/// flags' own defaults.
+pub fn profile_server_config(spec: &str) -> Result<ServerConfig> {
+    let profile = crate::profile::load(spec)?.profile;
+    let a = ServeArgs {
+        profile: spec.to_string(),
+        ..ServeArgs::default()
+    };
+    Ok(config(&profile, &a)?.server)
+}
+
+/// `serve`'s configuration: each flag given, else the profile's value, within its bounds.
+pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
+    let s = &p.server;
+    let mut table: Vec<Setting> = Vec::new();
+    let mut pick = |name: &'static str, flag: Option<usize>, prof: u64| -> usize {
+        let (v, from) = match flag {
+            Some(v) => (v, "flag"),
+            None => (prof as usize, "profile"),
+        };
+        table.push((name, v.to_string(), from));
+        v
+    };
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let workers = match pick("io workers (0 = cores)", a.workers, s.io_workers) {
+        0 => cores,
+        n => n,
+    };
+    let coalesce_us = pick(
+        "wake-up coalescing us (0 = off)",
+        a.coalesce_us.map(|v| v as usize),
+        s.coalesce_us,
+    );
+    let max_window = embedded_server::coalesce::MAX_WINDOW.as_micros() as usize;
+    if coalesce_us > max_window {
+        bail!(
+            "--coalesce-us {coalesce_us}: at most {max_window} microseconds (0 serves every \
+             message the moment it arrives)"
+        );
+    }
+    let offload_pool_size = pick(
+        "offload pool (0 = cores)",
+        a.offload_pool,
+        s.offload_pool_size,
+    );
+    let offload_queue_size = pick("offload queue", a.offload_queue, s.offload_queue_size);
+    let max_connections = pick("max connections", a.max_connections, s.max_connections);
+    let max_frame_bytes = pick("max frame bytes", a.max_frame, s.max_frame_bytes);
+    let max_message_bytes = pick("max message bytes", a.max_message, s.max_message_bytes);
+    let fragment_bytes = pick("fragment bytes", a.fragment, s.fragment_bytes);
+    let send_queue_bytes = pick("send queue cap bytes", a.send_queue, s.send_queue_bytes);
+    let notsent_lowat_bytes = pick(
+        "unsent bytes per socket (TCP_NOTSENT_LOWAT; 0 = system's)",
+        None,
+        s.notsent_lowat_bytes,
+    );
+    let hb_interval = pick(
+        "heartbeat interval s",
+        a.heartbeat_interval.map(|v| v as usize),
+        s.heartbeat.interval_secs,
+    );
+    let hb_timeout = pick(
+        "heartbeat timeout s",
+        a.heartbeat_timeout.map(|v| v as usize),
+        s.heartbeat.timeout_secs,
+    );
+    let handler =
+        SimulatedWork::parse(&a.handler).map_err(|e| anyhow::anyhow!("--handler: {e}"))?;
+    let app = match a.app {
+        args::AppArg::Echo => embedded_server::App::Echo,
+        args::AppArg::Broadcast => embedded_server::App::Broadcast,
+        args::AppArg::Channels => embedded_server::App::Channels,
+    };
+    table.push(("app", format!("{:?}", app).to_lowercase(), "flag"));
+    table.push(("handler", a.handler.clone(), "flag"));
+    let pd = &s.deflate;
+    let from_profile = embedded_server::DeflateSettings::from(pd);
+    let deflate = embedded_server::DeflateSettings {
+        enabled: (from_profile.enabled || a.deflate) && !a.no_deflate,
+        window_bits: a.deflate_window_bits.unwrap_or(from_profile.window_bits),
+        mem_level: a.deflate_mem_level.unwrap_or(from_profile.mem_level),
+        level: a.deflate_level.unwrap_or(from_profile.level),
+        threshold: a.deflate_threshold.unwrap_or(from_profile.threshold),
+        context_takeover: from_profile.context_takeover && !a.deflate_no_context_takeover,
+    };
+    let from = |flag: bool| if flag { "flag" } else { "profile" };
+    table.push((
+        "permessage-deflate",
+        if deflate.enabled {
+            "on".into()
+        } else {
+            "off".into()
+        },
+        from(a.deflate || a.no_deflate),
+    ));
+    if deflate.enabled {
+        table.push((
+            "deflate window bits / memLevel / level",
+            format!(
+                "{} / {} / {}",
+                deflate.window_bits, deflate.mem_level, deflate.level
+            ),
+            from(
+                a.deflate_window_bits.is_some()
+                    || a.deflate_mem_level.is_some()
+                    || a.deflate_level.is_some(),
+            ),
+        ));
+        table.push((
+            "deflate threshold bytes",
+            deflate.threshold.to_string(),
+            from(a.deflate_threshold.is_some()),
+        ));
+        table.push((
+            "deflate context takeover",
+            deflate.context_takeover.to_string(),
+            from(a.deflate_no_context_takeover),
+        ));
+    }
+    let (inflate_budget, budget_from) = match (a.inflate_budget, pd.inflate_budget_bytes) {
+        (Some(b), _) => (b, "flag"),
+        (None, Some(b)) => (b as usize, "profile"),
+        (None, None) => (
+            embedded_server::config::default_inflate_budget(max_message_bytes),
+            "default",
+        ),
+    };
+    if deflate.enabled {
+        table.push((
+            "inflate budget bytes",
+            inflate_budget.to_string(),
+            budget_from,
+        ));
+    }
+    let budget = budget(&s.budget, a, &mut table);
+    let limits = limits::resolve(&s.limits, &a.limits, &mut table)?;
+    let channels = channels::resolve(
+        &s.channels,
+        &a.channels,
+        app == embedded_server::App::Channels,
+        &mut table,
+    )?;
+    let server = ServerConfig {
+        limits,
+        channels: channels.settings,
+        deflate,
+        app,
+        handler,
+        max_connections,
+        max_frame_bytes,
+        max_message_bytes,
+        fragment_bytes,
+        send_queue_bytes,
+        notsent_lowat_bytes,
+        backpressure_close: if a.backpressure_close == 1013 {
+            BackpressureClose::TryAgain
+        } else {
+            BackpressureClose::Policy
+        },
+        heartbeat_interval: Duration::from_secs(hb_interval as u64),
+        heartbeat_timeout: Duration::from_secs(hb_timeout as u64),
+        handshake_timeout: Duration::from_secs(a.handshake_timeout.max(1)),
+        max_header_bytes: 8 << 10,
+        allowed_origins: a.origins.clone(),
+        subprotocols: a.subprotocols.clone(),
+        offload_pool_size,
+        offload_queue_size: offload_queue_size.max(1),
+        shutdown_grace: Duration::from_secs(a.shutdown_grace),
+        inflate_budget: Some(inflate_budget),
+        memory_budget: None,
+        conn_memory_share: budget.conn_share,
+        message_timeout: budget.message_timeout,
+        send_drain_timeout: budget.drain_timeout,
+        inflate_ratio_limit: budget.ratio,
+        inflate_rate: budget.rate,
+    };
+    // The memory budget's default follows the connection count; shown as resolved.
+    let server = ServerConfig {
+        memory_budget: Some(budget.memory.unwrap_or_else(|| server.memory_budget())),
+        ..server
+    };
+    table.push((
+        "memory budget bytes",
+        server.memory_budget().to_string(),
+        budget.memory_from,
+    ));
+    table.push((
+        "memory share per connection bytes",
+        server.conn_memory_share().to_string(),
+        if budget.conn_share.is_some() {
+            "flag/profile"
+        } else {
+            "default"
+        },
+    ));
+    // Every bound lives in ServerConfig::validate; only where the budget came from is ours.
+    server
+        .validate()
+        .map_err(|e| anyhow::Error::new(e.with_origin(budget_from)))?;
+    // The self-test starts its servers with their own admin listeners: its --admin is unused.
+    let admin = match a.admin.as_str() {
+        "off" => None,
+        s => match s.parse::<SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) if a.self_test => None,
+            Err(_) => bail!("--admin {s}: not an address like 127.0.0.1:9002 (or off)"),
+        },
+    };
+    let (processes, processes_from) = match a.processes {
+        Some(n) => (n, "--processes"),
+        None => (s.processes, "server.processes"),
+    };
+    Ok(ServeConfig {
+        profile: a.profile.clone(),
+        bind: a.bind,
+        port: a.port,
+        admin,
+        reuseport: a.reuseport,
+        acceptors: a.acceptors,
+        workers,
+        workers_follow_cores: a.workers.is_none() && s.io_workers == 0,
+        coalesce: Duration::from_micros(coalesce_us as u64),
+        processes,
+        processes_from: processes_from.into(),
+        tls: match (&a.tls_cert, &a.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        },
+        log_format: match a.log_format {
+            args::LogFormat::Text => LogFormat::Text,
+            args::LogFormat::Json => LogFormat::Json,
+        },
+        log_level: a.log_level.clone(),
+        cluster: a.cluster.clone(),
+        server,
+        settings: table
+            .into_iter()
+            .map(|(k, v, f)| (k.to_string(), v, f.to_string()))
+            .collect(),
+        memory_budget_derived: budget.memory.is_none(),
+        token_auth: channels.token_auth,
+        secrets: Secrets {
+            api_key: channels.api_key,
+            auth_secret: channels.auth_secret,
+        },
+    })
+}
+
+/// `server.budget` with its flags over it (0 in the profile: the server's derived default).
+struct Budget {
+    memory: Option<usize>,
+    memory_from: &'static str,
+    conn_share: Option<usize>,
+    message_timeout: Duration,
+    drain_timeout: Duration,
+    ratio: u32,
+    rate: u64,
+}
+
+fn budget(p: &crate::profile::BudgetProfile, a: &ServeArgs, table: &mut Vec<Setting>) -> Budget {
+    let nonzero = |v: u64| (v > 0).then_some(v as usize);
+    let (memory, memory_from) = match (a.memory_budget, nonzero(p.memory_bytes)) {
+        (Some(b), _) => (Some(b), "flag"),
+        (None, Some(b)) => (Some(b), "profile"),
+        (None, None) => (None, "default"),
+    };
+    let from = |flag: bool| if flag { "flag" } else { "profile" };
+    let message_timeout = a.message_timeout.unwrap_or(p.message_timeout_secs);
+    let drain_timeout = a.drain_timeout.unwrap_or(p.drain_timeout_secs);
+    let ratio = a
+        .inflate_ratio_limit
+        .unwrap_or(u32::try_from(p.inflate_ratio_limit).unwrap_or(u32::MAX));
+    let rate = a.inflate_rate.unwrap_or(p.inflate_rate_bytes);
+    table.push((
+        "message timeout secs (0 = none)",
+        message_timeout.to_string(),
+        from(a.message_timeout.is_some()),
+    ));
+    table.push((
+        "send drain timeout secs (0 = none)",
+        drain_timeout.to_string(),
+        from(a.drain_timeout.is_some()),
+    ));
+    table.push((
+        "inflate ratio limit / rate bytes per s",
+        format!("{ratio} / {rate}"),
+        from(a.inflate_ratio_limit.is_some() || a.inflate_rate.is_some()),
+    ));
+    Budget {
+        memory,
+        memory_from,
+        conn_share: a.conn_memory_share.or(nonzero(p.conn_share_bytes)),
+        message_timeout: Duration::from_secs(message_timeout),
+        drain_timeout: Duration::from_secs(drain_timeout),
+        ratio,
+        rate,
+    }
+}
+
+#[cfg(test)]
+mod tests;

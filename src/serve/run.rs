@@ -1,0 +1,238 @@
+//! Serve proper: the configuration -> listeners, admin, cluster or relay ->
+//! `embedded_server::Server::run` until SIGTERM/SIGINT drains it; above one process, the
+//! supervisor instead (`supervisor`).
+
+use super::config::{LogFormat, ServeConfig};
+use crate::engine::check::{self, HostInputs};
+use crate::outcome::Outcome;
+use anyhow::{Context, Result};
+use embedded_server::Server;
+use std::net::SocketAddr;
+
+/// Serve until SIGTERM/SIGINT (drained), or supervise `--processes` server processes.
+/// `host`: the host to warn about (process 0 of a supervisor speaks for all).
+pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
+    if let Some(url) = &r.cluster {
+        crate::serve::cluster::client(url)?;
+    }
+    let admin = r.admin;
+    let tls = tls_config(r)?;
+    // A supervised process (started by `--processes`) serves; anyone else may supervise.
+    let supervised: Option<u64> = std::env::var(crate::serve::supervisor::ENV_PROCESS)
+        .ok()
+        .and_then(|v| v.parse().ok());
+    if supervised.is_none() {
+        if let Some(outcome) = supervise(r, tls.is_some())? {
+            return Ok(outcome);
+        }
+    }
+    init_logs(r, "info");
+    let scheme = if tls.is_some() { "wss" } else { "ws" };
+    let (soft, hard) = crate::host::raise_nofile();
+    let rt = runtime(r)?;
+    rt.block_on(async move {
+        // Before anything listens: a SIGTERM right after "listening" must drain, not kill.
+        let shutdown = embedded_server::shutdown_signal()
+            .context("cannot install the SIGTERM/SIGINT handlers")?;
+        let addr = SocketAddr::new(r.bind, r.port);
+        let acceptors = match (r.reuseport, r.acceptors) {
+            (false, _) => 1,
+            (true, 0) => r.workers,
+            (true, n) => n,
+        };
+        let listeners = embedded_server::bind(addr, r.reuseport, acceptors);
+        let listeners = listeners.map_err(|e| crate::serve::supervisor::listen_error(addr, "--bind", &e))?;
+        let local = listeners[0].local_addr()?;
+        let admin_listener = match admin {
+            Some(addr) => {
+                let l = tokio::net::TcpListener::bind(addr).await;
+                Some(l.with_context(|| format!("cannot listen on --admin {addr}"))?)
+            }
+            None => None,
+        };
+        // Warnings first, so whoever waits for "listening" has already seen them.
+        // One process of a supervisor speaks for all (the others' start-up lines are not shown).
+        if supervised.unwrap_or(0) == 0 {
+            host_warnings(host);
+        }
+        if (soft as usize) < r.server.max_connections + 64 {
+            eprintln!(
+                "wstune: warning: this process may open {soft} files (hard limit {hard}), fewer than \
+                 max connections {}: accept() will fail with EMFILE beyond that. Raise LimitNOFILE / \
+                 ulimit -n (wstune check says how).",
+                r.server.max_connections
+            );
+        }
+        let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+        eprintln!(
+            "{}",
+            crate::report::settings_table(&r.settings, r.workers, listeners.len(), cfg!(windows))
+        );
+        eprintln!("wstune serve: listening on {scheme}://{local}/");
+        if let Some(a) = admin_addr {
+            let api = if r.secrets.api_key.is_some() && r.server.app == embedded_server::App::Channels {
+                format!(" and the API on http://{a}/api/")
+            } else {
+                String::new()
+            };
+            eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics{api}");
+        }
+        let server = with_tls(Server::new(r.server.clone()), tls);
+        if let Some(url) = &r.cluster {
+            crate::serve::cluster::start(url, server.hub())?;
+            eprintln!("wstune serve: cluster backplane on {url} (channel {})", crate::serve::cluster::CHANNEL);
+        }
+        #[cfg(target_os = "linux")]
+        if let (Some(i), Some(fd)) = (
+            supervised,
+            std::env::var(crate::serve::supervisor::ENV_RELAY_FD).ok().and_then(|v| v.parse().ok()),
+        ) {
+            crate::serve::supervisor::relay::start_child(server.hub(), i, fd)
+                .context("cannot use the relay socket the supervisor passed")?;
+        }
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        if let Some(l) = admin_listener {
+            let hub = server.hub();
+            let mut rx = stop_rx.clone();
+            let max_body = r.server.max_message_bytes;
+            use embedded_server::admin::{app_name, Gate};
+            let gate = std::sync::Arc::new(Gate::new(r.secrets.api_key.clone(), max_body));
+            let app = app_name(&hub);
+            let stop = async move {
+                let _ = rx.changed().await;
+            };
+            tokio::spawn(embedded_server::admin::serve_with(l, hub, gate, app, stop));
+        }
+        server
+            .run(listeners, shutdown)
+            .await?;
+        let _ = stop_tx.send(true);
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(Outcome::Ok)
+}
+
+/// `--processes` (or the profile's `server.processes`) above one: run the supervisor, and
+/// return its outcome. None when this process serves alone.
+fn supervise(r: &ServeConfig, tls: bool) -> Result<Option<Outcome>> {
+    use crate::profile::Processes;
+    let (want, from) = (r.processes, r.processes_from.as_str());
+    if want == Processes::Count(1) {
+        return Ok(None);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (_, hard) = crate::host::raise_nofile();
+    let sizing = crate::serve::supervisor::size(want, from, r.server.max_connections, hard, cores)
+        .map_err(anyhow::Error::msg)?;
+    if sizing.processes == 1 {
+        return Ok(None);
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = tls;
+        anyhow::bail!("{from} {want}: several processes on one port need Linux (SO_REUSEPORT spreads the connections); run one `wstune serve` per port behind a load balancer");
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // One process per core by default, each with its share of the cores (nginx's layout);
+        // an explicit --workers or profile io_workers is each process's own.
+        let workers = if r.workers_follow_cores {
+            (cores / sizing.processes).max(1)
+        } else {
+            r.workers
+        };
+        let supervision = crate::serve::supervisor::Supervision {
+            sizing,
+            addr: SocketAddr::new(r.bind, r.port),
+            admin: r.admin,
+            config: r.clone(),
+            workers,
+            relay: r.cluster.is_none(),
+            grace: r.server.shutdown_grace,
+            scheme: if tls { "wss" } else { "ws" },
+        };
+        Ok(Some(crate::serve::supervisor::supervise(supervision)?))
+    }
+}
+
+/// The TLS configuration from --tls-cert/--tls-key, if given.
+#[cfg(feature = "tls")]
+fn tls_config(r: &ServeConfig) -> Result<Option<embedded_server::tls::Config>> {
+    match &r.tls {
+        Some(t) => Ok(Some(
+            embedded_server::tls::load(&t.cert, &t.key)
+                .map_err(|e| anyhow::anyhow!("--tls-cert/--tls-key: {e}"))?,
+        )),
+        None => Ok(None),
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_config(r: &ServeConfig) -> Result<Option<std::convert::Infallible>> {
+    if r.tls.is_some() {
+        anyhow::bail!("this wstune was built without the `tls` feature: rebuild with default features for --tls-cert");
+    }
+    Ok(None)
+}
+
+#[cfg(feature = "tls")]
+fn with_tls(s: Server, tls: Option<embedded_server::tls::Config>) -> Server {
+    match tls {
+        Some(c) => s.with_tls(c),
+        None => s,
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_tls(s: Server, _tls: Option<std::convert::Infallible>) -> Server {
+    s
+}
+
+/// Name what would cap this server: the same findings `wstune check --profile P` reports,
+/// limited to failures.
+fn host_warnings(host: Option<&HostInputs>) {
+    let Some(h) = host else { return };
+    let c = check::host_check(&check::report(&h.inputs, h.backend.as_ref(), None));
+    if !c.failed.is_empty() {
+        tracing::warn!("this host fails {} check(s) for profile {}: {}; `wstune check --profile {}` says how to fix them", c.failed.len(), c.profile, c.failed.join(", "), c.profile);
+    }
+}
+
+/// Logs to stderr, as text or JSON lines; the level from --log-level, else RUST_LOG, else
+/// `default`. A log line that cannot be written is dropped silently: the default reports it
+/// with eprintln!, which panics on a closed stderr, and a supervised process whose supervisor
+/// was killed (its stderr pipe gone) must still drain its clients.
+/// The server's runtime: its I/O threads, each waiting up to the resolved coalescing window
+/// before it sleeps when its traffic is dense (`embedded_server::coalesce`).
+pub(super) fn runtime(r: &ServeConfig) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.worker_threads(r.workers).enable_all();
+    embedded_server::coalesce::install(&mut b, r.coalesce);
+    b.build()
+}
+
+pub(super) fn init_logs(a: &ServeConfig, default: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match &a.log_level {
+        Some(level) => EnvFilter::new(level),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into()),
+    };
+    let base = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false)
+        .with_env_filter(filter);
+    let _ = match a.log_format {
+        LogFormat::Text => base
+            .with_ansi(
+                std::io::IsTerminal::is_terminal(&std::io::stderr())
+                    && std::env::var_os("NO_COLOR").is_none(),
+            )
+            .try_init(),
+        // Span fields (a connection's id and peer) are flattened into each event's object.
+        LogFormat::Json => base
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
+    };
+}

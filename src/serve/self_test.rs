@@ -1,0 +1,242 @@
+//! `serve --self-test`: the host half of the check pipeline and the self-test pipeline
+//! around the servers it starts (in this process, as a child `serve --processes N` handed
+//! this configuration, or the user's program), sized by `selftest::sizing::size_serve`.
+
+use super::config::ServeConfig;
+use super::run::{init_logs, runtime};
+use crate::engine::check::{self, HostInputs};
+use crate::engine::selftest::Load;
+use crate::outcome::Outcome;
+use crate::profile::Profile;
+use crate::selftest::report::BudgetReport;
+use anyhow::Result;
+use embedded_server::ServerConfig;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// `serve --self-test`'s own inputs.
+pub struct SelfTest {
+    /// The load settings.
+    pub load: Load,
+    /// The profile the scenarios are sized by and judged against.
+    pub profile: Profile,
+    /// `--command`: the user's server to start instead of the built-in apps.
+    pub command: Option<Vec<String>>,
+}
+
+/// `serve --self-test`: check the host, start the tuned server (an echo instance with the
+/// configured handler, and a broadcast instance) on loopback, run the scenarios sized to this
+/// host against it, print one report and exit with its verdict.
+pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<Outcome> {
+    use crate::selftest::{client::Target, sizing, Scenario};
+    let (load, profile) = (&t.load, &t.profile);
+    init_logs(r, "warn");
+    let host = host.map(|h| check::host_check(&check::report(&h.inputs, h.backend.as_ref(), None)));
+    let (soft, _hard) = crate::host::raise_nofile();
+    // Beyond one process's fd limit the server runs as a child `serve --processes N` (the
+    // supervisor, Linux); `--processes` (or the profile's server.processes) fixes N instead.
+    let size = sizing::size_serve(&sizing::ServeAsk {
+        profile,
+        conns: load.conns,
+        scenarios: &load.scenarios,
+        processes: (r.processes_from == "--processes"
+            || r.processes != crate::profile::Processes::Count(1))
+        .then_some((r.processes, r.processes_from.as_str())),
+        user_program: t.command.is_some(),
+        deflate_window_bits: r
+            .server
+            .deflate
+            .enabled
+            .then_some(r.server.deflate.window_bits),
+        nofile: soft,
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    })
+    .map_err(anyhow::Error::msg)?;
+    let (conns, processes, server_max) = (size.conns, size.processes, size.server_max);
+    let mut defaults = vec![
+        Scenario::Idle,
+        Scenario::EchoRate,
+        Scenario::EchoSat,
+        Scenario::Storm,
+        Scenario::Broadcast,
+    ];
+    if r.server.deflate.enabled {
+        defaults.push(Scenario::Deflate);
+    }
+    // A user's server: broadcast needs an app that sends every message it gets to every
+    // connection, which an application cannot be assumed to do; it runs when asked for.
+    let mut skipped = Vec::new();
+    if t.command.is_some() && load.scenarios.is_empty() {
+        defaults.retain(|s| *s != Scenario::Broadcast);
+        skipped.push(
+            "broadcast: your server is not assumed to send each message to every connection; \
+             add --scenario broadcast (with the other scenarios you want) if it does"
+                .to_string(),
+        );
+    }
+    let rt = runtime(r)?;
+    let run = async {
+        let mut config = r.server.clone();
+        config.max_connections = config.max_connections.max(conns + 16);
+        crate::serve::config::exempt_self_test(&mut config.limits);
+        let start = |app: embedded_server::App| {
+            crate::selftest::server::start_in_process(ServerConfig {
+                app,
+                ..config.clone()
+            })
+            .map(|(addr, hub, stop)| (addr, stop, hub.metrics.clone()))
+        };
+        enum Running {
+            InProcess(
+                tokio::sync::oneshot::Sender<()>,
+                Arc<embedded_server::metrics::Metrics>,
+            ),
+            Child(Box<crate::selftest::server::ChildServer>),
+            User(Box<crate::selftest::command::UserServer>),
+        }
+        let (echo, fanout, servers, server_pid, fanout_pid) = if let Some(words) = &t.command {
+            let u = crate::selftest::command::UserServer::start(words, &config, false).await?;
+            eprintln!(
+                "wstune serve --self-test: your server `{}` listens on ws://{}/ (pid {})",
+                u.program, u.addr, u.pid
+            );
+            let (addr, pid) = (u.addr, u.pid);
+            (addr, addr, vec![Running::User(Box::new(u))], pid, None)
+        } else if processes > 1 {
+            let child = |app| r.for_self_test_child(app, processes, server_max);
+            let e = crate::selftest::server::ChildServer::start(&child(embedded_server::App::Echo))
+                .await?;
+            let b = crate::selftest::server::ChildServer::start(&child(
+                embedded_server::App::Broadcast,
+            ))
+            .await?;
+            let (pid, bpid) = (e.pid, b.pid);
+            (
+                e.addr,
+                b.addr,
+                vec![Running::Child(Box::new(e)), Running::Child(Box::new(b))],
+                pid,
+                Some(bpid),
+            )
+        } else {
+            let (e, stop_e, m_e) = start(embedded_server::App::Echo)?;
+            let (b, stop_b, m_b) = start(embedded_server::App::Broadcast)?;
+            (
+                e,
+                b,
+                vec![
+                    Running::InProcess(stop_e, m_e),
+                    Running::InProcess(stop_b, m_b),
+                ],
+                std::process::id(),
+                None,
+            )
+        };
+        let target = |addr: SocketAddr| Target {
+            addr,
+            host: addr.to_string(),
+            path: "/".into(),
+        };
+        // Short scenarios: this is the quick start's command, and 5 s of steady load per
+        // scenario gives stable medians on the sizes it picks.
+        let plan = crate::engine::selftest::plan(
+            load,
+            target(echo),
+            target(fanout),
+            profile,
+            crate::engine::selftest::Defaults {
+                subscribe_targets: Vec::new(),
+                deflate: false,
+                conns,
+                scenarios: defaults,
+                secs: 5.0,
+                rate: Some(size.rate),
+                rate_note: size.rate_note.clone(),
+                server_processes: Some(processes),
+                // The user's program: whatever processes it starts count too.
+                server_tree: processes > 1 || t.command.is_some(),
+                deflate_conns: size.deflate_conns,
+                broadcast_server_pid: fanout_pid,
+                budget_cores: Some(size.cores),
+            },
+            Some(server_pid),
+            size.scaled_down.clone(),
+        )?;
+        eprintln!(
+            "wstune serve --self-test: profile {}, {} connections, {} server process(es), {} scenario(s) of {} s against ws://{echo}/",
+            profile.name, plan.opts.conns, processes, plan.scenarios.len(), plan.opts.secs
+        );
+        for s in &plan.scaled_down {
+            eprintln!("wstune serve --self-test: scaled down: {s}");
+        }
+        let (mut report, mut error) = crate::engine::selftest::execute(&plan).await;
+        // The budget, read before the servers stop (a supervised server's admin goes with it).
+        let mut budget: Option<BudgetReport> = None;
+        let mut add = |b: Option<BudgetReport>| {
+            if let Some(b) = b {
+                budget = Some(budget.map_or(b, |a| a + b));
+            }
+        };
+        for s in &servers {
+            let admin = match s {
+                Running::InProcess(_, m) => {
+                    add(Some(budget_of(m)));
+                    None
+                }
+                Running::Child(c) => c.admin,
+                Running::User(u) => u.admin,
+            };
+            if let Some(a) = admin {
+                add(crate::selftest::server::budget_at(a).await);
+            }
+        }
+        report.memory_budget = budget;
+        for s in servers {
+            match s {
+                Running::InProcess(stop, _) => {
+                    let _ = stop.send(());
+                }
+                Running::Child(c) => c.stop().await,
+                Running::User(mut u) => {
+                    // A server that died under load: say so rather than leave only the
+                    // scenarios' connection errors.
+                    if let Some(why) = u.exited() {
+                        let e = anyhow::anyhow!("your server stopped during the self-test: {why}");
+                        error = Some(match error {
+                            Some(first) => e.context(format!("{first:#}")),
+                            None => e,
+                        });
+                    }
+                    u.stop().await
+                }
+            }
+        }
+        Ok::<_, anyhow::Error>((report, error))
+    };
+    // Ctrl-C drops the run: the generators (kill_on_drop) and the user's server (its process
+    // group) go with it.
+    let (mut report, error) = rt.block_on(async {
+        // Biased: the Ctrl-C handler is in place (first poll) before anything starts.
+        tokio::select! {
+            biased;
+            _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted (Ctrl-C): the self-test and its servers were stopped"),
+            r = run => r,
+        }
+    })?;
+    report.program = t.command.as_ref().map(|w| w.join(" "));
+    report.skipped = skipped;
+    report.host_check = host;
+    crate::selftest::report::combine(&mut report, true);
+    crate::engine::selftest::finish(&report, error, load)
+}
+
+/// An in-process server's budget, as the self-test reports it.
+fn budget_of(m: &embedded_server::metrics::Metrics) -> BudgetReport {
+    let b = &m.memory;
+    BudgetReport {
+        limit_bytes: b.limit() as u64,
+        peak_bytes: b.peak() as u64,
+        budget_closes: b.stores().map(|(_, _, refused)| refused).sum(),
+        share_closes: b.share_closes(),
+    }
+}
