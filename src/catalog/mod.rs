@@ -107,6 +107,8 @@ pub struct CheckDef {
     pub role_skip: Option<String>,
     /// The check as each role it names needs it, validated when the catalog loads.
     pub by_role: BTreeMap<crate::profile::Role, (Check, Option<Target>, Option<String>)>,
+    /// The note the check names (`note:`), from the file's `notes`.
+    pub note: Option<NoteDef>,
 }
 
 impl CheckDef {
@@ -204,6 +206,15 @@ pub fn parse(
     let raw: RawFile = serde_yaml_ng::from_str(text).map_err(serde_problem)?;
     let blocks = item_blocks(text);
     let mut problems = Vec::new();
+    for (name, note) in &raw.notes {
+        for message in note_problems(note, known_vars) {
+            problems.push(Problem {
+                file: file.into(),
+                line: crate::yaml_lines::line_of(text, &format!("notes.{name}")),
+                message: format!("notes.{name}: {message}"),
+            });
+        }
+    }
     let mut parsed = Vec::new();
     for (i, item) in raw.checks.into_iter().enumerate() {
         let block = blocks.get(i).cloned();
@@ -328,6 +339,19 @@ pub fn parse(
         if check.why.trim().is_empty() {
             bad("every check needs a `why`".into());
         }
+        let note = match &check.note {
+            None => None,
+            Some(name) => match raw.notes.get(name) {
+                Some(n) => Some(n.clone()),
+                None => {
+                    bad(format!(
+                        "note: `{name}` is not one of the file's notes ({})",
+                        raw.notes.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ));
+                    None
+                }
+            },
+        };
         let mut by_role = BTreeMap::new();
         for (role, o) in &check.roles {
             let mut c = check.clone();
@@ -367,6 +391,7 @@ pub fn parse(
             default,
             role_skip: None,
             by_role,
+            note,
         });
     }
     problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
@@ -475,7 +500,51 @@ pub fn placeholders(text: &str) -> Vec<String> {
 #[serde(deny_unknown_fields)]
 struct RawFile {
     platform: Platform,
+    #[serde(default)]
+    notes: BTreeMap<String, NoteDef>,
     checks: Vec<serde_yaml_ng::Value>,
+}
+
+/// What is wrong with one note: a case of its count without words or words for no case, a
+/// placeholder its count does not fill, a `variable` missing, unneeded or unknown.
+fn note_problems(note: &NoteDef, known_vars: &BTreeSet<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let cases = note.counts.cases();
+    for case in cases {
+        if !note.words.contains_key(*case) {
+            out.push(format!(
+                "words: `{case}` is missing; give words for each of {}",
+                cases.join(", ")
+            ));
+        }
+    }
+    for (case, text) in &note.words {
+        if !cases.contains(&case.as_str()) {
+            out.push(format!(
+                "words: `{case}` is no case of this count; its cases: {}",
+                cases.join(", ")
+            ));
+        }
+        let known = note.counts.placeholders();
+        for name in placeholders(text) {
+            if !known.contains(&name.as_str()) {
+                out.push(format!(
+                    "words.{case}: unknown placeholder {{{name}}}; known: {}",
+                    known.join(", ")
+                ));
+            }
+        }
+    }
+    match (note.counts, &note.variable) {
+        (NoteCount::ProxyAddresses, None) => out
+            .push("needs `variable`: the profile variable holding the profile's port count".into()),
+        (NoteCount::ProxyAddresses, Some(v)) if !known_vars.contains(v) => {
+            out.push(format!("variable: `{v}` is no profile variable"))
+        }
+        (NoteCount::ProxyAddresses, Some(_)) | (_, None) => {}
+        (_, Some(_)) => out.push("`variable` is only for proxy_addresses".into()),
+    }
+    out
 }
 
 /// The 0-based line ranges of the entries of the top-level `checks:` sequence, in order (block
@@ -662,5 +731,38 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("unknown field `sevrity`"), "{err}");
         assert!(err.0[0].line.is_some());
+    }
+
+    /// A note's words are checked against its count: every case given, none unknown, only
+    /// the count's placeholders; a check names only a note the file has.
+    #[test]
+    fn notes_are_validated_against_their_count_and_named_by_checks() {
+        let notes = "notes:\n  n:\n    counts: port_range\n    words:\n      held: \"{ports} ports\"\n      wanted: \"{port}\"\n";
+        let text = ONE
+            .replace("TARGET", "1")
+            .replace("checks:\n", &format!("{notes}checks:\n"))
+            .replace("severity: fail", "severity: fail\n    note: m");
+        let err = parse(&text, "c.yaml", &known()).unwrap_err();
+        let msgs: Vec<_> = err.0.iter().map(|p| p.message.clone()).collect();
+        for want in [
+            "notes.n: words: `held_and_wanted` is missing",
+            "notes.n: words: `wanted` is no case of this count",
+            "notes.n: words.wanted: unknown placeholder {port}",
+            "linux.x.y: note: `m` is not one of the file's notes (n)",
+        ] {
+            assert!(msgs.iter().any(|m| m.starts_with(want)), "{want}: {msgs:?}");
+        }
+        assert_eq!(err.0[0].line, Some(3), "{err}");
+        let good = text
+            .replace(
+                "      wanted: \"{port}\"",
+                "      held_and_wanted: \"{ports} of {wanted_ports}\"",
+            )
+            .replace("note: m", "note: n");
+        let cat = parse(&good, "c.yaml", &known()).unwrap();
+        assert_eq!(
+            cat.checks[0].note.as_ref().map(|n| n.counts),
+            Some(NoteCount::PortRange)
+        );
     }
 }

@@ -20,7 +20,6 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 pub use compare::{desired, meets, port_set, port_text};
-use notes::{nofile_note, port_count_note, proxy_addresses_note};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -405,13 +404,7 @@ fn evaluate_one(
             .then(|| "not set: the built-in default applies".to_string())
     });
     if f.note.is_none() {
-        f.note = port_count_note(def, &f);
-    }
-    if f.note.is_none() {
-        f.note = nofile_note(def, &f, vars);
-    }
-    if f.note.is_none() {
-        f.note = proxy_addresses_note(def, &f, vars);
+        f.note = def.note.as_ref().and_then(|n| notes::note(n, &f, vars));
     }
     f
 }
