@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 // The OS vocabulary the backend speaks lives with it (host/); the catalog names it the same way.
+// The dependency runs one way: the catalog uses host's types, host never the catalog's.
+pub use crate::host::Fact;
 use crate::host::{IpVersion, Platform, RegType};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -257,26 +259,6 @@ pub enum Process {
     Current,
     /// The process named by `--pid`.
     Pid,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Fact {
-    KernelVersion,
-    Cpus,
-    /// Usable memory: MemTotal, or the cgroup's memory.max when lower.
-    MemBytes,
-    NumaNodes,
-    NicRxQueues,
-    NicTxQueues,
-    /// How many CPUs have served the NIC's interrupts (/proc/interrupts).
-    NicIrqCpus,
-    /// The NIC's receive interrupt coalescing (ethtool netlink), as text.
-    NicCoalesce,
-    /// 1 when /proc/sys is mounted read-write, 0 when read-only (a container).
-    ProcSysWritable,
-    /// Open handles of the `--pid` process (Windows: GetProcessHandleCount).
-    ProcessHandles,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
