@@ -7,7 +7,7 @@ use crate::profile::Profile;
 use crate::report::ListFormat;
 use crate::selftest::client::Target;
 use crate::selftest::report::{self, Report, Targets};
-use crate::selftest::{limits, run_scenario, target_url, Options, Scenario};
+use crate::selftest::{limits, run_scenario, target_url, RunPlan as Options, Scenario};
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 
@@ -336,7 +336,7 @@ fn attempt(r: &crate::selftest::ScenarioReport, t: &Targets) -> crate::selftest:
 /// quiet again: at 100k connections their closes take seconds, and the next scenario would
 /// otherwise open its connections (and measure the server) while the kernel and the server
 /// still tear them down.
-async fn settle(o: &crate::selftest::Options) {
+async fn settle(o: &crate::selftest::RunPlan) {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     wait_for_sockets(o.conns, deadline).await;
     crate::selftest::quiesce(o, deadline - tokio::time::Instant::now()).await;

@@ -1,7 +1,7 @@
 //! `check --lb-config`'s findings: the configuration read back against the profile.
 
 use super::{
-    limits, nginx_worker_connections, read, tunnel_timeout, with_headroom, wording, Facts, Kind,
+    nginx_worker_connections, proxy_fds, read, tunnel_timeout, with_headroom, wording, Facts, Kind,
     ProcLimits,
 };
 use crate::profile::Profile;
@@ -16,8 +16,8 @@ pub fn findings(
     pid: Option<u32>,
 ) -> Result<Vec<crate::catalog::eval::Finding>, String> {
     let limits = match (read(text).kind, pid) {
-        (_, Some(pid)) => Ok(limits::of_pid(pid)?),
-        (Some(kind), None) => limits::detect(kind),
+        (_, Some(pid)) => Ok(proxy_fds::of_pid(pid)?),
+        (Some(kind), None) => proxy_fds::detect(kind),
         (None, None) => Err("not a proxy configuration".into()),
     };
     Ok(findings_with(path, text, p, limits))
@@ -134,7 +134,7 @@ pub fn findings_with(
     if kind == Kind::Nginx {
         out.push(backlog_finding(&f, p, &file));
     }
-    out.push(limits::finding(kind, &f, limits, &file));
+    out.push(proxy_fds::finding(kind, &f, limits, &file));
     out
 }
 

@@ -1,17 +1,17 @@
 //! A HAProxy or nginx configuration from a profile: the tunnel timeout, the connection cap with
 //! headroom, the listen backlog, leastconn, sticky sessions and TLS.
 
-use super::{haproxy_fds, tunnel_timeout, with_headroom, Kind, Options, Sticky, FD_MARGIN};
+use super::{haproxy_fds, tunnel_timeout, with_headroom, Kind, ProxySpec, Sticky, FD_MARGIN};
 use crate::profile::Profile;
 use std::fmt::Write;
-pub fn generate(kind: Kind, p: &Profile, o: &Options) -> Result<String, String> {
+pub fn generate(kind: Kind, p: &Profile, o: &ProxySpec) -> Result<String, String> {
     match kind {
         Kind::Haproxy => Ok(haproxy(p, o)),
         Kind::Nginx => nginx(p, o),
     }
 }
 
-fn haproxy(p: &Profile, o: &Options) -> String {
+fn haproxy(p: &Profile, o: &ProxySpec) -> String {
     let tunnel = tunnel_timeout(p);
     let conns = p.connections;
     let maxconn = with_headroom(conns);
@@ -92,7 +92,7 @@ pub fn nginx_worker_connections(connections: u64) -> u64 {
         .saturating_add(1024)
 }
 
-fn nginx(p: &Profile, o: &Options) -> Result<String, String> {
+fn nginx(p: &Profile, o: &ProxySpec) -> Result<String, String> {
     if o.sticky == Some(Sticky::Cookie) {
         return Err(
             "--sticky cookie: open-source nginx cannot insert an affinity cookie (that is \

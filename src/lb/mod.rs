@@ -9,11 +9,12 @@
 
 //!
 //! Beside this file: [`generate`] (a configuration from a profile), [`read`] (one read back),
-//! the findings of `check --lb-config`, the proxy's fd limit and the findings' words.
+//! the findings of `check --lb-config`, `proxy_fds` (the fd limit a proxy process gets against
+//! the one its configuration needs) and [`wording`] (the findings' words).
 
 mod findings;
 mod generate;
-mod limits;
+mod proxy_fds;
 mod read;
 #[cfg(test)]
 mod tests;
@@ -22,7 +23,7 @@ use crate::profile::Profile;
 
 pub use findings::{findings, findings_with};
 pub use generate::{generate, nginx_worker_connections};
-pub use limits::{ProcLimits, FD_MARGIN};
+pub use proxy_fds::{ProcLimits, FD_MARGIN};
 pub use read::{read, Facts};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -39,8 +40,10 @@ pub enum Sticky {
     Source,
 }
 
+/// What the generated proxy configuration is asked to contain beyond the profile: its
+/// backends, where it listens, TLS and stickiness (`wstune lb`'s flags).
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct ProxySpec {
     pub backends: Vec<String>,
     /// Where the proxy listens (ADDR:PORT).
     pub bind: String,

@@ -5,8 +5,8 @@ fn profile() -> Profile {
     crate::profile::load("10k").unwrap().profile
 }
 
-fn opts() -> Options {
-    Options {
+fn opts() -> ProxySpec {
+    ProxySpec {
         backends: vec!["10.0.0.1:9001".into(), "10.0.0.2:9001".into()],
         bind: "0.0.0.0:8080".into(),
         tls_cert: None,

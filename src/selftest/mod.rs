@@ -29,7 +29,7 @@ mod scenario;
 
 pub use protocol::{Event, WorkerResult, WorkerSpec};
 pub use results::{Attempt, Latency, ProcFigures, ScenarioReport, TimelinePoint};
-pub use run::{run_scenario, target_url, Options};
+pub use run::{run_scenario, target_url, RunPlan};
 pub use sampling::{
     kernel_sample, peak_rss, quiesce, sample, KernelDrops, KernelMemory, KernelSample,
 };

@@ -14,7 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// Everything a run needs; built by `engine::selftest::plan` (for `selftest` and `serve --self-test`).
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct RunPlan {
     pub target: Target,
     /// Where `broadcast` publishes and subscribes (a server that fans out what it receives).
     pub broadcast_target: Target,
@@ -49,7 +49,7 @@ pub struct Options {
     pub request: Option<String>,
 }
 
-impl Options {
+impl RunPlan {
     /// Seconds of unmeasured load before `scenario`'s window: `--warmup`, or by default 1 s,
     /// and for the open-loop scenarios one period of the per-connection rate, at most 5 s. At
     /// 100k connections and 0.1 msg/s each, a 1 s warm-up was shorter than the generator's
@@ -72,7 +72,7 @@ impl Options {
     }
 }
 
-/// The warm-up without `--warmup`, for a scenario that warms up (see [`Options::warmup_for`]).
+/// The warm-up without `--warmup`, for a scenario that warms up (see [`RunPlan::warmup_for`]).
 fn default_warmup(scenario: Scenario, rate: f64) -> f64 {
     let period = 1.0 / rate.max(0.001);
     match scenario {
@@ -136,7 +136,7 @@ fn garbled(line: &str, e: &dyn std::fmt::Display) -> String {
 
 /// Run one scenario end to end. An error means nothing could be measured (no connection
 /// opened); a partial run comes back as a report with `incomplete` set.
-pub async fn run_scenario(o: &Options, scenario: Scenario) -> Result<ScenarioReport> {
+pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioReport> {
     let target = if scenario == Scenario::Broadcast {
         &o.broadcast_target
     } else {
@@ -344,7 +344,7 @@ pub fn target_url(t: &Target) -> String {
 }
 
 /// Start the generator processes, each with its share of the connections.
-fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec<WorkerProc>> {
+fn spawn_workers(o: &RunPlan, scenario: Scenario, target: &Target) -> Result<Vec<WorkerProc>> {
     let exe =
         std::env::current_exe().context("cannot find this program to start generator processes")?;
     let spread = if scenario == Scenario::Broadcast {
@@ -423,7 +423,7 @@ fn spawn_workers(o: &Options, scenario: Scenario, target: &Target) -> Result<Vec
 /// error a worker met; an error when nothing connected (except for storm, which connects later).
 async fn connect_phase(
     procs: &mut [WorkerProc],
-    o: &Options,
+    o: &RunPlan,
     scenario: Scenario,
     target: &Target,
 ) -> Result<(usize, Option<String>)> {
@@ -495,7 +495,7 @@ async fn connect_phase(
 }
 
 /// The broadcast publisher: the orchestrator's own connection, one message per round.
-async fn start_publisher(o: &Options, target: &Target) -> Result<tokio::task::JoinHandle<()>> {
+async fn start_publisher(o: &RunPlan, target: &Target) -> Result<tokio::task::JoinHandle<()>> {
     let mut c = client::connect(target, None, false).await.map_err(|e| {
         anyhow::anyhow!(
             "the publisher cannot connect to {}: {e}",
@@ -540,7 +540,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(3);
 
 async fn run_phase(
     procs: &mut [WorkerProc],
-    o: &Options,
+    o: &RunPlan,
     scenario: Scenario,
     warmup: f64,
     t0: Instant,

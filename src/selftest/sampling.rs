@@ -3,7 +3,7 @@
 //! was by other processes.
 
 use super::client::Target;
-use super::{noise, server, Options, Scenario};
+use super::{noise, server, RunPlan, Scenario};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -163,7 +163,7 @@ pub(super) fn page_size() -> u64 {
 }
 
 /// The server's CPU time and RSS: its process, or its whole process tree.
-pub(super) fn server_sample(o: &Options, scenario: Scenario) -> Option<(f64, u64)> {
+pub(super) fn server_sample(o: &RunPlan, scenario: Scenario) -> Option<(f64, u64)> {
     let pid = match scenario {
         Scenario::Broadcast => o.broadcast_server_pid.or(o.server_pid)?,
         _ => o.server_pid?,
@@ -187,7 +187,7 @@ pub fn peak_rss(pid: u32) -> Option<u64> {
 /// the idle scenario, echo-rate's p99 at 100k was 240-1000 ms with the cores saturated by the
 /// teardown, 1.2 ms when it ran first). Every call takes at least one quarter-second sample;
 /// a server measured only by URL (no pid) costs just that one.
-pub async fn quiesce(o: &Options, limit: Duration) {
+pub async fn quiesce(o: &RunPlan, limit: Duration) {
     let deadline = tokio::time::Instant::now() + limit;
     let pids: Vec<u32> = [o.server_pid, o.broadcast_server_pid]
         .into_iter()
@@ -224,7 +224,7 @@ pub fn sample(pid: u32) -> Option<(f64, u64)> {
 /// How disturbed the window between `a` and `b` was: this process, the servers measured by pid
 /// and everything below them are the run's own; every other process's CPU is noise.
 pub(super) fn disturbance_of(
-    o: &Options,
+    o: &RunPlan,
     target: &Target,
     a: &noise::Sample,
     b: &noise::Sample,

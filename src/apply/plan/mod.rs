@@ -270,7 +270,7 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
                 .is_some_and(|k| k.check == check && k.boot == boot && !k.per_nic)
         })
     };
-    let (unit, pid) = (facts.options.unit.as_deref(), facts.options.pid);
+    let (unit, pid) = (facts.request.unit.as_deref(), facts.request.pid);
     let wrong = |f: &Finding| matches!(f.status, Status::Fail | Status::Warn);
     let mut p = Plan::default();
     let mut persist_sysctls: Vec<Persist> = Vec::new();

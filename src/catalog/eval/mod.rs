@@ -337,8 +337,8 @@ fn base(
                     "{desired}",
                     desired.as_ref().or(target.as_ref()).map(|v| v.to_string()),
                 ),
-                ("{unit}", facts.options.unit.clone()),
-                ("{pid}", facts.options.pid.map(|p| p.to_string())),
+                ("{unit}", facts.request.unit.clone()),
+                ("{pid}", facts.request.pid.map(|p| p.to_string())),
                 ("{nic}", nic.map(|n| n.name.clone())),
                 ("{nic_key}", nic.and_then(|n| n.registry_key.clone())),
                 ("{location}", location.clone()),
@@ -416,13 +416,13 @@ fn verdict(
     facts: &HostFacts,
 ) -> (Status, Option<String>) {
     match def.check.requires {
-        Some(Requirement::Pid) if facts.options.pid.is_none() => {
+        Some(Requirement::Pid) if facts.request.pid.is_none() => {
             return (
                 Status::Skip,
                 Some("pass --pid PID to check a running server".into()),
             )
         }
-        Some(Requirement::Unit) if facts.options.unit.is_none() => {
+        Some(Requirement::Unit) if facts.request.unit.is_none() => {
             return (
                 Status::Skip,
                 Some("pass --unit NAME to check a systemd service".into()),
