@@ -8,7 +8,7 @@
 //! connection costs the proxy two sockets.
 
 //!
-//! Beside this file: [`generate`] (a configuration from a profile), [`read`] (one read back),
+//! Beside this file: [`generate()`] (a configuration from a profile), [`read()`] (one read back),
 //! the findings of `check --lb-config`, `proxy_fds` (the fd limit a proxy process gets against
 //! the one its configuration needs) and [`wording`] (the findings' words).
 

@@ -3,8 +3,8 @@
 //!
 //! Flow: `--profile NAME|PATH` -> [`load`] -> [`Profile`] (validated) -> [`Profile::variables`],
 //! the flat name -> value map that catalog expressions such as `2 * connections` are evaluated in.
-
-//! Beside this file: [`validate`] (every bound a value must respect), the memory and CPU
+//!
+//! Beside this file: [`validate()`] (every bound a value must respect), the memory and CPU
 //! estimates, the variables, and how many server processes the connections need
 //! ([`processes_needed`]).
 

@@ -1,16 +1,16 @@
 //! The load generator behind `wstune selftest` and `wstune serve --self-test`.
 //!
-//! The orchestrator (this module) sizes the run to the host's limits ([`limits`]), starts one
+//! The orchestrator (`run`) sizes the run to the host's limits ([`limits`]), starts one
 //! generator process per share of the connections (`wstune selftest-worker`, [`worker`]), starts
 //! them together, follows their progress, merges their HDR histograms and counters, samples the
 //! server's CPU and memory from /proc, and hands a [`ScenarioReport`] per scenario to
 //! [`report`] for the table, JSON, HTML and the verdict.
-
 //!
-//! Beside this file: the workloads ([`scenario`]), what the orchestrator and its generator
-//! processes say to each other ([`protocol`]), the figures a scenario produces ([`results`]),
-//! the kernel and process figures read from /proc ([`sampling`]), the run itself ([`run`]) and
-//! the workers' results added up ([`merge`]).
+//! Beside this file: the workloads (`scenario`), what the orchestrator and its generator
+//! processes say to each other (`protocol`), the figures a scenario produces (`results`), the
+//! kernel and process figures read from /proc (`sampling`), the run itself (`run`) and the
+//! workers' results added up (`merge`).
+
 pub mod arrivals;
 pub mod client;
 pub mod command;

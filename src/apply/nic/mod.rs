@@ -18,6 +18,11 @@
 //! - XPS: each CPU sends on one queue; with fewer queues than CPUs a queue takes several.
 //! - Interrupts: queue k's on the k-th CPU of the set (what the vendors' set_irq_affinity.sh
 //!   does for `local`), only with `irq: pinned`; irqbalance is never fought silently.
+//!
+//! Beside this file, which plans the queues: `link` (channel counts and the receive ring, kept
+//! in the NIC's .link file), `budget` (the receive softirq's budget and the NIC sysctl file),
+//! `irq` (the interrupts' boot script and irqbalance's policy script), `udev` (the rule that
+//! writes the queue settings when the NIC appears) and `windows` (an adapter's RSS keywords).
 
 mod budget;
 mod irq;

@@ -20,10 +20,9 @@
 //!    [`kernel_text`], the text the kernel takes)
 //! 5. `apply::execute`: the journaled action -> `Backend::write_runtime(path, &value)`
 //! 6. `LinuxBackend::write_runtime` (host/linux/): `value\n` written to /proc/sys/net/core/somaxconn
-
 //!
 //! Beside this file: the open-file limits ([`boot_nr_open`], the `--pid` process's limits),
-//! [`settings`] (what export renders: every setting, passing or not) and the texts of the files
+//! [`settings()`] (what export renders: every setting, passing or not) and the texts of the files
 //! apply writes ([`render_sysctl_file`] and its siblings).
 
 mod nofile;

@@ -1,7 +1,7 @@
 //! The self-test's outputs: the verdict against the profile's targets, a table for people,
 //! JSON for machines, and a self-contained HTML page with inline SVG charts.
 //!
-//! Beside this file: the verdict ([`verdict`], [`combine`]), the capacity and memory figures
+//! Beside this file: the verdict ([`verdict()`], [`combine`]), the capacity and memory figures
 //! held against the profile's estimates, the table and the HTML page.
 
 mod capacity;
