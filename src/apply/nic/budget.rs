@@ -1,5 +1,6 @@
-//! The receive softirq's budget (net.core.netdev_budget, netdev_budget_usecs) when the watch
-//! saw it squeezed, and the NIC sysctl.d file that keeps it and RFS's flow table at boot.
+//! The NIC's sysctls: the receive softirq's budget (net.core.netdev_budget,
+//! netdev_budget_usecs) when the watch saw it squeezed, RFS's flow table where RPS is set, and
+//! the NIC sysctl.d file that keeps both at boot.
 
 use super::{Inputs, NicPlan, BUDGET_DEFAULTS};
 use crate::apply::plan::{Action, Op};
@@ -92,3 +93,35 @@ pub(super) fn finish_sysctl_file(p: &mut NicPlan, i: &Inputs, lines: &[(String, 
 }
 
 pub(super) const NIC_SYSCTL_HEAD: &str = "# Written by wstune apply: RFS's flow table for the RPS set on the NICs' queues\n# (/etc/udev/rules.d/60-wstune-nic.rules) and the receive softirq's budget. `wstune\n# rollback` puts back what was here before.\n";
+
+/// RFS's flow table (net.core.rps_sock_flow_entries) where RPS is set on a queue: raised now,
+/// and kept in the NIC sysctl file, never lowered.
+pub(super) fn plan_flow_table(
+    p: &mut NicPlan,
+    i: &Inputs,
+    sysctl_lines: &mut Vec<(String, String)>,
+) {
+    let want = i.profile.rps_flow_entries;
+    if i.scope.runtime && i.flow_entries.is_some_and(|n| n < want) {
+        p.actions.push(Action {
+            check: "linux.nic.queues".into(),
+            setting: "net.core.rps_sock_flow_entries".into(),
+            from: i.flow_entries.map(|n| n.to_string()),
+            to: want.to_string(),
+            op: Op::Sysctl {
+                key: "net.core.rps_sock_flow_entries".into(),
+                value: want.to_string(),
+            },
+        });
+    }
+    if i.scope.persist && i.flow_entries.is_some_and(|n| n <= want) {
+        sysctl_lines.push(("net.core.rps_sock_flow_entries".into(), want.to_string()));
+        p.actions.push(Action {
+            check: "linux.nic.queues".into(),
+            setting: "net.core.rps_sock_flow_entries".into(),
+            from: None,
+            to: want.to_string(),
+            op: Op::NicSysctlFile { value: want },
+        });
+    }
+}

@@ -1,10 +1,12 @@
-//! Pinned queue interrupts kept at boot and kept from irqbalance: the boot script and its
-//! unit (found by the interrupt's name, since the numbers change), and irqbalance's policy
+//! The queues' interrupts: pinned each on its CPU now, kept at boot and kept from irqbalance:
+//! the boot script and its unit (found by the interrupt's name, since the numbers change), and irqbalance's policy
 //! script and environment file.
 
-use super::{Inputs, NicPlan};
+use super::{same_cpus, Inputs, NicPlan};
 use crate::apply::plan::{Action, Op};
-use crate::host::owned::IRQBALANCE_POLICY;
+use crate::host::owned::{IRQBALANCE_POLICY, NIC_IRQ_SCRIPT, NIC_IRQ_UNIT};
+use crate::nic::{cpu_list, parse_cpu_list, NicFacts};
+use crate::profile::IrqPolicy;
 /// Keep irqbalance off the interrupts wstune pins: a policy script (irqbalance(1),
 /// --policyscript) that answers `ban=true` for each of them, found by its name as the boot
 /// script finds it (a driver reload renumbers them; irqbalance runs the script for every
@@ -244,4 +246,97 @@ pub(super) fn irq_script(now: &str, pins: &[(String, Vec<(String, u32)>)]) -> St
     per_nic_script(IRQ_SCRIPT_HEAD, now, pins, |name, cpu| {
         format!("pin {name} {cpu}")
     })
+}
+
+/// One NIC's queue interrupts under the profile's `nic.irq`: pinned each on its CPU now (the
+/// NIC's pins returned for the boot script), or left to irqbalance, said when it is not running.
+pub(super) fn plan_interrupts(
+    p: &mut NicPlan,
+    i: &Inputs,
+    nic: &NicFacts,
+    cpus: &[u32],
+) -> Option<(String, Vec<(String, u32)>)> {
+    match i.profile.irq {
+        IrqPolicy::Irqbalance => match i.irqbalance {
+            Some(true) => {}
+            _ => p.notes.push(format!(
+                "{}: interrupts are left to irqbalance (nic.irq: irqbalance), which is not running here: systemctl enable --now irqbalance",
+                nic.name
+            )),
+        },
+        IrqPolicy::Pinned if nic.irqs.is_empty() => p.notes.push(format!(
+            "{}: no queue interrupts found in /proc/interrupts (a virtual NIC, or a driver that names them unlike its queues): none pinned",
+            nic.name
+        )),
+        IrqPolicy::Pinned => {
+            for (k, irq) in nic.irqs.iter().enumerate() {
+                let cpu = cpus[k % cpus.len()];
+                if same_cpus(irq.affinity.as_deref(), &[cpu], parse_cpu_list) {
+                    continue;
+                }
+                if i.scope.runtime {
+                    p.actions.push(Action {
+                        check: format!("linux.nic.irq[{}]", nic.name),
+                        setting: format!("IRQ {} ({})", irq.number, irq.name),
+                        from: irq.affinity.clone(),
+                        to: cpu_list(&[cpu]),
+                        op: Op::KernelFile {
+                            path: format!("/proc/irq/{}/smp_affinity_list", irq.number),
+                            value: cpu_list(&[cpu]),
+                        },
+                    });
+                }
+            }
+            return Some((
+                nic.name.clone(),
+                nic.irqs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, q)| (q.name.clone(), cpus[k % cpus.len()]))
+                    .collect(),
+            ));
+        }
+    }
+    None
+}
+
+/// The pinned interrupts kept at boot (the boot script and its unit) and kept from irqbalance;
+/// with --runtime-only, said that irqbalance may move them again.
+pub(super) fn plan_pins_at_boot(
+    p: &mut NicPlan,
+    i: &Inputs,
+    pins: &[(String, Vec<(String, u32)>)],
+) {
+    if !i.scope.persist && !pins.is_empty() && i.irqbalance == Some(true) {
+        p.notes.push(format!(
+            "{}: irqbalance runs and may move the pinned interrupts again; apply without --runtime-only gives it a policy script that leaves them alone",
+            pins.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if i.scope.persist && !pins.is_empty() {
+        let script = irq_script(i.irq_script_now, pins);
+        if script != i.irq_script_now {
+            p.files.push((NIC_IRQ_SCRIPT.to_string(), script));
+            p.files
+                .push((NIC_IRQ_UNIT.to_string(), IRQ_UNIT.to_string()));
+            p.actions.push(Action {
+                check: "linux.nic.irq".into(),
+                setting: format!(
+                    "interrupts of {} at boot",
+                    pins.iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                from: None,
+                to: "pinned by wstune-nic-irq.service".into(),
+                op: Op::NicIrqFiles,
+            });
+        }
+        p.notes.push(format!(
+            "{}: the pinned interrupts are kept at boot by wstune-nic-irq.service, which the udev rule starts when the NIC appears and which finds each interrupt by its name (their numbers change when the driver loads again)",
+            pins.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+        plan_irqbalance(p, i, pins);
+    }
 }

@@ -145,3 +145,135 @@ pub(super) fn link_file(
 pub(super) fn nic_address(nic: &NicFacts, by_name: bool) -> Option<&str> {
     nic.address.as_deref().filter(|_| nic.physical && !by_name)
 }
+
+/// Drops in the NIC itself (no free descriptor): a longer receive ring holds a burst. Only on
+/// that evidence: a longer ring costs memory and cache, and its packets wait longer (Red Hat:
+/// "Increasing the ring buffers to reduce a high packet drop rate"). The ring to set, if any.
+pub(super) fn plan_ring(p: &mut NicPlan, i: &Inputs, nic: &NicFacts) -> Option<u32> {
+    if !i.evidence.ring_drops.contains(&nic.name) {
+        return None;
+    }
+    let mut ring = None;
+    p.notes.push(match nic.rx_ring {
+        Some((now, max)) if now < max => {
+            ring = Some(max);
+            if i.scope.runtime {
+                p.actions.push(Action {
+                    check: format!("linux.nic.rx_missed[{}]", nic.name),
+                    setting: format!("{} receive ring", nic.name),
+                    from: Some(now.to_string()),
+                    to: max.to_string(),
+                    op: Op::RxRing {
+                        nic: nic.name.clone(),
+                        rx: max,
+                    },
+                });
+            }
+            let how = match (i.scope.runtime, i.scope.persist) {
+                (true, true) => format!("raised from {now} to the {max} the NIC allows (ethtool -G {} rx {max}; RxBufferSize={max} in its .link file keeps it at boot)", nic.name),
+                (true, false) => format!("raised from {now} to the {max} the NIC allows (ethtool -G {} rx {max}; not kept at boot: --runtime-only)", nic.name),
+                _ => format!("RxBufferSize={max}, the most the NIC allows, in its .link file for the next boot (it has {now} now; --persist-only)"),
+            };
+            format!(
+                "{}: its receive ring ran out of descriptors during the watch ({}): {how}. The driver reallocates the ring, so the link drops for a moment; the longer ring holds more memory",
+                nic.name,
+                i.evidence
+                    .found
+                    .iter()
+                    .find(|f| f.starts_with(&format!("{} rx_missed_errors", nic.name)))
+                    .map(String::as_str)
+                    .unwrap_or("rx_missed_errors grew"),
+            )
+        }
+        Some((now, _)) => format!(
+            "{}: its receive ring ran out of descriptors during the watch and is at its maximum ({now}): spread the receive work over more queues and CPUs",
+            nic.name
+        ),
+        None => format!(
+            "{}: its receive ring ran out of descriptors during the watch: `ethtool -g {}` shows its size and maximum, `ethtool -G {} rx N` raises it",
+            nic.name, nic.name, nic.name
+        ),
+    });
+    ring
+}
+
+/// The NIC's .link file, which keeps its channel counts and receive ring at boot, with one plan
+/// row per setting beside its change now (or one row of its own with --persist-only).
+pub(super) fn plan_link_file(
+    p: &mut NicPlan,
+    i: &Inputs,
+    nic: &NicFacts,
+    channels: Option<ChannelCounts>,
+    ring: Option<u32>,
+) {
+    if !i.scope.persist || (channels.is_none() && ring.is_none()) {
+        return;
+    }
+    let (rx, tx, combined) = channels.unwrap_or_default();
+    // For other hosts, this host's own .link file has nothing to keep.
+    let now = i
+        .links_now
+        .iter()
+        .find(|(n, _)| *n == nic.name && !i.for_other_hosts)
+        .map_or("", |(_, t)| t.as_str());
+    p.files.push((
+        crate::host::owned::nic_link_file(&nic.name),
+        link_file(
+            nic,
+            now,
+            &[
+                ("RxChannels", rx),
+                ("TxChannels", tx),
+                ("CombinedChannels", combined),
+                ("RxBufferSize", ring),
+            ],
+            i.for_other_hosts,
+        ),
+    ));
+    // One row per setting, beside its change now.
+    let rows = [
+        p.actions
+            .iter()
+            .find(|a| matches!(&a.op, Op::Channels { nic: n, .. } if *n == nic.name))
+            .filter(|_| channels.is_some()),
+        p.actions
+            .iter()
+            .find(|a| matches!(&a.op, Op::RxRing { nic: n, .. } if *n == nic.name))
+            .filter(|_| ring.is_some()),
+    ];
+    let mut boot: Vec<Action> = rows
+        .into_iter()
+        .flatten()
+        .map(|a| Action {
+            op: Op::NicLinkFile {
+                nic: nic.name.clone(),
+            },
+            ..a.clone()
+        })
+        .collect();
+    if boot.is_empty() {
+        // --persist-only: no change now to stand beside.
+        // The counts this host has now, where they are what the file sets: export
+        // refuses to render counts this host's queues do not have yet.
+        let from = channels.zip(nic.channels).map(|((rx, tx, c), ch)| {
+            channel_words(rx.map(|_| ch.rx), tx.map(|_| ch.tx), c.map(|_| ch.combined))
+        });
+        boot.push(Action {
+            check: format!("linux.nic.queues[{}]", nic.name),
+            setting: format!("{} boot settings", nic.name),
+            from: from.filter(|_| ring.is_none()),
+            to: [
+                channels.map(|(rx, tx, c)| channel_words(rx, tx, c)),
+                ring.map(|r| format!("receive ring {r}")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(", "),
+            op: Op::NicLinkFile {
+                nic: nic.name.clone(),
+            },
+        });
+    }
+    p.actions.extend(boot);
+}

@@ -19,10 +19,11 @@
 //! - Interrupts: queue k's on the k-th CPU of the set (what the vendors' set_irq_affinity.sh
 //!   does for `local`), only with `irq: pinned`; irqbalance is never fought silently.
 //!
-//! Beside this file, which plans the queues: `link` (channel counts and the receive ring, kept
-//! in the NIC's .link file), `budget` (the receive softirq's budget and the NIC sysctl file),
-//! `irq` (the interrupts' boot script and irqbalance's policy script), `udev` (the rule that
-//! writes the queue settings when the NIC appears) and `windows` (an adapter's RSS keywords).
+//! Beside this file, which walks the NICs and sets each queue's RPS, RFS and XPS: `link`
+//! (channel counts and the receive ring, kept in the NIC's .link file), `budget` (the receive
+//! softirq's budget, RFS's flow table and the NIC sysctl file), `irq` (pinned interrupts, their
+//! boot script and irqbalance's policy script), `udev` (the rule that writes the queue settings
+//! when the NIC appears) and `windows` (an adapter's RSS keywords).
 
 mod budget;
 mod irq;
@@ -31,14 +32,14 @@ mod link;
 mod tests;
 mod udev;
 mod windows;
+
 use super::plan::{Action, Op, Scope};
-use crate::host::owned::{NIC_IRQ_SCRIPT, NIC_IRQ_UNIT, NIC_RULES_FILE};
-use crate::nic::{cpu_list, mask, parse_cpu_list, parse_mask, Evidence, NicFacts};
-use crate::profile::{IrqPolicy, NicProfile, NicWhen, RssProfile};
-use budget::{finish_sysctl_file, plan_budget};
-use irq::{irq_script, plan_irqbalance, IRQ_UNIT};
-use link::{channel_words, link_file, plan_channels};
-use udev::{rules_file, udev_line};
+use crate::nic::{cpu_list, mask, parse_mask, Evidence, NicFacts};
+use crate::profile::{NicProfile, NicWhen, RssProfile};
+use budget::{finish_sysctl_file, plan_budget, plan_flow_table};
+use irq::{plan_interrupts, plan_pins_at_boot};
+use link::{plan_channels, plan_link_file, plan_ring};
+use udev::{plan_rules, udev_line};
 
 pub use windows::plan_windows;
 
@@ -116,7 +117,11 @@ pub fn cpus_for(rss: RssProfile, nic: &NicFacts) -> Vec<u32> {
     }
 }
 
-fn same_cpus(now: Option<&str>, want: &[u32], parse: fn(&str) -> Option<Vec<u32>>) -> bool {
+pub(super) fn same_cpus(
+    now: Option<&str>,
+    want: &[u32],
+    parse: fn(&str) -> Option<Vec<u32>>,
+) -> bool {
     let mut want = want.to_vec();
     want.sort_unstable();
     now.and_then(parse).is_some_and(|n| n == want)
@@ -197,126 +202,13 @@ pub fn plan(i: &Inputs) -> NicPlan {
                     });
                 }
             };
-        // Drops in the NIC itself (no free descriptor): a longer receive ring holds a burst.
-        // Only on that evidence: a longer ring costs memory and cache, and its packets wait
-        // longer (Red Hat: "Increasing the ring buffers to reduce a high packet drop rate").
-        let mut ring = None;
-        if i.evidence.ring_drops.contains(&nic.name) {
-            p.notes.push(match nic.rx_ring {
-                Some((now, max)) if now < max => {
-                    ring = Some(max);
-                    if i.scope.runtime {
-                        p.actions.push(Action {
-                            check: format!("linux.nic.rx_missed[{}]", nic.name),
-                            setting: format!("{} receive ring", nic.name),
-                            from: Some(now.to_string()),
-                            to: max.to_string(),
-                            op: Op::RxRing {
-                                nic: nic.name.clone(),
-                                rx: max,
-                            },
-                        });
-                    }
-                    let how = match (i.scope.runtime, i.scope.persist) {
-                        (true, true) => format!("raised from {now} to the {max} the NIC allows (ethtool -G {} rx {max}; RxBufferSize={max} in its .link file keeps it at boot)", nic.name),
-                        (true, false) => format!("raised from {now} to the {max} the NIC allows (ethtool -G {} rx {max}; not kept at boot: --runtime-only)", nic.name),
-                        _ => format!("RxBufferSize={max}, the most the NIC allows, in its .link file for the next boot (it has {now} now; --persist-only)"),
-                    };
-                    format!(
-                        "{}: its receive ring ran out of descriptors during the watch ({}): {how}. The driver reallocates the ring, so the link drops for a moment; the longer ring holds more memory",
-                        nic.name,
-                        i.evidence
-                            .found
-                            .iter()
-                            .find(|f| f.starts_with(&format!("{} rx_missed_errors", nic.name)))
-                            .map(String::as_str)
-                            .unwrap_or("rx_missed_errors grew"),
-                    )
-                }
-                Some((now, _)) => format!(
-                    "{}: its receive ring ran out of descriptors during the watch and is at its maximum ({now}): spread the receive work over more queues and CPUs",
-                    nic.name
-                ),
-                None => format!(
-                    "{}: its receive ring ran out of descriptors during the watch: `ethtool -g {}` shows its size and maximum, `ethtool -G {} rx N` raises it",
-                    nic.name, nic.name, nic.name
-                ),
-            });
-        }
+        let ring = plan_ring(&mut p, i, nic);
         // The queue count first: up to one queue per CPU of the set, never fewer than now.
         let channels = plan_channels(&mut p, i, nic, cpus.len() as u32);
         // Counts rendered at the target for other hosts do not change this one's queues.
         let queues_change = channels.is_some_and(|(_, grows)| grows);
         let channels = channels.map(|(counts, _)| counts);
-        if i.scope.persist && (channels.is_some() || ring.is_some()) {
-            let (rx, tx, combined) = channels.unwrap_or_default();
-            // For other hosts, this host's own .link file has nothing to keep.
-            let now = i
-                .links_now
-                .iter()
-                .find(|(n, _)| *n == nic.name && !i.for_other_hosts)
-                .map_or("", |(_, t)| t.as_str());
-            p.files.push((
-                crate::host::owned::nic_link_file(&nic.name),
-                link_file(
-                    nic,
-                    now,
-                    &[
-                        ("RxChannels", rx),
-                        ("TxChannels", tx),
-                        ("CombinedChannels", combined),
-                        ("RxBufferSize", ring),
-                    ],
-                    i.for_other_hosts,
-                ),
-            ));
-            // One row per setting, beside its change now.
-            let rows = [
-                p.actions
-                    .iter()
-                    .find(|a| matches!(&a.op, Op::Channels { nic: n, .. } if *n == nic.name))
-                    .filter(|_| channels.is_some()),
-                p.actions
-                    .iter()
-                    .find(|a| matches!(&a.op, Op::RxRing { nic: n, .. } if *n == nic.name))
-                    .filter(|_| ring.is_some()),
-            ];
-            let mut boot: Vec<Action> = rows
-                .into_iter()
-                .flatten()
-                .map(|a| Action {
-                    op: Op::NicLinkFile {
-                        nic: nic.name.clone(),
-                    },
-                    ..a.clone()
-                })
-                .collect();
-            if boot.is_empty() {
-                // --persist-only: no change now to stand beside.
-                // The counts this host has now, where they are what the file sets: export
-                // refuses to render counts this host's queues do not have yet.
-                let from = channels.zip(nic.channels).map(|((rx, tx, c), ch)| {
-                    channel_words(rx.map(|_| ch.rx), tx.map(|_| ch.tx), c.map(|_| ch.combined))
-                });
-                boot.push(Action {
-                    check: format!("linux.nic.queues[{}]", nic.name),
-                    setting: format!("{} boot settings", nic.name),
-                    from: from.filter(|_| ring.is_none()),
-                    to: [
-                        channels.map(|(rx, tx, c)| channel_words(rx, tx, c)),
-                        ring.map(|r| format!("receive ring {r}")),
-                    ]
-                    .into_iter()
-                    .flatten()
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                    op: Op::NicLinkFile {
-                        nic: nic.name.clone(),
-                    },
-                });
-            }
-            p.actions.extend(boot);
-        }
+        plan_link_file(&mut p, i, nic, channels, ring);
         if queues_change {
             p.notes.push(format!(
                 "{}: its queues change with this apply; run apply again afterwards to set RPS and XPS on the new queues",
@@ -411,47 +303,8 @@ pub fn plan(i: &Inputs) -> NicPlan {
                 set(&mut p, attr, q.xps_cpus.as_ref(), mask(&mine), same);
             }
         }
-        // Interrupts.
-        match i.profile.irq {
-            IrqPolicy::Irqbalance => match i.irqbalance {
-                Some(true) => {}
-                _ => p.notes.push(format!(
-                    "{}: interrupts are left to irqbalance (nic.irq: irqbalance), which is not running here: systemctl enable --now irqbalance",
-                    nic.name
-                )),
-            },
-            IrqPolicy::Pinned if nic.irqs.is_empty() => p.notes.push(format!(
-                "{}: no queue interrupts found in /proc/interrupts (a virtual NIC, or a driver that names them unlike its queues): none pinned",
-                nic.name
-            )),
-            IrqPolicy::Pinned => {
-                for (k, irq) in nic.irqs.iter().enumerate() {
-                    let cpu = cpus[k % cpus.len()];
-                    if same_cpus(irq.affinity.as_deref(), &[cpu], parse_cpu_list) {
-                        continue;
-                    }
-                    if i.scope.runtime {
-                        p.actions.push(Action {
-                            check: format!("linux.nic.irq[{}]", nic.name),
-                            setting: format!("IRQ {} ({})", irq.number, irq.name),
-                            from: irq.affinity.clone(),
-                            to: cpu_list(&[cpu]),
-                            op: Op::KernelFile {
-                                path: format!("/proc/irq/{}/smp_affinity_list", irq.number),
-                                value: cpu_list(&[cpu]),
-                            },
-                        });
-                    }
-                }
-                pins.push((
-                    nic.name.clone(),
-                    nic.irqs
-                        .iter()
-                        .enumerate()
-                        .map(|(k, q)| (q.name.clone(), cpus[k % cpus.len()]))
-                        .collect(),
-                ));
-            }
+        if let Some(nic_pins) = plan_interrupts(&mut p, i, nic, &cpus) {
+            pins.push(nic_pins);
         }
         let pinned = pins.iter().any(|(n, _)| *n == nic.name);
         if !attrs.is_empty() || pinned {
@@ -461,85 +314,10 @@ pub fn plan(i: &Inputs) -> NicPlan {
             ));
         }
     }
-    if !i.scope.persist && !pins.is_empty() && i.irqbalance == Some(true) {
-        p.notes.push(format!(
-            "{}: irqbalance runs and may move the pinned interrupts again; apply without --runtime-only gives it a policy script that leaves them alone",
-            pins.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
-        ));
-    }
-    if i.scope.persist && !pins.is_empty() {
-        let script = irq_script(i.irq_script_now, &pins);
-        if script != i.irq_script_now {
-            p.files.push((NIC_IRQ_SCRIPT.to_string(), script));
-            p.files
-                .push((NIC_IRQ_UNIT.to_string(), IRQ_UNIT.to_string()));
-            p.actions.push(Action {
-                check: "linux.nic.irq".into(),
-                setting: format!(
-                    "interrupts of {} at boot",
-                    pins.iter()
-                        .map(|(n, _)| n.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                from: None,
-                to: "pinned by wstune-nic-irq.service".into(),
-                op: Op::NicIrqFiles,
-            });
-        }
-        p.notes.push(format!(
-            "{}: the pinned interrupts are kept at boot by wstune-nic-irq.service, which the udev rule starts when the NIC appears and which finds each interrupt by its name (their numbers change when the driver loads again)",
-            pins.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
-        ));
-        plan_irqbalance(&mut p, i, &pins);
-    }
-    if i.scope.persist {
-        let now = i.rules_now;
-        if !rule_lines.is_empty() {
-            let text = rules_file(now, &rule_lines);
-            if text != now {
-                p.files.push((NIC_RULES_FILE.to_string(), text));
-                p.actions.push(Action {
-                    check: "linux.nic.queues".into(),
-                    setting: format!(
-                        "udev rule for {}",
-                        rule_lines
-                            .iter()
-                            .map(|(n, _)| n.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                    from: None,
-                    to: "the queue settings at every boot and hotplug".into(),
-                    op: Op::NicRules,
-                });
-            }
-        }
-    }
+    plan_pins_at_boot(&mut p, i, &pins);
+    plan_rules(&mut p, i, &rule_lines);
     if rps_planned {
-        let want = i.profile.rps_flow_entries;
-        if i.scope.runtime && i.flow_entries.is_some_and(|n| n < want) {
-            p.actions.push(Action {
-                check: "linux.nic.queues".into(),
-                setting: "net.core.rps_sock_flow_entries".into(),
-                from: i.flow_entries.map(|n| n.to_string()),
-                to: want.to_string(),
-                op: Op::Sysctl {
-                    key: "net.core.rps_sock_flow_entries".into(),
-                    value: want.to_string(),
-                },
-            });
-        }
-        if i.scope.persist && i.flow_entries.is_some_and(|n| n <= want) {
-            sysctl_lines.push(("net.core.rps_sock_flow_entries".into(), want.to_string()));
-            p.actions.push(Action {
-                check: "linux.nic.queues".into(),
-                setting: "net.core.rps_sock_flow_entries".into(),
-                from: None,
-                to: want.to_string(),
-                op: Op::NicSysctlFile { value: want },
-            });
-        }
+        plan_flow_table(&mut p, i, &mut sysctl_lines);
     }
     finish_sysctl_file(&mut p, i, &sysctl_lines);
     p

@@ -1,9 +1,12 @@
 use super::budget::NIC_SYSCTL_HEAD;
-use super::irq::with_policyscript;
-use super::udev::RULES_HEADER;
+use super::irq::{irq_script, with_policyscript};
+use super::udev::{rules_file, RULES_HEADER};
 use super::*;
-use crate::host::owned::{IRQBALANCE_POLICY, NIC_SYSCTL_FILE};
+use crate::host::owned::{
+    IRQBALANCE_POLICY, NIC_IRQ_SCRIPT, NIC_IRQ_UNIT, NIC_RULES_FILE, NIC_SYSCTL_FILE,
+};
 use crate::nic::{Irq, RxQueue, TxQueue};
+use crate::profile::IrqPolicy;
 
 fn veth(rx: u32, tx: u32, cpus: u32) -> NicFacts {
     NicFacts {

@@ -1,6 +1,9 @@
 //! The udev rule that writes each NIC's queue settings (RPS, RFS, XPS) again when it appears.
 
 use super::link::nic_address;
+use super::{Inputs, NicPlan};
+use crate::apply::plan::{Action, Op};
+use crate::host::owned::NIC_RULES_FILE;
 use crate::nic::NicFacts;
 
 /// One NIC's udev rule, writing each queue attribute when the device appears: matched by its
@@ -66,4 +69,31 @@ pub(super) fn rules_file(now: &str, lines: &[(String, String)]) -> String {
         out.push_str(l);
     }
     out
+}
+
+/// The udev rule file with these NICs' rules, when it changes.
+pub(super) fn plan_rules(p: &mut NicPlan, i: &Inputs, rule_lines: &[(String, String)]) {
+    if i.scope.persist {
+        let now = i.rules_now;
+        if !rule_lines.is_empty() {
+            let text = rules_file(now, rule_lines);
+            if text != now {
+                p.files.push((NIC_RULES_FILE.to_string(), text));
+                p.actions.push(Action {
+                    check: "linux.nic.queues".into(),
+                    setting: format!(
+                        "udev rule for {}",
+                        rule_lines
+                            .iter()
+                            .map(|(n, _)| n.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    from: None,
+                    to: "the queue settings at every boot and hotplug".into(),
+                    op: Op::NicRules,
+                });
+            }
+        }
+    }
 }
