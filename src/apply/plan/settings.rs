@@ -44,7 +44,7 @@ pub fn sysctl_value(def: &CheckDef, f: &Finding, facts: &HostFacts) -> SysctlVal
 }
 
 /// Every host setting the profile asks for, with the value for this host (never lower than
-/// what it has): what `wstune export` renders for other tools. Unlike [`plan`] it lists
+/// what it has): what `wstune export` renders for other tools. Unlike [`plan`](fn@super::plan) it lists
 /// settings that already pass, since an exported file is installed on other hosts too.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
