@@ -1,14 +1,14 @@
 //! Read, once, every value the catalog needs: the host facts the pure evaluator and the pure
 //! plan work on.
 //!
-//! Flow: Catalog + Options + Backend -> [`HostFacts`] (catalog/facts.rs). Every read goes
+//! Flow: Catalog + FactsRequest + Backend -> [`HostFacts`] (catalog/facts.rs). Every read goes
 //! through the backend and ends as a [`Reading`]: a value, a meaningful absence, or a reason it
 //! could not be read. No read error escapes as a Rust error: one unreadable file is one skipped
 //! check, never a crash. The text formats are parsed by `host::procfs`; this module decides
 //! only what to read for which check.
 
 use crate::catalog::facts::{BootConfig, BootEntry, SYSCTL_CONF, SYSCTL_DIRS};
-use crate::catalog::facts::{HostFacts, Instance, Options, Reading};
+use crate::catalog::facts::{FactsRequest, HostFacts, Instance, Reading};
 use crate::catalog::{
     Catalog, CheckDef, Compare, Each, Fact, LimitKind, Process, SoftirqField, Source, Target,
 };
@@ -42,7 +42,7 @@ impl Sysctls {
 }
 
 /// Read everything `catalog` needs from `backend`. Sleeps for `--watch` when asked.
-pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> HostFacts {
+pub fn gather(catalog: &Catalog, backend: &dyn Backend, request: &FactsRequest) -> HostFacts {
     let mut vars = BTreeMap::new();
     if let Reading::Value(v) = fact(backend, Fact::Cpus, None, None) {
         vars.insert("host.cpus".to_string(), v);
@@ -111,7 +111,7 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> Ho
                         Some(entry),
                     )
                 }
-                _ => (read_source(backend, def, nic, options, &mut sysctls), None),
+                _ => (read_source(backend, def, nic, request, &mut sysctls), None),
             };
             // A fix for one field of a multi-value sysctl (tcp_rmem's default) must restate the
             // other fields as they are, so the whole value is kept as `sysctl.KEY` too.
@@ -141,7 +141,7 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> Ho
         }
     }
 
-    if let Some(wait) = options.watch {
+    if let Some(wait) = request.watch {
         std::thread::sleep(wait);
         for inst in &mut instances {
             let def = &catalog.checks[inst.check];
@@ -181,7 +181,7 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> Ho
                     backend,
                     def,
                     inst.nic.as_ref(),
-                    options,
+                    request,
                     &mut fresh,
                 ));
             }
@@ -191,14 +191,14 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> Ho
     // Without a watch a softirq share has no interval: say so rather than show the raw file.
     for inst in &mut instances {
         let def = &catalog.checks[inst.check];
-        if matches!(def.check.source, Source::Softirq(_)) && options.watch.is_none() {
+        if matches!(def.check.source, Source::Softirq(_)) && request.watch.is_none() {
             inst.reading =
                 Reading::Missing("a share of time needs an interval: --watch SECS".into());
         }
     }
 
     let owned = match catalog.platform {
-        Platform::Linux => read_owned(backend, options),
+        Platform::Linux => read_owned(backend, request),
         Platform::Windows => BTreeMap::new(),
     };
     HostFacts {
@@ -209,18 +209,18 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, options: &Options) -> Ho
         boot,
         owned,
         no_nics,
-        watched: options.watch,
-        options: options.clone(),
+        watched: request.watch,
+        request: request.clone(),
     }
 }
 
 /// The files wstune owns, as they are now (absent ones left out).
-fn read_owned(backend: &dyn Backend, options: &Options) -> BTreeMap<String, String> {
+fn read_owned(backend: &dyn Backend, request: &FactsRequest) -> BTreeMap<String, String> {
     let mut paths = vec![
         owned::SYSCTL_FILE.to_string(),
         owned::LIMITS_FILE.to_string(),
     ];
-    paths.extend(options.unit.as_deref().map(owned::unit_dropin));
+    paths.extend(request.unit.as_deref().map(owned::unit_dropin));
     paths
         .into_iter()
         .filter_map(|p| backend.read(&p).ok().map(|t| (p, t)))
@@ -231,7 +231,7 @@ fn read_source(
     backend: &dyn Backend,
     def: &CheckDef,
     nic: Option<&Link>,
-    options: &Options,
+    request: &FactsRequest,
     sysctls: &mut Sysctls,
 ) -> Reading {
     let reading = match &def.check.source {
@@ -239,14 +239,14 @@ fn read_source(
         Source::Rlimit(r) => {
             let pid = match r.process {
                 Process::Current => "self".to_string(),
-                Process::Pid => match options.pid {
+                Process::Pid => match request.pid {
                     Some(p) => p.to_string(),
                     None => return Reading::Unreadable("needs --pid".into()),
                 },
             };
             read_nofile(backend, &pid, r.limit)
         }
-        Source::Systemd(prop) => match &options.unit {
+        Source::Systemd(prop) => match &request.unit {
             Some(unit) => backend
                 .systemd_property(unit, prop)
                 .map(|v| systemd_value(&v))
@@ -285,7 +285,7 @@ fn read_source(
             },
             Err(e) => Err(e).into(),
         },
-        Source::Fact(f) => fact(backend, *f, nic, options.pid),
+        Source::Fact(f) => fact(backend, *f, nic, request.pid),
         Source::BootEntry(key) => read_boot_config(backend)
             .entry(key)
             .map(|e| Value::Text(e.to_string())),
@@ -671,7 +671,7 @@ mod tests {
         let b = MemoryBackend::default()
             .file("/proc/sys/net/ipv4/tcp_rmem", "4096\t131072\t6291456\n")
             .file("/etc/sysctl.d/60-wstune.conf", "fs.nr_open = 1\n");
-        let facts = gather(&catalog, &b, &Options::default());
+        let facts = gather(&catalog, &b, &FactsRequest::default());
         assert_eq!(
             facts.sysctls["net.ipv4.tcp_rmem"],
             Reading::Value(Value::List(vec![4096, 131072, 6291456]))

@@ -15,7 +15,7 @@ use embedded_server::frame::{self, FrameError, OpCode};
 use embedded_server::handshake;
 use embedded_server::utf8::Utf8Validator;
 use std::collections::BTreeMap;
-use wstune::catalog::{self, facts::Options};
+use wstune::catalog::{self, facts::FactsRequest};
 use wstune::gather;
 use wstune::host::memory::MemoryBackend;
 use wstune::host::procfs;
@@ -541,7 +541,7 @@ pub fn profile_yaml(data: &[u8]) {
             let known = vars.keys().cloned().collect();
             // A valid profile works with the built-in catalog end to end.
             let cat = catalog::load(Platform::Linux, None, &known).expect("built-in catalog");
-            let facts = gather::gather(&cat, &MemoryBackend::default(), &Options::default());
+            let facts = gather::gather(&cat, &MemoryBackend::default(), &FactsRequest::default());
             let _ = catalog::eval::evaluate(&cat, &vars, &facts);
         }
         Err(e) => {
@@ -590,7 +590,7 @@ pub fn catalog_yaml(data: &[u8]) {
     match catalog::parse(text, "fuzz.yaml", &known) {
         Ok(cat) => {
             let host = linux_host();
-            let facts = gather::gather(&cat, &host, &Options::default());
+            let facts = gather::gather(&cat, &host, &FactsRequest::default());
             let _ = catalog::eval::evaluate(&cat, &vars, &facts);
         }
         Err(e) => assert!(!e.0.is_empty()),
@@ -616,7 +616,7 @@ pub fn registry_yaml(data: &[u8]) {
     let host = MemoryBackend::default().with_registry(reg);
     let vars = profile_vars();
     let cat = builtin_catalog(Platform::Windows);
-    let facts = gather::gather(&cat, &host, &Options::default());
+    let facts = gather::gather(&cat, &host, &FactsRequest::default());
     let _ = catalog::eval::evaluate(&cat, &vars, &facts);
 }
 
@@ -646,7 +646,7 @@ fn gather_with(files: &[(&str, &str)]) {
     }
     let vars = profile_vars();
     let cat = builtin_catalog(Platform::Linux);
-    let facts = gather::gather(&cat, &host, &Options::default());
+    let facts = gather::gather(&cat, &host, &FactsRequest::default());
     let findings = catalog::eval::evaluate(&cat, &vars, &facts);
     assert!(!findings.is_empty());
 }

@@ -3,7 +3,7 @@
 
 use super::plan::{self, Op, Plan};
 use super::*;
-use crate::catalog::facts::{HostFacts, Options};
+use crate::catalog::facts::{FactsRequest, HostFacts};
 use crate::catalog::{self, eval};
 use crate::gather::gather;
 use crate::host::memory::MemoryBackend;
@@ -19,7 +19,7 @@ fn findings(
     let cat = catalog::load(platform, None, &vars.keys().cloned().collect())
         .unwrap()
         .for_role(crate::profile::Role::Server);
-    let facts = gather(&cat, backend, &Options::default());
+    let facts = gather(&cat, backend, &FactsRequest::default());
     let f = eval::evaluate(&cat, &vars, &facts);
     (cat, f, facts)
 }

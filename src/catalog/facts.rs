@@ -12,9 +12,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-/// What the user asked for beyond the profile.
+/// What the user asked the facts to cover beyond the profile: the server process (`--pid`),
+/// its systemd unit (`--unit`) and how long to watch the counters (`--watch`).
 #[derive(Debug, Clone, Default)]
-pub struct Options {
+pub struct FactsRequest {
     pub pid: Option<u32>,
     pub unit: Option<String>,
     /// Re-read cumulative counters after this long and judge their growth.
@@ -238,7 +239,7 @@ pub struct HostFacts {
     /// Why per-NIC checks have no instance, when there is no NIC to check.
     pub no_nics: Option<String>,
     pub watched: Option<Duration>,
-    pub options: Options,
+    pub request: FactsRequest,
 }
 
 impl HostFacts {
@@ -253,7 +254,7 @@ impl HostFacts {
             owned: BTreeMap::new(),
             no_nics: None,
             watched: None,
-            options: Options::default(),
+            request: FactsRequest::default(),
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod computed;
 pub mod eval;
 pub mod expr;
 pub mod facts;
+mod lines;
 mod model;
 pub mod words;
 
@@ -18,6 +19,7 @@ use crate::host::Platform;
 use crate::profile::Problem;
 use crate::value::{version_parts, Value};
 use expr::Expr;
+use lines::{item_blocks, line_in_block, line_of_id, line_with_value};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The catalogs compiled into the binary.
@@ -107,6 +109,8 @@ pub struct CheckDef {
     pub role_skip: Option<String>,
     /// The check as each role it names needs it, validated when the catalog loads.
     pub by_role: BTreeMap<crate::profile::Role, (Check, Option<Target>, Option<String>)>,
+    /// The note the check names (`note:`), from the file's `notes`.
+    pub note: Option<NoteDef>,
 }
 
 impl CheckDef {
@@ -204,6 +208,15 @@ pub fn parse(
     let raw: RawFile = serde_yaml_ng::from_str(text).map_err(serde_problem)?;
     let blocks = item_blocks(text);
     let mut problems = Vec::new();
+    for (name, note) in &raw.notes {
+        for message in note_problems(note, known_vars) {
+            problems.push(Problem {
+                file: file.into(),
+                line: crate::yaml_lines::line_of(text, &format!("notes.{name}")),
+                message: format!("notes.{name}: {message}"),
+            });
+        }
+    }
     let mut parsed = Vec::new();
     for (i, item) in raw.checks.into_iter().enumerate() {
         let block = blocks.get(i).cloned();
@@ -328,6 +341,19 @@ pub fn parse(
         if check.why.trim().is_empty() {
             bad("every check needs a `why`".into());
         }
+        let note = match &check.note {
+            None => None,
+            Some(name) => match raw.notes.get(name) {
+                Some(n) => Some(n.clone()),
+                None => {
+                    bad(format!(
+                        "note: `{name}` is not one of the file's notes ({})",
+                        raw.notes.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ));
+                    None
+                }
+            },
+        };
         let mut by_role = BTreeMap::new();
         for (role, o) in &check.roles {
             let mut c = check.clone();
@@ -367,6 +393,7 @@ pub fn parse(
             default,
             role_skip: None,
             by_role,
+            note,
         });
     }
     problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
@@ -475,88 +502,51 @@ pub fn placeholders(text: &str) -> Vec<String> {
 #[serde(deny_unknown_fields)]
 struct RawFile {
     platform: Platform,
+    #[serde(default)]
+    notes: BTreeMap<String, NoteDef>,
     checks: Vec<serde_yaml_ng::Value>,
 }
 
-/// The 0-based line ranges of the entries of the top-level `checks:` sequence, in order (block
-/// style; a flow-style list yields none and lines fall back to a search by id).
-fn item_blocks(text: &str) -> Vec<std::ops::Range<usize>> {
-    let lines: Vec<&str> = text.lines().collect();
-    let indent = |l: &str| l.len() - l.trim_start().len();
-    let Some(start) = lines.iter().position(|l| l.trim_end() == "checks:") else {
-        return Vec::new();
-    };
-    let mut starts = Vec::new();
-    let mut item_indent = None;
-    let mut end = lines.len();
-    for (i, l) in lines.iter().enumerate().skip(start + 1) {
-        let t = l.trim_start();
-        if t.is_empty() || t.starts_with('#') {
-            continue;
-        }
-        let at = indent(l);
-        let is_item = t == "-" || t.starts_with("- ");
-        match item_indent {
-            None if is_item => {
-                item_indent = Some(at);
-                starts.push(i);
-            }
-            None => return Vec::new(),
-            Some(d) if at == d && is_item => starts.push(i),
-            Some(d) if at < d || (at == d && !is_item) => {
-                end = i;
-                break;
-            }
-            _ => {}
+/// What is wrong with one note: a case of its count without words or words for no case, a
+/// placeholder its count does not fill, a `variable` missing, unneeded or unknown.
+fn note_problems(note: &NoteDef, known_vars: &BTreeSet<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let cases = note.counts.cases();
+    for case in cases {
+        if !note.words.contains_key(*case) {
+            out.push(format!(
+                "words: `{case}` is missing; give words for each of {}",
+                cases.join(", ")
+            ));
         }
     }
-    let mut out = Vec::new();
-    for (n, s) in starts.iter().enumerate() {
-        out.push(*s..starts.get(n + 1).copied().unwrap_or(end));
+    for (case, text) in &note.words {
+        if !cases.contains(&case.as_str()) {
+            out.push(format!(
+                "words: `{case}` is no case of this count; its cases: {}",
+                cases.join(", ")
+            ));
+        }
+        let known = note.counts.placeholders();
+        for name in placeholders(text) {
+            if !known.contains(&name.as_str()) {
+                out.push(format!(
+                    "words.{case}: unknown placeholder {{{name}}}; known: {}",
+                    known.join(", ")
+                ));
+            }
+        }
+    }
+    match (note.counts, &note.variable) {
+        (NoteCount::ProxyAddresses, None) => out
+            .push("needs `variable`: the profile variable holding the profile's port count".into()),
+        (NoteCount::ProxyAddresses, Some(v)) if !known_vars.contains(v) => {
+            out.push(format!("variable: `{v}` is no profile variable"))
+        }
+        (NoteCount::ProxyAddresses, Some(_)) | (_, None) => {}
+        (_, Some(_)) => out.push("`variable` is only for proxy_addresses".into()),
     }
     out
-}
-
-/// The 1-based line, within one entry's lines, where `key:` is written.
-fn line_in_block(text: &str, block: &std::ops::Range<usize>, key: &str) -> Option<usize> {
-    text.lines()
-        .enumerate()
-        .skip(block.start)
-        .take(block.len())
-        .find(|(_, l)| {
-            let t = l.trim_start().trim_start_matches("- ").trim_start();
-            t.strip_prefix(key).is_some_and(|r| r.starts_with(':'))
-        })
-        .map(|(i, _)| i + 1)
-}
-
-/// The 1-based line, within one entry's lines, whose value is `value` (`key: value`, quoted
-/// or not, or `{key: value}`).
-fn line_with_value(text: &str, block: &std::ops::Range<usize>, value: &str) -> Option<usize> {
-    text.lines()
-        .enumerate()
-        .skip(block.start)
-        .take(block.len())
-        .find(|(_, l)| {
-            l.split(':').skip(1).any(|v| {
-                v.trim()
-                    .trim_end_matches('}')
-                    .trim()
-                    .trim_matches(|c| c == '"' || c == '\'')
-                    == value
-            })
-        })
-        .map(|(i, _)| i + 1)
-}
-
-fn line_of_id(text: &str, id: &str) -> Option<usize> {
-    text.lines()
-        .position(|l| {
-            let t = l.trim_start().trim_start_matches("- ").trim();
-            t.strip_prefix("id:")
-                .is_some_and(|v| v.trim().trim_matches('"') == id)
-        })
-        .map(|i| i + 1)
 }
 
 #[cfg(test)]
@@ -662,5 +652,38 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("unknown field `sevrity`"), "{err}");
         assert!(err.0[0].line.is_some());
+    }
+
+    /// A note's words are checked against its count: every case given, none unknown, only
+    /// the count's placeholders; a check names only a note the file has.
+    #[test]
+    fn notes_are_validated_against_their_count_and_named_by_checks() {
+        let notes = "notes:\n  n:\n    counts: port_range\n    words:\n      held: \"{ports} ports\"\n      wanted: \"{port}\"\n";
+        let text = ONE
+            .replace("TARGET", "1")
+            .replace("checks:\n", &format!("{notes}checks:\n"))
+            .replace("severity: fail", "severity: fail\n    note: m");
+        let err = parse(&text, "c.yaml", &known()).unwrap_err();
+        let msgs: Vec<_> = err.0.iter().map(|p| p.message.clone()).collect();
+        for want in [
+            "notes.n: words: `held_and_wanted` is missing",
+            "notes.n: words: `wanted` is no case of this count",
+            "notes.n: words.wanted: unknown placeholder {port}",
+            "linux.x.y: note: `m` is not one of the file's notes (n)",
+        ] {
+            assert!(msgs.iter().any(|m| m.starts_with(want)), "{want}: {msgs:?}");
+        }
+        assert_eq!(err.0[0].line, Some(3), "{err}");
+        let good = text
+            .replace(
+                "      wanted: \"{port}\"",
+                "      held_and_wanted: \"{ports} of {wanted_ports}\"",
+            )
+            .replace("note: m", "note: n");
+        let cat = parse(&good, "c.yaml", &known()).unwrap();
+        assert_eq!(
+            cat.checks[0].note.as_ref().map(|n| n.counts),
+            Some(NoteCount::PortRange)
+        );
     }
 }

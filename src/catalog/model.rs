@@ -6,13 +6,80 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 // The OS vocabulary the backend speaks lives with it (host/); the catalog names it the same way.
+// The dependency runs one way: the catalog uses host's types, host never the catalog's.
+pub use crate::host::Fact;
 use crate::host::{IpVersion, Platform, RegType};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogFile {
     pub platform: Platform,
+    /// The words of the notes checks name (`note: NAME`), by name.
+    #[serde(default)]
+    pub notes: BTreeMap<String, NoteDef>,
     pub checks: Vec<Check>,
+}
+
+/// A note that counts what a finding's value alone does not say (how many ports a range
+/// holds, how many server processes a low fd limit calls for): the code counts, the catalog
+/// words it. A check names one with `note: NAME`; it is shown when no other note is.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoteDef {
+    /// What is counted, which decides the cases and the placeholders the words may use.
+    pub counts: NoteCount,
+    /// A profile variable the count also needs (`proxy_addresses`: the profile's port count).
+    #[serde(default)]
+    pub variable: Option<String>,
+    /// The words per case ([`NoteCount::cases`]), with `{name}` placeholders for the counts.
+    pub words: BTreeMap<String, String>,
+}
+
+/// What a note counts. Each count has fixed cases (which words apply) and placeholders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoteCount {
+    /// The ports a `[first, last]` range holds, and the target range's when it is missed.
+    PortRange,
+    /// For a missed fd limit: the fewest server processes whose share of the connections fits
+    /// under it, and whether raising the limit fits this host (`host.can_raise_nofile`).
+    Processes,
+    /// The proxy source addresses the profile's connections need through as many ports as the
+    /// current value (a dynamic port count), and with the profile's own count (`variable`).
+    ProxyAddresses,
+}
+
+impl NoteCount {
+    /// The cases the words must give, each once.
+    pub fn cases(self) -> &'static [&'static str] {
+        match self {
+            NoteCount::PortRange => &["held", "held_and_wanted"],
+            NoteCount::Processes => &["none_fit", "processes_only", "raise_or_processes"],
+            NoteCount::ProxyAddresses => &["addresses", "with_profile_ports"],
+        }
+    }
+
+    /// The placeholders the words may use.
+    pub fn placeholders(self) -> &'static [&'static str] {
+        match self {
+            NoteCount::PortRange => &["ports", "first", "last", "wanted_ports"],
+            NoteCount::Processes => &[
+                "current",
+                "connections",
+                "max_processes",
+                "processes",
+                "per_process",
+            ],
+            NoteCount::ProxyAddresses => &[
+                "current",
+                "connections",
+                "reach",
+                "addresses",
+                "profile_ports",
+                "profile_addresses",
+            ],
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -49,6 +116,9 @@ pub struct Check {
     /// What a value that does not exist means (e.g. a module that is not loaded).
     #[serde(default)]
     pub if_missing: Option<IfMissing>,
+    /// A note of the file's `notes` that counts what the value alone does not say.
+    #[serde(default)]
+    pub note: Option<String>,
     pub why: String,
     pub fix: Fix,
     /// The public sources the target and the why follow (kernel documentation, vendor guides,
@@ -189,26 +259,6 @@ pub enum Process {
     Current,
     /// The process named by `--pid`.
     Pid,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Fact {
-    KernelVersion,
-    Cpus,
-    /// Usable memory: MemTotal, or the cgroup's memory.max when lower.
-    MemBytes,
-    NumaNodes,
-    NicRxQueues,
-    NicTxQueues,
-    /// How many CPUs have served the NIC's interrupts (/proc/interrupts).
-    NicIrqCpus,
-    /// The NIC's receive interrupt coalescing (ethtool netlink), as text.
-    NicCoalesce,
-    /// 1 when /proc/sys is mounted read-write, 0 when read-only (a container).
-    ProcSysWritable,
-    /// Open handles of the `--pid` process (Windows: GetProcessHandleCount).
-    ProcessHandles,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -185,7 +185,7 @@ pub fn lb(a: &LbArgs) -> Result<cmd::lb::Request> {
     Ok(cmd::lb::Request {
         kind: a.kind,
         profile,
-        options: crate::lb::Options {
+        options: crate::lb::ProxySpec {
             backends,
             bind: crate::lb::parse_bind(&a.bind).map_err(anyhow::Error::msg)?,
             tls_cert: a.tls_cert.clone(),

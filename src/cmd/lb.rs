@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub struct Request {
     pub kind: lb::Kind,
     pub profile: Profile,
-    pub options: lb::Options,
+    pub options: lb::ProxySpec,
     /// `-o FILE`, else standard output.
     pub output: Option<PathBuf>,
 }

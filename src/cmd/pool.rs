@@ -5,7 +5,7 @@ use crate::outcome::Outcome;
 use crate::pool::{self, Measured, SweepPoint};
 use crate::report::ListFormat;
 use crate::selftest::command::UserServer;
-use crate::selftest::{self, client::Target, Options, Scenario};
+use crate::selftest::{self, client::Target, RunPlan as Options, Scenario};
 use anyhow::{bail, Context, Result};
 use embedded_server::{Hub, ServerConfig, SimulatedWork};
 use std::net::SocketAddr;

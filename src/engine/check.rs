@@ -4,7 +4,7 @@
 //! `serve` names its failures.
 
 use crate::catalog::eval::{evaluate, Status, Summary};
-use crate::catalog::facts::{HostFacts, Options};
+use crate::catalog::facts::{FactsRequest as Options, HostFacts};
 use crate::catalog::{self, Catalog};
 use crate::gather::gather;
 use crate::host::store::Store;

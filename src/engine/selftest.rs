@@ -7,7 +7,7 @@ use crate::profile::Profile;
 use crate::report::ListFormat;
 use crate::selftest::client::Target;
 use crate::selftest::report::{self, Report, Targets};
-use crate::selftest::{run_scenario, sizing, target_url, Options, Scenario};
+use crate::selftest::{run_scenario, sizing, target_url, RunPlan, Scenario};
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 
@@ -52,7 +52,7 @@ impl Load {
 
 /// A run, sized and validated, before anything starts.
 pub struct LoadPlan {
-    pub opts: Options,
+    pub opts: RunPlan,
     /// Judge every window as measured (`--accept-noise`).
     pub accept_noise: bool,
     pub scenarios: Vec<Scenario>,
@@ -202,7 +202,7 @@ pub fn plan(
     Ok(LoadPlan {
         accept_noise: load.accept_noise,
         url: target_url(&target),
-        opts: Options {
+        opts: RunPlan {
             target,
             broadcast_target,
             subscribe_targets: defaults.subscribe_targets,
@@ -251,7 +251,7 @@ pub async fn execute(p: &LoadPlan) -> (Report, Option<anyhow::Error>) {
             settle(&p.opts).await;
         }
         let opts = match p.deflate_conns {
-            Some(n) if s == Scenario::Deflate => Options {
+            Some(n) if s == Scenario::Deflate => RunPlan {
                 conns: n,
                 ..p.opts.clone()
             },
@@ -336,7 +336,7 @@ fn attempt(r: &crate::selftest::ScenarioReport, t: &Targets) -> crate::selftest:
 /// quiet again: at 100k connections their closes take seconds, and the next scenario would
 /// otherwise open its connections (and measure the server) while the kernel and the server
 /// still tear them down.
-async fn settle(o: &crate::selftest::Options) {
+async fn settle(o: &crate::selftest::RunPlan) {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     wait_for_sockets(o.conns, deadline).await;
     crate::selftest::quiesce(o, deadline - tokio::time::Instant::now()).await;

@@ -398,11 +398,7 @@ impl Backend for FixtureBackend {
             .unwrap_or(4096)
     }
 
-    fn host_fact(
-        &self,
-        fact: crate::catalog::Fact,
-        pid: Option<u32>,
-    ) -> Option<Result<i64, ReadError>> {
+    fn host_fact(&self, fact: super::Fact, pid: Option<u32>) -> Option<Result<i64, ReadError>> {
         self.registry.as_ref()?.borrow().fact(fact, pid)
     }
 

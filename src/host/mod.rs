@@ -32,10 +32,9 @@ mod types;
 pub mod windows;
 pub mod windows_errors;
 
-use crate::catalog::Fact;
 use dynamic_ports::PortRange;
 use serde::Serialize;
-pub use types::{IpVersion, Platform, RegType};
+pub use types::{Fact, IpVersion, Platform, RegType};
 
 /// The files wstune owns on a Linux host (host paths; `--prefix` moves them). `gather` reads
 /// them as facts, `apply` plans and writes them, `export` names them.

@@ -139,12 +139,8 @@ impl RegistryFile {
 
     /// A host fact from the `host:` and `processes:` sections; None for facts a Windows host
     /// does not answer this way.
-    pub fn fact(
-        &self,
-        fact: crate::catalog::Fact,
-        pid: Option<u32>,
-    ) -> Option<Result<i64, ReadError>> {
-        use crate::catalog::Fact;
+    pub fn fact(&self, fact: super::Fact, pid: Option<u32>) -> Option<Result<i64, ReadError>> {
+        use super::Fact;
         let missing = |what: &str| ReadError::NotFound(format!("registry.yaml's {what}"));
         Some(match fact {
             Fact::Cpus => self

@@ -8,9 +8,9 @@
 
 use super::dynamic_ports::{parse_netsh, PortRange};
 use super::registry_file::{Adapter, RegistryFile};
+use super::Fact;
 use super::{Backend, HostInfo, Link, ReadError, WriteError};
 use super::{IpVersion, Platform, RegType};
-use crate::catalog::Fact;
 use std::cell::RefCell;
 use windows_registry::LOCAL_MACHINE;
 

@@ -174,7 +174,7 @@ mod tests {
     #[test]
     fn findings_leave_no_placeholder_unfilled() {
         let p = crate::profile::load("100k").unwrap().profile;
-        let opts = super::super::Options {
+        let opts = super::super::ProxySpec {
             backends: vec!["127.0.0.1:9001".into()],
             bind: "0.0.0.0:80".into(),
             tls_cert: None,
@@ -220,12 +220,16 @@ mod tests {
         }
     }
 
-    /// lb.fd_limit is worded in lb/limits.rs; its listed title must be the one it reports.
+    /// lb.fd_limit is worded in lb/proxy_fds.rs; its listed title must be the one it reports.
     #[test]
     fn fd_limit_title_matches_the_finding() {
         for kind in [Kind::Haproxy, Kind::Nginx] {
-            let f =
-                super::super::limits::finding(kind, &super::super::read(""), Err("x".into()), "f");
+            let f = super::super::proxy_fds::finding(
+                kind,
+                &super::super::read(""),
+                Err("x".into()),
+                "f",
+            );
             assert_eq!(f.title, words("lb.fd_limit", Some(kind), vec![]).title());
         }
     }

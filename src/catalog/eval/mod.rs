@@ -4,12 +4,22 @@
 //! a value that meets its target passes; one that misses takes the check's severity (fail,
 //! warn or info); anything that could not be read is a skip with the reason, never a pass;
 //! cumulative counters are info unless they grew during `--watch`.
+//!
+//! Beside this file: how a value meets a target ([`meets`], [`desired`], port sets) and the
+//! notes that count what a value alone does not say (`notes:` in the catalog).
+
+mod compare;
+mod notes;
+#[cfg(test)]
+mod tests;
 
 use super::facts::{BootEntry, HostFacts, Instance, Reading};
 use super::{Catalog, CheckDef, Compare, Requirement, Scope, Severity, Target};
-use crate::value::{version_parts, Value};
+use crate::value::Value;
 use serde::Serialize;
 use std::collections::BTreeMap;
+
+pub use compare::{desired, meets, port_set, port_text};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -327,8 +337,8 @@ fn base(
                     "{desired}",
                     desired.as_ref().or(target.as_ref()).map(|v| v.to_string()),
                 ),
-                ("{unit}", facts.options.unit.clone()),
-                ("{pid}", facts.options.pid.map(|p| p.to_string())),
+                ("{unit}", facts.request.unit.clone()),
+                ("{pid}", facts.request.pid.map(|p| p.to_string())),
                 ("{nic}", nic.map(|n| n.name.clone())),
                 ("{nic_key}", nic.and_then(|n| n.registry_key.clone())),
                 ("{location}", location.clone()),
@@ -394,102 +404,9 @@ fn evaluate_one(
             .then(|| "not set: the built-in default applies".to_string())
     });
     if f.note.is_none() {
-        f.note = port_count_note(def, &f);
-    }
-    if f.note.is_none() {
-        f.note = nofile_note(def, &f, vars);
-    }
-    if f.note.is_none() {
-        f.note = proxy_addresses_note(def, &f, vars);
+        f.note = def.note.as_ref().and_then(|n| notes::note(n, &f, vars));
     }
     f
-}
-
-/// One proxy address reaches one backend address and port through at most as many connections
-/// as the dynamic range has ports: say how many addresses the profile's connections need.
-fn proxy_addresses_note(
-    def: &CheckDef,
-    f: &Finding,
-    vars: &BTreeMap<String, Value>,
-) -> Option<String> {
-    if !matches!(def.check.source, super::Source::DynamicPortCount(_)) {
-        return None;
-    }
-    let (Some(Value::Num(ports)), Some(Value::Num(conns))) = (&f.current, vars.get("connections"))
-    else {
-        return None;
-    };
-    let addresses = |per: i64| (conns + per - 1) / per.max(1);
-    let mut note = format!(
-        "{ports} ports: one proxy address reaches {} of the profile's {conns} connections to one backend address and port; {conns} need {} source addresses",
-        (*ports).min(*conns),
-        addresses(*ports)
-    );
-    if let Some(Value::Num(best)) = vars.get("windows.dynamic_port_count") {
-        if best > ports {
-            note.push_str(&format!(
-                " ({} with the profile's {best} ports)",
-                addresses(*best)
-            ));
-        }
-    }
-    Some(note)
-}
-
-/// A missed fd limit has two fixes: raise the limit, or spread the connections over server
-/// processes (`serve --processes`), each under the limit it has. Say which fits this host:
-/// where this process cannot raise its own hard limit (no CAP_SYS_RESOURCE: a container, a
-/// managed host), only the processes do.
-fn nofile_note(def: &CheckDef, f: &Finding, vars: &BTreeMap<String, Value>) -> Option<String> {
-    let is_nofile = match &def.check.source {
-        super::Source::Rlimit(r) => matches!(r.resource, super::model::Resource::Nofile),
-        super::Source::Systemd(p) => p == "LimitNOFILE",
-        _ => false,
-    };
-    if !is_nofile || !matches!(f.status, Status::Fail | Status::Warn) {
-        return None;
-    }
-    let (Some(Value::Num(have)), Some(Value::Num(conns))) = (&f.current, vars.get("connections"))
-    else {
-        return None;
-    };
-    let per = |n: u64| crate::profile::connections_per_process(*conns as u64, n);
-    let Some(n) = crate::profile::processes_needed(*conns as u64, (*have).max(0) as u64) else {
-        return Some(format!(
-            "raise nofile: even {} processes cannot share {conns} connections under {have} open files each",
-            crate::profile::MAX_PROCESSES
-        ));
-    };
-    let processes = format!(
-        "use --processes {n} (server.processes: {n} or auto): {n} processes of at most {} connections fit under {have} open files each",
-        per(n)
-    );
-    Some(match vars.get("host.can_raise_nofile") {
-        Some(Value::Num(0)) => format!(
-            "{processes}; raising nofile does not fit this host: this process lacks CAP_SYS_RESOURCE (a container or managed host sets the hard limit)"
-        ),
-        _ if n == 1 => return None,
-        _ => format!("raise nofile (the fix below), or {processes}"),
-    })
-}
-
-/// A port range is judged as `[first, last]`; what an operator sizes by is how many ports it
-/// holds, so say that next to it.
-fn port_count_note(def: &CheckDef, f: &Finding) -> Option<String> {
-    if !matches!(def.check.source, super::Source::DynamicPorts(_)) {
-        return None;
-    }
-    let range = |v: &Option<Value>| match v {
-        Some(Value::List(r)) if r.len() == 2 => Some((r[0], r[1], r[1] - r[0] + 1)),
-        _ => None,
-    };
-    let (_, _, have) = range(&f.current)?;
-    Some(match (range(&f.target), f.status) {
-        (Some((first, last, need)), Status::Warn | Status::Fail | Status::Info) => {
-            format!("{have} ports; the profile wants {first}-{last} ({need} ports)")
-        }
-        _ => format!("{have} ports"),
-    })
 }
 
 fn verdict(
@@ -499,13 +416,13 @@ fn verdict(
     facts: &HostFacts,
 ) -> (Status, Option<String>) {
     match def.check.requires {
-        Some(Requirement::Pid) if facts.options.pid.is_none() => {
+        Some(Requirement::Pid) if facts.request.pid.is_none() => {
             return (
                 Status::Skip,
                 Some("pass --pid PID to check a running server".into()),
             )
         }
-        Some(Requirement::Unit) if facts.options.unit.is_none() => {
+        Some(Requirement::Unit) if facts.request.unit.is_none() => {
             return (
                 Status::Skip,
                 Some("pass --unit NAME to check a systemd service".into()),
@@ -568,151 +485,6 @@ fn verdict(
         Ok(true) => (Status::Pass, None),
         Ok(false) => (missed, None),
         Err(e) => (Status::Skip, Some(e)),
-    }
-}
-
-/// A kernel port list (`30000-32767,10250`; empty: none) as sorted, merged ranges. None when
-/// it is not one.
-pub fn port_set(v: &Value) -> Option<Vec<(i64, i64)>> {
-    let text = match v {
-        Value::Num(n) => n.to_string(),
-        Value::Text(t) => t.clone(),
-        _ => return None,
-    };
-    let port = |s: &str| {
-        s.trim()
-            .parse::<i64>()
-            .ok()
-            .filter(|p| (0..=65535).contains(p))
-    };
-    let mut out = Vec::new();
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (lo, hi) = match part.split_once('-') {
-            Some((a, b)) => (port(a)?, port(b)?),
-            None => (port(part)?, port(part)?),
-        };
-        if lo > hi {
-            return None;
-        }
-        out.push((lo, hi));
-    }
-    Some(merge_ranges(out))
-}
-
-fn merge_ranges(mut r: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
-    r.sort();
-    let mut out: Vec<(i64, i64)> = Vec::new();
-    for (lo, hi) in r {
-        match out.last_mut() {
-            Some(last) if lo <= last.1 + 1 => last.1 = last.1.max(hi),
-            _ => out.push((lo, hi)),
-        }
-    }
-    out
-}
-
-/// Ranges as the kernel writes them: `10250,30000-32767`.
-pub fn port_text(r: &[(i64, i64)]) -> String {
-    r.iter()
-        .map(|&(lo, hi)| {
-            if lo == hi {
-                lo.to_string()
-            } else {
-                format!("{lo}-{hi}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// Whether `current` meets `target` under `compare`.
-pub fn meets(compare: Compare, current: &Value, target: &Value) -> Result<bool, String> {
-    let nums = || match (current.as_num(), target.as_num()) {
-        (Some(c), Some(t)) => Ok((c, t)),
-        _ => Err(format!("cannot compare '{current}' with '{target}'")),
-    };
-    Ok(match compare {
-        Compare::AtLeast => {
-            let (c, t) = nums()?;
-            c >= t
-        }
-        Compare::AtMost => {
-            let (c, t) = nums()?;
-            c <= t
-        }
-        Compare::Equal => match (current, target) {
-            (Value::Text(a), Value::Text(b)) => a.eq_ignore_ascii_case(b),
-            _ => {
-                let (c, t) = nums()?;
-                c == t
-            }
-        },
-        Compare::Covers => match (current, target) {
-            (Value::List(c), Value::List(t)) if c.len() == 2 && t.len() == 2 => {
-                c[0] <= t[0] && c[1] >= t[1]
-            }
-            _ => {
-                return Err(format!(
-                    "cannot compare '{current}' with the range '{target}'"
-                ))
-            }
-        },
-        Compare::Reserves => {
-            let (Some(c), Some(t)) = (port_set(current), port_set(target)) else {
-                return Err(format!(
-                    "cannot read '{current}' or '{target}' as port lists"
-                ));
-            };
-            t.iter()
-                .all(|&(lo, hi)| c.iter().any(|&(a, b)| a <= lo && hi <= b))
-        }
-        Compare::VersionAtLeast => {
-            let c = version_parts(&current.to_string());
-            let t = version_parts(&target.to_string());
-            if c.is_empty() {
-                return Err(format!("'{current}' is not a version"));
-            }
-            c >= t
-        }
-        Compare::Absent | Compare::NoGrowth | Compare::Report => true,
-    })
-}
-
-/// The value to set (what a fix says and `apply` writes): the target, except that a `>=` setting keeps a higher current value and a
-/// `<=` one a lower (never undo an operator's deliberate choice), and a range is widened.
-/// `field` replaces one value of a multi-value setting and keeps the others.
-pub fn desired(
-    compare: Compare,
-    current: &Value,
-    field: Option<usize>,
-    target: &Value,
-) -> Option<Value> {
-    let pick = |c: i64, t: i64| match compare {
-        Compare::AtLeast => Some(c.max(t)),
-        Compare::AtMost => Some(c.min(t)),
-        Compare::Equal => Some(t),
-        _ => None,
-    };
-    match (current, field, target) {
-        (Value::List(list), Some(i), Value::Num(t)) => {
-            let mut list = list.clone();
-            let slot = list.get_mut(i)?;
-            *slot = pick(*slot, *t)?;
-            Some(Value::List(list))
-        }
-        (Value::List(c), None, Value::List(t))
-            if compare == Compare::Covers && c.len() == 2 && t.len() == 2 =>
-        {
-            Some(Value::List(vec![c[0].min(t[0]), c[1].max(t[1])]))
-        }
-        (Value::Num(c), None, Value::Num(t)) => pick(*c, *t).map(Value::Num),
-        // Ports already reserved stay reserved: the union.
-        (c, None, t) if compare == Compare::Reserves => {
-            let mut all = port_set(c)?;
-            all.extend(port_set(t)?);
-            Some(Value::Text(port_text(&merge_ranges(all))))
-        }
-        _ => None,
     }
 }
 
@@ -806,369 +578,4 @@ fn evaluate_boot(
     f.note = Some(note);
     f.current = current;
     f
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::catalog::facts::{BootEntry, HostFacts, Instance, Reading};
-    use crate::catalog::{self, Catalog};
-    use crate::host::HostInfo;
-    use std::time::Duration;
-
-    fn profile_vars() -> BTreeMap<String, Value> {
-        crate::profile::load("100k").unwrap().profile.variables()
-    }
-
-    fn catalog() -> Catalog {
-        let known = profile_vars().into_keys().collect();
-        catalog::load(crate::host::Platform::Linux, None, &known).unwrap()
-    }
-
-    fn idx(c: &Catalog, id: &str) -> usize {
-        c.checks.iter().position(|d| d.check.id == id).unwrap()
-    }
-
-    fn facts(instances: Vec<Instance>) -> HostFacts {
-        let mut vars = BTreeMap::new();
-        vars.insert("host.cpus".into(), Value::Num(2));
-        vars.insert("host.page_size".into(), Value::Num(4096));
-        HostFacts {
-            vars,
-            instances,
-            no_nics: Some("none here".into()),
-            ..HostFacts::empty(HostInfo::default())
-        }
-    }
-
-    fn inst(check: usize, reading: Reading) -> Instance {
-        Instance {
-            check,
-            nic: None,
-            reading,
-            after: None,
-            boot: None,
-            defaulted: false,
-        }
-    }
-
-    fn one(c: &Catalog, f: &HostFacts, id: &str) -> Finding {
-        evaluate(c, &profile_vars(), f)
-            .into_iter()
-            .find(|x| x.id == id)
-            .unwrap()
-    }
-
-    #[test]
-    fn a_low_fd_limit_says_whether_to_raise_it_or_use_processes() {
-        let c = catalog();
-        let id = "linux.process.nofile.hard";
-        let i = idx(&c, id);
-        // This VM: hard limit 20,000 that root cannot raise (no CAP_SYS_RESOURCE).
-        let mut f = facts(vec![inst(i, Reading::Value(Value::Num(20_000)))]);
-        f.vars.insert("host.can_raise_nofile".into(), Value::Num(0));
-        let r = one(&c, &f, id);
-        assert_eq!(r.status, Status::Fail);
-        assert_eq!(
-            r.target,
-            Some(Value::Num(200_000)),
-            "one process: the profile's nofile"
-        );
-        let note = r.note.unwrap();
-        assert!(note.starts_with("use --processes 6 "), "{note}");
-        assert!(note.contains("raising nofile does not fit"), "{note}");
-        // Where the limit can be raised, both, the raise first.
-        f.vars.insert("host.can_raise_nofile".into(), Value::Num(1));
-        let note = one(&c, &f, id).note.unwrap();
-        assert!(
-            note.starts_with("raise nofile") && note.contains("--processes 6"),
-            "{note}"
-        );
-        // A profile with six processes: each needs its share, and 20,000 is enough.
-        let mut vars = profile_vars();
-        let (_, per) = crate::profile::nofile_per_process(Some(&Value::Num(6)), 100_000, 200_000);
-        vars.insert("estimate.nofile_per_process".into(), Value::Num(per as i64));
-        let r = evaluate(&c, &vars, &f)
-            .into_iter()
-            .find(|x| x.id == id)
-            .unwrap();
-        assert_eq!(
-            (r.status, r.target),
-            (Status::Pass, Some(Value::Num(18_398)))
-        );
-    }
-
-    #[test]
-    fn somaxconn_fails_below_and_passes_at_target() {
-        let c = catalog();
-        let i = idx(&c, "linux.net.core.somaxconn");
-        let f = one(
-            &c,
-            &facts(vec![inst(i, Reading::Value(Value::Num(4096)))]),
-            "linux.net.core.somaxconn",
-        );
-        assert_eq!(
-            (f.status, f.current, f.target),
-            (
-                Status::Fail,
-                Some(Value::Num(4096)),
-                Some(Value::Num(65535))
-            )
-        );
-        assert_eq!(
-            f.fix.runtime.as_deref(),
-            Some("sysctl -w net.core.somaxconn=65535  (the server must listen() again to use it)")
-        );
-        let f = one(
-            &c,
-            &facts(vec![inst(i, Reading::Value(Value::Num(65535)))]),
-            "linux.net.core.somaxconn",
-        );
-        assert_eq!(f.status, Status::Pass);
-    }
-
-    #[test]
-    fn unreadable_is_a_skip_never_a_pass() {
-        let c = catalog();
-        let i = idx(&c, "linux.net.core.somaxconn");
-        let f = one(
-            &c,
-            &facts(vec![inst(
-                i,
-                Reading::Unreadable("permission denied".into()),
-            )]),
-            "linux.net.core.somaxconn",
-        );
-        assert_eq!(
-            (f.status, f.note.as_deref()),
-            (Status::Skip, Some("permission denied"))
-        );
-        let f = one(
-            &c,
-            &facts(vec![inst(i, Reading::Missing("gone".into()))]),
-            "linux.net.core.somaxconn",
-        );
-        assert_eq!(f.status, Status::Skip);
-    }
-
-    #[test]
-    fn missing_conntrack_is_a_pass_with_the_reason() {
-        let c = catalog();
-        let i = idx(&c, "linux.net.netfilter.nf_conntrack_max");
-        let f = one(
-            &c,
-            &facts(vec![inst(i, Reading::Missing("x".into()))]),
-            "linux.net.netfilter.nf_conntrack_max",
-        );
-        assert_eq!(f.status, Status::Pass);
-        assert!(f.note.unwrap().contains("not loaded"));
-    }
-
-    #[test]
-    fn tw_reuse_two_is_loopback_only_and_misses_one() {
-        let c = catalog();
-        let i = idx(&c, "linux.net.ipv4.tcp_tw_reuse");
-        let f = one(
-            &c,
-            &facts(vec![inst(i, Reading::Value(Value::Num(2)))]),
-            "linux.net.ipv4.tcp_tw_reuse",
-        );
-        assert_eq!(f.status, Status::Warn);
-    }
-
-    #[test]
-    fn port_range_must_cover() {
-        assert_eq!(
-            meets(
-                Compare::Covers,
-                &Value::List(vec![1024, 65535]),
-                &Value::List(vec![10000, 65535])
-            ),
-            Ok(true)
-        );
-        assert_eq!(
-            meets(
-                Compare::Covers,
-                &Value::List(vec![32768, 60999]),
-                &Value::List(vec![10000, 65535])
-            ),
-            Ok(false)
-        );
-        assert!(meets(Compare::Covers, &Value::Num(1), &Value::List(vec![1, 2])).is_err());
-    }
-
-    #[test]
-    fn port_lists_are_read_merged_and_reserved_as_a_union() {
-        let t = |s: &str| Value::Text(s.into());
-        assert_eq!(
-            port_set(&t("30000-32767,10250, 10251")).unwrap(),
-            vec![(10250, 10251), (30000, 32767)]
-        );
-        assert_eq!(port_set(&t("")).unwrap(), vec![]);
-        assert!(port_set(&t("9-3")).is_none() && port_set(&t("70000")).is_none());
-        let target = t("30000-32767,10250");
-        assert!(meets(Compare::Reserves, &t("10000-40000"), &target).unwrap());
-        assert!(!meets(Compare::Reserves, &t("30000-32767"), &target).unwrap());
-        assert!(!meets(Compare::Reserves, &Value::Num(10250), &target).unwrap());
-        assert_eq!(
-            desired(Compare::Reserves, &Value::Num(9100), None, &target),
-            Some(t("9100,10250,30000-32767"))
-        );
-    }
-
-    #[test]
-    fn versions_compare_numerically() {
-        assert_eq!(
-            meets(
-                Compare::VersionAtLeast,
-                &Value::Text("3.10.0-1160".into()),
-                &Value::Text("3.9".into())
-            ),
-            Ok(true)
-        );
-        assert_eq!(
-            meets(
-                Compare::VersionAtLeast,
-                &Value::Text("3.8.13".into()),
-                &Value::Text("3.9".into())
-            ),
-            Ok(false)
-        );
-        assert_eq!(
-            meets(
-                Compare::VersionAtLeast,
-                &Value::Text("6.18.44-fc".into()),
-                &Value::Text("3.9".into())
-            ),
-            Ok(true)
-        );
-    }
-
-    #[test]
-    fn counters_are_info_without_watch_and_judged_on_growth_with_it() {
-        let c = catalog();
-        let i = idx(&c, "linux.counter.listen_overflows");
-        let mut fx = facts(vec![inst(i, Reading::Value(Value::Num(100)))]);
-        assert_eq!(
-            one(&c, &fx, "linux.counter.listen_overflows").status,
-            Status::Info
-        );
-        fx.watched = Some(Duration::from_secs(5));
-        fx.instances[0].after = Some(Reading::Value(Value::Num(100)));
-        assert_eq!(
-            one(&c, &fx, "linux.counter.listen_overflows").status,
-            Status::Pass
-        );
-        fx.instances[0].after = Some(Reading::Value(Value::Num(107)));
-        let f = one(&c, &fx, "linux.counter.listen_overflows");
-        assert_eq!(
-            (f.status, f.note.as_deref()),
-            (Status::Fail, Some("+7 in 5 s"))
-        );
-    }
-
-    #[test]
-    fn target_over_an_unreadable_host_value_is_a_skip() {
-        let c = catalog();
-        let i = idx(&c, "linux.sockstat.orphans");
-        let f = one(
-            &c,
-            &facts(vec![inst(i, Reading::Value(Value::Num(3)))]),
-            "linux.sockstat.orphans",
-        );
-        assert_eq!(f.status, Status::Skip);
-        assert!(f
-            .note
-            .unwrap()
-            .contains("sysctl.net.ipv4.tcp_max_orphans, which could not be read"));
-    }
-
-    #[test]
-    fn pid_checks_skip_without_pid() {
-        let c = catalog();
-        let i = idx(&c, "linux.pid.nofile.soft");
-        let f = one(
-            &c,
-            &facts(vec![inst(i, Reading::Unreadable("needs --pid".into()))]),
-            "linux.pid.nofile.soft",
-        );
-        assert_eq!(
-            (f.status, f.note.as_deref()),
-            (
-                Status::Skip,
-                Some("pass --pid PID to check a running server")
-            )
-        );
-    }
-
-    #[test]
-    fn per_nic_checks_without_nics_skip_once_with_the_reason() {
-        let c = catalog();
-        let f = one(&c, &facts(vec![]), "linux.nic.rx_queues");
-        assert_eq!(
-            (f.status, f.note.as_deref()),
-            (Status::Skip, Some("none here"))
-        );
-    }
-
-    fn boot(c: &Catalog, runtime: i64, entry: Reading<BootEntry>) -> Finding {
-        let i = idx(c, "linux.net.core.somaxconn");
-        let mut x = inst(i, Reading::Value(Value::Num(runtime)));
-        x.boot = Some(entry);
-        one(c, &facts(vec![x]), "linux.net.core.somaxconn.boot")
-    }
-
-    #[test]
-    fn boot_view_catches_overrides_and_unpersisted_values() {
-        let c = catalog();
-        let f = boot(
-            &c,
-            65535,
-            Reading::Value(BootEntry {
-                file: "/etc/sysctl.d/99-x.conf".into(),
-                line: 3,
-                value: "1024".into(),
-            }),
-        );
-        assert_eq!(f.status, Status::Warn);
-        assert!(
-            f.note
-                .as_deref()
-                .unwrap()
-                .starts_with("/etc/sysctl.d/99-x.conf:3 sets 1024"),
-            "{f:?}"
-        );
-        let f = boot(
-            &c,
-            65535,
-            Reading::Value(BootEntry {
-                file: "/etc/sysctl.d/60-wstune.conf".into(),
-                line: 1,
-                value: "65535".into(),
-            }),
-        );
-        assert_eq!(f.status, Status::Pass);
-        let f = boot(&c, 65535, Reading::Missing("no".into()));
-        assert_eq!(f.status, Status::Warn);
-        assert!(f
-            .note
-            .as_deref()
-            .unwrap()
-            .contains("lost at the next boot (kernel default 4096)"));
-    }
-
-    #[test]
-    fn summary_counts() {
-        let c = catalog();
-        let i = idx(&c, "linux.net.core.somaxconn");
-        let all = evaluate(
-            &c,
-            &profile_vars(),
-            &facts(vec![inst(i, Reading::Value(Value::Num(1)))]),
-        );
-        let s = Summary::of(&all);
-        assert_eq!(s.total, all.len());
-        assert_eq!(s.pass + s.warn + s.fail + s.skip + s.info, s.total);
-        assert!(s.fail >= 1);
-    }
 }

@@ -1,0 +1,65 @@
+//! The open-file limits a plan reasons about: fs.nr_open after the next boot (the ceiling of
+//! any nofile limit), and the `--pid` process's soft and hard limits.
+
+use super::SYSCTL_FILE;
+use crate::catalog::eval::Finding;
+use crate::catalog::facts::{HostFacts, Reading};
+use crate::catalog::{Catalog, LimitKind, Process, Source};
+
+/// The kernel's fs.nr_open when no boot file sets it (1024 * 1024).
+pub const KERNEL_NR_OPEN: u64 = 1 << 20;
+
+/// The fs.nr_open the host will have after the next boot, and where it comes from; None when
+/// nothing applies sysctls at boot here (a container: its runtime does).
+pub fn boot_nr_open(facts: &HostFacts, ours: &[(String, String)]) -> Option<(u64, String)> {
+    if let Some((_, v)) = ours.iter().find(|(k, _)| k == "fs.nr_open") {
+        return Some((v.trim().parse().ok()?, format!("set by {SYSCTL_FILE}")));
+    }
+    match facts.boot.entry("fs.nr_open") {
+        Reading::Value(e) => Some((
+            e.value.trim().parse().ok()?,
+            format!("set by {}", e.location()),
+        )),
+        Reading::Missing(_) => Some((
+            KERNEL_NR_OPEN,
+            "the kernel's default: no boot file sets it".into(),
+        )),
+        Reading::Unreadable(_) => None,
+    }
+}
+
+/// The current nofile limits of the `--pid` process, from its two checks.
+pub(super) struct PidNofile {
+    pub(super) soft: Option<i64>,
+    pub(super) hard: Option<i64>,
+}
+
+impl PidNofile {
+    pub(super) fn of<'a>(
+        catalog: &Catalog,
+        finding: &impl Fn(usize, bool) -> Option<&'a Finding>,
+    ) -> Self {
+        let current = |kind: LimitKind| {
+            let i = catalog.checks.iter().position(|d| {
+                matches!(&d.check.source, Source::Rlimit(r) if r.process == Process::Pid && r.limit == kind)
+            })?;
+            finding(i, false)?.current.as_ref()?.as_num()
+        };
+        PidNofile {
+            soft: current(LimitKind::Soft),
+            hard: current(LimitKind::Hard),
+        }
+    }
+
+    pub(super) fn both(&self) -> Option<(u64, u64)> {
+        Some((self.soft? as u64, self.hard? as u64))
+    }
+}
+
+pub(super) fn fmt_limit(v: Option<i64>) -> String {
+    match v {
+        Some(i64::MAX) => "unlimited".into(),
+        Some(n) => n.to_string(),
+        None => "?".into(),
+    }
+}

@@ -1,0 +1,122 @@
+//! The generator processes' results added up: histograms, counters, close codes, the
+//! broadcast rounds.
+
+use super::{worker, Latency, WorkerResult};
+use hdrhistogram::Histogram;
+use std::collections::BTreeMap;
+
+pub(super) fn latency(h: &Histogram<u64>) -> Latency {
+    if h.is_empty() {
+        return Latency::default();
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    let curve = [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.99, 100.0]
+        .iter()
+        .map(|&p| (p, ms(h.value_at_quantile(p / 100.0))))
+        .collect();
+    Latency {
+        count: h.len(),
+        p50: ms(h.value_at_quantile(0.50)),
+        p90: ms(h.value_at_quantile(0.90)),
+        p99: ms(h.value_at_quantile(0.99)),
+        p999: ms(h.value_at_quantile(0.999)),
+        max: ms(h.max()),
+        mean: h.mean() / 1000.0,
+        curve,
+    }
+}
+
+/// The workers' results added up.
+pub(super) struct Merged {
+    pub(super) hist: Histogram<u64>,
+    pub(super) service: Histogram<u64>,
+    pub(super) sent: u64,
+    pub(super) received: u64,
+    pub(super) errors: u64,
+    pub(super) disconnects: u64,
+    pub(super) lost: u64,
+    pub(super) close_codes: BTreeMap<u16, u64>,
+    pub(super) gen_cpu: f64,
+    pub(super) gen_rss: Option<u64>,
+    pub(super) elapsed: f64,
+    pub(super) last_echo: f64,
+    /// Broadcast: per round, (deliveries, latest delivery in us).
+    pub(super) rounds: Vec<(u64, u64)>,
+    pub(super) first_error: Option<String>,
+}
+
+pub(super) fn merge(
+    results: &[&WorkerResult],
+    n_rounds: usize,
+    mut first_error: Option<String>,
+) -> Merged {
+    let mut hist = worker::histogram();
+    let mut service = worker::histogram();
+    let (mut sent, mut received, mut errors, mut disconnects, mut lost) = (0, 0, 0, 0, 0);
+    let mut close_codes = BTreeMap::new();
+    let mut gen_cpu = 0.0;
+    let mut gen_rss: Option<u64> = None;
+    let mut elapsed: f64 = 0.0;
+    let mut last_echo: f64 = 0.0;
+    let mut rounds = vec![(0u64, 0u64); n_rounds];
+    use base64::Engine;
+    for r in results {
+        sent += r.sent;
+        received += r.received;
+        errors += r.errors;
+        disconnects += r.disconnects;
+        lost += r.lost;
+        for (k, v) in &r.close_codes {
+            *close_codes.entry(*k).or_insert(0) += v;
+        }
+        gen_cpu += r.cpu_secs;
+        if let Some(b) = r.peak_rss_bytes {
+            gen_rss = Some(gen_rss.unwrap_or(0) + b);
+        }
+        elapsed = elapsed.max(r.elapsed_secs);
+        last_echo = last_echo.max(r.last_echo_secs);
+        if first_error.is_none() {
+            first_error = r.first_error.clone();
+        }
+        if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&r.histogram) {
+            if let Ok(h) = hdrhistogram::serialization::Deserializer::new()
+                .deserialize::<u64, _>(&mut &bytes[..])
+            {
+                let _ = hist.add(h);
+            }
+        }
+        if let Some(Ok(bytes)) = r
+            .service_histogram
+            .as_ref()
+            .map(|s| base64::engine::general_purpose::STANDARD.decode(s))
+        {
+            if let Ok(h) = hdrhistogram::serialization::Deserializer::new()
+                .deserialize::<u64, _>(&mut &bytes[..])
+            {
+                let _ = service.add(h);
+            }
+        }
+        for (i, (n, last)) in r.rounds.iter().enumerate() {
+            if let Some(slot) = rounds.get_mut(i) {
+                slot.0 += n;
+                slot.1 = slot.1.max(*last);
+            }
+        }
+    }
+    Merged {
+        hist,
+        service,
+        sent,
+        received,
+        errors,
+        disconnects,
+        lost,
+        close_codes,
+        gen_cpu,
+        gen_rss,
+        elapsed,
+        last_echo,
+        rounds,
+        first_error,
+    }
+}

@@ -1,0 +1,119 @@
+//! The self-test's outputs: the verdict against the profile's targets, a table for people,
+//! JSON for machines, and a self-contained HTML page with inline SVG charts.
+//!
+//! Beside this file: the verdict ([`verdict()`], [`combine`]), the capacity and memory figures
+//! held against the profile's estimates, the table and the HTML page.
+
+mod capacity;
+mod html;
+mod memory;
+mod table;
+#[cfg(test)]
+mod tests;
+mod verdict;
+
+pub use capacity::{CapacityReport, CpuTarget};
+pub use html::html;
+pub use memory::{BudgetReport, Compared, MemoryEstimate, MemoryReport, ESTIMATE_TOLERANCE};
+pub use table::table;
+pub use verdict::{combine, verdict, Check, Verdict};
+
+use super::ScenarioReport;
+use serde::Serialize;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Targets {
+    pub profile: String,
+    /// The profile's connection count: a run is a proof for the profile only at this size.
+    pub connections: usize,
+    pub p99_ms: f64,
+    pub rate_per_client: f64,
+    pub payload_bytes: usize,
+    /// The profile's memory estimate per connection (check's `estimate.*`), to hold against
+    /// what the idle scenario measured.
+    pub estimate: MemoryEstimate,
+    /// The profile's CPU estimate for its message rate, to hold against what echo-rate
+    /// measured.
+    pub cpu: CpuTarget,
+}
+
+/// What `check` said about this host before a `serve --self-test`: half of its verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostCheck {
+    pub profile: String,
+    pub failed: Vec<String>,
+    pub warnings: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub url: String,
+    /// The user's server the run measured (`--command`), as given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
+    /// Scenarios left out, and why (a user's server that does not do what they need).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub skipped: Vec<String>,
+    pub cores: usize,
+    pub targets: Targets,
+    /// Connections the scenarios ran with.
+    pub conns: usize,
+    /// Where the run was made smaller than the profile, and why.
+    pub scaled_down: Vec<String>,
+    /// Why the rate scenarios offer less per connection than the profile says (CPU budget).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_note: Option<String>,
+    /// Server processes the self-test's server ran as.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_processes: Option<usize>,
+    /// Memory for the idle connections, measured, against the profile's estimate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryReport>,
+    /// The server's CPU per message, measured, and the cores the profile's rate needs at it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityReport>,
+    /// The servers' memory budget over the run: what clients made them hold at most, against
+    /// the budget (the embedded server's, or a user's that serves its /metrics).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_budget: Option<BudgetReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_check: Option<HostCheck>,
+    pub scenarios: Vec<ScenarioReport>,
+    pub verdict: Verdict,
+}
+
+/// Thousands separated by commas: 100,000.
+pub fn count(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+pub(super) fn num(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+pub(super) fn bytes(b: f64) -> String {
+    if b >= 1024.0 * 1024.0 {
+        format!("{:.1} MiB", b / 1024.0 / 1024.0)
+    } else if b >= 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{b:.0} B")
+    }
+}

@@ -1,0 +1,255 @@
+//! The verdict: each scenario's checks against the profile's targets, judged only on a quiet
+//! window, and the run's verdict with the host check beside it.
+
+use super::super::{Scenario, ScenarioReport};
+use super::{count, Report, Targets};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub scenario: Scenario,
+    pub what: String,
+    pub ok: bool,
+    pub detail: String,
+    /// The check counts toward the verdict: false when it rests on timing and its window was
+    /// too noisy to judge (its result is still shown, never dropped).
+    pub judged: bool,
+}
+
+/// Checks a busy host cannot produce: a server that closed connections did so whatever else
+/// ran. They are judged on any window.
+pub(super) fn noise_proof(what: &str) -> bool {
+    what == "no server closes"
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// The whole verdict, the exit code's: for `serve --self-test` the load passed at the
+    /// profile's full connection count and the host check passed; for `selftest` the load.
+    pub pass: bool,
+    /// Every load check below passed (at `conns` connections).
+    pub load_pass: bool,
+    /// The host check passed (None: not part of this verdict, `selftest --url`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_pass: Option<bool>,
+    /// The scenarios ran at the profile's connection count.
+    pub full_size: bool,
+    /// One line: which part passed, which failed, at how many connections.
+    pub summary: String,
+    /// The load could not be judged: a scenario's measurement was too noisy (also after one
+    /// re-measure) and no judged check missed. Never a PASS, never a MISS.
+    pub too_noisy: bool,
+    /// What was too noisy, where ("other processes 98 % of a core in echo-rate").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub noise: Option<String>,
+    /// The run would have been judged but for the noise (`too_noisy`, and nothing else
+    /// failed): exit code 4, NOT PROVEN.
+    pub inconclusive: bool,
+    pub checks: Vec<Check>,
+}
+
+/// Judge the scenarios against the targets. Every scenario must finish without errors or
+/// server-side closes; the echo-rate ones must also deliver 95% of the offered rate within
+/// the profile's p99; broadcast must reach every subscriber in every round.
+///
+/// A timed scenario (`Scenario::timed`) whose window was too noisy is not judged (unless
+/// `accept_noise`): its checks are shown but decide nothing, except the noise-proof ones.
+/// The load then passes only if every judged check passed and nothing went unjudged; it
+/// misses if any judged check missed; otherwise it is too noisy to tell.
+pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, accept_noise: bool) -> Verdict {
+    let mut checks = Vec::new();
+    let mut noisy = Vec::new();
+    for s in scenarios {
+        let quiet = accept_noise
+            || !s.scenario.timed()
+            || !s.disturbance.as_ref().is_some_and(|d| d.too_noisy);
+        if !quiet {
+            let why = s
+                .disturbance
+                .as_ref()
+                .and_then(|d| d.why.clone())
+                .unwrap_or_default();
+            noisy.push(format!("{why} in {}", s.scenario.name()));
+        }
+        let mut add = |what: &str, ok: bool, detail: String| {
+            checks.push(Check {
+                scenario: s.scenario,
+                what: what.to_string(),
+                ok,
+                detail,
+                judged: quiet || noise_proof(what),
+            })
+        };
+        add(
+            "finished",
+            s.incomplete.is_none(),
+            s.incomplete
+                .clone()
+                .unwrap_or_else(|| "ran to the end".into()),
+        );
+        add(
+            "no errors",
+            s.errors == 0,
+            match &s.first_error {
+                Some(e) if s.errors > 0 => format!("{} errors; first: {e}", s.errors),
+                _ => format!("{} errors", s.errors),
+            },
+        );
+        add(
+            "no server closes",
+            s.disconnects == 0,
+            if s.close_codes.is_empty() {
+                format!("{} connections closed by the server", s.disconnects)
+            } else {
+                format!(
+                    "{} connections closed by the server (codes {:?})",
+                    s.disconnects, s.close_codes
+                )
+            },
+        );
+        match s.scenario {
+            Scenario::EchoRate | Scenario::Deflate => {
+                add(
+                    "p99 latency",
+                    s.latency_ms.count > 0 && s.latency_ms.p99 <= t.p99_ms,
+                    format!("{:.2} ms (target {} ms)", s.latency_ms.p99, t.p99_ms),
+                );
+                add(
+                    "every message answered",
+                    s.lost == 0,
+                    format!("{} messages never echoed by the end of the run", s.lost),
+                );
+                let offered = s.offered_rate.unwrap_or(0.0);
+                add(
+                    "throughput",
+                    s.achieved_rate >= offered * 0.95,
+                    format!("{:.0} of {:.0} msgs/s offered", s.achieved_rate, offered),
+                );
+            }
+            Scenario::Broadcast => {
+                let want = s.conns_connected as u64 * s.broadcast_rounds.unwrap_or(0) as u64;
+                add(
+                    "every subscriber, every round",
+                    want > 0 && s.received >= want,
+                    format!("{} of {want} deliveries", s.received),
+                );
+            }
+            _ => {}
+        }
+    }
+    let judged_miss = checks.iter().any(|c| c.judged && !c.ok);
+    let too_noisy = !noisy.is_empty() && !judged_miss;
+    let load_pass = !checks.is_empty() && !judged_miss && noisy.is_empty();
+    Verdict {
+        pass: load_pass,
+        load_pass,
+        host_pass: None,
+        full_size: false,
+        summary: String::new(),
+        too_noisy,
+        noise: (!noisy.is_empty()).then(|| noisy.join("; ")),
+        inconclusive: false,
+        checks,
+    }
+}
+
+/// Turn the load verdict into the run's: with `host` (`serve --self-test`) PASS only when the
+/// load passed at the profile's full count and the host check passed; without it (`selftest`
+/// against a server of its own) the load decides, but the line still says when the count was
+/// below the profile's, so a small run never reads as a proof for the profile.
+pub fn combine(r: &mut Report, host_required: bool) {
+    let v = &mut r.verdict;
+    let want = r.targets.connections;
+    // Every scenario, not only the headline count: deflate may run fewer (its own memory).
+    let smallest = r
+        .scenarios
+        .iter()
+        .map(|s| s.conns_requested)
+        .chain([r.conns])
+        .min()
+        .unwrap_or(r.conns);
+    v.full_size = smallest >= want;
+    let noise = match (&v.noise, v.too_noisy) {
+        (Some(n), true) => format!(", host too noisy to judge it ({n})"),
+        _ => String::new(),
+    };
+    let load = format!(
+        "load: {} at {}{noise}",
+        if v.load_pass {
+            "PASS"
+        } else if v.too_noisy {
+            "NOT PROVEN"
+        } else {
+            "MISS"
+        },
+        if v.full_size {
+            format!("{} connections", count(r.conns))
+        } else if r.conns >= want {
+            let short: Vec<String> = r
+                .scenarios
+                .iter()
+                .filter(|s| s.conns_requested < want)
+                .map(|s| format!("{} at {}", s.scenario.name(), count(s.conns_requested)))
+                .collect();
+            format!(
+                "{} connections, but {} (not a proof for profile {})",
+                count(r.conns),
+                short.join(", "),
+                r.targets.profile
+            )
+        } else {
+            format!(
+                "{} of the profile's {} connections ({}not a proof for profile {})",
+                count(r.conns),
+                count(want),
+                if r.scaled_down.is_empty() {
+                    ""
+                } else {
+                    "scaled down, see above: "
+                },
+                r.targets.profile
+            )
+        }
+    );
+    if !host_required {
+        v.pass = v.load_pass;
+        v.inconclusive = v.too_noisy;
+        let word = if v.pass {
+            "PASS"
+        } else if v.too_noisy {
+            "NOT PROVEN"
+        } else {
+            "MISS"
+        };
+        v.summary = format!("{word}: {load}");
+        return;
+    }
+    let host_ok = r.host_check.as_ref().is_some_and(|h| h.failed.is_empty());
+    v.host_pass = Some(host_ok);
+    let host = match &r.host_check {
+        Some(h) if h.failed.is_empty() => format!("host: READY for {}", h.profile),
+        Some(h) => format!(
+            "host: NOT READY for {}, {} failed check{}",
+            h.profile,
+            h.failed.len(),
+            if h.failed.len() == 1 { "" } else { "s" }
+        ),
+        None => "host: NOT CHECKED (the host could not be read)".into(),
+    };
+    v.pass = v.load_pass && host_ok && v.full_size;
+    // Exit 4 means exactly: this would have been judged, but the host was too noisy.
+    v.inconclusive = v.too_noisy && host_ok && v.full_size;
+    let word = if v.pass {
+        "PASS"
+    } else if (v.load_pass || v.too_noisy) && host_ok {
+        // Everything that ran passed but not at the profile's size, or the host was too
+        // noisy to judge the load.
+        "NOT PROVEN"
+    } else {
+        "MISS"
+    };
+    v.summary = format!(
+        "{word} against profile {}: {load}; {host}",
+        r.targets.profile
+    );
+}

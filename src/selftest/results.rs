@@ -1,0 +1,135 @@
+//! What one scenario measured, as the report renders it: latency, the processes' CPU and
+//! memory, the kernel's figures, the timeline, earlier attempts.
+
+use super::{arrivals, noise, KernelDrops, KernelMemory, Scenario};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Latency summary in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latency {
+    pub count: u64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+    /// (percentile, ms) points for the chart.
+    pub curve: Vec<(f64, f64)>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProcFigures {
+    pub cpu_secs: f64,
+    /// CPU time over wall time, percent of one core.
+    pub cpu_pct: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_before_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_after_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_per_conn_bytes: Option<f64>,
+    /// Generator: the peak resident memory of its processes, summed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_rss_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TimelinePoint {
+    pub t: u32,
+    pub sent_per_sec: u64,
+    pub received_per_sec: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioReport {
+    pub scenario: Scenario,
+    pub conns_requested: usize,
+    pub conns_connected: usize,
+    pub workers: usize,
+    pub sources: usize,
+    pub secs: f64,
+    /// Seconds of unmeasured load before `secs` (echo-rate, deflate, echo-sat).
+    pub warmup_secs: f64,
+    pub payload_bytes: usize,
+    /// echo-rate / deflate: messages per second offered in total.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offered_rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inflight: Option<usize>,
+    pub sent: u64,
+    pub received: u64,
+    /// Echoes (or deliveries) per second over the run.
+    pub achieved_rate: f64,
+    pub errors: u64,
+    pub disconnects: u64,
+    /// Messages never echoed by the end of the run; they are in the latency histogram with
+    /// the time they had waited (a lower bound).
+    pub lost: u64,
+    pub close_codes: BTreeMap<u16, u64>,
+    pub latency_ms: Latency,
+    /// echo-rate / deflate: latency from the actual send. `latency_ms` counts from when each
+    /// message was due, so a generator running behind its schedule inflates it; a server
+    /// stall shows in both.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_latency_ms: Option<Latency>,
+    /// echo-rate / deflate: how the sends were scheduled and how spread out they left.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<arrivals::Arrivals>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<ProcFigures>,
+    pub generator: ProcFigures,
+    /// idle: the kernel's socket memory before and while the connections were held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelMemory>,
+    /// The kernel's drop and memory counters over the scenario (Linux; None elsewhere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_drops: Option<KernelDrops>,
+    /// echo-sat: echoes per CPU-second of the server, the efficiency figure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub echoes_per_server_cpu_sec: Option<f64>,
+    /// echo-rate and deflate: the server's CPU (all its processes) per message received back
+    /// in the measured window, in microseconds: the cost the capacity estimate budgets
+    /// (`server.cpu_ns_per_message`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cpu_us_per_msg: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storm_secs: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connects_per_sec: Option<f64>,
+    /// Broadcast: per round, the time until the last subscriber had it (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broadcast_last_ms: Option<Latency>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broadcast_rounds: Option<usize>,
+    pub timeline: Vec<TimelinePoint>,
+    /// How disturbed the measured window was: steal, other processes' CPU (None: the window
+    /// was not sampled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disturbance: Option<noise::Disturbance>,
+    /// Earlier measurements of this scenario, when a window too noisy to judge was measured
+    /// again; this report is the last one. The spread between them is the run-to-run spread.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<Attempt>,
+    /// Why the run stopped short (a worker died, the server went away); the figures are partial.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}
+
+/// One earlier measurement of a scenario that was measured again.
+#[derive(Debug, Clone, Serialize)]
+pub struct Attempt {
+    pub p99_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_p99_ms: Option<f64>,
+    pub achieved_rate: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cpu_pct: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disturbance: Option<noise::Disturbance>,
+    /// The checks this measurement missed (empty: it passed).
+    pub missed: Vec<String>,
+}

@@ -1,0 +1,695 @@
+//! The orchestration: generator processes started together, their progress followed, the
+//! server sampled around the window, one [`ScenarioReport`] per scenario.
+
+use super::client::Target;
+use super::merge::{latency, merge, Merged};
+use super::sampling::{disturbance_of, drop_counters, kernel_drops, kernel_memory, server_sample};
+use super::scenario::CLOSES_PER_SEC;
+use super::*;
+use anyhow::{bail, Context, Result};
+use std::net::IpAddr;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+/// Everything a run needs; built by `engine::selftest::plan` (for `selftest` and `serve --self-test`).
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    pub target: Target,
+    /// Where `broadcast` publishes and subscribes (a server that fans out what it receives).
+    pub broadcast_target: Target,
+    /// broadcast: servers the subscribers connect to, one per generator process in turn (empty:
+    /// `broadcast_target`); the publisher always uses `broadcast_target`. Nodes of a cluster.
+    pub subscribe_targets: Vec<Target>,
+    pub scenarios: Vec<Scenario>,
+    pub conns: usize,
+    pub rate: f64,
+    pub size: usize,
+    pub secs: f64,
+    /// `--warmup`; None: the default (see `warmup_for`).
+    pub warmup: Option<f64>,
+    /// Negotiate permessage-deflate (JSON payloads) in every scenario, not only `deflate`.
+    pub deflate: bool,
+    pub inflight: usize,
+    pub rounds: usize,
+    /// Generator processes; 0 sizes it from the fd limit (at least one).
+    pub workers: usize,
+    pub sources: Vec<IpAddr>,
+    /// The server's process, for CPU and memory (None: not sampled).
+    pub server_pid: Option<u32>,
+    /// Sum CPU and memory over `server_pid` and every process below it (a supervisor and its
+    /// server processes); false when the generator's processes are below it instead.
+    pub server_tree: bool,
+    /// The broadcast server's process when it is not `server_pid` (a separate child server).
+    pub broadcast_server_pid: Option<u32>,
+    pub ramp_per_sec: f64,
+    pub storm_concurrency: usize,
+    /// The message a user's server answers (`--message`; see `WorkerSpec::request`). None:
+    /// the stamped payloads an echo sends back.
+    pub request: Option<String>,
+}
+
+impl RunPlan {
+    /// Seconds of unmeasured load before `scenario`'s window: `--warmup`, or by default 1 s,
+    /// and for the open-loop scenarios one period of the per-connection rate, at most 5 s. At
+    /// 100k connections and 0.1 msg/s each, a 1 s warm-up was shorter than the generator's
+    /// start-up (16,667 connections per process beginning their schedules at once), which
+    /// spilled into the window: late sends counted from when they were due (p99 145-470 ms).
+    /// With 5 s (half the connections have sent once) p99 was 1.2 ms, the same as with 10 s,
+    /// and the whole self-test stays within its 3 minutes.
+    ///
+    /// Deflate warms up for one whole period and a second (at most 15 s): each connection's
+    /// first message builds its contexts on both sides (~40 us of server CPU for a compressor
+    /// and a decompressor at 11/4), so a 5 s warm-up at 0.1 msg/s left half the connections'
+    /// creations in the window, which then measured context creation instead of what a kept
+    /// context costs. Creating them is measured on its own: `wstune bench deflate --contexts`.
+    pub fn warmup_for(&self, scenario: Scenario) -> f64 {
+        match self.warmup {
+            _ if !scenario.warms_up() => 0.0,
+            Some(w) => w,
+            None => default_warmup(scenario, self.rate),
+        }
+    }
+}
+
+/// The warm-up without `--warmup`, for a scenario that warms up (see [`RunPlan::warmup_for`]).
+fn default_warmup(scenario: Scenario, rate: f64) -> f64 {
+    let period = 1.0 / rate.max(0.001);
+    match scenario {
+        Scenario::EchoRate => period.clamp(1.0, 5.0),
+        Scenario::Deflate => (period + 1.0).clamp(1.0, 15.0),
+        _ => 1.0,
+    }
+}
+/// What the orchestrator shows while a scenario runs (hidden when stderr is not a terminal).
+fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::with_draw_target(
+        Some(len),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb.set_prefix(what.to_string());
+    pb
+}
+
+struct WorkerProc {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    stdin: tokio::process::ChildStdin,
+    ticks: Vec<(u64, u64)>,
+    result: Option<WorkerResult>,
+    /// The last line it wrote that is not an event (and why), for the report if it then ends
+    /// without a result.
+    garbled: Option<String>,
+}
+
+/// Why generator process `i` of `n` stopped before its result, in words an operator can act
+/// on: how it ended (its exit status, or the signal that ended it) and the last line it wrote
+/// that could not be read as an event. A bare "exited" left a run's miss unexplained.
+async fn ended_early(p: &mut WorkerProc, i: usize, n: usize, before: &str) -> String {
+    let how = match tokio::time::timeout(Duration::from_secs(2), p.child.wait()).await {
+        Ok(Ok(status)) => status.to_string(),
+        Ok(Err(e)) => format!("its exit status cannot be read: {e}"),
+        Err(_) => "its output closed, the process still running".into(),
+    };
+    let garbled = p
+        .garbled
+        .as_deref()
+        .map(|g| format!("; the last line it wrote that is not an event: {g}"))
+        .unwrap_or_default();
+    format!("generator process {i} of {n} ended ({how}) {before}{garbled}")
+}
+
+/// Note a line that is not an event: kept (shortened) for [`ended_early`].
+fn garbled(line: &str, e: &dyn std::fmt::Display) -> String {
+    let mut end = line.len().min(200);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    let more = if end < line.len() { "..." } else { "" };
+    format!("{e}: {}{more}", &line[..end])
+}
+
+/// Run one scenario end to end. An error means nothing could be measured (no connection
+/// opened); a partial run comes back as a report with `incomplete` set.
+pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioReport> {
+    let target = if scenario == Scenario::Broadcast {
+        &o.broadcast_target
+    } else {
+        &o.target
+    };
+    let rss_before = server_sample(o, scenario).map(|s| s.1);
+    let kernel_before = (scenario == Scenario::Idle).then(kernel_sample).flatten();
+    let drops_before = drop_counters();
+    let mut procs = spawn_workers(o, scenario, target)?;
+    let workers = procs.len();
+    let (connected, first_error) = connect_phase(&mut procs, o, scenario, target).await?;
+    // Let the server settle (the last handshakes done, idle memory steady) before measuring.
+    if scenario != Scenario::Storm {
+        quiesce(o, Duration::from_secs(10)).await;
+    }
+    let rss_after_connect = server_sample(o, scenario).map(|s| s.1);
+    let kernel_during = (scenario == Scenario::Idle).then(kernel_sample).flatten();
+    let warmup = o.warmup_for(scenario);
+    // The server's CPU is read when the measured window starts (after the warm-up).
+    let server0 = {
+        let o = o.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
+            (
+                server_sample(&o, scenario).map(|s| (s, Instant::now())),
+                noise::sample(),
+            )
+        })
+    };
+    let t0 = Instant::now();
+    for p in procs.iter_mut() {
+        let _ = p.stdin.write_all(b"go\n").await;
+        let _ = p.stdin.flush().await;
+    }
+
+    let publisher = if scenario == Scenario::Broadcast {
+        Some(start_publisher(o, target).await?)
+    } else {
+        None
+    };
+    let (mut incomplete, server_end, noise_end) =
+        run_phase(&mut procs, o, scenario, warmup, t0).await;
+    let drops = kernel_drops(drops_before, drop_counters());
+    if let Some(p) = publisher {
+        let _ = p.await;
+    }
+    // Each generator closes its connections (1000, Normal Closure) after its result and then
+    // exits: a server's close counters see clean closes, not resets. The server's figures were
+    // read before (`server_end`), so the closes are outside the measured window. A generator
+    // still running after CLOSE_GRACE is killed.
+    let grace = tokio::time::Instant::now() + CLOSE_GRACE;
+    for p in procs.iter_mut() {
+        if p.result.is_none()
+            || tokio::time::timeout_at(grace, p.child.wait())
+                .await
+                .is_err()
+        {
+            let _ = p.child.start_kill();
+        }
+        let _ = p.child.wait().await;
+    }
+    let results: Vec<&WorkerResult> = procs.iter().filter_map(|p| p.result.as_ref()).collect();
+    if results.is_empty() && incomplete.is_none() {
+        incomplete = Some("no generator process reported a result".into());
+    }
+
+    let Merged {
+        hist,
+        service,
+        sent,
+        received,
+        mut errors,
+        disconnects,
+        lost,
+        close_codes,
+        gen_cpu,
+        gen_rss,
+        elapsed,
+        last_echo,
+        rounds,
+        first_error,
+    } = merge(&results, o.rounds, first_error);
+    if scenario != Scenario::Storm && connected < o.conns {
+        errors += (o.conns - connected) as u64;
+    }
+    let wall = o.secs.max(0.001);
+    let run_wall = if scenario == Scenario::Storm {
+        last_echo.max(0.001)
+    } else {
+        elapsed.max(wall)
+    };
+    let (server0, noise0) = match server0.await {
+        Ok((s, n)) => (s, Some(n)),
+        Err(_) => (None, None),
+    };
+    let disturbance = match (noise0, noise_end) {
+        (Some(a), Some(b)) => Some(disturbance_of(o, target, &a, &b)),
+        _ => None,
+    };
+    let server = match (server0, server_end) {
+        (Some(((c0, _), from)), Some(((c1, rss1), to))) => {
+            let secs = to.duration_since(from).as_secs_f64().max(0.001);
+            let per_conn = match (rss_before, rss_after_connect) {
+                (Some(b), Some(a)) if connected > 0 => {
+                    Some((a as f64 - b as f64) / connected as f64)
+                }
+                _ => None,
+            };
+            Some(ProcFigures {
+                // A tree's figure can step back (see `server::sample_tree`): never negative.
+                cpu_secs: (c1 - c0).max(0.0),
+                cpu_pct: (c1 - c0).max(0.0) / secs * 100.0,
+                rss_before_bytes: rss_before,
+                rss_after_bytes: rss_after_connect.or(Some(rss1)),
+                rss_per_conn_bytes: if scenario == Scenario::Idle {
+                    per_conn
+                } else {
+                    None
+                },
+                peak_rss_bytes: None,
+            })
+        }
+        _ => None,
+    };
+    let timeline = timeline(&procs);
+    let echo_like = matches!(scenario, Scenario::EchoRate | Scenario::Deflate);
+    let mut round_hist = worker::histogram();
+    for (n, last) in &rounds {
+        if *n > 0 {
+            let _ = round_hist.record((*last).max(1));
+        }
+    }
+    Ok(ScenarioReport {
+        scenario,
+        conns_requested: o.conns,
+        conns_connected: if scenario == Scenario::Storm {
+            hist.len() as usize
+        } else {
+            connected
+        },
+        workers,
+        sources: o.sources.len().max(1),
+        secs: if scenario == Scenario::Storm {
+            run_wall
+        } else {
+            o.secs
+        },
+        warmup_secs: warmup,
+        payload_bytes: o.size,
+        offered_rate: echo_like.then_some(o.rate * o.conns as f64),
+        inflight: (scenario == Scenario::EchoSat).then_some(o.inflight),
+        sent,
+        received,
+        achieved_rate: received as f64
+            / run_wall.min(if scenario == Scenario::Storm {
+                f64::MAX
+            } else {
+                wall
+            }),
+        errors,
+        disconnects,
+        lost,
+        close_codes,
+        latency_ms: latency(&hist),
+        service_latency_ms: echo_like.then(|| latency(&service)),
+        arrivals: echo_like
+            .then(|| {
+                let each: Vec<_> = results.iter().filter_map(|r| r.arrivals.as_ref()).collect();
+                arrivals::ArrivalStats::merge(&each)
+            })
+            .flatten()
+            .map(|a| a.summary("even", crate::host::timer::RESOLUTION_US)),
+        server_cpu_us_per_msg: match &server {
+            Some(s) if echo_like && received > 0 => Some(1e6 * s.cpu_secs / received as f64),
+            _ => None,
+        },
+        echoes_per_server_cpu_sec: match (&server, scenario) {
+            (Some(s), Scenario::EchoSat) if s.cpu_secs > 0.0 => Some(received as f64 / s.cpu_secs),
+            _ => None,
+        },
+        server,
+        generator: ProcFigures {
+            cpu_secs: gen_cpu,
+            cpu_pct: gen_cpu / run_wall * 100.0,
+            peak_rss_bytes: gen_rss,
+            ..ProcFigures::default()
+        },
+        kernel: kernel_memory(kernel_before, kernel_during),
+        kernel_drops: drops,
+        storm_secs: (scenario == Scenario::Storm).then_some(last_echo),
+        connects_per_sec: (scenario == Scenario::Storm && last_echo > 0.0)
+            .then(|| hist.len() as f64 / last_echo),
+        broadcast_last_ms: (scenario == Scenario::Broadcast).then(|| latency(&round_hist)),
+        broadcast_rounds: (scenario == Scenario::Broadcast).then_some(o.rounds),
+        timeline,
+        disturbance,
+        attempts: Vec::new(),
+        incomplete,
+        first_error,
+    })
+}
+
+pub fn target_url(t: &Target) -> String {
+    format!("ws://{}{}", t.host, t.path)
+}
+
+/// Start the generator processes, each with its share of the connections.
+fn spawn_workers(o: &RunPlan, scenario: Scenario, target: &Target) -> Result<Vec<WorkerProc>> {
+    let exe =
+        std::env::current_exe().context("cannot find this program to start generator processes")?;
+    let spread = if scenario == Scenario::Broadcast {
+        o.subscribe_targets.len()
+    } else {
+        0
+    };
+    let workers = o.workers.max(spread).max(1).min(o.conns.max(1));
+    let mut procs = Vec::new();
+    let mut assigned = 0;
+    for w in 0..workers {
+        let n = o.conns / workers + usize::from(w < o.conns % workers);
+        let spec = WorkerSpec {
+            scenario,
+            target: if spread > 0 {
+                o.subscribe_targets[w % spread].clone()
+            } else {
+                target.clone()
+            },
+            conns: n,
+            sources: o.sources.clone(),
+            source_offset: assigned,
+            rate: o.rate,
+            size: o.size,
+            // A storm is measured by how long it takes: --secs bounds it only from below, or
+            // 100k clients on 2 cores were cut off at 5 s with a third still connecting.
+            secs: if scenario == Scenario::Storm {
+                storm_budget_secs(o.conns, o.secs)
+            } else {
+                o.secs
+            },
+            warmup: o.warmup_for(scenario),
+            inflight: o.inflight,
+            // The broadcast publisher sends binary stamps, so its subscribers stay plain.
+            deflate: scenario == Scenario::Deflate
+                || (o.deflate && scenario != Scenario::Broadcast),
+            ramp_per_sec: o.ramp_per_sec / workers as f64,
+            rounds: o.rounds,
+            storm_concurrency: (o.storm_concurrency / workers).max(1),
+            // The broadcast scenario's stamps must come back as sent.
+            request: o
+                .request
+                .clone()
+                .filter(|_| scenario != Scenario::Broadcast),
+            phase_slot: w,
+            phase_stride: workers,
+            phase_total: o.conns,
+        };
+        assigned += n;
+        let mut cmd = tokio::process::Command::new(&exe);
+        // A generator of a self-test killed outright must not go on loading the server.
+        cmd.arg("selftest-worker")
+            .arg(serde_json::to_string(&spec)?)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        let mut child = crate::serve::supervisor::spawn_dying_with_this_process(cmd)
+            .with_context(|| format!("cannot start a generator process ({})", exe.display()))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stdin = child.stdin.take().expect("piped stdin");
+        procs.push(WorkerProc {
+            child,
+            lines: tokio::io::BufReader::new(stdout).lines(),
+            stdin,
+            ticks: Vec::new(),
+            result: None,
+            garbled: None,
+        });
+    }
+
+    Ok(procs)
+}
+
+/// Wait for every worker's "ready" (bounded). Returns the connections opened and the first
+/// error a worker met; an error when nothing connected (except for storm, which connects later).
+async fn connect_phase(
+    procs: &mut [WorkerProc],
+    o: &RunPlan,
+    scenario: Scenario,
+    target: &Target,
+) -> Result<(usize, Option<String>)> {
+    let pb = progress_bar(o.conns as u64, "connect");
+    let connect_budget = Duration::from_secs(30 + (o.conns / 2000) as u64)
+        + Duration::from_secs_f64(if o.ramp_per_sec > 0.0 {
+            o.conns as f64 / o.ramp_per_sec
+        } else {
+            0.0
+        });
+    let deadline = tokio::time::Instant::now() + connect_budget;
+    let mut connected = 0;
+    let mut first_error: Option<String> = None;
+    let mut done_counts = vec![0usize; procs.len()];
+    let procs_len = procs.len();
+    for (i, p) in procs.iter_mut().enumerate() {
+        loop {
+            let line = match tokio::time::timeout_at(deadline, p.lines.next_line()).await {
+                Ok(Ok(Some(l))) => l,
+                Ok(Ok(None)) => {
+                    bail!(
+                        "{}",
+                        ended_early(p, i, procs_len, "before its connections were open").await
+                    )
+                }
+                Ok(Err(e)) => bail!("cannot read generator process {i}'s output: {e}"),
+                Err(_) => bail!(
+                    "connections were still opening after {} s: {} of {} handshakes done, {} \
+                     generator process(es) of {} ready, first error so far: {}; is the server \
+                     accepting? (fewer --conns or a slower --ramp may help)",
+                    connect_budget.as_secs(),
+                    done_counts.iter().sum::<usize>(),
+                    o.conns,
+                    i,
+                    procs_len,
+                    first_error.as_deref().unwrap_or("none reported")
+                ),
+            };
+            match serde_json::from_str::<Event>(&line) {
+                Err(e) => p.garbled = Some(garbled(&line, &e)),
+                Ok(Event::Connecting { done }) => {
+                    done_counts[i] = done;
+                    pb.set_position(done_counts.iter().sum::<usize>() as u64);
+                }
+                Ok(Event::Ready {
+                    connected: c,
+                    first_error: e,
+                    ..
+                }) => {
+                    connected += c;
+                    if first_error.is_none() {
+                        first_error = e;
+                    }
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+    pb.finish_and_clear();
+    if scenario != Scenario::Storm && connected == 0 {
+        bail!(
+            "no connection to {} could be opened: {}",
+            target_url(target),
+            first_error.unwrap_or_else(|| "unknown reason".into())
+        );
+    }
+    Ok((connected, first_error))
+}
+
+/// The broadcast publisher: the orchestrator's own connection, one message per round.
+async fn start_publisher(o: &RunPlan, target: &Target) -> Result<tokio::task::JoinHandle<()>> {
+    let mut c = client::connect(target, None, false).await.map_err(|e| {
+        anyhow::anyhow!(
+            "the publisher cannot connect to {}: {e}",
+            target_url(target)
+        )
+    })?;
+    let rounds = o.rounds;
+    let gap = Duration::from_secs_f64((o.secs / (rounds as f64 + 1.0)).max(0.05));
+    let size = o.size;
+    Ok(tokio::spawn(async move {
+        // Drain what the server sends back to the publisher itself.
+        let mut reader = c.reader;
+        let drain = tokio::spawn(async move {
+            while let Ok(x) = reader.next().await {
+                if matches!(x, client::Incoming::Closed(_)) {
+                    break;
+                }
+            }
+        });
+        for r in 0..rounds {
+            tokio::time::sleep(gap).await;
+            let p = worker::broadcast_payload(r, size);
+            if c.writer
+                .send(embedded_server::frame::OpCode::Binary, &p)
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let _ = c.writer.close().await;
+        drain.abort();
+    }))
+}
+
+/// Follow the workers' ticks and collect their results (bounded: the run plus a drain).
+/// Returns why the run stopped short, if it did, and the server's CPU and RSS at the first
+/// result.
+/// How long the generators may take to close their connections after their results.
+const CLOSE_GRACE: Duration = Duration::from_secs(3);
+
+async fn run_phase(
+    procs: &mut [WorkerProc],
+    o: &RunPlan,
+    scenario: Scenario,
+    warmup: f64,
+    t0: Instant,
+) -> (
+    Option<String>,
+    Option<((f64, u64), Instant)>,
+    Option<noise::Sample>,
+) {
+    let pb = progress_bar(o.secs.ceil() as u64, scenario.name());
+    let run_deadline = tokio::time::Instant::now()
+        + Duration::from_secs_f64(if scenario == Scenario::Storm {
+            storm_budget_secs(o.conns, o.secs)
+        } else {
+            o.secs + warmup
+        })
+        + Duration::from_secs(if scenario == Scenario::Storm { 60 } else { 15 })
+        // Then every connection closes before its generator reports: at a million idle
+        // connections on 2 cores the close handshakes outlasted a fixed 15 s.
+        + Duration::from_secs_f64(o.conns as f64 / CLOSES_PER_SEC)
+        // Broadcast subscribers wait one round gap past the window for the last round.
+        + Duration::from_secs_f64(if scenario == Scenario::Broadcast {
+            o.secs / (o.rounds as f64 + 1.0)
+        } else {
+            0.0
+        });
+    let mut incomplete: Option<String> = None;
+    let mut server_end = None;
+    let mut noise_end = None;
+    // Scenarios measured over a fixed window read the server when the window ends, before the
+    // generator closes its connections: at 100k the close handshakes cost the server more CPU
+    // than a minute of idling, and counting them made "idle" look busy (27 % instead of under
+    // 1 %). Storm and broadcast are measured until their work is done (the first result).
+    let window_end = (!matches!(scenario, Scenario::Storm | Scenario::Broadcast)).then(|| {
+        let o = o.clone();
+        let at = t0 + Duration::from_secs_f64(warmup + o.secs);
+        tokio::spawn(async move {
+            tokio::time::sleep_until(at.into()).await;
+            (
+                server_sample(&o, scenario).map(|s| (s, Instant::now())),
+                noise::sample(),
+            )
+        })
+    });
+    {
+        let n = procs.len();
+        let mut pending: Vec<usize> = (0..n).collect();
+        while !pending.is_empty() {
+            let mut next = Vec::new();
+            for &i in &pending {
+                let p = &mut procs[i];
+                let line = match tokio::time::timeout_at(run_deadline, p.lines.next_line()).await {
+                    Ok(Ok(Some(l))) => l,
+                    Ok(Ok(None)) => {
+                        let why = ended_early(p, i, n, "without a result").await;
+                        incomplete.get_or_insert(why);
+                        continue;
+                    }
+                    Ok(Err(e)) => {
+                        incomplete.get_or_insert(format!(
+                            "cannot read generator process {i}'s output: {e}"
+                        ));
+                        continue;
+                    }
+                    Err(_) => {
+                        incomplete.get_or_insert(
+                            "the run did not finish in time; the figures cover what arrived".into(),
+                        );
+                        continue;
+                    }
+                };
+                match serde_json::from_str::<Event>(&line) {
+                    Ok(Event::Tick { sent, received }) => {
+                        p.ticks.push((sent, received));
+                        next.push(i);
+                    }
+                    Ok(Event::Done(r)) => {
+                        if noise_end.is_none() {
+                            server_end = server_sample(o, scenario).map(|s| (s, Instant::now()));
+                            noise_end = Some(noise::sample());
+                        }
+                        p.result = Some(*r);
+                    }
+                    Err(e) => {
+                        p.garbled = Some(garbled(&line, &e));
+                        next.push(i);
+                    }
+                    _ => next.push(i),
+                }
+            }
+            pending = next;
+            let secs_done = (t0.elapsed().as_secs_f64() - warmup).clamp(0.0, o.secs.ceil()) as u64;
+            pb.set_position(secs_done);
+            let (s, r) = procs
+                .iter()
+                .filter_map(|p| p.ticks.last())
+                .fold((0, 0), |a, t| (a.0 + t.0, a.1 + t.1));
+            pb.set_message(format!("sent {s}, received {r}"));
+        }
+    }
+    pb.finish_and_clear();
+    if let Some(h) = window_end.as_ref().filter(|_| incomplete.is_some()) {
+        // The load stopped early: no window to wait out (a --secs 3600 run would idle here).
+        h.abort();
+    }
+    if let Some(Ok((at_end, n))) = match window_end {
+        Some(h) => Some(h.await),
+        None => None,
+    } {
+        if at_end.is_some() {
+            server_end = at_end;
+        }
+        noise_end = Some(n);
+    }
+    (incomplete, server_end, noise_end)
+}
+
+/// The workers' cumulative counts summed per second, then differenced.
+fn timeline(procs: &[WorkerProc]) -> Vec<TimelinePoint> {
+    let n_ticks = procs.iter().map(|p| p.ticks.len()).max().unwrap_or(0);
+    let mut timeline = Vec::new();
+    let mut prev = (0u64, 0u64);
+    for t in 0..n_ticks {
+        let cum = procs.iter().fold((0u64, 0u64), |a, p| {
+            let x = p.ticks.get(t).or(p.ticks.last()).copied().unwrap_or((0, 0));
+            (a.0 + x.0, a.1 + x.1)
+        });
+        timeline.push(TimelinePoint {
+            t: t as u32 + 1,
+            sent_per_sec: cum.0.saturating_sub(prev.0),
+            received_per_sec: cum.1.saturating_sub(prev.1),
+        });
+        prev = cum;
+    }
+    timeline
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn deflate_warms_up_until_every_connection_has_built_its_contexts() {
+        // 100k profile: 0.1 msg/s each. Echo-rate's 5 s cap stays; deflate waits a whole
+        // period (every connection's first message) and a second.
+        assert_eq!(default_warmup(Scenario::EchoRate, 0.1), 5.0);
+        assert_eq!(default_warmup(Scenario::Deflate, 0.1), 11.0);
+        // Fast rates: the 1 s floor; a very slow rate: capped, the run stays bounded.
+        assert_eq!(default_warmup(Scenario::EchoRate, 10.0), 1.0);
+        assert_eq!(default_warmup(Scenario::Deflate, 10.0), 1.1);
+        assert_eq!(default_warmup(Scenario::Deflate, 0.001), 15.0);
+        assert_eq!(default_warmup(Scenario::EchoSat, 0.1), 1.0);
+    }
+}
