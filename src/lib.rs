@@ -16,7 +16,8 @@ pub mod export;
 pub mod failpoint;
 pub mod gather;
 pub mod host;
-pub mod input;
+#[cfg(test)]
+mod layering;
 pub mod lb;
 pub mod nic;
 pub mod outcome;

@@ -271,25 +271,24 @@ pub fn save(store: &Store, entry: &Entry) -> Result<()> {
 pub fn check_dir(store: &Store) -> Result<()> {
     #[cfg(unix)]
     for host in [crate::host::layout::STATE, DIR] {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let p = store.path(host);
-        let Ok(m) = std::fs::symlink_metadata(&p) else {
+        let Some(m) = store.ownership(host) else {
             continue;
         };
-        let me = effective_uid();
-        if m.file_type().is_symlink() || !m.is_dir() {
+        let me = crate::host::process::effective_uid();
+        if !m.real_dir {
             bail!(
                 "the journal directory {} is not a directory (a link or a file): wstune keeps its journal only in a directory of its own. Fix: move it aside. Nothing was changed.",
                 p.display()
             );
         }
-        let mode = m.permissions().mode();
-        if mode & 0o022 != 0 || (m.uid() != 0 && Some(m.uid()) != me) {
+        let mode = m.mode;
+        if mode & 0o022 != 0 || (m.uid != 0 && Some(m.uid) != me) {
             bail!(
                 "the journal directory {} is writable by others or owned by another user (mode {:o}, uid {}): anyone who can write there could make a rollback write what they like. Fix: chown root:root {p} && chmod 700 {p}. Nothing was changed.",
                 p.display(),
                 mode & 0o7777,
-                m.uid(),
+                m.uid,
                 p = p.display()
             );
         }
@@ -298,21 +297,12 @@ pub fn check_dir(store: &Store) -> Result<()> {
     Ok(())
 }
 
-/// This process's effective uid, read from /proc (no unsafe code).
-#[cfg(unix)]
-fn effective_uid() -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
-}
-
 pub fn load(store: &Store, id: &str) -> Result<Entry> {
     if id.is_empty() || id.contains('/') || id.contains("..") {
         bail!("'{id}' is not a journal id; `wstune rollback --list` shows them");
     }
     let path = store.path(&path_of(id));
-    if !store.path(&path_of(id)).exists()
-        && std::fs::symlink_metadata(store.path(&path_of(id))).is_err()
-    {
+    if !store.occupied(&path_of(id)) {
         bail!(
             "no journal entry '{id}' ({}); `wstune rollback --list` shows them",
             path.display()

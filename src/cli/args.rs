@@ -3,6 +3,7 @@
 
 pub mod channels;
 pub mod limits;
+mod values;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;

@@ -92,12 +92,6 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
     }
 }
 
-// One reader of import paths for both crates' layering tests (embedded-server's module-graph
-// test reads its sources the same way).
-#[cfg(test)]
-#[path = "../../embedded-server/src/import_names.rs"]
-mod import_names;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,95 +105,5 @@ mod tests {
         assert_eq!(code(Outcome::Failed), 2);
         assert_eq!(exit::ERROR, 3);
         assert_eq!(code(Outcome::Inconclusive), 4);
-    }
-
-    /// The engine's shape, kept: only `cli` (and main.rs, through `cli::main`) knows clap's
-    /// args, and no command calls another (shared work is in `engine`). Both were broken once:
-    /// 11 files in one cli <-> cmd import cycle; and serve's limit and channels flags were once
-    /// clap structs outside cli.
-    #[test]
-    fn nothing_outside_cli_imports_it_and_no_command_imports_another() {
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let commands: Vec<String> = std::fs::read_dir(src.join("cmd"))
-            .unwrap()
-            .filter_map(|e| {
-                let name = e.unwrap().file_name().to_string_lossy().into_owned();
-                name.strip_suffix(".rs").map(str::to_string)
-            })
-            .filter(|n| n != "mod")
-            .collect();
-        let mut bad = Vec::new();
-        let mut stack = vec![src.clone()];
-        while let Some(dir) = stack.pop() {
-            for e in std::fs::read_dir(&dir).unwrap() {
-                let path = e.unwrap().path();
-                if path.is_dir() {
-                    stack.push(path);
-                    continue;
-                }
-                let rel = path
-                    .strip_prefix(&src)
-                    .unwrap()
-                    .to_string_lossy()
-                    .replace('\\', "/");
-                if !rel.ends_with(".rs") || rel.starts_with("cli/") || rel == "main.rs" {
-                    continue;
-                }
-                let text = std::fs::read_to_string(&path).unwrap();
-                let from_crate = names_under(&text, "crate");
-                if from_crate.iter().any(|n| n == "cli") || uses(&text, "super::cli") {
-                    bad.push(format!("{rel} imports cli"));
-                }
-                // Flags are declared in cli/ only (value enums a flag parses into may live
-                // beside their meaning, and `cmd/docs.rs` renders the finished clap::Command).
-                let flag_attributes = [
-                    "clap::Args",
-                    "clap::Parser",
-                    "clap::Subcommand",
-                    "#[arg(",
-                    "#[command(",
-                ];
-                if flag_attributes.iter().any(|a| text.contains(a)) {
-                    bad.push(format!("{rel} declares command-line flags outside cli"));
-                }
-                // Commands are the top: what they share lives below them (engine, selftest),
-                // so nothing else may import one (selftest once read a command's metrics).
-                if !rel.starts_with("cmd/") && from_crate.iter().any(|n| n == "cmd") {
-                    bad.push(format!("{rel} imports a command"));
-                }
-                if rel.starts_with("cmd/") && rel != "cmd/mod.rs" {
-                    let from_super = names_under(&text, "super");
-                    if from_crate.iter().any(|n| n == "cmd")
-                        || from_super.iter().any(|n| commands.contains(n))
-                    {
-                        bad.push(format!("{rel} imports another command"));
-                    }
-                }
-            }
-        }
-        assert!(bad.is_empty(), "{bad:#?}");
-    }
-
-    use super::import_names::names_under;
-
-    #[test]
-    fn grouped_and_sibling_imports_are_seen() {
-        let names = |t, r| names_under(t, r);
-        assert_eq!(names("use crate::cli::args;", "crate"), ["cli"]);
-        assert_eq!(
-            names("use crate::{engine, cli::{args, resolve}, x};", "crate"),
-            ["engine", "cli", "x"]
-        );
-        assert_eq!(names("use crate::{\n    cmd::apply,\n};", "crate"), ["cmd"]);
-        assert_eq!(names("use super::{apply, *};", "super"), ["apply"]);
-        assert_eq!(names("super::check::run(r)", "super"), ["check"]);
-        assert!(names("use supercrate::cli;", "crate").is_empty());
-    }
-
-    /// `path` named as a whole path segment (`super::client` is not `super::cli`).
-    fn uses(text: &str, path: &str) -> bool {
-        text.match_indices(path).any(|(i, _)| {
-            !text[i + path.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
-        })
     }
 }

@@ -56,7 +56,7 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
 /// `--lb-config FILE` through the one bounded reader: a FIFO or a device named by mistake is
 /// refused at once instead of blocking or filling memory.
 fn read_lb_config(path: &Path) -> Result<String> {
-    use crate::input::{io_words, read_bounded, Refused};
+    use crate::host::input::{io_words, read_bounded, Refused};
     // A proxy configuration with includes inlined stays far below this.
     const MAX_LB_CONFIG_BYTES: u64 = 16 << 20;
     read_bounded(path, MAX_LB_CONFIG_BYTES, None).map_err(|r| {

@@ -5,7 +5,7 @@
 //! half of either, and a reader (CI picking up a report, `sysctl --system` at boot) never sees
 //! a partial file.
 
-use crate::input::io_words;
+use crate::host::input::io_words;
 use anyhow::{anyhow, Context, Result};
 use std::io::Write;
 use std::path::Path;

@@ -77,7 +77,7 @@ pub fn write_existing(full: &Path, shown: &str, value: &str) -> Result<(), Write
 /// `shown` is the host path (`/proc/meminfo`) used for a missing file, as checks name it; a
 /// refusal names the file on disk, which is what the operator must fix.
 pub fn read_regular(full: &Path, shown: &str, confine: Option<&Path>) -> Result<String, ReadError> {
-    use crate::input::{read_bounded, Refused};
+    use crate::host::input::{read_bounded, Refused};
     let refuse = |why: String| ReadError::Other(format!("{}: {why}", full.display()));
     read_bounded(full, MAX_READ_BYTES, confine).map_err(|r| match r {
         Refused::Io(e) => ReadError::from_io(shown, &e),

@@ -15,6 +15,7 @@ pub mod atomic;
 pub mod dynamic_ports;
 pub mod fixture;
 pub mod fs;
+pub mod input;
 pub mod layout;
 #[cfg(not(windows))]
 pub mod linux;

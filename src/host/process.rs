@@ -5,6 +5,13 @@
 //! plain functions rather than [`super::Backend`] methods. They live here so that host/ stays
 //! the only code that touches the OS. Elsewhere than Linux every answer is "unknown".
 
+/// This process's effective uid, read from /proc (no unsafe code); None where /proc is not.
+#[cfg(unix)]
+pub fn effective_uid() -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
+}
+
 /// Whether process `pid` (not this one) has ended: no /proc/PID while /proc is mounted.
 /// Elsewhere than Linux, never (it cannot be told).
 pub fn gone(pid: u32) -> bool {
@@ -130,6 +137,86 @@ pub fn descendants(pid: u32, parents: &[(u32, u32)]) -> Vec<u32> {
     out
 }
 
+/// Between fork and exec: ask for SIGTERM when the parent `parent` dies (PR_SET_PDEATHSIG), so
+/// no server outlives whoever started it. SIGTERM, not SIGKILL: an orphaned server still drains
+/// its clients (1001). The signal fires when the thread that forked ends, so fork from a thread
+/// that lives as long as the parent needs the child: spawn through [`spawn_lasting`].
+///
+/// # Safety
+/// Only async-signal-safe calls (prctl, getppid): call it from `pre_exec` only.
+#[cfg(target_os = "linux")]
+pub unsafe fn term_with_parent(parent: i32) -> std::io::Result<()> {
+    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // The parent died between fork and prctl: the signal will never come.
+    if libc::getppid() != parent {
+        return Err(std::io::Error::other("the parent is gone"));
+    }
+    Ok(())
+}
+
+/// Start `cmd` so that it gets SIGTERM when this process dies (Linux; elsewhere a plain
+/// spawn): a self-test killed outright (SIGKILL, a CI runner's timeout) must not leave its
+/// server or its generators running. Spawned through [`spawn_lasting`], so the signal means
+/// this process died, not the thread that happened to fork. Call it inside a Tokio runtime.
+#[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
+pub fn spawn_dying_with_this_process(
+    mut cmd: tokio::process::Command,
+) -> std::io::Result<tokio::process::Child> {
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id() as i32;
+        // SAFETY: only async-signal-safe calls between fork and exec (term_with_parent's).
+        unsafe {
+            cmd.pre_exec(move || term_with_parent(parent));
+        }
+    }
+    spawn_lasting(cmd)
+}
+
+/// Spawn `cmd` from one thread that lives as long as this process (Linux; elsewhere on the
+/// caller's). PR_SET_PDEATHSIG fires when the *thread* that forked ends, and the thread a Tokio
+/// task runs on need not last: a worker that runs `block_in_place` (the embedded server does,
+/// for heavy messages) hands its place to a new thread and becomes a blocking-pool thread,
+/// which exits after 10 s idle, and a child it had forked got SIGTERM with its parent alive.
+/// The child is registered with the caller's Tokio runtime (as `Command::spawn` does), so call
+/// it inside one. The caller waits for the fork and exec, as it would for a direct spawn.
+pub fn spawn_lasting(mut cmd: tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::sync::mpsc;
+        type Job = Box<dyn FnOnce() + Send>;
+        static SPAWNER: std::sync::Mutex<Option<mpsc::Sender<Job>>> = std::sync::Mutex::new(None);
+        let gone = || std::io::Error::other("the thread that starts child processes is gone");
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| std::io::Error::other(format!("cannot start a child process: {e}")))?;
+        let (reply, answer) = mpsc::sync_channel(1);
+        let job: Job = Box::new(move || {
+            let _in_runtime = runtime.enter();
+            let _ = reply.send(cmd.spawn());
+        });
+        {
+            let mut spawner = SPAWNER.lock().unwrap_or_else(|p| p.into_inner());
+            if spawner.is_none() {
+                let (tx, rx) = mpsc::channel::<Job>();
+                std::thread::Builder::new()
+                    .name("wstune-spawn".into())
+                    .spawn(move || rx.into_iter().for_each(|job| job()))?;
+                *spawner = Some(tx);
+            }
+            spawner
+                .as_ref()
+                .expect("set above")
+                .send(job)
+                .map_err(|_| gone())?;
+        }
+        answer.recv().map_err(|_| gone())?
+    }
+    #[cfg(not(target_os = "linux"))]
+    cmd.spawn()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,5 +236,35 @@ mod tests {
         assert!(rss > 0);
         assert!(peak_rss(me).unwrap() >= rss);
         assert_eq!(tree(me)[0], me);
+    }
+
+    /// The thread that asks for a child need not outlive it: a child started from a thread
+    /// that then ends keeps running, because the fork happened on the lasting thread
+    /// (PR_SET_PDEATHSIG is bound to the forking thread). Forked from the ended thread itself,
+    /// the child would have had SIGTERM at once.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_child_outlives_the_thread_that_started_it() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let handle = tokio::runtime::Handle::current();
+            let mut child = std::thread::spawn(move || {
+                let _in = handle.enter();
+                let mut cmd = tokio::process::Command::new("sleep");
+                cmd.arg("5").kill_on_drop(true);
+                spawn_dying_with_this_process(cmd).unwrap()
+            })
+            .join()
+            .unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the child ended with the thread that asked for it"
+            );
+            let _ = child.kill().await;
+        });
     }
 }

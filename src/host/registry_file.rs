@@ -90,7 +90,7 @@ pub struct Adapter {
 
 impl RegistryFile {
     pub fn load(path: &Path) -> Result<RegistryFile, String> {
-        use crate::input::{io_words, read_bounded, Refused};
+        use crate::host::input::{io_words, read_bounded, Refused};
         // Confined to the tree it describes, and capped: a captured file is not to be trusted.
         let tree = path.parent().unwrap_or(Path::new("."));
         let text = read_bounded(path, super::fs::MAX_READ_BYTES, Some(tree)).map_err(|r| {

@@ -14,6 +14,17 @@ pub struct Store {
     layout: Layout,
 }
 
+/// Who owns a path and who may write it ([`Store::ownership`]).
+#[cfg(unix)]
+#[derive(Debug, Clone, Copy)]
+pub struct Ownership {
+    /// A directory itself, not a link to one nor a file.
+    pub real_dir: bool,
+    /// The permission bits (`st_mode`).
+    pub mode: u32,
+    pub uid: u32,
+}
+
 /// A file's bytes, permission bits and owner, as the journal keeps them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FileState {
@@ -66,7 +77,7 @@ impl Store {
     /// to one is refused at once (never opened for a blocking read), as is a file over
     /// [`MAX_OWN_FILE`] or one that is not UTF-8.
     pub fn read_text(&self, host_path: &str) -> std::result::Result<String, String> {
-        use crate::input::{io_words, read_bounded, Refused};
+        use crate::host::input::{io_words, read_bounded, Refused};
         read_bounded(&self.path(host_path), MAX_OWN_FILE, None).map_err(|r| match r {
             Refused::Io(e) => io_words(&e),
             Refused::Directory => "is a directory".into(),
@@ -89,6 +100,24 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).with_context(|| format!("cannot read {}", dir.display())),
         }
+    }
+
+    /// Whether anything is at `host_path`: a file, a directory, or a link, dangling or not.
+    pub fn occupied(&self, host_path: &str) -> bool {
+        std::fs::symlink_metadata(self.path(host_path)).is_ok()
+    }
+
+    /// A directory's kind, permission bits and owner, not following a link at `host_path`
+    /// (None: nothing there). What a check of who may write there needs.
+    #[cfg(unix)]
+    pub fn ownership(&self, host_path: &str) -> Option<Ownership> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let m = std::fs::symlink_metadata(self.path(host_path)).ok()?;
+        Some(Ownership {
+            real_dir: !m.file_type().is_symlink() && m.is_dir(),
+            mode: m.permissions().mode(),
+            uid: m.uid(),
+        })
     }
 
     pub fn is_dir(&self, host_path: &str) -> bool {

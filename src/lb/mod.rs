@@ -26,13 +26,13 @@ pub use generate::{generate, nginx_worker_connections};
 pub use proxy_fds::{ProcLimits, FD_MARGIN};
 pub use read::{read, Facts};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Haproxy,
     Nginx,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sticky {
     /// HAProxy inserts a cookie naming the backend.
     Cookie,

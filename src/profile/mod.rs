@@ -21,7 +21,8 @@ use crate::yaml_lines;
 pub use estimate::{CpuEstimate, Estimate, CORE_BUSY_PCT};
 pub use model::*;
 pub use processes::{
-    connections_per_process, nofile_per_process, processes_needed, MAX_PROCESSES, RESERVE_FDS,
+    connections_per_process, nofile_per_process, per_process, processes_needed, size_processes,
+    ProcessSizing, MAX_PROCESSES, RESERVE_FDS,
 };
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -245,7 +246,7 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// Read a profile or catalog file. The error is the problem in plain words, without the
 /// path (callers name the file once, in front) and without "(os error N)".
 pub fn read_config_file(path: &Path) -> Result<String, String> {
-    use crate::input::{io_words, read_bounded, Refused};
+    use crate::host::input::{io_words, read_bounded, Refused};
     read_bounded(path, MAX_CONFIG_BYTES, None).map_err(|r| match r {
         Refused::Io(e) => io_words(&e),
         Refused::Directory => "is a directory, not a YAML file".into(),

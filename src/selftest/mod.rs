@@ -14,10 +14,10 @@
 pub mod arrivals;
 pub mod client;
 pub mod command;
-pub mod sizing;
 pub mod noise;
 pub mod report;
 pub mod server;
+pub mod sizing;
 pub mod worker;
 
 mod merge;

@@ -402,7 +402,7 @@ fn spawn_workers(o: &RunPlan, scenario: Scenario, target: &Target) -> Result<Vec
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
-        let mut child = crate::serve::supervisor::spawn_dying_with_this_process(cmd)
+        let mut child = crate::host::process::spawn_dying_with_this_process(cmd)
             .with_context(|| format!("cannot start a generator process ({})", exe.display()))?;
         let stdout = child.stdout.take().expect("piped stdout");
         let stdin = child.stdin.take().expect("piped stdin");

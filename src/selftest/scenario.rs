@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The workloads. Names are the CLI's and the JSON report's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Scenario {
     /// N connections held open: server memory per connection and idle CPU.

@@ -413,7 +413,7 @@ pub fn size_serve(a: &ServeAsk) -> Result<ServeSize, String> {
     let processes = match a.processes {
         _ if max_server_processes == 1 => 1,
         Some((w, from)) => {
-            crate::serve::supervisor::size(w, from, server_max, a.nofile, a.cores)?.processes
+            crate::profile::size_processes(w, from, server_max, a.nofile, a.cores)?.processes
         }
         None => crate::profile::processes_needed(server_max as u64, a.nofile)
             .map_or(1, |n| n as usize)
@@ -594,10 +594,10 @@ mod tests {
     #[test]
     fn the_sized_count_fits_the_supervisor_it_starts() {
         // The supervisor adds its 10 % per process to the server's total: whatever the self-test
-        // sizes must be accepted by `supervisor::size` for that many processes.
+        // sizes must be accepted by `profile::size_processes` for that many processes.
         for (nofile, procs) in [(20_000, 6), (20_000, 4), (4096, 3), (1024, 64)] {
             let s = size_self_test(100_000, 10.0, 4096, &room(nofile, procs, None, 2));
-            let fits = crate::serve::supervisor::size(
+            let fits = crate::profile::size_processes(
                 crate::profile::Processes::Count(procs as u64),
                 "--processes",
                 server_max(s.conns),

@@ -122,7 +122,7 @@ fn supervise(r: &ServeConfig, tls: bool) -> Result<Option<Outcome>> {
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (_, hard) = crate::host::raise_nofile();
-    let sizing = crate::serve::supervisor::size(want, from, r.server.max_connections, hard, cores)
+    let sizing = crate::profile::size_processes(want, from, r.server.max_connections, hard, cores)
         .map_err(anyhow::Error::msg)?;
     if sizing.processes == 1 {
         return Ok(None);

@@ -91,7 +91,7 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
                 tokio::sync::oneshot::Sender<()>,
                 Arc<embedded_server::metrics::Metrics>,
             ),
-            Child(Box<crate::selftest::server::ChildServer>),
+            Child(Box<super::child::ChildServer>),
             User(Box<crate::selftest::command::UserServer>),
         }
         let (echo, fanout, servers, server_pid, fanout_pid) = if let Some(words) = &t.command {
@@ -104,12 +104,9 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
             (addr, addr, vec![Running::User(Box::new(u))], pid, None)
         } else if processes > 1 {
             let child = |app| r.for_self_test_child(app, processes, server_max);
-            let e = crate::selftest::server::ChildServer::start(&child(embedded_server::App::Echo))
-                .await?;
-            let b = crate::selftest::server::ChildServer::start(&child(
-                embedded_server::App::Broadcast,
-            ))
-            .await?;
+            let e = super::child::ChildServer::start(&child(embedded_server::App::Echo)).await?;
+            let b =
+                super::child::ChildServer::start(&child(embedded_server::App::Broadcast)).await?;
             let (pid, bpid) = (e.pid, b.pid);
             (
                 e.addr,

@@ -2,8 +2,9 @@
 //! endpoint over all of them.
 
 use super::relay::Hubs;
-use super::{metrics, Sizing, ENV_PROCESS, ENV_RELAY_FD};
+use super::{metrics, ENV_PROCESS, ENV_RELAY_FD};
 use crate::outcome::Outcome;
+use crate::profile::ProcessSizing;
 use anyhow::{bail, Context, Result};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -23,7 +24,7 @@ macro_rules! say {
 
 /// What `serve` resolved for the supervisor.
 pub struct Supervision {
-    pub sizing: Sizing,
+    pub sizing: ProcessSizing,
     /// `--bind` and `--port` (0: any free port).
     pub addr: SocketAddr,
     pub admin: Option<SocketAddr>,
@@ -402,7 +403,7 @@ fn spawn(st: &Arc<State>, i: usize) -> Result<(tokio::process::Child, u32)> {
     unsafe {
         cmd.pre_exec(move || {
             // A supervisor killed with -9 still leaves its processes to drain (1001) and exit.
-            super::term_with_parent(parent)?;
+            crate::host::process::term_with_parent(parent)?;
             if let Some(fd) = child_fd {
                 if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
@@ -411,7 +412,7 @@ fn spawn(st: &Arc<State>, i: usize) -> Result<(tokio::process::Child, u32)> {
             Ok(())
         });
     }
-    let child = super::spawn_lasting(cmd).context("cannot start wstune serve")?;
+    let child = crate::host::process::spawn_lasting(cmd).context("cannot start wstune serve")?;
     let pid = child.id().unwrap_or(0);
     if let Some((mine, theirs)) = pair {
         drop(theirs);

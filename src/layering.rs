@@ -1,0 +1,262 @@
+//! The binary's shape, kept by tests that read the source: the modules form no cycle, only
+//! `cli` knows clap, and only `host` opens files. Each rule was broken once and found by
+//! reading the imports by hand; these make the next break a failing test instead.
+//! (embedded-server keeps its own graph the same way: embedded-server/src/layering.rs.)
+
+// One reader of import paths for both crates' layering tests (embedded-server's module-graph
+// test reads its sources the same way).
+#[path = "../embedded-server/src/import_names.rs"]
+mod import_names;
+
+use import_names::names_under;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under src/, as (path relative to src/, text).
+fn sources() -> Vec<(String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = vec![src.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let rel = p
+                    .strip_prefix(&src)
+                    .unwrap()
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                out.push((rel, std::fs::read_to_string(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A file's code up to its unit tests, comments left out: what the shipped binary is built
+/// from (a doc link to another module is no dependency of the code).
+fn shipped(text: &str) -> String {
+    // An inline `mod tests { ... }` ends the file by convention; `#[cfg(test)] mod tests;`
+    // (tests in their own file) and other cfg(test) items leave the code around them counted.
+    let inline_tests = text.match_indices("mod tests {").find(|(i, _)| {
+        let attribute = text[..*i].trim_end().rsplit('\n').next().unwrap_or("");
+        attribute.starts_with("#[cfg(") && attribute.contains("test")
+    });
+    let code = inline_tests.map_or(text, |(i, _)| {
+        let attribute_start = text[..i].trim_end().rfind('\n').map_or(0, |n| n + 1);
+        &text[..attribute_start]
+    });
+    code.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Unit tests kept in a file of their own (`foo/tests.rs`, declared `#[cfg(test)] mod tests;`).
+fn is_test_file(rel: &str) -> bool {
+    rel == "tests.rs" || rel.ends_with("/tests.rs")
+}
+
+/// The top-level module a file belongs to (`host/linux/netlink.rs` -> `host`).
+fn module_of(rel: &str) -> String {
+    rel.split('/')
+        .next()
+        .unwrap()
+        .trim_end_matches(".rs")
+        .to_string()
+}
+
+/// Top-level module -> the crate's top-level modules its shipped code names.
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let files = sources();
+    let modules: BTreeSet<String> = files
+        .iter()
+        .map(|(rel, _)| module_of(rel))
+        .filter(|m| !matches!(m.as_str(), "lib" | "main" | "layering"))
+        .collect();
+    let mut g: BTreeMap<String, BTreeSet<String>> = modules
+        .iter()
+        .map(|m| (m.clone(), BTreeSet::new()))
+        .collect();
+    for (rel, text) in &files {
+        let m = module_of(rel);
+        let Some(deps) = g.get_mut(&m) else { continue };
+        if is_test_file(rel) {
+            continue;
+        }
+        for n in names_under(&shipped(text), "crate") {
+            if n != m && modules.contains(&n) {
+                deps.insert(n);
+            }
+        }
+    }
+    g
+}
+
+/// One cycle through `start`, as a path of modules, if there is one.
+fn cycle_through(g: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Option<Vec<String>> {
+    let mut stack = vec![(start.to_string(), vec![start.to_string()])];
+    let mut seen = BTreeSet::new();
+    while let Some((m, path)) = stack.pop() {
+        for n in g.get(&m).into_iter().flatten() {
+            if n == start {
+                let mut p = path.clone();
+                p.push(n.clone());
+                return Some(p);
+            }
+            if seen.insert(n.clone()) {
+                let mut p = path.clone();
+                p.push(n.clone());
+                stack.push((n.clone(), p));
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn the_modules_form_no_cycle() {
+    let g = graph();
+    assert!(g.contains_key("host") && g.contains_key("catalog"), "{g:?}");
+    let cycles: Vec<String> = g
+        .keys()
+        .filter_map(|m| cycle_through(&g, m))
+        .map(|p| p.join(" -> "))
+        .collect();
+    assert!(
+        cycles.is_empty(),
+        "modules that reach themselves (move the shared item into the module both use, or a \
+         leaf):\n{}",
+        cycles.join("\n")
+    );
+}
+
+#[test]
+fn only_cli_knows_clap() {
+    let bad: Vec<String> = sources()
+        .into_iter()
+        .filter(|(rel, _)| {
+            !rel.starts_with("cli/")
+                && rel != "main.rs"
+                && rel != "layering.rs"
+                && !is_test_file(rel)
+        })
+        .filter(|(_, text)| {
+            let t = shipped(text);
+            t.contains("clap") || t.contains("#[arg(") || t.contains("#[command(")
+        })
+        .map(|(rel, _)| rel)
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "clap outside cli/ (args belong in cli/args.rs, their resolution in cli/resolve.rs): {bad:?}"
+    );
+}
+
+/// What opening, reading or writing a file looks like in source.
+const FILE_ACCESS: &[&str] = &["std::fs::", "use std::fs", "File::", "OpenOptions"];
+
+#[test]
+fn only_host_touches_files() {
+    let bad: Vec<String> = sources()
+        .into_iter()
+        .filter(|(rel, _)| !rel.starts_with("host/") && rel != "layering.rs" && !is_test_file(rel))
+        .filter(|(_, text)| FILE_ACCESS.iter().any(|f| shipped(text).contains(f)))
+        .map(|(rel, _)| rel)
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "files read or written outside host/ (add a function to crate::host and call it): {bad:?}"
+    );
+}
+
+#[test]
+fn a_cycle_is_found_and_named() {
+    let g: BTreeMap<String, BTreeSet<String>> = [
+        ("a", vec!["b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a"]),
+        ("d", vec!["a"]),
+    ]
+    .into_iter()
+    .map(|(m, d)| (m.to_string(), d.into_iter().map(String::from).collect()))
+    .collect();
+    assert_eq!(
+        cycle_through(&g, "a").unwrap().join(" -> "),
+        "a -> b -> c -> a"
+    );
+    assert_eq!(cycle_through(&g, "d"), None);
+    assert_eq!(
+        shipped("x // see crate::y\n#[cfg(test)]\nmod tests {}"),
+        "x "
+    );
+    assert_eq!(
+        shipped("#[cfg(test)]\nmod tests;\ny"),
+        "#[cfg(test)]\nmod tests;\ny"
+    );
+    assert_eq!(shipped("x\n#[cfg(all(test, unix))]\nmod tests {}"), "x");
+    assert!(is_test_file("apply/tests.rs") && !is_test_file("apply/contests.rs"));
+}
+
+/// The engine's shape, kept: nothing outside `cli` (and main.rs, through `cli::main`)
+/// imports it, and no command calls another (shared work is in `engine`) nor is imported by
+/// anything but `cli`. Both were broken once: 11 files in one cli <-> cmd import cycle.
+#[test]
+fn nothing_outside_cli_imports_it_and_no_command_imports_another() {
+    let files = sources();
+    let commands: Vec<String> = files
+        .iter()
+        .filter_map(|(rel, _)| rel.strip_prefix("cmd/")?.strip_suffix(".rs"))
+        .filter(|n| *n != "mod")
+        .map(str::to_string)
+        .collect();
+    let mut bad = Vec::new();
+    for (rel, text) in &files {
+        if rel.starts_with("cli/") || rel == "main.rs" || rel == "layering.rs" {
+            continue;
+        }
+        let from_crate = names_under(text, "crate");
+        if from_crate.iter().any(|n| n == "cli") || uses(text, "super::cli") {
+            bad.push(format!("{rel} imports cli"));
+        }
+        // Commands are the top: what they share lives below them (engine, selftest),
+        // so nothing else may import one (selftest once read a command's metrics).
+        if !rel.starts_with("cmd/") && from_crate.iter().any(|n| n == "cmd") {
+            bad.push(format!("{rel} imports a command"));
+        }
+        if rel.starts_with("cmd/") && rel != "cmd/mod.rs" {
+            let from_super = names_under(text, "super");
+            if from_crate.iter().any(|n| n == "cmd")
+                || from_super.iter().any(|n| commands.contains(n))
+            {
+                bad.push(format!("{rel} imports another command"));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn grouped_and_sibling_imports_are_seen() {
+    let names = |t, r| names_under(t, r);
+    assert_eq!(names("use crate::cli::args;", "crate"), ["cli"]);
+    assert_eq!(
+        names("use crate::{engine, cli::{args, resolve}, x};", "crate"),
+        ["engine", "cli", "x"]
+    );
+    assert_eq!(names("use crate::{\n    cmd::apply,\n};", "crate"), ["cmd"]);
+    assert_eq!(names("use super::{apply, *};", "super"), ["apply"]);
+    assert_eq!(names("super::check::run(r)", "super"), ["check"]);
+    assert!(names("use supercrate::cli;", "crate").is_empty());
+}
+
+/// `path` named as a whole path segment (`super::client` is not `super::cli`).
+fn uses(text: &str, path: &str) -> bool {
+    text.match_indices(path).any(|(i, _)| {
+        !text[i + path.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
+    })
+}
