@@ -2,7 +2,7 @@
 //! [`Handler`] API like any user's application, so the benchmarked and tested paths are the
 //! API's own: echo (corked replies from `on_message`), the simulated handlers (work on the
 //! offload pool, reply from there), broadcast (encode once for everybody) and channels (the
-//! JSON pub/sub protocol of [`crate::hub`], with the token check of [`crate::channels`]).
+//! JSON pub/sub protocol and token check of [`crate::channels`]).
 
 use crate::channels::{ChannelMetrics, Grant, Verifier};
 use crate::config::{App, ServerConfig, SimulatedWork};
@@ -198,9 +198,12 @@ impl Handler for Builtin {
             Builtin::Channels(_) => match msg {
                 Message::Text(t) => {
                     let grant = conn.state().as_deref();
-                    let reply = conn
-                        .hub()
-                        .channel_message_as(conn.shared(), t.as_bytes(), grant);
+                    let reply = crate::channels::protocol::message_as(
+                        conn.hub(),
+                        conn.shared(),
+                        t.as_bytes(),
+                        grant,
+                    );
                     if let Some(reply) = reply {
                         let _ = conn.send_text(&reply);
                     }

@@ -5,17 +5,10 @@
 //! walks the registry, pings connections that have been quiet for an interval (one pre-encoded
 //! ping frame shared by all) and closes those silent past the timeout. On an idle server with
 //! 10k connections that is a few microseconds of work per second.
+
 //!
-//! Channels protocol (text frames, JSON):
-//! - `{"op":"subscribe","channel":"prices"}` -> `{"op":"subscribed","channel":"prices"}`
-//! - `{"op":"unsubscribe","channel":"prices"}` -> `{"op":"unsubscribed","channel":"prices"}`
-//! - `{"op":"publish","channel":"prices","data":ANY}` -> every subscriber (the publisher too, if
-//!   subscribed) gets `{"channel":"prices","data":ANY}`, encoded once per publish.
-//! - anything else -> `{"op":"error","error":"..."}` (the connection stays open).
-//!
-//! A subscribe past the per-connection cap (`ServerConfig::channels.max_subscriptions`), or,
-//! under token auth (`crate::channels::auth`), to a channel the token does not allow, gets
-//! `{"op":"error","error":"...","channel":"prices"}`; a publish the token does not allow too.
+//! The channels app's JSON protocol is parsed and authorised in `channels::protocol`; the hub
+//! keeps the subscriptions it asks for and fans publishes out.
 
 use crate::budget::Store;
 use crate::config::ServerConfig;
@@ -83,7 +76,7 @@ pub enum Subscribed {
     /// Not added: the connection holds the most subscriptions allowed.
     Full,
     /// Not added: the names of the connection's subscriptions would pass its byte budget
-    /// ([`MAX_SUBSCRIPTION_BYTES`](crate::channels::MAX_SUBSCRIPTION_BYTES)).
+    /// ([`MAX_SUBSCRIPTION_BYTES`](crate::app_settings::MAX_SUBSCRIPTION_BYTES)).
     NamesFull,
     /// Not added: the server's memory budget has no room for another subscription
     /// ([`Hub::subscribe_within`] only; an application's own subscribes are charged without
@@ -190,7 +183,7 @@ pub struct Hub {
     /// The counters behind /metrics.
     pub metrics: Arc<Metrics>,
     /// The channels app's access-control counters (also in /metrics).
-    pub channel_metrics: Arc<crate::channels::ChannelMetrics>,
+    pub channel_metrics: Arc<crate::app_settings::ChannelMetrics>,
     conns: RwLock<HashSet<Entry>>,
     channels: Mutex<Channels>,
     /// The offload pool's queue, when the server has a pool.
@@ -235,7 +228,7 @@ fn mono() -> Duration {
 }
 
 impl Hub {
-    /// A hub with no connections (a `Server` builds its own; see [`crate::Server::hub`]).
+    /// A hub with no connections (a server builds its own and hands it out with `Server::hub`).
     pub fn new(config: ServerConfig, metrics: Arc<Metrics>) -> Hub {
         let channel_metrics = config.channels.metrics.clone();
         Hub {
@@ -625,114 +618,6 @@ impl Hub {
             if c.push(frame, &self.metrics) {
                 self.metrics.messages_out.fetch_add(1, Relaxed);
             }
-        }
-    }
-
-    /// Handle one channels-protocol message (see the module's documentation) from a
-    /// connection no token restricts; returns a reply for the sender, if any.
-    pub fn channel_message(&self, me: &Arc<Shared>, payload: &[u8]) -> Option<String> {
-        self.channel_message_as(me, payload, None)
-    }
-
-    /// Handle one channels-protocol message from a connection whose token granted `grant`
-    /// (None: no auth, everything allowed). Subscriptions are capped per connection.
-    pub fn channel_message_as(
-        &self,
-        me: &Arc<Shared>,
-        payload: &[u8],
-        grant: Option<&crate::channels::Grant>,
-    ) -> Option<String> {
-        #[derive(serde::Deserialize)]
-        struct Msg {
-            op: String,
-            channel: Option<String>,
-            #[serde(default)]
-            data: serde_json::Value,
-        }
-        use crate::channels::ProtocolError;
-        let m = &self.channel_metrics;
-        let err = |why: ProtocolError, e: &str| {
-            m.protocol_error(why);
-            Some(serde_json::json!({"op": "error", "error": e}).to_string())
-        };
-        let msg: Msg = match serde_json::from_slice(payload) {
-            Ok(m) => m,
-            Err(e) => {
-                return err(
-                    ProtocolError::BadJson,
-                    &format!("not a channels message: {e}"),
-                )
-            }
-        };
-        let channel = match msg.channel {
-            None => {
-                return err(
-                    ProtocolError::BadName,
-                    "\"channel\" is required: a name of 1..256 bytes",
-                )
-            }
-            Some(c) => match crate::channels::check_name(&c) {
-                Ok(()) => c,
-                Err(e) => return err(ProtocolError::BadName, e),
-            },
-        };
-        let denied = |e: String| {
-            Some(serde_json::json!({"op": "error", "error": e, "channel": channel}).to_string())
-        };
-        match msg.op.as_str() {
-            "subscribe" => {
-                if grant.is_some_and(|g| !g.may_subscribe(&channel)) {
-                    m.subscribe_denied.fetch_add(1, Relaxed);
-                    return denied(format!(
-                        "not allowed: the token does not allow subscribing to '{channel}'"
-                    ));
-                }
-                let cap = self.config.channels.max_subscriptions;
-                let budget = self.config.channels.max_subscription_bytes;
-                match self.subscribe_within(me, &channel, cap, budget) {
-                    Subscribed::Full => {
-                        m.subscription_cap.fetch_add(1, Relaxed);
-                        return denied(format!(
-                            "too many subscriptions: a connection may hold {cap}; unsubscribe \
-                             first"
-                        ));
-                    }
-                    Subscribed::NamesFull => {
-                        m.subscription_cap.fetch_add(1, Relaxed);
-                        return denied(format!(
-                            "too many subscriptions: the names of a connection's channels may \
-                             total {budget} bytes; unsubscribe first (or use shorter names)"
-                        ));
-                    }
-                    Subscribed::OverBudget => {
-                        return denied(
-                            "server busy: its memory budget has no room for another \
-                             subscription; try again later"
-                                .to_string(),
-                        );
-                    }
-                    _ => {}
-                }
-                Some(serde_json::json!({"op": "subscribed", "channel": channel}).to_string())
-            }
-            "unsubscribe" => {
-                self.unsubscribe(me, &channel);
-                Some(serde_json::json!({"op": "unsubscribed", "channel": channel}).to_string())
-            }
-            "publish" => {
-                if grant.is_some_and(|g| !g.may_publish(&channel)) {
-                    m.publish_denied.fetch_add(1, Relaxed);
-                    return denied(format!(
-                        "not allowed: the token does not allow publishing to '{channel}'"
-                    ));
-                }
-                self.publish(&channel, &msg.data);
-                None
-            }
-            other => err(
-                ProtocolError::UnknownOp,
-                &format!("unknown op '{other}': use subscribe, unsubscribe or publish"),
-            ),
         }
     }
 

@@ -48,6 +48,8 @@ pub mod accept;
 #[doc(hidden)]
 pub mod admin;
 #[doc(hidden)]
+pub mod app_settings;
+#[doc(hidden)]
 pub mod apps;
 pub mod budget;
 pub mod channels;
@@ -67,6 +69,8 @@ pub mod http;
 pub mod hub;
 #[cfg(test)]
 mod import_names;
+#[doc(hidden)]
+pub mod jwt;
 #[cfg(test)]
 mod layering;
 pub mod limits;
@@ -80,6 +84,7 @@ pub mod offload;
 pub mod outbox;
 #[doc(hidden)]
 pub mod proxy_protocol;
+mod request;
 #[cfg(feature = "tls")]
 pub mod tls;
 #[doc(hidden)]
@@ -831,7 +836,7 @@ async fn ask_handler<T: Transport, H: Handler>(
         ""
     };
     hub.metrics.reject(metrics::Reject::Handler);
-    let phrase = handler::reason_phrase(status);
+    let phrase = http::reason_phrase(status);
     let _ = write_all(stream, &http::error(status, phrase, extra, &body)).await;
     finish_refusal(stream).await;
     None

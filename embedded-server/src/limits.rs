@@ -191,7 +191,7 @@ pub struct LimitSettings {
     /// the client is always the TCP peer.
     pub trusted_proxies: Vec<Cidr>,
 
-    // Accept-time resource guards (see `crate::accept`): they protect the process's
+    // Accept-time resource guards (the accept gate, accept.rs): they protect the process's
     // descriptors, not one address's share, so they apply to every peer.
     /// Connections accepted that have not finished their handshake (TLS, the upgrade request)
     /// at once; more are closed at accept (`pending_handshakes`). A silent connection holds a
@@ -487,7 +487,7 @@ impl Limits {
         })))
     }
 
-    /// An upgrade whose connection passed the accept gate (`crate::accept`): when the gate took
+    /// An upgrade whose connection passed the accept gate (accept.rs): when the gate took
     /// the per-address limits (`counted`: the TCP peer is the client), the slot it took is the
     /// connection's part and nothing is counted twice; otherwise (a trusted proxy's or an
     /// exempt peer's connection) `admit_request` for the client the request names.

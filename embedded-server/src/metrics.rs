@@ -20,7 +20,7 @@ pub enum Reject {
     Full,
     /// Shutting down.
     Shutdown,
-    /// The application's [`crate::Handler::on_upgrade`] refused it.
+    /// The application's `Handler::on_upgrade` refused it.
     Handler,
     /// Abuse limits (limits.rs): the per-address connection cap (503).
     IpConnectionCap,
