@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// One of the built-in applications, chosen by [`ServerConfig::app`] and
-/// [`ServerConfig::handler`] (what [`Server::new`](crate::Server::new) serves).
+/// [`ServerConfig::handler`] (what `Server::new` serves).
 #[derive(Debug, Clone)]
 pub enum Builtin {
     /// Every message back to its sender, from the I/O thread.

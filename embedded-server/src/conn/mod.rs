@@ -187,6 +187,21 @@ impl State {
     }
 }
 
+/// An upgraded connection, ready to serve: everything its task keeps ([`serve`]), handed
+/// over by the upgrade (accept/upgrade.rs).
+pub(crate) struct Upgraded<T, H: Handler> {
+    pub(crate) stream: T,
+    pub(crate) conn: Conn<H::State>,
+    pub(crate) ctx: Arc<Ctx<H>>,
+    /// Bytes that arrived after the request header (the first frames).
+    pub(crate) rest: Vec<u8>,
+    pub(crate) deflate: Option<crate::deflate::Agreed>,
+    /// Its part in the abuse limits (None while they are off), given back when it ends.
+    pub(crate) admitted: Option<Box<crate::limits::Admitted>>,
+    /// The id its log events name (the accept's, as the span's and the refusals').
+    pub(crate) log_id: u64,
+}
+
 /// Serve one upgraded connection until it closes (`up.rest`: bytes that arrived with the
 /// upgrade request).
 ///
@@ -196,9 +211,9 @@ impl State {
 /// captures each thing it keeps exactly once (BENCHMARKS.md, "Idle bytes per
 /// connection").
 pub(crate) fn serve<T: Transport, H: Handler>(
-    up: crate::Upgraded<T, H>,
+    up: Upgraded<T, H>,
 ) -> impl std::future::Future<Output = ()> + Send {
-    let crate::Upgraded {
+    let Upgraded {
         stream: io,
         conn,
         ctx,

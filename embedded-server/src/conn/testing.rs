@@ -189,7 +189,7 @@ pub(super) async fn serve_registered<H: Handler>(
 {
     let peer = "127.0.0.1:1".parse().unwrap();
     let conn = Conn::new(shared, ctx.hub.clone(), peer, Default::default());
-    let task = super::serve(crate::Upgraded {
+    let task = super::serve(super::Upgraded {
         stream: io.clone(),
         conn,
         ctx: ctx.clone(),

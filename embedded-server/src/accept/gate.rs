@@ -26,7 +26,6 @@
 //! The descriptor check costs no system call: Unix hands out the lowest free descriptor, so an
 //! accepted socket numbered `n` means descriptors `0..n` are all open.
 
-use crate::config::ServerConfig;
 #[cfg(doc)]
 use crate::limits::LimitSettings;
 use crate::limits::{Limits, Refusal, Slot};
@@ -230,16 +229,6 @@ pub fn refuse(stream: tokio::net::TcpStream, tls: bool, refused: Refusal, metric
 /// costing more than ten tries a second, and the first success resets it.
 pub fn accept_backoff(failures: u32) -> Duration {
     Duration::from_millis((5u64 << failures.min(5)).min(100))
-}
-
-impl<'a> From<&'a ServerConfig> for crate::handshake::Settings<'a> {
-    fn from(c: &'a ServerConfig) -> Self {
-        crate::handshake::Settings {
-            allowed_origins: &c.allowed_origins,
-            subprotocols: &c.subprotocols,
-            deflate: &c.deflate,
-        }
-    }
 }
 
 #[cfg(test)]
