@@ -114,8 +114,8 @@ pub struct ServerConfig {
     /// their turn. Zero: no bound. Default 32 MiB/s (about 10-30 ms of CPU a second).
     pub inflate_rate: u64,
     /// Abuse limits (per-address cap, connection and message rates, exempt addresses, trusted
-    /// proxies); all off by default. See `limits`.
-    pub limits: crate::limits::LimitSettings,
+    /// proxies); all off by default. See `abuse`.
+    pub limits: crate::abuse::LimitSettings,
     /// The channels app's access control and caps (JWT on upgrade, subscriptions per
     /// connection); see `channels`.
     pub channels: crate::app_settings::ChannelsSettings,
@@ -150,7 +150,7 @@ impl Default for ServerConfig {
             send_drain_timeout: Duration::from_secs(30),
             inflate_ratio_limit: 200,
             inflate_rate: 32 << 20,
-            limits: crate::limits::LimitSettings::default(),
+            limits: crate::abuse::LimitSettings::default(),
             channels: crate::app_settings::ChannelsSettings::default(),
         }
     }
@@ -209,8 +209,8 @@ pub enum ConfigError {
     ZeroHandshakeTimeout,
     /// A TCP_NOTSENT_LOWAT mark outside [`NOTSENT_LOWAT_BOUNDS`] (and not 0).
     NotsentLowat(usize),
-    /// An abuse-limit setting (see `limits`).
-    Limits(crate::limits::LimitsError),
+    /// An abuse-limit setting (see `abuse`).
+    Limits(crate::abuse::LimitsError),
 }
 
 impl ConfigError {

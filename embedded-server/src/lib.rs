@@ -43,6 +43,7 @@
 
 #![warn(missing_docs)]
 
+pub mod abuse;
 #[doc(hidden)]
 pub mod accept;
 #[doc(hidden)]
@@ -73,7 +74,6 @@ mod import_names;
 pub mod jwt;
 #[cfg(test)]
 mod layering;
-pub mod limits;
 #[doc(hidden)]
 pub mod memory;
 #[doc(hidden)]
@@ -94,6 +94,10 @@ pub mod transport;
 pub mod utf8;
 pub mod wstune;
 
+/// The abuse limits' old name, kept for the `wstune` binary: [`abuse`].
+#[doc(hidden)]
+pub use abuse as limits;
+pub use abuse::{Cidr, LimitSettings, LimitsError, Rate};
 #[doc(hidden)]
 pub use apps::Builtin;
 #[doc(hidden)]
@@ -107,5 +111,4 @@ pub use handler::{
 };
 #[doc(hidden)]
 pub use hub::Hub;
-pub use limits::{Cidr, LimitSettings, LimitsError, Rate};
 pub use server::{bind, shutdown_signal, Server};

@@ -22,7 +22,7 @@ pub enum Reject {
     Shutdown,
     /// The application's `Handler::on_upgrade` refused it.
     Handler,
-    /// Abuse limits (limits.rs): the per-address connection cap (503).
+    /// Abuse limits (abuse/): the per-address connection cap (503).
     IpConnectionCap,
     /// The per-address new-connection rate (429).
     IpRateLimit,
@@ -180,7 +180,7 @@ pub struct Metrics {
     pub inflate_budget_bytes: AtomicU64,
     /// Compressed messages refused (1013) because the inflate budget was spent.
     pub inflate_budget_closes: AtomicU64,
-    /// Connections closed for going over their message rate (limits.rs).
+    /// Connections closed for going over their message rate (abuse/).
     pub message_rate_closes: AtomicU64,
     /// The server-wide memory budget and what is charged to it (budget.rs).
     pub memory: crate::budget::Budget,

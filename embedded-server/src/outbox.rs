@@ -69,8 +69,8 @@ pub struct Shared {
     ended: AtomicBool,
     /// It joined a channel at least once (the hub cleans up after it on close).
     subscribed: AtomicBool,
-    /// The message rate limit's bucket (limits.rs); unused while that limit is off.
-    pub(crate) msg_rate: crate::limits::MessageBucket,
+    /// The message rate limit's bucket (abuse/); unused while that limit is off.
+    pub(crate) msg_rate: crate::abuse::MessageBucket,
     /// Coarse clock seconds since which the connection's task has held an incomplete frame or
     /// message (0: none); the heartbeat sweep enforces the message timeout on it.
     pub(crate) input_since: AtomicU32,

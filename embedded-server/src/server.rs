@@ -14,7 +14,7 @@ use crate::hub::Hub;
 use crate::metrics::Metrics;
 #[cfg(feature = "tls")]
 use crate::tls;
-use crate::{admin, limits, offload};
+use crate::{abuse, admin, offload};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -86,7 +86,7 @@ impl<H: Handler> Server<H> {
         let offload = handler
             .uses_offload()
             .then(|| offload::start_for(&config, metrics.clone()));
-        let limits = Arc::new(limits::Limits::new(config.limits.clone()));
+        let limits = Arc::new(abuse::Limits::new(config.limits.clone()));
         let gate = Arc::new(accept::Gate::new(
             limits.clone(),
             config.max_connections,

@@ -104,7 +104,7 @@ fn spawn_conn<H: Handler>(
     // One deadline from accept covers the PROXY header and the upgrade request together, so a
     // slow header cannot buy a second full handshake timeout.
     let deadline = tokio::time::Instant::now() + ctx.hub.config.handshake_timeout;
-    // Abuse limits (limits.rs): a connection from a trusted proxy may start with a PROXY
+    // Abuse limits (abuse/): a connection from a trusted proxy may start with a PROXY
     // protocol header naming the client; it is read (before TLS) first. Only a trusted peer's
     // connection is peeked: anyone else goes straight to the upgrade, where a PROXY header is
     // refused (`proxy_untrusted`), so no untrusted client can keep the re-peek loop busy.

@@ -3,7 +3,7 @@
 //! client the abuse limits count and the application sees. A header from any other peer is
 //! refused, never believed.
 
-use crate::limits::{LimitSettings, Limits};
+use crate::abuse::{LimitSettings, Limits};
 use crate::metrics::Reject;
 use crate::proxy_protocol::{self, Parsed};
 use std::net::SocketAddr;
@@ -124,7 +124,7 @@ pub async fn read_proxy_header(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limits::Cidr;
+    use crate::abuse::Cidr;
 
     #[test]
     fn a_proxy_header_is_taken_from_trusted_peers_only() {

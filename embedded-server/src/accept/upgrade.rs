@@ -10,7 +10,7 @@ use crate::conn::{Ctx, Upgraded};
 use crate::handler::{self, Conn, Handler, Upgrade};
 use crate::metrics::{self, Metrics, Reject};
 use crate::transport::Transport;
-use crate::{admin, handshake, http, limits, proxy_protocol};
+use crate::{abuse, admin, handshake, http, proxy_protocol};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -132,7 +132,7 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
         stream.shutdown_write();
         return None;
     }
-    // Abuse limits (limits.rs): the client's address (X-Forwarded-For from a trusted proxy),
+    // Abuse limits (abuse/): the client's address (X-Forwarded-For from a trusted proxy),
     // then the per-address cap and the connection rates. A refusal goes out through the
     // handshake's refusal path below.
     // A PROXY header's source is the client: X-Forwarded-For (which the client may have
@@ -164,7 +164,7 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
         Ok(admitted) => (admitted, handshake::respond(&buf[..end], cfg, full)),
         Err(refused) => {
             tracing::debug!(conn = id, peer = %peer, "refused by an abuse limit");
-            let limits::Refusal {
+            let abuse::Refusal {
                 reason, response, ..
             } = refused;
             (None, Err(handshake::Refused { reason, response }))

@@ -36,7 +36,7 @@ pub(crate) struct Ctx<H> {
     pub(crate) hub: Arc<Hub>,
     pub(crate) handler: H,
     /// Abuse limits' state (per-address counts, rates).
-    pub(crate) limits: Arc<crate::limits::Limits>,
+    pub(crate) limits: Arc<crate::abuse::Limits>,
 }
 
 /// Why processing stopped early.
@@ -197,7 +197,7 @@ pub(crate) struct Upgraded<T, H: Handler> {
     pub(crate) rest: Vec<u8>,
     pub(crate) deflate: Option<crate::deflate::Agreed>,
     /// Its part in the abuse limits (None while they are off), given back when it ends.
-    pub(crate) admitted: Option<Box<crate::limits::Admitted>>,
+    pub(crate) admitted: Option<Box<crate::abuse::Admitted>>,
     /// The id its log events name (the accept's, as the span's and the refusals').
     pub(crate) log_id: u64,
 }

@@ -134,7 +134,7 @@ impl Transport for MemIo {
 pub(super) fn ctx(config: ServerConfig) -> Arc<Ctx<Builtin>> {
     Arc::new(Ctx {
         handler: Builtin::from_config(&config),
-        limits: Arc::new(crate::limits::Limits::new(config.limits.clone())),
+        limits: Arc::new(crate::abuse::Limits::new(config.limits.clone())),
         hub: Arc::new(Hub::new(config, Arc::new(Metrics::default()))),
     })
 }
