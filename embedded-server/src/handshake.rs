@@ -4,7 +4,7 @@
 //! A pure function of the request's bytes and the few settings it reads ([`Settings`]): no
 //! socket, no server configuration, so every case is a unit test and the fuzzer drives it
 //! directly. Reading the socket, the abuse limits and the application's say are the
-//! connection's acceptance (accept.rs), which calls [`respond`].
+//! connection's acceptance (accept/upgrade.rs), which calls [`respond`].
 
 use crate::deflate::DeflateSettings;
 use crate::metrics::Reject;

@@ -27,12 +27,16 @@ use tokio::net::TcpListener;
 /// [`Builtin`]). The handler is a type parameter, not a trait object: its callbacks are
 /// direct calls and its per-connection state is stored inline.
 pub struct Server<H: Handler = Builtin> {
+    /// What every connection shares; built with the server, lives as long as it (and as the
+    /// last connection task or `Conn` that holds a clone).
     hub: Arc<Hub>,
+    /// The hub, the handler and the abuse limits, cloned into every connection's task.
     ctx: Arc<Ctx<H>>,
+    /// Set once, when shutdown begins: upgrades still in flight are refused with 503.
     stopping: Arc<AtomicBool>,
     /// In-process TLS (see `tls`), when configured.
     tls: Option<TlsConfig>,
-    /// What a new connection passes before anything is spent on it (accept.rs).
+    /// What a new connection passes before anything is spent on it (accept/gate.rs).
     gate: Arc<accept::Gate>,
 }
 
@@ -195,7 +199,10 @@ impl<H: Handler> Server<H> {
             })
             .collect();
         shutdown.await;
+        // The crate root's target (`embedded_server`), where this event was written first: log
+        // pipelines select on it.
         tracing::info!(
+            target: "embedded_server",
             "shutting down: no new connections; closing {} with 1001",
             self.hub.len()
         );

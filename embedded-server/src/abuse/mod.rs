@@ -207,7 +207,7 @@ impl Limits {
         })))
     }
 
-    /// An upgrade whose connection passed the accept gate (accept.rs): when the gate took
+    /// An upgrade whose connection passed the accept gate (accept/gate.rs): when the gate took
     /// the per-address limits (`counted`: the TCP peer is the client), the slot it took is the
     /// connection's part and nothing is counted twice; otherwise (a trusted proxy's or an
     /// exempt peer's connection) `admit_request` for the client the request names.

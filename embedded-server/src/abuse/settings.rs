@@ -103,7 +103,7 @@ pub struct LimitSettings {
     /// the client is always the TCP peer.
     pub trusted_proxies: Vec<Cidr>,
 
-    // Accept-time resource guards (the accept gate, accept.rs): they protect the process's
+    // Accept-time resource guards (the accept gate, accept/gate.rs): they protect the process's
     // descriptors, not one address's share, so they apply to every peer.
     /// Connections accepted that have not finished their handshake (TLS, the upgrade request)
     /// at once; more are closed at accept (`pending_handshakes`). A silent connection holds a

@@ -212,7 +212,7 @@ fn refusal(peer: SocketAddr, reason: Reject, body: &str) -> Refusal {
 /// non-blocking write on a plain listener, closed when `stream` drops.
 pub fn refuse(stream: tokio::net::TcpStream, tls: bool, refused: Refusal, metrics: &Metrics) {
     metrics.reject(refused.reason);
-    tracing::debug!(peer = %refused.client, reason = ?refused.reason, "connection refused at accept");
+    tracing::debug!(target: "embedded_server::accept", peer = %refused.client, reason = ?refused.reason, "connection refused at accept");
     if !tls {
         let _ = stream.try_write(&refused.response);
         // FIN after the answer: a client whose request is still unsent reads the answer, then

@@ -7,6 +7,10 @@
 //! mini-redis's `Listener::run` and `Handler` are the model: the loop only accepts, each
 //! connection's work is its own task.
 
+// Events keep the target they had when this code was the crate root's (`embedded_server`),
+// and the gate's and the PROXY header's theirs (`::accept`, `::limits`): log pipelines select
+// on them.
+
 pub mod gate;
 pub mod proxy;
 mod upgrade;
@@ -28,6 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
+/// In-process TLS's configuration (rustls), for a server that terminates TLS itself.
 #[cfg(feature = "tls")]
 pub(crate) type TlsConfig = tls::Config;
 /// Without the `tls` feature there is no TLS configuration to hold.
@@ -64,7 +69,7 @@ pub(crate) async fn listen<H: Handler>(
                 Err(e) => {
                     ctx.hub.metrics.accept_errors.fetch_add(1, Relaxed);
                     if failures == 0 {
-                        tracing::warn!("accept failed: {e}; backing off");
+                        tracing::warn!(target: "embedded_server", "accept failed: {e}; backing off");
                     }
                     let wait = accept_backoff(failures);
                     failures = failures.saturating_add(1);
@@ -163,7 +168,7 @@ fn start_conn<H: Handler>(
     let id = NEXT_CONN_ID.fetch_add(1, Relaxed);
     // Every event inside the connection's task carries its id and peer. A debug span: at the
     // default level it is never created, so 100k idle connections cost no span each.
-    let span = tracing::debug_span!("conn", conn = id, peer = %peer);
+    let span = tracing::debug_span!(target: "embedded_server", "conn", conn = id, peer = %peer);
     match tls {
         None => spawn_task(
             handle(stream, peer, id, ctx, stopping, deadline, proxied, pass),
@@ -175,7 +180,9 @@ fn start_conn<H: Handler>(
                 handle(s, peer, id, ctx, stopping, deadline, proxied, pass),
                 span,
             ),
-            Err(e) => tracing::warn!(conn = id, peer = %peer, "TLS session: {e}"),
+            Err(e) => {
+                tracing::warn!(target: "embedded_server", conn = id, peer = %peer, "TLS session: {e}")
+            }
         },
         #[cfg(not(feature = "tls"))]
         Some(never) => match *never {},

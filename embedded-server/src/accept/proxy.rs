@@ -78,7 +78,7 @@ pub async fn read_proxy_header(
     match out {
         ProxyOutcome::Refuse(reason, body) => {
             metrics.reject(reason);
-            tracing::debug!(peer = %peer, ?reason, "connection refused: {}", body.trim_end());
+            tracing::debug!(target: "embedded_server::limits", peer = %peer, ?reason, "connection refused: {}", body.trim_end());
             let resp = crate::http::error(400, "Bad Request", "", body);
             if stream.writable().await.is_ok() {
                 let _ = stream.try_write(&resp);

@@ -4,6 +4,9 @@
 //! (`handshake::respond`, a pure function), ask the application, and write the 101 or the
 //! refusal, each refusal counted by reason.
 
+// Every event here keeps the target it had when this code was the crate root's
+// (`embedded_server`): log pipelines select on it.
+
 use super::Pass;
 use crate::config::ServerConfig;
 use crate::conn::{Ctx, Upgraded};
@@ -54,7 +57,7 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
         Ok(Ok(Some(end))) => end,
         Ok(Ok(None)) => {
             aborted(&hub.metrics, &stream);
-            tracing::debug!(conn = id, peer = %peer, status = 431, "handshake refused: request header too large");
+            tracing::debug!(target: "embedded_server", conn = id, peer = %peer, status = 431, "handshake refused: request header too large");
             refuse(
                 &stream,
                 &hub.metrics,
@@ -73,7 +76,7 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
         Err(_) => {
             aborted(&hub.metrics, &stream);
             hub.metrics.reject(Reject::Timeout);
-            tracing::debug!(conn = id, peer = %peer, status = 408, "handshake refused: no upgrade within the handshake timeout");
+            tracing::debug!(target: "embedded_server", conn = id, peer = %peer, status = 408, "handshake refused: no upgrade within the handshake timeout");
             let _ = write_all(
                 &stream,
                 &http::error(
@@ -95,7 +98,7 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
             Ok(proxy_protocol::Parsed::NotProxy)
         )
     {
-        tracing::debug!(conn = id, peer = %peer, status = 400, "handshake refused: PROXY header from a peer that is not a trusted proxy");
+        tracing::debug!(target: "embedded_server", conn = id, peer = %peer, status = 400, "handshake refused: PROXY header from a peer that is not a trusted proxy");
         refuse(
             &stream,
             &hub.metrics,
@@ -143,7 +146,7 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
         ctx.limits.client_addr(peer, &buf[..end])
     };
     let Some(peer) = named else {
-        tracing::debug!(conn = id, peer = %peer, status = 400, "handshake refused: X-Forwarded-For names no address");
+        tracing::debug!(target: "embedded_server", conn = id, peer = %peer, status = 400, "handshake refused: X-Forwarded-For names no address");
         refuse(
             &stream,
             &hub.metrics,
@@ -163,7 +166,7 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
     let (admitted, decision) = match ctx.limits.admit_after_accept(peer.ip(), counted, at_accept) {
         Ok(admitted) => (admitted, handshake::respond(&buf[..end], cfg, full)),
         Err(refused) => {
-            tracing::debug!(conn = id, peer = %peer, "refused by an abuse limit");
+            tracing::debug!(target: "embedded_server", conn = id, peer = %peer, "refused by an abuse limit");
             let abuse::Refusal {
                 reason, response, ..
             } = refused;
@@ -176,7 +179,7 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
             if refused.reason == Reject::BadRequest {
                 aborted(&hub.metrics, &stream);
             }
-            tracing::debug!(conn = id, peer = %peer, reason = ?refused.reason, "handshake refused");
+            tracing::debug!(target: "embedded_server", conn = id, peer = %peer, reason = ?refused.reason, "handshake refused");
             let _ = write_all(&stream, &refused.response).await;
             finish_refusal(&stream).await;
             None
@@ -265,7 +268,7 @@ async fn ask_handler<T: Transport, H: Handler>(
                 return Some((state, Some(accepted.response_with(Some(&p)))))
             }
             Some(p) => {
-                tracing::error!(conn = id, peer = %peer, "on_upgrade chose subprotocol '{p}', which the client did not offer ({offered:?})");
+                tracing::error!(target: "embedded_server", conn = id, peer = %peer, "on_upgrade chose subprotocol '{p}', which the client did not offer ({offered:?})");
                 (
                     500,
                     "the server chose a subprotocol the client did not offer".to_string(),
@@ -281,11 +284,11 @@ async fn ask_handler<T: Transport, H: Handler>(
             (status, body)
         }
         Err(_) => {
-            tracing::error!(conn = id, peer = %peer, "the handler's on_upgrade panicked");
+            tracing::error!(target: "embedded_server", conn = id, peer = %peer, "the handler's on_upgrade panicked");
             (500, "internal error".to_string())
         }
     };
-    tracing::debug!(conn = id, peer = %peer, status, "upgrade refused by the application");
+    tracing::debug!(target: "embedded_server", conn = id, peer = %peer, status, "upgrade refused by the application");
     let body = format!("{body}\n");
     // RFC 6750 3.1: a 401 names the scheme the client must use (and RFC 7235 requires one).
     let extra = if status == 401 {

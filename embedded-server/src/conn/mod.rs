@@ -231,7 +231,7 @@ pub(crate) fn serve<T: Transport, H: Handler>(
     // Coarse seconds (4 bytes, not an `Instant`'s 16) for the closing event's duration.
     let opened = ctx.hub.now();
     async move {
-        // The target stays the crate's, as when these events were written in lib.rs: log
+        // The target stays the crate's, as when these events were written in the crate root: log
         // pipelines select on it.
         tracing::debug!(target: "embedded_server", conn = log_id, peer = %conn.peer(), deflate = deflate_on, "connection opened");
         let hub = &ctx.hub;
