@@ -214,7 +214,7 @@ fn phrase(status: u16) -> &'static str {
         411 => "Length Required",
         413 => "Content Too Large",
         431 => "Request Header Fields Too Large",
-        s => crate::handler::reason_phrase(s),
+        s => crate::http::reason_phrase(s),
     }
 }
 

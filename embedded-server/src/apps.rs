@@ -2,7 +2,7 @@
 //! [`Handler`] API like any user's application, so the benchmarked and tested paths are the
 //! API's own: echo (corked replies from `on_message`), the simulated handlers (work on the
 //! offload pool, reply from there), broadcast (encode once for everybody) and channels (the
-//! JSON pub/sub protocol of [`crate::hub`], with the token check of [`crate::channels`]).
+//! JSON pub/sub protocol and token check of [`crate::channels`]).
 
 use crate::channels::{ChannelMetrics, Grant, Verifier};
 use crate::config::{App, ServerConfig, SimulatedWork};
@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// One of the built-in applications, chosen by [`ServerConfig::app`] and
-/// [`ServerConfig::handler`] (what [`Server::new`](crate::Server::new) serves).
+/// [`ServerConfig::handler`] (what `Server::new` serves).
 #[derive(Debug, Clone)]
 pub enum Builtin {
     /// Every message back to its sender, from the I/O thread.
@@ -198,9 +198,12 @@ impl Handler for Builtin {
             Builtin::Channels(_) => match msg {
                 Message::Text(t) => {
                     let grant = conn.state().as_deref();
-                    let reply = conn
-                        .hub()
-                        .channel_message_as(conn.shared(), t.as_bytes(), grant);
+                    let reply = crate::channels::protocol::message_as(
+                        conn.hub(),
+                        conn.shared(),
+                        t.as_bytes(),
+                        grant,
+                    );
                     if let Some(reply) = reply {
                         let _ = conn.send_text(&reply);
                     }

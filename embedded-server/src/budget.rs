@@ -192,36 +192,6 @@ impl Budget {
     }
 }
 
-/// Bytes held against the budget until this is dropped (an offloaded job's payload).
-pub struct Charge {
-    metrics: std::sync::Arc<crate::metrics::Metrics>,
-    store: Store,
-    bytes: usize,
-}
-
-impl Charge {
-    /// Charge `bytes` to `store`, or None when the budget refuses it.
-    pub fn try_new(
-        metrics: std::sync::Arc<crate::metrics::Metrics>,
-        store: Store,
-        bytes: usize,
-    ) -> Option<Charge> {
-        // `then`, not `then_some`: a `Charge` built for a refused charge would give back, when
-        // dropped, bytes that were never charged.
-        metrics.memory.try_charge(store, bytes, 0).then(|| Charge {
-            metrics,
-            store,
-            bytes,
-        })
-    }
-}
-
-impl Drop for Charge {
-    fn drop(&mut self) {
-        self.metrics.memory.release(self.store, self.bytes);
-    }
-}
-
 /// The budget when none is set: an eighth of the memory the host has beyond what
 /// `connections` idle connections need (`idle_bytes` each, server and kernel), and at least
 /// 64 MiB. An eighth because the budget holds what clients cause in bursts, on top of the
@@ -283,17 +253,6 @@ mod tests {
         assert_eq!(held, 600, "a refused growth changes nothing");
         assert!(b.settle(Store::Input, &mut held, 10, 600));
         assert_eq!((b.used(), held), (310, 10));
-    }
-
-    #[test]
-    fn a_refused_charge_gives_nothing_back() {
-        let m = std::sync::Arc::new(crate::metrics::Metrics::default());
-        m.memory.set_limit(100);
-        let held = Charge::try_new(m.clone(), Store::Offload, 80).expect("room for it");
-        assert!(Charge::try_new(m.clone(), Store::Offload, 50).is_none());
-        assert_eq!(m.memory.used(), 80);
-        drop(held);
-        assert_eq!((m.memory.used(), m.memory.used_by(Store::Offload)), (0, 0));
     }
 
     #[test]

@@ -3,110 +3,7 @@
 
 use std::time::Duration;
 
-/// What the server does with each message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum App {
-    /// Send every message back to its sender.
-    Echo,
-    /// Send every message to every connected client (encoded once).
-    Broadcast,
-    /// A small JSON pub/sub protocol (see `hub`): subscribe, unsubscribe, publish.
-    Channels,
-}
-
-/// Simulated business work for echo (`wstune serve --handler`), to measure pool sizing: runs on
-/// the offload pool, never on an I/O thread. Not to be confused with the [`crate::Handler`]
-/// trait, through which real application code runs (the built-in apps use it too, see
-/// [`crate::apps`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SimulatedWork {
-    /// No work: echo inline on the I/O thread.
-    Echo,
-    /// Spin on the CPU for this many microseconds.
-    Cpu(u64),
-    /// Block (sleep) for this many milliseconds, like a database call.
-    Block(u64),
-    /// Both: CPU microseconds, then blocking milliseconds.
-    Mixed {
-        /// CPU microseconds, first.
-        cpu_us: u64,
-        /// Then blocking milliseconds.
-        block_ms: u64,
-    },
-}
-
-impl SimulatedWork {
-    /// `echo`, `cpu:MICROS`, `block:MILLIS`, `mixed:CPU_US,BLOCK_MS`, or parts joined with `+`
-    /// (`block:20+cpu:1000us`: the CPU part runs first).
-    ///
-    /// ```
-    /// use embedded_server::SimulatedWork;
-    /// assert_eq!(
-    ///     SimulatedWork::parse("block:20+cpu:1000us"),
-    ///     Ok(SimulatedWork::Mixed { cpu_us: 1000, block_ms: 20 })
-    /// );
-    /// assert!(SimulatedWork::parse("sleep:3").is_err());
-    /// ```
-    pub fn parse(s: &str) -> Result<SimulatedWork, String> {
-        if s.contains('+') {
-            let (mut cpu_us, mut block_ms) = (0, 0);
-            for part in s.split('+') {
-                match SimulatedWork::parse(part.trim())? {
-                    SimulatedWork::Echo => {}
-                    SimulatedWork::Cpu(us) => cpu_us += us,
-                    SimulatedWork::Block(ms) => block_ms += ms,
-                    SimulatedWork::Mixed {
-                        cpu_us: c,
-                        block_ms: b,
-                    } => {
-                        cpu_us += c;
-                        block_ms += b;
-                    }
-                }
-            }
-            return Ok(match (cpu_us, block_ms) {
-                (0, 0) => SimulatedWork::Echo,
-                (c, 0) => SimulatedWork::Cpu(c),
-                (0, b) => SimulatedWork::Block(b),
-                (c, b) => SimulatedWork::Mixed {
-                    cpu_us: c,
-                    block_ms: b,
-                },
-            });
-        }
-        let num = |v: &str, what: &str| {
-            v.trim()
-                .parse::<u64>()
-                .map_err(|_| format!("'{v}' is not a whole number of {what}"))
-        };
-        match s.split_once(':') {
-            None if s == "echo" => Ok(SimulatedWork::Echo),
-            Some(("cpu", v)) => Ok(SimulatedWork::Cpu(num(v.trim_end_matches("us"), "microseconds")?)),
-            Some(("block", v)) => Ok(SimulatedWork::Block(num(v.trim_end_matches("ms"), "milliseconds")?)),
-            Some(("mixed", v)) => {
-                let (c, b) = v.split_once(',').ok_or_else(|| format!("'{s}': write mixed:CPU_US,BLOCK_MS"))?;
-                Ok(SimulatedWork::Mixed { cpu_us: num(c.trim_end_matches("us"), "microseconds")?, block_ms: num(b.trim_end_matches("ms"), "milliseconds")? })
-            }
-            _ => Err(format!("unknown handler '{s}': use echo, cpu:MICROS, block:MILLIS or mixed:CPU_US,BLOCK_MS")),
-        }
-    }
-    /// Whether the handler runs on the offload pool (anything but the plain echo).
-    pub fn offloaded(self) -> bool {
-        self != SimulatedWork::Echo
-    }
-}
-
-/// The spec `parse` reads: `echo`, `cpu:MICROS`, `block:MILLIS`, `mixed:CPU_US,BLOCK_MS`.
-impl std::fmt::Display for SimulatedWork {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SimulatedWork::Echo => f.write_str("echo"),
-            SimulatedWork::Cpu(us) => write!(f, "cpu:{us}"),
-            SimulatedWork::Block(ms) => write!(f, "block:{ms}"),
-            SimulatedWork::Mixed { cpu_us, block_ms } => write!(f, "mixed:{cpu_us},{block_ms}"),
-        }
-    }
-}
+pub use crate::app_settings::{App, SimulatedWork};
 
 /// How a consumer over its send-queue cap is closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,11 +114,11 @@ pub struct ServerConfig {
     /// their turn. Zero: no bound. Default 32 MiB/s (about 10-30 ms of CPU a second).
     pub inflate_rate: u64,
     /// Abuse limits (per-address cap, connection and message rates, exempt addresses, trusted
-    /// proxies); all off by default. See `limits`.
-    pub limits: crate::limits::LimitSettings,
+    /// proxies); all off by default. See `abuse`.
+    pub limits: crate::abuse::LimitSettings,
     /// The channels app's access control and caps (JWT on upgrade, subscriptions per
     /// connection); see `channels`.
-    pub channels: crate::channels::ChannelsSettings,
+    pub channels: crate::app_settings::ChannelsSettings,
 }
 
 impl Default for ServerConfig {
@@ -253,8 +150,8 @@ impl Default for ServerConfig {
             send_drain_timeout: Duration::from_secs(30),
             inflate_ratio_limit: 200,
             inflate_rate: 32 << 20,
-            limits: crate::limits::LimitSettings::default(),
-            channels: crate::channels::ChannelsSettings::default(),
+            limits: crate::abuse::LimitSettings::default(),
+            channels: crate::app_settings::ChannelsSettings::default(),
         }
     }
 }
@@ -312,8 +209,8 @@ pub enum ConfigError {
     ZeroHandshakeTimeout,
     /// A TCP_NOTSENT_LOWAT mark outside [`NOTSENT_LOWAT_BOUNDS`] (and not 0).
     NotsentLowat(usize),
-    /// An abuse-limit setting (see `limits`).
-    Limits(crate::limits::LimitsError),
+    /// An abuse-limit setting (see `abuse`).
+    Limits(crate::abuse::LimitsError),
 }
 
 impl ConfigError {

@@ -1,7 +1,12 @@
 //! The HTTP/1.1 upgrade (RFC 6455 section 4.2): validate the request, pick a subprotocol,
 //! compute Sec-WebSocket-Accept, or refuse with the status the RFC asks for.
+//!
+//! A pure function of the request's bytes and the few settings it reads ([`Settings`]): no
+//! socket, no server configuration, so every case is a unit test and the fuzzer drives it
+//! directly. Reading the socket, the abuse limits and the application's say are the
+//! connection's acceptance (accept/upgrade.rs), which calls [`respond`].
 
-use crate::config::ServerConfig;
+use crate::deflate::DeflateSettings;
 use crate::metrics::Reject;
 use base64::Engine;
 use sha1::{Digest, Sha1};
@@ -60,6 +65,18 @@ pub struct Refused {
     pub response: Vec<u8>,
 }
 
+/// What the handshake reads of the server's configuration, borrowed from it (the server builds
+/// one from its `ServerConfig` for each upgrade; `&ServerConfig` converts into it).
+#[derive(Debug, Clone, Copy)]
+pub struct Settings<'a> {
+    /// Origins allowed to upgrade (any case); empty: any origin, or none.
+    pub allowed_origins: &'a [String],
+    /// Subprotocols the server speaks, in its order of preference; empty: none is chosen.
+    pub subprotocols: &'a [String],
+    /// permessage-deflate's settings for the negotiation.
+    pub deflate: &'a DeflateSettings,
+}
+
 /// Where the request header ends (after "\r\n\r\n"), if it has arrived.
 pub fn header_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
@@ -95,8 +112,14 @@ pub fn list_items<'h>(
         .take(MAX_LIST_ITEMS)
 }
 
-/// Decide on a complete request header. `full` means max_connections is reached.
-pub fn respond(req: &[u8], cfg: &ServerConfig, full: bool) -> Result<Accepted, Refused> {
+/// Decide on a complete request header with `settings` (a [`Settings`], or anything that
+/// converts into one, such as `&ServerConfig`). `full` means max_connections is reached.
+pub fn respond<'a>(
+    req: &[u8],
+    settings: impl Into<Settings<'a>>,
+    full: bool,
+) -> Result<Accepted, Refused> {
+    let cfg: Settings<'a> = settings.into();
     let bad = |msg: &str| Refused {
         reason: Reject::BadRequest,
         response: http_error(400, "Bad Request", "", &format!("{msg}\n")),
@@ -222,7 +245,7 @@ pub fn respond(req: &[u8], cfg: &ServerConfig, full: bool) -> Result<Accepted, R
     let extensions: Vec<String> = all("Sec-WebSocket-Extensions")
         .map(str::to_string)
         .collect();
-    let deflate = crate::deflate::negotiate(&extensions, &cfg.deflate);
+    let deflate = crate::deflate::negotiate(&extensions, cfg.deflate);
     let accept = accept_key(&key);
     Ok(Accepted {
         response: switching(&accept, protocol.as_deref(), deflate.as_ref()),
@@ -238,6 +261,24 @@ pub fn respond(req: &[u8], cfg: &ServerConfig, full: bool) -> Result<Accepted, R
 mod tests {
     use super::*;
 
+    /// The settings, owned (the server's come borrowed from its configuration).
+    #[derive(Default)]
+    struct Cfg {
+        allowed_origins: Vec<String>,
+        subprotocols: Vec<String>,
+        deflate: DeflateSettings,
+    }
+
+    impl<'a> From<&'a Cfg> for Settings<'a> {
+        fn from(c: &'a Cfg) -> Settings<'a> {
+            Settings {
+                allowed_origins: &c.allowed_origins,
+                subprotocols: &c.subprotocols,
+                deflate: &c.deflate,
+            }
+        }
+    }
+
     /// An upgrade offering `items` subprotocols p0, p1, ... in one field.
     fn offering(items: usize) -> String {
         let list: Vec<String> = (0..items).map(|i| format!("p{i}")).collect();
@@ -251,9 +292,9 @@ mod tests {
 
     #[test]
     fn list_fields_are_read_up_to_their_bound() {
-        let cfg = |p: &str| ServerConfig {
+        let cfg = |p: &str| Cfg {
             subprotocols: vec![p.into()],
-            ..ServerConfig::default()
+            ..Cfg::default()
         };
         let req = offering(200);
         let chosen = |p: &str| respond(req.as_bytes(), &cfg(p), false).unwrap().protocol;
@@ -275,7 +316,7 @@ mod tests {
     /// The best of several runs of each, compared, so a busy machine does not decide.
     #[test]
     fn a_long_subprotocol_offer_costs_nothing_without_subprotocols() {
-        let cfg = ServerConfig::default();
+        let cfg = Cfg::default();
         let long = offering(3_900);
         let short = long.replace("Sec-WebSocket-Protocol:", "X-Unread-Filler:");
         let best = |req: &str| {
@@ -307,9 +348,9 @@ mod tests {
             accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
             "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
         );
-        let cfg = ServerConfig {
+        let cfg = Cfg {
             subprotocols: vec!["superchat".into()],
-            ..ServerConfig::default()
+            ..Cfg::default()
         };
         let a = respond(REQ.as_bytes(), &cfg, false).unwrap();
         let text = String::from_utf8(a.response).unwrap();
@@ -319,7 +360,7 @@ mod tests {
         assert_eq!(a.path, "/chat");
     }
 
-    fn status(req: &str, cfg: &ServerConfig, full: bool) -> u16 {
+    fn status(req: &str, cfg: &Cfg, full: bool) -> u16 {
         match respond(req.as_bytes(), cfg, full) {
             Ok(_) => 101,
             Err(r) => String::from_utf8(r.response).unwrap()[9..12]
@@ -330,7 +371,7 @@ mod tests {
 
     #[test]
     fn refusals() {
-        let cfg = ServerConfig::default();
+        let cfg = Cfg::default();
         assert_eq!(
             status("GET / HTTP/1.1\r\nHost: x\r\n\r\n", &cfg, false),
             426
@@ -379,14 +420,14 @@ mod tests {
         );
         assert_eq!(status(&lists, &cfg, false), 101);
         assert_eq!(status(REQ, &cfg, true), 503);
-        let only_b = ServerConfig {
+        let only_b = Cfg {
             allowed_origins: vec!["https://b.example".into()],
-            ..ServerConfig::default()
+            ..Cfg::default()
         };
         assert_eq!(status(REQ, &only_b, false), 403);
-        let only_a = ServerConfig {
+        let only_a = Cfg {
             allowed_origins: vec!["https://a.example".into()],
-            ..ServerConfig::default()
+            ..Cfg::default()
         };
         assert_eq!(status(REQ, &only_a, false), 101);
     }

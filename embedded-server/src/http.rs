@@ -10,3 +10,25 @@ pub fn error(status: u16, reason: &str, extra_headers: &str, body: &str) -> Vec<
     )
     .into_bytes()
 }
+
+/// The reason phrase of an HTTP status the server sends.
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        426 => "Upgrade Required",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        s if s < 500 => "Client Error",
+        _ => "Server Error",
+    }
+}

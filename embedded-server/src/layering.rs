@@ -1,30 +1,26 @@
 //! The crate's module graph, read from its sources: which top-level modules name which
-//! (`crate::x`, grouped imports included, doc links too), and which of them sit on a cycle.
-//! A ratchet: the modules still on a cycle are listed, a module that joins one fails the
-//! test, and one that leaves it must leave the list, so the knot only ever gets smaller.
+//! (`crate::x`, grouped imports included, doc links too, and the crate root's re-exports
+//! followed to the module that defines them: `crate::ServerConfig` names `config`). The graph
+//! must have no cycle, so the server's core stays layered: leaves (the codec, the HTTP
+//! responses, the memory formulas, the settings) at the bottom, then the metrics, the
+//! configuration, the hub, the handler API, the apps and the connection's acceptance, each
+//! naming only what lies below it. A module that names one above it fails the test, which
+//! names the cycle it closed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Modules that still depend on each other in a circle (through the server's configuration
-/// carrying the built-in apps, and the hub parsing the channels protocol). Shrink this list as
-/// those edges are cut; never grow it.
-const STILL_ON_A_CYCLE: &[&str] = &[
-    "accept",
-    "admin",
-    "apps",
-    "budget",
-    "channels",
-    "config",
-    "handler",
-    "handshake",
-    "hub",
-    "limits",
-    "metrics",
-    "offload",
-];
-
 /// Leaves: modules that name no other module of the crate, so anything may use them.
-const LEAVES: &[&str] = &["frame", "http", "memory", "utf8"];
+const LEAVES: &[&str] = &[
+    "budget",
+    "coalesce",
+    "frame",
+    "heavy",
+    "http",
+    "memory",
+    "proxy_protocol",
+    "transport",
+    "utf8",
+];
 
 /// Every top-level module's source text (a folder's files together), by module name.
 fn modules() -> BTreeMap<String, String> {
@@ -60,19 +56,46 @@ fn modules() -> BTreeMap<String, String> {
     out
 }
 
-/// The first segment of every `crate::` path in `text` (grouped imports included).
-fn named(text: &str) -> BTreeSet<String> {
+/// The first segment of every `crate::` path in `text` (grouped imports included), an item
+/// the crate root re-exports replaced by the module it comes from (`reexports`).
+fn named(text: &str, reexports: &BTreeMap<String, String>) -> BTreeSet<String> {
     crate::import_names::names_under(text, "crate")
         .into_iter()
+        .map(|n| reexports.get(&n).cloned().unwrap_or(n))
         .collect()
+}
+
+/// The items lib.rs re-exports (`pub use module::{A, b::C};`), by name -> their module.
+fn root_reexports(lib: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for stmt in lib.split(';') {
+        let Some(path) = stmt.trim_start().split("pub use ").nth(1) else {
+            continue;
+        };
+        let Some((module, rest)) = path.trim().split_once("::") else {
+            continue;
+        };
+        // The name every item is exported under, braces or not (`{A, b::C as D}` -> A, D).
+        for item in rest.split([',', '{', '}']) {
+            let item = item.trim();
+            let name = item.rsplit(" as ").next().unwrap_or(item);
+            let name = name.rsplit("::").next().unwrap_or(name).trim();
+            if !name.is_empty() && name != "self" && name != "*" {
+                out.insert(name.to_string(), module.trim().to_string());
+            }
+        }
+    }
+    out
 }
 
 /// Module -> the crate's modules it names.
 fn graph() -> BTreeMap<String, BTreeSet<String>> {
     let mods = modules();
+    let lib = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs");
+    let reexports = root_reexports(&std::fs::read_to_string(lib).unwrap());
     mods.iter()
         .map(|(m, text)| {
-            let deps = named(text)
+            let deps = named(text, &reexports)
                 .into_iter()
                 .filter(|n| n != m && mods.contains_key(n))
                 .collect();
@@ -81,66 +104,111 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
         .collect()
 }
 
-/// The modules that reach themselves.
-fn on_a_cycle(g: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<String> {
-    g.keys()
-        .filter(|m| {
-            let (mut seen, mut todo) = (BTreeSet::new(), g[*m].iter().collect::<Vec<_>>());
-            while let Some(n) = todo.pop() {
-                if seen.insert(n.clone()) {
-                    todo.extend(g.get(n).into_iter().flatten());
-                }
+/// One cycle of `g`, as the modules along it with the first repeated at the end
+/// (`a -> b -> a`), or None when the graph has none.
+fn a_cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    /// Depth-first from `m`: `path` holds the modules being visited, `done` those whose every
+    /// successor has been visited with no cycle found.
+    fn visit<'g>(
+        g: &'g BTreeMap<String, BTreeSet<String>>,
+        m: &'g str,
+        path: &mut Vec<&'g str>,
+        done: &mut BTreeSet<&'g str>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| *p == m) {
+            let mut cycle: Vec<String> = path[at..].iter().map(|s| s.to_string()).collect();
+            cycle.push(m.to_string());
+            return Some(cycle);
+        }
+        if done.contains(m) {
+            return None;
+        }
+        path.push(m);
+        for n in g.get(m).into_iter().flatten() {
+            if let Some(c) = visit(g, n, path, done) {
+                return Some(c);
             }
-            seen.contains(*m)
-        })
-        .cloned()
-        .collect()
+        }
+        path.pop();
+        done.insert(m);
+        None
+    }
+    let mut done = BTreeSet::new();
+    g.keys()
+        .find_map(|m| visit(g, m, &mut Vec::new(), &mut done))
 }
 
 #[test]
-fn no_module_joins_the_cycle_and_the_leaves_stay_leaves() {
+fn the_module_graph_has_no_cycle_and_the_leaves_stay_leaves() {
     let g = graph();
     assert!(
-        g.contains_key("conn") && g.contains_key("hub"),
+        g.contains_key("conn") && g.contains_key("hub") && g.contains_key("config"),
         "{:?}",
         g.keys()
     );
     for leaf in LEAVES {
         assert_eq!(g[*leaf], BTreeSet::new(), "{leaf} is a leaf");
     }
-    let cycle = on_a_cycle(&g);
-    let listed: BTreeSet<String> = STILL_ON_A_CYCLE.iter().map(|s| s.to_string()).collect();
-    let joined: Vec<_> = cycle.difference(&listed).collect();
-    let left: Vec<_> = listed.difference(&cycle).collect();
-    assert!(
-        joined.is_empty(),
-        "these modules joined a dependency cycle: {joined:?} (graph: {g:#?})"
-    );
-    assert!(
-        left.is_empty(),
-        "these modules are no longer on a cycle: take them off STILL_ON_A_CYCLE: {left:?}"
-    );
+    if let Some(cycle) = a_cycle(&g) {
+        panic!(
+            "embedded-server's modules form a cycle: {}. Cut one of its edges: move what the \
+             lower module needs below it (a settings type into a leaf, a doc link into plain \
+             text), or pass it in as a value. The whole graph: {g:#?}",
+            cycle.join(" -> ")
+        );
+    }
 }
 
 #[test]
 fn grouped_imports_and_whole_segments_are_read() {
+    let none = BTreeMap::new();
     assert_eq!(
-        named("use crate::{hub::Hub, conn::{a, b}};\nlet x = crate::memory::X;"),
+        named(
+            "use crate::{hub::Hub, conn::{a, b}};\nlet x = crate::memory::X;",
+            &none
+        ),
         ["conn", "hub", "memory"].map(String::from).into()
     );
-    assert!(named("use supercrate::conn;").is_empty());
+    assert!(named("use supercrate::conn;", &none).is_empty());
 }
 
 #[test]
-fn a_cycle_is_found() {
-    let g: BTreeMap<String, BTreeSet<String>> = [
-        ("a", vec!["b"]),
-        ("b", vec!["c"]),
-        ("c", vec!["a"]),
-        ("d", vec!["a"]),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
-    .collect();
-    assert_eq!(on_a_cycle(&g), ["a", "b", "c"].map(String::from).into());
+fn root_reexports_name_their_module() {
+    let lib = "pub use config::{App, ServerConfig};\n#[doc(hidden)]\npub use hub::Hub;\n\
+               pub use handler::{\n    Conn, Handler as H,\n};\nuse conn::Ctx;\nmod frame;";
+    let r = root_reexports(lib);
+    assert_eq!(r["ServerConfig"], "config");
+    assert_eq!(r["Hub"], "hub");
+    assert_eq!(r["H"], "handler");
+    assert!(!r.contains_key("Ctx"), "a private use is no re-export");
+    assert_eq!(
+        named("/// See [`crate::ServerConfig`] and crate::H.", &r),
+        ["config", "handler"].map(String::from).into()
+    );
+}
+
+#[test]
+fn a_cycle_is_found_and_named() {
+    let g = |edges: &[(&str, &[&str])]| -> BTreeMap<String, BTreeSet<String>> {
+        edges
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect()))
+            .collect()
+    };
+    let knot = g(&[("a", &["b"]), ("b", &["c"]), ("c", &["a"]), ("d", &["a"])]);
+    assert_eq!(
+        a_cycle(&knot).unwrap(),
+        ["a", "b", "c", "a"].map(String::from)
+    );
+    let layered = g(&[
+        ("a", &["b", "c"]),
+        ("b", &["c"]),
+        ("c", &[]),
+        ("d", &["a", "c"]),
+    ]);
+    assert_eq!(a_cycle(&layered), None);
+    assert_eq!(
+        a_cycle(&g(&[("a", &["a"])])).unwrap(),
+        ["a", "a"].map(String::from)
+    );
 }

@@ -20,9 +20,9 @@ pub enum Reject {
     Full,
     /// Shutting down.
     Shutdown,
-    /// The application's [`crate::Handler::on_upgrade`] refused it.
+    /// The application's `Handler::on_upgrade` refused it.
     Handler,
-    /// Abuse limits (limits.rs): the per-address connection cap (503).
+    /// Abuse limits (abuse/): the per-address connection cap (503).
     IpConnectionCap,
     /// The per-address new-connection rate (429).
     IpRateLimit,
@@ -34,7 +34,7 @@ pub enum Reject {
     ProxyHeader,
     /// A trusted proxy's X-Forwarded-For whose client hop is not an address (400).
     ForwardedFor,
-    /// Accept gate (accept.rs): too many connections still in their handshake.
+    /// Accept gate (accept/gate.rs): too many connections still in their handshake.
     PendingHandshakes,
     /// Accept gate: the process is within the descriptor reserve of its limit.
     FdReserve,
@@ -180,7 +180,7 @@ pub struct Metrics {
     pub inflate_budget_bytes: AtomicU64,
     /// Compressed messages refused (1013) because the inflate budget was spent.
     pub inflate_budget_closes: AtomicU64,
-    /// Connections closed for going over their message rate (limits.rs).
+    /// Connections closed for going over their message rate (abuse/).
     pub message_rate_closes: AtomicU64,
     /// The server-wide memory budget and what is charged to it (budget.rs).
     pub memory: crate::budget::Budget,
@@ -198,7 +198,7 @@ pub struct Metrics {
     /// Messages that went out uncompressed because deflate would have made them larger.
     pub deflate_skipped: AtomicU64,
 
-    // Handshakes that did not finish, and the accept loop's errors (accept.rs).
+    // Handshakes that did not finish, and the accept loop's errors (accept/).
     /// Handshakes abandoned during TLS: a failed TLS handshake, or a peer that timed out or
     /// left before it finished.
     pub aborted_tls: AtomicU64,
@@ -209,7 +209,7 @@ pub struct Metrics {
     /// short back-off instead of an immediate retry.
     pub accept_errors: AtomicU64,
 
-    // Channel publishes (hub.rs): recipients a publish could not be queued for.
+    // Channel publishes (hub/): recipients a publish could not be queued for.
     /// Subscribers a publish found but could not queue the message for: closed by
     /// backpressure (over the send-queue cap), closing, or gone.
     pub publish_dropped: AtomicU64,
@@ -466,7 +466,7 @@ impl Metrics {
             "counter",
             self.deflate_skipped.load(Relaxed) as f64,
         );
-        // Accept gate (accept.rs) and channel publishes (hub.rs).
+        // Accept gate (accept/gate.rs) and channel publishes (hub/).
         g(
             "ws_accept_errors_total",
             "Accept calls that failed (out of descriptors, most often), each followed by a short back-off.",
@@ -532,7 +532,7 @@ impl Metrics {
                  message (schedstat): part of the wall time that is not blocking.",
             );
         }
-        // Handshakes that did not finish (accept.rs, lib.rs).
+        // Handshakes that did not finish (accept/).
         let _ = writeln!(o, "# HELP ws_handshakes_aborted_total Handshakes that did not finish, by stage: tls (failed or abandoned TLS handshake), http (upgrade request timed out, malformed, too large or cut off).\n# TYPE ws_handshakes_aborted_total counter");
         for (stage, v) in [("tls", &self.aborted_tls), ("http", &self.aborted_http)] {
             let _ = writeln!(

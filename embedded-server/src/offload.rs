@@ -3,19 +3,47 @@
 //! until there is room, so TCP flow control slows that client instead of memory growing. The
 //! queue's depth is exported: a growing queue is the early warning that the pool is too small.
 
+use crate::budget::Store;
 use crate::metrics::Metrics;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One unit of offloaded work: a closure the application handed to
-/// [`Conn::offload`](crate::Conn::offload) (the built-in simulated handlers are such closures
+/// `Conn::offload` (the built-in simulated handlers are such closures
 /// too). It sends its own reply, if any, through the `Conn` it captured.
 pub struct Job(
     Box<dyn FnOnce() -> Option<Then> + Send + 'static>,
     /// What the job carries, charged to the memory budget until it has run (or is dropped).
-    Option<crate::budget::Charge>,
+    Option<Charge>,
 );
+
+/// Bytes held against the memory budget (budget.rs, through the metrics that hold it) until
+/// this is dropped: an offloaded job's payload.
+pub struct Charge {
+    metrics: Arc<Metrics>,
+    store: Store,
+    bytes: usize,
+}
+
+impl Charge {
+    /// Charge `bytes` to `store`, or None when the budget refuses it.
+    pub fn try_new(metrics: Arc<Metrics>, store: Store, bytes: usize) -> Option<Charge> {
+        // `then`, not `then_some`: a `Charge` built for a refused charge would give back, when
+        // dropped, bytes that were never charged.
+        metrics.memory.try_charge(store, bytes, 0).then(|| Charge {
+            metrics,
+            store,
+            bytes,
+        })
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.metrics.memory.release(self.store, self.bytes);
+    }
+}
 
 /// What a job hands back to run after its timing is recorded (its reply, say).
 type Then = Box<dyn FnOnce() + Send + 'static>;
@@ -33,7 +61,7 @@ impl Job {
     }
 
     /// Hold `charge` (the bytes the job carries) until the job has run or is dropped.
-    pub(crate) fn holding(mut self, charge: crate::budget::Charge) -> Job {
+    pub(crate) fn holding(mut self, charge: Charge) -> Job {
         self.1 = Some(charge);
         self
     }
@@ -119,8 +147,8 @@ pub fn start(threads: usize, queue: usize, metrics: Arc<Metrics>) -> Sender {
 /// The simulated work of `wstune serve --handler`: CPU time is burnt on this thread's CPU
 /// clock, so a busy machine does not shorten it; blocking is a sleep, like waiting for a
 /// database.
-pub fn simulate(work: crate::config::SimulatedWork) {
-    use crate::config::SimulatedWork;
+pub fn simulate(work: crate::app_settings::SimulatedWork) {
+    use crate::app_settings::SimulatedWork;
     let (cpu_us, block_ms) = match work {
         SimulatedWork::Echo => (0, 0),
         SimulatedWork::Cpu(us) => (us, 0),
@@ -201,6 +229,17 @@ pub fn thread_cpu_time() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_charge_gives_nothing_back() {
+        let m = Arc::new(Metrics::default());
+        m.memory.set_limit(100);
+        let held = Charge::try_new(m.clone(), Store::Offload, 80).expect("room for it");
+        assert!(Charge::try_new(m.clone(), Store::Offload, 50).is_none());
+        assert_eq!(m.memory.used(), 80);
+        drop(held);
+        assert_eq!((m.memory.used(), m.memory.used_by(Store::Offload)), (0, 0));
+    }
 
     #[test]
     fn schedstat_wait_is_the_second_field() {

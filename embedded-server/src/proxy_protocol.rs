@@ -1,6 +1,6 @@
 //! The PROXY protocol (HAProxy's spec, versions 1 and 2): the header a load balancer puts in
 //! front of the client's bytes to say whom it is relaying. Only a peer the operator trusts may
-//! send one (see `limits`); everyone else could name any address and dodge the per-IP limits.
+//! send one (see `abuse`); everyone else could name any address and dodge the per-IP limits.
 //!
 //! This is a parser over bytes and nothing else, so the fuzz target and the unit tests drive
 //! exactly what the server runs. `parse` never reads past the header it reports, so the caller

@@ -43,8 +43,8 @@
 //! that writes a format it does not know gets [`EnvError::Version`], never a silently partial
 //! configuration.
 
+use crate::abuse::{Cidr, LimitSettings, Rate};
 use crate::deflate::DeflateSettings;
-use crate::limits::{Cidr, LimitSettings, Rate};
 use crate::{BackpressureClose, ConfigError, Handler, Server, ServerConfig};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;

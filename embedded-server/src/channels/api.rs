@@ -1,5 +1,5 @@
-//! The backend's HTTP API on the admin listener (`crate::admin` parses the HTTP and checks the
-//! key; this answers):
+//! The backend's HTTP API on the admin listener (the admin module parses the HTTP and checks
+//! the key; this answers):
 //!
 //! | Request | Answer |
 //! |---|---|

@@ -36,7 +36,7 @@ pub(crate) struct Ctx<H> {
     pub(crate) hub: Arc<Hub>,
     pub(crate) handler: H,
     /// Abuse limits' state (per-address counts, rates).
-    pub(crate) limits: Arc<crate::limits::Limits>,
+    pub(crate) limits: Arc<crate::abuse::Limits>,
 }
 
 /// Why processing stopped early.
@@ -187,6 +187,21 @@ impl State {
     }
 }
 
+/// An upgraded connection, ready to serve: everything its task keeps ([`serve`]), handed
+/// over by the upgrade (accept/upgrade.rs).
+pub(crate) struct Upgraded<T, H: Handler> {
+    pub(crate) stream: T,
+    pub(crate) conn: Conn<H::State>,
+    pub(crate) ctx: Arc<Ctx<H>>,
+    /// Bytes that arrived after the request header (the first frames).
+    pub(crate) rest: Vec<u8>,
+    pub(crate) deflate: Option<crate::deflate::Agreed>,
+    /// Its part in the abuse limits (None while they are off), given back when it ends.
+    pub(crate) admitted: Option<Box<crate::abuse::Admitted>>,
+    /// The id its log events name (the accept's, as the span's and the refusals').
+    pub(crate) log_id: u64,
+}
+
 /// Serve one upgraded connection until it closes (`up.rest`: bytes that arrived with the
 /// upgrade request).
 ///
@@ -196,9 +211,9 @@ impl State {
 /// captures each thing it keeps exactly once (BENCHMARKS.md, "Idle bytes per
 /// connection").
 pub(crate) fn serve<T: Transport, H: Handler>(
-    up: crate::Upgraded<T, H>,
+    up: Upgraded<T, H>,
 ) -> impl std::future::Future<Output = ()> + Send {
-    let crate::Upgraded {
+    let Upgraded {
         stream: io,
         conn,
         ctx,
@@ -216,7 +231,7 @@ pub(crate) fn serve<T: Transport, H: Handler>(
     // Coarse seconds (4 bytes, not an `Instant`'s 16) for the closing event's duration.
     let opened = ctx.hub.now();
     async move {
-        // The target stays the crate's, as when these events were written in lib.rs: log
+        // The target stays the crate's, as when these events were written in the crate root: log
         // pipelines select on it.
         tracing::debug!(target: "embedded_server", conn = log_id, peer = %conn.peer(), deflate = deflate_on, "connection opened");
         let hub = &ctx.hub;

@@ -305,7 +305,7 @@ fn on_frame<T: Transport, H: Handler>(
 ) -> Result<(), Stop> {
     let cfg = &ctx.hub.config;
     let shared = conn.shared();
-    // Abuse limits (limits.rs): the message rate counts every frame but a close, so neither a
+    // Abuse limits (abuse/): the message rate counts every frame but a close, so neither a
     // ping flood nor a message cut into one-byte fragments is free; a close stays free so a
     // client over the rate can still leave cleanly.
     if let Some(rate) = cfg

@@ -134,7 +134,7 @@ impl Transport for MemIo {
 pub(super) fn ctx(config: ServerConfig) -> Arc<Ctx<Builtin>> {
     Arc::new(Ctx {
         handler: Builtin::from_config(&config),
-        limits: Arc::new(crate::limits::Limits::new(config.limits.clone())),
+        limits: Arc::new(crate::abuse::Limits::new(config.limits.clone())),
         hub: Arc::new(Hub::new(config, Arc::new(Metrics::default()))),
     })
 }
@@ -189,7 +189,7 @@ pub(super) async fn serve_registered<H: Handler>(
 {
     let peer = "127.0.0.1:1".parse().unwrap();
     let conn = Conn::new(shared, ctx.hub.clone(), peer, Default::default());
-    let task = super::serve(crate::Upgraded {
+    let task = super::serve(super::Upgraded {
         stream: io.clone(),
         conn,
         ctx: ctx.clone(),

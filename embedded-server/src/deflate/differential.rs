@@ -9,7 +9,10 @@
 //! Where ISA-L is not built `inflate_fresh_isal` is None and only the zlib-rs side runs (the
 //! `inflate_fresh` routing is then zlib-rs throughout).
 
+use super::backend;
+use super::codec::{Decompressor, InflateError};
 use super::*;
+use zlib_rs::{Deflate, DeflateConfig, DeflateFlush};
 
 /// How a test stream ends.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -57,43 +60,6 @@ fn finish(mut out: Vec<u8>, end: End) -> Vec<u8> {
         End::FinalPadded => out.push(0x00),
     }
     out
-}
-
-/// igzip's compressor, level 1: each fragment sync-flushed, no reset between them.
-#[cfg(all(feature = "isal", target_os = "linux", target_arch = "x86_64"))]
-fn isal_stream(frags: &[&[u8]], bits: u8, end: End) -> Vec<u8> {
-    use isal_sys::igzip_lib as isal;
-    let mut level_buf = vec![0u8; isal::ISAL_DEF_LVL1_DEFAULT as usize];
-    // SAFETY: as igzip.rs's `Igzip::new`; the pointers below cover live buffers per call.
-    unsafe {
-        let mut z: Box<isal::isal_zstream> =
-            Box::new(std::mem::MaybeUninit::zeroed().assume_init());
-        isal::isal_deflate_init(&mut *z);
-        z.level = 1;
-        z.level_buf = level_buf.as_mut_ptr();
-        z.level_buf_size = level_buf.len() as u32;
-        z.hist_bits = bits as u16;
-        z.gzip_flag = isal::IGZIP_DEFLATE as u16;
-        let mut out = Vec::new();
-        for (i, f) in frags.iter().enumerate() {
-            let last = i + 1 == frags.len();
-            let mut buf = vec![0u8; f.len() + f.len() / 8 + 1024];
-            z.next_in = f.as_ptr() as *mut u8;
-            z.avail_in = f.len() as u32;
-            z.next_out = buf.as_mut_ptr();
-            z.avail_out = buf.len() as u32;
-            z.flush = isal::SYNC_FLUSH as u16;
-            z.end_of_stream = (last && end != End::Sync) as u16;
-            assert_eq!(isal::isal_deflate(&mut *z), 0);
-            assert_eq!(z.avail_in, 0);
-            buf.truncate(buf.len() - z.avail_out as usize);
-            out.extend_from_slice(&buf);
-        }
-        if end == End::Sync {
-            assert!(out.ends_with(&TAIL));
-        }
-        finish(out, end)
-    }
 }
 
 /// One inflater's answer: the result, the output, every growth it asked the budget for.
@@ -261,17 +227,11 @@ fn igzip_inflates_what_zlib_rs_inflates_from_both_compressors_at_every_window() 
                 for frags in [vec![&body[..]], pieces] {
                     for end in [End::Sync, End::Final, End::FinalPadded] {
                         let level = [1, 6, 9][(bits as usize + k) % 3];
-                        #[cfg_attr(
-                            not(all(
-                                feature = "isal",
-                                target_os = "linux",
-                                target_arch = "x86_64"
-                            )),
-                            allow(unused_mut)
-                        )]
                         let mut wires = vec![("zlib-rs", zlib_stream(&frags, bits, level, end))];
-                        #[cfg(all(feature = "isal", target_os = "linux", target_arch = "x86_64"))]
-                        wires.push(("igzip", isal_stream(&frags, bits, end)));
+                        // igzip's own streams too, where ISA-L is built.
+                        if let Some(w) = backend::igzip_stream(&frags, bits, end != End::Sync) {
+                            wires.push(("igzip", finish(w, end)));
+                        }
                         for (by, wire) in wires {
                             let what = format!(
                                 "{kind} {size} B by {by}, window {bits}, {} fragments, {end:?}",

@@ -68,7 +68,7 @@ impl Igzip {
         loop {
             if out.capacity() - out.len() < 64 {
                 // As zlib-rs's loop: a first chunk sized from the input, then doubling.
-                let first = (input.len() / 4 + 64).min(super::OUT_CHUNK);
+                let first = (input.len() / 4 + 64).min(crate::deflate::codec::OUT_CHUNK);
                 out.reserve(out.capacity().max(first));
             }
             let len = out.len();

@@ -25,7 +25,7 @@
 //! delivered by both, igzip's a symbol or so shorter: it decodes only with enough bits in hand
 //! for its widest lookup, zlib-rs down to the last complete symbol.
 
-use super::{Engine, Step};
+use crate::deflate::codec::{Engine, Step};
 use isal_sys::igzip_lib as isal;
 use std::mem::MaybeUninit;
 

@@ -1,4 +1,6 @@
-//! Who may subscribe to what: an HMAC-SHA256 JWT (RFC 7519) presented on upgrade.
+//! Who may subscribe to what: an HMAC-SHA256 JWT (RFC 7519) presented on upgrade, for the
+//! channels app (re-exported as `channels::auth`). Below the hub and the handler API: the
+//! channels settings the server's configuration carries hold a [`Verifier`].
 //!
 //! The token comes from `Authorization: Bearer TOKEN` or, for browsers (which cannot set
 //! headers on a WebSocket), the `token` query parameter. Its claims:
@@ -24,7 +26,7 @@
 //! algorithm confusion), and the secret must be at least 32 bytes (RFC 7518 3.2: a key as long
 //! as the hash).
 
-use crate::handler::Request;
+use crate::request::Request;
 use std::borrow::Cow;
 
 /// How far past `exp` (and before `nbf`) a token is still accepted, seconds.

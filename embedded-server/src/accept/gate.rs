@@ -11,7 +11,7 @@
 //!    ([`LimitSettings::max_pending_handshakes`]): silent or slow connections cannot hold
 //!    every descriptor until their handshake timeout (reason `pending_handshakes`);
 //! 3. the per-address cap and the per-address and server-wide connection rates of
-//!    [`crate::limits`], for a peer that is neither a trusted proxy nor exempt (reasons
+//!    [`crate::abuse`], for a peer that is neither a trusted proxy nor exempt (reasons
 //!    `ip_connection_cap`, `ip_rate_limit`, `global_rate_limit`). A trusted proxy's
 //!    connections carry many clients: they are counted per client address once the PROXY
 //!    header or X-Forwarded-For names it, at request time, as before.
@@ -27,8 +27,8 @@
 //! accepted socket numbered `n` means descriptors `0..n` are all open.
 
 #[cfg(doc)]
-use crate::limits::LimitSettings;
-use crate::limits::{Limits, Refusal, Slot};
+use crate::abuse::LimitSettings;
+use crate::abuse::{Limits, Refusal, Slot};
 use crate::metrics::{Metrics, Reject};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -212,7 +212,7 @@ fn refusal(peer: SocketAddr, reason: Reject, body: &str) -> Refusal {
 /// non-blocking write on a plain listener, closed when `stream` drops.
 pub fn refuse(stream: tokio::net::TcpStream, tls: bool, refused: Refusal, metrics: &Metrics) {
     metrics.reject(refused.reason);
-    tracing::debug!(peer = %refused.client, reason = ?refused.reason, "connection refused at accept");
+    tracing::debug!(target: "embedded_server::accept", peer = %refused.client, reason = ?refused.reason, "connection refused at accept");
     if !tls {
         let _ = stream.try_write(&refused.response);
         // FIN after the answer: a client whose request is still unsent reads the answer, then
@@ -234,7 +234,7 @@ pub fn accept_backoff(failures: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limits::{Cidr, LimitSettings};
+    use crate::abuse::{Cidr, LimitSettings};
 
     fn gate(f: impl FnOnce(&mut LimitSettings), fds: Option<u64>) -> Gate {
         let mut s = LimitSettings::default();

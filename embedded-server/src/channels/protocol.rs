@@ -1,0 +1,124 @@
+//! The channels protocol (text frames, JSON), parsed and authorised here; the hub keeps the
+//! subscriptions and fans publishes out:
+//! - `{"op":"subscribe","channel":"prices"}` -> `{"op":"subscribed","channel":"prices"}`
+//! - `{"op":"unsubscribe","channel":"prices"}` -> `{"op":"unsubscribed","channel":"prices"}`
+//! - `{"op":"publish","channel":"prices","data":ANY}` -> every subscriber (the publisher too, if
+//!   subscribed) gets `{"channel":"prices","data":ANY}`, encoded once per publish.
+//! - anything else -> `{"op":"error","error":"..."}` (the connection stays open).
+//!
+//! A subscribe past the per-connection cap (`ServerConfig::channels.max_subscriptions`), or,
+//! under token auth ([`auth`](super::auth)), to a channel the token does not allow, gets
+//! `{"op":"error","error":"...","channel":"prices"}`; a publish the token does not allow too.
+
+use super::{check_name, Grant, ProtocolError};
+use crate::hub::{Hub, Subscribed};
+use crate::outbox::Shared;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// Handle one channels-protocol message (see the module's documentation) from a
+/// connection no token restricts; returns a reply for the sender, if any.
+pub fn message(hub: &Hub, me: &Arc<Shared>, payload: &[u8]) -> Option<String> {
+    message_as(hub, me, payload, None)
+}
+
+/// Handle one channels-protocol message from a connection whose token granted `grant`
+/// (None: no auth, everything allowed). Subscriptions are capped per connection.
+pub fn message_as(
+    hub: &Hub,
+    me: &Arc<Shared>,
+    payload: &[u8],
+    grant: Option<&Grant>,
+) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Msg {
+        op: String,
+        channel: Option<String>,
+        #[serde(default)]
+        data: serde_json::Value,
+    }
+    let m = &hub.channel_metrics;
+    let err = |why: ProtocolError, e: &str| {
+        m.protocol_error(why);
+        Some(serde_json::json!({"op": "error", "error": e}).to_string())
+    };
+    let msg: Msg = match serde_json::from_slice(payload) {
+        Ok(m) => m,
+        Err(e) => {
+            return err(
+                ProtocolError::BadJson,
+                &format!("not a channels message: {e}"),
+            )
+        }
+    };
+    let channel = match msg.channel {
+        None => {
+            return err(
+                ProtocolError::BadName,
+                "\"channel\" is required: a name of 1..256 bytes",
+            )
+        }
+        Some(c) => match check_name(&c) {
+            Ok(()) => c,
+            Err(e) => return err(ProtocolError::BadName, e),
+        },
+    };
+    let denied = |e: String| {
+        Some(serde_json::json!({"op": "error", "error": e, "channel": channel}).to_string())
+    };
+    match msg.op.as_str() {
+        "subscribe" => {
+            if grant.is_some_and(|g| !g.may_subscribe(&channel)) {
+                m.subscribe_denied.fetch_add(1, Relaxed);
+                return denied(format!(
+                    "not allowed: the token does not allow subscribing to '{channel}'"
+                ));
+            }
+            let cap = hub.config.channels.max_subscriptions;
+            let budget = hub.config.channels.max_subscription_bytes;
+            match hub.subscribe_within(me, &channel, cap, budget) {
+                Subscribed::Full => {
+                    m.subscription_cap.fetch_add(1, Relaxed);
+                    return denied(format!(
+                        "too many subscriptions: a connection may hold {cap}; unsubscribe \
+                         first"
+                    ));
+                }
+                Subscribed::NamesFull => {
+                    m.subscription_cap.fetch_add(1, Relaxed);
+                    return denied(format!(
+                        "too many subscriptions: the names of a connection's channels may \
+                         total {budget} bytes; unsubscribe first (or use shorter names)"
+                    ));
+                }
+                Subscribed::OverBudget => {
+                    return denied(
+                        "server busy: its memory budget has no room for another \
+                         subscription; try again later"
+                            .to_string(),
+                    );
+                }
+                _ => {}
+            }
+            Some(serde_json::json!({"op": "subscribed", "channel": channel}).to_string())
+        }
+        "unsubscribe" => {
+            hub.unsubscribe(me, &channel);
+            Some(serde_json::json!({"op": "unsubscribed", "channel": channel}).to_string())
+        }
+        "publish" => {
+            if grant.is_some_and(|g| !g.may_publish(&channel)) {
+                m.publish_denied.fetch_add(1, Relaxed);
+                return denied(format!(
+                    "not allowed: the token does not allow publishing to '{channel}'"
+                ));
+            }
+            hub.publish(&channel, &msg.data);
+            None
+        }
+        other => err(
+            ProtocolError::UnknownOp,
+            &format!("unknown op '{other}': use subscribe, unsubscribe or publish"),
+        ),
+    }
+}
