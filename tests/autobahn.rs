@@ -88,6 +88,7 @@ fn autobahn(cases: &[&str], expected: &str, server_args: &[&str]) {
 
 #[test]
 fn autobahn_testsuite_reports_no_failure() {
+    let _area = common::area("autobahn");
     let cases = [
         "1.*", "2.*", "3.*", "4.*", "5.*", "6.*", "7.*", "9.*", "10.*",
     ];
@@ -103,6 +104,7 @@ fn autobahn_testsuite_reports_no_failure() {
 /// group of 13 at the smaller sizes. `bench/autobahn-compression.sh` runs them all.
 #[test]
 fn autobahn_compression_cases_report_no_failure() {
+    let _area = common::area("autobahn");
     let cases = [
         "12.1.*", "12.5.1", "12.5.5", "12.5.9", "13.1.*", "13.2.1", "13.3.1", "13.4.1", "13.5.1",
         "13.6.1", "13.7.1", "13.7.9",

@@ -34,7 +34,7 @@ fn ms(v: &Value, field: &str, p: &str) -> f64 {
 
 #[test]
 fn echo_rate_reports_service_latency_beside_the_scheduled_one() {
-    let _alone = common::alone();
+    let _area = common::area("fanout_tail");
     let s = serve(&["--profile", "10k"]);
     let o = echo_rate(s.port, "json");
     // Exit 2 is a missed p99 target on a busy machine, 4 a machine too noisy to judge: not
@@ -67,7 +67,7 @@ fn echo_rate_reports_service_latency_beside_the_scheduled_one() {
 
 #[test]
 fn a_stalled_server_shows_in_the_service_latency_too() {
-    let _alone = common::alone();
+    let _area = common::area("fanout_tail");
     // One offload thread taking 100 ms per message against 200 msgs/s offered: the server, not
     // the generator, is late, and the latency from the actual send says so as loudly as the
     // scheduled one (a generator running behind would raise only the scheduled figure).

@@ -64,6 +64,7 @@ fn json(o: &Output, tag: &str) -> serde_json::Value {
 
 #[test]
 fn blackholed_clients_are_closed_by_the_heartbeat_and_the_server_keeps_serving() {
+    let _area = common::area("faults");
     let Some(o) = case("blackhole") else { return };
     let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
     assert_eq!(num(&o, "RESULT", "ready"), 1000, "{all}");
@@ -101,6 +102,7 @@ fn blackholed_clients_are_closed_by_the_heartbeat_and_the_server_keeps_serving()
 
 #[test]
 fn a_slow_link_gets_its_consumers_closed_and_fast_clients_keep_their_latency() {
+    let _area = common::area("faults");
     let Some(o) = case("slow") else { return };
     let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
     // All 20 consumers behind the 1 Mbit/s link were closed for backpressure.
@@ -123,6 +125,7 @@ fn a_slow_link_gets_its_consumers_closed_and_fast_clients_keep_their_latency() {
 
 #[test]
 fn rst_storm_and_syn_flood_show_in_check_watch_and_established_clients_keep_being_served() {
+    let _area = common::area("faults");
     let Some(o) = case("flood") else { return };
     let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
     let rst = json(&o, "RST");

@@ -130,7 +130,7 @@ fn echo_rate(port: u16, conns: usize, rate: u32, size: usize) -> serde_json::Val
 
 #[test]
 fn the_open_loop_keeps_its_schedule_while_the_server_answers_nothing() {
-    let _alone = common::alone();
+    let _area = common::area("generator");
     // 20 connections x 20 msgs/s for 2 s, and not one echo: a closed-loop generator would send
     // one message per connection and wait. Every message must still go out on time.
     let (conns, rate) = (20, 20);
@@ -184,7 +184,7 @@ fn the_open_loop_keeps_its_schedule_while_the_server_answers_nothing() {
 
 #[test]
 fn a_server_that_stops_reading_is_charged_every_message_that_fell_due() {
-    let _alone = common::alone();
+    let _area = common::area("generator");
     // 16 KiB messages into sockets nobody reads: the kernel's buffers fill within a few
     // messages. The generator must neither stop its schedule there (a send waiting on the
     // socket hid every later message from the report) nor hang: each message that fell due is
@@ -210,7 +210,7 @@ fn a_server_that_stops_reading_is_charged_every_message_that_fell_due() {
 
 #[test]
 fn sends_are_spread_within_the_millisecond_and_the_report_says_so() {
-    let _alone = common::alone();
+    let _area = common::area("generator");
     // 200 connections x 20 msgs/s: one send every 250 us in all. On tokio's 1 ms timer they
     // left four at a time (gaps 0, 0, 0, 1000 us: a coefficient of variation of 1.7); each
     // connection on its own schedule, they leave one by one (0 when exact, 1 for Poisson).

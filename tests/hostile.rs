@@ -22,6 +22,10 @@ const BUDGET: u64 = 64 << 20;
 /// stacks and each connection's fixed state.
 const SLACK: u64 = 64 << 20;
 
+/// One attack at a time: each measures RSS and a probe's latency, which a second attack on
+/// the same two cores would disturb.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn server(extra: &[&str]) -> Served {
     let budget = BUDGET.to_string();
     let base = [
@@ -41,6 +45,7 @@ fn server(extra: &[&str]) -> Served {
 
 /// Run one attack of bench/hostile.py against `srv`; its JSON summary.
 fn attack(srv: &Served, name: &str, args: &[&str]) -> Value {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/hostile.py");
     let o = Command::new("python3")
         .arg(script)
@@ -102,7 +107,7 @@ fn metric(r: &Value, name: &str) -> f64 {
 
 #[test]
 fn deflate_amplification_stays_in_the_budget_and_unsolicited_pongs_do_not_keep_it() {
-    let _alone = common::alone();
+    let _area = common::area("hostile");
     // 20 connections each send ~100 KB that inflate to 16 MiB, never read and pong every
     // 2 s. The echoes would queue 20 x 16 MiB; the budget closes them with 1013 instead
     // (the first may be held whole), and a queue that does not drain is closed by the drain
@@ -144,7 +149,7 @@ fn deflate_amplification_stays_in_the_budget_and_unsolicited_pongs_do_not_keep_i
 
 #[test]
 fn offloaded_bombs_are_charged_and_refused_by_the_ratio_limit() {
-    let _alone = common::alone();
+    let _area = common::area("hostile");
     // One connection sends 16 KB zero bombs (16 MiB each inflated) to a handler that offloads
     // each message for 200 ms on two threads: the ratio limit closes it with 1009 on the
     // first. The probe's echoes go through the same handler: 200 ms each, and no bomb's job
@@ -158,7 +163,7 @@ fn offloaded_bombs_are_charged_and_refused_by_the_ratio_limit() {
 
 #[test]
 fn offloaded_bombs_past_the_ratio_limit_are_bounded_by_the_budget() {
-    let _alone = common::alone();
+    let _area = common::area("hostile");
     // The ratio limit off: each bomb's 16 MiB is charged while its job waits, so the budget
     // refuses the jobs past it and closes the connection with 1013.
     // The inflate rate (32 MiB/s, two bombs a second) alone keeps one connection's bombs
@@ -188,7 +193,7 @@ fn offloaded_bombs_past_the_ratio_limit_are_bounded_by_the_budget() {
 
 #[test]
 fn paused_reassemblies_are_bounded_by_the_budget_and_the_message_deadline() {
-    let _alone = common::alone();
+    let _area = common::area("hostile");
     // 12 connections each send three 4 MiB fragments of a message and pause (answering
     // pings): 144 MiB held without a bound. The budget closes those past it (1013), and the
     // message deadline the rest (1008) however well they answer pings.
@@ -203,7 +208,7 @@ fn paused_reassemblies_are_bounded_by_the_budget_and_the_message_deadline() {
 
 #[test]
 fn a_dripped_frame_does_not_keep_the_last_frames_buffer() {
-    let _alone = common::alone();
+    let _area = common::area("hostile");
     // A whole 4 MiB frame and the next frame's first bytes in one write, then one byte every
     // second: the 4 MiB buffer is given back once its frame ends, and the drip is closed by
     // the message deadline (1008).
@@ -224,7 +229,7 @@ fn a_dripped_frame_does_not_keep_the_last_frames_buffer() {
 
 #[test]
 fn an_inflate_flood_does_not_stall_the_probe() {
-    let _alone = common::alone();
+    let _area = common::area("hostile");
     // One client writes ~100 KB messages that inflate to 16 MiB as fast as the server takes
     // them (the ratio limit off, so the work is done): the inflate rate pauses its reading and
     // its messages are handled off the other connections' path.

@@ -43,7 +43,7 @@ fn ok_json(o: std::process::Output) -> Value {
 
 #[test]
 fn the_formula_from_given_times() {
-    let _alone = common::alone();
+    let _area = common::area("pool");
     let v = json(&[
         "pool",
         "--blocking-ms",
@@ -76,7 +76,7 @@ fn the_formula_from_given_times() {
 
 #[test]
 fn bad_input_is_refused_with_the_fix() {
-    let _alone = common::alone();
+    let _area = common::area("pool");
     let cases: &[(&[&str], &str)] = &[
         (
             &["--blocking-ms", "-1", "--cpu-ms", "1"],
@@ -138,7 +138,7 @@ fn bad_input_is_refused_with_the_fix() {
 /// (before, 1e300 / 1e-300 printed pool 18446744073709551615 and `"ratio": null`).
 #[test]
 fn absurd_numbers_are_refused_with_the_reason() {
-    let _alone = common::alone();
+    let _area = common::area("pool");
     let cases: &[(&[&str], &str)] = &[
         (
             &["--blocking-ms", "1e300", "--cpu-ms", "1e-300"],
@@ -216,7 +216,7 @@ fn absurd_numbers_are_refused_with_the_reason() {
 
 #[test]
 fn measured_ratio_of_a_blocking_handler_is_close_to_its_true_ratio() {
-    let _alone = common::alone();
+    let _area = common::area("pool");
     let _load = one_load_at_a_time();
     // 20 ms blocked per 1 ms of CPU: the measured ratio must land within 20% of 20.
     let v = json(&[
@@ -272,7 +272,7 @@ fn measured_ratio_of_a_blocking_handler_is_close_to_its_true_ratio() {
 
 #[test]
 fn waiting_for_a_busy_core_is_not_counted_as_blocking() {
-    let _alone = common::alone();
+    let _area = common::area("pool");
     if !schedstat() {
         return;
     }
@@ -328,7 +328,7 @@ fn waiting_for_a_busy_core_is_not_counted_as_blocking() {
 
 #[test]
 fn a_sweep_finds_where_more_threads_stop_helping_and_writes_a_profile_serve_accepts() {
-    let _alone = common::alone();
+    let _area = common::area("pool");
     let _load = one_load_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("tuned.yaml");
@@ -379,7 +379,7 @@ fn a_sweep_finds_where_more_threads_stop_helping_and_writes_a_profile_serve_acce
 
 #[test]
 fn measures_a_running_server_through_its_admin_endpoint() {
-    let _alone = common::alone();
+    let _area = common::area("pool");
     let _load = one_load_at_a_time();
     let srv = serve(&[
         "--profile",

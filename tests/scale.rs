@@ -50,6 +50,7 @@ fn self_test_at(profile: &Path, root: &Path, extra: &[&str]) -> Output {
 
 #[test]
 fn the_verdict_is_0_only_when_load_and_host_pass_and_2_when_the_host_fails() {
+    let _area = common::area("scale");
     let dir = tempfile::tempdir().unwrap();
     let p = small_profile(dir.path(), 150, 10);
 
@@ -125,6 +126,7 @@ fn the_verdict_is_0_only_when_load_and_host_pass_and_2_when_the_host_fails() {
 
 #[test]
 fn a_run_below_the_profile_count_never_prints_an_unqualified_pass() {
+    let _area = common::area("scale");
     let dir = tempfile::tempdir().unwrap();
     let p = small_profile(dir.path(), 150, 10);
     // Asked for fewer connections: load and host pass, but it proves nothing for the profile.
@@ -176,6 +178,7 @@ fn a_run_below_the_profile_count_never_prints_an_unqualified_pass() {
 
 #[test]
 fn the_cpu_budget_lowers_the_rate_never_the_count() {
+    let _area = common::area("scale");
     // 1,000 clients x 100 msgs/s is 100,000 msgs/s: more than 5,000 per core on any machine
     // this runs on. The old sizing cut the connections; now idle and storm keep all of them and
     // only the rate scenarios offer less per connection, saying so.
@@ -195,6 +198,7 @@ fn the_cpu_budget_lowers_the_rate_never_the_count() {
 
 #[test]
 fn past_one_process_fd_limit_the_server_runs_as_several_processes_at_full_count() {
+    let _area = common::area("scale");
     // 600 connections under a 400-file limit: one process holds 336, so the self-test starts
     // `serve --processes 3` (200 each + 10% + 64 <= 400) and still runs the profile's count.
     // Broadcast reaches the subscribers of every process through the supervisor's relay.
@@ -262,6 +266,7 @@ fn past_one_process_fd_limit_the_server_runs_as_several_processes_at_full_count(
 /// the same self-test then passes. `--prefix` keeps apply's persistent files off the host.
 #[test]
 fn in_a_namespace_the_verdict_follows_what_apply_changed() {
+    let _area = common::area("scale");
     let dir = tempfile::tempdir().unwrap();
     let p = small_profile(dir.path(), 150, 10);
     let script = format!(

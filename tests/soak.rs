@@ -12,6 +12,7 @@ use std::process::Command;
 
 #[test]
 fn churn_soak_at_ci_size_keeps_memory_fds_and_the_gauge_true() {
+    let _area = common::area("soak");
     let has = |cmd: &str| {
         Command::new("sh")
             .args(["-c", cmd])

@@ -386,6 +386,7 @@ fn ok(o: &Output) -> String {
 /// again, a second apply that plans nothing, rollback, and the key byte for byte as it was.
 #[test]
 fn apply_and_rollback_restore_wines_registry_exactly() {
+    let _area = common::area("windows_wine");
     let Some(w) = Wine::new() else { return };
     // An operator had set SYN-ACK retries to 5; TcpTimedWaitDelay is absent (120 s built in).
     w.reg_add_dword(TCPIP, "TcpMaxConnectResponseRetransmissions", 5);
@@ -453,6 +454,7 @@ fn apply_and_rollback_restore_wines_registry_exactly() {
 /// byte for byte as it was.
 #[test]
 fn apply_sets_an_adapters_rss_keywords_and_rollback_restores_the_class_key_exactly() {
+    let _area = common::area("windows_wine");
     let Some(w) = Wine::new() else { return };
     let key =
         r"HKLM\SYSTEM\CurrentControlSet\Control\Class\{4d36e972-e325-11ce-bfc1-08002be10318}\0007";
@@ -512,6 +514,7 @@ fn apply_sets_an_adapters_rss_keywords_and_rollback_restores_the_class_key_exact
 /// and one rollback returns to the state before the apply, as on Linux (tests/journal.rs).
 #[test]
 fn an_apply_killed_midway_is_recovered_by_rollback() {
+    let _area = common::area("windows_wine");
     let Some(w) = Wine::new() else { return };
     w.reg_add_dword(TCPIP, "TcpMaxConnectResponseRetransmissions", 5);
     let before = w.reg_export(TCPIP, "before.reg");
@@ -570,6 +573,7 @@ fn wait_for_line(child: &mut Child, needle: &str) {
 /// never a pass: those checks are judged on the fixtures (tests/windows.rs).
 #[test]
 fn check_reads_host_facts_through_the_windows_api() {
+    let _area = common::area("windows_wine");
     let Some(w) = Wine::new() else { return };
     let (_, r) = w.check_json(&["--profile", "100k"]);
     let cpus = std::thread::available_parallelism().unwrap().get();
@@ -627,6 +631,7 @@ fn check_reads_host_facts_through_the_windows_api() {
 /// and the Linux `wstune selftest` at a size Wine carries in seconds.
 #[test]
 fn serve_under_wine_answers_linux_clients() {
+    let _area = common::area("windows_wine");
     let Some(w) = Wine::new() else { return };
     let srv = w.serve(&["--profile", "10k"]);
     let table = srv.head.join("\n");

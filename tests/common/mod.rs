@@ -620,14 +620,42 @@ pub fn in_netns(script: &str) -> Option<Output> {
     }
 }
 
-/// Held by every test whose assertions are measurements (a probe's latency under attack, RSS,
-/// the gaps between a generator's sends, CPU ratios): those tests share one binary
-/// (tests/measured.rs) and run one at a time in it, so no other test's load on the same cores
-/// is in their figures.
-pub fn alone() -> std::sync::MutexGuard<'static, ()> {
-    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    // A failed test poisons it; the next still runs alone.
-    ALONE.lock().unwrap_or_else(|e| e.into_inner())
+/// The area (a tests/*.rs module) a test belongs to, held for the test's length: tests of one
+/// area run side by side, as libtest runs them, but never beside another area's. The binaries
+/// whose tests load the machine or measure it (tests/measured.rs, tests/heavy.rs) group several
+/// areas, and a probe's p99 or a soak's RSS must not carry another area's load; each of their
+/// tests starts with `let _area = common::area("NAME");`.
+pub fn area(name: &'static str) -> AreaGuard {
+    let (lock, turn) = &AREAS;
+    let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+    while state.0.is_some_and(|holder| holder != name) {
+        state = turn.wait(state).unwrap_or_else(|e| e.into_inner());
+    }
+    state.0 = Some(name);
+    state.1 += 1;
+    AreaGuard
+}
+
+/// The area running now and how many of its tests hold it; the condition wakes the others.
+static AREAS: (
+    std::sync::Mutex<(Option<&'static str>, usize)>,
+    std::sync::Condvar,
+) = (std::sync::Mutex::new((None, 0)), std::sync::Condvar::new());
+
+/// Held while a test of an area runs (see [`area`]); a failed test's guard is dropped while
+/// it unwinds, so the next area still runs.
+pub struct AreaGuard;
+
+impl Drop for AreaGuard {
+    fn drop(&mut self) {
+        let (lock, turn) = &AREAS;
+        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+        state.1 -= 1;
+        if state.1 == 0 {
+            state.0 = None;
+            turn.notify_all();
+        }
+    }
 }
 
 /// A group of tests that cannot run on this machine (a tool not installed, not root). In CI a
