@@ -10,8 +10,6 @@ use common::{
 };
 use std::path::Path;
 
-// --- apply and rollback -------------------------------------------------------------------------
-
 #[test]
 fn apply_and_rollback_against_a_real_kernel_in_private_namespaces() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/apply_rollback.sh");

@@ -6,8 +6,6 @@ use crate::common;
 use super::{default_tree_with, wstune120};
 use common::{check_json, code, copy_dir, finding, fixture, stderr};
 
-// --- fixture trees ----------------------------------------------------------------------------
-
 #[test]
 fn default_distribution_fails_100k_on_fds_and_accept_queues() {
     let (c, r) = check_json(&fixture("default"), &[]);

@@ -7,8 +7,6 @@ use super::wstune120;
 use common::{bin, code, finding, fixture, json_of, stderr, stdout};
 use std::process::Command;
 
-// --- the live host ---------------------------------------------------------------------------
-
 #[test]
 fn live_check_fails_the_100k_profile_when_the_fd_limit_is_low() {
     let o = Command::new("bash")

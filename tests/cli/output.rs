@@ -8,8 +8,6 @@ use common::{check_json, code, fixture, json_of, stderr, stdout};
 use std::path::Path;
 use std::process::Command;
 
-// --- machine-readable output ------------------------------------------------------------------
-
 fn schema() -> jsonschema::Validator {
     let text = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/check-report.schema.json"),

@@ -7,8 +7,6 @@ use common::{bin, code, fixture, stderr, stdout};
 use std::path::Path;
 use std::process::Command;
 
-// --- bad input --------------------------------------------------------------------------------
-
 fn assert_usage_error(args: &[&str], expect: &[&str]) {
     let o = wstune120(args);
     let err = stderr(&o);

@@ -9,8 +9,6 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-// --- the accept gate: limits before the request, before TLS ----------------------------------
-
 /// What the server does with a connection that sends nothing, within `within`: `Some(bytes)`
 /// when it closed it (with what it wrote first), None when it is still open.
 fn closed_within(s: &mut TcpStream, within: Duration) -> Option<String> {

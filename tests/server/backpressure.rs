@@ -13,8 +13,6 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
-// --- limits, heartbeats, backpressure -----------------------------------------------------------
-
 #[test]
 fn upgrades_past_max_connections_get_503_and_origins_are_checked() {
     let srv = serve_10k(&["--max-connections", "2", "--origin", "https://ok.example"]);

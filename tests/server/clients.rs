@@ -11,8 +11,6 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
 
-// --- clients we did not write -------------------------------------------------------------------
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokio_tungstenite_echo_text_binary_fragmented_and_ping() {
     let srv = serve_10k(&["--fragment", "16384"]);

@@ -14,8 +14,6 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-// --- permessage-deflate -------------------------------------------------------------------------
-
 /// Inflate a sequence of permessage-deflate payloads with one Python zlib stream (context
 /// takeover), as a client would.
 fn py_inflate_stream(msgs: &[Vec<u8>]) -> Vec<Vec<u8>> {

@@ -11,8 +11,6 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-// --- hostile input --------------------------------------------------------------------------------
-
 #[test]
 fn bad_handshakes_get_the_status_the_rfc_asks_for() {
     let srv = serve_10k(&[]);
