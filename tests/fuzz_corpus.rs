@@ -3,7 +3,7 @@
 //! the stable toolchain: a parser change that reintroduces a crash fails `cargo test`, without
 //! nightly. `bench/fuzz.sh TARGET MINUTES` fuzzes one target further.
 
-#[path = "../fuzz/src/harness.rs"]
+#[path = "../fuzz/src/harness/mod.rs"]
 #[allow(dead_code)]
 mod harness;
 

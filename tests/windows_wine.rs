@@ -511,7 +511,7 @@ fn apply_sets_an_adapters_rss_keywords_and_rollback_restores_the_class_key_exact
 }
 
 /// An apply killed between its two registry writes leaves a pending entry; check fails on it
-/// and one rollback returns to the state before the apply, as on Linux (tests/journal.rs).
+/// and one rollback returns to the state before the apply, as on Linux (tests/journal/interrupted.rs).
 #[test]
 fn an_apply_killed_midway_is_recovered_by_rollback() {
     let _area = common::area("windows_wine");

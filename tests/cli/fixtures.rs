@@ -1,0 +1,353 @@
+//! `check` against the captured trees under tests/fixtures: the default distribution, syn cookies
+//! and orphans, slow and dead peers, tuned, container, legacy and Windows registry hosts.
+
+use crate::common;
+
+use super::{default_tree_with, wstune120};
+use common::{check_json, code, copy_dir, finding, fixture, stderr};
+
+#[test]
+fn default_distribution_fails_100k_on_fds_and_accept_queues() {
+    let (c, r) = check_json(&fixture("default"), &[]);
+    assert_eq!(c, 2);
+    // Nothing recorded of the virtio NIC's coalescing: a skip with the reason, never a pass.
+    let co = finding(&r, "linux.nic.coalesce[eth0]");
+    assert_eq!(co["status"], "skip", "{co}");
+    for id in ["linux.process.nofile.hard", "linux.net.core.somaxconn"] {
+        assert_eq!(finding(&r, id)["status"], "fail", "{id}");
+    }
+    // With SYN cookies on (the default), a short SYN backlog drops nothing: a warning.
+    assert_eq!(
+        finding(&r, "linux.net.ipv4.tcp_syncookies")["status"],
+        "pass"
+    );
+    assert_eq!(
+        finding(&r, "linux.net.ipv4.tcp_max_syn_backlog")["status"],
+        "warn"
+    );
+    // The kernel's default 2 does for a server (the default role): only a proxy needs 1.
+    assert_eq!(finding(&r, "linux.net.ipv4.tcp_tw_reuse")["current"], 2);
+    assert_eq!(finding(&r, "linux.net.ipv4.tcp_tw_reuse")["status"], "pass");
+    assert_eq!(
+        finding(&r, "linux.net.ipv4.ip_local_port_range")["current"],
+        serde_json::json!([32768, 60999])
+    );
+    let boot = finding(&r, "linux.net.core.somaxconn.boot");
+    assert_eq!(boot["status"], "warn");
+    assert!(
+        boot["note"]
+            .as_str()
+            .unwrap()
+            .contains("kernel default 4096"),
+        "{boot}"
+    );
+    assert_eq!(r["host"]["hostname"], "debian12-default");
+    // The 10k profile is within reach of the same host's fd limit.
+    let (_, r10) = check_json(&fixture("default"), &["--profile", "10k"]);
+    assert_eq!(finding(&r10, "linux.process.nofile.hard")["status"], "pass");
+    assert_eq!(finding(&r10, "linux.net.core.somaxconn")["status"], "pass");
+}
+
+#[test]
+fn syn_cookies_off_fails_and_the_orphan_limit_follows_the_connection_count() {
+    let (_dir, tree) = default_tree_with("proc/sys/net/ipv4/tcp_syncookies", "0\n");
+    let (_, r) = check_json(&tree, &[]);
+    let cookies = finding(&r, "linux.net.ipv4.tcp_syncookies");
+    assert_eq!(
+        (cookies["status"].as_str(), cookies["current"].as_u64()),
+        (Some("fail"), Some(0))
+    );
+    assert!(cookies["fix"]["runtime"]
+        .as_str()
+        .unwrap()
+        .contains("tcp_syncookies=1"));
+    // 131,072 here (a 24 GB host's default): enough for 100k, not for a million.
+    assert_eq!(
+        finding(&r, "linux.net.ipv4.tcp_max_orphans")["status"],
+        "pass"
+    );
+    let (_, r1m) = check_json(&tree, &["--profile", "1m"]);
+    let o = finding(&r1m, "linux.net.ipv4.tcp_max_orphans");
+    assert_eq!(
+        (
+            o["status"].as_str(),
+            o["current"].as_u64(),
+            o["target"].as_u64()
+        ),
+        (Some("warn"), Some(131072), Some(1_000_000)),
+        "{o}"
+    );
+    assert_eq!(o["scope"], "global");
+    // The conntrack hash: a quarter of the profile's table or more (262,144 here).
+    assert_eq!(
+        finding(&r, "linux.net.netfilter.nf_conntrack_buckets")["status"],
+        "pass"
+    );
+    let b = finding(&r1m, "linux.net.netfilter.nf_conntrack_buckets");
+    assert_eq!(
+        (b["status"].as_str(), b["target"].as_u64()),
+        (Some("warn"), Some(524_288)),
+        "{b}"
+    );
+}
+
+/// The checks for stalled and dead peers and TCP's memory budget: what a default host gets,
+/// what a tuned one passes, and what apply changes (the warnings) and leaves as advice (info).
+#[test]
+fn slow_and_dead_peers_and_tcp_memory_pressure_are_checked_and_only_warnings_applied() {
+    let (_, r) = check_json(&fixture("default"), &[]);
+    let row = |r: &serde_json::Value, id: &str| {
+        let f = finding(r, id);
+        (
+            f["status"].as_str().unwrap().to_string(),
+            f["current"].clone(),
+            f["target"].clone(),
+        )
+    };
+    let j = |v: u64| serde_json::json!(v);
+    // No limit on unsent bytes (the kernel's default): a warning, 128 KiB asked.
+    assert_eq!(
+        row(&r, "linux.net.ipv4.tcp_notsent_lowat"),
+        ("warn".into(), j(4_294_967_295), j(131_072))
+    );
+    // Advice only: 15 retries (~924 s) and 7200 s before a keepalive.
+    assert_eq!(
+        row(&r, "linux.net.ipv4.tcp_retries2"),
+        ("info".into(), j(15), j(8))
+    );
+    assert_eq!(
+        row(&r, "linux.net.ipv4.tcp_keepalive_time"),
+        ("info".into(), j(7200), j(120))
+    );
+    // Shown, not judged.
+    assert_eq!(finding(&r, "linux.net.core.netdev_budget")["current"], 300);
+    assert_eq!(
+        finding(&r, "linux.net.ipv4.tcp_wmem.max")["current"],
+        4_194_304
+    );
+    // 24 GB of RAM: pressure at 383,868 pages holds 100k connections' 8 KiB (200,000 pages)...
+    assert_eq!(
+        row(&r, "linux.net.ipv4.tcp_mem.pressure"),
+        ("pass".into(), j(383_868), j(200_000))
+    );
+    // ...a million's (2,000,000) not; the hard limit keeps the kernel's 3/2 above it.
+    let (_, r1m) = check_json(&fixture("default"), &["--profile", "1m"]);
+    assert_eq!(
+        row(&r1m, "linux.net.ipv4.tcp_mem.pressure"),
+        ("warn".into(), j(383_868), j(2_000_000))
+    );
+    assert_eq!(
+        row(&r1m, "linux.net.ipv4.tcp_mem.high"),
+        ("warn".into(), j(575_802), j(3_000_000))
+    );
+    // Never past half the host's memory (the hard mark three quarters): a 2 GiB host at a
+    // million connections is held at 1 GiB and 1.5 GiB, and the memory check fails instead.
+    let (_, small) = check_json(&fixture("container"), &["--profile", "1m"]);
+    assert_eq!(
+        finding(&small, "linux.net.ipv4.tcp_mem.pressure")["target"],
+        262_144
+    );
+    assert_eq!(
+        finding(&small, "linux.net.ipv4.tcp_mem.high")["target"],
+        393_216
+    );
+    assert_eq!(finding(&small, "linux.host.memory")["status"], "fail");
+    let fix = finding(&r1m, "linux.net.ipv4.tcp_mem.pressure")["fix"]["runtime"].clone();
+    assert!(
+        fix.as_str()
+            .unwrap()
+            .contains("tcp_mem=\"287901 2000000 3000000\""),
+        "{fix}"
+    );
+    // The tuned host passes all of them.
+    let (_, t) = check_json(&fixture("tuned"), &[]);
+    for id in [
+        "linux.net.ipv4.tcp_notsent_lowat",
+        "linux.net.ipv4.tcp_retries2",
+        "linux.net.ipv4.tcp_keepalive_time",
+        "linux.net.ipv4.tcp_mem.pressure",
+        "linux.net.ipv4.tcp_mem.high",
+        "linux.net.ipv4.tcp_notsent_lowat.boot",
+    ] {
+        assert_eq!(finding(&t, id)["status"], "pass", "{id}");
+    }
+    // apply at 1m: the warnings change (tcp_mem's two marks in one write, the host's min
+    // kept), the advice does not.
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("default"), &tree);
+    let t = tree.to_str().unwrap();
+    let o = wstune120(&["apply", "--root", t, "--profile", "1m", "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let read = |rel: &str| std::fs::read_to_string(tree.join(rel)).unwrap();
+    assert_eq!(read("proc/sys/net/ipv4/tcp_notsent_lowat"), "131072\n");
+    assert_eq!(
+        read("proc/sys/net/ipv4/tcp_mem")
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["287901", "2000000", "3000000"]
+    );
+    assert_eq!(read("proc/sys/net/ipv4/tcp_retries2"), "15\n");
+    assert_eq!(read("proc/sys/net/ipv4/tcp_keepalive_time"), "7200\n");
+    let conf = read("etc/sysctl.d/60-wstune.conf");
+    assert!(
+        conf.contains("net.ipv4.tcp_notsent_lowat = 131072")
+            && conf.contains("net.ipv4.tcp_mem = 287901 2000000 3000000")
+            && !conf.contains("tcp_retries2")
+            && !conf.contains("tcp_keepalive_time"),
+        "{conf}"
+    );
+}
+
+#[test]
+fn tuned_host_passes_strictly_and_checks_a_pid_and_a_unit() {
+    let (c, r) = check_json(&fixture("tuned"), &["--strict"]);
+    assert_eq!(
+        c,
+        0,
+        "{}",
+        serde_json::to_string_pretty(&r["summary"]).unwrap()
+    );
+    assert_eq!(
+        (r["summary"]["fail"].as_u64(), r["summary"]["warn"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(finding(&r, "linux.nic.rx_queues[eth0]")["current"], 8);
+    assert_eq!(finding(&r, "linux.nic.irq_spread[eth0]")["status"], "pass");
+    // The NIC's receive interrupt coalescing, as its tree's ethtool file records it: shown.
+    let co = finding(&r, "linux.nic.coalesce[eth0]");
+    assert_eq!(
+        (co["status"].as_str(), co["current"].as_str()),
+        (
+            Some("info"),
+            Some("adaptive-rx on, rx-usecs 8, rx-frames 128")
+        ),
+        "{co}"
+    );
+    assert_eq!(finding(&r, "linux.host.numa_nodes")["current"], 2);
+    assert!(finding(&r, "linux.fs.file-max.boot")["note"]
+        .as_str()
+        .unwrap()
+        .starts_with("set by /etc/sysctl.d/60-wstune.conf:"));
+
+    let (c, r) = check_json(
+        &fixture("tuned"),
+        &["--pid", "4242", "--unit", "wsserver.service"],
+    );
+    assert_eq!(c, 2);
+    let soft = finding(&r, "linux.pid.nofile.soft");
+    assert_eq!(
+        (soft["status"].as_str(), soft["current"].as_i64()),
+        (Some("fail"), Some(1024))
+    );
+    assert_eq!(
+        soft["fix"]["runtime"],
+        "prlimit --pid 4242 --nofile=200000:200000"
+    );
+    assert_eq!(finding(&r, "linux.pid.nofile.hard")["status"], "pass");
+    assert_eq!(finding(&r, "linux.systemd.limit_nofile")["current"], 262144);
+    assert_eq!(finding(&r, "linux.systemd.limit_nofile")["status"], "pass");
+}
+
+#[test]
+fn container_with_read_only_proc_sys_skips_what_it_cannot_see() {
+    let (c, r) = check_json(&fixture("container"), &[]);
+    assert_eq!(c, 2);
+    assert_eq!(finding(&r, "linux.proc.sys_writable")["current"], 0);
+    assert!(finding(&r, "linux.proc.sys_writable")["why"]
+        .as_str()
+        .unwrap()
+        .contains("--sysctl"));
+    let hidden = finding(&r, "linux.net.core.netdev_max_backlog");
+    assert_eq!(hidden["status"], "skip");
+    assert!(hidden["note"].as_str().unwrap().contains("does not exist"));
+    // The cgroup's 2 GiB, not the host's RAM, is what the container can use.
+    let mem = finding(&r, "linux.host.memory");
+    assert_eq!(
+        (mem["status"].as_str(), mem["current"].as_i64()),
+        (Some("fail"), Some(2 << 30))
+    );
+    let boot = finding(&r, "linux.net.core.somaxconn.boot");
+    assert_eq!(boot["status"], "skip");
+    assert!(
+        boot["note"].as_str().unwrap().contains("container"),
+        "{boot}"
+    );
+    assert_eq!(finding(&r, "linux.nic.rx_queues")["status"], "skip");
+    // Nothing unreadable ever passes.
+    for x in r["results"].as_array().unwrap() {
+        if x["current"].is_null() && x["status"] == "pass" {
+            assert!(
+                x["note"].is_string(),
+                "a pass without a value must say why: {x}"
+            );
+        }
+    }
+}
+
+#[test]
+fn legacy_host_is_warned_about_boot_overrides_and_tw_recycle() {
+    let (c, r) = check_json(&fixture("legacy"), &[]);
+    assert_eq!(c, 0, "warnings alone exit 0");
+    let (c, _) = check_json(&fixture("legacy"), &["--strict"]);
+    assert_eq!(c, 1, "--strict makes warnings exit 1");
+    let boot = finding(&r, "linux.net.core.somaxconn.boot");
+    assert_eq!(
+        (boot["status"].as_str(), boot["current"].as_i64()),
+        (Some("warn"), Some(1024))
+    );
+    assert!(
+        boot["note"]
+            .as_str()
+            .unwrap()
+            .starts_with("/usr/lib/sysctl.d/99-vendor.conf:2 sets 1024"),
+        "{boot}"
+    );
+    assert!(
+        boot["fix"]["persistent"]
+            .as_str()
+            .unwrap()
+            .starts_with("edit /usr/lib/sysctl.d/99-vendor.conf:2 to `net.core.somaxconn = 65535`"),
+        "{boot}"
+    );
+    assert_eq!(
+        finding(&r, "linux.net.core.somaxconn")["status"],
+        "pass",
+        "the runtime value is fine today"
+    );
+    let recycle = finding(&r, "linux.boot.tcp_tw_recycle");
+    assert_eq!(recycle["status"], "warn");
+    assert_eq!(
+        recycle["fix"]["persistent"],
+        "delete the line at /etc/sysctl.conf:2"
+    );
+}
+
+#[test]
+fn windows_registry_hosts_are_evaluated_with_the_windows_catalog() {
+    let (c, r) = check_json(&fixture("windows-default"), &["--strict"]);
+    // 2: 16,384 dynamic ports cannot carry 100k connections through one proxy address.
+    assert_eq!(c, 2);
+    assert_eq!(r["host"]["platform"], "windows");
+    assert_eq!(r["host"]["hostname"], "WIN-EDGE-01");
+    let tw = finding(&r, "windows.tcpip.tcp_timed_wait_delay");
+    assert_eq!(
+        (tw["status"].as_str(), tw["current"].as_i64()),
+        (Some("warn"), Some(120))
+    );
+    assert_eq!(tw["note"], "not set: the built-in default applies");
+    let rss = finding(
+        &r,
+        "windows.nic.rss_profile[Intel(R) Ethernet Controller X710]",
+    );
+    assert_eq!(
+        (rss["current"].as_str(), rss["target"].as_str()),
+        (Some("NUMAScalingStatic"), Some("NUMAScaling"))
+    );
+    assert!(finding(&r, "windows.tcpip.max_user_port")["why"]
+        .as_str()
+        .unwrap()
+        .contains("not a file-descriptor limit"));
+    let (c, r) = check_json(&fixture("windows-tuned"), &["--strict"]);
+    assert_eq!(c, 0, "{}", r["summary"]);
+}

@@ -1,0 +1,175 @@
+//! `snapshot` round trips, and `profiles list/show` with profile and catalog files that extend
+//! the built-ins.
+
+use crate::common;
+
+use super::wstune120;
+use common::{check_json, code, finding, fixture, json_of, stderr, stdout};
+use std::path::Path;
+
+// --- snapshot ---------------------------------------------------------------------------------
+
+#[test]
+fn snapshot_captures_what_check_reads_and_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("host");
+    let o = wstune120(&["snapshot", snap.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(snap.join("proc/sys/net/core/somaxconn").is_file());
+    assert!(snap.join("wstune/host.yaml").is_file());
+    let live = json_of(&wstune120(&["check", "-f", "json"]));
+    let replay = json_of(&wstune120(&[
+        "check",
+        "-f",
+        "json",
+        "--root",
+        snap.to_str().unwrap(),
+    ]));
+    let stable = |r: &serde_json::Value| -> Vec<(String, String)> {
+        r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| {
+                !x["id"].as_str().unwrap().contains("sockstat")
+                    && !x["id"].as_str().unwrap().contains("counter")
+            })
+            .map(|x| {
+                (
+                    x["id"].as_str().unwrap().to_string(),
+                    x["status"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(stable(&live), stable(&replay));
+    assert!(replay["host"]["source"]
+        .as_str()
+        .unwrap()
+        .starts_with("snapshot:"));
+    // An existing, non-empty directory is never overwritten.
+    let o = wstune120(&["snapshot", snap.to_str().unwrap()]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("already exists and is not empty"));
+}
+
+// --- profiles ---------------------------------------------------------------------------------
+
+#[test]
+fn profiles_list_and_show() {
+    let o = wstune120(&["profiles", "list", "-f", "json"]);
+    let list = json_of(&o);
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["10k", "50k", "100k", "250k", "1m"]);
+    let o = wstune120(&["profiles", "show", "250k"]);
+    assert!(stdout(&o).contains("connections: 250000"));
+    let shown = json_of(&wstune120(&["profiles", "show", "1m", "-f", "json"]));
+    assert_eq!(shown["server"]["deflate"]["window_bits"], 9);
+    let table = stdout(&wstune120(&["profiles", "list"]));
+    assert!(table.contains("100k") && table.contains("65535"), "{table}");
+}
+
+#[test]
+fn a_profile_that_extends_a_built_in_is_shown_resolved_and_checked_against() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("edge.yaml");
+    std::fs::write(
+        &p,
+        "extends: 100k\nname: edge\nlinux:\n  somaxconn: 32768\n",
+    )
+    .unwrap();
+    let path = p.to_str().unwrap();
+    // Its own text as written; resolved, every value in effect.
+    let own = stdout(&wstune120(&["profiles", "show", path]));
+    assert!(own.starts_with("extends: 100k"), "{own}");
+    let resolved = stdout(&wstune120(&["profiles", "show", path, "--resolved"]));
+    assert!(
+        resolved.contains("name: edge") && resolved.contains("somaxconn: 32768"),
+        "{resolved}"
+    );
+    assert!(
+        resolved.contains("nofile: 200000"),
+        "the base's values: {resolved}"
+    );
+    assert!(!resolved.contains("extends:"), "{resolved}");
+    let json = json_of(&wstune120(&["profiles", "show", path, "-f", "json"]));
+    assert_eq!(json["linux"]["somaxconn"], 32768);
+    // The resolved text is a whole profile of its own: loaded back, the same values.
+    let whole = dir.path().join("edge-resolved.yaml");
+    std::fs::write(&whole, &resolved).unwrap();
+    let again = json_of(&wstune120(&[
+        "profiles",
+        "show",
+        whole.to_str().unwrap(),
+        "-f",
+        "json",
+    ]));
+    assert_eq!(again, json);
+    assert_eq!(json["connections"], 100000);
+    // check uses the merged target.
+    let (_, report) = check_json(&fixture("default"), &["--profile", path]);
+    assert_eq!(report["profile"]["name"], "edge");
+    let somax = finding(&report, "linux.net.core.somaxconn");
+    assert_eq!(somax["target"], 32768, "{somax}");
+    assert_eq!(
+        finding(&report, "linux.process.nofile.hard")["target"],
+        200000
+    );
+    // A bad value in the extending file: its own file and line.
+    std::fs::write(&p, "extends: 100k\nname: edge\nlinux:\n  somaxconn: lots\n").unwrap();
+    let o = wstune120(&["profiles", "show", path]);
+    assert_ne!(code(&o), 0);
+    assert!(
+        stderr(&o).contains(&format!(
+            "{path}:4: linux.somaxconn: expected a whole number"
+        )),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_profile_file_and_a_catalog_file_extend_the_built_ins() {
+    let dir = tempfile::tempdir().unwrap();
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/10k.yaml"))
+            .unwrap();
+    let p = dir.path().join("mine.yaml");
+    std::fs::write(
+        &p,
+        text.replace("name: 10k", "name: mine")
+            .replace("somaxconn: 4096", "somaxconn: 2000"),
+    )
+    .unwrap();
+    let mut catalog =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("checks/linux.yaml"))
+            .unwrap();
+    catalog.push_str(
+        "  - id: linux.kernel.pid_max\n    title: pid_max\n    source: {sysctl: kernel.pid_max}\n    scope: global\n    compare: \">=\"\n    target: \"connections / 100\"\n    severity: warn\n    why: an operator's own check\n    fix: {runtime: \"sysctl -w kernel.pid_max={target}\"}\n",
+    );
+    let c = dir.path().join("checks.yaml");
+    std::fs::write(&c, catalog).unwrap();
+    let (code_, r) = check_json(
+        &fixture("tuned"),
+        &[
+            "--profile",
+            p.to_str().unwrap(),
+            "--catalog",
+            c.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r["profile"]["name"], "mine");
+    assert_eq!(finding(&r, "linux.net.core.somaxconn")["target"], 2000);
+    let own = finding(&r, "linux.kernel.pid_max");
+    assert_eq!(own["target"], 100);
+    assert_eq!(
+        own["status"], "skip",
+        "the fixture has no pid_max file: {own}"
+    );
+    assert_eq!(code_, 0);
+}

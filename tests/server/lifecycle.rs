@@ -1,0 +1,159 @@
+//! The server's life and wiring: channels, blocking handlers on the offload pool, SIGTERM closing
+//! every client with 1001, the settings table and fd warning at start, SO_REUSEPORT accept loops.
+
+use crate::common;
+
+use super::serve_10k;
+use common::ws::{close_code, frame, read_frame, status_of, upgraded};
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+#[test]
+fn channels_subscribe_publish_unsubscribe() {
+    let srv = serve_10k(&["--app", "channels"]);
+    let mut a = upgraded(srv.port, None);
+    let mut b = upgraded(srv.port, None);
+    let send =
+        |s: &mut TcpStream, t: &str| s.write_all(&frame(true, 1, t.as_bytes(), true)).unwrap();
+    let recv = |s: &mut TcpStream| String::from_utf8(read_frame(s).unwrap().1).unwrap();
+    send(&mut a, r#"{"op":"subscribe","channel":"prices"}"#);
+    assert_eq!(recv(&mut a), r#"{"channel":"prices","op":"subscribed"}"#);
+    send(
+        &mut b,
+        r#"{"op":"publish","channel":"prices","data":{"eur":1.08}}"#,
+    );
+    assert_eq!(recv(&mut a), r#"{"channel":"prices","data":{"eur":1.08}}"#);
+    send(&mut b, "not json");
+    assert!(recv(&mut b).contains(r#""op":"error""#));
+    send(&mut a, r#"{"op":"unsubscribe","channel":"prices"}"#);
+    assert_eq!(recv(&mut a), r#"{"channel":"prices","op":"unsubscribed"}"#);
+    send(&mut b, r#"{"op":"publish","channel":"prices","data":2}"#);
+    send(&mut a, r#"{"op":"subscribe","channel":"other"}"#);
+    assert!(
+        recv(&mut a).contains("subscribed"),
+        "nothing from prices arrived in between"
+    );
+    b.write_all(&frame(true, 2, b"\x01", true)).unwrap();
+    assert_eq!(close_code(&mut b), Some(1003));
+}
+
+#[test]
+fn blocking_handlers_run_on_the_offload_pool() {
+    let srv = serve_10k(&[
+        "--handler",
+        "block:250",
+        "--offload-pool",
+        "4",
+        "--workers",
+        "1",
+    ]);
+    let mut socks: Vec<TcpStream> = (0..4).map(|_| upgraded(srv.port, None)).collect();
+    let start = Instant::now();
+    for s in &mut socks {
+        s.write_all(&frame(true, 1, b"job", true)).unwrap();
+    }
+    for s in &mut socks {
+        assert_eq!(read_frame(s), Some((1, b"job".to_vec())));
+    }
+    // Four 250 ms jobs on one I/O thread finish together (inline they would take 1 s): they ran
+    // in the pool. The margin is wide so a loaded CI box cannot tip it.
+    assert!(
+        start.elapsed() < Duration::from_millis(700),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(srv.metric("ws_offload_jobs_total"), 4.0);
+    assert!(srv.get("/metrics").contains("ws_offload_queue_depth 0"));
+}
+
+#[test]
+fn sigterm_closes_every_client_with_1001_and_exits() {
+    let mut srv = serve_10k(&[]);
+    let mut a = upgraded(srv.port, None);
+    let mut b = upgraded(srv.port, None);
+    common::signal(srv.pid(), "-TERM");
+    assert_eq!(close_code(&mut a), Some(1001));
+    assert_eq!(close_code(&mut b), Some(1001));
+    a.write_all(&frame(true, 8, &1001u16.to_be_bytes(), true))
+        .unwrap();
+    b.write_all(&frame(true, 8, &1001u16.to_be_bytes(), true))
+        .unwrap();
+    let status = srv.wait_exit(Duration::from_secs(10));
+    assert!(status.success());
+}
+
+#[test]
+fn settings_table_and_fd_warning_at_start() {
+    let srv = serve_10k(&["--max-connections", "50000", "--workers", "2"]);
+    let log = srv.log_text();
+    assert!(
+        log.contains("max connections") && log.contains("50000") && log.contains("flag"),
+        "{log}"
+    );
+    assert!(
+        log.contains("heartbeat interval s") && log.contains("profile"),
+        "{log}"
+    );
+    // This machine's hard limit (20000) is below 50000: the server says so.
+    let hard: u64 = std::fs::read_to_string("/proc/self/limits")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .nth(4)
+        .unwrap()
+        .parse()
+        .unwrap_or(u64::MAX);
+    if hard < 50_000 {
+        assert!(log.contains("fewer than max connections 50000"), "{log}");
+    }
+    // The check engine's verdict on this host for the profile, at start: the same failures
+    // `wstune check` finds here, by id, or no such line when there are none.
+    let report = common::json_of(&common::wstune(&[
+        "check",
+        "--profile",
+        "10k",
+        "-f",
+        "json",
+    ]));
+    let failed: Vec<&str> = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["status"] == "fail")
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    if failed.is_empty() {
+        assert!(!log.contains("this host fails"), "{log}");
+    } else {
+        assert!(log.contains("this host fails"), "{log}");
+        for id in failed {
+            assert!(log.contains(&format!("{id} (")), "{id} missing: {log}");
+        }
+    }
+    let metrics = srv.get("/metrics");
+    assert!(
+        metrics.contains("ws_worker_busy_seconds_total{worker=\"1\"}"),
+        "{metrics}"
+    );
+    assert_eq!(status_of(&srv.get("/nope")), 404);
+}
+
+#[test]
+fn reuseport_accept_loops_share_one_port() {
+    let srv = serve_10k(&["--reuseport", "--acceptors", "3"]);
+    let log = srv.log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("accept loops") && l.contains(" 3 ")),
+        "{log}"
+    );
+    for i in 0..20 {
+        let mut s = upgraded(srv.port, None);
+        let msg = format!("via reuseport {i}");
+        s.write_all(&frame(true, 1, msg.as_bytes(), true)).unwrap();
+        assert_eq!(read_frame(&mut s), Some((1, msg.into_bytes())));
+    }
+}
