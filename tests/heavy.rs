@@ -1,6 +1,7 @@
 //! Heavy tier, built only with `--features heavy-tests` (`.ci/run` turns it on): the churn
-//! soak, network faults in namespaces, the self-test at the profile's size, wstune.exe under
-//! Wine and the Autobahn TestSuite. Minutes each; the fast tier (`cargo test`) leaves them out.
+//! soak, network faults in namespaces, hostile clients beside a probe (`bench/hostile.py`'s
+//! attacks: its latency, the server's RSS), the self-test at the profile's size, wstune.exe
+//! under Wine and the Autobahn TestSuite. Up to minutes each; the fast tier (`cargo test`) leaves them out.
 //! Each test holds its area (`common::area`): a soak's RSS or a self-test's verdict must not
 //! carry another area's load.
 
@@ -8,6 +9,7 @@ mod common;
 
 mod autobahn;
 mod faults;
+mod hostile;
 mod scale;
 mod soak;
 mod windows_wine;

@@ -1,11 +1,9 @@
-//! Fast tier: the tests whose assertions are measurements: hostile clients beside a probe
-//! (its latency, the server's RSS), the load generator's send schedule, fan-out tails and
-//! `pool`'s measured ratios. Each test holds its area (`common::area`), so one area's tests
+//! Fast tier: the tests whose assertions are measurements: the load generator's send
+//! schedule, fan-out tails and `pool`'s measured ratios. Each test holds its area (`common::area`), so one area's tests
 //! never run beside another's: each is measured as it would be in a binary of its own.
 
 mod common;
 
 mod fanout_tail;
 mod generator;
-mod hostile;
 mod pool;

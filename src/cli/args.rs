@@ -1,8 +1,8 @@
 //! What the user typed, validated by clap but not yet resolved: no file is read and no OS
 //! value is touched here (that happens in `resolve`).
 
+pub mod abuse;
 pub mod channels;
-pub mod limits;
 mod values;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -487,7 +487,7 @@ pub struct ServeArgs {
     #[arg(long, hide = true, value_name = "DIR")]
     pub host_root: Option<std::path::PathBuf>,
     #[command(flatten)]
-    pub limits: limits::LimitArgs,
+    pub limits: abuse::LimitArgs,
     #[command(flatten)]
     pub channels: channels::ChannelArgs,
     #[command(flatten)]

@@ -3,8 +3,8 @@
 //! (`--processes`, the self-test's) does not resolve again: it reads its parent's configuration
 //! from the environment ([`crate::serve::config::ENV_CONFIG`]).
 
+mod abuse;
 mod channels;
-mod limits;
 
 use super::{backend, load};
 use crate::cli::args::{self, ServeArgs};
@@ -237,7 +237,7 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
         ));
     }
     let budget = budget(&s.budget, a, &mut table);
-    let limits = limits::resolve(&s.limits, &a.limits, &mut table)?;
+    let limits = abuse::resolve(&s.limits, &a.limits, &mut table)?;
     let channels = channels::resolve(
         &s.channels,
         &a.channels,

@@ -1,5 +1,5 @@
 //! `serve`'s abuse-limit flags (each overrides its `server.limits` key); resolved with the
-//! serve configuration (`cli::resolve::serve::limits`).
+//! serve configuration (`cli::resolve::serve::abuse`).
 
 /// The abuse-limit flags of `wstune serve` (each overrides its `server.limits` key).
 #[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]

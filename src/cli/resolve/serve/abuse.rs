@@ -1,7 +1,7 @@
 //! `serve`'s abuse-limit flags and the profile's `server.limits`, resolved into the server's
 //! `LimitSettings` (what each limit does and how it is answered: `embedded_server::limits`).
 
-use crate::cli::args::limits::LimitArgs;
+use crate::cli::args::abuse::LimitArgs;
 use crate::profile::LimitsProfile;
 use crate::report::Setting;
 use embedded_server::limits::{Cidr, LimitSettings, Rate};
