@@ -115,6 +115,23 @@ fn bad_input_is_one_clear_error_and_exit_3() {
     assert_eq!(stderr(&o).lines().count(), 1);
 }
 
+/// The variable wstune hands its child servers their configuration in, inherited by a serve
+/// given flags: refused, not silently preferred over the flags (and not read: not JSON here).
+#[test]
+fn an_inherited_child_configuration_beside_flags_is_refused() {
+    let o = Command::new(bin())
+        .args(["serve", "--port", "0"])
+        .env("WSTUNE_SERVE_CONFIG", "not json")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(code(&o), 3, "{err}");
+    assert!(
+        err.contains("$WSTUNE_SERVE_CONFIG is set") && err.contains("env -u WSTUNE_SERVE_CONFIG"),
+        "{err}"
+    );
+}
+
 #[test]
 fn help_is_what_the_snapshot_says() {
     let o = Command::new(bin())

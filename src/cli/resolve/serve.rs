@@ -23,6 +23,16 @@ use std::time::Duration;
 pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
     // A child server: its parent's configuration, handed over whole.
     if let Some(json) = crate::host::take_env(ENV_CONFIG).map_err(anyhow::Error::msg)? {
+        // wstune starts its child servers with no flags; a flag beside an inherited variable
+        // would be silently replaced by the variable's configuration, so it is refused. (The
+        // flags have no PartialEq; their Debug form says whether any was given.)
+        if format!("{a:?}") != format!("{:?}", ServeArgs::default()) {
+            bail!(
+                "${ENV_CONFIG} is set: it is how wstune hands its own child servers their whole \
+                 configuration, and it would replace every flag given here. Unset it \
+                 (env -u {ENV_CONFIG} wstune serve ...) to serve with these flags"
+            );
+        }
         let api_key = match crate::host::take_env(ENV_API_KEY).map_err(anyhow::Error::msg)? {
             Some(k) => Some(
                 embedded_server::channels::ApiKey::new(&k)
