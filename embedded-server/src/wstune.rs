@@ -7,12 +7,12 @@
 //! |---|---|
 //! | `WSTUNE_LISTEN` | the address to serve WebSocket on (`127.0.0.1:PORT`) |
 //! | `WSTUNE_ADMIN` | the address to serve `/metrics` on (`127.0.0.1:PORT`); set by `pool`, which reads the offload pool's timings there |
-//! | `WSTUNE_SERVER_CONFIG` | a JSON file with the profile's [`ServerConfig`] (pool sizes, caps, deflate, heartbeats, abuse limits) |
+//! | `WSTUNE_SERVER_CONFIG` | a JSON file with the profile's [`ServerConfig`] (pool sizes, caps, deflate, heartbeats, abuse limits, the memory budget and message deadlines) |
 //!
 //! [`Launch::from_env`] reads them, falling back to your program's own address and
 //! configuration when they are not set, so one `main` serves both ways. The file is merged
 //! into your configuration: the profile's tuning (sizes, caps, timeouts, offload pool,
-//! deflate, abuse limits) replaces yours; what it does not tune stays yours (the app, the
+//! deflate, abuse limits, memory budget) replaces yours; what it does not tune stays yours (the app, the
 //! channels settings with their JWT verifier); `allowed_origins` and `subprotocols` stay yours
 //! unless the profile lists some:
 //!
@@ -229,6 +229,26 @@ struct Wire {
     deflate: WireDeflate,
     inflate_budget: Option<usize>,
     limits: WireLimits,
+    #[serde(flatten)]
+    budget: WireBudget,
+}
+
+/// The memory budget and the deadlines that bound what a client can make the server hold.
+/// Absent in files written before they crossed: the program's own values stand then.
+#[derive(Serialize, Deserialize, Default)]
+struct WireBudget {
+    #[serde(default)]
+    memory_budget: Option<usize>,
+    #[serde(default)]
+    conn_memory_share: Option<usize>,
+    #[serde(default)]
+    message_timeout_ms: Option<u64>,
+    #[serde(default)]
+    send_drain_timeout_ms: Option<u64>,
+    #[serde(default)]
+    inflate_ratio_limit: Option<u32>,
+    #[serde(default)]
+    inflate_rate: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -310,6 +330,14 @@ pub fn to_json(c: &ServerConfig) -> String {
             max_pending_handshakes: l.max_pending_handshakes,
             fd_reserve: l.fd_reserve,
         },
+        budget: WireBudget {
+            memory_budget: c.memory_budget,
+            conn_memory_share: c.conn_memory_share,
+            message_timeout_ms: Some(ms(c.message_timeout)),
+            send_drain_timeout_ms: Some(ms(c.send_drain_timeout)),
+            inflate_ratio_limit: Some(c.inflate_ratio_limit),
+            inflate_rate: Some(c.inflate_rate),
+        },
     };
     serde_json::to_string_pretty(&wire).expect("plain data serializes")
 }
@@ -389,6 +417,21 @@ fn from_json(text: &str, base: ServerConfig) -> Result<ServerConfig, FromJson> {
             max_pending_handshakes: w.limits.max_pending_handshakes,
             fd_reserve: w.limits.fd_reserve,
         },
+        memory_budget: w.budget.memory_budget.or(base.memory_budget),
+        conn_memory_share: w.budget.conn_memory_share.or(base.conn_memory_share),
+        message_timeout: w
+            .budget
+            .message_timeout_ms
+            .map_or(base.message_timeout, Duration::from_millis),
+        send_drain_timeout: w
+            .budget
+            .send_drain_timeout_ms
+            .map_or(base.send_drain_timeout, Duration::from_millis),
+        inflate_ratio_limit: w
+            .budget
+            .inflate_ratio_limit
+            .unwrap_or(base.inflate_ratio_limit),
+        inflate_rate: w.budget.inflate_rate.unwrap_or(base.inflate_rate),
         ..base
     })
 }
@@ -424,6 +467,12 @@ mod tests {
             heartbeat_timeout: Duration::from_secs(9),
             backpressure_close: BackpressureClose::TryAgain,
             inflate_budget: Some(80 << 20),
+            memory_budget: Some(300 << 20),
+            conn_memory_share: Some(1 << 20),
+            message_timeout: Duration::from_secs(7),
+            send_drain_timeout: Duration::from_secs(11),
+            inflate_ratio_limit: 40,
+            inflate_rate: 5 << 20,
             ..ServerConfig::default()
         };
         c.deflate.enabled = true;
@@ -448,6 +497,38 @@ mod tests {
         assert_eq!(l.admin.unwrap().port(), 4568);
         // Every field that crosses (Debug prints them all; app/handler are not handed over).
         assert_eq!(format!("{:?}", l.config), format!("{c:?}"));
+    }
+
+    /// A file from a wstune that did not yet hand the budget over leaves the program's own.
+    #[test]
+    fn a_file_without_the_budget_keeps_the_programs_budget() {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&to_json(&ServerConfig::default())).unwrap();
+        for k in [
+            "memory_budget",
+            "conn_memory_share",
+            "message_timeout_ms",
+            "send_drain_timeout_ms",
+            "inflate_ratio_limit",
+            "inflate_rate",
+        ] {
+            assert!(
+                v.as_object_mut().unwrap().remove(k).is_some(),
+                "{k} is written"
+            );
+        }
+        let own = ServerConfig {
+            memory_budget: Some(123 << 20),
+            message_timeout: Duration::from_secs(42),
+            inflate_ratio_limit: 17,
+            ..ServerConfig::default()
+        };
+        let Ok(got) = from_json(&v.to_string(), own.clone()) else {
+            panic!("an older file is read")
+        };
+        assert_eq!(got.memory_budget, own.memory_budget);
+        assert_eq!(got.message_timeout, own.message_timeout);
+        assert_eq!(got.inflate_ratio_limit, 17);
     }
 
     #[test]
