@@ -1,5 +1,4 @@
 use super::*;
-use crate::serve::config::Secrets;
 use clap::Parser;
 
 /// `wstune serve FLAGS`, resolved as `serve` resolves it.
@@ -128,5 +127,4 @@ fn the_profiles_own_server_is_serve_with_no_flag() {
 fn no_secret_in_a_default_child() {
     let c = resolved(&[]);
     assert!(c.child_env().iter().all(|(k, _)| *k == ENV_CONFIG));
-    let _ = Secrets::default();
 }
