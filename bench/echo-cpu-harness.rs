@@ -25,7 +25,10 @@ fn main() -> std::io::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let server = embedded_server::Server::new(embedded_server::ServerConfig::default());
+        let server = embedded_server::Server::builtin(
+            embedded_server::ServerConfig::default(),
+            &embedded_server::BuiltinConfig::default(),
+        );
         let listeners = embedded_server::bind(([127, 0, 0, 1], port).into(), false, 1)?;
         server.run(listeners, embedded_server::shutdown_signal()?).await
     })

@@ -113,13 +113,13 @@ struct Pools {
 /// completes, with the HTTP API off (no key): see [`serve_with`].
 pub async fn serve(listener: TcpListener, hub: Arc<Hub>, shutdown: impl Future<Output = ()>) {
     let gate = Arc::new(Gate::new(None, hub.config.max_message_bytes));
-    let app = app_name(&hub);
-    serve_with(listener, hub, gate, app, shutdown).await
+    // No key: every API call is refused (403) before the application matters.
+    serve_with(listener, hub, gate, None, shutdown).await
 }
 
 /// The `--app` a server runs, when it is not channels (what the API's 409 names).
-pub fn app_name(hub: &Hub) -> Option<String> {
-    match hub.config.app {
+pub fn app_name(app: crate::App) -> Option<String> {
+    match app {
         crate::App::Channels => None,
         crate::App::Echo => Some("--app echo".into()),
         crate::App::Broadcast => Some("--app broadcast".into()),

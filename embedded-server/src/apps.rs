@@ -4,15 +4,44 @@
 //! offload pool, reply from there), broadcast (encode once for everybody) and channels (the
 //! JSON pub/sub protocol and token check of [`crate::channels`]).
 
-use crate::channels::{ChannelMetrics, Grant, Verifier};
-use crate::config::{App, ServerConfig, SimulatedWork};
+use crate::app_settings::{App, ChannelsSettings, SimulatedWork};
+use crate::channels::{ChannelMetrics, Grant};
+use crate::config::ConfigError;
 use crate::handler::{Conn, Handler, Message, Request, Upgrade};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// One of the built-in applications, chosen by [`ServerConfig::app`] and
-/// [`ServerConfig::handler`] (what `Server::new` serves).
+/// Which built-in application `Server::builtin` runs, and its settings: what `wstune serve`'s
+/// `--app`, `--handler` and `server.channels` choose. The server's own configuration
+/// (`ServerConfig`) says nothing about applications; a library user's [`Handler`] needs none
+/// of this.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct BuiltinConfig {
+    /// The application (`--app`).
+    pub app: App,
+    /// The simulated work before an echo (`--handler`); echo only.
+    pub handler: SimulatedWork,
+    /// The channels app's token check and subscription caps.
+    pub channels: ChannelsSettings,
+}
+
+impl BuiltinConfig {
+    /// The built-in handlers simulate work before an echo: any other app with one is refused.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.handler.offloaded() && self.app != App::Echo {
+            return Err(ConfigError::HandlerNeedsEcho {
+                handler: self.handler,
+                app: self.app,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One of the built-in applications, chosen by a [`BuiltinConfig`] (what `Server::builtin`
+/// serves).
 #[derive(Debug, Clone)]
 pub enum Builtin {
     /// Every message back to its sender, from the I/O thread.
@@ -26,15 +55,15 @@ pub enum Builtin {
     Channels(Arc<ChannelsApp>),
 }
 
-/// The channels app's upgrade-time state: the token verifier, and the connections whose
-/// token expires, closed when it does.
+/// The channels app: its settings (the token verifier, the subscription caps), and the
+/// connections whose token expires, closed when it does.
 #[derive(Debug, Default)]
 pub struct ChannelsApp {
-    verifier: Option<Arc<Verifier>>,
+    settings: ChannelsSettings,
     /// (when to close it, connection id) -> its handle: the earliest first, for the sweep.
     expiring: Mutex<BTreeMap<(u64, u64), Conn<ChannelState>>>,
     sweeping: OnceLock<()>,
-    /// The hub's channel counters (set from the configuration by [`Builtin::from_config`]).
+    /// The hub's channel counters (set by `Server::builtin` to the hub's).
     metrics: OnceLock<Arc<ChannelMetrics>>,
 }
 
@@ -54,23 +83,31 @@ fn close_at(exp: u64, id: u64) -> u64 {
 }
 
 impl ChannelsApp {
-    /// The app, checking tokens with `verifier` when given.
-    pub fn new(verifier: Option<Arc<Verifier>>) -> ChannelsApp {
+    /// The app with `settings`: tokens checked with their verifier when one is given,
+    /// subscriptions capped by theirs.
+    pub fn new(settings: ChannelsSettings) -> ChannelsApp {
         ChannelsApp {
-            verifier,
+            settings,
             ..Default::default()
         }
     }
 
     /// Count into `metrics` (the hub's): refused tokens happen before any connection (and
-    /// its hub handle) exists. The first call wins; [`Builtin::from_config`] makes it with
-    /// the configuration's counters, which the hub shares.
+    /// its hub handle) exists. The first call wins; `Server::builtin` makes it with the
+    /// hub's counters.
     pub fn count_into(&self, metrics: Arc<ChannelMetrics>) {
         let _ = self.metrics.set(metrics);
     }
 
+    /// Count an upgrade refused for its token (into the hub's counters, once they are set).
+    pub(crate) fn count_refusal(&self, e: crate::channels::AuthError) {
+        if let Some(m) = self.metrics.get() {
+            m.auth_failed(e);
+        }
+    }
+
     fn on_upgrade(&self, req: &Request<'_>) -> Result<ChannelState, crate::channels::AuthError> {
-        match &self.verifier {
+        match &self.settings.auth {
             None => Ok(None),
             Some(v) => v.verify_request(req).map(|g| Some(Arc::new(g))),
         }
@@ -118,16 +155,12 @@ impl ChannelsApp {
 
 impl Builtin {
     /// The application `config` asks for.
-    pub fn from_config(config: &ServerConfig) -> Builtin {
+    pub fn from_config(config: &BuiltinConfig) -> Builtin {
         match config.app {
             App::Echo if config.handler.offloaded() => Builtin::Simulated(config.handler),
             App::Echo => Builtin::Echo,
             App::Broadcast => Builtin::Broadcast,
-            App::Channels => {
-                let app = ChannelsApp::new(config.channels.auth.clone());
-                app.count_into(config.channels.metrics.clone());
-                Builtin::Channels(Arc::new(app))
-            }
+            App::Channels => Builtin::Channels(Arc::new(ChannelsApp::new(config.channels.clone()))),
         }
     }
 }
@@ -144,9 +177,7 @@ impl Handler for Builtin {
                 Err(e) => {
                     // The reason, never the token.
                     tracing::debug!(reason = e.label(), "upgrade refused: token check failed");
-                    if let Some(m) = app.metrics.get() {
-                        m.auth_failed(e);
-                    }
+                    app.count_refusal(e);
                     Upgrade::reject_with(401, e.message())
                 }
             },
@@ -195,7 +226,7 @@ impl Handler for Builtin {
                 );
             }
             Builtin::Broadcast => conn.broadcast(msg),
-            Builtin::Channels(_) => match msg {
+            Builtin::Channels(app) => match msg {
                 Message::Text(t) => {
                     let grant = conn.state().as_deref();
                     let reply = crate::channels::protocol::message_as(
@@ -203,6 +234,7 @@ impl Handler for Builtin {
                         conn.shared(),
                         t.as_bytes(),
                         grant,
+                        &app.settings,
                     );
                     if let Some(reply) = reply {
                         let _ = conn.send_text(&reply);
@@ -226,6 +258,7 @@ impl Handler for Builtin {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ServerConfig;
     use crate::hub::Hub;
     use crate::metrics::Metrics;
 
@@ -249,7 +282,7 @@ mod tests {
     #[test]
     fn the_sweep_closes_each_connection_once_its_exp_plus_the_leeway_passes() {
         let hub = hub();
-        let app = ChannelsApp::new(None);
+        let app = ChannelsApp::default();
         let (early, late) = (conn(&hub, 1000), conn(&hub, 2000));
         for c in [&early, &late] {
             let exp = c.state().as_ref().unwrap().exp;
@@ -270,24 +303,18 @@ mod tests {
     }
 
     #[test]
-    fn a_builtin_from_the_config_counts_refusals_into_the_hub_it_is_served_with() {
-        let cfg = ServerConfig {
-            app: App::Channels,
-            ..ServerConfig::default()
+    fn a_simulated_handler_needs_the_echo_app() {
+        assert!(BuiltinConfig::default().validate().is_ok());
+        let c = BuiltinConfig {
+            app: App::Broadcast,
+            handler: SimulatedWork::Cpu(5),
+            ..BuiltinConfig::default()
         };
-        let b = Builtin::from_config(&cfg);
-        let hub = Hub::new(cfg, Arc::new(Metrics::default()));
-        let Builtin::Channels(app) = &b else {
-            panic!("not channels")
-        };
-        app.metrics
-            .get()
-            .unwrap()
-            .auth_failed(crate::channels::AuthError::Missing);
-        let m = hub
-            .channel_metrics
-            .auth_failures(crate::channels::AuthError::Missing);
-        assert_eq!(m, 1);
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.starts_with("--handler cpu:5 works with --app echo only"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -306,7 +333,7 @@ mod tests {
     #[tokio::test]
     async fn a_normal_close_removes_the_connection_from_the_expiry_map() {
         let hub = hub();
-        let app = Arc::new(ChannelsApp::new(None));
+        let app = Arc::new(ChannelsApp::default());
         let b = Builtin::Channels(app.clone());
         let (a, c) = (conn(&hub, 1000), conn(&hub, 1000));
         b.on_open(&a);

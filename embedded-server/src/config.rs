@@ -1,12 +1,16 @@
 //! Every knob of the server, with its default and why it is bounded. `wstune serve` fills this
-//! from a profile and flags; library users build it directly.
+//! from a profile and flags; library users build it directly. Which application runs is not
+//! here: a library user passes a `Handler`, `wstune serve` a built-in one (`apps`).
 
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 pub use crate::app_settings::{App, SimulatedWork};
 
-/// How a consumer over its send-queue cap is closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a consumer over its send-queue cap is closed (its code, 1008 or 1013, in a
+/// configuration file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "u16", try_from = "u16")]
 pub enum BackpressureClose {
     /// 1008 policy violation.
     Policy,
@@ -24,6 +28,25 @@ impl BackpressureClose {
     }
 }
 
+impl From<BackpressureClose> for u16 {
+    fn from(c: BackpressureClose) -> u16 {
+        c.code()
+    }
+}
+
+impl TryFrom<u16> for BackpressureClose {
+    type Error = String;
+    fn try_from(code: u16) -> Result<BackpressureClose, String> {
+        match code {
+            1008 => Ok(BackpressureClose::Policy),
+            1013 => Ok(BackpressureClose::TryAgain),
+            _ => Err(format!(
+                "backpressure close code {code}: write 1008 (policy) or 1013 (try again later)"
+            )),
+        }
+    }
+}
+
 /// [`ServerConfig::notsent_lowat_bytes`]'s default: 128 KiB.
 pub const DEFAULT_NOTSENT_LOWAT: usize = 128 << 10;
 /// Its bounds when set: below a page every write would wake the connection again; the kernel
@@ -31,12 +54,14 @@ pub const DEFAULT_NOTSENT_LOWAT: usize = 128 << 10;
 pub const NOTSENT_LOWAT_BOUNDS: std::ops::RangeInclusive<usize> = 4096..=(1 << 30);
 
 /// Every setting of the server (see each field for its default and bound).
-#[derive(Debug, Clone)]
+///
+/// It is also a file format (serde): what `wstune` hands a server it runs (`wstune` module)
+/// and its own child processes. Durations are whole milliseconds under a `_ms` name
+/// (`heartbeat_interval_ms`), rates `[per_sec, burst]`, networks strings; a field a file leaves
+/// out takes its default.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ServerConfig {
-    /// The built-in application `Server::new` runs (`--app`).
-    pub app: App,
-    /// The built-in simulated work before an echo (`--handler`).
-    pub handler: SimulatedWork,
     /// Upgrades beyond this many open connections get HTTP 503. Default 100,000.
     pub max_connections: usize,
     /// Largest frame accepted (1009 above). Default 4 MiB, the guide's cap against peers that
@@ -60,10 +85,13 @@ pub struct ServerConfig {
     /// 1 GiB.
     pub notsent_lowat_bytes: usize,
     /// Server pings this often. Default 30 s.
+    #[serde(rename = "heartbeat_interval_ms", with = "millis")]
     pub heartbeat_interval: Duration,
     /// A connection silent (no frame, no pong) this long is closed. Default 90 s.
+    #[serde(rename = "heartbeat_timeout_ms", with = "millis")]
     pub heartbeat_timeout: Duration,
     /// The upgrade request must arrive within this (slowloris). Default 10 s.
+    #[serde(rename = "handshake_timeout_ms", with = "millis")]
     pub handshake_timeout: Duration,
     /// Largest upgrade request header. Default 8 KiB.
     pub max_header_bytes: usize,
@@ -76,6 +104,7 @@ pub struct ServerConfig {
     /// Bounded offload queue; a full queue makes the connection stop reading (TCP backpressure).
     pub offload_queue_size: usize,
     /// How long graceful shutdown waits for clients to answer the 1001 close.
+    #[serde(rename = "shutdown_grace_ms", with = "millis")]
     pub shutdown_grace: Duration,
     /// permessage-deflate (RFC 7692): off by default in the library; profiles turn it on.
     pub deflate: crate::deflate::DeflateSettings,
@@ -97,11 +126,13 @@ pub struct ServerConfig {
     /// this long. Zero: no bound. Default 30 s (Apache's mod_reqtimeout bounds a request body
     /// the same way, 20 s by default; nginx's `client_body_timeout` is 60 s between reads, which
     /// a drip defeats).
+    #[serde(rename = "message_timeout_ms", with = "millis")]
     pub message_timeout: Duration,
     /// A queue above `send_queue_bytes` (one large frame goes to an empty queue whole) must
     /// drain below it within this, or the connection is closed with the backpressure code: a
     /// pong, or anything else the peer sends, does not reset the clock. Zero: no bound.
     /// Default 30 s.
+    #[serde(rename = "send_drain_timeout_ms", with = "millis")]
     pub send_drain_timeout: Duration,
     /// A compressed message that inflates to more than this many times its compressed size is
     /// refused with 1009 once its output passes 1 MiB (smaller messages are never checked).
@@ -116,16 +147,25 @@ pub struct ServerConfig {
     /// Abuse limits (per-address cap, connection and message rates, exempt addresses, trusted
     /// proxies); all off by default. See `abuse`.
     pub limits: crate::abuse::LimitSettings,
-    /// The channels app's access control and caps (JWT on upgrade, subscriptions per
-    /// connection); see `channels`.
-    pub channels: crate::app_settings::ChannelsSettings,
+}
+
+/// A duration as whole milliseconds (what the flags' seconds and the profile's values fit).
+mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis().min(u64::MAX as u128) as u64)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            app: App::Echo,
-            handler: SimulatedWork::Echo,
             max_connections: 100_000,
             max_frame_bytes: 4 << 20,
             max_message_bytes: 16 << 20,
@@ -151,7 +191,6 @@ impl Default for ServerConfig {
             inflate_ratio_limit: 200,
             inflate_rate: 32 << 20,
             limits: crate::abuse::LimitSettings::default(),
-            channels: crate::app_settings::ChannelsSettings::default(),
         }
     }
 }
@@ -178,7 +217,7 @@ pub enum ConfigError {
     },
     /// Zero-sized fragments or frames, or a send queue smaller than one small frame.
     Sizes,
-    /// The built-in handlers simulate work before an echo.
+    /// The built-in handlers simulate work before an echo (`BuiltinConfig::validate`).
     HandlerNeedsEcho {
         /// The simulated work asked for.
         handler: SimulatedWork,
@@ -308,12 +347,6 @@ impl ServerConfig {
         let lowat = self.notsent_lowat_bytes;
         if lowat != 0 && !NOTSENT_LOWAT_BOUNDS.contains(&lowat) {
             return Err(ConfigError::NotsentLowat(lowat));
-        }
-        if self.handler.offloaded() && self.app != App::Echo {
-            return Err(ConfigError::HandlerNeedsEcho {
-                handler: self.handler,
-                app: self.app,
-            });
         }
         if self.inflate_budget() < self.max_message_bytes {
             return Err(ConfigError::InflateBudgetBelowMessage {
@@ -460,11 +493,6 @@ mod tests {
                 "--fragment and --max-frame must be positive and --send-queue at least 1024 bytes"
             );
         }
-        assert!(bad(|c| {
-            c.handler = SimulatedWork::Cpu(5);
-            c.app = App::Broadcast;
-        })
-        .starts_with("--handler cpu:5 works with --app echo only"));
         assert!(bad(|c| c.inflate_budget = Some(1000))
             .starts_with("inflate budget 1000 is below the message cap 16777216"));
         assert!(bad(|c| c.deflate.window_bits = 8)

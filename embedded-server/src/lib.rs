@@ -99,7 +99,7 @@ pub mod wstune;
 pub use abuse as limits;
 pub use abuse::{Cidr, LimitSettings, LimitsError, Rate};
 #[doc(hidden)]
-pub use apps::Builtin;
+pub use apps::{Builtin, BuiltinConfig};
 #[doc(hidden)]
 pub use config::{App, SimulatedWork};
 pub use config::{BackpressureClose, ConfigError, ServerConfig};

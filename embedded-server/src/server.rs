@@ -6,7 +6,7 @@
 //! the listeners and [`shutdown_signal`] the usual shutdown future.
 
 use crate::accept::{self, TlsConfig};
-use crate::apps::Builtin;
+use crate::apps::{Builtin, BuiltinConfig};
 use crate::config::{ConfigError, ServerConfig};
 use crate::conn::Ctx;
 use crate::handler::Handler;
@@ -41,14 +41,14 @@ pub struct Server<H: Handler = Builtin> {
 }
 
 impl Server<Builtin> {
-    /// The built-in application `config` names ([`ServerConfig::app`] and
-    /// [`ServerConfig::handler`]): what `wstune serve` runs. Not part of the stable API. Unlike [`Server::with_handler`]
-    /// it trusts `config`: `wstune` validates it first, naming the flag or profile key that
-    /// set a bad value, which this layer cannot know.
+    /// The built-in application `app` names ([`BuiltinConfig`]): what `wstune serve` runs.
+    /// Not part of the stable API. Unlike [`Server::with_handler`] it trusts both
+    /// configurations: `wstune` validates them first, naming the flag or profile key that set
+    /// a bad value, which this layer cannot know. The channels app counts into the hub's
+    /// counters, refused upgrades (before any connection exists) included.
     #[doc(hidden)]
-    pub fn new(config: ServerConfig) -> Server<Builtin> {
-        let app = Builtin::from_config(&config);
-        let server = Server::build(config, app);
+    pub fn builtin(config: ServerConfig, app: &BuiltinConfig) -> Server<Builtin> {
+        let server = Server::build(config, Builtin::from_config(app));
         if let Builtin::Channels(app) = server.handler() {
             app.count_into(server.hub.channel_metrics.clone());
         }
@@ -60,8 +60,7 @@ impl<H: Handler> Server<H> {
     /// A server running `handler`, once `config` passes [`ServerConfig::validate`] (a bad
     /// value would otherwise misbehave at run time: every message refused, every connection
     /// timed out). The offload pool starts with the server when the handler asks for it
-    /// ([`Handler::uses_offload`]), else on the first offloaded job. `config.app` and
-    /// `config.handler` are the built-in apps' and are not used here.
+    /// ([`Handler::uses_offload`]), else on the first offloaded job.
     ///
     /// ```
     /// use embedded_server::{ConfigError, Server, ServerConfig};
@@ -269,5 +268,28 @@ pub fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
         Ok(async {
             let _ = tokio::signal::ctrl_c().await;
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::channels::AuthError;
+
+    #[test]
+    fn a_builtin_channels_app_counts_refusals_into_its_servers_hub() {
+        let app = BuiltinConfig {
+            app: crate::App::Channels,
+            ..BuiltinConfig::default()
+        };
+        let server = Server::builtin(ServerConfig::default(), &app);
+        let Builtin::Channels(channels) = server.handler() else {
+            panic!("not channels")
+        };
+        channels.count_refusal(AuthError::Missing);
+        assert_eq!(
+            server.hub.channel_metrics.auth_failures(AuthError::Missing),
+            1
+        );
     }
 }

@@ -10,11 +10,12 @@
 //! | `WSTUNE_SERVER_CONFIG` | a JSON file with the profile's [`ServerConfig`] (pool sizes, caps, deflate, heartbeats, abuse limits, the memory budget and message deadlines) |
 //!
 //! [`Launch::from_env`] reads them, falling back to your program's own address and
-//! configuration when they are not set, so one `main` serves both ways. The file is merged
-//! into your configuration: the profile's tuning (sizes, caps, timeouts, offload pool,
-//! deflate, abuse limits, memory budget) replaces yours; what it does not tune stays yours (the app, the
-//! channels settings with their JWT verifier); `allowed_origins` and `subprotocols` stay yours
-//! unless the profile lists some:
+//! configuration when they are not set, so one `main` serves both ways. The file is
+//! [`ServerConfig`]'s serde form with a version, merged into your configuration: every field it
+//! carries (the profile's tuning: sizes, caps, timeouts, offload pool, deflate, abuse limits,
+//! memory budget) replaces yours; a field it does not carry (a file from an older `wstune`)
+//! stays yours; `allowed_origins` and `subprotocols` stay yours unless the profile lists some.
+//! Your handler, and whatever it was built with, is yours alone:
 //!
 //! ```no_run
 //! use embedded_server::{wstune::Launch, Conn, Handler, Message, Request, ServerConfig, Upgrade};
@@ -43,12 +44,9 @@
 //! that writes a format it does not know gets [`EnvError::Version`], never a silently partial
 //! configuration.
 
-use crate::abuse::{Cidr, LimitSettings, Rate};
-use crate::deflate::DeflateSettings;
-use crate::{BackpressureClose, ConfigError, Handler, Server, ServerConfig};
-use serde::{Deserialize, Serialize};
+use crate::{ConfigError, Handler, Server, ServerConfig};
+use serde::Serialize;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 /// The WebSocket address variable.
 pub const LISTEN_VAR: &str = "WSTUNE_LISTEN";
@@ -205,139 +203,20 @@ impl Launch {
     }
 }
 
-#[derive(Serialize, Deserialize)]
-struct Wire {
+/// The file: the format's version beside the configuration's own fields (see
+/// [`ServerConfig`]'s serde form).
+#[derive(Serialize)]
+struct Wire<'a> {
     version: u32,
-    max_connections: usize,
-    max_frame_bytes: usize,
-    max_message_bytes: usize,
-    fragment_bytes: usize,
-    send_queue_bytes: usize,
-    backpressure_close: u16,
-    // Absent in files written before it existed: the library's default.
-    #[serde(default = "default_notsent_lowat")]
-    notsent_lowat_bytes: usize,
-    heartbeat_interval_ms: u64,
-    heartbeat_timeout_ms: u64,
-    handshake_timeout_ms: u64,
-    max_header_bytes: usize,
-    allowed_origins: Vec<String>,
-    subprotocols: Vec<String>,
-    offload_pool_size: usize,
-    offload_queue_size: usize,
-    shutdown_grace_ms: u64,
-    deflate: WireDeflate,
-    inflate_budget: Option<usize>,
-    limits: WireLimits,
     #[serde(flatten)]
-    budget: WireBudget,
+    config: &'a ServerConfig,
 }
 
-/// The memory budget and the deadlines that bound what a client can make the server hold.
-/// Absent in files written before they crossed: the program's own values stand then.
-#[derive(Serialize, Deserialize, Default)]
-struct WireBudget {
-    #[serde(default)]
-    memory_budget: Option<usize>,
-    #[serde(default)]
-    conn_memory_share: Option<usize>,
-    #[serde(default)]
-    message_timeout_ms: Option<u64>,
-    #[serde(default)]
-    send_drain_timeout_ms: Option<u64>,
-    #[serde(default)]
-    inflate_ratio_limit: Option<u32>,
-    #[serde(default)]
-    inflate_rate: Option<u64>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct WireDeflate {
-    enabled: bool,
-    window_bits: u8,
-    mem_level: u8,
-    level: u8,
-    threshold: usize,
-    context_takeover: bool,
-}
-
-#[derive(Serialize, Deserialize)]
-struct WireLimits {
-    max_connections_per_ip: usize,
-    /// (per second, burst)
-    connection_rate_per_ip: Option<(u32, u32)>,
-    connection_rate: Option<(u32, u32)>,
-    message_rate: Option<(u32, u32)>,
-    message_rate_close: u16,
-    exempt: Vec<String>,
-    trusted_proxies: Vec<String>,
-    // The accept gate's guards; absent in files written before they existed (the defaults).
-    #[serde(default)]
-    max_pending_handshakes: usize,
-    #[serde(default)]
-    fd_reserve: Option<usize>,
-}
-
-fn default_notsent_lowat() -> usize {
-    crate::config::DEFAULT_NOTSENT_LOWAT
-}
-
-fn ms(d: Duration) -> u64 {
-    d.as_millis().min(u64::MAX as u128) as u64
-}
-
-/// The configuration as `wstune` writes it into `WSTUNE_SERVER_CONFIG`'s file. The built-in
-/// apps' settings (`app`, `handler`) are not part of it: the program runs its own handler.
+/// The configuration as `wstune` writes it into `WSTUNE_SERVER_CONFIG`'s file.
 pub fn to_json(c: &ServerConfig) -> String {
-    let rate = |r: Option<Rate>| r.map(|r| (r.per_sec, r.burst));
-    let l = &c.limits;
-    let d = &c.deflate;
     let wire = Wire {
         version: VERSION,
-        max_connections: c.max_connections,
-        max_frame_bytes: c.max_frame_bytes,
-        max_message_bytes: c.max_message_bytes,
-        fragment_bytes: c.fragment_bytes,
-        send_queue_bytes: c.send_queue_bytes,
-        backpressure_close: c.backpressure_close.code(),
-        notsent_lowat_bytes: c.notsent_lowat_bytes,
-        heartbeat_interval_ms: ms(c.heartbeat_interval),
-        heartbeat_timeout_ms: ms(c.heartbeat_timeout),
-        handshake_timeout_ms: ms(c.handshake_timeout),
-        max_header_bytes: c.max_header_bytes,
-        allowed_origins: c.allowed_origins.clone(),
-        subprotocols: c.subprotocols.clone(),
-        offload_pool_size: c.offload_pool_size,
-        offload_queue_size: c.offload_queue_size,
-        shutdown_grace_ms: ms(c.shutdown_grace),
-        deflate: WireDeflate {
-            enabled: d.enabled,
-            window_bits: d.window_bits,
-            mem_level: d.mem_level,
-            level: d.level,
-            threshold: d.threshold,
-            context_takeover: d.context_takeover,
-        },
-        inflate_budget: c.inflate_budget,
-        limits: WireLimits {
-            max_connections_per_ip: l.max_connections_per_ip,
-            connection_rate_per_ip: rate(l.connection_rate_per_ip),
-            connection_rate: rate(l.connection_rate),
-            message_rate: rate(l.message_rate),
-            message_rate_close: l.message_rate_close,
-            exempt: l.exempt.iter().map(|c| c.to_string()).collect(),
-            trusted_proxies: l.trusted_proxies.iter().map(|c| c.to_string()).collect(),
-            max_pending_handshakes: l.max_pending_handshakes,
-            fd_reserve: l.fd_reserve,
-        },
-        budget: WireBudget {
-            memory_budget: c.memory_budget,
-            conn_memory_share: c.conn_memory_share,
-            message_timeout_ms: Some(ms(c.message_timeout)),
-            send_drain_timeout_ms: Some(ms(c.send_drain_timeout)),
-            inflate_ratio_limit: Some(c.inflate_ratio_limit),
-            inflate_rate: Some(c.inflate_rate),
-        },
+        config: c,
     };
     serde_json::to_string_pretty(&wire).expect("plain data serializes")
 }
@@ -347,98 +226,61 @@ enum FromJson {
     Format(String),
 }
 
-/// Read what [`to_json`] wrote over the program's own `base`: the tuned fields (sizes, caps,
-/// timeouts, pool, deflate, abuse limits) are wstune's; what the file does not carry (the
-/// app, the channels settings: JWT verifier, caps) stays the program's; `allowed_origins` and
-/// `subprotocols` are the program's unless the profile names some (its list replaces the
-/// program's then).
+/// Read what [`to_json`] wrote over the program's own `base`: every field the file carries is
+/// wstune's (the profile's tuning); a field it does not carry (a file from an older wstune)
+/// stays the program's; `allowed_origins` and `subprotocols` stay the program's unless the
+/// profile names some (its list replaces the program's then).
 fn from_json(text: &str, base: ServerConfig) -> Result<ServerConfig, FromJson> {
+    let format = |e: serde_json::Error| FromJson::Format(e.to_string());
+    let mut file: serde_json::Value = serde_json::from_str(text).map_err(format)?;
     // The version first, so a newer format is named as such rather than as a parse error.
-    #[derive(Deserialize)]
-    struct Versioned {
-        version: u32,
+    let version = file
+        .as_object_mut()
+        .and_then(|o| o.remove("version"))
+        .ok_or_else(|| FromJson::Format("no \"version\" field".into()))?;
+    match version.as_u64() {
+        Some(v) if v == u64::from(VERSION) => {}
+        Some(v) => return Err(FromJson::Version(u32::try_from(v).unwrap_or(u32::MAX))),
+        None => {
+            return Err(FromJson::Format(format!(
+                "version {version} is not a number"
+            )))
+        }
     }
-    let v: Versioned = serde_json::from_str(text).map_err(|e| FromJson::Format(e.to_string()))?;
-    if v.version != VERSION {
-        return Err(FromJson::Version(v.version));
+    let mut merged = serde_json::to_value(&base).expect("plain data serializes");
+    overlay(&mut merged, file);
+    let mut c: ServerConfig = serde_json::from_value(merged).map_err(format)?;
+    if c.allowed_origins.is_empty() {
+        c.allowed_origins = base.allowed_origins;
     }
-    let w: Wire = serde_json::from_str(text).map_err(|e| FromJson::Format(e.to_string()))?;
-    let rate = |r: Option<(u32, u32)>| r.and_then(|(p, b)| Rate::new(p, b));
-    let cidrs = |v: &[String]| -> Result<Vec<Cidr>, FromJson> {
-        v.iter()
-            .map(|s| Cidr::parse(s).map_err(FromJson::Format))
-            .collect()
-    };
-    Ok(ServerConfig {
-        max_connections: w.max_connections,
-        max_frame_bytes: w.max_frame_bytes,
-        max_message_bytes: w.max_message_bytes,
-        fragment_bytes: w.fragment_bytes,
-        send_queue_bytes: w.send_queue_bytes,
-        backpressure_close: match w.backpressure_close {
-            1013 => BackpressureClose::TryAgain,
-            _ => BackpressureClose::Policy,
-        },
-        notsent_lowat_bytes: w.notsent_lowat_bytes,
-        heartbeat_interval: Duration::from_millis(w.heartbeat_interval_ms),
-        heartbeat_timeout: Duration::from_millis(w.heartbeat_timeout_ms),
-        handshake_timeout: Duration::from_millis(w.handshake_timeout_ms),
-        max_header_bytes: w.max_header_bytes,
-        allowed_origins: if w.allowed_origins.is_empty() {
-            base.allowed_origins.clone()
-        } else {
-            w.allowed_origins
-        },
-        subprotocols: if w.subprotocols.is_empty() {
-            base.subprotocols.clone()
-        } else {
-            w.subprotocols
-        },
-        offload_pool_size: w.offload_pool_size,
-        offload_queue_size: w.offload_queue_size,
-        shutdown_grace: Duration::from_millis(w.shutdown_grace_ms),
-        deflate: DeflateSettings {
-            enabled: w.deflate.enabled,
-            window_bits: w.deflate.window_bits,
-            mem_level: w.deflate.mem_level,
-            level: w.deflate.level,
-            threshold: w.deflate.threshold,
-            context_takeover: w.deflate.context_takeover,
-        },
-        inflate_budget: w.inflate_budget,
-        limits: LimitSettings {
-            max_connections_per_ip: w.limits.max_connections_per_ip,
-            connection_rate_per_ip: rate(w.limits.connection_rate_per_ip),
-            connection_rate: rate(w.limits.connection_rate),
-            message_rate: rate(w.limits.message_rate),
-            message_rate_close: w.limits.message_rate_close,
-            exempt: cidrs(&w.limits.exempt)?,
-            trusted_proxies: cidrs(&w.limits.trusted_proxies)?,
-            max_pending_handshakes: w.limits.max_pending_handshakes,
-            fd_reserve: w.limits.fd_reserve,
-        },
-        memory_budget: w.budget.memory_budget.or(base.memory_budget),
-        conn_memory_share: w.budget.conn_memory_share.or(base.conn_memory_share),
-        message_timeout: w
-            .budget
-            .message_timeout_ms
-            .map_or(base.message_timeout, Duration::from_millis),
-        send_drain_timeout: w
-            .budget
-            .send_drain_timeout_ms
-            .map_or(base.send_drain_timeout, Duration::from_millis),
-        inflate_ratio_limit: w
-            .budget
-            .inflate_ratio_limit
-            .unwrap_or(base.inflate_ratio_limit),
-        inflate_rate: w.budget.inflate_rate.unwrap_or(base.inflate_rate),
-        ..base
-    })
+    if c.subprotocols.is_empty() {
+        c.subprotocols = base.subprotocols;
+    }
+    Ok(c)
+}
+
+/// `top`'s fields over `base`'s, object by object (so a file may carry part of `limits`).
+fn overlay(base: &mut serde_json::Value, top: serde_json::Value) {
+    match (base, top) {
+        (serde_json::Value::Object(b), serde_json::Value::Object(t)) => {
+            for (k, v) in t {
+                match b.get_mut(&k) {
+                    Some(slot) => overlay(slot, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, top) => *slot = top,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{BackpressureClose, Cidr, Rate};
+    use std::time::Duration;
 
     fn vars<'a>(pairs: &'a [(&'a str, String)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
@@ -533,13 +375,12 @@ mod tests {
 
     #[test]
     fn the_programs_own_settings_outside_the_tuning_are_kept() {
-        let mut own = ServerConfig {
+        let own = ServerConfig {
             subprotocols: vec!["chat.v1".into()],
             allowed_origins: vec!["https://app.example".into()],
             offload_pool_size: 2,
             ..ServerConfig::default()
         };
-        own.channels.max_subscriptions = 7;
         let tuned = ServerConfig {
             offload_pool_size: 9,
             ..ServerConfig::default()
@@ -556,9 +397,69 @@ mod tests {
         assert_eq!(l.config.offload_pool_size, 9, "the tuning is wstune's");
         assert_eq!(l.config.subprotocols, own.subprotocols);
         assert_eq!(l.config.allowed_origins, own.allowed_origins);
-        assert_eq!(
-            format!("{:?}", l.config.channels),
-            format!("{:?}", own.channels)
+    }
+
+    /// The file as the first `wstune` to write it did (every field then, in its own layout):
+    /// still read, each value where it was.
+    #[test]
+    fn a_file_in_the_first_layout_is_read() {
+        let first = r#"{
+          "version": 1, "max_connections": 5000, "max_frame_bytes": 1048576,
+          "max_message_bytes": 4194304, "fragment_bytes": 65536, "send_queue_bytes": 262144,
+          "backpressure_close": 1013, "heartbeat_interval_ms": 20000,
+          "heartbeat_timeout_ms": 60000, "handshake_timeout_ms": 5000, "max_header_bytes": 8192,
+          "allowed_origins": [], "subprotocols": [], "offload_pool_size": 4,
+          "offload_queue_size": 512, "shutdown_grace_ms": 3000,
+          "deflate": {"enabled": true, "window_bits": 12, "mem_level": 5, "level": 3,
+                      "threshold": 256, "context_takeover": false},
+          "inflate_budget": 67108864,
+          "limits": {"max_connections_per_ip": 100, "connection_rate_per_ip": [10, 20],
+                     "connection_rate": null, "message_rate": [50, 100],
+                     "message_rate_close": 1008, "exempt": ["10.0.0.0/8"],
+                     "trusted_proxies": []}
+        }"#;
+        let own = ServerConfig {
+            memory_budget: Some(99 << 20),
+            notsent_lowat_bytes: 0,
+            ..ServerConfig::default()
+        };
+        let Ok(c) = from_json(first, own) else {
+            panic!("the first layout is read")
+        };
+        assert_eq!(c.max_connections, 5000);
+        assert_eq!(c.backpressure_close, crate::BackpressureClose::TryAgain);
+        assert_eq!(c.heartbeat_interval, std::time::Duration::from_secs(20));
+        assert_eq!(c.shutdown_grace, std::time::Duration::from_secs(3));
+        assert!(c.deflate.enabled && c.deflate.window_bits == 12 && !c.deflate.context_takeover);
+        assert_eq!(c.limits.connection_rate_per_ip, crate::Rate::new(10, 20));
+        assert_eq!(c.limits.message_rate, crate::Rate::new(50, 100));
+        assert_eq!(c.limits.exempt[0].to_string(), "10.0.0.0/8");
+        // What that layout did not carry is the program's.
+        assert_eq!(c.memory_budget, Some(99 << 20));
+        assert_eq!(c.notsent_lowat_bytes, 0);
+        assert_eq!(c.limits.fd_reserve, None);
+    }
+
+    #[test]
+    fn a_bad_value_in_the_file_is_named() {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&to_json(&ServerConfig::default())).unwrap();
+        v["backpressure_close"] = 1011.into();
+        let Err(FromJson::Format(e)) = from_json(&v.to_string(), ServerConfig::default()) else {
+            panic!("1011 is refused")
+        };
+        assert!(
+            e.contains("backpressure close code 1011: write 1008"),
+            "{e}"
+        );
+        v["backpressure_close"] = 1008.into();
+        v["limits"]["exempt"] = serde_json::json!(["10.0.0.300"]);
+        let Err(FromJson::Format(e)) = from_json(&v.to_string(), ServerConfig::default()) else {
+            panic!("a bad address is refused")
+        };
+        assert!(
+            e.contains("'10.0.0.300' is not an address or network"),
+            "{e}"
         );
     }
 

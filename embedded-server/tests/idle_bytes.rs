@@ -215,8 +215,9 @@ fn idle_connection_bytes() {
         .enable_all()
         .build()
         .unwrap();
-    let server = std::sync::Arc::new(embedded_server::Server::new(
+    let server = std::sync::Arc::new(embedded_server::Server::builtin(
         embedded_server::ServerConfig::default(),
+        &embedded_server::BuiltinConfig::default(),
     ));
     let _in_rt = rt.enter();
     let listeners = embedded_server::bind("127.0.0.1:0".parse().unwrap(), false, 1).expect("bind");

@@ -7,7 +7,7 @@ use crate::report::ListFormat;
 use crate::selftest::command::UserServer;
 use crate::selftest::{self, client::Target, RunPlan as Options, Scenario};
 use anyhow::{bail, Context, Result};
-use embedded_server::{Hub, ServerConfig, SimulatedWork};
+use embedded_server::{BuiltinConfig, Hub, ServerConfig, SimulatedWork};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
@@ -151,12 +151,15 @@ fn start_local(
     conns: usize,
 ) -> Result<(SocketAddr, Arc<Hub>, tokio::sync::oneshot::Sender<()>)> {
     let config = ServerConfig {
-        handler,
         offload_pool_size: size,
         max_connections: conns + 64,
         ..ServerConfig::default()
     };
-    selftest::server::start_in_process(config)
+    let app = BuiltinConfig {
+        handler,
+        ..BuiltinConfig::default()
+    };
+    selftest::server::start_in_process(config, &app)
 }
 
 fn target(addr: SocketAddr) -> Target {

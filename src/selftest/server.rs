@@ -38,10 +38,12 @@ pub fn sample_tree(pid: u32) -> Option<(f64, u64)> {
     total
 }
 
-/// The embedded server with `config` on a free loopback port, in this process (on the
-/// current Tokio runtime), until the sender is used or dropped: its address and hub.
+/// The embedded server with `config`, running the built-in `app`, on a free loopback port, in
+/// this process (on the current Tokio runtime), until the sender is used or dropped: its
+/// address and hub.
 pub fn start_in_process(
     config: embedded_server::ServerConfig,
+    app: &embedded_server::BuiltinConfig,
 ) -> Result<(
     SocketAddr,
     std::sync::Arc<embedded_server::Hub>,
@@ -50,7 +52,7 @@ pub fn start_in_process(
     let listeners = embedded_server::bind("127.0.0.1:0".parse()?, false, 1)
         .context("cannot listen on a loopback port (127.0.0.1)")?;
     let addr = listeners[0].local_addr()?;
-    let server = embedded_server::Server::new(config);
+    let server = embedded_server::Server::builtin(config, app);
     let hub = server.hub();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {

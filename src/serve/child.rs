@@ -30,7 +30,7 @@ impl ChildServer {
     pub async fn start(config: &super::config::ServeConfig) -> Result<ChildServer> {
         let what = format!(
             "`wstune serve`: {} on {} processes",
-            format!("{:?}", config.server.app).to_lowercase(),
+            format!("{:?}", config.builtin.app).to_lowercase(),
             config.processes
         );
         let exe = std::env::current_exe()

@@ -9,11 +9,9 @@
 //! API key, the JWT secret) never enter that JSON or any file: they travel in the child's
 //! environment only ([`ServeConfig::child_env`]).
 
-mod wire;
-
 use crate::profile::Processes;
 use embedded_server::channels::ApiKey;
-use embedded_server::{App, ServerConfig, SimulatedWork};
+use embedded_server::{App, BuiltinConfig, ServerConfig, SimulatedWork};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -30,7 +28,7 @@ pub const ENV_AUTH_SECRET: &str = "WSTUNE_AUTH_SECRET";
 /// The handed-over format's version: a child that reads another refuses it, never runs a
 /// partial configuration (a parent and child are the same binary, so this is a guard against
 /// a binary replaced under a running supervisor).
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// One row of the settings table: setting, value, where it came from (flag, profile, default,
 /// env).
@@ -56,7 +54,7 @@ pub struct TlsFiles {
 pub struct Secrets {
     /// The admin listener's HTTP API key (None: the API is off).
     pub api_key: Option<ApiKey>,
-    /// The JWT secret as read (the verifier in `ServerConfig::channels.auth` is built from it).
+    /// The JWT secret as read (the verifier in `BuiltinConfig::channels.auth` is built from it).
     pub auth_secret: Option<String>,
 }
 
@@ -100,8 +98,10 @@ pub struct ServeConfig {
     /// `--cluster`: the Redis backplane's URL.
     pub cluster: Option<String>,
     /// The embedded server's configuration.
-    #[serde(with = "wire")]
     pub server: ServerConfig,
+    /// The built-in application it runs (`--app`, `--handler`, the channels app's settings;
+    /// the token verifier is rebuilt from the secret, never written).
+    pub builtin: BuiltinConfig,
     /// The settings table, in the order `serve` prints it.
     pub settings: Vec<Row>,
     /// The memory budget was derived from the connection count (no flag, no profile key): a
@@ -173,13 +173,14 @@ impl ServeConfig {
                     "${ENV_AUTH_SECRET}: not set for a child server whose configuration checks tokens"
                 )
             })?;
-            c.server.channels.auth = Some(std::sync::Arc::new(
+            c.builtin.channels.auth = Some(std::sync::Arc::new(
                 t.verifier(secret)
                     .map_err(|e| anyhow::anyhow!("${ENV_AUTH_SECRET}: {e}"))?,
             ));
         }
         c.secrets = secrets;
         c.server.validate()?;
+        c.builtin.validate()?;
         Ok(c)
     }
 
@@ -285,11 +286,11 @@ impl ServeConfig {
         c.processes_from = "--processes".into();
         c.log_format = LogFormat::Text;
         c.log_level = None;
-        c.server.app = app;
+        c.builtin.app = app;
         c.set_row("app", format!("{app:?}").to_lowercase(), "flag");
         if app != App::Echo {
             // The simulated work is echo's.
-            c.server.handler = SimulatedWork::Echo;
+            c.builtin.handler = SimulatedWork::Echo;
             c.set_row("handler", "echo".into(), "flag");
         }
         exempt_self_test(&mut c.server.limits);

@@ -70,14 +70,14 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
         );
         eprintln!("wstune serve: listening on {scheme}://{local}/");
         if let Some(a) = admin_addr {
-            let api = if r.secrets.api_key.is_some() && r.server.app == embedded_server::App::Channels {
+            let api = if r.secrets.api_key.is_some() && r.builtin.app == embedded_server::App::Channels {
                 format!(" and the API on http://{a}/api/")
             } else {
                 String::new()
             };
             eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics{api}");
         }
-        let server = with_tls(Server::new(r.server.clone()), tls);
+        let server = with_tls(Server::builtin(r.server.clone(), &r.builtin), tls);
         if let Some(url) = &r.cluster {
             crate::serve::cluster::start(url, server.hub())?;
             eprintln!("wstune serve: cluster backplane on {url} (channel {})", crate::serve::cluster::CHANNEL);
@@ -97,7 +97,7 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
             let max_body = r.server.max_message_bytes;
             use embedded_server::admin::{app_name, Gate};
             let gate = std::sync::Arc::new(Gate::new(r.secrets.api_key.clone(), max_body));
-            let app = app_name(&hub);
+            let app = app_name(r.builtin.app);
             let stop = async move {
                 let _ = rx.changed().await;
             };

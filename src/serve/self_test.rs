@@ -10,7 +10,6 @@ use crate::outcome::Outcome;
 use crate::profile::Profile;
 use crate::selftest::report::BudgetReport;
 use anyhow::Result;
-use embedded_server::ServerConfig;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -80,11 +79,12 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
         config.max_connections = config.max_connections.max(conns + 16);
         crate::serve::config::exempt_self_test(&mut config.limits);
         let start = |app: embedded_server::App| {
-            crate::selftest::server::start_in_process(ServerConfig {
+            let app = embedded_server::BuiltinConfig {
                 app,
-                ..config.clone()
-            })
-            .map(|(addr, hub, stop)| (addr, stop, hub.metrics.clone()))
+                ..r.builtin.clone()
+            };
+            crate::selftest::server::start_in_process(config.clone(), &app)
+                .map(|(addr, hub, stop)| (addr, stop, hub.metrics.clone()))
         };
         enum Running {
             InProcess(

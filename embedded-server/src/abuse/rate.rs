@@ -8,12 +8,28 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A rate: `per_sec` events a second on average, up to `burst` at once after a quiet spell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// In a configuration file, `[per_sec, burst]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "(u32, u32)", try_from = "(u32, u32)")]
 pub struct Rate {
     /// Events a second on average.
     pub per_sec: u32,
     /// Events at once after a quiet spell.
     pub burst: u32,
+}
+
+impl From<Rate> for (u32, u32) {
+    fn from(r: Rate) -> (u32, u32) {
+        (r.per_sec, r.burst)
+    }
+}
+
+impl TryFrom<(u32, u32)> for Rate {
+    type Error = String;
+    fn try_from((per_sec, burst): (u32, u32)) -> Result<Rate, String> {
+        Rate::new(per_sec, burst)
+            .ok_or_else(|| "a rate of 0 per second: write null to turn the limit off".into())
+    }
 }
 
 impl Rate {

@@ -6,11 +6,26 @@
 use super::rate::Rate;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// An address or a network: `10.0.0.0/8`, `192.0.2.7`, `2001:db8::/32`, `::1`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An address or a network: `10.0.0.0/8`, `192.0.2.7`, `2001:db8::/32`, `::1` (in a
+/// configuration file too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub struct Cidr {
     net: IpAddr,
     prefix: u8,
+}
+
+impl From<Cidr> for String {
+    fn from(c: Cidr) -> String {
+        c.to_string()
+    }
+}
+
+impl TryFrom<String> for Cidr {
+    type Error = String;
+    fn try_from(s: String) -> Result<Cidr, String> {
+        Cidr::parse(&s)
+    }
 }
 
 impl Cidr {
@@ -83,7 +98,8 @@ pub(super) fn key(ip: IpAddr) -> IpAddr {
 
 /// The limits as configured (`ServerConfig::limits`). The default turns everything off and
 /// trusts no proxy.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct LimitSettings {
     /// Concurrent connections per client address (IPv6: per /64); 0 = no cap.
     pub max_connections_per_ip: usize,

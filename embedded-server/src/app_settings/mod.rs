@@ -1,7 +1,7 @@
 //! The built-in apps' settings (which app, the simulated handler's work, the channels app's
-//! token check and caps) and the channels app's counters: plain data the server's
-//! configuration carries for `wstune serve`, kept below the hub, the handler API and the apps
-//! themselves so that the configuration names none of them.
+//! token check and caps) and the channels app's counters: plain data that `wstune serve`
+//! chooses (`apps::BuiltinConfig`), kept below the hub, the handler API and the apps
+//! themselves so that none of them is needed to describe a configuration.
 
 mod channel_metrics;
 
@@ -10,10 +10,13 @@ pub use channel_metrics::{ChannelMetrics, ProtocolError};
 use crate::jwt::Verifier;
 use std::sync::Arc;
 
-/// What the server does with each message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the server does with each message (`echo`, `broadcast`, `channels` in a
+/// configuration file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum App {
     /// Send every message back to its sender.
+    #[default]
     Echo,
     /// Send every message to every connected client (encoded once).
     Broadcast,
@@ -25,9 +28,11 @@ pub enum App {
 /// the offload pool, never on an I/O thread. Not to be confused with the `Handler`
 /// trait, through which real application code runs (the built-in apps use it too, see
 /// `apps`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum SimulatedWork {
     /// No work: echo inline on the I/O thread.
+    #[default]
     Echo,
     /// Spin on the CPU for this many microseconds.
     Cpu(u64),
@@ -103,6 +108,19 @@ impl SimulatedWork {
     }
 }
 
+impl From<SimulatedWork> for String {
+    fn from(w: SimulatedWork) -> String {
+        w.to_string()
+    }
+}
+
+impl TryFrom<String> for SimulatedWork {
+    type Error = String;
+    fn try_from(s: String) -> Result<SimulatedWork, String> {
+        SimulatedWork::parse(&s)
+    }
+}
+
 /// The spec `parse` reads: `echo`, `cpu:MICROS`, `block:MILLIS`, `mixed:CPU_US,BLOCK_MS`.
 impl std::fmt::Display for SimulatedWork {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -130,19 +148,20 @@ pub const MAX_SUBSCRIPTION_BYTES: usize = 16 * 1024;
 /// The longest channel name (bytes), for the WebSocket protocol and the HTTP API alike.
 pub const MAX_CHANNEL_NAME: usize = 256;
 
-/// The channels app's settings (`ServerConfig::channels`).
-#[derive(Debug, Clone)]
+/// The channels app's settings (`apps::BuiltinConfig::channels`). The verifier holds a secret
+/// and is never written to a file: a configuration read back has none, and its reader builds
+/// one from the secret it gets by other means.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ChannelsSettings {
     /// Verify a JWT on every upgrade (None: anyone may connect and subscribe to anything).
+    #[serde(skip)]
     pub auth: Option<Arc<Verifier>>,
     /// Subscriptions one connection may hold; the next subscribe gets an error op.
     pub max_subscriptions: usize,
     /// The most bytes the names of one connection's subscriptions may total; a subscribe
     /// past it gets an error op.
     pub max_subscription_bytes: usize,
-    /// The counters, shared by the hub and the channels app built from this configuration
-    /// (`Server::with_handler(cfg, Builtin::from_config(&cfg))` counts refused upgrades too).
-    pub metrics: Arc<ChannelMetrics>,
 }
 
 impl Default for ChannelsSettings {
@@ -151,7 +170,6 @@ impl Default for ChannelsSettings {
             auth: None,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
             max_subscription_bytes: MAX_SUBSCRIPTION_BYTES,
-            metrics: Arc::default(),
         }
     }
 }

@@ -6,29 +6,32 @@
 //!   subscribed) gets `{"channel":"prices","data":ANY}`, encoded once per publish.
 //! - anything else -> `{"op":"error","error":"..."}` (the connection stays open).
 //!
-//! A subscribe past the per-connection cap (`ServerConfig::channels.max_subscriptions`), or,
+//! A subscribe past the per-connection caps ([`ChannelsSettings`]'s), or,
 //! under token auth ([`auth`](super::auth)), to a channel the token does not allow, gets
 //! `{"op":"error","error":"...","channel":"prices"}`; a publish the token does not allow too.
 
-use super::{check_name, Grant, ProtocolError};
+use super::{check_name, ChannelsSettings, Grant, ProtocolError};
 use crate::hub::{Hub, Subscribed};
 use crate::outbox::Shared;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 /// Handle one channels-protocol message (see the module's documentation) from a
-/// connection no token restricts; returns a reply for the sender, if any.
+/// connection no token restricts, with the default caps; returns a reply for the sender, if
+/// any.
 pub fn message(hub: &Hub, me: &Arc<Shared>, payload: &[u8]) -> Option<String> {
-    message_as(hub, me, payload, None)
+    message_as(hub, me, payload, None, &ChannelsSettings::default())
 }
 
 /// Handle one channels-protocol message from a connection whose token granted `grant`
-/// (None: no auth, everything allowed). Subscriptions are capped per connection.
+/// (None: no auth, everything allowed). Subscriptions are capped per connection by
+/// `settings`.
 pub fn message_as(
     hub: &Hub,
     me: &Arc<Shared>,
     payload: &[u8],
     grant: Option<&Grant>,
+    settings: &ChannelsSettings,
 ) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Msg {
@@ -74,8 +77,8 @@ pub fn message_as(
                     "not allowed: the token does not allow subscribing to '{channel}'"
                 ));
             }
-            let cap = hub.config.channels.max_subscriptions;
-            let budget = hub.config.channels.max_subscription_bytes;
+            let cap = settings.max_subscriptions;
+            let budget = settings.max_subscription_bytes;
             match hub.subscribe_within(me, &channel, cap, budget) {
                 Subscribed::Full => {
                     m.subscription_cap.fetch_add(1, Relaxed);

@@ -129,11 +129,11 @@ impl Transport for MemIo {
     }
 }
 
-/// A server context for one connection under `config`, running the built-in app it names
-/// (no offload pool).
+/// A server context for one connection under `config`, running the built-in echo (no offload
+/// pool).
 pub(super) fn ctx(config: ServerConfig) -> Arc<Ctx<Builtin>> {
     Arc::new(Ctx {
-        handler: Builtin::from_config(&config),
+        handler: Builtin::Echo,
         limits: Arc::new(crate::abuse::Limits::new(config.limits.clone())),
         hub: Arc::new(Hub::new(config, Arc::new(Metrics::default()))),
     })

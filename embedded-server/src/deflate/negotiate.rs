@@ -3,7 +3,8 @@
 //! connection ([`Agreed`]).
 
 /// What the server is willing to do (from the profile and flags).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct DeflateSettings {
     /// Negotiate permessage-deflate at all.
     pub enabled: bool,

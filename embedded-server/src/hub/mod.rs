@@ -151,13 +151,12 @@ fn mono() -> Duration {
 impl Hub {
     /// A hub with no connections (a server builds its own and hands it out with `Server::hub`).
     pub fn new(config: ServerConfig, metrics: Arc<Metrics>) -> Hub {
-        let channel_metrics = config.channels.metrics.clone();
         Hub {
             config,
             metrics,
-            // The configuration's, so the channels app built from the same configuration
-            // counts refused upgrades (before any connection exists) into the hub's counters.
-            channel_metrics,
+            // The channels app is handed these (`Server::builtin`), so refused upgrades
+            // (before any connection exists) count here too.
+            channel_metrics: Arc::default(),
             conns: RwLock::new(HashSet::new()),
             channels: Mutex::new(Channels::default()),
             offload: std::sync::OnceLock::new(),

@@ -16,7 +16,7 @@ use crate::serve::config::{
     LogFormat, Secrets, ServeConfig, TlsFiles, ENV_API_KEY, ENV_AUTH_SECRET, ENV_CONFIG,
 };
 use anyhow::{bail, Context, Result};
-use embedded_server::{BackpressureClose, ServerConfig, SimulatedWork};
+use embedded_server::{BackpressureClose, BuiltinConfig, ServerConfig, SimulatedWork};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -254,12 +254,14 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
         app == embedded_server::App::Channels,
         &mut table,
     )?;
-    let server = ServerConfig {
-        limits,
-        channels: channels.settings,
-        deflate,
+    let builtin = BuiltinConfig {
         app,
         handler,
+        channels: channels.settings,
+    };
+    let server = ServerConfig {
+        limits,
+        deflate,
         max_connections,
         max_frame_bytes,
         max_message_bytes,
@@ -311,6 +313,7 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
     server
         .validate()
         .map_err(|e| anyhow::Error::new(e.with_origin(budget_from)))?;
+    builtin.validate()?;
     // The self-test starts its servers with their own admin listeners: its --admin is unused.
     let admin = match a.admin.as_str() {
         "off" => None,
@@ -350,6 +353,7 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
         log_level: a.log_level.clone(),
         cluster: a.cluster.clone(),
         server,
+        builtin,
         settings: table
             .into_iter()
             .map(|(k, v, f)| (k.to_string(), v, f.to_string()))

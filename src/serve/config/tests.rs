@@ -18,6 +18,7 @@ fn config() -> ServeConfig {
         log_level: Some("debug".into()),
         cluster: None,
         server: ServerConfig::default(),
+        builtin: BuiltinConfig::default(),
         settings: vec![("max connections".into(), "10".into(), "profile".into())],
         memory_budget_derived: true,
         token_auth: Some(TokenAuth {
@@ -50,7 +51,7 @@ fn the_secrets_stay_out_of_the_json_and_come_back_from_the_environment() {
     let back = ServeConfig::from_json(json, secrets).unwrap();
     assert_eq!(back.to_json(), *json);
     assert!(
-        back.server.channels.auth.is_some(),
+        back.builtin.channels.auth.is_some(),
         "the verifier is rebuilt"
     );
     assert_eq!(
@@ -66,10 +67,10 @@ fn the_secrets_stay_out_of_the_json_and_come_back_from_the_environment() {
 fn another_format_version_is_refused_by_name() {
     let json = config()
         .to_json()
-        .replacen("\"version\":1", "\"version\":2", 1);
+        .replacen("\"version\":2", "\"version\":3", 1);
     let e = ServeConfig::from_json(&json, config().secrets).unwrap_err();
     assert!(
-        e.to_string().contains("format 2, this wstune reads 1"),
+        e.to_string().contains("format 3, this wstune reads 2"),
         "{e}"
     );
     let e = ServeConfig::from_json("{}", Secrets::default()).unwrap_err();

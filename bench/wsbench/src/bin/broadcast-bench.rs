@@ -4,7 +4,7 @@
 //! Prints, per mode, the median over rounds of the time until the last subscriber had it.
 
 use embedded_server::frame::{self, OpCode};
-use embedded_server::{Server, ServerConfig};
+use embedded_server::{BuiltinConfig, Server, ServerConfig};
 use std::time::Duration;
 use wsbench::*;
 
@@ -17,10 +17,12 @@ async fn main() {
         .get(3)
         .cloned()
         .unwrap_or_else(|| "target/release/wsload".into());
-    let server = Server::new(ServerConfig {
+    let config = ServerConfig {
         max_connections: conns + 10,
         ..ServerConfig::default()
-    });
+    };
+    // The hub broadcasts below; the connections' own app (echo) never runs.
+    let server = Server::builtin(config, &BuiltinConfig::default());
     let hub = server.hub();
     let listeners = embedded_server::bind("127.0.0.1:0".parse().unwrap(), false, 1).unwrap();
     let addr = listeners[0].local_addr().unwrap();
