@@ -17,7 +17,7 @@ for size in $SIZES; do
   python3 bench/deflate_libs.py write "$MSGS" "$size" 64
   for pass in 1 2; do
     # Only the fresh-mode rows that compare the inflate halves (the takeover rows are
-    # those of BENCHMARKS.md's "Deflate beside ISA-L and libdeflate", unchanged).
+    # those of bench/results/2026-12-01-deflate-isal.md, unchanged).
     timeout 120 taskset -c 1 chrt -r 1 "$BIN" "$MSGS" "$size" "$RUNS" 2>/dev/null \
       | grep '"mode":"fresh"' | grep -E 'level 1"|276 KiB|wstune|libdeflate' \
       | sed "s/^/{\"size\":$size,\"pass\":$pass,\"row\":/; s/\$/}/"

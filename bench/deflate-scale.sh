@@ -17,7 +17,7 @@
 #        the generator's CPU, the kernel's drop counters and the window's disturbance)
 # Prints one line per run, then the median per binary and shape and the 100k/1k ratio. A run
 # whose p99 from the actual send passes a second was backlogged (a stall at the window's start
-# whose cause is not known; BENCHMARKS.md): marked "backlogged", printed, and left out of the
+# whose cause is not known; bench/results/2026-12-02-deflate-at-100k.md): marked "backlogged", printed, and left out of the
 # medians.
 set -u
 ROUNDS=${ROUNDS:-3}; SECS=${SECS:-10}; PROFILE=${PROFILE:-100k}

@@ -5,8 +5,8 @@
 set -u
 # Usage: bench/echo-cpu-ab.sh OLD_SERVER NEW_SERVER GENERATOR_WSTUNE [INFLIGHT]
 # Each server binary takes its port as its one argument and serves the built-in echo (the
-# harness: bench/echo-cpu-harness.rs, built against each crate; BENCHMARKS.md, "Echo
-# efficiency: no cost of the Handler API shown"). ROUNDS (default 4) alternations,
+# harness: bench/echo-cpu-harness.rs, built against each crate;
+# bench/results/2026-12-01-handler-api-cost.md). ROUNDS (default 4) alternations,
 # the order swapped every other round.
 OLD=$1; NEW=$2; GEN=$3; INFLIGHT=${4:-1}
 ROUNDS=${ROUNDS:-4}

@@ -1,4 +1,4 @@
-//! The echo server `bench/echo-cpu-ab.sh` times (BENCHMARKS.md, "Echo efficiency: no cost of the Handler API shown"):
+//! The echo server `bench/echo-cpu-ab.sh` times (bench/results/2026-12-01-handler-api-cost.md):
 //! the built-in echo of the `embedded-server` it is built against, one I/O thread, on
 //! 127.0.0.1:PORT (its one argument). Build it twice, against the OLD and the NEW crate, as
 //! the `main.rs` of a scratch binary crate:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The self-test at the profile's size (BENCHMARKS.md): `serve --self-test` with the 100k
+# The self-test at the profile's size (bench/results/2026-12-01-selftest-100k.md): `serve --self-test` with the 100k
 # profile, every scenario at 100,000 connections (as many server processes as the fd limit
 # needs), then the idle row held 60 s (two 30 s heartbeat rounds), then the same scenarios at
 # SMALL connections with one server process and with two, so the supervisor's and the relay's

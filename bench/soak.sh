@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Churn soak of `wstune serve` (RELIABILITY.md): CONNS connections (default 10,000) held for
+# Churn soak of `wstune serve` (RELIABILITY.md#soak): CONNS connections (default 10,000) held for
 # MINUTES (default 10) while CHURN of them per second (default 500) close and reconnect (a
 # third with a close frame, a third with a TCP reset, a third with a FIN alone), with echo
 # traffic, a broadcast every second and permessage-deflate on half of them (the Rust client

@@ -3,7 +3,7 @@
 /// beside its small buffers), glibc's arenas fragmented: the 10-minute soak grew RSS 18.7 %
 /// while the live heap (heaptrack) stayed flat, and 247 MiB stayed resident after every client
 /// left. jemalloc's size classes keep those apart and it returns freed pages to the kernel
-/// (RELIABILITY.md, "Churn soak"; the cost, none measurable, in BENCHMARKS.md).
+/// (RELIABILITY.md#soak; the cost, none measurable, in bench/results/2026-12-01-jemalloc-ab.md).
 #[cfg(target_os = "linux")]
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

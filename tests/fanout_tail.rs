@@ -1,4 +1,4 @@
-//! Fan-out and tail (BENCHMARKS.md, "Fan-out and tail"): the self-test reports latency from
+//! Fan-out and tail (bench/results/2026-12-01-fanout-tail.md): the self-test reports latency from
 //! the actual send beside the scheduled one, and the generator's headroom, so neither a generator running behind nor a
 //! stalled server can pass for the other. The real binary, real sockets on 127.0.0.1.
 

@@ -1,7 +1,7 @@
 //! Network faults under the real `wstune serve`, in a pair of network namespaces joined by a
 //! veth (tests/scripts/faults.sh; nftables and the tbf qdisc make the faults, there is no netem):
 //! a blackhole under 1,000 half-open connections, a 1 Mbit/s link under a broadcast, and an
-//! RST storm plus a SYN flood against a small backlog. Figures in RELIABILITY.md.
+//! RST storm plus a SYN flood against a small backlog. Figures in RELIABILITY.md#network-faults.
 
 use crate::common;
 

@@ -1,7 +1,8 @@
 //! What wstune writes and says: report file modes (a textfile collector must read them), fix
 //! texts that never advise lowering a value, every profile/catalog error at once with its line,
 //! error messages in wstune's words, and captured trees read with limits. "Audit defect N"
-//! is row N of RELIABILITY.md's "The outside audit of the tool as a whole".
+//! is row N of the first defect table in bench/results/reliability-history.md (the same
+//! defects by threat: RELIABILITY.md#wrong-answers).
 
 use crate::common;
 

@@ -16,7 +16,7 @@ fn close_code(p: &[u8]) -> u16 {
 
 // --- ending a connection ------------------------------------------------------------------------
 
-/// Audit defect 22 (RELIABILITY.md, "The outside audit of the tool as a whole"): a client
+/// Defect 22 of bench/results/reliability-history.md (RELIABILITY.md#conformance): a client
 /// that keeps sending after a protocol error used to get a reset that discarded the echo before the error and the 1002 close. Every byte the server wrote
 /// must arrive, then a clean end of stream.
 #[test]

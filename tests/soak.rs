@@ -3,7 +3,7 @@
 //! permessage-deflate on half, against the test build of `wstune serve`. The script's own
 //! criteria decide: the gauge equals the kernel's count at every sample, RSS flat after
 //! warm-up, fds back to the baseline, a clean server log, no lost client. The 10-minute,
-//! 10,000-connection run and its chart are in RELIABILITY.md.
+//! 10,000-connection run and its chart are in RELIABILITY.md#soak.
 
 use crate::common;
 
@@ -34,7 +34,7 @@ fn churn_soak_at_ci_size_keeps_memory_fds_and_the_gauge_true() {
         .arg(root.join("bench/soak.sh"))
         .arg("1.5")
         // RSS judged from 20 s on. With glibc's malloc this size grew 7-9 % from there
-        // (fragmentation under deflate churn, RELIABILITY.md "Churn soak"); with jemalloc
+        // (fragmentation under deflate churn, RELIABILITY.md#soak); with jemalloc
         // 1.6 % in a debug build (0 in a release one). 5 % fails the first and leaves the
         // second room for a slower CI machine; the 10-minute run applies 2 %.
         .env("WARMUP_SECS", "20")

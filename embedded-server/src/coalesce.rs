@@ -4,8 +4,8 @@
 //! When clients send independently, messages reach the server one at a time, tens of
 //! microseconds apart. A thread that blocks in `epoll_wait` as soon as it runs out of work then
 //! sleeps and wakes once per message: 0.6-0.8 context switches and ~2.9 syscalls per echo, where
-//! a burst pays a fraction of a switch and 2 syscalls (BENCHMARKS.md, "Server CPU per message under independent
-//! arrivals"). A thread that waits a short, bounded window before it parks finds the messages
+//! a burst pays a fraction of a switch and 2 syscalls (BENCHMARKS.md#echo-cpu;
+//! bench/results/2026-12-04-echo-cpu-arrivals.md). A thread that waits a short, bounded window before it parks finds the messages
 //! that arrived meanwhile ready together, and serves them on one wake-up, as a burst would be
 //! served.
 //!
@@ -14,7 +14,7 @@
 //! average of the reads it served per second (the connections count them, [`note_read`]) and
 //! waits only when that rate would bring at least [`MIN_EXPECTED`] reads within one window.
 //! Below that a wait would mostly add a wake-up of its own (a thread that sees one message every
-//! 700 us paid about a third more per message with a 500 us window: BENCHMARKS.md), so the
+//! 700 us paid about a third more per message with a 500 us window: bench/results/2026-12-04-echo-cpu-arrivals.md), so the
 //! thread sleeps at once, as without coalescing.
 //!
 //! Install it with [`install`] on the runtime builder; a window of zero leaves the builder as
@@ -44,7 +44,7 @@ pub fn note_read() {
 /// 25,000 independent messages a second on one core it cut the server's CPU per message by a
 /// quarter (16.4 to 12.0 us, medians of 5 alternated runs) and kept the service p99 under
 /// 1 ms; 1 ms windows saved a little more but pushed the p99 to 1.5 ms, 250 us saved about
-/// half as much (BENCHMARKS.md, "Server CPU per message under independent arrivals").
+/// half as much (bench/results/2026-12-04-echo-cpu-arrivals.md).
 pub const DEFAULT_WINDOW: Duration = Duration::from_micros(500);
 
 /// The longest window accepted: past it the added latency is larger than any saving.

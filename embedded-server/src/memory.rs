@@ -13,8 +13,8 @@ pub const KERNEL_BYTES_PER_SOCKET: u64 = 4096;
 /// self-test's idle scenario measures and holds this estimate against (within 25 %). It was
 /// 4,096 (the first goal; the seed's event-driven server used about 9.4 KB) while a connection
 /// cost ~3.9 KB; the idle-memory work took it to 1,284 B per connection at 100,000 (7
-/// processes) and 1,304-1,316 B at 10,000 (BENCHMARKS.md, "Idle bytes per
-/// connection": tokio's task cell 768, its I/O registration 256, `Shared` 128, the `Conn`
+/// processes) and 1,304-1,316 B at 10,000 (BENCHMARKS.md#idle-memory;
+/// bench/results/2026-12-01-idle-bytes.md: tokio's task cell 768, its I/O registration 256, `Shared` 128, the `Conn`
 /// handle 80, tables ~28, page slack). 1.5 KiB keeps the estimate conservative by 17-20 %.
 pub const SERVER_BYTES_PER_IDLE_CONN: u64 = 1536;
 
@@ -87,7 +87,7 @@ pub fn deflate_bytes_per_conn(window_bits: u8, mem_level: u8) -> u64 {
 
 /// The size of one connection's task future (`size_of_val` of what is spawned per connection),
 /// noted at the first spawn: the largest user-space item of an idle connection
-/// (embedded-server/tests/idle_bytes.rs, BENCHMARKS.md "Idle bytes per connection").
+/// (embedded-server/tests/idle_bytes.rs, bench/results/2026-12-01-idle-bytes.md).
 static TASK_FUTURE_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 pub(crate) fn note_task_future(bytes: usize) {

@@ -294,8 +294,8 @@ fn idle_connection_bytes() {
             per(*b, *a)
         );
     }
-    // The budget this measurement guards (BENCHMARKS.md, "Idle bytes per
-    // connection"): 2,044 B before the rare select! branches were boxed, 1,804 B after;
+    // The budget this measurement guards (bench/results/2026-12-01-idle-bytes.md,
+    // "Idle bytes per connection"): 2,044 B before the rare select! branches were boxed, 1,804 B after;
     // 2,073 B before "The cheap bytes taken" (task cell 1,536 -> 768, Shared 160 -> 128, registry
     // slots 17 -> 9 B), 1,260 B after. Over 1,400, a size class was lost somewhere.
     let heap = per(before.usable, after.usable);

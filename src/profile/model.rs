@@ -291,7 +291,7 @@ pub struct ServerSettings {
     pub coalesce_us: u64,
     /// Server CPU per echoed message, in nanoseconds, that the capacity estimate
     /// (`estimate.cores_for_rate`, the CPU check) budgets: by default what the embedded server
-    /// measured under independent arrivals (BENCHMARKS.md); put your own server's figure here,
+    /// measured under independent arrivals (BENCHMARKS.md#echo-cpu); put your own server's figure here,
     /// as `wstune serve --self-test` (or `selftest --pid`) reports it. Optional.
     #[serde(default = "default_cpu_ns_per_message")]
     pub cpu_ns_per_message: u64,
@@ -569,8 +569,8 @@ fn default_notsent_lowat() -> u64 {
 
 /// `server.cpu_ns_per_message` when a profile leaves it out: the embedded server's CPU per
 /// echo under independent arrivals at 25,000 msgs/s on one core of the development VM, with
-/// its default coalescing window (BENCHMARKS.md, "Server CPU per message under independent
-/// arrivals"), rounded up.
+/// its default coalescing window (BENCHMARKS.md#echo-cpu; the runs:
+/// bench/results/2026-12-04-echo-cpu-arrivals.md), rounded up.
 pub const DEFAULT_CPU_NS_PER_MESSAGE: u64 = 14_000;
 
 fn default_cpu_ns_per_message() -> u64 {

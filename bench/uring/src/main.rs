@@ -1,7 +1,7 @@
 //! Does an io_uring I/O path beat epoll for the server's connections?
 //! One WebSocket server (src/ws.rs), two I/O backends on one thread each (src/epoll.rs,
-//! src/uring.rs), and the fan-out floor with both (src/floor.rs). BENCHMARKS.md, "io_uring
-//! beside epoll", has the figures and the decision (the server keeps epoll:
+//! src/uring.rs), and the fan-out floor with both (src/floor.rs).
+//! bench/results/2026-12-01-io-uring.md has the figures and the decision (the server keeps epoll:
 //! io_uring won 4-8 %, under the 10 % bar); this prototype stays only as the benchmark that
 //! shows it. Rerun the whole comparison with `bench/uring.sh 5` (about 40 minutes).
 //!

@@ -207,8 +207,8 @@ fn spawn_task<F: Future<Output = ()> + Send + 'static>(task: F, span: tracing::S
 ///
 /// Not an `async fn`: rustc keeps an async fn's arguments in its future beside the locals they
 /// are moved into, for the future's whole life, so every connection would carry the accepted
-/// socket, its peer, deadline and handles twice or three times (BENCHMARKS.md, "Idle
-/// bytes per connection"). The arguments go straight into the upgrade's future, which is
+/// socket, its peer, deadline and handles twice or three times
+/// (bench/results/2026-12-01-idle-bytes.md). The arguments go straight into the upgrade's future, which is
 /// boxed (its state, a 2 KiB read chunk among it, lives only until the 101 is written), and
 /// what the upgrade hands back is moved whole into the connection's own future
 /// (`conn::serve`), so the task keeps one copy of each and an 8-byte box pointer.
@@ -254,11 +254,11 @@ mod tests {
     /// allocation that jemalloc rounds up to its next size class (..., 768, 896, 1,024,
     /// 1,280, 1,536). The future was 1,264 bytes (the 1,536 class) before the idle-memory work
     /// took the duplicated arguments, the rare state and the idle-time sub-futures out of it
-    /// (BENCHMARKS.md, "Idle bytes per connection"); in a release build it is now
+    /// (bench/results/2026-12-01-idle-bytes.md); in a release build it is now
     /// 648, the 768 class, which holds futures up to 664. A field or a select! branch added to
     /// the connection's loop lands here: past the limit, every idle connection costs 128 bytes
     /// more. Box what only a rare state needs (see `conn::Maybe`, `conn::Rare`) or raise the
-    /// limit knowingly, with BENCHMARKS.md's table. Debug builds lay futures out a little
+    /// limit knowingly, with that file's table. Debug builds lay futures out a little
     /// differently (656 bytes when release had 648), so the test's own build is held to that
     /// plus the same 16 bytes of room (the release figure is what bench/idle-bytes.sh prints
     /// as "task future").

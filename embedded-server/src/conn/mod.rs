@@ -80,7 +80,7 @@ struct State {
     delivered: bool,
     /// What only a closing or parked connection needs (`State::rare`): allocated the first time
     /// one of its fields is set, so an open connection's task does not carry its ~60 bytes for
-    /// its whole life (BENCHMARKS.md, "Idle bytes per connection").
+    /// its whole life (bench/results/2026-12-01-idle-bytes.md).
     rare: Option<Box<Rare>>,
 }
 
@@ -208,8 +208,8 @@ pub(crate) struct Upgraded<T, H: Handler> {
 /// Not an `async fn`: its future would keep the arguments (the `Upgraded` whole: socket,
 /// handles, the first bytes' `Vec`, the negotiated deflate) beside the copies moved out of
 /// them, for the connection's whole life. Here they are taken apart first, and the future
-/// captures each thing it keeps exactly once (BENCHMARKS.md, "Idle bytes per
-/// connection").
+/// captures each thing it keeps exactly once
+/// (bench/results/2026-12-01-idle-bytes.md).
 pub(crate) fn serve<T: Transport, H: Handler>(
     up: Upgraded<T, H>,
 ) -> impl std::future::Future<Output = ()> + Send {
@@ -410,7 +410,7 @@ async fn run<T: Transport, H: Handler>(
         // Write readiness and the close deadline matter only while a write is pending or a
         // close is under way, never on an idle connection: boxed then (an allocation per turn
         // of that rare state), so their 152 + 112 bytes are not in every connection's task
-        // for its whole life (BENCHMARKS.md, "Idle bytes per connection").
+        // for its whole life (bench/results/2026-12-01-idle-bytes.md).
         let writable = Maybe(pending.then(|| Box::pin(io.writable())));
         let closing = Maybe(closing.map(|d| Box::pin(tokio::time::sleep_until(d))));
         // The same for the parked connection's half-second tick: built (with a clock read)
@@ -472,8 +472,8 @@ async fn run<T: Transport, H: Handler>(
                 // for the kernel's next event, so the task gives the thread back by itself. A
                 // lone message (independent clients) then costs one poll of the task, not two,
                 // and tokio no longer polls its driver for nothing before running the yielded
-                // task (an `epoll_wait` per message: BENCHMARKS.md, "Server CPU per message
-                // under independent arrivals"). Where another I/O thread's driver marks the
+                // task (an `epoll_wait` per message:
+                // bench/results/2026-12-04-echo-cpu-arrivals.md). Where another I/O thread's driver marks the
                 // socket readable again meanwhile, tokio's cooperative budget still ends the
                 // turn after a bounded number of reads.
                 if matches!(read, Readable::More) {

@@ -1,7 +1,7 @@
 //! ISA-L's igzip as the compressor for messages sent without context (the per-thread reset
 //! context of `compress_fresh`: no-context-takeover peers, broadcasts compressed once for
-//! everybody). Measured on one 64 KiB JSON ticker feed at level 1 (BENCHMARKS.md, "Deflate
-//! beside ISA-L and libdeflate"): about half zlib-rs's CPU and a ratio of 0.28 instead
+//! everybody). Measured on one 64 KiB JSON ticker feed at level 1
+//! (bench/results/2026-12-01-deflate-isal.md): about half zlib-rs's CPU and a ratio of 0.28 instead
 //! of 0.39. Below `MIN_INPUT` zlib-rs stays faster (igzip's per-message reset dominates).
 //!
 //! The inflating side for peers without context takeover is `isal_inflate.rs` (igzip keeps its

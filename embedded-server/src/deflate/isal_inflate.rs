@@ -1,7 +1,7 @@
 //! ISA-L's igzip as the inflater for messages a peer compressed without context
 //! (client_no_context_takeover: `inflate_fresh`, one reset state per I/O thread, nothing per
 //! connection). On the 64 KiB JSON ticker feed it inflates in about two thirds of zlib-rs's CPU
-//! (BENCHMARKS.md, "ISA-L inflates the no-context messages").
+//! (bench/results/2026-12-01-deflate-isal.md, "ISA-L inflates the no-context messages").
 //!
 //! Why a growing output buffer is safe here (checked in ISA-L 2.31's igzip/igzip_inflate.c,
 //! `isal_inflate`): igzip never reads output from before the `next_out` it was called with.

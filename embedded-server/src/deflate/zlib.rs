@@ -7,7 +7,7 @@
 //! whatever memLevel asks for. A window-11, memLevel-4 context then costs ~150 KiB and ~38 page
 //! faults to create instead of zlib's documented `2^(wb+2) + 2^(memLevel+9)` (16 KiB). At 100k
 //! connections that each send now and then, creating those contexts was most of the server's
-//! CPU per compressed message (BENCHMARKS.md, "Deflate at 100k"). Classic zlib sizes its hash
+//! CPU per compressed message (bench/results/2026-12-02-deflate-at-100k.md). Classic zlib sizes its hash
 //! from memLevel, so the profile's memory levers mean what they say.
 //!
 //! zlib's memory comes from Rust's global allocator (jemalloc in the `wstune` binary), not the C

@@ -64,8 +64,8 @@ pub type RelayFn = Box<dyn Fn(Relay<'_>) + Send + Sync>;
 
 /// A registry entry: a connection's `Shared`, found by the id it holds. A slot of the table is
 /// then one pointer, not an id beside it: 9 bytes a slot with the control byte instead of 17,
-/// about 13 bytes less per connection at the table's usual load (BENCHMARKS.md, "Idle
-/// bytes per connection").
+/// about 13 bytes less per connection at the table's usual load
+/// (bench/results/2026-12-01-idle-bytes.md).
 struct Entry(Arc<Shared>);
 
 impl std::ops::Deref for Entry {
@@ -124,7 +124,7 @@ pub struct Hub {
 /// A monotonic clock for `Hub::now`. On Linux the coarse clock (`CLOCK_MONOTONIC_COARSE`, the
 /// kernel's last tick: a few ms of resolution, which whole seconds do not need) is a plain vDSO
 /// read, without the TSC read and conversion of `Instant::now` (~0.5 % of the server's CPU on an
-/// echo, BENCHMARKS.md "The echo path's user space").
+/// echo, bench/results/2026-12-01-echo-path.md).
 #[cfg(target_os = "linux")]
 fn mono() -> Duration {
     let mut ts = libc::timespec {

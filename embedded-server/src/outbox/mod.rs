@@ -117,8 +117,8 @@ pub(crate) const BUDGET_CLOSE: u16 = 1013;
 
 /// The queue, only while frames wait in it: allocated when the first frame is queued and
 /// freed when the last one is written, so an idle connection (and one that was busy once)
-/// holds 8 bytes here, not a 48-byte header and a ring buffer (BENCHMARKS.md, "Idle
-/// bytes per connection"). Only reachable through the lock (`Shared::lock`). Invariant: `Some`
+/// holds 8 bytes here, not a 48-byte header and a ring buffer
+/// (bench/results/2026-12-01-idle-bytes.md). Only reachable through the lock (`Shared::lock`). Invariant: `Some`
 /// holds at least one frame.
 type Out = Option<Box<Queue>>;
 

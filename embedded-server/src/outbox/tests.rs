@@ -21,8 +21,8 @@ fn drain(s: &Shared) -> Vec<u8> {
 }
 
 /// jemalloc's size classes step by 16 up to 128, then by 32: `Arc<Shared>` (its two counts
-/// and `Shared`) now fits the 128 class, down from 160 (BENCHMARKS.md, "Idle
-/// bytes per connection"). One of these per connection; a field added here that pushes it
+/// and `Shared`) now fits the 128 class, down from 160
+/// (bench/results/2026-12-01-idle-bytes.md). One of these per connection; a field added here that pushes it
 /// past 112 bytes costs 32 bytes per connection: keep such fields behind the queue's box or
 /// in the connection's task.
 #[test]
