@@ -1,9 +1,9 @@
-//! `wstune bench deflate`'s measurements: the seed's permessage-deflate table on this machine.
+//! `wstune bench deflate`'s measurements: the sgcWebSockets guide's permessage-deflate table on this machine.
 //!
 //! 10,000 compress + decompress round trips of a JSON message per size, output checked equal
 //! to input, in three modes: a persistent context (context takeover), no context takeover (the
 //! server's `compress_fresh`: one reset context per thread, ISA-L for level-1 messages of 4 KiB
-//! and more where built), and a fresh zlib-rs compressor per message (the seed's "before"). Two payload streams: the same message repeated (what the seed's figures most
+//! and more where built), and a fresh zlib-rs compressor per message (the guide's "before"). Two payload streams: the same message repeated (what the guide's figures most
 //! likely measure: with context takeover a repeat is almost all back-references) and a ticker
 //! feed whose values change in every message.
 
@@ -22,8 +22,9 @@ pub struct Settings {
     pub level: u8,
 }
 
-/// The seed's figures, ms per 10,000 round trips: (size KiB, persistent before, after, no-context before, after).
-const SEED: [(usize, f64, f64, f64, f64); 4] = [
+/// The sgcWebSockets guide's 16-core figures, ms per 10,000 round trips: (size KiB, persistent
+/// before, after, no-context before, after).
+const GUIDE: [(usize, f64, f64, f64, f64); 4] = [
     (1, 437.0, 28.0, 149.0, 75.0),
     (4, 480.0, 88.0, 173.0, 100.0),
     (16, 546.0, 431.0, 302.0, 228.0),
@@ -42,8 +43,10 @@ pub struct Row {
     pub us_per_round_trip: f64,
     /// Compressed bytes / original bytes, averaged over the run.
     pub ratio: f64,
-    pub seed_after_ms_per_10k: Option<f64>,
-    pub seed_before_ms_per_10k: Option<f64>,
+    /// The sgcWebSockets guide's figure after its tuning, for this size and mode (16 cores).
+    pub guide_after_ms_per_10k: Option<f64>,
+    /// The guide's figure before its tuning.
+    pub guide_before_ms_per_10k: Option<f64>,
 }
 
 /// A JSON ticker message of about `size` bytes; `i` varies the values (distinct stream).
@@ -142,8 +145,8 @@ fn run(
         original += msg.len();
     }
     let ms = start.elapsed().as_secs_f64() * 1000.0;
-    let seed = SEED.iter().find(|s| s.0 * 1024 == size);
-    let (before, after) = match (seed, mode) {
+    let guide = GUIDE.iter().find(|s| s.0 * 1024 == size);
+    let (before, after) = match (guide, mode) {
         (Some(s), "persistent") => (Some(s.1), Some(s.2)),
         (Some(s), "no_context_takeover") => (Some(s.3), Some(s.4)),
         (Some(s), "fresh_per_message") => (Some(s.1), None),
@@ -158,8 +161,8 @@ fn run(
         ms_per_10k: ms * 10_000.0 / a.iterations as f64,
         us_per_round_trip: ms * 1000.0 / a.iterations as f64,
         ratio: compressed as f64 / original as f64,
-        seed_after_ms_per_10k: after,
-        seed_before_ms_per_10k: before,
+        guide_after_ms_per_10k: after,
+        guide_before_ms_per_10k: before,
     }
 }
 

@@ -2,7 +2,7 @@
 //! receive and transmit queues with their RPS, RFS and XPS settings, its NUMA node and local
 //! CPUs, and the interrupts of its queues with their affinity. Also the CPU-set formats the
 //! kernel speaks (`rps_cpus`' hex words, `smp_affinity_list`'s ranges) and the evidence that
-//! says a NIC is worth tuning (the kernel's scaling.rst; the seed: tune the NIC only when the
+//! says a NIC is worth tuning (the kernel's scaling.rst; the sgcWebSockets guide: tune the NIC only when the
 //! kernel spends real time in softirq).
 
 use crate::catalog::eval::{Finding, Status};

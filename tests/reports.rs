@@ -13,7 +13,7 @@ fn json_check(args: &[&str]) -> serde_json::Value {
     common::json_of(&common::run(&[&["check", "-f", "json"], args].concat()))
 }
 
-// ---- audit defect 5: fix texts for multi-value sysctls keep the other fields ----
+// ---- fix texts for multi-value sysctls keep the other fields ----
 
 /// The default fixture has tcp_rmem `4096 131072 33554432`: the fix (advice) lowers the
 /// default to the target and keeps min and max as they are (the old text cut max to 6291456).
@@ -60,7 +60,7 @@ fn tcp_rmem_and_wmem_fixes_keep_min_and_max() {
     }
 }
 
-// ---- audit defect 4: `-o FILE` modes; a real node_exporter reads the .prom file ----
+// ---- `-o FILE` modes; a real node_exporter reads the .prom file ----
 
 fn mode(p: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
@@ -212,7 +212,7 @@ fn node_exporter_running_unprivileged_exports_the_prom_file() {
     );
 }
 
-// ---- audit defect 24: captured trees are read with limits ----
+// ---- captured trees are read with limits ----
 
 /// `wstune check -f json --root ROOT` with a deadline: a read that blocks or never ends must not
 /// hang the test suite. Returns the report's finding for `id`.
@@ -304,7 +304,7 @@ fn root_tree_link_inside_the_tree_is_followed() {
     assert!(f["current"].as_i64().is_some(), "{f}");
 }
 
-// ---- audit defect 7: error texts name the file and the problem once, in wstune's words ----
+// ---- error texts name the file and the problem once, in wstune's words ----
 
 #[test]
 fn missing_profile_file_is_named_once_without_os_error_text() {
@@ -343,7 +343,7 @@ fn empty_proc_self_limits_is_a_note_in_wstunes_words() {
     assert!(!note.contains("Internal"), "{note}");
 }
 
-// ---- audit defect 6: every profile and catalog error at once, each at its line ----
+// ---- every profile and catalog error at once, each at its line ----
 
 /// 1-based line of the first line of `text` that starts with `prefix`.
 fn line_starting(text: &str, prefix: &str) -> usize {

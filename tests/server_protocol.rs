@@ -56,8 +56,8 @@ fn replies_and_the_close_survive_a_client_that_keeps_sending_after_an_error() {
     }
 }
 
-/// Audit defect 17: once the connection is failed (here: the client's own close is invalid)
-/// the server drops TCP at once (RFC 6455 7.1.7), it does not wait 2 s for another close.
+/// Once the connection is failed (here: the client's own close is invalid) the server drops
+/// TCP at once (RFC 6455 7.1.7), it does not wait 2 s for another close.
 #[test]
 fn a_failed_connection_is_dropped_at_once() {
     let srv = common::serve(&[]);
@@ -105,7 +105,7 @@ fn a_failed_connection_is_dropped_at_once() {
     srv.wait_metric("ws_connections", Duration::from_millis(1800), |n| n == 0.0);
 }
 
-/// Audit defect 17: a consumer that stops reading is closed for backpressure, but when the
+/// A consumer that stops reading is closed for backpressure, but when the
 /// close frame never fits into its socket it is not counted in ws_closes_sent_total.
 #[test]
 fn a_close_frame_that_was_never_written_is_not_counted_as_sent() {
@@ -146,7 +146,7 @@ fn a_close_frame_that_was_never_written_is_not_counted_as_sent() {
 
 // --- UTF-8 ---------------------------------------------------------------------------------------
 
-/// Audit defect 19 (Autobahn 6.4.3/6.4.4): invalid UTF-8 inside one text frame fails with 1007
+/// Autobahn 6.4.3/6.4.4: invalid UTF-8 inside one text frame fails with 1007
 /// as soon as its bytes arrive, not when the frame is complete.
 #[test]
 fn invalid_utf8_fails_before_the_text_frame_is_complete() {
@@ -194,7 +194,7 @@ fn upgrade_with(extra: &str) -> String {
     UPGRADE.replace("\r\n\r\n", &format!("\r\n{extra}\r\n"))
 }
 
-/// Audit defect 18: the request header may be 8 KiB (8192 bytes with its blank line), not a
+/// The request header may be 8 KiB (8192 bytes with its blank line), not a
 /// byte more; larger gets 431 (it used to pass up to ~10 KiB).
 #[test]
 fn the_request_header_limit_is_8_kib_exactly() {

@@ -11,7 +11,7 @@ pub const KERNEL_BYTES_PER_SOCKET: u64 = 4096;
 
 /// The server's own state for one idle connection without compression, as RSS: what the
 /// self-test's idle scenario measures and holds this estimate against (within 25 %). It was
-/// 4,096 (the first goal; the seed's event-driven server used about 9.4 KB) while a connection
+/// 4,096 (the first goal; the sgcWebSockets guide's event-driven server used about 9.4 KB) while a connection
 /// cost ~3.9 KB; the idle-memory work took it to 1,284 B per connection at 100,000 (7
 /// processes) and 1,304-1,316 B at 10,000 (BENCHMARKS.md#idle-memory;
 /// bench/results/2026-12-01-idle-bytes.md: tokio's task cell 768, its I/O registration 256, `Shared` 128, the `Conn`

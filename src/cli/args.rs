@@ -693,7 +693,7 @@ pub enum AppArg {
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// permessage-deflate round trips per message size and context mode, beside the seed's figures.
+    /// permessage-deflate round trips per message size and context mode, beside the sgcWebSockets guide's figures.
     Deflate(BenchDeflateArgs),
 }
 

@@ -1,4 +1,4 @@
-//! `bench deflate`'s tables for people: round trips beside the seed's figures, or the cost of
+//! `bench deflate`'s tables for people: round trips beside the sgcWebSockets guide's figures, or the cost of
 //! one broadcast.
 
 use crate::bench::{BroadcastRow, ContextsRow, Row, Settings};
@@ -12,8 +12,8 @@ pub fn round_trip_table(rows: &[Row], a: &Settings) -> String {
         "mode",
         "ms / 10k round trips",
         "ratio",
-        "seed after",
-        "seed before",
+        "guide after",
+        "guide before",
     ]);
     for r in rows {
         let opt = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
@@ -23,13 +23,14 @@ pub fn round_trip_table(rows: &[Row], a: &Settings) -> String {
             r.mode.to_string(),
             format!("{:.1}", r.ms_per_10k),
             format!("{:.3}", r.ratio),
-            opt(r.seed_after_ms_per_10k),
-            opt(r.seed_before_ms_per_10k),
+            opt(r.guide_after_ms_per_10k),
+            opt(r.guide_before_ms_per_10k),
         ]);
     }
     format!(
         "permessage-deflate round trips (compress + decompress + compare), window {} bits, memLevel {}, level {}, {} iterations per row.\n\
-         'repeated' sends one message again and again (what the seed most likely measured); 'distinct' is a ticker whose values change.\n{t}\n",
+         'guide after' and 'guide before': the sgcWebSockets tuning guide's figures (16 cores) after and before its tuning.\n\
+         'repeated' sends one message again and again (what the guide most likely measured); 'distinct' is a ticker whose values change.\n{t}\n",
         a.window_bits, a.mem_level, a.level, a.iterations
     )
 }
