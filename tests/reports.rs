@@ -1,8 +1,7 @@
 //! What wstune writes and says: report file modes (a textfile collector must read them), fix
 //! texts that never advise lowering a value, every profile/catalog error at once with its line,
-//! error messages in wstune's words, and captured trees read with limits. "Audit defect N"
-//! is row N of the first defect table in bench/results/reliability-history.md (the same
-//! defects by threat: RELIABILITY.md#wrong-answers).
+//! error messages in wstune's words, and captured trees read with limits (the defects these
+//! guard, by threat: RELIABILITY.md#wrong-answers).
 
 use crate::common;
 

@@ -16,9 +16,9 @@ fn close_code(p: &[u8]) -> u16 {
 
 // --- ending a connection ------------------------------------------------------------------------
 
-/// Defect 22 of bench/results/reliability-history.md (RELIABILITY.md#conformance): a client
-/// that keeps sending after a protocol error used to get a reset that discarded the echo before the error and the 1002 close. Every byte the server wrote
-/// must arrive, then a clean end of stream.
+/// A client that keeps sending after a protocol error used to get a reset that discarded the
+/// echo before the error and the 1002 close (RELIABILITY.md#conformance). Every byte the
+/// server wrote must arrive, then a clean end of stream.
 #[test]
 fn replies_and_the_close_survive_a_client_that_keeps_sending_after_an_error() {
     let srv = common::serve(&[]);
@@ -227,7 +227,7 @@ fn the_request_header_limit_is_8_kib_exactly() {
     );
 }
 
-/// Audit defects 18 and 23: no Host, or a single-valued field given twice, is a 400 (RFC 7230
+/// No Host, or a single-valued field given twice, is a 400 (RFC 7230
 /// 5.4, RFC 6455 4.1/11.3.1); list fields may repeat.
 #[test]
 fn missing_host_and_repeated_single_fields_get_400() {

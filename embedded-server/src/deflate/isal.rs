@@ -17,8 +17,12 @@ use std::cell::RefCell;
 /// ISA-L is built in.
 pub const BUILT: bool = true;
 
-/// Compressed payloads of at least this many bytes are inflated by igzip.
-pub const INFLATE_FROM: usize = isal_inflate::MIN_INPUT;
+/// Whether a compressed payload of `len` bytes is inflated by igzip (at least
+/// `isal_inflate::MIN_INPUT`).
+#[inline]
+pub fn inflates(len: usize) -> bool {
+    len >= isal_inflate::MIN_INPUT
+}
 
 thread_local! {
     /// igzip's inflater for `inflate_fresh` (see `isal_inflate`).

@@ -82,8 +82,8 @@ pub fn compress_fresh(
 /// whatever the outcome: the context stays with the thread even when the message is refused,
 /// so the memory gauge must count it either way.
 ///
-/// Where built (the `isal` feature on x86-64 Linux), payloads of `backend::INFLATE_FROM`
-/// compressed bytes and more go through igzip, smaller ones (and every other build) through
+/// Where built (the `isal` feature on x86-64 Linux), payloads `backend::inflates` takes (its
+/// minimum size and more) go through igzip, smaller ones (and every other build) through
 /// zlib-rs; both are driven by the same loop (`feed`), so the message cap and the inflate
 /// budget see the same growth either way.
 pub fn inflate_fresh(
@@ -92,7 +92,7 @@ pub fn inflate_fresh(
     max: usize,
     charge: &mut dyn FnMut(usize) -> bool,
 ) -> (u64, Result<(), InflateError>) {
-    if input.len() >= backend::INFLATE_FROM {
+    if backend::inflates(input.len()) {
         if let Some(r) = backend::inflate_fresh(input, out, max, charge) {
             return r;
         }
