@@ -14,6 +14,7 @@ mod serve;
 mod table;
 
 pub mod checks_doc;
+pub mod profile_doc;
 
 pub use bench::{broadcast_table, contexts_table, round_trip_table};
 pub use journal::{entry_list, restore_preview};
