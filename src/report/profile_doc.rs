@@ -32,6 +32,8 @@ struct Field {
 struct Model {
     structs: BTreeMap<String, Vec<Field>>,
     enums: BTreeMap<String, Vec<String>>,
+    /// Each type's own doc comment: the meaning of a field that has none of its own.
+    type_docs: BTreeMap<String, String>,
 }
 
 /// Reads the model's declarations: `pub struct` bodies of `pub name: Type,` fields with the
@@ -40,6 +42,7 @@ fn model() -> Model {
     let mut m = Model {
         structs: BTreeMap::new(),
         enums: BTreeMap::new(),
+        type_docs: BTreeMap::new(),
     };
     let mut doc: Vec<&str> = Vec::new();
     let mut rename: Option<&str> = None;
@@ -63,6 +66,7 @@ fn model() -> Model {
             m.structs.insert(name.clone(), Vec::new());
             inside = Some((true, name));
         } else if let Some(name) = item_name(t, "pub enum ") {
+            m.type_docs.insert(name.clone(), doc.join(" "));
             if let Some(r) = rename {
                 m.enums.insert(name.clone(), Vec::new());
                 inside = Some((false, name));
@@ -139,10 +143,14 @@ fn keys(m: &Model, name: &str, prefix: &str, out: &mut Vec<Key>) {
         if m.structs.contains_key(ty) {
             keys(m, ty, &path, out);
         } else {
+            let doc = match (f.doc.is_empty(), m.type_docs.get(ty)) {
+                (true, Some(d)) => d.clone(),
+                _ => f.doc.clone(),
+            };
             out.push(Key {
                 path,
                 ty: ty.to_string(),
-                doc: f.doc.clone(),
+                doc,
             });
         }
     }
