@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod docs;
+pub mod reference;
 pub mod resolve;
 
 use crate::cmd;

@@ -1,0 +1,151 @@
+//! docs/reference/report-schema.md: the fields of `wstune check --format json`, one row each,
+//! generated from the JSON Schema the tests validate every report against
+//! (docs/check-report.schema.json, read at compile time), so the page and the schema cannot
+//! disagree. A unit test below fails when the committed page is stale;
+//! `UPDATE_SNAPSHOTS=1 cargo test --lib schema_doc` rewrites it.
+
+use serde_json::Value;
+use std::fmt::Write;
+
+const SCHEMA: &str = include_str!("../../docs/check-report.schema.json");
+
+/// A schema's type in words: `integer`, `"pass"`, ..., `string or null`, `object`.
+fn type_of(s: &Value, root: &Value) -> String {
+    let s = resolve(s, root);
+    if let Some(c) = s.get("const") {
+        return format!("`{c}`");
+    }
+    if let Some(Value::Array(e)) = s.get("enum") {
+        let words: Vec<String> = e.iter().map(|v| format!("`{v}`")).collect();
+        return words.join(", ");
+    }
+    if let Some(Value::Array(alts)) = s.get("oneOf").or(s.get("anyOf")) {
+        let kinds: Vec<String> = alts.iter().map(|a| type_of(a, root)).collect();
+        return kinds.join(" or ");
+    }
+    match s.get("type") {
+        Some(Value::String(t)) if t == "array" => match s.get("items") {
+            Some(items) => format!("array of {}", type_of(items, root)),
+            None => "array".to_string(),
+        },
+        Some(Value::String(t)) => t.clone(),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(" or "),
+        _ => "any".to_string(),
+    }
+}
+
+/// `{"$ref": "#/$defs/x"}` -> the schema it names.
+fn resolve<'a>(s: &'a Value, root: &'a Value) -> &'a Value {
+    match s.get("$ref").and_then(Value::as_str) {
+        Some(r) => r
+            .strip_prefix("#/")
+            .map(|p| p.split('/').fold(root, |v, k| &v[k]))
+            .unwrap_or(s),
+        None => s,
+    }
+}
+
+/// One row per property, depth first; an array's items as `name[]`.
+fn rows(path: &str, s: &Value, root: &Value, out: &mut String) {
+    let s = resolve(s, root);
+    let s = match (s.get("type").and_then(Value::as_str), s.get("items")) {
+        (Some("array"), Some(items)) => resolve(items, root),
+        _ => s,
+    };
+    let Some(Value::Object(props)) = s.get("properties") else {
+        return;
+    };
+    let required: Vec<&str> = s
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for (name, p) in props {
+        let child = if path.is_empty() {
+            name.clone()
+        } else {
+            format!("{path}.{name}")
+        };
+        let p_resolved = resolve(p, root);
+        let is_array = p_resolved.get("type").and_then(Value::as_str) == Some("array");
+        let shown = if is_array {
+            format!("{child}[]")
+        } else {
+            child.clone()
+        };
+        let about = p
+            .get("description")
+            .or(p_resolved.get("description"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let _ = writeln!(
+            out,
+            "| `{shown}` | {} | {} | {} |",
+            type_of(p, root).replace('|', "\\|"),
+            if required.contains(&name.as_str()) {
+                "yes"
+            } else {
+                "no"
+            },
+            about.replace('|', "\\|").replace('<', "\\<")
+        );
+        rows(&shown, p, root, out);
+    }
+}
+
+/// The whole of docs/reference/report-schema.md.
+pub fn schema_markdown() -> String {
+    let root: Value = serde_json::from_str(SCHEMA).expect("the schema is JSON");
+    let title = root["title"].as_str().unwrap_or("");
+    let about = root["description"].as_str().unwrap_or("");
+    let mut out = format!(
+        "# The JSON report\n\n\
+         `{title}` writes one object per run. {about} The schema itself is \
+         [check-report.schema.json](../check-report.schema.json) (JSON Schema 2020-12); the tests \
+         validate every report they make against it. [Checking a host](../check.md) shows the \
+         other formats.\n\n\
+         Generated from the schema by `src/report/schema_doc.rs`; a unit test fails when this \
+         page is stale, and `UPDATE_SNAPSHOTS=1 cargo test --lib schema_doc` rewrites it.\n\n\
+         | field | type | required | meaning |\n|---|---|---|---|\n"
+    );
+    rows("", &root, &root, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_doc_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("docs/reference/report-schema.md");
+        let want = schema_markdown();
+        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+            std::fs::write(&path, &want).expect("docs/reference/report-schema.md is writable");
+            return;
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/reference/report-schema.md is stale (the schema changed): run \
+             `UPDATE_SNAPSHOTS=1 cargo test --lib schema_doc` and commit the file"
+        );
+    }
+
+    #[test]
+    fn schema_doc_follows_refs_and_arrays() {
+        let md = schema_markdown();
+        assert!(md.contains("| `schema_version` | `1` | yes |"), "{md}");
+        assert!(md.contains("| `results[].status` | `\"pass\"`, "), "{md}");
+        assert!(
+            md.contains("| `results[].fix.runtime` | string or null | yes |"),
+            "{md}"
+        );
+        assert!(md.contains("| `results[].refs[].url` |"), "{md}");
+    }
+}
