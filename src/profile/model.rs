@@ -405,9 +405,11 @@ pub struct LimitsProfile {
     pub connection_burst_per_ip: u64,
     /// New connections per second, server-wide; 0: off.
     pub connection_rate: u64,
+    /// How many may come at once after a quiet spell; 0: one second's worth.
     pub connection_burst: u64,
     /// Messages per second per connection; 0: off.
     pub message_rate: u64,
+    /// How many may come at once after a quiet spell; 0: one second's worth.
     pub message_burst: u64,
     /// Close code for a connection over its message rate: 1008 or 1013.
     pub message_rate_close: u64,
@@ -513,6 +515,8 @@ impl<'de> Deserialize<'de> for Processes {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct DeflateProfile {
+    /// Negotiate permessage-deflate with clients that offer it (`serve --deflate` /
+    /// `--no-deflate` override).
     pub enabled: bool,
     /// LZ77 window, 9..=15 (zlib turns 8 into 9 for raw deflate, so 8 is refused).
     pub window_bits: u8,
@@ -557,8 +561,12 @@ pub struct HeartbeatSettings {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SelfTestTargets {
+    /// Bytes in each message the generator sends.
     pub payload_bytes: u64,
+    /// Messages per second each client sends in the rate scenarios (echo-rate, deflate),
+    /// where the host's cores allow it (the report says the rate it used).
     pub rate_per_client: u64,
+    /// The p99 round trip (ms) the rate scenarios must meet to pass.
     pub p99_ms: u64,
 }
 
