@@ -186,18 +186,11 @@ mod tests {
     /// The book's command reference is what the parser accepts, as it is now.
     #[test]
     fn commands_doc_is_current() {
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference/commands.md");
-        let want = page();
-        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-            std::fs::write(&path, &want).expect("docs/reference/commands.md is writable");
-            return;
-        }
-        let have = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            have == want,
-            "docs/reference/commands.md is stale (a flag was added, removed or reworded): run \
-             `UPDATE_SNAPSHOTS=1 cargo test --lib commands_doc` and commit the file"
+        crate::report::book::assert_current(
+            "docs/reference/commands.md",
+            &page(),
+            "a flag was added, removed or reworded",
+            "commands_doc",
         );
     }
 

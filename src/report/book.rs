@@ -5,9 +5,29 @@
 //! (checks_doc, profile_doc, schema_doc, metrics_doc, cli::reference).
 
 #[cfg(test)]
+pub(crate) use tests::assert_current;
+
+#[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
     use std::path::{Path, PathBuf};
+
+    /// A generated page (`page`, from the repository root) is what its generator writes now:
+    /// under `UPDATE_SNAPSHOTS` it is rewritten; otherwise a difference fails, naming the page,
+    /// what changes it (`changed`) and the test filter (`test`) that rewrites it.
+    pub(crate) fn assert_current(page: &str, want: &str, changed: &str, test: &str) {
+        let path = root().join(page);
+        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+            std::fs::write(&path, want).unwrap_or_else(|e| panic!("{page} is not writable: {e}"));
+            return;
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "{page} is stale ({changed}): run `UPDATE_SNAPSHOTS=1 cargo test --lib {test}` and \
+             commit the file"
+        );
+    }
 
     fn root() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -178,17 +178,11 @@ mod tests {
     /// catalogs define, as they are now.
     #[test]
     fn docs_checks_md_is_current() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/checks.md");
-        let want = checks_markdown();
-        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-            std::fs::write(&path, &want).expect("docs/checks.md is writable");
-            return;
-        }
-        let have = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            have == want,
-            "docs/checks.md is stale (a check was added, removed or reworded): run \
-             `UPDATE_SNAPSHOTS=1 cargo test --lib checks_doc` and commit the file"
+        crate::report::book::assert_current(
+            "docs/checks.md",
+            &checks_markdown(),
+            "a check was added, removed or reworded",
+            "checks_doc",
         );
     }
 

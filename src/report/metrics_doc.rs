@@ -108,18 +108,11 @@ mod tests {
     /// server exposes, as it is now.
     #[test]
     fn metrics_doc_is_current() {
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference/metrics.md");
-        let want = metrics_markdown(&exposition());
-        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-            std::fs::write(&path, &want).expect("docs/reference/metrics.md is writable");
-            return;
-        }
-        let have = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            have == want,
-            "docs/reference/metrics.md is stale (a metric was added, removed or reworded): run \
-             `UPDATE_SNAPSHOTS=1 cargo test --lib metrics_doc` and commit the file"
+        crate::report::book::assert_current(
+            "docs/reference/metrics.md",
+            &metrics_markdown(&exposition()),
+            "a metric was added, removed or reworded",
+            "metrics_doc",
         );
     }
 

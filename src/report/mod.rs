@@ -13,7 +13,7 @@ mod prometheus;
 mod serve;
 mod table;
 
-mod book;
+pub(crate) mod book;
 pub mod checks_doc;
 pub mod metrics_doc;
 pub mod profile_doc;

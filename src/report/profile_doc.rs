@@ -348,18 +348,11 @@ mod tests {
     /// A profile author looks a key up here: the page must hold every key as the code has it.
     #[test]
     fn profile_doc_is_current() {
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference/profile-keys.md");
-        let want = profile_keys_markdown();
-        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-            std::fs::write(&path, &want).expect("docs/reference/profile-keys.md is writable");
-            return;
-        }
-        let have = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            have == want,
-            "docs/reference/profile-keys.md is stale (a profile key, default or bound changed): \
-             run `UPDATE_SNAPSHOTS=1 cargo test --lib profile_doc` and commit the file"
+        crate::report::book::assert_current(
+            "docs/reference/profile-keys.md",
+            &profile_keys_markdown(),
+            "a profile key, default or bound changed",
+            "profile_doc",
         );
     }
 

@@ -122,18 +122,11 @@ mod tests {
 
     #[test]
     fn schema_doc_is_current() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("docs/reference/report-schema.md");
-        let want = schema_markdown();
-        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-            std::fs::write(&path, &want).expect("docs/reference/report-schema.md is writable");
-            return;
-        }
-        let have = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            have == want,
-            "docs/reference/report-schema.md is stale (the schema changed): run \
-             `UPDATE_SNAPSHOTS=1 cargo test --lib schema_doc` and commit the file"
+        crate::report::book::assert_current(
+            "docs/reference/report-schema.md",
+            &schema_markdown(),
+            "the schema changed",
+            "schema_doc",
         );
     }
 
