@@ -249,7 +249,10 @@ fn from_json(text: &str, base: ServerConfig) -> Result<ServerConfig, FromJson> {
     }
     let mut merged = serde_json::to_value(&base).expect("plain data serializes");
     overlay(&mut merged, file);
-    let mut c: ServerConfig = serde_json::from_value(merged).map_err(format)?;
+    // The path of a bad value (`limits.exempt[0]: ...`): the merged document has no lines that
+    // would point into the file.
+    let mut c: ServerConfig = serde_path_to_error::deserialize(merged)
+        .map_err(|e| FromJson::Format(format!("{}: {}", e.path(), e.inner())))?;
     if c.allowed_origins.is_empty() {
         c.allowed_origins = base.allowed_origins;
     }
@@ -459,6 +462,19 @@ mod tests {
         };
         assert!(
             e.contains("'10.0.0.300' is not an address or network"),
+            "{e}"
+        );
+        assert!(
+            e.starts_with("limits.exempt[0]: "),
+            "the field is named: {e}"
+        );
+        v["limits"]["exempt"] = serde_json::json!([]);
+        v["max_connections"] = "many".into();
+        let Err(FromJson::Format(e)) = from_json(&v.to_string(), ServerConfig::default()) else {
+            panic!("a string for a count is refused")
+        };
+        assert!(
+            e.starts_with("max_connections: invalid type: string"),
             "{e}"
         );
     }
