@@ -218,6 +218,15 @@ mod tests {
         if !file.exists() {
             return Some(format!("{target}: no such file"));
         }
+        // The book's HTML holds only what is under docs/: a link from a book page to another
+        // file of the repository would be dead there, so name such a file as code instead.
+        let book = root().join("docs");
+        let inside = |p: &Path| p.canonicalize().is_ok_and(|p| p.starts_with(&book));
+        if inside(page) && !inside(&file) {
+            return Some(format!(
+                "{target}: leaves the book (dead in its HTML); name the file as `code` instead"
+            ));
+        }
         let anchor = anchor.filter(|a| !a.is_empty())?;
         let linked = if path.is_empty() {
             text.to_string()
@@ -267,6 +276,12 @@ mod tests {
         );
         let a = anchors("# Top\n## Top\n```\n# not\n```\n<a id=\"here\"></a>\n");
         assert_eq!(a.into_iter().collect::<Vec<_>>(), ["here", "top", "top-1"]);
+        // A book page may link anything under docs/, and nothing outside it; README may.
+        let page = root().join("docs/serve.md");
+        assert_eq!(broken(&page, "", "check.md"), None);
+        let out = broken(&page, "", "../BENCHMARKS.md").expect("outside the book");
+        assert!(out.contains("leaves the book"), "{out}");
+        assert_eq!(broken(&root().join("README.md"), "", "BENCHMARKS.md"), None);
     }
 
     /// The `WSTUNE_` variables the code reads or sets, from its sources.

@@ -3,8 +3,12 @@
 //! (docs/check-report.schema.json, read at compile time), so the page and the schema cannot
 //! disagree. A unit test below fails when the committed page is stale;
 //! `UPDATE_SNAPSHOTS=1 cargo test --lib schema_doc` rewrites it.
+//!
+//! The schema is read as YAML (JSON is a subset of it) because a YAML mapping keeps its keys
+//! in the file's order, and the page lists the fields in the order the report writes them;
+//! `serde_json::Value` would sort them.
 
-use serde_json::Value;
+use serde_yaml_ng::Value;
 use std::fmt::Write;
 
 const SCHEMA: &str = include_str!("../../docs/check-report.schema.json");
@@ -13,13 +17,13 @@ const SCHEMA: &str = include_str!("../../docs/check-report.schema.json");
 fn type_of(s: &Value, root: &Value) -> String {
     let s = resolve(s, root);
     if let Some(c) = s.get("const") {
-        return format!("`{c}`");
+        return format!("`{}`", json(c));
     }
-    if let Some(Value::Array(e)) = s.get("enum") {
-        let words: Vec<String> = e.iter().map(|v| format!("`{v}`")).collect();
+    if let Some(Value::Sequence(e)) = s.get("enum") {
+        let words: Vec<String> = e.iter().map(|v| format!("`{}`", json(v))).collect();
         return words.join(", ");
     }
-    if let Some(Value::Array(alts)) = s.get("oneOf").or(s.get("anyOf")) {
+    if let Some(Value::Sequence(alts)) = s.get("oneOf").or(s.get("anyOf")) {
         let kinds: Vec<String> = alts.iter().map(|a| type_of(a, root)).collect();
         return kinds.join(" or ");
     }
@@ -29,13 +33,18 @@ fn type_of(s: &Value, root: &Value) -> String {
             None => "array".to_string(),
         },
         Some(Value::String(t)) => t.clone(),
-        Some(Value::Array(ts)) => ts
+        Some(Value::Sequence(ts)) => ts
             .iter()
             .filter_map(Value::as_str)
             .collect::<Vec<_>>()
             .join(" or "),
         _ => "any".to_string(),
     }
+}
+
+/// A constant as the report writes it: `1`, `"pass"`.
+fn json(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_default()
 }
 
 /// `{"$ref": "#/$defs/x"}` -> the schema it names.
@@ -56,17 +65,18 @@ fn rows(path: &str, s: &Value, root: &Value, out: &mut String) {
         (Some("array"), Some(items)) => resolve(items, root),
         _ => s,
     };
-    let Some(Value::Object(props)) = s.get("properties") else {
+    let Some(Value::Mapping(props)) = s.get("properties") else {
         return;
     };
     let required: Vec<&str> = s
         .get("required")
-        .and_then(Value::as_array)
+        .and_then(Value::as_sequence)
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     for (name, p) in props {
+        let Some(name) = name.as_str() else { continue };
         let child = if path.is_empty() {
-            name.clone()
+            name.to_string()
         } else {
             format!("{path}.{name}")
         };
@@ -86,7 +96,7 @@ fn rows(path: &str, s: &Value, root: &Value, out: &mut String) {
             out,
             "| `{shown}` | {} | {} | {} |",
             type_of(p, root).replace('|', "\\|"),
-            if required.contains(&name.as_str()) {
+            if required.contains(&name) {
                 "yes"
             } else {
                 "no"
@@ -99,7 +109,7 @@ fn rows(path: &str, s: &Value, root: &Value, out: &mut String) {
 
 /// The whole of docs/reference/report-schema.md.
 pub fn schema_markdown() -> String {
-    let root: Value = serde_json::from_str(SCHEMA).expect("the schema is JSON");
+    let root: Value = serde_yaml_ng::from_str(SCHEMA).expect("the schema is JSON, so YAML");
     let title = root["title"].as_str().unwrap_or("");
     let about = root["description"].as_str().unwrap_or("");
     let mut out = format!(
@@ -140,5 +150,19 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| `results[].refs[].url` |"), "{md}");
+    }
+
+    /// The rows follow the schema's own order (the report's), not the alphabet.
+    #[test]
+    fn schema_doc_keeps_the_schemas_order() {
+        let md = schema_markdown();
+        let at = |f: &str| {
+            md.find(&format!("| `{f}` |"))
+                .unwrap_or_else(|| panic!("{f}: {md}"))
+        };
+        assert!(at("schema_version") < at("profile"));
+        assert!(at("profile") < at("host"));
+        assert!(at("results[].id") < at("results[].title"));
+        assert!(at("results[]") < at("summary"));
     }
 }
