@@ -326,6 +326,31 @@ fn waiting_for_a_busy_core_is_not_counted_as_blocking() {
     );
 }
 
+/// The default load (256 clients, all connecting at once from loopback) is more than the
+/// pending-handshake cap the local server derives for its size (a quarter of 320): the sweep's
+/// own clients must not be refused with 503, which made `pool --sweep` fail with its defaults.
+#[test]
+fn a_sweep_at_the_default_256_clients_connects_them_all() {
+    let _area = common::area("pool");
+    let _load = one_load_at_a_time();
+    let v = json(&[
+        "pool",
+        "--sweep",
+        "--handler",
+        "block:1",
+        "--sizes",
+        "4",
+        "--secs",
+        "1",
+        "--format",
+        "json",
+    ]);
+    let sweep = v["sweep"].as_array().unwrap();
+    assert_eq!(sweep.len(), 1, "{v:#}");
+    // Four threads sleeping 1 ms each serve up to ~4,000/s; the run must have carried load.
+    assert!(sweep[0]["throughput"].as_f64().unwrap() > 500.0, "{v:#}");
+}
+
 #[test]
 fn a_sweep_finds_where_more_threads_stop_helping_and_writes_a_profile_serve_accepts() {
     let _area = common::area("pool");

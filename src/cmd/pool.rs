@@ -150,11 +150,15 @@ fn start_local(
     size: usize,
     conns: usize,
 ) -> Result<(SocketAddr, Arc<Hub>, tokio::sync::oneshot::Sender<()>)> {
-    let config = ServerConfig {
+    let mut config = ServerConfig {
         offload_pool_size: size,
         max_connections: conns + 64,
         ..ServerConfig::default()
     };
+    // All `conns` clients connect from loopback at once, more than the pending-handshake cap
+    // a server of this size derives (a quarter of its connections): exempt them, as
+    // `serve --self-test` and `start_user` below do, or most are refused with 503.
+    crate::serve::config::exempt_self_test(&mut config.limits);
     let app = BuiltinConfig {
         handler,
         ..BuiltinConfig::default()

@@ -90,6 +90,11 @@ pub struct WorkerResult {
     pub received: u64,
     pub errors: u64,
     pub disconnects: u64,
+    /// Close codes the server sent, with their counts. Written as `[code, count]` pairs: the
+    /// result travels inside the internally tagged `Event`, which serde reads through a buffer
+    /// that cannot turn a JSON object's string keys back into numbers, so a map here made every
+    /// result with a close code in it unreadable (the worker counted as ended without one).
+    #[serde(with = "code_pairs")]
     pub close_codes: BTreeMap<u16, u64>,
     /// HdrHistogram V2, base64: latencies in microseconds.
     pub histogram: String,
@@ -108,4 +113,52 @@ pub struct WorkerResult {
     /// echo-rate / deflate: how spread out this process's sends left (None elsewhere).
     #[serde(default)]
     pub arrivals: Option<arrivals::ArrivalStats>,
+}
+
+/// `BTreeMap<u16, u64>` as a list of `[key, value]` pairs (see `WorkerResult::close_codes`).
+mod code_pairs {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::BTreeMap;
+
+    pub fn serialize<S: Serializer>(m: &BTreeMap<u16, u64>, s: S) -> Result<S::Ok, S::Error> {
+        m.iter().collect::<Vec<_>>().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u16, u64>, D::Error> {
+        Ok(Vec::<(u16, u64)>::deserialize(d)?.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker's last line, with the close codes a server sent, reads back whole: as a map
+    /// inside the tagged `Event` it failed with `invalid type: string "4000", expected u16`.
+    #[test]
+    fn a_done_event_with_close_codes_reads_back() {
+        let result = WorkerResult {
+            sent: 0,
+            received: 0,
+            errors: 5312,
+            disconnects: 68,
+            close_codes: BTreeMap::from([(4000, 68), (1001, 2)]),
+            histogram: String::new(),
+            service_histogram: None,
+            cpu_secs: 0.5,
+            elapsed_secs: 1.0,
+            rounds: Vec::new(),
+            last_echo_secs: 0.0,
+            lost: 0,
+            first_error: None,
+            peak_rss_bytes: None,
+            arrivals: None,
+        };
+        let line = serde_json::to_string(&Event::Done(Box::new(result))).unwrap();
+        let Event::Done(back) = serde_json::from_str::<Event>(&line).unwrap() else {
+            panic!("not a done event: {line}")
+        };
+        assert_eq!(back.close_codes, BTreeMap::from([(1001, 2), (4000, 68)]));
+        assert_eq!(back.disconnects, 68);
+    }
 }
