@@ -332,16 +332,24 @@ async fn measure_user(
         let before = fetch_totals(admin).await?;
         let loaded = load(target(u.addr), conns, secs, Some(u.pid), request).await;
         still_running(&mut u)?;
-        loaded?;
         let after = fetch_totals(admin).await?;
-        measured(before, after).map_err(|_| {
-            anyhow::anyhow!(
+        // A program that offloaded nothing is told so first, even when it also closed the
+        // clients (it may close a message it does not understand): the missing --message is
+        // the fix, the closes only a symptom of it.
+        match (measured(before, after), loaded) {
+            (Ok(m), Ok(_)) => Ok(m),
+            (Ok(_), Err(e)) => Err(e),
+            (Err(_), loaded) => Err(anyhow::anyhow!(
                 "`{}` offloaded no work during the run (ws_handler_wall_seconds_count did not \
                  move on its /metrics): --measure times what its handler runs through \
-                 conn.offload(..); give --message with a request that does",
-                u.program
-            )
-        })
+                 conn.offload(..); give --message with a request that does{}",
+                u.program,
+                loaded
+                    .err()
+                    .map(|e| format!(" (the load also failed: {e})"))
+                    .unwrap_or_default()
+            )),
+        }
     }
     .await;
     u.stop().await;
