@@ -62,9 +62,11 @@ pub enum Command {
     Pool(PoolArgs),
     /// Print a HAProxy or nginx configuration for WebSocket traffic, derived from the profile.
     Lb(LbArgs),
-    /// One generator process of a self-test (started by `selftest`; not for people).
+    /// One generator process of a self-test (started by `selftest`; not for people). Its spec
+    /// is the first line of its input, not an argument: a CA bundle or a scenario file can pass
+    /// Linux's 128 KiB cap on one argument, and a token must not show in `ps`.
     #[command(hide = true)]
-    SelftestWorker { spec: String },
+    SelftestWorker,
     /// Capture exactly the files `check` reads into a directory, for `check --root DIR` elsewhere.
     Snapshot(SnapshotArgs),
     /// List or show the built-in tuning profiles.

@@ -82,9 +82,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Selftest(a) => cmd::selftest::run(resolve::selftest(&a)?),
         Command::Pool(a) => cmd::pool::run(resolve::pool(&a)?),
         Command::Lb(a) => cmd::lb::run(resolve::lb(&a)?),
-        Command::SelftestWorker { spec } => {
-            crate::selftest::worker::main(&spec).map(|()| Outcome::Ok)
-        }
+        Command::SelftestWorker => crate::selftest::worker::main().map(|()| Outcome::Ok),
         Command::Snapshot(a) => cmd::snapshot::run(resolve::snapshot(&a)),
         Command::Profiles(p) => cmd::profiles::run(resolve::profiles(&p)),
         Command::Export(a) => cmd::export::run(resolve::export(&a)?),

@@ -145,7 +145,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     let rss_before = server_sample(o, scenario).map(|s| s.1);
     let kernel_before = (scenario == Scenario::Idle).then(kernel_sample).flatten();
     let drops_before = drop_counters();
-    let mut procs = spawn_workers(o, scenario, target)?;
+    let mut procs = spawn_workers(o, scenario, target).await?;
     let workers = procs.len();
     let (connected, first_error) = connect_phase(&mut procs, o, scenario, target).await?;
     // Let the server settle (the last handshakes done, idle memory steady) before measuring.
@@ -344,7 +344,11 @@ pub fn target_url(t: &Target) -> String {
 }
 
 /// Start the generator processes, each with its share of the connections.
-fn spawn_workers(o: &RunPlan, scenario: Scenario, target: &Target) -> Result<Vec<WorkerProc>> {
+async fn spawn_workers(
+    o: &RunPlan,
+    scenario: Scenario,
+    target: &Target,
+) -> Result<Vec<WorkerProc>> {
     let exe =
         std::env::current_exe().context("cannot find this program to start generator processes")?;
     let spread = if scenario == Scenario::Broadcast {
@@ -397,7 +401,6 @@ fn spawn_workers(o: &RunPlan, scenario: Scenario, target: &Target) -> Result<Vec
         let mut cmd = tokio::process::Command::new(&exe);
         // A generator of a self-test killed outright must not go on loading the server.
         cmd.arg("selftest-worker")
-            .arg(serde_json::to_string(&spec)?)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -405,7 +408,13 @@ fn spawn_workers(o: &RunPlan, scenario: Scenario, target: &Target) -> Result<Vec
         let mut child = crate::host::process::spawn_dying_with_this_process(cmd)
             .with_context(|| format!("cannot start a generator process ({})", exe.display()))?;
         let stdout = child.stdout.take().expect("piped stdout");
-        let stdin = child.stdin.take().expect("piped stdin");
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let mut line = serde_json::to_string(&spec)?;
+        line.push('\n');
+        stdin
+            .write_all(line.as_bytes())
+            .await
+            .context("cannot hand a generator process its spec")?;
         procs.push(WorkerProc {
             child,
             lines: tokio::io::BufReader::new(stdout).lines(),

@@ -108,8 +108,13 @@ fn emit(e: &Event) {
     let _ = out.flush();
 }
 
-pub fn main(spec_json: &str) -> anyhow::Result<()> {
-    let spec: WorkerSpec = serde_json::from_str(spec_json)?;
+/// Runs the worker whose spec is the first line of standard input (the orchestrator writes it
+/// there, then "go" once every worker is connected).
+pub fn main() -> anyhow::Result<()> {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    let spec: WorkerSpec = serde_json::from_str(&line)
+        .map_err(|e| anyhow::anyhow!("the generator's spec on its input is not valid: {e}"))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
