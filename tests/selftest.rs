@@ -144,6 +144,72 @@ fn echo_rate(port: u16, extra: &[&str]) -> (Output, Value) {
     (o, v)
 }
 
+/// Thresholds are the gate: all held is exit 0, one missed is 2 naming it, one whose figure
+/// rests on too few samples is 4 (NOT PROVEN), never a pass on nothing. --no-default-checks
+/// and --accept-noise keep the profile's 5 ms target and the shared cores out of it.
+#[test]
+fn thresholds_gate_the_exit_code_and_name_what_missed() {
+    let srv = serve(&["--profile", "10k"]);
+    let gate = |t: &[&str]| {
+        let mut a = vec!["--no-default-checks", "--accept-noise"];
+        for x in t {
+            a.extend(["--threshold", x]);
+        }
+        echo_rate(srv.port, &a)
+    };
+    let (o, v) = gate(&[
+        "echo-rate.p99 < 10s",
+        "*.error_rate <= 1%",
+        "*.delivered >= 99%",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{v:#}");
+    let checks = v["verdict"]["checks"].as_array().unwrap();
+    let user: Vec<&Value> = checks.iter().filter(|c| c["threshold"] == true).collect();
+    assert_eq!(user.len(), 3, "{checks:#?}");
+    assert!(user.iter().all(|c| c["ok"] == true && c["judged"] == true));
+    assert!(!checks.iter().any(|c| c["what"] == "p99 latency"));
+    assert!(v["verdict"]["summary"]
+        .as_str()
+        .unwrap()
+        .contains("3 of 3 threshold checks held"));
+
+    let (o, v) = gate(&["echo-rate.p99 < 1us"]);
+    assert_eq!(o.status.code(), Some(2), "{v:#}");
+    let summary = v["verdict"]["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("MISS") && summary.contains("missed: echo-rate.p99 < 1us on echo-rate"),
+        "{summary}"
+    );
+
+    // 20 x 5 msgs/s for 3 s is ~300 latencies: a p99.9 over them would be the maximum.
+    let (o, v) = gate(&["echo-rate.p999 < 10s"]);
+    assert_eq!(o.status.code(), Some(4), "{v:#}");
+    let why = v["verdict"]["unmeasured"][0].as_str().unwrap();
+    assert!(why.contains("too few for this statistic"), "{why}");
+    // The table lists every threshold with its mark.
+    let o = run(&[
+        "selftest",
+        "--url",
+        &format!("ws://127.0.0.1:{}/", srv.port),
+        "--conns",
+        "20",
+        "--rate",
+        "5",
+        "--secs",
+        "2",
+        "--accept-noise",
+        "--no-default-checks",
+        "--threshold",
+        "echo-rate.p50 < 10s",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("ok   threshold echo-rate.p50 < 10s: "),
+        "{out}"
+    );
+}
+
 #[test]
 fn a_stalled_server_shows_in_the_percentiles() {
     // Open loop: 20 clients x 5 msgs/s = 100 msgs/s offered. The stalled server handles 10
@@ -390,6 +456,39 @@ fn bad_input_and_low_limits_are_refused_before_anything_starts() {
                 "/no/such/dir/r.html",
             ],
             "--report /no/such/dir/r.html: cannot create a file in /no/such/dir",
+        ),
+        (
+            &[
+                "--url",
+                "ws://127.0.0.1:9/",
+                "--threshold",
+                "nosuch.p99 < 1ms",
+            ],
+            "unknown scenario 'nosuch'",
+        ),
+        (
+            &[
+                "--url",
+                "ws://127.0.0.1:9/",
+                "--threshold",
+                "echo-rate.p99 < 5",
+            ],
+            "a duration needs its unit",
+        ),
+        (
+            &[
+                "--url",
+                "ws://127.0.0.1:9/",
+                "--scenario",
+                "echo-rate",
+                "--threshold",
+                "broadcast.p99 < 1s",
+            ],
+            "scenario broadcast is not in this run (echo-rate); add --scenario broadcast",
+        ),
+        (
+            &["--url", "ws://127.0.0.1:9/", "--no-default-checks"],
+            "give at least one --threshold",
         ),
     ];
     for (args, want) in cases {

@@ -3,14 +3,17 @@
 
 pub mod abuse;
 pub mod channels;
+mod load;
 mod values;
+
+pub use load::LoadArgs;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 nothing failed; 1 only warnings and --strict; 2 a check failed; 3 usage or internal error;
-4 a self-test the host was too noisy to judge (NOT PROVEN: steal or other processes' CPU over its limit).
+4 a self-test that could not be judged (NOT PROVEN: the host too noisy, or a --threshold's figure not measured).
 Documentation: README.md (quick start, CI preflight) and docs/ (the JSON shape, profiles, the check catalog).";
 
 #[derive(Debug, Parser)]
@@ -506,69 +509,6 @@ impl Default for ServeArgs {
         ServeArgs::from_arg_matches(&cmd.get_matches_from(none))
             .expect("every serve flag has a default or is optional")
     }
-}
-
-/// The load generator's settings, shared by `selftest` and `serve --self-test`.
-#[derive(Debug, Clone, Args)]
-#[command(next_help_heading = "Load test (selftest, serve --self-test)")]
-pub struct LoadArgs {
-    /// Workload to run (repeat for several): echo-rate, echo-sat, idle, storm, broadcast, deflate.
-    #[arg(long = "scenario", value_enum, value_name = "NAME")]
-    pub scenarios: Vec<crate::selftest::Scenario>,
-    /// Client connections (default: selftest 1000; serve --self-test: the profile's, scaled to the host).
-    #[arg(long)]
-    pub conns: Option<usize>,
-    /// Messages per second per connection for echo-rate and deflate (default: the profile's).
-    #[arg(long)]
-    pub rate: Option<f64>,
-    /// Payload bytes per message (default: the profile's).
-    #[arg(long)]
-    pub size: Option<usize>,
-    /// Seconds each scenario runs.
-    #[arg(long)]
-    pub secs: Option<f64>,
-    /// Seconds of load before each echo-rate, deflate and echo-sat measurement starts (not
-    /// counted: the first burst on fresh connections is a start-up cost, not the steady state).
-    /// Default 1; for echo-rate one period of the per-connection rate, at most 5; for deflate
-    /// one period and a second, at most 15 (every connection's contexts built before measuring)
-    #[arg(long)]
-    pub warmup: Option<f64>,
-    /// echo-sat: messages in flight per connection.
-    #[arg(long, default_value_t = 1)]
-    pub inflight: usize,
-    /// broadcast: messages published (rounds). Default 10; serve --self-test publishes fewer
-    /// when its cores cannot fan out 10 rounds to every connection within --secs
-    #[arg(long)]
-    pub rounds: Option<usize>,
-    /// Generator processes (0: as many as the fd limit requires, at least one).
-    #[arg(long, default_value_t = 0)]
-    pub generators: usize,
-    /// Loopback source addresses to spread clients over (0: as many as the port range needs).
-    #[arg(long, default_value_t = 0)]
-    pub sources: usize,
-    /// Connections opened per second while ramping up (0: as fast as 256 handshakes in flight per process go).
-    #[arg(long, default_value_t = 0.0)]
-    pub ramp: f64,
-    /// storm: handshakes in flight at once, over all generator processes.
-    #[arg(long, default_value_t = 512)]
-    pub storm_concurrency: usize,
-    /// A server that answers requests instead of echoing (your own, e.g. with --command): the
-    /// text every echo-rate, echo-sat, storm and deflate message carries; each reply,
-    /// whatever it says, answers the connection's oldest unanswered message. Default: a
-    /// timestamped payload the server must send back as it came.
-    #[arg(long, value_name = "TEXT")]
-    pub message: Option<String>,
-    /// Judge every measurement as it came, however disturbed the host was: no re-measure and
-    /// no NOT PROVEN for noise (steal and other processes' CPU are still measured and
-    /// reported). For a box known to be shared, where a verdict under noise is wanted anyway.
-    #[arg(long)]
-    pub accept_noise: bool,
-    /// Output format for the report on stdout.
-    #[arg(long = "format", short = 'f', value_enum, default_value_t = ListFormat::Table, id = "load_format")]
-    pub format: ListFormat,
-    /// Also write a self-contained HTML page with the charts.
-    #[arg(long, value_name = "FILE.html")]
-    pub report: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

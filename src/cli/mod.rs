@@ -25,9 +25,10 @@ pub mod exit {
     pub const FAIL: u8 = 2;
     /// Usage or internal error: the report could not be made.
     pub const ERROR: u8 = 3;
-    /// A self-test that would have been judged, but its host was too noisy to stand behind
-    /// either a PASS or a MISS.
-    pub const NOT_PROVEN_NOISY: u8 = 4;
+    /// A self-test that could not be judged, and nothing judged failed: its host was too
+    /// noisy to stand behind either a PASS or a MISS, or a threshold's figure was not
+    /// measured (or rests on too few samples).
+    pub const NOT_PROVEN: u8 = 4;
 }
 
 pub fn main() -> ExitCode {
@@ -66,7 +67,7 @@ fn code(o: Outcome) -> u8 {
         Outcome::Ok => exit::OK,
         Outcome::Warnings => exit::WARN,
         Outcome::Failed => exit::FAIL,
-        Outcome::Inconclusive => exit::NOT_PROVEN_NOISY,
+        Outcome::Inconclusive => exit::NOT_PROVEN,
     }
 }
 

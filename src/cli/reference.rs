@@ -223,7 +223,7 @@ mod tests {
                 exit::WARN,
                 exit::FAIL,
                 exit::ERROR,
-                exit::NOT_PROVEN_NOISY
+                exit::NOT_PROVEN
             ]
         );
     }

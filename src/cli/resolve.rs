@@ -333,6 +333,8 @@ fn load(l: &LoadArgs) -> Load {
         storm_concurrency: l.storm_concurrency,
         message: l.message.clone(),
         accept_noise: l.accept_noise,
+        thresholds: l.thresholds.clone(),
+        no_default_checks: l.no_default_checks,
         format: list_format(l.format),
         report: l.report.clone(),
     }

@@ -6,7 +6,8 @@ use crate::outcome::Outcome;
 use crate::profile::Profile;
 use crate::report::ListFormat;
 use crate::selftest::client::Target;
-use crate::selftest::report::{self, Report, Targets};
+use crate::selftest::report::{self, Judging, Report, Targets};
+use crate::selftest::threshold::{Scope, Threshold};
 use crate::selftest::{run_scenario, sizing, target_url, RunPlan, Scenario};
 use anyhow::{bail, Result};
 use std::path::PathBuf;
@@ -31,6 +32,10 @@ pub struct Load {
     pub message: Option<String>,
     /// Judge every window as measured, however noisy (no re-measure, no NOT PROVEN for noise).
     pub accept_noise: bool,
+    /// The user's pass/fail criteria (`--threshold`), judged beside the profile's checks.
+    pub thresholds: Vec<Threshold>,
+    /// Leave out the profile's p99 and throughput checks (`--no-default-checks`).
+    pub no_default_checks: bool,
     /// The report on stdout.
     pub format: ListFormat,
     /// Also an HTML page here.
@@ -47,14 +52,15 @@ impl Load {
             || self.secs.is_some()
             || self.report.is_some()
             || self.message.is_some()
+            || !self.thresholds.is_empty()
     }
 }
 
 /// A run, sized and validated, before anything starts.
 pub struct LoadPlan {
     pub opts: RunPlan,
-    /// Judge every window as measured (`--accept-noise`).
-    pub accept_noise: bool,
+    /// How the run is judged: `--accept-noise`, thresholds, the profile's checks or not.
+    pub judging: Judging,
     pub scenarios: Vec<Scenario>,
     pub targets: Targets,
     pub scaled_down: Vec<String>,
@@ -185,6 +191,31 @@ pub fn plan(
     // rate-limited runs before the ones that saturate.
     scenarios.sort_by_key(|s| *s as u8);
     scenarios.dedup();
+    // A threshold on a scenario that will not run would never be judged: refused now, before
+    // any connection, rather than leaving the run NOT PROVEN after minutes of load.
+    for th in &load.thresholds {
+        if let Scope::One(s) = th.scope {
+            if !scenarios.contains(&s) {
+                bail!(
+                    "threshold '{th}': scenario {} is not in this run ({}); add --scenario {} \
+                     or drop the threshold",
+                    s.name(),
+                    scenarios
+                        .iter()
+                        .map(|s| s.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    s.name()
+                );
+            }
+        }
+    }
+    if load.no_default_checks && load.thresholds.is_empty() {
+        bail!(
+            "--no-default-checks drops the profile's p99 and throughput checks for your own: \
+             give at least one --threshold"
+        );
+    }
     // Like the rate, the rounds follow the CPU budget unless the flag says: rounds closer
     // together than one fan-out queue behind each other, and "until the last subscriber"
     // would measure the queue.
@@ -200,7 +231,11 @@ pub fn plan(
         (a, b) => a.or(b),
     };
     Ok(LoadPlan {
-        accept_noise: load.accept_noise,
+        judging: Judging {
+            accept_noise: load.accept_noise,
+            thresholds: load.thresholds.clone(),
+            no_default_checks: load.no_default_checks,
+        },
         url: target_url(&target),
         opts: RunPlan {
             target,
@@ -258,7 +293,7 @@ pub async fn execute(p: &LoadPlan) -> (Report, Option<anyhow::Error>) {
             _ => p.opts.clone(),
         };
         match run_scenario(&opts, s).await {
-            Ok(r) if needs_remeasure(&r, p.accept_noise) => {
+            Ok(r) if needs_remeasure(&r, p.judging.accept_noise) => {
                 // Too noisy to judge: measured once more, after the host had a moment. The
                 // last measurement is the one judged; the first stays in `attempts`, so the
                 // run-to-run spread is in the report.
@@ -266,7 +301,7 @@ pub async fn execute(p: &LoadPlan) -> (Report, Option<anyhow::Error>) {
                 let first = r;
                 match run_scenario(&opts, s).await {
                     Ok(mut again) => {
-                        again.attempts.push(attempt(&first, &p.targets));
+                        again.attempts.push(attempt(&first, &p.targets, &p.judging));
                         done.push(again);
                     }
                     Err(_) => done.push(first),
@@ -279,7 +314,7 @@ pub async fn execute(p: &LoadPlan) -> (Report, Option<anyhow::Error>) {
             }
         }
     }
-    let verdict = report::verdict(&done, &p.targets, p.accept_noise);
+    let verdict = report::verdict(&done, &p.targets, &p.judging);
     let report = Report {
         schema_version: report::SCHEMA_VERSION,
         url: p.url.clone(),
@@ -315,8 +350,16 @@ fn needs_remeasure(r: &crate::selftest::ScenarioReport, accept_noise: bool) -> b
 }
 
 /// The figures of a measurement that was repeated, for the report's run-to-run spread.
-fn attempt(r: &crate::selftest::ScenarioReport, t: &Targets) -> crate::selftest::Attempt {
-    let judged = report::verdict(std::slice::from_ref(r), t, true);
+fn attempt(
+    r: &crate::selftest::ScenarioReport,
+    t: &Targets,
+    j: &Judging,
+) -> crate::selftest::Attempt {
+    let all = Judging {
+        accept_noise: true,
+        ..j.clone()
+    };
+    let judged = report::verdict(std::slice::from_ref(r), t, &all);
     crate::selftest::Attempt {
         p99_ms: r.latency_ms.p99,
         service_p99_ms: r.service_latency_ms.as_ref().map(|l| l.p99),

@@ -18,6 +18,7 @@ pub mod noise;
 pub mod report;
 pub mod server;
 pub mod sizing;
+pub mod threshold;
 pub mod worker;
 
 mod merge;

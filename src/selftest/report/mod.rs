@@ -16,7 +16,7 @@ pub use capacity::{CapacityReport, CpuTarget};
 pub use html::html;
 pub use memory::{BudgetReport, Compared, MemoryEstimate, MemoryReport, ESTIMATE_TOLERANCE};
 pub use table::table;
-pub use verdict::{combine, verdict, Check, Verdict};
+pub use verdict::{combine, verdict, Check, Judging, Verdict};
 
 use super::ScenarioReport;
 use serde::Serialize;

@@ -149,17 +149,32 @@ pub fn table(r: &Report) -> String {
         out.push_str(&disturbance_lines(s));
     }
     for c in &r.verdict.checks {
-        if !c.ok {
+        // A threshold without its figure says why in its detail; any other check left
+        // unjudged was left so by the noise.
+        let why = if c.judged || c.detail.starts_with("not judged") {
+            ""
+        } else {
+            " (not judged: the host was too noisy)"
+        };
+        if c.threshold {
+            // The user's own criteria are all listed, held or not: they are the gate.
+            let mark = match (c.judged, c.ok) {
+                (true, true) => "ok  ",
+                (true, false) => "MISS",
+                (false, _) => "----",
+            };
             out.push_str(&format!(
-                "MISS {} {}: {}{}\n",
-                c.scenario.name(),
+                "{mark} threshold {}: {} on {}{why}\n",
                 c.what,
                 c.detail,
-                if c.judged {
-                    ""
-                } else {
-                    " (not judged: the host was too noisy)"
-                }
+                c.scenario.name()
+            ));
+        } else if !c.ok {
+            out.push_str(&format!(
+                "MISS {} {}: {}{why}\n",
+                c.scenario.name(),
+                c.what,
+                c.detail
             ));
         }
     }

@@ -127,8 +127,16 @@ fn echo(scenario: Scenario, p99: f64, other_pct: f64) -> ScenarioReport {
 }
 
 fn report(scenarios: Vec<ScenarioReport>, accept_noise: bool, host: bool) -> Report {
+    let j = Judging {
+        accept_noise,
+        ..Judging::default()
+    };
+    judged(scenarios, &j, host)
+}
+
+fn judged(scenarios: Vec<ScenarioReport>, j: &Judging, host: bool) -> Report {
     let t = targets();
-    let verdict = verdict(&scenarios, &t, accept_noise);
+    let verdict = verdict(&scenarios, &t, j);
     let mut r = Report {
         schema_version: SCHEMA_VERSION,
         url: "ws://127.0.0.1:1/".into(),
@@ -314,4 +322,91 @@ fn the_budget_row_sums_servers_and_stores_and_needs_the_series() {
         one.line()
     );
     assert_eq!(BudgetReport::from_metrics("ws_connections 7\n"), None);
+}
+
+fn with(thresholds: &[&str]) -> Judging {
+    Judging {
+        thresholds: thresholds.iter().map(|t| t.parse().unwrap()).collect(),
+        ..Judging::default()
+    }
+}
+
+#[test]
+fn thresholds_that_hold_pass_and_a_miss_fails_naming_the_check() {
+    let run = || vec![echo(Scenario::EchoRate, 1.2, 3.0)];
+    let r = judged(
+        run(),
+        &with(&["echo-rate.p99 < 2ms", "*.error_rate <= 0.1%"]),
+        false,
+    );
+    assert!(r.verdict.pass, "{}", r.verdict.summary);
+    let user: Vec<_> = r.verdict.checks.iter().filter(|c| c.threshold).collect();
+    assert_eq!(user.len(), 2);
+    assert!(user.iter().all(|c| c.ok && c.judged));
+    assert!(r.verdict.summary.contains("2 of 2 threshold checks held"));
+
+    let r = judged(run(), &with(&["echo-rate.p99 < 1ms"]), false);
+    assert!(!r.verdict.pass && !r.verdict.inconclusive);
+    let miss = r.verdict.checks.iter().find(|c| c.threshold).unwrap();
+    assert!(!miss.ok && miss.judged);
+    assert_eq!(miss.detail, "1.20 ms (misses < 1.00 ms)");
+    assert!(
+        r.verdict.summary.starts_with("MISS")
+            && r.verdict
+                .summary
+                .contains("missed: echo-rate.p99 < 1ms on echo-rate"),
+        "{}",
+        r.verdict.summary
+    );
+}
+
+#[test]
+fn a_threshold_without_its_figure_is_not_judged_and_the_run_is_not_proven() {
+    // 10,000 latencies are too few for a p99.9 only below 1,000; make it 500.
+    let mut e = echo(Scenario::EchoRate, 1.2, 3.0);
+    e.latency_ms.count = 500;
+    let r = judged(vec![e.clone()], &with(&["echo-rate.p999 < 50ms"]), false);
+    assert!(!r.verdict.pass && r.verdict.inconclusive, "{:?}", r.verdict);
+    assert_eq!(r.verdict.unmeasured.len(), 1);
+    assert!(r.verdict.unmeasured[0].contains("500 samples, too few"));
+    assert!(r.verdict.summary.starts_with("NOT PROVEN"));
+    // The server's CPU was not sampled: not judged either.
+    let r = judged(vec![e.clone()], &with(&["echo-rate.server_cpu < 1"]), false);
+    assert!(r.verdict.inconclusive);
+    assert!(r.verdict.unmeasured[0].contains("give --pid"));
+    // A judged miss decides, whatever else could not be judged.
+    let r = judged(
+        vec![e],
+        &with(&["echo-rate.server_cpu < 1", "echo-rate.p99 < 1ms"]),
+        false,
+    );
+    assert!(!r.verdict.pass && !r.verdict.inconclusive);
+    assert!(r.verdict.summary.starts_with("MISS"));
+}
+
+#[test]
+fn a_threshold_on_a_noisy_window_is_shown_and_not_judged() {
+    let r = judged(
+        vec![echo(Scenario::EchoRate, 9.0, 95.0)],
+        &with(&["echo-rate.p99 < 1ms"]),
+        false,
+    );
+    let c = r.verdict.checks.iter().find(|c| c.threshold).unwrap();
+    assert!(!c.ok && !c.judged);
+    assert!(r.verdict.inconclusive && r.verdict.too_noisy);
+}
+
+#[test]
+fn no_default_checks_leaves_the_profile_targets_to_the_thresholds() {
+    // p99 9 ms misses the profile's 5 ms; the user's 10 ms holds.
+    let j = Judging {
+        no_default_checks: true,
+        ..with(&["echo-rate.p99 < 10ms"])
+    };
+    let r = judged(vec![echo(Scenario::EchoRate, 9.0, 3.0)], &j, false);
+    assert!(r.verdict.pass, "{}", r.verdict.summary);
+    assert!(!r.verdict.checks.iter().any(|c| c.what == "p99 latency"));
+    assert!(r.verdict.checks.iter().any(|c| c.what == "no errors"));
+    let r = report(vec![echo(Scenario::EchoRate, 9.0, 3.0)], false, false);
+    assert!(!r.verdict.pass);
 }

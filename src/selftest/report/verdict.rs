@@ -1,6 +1,7 @@
 //! The verdict: each scenario's checks against the profile's targets, judged only on a quiet
 //! window, and the run's verdict with the host check beside it.
 
+use super::super::threshold::Threshold;
 use super::super::{Scenario, ScenarioReport};
 use super::{count, Report, Targets};
 use serde::Serialize;
@@ -12,8 +13,24 @@ pub struct Check {
     pub ok: bool,
     pub detail: String,
     /// The check counts toward the verdict: false when it rests on timing and its window was
-    /// too noisy to judge (its result is still shown, never dropped).
+    /// too noisy to judge, or (a threshold) when its figure was not measured or rests on too
+    /// few samples (its result is still shown, never dropped).
     pub judged: bool,
+    /// A criterion the user gave (`--threshold`), not one of the profile's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub threshold: bool,
+}
+
+/// How a run is judged, beside the profile's targets.
+#[derive(Debug, Clone, Default)]
+pub struct Judging {
+    /// Judge every window as measured, however noisy (`--accept-noise`).
+    pub accept_noise: bool,
+    /// The user's criteria (`--threshold`), judged after the profile's checks.
+    pub thresholds: Vec<Threshold>,
+    /// Leave out the profile's p99 and throughput checks (`--no-default-checks`): the
+    /// thresholds replace them. Finishing, errors and server closes are always checked.
+    pub no_default_checks: bool,
 }
 
 /// Checks a busy host cannot produce: a server that closed connections did so whatever else
@@ -42,8 +59,13 @@ pub struct Verdict {
     /// What was too noisy, where ("other processes 98 % of a core in echo-rate").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub noise: Option<String>,
-    /// The run would have been judged but for the noise (`too_noisy`, and nothing else
-    /// failed): exit code 4, NOT PROVEN.
+    /// Thresholds that could not be judged: their figure was not measured, or rests on too
+    /// few samples ("echo-rate.p999 < 5ms: 240 samples, too few ..."). Like noise, they leave
+    /// the run NOT PROVEN unless a judged check missed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmeasured: Vec<String>,
+    /// The run would have been judged but for the noise or an unmeasured threshold (and
+    /// nothing else failed): exit code 4, NOT PROVEN.
     pub inconclusive: bool,
     pub checks: Vec<Check>,
 }
@@ -56,11 +78,11 @@ pub struct Verdict {
 /// `accept_noise`): its checks are shown but decide nothing, except the noise-proof ones.
 /// The load then passes only if every judged check passed and nothing went unjudged; it
 /// misses if any judged check missed; otherwise it is too noisy to tell.
-pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, accept_noise: bool) -> Verdict {
+pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, j: &Judging) -> Verdict {
     let mut checks = Vec::new();
     let mut noisy = Vec::new();
     for s in scenarios {
-        let quiet = accept_noise
+        let quiet = j.accept_noise
             || !s.scenario.timed()
             || !s.disturbance.as_ref().is_some_and(|d| d.too_noisy);
         if !quiet {
@@ -78,8 +100,10 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, accept_noise: bool) ->
                 ok,
                 detail,
                 judged: quiet || noise_proof(what),
+                threshold: false,
             })
         };
+        let defaults = !j.no_default_checks;
         add(
             "finished",
             s.incomplete.is_none(),
@@ -109,22 +133,26 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, accept_noise: bool) ->
         );
         match s.scenario {
             Scenario::EchoRate | Scenario::Deflate => {
-                add(
-                    "p99 latency",
-                    s.latency_ms.count > 0 && s.latency_ms.p99 <= t.p99_ms,
-                    format!("{:.2} ms (target {} ms)", s.latency_ms.p99, t.p99_ms),
-                );
+                if defaults {
+                    add(
+                        "p99 latency",
+                        s.latency_ms.count > 0 && s.latency_ms.p99 <= t.p99_ms,
+                        format!("{:.2} ms (target {} ms)", s.latency_ms.p99, t.p99_ms),
+                    );
+                }
                 add(
                     "every message answered",
                     s.lost == 0,
                     format!("{} messages never echoed by the end of the run", s.lost),
                 );
                 let offered = s.offered_rate.unwrap_or(0.0);
-                add(
-                    "throughput",
-                    s.achieved_rate >= offered * 0.95,
-                    format!("{:.0} of {:.0} msgs/s offered", s.achieved_rate, offered),
-                );
+                if defaults {
+                    add(
+                        "throughput",
+                        s.achieved_rate >= offered * 0.95,
+                        format!("{:.0} of {:.0} msgs/s offered", s.achieved_rate, offered),
+                    );
+                }
             }
             Scenario::Broadcast => {
                 let want = s.conns_connected as u64 * s.broadcast_rounds.unwrap_or(0) as u64;
@@ -137,9 +165,10 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, accept_noise: bool) ->
             _ => {}
         }
     }
+    let unmeasured = thresholds(scenarios, j, &mut checks);
     let judged_miss = checks.iter().any(|c| c.judged && !c.ok);
     let too_noisy = !noisy.is_empty() && !judged_miss;
-    let load_pass = !checks.is_empty() && !judged_miss && noisy.is_empty();
+    let load_pass = !checks.is_empty() && !judged_miss && noisy.is_empty() && unmeasured.is_empty();
     Verdict {
         pass: load_pass,
         load_pass,
@@ -148,9 +177,44 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, accept_noise: bool) ->
         summary: String::new(),
         too_noisy,
         noise: (!noisy.is_empty()).then(|| noisy.join("; ")),
+        unmeasured: if judged_miss { Vec::new() } else { unmeasured },
         inconclusive: false,
         checks,
     }
+}
+
+/// The user's thresholds, judged on each scenario they cover, after the profile's checks.
+/// Returns the ones that could not be judged, with why. A threshold on a timed scenario whose
+/// window was too noisy is shown and not judged, as the profile's timing checks are.
+fn thresholds(scenarios: &[ScenarioReport], j: &Judging, checks: &mut Vec<Check>) -> Vec<String> {
+    let mut unmeasured = Vec::new();
+    for th in &j.thresholds {
+        let covered = th.scenarios(scenarios);
+        if covered.is_empty() {
+            // Only a `*` threshold can get here: a named scenario is checked against the
+            // run's list before anything starts.
+            unmeasured.push(format!("{th}: no scenario of this run measures it"));
+            continue;
+        }
+        for s in covered {
+            let quiet = j.accept_noise
+                || !s.scenario.timed()
+                || !s.disturbance.as_ref().is_some_and(|d| d.too_noisy);
+            let r = th.judge(s);
+            if let Some(why) = &r.unmeasured {
+                unmeasured.push(format!("{} on {}: {why}", th.text, s.scenario.name()));
+            }
+            checks.push(Check {
+                scenario: s.scenario,
+                what: th.text.clone(),
+                ok: r.ok,
+                detail: r.detail,
+                judged: quiet && r.unmeasured.is_none(),
+                threshold: true,
+            });
+        }
+    }
+    unmeasured
 }
 
 /// Turn the load verdict into the run's: with `host` (`serve --self-test`) PASS only when the
@@ -169,15 +233,37 @@ pub fn combine(r: &mut Report, host_required: bool) {
         .min()
         .unwrap_or(r.conns);
     v.full_size = smallest >= want;
-    let noise = match (&v.noise, v.too_noisy) {
+    // Could not be judged, for either reason: the noise, or a threshold without its figure.
+    let undecided = v.too_noisy || !v.unmeasured.is_empty();
+    let mut noise = match (&v.noise, v.too_noisy) {
         (Some(n), true) => format!(", host too noisy to judge it ({n})"),
         _ => String::new(),
     };
+    if let Some(first) = v.unmeasured.first() {
+        noise += &format!(
+            ", {} threshold check{} not judged ({first})",
+            v.unmeasured.len(),
+            if v.unmeasured.len() == 1 { "" } else { "s" }
+        );
+    }
+    let user: Vec<&Check> = v.checks.iter().filter(|c| c.threshold).collect();
+    if !user.is_empty() {
+        let held = user.iter().filter(|c| c.judged && c.ok).count();
+        noise += &format!(", {held} of {} threshold checks held", user.len());
+        if let Some(miss) = user.iter().find(|c| c.judged && !c.ok) {
+            noise += &format!(
+                " (missed: {} on {}: {})",
+                miss.what,
+                miss.scenario.name(),
+                miss.detail
+            );
+        }
+    }
     let load = format!(
         "load: {} at {}{noise}",
         if v.load_pass {
             "PASS"
-        } else if v.too_noisy {
+        } else if undecided {
             "NOT PROVEN"
         } else {
             "MISS"
@@ -213,10 +299,10 @@ pub fn combine(r: &mut Report, host_required: bool) {
     );
     if !host_required {
         v.pass = v.load_pass;
-        v.inconclusive = v.too_noisy;
+        v.inconclusive = undecided;
         let word = if v.pass {
             "PASS"
-        } else if v.too_noisy {
+        } else if undecided {
             "NOT PROVEN"
         } else {
             "MISS"
@@ -238,10 +324,10 @@ pub fn combine(r: &mut Report, host_required: bool) {
     };
     v.pass = v.load_pass && host_ok && v.full_size;
     // Exit 4 means exactly: this would have been judged, but the host was too noisy.
-    v.inconclusive = v.too_noisy && host_ok && v.full_size;
+    v.inconclusive = undecided && host_ok && v.full_size;
     let word = if v.pass {
         "PASS"
-    } else if (v.load_pass || v.too_noisy) && host_ok {
+    } else if (v.load_pass || undecided) && host_ok {
         // Everything that ran passed but not at the profile's size, or the host was too
         // noisy to judge the load.
         "NOT PROVEN"
