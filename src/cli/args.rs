@@ -4,9 +4,11 @@
 pub mod abuse;
 pub mod channels;
 mod load;
+mod report;
 mod values;
 
 pub use load::LoadArgs;
+pub use report::{ReportCommand, ReportMergeArgs};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -65,6 +67,9 @@ pub enum Command {
     Pool(PoolArgs),
     /// Print a HAProxy or nginx configuration for WebSocket traffic, derived from the profile.
     Lb(LbArgs),
+    /// Work with self-test reports: merge the shards of a run over several hosts into one.
+    #[command(subcommand)]
+    Report(ReportCommand),
     /// One generator process of a self-test (started by `selftest`; not for people). Its spec
     /// is the first line of its input, not an argument: a CA bundle or a scenario file can pass
     /// Linux's 128 KiB cap on one argument, and a token must not show in `ps`.
@@ -622,6 +627,16 @@ pub struct SelftestArgs {
     /// The profile whose self-test targets (payload, rate, p99) apply.
     #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
     pub profile: String,
+    /// Run one slice of a load spread over several generator hosts, INDEX/COUNT (0/4 .. 3/4):
+    /// this host opens its share of --conns and writes a report that `wstune report merge`
+    /// combines with the others' into one verdict. Needs --start-at.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
+    /// With --shard: when the load starts, Unix seconds (the same on every shard) or +SECS from
+    /// now. Each shard connects first, then waits for it; later scenarios follow on a fixed
+    /// schedule. Hosts need synchronised clocks (NTP, chrony).
+    #[arg(long, value_name = "UNIX_SECS|+SECS")]
+    pub start_at: Option<String>,
     #[command(flatten)]
     pub load: LoadArgs,
 }

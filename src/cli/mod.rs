@@ -83,6 +83,9 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Selftest(a) => cmd::selftest::run(resolve::selftest(&a)?),
         Command::Pool(a) => cmd::pool::run(resolve::pool(&a)?),
         Command::Lb(a) => cmd::lb::run(resolve::lb(&a)?),
+        Command::Report(args::ReportCommand::Merge(a)) => {
+            cmd::report::merge(resolve::report_merge(&a)?)
+        }
         Command::SelftestWorker => crate::selftest::worker::main().map(|()| Outcome::Ok),
         Command::Snapshot(a) => cmd::snapshot::run(resolve::snapshot(&a)),
         Command::Profiles(p) => cmd::profiles::run(resolve::profiles(&p)),

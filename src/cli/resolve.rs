@@ -56,21 +56,14 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
 /// `--lb-config FILE` through the one bounded reader: a FIFO or a device named by mistake is
 /// refused at once instead of blocking or filling memory.
 fn read_lb_config(path: &Path) -> Result<String> {
-    use crate::host::input::{io_words, read_bounded, Refused};
+    use crate::host::input::read_bounded;
     // A proxy configuration with includes inlined stays far below this.
     const MAX_LB_CONFIG_BYTES: u64 = 16 << 20;
     read_bounded(path, MAX_LB_CONFIG_BYTES, None).map_err(|r| {
-        let why = match r {
-            Refused::Io(e) => io_words(&e),
-            Refused::Directory => "is a directory".into(),
-            Refused::NotRegular => "not a regular file (a device, pipe or socket)".into(),
-            Refused::Outside(real) => format!("resolves to {}", real.display()),
-            Refused::TooLarge(cap) => format!("larger than {} MiB", cap >> 20),
-            Refused::NotUtf8 => "not UTF-8 text".into(),
-        };
         anyhow::anyhow!(
-            "--lb-config {}: {why}; give the proxy's configuration file",
-            path.display()
+            "--lb-config {}: {}; give the proxy's configuration file",
+            path.display(),
+            r.words()
         )
     })
 }
@@ -243,6 +236,28 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
         .iter()
         .map(|u| Url::parse(u).map_err(anyhow::Error::msg))
         .collect::<Result<_>>()?;
+    let mut load = load(&a.load);
+    load.shard = match (&a.shard, &a.start_at) {
+        (None, None) => None,
+        (Some(_), None) => bail!(
+            "--shard needs --start-at: every shard must start its load at the same moment; give \
+             them all the same --start-at $(( $(date +%s) + 60 ))"
+        ),
+        (None, Some(_)) => bail!("--start-at only means something with --shard I/N"),
+        (Some(s), Some(at)) => {
+            use crate::selftest::shard;
+            let (index, count) = shard::parse_index(s).map_err(anyhow::Error::msg)?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            Some(shard::Shard {
+                index,
+                count,
+                start_at_unix_ms: shard::parse_start(at, now).map_err(anyhow::Error::msg)?,
+                slot_secs: 0.0,
+            })
+        }
+    };
     Ok(cmd::selftest::Request {
         profile,
         target,
@@ -250,7 +265,25 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
         subscribe,
         pid: a.pid,
         deflate: a.deflate,
-        load: load(&a.load),
+        load,
+    })
+}
+
+pub fn report_merge(a: &args::ReportMergeArgs) -> Result<cmd::report::MergeRequest> {
+    if let Some(path) = &a.report {
+        crate::output::check_writable(path, "--report")?;
+    }
+    Ok(cmd::report::MergeRequest {
+        files: a.files.clone(),
+        partial: a.partial,
+        load: Load {
+            thresholds: a.thresholds.clone(),
+            no_default_checks: a.no_default_checks,
+            accept_noise: a.accept_noise,
+            format: list_format(a.format),
+            report: a.report.clone(),
+            ..Load::default()
+        },
     })
 }
 
@@ -329,12 +362,14 @@ fn load(l: &LoadArgs) -> Load {
         rounds: l.rounds,
         generators: l.generators,
         sources: l.sources,
+        src_ips: l.src_ips.clone(),
         ramp: l.ramp,
         storm_concurrency: l.storm_concurrency,
         message: l.message.clone(),
         accept_noise: l.accept_noise,
         thresholds: l.thresholds.clone(),
         no_default_checks: l.no_default_checks,
+        shard: None,
         format: list_format(l.format),
         report: l.report.clone(),
     }

@@ -10,6 +10,7 @@ pub mod export;
 pub mod lb;
 pub mod pool;
 pub mod profiles;
+pub mod report;
 pub mod rollback;
 pub mod selftest;
 pub mod serve;

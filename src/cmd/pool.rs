@@ -197,6 +197,7 @@ async fn load(
 ) -> Result<selftest::ScenarioReport> {
     let (soft, _) = crate::host::raise_nofile();
     let o = Options {
+        shard: None,
         broadcast_target: t.clone(),
         subscribe_targets: Vec::new(),
         target: t,

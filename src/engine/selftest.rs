@@ -7,6 +7,7 @@ use crate::profile::Profile;
 use crate::report::ListFormat;
 use crate::selftest::client::Target;
 use crate::selftest::report::{self, Judging, Report, Targets};
+use crate::selftest::shard::Shard;
 use crate::selftest::threshold::{Scope, Threshold};
 use crate::selftest::{run_scenario, sizing, target_url, RunPlan, Scenario};
 use anyhow::{bail, Result};
@@ -14,7 +15,7 @@ use std::path::PathBuf;
 
 /// The load generator's settings as the user gave them (`selftest`, `serve --self-test`);
 /// None: the command's default (`Defaults`) or the profile's.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Load {
     pub scenarios: Vec<Scenario>,
     pub conns: Option<usize>,
@@ -28,6 +29,9 @@ pub struct Load {
     pub sources: usize,
     pub ramp: f64,
     pub storm_concurrency: usize,
+    /// `--src-ips`: the local addresses the connections come from, round-robin (empty: sized
+    /// from `sources` for a loopback server, the kernel's choice otherwise).
+    pub src_ips: Vec<std::net::IpAddr>,
     /// `--message`: the request a user's server answers (see `WorkerSpec::request`).
     pub message: Option<String>,
     /// Judge every window as measured, however noisy (no re-measure, no NOT PROVEN for noise).
@@ -36,6 +40,9 @@ pub struct Load {
     pub thresholds: Vec<Threshold>,
     /// Leave out the profile's p99 and throughput checks (`--no-default-checks`).
     pub no_default_checks: bool,
+    /// `selftest --shard I/N --start-at T`: this host runs its share of `conns` (the run's
+    /// total), in step with the other shards. Its `slot_secs` is the plan's to fill in.
+    pub shard: Option<Shard>,
     /// The report on stdout.
     pub format: ListFormat,
     /// Also an HTML page here.
@@ -130,6 +137,19 @@ pub fn plan(
     if conns == 0 || conns > 10_000_000 {
         bail!("--conns {conns}: give 1..=10000000 connections");
     }
+    // A shard runs its slice of the total; the rate per connection stays, so the shards' sum
+    // is the run's load.
+    let total_conns = conns;
+    let conns = match &load.shard {
+        Some(s) if s.share(conns) == 0 => bail!(
+            "--shard {}/{}: --conns {conns} leaves this shard no connection; give at least one \
+             connection per shard",
+            s.index,
+            s.count
+        ),
+        Some(s) => s.share(conns),
+        None => conns,
+    };
     if !(rate.is_finite() && rate > 0.0 && rate <= 100_000.0) {
         bail!("--rate {rate}: give messages per second per connection, more than 0 and at most 100000");
     }
@@ -175,12 +195,32 @@ pub fn plan(
     // Ports for twice the count: the previous scenario's connections are still closing
     // (FIN_WAIT, TIME_WAIT) while the next one opens its own, and 100k of them take seconds
     // to go; sized for one scenario, the second one met EADDRNOTAVAIL at ~99.6%.
-    let sources = sizing::sources_for(
-        target.addr.ip(),
-        conns.saturating_mul(2),
-        sizing::ephemeral_ports(),
-        load.sources,
-    )
+    let sources = if load.src_ips.is_empty() {
+        sizing::sources_for(
+            target.addr.ip(),
+            conns.saturating_mul(2),
+            sizing::ephemeral_ports(),
+            load.sources,
+        )
+    } else {
+        // Each must be an address of this host: a bind to it with any port says so.
+        if let Some(a) = load
+            .src_ips
+            .iter()
+            .find(|a| std::net::UdpSocket::bind((**a, 0)).is_err())
+        {
+            bail!(
+                "--src-ips {a}: not an address of this host; add it first (ip addr add {a}/32 \
+                 dev IFACE) or leave it out"
+            );
+        }
+        sizing::given_sources(
+            &load.src_ips,
+            target.addr.ip(),
+            conns.saturating_mul(2),
+            sizing::ephemeral_ports(),
+        )
+    }
     .map_err(anyhow::Error::msg)?;
     let mut scenarios = load.scenarios.clone();
     if scenarios.is_empty() {
@@ -230,35 +270,41 @@ pub fn plan(
         (Some(a), Some(b)) => Some(format!("{a}; {b}")),
         (a, b) => a.or(b),
     };
+    let mut opts = RunPlan {
+        target,
+        broadcast_target,
+        subscribe_targets: defaults.subscribe_targets,
+        scenarios: scenarios.clone(),
+        conns,
+        rate,
+        size,
+        secs,
+        warmup: load.warmup,
+        deflate: defaults.deflate,
+        inflight: load.inflight,
+        rounds,
+        workers,
+        sources,
+        server_pid,
+        server_tree: defaults.server_tree,
+        broadcast_server_pid: defaults.broadcast_server_pid,
+        ramp_per_sec: load.ramp,
+        storm_concurrency: load.storm_concurrency,
+        request: load.message.clone(),
+        shard: None,
+    };
+    opts.shard = load.shard.map(|s| Shard {
+        slot_secs: crate::selftest::shard_slot_secs(&opts, total_conns),
+        ..s
+    });
     Ok(LoadPlan {
         judging: Judging {
             accept_noise: load.accept_noise,
             thresholds: load.thresholds.clone(),
             no_default_checks: load.no_default_checks,
         },
-        url: target_url(&target),
-        opts: RunPlan {
-            target,
-            broadcast_target,
-            subscribe_targets: defaults.subscribe_targets,
-            scenarios: scenarios.clone(),
-            conns,
-            rate,
-            size,
-            secs,
-            warmup: load.warmup,
-            deflate: defaults.deflate,
-            inflight: load.inflight,
-            rounds,
-            workers,
-            sources,
-            server_pid,
-            server_tree: defaults.server_tree,
-            broadcast_server_pid: defaults.broadcast_server_pid,
-            ramp_per_sec: load.ramp,
-            storm_concurrency: load.storm_concurrency,
-            request: load.message.clone(),
-        },
+        url: target_url(&opts.target),
+        opts,
         scenarios,
         targets: Targets {
             profile: profile.name.clone(),
@@ -293,7 +339,8 @@ pub async fn execute(p: &LoadPlan) -> (Report, Option<anyhow::Error>) {
             _ => p.opts.clone(),
         };
         match run_scenario(&opts, s).await {
-            Ok(r) if needs_remeasure(&r, p.judging.accept_noise) => {
+            // A shard never measures twice: the others would run on without it.
+            Ok(r) if p.opts.shard.is_none() && needs_remeasure(&r, p.judging.accept_noise) => {
                 // Too noisy to judge: measured once more, after the host had a moment. The
                 // last measurement is the one judged; the first stays in `attempts`, so the
                 // run-to-run spread is in the report.
@@ -334,6 +381,8 @@ pub async fn execute(p: &LoadPlan) -> (Report, Option<anyhow::Error>) {
         ),
         memory_budget: None,
         host_check: None,
+        shard: p.opts.shard,
+        merged_from: None,
         scenarios: done,
         verdict,
     };

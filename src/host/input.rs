@@ -29,6 +29,20 @@ pub enum Refused {
     NotUtf8,
 }
 
+impl Refused {
+    /// Why, in the words a message about any input file uses ("is a directory").
+    pub fn words(&self) -> String {
+        match self {
+            Refused::Io(e) => io_words(e),
+            Refused::Directory => "is a directory".into(),
+            Refused::NotRegular => "not a regular file (a device, pipe or socket)".into(),
+            Refused::Outside(real) => format!("resolves to {}", real.display()),
+            Refused::TooLarge(cap) => format!("larger than {} MiB", cap >> 20),
+            Refused::NotUtf8 => "not UTF-8 text".into(),
+        }
+    }
+}
+
 /// Read `path` as UTF-8 text if it is a regular file of at most `cap` bytes whose real path,
 /// with `confine`, lies inside that directory.
 pub fn read_bounded(path: &Path, cap: u64, confine: Option<&Path>) -> Result<String, Refused> {

@@ -35,8 +35,9 @@ use crate::host::Platform;
 use serde::Serialize;
 
 /// How a report other than the check's is written: a table for people or JSON for machines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ListFormat {
+    #[default]
     Table,
     Json,
 }

@@ -183,7 +183,7 @@ impl ArrivalStats {
 
 /// The report's view: how the sends were scheduled and how spread out they left (per
 /// generator process: the server sees the processes' streams interleaved).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Arrivals {
     /// "even": each connection sends on its own fixed schedule, the connections' phases spread
     /// evenly over the period.

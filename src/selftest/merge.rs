@@ -1,7 +1,7 @@
 //! The generator processes' results added up: histograms, counters, close codes, the
 //! broadcast rounds.
 
-use super::{worker, Latency, WorkerResult};
+use super::{histo, worker, Latency, WorkerResult};
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 
@@ -43,6 +43,9 @@ pub(super) struct Merged {
     /// Broadcast: per round, (deliveries, latest delivery in us).
     pub(super) rounds: Vec<(u64, u64)>,
     pub(super) first_error: Option<String>,
+    /// A worker's histogram that could not be read or added: the latencies are short of its
+    /// samples, so the run is incomplete rather than quietly missing them.
+    pub(super) unreadable: Option<String>,
 }
 
 pub(super) fn merge(
@@ -59,8 +62,8 @@ pub(super) fn merge(
     let mut elapsed: f64 = 0.0;
     let mut last_echo: f64 = 0.0;
     let mut rounds = vec![(0u64, 0u64); n_rounds];
-    use base64::Engine;
-    for r in results {
+    let mut unreadable = None;
+    for (i, r) in results.iter().enumerate() {
         sent += r.sent;
         received += r.received;
         errors += r.errors;
@@ -78,22 +81,16 @@ pub(super) fn merge(
         if first_error.is_none() {
             first_error = r.first_error.clone();
         }
-        if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&r.histogram) {
-            if let Ok(h) = hdrhistogram::serialization::Deserializer::new()
-                .deserialize::<u64, _>(&mut &bytes[..])
-            {
-                let _ = hist.add(h);
-            }
-        }
-        if let Some(Ok(bytes)) = r
-            .service_histogram
-            .as_ref()
-            .map(|s| base64::engine::general_purpose::STANDARD.decode(s))
-        {
-            if let Ok(h) = hdrhistogram::serialization::Deserializer::new()
-                .deserialize::<u64, _>(&mut &bytes[..])
-            {
-                let _ = service.add(h);
+        let both = [
+            (&mut hist, Some(&r.histogram)),
+            (&mut service, r.service_histogram.as_ref()),
+        ];
+        for (into, encoded) in both {
+            let Some(encoded) = encoded else { continue };
+            if let Err(e) = histo::decode(encoded).and_then(|h| histo::add(into, &h)) {
+                unreadable.get_or_insert(format!(
+                    "generator process {i}'s latency histogram could not be read: {e}"
+                ));
             }
         }
         for (i, (n, last)) in r.rounds.iter().enumerate() {
@@ -118,5 +115,6 @@ pub(super) fn merge(
         last_echo,
         rounds,
         first_error,
+        unreadable,
     }
 }

@@ -17,10 +17,12 @@ pub mod command;
 pub mod noise;
 pub mod report;
 pub mod server;
+pub mod shard;
 pub mod sizing;
 pub mod threshold;
 pub mod worker;
 
+pub(crate) mod histo;
 mod merge;
 mod protocol;
 mod results;
@@ -29,8 +31,8 @@ mod sampling;
 mod scenario;
 
 pub use protocol::{Event, WorkerResult, WorkerSpec};
-pub use results::{Attempt, Latency, ProcFigures, ScenarioReport, TimelinePoint};
-pub use run::{run_scenario, target_url, RunPlan};
+pub use results::{Attempt, Histograms, Latency, ProcFigures, ScenarioReport, TimelinePoint};
+pub use run::{run_scenario, shard_slot_secs, target_url, RunPlan};
 pub use sampling::{
     kernel_sample, peak_rss, quiesce, sample, KernelDrops, KernelMemory, KernelSample,
 };

@@ -20,7 +20,7 @@
 //! verdict does with a noisy window, are in README ("A verdict you can reproduce").
 //! Elsewhere than Linux nothing here can be read, and every figure says "not measured".
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Steal at or above this share of the host's CPU time makes a window too noisy (percent).
 pub const STEAL_LIMIT_PCT: f64 = 5.0;
@@ -98,7 +98,7 @@ pub fn sample() -> Sample {
 }
 
 /// The disturbance of one measured window.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Disturbance {
     /// The window's length, seconds.
     pub secs: f64,

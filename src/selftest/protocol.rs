@@ -1,5 +1,5 @@
 //! What the orchestrator and its generator processes say to each other: the spec a worker gets
-//! as JSON on its command line, the events it writes line by line while it runs, and the result
+//! as JSON on its input, the events it writes line by line while it runs, and the result
 //! it ends with.
 
 use super::client::Target;
@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-/// What one worker process does (passed as JSON on its command line).
+/// What one worker process does (passed as JSON, the first line of its input).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerSpec {
     pub scenario: Scenario,
@@ -47,13 +47,26 @@ pub struct WorkerSpec {
     pub phase_stride: usize,
     #[serde(default)]
     pub phase_total: usize,
+    /// A sharded run (`--shard I/N`): each shard's schedule sits `I/N` of one slot later, so
+    /// the shards' sends interleave as one host's would instead of leaving together.
+    #[serde(default)]
+    pub shard_slot: usize,
+    #[serde(default = "one")]
+    pub shard_count: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl WorkerSpec {
     /// Connection `j`'s place in one period of the run's schedule, in [0, 1).
     pub fn phase(&self, j: usize) -> f64 {
         if self.phase_total > 0 && self.phase_stride > 0 {
-            ((j * self.phase_stride + self.phase_slot) as f64 / self.phase_total as f64).min(1.0)
+            let n = self.shard_count.max(1);
+            (((j * self.phase_stride + self.phase_slot) * n + self.shard_slot) as f64
+                / (self.phase_total * n) as f64)
+                .min(1.0)
         } else {
             j as f64 / self.conns.max(1) as f64
         }

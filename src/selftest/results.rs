@@ -2,11 +2,11 @@
 //! memory, the kernel's figures, the timeline, earlier attempts.
 
 use super::{arrivals, noise, KernelDrops, KernelMemory, Scenario};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Latency summary in milliseconds.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Latency {
     pub count: u64,
     pub p50: f64,
@@ -19,7 +19,7 @@ pub struct Latency {
     pub curve: Vec<(f64, f64)>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ProcFigures {
     pub cpu_secs: f64,
     /// CPU time over wall time, percent of one core.
@@ -35,14 +35,14 @@ pub struct ProcFigures {
     pub peak_rss_bytes: Option<u64>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TimelinePoint {
     pub t: u32,
     pub sent_per_sec: u64,
     pub received_per_sec: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScenarioReport {
     pub scenario: Scenario,
     pub conns_requested: usize,
@@ -110,17 +110,40 @@ pub struct ScenarioReport {
     pub disturbance: Option<noise::Disturbance>,
     /// Earlier measurements of this scenario, when a window too noisy to judge was measured
     /// again; this report is the last one. The spread between them is the run-to-run spread.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<Attempt>,
     /// Why the run stopped short (a worker died, the server went away); the figures are partial.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub incomplete: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+    /// A shard's run: when its measured load started, ms since the Unix epoch (the shards'
+    /// differences are the skew `report merge` prints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_unix_ms: Option<u64>,
+    /// The distributions behind the latency figures, so reports of shards run on several hosts
+    /// merge exactly (`wstune report merge`). Last, being the longest and the least read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub histograms: Option<Histograms>,
+}
+
+/// A scenario's raw latencies: HdrHistogram V2 + DEFLATE, base64, in microseconds, 1 us ..
+/// 10 min at 3 significant figures (any HdrHistogram library reads them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Histograms {
+    /// `latency_ms`'s samples.
+    pub latency: String,
+    /// `service_latency_ms`'s samples (echo-rate, deflate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// broadcast: per round, [deliveries, the last delivery's latency in us]; merged shards
+    /// add the deliveries and keep the latest, which `broadcast_last_ms` is made from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<(u64, u64)>,
 }
 
 /// One earlier measurement of a scenario that was measured again.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Attempt {
     pub p99_ms: f64,
     #[serde(skip_serializing_if = "Option::is_none")]

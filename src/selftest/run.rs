@@ -47,6 +47,9 @@ pub struct RunPlan {
     /// The message a user's server answers (`--message`; see `WorkerSpec::request`). None:
     /// the stamped payloads an echo sends back.
     pub request: Option<String>,
+    /// This run is one slice of a run over several hosts (`--shard`): `conns` is its share,
+    /// each scenario starts at its slot's wall-clock time, and only shard 0 publishes.
+    pub shard: Option<shard::Shard>,
 }
 
 impl RunPlan {
@@ -166,19 +169,28 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
             )
         })
     };
+    let late = match &o.shard {
+        Some(sh) => wait_for_slot(sh, o, scenario).await,
+        None => None,
+    };
     let t0 = Instant::now();
+    let started_unix_ms = o.shard.map(|_| unix_ms());
     for p in procs.iter_mut() {
         let _ = p.stdin.write_all(b"go\n").await;
         let _ = p.stdin.flush().await;
     }
 
-    let publisher = if scenario == Scenario::Broadcast {
+    // Shards share one publisher: every subscriber, on every shard, gets each round once.
+    let publisher = if scenario == Scenario::Broadcast && o.shard.is_none_or(|s| s.index == 0) {
         Some(start_publisher(o, target).await?)
     } else {
         None
     };
     let (mut incomplete, server_end, noise_end) =
         run_phase(&mut procs, o, scenario, warmup, t0).await;
+    if incomplete.is_none() {
+        incomplete = late;
+    }
     let drops = kernel_drops(drops_before, drop_counters());
     if let Some(p) = publisher {
         let _ = p.await;
@@ -218,7 +230,11 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         last_echo,
         rounds,
         first_error,
+        unreadable,
     } = merge(&results, o.rounds, first_error);
+    if incomplete.is_none() {
+        incomplete = unreadable;
+    }
     if scenario != Scenario::Storm && connected < o.conns {
         errors += (o.conns - connected) as u64;
     }
@@ -336,6 +352,16 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         attempts: Vec::new(),
         incomplete,
         first_error,
+        started_unix_ms,
+        histograms: Some(Histograms {
+            latency: histo::encode_packed(&hist),
+            service: echo_like.then(|| histo::encode_packed(&service)),
+            rounds: if scenario == Scenario::Broadcast {
+                rounds.clone()
+            } else {
+                Vec::new()
+            },
+        }),
     })
 }
 
@@ -396,6 +422,8 @@ async fn spawn_workers(
             phase_slot: w,
             phase_stride: workers,
             phase_total: o.conns,
+            shard_slot: o.shard.map_or(0, |s| s.index),
+            shard_count: o.shard.map_or(1, |s| s.count),
         };
         assigned += n;
         let mut cmd = tokio::process::Command::new(&exe);
@@ -546,6 +574,59 @@ async fn start_publisher(o: &RunPlan, target: &Target) -> Result<tokio::task::Jo
 /// result.
 /// How long the generators may take to close their connections after their results.
 const CLOSE_GRACE: Duration = Duration::from_secs(3);
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A shard's connections are open: wait for its scenario's wall-clock start, so every shard's
+/// load runs at once. A shard that is ready only after it is marked incomplete (its load
+/// overlapped the others' only in part), never silently out of step.
+async fn wait_for_slot(sh: &shard::Shard, o: &RunPlan, scenario: Scenario) -> Option<String> {
+    let k = o.scenarios.iter().position(|s| *s == scenario).unwrap_or(0);
+    let at = sh.start_of(k);
+    let now = unix_ms();
+    if now > at + 1000 {
+        return Some(format!(
+            "{} was ready {:.1} s after its start time (its connections took longer than the \
+             others' load): give --start-at later, or fewer connections per shard",
+            sh.label(),
+            (now - at) as f64 / 1000.0
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(at.saturating_sub(now))).await;
+    None
+}
+
+/// Seconds between two scenarios' starts in a sharded run: the longest any scenario of the
+/// plan can take to connect, warm up, run, close and settle, computed from what every shard
+/// is given alike (the run's total connections, not this shard's share), so all shards agree.
+pub fn shard_slot_secs(o: &RunPlan, total_conns: usize) -> f64 {
+    let connect = 30.0
+        + (total_conns / 2000) as f64
+        + if o.ramp_per_sec > 0.0 {
+            total_conns as f64 / o.ramp_per_sec
+        } else {
+            0.0
+        };
+    let run = o
+        .scenarios
+        .iter()
+        .map(|&s| {
+            let body = if s == Scenario::Storm {
+                storm_budget_secs(total_conns, o.secs)
+            } else {
+                o.secs + o.warmup_for(s) + o.secs / (o.rounds as f64 + 1.0)
+            };
+            body + total_conns as f64 / CLOSES_PER_SEC
+        })
+        .fold(0.0, f64::max);
+    // The quiesce before the window (at most 10 s), the close grace, and the next scenario's
+    // settling (at most 20 s), rounded up to whole seconds.
+    (connect + 10.0 + run + CLOSE_GRACE.as_secs_f64() + 20.0).ceil()
+}
 
 async fn run_phase(
     procs: &mut [WorkerProc],

@@ -4,11 +4,11 @@
 
 use super::client::Target;
 use super::{noise, server, RunPlan, Scenario};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// The kernel's socket figures at one moment: /proc/net/sockstat and the slab total.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
 pub struct KernelSample {
     /// `sockets: used`: every socket of this network namespace.
     pub sockets_used: u64,
@@ -22,7 +22,7 @@ pub struct KernelSample {
 }
 
 /// The kernel's socket memory before the idle connections opened and while they were held.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct KernelMemory {
     pub before: KernelSample,
     pub during: KernelSample,
@@ -81,7 +81,7 @@ pub(super) fn kernel_memory(
 
 /// The kernel's TCP drop and memory counters over one scenario (/proc/net/netstat, this
 /// network namespace): what names the bound when connections fail at scale.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct KernelDrops {
     /// TcpExt ListenOverflows: a full accept queue (net.core.somaxconn, the listen backlog).
     pub listen_overflows: u64,

@@ -57,8 +57,9 @@ pub fn sources_for(
         if need > 1 {
             return Err(format!(
                 "{conns} connections from one address need {conns} ephemeral ports, and \
-                 net.ipv4.ip_local_port_range gives {ports}; widen it (`wstune apply` does) \
-                 or run the generator from more hosts"
+                 net.ipv4.ip_local_port_range gives {ports}; widen it (`wstune apply` does), \
+                 give more of this host's addresses with --src-ips, or run the generator from \
+                 more hosts (selftest --shard I/N)"
             ));
         }
         return Ok(Vec::new());
@@ -72,6 +73,36 @@ pub fn sources_for(
     Ok((1..=need as u8)
         .map(|i| IpAddr::V4(Ipv4Addr::new(127, 0, 0, i)))
         .collect())
+}
+
+/// `--src-ips`: the addresses the user gave, checked to hold `conns` connections at 80 % of
+/// `ports` each and to be of the server's family (binding each is the caller's check).
+pub fn given_sources(
+    given: &[IpAddr],
+    server: IpAddr,
+    conns: usize,
+    ports: u32,
+) -> Result<Vec<IpAddr>, String> {
+    if let Some(a) = given.iter().find(|a| a.is_ipv4() != server.is_ipv4()) {
+        return Err(format!(
+            "--src-ips {a}: the server {server} is IPv{}; give addresses of the same family",
+            if server.is_ipv4() { 4 } else { 6 }
+        ));
+    }
+    let mut list = given.to_vec();
+    list.sort();
+    list.dedup();
+    let usable = (ports as usize * 8 / 10).max(1);
+    let need = conns.div_ceil(usable);
+    if need > list.len() {
+        return Err(format!(
+            "{conns} connections need {need} source addresses at {usable} ports each \
+             (net.ipv4.ip_local_port_range gives {ports}), and --src-ips gives {}; add \
+             addresses (ip addr add ADDR dev IFACE) or widen the port range",
+            list.len()
+        ));
+    }
+    Ok(list)
 }
 
 /// Echo messages per second per core that `serve --self-test` offers when generator and server

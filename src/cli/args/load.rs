@@ -42,6 +42,16 @@ pub struct LoadArgs {
     /// Loopback source addresses to spread clients over (0: as many as the port range needs).
     #[arg(long, default_value_t = 0)]
     pub sources: usize,
+    /// The local addresses the connections come from, round-robin (ADDR,ADDR,...): this host's
+    /// own addresses or aliases, so one generator opens more connections to one server than
+    /// one address's ephemeral ports allow (~50k at the default range).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "ADDR,...",
+        conflicts_with = "sources"
+    )]
+    pub src_ips: Vec<std::net::IpAddr>,
     /// Connections opened per second while ramping up (0: as fast as 256 handshakes in flight per process go).
     #[arg(long, default_value_t = 0.0)]
     pub ramp: f64,
@@ -81,6 +91,6 @@ pub struct LoadArgs {
 
 /// A `--threshold`, read by the self-test's own parser: its errors name the scenario, metric
 /// or unit that is wrong and what to write instead.
-fn parse_threshold(s: &str) -> Result<crate::selftest::threshold::Threshold, String> {
+pub(super) fn parse_threshold(s: &str) -> Result<crate::selftest::threshold::Threshold, String> {
     s.parse()
 }

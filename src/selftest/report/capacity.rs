@@ -3,11 +3,11 @@
 
 use super::super::{Scenario, ScenarioReport};
 use super::num;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The profile's capacity estimate (`estimate.cores_for_rate`): its message rate at its cost
 /// per message.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 pub struct CpuTarget {
     /// The profile's connections x `selftest.rate_per_client`.
     pub messages_per_sec: u64,
@@ -30,7 +30,7 @@ impl CpuTarget {
 
 /// The server's CPU per message as echo-rate measured it, and the cores the profile's message
 /// rate needs at that cost beside the profile's own estimate.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CapacityReport {
     /// The scenario measured (echo-rate, else deflate).
     pub scenario: String,

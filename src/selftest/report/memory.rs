@@ -3,10 +3,10 @@
 
 use super::super::{Scenario, ScenarioReport};
 use super::bytes;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The parts of the profile's memory estimate that an idle connection can be measured against.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 pub struct MemoryEstimate {
     /// `estimate.server_bytes_per_conn`: the server's state for an idle connection.
     pub server_bytes_per_conn: u64,
@@ -31,9 +31,9 @@ impl MemoryEstimate {
 pub const ESTIMATE_TOLERANCE: f64 = 0.25;
 
 /// One estimated figure held against its measurement.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Compared {
-    pub what: &'static str,
+    pub what: String,
     pub estimate_bytes: u64,
     pub measured_bytes: f64,
     /// (estimate - measured) / measured: positive when the estimate is conservative.
@@ -42,7 +42,7 @@ pub struct Compared {
 }
 
 /// Memory for the idle connections, measured, beside the profile's estimate.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MemoryReport {
     pub conns: usize,
     /// Server RSS growth while connecting / connections (all server processes).
@@ -69,7 +69,7 @@ impl MemoryReport {
             if let Some(m) = measured.filter(|m| *m > 0.0) {
                 let error = (est as f64 - m) / m;
                 compared.push(Compared {
-                    what,
+                    what: what.to_string(),
                     estimate_bytes: est,
                     measured_bytes: m,
                     error,
@@ -100,7 +100,7 @@ impl MemoryReport {
 /// The memory budget of the servers a self-test ran against, summed over them (the echo and
 /// broadcast servers, and every process of a supervised one): from their /metrics, or from an
 /// in-process server's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BudgetReport {
     /// The budgets, in all.
     pub limit_bytes: u64,

@@ -7,6 +7,7 @@
 mod capacity;
 mod html;
 mod memory;
+mod shards;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -15,15 +16,16 @@ mod verdict;
 pub use capacity::{CapacityReport, CpuTarget};
 pub use html::html;
 pub use memory::{BudgetReport, Compared, MemoryEstimate, MemoryReport, ESTIMATE_TOLERANCE};
+pub use shards::{merge as merge_shards, Input as ShardReport};
 pub use table::table;
 pub use verdict::{combine, verdict, Check, Judging, Verdict};
 
 use super::ScenarioReport;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub const SCHEMA_VERSION: u32 = 1;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Targets {
     pub profile: String,
     /// The profile's connection count: a run is a proof for the profile only at this size.
@@ -40,14 +42,14 @@ pub struct Targets {
 }
 
 /// What `check` said about this host before a `serve --self-test`: half of its verdict.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostCheck {
     pub profile: String,
     pub failed: Vec<String>,
     pub warnings: usize,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub schema_version: u32,
     pub url: String,
@@ -81,8 +83,30 @@ pub struct Report {
     pub memory_budget: Option<BudgetReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_check: Option<HostCheck>,
+    /// This report is one shard's slice of a run over several hosts (`selftest --shard`);
+    /// its verdict is provisional, `wstune report merge` judges the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::selftest::shard::Shard>,
+    /// This report is the merge of shards' reports (`wstune report merge`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_from: Option<MergedFrom>,
     pub scenarios: Vec<ScenarioReport>,
     pub verdict: Verdict,
+}
+
+/// Where a merged report came from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MergedFrom {
+    /// The shards' count, as they were started (`--shard I/N`'s N).
+    pub count: usize,
+    /// The shards whose reports were merged, by index.
+    pub shards: Vec<usize>,
+    /// The shard whose `--pid` sampled the server (its figures are the report's), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_from: Option<usize>,
+    /// The largest difference between the shards' first scenario starts, ms (clock skew and
+    /// late shards; a few ms on hosts kept by NTP).
+    pub start_skew_ms: u64,
 }
 
 /// Thousands separated by commas: 100,000.

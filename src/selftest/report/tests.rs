@@ -123,6 +123,8 @@ fn echo(scenario: Scenario, p99: f64, other_pct: f64) -> ScenarioReport {
         attempts: Vec::new(),
         incomplete: None,
         first_error: None,
+        started_unix_ms: None,
+        histograms: None,
     }
 }
 
@@ -156,6 +158,8 @@ fn judged(scenarios: Vec<ScenarioReport>, j: &Judging, host: bool) -> Report {
             failed: Vec::new(),
             warnings: 0,
         }),
+        shard: None,
+        merged_from: None,
         scenarios,
         verdict,
     };
@@ -409,4 +413,107 @@ fn no_default_checks_leaves_the_profile_targets_to_the_thresholds() {
     assert!(r.verdict.checks.iter().any(|c| c.what == "no errors"));
     let r = report(vec![echo(Scenario::EchoRate, 9.0, 3.0)], false, false);
     assert!(!r.verdict.pass);
+}
+
+/// A shard's echo-rate report whose histograms hold exactly `samples` (us).
+fn shard(index: usize, count: usize, samples: &[u64]) -> Report {
+    let mut h = crate::selftest::worker::histogram();
+    for &v in samples {
+        h.record(v).unwrap();
+    }
+    let mut s = echo(Scenario::EchoRate, 0.0, 0.0);
+    s.latency_ms = crate::selftest::merge::latency(&h);
+    s.sent = samples.len() as u64;
+    s.received = samples.len() as u64;
+    s.conns_requested = 100;
+    s.conns_connected = 100;
+    s.achieved_rate = 1000.0;
+    s.started_unix_ms = Some(1_000_000 + index as u64 * 3);
+    s.histograms = Some(crate::selftest::Histograms {
+        latency: crate::selftest::histo::encode_packed(&h),
+        service: None,
+        rounds: Vec::new(),
+    });
+    let mut r = report(vec![s], false, false);
+    r.conns = 100;
+    r.shard = Some(crate::selftest::shard::Shard {
+        index,
+        count,
+        start_at_unix_ms: 1_000_000,
+        slot_secs: 60.0,
+    });
+    r
+}
+
+fn inputs(reports: Vec<Report>) -> Vec<ShardReport> {
+    reports
+        .into_iter()
+        .enumerate()
+        .map(|(i, report)| ShardReport {
+            name: format!("s{i}.json"),
+            report,
+        })
+        .collect()
+}
+
+#[test]
+fn merged_shards_have_the_percentiles_of_every_sample_together() {
+    // Three shards, each with its own distribution (one host slower than the others).
+    let spread = |base: u64, n: u64| {
+        (0..n)
+            .map(|i| base + (i * 7919) % (base * 4))
+            .collect::<Vec<_>>()
+    };
+    let samples = [spread(300, 5000), spread(800, 3000), spread(5000, 2000)];
+    let mut all = crate::selftest::worker::histogram();
+    for v in samples.iter().flatten() {
+        all.record(*v).unwrap();
+    }
+    let shards = (0..3).map(|i| shard(i, 3, &samples[i])).collect();
+    let m = merge_shards(inputs(shards), false).unwrap();
+    let s = &m.scenarios[0];
+    let want = crate::selftest::merge::latency(&all);
+    assert_eq!(s.latency_ms.count, 10_000);
+    assert_eq!(
+        (
+            s.latency_ms.p50,
+            s.latency_ms.p99,
+            s.latency_ms.p999,
+            s.latency_ms.max
+        ),
+        (want.p50, want.p99, want.p999, want.max)
+    );
+    assert_eq!((s.sent, s.conns_connected, m.conns), (10_000, 300, 300));
+    assert_eq!(s.achieved_rate, 3000.0);
+    let from = m.merged_from.as_ref().unwrap();
+    assert_eq!((from.count, from.start_skew_ms), (3, 6));
+    assert_eq!(from.shards, vec![0, 1, 2]);
+    // The merged report keeps its histograms, so merged reports read back and merge again.
+    let back: Report = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+    assert_eq!(back.scenarios[0].histograms, s.histograms);
+}
+
+#[test]
+fn reports_of_different_runs_or_missing_shards_are_refused_by_name() {
+    let two = || vec![shard(0, 2, &[100]), shard(1, 2, &[200])];
+    let err = |r: Vec<Report>, partial| merge_shards(inputs(r), partial).unwrap_err();
+    let mut r = two();
+    r[1].url = "ws://elsewhere:1/".into();
+    assert!(err(r, false).contains("their URLs differ"));
+    let mut r = two();
+    r[1].shard.as_mut().unwrap().start_at_unix_ms += 1;
+    assert!(err(r, false).contains("--start-at"));
+    let mut r = two();
+    r[1].shard.as_mut().unwrap().index = 0;
+    assert!(err(r, false).contains("are both shard 0/2"));
+    let mut r = two();
+    r[1].scenarios[0].histograms = None;
+    assert!(err(r, false).contains("carries no histograms"));
+    let mut r = two();
+    r[0].shard = None;
+    assert!(err(r, false).contains("is not a shard's report"));
+    let one = vec![shard(0, 3, &[100])];
+    assert!(err(one, false).contains("shards 1, 2 of 3 missing"));
+    let m = merge_shards(inputs(vec![shard(0, 3, &[100])]), true).unwrap();
+    assert_eq!(m.merged_from.unwrap().shards, vec![0]);
 }

@@ -4,9 +4,9 @@
 use super::super::threshold::Threshold;
 use super::super::{Scenario, ScenarioReport};
 use super::{count, Report, Targets};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Check {
     pub scenario: Scenario,
     pub what: String,
@@ -39,7 +39,7 @@ pub(super) fn noise_proof(what: &str) -> bool {
     what == "no server closes"
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Verdict {
     /// The whole verdict, the exit code's: for `serve --self-test` the load passed at the
     /// profile's full connection count and the host check passed; for `selftest` the load.

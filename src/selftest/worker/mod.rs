@@ -290,24 +290,15 @@ fn emit_result(sh: &Shared, cpu: f64, elapsed: f64, start_us: u64, first_error: 
             c.unsolicited
         );
     }
-    let mut hist_bytes = Vec::new();
-    use hdrhistogram::serialization::Serializer;
-    let _ = hdrhistogram::serialization::V2Serializer::new()
-        .serialize(&sh.hist.borrow(), &mut hist_bytes);
-    use base64::Engine;
     let service = sh.service.borrow();
-    let service_histogram = (!service.is_empty()).then(|| {
-        let mut b = Vec::new();
-        let _ = hdrhistogram::serialization::V2Serializer::new().serialize(&*service, &mut b);
-        base64::engine::general_purpose::STANDARD.encode(&b)
-    });
+    let service_histogram = (!service.is_empty()).then(|| super::histo::encode(&service));
     emit(&Event::Done(Box::new(WorkerResult {
         sent: c.sent,
         received: c.received,
         errors: c.errors,
         disconnects: c.disconnects,
         close_codes: c.close_codes.clone(),
-        histogram: base64::engine::general_purpose::STANDARD.encode(&hist_bytes),
+        histogram: super::histo::encode(&sh.hist.borrow()),
         service_histogram,
         cpu_secs: cpu,
         elapsed_secs: elapsed,

@@ -1,0 +1,47 @@
+//! `wstune report`: what can be done with self-test reports after their run.
+
+use super::ListFormat;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Debug, Subcommand)]
+pub enum ReportCommand {
+    /// Merge the JSON reports of a run's shards (`selftest --shard I/N` on several hosts) into
+    /// one report and one verdict: latencies merged exactly from the shards' histograms, counts
+    /// and rates added up, the server's figures from the shard(s) given --pid.
+    #[command(
+        long_about = "Merge the JSON reports of a run's shards (`selftest --shard I/N --start-at T \
+        --format json` on several hosts) into one report and one verdict, as if one generator had \
+        run the whole load: the latency percentiles come from the shards' HdrHistograms added \
+        together (exact, never averaged), counts and rates are summed, and the server's CPU and \
+        memory come from the shard(s) that were given --pid. Reports of different runs (URL, \
+        scenarios, shard count, start time) are refused. Exit codes as selftest's."
+    )]
+    Merge(ReportMergeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReportMergeArgs {
+    /// The shards' JSON reports, one per shard.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Merge what there is when some shards' reports are missing: the verdict is then NOT
+    /// PROVEN at best (the run did not run at its size).
+    #[arg(long)]
+    pub partial: bool,
+    /// A pass/fail criterion judged on the merged run (repeat), as selftest's --threshold.
+    #[arg(long = "threshold", value_name = "EXPR", value_parser = super::load::parse_threshold)]
+    pub thresholds: Vec<crate::selftest::threshold::Threshold>,
+    /// Judge by the --threshold criteria instead of the profile's p99 and throughput targets.
+    #[arg(long)]
+    pub no_default_checks: bool,
+    /// Judge every window as measured, however noisy its shard's host was.
+    #[arg(long)]
+    pub accept_noise: bool,
+    /// Output format for the merged report on stdout.
+    #[arg(long = "format", short = 'f', value_enum, default_value_t = ListFormat::Table)]
+    pub format: ListFormat,
+    /// Also write the self-contained HTML page of the merged run.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+}
