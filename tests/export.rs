@@ -17,6 +17,7 @@ use std::process::Command;
 mod containers;
 mod host;
 mod nic;
+mod shards;
 
 fn export(args: &[&str]) -> String {
     let o = common::run(&[&["export"], args].concat());

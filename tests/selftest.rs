@@ -745,3 +745,92 @@ fn four_shards_merged_equal_one_run() {
     assert_eq!(o.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--shard needs --start-at"));
 }
+
+/// The exported Ansible play, run for real: two inventory hosts (both this machine) run one
+/// shard each against a local server, the controller fetches both reports and merges them.
+#[test]
+fn the_exported_play_runs_the_shards_and_merges_their_reports() {
+    if !common::have("ansible-playbook") {
+        return common::skip(
+            "ansible-playbook",
+            "ansible is not installed (pip install ansible)",
+        );
+    }
+    let srv = serve(&["--profile", "10k"]);
+    let url = format!("ws://127.0.0.1:{}/", srv.port);
+    let dir = tempfile::tempdir().unwrap();
+    let play = dir.path().join("play.yml");
+    let root = common::fixture("default");
+    let o = run(&[
+        "export",
+        "--to",
+        "selftest-ansible",
+        "--root",
+        root.to_str().unwrap(),
+        "--shards",
+        "2",
+        "--start-in",
+        "10",
+        "-o",
+        play.to_str().unwrap(),
+        "--",
+        "--url",
+        &url,
+        "--conns",
+        "40",
+        "--rate",
+        "5",
+        "--secs",
+        "2",
+        "--scenario",
+        "echo-rate",
+        "--accept-noise",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let python = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v python3"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let inventory = dir.path().join("inventory");
+    std::fs::write(
+        &inventory,
+        format!(
+            "[wstune_generators]\ngen0\ngen1\n[wstune_generators:vars]\nansible_connection=local\n\
+             ansible_python_interpreter={}\n",
+            python.trim()
+        ),
+    )
+    .unwrap();
+    let o = Command::new("ansible-playbook")
+        .args(["-i", inventory.to_str().unwrap(), "-f", "4", "-e"])
+        .arg(format!("wstune_bin={}", bin()))
+        .arg(&play)
+        .env("ANSIBLE_NOCOLOR", "1")
+        .env("ANSIBLE_LOCALHOST_WARNING", "false")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{log}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let reports = dir.path().join("wstune-reports");
+    let merged: Value =
+        serde_json::from_str(&std::fs::read_to_string(reports.join("merged.json")).unwrap())
+            .unwrap();
+    assert_eq!(merged["conns"], 40, "{merged:#}");
+    assert_eq!(merged["merged_from"]["shards"], serde_json::json!([0, 1]));
+    assert_eq!(merged["scenarios"][0]["conns_connected"], 40);
+    assert!(reports.join("merged.html").exists());
+    assert!(log.contains("merged from 2 of 2 shards"), "{log}");
+}

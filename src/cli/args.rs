@@ -133,6 +133,24 @@ pub struct ExportArgs {
     /// for hosts of this one's hardware whose NIC has this name.
     #[arg(long = "nic", value_name = "NAME")]
     pub nics: Vec<String>,
+    /// --to selftest-job / selftest-ansible: generator hosts (shards) the load is split over.
+    #[arg(long, value_name = "N")]
+    pub shards: Option<usize>,
+    /// --to selftest-job: the image the shards run (with wstune on its PATH).
+    #[arg(
+        long,
+        value_name = "IMAGE",
+        default_value = "ghcr.io/wstune/wstune:latest"
+    )]
+    pub image: String,
+    /// --to selftest-job / selftest-ansible: seconds from writing the Job (or starting the play)
+    /// to the load's start, room for every shard to connect.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub start_in: u64,
+    /// --to selftest-job / selftest-ansible: the `wstune selftest` flags every shard runs
+    /// with, after `--` (e.g. -- --url ws://10.0.0.5:9000/ --conns 200000).
+    #[arg(last = true, value_name = "SELFTEST_FLAGS")]
+    pub selftest_args: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -174,6 +192,12 @@ pub enum ExportFormat {
     /// The NICs' boot files apply writes (udev rule, .link, sysctl.d, interrupt script and
     /// unit), matched by name, for hosts of this hardware; -o DIR writes them under DIR.
     Nic,
+    /// A Kubernetes Indexed Job: one pod per shard of a self-test (--shards N, --image, the
+    /// selftest flags after --), the reports merged with `wstune report merge`.
+    SelftestJob,
+    /// An Ansible play running one shard per host of the wstune_generators group, fetching the
+    /// reports and merging them on the controller (--shards N, the selftest flags after --).
+    SelftestAnsible,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -20,6 +20,8 @@ pub struct Request {
     pub unit: String,
     /// `-o`: a file, or for the systemd units a directory; else standard output.
     pub output: Option<PathBuf>,
+    /// `--to selftest-job|selftest-ansible`: the shards' run.
+    pub shards: Option<crate::export::shards::ShardRun>,
 }
 
 pub fn run(a: Request) -> Result<Outcome> {
@@ -38,6 +40,7 @@ pub fn run(a: Request) -> Result<Outcome> {
         },
         settings: plan::settings(&inputs.catalog, &report.results, &facts),
         nic: None,
+        shards: a.shards.clone(),
     };
     let e = if a.to == Format::Nic || !a.nics.is_empty() {
         let files = nic_files(&a, &e.host)?;

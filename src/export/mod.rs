@@ -12,6 +12,7 @@ mod ansible;
 mod containers;
 mod files;
 pub mod nic;
+pub mod shards;
 
 use crate::apply::plan::Settings;
 use crate::catalog::Scope;
@@ -30,6 +31,8 @@ pub struct Export {
     pub settings: Settings,
     /// The NICs' boot files (`--nic`, or `--to nic`): None when not asked for.
     pub nic: Option<nic::NicFiles>,
+    /// A self-test over several generator hosts (`--to selftest-job|selftest-ansible`).
+    pub shards: Option<shards::ShardRun>,
 }
 
 /// Where a sysctl can be set in Kubernetes.
@@ -179,6 +182,10 @@ pub enum Format {
     Json,
     /// The NICs' boot files; `-o DIR` writes each under DIR at its own path.
     Nic,
+    /// A Kubernetes Indexed Job running a self-test's shards.
+    SelftestJob,
+    /// An Ansible play running a self-test's shards on an inventory group.
+    SelftestAnsible,
 }
 
 /// The text of one export.
@@ -194,6 +201,17 @@ pub fn render(e: &Export, format: Format, unit: &str) -> String {
         Format::Compose => containers::compose(e),
         Format::Json => json(e),
         Format::Nic => nic_listing(e),
+        Format::SelftestJob | Format::SelftestAnsible => {
+            let r = e
+                .shards
+                .as_ref()
+                .expect("the shard formats are resolved with their run");
+            if format == Format::SelftestJob {
+                shards::job(e, r)
+            } else {
+                shards::play(e, r)
+            }
+        }
     }
 }
 
@@ -273,6 +291,7 @@ mod tests {
                 rules: Default::default(),
             },
             nic: None,
+            shards: None,
         }
     }
 
