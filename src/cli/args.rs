@@ -5,10 +5,12 @@ pub mod abuse;
 pub mod channels;
 mod load;
 mod report;
+mod token;
 mod values;
 
 pub use load::LoadArgs;
 pub use report::{ReportCommand, ReportMergeArgs};
+pub use token::TokenArgs;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -70,6 +72,9 @@ pub enum Command {
     /// Work with self-test reports: merge the shards of a run over several hosts into one.
     #[command(subcommand)]
     Report(ReportCommand),
+    /// Print a token for `serve --app channels --auth-secret-file`: an HS256 JWT with the
+    /// channels it may subscribe and publish to, checked by the server's own verifier.
+    Token(TokenArgs),
     /// One generator process of a self-test (started by `selftest`; not for people). Its spec
     /// is the first line of its input, not an argument: a CA bundle or a scenario file can pass
     /// Linux's 128 KiB cap on one argument, and a token must not show in `ps`.

@@ -340,6 +340,56 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
     })
 }
 
+pub fn token(a: &args::TokenArgs) -> Result<cmd::token::Request> {
+    use crate::serve::config::ENV_AUTH_SECRET;
+    let (secret, secret_from) = match &a.secret_file {
+        Some(p) => (
+            crate::host::read_secret_file(p).map_err(|e| {
+                anyhow::anyhow!(
+                    "--secret-file {}: cannot read it ({e}); write the secret alone in that file",
+                    p.display()
+                )
+            })?,
+            format!("--secret-file {}", p.display()),
+        ),
+        None => match crate::host::take_env(ENV_AUTH_SECRET).map_err(anyhow::Error::msg)? {
+            Some(s) => (s, format!("${ENV_AUTH_SECRET}")),
+            None => bail!(
+                "no secret: give --secret-file FILE (the server's --auth-secret-file) or set \
+                 ${ENV_AUTH_SECRET}"
+            ),
+        },
+    };
+    let ttl_secs = humantime::parse_duration(a.ttl.trim())
+        .map(|d| d.as_secs())
+        .or_else(|_| a.ttl.trim().parse::<u64>())
+        .ok()
+        .filter(|s| (1..=366 * 86_400).contains(s))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--ttl {}: give a lifetime of 1 s to 366 days (90s, 15m, 1h, 7d)",
+                a.ttl
+            )
+        })?;
+    if a.max_lifetime == Some(0) {
+        bail!("--max-lifetime 0 would refuse every token; give the server's --auth-max-lifetime");
+    }
+    Ok(cmd::token::Request {
+        // As the server reads its secret file: without the line's end.
+        secret: secret.trim_end_matches(['\n', '\r']).to_string(),
+        secret_from,
+        channels: a.channels.clone(),
+        publish: a.publish.clone(),
+        ttl_secs,
+        aud: a.aud.clone(),
+        sub: a.sub.clone(),
+        max_lifetime: a.max_lifetime,
+        now: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    })
+}
+
 pub fn report_merge(a: &args::ReportMergeArgs) -> Result<cmd::report::MergeRequest> {
     if let Some(path) = &a.report {
         crate::output::check_writable(path, "--report")?;

@@ -15,3 +15,4 @@ pub mod rollback;
 pub mod selftest;
 pub mod serve;
 pub mod snapshot;
+pub mod token;

@@ -290,3 +290,87 @@ async fn lifetime_audience_and_algorithm_refusals_say_what_to_fix() {
     }
     assert!(s.log_text().contains("token audience"), "{}", s.log_text());
 }
+
+/// `wstune token` mints what the server accepts: its channels to subscribe, its publish
+/// claim; the server refuses what the token does not allow. A lifetime over the server's cap
+/// and a short secret are refused by `token` itself, in the server's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_from_wstune_token_is_what_the_server_accepts() {
+    let d = secrets();
+    let secret = path(&d, "jwt-secret");
+    let s = common::serve(&[
+        "--profile",
+        "10k",
+        "--app",
+        "channels",
+        "--auth-secret-file",
+        &secret,
+        "--auth-max-lifetime",
+        "3600",
+    ]);
+    let mint = |extra: &[&str]| {
+        let mut a = vec!["token", "--secret-file", secret.as_str()];
+        a.extend_from_slice(extra);
+        common::run(&a)
+    };
+    let o = mint(&[
+        "--channels",
+        "prices.*,chat.eu",
+        "--publish",
+        "chat.eu",
+        "--ttl",
+        "15m",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let t = common::stdout(&o).trim().to_string();
+    let mut c = connect(s.port, "", Some(&t)).await.unwrap();
+    assert!(subscribe(&mut c, "prices.eu").await.contains("subscribed"));
+    assert!(subscribe(&mut c, "chat.eu").await.contains("subscribed"));
+    assert_eq!(json(&subscribe(&mut c, "news").await)["op"], "error");
+    // The publish claim: chat.eu reaches its subscriber, prices.eu is refused.
+    let mut p = connect(s.port, "", Some(&t)).await.unwrap();
+    p.send(Message::text(
+        r#"{"op":"publish","channel":"chat.eu","data":1}"#,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        next_text(&mut c).await.unwrap(),
+        r#"{"channel":"chat.eu","data":1}"#
+    );
+    let refused = json(&send(&mut p, r#"{"op":"publish","channel":"prices.eu","data":1}"#).await);
+    assert_eq!(refused["op"], "error");
+    // The same token in the query, as a browser sends it.
+    assert!(connect(s.port, &format!("?token={t}"), None).await.is_ok());
+    // Another secret's token is refused by the server.
+    std::fs::write(
+        d.path().join("other"),
+        "another-secret-that-is-32-bytes-long!!\n",
+    )
+    .unwrap();
+    let o = common::run(&[
+        "token",
+        "--secret-file",
+        &path(&d, "other"),
+        "--channels",
+        "a",
+    ]);
+    let other = common::stdout(&o).trim().to_string();
+    let (status, _) = connect(s.port, "", Some(&other)).await.err().unwrap();
+    assert_eq!(status, 401);
+    // Over the server's cap: refused before it is printed.
+    let o = mint(&["--channels", "a", "--ttl", "2h", "--max-lifetime", "3600"]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(common::stderr(&o).contains("--ttl 7200 s is over --max-lifetime 3600 s"));
+    assert!(common::stdout(&o).is_empty());
+    std::fs::write(d.path().join("short"), "short\n").unwrap();
+    let o = common::run(&[
+        "token",
+        "--secret-file",
+        &path(&d, "short"),
+        "--channels",
+        "a",
+    ]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(common::stderr(&o).contains("HS256 needs at least 32"));
+}
