@@ -371,8 +371,9 @@ pub fn finish(report: &Report, error: Option<anyhow::Error>, load: &Load) -> Res
         ListFormat::Table => report::table(report),
     };
     crate::output::emit(None, &text)?;
+    let stopped = error.as_ref().map(|e| format!("{e:#}"));
     if let Some(path) = &load.report {
-        crate::output::write_atomic(path, &report::html(report))?;
+        crate::output::write_atomic(path, &report::html(report, stopped.as_deref()))?;
         eprintln!("wstune: wrote {}", path.display());
     }
     if let Some(e) = error {

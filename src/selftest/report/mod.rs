@@ -1,12 +1,14 @@
 //! The self-test's outputs: the verdict against the profile's targets, a table for people,
 //! JSON for machines, and a self-contained HTML page with inline SVG charts.
 //!
-//! Beside this file: the verdict ([`verdict()`], [`combine`]), the capacity and memory figures
-//! held against the profile's estimates, the table and the HTML page.
+//! Beside this file: the verdict ([`verdict()`], [`combine`]) and what it covers ([`Scope`]),
+//! the capacity and memory figures held against the profile's estimates, the table and the
+//! HTML page.
 
 mod capacity;
 mod html;
 mod memory;
+mod scope;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -15,6 +17,7 @@ mod verdict;
 pub use capacity::{CapacityReport, CpuTarget};
 pub use html::html;
 pub use memory::{BudgetReport, Compared, MemoryEstimate, MemoryReport, ESTIMATE_TOLERANCE};
+pub use scope::{Scope, Standing};
 pub use table::table;
 pub use verdict::{combine, verdict, Check, Verdict};
 
