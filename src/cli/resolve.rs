@@ -335,6 +335,7 @@ fn load(l: &LoadArgs) -> Load {
         accept_noise: l.accept_noise,
         format: list_format(l.format),
         report: l.report.clone(),
+        out_prometheus: l.out_prometheus.clone(),
     }
 }
 

@@ -2,12 +2,13 @@
 //! JSON for machines, and a self-contained HTML page with inline SVG charts.
 //!
 //! Beside this file: the verdict ([`verdict()`], [`combine`]) and what it covers ([`Scope`]),
-//! the capacity and memory figures held against the profile's estimates, the table and the
-//! HTML page.
+//! the capacity and memory figures held against the profile's estimates, the table, the HTML
+//! page and the Prometheus textfile.
 
 mod capacity;
 mod html;
 mod memory;
+mod prometheus;
 mod scope;
 mod table;
 #[cfg(test)]
@@ -17,6 +18,7 @@ mod verdict;
 pub use capacity::{CapacityReport, CpuTarget};
 pub use html::html;
 pub use memory::{BudgetReport, Compared, MemoryEstimate, MemoryReport, ESTIMATE_TOLERANCE};
+pub use prometheus::prometheus;
 pub use scope::{Scope, Standing};
 pub use table::table;
 pub use verdict::{combine, verdict, Check, Verdict};
