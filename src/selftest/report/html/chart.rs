@@ -82,7 +82,12 @@ pub fn line_chart(
             py(y),
             LEFT - 6.0,
             py(y) + 4.0,
-            num(y)
+            // Whole steps read as whole numbers (2, 4, 6 ms, not 2.00, 4.00, 6.00).
+            if y_step.fract() == 0.0 {
+                format!("{y:.0}")
+            } else {
+                num(y)
+            }
         );
     }
     let _ = write!(
