@@ -26,6 +26,15 @@ pub fn check_writable(path: &Path, flag: &str) -> Result<()> {
     crate::host::atomic::check_writable(path, flag)
 }
 
+/// A Prometheus label value as the text exposition format wants it: backslash, double quote
+/// and line feed escaped. Shared by every textfile writer (`check --format prometheus`,
+/// `selftest --out-prometheus`), so no label can break a file node_exporter reads whole.
+pub fn prometheus_label(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// Standard output or `--output FILE`.
 pub fn emit(output: Option<&Path>, text: &str) -> Result<()> {
     match output {

@@ -1,8 +1,10 @@
-//! Fast tier: load and processes: `selftest` and `serve --self-test` at small sizes,
+//! Fast tier: load and processes: `selftest` and `serve --self-test` at small sizes and
+//! their outputs read by their consumers (promtool, node_exporter, Chromium),
 //! `serve --processes` (the supervisor) and `--cluster` over Redis.
 
 mod common;
 
 mod cluster;
 mod selftest;
+mod selftest_outputs;
 mod supervisor;

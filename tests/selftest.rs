@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 fn serve_self_test_runs_every_scenario_and_reports_them() {
     let dir = tempfile::tempdir().unwrap();
     let html = dir.path().join("report.html");
+    let prom = dir.path().join("selftest.prom");
     let o = run(&[
         "serve",
         "--self-test",
@@ -27,6 +28,8 @@ fn serve_self_test_runs_every_scenario_and_reports_them() {
         "json",
         "--report",
         html.to_str().unwrap(),
+        "--out-prometheus",
+        prom.to_str().unwrap(),
     ]);
     let r = json_of(&o);
     let code = o.status.code().unwrap();
@@ -119,6 +122,34 @@ fn serve_self_test_runs_every_scenario_and_reports_them() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("<svg") && page.contains("Latency by percentile"));
     assert!(page.contains("echo-sat"));
+    // The verdict covers the host too, and 200 connections are no proof for 10k.
+    assert!(
+        page.contains("Covers the load and this host's settings (serve --self-test)"),
+        "{page}"
+    );
+    let prom = std::fs::read_to_string(&prom).unwrap();
+    let verdict = prom
+        .lines()
+        .find(|l| l.starts_with("wstune_selftest_verdict{"))
+        .unwrap_or_else(|| panic!("no verdict: {prom}"));
+    assert!(
+        verdict.contains("scope=\"load_and_host\",full_size=\"false\""),
+        "{verdict}"
+    );
+    assert!(
+        prom.contains(&format!(
+            "wstune_selftest_host_ready{{profile=\"10k\"}} {}\n",
+            u8::from(r["verdict"]["host_pass"] == true)
+        )),
+        "{prom}"
+    );
+    assert_eq!(
+        prom.lines()
+            .filter(|l| l.starts_with("wstune_selftest_check{"))
+            .count(),
+        r["verdict"]["checks"].as_array().unwrap().len(),
+        "a series per check"
+    );
 }
 
 fn echo_rate(port: u16, extra: &[&str]) -> (Output, Value) {

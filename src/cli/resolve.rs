@@ -394,6 +394,9 @@ pub fn report_merge(a: &args::ReportMergeArgs) -> Result<cmd::report::MergeReque
     if let Some(path) = &a.report {
         crate::output::check_writable(path, "--report")?;
     }
+    if let Some(path) = &a.out_prometheus {
+        crate::output::check_writable(path, "--out-prometheus")?;
+    }
     Ok(cmd::report::MergeRequest {
         files: a.files.clone(),
         partial: a.partial,
@@ -403,6 +406,7 @@ pub fn report_merge(a: &args::ReportMergeArgs) -> Result<cmd::report::MergeReque
             accept_noise: a.accept_noise,
             format: list_format(a.format),
             report: a.report.clone(),
+            out_prometheus: a.out_prometheus.clone(),
             ..Load::default()
         },
     })
@@ -493,6 +497,7 @@ fn load(l: &LoadArgs) -> Load {
         shard: None,
         format: list_format(l.format),
         report: l.report.clone(),
+        out_prometheus: l.out_prometheus.clone(),
     }
 }
 

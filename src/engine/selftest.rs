@@ -47,6 +47,8 @@ pub struct Load {
     pub format: ListFormat,
     /// Also an HTML page here.
     pub report: Option<PathBuf>,
+    /// Also the figures as Prometheus text here (node_exporter's textfile collector).
+    pub out_prometheus: Option<PathBuf>,
 }
 
 impl Load {
@@ -58,6 +60,7 @@ impl Load {
             || self.size.is_some()
             || self.secs.is_some()
             || self.report.is_some()
+            || self.out_prometheus.is_some()
             || self.message.is_some()
             || !self.thresholds.is_empty()
     }
@@ -167,6 +170,9 @@ pub fn plan(
     }
     if let Some(path) = &load.report {
         crate::output::check_writable(path, "--report")?;
+    }
+    if let Some(path) = &load.out_prometheus {
+        crate::output::check_writable(path, "--out-prometheus")?;
     }
     if !(1..=1024).contains(&load.inflight) {
         bail!(
@@ -450,7 +456,7 @@ async fn wait_for_sockets(conns: usize, deadline: tokio::time::Instant) {
     }
 }
 
-/// Print the report, write the HTML page, and conclude: Ok on a pass, Failed on a miss (or a
+/// Print the report, write the HTML page and the Prometheus file, and conclude: Ok on a pass, Failed on a miss (or a
 /// partial run), an error when nothing could be measured.
 pub fn finish(report: &Report, error: Option<anyhow::Error>, load: &Load) -> Result<Outcome> {
     if report.scenarios.is_empty() {
@@ -463,8 +469,16 @@ pub fn finish(report: &Report, error: Option<anyhow::Error>, load: &Load) -> Res
         ListFormat::Table => report::table(report),
     };
     crate::output::emit(None, &text)?;
+    let stopped = error.as_ref().map(|e| format!("{e:#}"));
     if let Some(path) = &load.report {
-        crate::output::write_atomic(path, &report::html(report))?;
+        crate::output::write_atomic(path, &report::html(report, stopped.as_deref()))?;
+        eprintln!("wstune: wrote {}", path.display());
+    }
+    if let Some(path) = &load.out_prometheus {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        crate::output::write_atomic(path, &report::prometheus(report, stopped.as_deref(), now))?;
         eprintln!("wstune: wrote {}", path.display());
     }
     if let Some(e) = error {

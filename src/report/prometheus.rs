@@ -6,14 +6,9 @@
 //! gauges so dashboards can plot headroom.
 
 use super::CheckReport;
+use crate::output::prometheus_label as esc;
 use crate::value::Value;
 use std::fmt::Write;
-
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
 
 pub fn prometheus(report: &CheckReport, unix_time: u64) -> String {
     let mut o = String::new();

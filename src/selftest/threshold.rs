@@ -444,6 +444,7 @@ impl Threshold {
 fn show(m: Metric, v: f64) -> String {
     match m {
         Metric::Latency(..) if v < 1.0 => format!("{:.0} us", v * 1000.0),
+        Metric::Latency(..) if v >= 1000.0 => format!("{:.2} s", v / 1000.0),
         Metric::Latency(..) => format!("{v:.2} ms"),
         Metric::ErrorRate | Metric::Delivered | Metric::Connected => {
             let pct = v * 100.0;

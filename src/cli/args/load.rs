@@ -87,6 +87,10 @@ pub struct LoadArgs {
     /// Also write a self-contained HTML page with the charts.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
+    /// Also write the figures as Prometheus text (atomically), for node_exporter's textfile
+    /// collector: the verdict and its scope, latency quantiles, rates, errors, CPU, each check.
+    #[arg(long, value_name = "FILE.prom")]
+    pub out_prometheus: Option<PathBuf>,
 }
 
 /// A `--threshold`, read by the self-test's own parser: its errors name the scenario, metric

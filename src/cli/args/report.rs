@@ -44,4 +44,7 @@ pub struct ReportMergeArgs {
     /// Also write the self-contained HTML page of the merged run.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
+    /// Also write the merged run's figures as Prometheus text, as selftest's --out-prometheus.
+    #[arg(long, value_name = "FILE.prom")]
+    pub out_prometheus: Option<PathBuf>,
 }

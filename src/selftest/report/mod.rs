@@ -1,12 +1,15 @@
 //! The self-test's outputs: the verdict against the profile's targets, a table for people,
 //! JSON for machines, and a self-contained HTML page with inline SVG charts.
 //!
-//! Beside this file: the verdict ([`verdict()`], [`combine`]), the capacity and memory figures
-//! held against the profile's estimates, the table and the HTML page.
+//! Beside this file: the verdict ([`verdict()`], [`combine`]) and what it covers ([`Scope`]),
+//! the capacity and memory figures held against the profile's estimates, the table, the HTML
+//! page and the Prometheus textfile.
 
 mod capacity;
 mod html;
 mod memory;
+mod prometheus;
+mod scope;
 mod shards;
 mod table;
 #[cfg(test)]
@@ -16,6 +19,8 @@ mod verdict;
 pub use capacity::{CapacityReport, CpuTarget};
 pub use html::html;
 pub use memory::{BudgetReport, Compared, MemoryEstimate, MemoryReport, ESTIMATE_TOLERANCE};
+pub use prometheus::prometheus;
+pub use scope::{Scope, Standing};
 pub use shards::{merge as merge_shards, Input as ShardReport};
 pub use table::table;
 pub use verdict::{combine, verdict, Check, Judging, Verdict};

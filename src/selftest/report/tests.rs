@@ -3,7 +3,7 @@ use crate::selftest::noise::Disturbance;
 use crate::selftest::Scenario;
 use crate::selftest::{Latency, ScenarioReport};
 
-fn targets() -> Targets {
+pub(super) fn targets() -> Targets {
     Targets {
         profile: "10k".into(),
         connections: 200,
@@ -82,7 +82,7 @@ fn capacity_comes_from_echo_rate_and_says_when_the_rate_was_low() {
         .contains("upper bound"));
 }
 
-fn echo(scenario: Scenario, p99: f64, other_pct: f64) -> ScenarioReport {
+pub(super) fn echo(scenario: Scenario, p99: f64, other_pct: f64) -> ScenarioReport {
     ScenarioReport {
         scenario,
         conns_requested: 200,
@@ -128,7 +128,7 @@ fn echo(scenario: Scenario, p99: f64, other_pct: f64) -> ScenarioReport {
     }
 }
 
-fn report(scenarios: Vec<ScenarioReport>, accept_noise: bool, host: bool) -> Report {
+pub(super) fn report(scenarios: Vec<ScenarioReport>, accept_noise: bool, host: bool) -> Report {
     let j = Judging {
         accept_noise,
         ..Judging::default()
@@ -136,7 +136,7 @@ fn report(scenarios: Vec<ScenarioReport>, accept_noise: bool, host: bool) -> Rep
     judged(scenarios, &j, host)
 }
 
-fn judged(scenarios: Vec<ScenarioReport>, j: &Judging, host: bool) -> Report {
+pub(super) fn judged(scenarios: Vec<ScenarioReport>, j: &Judging, host: bool) -> Report {
     let t = targets();
     let verdict = verdict(&scenarios, &t, j);
     let mut r = Report {
