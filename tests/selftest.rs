@@ -521,6 +521,10 @@ fn bad_input_and_low_limits_are_refused_before_anything_starts() {
             &["--url", "ws://127.0.0.1:9/", "--no-default-checks"],
             "give at least one --threshold",
         ),
+        (
+            &["--url", "ws://127.0.0.1:9/", "--baseline", "/etc/hostname"],
+            "--baseline /etc/hostname: not a self-test JSON report",
+        ),
     ];
     for (args, want) in cases {
         let mut a = vec!["selftest"];
@@ -708,7 +712,16 @@ fn four_shards_merged_equal_one_run() {
     let files: Vec<String> = (0..4)
         .map(|i| dir.path().join(format!("s{i}.json")).display().to_string())
         .collect();
-    let mut args = vec!["report", "merge", "--format", "json", "--accept-noise"];
+    // The first shard's report as the baseline: the merged run beside it, scenario by scenario.
+    let mut args = vec![
+        "report",
+        "merge",
+        "--format",
+        "json",
+        "--accept-noise",
+        "--baseline",
+    ];
+    args.push(&files[0]);
     args.extend(files.iter().map(String::as_str));
     let o = run(&args);
     let merged = json_of(&o);
@@ -763,6 +776,11 @@ fn four_shards_merged_equal_one_run() {
         .as_str()
         .unwrap()
         .contains("merged from 4 of 4 shards"));
+    let b = &merged["baseline"]["scenarios"][0];
+    assert_eq!(
+        (b["scenario"].as_str(), b["conns"].as_u64()),
+        (Some("echo-rate"), Some(20))
+    );
 
     // A report missing, and an address that is not this host's, are refused by name.
     let o = run(&["report", "merge", &files[0], &files[1]]);

@@ -307,7 +307,7 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
         .iter()
         .map(|u| Url::parse(u).map_err(anyhow::Error::msg))
         .collect::<Result<_>>()?;
-    let mut load = load(&a.load);
+    let mut load = load(&a.load)?;
     load.shard = match (&a.shard, &a.start_at) {
         (None, None) => None,
         (Some(_), None) => bail!(
@@ -407,6 +407,7 @@ pub fn report_merge(a: &args::ReportMergeArgs) -> Result<cmd::report::MergeReque
             format: list_format(a.format),
             report: a.report.clone(),
             out_prometheus: a.out_prometheus.clone(),
+            baseline: baseline(a.baseline.as_deref())?,
             ..Load::default()
         },
     })
@@ -475,8 +476,28 @@ pub fn pool(a: &PoolArgs) -> Result<cmd::pool::Request> {
     })
 }
 
-fn load(l: &LoadArgs) -> Load {
-    Load {
+/// `--baseline FILE`: an earlier self-test's JSON report, read and checked now, before any
+/// connection.
+fn baseline(path: Option<&Path>) -> Result<Option<crate::selftest::report::Baseline>> {
+    use crate::selftest::report;
+    const MAX_REPORT_BYTES: u64 = 64 << 20;
+    let Some(path) = path else { return Ok(None) };
+    let file = path.display().to_string();
+    let text = crate::host::input::read_bounded(path, MAX_REPORT_BYTES, None)
+        .map_err(|e| anyhow::anyhow!("--baseline {file}: {}", e.words()))?;
+    let old = report::parse(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "--baseline {file}: not a self-test JSON report ({e}); give the output of an earlier \
+             `wstune selftest --format json`"
+        )
+    })?;
+    Ok(Some(
+        report::Baseline::of(&old, &file).map_err(anyhow::Error::msg)?,
+    ))
+}
+
+fn load(l: &LoadArgs) -> Result<Load> {
+    Ok(Load {
         scenarios: l.scenarios.clone(),
         conns: l.conns,
         rate: l.rate,
@@ -497,8 +518,9 @@ fn load(l: &LoadArgs) -> Load {
         shard: None,
         format: list_format(l.format),
         report: l.report.clone(),
+        baseline: baseline(l.baseline.as_deref())?,
         out_prometheus: l.out_prometheus.clone(),
-    }
+    })
 }
 
 fn list_format(f: args::ListFormat) -> ListFormat {

@@ -20,27 +20,12 @@ pub struct MergeRequest {
     pub load: Load,
 }
 
-/// The report in a file that may also hold other lines: a pod's log (`kubectl logs`) carries
-/// the shard's standard error beside its report. Lines before the report's first line (`{` at
-/// the start of a line) and anything after its closing brace are skipped.
-fn report_in(text: &str) -> serde_json::Result<Report> {
-    let start = if text.starts_with('{') {
-        0
-    } else {
-        text.find("\n{").map_or(0, |i| i + 1)
-    };
-    serde_json::Deserializer::from_str(&text[start..])
-        .into_iter::<Report>()
-        .next()
-        .unwrap_or_else(|| serde_json::from_str(""))
-}
-
 pub fn merge(r: MergeRequest) -> Result<Outcome> {
     let mut inputs = Vec::new();
     for f in &r.files {
         let text = crate::host::input::read_bounded(f, MAX_REPORT_BYTES, None)
             .map_err(|e| anyhow::anyhow!("{}: {}", f.display(), e.words()))?;
-        let report: Report = report_in(&text).map_err(|e| {
+        let report: Report = report::parse(&text).map_err(|e| {
             anyhow::anyhow!(
                 "{}: not a self-test JSON report ({e}); give the output of `wstune selftest \
                  --shard I/N --format json`",

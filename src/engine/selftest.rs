@@ -40,6 +40,8 @@ pub struct Load {
     pub thresholds: Vec<Threshold>,
     /// Leave out the profile's p99 and throughput checks (`--no-default-checks`).
     pub no_default_checks: bool,
+    /// `--baseline OLD.json`: an earlier run's figures, shown beside this run's.
+    pub baseline: Option<report::Baseline>,
     /// `selftest --shard I/N --start-at T`: this host runs its share of `conns` (the run's
     /// total), in step with the other shards. Its `slot_secs` is the plan's to fill in.
     pub shard: Option<Shard>,
@@ -63,6 +65,7 @@ impl Load {
             || self.out_prometheus.is_some()
             || self.message.is_some()
             || !self.thresholds.is_empty()
+            || self.baseline.is_some()
     }
 }
 
@@ -389,6 +392,7 @@ pub async fn execute(p: &LoadPlan) -> (Report, Option<anyhow::Error>) {
         host_check: None,
         shard: p.opts.shard,
         merged_from: None,
+        baseline: None,
         scenarios: done,
         verdict,
     };
@@ -459,6 +463,17 @@ async fn wait_for_sockets(conns: usize, deadline: tokio::time::Instant) {
 /// Print the report, write the HTML page and the Prometheus file, and conclude: Ok on a pass, Failed on a miss (or a
 /// partial run), an error when nothing could be measured.
 pub fn finish(report: &Report, error: Option<anyhow::Error>, load: &Load) -> Result<Outcome> {
+    let with_baseline;
+    let report = match &load.baseline {
+        Some(b) => {
+            with_baseline = Report {
+                baseline: Some(b.clone()),
+                ..report.clone()
+            };
+            &with_baseline
+        }
+        None => report,
+    };
     if report.scenarios.is_empty() {
         if let Some(e) = error {
             return Err(e);

@@ -87,6 +87,10 @@ pub struct LoadArgs {
     /// Also write a self-contained HTML page with the charts.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
+    /// An earlier run's JSON report (--format json) to compare with: p50, p99, rate and server
+    /// CPU per message, old -> new, in the table, the JSON and the HTML page (shown, not judged).
+    #[arg(long, value_name = "OLD.json")]
+    pub baseline: Option<PathBuf>,
     /// Also write the figures as Prometheus text (atomically), for node_exporter's textfile
     /// collector: the verdict and its scope, latency quantiles, rates, errors, CPU, each check.
     #[arg(long, value_name = "FILE.prom")]

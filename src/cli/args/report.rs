@@ -44,6 +44,9 @@ pub struct ReportMergeArgs {
     /// Also write the self-contained HTML page of the merged run.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
+    /// An earlier run's JSON report to compare the merged run with (shown, not judged).
+    #[arg(long, value_name = "OLD.json")]
+    pub baseline: Option<PathBuf>,
     /// Also write the merged run's figures as Prometheus text, as selftest's --out-prometheus.
     #[arg(long, value_name = "FILE.prom")]
     pub out_prometheus: Option<PathBuf>,

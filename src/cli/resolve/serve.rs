@@ -67,7 +67,7 @@ pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
         if a.app != args::AppArg::Echo || a.cluster.is_some() || a.reuseport {
             bail!("--self-test starts its own echo and broadcast instances on loopback, so --app, --cluster and --reuseport do not apply; measure such a server with `wstune selftest --url` (and --pid)");
         }
-    } else if load(&a.load).any_set() {
+    } else if load(&a.load)?.any_set() {
         bail!(
             "--scenario, --conns, --rate, --size, --secs and --report only apply to a load test: \
              add --self-test (or measure a running server with `wstune selftest --url`)"
@@ -82,13 +82,17 @@ pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
         .map(crate::selftest::command::parse)
         .transpose()?;
     let config = config(&profile, a)?;
-    Ok(cmd::serve::Request {
-        config,
-        self_test: a.self_test.then(|| crate::serve::self_test::SelfTest {
-            load: load(&a.load),
+    let self_test = match a.self_test {
+        true => Some(crate::serve::self_test::SelfTest {
+            load: load(&a.load)?,
             profile,
             command,
         }),
+        false => None,
+    };
+    Ok(cmd::serve::Request {
+        config,
+        self_test,
         host,
     })
 }

@@ -5,6 +5,7 @@
 //! the capacity and memory figures held against the profile's estimates, the table, the HTML
 //! page and the Prometheus textfile.
 
+mod baseline;
 mod capacity;
 mod html;
 mod memory;
@@ -16,6 +17,7 @@ mod table;
 mod tests;
 mod verdict;
 
+pub use baseline::Baseline;
 pub use capacity::{CapacityReport, CpuTarget};
 pub use html::html;
 pub use memory::{BudgetReport, Compared, MemoryEstimate, MemoryReport, ESTIMATE_TOLERANCE};
@@ -95,8 +97,26 @@ pub struct Report {
     /// This report is the merge of shards' reports (`wstune report merge`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged_from: Option<MergedFrom>,
+    /// An earlier run's figures to compare with (`--baseline OLD.json`): shown, not judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Baseline>,
     pub scenarios: Vec<ScenarioReport>,
     pub verdict: Verdict,
+}
+
+/// The report in a file that may also hold other lines: a pod's log (`kubectl logs`) carries
+/// the shard's standard error beside its report. Lines before the report's first line (`{` at
+/// the start of a line) and anything after its closing brace are skipped.
+pub fn parse(text: &str) -> serde_json::Result<Report> {
+    let start = if text.starts_with('{') {
+        0
+    } else {
+        text.find("\n{").map_or(0, |i| i + 1)
+    };
+    serde_json::Deserializer::from_str(&text[start..])
+        .into_iter::<Report>()
+        .next()
+        .unwrap_or_else(|| serde_json::from_str(""))
 }
 
 /// Where a merged report came from.

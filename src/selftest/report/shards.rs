@@ -153,6 +153,7 @@ pub fn merge(mut inputs: Vec<Input>, partial: bool) -> Result<Report, String> {
             server_from: server_from.first().copied(),
             start_skew_ms,
         }),
+        baseline: None,
         scenarios,
         // Judged by the caller, on the merged figures.
         verdict: base.verdict.clone(),

@@ -182,6 +182,7 @@ pub fn table(r: &Report) -> String {
         "load targets of profile {}: p99 <= {} ms, 95% of the offered rate, no errors, no server closes\n",
         r.targets.profile, r.targets.p99_ms
     ));
+    out.push_str(&super::baseline::lines(r));
     out.push_str(&format!("verdict: {}\n", r.verdict.summary));
     out
 }

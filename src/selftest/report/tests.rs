@@ -160,6 +160,7 @@ pub(super) fn judged(scenarios: Vec<ScenarioReport>, j: &Judging, host: bool) ->
         }),
         shard: None,
         merged_from: None,
+        baseline: None,
         scenarios,
         verdict,
     };
@@ -516,4 +517,41 @@ fn reports_of_different_runs_or_missing_shards_are_refused_by_name() {
     assert!(err(one, false).contains("shards 1, 2 of 3 missing"));
     let m = merge_shards(inputs(vec![shard(0, 3, &[100])]), true).unwrap();
     assert_eq!(m.merged_from.unwrap().shards, vec![0]);
+}
+
+#[test]
+fn a_baseline_shows_each_figure_old_to_new_in_the_table_and_the_page() {
+    let old = report(vec![echo(Scenario::EchoRate, 1.0, 0.0)], false, false);
+    let mut new = report(vec![echo(Scenario::EchoRate, 1.5, 0.0)], false, false);
+    new.baseline = Some(Baseline::of(&old, "old.json").unwrap());
+    let t = table(&new);
+    assert!(
+        t.contains("vs baseline old.json (ws://127.0.0.1:1/):"),
+        "{t}"
+    );
+    assert!(
+        t.contains("echo-rate: p50 0.00 -> 0.00 ms, p99 1.00 -> 1.50 ms (+50 %)"),
+        "{t}"
+    );
+    let page = html(&new, None);
+    assert!(page.contains("Against the baseline"));
+    assert!(
+        page.contains("<td class=\"bad\">1.00 -&gt; 1.50 ms (+50 %)</td>"),
+        "a rise marked"
+    );
+    // Another schema cannot be compared; a report without scenarios has nothing to compare.
+    let mut other = old.clone();
+    other.schema_version = 99;
+    assert!(Baseline::of(&other, "x.json")
+        .unwrap_err()
+        .contains("schema 99"));
+    other.schema_version = SCHEMA_VERSION;
+    other.scenarios.clear();
+    assert!(Baseline::of(&other, "x.json")
+        .unwrap_err()
+        .contains("no scenario"));
+    // A report that carries log lines around it (a pod's log) still reads.
+    let json = serde_json::to_string_pretty(&old).unwrap();
+    let log = format!("wstune: warning: something\n{json}\nwstune: error: after\n");
+    assert_eq!(parse(&log).unwrap().url, old.url);
 }

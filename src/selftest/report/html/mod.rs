@@ -254,6 +254,70 @@ fn figures(r: &Report) -> String {
     }
     o.push_str("</tbody></table><p class=\"muted\">CPU in percent of one core; the host has ");
     let _ = write!(o, "{} cores.</p>", r.cores);
+    o.push_str(&against_baseline(r));
+    o
+}
+
+/// `--baseline`: each scenario's figures old -> new, a rise in latency or CPU and a fall in
+/// rate marked.
+fn against_baseline(r: &Report) -> String {
+    use super::baseline::change;
+    let Some(b) = &r.baseline else {
+        return String::new();
+    };
+    let mut o = format!(
+        "<h3 id=\"baseline\">Against the baseline</h3><p class=\"muted\">{} ({}): shown, not \
+         judged.</p><table><thead><tr><th>scenario</th><th>p50</th><th>p99</th><th>achieved \
+         msgs/s</th><th>server CPU per message</th></tr></thead><tbody>",
+        esc(&b.file),
+        esc(&b.url)
+    );
+    // Worse by more than a tenth: the cell is marked.
+    let cell = |old: f64, new: f64, unit: &str, higher_is_worse: bool| {
+        let worse = old > 0.0
+            && if higher_is_worse {
+                new > old * 1.1
+            } else {
+                new < old * 0.9
+            };
+        format!(
+            "<td{}>{}</td>",
+            if worse { " class=\"bad\"" } else { "" },
+            esc(&change(old, new, unit))
+        )
+    };
+    let mut rows = 0;
+    for s in &r.scenarios {
+        let Some(old) = b.scenario(s.scenario) else {
+            continue;
+        };
+        rows += 1;
+        let lat = s.latency_ms.count > 0 && old.latency_ms.count > 0;
+        let _ = write!(
+            o,
+            "<tr><td>{}</td>{}{}{}{}</tr>",
+            s.scenario.name(),
+            if lat {
+                cell(old.latency_ms.p50, s.latency_ms.p50, " ms", true)
+            } else {
+                "<td>–</td>".into()
+            },
+            if lat {
+                cell(old.latency_ms.p99, s.latency_ms.p99, " ms", true)
+            } else {
+                "<td>–</td>".into()
+            },
+            cell(old.achieved_rate, s.achieved_rate, "", false),
+            match (old.server_cpu_us_per_msg, s.server_cpu_us_per_msg) {
+                (Some(a), Some(n)) => cell(a, n, " us", true),
+                _ => "<td>–</td>".into(),
+            },
+        );
+    }
+    if rows == 0 {
+        o.push_str("<tr><td colspan=\"5\">no scenario of this run is in the baseline</td></tr>");
+    }
+    o.push_str("</tbody></table>");
     o
 }
 

@@ -45,6 +45,11 @@ fn latency_chart(r: &Report, s: &ScenarioReport, title: &str) -> Option<String> 
     if let Some(l) = s.service_latency_ms.as_ref().filter(|l| l.count > 0) {
         series.push(latency_series(l, "from the actual send", VIOLET, false));
     }
+    if let Some(b) = r.baseline.as_ref().and_then(|b| b.scenario(s.scenario)) {
+        if b.latency_ms.count > 0 {
+            series.push(latency_series(&b.latency_ms, "baseline", BLUE, true));
+        }
+    }
     if matches!(s.scenario, Scenario::EchoRate | Scenario::Deflate) {
         let ticks = chart::percentile_ticks();
         let (a, b) = (ticks[0].0, ticks[ticks.len() - 1].0);
