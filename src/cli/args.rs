@@ -3,6 +3,7 @@
 
 pub mod abuse;
 pub mod channels;
+pub mod tls;
 mod values;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -493,6 +494,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub channels: channels::ChannelArgs,
     #[command(flatten)]
+    pub tls_serve: tls::ServeTlsArgs,
+    #[command(flatten)]
     pub load: LoadArgs,
 }
 
@@ -512,7 +515,8 @@ impl Default for ServeArgs {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Load test (selftest, serve --self-test)")]
 pub struct LoadArgs {
-    /// Workload to run (repeat for several): echo-rate, echo-sat, idle, storm, broadcast, deflate.
+    /// Workload to run (repeat for several): echo-rate, echo-sat, idle, storm, tls-handshake,
+    /// broadcast, deflate.
     #[arg(long = "scenario", value_enum, value_name = "NAME")]
     pub scenarios: Vec<crate::selftest::Scenario>,
     /// Client connections (default: selftest 1000; serve --self-test: the profile's, scaled to the host).
@@ -569,6 +573,8 @@ pub struct LoadArgs {
     /// Also write a self-contained HTML page with the charts.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: tls::TlsClientArgs,
 }
 
 #[derive(Debug, Args)]

@@ -335,6 +335,12 @@ fn load(l: &LoadArgs) -> Load {
         accept_noise: l.accept_noise,
         format: list_format(l.format),
         report: l.report.clone(),
+        tls: crate::engine::selftest::TlsLoad {
+            ca: l.tls.ca.clone(),
+            ca_pem: None,
+            insecure: l.tls.insecure,
+            resume: l.tls.tls_resume,
+        },
     }
 }
 

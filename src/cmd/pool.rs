@@ -167,11 +167,7 @@ fn start_local(
 }
 
 fn target(addr: SocketAddr) -> Target {
-    Target {
-        addr,
-        host: addr.to_string(),
-        path: "/".into(),
-    }
+    Target::plain(addr)
 }
 
 /// Closed-loop load: `conns` clients, one message in flight each, through the self-test's
@@ -217,6 +213,7 @@ async fn load(
         broadcast_server_pid: None,
         ramp_per_sec: 0.0,
         storm_concurrency: 1,
+        tls: None,
         request,
     };
     let r = selftest::run_scenario(&o, Scenario::EchoSat).await?;

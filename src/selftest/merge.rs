@@ -1,7 +1,7 @@
 //! The generator processes' results added up: histograms, counters, close codes, the
 //! broadcast rounds.
 
-use super::{worker, Latency, WorkerResult};
+use super::{worker, Latency, TlsReport, WorkerResult};
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 
@@ -43,6 +43,21 @@ pub(super) struct Merged {
     /// Broadcast: per round, (deliveries, latest delivery in us).
     pub(super) rounds: Vec<(u64, u64)>,
     pub(super) first_error: Option<String>,
+    /// Connection opening times (None: no connection was opened and timed).
+    pub(super) connect: Option<Latency>,
+    /// wss://: the handshakes, counted and timed.
+    pub(super) tls: Option<TlsReport>,
+}
+
+/// A result's histogram, decoded (None: absent or unreadable).
+fn decode(b64: Option<&String>) -> Option<Histogram<u64>> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64?)
+        .ok()?;
+    hdrhistogram::serialization::Deserializer::new()
+        .deserialize::<u64, _>(&mut &bytes[..])
+        .ok()
 }
 
 pub(super) fn merge(
@@ -59,8 +74,27 @@ pub(super) fn merge(
     let mut elapsed: f64 = 0.0;
     let mut last_echo: f64 = 0.0;
     let mut rounds = vec![(0u64, 0u64); n_rounds];
+    let mut connect = worker::histogram();
+    let mut tls_hs = worker::histogram();
+    let mut tls: Option<TlsReport> = None;
     use base64::Engine;
     for r in results {
+        if let Some(h) = decode(r.connect_histogram.as_ref()) {
+            let _ = connect.add(h);
+        }
+        if let Some(h) = decode(r.tls_histogram.as_ref()) {
+            let _ = tls_hs.add(h);
+        }
+        if let Some(t) = &r.tls {
+            let sum = tls.get_or_insert_with(TlsReport::default);
+            sum.version.clone_from(&t.version);
+            sum.cipher.clone_from(&t.cipher);
+            if t.signature_scheme.is_some() {
+                sum.signature_scheme.clone_from(&t.signature_scheme);
+            }
+            sum.full += t.full;
+            sum.resumed += t.resumed;
+        }
         sent += r.sent;
         received += r.received;
         errors += r.errors;
@@ -118,5 +152,10 @@ pub(super) fn merge(
         last_echo,
         rounds,
         first_error,
+        connect: (!connect.is_empty()).then(|| latency(&connect)),
+        tls: tls.map(|t| TlsReport {
+            handshake_ms: latency(&tls_hs),
+            ..t
+        }),
     }
 }

@@ -18,6 +18,7 @@ pub mod noise;
 pub mod report;
 pub mod server;
 pub mod sizing;
+pub mod tls;
 pub mod worker;
 
 mod merge;
@@ -27,8 +28,8 @@ mod run;
 mod sampling;
 mod scenario;
 
-pub use protocol::{Event, WorkerResult, WorkerSpec};
-pub use results::{Attempt, Latency, ProcFigures, ScenarioReport, TimelinePoint};
+pub use protocol::{Event, TlsCounts, WorkerResult, WorkerSpec};
+pub use results::{Attempt, Latency, ProcFigures, ScenarioReport, TimelinePoint, TlsReport};
 pub use run::{run_scenario, target_url, RunPlan};
 pub use sampling::{
     kernel_sample, peak_rss, quiesce, sample, KernelDrops, KernelMemory, KernelSample,

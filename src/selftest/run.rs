@@ -47,6 +47,8 @@ pub struct RunPlan {
     /// The message a user's server answers (`--message`; see `WorkerSpec::request`). None:
     /// the stamped payloads an echo sends back.
     pub request: Option<String>,
+    /// wss:// targets: whom the generator trusts, whether it resumes sessions.
+    pub tls: Option<super::tls::TlsClient>,
 }
 
 impl RunPlan {
@@ -149,7 +151,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     let workers = procs.len();
     let (connected, first_error) = connect_phase(&mut procs, o, scenario, target).await?;
     // Let the server settle (the last handshakes done, idle memory steady) before measuring.
-    if scenario != Scenario::Storm {
+    if !scenario.connects_in_window() {
         quiesce(o, Duration::from_secs(10)).await;
     }
     let rss_after_connect = server_sample(o, scenario).map(|s| s.1);
@@ -218,8 +220,10 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         last_echo,
         rounds,
         first_error,
+        connect,
+        tls,
     } = merge(&results, o.rounds, first_error);
-    if scenario != Scenario::Storm && connected < o.conns {
+    if !scenario.connects_in_window() && connected < o.conns {
         errors += (o.conns - connected) as u64;
     }
     let wall = o.secs.max(0.001);
@@ -263,6 +267,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     };
     let timeline = timeline(&procs);
     let echo_like = matches!(scenario, Scenario::EchoRate | Scenario::Deflate);
+    let cycles = scenario == Scenario::TlsHandshake;
     let mut round_hist = worker::histogram();
     for (n, last) in &rounds {
         if *n > 0 {
@@ -271,11 +276,15 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     }
     Ok(ScenarioReport {
         scenario,
-        conns_requested: o.conns,
-        conns_connected: if scenario == Scenario::Storm {
-            hist.len() as usize
+        conns_requested: if cycles {
+            clients_in_flight(o, workers)
         } else {
-            connected
+            o.conns
+        },
+        conns_connected: match scenario {
+            Scenario::Storm => hist.len() as usize,
+            Scenario::TlsHandshake => clients_in_flight(o, workers),
+            _ => connected,
         },
         workers,
         sources: o.sources.len().max(1),
@@ -313,6 +322,11 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
             Some(s) if echo_like && received > 0 => Some(1e6 * s.cpu_secs / received as f64),
             _ => None,
         },
+        handshakes_per_sec: cycles.then(|| received as f64 / wall),
+        handshakes_per_server_core_sec: match &server {
+            Some(s) if cycles && s.cpu_secs > 0.0 => Some(received as f64 / s.cpu_secs),
+            _ => None,
+        },
         echoes_per_server_cpu_sec: match (&server, scenario) {
             (Some(s), Scenario::EchoSat) if s.cpu_secs > 0.0 => Some(received as f64 / s.cpu_secs),
             _ => None,
@@ -336,11 +350,21 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         attempts: Vec::new(),
         incomplete,
         first_error,
+        connect_ms: connect,
+        tls: tls.map(|t| TlsReport {
+            resume_offered: o.tls.as_ref().is_some_and(|c| c.resume),
+            ..t
+        }),
     })
 }
 
+/// tls-handshake: the simulated clients cycling at once, over all generator processes.
+fn clients_in_flight(o: &RunPlan, workers: usize) -> usize {
+    (o.storm_concurrency / workers.max(1)).max(1) * workers.max(1)
+}
+
 pub fn target_url(t: &Target) -> String {
-    format!("ws://{}{}", t.host, t.path)
+    t.url()
 }
 
 /// Start the generator processes, each with its share of the connections.
@@ -396,6 +420,7 @@ async fn spawn_workers(
             phase_slot: w,
             phase_stride: workers,
             phase_total: o.conns,
+            tls: o.tls.clone(),
         };
         assigned += n;
         let mut cmd = tokio::process::Command::new(&exe);
@@ -493,7 +518,7 @@ async fn connect_phase(
         }
     }
     pb.finish_and_clear();
-    if scenario != Scenario::Storm && connected == 0 {
+    if !scenario.connects_in_window() && connected == 0 {
         bail!(
             "no connection to {} could be opened: {}",
             target_url(target),
@@ -505,12 +530,22 @@ async fn connect_phase(
 
 /// The broadcast publisher: the orchestrator's own connection, one message per round.
 async fn start_publisher(o: &RunPlan, target: &Target) -> Result<tokio::task::JoinHandle<()>> {
-    let mut c = client::connect(target, None, false).await.map_err(|e| {
-        anyhow::anyhow!(
-            "the publisher cannot connect to {}: {e}",
-            target_url(target)
-        )
-    })?;
+    let session = match o.tls.as_ref().filter(|_| target.tls) {
+        Some(t) => Some(
+            super::tls::Client::new(t)
+                .map_err(anyhow::Error::msg)?
+                .session(),
+        ),
+        None => None,
+    };
+    let mut c = client::connect(target, None, false, session.as_ref())
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "the publisher cannot connect to {}: {e}",
+                target_url(target)
+            )
+        })?;
     let rounds = o.rounds;
     let gap = Duration::from_secs_f64((o.secs / (rounds as f64 + 1.0)).max(0.05));
     let size = o.size;

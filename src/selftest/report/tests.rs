@@ -123,6 +123,10 @@ fn echo(scenario: Scenario, p99: f64, other_pct: f64) -> ScenarioReport {
         attempts: Vec::new(),
         incomplete: None,
         first_error: None,
+        connect_ms: None,
+        tls: None,
+        handshakes_per_sec: None,
+        handshakes_per_server_core_sec: None,
     }
 }
 
