@@ -5,4 +5,5 @@ mod common;
 
 mod cluster;
 mod selftest;
+mod selftest_tls;
 mod supervisor;
