@@ -233,7 +233,7 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
         Some(u) => Url::parse(u).map_err(anyhow::Error::msg)?,
         None => target.clone(),
     };
-    if let Some(pid) = a.pid {
+    for &pid in &a.pid {
         if crate::selftest::sample(pid).is_none() {
             bail!("--pid {pid}: no such process readable in /proc; give the server's pid or leave it out");
         }
@@ -248,7 +248,7 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
         target,
         broadcast,
         subscribe,
-        pid: a.pid,
+        pids: a.pid.clone(),
         deflate: a.deflate,
         load: load(&a.load),
     })

@@ -208,6 +208,7 @@ async fn load(
         workers: selftest::sizing::workers_for(conns, soft, 1).map_err(anyhow::Error::msg)?,
         sources: Vec::new(),
         server_pid: pid,
+        more_server_pids: Vec::new(),
         // A user's server may run helpers of its own; the built-in one is one process.
         server_tree: pid.is_some(),
         broadcast_server_pid: None,

@@ -277,6 +277,7 @@ pub fn plan(
             workers,
             sources,
             server_pid,
+            more_server_pids: Vec::new(),
             server_tree: defaults.server_tree,
             broadcast_server_pid: defaults.broadcast_server_pid,
             ramp_per_sec: load.ramp,

@@ -37,6 +37,10 @@ pub struct RunPlan {
     pub sources: Vec<IpAddr>,
     /// The server's process, for CPU and memory (None: not sampled).
     pub server_pid: Option<u32>,
+    /// More processes that are the server too (`selftest --pid` again: a TLS proxy in front of
+    /// the backend): their CPU and memory are added to `server_pid`'s, and they are the run's
+    /// own in the noise accounting, not other processes.
+    pub more_server_pids: Vec<u32>,
     /// Sum CPU and memory over `server_pid` and every process below it (a supervisor and its
     /// server processes); false when the generator's processes are below it instead.
     pub server_tree: bool,
