@@ -263,3 +263,20 @@ fn serve_self_test_with_a_given_certificate_needs_a_trust_decision() {
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(err.contains("--ca") && err.contains("--insecure"), "{err}");
 }
+
+#[test]
+fn tls_settings_without_a_tls_listener_are_refused() {
+    for (args, want) in [
+        (
+            &["serve", "--tls-resumption", "off"][..],
+            "--tls-resumption applies to a TLS listener",
+        ),
+        (&["serve", "--insecure"][..], "only apply to a load test"),
+        (&["serve", "--self-test", "--ca", "x.pem"][..], "add --tls"),
+    ] {
+        let o = run(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

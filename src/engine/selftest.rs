@@ -105,6 +105,9 @@ impl Load {
             || self.secs.is_some()
             || self.report.is_some()
             || self.message.is_some()
+            || self.tls.ca.is_some()
+            || self.tls.insecure
+            || self.tls.resume
     }
 }
 

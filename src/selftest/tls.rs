@@ -314,3 +314,163 @@ mod without_tls {
         }
     }
 }
+
+#[cfg(all(test, feature = "tls"))]
+mod tests {
+    use super::*;
+    use embedded_server::tls::rustls;
+    use embedded_server::tls::{Resumption, TlsStream};
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use std::sync::Arc;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A server answering handshakes with `cfg` on a loopback port, for `n` connections.
+    async fn server(cfg: embedded_server::tls::Config, n: usize) -> std::net::SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            for _ in 0..n {
+                let (tcp, _) = l.accept().await.unwrap();
+                let s = TlsStream::new(tcp, cfg.clone()).unwrap();
+                tokio::spawn(async move {
+                    use embedded_server::transport::Transport;
+                    let mut buf = [0u8; 64];
+                    loop {
+                        if s.readable().await.is_err() {
+                            return;
+                        }
+                        match s.try_read(&mut buf) {
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            _ => return,
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn handshake(addr: std::net::SocketAddr, s: &Session) -> std::io::Result<Handshake> {
+        let tcp = TcpStream::connect(addr).await?;
+        let name = ServerName::try_from("localhost").unwrap();
+        let c = TlsStream::client(tcp, s.0.clone(), name)?;
+        c.handshake().await?;
+        // A TLS 1.3 ticket arrives after the handshake: read until it is in.
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(200), async {
+            use embedded_server::transport::Transport;
+            loop {
+                c.readable().await.unwrap();
+                let _ = c.try_read(&mut [0u8; 16]);
+            }
+        })
+        .await;
+        let h = describe(&c);
+        embedded_server::transport::Transport::shutdown_write(&c);
+        Ok(h)
+    }
+
+    fn chain_and_key(g: &Generated) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        let certs = CertificateDer::pem_slice_iter(g.cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .unwrap();
+        (
+            certs,
+            PrivateKeyDer::from_pem_slice(g.key_pem.as_bytes()).unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn each_simulated_client_resumes_its_own_session_with_tls_resume() {
+        let g = generate(&["localhost"]).unwrap();
+        let (chain, key) = chain_and_key(&g);
+        let cfg = embedded_server::tls::server_config(chain, key, Resumption::Tickets).unwrap();
+        let addr = server(cfg, 6).await;
+        let trust = |resume| TlsClient {
+            ca_pem: Some(g.ca_pem.clone()),
+            insecure: false,
+            resume,
+        };
+        // Two clients, each twice: each second connection resumes its own session.
+        let c = Client::new(&trust(true)).unwrap();
+        let (a, b) = (c.session(), c.session());
+        let kinds = [
+            handshake(addr, &a).await.unwrap().resumed,
+            handshake(addr, &b).await.unwrap().resumed,
+            handshake(addr, &a).await.unwrap().resumed,
+            handshake(addr, &b).await.unwrap().resumed,
+        ];
+        assert_eq!(kinds, [false, false, true, true]);
+        assert_eq!(
+            c.signature_scheme().as_deref(),
+            Some("ECDSA_NISTP256_SHA256")
+        );
+        // Without --tls-resume every handshake is a full one.
+        let c = Client::new(&trust(false)).unwrap();
+        let s = c.session();
+        assert!(!handshake(addr, &s).await.unwrap().resumed);
+        assert!(!handshake(addr, &s).await.unwrap().resumed);
+    }
+
+    /// A server certificate with another key than the one that signs the handshake: what a
+    /// man in the middle holding only the certificate would send.
+    #[derive(Debug)]
+    struct Mismatched(Arc<rustls::sign::CertifiedKey>);
+
+    impl rustls::server::ResolvesServerCert for Mismatched {
+        fn resolve(
+            &self,
+            _: rustls::server::ClientHello<'_>,
+        ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+            Some(self.0.clone())
+        }
+    }
+
+    #[tokio::test]
+    async fn insecure_accepts_any_chain_but_not_a_handshake_signed_with_another_key() {
+        let (g, other) = (
+            generate(&["localhost"]).unwrap(),
+            generate(&["localhost"]).unwrap(),
+        );
+        let insecure = Client::new(&TlsClient {
+            ca_pem: None,
+            insecure: true,
+            resume: false,
+        })
+        .unwrap();
+        // Any chain: a CA it was never given.
+        let (chain, key) = chain_and_key(&g);
+        let good = embedded_server::tls::server_config(chain.clone(), key, Resumption::Off);
+        let addr = server(good.unwrap(), 1).await;
+        assert!(handshake(addr, &insecure.session()).await.is_ok());
+        // But the handshake must be signed by the certificate's key.
+        let provider = rustls::crypto::ring::default_provider();
+        let (_, wrong_key) = chain_and_key(&other);
+        let signer = provider.key_provider.load_private_key(wrong_key).unwrap();
+        let ck = Arc::new(rustls::sign::CertifiedKey::new(chain, signer));
+        let bad = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(Mismatched(ck)));
+        let addr = server(Arc::new(bad), 1).await;
+        let e = handshake(addr, &insecure.session()).await.unwrap_err();
+        assert!(e.to_string().contains("BadSignature"), "{e}");
+    }
+
+    #[test]
+    fn trust_must_be_given_and_a_ca_file_must_hold_a_certificate() {
+        let none = Client::new(&TlsClient::default()).err().unwrap();
+        assert!(
+            none.contains("--ca FILE") && none.contains("--insecure"),
+            "{none}"
+        );
+        let empty = Client::new(&TlsClient {
+            ca_pem: Some("not a certificate\n".into()),
+            ..TlsClient::default()
+        })
+        .err()
+        .unwrap();
+        assert!(empty.contains("no certificate"), "{empty}");
+    }
+}

@@ -24,12 +24,18 @@ pub struct SelfTest {
     /// Serve and measure wss:// (`--tls`, or `--tls-cert`): with the configuration's
     /// certificate, else one made for the run.
     pub tls: bool,
+    /// `--tls-resumption`, for the certificate made for the run.
+    pub resumption: super::config::TlsResumption,
 }
 
 /// The run's own CA and certificate (`--tls` without `--tls-cert`): the server reads them
 /// from a private directory that goes when the run ends; the generator trusts the CA alone.
 #[cfg(feature = "tls")]
-fn run_certificate(r: &mut ServeConfig, load: &mut Load) -> Result<Option<tempfile::TempDir>> {
+fn run_certificate(
+    r: &mut ServeConfig,
+    load: &mut Load,
+    resumption: super::config::TlsResumption,
+) -> Result<Option<tempfile::TempDir>> {
     if r.tls.is_some() {
         return Ok(None);
     }
@@ -41,14 +47,18 @@ fn run_certificate(r: &mut ServeConfig, load: &mut Load) -> Result<Option<tempfi
     r.tls = Some(super::config::TlsFiles {
         cert,
         key,
-        resumption: Default::default(),
+        resumption,
     });
     load.tls.ca_pem = Some(g.ca_pem);
     Ok(Some(dir))
 }
 
 #[cfg(not(feature = "tls"))]
-fn run_certificate(_: &mut ServeConfig, _: &mut Load) -> Result<Option<std::convert::Infallible>> {
+fn run_certificate(
+    _: &mut ServeConfig,
+    _: &mut Load,
+    _: super::config::TlsResumption,
+) -> Result<Option<std::convert::Infallible>> {
     anyhow::bail!(
         "--tls: this wstune was built without the `tls` feature; rebuild it with default features"
     )
@@ -61,7 +71,7 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
     use crate::selftest::{client::Target, sizing, Scenario};
     let (mut r, mut load) = (r.clone(), t.load.clone());
     let _certificate = if t.tls {
-        run_certificate(&mut r, &mut load)?
+        run_certificate(&mut r, &mut load, t.resumption)?
     } else {
         None
     };

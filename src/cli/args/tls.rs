@@ -31,8 +31,8 @@ pub struct ServeTlsArgs {
     pub tls: bool,
     /// How clients may resume a TLS session instead of a full handshake: tickets (stateless,
     /// the default), cache (a server-side cache of 10,000 sessions per process) or off.
-    #[arg(long, value_enum, value_name = "MODE", default_value_t = TlsResumption::Tickets, help_heading = "TLS (wss://)")]
-    pub tls_resumption: TlsResumption,
+    #[arg(long, value_enum, value_name = "MODE", help_heading = "TLS (wss://)")]
+    pub tls_resumption: Option<TlsResumption>,
 }
 
 /// `--tls-resumption`.

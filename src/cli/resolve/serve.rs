@@ -80,9 +80,13 @@ pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
         }
     } else if load(&a.load).any_set() {
         bail!(
-            "--scenario, --conns, --rate, --size, --secs and --report only apply to a load test: \
-             add --self-test (or measure a running server with `wstune selftest --url`)"
+            "--scenario, --conns, --rate, --size, --secs, --report, --ca, --insecure and \
+             --tls-resume only apply to a load test: add --self-test (or measure a running \
+             server with `wstune selftest --url`)"
         );
+    }
+    if a.tls_serve.tls_resumption.is_some() && a.tls_cert.is_none() && !a.tls_serve.tls {
+        bail!("--tls-resumption applies to a TLS listener: add --tls-cert/--tls-key (or --self-test --tls)");
     }
     let profile = crate::profile::load(&a.profile)?.profile;
     // `--host-root` is the self-test's stand-in host.
@@ -100,9 +104,19 @@ pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
             profile,
             command,
             tls: a.tls_serve.tls || a.tls_cert.is_some(),
+            resumption: resumption(a.tls_serve.tls_resumption),
         }),
         host,
     })
+}
+
+/// `--tls-resumption` (tickets when not given).
+pub fn resumption(r: Option<args::tls::TlsResumption>) -> TlsResumption {
+    match r {
+        None | Some(args::tls::TlsResumption::Tickets) => TlsResumption::Tickets,
+        Some(args::tls::TlsResumption::Cache) => TlsResumption::Cache,
+        Some(args::tls::TlsResumption::Off) => TlsResumption::Off,
+    }
 }
 
 /// The host the server runs on, for its warning (and the self-test's host half): a host that
@@ -355,11 +369,7 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert: cert.clone(),
                 key: key.clone(),
-                resumption: match a.tls_serve.tls_resumption {
-                    args::tls::TlsResumption::Tickets => TlsResumption::Tickets,
-                    args::tls::TlsResumption::Cache => TlsResumption::Cache,
-                    args::tls::TlsResumption::Off => TlsResumption::Off,
-                },
+                resumption: resumption(a.tls_serve.tls_resumption),
             }),
             _ => None,
         },
