@@ -94,6 +94,7 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
             .deflate
             .enabled
             .then_some(r.server.deflate.window_bits),
+        tls: t.tls,
         nofile: soft,
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
     })
