@@ -604,7 +604,14 @@ fn selftest_measures_tls_terminated_at_haproxy_with_both_pids() {
             .unwrap(),
     );
     common::wait_port(front, Duration::from_secs(10), "haproxy");
-    let (proxy_pid, serve_pid) = (proxy.0.id().to_string(), backend.pid().to_string());
+    measured_as_one_server(front, &ca, proxy.0.id(), backend.pid());
+    drop(proxy);
+}
+
+/// `selftest --url wss://localhost:FRONT/ --ca CA --pid PROXY --pid BACKEND` with echo-rate and
+/// tls-handshake: both run without errors over TLS, and the server measured is both processes.
+fn measured_as_one_server(front: u16, ca: &std::path::Path, proxy_pid: u32, serve_pid: u32) {
+    let (proxy_pid, serve_pid) = (proxy_pid.to_string(), serve_pid.to_string());
     let o = run(&[
         "selftest",
         "--url",
@@ -673,5 +680,57 @@ fn selftest_measures_tls_terminated_at_haproxy_with_both_pids() {
         hs["handshakes_per_server_core_sec"].as_f64().unwrap() > 0.0,
         "{hs:#}"
     );
-    drop(proxy);
+}
+
+/// The nginx recipe: nginx terminates TLS in front of a plain `wstune serve` (one process, no
+/// master, so one pid is all of nginx).
+#[test]
+fn selftest_measures_tls_terminated_at_nginx_with_both_pids() {
+    if !have_proxy("nginx") {
+        return;
+    }
+    let backend = common::serve(&["--profile", "10k", "--admin", "off"]);
+    let front = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let g = wstune::selftest::tls::generate(&["localhost", "127.0.0.1"]).unwrap();
+    let (ca, crt, key) = (
+        dir.path().join("ca.pem"),
+        dir.path().join("site.crt"),
+        dir.path().join("site.key"),
+    );
+    std::fs::write(&ca, &g.ca_pem).unwrap();
+    std::fs::write(&crt, &g.cert_pem).unwrap();
+    std::fs::write(&key, &g.key_pem).unwrap();
+    let cfg = generate(&[
+        "nginx",
+        "--backends",
+        &format!("127.0.0.1:{}", backend.port),
+        "--bind",
+        &format!("127.0.0.1:{front}"),
+        "--profile",
+        "10k",
+        "--tls-cert",
+        crt.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ])
+    .replace(
+        "worker_processes auto;",
+        "worker_processes 1;\nmaster_process off;\ndaemon off;",
+    );
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(&path, cfg).unwrap();
+    let proxy = Kill(
+        Command::new("nginx")
+            .arg("-c")
+            .arg(&path)
+            .args(["-e", "stderr", "-g"])
+            .arg(format!("pid {}/nginx.pid;", dir.path().display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    common::wait_port(front, Duration::from_secs(10), "nginx");
+    measured_as_one_server(front, &ca, proxy.0.id(), backend.pid());
 }
