@@ -280,3 +280,38 @@ fn tls_settings_without_a_tls_listener_are_refused() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+/// Over several server processes (the supervisor's children read the run's certificate from
+/// its private directory, and announce a wss:// listener): tls-handshake's clients are
+/// `--conns` at most, the count the processes were sized for, so none is refused with 503.
+#[test]
+fn serve_self_test_tls_over_several_processes() {
+    let o = run(&[
+        "serve",
+        "--self-test",
+        "--tls",
+        "--processes",
+        "2",
+        "--profile",
+        "10k",
+        "--conns",
+        "50",
+        "--secs",
+        "1",
+        "--scenario",
+        "echo-rate",
+        "--scenario",
+        "tls-handshake",
+        "--format",
+        "json",
+    ]);
+    let r = json_of(&o);
+    assert_eq!(r["server_processes"], 2, "{r:#}");
+    let echo = scenario(&r, "echo-rate");
+    assert_eq!(echo["errors"], 0, "{echo:#}");
+    assert_eq!(echo["tls"]["full"], 50, "{echo:#}");
+    let hs = scenario(&r, "tls-handshake");
+    assert_eq!(hs["errors"], 0, "{hs:#}");
+    assert_eq!(hs["conns_connected"], 50, "{hs:#}");
+    assert!(hs["tls"]["full"].as_u64().unwrap() > 0, "{hs:#}");
+}

@@ -362,9 +362,11 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     })
 }
 
-/// tls-handshake: the simulated clients cycling at once, over all generator processes.
+/// tls-handshake: the simulated clients cycling at once, over all generator processes:
+/// `--storm-concurrency`, at most `--conns` (the count the server was sized for), split evenly.
 fn clients_in_flight(o: &RunPlan, workers: usize) -> usize {
-    (o.storm_concurrency / workers.max(1)).max(1) * workers.max(1)
+    let workers = workers.max(1);
+    (o.storm_concurrency.min(o.conns) / workers).max(1) * workers
 }
 
 pub fn target_url(t: &Target) -> String {
@@ -415,7 +417,11 @@ async fn spawn_workers(
                 || (o.deflate && scenario != Scenario::Broadcast),
             ramp_per_sec: o.ramp_per_sec / workers as f64,
             rounds: o.rounds,
-            storm_concurrency: (o.storm_concurrency / workers).max(1),
+            storm_concurrency: match scenario {
+                // Its clients are --conns at most: the server is sized for that many.
+                Scenario::TlsHandshake => clients_in_flight(o, workers) / workers,
+                _ => (o.storm_concurrency / workers).max(1),
+            },
             // The broadcast scenario's stamps must come back as sent.
             request: o
                 .request
