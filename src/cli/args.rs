@@ -553,7 +553,8 @@ pub struct LoadArgs {
     /// Connections opened per second while ramping up (0: as fast as 256 handshakes in flight per process go).
     #[arg(long, default_value_t = 0.0)]
     pub ramp: f64,
-    /// storm: handshakes in flight at once, over all generator processes.
+    /// storm and tls-handshake: handshakes in flight at once, over all generator processes
+    /// (tls-handshake: at most --conns).
     #[arg(long, default_value_t = 512)]
     pub storm_concurrency: usize,
     /// A server that answers requests instead of echoing (your own, e.g. with --command): the
