@@ -187,13 +187,13 @@ impl ReadHalf {
 }
 
 impl WriteHalf {
-    async fn write_all(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         match self {
             WriteHalf::Plain(h) => h.write_all(bytes).await,
             #[cfg(feature = "tls")]
             WriteHalf::Tls(t) => {
                 use embedded_server::transport::Transport;
-                let t = &**t;
+                let (t, mut bytes) = (&**t, bytes);
                 while !bytes.is_empty() {
                     match t.try_write_vectored(&[std::io::IoSlice::new(bytes)]) {
                         Ok(n) => bytes = &bytes[n..],
