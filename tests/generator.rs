@@ -229,3 +229,52 @@ fn sends_are_spread_within_the_millisecond_and_the_report_says_so() {
     let per_ms = a["sends_per_ms_mean"].as_f64().unwrap();
     assert!((3.0..5.0).contains(&per_ms), "{a:#}");
 }
+
+/// `serve --self-test --scenario idle` at 3,000 connections, plain or `--tls`: the server's RSS
+/// growth per connection and the generator's peak RSS.
+fn idle_memory(tls: bool) -> (f64, f64) {
+    let mut args = vec![
+        "serve",
+        "--self-test",
+        "--profile",
+        "10k",
+        "--scenario",
+        "idle",
+        "--conns",
+        "3000",
+        "--secs",
+        "1",
+        "--format",
+        "json",
+    ];
+    if tls {
+        args.push("--tls");
+    }
+    let o = run_bounded(
+        Command::new(bin()).env("NO_COLOR", "1").args(&args),
+        Duration::from_secs(120),
+    );
+    let s = json_of(&o)["scenarios"][0].clone();
+    assert_eq!(s["conns_connected"], 3000, "{s:#}");
+    (
+        s["server"]["rss_per_conn_bytes"].as_f64().unwrap(),
+        s["generator"]["peak_rss_bytes"].as_f64().unwrap() / 3000.0,
+    )
+}
+
+/// What an idle TLS connection adds on both sides of the self-test stays within what its
+/// sizing budgets (`sizing::TLS_BYTES_PER_CONN`): a rustls session and the 4 KiB record
+/// buffer each end keeps after its first read.
+#[test]
+fn an_idle_tls_connection_costs_what_the_self_test_sizing_budgets() {
+    let _area = common::area("generator");
+    let (server, generator) = idle_memory(false);
+    let (server_tls, generator_tls) = idle_memory(true);
+    let added = (server_tls - server) + (generator_tls - generator);
+    let budget = wstune::selftest::sizing::TLS_BYTES_PER_CONN as f64;
+    assert!(
+        added > 0.0 && added <= budget,
+        "TLS added {added:.0} bytes per connection (server {server:.0} -> {server_tls:.0}, \
+         generator {generator:.0} -> {generator_tls:.0}); the sizing budgets {budget}"
+    );
+}

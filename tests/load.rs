@@ -7,4 +7,5 @@ mod common;
 mod cluster;
 mod selftest;
 mod selftest_outputs;
+mod selftest_tls;
 mod supervisor;

@@ -461,8 +461,15 @@ fn a_generator_killed_mid_run_is_named_with_how_it_ended() {
 #[test]
 fn bad_input_and_low_limits_are_refused_before_anything_starts() {
     let cases: &[(&[&str], &str)] = &[
-        (&["--url", "http://127.0.0.1:9/"], "not a ws:// URL"),
-        (&["--url", "wss://127.0.0.1:9/"], "wss:// is not supported"),
+        (
+            &["--url", "http://127.0.0.1:9/"],
+            "not a ws:// or wss:// URL",
+        ),
+        (&["--url", "wss://127.0.0.1:9/"], "wss:// needs --ca FILE"),
+        (
+            &["--url", "ws://127.0.0.1:9/", "--ca", "/no/such/ca.pem"],
+            "apply to a wss:// server",
+        ),
         (&["--url", "ws://127.0.0.1:9/", "--rate=-1"], "--rate -1"),
         (&["--url", "ws://127.0.0.1:9/", "--size", "4"], "--size 4"),
         (&["--url", "ws://127.0.0.1:9/", "--secs", "0"], "--secs 0"),

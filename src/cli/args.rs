@@ -5,6 +5,7 @@ pub mod abuse;
 pub mod channels;
 mod load;
 mod report;
+pub mod tls;
 mod token;
 mod values;
 
@@ -530,6 +531,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub channels: channels::ChannelArgs,
     #[command(flatten)]
+    pub tls_serve: tls::ServeTlsArgs,
+    #[command(flatten)]
     pub load: LoadArgs,
 }
 
@@ -646,9 +649,11 @@ pub struct SelftestArgs {
     /// --broadcast-url.
     #[arg(long, value_name = "URL")]
     pub subscribe_url: Vec<String>,
-    /// The server's process id, for its CPU and memory (/proc/PID).
+    /// The server's process id, for its CPU and memory (/proc/PID). Repeat for a server made
+    /// of several processes, e.g. a TLS proxy and the backend behind it: their CPU and memory
+    /// are added up, and none of them counts as another process's noise.
     #[arg(long)]
-    pub pid: Option<u32>,
+    pub pid: Vec<u32>,
     /// Negotiate permessage-deflate on every connection (JSON payloads), not only in the
     /// `deflate` scenario.
     #[arg(long)]

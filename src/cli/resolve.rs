@@ -297,7 +297,7 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
         Some(u) => Url::parse(u).map_err(anyhow::Error::msg)?,
         None => target.clone(),
     };
-    if let Some(pid) = a.pid {
+    for &pid in &a.pid {
         if crate::selftest::sample(pid).is_none() {
             bail!("--pid {pid}: no such process readable in /proc; give the server's pid or leave it out");
         }
@@ -334,7 +334,7 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
         target,
         broadcast,
         subscribe,
-        pid: a.pid,
+        pids: a.pid.clone(),
         deflate: a.deflate,
         load,
     })
@@ -520,6 +520,12 @@ fn load(l: &LoadArgs) -> Result<Load> {
         report: l.report.clone(),
         baseline: baseline(l.baseline.as_deref())?,
         out_prometheus: l.out_prometheus.clone(),
+        tls: crate::engine::selftest::TlsLoad {
+            ca: l.tls.ca.clone(),
+            ca_pem: None,
+            insecure: l.tls.insecure,
+            resume: l.tls.tls_resume,
+        },
     })
 }
 

@@ -167,11 +167,7 @@ fn start_local(
 }
 
 fn target(addr: SocketAddr) -> Target {
-    Target {
-        addr,
-        host: addr.to_string(),
-        path: "/".into(),
-    }
+    Target::plain(addr)
 }
 
 /// Closed-loop load: `conns` clients, one message in flight each, through the self-test's
@@ -213,11 +209,13 @@ async fn load(
         workers: selftest::sizing::workers_for(conns, soft, 1).map_err(anyhow::Error::msg)?,
         sources: Vec::new(),
         server_pid: pid,
+        more_server_pids: Vec::new(),
         // A user's server may run helpers of its own; the built-in one is one process.
         server_tree: pid.is_some(),
         broadcast_server_pid: None,
         ramp_per_sec: 0.0,
         storm_concurrency: 1,
+        tls: None,
         request,
     };
     let r = selftest::run_scenario(&o, Scenario::EchoSat).await?;

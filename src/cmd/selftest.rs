@@ -16,8 +16,8 @@ pub struct Request {
     pub broadcast: Target,
     /// `--subscribe-url`: the subscribers spread over these servers.
     pub subscribe: Vec<Target>,
-    /// The server's process, for its CPU and memory.
-    pub pid: Option<u32>,
+    /// The server's processes, for their CPU and memory (summed).
+    pub pids: Vec<u32>,
     /// Negotiate permessage-deflate on every connection.
     pub deflate: bool,
     pub load: Load,
@@ -43,9 +43,11 @@ pub fn run(r: Request) -> Result<Outcome> {
             broadcast_server_pid: None,
             budget_cores: None,
         },
-        r.pid,
+        r.pids.first().copied(),
         Vec::new(),
     )?;
+    let mut plan = plan;
+    plan.opts.more_server_pids = r.pids.iter().skip(1).copied().collect();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -51,6 +51,64 @@ pub struct Load {
     pub report: Option<PathBuf>,
     /// Also the figures as Prometheus text here (node_exporter's textfile collector).
     pub out_prometheus: Option<PathBuf>,
+    /// How the generator does TLS with a wss:// target.
+    pub tls: TlsLoad,
+}
+
+/// The generator's TLS settings as given (`--ca`, `--insecure`, `--tls-resume`).
+#[derive(Debug, Clone, Default)]
+pub struct TlsLoad {
+    pub ca: Option<PathBuf>,
+    /// A CA already in memory, trusted in place of `ca` (`serve --self-test --tls` makes one).
+    pub ca_pem: Option<String>,
+    pub insecure: bool,
+    pub resume: bool,
+}
+
+/// The largest `--ca` file read: a system bundle is ~200 KiB.
+const MAX_CA_BYTES: u64 = 16 << 20;
+
+/// The generator's TLS client for `target`, checked before anything starts: a wss:// target
+/// needs a trust decision, and TLS flags or tls-handshake against ws:// are mistakes.
+fn tls_client(
+    t: &TlsLoad,
+    target: &Target,
+    scenarios: &[Scenario],
+) -> Result<Option<crate::selftest::tls::TlsClient>> {
+    if !target.tls {
+        if scenarios.contains(&Scenario::TlsHandshake) {
+            bail!(
+                "--scenario tls-handshake measures TLS handshakes, and {} is plain ws://: give a                  wss:// URL (or run `wstune serve --self-test --tls`)",
+                target.url()
+            );
+        }
+        if t.ca.is_some() || t.insecure || t.resume {
+            bail!(
+                "--ca, --insecure and --tls-resume apply to a wss:// server, and {} is plain                  ws://: drop them or give the wss:// URL",
+                target.url()
+            );
+        }
+        return Ok(None);
+    }
+    let ca_pem = match (&t.ca_pem, &t.ca) {
+        (Some(pem), _) => Some(pem.clone()),
+        (None, Some(path)) => Some(
+            crate::host::input::read_bounded(path, MAX_CA_BYTES, None).map_err(|e| {
+                anyhow::anyhow!(
+                    "--ca {}: cannot be read ({e:?}); give a PEM file of CA certificates",
+                    path.display()
+                )
+            })?,
+        ),
+        (None, None) => None,
+    };
+    let client = crate::selftest::tls::TlsClient {
+        ca_pem,
+        insecure: t.insecure,
+        resume: t.resume,
+    };
+    crate::selftest::tls::Client::new(&client).map_err(anyhow::Error::msg)?;
+    Ok(Some(client))
 }
 
 impl Load {
@@ -66,6 +124,9 @@ impl Load {
             || self.message.is_some()
             || !self.thresholds.is_empty()
             || self.baseline.is_some()
+            || self.tls.ca.is_some()
+            || self.tls.insecure
+            || self.tls.resume
     }
 }
 
@@ -275,6 +336,7 @@ pub fn plan(
         }
         _ => (DEFAULT_ROUNDS, None),
     };
+    let tls = tls_client(&load.tls, &target, &scenarios)?;
     let rate_note = match (rate_note, rounds_note) {
         (Some(a), Some(b)) => Some(format!("{a}; {b}")),
         (a, b) => a.or(b),
@@ -301,6 +363,8 @@ pub fn plan(
         storm_concurrency: load.storm_concurrency,
         request: load.message.clone(),
         shard: None,
+        more_server_pids: Vec::new(),
+        tls,
     };
     opts.shard = load.shard.map(|s| Shard {
         slot_secs: crate::selftest::shard_slot_secs(&opts, total_conns),

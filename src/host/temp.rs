@@ -27,3 +27,25 @@ pub fn named(prefix: &str) -> Vec<(String, PathBuf)> {
 pub fn remove(path: &std::path::Path) {
     let _ = std::fs::remove_file(path);
 }
+
+/// A new directory only this user can enter (0700), removed with everything in it when the
+/// value is dropped: for files that hold a key for one run (`serve --self-test --tls`).
+pub fn private_dir() -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new().prefix("wstune-").tempdir()
+}
+
+/// Write `bytes` to a new file `name` in `dir` (from [`private_dir`]), readable by this user
+/// alone.
+pub fn write_private(dir: &std::path::Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    use std::io::Write;
+    let path = dir.join(name);
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    opts.open(&path)?.write_all(bytes)?;
+    Ok(path)
+}

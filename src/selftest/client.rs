@@ -3,58 +3,64 @@
 //! tens of thousands of connections and is never the thing being measured. permessage-deflate
 //! (for the `deflate` scenario) reuses the embedded server's contexts.
 
+use super::tls::{Handshake, Session};
 use embedded_server::deflate::{compress_fresh, Decompressor};
 use embedded_server::frame::{self, encode_client_frame, FrameError, OpCode};
 use std::net::{IpAddr, SocketAddr};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::Instant;
 
 /// The largest server frame (and inflated message) the generator takes: above any cap a
 /// server would set, a bound against a broken peer making it allocate gigabytes.
 const MAX_SERVER_FRAME: u64 = 64 << 20;
 
-/// Where to connect: parsed from `ws://HOST:PORT/PATH`.
+/// Where to connect: parsed from `ws://HOST:PORT/PATH` or `wss://HOST:PORT/PATH`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Target {
     pub addr: SocketAddr,
     pub host: String,
     pub path: String,
+    /// `wss://`: TLS to `server_name`.
+    #[serde(default)]
+    pub tls: bool,
+    /// The URL's host without its port or brackets: the name the server's certificate must
+    /// carry, sent as SNI (an IP address is checked against the certificate's IP SANs and
+    /// sends no SNI).
+    #[serde(default)]
+    pub server_name: String,
 }
 
 impl Target {
-    /// Parse a `ws://` URL. Names are resolved once, here, so every connection goes to the same
-    /// address. `wss://` is refused with the reason: the generator measures the server, and a
-    /// TLS client on the generator's core would measure the generator.
+    /// Parse a `ws://` or `wss://` URL. Names are resolved once, here, so every connection
+    /// goes to the same address.
     pub fn parse(url: &str) -> Result<Target, String> {
-        let rest = match url.split_once("://") {
-            Some(("ws", rest)) => rest,
-            Some(("wss", _)) => {
-                return Err(format!(
-                    "{url}: wss:// is not supported by the load generator; test the plain ws:// \
-                     listener behind the TLS terminator (or run `wstune serve` without --tls-cert)"
-                ))
-            }
+        let (rest, tls) = match url.split_once("://") {
+            Some(("ws", rest)) => (rest, false),
+            Some(("wss", rest)) => (rest, true),
             _ => {
                 return Err(format!(
-                    "{url}: not a ws:// URL (like ws://127.0.0.1:9001/)"
+                    "{url}: not a ws:// or wss:// URL (like ws://127.0.0.1:9001/)"
                 ))
             }
         };
+        let default_port = if tls { 443 } else { 80 };
         let (hostport, path) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].to_string()),
             None => (rest, "/".to_string()),
         };
-        let with_port = if hostport.starts_with('[') {
+        let (with_port, name) = if let Some(v6) = hostport.strip_prefix('[') {
+            let name = v6.split(']').next().unwrap_or("").to_string();
             if hostport.contains("]:") {
-                hostport.to_string()
+                (hostport.to_string(), name)
             } else {
-                format!("{hostport}:80")
+                (format!("{hostport}:{default_port}"), name)
             }
-        } else if hostport.contains(':') {
-            hostport.to_string()
+        } else if let Some((h, _)) = hostport.split_once(':') {
+            (hostport.to_string(), h.to_string())
         } else {
-            format!("{hostport}:80")
+            (format!("{hostport}:{default_port}"), hostport.to_string())
         };
         use std::net::ToSocketAddrs;
         let addr = with_port
@@ -66,7 +72,26 @@ impl Target {
             addr,
             host: hostport.to_string(),
             path,
+            tls,
+            server_name: name,
         })
+    }
+
+    /// A plain `ws://ADDR/` target (a server this process started).
+    pub fn plain(addr: SocketAddr) -> Target {
+        Target {
+            addr,
+            host: addr.to_string(),
+            path: "/".into(),
+            tls: false,
+            server_name: addr.ip().to_string(),
+        }
+    }
+
+    /// The URL again, with its scheme.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls { "wss" } else { "ws" };
+        format!("{scheme}://{}{}", self.host, self.path)
     }
 }
 
@@ -96,10 +121,105 @@ impl std::fmt::Display for ConnectError {
 pub struct Conn {
     pub reader: Reader,
     pub writer: Writer,
+    /// How long each step of opening it took.
+    pub times: ConnectTimes,
+    /// The TLS handshake (wss:// only).
+    pub tls: Option<Handshake>,
+}
+
+/// How long opening a connection took, step by step, in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectTimes {
+    /// The TCP handshake (connect() until it completed).
+    pub tcp_us: u64,
+    /// The TLS handshake (0 for ws://).
+    pub tls_us: u64,
+    /// The HTTP upgrade: request written until the 101 response head was read.
+    pub upgrade_us: u64,
+}
+
+impl ConnectTimes {
+    pub fn total_us(&self) -> u64 {
+        self.tcp_us + self.tls_us + self.upgrade_us
+    }
+}
+
+/// The reading side of a connection: the socket's, or the TLS session's shared with the writer.
+enum ReadHalf {
+    Plain(OwnedReadHalf),
+    #[cfg(feature = "tls")]
+    Tls(std::sync::Arc<embedded_server::tls::TlsStream>),
+}
+
+/// The writing side of a connection.
+enum WriteHalf {
+    Plain(OwnedWriteHalf),
+    #[cfg(feature = "tls")]
+    Tls(std::sync::Arc<embedded_server::tls::TlsStream>),
+}
+
+impl ReadHalf {
+    async fn readable(&self) -> std::io::Result<()> {
+        match self {
+            ReadHalf::Plain(h) => h.readable().await,
+            #[cfg(feature = "tls")]
+            ReadHalf::Tls(t) => embedded_server::transport::Transport::readable(&**t).await,
+        }
+    }
+
+    fn try_read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            ReadHalf::Plain(h) => h.try_read(buf),
+            #[cfg(feature = "tls")]
+            ReadHalf::Tls(t) => embedded_server::transport::Transport::try_read(&**t, buf),
+        }
+    }
+
+    /// Read at least one byte (or the end of the stream).
+    async fn read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            match self.try_read(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => self.readable().await?,
+                r => return r,
+            }
+        }
+    }
+}
+
+impl WriteHalf {
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            WriteHalf::Plain(h) => h.write_all(bytes).await,
+            #[cfg(feature = "tls")]
+            WriteHalf::Tls(t) => {
+                use embedded_server::transport::Transport;
+                let (t, mut bytes) = (&**t, bytes);
+                while !bytes.is_empty() {
+                    match t.try_write_vectored(&[std::io::IoSlice::new(bytes)]) {
+                        Ok(n) => bytes = &bytes[n..],
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            t.writable().await?
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                while t.wants_flush() {
+                    match t.try_flush() {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            t.writable().await?
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 pub struct Reader {
-    half: OwnedReadHalf,
+    half: ReadHalf,
     frames: Frames,
 }
 
@@ -116,7 +236,7 @@ pub struct Frames {
 }
 
 pub struct Writer {
-    half: OwnedWriteHalf,
+    half: WriteHalf,
     /// Window bits to compress with (permessage-deflate negotiated), from a shared context.
     deflate: Option<u8>,
     scratch: Vec<u8>,
@@ -162,11 +282,15 @@ fn no_port_at_bind(sock: &TcpSocket) {
     let _ = sock;
 }
 
+/// Open a WebSocket connection to `target` (from `source`, when given): TCP, then TLS with
+/// `tls`'s session for a wss:// target, then the upgrade.
 pub async fn connect(
     target: &Target,
     source: Option<IpAddr>,
     deflate: bool,
+    tls: Option<&Session>,
 ) -> Result<Conn, ConnectError> {
+    let t0 = Instant::now();
     let sock = if target.addr.is_ipv4() {
         TcpSocket::new_v4()
     } else {
@@ -178,8 +302,11 @@ pub async fn connect(
         sock.bind(SocketAddr::new(ip, 0))
             .map_err(ConnectError::Io)?;
     }
-    let mut s: TcpStream = sock.connect(target.addr).await.map_err(ConnectError::Io)?;
+    let s: TcpStream = sock.connect(target.addr).await.map_err(ConnectError::Io)?;
     s.set_nodelay(true).map_err(ConnectError::Io)?;
+    let t1 = Instant::now();
+    let (mut w, r, handshake) = secure(s, target, tls).await?;
+    let t2 = Instant::now();
     let ext = if deflate {
         "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
     } else {
@@ -190,7 +317,7 @@ pub async fn connect(
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{ext}\r\n",
         target.path, target.host
     );
-    s.write_all(req.as_bytes())
+    w.write_all(req.as_bytes())
         .await
         .map_err(ConnectError::Io)?;
     // Read the response head; what follows it (frames already sent) stays in the buffer.
@@ -202,17 +329,22 @@ pub async fn connect(
                 "a response head over 4 KiB".into(),
             ));
         }
-        let r = s.read(&mut buf[n..]).await.map_err(ConnectError::Io)?;
-        if r == 0 {
+        let got = r.read(&mut buf[n..]).await.map_err(ConnectError::Io)?;
+        if got == 0 {
             return Err(ConnectError::Io(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 "the server closed the connection during the handshake",
             )));
         }
-        n += r;
+        n += got;
         if let Some(i) = buf[..n].windows(4).position(|w| w == b"\r\n\r\n") {
             break i + 4;
         }
+    };
+    let times = ConnectTimes {
+        tcp_us: t1.duration_since(t0).as_micros() as u64,
+        tls_us: t2.duration_since(t1).as_micros() as u64,
+        upgrade_us: t2.elapsed().as_micros() as u64,
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
     // Keep only what followed the head (usually nothing): the reader takes a buffer when
@@ -227,7 +359,6 @@ pub async fn connect(
         .lines()
         .map(|l| l.to_ascii_lowercase())
         .find(|l| l.starts_with("sec-websocket-extensions: permessage-deflate"));
-    let (r, w) = s.into_split();
     let zs = answer.filter(|_| deflate).map(|a| {
         // Memory is what bounds the generator's side of 100k deflate connections: a 15/8
         // compressor and a 32 KiB inflate window per connection held ~178 KB each.
@@ -254,6 +385,8 @@ pub async fn connect(
         None => (None, None),
     };
     Ok(Conn {
+        times,
+        tls: handshake,
         reader: Reader {
             half: r,
             frames: Frames {
@@ -273,6 +406,47 @@ pub async fn connect(
             batch: Vec::new(),
         },
     })
+}
+
+/// The connection's two halves, over TLS for a wss:// target (the handshake done), and what
+/// that handshake was.
+async fn secure(
+    s: TcpStream,
+    target: &Target,
+    tls: Option<&Session>,
+) -> Result<(WriteHalf, ReadHalf, Option<Handshake>), ConnectError> {
+    if !target.tls {
+        let (r, w) = s.into_split();
+        return Ok((WriteHalf::Plain(w), ReadHalf::Plain(r), None));
+    }
+    let Some(session) = tls else {
+        return Err(ConnectError::Io(std::io::Error::other(
+            "a wss:// target needs a TLS client (--ca or --insecure)",
+        )));
+    };
+    #[cfg(feature = "tls")]
+    {
+        use embedded_server::tls::{rustls::pki_types::ServerName, TlsStream};
+        let name = ServerName::try_from(target.server_name.clone()).map_err(|e| {
+            ConnectError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{}: not a server name: {e}", target.server_name),
+            ))
+        })?;
+        let stream = TlsStream::client(s, session.0.clone(), name).map_err(ConnectError::Io)?;
+        stream.handshake().await.map_err(|e| {
+            ConnectError::Io(std::io::Error::new(e.kind(), format!("TLS handshake: {e}")))
+        })?;
+        let handshake = super::tls::describe(&stream);
+        let stream = std::sync::Arc::new(stream);
+        Ok((
+            WriteHalf::Tls(stream.clone()),
+            ReadHalf::Tls(stream),
+            Some(handshake),
+        ))
+    }
+    #[cfg(not(feature = "tls"))]
+    match *session {}
 }
 
 impl Writer {
@@ -316,6 +490,17 @@ impl Writer {
     pub async fn pong(&mut self, payload: &[u8]) -> std::io::Result<()> {
         let f = encode_client_frame(true, OpCode::Pong, payload, [1, 2, 3, 4]);
         self.half.write_all(&f).await
+    }
+
+    /// End the stream after a close handshake: TLS's close_notify, then the TCP FIN.
+    pub async fn shutdown(&mut self) {
+        match &mut self.half {
+            WriteHalf::Plain(h) => {
+                let _ = h.shutdown().await;
+            }
+            #[cfg(feature = "tls")]
+            WriteHalf::Tls(t) => embedded_server::transport::Transport::shutdown_write(&**t),
+        }
     }
 
     /// Start a clean close (the reader sees the server's answer).
@@ -490,13 +675,31 @@ mod tests {
         assert_eq!(t.path, "/chat?x=1");
         assert_eq!(Target::parse("ws://127.0.0.1").unwrap().addr.port(), 80);
         assert_eq!(Target::parse("ws://127.0.0.1:5").unwrap().path, "/");
-        assert!(Target::parse("wss://x:1/").unwrap_err().contains("wss://"));
+        assert!(!t.tls);
         assert!(Target::parse("http://x/")
             .unwrap_err()
-            .contains("not a ws://"));
+            .contains("not a ws:// or wss://"));
         assert!(Target::parse("ws://no-such-host.invalid:1/")
             .unwrap_err()
             .contains("cannot resolve"));
+    }
+
+    #[test]
+    fn wss_urls_carry_the_name_the_certificate_must_have() {
+        let t = Target::parse("wss://localhost:8443/x").unwrap();
+        assert!(t.tls);
+        assert_eq!(t.addr.port(), 8443);
+        assert_eq!(t.server_name, "localhost");
+        assert_eq!(t.path, "/x");
+        assert_eq!(t.url(), "wss://localhost:8443/x");
+        // The default port is TLS's; an address is its own name (no SNI, checked against the
+        // certificate's IP SANs).
+        let t = Target::parse("wss://127.0.0.1").unwrap();
+        assert_eq!(t.addr.port(), 443);
+        assert_eq!(t.server_name, "127.0.0.1");
+        let t = Target::parse("wss://[::1]:9/").unwrap();
+        assert_eq!(t.server_name, "::1");
+        assert_eq!(Target::parse("ws://[::1]").unwrap().addr.port(), 80);
     }
 
     #[test]

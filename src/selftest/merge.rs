@@ -1,7 +1,7 @@
 //! The generator processes' results added up: histograms, counters, close codes, the
 //! broadcast rounds.
 
-use super::{histo, worker, Latency, WorkerResult};
+use super::{histo, worker, Latency, TlsReport, WorkerResult};
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 
@@ -46,6 +46,12 @@ pub(super) struct Merged {
     /// A worker's histogram that could not be read or added: the latencies are short of its
     /// samples, so the run is incomplete rather than quietly missing them.
     pub(super) unreadable: Option<String>,
+    /// Connection opening times: TCP, TLS and the upgrade (empty: none was opened and timed).
+    pub(super) connect: Histogram<u64>,
+    /// wss://: the TLS handshakes' own times.
+    pub(super) tls_handshake: Histogram<u64>,
+    /// wss://: the handshakes, counted (`handshake_ms` filled from `tls_handshake`).
+    pub(super) tls: Option<TlsReport>,
 }
 
 pub(super) fn merge(
@@ -63,7 +69,20 @@ pub(super) fn merge(
     let mut last_echo: f64 = 0.0;
     let mut rounds = vec![(0u64, 0u64); n_rounds];
     let mut unreadable = None;
+    let mut connect = worker::histogram();
+    let mut tls_hs = worker::histogram();
+    let mut tls: Option<TlsReport> = None;
     for (i, r) in results.iter().enumerate() {
+        if let Some(t) = &r.tls {
+            let sum = tls.get_or_insert_with(TlsReport::default);
+            sum.version.clone_from(&t.version);
+            sum.cipher.clone_from(&t.cipher);
+            if t.signature_scheme.is_some() {
+                sum.signature_scheme.clone_from(&t.signature_scheme);
+            }
+            sum.full += t.full;
+            sum.resumed += t.resumed;
+        }
         sent += r.sent;
         received += r.received;
         errors += r.errors;
@@ -81,11 +100,13 @@ pub(super) fn merge(
         if first_error.is_none() {
             first_error = r.first_error.clone();
         }
-        let both = [
+        let each = [
             (&mut hist, Some(&r.histogram)),
             (&mut service, r.service_histogram.as_ref()),
+            (&mut connect, r.connect_histogram.as_ref()),
+            (&mut tls_hs, r.tls_histogram.as_ref()),
         ];
-        for (into, encoded) in both {
+        for (into, encoded) in each {
             let Some(encoded) = encoded else { continue };
             if let Err(e) = histo::decode(encoded).and_then(|h| histo::add(into, &h)) {
                 unreadable.get_or_insert(format!(
@@ -116,5 +137,11 @@ pub(super) fn merge(
         rounds,
         first_error,
         unreadable,
+        tls: tls.map(|t| TlsReport {
+            handshake_ms: latency(&tls_hs),
+            ..t
+        }),
+        connect,
+        tls_handshake: tls_hs,
     }
 }

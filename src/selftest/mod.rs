@@ -20,6 +20,7 @@ pub mod server;
 pub mod shard;
 pub mod sizing;
 pub mod threshold;
+pub mod tls;
 pub mod worker;
 
 pub(crate) mod histo;
@@ -30,8 +31,10 @@ mod run;
 mod sampling;
 mod scenario;
 
-pub use protocol::{Event, WorkerResult, WorkerSpec};
-pub use results::{Attempt, Histograms, Latency, ProcFigures, ScenarioReport, TimelinePoint};
+pub use protocol::{Event, TlsCounts, WorkerResult, WorkerSpec};
+pub use results::{
+    Attempt, Histograms, Latency, ProcFigures, ScenarioReport, TimelinePoint, TlsReport,
+};
 pub use run::{run_scenario, shard_slot_secs, target_url, RunPlan};
 pub use sampling::{
     kernel_sample, peak_rss, quiesce, sample, KernelDrops, KernelMemory, KernelSample,

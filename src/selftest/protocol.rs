@@ -3,6 +3,7 @@
 //! it ends with.
 
 use super::client::Target;
+use super::tls::TlsClient;
 use super::{arrivals, Scenario};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -47,6 +48,9 @@ pub struct WorkerSpec {
     pub phase_stride: usize,
     #[serde(default)]
     pub phase_total: usize,
+    /// A wss:// target: whom to trust and whether to resume sessions.
+    #[serde(default)]
+    pub tls: Option<TlsClient>,
     /// A sharded run (`--shard I/N`): each shard's schedule sits `I/N` of one slot later, so
     /// the shards' sends interleave as one host's would instead of leaving together.
     #[serde(default)]
@@ -126,6 +130,26 @@ pub struct WorkerResult {
     /// echo-rate / deflate: how spread out this process's sends left (None elsewhere).
     #[serde(default)]
     pub arrivals: Option<arrivals::ArrivalStats>,
+    /// Connection opening times (TCP + TLS + upgrade), same encoding as `histogram`.
+    #[serde(default)]
+    pub connect_histogram: Option<String>,
+    /// wss://: the TLS handshakes' own times (same encoding).
+    #[serde(default)]
+    pub tls_histogram: Option<String>,
+    /// wss://: what the handshakes were.
+    #[serde(default)]
+    pub tls: Option<TlsCounts>,
+}
+
+/// A generator process's TLS handshakes (counted in the measured window for tls-handshake,
+/// every one elsewhere).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TlsCounts {
+    pub version: String,
+    pub cipher: String,
+    pub signature_scheme: Option<String>,
+    pub full: u64,
+    pub resumed: u64,
 }
 
 /// `BTreeMap<u16, u64>` as a list of `[key, value]` pairs (see `WorkerResult::close_codes`).
@@ -166,6 +190,9 @@ mod tests {
             first_error: None,
             peak_rss_bytes: None,
             arrivals: None,
+            connect_histogram: None,
+            tls_histogram: None,
+            tls: None,
         };
         let line = serde_json::to_string(&Event::Done(Box::new(result))).unwrap();
         let Event::Done(back) = serde_json::from_str::<Event>(&line).unwrap() else {

@@ -117,6 +117,19 @@ pub struct ScenarioReport {
     pub incomplete: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+    /// How long opening a connection took: TCP, TLS (wss://) and the upgrade, together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect_ms: Option<Latency>,
+    /// wss://: the TLS handshakes the scenario made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsReport>,
+    /// tls-handshake: connect + TLS + upgrade + close cycles completed per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handshakes_per_sec: Option<f64>,
+    /// tls-handshake: cycles per CPU-second of the server (all its processes): what one core
+    /// terminates. The certificate's key type decides much of it (see `tls.signature_scheme`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handshakes_per_server_core_sec: Option<f64>,
     /// A shard's run: when its measured load started, ms since the Unix epoch (the shards'
     /// differences are the skew `report merge` prints).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -136,10 +149,35 @@ pub struct Histograms {
     /// `service_latency_ms`'s samples (echo-rate, deflate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
+    /// `connect_ms`'s samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect: Option<String>,
+    /// `tls.handshake_ms`'s samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_handshake: Option<String>,
     /// broadcast: per round, [deliveries, the last delivery's latency in us]; merged shards
     /// add the deliveries and keep the latest, which `broadcast_last_ms` is made from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rounds: Vec<(u64, u64)>,
+}
+
+/// The TLS handshakes of a scenario against a wss:// server.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TlsReport {
+    /// The protocol version negotiated (TLSv1_3, TLSv1_2).
+    pub version: String,
+    pub cipher: String,
+    /// The scheme the server signed its full handshakes with (its key type).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature_scheme: Option<String>,
+    /// Handshakes with a certificate and key exchange (the expensive kind).
+    pub full: u64,
+    /// Handshakes that resumed an earlier session (`--tls-resume`).
+    pub resumed: u64,
+    /// The clients offered their earlier sessions (`--tls-resume`).
+    pub resume_offered: bool,
+    /// The TLS handshake's own time (after TCP, before the upgrade).
+    pub handshake_ms: Latency,
 }
 
 /// One earlier measurement of a scenario that was measured again.

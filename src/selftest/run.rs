@@ -37,6 +37,10 @@ pub struct RunPlan {
     pub sources: Vec<IpAddr>,
     /// The server's process, for CPU and memory (None: not sampled).
     pub server_pid: Option<u32>,
+    /// More processes that are the server too (`selftest --pid` again: a TLS proxy in front of
+    /// the backend): their CPU and memory are added to `server_pid`'s, and they are the run's
+    /// own in the noise accounting, not other processes.
+    pub more_server_pids: Vec<u32>,
     /// Sum CPU and memory over `server_pid` and every process below it (a supervisor and its
     /// server processes); false when the generator's processes are below it instead.
     pub server_tree: bool,
@@ -50,6 +54,8 @@ pub struct RunPlan {
     /// This run is one slice of a run over several hosts (`--shard`): `conns` is its share,
     /// each scenario starts at its slot's wall-clock time, and only shard 0 publishes.
     pub shard: Option<shard::Shard>,
+    /// wss:// targets: whom the generator trusts, whether it resumes sessions.
+    pub tls: Option<super::tls::TlsClient>,
 }
 
 impl RunPlan {
@@ -152,7 +158,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     let workers = procs.len();
     let (connected, first_error) = connect_phase(&mut procs, o, scenario, target).await?;
     // Let the server settle (the last handshakes done, idle memory steady) before measuring.
-    if scenario != Scenario::Storm {
+    if !scenario.connects_in_window() {
         quiesce(o, Duration::from_secs(10)).await;
     }
     let rss_after_connect = server_sample(o, scenario).map(|s| s.1);
@@ -231,11 +237,14 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         rounds,
         first_error,
         unreadable,
+        connect,
+        tls_handshake,
+        tls,
     } = merge(&results, o.rounds, first_error);
     if incomplete.is_none() {
         incomplete = unreadable;
     }
-    if scenario != Scenario::Storm && connected < o.conns {
+    if !scenario.connects_in_window() && connected < o.conns {
         errors += (o.conns - connected) as u64;
     }
     let wall = o.secs.max(0.001);
@@ -279,6 +288,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     };
     let timeline = timeline(&procs);
     let echo_like = matches!(scenario, Scenario::EchoRate | Scenario::Deflate);
+    let cycles = scenario == Scenario::TlsHandshake;
     let mut round_hist = worker::histogram();
     for (n, last) in &rounds {
         if *n > 0 {
@@ -287,11 +297,15 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     }
     Ok(ScenarioReport {
         scenario,
-        conns_requested: o.conns,
-        conns_connected: if scenario == Scenario::Storm {
-            hist.len() as usize
+        conns_requested: if cycles {
+            clients_in_flight(o, workers)
         } else {
-            connected
+            o.conns
+        },
+        conns_connected: match scenario {
+            Scenario::Storm => hist.len() as usize,
+            Scenario::TlsHandshake => clients_in_flight(o, workers),
+            _ => connected,
         },
         workers,
         sources: o.sources.len().max(1),
@@ -329,6 +343,11 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
             Some(s) if echo_like && received > 0 => Some(1e6 * s.cpu_secs / received as f64),
             _ => None,
         },
+        handshakes_per_sec: cycles.then(|| received as f64 / wall),
+        handshakes_per_server_core_sec: match &server {
+            Some(s) if cycles && s.cpu_secs > 0.0 => Some(received as f64 / s.cpu_secs),
+            _ => None,
+        },
         echoes_per_server_cpu_sec: match (&server, scenario) {
             (Some(s), Scenario::EchoSat) if s.cpu_secs > 0.0 => Some(received as f64 / s.cpu_secs),
             _ => None,
@@ -352,10 +371,18 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         attempts: Vec::new(),
         incomplete,
         first_error,
+        connect_ms: (!connect.is_empty()).then(|| latency(&connect)),
+        tls: tls.map(|t| TlsReport {
+            resume_offered: o.tls.as_ref().is_some_and(|c| c.resume),
+            ..t
+        }),
         started_unix_ms,
         histograms: Some(Histograms {
             latency: histo::encode_packed(&hist),
             service: echo_like.then(|| histo::encode_packed(&service)),
+            connect: (!connect.is_empty()).then(|| histo::encode_packed(&connect)),
+            tls_handshake: (!tls_handshake.is_empty())
+                .then(|| histo::encode_packed(&tls_handshake)),
             rounds: if scenario == Scenario::Broadcast {
                 rounds.clone()
             } else {
@@ -365,8 +392,15 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     })
 }
 
+/// tls-handshake: the simulated clients cycling at once, over all generator processes:
+/// `--storm-concurrency`, at most `--conns` (the count the server was sized for), split evenly.
+fn clients_in_flight(o: &RunPlan, workers: usize) -> usize {
+    let workers = workers.max(1);
+    (o.storm_concurrency.min(o.conns) / workers).max(1) * workers
+}
+
 pub fn target_url(t: &Target) -> String {
-    format!("ws://{}{}", t.host, t.path)
+    t.url()
 }
 
 /// Start the generator processes, each with its share of the connections.
@@ -413,7 +447,11 @@ async fn spawn_workers(
                 || (o.deflate && scenario != Scenario::Broadcast),
             ramp_per_sec: o.ramp_per_sec / workers as f64,
             rounds: o.rounds,
-            storm_concurrency: (o.storm_concurrency / workers).max(1),
+            storm_concurrency: match scenario {
+                // Its clients are --conns at most: the server is sized for that many.
+                Scenario::TlsHandshake => clients_in_flight(o, workers) / workers,
+                _ => (o.storm_concurrency / workers).max(1),
+            },
             // The broadcast scenario's stamps must come back as sent.
             request: o
                 .request
@@ -424,6 +462,7 @@ async fn spawn_workers(
             phase_total: o.conns,
             shard_slot: o.shard.map_or(0, |s| s.index),
             shard_count: o.shard.map_or(1, |s| s.count),
+            tls: o.tls.clone(),
         };
         assigned += n;
         let mut cmd = tokio::process::Command::new(&exe);
@@ -521,7 +560,7 @@ async fn connect_phase(
         }
     }
     pb.finish_and_clear();
-    if scenario != Scenario::Storm && connected == 0 {
+    if !scenario.connects_in_window() && connected == 0 {
         bail!(
             "no connection to {} could be opened: {}",
             target_url(target),
@@ -533,12 +572,22 @@ async fn connect_phase(
 
 /// The broadcast publisher: the orchestrator's own connection, one message per round.
 async fn start_publisher(o: &RunPlan, target: &Target) -> Result<tokio::task::JoinHandle<()>> {
-    let mut c = client::connect(target, None, false).await.map_err(|e| {
-        anyhow::anyhow!(
-            "the publisher cannot connect to {}: {e}",
-            target_url(target)
-        )
-    })?;
+    let session = match o.tls.as_ref().filter(|_| target.tls) {
+        Some(t) => Some(
+            super::tls::Client::new(t)
+                .map_err(anyhow::Error::msg)?
+                .session(),
+        ),
+        None => None,
+    };
+    let mut c = client::connect(target, None, false, session.as_ref())
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "the publisher cannot connect to {}: {e}",
+                target_url(target)
+            )
+        })?;
     let rounds = o.rounds;
     let gap = Duration::from_secs_f64((o.secs / (rounds as f64 + 1.0)).max(0.05));
     let size = o.size;

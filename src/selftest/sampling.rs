@@ -164,15 +164,23 @@ pub(super) fn page_size() -> u64 {
 
 /// The server's CPU time and RSS: its process, or its whole process tree.
 pub(super) fn server_sample(o: &RunPlan, scenario: Scenario) -> Option<(f64, u64)> {
-    let pid = match scenario {
-        Scenario::Broadcast => o.broadcast_server_pid.or(o.server_pid)?,
-        _ => o.server_pid?,
+    let one = |pid| {
+        if o.server_tree {
+            server::sample_tree(pid)
+        } else {
+            sample(pid)
+        }
     };
-    if o.server_tree {
-        server::sample_tree(pid)
-    } else {
-        sample(pid)
+    if let (Scenario::Broadcast, Some(pid)) = (scenario, o.broadcast_server_pid) {
+        return one(pid);
     }
+    let (mut cpu, mut rss) = one(o.server_pid?)?;
+    for &pid in &o.more_server_pids {
+        let (c, r) = one(pid)?;
+        cpu += c;
+        rss += r;
+    }
+    Some((cpu, rss))
 }
 
 /// A process's peak resident memory (VmHWM), Linux (read by host/).
@@ -192,6 +200,7 @@ pub async fn quiesce(o: &RunPlan, limit: Duration) {
     let pids: Vec<u32> = [o.server_pid, o.broadcast_server_pid]
         .into_iter()
         .flatten()
+        .chain(o.more_server_pids.iter().copied())
         .collect();
     let cpu = || -> Option<f64> {
         pids.iter()
@@ -236,6 +245,7 @@ pub(super) fn disturbance_of(
     ]
     .into_iter()
     .flatten()
+    .chain(o.more_server_pids.iter().copied())
     .collect();
     // A server on another host does not share this one's CPU with anything here.
     let server_known = o.server_pid.is_some() || !target.addr.ip().is_loopback();

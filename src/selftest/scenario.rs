@@ -16,6 +16,9 @@ pub enum Scenario {
     EchoSat,
     /// N clients connect at once, send one message, wait for the echo.
     Storm,
+    /// Closed loop, --storm-concurrency clients at once: connect, TLS handshake, upgrade,
+    /// close, again; handshakes per second and per server CPU-second (wss:// only).
+    TlsHandshake,
     /// N subscribers; a publisher's timestamped message, time until the last one has it.
     Broadcast,
 }
@@ -25,8 +28,13 @@ impl Scenario {
     pub fn warms_up(self) -> bool {
         matches!(
             self,
-            Scenario::EchoRate | Scenario::Deflate | Scenario::EchoSat
+            Scenario::EchoRate | Scenario::Deflate | Scenario::EchoSat | Scenario::TlsHandshake
         )
+    }
+
+    /// Whether the scenario opens its connections while it is measured (no connect phase).
+    pub fn connects_in_window(self) -> bool {
+        matches!(self, Scenario::Storm | Scenario::TlsHandshake)
     }
 
     /// Whether the scenario's verdict rests on timing (latency, rate, work done before a
@@ -36,7 +44,11 @@ impl Scenario {
     pub fn timed(self) -> bool {
         matches!(
             self,
-            Scenario::EchoRate | Scenario::Deflate | Scenario::Storm | Scenario::Broadcast
+            Scenario::EchoRate
+                | Scenario::Deflate
+                | Scenario::Storm
+                | Scenario::TlsHandshake
+                | Scenario::Broadcast
         )
     }
 
@@ -48,6 +60,7 @@ impl Scenario {
             Scenario::Storm => "storm",
             Scenario::Broadcast => "broadcast",
             Scenario::Deflate => "deflate",
+            Scenario::TlsHandshake => "tls-handshake",
         }
     }
 }

@@ -44,6 +44,22 @@ pub fn sample_tree(pid: u32) -> Option<(f64, u64)> {
 pub fn start_in_process(
     config: embedded_server::ServerConfig,
     app: &embedded_server::BuiltinConfig,
+) -> InProcess {
+    start_in_process_with(config, app, |s| s)
+}
+
+/// A server started in this process: its address, hub, and the sender that stops it.
+pub type InProcess = Result<(
+    SocketAddr,
+    std::sync::Arc<embedded_server::Hub>,
+    tokio::sync::oneshot::Sender<()>,
+)>;
+
+/// [`start_in_process`], the server first passed through `wrap` (to serve TLS).
+pub fn start_in_process_with(
+    config: embedded_server::ServerConfig,
+    app: &embedded_server::BuiltinConfig,
+    wrap: impl FnOnce(embedded_server::Server) -> embedded_server::Server,
 ) -> Result<(
     SocketAddr,
     std::sync::Arc<embedded_server::Hub>,
@@ -52,7 +68,7 @@ pub fn start_in_process(
     let listeners = embedded_server::bind("127.0.0.1:0".parse()?, false, 1)
         .context("cannot listen on a loopback port (127.0.0.1)")?;
     let addr = listeners[0].local_addr()?;
-    let server = embedded_server::Server::builtin(config, app);
+    let server = wrap(embedded_server::Server::builtin(config, app));
     let hub = server.hub();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {

@@ -156,6 +156,13 @@ pub fn broadcast_rounds(
 /// 4 KiB.
 pub const GENERATOR_BYTES_PER_CONN: u64 = 4096 + 4096;
 
+/// What one idle TLS connection adds on both sides of a loopback self-test: rustls' session
+/// state and the buffers it keeps after the handshake. Measured: 4,000 idle connections of
+/// `serve --self-test --tls` (ECDSA P-256, TLS 1.3) held 7.8 KB more server RSS each than
+/// plain ones (1.9 KB) and 9.5 KB more generator RSS each (38 MB more over 4,000): 17.3 KB,
+/// and 20 KiB with a margin (tests/generator.rs holds it).
+pub const TLS_BYTES_PER_CONN: u64 = 20 << 10;
+
 /// What one deflate connection adds on the generator's side: a decompressor with the server's
 /// window (the server keeps its context); the generator compresses from one shared context
 /// per process. Measured: 5,000 deflate connections against the 100k profile's server (window
@@ -376,6 +383,8 @@ pub struct ServeAsk<'a> {
     pub user_program: bool,
     /// The server's window bits when it offers permessage-deflate.
     pub deflate_window_bits: Option<u8>,
+    /// Every connection is TLS (`--tls`): both ends hold a session ([`TLS_BYTES_PER_CONN`]).
+    pub tls: bool,
     /// This process's open-file limit (raised to the hard one) and the host's cores.
     pub nofile: u64,
     pub cores: usize,
@@ -430,7 +439,7 @@ pub fn size_serve(a: &ServeAsk) -> Result<ServeSize, String> {
     let sized = size_self_test(
         profile.connections as usize,
         profile_rate,
-        profile.estimate().plain_bytes_per_conn(),
+        profile.estimate().plain_bytes_per_conn() + if a.tls { TLS_BYTES_PER_CONN } else { 0 },
         &room,
     );
     // --conns is the operator's choice: no scale-down to explain (and the verdict still says

@@ -40,6 +40,10 @@ pub enum Series {
     Service,
     /// `broadcast_last_ms`: per round, until the last subscriber had it.
     Round,
+    /// `connect_ms`: opening a connection (TCP, TLS, the upgrade).
+    Connect,
+    /// `tls.handshake_ms`: the TLS handshake alone (wss://).
+    TlsHandshake,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +64,10 @@ pub enum Metric {
     CpuPerMsg,
     /// storm: connections completed (connect, echo) per second.
     ConnectRate,
+    /// tls-handshake: handshakes per CPU-second of the server.
+    HandshakesPerCore,
+    /// wss://: the share of handshakes that resumed a session (a fraction).
+    Resumed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,17 +113,21 @@ pub struct Threshold {
 /// The names the parser knows, for its error messages.
 pub const METRICS: &str = "p50, p90, p99, p999, max, mean (latency); service.p50 .. service.max \
     (from the actual send); round.p50 .. round.max (broadcast: until the last subscriber); \
-    error_rate, delivered, connected (fractions or %); rate (msgs/s); server_cpu (cores or %); \
-    cpu_per_msg (us, ms); connect_rate (per second)";
+    connect.p50 .. connect.max (TCP, TLS and the upgrade); tls.p50 .. tls.max (the TLS \
+    handshake); error_rate, delivered, connected, resumed (fractions or %); rate (msgs/s); \
+    server_cpu (cores or %); cpu_per_msg (us, ms); connect_rate, handshakes_per_core (per \
+    second)";
 
-const SCENARIOS: &str = "echo-rate, echo-sat, idle, storm, broadcast, deflate, or * for every one";
+const SCENARIOS: &str =
+    "echo-rate, echo-sat, idle, storm, tls-handshake, broadcast, deflate, or * for every one";
 
-const ALL_SCENARIOS: [Scenario; 6] = [
+const ALL_SCENARIOS: [Scenario; 7] = [
     Scenario::Idle,
     Scenario::EchoRate,
     Scenario::Deflate,
     Scenario::EchoSat,
     Scenario::Storm,
+    Scenario::TlsHandshake,
     Scenario::Broadcast,
 ];
 
@@ -141,6 +153,12 @@ fn metric(s: &str) -> Option<Metric> {
     if let Some(rest) = s.strip_prefix("round.") {
         return stat(rest).map(|st| Metric::Latency(Series::Round, st));
     }
+    if let Some(rest) = s.strip_prefix("connect.") {
+        return stat(rest).map(|st| Metric::Latency(Series::Connect, st));
+    }
+    if let Some(rest) = s.strip_prefix("tls.") {
+        return stat(rest).map(|st| Metric::Latency(Series::TlsHandshake, st));
+    }
     Some(match s {
         "error_rate" => Metric::ErrorRate,
         "delivered" => Metric::Delivered,
@@ -149,6 +167,8 @@ fn metric(s: &str) -> Option<Metric> {
         "server_cpu" => Metric::ServerCpu,
         "cpu_per_msg" => Metric::CpuPerMsg,
         "connect_rate" => Metric::ConnectRate,
+        "handshakes_per_core" => Metric::HandshakesPerCore,
+        "resumed" => Metric::Resumed,
         _ => return None,
     })
 }
@@ -189,7 +209,7 @@ fn value(metric: Metric, s: &str, whole: &str) -> Result<f64, String> {
                 ms
             })
         }
-        Metric::ErrorRate | Metric::Delivered | Metric::Connected => match unit {
+        Metric::ErrorRate | Metric::Delivered | Metric::Connected | Metric::Resumed => match unit {
             "%" if n <= 100.0 => Ok(n / 100.0),
             "" if n <= 1.0 => Ok(n),
             "%" | "" => Err(format!(
@@ -204,7 +224,7 @@ fn value(metric: Metric, s: &str, whole: &str) -> Result<f64, String> {
                 "give cores (1.5) or a percentage of one core (150%)",
             )),
         },
-        Metric::Rate | Metric::ConnectRate => match unit {
+        Metric::Rate | Metric::ConnectRate | Metric::HandshakesPerCore => match unit {
             "" | "/s" => Ok(n),
             _ => Err(bad_unit("give a number per second (e.g. 40000 or 40000/s)")),
         },
@@ -293,6 +313,12 @@ pub fn measures(s: Scenario, m: Metric) -> bool {
             matches!(s, EchoRate | Deflate)
         }
         Metric::Latency(Series::Round, _) => s == Broadcast,
+        // Every scenario but storm and tls-handshake opens its connections before it is
+        // measured, and records how long that took; those two open theirs in the window.
+        Metric::Latency(Series::Connect, _) => true,
+        // Against a wss:// server only: checked when the figure is read.
+        Metric::Latency(Series::TlsHandshake, _) | Metric::Resumed => true,
+        Metric::HandshakesPerCore => s == TlsHandshake,
         Metric::ErrorRate | Metric::Connected | Metric::ServerCpu => true,
         Metric::Delivered | Metric::Rate => s != Idle,
         Metric::ConnectRate => s == Storm,
@@ -378,9 +404,14 @@ impl Threshold {
                     Series::Latency => Some(&s.latency_ms),
                     Series::Service => s.service_latency_ms.as_ref(),
                     Series::Round => s.broadcast_last_ms.as_ref(),
+                    Series::Connect => s.connect_ms.as_ref(),
+                    Series::TlsHandshake => s.tls.as_ref().map(|t| &t.handshake_ms),
                 }
                 .filter(|l| l.count > 0)
-                .ok_or("no latencies were measured")?;
+                .ok_or(match series {
+                    Series::TlsHandshake => "no TLS handshake was made (a ws:// server?)",
+                    _ => "no latencies were measured",
+                })?;
                 if l.count < min_samples(st) {
                     return Err(format!(
                         "{} samples, too few for this statistic (it needs {})",
@@ -435,6 +466,20 @@ impl Threshold {
                 .server_cpu_us_per_msg
                 .ok_or("the server's CPU per message was not measured (give --pid)")?,
             Metric::ConnectRate => s.connects_per_sec.ok_or("no connect rate was measured")?,
+            Metric::HandshakesPerCore => s.handshakes_per_server_core_sec.ok_or(
+                "the server's CPU was not sampled, so handshakes per core are unknown (give --pid)",
+            )?,
+            Metric::Resumed => {
+                let t = s
+                    .tls
+                    .as_ref()
+                    .ok_or("no TLS handshake was made (a ws:// server?)")?;
+                let all = t.full + t.resumed;
+                if all == 0 {
+                    return Err("no TLS handshake completed".into());
+                }
+                t.resumed as f64 / all as f64
+            }
         };
         Ok((f, show(self.metric, f)))
     }
@@ -446,7 +491,7 @@ fn show(m: Metric, v: f64) -> String {
         Metric::Latency(..) if v < 1.0 => format!("{:.0} us", v * 1000.0),
         Metric::Latency(..) if v >= 1000.0 => format!("{:.2} s", v / 1000.0),
         Metric::Latency(..) => format!("{v:.2} ms"),
-        Metric::ErrorRate | Metric::Delivered | Metric::Connected => {
+        Metric::ErrorRate | Metric::Delivered | Metric::Connected | Metric::Resumed => {
             let pct = v * 100.0;
             if pct != 0.0 && pct != 100.0 && !(0.01..=99.99).contains(&pct) {
                 format!("{pct:.4} %")
@@ -455,6 +500,7 @@ fn show(m: Metric, v: f64) -> String {
             }
         }
         Metric::Rate | Metric::ConnectRate => format!("{v:.0}/s"),
+        Metric::HandshakesPerCore => format!("{v:.0} per core-second"),
         Metric::ServerCpu => format!("{:.0} % of a core", v * 100.0),
         Metric::CpuPerMsg => format!("{v:.1} us"),
     }
@@ -496,6 +542,17 @@ mod tests {
         assert_eq!(t("echo-rate.cpu_per_msg < 20us").value, 20.0);
         assert_eq!(t("echo-rate.rate >= 40000/s").value, 40000.0);
         assert_eq!(t("storm.connect_rate > 5000").op, Op::Gt);
+        assert_eq!(
+            t("*.connect.p99 < 1s").metric,
+            Metric::Latency(Series::Connect, Stat::P99)
+        );
+        assert_eq!(t("echo-rate.tls.p99 < 50ms").value, 50.0);
+        assert_eq!(t("tls-handshake.resumed >= 95%").value, 0.95);
+        assert_eq!(
+            t("tls-handshake.handshakes_per_core > 500").metric,
+            Metric::HandshakesPerCore
+        );
+        assert!(err("echo-rate.handshakes_per_core > 5").contains("measured by tls-handshake"));
     }
 
     #[test]

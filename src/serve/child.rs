@@ -55,7 +55,12 @@ impl ChildServer {
         let mut seen = Vec::new();
         let found = tokio::time::timeout(START_BUDGET, async {
             while let Ok(Some(l)) = lines.next_line().await {
-                if let Some(rest) = l.split("listening on ws://").nth(1) {
+                // wss:// for `serve --self-test --tls`.
+                let rest = l
+                    .split("listening on ")
+                    .nth(1)
+                    .and_then(|r| r.strip_prefix("ws://").or_else(|| r.strip_prefix("wss://")));
+                if let Some(rest) = rest {
                     if let Ok(a) = rest.trim_end_matches('/').parse::<SocketAddr>() {
                         return Some(a);
                     }

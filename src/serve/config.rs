@@ -46,6 +46,19 @@ pub enum LogFormat {
 pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// `--tls-resumption`.
+    #[serde(default)]
+    pub resumption: TlsResumption,
+}
+
+/// How clients may resume TLS sessions (see `embedded_server::tls::Resumption`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TlsResumption {
+    #[default]
+    Tickets,
+    Cache,
+    Off,
 }
 
 /// The secrets the channels app runs with. Never serialised: a child gets them in its

@@ -157,18 +157,31 @@ fn supervise(r: &ServeConfig, tls: bool) -> Result<Option<Outcome>> {
 
 /// The TLS configuration from --tls-cert/--tls-key, if given.
 #[cfg(feature = "tls")]
-fn tls_config(r: &ServeConfig) -> Result<Option<embedded_server::tls::Config>> {
+pub(super) fn tls_config(r: &ServeConfig) -> Result<Option<embedded_server::tls::Config>> {
     match &r.tls {
         Some(t) => Ok(Some(
-            embedded_server::tls::load(&t.cert, &t.key)
+            embedded_server::tls::load_with(&t.cert, &t.key, resumption(t.resumption))
                 .map_err(|e| anyhow::anyhow!("--tls-cert/--tls-key: {e}"))?,
         )),
         None => Ok(None),
     }
 }
 
+/// `--tls-resumption` as the server library takes it.
+#[cfg(feature = "tls")]
+fn resumption(r: super::config::TlsResumption) -> embedded_server::tls::Resumption {
+    use super::config::TlsResumption as R;
+    use embedded_server::tls::Resumption;
+    match r {
+        R::Tickets => Resumption::Tickets,
+        // Sessions a process keeps for resumption: ~1 KiB each.
+        R::Cache => Resumption::Cache(10_000),
+        R::Off => Resumption::Off,
+    }
+}
+
 #[cfg(not(feature = "tls"))]
-fn tls_config(r: &ServeConfig) -> Result<Option<std::convert::Infallible>> {
+pub(super) fn tls_config(r: &ServeConfig) -> Result<Option<std::convert::Infallible>> {
     if r.tls.is_some() {
         anyhow::bail!("this wstune was built without the `tls` feature: rebuild with default features for --tls-cert");
     }
@@ -176,7 +189,7 @@ fn tls_config(r: &ServeConfig) -> Result<Option<std::convert::Infallible>> {
 }
 
 #[cfg(feature = "tls")]
-fn with_tls(s: Server, tls: Option<embedded_server::tls::Config>) -> Server {
+pub(super) fn with_tls(s: Server, tls: Option<embedded_server::tls::Config>) -> Server {
     match tls {
         Some(c) => s.with_tls(c),
         None => s,
@@ -184,7 +197,7 @@ fn with_tls(s: Server, tls: Option<embedded_server::tls::Config>) -> Server {
 }
 
 #[cfg(not(feature = "tls"))]
-fn with_tls(s: Server, _tls: Option<std::convert::Infallible>) -> Server {
+pub(super) fn with_tls(s: Server, _tls: Option<std::convert::Infallible>) -> Server {
     s
 }
 

@@ -21,6 +21,47 @@ pub struct SelfTest {
     pub profile: Profile,
     /// `--command`: the user's server to start instead of the built-in apps.
     pub command: Option<Vec<String>>,
+    /// Serve and measure wss:// (`--tls`, or `--tls-cert`): with the configuration's
+    /// certificate, else one made for the run.
+    pub tls: bool,
+    /// `--tls-resumption`, for the certificate made for the run.
+    pub resumption: super::config::TlsResumption,
+}
+
+/// The run's own CA and certificate (`--tls` without `--tls-cert`): the server reads them
+/// from a private directory that goes when the run ends; the generator trusts the CA alone.
+#[cfg(feature = "tls")]
+fn run_certificate(
+    r: &mut ServeConfig,
+    load: &mut Load,
+    resumption: super::config::TlsResumption,
+) -> Result<Option<tempfile::TempDir>> {
+    if r.tls.is_some() {
+        return Ok(None);
+    }
+    let g =
+        crate::selftest::tls::generate(&["localhost", "127.0.0.1"]).map_err(anyhow::Error::msg)?;
+    let dir = crate::host::temp::private_dir()?;
+    let cert = crate::host::temp::write_private(dir.path(), "cert.pem", g.cert_pem.as_bytes())?;
+    let key = crate::host::temp::write_private(dir.path(), "key.pem", g.key_pem.as_bytes())?;
+    r.tls = Some(super::config::TlsFiles {
+        cert,
+        key,
+        resumption,
+    });
+    load.tls.ca_pem = Some(g.ca_pem);
+    Ok(Some(dir))
+}
+
+#[cfg(not(feature = "tls"))]
+fn run_certificate(
+    _: &mut ServeConfig,
+    _: &mut Load,
+    _: super::config::TlsResumption,
+) -> Result<Option<std::convert::Infallible>> {
+    anyhow::bail!(
+        "--tls: this wstune was built without the `tls` feature; rebuild it with default features"
+    )
 }
 
 /// `serve --self-test`: check the host, start the tuned server (an echo instance with the
@@ -28,7 +69,13 @@ pub struct SelfTest {
 /// host against it, print one report and exit with its verdict.
 pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<Outcome> {
     use crate::selftest::{client::Target, sizing, Scenario};
-    let (load, profile) = (&t.load, &t.profile);
+    let (mut r, mut load) = (r.clone(), t.load.clone());
+    let _certificate = if t.tls {
+        run_certificate(&mut r, &mut load, t.resumption)?
+    } else {
+        None
+    };
+    let (r, load, profile) = (&r, &load, &t.profile);
     init_logs(r, "warn");
     let host = host.map(|h| check::host_check(&check::report(&h.inputs, h.backend.as_ref(), None)));
     let (soft, _hard) = crate::host::raise_nofile();
@@ -47,6 +94,7 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
             .deflate
             .enabled
             .then_some(r.server.deflate.window_bits),
+        tls: t.tls,
         nofile: soft,
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
     })
@@ -62,6 +110,10 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
     if r.server.deflate.enabled {
         defaults.push(Scenario::Deflate);
     }
+    if t.tls {
+        defaults.push(Scenario::TlsHandshake);
+    }
+    let tls_server = super::run::tls_config(r)?;
     // A user's server: broadcast needs an app that sends every message it gets to every
     // connection, which an application cannot be assumed to do; it runs when asked for.
     let mut skipped = Vec::new();
@@ -83,8 +135,11 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
                 app,
                 ..r.builtin.clone()
             };
-            crate::selftest::server::start_in_process(config.clone(), &app)
-                .map(|(addr, hub, stop)| (addr, stop, hub.metrics.clone()))
+            let tls = tls_server.clone();
+            crate::selftest::server::start_in_process_with(config.clone(), &app, |s| {
+                super::run::with_tls(s, tls)
+            })
+            .map(|(addr, hub, stop)| (addr, stop, hub.metrics.clone()))
         };
         enum Running {
             InProcess(
@@ -129,10 +184,15 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
                 None,
             )
         };
-        let target = |addr: SocketAddr| Target {
-            addr,
-            host: addr.to_string(),
-            path: "/".into(),
+        let target = |addr: SocketAddr| match t.tls {
+            // The name the run's certificate (or the user's, with --ca) is for.
+            true => Target {
+                host: format!("localhost:{}", addr.port()),
+                server_name: "localhost".into(),
+                tls: true,
+                ..Target::plain(addr)
+            },
+            false => Target::plain(addr),
         };
         // Short scenarios: this is the quick start's command, and 5 s of steady load per
         // scenario gives stable medians on the sizes it picks.
@@ -160,8 +220,8 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
             size.scaled_down.clone(),
         )?;
         eprintln!(
-            "wstune serve --self-test: profile {}, {} connections, {} server process(es), {} scenario(s) of {} s against ws://{echo}/",
-            profile.name, plan.opts.conns, processes, plan.scenarios.len(), plan.opts.secs
+            "wstune serve --self-test: profile {}, {} connections, {} server process(es), {} scenario(s) of {} s against {}",
+            profile.name, plan.opts.conns, processes, plan.scenarios.len(), plan.opts.secs, plan.url
         );
         for s in &plan.scaled_down {
             eprintln!("wstune serve --self-test: scaled down: {s}");

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Load test (selftest, serve --self-test)")]
 pub struct LoadArgs {
-    /// Workload to run (repeat for several): echo-rate, echo-sat, idle, storm, broadcast, deflate.
+    /// Workload to run (repeat for several): echo-rate, echo-sat, idle, storm, tls-handshake,
+    /// broadcast, deflate.
     #[arg(long = "scenario", value_enum, value_name = "NAME")]
     pub scenarios: Vec<crate::selftest::Scenario>,
     /// Client connections (default: selftest 1000; serve --self-test: the profile's, scaled to the host).
@@ -55,7 +56,8 @@ pub struct LoadArgs {
     /// Connections opened per second while ramping up (0: as fast as 256 handshakes in flight per process go).
     #[arg(long, default_value_t = 0.0)]
     pub ramp: f64,
-    /// storm: handshakes in flight at once, over all generator processes.
+    /// storm and tls-handshake: handshakes in flight at once, over all generator processes
+    /// (tls-handshake: at most --conns).
     #[arg(long, default_value_t = 512)]
     pub storm_concurrency: usize,
     /// A server that answers requests instead of echoing (your own, e.g. with --command): the
@@ -95,6 +97,8 @@ pub struct LoadArgs {
     /// collector: the verdict and its scope, latency quantiles, rates, errors, CPU, each check.
     #[arg(long, value_name = "FILE.prom")]
     pub out_prometheus: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: super::tls::TlsClientArgs,
 }
 
 /// A `--threshold`, read by the self-test's own parser: its errors name the scenario, metric

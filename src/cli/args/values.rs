@@ -15,6 +15,7 @@ impl ValueEnum for Scenario {
             Scenario::Deflate,
             Scenario::EchoSat,
             Scenario::Storm,
+            Scenario::TlsHandshake,
             Scenario::Broadcast,
         ]
     }
@@ -40,6 +41,10 @@ impl ValueEnum for Scenario {
             Scenario::Storm => (
                 "storm",
                 "N clients connect at once, send one message, wait for the echo",
+            ),
+            Scenario::TlsHandshake => (
+                "tls-handshake",
+                "wss:// only: clients connect, handshake, upgrade and close in a loop; TLS handshakes per server core",
             ),
             Scenario::Broadcast => (
                 "broadcast",

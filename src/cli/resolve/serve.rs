@@ -13,7 +13,8 @@ use crate::engine::check::{self, HostInputs, Target};
 use crate::profile::Profile;
 use crate::report::Setting;
 use crate::serve::config::{
-    LogFormat, Secrets, ServeConfig, TlsFiles, ENV_API_KEY, ENV_AUTH_SECRET, ENV_CONFIG,
+    LogFormat, Secrets, ServeConfig, TlsFiles, TlsResumption, ENV_API_KEY, ENV_AUTH_SECRET,
+    ENV_CONFIG,
 };
 use anyhow::{bail, Context, Result};
 use embedded_server::{BackpressureClose, BuiltinConfig, ServerConfig, SimulatedWork};
@@ -53,8 +54,18 @@ pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
         });
     }
     if a.self_test {
-        if a.tls_cert.is_some() {
-            bail!("--self-test measures the plain ws:// server: drop --tls-cert/--tls-key (TLS is measured at the proxy or with `wstune selftest`)");
+        let tls_load = &a.load.tls;
+        if a.tls_cert.is_some() && tls_load.ca.is_none() && !tls_load.insecure {
+            bail!("--self-test with --tls-cert: the load generator must trust that certificate: add --ca FILE (the CA that signed it, for the name localhost) or --insecure; or drop --tls-cert/--tls-key and give --tls for a certificate made for the run");
+        }
+        if a.tls_cert.is_none()
+            && !a.tls_serve.tls
+            && (tls_load.ca.is_some() || tls_load.insecure || tls_load.tls_resume)
+        {
+            bail!("--ca, --insecure and --tls-resume are for a wss:// server: add --tls (or --tls-cert/--tls-key) to serve the self-test over TLS");
+        }
+        if a.command.is_some() && (a.tls_serve.tls || a.tls_cert.is_some()) {
+            bail!("--self-test --command: your program serves its own TLS, if any; measure it with `wstune selftest --url wss://... --ca FILE` instead of --tls");
         }
         // It starts its own echo and broadcast instances on loopback: flags that choose another
         // app or span nodes would be silently ignored, so they are refused instead.
@@ -69,9 +80,13 @@ pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
         }
     } else if load(&a.load)?.any_set() {
         bail!(
-            "--scenario, --conns, --rate, --size, --secs and --report only apply to a load test: \
-             add --self-test (or measure a running server with `wstune selftest --url`)"
+            "--scenario, --conns, --rate, --size, --secs, --report, --ca, --insecure and \
+             --tls-resume only apply to a load test: add --self-test (or measure a running \
+             server with `wstune selftest --url`)"
         );
+    }
+    if a.tls_serve.tls_resumption.is_some() && a.tls_cert.is_none() && !a.tls_serve.tls {
+        bail!("--tls-resumption applies to a TLS listener: add --tls-cert/--tls-key (or --self-test --tls)");
     }
     let profile = crate::profile::load(&a.profile)?.profile;
     // `--host-root` is the self-test's stand-in host.
@@ -87,6 +102,8 @@ pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
             load: load(&a.load)?,
             profile,
             command,
+            tls: a.tls_serve.tls || a.tls_cert.is_some(),
+            resumption: resumption(a.tls_serve.tls_resumption),
         }),
         false => None,
     };
@@ -95,6 +112,15 @@ pub fn serve(a: &ServeArgs) -> Result<cmd::serve::Request> {
         self_test,
         host,
     })
+}
+
+/// `--tls-resumption` (tickets when not given).
+pub fn resumption(r: Option<args::tls::TlsResumption>) -> TlsResumption {
+    match r {
+        None | Some(args::tls::TlsResumption::Tickets) => TlsResumption::Tickets,
+        Some(args::tls::TlsResumption::Cache) => TlsResumption::Cache,
+        Some(args::tls::TlsResumption::Off) => TlsResumption::Off,
+    }
 }
 
 /// The host the server runs on, for its warning (and the self-test's host half): a host that
@@ -347,6 +373,7 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert: cert.clone(),
                 key: key.clone(),
+                resumption: resumption(a.tls_serve.tls_resumption),
             }),
             _ => None,
         },

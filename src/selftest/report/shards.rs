@@ -200,6 +200,8 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
     let mut hist = worker::histogram();
     let mut service = worker::histogram();
     let mut has_service = false;
+    let mut connect = worker::histogram();
+    let mut tls_hs = worker::histogram();
     let mut rounds: Vec<(u64, u64)> = Vec::new();
     for (i, s) in each {
         let h = s.histograms.as_ref().expect("checked before");
@@ -211,6 +213,12 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
         if let Some(sv) = &h.service {
             add(&mut service, "service", sv)?;
             has_service = true;
+        }
+        if let Some(c) = &h.connect {
+            add(&mut connect, "connect", c)?;
+        }
+        if let Some(t) = &h.tls_handshake {
+            add(&mut tls_hs, "TLS handshake", t)?;
         }
         if rounds.len() < h.rounds.len() {
             rounds.resize(h.rounds.len(), (0, 0));
@@ -249,6 +257,13 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
             }
             p
         });
+    // tls-handshake: the cycles of every shard over the server's CPU-seconds.
+    let handshakes_per_core = match (&server, f.scenario) {
+        (Some(s), crate::selftest::Scenario::TlsHandshake) if s.cpu_secs > 0.0 => {
+            Some(received as f64 / s.cpu_secs)
+        }
+        _ => None,
+    };
     let mut timeline: BTreeMap<u32, TimelinePoint> = BTreeMap::new();
     for (_, s) in each {
         for p in &s.timeline {
@@ -344,13 +359,46 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
         first_error: each
             .iter()
             .find_map(|(i, s)| s.first_error.as_ref().map(|e| format!("shard {i}: {e}"))),
+        connect_ms: (!connect.is_empty()).then(|| latency(&connect)),
+        tls: tls(each, &tls_hs),
+        handshakes_per_sec: each
+            .iter()
+            .filter_map(|(_, s)| s.handshakes_per_sec)
+            .reduce(|a, b| a + b),
+        handshakes_per_server_core_sec: handshakes_per_core,
         started_unix_ms: each.iter().filter_map(|(_, s)| s.started_unix_ms).min(),
         histograms: Some(Histograms {
             latency: histo::encode_packed(&hist),
             service: has_service.then(|| histo::encode_packed(&service)),
+            connect: (!connect.is_empty()).then(|| histo::encode_packed(&connect)),
+            tls_handshake: (!tls_hs.is_empty()).then(|| histo::encode_packed(&tls_hs)),
             rounds,
         }),
     })
+}
+
+/// The shards' TLS handshakes: counted together, timed from their added histograms.
+fn tls(
+    each: &[(usize, &ScenarioReport)],
+    handshakes: &hdrhistogram::Histogram<u64>,
+) -> Option<crate::selftest::TlsReport> {
+    let mut out: Option<crate::selftest::TlsReport> = None;
+    for (_, s) in each {
+        let Some(t) = &s.tls else { continue };
+        match &mut out {
+            None => {
+                out = Some(crate::selftest::TlsReport {
+                    handshake_ms: latency(handshakes),
+                    ..t.clone()
+                })
+            }
+            Some(o) => {
+                o.full += t.full;
+                o.resumed += t.resumed;
+            }
+        }
+    }
+    out
 }
 
 fn add_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {

@@ -56,6 +56,34 @@ pub fn table(r: &Report) -> String {
                 num(c)
             ));
         }
+        if let Some(h) = s.handshakes_per_sec {
+            let per_core = s
+                .handshakes_per_server_core_sec
+                .map(|c| format!(", {} per server CPU-s", num(c)))
+                .unwrap_or_default();
+            notes.push(format!("{} handshakes/s{per_core}", num(h)));
+        }
+        if let Some(t) = &s.tls {
+            notes.push(format!(
+                "{} {} {}: {} full, {} resumed handshakes, p50 {} / p99 {} ms",
+                t.version,
+                t.cipher,
+                t.signature_scheme
+                    .as_deref()
+                    .unwrap_or("(no signature seen)"),
+                t.full,
+                t.resumed,
+                num(t.handshake_ms.p50),
+                num(t.handshake_ms.p99)
+            ));
+        }
+        if let Some(c) = s.connect_ms.as_ref().filter(|c| c.count > 0) {
+            notes.push(format!(
+                "connect: p50 {} / p99 {} ms",
+                num(c.p50),
+                num(c.p99)
+            ));
+        }
         if let Some(b) = &s.broadcast_last_ms {
             notes.push(format!(
                 "last subscriber: p50 {} ms, p99 {} ms over {} rounds",

@@ -123,6 +123,10 @@ pub(super) fn echo(scenario: Scenario, p99: f64, other_pct: f64) -> ScenarioRepo
         attempts: Vec::new(),
         incomplete: None,
         first_error: None,
+        connect_ms: None,
+        tls: None,
+        handshakes_per_sec: None,
+        handshakes_per_server_core_sec: None,
         started_unix_ms: None,
         histograms: None,
     }
@@ -433,6 +437,8 @@ fn shard(index: usize, count: usize, samples: &[u64]) -> Report {
     s.histograms = Some(crate::selftest::Histograms {
         latency: crate::selftest::histo::encode_packed(&h),
         service: None,
+        connect: None,
+        tls_handshake: None,
         rounds: Vec::new(),
     });
     let mut r = report(vec![s], false, false);

@@ -154,6 +154,24 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, j: &Judging) -> Verdic
                     );
                 }
             }
+            Scenario::TlsHandshake => {
+                add(
+                    "handshakes made",
+                    s.received > 0,
+                    format!("{} connect-handshake-close cycles", s.received),
+                );
+                if let Some(t) = s.tls.as_ref().filter(|t| t.resume_offered) {
+                    let all = t.full + t.resumed;
+                    add(
+                        "sessions resumed",
+                        all > 0 && t.resumed * 100 >= all * 95,
+                        format!(
+                            "{} of {all} handshakes resumed (--tls-resume: at least 95 %)",
+                            t.resumed
+                        ),
+                    );
+                }
+            }
             Scenario::Broadcast => {
                 let want = s.conns_connected as u64 * s.broadcast_rounds.unwrap_or(0) as u64;
                 add(

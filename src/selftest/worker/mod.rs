@@ -12,7 +12,7 @@ use super::client::{self, Reader, Writer};
 use super::{Event, Scenario, WorkerResult, WorkerSpec};
 use echo::{echo_rate, echo_sat, pace, Slot};
 use hdrhistogram::Histogram;
-use scenarios::{hold, storm, subscribe};
+use scenarios::{handshakes, hold, storm, subscribe};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -75,6 +75,13 @@ struct Shared {
     measure_from_us: std::cell::Cell<u64>,
     /// echo-rate and deflate: when each measured message actually left, for the burstiness.
     sends: RefCell<super::arrivals::Recorder>,
+    /// How long each connection took to open (TCP + TLS + upgrade).
+    connect: RefCell<Histogram<u64>>,
+    /// wss://: the TLS handshakes' share of that, and what they were.
+    tls_hs: RefCell<Histogram<u64>>,
+    tls: RefCell<Option<super::TlsCounts>>,
+    /// wss://: the TLS client every connection starts from (None: ws://).
+    client: Option<super::tls::Client>,
 }
 
 impl Shared {
@@ -89,6 +96,33 @@ impl Shared {
             .hist
             .borrow_mut()
             .record(latency_us.clamp(1, MAX_LATENCY_US));
+    }
+
+    /// A connection opened: its times, and its TLS handshake. Opened in a tls-handshake
+    /// warm-up (before the measured window), it is not counted.
+    fn opened(&self, c: &client::Conn) {
+        if self.now_us() < self.measure_from_us.get() {
+            return;
+        }
+        let _ = self
+            .connect
+            .borrow_mut()
+            .record(c.times.total_us().clamp(1, MAX_LATENCY_US));
+        if let Some(h) = &c.tls {
+            let _ = self
+                .tls_hs
+                .borrow_mut()
+                .record(c.times.tls_us.clamp(1, MAX_LATENCY_US));
+            let mut t = self.tls.borrow_mut();
+            let t = t.get_or_insert_with(Default::default);
+            t.version.clone_from(&h.version);
+            t.cipher.clone_from(&h.cipher);
+            if h.resumed {
+                t.resumed += 1;
+            } else {
+                t.full += 1;
+            }
+        }
     }
 
     /// One service latency (from the actual send).
@@ -135,7 +169,25 @@ fn wall_nanos() -> u64 {
 }
 
 async fn run(spec: WorkerSpec) {
+    let client = match spec.tls.as_ref().filter(|_| spec.target.tls) {
+        Some(t) => match super::tls::Client::new(t) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                emit(&Event::Ready {
+                    connected: 0,
+                    failed: spec.conns,
+                    first_error: Some(e),
+                });
+                return;
+            }
+        },
+        None => None,
+    };
     let sh = Rc::new(Shared {
+        connect: RefCell::new(histogram()),
+        tls_hs: RefCell::new(histogram()),
+        tls: RefCell::new(None),
+        client,
         hist: RefCell::new(histogram()),
         service: RefCell::new(histogram()),
         finished: RefCell::new(Vec::new()),
@@ -148,11 +200,12 @@ async fn run(spec: WorkerSpec) {
         sends: RefCell::new(Default::default()),
     });
     let spec = Rc::new(spec);
-    // Connect phase (all scenarios but storm, whose connects are the measurement).
+    // Connect phase (all scenarios but those whose connects are the measurement).
     let mut conns = Vec::new();
     let mut first_error = None;
-    if spec.scenario != Scenario::Storm {
-        let (ok, err) = open_all(&spec).await;
+    let connects_later = spec.scenario.connects_in_window();
+    if !connects_later {
+        let (ok, err) = open_all(&spec, &sh).await;
         conns = ok;
         first_error = err;
     }
@@ -161,7 +214,7 @@ async fn run(spec: WorkerSpec) {
         failed: spec.conns - conns.len().min(spec.conns),
         first_error: first_error.clone(),
     });
-    if spec.scenario != Scenario::Storm && conns.is_empty() {
+    if !connects_later && conns.is_empty() {
         return;
     }
     // Wait for the orchestrator's "go" so every worker starts together.
@@ -218,6 +271,8 @@ async fn run(spec: WorkerSpec) {
         if n_ok < spec.conns {
             storm_connect_errors = err;
         }
+    } else if spec.scenario == Scenario::TlsHandshake {
+        storm_connect_errors = handshakes(&spec, &sh, end).await;
     } else {
         let echo_like = matches!(spec.scenario, Scenario::EchoRate | Scenario::Deflate);
         let slots: Vec<Rc<Slot>> = if echo_like {
@@ -246,7 +301,7 @@ async fn run(spec: WorkerSpec) {
                         let until = end + Duration::from_secs_f64(gap);
                         subscribe(c.reader, c.writer, &spec, &sh, until).await
                     }
-                    Scenario::Storm => Ok(()),
+                    Scenario::Storm | Scenario::TlsHandshake => Ok(()),
                 };
                 if r.is_err() {
                     sh.c.borrow_mut().errors += 1;
@@ -292,6 +347,12 @@ fn emit_result(sh: &Shared, cpu: f64, elapsed: f64, start_us: u64, first_error: 
     }
     let service = sh.service.borrow();
     let service_histogram = (!service.is_empty()).then(|| super::histo::encode(&service));
+    let connect = sh.connect.borrow();
+    let tls_hs = sh.tls_hs.borrow();
+    let tls = sh.tls.borrow().clone().map(|mut t| {
+        t.signature_scheme = sh.client.as_ref().and_then(|c| c.signature_scheme());
+        t
+    });
     emit(&Event::Done(Box::new(WorkerResult {
         sent: c.sent,
         received: c.received,
@@ -308,11 +369,15 @@ fn emit_result(sh: &Shared, cpu: f64, elapsed: f64, start_us: u64, first_error: 
         first_error,
         peak_rss_bytes: super::peak_rss(std::process::id()),
         arrivals: std::mem::take(&mut *sh.sends.borrow_mut()).finish(),
+        connect_histogram: (!connect.is_empty()).then(|| super::histo::encode(&connect)),
+        tls_histogram: (!tls_hs.is_empty()).then(|| super::histo::encode(&tls_hs)),
+        tls,
     })));
 }
 
+/// A histogram as the result carries it: HdrHistogram V2, base64.
 /// Open this worker's connections: at most 256 handshakes in flight, paced by the ramp.
-async fn open_all(spec: &Rc<WorkerSpec>) -> (Vec<client::Conn>, Option<String>) {
+async fn open_all(spec: &Rc<WorkerSpec>, sh: &Rc<Shared>) -> (Vec<client::Conn>, Option<String>) {
     let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(256));
     let start = Instant::now();
     let mut handles = Vec::with_capacity(spec.conns);
@@ -323,15 +388,19 @@ async fn open_all(spec: &Rc<WorkerSpec>) -> (Vec<client::Conn>, Option<String>) 
                 .await;
         }
         let permit = sem.clone().acquire_owned().await.expect("semaphore open");
-        let spec = spec.clone();
+        let (spec, sh) = (spec.clone(), sh.clone());
         let progress = progress.clone();
         handles.push(tokio::task::spawn_local(async move {
             let src = spec.source(i);
+            let session = sh.client.as_ref().map(|c| c.session());
             let r = tokio::time::timeout(
                 Duration::from_secs(20),
-                client::connect(&spec.target, src, spec.deflate),
+                client::connect(&spec.target, src, spec.deflate, session.as_ref()),
             )
             .await;
+            if let Ok(Ok(c)) = &r {
+                sh.opened(c);
+            }
             drop(permit);
             let mut p = progress.borrow_mut();
             p.0 += 1;

@@ -1,4 +1,5 @@
-//! The connection scenarios: idle holds, broadcast subscribers and the reconnect storm.
+//! The connection scenarios: idle holds, broadcast subscribers, the reconnect storm and the
+//! handshake loop.
 
 use super::echo::payload;
 use super::{closed, record, wall_nanos, Shared};
@@ -101,9 +102,12 @@ pub(super) async fn storm(
         handles.push(tokio::task::spawn_local(async move {
             let t0 = sh.now_us();
             let r = async {
-                let mut c = client::connect(&spec.target, spec.source(i), spec.deflate)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let session = sh.client.as_ref().map(|c| c.session());
+                let mut c =
+                    client::connect(&spec.target, spec.source(i), spec.deflate, session.as_ref())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                sh.opened(&c);
                 let (op, p) = payload(&spec, t0, i as u64);
                 c.writer.send(op, &p).await.map_err(|e| e.to_string())?;
                 sh.c.borrow_mut().sent += 1;
@@ -146,4 +150,77 @@ pub(super) async fn storm(
         let _ = c.writer.close().await;
     }
     (n, first_error)
+}
+
+/// tls-handshake: `storm_concurrency` simulated clients, each in a closed loop until `end`:
+/// connect (TCP, TLS, upgrade), close cleanly, again. Each client keeps its own session
+/// between its connections (resumed with `--tls-resume`). A cycle that ends after the
+/// warm-up counts: one `received`, its whole time in the latency histogram, its opening in
+/// the connect and TLS histograms. Returns the first error.
+pub(super) async fn handshakes(
+    spec: &Rc<WorkerSpec>,
+    sh: &Rc<Shared>,
+    end: Instant,
+) -> Option<String> {
+    let n = spec.storm_concurrency.max(1);
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let (spec, sh) = (spec.clone(), sh.clone());
+        tasks.push(tokio::task::spawn_local(async move {
+            let session = sh.client.as_ref().map(|c| c.session());
+            let mut first_error = None;
+            let mut k = 0;
+            while Instant::now() < end {
+                let t0 = sh.now_us();
+                let counted = t0 >= sh.measure_from_us.get();
+                let source = spec.source(i + k * n);
+                k += 1;
+                let cycle = async {
+                    let mut c = client::connect(&spec.target, source, false, session.as_ref())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    sh.opened(&c);
+                    c.writer.close().await.map_err(|e| e.to_string())?;
+                    // The server's answer ends the close handshake; then close_notify and FIN.
+                    loop {
+                        match c.reader.next().await.map_err(|e| e.to_string())? {
+                            Incoming::Closed(_) => break,
+                            Incoming::Ping(_) | Incoming::Message(_) => {}
+                        }
+                    }
+                    c.writer.shutdown().await;
+                    Ok::<_, String>(())
+                };
+                let r = match tokio::time::timeout(std::time::Duration::from_secs(20), cycle).await
+                {
+                    Ok(r) => r,
+                    Err(_) => Err("a connect and close took over 20 s".to_string()),
+                };
+                if !counted {
+                    continue;
+                }
+                let mut c = sh.c.borrow_mut();
+                c.sent += 1;
+                match r {
+                    Ok(()) => {
+                        c.received += 1;
+                        drop(c);
+                        sh.observe(sh.now_us().saturating_sub(t0));
+                    }
+                    Err(e) => {
+                        c.errors += 1;
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            first_error
+        }));
+    }
+    let mut first = None;
+    for t in tasks {
+        if let Ok(Some(e)) = t.await {
+            first.get_or_insert(e);
+        }
+    }
+    first
 }

@@ -20,6 +20,7 @@ fn purpose(s: Scenario) -> &'static str {
         Scenario::Storm => "Reconnect storm: every connection opened at once, each with a handshake and a first echo.",
         Scenario::Broadcast => "One publisher, every connection subscribed: each round must reach every subscriber.",
         Scenario::Deflate => "Echo-rate with permessage-deflate negotiated on every connection.",
+        Scenario::TlsHandshake => "Clients connect over TLS, upgrade and close, again and again: TLS handshakes per second and per server core.",
     }
 }
 
@@ -122,6 +123,9 @@ pub fn chart(r: &Report, s: &ScenarioReport) -> Option<String> {
             )
         }
         Scenario::Storm => latency_chart(r, s, "Connect and first echo, by percentile"),
+        Scenario::TlsHandshake => {
+            latency_chart(r, s, "Connect, TLS, upgrade and close, by percentile")
+        }
         Scenario::Idle => idle_chart(r, s),
         Scenario::Broadcast
             if s.timeline.len() >= 2 && s.timeline.iter().any(|p| p.received_per_sec > 0) =>
