@@ -1,7 +1,8 @@
-//! The load generator's WebSocket client: a raw handshake and frames on a tokio `TcpStream`,
-//! with nothing per connection beyond a small read buffer, so one generator process holds
-//! tens of thousands of connections and is never the thing being measured. permessage-deflate
-//! (for the `deflate` scenario) reuses the embedded server's contexts.
+//! The load generator's WebSocket client: a raw handshake and frames on a tokio `TcpStream`
+//! (or, for wss://, the embedded server's readiness-driven TLS stream over one), with nothing
+//! per connection beyond a small read buffer, so one generator process holds tens of
+//! thousands of connections and is never the thing being measured. permessage-deflate (for
+//! the `deflate` scenario) reuses the embedded server's contexts.
 
 use super::tls::{Handshake, Session};
 use embedded_server::deflate::{compress_fresh, Decompressor};
