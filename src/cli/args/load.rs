@@ -74,8 +74,9 @@ pub struct LoadArgs {
     /// A pass/fail criterion of your own, judged beside the profile's checks (repeat for
     /// several): SCOPE.METRIC OP VALUE, e.g. 'echo-rate.p99 < 5ms', '*.error_rate <= 0.1%',
     /// 'broadcast.delivered >= 99.9%'. SCOPE is a scenario or * (every one that measures it);
-    /// METRIC is p50, p90, p99, p999, max, mean, service.p99, round.p99, error_rate,
-    /// delivered, connected, rate, server_cpu, cpu_per_msg or connect_rate. A figure not
+    /// METRIC is p50, p90, p99, p999, max, mean, service.p99, round.p99, connect.p99, tls.p99,
+    /// error_rate, delivered, connected, resumed, rate, server_cpu, cpu_per_msg, connect_rate or
+    /// handshakes_per_core. A figure not
     /// measured, or a percentile over too few samples, is not judged: exit 4, NOT PROVEN
     #[arg(long = "threshold", value_name = "EXPR", value_parser = parse_threshold)]
     pub thresholds: Vec<crate::selftest::threshold::Threshold>,
