@@ -661,6 +661,12 @@ pub struct SelftestArgs {
     /// The profile whose self-test targets (payload, rate, p99) apply.
     #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
     pub profile: String,
+    /// Run scripted sessions from a YAML file instead of the built-in scenarios: client
+    /// populations, each with its own path, headers, subprotocol and token, running steps
+    /// (send, expect, subscribe, publish, think, idle); each waiting step is timed and can be
+    /// named in a threshold (POPULATION.STEP.p99). The format: docs/selftest.md.
+    #[arg(long, value_name = "FILE.yaml")]
+    pub script: Option<PathBuf>,
     /// Run one slice of a load spread over several generator hosts, INDEX/COUNT (0/4 .. 3/4):
     /// this host opens its share of --conns and writes a report that `wstune report merge`
     /// combines with the others' into one verdict. Needs --start-at.

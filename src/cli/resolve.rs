@@ -308,6 +308,9 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
         .map(|u| Url::parse(u).map_err(anyhow::Error::msg))
         .collect::<Result<_>>()?;
     let mut load = load(&a.load)?;
+    if let Some(path) = &a.script {
+        script(path, &mut load)?;
+    }
     load.shard = match (&a.shard, &a.start_at) {
         (None, None) => None,
         (Some(_), None) => bail!(
@@ -476,6 +479,97 @@ pub fn pool(a: &PoolArgs) -> Result<cmd::pool::Request> {
     })
 }
 
+/// `--script FILE`: the populations and steps, every problem named with its line before
+/// anything connects; the run's scenario, connections, duration, ramp and thresholds follow.
+fn script(path: &Path, load: &mut Load) -> Result<()> {
+    use crate::selftest::{script, Scenario};
+    if !load.scenarios.is_empty() {
+        bail!("--script runs its own populations: drop --scenario");
+    }
+    if load.conns.is_some() {
+        bail!("--script gives each population its conns: drop --conns");
+    }
+    const MAX_SCRIPT_BYTES: u64 = 1 << 20;
+    let file = path.display().to_string();
+    let text = crate::host::input::read_bounded(path, MAX_SCRIPT_BYTES, None)
+        .map_err(|e| anyhow::anyhow!("--script {file}: {}", e.words()))?;
+    let tokens = ScriptTokens {
+        dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+        env_secret: std::cell::RefCell::new(None),
+    };
+    let (s, f) = script::parse(&text, &file, &tokens).map_err(anyhow::Error::msg)?;
+    load.conns = Some(s.conns());
+    load.scenarios = vec![Scenario::Script];
+    if load.secs.is_none() {
+        load.secs = f.duration.map(|d| d.as_secs_f64());
+    }
+    if let Some(r) = f.ramp {
+        load.ramp = s.conns() as f64 / r.as_secs_f64();
+    }
+    for t in &f.thresholds {
+        load.thresholds.push(t.parse().map_err(anyhow::Error::msg)?);
+    }
+    load.script = Some(s);
+    Ok(())
+}
+
+/// A script's tokens: files read beside the script, tokens minted as `wstune token` does.
+struct ScriptTokens {
+    dir: std::path::PathBuf,
+    /// `$WSTUNE_AUTH_SECRET`, taken out of the environment once for every population.
+    env_secret: std::cell::RefCell<Option<String>>,
+}
+
+impl crate::selftest::script::Tokens for ScriptTokens {
+    fn read(&self, path: &str) -> std::result::Result<String, String> {
+        let p = self.dir.join(path);
+        crate::host::input::read_bounded(&p, 64 << 10, None)
+            .map(|t| t.trim().to_string())
+            .map_err(|e| format!("file {}: {}", p.display(), e.words()))
+    }
+
+    fn mint(
+        &self,
+        m: &crate::selftest::script::MintFile,
+        secret_file: Option<&str>,
+    ) -> std::result::Result<String, String> {
+        use crate::serve::config::ENV_AUTH_SECRET;
+        let (secret, from) = match secret_file {
+            Some(f) => {
+                let p = self.dir.join(f);
+                let s = crate::host::read_secret_file(&p)
+                    .map_err(|e| format!("secret_file {}: {e}", p.display()))?;
+                (s, format!("secret_file {}", p.display()))
+            }
+            None => {
+                let mut cached = self.env_secret.borrow_mut();
+                if cached.is_none() {
+                    *cached = crate::host::take_env(ENV_AUTH_SECRET)?;
+                }
+                let s = cached.clone().ok_or(
+                    "mint needs the server's secret: give secret_file or set $WSTUNE_AUTH_SECRET",
+                )?;
+                (s, format!("${ENV_AUTH_SECRET}"))
+            }
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        cmd::token::mint(&cmd::token::Request {
+            secret: secret.trim_end_matches(['\n', '\r']).to_string(),
+            secret_from: from,
+            channels: m.channels.clone(),
+            publish: m.publish.clone(),
+            ttl_secs: m.ttl.map_or(3600, |d| d.as_secs().max(1)),
+            aud: None,
+            sub: None,
+            max_lifetime: None,
+            now,
+        })
+        .map_err(|e| format!("{e:#}"))
+    }
+}
+
 /// `--baseline FILE`: an earlier self-test's JSON report, read and checked now, before any
 /// connection.
 fn baseline(path: Option<&Path>) -> Result<Option<crate::selftest::report::Baseline>> {
@@ -519,6 +613,7 @@ fn load(l: &LoadArgs) -> Result<Load> {
         format: list_format(l.format),
         report: l.report.clone(),
         baseline: baseline(l.baseline.as_deref())?,
+        script: None,
         out_prometheus: l.out_prometheus.clone(),
         tls: crate::engine::selftest::TlsLoad {
             ca: l.tls.ca.clone(),

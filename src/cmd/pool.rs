@@ -210,6 +210,7 @@ async fn load(
         sources: Vec::new(),
         server_pid: pid,
         more_server_pids: Vec::new(),
+        script: None,
         // A user's server may run helpers of its own; the built-in one is one process.
         server_tree: pid.is_some(),
         broadcast_server_pid: None,

@@ -34,6 +34,9 @@ pub struct Load {
     pub src_ips: Vec<std::net::IpAddr>,
     /// `--message`: the request a user's server answers (see `WorkerSpec::request`).
     pub message: Option<String>,
+    /// `selftest --script FILE`: its populations and steps (the run's one scenario is
+    /// `script`, and `conns` is the populations' sum).
+    pub script: Option<crate::selftest::script::Script>,
     /// Judge every window as measured, however noisy (no re-measure, no NOT PROVEN for noise).
     pub accept_noise: bool,
     /// The user's pass/fail criteria (`--threshold`), judged beside the profile's checks.
@@ -207,7 +210,19 @@ pub fn plan(
     // A shard runs its slice of the total; the rate per connection stays, so the shards' sum
     // is the run's load.
     let total_conns = conns;
+    // A shard of a scripted run takes its share of every population.
+    let script = match (&load.script, &load.shard) {
+        (Some(s), Some(sh)) => Some(s.share(sh.index, sh.count)),
+        (s, _) => s.clone(),
+    };
     let conns = match &load.shard {
+        Some(s) if script.as_ref().is_some_and(|sc| sc.conns() == 0) => bail!(
+            "--shard {}/{}: the script's populations leave this shard no connection; give \
+             each population at least one connection per shard",
+            s.index,
+            s.count
+        ),
+        Some(_) if script.is_some() => script.as_ref().map_or(0, |s| s.conns()),
         Some(s) if s.share(conns) == 0 => bail!(
             "--shard {}/{}: --conns {conns} leaves this shard no connection; give at least one \
              connection per shard",
@@ -304,6 +319,29 @@ pub fn plan(
     // A threshold on a scenario that will not run would never be judged: refused now, before
     // any connection, rather than leaving the run NOT PROVEN after minutes of load.
     for th in &load.thresholds {
+        if let Scope::Step(step) = &th.scope {
+            let known = load
+                .script
+                .as_ref()
+                .map(|s| s.waiting_steps())
+                .unwrap_or_default();
+            if !known.contains(step) {
+                bail!(
+                    "threshold '{th}': no waiting step {step} in {}; {}",
+                    if load.script.is_some() {
+                        "the script"
+                    } else {
+                        "this run (no --script)"
+                    },
+                    if known.is_empty() {
+                        "a step threshold names a --script population's expect or subscribe step"
+                            .to_string()
+                    } else {
+                        format!("the steps are {}", known.join(", "))
+                    }
+                );
+            }
+        }
         if let Scope::One(s) = th.scope {
             if !scenarios.contains(&s) {
                 bail!(
@@ -364,10 +402,11 @@ pub fn plan(
         request: load.message.clone(),
         shard: None,
         more_server_pids: Vec::new(),
+        script,
         tls,
     };
     opts.shard = load.shard.map(|s| Shard {
-        slot_secs: crate::selftest::shard_slot_secs(&opts, total_conns),
+        slot_secs: crate::selftest::shard::slot_secs(&opts, total_conns),
         ..s
     });
     Ok(LoadPlan {

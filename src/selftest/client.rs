@@ -31,6 +31,10 @@ pub struct Target {
     /// sends no SNI).
     #[serde(default)]
     pub server_name: String,
+    /// Extra request header lines, each ending in CRLF (a script population's headers,
+    /// subprotocol and token).
+    #[serde(default)]
+    pub headers: String,
 }
 
 impl Target {
@@ -75,6 +79,7 @@ impl Target {
             path,
             tls,
             server_name: name,
+            headers: String::new(),
         })
     }
 
@@ -86,6 +91,7 @@ impl Target {
             path: "/".into(),
             tls: false,
             server_name: addr.ip().to_string(),
+            headers: String::new(),
         }
     }
 
@@ -315,8 +321,8 @@ pub async fn connect(
     };
     let req = format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{ext}\r\n",
-        target.path, target.host
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{ext}{}\r\n",
+        target.path, target.host, target.headers
     );
     w.write_all(req.as_bytes())
         .await

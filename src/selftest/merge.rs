@@ -52,6 +52,8 @@ pub(super) struct Merged {
     pub(super) tls_handshake: Histogram<u64>,
     /// wss://: the handshakes, counted (`handshake_ms` filled from `tls_handshake`).
     pub(super) tls: Option<TlsReport>,
+    /// A script's waiting steps, by `POPULATION.STEP`: latencies, matched, timed out, other.
+    pub(super) steps: BTreeMap<String, (Histogram<u64>, u64, u64, u64)>,
 }
 
 pub(super) fn merge(
@@ -72,7 +74,22 @@ pub(super) fn merge(
     let mut connect = worker::histogram();
     let mut tls_hs = worker::histogram();
     let mut tls: Option<TlsReport> = None;
+    let mut steps: BTreeMap<String, (Histogram<u64>, u64, u64, u64)> = BTreeMap::new();
     for (i, r) in results.iter().enumerate() {
+        for s in &r.steps {
+            let e = steps
+                .entry(s.name.clone())
+                .or_insert_with(|| (worker::histogram(), 0, 0, 0));
+            if let Err(err) = histo::decode(&s.histogram).and_then(|h| histo::add(&mut e.0, &h)) {
+                unreadable.get_or_insert(format!(
+                    "generator process {i}'s histogram of step {} could not be read: {err}",
+                    s.name
+                ));
+            }
+            e.1 += s.matched;
+            e.2 += s.timeouts;
+            e.3 += s.other;
+        }
         if let Some(t) = &r.tls {
             let sum = tls.get_or_insert_with(TlsReport::default);
             sum.version.clone_from(&t.version);
@@ -143,5 +160,6 @@ pub(super) fn merge(
         }),
         connect,
         tls_handshake: tls_hs,
+        steps,
     }
 }

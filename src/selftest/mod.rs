@@ -16,6 +16,7 @@ pub mod client;
 pub mod command;
 pub mod noise;
 pub mod report;
+pub mod script;
 pub mod server;
 pub mod shard;
 pub mod sizing;
@@ -26,16 +27,17 @@ pub mod worker;
 pub(crate) mod histo;
 mod merge;
 mod protocol;
+mod publisher;
 mod results;
 mod run;
 mod sampling;
 mod scenario;
 
-pub use protocol::{Event, TlsCounts, WorkerResult, WorkerSpec};
+pub use protocol::{Event, StepResult, TlsCounts, WorkerResult, WorkerSpec};
 pub use results::{
-    Attempt, Histograms, Latency, ProcFigures, ScenarioReport, TimelinePoint, TlsReport,
+    Attempt, Histograms, Latency, ProcFigures, ScenarioReport, StepReport, TimelinePoint, TlsReport,
 };
-pub use run::{run_scenario, shard_slot_secs, target_url, RunPlan};
+pub use run::{run_scenario, target_url, RunPlan};
 pub use sampling::{
     kernel_sample, peak_rss, quiesce, sample, KernelDrops, KernelMemory, KernelSample,
 };

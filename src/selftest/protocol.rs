@@ -57,6 +57,9 @@ pub struct WorkerSpec {
     pub shard_slot: usize,
     #[serde(default = "one")]
     pub shard_count: usize,
+    /// A scripted session (`--script`): this process's share of each population.
+    #[serde(default)]
+    pub script: Option<super::script::Script>,
 }
 
 fn one() -> usize {
@@ -73,6 +76,26 @@ impl WorkerSpec {
                 .min(1.0)
         } else {
             j as f64 / self.conns.max(1) as f64
+        }
+    }
+
+    /// Connection `i`'s target: a script's population connects with its own path and headers.
+    pub fn target_of(&self, i: usize) -> Target {
+        let Some(p) = self
+            .script
+            .as_ref()
+            .and_then(|s| Some(&s.populations[s.population_of(i)?]))
+        else {
+            return self.target.clone();
+        };
+        Target {
+            path: if p.path.is_empty() {
+                self.target.path.clone()
+            } else {
+                p.path.clone()
+            },
+            headers: p.headers.clone(),
+            ..self.target.clone()
         }
     }
 
@@ -99,6 +122,19 @@ pub enum Event {
         received: u64,
     },
     Done(Box<WorkerResult>),
+}
+
+/// A scripted session's waiting step, in one process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepResult {
+    /// `POPULATION.STEP`.
+    pub name: String,
+    /// HdrHistogram V2, base64: from the last send to the match, microseconds.
+    pub histogram: String,
+    pub matched: u64,
+    pub timeouts: u64,
+    /// Messages that arrived while it waited and did not match.
+    pub other: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -139,6 +175,9 @@ pub struct WorkerResult {
     /// wss://: what the handshakes were.
     #[serde(default)]
     pub tls: Option<TlsCounts>,
+    /// A scripted session's waiting steps (empty elsewhere).
+    #[serde(default)]
+    pub steps: Vec<StepResult>,
 }
 
 /// A generator process's TLS handshakes (counted in the measured window for tls-handshake,
@@ -193,6 +232,7 @@ mod tests {
             connect_histogram: None,
             tls_histogram: None,
             tls: None,
+            steps: Vec::new(),
         };
         let line = serde_json::to_string(&Event::Done(Box::new(result))).unwrap();
         let Event::Done(back) = serde_json::from_str::<Event>(&line).unwrap() else {

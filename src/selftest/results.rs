@@ -130,6 +130,10 @@ pub struct ScenarioReport {
     /// terminates. The certificate's key type decides much of it (see `tls.signature_scheme`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handshakes_per_server_core_sec: Option<f64>,
+    /// A script's waiting steps (`POPULATION.STEP`), each timed from the connection's last
+    /// send to the message that matched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepReport>,
     /// A shard's run: when its measured load started, ms since the Unix epoch (the shards'
     /// differences are the skew `report merge` prints).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -159,6 +163,22 @@ pub struct Histograms {
     /// add the deliveries and keep the latest, which `broadcast_last_ms` is made from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rounds: Vec<(u64, u64)>,
+}
+
+/// One waiting step of a scripted session.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepReport {
+    /// `POPULATION.STEP`.
+    pub name: String,
+    pub latency_ms: Latency,
+    /// Expectations met.
+    pub matched: u64,
+    /// Expectations that timed out (a wrong expectation, or a server that did not answer).
+    pub timeouts: u64,
+    /// Messages that arrived while it waited and did not match.
+    pub other: u64,
+    /// The latencies, as `histograms`' (HdrHistogram V2 + DEFLATE, base64, us), for merging.
+    pub histogram: String,
 }
 
 /// The TLS handshakes of a scenario against a wss:// server.

@@ -56,6 +56,8 @@ pub struct RunPlan {
     pub shard: Option<shard::Shard>,
     /// wss:// targets: whom the generator trusts, whether it resumes sessions.
     pub tls: Option<super::tls::TlsClient>,
+    /// `--script`: the populations and their steps (the `script` scenario).
+    pub script: Option<super::script::Script>,
 }
 
 impl RunPlan {
@@ -176,11 +178,11 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         })
     };
     let late = match &o.shard {
-        Some(sh) => wait_for_slot(sh, o, scenario).await,
+        Some(sh) => shard::wait_for_slot(sh, o, scenario).await,
         None => None,
     };
     let t0 = Instant::now();
-    let started_unix_ms = o.shard.map(|_| unix_ms());
+    let started_unix_ms = o.shard.map(|_| shard::unix_ms());
     for p in procs.iter_mut() {
         let _ = p.stdin.write_all(b"go\n").await;
         let _ = p.stdin.flush().await;
@@ -188,7 +190,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
 
     // Shards share one publisher: every subscriber, on every shard, gets each round once.
     let publisher = if scenario == Scenario::Broadcast && o.shard.is_none_or(|s| s.index == 0) {
-        Some(start_publisher(o, target).await?)
+        Some(publisher::start(o, target).await?)
     } else {
         None
     };
@@ -240,6 +242,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         connect,
         tls_handshake,
         tls,
+        steps,
     } = merge(&results, o.rounds, first_error);
     if incomplete.is_none() {
         incomplete = unreadable;
@@ -376,6 +379,17 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
             resume_offered: o.tls.as_ref().is_some_and(|c| c.resume),
             ..t
         }),
+        steps: steps
+            .into_iter()
+            .map(|(name, (h, matched, timeouts, other))| StepReport {
+                name,
+                latency_ms: latency(&h),
+                matched,
+                timeouts,
+                other,
+                histogram: histo::encode_packed(&h),
+            })
+            .collect(),
         started_unix_ms,
         histograms: Some(Histograms {
             latency: histo::encode_packed(&hist),
@@ -420,7 +434,12 @@ async fn spawn_workers(
     let mut procs = Vec::new();
     let mut assigned = 0;
     for w in 0..workers {
-        let n = o.conns / workers + usize::from(w < o.conns % workers);
+        // A script's populations are split one by one, so every process runs a mix.
+        let script = o.script.as_ref().map(|s| s.share(w, workers));
+        let n = match &script {
+            Some(s) => s.conns(),
+            None => o.conns / workers + usize::from(w < o.conns % workers),
+        };
         let spec = WorkerSpec {
             scenario,
             target: if spread > 0 {
@@ -463,6 +482,7 @@ async fn spawn_workers(
             shard_slot: o.shard.map_or(0, |s| s.index),
             shard_count: o.shard.map_or(1, |s| s.count),
             tls: o.tls.clone(),
+            script,
         };
         assigned += n;
         let mut cmd = tokio::process::Command::new(&exe);
@@ -570,113 +590,12 @@ async fn connect_phase(
     Ok((connected, first_error))
 }
 
-/// The broadcast publisher: the orchestrator's own connection, one message per round.
-async fn start_publisher(o: &RunPlan, target: &Target) -> Result<tokio::task::JoinHandle<()>> {
-    let session = match o.tls.as_ref().filter(|_| target.tls) {
-        Some(t) => Some(
-            super::tls::Client::new(t)
-                .map_err(anyhow::Error::msg)?
-                .session(),
-        ),
-        None => None,
-    };
-    let mut c = client::connect(target, None, false, session.as_ref())
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "the publisher cannot connect to {}: {e}",
-                target_url(target)
-            )
-        })?;
-    let rounds = o.rounds;
-    let gap = Duration::from_secs_f64((o.secs / (rounds as f64 + 1.0)).max(0.05));
-    let size = o.size;
-    Ok(tokio::spawn(async move {
-        // Drain what the server sends back to the publisher itself.
-        let mut reader = c.reader;
-        let drain = tokio::spawn(async move {
-            while let Ok(x) = reader.next().await {
-                if matches!(x, client::Incoming::Closed(_)) {
-                    break;
-                }
-            }
-        });
-        for r in 0..rounds {
-            tokio::time::sleep(gap).await;
-            let p = worker::broadcast_payload(r, size);
-            if c.writer
-                .send(embedded_server::frame::OpCode::Binary, &p)
-                .await
-                .is_err()
-            {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let _ = c.writer.close().await;
-        drain.abort();
-    }))
-}
+/// How long the generators may take to close their connections after their results.
+pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(3);
 
 /// Follow the workers' ticks and collect their results (bounded: the run plus a drain).
 /// Returns why the run stopped short, if it did, and the server's CPU and RSS at the first
 /// result.
-/// How long the generators may take to close their connections after their results.
-const CLOSE_GRACE: Duration = Duration::from_secs(3);
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// A shard's connections are open: wait for its scenario's wall-clock start, so every shard's
-/// load runs at once. A shard that is ready only after it is marked incomplete (its load
-/// overlapped the others' only in part), never silently out of step.
-async fn wait_for_slot(sh: &shard::Shard, o: &RunPlan, scenario: Scenario) -> Option<String> {
-    let k = o.scenarios.iter().position(|s| *s == scenario).unwrap_or(0);
-    let at = sh.start_of(k);
-    let now = unix_ms();
-    if now > at + 1000 {
-        return Some(format!(
-            "{} was ready {:.1} s after its start time (its connections took longer than the \
-             others' load): give --start-at later, or fewer connections per shard",
-            sh.label(),
-            (now - at) as f64 / 1000.0
-        ));
-    }
-    tokio::time::sleep(Duration::from_millis(at.saturating_sub(now))).await;
-    None
-}
-
-/// Seconds between two scenarios' starts in a sharded run: the longest any scenario of the
-/// plan can take to connect, warm up, run, close and settle, computed from what every shard
-/// is given alike (the run's total connections, not this shard's share), so all shards agree.
-pub fn shard_slot_secs(o: &RunPlan, total_conns: usize) -> f64 {
-    let connect = 30.0
-        + (total_conns / 2000) as f64
-        + if o.ramp_per_sec > 0.0 {
-            total_conns as f64 / o.ramp_per_sec
-        } else {
-            0.0
-        };
-    let run = o
-        .scenarios
-        .iter()
-        .map(|&s| {
-            let body = if s == Scenario::Storm {
-                storm_budget_secs(total_conns, o.secs)
-            } else {
-                o.secs + o.warmup_for(s) + o.secs / (o.rounds as f64 + 1.0)
-            };
-            body + total_conns as f64 / CLOSES_PER_SEC
-        })
-        .fold(0.0, f64::max);
-    // The quiesce before the window (at most 10 s), the close grace, and the next scenario's
-    // settling (at most 20 s), rounded up to whole seconds.
-    (connect + 10.0 + run + CLOSE_GRACE.as_secs_f64() + 20.0).ceil()
-}
-
 async fn run_phase(
     procs: &mut [WorkerProc],
     o: &RunPlan,

@@ -21,6 +21,9 @@ pub enum Scenario {
     TlsHandshake,
     /// N subscribers; a publisher's timestamped message, time until the last one has it.
     Broadcast,
+    /// `--script FILE`: populations running their own steps (send, expect, subscribe,
+    /// publish, think, idle); each waiting step timed on its own.
+    Script,
 }
 
 impl Scenario {
@@ -49,6 +52,7 @@ impl Scenario {
                 | Scenario::Storm
                 | Scenario::TlsHandshake
                 | Scenario::Broadcast
+                | Scenario::Script
         )
     }
 
@@ -61,6 +65,7 @@ impl Scenario {
             Scenario::Broadcast => "broadcast",
             Scenario::Deflate => "deflate",
             Scenario::TlsHandshake => "tls-handshake",
+            Scenario::Script => "script",
         }
     }
 }

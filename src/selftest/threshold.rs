@@ -12,11 +12,13 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Which scenarios a threshold is judged on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Scope {
     One(Scenario),
     /// `*`: every scenario of the run that measures the metric.
     Every,
+    /// `POPULATION.STEP`: one waiting step of a `--script` (its latency, or `met`).
+    Step(String),
 }
 
 /// A percentile or extreme of a latency distribution.
@@ -68,6 +70,8 @@ pub enum Metric {
     HandshakesPerCore,
     /// wss://: the share of handshakes that resumed a session (a fraction).
     Resumed,
+    /// A script's step: the share of its expectations met (a fraction).
+    Met,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,7 +125,8 @@ pub const METRICS: &str = "p50, p90, p99, p999, max, mean (latency); service.p50
 const SCENARIOS: &str =
     "echo-rate, echo-sat, idle, storm, tls-handshake, broadcast, deflate, or * for every one";
 
-const ALL_SCENARIOS: [Scenario; 7] = [
+const ALL_SCENARIOS: [Scenario; 8] = [
+    Scenario::Script,
     Scenario::Idle,
     Scenario::EchoRate,
     Scenario::Deflate,
@@ -169,6 +174,7 @@ fn metric(s: &str) -> Option<Metric> {
         "connect_rate" => Metric::ConnectRate,
         "handshakes_per_core" => Metric::HandshakesPerCore,
         "resumed" => Metric::Resumed,
+        "met" => Metric::Met,
         _ => return None,
     })
 }
@@ -209,7 +215,11 @@ fn value(metric: Metric, s: &str, whole: &str) -> Result<f64, String> {
                 ms
             })
         }
-        Metric::ErrorRate | Metric::Delivered | Metric::Connected | Metric::Resumed => match unit {
+        Metric::ErrorRate
+        | Metric::Delivered
+        | Metric::Connected
+        | Metric::Resumed
+        | Metric::Met => match unit {
             "%" if n <= 100.0 => Ok(n / 100.0),
             "" if n <= 1.0 => Ok(n),
             "%" | "" => Err(format!(
@@ -262,16 +272,23 @@ impl std::str::FromStr for Threshold {
                  echo-rate.p99 or *.error_rate"
             )
         })?;
-        let scope = match scope.trim() {
-            "*" => Scope::Every,
-            s => Scope::One(
-                ALL_SCENARIOS
-                    .into_iter()
-                    .find(|sc| sc.name() == s)
-                    .ok_or_else(|| {
-                        format!("threshold '{whole}': unknown scenario '{s}'; give {SCENARIOS}")
-                    })?,
-            ),
+        let (scope, name) = match scope.trim() {
+            "*" => (Scope::Every, name),
+            s => match ALL_SCENARIOS.into_iter().find(|sc| sc.name() == s) {
+                Some(sc) => (Scope::One(sc), name),
+                // POPULATION.STEP.STAT: a script's step.
+                None => match name.rsplit_once('.') {
+                    Some((step, stat)) if !step.is_empty() => {
+                        (Scope::Step(format!("{s}.{}", step.trim())), stat)
+                    }
+                    _ => {
+                        return Err(format!(
+                            "threshold '{whole}': unknown scenario '{s}'; give {SCENARIOS} (or \
+                             POPULATION.STEP.STAT for a --script step)"
+                        ))
+                    }
+                },
+            },
         };
         let metric = metric(name.trim()).ok_or_else(|| {
             format!(
@@ -280,6 +297,21 @@ impl std::str::FromStr for Threshold {
             )
         })?;
         let value = value(metric, rhs, whole)?;
+        match (&scope, metric) {
+            (Scope::Step(_), Metric::Met | Metric::Latency(Series::Latency, _)) => {}
+            (Scope::Step(_), _) => {
+                return Err(format!(
+                    "threshold '{whole}': a script's step takes p50, p90, p99, p999, max, mean \
+                     or met"
+                ))
+            }
+            (_, Metric::Met) => {
+                return Err(format!(
+                    "threshold '{whole}': met is a script step's: write POPULATION.STEP.met"
+                ))
+            }
+            _ => {}
+        }
         if let Scope::One(s) = scope {
             if !measures(s, metric) {
                 return Err(format!(
@@ -319,6 +351,7 @@ pub fn measures(s: Scenario, m: Metric) -> bool {
         // Against a wss:// server only: checked when the figure is read.
         Metric::Latency(Series::TlsHandshake, _) | Metric::Resumed => true,
         Metric::HandshakesPerCore => s == TlsHandshake,
+        Metric::Met => s == Script,
         Metric::ErrorRate | Metric::Connected | Metric::ServerCpu => true,
         Metric::Delivered | Metric::Rate => s != Idle,
         Metric::ConnectRate => s == Storm,
@@ -359,9 +392,10 @@ impl Threshold {
     /// The scenarios of the run it applies to.
     pub fn scenarios<'a>(&self, run: &'a [ScenarioReport]) -> Vec<&'a ScenarioReport> {
         run.iter()
-            .filter(|s| match self.scope {
-                Scope::One(sc) => s.scenario == sc,
+            .filter(|s| match &self.scope {
+                Scope::One(sc) => s.scenario == *sc,
                 Scope::Every => measures(s.scenario, self.metric),
+                Scope::Step(_) => s.scenario == Scenario::Script,
             })
             .collect()
     }
@@ -398,6 +432,42 @@ impl Threshold {
 
     /// The scenario's figure in the metric's base unit, and as shown; or why there is none.
     fn figure(&self, s: &ScenarioReport) -> Result<(f64, String), String> {
+        if let Scope::Step(name) = &self.scope {
+            let st = s
+                .steps
+                .iter()
+                .find(|st| st.name == *name)
+                .ok_or("the step never ran")?;
+            let f = match self.metric {
+                Metric::Met => {
+                    let all = st.matched + st.timeouts;
+                    if all == 0 {
+                        return Err("the step never waited".into());
+                    }
+                    st.matched as f64 / all as f64
+                }
+                Metric::Latency(_, stat) => {
+                    let l = &st.latency_ms;
+                    if l.count < min_samples(stat).max(1) {
+                        return Err(format!(
+                            "{} samples, too few for this statistic (it needs {})",
+                            l.count,
+                            min_samples(stat).max(1)
+                        ));
+                    }
+                    match stat {
+                        Stat::P50 => l.p50,
+                        Stat::P90 => l.p90,
+                        Stat::P99 => l.p99,
+                        Stat::P999 => l.p999,
+                        Stat::Max => l.max,
+                        Stat::Mean => l.mean,
+                    }
+                }
+                _ => return Err("not a step's figure".into()),
+            };
+            return Ok((f, show(self.metric, f)));
+        }
         let f = match self.metric {
             Metric::Latency(series, st) => {
                 let l = match series {
@@ -469,6 +539,7 @@ impl Threshold {
             Metric::HandshakesPerCore => s.handshakes_per_server_core_sec.ok_or(
                 "the server's CPU was not sampled, so handshakes per core are unknown (give --pid)",
             )?,
+            Metric::Met => return Err("met is a script step's figure".into()),
             Metric::Resumed => {
                 let t = s
                     .tls
@@ -491,7 +562,11 @@ fn show(m: Metric, v: f64) -> String {
         Metric::Latency(..) if v < 1.0 => format!("{:.0} us", v * 1000.0),
         Metric::Latency(..) if v >= 1000.0 => format!("{:.2} s", v / 1000.0),
         Metric::Latency(..) => format!("{v:.2} ms"),
-        Metric::ErrorRate | Metric::Delivered | Metric::Connected | Metric::Resumed => {
+        Metric::ErrorRate
+        | Metric::Delivered
+        | Metric::Connected
+        | Metric::Resumed
+        | Metric::Met => {
             let pct = v * 100.0;
             if pct != 0.0 && pct != 100.0 && !(0.01..=99.99).contains(&pct) {
                 format!("{pct:.4} %")
@@ -534,7 +609,7 @@ mod tests {
         assert_eq!(t("echo-rate.service.p999 < 250us").value, 0.25);
         assert_eq!(t("broadcast.round.max < 2 s").value, 2000.0);
         let e = t("*.error_rate <= 0.1%");
-        assert_eq!((e.scope, e.op), (Scope::Every, Op::Le));
+        assert_eq!((e.scope.clone(), e.op), (Scope::Every, Op::Le));
         assert!((e.value - 0.001).abs() < 1e-12);
         assert_eq!(t("broadcast.delivered >= 0.999").value, 0.999);
         assert_eq!(t("echo-sat.server_cpu < 150%").value, 1.5);
@@ -553,6 +628,12 @@ mod tests {
             Metric::HandshakesPerCore
         );
         assert!(err("echo-rate.handshakes_per_core > 5").contains("measured by tls-handshake"));
+        let st = t("traders.price.p99 < 50ms");
+        assert_eq!(st.scope, Scope::Step("traders.price".into()));
+        assert_eq!(st.metric, Metric::Latency(Series::Latency, Stat::P99));
+        assert_eq!(t("traders.price.met >= 99%").metric, Metric::Met);
+        assert!(err("traders.price.rate > 5").contains("a script's step takes"));
+        assert!(err("echo-rate.met > 0.5").contains("POPULATION.STEP.met"));
     }
 
     #[test]

@@ -50,6 +50,8 @@ impl ValueEnum for Scenario {
                 "broadcast",
                 "N subscribers; a publisher's timestamped message, time until the last one has it",
             ),
+            // Run by --script FILE, not chosen by name: not among the values.
+            Scenario::Script => return None,
         };
         Some(PossibleValue::new(name).help(help))
     }

@@ -360,6 +360,7 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
             .iter()
             .find_map(|(i, s)| s.first_error.as_ref().map(|e| format!("shard {i}: {e}"))),
         connect_ms: (!connect.is_empty()).then(|| latency(&connect)),
+        steps: steps(each)?,
         tls: tls(each, &tls_hs),
         handshakes_per_sec: each
             .iter()
@@ -375,6 +376,37 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
             rounds,
         }),
     })
+}
+
+/// A script's steps over every shard, by name: latencies added exactly, counts summed.
+fn steps(each: &[(usize, &ScenarioReport)]) -> Result<Vec<crate::selftest::StepReport>, String> {
+    let mut by: BTreeMap<String, (hdrhistogram::Histogram<u64>, u64, u64, u64)> = BTreeMap::new();
+    for (i, s) in each {
+        for st in &s.steps {
+            let e = by
+                .entry(st.name.clone())
+                .or_insert_with(|| (worker::histogram(), 0, 0, 0));
+            let h = decode(*i, s, &format!("step {}", st.name), &st.histogram)?;
+            histo::add(&mut e.0, &h)
+                .map_err(|err| format!("shard {i}'s step {}: {err}", st.name))?;
+            e.1 += st.matched;
+            e.2 += st.timeouts;
+            e.3 += st.other;
+        }
+    }
+    Ok(by
+        .into_iter()
+        .map(
+            |(name, (h, matched, timeouts, other))| crate::selftest::StepReport {
+                name,
+                latency_ms: latency(&h),
+                matched,
+                timeouts,
+                other,
+                histogram: histo::encode_packed(&h),
+            },
+        )
+        .collect())
 }
 
 /// The shards' TLS handshakes: counted together, timed from their added histograms.

@@ -127,6 +127,7 @@ pub(super) fn echo(scenario: Scenario, p99: f64, other_pct: f64) -> ScenarioRepo
         tls: None,
         handshakes_per_sec: None,
         handshakes_per_server_core_sec: None,
+        steps: Vec::new(),
         started_unix_ms: None,
         histograms: None,
     }

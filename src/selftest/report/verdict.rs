@@ -180,6 +180,20 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, j: &Judging) -> Verdic
                     format!("{} of {want} deliveries", s.received),
                 );
             }
+            Scenario::Script => {
+                // Every waiting step must have met its expectations: a wrong expectation (or a
+                // server that does not answer) is named by its step.
+                for st in &s.steps {
+                    add(
+                        &format!("step {}: every expectation met", st.name),
+                        st.timeouts == 0 && st.matched > 0,
+                        format!(
+                            "{} met, {} timed out ({} other messages while waiting)",
+                            st.matched, st.timeouts, st.other
+                        ),
+                    );
+                }
+            }
             _ => {}
         }
     }

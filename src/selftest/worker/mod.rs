@@ -5,6 +5,7 @@
 
 mod echo;
 mod scenarios;
+mod script;
 
 pub use scenarios::broadcast_payload;
 
@@ -82,6 +83,8 @@ struct Shared {
     tls: RefCell<Option<super::TlsCounts>>,
     /// wss://: the TLS client every connection starts from (None: ws://).
     client: Option<super::tls::Client>,
+    /// A scripted session's waiting steps, by `POPULATION.STEP`.
+    steps: RefCell<std::collections::BTreeMap<String, script::StepStats>>,
 }
 
 impl Shared {
@@ -198,6 +201,7 @@ async fn run(spec: WorkerSpec) {
         epoch: Instant::now(),
         measure_from_us: std::cell::Cell::new(0),
         sends: RefCell::new(Default::default()),
+        steps: RefCell::new(Default::default()),
     });
     let spec = Rc::new(spec);
     // Connect phase (all scenarios but those whose connects are the measurement).
@@ -283,7 +287,7 @@ async fn run(spec: WorkerSpec) {
         if echo_like {
             tokio::task::spawn_local(pace(slots.clone(), spec.clone(), sh.clone(), start, end));
         }
-        for (i, c) in conns.into_iter().enumerate() {
+        for (i, (n, c)) in conns.into_iter().enumerate() {
             let (sh, spec) = (sh.clone(), spec.clone());
             let slot = slots.get(i).cloned();
             tasks.push(tokio::task::spawn_local(async move {
@@ -300,6 +304,15 @@ async fn run(spec: WorkerSpec) {
                         let gap = spec.secs / (spec.rounds as f64 + 1.0);
                         let until = end + Duration::from_secs_f64(gap);
                         subscribe(c.reader, c.writer, &spec, &sh, until).await
+                    }
+                    Scenario::Script => {
+                        let pop = spec
+                            .script
+                            .as_ref()
+                            .and_then(|s| s.population_of(n))
+                            .unwrap_or(0);
+                        let conn = spec.source_offset + n;
+                        script::session(c.reader, c.writer, &spec, &sh, pop, conn, end).await
                     }
                     Scenario::Storm | Scenario::TlsHandshake => Ok(()),
                 };
@@ -372,12 +385,28 @@ fn emit_result(sh: &Shared, cpu: f64, elapsed: f64, start_us: u64, first_error: 
         connect_histogram: (!connect.is_empty()).then(|| super::histo::encode(&connect)),
         tls_histogram: (!tls_hs.is_empty()).then(|| super::histo::encode(&tls_hs)),
         tls,
+        steps: sh
+            .steps
+            .borrow()
+            .iter()
+            .map(|(name, s)| super::StepResult {
+                name: name.clone(),
+                histogram: super::histo::encode(&s.hist),
+                matched: s.matched,
+                timeouts: s.timeouts,
+                other: s.other,
+            })
+            .collect(),
     })));
 }
 
-/// A histogram as the result carries it: HdrHistogram V2, base64.
 /// Open this worker's connections: at most 256 handshakes in flight, paced by the ramp.
-async fn open_all(spec: &Rc<WorkerSpec>, sh: &Rc<Shared>) -> (Vec<client::Conn>, Option<String>) {
+/// Each connection comes back with its number (a script's connection belongs to the
+/// population its number falls in).
+async fn open_all(
+    spec: &Rc<WorkerSpec>,
+    sh: &Rc<Shared>,
+) -> (Vec<(usize, client::Conn)>, Option<String>) {
     let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(256));
     let start = Instant::now();
     let mut handles = Vec::with_capacity(spec.conns);
@@ -393,9 +422,10 @@ async fn open_all(spec: &Rc<WorkerSpec>, sh: &Rc<Shared>) -> (Vec<client::Conn>,
         handles.push(tokio::task::spawn_local(async move {
             let src = spec.source(i);
             let session = sh.client.as_ref().map(|c| c.session());
+            let target = spec.target_of(i);
             let r = tokio::time::timeout(
                 Duration::from_secs(20),
-                client::connect(&spec.target, src, spec.deflate, session.as_ref()),
+                client::connect(&target, src, spec.deflate, session.as_ref()),
             )
             .await;
             if let Ok(Ok(c)) = &r {
@@ -409,7 +439,7 @@ async fn open_all(spec: &Rc<WorkerSpec>, sh: &Rc<Shared>) -> (Vec<client::Conn>,
                 emit(&Event::Connecting { done: p.0 });
             }
             match r {
-                Ok(Ok(c)) => Ok(c),
+                Ok(Ok(c)) => Ok((i, c)),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(_) => Err("the handshake took over 20 s".to_string()),
             }

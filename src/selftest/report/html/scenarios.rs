@@ -20,6 +20,7 @@ fn purpose(s: Scenario) -> &'static str {
         Scenario::Storm => "Reconnect storm: every connection opened at once, each with a handshake and a first echo.",
         Scenario::Broadcast => "One publisher, every connection subscribed: each round must reach every subscriber.",
         Scenario::Deflate => "Echo-rate with permessage-deflate negotiated on every connection.",
+        Scenario::Script => "Scripted sessions: each population connects its own way and runs its steps; every waiting step timed from the last message sent.",
         Scenario::TlsHandshake => "Clients connect over TLS, upgrade and close, again and again: TLS handshakes per second and per server core.",
     }
 }
@@ -126,6 +127,7 @@ pub fn chart(r: &Report, s: &ScenarioReport) -> Option<String> {
         Scenario::TlsHandshake => {
             latency_chart(r, s, "Connect, TLS, upgrade and close, by percentile")
         }
+        Scenario::Script => step_chart(s),
         Scenario::Idle => idle_chart(r, s),
         Scenario::Broadcast
             if s.timeline.len() >= 2 && s.timeline.iter().any(|p| p.received_per_sec > 0) =>
@@ -350,4 +352,29 @@ pub fn section(r: &Report, s: &ScenarioReport) -> String {
     }
     o.push_str("</div></div></section>");
     o
+}
+
+/// A script's waiting steps, one latency curve each.
+fn step_chart(s: &ScenarioReport) -> Option<String> {
+    const COLOURS: [&str; 4] = [BLUE, VIOLET, TEAL, GREY];
+    let series: Vec<Series> = s
+        .steps
+        .iter()
+        .filter(|st| st.latency_ms.count > 0)
+        .enumerate()
+        .map(|(i, st)| {
+            let colour = COLOURS[i % COLOURS.len()];
+            latency_series(&st.latency_ms, &st.name, colour, i >= COLOURS.len())
+        })
+        .collect();
+    if series.is_empty() {
+        return None;
+    }
+    chart::line_chart(
+        "Each step's latency, by percentile",
+        "percentile",
+        "ms",
+        &series,
+        &chart::percentile_ticks(),
+    )
 }

@@ -1,0 +1,655 @@
+//! Scripted sessions (`selftest --script FILE.yaml`): client populations that each connect
+//! their own way (path and query, headers, subprotocol, a token) and run a sequence of steps
+//! (send, expect a reply, subscribe, publish, think, idle), the way Artillery and k6 describe a
+//! WebSocket user. Each waiting step is timed from the message it waits on, into a histogram
+//! of its own, so a threshold can name it: `traders.price.p99 < 50ms`.
+//!
+//! The file is read once by the orchestrator: every mistake is reported with its file and
+//! line before anything connects. Tokens are minted (or read) here too, and reach the
+//! generator processes on their input, never in argv.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// The file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptFile {
+    /// How long the populations run once connected (default: `--secs`).
+    #[serde(default, with = "opt_duration")]
+    pub duration: Option<Duration>,
+    /// Spread the connections' opening over this long (default: as fast as they open).
+    #[serde(default, with = "opt_duration")]
+    pub ramp: Option<Duration>,
+    pub populations: Vec<PopulationFile>,
+    /// Thresholds judged on the run, as `--threshold`'s (a step is `POPULATION.STEP.STAT`).
+    #[serde(default)]
+    pub thresholds: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PopulationFile {
+    pub name: String,
+    /// Connections of this population.
+    pub conns: usize,
+    /// The URL's path and query for this population (default: the URL's).
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub subprotocol: Option<String>,
+    #[serde(default)]
+    pub token: Option<TokenFile>,
+    /// Run the steps again and again until the duration ends (default: once, then hold).
+    #[serde(default)]
+    pub repeat: bool,
+    pub steps: Vec<StepFile>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenFile {
+    /// A file holding the token.
+    #[serde(default)]
+    pub file: Option<String>,
+    /// A token minted for wstune's channels server (`wstune token`), with the secret in
+    /// `$WSTUNE_AUTH_SECRET` or `secret_file`.
+    #[serde(default)]
+    pub mint: Option<MintFile>,
+    #[serde(default)]
+    pub secret_file: Option<String>,
+    /// Where it is sent: `header` (Authorization: Bearer, the default) or `query` (?token=).
+    #[serde(default)]
+    pub send_in: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MintFile {
+    pub channels: Vec<String>,
+    #[serde(default)]
+    pub publish: Vec<String>,
+    #[serde(default, with = "opt_duration")]
+    pub ttl: Option<Duration>,
+}
+
+/// One step, as written: exactly one of the kinds, and an optional name.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepFile {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub send: Option<Payload>,
+    #[serde(default)]
+    pub expect: Option<ExpectFile>,
+    #[serde(default)]
+    pub subscribe: Option<String>,
+    #[serde(default)]
+    pub publish: Option<PublishFile>,
+    #[serde(default, with = "opt_duration")]
+    pub think: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    pub idle: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Payload {
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub json: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectFile {
+    /// The reply's text is exactly this.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// The reply's text contains this.
+    #[serde(default)]
+    pub contains: Option<String>,
+    /// The reply is JSON holding these fields with these values (others may be there too;
+    /// `"*"` matches any value).
+    #[serde(default)]
+    pub json: Option<serde_json::Value>,
+    /// How long to wait (default 5 s).
+    #[serde(default, with = "opt_duration")]
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishFile {
+    pub channel: String,
+    #[serde(default)]
+    pub data: serde_json::Value,
+}
+
+/// What a generator process runs: each population's connections for this process, its
+/// target (path, headers, token in place) and its steps.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Script {
+    pub populations: Vec<Population>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Population {
+    pub name: String,
+    /// Connections of this population in the whole run (a process gets its share).
+    pub conns: usize,
+    /// The request's path and query, the token in it when sent as a query.
+    pub path: String,
+    /// Extra request header lines, each ending in CRLF (headers, subprotocol, token).
+    pub headers: String,
+    pub repeat: bool,
+    pub steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Step {
+    /// A text frame (templates `{{conn}}` and `{{seq}}` filled in).
+    Send {
+        text: String,
+    },
+    /// Wait for a message that matches; timed from the last message this connection sent.
+    Expect {
+        name: String,
+        matcher: Matcher,
+        timeout_ms: u64,
+    },
+    Think {
+        ms: u64,
+    },
+    Idle {
+        ms: u64,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Matcher {
+    Text(String),
+    Contains(String),
+    Json(serde_json::Value),
+}
+
+impl Matcher {
+    pub fn matches(&self, msg: &[u8]) -> bool {
+        let Ok(text) = std::str::from_utf8(msg) else {
+            return false;
+        };
+        match self {
+            Matcher::Text(t) => text == t,
+            Matcher::Contains(t) => text.contains(t.as_str()),
+            Matcher::Json(want) => serde_json::from_str::<serde_json::Value>(text)
+                .is_ok_and(|got| json_subset(want, &got)),
+        }
+    }
+}
+
+/// `want`'s fields are all in `got` with equal values (objects recursively; `"*"` is any).
+pub fn json_subset(want: &serde_json::Value, got: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (want, got) {
+        (Value::String(s), _) if s == "*" => true,
+        (Value::Object(w), Value::Object(g)) => w
+            .iter()
+            .all(|(k, v)| g.get(k).is_some_and(|gv| json_subset(v, gv))),
+        _ => want == got,
+    }
+}
+
+/// `{{conn}}` (the connection's number in the run) and `{{seq}}` (how many times it has run
+/// its steps) filled in.
+pub fn fill(template: &str, conn: usize, seq: u64) -> String {
+    template
+        .replace("{{conn}}", &conn.to_string())
+        .replace("{{seq}}", &seq.to_string())
+}
+
+/// The step's name in the report and in thresholds: its `name`, else its kind and number
+/// (`expect3`: the population's third step).
+fn step_name(s: &StepFile, i: usize) -> String {
+    if let Some(n) = &s.name {
+        return n.clone();
+    }
+    let kind = if s.expect.is_some() {
+        "expect"
+    } else if s.subscribe.is_some() {
+        "subscribe"
+    } else if s.publish.is_some() {
+        "publish"
+    } else if s.send.is_some() {
+        "send"
+    } else if s.think.is_some() {
+        "think"
+    } else {
+        "idle"
+    };
+    format!("{kind}{}", i + 1)
+}
+
+/// The line of the first line at or after `from` that contains `needle` (1-based).
+fn line_of(text: &str, needle: &str, from: usize) -> usize {
+    text.lines()
+        .enumerate()
+        .skip(from.saturating_sub(1))
+        .find(|(_, l)| l.contains(needle))
+        .map_or(from.max(1), |(i, _)| i + 1)
+}
+
+/// The line of the `i`th item (0-based) of the list that starts after line `after`: the
+/// lines beginning with `- ` at the first item's indentation.
+fn nth_item(text: &str, after: usize, i: usize) -> usize {
+    let mut indent = None;
+    let mut seen = 0;
+    for (n, l) in text.lines().enumerate().skip(after) {
+        let trimmed = l.trim_start();
+        let here = l.len() - trimmed.len();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        match indent {
+            None if trimmed.starts_with("- ") => indent = Some(here),
+            None => return after + 1,
+            Some(ind) if here < ind => break,
+            _ => {}
+        }
+        if Some(here) == indent && trimmed.starts_with("- ") {
+            if seen == i {
+                return n + 1;
+            }
+            seen += 1;
+        }
+    }
+    after + 1
+}
+
+/// How a token of the file is got: read from a file, or minted with a secret.
+pub trait Tokens {
+    fn read(&self, path: &str) -> Result<String, String>;
+    fn mint(&self, mint: &MintFile, secret_file: Option<&str>) -> Result<String, String>;
+}
+
+/// Read and check a script. Every problem is `FILE:LINE: what; the fix`, all of them at once.
+pub fn parse(text: &str, file: &str, tokens: &dyn Tokens) -> Result<(Script, ScriptFile), String> {
+    let f: ScriptFile = serde_yaml_ng::from_str(text).map_err(|e| {
+        let line = e.location().map_or(1, |l| l.line());
+        let msg = e.to_string();
+        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        format!("{file}:{line}: {msg}")
+    })?;
+    let mut problems: Vec<(usize, String)> = Vec::new();
+    if f.populations.is_empty() {
+        problems.push((
+            line_of(text, "populations", 1),
+            "no population: give at least one under populations:".into(),
+        ));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    let mut pops = Vec::new();
+    for p in &f.populations {
+        let at = line_of(text, &format!("name: {}", p.name), 1);
+        if p.name.is_empty() || p.name.contains(['.', ' ', '*']) {
+            problems.push((at, format!("population name '{}': use letters, digits, - and _ (a threshold names it as NAME.STEP.STAT)", p.name)));
+        }
+        if !names.insert(p.name.clone()) {
+            problems.push((at, format!("population '{}' is named twice", p.name)));
+        }
+        if p.conns == 0 {
+            problems.push((
+                line_of(text, "conns:", at),
+                format!(
+                    "population '{}': conns 0; give at least one connection",
+                    p.name
+                ),
+            ));
+        }
+        if p.steps.is_empty() {
+            problems.push((
+                line_of(text, "steps:", at),
+                format!(
+                    "population '{}': no steps; give at least one (idle: 10s holds the connection)",
+                    p.name
+                ),
+            ));
+        }
+        let mut path = p.path.clone().unwrap_or_default();
+        if !path.is_empty() && !path.starts_with('/') {
+            problems.push((
+                line_of(text, "path:", at),
+                format!("population '{}': path '{path}' must start with /", p.name),
+            ));
+        }
+        let mut headers = String::new();
+        for (k, v) in &p.headers {
+            if k.is_empty() || k.contains([':', '\r', '\n', ' ']) || v.contains(['\r', '\n']) {
+                problems.push((
+                    line_of(text, k, at),
+                    format!(
+                        "population '{}': header '{k}' is not a valid header line",
+                        p.name
+                    ),
+                ));
+            }
+            headers.push_str(&format!("{k}: {v}\r\n"));
+        }
+        if let Some(sp) = &p.subprotocol {
+            headers.push_str(&format!("Sec-WebSocket-Protocol: {sp}\r\n"));
+        }
+        if let Some(t) = &p.token {
+            let tline = line_of(text, "token:", at);
+            let got = match (&t.file, &t.mint) {
+                (Some(path), None) => tokens.read(path),
+                (None, Some(m)) => tokens.mint(m, t.secret_file.as_deref()),
+                _ => Err("give exactly one of file: or mint:".into()),
+            };
+            match (got, t.send_in.as_deref()) {
+                (Err(e), _) => {
+                    problems.push((tline, format!("population '{}': token: {e}", p.name)))
+                }
+                (Ok(tok), None | Some("header")) => {
+                    headers.push_str(&format!("Authorization: Bearer {}\r\n", tok.trim()))
+                }
+                (Ok(tok), Some("query")) => {
+                    let sep = if path.contains('?') { '&' } else { '?' };
+                    path = format!(
+                        "{}{sep}token={}",
+                        if path.is_empty() { "/" } else { &path },
+                        tok.trim()
+                    );
+                }
+                (Ok(_), Some(other)) => problems.push((
+                    tline,
+                    format!(
+                        "population '{}': send_in '{other}': header or query",
+                        p.name
+                    ),
+                )),
+            }
+        }
+        let mut steps = Vec::new();
+        let mut step_names = std::collections::BTreeSet::new();
+        for (i, s) in p.steps.iter().enumerate() {
+            let sline = nth_item(text, line_of(text, "steps:", at), i);
+            let kinds = [
+                s.send.is_some(),
+                s.expect.is_some(),
+                s.subscribe.is_some(),
+                s.publish.is_some(),
+                s.think.is_some(),
+                s.idle.is_some(),
+            ]
+            .iter()
+            .filter(|k| **k)
+            .count();
+            if kinds != 1 {
+                problems.push((sline, format!("population '{}', step {}: give exactly one of send, expect, subscribe, publish, think, idle", p.name, i + 1)));
+                continue;
+            }
+            let name = step_name(s, i);
+            if !step_names.insert(name.clone()) {
+                problems.push((
+                    sline,
+                    format!("population '{}': step name '{name}' is used twice", p.name),
+                ));
+            }
+            if let Some(pl) = &s.send {
+                match (&pl.text, &pl.json) {
+                    (Some(t), None) => steps.push(Step::Send { text: t.clone() }),
+                    (None, Some(j)) => steps.push(Step::Send {
+                        text: j.to_string(),
+                    }),
+                    _ => problems.push((
+                        sline,
+                        format!(
+                            "population '{}', step {name}: send needs text: or json:",
+                            p.name
+                        ),
+                    )),
+                }
+            } else if let Some(e) = &s.expect {
+                let matcher = match (&e.text, &e.contains, &e.json) {
+                    (Some(t), None, None) => Matcher::Text(t.clone()),
+                    (None, Some(c), None) => Matcher::Contains(c.clone()),
+                    (None, None, Some(j)) => Matcher::Json(j.clone()),
+                    _ => {
+                        problems.push((sline, format!("population '{}', step {name}: expect needs one of text:, contains:, json:", p.name)));
+                        continue;
+                    }
+                };
+                steps.push(Step::Expect {
+                    name,
+                    matcher,
+                    timeout_ms: timeout_ms(e.timeout),
+                });
+            } else if let Some(ch) = &s.subscribe {
+                // The channels protocol: the server answers {"op":"subscribed","channel":ch}.
+                steps.push(Step::Send {
+                    text: serde_json::json!({"op": "subscribe", "channel": ch}).to_string(),
+                });
+                steps.push(Step::Expect {
+                    name,
+                    matcher: Matcher::Json(serde_json::json!({"op": "subscribed", "channel": ch})),
+                    timeout_ms: 5000,
+                });
+            } else if let Some(pb) = &s.publish {
+                steps.push(Step::Send {
+                    text:
+                        serde_json::json!({"op": "publish", "channel": pb.channel, "data": pb.data})
+                            .to_string(),
+                });
+            } else if let Some(d) = s.think {
+                steps.push(Step::Think {
+                    ms: d.as_millis() as u64,
+                });
+            } else if let Some(d) = s.idle {
+                steps.push(Step::Idle {
+                    ms: d.as_millis() as u64,
+                });
+            }
+        }
+        pops.push(Population {
+            name: p.name.clone(),
+            conns: p.conns,
+            path,
+            headers,
+            repeat: p.repeat,
+            steps,
+        });
+    }
+    for t in &f.thresholds {
+        if let Err(e) = t.parse::<super::threshold::Threshold>() {
+            problems.push((line_of(text, t, 1), e));
+        }
+    }
+    if problems.is_empty() {
+        return Ok((Script { populations: pops }, f));
+    }
+    problems.sort();
+    Err(problems
+        .into_iter()
+        .map(|(l, m)| format!("{file}:{l}: {m}"))
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+fn timeout_ms(d: Option<Duration>) -> u64 {
+    d.map_or(5000, |d| d.as_millis() as u64)
+}
+
+impl Script {
+    pub fn conns(&self) -> usize {
+        self.populations.iter().map(|p| p.conns).sum()
+    }
+
+    /// The names of the steps that wait (`POPULATION.STEP`), for thresholds and the report.
+    pub fn waiting_steps(&self) -> Vec<String> {
+        self.populations
+            .iter()
+            .flat_map(|p| {
+                p.steps.iter().filter_map(move |s| match s {
+                    Step::Expect { name, .. } => Some(format!("{}.{name}", p.name)),
+                    _ => None,
+                })
+            })
+            .collect()
+    }
+
+    /// Generator process `w` of `workers`'s share: each population split evenly, the first
+    /// processes one more.
+    pub fn share(&self, w: usize, workers: usize) -> Script {
+        Script {
+            populations: self
+                .populations
+                .iter()
+                .map(|p| Population {
+                    conns: p.conns / workers + usize::from(w < p.conns % workers),
+                    ..p.clone()
+                })
+                .collect(),
+        }
+    }
+
+    /// Connection `i` of this share: its population.
+    pub fn population_of(&self, mut i: usize) -> Option<usize> {
+        for (k, p) in self.populations.iter().enumerate() {
+            if i < p.conns {
+                return Some(k);
+            }
+            i -= p.conns;
+        }
+        None
+    }
+}
+
+/// `10s`, `500ms`, `1h` (humantime), or seconds as a number.
+mod opt_duration {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Secs(f64),
+            Text(String),
+        }
+        match Option::<Raw>::deserialize(d)? {
+            None => Ok(None),
+            Some(Raw::Secs(s)) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+            Some(Raw::Secs(s)) => Err(serde::de::Error::custom(format!(
+                "{s}: give a duration above 0 (10s, 500ms)"
+            ))),
+            Some(Raw::Text(t)) => humantime::parse_duration(t.trim())
+                .ok()
+                .filter(|d| !d.is_zero())
+                .map(Some)
+                .ok_or_else(|| {
+                    serde::de::Error::custom(format!("'{t}' is not a duration (10s, 500ms, 1m)"))
+                }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoTokens;
+    impl Tokens for NoTokens {
+        fn read(&self, path: &str) -> Result<String, String> {
+            Ok(format!("token-from-{path}"))
+        }
+        fn mint(&self, m: &MintFile, _: Option<&str>) -> Result<String, String> {
+            Ok(format!("minted-{}", m.channels.join("+")))
+        }
+    }
+
+    #[test]
+    fn a_json_expectation_matches_a_subset_with_wildcards() {
+        let want = serde_json::json!({"channel": "a", "data": {"px": "*"}});
+        assert!(json_subset(
+            &want,
+            &serde_json::json!({"channel": "a", "data": {"px": 1, "q": 2}, "x": 0})
+        ));
+        assert!(!json_subset(
+            &want,
+            &serde_json::json!({"channel": "b", "data": {"px": 1}})
+        ));
+        assert!(!json_subset(&want, &serde_json::json!({"channel": "a"})));
+        assert!(Matcher::Contains("pong".into()).matches(b"a pong!"));
+        assert!(!Matcher::Json(want).matches(b"not json"));
+        assert_eq!(fill("c{{conn}}-s{{seq}}", 7, 3), "c7-s3");
+    }
+
+    #[test]
+    fn populations_get_their_path_headers_and_token_and_split_over_processes() {
+        let text = "populations:
+  - name: v
+    conns: 5
+    path: /ws?room=1
+    headers: {X-Client: wstune}
+    subprotocol: chat.v1
+    token: {file: v.jwt, send_in: query}
+    steps:
+      - subscribe: a
+      - think: 1s
+  - name: t
+    conns: 2
+    token: {mint: {channels: [a]}}
+    steps:
+      - send: {json: {op: ping}}
+      - expect: {contains: pong}
+";
+        let (s, _) = parse(text, "s.yaml", &NoTokens).unwrap();
+        let v = &s.populations[0];
+        assert_eq!(v.path, "/ws?room=1&token=token-from-v.jwt");
+        assert_eq!(
+            v.headers,
+            "X-Client: wstune\r\nSec-WebSocket-Protocol: chat.v1\r\n"
+        );
+        assert_eq!(
+            s.populations[1].headers,
+            "Authorization: Bearer minted-a\r\n"
+        );
+        assert_eq!(s.waiting_steps(), ["v.subscribe1", "t.expect2"]);
+        // 7 connections over 3 processes: every population split, nothing lost.
+        let shares: Vec<Script> = (0..3).map(|w| s.share(w, 3)).collect();
+        assert_eq!(shares.iter().map(Script::conns).sum::<usize>(), 7);
+        assert_eq!(shares[0].population_of(1), Some(0));
+        assert_eq!(shares[0].population_of(2), Some(1));
+    }
+
+    #[test]
+    fn every_mistake_is_named_with_its_line() {
+        let text = "populations:
+  - name: a.b
+    conns: 0
+    steps:
+      - think: 1s
+      - expect: {text: x}
+        send: {text: y}
+      - expect: {text: x, contains: y}
+";
+        let e = parse(text, "s.yaml", &NoTokens).unwrap_err();
+        assert!(e.contains("s.yaml:2: population name 'a.b'"), "{e}");
+        assert!(e.contains("s.yaml:3: population 'a.b': conns 0"), "{e}");
+        assert!(
+            e.contains("s.yaml:6: population 'a.b', step 2: give exactly one"),
+            "{e}"
+        );
+        assert!(
+            e.contains("s.yaml:8: population 'a.b', step expect3: expect needs one of"),
+            "{e}"
+        );
+        let e = parse("populations: []\nbogus: 1\n", "s.yaml", &NoTokens).unwrap_err();
+        assert!(e.starts_with("s.yaml:2: unknown field `bogus`"), "{e}");
+        let e = parse("duration: soon\npopulations: []\n", "s.yaml", &NoTokens).unwrap_err();
+        assert!(e.contains("'soon' is not a duration"), "{e}");
+    }
+}

@@ -1,0 +1,162 @@
+//! `selftest --script`: scripted sessions against the channels app with JWT auth, every
+//! waiting step timed and judged, and a file's mistakes named with their lines.
+
+use crate::common;
+
+use common::{json_of, run, serve};
+
+/// A scripted session against the channels app with JWT auth: tokens minted from the server's
+/// secret, viewers subscribe and wait for a price, traders publish and see it come back; every
+/// step is timed and judged by the file's thresholds. A wrong expectation fails naming its
+/// step (exit 2); a mistake in the file is named with its line before anything connects.
+#[test]
+fn a_script_with_tokens_subscribe_publish_and_expect_runs_against_channels() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "a-shared-jwt-secret-of-at-least-32-bytes\n").unwrap();
+    let srv = serve(&[
+        "--profile",
+        "10k",
+        "--app",
+        "channels",
+        "--auth-secret-file",
+        secret.to_str().unwrap(),
+    ]);
+    let url = format!("ws://127.0.0.1:{}/", srv.port);
+    let script = |name: &str, expect: &str, thresholds: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(
+            &p,
+            format!(
+                "duration: 3s
+populations:
+  - name: viewers
+    conns: 6
+    token: {{mint: {{channels: [\"prices.*\"]}}, secret_file: secret}}
+    steps:
+      - subscribe: prices.eu
+      - expect: {{json: {expect}, timeout: 2500ms}}
+        name: price
+  - name: traders
+    conns: 2
+    token: {{mint: {{channels: [\"prices.*\"], publish: [\"prices.*\"]}}, secret_file: secret, send_in: query}}
+    repeat: true
+    steps:
+      - subscribe: prices.eu
+        name: sub
+      - publish: {{channel: prices.eu, data: {{px: \"{{{{seq}}}}\", from: \"{{{{conn}}}}\"}}}}
+      - expect: {{json: {{channel: prices.eu, data: {{px: \"*\"}}}}, timeout: 2s}}
+        name: echo
+      - think: 200ms
+thresholds:
+{thresholds}"
+            ),
+        )
+        .unwrap();
+        let o = run(&[
+            "selftest",
+            "--url",
+            &url,
+            "--script",
+            p.to_str().unwrap(),
+            "--format",
+            "json",
+            "--accept-noise",
+        ]);
+        (o.status.code(), json_of(&o))
+    };
+    let (code, v) = script(
+        "good.yaml",
+        "{channel: prices.eu}",
+        "  - viewers.price.met >= 100%\n  - traders.echo.max < 2s\n",
+    );
+    assert_eq!(code, Some(0), "{v:#}");
+    let s = &v["scenarios"][0];
+    assert_eq!(s["scenario"], "script");
+    assert_eq!(s["conns_connected"], 8);
+    let step = |n: &str| {
+        s["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == n)
+            .unwrap_or_else(|| panic!("no step {n}: {s:#}"))
+            .clone()
+    };
+    assert_eq!(step("viewers.price")["matched"], 6, "{s:#}");
+    assert_eq!(step("viewers.price")["timeouts"], 0);
+    assert_eq!(
+        step("viewers.subscribe1")["matched"],
+        6,
+        "subscribed: {s:#}"
+    );
+    assert!(
+        step("traders.echo")["matched"].as_u64().unwrap() >= 4,
+        "{s:#}"
+    );
+    // Each pass of a repeating population subscribes again: at least once per trader.
+    assert!(step("traders.sub")["matched"].as_u64().unwrap() >= 2);
+    let checks = v["verdict"]["checks"].as_array().unwrap();
+    assert!(checks.iter().any(|c| c["threshold"] == true
+        && c["what"] == "viewers.price.met >= 100%"
+        && c["ok"] == true));
+
+    // A wrong expectation: the viewers wait for a channel nothing publishes to.
+    let (code, v) = script(
+        "wrong.yaml",
+        "{channel: prices.us}",
+        "  - viewers.price.met >= 100%\n",
+    );
+    assert_eq!(code, Some(2), "{v:#}");
+    let summary = v["verdict"]["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("missed: viewers.price.met >= 100% on script"),
+        "{summary}"
+    );
+    let failed: Vec<&str> = v["verdict"]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["ok"] == false)
+        .map(|c| c["what"].as_str().unwrap())
+        .collect();
+    assert!(
+        failed.contains(&"step viewers.price: every expectation met"),
+        "{failed:?}"
+    );
+
+    // Mistakes in the file: each with its line, nothing connected.
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "populations:\n  - name: a\n    conns: 1\n    steps:\n      - sendd: {text: x}\n",
+    )
+    .unwrap();
+    let o = run(&["selftest", "--url", &url, "--script", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("bad.yaml:5:") && err.contains("unknown field `sendd`"),
+        "{err}"
+    );
+    std::fs::write(
+        &bad,
+        "populations:\n  - name: a\n    conns: 1\n    steps:\n      - think: 1s\n        idle: 1s\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "selftest",
+        "--url",
+        &url,
+        "--script",
+        bad.to_str().unwrap(),
+        "--threshold",
+        "a.nosuch.p99 < 1s",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("bad.yaml:5: population 'a', step 1: give exactly one of"),
+        "{err}"
+    );
+}
