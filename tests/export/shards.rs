@@ -159,7 +159,7 @@ fn bad_shard_exports_are_refused_before_anything_is_written() {
                 "--url",
                 "http://h:1/",
             ],
-            "not a ws:// URL",
+            "not a ws:// or wss:// URL",
         ),
     ];
     for (args, want) in cases {
