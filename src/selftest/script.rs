@@ -625,6 +625,26 @@ mod tests {
         assert_eq!(shares[0].population_of(2), Some(1));
     }
 
+    /// The example scripts in the book read and check cleanly.
+    #[test]
+    fn the_book_s_example_scripts_are_valid() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/scripts");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let text = std::fs::read_to_string(&p).unwrap();
+            let (s, f) =
+                parse(&text, &p.display().to_string(), &NoTokens).unwrap_or_else(|e| panic!("{e}"));
+            assert!(s.conns() > 0 && !s.waiting_steps().is_empty());
+            for t in &f.thresholds {
+                let step = t.split(' ').next().unwrap().rsplit_once('.').unwrap().0;
+                assert!(s.waiting_steps().iter().any(|w| w == step), "{t}");
+            }
+            n += 1;
+        }
+        assert!(n >= 2);
+    }
+
     #[test]
     fn every_mistake_is_named_with_its_line() {
         let text = "populations:

@@ -175,6 +175,19 @@ pub fn table(r: &Report) -> String {
     }
     for s in &r.scenarios {
         out.push_str(&disturbance_lines(s));
+        // A script's waiting steps, each on its own line.
+        for st in &s.steps {
+            out.push_str(&format!(
+                "step {}: {} met, {} timed out, {} other; p50 {} / p99 {} / max {} ms\n",
+                st.name,
+                st.matched,
+                st.timeouts,
+                st.other,
+                num(st.latency_ms.p50),
+                num(st.latency_ms.p99),
+                num(st.latency_ms.max)
+            ));
+        }
     }
     for c in &r.verdict.checks {
         // A threshold without its figure says why in its detail; any other check left
