@@ -160,3 +160,64 @@ thresholds:
         "{err}"
     );
 }
+
+/// Stages: the connections open over the first second, hold, and the newest close over the
+/// last; every one of them runs its steps, and the run lasts as long as its stages.
+#[test]
+fn a_staged_script_opens_and_closes_its_connections_on_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = serve(&["--profile", "10k"]);
+    let url = format!("ws://127.0.0.1:{}/", srv.port);
+    let p = dir.path().join("staged.yaml");
+    std::fs::write(
+        &p,
+        "stages:
+  - {to: 20, over: 1s}
+  - {hold: 2s}
+  - {to: 5, over: 1s}
+populations:
+  - name: clients
+    conns: 20
+    repeat: true
+    steps:
+      - send: {text: 'ping {{conn}}'}
+      - expect: {contains: ping, timeout: 2s}
+        name: echo
+      - think: 200ms
+",
+    )
+    .unwrap();
+    let o = run(&[
+        "selftest",
+        "--url",
+        &url,
+        "--script",
+        p.to_str().unwrap(),
+        "--format",
+        "json",
+        "--accept-noise",
+    ]);
+    let v = json_of(&o);
+    assert_eq!(o.status.code(), Some(0), "{v:#}");
+    let s = &v["scenarios"][0];
+    assert_eq!(s["conns_connected"], 20, "{s:#}");
+    assert_eq!(s["secs"], 4.0);
+    assert_eq!(s["errors"], 0);
+    assert_eq!(s["connect_ms"]["count"], 20);
+    let echo = &s["steps"][0];
+    assert_eq!(echo["name"], "clients.echo");
+    assert_eq!(echo["timeouts"], 0, "{echo:#}");
+    // 20 connections for ~2.5 s at a pass every ~0.2 s each, 5 for the rest: far more than 20.
+    assert!(echo["matched"].as_u64().unwrap() > 100, "{echo:#}");
+    let o = run(&[
+        "selftest",
+        "--url",
+        &url,
+        "--script",
+        p.to_str().unwrap(),
+        "--secs",
+        "3",
+    ]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("its stages say how long the run takes"));
+}

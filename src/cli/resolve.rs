@@ -501,7 +501,9 @@ fn script(path: &Path, load: &mut Load) -> Result<()> {
     load.conns = Some(s.conns());
     load.scenarios = vec![Scenario::Script];
     if load.secs.is_none() {
-        load.secs = f.duration.map(|d| d.as_secs_f64());
+        load.secs = s.stages_secs().or(f.duration.map(|d| d.as_secs_f64()));
+    } else if s.stages_secs().is_some() {
+        bail!("--script {file}: its stages say how long the run takes: drop --secs");
     }
     if let Some(r) = f.ramp {
         load.ramp = s.conns() as f64 / r.as_secs_f64();

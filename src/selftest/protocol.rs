@@ -79,6 +79,13 @@ impl WorkerSpec {
         }
     }
 
+    /// Whether the connections open inside the measured window (storm, tls-handshake, a script
+    /// with stages) instead of before it.
+    pub fn connects_in_window(&self) -> bool {
+        self.scenario.connects_in_window()
+            || self.script.as_ref().is_some_and(|s| !s.stages.is_empty())
+    }
+
     /// Connection `i`'s target: a script's population connects with its own path and headers.
     pub fn target_of(&self, i: usize) -> Target {
         let Some(p) = self

@@ -61,6 +61,14 @@ pub struct RunPlan {
 }
 
 impl RunPlan {
+    /// Whether `scenario`'s connections open inside the measured window (storm,
+    /// tls-handshake, a script with stages): no connect phase before it.
+    pub fn connects_in_window(&self, scenario: Scenario) -> bool {
+        scenario.connects_in_window()
+            || (scenario == Scenario::Script
+                && self.script.as_ref().is_some_and(|s| !s.stages.is_empty()))
+    }
+
     /// Seconds of unmeasured load before `scenario`'s window: `--warmup`, or by default 1 s,
     /// and for the open-loop scenarios one period of the per-connection rate, at most 5 s. At
     /// 100k connections and 0.1 msg/s each, a 1 s warm-up was shorter than the generator's
@@ -160,7 +168,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     let workers = procs.len();
     let (connected, first_error) = connect_phase(&mut procs, o, scenario, target).await?;
     // Let the server settle (the last handshakes done, idle memory steady) before measuring.
-    if !scenario.connects_in_window() {
+    if !o.connects_in_window(scenario) {
         quiesce(o, Duration::from_secs(10)).await;
     }
     let rss_after_connect = server_sample(o, scenario).map(|s| s.1);
@@ -247,7 +255,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     if incomplete.is_none() {
         incomplete = unreadable;
     }
-    if !scenario.connects_in_window() && connected < o.conns {
+    if !o.connects_in_window(scenario) && connected < o.conns {
         errors += (o.conns - connected) as u64;
     }
     let wall = o.secs.max(0.001);
@@ -307,6 +315,8 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         },
         conns_connected: match scenario {
             Scenario::Storm => hist.len() as usize,
+            // Staged: every connection that opened in the window, timed on opening.
+            Scenario::Script if o.connects_in_window(scenario) => connect.len() as usize,
             Scenario::TlsHandshake => clients_in_flight(o, workers),
             _ => connected,
         },
@@ -580,7 +590,7 @@ async fn connect_phase(
         }
     }
     pb.finish_and_clear();
-    if !scenario.connects_in_window() && connected == 0 {
+    if !o.connects_in_window(scenario) && connected == 0 {
         bail!(
             "no connection to {} could be opened: {}",
             target_url(target),

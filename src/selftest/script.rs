@@ -21,10 +21,26 @@ pub struct ScriptFile {
     /// Spread the connections' opening over this long (default: as fast as they open).
     #[serde(default, with = "opt_duration")]
     pub ramp: Option<Duration>,
+    /// Connections over time instead of `ramp` and `duration`: `{to: N, over: 30s}` moves the
+    /// count to N linearly (up: connections open; down: the newest close), `{hold: 60s}` keeps
+    /// it. The count rises to the populations' total, then may only fall.
+    #[serde(default)]
+    pub stages: Vec<StageFile>,
     pub populations: Vec<PopulationFile>,
     /// Thresholds judged on the run, as `--threshold`'s (a step is `POPULATION.STEP.STAT`).
     #[serde(default)]
     pub thresholds: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageFile {
+    #[serde(default)]
+    pub to: Option<usize>,
+    #[serde(default, with = "opt_duration")]
+    pub over: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    pub hold: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -135,6 +151,10 @@ pub struct PublishFile {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Script {
     pub populations: Vec<Population>,
+    /// `stages:`: (the count as a share of the populations' total, seconds to reach it from
+    /// the last). Empty: every connection opens before the run and stays to its end.
+    #[serde(default)]
+    pub stages: Vec<(f64, f64)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -462,13 +482,21 @@ pub fn parse(text: &str, file: &str, tokens: &dyn Tokens) -> Result<(Script, Scr
             steps,
         });
     }
+    let total: usize = pops.iter().map(|p| p.conns).sum();
+    let stages = stages(&f, text, total, &mut problems);
     for t in &f.thresholds {
         if let Err(e) = t.parse::<super::threshold::Threshold>() {
             problems.push((line_of(text, t, 1), e));
         }
     }
     if problems.is_empty() {
-        return Ok((Script { populations: pops }, f));
+        return Ok((
+            Script {
+                populations: pops,
+                stages,
+            },
+            f,
+        ));
     }
     problems.sort();
     Err(problems
@@ -476,6 +504,72 @@ pub fn parse(text: &str, file: &str, tokens: &dyn Tokens) -> Result<(Script, Scr
         .map(|(l, m)| format!("{file}:{l}: {m}"))
         .collect::<Vec<_>>()
         .join("\n"))
+}
+
+/// `stages:` checked and made relative: each (level as a share of `total`, seconds). The
+/// count must rise to `total` (every connection of the populations opens) and may then only
+/// fall: a connection opens once and closes once.
+fn stages(
+    f: &ScriptFile,
+    text: &str,
+    total: usize,
+    problems: &mut Vec<(usize, String)>,
+) -> Vec<(f64, f64)> {
+    if f.stages.is_empty() {
+        return Vec::new();
+    }
+    let at = line_of(text, "stages:", 1);
+    if f.ramp.is_some() || f.duration.is_some() {
+        problems.push((
+            at,
+            "stages replace ramp and duration: give one or the other".into(),
+        ));
+    }
+    let mut out = Vec::new();
+    let (mut level, mut peaked) = (0usize, false);
+    for (i, s) in f.stages.iter().enumerate() {
+        let line = nth_item(text, at, i);
+        match (s.to, s.over, s.hold) {
+            (Some(to), Some(over), None) => {
+                if to > total {
+                    problems.push((
+                        line,
+                        format!(
+                            "stage {}: to {to} is more than the populations' {total} connections",
+                            i + 1
+                        ),
+                    ));
+                } else if to > level && peaked {
+                    problems.push((
+                        line,
+                        format!(
+                            "stage {}: the count may only fall once it has risen to {total}",
+                            i + 1
+                        ),
+                    ));
+                }
+                if to == total {
+                    peaked = true;
+                }
+                level = to;
+                out.push((to as f64 / total.max(1) as f64, over.as_secs_f64()));
+            }
+            (None, None, Some(hold)) => {
+                out.push((level as f64 / total.max(1) as f64, hold.as_secs_f64()))
+            }
+            _ => problems.push((
+                line,
+                format!(
+                    "stage {}: give {{to: N, over: DURATION}} or {{hold: DURATION}}",
+                    i + 1
+                ),
+            )),
+        }
+    }
+    if !peaked {
+        problems.push((at, format!("the stages never reach the populations' {total} connections: end a rise at to: {total}")));
+    }
+    out
 }
 
 fn timeout_ms(d: Option<Duration>) -> u64 {
@@ -500,10 +594,58 @@ impl Script {
             .collect()
     }
 
+    /// How long the stages take, seconds (None: no stages).
+    pub fn stages_secs(&self) -> Option<f64> {
+        (!self.stages.is_empty()).then(|| self.stages.iter().map(|s| s.1).sum())
+    }
+
+    /// With stages: when each of this share's connections opens and closes, seconds from the
+    /// start, by connection number. The populations ramp together (each connection's place is
+    /// its share of its own population), and on the way down the newest close first.
+    pub fn schedule(&self) -> Vec<(usize, f64, f64)> {
+        let n = self.conns();
+        let mut order: Vec<(f64, usize)> = Vec::with_capacity(n);
+        let mut i = 0;
+        for p in &self.populations {
+            for q in 0..p.conns {
+                order.push(((q as f64 + 0.5) / p.conns as f64, i));
+                i += 1;
+            }
+        }
+        order.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let end: f64 = self.stages.iter().map(|s| s.1).sum();
+        order
+            .into_iter()
+            .enumerate()
+            .map(|(rank, (_, conn))| {
+                let need = (rank + 1) as f64;
+                let (mut open, mut close) = (None, None);
+                let (mut t, mut level) = (0.0, 0.0);
+                for &(to, secs) in &self.stages {
+                    let target = to * n as f64;
+                    if open.is_none() && target >= need - 1e-9 && target > level {
+                        open = Some(t + secs * ((need - level) / (target - level)).max(0.0));
+                    } else if open.is_some()
+                        && close.is_none()
+                        && target < need - 1e-9
+                        && target < level
+                    {
+                        close =
+                            Some(t + secs * ((level - need) / (level - target)).clamp(0.0, 1.0));
+                    }
+                    t += secs;
+                    level = target;
+                }
+                (conn, open.unwrap_or(end), close.unwrap_or(end))
+            })
+            .collect()
+    }
+
     /// Generator process `w` of `workers`'s share: each population split evenly, the first
     /// processes one more.
     pub fn share(&self, w: usize, workers: usize) -> Script {
         Script {
+            stages: self.stages.clone(),
             populations: self
                 .populations
                 .iter()
@@ -623,6 +765,46 @@ mod tests {
         assert_eq!(shares.iter().map(Script::conns).sum::<usize>(), 7);
         assert_eq!(shares[0].population_of(1), Some(0));
         assert_eq!(shares[0].population_of(2), Some(1));
+    }
+
+    #[test]
+    fn stages_open_connections_on_the_way_up_and_close_the_newest_on_the_way_down() {
+        let text = "stages:
+  - {to: 4, over: 10s}
+  - {hold: 10s}
+  - {to: 2, over: 10s}
+populations:
+  - name: a
+    conns: 2
+    steps: [{idle: 1s}]
+  - name: b
+    conns: 2
+    steps: [{idle: 1s}]
+";
+        let (s, _) = parse(text, "s.yaml", &NoTokens).unwrap();
+        assert_eq!(s.stages_secs(), Some(30.0));
+        let mut sched = s.schedule();
+        sched.sort_by(|x, y| x.1.total_cmp(&y.1));
+        let opens: Vec<f64> = sched.iter().map(|x| x.1).collect();
+        assert_eq!(opens, [2.5, 5.0, 7.5, 10.0]);
+        // The populations ramp together: a's first, then b's first, then the seconds.
+        let pops: Vec<Option<usize>> = sched.iter().map(|x| s.population_of(x.0)).collect();
+        assert_eq!(pops, [Some(0), Some(1), Some(0), Some(1)]);
+        let closes: Vec<f64> = sched.iter().map(|x| x.2).collect();
+        assert_eq!(closes, [30.0, 30.0, 25.0, 20.0], "the newest close first");
+        let pops = "populations:\n  - name: a\n    conns: 2\n    steps: [{idle: 1s}]\n";
+        let bad = format!("stages:\n  - {{to: 9, over: 1s}}\n  - {{to: 1, over: 1s}}\n{pops}");
+        let e = parse(&bad, "s.yaml", &NoTokens).unwrap_err();
+        assert!(e.contains("s.yaml:2: stage 1: to 9 is more than"), "{e}");
+        assert!(e.contains("the stages never reach"), "{e}");
+        let bad = format!(
+            "stages:\n  - {{to: 2, over: 1s}}\n  - {{to: 1, over: 1s}}\n  - {{to: 2, over: 1s}}\n{pops}"
+        );
+        let e = parse(&bad, "s.yaml", &NoTokens).unwrap_err();
+        assert!(
+            e.contains("s.yaml:4: stage 3: the count may only fall"),
+            "{e}"
+        );
     }
 
     /// The example scripts in the book read and check cleanly.

@@ -207,7 +207,7 @@ async fn run(spec: WorkerSpec) {
     // Connect phase (all scenarios but those whose connects are the measurement).
     let mut conns = Vec::new();
     let mut first_error = None;
-    let connects_later = spec.scenario.connects_in_window();
+    let connects_later = spec.connects_in_window();
     if !connects_later {
         let (ok, err) = open_all(&spec, &sh).await;
         conns = ok;
@@ -277,6 +277,9 @@ async fn run(spec: WorkerSpec) {
         }
     } else if spec.scenario == Scenario::TlsHandshake {
         storm_connect_errors = handshakes(&spec, &sh, end).await;
+    } else if connects_later {
+        // A script with stages: its connections open and close on their schedule.
+        storm_connect_errors = script::staged(&spec, &sh, start, end).await;
     } else {
         let echo_like = matches!(spec.scenario, Scenario::EchoRate | Scenario::Deflate);
         let slots: Vec<Rc<Slot>> = if echo_like {

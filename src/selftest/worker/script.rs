@@ -130,3 +130,70 @@ pub(super) async fn session(
     let _ = w.close().await;
     Ok(())
 }
+
+/// With `stages:`: every connection of this process opens at its scheduled moment (timed as
+/// any connection's opening), runs its population's steps and closes when the count falls
+/// below its place, or at the end. Returns the first connect error.
+pub(super) async fn staged(
+    spec: &std::rc::Rc<WorkerSpec>,
+    sh: &std::rc::Rc<Shared>,
+    start: Instant,
+    end: Instant,
+) -> Option<String> {
+    let script = spec
+        .script
+        .as_ref()
+        .expect("a script scenario has its script");
+    let mut tasks = Vec::new();
+    for (conn, open_s, close_s) in script.schedule() {
+        let (spec, sh) = (spec.clone(), sh.clone());
+        let pop = script.population_of(conn).unwrap_or(0);
+        tasks.push(tokio::task::spawn_local(async move {
+            let open = start + Duration::from_secs_f64(open_s);
+            let close = (start + Duration::from_secs_f64(close_s)).min(end);
+            if open >= close {
+                return None;
+            }
+            tokio::time::sleep_until(open).await;
+            let tls = sh.client.as_ref().map(|c| c.session());
+            let target = spec.target_of(conn);
+            let c = match tokio::time::timeout(
+                Duration::from_secs(20),
+                crate::selftest::client::connect(
+                    &target,
+                    spec.source(conn),
+                    spec.deflate,
+                    tls.as_ref(),
+                ),
+            )
+            .await
+            {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => {
+                    sh.c.borrow_mut().errors += 1;
+                    return Some(e.to_string());
+                }
+                Err(_) => {
+                    sh.c.borrow_mut().errors += 1;
+                    return Some("the handshake took over 20 s".to_string());
+                }
+            };
+            sh.opened(&c);
+            let conn_no = spec.source_offset + conn;
+            if session(c.reader, c.writer, &spec, &sh, pop, conn_no, close)
+                .await
+                .is_err()
+            {
+                sh.c.borrow_mut().errors += 1;
+            }
+            None
+        }));
+    }
+    let mut first = None;
+    for t in tasks {
+        if let Ok(Some(e)) = t.await {
+            first.get_or_insert(e);
+        }
+    }
+    first
+}
