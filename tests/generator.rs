@@ -267,7 +267,7 @@ fn idle_memory(tls: bool) -> (f64, f64) {
 /// buffer each end keeps after its first read.
 #[test]
 fn an_idle_tls_connection_costs_what_the_self_test_sizing_budgets() {
-    let _area = common::area("generator");
+    let _area = common::area("generator-memory");
     let (server, generator) = idle_memory(false);
     let (server_tls, generator_tls) = idle_memory(true);
     let added = (server_tls - server) + (generator_tls - generator);

@@ -161,6 +161,36 @@ fn four_shards_merged_equal_one_run() {
         (Some("echo-rate"), Some(20))
     );
 
+    // --partial: what there is, merged, and never judged a proof: NOT PROVEN (exit 4) when
+    // nothing failed, and the Prometheus file says the same as the exit code.
+    let prom = dir.path().join("partial.prom");
+    let o = run(&[
+        "report",
+        "merge",
+        "--partial",
+        "--accept-noise",
+        "--format",
+        "json",
+        "--out-prometheus",
+        prom.to_str().unwrap(),
+        &files[0],
+        &files[1],
+    ]);
+    let v = json_of(&o);
+    if v["verdict"]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["ok"] == true)
+    {
+        assert_eq!(o.status.code(), Some(4), "{v:#}");
+        let text = std::fs::read_to_string(&prom).unwrap();
+        assert!(text.contains("verdict=\"not_proven\""), "{text}");
+        assert!(v["verdict"]["unmeasured"][0]
+            .as_str()
+            .unwrap()
+            .contains("2 of 4 shards"));
+    }
     // A report missing, and an address that is not this host's, are refused by name.
     let o = run(&["report", "merge", &files[0], &files[1]]);
     assert_eq!(o.status.code(), Some(3));

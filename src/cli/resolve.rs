@@ -208,6 +208,12 @@ fn shard_run(a: &ExportArgs) -> Result<Option<crate::export::shards::ShardRun>> 
     match args::Cli::try_parse_from(argv) {
         Ok(cli) => {
             if let args::Command::Selftest(s) = cli.command {
+                if !s.pid.is_empty() {
+                    bail!("--pid names a process of this host, not of the generator hosts: leave it out of the shards' flags");
+                }
+                if s.load.conns.is_some_and(|c| c < count) {
+                    bail!("--conns {} over --shards {count} leaves a shard without a connection; give at least one per shard", s.load.conns.unwrap_or(0));
+                }
                 // Resolved too (profile, URLs, thresholds), as each shard will.
                 selftest(&s)?;
             }
@@ -404,7 +410,7 @@ pub fn report_merge(a: &args::ReportMergeArgs) -> Result<cmd::report::MergeReque
         files: a.files.clone(),
         partial: a.partial,
         load: Load {
-            thresholds: a.thresholds.clone(),
+            thresholds: dedup(&a.thresholds),
             no_default_checks: a.no_default_checks,
             accept_noise: a.accept_noise,
             format: list_format(a.format),
@@ -479,6 +485,19 @@ pub fn pool(a: &PoolArgs) -> Result<cmd::pool::Request> {
     })
 }
 
+/// The same threshold given twice is judged (and exported as a Prometheus series) once.
+fn dedup(
+    given: &[crate::selftest::threshold::Threshold],
+) -> Vec<crate::selftest::threshold::Threshold> {
+    let mut out: Vec<crate::selftest::threshold::Threshold> = Vec::new();
+    for t in given {
+        if !out.iter().any(|x| x.text == t.text) {
+            out.push(t.clone());
+        }
+    }
+    out
+}
+
 /// `--script FILE`: the populations and steps, every problem named with its line before
 /// anything connects; the run's scenario, connections, duration, ramp and thresholds follow.
 fn script(path: &Path, load: &mut Load) -> Result<()> {
@@ -509,7 +528,11 @@ fn script(path: &Path, load: &mut Load) -> Result<()> {
         load.ramp = s.conns() as f64 / r.as_secs_f64();
     }
     for t in &f.thresholds {
-        load.thresholds.push(t.parse().map_err(anyhow::Error::msg)?);
+        let t: crate::selftest::threshold::Threshold = t.parse().map_err(anyhow::Error::msg)?;
+        // Given in the file and on the command line: judged (and exported) once.
+        if !load.thresholds.iter().any(|x| x.text == t.text) {
+            load.thresholds.push(t);
+        }
     }
     load.script = Some(s);
     Ok(())
@@ -609,7 +632,7 @@ fn load(l: &LoadArgs) -> Result<Load> {
         storm_concurrency: l.storm_concurrency,
         message: l.message.clone(),
         accept_noise: l.accept_noise,
-        thresholds: l.thresholds.clone(),
+        thresholds: dedup(&l.thresholds),
         no_default_checks: l.no_default_checks,
         shard: None,
         format: list_format(l.format),

@@ -57,6 +57,13 @@ pub fn merge(r: MergeRequest) -> Result<Outcome> {
         v.pass = false;
         v.load_pass = false;
         v.inconclusive = !miss;
+        if !miss {
+            // What could not be judged, where every writer (the page, Prometheus) looks.
+            v.unmeasured.push(format!(
+                "{missing} of {} shards' reports missing (merged with --partial)",
+                from.count
+            ));
+        }
         v.summary = format!(
             "{}: {missing} of {} shards missing (merged with --partial); {}",
             if miss { "MISS" } else { "NOT PROVEN" },

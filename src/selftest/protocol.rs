@@ -79,6 +79,12 @@ impl WorkerSpec {
         }
     }
 
+    /// Connection `i`'s number in the whole run (a script's `{{conn}}`): unique over the
+    /// processes and the shards (the shards' numbers interleave).
+    pub fn conn_number(&self, i: usize) -> usize {
+        (self.source_offset + i) * self.shard_count.max(1) + self.shard_slot
+    }
+
     /// Whether the connections open inside the measured window (storm, tls-handshake, a script
     /// with stages) instead of before it.
     pub fn connects_in_window(&self) -> bool {

@@ -16,14 +16,25 @@ pub(super) async fn start(o: &RunPlan, target: &Target) -> Result<tokio::task::J
         ),
         None => None,
     };
-    let mut c = client::connect(target, None, false, session.as_ref())
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "the publisher cannot connect to {}: {e}",
-                target_url(target)
-            )
-        })?;
+    // Bounded as the generators' connections are: a server that accepts TCP and then stalls
+    // (a TLS handshake never answered) must not hold the run.
+    let mut c = tokio::time::timeout(
+        Duration::from_secs(20),
+        client::connect(target, None, false, session.as_ref()),
+    )
+    .await
+    .map_err(|_| {
+        anyhow::anyhow!(
+            "the publisher's handshake with {} took over 20 s",
+            target_url(target)
+        )
+    })?
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "the publisher cannot connect to {}: {e}",
+            target_url(target)
+        )
+    })?;
     let rounds = o.rounds;
     let gap = Duration::from_secs_f64((o.secs / (rounds as f64 + 1.0)).max(0.05));
     let size = o.size;

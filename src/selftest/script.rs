@@ -547,6 +547,14 @@ fn stages(
                             i + 1
                         ),
                     ));
+                } else if to < level && !peaked {
+                    problems.push((
+                        line,
+                        format!(
+                            "stage {}: the count may only rise until it reaches {total}",
+                            i + 1
+                        ),
+                    ));
                 }
                 if to == total {
                     peaked = true;
@@ -683,16 +691,20 @@ mod opt_duration {
         }
         match Option::<Raw>::deserialize(d)? {
             None => Ok(None),
-            Some(Raw::Secs(s)) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+            Some(Raw::Secs(s)) if s.is_finite() && s > 0.0 && s <= 86_400.0 * 366.0 => {
+                Ok(Some(Duration::from_secs_f64(s)))
+            }
             Some(Raw::Secs(s)) => Err(serde::de::Error::custom(format!(
-                "{s}: give a duration above 0 (10s, 500ms)"
+                "{s}: give a duration above 0 and at most a year (10s, 500ms)"
             ))),
             Some(Raw::Text(t)) => humantime::parse_duration(t.trim())
                 .ok()
-                .filter(|d| !d.is_zero())
+                .filter(|d| !d.is_zero() && d.as_secs() <= 86_400 * 366)
                 .map(Some)
                 .ok_or_else(|| {
-                    serde::de::Error::custom(format!("'{t}' is not a duration (10s, 500ms, 1m)"))
+                    serde::de::Error::custom(format!(
+                        "'{t}' is not a duration of at most a year (10s, 500ms, 1m)"
+                    ))
                 }),
         }
     }
@@ -805,6 +817,16 @@ populations:
             e.contains("s.yaml:4: stage 3: the count may only fall"),
             "{e}"
         );
+        let bad = format!(
+            "stages:\n  - {{to: 1, over: 1s}}\n  - {{to: 0, over: 1s}}\n  - {{to: 2, over: 1s}}\n{pops}"
+        );
+        let e = parse(&bad, "s.yaml", &NoTokens).unwrap_err();
+        assert!(
+            e.contains("s.yaml:3: stage 2: the count may only rise"),
+            "{e}"
+        );
+        let e = parse("duration: 1e20\npopulations: []\n", "s.yaml", &NoTokens).unwrap_err();
+        assert!(e.contains("at most a year"), "{e}");
     }
 
     /// The example scripts in the book read and check cleanly.

@@ -74,7 +74,8 @@ pub fn parse_start(s: &str, now_ms: u64) -> Result<u64, String> {
         t.trim()
             .parse::<f64>()
             .ok()
-            .filter(|v| v.is_finite() && *v >= 0.0)
+            // Up to the year 2286: the milliseconds below never overflow.
+            .filter(|v| v.is_finite() && *v >= 0.0 && *v <= 1e10)
             .ok_or_else(bad)
     };
     let at = match s.strip_prefix('+') {
@@ -188,5 +189,6 @@ mod tests {
             .unwrap_err()
             .contains("in the past"));
         assert!(parse_start("soon", now).unwrap_err().contains("date +%s"));
+        assert!(parse_start("+1e17", now).is_err() && parse_start("1e300", now).is_err());
     }
 }

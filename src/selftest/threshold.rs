@@ -120,7 +120,7 @@ pub const METRICS: &str = "p50, p90, p99, p999, max, mean (latency); service.p50
     connect.p50 .. connect.max (TCP, TLS and the upgrade); tls.p50 .. tls.max (the TLS \
     handshake); error_rate, delivered, connected, resumed (fractions or %); rate (msgs/s); \
     server_cpu (cores or %); cpu_per_msg (us, ms); connect_rate, handshakes_per_core (per \
-    second)";
+    second); for a --script step, POPULATION.STEP.p50 .. .max, .mean or .met";
 
 const SCENARIOS: &str =
     "echo-rate, echo-sat, idle, storm, tls-handshake, broadcast, deflate, or * for every one";

@@ -126,7 +126,9 @@ pub struct MergedFrom {
     pub count: usize,
     /// The shards whose reports were merged, by index.
     pub shards: Vec<usize>,
-    /// The shard whose `--pid` sampled the server (its figures are the report's), if any.
+    /// The first shard whose `--pid` sampled a server, if any. The server figures of every
+    /// shard given `--pid` are summed: one per server host (a cluster's nodes); give `--pid`
+    /// on one shard per host, or a server's CPU counts twice.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_from: Option<usize>,
     /// The largest difference between the shards' first scenario starts, ms (clock skew and

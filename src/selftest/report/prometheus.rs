@@ -180,7 +180,7 @@ pub fn prometheus(r: &Report, stopped: Option<&str>, unix_time: u64) -> String {
         &mut o,
         n,
         "One load check (1 for the status it has): ok, fail, or not_judged (its window was too \
-         noisy to judge).",
+         noisy, or a threshold's figure was not measured).",
     );
     for c in &r.verdict.checks {
         let status = match (c.judged, c.ok) {

@@ -66,6 +66,12 @@ pub fn merge(mut inputs: Vec<Input>, partial: bool) -> Result<Report, String> {
                 &r.targets.profile,
             ));
         }
+        if s.index >= s.count {
+            return Err(format!(
+                "{}: shard {}/{} cannot be (a report edited by hand?)",
+                i.name, s.index, s.count
+            ));
+        }
         if let Some(other) = seen.insert(s.index, &i.name) {
             return Err(format!(
                 "{other} and {} are both shard {}/{}: give each shard's report once",
@@ -116,7 +122,8 @@ pub fn merge(mut inputs: Vec<Input>, partial: bool) -> Result<Report, String> {
         .max()
         .unwrap_or(0);
     let base = &first.report;
-    // The figures of the server host(s): the shard that sampled the server, else the first.
+    // The host figures (cores, server processes): the first shard that sampled a server, else
+    // the first shard.
     let host = reports
         .iter()
         .find(|r| server_from.contains(&index(r)))

@@ -223,8 +223,8 @@ fn thresholds(scenarios: &[ScenarioReport], j: &Judging, checks: &mut Vec<Check>
     for th in &j.thresholds {
         let covered = th.scenarios(scenarios);
         if covered.is_empty() {
-            // Only a `*` threshold can get here: a named scenario is checked against the
-            // run's list before anything starts.
+            // A `*` threshold, or one given to `report merge` for a scenario the merged run
+            // does not have (`selftest` checks a named scenario before anything starts).
             unmeasured.push(format!("{th}: no scenario of this run measures it"));
             continue;
         }

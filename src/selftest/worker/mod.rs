@@ -314,7 +314,7 @@ async fn run(spec: WorkerSpec) {
                             .as_ref()
                             .and_then(|s| s.population_of(n))
                             .unwrap_or(0);
-                        let conn = spec.source_offset + n;
+                        let conn = spec.conn_number(n);
                         script::session(c.reader, c.writer, &spec, &sh, pop, conn, end).await
                     }
                     Scenario::Storm | Scenario::TlsHandshake => Ok(()),
