@@ -215,8 +215,18 @@ fn sends_are_spread_within_the_millisecond_and_the_report_says_so() {
     // left four at a time (gaps 0, 0, 0, 1000 us: a coefficient of variation of 1.7); each
     // connection on its own schedule, they leave one by one (0 when exact, 1 for Poisson).
     let (conns, rate) = (200, 20);
-    let (port, _) = silent_server(conns, true);
-    let s = echo_rate(port, conns, rate, 100);
+    // One stall of the host (the previous test binary's processes and sockets going away)
+    // puts dozens of sends in one millisecond and lifts the CV past the bound on its own; a
+    // generator that bunched its sends would do it every time. So a CV over the bound is
+    // measured once more, and the second measurement decides.
+    let mut s = serde_json::Value::Null;
+    for _ in 0..2 {
+        let (port, _) = silent_server(conns, true);
+        s = echo_rate(port, conns, rate, 100);
+        if s["arrivals"]["gap_cv"].as_f64().is_some_and(|cv| cv < 1.2) {
+            break;
+        }
+    }
     let a = &s["arrivals"];
     assert_eq!(a["model"], "even", "{s:#}");
     let cv = a["gap_cv"].as_f64().unwrap();
