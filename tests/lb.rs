@@ -169,6 +169,30 @@ fn check_reads_a_proxy_config_against_the_profile() {
 }
 
 /// The connection count a backend reports on its own port (GET /healthz without an upgrade).
+/// HAProxy in the foreground on `cfg` as `wstune lb haproxy` wrote it, made to fit a test: the
+/// runtime socket in `dir` (the generated path needs /run/haproxy), and maxconn (10,000 + 10 %)
+/// down to 2,000: HAProxy reserves two fds per connection and the hard limit here is 20,000.
+fn run_haproxy(cfg: &str, dir: &std::path::Path) -> Kill {
+    let cfg = cfg
+        .replace(
+            "/run/haproxy/admin.sock",
+            &format!("{}/admin.sock", dir.display()),
+        )
+        .replace("maxconn 11000", "maxconn 2000");
+    let path = dir.join("haproxy.cfg");
+    std::fs::write(&path, cfg).unwrap();
+    Kill(
+        Command::new("haproxy")
+            .arg("-db")
+            .arg("-f")
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
 fn healthz(port: u16) -> Option<u64> {
     let r = common::try_http(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")?;
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");
@@ -193,27 +217,8 @@ async fn websocket_traffic_through_haproxy_survives_losing_a_backend() {
         &format!("127.0.0.1:{front}"),
         "--profile",
         "10k",
-    ])
-    // The runtime socket goes to this test's directory (the generated path needs /run/haproxy),
-    // and maxconn (10,000 + 10 %) fits this machine: HAProxy reserves two fds per connection and
-    // the hard limit here is 20,000.
-    .replace(
-        "/run/haproxy/admin.sock",
-        &format!("{}/admin.sock", dir.path().display()),
-    )
-    .replace("maxconn 11000", "maxconn 2000");
-    let path = dir.path().join("haproxy.cfg");
-    std::fs::write(&path, cfg).unwrap();
-    let _proxy = Kill(
-        Command::new("haproxy")
-            .arg("-db")
-            .arg("-f")
-            .arg(&path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    ]);
+    let _proxy = run_haproxy(&cfg, dir.path());
     let url = format!("ws://127.0.0.1:{front}/");
     common::wait_port(front, Duration::from_secs(10), "haproxy");
     // 10 clients through the proxy: every echo comes back, and leastconn uses both backends.
@@ -585,24 +590,8 @@ fn selftest_measures_tls_terminated_at_haproxy_with_both_pids() {
         "10k",
         "--tls-cert",
         site.to_str().unwrap(),
-    ])
-    .replace(
-        "/run/haproxy/admin.sock",
-        &format!("{}/admin.sock", dir.path().display()),
-    )
-    .replace("maxconn 11000", "maxconn 2000");
-    let path = dir.path().join("haproxy.cfg");
-    std::fs::write(&path, cfg).unwrap();
-    let proxy = Kill(
-        Command::new("haproxy")
-            .arg("-db")
-            .arg("-f")
-            .arg(&path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    ]);
+    let proxy = run_haproxy(&cfg, dir.path());
     common::wait_port(front, Duration::from_secs(10), "haproxy");
     measured_as_one_server(front, &ca, proxy.0.id(), backend.pid());
     drop(proxy);
