@@ -4,6 +4,21 @@
 use crate::common;
 
 use common::{json_of, run, serve};
+use std::process::Output;
+
+/// `selftest --script FILE` against `url`, the report as JSON (a loaded box judged anyway).
+fn run_script(url: &str, file: &std::path::Path) -> Output {
+    run(&[
+        "selftest",
+        "--url",
+        url,
+        "--script",
+        file.to_str().unwrap(),
+        "--format",
+        "json",
+        "--accept-noise",
+    ])
+}
 
 /// A scripted session against the channels app with JWT auth: tokens minted from the server's
 /// secret, viewers subscribe and wait for a price, traders publish and see it come back; every
@@ -53,16 +68,7 @@ thresholds:
             ),
         )
         .unwrap();
-        let o = run(&[
-            "selftest",
-            "--url",
-            &url,
-            "--script",
-            p.to_str().unwrap(),
-            "--format",
-            "json",
-            "--accept-noise",
-        ]);
+        let o = run_script(&url, &p);
         (o.status.code(), json_of(&o))
     };
     let (code, v) = script(
@@ -187,16 +193,7 @@ populations:
 ",
     )
     .unwrap();
-    let o = run(&[
-        "selftest",
-        "--url",
-        &url,
-        "--script",
-        p.to_str().unwrap(),
-        "--format",
-        "json",
-        "--accept-noise",
-    ]);
+    let o = run_script(&url, &p);
     let v = json_of(&o);
     assert_eq!(o.status.code(), Some(0), "{v:#}");
     let s = &v["scenarios"][0];
