@@ -136,6 +136,19 @@ pub struct MergedFrom {
     pub start_skew_ms: u64,
 }
 
+impl Report {
+    /// The fewest connections any scenario ran with: what the verdict can vouch for (deflate
+    /// may run fewer than the headline count, for its own memory).
+    pub fn smallest_conns(&self) -> usize {
+        self.scenarios
+            .iter()
+            .map(|s| s.conns_requested)
+            .chain([self.conns])
+            .min()
+            .unwrap_or(self.conns)
+    }
+}
+
 /// Thousands separated by commas: 100,000.
 pub fn count(n: usize) -> String {
     let s = n.to_string();

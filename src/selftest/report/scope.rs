@@ -41,8 +41,7 @@ impl Scope {
     /// `stopped`: the error that ended the run before its last scenario, if one did.
     pub fn of(r: &Report, stopped: Option<&str>) -> Scope {
         let v = &r.verdict;
-        // Could not be judged: the noise, or a threshold whose figure was not measured.
-        let undecided = v.too_noisy || !v.unmeasured.is_empty();
+        let undecided = v.undecided();
         let standing = if stopped.is_some() {
             Standing::Stopped
         } else if v.pass {
@@ -61,13 +60,7 @@ impl Scope {
         } else {
             Standing::Miss
         };
-        let conns = r
-            .scenarios
-            .iter()
-            .map(|s| s.conns_requested)
-            .chain([r.conns])
-            .min()
-            .unwrap_or(r.conns);
+        let conns = r.smallest_conns();
         Scope {
             standing,
             with_host: v.host_pass.is_some(),

@@ -70,6 +70,14 @@ pub struct Verdict {
     pub checks: Vec<Check>,
 }
 
+impl Verdict {
+    /// The load could not be judged, for either reason: the noise, or a threshold whose
+    /// figure was not measured (or a merge missing shards).
+    pub fn undecided(&self) -> bool {
+        self.too_noisy || !self.unmeasured.is_empty()
+    }
+}
+
 /// Judge the scenarios against the targets. Every scenario must finish without errors or
 /// server-side closes; the echo-rate ones must also deliver 95% of the offered rate within
 /// the profile's p99; broadcast must reach every subscriber in every round.
@@ -254,19 +262,11 @@ fn thresholds(scenarios: &[ScenarioReport], j: &Judging, checks: &mut Vec<Check>
 /// against a server of its own) the load decides, but the line still says when the count was
 /// below the profile's, so a small run never reads as a proof for the profile.
 pub fn combine(r: &mut Report, host_required: bool) {
-    let v = &mut r.verdict;
     let want = r.targets.connections;
-    // Every scenario, not only the headline count: deflate may run fewer (its own memory).
-    let smallest = r
-        .scenarios
-        .iter()
-        .map(|s| s.conns_requested)
-        .chain([r.conns])
-        .min()
-        .unwrap_or(r.conns);
+    let smallest = r.smallest_conns();
+    let v = &mut r.verdict;
     v.full_size = smallest >= want;
-    // Could not be judged, for either reason: the noise, or a threshold without its figure.
-    let undecided = v.too_noisy || !v.unmeasured.is_empty();
+    let undecided = v.undecided();
     let mut noise = match (&v.noise, v.too_noisy) {
         (Some(n), true) => format!(", host too noisy to judge it ({n})"),
         _ => String::new(),
