@@ -6,12 +6,23 @@
 //!   subscribed) gets `{"channel":"prices","data":ANY}`, encoded once per publish.
 //! - anything else -> `{"op":"error","error":"..."}` (the connection stays open).
 //!
+//! With history on (`ChannelsSettings::history`, `serve --history-size`), every publication
+//! carries its stream position, `{"channel":"prices","data":ANY,"offset":N,"epoch":"E"}`;
+//! `subscribed` carries the channel's position now (`"offset":N,"epoch":"E"`), and a subscribe
+//! with the client's last position, `{"op":"subscribe","channel":"prices",
+//! "recover":{"offset":N,"epoch":"E"}}`, is answered `"recovered":true` followed by every
+//! publication after N, in order, before any live one (no gap, no duplicate), or
+//! `"recovered":false,"reason":R` when it cannot be (R: `epoch`, the stream is not the one
+//! the position is from; `too_old`, publications after it are gone; `too_many` or
+//! `too_large`, more than one recovery returns; `off`, history is off): the client then
+//! reloads its state. See `hub::history` for the model (Centrifugo's).
+//!
 //! A subscribe past the per-connection caps ([`ChannelsSettings`]'s), or,
 //! under token auth ([`auth`](super::auth)), to a channel the token does not allow, gets
 //! `{"op":"error","error":"...","channel":"prices"}`; a publish the token does not allow too.
 
 use super::{check_name, ChannelsSettings, Grant, ProtocolError};
-use crate::hub::{Hub, Subscribed};
+use crate::hub::{Hub, StreamPosition, Subscribed};
 use crate::outbox::Shared;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -39,6 +50,12 @@ pub fn message_as(
         channel: Option<String>,
         #[serde(default)]
         data: serde_json::Value,
+        recover: Option<Recover>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Recover {
+        offset: u64,
+        epoch: String,
     }
     let m = &hub.channel_metrics;
     let err = |why: ProtocolError, e: &str| {
@@ -79,7 +96,18 @@ pub fn message_as(
             }
             let cap = settings.max_subscriptions;
             let budget = settings.max_subscription_bytes;
-            match hub.subscribe_within(me, &channel, cap, budget) {
+            let from = msg.recover.map(|r| StreamPosition {
+                offset: r.offset,
+                epoch: r.epoch.into(),
+            });
+            let refused = match hub.subscribe_recovering(me, &channel, cap, budget, from.as_ref()) {
+                // With history on the hub has queued the answer itself (before any live
+                // publication).
+                Ok(_) if hub.history_enabled() => return None,
+                Ok(_) => Subscribed::Added,
+                Err(refused) => refused,
+            };
+            match refused {
                 Subscribed::Full => {
                     m.subscription_cap.fetch_add(1, Relaxed);
                     return denied(format!(
@@ -102,6 +130,13 @@ pub fn message_as(
                     );
                 }
                 _ => {}
+            }
+            if from.is_some() {
+                return Some(
+                    serde_json::json!({"op": "subscribed", "channel": channel,
+                        "recovered": false, "reason": "off"})
+                    .to_string(),
+                );
             }
             Some(serde_json::json!({"op": "subscribed", "channel": channel}).to_string())
         }
