@@ -199,11 +199,13 @@ pub fn start(url: &str, hub: Arc<Hub>) -> Result<()> {
             }
         }));
     }
+    // With channel history on, Redis positions every publication (cluster_history.rs).
+    crate::serve::cluster_history::start(&hub, client.clone());
     // Publisher: one multiplexed connection, rebuilt after an error. A connection that died
     // with Redis is only found out on its next use, so the message that finds it out is sent
     // again on the new connection rather than lost.
     {
-        let (client, metrics) = (client.clone(), metrics.clone());
+        let (client, metrics, hub) = (client.clone(), metrics.clone(), hub.clone());
         tokio::spawn(async move {
             let mut attempt = 0;
             let mut retry: Option<Vec<u8>> = None;
@@ -233,11 +235,8 @@ pub fn start(url: &str, hub: Arc<Hub>) -> Result<()> {
                             None => return,
                         },
                     };
-                    let r: redis::RedisResult<i64> = redis::cmd("PUBLISH")
-                        .arg(CHANNEL)
-                        .arg(&msg)
-                        .query_async(&mut conn)
-                        .await;
+                    let r =
+                        crate::serve::cluster_history::send(&mut conn, &hub, &msg, CHANNEL).await;
                     match r {
                         Ok(_) => {
                             metrics.backplane_published.fetch_add(1, Relaxed);

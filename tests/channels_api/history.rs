@@ -362,3 +362,106 @@ async fn across_processes_a_subscriber_of_a_killed_process_recovers_on_any() {
         nothing_more(ws).await;
     }
 }
+
+/// `--cluster`: Redis positions every node's publications (one Lua script per publish), so a
+/// subscriber recovers on another node, and on a node started after the publications, which
+/// reads them from the channel's Redis stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_redis_nodes_positions_are_shared_and_a_new_node_recovers_from_the_stream() {
+    let rp = common::free_port();
+    let Some(_redis) = common::redis(rp) else {
+        return;
+    };
+    let d = secrets();
+    let url = format!("redis://127.0.0.1:{rp}/0");
+    let node = || {
+        let n = history_server(&d, "100", &["--cluster", &url]);
+        common::wait_until("the backplane up", Duration::from_secs(20), || {
+            common::get(n.admin, "/healthz").contains("\"backplane\":\"up\"")
+        });
+        n
+    };
+    let (a, b) = (node(), node());
+    let mut sub = connect(a.port, "", None).await.unwrap();
+    subscribe_from(&mut sub, "n", None).await;
+    let mut on_b = connect(b.port, "", None).await.unwrap();
+    let mut on_a = connect(a.port, "", None).await.unwrap();
+    let (code, body) = publish(&a, &d, r#"{"channel":"n","data":1}"#);
+    assert_eq!(code, 200, "{body}");
+    let first = next(&mut sub).await;
+    assert_eq!(
+        (first["offset"].as_u64(), &first["data"]),
+        (Some(1), &json!(1)),
+        "{first}"
+    );
+    let epoch = first["epoch"].as_str().unwrap().to_string();
+    send(
+        &mut on_b,
+        json!({"op": "publish", "channel": "n", "data": 2}),
+    )
+    .await;
+    assert_eq!(take(&mut sub, 1, &epoch).await, [(2, json!(2))]);
+    drop(sub);
+    publish(&b, &d, r#"{"channel":"n","data":3}"#);
+    send(
+        &mut on_a,
+        json!({"op": "publish", "channel": "n", "data": 4}),
+    )
+    .await;
+    // Back on the other node: the two it missed, then live ones from either node.
+    let mut back = connect(b.port, "", None).await.unwrap();
+    let wait_top = |s: &Served, top: u64| {
+        let h = d.path().join("auth-header");
+        common::wait_until(
+            "the publications on the node",
+            Duration::from_secs(10),
+            || {
+                let (_, body) = curl(s.admin, "GET", "/api/channels/n", Some(&h), "");
+                json(&body)["offset"] == top
+            },
+        );
+    };
+    wait_top(&b, 4);
+    let answer = subscribe_from(&mut back, "n", Some((2, &epoch))).await;
+    assert_eq!(
+        (answer["recovered"].as_bool(), answer["offset"].as_u64()),
+        (Some(true), Some(4)),
+        "{answer}"
+    );
+    assert_eq!(
+        take(&mut back, 2, &epoch).await,
+        [(3, json!(3)), (4, json!(4))]
+    );
+    publish(&a, &d, r#"{"channel":"n","data":5}"#);
+    assert_eq!(take(&mut back, 1, &epoch).await, [(5, json!(5))]);
+    nothing_more(&mut back).await;
+    // A node started now has seen none of them: it reads the stream from Redis.
+    let c = node();
+    let mut late = connect(c.port, "", None).await.unwrap();
+    let answer = subscribe_from(&mut late, "n", Some((2, &epoch))).await;
+    assert_eq!(
+        (answer["recovered"].as_bool(), answer["offset"].as_u64()),
+        (Some(true), Some(5)),
+        "{answer}"
+    );
+    assert_eq!(
+        take(&mut late, 3, &epoch).await,
+        (3..=5).map(|i| (i, json!(i))).collect::<Vec<_>>()
+    );
+    send(
+        &mut on_b,
+        json!({"op": "publish", "channel": "n", "data": 6}),
+    )
+    .await;
+    assert_eq!(take(&mut late, 1, &epoch).await, [(6, json!(6))]);
+    assert_eq!(take(&mut back, 1, &epoch).await, [(6, json!(6))]);
+    nothing_more(&mut late).await;
+    // A position older than the stream keeps: too old, from Redis too.
+    let mut old = connect(c.port, "", None).await.unwrap();
+    let answer = subscribe_from(&mut old, "n", Some((2, "another-epoch"))).await;
+    assert_eq!(
+        (answer["recovered"].as_bool(), answer["reason"].as_str()),
+        (Some(false), Some("epoch")),
+        "{answer}"
+    );
+}

@@ -94,51 +94,27 @@ pub fn message_as(
                     "not allowed: the token does not allow subscribing to '{channel}'"
                 ));
             }
-            let cap = settings.max_subscriptions;
-            let budget = settings.max_subscription_bytes;
             let from = msg.recover.map(|r| StreamPosition {
                 offset: r.offset,
                 epoch: r.epoch.into(),
             });
-            let refused = match hub.subscribe_recovering(me, &channel, cap, budget, from.as_ref()) {
-                // With history on the hub has queued the answer itself (before any live
-                // publication).
-                Ok(_) if hub.history_enabled() => return None,
-                Ok(_) => Subscribed::Added,
-                Err(refused) => refused,
-            };
-            match refused {
-                Subscribed::Full => {
-                    m.subscription_cap.fetch_add(1, Relaxed);
-                    return denied(format!(
-                        "too many subscriptions: a connection may hold {cap}; unsubscribe \
-                         first"
-                    ));
+            if let Some(from) = &from {
+                // Not kept here (a node that restarted): fetched from the shared store
+                // first, then this same subscribe runs (`subscribe`).
+                let (cap, max_bytes) =
+                    (settings.max_subscriptions, settings.max_subscription_bytes);
+                if hub.fetch_then_subscribe(me, &channel, from, cap, max_bytes) {
+                    return None;
                 }
-                Subscribed::NamesFull => {
-                    m.subscription_cap.fetch_add(1, Relaxed);
-                    return denied(format!(
-                        "too many subscriptions: the names of a connection's channels may \
-                         total {budget} bytes; unsubscribe first (or use shorter names)"
-                    ));
-                }
-                Subscribed::OverBudget => {
-                    return denied(
-                        "server busy: its memory budget has no room for another \
-                         subscription; try again later"
-                            .to_string(),
-                    );
-                }
-                _ => {}
             }
-            if from.is_some() {
-                return Some(
-                    serde_json::json!({"op": "subscribed", "channel": channel,
-                        "recovered": false, "reason": "off"})
-                    .to_string(),
-                );
-            }
-            Some(serde_json::json!({"op": "subscribed", "channel": channel}).to_string())
+            subscribe(
+                hub,
+                me,
+                &channel,
+                settings.max_subscriptions,
+                settings.max_subscription_bytes,
+                from.as_ref(),
+            )
         }
         "unsubscribe" => {
             hub.unsubscribe(me, &channel);
@@ -159,4 +135,61 @@ pub fn message_as(
             &format!("unknown op '{other}': use subscribe, unsubscribe or publish"),
         ),
     }
+}
+
+/// A subscribe the token allows: joined within the caps `cap` and `budget` (bytes of names),
+/// recovering from `from` with history on; the reply for the sender, if any (with history on
+/// the hub queues the answer itself, before any live publication). Public for a history
+/// fetch that finishes the subscribe later (`Hub::fetch_then_subscribe`).
+pub fn subscribe(
+    hub: &Hub,
+    me: &Arc<Shared>,
+    channel: &str,
+    cap: usize,
+    budget: usize,
+    from: Option<&StreamPosition>,
+) -> Option<String> {
+    let m = &hub.channel_metrics;
+    let denied = |e: String| {
+        Some(serde_json::json!({"op": "error", "error": e, "channel": channel}).to_string())
+    };
+    let refused = match hub.subscribe_recovering(me, channel, cap, budget, from) {
+        // With history on the hub has queued the answer itself (before any live
+        // publication).
+        Ok(_) if hub.history_enabled() => return None,
+        Ok(_) => Subscribed::Added,
+        Err(refused) => refused,
+    };
+    match refused {
+        Subscribed::Full => {
+            m.subscription_cap.fetch_add(1, Relaxed);
+            return denied(format!(
+                "too many subscriptions: a connection may hold {cap}; unsubscribe \
+                 first"
+            ));
+        }
+        Subscribed::NamesFull => {
+            m.subscription_cap.fetch_add(1, Relaxed);
+            return denied(format!(
+                "too many subscriptions: the names of a connection's channels may \
+                 total {budget} bytes; unsubscribe first (or use shorter names)"
+            ));
+        }
+        Subscribed::OverBudget => {
+            return denied(
+                "server busy: its memory budget has no room for another \
+                 subscription; try again later"
+                    .to_string(),
+            );
+        }
+        _ => {}
+    }
+    if from.is_some() {
+        return Some(
+            serde_json::json!({"op": "subscribed", "channel": channel,
+                "recovered": false, "reason": "off"})
+            .to_string(),
+        );
+    }
+    Some(serde_json::json!({"op": "subscribed", "channel": channel}).to_string())
 }

@@ -390,6 +390,81 @@ impl History {
         Ok(out)
     }
 
+    /// Take older publications of `channel` from another store (the shared one in Redis,
+    /// on a recovery this store could not serve): `top` is that store's position and `pubs`
+    /// what it keeps after some offset, oldest first. A stream of another epoch, or one
+    /// that has nothing `pubs` does not, is replaced by them; one that keeps newer
+    /// publications (delivered while they were fetched) gets them in front when they join
+    /// up. Bounds apply as to any publication.
+    pub fn merge_older(
+        &mut self,
+        channel: &str,
+        top: &Position,
+        pubs: Vec<(u64, Arc<str>)>,
+        now: u32,
+    ) {
+        self.expire(now);
+        let contiguous = pubs.windows(2).all(|w| w[1].0 == w[0].0 + 1)
+            && pubs.last().is_none_or(|p| p.0 == top.offset);
+        if !contiguous {
+            return;
+        }
+        let first = pubs.first().map_or(top.offset + 1, |p| p.0);
+        let replace = match self.streams.get(channel) {
+            None => true,
+            Some(s) => s.epoch != top.epoch || s.top <= top.offset,
+        };
+        if replace {
+            // Drop what this store keeps (of another epoch, or nothing the fetched lack),
+            // then take the fetched as they are.
+            if let Some(s) = self.streams.get(channel) {
+                if s.epoch == top.epoch {
+                    let e = Arc::from("");
+                    self.reset_to(channel, &e, 0, now);
+                }
+            }
+            self.reset_to(channel, &top.epoch, first - 1, now);
+            for (offset, text) in pubs {
+                let at = Position {
+                    offset,
+                    epoch: top.epoch.clone(),
+                };
+                self.insert(channel, &at, text, now);
+            }
+            self.reset_to(channel, &top.epoch, top.offset, now);
+            return;
+        }
+        // Same epoch, this store is ahead: put the older in front if they join up.
+        let size = self.settings.size.max(1);
+        let (name, s) = self.stream(channel, None, now);
+        let have = s.first();
+        if first >= have || pubs.last().is_none_or(|p| p.0 + 1 < have) {
+            return;
+        }
+        let generation = s.generation;
+        let older: Vec<(u64, Arc<str>)> = pubs.into_iter().filter(|p| p.0 < have).collect();
+        let mut grown = 0;
+        let mut entries = Vec::with_capacity(older.len());
+        for (offset, text) in older.into_iter().rev() {
+            grown += text.len() + PUBLICATION_BYTES;
+            s.pubs.push_front(Kept { offset, text });
+            s.entries += 1;
+            entries.push(Entry {
+                channel: name.clone(),
+                offset,
+                generation,
+                at: now,
+            });
+        }
+        while s.pubs.len() > size {
+            let old = s.pubs.pop_front().expect("above size");
+            grown -= old.text.len();
+        }
+        self.order.extend(entries.into_iter().rev());
+        self.bytes += grown;
+        while self.bytes > self.settings.max_bytes && self.take_oldest() {}
+    }
+
     /// Every stream as (channel, position, kept publications oldest first): what a new
     /// server process copies from the supervisor.
     pub fn snapshot(&self) -> Vec<StreamCopy> {
@@ -582,6 +657,46 @@ mod tests {
             epoch: big.epoch.clone(),
         };
         assert!(h.since("big", &zero, usize::MAX, 301).is_err());
+    }
+
+    #[test]
+    fn older_publications_fetched_elsewhere_join_up_in_front_or_replace() {
+        let mut h = store(10, 60, 1 << 20);
+        let e: Arc<str> = Arc::from("shared");
+        let at = |offset| Position {
+            offset,
+            epoch: e.clone(),
+        };
+        let text = |o: u64| -> Arc<str> { Arc::from(format!("c:{o}:shared")) };
+        // Newer ones came live (5, 6) while 2..=4 were fetched: they join up.
+        for o in [5, 6] {
+            h.insert("c", &at(o), text(o), 0);
+        }
+        h.merge_older("c", &at(4), (2..=4).map(|o| (o, text(o))).collect(), 0);
+        assert_eq!(
+            offsets(&h.since("c", &at(1), usize::MAX, 0).unwrap()),
+            [2, 3, 4, 5, 6]
+        );
+        // Nothing here: the fetched are taken as they are.
+        h.merge_older("d", &at(3), (1..=3).map(|o| (o, text(o))).collect(), 0);
+        assert_eq!(
+            offsets(&h.since("d", &at(0), usize::MAX, 0).unwrap()),
+            [1, 2, 3]
+        );
+        // Another epoch here: replaced.
+        h.append("x", 0, |o, e| format!("x:{o}:{e}"));
+        h.merge_older("x", &at(7), vec![(7, text(7))], 0);
+        assert_eq!(h.peek("x").unwrap(), (at(7), 1));
+        // One more joins up in front; a hole between is left alone.
+        h.merge_older("c", &at(2), vec![(1, text(1)), (2, text(2))], 0);
+        assert_eq!(h.peek("c").unwrap().1, 6);
+        for o in [5, 6] {
+            h.insert("h", &at(o), text(o), 0);
+        }
+        h.merge_older("h", &at(3), (1..=3).map(|o| (o, text(o))).collect(), 0);
+        assert_eq!(h.peek("h").unwrap().1, 2);
+        h.expire(100);
+        assert_eq!((h.channels(), h.bytes()), (0, 0));
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub mod history;
 mod recovery;
 mod subscriptions;
 
-pub use recovery::{envelope, random_seed, Recovered, StreamPosition};
+pub use recovery::{envelope, random_seed, FetchFn, FetchRequest, Recovered, StreamPosition};
 pub use subscriptions::{ChannelPage, Subscribed};
 
 use crate::config::ServerConfig;

@@ -16,7 +16,9 @@
 //! Under `serve --processes N` the supervisor assigns the positions
 //! ([`Hub::sequence_elsewhere`]): a publish goes to it unpositioned ([`Relay::Sequence`]) and
 //! comes back to every process, the publisher's included, positioned
-//! ([`Hub::deliver_positioned`]), so every process holds the same positions.
+//! ([`Hub::deliver_positioned`]), so every process holds the same positions. Under
+//! `--cluster` Redis does the same for every node, and keeps the history a node that
+//! restarted fetches on a recovery it cannot serve ([`Hub::fetch_then_subscribe`]).
 
 use super::history::{History, Position, Unrecoverable};
 use super::{Hub, Published, Relay, Subscribed};
@@ -39,7 +41,31 @@ pub(super) struct HubHistory {
     store: Mutex<(History, usize)>,
     order: Vec<Mutex<()>>,
     sequenced: AtomicBool,
+    /// Where a recovery this store cannot serve is fetched from (the Redis streams of
+    /// `--cluster`), when there is such a place.
+    fetch: std::sync::OnceLock<FetchFn>,
 }
+
+/// A recovery this node could not serve, handed to the shared store's fetcher
+/// ([`Hub::set_history_fetch`]): fetch `channel`'s publications after `from`, merge them
+/// ([`Hub::merge_history`]), then finish the subscribe with
+/// `channels::protocol::subscribe(hub, &conn, &channel, cap, max_bytes, Some(&from))`, and
+/// queue its reply when it returns one ([`Hub::send_text_to`]).
+pub struct FetchRequest {
+    /// The channel.
+    pub channel: String,
+    /// The client's last position.
+    pub from: Position,
+    /// The subscribing connection.
+    pub conn: Arc<Shared>,
+    /// Its subscription caps (count, names' bytes).
+    pub cap: usize,
+    /// The bytes its channel names may total.
+    pub max_bytes: usize,
+}
+
+/// The fetcher [`Hub::set_history_fetch`] installs: it must not block (it spawns).
+pub type FetchFn = Box<dyn Fn(FetchRequest) + Send + Sync>;
 
 /// What a subscribe answered (see [`Hub::subscribe_recovering`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +114,74 @@ impl Hub {
             store: Mutex::new((History::new(s, random_seed()), 0)),
             order: (0..ORDER_LOCKS).map(|_| Mutex::new(())).collect(),
             sequenced: AtomicBool::new(false),
+            fetch: std::sync::OnceLock::new(),
         });
+    }
+
+    /// The history's bounds in force (None: off).
+    pub fn history_settings(&self) -> Option<HistorySettings> {
+        let h = self.history.get()?;
+        let store = h.store.lock().unwrap();
+        Some(store.0.settings().clone())
+    }
+
+    /// Fetch what this node does not keep from a shared store on a recovery (once).
+    pub fn set_history_fetch(&self, f: FetchFn) {
+        if let Some(h) = self.history.get() {
+            let _ = h.fetch.set(f);
+        }
+    }
+
+    /// A recovery from `from` this node cannot serve (another epoch, or trimmed) while a
+    /// shared store may: handed to the fetcher, which finishes the subscribe (true). False
+    /// when it is served here (or nowhere better), as a plain subscribe.
+    pub fn fetch_then_subscribe(
+        &self,
+        conn: &Arc<Shared>,
+        channel: &str,
+        from: &Position,
+        cap: usize,
+        max_bytes: usize,
+    ) -> bool {
+        let Some(h) = self.history.get() else {
+            return false;
+        };
+        let Some(fetch) = h.fetch.get() else {
+            return false;
+        };
+        let local = {
+            let mut store = h.store.lock().unwrap();
+            let r = store.0.since(channel, from, usize::MAX, self.now());
+            self.settle_history(&mut store);
+            r
+        };
+        if !matches!(local, Err(Unrecoverable::Epoch | Unrecoverable::TooOld)) {
+            return false;
+        }
+        fetch(FetchRequest {
+            channel: channel.to_string(),
+            from: from.clone(),
+            conn: conn.clone(),
+            cap,
+            max_bytes,
+        });
+        true
+    }
+
+    /// Take `channel`'s publications fetched from a shared store: its position `top`, and
+    /// what it keeps after some offset, oldest first (see `History::merge_older`).
+    pub fn merge_history(&self, channel: &str, top: &Position, pubs: Vec<(u64, String)>) {
+        let Some(h) = self.history.get() else { return };
+        let _order = Self::order_lock(h, channel);
+        let mut store = h.store.lock().unwrap();
+        let pubs = pubs.into_iter().map(|(o, t)| (o, Arc::from(t))).collect();
+        store.0.merge_older(channel, top, pubs, self.now());
+        self.settle_history(&mut store);
+    }
+
+    /// Queue `text` for `conn` alone (a reply made outside its message callback).
+    pub fn send_text_to(&self, conn: &Arc<Shared>, text: &str) {
+        self.fan_out(OpCode::Text, text.as_bytes(), std::iter::once(conn));
     }
 
     /// Whether publications are positioned and kept.
@@ -152,7 +245,9 @@ impl Hub {
             return (self.publish_text_delivered(channel, &text), None);
         };
         let data = data.to_string();
-        if h.sequenced.load(Relaxed) {
+        // While the relay is down this node positions its own (an epoch of its own, which the
+        // relay's replaces once it is back): delivered here rather than lost.
+        if h.sequenced.load(Relaxed) && self.metrics.backplane_up.load(Relaxed) == 1 {
             if let Some(r) = self.relay.get() {
                 r(Relay::Sequence {
                     channel,
