@@ -198,6 +198,20 @@ impl History {
         }
     }
 
+    /// `channel`'s position, or `(0, "")` when it has no stream: where positions are
+    /// assigned elsewhere, an epoch made here would not be theirs. A recovery from `(0, "")`
+    /// asks for a stream's whole history (see [`History::since`]).
+    pub fn position_if_any(&mut self, channel: &str, now: u32) -> Position {
+        self.expire(now);
+        self.peek(channel).map_or_else(
+            || Position {
+                offset: 0,
+                epoch: Arc::from(""),
+            },
+            |p| p.0,
+        )
+    }
+
     /// `channel`'s position and how many publications it keeps, if it has a stream (for the
     /// HTTP API; creates nothing).
     pub fn peek(&self, channel: &str) -> Option<(Position, usize)> {
@@ -354,8 +368,9 @@ impl History {
         true
     }
 
-    /// The publications after `from` in `channel`, if `from` is of this stream and every one
-    /// after it is kept: at most `max` of them and `max_bytes` bytes in all.
+    /// The publications after `from` in `channel`, if `from` is of this stream (or is
+    /// `(0, "")`, from before the stream) and every one after it is kept: at most
+    /// `recover_max` of them and `max_bytes` bytes in all.
     pub fn since(
         &mut self,
         channel: &str,
@@ -364,10 +379,17 @@ impl History {
         now: u32,
     ) -> Result<Vec<Arc<str>>, Unrecoverable> {
         self.expire(now);
+        // `(0, "")`: subscribed before the channel had a stream; everything it has since is
+        // what was missed, if it still keeps it from offset 1.
+        let before_any = from.offset == 0 && from.epoch.is_empty();
         let Some(s) = self.streams.get(channel) else {
-            return Err(Unrecoverable::Epoch);
+            return if before_any {
+                Ok(Vec::new())
+            } else {
+                Err(Unrecoverable::Epoch)
+            };
         };
-        if s.epoch != from.epoch || from.offset > s.top {
+        if (s.epoch != from.epoch && !before_any) || from.offset > s.top {
             return Err(Unrecoverable::Epoch);
         }
         if from.offset + 1 < s.first() {
@@ -554,6 +576,27 @@ mod tests {
         assert_eq!(
             h.since("nope", &at3, usize::MAX, 2),
             Err(Unrecoverable::Epoch)
+        );
+    }
+
+    #[test]
+    fn a_position_from_before_any_stream_recovers_a_whole_stream_or_nothing() {
+        let mut h = store(3, 60, 1 << 20);
+        let none = h.position_if_any("a", 0);
+        assert_eq!((none.offset, &*none.epoch), (0, ""));
+        assert_eq!(h.channels(), 0, "nothing created");
+        assert_eq!(h.since("a", &none, usize::MAX, 0), Ok(Vec::new()));
+        for _ in 0..3 {
+            publish(&mut h, "a", 0);
+        }
+        assert_eq!(
+            offsets(&h.since("a", &none, usize::MAX, 0).unwrap()),
+            [1, 2, 3]
+        );
+        publish(&mut h, "a", 0);
+        assert_eq!(
+            h.since("a", &none, usize::MAX, 0),
+            Err(Unrecoverable::TooOld)
         );
     }
 

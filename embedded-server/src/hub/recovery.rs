@@ -149,13 +149,14 @@ impl Hub {
         let Some(fetch) = h.fetch.get() else {
             return false;
         };
-        let local = {
+        let (kept, local) = {
             let mut store = h.store.lock().unwrap();
             let r = store.0.since(channel, from, usize::MAX, self.now());
             self.settle_history(&mut store);
-            r
+            (store.0.peek(channel).is_some(), r)
         };
-        if !matches!(local, Err(Unrecoverable::Epoch | Unrecoverable::TooOld)) {
+        // Nothing here about the channel (this node started after it), or not enough.
+        if kept && !matches!(local, Err(Unrecoverable::Epoch | Unrecoverable::TooOld)) {
             return false;
         }
         fetch(FetchRequest {
@@ -354,7 +355,11 @@ impl Hub {
                 Subscribed::Already => None,
                 refused => return Err(refused),
             };
-            let pos = store.0.position(channel, now);
+            let pos = if h.sequenced.load(Relaxed) {
+                store.0.position_if_any(channel, now)
+            } else {
+                store.0.position(channel, now)
+            };
             let mut reply = serde_json::json!({
                 "op": "subscribed",
                 "channel": channel,
