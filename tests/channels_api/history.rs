@@ -145,6 +145,11 @@ async fn a_subscriber_that_comes_back_with_its_position_gets_exactly_what_it_mis
         nothing_more(&mut ws).await;
         let _ = take(&mut back, 1, &epoch).await;
     }
+    let recoveries =
+        |r: &str| s.metric(&format!(r#"ws_channels_recoveries_total{{result="{r}"}}"#));
+    assert_eq!((recoveries("recovered"), recoveries("epoch")), (1.0, 2.0));
+    assert_eq!(s.metric("ws_channels_recovered_publications_total"), 5.0);
+    assert!(s.metric(r#"ws_memory_budget_store_bytes{store="history"}"#) > 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

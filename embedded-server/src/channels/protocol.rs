@@ -187,6 +187,7 @@ pub fn subscribe(
         _ => {}
     }
     if from.is_some() {
+        m.recovery("off");
         return Some(
             serde_json::json!({"op": "subscribed", "channel": channel,
                 "recovered": false, "reason": "off"})

@@ -389,6 +389,15 @@ impl Hub {
             self.settle_history(&mut store);
             (reply.to_string(), missed, recovered)
         };
+        let m = &self.channel_metrics;
+        match &recovered {
+            Recovered::NotAsked => {}
+            Recovered::Yes(n) => {
+                m.recovery("recovered");
+                m.recovered_publications.fetch_add(*n as u64, Relaxed);
+            }
+            Recovered::No(why) => m.recovery(why.reason()),
+        }
         // Queued under the ordering lock: no publish to this channel fans out before these.
         let me = std::iter::once(conn);
         self.fan_out(OpCode::Text, reply.as_bytes(), me.clone());
