@@ -372,6 +372,19 @@ async fn across_processes_a_subscriber_of_a_killed_process_recovers_on_any() {
         (1..=6).map(|i| (i, json!(i))).collect::<Vec<_>>()
     );
     back.push(early);
+    let h = d.path().join("auth-header");
+    let (code, body) = curl(s.admin, "GET", "/api/channels/p", Some(&h), "");
+    let v = json(&body);
+    assert_eq!(
+        (
+            code,
+            v["offset"].as_u64(),
+            v["epoch"].as_str(),
+            v["history"].as_u64()
+        ),
+        (200, Some(6), Some(epoch.as_str()), Some(6)),
+        "{body}"
+    );
     assert_eq!(publish(&s, &d, r#"{"channel":"p","data":7}"#).0, 200);
     for ws in back.iter_mut() {
         assert_eq!(take(ws, 1, &epoch).await, [(7, json!(7))]);
