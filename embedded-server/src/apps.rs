@@ -92,6 +92,11 @@ impl ChannelsApp {
         }
     }
 
+    /// The settings it runs with.
+    pub fn settings(&self) -> &ChannelsSettings {
+        &self.settings
+    }
+
     /// Count into `metrics` (the hub's): refused tokens happen before any connection (and
     /// its hub handle) exists. The first call wins; `Server::builtin` makes it with the
     /// hub's counters.

@@ -8,7 +8,8 @@
 //!   consumers, and only connections that queue (whose socket is full) are ever refused,
 //! - the payload an offloaded job carries until it has run,
 //! - channel subscriptions (their names and table entries; a subscribe the budget has no room
-//!   for is refused with an error op rather than a close).
+//!   for is refused with an error op rather than a close),
+//! - channel history (kept publications; bounded by its own cap, so charged, never refused).
 //!
 //! One budget, not one cap per store: per-store caps multiply (a connection could hold a 16 MiB
 //! reassembly, a 4 MiB partial frame and a 17 MiB echo at once, and 300 connections 11 GB),
@@ -40,14 +41,18 @@ pub enum Store {
     /// Channel subscriptions: their names and table entries. A refused charge refuses the
     /// subscribe (an error op); the connection stays open.
     Subscriptions,
+    /// Channel history (`hub::history`): charged as it grows, never refused (its own
+    /// `max_bytes` bounds it, at most a quarter of the budget).
+    History,
 }
 
-const STORES: [Store; 5] = [
+const STORES: [Store; 6] = [
     Store::Input,
     Store::Inflate,
     Store::Queue,
     Store::Offload,
     Store::Subscriptions,
+    Store::History,
 ];
 
 impl Store {
@@ -63,6 +68,7 @@ impl Store {
             Store::Queue => "queue",
             Store::Offload => "offload",
             Store::Subscriptions => "subscriptions",
+            Store::History => "history",
         }
     }
 }
@@ -73,10 +79,10 @@ pub struct Budget {
     /// Bytes allowed in all (`usize::MAX`: unbounded, until the server sets it).
     limit: AtomicUsize,
     used: AtomicUsize,
-    by_store: [AtomicUsize; 5],
+    by_store: [AtomicUsize; 6],
     peak: AtomicUsize,
     /// Charges refused, per store (each closed a connection, or refused a subscribe).
-    refused: [AtomicU64; 5],
+    refused: [AtomicU64; 6],
     /// Connections closed for passing their own share.
     share_closes: AtomicU64,
 }

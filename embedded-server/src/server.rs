@@ -51,6 +51,7 @@ impl Server<Builtin> {
         let server = Server::build(config, Builtin::from_config(app));
         if let Builtin::Channels(app) = server.handler() {
             app.count_into(server.hub.channel_metrics.clone());
+            server.hub.enable_history(&app.settings().history);
         }
         server
     }

@@ -367,6 +367,22 @@ pub struct ChannelsProfile {
     pub auth: ChannelsAuthProfile,
     /// Subscriptions one connection may hold; 0: the default (256).
     pub max_subscriptions: u64,
+    pub history: ChannelsHistoryProfile,
+}
+
+/// `server.channels.history`: per-channel history for recovery on resubscribe (docs/serve.md,
+/// "History and recovery"). Every key is optional; 0 means the default.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChannelsHistoryProfile {
+    /// Publications each channel keeps; 0: history off.
+    pub size: u64,
+    /// Seconds a publication is kept; 0: the default (300).
+    pub ttl_secs: u64,
+    /// Bytes all channels' history may hold; 0: the default (64 MiB).
+    pub max_bytes: u64,
+    /// Publications one recovery may send; 0: the default (300).
+    pub recover_max: u64,
 }
 
 /// `server.channels.auth`: JWT (HS256) on upgrade.

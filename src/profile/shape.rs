@@ -132,6 +132,7 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                         || path == LIMITS
                         || path == "server.channels"
                         || path == "server.channels.auth"
+                        || path == "server.channels.history"
                         || path == "nic" => {}
                     None => {
                         if !meant.contains(name) {

@@ -47,6 +47,15 @@ fn the_channels_block_is_optional_and_partial_and_checks_its_keys() {
     assert_eq!(p.server.channels.api_key_file, "", "absent keys default");
     let err = parse(&with("    api_key: hunter2"), "p.yaml").unwrap_err();
     assert!(err.to_string().contains("api_key"), "{err}");
+    let p = parse(
+        &with("    history:\n      size: 50\n      ttl_secs: 60"),
+        "p.yaml",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let h = &p.server.channels.history;
+    assert_eq!((h.size, h.ttl_secs, h.max_bytes), (50, 60, 0));
+    let err = parse(&with("    history:\n      sise: 50"), "p.yaml").unwrap_err();
+    assert!(err.to_string().contains("sise"), "{err}");
 }
 
 #[test]

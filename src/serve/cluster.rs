@@ -22,12 +22,21 @@ pub const CHANNEL: &str = "wstune:relay";
 
 const KIND_BROADCAST: u8 = 0;
 const KIND_CHANNEL: u8 = 1;
+/// A channel publish for the supervisor to position (`--processes` with history on).
+const KIND_SEQUENCE: u8 = 2;
+/// A positioned channel publication from the supervisor, for every process.
+pub const KIND_POSITIONED: u8 = 3;
+/// The supervisor's history, for a process that starts (see `supervisor::history`).
+pub const KIND_SNAPSHOT: u8 = 4;
 
 /// Messages waiting for the publisher; past this the relay drops (local delivery still happened).
 const QUEUE: usize = 65_536;
 
 /// Wire format: node id (u64 LE), kind, then for a broadcast the opcode and payload, for a
-/// channel message the name's length (u16 LE), the name and the `{"channel":..}` text.
+/// channel message the name's length (u16 LE), the name and the `{"channel":..}` text; a
+/// message to position (`Relay::Sequence`) has the name the same way and the data's JSON. A
+/// positioned one (`encode_positioned`) has the name, then the offset (u64 LE), the epoch's
+/// length (u8) and the epoch, then the text.
 pub fn encode(node: u64, r: &Relay<'_>) -> Vec<u8> {
     let mut v = node.to_le_bytes().to_vec();
     match r {
@@ -42,7 +51,28 @@ pub fn encode(node: u64, r: &Relay<'_>) -> Vec<u8> {
             v.extend_from_slice(channel.as_bytes());
             v.extend_from_slice(text.as_bytes());
         }
+        Relay::Sequence { channel, data } => {
+            v.push(KIND_SEQUENCE);
+            v.extend_from_slice(&(channel.len() as u16).to_le_bytes());
+            v.extend_from_slice(channel.as_bytes());
+            v.extend_from_slice(data.as_bytes());
+        }
     }
+    v
+}
+
+/// A positioned publication (see `encode`), from the supervisor (node id `u64::MAX`, which no
+/// process has, so every process delivers it, the publisher's too).
+pub fn encode_positioned(channel: &str, offset: u64, epoch: &str, text: &str) -> Vec<u8> {
+    let mut v = u64::MAX.to_le_bytes().to_vec();
+    v.push(KIND_POSITIONED);
+    v.extend_from_slice(&(channel.len() as u16).to_le_bytes());
+    v.extend_from_slice(channel.as_bytes());
+    v.extend_from_slice(&offset.to_le_bytes());
+    let epoch = &epoch.as_bytes()[..epoch.len().min(255)];
+    v.push(epoch.len() as u8);
+    v.extend_from_slice(epoch);
+    v.extend_from_slice(text.as_bytes());
     v
 }
 
@@ -51,6 +81,12 @@ pub fn encode(node: u64, r: &Relay<'_>) -> Vec<u8> {
 pub enum Incoming<'a> {
     Broadcast(OpCode, &'a [u8]),
     Channel(&'a str, &'a str),
+    /// A publish for the supervisor to position: channel and data.
+    Sequence(&'a str, &'a str),
+    /// A positioned publication: channel, offset, epoch, text.
+    Positioned(&'a str, u64, &'a str, &'a str),
+    /// The supervisor's history (`supervisor::history::encode_snapshot`).
+    Snapshot(&'a [u8]),
 }
 
 /// Deliver a relayed message (from Redis or the local relay) to this node's clients, counting
@@ -70,7 +106,20 @@ pub fn deliver(hub: &Hub, me: u64, m: &[u8]) {
             received();
             hub.deliver_remote_channel(name, text);
         }
-        None => {}
+        Some(Incoming::Positioned(name, offset, epoch, text)) => {
+            received();
+            let pos = embedded_server::hub::StreamPosition {
+                offset,
+                epoch: epoch.into(),
+            };
+            hub.deliver_positioned(name, &pos, text);
+        }
+        #[cfg(target_os = "linux")]
+        Some(Incoming::Snapshot(body)) => {
+            crate::serve::supervisor::history::restore(hub, body);
+        }
+        // Only the supervisor positions publishes.
+        _ => {}
     }
 }
 
@@ -81,12 +130,25 @@ pub fn decode(me: u64, m: &[u8]) -> Option<Incoming<'_>> {
     }
     match *m.get(8)? {
         KIND_BROADCAST => Some(Incoming::Broadcast(OpCode::from_u8(*m.get(9)?)?, &m[10..])),
-        KIND_CHANNEL => {
+        kind @ (KIND_CHANNEL | KIND_SEQUENCE | KIND_POSITIONED) => {
             let n = u16::from_le_bytes(m.get(9..11)?.try_into().ok()?) as usize;
             let name = std::str::from_utf8(m.get(11..11 + n)?).ok()?;
-            let text = std::str::from_utf8(m.get(11 + n..)?).ok()?;
-            Some(Incoming::Channel(name, text))
+            let rest = m.get(11 + n..)?;
+            if kind == KIND_POSITIONED {
+                let offset = u64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
+                let e = *rest.get(8)? as usize;
+                let epoch = std::str::from_utf8(rest.get(9..9 + e)?).ok()?;
+                let text = std::str::from_utf8(rest.get(9 + e..)?).ok()?;
+                return Some(Incoming::Positioned(name, offset, epoch, text));
+            }
+            let text = std::str::from_utf8(rest).ok()?;
+            Some(if kind == KIND_CHANNEL {
+                Incoming::Channel(name, text)
+            } else {
+                Incoming::Sequence(name, text)
+            })
         }
+        KIND_SNAPSHOT => Some(Incoming::Snapshot(&m[9..])),
         _ => None,
     }
 }
@@ -137,11 +199,13 @@ pub fn start(url: &str, hub: Arc<Hub>) -> Result<()> {
             }
         }));
     }
+    // With channel history on, Redis positions every publication (cluster_history.rs).
+    crate::serve::cluster_history::start(&hub, client.clone());
     // Publisher: one multiplexed connection, rebuilt after an error. A connection that died
     // with Redis is only found out on its next use, so the message that finds it out is sent
     // again on the new connection rather than lost.
     {
-        let (client, metrics) = (client.clone(), metrics.clone());
+        let (client, metrics, hub) = (client.clone(), metrics.clone(), hub.clone());
         tokio::spawn(async move {
             let mut attempt = 0;
             let mut retry: Option<Vec<u8>> = None;
@@ -171,11 +235,8 @@ pub fn start(url: &str, hub: Arc<Hub>) -> Result<()> {
                             None => return,
                         },
                     };
-                    let r: redis::RedisResult<i64> = redis::cmd("PUBLISH")
-                        .arg(CHANNEL)
-                        .arg(&msg)
-                        .query_async(&mut conn)
-                        .await;
+                    let r =
+                        crate::serve::cluster_history::send(&mut conn, &hub, &msg, CHANNEL).await;
                     match r {
                         Ok(_) => {
                             metrics.backplane_published.fetch_add(1, Relaxed);

@@ -88,6 +88,7 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
             std::env::var(crate::serve::supervisor::ENV_RELAY_FD).ok().and_then(|v| v.parse().ok()),
         ) {
             crate::serve::supervisor::relay::start_child(server.hub(), i, fd)
+                .await
                 .context("cannot use the relay socket the supervisor passed")?;
         }
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

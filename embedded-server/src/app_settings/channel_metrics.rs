@@ -51,7 +51,22 @@ pub struct ChannelMetrics {
     /// Connections closed (1008) because their token expired.
     pub token_expired_closes: AtomicU64,
     protocol_errors: [AtomicU64; 4],
+    /// Subscribes that asked to recover, by result ([`RECOVERY_RESULTS`]'s order).
+    recoveries: [AtomicU64; 6],
+    /// Publications sent by recoveries.
+    pub recovered_publications: AtomicU64,
 }
+
+/// The results of a recovery (the `result` label of `ws_channels_recoveries_total`): recovered,
+/// or why not (`hub::history::Unrecoverable::reason`, and `off` without history).
+pub const RECOVERY_RESULTS: [&str; 6] = [
+    "recovered",
+    "epoch",
+    "too_old",
+    "too_many",
+    "too_large",
+    "off",
+];
 
 impl ChannelMetrics {
     /// Count an upgrade refused for `e`.
@@ -62,6 +77,21 @@ impl ChannelMetrics {
     /// Count a WebSocket message refused for `e`.
     pub fn protocol_error(&self, e: ProtocolError) {
         self.protocol_errors[e as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Count a subscribe that asked to recover, by its result (one of [`RECOVERY_RESULTS`]).
+    pub fn recovery(&self, result: &str) {
+        if let Some(i) = RECOVERY_RESULTS.iter().position(|r| *r == result) {
+            self.recoveries[i].fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Recoveries with `result` so far.
+    pub fn recoveries(&self, result: &str) -> u64 {
+        RECOVERY_RESULTS
+            .iter()
+            .position(|r| *r == result)
+            .map_or(0, |i| self.recoveries[i].load(Relaxed))
     }
 
     /// Upgrades refused for `e` so far.
@@ -113,7 +143,25 @@ impl ChannelMetrics {
                 v.load(Relaxed)
             );
         }
+        let _ = writeln!(
+            o,
+            "# HELP ws_channels_recoveries_total Subscribes that asked to recover from a stream \
+             position, by result (recovered, or why not).\n# TYPE ws_channels_recoveries_total \
+             counter"
+        );
+        for (i, r) in RECOVERY_RESULTS.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "ws_channels_recoveries_total{{result=\"{r}\"}} {}",
+                self.recoveries[i].load(Relaxed)
+            );
+        }
         for (name, help, v) in [
+            (
+                "ws_channels_recovered_publications_total",
+                "Publications sent by recoveries (what resubscribing clients had missed).",
+                &self.recovered_publications,
+            ),
             (
                 "ws_channels_subscription_cap_total",
                 "Subscribes refused because the connection held the most subscriptions allowed.",

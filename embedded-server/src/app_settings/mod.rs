@@ -162,6 +162,57 @@ pub struct ChannelsSettings {
     /// The most bytes the names of one connection's subscriptions may total; a subscribe
     /// past it gets an error op.
     pub max_subscription_bytes: usize,
+    /// Per-channel history and recovery on resubscribe (off unless `size` is above 0).
+    pub history: HistorySettings,
+}
+
+/// Publications a recovery may return when the operator sets none: Centrifugo's
+/// `client.recovery_max_publication_limit` default (a client further behind reloads its state
+/// instead of replaying a long stream at once).
+pub const DEFAULT_RECOVER_MAX: usize = 300;
+
+/// How long a channel's publications are kept when the operator sets a size but no age:
+/// Socket.IO's `maxDisconnectionDuration` and Ably's recovery window, two minutes, rounded up.
+pub const DEFAULT_HISTORY_TTL_SECS: u64 = 300;
+
+/// The most bytes all channels' history may hold when the operator sets none (also at most a
+/// quarter of the server's memory budget, see `Hub::enable_history`).
+pub const DEFAULT_HISTORY_MAX_BYTES: usize = 64 << 20;
+
+/// Per-channel history: every publication gets a stream position (offset and epoch) and the
+/// last `size` of them, younger than `ttl_secs`, are kept so that a client resubscribing with
+/// its last position gets what it missed (`channels::protocol`, `hub::history`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct HistorySettings {
+    /// Publications kept per channel; 0: history is off (deliveries carry no position, as
+    /// before).
+    pub size: usize,
+    /// Seconds a publication is kept (at least 1).
+    pub ttl_secs: u64,
+    /// Bytes all channels' history may hold together (publications, their bookkeeping and
+    /// the channels' names): the oldest go first past it, so no publisher can grow it.
+    pub max_bytes: usize,
+    /// Publications one recovery may return; a client further behind gets `recovered:false`.
+    pub recover_max: usize,
+}
+
+impl Default for HistorySettings {
+    fn default() -> Self {
+        HistorySettings {
+            size: 0,
+            ttl_secs: DEFAULT_HISTORY_TTL_SECS,
+            max_bytes: DEFAULT_HISTORY_MAX_BYTES,
+            recover_max: DEFAULT_RECOVER_MAX,
+        }
+    }
+}
+
+impl HistorySettings {
+    /// Whether publications are kept (and positioned) at all.
+    pub fn enabled(&self) -> bool {
+        self.size > 0
+    }
 }
 
 impl Default for ChannelsSettings {
@@ -170,6 +221,7 @@ impl Default for ChannelsSettings {
             auth: None,
             max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
             max_subscription_bytes: MAX_SUBSCRIPTION_BYTES,
+            history: HistorySettings::default(),
         }
     }
 }

@@ -3,10 +3,10 @@
 //!
 //! | Request | Answer |
 //! |---|---|
-//! | `POST /api/publish` `{"channel":"news","data":ANY}` | 200 `{"queued":N,"dropped":D,"delivered":N}` |
+//! | `POST /api/publish` `{"channel":"news","data":ANY}` | 200 `{"queued":N,"dropped":D,"delivered":N}` (+ `"offset":N,"epoch":"E"` with history on) |
 //! | `POST /api/batch` `{"messages":[{"channel":..,"data":..},..]}` (1..=1000) | 200 `{"published":M,"queued":N,"dropped":D,"delivered":N}` |
 //! | `GET /api/channels[?prefix=P&after=C&limit=N]` | 200 `{"channels":{"news":3,..},"subscriptions":N,"truncated":false}` (+ `"next":C` when truncated) |
-//! | `GET /api/channels/NAME` | 200 `{"channel":"NAME","subscribers":N}` |
+//! | `GET /api/channels/NAME` | 200 `{"channel":"NAME","subscribers":N}` (+ `"offset":N,"epoch":"E","history":K` with history on) |
 //!
 //! `queued` is the number of this node's subscribers the message was queued for (or written to
 //! the socket of, when nothing was waiting). It is not a receipt: a slow subscriber whose queue
@@ -320,10 +320,13 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
                 Ok(m) => m,
                 Err(e) => return e,
             };
-            let p = hub.publish_report(channel, data);
-            with_backplane(
-                json!({ "queued": p.queued, "dropped": p.dropped, "delivered": p.queued }),
-            )
+            let (p, pos) = hub.publish_with_position(channel, data);
+            let mut v = json!({ "queued": p.queued, "dropped": p.dropped, "delivered": p.queued });
+            if let Some(pos) = pos {
+                v["offset"] = pos.offset.into();
+                v["epoch"] = (&*pos.epoch).into();
+            }
+            with_backplane(v)
         }
         Endpoint::Batch => {
             let v = match parse() {
@@ -399,13 +402,17 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
             if let Err(e) = super::check_name(name) {
                 return error(400, e);
             }
-            (
-                200,
-                format!(
-                    "{}\n",
-                    json!({ "channel": name, "subscribers": hub.subscriber_count(name) })
-                ),
-            )
+            let mut v = json!({ "channel": name, "subscribers": hub.subscriber_count(name) });
+            if hub.history_enabled() {
+                let (offset, epoch, kept) = match hub.history_peek(name) {
+                    Some((pos, kept)) => (pos.offset, pos.epoch.to_string(), kept),
+                    None => (0, String::new(), 0),
+                };
+                v["offset"] = offset.into();
+                v["epoch"] = epoch.into();
+                v["history"] = kept.into();
+            }
+            (200, format!("{v}\n"))
         }
     }
 }

@@ -19,8 +19,9 @@ pub mod api;
 pub mod protocol;
 
 pub use crate::app_settings::{
-    check_name, ChannelMetrics, ChannelsSettings, ProtocolError, DEFAULT_MAX_SUBSCRIPTIONS,
-    MAX_CHANNEL_NAME, MAX_SUBSCRIPTION_BYTES,
+    check_name, ChannelMetrics, ChannelsSettings, HistorySettings, ProtocolError,
+    DEFAULT_HISTORY_MAX_BYTES, DEFAULT_HISTORY_TTL_SECS, DEFAULT_MAX_SUBSCRIPTIONS,
+    DEFAULT_RECOVER_MAX, MAX_CHANNEL_NAME, MAX_SUBSCRIPTION_BYTES,
 };
 pub use crate::jwt as auth;
 pub use api::ApiKey;

@@ -10,8 +10,11 @@
 //! keeps the subscriptions it asks for (subscriptions.rs: both ways, capped, charged to the
 //! memory budget, and presence) and fans publishes out (here, beside broadcast).
 
+pub mod history;
+mod recovery;
 mod subscriptions;
 
+pub use recovery::{envelope, random_seed, FetchFn, FetchRequest, Recovered, StreamPosition};
 pub use subscriptions::{ChannelPage, Subscribed};
 
 use crate::config::ServerConfig;
@@ -44,6 +47,15 @@ pub enum Relay<'a> {
         channel: &'a str,
         /// The message, as subscribers receive it.
         text: &'a str,
+    },
+    /// A channel publish whose position the relay's other end assigns (the `--processes`
+    /// supervisor, with history on): not delivered here yet; it comes back positioned, to
+    /// every process, through [`Hub::deliver_positioned`].
+    Sequence {
+        /// The channel's name.
+        channel: &'a str,
+        /// The publication's `data`, as JSON text.
+        data: &'a str,
     },
 }
 
@@ -119,6 +131,8 @@ pub struct Hub {
     ping: Bytes,
     /// The cluster backplane, when one is configured.
     relay: std::sync::OnceLock<RelayFn>,
+    /// Channel history and stream positions, when the channels app enables them.
+    history: std::sync::OnceLock<recovery::HubHistory>,
 }
 
 /// A monotonic clock for `Hub::now`. On Linux the coarse clock (`CLOCK_MONOTONIC_COARSE`, the
@@ -166,6 +180,7 @@ impl Hub {
             start: mono(),
             ping: Bytes::from(frame::encode_message(OpCode::Ping, b"", 125, false)),
             relay: std::sync::OnceLock::new(),
+            history: std::sync::OnceLock::new(),
         }
     }
 
@@ -393,9 +408,9 @@ impl Hub {
     /// [`Hub::publish`], answering for how many of this node's subscribers the message was
     /// queued and for how many it could not be (counted by the fan-out itself: a subscriber
     /// that joins or leaves meanwhile is counted as it was served).
+    /// With history on, the message carries its position (see [`Hub::publish_with_position`]).
     pub fn publish_report(&self, channel: &str, data: &serde_json::Value) -> Published {
-        let text = serde_json::json!({"channel": channel, "data": data}).to_string();
-        self.publish_text_delivered(channel, &text)
+        self.publish_with_position(channel, data).0
     }
 
     /// Publish `text` as it is to a channel's subscribers (encoded once), and through the

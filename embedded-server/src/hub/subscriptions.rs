@@ -124,7 +124,7 @@ impl Hub {
     /// Every subscribe comes here. Each subscription is charged to the memory budget
     /// (`Store::Subscriptions`): checked when a client asks (`checked`), unchecked when the
     /// application does.
-    fn join(
+    pub(super) fn join(
         &self,
         conn: &Arc<Shared>,
         channel: &str,

@@ -30,4 +30,23 @@ pub struct ChannelArgs {
     /// refused) [profile: server.channels.auth.audience]
     #[arg(long, value_name = "AUD", help_heading = "Channels (--app channels)")]
     pub auth_audience: Option<String>,
+    /// Publications each channel keeps for clients that resubscribe with their last
+    /// position (`"recover":{"offset":N,"epoch":"E"}`); every publication then carries its
+    /// offset and epoch. 0: off [profile: server.channels.history.size; default 0]
+    #[arg(long, value_name = "N", help_heading = "Channels (--app channels)")]
+    pub history_size: Option<usize>,
+    /// Seconds a channel's publications are kept for recovery [profile:
+    /// server.channels.history.ttl_secs; default 300]
+    #[arg(long, value_name = "SECS", help_heading = "Channels (--app channels)")]
+    pub history_ttl: Option<u64>,
+    /// Bytes all channels' history may hold together; the oldest publications go first past
+    /// it (also at most a quarter of the memory budget) [profile:
+    /// server.channels.history.max_bytes; default 64 MiB]
+    #[arg(long, value_name = "BYTES", help_heading = "Channels (--app channels)")]
+    pub history_max_bytes: Option<usize>,
+    /// Publications one recovery may send; a client further behind gets
+    /// "recovered":false and reloads its state [profile: server.channels.history.recover_max;
+    /// default 300]
+    #[arg(long, value_name = "N", help_heading = "Channels (--app channels)")]
+    pub recover_max: Option<usize>,
 }

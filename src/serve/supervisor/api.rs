@@ -189,6 +189,9 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
             let mut counts: BTreeMap<String, u64> = BTreeMap::new();
             let (mut answered, mut subscribers, mut total) = (0, 0u64, 0u64);
             let mut truncated = false;
+            // With channel history: the most advanced process's position (they all hold the
+            // supervisor's; one may still be delivering the latest).
+            let mut position: Option<Value> = None;
             for (status, body) in answers.into_iter().flatten() {
                 let Ok(v) = serde_json::from_str::<Value>(&body) else {
                     continue;
@@ -198,6 +201,16 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
                     return (status, body);
                 }
                 answered += 1;
+                if let Some(o) = v["offset"].as_u64() {
+                    if position
+                        .as_ref()
+                        .is_none_or(|p| p["offset"].as_u64() < Some(o))
+                    {
+                        position = Some(json!({
+                            "offset": o, "epoch": v["epoch"], "history": v["history"],
+                        }));
+                    }
+                }
                 subscribers += v["subscribers"].as_u64().unwrap_or(0);
                 total += v["subscriptions"].as_u64().unwrap_or(0);
                 truncated |= v["truncated"].as_bool().unwrap_or(false);
@@ -208,9 +221,15 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
                 }
             }
             let v = match &c.endpoint {
-                Endpoint::Channel(name) => json!({
-                    "channel": name, "subscribers": subscribers, "processes": answered,
-                }),
+                Endpoint::Channel(name) => {
+                    let mut v = json!({
+                        "channel": name, "subscribers": subscribers, "processes": answered,
+                    });
+                    if let Some(Value::Object(p)) = position {
+                        v.as_object_mut().expect("an object").extend(p);
+                    }
+                    v
+                }
                 _ => {
                     // Each process listed its first `limit` names after the cursor, so the
                     // first `limit` of their union are exactly the whole's (a name in it is

@@ -10,10 +10,13 @@
 //! `WSTUNE_PROCESS=i`, restarts one that dies (100 ms doubling to 5 s, reset after 30 s alive),
 //! forwards SIGTERM/SIGINT so every process drains, serves one admin endpoint (/healthz per
 //! process, /metrics summed) and relays `broadcast`/`channels` between the processes
-//! (`relay.rs`) unless `--cluster` makes each process a node on Redis.
+//! (`relay.rs`) unless `--cluster` makes each process a node on Redis; with channel history on,
+//! it also assigns every publication's stream position and keeps the history (`history.rs`).
 
 #[cfg(target_os = "linux")]
 pub mod api;
+#[cfg(target_os = "linux")]
+pub mod history;
 pub mod metrics;
 #[cfg(target_os = "linux")]
 pub mod relay;

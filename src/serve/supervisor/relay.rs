@@ -8,7 +8,9 @@
 //! which delivers it locally (encoded once per process). Every queue is bounded: a process that
 //! cannot keep up loses relayed messages (counted), it never blocks the others.
 
-use crate::serve::cluster::encode;
+use super::history::Sequencer;
+use crate::serve::cluster::{decode, encode, Incoming};
+use embedded_server::channels::HistorySettings;
 use embedded_server::Hub;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -71,8 +73,14 @@ async fn read_frame(r: &mut (impl AsyncReadExt + Unpin)) -> io::Result<Vec<u8>> 
 
 /// In a supervised process: relay this hub's broadcasts and channel messages through the
 /// supervisor on `fd`, and deliver what the other processes relay. The backplane metrics
-/// (`ws_backplane_*`) count the relay as they count Redis.
-pub fn start_child(hub: Arc<Hub>, index: u64, fd: RawFd) -> io::Result<()> {
+/// (`ws_backplane_*`) count the relay as they count Redis. With channel history on, the
+/// supervisor positions every publish (`history.rs`) and this returns once its history is
+/// here (bounded), so that no client recovers against an empty one.
+pub async fn start_child(hub: Arc<Hub>, index: u64, fd: RawFd) -> io::Result<()> {
+    let history = hub.history_enabled();
+    if history {
+        hub.sequence_elsewhere();
+    }
     // SAFETY: the supervisor passed this fd to us (and only us) for the relay.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let (mut rd, mut wr) = stream(fd)?.into_split();
@@ -107,14 +115,26 @@ pub fn start_child(hub: Arc<Hub>, index: u64, fd: RawFd) -> io::Result<()> {
         metrics.backplane_up.store(0, Relaxed);
         tracing::warn!("relay to the supervisor closed: serving local clients only");
     });
+    if history && !super::history::wait_for_snapshot(SNAPSHOT_WAIT).await {
+        tracing::warn!(
+            "channel history: the supervisor's did not come within {} s; recoveries answer \
+             recovered:false until it fills again",
+            SNAPSHOT_WAIT.as_secs()
+        );
+    }
     Ok(())
 }
+
+/// How long a starting process waits for the supervisor's channel history.
+const SNAPSHOT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The supervisor's side: one queue per live process, and what was relayed or dropped.
 pub struct Hubs {
     queues: Mutex<Vec<Option<mpsc::Sender<Frame>>>>,
     pub frames: AtomicU64,
     pub dropped: AtomicU64,
+    /// Channel history, when on: the supervisor positions every publish.
+    history: std::sync::OnceLock<Sequencer>,
 }
 
 impl Hubs {
@@ -123,7 +143,31 @@ impl Hubs {
             queues: Mutex::new(vec![None; n]),
             frames: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            history: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Position channel publications and keep their history (`history.rs`) when `settings`
+    /// enable it; each process has `per_process_budget` bytes of memory budget.
+    pub fn keep_history(&self, settings: &HistorySettings, per_process_budget: usize) {
+        if settings.enabled() {
+            let _ = self
+                .history
+                .set(Sequencer::new(settings, per_process_budget));
+        }
+    }
+
+    /// Queue `f` for every live process but `except`, counting what was dropped.
+    fn send_all(&self, queues: &[Option<mpsc::Sender<Frame>>], f: &Frame, except: Option<usize>) {
+        for (j, q) in queues.iter().enumerate() {
+            let Some(q) = q.as_ref().filter(|_| Some(j) != except) else {
+                continue;
+            };
+            match q.try_send(f.clone()) {
+                Ok(()) => self.frames.fetch_add(1, Relaxed),
+                Err(_) => self.dropped.fetch_add(1, Relaxed),
+            };
+        }
     }
 
     /// Relay for process `index` over `fd` (the supervisor's end of its pair) until it closes.
@@ -131,7 +175,15 @@ impl Hubs {
         let raw = fd.as_raw_fd();
         let (mut rd, mut wr) = stream(fd)?.into_split();
         let (tx, mut rx) = mpsc::channel::<Frame>(QUEUE);
-        self.queues.lock().unwrap()[index] = Some(tx);
+        match self.history.get() {
+            // The history first, then every positioned publication after it: the queue is
+            // added under the history's lock, so nothing falls between the two.
+            Some(seq) => seq.snapshot(|body| {
+                let _ = tx.try_send(Arc::new(framed(body)));
+                self.queues.lock().unwrap()[index] = Some(tx);
+            }),
+            None => self.queues.lock().unwrap()[index] = Some(tx),
+        }
         tokio::spawn(async move {
             while let Some(f) = rx.recv().await {
                 if wr.write_all(&f).await.is_err() {
@@ -142,17 +194,19 @@ impl Hubs {
         let hubs = self.clone();
         tokio::spawn(async move {
             while let Ok(f) = read_frame(&mut rd).await {
-                let f = Arc::new(f);
-                let queues = hubs.queues.lock().unwrap();
-                for (j, q) in queues.iter().enumerate() {
-                    let Some(q) = q.as_ref().filter(|_| j != index) else {
-                        continue;
-                    };
-                    match q.try_send(f.clone()) {
-                        Ok(()) => hubs.frames.fetch_add(1, Relaxed),
-                        Err(_) => hubs.dropped.fetch_add(1, Relaxed),
-                    };
+                // A publish to position: every process gets it back positioned, its
+                // publisher too, in the order the positions were given.
+                if let (Some(seq), Some(Incoming::Sequence(channel, data))) =
+                    (hubs.history.get(), decode(u64::MAX, &f[4..]))
+                {
+                    seq.position(channel, data, |body| {
+                        let queues = hubs.queues.lock().unwrap();
+                        hubs.send_all(&queues, &Arc::new(framed(body)), None);
+                    });
+                    continue;
                 }
+                let queues = hubs.queues.lock().unwrap();
+                hubs.send_all(&queues, &Arc::new(f), Some(index));
             }
             tracing::debug!("relay of process {index} (fd {raw}) closed");
         });

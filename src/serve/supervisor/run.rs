@@ -135,6 +135,10 @@ pub fn supervise(plan: Supervision) -> Result<Outcome> {
         changed,
         start_failure: Mutex::new(None),
     });
+    st.hubs.keep_history(
+        &st.plan.config.builtin.channels.history,
+        st.plan.config.server.memory_budget() / n.max(1),
+    );
     // Everything runs on this thread: the parent-death signal of a child fires when the
     // thread that forked it ends, so no child may be forked from a thread that can end first.
     let code = rt.block_on(run(st.clone(), admin))?;

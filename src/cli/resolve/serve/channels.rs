@@ -4,9 +4,11 @@
 //! table says only where each came from.
 
 use crate::cli::args::channels::ChannelArgs;
-use crate::profile::ChannelsProfile;
+use crate::profile::{ChannelsHistoryProfile, ChannelsProfile};
 use crate::serve::config::{TokenAuth, ENV_API_KEY, ENV_AUTH_SECRET};
-use embedded_server::channels::{ApiKey, ChannelsSettings, Verifier, DEFAULT_MAX_SUBSCRIPTIONS};
+use embedded_server::channels::{
+    ApiKey, ChannelsSettings, HistorySettings, Verifier, DEFAULT_MAX_SUBSCRIPTIONS,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -147,16 +149,85 @@ pub fn resolve(
         Some((v, secret, t)) => (Some(v), Some(secret), Some(t)),
         None => (None, None, None),
     };
+    let history = history(&p.history, a, app_is_channels, table)?;
     Ok(ChannelsConfig {
         settings: ChannelsSettings {
             auth,
             max_subscriptions,
+            history,
             ..ChannelsSettings::default()
         },
         api_key,
         auth_secret,
         token_auth,
     })
+}
+
+/// `--history-size` and its bounds (each flag over its `server.channels.history` key, 0 in the
+/// profile meaning the default).
+fn history(
+    p: &ChannelsHistoryProfile,
+    a: &ChannelArgs,
+    app_is_channels: bool,
+    table: &mut Vec<crate::report::Setting>,
+) -> anyhow::Result<HistorySettings> {
+    let pick = |flag: Option<u64>, key: u64, default: u64| match (flag, key) {
+        (Some(n), _) => (n, "flag"),
+        (None, 0) => (default, "default"),
+        (None, n) => (n, "profile"),
+    };
+    let d = HistorySettings::default();
+    let size = pick(a.history_size.map(|n| n as u64), p.size, 0);
+    let ttl = pick(a.history_ttl, p.ttl_secs, d.ttl_secs);
+    let max_bytes = pick(
+        a.history_max_bytes.map(|n| n as u64),
+        p.max_bytes,
+        d.max_bytes as u64,
+    );
+    let recover_max = pick(
+        a.recover_max.map(|n| n as u64),
+        p.recover_max,
+        d.recover_max as u64,
+    );
+    let bounds_given =
+        a.history_ttl.is_some() || a.history_max_bytes.is_some() || a.recover_max.is_some();
+    if size.0 == 0 {
+        if bounds_given {
+            anyhow::bail!(
+                "--history-ttl, --history-max-bytes and --recover-max bound channel history,                  which is off: give --history-size N too (publications kept per channel)"
+            );
+        }
+        return Ok(HistorySettings::default());
+    }
+    if !app_is_channels {
+        anyhow::bail!(
+            "--history-size keeps channel publications for recovery: it is the channels app's; \
+             add --app channels (or drop it)"
+        );
+    }
+    for (value, flag) in [
+        (ttl.0, "--history-ttl"),
+        (max_bytes.0, "--history-max-bytes"),
+        (recover_max.0, "--recover-max"),
+    ] {
+        if value == 0 {
+            anyhow::bail!(
+                "{flag} 0 would keep nothing to recover from; give a positive value or leave \
+                 it out for the default"
+            );
+        }
+    }
+    let h = HistorySettings {
+        size: usize::try_from(size.0).unwrap_or(usize::MAX),
+        ttl_secs: ttl.0,
+        max_bytes: usize::try_from(max_bytes.0).unwrap_or(usize::MAX),
+        recover_max: usize::try_from(recover_max.0).unwrap_or(usize::MAX),
+    };
+    table.push(("history per channel", h.size.to_string(), size.1));
+    table.push(("history ttl", format!("{} s", h.ttl_secs), ttl.1));
+    table.push(("history max bytes", h.max_bytes.to_string(), max_bytes.1));
+    table.push(("recover max", h.recover_max.to_string(), recover_max.1));
+    Ok(h)
 }
 
 fn source(from: &str) -> &'static str {

@@ -1,0 +1,510 @@
+//! Channel history: the bounded store behind stream positions and recovery, with no I/O and
+//! no clock of its own (every call is given `now`, in whole seconds), so each rule is a unit
+//! test.
+//!
+//! The model is Centrifugo's (centrifugal.dev/docs/server/history_and_recovery): every
+//! publication in a channel gets an `offset`, +1 per publication, and the channel's stream
+//! has an `epoch`, a string that changes whenever the stream is lost (a new process, or a
+//! stream forgotten once its last publication expired). A client that saw `(offset, epoch)`
+//! and comes back with it gets exactly the publications after `offset`, when the stream still
+//! has the same epoch and still holds them all; otherwise it is told it cannot (its
+//! application reloads state), never handed a stream with a hole in it.
+//!
+//! Every kept publication stays contiguous: a stream holds offsets `first..=top` and nothing
+//! else, so whether a position can be recovered is two comparisons and the missed ones are a
+//! slice. Bounds: `size` publications per channel, `ttl_secs` of age, and `max_bytes` over
+//! every channel (publications, their bookkeeping and the names), the oldest going first. One
+//! queue in publication order (`order`) finds the oldest in O(1), so no bound costs a scan.
+//! The same store runs in a server process and, for `serve --processes`, in the supervisor,
+//! which assigns positions for all its processes (`insert` copies them into a process).
+
+use crate::app_settings::HistorySettings;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+/// What one kept publication costs besides its text: its slot, its `Arc` header and its entry
+/// in the order queue (channel pointer, offset, generation, time), rounded up.
+pub const PUBLICATION_BYTES: usize = 96;
+/// What one channel's stream costs besides its name and epoch: its map entry and the stream
+/// itself with its queue's header, rounded up.
+pub const STREAM_BYTES: usize = 160;
+
+/// A position in a channel's stream: the offset of the last publication and the stream's
+/// epoch (offset 0: nothing published yet in this epoch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    /// The last publication's offset.
+    pub offset: u64,
+    /// The stream's epoch.
+    pub epoch: Arc<str>,
+}
+
+/// One stream as [`History::snapshot`] gives it: its channel, position, and kept publications
+/// (offset, text) oldest first.
+pub type StreamCopy = (Arc<str>, Position, Vec<(u64, Arc<str>)>);
+
+/// Why a position cannot be recovered (the `reason` of `"recovered":false`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unrecoverable {
+    /// The stream is not the one the position is from (reset, expired, or never seen here).
+    Epoch,
+    /// Publications after the position are no longer kept (trimmed by count, age or bytes).
+    TooOld,
+    /// More publications were missed than one recovery returns (`recover_max`).
+    TooMany,
+    /// The missed publications are more bytes than the connection may have queued.
+    TooLarge,
+}
+
+impl Unrecoverable {
+    /// The stable word clients read.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Unrecoverable::Epoch => "epoch",
+            Unrecoverable::TooOld => "too_old",
+            Unrecoverable::TooMany => "too_many",
+            Unrecoverable::TooLarge => "too_large",
+        }
+    }
+}
+
+struct Kept {
+    offset: u64,
+    text: Arc<str>,
+}
+
+struct Stream {
+    epoch: Arc<str>,
+    /// The last offset assigned (0: none in this epoch).
+    top: u64,
+    /// Offsets `top - pubs.len() + 1 ..= top`, oldest first.
+    pubs: VecDeque<Kept>,
+    /// Which life of this channel's stream this is: `order` entries of an earlier one are
+    /// stale.
+    generation: u64,
+    /// `order` entries of this generation not yet taken out: the stream goes when it has
+    /// neither publications nor entries.
+    entries: usize,
+}
+
+impl Stream {
+    /// The oldest offset kept (`top + 1` when none is).
+    fn first(&self) -> u64 {
+        self.top + 1 - self.pubs.len() as u64
+    }
+}
+
+/// One publication (or a stream's creation, offset 0) in the order they happened.
+struct Entry {
+    channel: Arc<str>,
+    offset: u64,
+    generation: u64,
+    at: u32,
+}
+
+/// Every channel's history (see the module's documentation).
+pub struct History {
+    settings: HistorySettings,
+    streams: HashMap<Arc<str>, Stream>,
+    order: VecDeque<Entry>,
+    bytes: usize,
+    generations: u64,
+    /// Makes this store's epochs differ from another process's.
+    seed: u64,
+}
+
+impl History {
+    /// An empty store with these bounds; `seed` makes its epochs its own (a random number).
+    pub fn new(settings: HistorySettings, seed: u64) -> History {
+        History {
+            settings,
+            streams: HashMap::new(),
+            order: VecDeque::new(),
+            bytes: 0,
+            generations: 0,
+            seed,
+        }
+    }
+
+    /// The bounds in force.
+    pub fn settings(&self) -> &HistorySettings {
+        &self.settings
+    }
+
+    /// Bytes held now (what the memory budget is charged).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Channels with a stream now.
+    pub fn channels(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// A fresh epoch: 16 hex digits of this store's seed mixed with the generation.
+    fn new_epoch(&mut self) -> (u64, Arc<str>) {
+        self.generations += 1;
+        let g = self.generations;
+        let mixed =
+            (self.seed ^ g.wrapping_mul(0x9E37_79B9_7F4A_7C15)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        (g, Arc::from(format!("{:016x}", mixed ^ (mixed >> 31))))
+    }
+
+    /// `channel`'s stream and its name, created (with a fresh epoch, or `epoch` when given)
+    /// when absent.
+    fn stream(&mut self, channel: &str, epoch: Option<&str>, now: u32) -> (Arc<str>, &mut Stream) {
+        if !self.streams.contains_key(channel) {
+            let (generation, fresh) = self.new_epoch();
+            let epoch: Arc<str> = epoch.map(Arc::from).unwrap_or(fresh);
+            let name: Arc<str> = Arc::from(channel);
+            self.bytes += STREAM_BYTES + name.len() + epoch.len();
+            // Its creation is an entry too, so a stream that never gets a publication is
+            // forgotten once it is as old as the history's age bound.
+            self.order.push_back(Entry {
+                channel: name.clone(),
+                offset: 0,
+                generation,
+                at: now,
+            });
+            self.bytes += PUBLICATION_BYTES;
+            self.streams.insert(
+                name,
+                Stream {
+                    epoch,
+                    top: 0,
+                    pubs: VecDeque::new(),
+                    generation,
+                    entries: 1,
+                },
+            );
+        }
+        let name = self
+            .streams
+            .get_key_value(channel)
+            .expect("present")
+            .0
+            .clone();
+        (name, self.streams.get_mut(channel).expect("present"))
+    }
+
+    /// `channel`'s position now, creating its stream when absent (a subscribe: the client
+    /// learns the epoch its later publications will carry).
+    pub fn position(&mut self, channel: &str, now: u32) -> Position {
+        self.expire(now);
+        let (_, s) = self.stream(channel, None, now);
+        Position {
+            offset: s.top,
+            epoch: s.epoch.clone(),
+        }
+    }
+
+    /// `channel`'s position, or `(0, "")` when it has no stream: where positions are
+    /// assigned elsewhere, an epoch made here would not be theirs. A recovery from `(0, "")`
+    /// asks for a stream's whole history (see [`History::since`]).
+    pub fn position_if_any(&mut self, channel: &str, now: u32) -> Position {
+        self.expire(now);
+        self.peek(channel).map_or_else(
+            || Position {
+                offset: 0,
+                epoch: Arc::from(""),
+            },
+            |p| p.0,
+        )
+    }
+
+    /// `channel`'s position and how many publications it keeps, if it has a stream (for the
+    /// HTTP API; creates nothing).
+    pub fn peek(&self, channel: &str) -> Option<(Position, usize)> {
+        self.streams.get(channel).map(|s| {
+            (
+                Position {
+                    offset: s.top,
+                    epoch: s.epoch.clone(),
+                },
+                s.pubs.len(),
+            )
+        })
+    }
+
+    /// Give `channel`'s next publication its position, keep the text `text(offset, epoch)`
+    /// builds, and return both.
+    pub fn append(
+        &mut self,
+        channel: &str,
+        now: u32,
+        text: impl FnOnce(u64, &str) -> String,
+    ) -> (Position, Arc<str>) {
+        self.expire(now);
+        let (_, s) = self.stream(channel, None, now);
+        let offset = s.top + 1;
+        let epoch = s.epoch.clone();
+        let text: Arc<str> = Arc::from(text(offset, &epoch));
+        self.keep(channel, offset, text.clone(), now);
+        (Position { offset, epoch }, text)
+    }
+
+    /// Keep a publication whose position was assigned elsewhere (the supervisor's, in a
+    /// server process). A position from another epoch replaces the stream; one past a gap
+    /// drops what came before the gap (a recovery across it would miss publications); one
+    /// already kept is not kept again. False for that last case (a duplicate).
+    pub fn insert(&mut self, channel: &str, pos: &Position, text: Arc<str>, now: u32) -> bool {
+        self.expire(now);
+        self.reset_to(channel, &pos.epoch, pos.offset.saturating_sub(1), now);
+        let s = self.streams.get(channel).expect("reset_to creates it");
+        if pos.offset <= s.top {
+            return false;
+        }
+        self.keep(channel, pos.offset, text, now);
+        true
+    }
+
+    /// Make `channel`'s stream `epoch` with nothing after `top` missing: a stream of another
+    /// epoch is replaced, one behind `top` drops what it keeps (it cannot be continued).
+    pub fn reset_to(&mut self, channel: &str, epoch: &str, top: u64, now: u32) {
+        let other_epoch = match self.streams.get(channel) {
+            None => {
+                self.stream(channel, Some(epoch), now).1.top = top;
+                return;
+            }
+            Some(s) if &*s.epoch == epoch && s.top >= top => return,
+            Some(s) => &*s.epoch != epoch,
+        };
+        let generation = other_epoch.then(|| self.new_epoch().0);
+        let (name, s) = self.stream(channel, None, now);
+        let freed: usize = s.pubs.iter().map(|p| p.text.len()).sum();
+        // The entries of the dropped publications stay queued (stale) and keep their own
+        // bytes until they are taken out.
+        s.pubs.clear();
+        s.top = top;
+        let mut grown = 0;
+        if let Some(g) = generation {
+            grown = epoch.len();
+            let old = std::mem::replace(&mut s.epoch, Arc::from(epoch));
+            s.generation = g;
+            // The stale entries are of the old generation; this one gets its own, so it is
+            // forgotten in time like any other stream.
+            s.entries = 1;
+            self.bytes -= old.len();
+            self.order.push_back(Entry {
+                channel: name,
+                offset: 0,
+                generation: g,
+                at: now,
+            });
+            grown += PUBLICATION_BYTES;
+        }
+        self.bytes = self.bytes + grown - freed;
+    }
+
+    /// Keep `text` as `channel`'s publication `offset` (= its top + 1), then apply the bounds.
+    fn keep(&mut self, channel: &str, offset: u64, text: Arc<str>, now: u32) {
+        let size = self.settings.size.max(1);
+        let (name, s) = self.stream(channel, None, now);
+        debug_assert_eq!(offset, s.top + 1);
+        s.top = offset;
+        let cost = text.len() + PUBLICATION_BYTES;
+        s.pubs.push_back(Kept { offset, text });
+        s.entries += 1;
+        let generation = s.generation;
+        let mut freed = 0;
+        while s.pubs.len() > size {
+            let old = s.pubs.pop_front().expect("above size");
+            // Its entry stays queued (stale) and keeps its own bytes until taken out.
+            freed += old.text.len();
+        }
+        self.bytes = self.bytes + cost - freed;
+        self.order.push_back(Entry {
+            channel: name,
+            offset,
+            generation,
+            at: now,
+        });
+        while self.bytes > self.settings.max_bytes && self.take_oldest() {}
+    }
+
+    /// Drop what has passed the age bound (oldest first; each call costs what it drops).
+    pub fn expire(&mut self, now: u32) {
+        let ttl = self.settings.ttl_secs.max(1).min(u32::MAX as u64) as u32;
+        while self
+            .order
+            .front()
+            .is_some_and(|e| now.saturating_sub(e.at) >= ttl)
+        {
+            self.take_oldest();
+        }
+    }
+
+    /// Take the oldest entry out: its publication goes if still kept, and its stream too once
+    /// it holds nothing and nothing queued refers to it. False when the queue is empty.
+    fn take_oldest(&mut self) -> bool {
+        let Some(e) = self.order.pop_front() else {
+            return false;
+        };
+        self.bytes -= PUBLICATION_BYTES;
+        let Some(s) = self.streams.get_mut(&*e.channel) else {
+            return true;
+        };
+        if s.generation != e.generation {
+            return true;
+        }
+        s.entries -= 1;
+        if e.offset != 0 && s.pubs.front().is_some_and(|p| p.offset == e.offset) {
+            let p = s.pubs.pop_front().expect("front");
+            self.bytes -= p.text.len();
+        } else if e.offset != 0 && s.pubs.front().is_some_and(|p| p.offset < e.offset) {
+            // Dropped for the byte bound out of turn cannot happen (the queue is in offset
+            // order per stream), but a publication older than this entry's must not stay
+            // behind a gap: drop through it.
+            while s.pubs.front().is_some_and(|p| p.offset <= e.offset) {
+                let p = s.pubs.pop_front().expect("front");
+                self.bytes -= p.text.len();
+            }
+        }
+        if s.pubs.is_empty() && s.entries == 0 {
+            let epoch_len = s.epoch.len();
+            self.streams.remove(&*e.channel);
+            self.bytes -= STREAM_BYTES + e.channel.len() + epoch_len;
+        }
+        true
+    }
+
+    /// The publications after `from` in `channel`, if `from` is of this stream (or is
+    /// `(0, "")`, from before the stream) and every one after it is kept: at most
+    /// `recover_max` of them and `max_bytes` bytes in all.
+    pub fn since(
+        &mut self,
+        channel: &str,
+        from: &Position,
+        max_bytes: usize,
+        now: u32,
+    ) -> Result<Vec<Arc<str>>, Unrecoverable> {
+        self.expire(now);
+        // `(0, "")`: subscribed before the channel had a stream; everything it has since is
+        // what was missed, if it still keeps it from offset 1.
+        let before_any = from.offset == 0 && from.epoch.is_empty();
+        let Some(s) = self.streams.get(channel) else {
+            return if before_any {
+                Ok(Vec::new())
+            } else {
+                Err(Unrecoverable::Epoch)
+            };
+        };
+        if (s.epoch != from.epoch && !before_any) || from.offset > s.top {
+            return Err(Unrecoverable::Epoch);
+        }
+        if from.offset + 1 < s.first() {
+            return Err(Unrecoverable::TooOld);
+        }
+        let missed = (s.top - from.offset) as usize;
+        if missed > self.settings.recover_max {
+            return Err(Unrecoverable::TooMany);
+        }
+        let skip = s.pubs.len() - missed;
+        let mut bytes = 0;
+        let mut out = Vec::with_capacity(missed);
+        for p in s.pubs.iter().skip(skip) {
+            bytes += p.text.len();
+            if bytes > max_bytes {
+                return Err(Unrecoverable::TooLarge);
+            }
+            out.push(p.text.clone());
+        }
+        Ok(out)
+    }
+
+    /// Take older publications of `channel` from another store (the shared one in Redis,
+    /// on a recovery this store could not serve): `top` is that store's position and `pubs`
+    /// what it keeps after some offset, oldest first. A stream of another epoch, or one
+    /// that has nothing `pubs` does not, is replaced by them; one that keeps newer
+    /// publications (delivered while they were fetched) gets them in front when they join
+    /// up. Bounds apply as to any publication.
+    pub fn merge_older(
+        &mut self,
+        channel: &str,
+        top: &Position,
+        pubs: Vec<(u64, Arc<str>)>,
+        now: u32,
+    ) {
+        self.expire(now);
+        let contiguous = pubs.windows(2).all(|w| w[1].0 == w[0].0 + 1)
+            && pubs.last().is_none_or(|p| p.0 == top.offset);
+        if !contiguous {
+            return;
+        }
+        let first = pubs.first().map_or(top.offset + 1, |p| p.0);
+        let replace = match self.streams.get(channel) {
+            None => true,
+            Some(s) => s.epoch != top.epoch || s.top <= top.offset,
+        };
+        if replace {
+            // Drop what this store keeps (of another epoch, or nothing the fetched lack),
+            // then take the fetched as they are.
+            if let Some(s) = self.streams.get(channel) {
+                if s.epoch == top.epoch {
+                    let e = Arc::from("");
+                    self.reset_to(channel, &e, 0, now);
+                }
+            }
+            self.reset_to(channel, &top.epoch, first - 1, now);
+            for (offset, text) in pubs {
+                let at = Position {
+                    offset,
+                    epoch: top.epoch.clone(),
+                };
+                self.insert(channel, &at, text, now);
+            }
+            self.reset_to(channel, &top.epoch, top.offset, now);
+            return;
+        }
+        // Same epoch, this store is ahead: put the older in front if they join up.
+        let size = self.settings.size.max(1);
+        let (name, s) = self.stream(channel, None, now);
+        let have = s.first();
+        if first >= have || pubs.last().is_none_or(|p| p.0 + 1 < have) {
+            return;
+        }
+        let generation = s.generation;
+        let older: Vec<(u64, Arc<str>)> = pubs.into_iter().filter(|p| p.0 < have).collect();
+        let mut grown = 0;
+        let mut entries = Vec::with_capacity(older.len());
+        for (offset, text) in older.into_iter().rev() {
+            grown += text.len() + PUBLICATION_BYTES;
+            s.pubs.push_front(Kept { offset, text });
+            s.entries += 1;
+            entries.push(Entry {
+                channel: name.clone(),
+                offset,
+                generation,
+                at: now,
+            });
+        }
+        while s.pubs.len() > size {
+            let old = s.pubs.pop_front().expect("above size");
+            grown -= old.text.len();
+        }
+        self.order.extend(entries.into_iter().rev());
+        self.bytes += grown;
+        while self.bytes > self.settings.max_bytes && self.take_oldest() {}
+    }
+
+    /// Every stream as (channel, position, kept publications oldest first): what a new
+    /// server process copies from the supervisor.
+    pub fn snapshot(&self) -> Vec<StreamCopy> {
+        self.streams
+            .iter()
+            .map(|(name, s)| {
+                (
+                    name.clone(),
+                    Position {
+                        offset: s.top,
+                        epoch: s.epoch.clone(),
+                    },
+                    s.pubs.iter().map(|p| (p.offset, p.text.clone())).collect(),
+                )
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

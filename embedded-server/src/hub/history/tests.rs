@@ -1,0 +1,278 @@
+//! The history store's rules, one test each.
+
+use super::*;
+
+fn store(size: usize, ttl: u64, max_bytes: usize) -> History {
+    History::new(
+        HistorySettings {
+            size,
+            ttl_secs: ttl,
+            max_bytes,
+            recover_max: 100,
+        },
+        7,
+    )
+}
+
+fn publish(h: &mut History, c: &str, now: u32) -> Position {
+    h.append(c, now, |o, e| format!("{c}:{o}:{e}")).0
+}
+
+fn offsets(v: &[Arc<str>]) -> Vec<u64> {
+    v.iter()
+        .map(|t| t.split(':').nth(1).unwrap().parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn offsets_count_up_per_channel_and_recovery_returns_exactly_what_was_missed() {
+    let mut h = store(10, 60, 1 << 20);
+    let start = h.position("a", 0);
+    assert_eq!(start.offset, 0);
+    for i in 1..=5 {
+        assert_eq!(publish(&mut h, "a", 1).offset, i);
+    }
+    assert_eq!(
+        publish(&mut h, "b", 1).offset,
+        1,
+        "each channel counts alone"
+    );
+    let at3 = Position {
+        offset: 3,
+        epoch: start.epoch.clone(),
+    };
+    assert_eq!(offsets(&h.since("a", &at3, usize::MAX, 2).unwrap()), [4, 5]);
+    assert_eq!(
+        offsets(&h.since("a", &start, usize::MAX, 2).unwrap()),
+        [1, 2, 3, 4, 5]
+    );
+    let top = h.peek("a").unwrap().0;
+    assert_eq!(h.since("a", &top, usize::MAX, 2).unwrap().len(), 0);
+    // Another stream's epoch, or a position past the top, is not this stream's.
+    let other = Position {
+        offset: 3,
+        epoch: h.peek("b").unwrap().0.epoch,
+    };
+    assert_eq!(
+        h.since("a", &other, usize::MAX, 2),
+        Err(Unrecoverable::Epoch)
+    );
+    let ahead = Position {
+        offset: 9,
+        epoch: start.epoch.clone(),
+    };
+    assert_eq!(
+        h.since("a", &ahead, usize::MAX, 2),
+        Err(Unrecoverable::Epoch)
+    );
+    assert_eq!(
+        h.since("nope", &at3, usize::MAX, 2),
+        Err(Unrecoverable::Epoch)
+    );
+}
+
+#[test]
+fn a_position_from_before_any_stream_recovers_a_whole_stream_or_nothing() {
+    let mut h = store(3, 60, 1 << 20);
+    let none = h.position_if_any("a", 0);
+    assert_eq!((none.offset, &*none.epoch), (0, ""));
+    assert_eq!(h.channels(), 0, "nothing created");
+    assert_eq!(h.since("a", &none, usize::MAX, 0), Ok(Vec::new()));
+    for _ in 0..3 {
+        publish(&mut h, "a", 0);
+    }
+    assert_eq!(
+        offsets(&h.since("a", &none, usize::MAX, 0).unwrap()),
+        [1, 2, 3]
+    );
+    publish(&mut h, "a", 0);
+    assert_eq!(
+        h.since("a", &none, usize::MAX, 0),
+        Err(Unrecoverable::TooOld)
+    );
+}
+
+#[test]
+fn the_count_bound_trims_the_oldest_and_a_position_before_them_is_too_old() {
+    let mut h = store(3, 60, 1 << 20);
+    let start = h.position("a", 0);
+    for _ in 0..5 {
+        publish(&mut h, "a", 0);
+    }
+    assert_eq!(h.peek("a").unwrap().1, 3);
+    let at = |offset| Position {
+        offset,
+        epoch: start.epoch.clone(),
+    };
+    assert_eq!(
+        h.since("a", &at(1), usize::MAX, 0),
+        Err(Unrecoverable::TooOld)
+    );
+    assert_eq!(
+        offsets(&h.since("a", &at(2), usize::MAX, 0).unwrap()),
+        [3, 4, 5]
+    );
+    // The recovery bounds: count and bytes.
+    h.settings.recover_max = 2;
+    assert_eq!(
+        h.since("a", &at(2), usize::MAX, 0),
+        Err(Unrecoverable::TooMany)
+    );
+    assert_eq!(h.since("a", &at(3), usize::MAX, 0).unwrap().len(), 2);
+    let one = h.since("a", &at(4), usize::MAX, 0).unwrap()[0].len();
+    assert_eq!(h.since("a", &at(3), one, 0), Err(Unrecoverable::TooLarge));
+}
+
+#[test]
+fn publications_expire_and_an_empty_stream_is_forgotten_with_a_new_epoch_after() {
+    let mut h = store(10, 60, 1 << 20);
+    let first = publish(&mut h, "a", 0);
+    publish(&mut h, "a", 30);
+    // At 60 s the first is gone: a client at 0 cannot recover, one at 1 can.
+    let zero = Position {
+        offset: 0,
+        epoch: first.epoch.clone(),
+    };
+    assert_eq!(
+        h.since("a", &zero, usize::MAX, 60),
+        Err(Unrecoverable::TooOld)
+    );
+    assert_eq!(h.since("a", &first, usize::MAX, 60).unwrap().len(), 1);
+    // At 90 s nothing is left, so the stream goes; its next publication starts anew.
+    h.expire(90);
+    assert_eq!(h.channels(), 0);
+    assert_eq!(h.bytes(), 0, "every byte charged is given back");
+    let again = publish(&mut h, "a", 91);
+    assert_eq!(again.offset, 1);
+    assert_ne!(again.epoch, first.epoch);
+    assert_eq!(
+        h.since("a", &first, usize::MAX, 91),
+        Err(Unrecoverable::Epoch)
+    );
+    // A stream a subscribe created and nobody published to goes the same way.
+    h.position("idle", 100);
+    assert_eq!(h.channels(), 2);
+    h.expire(200);
+    assert_eq!((h.channels(), h.bytes()), (0, 0));
+}
+
+#[test]
+fn the_byte_bound_drops_the_oldest_publications_of_any_channel() {
+    let mut h = store(1000, 600, 4096);
+    for i in 0..200u32 {
+        let c = format!("c{}", i % 7);
+        h.append(&c, i, |o, _| format!("{c}:{o}:{}", "x".repeat(40)));
+        assert!(h.bytes() <= 4096, "{} after {i}", h.bytes());
+    }
+    // What is left is the newest, contiguous up to each channel's top.
+    for (_, pos, pubs) in h.snapshot() {
+        let offs: Vec<u64> = pubs.iter().map(|p| p.0).collect();
+        if let Some(&last) = offs.last() {
+            assert_eq!(last, pos.offset);
+            assert!(offs.windows(2).all(|w| w[1] == w[0] + 1), "{offs:?}");
+        }
+    }
+    // A hostile publisher spreading over new channel names cannot pass the bound either.
+    for i in 0..10_000 {
+        publish(&mut h, &format!("spam-{i}-{}", "n".repeat(200)), 300);
+    }
+    assert!(
+        h.bytes() <= 4096 && h.channels() < 20,
+        "{} {}",
+        h.bytes(),
+        h.channels()
+    );
+    // One publication larger than the whole bound is delivered but not kept: its
+    // position cannot be recovered from.
+    let (big, _) = h.append("big", 301, |_, _| "y".repeat(10_000));
+    assert_eq!(big.offset, 1);
+    assert!(h.bytes() <= 4096);
+    let zero = Position {
+        offset: 0,
+        epoch: big.epoch.clone(),
+    };
+    assert!(h.since("big", &zero, usize::MAX, 301).is_err());
+}
+
+#[test]
+fn older_publications_fetched_elsewhere_join_up_in_front_or_replace() {
+    let mut h = store(10, 60, 1 << 20);
+    let e: Arc<str> = Arc::from("shared");
+    let at = |offset| Position {
+        offset,
+        epoch: e.clone(),
+    };
+    let text = |o: u64| -> Arc<str> { Arc::from(format!("c:{o}:shared")) };
+    // Newer ones came live (5, 6) while 2..=4 were fetched: they join up.
+    for o in [5, 6] {
+        h.insert("c", &at(o), text(o), 0);
+    }
+    h.merge_older("c", &at(4), (2..=4).map(|o| (o, text(o))).collect(), 0);
+    assert_eq!(
+        offsets(&h.since("c", &at(1), usize::MAX, 0).unwrap()),
+        [2, 3, 4, 5, 6]
+    );
+    // Nothing here: the fetched are taken as they are.
+    h.merge_older("d", &at(3), (1..=3).map(|o| (o, text(o))).collect(), 0);
+    assert_eq!(
+        offsets(&h.since("d", &at(0), usize::MAX, 0).unwrap()),
+        [1, 2, 3]
+    );
+    // Another epoch here: replaced.
+    h.append("x", 0, |o, e| format!("x:{o}:{e}"));
+    h.merge_older("x", &at(7), vec![(7, text(7))], 0);
+    assert_eq!(h.peek("x").unwrap(), (at(7), 1));
+    // One more joins up in front; a hole between is left alone.
+    h.merge_older("c", &at(2), vec![(1, text(1)), (2, text(2))], 0);
+    assert_eq!(h.peek("c").unwrap().1, 6);
+    for o in [5, 6] {
+        h.insert("h", &at(o), text(o), 0);
+    }
+    h.merge_older("h", &at(3), (1..=3).map(|o| (o, text(o))).collect(), 0);
+    assert_eq!(h.peek("h").unwrap().1, 2);
+    h.expire(100);
+    assert_eq!((h.channels(), h.bytes()), (0, 0));
+}
+
+#[test]
+fn copies_follow_the_positions_they_are_given() {
+    let mut source = store(10, 60, 1 << 20);
+    let mut copy = store(10, 60, 1 << 20);
+    for _ in 0..3 {
+        let (pos, text) = source.append("a", 0, |o, e| format!("a:{o}:{e}"));
+        assert!(copy.insert("a", &pos, text, 0));
+    }
+    assert_eq!(copy.peek("a"), source.peek("a"));
+    let (pos, text) = source.append("a", 0, |o, e| format!("a:{o}:{e}"));
+    assert!(copy.insert("a", &pos, text.clone(), 0));
+    assert!(
+        !copy.insert("a", &pos, text, 0),
+        "a duplicate is not kept twice"
+    );
+    let epoch = pos.epoch.clone();
+    // A gap (a lost relay frame): what came before it cannot be recovered any more.
+    let six = Position {
+        offset: 6,
+        epoch: epoch.clone(),
+    };
+    assert!(copy.insert("a", &six, Arc::from("a:6:x"), 0));
+    let two = Position {
+        offset: 2,
+        epoch: epoch.clone(),
+    };
+    assert_eq!(
+        copy.since("a", &two, usize::MAX, 0),
+        Err(Unrecoverable::TooOld)
+    );
+    let five = Position { offset: 5, epoch };
+    assert_eq!(copy.since("a", &five, usize::MAX, 0).unwrap().len(), 1);
+    // Another epoch replaces the stream.
+    let other = Position {
+        offset: 1,
+        epoch: Arc::from("other"),
+    };
+    assert!(copy.insert("a", &other, Arc::from("a:1:other"), 0));
+    assert_eq!(copy.peek("a").unwrap(), (other, 1));
+    copy.expire(100);
+    assert_eq!((copy.channels(), copy.bytes()), (0, 0));
+}

@@ -1,0 +1,488 @@
+//! Stream positions and recovery on the hub: publishes get a position and are kept
+//! (`history.rs`), subscribes answer with the channel's position and, given the client's last
+//! one, first send what it missed. Off (no position, no copy) unless the channels app enables
+//! history ([`Hub::enable_history`]).
+//!
+//! No gap and no duplicate between what a recovery sends and the live publications after
+//! it: a publish assigns its offset, keeps it and takes its recipients under the history's
+//! lock, and a recovering subscribe reads the history and joins the channel under the same
+//! lock, so each publication is either in what the recovery reads or goes to the new
+//! subscriber live, never both nor neither. Order, too: each channel has an ordering lock
+//! (one of [`ORDER_LOCKS`], by the name's hash) held from the offset's assignment to the end
+//! of its fan-out, and by a subscribe until its reply and missed publications are queued,
+//! so a subscriber sees offsets in order. Publishes to different channels still fan out in
+//! parallel.
+//!
+//! Under `serve --processes N` the supervisor assigns the positions
+//! ([`Hub::sequence_elsewhere`]): a publish goes to it unpositioned ([`Relay::Sequence`]) and
+//! comes back to every process, the publisher's included, positioned
+//! ([`Hub::deliver_positioned`]), so every process holds the same positions. Under
+//! `--cluster` Redis does the same for every node, and keeps the history a node that
+//! restarted fetches on a recovery it cannot serve ([`Hub::fetch_then_subscribe`]).
+
+use super::history::{History, Position, Unrecoverable};
+use super::{Hub, Published, Relay, Subscribed};
+use crate::app_settings::HistorySettings;
+use crate::budget::Store;
+use crate::frame::OpCode;
+use crate::outbox::Shared;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use super::history::Position as StreamPosition;
+
+/// Ordering locks: a channel takes the one its name hashes to (two channels sharing one only
+/// wait for each other's fan-out).
+pub const ORDER_LOCKS: usize = 64;
+
+/// The hub's history: the store, what it has charged to the memory budget, the ordering
+/// locks, and whether positions are assigned elsewhere.
+pub(super) struct HubHistory {
+    store: Mutex<(History, usize)>,
+    order: Vec<Mutex<()>>,
+    sequenced: AtomicBool,
+    /// Where a recovery this store cannot serve is fetched from (the Redis streams of
+    /// `--cluster`), when there is such a place.
+    fetch: std::sync::OnceLock<FetchFn>,
+}
+
+/// A recovery this node could not serve, handed to the shared store's fetcher
+/// ([`Hub::set_history_fetch`]): fetch `channel`'s publications after `from`, merge them
+/// ([`Hub::merge_history`]), then finish the subscribe with
+/// `channels::protocol::subscribe(hub, &conn, &channel, cap, max_bytes, Some(&from))`, and
+/// queue its reply when it returns one ([`Hub::send_text_to`]).
+pub struct FetchRequest {
+    /// The channel.
+    pub channel: String,
+    /// The client's last position.
+    pub from: Position,
+    /// The subscribing connection.
+    pub conn: Arc<Shared>,
+    /// Its subscription caps (count, names' bytes).
+    pub cap: usize,
+    /// The bytes its channel names may total.
+    pub max_bytes: usize,
+}
+
+/// The fetcher [`Hub::set_history_fetch`] installs: it must not block (it spawns).
+pub type FetchFn = Box<dyn Fn(FetchRequest) + Send + Sync>;
+
+/// What a subscribe answered (see [`Hub::subscribe_recovering`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovered {
+    /// No recovery was asked for (or the connection was subscribed already).
+    NotAsked,
+    /// Every publication after the position was queued before any live one.
+    Yes(usize),
+    /// It could not be: the client reloads its state.
+    No(Unrecoverable),
+}
+
+/// A publication as subscribers receive it with history on:
+/// `{"channel":..,"data":..,"offset":N,"epoch":"E"}` (`data` is JSON text already).
+pub fn envelope(channel: &str, data: &str, offset: u64, epoch: &str) -> String {
+    let name = serde_json::to_string(channel).expect("a string serializes");
+    let epoch = serde_json::to_string(epoch).expect("a string serializes");
+    format!(r#"{{"channel":{name},"data":{data},"offset":{offset},"epoch":{epoch}}}"#)
+}
+
+/// A random seed for this process's epochs (a restarted process gets other ones).
+pub fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+impl Hub {
+    /// Keep per-channel history with `settings` (once; `size` 0 leaves it off). Its bytes are
+    /// charged to the memory budget, and bounded by the smaller of `max_bytes` and a quarter of
+    /// the budget, so history never takes what connections need.
+    pub fn enable_history(&self, settings: &HistorySettings) {
+        if !settings.enabled() {
+            return;
+        }
+        let mut s = settings.clone();
+        s.max_bytes = s.max_bytes.min(self.metrics.memory.limit() / 4);
+        let _ = self.history.set(HubHistory {
+            store: Mutex::new((History::new(s, random_seed()), 0)),
+            order: (0..ORDER_LOCKS).map(|_| Mutex::new(())).collect(),
+            sequenced: AtomicBool::new(false),
+            fetch: std::sync::OnceLock::new(),
+        });
+    }
+
+    /// The history's bounds in force (None: off).
+    pub fn history_settings(&self) -> Option<HistorySettings> {
+        let h = self.history.get()?;
+        let store = h.store.lock().unwrap();
+        Some(store.0.settings().clone())
+    }
+
+    /// Fetch what this node does not keep from a shared store on a recovery (once).
+    pub fn set_history_fetch(&self, f: FetchFn) {
+        if let Some(h) = self.history.get() {
+            let _ = h.fetch.set(f);
+        }
+    }
+
+    /// A recovery from `from` this node cannot serve (another epoch, or trimmed) while a
+    /// shared store may: handed to the fetcher, which finishes the subscribe (true). False
+    /// when it is served here (or nowhere better), as a plain subscribe.
+    pub fn fetch_then_subscribe(
+        &self,
+        conn: &Arc<Shared>,
+        channel: &str,
+        from: &Position,
+        cap: usize,
+        max_bytes: usize,
+    ) -> bool {
+        let Some(h) = self.history.get() else {
+            return false;
+        };
+        let Some(fetch) = h.fetch.get() else {
+            return false;
+        };
+        let (kept, local) = {
+            let mut store = h.store.lock().unwrap();
+            let r = store.0.since(channel, from, usize::MAX, self.now());
+            self.settle_history(&mut store);
+            (store.0.peek(channel).is_some(), r)
+        };
+        // Nothing here about the channel (this node started after it), or not enough.
+        if kept && !matches!(local, Err(Unrecoverable::Epoch | Unrecoverable::TooOld)) {
+            return false;
+        }
+        fetch(FetchRequest {
+            channel: channel.to_string(),
+            from: from.clone(),
+            conn: conn.clone(),
+            cap,
+            max_bytes,
+        });
+        true
+    }
+
+    /// Take `channel`'s publications fetched from a shared store: its position `top`, and
+    /// what it keeps after some offset, oldest first (see `History::merge_older`).
+    pub fn merge_history(&self, channel: &str, top: &Position, pubs: Vec<(u64, String)>) {
+        let Some(h) = self.history.get() else { return };
+        let _order = Self::order_lock(h, channel);
+        let mut store = h.store.lock().unwrap();
+        let pubs = pubs.into_iter().map(|(o, t)| (o, Arc::from(t))).collect();
+        store.0.merge_older(channel, top, pubs, self.now());
+        self.settle_history(&mut store);
+    }
+
+    /// Queue `text` for `conn` alone (a reply made outside its message callback).
+    pub fn send_text_to(&self, conn: &Arc<Shared>, text: &str) {
+        self.fan_out(OpCode::Text, text.as_bytes(), std::iter::once(conn));
+    }
+
+    /// Whether publications are positioned and kept.
+    pub fn history_enabled(&self) -> bool {
+        self.history.get().is_some()
+    }
+
+    /// Positions are assigned by the relay's other end (the `--processes` supervisor): a
+    /// publish is relayed as [`Relay::Sequence`] and delivered here when it comes back
+    /// through [`Hub::deliver_positioned`].
+    pub fn sequence_elsewhere(&self) {
+        if let Some(h) = self.history.get() {
+            h.sequenced.store(true, Relaxed);
+        }
+    }
+
+    /// `channel`'s position and the publications it keeps, if it has a stream.
+    pub fn history_peek(&self, channel: &str) -> Option<(Position, usize)> {
+        let h = self.history.get()?;
+        let store = h.store.lock().unwrap();
+        store.0.peek(channel)
+    }
+
+    /// Bytes the history holds now (0 when off).
+    pub fn history_bytes(&self) -> usize {
+        self.history
+            .get()
+            .map_or(0, |h| h.store.lock().unwrap().0.bytes())
+    }
+
+    fn order_lock<'h>(h: &'h HubHistory, channel: &str) -> MutexGuard<'h, ()> {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let i = BuildHasherDefault::<DefaultHasher>::default().hash_one(channel) as usize;
+        // A poisoned lock guards nothing of its own (the data is in the store).
+        h.order[i % ORDER_LOCKS]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bring the budget's charge to what the store holds now.
+    fn settle_history(&self, store: &mut (History, usize)) {
+        let now = store.0.bytes();
+        let was = std::mem::replace(&mut store.1, now);
+        if now > was {
+            self.metrics.memory.charge(Store::History, now - was);
+        } else {
+            self.metrics.memory.release(Store::History, was - now);
+        }
+    }
+
+    /// Publish `data` to `channel` (the channels envelope), with its position when history
+    /// is on: what [`Hub::publish_report`] does, and the position it got (None with history
+    /// off, or when the supervisor assigns it: the publish is then on its way there).
+    pub fn publish_with_position(
+        &self,
+        channel: &str,
+        data: &serde_json::Value,
+    ) -> (Published, Option<Position>) {
+        let Some(h) = self.history.get() else {
+            let text = serde_json::json!({"channel": channel, "data": data}).to_string();
+            return (self.publish_text_delivered(channel, &text), None);
+        };
+        let data = data.to_string();
+        // While the relay is down this node positions its own (an epoch of its own, which the
+        // relay's replaces once it is back): delivered here rather than lost.
+        if h.sequenced.load(Relaxed) && self.metrics.backplane_up.load(Relaxed) == 1 {
+            if let Some(r) = self.relay.get() {
+                r(Relay::Sequence {
+                    channel,
+                    data: &data,
+                });
+                return (Published::default(), None);
+            }
+        }
+        let _order = Self::order_lock(h, channel);
+        let now = self.now();
+        let (pos, text, subs) = {
+            let mut store = h.store.lock().unwrap();
+            let (pos, text) = store
+                .0
+                .append(channel, now, |o, e| envelope(channel, &data, o, e));
+            self.settle_history(&mut store);
+            (pos, text, self.subscribers(channel))
+        };
+        let sent = self.fan_out(OpCode::Text, text.as_bytes(), subs.iter());
+        self.metrics
+            .publish_dropped
+            .fetch_add(sent.dropped, Relaxed);
+        if let Some(r) = self.relay.get() {
+            r(Relay::Channel {
+                channel,
+                text: &text,
+            });
+        }
+        (sent, Some(pos))
+    }
+
+    /// A publication positioned elsewhere (the supervisor): kept, then delivered to this
+    /// node's subscribers (never relayed again). A duplicate of one kept already is dropped.
+    /// Without history it is delivered as it is.
+    pub fn deliver_positioned(&self, channel: &str, pos: &Position, text: &str) {
+        let Some(h) = self.history.get() else {
+            return self.deliver_remote_channel(channel, text);
+        };
+        let _order = Self::order_lock(h, channel);
+        let subs = {
+            let mut store = h.store.lock().unwrap();
+            let kept = store.0.insert(channel, pos, Arc::from(text), self.now());
+            self.settle_history(&mut store);
+            if !kept {
+                return;
+            }
+            self.subscribers(channel)
+        };
+        let sent = self.fan_out(OpCode::Text, text.as_bytes(), subs.iter());
+        self.metrics
+            .publish_dropped
+            .fetch_add(sent.dropped, Relaxed);
+    }
+
+    /// Take a copy of another store's stream (a new process filling its history from the
+    /// supervisor's): its position, and what it keeps, oldest first. Nothing is delivered.
+    pub fn restore_history(&self, channel: &str, pos: &Position, pubs: &[(u64, &str)]) {
+        let Some(h) = self.history.get() else { return };
+        let _order = Self::order_lock(h, channel);
+        let mut store = h.store.lock().unwrap();
+        let now = self.now();
+        let first = pubs.first().map_or(pos.offset, |p| p.0.saturating_sub(1));
+        store.0.reset_to(channel, &pos.epoch, first, now);
+        for (offset, text) in pubs {
+            let at = Position {
+                offset: *offset,
+                epoch: pos.epoch.clone(),
+            };
+            store.0.insert(channel, &at, Arc::from(*text), now);
+        }
+        store.0.reset_to(channel, &pos.epoch, pos.offset, now);
+        self.settle_history(&mut store);
+    }
+
+    /// Subscribe `conn` to `channel` (capped as [`Hub::subscribe_within`]) and queue its
+    /// answer: `{"op":"subscribed","channel":..,"offset":N,"epoch":"E"}` with, when `from` is
+    /// given, `"recovered":true` followed by every publication after `from` (then live ones),
+    /// or `"recovered":false,"reason":..`. A recovery returns at most the history's
+    /// `recover_max` publications and half the connection's send-queue cap in bytes (more
+    /// would close it for backpressure). `Err` is the refusal, nothing queued. With history
+    /// off there is no position: the caller answers as before.
+    pub fn subscribe_recovering(
+        &self,
+        conn: &Arc<Shared>,
+        channel: &str,
+        cap: usize,
+        max_bytes: usize,
+        from: Option<&Position>,
+    ) -> Result<Recovered, Subscribed> {
+        let Some(h) = self.history.get() else {
+            return match self.subscribe_within(conn, channel, cap, max_bytes) {
+                Subscribed::Added | Subscribed::Already => Ok(Recovered::NotAsked),
+                refused => Err(refused),
+            };
+        };
+        let _order = Self::order_lock(h, channel);
+        let now = self.now();
+        let (reply, missed, recovered) = {
+            let mut store = h.store.lock().unwrap();
+            let joined = self.join(conn, channel, cap, max_bytes, true);
+            let from = match joined {
+                Subscribed::Added => from,
+                // Subscribed already: it has had every publication since, live.
+                Subscribed::Already => None,
+                refused => return Err(refused),
+            };
+            let pos = if h.sequenced.load(Relaxed) {
+                store.0.position_if_any(channel, now)
+            } else {
+                store.0.position(channel, now)
+            };
+            let mut reply = serde_json::json!({
+                "op": "subscribed",
+                "channel": channel,
+                "offset": pos.offset,
+                "epoch": &*pos.epoch,
+            });
+            let (missed, recovered) = match from {
+                None => (Vec::new(), Recovered::NotAsked),
+                Some(from) => {
+                    match store
+                        .0
+                        .since(channel, from, self.config.send_queue_bytes / 2, now)
+                    {
+                        Ok(missed) => {
+                            reply["recovered"] = true.into();
+                            let n = missed.len();
+                            (missed, Recovered::Yes(n))
+                        }
+                        Err(why) => {
+                            reply["recovered"] = false.into();
+                            reply["reason"] = why.reason().into();
+                            (Vec::new(), Recovered::No(why))
+                        }
+                    }
+                }
+            };
+            self.settle_history(&mut store);
+            (reply.to_string(), missed, recovered)
+        };
+        let m = &self.channel_metrics;
+        match &recovered {
+            Recovered::NotAsked => {}
+            Recovered::Yes(n) => {
+                m.recovery("recovered");
+                m.recovered_publications.fetch_add(*n as u64, Relaxed);
+            }
+            Recovered::No(why) => m.recovery(why.reason()),
+        }
+        // Queued under the ordering lock: no publish to this channel fans out before these.
+        let me = std::iter::once(conn);
+        self.fan_out(OpCode::Text, reply.as_bytes(), me.clone());
+        for text in &missed {
+            self.fan_out(OpCode::Text, text.as_bytes(), me.clone());
+        }
+        Ok(recovered)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ServerConfig;
+    use crate::metrics::Metrics;
+
+    fn hub() -> Hub {
+        let hub = Hub::new(ServerConfig::default(), Arc::new(Metrics::default()));
+        hub.enable_history(&HistorySettings {
+            size: 100,
+            ..HistorySettings::default()
+        });
+        hub
+    }
+
+    #[test]
+    fn the_envelope_carries_the_position_after_the_data() {
+        assert_eq!(
+            envelope("a\"b", "{\"x\":1}", 7, "e1"),
+            r#"{"channel":"a\"b","data":{"x":1},"offset":7,"epoch":"e1"}"#
+        );
+    }
+
+    #[test]
+    fn publishes_get_positions_kept_and_charged_to_the_budget() {
+        let hub = hub();
+        let (_, p1) = hub.publish_with_position("a", &serde_json::json!(1));
+        let (_, p2) = hub.publish_with_position("a", &serde_json::json!(2));
+        let (p1, p2) = (p1.unwrap(), p2.unwrap());
+        assert_eq!((p1.offset, p2.offset), (1, 2));
+        assert_eq!(p1.epoch, p2.epoch);
+        assert_eq!(hub.history_peek("a").unwrap(), (p2, 2));
+        let held = hub.metrics.memory.used_by(Store::History);
+        assert!(held > 0 && held == hub.history_bytes());
+        // Off: no position.
+        let off = Hub::new(ServerConfig::default(), Arc::new(Metrics::default()));
+        assert_eq!(
+            off.publish_with_position("a", &serde_json::json!(1)).1,
+            None
+        );
+    }
+
+    #[test]
+    fn a_recovering_subscribe_is_told_what_it_can_have() {
+        let hub = hub();
+        let c = hub.register();
+        for i in 0..3 {
+            hub.publish_with_position("a", &serde_json::json!(i));
+        }
+        let (pos, _) = hub.history_peek("a").unwrap();
+        let from = Position {
+            offset: 1,
+            epoch: pos.epoch.clone(),
+        };
+        assert_eq!(
+            hub.subscribe_recovering(&c, "a", 10, 1000, Some(&from)),
+            Ok(Recovered::Yes(2))
+        );
+        // Subscribed already: nothing replayed twice.
+        assert_eq!(
+            hub.subscribe_recovering(&c, "a", 10, 1000, Some(&from)),
+            Ok(Recovered::NotAsked)
+        );
+        let d = hub.register();
+        let wrong = Position {
+            offset: 1,
+            epoch: Arc::from("not-this-one"),
+        };
+        assert_eq!(
+            hub.subscribe_recovering(&d, "a", 10, 1000, Some(&wrong)),
+            Ok(Recovered::No(Unrecoverable::Epoch))
+        );
+        assert_eq!(
+            hub.subscribe_recovering(&d, "b", 0, 1000, None),
+            Err(Subscribed::Full)
+        );
+    }
+}

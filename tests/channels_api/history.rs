@@ -1,0 +1,555 @@
+//! History and recovery: a subscriber that goes away and comes back with its last position
+//! gets exactly what it missed, in order, then live publications, with no duplicate; a
+//! position the server cannot continue is answered `recovered:false`. On one process, under a
+//! concurrent publisher, and across `--processes 2` with the subscriber's process killed.
+
+use crate::common;
+
+use super::{connect, curl, json, nothing_more, path, publish, secrets};
+use common::tungstenite::{next_text, Ws};
+use common::Served;
+use futures_util::SinkExt;
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::Message;
+
+async fn send(ws: &mut Ws, v: Value) {
+    ws.send(Message::text(v.to_string())).await.unwrap();
+}
+
+async fn next(ws: &mut Ws) -> Value {
+    json(&next_text(ws).await.expect("a message"))
+}
+
+/// Subscribe to `channel`, recovering from `from` (offset, epoch) when given: the answer.
+async fn subscribe_from(ws: &mut Ws, channel: &str, from: Option<(u64, &str)>) -> Value {
+    let mut m = json!({"op": "subscribe", "channel": channel});
+    if let Some((offset, epoch)) = from {
+        m["recover"] = json!({"offset": offset, "epoch": epoch});
+    }
+    send(ws, m).await;
+    next(ws).await
+}
+
+/// The next `n` publications' (offset, data), each checked to carry `epoch`.
+async fn take(ws: &mut Ws, n: usize, epoch: &str) -> Vec<(u64, Value)> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let v = next(ws).await;
+        assert_eq!(v["epoch"], epoch, "{v}");
+        out.push((v["offset"].as_u64().expect("an offset"), v["data"].clone()));
+    }
+    out
+}
+
+fn history_server(d: &tempfile::TempDir, size: &str, extra: &[&str]) -> Served {
+    let key = path(d, "api-key");
+    let mut args = vec![
+        "--profile",
+        "10k",
+        "--app",
+        "channels",
+        "--api-key-file",
+        &key,
+    ];
+    args.extend_from_slice(&["--history-size", size]);
+    args.extend_from_slice(extra);
+    common::serve(&args)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_comes_back_with_its_position_gets_exactly_what_it_missed() {
+    let d = secrets();
+    let s = history_server(&d, "100", &[]);
+    let mut sub = connect(s.port, "", None).await.unwrap();
+    let first = subscribe_from(&mut sub, "prices", None).await;
+    assert_eq!(
+        (first["op"].as_str(), first["offset"].as_u64()),
+        (Some("subscribed"), Some(0))
+    );
+    let epoch = first["epoch"].as_str().unwrap().to_string();
+    assert!(first.get("recovered").is_none(), "{first}");
+    // Two live publications over WebSocket, each with its position.
+    let mut publisher = connect(s.port, "", None).await.unwrap();
+    for i in 1..=2 {
+        send(
+            &mut publisher,
+            json!({"op": "publish", "channel": "prices", "data": i}),
+        )
+        .await;
+    }
+    assert_eq!(
+        take(&mut sub, 2, &epoch).await,
+        [(1, json!(1)), (2, json!(2))]
+    );
+    drop(sub);
+    // Away: three over WebSocket, two over the HTTP API (whose answer has the position).
+    for i in 3..=5 {
+        send(
+            &mut publisher,
+            json!({"op": "publish", "channel": "prices", "data": i}),
+        )
+        .await;
+    }
+    for i in 6..=7 {
+        let (code, body) = publish(&s, &d, &format!(r#"{{"channel":"prices","data":{i}}}"#));
+        let v = json(&body);
+        assert_eq!((code, v["offset"].as_u64()), (200, Some(i)), "{body}");
+        assert_eq!(v["epoch"], epoch.as_str());
+    }
+    let h = d.path().join("auth-header");
+    let (code, body) = curl(s.admin, "GET", "/api/channels/prices", Some(&h), "");
+    assert_eq!(code, 200);
+    assert_eq!(
+        json(&body),
+        json!({"channel": "prices", "subscribers": 0, "offset": 7, "epoch": epoch, "history": 7})
+    );
+    // Back with its last position: the answer, the five missed in order, then live ones.
+    let mut back = connect(s.port, "", None).await.unwrap();
+    let answer = subscribe_from(&mut back, "prices", Some((2, &epoch))).await;
+    assert_eq!(
+        answer,
+        json!({"op": "subscribed", "channel": "prices", "offset": 7, "epoch": epoch,
+               "recovered": true})
+    );
+    let missed = take(&mut back, 5, &epoch).await;
+    assert_eq!(missed, (3..=7).map(|i| (i, json!(i))).collect::<Vec<_>>());
+    send(
+        &mut publisher,
+        json!({"op": "publish", "channel": "prices", "data": 8}),
+    )
+    .await;
+    assert_eq!(take(&mut back, 1, &epoch).await, [(8, json!(8))]);
+    nothing_more(&mut back).await;
+    // A position from another stream, or one from the future, cannot be continued.
+    for (top, from) in [(8, (2, "not-this-epoch")), (9, (99, epoch.as_str()))] {
+        let mut ws = connect(s.port, "", None).await.unwrap();
+        let a = subscribe_from(&mut ws, "prices", Some(from)).await;
+        assert_eq!(
+            (a["recovered"].as_bool(), a["reason"].as_str()),
+            (Some(false), Some("epoch")),
+            "{a}"
+        );
+        assert_eq!(a["offset"], top);
+        // Still subscribed, live from here.
+        send(
+            &mut publisher,
+            json!({"op": "publish", "channel": "prices", "data": top + 1}),
+        )
+        .await;
+        let v = next(&mut ws).await;
+        assert_eq!(
+            (v["offset"].as_u64(), &v["data"]),
+            (Some(top + 1), &json!(top + 1))
+        );
+        nothing_more(&mut ws).await;
+        let _ = take(&mut back, 1, &epoch).await;
+    }
+    let recoveries =
+        |r: &str| s.metric(&format!(r#"ws_channels_recoveries_total{{result="{r}"}}"#));
+    assert_eq!((recoveries("recovered"), recoveries("epoch")), (1.0, 2.0));
+    assert_eq!(s.metric("ws_channels_recovered_publications_total"), 5.0);
+    assert!(s.metric(r#"ws_memory_budget_store_bytes{store="history"}"#) > 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_position_older_than_what_is_kept_or_too_far_behind_is_not_recovered() {
+    let d = secrets();
+    let s = history_server(&d, "3", &["--recover-max", "2"]);
+    let mut sub = connect(s.port, "", None).await.unwrap();
+    let epoch = subscribe_from(&mut sub, "c", None).await["epoch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    drop(sub);
+    for i in 1..=6 {
+        publish(&s, &d, &format!(r#"{{"channel":"c","data":{i}}}"#));
+    }
+    let mut ws = connect(s.port, "", None).await.unwrap();
+    // Offsets 4..=6 are kept: from 1 the 2 and 3 are gone.
+    let a = subscribe_from(&mut ws, "c", Some((1, &epoch))).await;
+    assert_eq!(
+        (a["recovered"].as_bool(), a["reason"].as_str()),
+        (Some(false), Some("too_old")),
+        "{a}"
+    );
+    nothing_more(&mut ws).await;
+    // From 3 all three are kept, but one recovery sends at most two.
+    let mut ws = connect(s.port, "", None).await.unwrap();
+    let a = subscribe_from(&mut ws, "c", Some((3, &epoch))).await;
+    assert_eq!(
+        (a["recovered"].as_bool(), a["reason"].as_str()),
+        (Some(false), Some("too_many")),
+        "{a}"
+    );
+    let mut ws = connect(s.port, "", None).await.unwrap();
+    let a = subscribe_from(&mut ws, "c", Some((4, &epoch))).await;
+    assert_eq!(a["recovered"], true, "{a}");
+    assert_eq!(
+        take(&mut ws, 2, &epoch).await,
+        [(5, json!(5)), (6, json!(6))]
+    );
+    nothing_more(&mut ws).await;
+}
+
+/// The race a recovery must survive: a publisher keeps publishing while the subscriber comes
+/// back. Every offset after its position arrives exactly once, in order, whichever side of
+/// the resubscribe each publication fell on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_racing_a_publisher_has_no_gap_and_no_duplicate() {
+    let d = secrets();
+    let s = history_server(&d, "2000", &["--recover-max", "2000"]);
+    let mut sub = connect(s.port, "", None).await.unwrap();
+    let epoch = subscribe_from(&mut sub, "r", None).await["epoch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    const N: u64 = 1500;
+    let port = s.port;
+    let publisher = tokio::spawn(async move {
+        let mut p = connect(port, "", None).await.unwrap();
+        for i in 1..=N {
+            send(&mut p, json!({"op": "publish", "channel": "r", "data": i})).await;
+            if i % 50 == 0 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        // Every publish is handled before this answer (one connection's messages in order).
+        send(&mut p, json!({"op": "unsubscribe", "channel": "r"})).await;
+        next_text(&mut p).await
+    });
+    let got = take(&mut sub, 100, &epoch).await;
+    let last = got.last().unwrap().0;
+    drop(sub);
+    let mut back = connect(s.port, "", None).await.unwrap();
+    let a = subscribe_from(&mut back, "r", Some((last, &epoch))).await;
+    assert_eq!(a["recovered"], true, "{a}");
+    let mut offsets = Vec::new();
+    while offsets.last().copied() != Some(N) {
+        offsets.push(take(&mut back, 1, &epoch).await[0].0);
+    }
+    assert!(publisher.await.unwrap().is_some());
+    assert_eq!(offsets, (last + 1..=N).collect::<Vec<_>>());
+    nothing_more(&mut back).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_flags_are_refused_where_they_cannot_work() {
+    for (args, says) in [
+        (
+            vec!["--app", "echo", "--history-size", "10"],
+            "--app channels",
+        ),
+        (
+            vec!["--app", "channels", "--history-ttl", "5"],
+            "--history-size N",
+        ),
+        (
+            vec![
+                "--app",
+                "channels",
+                "--history-size",
+                "10",
+                "--recover-max",
+                "0",
+            ],
+            "--recover-max 0",
+        ),
+    ] {
+        let mut all = vec!["serve", "--port", "0", "--admin", "off"];
+        all.extend(args);
+        let o = common::wstune(&all);
+        assert_eq!(common::code(&o), 3, "{all:?}: {}", common::stderr(&o));
+        assert!(
+            common::stderr(&o).contains(says),
+            "{all:?}: {}",
+            common::stderr(&o)
+        );
+    }
+}
+
+/// The `--processes` supervisor positions every publication, so a subscriber whose process
+/// is killed recovers on whichever process it reconnects to, the restarted one included
+/// (which took the supervisor's history before it served).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_processes_a_subscriber_of_a_killed_process_recovers_on_any() {
+    let d = secrets();
+    let s = history_server(&d, "100", &["--processes", "2"]);
+    let health = |s: &Served| json(common::body(&common::get(s.admin, "/healthz")));
+    let conns = |s: &Served| -> Vec<u64> {
+        health(s)["process"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["connections"].as_u64().unwrap_or(0))
+            .collect()
+    };
+    let mut sub = connect(s.port, "", None).await.unwrap();
+    // Before the supervisor has a stream for the channel a process answers (0, ""): an epoch
+    // of its own would not be the supervisor's.
+    let none = subscribe_from(&mut sub, "p", None).await;
+    assert_eq!(
+        (none["offset"].as_u64(), none["epoch"].as_str()),
+        (Some(0), Some("")),
+        "{none}"
+    );
+    // Positions come from the supervisor: a WebSocket publish too.
+    let mut publisher = connect(s.port, "", None).await.unwrap();
+    send(
+        &mut publisher,
+        json!({"op": "publish", "channel": "p", "data": 1}),
+    )
+    .await;
+    let first = next(&mut sub).await;
+    let epoch = first["epoch"].as_str().unwrap().to_string();
+    assert_eq!(first["offset"], 1, "{first}");
+    drop(publisher);
+    for i in 2..=3 {
+        assert_eq!(
+            publish(&s, &d, &format!(r#"{{"channel":"p","data":{i}}}"#)).0,
+            200
+        );
+    }
+    assert_eq!(
+        take(&mut sub, 2, &epoch).await,
+        [(2, json!(2)), (3, json!(3))]
+    );
+    // Kill the subscriber's process (the one holding a connection).
+    let i = common::wait_for("the subscriber's process", Duration::from_secs(10), || {
+        conns(&s).iter().position(|&n| n == 1)
+    });
+    let pid = health(&s)["process"][i]["pid"].as_u64().unwrap() as u32;
+    common::signal(pid, "-KILL");
+    assert!(
+        next_text(&mut sub).await.is_none(),
+        "the socket closes with its process"
+    );
+    for i in 4..=6 {
+        assert_eq!(
+            publish(&s, &d, &format!(r#"{{"channel":"p","data":{i}}}"#)).0,
+            200
+        );
+    }
+    common::wait_until(
+        "the killed process restarted",
+        Duration::from_secs(30),
+        || {
+            let h = health(&s);
+            h["up"] == 2 && h["restarts"].as_u64() >= Some(1)
+        },
+    );
+    // Clients come back until both processes hold some: each recovers the same three.
+    let mut back = Vec::new();
+    while back.len() < 2 || conns(&s).contains(&0) {
+        assert!(
+            back.len() < 64,
+            "every connection went to one process: {:?}",
+            conns(&s)
+        );
+        let mut ws = connect(s.port, "", None).await.unwrap();
+        let a = subscribe_from(&mut ws, "p", Some((3, &epoch))).await;
+        assert_eq!(
+            (
+                a["recovered"].as_bool(),
+                a["offset"].as_u64(),
+                a["epoch"].as_str()
+            ),
+            (Some(true), Some(6), Some(epoch.as_str())),
+            "{a}"
+        );
+        assert_eq!(
+            take(&mut ws, 3, &epoch).await,
+            (4..=6).map(|i| (i, json!(i))).collect::<Vec<_>>()
+        );
+        back.push(ws);
+    }
+    // A client that subscribed before the first publication recovers the whole stream.
+    let mut early = connect(s.port, "", None).await.unwrap();
+    let a = subscribe_from(&mut early, "p", Some((0, ""))).await;
+    assert_eq!(a["recovered"], true, "{a}");
+    assert_eq!(
+        take(&mut early, 6, &epoch).await,
+        (1..=6).map(|i| (i, json!(i))).collect::<Vec<_>>()
+    );
+    back.push(early);
+    let h = d.path().join("auth-header");
+    let (code, body) = curl(s.admin, "GET", "/api/channels/p", Some(&h), "");
+    let v = json(&body);
+    assert_eq!(
+        (
+            code,
+            v["offset"].as_u64(),
+            v["epoch"].as_str(),
+            v["history"].as_u64()
+        ),
+        (200, Some(6), Some(epoch.as_str()), Some(6)),
+        "{body}"
+    );
+    assert_eq!(publish(&s, &d, r#"{"channel":"p","data":7}"#).0, 200);
+    for ws in back.iter_mut() {
+        assert_eq!(take(ws, 1, &epoch).await, [(7, json!(7))]);
+    }
+    for ws in back.iter_mut() {
+        nothing_more(ws).await;
+    }
+}
+
+/// `--cluster`: Redis positions every node's publications (one Lua script per publish), so a
+/// subscriber recovers on another node, and on a node started after the publications, which
+/// reads them from the channel's Redis stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_redis_nodes_positions_are_shared_and_a_new_node_recovers_from_the_stream() {
+    let rp = common::free_port();
+    let Some(_redis) = common::redis(rp) else {
+        return;
+    };
+    let d = secrets();
+    let url = format!("redis://127.0.0.1:{rp}/0");
+    let node = || {
+        let n = history_server(&d, "100", &["--cluster", &url]);
+        common::wait_until("the backplane up", Duration::from_secs(20), || {
+            common::get(n.admin, "/healthz").contains("\"backplane\":\"up\"")
+        });
+        n
+    };
+    let (a, b) = (node(), node());
+    let mut sub = connect(a.port, "", None).await.unwrap();
+    subscribe_from(&mut sub, "n", None).await;
+    let mut on_b = connect(b.port, "", None).await.unwrap();
+    let mut on_a = connect(a.port, "", None).await.unwrap();
+    let (code, body) = publish(&a, &d, r#"{"channel":"n","data":1}"#);
+    assert_eq!(code, 200, "{body}");
+    let first = next(&mut sub).await;
+    assert_eq!(
+        (first["offset"].as_u64(), &first["data"]),
+        (Some(1), &json!(1)),
+        "{first}"
+    );
+    let epoch = first["epoch"].as_str().unwrap().to_string();
+    send(
+        &mut on_b,
+        json!({"op": "publish", "channel": "n", "data": 2}),
+    )
+    .await;
+    assert_eq!(take(&mut sub, 1, &epoch).await, [(2, json!(2))]);
+    drop(sub);
+    publish(&b, &d, r#"{"channel":"n","data":3}"#);
+    send(
+        &mut on_a,
+        json!({"op": "publish", "channel": "n", "data": 4}),
+    )
+    .await;
+    // Back on the other node: the two it missed, then live ones from either node.
+    let mut back = connect(b.port, "", None).await.unwrap();
+    let wait_top = |s: &Served, top: u64| {
+        let h = d.path().join("auth-header");
+        common::wait_until(
+            "the publications on the node",
+            Duration::from_secs(10),
+            || {
+                let (_, body) = curl(s.admin, "GET", "/api/channels/n", Some(&h), "");
+                json(&body)["offset"] == top
+            },
+        );
+    };
+    wait_top(&b, 4);
+    let answer = subscribe_from(&mut back, "n", Some((2, &epoch))).await;
+    assert_eq!(
+        (answer["recovered"].as_bool(), answer["offset"].as_u64()),
+        (Some(true), Some(4)),
+        "{answer}"
+    );
+    assert_eq!(
+        take(&mut back, 2, &epoch).await,
+        [(3, json!(3)), (4, json!(4))]
+    );
+    publish(&a, &d, r#"{"channel":"n","data":5}"#);
+    assert_eq!(take(&mut back, 1, &epoch).await, [(5, json!(5))]);
+    nothing_more(&mut back).await;
+    // A node started now has seen none of them: it reads the stream from Redis.
+    let c = node();
+    let mut late = connect(c.port, "", None).await.unwrap();
+    let answer = subscribe_from(&mut late, "n", Some((2, &epoch))).await;
+    assert_eq!(
+        (answer["recovered"].as_bool(), answer["offset"].as_u64()),
+        (Some(true), Some(5)),
+        "{answer}"
+    );
+    assert_eq!(
+        take(&mut late, 3, &epoch).await,
+        (3..=5).map(|i| (i, json!(i))).collect::<Vec<_>>()
+    );
+    send(
+        &mut on_b,
+        json!({"op": "publish", "channel": "n", "data": 6}),
+    )
+    .await;
+    assert_eq!(take(&mut late, 1, &epoch).await, [(6, json!(6))]);
+    assert_eq!(take(&mut back, 1, &epoch).await, [(6, json!(6))]);
+    nothing_more(&mut late).await;
+    // A position older than the stream keeps: too old, from Redis too.
+    let mut old = connect(c.port, "", None).await.unwrap();
+    let answer = subscribe_from(&mut old, "n", Some((2, "another-epoch"))).await;
+    assert_eq!(
+        (answer["recovered"].as_bool(), answer["reason"].as_str()),
+        (Some(false), Some("epoch")),
+        "{answer}"
+    );
+}
+
+/// Recovery stays cheap when a whole fleet comes back at once: a thousand clients resubscribe
+/// concurrently, each from its own position, while publications go on; each gets exactly the
+/// ones after its position, in order, then the live ones, without a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_clients_recovering_at_once_each_get_exactly_theirs() {
+    const CLIENTS: u64 = 1000;
+    let d = secrets();
+    let s = history_server(&d, "500", &[]);
+    let mut publisher = connect(s.port, "", None).await.unwrap();
+    for i in 1..=200 {
+        publish_ws(&mut publisher, i).await;
+    }
+    let h = d.path().join("auth-header");
+    let channel = || json(&curl(s.admin, "GET", "/api/channels/f", Some(&h), "").1);
+    common::wait_until("the publications kept", Duration::from_secs(10), || {
+        channel()["offset"] == 200
+    });
+    let epoch = channel()["epoch"].as_str().unwrap().to_string();
+    let started = std::time::Instant::now();
+    let port = s.port;
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let epoch = epoch.clone();
+            tokio::spawn(async move {
+                let from = 100 + i % 100;
+                let mut ws = connect(port, "", None).await.unwrap();
+                let a = subscribe_from(&mut ws, "f", Some((from, &epoch))).await;
+                assert_eq!(a["recovered"], true, "{a}");
+                let mut offsets = Vec::new();
+                while offsets.last() != Some(&210) {
+                    offsets.push(take(&mut ws, 1, &epoch).await[0].0);
+                }
+                assert_eq!(offsets, (from + 1..=210).collect::<Vec<_>>());
+                ws
+            })
+        })
+        .collect();
+    // Publications go on while they come back.
+    for i in 201..=210 {
+        publish_ws(&mut publisher, i).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for t in tasks {
+        let mut ws = t.await.unwrap();
+        let _ = ws.close(None).await;
+    }
+    eprintln!("{CLIENTS} recoveries in {:?}", started.elapsed());
+    assert_eq!(
+        s.metric(r#"ws_channels_recoveries_total{result="recovered"}"#),
+        CLIENTS as f64
+    );
+}
+
+async fn publish_ws(ws: &mut Ws, i: u64) {
+    send(ws, json!({"op": "publish", "channel": "f", "data": i})).await;
+}
