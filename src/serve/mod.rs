@@ -9,4 +9,5 @@ pub mod cluster;
 pub mod config;
 pub mod run;
 pub mod self_test;
+mod self_test_restart;
 pub mod supervisor;

@@ -127,9 +127,11 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, j: &Judging) -> Verdic
                 _ => format!("{} errors", s.errors),
             },
         );
+        // A restart's closes are what it measures: judged by whether the clients came back.
+        let closes_expected = s.scenario == Scenario::Restart;
         add(
             "no server closes",
-            s.disconnects == 0,
+            closes_expected || s.disconnects == 0,
             if s.close_codes.is_empty() {
                 format!("{} connections closed by the server", s.disconnects)
             } else {
@@ -187,6 +189,11 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, j: &Judging) -> Verdic
                     want > 0 && s.received >= want,
                     format!("{} of {want} deliveries", s.received),
                 );
+            }
+            Scenario::Restart => {
+                for (what, ok, detail) in super::restart_checks(s, &t.restart, defaults) {
+                    add(what, ok, detail);
+                }
             }
             Scenario::Script => {
                 // Every waiting step must have met its expectations: a wrong expectation (or a
