@@ -384,10 +384,10 @@ pub fn plan(
     };
     match (scenarios.contains(&Scenario::Restart), &disrupt) {
         (true, None) => bail!(
-            "--scenario restart restarts the server: say how with --restart-cmd 'CMD' (e.g.              'systemctl restart ws') or --drain-url http://ADMIN/api/drain"
+            "--scenario restart restarts the server: say how with --restart-cmd 'CMD' (e.g. 'systemctl restart ws') or --drain-url http://ADMIN/api/drain"
         ),
         (false, _) if load.restart.any_set() => bail!(
-            "--restart-by, --restart-cmd and --drain-url say how --scenario restart restarts the              server: add --scenario restart or drop them"
+            "--restart-by, --restart-cmd and --drain-url say how --scenario restart restarts the server: add --scenario restart or drop them"
         ),
         _ => {}
     }

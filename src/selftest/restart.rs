@@ -145,7 +145,7 @@ impl std::str::FromStr for RestartBy {
                 Some(c) if !c.trim().is_empty() => RestartBy::Command(c.to_string()),
                 _ => {
                     return Err(format!(
-                        "'{s}': give sigterm, sigterm-child, sighup, drain-api or command:CMD                          (e.g. 'command:systemctl restart ws')"
+                        "'{s}': give sigterm, sigterm-child, sighup, drain-api or command:CMD (e.g. 'command:systemctl restart ws')"
                     ))
                 }
             },
@@ -172,12 +172,12 @@ impl RestartAsk {
     pub fn external(&self) -> Result<Option<Disrupt>, String> {
         match (&self.by, &self.drain_url) {
             (Some(_), Some(_)) => Err(
-                "--drain-url and --restart-by/--restart-cmd each say how to restart the server:                  give one"
+                "--drain-url and --restart-by/--restart-cmd each say how to restart the server: give one"
                     .into(),
             ),
             (Some(RestartBy::Command(c)), None) => Ok(Some(Disrupt::command(c))),
             (Some(by), None) => Err(format!(
-                "--restart-by {}: only `wstune serve --self-test` can signal the server it                  started; against another server give --restart-cmd 'CMD' (e.g. 'systemctl                  restart ws') or --drain-url http://ADMIN/api/drain",
+                "--restart-by {}: only `wstune serve --self-test` can signal the server it started; against another server give --restart-cmd 'CMD' (e.g. 'systemctl restart ws') or --drain-url http://ADMIN/api/drain",
                 by.name()
             )),
             (None, Some(u)) => Disrupt::drain_url(u, crate::host::take_env(ENV_API_KEY).ok().flatten()).map(Some),
