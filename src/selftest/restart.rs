@@ -21,8 +21,7 @@ use std::time::Duration;
 /// The first reconnect attempt waits up to this long (full jitter's base).
 pub const BACKOFF_BASE: Duration = Duration::from_millis(100);
 /// No attempt waits longer than this: a client library's cap is a few seconds (Socket.IO's
-/// `reconnectionDelayMax` is 5 s, Centrifuge's `maxReconnectDelay` 20 s); 3 s keeps a
-/// restart's tail within what a deploy tolerates.
+/// `reconnectionDelayMax` is 5 s); 3 s keeps a restart's tail within what a deploy tolerates.
 pub const BACKOFF_CAP: Duration = Duration::from_secs(3);
 /// One reconnect attempt (TCP, TLS, upgrade) gives up after this: a SYN dropped by a full
 /// accept queue is retransmitted after 1 s and 3 s, so 5 s sees the second retransmission.
@@ -713,5 +712,52 @@ mod tests {
             None,
         );
         assert_eq!(r.all_back_secs, None);
+    }
+
+    /// A drain endpoint's 202 is a success carrying its status line; a 404 is an error that
+    /// says what to check; the key goes as a bearer token.
+    #[tokio::test]
+    async fn the_drain_post_wants_a_2xx_and_sends_the_key() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        for (answer, ok) in [
+            ("HTTP/1.1 202 Accepted", true),
+            ("HTTP/1.1 404 Not Found", false),
+        ] {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}/api/drain", l.local_addr().unwrap());
+            let server = tokio::spawn(async move {
+                let (mut s, _) = l.accept().await.unwrap();
+                let mut req = vec![0u8; 1024];
+                let n = s.read(&mut req).await.unwrap();
+                s.write_all(format!("{answer}\r\nContent-Length: 0\r\n\r\n").as_bytes())
+                    .await
+                    .unwrap();
+                String::from_utf8_lossy(&req[..n]).into_owned()
+            });
+            let d = Disrupt::drain_url(&url, Some("k3y".into())).unwrap();
+            let r = (d.run)().await;
+            let req = server.await.unwrap();
+            assert!(req.starts_with("POST /api/drain HTTP/1.0\r\n"), "{req}");
+            assert!(req.contains("Authorization: Bearer k3y\r\n"), "{req}");
+            match r {
+                Ok(said) => assert!(ok && said.contains("202 Accepted"), "{said}"),
+                Err(e) => assert!(!ok && e.contains("not 2xx"), "{e}"),
+            }
+        }
+        assert!(Disrupt::drain_url("https://x/api/drain", None).is_err());
+    }
+
+    #[test]
+    fn restart_by_reads_its_names_and_a_command() {
+        assert_eq!("sigterm-child".parse(), Ok(RestartBy::SigtermChild));
+        assert_eq!(
+            "command:systemctl restart ws".parse(),
+            Ok(RestartBy::Command("systemctl restart ws".into()))
+        );
+        assert!("command: ".parse::<RestartBy>().is_err());
+        assert!("reboot"
+            .parse::<RestartBy>()
+            .unwrap_err()
+            .contains("sigterm-child"));
     }
 }

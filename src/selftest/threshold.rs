@@ -732,4 +732,32 @@ mod tests {
             Metric::Latency(Series::Round, Stat::P99)
         ));
     }
+
+    #[test]
+    fn restart_metrics_parse_with_their_units_and_only_on_restart() {
+        let th = t("restart.back_p99 < 3s");
+        assert_eq!(
+            (th.scope.clone(), th.metric, th.value),
+            (
+                Scope::One(Scenario::Restart),
+                Metric::Latency(Series::Back, Stat::P99),
+                3000.0
+            )
+        );
+        assert_eq!(
+            t("restart.back.max <= 500ms").metric,
+            Metric::Latency(Series::Back, Stat::Max)
+        );
+        assert_eq!(t("restart.all_back < 10s").value, 10_000.0);
+        assert_eq!(t("restart.refused <= 500").metric, Metric::Refused);
+        assert_eq!(
+            t("restart.listen_overflows <= 0").metric,
+            Metric::ListenOverflows
+        );
+        assert_eq!(t("restart.peak_accept_rate >= 5000/s").value, 5000.0);
+        assert!(err("restart.refused <= 1.5").contains("whole number"));
+        assert!(err("restart.refused <= 5ms").contains("whole number"));
+        assert!(err("echo-rate.refused <= 5").contains("measured by restart"));
+        assert!(err("storm.back.p99 < 1s").contains("measured by restart"));
+    }
 }

@@ -76,8 +76,9 @@ pub struct LoadArgs {
     /// 'broadcast.delivered >= 99.9%'. SCOPE is a scenario or * (every one that measures it);
     /// METRIC is p50, p90, p99, p999, max, mean, service.p99, round.p99, connect.p99, tls.p99,
     /// error_rate, delivered, connected, resumed, rate, server_cpu, cpu_per_msg, connect_rate or
-    /// handshakes_per_core; a --script step is POPULATION.STEP.p99 (or .met, the share of its
-    /// expectations met). A figure not measured, or a percentile over too few samples, is not
+    /// handshakes_per_core; restart takes back.p99 (close to new upgrade), all_back, refused,
+    /// not_back, listen_overflows and peak_accept_rate; a --script step is POPULATION.STEP.p99
+    /// (or .met, the share of its expectations met). A figure not measured, or a percentile over too few samples, is not
     /// judged: exit 4, NOT PROVEN
     #[arg(long = "threshold", value_name = "EXPR", value_parser = parse_threshold)]
     pub thresholds: Vec<crate::selftest::threshold::Threshold>,
