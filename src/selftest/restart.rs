@@ -445,6 +445,9 @@ pub(super) fn plan_for(
 
 /// A restart scenario's disruption and kernel counters, followed from "go" to the report.
 pub(super) struct Watch {
+    /// A restart scenario (its figures are reported on every shard).
+    restart: bool,
+    /// The disruption, run by this host (shard 0 of a sharded run: one restart for all).
     disruption: Option<tokio::task::JoinHandle<Disrupted>>,
     /// The counters at "go" and when the window ended (a server on this host only).
     kernel: (Option<[u64; 7]>, Option<[u64; 7]>),
@@ -460,6 +463,7 @@ impl Watch {
     ) -> Watch {
         if scenario != super::Scenario::Restart {
             return Watch {
+                restart: false,
                 disruption: None,
                 kernel: (None, None),
             };
@@ -467,8 +471,10 @@ impl Watch {
         // The kernel's counters are this host's: they describe the server's listener only
         // when the server is here (loopback, or a process this run measures).
         let local = target.addr.ip().is_loopback() || o.server_pid.is_some();
+        let disrupts = o.shard.is_none_or(|s| s.index == 0);
         Watch {
-            disruption: o.disrupt.clone().map(disrupt_later),
+            restart: true,
+            disruption: o.disrupt.clone().filter(|_| disrupts).map(disrupt_later),
             kernel: (local.then(listen_counters).flatten(), None),
         }
     }
@@ -485,10 +491,18 @@ impl Watch {
         results: &[&WorkerResult],
         back: &hdrhistogram::Histogram<u64>,
     ) -> (Option<RestartReport>, Option<String>) {
-        let Some(h) = self.disruption else {
+        if !self.restart {
             return (None, None);
+        }
+        let d = match self.disruption {
+            Some(h) => h.await.ok(),
+            // Another shard restarted the server: `report merge` takes its time.
+            None => Some(Disrupted {
+                by: "shard 0".into(),
+                at_unix_ms: 0,
+                outcome: Ok("restarted by shard 0 of this run".into()),
+            }),
         };
-        let d = h.await.ok();
         let failed = match &d {
             Some(Disrupted {
                 outcome: Err(e), ..
@@ -602,7 +616,10 @@ pub fn from_counts(
 /// disruption and the last reconnect kept, the kernel counters added (each host's own).
 /// None when no shard has them.
 pub fn merge_reports(each: &[&RestartReport], back_ms: Latency) -> Option<RestartReport> {
-    let first = each.first()?;
+    let first = each
+        .iter()
+        .find(|r| r.disrupted_unix_ms > 0)
+        .or(each.first())?;
     let mut c = RestartCounts::default();
     let mut kernel: Option<ListenCounters> = None;
     for r in each {

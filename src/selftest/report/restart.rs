@@ -147,3 +147,92 @@ pub(crate) fn restart_lines(s: &ScenarioReport) -> Vec<String> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{echo, report};
+    use crate::selftest::restart::{from_counts, RestartCounts};
+    use crate::selftest::{Latency, Scenario, ScenarioReport};
+
+    fn restart_run(not_back: u64, p99_ms: f64) -> ScenarioReport {
+        let mut s = echo(Scenario::Restart, p99_ms, 0.0);
+        s.disconnects = 200;
+        s.close_codes = [(1001, 200)].into();
+        let c = RestartCounts {
+            closed: 200,
+            attempts: 200 + 7,
+            back: 200 - not_back,
+            not_back,
+            refused: [("rst".to_string(), 7)].into(),
+            last_back_unix_ms: Some(4_000),
+            upgrades: vec![(30, 150), (31, 200 - not_back - 150)],
+            ..Default::default()
+        };
+        let back = Latency {
+            count: 200 - not_back,
+            p50: p99_ms / 2.0,
+            p99: p99_ms,
+            max: p99_ms,
+            ..Default::default()
+        };
+        s.restart = Some(from_counts(c, back, "sigterm".into(), 2_000, None, None));
+        s
+    }
+
+    /// Closes are a restart's measure, not a fault; a client still down, or a back p99 past
+    /// the profile's `selftest.restart.back_p99_ms`, is a miss named by its check.
+    #[test]
+    fn a_restart_is_judged_by_the_clients_coming_back() {
+        let r = report(vec![restart_run(0, 800.0)], true, false);
+        let what: Vec<(&str, bool)> = r
+            .verdict
+            .checks
+            .iter()
+            .map(|c| (c.what.as_str(), c.ok))
+            .collect();
+        assert!(
+            !what.iter().any(|(w, _)| *w == "no server closes"),
+            "{what:?}"
+        );
+        for w in [
+            "server restarted",
+            "every client back",
+            "back p99",
+            "refused reconnects",
+        ] {
+            assert!(what.contains(&(w, true)), "{w}: {what:?}");
+        }
+        assert!(r.verdict.load_pass, "{what:?}");
+        let r = report(vec![restart_run(3, 800.0)], true, false);
+        assert!(!r.verdict.load_pass);
+        let miss = r.verdict.checks.iter().find(|c| !c.ok).unwrap();
+        assert_eq!(miss.what, "every client back");
+        let r = report(vec![restart_run(0, 60_000.0)], true, false);
+        let miss = r.verdict.checks.iter().find(|c| !c.ok).unwrap();
+        assert_eq!(miss.what, "back p99");
+    }
+
+    #[test]
+    fn the_restart_figures_reach_the_table_and_prometheus() {
+        let r = report(vec![restart_run(0, 800.0)], true, false);
+        let lines = super::restart_lines(&r.scenarios[0]).join("\n");
+        for words in [
+            "restart by sigterm",
+            "codes 1001 x200",
+            "refused 7 (rst 7)",
+            "after 2.00 s",
+        ] {
+            assert!(lines.contains(words), "'{words}': {lines}");
+        }
+        let text = super::super::prometheus(&r, None, 0);
+        assert!(
+            text.contains("wstune_selftest_restart_refused_attempts{profile=\"10k\",scenario=\"restart\",kind=\"rst\"} 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("wstune_selftest_restart_all_back_seconds{"),
+            "{text}"
+        );
+        assert!(text.contains("wstune_selftest_restart_peak_accepts_per_second{profile=\"10k\",scenario=\"restart\"} 200"), "{text}");
+    }
+}

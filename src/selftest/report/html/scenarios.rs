@@ -330,6 +330,9 @@ pub fn section(r: &Report, s: &ScenarioReport) -> String {
     if let Some(i) = &s.incomplete {
         dl.push(("incomplete", i.clone()));
     }
+    for line in crate::selftest::report::restart_lines(s) {
+        dl.push(("restart", line));
+    }
     o.push_str("<dl>");
     for (k, v) in dl {
         let _ = write!(o, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(&v));
