@@ -304,3 +304,50 @@ fn selftest_restart_cmd_restarts_a_separate_server() {
     );
     assert_eq!(o.status.code(), Some(0), "{v:#}");
 }
+
+/// `--processes 2`: the default trigger is SIGTERM to one server process, which the supervisor
+/// replaces; only that process's clients are closed, and they come back to a process that
+/// accepts them (the other answers 503 at its share of the limit, counted as refused).
+#[test]
+fn serve_self_test_with_a_supervisor_restarts_one_server_process() {
+    let o = run(&[
+        "serve",
+        "--self-test",
+        "--profile",
+        "10k",
+        "--processes",
+        "2",
+        "--scenario",
+        "restart",
+        "--conns",
+        "600",
+        "--secs",
+        "3",
+        "--format",
+        "json",
+    ]);
+    let v = json_of(&o);
+    let s = &v["scenarios"][0];
+    let r = &s["restart"];
+    assert_eq!(r["restart_by"], "sigterm-child", "{v:#}");
+    assert!(
+        r["disruption"]
+            .as_str()
+            .unwrap()
+            .starts_with("SIGTERM to server process"),
+        "{r:#}"
+    );
+    let closed = r["closed"].as_u64().unwrap();
+    assert!(
+        closed > 0 && closed < 600,
+        "one of two processes' clients: {r:#}"
+    );
+    assert_eq!(s["close_codes"]["1001"], closed, "{s:#}");
+    assert!(r["back"].as_u64().unwrap() > 0, "{r:#}");
+    assert_eq!(
+        r["back"].as_u64().unwrap() + r["not_back"].as_u64().unwrap(),
+        closed,
+        "{r:#}"
+    );
+    assert!(s["incomplete"].is_null(), "{s:#}");
+}
