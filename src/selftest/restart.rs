@@ -777,4 +777,40 @@ mod tests {
             .unwrap_err()
             .contains("sigterm-child"));
     }
+
+    /// `report merge`: two shards' clients added up, the disruption's time and trigger from
+    /// the shard that ran it, the accept buckets of the same instant summed before the peak.
+    #[test]
+    fn shards_restart_figures_merge_into_one() {
+        let shard = |at, by: &str, last, refused: u64| {
+            from_counts(
+                RestartCounts {
+                    closed: 100,
+                    back: 100,
+                    attempts: 100 + refused,
+                    refused: [("rst".to_string(), refused)].into(),
+                    last_back_unix_ms: Some(last),
+                    upgrades: vec![(20, 60), (21, 40)],
+                    ..Default::default()
+                },
+                Latency::default(),
+                by.into(),
+                at,
+                None,
+                Some(ListenCounters {
+                    listen_overflows: 1,
+                    ..Default::default()
+                }),
+            )
+        };
+        let a = shard(0, "shard 0", 3_000, 2);
+        let b = shard(1_000, "sigterm", 2_500, 3);
+        let m = merge_reports(&[&a, &b], Latency::default()).unwrap();
+        assert_eq!((m.closed, m.back, m.refused_total), (200, 200, 5));
+        assert_eq!(m.restart_by, "sigterm");
+        assert_eq!(m.all_back_secs, Some(2.0));
+        assert_eq!(m.peak_accept_rate, 200.0);
+        assert_eq!(m.kernel.unwrap().listen_overflows, 2);
+        assert!(merge_reports(&[], Latency::default()).is_none());
+    }
 }
