@@ -284,6 +284,9 @@ fn selftest_restart_cmd_restarts_a_separate_server() {
         "restart.back_p99 < 30s",
         "--threshold",
         "restart.not_back <= 0",
+        // The refusals depend on how long the new server takes to start on a busy host: the
+        // thresholds judge here, the profile's keys in the test above.
+        "--no-default-checks",
     ]);
     let v = json_of(&o);
     let r = restart_report(&v, 500);
