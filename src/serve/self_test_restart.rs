@@ -69,6 +69,13 @@ pub(super) fn disrupt(by: Option<&RestartBy>, server: Restartable) -> anyhow::Re
             let Some(admin) = admin else {
                 bail!("--restart-by drain-api: the server has no admin listener")
             };
+            // /api/* on the admin listener answers only with the key.
+            if api_key.is_none() {
+                bail!(
+                    "--restart-by drain-api: POST /api/drain needs the admin API key; give \
+                     --api-key-file FILE (or $WSTUNE_API_KEY)"
+                );
+            }
             Disrupt::drain_url(&format!("http://{admin}/api/drain"), api_key)
                 .map_err(anyhow::Error::msg)
         }
