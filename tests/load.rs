@@ -7,6 +7,7 @@ mod common;
 mod cluster;
 mod selftest;
 mod selftest_outputs;
+mod selftest_restart;
 mod selftest_script;
 mod selftest_shards;
 mod selftest_tls;

@@ -646,6 +646,15 @@ fn load(l: &LoadArgs) -> Result<Load> {
             insecure: l.tls.insecure,
             resume: l.tls.tls_resume,
         },
+        restart: crate::selftest::restart::RestartAsk {
+            by: l.restart_by.clone().or_else(|| {
+                l.restart_cmd
+                    .clone()
+                    .map(crate::selftest::restart::RestartBy::Command)
+            }),
+            drain_url: l.drain_url.clone(),
+            disrupt: None,
+        },
     })
 }
 

@@ -218,6 +218,7 @@ async fn load(
         storm_concurrency: 1,
         tls: None,
         request,
+        disrupt: None,
     };
     let r = selftest::run_scenario(&o, Scenario::EchoSat).await?;
     load_complete(&r)?;

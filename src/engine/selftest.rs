@@ -56,6 +56,8 @@ pub struct Load {
     pub out_prometheus: Option<PathBuf>,
     /// How the generator does TLS with a wss:// target.
     pub tls: TlsLoad,
+    /// restart: how the server is restarted or drained.
+    pub restart: crate::selftest::restart::RestartAsk,
 }
 
 /// The generator's TLS settings as given (`--ca`, `--insecure`, `--tls-resume`).
@@ -130,6 +132,7 @@ impl Load {
             || self.tls.ca.is_some()
             || self.tls.insecure
             || self.tls.resume
+            || self.restart.any_set()
     }
 }
 
@@ -375,6 +378,19 @@ pub fn plan(
         _ => (DEFAULT_ROUNDS, None),
     };
     let tls = tls_client(&load.tls, &target, &scenarios)?;
+    let disrupt = match &load.restart.disrupt {
+        Some(d) => Some(d.clone()),
+        None => load.restart.external().map_err(anyhow::Error::msg)?,
+    };
+    match (scenarios.contains(&Scenario::Restart), &disrupt) {
+        (true, None) => bail!(
+            "--scenario restart restarts the server: say how with --restart-cmd 'CMD' (e.g. 'systemctl restart ws') or --drain-url http://ADMIN/api/drain"
+        ),
+        (false, _) if load.restart.any_set() => bail!(
+            "--restart-by, --restart-cmd and --drain-url say how --scenario restart restarts the server: add --scenario restart or drop them"
+        ),
+        _ => {}
+    }
     let rate_note = match (rate_note, rounds_note) {
         (Some(a), Some(b)) => Some(format!("{a}; {b}")),
         (a, b) => a.or(b),
@@ -404,6 +420,7 @@ pub fn plan(
         more_server_pids: Vec::new(),
         script,
         tls,
+        disrupt,
     };
     opts.shard = load.shard.map(|s| Shard {
         slot_secs: crate::selftest::shard::slot_secs(&opts, total_conns),
@@ -426,6 +443,7 @@ pub fn plan(
             p99_ms: t.p99_ms as f64,
             rate_per_client: rate,
             payload_bytes: size,
+            restart: t.restart.clone(),
         },
         scaled_down,
         rate_note,

@@ -584,6 +584,51 @@ pub struct SelfTestTargets {
     pub rate_per_client: u64,
     /// The p99 round trip (ms) the rate scenarios must meet to pass.
     pub p99_ms: u64,
+    /// What the `restart` scenario (the server restarted or drained under its connections)
+    /// must meet. Optional: left out, the defaults below.
+    #[serde(default)]
+    pub restart: RestartTargets,
+}
+
+/// `selftest.restart`: how a fleet of clients reconnecting with full-jitter backoff (base
+/// 100 ms, cap 3 s) must come back after the server restarts. A restart makes every client
+/// reconnect at once: a reconnect storm the size of the profile.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RestartTargets {
+    /// The p99 (ms) of each client's time from its close to its new upgrade. The profiles
+    /// allow a storm's handshakes at ~5,000/s on 2 cores (the storm budget) plus the backoff's
+    /// 3 s cap; default 10000.
+    #[serde(default = "default_back_p99_ms")]
+    pub back_p99_ms: u64,
+    /// Reconnect attempts refused (reset, timed out, answered 503 or closed in the upgrade)
+    /// the run tolerates: while no listener is up a client's attempt is reset and it backs
+    /// off. The profiles allow a tenth of their connections; default 10000.
+    #[serde(default = "default_max_refused")]
+    pub max_refused: u64,
+    /// Growth of TcpExt ListenOverflows (a full accept queue) over the restart, on a server on
+    /// this host. A tuned host's accept queue (net.core.somaxconn, the listen backlog) holds a
+    /// reconnect storm: default 0.
+    #[serde(default)]
+    pub max_listen_overflows: u64,
+}
+
+impl Default for RestartTargets {
+    fn default() -> Self {
+        RestartTargets {
+            back_p99_ms: default_back_p99_ms(),
+            max_refused: default_max_refused(),
+            max_listen_overflows: 0,
+        }
+    }
+}
+
+fn default_back_p99_ms() -> u64 {
+    10_000
+}
+
+fn default_max_refused() -> u64 {
+    10_000
 }
 
 /// `server.notsent_lowat_bytes` when a profile leaves it out: the server's own default.

@@ -291,6 +291,13 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         "",
     );
     b.range("selftest.p99_ms", t.p99_ms, 1, 600_000, "");
+    b.range(
+        "selftest.restart.back_p99_ms",
+        t.restart.back_p99_ms,
+        1,
+        600_000,
+        "",
+    );
     b.0
 }
 

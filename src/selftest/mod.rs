@@ -16,6 +16,7 @@ pub mod client;
 pub mod command;
 pub mod noise;
 pub mod report;
+pub mod restart;
 pub mod script;
 pub mod server;
 pub mod shard;

@@ -191,6 +191,9 @@ pub struct WorkerResult {
     /// A scripted session's waiting steps (empty elsewhere).
     #[serde(default)]
     pub steps: Vec<StepResult>,
+    /// restart: closes, reconnects and refusals (None elsewhere).
+    #[serde(default)]
+    pub restart: Option<super::restart::RestartCounts>,
 }
 
 /// A generator process's TLS handshakes (counted in the measured window for tls-handshake,
@@ -246,6 +249,7 @@ mod tests {
             tls_histogram: None,
             tls: None,
             steps: Vec::new(),
+            restart: None,
         };
         let line = serde_json::to_string(&Event::Done(Box::new(result))).unwrap();
         let Event::Done(back) = serde_json::from_str::<Event>(&line).unwrap() else {

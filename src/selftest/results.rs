@@ -134,6 +134,9 @@ pub struct ScenarioReport {
     /// send to the message that matched.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepReport>,
+    /// restart: closes, refusals, reconnects and the time until every client was back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<super::restart::RestartReport>,
     /// A shard's run: when its measured load started, ms since the Unix epoch (the shards'
     /// differences are the skew `report merge` prints).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -58,6 +58,8 @@ pub struct RunPlan {
     pub tls: Option<super::tls::TlsClient>,
     /// `--script`: the populations and their steps (the `script` scenario).
     pub script: Option<super::script::Script>,
+    /// restart: how the server is disrupted (None: the scenario cannot run).
+    pub disrupt: Option<super::restart::Disrupt>,
 }
 
 impl RunPlan {
@@ -156,6 +158,7 @@ fn garbled(line: &str, e: &dyn std::fmt::Display) -> String {
 /// Run one scenario end to end. An error means nothing could be measured (no connection
 /// opened); a partial run comes back as a report with `incomplete` set.
 pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioReport> {
+    let o = &*restart::plan_for(o, scenario);
     let target = if scenario == Scenario::Broadcast {
         &o.broadcast_target
     } else {
@@ -196,6 +199,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         let _ = p.stdin.flush().await;
     }
 
+    let mut watch = restart::Watch::start(o, scenario, target);
     // Shards share one publisher: every subscriber, on every shard, gets each round once.
     let publisher = if scenario == Scenario::Broadcast && o.shard.is_none_or(|s| s.index == 0) {
         Some(publisher::start(o, target).await?)
@@ -208,6 +212,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         incomplete = late;
     }
     let drops = kernel_drops(drops_before, drop_counters());
+    watch.window_ended();
     if let Some(p) = publisher {
         let _ = p.await;
     }
@@ -255,6 +260,8 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     if incomplete.is_none() {
         incomplete = unreadable;
     }
+    let (restart, restart_failed) = watch.finish(&results, &hist).await;
+    incomplete = incomplete.or(restart_failed);
     if !o.connects_in_window(scenario) && connected < o.conns {
         errors += (o.conns - connected) as u64;
     }
@@ -401,6 +408,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
             })
             .collect(),
         started_unix_ms,
+        restart,
         histograms: Some(Histograms {
             latency: histo::encode_packed(&hist),
             service: echo_like.then(|| histo::encode_packed(&service)),

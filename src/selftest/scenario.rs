@@ -24,6 +24,10 @@ pub enum Scenario {
     /// `--script FILE`: populations running their own steps (send, expect, subscribe,
     /// publish, think, idle); each waiting step timed on its own.
     Script,
+    /// N connections held, then the server disrupted (restarted, drained): every client
+    /// reconnects with full-jitter backoff; closes, refusals and the time until all are back.
+    /// Never in the default list: it restarts the server.
+    Restart,
 }
 
 impl Scenario {
@@ -66,6 +70,7 @@ impl Scenario {
             Scenario::Deflate => "deflate",
             Scenario::TlsHandshake => "tls-handshake",
             Scenario::Script => "script",
+            Scenario::Restart => "restart",
         }
     }
 }

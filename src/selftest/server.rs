@@ -60,13 +60,20 @@ pub fn start_in_process_with(
     config: embedded_server::ServerConfig,
     app: &embedded_server::BuiltinConfig,
     wrap: impl FnOnce(embedded_server::Server) -> embedded_server::Server,
-) -> Result<(
-    SocketAddr,
-    std::sync::Arc<embedded_server::Hub>,
-    tokio::sync::oneshot::Sender<()>,
-)> {
-    let listeners = embedded_server::bind("127.0.0.1:0".parse()?, false, 1)
-        .context("cannot listen on a loopback port (127.0.0.1)")?;
+) -> InProcess {
+    start_in_process_on("127.0.0.1:0".parse()?, config, app, wrap)
+}
+
+/// [`start_in_process_with`] on `addr` (the restart scenario's new server takes the port of
+/// the one it replaces).
+pub fn start_in_process_on(
+    addr: SocketAddr,
+    config: embedded_server::ServerConfig,
+    app: &embedded_server::BuiltinConfig,
+    wrap: impl FnOnce(embedded_server::Server) -> embedded_server::Server,
+) -> InProcess {
+    let listeners = embedded_server::bind(addr, false, 1)
+        .with_context(|| format!("cannot listen on {addr}"))?;
     let addr = listeners[0].local_addr()?;
     let server = wrap(embedded_server::Server::builtin(config, app));
     let hub = server.hub();

@@ -46,6 +46,8 @@ pub enum Series {
     Connect,
     /// `tls.handshake_ms`: the TLS handshake alone (wss://).
     TlsHandshake,
+    /// `restart.back_ms`: each client's close until its new upgrade.
+    Back,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +74,16 @@ pub enum Metric {
     Resumed,
     /// A script's step: the share of its expectations met (a fraction).
     Met,
+    /// restart: reconnect attempts refused (reset, timed out, 503, closed in the upgrade).
+    Refused,
+    /// restart: clients still down when the window ended.
+    NotBack,
+    /// restart: from the disruption until the last client was back, in ms.
+    AllBack,
+    /// restart: reconnect upgrades per second in the best one-second window.
+    PeakAcceptRate,
+    /// restart: growth of TcpExt ListenOverflows (a server on this host).
+    ListenOverflows,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,12 +132,15 @@ pub const METRICS: &str = "p50, p90, p99, p999, max, mean (latency); service.p50
     connect.p50 .. connect.max (TCP, TLS and the upgrade); tls.p50 .. tls.max (the TLS \
     handshake); error_rate, delivered, connected, resumed (fractions or %); rate (msgs/s); \
     server_cpu (cores or %); cpu_per_msg (us, ms); connect_rate, handshakes_per_core (per \
-    second); for a --script step, POPULATION.STEP.p50 .. .max, .mean or .met";
+    second); restart: back.p50 .. back.max (close to new upgrade), all_back (until the last \
+    client), refused, not_back, listen_overflows (counts), peak_accept_rate (per second); for a \
+    --script step, POPULATION.STEP.p50 .. .max, .mean or .met";
 
 const SCENARIOS: &str =
-    "echo-rate, echo-sat, idle, storm, tls-handshake, broadcast, deflate, or * for every one";
+    "echo-rate, echo-sat, idle, storm, tls-handshake, broadcast, deflate, restart, or * for every one";
 
-const ALL_SCENARIOS: [Scenario; 8] = [
+const ALL_SCENARIOS: [Scenario; 9] = [
+    Scenario::Restart,
     Scenario::Script,
     Scenario::Idle,
     Scenario::EchoRate,
@@ -161,6 +176,10 @@ fn metric(s: &str) -> Option<Metric> {
     if let Some(rest) = s.strip_prefix("connect.") {
         return stat(rest).map(|st| Metric::Latency(Series::Connect, st));
     }
+    // `back_p99` too: the spelling of the profile's `selftest.restart.back_p99_ms`.
+    if let Some(rest) = s.strip_prefix("back.").or_else(|| s.strip_prefix("back_")) {
+        return stat(rest).map(|st| Metric::Latency(Series::Back, st));
+    }
     if let Some(rest) = s.strip_prefix("tls.") {
         return stat(rest).map(|st| Metric::Latency(Series::TlsHandshake, st));
     }
@@ -175,6 +194,11 @@ fn metric(s: &str) -> Option<Metric> {
         "handshakes_per_core" => Metric::HandshakesPerCore,
         "resumed" => Metric::Resumed,
         "met" => Metric::Met,
+        "refused" => Metric::Refused,
+        "not_back" => Metric::NotBack,
+        "all_back" => Metric::AllBack,
+        "peak_accept_rate" => Metric::PeakAcceptRate,
+        "listen_overflows" => Metric::ListenOverflows,
         _ => return None,
     })
 }
@@ -196,7 +220,13 @@ fn value(metric: Metric, s: &str, whole: &str) -> Result<f64, String> {
     let unit = unit.trim();
     let bad_unit = |want: &str| format!("threshold '{whole}': unit '{unit}': {want}");
     match metric {
-        Metric::Latency(..) | Metric::CpuPerMsg => {
+        Metric::Refused | Metric::NotBack | Metric::ListenOverflows => match unit {
+            "" if n.fract() == 0.0 => Ok(n),
+            _ => Err(bad_unit(
+                "a count is a whole number without a unit (e.g. 0 or 500)",
+            )),
+        },
+        Metric::Latency(..) | Metric::CpuPerMsg | Metric::AllBack => {
             let ms = match unit {
                 "us" | "µs" => n / 1000.0,
                 "ms" => n,
@@ -234,10 +264,12 @@ fn value(metric: Metric, s: &str, whole: &str) -> Result<f64, String> {
                 "give cores (1.5) or a percentage of one core (150%)",
             )),
         },
-        Metric::Rate | Metric::ConnectRate | Metric::HandshakesPerCore => match unit {
-            "" | "/s" => Ok(n),
-            _ => Err(bad_unit("give a number per second (e.g. 40000 or 40000/s)")),
-        },
+        Metric::Rate | Metric::ConnectRate | Metric::HandshakesPerCore | Metric::PeakAcceptRate => {
+            match unit {
+                "" | "/s" => Ok(n),
+                _ => Err(bad_unit("give a number per second (e.g. 40000 or 40000/s)")),
+            }
+        }
     }
 }
 
@@ -355,6 +387,12 @@ pub fn measures(s: Scenario, m: Metric) -> bool {
         Metric::ErrorRate | Metric::Connected | Metric::ServerCpu => true,
         Metric::Delivered | Metric::Rate => s != Idle,
         Metric::ConnectRate => s == Storm,
+        Metric::Latency(Series::Back, _)
+        | Metric::Refused
+        | Metric::NotBack
+        | Metric::AllBack
+        | Metric::PeakAcceptRate
+        | Metric::ListenOverflows => s == Restart,
     }
 }
 
@@ -476,6 +514,7 @@ impl Threshold {
                     Series::Round => s.broadcast_last_ms.as_ref(),
                     Series::Connect => s.connect_ms.as_ref(),
                     Series::TlsHandshake => s.tls.as_ref().map(|t| &t.handshake_ms),
+                    Series::Back => s.restart.as_ref().map(|r| &r.back_ms),
                 }
                 .filter(|l| l.count > 0)
                 .ok_or(match series {
@@ -540,6 +579,32 @@ impl Threshold {
                 "the server's CPU was not sampled, so handshakes per core are unknown (give --pid)",
             )?,
             Metric::Met => return Err("met is a script step's figure".into()),
+            Metric::Refused
+            | Metric::NotBack
+            | Metric::AllBack
+            | Metric::PeakAcceptRate
+            | Metric::ListenOverflows => {
+                let r = s
+                    .restart
+                    .as_ref()
+                    .ok_or("no restart figures were reported")?;
+                match self.metric {
+                    Metric::Refused => r.refused_total as f64,
+                    Metric::NotBack => r.not_back as f64,
+                    // Some never came back (or none was closed): no time is short enough.
+                    Metric::AllBack => r.all_back_secs.map_or(f64::INFINITY, |t| t * 1000.0),
+                    Metric::PeakAcceptRate => r.peak_accept_rate,
+                    _ => {
+                        r.kernel
+                            .as_ref()
+                            .ok_or(
+                                "the kernel's counters were not read (the server is not on this \
+                                 host)",
+                            )?
+                            .listen_overflows as f64
+                    }
+                }
+            }
             Metric::Resumed => {
                 let t = s
                     .tls
@@ -559,6 +624,10 @@ impl Threshold {
 /// A figure in the metric's unit, for people.
 fn show(m: Metric, v: f64) -> String {
     match m {
+        Metric::AllBack if v.is_infinite() => "never (some clients did not come back)".into(),
+        Metric::AllBack => format!("{:.2} s", v / 1000.0),
+        Metric::Refused | Metric::NotBack | Metric::ListenOverflows => format!("{v:.0}"),
+        Metric::PeakAcceptRate => format!("{v:.0} upgrades/s"),
         Metric::Latency(..) if v < 1.0 => format!("{:.0} us", v * 1000.0),
         Metric::Latency(..) if v >= 1000.0 => format!("{:.2} s", v / 1000.0),
         Metric::Latency(..) => format!("{v:.2} ms"),
@@ -662,5 +731,33 @@ mod tests {
             Scenario::EchoSat,
             Metric::Latency(Series::Round, Stat::P99)
         ));
+    }
+
+    #[test]
+    fn restart_metrics_parse_with_their_units_and_only_on_restart() {
+        let th = t("restart.back_p99 < 3s");
+        assert_eq!(
+            (th.scope.clone(), th.metric, th.value),
+            (
+                Scope::One(Scenario::Restart),
+                Metric::Latency(Series::Back, Stat::P99),
+                3000.0
+            )
+        );
+        assert_eq!(
+            t("restart.back.max <= 500ms").metric,
+            Metric::Latency(Series::Back, Stat::Max)
+        );
+        assert_eq!(t("restart.all_back < 10s").value, 10_000.0);
+        assert_eq!(t("restart.refused <= 500").metric, Metric::Refused);
+        assert_eq!(
+            t("restart.listen_overflows <= 0").metric,
+            Metric::ListenOverflows
+        );
+        assert_eq!(t("restart.peak_accept_rate >= 5000/s").value, 5000.0);
+        assert!(err("restart.refused <= 1.5").contains("whole number"));
+        assert!(err("restart.refused <= 5ms").contains("whole number"));
+        assert!(err("echo-rate.refused <= 5").contains("measured by restart"));
+        assert!(err("storm.back.p99 < 1s").contains("measured by restart"));
     }
 }

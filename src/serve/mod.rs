@@ -10,4 +10,5 @@ pub mod cluster_history;
 pub mod config;
 pub mod run;
 pub mod self_test;
+mod self_test_restart;
 pub mod supervisor;

@@ -143,12 +143,13 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
         };
         enum Running {
             InProcess(
-                tokio::sync::oneshot::Sender<()>,
+                super::self_test_restart::StopSlot,
                 Arc<embedded_server::metrics::Metrics>,
             ),
             Child(Box<super::child::ChildServer>),
             User(Box<crate::selftest::command::UserServer>),
         }
+        let slot = |tx| Arc::new(std::sync::Mutex::new(Some(tx)));
         let (echo, fanout, servers, server_pid, fanout_pid) = if let Some(words) = &t.command {
             let u = crate::selftest::command::UserServer::start(words, &config, false).await?;
             eprintln!(
@@ -177,8 +178,8 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
                 e,
                 b,
                 vec![
-                    Running::InProcess(stop_e, m_e),
-                    Running::InProcess(stop_b, m_b),
+                    Running::InProcess(slot(stop_e), m_e),
+                    Running::InProcess(slot(stop_b), m_b),
                 ],
                 std::process::id(),
                 None,
@@ -194,6 +195,45 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
             },
             false => Target::plain(addr),
         };
+        // restart: how the server just started is disrupted (never in the default list).
+        let mut load = load.clone();
+        // (--drain-url: the plan posts to it, as `selftest` does.)
+        if load.scenarios.contains(&Scenario::Restart) && load.restart.drain_url.is_none() {
+            use super::self_test_restart::Restartable;
+            let server = match &servers[0] {
+                Running::User(_) => Restartable::User,
+                Running::Child(c) => Restartable::Supervisor {
+                    pid: c.pid,
+                    admin: c.admin,
+                    api_key: r.secrets.api_key.as_ref().map(|k| k.expose().to_string()),
+                },
+                Running::InProcess(stop, _) => {
+                    let app = embedded_server::BuiltinConfig {
+                        app: embedded_server::App::Echo,
+                        ..r.builtin.clone()
+                    };
+                    let (config, tls) = (config.clone(), tls_server.clone());
+                    Restartable::InProcess {
+                        addr: echo,
+                        stop: stop.clone(),
+                        start: Arc::new(move |addr| {
+                            let tls = tls.clone();
+                            crate::selftest::server::start_in_process_on(
+                                addr,
+                                config.clone(),
+                                &app,
+                                |s| super::run::with_tls(s, tls),
+                            )
+                        }),
+                    }
+                }
+            };
+            load.restart.disrupt = Some(super::self_test_restart::disrupt(
+                load.restart.by.as_ref(),
+                server,
+            )?);
+        }
+        let load = &load;
         // Short scenarios: this is the quick start's command, and 5 s of steady load per
         // scenario gives stable medians on the sizes it picks.
         let plan = crate::engine::selftest::plan(
@@ -251,7 +291,9 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
         for s in servers {
             match s {
                 Running::InProcess(stop, _) => {
-                    let _ = stop.send(());
+                    if let Some(tx) = stop.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                        let _ = tx.send(());
+                    }
                 }
                 Running::Child(c) => c.stop().await,
                 Running::User(mut u) => {

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[command(next_help_heading = "Load test (selftest, serve --self-test)")]
 pub struct LoadArgs {
     /// Workload to run (repeat for several): echo-rate, echo-sat, idle, storm, tls-handshake,
-    /// broadcast, deflate.
+    /// broadcast, deflate, restart (never by default: it restarts the server).
     #[arg(long = "scenario", value_enum, value_name = "NAME")]
     pub scenarios: Vec<crate::selftest::Scenario>,
     /// Client connections (default: selftest 1000; serve --self-test: the profile's, scaled to the host).
@@ -76,8 +76,9 @@ pub struct LoadArgs {
     /// 'broadcast.delivered >= 99.9%'. SCOPE is a scenario or * (every one that measures it);
     /// METRIC is p50, p90, p99, p999, max, mean, service.p99, round.p99, connect.p99, tls.p99,
     /// error_rate, delivered, connected, resumed, rate, server_cpu, cpu_per_msg, connect_rate or
-    /// handshakes_per_core; a --script step is POPULATION.STEP.p99 (or .met, the share of its
-    /// expectations met). A figure not measured, or a percentile over too few samples, is not
+    /// handshakes_per_core; restart takes back.p99 (close to new upgrade), all_back, refused,
+    /// not_back, listen_overflows and peak_accept_rate; a --script step is POPULATION.STEP.p99
+    /// (or .met, the share of its expectations met). A figure not measured, or a percentile over too few samples, is not
     /// judged: exit 4, NOT PROVEN
     #[arg(long = "threshold", value_name = "EXPR", value_parser = parse_threshold)]
     pub thresholds: Vec<crate::selftest::threshold::Threshold>,
@@ -101,6 +102,26 @@ pub struct LoadArgs {
     pub out_prometheus: Option<PathBuf>,
     #[command(flatten)]
     pub tls: super::tls::TlsClientArgs,
+    /// restart: how `serve --self-test` disrupts the server it started: sigterm (one process:
+    /// stopped as on SIGTERM, a new one started on the same port; the default for one process),
+    /// sigterm-child (--processes N: one server process is sent SIGTERM and the supervisor
+    /// starts another; the default for several), sighup (the supervisor, for a rolling restart
+    /// of all its processes), drain-api (POST /api/drain on its admin listener) or command:CMD
+    #[arg(long, value_name = "HOW", value_parser = parse_restart_by, conflicts_with = "restart_cmd")]
+    pub restart_by: Option<crate::selftest::restart::RestartBy>,
+    /// restart: the command that restarts your server, run with `sh -c` 2 s into the scenario,
+    /// e.g. 'systemctl restart ws' or 'kubectl rollout restart deploy/ws'; it must exit 0
+    #[arg(long, value_name = "CMD")]
+    pub restart_cmd: Option<String>,
+    /// restart: drain your server instead: POST to its drain endpoint (http://ADMIN/api/drain,
+    /// answered with a 2xx; the key from $WSTUNE_API_KEY as a bearer token)
+    #[arg(long, value_name = "URL", conflicts_with_all = ["restart_cmd", "restart_by"])]
+    pub drain_url: Option<String>,
+}
+
+/// A `--restart-by`, read by the self-test's own parser.
+fn parse_restart_by(s: &str) -> Result<crate::selftest::restart::RestartBy, String> {
+    s.parse()
 }
 
 /// A `--threshold`, read by the self-test's own parser: its errors name the scenario, metric

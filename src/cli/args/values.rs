@@ -17,6 +17,7 @@ impl ValueEnum for Scenario {
             Scenario::Storm,
             Scenario::TlsHandshake,
             Scenario::Broadcast,
+            Scenario::Restart,
         ]
     }
 
@@ -49,6 +50,10 @@ impl ValueEnum for Scenario {
             Scenario::Broadcast => (
                 "broadcast",
                 "N subscribers; a publisher's timestamped message, time until the last one has it",
+            ),
+            Scenario::Restart => (
+                "restart",
+                "N connections held, the server restarted or drained; reconnects with backoff, refusals, time until every client is back (not in the default list)",
             ),
             // Run by --script FILE, not chosen by name: not among the values.
             Scenario::Script => return None,

@@ -10,6 +10,7 @@ mod capacity;
 mod html;
 mod memory;
 mod prometheus;
+mod restart;
 mod scope;
 mod shards;
 mod table;
@@ -22,6 +23,7 @@ pub use capacity::{CapacityReport, CpuTarget};
 pub use html::html;
 pub use memory::{BudgetReport, Compared, MemoryEstimate, MemoryReport, ESTIMATE_TOLERANCE};
 pub use prometheus::prometheus;
+pub(crate) use restart::{restart_checks, restart_lines};
 pub use scope::{Scope, Standing};
 pub use shards::{merge as merge_shards, Input as ShardReport};
 pub use table::table;
@@ -46,6 +48,9 @@ pub struct Targets {
     /// The profile's CPU estimate for its message rate, to hold against what echo-rate
     /// measured.
     pub cpu: CpuTarget,
+    /// `selftest.restart`: what the restart scenario must meet.
+    #[serde(default)]
+    pub restart: crate::profile::RestartTargets,
 }
 
 /// What `check` said about this host before a `serve --self-test`: half of its verdict.

@@ -39,6 +39,66 @@ impl Family<'_> {
     }
 }
 
+/// The restart scenario's figures (only when it ran): its back times are the latency family's
+/// `scenario="restart"` samples.
+fn restart_families(o: &mut String, r: &Report, p: (&str, &str)) {
+    let runs: Vec<_> = r
+        .scenarios
+        .iter()
+        .filter_map(|s| Some((s.scenario.name(), s.restart.as_ref()?)))
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    type Pick = fn(&crate::selftest::restart::RestartReport) -> Option<f64>;
+    let each: [(&str, &str, Pick); 5] = [
+        (
+            "wstune_selftest_restart_closed_connections",
+            "restart: connections the server ended (close frame, reset or end of stream).",
+            |x| Some(x.closed as f64),
+        ),
+        (
+            "wstune_selftest_restart_not_back_connections",
+            "restart: connections still down when the window ended.",
+            |x| Some(x.not_back as f64),
+        ),
+        (
+            "wstune_selftest_restart_all_back_seconds",
+            "restart: from the disruption until the last client was back (absent: one never was).",
+            |x| x.all_back_secs,
+        ),
+        (
+            "wstune_selftest_restart_peak_accepts_per_second",
+            "restart: reconnect upgrades per second in the best one-second window.",
+            |x| Some(x.peak_accept_rate),
+        ),
+        (
+            "wstune_selftest_restart_listen_overflows",
+            "restart: growth of TcpExt ListenOverflows over the window (a server on this host).",
+            |x| x.kernel.as_ref().map(|k| k.listen_overflows as f64),
+        ),
+    ];
+    for (n, help, pick) in each {
+        let mut f = Family::start(o, n, help);
+        for (name, x) in &runs {
+            if let Some(v) = pick(x) {
+                f.sample(n, &[p, ("scenario", name)], v);
+            }
+        }
+    }
+    let n = "wstune_selftest_restart_refused_attempts";
+    let mut f = Family::start(
+        o,
+        n,
+        "restart: reconnect attempts refused, by kind (rst, timeout, eof, http-503, ...).",
+    );
+    for (name, x) in &runs {
+        for (kind, v) in &x.refused {
+            f.sample(n, &[p, ("scenario", name), ("kind", kind)], *v as f64);
+        }
+    }
+}
+
 /// Prometheus's float syntax: integers without a fraction, and never a bare `inf`.
 fn value_text(v: f64) -> String {
     if v.is_nan() {
@@ -174,6 +234,8 @@ pub fn prometheus(r: &Report, stopped: Option<&str>, unix_time: u64) -> String {
             }
         }
     }
+
+    restart_families(&mut o, r, p);
 
     let n = "wstune_selftest_check";
     let mut f = Family::start(

@@ -375,6 +375,13 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
             .reduce(|a, b| a + b),
         handshakes_per_server_core_sec: handshakes_per_core,
         started_unix_ms: each.iter().filter_map(|(_, s)| s.started_unix_ms).min(),
+        restart: crate::selftest::restart::merge_reports(
+            &each
+                .iter()
+                .filter_map(|(_, s)| s.restart.as_ref())
+                .collect::<Vec<_>>(),
+            latency(&hist),
+        ),
         histograms: Some(Histograms {
             latency: histo::encode_packed(&hist),
             service: has_service.then(|| histo::encode_packed(&service)),

@@ -92,6 +92,7 @@ pub fn table(r: &Report) -> String {
                 b.count
             ));
         }
+        notes.extend(super::restart_lines(s));
         if s.errors > 0 || s.disconnects > 0 {
             notes.push(format!(
                 "{} errors, {} server closes",

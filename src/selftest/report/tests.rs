@@ -20,6 +20,7 @@ pub(super) fn targets() -> Targets {
             ns_per_message: 14_000,
             cores: 1,
         },
+        restart: Default::default(),
     }
 }
 
@@ -129,6 +130,7 @@ pub(super) fn echo(scenario: Scenario, p99: f64, other_pct: f64) -> ScenarioRepo
         handshakes_per_server_core_sec: None,
         steps: Vec::new(),
         started_unix_ms: None,
+        restart: None,
         histograms: None,
     }
 }

@@ -127,18 +127,22 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, j: &Judging) -> Verdic
                 _ => format!("{} errors", s.errors),
             },
         );
-        add(
-            "no server closes",
-            s.disconnects == 0,
-            if s.close_codes.is_empty() {
-                format!("{} connections closed by the server", s.disconnects)
-            } else {
-                format!(
-                    "{} connections closed by the server (codes {:?})",
-                    s.disconnects, s.close_codes
-                )
-            },
-        );
+        // A restart's closes are what it measures: judged by whether the clients came back
+        // (its own checks below), not as a fault.
+        if s.scenario != Scenario::Restart {
+            add(
+                "no server closes",
+                s.disconnects == 0,
+                if s.close_codes.is_empty() {
+                    format!("{} connections closed by the server", s.disconnects)
+                } else {
+                    format!(
+                        "{} connections closed by the server (codes {:?})",
+                        s.disconnects, s.close_codes
+                    )
+                },
+            );
+        }
         match s.scenario {
             Scenario::EchoRate | Scenario::Deflate => {
                 if defaults {
@@ -187,6 +191,11 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, j: &Judging) -> Verdic
                     want > 0 && s.received >= want,
                     format!("{} of {want} deliveries", s.received),
                 );
+            }
+            Scenario::Restart => {
+                for (what, ok, detail) in super::restart_checks(s, &t.restart, defaults) {
+                    add(what, ok, detail);
+                }
             }
             Scenario::Script => {
                 // Every waiting step must have met its expectations: a wrong expectation (or a

@@ -4,6 +4,7 @@
 //! per-process fd limit, and each one's CPU time is its own.
 
 mod echo;
+mod restart;
 mod scenarios;
 mod script;
 
@@ -85,6 +86,8 @@ struct Shared {
     client: Option<super::tls::Client>,
     /// A scripted session's waiting steps, by `POPULATION.STEP`.
     steps: RefCell<std::collections::BTreeMap<String, script::StepStats>>,
+    /// restart: the closes, reconnect attempts and refusals.
+    restart: RefCell<super::restart::RestartCounts>,
 }
 
 impl Shared {
@@ -202,6 +205,7 @@ async fn run(spec: WorkerSpec) {
         measure_from_us: std::cell::Cell::new(0),
         sends: RefCell::new(Default::default()),
         steps: RefCell::new(Default::default()),
+        restart: RefCell::new(Default::default()),
     });
     let spec = Rc::new(spec);
     // Connect phase (all scenarios but those whose connects are the measurement).
@@ -317,6 +321,7 @@ async fn run(spec: WorkerSpec) {
                         let conn = spec.conn_number(n);
                         script::session(c.reader, c.writer, &spec, &sh, pop, conn, end).await
                     }
+                    Scenario::Restart => restart::reconnecting(c, n, &spec, &sh, end).await,
                     Scenario::Storm | Scenario::TlsHandshake => Ok(()),
                 };
                 if r.is_err() {
@@ -400,6 +405,9 @@ fn emit_result(sh: &Shared, cpu: f64, elapsed: f64, start_us: u64, first_error: 
                 other: s.other,
             })
             .collect(),
+        // Only a restart's connections reconnect: elsewhere the counts stay empty.
+        restart: Some(sh.restart.borrow().clone())
+            .filter(|r| *r != super::restart::RestartCounts::default()),
     })));
 }
 

@@ -22,6 +22,7 @@ fn purpose(s: Scenario) -> &'static str {
         Scenario::Deflate => "Echo-rate with permessage-deflate negotiated on every connection.",
         Scenario::Script => "Scripted sessions: each population connects its own way and runs its steps; every waiting step timed from the last message sent.",
         Scenario::TlsHandshake => "Clients connect over TLS, upgrade and close, again and again: TLS handshakes per second and per server core.",
+        Scenario::Restart => "Connections held while the server restarts: every client reconnects with jittered backoff; the time from each close to its new upgrade.",
     }
 }
 
@@ -128,6 +129,7 @@ pub fn chart(r: &Report, s: &ScenarioReport) -> Option<String> {
             latency_chart(r, s, "Connect, TLS, upgrade and close, by percentile")
         }
         Scenario::Script => step_chart(s),
+        Scenario::Restart => latency_chart(r, s, "Close to new upgrade, by percentile"),
         Scenario::Idle => idle_chart(r, s),
         Scenario::Broadcast
             if s.timeline.len() >= 2 && s.timeline.iter().any(|p| p.received_per_sec > 0) =>
@@ -327,6 +329,9 @@ pub fn section(r: &Report, s: &ScenarioReport) -> String {
     }
     if let Some(i) = &s.incomplete {
         dl.push(("incomplete", i.clone()));
+    }
+    for line in crate::selftest::report::restart_lines(s) {
+        dl.push(("restart", line));
     }
     o.push_str("<dl>");
     for (k, v) in dl {
