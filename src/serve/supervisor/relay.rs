@@ -3,7 +3,7 @@
 //!
 //! Each process has one Unix socket (a `socketpair`, the child's end inherited as
 //! `WSTUNE_RELAY_FD`) to the supervisor. A process delivers its own message locally at once,
-//! then writes it once, in the cluster's wire format (`cluster::encode`, the process index as
+//! then writes it once, in the cluster's wire format (`cluster::encode`, the process's pid as
 //! node id) behind a u32 length; the supervisor hands that frame to every *other* live process,
 //! which delivers it locally (encoded once per process). Every queue is bounded: a process that
 //! cannot keep up loses relayed messages (counted), it never blocks the others.
@@ -72,7 +72,7 @@ async fn read_frame(r: &mut (impl AsyncReadExt + Unpin)) -> io::Result<Vec<u8>> 
 /// In a supervised process: relay this hub's broadcasts and channel messages through the
 /// supervisor on `fd`, and deliver what the other processes relay. The backplane metrics
 /// (`ws_backplane_*`) count the relay as they count Redis.
-pub fn start_child(hub: Arc<Hub>, index: u64, fd: RawFd) -> io::Result<()> {
+pub fn start_child(hub: Arc<Hub>, node: u64, fd: RawFd) -> io::Result<()> {
     // SAFETY: the supervisor passed this fd to us (and only us) for the relay.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let (mut rd, mut wr) = stream(fd)?.into_split();
@@ -83,7 +83,7 @@ pub fn start_child(hub: Arc<Hub>, index: u64, fd: RawFd) -> io::Result<()> {
         let metrics = metrics.clone();
         hub.set_relay(Box::new(move |r| {
             if metrics.backplane_up.load(Relaxed) != 1
-                || tx.try_send(framed(encode(index, &r))).is_err()
+                || tx.try_send(framed(encode(node, &r))).is_err()
             {
                 metrics.backplane_dropped.fetch_add(1, Relaxed);
             }
@@ -101,7 +101,7 @@ pub fn start_child(hub: Arc<Hub>, index: u64, fd: RawFd) -> io::Result<()> {
     });
     tokio::spawn(async move {
         while let Ok(f) = read_frame(&mut rd).await {
-            crate::serve::cluster::deliver(&hub, index, &f[4..]);
+            crate::serve::cluster::deliver(&hub, node, &f[4..]);
         }
         // The supervisor is gone (its parent-death signal drains this process).
         metrics.backplane_up.store(0, Relaxed);
@@ -110,28 +110,30 @@ pub fn start_child(hub: Arc<Hub>, index: u64, fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// The supervisor's side: one queue per live process, and what was relayed or dropped.
+/// The supervisor's side: one queue per live process (by pid: during a rolling restart a slot
+/// has two, the draining one and its replacement, and both get what the others relay), and
+/// what was relayed or dropped.
 pub struct Hubs {
-    queues: Mutex<Vec<Option<mpsc::Sender<Frame>>>>,
+    queues: Mutex<Vec<(u32, mpsc::Sender<Frame>)>>,
     pub frames: AtomicU64,
     pub dropped: AtomicU64,
 }
 
 impl Hubs {
-    pub fn new(n: usize) -> Arc<Hubs> {
+    pub fn new() -> Arc<Hubs> {
         Arc::new(Hubs {
-            queues: Mutex::new(vec![None; n]),
+            queues: Mutex::new(Vec::new()),
             frames: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
         })
     }
 
-    /// Relay for process `index` over `fd` (the supervisor's end of its pair) until it closes.
-    pub fn attach(self: &Arc<Self>, index: usize, fd: OwnedFd) -> io::Result<()> {
+    /// Relay for process `pid` over `fd` (the supervisor's end of its pair) until it closes.
+    pub fn attach(self: &Arc<Self>, pid: u32, fd: OwnedFd) -> io::Result<()> {
         let raw = fd.as_raw_fd();
         let (mut rd, mut wr) = stream(fd)?.into_split();
         let (tx, mut rx) = mpsc::channel::<Frame>(QUEUE);
-        self.queues.lock().unwrap()[index] = Some(tx);
+        self.queues.lock().unwrap().push((pid, tx));
         tokio::spawn(async move {
             while let Some(f) = rx.recv().await {
                 if wr.write_all(&f).await.is_err() {
@@ -144,23 +146,20 @@ impl Hubs {
             while let Ok(f) = read_frame(&mut rd).await {
                 let f = Arc::new(f);
                 let queues = hubs.queues.lock().unwrap();
-                for (j, q) in queues.iter().enumerate() {
-                    let Some(q) = q.as_ref().filter(|_| j != index) else {
-                        continue;
-                    };
+                for (_, q) in queues.iter().filter(|(p, _)| *p != pid) {
                     match q.try_send(f.clone()) {
                         Ok(()) => hubs.frames.fetch_add(1, Relaxed),
                         Err(_) => hubs.dropped.fetch_add(1, Relaxed),
                     };
                 }
             }
-            tracing::debug!("relay of process {index} (fd {raw}) closed");
+            tracing::debug!("relay of process {pid} (fd {raw}) closed");
         });
         Ok(())
     }
 
-    /// Process `index` is gone: stop queueing for it (its writer ends with the queue).
-    pub fn detach(&self, index: usize) {
-        self.queues.lock().unwrap()[index] = None;
+    /// Process `pid` is gone: stop queueing for it (its writer ends with the queue).
+    pub fn detach(&self, pid: u32) {
+        self.queues.lock().unwrap().retain(|(p, _)| *p != pid);
     }
 }
