@@ -36,6 +36,8 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
         // Before anything listens: a SIGTERM right after "listening" must drain, not kill.
         let shutdown = embedded_server::shutdown_signal()
             .context("cannot install the SIGTERM/SIGINT handlers")?;
+        #[cfg(unix)]
+        reload_is_for_the_supervisor(supervised.is_some())?;
         let addr = SocketAddr::new(r.bind, r.port);
         let listeners = listeners(r, addr, inherited)?;
         let local = listeners[0].local_addr()?;
@@ -147,6 +149,28 @@ fn listeners(
     };
     embedded_server::bind(addr, r.reuseport, acceptors)
         .map_err(|e| crate::serve::supervisor::listen_error(addr, "--bind", &e))
+}
+
+/// SIGHUP and SIGUSR2 restart the processes of a supervisor (`systemctl reload`, a terminal's
+/// hangup reaching the whole process group): a server process never dies of them (their default
+/// action); one serving alone says that a rolling restart needs `--processes`.
+#[cfg(unix)]
+fn reload_is_for_the_supervisor(supervised: bool) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    for (kind, name) in [
+        (SignalKind::hangup(), "SIGHUP"),
+        (SignalKind::user_defined2(), "SIGUSR2"),
+    ] {
+        let mut s = signal(kind).with_context(|| format!("cannot install the {name} handler"))?;
+        tokio::spawn(async move {
+            while s.recv().await.is_some() {
+                if !supervised {
+                    tracing::warn!("{name} ignored: a rolling restart replaces the processes of `serve --processes 2` or more; one process restarts with systemctl restart (a .socket unit keeps the port listening)");
+                }
+            }
+        });
+    }
+    Ok(())
 }
 
 /// `--processes` (or the profile's `server.processes`) above one: run the supervisor, and
