@@ -116,6 +116,12 @@ impl Load {
 async fn sighup_replaces_every_process_without_refusing_or_resetting_a_connection() {
     let s = common::serve(&["--profile", "10k", "--app", "echo", "--processes", "2"]);
     let before = pids(s.admin);
+    // Clients held across the roll: each hears its process's close frame.
+    let held: Vec<_> = common::tungstenite::clients(s.port, HELD)
+        .await
+        .into_iter()
+        .map(|mut ws| tokio::spawn(async move { close_code(&mut ws).await }))
+        .collect();
     let load = Load::start(s.port, 16);
     // The stream is steady before the signal.
     assert!(
@@ -138,6 +144,14 @@ async fn sighup_replaces_every_process_without_refusing_or_resetting_a_connectio
         (load.ok.load(Relaxed) >= settled + 200).then_some(())
     });
     let (ok, rate, failures) = load.finish().await;
+    let mut closes = Vec::new();
+    for h in held {
+        closes.push(h.await.unwrap());
+    }
+    assert!(
+        closes.iter().all(|c| matches!(c, Some(1001 | 1012))),
+        "every held client is closed with 1001/1012 by its draining process: {closes:?}"
+    );
     assert!(
         failures.is_empty(),
         "{} of {} connections failed across the restart ({before:?} -> {after:?}): {:?}",
@@ -223,6 +237,23 @@ async fn sigusr2_upgrades_to_the_binary_at_the_started_path_and_a_broken_one_abo
     );
     use tokio::io::AsyncReadExt;
     let _ = slow.read(&mut [0; 64]).await;
+}
+
+/// Connections held open across the rolls in the SIGHUP test.
+const HELD: usize = 300;
+
+/// The code of the close frame `ws` receives next (messages skipped; reading answers the
+/// close, so its process's drain ends), None when the connection ends without one.
+async fn close_code(ws: &mut common::tungstenite::Ws) -> Option<u16> {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), ws.next()).await {
+            Ok(Some(Ok(Message::Close(c)))) => return c.map(|c| c.code.into()),
+            Ok(Some(Ok(_))) => continue,
+            _ => return None,
+        }
+    }
 }
 
 /// `wstune serve --processes 2` started through `path` (argv[0]).

@@ -153,6 +153,8 @@ pub fn supervise(mut plan: Supervision) -> Result<Outcome> {
 fn sockets(plan: &mut Supervision) -> Result<(Vec<OwnedFd>, Vec<Vec<RawFd>>)> {
     let n = plan.sizing.processes;
     if let Some(fds) = plan.inherited.take() {
+        // The address named in the log is the socket's, not --bind's.
+        plan.addr = listen::local_addr(fds.first().context("no inherited socket")?)?;
         let raw = listen::raw(&fds);
         return Ok((fds, vec![raw; n]));
     }
