@@ -352,3 +352,96 @@ async fn socket_activation_serves_on_the_inherited_socket() {
         assert!(!log.contains("error"), "{log}");
     }
 }
+
+/// Every child of `pid` now (its threads' `children` lists: the supervisor forks from one).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let p = t.unwrap().path().join("children");
+        let text = std::fs::read_to_string(p).unwrap_or_default();
+        out.extend(
+            text.split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    out
+}
+
+fn running(pid: u32) -> bool {
+    // Gone, or a zombie: either way it no longer runs.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+/// Per-process connection counts from the supervisor's /healthz.
+fn connections(admin: u16) -> Vec<u64> {
+    healthz(admin)["process"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["connections"].as_u64().unwrap_or(0))
+        .collect()
+}
+
+/// A client that never answers a close, held by process 0 (the kernel picks the process by
+/// the connection's hash: one that lands elsewhere is dropped and another made).
+async fn slow_client_on_process_0(admin: u16, port: u16) -> tokio::net::TcpStream {
+    for _ in 0..64 {
+        let c = raw_upgrade(port).await;
+        let per = common::poll(Duration::from_secs(10), || {
+            let per = connections(admin);
+            (per.iter().sum::<u64>() == 1).then_some(per)
+        })
+        .expect("the connection never showed in /healthz");
+        if per[0] == 1 {
+            return c;
+        }
+        drop(c);
+        common::poll(Duration::from_secs(10), || {
+            (connections(admin).iter().sum::<u64>() == 0).then_some(())
+        })
+        .expect("a dropped connection stayed counted");
+    }
+    panic!("64 connections in a row landed on process 1");
+}
+
+/// SIGTERM while a roll runs, with the replaced process 0 still draining (a client that never
+/// answers its close holds it for its grace): the supervisor waits for that process too, not
+/// only for the slots' own, and exits with none left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_roll_waits_for_the_draining_process_too() {
+    let mut s = common::serve(&[
+        "--profile",
+        "10k",
+        "--app",
+        "echo",
+        "--processes",
+        "2",
+        "--shutdown-grace",
+        "3",
+    ]);
+    let before = pids(s.admin);
+    let _slow = slow_client_on_process_0(s.admin, s.port).await;
+    common::signal(s.pid(), "-HUP");
+    // Slot 0 has its replacement; its old process drains.
+    common::poll(Duration::from_secs(30), || {
+        let p = pids(s.admin);
+        (p[0] != before[0] && p[0] != 0).then_some(())
+    })
+    .expect("slot 0 was never replaced");
+    assert!(running(before[0] as u32), "the old process 0 drains");
+    let all = children(s.pid());
+    common::signal(s.pid(), "-TERM");
+    let status = common::poll(Duration::from_secs(30), || s.proc.0.try_wait().unwrap())
+        .expect("the supervisor did not exit");
+    assert!(status.success(), "{status}");
+    // Checked at once: the supervisor reaps every process before it exits.
+    let left: Vec<u32> = all.into_iter().filter(|p| running(*p)).collect();
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+    assert!(!running(before[0] as u32));
+}

@@ -227,16 +227,21 @@ pub async fn replace(
     let (old_pid, new_pid) = (old.pid, cur.pid);
     // SAFETY: kill has no memory preconditions; the old process is our child, not yet reaped.
     unsafe { libc::kill(old_pid as i32, libc::SIGTERM) };
-    let t = Instant::now();
-    let wait = st.plan.old_exit_wait;
-    end_after_term(st, old, wait).await;
-    st.roll.replaced.fetch_add(1, Relaxed);
-    super::run::say!(
-        "wstune serve: process {i} replaced: pid {old_pid} drained and exited in {:.1} s, pid \
-         {new_pid} serves",
-        t.elapsed().as_secs_f64()
-    );
-    let _ = req.done.send(Ok(()));
+    // The old one drains on its own task, so the keeper watches (and restarts) the new one
+    // meanwhile; the roll moves on only once the old one has exited.
+    let st = st.clone();
+    tokio::spawn(async move {
+        let t = Instant::now();
+        let wait = st.plan.old_exit_wait;
+        end_after_term(&st, old, wait).await;
+        st.roll.replaced.fetch_add(1, Relaxed);
+        super::run::say!(
+            "wstune serve: process {i} replaced: pid {old_pid} drained and exited in {:.1} s, \
+             pid {new_pid} serves",
+            t.elapsed().as_secs_f64()
+        );
+        let _ = req.done.send(Ok(()));
+    });
     None
 }
 

@@ -305,7 +305,13 @@ async fn stop(st: &Arc<State>, keepers: Vec<tokio::task::JoinHandle<()>>) -> boo
         }
     };
     signal_all(libc::SIGTERM);
-    let all = futures_util::future::join_all(keepers);
+    let all = async {
+        futures_util::future::join_all(keepers).await;
+        // A process a rolling restart replaced drains on its own task: wait for it too.
+        while !st.others.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
     tokio::pin!(all);
     let wait = st.plan.grace + Duration::from_secs(5);
     if tokio::time::timeout(wait, &mut all).await.is_ok() {
