@@ -164,8 +164,9 @@ impl<H: Handler> Server<H> {
         admin::serve(listener, self.hub.clone(), shutdown)
     }
 
-    /// Accept on every listener until `shutdown` completes; then stop accepting, close every
-    /// connection with 1001 and wait up to the grace period for them to finish.
+    /// Accept on every listener until `shutdown` completes; then stop accepting, let the
+    /// handshakes already accepted finish (up to 2 s), close every connection with 1001 and wait
+    /// up to the grace period for them to finish.
     pub async fn run(
         &self,
         listeners: Vec<TcpListener>,
