@@ -133,13 +133,16 @@ fn systemd_units_pass_systemd_analyze() {
     let dir = tempfile::tempdir().unwrap();
     let names = [
         "wstune-serve.service",
+        "wstune-serve.socket",
         "wstune-check.service",
         "wstune-check.timer",
     ];
     for n in names {
         let text = std::fs::read_to_string(deploy("systemd").join(n)).unwrap();
         assert!(
-            n.ends_with(".timer") || text.contains("ExecStart=/usr/bin/wstune "),
+            n.ends_with(".timer")
+                || n.ends_with(".socket")
+                || text.contains("ExecStart=/usr/bin/wstune "),
             "{n}"
         );
         std::fs::write(dir.path().join(n), text.replace("/usr/bin/wstune", bin())).unwrap();
@@ -622,6 +625,7 @@ fn debian_package_installs_with_dpkg_and_works() {
         "usr/share/zsh/vendor-completions/_wstune",
         "usr/share/man/man1/wstune-serve.1",
         "usr/lib/systemd/system/wstune-serve.service",
+        "usr/lib/systemd/system/wstune-serve.socket",
         "usr/lib/systemd/system/wstune-check.timer",
         "usr/share/wstune/profiles/100k.yaml",
         "usr/share/wstune/checks/linux.yaml",

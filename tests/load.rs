@@ -12,3 +12,4 @@ mod selftest_script;
 mod selftest_shards;
 mod selftest_tls;
 mod supervisor;
+mod supervisor_restart;

@@ -165,8 +165,9 @@ impl<H: Handler> Server<H> {
         admin::serve(listener, self.hub.clone(), shutdown)
     }
 
-    /// Accept on every listener until `shutdown` completes; then stop accepting, close every
-    /// connection with 1001 and wait up to the grace period for them to finish.
+    /// Accept on every listener until `shutdown` completes; then stop accepting, let the
+    /// handshakes already accepted finish (up to 2 s), close every connection with 1001 and wait
+    /// up to the grace period for them to finish.
     pub async fn run(
         &self,
         listeners: Vec<TcpListener>,
@@ -206,11 +207,19 @@ impl<H: Handler> Server<H> {
             "shutting down: no new connections; closing {} with 1001",
             self.hub.len()
         );
-        self.stopping.store(true, Relaxed);
+        // Stop accepting first, and let the handshakes already accepted finish (bounded) before
+        // upgrades are refused: with a listening socket that outlives this process (a
+        // supervisor's or systemd's), what the kernel still queues goes to the next process, and
+        // a client accepted here gets its upgrade (then the close below), not a 503 or a cut.
         let _ = stop_tx.send(true);
         for a in accepters {
             let _ = a.await;
         }
+        let settle = tokio::time::Instant::now() + self.hub.config.handshake_timeout.min(SETTLE);
+        while self.gate.pending() > 0 && tokio::time::Instant::now() < settle {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.stopping.store(true, Relaxed);
         let _ = heartbeat.await;
         self.hub.close_all(1001);
         let deadline = tokio::time::Instant::now() + self.hub.config.shutdown_grace;
@@ -220,6 +229,10 @@ impl<H: Handler> Server<H> {
         Ok(())
     }
 }
+
+/// How long a stopping server lets the handshakes it accepted finish: a request arrives within
+/// a round trip or two of the accept; a slower one is a stalled client, not one to wait for.
+const SETTLE: Duration = Duration::from_secs(2);
 
 /// Listeners on `addr`: one, or `n` sharing the port with SO_REUSEPORT so the kernel spreads new
 /// connections over their accept loops. The backlog asks for 65535; the kernel caps it at

@@ -92,7 +92,7 @@ pub enum Command {
         long_about = "Write the profile's host settings in the form another tool wants, computed \
         the way `apply` computes them: the profile's target, never lower than what this host (or the \
         --root tree) already has. Formats: sysctl (a sysctl.d file), limits (limits.d), systemd (a \
-        drop-in with LimitNOFILE for --unit), systemd-unit (wstune-serve.service, wstune-check.service \
+        drop-in with LimitNOFILE for --unit), systemd-unit (wstune-serve.service and .socket, wstune-check.service \
         and .timer into -o DIR), ansible (a playbook), kubernetes (a Deployment with the pod's sysctls, \
         unsafe ones marked, and a DaemonSet for the kernel-wide ones), docker (`docker run` flags), \
         compose (a service fragment), json."
@@ -183,7 +183,7 @@ pub enum ExportFormat {
     Limits,
     /// A systemd drop-in for --unit with LimitNOFILE.
     Systemd,
-    /// wstune-serve.service, wstune-check.service and wstune-check.timer, into -o DIR.
+    /// wstune-serve.service and .socket, wstune-check.service and .timer, into -o DIR.
     SystemdUnit,
     /// An Ansible playbook (ansible.posix.sysctl, community.general.pam_limits).
     Ansible,

@@ -253,10 +253,10 @@ fn nic_tree(e: &Export, dir: &std::path::Path) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-/// Three files, so `-o` names a directory.
+/// Four files, so `-o` names a directory.
 fn units(e: &Export, a: &Request) -> Result<Outcome> {
     let Some(dir) = a.output.as_deref().filter(|d| d.is_dir()) else {
-        bail!("--to systemd-unit writes three files (wstune-serve.service, wstune-check.service, wstune-check.timer): give an existing directory with -o DIR");
+        bail!("--to systemd-unit writes four files (wstune-serve.service, wstune-serve.socket, wstune-check.service, wstune-check.timer): give an existing directory with -o DIR");
     };
     // ProtectHome=yes hides /root and /home from the service: a binary there cannot start.
     if let Ok(exe) = std::env::current_exe() {
@@ -270,6 +270,7 @@ fn units(e: &Export, a: &Request) -> Result<Outcome> {
     }
     for (name, text) in [
         ("wstune-serve.service", export::serve_service(e)),
+        ("wstune-serve.socket", export::serve_socket(e)),
         ("wstune-check.service", export::check_service(e)),
         ("wstune-check.timer", export::check_timer(e)),
     ] {

@@ -75,10 +75,17 @@ pub(crate) fn serve_unit(e: &Export, bin: &str) -> String {
          Description=wstune WebSocket server (profile {profile})\n\
          After=network-online.target\n\
          Wants=network-online.target\n\
+         # The listening socket is wstune-serve.socket's: systemd holds it while the service\n\
+         # restarts, so connections wait in its queue instead of being refused.\n\
+         Requires=wstune-serve.socket\n\
+         After=wstune-serve.socket\n\
          \n\
          [Service]\n\
          Type=exec\n\
+         # --bind/--port name the socket's address; the inherited socket (LISTEN_FDS) wins.\n\
          ExecStart={bin} serve --profile {profile} --bind 0.0.0.0 --port 9001 --admin 127.0.0.1:9002\n\
+         # `systemctl reload`: with --processes N, replace the processes one at a time.\n\
+         ExecReload=/bin/kill -HUP $MAINPID\n\
          Restart=on-failure\n\
          RestartSec=2s\n\
          # SIGTERM: stop accepting, close every client with 1001, wait --shutdown-grace.\n\
@@ -112,6 +119,41 @@ pub(crate) fn serve_unit(e: &Export, bin: &str) -> String {
          \n\
          [Install]\n\
          WantedBy=multi-user.target\n",
+        profile = e.profile,
+    ));
+    s
+}
+
+/// The listening socket of `wstune-serve.service` (systemd socket activation): systemd creates
+/// and holds it, so neither `systemctl restart` nor a crash closes its accept queue. One socket,
+/// shared by the processes of `--processes N` (they accept from one queue); its backlog is the
+/// profile's net.core.somaxconn (the kernel caps a listen backlog there).
+pub fn serve_socket(e: &Export) -> String {
+    let backlog = e
+        .settings
+        .sysctls
+        .iter()
+        .find(|s| s.1 == "net.core.somaxconn")
+        .and_then(|s| s.2.trim().parse::<u64>().ok())
+        .unwrap_or(4096);
+    let mut s = e.header("systemd-unit", "#");
+    s.push_str(&format!(
+        "# Install as /etc/systemd/system/wstune-serve.socket with wstune-serve.service, then\n\
+         # `systemctl daemon-reload && systemctl enable --now wstune-serve.socket`.\n\
+         [Unit]\n\
+         Description=wstune WebSocket server's listening socket (profile {profile})\n\
+         \n\
+         [Socket]\n\
+         ListenStream=0.0.0.0:9001\n\
+         # The accept queue: the profile's net.core.somaxconn (the kernel caps it there).\n\
+         Backlog={backlog}\n\
+         # One socket that outlives every server process; nothing else binds the port.\n\
+         ReusePort=no\n\
+         FileDescriptorName=wstune\n\
+         Service=wstune-serve.service\n\
+         \n\
+         [Install]\n\
+         WantedBy=sockets.target\n",
         profile = e.profile,
     ));
     s

@@ -18,7 +18,7 @@ use crate::apply::plan::Settings;
 use crate::catalog::Scope;
 use serde::Serialize;
 
-pub use files::{check_service, check_timer, serve_service};
+pub use files::{check_service, check_timer, serve_service, serve_socket};
 
 /// What one export describes: the profile, where the values came from, and the settings.
 pub struct Export {

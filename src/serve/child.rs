@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::io::AsyncBufReadExt;
 
 /// How long a child server may take to print its "listening" line: the supervisor starts its
-/// processes one by one, each binding the port.
+/// processes one by one, on the sockets it listens on.
 const START_BUDGET: Duration = Duration::from_secs(60);
 
 /// A running child server; dropping it kills the supervisor (which takes its processes along).

@@ -15,6 +15,8 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
     if let Some(url) = &r.cluster {
         crate::serve::cluster::client(url)?;
     }
+    // First, before any thread: it unsets LISTEN_FDS/LISTEN_PID.
+    let mut inherited = take_inherited()?;
     let admin = r.admin;
     let tls = tls_config(r)?;
     // A supervised process (started by `--processes`) serves; anyone else may supervise.
@@ -22,7 +24,7 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
         .ok()
         .and_then(|v| v.parse().ok());
     if supervised.is_none() {
-        if let Some(outcome) = supervise(r, tls.is_some())? {
+        if let Some(outcome) = supervise(r, tls.is_some(), &mut inherited)? {
             return Ok(outcome);
         }
     }
@@ -34,14 +36,10 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
         // Before anything listens: a SIGTERM right after "listening" must drain, not kill.
         let shutdown = embedded_server::shutdown_signal()
             .context("cannot install the SIGTERM/SIGINT handlers")?;
+        #[cfg(unix)]
+        reload_is_for_the_supervisor(supervised.is_some())?;
         let addr = SocketAddr::new(r.bind, r.port);
-        let acceptors = match (r.reuseport, r.acceptors) {
-            (false, _) => 1,
-            (true, 0) => r.workers,
-            (true, n) => n,
-        };
-        let listeners = embedded_server::bind(addr, r.reuseport, acceptors);
-        let listeners = listeners.map_err(|e| crate::serve::supervisor::listen_error(addr, "--bind", &e))?;
+        let listeners = listeners(r, addr, inherited)?;
         let local = listeners[0].local_addr()?;
         let admin_listener = match admin {
             Some(addr) => {
@@ -87,7 +85,10 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
             supervised,
             std::env::var(crate::serve::supervisor::ENV_RELAY_FD).ok().and_then(|v| v.parse().ok()),
         ) {
-            crate::serve::supervisor::relay::start_child(server.hub(), i, fd)
+            // The pid as the relay's node id: during a rolling restart a process and its
+            // replacement share the index, and each must deliver what the other relays.
+            let _ = i;
+            crate::serve::supervisor::relay::start_child(server.hub(), std::process::id().into(), fd)
                 .await
                 .context("cannot use the relay socket the supervisor passed")?;
         }
@@ -113,9 +114,69 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
+/// Listening sockets this process inherited: from its supervisor or from systemd (Linux).
+#[cfg(target_os = "linux")]
+type Inherited = Option<(
+    crate::serve::supervisor::listen::Origin,
+    Vec<std::os::fd::OwnedFd>,
+)>;
+#[cfg(not(target_os = "linux"))]
+type Inherited = Option<std::convert::Infallible>;
+
+fn take_inherited() -> Result<Inherited> {
+    #[cfg(target_os = "linux")]
+    return crate::serve::supervisor::listen::take_inherited();
+    #[cfg(not(target_os = "linux"))]
+    Ok(None)
+}
+
+/// The server's listeners: the inherited sockets (the supervisor's or systemd's, which outlive
+/// this process), else its own on `addr` (`--acceptors` of them with SO_REUSEPORT).
+fn listeners(
+    r: &ServeConfig,
+    addr: SocketAddr,
+    inherited: Inherited,
+) -> Result<Vec<tokio::net::TcpListener>> {
+    #[cfg(target_os = "linux")]
+    if let Some((_, fds)) = inherited {
+        return Ok(crate::serve::supervisor::listen::into_tokio(fds)?);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = inherited;
+    let acceptors = match (r.reuseport, r.acceptors) {
+        (false, _) => 1,
+        (true, 0) => r.workers,
+        (true, n) => n,
+    };
+    embedded_server::bind(addr, r.reuseport, acceptors)
+        .map_err(|e| crate::serve::supervisor::listen_error(addr, "--bind", &e))
+}
+
+/// SIGHUP and SIGUSR2 restart the processes of a supervisor (`systemctl reload`, a terminal's
+/// hangup reaching the whole process group): a server process never dies of them (their default
+/// action); one serving alone says that a rolling restart needs `--processes`.
+#[cfg(unix)]
+fn reload_is_for_the_supervisor(supervised: bool) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    for (kind, name) in [
+        (SignalKind::hangup(), "SIGHUP"),
+        (SignalKind::user_defined2(), "SIGUSR2"),
+    ] {
+        let mut s = signal(kind).with_context(|| format!("cannot install the {name} handler"))?;
+        tokio::spawn(async move {
+            while s.recv().await.is_some() {
+                if !supervised {
+                    tracing::warn!("{name} ignored: a rolling restart replaces the processes of `serve --processes 2` or more; one process restarts with systemctl restart (a .socket unit keeps the port listening)");
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
 /// `--processes` (or the profile's `server.processes`) above one: run the supervisor, and
 /// return its outcome. None when this process serves alone.
-fn supervise(r: &ServeConfig, tls: bool) -> Result<Option<Outcome>> {
+fn supervise(r: &ServeConfig, tls: bool, inherited: &mut Inherited) -> Result<Option<Outcome>> {
     use crate::profile::Processes;
     let (want, from) = (r.processes, r.processes_from.as_str());
     if want == Processes::Count(1) {
@@ -130,7 +191,7 @@ fn supervise(r: &ServeConfig, tls: bool) -> Result<Option<Outcome>> {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = tls;
+        let _ = (tls, inherited);
         anyhow::bail!("{from} {want}: several processes on one port need Linux (SO_REUSEPORT spreads the connections); run one `wstune serve` per port behind a load balancer");
     }
     #[cfg(target_os = "linux")]
@@ -151,6 +212,10 @@ fn supervise(r: &ServeConfig, tls: bool) -> Result<Option<Outcome>> {
             relay: r.cluster.is_none(),
             grace: r.server.shutdown_grace,
             scheme: if tls { "wss" } else { "ws" },
+            acceptors: r.acceptors,
+            // A replaced process drains within its grace; the margin is its exit.
+            old_exit_wait: r.server.shutdown_grace + std::time::Duration::from_secs(10),
+            inherited: inherited.take().map(|(_, fds)| fds),
         };
         Ok(Some(crate::serve::supervisor::supervise(supervision)?))
     }

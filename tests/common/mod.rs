@@ -240,7 +240,9 @@ pub fn serve_nofile(nofile: u64, args: &[&str]) -> Served {
     serve_command(cmd, args, &[])
 }
 
-fn serve_command(mut cmd: Command, args: &[&str], env: &[(&str, Option<&str>)]) -> Served {
+/// [`serve`] through `cmd` (another path to the binary, a wrapper that execs it): `serve`
+/// and `args` are appended.
+pub fn serve_command(mut cmd: Command, args: &[&str], env: &[(&str, Option<&str>)]) -> Served {
     for (k, v) in env {
         match v {
             Some(v) => cmd.env(k, v),

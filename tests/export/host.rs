@@ -239,7 +239,7 @@ fn export_never_lowers_what_the_host_has() {
     );
 }
 
-/// The three units, and the serve unit with the `--to systemd` drop-in in its `.d` directory,
+/// The four units, and the serve unit with the `--to systemd` drop-in in its `.d` directory,
 /// pass `systemd-analyze verify`; the unit carries the profile's LimitNOFILE.
 #[test]
 fn systemd_dropin_and_units_pass_systemd_analyze() {
@@ -269,6 +269,7 @@ fn systemd_dropin_and_units_pass_systemd_analyze() {
     ]);
     let names = [
         "wstune-serve.service",
+        "wstune-serve.socket",
         "wstune-check.service",
         "wstune-check.timer",
     ];
@@ -279,6 +280,23 @@ fn systemd_dropin_and_units_pass_systemd_analyze() {
         "{serve}"
     );
     assert!(serve.contains("LimitNOFILE=200000"), "{serve}");
+    // The service takes its listening socket from the .socket unit (held across a restart),
+    // and `systemctl reload` is the rolling restart.
+    assert!(serve.contains("Requires=wstune-serve.socket\n"), "{serve}");
+    assert!(
+        serve.contains("ExecReload=/bin/kill -HUP $MAINPID\n"),
+        "{serve}"
+    );
+    let socket = std::fs::read_to_string(units.join(names[1])).unwrap();
+    for want in [
+        "ListenStream=0.0.0.0:9001\n",
+        // The profile's net.core.somaxconn.
+        "Backlog=65535\n",
+        "FileDescriptorName=wstune\n",
+        "Service=wstune-serve.service\n",
+    ] {
+        assert!(socket.contains(want), "{want} in {socket}");
+    }
 
     // Without -o DIR there is nowhere to put three files: a clear refusal.
     let o = common::run(&["export", "--to", "systemd-unit"]);

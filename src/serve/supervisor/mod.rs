@@ -2,24 +2,32 @@
 //! connections), under a supervisor, the way nginx worker processes and Envoy's concurrency
 //! work.
 //!
-//! The supervisor holds the port bound (not listening: it receives nothing, but it reserves the
-//! port, resolves `--port 0`, and finds a non-reuseport owner before anything starts), starts
-//! each process as `wstune serve` with its own configuration in the environment (the
-//! supervisor's, with port P, SO_REUSEPORT, an admin on 127.0.0.1:0 and its share of the
-//! connections, threads and memory budget: `ServeConfig::for_supervised_process`) and
-//! `WSTUNE_PROCESS=i`, restarts one that dies (100 ms doubling to 5 s, reset after 30 s alive),
-//! forwards SIGTERM/SIGINT so every process drains, serves one admin endpoint (/healthz per
-//! process, /metrics summed) and relays `broadcast`/`channels` between the processes
-//! (`relay.rs`) unless `--cluster` makes each process a node on Redis; with channel history on,
-//! it also assigns every publication's stream position and keeps the history (`history.rs`).
+//! The supervisor owns the listening sockets (`listen.rs`: one SO_REUSEPORT socket per accept
+//! loop of each process, created and listening before any child starts, or systemd's from
+//! LISTEN_FDS), so a process that exits never closes an accept queue; it starts each process as
+//! `wstune serve` with its slot's sockets inherited (`WSTUNE_LISTEN_FDS`) and its own
+//! configuration in the environment (the supervisor's, with an admin on 127.0.0.1:0 and its
+//! share of the connections, threads and memory budget: `ServeConfig::for_supervised_process`)
+//! and `WSTUNE_PROCESS=i`, restarts one that dies (100 ms doubling to 5 s, reset after 30 s
+//! alive; `process.rs`), replaces them one at a time on SIGHUP/SIGUSR2 (`roll.rs`), forwards
+//! SIGTERM/SIGINT so every process drains, serves one admin endpoint (/healthz per process,
+//! /metrics summed) and relays `broadcast`/`channels` between the processes (`relay.rs`)
+//! unless `--cluster` makes each process a node on Redis;
+//! with channel history on, it also assigns every publication's stream position and keeps the
+//! history (`history.rs`).
 
 #[cfg(target_os = "linux")]
 pub mod api;
 #[cfg(target_os = "linux")]
 pub mod history;
+pub mod listen;
 pub mod metrics;
 #[cfg(target_os = "linux")]
+mod process;
+#[cfg(target_os = "linux")]
 pub mod relay;
+#[cfg(target_os = "linux")]
+mod roll;
 
 #[cfg(target_os = "linux")]
 mod run;

@@ -3,7 +3,7 @@
 //!
 //! Each process has one Unix socket (a `socketpair`, the child's end inherited as
 //! `WSTUNE_RELAY_FD`) to the supervisor. A process delivers its own message locally at once,
-//! then writes it once, in the cluster's wire format (`cluster::encode`, the process index as
+//! then writes it once, in the cluster's wire format (`cluster::encode`, the process's pid as
 //! node id) behind a u32 length; the supervisor hands that frame to every *other* live process,
 //! which delivers it locally (encoded once per process). Every queue is bounded: a process that
 //! cannot keep up loses relayed messages (counted), it never blocks the others.
@@ -76,7 +76,7 @@ async fn read_frame(r: &mut (impl AsyncReadExt + Unpin)) -> io::Result<Vec<u8>> 
 /// (`ws_backplane_*`) count the relay as they count Redis. With channel history on, the
 /// supervisor positions every publish (`history.rs`) and this returns once its history is
 /// here (bounded), so that no client recovers against an empty one.
-pub async fn start_child(hub: Arc<Hub>, index: u64, fd: RawFd) -> io::Result<()> {
+pub async fn start_child(hub: Arc<Hub>, node: u64, fd: RawFd) -> io::Result<()> {
     let history = hub.history_enabled();
     if history {
         hub.sequence_elsewhere();
@@ -91,7 +91,7 @@ pub async fn start_child(hub: Arc<Hub>, index: u64, fd: RawFd) -> io::Result<()>
         let metrics = metrics.clone();
         hub.set_relay(Box::new(move |r| {
             if metrics.backplane_up.load(Relaxed) != 1
-                || tx.try_send(framed(encode(index, &r))).is_err()
+                || tx.try_send(framed(encode(node, &r))).is_err()
             {
                 metrics.backplane_dropped.fetch_add(1, Relaxed);
             }
@@ -109,7 +109,7 @@ pub async fn start_child(hub: Arc<Hub>, index: u64, fd: RawFd) -> io::Result<()>
     });
     tokio::spawn(async move {
         while let Ok(f) = read_frame(&mut rd).await {
-            crate::serve::cluster::deliver(&hub, index, &f[4..]);
+            crate::serve::cluster::deliver(&hub, node, &f[4..]);
         }
         // The supervisor is gone (its parent-death signal drains this process).
         metrics.backplane_up.store(0, Relaxed);
@@ -128,9 +128,11 @@ pub async fn start_child(hub: Arc<Hub>, index: u64, fd: RawFd) -> io::Result<()>
 /// How long a starting process waits for the supervisor's channel history.
 const SNAPSHOT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The supervisor's side: one queue per live process, and what was relayed or dropped.
+/// The supervisor's side: one queue per live process (by pid: during a rolling restart a slot
+/// has two, the draining one and its replacement, and both get what the others relay), and
+/// what was relayed or dropped.
 pub struct Hubs {
-    queues: Mutex<Vec<Option<mpsc::Sender<Frame>>>>,
+    queues: Mutex<Vec<(u32, mpsc::Sender<Frame>)>>,
     pub frames: AtomicU64,
     pub dropped: AtomicU64,
     /// Channel history, when on: the supervisor positions every publish.
@@ -138,9 +140,9 @@ pub struct Hubs {
 }
 
 impl Hubs {
-    pub fn new(n: usize) -> Arc<Hubs> {
+    pub fn new() -> Arc<Hubs> {
         Arc::new(Hubs {
-            queues: Mutex::new(vec![None; n]),
+            queues: Mutex::new(Vec::new()),
             frames: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             history: std::sync::OnceLock::new(),
@@ -158,11 +160,8 @@ impl Hubs {
     }
 
     /// Queue `f` for every live process but `except`, counting what was dropped.
-    fn send_all(&self, queues: &[Option<mpsc::Sender<Frame>>], f: &Frame, except: Option<usize>) {
-        for (j, q) in queues.iter().enumerate() {
-            let Some(q) = q.as_ref().filter(|_| Some(j) != except) else {
-                continue;
-            };
+    fn send_all(&self, queues: &[(u32, mpsc::Sender<Frame>)], f: &Frame, except: Option<u32>) {
+        for (_, q) in queues.iter().filter(|(p, _)| Some(*p) != except) {
             match q.try_send(f.clone()) {
                 Ok(()) => self.frames.fetch_add(1, Relaxed),
                 Err(_) => self.dropped.fetch_add(1, Relaxed),
@@ -170,8 +169,8 @@ impl Hubs {
         }
     }
 
-    /// Relay for process `index` over `fd` (the supervisor's end of its pair) until it closes.
-    pub fn attach(self: &Arc<Self>, index: usize, fd: OwnedFd) -> io::Result<()> {
+    /// Relay for process `pid` over `fd` (the supervisor's end of its pair) until it closes.
+    pub fn attach(self: &Arc<Self>, pid: u32, fd: OwnedFd) -> io::Result<()> {
         let raw = fd.as_raw_fd();
         let (mut rd, mut wr) = stream(fd)?.into_split();
         let (tx, mut rx) = mpsc::channel::<Frame>(QUEUE);
@@ -180,9 +179,9 @@ impl Hubs {
             // added under the history's lock, so nothing falls between the two.
             Some(seq) => seq.snapshot(|body| {
                 let _ = tx.try_send(Arc::new(framed(body)));
-                self.queues.lock().unwrap()[index] = Some(tx);
+                self.queues.lock().unwrap().push((pid, tx));
             }),
-            None => self.queues.lock().unwrap()[index] = Some(tx),
+            None => self.queues.lock().unwrap().push((pid, tx)),
         }
         tokio::spawn(async move {
             while let Some(f) = rx.recv().await {
@@ -206,15 +205,15 @@ impl Hubs {
                     continue;
                 }
                 let queues = hubs.queues.lock().unwrap();
-                hubs.send_all(&queues, &Arc::new(f), Some(index));
+                hubs.send_all(&queues, &Arc::new(f), Some(pid));
             }
-            tracing::debug!("relay of process {index} (fd {raw}) closed");
+            tracing::debug!("relay of process {pid} (fd {raw}) closed");
         });
         Ok(())
     }
 
-    /// Process `index` is gone: stop queueing for it (its writer ends with the queue).
-    pub fn detach(&self, index: usize) {
-        self.queues.lock().unwrap()[index] = None;
+    /// Process `pid` is gone: stop queueing for it (its writer ends with the queue).
+    pub fn detach(&self, pid: u32) {
+        self.queues.lock().unwrap().retain(|(p, _)| *p != pid);
     }
 }

@@ -1,17 +1,19 @@
 //! The supervisor process: start, watch, restart and drain the server processes; the admin
 //! endpoint over all of them.
 
+use super::listen;
+use super::metrics;
+use super::process::keep;
 use super::relay::Hubs;
-use super::{metrics, ENV_PROCESS, ENV_RELAY_FD};
+use super::roll::{self, Binary};
 use crate::outcome::Outcome;
 use crate::profile::ProcessSizing;
 use anyhow::{bail, Context, Result};
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use std::time::Duration;
 
 /// A line on stderr that never panics: `eprintln!` panics when stderr is a closed pipe (`| head`,
 /// a parent that died), and a panic here would stop a process from ever being restarted.
@@ -21,6 +23,7 @@ macro_rules! say {
         let _ = writeln!(std::io::stderr(), $($t)*);
     }};
 }
+pub(super) use say;
 
 /// What `serve` resolved for the supervisor.
 pub struct Supervision {
@@ -39,16 +42,28 @@ pub struct Supervision {
     pub relay: bool,
     pub grace: Duration,
     pub scheme: &'static str,
+    /// Accept loops (SO_REUSEPORT sockets) per process: --acceptors, 0 for one per worker.
+    pub acceptors: usize,
+    /// How long a rolling restart waits for a replaced process to drain and exit before it
+    /// kills it: its shutdown grace plus a margin.
+    pub old_exit_wait: Duration,
+    /// Listening sockets from systemd (LISTEN_FDS): every process accepts on all of them,
+    /// instead of the supervisor's own per-process sockets.
+    pub inherited: Option<Vec<OwnedFd>>,
 }
 
-#[derive(Default, Clone)]
-struct Slot {
-    pid: Option<u32>,
-    admin: Option<SocketAddr>,
-    up: bool,
-    restarts: u64,
+#[derive(Clone)]
+pub(super) struct Slot {
+    pub(super) pid: Option<u32>,
+    pub(super) admin: Option<SocketAddr>,
+    pub(super) up: bool,
+    pub(super) restarts: u64,
     /// The last exit, as the log said it.
-    last_exit: Option<String>,
+    pub(super) last_exit: Option<String>,
+    /// What a restart after a crash runs: the binary of the last roll.
+    pub(super) binary: Binary,
+    /// The listening sockets the process inherits (the supervisor owns them).
+    pub(super) fds: Vec<RawFd>,
 }
 
 impl Slot {
@@ -58,61 +73,36 @@ impl Slot {
     }
 }
 
-struct State {
-    plan: Supervision,
-    port: u16,
-    slots: Mutex<Vec<Slot>>,
-    hubs: Arc<Hubs>,
+pub(super) struct State {
+    pub(super) plan: Supervision,
+    pub(super) port: u16,
+    pub(super) slots: Mutex<Vec<Slot>>,
+    pub(super) hubs: Arc<Hubs>,
     /// Set once every process first came up; a death before that fails the start.
-    started: AtomicBool,
-    stopping: AtomicBool,
+    pub(super) started: AtomicBool,
+    pub(super) stopping: AtomicBool,
     /// Bumped on every change of a slot (startup and shutdown wait on it).
-    changed: tokio::sync::watch::Sender<u64>,
-    start_failure: Mutex<Option<String>>,
+    pub(super) changed: tokio::sync::watch::Sender<u64>,
+    pub(super) start_failure: Mutex<Option<String>>,
+    /// Processes that are in no slot: a replacement coming up, a replaced one draining (a
+    /// SIGTERM to the supervisor reaches them too).
+    pub(super) others: Mutex<Vec<u32>>,
+    pub(super) roll: roll::Counters,
+    /// The listening sockets, open for as long as the supervisor runs.
+    _sockets: Vec<OwnedFd>,
 }
 
 impl State {
-    fn bump(&self) {
+    pub(super) fn bump(&self) {
         self.changed.send_modify(|v| *v += 1);
     }
 }
 
-/// Backoff before restart `attempt` (0-based): 100 ms doubling to 5 s.
-fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis((100u64 << attempt.min(6)).min(5000))
-}
-
-/// A process that lived this long before dying starts its backoff from the beginning.
-const STABLE: Duration = Duration::from_secs(30);
-
 /// Run the supervisor until SIGTERM/SIGINT; the exit code.
-pub fn supervise(plan: Supervision) -> Result<Outcome> {
-    // Reserve the port: bound with SO_REUSEPORT but never listening, so it receives nothing,
-    // yet `--port 0` becomes a real port and a process holding the port without SO_REUSEPORT
-    // is found now, before any child starts.
-    let reserve = socket2::Socket::new(
-        socket2::Domain::for_address(plan.addr),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )?;
-    reserve.set_reuse_address(true)?;
-    reserve.set_reuse_port(true)?;
-    if let Err(e) = reserve.bind(&plan.addr.into()) {
-        if e.kind() == std::io::ErrorKind::AddrNotAvailable {
-            return Err(super::listen_error(plan.addr, "--bind", &e));
-        }
-        bail!(
-            "cannot use {} for {} processes: {e}; another process holds the port without \
-             SO_REUSEPORT (or as another user): stop it or pick another --port",
-            plan.addr,
-            plan.sizing.processes
-        );
-    }
-    let port = reserve
-        .local_addr()?
-        .as_socket()
-        .map(|a| a.port())
-        .context("the reserved port has no address")?;
+pub fn supervise(mut plan: Supervision) -> Result<Outcome> {
+    let n = plan.sizing.processes;
+    let (sockets, slot_fds) = sockets(&mut plan)?;
+    let port = listen::local_addr(&sockets[0])?.port();
     let admin = match plan.admin {
         Some(a) => Some(
             std::net::TcpListener::bind(a)
@@ -123,27 +113,77 @@ pub fn supervise(plan: Supervision) -> Result<Outcome> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let n = plan.sizing.processes;
     let (changed, _) = tokio::sync::watch::channel(0);
+    let slots = slot_fds
+        .into_iter()
+        .map(|fds| Slot {
+            pid: None,
+            admin: None,
+            up: false,
+            restarts: 0,
+            last_exit: None,
+            binary: Binary::Own,
+            fds,
+        })
+        .collect();
     let st = Arc::new(State {
         plan,
         port,
-        slots: Mutex::new(vec![Slot::default(); n]),
-        hubs: Hubs::new(n),
+        slots: Mutex::new(slots),
+        hubs: Hubs::new(),
         started: AtomicBool::new(false),
         stopping: AtomicBool::new(false),
         changed,
         start_failure: Mutex::new(None),
+        others: Mutex::new(Vec::new()),
+        roll: roll::Counters::default(),
+        _sockets: sockets,
     });
     st.hubs.keep_history(
         &st.plan.config.builtin.channels.history,
         st.plan.config.server.memory_budget() / n.max(1),
     );
+    debug_assert_eq!(st.slots.lock().unwrap().len(), n);
     // Everything runs on this thread: the parent-death signal of a child fires when the
     // thread that forked it ends, so no child may be forked from a thread that can end first.
-    let code = rt.block_on(run(st.clone(), admin))?;
-    drop(reserve);
-    Ok(code)
+    rt.block_on(run(st.clone(), admin))
+}
+
+/// The listening sockets (all of them, and each slot's fds): systemd's, shared by every
+/// process, else one SO_REUSEPORT socket per accept loop of each process, so the kernel keeps
+/// spreading connections evenly over the processes and a process's queue outlives it. The
+/// first socket resolves `--port 0`; a process holding the port without SO_REUSEPORT is found
+/// now, before any child starts.
+fn sockets(plan: &mut Supervision) -> Result<(Vec<OwnedFd>, Vec<Vec<RawFd>>)> {
+    let n = plan.sizing.processes;
+    if let Some(fds) = plan.inherited.take() {
+        // The address named in the log is the socket's, not --bind's.
+        plan.addr = listen::local_addr(fds.first().context("no inherited socket")?)?;
+        let raw = listen::raw(&fds);
+        return Ok((fds, vec![raw; n]));
+    }
+    let per = match plan.acceptors {
+        0 => plan.workers.max(1),
+        a => a,
+    };
+    let mut addr = plan.addr;
+    let mut all: Vec<OwnedFd> = Vec::with_capacity(n * per);
+    for _ in 0..n * per {
+        let l = listen::reuseport_listener(addr).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrNotAvailable => super::listen_error(addr, "--bind", &e),
+            _ => anyhow::anyhow!(
+                "cannot use {addr} for {n} processes: {e}; another process holds the port without \
+                 SO_REUSEPORT (or as another user): stop it or pick another --port"
+            ),
+        })?;
+        if addr.port() == 0 {
+            addr = listen::local_addr(&l)?;
+        }
+        all.push(l);
+    }
+    let raw = listen::raw(&all);
+    let slots = raw.chunks(per).map(<[RawFd]>::to_vec).collect();
+    Ok((all, slots))
 }
 
 async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<Outcome> {
@@ -151,11 +191,21 @@ async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<Out
     let signal =
         embedded_server::shutdown_signal().context("cannot install the SIGTERM/SIGINT handlers")?;
     tokio::pin!(signal);
+    // Before any process starts too: SIGHUP's default action would end the supervisor.
+    use tokio::signal::unix::{signal as unix_signal, SignalKind};
+    let mut hup = unix_signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
+    let mut usr2 =
+        unix_signal(SignalKind::user_defined2()).context("cannot install the SIGUSR2 handler")?;
+    let upgrade = roll::started_from();
     let n = st.plan.sizing.processes;
     let mut keepers = Vec::new();
+    let mut replacers = Vec::new();
     for i in 0..n {
-        keepers.push(tokio::spawn(keep(st.clone(), i)));
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        replacers.push(tx);
+        keepers.push(tokio::spawn(keep(st.clone(), i, rx)));
     }
+    let replacers = Arc::new(replacers);
     // Wait until every process listens, or one fails to start.
     let mut rx = st.changed.subscribe();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -215,7 +265,15 @@ async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<Out
         say!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics");
         tokio::spawn(serve_admin(l, st.clone(), admin_rx));
     }
-    signal.await;
+    loop {
+        tokio::select! {
+            _ = &mut signal => break,
+            _ = hup.recv() => roll::start(&st, &replacers, Binary::Own, "SIGHUP"),
+            _ = usr2.recv() => {
+                roll::start(&st, &replacers, Binary::At(upgrade.clone()), "SIGUSR2")
+            }
+        }
+    }
     say!(
         "wstune serve: stopping: every process drains (1001 to its clients, up to {} s)",
         st.plan.grace.as_secs()
@@ -237,15 +295,27 @@ async fn stop(st: &Arc<State>, keepers: Vec<tokio::task::JoinHandle<()>>) -> boo
     st.stopping.store(true, Relaxed);
     st.bump();
     let signal_all = |sig| {
-        for s in st.slots.lock().unwrap().iter() {
-            if let Some(pid) = s.pid {
-                // SAFETY: kill has no memory preconditions; pid is our own child's.
-                unsafe { libc::kill(pid as i32, sig) };
-            }
+        let others = st.others.lock().unwrap().clone();
+        for pid in st
+            .slots
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s.pid)
+            .chain(others)
+        {
+            // SAFETY: kill has no memory preconditions; pid is our own child's.
+            unsafe { libc::kill(pid as i32, sig) };
         }
     };
     signal_all(libc::SIGTERM);
-    let all = futures_util::future::join_all(keepers);
+    let all = async {
+        futures_util::future::join_all(keepers).await;
+        // A process a rolling restart replaced drains on its own task: wait for it too.
+        while !st.others.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
     tokio::pin!(all);
     let wait = st.plan.grace + Duration::from_secs(5);
     if tokio::time::timeout(wait, &mut all).await.is_ok() {
@@ -266,228 +336,6 @@ async fn stop(st: &Arc<State>, keepers: Vec<tokio::task::JoinHandle<()>>) -> boo
     signal_all(libc::SIGKILL);
     let _ = tokio::time::timeout(Duration::from_secs(5), all).await;
     false
-}
-
-/// Keep process `i` running: start it, wait for it to exit, restart it with backoff.
-async fn keep(st: Arc<State>, i: usize) {
-    let mut attempt = 0;
-    let mut first = true;
-    loop {
-        if st.stopping.load(Relaxed) {
-            return;
-        }
-        let born = Instant::now();
-        let (mut child, pid) = match spawn(&st, i) {
-            Ok(c) => c,
-            Err(e) => {
-                let why = format!("cannot start server process {i}: {e:#}");
-                if !st.started.load(Relaxed) {
-                    *st.start_failure.lock().unwrap() = Some(why);
-                    st.bump();
-                    return;
-                }
-                say!("wstune serve: {why}");
-                tokio::time::sleep(backoff(attempt)).await;
-                attempt += 1;
-                continue;
-            }
-        };
-        let lines = child
-            .stderr
-            .take()
-            .map(|e| tokio::spawn(watch_stderr(st.clone(), i, pid, e, first)));
-        first = false;
-        let status = child.wait().await;
-        // Reaped: its pid may be reused from now on, so nothing may signal it any more.
-        let was_up = {
-            let mut slots = st.slots.lock().unwrap();
-            let s = &mut slots[i];
-            s.pid = None;
-            std::mem::replace(&mut s.up, false)
-        };
-        // The stderr reader ends at EOF, right after the exit; what it buffered says why a
-        // process died before it listened.
-        let head = match lines {
-            Some(h) => tokio::time::timeout(Duration::from_secs(2), h)
-                .await
-                .ok()
-                .and_then(|r| r.ok())
-                .unwrap_or_default(),
-            None => Vec::new(),
-        };
-        st.hubs.detach(i);
-        let how = match status {
-            Ok(s) => s.to_string(),
-            Err(e) => format!("lost ({e})"),
-        };
-        {
-            let mut slots = st.slots.lock().unwrap();
-            let s = &mut slots[i];
-            s.admin = None;
-            s.last_exit = Some(how.clone());
-        }
-        st.bump();
-        if st.stopping.load(Relaxed) {
-            return;
-        }
-        if !st.started.load(Relaxed) {
-            let mut why =
-                format!("server process {i} (pid {pid}) stopped before it listened: {how}");
-            for l in head.iter().rev().take(20).rev() {
-                why.push_str("\n  ");
-                why.push_str(l);
-            }
-            *st.start_failure.lock().unwrap() = Some(why);
-            st.bump();
-            return;
-        }
-        if born.elapsed() >= STABLE {
-            attempt = 0;
-        }
-        let delay = backoff(attempt);
-        attempt += 1;
-        let restarts = {
-            let mut slots = st.slots.lock().unwrap();
-            slots[i].restarts += 1;
-            slots[i].restarts
-        };
-        say!(
-            "wstune serve: process {i} (pid {pid}) exited ({how}) after {:.1} s; its clients are \
-             disconnected, the port stays open; restarting in {} ms (restart {restarts})",
-            born.elapsed().as_secs_f64(),
-            delay.as_millis()
-        );
-        if !was_up {
-            // It died before it listened again: without its last words a restart loop says
-            // nothing about why.
-            for l in head.iter().rev().take(20).rev() {
-                say!("  [process {i}] {l}");
-            }
-        }
-        let mut rx = st.changed.subscribe();
-        let _ = tokio::time::timeout(delay, async {
-            while !st.stopping.load(Relaxed) {
-                if rx.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-        .await;
-    }
-}
-
-/// Start server process `i`: the same `wstune serve` with the supervisor's flags, its relay
-/// socket inherited, and a parent-death signal so that no process outlives the supervisor.
-fn spawn(st: &Arc<State>, i: usize) -> Result<(tokio::process::Child, u32)> {
-    let p = &st.plan;
-    let exe = std::env::current_exe().context("cannot find the wstune executable")?;
-    // The memory budget is the server's: each process gets its share.
-    let budget = p.config.server.memory_budget() / p.sizing.processes.max(1);
-    let config = p
-        .config
-        .for_supervised_process(st.port, p.sizing.per_process, p.workers, budget);
-    let mut cmd = tokio::process::Command::new(exe);
-    cmd.arg("serve")
-        .envs(config.child_env())
-        .env(ENV_PROCESS, i.to_string())
-        .env_remove(ENV_RELAY_FD)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    let pair = if p.relay {
-        Some(super::relay::pair().context("cannot create the relay socket")?)
-    } else {
-        None
-    };
-    let child_fd = pair.as_ref().map(|(_, c)| c.as_raw_fd());
-    if let Some(fd) = child_fd {
-        cmd.env(ENV_RELAY_FD, fd.to_string());
-    }
-    let parent = std::process::id() as i32;
-    // SAFETY: only async-signal-safe calls (prctl, getppid, fcntl) between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            // A supervisor killed with -9 still leaves its processes to drain (1001) and exit.
-            crate::host::process::term_with_parent(parent)?;
-            if let Some(fd) = child_fd {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    let child = crate::host::process::spawn_lasting(cmd).context("cannot start wstune serve")?;
-    let pid = child.id().unwrap_or(0);
-    if let Some((mine, theirs)) = pair {
-        drop(theirs);
-        st.hubs.attach(i, mine)?;
-    }
-    st.slots.lock().unwrap()[i].pid = Some(pid);
-    st.bump();
-    Ok((child, pid))
-}
-
-/// A child's log line as the supervisor forwards it: text lines prefixed `[process i]`; a JSON
-/// line (`--log-format json`) stays one JSON object, with `"process":i` added as its first
-/// field, so a log shipper still parses every line.
-fn tag_line(i: usize, l: &str) -> String {
-    match l.strip_prefix('{') {
-        Some(rest) if l.ends_with('}') => {
-            let sep = if rest.trim_start().starts_with('}') {
-                ""
-            } else {
-                ","
-            };
-            format!("{{\"process\":{i}{sep}{rest}")
-        }
-        _ => format!("[process {i}] {l}"),
-    }
-}
-
-/// Follow process `i`'s log: it is up once it prints its admin address (after "listening");
-/// what it printed before is kept (returned) and shown only for process 0's first start (its
-/// settings table) or when it dies before listening. Later lines are forwarded, prefixed.
-async fn watch_stderr(
-    st: Arc<State>,
-    i: usize,
-    pid: u32,
-    stderr: tokio::process::ChildStderr,
-    first: bool,
-) -> Vec<String> {
-    let mut lines = BufReader::new(stderr).lines();
-    let mut head = Vec::new();
-    let mut up = false;
-    while let Ok(Some(l)) = lines.next_line().await {
-        if up {
-            say!("{}", tag_line(i, &l));
-            continue;
-        }
-        if let Some(rest) = l.split("admin on http://").nth(1) {
-            let addr = rest.split('/').next().and_then(|a| a.parse().ok());
-            {
-                let mut slots = st.slots.lock().unwrap();
-                // Not if it was reaped meanwhile (the line was still in the pipe).
-                if slots[i].pid == Some(pid) {
-                    slots[i].admin = addr;
-                    slots[i].up = true;
-                }
-            }
-            up = true;
-            st.bump();
-            if st.started.load(Relaxed) {
-                say!("wstune serve: process {i} is up again (pid {pid})");
-            }
-            continue;
-        }
-        if l.contains("listening on ") {
-            continue;
-        }
-        if i == 0 && first {
-            say!("{l}");
-        }
-        head.push(l);
-    }
-    head
 }
 
 /// Every process's `path`, in process order (None for one that is down or did not answer
@@ -588,6 +436,7 @@ async fn metrics_body(st: &State) -> String {
         "counter",
         vec![(String::new(), st.hubs.dropped.load(Relaxed).to_string())],
     );
+    st.roll.render(&mut out);
     out
 }
 
@@ -631,6 +480,7 @@ async fn healthz_body(st: &State) -> (&'static str, String) {
         "up": up,
         "connections": total,
         "restarts": slots.iter().map(|s| s.restarts).sum::<u64>(),
+        "rolling_restart": st.roll.in_progress.load(Relaxed),
         "process": procs,
     });
     (code, format!("{body}\n"))
@@ -709,25 +559,6 @@ mod api_glue {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn json_log_lines_stay_json_with_the_process_added() {
-        assert_eq!(
-            tag_line(3, r#"{"level":"INFO","msg":"x"}"#),
-            r#"{"process":3,"level":"INFO","msg":"x"}"#
-        );
-        assert_eq!(tag_line(0, "{}"), r#"{"process":0}"#);
-        assert_eq!(tag_line(2, "plain text"), "[process 2] plain text");
-        let v: serde_json::Value = serde_json::from_str(&tag_line(5, r#"{"a":1}"#)).unwrap();
-        assert_eq!(v["process"], 5);
-    }
-
-    #[test]
-    fn restart_backoff_doubles_from_100_ms_to_5_s() {
-        let ms: Vec<u128> = (0..8).map(|a| backoff(a).as_millis()).collect();
-        assert_eq!(ms, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
-        assert_eq!(backoff(u32::MAX), Duration::from_secs(5));
-    }
 
     #[test]
     fn per_process_connections_come_from_the_metrics_text() {
