@@ -148,7 +148,8 @@ fn supervise(r: &ServeConfig, tls: bool) -> Result<Option<Outcome>> {
             config: r.clone(),
             workers,
             relay: r.cluster.is_none(),
-            grace: r.server.shutdown_grace,
+            // A process drains (delay, then its closes' window) before the grace begins.
+            grace: r.server.shutdown_grace + r.server.drain_delay + r.server.drain_most(),
             scheme: if tls { "wss" } else { "ws" },
         };
         Ok(Some(crate::serve::supervisor::supervise(supervision)?))

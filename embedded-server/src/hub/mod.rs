@@ -10,8 +10,10 @@
 //! keeps the subscriptions it asks for (subscriptions.rs: both ways, capped, charged to the
 //! memory budget, and presence) and fans publishes out (here, beside broadcast).
 
+pub mod drain;
 mod subscriptions;
 
+pub use drain::{Drain, SERVICE_RESTART};
 pub use subscriptions::{ChannelPage, Subscribed};
 
 use crate::config::ServerConfig;
@@ -119,6 +121,9 @@ pub struct Hub {
     ping: Bytes,
     /// The cluster backplane, when one is configured.
     relay: std::sync::OnceLock<RelayFn>,
+    /// Readiness (`/readyz`) and the drain's plan: ready from the start, draining once
+    /// `begin_drain` is called, never ready again (a drained server is restarted, not revived).
+    pub drain: Drain,
 }
 
 /// A monotonic clock for `Hub::now`. On Linux the coarse clock (`CLOCK_MONOTONIC_COARSE`, the
@@ -166,6 +171,7 @@ impl Hub {
             start: mono(),
             ping: Bytes::from(frame::encode_message(OpCode::Ping, b"", 125, false)),
             relay: std::sync::OnceLock::new(),
+            drain: Drain::default(),
         }
     }
 
@@ -480,7 +486,8 @@ impl Hub {
         }
     }
 
-    /// Ask every connection to close with 1001 (graceful shutdown).
+    /// Ask every connection to close with `code` at once (a drain spreads them instead:
+    /// `spread_closes`).
     pub fn close_all(&self, code: u16) {
         for c in self.conns.read().unwrap().iter() {
             let _ = c.request_close(code);
