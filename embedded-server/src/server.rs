@@ -217,9 +217,9 @@ impl<H: Handler> Server<H> {
         // pipelines select on it.
         tracing::info!(
             target: "embedded_server",
-            "draining ({}): /readyz answers 503; closing {} connection(s) with 1012 over {:.1} s \
-             after {:.1} s",
-            if signalled { "signal" } else { "POST /api/drain" },
+            "{}: /readyz answers 503; closing {} connection(s) with 1012 over {:.1} s after \
+             {:.1} s",
+            if signalled { "shutting down" } else { "draining (POST /api/drain)" },
             self.hub.len(),
             plan.window.as_secs_f64(),
             plan.delay.as_secs_f64(),
