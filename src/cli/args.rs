@@ -562,10 +562,14 @@ pub struct LbArgs {
     /// Which proxy.
     #[arg(value_enum)]
     pub kind: crate::lb::Kind,
-    /// The wstune servers behind it, HOST:PORT,HOST:PORT (health checks use GET /healthz on
-    /// the same port).
+    /// The wstune servers behind it, HOST:PORT,HOST:PORT (HAProxy's health check asks GET
+    /// /readyz on the same port, unless --check-port names another).
     #[arg(long)]
     pub backends: String,
+    /// The backends' admin port (serve --admin, reachable from the proxy): HAProxy's health
+    /// check asks GET /readyz there instead of on the traffic port.
+    #[arg(long, value_name = "PORT")]
+    pub check_port: Option<u16>,
     /// Where the proxy listens.
     #[arg(long, default_value = "0.0.0.0:80", value_name = "ADDR:PORT")]
     pub bind: String,
