@@ -81,9 +81,10 @@ pub(crate) fn serve_unit(e: &Export, bin: &str) -> String {
          ExecStart={bin} serve --profile {profile} --bind 0.0.0.0 --port 9001 --admin 127.0.0.1:9002\n\
          Restart=on-failure\n\
          RestartSec=2s\n\
-         # SIGTERM: stop accepting, close every client with 1001, wait --shutdown-grace.\n\
+         # SIGTERM drains: /readyz answers 503, clients closed with 1012 spread over the\n\
+         # profile's server.drain window, then --shutdown-grace; the stop timeout holds all three.\n\
          KillSignal=SIGTERM\n\
-         TimeoutStopSec=45s\n\
+         TimeoutStopSec={stop}s\n\
          # The profile's open-file limit: one descriptor per connection, plus headroom.\n\
          {nofile}\
          # Sandboxing a WebSocket server tolerates: it needs TCP and Unix sockets (the\n\
@@ -113,6 +114,7 @@ pub(crate) fn serve_unit(e: &Export, bin: &str) -> String {
          [Install]\n\
          WantedBy=multi-user.target\n",
         profile = e.profile,
+        stop = e.stop_secs,
     ));
     s
 }

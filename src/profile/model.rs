@@ -349,6 +349,17 @@ impl DrainProfile {
     pub fn is_default(&self) -> bool {
         *self == DrainProfile::default()
     }
+
+    /// Seconds a stop of a server of `max_connections` may take: the delay, the window its
+    /// connections take at the rate, serve's default shutdown grace (5 s), and 15 s for the
+    /// process to exit; at least 45 s.
+    pub fn stop_secs(&self, max_connections: u64) -> u64 {
+        let window = match self.reconnect_rate {
+            0 => 0,
+            r => max_connections.div_ceil(r).min(self.max_over_secs),
+        };
+        (self.delay_secs + window + 5 + 15).max(45)
+    }
 }
 
 /// `server.budget`: the server-wide memory budget and the bounds that keep one client from
