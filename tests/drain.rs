@@ -310,3 +310,49 @@ fn post_api_drain_closes_with_1012_stays_up_not_ready_and_a_second_call_is_409()
     common::signal(srv.pid(), "-TERM");
     assert!(srv.wait_exit(Duration::from_secs(10)).success());
 }
+
+#[test]
+fn the_supervisor_drains_every_process_through_its_api_and_its_readyz_follows() {
+    const KEY: &str = "k3y-0f-the-supervisor-drain-Zq81";
+    let mut srv = common::serve_env(
+        &["--profile", "10k", "--processes", "2", "--drain-delay", "0"],
+        &[("WSTUNE_API_KEY", Some(KEY))],
+    );
+    let mut clients: Vec<_> = (0..6).map(|_| ws::upgraded(srv.port, None)).collect();
+    srv.wait_metric("ws_connections", Duration::from_secs(10), |v| v == 6.0);
+    let ready = common::get(srv.admin, "/readyz");
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    assert!(common::body(&ready).contains("\"ready\":2"), "{ready}");
+    let post = || {
+        common::http(
+            srv.admin,
+            format!(
+                "POST /api/drain?over=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n"
+            ),
+        )
+    };
+    let r = post();
+    assert_eq!(ws::status_of(&r), 202, "{r}");
+    let v: serde_json::Value = serde_json::from_str(common::body(&r)).unwrap();
+    assert_eq!(
+        (v["began"].as_u64(), v["connections"].as_u64()),
+        (Some(2), Some(6)),
+        "{v}"
+    );
+    let not_ready = common::get(srv.admin, "/readyz");
+    assert!(not_ready.starts_with("HTTP/1.1 503"), "{not_ready}");
+    let again = post();
+    assert_eq!(ws::status_of(&again), 409, "{again}");
+    for c in &mut clients {
+        assert_eq!(ws::close_code(c), Some(1012));
+        c.write_all(&ws::frame(true, 8, &1012u16.to_be_bytes(), true))
+            .unwrap();
+    }
+    srv.wait_metric("ws_connections", Duration::from_secs(10), |v| v == 0.0);
+    assert!(
+        srv.proc.0.try_wait().unwrap().is_none(),
+        "the supervisor exited"
+    );
+    common::signal(srv.pid(), "-TERM");
+    assert!(srv.wait_exit(Duration::from_secs(20)).success());
+}
