@@ -53,6 +53,16 @@ pub const DEFAULT_NOTSENT_LOWAT: usize = 128 << 10;
 /// takes an int.
 pub const NOTSENT_LOWAT_BOUNDS: std::ops::RangeInclusive<usize> = 4096..=(1 << 30);
 
+/// The window a drain closes `n` connections over: `over`, or `n / rate` seconds when a rate
+/// is set and that is shorter (a server holding fewer connections than it was sized for
+/// finishes sooner at the same reconnect rate).
+pub fn drain_window(n: usize, over: Duration, rate: u32) -> Duration {
+    if rate == 0 {
+        return over;
+    }
+    over.min(Duration::from_secs_f64(n as f64 / rate as f64))
+}
+
 /// Every setting of the server (see each field for its default and bound).
 ///
 /// It is also a file format (serde): what `wstune` hands a server it runs (`wstune` module)
@@ -348,7 +358,7 @@ impl ServerConfig {
     /// `max_connections` sooner (what a stop timeout must leave room for, with `drain_delay`
     /// and `shutdown_grace`).
     pub fn drain_most(&self) -> Duration {
-        crate::hub::drain::window(self.max_connections, self.drain_over, self.drain_rate)
+        drain_window(self.max_connections, self.drain_over, self.drain_rate)
     }
 
     /// Check every bound the server relies on and return the first one broken (in the order

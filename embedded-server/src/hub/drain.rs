@@ -20,6 +20,7 @@
 //! hash checked for every connection at every tick.
 
 use super::Hub;
+pub use crate::config::drain_window as window;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -132,16 +133,6 @@ impl Default for Drain {
             begun: tokio::sync::Notify::new(),
         }
     }
-}
-
-/// The window `n` connections are closed over: `over`, or `n / rate` seconds when a rate is set
-/// and that is shorter (a server holding fewer connections than it was sized for finishes
-/// sooner at the same reconnect rate).
-pub fn window(n: usize, over: Duration, rate: u32) -> Duration {
-    if rate == 0 {
-        return over;
-    }
-    over.min(Duration::from_secs_f64(n as f64 / rate as f64))
 }
 
 impl Drain {
