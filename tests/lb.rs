@@ -50,6 +50,7 @@ fn generated_configs_pass_the_proxies_own_checks() {
             &["--sticky", "cookie"],
             &["--sticky", "source"],
             &["--tls-cert", c],
+            &["--check-port", "9100"],
         ] {
             let mut args = vec!["haproxy", "--backends", backends, "--profile", "100k"];
             args.extend_from_slice(extra);
@@ -275,6 +276,122 @@ async fn websocket_traffic_through_haproxy_survives_losing_a_backend() {
     assert_eq!(s["conns_connected"], 50, "{s:#}");
     assert_eq!(s["errors"], 0, "{s:#}");
     assert!(s["achieved_rate"].as_f64().unwrap() > 400.0, "{s:#}");
+}
+
+/// A server's state in HAProxy's `show stat` (UP, DOWN, "UP 1/2", ...), over the runtime
+/// socket `run_haproxy` puts in `dir`.
+fn haproxy_status(dir: &std::path::Path, server: &str) -> Option<String> {
+    use std::io::Write;
+    let mut s = std::os::unix::net::UnixStream::connect(dir.join("admin.sock")).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"show stat\n").ok()?;
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("wstune,{server},")))?;
+    // The CSV's 18th field is the status.
+    line.split(',').nth(17).map(str::to_string)
+}
+
+/// The generated HAProxy configuration checks /readyz: a backend that begins a drain is
+/// marked down (new clients go to the other one) before its drain delay ends, while its own
+/// clients are still open; they are then closed with 1012 through the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_takes_a_draining_backend_out_before_its_first_close() {
+    if !have_proxy("haproxy") {
+        return;
+    }
+    const KEY: &str = "k3y-0f-the-lb-drain-test-Zq81";
+    let b1 = common::serve_env(
+        &[
+            "--profile",
+            "10k",
+            "--drain-delay",
+            "5",
+            "--drain-over",
+            "1",
+        ],
+        &[("WSTUNE_API_KEY", Some(KEY))],
+    );
+    let b2 = common::serve(&["--profile", "10k", "--admin", "off"]);
+    let (p1, p2, front) = (b1.port, b2.port, free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = generate(&[
+        "haproxy",
+        "--backends",
+        &format!("127.0.0.1:{p1},127.0.0.1:{p2}"),
+        "--bind",
+        &format!("127.0.0.1:{front}"),
+        "--profile",
+        "10k",
+    ]);
+    assert!(cfg.contains("option httpchk GET /readyz"), "{cfg}");
+    let _proxy = run_haproxy(&cfg, dir.path());
+    common::wait_port(front, Duration::from_secs(10), "haproxy");
+    for s in ["s1", "s2"] {
+        common::wait_until(
+            &format!("haproxy to see {s} up"),
+            Duration::from_secs(10),
+            || haproxy_status(dir.path(), s).as_deref() == Some("UP"),
+        );
+    }
+    let url = format!("ws://127.0.0.1:{front}/");
+    let mut clients = Vec::new();
+    for i in 0..10 {
+        let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+        ws.send(Message::text(format!("hello {i}"))).await.unwrap();
+        ws.next().await.unwrap().unwrap();
+        clients.push(ws);
+    }
+    let on_b1 = healthz(p1).unwrap();
+    assert!(on_b1 >= 3, "leastconn spreads: {on_b1} on backend 1");
+    let r = common::http(
+        b1.admin,
+        format!("POST /api/drain HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n"),
+    );
+    assert!(r.starts_with("HTTP/1.1 202"), "{r}");
+    let asked = std::time::Instant::now();
+    common::wait_until(
+        "haproxy to mark the draining s1 down",
+        Duration::from_secs(5),
+        || haproxy_status(dir.path(), "s1").as_deref() == Some("DOWN"),
+    );
+    let down_after = asked.elapsed();
+    // Out of rotation before its delay ended: not one of its clients was closed yet.
+    assert_eq!(
+        b1.metric("ws_connections"),
+        on_b1 as f64,
+        "closed before haproxy took it out"
+    );
+    assert!(down_after < Duration::from_secs(5), "{down_after:?}");
+    // New clients all go to backend 2.
+    let before = healthz(p2).unwrap();
+    for i in 0..5 {
+        let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+        ws.send(Message::text(format!("later {i}"))).await.unwrap();
+        ws.next().await.unwrap().unwrap();
+        clients.push(ws);
+    }
+    assert_eq!(healthz(p2), Some(before + 5));
+    // Then backend 1 closes its clients with 1012, through the proxy.
+    // (Its own port stopped accepting, /healthz there included: the admin port says.)
+    b1.wait_metric("ws_connections", Duration::from_secs(15), |n| n == 0.0);
+    let mut restarts = 0;
+    for ws in clients.iter_mut() {
+        // A backend 2 client has nothing to read but pings.
+        while let Ok(Some(Ok(m))) =
+            tokio::time::timeout(Duration::from_millis(300), ws.next()).await
+        {
+            if let Message::Close(c) = m {
+                assert_eq!(c.map(|c| u16::from(c.code)), Some(1012));
+                restarts += 1;
+                break;
+            }
+        }
+    }
+    assert_eq!(restarts as u64, on_b1);
+    drop(b2);
 }
 
 fn check_lb(profile: &str, cfg: &std::path::Path, extra: &[&str]) -> Value {

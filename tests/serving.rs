@@ -1,10 +1,11 @@
 //! Fast tier: `wstune serve` from outside, over real sockets on 127.0.0.1: the protocol, its
-//! edges and memory, abuse limits, the channels API, users' own servers and
+//! edges and memory, abuse limits, the channels API, draining, users' own servers and
 //! the fuzz corpora replayed.
 
 mod common;
 
 mod channels_api;
+mod drain;
 mod fuzz_corpus;
 mod limits;
 mod server;

@@ -197,7 +197,7 @@ async fn three_processes_one_port_metrics_summed_and_a_killed_one_restarted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_drains_every_process_with_1001_and_leaves_none_behind() {
+async fn sigterm_drains_every_process_with_1012_and_leaves_none_behind() {
     let mut s = supervisor("echo", "3");
     let mut open = clients(s.port, 24).await;
     for ws in open.iter_mut() {
@@ -205,10 +205,19 @@ async fn sigterm_drains_every_process_with_1001_and_leaves_none_behind() {
     }
     assert_spread(s.admin, 24);
     let pids: Vec<u64> = per_process(s.admin).iter().map(|p| p.0).collect();
+    let ready = common::get(s.admin, "/readyz");
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    assert!(ready.contains("\"ready\":3"), "{ready}");
     signal(s.pid(), "-TERM");
+    // Not ready while it stops, before the processes' drain delay (5 s) lets a close out.
+    common::wait_until(
+        "the supervisor's /readyz to answer 503",
+        Duration::from_secs(4),
+        || common::get(s.admin, "/readyz").starts_with("HTTP/1.1 503"),
+    );
     for ws in open.iter_mut() {
         let close = close_frame(ws).await;
-        assert_eq!(close.map(|c| c.code), Some(CloseCode::Away));
+        assert_eq!(close.map(|c| c.code), Some(CloseCode::Restart));
     }
     drop(open); // answer the closes so the processes need not wait out the grace
     let status = s.wait_exit(Duration::from_secs(20));
@@ -225,9 +234,9 @@ async fn a_supervisor_killed_with_9_leaves_no_orphan() {
     assert_eq!(echo(&mut ws, "hi").await.as_deref(), Some("hi"));
     let pids: Vec<u64> = per_process(s.admin).iter().map(|p| p.0).collect();
     signal(s.pid(), "-KILL");
-    // The parent-death signal (SIGTERM) drains the processes: the client gets 1001.
+    // The parent-death signal (SIGTERM) drains the processes: the client gets 1012.
     let close = close_frame(&mut ws).await;
-    assert_eq!(close.map(|c| c.code), Some(CloseCode::Away));
+    assert_eq!(close.map(|c| c.code), Some(CloseCode::Restart));
     drop(ws);
     common::wait_until(
         &format!("the processes {pids:?} to end"),

@@ -1,4 +1,5 @@
-//! The admin listener (127.0.0.1 by default): `GET /healthz`, `GET /metrics` (Prometheus) and
+//! The admin listener (127.0.0.1 by default): `GET /healthz` (liveness), `GET /readyz`
+//! (readiness: 503 once a drain began), `GET /metrics` (Prometheus), `POST /api/drain` and
 //! the channels app's HTTP API for backends (`/api/*`, see [`crate::channels::api`]). Kept off
 //! the WebSocket port so it can be firewalled separately and never competes with upgrades.
 //!
@@ -20,7 +21,7 @@
 //!   [`HEAD_TIMEOUT`] to send it, and when every reading slot is taken a new connection
 //!   takes the oldest one's place (that one is closed): silent connections cannot keep a
 //!   scrape out, they only push each other out;
-//! - [`STATUS_SLOTS`]: `/metrics` and `/healthz` once their head is read;
+//! - [`STATUS_SLOTS`]: `/metrics`, `/healthz` and `/readyz` once their head is read;
 //! - [`API_SLOTS`]: the HTTP API (and anything else), whose bodies and fan-outs take longer.
 //!
 //! A request whose pool is full is answered 503 with `Retry-After: 1`.
@@ -142,6 +143,8 @@ pub async fn serve_with(
         async move {
             match route {
                 Route::Healthz => (200, healthz_body(&hub)),
+                Route::Readyz => hub.drain.readyz(hub.len()),
+                Route::Drain(over) => crate::hub::drain::api_answer(&hub, over),
                 Route::Metrics => {
                     let mut m = render(&hub);
                     counts.render_counts(&mut m, "ws_api_requests_total");
@@ -161,6 +164,10 @@ pub enum Route {
     Healthz,
     /// `GET /metrics`: Prometheus text.
     Metrics,
+    /// `GET /readyz`: 200 while the server takes new work, 503 once a drain began.
+    Readyz,
+    /// `POST /api/drain` (key checked): begin a drain, over this window when one was given.
+    Drain(Option<Duration>),
     /// An `/api/*` request whose key, method and body were checked.
     Api(ApiCall),
 }
@@ -339,7 +346,7 @@ where
         headers: parsed.headers,
     };
     // The route's own pool: scrapes never wait behind API calls, nor API calls behind scrapes.
-    let pool = if matches!(path, "/healthz" | "/metrics") {
+    let pool = if matches!(path, "/healthz" | "/metrics" | "/readyz") {
         &pools.status
     } else {
         &pools.api
@@ -347,6 +354,7 @@ where
     let Ok(_slot) = pool.clone().try_acquire_owned() else {
         let label = match path {
             "/healthz" => "healthz",
+            "/readyz" => "readyz",
             "/metrics" => "metrics",
             p if p == "/api" || p.starts_with("/api/") => "api_other",
             _ => "other",
@@ -357,15 +365,15 @@ where
         return write(&mut stream, busy).await;
     };
     let (route_label, reply) = match path {
-        "/healthz" | "/metrics" => status_route(path, &req, answer).await,
+        "/healthz" | "/metrics" | "/readyz" => status_route(path, &req, answer).await,
         p if p == "/api" || p.starts_with("/api/") => {
             let early_body = &buf[head_len..n];
             api_route(&mut stream, gate, p, &req, early_body, answer).await?
         }
         _ => other_route(&req),
     };
-    let internal =
-        req.header(INTERNAL_HEADER).is_some() && matches!(route_label, "healthz" | "metrics");
+    let internal = req.header(INTERNAL_HEADER).is_some()
+        && matches!(route_label, "healthz" | "metrics" | "readyz");
     if !internal {
         gate.count(route_label, reply.status);
     }
@@ -431,10 +439,10 @@ where
     F: Fn(Route) -> Fut,
     Fut: Future<Output = (u16, String)>,
 {
-    let (label, route, ctype) = if path == "/healthz" {
-        ("healthz", Route::Healthz, "application/json")
-    } else {
-        ("metrics", Route::Metrics, "text/plain; version=0.0.4")
+    let (label, route, ctype) = match path {
+        "/healthz" => ("healthz", Route::Healthz, "application/json"),
+        "/readyz" => ("readyz", Route::Readyz, "application/json"),
+        _ => ("metrics", Route::Metrics, "text/plain; version=0.0.4"),
     };
     if req.method != "GET" {
         return (label, Reply::text(405, "GET only\n").with("Allow: GET\r\n"));
@@ -446,7 +454,7 @@ where
 /// Any other path: 404 for a GET, 405 otherwise.
 fn other_route(req: &Head<'_, '_>) -> (&'static str, Reply) {
     let reply = if req.method == "GET" {
-        Reply::text(404, "try /healthz, /metrics or /api/channels\n")
+        Reply::text(404, "try /healthz, /readyz, /metrics or /api/channels\n")
     } else {
         Reply::text(405, "GET only (POST for /api/publish and /api/batch)\n").with("Allow: GET\r\n")
     };
@@ -481,7 +489,12 @@ where
     let bad_name = path
         .strip_prefix("/api/channels/")
         .is_some_and(|n| api::decode_component(n, false).is_none());
-    let label = endpoint.as_ref().map_or("api_other", Endpoint::label);
+    let drain = path == "/api/drain";
+    let label = match &endpoint {
+        _ if drain => "drain",
+        Some(e) => e.label(),
+        None => "api_other",
+    };
     let presented = req
         .header("authorization")
         .and_then(|v| std::str::from_utf8(v).ok())
@@ -509,6 +522,12 @@ where
     if let Some(r) = refusal {
         return Ok((label, r));
     }
+    if drain {
+        return Ok((
+            label,
+            drain_route(stream, gate, req, early_body, answer).await,
+        ));
+    }
     let e = match endpoint {
         Some(_) if bad_name => {
             let msg = "the channel name in the path is not percent-encoded UTF-8: encode the \
@@ -517,7 +536,7 @@ where
         }
         None => {
             let msg = "no such API route: POST /api/publish, POST /api/batch, GET \
-                       /api/channels, GET /api/channels/NAME";
+                       /api/channels, GET /api/channels/NAME, POST /api/drain";
             return Ok((label, json_error(404, msg)));
         }
         Some(e) => e,
@@ -566,6 +585,51 @@ where
     };
     let (status, body) = answer(Route::Api(call)).await;
     Ok((label, Reply::json(status, body)))
+}
+
+/// `POST /api/drain[?over=SECS]` (or a body `{"over":SECS}` / `over=SECS`): a body is
+/// optional, so a request without a length has none (RFC 9112 section 6.3).
+async fn drain_route<F, Fut>(
+    stream: &mut TcpStream,
+    gate: &Gate,
+    req: &Head<'_, '_>,
+    early_body: &[u8],
+    answer: F,
+) -> Reply
+where
+    F: Fn(Route) -> Fut,
+    Fut: Future<Output = (u16, String)>,
+{
+    if req.method != "POST" {
+        return json_error(405, "/api/drain takes POST").with("Allow: POST\r\n");
+    }
+    let lengths = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .map(|h| h.value);
+    let chunked = req.header("transfer-encoding").is_some();
+    let mut body = Vec::new();
+    if chunked || req.header("content-length").is_some() {
+        let len = match body_length(chunked, lengths, gate.max_body.min(1024)) {
+            Ok(len) => len,
+            Err(r) => return r,
+        };
+        body = early_body[..early_body.len().min(len)].to_vec();
+        if read_body(stream, &mut body, len).await.is_err() {
+            return json_error(
+                400,
+                "the body ended (or stalled) before Content-Length bytes",
+            );
+        }
+    }
+    match crate::hub::drain::parse_over(req.query, &body) {
+        Ok(over) => {
+            let (status, body) = answer(Route::Drain(over)).await;
+            Reply::json(status, body)
+        }
+        Err(e) => json_error(400, &e),
+    }
 }
 
 /// The body's length from its headers, or the refusal: 411 for chunked or no length, 400 for

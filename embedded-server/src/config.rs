@@ -53,6 +53,16 @@ pub const DEFAULT_NOTSENT_LOWAT: usize = 128 << 10;
 /// takes an int.
 pub const NOTSENT_LOWAT_BOUNDS: std::ops::RangeInclusive<usize> = 4096..=(1 << 30);
 
+/// The window a drain closes `n` connections over: `over`, or `n / rate` seconds when a rate
+/// is set and that is shorter (a server holding fewer connections than it was sized for
+/// finishes sooner at the same reconnect rate).
+pub fn drain_window(n: usize, over: Duration, rate: u32) -> Duration {
+    if rate == 0 {
+        return over;
+    }
+    over.min(Duration::from_secs_f64(n as f64 / rate as f64))
+}
+
 /// Every setting of the server (see each field for its default and bound).
 ///
 /// It is also a file format (serde): what `wstune` hands a server it runs (`wstune` module)
@@ -103,9 +113,25 @@ pub struct ServerConfig {
     pub offload_pool_size: usize,
     /// Bounded offload queue; a full queue makes the connection stop reading (TCP backpressure).
     pub offload_queue_size: usize,
-    /// How long graceful shutdown waits for clients to answer the 1001 close.
+    /// How long graceful shutdown waits for clients to answer the close (1012) once every
+    /// connection was asked to close. Default 5 s.
     #[serde(rename = "shutdown_grace_ms", with = "millis")]
     pub shutdown_grace: Duration,
+    /// A drain (SIGTERM/SIGINT, `POST /api/drain`) spreads its 1012 closes evenly over this
+    /// window, in a random order, so the clients' reconnects reach the other nodes at a rate
+    /// they can accept (`hub::drain`). Zero closes every connection at once. Default 0 (the
+    /// library); `wstune serve` sizes it from the profile's connections.
+    #[serde(rename = "drain_over_ms", with = "millis")]
+    pub drain_over: Duration,
+    /// Closes a second a drain keeps to at least: a server holding fewer connections than
+    /// `drain_over` was sized for finishes in `connections / drain_rate` seconds instead of the
+    /// whole window. Zero: always the whole window. Default 0.
+    pub drain_rate: u32,
+    /// How long `/readyz` answers 503 before a drain's first close, so load balancers' health
+    /// checks take the server out of rotation first (upgrades are still accepted meanwhile).
+    /// Default 0 (the library); `wstune serve` takes the profile's.
+    #[serde(rename = "drain_delay_ms", with = "millis")]
+    pub drain_delay: Duration,
     /// permessage-deflate (RFC 7692): off by default in the library; profiles turn it on.
     pub deflate: crate::deflate::DeflateSettings,
     /// Server-wide cap on inflate output buffers held at once; a compressed message that would
@@ -182,6 +208,9 @@ impl Default for ServerConfig {
             offload_pool_size: 0,
             offload_queue_size: 4096,
             shutdown_grace: Duration::from_secs(5),
+            drain_over: Duration::ZERO,
+            drain_rate: 0,
+            drain_delay: Duration::ZERO,
             deflate: crate::deflate::DeflateSettings::default(),
             inflate_budget: None,
             memory_budget: None,
@@ -325,6 +354,13 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl ServerConfig {
+    /// The longest a drain's closes take: `drain_over`, or less when `drain_rate` closes
+    /// `max_connections` sooner (what a stop timeout must leave room for, with `drain_delay`
+    /// and `shutdown_grace`).
+    pub fn drain_most(&self) -> Duration {
+        drain_window(self.max_connections, self.drain_over, self.drain_rate)
+    }
+
     /// Check every bound the server relies on and return the first one broken (in the order
     /// `wstune serve` has always checked them). `Server::new` trusts its config, so callers
     /// (the CLI, library users) call this first.

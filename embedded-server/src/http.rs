@@ -14,6 +14,8 @@ pub fn error(status: u16, reason: &str, extra_headers: &str, body: &str) -> Vec<
 /// The reason phrase of an HTTP status the server sends.
 pub fn reason_phrase(status: u16) -> &'static str {
     match status {
+        200 => "OK",
+        202 => "Accepted",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",

@@ -62,8 +62,8 @@ const REJECT_NAMES: [&str; REJECTS] = [
     "fd_reserve",
 ];
 /// Close codes counted individually (1005: a close without a code); others land in "other".
-const CLOSE_CODES: [u16; 11] = [
-    1000, 1001, 1002, 1003, 1005, 1007, 1008, 1009, 1010, 1011, 1013,
+const CLOSE_CODES: [u16; 12] = [
+    1000, 1001, 1002, 1003, 1005, 1007, 1008, 1009, 1010, 1011, 1012, 1013,
 ];
 
 /// Upper bounds (seconds) of the handler-time histograms: 100 us to 10 s.
@@ -133,9 +133,9 @@ pub struct Metrics {
     /// Bytes written to sockets.
     pub bytes_out: AtomicU64,
     /// Close codes the server sent, by code.
-    closes_sent: [AtomicU64; 12],
+    closes_sent: [AtomicU64; 13],
     /// Close codes peers sent.
-    closes_received: [AtomicU64; 12],
+    closes_received: [AtomicU64; 13],
     /// Consumers closed for exceeding their send-queue cap.
     pub backpressure_closes: AtomicU64,
     /// Connections closed for silence past the heartbeat timeout.

@@ -2,7 +2,8 @@
 //! accept gate, TLS) and [`Server::run`] takes its listeners and a shutdown future from the
 //! caller, as mini-redis's `server::run(listener, shutdown)` does, so tests bind `127.0.0.1:0`
 //! and embed it. It starts the heartbeat sweep and one accept loop per listener (accept/),
-//! and on shutdown closes every connection with 1001 within the grace period. [`bind`] makes
+//! and on shutdown drains (hub/drain.rs): not ready first, then every connection closed with
+//! 1012, spread over the drain window, within the grace period. [`bind`] makes
 //! the listeners and [`shutdown_signal`] the usual shutdown future.
 
 use crate::accept::{self, TlsConfig};
@@ -10,7 +11,8 @@ use crate::apps::{Builtin, BuiltinConfig};
 use crate::config::{ConfigError, ServerConfig};
 use crate::conn::Ctx;
 use crate::handler::Handler;
-use crate::hub::Hub;
+use crate::hub::drain::Trigger;
+use crate::hub::{Hub, SERVICE_RESTART};
 use crate::metrics::Metrics;
 #[cfg(feature = "tls")]
 use crate::tls;
@@ -165,17 +167,23 @@ impl<H: Handler> Server<H> {
         admin::serve(listener, self.hub.clone(), shutdown)
     }
 
-    /// Accept on every listener until `shutdown` completes; then stop accepting, let the
-    /// handshakes already accepted finish (up to 2 s), close every connection with 1001 and wait
-    /// up to the grace period for them to finish.
+    /// Accept on every listener until `shutdown` completes (or `POST /api/drain` begins a
+    /// drain), then drain: `/readyz` answers 503 at once, the server keeps accepting for
+    /// `drain_delay` (load balancers see the 503 first), stops accepting, lets the handshakes
+    /// already accepted finish (up to 2 s), closes every
+    /// connection with 1012 spread evenly over `drain_over` (all at once when zero), and waits
+    /// up to `shutdown_grace` for the clients to finish. A drain the API began leaves the
+    /// server up, answering 503, until `shutdown` completes: the orchestrator that asked
+    /// stops it when it chooses (as Kubernetes and Envoy's drain do).
     pub async fn run(
         &self,
         listeners: Vec<TcpListener>,
         shutdown: impl Future<Output = ()>,
     ) -> io::Result<()> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let (hb_tx, mut hb_stop) = tokio::sync::watch::channel(false);
         let hb_hub = self.hub.clone();
-        let mut hb_stop = stop_rx.clone();
+        // The heartbeat runs through the drain: a dead peer found meanwhile leaves at once.
         let heartbeat = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -199,33 +207,70 @@ impl<H: Handler> Server<H> {
                 ))
             })
             .collect();
-        shutdown.await;
+        tokio::pin!(shutdown);
+        let mut signalled = tokio::select! {
+            _ = &mut shutdown => true,
+            _ = self.hub.drain.begun() => false,
+        };
+        let plan = match self.hub.begin_drain(Trigger::Signal, None) {
+            Ok(p) | Err(p) => p,
+        };
         // The crate root's target (`embedded_server`), where this event was written first: log
         // pipelines select on it.
         tracing::info!(
             target: "embedded_server",
-            "shutting down: no new connections; closing {} with 1001",
+            "{}: /readyz answers 503; closing {} connection(s) with 1012 over {:.1} s after \
+             {:.1} s",
+            if signalled { "shutting down" } else { "draining (POST /api/drain)" },
+            self.hub.len(),
+            plan.window.as_secs_f64(),
+            plan.delay.as_secs_f64(),
+        );
+        let closes = async {
+            tokio::time::sleep(plan.delay).await;
+            // Stop accepting first, and let the handshakes already accepted finish (bounded)
+            // before upgrades are refused: with a listening socket that outlives this process
+            // (a supervisor's or systemd's), what the kernel still queues goes to the next
+            // process, and a client accepted here gets its upgrade (then its close), not a 503
+            // or a cut.
+            let _ = stop_tx.send(true);
+            for a in accepters {
+                let _ = a.await;
+            }
+            let settle =
+                tokio::time::Instant::now() + self.hub.config.handshake_timeout.min(SETTLE);
+            while self.gate.pending() > 0 && tokio::time::Instant::now() < settle {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            self.stopping.store(true, Relaxed);
+            self.hub.spread_closes(&plan).await
+        };
+        tokio::pin!(closes);
+        // A signal during an API drain is remembered: the drain goes on and the server stops
+        // when it ends.
+        let asked = loop {
+            tokio::select! {
+                n = &mut closes => break n,
+                _ = &mut shutdown, if !signalled => signalled = true,
+            }
+        };
+        tracing::info!(
+            target: "embedded_server",
+            "drain: {asked} connection(s) asked to close; {} still open",
             self.hub.len()
         );
-        // Stop accepting first, and let the handshakes already accepted finish (bounded) before
-        // upgrades are refused: with a listening socket that outlives this process (a
-        // supervisor's or systemd's), what the kernel still queues goes to the next process, and
-        // a client accepted here gets its upgrade (then the close below), not a 503 or a cut.
-        let _ = stop_tx.send(true);
-        for a in accepters {
-            let _ = a.await;
+        if !signalled {
+            // Drained through the API: stay up, not ready, until told to stop.
+            shutdown.await;
         }
-        let settle = tokio::time::Instant::now() + self.hub.config.handshake_timeout.min(SETTLE);
-        while self.gate.pending() > 0 && tokio::time::Instant::now() < settle {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        self.stopping.store(true, Relaxed);
-        let _ = heartbeat.await;
-        self.hub.close_all(1001);
+        // An upgrade that raced the end of accepting.
+        self.hub.close_all(SERVICE_RESTART);
         let deadline = tokio::time::Instant::now() + self.hub.config.shutdown_grace;
         while !self.hub.is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let _ = hb_tx.send(true);
+        let _ = heartbeat.await;
         Ok(())
     }
 }

@@ -496,9 +496,18 @@ pub struct ServeArgs {
     /// PEM private key for --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
-    /// Seconds graceful shutdown waits for clients after sending 1001.
+    /// Seconds graceful shutdown waits for clients after the last close (1012) was sent.
     #[arg(long, default_value_t = 5)]
     pub shutdown_grace: u64,
+    /// Seconds a drain (SIGTERM, SIGINT, POST /api/drain) spreads its 1012 closes over, evenly
+    /// and in a random order; 0 closes every connection at once (default: the connections held
+    /// at the profile's server.drain.reconnect_rate a second, at most server.drain.max_over_secs).
+    #[arg(long, value_name = "SECS")]
+    pub drain_over: Option<u64>,
+    /// Seconds /readyz answers 503 before a drain's first close, so load balancers stop sending
+    /// clients first (profile: server.drain.delay_secs; default 5).
+    #[arg(long, value_name = "SECS")]
+    pub drain_delay: Option<u64>,
     /// Log lines as text (for people) or one JSON object per line (for log shippers).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -553,10 +562,14 @@ pub struct LbArgs {
     /// Which proxy.
     #[arg(value_enum)]
     pub kind: crate::lb::Kind,
-    /// The wstune servers behind it, HOST:PORT,HOST:PORT (health checks use GET /healthz on
-    /// the same port).
+    /// The wstune servers behind it, HOST:PORT,HOST:PORT (HAProxy's health check asks GET
+    /// /readyz on the same port, unless --check-port names another).
     #[arg(long)]
     pub backends: String,
+    /// The backends' admin port (serve --admin, reachable from the proxy): HAProxy's health
+    /// check asks GET /readyz there instead of on the traffic port.
+    #[arg(long, value_name = "PORT")]
+    pub check_port: Option<u16>,
     /// Where the proxy listens.
     #[arg(long, default_value = "0.0.0.0:80", value_name = "ADDR:PORT")]
     pub bind: String,

@@ -261,6 +261,7 @@ pub fn lb(a: &LbArgs) -> Result<cmd::lb::Request> {
             tls_cert: a.tls_cert.clone(),
             tls_key: a.tls_key.clone(),
             sticky: a.sticky,
+            check_port: a.check_port,
         },
         output: a.output.clone(),
     })

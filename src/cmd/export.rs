@@ -33,6 +33,12 @@ pub fn run(a: Request) -> Result<Outcome> {
         profile: inputs.profile.profile.name.clone(),
         source: inputs.profile.source.to_string(),
         connections: inputs.profile.profile.connections,
+        stop_secs: inputs
+            .profile
+            .profile
+            .server
+            .drain
+            .stop_secs(inputs.profile.profile.server.max_connections),
         host: if info.source == "live" {
             format!("host {}", info.hostname)
         } else {

@@ -88,9 +88,10 @@ pub(crate) fn serve_unit(e: &Export, bin: &str) -> String {
          ExecReload=/bin/kill -HUP $MAINPID\n\
          Restart=on-failure\n\
          RestartSec=2s\n\
-         # SIGTERM: stop accepting, close every client with 1001, wait --shutdown-grace.\n\
+         # SIGTERM drains: /readyz answers 503, clients closed with 1012 spread over the\n\
+         # profile's server.drain window, then --shutdown-grace; the stop timeout holds all three.\n\
          KillSignal=SIGTERM\n\
-         TimeoutStopSec=45s\n\
+         TimeoutStopSec={stop}s\n\
          # The profile's open-file limit: one descriptor per connection, plus headroom.\n\
          {nofile}\
          # Sandboxing a WebSocket server tolerates: it needs TCP and Unix sockets (the\n\
@@ -120,6 +121,7 @@ pub(crate) fn serve_unit(e: &Export, bin: &str) -> String {
          [Install]\n\
          WantedBy=multi-user.target\n",
         profile = e.profile,
+        stop = e.stop_secs,
     ));
     s
 }

@@ -26,6 +26,10 @@ pub struct Export {
     /// Where the profile came from (builtin:100k, a path).
     pub source: String,
     pub connections: u64,
+    /// Seconds a stop may take before the service manager kills `serve` (systemd's
+    /// TimeoutStopSec): the profile's drain (delay and window) and the shutdown grace, with a
+    /// margin (`DrainProfile::stop_secs`).
+    pub stop_secs: u64,
     /// The host the values were computed on (hostname, or the --root tree).
     pub host: String,
     pub settings: Settings,
@@ -264,6 +268,7 @@ mod tests {
             profile: "100k".into(),
             source: "builtin:100k".into(),
             connections: 100_000,
+            stop_secs: 75,
             host: "host h".into(),
             settings: Settings {
                 sysctls: vec![

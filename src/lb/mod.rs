@@ -52,6 +52,9 @@ pub struct ProxySpec {
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
     pub sticky: Option<Sticky>,
+    /// The backends' admin port (`serve --admin`), where HAProxy's health check asks
+    /// `GET /readyz`; None: each backend's own port, which answers `/readyz` too.
+    pub check_port: Option<u16>,
 }
 
 /// Seconds an upgraded connection may stay silent at the proxy.

@@ -12,6 +12,7 @@ fn opts() -> ProxySpec {
         tls_cert: None,
         tls_key: None,
         sticky: None,
+        check_port: None,
     }
 }
 
@@ -37,7 +38,20 @@ fn generated_configs_read_back_to_the_profile() {
         );
     }
     let h = generate(Kind::Haproxy, &p, &opts()).unwrap();
-    assert!(h.contains("balance leastconn") && h.contains("option httpchk GET /healthz"));
+    assert!(h.contains("balance leastconn") && h.contains("option httpchk GET /readyz"));
+    assert!(
+        h.contains("server s1 10.0.0.1:9001 check inter 1s fall 2 rise 2"),
+        "{h}"
+    );
+    let admin = ProxySpec {
+        check_port: Some(9002),
+        ..opts()
+    };
+    let h = generate(Kind::Haproxy, &p, &admin).unwrap();
+    assert!(
+        h.contains("server s2 10.0.0.2:9001 check port 9002 inter 1s"),
+        "{h}"
+    );
     let n = generate(Kind::Nginx, &p, &opts()).unwrap();
     assert!(n.contains("least_conn;") && n.contains("proxy_set_header Upgrade $http_upgrade;"));
 }

@@ -180,6 +180,7 @@ mod tests {
             tls_cert: None,
             tls_key: None,
             sticky: None,
+            check_port: None,
         };
         let mut configs = vec!["nothing to see".to_string()];
         for kind in [Kind::Haproxy, Kind::Nginx] {

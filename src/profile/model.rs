@@ -310,6 +310,56 @@ pub struct ServerSettings {
     /// `BudgetProfile`). Optional; the server's defaults when absent.
     #[serde(default, skip_serializing_if = "BudgetProfile::is_default")]
     pub budget: BudgetProfile,
+    /// How a drain (SIGTERM, `POST /api/drain`) spreads its closes (`server.drain`, see
+    /// `DrainProfile`). Optional; the defaults below when absent.
+    #[serde(default, skip_serializing_if = "DrainProfile::is_default")]
+    pub drain: DrainProfile,
+}
+
+/// `server.drain`: a drain turns `/readyz` to 503, waits `delay_secs`, then closes every
+/// connection with 1012 at `reconnect_rate` a second, evenly and in a random order: over
+/// `ceil(connections / reconnect_rate)` seconds, at most `max_over_secs` (`serve
+/// --drain-over` sets the window itself). Every key is optional.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DrainProfile {
+    /// Reconnects a second the rest of the fleet can take from one draining server (its TLS
+    /// handshakes, upgrades and resubscribes on top of its own load); 0: close every
+    /// connection at once.
+    pub reconnect_rate: u64,
+    /// The longest a drain's closes are spread over, seconds (also what a stop timeout, such
+    /// as Kubernetes' terminationGracePeriodSeconds, must leave room for).
+    pub max_over_secs: u64,
+    /// Seconds `/readyz` answers 503 before the first close, so load balancers' health checks
+    /// stop sending clients here first.
+    pub delay_secs: u64,
+}
+
+impl Default for DrainProfile {
+    fn default() -> Self {
+        DrainProfile {
+            reconnect_rate: 2000,
+            max_over_secs: 300,
+            delay_secs: 5,
+        }
+    }
+}
+
+impl DrainProfile {
+    pub fn is_default(&self) -> bool {
+        *self == DrainProfile::default()
+    }
+
+    /// Seconds a stop of a server of `max_connections` may take: the delay, the window its
+    /// connections take at the rate, serve's default shutdown grace (5 s), and 15 s for the
+    /// process to exit; at least 45 s.
+    pub fn stop_secs(&self, max_connections: u64) -> u64 {
+        let window = match self.reconnect_rate {
+            0 => 0,
+            r => max_connections.div_ceil(r).min(self.max_over_secs),
+        };
+        (self.delay_secs + window + 5 + 15).max(45)
+    }
 }
 
 /// `server.budget`: the server-wide memory budget and the bounds that keep one client from

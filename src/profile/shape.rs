@@ -29,6 +29,8 @@ fn optional(path: &str) -> Option<Json> {
         "server.channels" => serde_json::to_value(super::ChannelsProfile::default()).ok(),
         // The memory budget and its bounds: every key optional too.
         "server.budget" => serde_json::to_value(super::BudgetProfile::default()).ok(),
+        // The drain's pacing: every key optional too.
+        "server.drain" => serde_json::to_value(super::DrainProfile::default()).ok(),
         _ => None,
     }
 }

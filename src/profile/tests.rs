@@ -397,3 +397,18 @@ fn the_cores_for_the_rate_follow_the_cost_per_message() {
     // A trickle still needs a core.
     assert_eq!(CpuEstimate::cores_at(10.0, 14_000.0), 1);
 }
+
+#[test]
+fn a_stop_timeout_holds_the_drain_delay_its_window_and_the_grace() {
+    let d = DrainProfile::default();
+    // 100k at 2,000 a second: 5 s delay + 50 s + 5 s grace + 15 s to exit.
+    assert_eq!(d.stop_secs(100_000), 75);
+    // The window is capped; a small server keeps the old 45 s floor.
+    assert_eq!(d.stop_secs(1_000_000), 5 + 300 + 20);
+    assert_eq!(d.stop_secs(10_000), 45);
+    let at_once = DrainProfile {
+        reconnect_rate: 0,
+        ..d
+    };
+    assert_eq!(at_once.stop_secs(1_000_000), 45);
+}

@@ -277,6 +277,7 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
     }
     validate_limits(&mut b, &s.limits);
     validate_budget(&mut b, &s.budget);
+    validate_drain(&mut b, &s.drain);
     if s.heartbeat.timeout_secs <= s.heartbeat.interval_secs {
         b.problem("server.heartbeat.timeout_secs", format!("{} must be longer than interval_secs {}, or every connection times out before its pong", s.heartbeat.timeout_secs, s.heartbeat.interval_secs));
     }
@@ -299,6 +300,26 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         "",
     );
     b.0
+}
+
+/// `server.drain`: a window a stop timeout can still hold, a delay longer than any health
+/// check needs.
+fn validate_drain(b: &mut Bounds, v: &model::DrainProfile) {
+    b.range(
+        "server.drain.reconnect_rate",
+        v.reconnect_rate,
+        0,
+        10_000_000,
+        "reconnects a second; 0 closes every connection at once",
+    );
+    b.range(
+        "server.drain.max_over_secs",
+        v.max_over_secs,
+        0,
+        3600,
+        "seconds",
+    );
+    b.range("server.drain.delay_secs", v.delay_secs, 0, 600, "seconds");
 }
 
 /// `server.budget`: sizes a server can hold and bounds it can keep.

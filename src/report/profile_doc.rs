@@ -157,7 +157,7 @@ fn keys(m: &Model, name: &str, prefix: &str, out: &mut Vec<Key>) {
 }
 
 /// A profile as JSON with every block written out: serde leaves out a block that holds only
-/// its defaults (`nic`, `server.limits`, `server.channels`, `server.budget`), and the page
+/// its defaults (`nic`, `server.limits`, `server.channels`, `server.budget`, `server.drain`), and the page
 /// shows those defaults key by key. (A test finds every key of the model here.)
 fn full(p: &Profile) -> Value {
     let mut v = serde_json::to_value(p).expect("a profile serializes");
@@ -166,6 +166,7 @@ fn full(p: &Profile) -> Value {
         ("server.limits", serde_json::to_value(&p.server.limits)),
         ("server.channels", serde_json::to_value(&p.server.channels)),
         ("server.budget", serde_json::to_value(&p.server.budget)),
+        ("server.drain", serde_json::to_value(&p.server.drain)),
     ];
     for (path, block) in blocks {
         let (parent, leaf) = path.rsplit_once('.').unwrap_or(("", path));

@@ -151,6 +151,9 @@ struct Handover<C> {
     config: C,
 }
 
+/// The settings table's row of the drain window (`refresh_drain_row` keeps its value).
+pub const DRAIN_ROW: &str = "drain: closes spread over s (1012)";
+
 impl ServeConfig {
     /// The configuration as a child reads it from [`ENV_CONFIG`] (no secret in it).
     pub fn to_json(&self) -> String {
@@ -242,6 +245,26 @@ impl ServeConfig {
             self.set_row("memory budget bytes", b.to_string(), "default");
         }
         self.refresh_share_row();
+        self.refresh_drain_row();
+    }
+
+    /// The settings table's drain window: what the most connections take at the drain's rate
+    /// (a server holding fewer finishes sooner), or the window as typed.
+    pub fn refresh_drain_row(&mut self) {
+        let s = &self.server;
+        let over = s.drain_over.as_secs();
+        let value = if s.drain_rate == 0 {
+            over.to_string()
+        } else {
+            format!(
+                "{} ({} closes/s, at most {over})",
+                s.drain_most().as_secs_f64().ceil(),
+                s.drain_rate
+            )
+        };
+        if let Some(r) = self.settings.iter_mut().find(|r| r.0 == DRAIN_ROW) {
+            r.1 = value;
+        }
     }
 
     fn refresh_share_row(&mut self) {
@@ -278,6 +301,12 @@ impl ServeConfig {
         c.server.memory_budget = Some(memory_budget);
         c.set_row("memory budget bytes", memory_budget.to_string(), "flag");
         c.set_max_connections(max_connections);
+        // Each process paces its share: the node's reconnect rate stays the profile's.
+        let share = max_connections as f64 / self.server.max_connections.max(1) as f64;
+        if self.server.drain_rate > 0 {
+            c.server.drain_rate = ((self.server.drain_rate as f64 * share).ceil() as u32).max(1);
+            c.refresh_drain_row();
+        }
         c
     }
 

@@ -210,11 +210,15 @@ fn supervise(r: &ServeConfig, tls: bool, inherited: &mut Inherited) -> Result<Op
             config: r.clone(),
             workers,
             relay: r.cluster.is_none(),
-            grace: r.server.shutdown_grace,
+            // A process drains (delay, then its closes' window) before the grace begins.
+            grace: r.server.shutdown_grace + r.server.drain_delay + r.server.drain_most(),
             scheme: if tls { "wss" } else { "ws" },
             acceptors: r.acceptors,
-            // A replaced process drains within its grace; the margin is its exit.
-            old_exit_wait: r.server.shutdown_grace + std::time::Duration::from_secs(10),
+            // A replaced process drains (delay, window, grace); the margin is its exit.
+            old_exit_wait: r.server.shutdown_grace
+                + r.server.drain_delay
+                + r.server.drain_most()
+                + std::time::Duration::from_secs(10),
             inherited: inherited.take().map(|(_, fds)| fds),
         };
         Ok(Some(crate::serve::supervisor::supervise(supervision)?))

@@ -1,5 +1,5 @@
 //! The server's life and wiring: channels, blocking handlers on the offload pool, SIGTERM closing
-//! every client with 1001, the settings table and fd warning at start, SO_REUSEPORT accept loops.
+//! every client with 1012, the settings table and fd warning at start, SO_REUSEPORT accept loops.
 
 use crate::common;
 
@@ -68,16 +68,16 @@ fn blocking_handlers_run_on_the_offload_pool() {
 }
 
 #[test]
-fn sigterm_closes_every_client_with_1001_and_exits() {
-    let mut srv = serve_10k(&[]);
+fn sigterm_closes_every_client_with_1012_and_exits() {
+    let mut srv = serve_10k(&["--drain-delay", "0"]);
     let mut a = upgraded(srv.port, None);
     let mut b = upgraded(srv.port, None);
     common::signal(srv.pid(), "-TERM");
-    assert_eq!(close_code(&mut a), Some(1001));
-    assert_eq!(close_code(&mut b), Some(1001));
-    a.write_all(&frame(true, 8, &1001u16.to_be_bytes(), true))
+    assert_eq!(close_code(&mut a), Some(1012));
+    assert_eq!(close_code(&mut b), Some(1012));
+    a.write_all(&frame(true, 8, &1012u16.to_be_bytes(), true))
         .unwrap();
-    b.write_all(&frame(true, 8, &1001u16.to_be_bytes(), true))
+    b.write_all(&frame(true, 8, &1012u16.to_be_bytes(), true))
         .unwrap();
     let status = srv.wait_exit(Duration::from_secs(10));
     assert!(status.success());

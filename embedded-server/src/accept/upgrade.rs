@@ -120,15 +120,28 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
         return None;
     }
     // A load balancer's health check on the traffic port itself (no separate admin port to
-    // expose): a plain `GET /healthz` without an upgrade answers 200 while the server serves.
-    if buf.starts_with(b"GET /healthz ")
-        && !String::from_utf8_lossy(&buf[..end])
+    // expose): a plain `GET /healthz` without an upgrade answers 200 while the server serves;
+    // `GET /readyz` 200 until a drain begins, then 503 (as on the admin listener).
+    let check = if buf.starts_with(b"GET /healthz ") {
+        Some(false)
+    } else if buf.starts_with(b"GET /readyz ") {
+        Some(true)
+    } else {
+        None
+    };
+    if let Some(ready) = check.filter(|_| {
+        !String::from_utf8_lossy(&buf[..end])
             .to_ascii_lowercase()
             .contains("upgrade: websocket")
-    {
-        let body = admin::healthz_body(&hub);
+    }) {
+        let (status, body) = if ready {
+            hub.drain.readyz(hub.len())
+        } else {
+            (200, admin::healthz_body(&hub))
+        };
         let resp = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            crate::http::reason_phrase(status),
             body.len()
         );
         let _ = write_all(&stream, resp.as_bytes()).await;

@@ -138,6 +138,7 @@ pub(super) fn on_close_request<S>(
     let reason = match (requested, why.reason()) {
         (_, Some(reason)) => reason,
         (1001, None) => "server shutting down",
+        (crate::hub::SERVICE_RESTART, None) => "server restarting: reconnect with backoff",
         (crate::hub::HEARTBEAT_CLOSE, None) => "heartbeat timeout",
         _ => "send queue full: consumer too slow",
     };
@@ -147,13 +148,14 @@ pub(super) fn on_close_request<S>(
         st.drop_input(&metrics.memory);
     }
     // Shutdown gives clients the grace period; a slow or silent peer gets the usual wait.
-    let wait = if requested == 1001 {
+    let graceful = matches!(requested, 1001 | crate::hub::SERVICE_RESTART);
+    let wait = if graceful {
         config.shutdown_grace.max(CLOSE_WAIT)
     } else {
         CLOSE_WAIT
     };
     start_close(shared, st, requested, reason, wait, metrics);
-    if requested != 1001 {
+    if !graceful {
         // A slow or silent peer: drop what it has not read, send the close now.
         // A frame already partly on the wire must be finished, or the stream breaks.
         shared.lock().drop_unsent_before_close(metrics);

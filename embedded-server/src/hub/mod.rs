@@ -10,10 +10,12 @@
 //! keeps the subscriptions it asks for (subscriptions.rs: both ways, capped, charged to the
 //! memory budget, and presence) and fans publishes out (here, beside broadcast).
 
+pub mod drain;
 pub mod history;
 mod recovery;
 mod subscriptions;
 
+pub use drain::{Drain, SERVICE_RESTART};
 pub use recovery::{envelope, random_seed, FetchFn, FetchRequest, Recovered, StreamPosition};
 pub use subscriptions::{ChannelPage, Subscribed};
 
@@ -133,6 +135,9 @@ pub struct Hub {
     relay: std::sync::OnceLock<RelayFn>,
     /// Channel history and stream positions, when the channels app enables them.
     history: std::sync::OnceLock<recovery::HubHistory>,
+    /// Readiness (`/readyz`) and the drain's plan: ready from the start, draining once
+    /// `begin_drain` is called, never ready again (a drained server is restarted, not revived).
+    pub drain: Drain,
 }
 
 /// A monotonic clock for `Hub::now`. On Linux the coarse clock (`CLOCK_MONOTONIC_COARSE`, the
@@ -181,6 +186,7 @@ impl Hub {
             ping: Bytes::from(frame::encode_message(OpCode::Ping, b"", 125, false)),
             relay: std::sync::OnceLock::new(),
             history: std::sync::OnceLock::new(),
+            drain: Drain::default(),
         }
     }
 
@@ -495,7 +501,8 @@ impl Hub {
         }
     }
 
-    /// Ask every connection to close with 1001 (graceful shutdown).
+    /// Ask every connection to close with `code` at once (a drain spreads them instead:
+    /// `spread_closes`).
     pub fn close_all(&self, code: u16) {
         for c in self.conns.read().unwrap().iter() {
             let _ = c.request_close(code);

@@ -5,6 +5,7 @@
 
 mod abuse;
 mod channels;
+mod drain;
 
 use super::{backend, load};
 use crate::cli::args::{self, ServeArgs};
@@ -277,6 +278,7 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
         ));
     }
     let budget = budget(&s.budget, a, &mut table);
+    let drain = drain::resolve(&s.drain, a, &mut table);
     let limits = abuse::resolve(&s.limits, &a.limits, &mut table)?;
     let channels = channels::resolve(
         &s.channels,
@@ -312,6 +314,9 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
         offload_pool_size,
         offload_queue_size: offload_queue_size.max(1),
         shutdown_grace: Duration::from_secs(a.shutdown_grace),
+        drain_over: drain.over,
+        drain_rate: drain.rate,
+        drain_delay: drain.delay,
         inflate_budget: Some(inflate_budget),
         memory_budget: None,
         conn_memory_share: budget.conn_share,
@@ -357,7 +362,7 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
         Some(n) => (n, "--processes"),
         None => (s.processes, "server.processes"),
     };
-    Ok(ServeConfig {
+    let mut resolved = ServeConfig {
         profile: a.profile.clone(),
         bind: a.bind,
         port: a.port,
@@ -395,7 +400,9 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
             api_key: channels.api_key,
             auth_secret: channels.auth_secret,
         },
-    })
+    };
+    resolved.refresh_drain_row();
+    Ok(resolved)
 }
 
 /// `server.budget` with its flags over it (0 in the profile: the server's derived default).

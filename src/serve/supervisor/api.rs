@@ -29,6 +29,64 @@ pub trait Process {
     fn api_key(&self) -> Option<&str>;
     /// The admin listeners of the processes that are up, by index.
     fn up_admins(&self) -> Vec<(usize, SocketAddr)>;
+    /// The supervisor is stopping (SIGTERM/SIGINT): not ready, whatever the processes say.
+    fn stopping(&self) -> bool;
+}
+
+/// `GET /readyz` of the supervisor: 503 while it stops; else 200 when at least one process
+/// that is up answers its own `/readyz` with 200 (a load balancer may still send clients
+/// there), as `/healthz` is "ok" or "degraded" while one process serves.
+pub async fn readyz<P: Process>(p: &P) -> (u16, String) {
+    if p.stopping() {
+        return (
+            503,
+            "{\"status\":\"draining\",\"reason\":\"stopping\"}\n".into(),
+        );
+    }
+    let up = p.up_admins();
+    let answers = futures_util::future::join_all(
+        up.iter()
+            .map(|(_, a)| request(*a, "GET", "/readyz", None, b"", Duration::from_secs(2))),
+    )
+    .await;
+    let ready = answers.iter().filter(|a| matches!(a, Ok((200, _)))).count();
+    let status = if ready > 0 { "ready" } else { "draining" };
+    let body = json!({"status": status, "ready": ready, "up": up.len()});
+    (if ready > 0 { 200 } else { 503 }, format!("{body}\n"))
+}
+
+/// `POST /api/drain` of the supervisor: every process that is up begins its drain (the same
+/// `over`); 202 when one did, with the connections summed; 409 when every one was draining
+/// already. The supervisor itself stays up (and not ready) until SIGTERM, as the processes do.
+pub async fn drain<P: Process>(p: &P, over: Option<Duration>) -> (u16, String) {
+    let key = p.api_key().unwrap_or_default();
+    let up = p.up_admins();
+    if up.is_empty() {
+        return error(503, "no server process is up; nothing to drain");
+    }
+    let path = match over {
+        Some(o) => format!("/api/drain?over={}", o.as_secs_f64()),
+        None => "/api/drain".to_string(),
+    };
+    let answers =
+        futures_util::future::join_all(up.iter().map(|(_, a)| call(*a, "POST", &path, key, b"")))
+            .await;
+    let (mut began, mut connections) = (0, 0u64);
+    let mut each = Vec::new();
+    for ((i, _), a) in up.iter().zip(answers) {
+        let (status, v) = match a {
+            Ok((s, b)) => (s, serde_json::from_str::<Value>(&b).unwrap_or(Value::Null)),
+            Err(_) => (504, Value::Null),
+        };
+        if status == 202 {
+            began += 1;
+            connections += v["connections"].as_u64().unwrap_or(0);
+        }
+        each.push(json!({"process": i, "status": status, "answer": v}));
+    }
+    let body =
+        json!({"draining": true, "began": began, "connections": connections, "processes": each});
+    (if began > 0 { 202 } else { 409 }, format!("{body}\n"))
 }
 
 /// Why a request to a process's admin listener got no answer.

@@ -275,7 +275,7 @@ async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<Out
         }
     }
     say!(
-        "wstune serve: stopping: every process drains (1001 to its clients, up to {} s)",
+        "wstune serve: stopping: every process drains (1012 to its clients, up to {} s)",
         st.plan.grace.as_secs()
     );
     let clean = stop(&st, keepers).await;
@@ -519,6 +519,8 @@ async fn serve_admin(
                     (200, m)
                 }
                 Route::Api(call) => super::api::answer(&*st, call).await,
+                Route::Readyz => super::api::readyz(&*st).await,
+                Route::Drain(over) => super::api::drain(&*st, over).await,
             }
         }
     })
@@ -552,6 +554,9 @@ mod api_glue {
         }
         fn up_admins(&self) -> Vec<(usize, std::net::SocketAddr)> {
             up_admins(self)
+        }
+        fn stopping(&self) -> bool {
+            self.stopping.load(std::sync::atomic::Ordering::Relaxed)
         }
     }
 }
