@@ -71,7 +71,7 @@ fn restart_report(v: &Value, conns: u64) -> &Value {
 }
 
 /// `serve --self-test` restarts its own in-process server (the default, sigterm): every one
-/// of 2,000 clients is closed with 1001 and comes back; a threshold on the back p99 judges
+/// of 2,000 clients is closed with 1012 and comes back; a threshold on the back p99 judges
 /// both ways (a generous one holds, an impossible one misses and fails the load).
 #[test]
 fn serve_self_test_restarts_its_server_and_every_client_comes_back() {
@@ -100,8 +100,8 @@ fn serve_self_test_restarts_its_server_and_every_client_comes_back() {
     assert_eq!(r["restart_by"], "sigterm", "{r:#}");
     let codes = &v["scenarios"][0]["close_codes"];
     assert_eq!(
-        codes["1001"], 2000,
-        "the old server's going-away closes: {codes:#}"
+        codes["1012"], 2000,
+        "the old server's service-restart closes: {codes:#}"
     );
     let checks = v["verdict"]["checks"].as_array().unwrap();
     let threshold = |t: &str| {
@@ -142,7 +142,7 @@ fn serve_self_test_restarts_its_server_and_every_client_comes_back() {
     let out = String::from_utf8_lossy(&o.stdout);
     for words in [
         "restart by sigterm",
-        "codes 1001 x50",
+        "codes 1012 x50",
         "refused ",
         "all back after",
     ] {
@@ -298,8 +298,8 @@ fn selftest_restart_cmd_restarts_a_separate_server() {
         "{r:#}"
     );
     assert_eq!(
-        v["scenarios"][0]["close_codes"]["1001"], 500,
-        "the old server closed them going away: {v:#}"
+        v["scenarios"][0]["close_codes"]["1012"], 500,
+        "the old server closed them for a restart: {v:#}"
     );
     assert!(
         std::fs::read_to_string(&pidfile.0).is_ok(),
@@ -345,7 +345,7 @@ fn serve_self_test_with_a_supervisor_restarts_one_server_process() {
         closed > 0 && closed < 600,
         "one of two processes' clients: {r:#}"
     );
-    assert_eq!(s["close_codes"]["1001"], closed, "{s:#}");
+    assert_eq!(s["close_codes"]["1012"], closed, "{s:#}");
     assert!(r["back"].as_u64().unwrap() > 0, "{r:#}");
     assert_eq!(
         r["back"].as_u64().unwrap() + r["not_back"].as_u64().unwrap(),

@@ -1,6 +1,6 @@
 //! `serve --self-test --scenario restart`: how the self-test disrupts the server it started
 //! (`--restart-by`). One process: stopped as on SIGTERM (its listener closes, its connections
-//! get 1001) and a new one started on the same port. `--processes N`: SIGTERM to one server
+//! get 1012, spread over its drain window) and a new one started on the same port. `--processes N`: SIGTERM to one server
 //! process (the supervisor starts another), SIGHUP to the supervisor (a rolling restart, where
 //! the supervisor does one), or `POST /api/drain` on its admin listener.
 
@@ -152,8 +152,8 @@ fn sigterm_child(supervisor: u32) -> Disrupt {
     }
 }
 
-/// Stop the in-process server (as SIGTERM does: its listener closes, then 1001 closes) and
-/// start a new one on its port as soon as the port is free.
+/// Stop the in-process server as SIGTERM does (it drains: 1012 closes spread over its drain
+/// window) and start a new one on its port as soon as the port is free.
 fn in_process(
     addr: SocketAddr,
     stop: StopSlot,

@@ -29,7 +29,7 @@ impl std::fmt::Debug for Disrupt {
 /// `--restart-by`: what `serve --self-test` does to the server it started.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestartBy {
-    /// One server process: stopped as on SIGTERM (1001 closes after its listener closed) and
+    /// One server process: stopped as on SIGTERM (it drains: 1012 closes spread over its drain window) and
     /// a new one started on the same port. The default for one process.
     Sigterm,
     /// `--processes N`: SIGTERM to one server process; the supervisor starts another. The
