@@ -4,6 +4,7 @@
 //! backplane (`cluster`), and `--self-test` around the servers it starts (`self_test`; a child
 //! `serve --processes N` through `child`).
 
+pub mod backplane;
 pub mod child;
 pub mod cluster;
 pub mod config;

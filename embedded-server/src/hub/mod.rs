@@ -10,8 +10,10 @@
 //! keeps the subscriptions it asks for (subscriptions.rs: both ways, capped, charged to the
 //! memory budget, and presence) and fans publishes out (here, beside broadcast).
 
+mod presence;
 mod subscriptions;
 
+pub use presence::{PresenceFn, RemotePresence};
 pub use subscriptions::{ChannelPage, Subscribed};
 
 use crate::config::ServerConfig;
@@ -119,6 +121,8 @@ pub struct Hub {
     ping: Bytes,
     /// The cluster backplane, when one is configured.
     relay: std::sync::OnceLock<RelayFn>,
+    /// What the other nodes of the cluster say about a channel, when a backplane hears them.
+    remote_presence: std::sync::OnceLock<PresenceFn>,
 }
 
 /// A monotonic clock for `Hub::now`. On Linux the coarse clock (`CLOCK_MONOTONIC_COARSE`, the
@@ -166,6 +170,7 @@ impl Hub {
             start: mono(),
             ping: Bytes::from(frame::encode_message(OpCode::Ping, b"", 125, false)),
             relay: std::sync::OnceLock::new(),
+            remote_presence: std::sync::OnceLock::new(),
         }
     }
 
@@ -173,6 +178,17 @@ impl Hub {
     /// is handed to it after local delivery. Set once.
     pub fn set_relay(&self, f: RelayFn) {
         let _ = self.relay.set(f);
+    }
+
+    /// Install the backplane's view of the other nodes' subscribers (cluster-wide presence for
+    /// `GET /api/channels/NAME`). Set once.
+    pub fn set_remote_presence(&self, f: PresenceFn) {
+        let _ = self.remote_presence.set(f);
+    }
+
+    /// The other nodes' subscribers of `channel`, when a backplane reports them.
+    pub fn remote_presence(&self, channel: &str) -> Option<RemotePresence> {
+        self.remote_presence.get().map(|f| f(channel))
     }
 
     /// A broadcast that came from another node: local delivery only (never relayed again).
