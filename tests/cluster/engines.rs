@@ -154,6 +154,10 @@ async fn redis_cluster_sharded_pubsub_delivers_every_channel_once_on_both_nodes(
         assert_eq!(got, want, "every channel's message once");
         nothing_more(ws).await;
     }
+    // One subscription held throughout: no rebuild loop on a healthy cluster.
+    for n in [&a, &b] {
+        assert!(!n.log_text().contains("resubscribing"), "{}", n.log_text());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -98,3 +98,46 @@ async fn presence_sums_every_node_and_forgets_a_killed_one() {
     assert_eq!(after["live_nodes"], 1, "{after}");
     a.wait_metric("ws_backplane_nodes", Duration::from_secs(10), |v| v == 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervisor_of_cluster_nodes_counts_each_subscriber_once() {
+    // With --processes 2 each process is a node of the cluster and already counts the other;
+    // the supervisor's answer merges their views rather than adding overlapping totals.
+    let rp = free_port();
+    let Some(_r) = redis(rp) else { return };
+    let d = tempfile::tempdir().unwrap();
+    let key = d.path().join("api-key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let url = format!("redis://127.0.0.1:{rp}/0");
+    let s = common::serve(&[
+        "--profile",
+        "10k",
+        "--app",
+        "channels",
+        "--processes",
+        "2",
+        "--cluster",
+        &url,
+        "--api-key-file",
+        key.to_str().unwrap(),
+    ]);
+    let mut subs = clients(s.port, 6).await;
+    for ws in subs.iter_mut() {
+        ws.send(Message::text(r#"{"op":"subscribe","channel":"room"}"#))
+            .await
+            .unwrap();
+        assert!(next_text(ws).await.unwrap().contains("subscribed"));
+    }
+    // Both processes have heard each other (the view is the same in each, not summed)...
+    s.wait_metric("ws_backplane_nodes", Duration::from_secs(20), |v| v == 2.0);
+    // ...and a heartbeat later still count each subscriber once.
+    std::thread::sleep(presence_interval());
+    assert_eq!(channel(s.admin, "room")["subscribers"], 6);
+}
+
+/// One heartbeat interval and a little more (the pause is what is tested: a second view).
+fn presence_interval() -> Duration {
+    Duration::from_millis(2500)
+}

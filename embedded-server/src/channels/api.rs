@@ -6,7 +6,7 @@
 //! | `POST /api/publish` `{"channel":"news","data":ANY}` | 200 `{"queued":N,"dropped":D,"delivered":N}` |
 //! | `POST /api/batch` `{"messages":[{"channel":..,"data":..},..]}` (1..=1000) | 200 `{"published":M,"queued":N,"dropped":D,"delivered":N}` |
 //! | `GET /api/channels[?prefix=P&after=C&limit=N]` | 200 `{"channels":{"news":3,..},"subscriptions":N,"truncated":false}` (+ `"next":C` when truncated) |
-//! | `GET /api/channels/NAME` | 200 `{"channel":"NAME","subscribers":N}` (with a cluster backplane N is the sum over the live nodes, and `"local"`, `"nodes"`, `"live_nodes"`, `"partial"` follow) |
+//! | `GET /api/channels/NAME` | 200 `{"channel":"NAME","subscribers":N}` (with a cluster backplane N is the sum over the live nodes, and `"local"`, `"node"` (this node's id), `"nodes"` (id: count), `"live_nodes"`, `"partial"` follow) |
 //!
 //! `queued` is the number of this node's subscribers the message was queued for (or written to
 //! the socket of, when nothing was waiting). It is not a receipt: a slow subscriber whose queue
@@ -410,6 +410,7 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
                 }
                 v["subscribers"] = (local + r.subscribers()).into();
                 v["local"] = local.into();
+                v["node"] = format!("{:016x}", r.me).into();
                 v["nodes"] = nodes.into();
                 v["live_nodes"] = (r.live + 1).into();
                 v["partial"] = r.partial.into();
