@@ -57,6 +57,56 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// A Redis Cluster of `masters` masters with `replicas` replicas each, on loopback, once every
+/// node says `cluster_state:ok`: the servers and their ports (the masters first).
+fn redis_cluster(dir: &Path, masters: usize, replicas: usize) -> (Vec<Kill>, Vec<u16>) {
+    let ports: Vec<u16> = (0..masters * (1 + replicas))
+        .map(|_| cluster_port())
+        .collect();
+    let servers: Vec<Kill> = ports
+        .iter()
+        .map(|p| {
+            let d = dir.join(p.to_string());
+            std::fs::create_dir(&d).unwrap();
+            redis_server(
+                &d,
+                *p,
+                &["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"],
+            )
+        })
+        .collect();
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let o = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    for p in &ports {
+        cluster_ok(*p);
+        // A replica that never finished its first sync is too stale to be promoted.
+        if redis_cli(*p, &["ROLE"]).starts_with("slave") {
+            common::poll(Duration::from_secs(30), || {
+                redis_cli(*p, &["INFO", "replication"])
+                    .contains("master_link_status:up")
+                    .then_some(())
+            })
+            .unwrap_or_else(|| panic!("the replica on {p} never synced"));
+        }
+    }
+    (servers, ports)
+}
+
+fn cluster_ok(port: u16) {
+    common::poll(Duration::from_secs(30), || {
+        redis_cli(port, &["CLUSTER", "INFO"])
+            .contains("cluster_state:ok")
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("the cluster never came up (ok) on {port}"));
+}
+
 fn node(app: &str, url: &str) -> Served {
     common::serve(&["--profile", "10k", "--app", app, "--cluster", url])
 }
@@ -84,35 +134,8 @@ async fn redis_cluster_sharded_pubsub_delivers_every_channel_once_on_both_nodes(
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let ports: Vec<u16> = (0..3).map(|_| cluster_port()).collect();
-    let _servers: Vec<Kill> = ports
-        .iter()
-        .map(|p| {
-            let d = dir.path().join(p.to_string());
-            std::fs::create_dir(&d).unwrap();
-            redis_server(
-                &d,
-                *p,
-                &["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"],
-            )
-        })
-        .collect();
+    let (_servers, ports) = redis_cluster(dir.path(), 3, 0);
     let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let o = Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&addrs)
-        .arg("--cluster-yes")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
-    for p in &ports {
-        common::poll(Duration::from_secs(20), || {
-            redis_cli(*p, &["CLUSTER", "INFO"])
-                .contains("cluster_state:ok")
-                .then_some(())
-        })
-        .unwrap_or_else(|| panic!("the cluster never came up on {p}"));
-    }
     let url = format!("redis+cluster://{}", addrs.join(","));
     let a = node("channels", &url);
     let b = node("channels", &url);
@@ -124,6 +147,16 @@ async fn redis_cluster_sharded_pubsub_delivers_every_channel_once_on_both_nodes(
         .filter(|p| redis_cli(**p, &["PUBSUB", "SHARDCHANNELS"]).contains("wstune:relay:{"))
         .count();
     assert!(holding >= 2, "shard channels on {holding} of 3 masters");
+    every_channel_once(&a, &b, "m").await;
+    // One subscription held throughout: no rebuild loop on a healthy cluster.
+    for n in [&a, &b] {
+        assert!(!n.log_text().contains("resubscribing"), "{}", n.log_text());
+    }
+}
+
+/// Fresh subscribers on `a` and `b` to 40 channels (spread over the shards), a publish of
+/// each on `a`: each subscriber gets each channel's message exactly once.
+async fn every_channel_once(a: &Served, b: &Served, tag: &str) {
     let mut sub_a = clients(a.port, 1).await.pop().unwrap();
     let mut sub_b = clients(b.port, 1).await.pop().unwrap();
     let names: Vec<String> = (0..40).map(|i| format!("room-{i}")).collect();
@@ -135,14 +168,14 @@ async fn redis_cluster_sharded_pubsub_delivers_every_channel_once_on_both_nodes(
     for n in &names {
         publisher
             .send(Message::text(format!(
-                r#"{{"op":"publish","channel":"{n}","data":"m-{n}"}}"#
+                r#"{{"op":"publish","channel":"{n}","data":"{tag}-{n}"}}"#
             )))
             .await
             .unwrap();
     }
     let mut want: Vec<String> = names
         .iter()
-        .map(|n| format!(r#"{{"channel":"{n}","data":"m-{n}"}}"#))
+        .map(|n| format!(r#"{{"channel":"{n}","data":"{tag}-{n}"}}"#))
         .collect();
     want.sort();
     for ws in [&mut sub_a, &mut sub_b] {
@@ -154,10 +187,76 @@ async fn redis_cluster_sharded_pubsub_delivers_every_channel_once_on_both_nodes(
         assert_eq!(got, want, "every channel's message once");
         nothing_more(ws).await;
     }
-    // One subscription held throughout: no rebuild loop on a healthy cluster.
-    for n in [&a, &b] {
-        assert!(!n.log_text().contains("resubscribing"), "{}", n.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_nodes_resubscribe_after_a_master_is_killed_and_its_replica_takes_over() {
+    if !have_redis() {
+        return;
     }
+    let dir = tempfile::tempdir().unwrap();
+    let (mut servers, ports) = redis_cluster(dir.path(), 3, 1);
+    // Every node a seed, the one to be killed too: a dead seed is skipped.
+    let seeds: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let url = format!("redis+cluster://{}", seeds.join(","));
+    let a = node("channels", &url);
+    let b = node("channels", &url);
+    wait_backplane(a.admin, "up");
+    wait_backplane(b.admin, "up");
+    every_channel_once(&a, &b, "before").await;
+    // SIGKILL the master that holds shard 0 (broadcasts and heartbeats): its replica is
+    // promoted after the node timeout (2 s), and the nodes subscribe again.
+    let slot_of_0 = redis_cli(ports[0], &["CLUSTER", "KEYSLOT", "wstune:relay:{0}"]);
+    let slot: u16 = slot_of_0.trim().parse().unwrap();
+    let victim = ports
+        .iter()
+        .position(|p| owns(*p, slot))
+        .expect("a master owns shard 0's slot");
+    let t0 = std::time::Instant::now();
+    drop(servers.remove(victim));
+    // The cluster sees the master fail and promotes its replica (node timeout 2 s).
+    let survivor = ports[(victim + 1) % ports.len()];
+    common::poll(Duration::from_secs(30), || {
+        ports
+            .iter()
+            .any(|p| *p != ports[victim] && owns(*p, slot))
+            .then_some(())
+    })
+    .expect("the killed master's replica was never promoted");
+    cluster_ok(survivor);
+    for n in [&a, &b] {
+        common::poll(Duration::from_secs(20), || {
+            common::get(n.admin, "/healthz")
+                .contains("\"backplane\":\"up\"")
+                .then_some(())
+        })
+        .unwrap_or_else(|| {
+            let views: Vec<String> = ports
+                .iter()
+                .map(|p| redis_cli(*p, &["CLUSTER", "NODES"]))
+                .collect();
+            panic!(
+                "never up again after the failover (victim {victim}):\n{}\n{}",
+                n.log_text(),
+                views.join("\n--\n")
+            )
+        });
+    }
+    every_channel_once(&a, &b, "after").await;
+    assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", t0.elapsed());
+}
+
+/// Whether the node on `port` is the master serving `slot` (its own `CLUSTER SLOTS` view).
+fn owns(port: u16, slot: u16) -> bool {
+    let slots = redis_cli(port, &["CLUSTER", "SLOTS"]);
+    let l: Vec<&str> = slots.lines().collect();
+    // Each range: start, end, then the master's ip, port, id, then replicas.
+    l.windows(4).any(|w| {
+        let (Ok(lo), Ok(hi)) = (w[0].trim().parse::<u16>(), w[1].trim().parse::<u16>()) else {
+            return false;
+        };
+        lo <= slot && slot <= hi && w[2].trim() == "127.0.0.1" && w[3].trim() == port.to_string()
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -81,7 +81,7 @@ fn host_port(s: &str, default: u16) -> Option<(String, u16)> {
     Some((host.to_string(), port))
 }
 
-fn url_host(h: &str) -> String {
+pub(super) fn url_host(h: &str) -> String {
     if h.contains(':') {
         format!("[{h}]")
     } else {
