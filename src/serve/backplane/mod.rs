@@ -15,6 +15,7 @@
 //! `ws_backplane_dropped_total`), the node id that makes each node skip its own messages, and
 //! the presence heartbeat that makes `GET /api/channels/NAME` count every node.
 
+#[cfg(feature = "nats")]
 mod nats;
 mod presence;
 mod redis;
@@ -158,6 +159,9 @@ pub fn parse(url: &str) -> Result<Target> {
                     .collect(),
             ))
         }
+        "nats" if cfg!(not(feature = "nats")) => Err(bad(
+            "this wstune was built without NATS support (cargo feature `nats`)",
+        )),
         "nats" => {
             let (auth, hosts, path) =
                 split_hosts(rest, 4222).ok_or_else(|| bad("a bad server address list"))?;
@@ -281,7 +285,10 @@ pub fn start(url: &str, hub: Arc<Hub>) -> Result<()> {
             redis::start(redis::Locate::Sentinel(s), link, rx)
         }
         Target::Cluster(nodes) => sharded::start(nodes, link, rx),
+        #[cfg(feature = "nats")]
         Target::Nats(servers) => nats::start(servers, link, rx),
+        #[cfg(not(feature = "nats"))]
+        Target::Nats(_) => unreachable!("parse refuses nats:// without the nats feature"),
     }
     Ok(())
 }
@@ -302,7 +309,7 @@ pub fn describe(url: &str) -> String {
             cluster::CHANNEL,
             sharded::SHARDS - 1
         ),
-        Ok(Target::Nats(_)) => format!("NATS subject {}", nats::SUBJECT),
+        Ok(Target::Nats(_)) => "NATS subject wstune.relay".to_string(),
         Err(_) => String::new(),
     }
 }
@@ -333,6 +340,7 @@ mod tests {
                 "redis://u:p@[::1]:7001".into()
             ])
         );
+        #[cfg(feature = "nats")]
         assert_eq!(
             parse("nats://n1,n2:4333").unwrap(),
             Target::Nats(vec!["nats://n1:4222".into(), "nats://n2:4333".into()])
@@ -343,7 +351,10 @@ mod tests {
             ("redis+sentinel://a:1/m/x", "'x' is not a number"),
             ("redis+cluster://a:1/0", "no /DB"),
             ("redis+cluster://a:port", "bad node address"),
+            #[cfg(feature = "nats")]
             ("nats://", "bad server address"),
+            #[cfg(not(feature = "nats"))]
+            ("nats://h", "without NATS support"),
             ("nope", "not a Redis URL"),
         ] {
             let e = parse(url).unwrap_err().to_string();

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// The subject every node publishes on and subscribes to.
+/// The subject every node publishes on and subscribes to (`describe` names it too).
 pub const SUBJECT: &str = "wstune.relay";
 
 pub(crate) fn start(servers: Vec<String>, link: Arc<Link>, mut rx: mpsc::Receiver<Out>) {
