@@ -110,14 +110,15 @@ fn split_hosts(rest: &str, default: u16) -> Option<Parts> {
 
 /// Read a `--cluster` URL; the error names the flag, what is wrong and the accepted forms.
 pub fn parse(url: &str) -> Result<Target> {
-    let bad = |why: &str| anyhow::anyhow!("--cluster {url}: {why} (use {FORMS})");
+    let shown = redacted(url);
+    let bad = |why: &str| anyhow::anyhow!("--cluster {shown}: {why} (use {FORMS})");
     let (scheme, rest) = url
         .split_once("://")
         .ok_or_else(|| bad("not a Redis URL or a backplane URL"))?;
     match scheme {
         "redis" | "rediss" => {
             ::redis::Client::open(url).with_context(|| {
-                format!("--cluster {url}: not a Redis URL (like redis://127.0.0.1:6379/0)")
+                format!("--cluster {shown}: not a Redis URL (like redis://127.0.0.1:6379/0)")
             })?;
             Ok(Target::Redis(url.to_string()))
         }
@@ -293,6 +294,26 @@ pub fn start(url: &str, hub: Arc<Hub>) -> Result<()> {
     Ok(())
 }
 
+/// `url` with any `USER:PASS@` shown as `***@`, for logs: a password in `--cluster` must not
+/// end up in them.
+pub fn redacted(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('/').unwrap_or((rest, "")) {
+            (hosts, path) if hosts.contains('@') => {
+                let hosts = hosts.rsplit_once('@').map_or(hosts, |(_, h)| h);
+                let path = if rest.contains('/') {
+                    format!("/{path}")
+                } else {
+                    String::new()
+                };
+                format!("{scheme}://***@{hosts}{path}")
+            }
+            _ => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
 /// A one-line description of the engine for the start-up line: the scheme and its channel.
 pub fn describe(url: &str) -> String {
     match parse(url) {
@@ -360,6 +381,16 @@ mod tests {
             let e = parse(url).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains(url), "{url}: {e}");
         }
+    }
+
+    #[test]
+    fn passwords_are_redacted_for_logs() {
+        assert_eq!(
+            redacted("redis+sentinel://u:secret@a:1,b:2/m/0"),
+            "redis+sentinel://***@a:1,b:2/m/0"
+        );
+        assert_eq!(redacted("nats://:tok@n:4222"), "nats://***@n:4222");
+        assert_eq!(redacted("redis://h:6379/0"), "redis://h:6379/0");
     }
 
     #[test]
