@@ -1,6 +1,11 @@
-//! `serve --cluster redis://...`: two real `wstune serve` nodes on a real `redis-server`.
+//! `serve --cluster redis://...`: two real `wstune serve` nodes on a real `redis-server`;
+//! the other engines (Redis Cluster, Sentinel, NATS) and cluster-wide presence in
+//! `cluster/engines.rs` and `cluster/presence.rs`.
 
 use crate::common;
+
+mod engines;
+mod presence;
 
 use common::tungstenite::{clients, next_text};
 use common::{free_port, redis, Served};

@@ -167,6 +167,9 @@ pub struct Metrics {
     /// Messages not relayed because the backplane was down or its queue full (delivered
     /// locally only).
     pub backplane_dropped: AtomicU64,
+    /// Nodes of the cluster heard from within the presence expiry, this one included (0
+    /// until the backplane first connects).
+    pub backplane_nodes: AtomicI64,
     /// Broadcasts made (each counts once).
     pub broadcasts: AtomicU64,
     /// Memory held by live permessage-deflate contexts (zlib's formula, see memory.rs). An
@@ -241,6 +244,7 @@ impl Default for Metrics {
             backplane_published: AtomicU64::new(0),
             backplane_received: AtomicU64::new(0),
             backplane_dropped: AtomicU64::new(0),
+            backplane_nodes: AtomicI64::new(0),
             broadcasts: AtomicU64::new(0),
             deflate_memory_bytes: std::sync::Arc::new(AtomicI64::new(0)),
             inflate_buffer_bytes: AtomicU64::new(0),
@@ -503,6 +507,12 @@ impl Metrics {
                 "Messages delivered locally only: the backplane was down or its queue full.",
                 "counter",
                 self.backplane_dropped.load(Relaxed) as f64,
+            );
+            g(
+                "ws_backplane_nodes",
+                "Nodes of the cluster heard from within the presence expiry, this one included.",
+                "gauge",
+                self.backplane_nodes.load(Relaxed) as f64,
             );
         }
         g(

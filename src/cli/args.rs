@@ -516,9 +516,12 @@ pub struct ServeArgs {
     /// (per-module filters too, e.g. RUST_LOG=embedded_server=debug).
     #[arg(long, value_name = "LEVEL", value_parser = ["error", "warn", "info", "debug", "trace"])]
     pub log_level: Option<String>,
-    /// Span broadcast and channels over every node on this Redis (redis://HOST:PORT[/DB]):
-    /// a publish on one node reaches subscribers on all of them, once.
-    #[arg(long, value_name = "redis://HOST:PORT[/DB]")]
+    /// Span broadcast and channels over every node on this backplane: a publish on one node
+    /// reaches subscribers on all of them, once, and channel presence counts every node.
+    /// redis://HOST:PORT[/DB] (one Redis), redis+sentinel://H:26379[,H2:26379]/MASTER[/DB]
+    /// (the master Sentinel names, followed across failovers), redis+cluster://H:7000[,H2:7001]
+    /// (Redis Cluster, sharded pub/sub) or nats://H:4222[,H2:4222] (NATS).
+    #[arg(long, value_name = "URL")]
     pub cluster: Option<String>,
     /// Run `check`, start the server with these settings, load-test it with the profile's
     /// workload sized to this host, print one report and exit with the verdict (0 pass, 2 miss,

@@ -1,5 +1,6 @@
-//! The cluster backplane: `serve --cluster redis://HOST:PORT[/DB]` makes `broadcast` and
-//! `channels` span every node on the same Redis.
+//! The cluster backplane: `serve --cluster URL` makes `broadcast` and `channels` span every
+//! node on the same Redis (or Redis Sentinel group, Redis Cluster, NATS: the engines are in
+//! `serve::backplane`); this file holds the relay's wire format every engine carries.
 //!
 //! Each node delivers its own messages locally at once (no round trip through Redis) and
 //! publishes them on one Redis channel, tagged with its node id; every node delivers what it
@@ -8,12 +9,10 @@
 //! delivery only, counted in `ws_backplane_dropped_total`), reconnects with backoff, and
 //! relays again once subscribed.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use embedded_server::frame::OpCode;
 use embedded_server::hub::Relay;
 use embedded_server::Hub;
-use futures_util::StreamExt;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +29,7 @@ pub const KIND_POSITIONED: u8 = 3;
 pub const KIND_SNAPSHOT: u8 = 4;
 
 /// Messages waiting for the publisher; past this the relay drops (local delivery still happened).
-const QUEUE: usize = 65_536;
+pub(crate) const QUEUE: usize = 65_536;
 
 /// Wire format: node id (u64 LE), kind, then for a broadcast the opcode and payload, for a
 /// channel message the name's length (u16 LE), the name and the `{"channel":..}` text; a
@@ -154,7 +153,7 @@ pub fn decode(me: u64, m: &[u8]) -> Option<Incoming<'_>> {
 }
 
 /// A node id: random enough that two nodes never share one.
-fn node_id() -> u64 {
+pub(crate) fn node_id() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
@@ -168,125 +167,23 @@ fn node_id() -> u64 {
 }
 
 /// Backoff between reconnect attempts: 100 ms doubling to 5 s.
-fn backoff(attempt: u32) -> Duration {
+pub(crate) fn backoff(attempt: u32) -> Duration {
     Duration::from_millis((100u64 << attempt.min(6)).min(5000))
 }
 
-/// The Redis client for `--cluster URL`; an error names the flag and the expected form. Called
-/// before the server binds anything, so a typo stops `serve` before it starts.
-pub fn client(url: &str) -> Result<redis::Client> {
-    redis::Client::open(url).with_context(|| {
-        format!("--cluster {url}: not a Redis URL (like redis://127.0.0.1:6379/0)")
-    })
+/// Check `--cluster URL` (its scheme picks the engine: `redis://`, `redis+sentinel://`,
+/// `redis+cluster://`, `nats://`; see `serve::backplane`); an error names the flag and the
+/// expected forms. Called before the server binds anything, so a typo stops `serve` before it
+/// starts.
+pub fn client(url: &str) -> Result<()> {
+    crate::serve::backplane::parse(url).map(|_| ())
 }
 
-/// Validate the URL, install the relay on `hub` and start the publisher and subscriber tasks
-/// (on the current tokio runtime). Redis being unreachable now is not an error: the node
-/// serves locally and connects when it can.
+/// Validate the URL, install the relay on `hub` and start the engine's tasks (on the current
+/// tokio runtime). The backplane being unreachable now is not an error: the node serves
+/// locally and connects when it can.
 pub fn start(url: &str, hub: Arc<Hub>) -> Result<()> {
-    let client = client(url)?;
-    let me = node_id();
-    let metrics = hub.metrics.clone();
-    metrics.backplane_up.store(0, Relaxed);
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(QUEUE);
-    {
-        let metrics = metrics.clone();
-        hub.set_relay(Box::new(move |r| {
-            // While Redis is down the message was delivered here only; queueing it for later
-            // would replay stale messages after the outage.
-            if metrics.backplane_up.load(Relaxed) != 1 || tx.try_send(encode(me, &r)).is_err() {
-                metrics.backplane_dropped.fetch_add(1, Relaxed);
-            }
-        }));
-    }
-    // With channel history on, Redis positions every publication (cluster_history.rs).
-    crate::serve::cluster_history::start(&hub, client.clone());
-    // Publisher: one multiplexed connection, rebuilt after an error. A connection that died
-    // with Redis is only found out on its next use, so the message that finds it out is sent
-    // again on the new connection rather than lost.
-    {
-        let (client, metrics, hub) = (client.clone(), metrics.clone(), hub.clone());
-        tokio::spawn(async move {
-            let mut attempt = 0;
-            let mut retry: Option<Vec<u8>> = None;
-            loop {
-                let conn = tokio::time::timeout(
-                    Duration::from_secs(2),
-                    client.get_multiplexed_async_connection(),
-                )
-                .await;
-                let Ok(Ok(mut conn)) = conn else {
-                    tokio::time::sleep(backoff(attempt)).await;
-                    attempt += 1;
-                    if attempt > 3 {
-                        // Redis stays away: what waited is stale now (delivered locally).
-                        if retry.take().is_some() {
-                            metrics.backplane_dropped.fetch_add(1, Relaxed);
-                        }
-                    }
-                    continue;
-                };
-                attempt = 0;
-                loop {
-                    let msg = match retry.take() {
-                        Some(m) => m,
-                        None => match rx.recv().await {
-                            Some(m) => m,
-                            None => return,
-                        },
-                    };
-                    let r =
-                        crate::serve::cluster_history::send(&mut conn, &hub, &msg, CHANNEL).await;
-                    match r {
-                        Ok(_) => {
-                            metrics.backplane_published.fetch_add(1, Relaxed);
-                        }
-                        Err(e) => {
-                            tracing::warn!("cluster backplane: publish failed ({e}); reconnecting");
-                            retry = Some(msg);
-                            break;
-                        }
-                    }
-                }
-            }
-        });
-    }
-    // Subscriber: the backplane is "up" while this subscription stands.
-    tokio::spawn(async move {
-        let mut attempt = 0;
-        loop {
-            let sub = async {
-                let mut ps = client.get_async_pubsub().await?;
-                ps.subscribe(CHANNEL).await?;
-                Ok::<_, redis::RedisError>(ps)
-            };
-            let mut ps = match tokio::time::timeout(Duration::from_secs(2), sub).await {
-                Ok(Ok(ps)) => ps,
-                _ => {
-                    if attempt == 0 {
-                        tracing::warn!(
-                            "cluster backplane: cannot reach Redis; serving local clients only, retrying"
-                        );
-                    }
-                    tokio::time::sleep(backoff(attempt)).await;
-                    attempt += 1;
-                    continue;
-                }
-            };
-            attempt = 0;
-            metrics.backplane_up.store(1, Relaxed);
-            tracing::info!("cluster backplane: subscribed to {CHANNEL}");
-            let mut stream = ps.on_message();
-            while let Some(msg) = stream.next().await {
-                deliver(&hub, me, msg.get_payload_bytes());
-            }
-            metrics.backplane_up.store(0, Relaxed);
-            tracing::warn!(
-                "cluster backplane: lost Redis; serving local clients only, reconnecting"
-            );
-        }
-    });
-    Ok(())
+    crate::serve::backplane::start(url, hub)
 }
 
 #[cfg(test)]

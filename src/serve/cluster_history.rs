@@ -113,7 +113,7 @@ pub async fn since<C: ConnectionLike>(
         .arg(2)
         .arg(stream)
         .arg(meta)
-        .arg(after + 1)
+        .arg(after.saturating_add(1))
         .arg(max)
         .query_async(conn)
         .await?;
@@ -132,38 +132,42 @@ pub async fn since<C: ConnectionLike>(
     Ok(Some((pos, pubs)))
 }
 
+/// Recoveries that may read Redis at once. Past this a recovery is answered from what the node
+/// keeps (`recovered:false` when that is not enough): resubscribing with positions the node
+/// does not keep must not let a client open connections or queue reads without bound.
+const FETCHES: usize = 32;
+/// Longest wait for Redis on a recovery (a connection, then the read) before it is answered
+/// from what the node keeps.
+const FETCH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How the node reaches the Redis that holds the streams now: a fixed server, or the master
+/// the Sentinels name (asked again after a failure, so a failover is followed).
+pub type Locator = Arc<
+    dyn Fn() -> futures_util::future::BoxFuture<'static, anyhow::Result<redis::Client>>
+        + Send
+        + Sync,
+>;
+
 /// With history on, make `hub` a node whose positions Redis assigns: its publishes go
 /// through [`publish`] (the backplane's publisher sends a `Relay::Sequence` that way), and a
-/// recovery it cannot serve reads the stream first.
-pub fn start(hub: &Arc<Hub>, client: redis::Client) {
+/// recovery it cannot serve reads the stream first, over one connection shared by every
+/// recovery (rebuilt after a failure) and at most [`FETCHES`] at a time.
+pub fn start(hub: &Arc<Hub>, locate: Locator) {
     let Some(settings) = hub.history_settings() else {
         return;
     };
     hub.sequence_elsewhere();
     let weak = Arc::downgrade(hub);
     let max = settings.recover_max.saturating_add(1);
+    let slots = Arc::new(tokio::sync::Semaphore::new(FETCHES));
+    let shared = Arc::new(tokio::sync::Mutex::new(
+        None::<redis::aio::MultiplexedConnection>,
+    ));
     hub.set_history_fetch(Box::new(move |r: FetchRequest| {
-        let (weak, client) = (weak.clone(), client.clone());
-        tokio::spawn(async move {
-            let fetched = async {
-                let mut conn = tokio::time::timeout(
-                    std::time::Duration::from_secs(2),
-                    client.get_multiplexed_async_connection(),
-                )
-                .await
-                .ok()?
-                .ok()?;
-                since(&mut conn, &r.channel, r.from.offset, max)
-                    .await
-                    .ok()?
-            }
-            .await;
-            let Some(hub) = weak.upgrade() else { return };
-            if let Some((top, pubs)) = fetched {
-                hub.merge_history(&r.channel, &top, pubs);
-            }
+        let Some(hub) = weak.upgrade() else { return };
+        let answer = move |hub: &Hub, r: &FetchRequest| {
             let reply = embedded_server::channels::protocol::subscribe(
-                &hub,
+                hub,
                 &r.conn,
                 &r.channel,
                 r.cap,
@@ -173,6 +177,44 @@ pub fn start(hub: &Arc<Hub>, client: redis::Client) {
             if let Some(reply) = reply {
                 hub.send_text_to(&r.conn, &reply);
             }
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            answer(&hub, &r);
+            return;
+        };
+        let (locate, shared) = (locate.clone(), shared.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let fetched = tokio::time::timeout(FETCH_WAIT, async {
+                let mut slot = shared.lock().await;
+                let mut conn = match slot.take() {
+                    Some(c) => c,
+                    None => locate()
+                        .await
+                        .ok()?
+                        .get_multiplexed_async_connection()
+                        .await
+                        .ok()?,
+                };
+                // A multiplexed connection serves every recovery at once: give it back first.
+                *slot = Some(conn.clone());
+                drop(slot);
+                match since(&mut conn, &r.channel, r.from.offset, max).await {
+                    Ok(found) => found,
+                    Err(_) => {
+                        // Rebuilt (and the master asked for again) by the next recovery.
+                        shared.lock().await.take();
+                        None
+                    }
+                }
+            })
+            .await
+            .ok()
+            .flatten();
+            if let Some((top, pubs)) = fetched {
+                hub.merge_history(&r.channel, &top, pubs);
+            }
+            answer(&hub, &r);
         });
     }));
 }

@@ -4,6 +4,7 @@
 //! backplane (`cluster`, with channel history in Redis Streams in `cluster_history`), and `--self-test` around the servers it starts (`self_test`; a child
 //! `serve --processes N` through `child`).
 
+pub mod backplane;
 pub mod child;
 pub mod cluster;
 pub mod cluster_history;

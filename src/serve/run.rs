@@ -78,7 +78,7 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
         let server = with_tls(Server::builtin(r.server.clone(), &r.builtin), tls);
         if let Some(url) = &r.cluster {
             crate::serve::cluster::start(url, server.hub())?;
-            eprintln!("wstune serve: cluster backplane on {url} (channel {})", crate::serve::cluster::CHANNEL);
+            eprintln!("wstune serve: cluster backplane on {} ({})", crate::serve::backplane::redacted(url), crate::serve::backplane::describe(url));
         }
         #[cfg(target_os = "linux")]
         if let (Some(i), Some(fd)) = (

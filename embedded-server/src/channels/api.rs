@@ -6,7 +6,7 @@
 //! | `POST /api/publish` `{"channel":"news","data":ANY}` | 200 `{"queued":N,"dropped":D,"delivered":N}` (+ `"offset":N,"epoch":"E"` with history on) |
 //! | `POST /api/batch` `{"messages":[{"channel":..,"data":..},..]}` (1..=1000) | 200 `{"published":M,"queued":N,"dropped":D,"delivered":N}` |
 //! | `GET /api/channels[?prefix=P&after=C&limit=N]` | 200 `{"channels":{"news":3,..},"subscriptions":N,"truncated":false}` (+ `"next":C` when truncated) |
-//! | `GET /api/channels/NAME` | 200 `{"channel":"NAME","subscribers":N}` (+ `"offset":N,"epoch":"E","history":K` with history on) |
+//! | `GET /api/channels/NAME` | 200 `{"channel":"NAME","subscribers":N}` (+ `"offset":N,"epoch":"E","history":K` with history on; with a cluster backplane N is the sum over the live nodes, and `"local"`, `"node"` (this node's id), `"nodes"` (id: count), `"live_nodes"`, `"partial"` follow) |
 //!
 //! `queued` is the number of this node's subscribers the message was queued for (or written to
 //! the socket of, when nothing was waiting). It is not a receipt: a slow subscriber whose queue
@@ -402,7 +402,22 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
             if let Err(e) = super::check_name(name) {
                 return error(400, e);
             }
-            let mut v = json!({ "channel": name, "subscribers": hub.subscriber_count(name) });
+            let local = hub.subscriber_count(name);
+            let mut v = json!({ "channel": name, "subscribers": local });
+            // With a cluster backplane: the sum over every live node, and each node's count.
+            if let Some(r) = hub.remote_presence(name) {
+                let mut nodes = serde_json::Map::new();
+                nodes.insert(format!("{:016x}", r.me), local.into());
+                for (id, n) in &r.nodes {
+                    nodes.insert(format!("{id:016x}"), (*n).into());
+                }
+                v["subscribers"] = (local + r.subscribers()).into();
+                v["local"] = local.into();
+                v["node"] = format!("{:016x}", r.me).into();
+                v["nodes"] = nodes.into();
+                v["live_nodes"] = (r.live + 1).into();
+                v["partial"] = r.partial.into();
+            }
             if hub.history_enabled() {
                 let (offset, epoch, kept) = match hub.history_peek(name) {
                     Some((pos, kept)) => (pos.offset, pos.epoch.to_string(), kept),

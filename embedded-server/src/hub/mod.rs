@@ -12,10 +12,12 @@
 
 pub mod drain;
 pub mod history;
+mod presence;
 mod recovery;
 mod subscriptions;
 
 pub use drain::{Drain, SERVICE_RESTART};
+pub use presence::{PresenceFn, RemotePresence};
 pub use recovery::{envelope, random_seed, FetchFn, FetchRequest, Recovered, StreamPosition};
 pub use subscriptions::{ChannelPage, Subscribed};
 
@@ -138,6 +140,8 @@ pub struct Hub {
     /// Readiness (`/readyz`) and the drain's plan: ready from the start, draining once
     /// `begin_drain` is called, never ready again (a drained server is restarted, not revived).
     pub drain: Drain,
+    /// What the other nodes of the cluster say about a channel, when a backplane hears them.
+    remote_presence: std::sync::OnceLock<PresenceFn>,
 }
 
 /// A monotonic clock for `Hub::now`. On Linux the coarse clock (`CLOCK_MONOTONIC_COARSE`, the
@@ -187,6 +191,7 @@ impl Hub {
             relay: std::sync::OnceLock::new(),
             history: std::sync::OnceLock::new(),
             drain: Drain::default(),
+            remote_presence: std::sync::OnceLock::new(),
         }
     }
 
@@ -194,6 +199,17 @@ impl Hub {
     /// is handed to it after local delivery. Set once.
     pub fn set_relay(&self, f: RelayFn) {
         let _ = self.relay.set(f);
+    }
+
+    /// Install the backplane's view of the other nodes' subscribers (cluster-wide presence for
+    /// `GET /api/channels/NAME`). Set once.
+    pub fn set_remote_presence(&self, f: PresenceFn) {
+        let _ = self.remote_presence.set(f);
+    }
+
+    /// The other nodes' subscribers of `channel`, when a backplane reports them.
+    pub fn remote_presence(&self, channel: &str) -> Option<RemotePresence> {
+        self.remote_presence.get().map(|f| f(channel))
     }
 
     /// A broadcast that came from another node: local delivery only (never relayed again).

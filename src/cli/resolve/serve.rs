@@ -286,6 +286,9 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
         app == embedded_server::App::Channels,
         &mut table,
     )?;
+    if let Some(url) = a.cluster.as_deref() {
+        history_backplane(url, &channels.settings.history)?;
+    }
     let builtin = BuiltinConfig {
         app,
         handler,
@@ -458,3 +461,22 @@ fn budget(p: &crate::profile::BudgetProfile, a: &ServeArgs, table: &mut Vec<Sett
 
 #[cfg(test)]
 mod tests;
+
+/// Channel history across nodes lives in Redis Streams, positioned by a Lua script that
+/// publishes on the backplane's one Redis channel: the engines without that channel (Redis
+/// Cluster's sharded pub/sub, NATS) cannot carry it, so the pair is refused rather than
+/// started with positions that no other node shares.
+fn history_backplane(
+    url: &str,
+    history: &embedded_server::channels::HistorySettings,
+) -> anyhow::Result<()> {
+    let scheme = url.split_once("://").map_or("", |(s, _)| s);
+    if history.enabled() && matches!(scheme, "redis+cluster" | "nats") {
+        anyhow::bail!(
+            "--history-size with --cluster {scheme}://: channel history across nodes is kept in \
+             Redis Streams, which this backplane does not carry; use a redis:// or \
+             redis+sentinel:// backplane, or drop --history-size"
+        );
+    }
+    Ok(())
+}

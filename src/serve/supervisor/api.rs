@@ -10,7 +10,9 @@
 //!   within 5 s gets a 504 saying the publish may or may not have been delivered: a blind
 //!   retry on another process would deliver it twice once the first one resumes.
 //! - `GET /api/channels` and `/api/channels/NAME` ask every process that is up and add the
-//!   counts; `"processes"` says how many answered.
+//!   counts; `"processes"` says how many answered. With `--cluster` a process's
+//!   `/api/channels/NAME` already counts every node (each process is one): their per-node
+//!   counts are merged, not added.
 //!
 //! The supervisor checked the key already; it presents the same key to the process (which
 //! read it from the same file or variable).
@@ -250,6 +252,10 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
             // With channel history: the most advanced process's position (they all hold the
             // supervisor's; one may still be delivering the latest).
             let mut position: Option<Value> = None;
+            // With `--cluster` each process is a node that already counts the whole cluster:
+            // merge their per-node views (a process's own count, fresh, over what the others
+            // heard of it) instead of adding up totals that overlap.
+            let (mut heard, mut own) = (BTreeMap::<String, u64>::new(), BTreeMap::new());
             for (status, body) in answers.into_iter().flatten() {
                 let Ok(v) = serde_json::from_str::<Value>(&body) else {
                     continue;
@@ -270,6 +276,12 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
                     }
                 }
                 subscribers += v["subscribers"].as_u64().unwrap_or(0);
+                if let (Some(me), Some(nodes)) = (v["node"].as_str(), v["nodes"].as_object()) {
+                    own.insert(me.to_string(), v["local"].as_u64().unwrap_or(0));
+                    for (id, n) in nodes {
+                        heard.insert(id.clone(), n.as_u64().unwrap_or(0));
+                    }
+                }
                 total += v["subscriptions"].as_u64().unwrap_or(0);
                 truncated |= v["truncated"].as_bool().unwrap_or(false);
                 if let Some(m) = v["channels"].as_object() {
@@ -277,6 +289,10 @@ pub async fn answer<P: Process>(p: &P, c: ApiCall) -> (u16, String) {
                         *counts.entry(name.clone()).or_default() += n.as_u64().unwrap_or(0);
                     }
                 }
+            }
+            if !own.is_empty() {
+                heard.extend(own);
+                subscribers = heard.values().sum();
             }
             let v = match &c.endpoint {
                 Endpoint::Channel(name) => {

@@ -9,8 +9,9 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-/// Settings the same in every process: summing would multiply them.
-const SAME_IN_EVERY_PROCESS: &[&str] = &["ws_send_queue_cap_bytes"];
+/// Settings the same in every process, and views every process shares (the cluster's live
+/// nodes, with `--cluster`: each process is one): summing would multiply them.
+const SAME_IN_EVERY_PROCESS: &[&str] = &["ws_send_queue_cap_bytes", "ws_backplane_nodes"];
 /// Up/down gauges: up only when up in every process.
 const ALL_UP: &[&str] = &["ws_backplane_up"];
 

@@ -194,7 +194,7 @@ fn history(
     if size.0 == 0 {
         if bounds_given {
             anyhow::bail!(
-                "--history-ttl, --history-max-bytes and --recover-max bound channel history,                  which is off: give --history-size N too (publications kept per channel)"
+                "--history-ttl, --history-max-bytes and --recover-max bound channel history, which is off: give --history-size N too (publications kept per channel)"
             );
         }
         return Ok(HistorySettings::default());
