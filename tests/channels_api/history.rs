@@ -255,6 +255,28 @@ async fn history_flags_are_refused_where_they_cannot_work() {
             ],
             "--recover-max 0",
         ),
+        (
+            vec![
+                "--app",
+                "channels",
+                "--history-size",
+                "10",
+                "--cluster",
+                "nats://127.0.0.1:4222",
+            ],
+            "redis+sentinel://",
+        ),
+        (
+            vec![
+                "--app",
+                "channels",
+                "--history-size",
+                "10",
+                "--cluster",
+                "redis+cluster://127.0.0.1:7000",
+            ],
+            "Redis Streams",
+        ),
     ] {
         let mut all = vec!["serve", "--port", "0", "--admin", "off"];
         all.extend(args);
