@@ -10,6 +10,7 @@ mod common;
 mod autobahn;
 mod faults;
 mod hostile;
+mod restart_recovery;
 mod scale;
 mod soak;
 mod windows_wine;
