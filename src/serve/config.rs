@@ -110,6 +110,11 @@ pub struct ServeConfig {
     pub log_level: Option<String>,
     /// `--cluster`: the Redis backplane's URL.
     pub cluster: Option<String>,
+    /// In a supervised process: the whole node's reconnect rate (`server.drain.reconnect_rate`),
+    /// what it drains at when a rolling restart replaces it (SIGUSR1 from the supervisor):
+    /// then it is the only process draining. 0 elsewhere.
+    #[serde(default)]
+    pub replaced_drain_rate: u32,
     /// The embedded server's configuration.
     pub server: ServerConfig,
     /// The built-in application it runs (`--app`, `--handler`, the channels app's settings;
@@ -301,6 +306,7 @@ impl ServeConfig {
         c.server.memory_budget = Some(memory_budget);
         c.set_row("memory budget bytes", memory_budget.to_string(), "flag");
         c.set_max_connections(max_connections);
+        c.replaced_drain_rate = self.server.drain_rate;
         // Each process paces its share: the node's reconnect rate stays the profile's.
         let share = max_connections as f64 / self.server.max_connections.max(1) as f64;
         if self.server.drain_rate > 0 {

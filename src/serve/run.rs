@@ -38,6 +38,14 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
             .context("cannot install the SIGTERM/SIGINT handlers")?;
         #[cfg(unix)]
         reload_is_for_the_supervisor(supervised.is_some())?;
+        #[cfg(unix)]
+        let replaced = match supervised {
+            Some(_) => Some(
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+                    .context("cannot install the SIGUSR1 handler")?,
+            ),
+            None => None,
+        };
         let addr = SocketAddr::new(r.bind, r.port);
         let listeners = listeners(r, addr, inherited)?;
         let local = listeners[0].local_addr()?;
@@ -105,6 +113,27 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
             };
             tokio::spawn(embedded_server::admin::serve_with(l, hub, gate, app, stop));
         }
+        // Under a supervisor, SIGUSR1 says a rolling restart replaced this process: it drains
+        // alone, at the node's reconnect rate and without the load balancer's delay.
+        #[cfg(unix)]
+        let shutdown = {
+            let (hub, rate) = (server.hub(), r.replaced_drain_rate);
+            async move {
+                let replaced = async {
+                    match replaced {
+                        Some(mut s) => {
+                            s.recv().await;
+                            let _ = hub.begin_drain_replaced(rate);
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = shutdown => {}
+                    _ = replaced => {}
+                }
+            }
+        };
         server
             .run(listeners, shutdown)
             .await?;

@@ -75,6 +75,10 @@ pub enum Trigger {
     Signal,
     /// `POST /api/drain` on the admin listener.
     Api,
+    /// A rolling restart replaced this process (`serve --processes N`, SIGHUP): the others
+    /// stay ready, so nothing waits for a load balancer, and this is the only process
+    /// draining, so it may close at the whole node's reconnect rate.
+    Replaced,
 }
 
 /// A drain's plan, fixed when it begins.
@@ -109,6 +113,7 @@ impl Plan {
             match self.trigger {
                 Trigger::Signal => "signal",
                 Trigger::Api => "api",
+                Trigger::Replaced => "replaced",
             }
         )
     }
@@ -208,6 +213,32 @@ impl Hub {
         };
         *plan = Some(p);
         // Readiness first: the 503 is what the load balancer must see before any close.
+        self.drain.advance(Phase::Waiting);
+        drop(plan);
+        self.drain.begun.notify_waiters();
+        Ok(p)
+    }
+
+    /// Begin a drain for a process a rolling restart replaced: no delay (the node's other
+    /// processes answer /readyz 200 and keep taking clients) and closes paced at `node_rate` a
+    /// second, the whole node's reconnect rate rather than this process's share of it (one
+    /// process drains at a time), within `drain_over`. `Err` as [`Hub::begin_drain`].
+    pub fn begin_drain_replaced(&self, node_rate: u32) -> Result<Plan, Plan> {
+        let mut plan = self.drain.plan.lock().unwrap();
+        if let Some(p) = *plan {
+            return Err(p);
+        }
+        let n = self.len();
+        let over = self.config.drain_over;
+        let p = Plan {
+            trigger: Trigger::Replaced,
+            connections: n,
+            delay: Duration::ZERO,
+            over,
+            rate: node_rate,
+            window: window(n, over, node_rate),
+        };
+        *plan = Some(p);
         self.drain.advance(Phase::Waiting);
         drop(plan);
         self.drain.begun.notify_waiters();

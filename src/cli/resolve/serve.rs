@@ -391,6 +391,7 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
         },
         log_level: a.log_level.clone(),
         cluster: a.cluster.clone(),
+        replaced_drain_rate: 0,
         server,
         builtin,
         settings: table

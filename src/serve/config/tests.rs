@@ -17,6 +17,7 @@ fn config() -> ServeConfig {
         log_format: LogFormat::Json,
         log_level: Some("debug".into()),
         cluster: None,
+        replaced_drain_rate: 0,
         server: ServerConfig::default(),
         builtin: BuiltinConfig::default(),
         settings: vec![("max connections".into(), "10".into(), "profile".into())],

@@ -2,7 +2,9 @@
 //! supervisor was started from, after an upgrade: nginx's binary upgrade), replace the server
 //! processes one slot at a time. The replacement starts on the same inherited listening
 //! sockets (`listen.rs`), so the kernel's accept queue of the slot is never closed; once its
-//! /healthz answers, the old process gets SIGTERM and drains, and the roll waits for it to exit
+//! /healthz answers, the old process gets SIGUSR1 and drains (alone, at the whole node's
+//! reconnect rate, with no load-balancer delay: the other processes stay ready), and the roll
+//! waits for it to exit
 //! before it moves to the next slot, so at most one extra process (and one slot's drain) runs
 //! at a time. A replacement that does not come up aborts the roll and the old process keeps
 //! serving; a second signal while a roll runs is refused, never interleaved.
@@ -176,6 +178,12 @@ pub async fn replace(
     cur: &mut Running,
     req: Replace,
 ) -> Option<std::io::Result<std::process::ExitStatus>> {
+    // A stop that began while the roll waited for the previous slot's drain: its SIGTERM went
+    // out before this replacement existed, so starting one now would leave it running.
+    if st.stopping.load(Relaxed) {
+        let _ = req.done.send(Err("the supervisor is stopping".into()));
+        return None;
+    }
     let (up_tx, up_rx) = oneshot::channel();
     let mut new = match super::process::spawn(st, i, &req.binary, Some(up_tx), false) {
         Ok(r) => r,
@@ -193,6 +201,12 @@ pub async fn replace(
             end(st, new, Duration::from_secs(5)).await;
             return Some(s);
         }
+    };
+    let up = match up {
+        Ok(_) if st.stopping.load(Relaxed) => {
+            Err("was not needed: the supervisor is stopping".into())
+        }
+        up => up,
     };
     let admin = match up {
         Ok(a) => a,
@@ -226,7 +240,7 @@ pub async fn replace(
     let old = std::mem::replace(cur, new);
     let (old_pid, new_pid) = (old.pid, cur.pid);
     // SAFETY: kill has no memory preconditions; the old process is our child, not yet reaped.
-    unsafe { libc::kill(old_pid as i32, libc::SIGTERM) };
+    unsafe { libc::kill(old_pid as i32, libc::SIGUSR1) };
     // The old one drains on its own task, so the keeper watches (and restarts) the new one
     // meanwhile; the roll moves on only once the old one has exited.
     let st = st.clone();
@@ -299,7 +313,7 @@ async fn end(st: &Arc<State>, r: Running, wait: Duration) -> Vec<String> {
 async fn end_after_term(st: &Arc<State>, mut r: Running, wait: Duration) -> Vec<String> {
     if tokio::time::timeout(wait, r.child.wait()).await.is_err() {
         super::run::say!(
-            "wstune serve: process pid {} still running {} s after SIGTERM: killed",
+            "wstune serve: process pid {} still running {} s after it was told to drain: killed",
             r.pid,
             wait.as_secs()
         );
