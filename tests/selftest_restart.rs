@@ -308,12 +308,8 @@ fn selftest_restart_cmd_restarts_a_separate_server() {
     assert_eq!(o.status.code(), Some(0), "{v:#}");
 }
 
-/// `--processes 2`: the default trigger is SIGTERM to one server process, which the supervisor
-/// replaces; only that process's clients are closed, and they come back to a process that
-/// accepts them (the other answers 503 at its share of the limit, counted as refused).
-#[test]
-fn serve_self_test_with_a_supervisor_restarts_one_server_process() {
-    let o = run(&[
+fn supervised_restart(by: Option<&str>) -> (Value, Value) {
+    let mut args = vec![
         "serve",
         "--self-test",
         "--profile",
@@ -328,9 +324,39 @@ fn serve_self_test_with_a_supervisor_restarts_one_server_process() {
         "3",
         "--format",
         "json",
-    ]);
+    ];
+    if let Some(by) = by {
+        args.extend(["--restart-by", by]);
+    }
+    let o = run(&args);
     let v = json_of(&o);
-    let s = &v["scenarios"][0];
+    let s = v["scenarios"][0].clone();
+    assert!(s["incomplete"].is_null(), "{s:#}");
+    (v, s)
+}
+
+/// `--processes 2`: the default trigger is a rolling restart (SIGHUP to the supervisor): every
+/// process is replaced, so every client is closed (with 1012) at least once, and every one
+/// comes back without a refused attempt: the listening sockets outlive the processes, and each
+/// replaced process drains alone. The window grew by the roll's length.
+#[test]
+fn serve_self_test_with_a_supervisor_rolls_every_server_process() {
+    let (v, s) = supervised_restart(None);
+    let r = &s["restart"];
+    assert_eq!(r["restart_by"], "sighup", "{v:#}");
+    let closed = r["closed"].as_u64().unwrap();
+    assert!(closed >= 600, "every process replaced: {r:#}");
+    assert_eq!(s["close_codes"]["1012"], closed, "{s:#}");
+    assert_eq!(r["not_back"], 0, "{r:#}");
+    assert_eq!(r["refused_total"], 0, "{r:#}");
+}
+
+/// `--restart-by sigterm-child`: SIGTERM to one server process, which the supervisor replaces
+/// once it exits; only that process's clients are closed, and they come back to a process
+/// that accepts them (the other answers 503 at its share of the limit, counted as refused).
+#[test]
+fn serve_self_test_with_a_supervisor_restarts_one_server_process() {
+    let (v, s) = supervised_restart(Some("sigterm-child"));
     let r = &s["restart"];
     assert_eq!(r["restart_by"], "sigterm-child", "{v:#}");
     assert!(
@@ -352,5 +378,4 @@ fn serve_self_test_with_a_supervisor_restarts_one_server_process() {
         closed,
         "{r:#}"
     );
-    assert!(s["incomplete"].is_null(), "{s:#}");
 }

@@ -448,17 +448,27 @@ pub fn size_serve(a: &ServeAsk) -> Result<ServeSize, String> {
         Some(n) => (n, Vec::new()),
         None => (sized.conns, sized.scaled_down.clone()),
     };
-    let server_max = server_max(conns);
+    let mut server_max = server_max(conns);
     // The supervisor's own sizing, so the report names what it will start.
-    let processes = match a.processes {
-        _ if max_server_processes == 1 => 1,
-        Some((w, from)) => {
-            crate::profile::size_processes(w, from, server_max, a.nofile, a.cores)?.processes
-        }
-        None => crate::profile::processes_needed(server_max as u64, a.nofile)
-            .map_or(1, |n| n as usize)
-            .min(MAX_SERVER_PROCESSES),
+    let size = |server_max: usize| -> Result<usize, String> {
+        Ok(match a.processes {
+            _ if max_server_processes == 1 => 1,
+            Some((w, from)) => {
+                crate::profile::size_processes(w, from, server_max, a.nofile, a.cores)?.processes
+            }
+            None => crate::profile::processes_needed(server_max as u64, a.nofile)
+                .map_or(1, |n| n as usize)
+                .min(MAX_SERVER_PROCESSES),
+        })
     };
+    let mut processes = size(server_max)?;
+    // A rolling restart moves a draining process's clients over every process, so each of the
+    // others takes about 1/N of them on top of its own (docs/serve.md, "Leave room for the
+    // roll"): the restart scenario's server gets that room, as a deployment should.
+    if processes > 1 && a.scenarios.contains(&super::Scenario::Restart) {
+        server_max += server_max.div_ceil(processes);
+        processes = size(server_max)?;
+    }
     // The deflate scenario alone may need a lower count: its contexts on both sides. Only
     // said when the deflate scenario runs (named, or among the defaults).
     let deflate_runs = a.conns.is_none()

@@ -202,11 +202,23 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
             use super::self_test_restart::Restartable;
             let server = match &servers[0] {
                 Running::User(_) => Restartable::User,
-                Running::Child(c) => Restartable::Supervisor {
-                    pid: c.pid,
-                    admin: c.admin,
-                    api_key: r.secrets.api_key.as_ref().map(|k| k.expose().to_string()),
-                },
+                Running::Child(c) => {
+                    let sv = &r.server;
+                    // Drain windows at the node's reconnect rate (a process's share of the
+                    // connections at its share of the rate lasts as long as the node's).
+                    let at_rate = |n: usize| {
+                        embedded_server::config::drain_window(n, sv.drain_over, sv.drain_rate)
+                            .as_secs_f64()
+                    };
+                    Restartable::Supervisor {
+                        pid: c.pid,
+                        admin: c.admin,
+                        api_key: r.secrets.api_key.as_ref().map(|k| k.expose().to_string()),
+                        drain_secs: sv.drain_delay.as_secs_f64() + at_rate(conns),
+                        // Each replacement's start and settle, then its predecessor's drain.
+                        roll_secs: processes as f64 * (3.0 + at_rate(conns.div_ceil(processes))),
+                    }
+                }
                 Running::InProcess(stop, _) => {
                     let app = embedded_server::BuiltinConfig {
                         app: embedded_server::App::Echo,

@@ -28,13 +28,17 @@ pub(super) enum Restartable {
         pid: u32,
         admin: Option<SocketAddr>,
         api_key: Option<String>,
+        /// Seconds one process's SIGTERM drain lasts (its delay and window), and a rolling
+        /// restart of all of them (each replaced process drains alone at the node's rate).
+        drain_secs: f64,
+        roll_secs: f64,
     },
     /// The user's `--command` program.
     User,
 }
 
-/// The disruption `by` asks for (its default: sigterm for one process, sigterm-child for
-/// several), or why it cannot act on this server.
+/// The disruption `by` asks for (its default: sigterm for one process, a rolling restart,
+/// sighup, for several), or why it cannot act on this server.
 pub(super) fn disrupt(by: Option<&RestartBy>, server: Restartable) -> anyhow::Result<Disrupt> {
     use anyhow::bail;
     match (by, server) {
@@ -51,19 +55,39 @@ pub(super) fn disrupt(by: Option<&RestartBy>, server: Restartable) -> anyhow::Re
              --processes 2 or more, or --restart-by sigterm",
             by.name()
         ),
-        (None | Some(RestartBy::SigtermChild), Restartable::Supervisor { pid, .. }) => {
-            Ok(sigterm_child(pid))
-        }
-        (Some(RestartBy::Sighup), Restartable::Supervisor { pid, .. }) => {
+        // The default is the rolling restart a deploy does; a supervisor that cannot roll
+        // (an older binary) has one process stopped instead.
+        (
+            None,
+            Restartable::Supervisor {
+                pid, drain_secs, ..
+            },
+        ) if !catches_sighup(pid) => Ok(Disrupt {
+            lasts_secs: drain_secs,
+            ..sigterm_child(pid)
+        }),
+        (
+            Some(RestartBy::SigtermChild),
+            Restartable::Supervisor {
+                pid, drain_secs, ..
+            },
+        ) => Ok(Disrupt {
+            lasts_secs: drain_secs,
+            ..sigterm_child(pid)
+        }),
+        (None | Some(RestartBy::Sighup), Restartable::Supervisor { pid, roll_secs, .. }) => {
             if !catches_sighup(pid) {
                 bail!(
                     "--restart-by sighup: this supervisor (pid {pid}) does not handle SIGHUP, \
                      which would end it and its processes; use --restart-by sigterm-child"
                 );
             }
-            Ok(signal(pid, libc::SIGHUP, "sighup", move |_| {
-                format!("SIGHUP to the supervisor (pid {pid}): a rolling restart")
-            }))
+            Ok(Disrupt {
+                lasts_secs: roll_secs,
+                ..signal(pid, libc::SIGHUP, "sighup", move |_| {
+                    format!("SIGHUP to the supervisor (pid {pid}): a rolling restart")
+                })
+            })
         }
         (Some(RestartBy::DrainApi), Restartable::Supervisor { admin, api_key, .. }) => {
             let Some(admin) = admin else {
@@ -107,6 +131,7 @@ fn signal(
 ) -> Disrupt {
     let say = Arc::new(say);
     Disrupt {
+        lasts_secs: 0.0,
         by: by.into(),
         run: Arc::new(move || {
             let say = say.clone();
@@ -127,6 +152,7 @@ fn signal(
 /// SIGTERM to the supervisor's first server process; the supervisor starts another.
 fn sigterm_child(supervisor: u32) -> Disrupt {
     Disrupt {
+        lasts_secs: 0.0,
         by: "sigterm-child".into(),
         run: Arc::new(move || {
             Box::pin(async move {
@@ -160,6 +186,7 @@ fn in_process(
     start: Arc<dyn Fn(SocketAddr) -> crate::selftest::server::InProcess + Send + Sync>,
 ) -> Disrupt {
     Disrupt {
+        lasts_secs: 0.0,
         by: "sigterm".into(),
         run: Arc::new(move || {
             let (stop, start) = (stop.clone(), start.clone());

@@ -105,8 +105,9 @@ pub struct LoadArgs {
     /// restart: how `serve --self-test` disrupts the server it started: sigterm (one process:
     /// stopped as on SIGTERM, a new one started on the same port; the default for one process),
     /// sigterm-child (--processes N: one server process is sent SIGTERM and the supervisor
-    /// starts another; the default for several), sighup (the supervisor, for a rolling restart
-    /// of all its processes), drain-api (POST /api/drain on its admin listener) or command:CMD
+    /// starts another), sighup (the supervisor, for a rolling restart of all its processes;
+    /// the default for several), drain-api (POST /api/drain on its admin listener) or
+    /// command:CMD
     #[arg(long, value_name = "HOW", value_parser = parse_restart_by, conflicts_with = "restart_cmd")]
     pub restart_by: Option<crate::selftest::restart::RestartBy>,
     /// restart: the command that restarts your server, run with `sh -c` 2 s into the scenario,

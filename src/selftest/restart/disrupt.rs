@@ -18,6 +18,9 @@ pub struct Disrupt {
     /// The trigger's name as the report shows it (`sigterm`, `command: systemctl restart ws`).
     pub by: String,
     pub run: Arc<DisruptFn>,
+    /// How long the disruption goes on after it starts (a rolling restart's drains, one
+    /// process after another), added to the window so the fleet has time to come back.
+    pub lasts_secs: f64,
 }
 
 impl std::fmt::Debug for Disrupt {
@@ -122,6 +125,7 @@ impl Disrupt {
     pub fn command(cmd: &str) -> Disrupt {
         let cmd = cmd.to_string();
         Disrupt {
+            lasts_secs: 0.0,
             by: format!("command: {cmd}"),
             run: Arc::new(move || {
                 let cmd = cmd.clone();
@@ -170,6 +174,7 @@ impl Disrupt {
         };
         let url = url.to_string();
         Ok(Disrupt {
+            lasts_secs: 0.0,
             by: format!("drain: POST {url}"),
             run: Arc::new(move || {
                 let (hostport, path, url, key) =

@@ -200,7 +200,7 @@ pub(super) fn plan_for(
         return std::borrow::Cow::Borrowed(o);
     }
     std::borrow::Cow::Owned(super::RunPlan {
-        secs: window_secs(o.conns, o.secs),
+        secs: window_secs(o.conns, o.secs) + o.disrupt.as_ref().map_or(0.0, |d| d.lasts_secs),
         ..o.clone()
     })
 }
