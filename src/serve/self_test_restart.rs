@@ -84,7 +84,7 @@ pub(super) fn disrupt(by: Option<&RestartBy>, server: Restartable) -> anyhow::Re
             }
             Ok(Disrupt {
                 lasts_secs: roll_secs,
-                ..signal(pid, libc::SIGHUP, "sighup", move |_| {
+                ..signal(pid, SIGHUP, "sighup", move |_| {
                     format!("SIGHUP to the supervisor (pid {pid}): a rolling restart")
                 })
             })
@@ -110,6 +110,34 @@ pub(super) fn disrupt(by: Option<&RestartBy>, server: Restartable) -> anyhow::Re
     }
 }
 
+#[cfg(unix)]
+use libc::{SIGHUP, SIGTERM};
+// A supervisor (`--processes`) is Linux's; elsewhere these never reach a process.
+#[cfg(not(unix))]
+const SIGHUP: i32 = 1;
+#[cfg(not(unix))]
+const SIGTERM: i32 = 15;
+
+/// kill(2): `sig` to `pid`, a process this run started (or its supervisor's child).
+fn kill(pid: u32, sig: i32) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        // SAFETY: kill(2) has no memory preconditions.
+        if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (pid, sig);
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "signals are Unix's",
+        ))
+    }
+}
+
 /// Whether `pid` catches SIGHUP (`SigCgt` in /proc/PID/status; Linux).
 fn catches_sighup(pid: u32) -> bool {
     let Ok(status) = crate::host::live(None).read(&format!("/proc/{pid}/status")) else {
@@ -119,13 +147,13 @@ fn catches_sighup(pid: u32) -> bool {
         .lines()
         .find_map(|l| l.strip_prefix("SigCgt:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .is_some_and(|mask| mask & (1 << (libc::SIGHUP - 1)) != 0)
+        .is_some_and(|mask| mask & (1 << (SIGHUP - 1)) != 0)
 }
 
 /// A signal to the process `target(pid)` picks, described by `say`.
 fn signal(
     pid: u32,
-    sig: libc::c_int,
+    sig: i32,
     by: &str,
     say: impl Fn(u32) -> String + Send + Sync + 'static,
 ) -> Disrupt {
@@ -136,12 +164,8 @@ fn signal(
         run: Arc::new(move || {
             let say = say.clone();
             Box::pin(async move {
-                // SAFETY: kill(2) with a pid this run started and still holds.
-                if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
-                    return Err(format!(
-                        "cannot signal pid {pid}: {}",
-                        std::io::Error::last_os_error()
-                    ));
+                if let Err(e) = kill(pid, sig) {
+                    return Err(format!("cannot signal pid {pid}: {e}"));
                 }
                 Ok(say(pid))
             })
@@ -162,12 +186,8 @@ fn sigterm_child(supervisor: u32) -> Disrupt {
                         "the supervisor (pid {supervisor}) has no server process"
                     ));
                 };
-                // SAFETY: kill(2) on a child of the supervisor this run started.
-                if unsafe { libc::kill(child as libc::pid_t, libc::SIGTERM) } != 0 {
-                    return Err(format!(
-                        "cannot signal server process {child}: {}",
-                        std::io::Error::last_os_error()
-                    ));
+                if let Err(e) = kill(child, SIGTERM) {
+                    return Err(format!("cannot signal server process {child}: {e}"));
                 }
                 Ok(format!(
                     "SIGTERM to server process {child} of supervisor {supervisor}; the \

@@ -20,6 +20,7 @@
 pub mod api;
 #[cfg(target_os = "linux")]
 pub mod history;
+#[cfg(target_os = "linux")]
 pub mod listen;
 pub mod metrics;
 #[cfg(target_os = "linux")]
