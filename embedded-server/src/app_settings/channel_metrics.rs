@@ -79,7 +79,7 @@ impl ChannelMetrics {
         self.protocol_errors[e as usize].fetch_add(1, Relaxed);
     }
 
-    /// Count a subscribe that asked to recover, by its result (one of [`RECOVERY_RESULTS`]).
+    /// Count a subscribe that asked to recover, by its result (`recovered`, `epoch`, `too_old`, `too_many`, `too_large` or `off`).
     pub fn recovery(&self, result: &str) {
         if let Some(i) = RECOVERY_RESULTS.iter().position(|r| *r == result) {
             self.recoveries[i].fetch_add(1, Relaxed);

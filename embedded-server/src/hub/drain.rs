@@ -1,11 +1,11 @@
 //! Draining: take the server out of the load balancer's rotation, then close its connections
 //! spread over a window, so a deploy does not turn into a reconnect storm on the other nodes.
 //!
-//! The order is fixed: readiness first ([`Drain::begin`] flips `/readyz` to 503 before
+//! The order is fixed: readiness first ([`Hub::begin_drain`] flips `/readyz` to 503 before
 //! anything else happens), then `drain_delay` (the load balancer's health checks see the 503;
 //! new upgrades are still accepted meanwhile, because a balancer that has not seen the 503 yet
 //! still sends clients here, and refusing them is the error the delay exists to avoid), then
-//! the server stops accepting, then [`spread`] closes every connection with 1012 (service
+//! the server stops accepting, then `Hub::spread_closes` closes every connection with 1012 (service
 //! restart) over `drain_over`.
 //!
 //! The spread is one task and one 10 ms timer for the whole server, whatever the connection
