@@ -12,5 +12,6 @@ mod deploy;
 mod export;
 mod journal;
 mod lb;
+mod lb_tls;
 mod reports;
 mod windows;

@@ -152,18 +152,9 @@ pub fn decode(me: u64, m: &[u8]) -> Option<Incoming<'_>> {
     }
 }
 
-/// A node id: random enough that two nodes never share one.
+/// A node id: random enough that two nodes never share one (the seed epochs are made from).
 pub(crate) fn node_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
+    embedded_server::hub::random_seed()
 }
 
 /// Backoff between reconnect attempts: 100 ms doubling to 5 s.

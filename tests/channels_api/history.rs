@@ -42,6 +42,18 @@ async fn take(ws: &mut Ws, n: usize, epoch: &str) -> Vec<(u64, Value)> {
     out
 }
 
+/// The first publication of a channel subscribed before it had a stream (its `subscribed`
+/// said `(0, "")`): (its offset and data, the stream's epoch it names).
+async fn first_of_stream(ws: &mut Ws) -> ((u64, Value), String) {
+    let v = next(ws).await;
+    let epoch = v["epoch"].as_str().expect("an epoch").to_string();
+    assert!(!epoch.is_empty(), "{v}");
+    (
+        (v["offset"].as_u64().expect("an offset"), v["data"].clone()),
+        epoch,
+    )
+}
+
 fn history_server(d: &tempfile::TempDir, size: &str, extra: &[&str]) -> Served {
     let key = path(d, "api-key");
     let mut args = vec![
@@ -67,7 +79,8 @@ async fn a_subscriber_that_comes_back_with_its_position_gets_exactly_what_it_mis
         (first["op"].as_str(), first["offset"].as_u64()),
         (Some("subscribed"), Some(0))
     );
-    let epoch = first["epoch"].as_str().unwrap().to_string();
+    // No stream before the first publication: a subscribe creates none.
+    assert_eq!(first["epoch"], "", "{first}");
     assert!(first.get("recovered").is_none(), "{first}");
     // Two live publications over WebSocket, each with its position.
     let mut publisher = connect(s.port, "", None).await.unwrap();
@@ -78,10 +91,9 @@ async fn a_subscriber_that_comes_back_with_its_position_gets_exactly_what_it_mis
         )
         .await;
     }
-    assert_eq!(
-        take(&mut sub, 2, &epoch).await,
-        [(1, json!(1)), (2, json!(2))]
-    );
+    let (one, epoch) = first_of_stream(&mut sub).await;
+    assert_eq!(one, (1, json!(1)));
+    assert_eq!(take(&mut sub, 1, &epoch).await, [(2, json!(2))]);
     drop(sub);
     // Away: three over WebSocket, two over the HTTP API (whose answer has the position).
     for i in 3..=5 {
@@ -157,13 +169,12 @@ async fn a_position_older_than_what_is_kept_or_too_far_behind_is_not_recovered()
     let d = secrets();
     let s = history_server(&d, "3", &["--recover-max", "2"]);
     let mut sub = connect(s.port, "", None).await.unwrap();
-    let epoch = subscribe_from(&mut sub, "c", None).await["epoch"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    assert_eq!(subscribe_from(&mut sub, "c", None).await["epoch"], "");
     drop(sub);
+    let mut epoch = String::new();
     for i in 1..=6 {
-        publish(&s, &d, &format!(r#"{{"channel":"c","data":{i}}}"#));
+        let (_, body) = publish(&s, &d, &format!(r#"{{"channel":"c","data":{i}}}"#));
+        epoch = json(&body)["epoch"].as_str().unwrap().to_string();
     }
     let mut ws = connect(s.port, "", None).await.unwrap();
     // Offsets 4..=6 are kept: from 1 the 2 and 3 are gone.
@@ -200,10 +211,7 @@ async fn a_recovery_racing_a_publisher_has_no_gap_and_no_duplicate() {
     let d = secrets();
     let s = history_server(&d, "2000", &["--recover-max", "2000"]);
     let mut sub = connect(s.port, "", None).await.unwrap();
-    let epoch = subscribe_from(&mut sub, "r", None).await["epoch"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    assert_eq!(subscribe_from(&mut sub, "r", None).await["epoch"], "");
     const N: u64 = 1500;
     let port = s.port;
     let publisher = tokio::spawn(async move {
@@ -218,7 +226,9 @@ async fn a_recovery_racing_a_publisher_has_no_gap_and_no_duplicate() {
         send(&mut p, json!({"op": "unsubscribe", "channel": "r"})).await;
         next_text(&mut p).await
     });
-    let got = take(&mut sub, 100, &epoch).await;
+    let (one, epoch) = first_of_stream(&mut sub).await;
+    assert_eq!(one.0, 1);
+    let got = take(&mut sub, 99, &epoch).await;
     let last = got.last().unwrap().0;
     drop(sub);
     let mut back = connect(s.port, "", None).await.unwrap();
@@ -231,6 +241,30 @@ async fn a_recovery_racing_a_publisher_has_no_gap_and_no_duplicate() {
     assert!(publisher.await.unwrap().is_some());
     assert_eq!(offsets, (last + 1..=N).collect::<Vec<_>>());
     nothing_more(&mut back).await;
+}
+
+/// A subscribe creates no stream: subscribes to names nobody publishes to cost the history
+/// nothing, so a client cannot push other channels' publications out of its byte bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribes_to_made_up_names_take_nothing_from_the_history() {
+    let d = secrets();
+    let s = history_server(&d, "100", &[]);
+    publish(&s, &d, r#"{"channel":"kept","data":1}"#);
+    let held = s.metric(r#"ws_memory_budget_store_bytes{store="history"}"#);
+    assert!(held > 0.0);
+    let mut ws = connect(s.port, "", None).await.unwrap();
+    for i in 0..200 {
+        let a = subscribe_from(&mut ws, &format!("made-up-{i:0>50}"), None).await;
+        assert_eq!(
+            (a["op"].as_str(), a["epoch"].as_str()),
+            (Some("subscribed"), Some(""))
+        );
+    }
+    assert_eq!(
+        s.metric(r#"ws_memory_budget_store_bytes{store="history"}"#),
+        held,
+        "subscribes grew the history"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

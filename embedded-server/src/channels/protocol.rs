@@ -15,9 +15,9 @@
 //! `"recovered":false,"reason":R` when it cannot be (R: `epoch`, the stream is not the one
 //! the position is from; `too_old`, publications after it are gone; `too_many` or
 //! `too_large`, more than one recovery returns; `off`, history is off): the client then
-//! reloads its state. Where positions are assigned elsewhere (`serve --processes`,
-//! `--cluster`), a channel with no stream yet answers `"offset":0,"epoch":""`, and a recovery
-//! from it asks for the whole stream. See `hub::history` for the model (Centrifugo's).
+//! reloads its state. A channel with no stream yet (nothing published to it) answers
+//! `"offset":0,"epoch":""`, and a recovery from it asks for the whole stream. See
+//! `hub::history` for the model (Centrifugo's).
 //!
 //! A subscribe past the per-connection caps ([`ChannelsSettings`]'s), or,
 //! under token auth ([`auth`](super::auth)), to a channel the token does not allow, gets
@@ -184,6 +184,9 @@ pub fn subscribe(
                     .to_string(),
             );
         }
+        // The connection closed meanwhile (a recovery that waited for the shared store):
+        // nobody to answer.
+        Subscribed::Ended => return None,
         _ => {}
     }
     if from.is_some() {

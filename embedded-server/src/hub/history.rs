@@ -87,6 +87,13 @@ struct Stream {
     entries: usize,
 }
 
+/// Offsets from another store (the supervisor's relay, Redis) are taken only from 1 to
+/// 2^62: no stream reaches that, and below it the offset arithmetic here cannot overflow,
+/// whatever a peer on the backplane sends.
+fn plausible(offset: u64) -> bool {
+    (1..1 << 62).contains(&offset)
+}
+
 impl Stream {
     /// The oldest offset kept (`top + 1` when none is).
     fn first(&self) -> u64 {
@@ -248,6 +255,9 @@ impl History {
     /// drops what came before the gap (a recovery across it would miss publications); one
     /// already kept is not kept again. False for that last case (a duplicate).
     pub fn insert(&mut self, channel: &str, pos: &Position, text: Arc<str>, now: u32) -> bool {
+        if !plausible(pos.offset) {
+            return false;
+        }
         self.expire(now);
         self.reset_to(channel, &pos.epoch, pos.offset.saturating_sub(1), now);
         let s = self.streams.get(channel).expect("reset_to creates it");
@@ -425,6 +435,9 @@ impl History {
         pubs: Vec<(u64, Arc<str>)>,
         now: u32,
     ) {
+        if !plausible(top.offset.max(1)) || pubs.iter().any(|p| !plausible(p.0)) {
+            return;
+        }
         self.expire(now);
         let contiguous = pubs.windows(2).all(|w| w[1].0 == w[0].0 + 1)
             && pubs.last().is_none_or(|p| p.0 == top.offset);

@@ -156,7 +156,10 @@ impl Hub {
             (store.0.peek(channel).is_some(), r)
         };
         // Nothing here about the channel (this node started after it), or not enough.
-        if kept && !matches!(local, Err(Unrecoverable::Epoch | Unrecoverable::TooOld)) {
+        // Kept here under the shared store's epoch: another epoch is not the shared store's
+        // either, so only publications older than those kept are worth a read (a client
+        // cannot make the node read the shared store by naming epochs that do not exist).
+        if kept && !matches!(local, Err(Unrecoverable::TooOld)) {
             return false;
         }
         fetch(FetchRequest {
@@ -355,11 +358,11 @@ impl Hub {
                 Subscribed::Already => None,
                 refused => return Err(refused),
             };
-            let pos = if h.sequenced.load(Relaxed) {
-                store.0.position_if_any(channel, now)
-            } else {
-                store.0.position(channel, now)
-            };
+            // A channel nobody published to yet has no stream, and a subscribe makes none:
+            // streams cost bytes of the history's bound, and subscribes to made-up names
+            // would otherwise push out the publications other channels keep. `(0, "")`
+            // recovers the stream's whole history once it has one.
+            let pos = store.0.position_if_any(channel, now);
             let mut reply = serde_json::json!({
                 "op": "subscribed",
                 "channel": channel,

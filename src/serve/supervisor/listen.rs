@@ -43,6 +43,10 @@ pub fn take_inherited() -> Result<Option<(Origin, Vec<OwnedFd>)>> {
             let fd: RawFd = part.trim().parse().with_context(|| {
                 format!("{ENV_LISTEN_FDS}={list}: not a list of fd numbers (the supervisor sets it; unset it to bind --port)")
             })?;
+            // Adopting one fd twice would close it twice (the second close another file's).
+            if fds.iter().any(|f: &OwnedFd| f.as_raw_fd() == fd) {
+                bail!("{ENV_LISTEN_FDS}={list}: fd {fd} is listed twice (the supervisor sets it; unset it to bind --port)");
+            }
             fds.push(adopt(fd, ENV_LISTEN_FDS)?);
         }
         return Ok(Some((Origin::Supervisor, fds)));

@@ -82,10 +82,13 @@ fn a_supervised_process_runs_what_the_same_flags_would_resolve_to() {
         "1073741824",
     ]);
     // Each process paces its share of the server's reconnect rate (40 of 10,000 connections:
-    // 8 of 2,000 closes a second), which no flag of a lone server says; the rest is the same.
+    // 8 of 2,000 closes a second) and, replaced by a rolling restart, drains at the whole
+    // rate; no flag of a lone server says either. The rest is the same.
     assert_eq!(child.server.drain_rate, 8);
+    assert_eq!(child.replaced_drain_rate, 2000);
     let mut direct = resolved(&direct);
     direct.server.drain_rate = 8;
+    direct.replaced_drain_rate = 2000;
     direct.refresh_drain_row();
     assert_eq!(child.to_json(), direct.to_json());
 }
