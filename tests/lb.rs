@@ -194,6 +194,25 @@ pub(crate) fn run_haproxy(cfg: &str, dir: &std::path::Path) -> Kill {
     )
 }
 
+/// A real HAProxy on a free loopback port in front of the backends on `p1` and `p2`, with
+/// the configuration `wstune lb haproxy` generates for the 10k profile: (its port, the
+/// configuration, its directory, the running proxy).
+fn haproxy_in_front(p1: u16, p2: u16) -> (u16, String, tempfile::TempDir, Kill) {
+    let front = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = generate(&[
+        "haproxy",
+        "--backends",
+        &format!("127.0.0.1:{p1},127.0.0.1:{p2}"),
+        "--bind",
+        &format!("127.0.0.1:{front}"),
+        "--profile",
+        "10k",
+    ]);
+    let proxy = run_haproxy(&cfg, dir.path());
+    (front, cfg, dir, proxy)
+}
+
 fn healthz(port: u16) -> Option<u64> {
     let r = common::try_http(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")?;
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");
@@ -208,18 +227,8 @@ async fn websocket_traffic_through_haproxy_survives_losing_a_backend() {
     }
     let b1 = common::serve(&["--profile", "10k", "--admin", "off"]);
     let b2 = common::serve(&["--profile", "10k", "--admin", "off"]);
-    let (p1, p2, front) = (b1.port, b2.port, free_port());
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = generate(&[
-        "haproxy",
-        "--backends",
-        &format!("127.0.0.1:{p1},127.0.0.1:{p2}"),
-        "--bind",
-        &format!("127.0.0.1:{front}"),
-        "--profile",
-        "10k",
-    ]);
-    let _proxy = run_haproxy(&cfg, dir.path());
+    let (p1, p2) = (b1.port, b2.port);
+    let (front, _cfg, _dir, _proxy) = haproxy_in_front(p1, p2);
     let url = format!("ws://127.0.0.1:{front}/");
     common::wait_port(front, Duration::from_secs(10), "haproxy");
     // 10 clients through the proxy: every echo comes back, and leastconn uses both backends.
@@ -315,19 +324,9 @@ async fn haproxy_takes_a_draining_backend_out_before_its_first_close() {
         &[("WSTUNE_API_KEY", Some(KEY))],
     );
     let b2 = common::serve(&["--profile", "10k", "--admin", "off"]);
-    let (p1, p2, front) = (b1.port, b2.port, free_port());
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = generate(&[
-        "haproxy",
-        "--backends",
-        &format!("127.0.0.1:{p1},127.0.0.1:{p2}"),
-        "--bind",
-        &format!("127.0.0.1:{front}"),
-        "--profile",
-        "10k",
-    ]);
+    let (p1, p2) = (b1.port, b2.port);
+    let (front, cfg, dir, _proxy) = haproxy_in_front(p1, p2);
     assert!(cfg.contains("option httpchk GET /readyz"), "{cfg}");
-    let _proxy = run_haproxy(&cfg, dir.path());
     common::wait_port(front, Duration::from_secs(10), "haproxy");
     for s in ["s1", "s2"] {
         common::wait_until(
