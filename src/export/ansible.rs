@@ -109,23 +109,49 @@ pub fn playbook(e: &Export) -> String {
       loop: \"{{ wstune_node_sysctls | dict2items }}\"
       vars:
         wstune_here: \"{{ wstune_values.results | selectattr('item.key', 'equalto', item.key) | first }}\"
-    # pam_limits: new logins only. A systemd service needs LimitNOFILE (`wstune export --to systemd`).
-    - name: Open-file limit for new logins (`*` does not match root in pam_limits)
-      community.general.pam_limits:
-        domain: \"{{ item[0] }}\"
-        limit_type: \"{{ item[1] }}\"
-        limit_item: nofile
-        value: \"{{ wstune_nofile }}\"
-        dest: \"{{ wstune_limits_file }}\"
-      loop: \"{{ ['*', 'root'] | product(['soft', 'hard']) | list }}\"
-      when: wstune_nofile | int > 0
 ",
     );
+    s.push_str(NOFILE_TASKS);
     if e.nic.is_some() {
         s.push_str(NIC_TASKS);
     }
     s
 }
+
+/// The open-file limit for new logins, never lowering the host's: pam_limits reads
+/// limits.conf, then limits.d/*.conf by name (C locale), a later line for the same domain and
+/// type replacing an earlier one, so a value set before our file is one ours would replace:
+/// the higher of it and the profile's is written (a file read after ours wins anyway), and
+/// `use_max` keeps a higher value already in our file. Only plain numbers count (the kernel
+/// refuses an unlimited nofile).
+const NOFILE_TASKS: &str = r#"    # pam_limits: new logins only. A systemd service needs LimitNOFILE (`wstune export --to systemd`).
+    - name: The open-file limit new logins get now from the files pam_limits reads before this one
+      ansible.builtin.shell: >-
+        d={{ wstune_limits_file | dirname | quote }}; LC_ALL=C; export LC_ALL;
+        set -- ; for f in "${d%/*}/limits.conf" "$d"/*.conf; do [ -f "$f" ] && set -- "$@" "$f"; done;
+        awk -v conf="${d%/*}/limits.conf" -v me={{ wstune_limits_file | basename | quote }}
+        '{ sub(/#.*/, ""); n = FILENAME; sub(/.*\//, "", n) };
+        FILENAME != conf && n >= me { next };
+        NF >= 4 && $3 == "nofile" && ($1 == "*" || $1 == "root") && $4 ~ /^[0-9]+$/ {
+        if ($2 == "soft" || $2 == "-") v[$1 " soft"] = $4; if ($2 == "hard" || $2 == "-") v[$1 " hard"] = $4 };
+        END { printf "{"; s = ""; split("* soft,* hard,root soft,root hard", k, ",");
+        for (i = 1; i <= 4; i++) { printf "%s\"%s\": %s", s, k[i], ((k[i] in v) ? v[k[i]] : 0); s = ", " } print "}" }'
+        "$@" < /dev/null
+      register: wstune_logins
+      changed_when: false
+      check_mode: false
+      when: wstune_nofile | int > 0
+    - name: Open-file limit for new logins (`*` does not match root in pam_limits), never lower than the host's
+      community.general.pam_limits:
+        domain: "{{ item[0] }}"
+        limit_type: "{{ item[1] }}"
+        limit_item: nofile
+        value: "{{ [wstune_nofile | int, (wstune_logins.stdout | from_json)[item[0] ~ ' ' ~ item[1]] | int] | max }}"
+        use_max: true
+        dest: "{{ wstune_limits_file }}"
+      loop: "{{ ['*', 'root'] | product(['soft', 'hard']) | list }}"
+      when: wstune_nofile | int > 0
+"#;
 
 /// The NIC files as play variables: where each goes, its mode and its text. The header of each
 /// file says which hardware it fits, and so does the play's.

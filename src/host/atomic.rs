@@ -56,6 +56,14 @@ pub fn write_owned(path: &Path, bytes: &[u8], mode: Mode, owner: Option<(u32, u3
         set_owner(tmp.as_file(), owner)
             .map_err(|e| anyhow!("cannot give {} its owner: {}", path.display(), io_words(&e)))?;
     }
+    // After the owner (a chown drops some), before the mode (an ACL is one and sets the group
+    // bits, which the mode then decides).
+    keep_xattrs_of(path, tmp.as_file(), matches!(mode, Mode::Exact(_))).map_err(|e| {
+        anyhow!(
+            "cannot give the new {} the old one's extended attribute {e}; nothing was replaced",
+            path.display()
+        )
+    })?;
     match mode {
         Mode::Exact(bits) => set_mode(tmp.as_file(), bits)
             .map_err(|e| anyhow!("cannot chmod {}: {}", tmp.path().display(), io_words(&e)))?,
@@ -187,6 +195,49 @@ fn keep_mode_of(path: &Path, new: &std::fs::File) -> std::io::Result<()> {
 
 #[cfg(not(unix))]
 fn keep_mode_of(_path: &Path, _new: &std::fs::File) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// Give `new` the extended attributes of the regular file at `path` that it replaces (SELinux's
+/// label, an ACL, an operator's `user.*` marks): a rename would otherwise drop them, and a
+/// rollback, written the same way, could not put them back. Not those bound to the old bytes
+/// or program (IMA's hash, EVM's signature, file capabilities). A file system without extended
+/// attributes has none to keep. `strict` (wstune's own files and journal): one that cannot be
+/// set is an error naming it; otherwise (a report) kept where allowed, like the owner.
+#[cfg(target_os = "linux")]
+fn keep_xattrs_of(path: &Path, new: &std::fs::File, strict: bool) -> std::io::Result<()> {
+    use xattr::FileExt;
+    const BOUND_TO_CONTENT: [&str; 3] = ["security.ima", "security.evm", "security.capability"];
+    let unsupported = |e: &std::io::Error| e.raw_os_error() == Some(libc::EOPNOTSUPP);
+    if !std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
+        return Ok(());
+    }
+    let names = match xattr::list(path) {
+        Ok(names) => names,
+        Err(e) if unsupported(&e) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for name in names {
+        if BOUND_TO_CONTENT.iter().any(|n| name == *n) {
+            continue;
+        }
+        let shown = name.to_string_lossy().into_owned();
+        let named =
+            |e: std::io::Error| std::io::Error::new(e.kind(), format!("{shown}: {}", io_words(&e)));
+        let Some(value) = xattr::get(path, &name).map_err(named)? else {
+            continue;
+        };
+        match new.set_xattr(&name, &value) {
+            Ok(()) => {}
+            Err(e) if unsupported(&e) || !strict => {}
+            Err(e) => return Err(named(e)),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn keep_xattrs_of(_path: &Path, _new: &std::fs::File, _strict: bool) -> std::io::Result<()> {
     Ok(())
 }
 

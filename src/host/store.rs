@@ -149,12 +149,39 @@ impl Store {
                 p.display()
             );
         }
+        self.refuse_outside_tree(&p, host_path)?;
         let bytes = read_capped(&p)?;
         Ok(Some(FileState {
             bytes,
             mode: mode_bits(&meta),
             owner: owner_of(&meta),
         }))
+    }
+
+    /// A captured tree (`--root`) answers only from its own files: the backend that `check`
+    /// and the plan read through refuses a link leading out of it (host/fixture.rs), so this
+    /// store refuses it too, rather than read, merge and replace a file of the machine wstune
+    /// runs on, or see it as changed since the check. A link is not resolved inside the tree as
+    /// a chroot would: `/etc/x` in a link there names this machine's /etc/x.
+    fn refuse_outside_tree(&self, p: &Path, host_path: &str) -> Result<()> {
+        if self.layout.tree().is_none() {
+            return Ok(());
+        }
+        let base = self.layout.base(host_path);
+        let base = base.canonicalize().unwrap_or_else(|_| base.to_path_buf());
+        let real = p
+            .canonicalize()
+            .with_context(|| format!("cannot resolve {}", p.display()))?;
+        if real.starts_with(&base) {
+            return Ok(());
+        }
+        bail!(
+            "{} is a link to {}, outside the tree {}: a captured tree answers only from its own files (check cannot read it either), so wstune changes nothing. Fix: put the file itself in the tree in the link's place (cp --remove-destination \"$(readlink -f {p})\" {p}), or remove the link",
+            p.display(),
+            real.display(),
+            base.display(),
+            p = p.display()
+        )
     }
 
     /// What `host_path` is (a link), or None when nothing is there. Refuses what wstune cannot

@@ -482,3 +482,91 @@ fn apply_raises_a_running_process_and_writes_a_unit_drop_in() {
     std::fs::remove_dir_all(tree.join("var")).unwrap();
     assert_same_tree(&pristine, &tree);
 }
+
+/// The extended attributes of a file apply replaces (an operator's `user.*` mark, SELinux's
+/// label) were dropped: the new file was a fresh one renamed over it, and rollback, written
+/// the same way, could not bring them back. Both keep them now, with the bytes restored.
+#[test]
+fn apply_and_rollback_keep_a_replaced_files_extended_attributes() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("default"), &tree);
+    let file = tree.join("etc/sysctl.d/60-wstune.conf");
+    let old = "# Managed by wstune apply: this file is rewritten whole. `wstune rollback` restores what it replaced.\nfs.file-max = 100\n";
+    std::fs::write(&file, old).unwrap();
+    let mut marks = vec![("user.backup", b"nightly".to_vec())];
+    if let Err(e) = xattr::set(&file, "user.backup", b"nightly") {
+        return common::skip(
+            "xattr",
+            &format!("this file system takes no user.* extended attributes: {e}"),
+        );
+    }
+    // A label as SELinux gives one, where this kernel lets root set it.
+    let label = b"system_u:object_r:etc_t:s0".to_vec();
+    if xattr::set(&file, "security.selinux", &label).is_ok() {
+        marks.push(("security.selinux", label));
+    }
+    let kept = |when: &str| {
+        for (name, value) in &marks {
+            assert_eq!(
+                xattr::get(&file, name).unwrap().as_deref(),
+                Some(value.as_slice()),
+                "{name} {when}"
+            );
+        }
+    };
+    let t = tree.to_str().unwrap();
+    let o = wstune120(&["apply", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_ne!(std::fs::read_to_string(&file).unwrap(), old);
+    kept("after apply");
+    let o = wstune120(&["rollback", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), old);
+    kept("after rollback");
+}
+
+/// On a captured tree, wstune's sysctl file was a link to a file outside the tree: check could
+/// not read it (the tree answers only from its own files), but apply read the outside file,
+/// found it differed from what the check saw, and said it "changed since the check". Both
+/// refuse the link now: check names it, and apply names it and the fix, changing nothing.
+#[test]
+fn a_file_linked_out_of_a_captured_tree_is_refused_by_check_and_apply_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("default"), &tree);
+    let outside = dir.path().join("elsewhere.conf");
+    std::fs::write(&outside, "net.core.somaxconn = 1024\n").unwrap();
+    let link = tree.join("etc/sysctl.d/60-wstune.conf");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    let pristine = dir.path().join("pristine");
+    copy_dir(&tree, &pristine);
+    let t = tree.to_str().unwrap();
+    let check = stdout(&wstune120(&["check", "--root", t, "-f", "json"]));
+    assert!(
+        check.contains(&format!(
+            "{}: is a link to {}, outside the tree",
+            link.display(),
+            outside.display()
+        )),
+        "{check}"
+    );
+    let o = wstune120(&["apply", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 3, "{}{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert!(!err.contains("changed since the check"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{} is a link to {}, outside the tree",
+            link.display(),
+            outside.display()
+        )) && err.contains("Fix: put the file itself in the tree"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "net.core.somaxconn = 1024\n"
+    );
+    let _ = std::fs::remove_dir_all(tree.join("var"));
+    assert_same_tree(&pristine, &tree);
+}

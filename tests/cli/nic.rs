@@ -9,12 +9,16 @@ use common::{assert_same_tree, check_json, code, copy_dir, finding, fixture, std
 use std::path::Path;
 use std::process::Command;
 
-/// With `nic.irq: pinned`, each queue interrupt of an 8-queue mlx5 NIC goes to its own CPU of
-/// the NIC's node, on a captured tree with files under --prefix. The boot script finds each
-/// interrupt by its name and pins it again (run here against the tree), systemd-analyze
-/// accepts its unit, and rollback restores the tree.
-#[test]
-fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
+/// A captured host with an 8-queue mlx5 NIC on node 1 (CPUs 16-31), RPS in its kernel,
+/// irqbalance running, and a profile with `nic.irq: pinned` beside it: (its directory, the
+/// tree, a copy of the tree as it was, the profile, an empty --prefix).
+fn pinned_tree() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
     let dir = tempfile::tempdir().unwrap();
     let tree = dir.path().join("host");
     copy_dir(&fixture("tuned"), &tree);
@@ -63,6 +67,16 @@ fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
     .unwrap();
     let prefix = dir.path().join("prefix");
     std::fs::create_dir(&prefix).unwrap();
+    (dir, tree, pristine, profile, prefix)
+}
+
+/// With `nic.irq: pinned`, each queue interrupt of an 8-queue mlx5 NIC goes to its own CPU of
+/// the NIC's node, on a captured tree with files under --prefix. The boot script finds each
+/// interrupt by its name and pins it again (run here against the tree), systemd-analyze
+/// accepts its unit, and rollback restores the tree.
+#[test]
+fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
+    let (dir, tree, pristine, profile, prefix) = pinned_tree();
     // Debian's irqbalance environment file, with an argument of the operator's.
     let irqbalance_env =
         "# irqbalance's settings\n#IRQBALANCE_ONESHOT=\nIRQBALANCE_ARGS=\"--powerthresh=2\"\n";
@@ -216,6 +230,96 @@ fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
         irqbalance_env,
         "irqbalance's file back byte for byte"
     );
+}
+
+/// `apply --nic` on the pinned host, files under --prefix.
+fn apply_pinned(tree: &Path, prefix: &Path, profile: &Path) -> std::process::Output {
+    wstune120(&[
+        "apply",
+        "--root",
+        tree.to_str().unwrap(),
+        "--prefix",
+        prefix.to_str().unwrap(),
+        "--profile",
+        profile.to_str().unwrap(),
+        "--nic",
+        "eth0",
+        "--yes",
+    ])
+}
+
+/// irqbalance's environment file as operators write it, `export` before the assignment and a
+/// comment after it: apply adds its policy script to that same assignment (a shell sourcing
+/// the file gets the operator's argument and ours), and rollback puts the file back byte for
+/// byte. It was not recognised: a second assignment was appended, and the operator's argument
+/// was lost when the file was sourced.
+#[test]
+fn an_exported_irqbalance_args_keeps_the_operators_argument_and_rollback_restores_it() {
+    let (_dir, tree, pristine, profile, prefix) = pinned_tree();
+    let env = "# irqbalance's settings\nexport IRQBALANCE_ARGS=\"--banirq=77\"   # the disk's interrupt\nIRQBALANCE_ONESHOT=no\n";
+    let file = prefix.join("etc/default/irqbalance");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, env).unwrap();
+    let o = apply_pinned(&tree, &prefix, &profile);
+    assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    let ours = "--policyscript=/etc/wstune/irqbalance-policy.sh";
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        format!("# irqbalance's settings\nexport IRQBALANCE_ARGS=\"--banirq=77 {ours}\"   # the disk's interrupt\nIRQBALANCE_ONESHOT=no\n")
+    );
+    // As irqbalance's init script reads it: sourced by a shell.
+    let sh = Command::new("sh")
+        .args(["-c", ". \"$1\"; printf '%s' \"$IRQBALANCE_ARGS\"", "sh"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&sh),
+        format!("--banirq=77 {ours}"),
+        "{}",
+        stderr(&sh)
+    );
+    let o = wstune120(&[
+        "rollback",
+        "--root",
+        tree.to_str().unwrap(),
+        "--prefix",
+        prefix.to_str().unwrap(),
+        "--yes",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), env);
+    let _ = std::fs::remove_dir_all(tree.join("var"));
+    assert_same_tree(&pristine, &tree);
+}
+
+/// An operator's comment under the header of the NIC sysctl file, and a blank line, were taken
+/// for part of wstune's header: a second apply dropped them, rewrote a file whose settings had
+/// not changed and reported "Applied 1 change(s)". It plans nothing now and keeps the file.
+#[test]
+fn a_second_apply_keeps_an_operators_comment_in_the_nic_sysctl_file_and_changes_nothing() {
+    let (_dir, tree, _, profile, prefix) = pinned_tree();
+    let o = apply_pinned(&tree, &prefix, &profile);
+    assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    let path = prefix.join("etc/sysctl.d/60-wstune-nic.conf");
+    let written = std::fs::read_to_string(&path).unwrap();
+    let at = written
+        .find("net.core.rps_sock_flow_entries")
+        .unwrap_or_else(|| panic!("{written}"));
+    let annotated = format!(
+        "{}# RFS table sized with the proxy tier in mind (ops)\n\n{}",
+        &written[..at],
+        &written[at..]
+    );
+    std::fs::write(&path, &annotated).unwrap();
+    let again = apply_pinned(&tree, &prefix, &profile);
+    assert_eq!(code(&again), 0, "{}", stderr(&again));
+    assert!(
+        stdout(&again).contains("Nothing to change"),
+        "{}",
+        stdout(&again)
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), annotated);
 }
 
 /// A copy of the default fixture with its eth0's ethtool settings (`wstune/ethtool/eth0`: what

@@ -359,3 +359,145 @@ fn sysctl_export_names_a_vendor_file_that_wins_at_boot() {
         "{text}"
     );
 }
+
+/// A vendor file applied after wstune's sets fs.nr_open = 1048576, and the profile (1m) asks
+/// for nofile 2000000: apply writes 1048576 there and says why, but limits, docker and compose
+/// wrote 2000000, which every login's and container's setrlimit refuses after the next boot.
+/// Every export caps it by apply's rule now, with apply's note; and the static files' header
+/// says that "never lower" holds only for the host the values were computed on.
+#[test]
+fn exports_cap_nofile_at_the_nr_open_the_tree_boots_with() {
+    let dir = tempfile::tempdir().unwrap();
+    common::copy_dir(&fixture("default"), dir.path());
+    let t = dir.path().to_str().unwrap();
+    let with = |to: &str| export(&["--to", to, "--root", t, "--profile", "1m"]);
+    // Without the vendor file the exported sysctl file's own fs.nr_open (4194304) is what the
+    // tree boots with: the profile's 2000000 stands.
+    assert!(
+        with("limits").contains("\n* hard nofile 2000000\n"),
+        "{}",
+        with("limits")
+    );
+    std::fs::write(
+        dir.path().join("usr/lib/sysctl.d/99-vendor.conf"),
+        "fs.nr_open = 1048576\n",
+    )
+    .unwrap();
+    let note = "above the fs.nr_open this host will have after the next boot (1048576, set by /usr/lib/sysctl.d/99-vendor.conf:1)";
+    let settings = |text: &str| -> String {
+        text.lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let limits = with("limits");
+    for who in ["*", "root"] {
+        for kind in ["soft", "hard"] {
+            assert!(
+                limits.contains(&format!("\n{who} {kind} nofile 1048576\n")),
+                "{limits}"
+            );
+        }
+    }
+    let docker = with("docker");
+    assert!(
+        docker.contains("  --ulimit nofile=1048576:1048576 \\\n"),
+        "{docker}"
+    );
+    let compose = with("compose");
+    assert!(
+        compose.contains("      nofile:\n        soft: 1048576\n        hard: 1048576\n"),
+        "{compose}"
+    );
+    for (to, text) in [
+        ("limits", &limits),
+        ("docker", &docker),
+        ("compose", &compose),
+    ] {
+        assert!(!settings(text).contains("2000000"), "{to}: {text}");
+        assert!(text.contains(note), "{to}: {text}");
+        // The values are this tree's; on another host they are set as written.
+        assert!(
+            text.contains(&format!(
+                "# \"Never lower\" holds for snapshot:{t} only: on another host these values are set as written,"
+            )),
+            "{to}: {text}"
+        );
+    }
+    let json: Json = serde_json::from_str(&with("json")).unwrap();
+    assert_eq!(json["nofile"], 1048576, "{json}");
+    // The play compares on each host: its header says so, not "for this host only".
+    let play = with("ansible");
+    assert!(play.contains("it never lowers a host's value"), "{play}");
+    assert!(!play.contains("\"Never lower\" holds for"), "{play}");
+}
+
+/// pam_limits without `use_max` turned a host's 1048576 into the profile's 200000. The play
+/// never lowers a host's open-file limit now: run for real against files under a scratch
+/// directory, one at 1048576 in limits.conf (read before the play's file) and in the play's
+/// own file (from an earlier run) stays 1048576, while a file read after the play's, which
+/// wins anyway, is not what it keeps; limits.conf and that file are left alone.
+#[test]
+fn ansible_play_never_lowers_a_hosts_higher_open_file_limit() {
+    if !have("ansible-playbook") {
+        return common::skip(
+            "ansible",
+            "ansible-playbook is not installed (pip install ansible)",
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let play = dir.path().join("wstune.yml");
+    let json = export(&["--to", "json"]);
+    export(&["--to", "ansible", "-o", play.to_str().unwrap()]);
+    let prefix = dir.path().join("root");
+    let security = prefix.join("etc/security");
+    std::fs::create_dir_all(security.join("limits.d")).unwrap();
+    let conf = "# the host's own\n*\tsoft\tnofile\t1048576\n*  hard  nofile  1048576\n";
+    std::fs::write(security.join("limits.conf"), conf).unwrap();
+    std::fs::write(
+        security.join("limits.d/60-wstune.conf"),
+        "root soft nofile 1048576\nroot hard nofile 1048576\n",
+    )
+    .unwrap();
+    let later = "* hard nofile 4000000\n";
+    std::fs::write(security.join("limits.d/90-later.conf"), later).unwrap();
+    let script = format!(
+        "{shield}
+ANSIBLE_LOCALHOST_WARNING=false ANSIBLE_NOCOLOR=1 ansible-playbook -i localhost, -c local \
+  -e ansible_python_interpreter=\"$(command -v python3)\" -e wstune_set_node_sysctls=false \
+  -e wstune_sysctl_file={prefix}/etc/sysctl.d/60-wstune.conf \
+  -e wstune_limits_file={prefix}/etc/security/limits.d/60-wstune.conf {play}
+",
+        shield = shield(dir.path(), &json),
+        prefix = prefix.display(),
+        play = play.display()
+    );
+    let Some(o) = common::in_netns(&script) else {
+        return;
+    };
+    assert!(o.status.success(), "{}{}", common::stdout(&o), stderr(&o));
+    let ours = std::fs::read_to_string(security.join("limits.d/60-wstune.conf")).unwrap();
+    let lines: Vec<Vec<&str>> = ours
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .filter(|w: &Vec<&str>| !w.is_empty() && !w[0].starts_with('#'))
+        .collect();
+    for who in ["*", "root"] {
+        for kind in ["soft", "hard"] {
+            let set: Vec<&str> = lines
+                .iter()
+                .filter(|w| w.len() == 4 && w[0] == who && w[1] == kind && w[2] == "nofile")
+                .map(|w| w[3])
+                .collect();
+            assert_eq!(set, ["1048576"], "{who} {kind} nofile in {ours}");
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string(security.join("limits.conf")).unwrap(),
+        conf
+    );
+    assert_eq!(
+        std::fs::read_to_string(security.join("limits.d/90-later.conf")).unwrap(),
+        later
+    );
+}

@@ -66,31 +66,50 @@ pub(super) fn plan_budget(p: &mut NicPlan, i: &Inputs, lines: &mut Vec<(String, 
     });
 }
 
-/// The NIC sysctl file with this plan's lines, keeping any other line it has.
+/// The NIC sysctl file with this plan's lines, keeping every other line it has (an operator's
+/// comment or blank line, a key this plan does not set) where it is: each of this plan's keys
+/// replaces its line in place, and a key the file lacks is appended. So a file that already
+/// says this comes out byte for byte the same, and apply neither rewrites nor counts it.
 pub(super) fn finish_sysctl_file(p: &mut NicPlan, i: &Inputs, lines: &[(String, String)]) {
     if !i.scope.persist || lines.is_empty() {
         return;
     }
     let mut out = String::from(NIC_SYSCTL_HEAD);
-    // The file's leading "# Written by wstune apply" comment, of this version or an older one
-    // (whose words differ), gives way to the header above.
-    let mut head = i.nic_sysctl_now.starts_with("# Written by wstune apply");
-    for l in i.nic_sysctl_now.lines() {
-        head &= l.starts_with('#');
-        let key = l.split_once('=').map(|(k, _)| k.trim());
-        let ours = key.is_some_and(|k| lines.iter().any(|(n, _)| n == k));
-        if head || ours || l.trim().is_empty() {
-            continue;
+    // wstune's own header, of this version or an older one (whose words differ), gives way to
+    // the one above; only those exact lines: a comment under it is the operator's.
+    let now = i.nic_sysctl_now;
+    let body = std::iter::once(NIC_SYSCTL_HEAD)
+        .chain(OLD_NIC_SYSCTL_HEADS.iter().copied())
+        .find_map(|head| now.strip_prefix(head))
+        .unwrap_or(now);
+    let mut done: Vec<&str> = Vec::new();
+    for l in body.lines() {
+        let key = (!l.trim_start().starts_with(['#', ';']))
+            .then(|| l.split_once('=').map(|(k, _)| k.trim()))
+            .flatten();
+        match lines.iter().find(|(n, _)| Some(n.as_str()) == key) {
+            // A second line for a key already written would override it at boot (sysctl
+            // applies lines in order, the last one winning): it goes.
+            Some((k, _)) if done.contains(&k.as_str()) => {}
+            Some((k, v)) => {
+                out.push_str(&format!("{k} = {v}\n"));
+                done.push(k);
+            }
+            None => {
+                out.push_str(l);
+                out.push('\n');
+            }
         }
-        out.push_str(l);
-        out.push('\n');
     }
-    for (k, v) in lines {
+    for (k, v) in lines.iter().filter(|(k, _)| !done.contains(&k.as_str())) {
         out.push_str(&format!("{k} = {v}\n"));
     }
     // Pushed even when unchanged: apply drops a file that already says this, with its actions.
     p.files.push((NIC_SYSCTL_FILE.to_string(), out));
 }
+
+/// The headers older versions wrote on the NIC sysctl file, replaced by [`NIC_SYSCTL_HEAD`].
+const OLD_NIC_SYSCTL_HEADS: &[&str] = &["# Written by wstune apply: RFS's flow table for the RPS set on the NICs' queues\n# (/etc/udev/rules.d/60-wstune-nic.rules). `wstune rollback` removes it.\n"];
 
 pub(super) const NIC_SYSCTL_HEAD: &str = "# Written by wstune apply: RFS's flow table for the RPS set on the NICs' queues\n# (/etc/udev/rules.d/60-wstune-nic.rules) and the receive softirq's budget. `wstune\n# rollback` puts back what was here before.\n";
 

@@ -21,11 +21,20 @@ pub(super) fn plan_irqbalance(p: &mut NicPlan, i: &Inputs, pins: &[(String, Vec<
             .join(", ")
     };
     // An operator's own policy script (named in IRQBALANCE_ARGS already) is never replaced.
+    let mut by_hand = false;
     let config = match i
         .irqbalance_config
         .map(|(path, text)| (path, text, with_policyscript(text)))
     {
-        Some((path, _, Err(theirs))) => {
+        Some((path, _, Err(KeepArgs::Unsure(why)))) => {
+            p.notes.push(format!(
+                "{}: IRQBALANCE_ARGS in {path} is not an assignment wstune can edit exactly ({why}): left as it is. Add --policyscript={IRQBALANCE_POLICY} to it by hand, or irqbalance may move the pinned interrupts again",
+                names()
+            ));
+            by_hand = true;
+            None
+        }
+        Some((path, _, Err(KeepArgs::Theirs(theirs)))) => {
             let bans: Vec<String> = pins
                 .iter()
                 .flat_map(|(_, q)| q.iter().map(|(n, _)| n.clone()))
@@ -57,6 +66,9 @@ pub(super) fn plan_irqbalance(p: &mut NicPlan, i: &Inputs, pins: &[(String, Vec<
         });
     }
     let Some((path, text, args)) = config else {
+        if by_hand {
+            return;
+        }
         p.notes.push(if i.for_other_hosts {
             format!(
                 "{}: where irqbalance runs, add --policyscript={IRQBALANCE_POLICY} to its arguments (IRQBALANCE_ARGS in {}), or it may move the pinned interrupts again",
@@ -114,24 +126,37 @@ pub(super) fn plan_irqbalance(p: &mut NicPlan, i: &Inputs, pins: &[(String, Vec<
     ));
 }
 
-/// irqbalance's environment file with `--policyscript=` ours added to IRQBALANCE_ARGS (its last
-/// assignment; appended when there is none), every other line and argument kept. Err: the
-/// arguments already name another policy script (`-l`/`--policyscript`), which is the
-/// operator's and is left alone.
-pub(super) fn with_policyscript(text: &str) -> Result<String, String> {
+/// Why apply leaves irqbalance's environment file as it is.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum KeepArgs {
+    /// The arguments already name a policy script of the operator's (`-l`, `--policyscript`).
+    Theirs(String),
+    /// The assignment is not one wstune can edit exactly (its value goes on past its line, or is
+    /// a command's output): why, in words.
+    Unsure(String),
+}
+
+/// irqbalance's environment file with `--policyscript=` ours added to IRQBALANCE_ARGS (the last
+/// assignment, the one a shell sourcing the file keeps; appended when there is none), every
+/// other line and argument kept. The assignment is read as the shell reads it: `export` before
+/// it, its value one word of unquoted, 'single-' and "double-quoted" parts, then a comment or
+/// another command on the line, kept as they are. A line inside another variable's value that
+/// spans lines is not an assignment. Err: the arguments already name another policy script (the
+/// operator's, left alone), or the value is not one wstune can edit exactly.
+pub(super) fn with_policyscript(text: &str) -> Result<String, KeepArgs> {
     let ours = format!("--policyscript={IRQBALANCE_POLICY}");
-    let assignment = |l: &str| {
-        l.trim_start()
-            .strip_prefix("IRQBALANCE_ARGS=")
-            .map(|v| v.trim_end().to_string())
-    };
-    let last = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| assignment(l).is_some())
-        .map(|(k, _)| k)
-        .last();
-    let Some(at) = last else {
+    // (line, byte where its value starts) of the last assignment that starts a line.
+    let mut last = None;
+    let mut open = Open::No;
+    for (k, l) in text.lines().enumerate() {
+        if open == Open::No {
+            if let Some(at) = assignment(l) {
+                last = Some((k, at));
+            }
+        }
+        open = scan(open, l, false).0;
+    }
+    let Some((at, start)) = last else {
         let mut out = text.to_string();
         if !out.is_empty() && !out.ends_with('\n') {
             out.push('\n');
@@ -142,23 +167,22 @@ pub(super) fn with_policyscript(text: &str) -> Result<String, String> {
         return Ok(out);
     };
     let line = text.lines().nth(at).unwrap_or_default();
-    let raw = assignment(line).unwrap_or_default();
-    // The value as the shell reads it (quoted, or one word), and what follows it on the line
-    // (a comment), kept.
-    let (quote, value, trailing) = match raw.chars().next() {
-        Some(q @ ('"' | '\'')) => match raw[1..].find(q) {
-            Some(end) => (
-                Some(q),
-                raw[1..=end].to_string(),
-                raw[end + 2..].to_string(),
-            ),
-            None => return Err(format!("an unterminated quote: {line}")),
-        },
-        _ => {
-            let end = raw.find(char::is_whitespace).unwrap_or(raw.len());
-            (None, raw[..end].to_string(), raw[end..].to_string())
-        }
-    };
+    let rest = &line[start..];
+    let (state, end) = scan(Open::Word, rest, true);
+    if state != Open::No {
+        return Err(KeepArgs::Unsure(format!(
+            "its value goes on past the line ({})",
+            line.trim()
+        )));
+    }
+    let (word, trailing) = rest.split_at(end);
+    if word.contains("$(") || word.contains('`') {
+        return Err(KeepArgs::Unsure(format!(
+            "its value is a command's output ({})",
+            line.trim()
+        )));
+    }
+    let value = unquote(word);
     let words: Vec<&str> = value.split_whitespace().collect();
     if words.contains(&ours.as_str()) {
         return Ok(text.to_string());
@@ -175,21 +199,34 @@ pub(super) fn with_policyscript(text: &str) -> Result<String, String> {
         }
     });
     if let Some(theirs) = theirs {
-        return Err(theirs);
+        return Err(KeepArgs::Theirs(theirs));
     }
-    let new_value = if value.trim().is_empty() {
-        ours
-    } else {
-        format!("{} {ours}", value.trim_end())
+    let joined = |inner: &str| {
+        if inner.trim().is_empty() {
+            ours.clone()
+        } else {
+            format!("{} {ours}", inner.trim_end())
+        }
     };
-    let q = quote.unwrap_or('"');
-    let indent = &line[..line.len() - line.trim_start().len()];
+    let quoted_whole = |q: char| {
+        word.len() >= 2 && word.starts_with(q) && closing_quote(word, q) == Some(word.len() - 1)
+    };
+    let new_word = if quoted_whole('\'') || quoted_whole('"') {
+        // One quoted part: ours goes inside its quotes.
+        let q = &word[..1];
+        format!("{q}{}{q}", joined(&word[1..word.len() - 1]))
+    } else if !word.contains(['\\', '$', '\'', '"']) {
+        format!("\"{}\"", joined(word))
+    } else {
+        // Parts the shell joins (`'a'"$b"`): ours is one more part, so the rest reads the same.
+        format!("{word}\" {ours}\"")
+    };
     let mut out = String::new();
     for (k, l) in text.split_inclusive('\n').enumerate() {
         if k == at {
-            out.push_str(&format!(
-                "{indent}IRQBALANCE_ARGS={q}{new_value}{q}{trailing}"
-            ));
+            out.push_str(&line[..start]);
+            out.push_str(&new_word);
+            out.push_str(trailing);
             if l.ends_with('\n') {
                 out.push('\n');
             }
@@ -198,6 +235,137 @@ pub(super) fn with_policyscript(text: &str) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+/// The byte where IRQBALANCE_ARGS's value starts on `line`, when the line assigns it
+/// (`IRQBALANCE_ARGS=...`, `export IRQBALANCE_ARGS=...`, indented or not).
+fn assignment(line: &str) -> Option<usize> {
+    let blank = [' ', '\t'];
+    let t = line.trim_start_matches(blank);
+    let t = match t.strip_prefix("export") {
+        Some(r) if r.starts_with(blank) => r.trim_start_matches(blank),
+        _ => t,
+    };
+    let value = t.strip_prefix("IRQBALANCE_ARGS=")?;
+    Some(line.len() - value.len())
+}
+
+/// Where the shell's quoting stands at a point of a line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Open {
+    /// Between words, or at the start of one (a `#` there starts a comment).
+    No,
+    /// Inside an unquoted word (a `#` there is a plain character).
+    Word,
+    /// Inside '...'.
+    Single,
+    /// Inside "...".
+    Double,
+    /// After a backslash that ended the line: the command goes on on the next one.
+    Continued,
+}
+
+/// Read `line` as the shell would, from `open`: the quoting at its end (`No` when everything
+/// closed on it) and, with `one_word`, the byte where the first word ends (the line's length
+/// when it does not). A comment ends the line.
+fn scan(mut open: Open, line: &str, one_word: bool) -> (Open, usize) {
+    let b = line.as_bytes();
+    let mut i = 0;
+    if open == Open::Continued {
+        open = Open::Word;
+    }
+    while i < b.len() {
+        let c = b[i];
+        match open {
+            Open::Single => {
+                if c == b'\'' {
+                    open = Open::Word;
+                }
+                i += 1;
+            }
+            Open::Double => match c {
+                b'\\' => i += 2,
+                b'"' => {
+                    open = Open::Word;
+                    i += 1;
+                }
+                _ => i += 1,
+            },
+            Open::No | Open::Word | Open::Continued => match c {
+                b'\'' => {
+                    open = Open::Single;
+                    i += 1;
+                }
+                b'"' => {
+                    open = Open::Double;
+                    i += 1;
+                }
+                b'\\' if i + 1 == b.len() => return (Open::Continued, b.len()),
+                b'\\' => {
+                    open = Open::Word;
+                    i += 2;
+                }
+                b'#' if open == Open::No => return (Open::No, b.len()),
+                // `$(`: a command's output, kept in the word (and refused by the caller).
+                b'(' if i > 0 && b[i - 1] == b'$' => {
+                    open = Open::Word;
+                    i += 1;
+                }
+                b' ' | b'\t' | b';' | b'&' | b'|' | b'<' | b'>' | b'(' | b')' => {
+                    if one_word {
+                        return (Open::No, i);
+                    }
+                    open = Open::No;
+                    i += 1;
+                }
+                _ => {
+                    open = Open::Word;
+                    i += 1;
+                }
+            },
+        }
+    }
+    let end = match open {
+        Open::Word => Open::No,
+        // A backslash as the last character inside double quotes continues the line too.
+        other => other,
+    };
+    (end, b.len())
+}
+
+/// The byte of the quote that closes the one `word` starts with.
+fn closing_quote(word: &str, q: char) -> Option<usize> {
+    let b = word.as_bytes();
+    let mut i = 1;
+    while i < b.len() {
+        match b[i] {
+            b'\\' if q == '"' => i += 2,
+            c if c == q as u8 => return Some(i),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// A shell word's text with its quotes removed and backslashes applied (what `--policyscript`
+/// and `-l` are looked for in; `$VAR` stays as it is written).
+fn unquote(word: &str) -> String {
+    let mut out = String::new();
+    let mut chars = word.chars();
+    let mut open = None;
+    while let Some(c) = chars.next() {
+        match (open, c) {
+            (None, '\'' | '"') => open = Some(c),
+            (Some(q), c) if c == q => open = None,
+            (Some('"'), '\\') | (None, '\\') => {
+                if let Some(n) = chars.next() {
+                    out.push(n);
+                }
+            }
+            (_, c) => out.push(c),
+        }
+    }
+    out
 }
 
 pub(super) const IRQ_POLICY_HEAD: &str = "#!/bin/sh\n# Written by wstune apply: irqbalance's policy script (irqbalance(1), --policyscript).\n# irqbalance runs it for each interrupt it finds, with the device's sysfs path and the\n# interrupt's number; it answers ban=true for the NIC queue interrupts wstune pins (nic.irq:\n# pinned), found by name (/proc/irq/N/NAME), so a renumbered one stays banned. Any other\n# interrupt gets no answer and is balanced. `wstune rollback` puts back what was here before.\n# $3: a root, for tests.\nIRQ=\"$2\"\nR=\"${3:-}\"\nban() { if [ -d \"$R/proc/irq/$IRQ/$1\" ]; then echo ban=true; exit 0; fi; }\n";

@@ -1,5 +1,5 @@
 use super::budget::NIC_SYSCTL_HEAD;
-use super::irq::{irq_script, with_policyscript};
+use super::irq::{irq_script, with_policyscript, KeepArgs};
 use super::udev::{rules_file, RULES_HEADER};
 use super::*;
 use crate::host::owned::{
@@ -530,7 +530,8 @@ fn the_receive_budget_is_doubled_only_when_time_squeeze_grew() {
     assert!(file.starts_with(NIC_SYSCTL_HEAD), "{file}");
     assert_eq!(
         file.strip_prefix(NIC_SYSCTL_HEAD),
-        Some("# mine\nnet.core.netdev_budget = 600\nnet.core.rps_sock_flow_entries = 32768\n"),
+        // Each key's line replaced where it is, every other line kept in its place.
+        Some("# mine\nnet.core.rps_sock_flow_entries = 32768\nnet.core.netdev_budget = 600\n"),
         "{file}"
     );
     assert_eq!(file.matches("netdev_budget =").count(), 1, "{file}");
@@ -563,7 +564,7 @@ fn irqbalance_args_gain_our_policy_script_and_keep_everything_else() {
     // Another policy script is the operator's: refused, named.
     assert_eq!(
         with_policyscript("IRQBALANCE_ARGS=\"-l /usr/local/bin/pol\"\n").unwrap_err(),
-        "-l /usr/local/bin/pol"
+        KeepArgs::Theirs("-l /usr/local/bin/pol".into())
     );
     assert!(with_policyscript("IRQBALANCE_ARGS=--policyscript=/x\n").is_err());
     // A comment after the value stays after it; an unquoted word gets quotes.
@@ -575,4 +576,75 @@ fn irqbalance_args_gain_our_policy_script_and_keep_everything_else() {
         with_policyscript("IRQBALANCE_ARGS=--journal # mine\n").unwrap(),
         format!("IRQBALANCE_ARGS=\"--journal {ours}\" # mine\n")
     );
+}
+
+/// IRQBALANCE_ARGS as operators write it, each file sourced by a shell before and after: the
+/// value keeps every argument and gains ours, in the same assignment, and every other line is
+/// kept. A value apply cannot edit exactly (it goes on past its line, or is a command's output)
+/// leaves the file alone, whatever the line after it looks like.
+#[test]
+fn irqbalance_args_in_every_shell_form_keep_their_arguments_and_gain_ours() {
+    let ours = format!("--policyscript={IRQBALANCE_POLICY}");
+    let sourced = |text: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("irqbalance");
+        std::fs::write(&f, text).unwrap();
+        let o = std::process::Command::new("sh")
+            .args(["-c", ". \"$1\" && printf '%s' \"$IRQBALANCE_ARGS\"", "sh"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{text}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let forms = [
+        "export IRQBALANCE_ARGS=\"--banirq=77\"\n",
+        "export\tIRQBALANCE_ARGS='--banirq=77 --banirq=78'  # disks\n",
+        "  IRQBALANCE_ARGS=--banirq=77;export IRQBALANCE_ARGS\n",
+        "IRQBALANCE_ARGS=\"--banirq=77\"\nIRQBALANCE_ARGS=\"$IRQBALANCE_ARGS --powerthresh=2\"\n",
+        "B=77\nIRQBALANCE_ARGS=--banirq=$B\n",
+        "IRQBALANCE_ARGS='--banirq='\"77\"\n",
+        "IRQBALANCE_ARGS=\"--banirq=77 \\\"#\\\"\"\n",
+        "IRQBALANCE_ARGS=#77\n",
+        "IRQBALANCE_ARGS=\n",
+        "IRQBALANCE_ARGS=\"\" # none yet\n",
+        // Inside another variable's value that spans lines: not an assignment.
+        "IRQBALANCE_ARGS=\"--banirq=77\"\nNOTE=\"one\nIRQBALANCE_ARGS=--nothing\n\"\n",
+    ];
+    for text in forms {
+        let before = sourced(text);
+        let after = with_policyscript(text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+        let want = if before.is_empty() {
+            ours.clone()
+        } else {
+            format!("{before} {ours}")
+        };
+        assert_eq!(sourced(&after), want, "{text} became {after}");
+        // One line changed, none added; and applied again, nothing changes.
+        assert_eq!(after.lines().count(), text.lines().count(), "{after}");
+        let changed = text
+            .lines()
+            .zip(after.lines())
+            .filter(|(a, b)| a != b)
+            .count();
+        assert_eq!(changed, 1, "{text} became {after}");
+        assert_eq!(with_policyscript(&after).unwrap(), after);
+    }
+    // Out of reach: the file is left alone, with the reason.
+    for text in [
+        "IRQBALANCE_ARGS=\"--banirq=77\n --banirq=78\"\n",
+        "IRQBALANCE_ARGS=--banirq=77\\\n--banirq=78\n",
+        "IRQBALANCE_ARGS=$(cat /etc/irq-args)\n",
+        "IRQBALANCE_ARGS=\"`cat /etc/irq-args`\"\n",
+    ] {
+        assert!(
+            matches!(with_policyscript(text), Err(KeepArgs::Unsure(_))),
+            "{text}: {:?}",
+            with_policyscript(text)
+        );
+    }
 }

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::catalog::eval::desired;
 pub use crate::host::owned::{unit_dropin, LIMITS_FILE, SYSCTL_FILE};
 
-pub use nofile::{boot_nr_open, KERNEL_NR_OPEN};
+pub use nofile::{boot_nr_open, cap_nofile, KERNEL_NR_OPEN};
 use nofile::{fmt_limit, PidNofile};
 pub use render::{
     dropin_body, kernel_text, limits_lines, merge_sysctl_lines, render_limits_file,
@@ -451,14 +451,10 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
     // login's (or the unit's) setrlimit fail with EPERM: judge it against that nr_open (ours
     // when this plan writes it and it wins, else the boot file that sets it last, else the
     // kernel's default), and lower it to it, saying why.
-    if let Some((cap, by)) = boot_nr_open(facts, &sysctl_lines) {
+    if let Some(cap) = boot_nr_open(facts, &sysctl_lines) {
         let mut capped = |nofile: &mut u64, what: &str| {
-            if *nofile > cap {
-                p.notes.push(format!(
-                    "{what}: nofile {nofile} is above the fs.nr_open this host will have after the next boot ({cap}, {by}): the kernel would refuse it to every login (EPERM), so {cap} is written instead. Fix: raise fs.nr_open there (or remove that line), then apply again"
-                ));
-                *nofile = cap;
-            }
+            p.notes
+                .extend(cap_nofile(nofile, &cap, what, "apply again"));
         };
         if let Some((_, nofile, _)) = &mut nofile_persist {
             capped(nofile, LIMITS_FILE);

@@ -28,6 +28,23 @@ pub fn boot_nr_open(facts: &HostFacts, ours: &[(String, String)]) -> Option<(u64
     }
 }
 
+/// `nofile` lowered to `cap`, the fs.nr_open the host boots with ([`boot_nr_open`]: the value
+/// and where it comes from), when above it: every login's (or unit's) setrlimit would fail
+/// with EPERM after the next boot. The note names `what` the limit is for and why, and the fix
+/// ends with `then` (the command to run again). One rule for the files apply writes and the
+/// ones export renders.
+pub fn cap_nofile(nofile: &mut u64, cap: &(u64, String), what: &str, then: &str) -> Option<String> {
+    let (cap, by) = cap;
+    if *nofile <= *cap {
+        return None;
+    }
+    let note = format!(
+        "{what}: nofile {nofile} is above the fs.nr_open this host will have after the next boot ({cap}, {by}): the kernel would refuse it to every login (EPERM), so {cap} is written instead. Fix: raise fs.nr_open there (or remove that line), then {then}"
+    );
+    *nofile = *cap;
+    Some(note)
+}
+
 /// The current nofile limits of the `--pid` process, from its two checks.
 pub(super) struct PidNofile {
     pub(super) soft: Option<i64>,

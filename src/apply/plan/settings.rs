@@ -1,7 +1,7 @@
 //! Every host setting the profile asks for, with this host's value: what `wstune export`
 //! renders, passing or not, by the same rule as the plan ([`sysctl_value`]).
 
-use super::{desired, kernel_text, SYSCTL_FILE};
+use super::{boot_nr_open, cap_nofile, desired, kernel_text, SYSCTL_FILE};
 use crate::catalog::eval::Finding;
 use crate::catalog::facts::{HostFacts, Reading};
 use crate::catalog::{self, Catalog, CheckDef, Process, Source};
@@ -50,7 +50,8 @@ pub fn sysctl_value(def: &CheckDef, f: &Finding, facts: &HostFacts) -> SysctlVal
 pub struct Settings {
     /// (check id, key, value, scope) in catalog order.
     pub sysctls: Vec<(String, String, String, catalog::Scope)>,
-    /// The per-process open-file limit the server needs (soft = hard).
+    /// The per-process open-file limit the server needs (soft = hard), never above the
+    /// fs.nr_open this host boots with.
     pub nofile: Option<u64>,
     /// What could not be exported, and why; and the boot files on this host that override
     /// wstune's sysctl.d file (as `apply` says).
@@ -171,6 +172,23 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
             }
             _ => {}
         }
+    }
+    // Never above the fs.nr_open this host boots with, by apply's rule: its sysctl.d file's
+    // value where that wins at boot (a later boot file's line overrides it), else what the
+    // boot files or the kernel give.
+    let ours: Vec<(String, String)> = s
+        .sysctls
+        .iter()
+        .filter(|(_, key, _, _)| facts.boot.set_after(SYSCTL_FILE, key).is_none())
+        .map(|(_, key, value, _)| (key.clone(), value.clone()))
+        .collect();
+    if let (Some(nofile), Some(cap)) = (&mut s.nofile, boot_nr_open(facts, &ours)) {
+        s.notes.extend(cap_nofile(
+            nofile,
+            &cap,
+            "the open-file limit (limits.d, LimitNOFILE, a container's ulimit)",
+            "export again",
+        ));
     }
     s
 }
