@@ -3,7 +3,7 @@
 //! output, writing an existing kernel file. Both read the same formats; only where the bytes
 //! come from differs.
 
-use super::{Backend, Link, ReadError, WriteError};
+use super::{Backend, Link, NicIdentity, ReadError, WriteError};
 use std::path::Path;
 
 /// Where a captured tree keeps what is not a file on the live host (host identity, systemd
@@ -56,6 +56,60 @@ pub fn sysfs_links(host: &dyn Backend) -> Result<Vec<Link>, ReadError> {
         });
     }
     Ok(out)
+}
+
+/// Every link under /sys/class/net with the identity its files give ([`NicIdentity`]): the
+/// index (`ifindex`), the address when `addr_assign_type` says it is the permanent one (0,
+/// NET_ADDR_PERM), the PCI device (`PCI_SLOT_NAME` in `device/uevent`) and its port
+/// (`dev_port`), and the boot (`boot_id`) where the tree has one. What a file does not say is
+/// left unknown.
+pub fn sysfs_identities<B: Backend + ?Sized>(host: &B) -> Result<Vec<NicIdentity>, ReadError> {
+    let text = |p: &str| {
+        host.read(p)
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+    };
+    let boot = text("/proc/sys/kernel/random/boot_id");
+    let mut out = Vec::new();
+    for name in host.list("/sys/class/net")? {
+        let base = format!("/sys/class/net/{name}");
+        let permaddr = text(&format!("{base}/address"))
+            .filter(|_| text(&format!("{base}/addr_assign_type")).as_deref() == Some("0"))
+            .and_then(|a| hardware_address(&a));
+        let device = host
+            .read(&format!("{base}/device/uevent"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("PCI_SLOT_NAME="))
+                    .map(|v| v.trim().to_string())
+            })
+            .filter(|v| !v.is_empty())
+            .map(|slot| format!("pci:{slot}"));
+        let dev_port = device
+            .as_ref()
+            .and_then(|_| text(&format!("{base}/dev_port")))
+            .and_then(|p| p.parse().ok());
+        out.push(NicIdentity {
+            ifindex: text(&format!("{base}/ifindex")).and_then(|i| i.parse().ok()),
+            permaddr,
+            device,
+            dev_port,
+            netns: None,
+            boot: boot.clone(),
+            name,
+        });
+    }
+    Ok(out)
+}
+
+/// A hardware address as identity: lowercase, None when it is empty or all zeros (no
+/// address: a tunnel, or a driver that reports none).
+pub fn hardware_address(text: &str) -> Option<String> {
+    let a = text.trim().to_ascii_lowercase();
+    let zero = a.bytes().all(|b| b == b'0' || b == b':');
+    (!a.is_empty() && !zero).then_some(a)
 }
 
 /// Write `value` to the existing kernel file `full` (host path `shown`). Never creates: a key
