@@ -169,8 +169,10 @@ pub struct Left {
 pub struct Resolved {
     /// The entry with each NIC's values under its name now, and without those of NICs left.
     pub entry: Entry,
-    /// What was found, for people: renamed, unverified, restored by name under `--force`.
+    /// What was found, for people: renamed, restored by name under `--force`.
     pub notes: Vec<String>,
+    /// What could not be verified: a NIC found by name only.
+    pub warnings: Vec<String>,
     pub left: Vec<Left>,
 }
 
@@ -192,6 +194,7 @@ pub fn resolve(entry: &Entry, now: Result<Vec<NicIdentity>, ReadError>, force: b
     let mut out = Resolved {
         entry: entry.clone(),
         notes: vec![],
+        warnings: vec![],
         left: vec![],
     };
     if names.is_empty() {
@@ -200,7 +203,7 @@ pub fn resolve(entry: &Entry, now: Result<Vec<NicIdentity>, ReadError>, force: b
     let now = match now {
         Ok(now) => now,
         Err(e) => {
-            out.notes.push(format!(
+            out.warnings.push(format!(
                 "the NICs here cannot be listed ({e}): {} found by name only, which cannot be verified",
                 names.join(", ")
             ));
@@ -228,7 +231,7 @@ pub fn resolve(entry: &Entry, now: Result<Vec<NicIdentity>, ReadError>, force: b
                 ));
                 renames.push((name.clone(), n));
             }
-            Found::Unverified => out.notes.push(format!(
+            Found::Unverified => out.warnings.push(format!(
                 "{name}: the entry recorded no identity for it (an older wstune's entry, or a tree without one), so it is found by name only, which cannot be verified"
             )),
             Found::Refused(why) if force => out.notes.push(format!(
@@ -533,6 +536,24 @@ mod tests {
             r.left
         );
         assert!(r.notes[0].contains("--force"), "{:?}", r.notes);
+    }
+
+    /// An entry of an older wstune recorded no identity: its NIC is found by name, and the
+    /// note says that cannot be verified; a name no link has any more is gone.
+    #[test]
+    fn an_entry_without_identities_finds_its_nics_by_name_with_a_warning() {
+        let mut old = entry();
+        old.nics.clear();
+        let r = resolve(&old, Ok(vec![id("vb", 9)]), false);
+        assert!(r.left.is_empty());
+        assert!(
+            r.warnings[0].contains("found by name only, which cannot be verified"),
+            "{:?}",
+            r.warnings
+        );
+        assert_eq!(r.entry.runtime.len(), 3);
+        let r = resolve(&old, Ok(vec![id("va", 4)]), false);
+        assert!(!r.left[0].refused && r.left[0].why.contains("no link is named vb"));
     }
 
     #[test]

@@ -213,11 +213,11 @@ pub fn undo_interrupted(
                 id = e.id
             );
         }
-        let errors = super::restore(&fitted.entry, backend, store);
-        if !errors.is_empty() {
+        let undone = super::restore_counted(&fitted.entry, backend, store);
+        if !undone.errors.is_empty() {
             bail!(
                 "apply {id} was interrupted and could not be undone: {}\nFix that, then run `wstune rollback --id {id}` and apply again.",
-                errors.join("; "),
+                undone.errors.join("; "),
                 id = e.id
             );
         }
@@ -225,10 +225,15 @@ pub fn undo_interrupted(
         done.state = State::InterruptedUndone;
         journal::save(store, &done)?;
         said.push(format!(
-            "apply {} was interrupted (its process died midway): restored the {} value(s) and {} file(s) it had recorded before planning again, so one `wstune rollback` returns to the state before it",
+            "apply {} was interrupted (its process died midway): changed back {} value(s) and {} file(s) it had changed before planning again (the rest of what it recorded was still as before), so one `wstune rollback` returns to the state before it{}",
             e.id,
-            e.runtime.len() + e.limits.len() + e.registry.len(),
-            e.files.len()
+            undone.values,
+            undone.files,
+            fitted
+                .left
+                .iter()
+                .map(|l| format!("; {}", super::nics::left_words(l, &e.id)))
+                .collect::<String>()
         ));
     }
     Ok(said)

@@ -69,6 +69,9 @@ pub fn run(r: Request) -> Result<Outcome> {
     for n in &fitted.notes {
         say!("note: {n}");
     }
+    for w in &fitted.warnings {
+        say!("warning: {w}");
+    }
     for l in &fitted.left {
         say!("Not restored: {}", apply::nics::left_words(l, &entry.id));
     }
