@@ -172,6 +172,40 @@ pub fn parse_show(text: &str, unit: &str, property: &str) -> Result<String, Read
 mod tests {
     use super::*;
 
+    /// A captured tree's files give a NIC's identity: the address only where the kernel calls
+    /// it permanent (a veth's random one is no identity), the PCI device and port.
+    #[test]
+    fn identities_come_from_sysfs_files_and_a_random_address_is_none() {
+        let b = crate::host::memory::MemoryBackend::default()
+            .file("/proc/sys/kernel/random/boot_id", "b1\n")
+            .file("/sys/class/net/eth0/ifindex", "2\n")
+            .file("/sys/class/net/eth0/address", "52:54:00:AB:CD:EF\n")
+            .file("/sys/class/net/eth0/addr_assign_type", "0\n")
+            .file("/sys/class/net/eth0/dev_port", "1\n")
+            .file(
+                "/sys/class/net/eth0/device/uevent",
+                "DRIVER=ixgbe\nPCI_SLOT_NAME=0000:3b:00.1\n",
+            )
+            .file("/sys/class/net/veth0/ifindex", "7\n")
+            .file("/sys/class/net/veth0/address", "b6:86:37:50:04:ef\n")
+            .file("/sys/class/net/veth0/addr_assign_type", "1\n");
+        let ids = sysfs_identities(&b).unwrap();
+        assert_eq!(ids.len(), 2);
+        let eth0 = &ids[0];
+        assert_eq!(eth0.permaddr.as_deref(), Some("52:54:00:ab:cd:ef"));
+        assert_eq!(eth0.device.as_deref(), Some("pci:0000:3b:00.1"));
+        assert_eq!((eth0.dev_port, eth0.ifindex), (Some(1), Some(2)));
+        assert_eq!(
+            eth0.words(),
+            "device pci:0000:3b:00.1 port 1, permanent address 52:54:00:ab:cd:ef"
+        );
+        let veth = &ids[1];
+        assert!(!veth.stable() && veth.known(), "{veth:?}");
+        assert_eq!((veth.ifindex, veth.boot.as_deref()), (Some(7), Some("b1")));
+        assert_eq!(veth.words(), "ifindex 7");
+        assert_eq!(hardware_address("00:00:00:00:00:00"), None);
+    }
+
     #[test]
     fn show_parsing() {
         assert_eq!(
