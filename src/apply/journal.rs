@@ -4,7 +4,8 @@
 //! One JSON file per apply under `/var/lib/wstune/journal/` (under `--prefix` when given). Its
 //! `state` records how far the apply got: `pending` (written, changes may be partial),
 //! `applied`, `undone` (a failure was rolled back automatically), `rolled_back`,
-//! `interrupted_undone` (a killed apply that the next apply restored before planning).
+//! `interrupted_undone` (a killed apply that the next apply restored before planning),
+//! `partly_rolled_back` (rolled back but for a NIC whose name another NIC has now).
 //!
 //! One apply or rollback at a time: each holds an exclusive lock ([`Lock`], flock on
 //! `DIR/.lock`) for as long as it runs. A `pending` entry whose lock is free was left by a process

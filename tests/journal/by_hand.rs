@@ -1,5 +1,6 @@
 //! Values changed by hand: raised ones persisted for the next boot, changed ones shown by
-//! rollback and kept without `--force` (`--keep`), and what `--unit` says systemd needs.
+//! rollback and kept without `--force` (`--keep`), drift against every applied entry, and what
+//! `--unit` says systemd needs.
 
 use crate::common;
 
