@@ -753,3 +753,30 @@ fn rollback_refuses_a_nic_that_took_the_name_and_restores_the_rest() {
         "--force restored the counts by name: {all}"
     );
 }
+
+/// A tuned veth renamed after two applies: both rollbacks find it by its index and restore
+/// every count and queue setting under its new name, saying `wsr (now wsz)`.
+#[test]
+fn rollback_restores_a_renamed_nic_under_its_new_name() {
+    let Some(o) = identity_case("rename") else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        nic_state(&o, "AFTER "),
+        nic_state(&o, "BEFORE "),
+        "restored under its new name: {all}"
+    );
+    for r in common::tagged(&o, "ROLLBACK ") {
+        assert!(r.starts_with("ROLLBACK rc=0"), "{r}\n{all}");
+        assert!(
+            r.contains("note: wsr (now wsz): the same NIC (ifindex"),
+            "{r}"
+        );
+        assert!(
+            r.contains("/sys/class/net/wsz/") || r.contains("wsz's channels"),
+            "{r}"
+        );
+    }
+    assert_eq!(common::tagged_line(&o, "SAME "), "SAME yes", "{all}");
+}

@@ -1,7 +1,7 @@
 # Sourced after journal_lib.sh inside `unshare --net --mount` (tests/cli/nic.rs), with CASE set:
-# a NIC apply tuned is renamed and another takes its name (swap), its channel counts are changed
-# by hand (hand), it is deleted (del), or deleted and a new link takes its name (taken), and
-# then rollback runs. /sys is mounted again so that
+# a NIC apply tuned is renamed (rename), renamed while another takes its name (swap), has its
+# channel counts changed by hand (hand), is deleted (del), or is deleted and a new link takes its
+# name (taken), and then rollback runs. /sys is mounted again so that
 # it shows this namespace's links. Prints tagged lines for the Rust test: each NIC's state as
 # `ch=RX:1TX:1 rx-0/rps_cpus=0 ...`, each command's exit code and output on one line.
 mount --make-rprivate / && mount -t sysfs sysfs /sys || exit 92
@@ -45,6 +45,17 @@ swap)
   rollback; rollback; rollback
   echo "VC-AFTER $(nic vc)"
   echo "VB-AFTER $(nic vb)"
+  echo "SAME $(same 2>/dev/null)"
+  ;;
+rename)
+  veth wsr
+  ethtool -L wsr rx 1 tx 1 || exit 94
+  state > "$T/before"
+  echo "BEFORE $(nic wsr)"
+  apply_nic wsr; apply_nic wsr
+  rename wsr wsz
+  rollback; rollback
+  echo "AFTER $(nic wsz)"
   echo "SAME $(same 2>/dev/null)"
   ;;
 hand)
