@@ -4,7 +4,8 @@
 //! One JSON file per apply under `/var/lib/wstune/journal/` (under `--prefix` when given). Its
 //! `state` records how far the apply got: `pending` (written, changes may be partial),
 //! `applied`, `undone` (a failure was rolled back automatically), `rolled_back`,
-//! `interrupted_undone` (a killed apply that the next apply restored before planning).
+//! `interrupted_undone` (a killed apply that the next apply restored before planning),
+//! `partly_rolled_back` (rolled back but for a NIC whose name another NIC has now).
 //!
 //! One apply or rollback at a time: each holds an exclusive lock ([`Lock`], flock on
 //! `DIR/.lock`) for as long as it runs. A `pending` entry whose lock is free was left by a process
@@ -23,17 +24,21 @@ pub const IRQBALANCE_UNIT: &str = "irqbalance.service";
 
 /// The journal's format: the newest this wstune reads. 2 added the checksum, owners and what a
 /// file was (a link, hard links); 3 the receive ring, irqbalance's files and restart, and the
-/// NIC sysctl file's lines ([`format_of`]: an entry without them is still written as a 2, which
-/// older versions read). An entry without `format` is a 1 (no checksum, read as before). A
-/// higher one was written by a newer wstune and is refused: its fields might mean more than
-/// this one knows.
-pub const FORMAT: u32 = 3;
+/// NIC sysctl file's lines; 4 each changed NIC's identity ([`Entry::nics`]) and the state
+/// `partly_rolled_back` ([`format_of`]: an entry without them is still written as the older
+/// format, which older versions read). An entry without `format` is a 1 (no checksum, read as
+/// before). A higher one was written by a newer wstune and is refused: its fields might mean
+/// more than this one knows.
+pub const FORMAT: u32 = 4;
 
-/// The format an entry is written in: 3 when it holds what only format 3 knows, else 2, so a
-/// wstune that reads up to 2 says "written by a newer wstune, roll it back with that version"
-/// for the first and reads the second, rather than calling either damaged.
+/// The format an entry is written in: the oldest that holds what it has, so a wstune that
+/// reads only older formats says "written by a newer wstune, roll it back with that version"
+/// for an entry it cannot read in full and reads the others, rather than calling any damaged.
 pub fn format_of(e: &Entry) -> u32 {
     use super::plan::Op;
+    if !e.nics.is_empty() || e.state == State::PartlyRolledBack {
+        return 4;
+    }
     let three = !e.rings.is_empty()
         || e.actions.iter().any(|a| {
             matches!(
@@ -61,6 +66,10 @@ pub enum State {
     RolledBack,
     /// A killed apply's entry, restored by the next apply before it planned its own changes.
     InterruptedUndone,
+    /// Rolled back except a NIC's values, refused: the NIC of that name now is another one (or
+    /// the NIC is in another network namespace). `rollback --id ID --force` restores them onto
+    /// the NIC of that name; a plain `rollback` goes on to older entries.
+    PartlyRolledBack,
 }
 
 impl State {
@@ -71,6 +80,9 @@ impl State {
             State::Undone => "undone after a failure",
             State::RolledBack => "rolled back",
             State::InterruptedUndone => "interrupted, undone by the next apply",
+            State::PartlyRolledBack => {
+                "rolled back but for a NIC's values (refused: another NIC has its name)"
+            }
         }
     }
 }
@@ -106,6 +118,12 @@ pub struct Entry {
     /// NICs' receive ring sizes before the change; left out when empty, likewise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rings: Vec<OldRing>,
+    /// Who each NIC the entry changes is (index, permanent address, device), read right
+    /// before the change: rollback finds it by that, not by a name that may have moved to
+    /// another NIC. Left out when empty (no NIC changed, or an entry of an older wstune, whose
+    /// NICs are found by name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<crate::host::NicIdentity>,
     /// Why an apply failed, when it did.
     #[serde(default)]
     pub failure: Option<String>,
@@ -463,6 +481,7 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
         .iter()
         .map(|c| &c.nic)
         .chain(e.rings.iter().map(|r| &r.nic))
+        .chain(e.nics.iter().map(|n| &n.name))
     {
         if !crate::host::owned::nic_name_ok(c) {
             return Err(format!("{c:?} is not a network interface name"));
@@ -690,6 +709,7 @@ mod tests {
                 registry: vec![],
                 channels: vec![],
                 rings: vec![],
+                nics: vec![],
                 failure: None,
             };
             save(&store, &e).unwrap();

@@ -7,6 +7,7 @@
 
 pub mod journal;
 pub mod nic;
+pub mod nics;
 pub mod plan;
 pub mod recover;
 
@@ -50,6 +51,7 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
         registry: vec![],
         channels: vec![],
         rings: vec![],
+        nics: vec![],
         failure: None,
     };
     let managed = crate::catalog::managed();
@@ -168,6 +170,8 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
             | Op::NicIrqFiles => {}
         }
     }
+    // Who each NIC is, beside its name: rollback finds it by that.
+    e.nics = nics::identities(backend, &nics::nics_of(&plan.actions));
     for (path, text) in &plan.files {
         for dir in store.missing_dirs(path) {
             if !e.created_dirs.contains(&dir) {
@@ -325,9 +329,27 @@ fn run_steps(
     Ok(())
 }
 
+/// What a restore did: how many values and files it changed back (those already as they were
+/// are not written, nor counted), and what could not be restored.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Restoration {
+    /// Runtime values written back: sysctls, queue files, channel counts, rings, limits,
+    /// registry values.
+    pub values: usize,
+    /// Files written back or removed.
+    pub files: usize,
+    pub errors: Vec<String>,
+}
+
 /// Put back every old value and file in the entry. Values already equal are not written again.
 /// Returns what could not be restored (empty on success).
 pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<String> {
+    restore_counted(entry, backend, store).errors
+}
+
+/// [`restore`], counting what it changed.
+pub fn restore_counted(entry: &Entry, backend: &dyn Backend, store: &Store) -> Restoration {
+    let mut done = Restoration::default();
     let mut errors = Vec::new();
     let same = |a: &str, b: &str| a.split_whitespace().eq(b.split_whitespace());
     // Channels first: a queue added by the apply goes with them, and the queues that stay get
@@ -336,32 +358,25 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
         if backend.channels(&c.nic).ok() == Some(c.old) {
             continue;
         }
-        let changed = entry.actions.iter().find_map(|a| match &a.op {
-            Op::Channels {
-                nic,
-                rx,
-                tx,
-                combined,
-            } if *nic == c.nic => Some((rx.is_some(), tx.is_some(), combined.is_some())),
-            _ => None,
-        });
-        let (rx, tx, combined) = changed.unwrap_or((true, true, true));
+        let (rx, tx, combined) = nics::changed_counts(entry, &c.nic);
         let pick = |on: bool, n: u32| (on && n > 0).then_some(n);
-        if let Err(e) = backend.set_channels(
+        match backend.set_channels(
             &c.nic,
             pick(rx, c.old.rx),
             pick(tx, c.old.tx),
             pick(combined, c.old.combined),
         ) {
-            errors.push(format!("{}'s channels: {e}", c.nic));
+            Ok(()) => done.values += 1,
+            Err(e) => errors.push(format!("{}'s channels: {e}", c.nic)),
         }
     }
     for r in entry.rings.iter().rev() {
         if backend.rx_ring(&r.nic).ok().map(|(now, _)| now) == Some(r.old) {
             continue;
         }
-        if let Err(e) = backend.set_rx_ring(&r.nic, r.old) {
-            errors.push(format!("{}'s receive ring: {e}", r.nic));
+        match backend.set_rx_ring(&r.nic, r.old) {
+            Ok(()) => done.values += 1,
+            Err(e) => errors.push(format!("{}'s receive ring: {e}", r.nic)),
         }
     }
     for r in entry.runtime.iter().rev() {
@@ -377,13 +392,18 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
         // Exactly what was read (less the newline the backend adds back): a captured tree gets
         // its bytes back, and the kernel parses tabs and spaces alike.
         let value = r.old.strip_suffix('\n').unwrap_or(&r.old);
-        if let Err(e) = backend.write_runtime(&r.path, value) {
-            errors.push(format!("{}: {e}", r.path));
+        match backend.write_runtime(&r.path, value) {
+            Ok(()) => done.values += 1,
+            Err(e) => errors.push(format!("{}: {e}", r.path)),
         }
     }
     for l in &entry.limits {
-        if let Err(e) = backend.set_nofile(l.pid, l.soft, l.hard) {
-            errors.push(format!("nofile of process {}: {e}", l.pid));
+        if crate::gather::nofile_of(backend, l.pid) == Some((l.soft, l.hard)) {
+            continue;
+        }
+        match backend.set_nofile(l.pid, l.soft, l.hard) {
+            Ok(()) => done.values += 1,
+            Err(e) => errors.push(format!("nofile of process {}: {e}", l.pid)),
         }
     }
     for r in &entry.registry {
@@ -391,8 +411,9 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
         if now == r.old {
             continue;
         }
-        if let Err(e) = backend.set_registry(&r.key, &r.value, r.kind, r.old.as_deref()) {
-            errors.push(format!("{}\\{}: {e}", r.key, r.value));
+        match backend.set_registry(&r.key, &r.value, r.kind, r.old.as_deref()) {
+            Ok(()) => done.values += 1,
+            Err(e) => errors.push(format!("{}\\{}: {e}", r.key, r.value)),
         }
     }
     for f in entry.files.iter().rev() {
@@ -421,8 +442,9 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
             (Some(old), None) => old.state().and_then(|s| store.write(&f.path, &s)),
             (None, _) => store.remove(&f.path),
         };
-        if let Err(e) = r {
-            errors.push(format!("{}: {e:#}", f.path));
+        match r {
+            Ok(()) => done.files += 1,
+            Err(e) => errors.push(format!("{}: {e:#}", f.path)),
         }
     }
     for d in entry.created_dirs.iter().rev() {
@@ -439,7 +461,8 @@ pub fn restore(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<Strin
             }
         }
     }
-    errors
+    done.errors = errors;
+    done
 }
 
 /// Restart the adapters whose keywords changed, so their drivers read them; what happened, a
@@ -522,66 +545,56 @@ pub fn journal_findings(store: &Store, backend: &dyn Backend) -> Vec<Finding> {
         .collect()
 }
 
-/// Whether the host still matches the last applied entry: runtime values and our files. A
-/// finding for `check`, or None when nothing was ever applied.
+/// Whether the host still matches what wstune applied: for each value and file, what the newest
+/// applied entry that set it says (an older entry's value that no later apply changed is
+/// compared too). A NIC is found by its identity (renamed, it is compared under its new name);
+/// one gone since is drift. A finding for `check`, or None when nothing was ever applied.
 pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
     let (entries, _damaged) = journal::scan(store).ok()?;
-    let last = entries.iter().rev().find(|e| e.state == State::Applied)?;
+    let applied: Vec<&Entry> = entries
+        .iter()
+        .filter(|e| e.state == State::Applied)
+        .collect();
+    let newest = applied.last()?;
+    let any_nic = applied
+        .iter()
+        .any(|e| !nics::nics_of(&e.actions).is_empty());
+    let now = if any_nic {
+        backend.nic_identities()
+    } else {
+        Ok(vec![])
+    };
     let mut drifted = Vec::new();
-    for a in &last.actions {
-        if let Op::Channels {
-            nic,
-            rx,
-            tx,
-            combined,
-        } = &a.op
-        {
-            if let Ok(now) = backend.channels(nic) {
-                let off = |want: &Option<u32>, have: u32| want.is_some_and(|w| w != have);
-                if off(rx, now.rx) || off(tx, now.tx) || off(combined, now.combined) {
-                    drifted.push(format!(
-                        "{nic}'s channels are rx {} tx {} combined {} (applied {})",
-                        now.rx, now.tx, now.combined, a.to
-                    ));
-                }
+    // What a newer entry already compared: (kind, key).
+    let mut seen = std::collections::BTreeSet::new();
+    for e in applied.iter().rev() {
+        let resolved = nics::resolve(e, now.clone(), false);
+        for l in &resolved.left {
+            if seen.insert(("nic", l.nic.clone())) {
+                drifted.push(format!("{}: {}", l.nic, l.why));
             }
         }
-        if let Op::RxRing { nic, rx } = &a.op {
-            if let Ok((now, _)) = backend.rx_ring(nic) {
-                if now != *rx {
-                    drifted.push(format!("{nic}'s receive ring is {now} (applied {rx})"));
-                }
+        drift_of(&resolved.entry, backend, &mut seen, &mut drifted);
+        for f in &e.files {
+            if !seen.insert(("file", f.path.clone())) {
+                continue;
             }
-        }
-        if let Op::KernelFile { path, value } = &a.op {
-            match backend.read(path) {
-                Ok(now) if crate::nic::same_setting(path, &now, value) => {}
-                Ok(now) => drifted.push(format!("{path} is {} (applied {value})", now.trim())),
-                Err(e) => drifted.push(format!("{path}: {e}")),
+            let now = store.read(&f.path).ok().flatten();
+            if now.as_ref().map(Blob::from).map(|b| b.base64) != Some(f.new.base64.clone()) {
+                drifted.push(format!(
+                    "{} was {}",
+                    f.path,
+                    if now.is_some() { "edited" } else { "removed" }
+                ));
             }
-        }
-        if let Op::Sysctl { key, value } = &a.op {
-            match backend.read(&sysctl_path(key)) {
-                Ok(now) if now.split_whitespace().eq(value.split_whitespace()) => {}
-                Ok(now) => drifted.push(format!(
-                    "{key} is {} (applied {value})",
-                    now.split_whitespace().collect::<Vec<_>>().join(" ")
-                )),
-                Err(e) => drifted.push(format!("{key}: {e}")),
-            }
-        }
-    }
-    for f in &last.files {
-        let now = store.read(&f.path).ok().flatten();
-        if now.as_ref().map(Blob::from).map(|b| b.base64) != Some(f.new.base64.clone()) {
-            drifted.push(format!(
-                "{} was {}",
-                f.path,
-                if now.is_some() { "edited" } else { "removed" }
-            ));
         }
     }
     let ok = drifted.is_empty();
+    let ids: Vec<&str> = applied.iter().map(|e| e.id.as_str()).collect();
+    let target = match ids.as_slice() {
+        [one] => format!("apply {one}"),
+        many => format!("{} applies, newest {}", many.len(), newest.id),
+    };
     // The words are checks/wstune.yaml's; the verdict is this comparison's.
     Some(
         crate::catalog::computed::get("wstune.journal.drift").finding(
@@ -591,15 +604,73 @@ pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
             } else {
                 format!("{} drifted", drifted.len())
             }),
-            Value::Text(format!("apply {}", last.id)),
+            Value::Text(target),
             if ok {
-                format!("entry {}", last.id)
+                match ids.as_slice() {
+                    [one] => format!("entry {one}"),
+                    many => format!("entries {}", many.join(", ")),
+                }
             } else {
                 drifted.join("; ")
             },
             None,
         ),
     )
+}
+
+/// The runtime values of one applied entry that drifted, each compared only if no newer entry
+/// set it (`seen`).
+fn drift_of(
+    entry: &Entry,
+    backend: &dyn Backend,
+    seen: &mut std::collections::BTreeSet<(&'static str, String)>,
+    drifted: &mut Vec<String>,
+) {
+    for a in &entry.actions {
+        match &a.op {
+            Op::Channels {
+                nic,
+                rx,
+                tx,
+                combined,
+            } if seen.insert(("channels", nic.clone())) => {
+                if let Ok(now) = backend.channels(nic) {
+                    let off = |want: &Option<u32>, have: u32| want.is_some_and(|w| w != have);
+                    if off(rx, now.rx) || off(tx, now.tx) || off(combined, now.combined) {
+                        drifted.push(format!(
+                            "{nic}'s channels are rx {} tx {} combined {} (applied {})",
+                            now.rx, now.tx, now.combined, a.to
+                        ));
+                    }
+                }
+            }
+            Op::RxRing { nic, rx } if seen.insert(("ring", nic.clone())) => {
+                if let Ok((now, _)) = backend.rx_ring(nic) {
+                    if now != *rx {
+                        drifted.push(format!("{nic}'s receive ring is {now} (applied {rx})"));
+                    }
+                }
+            }
+            Op::KernelFile { path, value } if seen.insert(("runtime", path.clone())) => {
+                match backend.read(path) {
+                    Ok(now) if crate::nic::same_setting(path, &now, value) => {}
+                    Ok(now) => drifted.push(format!("{path} is {} (applied {value})", now.trim())),
+                    Err(e) => drifted.push(format!("{path}: {e}")),
+                }
+            }
+            Op::Sysctl { key, value } if seen.insert(("runtime", sysctl_path(key))) => {
+                match backend.read(&sysctl_path(key)) {
+                    Ok(now) if now.split_whitespace().eq(value.split_whitespace()) => {}
+                    Ok(now) => drifted.push(format!(
+                        "{key} is {} (applied {value})",
+                        now.split_whitespace().collect::<Vec<_>>().join(" ")
+                    )),
+                    Err(e) => drifted.push(format!("{key}: {e}")),
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 #[cfg(test)]

@@ -84,6 +84,45 @@ pub fn hand_changes(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<
             )));
         }
     }
+    for c in &entry.channels {
+        let applied = entry.actions.iter().find_map(|a| match &a.op {
+            Op::Channels {
+                nic,
+                rx,
+                tx,
+                combined,
+            } if *nic == c.nic => Some((*rx, *tx, *combined)),
+            _ => None,
+        });
+        let (Some((rx, tx, combined)), Ok(now)) = (applied, backend.channels(&c.nic)) else {
+            continue; // gone or unreadable now: restore reports it
+        };
+        // Only the counts the apply set: (applied, old, now) for each.
+        let set: Vec<(&str, u32, u32, u32)> = [
+            ("rx", rx, c.old.rx, now.rx),
+            ("tx", tx, c.old.tx, now.tx),
+            ("combined", combined, c.old.combined, now.combined),
+        ]
+        .into_iter()
+        .filter_map(|(k, applied, old, now)| applied.map(|a| (k, a, old, now)))
+        .collect();
+        let is_applied = set.iter().all(|(_, a, _, n)| a == n);
+        let is_old = set.iter().all(|(_, _, o, n)| o == n);
+        if !set.is_empty() && !is_applied && !is_old {
+            let words = |pick: fn(&(&str, u32, u32, u32)) -> u32| {
+                set.iter()
+                    .map(|s| format!("{} {}", s.0, pick(s)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            out.push(HandChange(format!(
+                "{}'s channels: applied {}, now {} (changed by hand)",
+                c.nic,
+                words(|s| s.1),
+                words(|s| s.3)
+            )));
+        }
+    }
     for r in &entry.rings {
         let applied = entry.actions.iter().find_map(|a| match &a.op {
             Op::RxRing { nic, rx } if *nic == r.nic => Some(*rx),
@@ -156,7 +195,17 @@ pub fn undo_interrupted(
                 e.id
             );
         }
-        let hand = hand_changes(e, backend, store);
+        // Its NICs as they are now (renamed: under the new name; gone: nothing to undo).
+        let fitted = super::nics::resolve(e, backend.nic_identities(), false);
+        if let Some(l) = fitted.left.iter().find(|l| l.refused) {
+            bail!(
+                "apply {id} was interrupted (its process died midway), and {}: {}. Run `wstune rollback --id {id}` (it restores the rest and says what it cannot), then apply again. Nothing was changed.",
+                l.nic,
+                l.why,
+                id = e.id
+            );
+        }
+        let hand = hand_changes(&fitted.entry, backend, store);
         if !hand.is_empty() {
             bail!(
                 "apply {id} was interrupted (its process died midway), and since then:\n  {}\nRun `wstune rollback --id {id}` (it lists these and asks before overwriting them), then apply again. Nothing was changed.",
@@ -164,11 +213,11 @@ pub fn undo_interrupted(
                 id = e.id
             );
         }
-        let errors = super::restore(e, backend, store);
-        if !errors.is_empty() {
+        let undone = super::restore_counted(&fitted.entry, backend, store);
+        if !undone.errors.is_empty() {
             bail!(
                 "apply {id} was interrupted and could not be undone: {}\nFix that, then run `wstune rollback --id {id}` and apply again.",
-                errors.join("; "),
+                undone.errors.join("; "),
                 id = e.id
             );
         }
@@ -176,10 +225,15 @@ pub fn undo_interrupted(
         done.state = State::InterruptedUndone;
         journal::save(store, &done)?;
         said.push(format!(
-            "apply {} was interrupted (its process died midway): restored the {} value(s) and {} file(s) it had recorded before planning again, so one `wstune rollback` returns to the state before it",
+            "apply {} was interrupted (its process died midway): changed back {} value(s) and {} file(s) it had changed before planning again (the rest of what it recorded was still as before), so one `wstune rollback` returns to the state before it{}",
             e.id,
-            e.runtime.len() + e.limits.len() + e.registry.len(),
-            e.files.len()
+            undone.values,
+            undone.files,
+            fitted
+                .left
+                .iter()
+                .map(|l| format!("; {}", super::nics::left_words(l, &e.id)))
+                .collect::<String>()
         ));
     }
     Ok(said)

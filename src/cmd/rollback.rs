@@ -60,7 +60,21 @@ pub fn run(r: Request) -> Result<Outcome> {
             crate::host::Platform::Windows => "rollback changes registry values under HKLM: run it from an elevated prompt (Run as administrator). Nothing was changed.",
         });
     }
+    // Each NIC as it is now, found by the identity the entry recorded, not by a name another
+    // NIC may have taken since: renamed, its values go to its new name; gone or another NIC's
+    // name, they are left (said below, and the rest of the entry is still restored).
+    let fitted = apply::nics::resolve(&restored, backend.nic_identities(), force);
+    let restored = fitted.entry;
     say!("{}", crate::report::restore_preview(&restored));
+    for n in &fitted.notes {
+        say!("note: {n}");
+    }
+    for w in &fitted.warnings {
+        say!("warning: {w}");
+    }
+    for l in &fitted.left {
+        say!("Not restored: {}", apply::nics::left_words(l, &entry.id));
+    }
     // Someone changed a value after the apply: restoring silently would undo their change.
     let hand = recover::hand_changes(&restored, backend.as_ref(), &store);
     if !hand.is_empty() {
@@ -92,18 +106,33 @@ pub fn run(r: Request) -> Result<Outcome> {
             removed.join(", ")
         );
     }
-    let errors = apply::restore(&restored, backend.as_ref(), &store);
-    if !errors.is_empty() {
-        bail!("could not restore: {}\nThe entry is kept as it was; fix the cause and run `wstune rollback --id {}` again.", errors.join("; "), entry.id);
+    let done = apply::restore_counted(&restored, backend.as_ref(), &store);
+    if !done.errors.is_empty() {
+        bail!("could not restore: {}\nThe entry is kept as it was; fix the cause and run `wstune rollback --id {}` again.", done.errors.join("; "), entry.id);
     }
-    entry.state = State::RolledBack;
+    // A NIC refused (another NIC has its name) keeps the entry reachable for `--id ID
+    // --force`; a NIC gone has nothing left to restore. Either way the rest is restored, and
+    // a plain rollback goes on to older entries.
+    entry.state = if fitted.left.iter().any(|l| l.refused) {
+        State::PartlyRolledBack
+    } else {
+        State::RolledBack
+    };
     journal::save(&store, &entry)?;
-    say!(
-        "Restored entry {}: {} runtime value(s), {} file(s).",
-        entry.id,
-        restored.runtime.len() + restored.limits.len() + restored.registry.len(),
-        restored.files.len()
-    );
+    // What was changed back, counted as it was written: a value already as it was is not.
+    if done.values + done.files == 0 {
+        say!(
+            "Rolled back entry {}: nothing needed changing, every value and file it recorded was already as before the apply.",
+            entry.id
+        );
+    } else {
+        say!(
+            "Restored entry {}: {} runtime value(s), {} file(s) changed back.",
+            entry.id,
+            done.values,
+            done.files
+        );
+    }
     for k in &keep {
         let now = backend
             .read(&crate::host::procfs::sysctl_path(k))
@@ -119,6 +148,21 @@ pub fn run(r: Request) -> Result<Outcome> {
         if let apply::plan::Op::UnitDropIn { unit, .. } = &a.op {
             say!("note: {unit} keeps its LimitNOFILE until systemd rereads its units and it restarts: systemctl daemon-reload && systemctl restart {unit}");
         }
+    }
+    // A partial restore is an error, as a value that could not be written is: a script must
+    // not take it for a complete one.
+    if !fitted.left.is_empty() {
+        bail!(
+            "entry {} was rolled back, but not all of it: everything else it recorded is restored, and it is marked {}.\n{}",
+            entry.id,
+            entry.state.as_str(),
+            fitted
+                .left
+                .iter()
+                .map(|l| apply::nics::left_words(l, &entry.id))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
     }
     Ok(Outcome::Ok)
 }
@@ -163,7 +207,7 @@ fn pick(store: &Store, id: Option<&str>) -> Result<Entry> {
             State::InterruptedUndone => bail!(
                 "entry {id} was interrupted and the next apply already undid it; there is nothing to roll back"
             ),
-            State::Applied | State::Pending => Ok(e),
+            State::Applied | State::Pending | State::PartlyRolledBack => Ok(e),
         };
     }
     let (entries, damaged) = journal::scan(store)?;

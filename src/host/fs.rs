@@ -3,7 +3,7 @@
 //! output, writing an existing kernel file. Both read the same formats; only where the bytes
 //! come from differs.
 
-use super::{Backend, Link, ReadError, WriteError};
+use super::{Backend, Link, NicIdentity, ReadError, WriteError};
 use std::path::Path;
 
 /// Where a captured tree keeps what is not a file on the live host (host identity, systemd
@@ -56,6 +56,60 @@ pub fn sysfs_links(host: &dyn Backend) -> Result<Vec<Link>, ReadError> {
         });
     }
     Ok(out)
+}
+
+/// Every link under /sys/class/net with the identity its files give ([`NicIdentity`]): the
+/// index (`ifindex`), the address when `addr_assign_type` says it is the permanent one (0,
+/// NET_ADDR_PERM), the PCI device (`PCI_SLOT_NAME` in `device/uevent`) and its port
+/// (`dev_port`), and the boot (`boot_id`) where the tree has one. What a file does not say is
+/// left unknown.
+pub fn sysfs_identities<B: Backend + ?Sized>(host: &B) -> Result<Vec<NicIdentity>, ReadError> {
+    let text = |p: &str| {
+        host.read(p)
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+    };
+    let boot = text("/proc/sys/kernel/random/boot_id");
+    let mut out = Vec::new();
+    for name in host.list("/sys/class/net")? {
+        let base = format!("/sys/class/net/{name}");
+        let permaddr = text(&format!("{base}/address"))
+            .filter(|_| text(&format!("{base}/addr_assign_type")).as_deref() == Some("0"))
+            .and_then(|a| hardware_address(&a));
+        let device = host
+            .read(&format!("{base}/device/uevent"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("PCI_SLOT_NAME="))
+                    .map(|v| v.trim().to_string())
+            })
+            .filter(|v| !v.is_empty())
+            .map(|slot| format!("pci:{slot}"));
+        let dev_port = device
+            .as_ref()
+            .and_then(|_| text(&format!("{base}/dev_port")))
+            .and_then(|p| p.parse().ok());
+        out.push(NicIdentity {
+            ifindex: text(&format!("{base}/ifindex")).and_then(|i| i.parse().ok()),
+            permaddr,
+            device,
+            dev_port,
+            netns: None,
+            boot: boot.clone(),
+            name,
+        });
+    }
+    Ok(out)
+}
+
+/// A hardware address as identity: lowercase, None when it is empty or all zeros (no
+/// address: a tunnel, or a driver that reports none).
+pub fn hardware_address(text: &str) -> Option<String> {
+    let a = text.trim().to_ascii_lowercase();
+    let zero = a.bytes().all(|b| b == b'0' || b == b':');
+    (!a.is_empty() && !zero).then_some(a)
 }
 
 /// Write `value` to the existing kernel file `full` (host path `shown`). Never creates: a key
@@ -117,6 +171,40 @@ pub fn parse_show(text: &str, unit: &str, property: &str) -> Result<String, Read
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A captured tree's files give a NIC's identity: the address only where the kernel calls
+    /// it permanent (a veth's random one is no identity), the PCI device and port.
+    #[test]
+    fn identities_come_from_sysfs_files_and_a_random_address_is_none() {
+        let b = crate::host::memory::MemoryBackend::default()
+            .file("/proc/sys/kernel/random/boot_id", "b1\n")
+            .file("/sys/class/net/eth0/ifindex", "2\n")
+            .file("/sys/class/net/eth0/address", "52:54:00:AB:CD:EF\n")
+            .file("/sys/class/net/eth0/addr_assign_type", "0\n")
+            .file("/sys/class/net/eth0/dev_port", "1\n")
+            .file(
+                "/sys/class/net/eth0/device/uevent",
+                "DRIVER=ixgbe\nPCI_SLOT_NAME=0000:3b:00.1\n",
+            )
+            .file("/sys/class/net/veth0/ifindex", "7\n")
+            .file("/sys/class/net/veth0/address", "b6:86:37:50:04:ef\n")
+            .file("/sys/class/net/veth0/addr_assign_type", "1\n");
+        let ids = sysfs_identities(&b).unwrap();
+        assert_eq!(ids.len(), 2);
+        let eth0 = &ids[0];
+        assert_eq!(eth0.permaddr.as_deref(), Some("52:54:00:ab:cd:ef"));
+        assert_eq!(eth0.device.as_deref(), Some("pci:0000:3b:00.1"));
+        assert_eq!((eth0.dev_port, eth0.ifindex), (Some(1), Some(2)));
+        assert_eq!(
+            eth0.words(),
+            "device pci:0000:3b:00.1 port 1, permanent address 52:54:00:ab:cd:ef"
+        );
+        let veth = &ids[1];
+        assert!(!veth.stable() && veth.known(), "{veth:?}");
+        assert_eq!((veth.ifindex, veth.boot.as_deref()), (Some(7), Some("b1")));
+        assert_eq!(veth.words(), "ifindex 7");
+        assert_eq!(hardware_address("00:00:00:00:00:00"), None);
+    }
 
     #[test]
     fn show_parsing() {

@@ -243,6 +243,78 @@ pub struct Channels {
     pub max_combined: u32,
 }
 
+/// Who a network interface is beyond its name, which an operator or udev may change: what the
+/// journal records for each NIC apply changes, so that rollback finds that NIC again (under a
+/// new name) and never another one that took its name.
+///
+/// A NIC on a bus is its device (`BUS:NAME`, the parent device's bus and bus id, unique on that
+/// bus: `pci:0000:3b:00.0`) and port on it (`dev_port`, for a function with several ports), and
+/// its permanent hardware address (ethtool's permaddr: IFLA_PERM_ADDRESS, else the address
+/// when `addr_assign_type` says it is the permanent one). A virtual link (a veth, a bridge) has
+/// neither: its address is random and it has no device, so it is its interface index in its
+/// network namespace during one boot (`ifindex` + `netns` + `boot`): the kernel does not hand
+/// an index out again while the namespace lives, and a virtual link does not outlive a reboot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NicIdentity {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ifindex: Option<u32>,
+    /// The permanent hardware address, lowercase `aa:bb:...`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permaddr: Option<String>,
+    /// The device it belongs to, `BUS:NAME` (`pci:0000:3b:00.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// Its port on that device (`dev_port`), for a device with several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev_port: Option<u32>,
+    /// The network namespace the index belongs to (its inode, `ip netns identify`'s `net:[N]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<u64>,
+    /// The boot it was read in (`/proc/sys/kernel/random/boot_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<String>,
+}
+
+impl NicIdentity {
+    /// Whether it names the hardware (device or permanent address), which outlives a rename,
+    /// a driver reload and a reboot; else only its index names it.
+    pub fn stable(&self) -> bool {
+        self.device.is_some() || self.permaddr.is_some()
+    }
+
+    /// Whether anything beyond the name is known.
+    pub fn known(&self) -> bool {
+        self.stable() || self.ifindex.is_some()
+    }
+
+    /// The identity in words, for messages: `device pci:0000:3b:00.0 port 1, permanent
+    /// address 52:54:00:12:34:56` or `ifindex 7`.
+    pub fn words(&self) -> String {
+        let mut w = Vec::new();
+        if let Some(d) = &self.device {
+            w.push(match self.dev_port.filter(|p| *p > 0) {
+                Some(p) => format!("device {d} port {p}"),
+                None => format!("device {d}"),
+            });
+        }
+        if let Some(a) = &self.permaddr {
+            w.push(format!("permanent address {a}"));
+        }
+        if w.is_empty() {
+            if let Some(i) = self.ifindex {
+                w.push(format!("ifindex {i}"));
+            }
+        }
+        if w.is_empty() {
+            "no identity".into()
+        } else {
+            w.join(", ")
+        }
+    }
+}
+
 /// A NIC's receive interrupt coalescing (`ethtool -c`): how long, and after how many frames, it
 /// waits before raising a receive interrupt, and whether the driver adapts both to the load.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -322,6 +394,13 @@ pub trait Backend {
         Err(ReadError::Unsupported(format!(
             "{nic}'s ring sizes are read over ethtool netlink, on the live host only"
         )))
+    }
+    /// Every network interface of this host (of this network namespace, on the live host)
+    /// with its identity ([`NicIdentity`]). Read from /sys/class/net by default (a captured
+    /// tree's files); the live host asks rtnetlink, which answers for the namespace it runs
+    /// in whatever sysfs shows.
+    fn nic_identities(&self) -> Result<Vec<NicIdentity>, ReadError> {
+        fs::sysfs_identities(self)
     }
     /// Set a NIC's channel counts (None: left as they are).
     fn set_channels(

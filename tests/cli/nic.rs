@@ -686,3 +686,201 @@ fn apply_tunes_a_nics_queues_and_rollback_restores_them_in_a_private_namespace()
         stderr(&o)
     );
 }
+
+/// tests/scripts/nic_identity.sh's `CASE` in a private namespace; None (a recorded skip) where
+/// namespaces or ethtool are missing.
+fn identity_case(case: &str) -> Option<std::process::Output> {
+    if !common::have("ethtool") {
+        common::skip(
+            "ethtool",
+            "ethtool is not installed (apt-get install ethtool)",
+        );
+        return None;
+    }
+    common::in_netns(&common::lib_script(
+        "nic_identity.sh",
+        &format!("CASE={case}"),
+    ))
+}
+
+/// The state a NIC line shows, less its tag.
+fn nic_state(o: &std::process::Output, tag: &str) -> String {
+    common::tagged_line(o, tag)
+        .trim_start_matches(tag)
+        .trim()
+        .to_string()
+}
+
+/// Two veths, vb tuned by three applies (channels, then RPS, flow counts and XPS), then renamed
+/// vc while va takes the name vb. Rollback finds the tuned NIC by the identity the journal
+/// recorded (its index in this namespace) and restores it under its new name, saying so, and
+/// never touches the NIC that now has its old name; three rollbacks return every value, queue
+/// and file to what it was.
+#[test]
+fn rollback_restores_a_renamed_nic_and_never_the_nic_that_took_its_name() {
+    let Some(o) = identity_case("swap") else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    let applies = common::tagged(&o, "APPLY ");
+    assert!(applies.iter().all(|l| l.starts_with("APPLY rc=0")), "{all}");
+    assert_ne!(
+        nic_state(&o, "VB-TUNED "),
+        nic_state(&o, "VB-BEFORE "),
+        "apply tuned vb: {all}"
+    );
+    assert_eq!(
+        nic_state(&o, "VC-AFTER "),
+        nic_state(&o, "VB-BEFORE "),
+        "the tuned NIC, renamed, is back as it was: {all}"
+    );
+    assert_eq!(
+        nic_state(&o, "VB-AFTER "),
+        nic_state(&o, "VA-BEFORE "),
+        "the NIC that took the name was never touched: {all}"
+    );
+    let rollbacks = common::tagged(&o, "ROLLBACK ");
+    assert_eq!(rollbacks.len(), 3, "{all}");
+    // One rollback per entry apply made; one more finds nothing (apply may have had nothing
+    // left to change the third time).
+    let made = applies.iter().filter(|l| l.contains("Applied")).count();
+    for (k, r) in rollbacks.iter().enumerate() {
+        if k < made {
+            assert!(r.starts_with("ROLLBACK rc=0"), "{r}\n{all}");
+            assert!(r.contains("vb (now vc): the same NIC (ifindex"), "{r}");
+            assert!(r.contains("changed back") && !r.contains("Some("), "{r}");
+        } else {
+            assert!(r.contains("nothing to roll back"), "{r}");
+        }
+    }
+    assert_eq!(common::tagged_line(&o, "SAME "), "SAME yes", "{all}");
+}
+
+/// Channel counts changed by hand after apply raised them are listed by rollback and kept
+/// without --force (nothing is changed); --force restores them.
+#[test]
+fn rollback_lists_channel_counts_changed_by_hand_and_keeps_them_without_force() {
+    let Some(o) = identity_case("hand") else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    let hand = nic_state(&o, "HAND ");
+    let counts = |s: &str| s.split_whitespace().next().unwrap().to_string();
+    let applied = counts(&nic_state(&o, "APPLIED "));
+    let now = counts(&hand);
+    let n = |c: &str, k: &str| {
+        c.split(k)
+            .nth(1)
+            .unwrap()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+    };
+    assert_eq!(nic_state(&o, "KEPT "), hand, "kept as changed: {all}");
+    let refused = common::tagged_line(&o, "ROLLBACK ");
+    assert!(refused.starts_with("ROLLBACK rc=3"), "{refused}\n{all}");
+    let want = format!(
+        "wsh's channels: applied rx {a}, tx {a}, now rx {h}, tx {h} (changed by hand)",
+        a = n(&applied, "RX:"),
+        h = n(&now, "RX:")
+    );
+    assert!(refused.contains(&want), "{want}: {refused}");
+    assert!(refused.contains("--force"), "{refused}");
+    let forced = common::tagged(&o, "ROLLBACK ");
+    assert!(forced[1].starts_with("ROLLBACK rc=0"), "{all}");
+    assert!(nic_state(&o, "FORCED ").starts_with("ch=RX:1TX:1"), "{all}");
+    assert_eq!(common::tagged_line(&o, "SAME "), "SAME yes", "{all}");
+}
+
+/// A NIC deleted after two applies: each rollback restores the rest of its entry (sysctls,
+/// files), marks it rolled back so the older one is reached, says plainly which NIC values it
+/// could not restore and why, in ethtool's words, and exits 3 (a partial restore); every value
+/// and file but the NIC's is back as it was.
+#[test]
+fn rollback_of_a_deleted_nic_restores_the_rest_and_reaches_older_entries() {
+    let Some(o) = identity_case("del") else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    let r = common::tagged(&o, "ROLLBACK ");
+    assert_eq!(r.len(), 3, "{all}");
+    for l in &r[..2] {
+        assert!(l.starts_with("ROLLBACK rc=3"), "{l}\n{all}");
+        assert!(
+            l.contains("wsd's values were not restored")
+                && l.contains("no link here has its ifindex")
+                && l.contains("went with the device"),
+            "{l}"
+        );
+        assert!(!l.contains("Some(") && !l.contains("No such device"), "{l}");
+    }
+    assert!(r[1].contains("channels rx 1, tx 1"), "{}", r[1]);
+    assert!(r[2].contains("nothing to roll back"), "{}", r[2]);
+    let list = common::tagged_line(&o, "LIST ");
+    assert_eq!(list.matches("rolled back").count(), 2, "{list}");
+    assert_eq!(common::tagged_line(&o, "SAME "), "SAME yes", "{all}");
+}
+
+/// The tuned veth deleted and a new link created under its name: rollback never touches that
+/// other NIC (its values are listed as not restored, with the fix), restores the rest of the
+/// entry and exits 3; the entry is partly rolled back, and `--id ID --force` restores the
+/// values onto the link of that name when the operator says so.
+#[test]
+fn rollback_refuses_a_nic_that_took_the_name_and_restores_the_rest() {
+    let Some(o) = identity_case("taken") else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        nic_state(&o, "NEW-AFTER "),
+        nic_state(&o, "NEW-BEFORE "),
+        "the other NIC was never touched: {all}"
+    );
+    assert_eq!(common::tagged_line(&o, "SAME "), "SAME yes", "{all}");
+    let r = common::tagged(&o, "ROLLBACK ");
+    assert!(r[0].starts_with("ROLLBACK rc=3"), "{all}");
+    assert!(
+        r[0].contains("wst's values were not restored (channels rx 1, tx 1)")
+            && r[0].contains("the link now named wst is another NIC (ifindex")
+            && r[0].contains("--force"),
+        "{}",
+        r[0]
+    );
+    let list = common::tagged_line(&o, "LIST ");
+    assert!(
+        list.contains("rolled back but for a NIC's values"),
+        "{list}"
+    );
+    assert!(r[1].starts_with("ROLLBACK rc=0"), "{all}");
+    assert!(
+        nic_state(&o, "FORCED ").starts_with("ch=RX:1TX:1"),
+        "--force restored the counts by name: {all}"
+    );
+}
+
+/// A tuned veth renamed after two applies: both rollbacks find it by its index and restore
+/// every count and queue setting under its new name, saying `wsr (now wsz)`.
+#[test]
+fn rollback_restores_a_renamed_nic_under_its_new_name() {
+    let Some(o) = identity_case("rename") else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        nic_state(&o, "AFTER "),
+        nic_state(&o, "BEFORE "),
+        "restored under its new name: {all}"
+    );
+    for r in common::tagged(&o, "ROLLBACK ") {
+        assert!(r.starts_with("ROLLBACK rc=0"), "{r}\n{all}");
+        assert!(
+            r.contains("note: wsr (now wsz): the same NIC (ifindex"),
+            "{r}"
+        );
+        assert!(
+            r.contains("/sys/class/net/wsz/") || r.contains("wsz's channels"),
+            "{r}"
+        );
+    }
+    assert_eq!(common::tagged_line(&o, "SAME "), "SAME yes", "{all}");
+}

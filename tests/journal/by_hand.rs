@@ -1,5 +1,6 @@
 //! Values changed by hand: raised ones persisted for the next boot, changed ones shown by
-//! rollback and kept without `--force` (`--keep`), and what `--unit` says systemd needs.
+//! rollback and kept without `--force` (`--keep`), drift against every applied entry, and what
+//! `--unit` says systemd needs.
 
 use crate::common;
 
@@ -190,4 +191,42 @@ fn rollback_keep_leaves_one_hand_changed_value_and_restores_the_rest() {
     .unwrap();
     std::fs::remove_dir_all(tree.join("var")).unwrap();
     assert_same_tree(&fixture("default"), &tree);
+}
+
+/// Drift is the host against every applied entry, each value against the newest entry that set
+/// it: a value only an older apply set, changed by hand since, is drift too (it used to read
+/// only the newest entry and say "unchanged").
+#[test]
+fn drift_compares_every_applied_entry_not_only_the_newest() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("default"), &tree);
+    let t = tree.to_str().unwrap();
+    // 10k sets tcp_fin_timeout 30 and tcp_max_syn_backlog 8192; 100k then raises the backlog
+    // to 65535 and has nothing to change in tcp_fin_timeout.
+    for profile in ["10k", "100k"] {
+        let o = wstune(&["apply", "--root", t, "--profile", profile, "--yes"]);
+        assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+        assert!(stdout(&o).contains("Applied"), "{}", stdout(&o));
+    }
+    let drift = |want: &str| {
+        let (_, r) = common::check_json(&tree, &[]);
+        let f = common::finding(&r, "wstune.journal.drift").clone();
+        assert_eq!(f["status"], want, "{f}");
+        f["note"].as_str().unwrap().to_string()
+    };
+    assert!(drift("pass").starts_with("entries "));
+    std::fs::write(tree.join("proc/sys/net/ipv4/tcp_fin_timeout"), "45\n").unwrap();
+    std::fs::write(tree.join("proc/sys/net/ipv4/tcp_max_syn_backlog"), "8192\n").unwrap();
+    let note = drift("warn");
+    assert!(
+        note.contains("net.ipv4.tcp_fin_timeout is 45 (applied 30)"),
+        "{note}"
+    );
+    // Set by both: compared with the newest only.
+    assert!(
+        note.contains("net.ipv4.tcp_max_syn_backlog is 8192 (applied 65535)")
+            && !note.contains("(applied 8192)"),
+        "{note}"
+    );
 }

@@ -149,11 +149,22 @@ pub fn set_channels(
                 WriteError::Denied(format!("{nic}'s channels (CAP_NET_ADMIN)"))
             } else {
                 WriteError::Other(format!(
-                    "the kernel refused {nic}'s channel counts (rx {rx:?}, tx {tx:?}, combined {combined:?}): {text}"
+                    "the kernel refused {nic}'s channel counts ({}): {text}",
+                    counts_words(rx, tx, combined)
                 ))
             }
         })
     })
+}
+
+/// The counts asked for, as `ethtool -L` takes them: `rx 1, tx 1` (those left as they are
+/// not named).
+fn counts_words(rx: Option<u32>, tx: Option<u32>, combined: Option<u32>) -> String {
+    [("rx", rx), ("tx", tx), ("combined", combined)]
+        .iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Set the receive ring's size (`ethtool -G NIC rx N`). The driver reallocates the ring: the
@@ -316,6 +327,13 @@ mod tests {
     use super::*;
     use netlink_packet_core::{Emitable, ParseableParametrized};
     use netlink_packet_generic::{GenlFamily, GenlHeader};
+
+    /// What the kernel refused is said in ethtool's words, never as Rust's `Some(1)`.
+    #[test]
+    fn refused_counts_are_named_as_ethtool_takes_them() {
+        assert_eq!(counts_words(Some(1), Some(2), None), "rx 1, tx 2");
+        assert_eq!(counts_words(None, None, Some(8)), "combined 8");
+    }
 
     /// `serve` checks the host from inside its runtime: a query there runs on a thread of its
     /// own and answers what it answers outside (it used to panic: a runtime inside a runtime).

@@ -122,6 +122,13 @@ impl Backend for LinuxBackend {
         Ok(links)
     }
 
+    fn nic_identities(&self) -> Result<Vec<super::NicIdentity>, ReadError> {
+        if self.recorder.is_some() {
+            return super::fs::sysfs_identities(self);
+        }
+        netlink_identities()
+    }
+
     fn systemd_property(&self, unit: &str, property: &str) -> Result<String, ReadError> {
         if !Path::new("/run/systemd/system").exists() {
             return Err(ReadError::NotFound(
@@ -246,13 +253,20 @@ impl Backend for LinuxBackend {
 
 #[cfg(target_os = "linux")]
 pub(crate) use sys::is_root;
-use sys::{live_page_size, netlink_links, prlimit_nofile};
+use sys::{live_page_size, netlink_identities, netlink_links, prlimit_nofile};
 
 #[cfg(target_os = "linux")]
 pub use sys::raise_nofile;
 
 #[cfg(not(target_os = "linux"))]
 fn netlink_links() -> Result<Vec<Link>, ReadError> {
+    Err(ReadError::Unsupported(
+        "netlink exists only on Linux".into(),
+    ))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn netlink_identities() -> Result<Vec<super::NicIdentity>, ReadError> {
     Err(ReadError::Unsupported(
         "netlink exists only on Linux".into(),
     ))

@@ -1,0 +1,579 @@
+//! Which NIC a journal entry's values belong to, and finding that NIC again later.
+//!
+//! A NIC's name is not who it is: an operator or udev renames it, and another NIC may take the
+//! name. So `apply` records each changed NIC's identity ([`NicIdentity`]: its device and
+//! permanent address, else its index in its namespace during one boot), and `rollback`,
+//! `check`'s drift and apply's recovery [`resolve`] the entry against the NICs there now:
+//! - the same NIC, under its name or a new one: its values are restored there (the entry's
+//!   paths are rewritten to the new name: `/sys/class/net/NEW/queues/...`);
+//! - gone (removed, or a virtual link from before a reboot): its queue settings and channel
+//!   counts went with it, nothing is left to restore: said, never an error that blocks the
+//!   rest of the entry;
+//! - refused: the name now belongs to another NIC (or the NIC lives in another network
+//!   namespace): that NIC is never touched, unless `--force` says to restore by name;
+//! - unverified: an entry of an older wstune (or a tree) recorded no identity: found by name,
+//!   with a warning.
+//!
+//! Pure: the NICs there now are read by the caller (`Backend::nic_identities`).
+
+use super::journal::Entry;
+use super::plan::{Action, Op};
+use crate::host::{Backend, NicIdentity, ReadError};
+
+/// The NIC whose setting `path` is (`/sys/class/net/NAME/...`).
+pub fn nic_of_path(path: &str) -> Option<&str> {
+    path.strip_prefix("/sys/class/net/")?.split('/').next()
+}
+
+/// The NIC an action changes: its channel counts or ring, one of its queue files, or one of
+/// its queue interrupts (`linux.nic.irq[NAME]`). None for everything else (a sysctl, a file).
+pub fn nic_of_action(a: &Action) -> Option<&str> {
+    match &a.op {
+        Op::Channels { nic, .. } | Op::RxRing { nic, .. } => Some(nic),
+        Op::KernelFile { path, .. } => nic_of_path(path).or_else(|| {
+            a.check
+                .strip_prefix("linux.nic.")
+                .and_then(|r| r.split_once('['))
+                .map(|(_, n)| n.trim_end_matches(']'))
+        }),
+        _ => None,
+    }
+}
+
+/// The NICs the actions change, in order, each once.
+pub fn nics_of(actions: &[Action]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in actions.iter().filter_map(nic_of_action) {
+        if !out.iter().any(|o| o == n) {
+            out.push(n.to_string());
+        }
+    }
+    out
+}
+
+/// The identities of `names` as the backend sees them now, for the journal: those it can tell
+/// nothing about are left out (rollback then finds them by name, and says it cannot verify).
+pub fn identities(backend: &dyn Backend, names: &[String]) -> Vec<NicIdentity> {
+    if names.is_empty() {
+        return vec![];
+    }
+    let now = backend.nic_identities().unwrap_or_default();
+    names
+        .iter()
+        .filter_map(|n| now.iter().find(|i| i.name == *n && i.known()).cloned())
+        .collect()
+}
+
+/// Where a recorded NIC is now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Found {
+    /// The same NIC, named so now.
+    Here(String),
+    /// Found by name only: the entry recorded no identity.
+    Unverified,
+    /// Not here any more; why.
+    Gone(String),
+    /// Not the NIC of that name; why (the name is another NIC's, or it is elsewhere).
+    Refused(String),
+}
+
+/// Find the NIC recorded as `rec` among `now` (every link here, with its identity).
+pub fn find(rec: &NicIdentity, now: &[NicIdentity]) -> Found {
+    let named = now.iter().find(|n| n.name == rec.name);
+    let other_has_name = |why: String| match named {
+        Some(n) => Found::Refused(format!(
+            "{why}, and the link now named {} is another NIC ({})",
+            rec.name,
+            n.words()
+        )),
+        None => Found::Gone(why),
+    };
+    if !rec.known() {
+        return match named {
+            Some(_) => Found::Unverified,
+            None => Found::Gone(format!("no link is named {} any more", rec.name)),
+        };
+    }
+    let same_boot = |n: &NicIdentity| match (&rec.boot, &n.boot) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    };
+    if rec.stable() {
+        let port = |n: &NicIdentity| n.dev_port.unwrap_or(0);
+        let hits: Vec<&NicIdentity> = now
+            .iter()
+            .filter(|n| {
+                rec.device
+                    .as_ref()
+                    .is_none_or(|d| n.device.as_ref() == Some(d) && port(n) == port(rec))
+                    && rec
+                        .permaddr
+                        .as_ref()
+                        .is_none_or(|a| n.permaddr.as_ref() == Some(a))
+            })
+            .collect();
+        return match hits.as_slice() {
+            [one] => Found::Here(one.name.clone()),
+            [] => other_has_name(format!(
+                "no link here is its {} any more (the device was removed, or moved to another network namespace)",
+                rec.words()
+            )),
+            many => Found::Refused(format!(
+                "several links here have its {} ({}): rollback cannot tell which it is",
+                rec.words(),
+                many.iter()
+                    .map(|n| n.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        };
+    }
+    // A virtual link: its index, in its namespace, during its boot.
+    let here = now.first();
+    if here.is_some_and(|h| !same_boot(h)) {
+        return other_has_name(
+            "it is a virtual link recorded before the last reboot, and a virtual link does not outlive one".into(),
+        );
+    }
+    if let (Some(was), Some(is)) = (rec.netns, here.and_then(|h| h.netns)) {
+        if was != is {
+            return Found::Refused(format!(
+                "it was recorded in network namespace net:[{was}], and this is net:[{is}]: run rollback in that namespace"
+            ));
+        }
+    }
+    match now.iter().find(|n| n.ifindex == rec.ifindex) {
+        Some(n) => Found::Here(n.name.clone()),
+        None => other_has_name(format!(
+            "no link here has its ifindex {} any more (it was removed)",
+            rec.ifindex.unwrap_or(0)
+        )),
+    }
+}
+
+/// A NIC whose values are not restored, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Left {
+    /// Its name in the entry.
+    pub nic: String,
+    pub why: String,
+    /// Refused (another NIC has the name, or it is elsewhere): `--force` restores by name.
+    /// Else it is gone, and its values with it.
+    pub refused: bool,
+    /// The values not restored, as `channels rx 1, tx 1`, `queues/rx-0/rps_cpus 0`.
+    pub values: Vec<String>,
+}
+
+/// An entry made to fit the NICs there now.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The entry with each NIC's values under its name now, and without those of NICs left.
+    pub entry: Entry,
+    /// What was found, for people: renamed, restored by name under `--force`.
+    pub notes: Vec<String>,
+    /// What could not be verified: a NIC found by name only.
+    pub warnings: Vec<String>,
+    pub left: Vec<Left>,
+}
+
+/// Fit `entry` to the NICs here now (`now`; an error when they cannot be listed: every NIC is
+/// then taken by name, unverified). `force`: restore a refused NIC's values by name anyway.
+pub fn resolve(entry: &Entry, now: Result<Vec<NicIdentity>, ReadError>, force: bool) -> Resolved {
+    let mut names = nics_of(&entry.actions);
+    for n in entry
+        .channels
+        .iter()
+        .map(|c| c.nic.as_str())
+        .chain(entry.rings.iter().map(|r| r.nic.as_str()))
+        .chain(entry.runtime.iter().filter_map(|r| nic_of_path(&r.path)))
+    {
+        if !names.iter().any(|o| o == n) {
+            names.push(n.to_string());
+        }
+    }
+    let mut out = Resolved {
+        entry: entry.clone(),
+        notes: vec![],
+        warnings: vec![],
+        left: vec![],
+    };
+    if names.is_empty() {
+        return out;
+    }
+    let now = match now {
+        Ok(now) => now,
+        Err(e) => {
+            out.warnings.push(format!(
+                "the NICs here cannot be listed ({e}): {} found by name only, which cannot be verified",
+                names.join(", ")
+            ));
+            return out;
+        }
+    };
+    let mut renames: Vec<(String, String)> = Vec::new();
+    let mut drop: Vec<String> = Vec::new();
+    for name in &names {
+        let rec = entry
+            .nics
+            .iter()
+            .find(|i| i.name == *name)
+            .cloned()
+            .unwrap_or_else(|| NicIdentity {
+                name: name.clone(),
+                ..NicIdentity::default()
+            });
+        match find(&rec, &now) {
+            Found::Here(n) if n == *name => {}
+            Found::Here(n) => {
+                out.notes.push(format!(
+                    "{name} (now {n}): the same NIC ({}), restored under its new name",
+                    rec.words()
+                ));
+                renames.push((name.clone(), n));
+            }
+            Found::Unverified => out.warnings.push(format!(
+                "{name}: the entry recorded no identity for it (an older wstune's entry, or a tree without one), so it is found by name only, which cannot be verified"
+            )),
+            Found::Refused(why) if force => out.notes.push(format!(
+                "{name}: {why}; --force: its values are restored onto the link named {name} anyway"
+            )),
+            Found::Refused(why) => {
+                out.left.push(Left {
+                    nic: name.clone(),
+                    values: values_of(entry, name),
+                    why,
+                    refused: true,
+                });
+                drop.push(name.clone());
+            }
+            Found::Gone(why) => {
+                out.left.push(Left {
+                    nic: name.clone(),
+                    values: values_of(entry, name),
+                    why,
+                    refused: false,
+                });
+                drop.push(name.clone());
+            }
+        }
+    }
+    let e = &mut out.entry;
+    let mine = |a: &Action, n: &str| nic_of_action(a) == Some(n);
+    // A queue interrupt's path names no NIC: its action does.
+    let irq_of = |path: &str| {
+        entry.actions.iter().find_map(|a| match &a.op {
+            Op::KernelFile { path: p, .. } if p == path => nic_of_action(a).map(str::to_string),
+            _ => None,
+        })
+    };
+    e.runtime.retain(|r| {
+        let nic = nic_of_path(&r.path)
+            .map(str::to_string)
+            .or_else(|| irq_of(&r.path));
+        !nic.is_some_and(|n| drop.contains(&n))
+    });
+    e.channels.retain(|c| !drop.contains(&c.nic));
+    e.rings.retain(|r| !drop.contains(&r.nic));
+    e.actions.retain(|a| !drop.iter().any(|n| mine(a, n)));
+    // Renamed, all at once (a swap of two names must not chain).
+    let renamed = |n: &str| {
+        renames
+            .iter()
+            .find(|(from, _)| from == n)
+            .map(|(_, to)| to.clone())
+    };
+    let repath = |p: &str| match nic_of_path(p).and_then(renamed) {
+        Some(to) => {
+            let rest = &p["/sys/class/net/".len()..];
+            let rest = rest.split_once('/').map_or("", |(_, r)| r);
+            format!("/sys/class/net/{to}/{rest}")
+        }
+        None => p.to_string(),
+    };
+    for r in &mut e.runtime {
+        r.path = repath(&r.path);
+    }
+    for c in &mut e.channels {
+        if let Some(to) = renamed(&c.nic) {
+            c.nic = to;
+        }
+    }
+    for r in &mut e.rings {
+        if let Some(to) = renamed(&r.nic) {
+            r.nic = to;
+        }
+    }
+    for a in &mut e.actions {
+        match &mut a.op {
+            Op::Channels { nic, .. } | Op::RxRing { nic, .. } => {
+                if let Some(to) = renamed(nic) {
+                    *nic = to;
+                }
+            }
+            Op::KernelFile { path, .. } => *path = repath(path),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// What an entry would restore on `nic`, in words.
+fn values_of(entry: &Entry, nic: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in entry.channels.iter().filter(|c| c.nic == nic) {
+        out.push(format!(
+            "channels {}",
+            channel_words(entry, nic, &c.old).unwrap_or_else(|| "as before".into())
+        ));
+    }
+    for r in entry.rings.iter().filter(|r| r.nic == nic) {
+        out.push(format!("receive ring {}", r.old));
+    }
+    let prefix = format!("/sys/class/net/{nic}/");
+    for r in &entry.runtime {
+        let irq = entry.actions.iter().any(|a| {
+            matches!(&a.op, Op::KernelFile { path, .. } if *path == r.path)
+                && nic_of_action(a) == Some(nic)
+        });
+        let old = r.old.split_whitespace().collect::<Vec<_>>().join(" ");
+        if let Some(rest) = r.path.strip_prefix(&prefix) {
+            out.push(format!("{rest} {old}"));
+        } else if irq {
+            out.push(format!("{} {old}", r.path));
+        }
+    }
+    out
+}
+
+/// The old channel counts that a restore sets (those the apply changed), as `ethtool -L`
+/// takes them: `rx 1, tx 1`.
+pub fn channel_words(entry: &Entry, nic: &str, old: &crate::host::Channels) -> Option<String> {
+    let (rx, tx, combined) = changed_counts(entry, nic);
+    let pick = |on: bool, n: u32| (on && n > 0).then_some(n);
+    let words: Vec<String> = [
+        ("rx", pick(rx, old.rx)),
+        ("tx", pick(tx, old.tx)),
+        ("combined", pick(combined, old.combined)),
+    ]
+    .iter()
+    .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
+    .collect();
+    (!words.is_empty()).then(|| words.join(", "))
+}
+
+/// Which of `nic`'s counts the entry's apply changed (rx, tx, combined); all three when the
+/// action is not there to say.
+pub fn changed_counts(entry: &Entry, nic: &str) -> (bool, bool, bool) {
+    entry
+        .actions
+        .iter()
+        .find_map(|a| match &a.op {
+            Op::Channels {
+                nic: n,
+                rx,
+                tx,
+                combined,
+            } if n == nic => Some((rx.is_some(), tx.is_some(), combined.is_some())),
+            _ => None,
+        })
+        .unwrap_or((true, true, true))
+}
+
+/// What a NIC left unrestored means, for people: one line.
+pub fn left_words(l: &Left, id: &str) -> String {
+    let values = if l.values.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", l.values.join(", "))
+    };
+    if l.refused {
+        format!(
+            "{}'s values were not restored{values}: {}. That NIC was left alone; `wstune rollback --id {id} --force` restores them onto the link named {} anyway",
+            l.nic, l.why, l.nic
+        )
+    } else {
+        format!(
+            "{}'s values were not restored{values}: {}; its queue settings and channel counts went with the device, so nothing is left to restore",
+            l.nic, l.why
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str, ifindex: u32) -> NicIdentity {
+        NicIdentity {
+            name: name.into(),
+            ifindex: Some(ifindex),
+            netns: Some(4026532175),
+            boot: Some("b1".into()),
+            ..NicIdentity::default()
+        }
+    }
+
+    fn pci(name: &str, ifindex: u32, slot: &str, mac: &str) -> NicIdentity {
+        NicIdentity {
+            device: Some(format!("pci:{slot}")),
+            permaddr: Some(mac.into()),
+            ..id(name, ifindex)
+        }
+    }
+
+    #[test]
+    fn a_virtual_link_is_found_by_its_index_in_its_namespace_and_boot() {
+        let rec = id("vb", 5);
+        // Renamed, and its old name taken by another link.
+        let now = [id("vb", 4), id("vc", 5)];
+        assert_eq!(find(&rec, &now), Found::Here("vc".into()));
+        // Deleted, the name free: gone.
+        assert!(matches!(find(&rec, &[id("va", 4)]), Found::Gone(w) if w.contains("ifindex 5")));
+        // Deleted, and another link took the name: refused, never that one.
+        assert!(
+            matches!(find(&rec, &[id("vb", 9)]), Found::Refused(w) if w.contains("another NIC (ifindex 9)"))
+        );
+        // Another boot: the index means nothing.
+        let mut later = id("vb", 5);
+        later.boot = Some("b2".into());
+        assert!(matches!(find(&rec, &[later]), Found::Refused(_)));
+        // Another namespace.
+        let mut there = id("vb", 5);
+        there.netns = Some(1);
+        assert!(
+            matches!(find(&rec, &[there]), Found::Refused(w) if w.contains("net:[4026532175]"))
+        );
+    }
+
+    /// An entry that tuned vb (ifindex 5) and a sysctl: the queue file and channel counts of
+    /// the NIC, its interrupt, and somaxconn.
+    fn entry() -> Entry {
+        serde_json::from_value(serde_json::json!({
+            "id": "1", "created": "now", "state": "applied", "profile": "100k",
+            "actions": [
+                {"check": "linux.nic.queues[vb]", "setting": "vb channels", "from": "rx 1, tx 1", "to": "rx 2, tx 2",
+                 "op": {"kind": "channels", "nic": "vb", "rx": 2, "tx": 2, "combined": null}},
+                {"check": "linux.nic.queues[vb]", "setting": "vb queues/rx-0/rps_cpus", "from": "0", "to": "3",
+                 "op": {"kind": "kernel_file", "path": "/sys/class/net/vb/queues/rx-0/rps_cpus", "value": "3"}},
+                {"check": "linux.nic.irq[vb]", "setting": "IRQ 40 (vb-rx-0)", "from": "0-1", "to": "1",
+                 "op": {"kind": "kernel_file", "path": "/proc/irq/40/smp_affinity_list", "value": "1"}},
+                {"check": "linux.net.somaxconn", "setting": "net.core.somaxconn", "from": "4096", "to": "65535",
+                 "op": {"kind": "sysctl", "key": "net.core.somaxconn", "value": "65535"}}
+            ],
+            "runtime": [
+                {"path": "/sys/class/net/vb/queues/rx-0/rps_cpus", "old": "0\n"},
+                {"path": "/proc/irq/40/smp_affinity_list", "old": "0-1\n"},
+                {"path": "/proc/sys/net/core/somaxconn", "old": "4096\n"}
+            ],
+            "files": [], "created_dirs": [], "limits": [], "registry": [],
+            "channels": [{"nic": "vb", "old": {"rx": 1, "tx": 1, "combined": 0, "max_rx": 4, "max_tx": 4, "max_combined": 0}}],
+            "nics": [{"name": "vb", "ifindex": 5, "netns": 4026532175u64, "boot": "b1"}]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_renamed_nics_values_are_restored_under_its_new_name_and_a_swap_does_not_chain() {
+        // vb became vc, and va (4) took the name vb.
+        let r = resolve(&entry(), Ok(vec![id("vb", 4), id("vc", 5)]), false);
+        assert!(r.left.is_empty(), "{:?}", r.left);
+        assert_eq!(r.notes.len(), 1);
+        assert!(
+            r.notes[0].starts_with("vb (now vc): the same NIC (ifindex 5)"),
+            "{:?}",
+            r.notes
+        );
+        assert_eq!(r.entry.channels[0].nic, "vc");
+        let paths: Vec<&str> = r.entry.runtime.iter().map(|r| r.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/sys/class/net/vc/queues/rx-0/rps_cpus",
+                "/proc/irq/40/smp_affinity_list",
+                "/proc/sys/net/core/somaxconn"
+            ]
+        );
+        assert!(r
+            .entry
+            .actions
+            .iter()
+            .all(|a| !format!("{:?}", a.op).contains("\"vb\"")));
+        assert!(r
+            .entry
+            .actions
+            .iter()
+            .all(|a| !matches!(&a.op, Op::KernelFile { path, .. } if path.contains("/vb/"))));
+    }
+
+    #[test]
+    fn a_gone_or_refused_nics_values_leave_the_entry_and_the_rest_stays() {
+        for (now, refused) in [(vec![id("va", 4)], false), (vec![id("vb", 9)], true)] {
+            let r = resolve(&entry(), Ok(now.clone()), false);
+            assert_eq!(r.left.len(), 1, "{now:?}");
+            let l = &r.left[0];
+            assert_eq!((l.nic.as_str(), l.refused), ("vb", refused));
+            assert_eq!(
+                l.values,
+                [
+                    "channels rx 1, tx 1",
+                    "queues/rx-0/rps_cpus 0",
+                    "/proc/irq/40/smp_affinity_list 0-1"
+                ]
+            );
+            // Only somaxconn is left to restore; its interrupt went with it.
+            assert_eq!(r.entry.runtime.len(), 1);
+            assert!(r.entry.channels.is_empty());
+            assert_eq!(r.entry.actions.len(), 1);
+            let words = left_words(l, "1");
+            assert!(!words.contains("Some("), "{words}");
+            assert_eq!(words.contains("--force"), refused, "{words}");
+        }
+        // --force restores a refused NIC's values by name.
+        let r = resolve(&entry(), Ok(vec![id("vb", 9)]), true);
+        assert!(
+            r.left.is_empty() && r.entry.runtime.len() == 3,
+            "{:?}",
+            r.left
+        );
+        assert!(r.notes[0].contains("--force"), "{:?}", r.notes);
+    }
+
+    /// An entry of an older wstune recorded no identity: its NIC is found by name, and the
+    /// note says that cannot be verified; a name no link has any more is gone.
+    #[test]
+    fn an_entry_without_identities_finds_its_nics_by_name_with_a_warning() {
+        let mut old = entry();
+        old.nics.clear();
+        let r = resolve(&old, Ok(vec![id("vb", 9)]), false);
+        assert!(r.left.is_empty());
+        assert!(
+            r.warnings[0].contains("found by name only, which cannot be verified"),
+            "{:?}",
+            r.warnings
+        );
+        assert_eq!(r.entry.runtime.len(), 3);
+        let r = resolve(&old, Ok(vec![id("va", 4)]), false);
+        assert!(!r.left[0].refused && r.left[0].why.contains("no link is named vb"));
+    }
+
+    #[test]
+    fn a_physical_nic_is_found_by_device_and_permanent_address_whatever_its_index() {
+        let rec = pci("eth0", 2, "0000:3b:00.0", "52:54:00:00:00:01");
+        // A driver reload gave it another index and udev another name.
+        let now = [
+            pci("eth0", 3, "0000:3c:00.0", "52:54:00:00:00:02"),
+            pci("eth9", 7, "0000:3b:00.0", "52:54:00:00:00:01"),
+        ];
+        assert_eq!(find(&rec, &now), Found::Here("eth9".into()));
+        // Another card in the same slot is another NIC.
+        let swapped = [pci("eth0", 2, "0000:3b:00.0", "52:54:00:00:00:99")];
+        assert!(matches!(find(&rec, &swapped), Found::Refused(_)));
+        // No identity recorded: by name, unverified.
+        let bare = NicIdentity {
+            name: "eth0".into(),
+            ..NicIdentity::default()
+        };
+        assert_eq!(find(&bare, &now), Found::Unverified);
+        assert!(matches!(find(&bare, &[id("eth1", 1)]), Found::Gone(_)));
+    }
+}
