@@ -506,16 +506,22 @@ fn junit_with_control_characters_in_names_is_valid_xml() {
     );
 }
 
-/// A profile accepted somaxconn up to 4294967295, which the kernel (an int) refuses at apply.
+/// Profiles accepted somaxconn, nf_conntrack_max and tcp_max_tw_buckets up to 4294967295,
+/// which the kernel (an int) refuses at apply: each is refused at load, with its line.
 #[test]
-fn a_backlog_above_the_kernels_int_is_refused_at_load() {
+fn sysctls_past_the_kernels_int_are_refused_at_load() {
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("p.yaml");
     let text =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
             .unwrap()
-            .replace("somaxconn: 65535", "somaxconn: 4294967295");
-    std::fs::write(&profile, text).unwrap();
+            .replace("somaxconn: 65535", "somaxconn: 4294967295")
+            .replace("nf_conntrack_max: 262144", "nf_conntrack_max: 4294967295")
+            .replace(
+                "tcp_max_tw_buckets: 262144",
+                "tcp_max_tw_buckets: 2147483648",
+            );
+    std::fs::write(&profile, &text).unwrap();
     let o = common::run(&[
         "check",
         "--profile",
@@ -525,10 +531,15 @@ fn a_backlog_above_the_kernels_int_is_refused_at_load() {
     ]);
     assert_eq!(common::code(&o), 3, "{}", stderr(&o));
     let err = stderr(&o);
-    assert!(
-        err.contains("linux.somaxconn") && err.contains("2147483647") && err.contains("p.yaml:"),
-        "{err}"
-    );
+    for key in ["somaxconn", "nf_conntrack_max", "tcp_max_tw_buckets"] {
+        let line = line_starting(&text, &format!("  {key}:"));
+        assert!(
+            err.contains(&format!("p.yaml:{line}: linux.{key}: "))
+                && err.contains("(the kernel's maximum is 2147483647, an int)"),
+            "{key}: {err}"
+        );
+    }
+    assert_eq!(err.lines().count(), 3, "{err}");
 }
 
 /// A sysctl.d file that is not UTF-8 and one that is a link loop were skipped without a word in

@@ -545,3 +545,31 @@ fn keys_with_a_default_may_be_left_out_and_the_others_are_required() {
         .to_string();
     assert!(err.contains("linux: missing field `somaxconn`"), "{err}");
 }
+
+/// The kernel keeps nf_conntrack_max and tcp_max_tw_buckets in an int, as it does somaxconn
+/// and the backlogs: a value past 2147483647 is refused at load (with the reason), not by the
+/// kernel with EINVAL halfway through an apply.
+#[test]
+fn sysctls_the_kernel_keeps_in_an_int_are_bounded_by_it() {
+    let base = EMBEDDED[2].1;
+    for (key, line) in [
+        ("nf_conntrack_max", "  nf_conntrack_max: 262144"),
+        ("tcp_max_tw_buckets", "  tcp_max_tw_buckets: 262144"),
+        ("somaxconn", "  somaxconn: 65535"),
+        ("tcp_max_syn_backlog", "  tcp_max_syn_backlog: 65535"),
+        ("netdev_max_backlog", "  netdev_max_backlog: 16384"),
+    ] {
+        assert!(base.contains(line), "{line}");
+        let at_max = base.replace(line, &format!("  {key}: 2147483647"));
+        parse(&at_max, "p.yaml").unwrap_or_else(|e| panic!("{key} at the int's maximum: {e}"));
+        let past = base.replace(line, &format!("  {key}: 2147483648"));
+        let err = parse(&past, "p.yaml").unwrap_err().to_string();
+        let at = yaml_lines::line_of(&past, &format!("linux.{key}")).unwrap();
+        assert!(
+            err.contains(&format!(
+                "p.yaml:{at}: linux.{key}: 2147483648 is out of range; allowed"
+            )) && err.contains("=2147483647 (the kernel's maximum is 2147483647, an int)"),
+            "{key}: {err}"
+        );
+    }
+}
