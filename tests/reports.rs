@@ -324,6 +324,47 @@ fn missing_profile_file_is_named_once_without_os_error_text() {
     );
 }
 
+/// A profile path that leads to some other file (a link to /etc/shadow, say, which YAML reads
+/// as a mapping whose keys are its lines) is refused as no profile, quoting none of it: its
+/// keys and values may be secrets.
+#[test]
+fn a_profile_path_leading_to_another_file_quotes_none_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("shadow");
+    std::fs::write(
+        &secret,
+        "root:$6$SaLt$HashOfRoot0123:19700:0:99999:7:::\ndaemon:*:19700:0:99999:7:::\nalice:$y$j9T$abc$HashOfAlice:19701:0:99999:7:::\n",
+    )
+    .unwrap();
+    let link = dir.path().join("p.yaml");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    let out = common::run(&[
+        "check",
+        "-p",
+        link.to_str().unwrap(),
+        "--root",
+        fixture("default").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{}: not a wstune profile", link.display())),
+        "{err}"
+    );
+    assert!(err.contains("pass a profile file"), "the fix: {err}");
+    for part in ["root", "daemon", "alice", "SaLt", "Hash", "19700", "99999"] {
+        assert!(
+            !err.contains(part),
+            "{part} of the other file is quoted:\n{err}"
+        );
+    }
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "one problem, not one per line:\n{err}"
+    );
+}
+
 #[test]
 fn empty_proc_self_limits_is_a_note_in_wstunes_words() {
     let dir = tempfile::tempdir().unwrap();

@@ -317,6 +317,9 @@ fn parse_in(
         )])
     };
     let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).map_err(serde_problem)?;
+    not_a_profile(&doc).map_or(Ok(()), |m| {
+        Err(ProfileError::Invalid(vec![problem(None, m)]))
+    })?;
     let base = take_extends(&mut doc, text, file, chain, warnings)?;
     // Older names first, in this file's own keys: a base's value under the new name is
     // overridden by this file's under the old one, as if the file said the new name.
@@ -486,6 +489,34 @@ fn profile_shape() -> &'static shape::Shape {
         p.server.deflate.inflate_budget_bytes.get_or_insert(0);
         shape::Shape::of::<Profile>(p.written_out())
     })
+}
+
+/// Why `doc` is no profile at all, when it is a mapping none of whose top-level keys a
+/// profile has: some other file named by mistake (or through a link), such as /etc/shadow,
+/// whose lines YAML reads as keys. Nothing of such a file is quoted back: its keys and values
+/// may be secrets, and the message must say only that it is the wrong file.
+fn not_a_profile(doc: &serde_yaml_ng::Value) -> Option<String> {
+    let serde_yaml_ng::Value::Mapping(map) = doc else {
+        return None;
+    };
+    let shape = profile_shape();
+    let known = |k: &serde_yaml_ng::Value| {
+        k.as_str().is_some_and(|k| {
+            k == "extends"
+                || shape.has_top_level(k)
+                || RETIRED
+                    .iter()
+                    .any(|(old, _)| old.split('.').next() == Some(k))
+        })
+    };
+    if map.is_empty() || map.keys().any(known) {
+        return None;
+    }
+    Some(format!(
+        "not a wstune profile: none of its {} top-level key(s) is a profile's ({}, or `extends`), so none is shown; pass a profile file (`wstune profiles show 100k` prints one to start from) or a built-in name",
+        map.len(),
+        shape.top_level_keys()
+    ))
 }
 
 /// What became of a key that a release renamed or removed.

@@ -59,6 +59,30 @@ impl Shape {
     pub fn is_defaulted(&self, path: &str) -> bool {
         self.defaulted.contains(path)
     }
+
+    /// Whether `key` is a top-level key of the shape.
+    pub fn has_top_level(&self, key: &str) -> bool {
+        self.template.get(key).is_some()
+    }
+
+    /// The top-level keys, for messages.
+    pub fn top_level_keys(&self) -> String {
+        match &self.template {
+            Json::Object(fields) => names(fields.keys()),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Whether an unknown key may be quoted back in a message: a plain name (letters, digits,
+/// `_`, `-`, `.`, at most 64 of them), as a typo of a profile key is. Anything else, such as
+/// a line of some other file read as a key (`root:$6$...:19000:0:99999:7::`), is not shown.
+fn quotable(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 /// Every mapping key's dotted path in `v`, parents before their children.
@@ -152,10 +176,15 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, shape: &Shape, out: &mut Ve
                 } else {
                     format!("{path}: ")
                 };
+                let shown = if quotable(&name) {
+                    format!("`{name}`")
+                } else {
+                    "(a key that is not a plain name, not shown)".to_string()
+                };
                 out.push(Mismatch {
                     path: join(path, &name),
                     message: format!(
-                        "{at}unknown field `{name}`, expected one of {}{hint}",
+                        "{at}unknown field {shown}, expected one of {}{hint}",
                         names(fields.keys())
                     ),
                 });

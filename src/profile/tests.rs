@@ -573,3 +573,19 @@ fn sysctls_the_kernel_keeps_in_an_int_are_bounded_by_it() {
         );
     }
 }
+
+/// A key that is not a plain name (some other file's line, read as a key) is placed by its
+/// line but not quoted; a typo is quoted with the key it was meant for.
+#[test]
+fn only_plain_unknown_keys_are_quoted() {
+    let text = format!("{}root:$6$salt$hash:19700:0:99999:7:::\n", EMBEDDED[2].1);
+    let err = parse(&text, "p.yaml").unwrap_err().to_string();
+    let line = text.lines().count();
+    assert!(
+        err.contains(&format!(
+            "p.yaml:{line}: unknown field (a key that is not a plain name, not shown)"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("salt") && !err.contains("root"), "{err}");
+}
