@@ -4,7 +4,8 @@
 //! the history by design) is byte for byte as before; the same with a second, complete apply in
 //! between. Also a full disk (a small tmpfs as `--prefix`) and a read-only file partway: apply
 //! stops, undoes what it did and says what failed. All inside `unshare --net --mount`
-//! (tests/scripts/apply_killed.sh, apply_faults.sh).
+//! (tests/scripts/apply_killed.sh, apply_faults.sh). And on a captured tree (`--root`), apply
+//! killed at every step and in the middle of every file write, each undone by a plain rollback.
 
 use crate::common;
 
