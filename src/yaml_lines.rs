@@ -15,7 +15,19 @@ pub fn line_of(text: &str, path: &str) -> Option<usize> {
         if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('-') {
             continue;
         }
-        let Some(colon) = trimmed.find(':') else {
+        // As YAML reads a plain key: up to the first colon followed by a space or the line's
+        // end (`a:b: 1` is the key `a:b`; `a:b` alone is no key at all).
+        let Some(colon) = trimmed
+            .char_indices()
+            .find(|&(i, c)| {
+                c == ':'
+                    && trimmed[i + 1..]
+                        .chars()
+                        .next()
+                        .is_none_or(char::is_whitespace)
+            })
+            .map(|(i, _)| i)
+        else {
             continue;
         };
         let key = trimmed[..colon]
@@ -45,6 +57,15 @@ mod tests {
         assert_eq!(line_of(DOC, "server.deflate.window_bits"), Some(6));
         assert_eq!(line_of(DOC, "server.heartbeat.interval_secs"), Some(8));
         assert_eq!(line_of(DOC, "linux.nofile"), Some(10));
+    }
+
+    #[test]
+    fn a_key_ends_at_a_colon_before_a_space_or_the_end() {
+        let doc = "a:b: 1\nurl: http://x:80/\nroot:$6$s$h:1:::\nplain:scalar\n";
+        assert_eq!(line_of(doc, "a:b"), Some(1));
+        assert_eq!(line_of(doc, "url"), Some(2));
+        assert_eq!(line_of(doc, "root:$6$s$h:1::"), Some(3));
+        assert_eq!(line_of(doc, "plain"), None);
     }
 
     #[test]

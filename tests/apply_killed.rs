@@ -4,7 +4,8 @@
 //! the history by design) is byte for byte as before; the same with a second, complete apply in
 //! between. Also a full disk (a small tmpfs as `--prefix`) and a read-only file partway: apply
 //! stops, undoes what it did and says what failed. All inside `unshare --net --mount`
-//! (tests/scripts/apply_killed.sh, apply_faults.sh).
+//! (tests/scripts/apply_killed.sh, apply_faults.sh). And on a captured tree (`--root`), apply
+//! killed at every step and in the middle of every file write, each undone by a plain rollback.
 
 use crate::common;
 
@@ -124,4 +125,172 @@ fn a_full_disk_or_a_read_only_file_partway_stops_apply_and_undoes_it() {
             "{case} says it undid the changes: {e}"
         );
     }
+}
+
+/// Everything a tree holds, by path relative to it: each file's mode and bytes, each link's
+/// target, each directory's mode; less the journal (`var/lib/wstune`, and the `var`, `var/lib`
+/// made for it), which keeps the history by design.
+fn tree_state(root: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    fn walk(
+        root: &std::path::Path,
+        dir: &std::path::Path,
+        out: &mut std::collections::BTreeMap<String, String>,
+    ) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if rel == "var/lib/wstune" {
+                continue;
+            }
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let mode = m.permissions().mode() & 0o7777;
+            if m.file_type().is_symlink() {
+                out.insert(
+                    rel,
+                    format!("link {}", std::fs::read_link(&p).unwrap().display()),
+                );
+            } else if m.is_dir() {
+                if rel != "var" && rel != "var/lib" {
+                    out.insert(rel, format!("dir {mode:o}"));
+                }
+                walk(root, &p, out);
+            } else {
+                let bytes = std::fs::read(&p).unwrap();
+                out.insert(
+                    rel,
+                    format!("file {mode:o} {}", String::from_utf8_lossy(&bytes)),
+                );
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// The temporary files a write left anywhere in `root` (the journal included).
+fn temporaries(root: &std::path::Path) -> Vec<String> {
+    let o = std::process::Command::new("find")
+        .arg(root)
+        .args(["-name", ".wstune-tmp.*", "-o", "-name", ".tmp*"])
+        .output()
+        .unwrap();
+    stdout(&o).lines().map(str::to_string).collect()
+}
+
+/// `apply --root TREE --profile 100k --yes` with `failpoint`, killed (SIGKILL) once it pauses
+/// there; false when it never got there (it completed: exit 0).
+fn apply_killed_at(tree: &std::path::Path, failpoint: &str) -> bool {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(common::bin())
+        .args([
+            "apply",
+            "--root",
+            tree.to_str().unwrap(),
+            "--profile",
+            "100k",
+            "--yes",
+        ])
+        .env("WSTUNE_FAILPOINT", failpoint)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut paused = false;
+        let mut seen = String::new();
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if line.starts_with("wstune: failpoint: paused") {
+                paused = true;
+                break;
+            }
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        let _ = tx.send((paused, seen));
+    });
+    let (paused, seen) = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{failpoint}: apply neither paused nor ended in 60 s"));
+    if paused {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    } else {
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{failpoint}: apply failed: {seen}");
+    }
+    paused
+}
+
+/// On a captured tree (`--root`): apply killed at every step, and in the middle of every file
+/// write it makes (its journal entries, its files under /etc, the tree's runtime values), then
+/// one plain `rollback --yes`, without --force: the tree is byte for byte as before (modes and
+/// links too) and no temporary file is left anywhere in it. A kill before the journal held an
+/// entry changed nothing, and rollback says there is nothing to roll back.
+#[test]
+fn apply_killed_anywhere_on_a_root_tree_is_undone_by_a_plain_rollback() {
+    let dir = tempfile::tempdir().unwrap();
+    let pristine = dir.path().join("pristine");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(common::fixture("default"))
+        .arg(&pristine)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let before = tree_state(&pristine);
+    let tree = dir.path().join("tree");
+    let mut kills = Vec::new();
+    for (point, first) in [("apply-pause-after", 0), ("write-pause-at", 1)] {
+        for n in first..200 {
+            if tree.exists() {
+                std::fs::remove_dir_all(&tree).unwrap();
+            }
+            let cp = std::process::Command::new("cp")
+                .arg("-a")
+                .arg(&pristine)
+                .arg(&tree)
+                .status()
+                .unwrap();
+            assert!(cp.success());
+            let at = format!("{point}={n}");
+            if !apply_killed_at(&tree, &at) {
+                break;
+            }
+            kills.push(at.clone());
+            let o = common::run(&["rollback", "--root", tree.to_str().unwrap(), "--yes"]);
+            let said = format!("{}{}", stdout(&o), stderr(&o));
+            if common::code(&o) != 0 {
+                assert!(
+                    said.contains("nothing to roll back"),
+                    "{at}: a plain rollback failed:\n{said}"
+                );
+            }
+            let after = tree_state(&tree);
+            let differ: Vec<&String> = before
+                .keys()
+                .chain(after.keys())
+                .filter(|k| before.get(*k) != after.get(*k))
+                .collect();
+            assert!(
+                differ.is_empty(),
+                "{at}: not restored: {differ:?}\nrollback said:\n{said}"
+            );
+            assert_eq!(
+                temporaries(&tree),
+                Vec::<String>::new(),
+                "{at}: temporary files left\nrollback said:\n{said}"
+            );
+        }
+    }
+    // Every step of the plan and every write: far more than the plan's few sysctls and files.
+    assert!(kills.len() >= 30, "{kills:?}");
+    assert!(
+        kills.iter().any(|k| k.starts_with("write-pause-at")),
+        "{kills:?}"
+    );
 }

@@ -324,6 +324,47 @@ fn missing_profile_file_is_named_once_without_os_error_text() {
     );
 }
 
+/// A profile path that leads to some other file (a link to /etc/shadow, say, which YAML reads
+/// as a mapping whose keys are its lines) is refused as no profile, quoting none of it: its
+/// keys and values may be secrets.
+#[test]
+fn a_profile_path_leading_to_another_file_quotes_none_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("shadow");
+    std::fs::write(
+        &secret,
+        "root:$6$SaLt$HashOfRoot0123:19700:0:99999:7:::\ndaemon:*:19700:0:99999:7:::\nalice:$y$j9T$abc$HashOfAlice:19701:0:99999:7:::\n",
+    )
+    .unwrap();
+    let link = dir.path().join("p.yaml");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    let out = common::run(&[
+        "check",
+        "-p",
+        link.to_str().unwrap(),
+        "--root",
+        fixture("default").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{}: not a wstune profile", link.display())),
+        "{err}"
+    );
+    assert!(err.contains("pass a profile file"), "the fix: {err}");
+    for part in ["root", "daemon", "alice", "SaLt", "Hash", "19700", "99999"] {
+        assert!(
+            !err.contains(part),
+            "{part} of the other file is quoted:\n{err}"
+        );
+    }
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "one problem, not one per line:\n{err}"
+    );
+}
+
 #[test]
 fn empty_proc_self_limits_is_a_note_in_wstunes_words() {
     let dir = tempfile::tempdir().unwrap();
@@ -506,16 +547,22 @@ fn junit_with_control_characters_in_names_is_valid_xml() {
     );
 }
 
-/// A profile accepted somaxconn up to 4294967295, which the kernel (an int) refuses at apply.
+/// Profiles accepted somaxconn, nf_conntrack_max and tcp_max_tw_buckets up to 4294967295,
+/// which the kernel (an int) refuses at apply: each is refused at load, with its line.
 #[test]
-fn a_backlog_above_the_kernels_int_is_refused_at_load() {
+fn sysctls_past_the_kernels_int_are_refused_at_load() {
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("p.yaml");
     let text =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
             .unwrap()
-            .replace("somaxconn: 65535", "somaxconn: 4294967295");
-    std::fs::write(&profile, text).unwrap();
+            .replace("somaxconn: 65535", "somaxconn: 4294967295")
+            .replace("nf_conntrack_max: 262144", "nf_conntrack_max: 4294967295")
+            .replace(
+                "tcp_max_tw_buckets: 262144",
+                "tcp_max_tw_buckets: 2147483648",
+            );
+    std::fs::write(&profile, &text).unwrap();
     let o = common::run(&[
         "check",
         "--profile",
@@ -525,10 +572,15 @@ fn a_backlog_above_the_kernels_int_is_refused_at_load() {
     ]);
     assert_eq!(common::code(&o), 3, "{}", stderr(&o));
     let err = stderr(&o);
-    assert!(
-        err.contains("linux.somaxconn") && err.contains("2147483647") && err.contains("p.yaml:"),
-        "{err}"
-    );
+    for key in ["somaxconn", "nf_conntrack_max", "tcp_max_tw_buckets"] {
+        let line = line_starting(&text, &format!("  {key}:"));
+        assert!(
+            err.contains(&format!("p.yaml:{line}: linux.{key}: "))
+                && err.contains("(the kernel's maximum is 2147483647, an int)"),
+            "{key}: {err}"
+        );
+    }
+    assert_eq!(err.lines().count(), 3, "{err}");
 }
 
 /// A sysctl.d file that is not UTF-8 and one that is a link loop were skipped without a word in

@@ -498,10 +498,12 @@ pub fn adapters_of(entry: &Entry) -> Vec<String> {
 /// Remove the temporaries a killed write left beside wstune's files (`files`, journaled) and
 /// in its journal directory: its own (`.wstune-tmp.*`), also in the directory a link led to,
 /// and an older wstune's (`.tmpXXXXXX`) where their bytes are exactly a journaled new content
-/// (anything else of that name is not known to be wstune's and stays). The caller holds the
-/// journal lock, so no write of wstune's is running. Returns the host paths removed.
+/// (anything else of that name is not known to be wstune's and stays); and those the
+/// backend's own writes left (a captured tree's values). The caller holds the journal lock,
+/// so no write of wstune's is running. Returns the host paths removed.
 pub fn remove_temporaries<'a>(
     store: &Store,
+    backend: &dyn Backend,
     files: impl IntoIterator<Item = &'a OldFile>,
 ) -> Vec<String> {
     use crate::host::owned::{LIMITS_FILE, SYSCTL_FILE};
@@ -534,6 +536,7 @@ pub fn remove_temporaries<'a>(
             removed.extend(store.remove_legacy_temporaries_beside(p, &new));
         }
     }
+    removed.extend(backend.remove_temporaries());
     removed
 }
 

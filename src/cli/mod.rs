@@ -32,6 +32,12 @@ pub mod exit {
 }
 
 pub fn main() -> ExitCode {
+    // A profile key under an older name is read, and said so before the command's output
+    // (not with eprintln!: a closed stderr must not stop the command).
+    crate::profile::on_warning(|w| {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "wstune: warning: {w}");
+    });
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -77,7 +77,8 @@ pub fn run(a: Request) -> Result<Outcome> {
     }
     // Before the recovery: a directory it removes must not keep a leftover temporary.
     if lock.is_some() {
-        let removed = apply::remove_temporaries(store, entries.iter().flat_map(|e| &e.files));
+        let removed =
+            apply::remove_temporaries(store, backend, entries.iter().flat_map(|e| &e.files));
         if !removed.is_empty() {
             say!(
                 "note: removed {} temporary file(s) an interrupted write had left: {}",

@@ -45,12 +45,22 @@ pub fn run(r: Request) -> Result<Outcome> {
     };
     // Never restore under an apply that is still running (its entry is `pending` too). Without
     // a journal directory there is nothing to lock, and `pick` says there is nothing to do.
-    let _lock = if backend.privileged() {
+    let lock = if backend.privileged() {
         Lock::acquire_existing(&store)?
     } else {
         None
     };
-    let mut entry = pick(&store, id.as_deref())?;
+    let mut entry = match pick(&store, id.as_deref()) {
+        Ok(entry) => entry,
+        Err(e) => {
+            // Nothing to restore, but an apply killed before its entry was saved may have left
+            // the entry's temporary file (under the lock: no write is running).
+            if lock.is_some() {
+                say_removed(&apply::remove_temporaries(&store, backend.as_ref(), []));
+            }
+            return Err(e);
+        }
+    };
     // What is restored: the entry less the runtime values to keep (the entry itself is saved
     // whole, as rolled back).
     let restored = without(&entry, &keep)?;
@@ -98,14 +108,11 @@ pub fn run(r: Request) -> Result<Outcome> {
         confirm("Restore these?", PASS_YES)?;
     }
     // Under the lock: no write of wstune's is running, so these are a killed one's.
-    let removed = apply::remove_temporaries(&store, entry.files.iter());
-    if !removed.is_empty() {
-        say!(
-            "Removed {} temporary file(s) an interrupted write had left: {}",
-            removed.len(),
-            removed.join(", ")
-        );
-    }
+    say_removed(&apply::remove_temporaries(
+        &store,
+        backend.as_ref(),
+        entry.files.iter(),
+    ));
     let done = apply::restore_counted(&restored, backend.as_ref(), &store);
     if !done.errors.is_empty() {
         bail!("could not restore: {}\nThe entry is kept as it was; fix the cause and run `wstune rollback --id {}` again.", done.errors.join("; "), entry.id);
@@ -165,6 +172,17 @@ pub fn run(r: Request) -> Result<Outcome> {
         );
     }
     Ok(Outcome::Ok)
+}
+
+/// Say which temporary files an interrupted write had left (and were removed), if any.
+fn say_removed(removed: &[String]) {
+    if !removed.is_empty() {
+        say!(
+            "Removed {} temporary file(s) an interrupted write had left: {}",
+            removed.len(),
+            removed.join(", ")
+        );
+    }
 }
 
 /// `entry` less the runtime values of `keep` (sysctl keys). A key the entry did not change is

@@ -76,6 +76,7 @@ pub fn write_owned(path: &Path, bytes: &[u8], mode: Mode, owner: Option<(u32, u3
     tmp.as_file()
         .sync_all()
         .map_err(|e| anyhow!("cannot sync {}: {}", path.display(), io_words(&e)))?;
+    crate::failpoint::pause_in_write();
     tmp.persist(path)
         .map_err(|e| anyhow!("cannot replace {}: {}", path.display(), io_words(&e.error)))?;
     sync_dir(dir);

@@ -244,8 +244,40 @@ impl Backend for FixtureBackend {
         }
     }
 
+    /// A captured tree's value is a plain file, replaced atomically like every file wstune
+    /// writes: a kill midway leaves the old value or the new one, never an emptied file that
+    /// a rollback would take for a hand change (and refuse without --force). As in /proc/sys,
+    /// only an existing file this process may write is written; a link is written through to
+    /// its target, which must be in the tree.
     fn write_runtime(&self, path: &str, value: &str) -> Result<(), WriteError> {
-        super::fs::write_existing(&self.layout.path(path), path, value)
+        let full = self.layout.path(path);
+        let io = |e: std::io::Error| WriteError::from_io(path, value, &e);
+        if !std::fs::metadata(&full).map_err(io)?.is_file() {
+            return Err(WriteError::Other(format!(
+                "{}: not a regular file; a host tree holds plain files",
+                full.display()
+            )));
+        }
+        // Opened for writing, not truncated: refused where the file may not be written.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&full)
+            .map_err(io)?;
+        let real = full.canonicalize().map_err(io)?;
+        let base = self.layout.base(path);
+        if !real.starts_with(base.canonicalize().unwrap_or_else(|_| base.to_path_buf())) {
+            return Err(WriteError::Other(format!(
+                "{} is a link to {}, outside the tree; a captured tree holds its own files",
+                full.display(),
+                real.display()
+            )));
+        }
+        super::atomic::write(
+            &real,
+            format!("{value}\n").as_bytes(),
+            super::atomic::Mode::LikeExisting,
+        )
+        .map_err(|e| WriteError::Other(format!("{e:#}")))
     }
 
     fn channels(&self, nic: &str) -> Result<super::Channels, ReadError> {
@@ -390,6 +422,30 @@ impl Backend for FixtureBackend {
     /// A captured tree's own file permissions decide what may change.
     fn privileged(&self) -> bool {
         true
+    }
+
+    /// Every directory of the tree (links not followed): a value, a process's limits, a
+    /// NIC's ethtool file or registry.yaml may each have been written when the kill came.
+    fn remove_temporaries(&self) -> Vec<String> {
+        fn sweep(dir: &Path, shown: &str, out: &mut Vec<String>) {
+            out.extend(
+                super::atomic::remove_temporaries(dir)
+                    .into_iter()
+                    .map(|n| format!("{shown}/{n}")),
+            );
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in entries.filter_map(|e| e.ok()) {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    sweep(&e.path(), &format!("{shown}/{name}"), out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        sweep(self.layout.root(), "", &mut out);
+        out
     }
 
     fn page_size(&self) -> u64 {

@@ -121,6 +121,7 @@ pub fn write_existing(full: &Path, shown: &str, value: &str) -> Result<(), Write
         .truncate(true)
         .open(full)
         .map_err(|e| WriteError::from_io(shown, value, &e))?;
+    crate::failpoint::pause_in_write();
     f.write_all(format!("{value}\n").as_bytes())
         .map_err(|e| WriteError::from_io(shown, value, &e))
 }

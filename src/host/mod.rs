@@ -452,6 +452,13 @@ pub trait Backend {
     fn process_exists(&self, pid: u32) -> bool {
         self.read(&format!("/proc/{pid}/limits")).is_ok()
     }
+    /// Remove the temporary files a killed write of this backend left (a captured tree's
+    /// values are written by the atomic writer, beside the file they replace); the host paths
+    /// removed. The caller holds the journal lock, so no write is running. The live host
+    /// writes its values in place: nothing to remove.
+    fn remove_temporaries(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Environment variable `name`, read once and then removed from this process's environment,

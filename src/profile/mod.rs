@@ -93,22 +93,47 @@ pub struct Loaded {
     pub profile: Profile,
     /// `builtin:NAME` or the file path.
     pub source: String,
+    /// Keys the file (or a file it extends) writes under an older name: read, with the new
+    /// name to write instead (see [`RETIRED`]).
+    pub warnings: Vec<Problem>,
+}
+
+/// Where [`load`] hands each warning as it loads a profile: the command line prints them on
+/// stderr before the command's own output. Unset (a library caller, a test), they are only in
+/// [`Loaded::warnings`].
+static ON_WARNING: std::sync::OnceLock<fn(&Problem)> = std::sync::OnceLock::new();
+
+/// Have `f` told of every warning a profile load finds (the first call wins).
+pub fn on_warning(f: fn(&Problem)) {
+    let _ = ON_WARNING.set(f);
 }
 
 /// Resolve `--profile`: a built-in name, or else a path to a YAML file. A value that looks like a
 /// path (has a separator or a .yaml/.yml ending) is never taken for a name.
 pub fn load(spec: &str) -> Result<Loaded, ProfileError> {
-    load_in(spec, &mut Vec::new())
+    let mut warnings = Vec::new();
+    let mut loaded = load_in(spec, &mut Vec::new(), &mut warnings)?;
+    if let Some(f) = ON_WARNING.get() {
+        warnings.iter().for_each(f);
+    }
+    loaded.warnings = warnings;
+    Ok(loaded)
 }
 
-/// [`load`], with the profiles being read that extend this one (`chain`), for cycles.
-fn load_in(spec: &str, chain: &mut Vec<String>) -> Result<Loaded, ProfileError> {
+/// [`load`], with the profiles being read that extend this one (`chain`), for cycles, and the
+/// warnings found so far.
+fn load_in(
+    spec: &str,
+    chain: &mut Vec<String>,
+    warnings: &mut Vec<Problem>,
+) -> Result<Loaded, ProfileError> {
     if let Some((_, text)) = EMBEDDED.iter().find(|(n, _)| *n == spec) {
         chain.push(format!("builtin:{spec}"));
-        let profile = parse_in(text, &format!("builtin:{spec}"), chain)?;
+        let profile = parse_in(text, &format!("builtin:{spec}"), chain, warnings)?;
         return Ok(Loaded {
             profile,
             source: format!("builtin:{spec}"),
+            warnings: Vec::new(),
         });
     }
     let looks_like_path = spec.contains('/') || spec.ends_with(".yaml") || spec.ends_with(".yml");
@@ -127,10 +152,11 @@ fn load_in(spec: &str, chain: &mut Vec<String>) -> Result<Loaded, ProfileError> 
         path.canonicalize()
             .map_or_else(|_| spec.to_string(), |p| p.display().to_string()),
     );
-    let profile = parse_in(&text, spec, chain)?;
+    let profile = parse_in(&text, spec, chain, warnings)?;
     Ok(Loaded {
         profile,
         source: spec.to_string(),
+        warnings: Vec::new(),
     })
 }
 
@@ -146,6 +172,7 @@ fn take_extends(
     text: &str,
     file: &str,
     chain: &mut Vec<String>,
+    warnings: &mut Vec<Problem>,
 ) -> Result<Option<(String, Profile)>, ProfileError> {
     let serde_yaml_ng::Value::Mapping(map) = doc else {
         return Ok(None);
@@ -204,7 +231,7 @@ fn take_extends(
             chain.join(" -> ")
         ))]));
     }
-    match load_in(&base_spec, chain) {
+    match load_in(&base_spec, chain, warnings) {
         Ok(base) => Ok(Some((base.source, base.profile))),
         Err(ProfileError::Invalid(mut problems)) => {
             problems.insert(
@@ -269,10 +296,15 @@ pub fn read_config_file(path: &Path) -> Result<String, String> {
 /// document's keys over it (see [`merge`]); this file then needs only what it changes, and a
 /// problem in a value it inherits says where it came from.
 pub fn parse(text: &str, file: &str) -> Result<Profile, ProfileError> {
-    parse_in(text, file, &mut Vec::new())
+    parse_in(text, file, &mut Vec::new(), &mut Vec::new())
 }
 
-fn parse_in(text: &str, file: &str, chain: &mut Vec<String>) -> Result<Profile, ProfileError> {
+fn parse_in(
+    text: &str,
+    file: &str,
+    chain: &mut Vec<String>,
+    warnings: &mut Vec<Problem>,
+) -> Result<Profile, ProfileError> {
     let problem = |line: Option<usize>, message: String| Problem {
         file: file.to_string(),
         line,
@@ -285,7 +317,14 @@ fn parse_in(text: &str, file: &str, chain: &mut Vec<String>) -> Result<Profile, 
         )])
     };
     let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).map_err(serde_problem)?;
-    let base = take_extends(&mut doc, text, file, chain)?;
+    not_a_profile(&doc).map_or(Ok(()), |m| {
+        Err(ProfileError::Invalid(vec![problem(None, m)]))
+    })?;
+    let base = take_extends(&mut doc, text, file, chain, warnings)?;
+    // Older names first, in this file's own keys: a base's value under the new name is
+    // overridden by this file's under the old one, as if the file said the new name.
+    let (renamed, retired_problems, noted) = fold_retired(&mut doc, text, RETIRED);
+    warnings.extend(noted.into_iter().map(|(l, m)| problem(l, m)));
     if let Some((_, base)) = &base {
         let mut merged = serde_yaml_ng::to_value(base).expect("a profile always serializes");
         merge(&mut merged, doc);
@@ -299,13 +338,27 @@ fn parse_in(text: &str, file: &str, chain: &mut Vec<String>) -> Result<Profile, 
         _ => String::new(),
     };
     let (folded, rss_problems) = fold_rss(&mut doc, text);
-    let mismatches = shape::check(&mut doc, &template());
+    if folded && rss_problems.is_empty() {
+        warnings.push(problem(
+            yaml_lines::line_of(text, "windows.rss_profile"),
+            format!(
+                "windows.rss_profile is the older name of nic.rss (one word for Windows and Linux): write `nic: rss: {}` and remove windows.rss_profile; the older name is still read",
+                doc.get("nic")
+                    .and_then(|n| n.get("rss"))
+                    .and_then(|r| r.as_str())
+                    .unwrap_or("...")
+            ),
+        ));
+    }
+    let mismatches = shape::check(&mut doc, profile_shape());
     let mut problems: Vec<Problem> = mismatches
         .iter()
         .map(|m| problem(line_of_path(text, &m.path), m.message.clone()))
         .chain(rss_problems.into_iter().map(|(l, m)| problem(l, m)))
+        .chain(retired_problems.into_iter().map(|(l, m)| problem(l, m)))
         .collect();
-    let profile: Profile = if mismatches.is_empty() && base.is_none() && !folded {
+    let untouched = mismatches.is_empty() && base.is_none() && !folded && !renamed;
+    let profile: Profile = if untouched {
         // Untouched: serde reads the text itself, so whatever the shape check does not know
         // about still comes with serde's own line.
         serde_yaml_ng::from_str(text).map_err(serde_problem)?
@@ -419,15 +472,139 @@ fn fold_rss(doc: &mut serde_yaml_ng::Value, text: &str) -> (bool, Vec<(Option<us
     (true, Vec::new())
 }
 
-/// The shape every profile must have: the default built-in profile's keys and value kinds.
-fn template() -> serde_json::Value {
-    let text = EMBEDDED
-        .iter()
-        .find(|(n, _)| *n == DEFAULT)
-        .map(|(_, t)| *t)
-        .expect("the default profile is built in");
-    let p: Profile = serde_yaml_ng::from_str(text).expect("the built-in profiles are valid");
-    serde_json::to_value(p).expect("a profile always serializes")
+/// The shape every profile must have: the default built-in profile's keys and value kinds,
+/// every block written out, and which keys the model defaults when a file leaves them out.
+fn profile_shape() -> &'static shape::Shape {
+    static SHAPE: std::sync::OnceLock<shape::Shape> = std::sync::OnceLock::new();
+    SHAPE.get_or_init(|| {
+        let text = EMBEDDED
+            .iter()
+            .find(|(n, _)| *n == DEFAULT)
+            .map(|(_, t)| *t)
+            .expect("the default profile is built in");
+        let mut p: Profile =
+            serde_yaml_ng::from_str(text).expect("the built-in profiles are valid");
+        // Keys that stay out unless set: shown with a value of their kind.
+        p.role.get_or_insert(Role::Server);
+        p.server.deflate.inflate_budget_bytes.get_or_insert(0);
+        shape::Shape::of::<Profile>(p.written_out())
+    })
+}
+
+/// Why `doc` is no profile at all, when it is a mapping none of whose top-level keys a
+/// profile has: some other file named by mistake (or through a link), such as /etc/shadow,
+/// whose lines YAML reads as keys. Nothing of such a file is quoted back: its keys and values
+/// may be secrets, and the message must say only that it is the wrong file.
+fn not_a_profile(doc: &serde_yaml_ng::Value) -> Option<String> {
+    let serde_yaml_ng::Value::Mapping(map) = doc else {
+        return None;
+    };
+    let shape = profile_shape();
+    let known = |k: &serde_yaml_ng::Value| {
+        k.as_str().is_some_and(|k| {
+            k == "extends"
+                || shape.has_top_level(k)
+                || RETIRED
+                    .iter()
+                    .any(|(old, _)| old.split('.').next() == Some(k))
+        })
+    };
+    if map.is_empty() || map.keys().any(known) {
+        return None;
+    }
+    Some(format!(
+        "not a wstune profile: none of its {} top-level key(s) is a profile's ({}, or `extends`), so none is shown; pass a profile file (`wstune profiles show 100k` prints one to start from) or a built-in name",
+        map.len(),
+        shape.top_level_keys()
+    ))
+}
+
+/// What became of a key that a release renamed or removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retired {
+    /// Renamed to this dotted path: the old name is read into it, with a warning naming the
+    /// new one, for at least one release; then the entry becomes [`Retired::Removed`].
+    Renamed(&'static str),
+    /// No longer read: refused, with this fix.
+    Removed(&'static str),
+}
+
+/// Keys that releases renamed or removed, by their old dotted path (docs/profiles.md,
+/// "Compatibility"). `windows.rss_profile`, renamed to `nic.rss` with its values changed
+/// from Windows' names to the one word, is read by [`fold_rss`] instead (it warns the same).
+pub const RETIRED: &[(&str, Retired)] = &[];
+
+/// Take each retired key in `table` out of `doc`: a renamed one's value moves to its new
+/// path (unless the file sets that too: the two must agree), a removed one is refused.
+/// Returns whether `doc` changed, the problems and the warnings, each as (line, message).
+#[allow(clippy::type_complexity)]
+fn fold_retired(
+    doc: &mut serde_yaml_ng::Value,
+    text: &str,
+    table: &[(&str, Retired)],
+) -> (
+    bool,
+    Vec<(Option<usize>, String)>,
+    Vec<(Option<usize>, String)>,
+) {
+    use serde_yaml_ng::Value as Yaml;
+    let (mut changed, mut problems, mut warnings) = (false, Vec::new(), Vec::new());
+    for (old, fate) in table {
+        let (parent, leaf) = old.rsplit_once('.').unwrap_or(("", old));
+        let map = parent
+            .split('.')
+            .filter(|k| !k.is_empty())
+            .try_fold(&mut *doc, |v, k| v.get_mut(k));
+        let Some(value) = map
+            .and_then(Yaml::as_mapping_mut)
+            .and_then(|m| m.remove(leaf))
+        else {
+            continue;
+        };
+        changed = true;
+        let line = yaml_lines::line_of(text, old);
+        let new = match fate {
+            Retired::Removed(fix) => {
+                problems.push((line, format!("{old} is no longer read: {fix}")));
+                continue;
+            }
+            Retired::Renamed(new) => *new,
+        };
+        let (parent, leaf) = new.rsplit_once('.').unwrap_or(("", new));
+        // The new key's block, made where missing; a parent that is not a mapping is left to
+        // the shape check, which names it.
+        let block = parent
+            .split('.')
+            .filter(|k| !k.is_empty())
+            .try_fold(&mut *doc, |at, key| {
+                at.as_mapping_mut().map(|m| {
+                    m.entry(Yaml::from(key))
+                        .or_insert_with(|| Yaml::Mapping(Default::default()))
+                })
+            });
+        let Some(m) = block.and_then(Yaml::as_mapping_mut) else {
+            continue;
+        };
+        match m.get(leaf) {
+            Some(written) if *written != value => problems.push((
+                line,
+                format!(
+                    "{old} is the older name of {new}, which this file also sets{} to another value: keep {new} and remove {old}",
+                    yaml_lines::line_of(text, new).map_or(String::new(), |l| format!(" (line {l})"))
+                ),
+            )),
+            _ => {
+                m.insert(Yaml::from(leaf), value);
+                warnings.push((
+                    line,
+                    format!(
+                        "{old} is the older name of {new}: rename it; the older name is still read, and a later release will refuse it"
+                    ),
+                ));
+            }
+        }
+    }
+    (changed, problems, warnings)
 }
 
 /// The line of a dotted key path, or of the nearest enclosing key that can be found (a key

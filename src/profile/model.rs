@@ -28,6 +28,46 @@ pub struct Profile {
     pub nic: NicProfile,
 }
 
+impl Profile {
+    /// The profile as JSON with every block written out: serde leaves out a block that holds
+    /// only its defaults (`nic`, `server.limits`, `server.channels`, `server.budget`,
+    /// `server.drain`), and the loader's shape check and the reference page need each key.
+    /// An unset `Option` stays out (it has no value to show).
+    pub fn written_out(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).expect("a profile serializes");
+        let blocks = [
+            ("", "nic", serde_json::to_value(&self.nic)),
+            (
+                "server",
+                "limits",
+                serde_json::to_value(&self.server.limits),
+            ),
+            (
+                "server",
+                "channels",
+                serde_json::to_value(&self.server.channels),
+            ),
+            (
+                "server",
+                "budget",
+                serde_json::to_value(&self.server.budget),
+            ),
+            ("server", "drain", serde_json::to_value(&self.server.drain)),
+        ];
+        for (parent, leaf, block) in blocks {
+            let map = if parent.is_empty() {
+                Some(&mut v)
+            } else {
+                v.get_mut(parent)
+            };
+            if let (Some(serde_json::Value::Object(map)), Ok(block)) = (map, block) {
+                map.insert(leaf.to_string(), block);
+            }
+        }
+        v
+    }
+}
+
 /// Which CPUs serve a NIC's queues: one word for both systems. On Windows it is the adapter's
 /// standardized `*RSSProfile` keyword (Microsoft's "Standardized INF keywords for RSS": 1
 /// ClosestProcessor, 2 ClosestProcessorStatic, 3 NUMAScaling, 4 NUMAScalingStatic, 5

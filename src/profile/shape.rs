@@ -4,9 +4,15 @@
 //! YAML is compared with the shape of a built-in profile (its keys and value kinds), every
 //! mismatch is collected with its dotted path, and the document is patched with the built-in
 //! value so deserialization and the range checks can still run on everything else.
+//!
+//! Which keys a file may leave out is the model's own answer, not a list kept here: a key is
+//! optional exactly when the model still reads the template without it (a serde default fills
+//! it in), so a key a release adds with a default never breaks a file written before it.
 
+use serde::de::DeserializeOwned;
 use serde_json::Value as Json;
 use serde_yaml_ng::Value as Yaml;
+use std::collections::BTreeSet;
 
 /// Integer fields narrower than u64 (the template cannot tell a u8 from a u64).
 const BYTE_FIELDS: &[&str] = &[
@@ -15,32 +21,93 @@ const BYTE_FIELDS: &[&str] = &[
     "server.deflate.level",
 ];
 
-/// Keys a profile may leave out that the built-in template does not even show (they serialize
-/// only when set), each checked against a value of the kind it takes.
-fn optional(path: &str) -> Option<Json> {
-    match path {
-        "server.deflate.inflate_budget_bytes" => Some(Json::from(0u64)),
-        "role" => Some(Json::from("server")),
-        // The NIC block: every key optional (serde defaults them).
-        "nic" => serde_json::to_value(super::NicProfile::default()).ok(),
-        // The abuse limits: every key of the block is optional too (see `LIMITS`).
-        LIMITS => serde_json::to_value(super::LimitsProfile::default()).ok(),
-        // The channels app's block: every key optional (serde defaults them).
-        "server.channels" => serde_json::to_value(super::ChannelsProfile::default()).ok(),
-        // The memory budget and its bounds: every key optional too.
-        "server.budget" => serde_json::to_value(super::BudgetProfile::default()).ok(),
-        // The drain's pacing: every key optional too.
-        "server.drain" => serde_json::to_value(super::DrainProfile::default()).ok(),
-        _ => None,
+/// Keys that take a whole number or a word (`server.processes`: N, auto or cores): serde
+/// checks the word.
+const NUMBER_OR_WORD: &[&str] = &["server.processes"];
+
+/// The keys and value kinds a document must have, and which keys the model fills in itself.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    /// A valid document as JSON with every key written out (optional blocks too).
+    template: Json,
+    /// Dotted paths of the keys a document may leave out: the model reads the template
+    /// without each one.
+    defaulted: BTreeSet<String>,
+}
+
+impl Shape {
+    /// The shape of `template` as model `T` reads it: each key of the template is removed in
+    /// turn and the rest deserialized; where that succeeds, serde has a default for the key.
+    pub fn of<T: DeserializeOwned>(template: Json) -> Shape {
+        let mut paths = Vec::new();
+        key_paths("", &template, &mut paths);
+        let defaulted = paths
+            .into_iter()
+            .filter(|path| {
+                let mut doc = template.clone();
+                remove(&mut doc, path);
+                serde_json::from_value::<T>(doc).is_ok()
+            })
+            .collect();
+        Shape {
+            template,
+            defaulted,
+        }
+    }
+
+    /// Whether a document may leave `path` out (the model fills it in).
+    pub fn is_defaulted(&self, path: &str) -> bool {
+        self.defaulted.contains(path)
+    }
+
+    /// Whether `key` is a top-level key of the shape.
+    pub fn has_top_level(&self, key: &str) -> bool {
+        self.template.get(key).is_some()
+    }
+
+    /// The top-level keys, for messages.
+    pub fn top_level_keys(&self) -> String {
+        match &self.template {
+            Json::Object(fields) => names(fields.keys()),
+            _ => String::new(),
+        }
     }
 }
 
-/// Keys the template shows that a profile may still leave out (newer than most profiles in
-/// use), each with a serde default.
-const OPTIONAL: &[&str] = &["server.processes"];
+/// Whether an unknown key may be quoted back in a message: a plain name (letters, digits,
+/// `_`, `-`, `.`, at most 64 of them), as a typo of a profile key is. Anything else, such as
+/// a line of some other file read as a key (`root:$6$...:19000:0:99999:7::`), is not shown.
+fn quotable(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
 
-/// `server.limits`: an optional block whose keys are each optional (serde defaults them).
-const LIMITS: &str = "server.limits";
+/// Every mapping key's dotted path in `v`, parents before their children.
+fn key_paths(prefix: &str, v: &Json, out: &mut Vec<String>) {
+    if let Json::Object(fields) = v {
+        for (name, sub) in fields {
+            let path = join(prefix, name);
+            out.push(path.clone());
+            key_paths(&path, sub, out);
+        }
+    }
+}
+
+/// `doc` without the key at `path`.
+fn remove(doc: &mut Json, path: &str) {
+    let (parent, leaf) = path.rsplit_once('.').unwrap_or(("", path));
+    let map = if parent.is_empty() {
+        Some(doc)
+    } else {
+        parent.split('.').try_fold(doc, |v, k| v.get_mut(k))
+    };
+    if let Some(Json::Object(map)) = map {
+        map.remove(leaf);
+    }
+}
 
 /// One shape problem: the dotted key path it is about, and what is wrong (with the fix).
 #[derive(Debug, Clone, PartialEq)]
@@ -50,11 +117,12 @@ pub struct Mismatch {
     pub message: String,
 }
 
-/// Compare `doc` with `template` (a valid profile as JSON); fix `doc` in place so that it
-/// deserializes, and return what was wrong. An empty list means `doc` was left untouched.
-pub fn check(doc: &mut Yaml, template: &Json) -> Vec<Mismatch> {
+/// Compare `doc` with `shape`; fix `doc` in place so that it deserializes, and return what
+/// was wrong. An empty list means `doc` was left untouched. A key the model defaults may be
+/// left out; an unknown key never passes.
+pub fn check(doc: &mut Yaml, shape: &Shape) -> Vec<Mismatch> {
     let mut out = Vec::new();
-    walk("", doc, template, &mut out);
+    walk("", doc, &shape.template, shape, &mut out);
     out
 }
 
@@ -66,7 +134,7 @@ fn join(prefix: &str, key: &str) -> String {
     }
 }
 
-fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
+fn walk(path: &str, doc: &mut Yaml, template: &Json, shape: &Shape, out: &mut Vec<Mismatch>) {
     match template {
         Json::Object(fields) => {
             let Yaml::Mapping(map) = doc else {
@@ -91,7 +159,7 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                         .trim()
                         .to_string(),
                 };
-                if !fields.contains_key(&name) && optional(&join(path, &name)).is_none() {
+                if !fields.contains_key(&name) {
                     unknown.push((key.clone(), name));
                 }
             }
@@ -108,40 +176,32 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                 } else {
                     format!("{path}: ")
                 };
+                let shown = if quotable(&name) {
+                    format!("`{name}`")
+                } else {
+                    "(a key that is not a plain name, not shown)".to_string()
+                };
                 out.push(Mismatch {
                     path: join(path, &name),
                     message: format!(
-                        "{at}unknown field `{name}`, expected one of {}{hint}",
+                        "{at}unknown field {shown}, expected one of {}{hint}",
                         names(fields.keys())
                     ),
                 });
                 map.remove(&key);
             }
-            for (key, v) in map.iter_mut() {
-                if let Yaml::String(name) = key {
-                    let at = join(path, name);
-                    if let Some(t) = optional(&at) {
-                        walk(&at, v, &t, out);
-                    }
-                }
-            }
             for (name, sub) in fields {
                 let key = Yaml::String(name.clone());
                 match map.get_mut(&key) {
-                    Some(v) => walk(&join(path, name), v, sub, out),
-                    // An optional key left out: serde's default fills it in.
-                    None if OPTIONAL.contains(&join(path, name).as_str())
-                        || path == LIMITS
-                        || path == "server.channels"
-                        || path == "server.channels.auth"
-                        || path == "server.channels.history"
-                        || path == "nic" => {}
+                    Some(v) => walk(&join(path, name), v, sub, shape, out),
+                    // Left out where the model has a default: serde fills it in.
+                    None if shape.is_defaulted(&join(path, name)) => {}
                     None => {
                         if !meant.contains(name) {
                             out.push(Mismatch {
                             path: path.to_string(),
                             message: format!(
-                                "{}missing field `{name}`; add it (docs/profiles.md documents each key)",
+                                "{}missing field `{name}`; add it (docs/reference/profile-keys.md documents each key)",
                                 if path.is_empty() { String::new() } else { format!("{path}: ") }
                             ),
                         });
@@ -158,7 +218,7 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, out: &mut Vec<Mismatch>) {
                 (u64::MAX, "a whole number (0 or more)")
             };
             // `server.processes` is a number or a word (auto, cores): serde checks the word.
-            let word = OPTIONAL.contains(&path) && matches!(doc, Yaml::String(_));
+            let word = NUMBER_OR_WORD.contains(&path) && matches!(doc, Yaml::String(_));
             if !word && !matches!(doc, Yaml::Number(n) if n.as_u64().is_some_and(|v| v <= max)) {
                 out.push(Mismatch {
                     path: path.to_string(),
@@ -316,12 +376,79 @@ mod tests {
         assert_eq!(edit_distance("", "ab"), 2);
     }
 
+    /// A model with required keys and defaulted ones, as the profile model has.
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Doc {
+        a: u64,
+        m: M,
+        #[serde(default)]
+        later: u64,
+    }
+
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct M {
+        b: bool,
+        r: [u64; 2],
+        s: String,
+        #[serde(default)]
+        block: Block,
+    }
+
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    #[allow(dead_code)]
+    struct Block {
+        x: u64,
+        y: bool,
+    }
+
+    fn shape() -> Shape {
+        Shape::of::<Doc>(serde_json::json!({
+            "a": 1, "later": 0,
+            "m": {"b": true, "r": [1, 2], "s": "x", "block": {"x": 1, "y": false}}
+        }))
+    }
+
+    #[test]
+    fn the_model_says_which_keys_may_be_left_out() {
+        let shape = shape();
+        let defaulted: Vec<&str> = shape.defaulted.iter().map(String::as_str).collect();
+        assert_eq!(
+            defaulted,
+            ["later", "m.block", "m.block.x", "m.block.y"],
+            "{shape:?}"
+        );
+        // Left out: no mismatch, the document untouched, serde fills them in.
+        let mut doc: Yaml = serde_yaml_ng::from_str(
+            "a: 1\nm:\n  b: true\n  r: [1, 2]\n  s: y\n  block:\n    y: true\n",
+        )
+        .unwrap();
+        let before = doc.clone();
+        assert!(check(&mut doc, &shape).is_empty());
+        assert_eq!(doc, before);
+        // A key without a default is still required, and a key the model does not have,
+        // inside a defaulted block too, is still unknown.
+        let mut doc: Yaml =
+            serde_yaml_ng::from_str("m:\n  b: true\n  r: [1, 2]\n  s: y\n  block:\n    z: 1\n")
+                .unwrap();
+        let found = check(&mut doc, &shape);
+        let messages: Vec<&str> = found.iter().map(|m| m.message.as_str()).collect();
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(messages[0].starts_with("missing field `a`"), "{found:?}");
+        assert!(
+            messages[1].starts_with("m.block: unknown field `z`"),
+            "{found:?}"
+        );
+    }
+
     #[test]
     fn collects_every_mismatch_and_patches_the_document() {
-        let template: Json = serde_json::json!({"a": 1, "m": {"b": true, "r": [1, 2], "s": "x"}});
+        let shape = shape();
         let mut doc: Yaml =
             serde_yaml_ng::from_str("a: lots\nm:\n  b: 1\n  r: [1]\n  sx: y\nextra: 1\n").unwrap();
-        let found = check(&mut doc, &template);
+        let found = check(&mut doc, &shape);
         let paths: Vec<&str> = found.iter().map(|m| m.path.as_str()).collect();
         assert_eq!(
             paths,
@@ -330,6 +457,6 @@ mod tests {
         );
         assert!(found[2].message.contains("did you mean `s`?"), "{found:?}");
         // Patched: a second pass finds nothing.
-        assert!(check(&mut doc, &template).is_empty());
+        assert!(check(&mut doc, &shape).is_empty());
     }
 }

@@ -412,3 +412,180 @@ fn a_stop_timeout_holds_the_drain_delay_its_window_and_the_grace() {
     };
     assert_eq!(at_once.stop_secs(1_000_000), 45);
 }
+
+/// The deprecation path: a renamed key is read into its new name with a warning naming it, the
+/// two names must agree when a file writes both, and a removed key is refused with its fix.
+#[test]
+fn a_renamed_key_is_read_with_a_warning_and_a_removed_one_names_its_fix() {
+    let table = [
+        ("linux.accept_queue", Retired::Renamed("linux.somaxconn")),
+        (
+            "server.old_knob",
+            Retired::Removed("remove it: the server sizes it itself"),
+        ),
+    ];
+    let text = EMBEDDED[2]
+        .1
+        .replace("  somaxconn: 65535", "  accept_queue: 32768");
+    let line = yaml_lines::line_of(&text, "linux.accept_queue");
+    assert!(line.is_some());
+    let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
+    let (changed, problems, warnings) = fold_retired(&mut doc, &text, &table);
+    assert!(changed && problems.is_empty(), "{problems:?}");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].0, line);
+    assert!(
+        warnings[0]
+            .1
+            .starts_with("linux.accept_queue is the older name of linux.somaxconn: rename it"),
+        "{warnings:?}"
+    );
+    let p: Profile = serde_yaml_ng::from_value(doc).unwrap();
+    assert_eq!(p.linux.somaxconn, 32768);
+
+    // Both names, different values: refused, naming the one to keep.
+    let both = text.replace(
+        "  accept_queue: 32768",
+        "  accept_queue: 32768\n  somaxconn: 4096",
+    );
+    let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&both).unwrap();
+    let (_, problems, _) = fold_retired(&mut doc, &both, &table);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0]
+            .1
+            .contains("keep linux.somaxconn and remove linux.accept_queue"),
+        "{problems:?}"
+    );
+
+    // Removed: an error with the fix, at its line.
+    let gone = EMBEDDED[2]
+        .1
+        .replace("  send_queue_bytes:", "  old_knob: 3\n  send_queue_bytes:");
+    let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&gone).unwrap();
+    let (_, problems, warnings) = fold_retired(&mut doc, &gone, &table);
+    assert!(warnings.is_empty());
+    assert_eq!(
+        problems,
+        [(
+            yaml_lines::line_of(&gone, "server.old_knob"),
+            "server.old_knob is no longer read: remove it: the server sizes it itself".to_string()
+        )]
+    );
+}
+
+/// A file under `windows.rss_profile`, the older name of `nic.rss`, loads with a warning that
+/// names the new key and the word to write there; a current file has none.
+#[test]
+fn the_older_rss_key_warns_with_the_key_to_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old.yaml");
+    std::fs::write(&old, with_old_rss_key("NUMAScaling")).unwrap();
+    let loaded = load(old.to_str().unwrap()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.profile.nic.rss, RssProfile::NumaScaling);
+    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    let w = loaded.warnings[0].to_string();
+    assert!(
+        w.starts_with(&format!("{}:", old.display()))
+            && w.contains("windows.rss_profile is the older name of nic.rss")
+            && w.contains("`nic: rss: numa_scaling`"),
+        "{w}"
+    );
+    let current = dir.path().join("current.yaml");
+    std::fs::write(&current, EMBEDDED[2].1).unwrap();
+    assert!(load(current.to_str().unwrap()).unwrap().warnings.is_empty());
+}
+
+/// Which keys a file may leave out is the model's answer: every key the model defaults is
+/// optional (the blocks newer than the oldest profiles in use among them), the rest required.
+#[test]
+fn keys_with_a_default_may_be_left_out_and_the_others_are_required() {
+    let shape = profile_shape();
+    for key in [
+        "nic",
+        "role",
+        "server.coalesce_us",
+        "server.cpu_ns_per_message",
+        "server.notsent_lowat_bytes",
+        "server.processes",
+        "server.limits",
+        "server.drain.delay_secs",
+        "server.deflate.inflate_budget_bytes",
+        "selftest.restart",
+    ] {
+        assert!(shape.is_defaulted(key), "{key} has a default");
+    }
+    for key in [
+        "name",
+        "connections",
+        "linux",
+        "linux.somaxconn",
+        "server.deflate.level",
+    ] {
+        assert!(!shape.is_defaulted(key), "{key} is required");
+    }
+    // Left out, each takes the model's default.
+    let text = EMBEDDED[2].1;
+    let cut = &text[..text.find("\nnic:\n").unwrap() + 1];
+    let cut = cut
+        .lines()
+        .filter(|l| !l.starts_with("  coalesce_us:") && !l.starts_with("  cpu_ns_per_message:"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let p = parse(&cut, "p.yaml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.nic, NicProfile::default());
+    assert_eq!(p.server.cpu_ns_per_message, DEFAULT_CPU_NS_PER_MESSAGE);
+    assert_eq!(
+        p.server.coalesce_us,
+        embedded_server::coalesce::DEFAULT_WINDOW.as_micros() as u64
+    );
+    // A required key left out is still named, with its block.
+    let err = parse(&cut.replace("  somaxconn: 65535\n", ""), "p.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("linux: missing field `somaxconn`"), "{err}");
+}
+
+/// The kernel keeps nf_conntrack_max and tcp_max_tw_buckets in an int, as it does somaxconn
+/// and the backlogs: a value past 2147483647 is refused at load (with the reason), not by the
+/// kernel with EINVAL halfway through an apply.
+#[test]
+fn sysctls_the_kernel_keeps_in_an_int_are_bounded_by_it() {
+    let base = EMBEDDED[2].1;
+    for (key, line) in [
+        ("nf_conntrack_max", "  nf_conntrack_max: 262144"),
+        ("tcp_max_tw_buckets", "  tcp_max_tw_buckets: 262144"),
+        ("somaxconn", "  somaxconn: 65535"),
+        ("tcp_max_syn_backlog", "  tcp_max_syn_backlog: 65535"),
+        ("netdev_max_backlog", "  netdev_max_backlog: 16384"),
+    ] {
+        assert!(base.contains(line), "{line}");
+        let at_max = base.replace(line, &format!("  {key}: 2147483647"));
+        parse(&at_max, "p.yaml").unwrap_or_else(|e| panic!("{key} at the int's maximum: {e}"));
+        let past = base.replace(line, &format!("  {key}: 2147483648"));
+        let err = parse(&past, "p.yaml").unwrap_err().to_string();
+        let at = yaml_lines::line_of(&past, &format!("linux.{key}")).unwrap();
+        assert!(
+            err.contains(&format!(
+                "p.yaml:{at}: linux.{key}: 2147483648 is out of range; allowed"
+            )) && err.contains("=2147483647 (the kernel's maximum is 2147483647, an int)"),
+            "{key}: {err}"
+        );
+    }
+}
+
+/// A key that is not a plain name (some other file's line, read as a key) is placed by its
+/// line but not quoted; a typo is quoted with the key it was meant for.
+#[test]
+fn only_plain_unknown_keys_are_quoted() {
+    let text = format!("{}root:$6$salt$hash:19700:0:99999:7:::\n", EMBEDDED[2].1);
+    let err = parse(&text, "p.yaml").unwrap_err().to_string();
+    let line = text.lines().count();
+    assert!(
+        err.contains(&format!(
+            "p.yaml:{line}: unknown field (a key that is not a plain name, not shown)"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("salt") && !err.contains("root"), "{err}");
+}

@@ -24,7 +24,8 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         "the kernel refuses a flow table above 2^29 entries",
     );
     b.range("linux.file_max", l.file_max, 1024, i64::MAX as u64, "");
-    // The kernel keeps these three in an int: a larger value is refused with EINVAL at apply.
+    // The kernel keeps these in an int (proc_dointvec): a larger value is refused with EINVAL
+    // when apply writes it, after the plan promised it.
     const INT: &str = "the kernel's maximum is 2147483647, an int";
     b.range("linux.somaxconn", l.somaxconn, 128, i32::MAX as u64, INT);
     b.range(
@@ -59,15 +60,15 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         "linux.nf_conntrack_max",
         l.nf_conntrack_max,
         1,
-        u32::MAX as u64,
-        "",
+        i32::MAX as u64,
+        INT,
     );
     b.range(
         "linux.tcp_max_tw_buckets",
         l.tcp_max_tw_buckets,
         1,
-        u32::MAX as u64,
-        "",
+        i32::MAX as u64,
+        INT,
     );
     b.range(
         "linux.epoll_max_user_watches",

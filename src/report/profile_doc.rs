@@ -156,30 +156,9 @@ fn keys(m: &Model, name: &str, prefix: &str, out: &mut Vec<Key>) {
     }
 }
 
-/// A profile as JSON with every block written out: serde leaves out a block that holds only
-/// its defaults (`nic`, `server.limits`, `server.channels`, `server.budget`, `server.drain`), and the page
-/// shows those defaults key by key. (A test finds every key of the model here.)
+/// A profile as JSON with every block written out (see [`Profile::written_out`]).
 fn full(p: &Profile) -> Value {
-    let mut v = serde_json::to_value(p).expect("a profile serializes");
-    let blocks = [
-        ("nic", serde_json::to_value(&p.nic)),
-        ("server.limits", serde_json::to_value(&p.server.limits)),
-        ("server.channels", serde_json::to_value(&p.server.channels)),
-        ("server.budget", serde_json::to_value(&p.server.budget)),
-        ("server.drain", serde_json::to_value(&p.server.drain)),
-    ];
-    for (path, block) in blocks {
-        let (parent, leaf) = path.rsplit_once('.').unwrap_or(("", path));
-        let map = if parent.is_empty() {
-            Some(&mut v)
-        } else {
-            get_mut(&mut v, parent)
-        };
-        if let (Some(Value::Object(map)), Ok(block)) = (map, block) {
-            map.insert(leaf.to_string(), block);
-        }
-    }
-    v
+    p.written_out()
 }
 
 fn get<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
@@ -395,7 +374,7 @@ mod tests {
             assert!(
                 get(&base, &k.path).is_some()
                     || ["role", "server.deflate.inflate_budget_bytes"].contains(&k.path.as_str()),
-                "{} is missing from the default profile's JSON: add its block to `full`",
+                "{} is missing from the default profile's JSON: add its block to `Profile::written_out`",
                 k.path
             );
         }

@@ -173,3 +173,147 @@ fn a_profile_file_and_a_catalog_file_extend_the_built_ins() {
     );
     assert_eq!(code_, 0);
 }
+
+// --- profiles written for earlier releases ---------------------------------------------------
+
+/// What each key of a profile is when a file leaves it out, as docs/reference/profile-keys.md
+/// says (its *left out* column, generated from the model's serde defaults): key -> value, for
+/// every key that has one (not *required*, not *unset*).
+fn documented_defaults() -> Vec<(String, serde_json::Value)> {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference/profile-keys.md"),
+    )
+    .unwrap();
+    page.lines()
+        .filter(|l| l.starts_with("| `"))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let key = cells[1].trim_matches('`').to_string();
+            let left_out = cells[4].strip_prefix('`')?.strip_suffix('`')?;
+            Some((key, serde_json::from_str(left_out).unwrap()))
+        })
+        .collect()
+}
+
+/// The value at the dotted key `path` of `doc`, if it has one.
+fn at<'a>(doc: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    path.split('.')
+        .filter(|k| !k.is_empty())
+        .try_fold(doc, |v, k| v.get(k))
+}
+
+/// Every built-in profile of an earlier release (tests/fixtures/profiles/2497f16, as that
+/// release shipped them) and a current profile without a `nic:` block load: `check` gives a
+/// verdict (0, 1 or 2, never 3) with nothing but warnings on stderr, and every key the file
+/// leaves out takes the default docs/reference/profile-keys.md documents (the CPU check's
+/// target follows the default cost per message). docs/profiles.md, "Compatibility", promises
+/// this; a release that breaks it fails here.
+#[test]
+fn profiles_of_an_earlier_release_and_without_optional_blocks_load_with_the_defaults() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/profiles");
+    let mut files: Vec<_> = std::fs::read_dir(dir.join("2497f16"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 5, "the five built-in profiles: {files:?}");
+    files.push(dir.join("no-nic.yaml"));
+    let defaults = documented_defaults();
+    let default_of = |key: &str| -> serde_json::Value {
+        defaults
+            .iter()
+            .find(|(k, _)| k == key)
+            .unwrap_or_else(|| panic!("{key} has a default in profile-keys.md"))
+            .1
+            .clone()
+    };
+    // The keys the checks below name are among them (the page was read right).
+    for key in [
+        "server.coalesce_us",
+        "server.cpu_ns_per_message",
+        "server.notsent_lowat_bytes",
+        "selftest.restart.back_p99_ms",
+        "nic.irq",
+    ] {
+        default_of(key);
+    }
+    let root = fixture("default");
+    let root = root.to_str().unwrap();
+    for file in &files {
+        let path = file.to_str().unwrap();
+        let text = std::fs::read_to_string(file).unwrap();
+        let written: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+        let old = file.parent().unwrap().ends_with("2497f16");
+        let o = wstune120(&["check", "--profile", path, "--root", root]);
+        let err = stderr(&o);
+        assert!(
+            [0, 1, 2].contains(&code(&o)),
+            "{path}: a verdict, not an error (exit {}):\n{err}",
+            code(&o)
+        );
+        assert!(
+            err.lines().all(|l| l.starts_with("wstune: warning: ")),
+            "{path}: nothing but warnings on stderr:\n{err}"
+        );
+        if old {
+            // The one key renamed since: read, and the new name said.
+            assert!(
+                err.contains("windows.rss_profile is the older name of nic.rss")
+                    && err.contains("`nic: rss: numa_scaling`"),
+                "{path}:\n{err}"
+            );
+        } else {
+            assert_eq!(err, "", "{path}");
+        }
+
+        let (_, report) = common::check_json(&fixture("default"), &["--profile", path]);
+        assert_eq!(report["profile"]["name"], written["name"], "{path}");
+        // The CPU check budgets the default cost per message.
+        let resolved = json_of(&wstune120(&["profiles", "show", path, "-f", "json"]));
+        let rate = resolved["connections"].as_u64().unwrap()
+            * resolved["selftest"]["rate_per_client"].as_u64().unwrap();
+        let ns = default_of("server.cpu_ns_per_message").as_u64().unwrap();
+        let cores = ((rate * ns) as f64 / 0.7e9).ceil() as u64;
+        assert_eq!(
+            finding(&report, "linux.host.cpus")["target"],
+            cores.max(1),
+            "{path}"
+        );
+        // Every key the file leaves out has the documented default. A block serde leaves out
+        // of the resolved profile holds only defaults.
+        let mut compared = 0;
+        for (key, want) in &defaults {
+            if at(&written, key).is_some() || (old && key == "nic.rss") {
+                continue;
+            }
+            match at(&resolved, key) {
+                Some(got) => {
+                    assert_eq!(got, want, "{path}: {key} left out");
+                    compared += 1;
+                }
+                None => {
+                    let parent = key.rsplit_once('.').map_or("", |(p, _)| p);
+                    assert!(
+                        at(&resolved, parent).is_none(),
+                        "{path}: {key} left out is missing from the resolved profile"
+                    );
+                }
+            }
+        }
+        if old {
+            assert!(compared >= 5, "{path}: {compared} defaults compared");
+        }
+        if old {
+            assert_eq!(
+                resolved["server"]["coalesce_us"],
+                default_of("server.coalesce_us")
+            );
+            assert_eq!(resolved["nic"]["rss"], "numa_scaling", "{path}");
+        } else {
+            assert!(
+                resolved.get("nic").is_none(),
+                "{path}: the default NIC block"
+            );
+        }
+    }
+}
