@@ -378,9 +378,10 @@ pub struct ServeArgs {
     /// I/O worker threads (profile: server.io_workers; 0 = one per core).
     #[arg(long)]
     pub workers: Option<usize>,
-    /// Microseconds an I/O thread with dense traffic waits before it sleeps, so messages that
-    /// arrive meanwhile share one wake-up (profile: server.coalesce_us; 0 = serve each at once,
-    /// at most 2000).
+    /// Microseconds an I/O thread with dense traffic may wait before it sleeps, so messages
+    /// that arrive meanwhile share one wake-up; each thread waits only while it measures that
+    /// waiting saves CPU without slowing its clients (profile: server.coalesce_us; 0 = serve
+    /// each at once, at most 2000).
     #[arg(long, value_name = "MICROS")]
     pub coalesce_us: Option<u64>,
     /// Offload pool threads (profile: server.offload_pool_size; 0 = one per core).
