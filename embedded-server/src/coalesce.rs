@@ -169,12 +169,15 @@ fn thread_cpu() -> Option<Duration> {
 struct Gate {
     rate: Rate,
     trial: Trial,
+    /// Since when the reads have been too sparse to wait for (None: they are not).
+    sparse_since: Option<Instant>,
 }
 
 impl Gate {
     const NEW: Gate = Gate {
         rate: Rate::NEW,
         trial: Trial::NEW,
+        sparse_since: None,
     };
 
     /// The thread parks at `now` having served `reads` since it last did: whether it should
@@ -188,14 +191,27 @@ impl Gate {
         cpu: impl FnOnce() -> Option<Duration>,
     ) -> bool {
         self.rate.update(now, reads);
-        if !self.rate.dense(window) {
-            // Too few reads for a window to gather: sleep at once, and start the trial anew
-            // when the reads come back.
-            self.trial = Trial::NEW;
-            return false;
+        if self.rate.dense(window) {
+            self.sparse_since = None;
+            self.trial.park(now, reads, cpu);
+            return self.trial.waiting();
         }
-        self.trial.park(now, reads, cpu);
-        self.trial.waiting()
+        // Too few reads for a window to gather: sleep at once.
+        if self.trial.waiting() {
+            // The reads thinned while the thread waited. Clients that wait for their replies
+            // send less when the server waits (a closed loop of one or two messages a
+            // thread): that is waiting failing, not the load going away.
+            self.trial.thinned_by_waiting();
+        }
+        // What the running phase measured mixes two loads; the next dense read starts anew.
+        self.trial.start = None;
+        // Reads sparse for a whole phase without waiting: the load went away, and what the
+        // trial learnt went with it.
+        let since = *self.sparse_since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= PHASE {
+            self.trial = Trial::NEW;
+        }
+        false
     }
 }
 
@@ -332,6 +348,21 @@ impl Trial {
         self.parks = 0;
     }
 
+    /// Waiting made the reads too sparse to wait for: a probe of waiting failed, or waiting
+    /// stopped paying. Either way the thread stops waiting.
+    fn thinned_by_waiting(&mut self) {
+        if self.probing {
+            self.probing = false;
+            self.gap = (self.gap * 2).min(MAX_GAP);
+        } else {
+            // The last phase measured waiting; none of not waiting is at hand.
+            self.wait = false;
+            self.last = None;
+            self.gap = 1;
+        }
+        self.until_probe = self.gap;
+    }
+
     /// A phase measured `m`: judge a probe, or count down to the next one.
     fn end_phase(&mut self, m: Measured) {
         if self.probing {
@@ -439,6 +470,25 @@ mod tests {
         }
     }
 
+    /// One client per thread waiting for each reply (25 us round trip): waiting 500 us
+    /// brings the same one read, 20 times later.
+    fn one_in_flight(wait: bool) -> (Duration, u32, Duration) {
+        if wait {
+            (us(506), 1, us(6))
+        } else {
+            (Duration::from_nanos(29_500), 1, Duration::from_nanos(4_500))
+        }
+    }
+
+    /// Two such clients per thread.
+    fn two_in_flight(wait: bool) -> (Duration, u32, Duration) {
+        if wait {
+            (us(512), 2, us(12))
+        } else {
+            (us(34), 2, us(9))
+        }
+    }
+
     fn us(n: u64) -> Duration {
         Duration::from_micros(n)
     }
@@ -480,6 +530,17 @@ mod tests {
         // The probes of waiting: under 1 % of the time once the gap has grown.
         assert!(first < 0.05, "{first}");
         assert!(second < 0.02, "{second}");
+    }
+
+    #[test]
+    fn one_or_two_replies_awaited_a_thread_are_not_made_to_wait() {
+        // Waiting thins these reads below what a window would gather: each probe fails on
+        // that alone, and the probes grow rare as for any closed loop.
+        for work in [one_in_flight as Cycle, two_in_flight] {
+            let (first, second) = simulate(work, None, 60, true);
+            assert!(first < 0.05, "{first}");
+            assert!(second < 0.02, "{second}");
+        }
     }
 
     #[test]
