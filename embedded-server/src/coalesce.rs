@@ -169,12 +169,15 @@ fn thread_cpu() -> Option<Duration> {
 struct Gate {
     rate: Rate,
     trial: Trial,
+    /// Since when the reads have been too sparse to wait for (None: they are not).
+    sparse_since: Option<Instant>,
 }
 
 impl Gate {
     const NEW: Gate = Gate {
         rate: Rate::NEW,
         trial: Trial::NEW,
+        sparse_since: None,
     };
 
     /// The thread parks at `now` having served `reads` since it last did: whether it should
@@ -188,14 +191,27 @@ impl Gate {
         cpu: impl FnOnce() -> Option<Duration>,
     ) -> bool {
         self.rate.update(now, reads);
-        if !self.rate.dense(window) {
-            // Too few reads for a window to gather: sleep at once, and start the trial anew
-            // when the reads come back.
-            self.trial = Trial::NEW;
-            return false;
+        if self.rate.dense(window) {
+            self.sparse_since = None;
+            self.trial.park(now, reads, cpu);
+            return self.trial.waiting();
         }
-        self.trial.park(now, reads, cpu);
-        self.trial.waiting()
+        // Too few reads for a window to gather: sleep at once.
+        if self.trial.waiting() {
+            // The reads thinned while the thread waited. Clients that wait for their replies
+            // send less when the server waits (a closed loop of one or two messages a
+            // thread): that is waiting failing, not the load going away.
+            self.trial.thinned_by_waiting();
+        }
+        // What the running phase measured mixes two loads; the next dense read starts anew.
+        self.trial.start = None;
+        // Reads sparse for a whole phase without waiting: the load went away, and what the
+        // trial learnt went with it.
+        let since = *self.sparse_since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= PHASE {
+            self.trial = Trial::NEW;
+        }
+        false
     }
 }
 
@@ -332,6 +348,21 @@ impl Trial {
         self.parks = 0;
     }
 
+    /// Waiting made the reads too sparse to wait for: a probe of waiting failed, or waiting
+    /// stopped paying. Either way the thread stops waiting.
+    fn thinned_by_waiting(&mut self) {
+        if self.probing {
+            self.probing = false;
+            self.gap = (self.gap * 2).min(MAX_GAP);
+        } else {
+            // The last phase measured waiting; none of not waiting is at hand.
+            self.wait = false;
+            self.last = None;
+            self.gap = 1;
+        }
+        self.until_probe = self.gap;
+    }
+
     /// A phase measured `m`: judge a probe, or count down to the next one.
     fn end_phase(&mut self, m: Measured) {
         if self.probing {
@@ -341,8 +372,8 @@ impl Trial {
                 if waiting_pays(wait, not) == self.wait {
                     self.gap = (self.gap * 2).min(MAX_GAP);
                 } else {
-                    // The other choice did better: take it, and confirm it with the next
-                    // phase's probe. The probe measured the new choice.
+                    // The other choice did better: take it, and confirm it with a probe soon.
+                    // The probe measured the new choice.
                     self.wait = !self.wait;
                     self.gap = 1;
                     self.last = Some(m);
@@ -439,6 +470,25 @@ mod tests {
         }
     }
 
+    /// One client per thread waiting for each reply (25 us round trip): waiting 500 us
+    /// brings the same one read, 20 times later.
+    fn one_in_flight(wait: bool) -> (Duration, u32, Duration) {
+        if wait {
+            (us(506), 1, us(6))
+        } else {
+            (Duration::from_nanos(29_500), 1, Duration::from_nanos(4_500))
+        }
+    }
+
+    /// Two such clients per thread.
+    fn two_in_flight(wait: bool) -> (Duration, u32, Duration) {
+        if wait {
+            (us(512), 2, us(12))
+        } else {
+            (us(34), 2, us(9))
+        }
+    }
+
     fn us(n: u64) -> Duration {
         Duration::from_micros(n)
     }
@@ -483,6 +533,17 @@ mod tests {
     }
 
     #[test]
+    fn one_or_two_replies_awaited_a_thread_are_not_made_to_wait() {
+        // Waiting thins these reads below what a window would gather: each probe fails on
+        // that alone, and the probes grow rare as for any closed loop.
+        for work in [one_in_flight as Cycle, two_in_flight] {
+            let (first, second) = simulate(work, None, 60, true);
+            assert!(first < 0.05, "{first}");
+            assert!(second < 0.02, "{second}");
+        }
+    }
+
+    #[test]
     fn independent_arrivals_are_coalesced() {
         let (first, second) = simulate(open_loop, None, 60, true);
         assert!(first > 0.95, "{first}");
@@ -497,6 +558,38 @@ mod tests {
         let (first, second) = simulate(closed_loop, Some(open_loop), 60, true);
         assert!(first < 0.05, "{first}");
         assert!(second > 0.95, "{second}");
+    }
+
+    /// Independent arrivals whose CPU figures swing by up to 30 % every 10 ms (other processes,
+    /// interrupts, frequency changes): the choice to wait holds.
+    #[test]
+    fn a_noisy_host_keeps_waiting_for_independent_arrivals() {
+        let w = us(500);
+        let mut g = Gate::NEW;
+        let (mut t, mut cpu, mut reads) = (Instant::now(), Duration::ZERO, 0);
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let (mut swing, mut next_swing) = (1.0, t);
+        let (mut waited, mut total) = (Duration::ZERO, Duration::ZERO);
+        for _ in 0..200_000 {
+            let wait = g.park(t, reads, w, || Some(cpu));
+            let (len, r, c) = open_loop(wait);
+            if t >= next_swing {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                swing = 0.7 + 0.6 * (seed % 1000) as f64 / 1000.0;
+                next_swing = t + Duration::from_millis(10);
+            }
+            t += len;
+            cpu += c.mul_f64(swing);
+            reads = r;
+            total += len;
+            if wait {
+                waited += len;
+            }
+        }
+        let share = waited.as_secs_f64() / total.as_secs_f64();
+        assert!(share > 0.9, "{share}");
     }
 
     #[test]
