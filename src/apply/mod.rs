@@ -571,7 +571,7 @@ pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
     // What a newer entry already compared: (kind, key).
     let mut seen = std::collections::BTreeSet::new();
     for e in applied.iter().rev() {
-        let resolved = nics::resolve(e, now.clone(), false);
+        let resolved = nics::resolve(e, now.clone(), &nics::lister(backend), false);
         for l in &resolved.left {
             if seen.insert(("nic", l.nic.clone())) {
                 drifted.push(format!("{}: {}", l.nic, l.why));

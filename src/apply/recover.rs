@@ -196,7 +196,12 @@ pub fn undo_interrupted(
             );
         }
         // Its NICs as they are now (renamed: under the new name; gone: nothing to undo).
-        let fitted = super::nics::resolve(e, backend.nic_identities(), false);
+        let fitted = super::nics::resolve(
+            e,
+            backend.nic_identities(),
+            &super::nics::lister(backend),
+            false,
+        );
         if let Some(l) = fitted.left.iter().find(|l| l.refused) {
             bail!(
                 "apply {id} was interrupted (its process died midway), and {}: {}. Run `wstune rollback --id {id}` (it restores the rest and says what it cannot), then apply again. Nothing was changed.",

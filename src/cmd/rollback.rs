@@ -73,7 +73,12 @@ pub fn run(r: Request) -> Result<Outcome> {
     // Each NIC as it is now, found by the identity the entry recorded, not by a name another
     // NIC may have taken since: renamed, its values go to its new name; gone or another NIC's
     // name, they are left (said below, and the rest of the entry is still restored).
-    let fitted = apply::nics::resolve(&restored, backend.nic_identities(), force);
+    let fitted = apply::nics::resolve(
+        &restored,
+        backend.nic_identities(),
+        &apply::nics::lister(backend.as_ref()),
+        force,
+    );
     let restored = fitted.entry;
     say!("{}", crate::report::restore_preview(&restored));
     for n in &fitted.notes {
