@@ -310,7 +310,43 @@ pub fn resolve(
             }
         }
     }
+    // A queue interrupt is recorded by number, and a driver reload hands the numbers out
+    // again: /proc/irq/N may now be another device's. Restored only where N still carries the
+    // recorded name (`IRQ 40 (vb-rx-0)`: /proc/irq/40/vb-rx-0), as the boot script pins them.
+    let mut stale: Vec<String> = Vec::new();
+    for a in &entry.actions {
+        let Op::KernelFile { path, .. } = &a.op else {
+            continue;
+        };
+        let Some((number, irq)) = irq_of_setting(&a.setting) else {
+            continue;
+        };
+        if !path.starts_with(&format!("/proc/irq/{number}/"))
+            || nic_of_action(a).is_some_and(|n| drop.iter().any(|d| d == n))
+        {
+            continue;
+        }
+        let Some(names) = list(&format!("/proc/irq/{number}")) else {
+            continue; // the interrupt is gone: restore skips what is not there
+        };
+        if !names.iter().any(|n| n == irq) {
+            let old = entry
+                .runtime
+                .iter()
+                .find(|r| r.path == *path)
+                .map(|r| r.old.split_whitespace().collect::<Vec<_>>().join(" "))
+                .unwrap_or_default();
+            out.notes.push(format!(
+                "{}: interrupt {number} is no longer {irq} (no /proc/irq/{number}/{irq}: the driver was loaded again and numbered its interrupts anew), so its affinity {old} is not restored; it went with that interrupt",
+                a.setting
+            ));
+            stale.push(path.clone());
+        }
+    }
     let e = &mut out.entry;
+    e.runtime.retain(|r| !stale.contains(&r.path));
+    e.actions
+        .retain(|a| !matches!(&a.op, Op::KernelFile { path, .. } if stale.contains(path)));
     let mine = |a: &Action, n: &str| nic_of_action(a) == Some(n);
     // A queue interrupt's path names no NIC: its action does.
     let irq_of = |path: &str| {
@@ -368,6 +404,13 @@ pub fn resolve(
         }
     }
     out
+}
+
+/// The number and name of a queue interrupt from its action's setting, `IRQ 40 (vb-rx-0)`.
+fn irq_of_setting(setting: &str) -> Option<(u32, &str)> {
+    let (number, name) = setting.strip_prefix("IRQ ")?.split_once(" (")?;
+    let name = name.strip_suffix(')')?;
+    (!name.is_empty() && !name.contains('/')).then_some((number.parse().ok()?, name))
 }
 
 /// What an entry would restore on `nic`, in words.
@@ -690,5 +733,45 @@ mod tests {
         // No link of that name after the reboot: gone, its values with it.
         let r = resolve(&entry(), Ok(vec![other]), NONE, false);
         assert!(!r.left[0].refused && r.left[0].why.contains("no link is named vb now"));
+    }
+
+    /// A queue interrupt is restored by number only where that number still carries the
+    /// recorded name: after a driver reload /proc/irq/40 may be another device's.
+    #[test]
+    fn a_queue_interrupt_renumbered_by_a_driver_reload_is_not_restored_onto_another() {
+        let now = || Ok(vec![id("vb", 5)]);
+        let irq = "/proc/irq/40/smp_affinity_list";
+        let other: Lister = &|dir: &str| {
+            (dir == "/proc/irq/40")
+                .then(|| vec!["smp_affinity_list".to_string(), "nvme0q3".to_string()])
+        };
+        let r = resolve(&entry(), now(), other, false);
+        assert!(
+            r.entry.runtime.iter().all(|x| x.path != irq),
+            "{:?}",
+            r.entry.runtime
+        );
+        assert!(r
+            .entry
+            .actions
+            .iter()
+            .all(|a| !matches!(&a.op, Op::KernelFile { path, .. } if path == irq)));
+        assert!(
+            r.notes.iter().any(|n| n
+                .starts_with("IRQ 40 (vb-rx-0): interrupt 40 is no longer vb-rx-0")
+                && n.contains("affinity 0-1 is not restored")),
+            "{:?}",
+            r.notes
+        );
+        assert!(r.left.is_empty());
+        // Still vb-rx-0's (or not listable here): restored as recorded.
+        let same: Lister = &|dir: &str| {
+            (dir == "/proc/irq/40")
+                .then(|| vec!["smp_affinity_list".to_string(), "vb-rx-0".to_string()])
+        };
+        for list in [same, NONE] {
+            let r = resolve(&entry(), now(), list, false);
+            assert!(r.entry.runtime.iter().any(|x| x.path == irq) && r.notes.is_empty());
+        }
     }
 }
