@@ -358,14 +358,8 @@ pub fn restore_counted(entry: &Entry, backend: &dyn Backend, store: &Store) -> R
         if backend.channels(&c.nic).ok() == Some(c.old) {
             continue;
         }
-        let (rx, tx, combined) = nics::changed_counts(entry, &c.nic);
-        let pick = |on: bool, n: u32| (on && n > 0).then_some(n);
-        match backend.set_channels(
-            &c.nic,
-            pick(rx, c.old.rx),
-            pick(tx, c.old.tx),
-            pick(combined, c.old.combined),
-        ) {
+        let [rx, tx, combined] = entry.channels_to_restore(&c.nic, &c.old);
+        match backend.set_channels(&c.nic, rx, tx, combined) {
             Ok(()) => done.values += 1,
             Err(e) => errors.push(format!("{}'s channels: {e}", c.nic)),
         }

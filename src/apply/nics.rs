@@ -444,35 +444,12 @@ fn values_of(entry: &Entry, nic: &str) -> Vec<String> {
 /// The old channel counts that a restore sets (those the apply changed), as `ethtool -L`
 /// takes them: `rx 1, tx 1`.
 pub fn channel_words(entry: &Entry, nic: &str, old: &crate::host::Channels) -> Option<String> {
-    let (rx, tx, combined) = changed_counts(entry, nic);
-    let pick = |on: bool, n: u32| (on && n > 0).then_some(n);
-    let words: Vec<String> = [
-        ("rx", pick(rx, old.rx)),
-        ("tx", pick(tx, old.tx)),
-        ("combined", pick(combined, old.combined)),
-    ]
-    .iter()
-    .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
-    .collect();
-    (!words.is_empty()).then(|| words.join(", "))
-}
-
-/// Which of `nic`'s counts the entry's apply changed (rx, tx, combined); all three when the
-/// action is not there to say.
-pub fn changed_counts(entry: &Entry, nic: &str) -> (bool, bool, bool) {
-    entry
-        .actions
+    let words: Vec<String> = ["rx", "tx", "combined"]
         .iter()
-        .find_map(|a| match &a.op {
-            Op::Channels {
-                nic: n,
-                rx,
-                tx,
-                combined,
-            } if n == nic => Some((rx.is_some(), tx.is_some(), combined.is_some())),
-            _ => None,
-        })
-        .unwrap_or((true, true, true))
+        .zip(entry.channels_to_restore(nic, old))
+        .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
+        .collect();
+    (!words.is_empty()).then(|| words.join(", "))
 }
 
 /// What a NIC left unrestored means, for people: one line.

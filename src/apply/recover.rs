@@ -85,16 +85,9 @@ pub fn hand_changes(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<
         }
     }
     for c in &entry.channels {
-        let applied = entry.actions.iter().find_map(|a| match &a.op {
-            Op::Channels {
-                nic,
-                rx,
-                tx,
-                combined,
-            } if *nic == c.nic => Some((*rx, *tx, *combined)),
-            _ => None,
-        });
-        let (Some((rx, tx, combined)), Ok(now)) = (applied, backend.channels(&c.nic)) else {
+        let (Some([rx, tx, combined]), Ok(now)) =
+            (entry.channels_set(&c.nic), backend.channels(&c.nic))
+        else {
             continue; // gone or unreadable now: restore reports it
         };
         // Only the counts the apply set: (applied, old, now) for each.
