@@ -133,6 +133,37 @@ fn format_1() -> u32 {
     1
 }
 
+impl Entry {
+    /// The channel counts the entry's apply set on `nic` (rx, tx, combined; None: that count
+    /// was left as it was), or None when the entry has no channel change for it.
+    pub fn channels_set(&self, nic: &str) -> Option<[Option<u32>; 3]> {
+        self.actions.iter().find_map(|a| match &a.op {
+            super::plan::Op::Channels {
+                nic: n,
+                rx,
+                tx,
+                combined,
+            } if n == nic => Some([*rx, *tx, *combined]),
+            _ => None,
+        })
+    }
+
+    /// The counts of `old` (`nic`'s before the apply) that a restore sets, (rx, tx, combined):
+    /// those the apply changed (all three when its action is not there to say), never a 0 (a
+    /// NIC without that kind of channel, which `ethtool -L` refuses).
+    pub fn channels_to_restore(&self, nic: &str, old: &crate::host::Channels) -> [Option<u32>; 3] {
+        let set = self
+            .channels_set(nic)
+            .map_or([true; 3], |s| s.map(|c| c.is_some()));
+        let pick = |on: bool, n: u32| (on && n > 0).then_some(n);
+        [
+            pick(set[0], old.rx),
+            pick(set[1], old.tx),
+            pick(set[2], old.combined),
+        ]
+    }
+}
+
 /// A NIC's channel counts before apply changed them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

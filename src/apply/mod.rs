@@ -358,14 +358,8 @@ pub fn restore_counted(entry: &Entry, backend: &dyn Backend, store: &Store) -> R
         if backend.channels(&c.nic).ok() == Some(c.old) {
             continue;
         }
-        let (rx, tx, combined) = nics::changed_counts(entry, &c.nic);
-        let pick = |on: bool, n: u32| (on && n > 0).then_some(n);
-        match backend.set_channels(
-            &c.nic,
-            pick(rx, c.old.rx),
-            pick(tx, c.old.tx),
-            pick(combined, c.old.combined),
-        ) {
+        let [rx, tx, combined] = entry.channels_to_restore(&c.nic, &c.old);
+        match backend.set_channels(&c.nic, rx, tx, combined) {
             Ok(()) => done.values += 1,
             Err(e) => errors.push(format!("{}'s channels: {e}", c.nic)),
         }
@@ -571,7 +565,7 @@ pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
     // What a newer entry already compared: (kind, key).
     let mut seen = std::collections::BTreeSet::new();
     for e in applied.iter().rev() {
-        let resolved = nics::resolve(e, now.clone(), false);
+        let resolved = nics::resolve(e, now.clone(), &nics::lister(backend), false);
         for l in &resolved.left {
             if seen.insert(("nic", l.nic.clone())) {
                 drifted.push(format!("{}: {}", l.nic, l.why));

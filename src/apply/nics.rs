@@ -6,13 +6,16 @@
 //! `check`'s drift and apply's recovery [`resolve`] the entry against the NICs there now:
 //! - the same NIC, under its name or a new one: its values are restored there (the entry's
 //!   paths are rewritten to the new name: `/sys/class/net/NEW/queues/...`);
-//! - gone (removed, or a virtual link from before a reboot): its queue settings and channel
-//!   counts went with it, nothing is left to restore: said, never an error that blocks the
-//!   rest of the entry;
-//! - refused: the name now belongs to another NIC (or the NIC lives in another network
-//!   namespace): that NIC is never touched, unless `--force` says to restore by name;
-//! - unverified: an entry of an older wstune (or a tree) recorded no identity: found by name,
-//!   with a warning.
+//! - gone (removed, or a virtual link from before a reboot that no link is named after now):
+//!   its queue settings and channel counts went with it, nothing is left to restore: said,
+//!   never an error that blocks the rest of the entry;
+//! - refused: the name now belongs to another NIC, the NIC lives in another network namespace
+//!   (recorded there, or moved there since: its device is still on the host), or an older
+//!   wstune's entry names a link that is not here (removed or renamed, nothing tells which):
+//!   that NIC is never touched, unless `--force` says to restore by name;
+//! - unverified: an entry of an older wstune (or a tree) recorded no identity, or a virtual
+//!   link was recorded before the last reboot (its index names nothing now; a bond or VLAN
+//!   comes back under its name): found by name, with a warning.
 //!
 //! Pure: the NICs there now are read by the caller (`Backend::nic_identities`).
 
@@ -69,16 +72,35 @@ pub fn identities(backend: &dyn Backend, names: &[String]) -> Vec<NicIdentity> {
 pub enum Found {
     /// The same NIC, named so now.
     Here(String),
-    /// Found by name only: the entry recorded no identity.
-    Unverified,
+    /// Found by name only, with a warning; why its identity could not be checked (the entry
+    /// recorded none, or only an index of an earlier boot).
+    Unverified(String),
     /// Not here any more; why.
     Gone(String),
     /// Not the NIC of that name; why (the name is another NIC's, or it is elsewhere).
     Refused(String),
 }
 
-/// Find the NIC recorded as `rec` among `now` (every link here, with its identity).
-pub fn find(rec: &NicIdentity, now: &[NicIdentity]) -> Found {
+/// What is in a directory of the host now (`Backend::list`), None when it cannot be listed:
+/// whether a NIC's device is still on the host, and which interrupt a number names now.
+pub type Lister<'a> = &'a dyn Fn(&str) -> Option<Vec<String>>;
+
+/// [`Lister`] over a backend.
+pub fn lister(backend: &dyn Backend) -> impl Fn(&str) -> Option<Vec<String>> + '_ {
+    move |dir| backend.list(dir).ok()
+}
+
+/// Whether the device `BUS:NAME` (`pci:0000:3b:00.0`) is on the host now
+/// (`/sys/bus/BUS/devices/NAME`): a NIC moved to another network namespace leaves it here.
+fn device_here(device: &str, list: Lister) -> bool {
+    device.split_once(':').is_some_and(|(bus, name)| {
+        list(&format!("/sys/bus/{bus}/devices")).is_some_and(|l| l.iter().any(|d| d == name))
+    })
+}
+
+/// Find the NIC recorded as `rec` among `now` (every link here, with its identity); `list`
+/// tells whether its device is still on the host.
+pub fn find(rec: &NicIdentity, now: &[NicIdentity], list: Lister) -> Found {
     let named = now.iter().find(|n| n.name == rec.name);
     let other_has_name = |why: String| match named {
         Some(n) => Found::Refused(format!(
@@ -89,9 +111,16 @@ pub fn find(rec: &NicIdentity, now: &[NicIdentity]) -> Found {
         None => Found::Gone(why),
     };
     if !rec.known() {
+        // Removed or renamed: without an identity nothing tells which, so the entry stays
+        // reachable (`--id ID --force`) rather than being closed as if the NIC were gone.
         return match named {
-            Some(_) => Found::Unverified,
-            None => Found::Gone(format!("no link is named {} any more", rec.name)),
+            Some(_) => Found::Unverified(
+                "the entry recorded no identity for it (an older wstune's entry, or a tree without one)".into(),
+            ),
+            None => Found::Refused(format!(
+                "no link named {} now: removed or renamed, which an entry of an older wstune cannot tell",
+                rec.name
+            )),
         };
     }
     let same_boot = |n: &NicIdentity| match (&rec.boot, &n.boot) {
@@ -114,6 +143,15 @@ pub fn find(rec: &NicIdentity, now: &[NicIdentity]) -> Found {
             .collect();
         return match hits.as_slice() {
             [one] => Found::Here(one.name.clone()),
+            // Its device is still on the host, but no link here is it: it was moved to another
+            // network namespace (a VF or veth handed to a pod), where its settings live on.
+            [] if rec.device.as_deref().is_some_and(|d| device_here(d, list)) => {
+                Found::Refused(format!(
+                    "its device {} is still on this host, but no link in this network namespace is it: it was moved to another namespace (`ip link set {} netns ...`), where its values live on; run rollback in that namespace",
+                    rec.device.as_deref().unwrap_or_default(),
+                    rec.name
+                ))
+            }
             [] => other_has_name(format!(
                 "no link here is its {} any more (the device was removed, or moved to another network namespace)",
                 rec.words()
@@ -131,9 +169,18 @@ pub fn find(rec: &NicIdentity, now: &[NicIdentity]) -> Found {
     // A virtual link: its index, in its namespace, during its boot.
     let here = now.first();
     if here.is_some_and(|h| !same_boot(h)) {
-        return other_has_name(
-            "it is a virtual link recorded before the last reboot, and a virtual link does not outlive one".into(),
-        );
+        // Its index meant something only during that boot. A bond, VLAN or veth comes back
+        // under its name after a reboot (wstune's own udev rule matches virtual links by name),
+        // so that name is the link, unverified; no link of that name: it is gone.
+        return match named {
+            Some(_) => Found::Unverified(
+                "it is a virtual link recorded before the last reboot, and its index then names nothing now".into(),
+            ),
+            None => Found::Gone(format!(
+                "it is a virtual link recorded before the last reboot, and no link is named {} now",
+                rec.name
+            )),
+        };
     }
     if let (Some(was), Some(is)) = (rec.netns, here.and_then(|h| h.netns)) {
         if was != is {
@@ -177,8 +224,14 @@ pub struct Resolved {
 }
 
 /// Fit `entry` to the NICs here now (`now`; an error when they cannot be listed: every NIC is
-/// then taken by name, unverified). `force`: restore a refused NIC's values by name anyway.
-pub fn resolve(entry: &Entry, now: Result<Vec<NicIdentity>, ReadError>, force: bool) -> Resolved {
+/// then taken by name, unverified; `list`: the host's directories, see [`Lister`]). `force`:
+/// restore a refused NIC's values by name anyway.
+pub fn resolve(
+    entry: &Entry,
+    now: Result<Vec<NicIdentity>, ReadError>,
+    list: Lister,
+    force: bool,
+) -> Resolved {
     let mut names = nics_of(&entry.actions);
     for n in entry
         .channels
@@ -222,7 +275,7 @@ pub fn resolve(entry: &Entry, now: Result<Vec<NicIdentity>, ReadError>, force: b
                 name: name.clone(),
                 ..NicIdentity::default()
             });
-        match find(&rec, &now) {
+        match find(&rec, &now, list) {
             Found::Here(n) if n == *name => {}
             Found::Here(n) => {
                 out.notes.push(format!(
@@ -231,8 +284,8 @@ pub fn resolve(entry: &Entry, now: Result<Vec<NicIdentity>, ReadError>, force: b
                 ));
                 renames.push((name.clone(), n));
             }
-            Found::Unverified => out.warnings.push(format!(
-                "{name}: the entry recorded no identity for it (an older wstune's entry, or a tree without one), so it is found by name only, which cannot be verified"
+            Found::Unverified(why) => out.warnings.push(format!(
+                "{name}: {why}, so it is found by name only, which cannot be verified"
             )),
             Found::Refused(why) if force => out.notes.push(format!(
                 "{name}: {why}; --force: its values are restored onto the link named {name} anyway"
@@ -257,7 +310,43 @@ pub fn resolve(entry: &Entry, now: Result<Vec<NicIdentity>, ReadError>, force: b
             }
         }
     }
+    // A queue interrupt is recorded by number, and a driver reload hands the numbers out
+    // again: /proc/irq/N may now be another device's. Restored only where N still carries the
+    // recorded name (`IRQ 40 (vb-rx-0)`: /proc/irq/40/vb-rx-0), as the boot script pins them.
+    let mut stale: Vec<String> = Vec::new();
+    for a in &entry.actions {
+        let Op::KernelFile { path, .. } = &a.op else {
+            continue;
+        };
+        let Some((number, irq)) = irq_of_setting(&a.setting) else {
+            continue;
+        };
+        if !path.starts_with(&format!("/proc/irq/{number}/"))
+            || nic_of_action(a).is_some_and(|n| drop.iter().any(|d| d == n))
+        {
+            continue;
+        }
+        let Some(names) = list(&format!("/proc/irq/{number}")) else {
+            continue; // the interrupt is gone: restore skips what is not there
+        };
+        if !names.iter().any(|n| n == irq) {
+            let old = entry
+                .runtime
+                .iter()
+                .find(|r| r.path == *path)
+                .map(|r| r.old.split_whitespace().collect::<Vec<_>>().join(" "))
+                .unwrap_or_default();
+            out.notes.push(format!(
+                "{}: interrupt {number} is no longer {irq} (no /proc/irq/{number}/{irq}: the driver was loaded again and numbered its interrupts anew), so its affinity {old} is not restored; it went with that interrupt",
+                a.setting
+            ));
+            stale.push(path.clone());
+        }
+    }
     let e = &mut out.entry;
+    e.runtime.retain(|r| !stale.contains(&r.path));
+    e.actions
+        .retain(|a| !matches!(&a.op, Op::KernelFile { path, .. } if stale.contains(path)));
     let mine = |a: &Action, n: &str| nic_of_action(a) == Some(n);
     // A queue interrupt's path names no NIC: its action does.
     let irq_of = |path: &str| {
@@ -317,6 +406,13 @@ pub fn resolve(entry: &Entry, now: Result<Vec<NicIdentity>, ReadError>, force: b
     out
 }
 
+/// The number and name of a queue interrupt from its action's setting, `IRQ 40 (vb-rx-0)`.
+fn irq_of_setting(setting: &str) -> Option<(u32, &str)> {
+    let (number, name) = setting.strip_prefix("IRQ ")?.split_once(" (")?;
+    let name = name.strip_suffix(')')?;
+    (!name.is_empty() && !name.contains('/')).then_some((number.parse().ok()?, name))
+}
+
 /// What an entry would restore on `nic`, in words.
 fn values_of(entry: &Entry, nic: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -348,35 +444,12 @@ fn values_of(entry: &Entry, nic: &str) -> Vec<String> {
 /// The old channel counts that a restore sets (those the apply changed), as `ethtool -L`
 /// takes them: `rx 1, tx 1`.
 pub fn channel_words(entry: &Entry, nic: &str, old: &crate::host::Channels) -> Option<String> {
-    let (rx, tx, combined) = changed_counts(entry, nic);
-    let pick = |on: bool, n: u32| (on && n > 0).then_some(n);
-    let words: Vec<String> = [
-        ("rx", pick(rx, old.rx)),
-        ("tx", pick(tx, old.tx)),
-        ("combined", pick(combined, old.combined)),
-    ]
-    .iter()
-    .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
-    .collect();
-    (!words.is_empty()).then(|| words.join(", "))
-}
-
-/// Which of `nic`'s counts the entry's apply changed (rx, tx, combined); all three when the
-/// action is not there to say.
-pub fn changed_counts(entry: &Entry, nic: &str) -> (bool, bool, bool) {
-    entry
-        .actions
+    let words: Vec<String> = ["rx", "tx", "combined"]
         .iter()
-        .find_map(|a| match &a.op {
-            Op::Channels {
-                nic: n,
-                rx,
-                tx,
-                combined,
-            } if n == nic => Some((rx.is_some(), tx.is_some(), combined.is_some())),
-            _ => None,
-        })
-        .unwrap_or((true, true, true))
+        .zip(entry.channels_to_restore(nic, old))
+        .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
+        .collect();
+    (!words.is_empty()).then(|| words.join(", "))
 }
 
 /// What a NIC left unrestored means, for people: one line.
@@ -403,6 +476,9 @@ pub fn left_words(l: &Left, id: &str) -> String {
 mod tests {
     use super::*;
 
+    /// A host whose directories cannot be listed (a tree without them).
+    const NONE: Lister = &|_: &str| None;
+
     fn id(name: &str, ifindex: u32) -> NicIdentity {
         NicIdentity {
             name: name.into(),
@@ -426,22 +502,24 @@ mod tests {
         let rec = id("vb", 5);
         // Renamed, and its old name taken by another link.
         let now = [id("vb", 4), id("vc", 5)];
-        assert_eq!(find(&rec, &now), Found::Here("vc".into()));
+        assert_eq!(find(&rec, &now, NONE), Found::Here("vc".into()));
         // Deleted, the name free: gone.
-        assert!(matches!(find(&rec, &[id("va", 4)]), Found::Gone(w) if w.contains("ifindex 5")));
+        assert!(
+            matches!(find(&rec, &[id("va", 4)], NONE), Found::Gone(w) if w.contains("ifindex 5"))
+        );
         // Deleted, and another link took the name: refused, never that one.
         assert!(
-            matches!(find(&rec, &[id("vb", 9)]), Found::Refused(w) if w.contains("another NIC (ifindex 9)"))
+            matches!(find(&rec, &[id("vb", 9)], NONE), Found::Refused(w) if w.contains("another NIC (ifindex 9)"))
         );
         // Another boot: the index means nothing.
         let mut later = id("vb", 5);
         later.boot = Some("b2".into());
-        assert!(matches!(find(&rec, &[later]), Found::Refused(_)));
+        assert!(matches!(find(&rec, &[later], NONE), Found::Unverified(_)));
         // Another namespace.
         let mut there = id("vb", 5);
         there.netns = Some(1);
         assert!(
-            matches!(find(&rec, &[there]), Found::Refused(w) if w.contains("net:[4026532175]"))
+            matches!(find(&rec, &[there], NONE), Found::Refused(w) if w.contains("net:[4026532175]"))
         );
     }
 
@@ -475,7 +553,7 @@ mod tests {
     #[test]
     fn a_renamed_nics_values_are_restored_under_its_new_name_and_a_swap_does_not_chain() {
         // vb became vc, and va (4) took the name vb.
-        let r = resolve(&entry(), Ok(vec![id("vb", 4), id("vc", 5)]), false);
+        let r = resolve(&entry(), Ok(vec![id("vb", 4), id("vc", 5)]), NONE, false);
         assert!(r.left.is_empty(), "{:?}", r.left);
         assert_eq!(r.notes.len(), 1);
         assert!(
@@ -508,7 +586,7 @@ mod tests {
     #[test]
     fn a_gone_or_refused_nics_values_leave_the_entry_and_the_rest_stays() {
         for (now, refused) in [(vec![id("va", 4)], false), (vec![id("vb", 9)], true)] {
-            let r = resolve(&entry(), Ok(now.clone()), false);
+            let r = resolve(&entry(), Ok(now.clone()), NONE, false);
             assert_eq!(r.left.len(), 1, "{now:?}");
             let l = &r.left[0];
             assert_eq!((l.nic.as_str(), l.refused), ("vb", refused));
@@ -529,7 +607,7 @@ mod tests {
             assert_eq!(words.contains("--force"), refused, "{words}");
         }
         // --force restores a refused NIC's values by name.
-        let r = resolve(&entry(), Ok(vec![id("vb", 9)]), true);
+        let r = resolve(&entry(), Ok(vec![id("vb", 9)]), NONE, true);
         assert!(
             r.left.is_empty() && r.entry.runtime.len() == 3,
             "{:?}",
@@ -544,7 +622,7 @@ mod tests {
     fn an_entry_without_identities_finds_its_nics_by_name_with_a_warning() {
         let mut old = entry();
         old.nics.clear();
-        let r = resolve(&old, Ok(vec![id("vb", 9)]), false);
+        let r = resolve(&old, Ok(vec![id("vb", 9)]), NONE, false);
         assert!(r.left.is_empty());
         assert!(
             r.warnings[0].contains("found by name only, which cannot be verified"),
@@ -552,8 +630,20 @@ mod tests {
             r.warnings
         );
         assert_eq!(r.entry.runtime.len(), 3);
-        let r = resolve(&old, Ok(vec![id("va", 4)]), false);
-        assert!(!r.left[0].refused && r.left[0].why.contains("no link is named vb"));
+        // No link of that name: removed or renamed, which nothing tells; refused, so that
+        // `--id ID --force` still reaches the entry, and never "went with the device".
+        let r = resolve(&old, Ok(vec![id("va", 4)]), NONE, false);
+        let l = &r.left[0];
+        assert!(l.refused, "{l:?}");
+        assert_eq!(
+            l.why,
+            "no link named vb now: removed or renamed, which an entry of an older wstune cannot tell"
+        );
+        let words = left_words(l, "1");
+        assert!(
+            !words.contains("went with the device") && words.contains("--force"),
+            "{words}"
+        );
     }
 
     #[test]
@@ -564,16 +654,101 @@ mod tests {
             pci("eth0", 3, "0000:3c:00.0", "52:54:00:00:00:02"),
             pci("eth9", 7, "0000:3b:00.0", "52:54:00:00:00:01"),
         ];
-        assert_eq!(find(&rec, &now), Found::Here("eth9".into()));
+        assert_eq!(find(&rec, &now, NONE), Found::Here("eth9".into()));
         // Another card in the same slot is another NIC.
         let swapped = [pci("eth0", 2, "0000:3b:00.0", "52:54:00:00:00:99")];
-        assert!(matches!(find(&rec, &swapped), Found::Refused(_)));
+        assert!(matches!(find(&rec, &swapped, NONE), Found::Refused(_)));
         // No identity recorded: by name, unverified.
         let bare = NicIdentity {
             name: "eth0".into(),
             ..NicIdentity::default()
         };
-        assert_eq!(find(&bare, &now), Found::Unverified);
-        assert!(matches!(find(&bare, &[id("eth1", 1)]), Found::Gone(_)));
+        assert!(matches!(find(&bare, &now, NONE), Found::Unverified(_)));
+        assert!(
+            matches!(find(&bare, &[id("eth1", 1)], NONE), Found::Refused(w) if w.contains("removed or renamed"))
+        );
+    }
+
+    /// A NIC moved to another network namespace (`ip link set X netns Y`) leaves no link here,
+    /// but its device is still on the host: refused (its values live on there), not gone.
+    #[test]
+    fn a_physical_nic_whose_device_is_still_here_is_in_another_namespace_not_gone() {
+        let rec = pci("eth0", 2, "0000:3b:00.0", "52:54:00:00:00:01");
+        let now = [pci("eth1", 3, "0000:3c:00.0", "52:54:00:00:00:02")];
+        let host: Lister = &|dir: &str| {
+            (dir == "/sys/bus/pci/devices")
+                .then(|| vec!["0000:3b:00.0".to_string(), "0000:3c:00.0".to_string()])
+        };
+        assert!(
+            matches!(find(&rec, &now, host), Found::Refused(w) if w.contains("moved to another namespace") && w.contains("pci:0000:3b:00.0")),
+            "{:?}",
+            find(&rec, &now, host)
+        );
+        // The device removed from the host: gone.
+        let removed: Lister = &|_: &str| Some(vec!["0000:3c:00.0".to_string()]);
+        assert!(matches!(find(&rec, &now, removed), Found::Gone(_)));
+    }
+
+    /// After a reboot a virtual link's recorded index names nothing, but a bond, VLAN or veth
+    /// comes back under its name: found by that name with a warning, never refused (rollback
+    /// would end partly rolled back, recovery would refuse, drift would never clear).
+    #[test]
+    fn a_virtual_link_after_a_reboot_is_found_by_its_name_with_a_warning() {
+        let mut after = id("vb", 9);
+        after.boot = Some("b2".into());
+        let mut other = id("va", 5);
+        other.boot = Some("b2".into());
+        let r = resolve(&entry(), Ok(vec![other.clone(), after]), NONE, false);
+        assert!(r.left.is_empty(), "{:?}", r.left);
+        assert_eq!(r.entry.runtime.len(), 3);
+        assert!(
+            r.warnings[0].starts_with("vb: it is a virtual link recorded before the last reboot")
+                && r.warnings[0].ends_with("found by name only, which cannot be verified"),
+            "{:?}",
+            r.warnings
+        );
+        // No link of that name after the reboot: gone, its values with it.
+        let r = resolve(&entry(), Ok(vec![other]), NONE, false);
+        assert!(!r.left[0].refused && r.left[0].why.contains("no link is named vb now"));
+    }
+
+    /// A queue interrupt is restored by number only where that number still carries the
+    /// recorded name: after a driver reload /proc/irq/40 may be another device's.
+    #[test]
+    fn a_queue_interrupt_renumbered_by_a_driver_reload_is_not_restored_onto_another() {
+        let now = || Ok(vec![id("vb", 5)]);
+        let irq = "/proc/irq/40/smp_affinity_list";
+        let other: Lister = &|dir: &str| {
+            (dir == "/proc/irq/40")
+                .then(|| vec!["smp_affinity_list".to_string(), "nvme0q3".to_string()])
+        };
+        let r = resolve(&entry(), now(), other, false);
+        assert!(
+            r.entry.runtime.iter().all(|x| x.path != irq),
+            "{:?}",
+            r.entry.runtime
+        );
+        assert!(r
+            .entry
+            .actions
+            .iter()
+            .all(|a| !matches!(&a.op, Op::KernelFile { path, .. } if path == irq)));
+        assert!(
+            r.notes.iter().any(|n| n
+                .starts_with("IRQ 40 (vb-rx-0): interrupt 40 is no longer vb-rx-0")
+                && n.contains("affinity 0-1 is not restored")),
+            "{:?}",
+            r.notes
+        );
+        assert!(r.left.is_empty());
+        // Still vb-rx-0's (or not listable here): restored as recorded.
+        let same: Lister = &|dir: &str| {
+            (dir == "/proc/irq/40")
+                .then(|| vec!["smp_affinity_list".to_string(), "vb-rx-0".to_string()])
+        };
+        for list in [same, NONE] {
+            let r = resolve(&entry(), now(), list, false);
+            assert!(r.entry.runtime.iter().any(|x| x.path == irq) && r.notes.is_empty());
+        }
     }
 }

@@ -85,16 +85,9 @@ pub fn hand_changes(entry: &Entry, backend: &dyn Backend, store: &Store) -> Vec<
         }
     }
     for c in &entry.channels {
-        let applied = entry.actions.iter().find_map(|a| match &a.op {
-            Op::Channels {
-                nic,
-                rx,
-                tx,
-                combined,
-            } if *nic == c.nic => Some((*rx, *tx, *combined)),
-            _ => None,
-        });
-        let (Some((rx, tx, combined)), Ok(now)) = (applied, backend.channels(&c.nic)) else {
+        let (Some([rx, tx, combined]), Ok(now)) =
+            (entry.channels_set(&c.nic), backend.channels(&c.nic))
+        else {
             continue; // gone or unreadable now: restore reports it
         };
         // Only the counts the apply set: (applied, old, now) for each.
@@ -196,7 +189,12 @@ pub fn undo_interrupted(
             );
         }
         // Its NICs as they are now (renamed: under the new name; gone: nothing to undo).
-        let fitted = super::nics::resolve(e, backend.nic_identities(), false);
+        let fitted = super::nics::resolve(
+            e,
+            backend.nic_identities(),
+            &super::nics::lister(backend),
+            false,
+        );
         if let Some(l) = fitted.left.iter().find(|l| l.refused) {
             bail!(
                 "apply {id} was interrupted (its process died midway), and {}: {}. Run `wstune rollback --id {id}` (it restores the rest and says what it cannot), then apply again. Nothing was changed.",

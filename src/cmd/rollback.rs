@@ -73,7 +73,12 @@ pub fn run(r: Request) -> Result<Outcome> {
     // Each NIC as it is now, found by the identity the entry recorded, not by a name another
     // NIC may have taken since: renamed, its values go to its new name; gone or another NIC's
     // name, they are left (said below, and the rest of the entry is still restored).
-    let fitted = apply::nics::resolve(&restored, backend.nic_identities(), force);
+    let fitted = apply::nics::resolve(
+        &restored,
+        backend.nic_identities(),
+        &apply::nics::lister(backend.as_ref()),
+        force,
+    );
     let restored = fitted.entry;
     say!("{}", crate::report::restore_preview(&restored));
     for n in &fitted.notes {
@@ -127,7 +132,8 @@ pub fn run(r: Request) -> Result<Outcome> {
     };
     journal::save(&store, &entry)?;
     // What was changed back, counted as it was written: a value already as it was is not.
-    if done.values + done.files == 0 {
+    // "Nothing needed changing" only when nothing was left out either.
+    if done.values + done.files == 0 && fitted.left.is_empty() {
         say!(
             "Rolled back entry {}: nothing needed changing, every value and file it recorded was already as before the apply.",
             entry.id
@@ -157,18 +163,14 @@ pub fn run(r: Request) -> Result<Outcome> {
         }
     }
     // A partial restore is an error, as a value that could not be written is: a script must
-    // not take it for a complete one.
+    // not take it for a complete one. What was left, and why, was said above, once.
     if !fitted.left.is_empty() {
+        let nics: Vec<String> = fitted.left.iter().map(|l| format!("{}'s", l.nic)).collect();
         bail!(
-            "entry {} was rolled back, but not all of it: everything else it recorded is restored, and it is marked {}.\n{}",
+            "entry {} was rolled back, but not all of it: {} values (above) were not restored; everything else it recorded is restored, and it is marked {}.",
             entry.id,
+            nics.join(", "),
             entry.state.as_str(),
-            fitted
-                .left
-                .iter()
-                .map(|l| apply::nics::left_words(l, &entry.id))
-                .collect::<Vec<_>>()
-                .join("\n")
         );
     }
     Ok(Outcome::Ok)

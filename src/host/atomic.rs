@@ -203,8 +203,12 @@ fn keep_mode_of(_path: &Path, _new: &std::fs::File) -> std::io::Result<()> {
 /// label, an ACL, an operator's `user.*` marks): a rename would otherwise drop them, and a
 /// rollback, written the same way, could not put them back. Not those bound to the old bytes
 /// or program (IMA's hash, EVM's signature, file capabilities). A file system without extended
-/// attributes has none to keep. `strict` (wstune's own files and journal): one that cannot be
-/// set is an error naming it; otherwise (a report) kept where allowed, like the owner.
+/// attributes has none to keep. `strict` (wstune's own files and journal): a `user.*` or
+/// `system.*` (an ACL) one that cannot be set is an error naming it; otherwise (a report)
+/// kept where allowed, like the owner. A `security.*` one (SELinux's label) is always best
+/// effort: a confining domain may not relabel files (EACCES, EPERM), and the module labels
+/// the new file itself. One the new file already has is not set again (the usual SELinux case:
+/// the new file got the directory's label, the same as the old one's).
 #[cfg(target_os = "linux")]
 fn keep_xattrs_of(path: &Path, new: &std::fs::File, strict: bool) -> std::io::Result<()> {
     use xattr::FileExt;
@@ -228,9 +232,13 @@ fn keep_xattrs_of(path: &Path, new: &std::fs::File, strict: bool) -> std::io::Re
         let Some(value) = xattr::get(path, &name).map_err(named)? else {
             continue;
         };
+        if new.get_xattr(&name).ok().flatten().as_deref() == Some(value.as_slice()) {
+            continue;
+        }
+        let best_effort = !strict || shown.starts_with("security.");
         match new.set_xattr(&name, &value) {
             Ok(()) => {}
-            Err(e) if unsupported(&e) || !strict => {}
+            Err(e) if unsupported(&e) || best_effort => {}
             Err(e) => return Err(named(e)),
         }
     }

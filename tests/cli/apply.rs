@@ -526,6 +526,58 @@ fn apply_and_rollback_keep_a_replaced_files_extended_attributes() {
     kept("after rollback");
 }
 
+/// Under a confining security module, setting a `security.*` attribute (SELinux's label) on
+/// the new copy of wstune's own file is refused (EACCES, EPERM): apply and rollback failed on
+/// it where they used to work. A `security.*` attribute is kept where the kernel allows and
+/// left to the module otherwise (it labels the new file itself); `user.*` stays kept. Root
+/// without CAP_SYS_ADMIN (setpriv) is refused `security.*` the same way.
+#[test]
+fn a_security_attribute_the_kernel_refuses_does_not_fail_apply_or_rollback() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host");
+    copy_dir(&fixture("default"), &tree);
+    let file = tree.join("etc/sysctl.d/60-wstune.conf");
+    let old = "# Managed by wstune apply: this file is rewritten whole. `wstune rollback` restores what it replaced.\nfs.file-max = 100\n";
+    std::fs::write(&file, old).unwrap();
+    if let Err(e) = xattr::set(&file, "user.backup", b"nightly")
+        .and_then(|()| xattr::set(&file, "security.wstune-test", b"label"))
+    {
+        return common::skip(
+            "xattr",
+            &format!("this file system or user takes no user.* or security.* attributes: {e}"),
+        );
+    }
+    let t = tree.to_str().unwrap();
+    let confined = |args: &[&str]| {
+        std::process::Command::new("setpriv")
+            .args(["--inh-caps=-sys_admin", "--bounding-set=-sys_admin", "--"])
+            .arg(common::bin())
+            .args(args)
+            .env("NO_COLOR", "1")
+            .output()
+    };
+    let o = match confined(&["apply", "--root", t, "--yes"]) {
+        Ok(o) if !stderr(&o).contains("setpriv:") => o,
+        _ => return common::skip("setpriv", "setpriv cannot drop CAP_SYS_ADMIN here"),
+    };
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_ne!(std::fs::read_to_string(&file).unwrap(), old);
+    let user = || xattr::get(&file, "user.backup").unwrap();
+    assert_eq!(
+        user().as_deref(),
+        Some(&b"nightly"[..]),
+        "user.* kept by apply"
+    );
+    let o = confined(&["rollback", "--root", t, "--yes"]).unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), old);
+    assert_eq!(
+        user().as_deref(),
+        Some(&b"nightly"[..]),
+        "user.* kept by rollback"
+    );
+}
+
 /// On a captured tree, wstune's sysctl file was a link to a file outside the tree: check could
 /// not read it (the tree answers only from its own files), but apply read the outside file,
 /// found it differed from what the check saw, and said it "changed since the check". Both

@@ -794,8 +794,8 @@ fn rollback_lists_channel_counts_changed_by_hand_and_keeps_them_without_force() 
 
 /// A NIC deleted after two applies: each rollback restores the rest of its entry (sysctls,
 /// files), marks it rolled back so the older one is reached, says plainly which NIC values it
-/// could not restore and why, in ethtool's words, and exits 3 (a partial restore); every value
-/// and file but the NIC's is back as it was.
+/// could not restore and why, once, in ethtool's words, and exits 3 (a partial restore) without
+/// claiming that nothing needed changing; every value and file but the NIC's is back as it was.
 #[test]
 fn rollback_of_a_deleted_nic_restores_the_rest_and_reaches_older_entries() {
     let Some(o) = identity_case("del") else {
@@ -813,6 +813,14 @@ fn rollback_of_a_deleted_nic_restores_the_rest_and_reaches_older_entries() {
             "{l}"
         );
         assert!(!l.contains("Some(") && !l.contains("No such device"), "{l}");
+        // Never "nothing needed changing" next to what was left out, and each NIC's values
+        // not restored said once, not again in the closing error.
+        assert!(!l.contains("nothing needed changing"), "{l}");
+        assert_eq!(l.matches("values were not restored").count(), 1, "{l}");
+        assert!(
+            l.contains("but not all of it: wsd's values (above) were not restored"),
+            "{l}"
+        );
     }
     assert!(r[1].contains("channels rx 1, tx 1"), "{}", r[1]);
     assert!(r[2].contains("nothing to roll back"), "{}", r[2]);

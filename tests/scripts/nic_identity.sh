@@ -80,6 +80,9 @@ del)
   state > "$T/before"
   apply_nic wsd; apply_nic wsd
   ip link del wsd
+  # The file the newest apply wrote, removed by hand: nothing of that entry but wsd's values is
+  # left to change back.
+  rm -f "$P/etc/udev/rules.d/60-wstune-nic.rules"
   rollback; rollback; rollback
   "$W" rollback --prefix "$P" --list > "$T/out" 2>&1
   echo "LIST $(one_line "$T/out")"
