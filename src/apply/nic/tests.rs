@@ -542,6 +542,37 @@ fn the_receive_budget_is_doubled_only_when_time_squeeze_grew() {
     );
 }
 
+/// sysctl.d's `-key = value` form (a key that may be missing) is the same key: the operator's
+/// `-net.core.netdev_budget = 400` got a second line for the key appended after it. Its line is
+/// replaced in place now, keeping the `-`.
+#[test]
+fn a_budget_line_with_sysctl_d_optional_prefix_is_replaced_not_doubled() {
+    let profile = NicProfile::default();
+    let nics = [veth(1, 1, 4)];
+    let mut e = measured("softnet time_squeeze +40 in 4 s");
+    e.squeezed = Some("softnet time_squeeze +40 in 4 s".into());
+    let mut i = inputs(&profile, &nics, false, &e);
+    i.nic_sysctl_now =
+        "# mine\n-net.core.netdev_budget = 400\n -net.core.netdev_budget_usecs=2000\n";
+    i.budget = (Some(300), Some(2000));
+    let p = plan(&i);
+    let file = &p
+        .files
+        .iter()
+        .find(|(f, _)| f == NIC_SYSCTL_FILE)
+        .unwrap()
+        .1;
+    let body = file.strip_prefix(NIC_SYSCTL_HEAD).unwrap();
+    assert!(
+        body.starts_with(
+            "# mine\n-net.core.netdev_budget = 600\n-net.core.netdev_budget_usecs = 4000\n"
+        ),
+        "{file}"
+    );
+    assert_eq!(file.matches("netdev_budget =").count(), 1, "{file}");
+    assert_eq!(file.matches("netdev_budget_usecs").count(), 1, "{file}");
+}
+
 #[test]
 fn irqbalance_args_gain_our_policy_script_and_keep_everything_else() {
     let ours = format!("--policyscript={IRQBALANCE_POLICY}");
