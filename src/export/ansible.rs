@@ -53,7 +53,7 @@ pub fn playbook(e: &Export) -> String {
             s.push_str(&format!("      {}: {}\n", yq(&x.key), x.rule));
         }
     }
-    match e.settings.nofile {
+    match e.nofile("ansible").0 {
         Some(n) => s.push_str(&format!("    wstune_nofile: {n}\n")),
         None => s.push_str("    wstune_nofile: 0  # the profile sets none: the task is skipped\n"),
     }

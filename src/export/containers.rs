@@ -23,7 +23,7 @@ pub fn kubernetes(e: &Export) -> String {
             unsafe_keys.join(",")
         ));
     }
-    if let Some(n) = e.settings.nofile {
+    if let Some(n) = e.nofile("kubernetes").0 {
         s.push_str(&format!(
             "# Open files: Kubernetes has no per-pod ulimit; containers inherit the container runtime's\n\
              # limit (containerd's or cri-o's LimitNOFILE). It must be at least {n} per server process.\n"
@@ -160,7 +160,7 @@ pub fn docker(e: &Export) -> String {
             shell_quote(&format!("{}={}", x.key, x.value))
         ));
     }
-    if let Some(n) = e.settings.nofile {
+    if let Some(n) = e.nofile("docker").0 {
         s.push_str(&format!("  --ulimit nofile={n}:{n} \\\n"));
     }
     s.push_str("  \"${IMAGE:?set IMAGE to the image of your WebSocket server}\" \"$@\"\n");
@@ -188,7 +188,7 @@ pub fn compose(e: &Export) -> String {
             s.push_str(&format!("      {}: {}\n", x.key, yq(&x.value)));
         }
     }
-    if let Some(n) = e.settings.nofile {
+    if let Some(n) = e.nofile("compose").0 {
         s.push_str(&format!(
             "    ulimits:\n      nofile:\n        soft: {n}\n        hard: {n}\n"
         ));

@@ -38,7 +38,7 @@ pub fn limits(e: &Export) -> String {
         "# Install as {LIMITS_FILE}. pam_limits applies it to new logins (ssh, su), not to\n\
          # systemd services: for a service use `--to systemd` (LimitNOFILE).\n"
     ));
-    match e.settings.nofile {
+    match e.nofile("limits").0 {
         Some(n) => s.push_str(&limits_lines(n)),
         None => s.push_str("# (the profile sets no open-file limit for this host)\n"),
     }
@@ -51,7 +51,7 @@ pub fn dropin(e: &Export, unit: &str) -> String {
         "# Install as /etc/systemd/system/{unit}.d/60-wstune.conf, then\n\
          # `systemctl daemon-reload && systemctl restart {unit}` (a unit reads its limits at start).\n"
     ));
-    s.push_str(&dropin_body(e.settings.nofile));
+    s.push_str(&dropin_body(e.nofile("systemd").0));
     s
 }
 
@@ -64,8 +64,8 @@ pub fn serve_service(e: &Export) -> String {
 pub(crate) fn serve_unit(e: &Export, bin: &str) -> String {
     let mut s = e.header("systemd-unit", "#");
     let nofile = e
-        .settings
-        .nofile
+        .nofile("systemd-unit")
+        .0
         .map(|n| format!("LimitNOFILE={n}\n"))
         .unwrap_or_default();
     s.push_str(&format!(

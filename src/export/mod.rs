@@ -158,6 +158,25 @@ impl Export {
             .collect()
     }
 
+    /// Whether a format installs wstune's sysctl file (or sets its keys) along with the
+    /// open-file limit: the play and the DaemonSet set fs.nr_open on the host they run on, and
+    /// JSON carries both. The others (limits.d, a drop-in or unit, docker, compose) are
+    /// installed alone, so their limit must fit the host's fs.nr_open without that file.
+    fn carries_sysctls(format: &str) -> bool {
+        matches!(format, "sysctl" | "ansible" | "kubernetes" | "json")
+    }
+
+    /// The open-file limit `format` writes ([`Settings::nofile`] or
+    /// [`Settings::nofile_alone`]), and why it is lower than the profile asks, when it is.
+    pub fn nofile(&self, format: &str) -> (Option<u64>, Option<&str>) {
+        let s = &self.settings;
+        if Self::carries_sysctls(format) {
+            (s.nofile, s.nofile_note.as_deref())
+        } else {
+            (s.nofile_alone, s.nofile_alone_note.as_deref())
+        }
+    }
+
     /// The first comment lines of every text format: what made it and how to read the values.
     /// A value is "never lower" than the source host's own; only the formats that compare on
     /// the host where they run (the play, the DaemonSet) keep that promise on any other host.
@@ -186,7 +205,12 @@ impl Export {
         for l in where_set.lines() {
             s.push_str(&format!("{comment} {l}\n"));
         }
-        for n in &self.settings.notes {
+        for n in self.settings.notes.iter().map(String::as_str).chain(
+            // The sysctl file writes no open-file limit: no note about one.
+            Some(self.nofile(format).1)
+                .filter(|_| format != "sysctl")
+                .flatten(),
+        ) {
             s.push_str(&format!("{comment} note: {n}\n"));
         }
         s
@@ -259,16 +283,23 @@ fn json(e: &Export) -> String {
         host: &'a str,
         sysctls: Vec<Sysctl>,
         nofile: Option<u64>,
-        notes: &'a [String],
+        notes: Vec<&'a str>,
     }
+    let (nofile, why) = e.nofile("json");
     let mut s = serde_json::to_string_pretty(&Out {
         profile: &e.profile,
         source: &e.source,
         connections: e.connections,
         host: &e.host,
         sysctls: e.sysctls(),
-        nofile: e.settings.nofile,
-        notes: &e.settings.notes,
+        nofile,
+        notes: e
+            .settings
+            .notes
+            .iter()
+            .map(String::as_str)
+            .chain(why)
+            .collect(),
     })
     .expect("plain data serializes");
     s.push('\n');
@@ -313,8 +344,10 @@ mod tests {
                     ),
                 ],
                 nofile: Some(200_000),
+                nofile_alone: Some(200_000),
                 notes: vec![],
                 rules: Default::default(),
+                ..Default::default()
             },
             nic: None,
             shards: None,

@@ -103,7 +103,24 @@ pub struct Loaded {
 /// [`Loaded::warnings`].
 static ON_WARNING: std::sync::OnceLock<fn(&Problem)> = std::sync::OnceLock::new();
 
-/// Have `f` told of every warning a profile load finds (the first call wins).
+/// The warnings already handed to [`ON_WARNING`]: a command that loads its profile more than
+/// once (`serve` for its server and its host checks) tells each one once.
+static SHOWN: std::sync::Mutex<Vec<(String, Option<usize>, String)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Whether `w` (its file, line and message) has not been handed on yet; it counts as handed on.
+fn first_time(w: &Problem) -> bool {
+    let key = (w.file.clone(), w.line, w.message.clone());
+    let mut shown = SHOWN.lock().unwrap_or_else(|e| e.into_inner());
+    if shown.contains(&key) {
+        return false;
+    }
+    shown.push(key);
+    true
+}
+
+/// Have `f` told of every warning a profile load finds, once per file, line and message in
+/// this process however often the profile is loaded (the first call wins).
 pub fn on_warning(f: fn(&Problem)) {
     let _ = ON_WARNING.set(f);
 }
@@ -114,7 +131,7 @@ pub fn load(spec: &str) -> Result<Loaded, ProfileError> {
     let mut warnings = Vec::new();
     let mut loaded = load_in(spec, &mut Vec::new(), &mut warnings)?;
     if let Some(f) = ON_WARNING.get() {
-        warnings.iter().for_each(f);
+        warnings.iter().filter(|w| first_time(w)).for_each(f);
     }
     loaded.warnings = warnings;
     Ok(loaded)

@@ -589,3 +589,20 @@ fn only_plain_unknown_keys_are_quoted() {
     );
     assert!(!err.contains("salt") && !err.contains("root"), "{err}");
 }
+
+/// A command that loads its profile twice (`serve`: its server, then its host checks) printed
+/// each warning twice. The hook is told of each (file, line, message) once per process.
+#[test]
+fn a_warning_is_handed_on_once_per_file_line_and_message() {
+    let w = |file: &str, message: &str| Problem {
+        file: file.into(),
+        line: Some(3),
+        message: message.into(),
+    };
+    let renamed = "windows.rss_profile is the older name of nic.rss (a test of the dedup)";
+    assert!(first_time(&w("/tmp/a-first-time.yaml", renamed)));
+    assert!(!first_time(&w("/tmp/a-first-time.yaml", renamed)));
+    // Another file, or another message, is told.
+    assert!(first_time(&w("/tmp/b-first-time.yaml", renamed)));
+    assert!(first_time(&w("/tmp/a-first-time.yaml", "another warning")));
+}

@@ -249,10 +249,12 @@ fn apply_pinned(tree: &Path, prefix: &Path, profile: &Path) -> std::process::Out
 }
 
 /// irqbalance's environment file as operators write it, `export` before the assignment and a
-/// comment after it: apply adds its policy script to that same assignment (a shell sourcing
-/// the file gets the operator's argument and ours), and rollback puts the file back byte for
-/// byte. It was not recognised: a second assignment was appended, and the operator's argument
-/// was lost when the file was sourced.
+/// comment after it: apply adds its policy script to that same assignment, and rollback puts
+/// the file back byte for byte. It was not recognised: a second assignment was appended, and
+/// the operator's argument was lost when the file was sourced. Edited in place, `export
+/// IRQBALANCE_ARGS=...` was still skipped by systemd's EnvironmentFile= (irqbalance.service),
+/// and the comment would have joined its value: the assignment is a plain one now, with
+/// `export` and the comment on lines of their own, so a shell and systemd read the same.
 #[test]
 fn an_exported_irqbalance_args_keeps_the_operators_argument_and_rollback_restores_it() {
     let (_dir, tree, pristine, profile, prefix) = pinned_tree();
@@ -265,7 +267,7 @@ fn an_exported_irqbalance_args_keeps_the_operators_argument_and_rollback_restore
     let ours = "--policyscript=/etc/wstune/irqbalance-policy.sh";
     assert_eq!(
         std::fs::read_to_string(&file).unwrap(),
-        format!("# irqbalance's settings\nexport IRQBALANCE_ARGS=\"--banirq=77 {ours}\"   # the disk's interrupt\nIRQBALANCE_ONESHOT=no\n")
+        format!("# irqbalance's settings\n# the disk's interrupt\nIRQBALANCE_ARGS=\"--banirq=77 {ours}\"\nexport IRQBALANCE_ARGS\nIRQBALANCE_ONESHOT=no\n")
     );
     // As irqbalance's init script reads it: sourced by a shell.
     let sh = Command::new("sh")

@@ -317,3 +317,27 @@ fn profiles_of_an_earlier_release_and_without_optional_blocks_load_with_the_defa
         }
     }
 }
+
+/// `serve` loads its profile twice (its server's settings, then the host's checks), and each
+/// load printed the profile's warnings: an earlier release's file named its renamed key twice.
+/// Each warning is printed once per file now. `--admin bogus` ends the run after both loads.
+#[test]
+fn serve_prints_a_profiles_warning_once() {
+    let old = fixture("profiles/2497f16/100k.yaml");
+    let o = wstune120(&[
+        "serve",
+        "--profile",
+        old.to_str().unwrap(),
+        "--admin",
+        "bogus",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 3, "{err}");
+    assert!(err.contains("--admin bogus"), "{err}");
+    assert_eq!(
+        err.matches("windows.rss_profile is the older name of nic.rss")
+            .count(),
+        1,
+        "{err}"
+    );
+}

@@ -372,11 +372,14 @@ fn exports_cap_nofile_at_the_nr_open_the_tree_boots_with() {
     let t = dir.path().to_str().unwrap();
     let with = |to: &str| export(&["--to", to, "--root", t, "--profile", "1m"]);
     // Without the vendor file the exported sysctl file's own fs.nr_open (4194304) is what the
-    // tree boots with: the profile's 2000000 stands.
+    // tree boots with once that file is installed: the formats that carry it keep the
+    // profile's 2000000 (the others are capped: the test below).
+    let json: Json = serde_json::from_str(&with("json")).unwrap();
+    assert_eq!(json["nofile"], 2000000, "{json}");
     assert!(
-        with("limits").contains("\n* hard nofile 2000000\n"),
+        with("ansible").contains("\n    wstune_nofile: 2000000\n"),
         "{}",
-        with("limits")
+        with("ansible")
     );
     std::fs::write(
         dir.path().join("usr/lib/sysctl.d/99-vendor.conf"),
@@ -430,6 +433,73 @@ fn exports_cap_nofile_at_the_nr_open_the_tree_boots_with() {
     let play = with("ansible");
     assert!(play.contains("it never lowers a host's value"), "{play}");
     assert!(!play.contains("\"Never lower\" holds for"), "{play}");
+}
+
+/// limits.d, a drop-in, a unit, docker and compose were capped at the fs.nr_open of the
+/// exported sysctl file (4194304 from the 1m profile), which none of them installs: on the
+/// default tree (fs.nr_open 1048576, now and at boot) `* hard nofile 2000000` installed as
+/// limits.d makes pam_limits' setrlimit fail with EPERM, and new ssh and su sessions are
+/// refused. A format installed alone is capped at the host's nr_open without that file now,
+/// with a note saying to install the sysctl file (or apply) first and export again.
+#[test]
+fn exports_without_the_sysctl_file_fit_the_nr_open_the_host_has_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    common::copy_dir(&fixture("default"), dir.path());
+    let t = dir.path().to_str().unwrap();
+    let with = |to: &str| export(&["--to", to, "--root", t, "--profile", "1m"]);
+    let settings = |text: &str| -> String {
+        text.lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let note = "nofile 2000000 is above the fs.nr_open this host has without wstune's sysctl file (1048576, the kernel's default: no boot file sets it), which this format does not install";
+    let fix = "Fix: install `wstune export --to sysctl` as /etc/sysctl.d/60-wstune.conf and run `sysctl --system`, or run `wstune apply`, to raise fs.nr_open first, then export again";
+    let limits = with("limits");
+    for who in ["*", "root"] {
+        for kind in ["soft", "hard"] {
+            assert!(
+                limits.contains(&format!("\n{who} {kind} nofile 1048576\n")),
+                "{limits}"
+            );
+        }
+    }
+    let systemd = with("systemd");
+    assert!(systemd.contains("\nLimitNOFILE=1048576\n"), "{systemd}");
+    let docker = with("docker");
+    assert!(
+        docker.contains("  --ulimit nofile=1048576:1048576 \\\n"),
+        "{docker}"
+    );
+    let compose = with("compose");
+    assert!(
+        compose.contains("      nofile:\n        soft: 1048576\n        hard: 1048576\n"),
+        "{compose}"
+    );
+    for (to, text) in [
+        ("limits", &limits),
+        ("systemd", &systemd),
+        ("docker", &docker),
+        ("compose", &compose),
+    ] {
+        assert!(!settings(text).contains("2000000"), "{to}: {text}");
+        assert!(text.contains(note), "{to}: {text}");
+        assert!(text.contains(fix), "{to}: {text}");
+    }
+    // The sysctl file itself raises fs.nr_open, and says nothing of a limit it does not write.
+    let sysctl = with("sysctl");
+    assert!(sysctl.contains("\nfs.nr_open = 4194304\n"), "{sysctl}");
+    assert!(!sysctl.contains("nofile"), "{sysctl}");
+    // A host already raised (by the sysctl file, or apply) gets the profile's limit.
+    std::fs::write(dir.path().join("proc/sys/fs/nr_open"), "4194304\n").unwrap();
+    std::fs::write(
+        dir.path().join("etc/sysctl.d/60-wstune.conf"),
+        "fs.nr_open = 4194304\n",
+    )
+    .unwrap();
+    let limits = with("limits");
+    assert!(limits.contains("\n* hard nofile 2000000\n"), "{limits}");
+    assert!(!limits.contains("this format does not install"), "{limits}");
 }
 
 /// pam_limits without `use_max` turned a host's 1048576 into the profile's 200000. The play

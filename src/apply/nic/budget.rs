@@ -87,12 +87,17 @@ pub(super) fn finish_sysctl_file(p: &mut NicPlan, i: &Inputs, lines: &[(String, 
         let key = (!l.trim_start().starts_with(['#', ';']))
             .then(|| l.split_once('=').map(|(k, _)| k.trim()))
             .flatten();
+        // sysctl.d's `-key = value` is the same key (a failure to set it is not an error);
+        // a replaced line keeps that form.
+        let optional = key.is_some_and(|k| k.starts_with('-'));
+        let key = key.map(|k| k.trim_start_matches('-').trim_start());
         match lines.iter().find(|(n, _)| Some(n.as_str()) == key) {
             // A second line for a key already written would override it at boot (sysctl
             // applies lines in order, the last one winning): it goes.
             Some((k, _)) if done.contains(&k.as_str()) => {}
             Some((k, v)) => {
-                out.push_str(&format!("{k} = {v}\n"));
+                let dash = if optional { "-" } else { "" };
+                out.push_str(&format!("{dash}{k} = {v}\n"));
                 done.push(k);
             }
             None => {

@@ -138,11 +138,16 @@ pub(super) enum KeepArgs {
 
 /// irqbalance's environment file with `--policyscript=` ours added to IRQBALANCE_ARGS (the last
 /// assignment, the one a shell sourcing the file keeps; appended when there is none), every
-/// other line and argument kept. The assignment is read as the shell reads it: `export` before
-/// it, its value one word of unquoted, 'single-' and "double-quoted" parts, then a comment or
-/// another command on the line, kept as they are. A line inside another variable's value that
-/// spans lines is not an assignment. Err: the arguments already name another policy script (the
-/// operator's, left alone), or the value is not one wstune can edit exactly.
+/// other line and argument kept. The file has two readers, a shell sourcing it and systemd's
+/// EnvironmentFile= (irqbalance.service runs `irqbalance $IRQBALANCE_ARGS`), and the edited
+/// assignment reads the same to both: the operator's value (one word of unquoted, 'single-'
+/// and "double-quoted" parts) and ours in one plain double-quoted value, `export` (which
+/// systemd does not take before a name) on a line of its own after it, and a comment after the
+/// value (which systemd reads as part of it) on a line of its own before it. A line inside
+/// another variable's value that spans lines is not an assignment. Err: the arguments already
+/// name another policy script (the operator's, left alone), or the value is not one both
+/// readers take alike (it goes on past its line, expands a variable or a command's output, or
+/// a command follows it on the line).
 pub(super) fn with_policyscript(text: &str) -> Result<String, KeepArgs> {
     let ours = format!("--policyscript={IRQBALANCE_POLICY}");
     // (line, byte where its value starts) of the last assignment that starts a line.
@@ -182,13 +187,42 @@ pub(super) fn with_policyscript(text: &str) -> Result<String, KeepArgs> {
             line.trim()
         )));
     }
+    // Two readers take this file: a shell sourcing it (the init scripts) and systemd's
+    // EnvironmentFile= (irqbalance.service). systemd expands no `$VAR`, reads `;export X` or
+    // `&& ...` after the value as more of the value, and ignores an `export NAME=` line: only a
+    // value both read alike is edited.
+    if word.contains('$') {
+        return Err(KeepArgs::Unsure(format!(
+            "its value expands a variable, which a shell does and systemd's EnvironmentFile= does not ({})",
+            line.trim()
+        )));
+    }
+    let tail = trailing.trim_matches([' ', '\t', '\r']);
+    // A comment after the value is the shell's; systemd reads it as part of the value. It is
+    // kept on its own line above the assignment, where both read it as a comment.
+    let comment = match tail {
+        "" => None,
+        t if t.starts_with('#') => Some(t),
+        _ => {
+            return Err(KeepArgs::Unsure(format!(
+                "a command follows its value on the line, which a shell runs and systemd's EnvironmentFile= reads as part of the value ({})",
+                line.trim()
+            )))
+        }
+    };
+    let exported = line[..start]
+        .trim_start_matches([' ', '\t'])
+        .starts_with("export");
     let value = unquote(word);
     let words: Vec<&str> = value.split_whitespace().collect();
-    if words.contains(&ours.as_str()) {
+    let has_ours = words.contains(&ours.as_str());
+    if has_ours && !exported && comment.is_none() {
         return Ok(text.to_string());
     }
     let theirs = words.iter().enumerate().find_map(|(k, w)| {
-        if w.starts_with("--policyscript") {
+        if *w == ours {
+            None
+        } else if w.starts_with("--policyscript") {
             Some(w.to_string())
         } else if *w == "-l" {
             Some(format!("-l {}", words.get(k + 1).unwrap_or(&"")))
@@ -201,32 +235,29 @@ pub(super) fn with_policyscript(text: &str) -> Result<String, KeepArgs> {
     if let Some(theirs) = theirs {
         return Err(KeepArgs::Theirs(theirs));
     }
-    let joined = |inner: &str| {
-        if inner.trim().is_empty() {
-            ours.clone()
-        } else {
-            format!("{} {ours}", inner.trim_end())
-        }
-    };
-    let quoted_whole = |q: char| {
-        word.len() >= 2 && word.starts_with(q) && closing_quote(word, q) == Some(word.len() - 1)
-    };
-    let new_word = if quoted_whole('\'') || quoted_whole('"') {
-        // One quoted part: ours goes inside its quotes.
-        let q = &word[..1];
-        format!("{q}{}{q}", joined(&word[1..word.len() - 1]))
-    } else if !word.contains(['\\', '$', '\'', '"']) {
-        format!("\"{}\"", joined(word))
+    let joined = if has_ours {
+        value.clone()
+    } else if value.trim().is_empty() {
+        ours.clone()
     } else {
-        // Parts the shell joins (`'a'"$b"`): ours is one more part, so the rest reads the same.
-        format!("{word}\" {ours}\"")
+        format!("{} {ours}", value.trim_end())
     };
+    // One plain double-quoted word, no `export` on the line (systemd would skip it): the same
+    // value for both readers. `export` goes on a line of its own, which systemd ignores.
+    let escaped = joined.replace('\\', "\\\\").replace('"', "\\\"");
+    let indent = &line[..line.len() - line.trim_start_matches([' ', '\t']).len()];
+    let mut new = String::new();
+    if let Some(c) = comment {
+        new.push_str(&format!("{indent}{c}\n"));
+    }
+    new.push_str(&format!("{indent}IRQBALANCE_ARGS=\"{escaped}\""));
+    if exported {
+        new.push_str(&format!("\n{indent}export IRQBALANCE_ARGS"));
+    }
     let mut out = String::new();
     for (k, l) in text.split_inclusive('\n').enumerate() {
         if k == at {
-            out.push_str(&line[..start]);
-            out.push_str(&new_word);
-            out.push_str(trailing);
+            out.push_str(&new);
             if l.ends_with('\n') {
                 out.push('\n');
             }
@@ -331,20 +362,6 @@ fn scan(mut open: Open, line: &str, one_word: bool) -> (Open, usize) {
         other => other,
     };
     (end, b.len())
-}
-
-/// The byte of the quote that closes the one `word` starts with.
-fn closing_quote(word: &str, q: char) -> Option<usize> {
-    let b = word.as_bytes();
-    let mut i = 1;
-    while i < b.len() {
-        match b[i] {
-            b'\\' if q == '"' => i += 2,
-            c if c == q as u8 => return Some(i),
-            _ => i += 1,
-        }
-    }
-    None
 }
 
 /// A shell word's text with its quotes removed and backslashes applied (what `--policyscript`

@@ -542,6 +542,37 @@ fn the_receive_budget_is_doubled_only_when_time_squeeze_grew() {
     );
 }
 
+/// sysctl.d's `-key = value` form (a key that may be missing) is the same key: the operator's
+/// `-net.core.netdev_budget = 400` got a second line for the key appended after it. Its line is
+/// replaced in place now, keeping the `-`.
+#[test]
+fn a_budget_line_with_sysctl_d_optional_prefix_is_replaced_not_doubled() {
+    let profile = NicProfile::default();
+    let nics = [veth(1, 1, 4)];
+    let mut e = measured("softnet time_squeeze +40 in 4 s");
+    e.squeezed = Some("softnet time_squeeze +40 in 4 s".into());
+    let mut i = inputs(&profile, &nics, false, &e);
+    i.nic_sysctl_now =
+        "# mine\n-net.core.netdev_budget = 400\n -net.core.netdev_budget_usecs=2000\n";
+    i.budget = (Some(300), Some(2000));
+    let p = plan(&i);
+    let file = &p
+        .files
+        .iter()
+        .find(|(f, _)| f == NIC_SYSCTL_FILE)
+        .unwrap()
+        .1;
+    let body = file.strip_prefix(NIC_SYSCTL_HEAD).unwrap();
+    assert!(
+        body.starts_with(
+            "# mine\n-net.core.netdev_budget = 600\n-net.core.netdev_budget_usecs = 4000\n"
+        ),
+        "{file}"
+    );
+    assert_eq!(file.matches("netdev_budget =").count(), 1, "{file}");
+    assert_eq!(file.matches("netdev_budget_usecs").count(), 1, "{file}");
+}
+
 #[test]
 fn irqbalance_args_gain_our_policy_script_and_keep_everything_else() {
     let ours = format!("--policyscript={IRQBALANCE_POLICY}");
@@ -552,11 +583,11 @@ fn irqbalance_args_gain_our_policy_script_and_keep_everything_else() {
         t.starts_with(debian) && t.ends_with(&format!("IRQBALANCE_ARGS=\"{ours}\"\n")),
         "{t}"
     );
-    // RHEL's: an assignment with the operator's arguments, kept with its quotes.
+    // RHEL's: an assignment with the operator's arguments, in one plain double-quoted value.
     let rhel = "# comment\nIRQBALANCE_ARGS='--powerthresh=2 --banirq=7'\nOTHER=1\n";
     assert_eq!(
         with_policyscript(rhel).unwrap(),
-        format!("# comment\nIRQBALANCE_ARGS='--powerthresh=2 --banirq=7 {ours}'\nOTHER=1\n")
+        format!("# comment\nIRQBALANCE_ARGS=\"--powerthresh=2 --banirq=7 {ours}\"\nOTHER=1\n")
     );
     // Done already: unchanged.
     let done = with_policyscript(rhel).unwrap();
@@ -567,21 +598,70 @@ fn irqbalance_args_gain_our_policy_script_and_keep_everything_else() {
         KeepArgs::Theirs("-l /usr/local/bin/pol".into())
     );
     assert!(with_policyscript("IRQBALANCE_ARGS=--policyscript=/x\n").is_err());
-    // A comment after the value stays after it; an unquoted word gets quotes.
+    // A comment after the value goes on its own line above it (systemd would read it as part
+    // of the value); an unquoted word gets quotes.
     assert_eq!(
         with_policyscript("IRQBALANCE_ARGS=\"-t 5\"  # slower\n").unwrap(),
-        format!("IRQBALANCE_ARGS=\"-t 5 {ours}\"  # slower\n")
+        format!("# slower\nIRQBALANCE_ARGS=\"-t 5 {ours}\"\n")
     );
     assert_eq!(
         with_policyscript("IRQBALANCE_ARGS=--journal # mine\n").unwrap(),
-        format!("IRQBALANCE_ARGS=\"--journal {ours}\" # mine\n")
+        format!("# mine\nIRQBALANCE_ARGS=\"--journal {ours}\"\n")
+    );
+    // `export NAME=value` is the shell's: the name is exported on a line of its own.
+    assert_eq!(
+        with_policyscript("  export IRQBALANCE_ARGS=--journal\n").unwrap(),
+        format!("  IRQBALANCE_ARGS=\"--journal {ours}\"\n  export IRQBALANCE_ARGS\n")
     );
 }
 
-/// IRQBALANCE_ARGS as operators write it, each file sourced by a shell before and after: the
-/// value keeps every argument and gains ours, in the same assignment, and every other line is
-/// kept. A value apply cannot edit exactly (it goes on past its line, or is a command's output)
-/// leaves the file alone, whatever the line after it looks like.
+/// IRQBALANCE_ARGS as systemd's EnvironmentFile= reads it (what irqbalance.service passes to
+/// `irqbalance $IRQBALANCE_ARGS`), by systemd's own parser: its environment.d generator reads a
+/// file by the same rules (it expands `$VAR` too, which no file read here holds). None when
+/// systemd is not installed.
+fn systemd_reads(text: &str) -> Option<String> {
+    let generator =
+        "/usr/lib/systemd/user-environment-generators/30-systemd-environment-d-generator";
+    if !std::path::Path::new(generator).exists() {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("environment.d")).unwrap();
+    std::fs::write(dir.path().join("environment.d/irqbalance.conf"), text).unwrap();
+    let o = std::process::Command::new(generator)
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path())
+        .env("XDG_CONFIG_DIRS", dir.path().join("none"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // It prints NAME=value, quoted as a shell reads it back.
+    let line = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("IRQBALANCE_ARGS="))
+        .map(str::to_string)
+        .unwrap_or_default();
+    let o = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "eval \"$1\"; printf '%s' \"${IRQBALANCE_ARGS:-}\"",
+            "sh",
+            &line,
+        ])
+        .output()
+        .unwrap();
+    Some(String::from_utf8(o.stdout).unwrap())
+}
+
+/// IRQBALANCE_ARGS as operators write it, each file read before and after by both its readers:
+/// a shell sourcing it, and systemd's EnvironmentFile= (irqbalance.service). After the edit
+/// both read the operator's arguments (as the shell read them) and ours, and every other line
+/// is kept. `export IRQBALANCE_ARGS=...`, edited in place, was still skipped by systemd, so the
+/// service never got the policy script. A value the two read differently (a `$VAR` systemd does
+/// not expand, a command after it on the line that systemd reads as value) or that goes on past
+/// its line leaves the file alone.
 #[test]
 fn irqbalance_args_in_every_shell_form_keep_their_arguments_and_gain_ours() {
     let ours = format!("--policyscript={IRQBALANCE_POLICY}");
@@ -601,17 +681,20 @@ fn irqbalance_args_in_every_shell_form_keep_their_arguments_and_gain_ours() {
         );
         String::from_utf8(o.stdout).unwrap()
     };
+    if systemd_reads("").is_none() {
+        eprintln!("skipped the systemd reader: systemd is not installed (apt-get install systemd)");
+    }
     let forms = [
         "export IRQBALANCE_ARGS=\"--banirq=77\"\n",
         "export\tIRQBALANCE_ARGS='--banirq=77 --banirq=78'  # disks\n",
-        "  IRQBALANCE_ARGS=--banirq=77;export IRQBALANCE_ARGS\n",
-        "IRQBALANCE_ARGS=\"--banirq=77\"\nIRQBALANCE_ARGS=\"$IRQBALANCE_ARGS --powerthresh=2\"\n",
-        "B=77\nIRQBALANCE_ARGS=--banirq=$B\n",
         "IRQBALANCE_ARGS='--banirq='\"77\"\n",
         "IRQBALANCE_ARGS=\"--banirq=77 \\\"#\\\"\"\n",
+        "IRQBALANCE_ARGS=--banirq=77\\ --banirq=78\n",
+        "IRQBALANCE_ARGS='a\\b'\n",
         "IRQBALANCE_ARGS=#77\n",
         "IRQBALANCE_ARGS=\n",
         "IRQBALANCE_ARGS=\"\" # none yet\n",
+        "IRQBALANCE_ARGS=--banirq=77",
         // Inside another variable's value that spans lines: not an assignment.
         "IRQBALANCE_ARGS=\"--banirq=77\"\nNOTE=\"one\nIRQBALANCE_ARGS=--nothing\n\"\n",
     ];
@@ -624,14 +707,23 @@ fn irqbalance_args_in_every_shell_form_keep_their_arguments_and_gain_ours() {
             format!("{before} {ours}")
         };
         assert_eq!(sourced(&after), want, "{text} became {after}");
-        // One line changed, none added; and applied again, nothing changes.
-        assert_eq!(after.lines().count(), text.lines().count(), "{after}");
-        let changed = text
-            .lines()
-            .zip(after.lines())
-            .filter(|(a, b)| a != b)
-            .count();
-        assert_eq!(changed, 1, "{text} became {after}");
+        if let Some(systemd) = systemd_reads(&after) {
+            assert_eq!(systemd, want, "systemd: {text} became {after}");
+        }
+        // Every other line kept, in order.
+        let assignment = |l: &&str| {
+            l.trim_start().starts_with("IRQBALANCE_ARGS=")
+                || l.trim_start().starts_with("export")
+                || l.trim_start().starts_with('#')
+        };
+        let others = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| !assignment(l))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(others(&after), others(text), "{text} became {after}");
+        // Applied again, nothing changes.
         assert_eq!(with_policyscript(&after).unwrap(), after);
     }
     // Out of reach: the file is left alone, with the reason.
@@ -640,6 +732,12 @@ fn irqbalance_args_in_every_shell_form_keep_their_arguments_and_gain_ours() {
         "IRQBALANCE_ARGS=--banirq=77\\\n--banirq=78\n",
         "IRQBALANCE_ARGS=$(cat /etc/irq-args)\n",
         "IRQBALANCE_ARGS=\"`cat /etc/irq-args`\"\n",
+        // systemd expands no variable: the two readers would differ.
+        "IRQBALANCE_ARGS=\"--banirq=77\"\nIRQBALANCE_ARGS=\"$IRQBALANCE_ARGS --powerthresh=2\"\n",
+        "B=77\nIRQBALANCE_ARGS=--banirq=$B\n",
+        // systemd reads `;export ...` and `&& ...` as more of the value.
+        "  IRQBALANCE_ARGS=--banirq=77;export IRQBALANCE_ARGS\n",
+        "IRQBALANCE_ARGS=--banirq=77 && export IRQBALANCE_ARGS\n",
     ] {
         assert!(
             matches!(with_policyscript(text), Err(KeepArgs::Unsure(_))),

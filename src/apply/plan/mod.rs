@@ -41,7 +41,9 @@ use serde::{Deserialize, Serialize};
 pub use crate::catalog::eval::desired;
 pub use crate::host::owned::{unit_dropin, LIMITS_FILE, SYSCTL_FILE};
 
-pub use nofile::{boot_nr_open, cap_nofile, KERNEL_NR_OPEN};
+pub use nofile::{
+    boot_nr_open, cap_nofile, cap_nofile_without_sysctl_file, nr_open_without_ours, KERNEL_NR_OPEN,
+};
 use nofile::{fmt_limit, PidNofile};
 pub use render::{
     dropin_body, kernel_text, limits_lines, merge_sysctl_lines, render_limits_file,

@@ -45,6 +45,41 @@ pub fn cap_nofile(nofile: &mut u64, cap: &(u64, String), what: &str, then: &str)
     Some(note)
 }
 
+/// The fs.nr_open a nofile limit must fit when it is installed without wstune's sysctl file
+/// (limits.d, a unit's LimitNOFILE, a container's ulimit): the lower of the host's current value
+/// (what a login or container started now is bounded by) and the one its boot files give
+/// without ours ([`boot_nr_open`]); with where it comes from. None when neither is known.
+pub fn nr_open_without_ours(facts: &HostFacts) -> Option<(u64, String)> {
+    let now = match facts.sysctls.get("fs.nr_open") {
+        Some(Reading::Value(v)) => v.as_num().and_then(|n| u64::try_from(n).ok()),
+        _ => None,
+    };
+    match (now, boot_nr_open(facts, &[])) {
+        (Some(n), Some((b, by))) if b <= n => Some((b, by)),
+        (Some(n), _) => Some((n, "its current value".into())),
+        (None, boot) => boot,
+    }
+}
+
+/// `nofile` lowered to `cap` ([`nr_open_without_ours`]) for a file installed without wstune's
+/// sysctl file, when that file would have raised fs.nr_open enough: the fix is to install it
+/// (or apply) first. The note names `what` the limit is for.
+pub fn cap_nofile_without_sysctl_file(
+    nofile: &mut u64,
+    cap: &(u64, String),
+    what: &str,
+) -> Option<String> {
+    let (cap, by) = cap;
+    if *nofile <= *cap {
+        return None;
+    }
+    let note = format!(
+        "{what}: nofile {nofile} is above the fs.nr_open this host has without wstune's sysctl file ({cap}, {by}), which this format does not install: the kernel would refuse it to every login, unit or container (EPERM), so {cap} is written instead. Fix: install `wstune export --to sysctl` as {SYSCTL_FILE} and run `sysctl --system`, or run `wstune apply`, to raise fs.nr_open first, then export again"
+    );
+    *nofile = *cap;
+    Some(note)
+}
+
 /// The current nofile limits of the `--pid` process, from its two checks.
 pub(super) struct PidNofile {
     pub(super) soft: Option<i64>,

@@ -1,7 +1,10 @@
 //! Every host setting the profile asks for, with this host's value: what `wstune export`
 //! renders, passing or not, by the same rule as the plan ([`sysctl_value`]).
 
-use super::{boot_nr_open, cap_nofile, desired, kernel_text, SYSCTL_FILE};
+use super::{
+    boot_nr_open, cap_nofile, cap_nofile_without_sysctl_file, desired, kernel_text,
+    nr_open_without_ours, SYSCTL_FILE,
+};
 use crate::catalog::eval::Finding;
 use crate::catalog::facts::{HostFacts, Reading};
 use crate::catalog::{self, Catalog, CheckDef, Process, Source};
@@ -50,9 +53,18 @@ pub fn sysctl_value(def: &CheckDef, f: &Finding, facts: &HostFacts) -> SysctlVal
 pub struct Settings {
     /// (check id, key, value, scope) in catalog order.
     pub sysctls: Vec<(String, String, String, catalog::Scope)>,
-    /// The per-process open-file limit the server needs (soft = hard), never above the
-    /// fs.nr_open this host boots with.
+    /// The per-process open-file limit the server needs (soft = hard), for a format that
+    /// carries the sysctl file too (ansible, kubernetes, json): never above the fs.nr_open
+    /// this host boots with once that file is installed.
     pub nofile: Option<u64>,
+    /// Why [`Settings::nofile`] is lower than the profile asks, when it is.
+    pub nofile_note: Option<String>,
+    /// The same limit for a format installed without the sysctl file (limits.d, a drop-in or
+    /// unit, docker, compose): never above the fs.nr_open the host has without it (the lower
+    /// of its current and its boot value), or every login's setrlimit would fail.
+    pub nofile_alone: Option<u64>,
+    /// Why [`Settings::nofile_alone`] is lower than the profile asks, when it is.
+    pub nofile_alone_note: Option<String>,
     /// What could not be exported, and why; and the boot files on this host that override
     /// wstune's sysctl.d file (as `apply` says).
     pub notes: Vec<String>,
@@ -175,20 +187,27 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
     }
     // Never above the fs.nr_open this host boots with, by apply's rule: its sysctl.d file's
     // value where that wins at boot (a later boot file's line overrides it), else what the
-    // boot files or the kernel give.
+    // boot files or the kernel give. That holds only where the sysctl file is installed with
+    // the limit: a format without it is bounded by the host's nr_open without ours.
     let ours: Vec<(String, String)> = s
         .sysctls
         .iter()
         .filter(|(_, key, _, _)| facts.boot.set_after(SYSCTL_FILE, key).is_none())
         .map(|(_, key, value, _)| (key.clone(), value.clone()))
         .collect();
+    let what = "the open-file limit (limits.d, LimitNOFILE, a container's ulimit)";
+    s.nofile_alone = s.nofile;
     if let (Some(nofile), Some(cap)) = (&mut s.nofile, boot_nr_open(facts, &ours)) {
-        s.notes.extend(cap_nofile(
-            nofile,
-            &cap,
-            "the open-file limit (limits.d, LimitNOFILE, a container's ulimit)",
-            "export again",
-        ));
+        s.nofile_note = cap_nofile(nofile, &cap, what, "export again");
+    }
+    if let (Some(nofile), Some(cap)) = (&mut s.nofile_alone, nr_open_without_ours(facts)) {
+        // Our file raising fs.nr_open is the fix only where it sets it and wins at boot;
+        // else the line that bounds it is the host's own, as apply says.
+        s.nofile_alone_note = if ours.iter().any(|(k, _)| k == "fs.nr_open") {
+            cap_nofile_without_sysctl_file(nofile, &cap, what)
+        } else {
+            cap_nofile(nofile, &cap, what, "export again")
+        };
     }
     s
 }
