@@ -128,15 +128,7 @@ pub fn read(backend: &dyn Backend, name: &str, physical: bool) -> NicFacts {
         ]
         .iter()
         .find_map(|p| backend.read(p).ok()),
-        pci_slot: backend
-            .read(&format!("{base}/device/uevent"))
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("PCI_SLOT_NAME="))
-                    .map(|v| v.trim().to_string())
-            })
-            .filter(|v| !v.is_empty()),
+        pci_slot: crate::host::fs::pci_slot(backend, name),
     }
 }
 

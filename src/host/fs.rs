@@ -58,6 +58,17 @@ pub fn sysfs_links(host: &dyn Backend) -> Result<Vec<Link>, ReadError> {
     Ok(out)
 }
 
+/// The PCI address of a link's device (`PCI_SLOT_NAME` in `device/uevent`, `0000:3b:00.0`);
+/// None for a virtual link or a device on another bus.
+pub fn pci_slot<B: Backend + ?Sized>(host: &B, name: &str) -> Option<String> {
+    host.read(&format!("/sys/class/net/{name}/device/uevent"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("PCI_SLOT_NAME="))
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
 /// Every link under /sys/class/net with the identity its files give ([`NicIdentity`]): the
 /// index (`ifindex`), the address when `addr_assign_type` says it is the permanent one (0,
 /// NET_ADDR_PERM), the PCI device (`PCI_SLOT_NAME` in `device/uevent`) and its port
@@ -77,16 +88,7 @@ pub fn sysfs_identities<B: Backend + ?Sized>(host: &B) -> Result<Vec<NicIdentity
         let permaddr = text(&format!("{base}/address"))
             .filter(|_| text(&format!("{base}/addr_assign_type")).as_deref() == Some("0"))
             .and_then(|a| hardware_address(&a));
-        let device = host
-            .read(&format!("{base}/device/uevent"))
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("PCI_SLOT_NAME="))
-                    .map(|v| v.trim().to_string())
-            })
-            .filter(|v| !v.is_empty())
-            .map(|slot| format!("pci:{slot}"));
+        let device = pci_slot(host, &name).map(|slot| format!("pci:{slot}"));
         let dev_port = device
             .as_ref()
             .and_then(|_| text(&format!("{base}/dev_port")))
