@@ -13,46 +13,54 @@
 //! arrivals). A client that waits for each reply before it sends again (request/response, a
 //! closed loop) sends nothing while the thread waits: the window then only delays every reply,
 //! halves what such clients get done and costs more CPU per message, not less
-//! (BENCHMARKS.md#coalescing). The arrival pattern cannot be told from the read rate, so each
-//! thread measures what waiting gains instead:
-//! - It considers waiting only while its reads come often enough that a window would bring at
-//!   least [`MIN_EXPECTED`] (a moving average of the read rate); below that a wait would mostly
-//!   add a wake-up of its own, so a quiet thread sleeps at once and pays nothing.
-//! - While they do, it runs in phases of [`PHASE`]: most with its current choice (wait or
-//!   not), and now and then one *probe* phase with the other. Each phase measures the thread's
-//!   reads per second and its own CPU time per read (`CLOCK_THREAD_CPUTIME_ID`; reads per
-//!   wake-up where there is no such clock). Waiting is chosen only when, beside the phase
-//!   without it, it kept at least [`RATE_KEPT`] of the read rate (so the clients were not
-//!   waiting on the server) and cut the CPU per read to [`CPU_GAIN`] or less.
+//! (BENCHMARKS.md#coalescing). The arrival pattern cannot be told from the read rate, so the
+//! runtime measures what waiting gains instead, as one decision for all its I/O threads:
+//! - Time runs in phases of [`PHASE`]: most with the current choice (wait or not), and now and
+//!   then one *probe* phase with the other. Each phase measures the runtime's reads per second
+//!   and the process's CPU time per read (`CLOCK_PROCESS_CPUTIME_ID`), and a probe is judged
+//!   against the phase before it. Waiting is chosen only when it kept at least
+//!   [`RATE_KEPT`] of the read rate (so the clients were not waiting on the server) and cut
+//!   the CPU per read to [`CPU_GAIN`] or less, and kept while it keeps the rate and the CPU
+//!   per read at [`CPU_KEPT`] or less (a noisy phase does not end a real saving).
+//! - The decision is the runtime's, not each thread's: with several I/O threads, a thread that
+//!   waited alone would only hand its reads to one that did not, and save nothing. When the
+//!   runtime waits, every thread that runs out of work waits before it parks, so the events
+//!   gather until one of them polls.
+//! - A phase whose reads are too few for a window to bring [`MIN_EXPECTED`] of them ends the
+//!   trial: a quiet server sleeps at once and pays nothing; a probe of waiting that made the
+//!   reads that sparse (a closed loop of one message a thread) failed.
 //! - A probe that agrees with the choice doubles the number of phases to the next one, up to
 //!   [`MAX_GAP`] (one probe phase every 5 s at steady load: under 1 % of the time in the
-//!   other choice, so a probe stays out of the p99); a probe that disagrees switches at once,
-//!   and another probe two phases later confirms it. A read rate that halves or doubles from
-//!   one phase to the next probes again soon.
+//!   other choice, so a probe stays out of the p99); a probe that disagrees switches, and
+//!   another probe soon after confirms it. A read rate that halves or doubles from one phase
+//!   to the next probes again soon.
 //!
 //! Install it with [`install`] on the runtime builder; a window of zero leaves the builder as
 //! it was (latency-critical hosts: every message served the moment it arrives). [`stats`] says
-//! how many threads wait now and how many waits they took (`ws_coalesce_*` on /metrics).
+//! how many threads wait now, how many waits they took and what the last probe measured
+//! (`ws_coalesce_*` on /metrics).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 thread_local! {
     /// Reads this thread served since it last parked.
     static READS: Cell<u32> = const { Cell::new(0) };
-    /// The coalescing decision's state for this thread.
-    static GATE: Cell<Gate> = const { Cell::new(Gate::NEW) };
     /// Whether this thread counts in [`THREADS_WAITING`] (taken back when the thread exits).
     static COUNTED: Counted = const { Counted(&THREADS_WAITING, Cell::new(false)) };
 }
 
-/// Threads whose current choice is to wait, process-wide.
+/// Threads whose runtime's current choice is to wait, process-wide.
 static THREADS_WAITING: AtomicI64 = AtomicI64::new(0);
 /// Waits taken, process-wide.
 static WAITS: AtomicU64 = AtomicU64::new(0);
+/// The last judged probe's CPU per read with waiting as a share of without it (f64 bits;
+/// 0: none judged yet).
+static LAST_RATIO: AtomicU64 = AtomicU64::new(0);
 
-/// Reads a window must be expected to bring before a thread considers waiting for them.
+/// Reads a window must be expected to bring before the runtime considers waiting for them.
 pub const MIN_EXPECTED: f64 = 2.0;
 
 /// How long each measured phase lasts: long enough for hundreds of reads at the rates where
@@ -67,9 +75,14 @@ pub const RATE_KEPT: f64 = 0.95;
 /// The CPU per read waiting must reach, as a share of the CPU per read without it, to be
 /// chosen. Independent arrivals save a quarter or more; a closed loop whose clients are the
 /// bottleneck saves a few percent at best, within what adjacent phases differ by on a busy
-/// host, and waiting taken on such a reading made it dearer in the alternated benchmark
-/// (BENCHMARKS.md#coalescing). Only a clear saving is taken.
+/// host. Only a clear saving is taken.
 pub const CPU_GAIN: f64 = 0.85;
+
+/// The CPU per read waiting must stay at, as a share of not waiting's, to be kept once
+/// chosen. A threshold apart from [`CPU_GAIN`] keeps a real saving of 15-25 % from being
+/// given up on a noisy phase (adjacent phases differ by 10-20 % on a busy host), while a
+/// saving that has gone (a share near 1) still ends it at the next probe.
+pub const CPU_KEPT: f64 = 0.95;
 
 /// The most phases of the current choice between two probes: a probe at most every 5 s, so
 /// a probe of the wrong choice touches under 1 % of the time (and of the messages).
@@ -92,20 +105,32 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_micros(500);
 /// The longest window accepted: past it the added latency is larger than any saving.
 pub const MAX_WINDOW: Duration = Duration::from_millis(2);
 
-/// What the coalescing threads of this process are doing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What the coalescing runtimes of this process are doing.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Stats {
-    /// Threads whose current choice is to wait before they park.
+    /// Threads whose runtime's current choice is to wait before they park.
     pub threads_waiting: u64,
     /// Waits taken since the process started.
     pub waits: u64,
+    /// What the last judged probe measured: the CPU per read with waiting as a share of
+    /// without it, and the read rate likewise (None before any probe was judged). Waiting is
+    /// chosen when the first is at most [`CPU_GAIN`] and the second at least [`RATE_KEPT`].
+    pub probe: Option<(f64, f64)>,
 }
 
 /// This process's coalescing figures (zero where [`install`] was never called).
 pub fn stats() -> Stats {
+    let probe = match LAST_RATIO.load(Relaxed) {
+        0 => None,
+        bits => Some((
+            f64::from(f32::from_bits((bits >> 32) as u32)),
+            f64::from(f32::from_bits(bits as u32)),
+        )),
+    };
     Stats {
         threads_waiting: THREADS_WAITING.load(Relaxed).max(0) as u64,
         waits: WAITS.load(Relaxed),
+        probe,
     }
 }
 
@@ -117,18 +142,16 @@ pub fn install(builder: &mut tokio::runtime::Builder, window: Duration) {
     if window.is_zero() || cfg!(windows) {
         return;
     }
-    let window = window.min(MAX_WINDOW);
+    let gate = Arc::new(Gate::new(window.min(MAX_WINDOW), Instant::now()));
     builder.on_thread_park(move || {
         let reads = READS.with(|r| r.replace(0));
-        let mut gate = GATE.with(Cell::get);
-        let wait = gate.park(Instant::now(), reads, window, thread_cpu);
-        GATE.with(|g| g.set(gate));
-        COUNTED.with(|c| c.set(gate.trial.wait));
+        let wait = gate.park(Instant::now(), reads, process_cpu);
+        COUNTED.with(|c| c.set(gate.choice.load(Relaxed)));
         if wait {
             WAITS.fetch_add(1, Relaxed);
             // A plain sleep: the thread's timer slack is what a real-time thread has (none)
             // or the default 50 us, both inside any useful window.
-            std::thread::sleep(window);
+            std::thread::sleep(gate.window);
         }
     });
 }
@@ -151,8 +174,9 @@ impl Drop for Counted {
     }
 }
 
-/// The CPU time this thread has used, where the platform keeps it per thread.
-fn thread_cpu() -> Option<Duration> {
+/// The CPU time this process has used: what waiting must save, whichever thread would
+/// have spent it (a thread's own clock misses what its waiting moves to another thread).
+fn process_cpu() -> Option<Duration> {
     #[cfg(unix)]
     {
         let mut ts = libc::timespec {
@@ -160,96 +184,67 @@ fn thread_cpu() -> Option<Duration> {
             tv_nsec: 0,
         };
         // SAFETY: ts is a valid out-pointer; the clock is Linux's, macOS's and the BSDs'.
-        let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        let r = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
         (r == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
     }
     #[cfg(not(unix))]
     None
 }
 
-/// A thread's coalescing decision: its read rate, and the trial of waiting against not.
-#[derive(Clone, Copy, Debug)]
+/// One runtime's coalescing decision, shared by its worker threads. Each park costs an add
+/// and two loads; the thread that parks first after a phase ended judges it, under a lock
+/// the others never wait for.
 struct Gate {
-    rate: Rate,
-    trial: Trial,
-    /// Since when the reads have been too sparse to wait for (None: they are not).
-    sparse_since: Option<Instant>,
+    window: Duration,
+    /// The origin of `phase_end`.
+    base: Instant,
+    /// Reads the runtime's threads served, counted as each parks.
+    reads: AtomicU64,
+    /// Whether the running phase waits.
+    waiting: AtomicBool,
+    /// The current choice, probes aside (what the gauge of waiting threads shows).
+    choice: AtomicBool,
+    /// When the running phase ends, in nanoseconds since `base` (0: no phase has begun).
+    phase_end: AtomicU64,
+    trial: Mutex<Trial>,
 }
 
 impl Gate {
-    const NEW: Gate = Gate {
-        rate: Rate::NEW,
-        trial: Trial::NEW,
-        sparse_since: None,
-    };
-
-    /// The thread parks at `now` having served `reads` since it last did: whether it should
-    /// wait `window` first. `cpu` reads the thread's CPU clock; it is called only when a
-    /// phase ends or begins.
-    fn park(
-        &mut self,
-        now: Instant,
-        reads: u32,
-        window: Duration,
-        cpu: impl FnOnce() -> Option<Duration>,
-    ) -> bool {
-        self.rate.update(now, reads);
-        if self.rate.dense(window) {
-            self.sparse_since = None;
-            self.trial.park(now, reads, cpu);
-            return self.trial.waiting();
+    fn new(window: Duration, base: Instant) -> Gate {
+        Gate {
+            window,
+            base,
+            reads: AtomicU64::new(0),
+            waiting: AtomicBool::new(false),
+            choice: AtomicBool::new(false),
+            phase_end: AtomicU64::new(0),
+            trial: Mutex::new(Trial::NEW),
         }
-        // Too few reads for a window to gather: sleep at once.
-        if self.trial.waiting() {
-            // The reads thinned while the thread waited. Clients that wait for their replies
-            // send less when the server waits (a closed loop of one or two messages a
-            // thread): that is waiting failing, not the load going away.
-            self.trial.thinned_by_waiting();
-        }
-        // What the running phase measured mixes two loads; the next dense read starts anew.
-        self.trial.start = None;
-        // Reads sparse for a whole phase without waiting: the load went away, and what the
-        // trial learnt went with it.
-        let since = *self.sparse_since.get_or_insert(now);
-        if now.saturating_duration_since(since) >= PHASE {
-            self.trial = Trial::NEW;
-        }
-        false
-    }
-}
-
-/// A thread's read rate, park to park.
-#[derive(Clone, Copy, Debug)]
-struct Rate {
-    /// When the thread last began to park.
-    last_park: Option<Instant>,
-    /// Moving averages of the reads per park-to-park cycle and of the cycle's length (s):
-    /// their ratio is the read rate, each cycle weighted by its length, so two reads that
-    /// happen to come close together on a quiet thread do not look like a busy one.
-    reads: f64,
-    secs: f64,
-}
-
-impl Rate {
-    const NEW: Rate = Rate {
-        last_park: None,
-        reads: 0.0,
-        secs: 0.0,
-    };
-
-    fn update(&mut self, now: Instant, reads: u32) {
-        if let Some(last) = self.last_park {
-            let cycle = now.saturating_duration_since(last).as_secs_f64();
-            // A quarter weight to the newest cycle: a change of load shows within a few.
-            self.reads = 0.75 * self.reads + 0.25 * reads as f64;
-            self.secs = 0.75 * self.secs + 0.25 * cycle;
-        }
-        self.last_park = Some(now);
     }
 
-    /// Whether a window would bring [`MIN_EXPECTED`] reads or more at this rate.
-    fn dense(&self, window: Duration) -> bool {
-        self.secs > 0.0 && self.reads * window.as_secs_f64() >= MIN_EXPECTED * self.secs
+    /// A thread parks at `now` having served `reads` since it last did: whether it should
+    /// wait the window first. `cpu` reads the process's CPU clock; it is called only when a
+    /// phase ends.
+    fn park(&self, now: Instant, reads: u32, cpu: impl FnOnce() -> Option<Duration>) -> bool {
+        if reads > 0 {
+            self.reads.fetch_add(u64::from(reads), Relaxed);
+        }
+        let ns = now.saturating_duration_since(self.base).as_nanos() as u64;
+        if ns >= self.phase_end.load(Relaxed) {
+            // One thread ends the phase; a thread that finds the lock taken goes on with the
+            // running phase's choice rather than wait for it.
+            if let Ok(mut trial) = self.trial.try_lock() {
+                if ns >= self.phase_end.load(Relaxed) {
+                    let total = self.reads.load(Relaxed);
+                    let wait = trial.phase_over(now, total, self.window, cpu());
+                    self.waiting.store(wait, Relaxed);
+                    self.choice.store(trial.wait, Relaxed);
+                    self.phase_end
+                        .store(ns.max(1) + PHASE.as_nanos() as u64, Relaxed);
+                }
+            }
+        }
+        self.waiting.load(Relaxed)
     }
 }
 
@@ -258,21 +253,28 @@ impl Rate {
 struct Measured {
     /// Reads served per second of the phase.
     rate: f64,
-    /// The thread's CPU time per read, where it has a CPU clock.
+    /// The process's CPU time per read, where it has a CPU clock.
     cpu_per_read: Option<f64>,
-    /// Reads per wake-up.
-    per_park: f64,
+}
+
+impl Measured {
+    /// Whether the read rate halved or doubled from `before` to this phase.
+    fn moved_from(&self, before: &Measured) -> bool {
+        self.rate > 2.0 * before.rate || 2.0 * self.rate < before.rate
+    }
 }
 
 /// Whether waiting (`wait`) paid beside not waiting (`not`): the clients kept their pace and
-/// each read cost clearly less (more reads a wake-up, without a CPU clock).
-fn waiting_pays(wait: &Measured, not: &Measured) -> bool {
+/// each read cost clearly less ([`CPU_GAIN`]; [`CPU_KEPT`] when the runtime already waits,
+/// `waiting`). Without a CPU clock nothing shows a saving, and the runtime never waits.
+fn waiting_pays(wait: &Measured, not: &Measured, waiting: bool) -> bool {
     if wait.rate < RATE_KEPT * not.rate {
         return false;
     }
+    let gain = if waiting { CPU_KEPT } else { CPU_GAIN };
     match (wait.cpu_per_read, not.cpu_per_read) {
-        (Some(w), Some(n)) => w <= CPU_GAIN * n,
-        _ => wait.per_park >= 2.0 * not.per_park,
+        (Some(w), Some(n)) => w <= gain * n,
+        _ => false,
     }
 }
 
@@ -284,13 +286,10 @@ struct Trial {
     wait: bool,
     /// Whether the running phase tries the other choice.
     probing: bool,
-    /// When the running phase began (None: none has yet), and the thread's CPU clock then.
-    start: Option<Instant>,
-    cpu_start: Option<Duration>,
-    /// Reads and wake-ups in the running phase.
-    reads: u64,
-    parks: u64,
-    /// The last finished phase of the current choice, which a probe is compared with.
+    /// When the running phase began (None: none has yet), the runtime's read count and the
+    /// process's CPU clock then.
+    start: Option<(Instant, u64, Option<Duration>)>,
+    /// The last finished phase of the current choice before a probe.
     last: Option<Measured>,
     /// Phases of the current choice still to run before the next probe.
     until_probe: u32,
@@ -303,9 +302,6 @@ impl Trial {
         wait: false,
         probing: false,
         start: None,
-        cpu_start: None,
-        reads: 0,
-        parks: 0,
         last: None,
         until_probe: 1,
         gap: 1,
@@ -316,78 +312,54 @@ impl Trial {
         self.wait != self.probing
     }
 
-    fn park(&mut self, now: Instant, reads: u32, cpu: impl FnOnce() -> Option<Duration>) {
-        let Some(start) = self.start else {
-            // The first wake-up of a dense spell: its reads came before any phase.
-            self.begin(now, cpu());
-            return;
-        };
-        self.reads += u64::from(reads);
-        self.parks += 1;
-        let secs = now.saturating_duration_since(start).as_secs_f64();
-        if secs < PHASE.as_secs_f64() {
-            return;
-        }
-        let cpu_now = cpu();
-        let cpu_per_read = match (cpu_now, self.cpu_start) {
-            (Some(b), Some(a)) if self.reads > 0 => {
-                Some(b.saturating_sub(a).as_secs_f64() / self.reads as f64)
+    /// The running phase ends at `now`, with `reads` counted since the runtime started and
+    /// the process's CPU clock at `cpu`: judge it, begin the next, and say whether it waits.
+    fn phase_over(
+        &mut self,
+        now: Instant,
+        reads: u64,
+        window: Duration,
+        cpu: Option<Duration>,
+    ) -> bool {
+        if let Some((start, reads_then, cpu_then)) = self.start {
+            let secs = now.saturating_duration_since(start).as_secs_f64();
+            let n = reads.saturating_sub(reads_then);
+            let cpu_per_read = match (cpu, cpu_then) {
+                (Some(b), Some(a)) if n > 0 => Some(b.saturating_sub(a).as_secs_f64() / n as f64),
+                _ => None,
+            };
+            if secs > 0.0 {
+                self.judge(
+                    Measured {
+                        rate: n as f64 / secs,
+                        cpu_per_read,
+                    },
+                    window,
+                );
             }
-            _ => None,
-        };
-        let m = Measured {
-            rate: self.reads as f64 / secs,
-            cpu_per_read,
-            per_park: self.reads as f64 / self.parks.max(1) as f64,
-        };
-        self.end_phase(m);
-        self.begin(now, cpu_now);
-    }
-
-    fn begin(&mut self, now: Instant, cpu: Option<Duration>) {
-        self.start = Some(now);
-        self.cpu_start = cpu;
-        self.reads = 0;
-        self.parks = 0;
-    }
-
-    /// Waiting made the reads too sparse to wait for: a probe of waiting failed, or waiting
-    /// stopped paying. Either way the thread stops waiting.
-    fn thinned_by_waiting(&mut self) {
-        if self.probing {
-            self.probing = false;
-            self.gap = (self.gap * 2).min(MAX_GAP);
-        } else {
-            // The last phase measured waiting; none of not waiting is at hand.
-            self.wait = false;
-            self.last = None;
-            self.gap = 1;
         }
-        self.until_probe = self.gap;
+        self.start = Some((now, reads, cpu));
+        self.waiting()
     }
 
     /// A phase measured `m`: judge a probe, or count down to the next one.
-    fn end_phase(&mut self, m: Measured) {
+    fn judge(&mut self, m: Measured, window: Duration) {
+        if m.rate * window.as_secs_f64() < MIN_EXPECTED {
+            self.sparse();
+            return;
+        }
         if self.probing {
+            // What the probe changed in the read rate is its effect, not a change of load.
             self.probing = false;
-            if let Some(last) = self.last {
-                let (wait, not) = if self.wait { (&last, &m) } else { (&m, &last) };
-                if waiting_pays(wait, not) == self.wait {
-                    self.gap = (self.gap * 2).min(MAX_GAP);
-                } else {
-                    // The other choice did better: take it, and confirm it with a probe soon.
-                    // The probe measured the new choice.
-                    self.wait = !self.wait;
-                    self.gap = 1;
-                    self.last = Some(m);
-                }
+            match self.last {
+                Some(before) => self.decide(m, before),
+                None => self.until_probe = self.gap,
             }
-            self.until_probe = self.gap;
             return;
         }
         if let Some(last) = self.last {
             // The load moved (halved or doubled): what was measured before says little now.
-            if m.rate > 2.0 * last.rate || 2.0 * m.rate < last.rate {
+            if m.moved_from(&last) {
                 self.gap = 1;
                 self.until_probe = 1;
             }
@@ -398,57 +370,66 @@ impl Trial {
             self.probing = true;
         }
     }
+
+    /// Judge a probe against the phase of the current choice before it.
+    fn decide(&mut self, probe: Measured, before: Measured) {
+        let (wait, not) = if self.wait {
+            (&before, &probe)
+        } else {
+            (&probe, &before)
+        };
+        if let (Some(w), Some(n)) = (wait.cpu_per_read, not.cpu_per_read) {
+            if n > 0.0 && not.rate > 0.0 {
+                let bits = (u64::from(((w / n) as f32).to_bits()) << 32)
+                    | u64::from(((wait.rate / not.rate) as f32).to_bits());
+                LAST_RATIO.store(bits.max(1), Relaxed);
+            }
+        }
+        if waiting_pays(wait, not, self.wait) == self.wait {
+            self.gap = (self.gap * 2).min(MAX_GAP);
+        } else {
+            // The other choice did better: take it, and confirm it with a probe soon. The
+            // probe measured the new choice.
+            self.wait = !self.wait;
+            self.gap = 1;
+            self.last = Some(probe);
+        }
+        self.until_probe = self.gap;
+    }
+
+    /// Too few reads for a window to gather.
+    fn sparse(&mut self) {
+        if self.waiting() {
+            // Waiting made the reads this sparse, or the load went away while the runtime
+            // waited: clients that wait for their replies send less when the server waits (a
+            // closed loop of one or two messages a thread), so a probe of waiting failed, and
+            // a choice to wait no longer holds. Either way the runtime stops waiting.
+            if self.probing {
+                self.gap = (self.gap * 2).min(MAX_GAP);
+            } else {
+                self.wait = false;
+                self.last = None;
+                self.gap = 1;
+            }
+            self.probing = false;
+            self.until_probe = self.gap;
+        } else {
+            // A quiet spell without waiting: the load went away, and what the trial learnt
+            // went with it.
+            *self = Trial {
+                start: self.start,
+                ..Trial::NEW
+            };
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Cycles of `reads` reads every `gap`, from a fresh estimate: whether the thread would
-    /// consider waiting.
-    fn dense(reads: u32, gap: Duration, cycles: u32, window: Duration) -> bool {
-        let mut r = Rate::NEW;
-        let t = Instant::now();
-        for i in 0..cycles {
-            r.update(t + gap * i, reads);
-        }
-        r.dense(window)
-    }
-
-    #[test]
-    fn a_thread_considers_waiting_only_when_a_window_would_bring_two_reads_or_more() {
-        let w = Duration::from_micros(500);
-        // One read every 40 us (25,000/s): 12.5 per window.
-        assert!(dense(1, Duration::from_micros(40), 20, w));
-        // Woken with 12 reads every window's worth: the rate holds.
-        assert!(dense(12, Duration::from_micros(520), 20, w));
-        // One read every 700 us (1,430/s): 0.7 per window, a wait would add a wake-up.
-        assert!(!dense(1, Duration::from_micros(700), 20, w));
-        // A quiet server, and the very first park.
-        assert!(!dense(0, Duration::from_millis(10), 20, w));
-        assert!(!dense(5, Duration::from_micros(40), 1, w));
-    }
-
-    #[test]
-    fn two_reads_close_together_on_a_quiet_thread_do_not_make_it_dense() {
-        let w = Duration::from_micros(500);
-        let mut r = Rate::NEW;
-        let mut t = Instant::now();
-        for _ in 0..20 {
-            t += Duration::from_millis(100);
-            r.update(t, 1);
-            assert!(!r.dense(w));
-        }
-        t += Duration::from_micros(10);
-        r.update(t, 1);
-        assert!(!r.dense(w), "a pair 10 us apart among reads 100 ms apart");
-        t += Duration::from_micros(500);
-        r.update(t, 0);
-        assert!(!r.dense(w));
-    }
-
     /// One park-to-park cycle of a simulated workload: its length, the reads it brings and
-    /// the thread's CPU time it costs, given whether the thread waited.
+    /// the CPU time it costs, given whether the thread waited.
     type Cycle = fn(bool) -> (Duration, u32, Duration);
 
     /// 100 clients, each sending its next message when its reply came (request/response):
@@ -473,8 +454,8 @@ mod tests {
         }
     }
 
-    /// One client per thread waiting for each reply (25 us round trip): waiting 500 us
-    /// brings the same one read, 20 times later.
+    /// A client waiting for each reply (25 us round trip): waiting 500 us brings the same
+    /// one read, 20 times later.
     fn one_in_flight(wait: bool) -> (Duration, u32, Duration) {
         if wait {
             (us(506), 1, us(6))
@@ -483,7 +464,7 @@ mod tests {
         }
     }
 
-    /// Two such clients per thread.
+    /// Two such clients.
     fn two_in_flight(wait: bool) -> (Duration, u32, Duration) {
         if wait {
             (us(512), 2, us(12))
@@ -492,55 +473,79 @@ mod tests {
         }
     }
 
+    /// One read every 700 us (1,430/s): 0.7 per window, where a wait would add a wake-up.
+    fn sparse_reads(wait: bool) -> (Duration, u32, Duration) {
+        if wait {
+            (us(1200), 1, us(25))
+        } else {
+            (us(700), 1, us(20))
+        }
+    }
+
     fn us(n: u64) -> Duration {
         Duration::from_micros(n)
     }
 
-    /// Drive a gate through `secs` of `work` (switching to `then` halfway when given);
-    /// the share of each half's time spent waiting. `clock` false: no CPU clock.
-    fn simulate(work: Cycle, then: Option<Cycle>, secs: u64, clock: bool) -> (f64, f64) {
-        let window = us(500);
-        let mut g = Gate::NEW;
+    /// Drive a gate through `secs` of `work` (switching to `then` halfway when given), on
+    /// `threads` simulated threads parking in turn; the share of each half's time spent
+    /// waiting. `clock` false: no CPU clock.
+    fn simulate(
+        work: Cycle,
+        then: Option<Cycle>,
+        secs: u64,
+        threads: usize,
+        clock: bool,
+    ) -> (f64, f64) {
         let start = Instant::now();
-        let (mut t, mut cpu, mut reads) = (start, Duration::ZERO, 0);
+        let g = Gate::new(us(500), start);
+        let mut cpu = Duration::ZERO;
+        // Each thread's next park and the reads it brings to it.
+        let mut next: Vec<(Instant, u32)> = (0..threads)
+            .map(|i| (start + us(7) * i as u32, 0))
+            .collect();
+        let end = start + Duration::from_secs(secs);
         let half = start + Duration::from_secs(secs) / 2;
         let mut waited = [Duration::ZERO; 2];
         let mut total = [Duration::ZERO; 2];
-        while t < start + Duration::from_secs(secs) {
+        loop {
+            let i = (0..threads).min_by_key(|&i| next[i].0).unwrap();
+            let (t, reads) = next[i];
+            if t >= end {
+                break;
+            }
             let second = t >= half;
-            let wait = g.park(t, reads, window, || clock.then_some(cpu));
+            let wait = g.park(t, reads, || clock.then_some(cpu));
             let f = match then {
                 Some(then) if second => then,
                 _ => work,
             };
             let (len, r, c) = f(wait);
-            let i = usize::from(second);
-            total[i] += len;
+            let h = usize::from(second);
+            total[h] += len;
             if wait {
-                waited[i] += len;
+                waited[h] += len;
             }
-            t += len;
             cpu += c;
-            reads = r;
+            next[i] = (t + len, r);
         }
-        let share = |i: usize| waited[i].as_secs_f64() / total[i].as_secs_f64();
+        let share = |h: usize| waited[h].as_secs_f64() / total[h].as_secs_f64();
         (share(0), share(1))
     }
 
     #[test]
     fn a_request_response_load_is_not_made_to_wait() {
-        let (first, second) = simulate(closed_loop, None, 60, true);
+        let (first, second) = simulate(closed_loop, None, 60, 1, true);
         // The probes of waiting: under 1 % of the time once the gap has grown.
         assert!(first < 0.05, "{first}");
         assert!(second < 0.02, "{second}");
     }
 
     #[test]
-    fn one_or_two_replies_awaited_a_thread_are_not_made_to_wait() {
+    fn one_or_two_replies_awaited_are_not_made_to_wait() {
         // Waiting thins these reads below what a window would gather: each probe fails on
         // that alone, and the probes grow rare as for any closed loop.
         for work in [one_in_flight as Cycle, two_in_flight] {
-            let (first, second) = simulate(work, None, 60, true);
+            let (first, second) = simulate(work, None, 60, 1, true);
             assert!(first < 0.05, "{first}");
             assert!(second < 0.02, "{second}");
         }
@@ -548,17 +553,37 @@ mod tests {
 
     #[test]
     fn independent_arrivals_are_coalesced() {
-        let (first, second) = simulate(open_loop, None, 60, true);
+        let (first, second) = simulate(open_loop, None, 60, 1, true);
         assert!(first > 0.95, "{first}");
         assert!(second > 0.98, "{second}");
     }
 
     #[test]
+    fn a_quiet_server_never_waits() {
+        let (first, second) = simulate(sparse_reads, None, 20, 1, true);
+        assert_eq!((first, second), (0.0, 0.0));
+    }
+
+    /// Several threads decide as one: each would see its own reads fall when it alone waited,
+    /// so the runtime's reads and the process's CPU are what is measured.
+    #[test]
+    fn the_threads_of_a_runtime_decide_together() {
+        for threads in [2, 4] {
+            let (first, second) = simulate(open_loop, None, 60, threads, true);
+            assert!(first > 0.95, "{threads} threads: {first}");
+            assert!(second > 0.98, "{threads} threads: {second}");
+            let (first, second) = simulate(closed_loop, None, 60, threads, true);
+            assert!(first < 0.05, "{threads} threads: {first}");
+            assert!(second < 0.02, "{threads} threads: {second}");
+        }
+    }
+
+    #[test]
     fn a_change_of_load_changes_the_choice() {
-        let (first, second) = simulate(open_loop, Some(closed_loop), 60, true);
+        let (first, second) = simulate(open_loop, Some(closed_loop), 60, 1, true);
         assert!(first > 0.95, "{first}");
         assert!(second < 0.05, "{second}");
-        let (first, second) = simulate(closed_loop, Some(open_loop), 60, true);
+        let (first, second) = simulate(closed_loop, Some(open_loop), 60, 1, true);
         assert!(first < 0.05, "{first}");
         assert!(second > 0.95, "{second}");
     }
@@ -567,14 +592,14 @@ mod tests {
     /// interrupts, frequency changes): the choice to wait holds.
     #[test]
     fn a_noisy_host_keeps_waiting_for_independent_arrivals() {
-        let w = us(500);
-        let mut g = Gate::NEW;
-        let (mut t, mut cpu, mut reads) = (Instant::now(), Duration::ZERO, 0);
+        let mut t = Instant::now();
+        let g = Gate::new(us(500), t);
+        let (mut cpu, mut reads) = (Duration::ZERO, 0);
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let (mut swing, mut next_swing) = (1.0, t);
         let (mut waited, mut total) = (Duration::ZERO, Duration::ZERO);
         for _ in 0..200_000 {
-            let wait = g.park(t, reads, w, || Some(cpu));
+            let wait = g.park(t, reads, || Some(cpu));
             let (len, r, c) = open_loop(wait);
             if t >= next_swing {
                 seed ^= seed << 13;
@@ -596,47 +621,66 @@ mod tests {
     }
 
     #[test]
-    fn without_a_cpu_clock_reads_per_wake_up_decide() {
-        let (_, open) = simulate(open_loop, None, 60, false);
-        assert!(open > 0.98, "{open}");
-        let (_, closed) = simulate(closed_loop, None, 60, false);
-        assert!(closed < 0.02, "{closed}");
+    fn without_a_cpu_clock_the_runtime_never_waits_past_its_probes() {
+        let (_, open) = simulate(open_loop, None, 60, 1, false);
+        assert!(open < 0.02, "{open}");
     }
 
     #[test]
     fn waiting_must_keep_the_pace_and_save_cpu() {
-        let m = |rate: f64, cpu: f64, per_park: f64| Measured {
+        let m = |rate: f64, cpu: f64| Measured {
             rate,
             cpu_per_read: Some(cpu),
-            per_park,
         };
         // Cheaper and as fast: wait.
-        assert!(waiting_pays(&m(25e3, 12.0, 16.0), &m(25e3, 16.4, 1.0)));
+        assert!(waiting_pays(&m(25e3, 12.0), &m(25e3, 16.4), false));
         // Cheaper but the clients slowed down: a closed loop, do not.
-        assert!(!waiting_pays(&m(100e3, 3.0, 100.0), &m(200e3, 4.5, 25.0)));
-        // As fast but no clear saving: do not.
-        assert!(!waiting_pays(&m(25e3, 16.0, 16.0), &m(25e3, 16.4, 1.0)));
-        assert!(!waiting_pays(&m(70e3, 11.0, 100.0), &m(70e3, 12.0, 25.0)));
+        assert!(!waiting_pays(&m(100e3, 3.0), &m(200e3, 4.5), false));
+        assert!(!waiting_pays(&m(100e3, 3.0), &m(200e3, 4.5), true));
+        // As fast but no clear saving: do not start.
+        assert!(!waiting_pays(&m(25e3, 16.0), &m(25e3, 16.4), false));
+        assert!(!waiting_pays(&m(70e3, 11.0), &m(70e3, 12.0), false));
+        // A smaller saving keeps waiting once chosen; none at all ends it.
+        assert!(waiting_pays(&m(70e3, 11.0), &m(70e3, 12.0), true));
+        assert!(!waiting_pays(&m(25e3, 16.0), &m(25e3, 16.4), true));
+        // No CPU clock: nothing shows a saving.
+        let blind = Measured {
+            rate: 25e3,
+            cpu_per_read: None,
+        };
+        assert!(!waiting_pays(&blind, &blind, false));
+        assert!(!waiting_pays(&blind, &blind, true));
     }
 
     #[test]
     fn a_quiet_spell_starts_the_trial_again() {
-        let w = us(500);
-        let mut g = Gate::NEW;
         let mut t = Instant::now();
+        let g = Gate::new(us(500), t);
         let (mut cpu, mut reads) = (Duration::ZERO, 0);
         for _ in 0..20_000 {
-            let (len, r, c) = open_loop(g.park(t, reads, w, || Some(cpu)));
+            let (len, r, c) = open_loop(g.park(t, reads, || Some(cpu)));
             t += len;
             cpu += c;
             reads = r;
         }
-        assert!(g.trial.wait, "waiting chosen under independent arrivals");
+        assert!(
+            g.choice.load(Relaxed),
+            "waiting chosen under independent arrivals"
+        );
         for _ in 0..50 {
             t += Duration::from_millis(10);
-            assert!(!g.park(t, 0, w, || Some(cpu)));
+            g.park(t, 0, || Some(cpu));
         }
-        assert!(!g.trial.wait, "and forgotten once the reads stop");
+        assert!(!g.choice.load(Relaxed), "and forgotten once the reads stop");
+        assert!(!g.park(t, 0, || Some(cpu)));
+    }
+
+    #[test]
+    fn the_last_probe_is_reported() {
+        simulate(open_loop, None, 5, 1, true);
+        let (cpu, rate) = stats().probe.expect("a probe was judged");
+        assert!(cpu > 0.0 && cpu < CPU_GAIN, "{cpu}");
+        assert!(rate > RATE_KEPT, "{rate}");
     }
 
     #[test]
@@ -653,40 +697,43 @@ mod tests {
         assert_eq!(GAUGE.load(Relaxed), 0);
     }
 
-    /// A runtime with the widest window serves I/O as before: every echo comes back (each
-    /// after the thread's wait, once the reads come often enough).
+    /// Runtimes with the widest window serve I/O as before, on one I/O thread and on
+    /// several: every echo comes back (each after the threads' wait, once the reads come
+    /// often enough).
     #[test]
     fn a_coalescing_runtime_serves_every_message() {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(1).enable_all();
-        install(&mut b, MAX_WINDOW * 10);
-        let rt = b.build().unwrap();
-        rt.block_on(async {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = l.local_addr().unwrap();
-            tokio::spawn(async move {
-                let (mut s, _) = l.accept().await.unwrap();
-                let mut buf = [0u8; 64];
-                loop {
-                    let n = s.read(&mut buf).await.unwrap();
-                    if n == 0 {
-                        break;
+        for threads in [1, 3] {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(threads).enable_all();
+            install(&mut b, MAX_WINDOW * 10);
+            let rt = b.build().unwrap();
+            rt.block_on(async {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let addr = l.local_addr().unwrap();
+                tokio::spawn(async move {
+                    let (mut s, _) = l.accept().await.unwrap();
+                    let mut buf = [0u8; 64];
+                    loop {
+                        let n = s.read(&mut buf).await.unwrap();
+                        if n == 0 {
+                            break;
+                        }
+                        note_read();
+                        s.write_all(&buf[..n]).await.unwrap();
                     }
-                    note_read();
-                    s.write_all(&buf[..n]).await.unwrap();
+                });
+                let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+                for i in 0..200u8 {
+                    c.write_all(&[i]).await.unwrap();
+                    let mut b = [0u8; 1];
+                    tokio::time::timeout(Duration::from_secs(10), c.read_exact(&mut b))
+                        .await
+                        .expect("the echo came back")
+                        .unwrap();
+                    assert_eq!(b[0], i);
                 }
             });
-            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
-            for i in 0..200u8 {
-                c.write_all(&[i]).await.unwrap();
-                let mut b = [0u8; 1];
-                tokio::time::timeout(Duration::from_secs(10), c.read_exact(&mut b))
-                    .await
-                    .expect("the echo came back")
-                    .unwrap();
-                assert_eq!(b[0], i);
-            }
-        });
+        }
     }
 }

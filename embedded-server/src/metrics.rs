@@ -376,9 +376,22 @@ impl Metrics {
         let co = crate::coalesce::stats();
         g(
             "ws_coalesce_threads_waiting",
-            "I/O threads of this process that now wait out the coalescing window before they sleep, because waiting measurably saves CPU without slowing the clients.",
+            "I/O threads of this process that now wait out the coalescing window before they sleep, because waiting measurably saves CPU without slowing the clients (the runtime decides for all its threads).",
             "gauge",
             co.threads_waiting as f64,
+        );
+        let (cpu_ratio, rate_ratio) = co.probe.unwrap_or((0.0, 0.0));
+        g(
+            "ws_coalesce_probe_cpu_ratio",
+            "The last coalescing probe's CPU per read with waiting as a share of without it: waiting is chosen at 0.85 or less when the read rate held (0 before the first probe).",
+            "gauge",
+            cpu_ratio,
+        );
+        g(
+            "ws_coalesce_probe_rate_ratio",
+            "The last coalescing probe's read rate with waiting as a share of without it: below 0.95 the clients were waiting on the replies, and waiting is declined (0 before the first probe).",
+            "gauge",
+            rate_ratio,
         );
         g(
             "ws_coalesce_waits_total",
