@@ -52,6 +52,7 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
         channels: vec![],
         rings: vec![],
         nics: vec![],
+        left: vec![],
         failure: None,
     };
     let managed = crate::catalog::managed();
