@@ -5,7 +5,9 @@
 //! `state` records how far the apply got: `pending` (written, changes may be partial),
 //! `applied`, `undone` (a failure was rolled back automatically), `rolled_back`,
 //! `interrupted_undone` (a killed apply that the next apply restored before planning),
-//! `partly_rolled_back` (rolled back but for a NIC whose name another NIC has now).
+//! `partly_rolled_back` (rolled back but for what it had to leave: a NIC refused, or another
+//! network namespace's values; [`Entry::left`] says exactly what, and a later rollback of the
+//! entry restores only that).
 //!
 //! One apply or rollback at a time: each holds an exclusive lock ([`Lock`], flock on
 //! `DIR/.lock`) for as long as it runs. A `pending` entry whose lock is free was left by a process
@@ -25,17 +27,20 @@ pub const IRQBALANCE_UNIT: &str = "irqbalance.service";
 /// The journal's format: the newest this wstune reads. 2 added the checksum, owners and what a
 /// file was (a link, hard links); 3 the receive ring, irqbalance's files and restart, and the
 /// NIC sysctl file's lines; 4 each changed NIC's identity ([`Entry::nics`]) and the state
-/// `partly_rolled_back` ([`format_of`]: an entry without them is still written as the older
-/// format, which older versions read). An entry without `format` is a 1 (no checksum, read as
-/// before). A higher one was written by a newer wstune and is refused: its fields might mean
-/// more than this one knows.
-pub const FORMAT: u32 = 4;
+/// `partly_rolled_back`; 5 what a rollback left of a partly rolled back entry ([`Entry::left`])
+/// ([`format_of`]: an entry without them is still written as the older format, which older
+/// versions read). An entry without `format` is a 1 (no checksum, read as before). A higher one
+/// was written by a newer wstune and is refused: its fields might mean more than this one knows.
+pub const FORMAT: u32 = 5;
 
 /// The format an entry is written in: the oldest that holds what it has, so a wstune that
 /// reads only older formats says "written by a newer wstune, roll it back with that version"
 /// for an entry it cannot read in full and reads the others, rather than calling any damaged.
 pub fn format_of(e: &Entry) -> u32 {
     use super::plan::Op;
+    if !e.left.is_empty() {
+        return 5;
+    }
     if !e.nics.is_empty() || e.state == State::PartlyRolledBack {
         return 4;
     }
@@ -66,9 +71,11 @@ pub enum State {
     RolledBack,
     /// A killed apply's entry, restored by the next apply before it planned its own changes.
     InterruptedUndone,
-    /// Rolled back except a NIC's values, refused: the NIC of that name now is another one (or
-    /// the NIC is in another network namespace). `rollback --id ID --force` restores them onto
-    /// the NIC of that name; a plain `rollback` goes on to older entries.
+    /// Rolled back except what the rollback had to leave ([`Entry::left`]): a NIC's values,
+    /// refused (the NIC of that name now is another one, or the NIC is in another network
+    /// namespace), or the values of the network namespace the apply ran in, when rollback ran
+    /// in another. `rollback --id ID` later restores only those (`--force`: onto the NIC of that
+    /// name, into that namespace); a plain `rollback` goes on to older entries.
     PartlyRolledBack,
 }
 
@@ -81,7 +88,7 @@ impl State {
             State::RolledBack => "rolled back",
             State::InterruptedUndone => "interrupted, undone by the next apply",
             State::PartlyRolledBack => {
-                "rolled back but for a NIC's values (refused: another NIC has its name)"
+                "rolled back but for what it left (a NIC refused, or another network namespace's values)"
             }
         }
     }
@@ -124,6 +131,12 @@ pub struct Entry {
     /// NICs are found by name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nics: Vec<crate::host::NicIdentity>,
+    /// What a rollback left of a `partly_rolled_back` entry, and why: a later rollback of the
+    /// entry restores these parts and nothing else (what the first one restored may have been
+    /// set anew since, by an operator or a newer apply). Left out when empty; a
+    /// `partly_rolled_back` entry without it (an older wstune's) is restored whole, as then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left: Vec<LeftPart>,
     /// Why an apply failed, when it did.
     #[serde(default)]
     pub failure: Option<String>,
@@ -133,7 +146,106 @@ fn format_1() -> u32 {
     1
 }
 
+/// Why a rollback left part of an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeftKind {
+    /// The NIC's name is another NIC's now, or several links have its identity.
+    Refused,
+    /// The NIC is in another network namespace (moved there, or recorded there), or the values
+    /// are those of the network namespace the apply ran in, not the one rollback ran in.
+    OtherNamespace,
+    /// The NIC is gone, its values with it.
+    Gone,
+    /// The entry recorded no identity for the NIC and no link has its name: removed or renamed,
+    /// nothing tells which.
+    Unverified,
+}
+
+impl LeftKind {
+    /// Whether what was left is still there to restore later (everything but a NIC gone).
+    pub fn kept(self) -> bool {
+        self != LeftKind::Gone
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeftKind::Refused => "refused",
+            LeftKind::OtherNamespace => "in another network namespace",
+            LeftKind::Gone => "gone",
+            LeftKind::Unverified => "unverified",
+        }
+    }
+}
+
+/// One part of an entry a rollback did not restore: a NIC's values, or (no `nic`) the values of
+/// another network namespace. Each names the entry's own records, as the entry names them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeftPart {
+    /// The NIC, by its name in the entry; None: values that are not one NIC's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic: Option<String>,
+    pub kind: LeftKind,
+    pub why: String,
+    /// The runtime values left ([`OldRuntime::path`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtime: Vec<String>,
+    /// Whether the NIC's channel counts were left; its receive ring.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub channels: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ring: bool,
+}
+
 impl Entry {
+    /// Whether a rollback of this entry restores only what an earlier rollback left.
+    pub fn resumes(&self) -> bool {
+        self.state == State::PartlyRolledBack && !self.left.is_empty()
+    }
+
+    /// What a rollback of this entry restores: the parts an earlier rollback left, when it
+    /// recorded them ([`Entry::resumes`]), else the whole entry. The parts restored then are
+    /// not in it: no value, file, limit or restart of theirs is written again.
+    pub fn remaining(&self) -> Entry {
+        use super::plan::Op;
+        if !self.resumes() {
+            return self.clone();
+        }
+        let runtime: Vec<&str> = self
+            .left
+            .iter()
+            .flat_map(|p| p.runtime.iter().map(String::as_str))
+            .collect();
+        let of = |pick: fn(&LeftPart) -> bool| -> Vec<&str> {
+            self.left
+                .iter()
+                .filter(|p| pick(p))
+                .filter_map(|p| p.nic.as_deref())
+                .collect()
+        };
+        let (channels, rings) = (of(|p| p.channels), of(|p| p.ring));
+        let sysctl = |key: &str| crate::host::procfs::sysctl_path(key);
+        let mut e = self.clone();
+        e.runtime.retain(|r| runtime.contains(&r.path.as_str()));
+        e.channels.retain(|c| channels.contains(&c.nic.as_str()));
+        e.rings.retain(|r| rings.contains(&r.nic.as_str()));
+        e.actions.retain(|a| match &a.op {
+            Op::Sysctl { key, .. } => runtime.contains(&sysctl(key).as_str()),
+            Op::KernelFile { path, .. } => runtime.contains(&path.as_str()),
+            Op::Channels { nic, .. } => channels.contains(&nic.as_str()),
+            Op::RxRing { nic, .. } => rings.contains(&nic.as_str()),
+            // Files, limits, registry values and the restart that reads the files: restored
+            // by the earlier rollback, whole.
+            _ => false,
+        });
+        e.files.clear();
+        e.created_dirs.clear();
+        e.limits.clear();
+        e.registry.clear();
+        e
+    }
+
     /// The channel counts the entry's apply set on `nic` (rx, tx, combined; None: that count
     /// was left as it was), or None when the entry has no channel change for it.
     pub fn channels_set(&self, nic: &str) -> Option<[Option<u32>; 3]> {
@@ -518,6 +630,33 @@ pub fn check_paths(e: &Entry) -> std::result::Result<(), String> {
             return Err(format!("{c:?} is not a network interface name"));
         }
     }
+    // What a rollback left names the entry's own records, never anything else.
+    for p in &e.left {
+        if let Some(nic) = &p.nic {
+            if !crate::host::owned::nic_name_ok(nic) {
+                return Err(format!("{nic:?} is not a network interface name"));
+            }
+        }
+        let nic = p.nic.as_deref();
+        let outside = p
+            .runtime
+            .iter()
+            .find(|path| !e.runtime.iter().any(|r| r.path == **path))
+            .cloned()
+            .or_else(|| {
+                (p.channels && !e.channels.iter().any(|c| Some(c.nic.as_str()) == nic))
+                    .then(|| format!("{}'s channels", nic.unwrap_or("?")))
+            })
+            .or_else(|| {
+                (p.ring && !e.rings.iter().any(|r| Some(r.nic.as_str()) == nic))
+                    .then(|| format!("{}'s receive ring", nic.unwrap_or("?")))
+            });
+        if let Some(what) = outside {
+            return Err(format!(
+                "its record of what a rollback left names {what}, which the entry did not change"
+            ));
+        }
+    }
     // The one service an apply restarts (and a rollback restarts again).
     for a in &e.actions {
         if let super::plan::Op::TryRestart { unit } = &a.op {
@@ -703,6 +842,75 @@ mod tests {
         assert_eq!(load(&store, &e.id).unwrap().format, 3);
     }
 
+    /// A rollback that leaves a NIC records exactly what it left; a later rollback of the
+    /// entry is given only that (no sysctl, file, limit or restart the first one restored). An
+    /// entry of the previous format (partly rolled back, nothing recorded) is restored whole,
+    /// as then, and only an entry that records what was left is written as format 5.
+    #[test]
+    fn a_partly_rolled_back_entry_remains_only_what_its_rollback_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let mut e: Entry = serde_json::from_value(serde_json::json!({
+            "id": new_id(), "created": "now", "state": "partly_rolled_back", "profile": "100k",
+            "actions": [
+                {"check": "linux.nic.queues[vb]", "setting": "vb channels", "from": "rx 1, tx 1", "to": "rx 2, tx 2",
+                 "op": {"kind": "channels", "nic": "vb", "rx": 2, "tx": 2, "combined": null}},
+                {"check": "linux.nic.queues[vb]", "setting": "vb queues/rx-0/rps_cpus", "from": "0", "to": "3",
+                 "op": {"kind": "kernel_file", "path": "/sys/class/net/vb/queues/rx-0/rps_cpus", "value": "3"}},
+                {"check": "linux.net.somaxconn", "setting": "net.core.somaxconn", "from": "4096", "to": "65535",
+                 "op": {"kind": "sysctl", "key": "net.core.somaxconn", "value": "65535"}},
+                {"check": "linux.net.somaxconn", "setting": "net.core.somaxconn", "from": null, "to": "65535",
+                 "op": {"kind": "sysctl_file", "key": "net.core.somaxconn", "value": "65535"}}
+            ],
+            "runtime": [
+                {"path": "/sys/class/net/vb/queues/rx-0/rps_cpus", "old": "0\n"},
+                {"path": "/proc/sys/net/core/somaxconn", "old": "4096\n"}
+            ],
+            "files": [{"path": "/etc/sysctl.d/60-wstune.conf", "old": null,
+                       "new": {"base64": "", "mode": 420}}],
+            "created_dirs": ["/etc/sysctl.d"], "limits": [{"pid": 1, "soft": 1024, "hard": 4096}],
+            "registry": [],
+            "channels": [{"nic": "vb", "old": {"rx": 1, "tx": 1, "combined": 0, "max_rx": 4, "max_tx": 4, "max_combined": 0}}],
+            "nics": [{"name": "vb", "ifindex": 5, "netns": 4026532175u64, "boot": "b1"}]
+        }))
+        .unwrap();
+        // The previous format: nothing recorded, so all of it, as before.
+        assert!(!e.resumes());
+        assert_eq!(e.remaining().runtime.len(), 2);
+        assert_eq!(format_of(&e), 4);
+        e.left = vec![LeftPart {
+            nic: Some("vb".into()),
+            kind: LeftKind::Refused,
+            why: "the link now named vb is another NIC".into(),
+            runtime: vec!["/sys/class/net/vb/queues/rx-0/rps_cpus".into()],
+            channels: true,
+            ring: false,
+        }];
+        let rest = e.remaining();
+        assert_eq!(rest.runtime.len(), 1);
+        assert_eq!(
+            rest.runtime[0].path,
+            "/sys/class/net/vb/queues/rx-0/rps_cpus"
+        );
+        assert_eq!(rest.channels.len(), 1);
+        assert!(rest.files.is_empty() && rest.created_dirs.is_empty() && rest.limits.is_empty());
+        assert_eq!(rest.actions.len(), 2, "{:?}", rest.actions);
+        assert!(rest.actions.iter().all(|a| a.setting.starts_with("vb ")));
+        save(&store, &e).unwrap();
+        let back = load(&store, &e.id).unwrap();
+        assert_eq!((back.format, back.left.clone()), (5, e.left.clone()));
+        // A record naming what the entry never changed is refused like any foreign path.
+        e.left[0]
+            .runtime
+            .push("/proc/sys/net/ipv4/tcp_fin_timeout".into());
+        assert!(check_paths(&e)
+            .unwrap_err()
+            .contains("names /proc/sys/net/ipv4/tcp_fin_timeout, which the entry did not change"));
+        e.left[0].runtime.pop();
+        e.left[0].ring = true;
+        assert!(check_paths(&e).unwrap_err().contains("vb's receive ring"));
+    }
+
     #[test]
     fn entries_round_trip_and_sort_by_time() {
         let dir = tempfile::tempdir().unwrap();
@@ -741,6 +949,7 @@ mod tests {
                 channels: vec![],
                 rings: vec![],
                 nics: vec![],
+                left: vec![],
                 failure: None,
             };
             save(&store, &e).unwrap();

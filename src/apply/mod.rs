@@ -52,6 +52,7 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
         channels: vec![],
         rings: vec![],
         nics: vec![],
+        left: vec![],
         failure: None,
     };
     let managed = crate::catalog::managed();
@@ -567,8 +568,9 @@ pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
     for e in applied.iter().rev() {
         let resolved = nics::resolve(e, now.clone(), &nics::lister(backend), false);
         for l in &resolved.left {
-            if seen.insert(("nic", l.nic.clone())) {
-                drifted.push(format!("{}: {}", l.nic, l.why));
+            let whose = l.nic.clone().unwrap_or_else(|| l.whose());
+            if seen.insert(("nic", whose.clone())) {
+                drifted.push(format!("{whose}: {}", l.why));
             }
         }
         drift_of(&resolved.entry, backend, &mut seen, &mut drifted);

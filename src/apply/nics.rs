@@ -17,9 +17,16 @@
 //!   link was recorded before the last reboot (its index names nothing now; a bond or VLAN
 //!   comes back under its name): found by name, with a warning.
 //!
+//! A NIC left alone keeps what it uses beside its own queue, channel and interrupt settings:
+//! RFS's flow table (net.core.rps_sock_flow_entries), one for the whole host, which its RPS
+//! still uses. And when the entry's NICs were recorded in another network namespace than the
+//! one here (during this boot), every net.* value the entry recorded is that namespace's
+//! (each namespace has its own; the host-wide ones exist only in the initial namespace), so
+//! none is written here. Both are left with a record of why ([`Left`]), for a later rollback.
+//!
 //! Pure: the NICs there now are read by the caller (`Backend::nic_identities`).
 
-use super::journal::Entry;
+use super::journal::{Entry, LeftKind, LeftPart};
 use super::plan::{Action, Op};
 use crate::host::{Backend, NicIdentity, ReadError};
 
@@ -77,8 +84,27 @@ pub enum Found {
     Unverified(String),
     /// Not here any more; why.
     Gone(String),
-    /// Not the NIC of that name; why (the name is another NIC's, or it is elsewhere).
+    /// Not the NIC of that name; why (the name is another NIC's, or several links are it).
     Refused(String),
+    /// In another network namespace: moved there since (its device is still on the host), or
+    /// recorded there; why.
+    Elsewhere(String),
+    /// The entry recorded no identity for it and no link has its name: removed or renamed,
+    /// nothing tells which; why.
+    Unknown(String),
+}
+
+impl Found {
+    /// Why the NIC is left, when it is not restored here.
+    fn left(self) -> Option<(LeftKind, String)> {
+        match self {
+            Found::Here(_) | Found::Unverified(_) => None,
+            Found::Gone(why) => Some((LeftKind::Gone, why)),
+            Found::Refused(why) => Some((LeftKind::Refused, why)),
+            Found::Elsewhere(why) => Some((LeftKind::OtherNamespace, why)),
+            Found::Unknown(why) => Some((LeftKind::Unverified, why)),
+        }
+    }
 }
 
 /// What is in a directory of the host now (`Backend::list`), None when it cannot be listed:
@@ -117,7 +143,7 @@ pub fn find(rec: &NicIdentity, now: &[NicIdentity], list: Lister) -> Found {
             Some(_) => Found::Unverified(
                 "the entry recorded no identity for it (an older wstune's entry, or a tree without one)".into(),
             ),
-            None => Found::Refused(format!(
+            None => Found::Unknown(format!(
                 "no link named {} now: removed or renamed, which an entry of an older wstune cannot tell",
                 rec.name
             )),
@@ -146,7 +172,7 @@ pub fn find(rec: &NicIdentity, now: &[NicIdentity], list: Lister) -> Found {
             // Its device is still on the host, but no link here is it: it was moved to another
             // network namespace (a VF or veth handed to a pod), where its settings live on.
             [] if rec.device.as_deref().is_some_and(|d| device_here(d, list)) => {
-                Found::Refused(format!(
+                Found::Elsewhere(format!(
                     "its device {} is still on this host, but no link in this network namespace is it: it was moved to another namespace (`ip link set {} netns ...`), where its values live on; run rollback in that namespace",
                     rec.device.as_deref().unwrap_or_default(),
                     rec.name
@@ -184,7 +210,7 @@ pub fn find(rec: &NicIdentity, now: &[NicIdentity], list: Lister) -> Found {
     }
     if let (Some(was), Some(is)) = (rec.netns, here.and_then(|h| h.netns)) {
         if was != is {
-            return Found::Refused(format!(
+            return Found::Elsewhere(format!(
                 "it was recorded in network namespace net:[{was}], and this is net:[{is}]: run rollback in that namespace"
             ));
         }
@@ -198,17 +224,104 @@ pub fn find(rec: &NicIdentity, now: &[NicIdentity], list: Lister) -> Found {
     }
 }
 
-/// A NIC whose values are not restored, and why.
+/// What is not restored, and why: a NIC's values, or (no NIC) the values of the network
+/// namespace the apply ran in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Left {
-    /// Its name in the entry.
-    pub nic: String,
+    /// The NIC, by its name in the entry; None: values that are not one NIC's.
+    pub nic: Option<String>,
+    pub kind: LeftKind,
     pub why: String,
-    /// Refused (another NIC has the name, or it is elsewhere): `--force` restores by name.
-    /// Else it is gone, and its values with it.
-    pub refused: bool,
     /// The values not restored, as `channels rx 1, tx 1`, `queues/rx-0/rps_cpus 0`.
     pub values: Vec<String>,
+    /// The same as the journal records them: runtime paths, and whether the channel counts
+    /// and the receive ring are among them.
+    pub runtime: Vec<String>,
+    pub channels: bool,
+    pub ring: bool,
+}
+
+impl Left {
+    /// Still there to restore later (refused, elsewhere, unverified): `--force` restores it
+    /// here. Else the NIC is gone, and its values with it.
+    pub fn refused(&self) -> bool {
+        self.kind.kept()
+    }
+
+    /// Whose values these are, for people: `eth0's values`.
+    pub fn whose(&self) -> String {
+        match &self.nic {
+            Some(nic) => format!("{nic}'s values"),
+            None => "another network namespace's net.* values".into(),
+        }
+    }
+
+    /// What the journal records of it.
+    pub fn part(&self) -> LeftPart {
+        LeftPart {
+            nic: self.nic.clone(),
+            kind: self.kind,
+            why: self.why.clone(),
+            runtime: self.runtime.clone(),
+            channels: self.channels,
+            ring: self.ring,
+        }
+    }
+
+    /// From the journal's record, with the values in words from `entry`.
+    pub fn from_part(p: &LeftPart, entry: &Entry) -> Left {
+        let mut values = p.nic.as_deref().map_or_else(Vec::new, |n| {
+            values_of(entry, n)
+                .into_iter()
+                .filter(|v| {
+                    // Only what this part left: its channel counts and ring if they are.
+                    (p.channels || !v.starts_with("channels "))
+                        && (p.ring || !v.starts_with("receive ring "))
+                })
+                .collect()
+        });
+        for path in &p.runtime {
+            let mine = p.nic.as_deref().is_some_and(|n| {
+                nic_of_path(path) == Some(n)
+                    || entry.actions.iter().any(|a| {
+                        matches!(&a.op, Op::KernelFile { path: q, .. } if q == path)
+                            && nic_of_action(a) == Some(n)
+                    })
+            });
+            if !mine {
+                if let Some(r) = entry.runtime.iter().find(|r| r.path == *path) {
+                    values.push(runtime_words(r));
+                }
+            }
+        }
+        Left {
+            nic: p.nic.clone(),
+            kind: p.kind,
+            why: p.why.clone(),
+            values,
+            runtime: p.runtime.clone(),
+            channels: p.channels,
+            ring: p.ring,
+        }
+    }
+}
+
+/// RFS's flow table: one for the whole host, used by every queue's RPS.
+const FLOW_TABLE: &str = "net.core.rps_sock_flow_entries";
+
+/// A runtime value outside a NIC's queues, in words: `net.core.somaxconn 4096`, and what RFS's
+/// flow table is.
+fn runtime_words(r: &super::journal::OldRuntime) -> String {
+    let old = r.old.split_whitespace().collect::<Vec<_>>().join(" ");
+    let words = match r.path.strip_prefix("/proc/sys/") {
+        Some(key) => format!("{} {old}", key.replace('/', ".")),
+        None => format!("{} {old}", r.path),
+    };
+    if r.path == crate::host::procfs::sysctl_path(FLOW_TABLE) {
+        format!("{words} (RFS's flow table, one for the whole host, which its RPS uses)")
+    } else {
+        words
+    }
 }
 
 /// An entry made to fit the NICs there now.
@@ -250,18 +363,16 @@ pub fn resolve(
         warnings: vec![],
         left: vec![],
     };
-    if names.is_empty() {
-        return out;
-    }
     let now = match now {
         Ok(now) => now,
-        Err(e) => {
+        Err(e) if !names.is_empty() => {
             out.warnings.push(format!(
                 "the NICs here cannot be listed ({e}): {} found by name only, which cannot be verified",
                 names.join(", ")
             ));
             return out;
         }
+        Err(_) => return out,
     };
     let mut renames: Vec<(String, String)> = Vec::new();
     let mut drop: Vec<String> = Vec::new();
@@ -287,24 +398,24 @@ pub fn resolve(
             Found::Unverified(why) => out.warnings.push(format!(
                 "{name}: {why}, so it is found by name only, which cannot be verified"
             )),
-            Found::Refused(why) if force => out.notes.push(format!(
-                "{name}: {why}; --force: its values are restored onto the link named {name} anyway"
-            )),
-            Found::Refused(why) => {
+            found => {
+                let Some((kind, why)) = found.left() else {
+                    continue;
+                };
+                if force && kind.kept() {
+                    out.notes.push(format!(
+                        "{name}: {why}; --force: its values are restored onto the link named {name} anyway"
+                    ));
+                    continue;
+                }
                 out.left.push(Left {
-                    nic: name.clone(),
+                    nic: Some(name.clone()),
+                    kind,
                     values: values_of(entry, name),
                     why,
-                    refused: true,
-                });
-                drop.push(name.clone());
-            }
-            Found::Gone(why) => {
-                out.left.push(Left {
-                    nic: name.clone(),
-                    values: values_of(entry, name),
-                    why,
-                    refused: false,
+                    runtime: vec![],
+                    channels: entry.channels.iter().any(|c| c.nic == *name),
+                    ring: entry.rings.iter().any(|r| r.nic == *name),
                 });
                 drop.push(name.clone());
             }
@@ -355,10 +466,21 @@ pub fn resolve(
             _ => None,
         })
     };
-    e.runtime.retain(|r| {
-        let nic = nic_of_path(&r.path)
+    let nic_of_runtime = |path: &str| {
+        nic_of_path(path)
             .map(str::to_string)
-            .or_else(|| irq_of(&r.path));
+            .or_else(|| irq_of(path))
+    };
+    for l in &mut out.left {
+        l.runtime = e
+            .runtime
+            .iter()
+            .filter(|r| l.nic.is_some() && nic_of_runtime(&r.path).as_deref() == l.nic.as_deref())
+            .map(|r| r.path.clone())
+            .collect();
+    }
+    e.runtime.retain(|r| {
+        let nic = nic_of_runtime(&r.path);
         !nic.is_some_and(|n| drop.contains(&n))
     });
     e.channels.retain(|c| !drop.contains(&c.nic));
@@ -403,7 +525,75 @@ pub fn resolve(
             _ => {}
         }
     }
+    leave_shared(&mut out, entry, &now, force);
     out
+}
+
+/// What a NIC left alone, or the namespace it was recorded in, keeps beside its own settings
+/// (see the module's words): RFS's flow table goes with the first NIC left that is still there,
+/// and the net.* values of an entry recorded in another network namespace with a part of
+/// their own. `--force` restores them here, saying so.
+fn leave_shared(out: &mut Resolved, entry: &Entry, now: &[NicIdentity], force: bool) {
+    let take = |e: &mut Entry, paths: &[String]| {
+        e.runtime.retain(|r| !paths.contains(&r.path));
+        e.actions.retain(|a| {
+            !matches!(&a.op, Op::Sysctl { key, .. }
+                if paths.contains(&crate::host::procfs::sysctl_path(key)))
+        });
+    };
+    let flow = crate::host::procfs::sysctl_path(FLOW_TABLE);
+    let flow_old = out.entry.runtime.iter().find(|r| r.path == flow).cloned();
+    if let (Some(old), Some(l)) = (flow_old, out.left.iter_mut().find(|l| l.refused())) {
+        l.runtime.push(flow.clone());
+        l.values.push(runtime_words(&old));
+        take(&mut out.entry, &[flow]);
+    }
+    // The namespace the entry's NICs were recorded in, and this one, during one boot: a
+    // namespace's number means nothing in another boot (that namespace is gone).
+    let Some(rec) = entry.nics.iter().find(|n| n.netns.is_some()) else {
+        return;
+    };
+    let Some(here) = now.iter().find(|n| n.netns.is_some()) else {
+        return;
+    };
+    let same_boot = match (&rec.boot, &here.boot) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    };
+    let (was, is) = (rec.netns.unwrap_or(0), here.netns.unwrap_or(0));
+    if was == is || !same_boot {
+        return;
+    }
+    let theirs: Vec<&super::journal::OldRuntime> = out
+        .entry
+        .runtime
+        .iter()
+        .filter(|r| r.path.starts_with("/proc/sys/net/"))
+        .collect();
+    if theirs.is_empty() {
+        return;
+    }
+    let values: Vec<String> = theirs.iter().map(|r| runtime_words(r)).collect();
+    if force {
+        out.notes.push(format!(
+            "the apply ran in network namespace net:[{was}], and this is net:[{is}]; --force: its net.* values ({}) are restored into this one anyway",
+            values.join(", ")
+        ));
+        return;
+    }
+    let runtime: Vec<String> = theirs.iter().map(|r| r.path.clone()).collect();
+    out.left.push(Left {
+        nic: None,
+        kind: LeftKind::OtherNamespace,
+        why: format!(
+            "the apply ran in network namespace net:[{was}] (its NICs were recorded there), and this is net:[{is}]: each network namespace has its own net.* values (the host-wide ones only the initial one has), so these are that namespace's; run the rollback there"
+        ),
+        values,
+        runtime: runtime.clone(),
+        channels: false,
+        ring: false,
+    });
+    take(&mut out.entry, &runtime);
 }
 
 /// The number and name of a queue interrupt from its action's setting, `IRQ 40 (vb-rx-0)`.
@@ -459,16 +649,20 @@ pub fn left_words(l: &Left, id: &str) -> String {
     } else {
         format!(" ({})", l.values.join(", "))
     };
-    if l.refused {
-        format!(
-            "{}'s values were not restored{values}: {}. That NIC was left alone; `wstune rollback --id {id} --force` restores them onto the link named {} anyway",
-            l.nic, l.why, l.nic
-        )
-    } else {
-        format!(
-            "{}'s values were not restored{values}: {}; its queue settings and channel counts went with the device, so nothing is left to restore",
-            l.nic, l.why
-        )
+    match (&l.nic, l.refused()) {
+        (Some(nic), true) => format!(
+            "{nic}'s values were not restored{values}: {}. That NIC was left alone; `wstune rollback --id {id}` restores them once it is found again, and `--force` restores them onto the link named {nic} anyway",
+            l.why
+        ),
+        (Some(nic), false) => format!(
+            "{nic}'s values were not restored{values}: {}; its queue settings and channel counts went with the device, so nothing is left to restore",
+            l.why
+        ),
+        (None, _) => format!(
+            "{} were not restored{values}: {}. They were left alone; `wstune rollback --id {id}` run in that namespace restores them, and `--force` restores them into this one anyway",
+            l.whose(),
+            l.why
+        ),
     }
 }
 
@@ -519,7 +713,7 @@ mod tests {
         let mut there = id("vb", 5);
         there.netns = Some(1);
         assert!(
-            matches!(find(&rec, &[there], NONE), Found::Refused(w) if w.contains("net:[4026532175]"))
+            matches!(find(&rec, &[there], NONE), Found::Elsewhere(w) if w.contains("net:[4026532175]"))
         );
     }
 
@@ -589,7 +783,7 @@ mod tests {
             let r = resolve(&entry(), Ok(now.clone()), NONE, false);
             assert_eq!(r.left.len(), 1, "{now:?}");
             let l = &r.left[0];
-            assert_eq!((l.nic.as_str(), l.refused), ("vb", refused));
+            assert_eq!((l.nic.as_deref(), l.refused()), (Some("vb"), refused));
             assert_eq!(
                 l.values,
                 [
@@ -616,6 +810,168 @@ mod tests {
         assert!(r.notes[0].contains("--force"), "{:?}", r.notes);
     }
 
+    /// [`entry`] that also raised RFS's flow table (host-wide) and fs.file-max (host-wide).
+    fn entry_with_host_values() -> Entry {
+        let mut e = entry();
+        let more: Vec<Action> = serde_json::from_value(serde_json::json!([
+            {"check": "linux.nic.queues", "setting": "net.core.rps_sock_flow_entries", "from": "0", "to": "32768",
+             "op": {"kind": "sysctl", "key": "net.core.rps_sock_flow_entries", "value": "32768"}},
+            {"check": "linux.fs.file_max", "setting": "fs.file-max", "from": "1000", "to": "2000000",
+             "op": {"kind": "sysctl", "key": "fs.file-max", "value": "2000000"}}
+        ]))
+        .unwrap();
+        e.actions.extend(more);
+        for (path, old) in [
+            ("/proc/sys/net/core/rps_sock_flow_entries", "0\n"),
+            ("/proc/sys/fs/file-max", "1000\n"),
+        ] {
+            e.runtime.push(super::super::journal::OldRuntime {
+                path: path.into(),
+                old: old.into(),
+            });
+        }
+        e
+    }
+
+    fn paths(e: &Entry) -> Vec<&str> {
+        e.runtime.iter().map(|r| r.path.as_str()).collect()
+    }
+
+    /// RFS's flow table is one for the whole host: a NIC left alone (refused) still uses it
+    /// for the RPS on its queues, so it stays with that NIC; a NIC gone uses nothing, and
+    /// the table is restored with the rest. Host-wide values that are no NIC's are restored.
+    #[test]
+    fn a_refused_nic_keeps_rfs_flow_table_and_a_gone_one_does_not() {
+        let flow = "/proc/sys/net/core/rps_sock_flow_entries";
+        let r = resolve(
+            &entry_with_host_values(),
+            Ok(vec![id("vb", 9)]),
+            NONE,
+            false,
+        );
+        let l = &r.left[0];
+        assert_eq!(l.kind, LeftKind::Refused);
+        assert_eq!(
+            l.runtime,
+            [
+                "/sys/class/net/vb/queues/rx-0/rps_cpus",
+                "/proc/irq/40/smp_affinity_list",
+                flow
+            ]
+        );
+        assert!(l.channels && !l.ring, "{l:?}");
+        assert!(
+            l.values
+                .last()
+                .unwrap()
+                .starts_with("net.core.rps_sock_flow_entries 0 (RFS's flow table"),
+            "{:?}",
+            l.values
+        );
+        assert_eq!(
+            paths(&r.entry),
+            ["/proc/sys/net/core/somaxconn", "/proc/sys/fs/file-max"]
+        );
+        assert!(r.entry.actions.iter().all(
+            |a| !matches!(&a.op, Op::Sysctl { key, .. } if key == "net.core.rps_sock_flow_entries")
+        ));
+        // The journal's record of it reads back as the same part.
+        let back = Left::from_part(&l.part(), &entry_with_host_values());
+        assert_eq!(back, *l);
+        // Gone: the table is restored with the rest.
+        let r = resolve(
+            &entry_with_host_values(),
+            Ok(vec![id("va", 4)]),
+            NONE,
+            false,
+        );
+        assert_eq!(r.left[0].kind, LeftKind::Gone);
+        assert!(paths(&r.entry).contains(&flow), "{:?}", paths(&r.entry));
+        // --force: onto the link of that name, the table with it.
+        let r = resolve(&entry_with_host_values(), Ok(vec![id("vb", 9)]), NONE, true);
+        assert!(r.left.is_empty() && paths(&r.entry).contains(&flow));
+    }
+
+    /// No setting wstune journals is one NIC's own sysctl (net.ipv4.conf.NIC.*, a neighbour
+    /// table's): a rollback refuses any runtime path outside the catalogs and
+    /// [`crate::host::owned::NIC_SYSCTLS`], so an entry can hold none, and a NIC's part of an
+    /// entry is its queue, channel, ring and interrupt settings plus RFS's shared table.
+    #[test]
+    fn no_sysctl_wstune_restores_is_one_nics_own() {
+        let managed = crate::catalog::managed();
+        let per_device = |k: &str| [".conf.", ".neigh."].iter().any(|d| k.contains(d));
+        let all: Vec<&str> = managed
+            .sysctls
+            .iter()
+            .map(String::as_str)
+            .chain(crate::host::owned::NIC_SYSCTLS)
+            .collect();
+        assert!(all.len() > 10, "{all:?}");
+        assert!(all.iter().all(|k| !per_device(k)), "{all:?}");
+    }
+
+    /// An entry whose NICs were recorded in another network namespace was applied there: each
+    /// of its net.* values is that namespace's, and none is written here (they are left with
+    /// a part of their own), while host-wide values of other kinds are restored. After a
+    /// reboot the namespace's number means nothing, and nothing is left for it.
+    #[test]
+    fn an_entry_applied_in_another_namespace_leaves_its_net_values_there() {
+        let mut here = id("vb", 5);
+        here.netns = Some(1);
+        let r = resolve(
+            &entry_with_host_values(),
+            Ok(vec![here.clone()]),
+            NONE,
+            false,
+        );
+        let kinds: Vec<(Option<&str>, LeftKind)> =
+            r.left.iter().map(|l| (l.nic.as_deref(), l.kind)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (Some("vb"), LeftKind::OtherNamespace),
+                (None, LeftKind::OtherNamespace)
+            ]
+        );
+        // The flow table goes with the NIC that uses it; the namespace's own values apart.
+        assert!(r.left[0]
+            .runtime
+            .iter()
+            .any(|p| p.ends_with("rps_sock_flow_entries")));
+        assert_eq!(r.left[1].runtime, ["/proc/sys/net/core/somaxconn"]);
+        assert_eq!(r.left[1].values, ["net.core.somaxconn 4096"]);
+        assert!(r.left[1].why.contains("net:[4026532175]") && r.left[1].why.contains("net:[1]"));
+        assert_eq!(paths(&r.entry), ["/proc/sys/fs/file-max"]);
+        let words = left_words(&r.left[1], "1");
+        assert!(
+            words.starts_with("another network namespace's net.* values were not restored (net.core.somaxconn 4096)"),
+            "{words}"
+        );
+        // --force restores them here, saying so.
+        let r = resolve(
+            &entry_with_host_values(),
+            Ok(vec![here.clone()]),
+            NONE,
+            true,
+        );
+        assert!(
+            r.left.is_empty() && r.entry.runtime.len() == 5,
+            "{:?}",
+            r.left
+        );
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains("--force: its net.* values (net.core.somaxconn 4096, ")),
+            "{:?}",
+            r.notes
+        );
+        // Another boot: that namespace is gone, and the link of that name is taken as before.
+        here.boot = Some("b2".into());
+        let r = resolve(&entry_with_host_values(), Ok(vec![here]), NONE, false);
+        assert!(r.left.is_empty(), "{:?}", r.left);
+    }
+
     /// An entry of an older wstune recorded no identity: its NIC is found by name, and the
     /// note says that cannot be verified; a name no link has any more is gone.
     #[test]
@@ -634,7 +990,7 @@ mod tests {
         // `--id ID --force` still reaches the entry, and never "went with the device".
         let r = resolve(&old, Ok(vec![id("va", 4)]), NONE, false);
         let l = &r.left[0];
-        assert!(l.refused, "{l:?}");
+        assert!(l.refused() && l.kind == LeftKind::Unverified, "{l:?}");
         assert_eq!(
             l.why,
             "no link named vb now: removed or renamed, which an entry of an older wstune cannot tell"
@@ -665,7 +1021,7 @@ mod tests {
         };
         assert!(matches!(find(&bare, &now, NONE), Found::Unverified(_)));
         assert!(
-            matches!(find(&bare, &[id("eth1", 1)], NONE), Found::Refused(w) if w.contains("removed or renamed"))
+            matches!(find(&bare, &[id("eth1", 1)], NONE), Found::Unknown(w) if w.contains("removed or renamed"))
         );
     }
 
@@ -680,7 +1036,7 @@ mod tests {
                 .then(|| vec!["0000:3b:00.0".to_string(), "0000:3c:00.0".to_string()])
         };
         assert!(
-            matches!(find(&rec, &now, host), Found::Refused(w) if w.contains("moved to another namespace") && w.contains("pci:0000:3b:00.0")),
+            matches!(find(&rec, &now, host), Found::Elsewhere(w) if w.contains("moved to another namespace") && w.contains("pci:0000:3b:00.0")),
             "{:?}",
             find(&rec, &now, host)
         );
@@ -709,7 +1065,7 @@ mod tests {
         );
         // No link of that name after the reboot: gone, its values with it.
         let r = resolve(&entry(), Ok(vec![other]), NONE, false);
-        assert!(!r.left[0].refused && r.left[0].why.contains("no link is named vb now"));
+        assert!(!r.left[0].refused() && r.left[0].why.contains("no link is named vb now"));
     }
 
     /// A queue interrupt is restored by number only where that number still carries the

@@ -195,10 +195,10 @@ pub fn undo_interrupted(
             &super::nics::lister(backend),
             false,
         );
-        if let Some(l) = fitted.left.iter().find(|l| l.refused) {
+        if let Some(l) = fitted.left.iter().find(|l| l.refused()) {
             bail!(
                 "apply {id} was interrupted (its process died midway), and {}: {}. Run `wstune rollback --id {id}` (it restores the rest and says what it cannot), then apply again. Nothing was changed.",
-                l.nic,
+                l.nic.clone().unwrap_or_else(|| l.whose()),
                 l.why,
                 id = e.id
             );

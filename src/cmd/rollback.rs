@@ -61,9 +61,10 @@ pub fn run(r: Request) -> Result<Outcome> {
             return Err(e);
         }
     };
-    // What is restored: the entry less the runtime values to keep (the entry itself is saved
-    // whole, as rolled back).
-    let restored = without(&entry, &keep)?;
+    // What is restored: the entry (of one an earlier rollback left partly rolled back, only
+    // what that one left: what it restored may have been set anew since, and is never written
+    // again) less the runtime values to keep (the entry itself is saved whole, as rolled back).
+    let restored = without(&entry, &entry.remaining(), &keep)?;
     if !backend.privileged() {
         bail!(match backend.platform() {
             crate::host::Platform::Linux => "rollback changes kernel settings and files under /etc: run it as root. Nothing was changed.",
@@ -80,6 +81,31 @@ pub fn run(r: Request) -> Result<Outcome> {
         force,
     );
     let restored = fitted.entry;
+    if entry.resumes() {
+        let parts: Vec<String> = entry
+            .left
+            .iter()
+            .map(|p| {
+                let l = apply::nics::Left::from_part(p, &entry);
+                let values = if l.values.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", l.values.join(", "))
+                };
+                match &l.nic {
+                    Some(nic) => format!("NIC {nic} ({}{values})", l.kind.as_str()),
+                    None => format!(
+                        "the net.* values of the network namespace the apply ran in ({})",
+                        l.values.join(", ")
+                    ),
+                }
+            })
+            .collect();
+        say!(
+            "Restoring the parts left by the earlier rollback: {}; everything else the entry recorded was restored then and is not written again.",
+            parts.join("; ")
+        );
+    }
     say!("{}", crate::report::restore_preview(&restored));
     for n in &fitted.notes {
         say!("note: {n}");
@@ -122,13 +148,20 @@ pub fn run(r: Request) -> Result<Outcome> {
     if !done.errors.is_empty() {
         bail!("could not restore: {}\nThe entry is kept as it was; fix the cause and run `wstune rollback --id {}` again.", done.errors.join("; "), entry.id);
     }
-    // A NIC refused (another NIC has its name) keeps the entry reachable for `--id ID
-    // --force`; a NIC gone has nothing left to restore. Either way the rest is restored, and
-    // a plain rollback goes on to older entries.
-    entry.state = if fitted.left.iter().any(|l| l.refused) {
+    // A NIC refused (another NIC has its name, or it is elsewhere), or another namespace's
+    // values, keep the entry reachable for `--id ID`, which then restores exactly what is
+    // recorded as left here; a NIC gone has nothing left to restore. Either way the rest is
+    // restored, and a plain rollback goes on to older entries.
+    let kept = fitted.left.iter().any(|l| l.refused());
+    entry.state = if kept {
         State::PartlyRolledBack
     } else {
         State::RolledBack
+    };
+    entry.left = if kept {
+        fitted.left.iter().map(apply::nics::Left::part).collect()
+    } else {
+        vec![]
     };
     journal::save(&store, &entry)?;
     // What was changed back, counted as it was written: a value already as it was is not.
@@ -157,7 +190,7 @@ pub fn run(r: Request) -> Result<Outcome> {
     for line in apply::restart_adapters(backend.as_ref(), &apply::adapters_of(&restored)) {
         say!("{line}");
     }
-    for a in &entry.actions {
+    for a in &restored.actions {
         if let apply::plan::Op::UnitDropIn { unit, .. } = &a.op {
             say!("note: {unit} keeps its LimitNOFILE until systemd rereads its units and it restarts: systemctl daemon-reload && systemctl restart {unit}");
         }
@@ -165,11 +198,11 @@ pub fn run(r: Request) -> Result<Outcome> {
     // A partial restore is an error, as a value that could not be written is: a script must
     // not take it for a complete one. What was left, and why, was said above, once.
     if !fitted.left.is_empty() {
-        let nics: Vec<String> = fitted.left.iter().map(|l| format!("{}'s", l.nic)).collect();
+        let whose: Vec<String> = fitted.left.iter().map(|l| l.whose()).collect();
         bail!(
-            "entry {} was rolled back, but not all of it: {} values (above) were not restored; everything else it recorded is restored, and it is marked {}.",
+            "entry {} was rolled back, but not all of it: {} (above) were not restored; everything else it recorded is restored, and it is marked {}.",
             entry.id,
-            nics.join(", "),
+            whose.join(", "),
             entry.state.as_str(),
         );
     }
@@ -187,14 +220,21 @@ fn say_removed(removed: &[String]) {
     }
 }
 
-/// `entry` less the runtime values of `keep` (sysctl keys). A key the entry did not change is
-/// refused, naming those it did: a typo must not roll back the value meant to be kept.
-fn without(entry: &Entry, keep: &[String]) -> Result<Entry> {
-    let mut e = entry.clone();
+/// `remaining` (what is left to restore of `entry`) less the runtime values of `keep` (sysctl
+/// keys). A key the entry did not change is refused, naming those it did: a typo must not roll
+/// back the value meant to be kept; so is one an earlier rollback already restored.
+fn without(entry: &Entry, remaining: &Entry, keep: &[String]) -> Result<Entry> {
+    let mut e = remaining.clone();
     for k in keep {
         let path = crate::host::procfs::sysctl_path(k);
         let before = e.runtime.len();
         e.runtime.retain(|r| r.path != path);
+        if e.runtime.len() == before && entry.runtime.iter().any(|r| r.path == path) {
+            bail!(
+                "--keep {k}: the earlier rollback of entry {} restored {k} already, and this one restores only what it left, which is not {k}. Nothing was changed.",
+                entry.id
+            );
+        }
         if e.runtime.len() == before {
             let changed: Vec<String> = entry
                 .actions

@@ -857,14 +857,170 @@ fn rollback_refuses_a_nic_that_took_the_name_and_restores_the_rest() {
         r[0]
     );
     let list = common::tagged_line(&o, "LIST ");
-    assert!(
-        list.contains("rolled back but for a NIC's values"),
-        "{list}"
-    );
+    assert!(list.contains("rolled back but for what it left"), "{list}");
     assert!(r[1].starts_with("ROLLBACK rc=0"), "{all}");
     assert!(
         nic_state(&o, "FORCED ").starts_with("ch=RX:1TX:1"),
         "--force restored the counts by name: {all}"
+    );
+}
+
+/// The NIC an entry tuned is refused (another link took its name), so the first rollback
+/// restores the rest and leaves the entry partly rolled back; the operator then sets a sysctl
+/// that rollback restored and writes the sysctl file it removed. `--id ID --force`, meant for
+/// the refused NIC, restores that NIC's channel counts by name and nothing else: it said so
+/// ("restoring the parts left by the earlier rollback: NIC wsf"), and the operator's value and
+/// file are as they set them (before, the whole entry was restored again over them).
+#[test]
+fn a_forced_rollback_of_a_partly_rolled_back_entry_restores_only_what_was_left() {
+    let Some(o) = identity_case("forced") else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    assert_eq!(
+        common::tagged_line(&o, "SOMAXCONN "),
+        "SOMAXCONN 777",
+        "{all}"
+    );
+    assert_eq!(
+        common::tagged_line(&o, "OPERATOR-FILE "),
+        "OPERATOR-FILE net.core.somaxconn = 777",
+        "{all}"
+    );
+    let r = common::tagged(&o, "ROLLBACK ");
+    assert_eq!(r.len(), 3, "{all}");
+    assert!(r[0].starts_with("ROLLBACK rc=3"), "{all}");
+    assert!(r[1].starts_with("ROLLBACK rc=0"), "{all}");
+    assert!(
+        r[1].contains("Restoring the parts left by the earlier rollback: NIC wsf (refused: channels rx 1, tx 1)"),
+        "{}",
+        r[1]
+    );
+    // Only the NIC's part is previewed and compared: the operator's changes are not even
+    // listed as hand changes.
+    assert!(
+        !r[1].contains("somaxconn") && !r[1].contains("60-wstune.conf"),
+        "{}",
+        r[1]
+    );
+    assert!(
+        nic_state(&o, "FORCED ").starts_with("ch=RX:1TX:1"),
+        "--force restored the counts by name: {all}"
+    );
+    let list = common::tagged_line(&o, "LIST ");
+    assert!(
+        list.contains("rolled back") && !list.contains("but for"),
+        "{list}"
+    );
+    assert!(r[2].contains("already rolled back"), "{}", r[2]);
+}
+
+/// RFS's flow table is one for the whole host (the initial network namespace has it; a
+/// scratch file stands in for it here): apply raised it for the RPS it set on a veth's queues.
+/// Another link then takes the veth's name: the rollback leaves that NIC alone, and the table
+/// its RPS uses with it (before, the table was restored while the NIC kept its RPS), restores
+/// everything else, and `--id ID --force` restores both.
+#[test]
+fn a_refused_nic_keeps_the_rfs_flow_table_its_rps_uses() {
+    let Some(o) = identity_case("flow") else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    // The net.core values the NIC plan sets are not per network namespace: a fresh one has
+    // none of them. So a rollback cannot write them into the wrong namespace's copy; what it
+    // must not do is restore the one table while a NIC left alone still uses it.
+    assert_eq!(common::tagged_line(&o, "NS-HAS "), "NS-HAS ", "{all}");
+    assert_eq!(
+        common::tagged_line(&o, "FLOW-BEFORE "),
+        "FLOW-BEFORE 0",
+        "{all}"
+    );
+    assert_eq!(
+        common::tagged_line(&o, "FLOW-APPLIED "),
+        "FLOW-APPLIED 32768",
+        "{all}"
+    );
+    assert_eq!(
+        common::tagged_line(&o, "FLOW-LEFT "),
+        "FLOW-LEFT 32768",
+        "left with the NIC: {all}"
+    );
+    let r = common::tagged(&o, "ROLLBACK ");
+    assert!(r[0].starts_with("ROLLBACK rc=3"), "{all}");
+    assert!(
+        r[0].contains("net.core.rps_sock_flow_entries 0 (RFS's flow table, one for the whole host, which its RPS uses)): no link here has its ifindex"),
+        "{}",
+        r[0]
+    );
+    assert_eq!(common::tagged_line(&o, "SAME "), "SAME yes", "{all}");
+    assert!(r[1].starts_with("ROLLBACK rc=0"), "{all}");
+    assert_eq!(
+        common::tagged_line(&o, "FLOW-FORCED "),
+        "FLOW-FORCED 0",
+        "{all}"
+    );
+}
+
+/// A veth in a container's network namespace tuned by an apply run there; the rollback is run
+/// in another namespace (the host's, here a test namespace), whose own somaxconn already is
+/// what the profile sets. The NIC is refused (recorded in the other namespace), and so are the
+/// entry's net.* values: they are that namespace's, and writing them here would have set this
+/// namespace's somaxconn to the container's old 4096. The files are restored; `rollback --id`
+/// run in the container's namespace then restores the NIC and its net.* values there, and
+/// nothing here.
+#[test]
+fn a_rollback_in_another_network_namespace_leaves_that_namespaces_values() {
+    let Some(o) = identity_case("netns") else {
+        return;
+    };
+    let all = format!("{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    assert!(
+        common::tagged_line(&o, "APPLY ").starts_with("APPLY rc=0 Applied"),
+        "{all}"
+    );
+    let before = nic_state(&o, "B-BEFORE ");
+    let applied = nic_state(&o, "B-APPLIED ");
+    assert!(
+        before.starts_with("4096 ") && applied.starts_with("65535 "),
+        "{all}"
+    );
+    assert_eq!(
+        common::tagged_line(&o, "HERE-SOMAXCONN "),
+        "HERE-SOMAXCONN 65535",
+        "this namespace's own value: {all}"
+    );
+    let r = common::tagged(&o, "ROLLBACK ");
+    assert!(r[0].starts_with("ROLLBACK rc=3"), "{all}");
+    assert!(
+        r[0].contains(
+            "another network namespace's net.* values were not restored (net.core.somaxconn 4096"
+        ) && r[0].contains("the apply ran in network namespace net:["),
+        "{}",
+        r[0]
+    );
+    assert_eq!(common::tagged_line(&o, "SAME "), "SAME yes", "{all}");
+    assert_eq!(nic_state(&o, "B-LEFT "), applied, "{all}");
+    assert!(
+        common::tagged_line(&o, "LIST ").contains("rolled back but for what it left"),
+        "{all}"
+    );
+    assert!(r[1].starts_with("ROLLBACK rc=0"), "{all}");
+    assert!(
+        r[1].contains("Restoring the parts left by the earlier rollback: NIC vn (in another network namespace: channels rx 1, tx 1); the net.* values of the network namespace the apply ran in (net.core.somaxconn 4096"),
+        "{}",
+        r[1]
+    );
+    assert_eq!(nic_state(&o, "B-AFTER "), before, "{all}");
+    assert_eq!(
+        common::tagged_line(&o, "HERE-AFTER "),
+        "HERE-AFTER 65535",
+        "{all}"
+    );
+    let lists = common::tagged(&o, "LIST ");
+    assert!(
+        lists[1].contains("rolled back") && !lists[1].contains("but for"),
+        "{}",
+        lists[1]
     );
 }
 

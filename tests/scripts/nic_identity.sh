@@ -1,7 +1,9 @@
 # Sourced after journal_lib.sh inside `unshare --net --mount` (tests/cli/nic.rs), with CASE set:
 # a NIC apply tuned is renamed (rename), renamed while another takes its name (swap), has its
 # channel counts changed by hand (hand), is deleted (del), or is deleted and a new link takes its
-# name (taken), and then rollback runs. /sys is mounted again so that
+# name (taken; forced: and the operator changes what the first rollback restored before
+# `--id ID --force`; flow: with RPS and RFS's host-wide flow table), or was tuned by an apply in
+# another network namespace (netns), and then rollback runs. /sys is mounted again so that
 # it shows this namespace's links. Prints tagged lines for the Rust test: each NIC's state as
 # `ch=RX:1TX:1 rx-0/rps_cpus=0 ...`, each command's exit code and output on one line.
 mount --make-rprivate / && mount -t sysfs sysfs /sys || exit 92
@@ -104,5 +106,80 @@ taken)
   id=$(basename "$(ls "$P"/var/lib/wstune/journal/*.json | head -1)" .json)
   rollback --id "$id" --force
   echo "FORCED $(nic wst)"
+  ;;
+forced)
+  veth wsf
+  ethtool -L wsf rx 1 tx 1 || exit 94
+  state > "$T/before"
+  apply_nic wsf
+  ip link del wsf; veth wsf
+  rollback
+  # Since that rollback the operator set a value it restored and wrote a file it removed: a
+  # later `--id ID --force`, meant for the refused NIC, must leave both as they are now.
+  echo 777 > /proc/sys/net/core/somaxconn || exit 96
+  mkdir -p "$P/etc/sysctl.d" && echo 'net.core.somaxconn = 777' > "$P/etc/sysctl.d/60-wstune.conf"
+  id=$(basename "$(ls "$P"/var/lib/wstune/journal/*.json | head -1)" .json)
+  rollback --id "$id" --force
+  echo "SOMAXCONN $(cat /proc/sys/net/core/somaxconn)"
+  echo "OPERATOR-FILE $(cat "$P/etc/sysctl.d/60-wstune.conf" 2>&1)"
+  echo "FORCED $(nic wsf)"
+  "$W" rollback --prefix "$P" --list > "$T/out" 2>&1
+  echo "LIST $(one_line "$T/out")"
+  rollback --id "$id" --force
+  ;;
+flow)
+  # RFS's flow table (net.core.rps_sock_flow_entries) is host-wide: only the initial network
+  # namespace has it, as the receive budget the NIC plan raises. A scratch file stands in for it
+  # here (as journal_lib.sh shields the other host-wide keys), beside this namespace's own
+  # net.core files, bound where they were.
+  echo "NS-HAS $(cd /proc/sys/net/core && ls rps_sock_flow_entries netdev_budget netdev_budget_usecs 2>/dev/null)"
+  core=$(mktemp -d -p "$T") && mount -t tmpfs tmpfs "$core" || exit 91
+  for f in /proc/sys/net/core/*; do
+    : > "$core/${f##*/}" && mount --bind "$f" "$core/${f##*/}" || exit 91
+  done
+  echo 0 > "$core/rps_sock_flow_entries" && mount --rbind "$core" /proc/sys/net/core || exit 91
+  veth wsl
+  state > "$T/before"
+  echo "FLOW-BEFORE $(cat /proc/sys/net/core/rps_sock_flow_entries)"
+  apply_nic wsl
+  echo "FLOW-APPLIED $(cat /proc/sys/net/core/rps_sock_flow_entries)"
+  # Another link takes the name: the tuned NIC's RPS, and the table it uses, are left alone.
+  ip link del wsl; veth wsl
+  rollback
+  echo "FLOW-LEFT $(cat /proc/sys/net/core/rps_sock_flow_entries)"
+  echo "SAME $(same 2>/dev/null)"
+  id=$(basename "$(ls "$P"/var/lib/wstune/journal/*.json | head -1)" .json)
+  rollback --id "$id" --force
+  echo "FLOW-FORCED $(cat /proc/sys/net/core/rps_sock_flow_entries)"
+  umount -R /proc/sys/net/core && umount -R "$core"
+  ;;
+netns)
+  # A container's network namespace (ip netns keeps its name under /run: this one's own), its
+  # veth tuned by an apply run there; this namespace's somaxconn is already what the profile
+  # sets (a host tuned by hand), which a rollback run here must not take for that apply's.
+  mount -t tmpfs tmpfs /run && ip netns add wsb || exit 96
+  inb() { ip netns exec wsb "$@"; }
+  inb bash -c "$(declare -f veth); veth vn" || exit 93
+  inb ethtool -L vn rx 1 tx 1 || exit 94
+  bnic() { inb bash -c "$(declare -f channels nic); nic vn"; }
+  echo 65535 > /proc/sys/net/core/somaxconn || exit 96
+  state > "$T/before"
+  echo "B-BEFORE $(inb cat /proc/sys/net/core/somaxconn) $(bnic)"
+  inb "$W" apply --profile 100k --prefix "$P" --nic vn --yes > "$T/out" 2>&1
+  echo "APPLY rc=$? $(grep -o 'Applied [0-9]* change(s)\|Nothing to change' "$T/out")"
+  echo "B-APPLIED $(inb cat /proc/sys/net/core/somaxconn) $(bnic)"
+  rollback
+  echo "HERE-SOMAXCONN $(cat /proc/sys/net/core/somaxconn)"
+  echo "SAME $(same 2>/dev/null)"
+  echo "B-LEFT $(inb cat /proc/sys/net/core/somaxconn) $(bnic)"
+  "$W" rollback --prefix "$P" --list > "$T/out" 2>&1
+  echo "LIST $(one_line "$T/out")"
+  id=$(basename "$(ls "$P"/var/lib/wstune/journal/*.json | head -1)" .json)
+  inb "$W" rollback --prefix "$P" --id "$id" --yes > "$T/out" 2> "$T/err"
+  echo "ROLLBACK rc=$? OUT $(one_line "$T/out") ERR $(one_line "$T/err")"
+  echo "B-AFTER $(inb cat /proc/sys/net/core/somaxconn) $(bnic)"
+  echo "HERE-AFTER $(cat /proc/sys/net/core/somaxconn)"
+  "$W" rollback --prefix "$P" --list > "$T/out" 2>&1
+  echo "LIST $(one_line "$T/out")"
   ;;
 esac
