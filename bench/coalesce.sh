@@ -16,7 +16,7 @@
 # message or rate beyond the runs' spread, and keep its open-loop saving.
 # Knobs: SECS=10 WARMUP=2 PRIO='chrt -r 1' LOADS="c1 c16 o5 o10" WSTUNE=path OUT=dir
 #   WORKERS=1 (the server's I/O threads), CORES=0 (its cores) and GCORES=1 (the generator's):
-#   WORKERS=2 CORES=0,1 GCORES=0,1 measures two I/O threads, each deciding for itself.
+#   WORKERS=2 CORES=0,1 GCORES=0,1 measures two I/O threads in one process, which decide together.
 # Every run is bounded (timeout 120 s).
 set -euo pipefail
 ROUNDS=${1:-5}
