@@ -383,7 +383,7 @@ impl Metrics {
         let (cpu_ratio, rate_ratio) = co.probe.unwrap_or((0.0, 0.0));
         g(
             "ws_coalesce_probe_cpu_ratio",
-            "The last coalescing probe's CPU per read with waiting as a share of without it: waiting is chosen at 0.85 or less when the read rate held (0 before the first probe).",
+            "The last coalescing probe's CPU per read with waiting as a share of without it: waiting starts at 0.85 or less and is kept at 0.95 or less, while the read rate holds (0 before the first probe).",
             "gauge",
             cpu_ratio,
         );
