@@ -123,6 +123,9 @@ async fn sighup_replaces_every_process_without_refusing_or_resetting_a_connectio
         .map(|mut ws| tokio::spawn(async move { close_code(&mut ws).await }))
         .collect();
     let load = Load::start(s.port, 16);
+    // The summed counters, scraped all through the rolls: a replaced process's counts stay
+    // in them (a counter that fell back would read as a reset to Prometheus).
+    let watch = Counters::watch(s.admin);
     // The stream is steady before the signal.
     assert!(
         common::poll(Duration::from_secs(20), || (load.ok.load(Relaxed) >= 200)
@@ -151,6 +154,22 @@ async fn sighup_replaces_every_process_without_refusing_or_resetting_a_connectio
     assert!(
         closes.iter().all(|c| matches!(c, Some(1001 | 1012))),
         "every held client is closed with 1001/1012 by its draining process: {closes:?}"
+    );
+    // Every close the draining processes sent is in the supervisor's sum, after they are gone.
+    let told = closes.iter().filter(|c| **c == Some(1012)).count() as f64;
+    let (samples, falls) = watch.finish();
+    assert!(
+        samples >= 20,
+        "the scrapes ran through the rolls: {samples}"
+    );
+    assert!(
+        falls.is_empty(),
+        "summed counters fell back during the rolls: {falls:?}"
+    );
+    let sent = common::ws::metric(s.admin, "ws_closes_sent_total{code=\"1012\"}");
+    assert!(
+        sent >= told && told >= 1.0,
+        "the summed 1012 closes ({sent}) count every one the held clients got ({told})"
     );
     assert!(
         failures.is_empty(),
@@ -237,6 +256,51 @@ async fn sigusr2_upgrades_to_the_binary_at_the_started_path_and_a_broken_one_abo
     );
     use tokio::io::AsyncReadExt;
     let _ = slow.read(&mut [0; 64]).await;
+}
+
+/// Summed counters scraped from the supervisor every 50 ms until stopped, with every time one
+/// fell below an earlier scrape.
+struct Counters {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<(usize, Vec<String>)>,
+}
+
+impl Counters {
+    const NAMES: [&'static str; 3] = [
+        "ws_closes_sent_total{code=\"1012\"}",
+        "ws_handshakes_accepted_total",
+        "ws_messages_out_total",
+    ];
+
+    fn watch(admin: u16) -> Counters {
+        let stop = Arc::new(AtomicBool::new(false));
+        let halt = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut samples, mut falls, mut high) = (0, Vec::new(), [0.0f64; 3]);
+            while !halt.load(Relaxed) {
+                let text = common::body(&common::get(admin, "/metrics")).to_string();
+                for (i, name) in Self::NAMES.iter().enumerate() {
+                    let v = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+                        .unwrap_or(0.0);
+                    if v < high[i] {
+                        falls.push(format!("{name} {} -> {v}", high[i]));
+                    }
+                    high[i] = high[i].max(v);
+                }
+                samples += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (samples, falls)
+        });
+        Counters { stop, thread }
+    }
+
+    fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Relaxed);
+        self.thread.join().unwrap()
+    }
 }
 
 /// Connections held open across the rolls in the SIGHUP test.

@@ -101,12 +101,15 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
                 .context("cannot use the relay socket the supervisor passed")?;
         }
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        use embedded_server::admin::{app_name, Gate};
+        let gate = std::sync::Arc::new(Gate::new(
+            r.secrets.api_key.clone(),
+            r.server.max_message_bytes,
+        ));
         if let Some(l) = admin_listener {
             let hub = server.hub();
             let mut rx = stop_rx.clone();
-            let max_body = r.server.max_message_bytes;
-            use embedded_server::admin::{app_name, Gate};
-            let gate = std::sync::Arc::new(Gate::new(r.secrets.api_key.clone(), max_body));
+            let gate = gate.clone();
             let app = app_name(r.builtin.app);
             let stop = async move {
                 let _ = rx.changed().await;
@@ -134,9 +137,18 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
                 }
             }
         };
+        #[cfg(target_os = "linux")]
+        let hub = server.hub();
         server
             .run(listeners, shutdown)
             .await?;
+        #[cfg(target_os = "linux")]
+        if supervised.is_some() {
+            // What it counted up to its exit, drain included, for the supervisor's sums.
+            let mut m = embedded_server::admin::render(&hub);
+            gate.render_counts(&mut m, "ws_api_requests_total");
+            crate::serve::supervisor::tally::write_final(&m);
+        }
         let _ = stop_tx.send(true);
         Ok::<_, anyhow::Error>(())
     })?;

@@ -95,6 +95,45 @@ pub fn sum(texts: &[String]) -> String {
     out
 }
 
+/// The counter and histogram series of an exposition (with their HELP and TYPE lines): what a
+/// process that is gone keeps adding to the sum, so the summed counters never go down when a
+/// roll or a crash replaces a process (a drop would read as a counter reset, and every
+/// `increase()` over it would be wrong). Gauges go with the process.
+pub fn counters_only(text: &str) -> String {
+    let kinds: HashMap<&str, &str> = text
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("# TYPE ")?.split_whitespace();
+            Some((w.next()?, w.next()?))
+        })
+        .collect();
+    let kept = |name: &str| {
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| {
+                name.strip_suffix(s)
+                    .filter(|f| kinds.get(f) == Some(&"histogram"))
+            })
+            .unwrap_or(name);
+        matches!(kinds.get(family), Some(&"counter" | &"histogram"))
+    };
+    let mut out = String::new();
+    for line in text.lines() {
+        let name = match line.strip_prefix("# ") {
+            Some(rest) => match rest.split_whitespace().collect::<Vec<_>>()[..] {
+                ["HELP" | "TYPE", name, ..] => name,
+                _ => continue,
+            },
+            None => metric_name(line),
+        };
+        if !name.is_empty() && kept(name) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 fn family(families: &mut Vec<Family>, by_name: &mut HashMap<String, usize>, name: &str) -> usize {
     *by_name.entry(name.to_string()).or_insert_with(|| {
         families.push(Family {
@@ -142,5 +181,39 @@ mod tests {
         assert_eq!(s.matches("# HELP ws_connections").count(), 1, "{s}");
         assert_eq!(s.matches("# TYPE h histogram").count(), 1, "{s}");
         assert!(s.starts_with("# HELP ws_connections Open.\n# TYPE ws_connections gauge\n"));
+    }
+
+    /// What a process that is gone leaves in the sum: its counters and histograms, never its
+    /// gauges; summed with the live processes', every counter keeps what the gone one counted.
+    #[test]
+    fn a_gone_process_leaves_its_counters_and_histograms_only() {
+        let gone = "# HELP ws_connections Open.\n# TYPE ws_connections gauge\nws_connections 3\n\
+                    # HELP ws_closes_sent_total Closes.\n# TYPE ws_closes_sent_total counter\n\
+                    ws_closes_sent_total{code=\"1012\"} 254\n\
+                    # HELP h Hist.\n# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_sum 0.25\nh_count 2\n\
+                    # HELP hits_count_total Hits.\n# TYPE hits_count_total counter\nhits_count_total 5\n";
+        let kept = counters_only(gone);
+        assert!(!kept.contains("ws_connections"), "{kept}");
+        assert!(
+            kept.contains(
+                "# TYPE ws_closes_sent_total counter\nws_closes_sent_total{code=\"1012\"} 254\n"
+            ),
+            "{kept}"
+        );
+        assert!(
+            kept.contains("h_bucket{le=\"+Inf\"} 2\nh_sum 0.25\nh_count 2\n"),
+            "{kept}"
+        );
+        assert!(kept.contains("hits_count_total 5\n"), "{kept}");
+        let live = "# HELP ws_connections Open.\n# TYPE ws_connections gauge\nws_connections 4\n\
+                    # HELP ws_closes_sent_total Closes.\n# TYPE ws_closes_sent_total counter\n\
+                    ws_closes_sent_total{code=\"1012\"} 0\n";
+        let s = sum(&[live.to_string(), kept]);
+        assert!(s.contains("\nws_connections 4\n"), "{s}");
+        assert!(
+            s.contains("ws_closes_sent_total{code=\"1012\"} 254\n"),
+            "{s}"
+        );
+        assert!(s.contains("h_count 2\n"), "{s}");
     }
 }

@@ -11,7 +11,7 @@
 //! and `WSTUNE_PROCESS=i`, restarts one that dies (100 ms doubling to 5 s, reset after 30 s
 //! alive; `process.rs`), replaces them one at a time on SIGHUP/SIGUSR2 (`roll.rs`), forwards
 //! SIGTERM/SIGINT so every process drains, serves one admin endpoint (/healthz per process,
-//! /metrics summed) and relays `broadcast`/`channels` between the processes (`relay.rs`)
+//! /metrics summed, the processes that are gone included: `tally.rs`) and relays `broadcast`/`channels` between the processes (`relay.rs`)
 //! unless `--cluster` makes each process a node on Redis;
 //! with channel history on, it also assigns every publication's stream position and keeps the
 //! history (`history.rs`).
@@ -29,6 +29,8 @@ mod process;
 pub mod relay;
 #[cfg(target_os = "linux")]
 mod roll;
+#[cfg(target_os = "linux")]
+pub mod tally;
 
 #[cfg(target_os = "linux")]
 mod run;

@@ -29,6 +29,8 @@ pub(super) struct Running {
     /// Its log reader; it returns what the process printed before it was up.
     pub(super) lines: Option<tokio::task::JoinHandle<Vec<String>>>,
     born: Instant,
+    /// Where it writes its final metrics as it exits (`tally.rs`).
+    pub(super) final_metrics: std::path::PathBuf,
 }
 
 /// Keep process `i` running: start it, wait for it to exit, restart it with backoff; replace
@@ -72,6 +74,8 @@ pub(super) async fn keep(
             }
         };
         let (pid, born, lines) = (cur.pid, cur.born, cur.lines.take());
+        // Out of the slot and into the retired counts at once, for any scrape.
+        let mut tally = st.tally.lock().await;
         // Reaped: its pid may be reused from now on, so nothing may signal it any more.
         let was_up = {
             let mut slots = st.slots.lock().unwrap();
@@ -79,6 +83,8 @@ pub(super) async fn keep(
             s.pid = None;
             std::mem::replace(&mut s.up, false)
         };
+        tally.retire(pid, &cur.final_metrics);
+        drop(tally);
         // The stderr reader ends at EOF, right after the exit; what it buffered says why a
         // process died before it listened.
         let head = match lines {
@@ -174,6 +180,10 @@ pub(super) fn spawn(
     let config = p
         .config
         .for_supervised_process(st.port, p.sizing.per_process, p.workers, budget);
+    let final_metrics = st
+        .final_dir
+        .path()
+        .join(format!("{i}-{}.prom", st.spawned.fetch_add(1, Relaxed)));
     let mut cmd = tokio::process::Command::new(&exe);
     if *binary == Binary::Own {
         cmd.arg0(&name);
@@ -181,6 +191,7 @@ pub(super) fn spawn(
     cmd.arg("serve")
         .envs(config.child_env())
         .env(ENV_PROCESS, i.to_string())
+        .env(super::tally::ENV_FINAL_METRICS, &final_metrics)
         .env(ENV_LISTEN_FDS, listen::env_value(&fds))
         .env_remove(ENV_RELAY_FD)
         .stdin(std::process::Stdio::null())
@@ -232,6 +243,7 @@ pub(super) fn spawn(
         pid,
         lines,
         born: Instant::now(),
+        final_metrics,
     })
 }
 

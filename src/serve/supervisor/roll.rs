@@ -223,14 +223,18 @@ pub async fn replace(
         }
     };
     // From here the slot is the new process's: /healthz, /metrics and a crash restart follow it.
-    {
+    // The old one is scraped as a draining process until it is gone, from the same moment.
+    let mut tally = st.tally.lock().await;
+    let old_admin = {
         let mut slots = st.slots.lock().unwrap();
         let s = &mut slots[i];
         s.pid = Some(new.pid);
-        s.admin = Some(admin);
         s.up = true;
         s.binary = req.binary.clone();
-    }
+        s.admin.replace(admin)
+    };
+    tally.drains(cur.pid, old_admin);
+    drop(tally);
     {
         let mut others = st.others.lock().unwrap();
         others.retain(|p| *p != new.pid);
@@ -320,6 +324,7 @@ async fn end_after_term(st: &Arc<State>, mut r: Running, wait: Duration) -> Vec<
         let _ = r.child.kill().await;
     }
     let _ = r.child.wait().await;
+    st.tally.lock().await.retire(r.pid, &r.final_metrics);
     st.hubs.detach(r.pid);
     st.others.lock().unwrap().retain(|p| *p != r.pid);
     match r.lines {

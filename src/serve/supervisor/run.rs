@@ -88,6 +88,13 @@ pub(super) struct State {
     /// SIGTERM to the supervisor reaches them too).
     pub(super) others: Mutex<Vec<u32>>,
     pub(super) roll: roll::Counters,
+    /// What the processes that are gone counted, and the draining ones (`tally.rs`): taken
+    /// by every scrape and every change to the set of processes a scrape reads.
+    pub(super) tally: tokio::sync::Mutex<super::tally::Tally>,
+    /// Where each process writes its final metrics as it exits (private to the supervisor).
+    pub(super) final_dir: tempfile::TempDir,
+    /// Processes started, for their final metrics' file names.
+    pub(super) spawned: std::sync::atomic::AtomicU64,
     /// The listening sockets, open for as long as the supervisor runs.
     _sockets: Vec<OwnedFd>,
 }
@@ -137,6 +144,12 @@ pub fn supervise(mut plan: Supervision) -> Result<Outcome> {
         start_failure: Mutex::new(None),
         others: Mutex::new(Vec::new()),
         roll: roll::Counters::default(),
+        tally: Default::default(),
+        final_dir: tempfile::Builder::new()
+            .prefix("wstune-serve-")
+            .tempdir()
+            .context("cannot create the supervisor's directory for its processes' final metrics")?,
+        spawned: Default::default(),
         _sockets: sockets,
     });
     st.hubs.keep_history(
@@ -364,8 +377,44 @@ fn connections_in(metrics_text: &str) -> Option<u64> {
 }
 
 async fn metrics_body(st: &State) -> String {
-    let texts = fetch_all(st, "/metrics").await;
-    let got: Vec<String> = texts.iter().flatten().cloned().collect();
+    // Held until the sum is made: no process leaves the slots or the draining list meanwhile.
+    let mut tally = st.tally.lock().await;
+    let in_slots: Vec<Option<(u32, SocketAddr)>> = st
+        .slots
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.pid.zip(s.up_admin()))
+        .collect();
+    let fetch = |target: Option<(u32, SocketAddr)>| async move {
+        let (pid, a) = target?;
+        let r = super::api::request(a, "GET", "/metrics", None, b"", Duration::from_secs(2)).await;
+        Some((pid, r.ok().map(|(_, body)| body)))
+    };
+    let draining: Vec<Option<(u32, SocketAddr)>> =
+        tally.draining().iter().copied().map(Some).collect();
+    let (texts, drained) = tokio::join!(
+        futures_util::future::join_all(in_slots.into_iter().map(fetch)),
+        futures_util::future::join_all(draining.into_iter().map(fetch)),
+    );
+    let mut got: Vec<String> = Vec::new();
+    for (pid, text) in texts.iter().chain(&drained).flatten() {
+        match text {
+            Some(t) => {
+                tally.seen(*pid, t.clone());
+                got.push(t.clone());
+            }
+            // A process that did not answer (busy, or a draining one whose admin listener
+            // closed before it exited) still counted what it last showed.
+            None => got.push(tally.last_counters(*pid)),
+        }
+    }
+    got.push(tally.retired().to_string());
+    drop(tally);
+    let texts: Vec<Option<String>> = texts
+        .into_iter()
+        .map(|t| t.and_then(|(_, body)| body))
+        .collect();
     let mut out = metrics::sum(&got);
     if texts.iter().any(|t| t.is_none()) {
         // The relay of a process that is down or did not answer is not up, whatever the others say.
