@@ -315,3 +315,91 @@ fn serve_self_test_tls_over_several_processes() {
     assert_eq!(hs["conns_connected"], 50, "{hs:#}");
     assert!(hs["tls"]["full"].as_u64().unwrap() > 0, "{hs:#}");
 }
+
+/// One TLS connection to `port` with `client` (its session cache kept between calls): it asks
+/// the WebSocket port's /healthz and reads the answer, so the server's tickets arrive. Whether
+/// the handshake resumed an earlier session.
+fn resumed(client: &std::sync::Arc<embedded_server::tls::rustls::ClientConfig>, port: u16) -> bool {
+    use embedded_server::tls::rustls;
+    use std::io::{Read, Write};
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(client.clone(), name).unwrap();
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    s.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+}
+
+/// `serve --processes 2` over TLS: every process opens every other's tickets (the
+/// supervisor's shared keys), so a client resumes wherever the kernel sends its reconnect, and
+/// still does after a rolling restart replaced every process. With a key per process, about
+/// half the reconnects resumed, and none after a roll.
+#[test]
+fn tickets_resume_on_every_process_and_across_a_roll() {
+    use embedded_server::tls::rustls;
+    let (_dir, ca, cert, key) = certificates();
+    let srv = serve_tls(
+        &cert,
+        &key,
+        &["--profile", "10k", "--app", "echo", "--processes", "2"],
+    );
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(&ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let client = std::sync::Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    );
+    assert!(
+        !resumed(&client, srv.port),
+        "the first handshake is a full one"
+    );
+    let n = 40;
+    let before = (0..n).filter(|_| resumed(&client, srv.port)).count();
+    assert_eq!(before, n, "every reconnect resumed, on either process");
+    let pids = |admin: u16| -> Vec<u64> {
+        let h: Value = serde_json::from_str(common::body(&common::get(admin, "/healthz"))).unwrap();
+        h["process"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["pid"].as_u64())
+            .collect()
+    };
+    let old = pids(srv.admin);
+    common::signal(srv.pid(), "-HUP");
+    common::poll(std::time::Duration::from_secs(60), || {
+        let h: Value =
+            serde_json::from_str(common::body(&common::get(srv.admin, "/healthz"))).ok()?;
+        let procs = h["process"].as_array()?;
+        (h["rolling_restart"] == false
+            && procs.iter().all(|p| {
+                p["state"] == "up" && p["pid"].as_u64().is_some_and(|pid| !old.contains(&pid))
+            }))
+        .then_some(())
+    })
+    .unwrap_or_else(|| panic!("the processes {old:?} were never all replaced"));
+    let after = (0..n).filter(|_| resumed(&client, srv.port)).count();
+    assert_eq!(
+        after,
+        n,
+        "every reconnect after the roll resumed: {:?}",
+        pids(srv.admin)
+    );
+}

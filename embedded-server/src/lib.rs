@@ -87,6 +87,8 @@ pub mod proxy_protocol;
 mod request;
 mod server;
 #[cfg(feature = "tls")]
+pub mod shared_tickets;
+#[cfg(feature = "tls")]
 pub mod tls;
 #[doc(hidden)]
 pub mod transport;

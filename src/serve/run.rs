@@ -269,12 +269,19 @@ fn supervise(r: &ServeConfig, tls: bool, inherited: &mut Inherited) -> Result<Op
 /// The TLS configuration from --tls-cert/--tls-key, if given.
 #[cfg(feature = "tls")]
 pub(super) fn tls_config(r: &ServeConfig) -> Result<Option<embedded_server::tls::Config>> {
-    match &r.tls {
-        Some(t) => Ok(Some(
-            embedded_server::tls::load_with(&t.cert, &t.key, resumption(t.resumption))
-                .map_err(|e| anyhow::anyhow!("--tls-cert/--tls-key: {e}"))?,
+    let Some(t) = &r.tls else {
+        return Ok(None);
+    };
+    let cfg = embedded_server::tls::load_with(&t.cert, &t.key, resumption(t.resumption))
+        .map_err(|e| anyhow::anyhow!("--tls-cert/--tls-key: {e}"))?;
+    // Under a supervisor: its processes' tickets share its keys, so a client resumes on any
+    // of them, and after a roll.
+    match std::env::var_os(crate::serve::supervisor::ENV_TICKET_KEYS) {
+        Some(path) if t.resumption == super::config::TlsResumption::Tickets => Ok(Some(
+            embedded_server::shared_tickets::install(&cfg, std::path::Path::new(&path))
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
         )),
-        None => Ok(None),
+        _ => Ok(Some(cfg)),
     }
 }
 

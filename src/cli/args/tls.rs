@@ -30,7 +30,8 @@ pub struct ServeTlsArgs {
     #[arg(long, requires = "self_test", help_heading = "TLS (wss://)")]
     pub tls: bool,
     /// How clients may resume a TLS session instead of a full handshake: tickets (stateless,
-    /// the default), cache (a server-side cache of 10,000 sessions per process) or off.
+    /// the default; the processes of --processes share their keys), cache (a server-side
+    /// cache of 10,000 sessions per process) or off.
     #[arg(long, value_enum, value_name = "MODE", help_heading = "TLS (wss://)")]
     pub tls_resumption: Option<TlsResumption>,
 }

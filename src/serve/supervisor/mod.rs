@@ -60,3 +60,6 @@ pub use run::{supervise, Supervision};
 pub const ENV_PROCESS: &str = "WSTUNE_PROCESS";
 /// The inherited relay socket's fd number in a supervised process.
 pub const ENV_RELAY_FD: &str = "WSTUNE_RELAY_FD";
+/// The file of TLS session-ticket keys every supervised process shares
+/// (`embedded_server::shared_tickets`): a client resumes on any process, across rolls too.
+pub const ENV_TICKET_KEYS: &str = "WSTUNE_TICKET_KEYS";

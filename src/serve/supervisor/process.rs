@@ -192,6 +192,7 @@ pub(super) fn spawn(
         .envs(config.child_env())
         .env(ENV_PROCESS, i.to_string())
         .env(super::tally::ENV_FINAL_METRICS, &final_metrics)
+        .env_remove(super::ENV_TICKET_KEYS)
         .env(ENV_LISTEN_FDS, listen::env_value(&fds))
         .env_remove(ENV_RELAY_FD)
         .stdin(std::process::Stdio::null())
@@ -204,6 +205,9 @@ pub(super) fn spawn(
     let child_fd = pair.as_ref().map(|(_, c)| c.as_raw_fd());
     if let Some(fd) = child_fd {
         cmd.env(ENV_RELAY_FD, fd.to_string());
+    }
+    if let Some(keys) = &st.ticket_keys {
+        cmd.env(super::ENV_TICKET_KEYS, keys);
     }
     let parent = std::process::id() as i32;
     // SAFETY: only async-signal-safe calls (prctl, getppid, fcntl) between fork and exec.

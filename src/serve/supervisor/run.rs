@@ -93,6 +93,9 @@ pub(super) struct State {
     pub(super) tally: tokio::sync::Mutex<super::tally::Tally>,
     /// Where each process writes its final metrics as it exits (private to the supervisor).
     pub(super) final_dir: tempfile::TempDir,
+    /// The TLS session-ticket keys' file every process shares (TLS with ticket resumption):
+    /// rotated by the supervisor every `shared_tickets::ROTATE`.
+    pub(super) ticket_keys: Option<std::path::PathBuf>,
     /// Processes started, for their final metrics' file names.
     pub(super) spawned: std::sync::atomic::AtomicU64,
     /// The listening sockets, open for as long as the supervisor runs.
@@ -133,6 +136,11 @@ pub fn supervise(mut plan: Supervision) -> Result<Outcome> {
             fds,
         })
         .collect();
+    let final_dir = tempfile::Builder::new()
+        .prefix("wstune-serve-")
+        .tempdir()
+        .context("cannot create the supervisor's private directory (final metrics, ticket keys)")?;
+    let ticket_keys = ticket_keys(&plan, final_dir.path())?;
     let st = Arc::new(State {
         plan,
         port,
@@ -145,11 +153,9 @@ pub fn supervise(mut plan: Supervision) -> Result<Outcome> {
         others: Mutex::new(Vec::new()),
         roll: roll::Counters::default(),
         tally: Default::default(),
-        final_dir: tempfile::Builder::new()
-            .prefix("wstune-serve-")
-            .tempdir()
-            .context("cannot create the supervisor's directory for its processes' final metrics")?,
+        final_dir,
         spawned: Default::default(),
+        ticket_keys,
         _sockets: sockets,
     });
     st.hubs.keep_history(
@@ -160,6 +166,24 @@ pub fn supervise(mut plan: Supervision) -> Result<Outcome> {
     // Everything runs on this thread: the parent-death signal of a child fires when the
     // thread that forked it ends, so no child may be forked from a thread that can end first.
     rt.block_on(run(st.clone(), admin))
+}
+
+/// The session-ticket keys' file the processes share, written with its first key, when they
+/// serve TLS with ticket resumption.
+fn ticket_keys(plan: &Supervision, dir: &std::path::Path) -> Result<Option<std::path::PathBuf>> {
+    #[cfg(feature = "tls")]
+    if plan
+        .config
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.resumption == crate::serve::config::TlsResumption::Tickets)
+    {
+        let path = dir.join("tickets");
+        embedded_server::shared_tickets::rotate(&path).map_err(|e| anyhow::anyhow!(e))?;
+        return Ok(Some(path));
+    }
+    let _ = (plan, dir);
+    Ok(None)
 }
 
 /// The listening sockets (all of them, and each slot's fds): systemd's, shared by every
@@ -210,6 +234,18 @@ async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<Out
     let mut usr2 =
         unix_signal(SignalKind::user_defined2()).context("cannot install the SIGUSR2 handler")?;
     let upgrade = roll::started_from();
+    #[cfg(feature = "tls")]
+    if let Some(path) = st.ticket_keys.clone() {
+        // A new key every ROTATE, the one before still opening the tickets it made.
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(embedded_server::shared_tickets::ROTATE).await;
+                if let Err(e) = embedded_server::shared_tickets::rotate(&path) {
+                    say!("wstune serve: {e}; the processes keep the keys they have");
+                }
+            }
+        });
+    }
     let n = st.plan.sizing.processes;
     let mut keepers = Vec::new();
     let mut replacers = Vec::new();
