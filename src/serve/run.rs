@@ -69,6 +69,11 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
                 r.server.max_connections
             );
         }
+        if tls.is_some() && supervised.unwrap_or(0) == 0 {
+            if let Some(w) = unlimited_handshakes(&r.server.limits) {
+                eprintln!("{w}");
+            }
+        }
         let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
         eprintln!(
             "{}",
@@ -264,6 +269,23 @@ fn supervise(r: &ServeConfig, tls: bool, inherited: &mut Inherited) -> Result<Op
         };
         Ok(Some(crate::serve::supervisor::supervise(supervision)?))
     }
+}
+
+/// The start-up warning of a TLS listener whose handshakes nothing rate limits: a full
+/// handshake is the dearest thing a client can ask of the server (0.7-1.8 ms of a core on the
+/// development VM), and a client replaying ClientHellos pays almost nothing for each, so without
+/// a rate at accept one address can keep cores busy. The profiles leave the rates off (the
+/// right values depend on the clients' NAT and on what is in front), so the operator is told
+/// plainly, with the settings that bound it.
+fn unlimited_handshakes(limits: &embedded_server::LimitSettings) -> Option<String> {
+    (limits.connection_rate_per_ip.is_none() && limits.connection_rate.is_none()).then(|| {
+        "wstune: warning: TLS handshakes are not rate limited: each full handshake costs the \
+         server about a millisecond of a core, and a client replaying ClientHellos can ask for \
+         thousands a second. Where this port faces clients directly, set server.limits.connection_rate_per_ip \
+         and server.limits.connection_rate in the profile (--conn-rate-per-ip, --conn-rate); where a load \
+         balancer in front terminates or limits them, name it in server.limits.exempt."
+            .to_string()
+    })
 }
 
 /// The TLS configuration from --tls-cert/--tls-key, if given.

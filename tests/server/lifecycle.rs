@@ -157,3 +157,34 @@ fn reuseport_accept_loops_share_one_port() {
         assert_eq!(read_frame(&mut s), Some((1, msg.into_bytes())));
     }
 }
+
+/// A TLS listener that nothing rate limits says so at start, naming the settings that bound
+/// replayed handshakes; with a rate at accept, and without TLS, it does not.
+#[test]
+fn a_tls_listener_without_handshake_rates_says_so_at_start() {
+    let Some((srv, _cert, _dir)) = common::serve_tls(&["--profile", "10k", "--app", "echo"]) else {
+        return;
+    };
+    let log = srv.log_text();
+    assert!(
+        log.contains("TLS handshakes are not rate limited")
+            && log.contains("limits.connection_rate_per_ip")
+            && log.contains("limits.exempt"),
+        "{log}"
+    );
+    let Some((limited, _cert, _dir)) = common::serve_tls(&[
+        "--profile",
+        "10k",
+        "--app",
+        "echo",
+        "--conn-rate-per-ip",
+        "100",
+    ]) else {
+        return;
+    };
+    let log = limited.log_text();
+    assert!(log.contains("listening on wss://"), "{log}");
+    assert!(!log.contains("not rate limited"), "{log}");
+    let plain = common::serve(&["--profile", "10k", "--app", "echo"]);
+    assert!(!plain.log_text().contains("not rate limited"));
+}
