@@ -109,7 +109,15 @@ fn a_failed_connection_is_dropped_at_once() {
 /// close frame never fits into its socket it is not counted in ws_closes_sent_total.
 #[test]
 fn a_close_frame_that_was_never_written_is_not_counted_as_sent() {
-    let srv = common::serve(&["--send-queue", "65536", "--backpressure-close", "1008"]);
+    // The drain timeout at 1 s: the queue stays above its cap (under its ceiling) from then on.
+    let srv = common::serve(&[
+        "--send-queue",
+        "65536",
+        "--backpressure-close",
+        "1008",
+        "--drain-timeout",
+        "1",
+    ]);
     let s = upgraded(srv.port, Some(4096));
     let mut w = s.try_clone().unwrap();
     w.set_write_timeout(Some(Duration::from_secs(3))).unwrap();

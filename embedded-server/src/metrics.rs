@@ -187,8 +187,6 @@ pub struct Metrics {
     pub message_rate_closes: AtomicU64,
     /// The server-wide memory budget and what is charged to it (budget.rs).
     pub memory: crate::budget::Budget,
-    /// Outgoing bytes queued now, over every connection (also charged to `memory`).
-    pub queued_bytes: AtomicI64,
     /// Connections closed because a message or frame did not arrive whole within the message
     /// timeout.
     pub message_timeouts: AtomicU64,
@@ -252,7 +250,6 @@ impl Default for Metrics {
             inflate_budget_closes: AtomicU64::new(0),
             message_rate_closes: AtomicU64::new(0),
             memory: Default::default(),
-            queued_bytes: AtomicI64::new(0),
             message_timeouts: AtomicU64::new(0),
             drain_timeouts: AtomicU64::new(0),
             inflate_ratio_closes: AtomicU64::new(0),
@@ -461,10 +458,17 @@ impl Metrics {
             budget.share_closes() as f64,
         );
         g(
+            "ws_memory_budget_reclaims_total",
+            "Connections closed (1013, or dropped when a frame was partly sent) to give their unread send queue back when the memory budget was short.",
+            "counter",
+            budget.reclaims() as f64,
+        );
+        g(
             "ws_send_queue_bytes",
             "Outgoing bytes queued now, over every connection.",
             "gauge",
-            self.queued_bytes.load(Relaxed) as f64,
+            // The queue store of the budget is exactly what every queue holds.
+            budget.used_by(crate::budget::Store::Queue) as f64,
         );
         g(
             "ws_message_timeouts_total",

@@ -544,6 +544,10 @@ async fn a_publish_to_a_slow_subscriber_reports_the_copies_it_dropped() {
         &path(&d, "api-key"),
         "--send-queue",
         "16384",
+        // The queue's ceiling is the connection's share: at 1 MiB, the stalled subscriber's
+        // copies are dropped within the 16 MiB offered.
+        "--conn-memory-share",
+        "1048576",
     ]);
     let _slow = stalled_subscriber(s.port, "slow");
     let mut fast = connect(s.port, "", None).await.unwrap();

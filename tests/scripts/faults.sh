@@ -90,9 +90,9 @@ blackhole)
   ;;
 slow)
   # A 1 Mbit/s link (tbf) to 20 clients under a broadcast of ~3 Mbit/s per client: their send
-  # queues pass the cap and the server closes them (1008); 20 clients on loopback keep
-  # receiving every broadcast with low latency.
-  serve --send-queue 65536
+  # queues stay above the cap past the drain timeout and the server closes them (1008); 20
+  # clients on loopback keep receiving every broadcast with low latency.
+  serve --send-queue 65536 --drain-timeout 3
   tc qdisc add dev vs root tbf rate 1mbit burst 32kbit latency 400ms
   $IN_CLI $C listen --url $URL_CLI --n 20 --secs 16 --ready "$T/slow.ready" > "$T/slow.json" &
   A=$!

@@ -94,7 +94,15 @@ fn heartbeats_ping_idle_clients_and_close_silent_ones() {
 
 #[test]
 fn a_consumer_that_does_not_read_is_closed_not_buffered() {
-    let srv = serve_10k(&["--send-queue", "65536", "--backpressure-close", "1013"]);
+    // A queue above its cap is closed once it has stayed there past the drain timeout.
+    let srv = serve_10k(&[
+        "--send-queue",
+        "65536",
+        "--backpressure-close",
+        "1013",
+        "--drain-timeout",
+        "1",
+    ]);
     let mut s = upgraded(srv.port, Some(4096));
     let before = srv.rss_kib();
     // Send 4 MB of echo requests without reading a byte of the replies (from another thread, so
@@ -124,7 +132,7 @@ fn a_consumer_that_does_not_read_is_closed_not_buffered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broadcast_reaches_everyone_and_a_slow_consumer_does_not_slow_the_rest() {
-    let srv = serve_10k(&["--app", "broadcast"]);
+    let srv = serve_10k(&["--app", "broadcast", "--drain-timeout", "1"]);
     let mut clients = Vec::new();
     for _ in 0..3 {
         clients.push(tokio_tungstenite::connect_async(srv.url()).await.unwrap().0);
@@ -179,9 +187,16 @@ async fn broadcast_reaches_everyone_and_a_slow_consumer_does_not_slow_the_rest()
         r.await.unwrap();
     }
     assert!(start.elapsed() < Duration::from_secs(10));
+    tokio::task::block_in_place(|| {
+        srv.wait_metric(
+            "ws_backpressure_closes_total",
+            Duration::from_secs(10),
+            |n| n >= 1.0,
+        )
+    });
     assert!(
-        srv.metric("ws_backpressure_closes_total") >= 1.0,
-        "the slow consumer was cut off (4 MB > its 1 MiB cap)"
+        srv.metric("ws_drain_timeouts_total") >= 1.0,
+        "the slow consumer was cut off (4 MB above its 1 MiB cap past the drain timeout)"
     );
     drop(slow);
 }
@@ -211,7 +226,14 @@ async fn a_consumer_that_stops_reading_backs_up_into_the_send_queue_with_the_uns
         );
     }
     for (profile, marked) in [("10k", true), (no_mark.to_str().unwrap(), false)] {
-        let srv = common::serve(&["--profile", profile, "--app", "broadcast"]);
+        let srv = common::serve(&[
+            "--profile",
+            profile,
+            "--app",
+            "broadcast",
+            "--drain-timeout",
+            "1",
+        ]);
         let mut sender = tokio_tungstenite::connect_async(srv.url()).await.unwrap().0;
         let slow = upgraded(srv.port, None);
         tokio::task::block_in_place(|| {

@@ -117,24 +117,29 @@ pub(super) fn close_from_app<T: Transport, H>(
 }
 
 /// Act on a close another thread asked for (heartbeat, backpressure, shutdown, the
-/// application through a `Conn`), once.
+/// application through a `Conn`), once. Returns true when the connection must be dropped
+/// without a close frame (its queue was reclaimed with a frame partly on the wire).
 pub(super) fn on_close_request<S>(
     conn: &Conn<S>,
     st: &mut State,
     config: &ServerConfig,
     metrics: &Metrics,
-) {
+) -> bool {
     let shared = conn.shared();
     let requested = shared.close_requested();
     if requested == 0 || st.close_sent {
-        return;
+        return false;
     }
     if let Some(why) = conn.app_close_reason(requested) {
         // Asked for by the application: what it queued before goes out first.
         start_close(shared, st, requested, &why, CLOSE_WAIT, metrics);
-        return;
+        return false;
     }
     let why = shared.close_why();
+    if why == CloseWhy::ReclaimedMidFrame {
+        st.drop_input(&metrics.memory);
+        return true;
+    }
     let reason = match (requested, why.reason()) {
         (_, Some(reason)) => reason,
         (1001, None) => "server shutting down",
@@ -142,7 +147,10 @@ pub(super) fn on_close_request<S>(
         (crate::hub::HEARTBEAT_CLOSE, None) => "heartbeat timeout",
         _ => "send queue full: consumer too slow",
     };
-    if matches!(why, CloseWhy::Budget | CloseWhy::MessageTimeout) {
+    if matches!(
+        why,
+        CloseWhy::Budget | CloseWhy::MessageTimeout | CloseWhy::Reclaimed
+    ) {
         // The bytes this connection holds are the problem: they go back now, and the rest of
         // its input is discarded unread, as when the connection fails.
         st.drop_input(&metrics.memory);
@@ -160,6 +168,7 @@ pub(super) fn on_close_request<S>(
         // A frame already partly on the wire must be finished, or the stream breaks.
         shared.lock().drop_unsent_before_close(metrics);
     }
+    false
 }
 
 /// Queue a close the server initiates (heartbeat, backpressure, shutdown).
@@ -255,8 +264,10 @@ mod tests {
 
     #[tokio::test]
     async fn backpressure_past_the_limit_closes_the_slow_consumer() {
+        // The ceiling (the connection's share) at the cap: the first frame past it closes.
         let ctx = ctx(ServerConfig {
             send_queue_bytes: 1024,
+            conn_memory_share: Some(1024),
             ..ServerConfig::default()
         });
         let m = &ctx.hub.metrics;
@@ -267,7 +278,7 @@ mod tests {
         assert!(shared.push(Bytes::from(big), m));
         io.set_room(Some(1000));
         assert!(flush(&io, &shared, m).unwrap());
-        // More piles up past the cap: the consumer is closed, not waited for.
+        // More piles up past the ceiling: the consumer is closed, not waited for.
         let more = frame::encode_message(OpCode::Binary, &[8; 100], usize::MAX, false);
         assert!(!shared.push(Bytes::from(more), m));
         assert_eq!(m.backpressure_closes.load(Relaxed), 1);

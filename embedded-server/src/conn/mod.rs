@@ -398,8 +398,15 @@ async fn run<T: Transport, H: Handler>(
                 parked = Some(wait);
             }
         }
-        on_close_request(conn, st, &hub.config, m);
+        if on_close_request(conn, st, &hub.config, m) {
+            // Its queue was given back mid-frame: nothing more can be written to the stream.
+            return Ok(());
+        }
         let pending = flush(io, shared, m)?;
+        if pending && shared.queued() > shared.send_cap() {
+            // Behind: a short memory budget may close it before the next sweep lists it.
+            m.memory.offer(shared);
+        }
         if st.close_sent && !pending && closed_write(io, st, m) {
             return Ok(());
         }

@@ -191,7 +191,7 @@ mod tests {
     fn batched_replies_wait_for_commit() {
         let io = MemIo::default();
         let m = Metrics::default();
-        let shared = Shared::new(1, 1 << 20, 1008, 0);
+        let shared = Shared::new(1, 1 << 20, 1 << 20, 1008, 0);
         let mut st = State::new(Vec::new(), None);
         send(&io, &shared, &m, &mut st, OpCode::Text, b"a", 1000);
         send(&io, &shared, &m, &mut st, OpCode::Text, b"b", 1000);
@@ -221,7 +221,7 @@ mod tests {
     fn the_queue_drains_in_order_as_the_socket_takes_it() {
         let io = MemIo::default();
         let m = Metrics::default();
-        let shared = Shared::new(1, 1 << 20, 1008, 0);
+        let shared = Shared::new(1, 1 << 20, 1 << 20, 1008, 0);
         for (i, n) in [(1u8, 100), (2, 3), (3, 70_000)] {
             let f = frame::encode_message(OpCode::Binary, &vec![i; n], usize::MAX, false);
             assert!(shared.push(Bytes::from(f), &m));
@@ -260,7 +260,7 @@ mod tests {
     fn a_partly_written_reply_is_finished_before_anything_else() {
         let io = MemIo::default();
         let m = Metrics::default();
-        let shared = Shared::new(1, 1 << 20, 1008, 0);
+        let shared = Shared::new(1, 1 << 20, 1 << 20, 1008, 0);
         let mut st = State::new(Vec::new(), None);
         io.set_room(Some(3));
         send(&io, &shared, &m, &mut st, OpCode::Text, b"hello", 1000);

@@ -267,6 +267,9 @@ impl Hub {
         let s = Arc::new(Shared::new(
             id,
             self.config.send_queue_bytes,
+            // The queue alone may hold the connection's whole share while it drains: past
+            // it the connection would be closed for its share anyway.
+            self.config.conn_memory_share(),
             self.config.backpressure_close.code(),
             self.now(),
         ));
@@ -471,6 +474,8 @@ impl Hub {
         let message_timeout = self.config.message_timeout.as_secs() as u32;
         let drain_timeout = self.config.send_drain_timeout.as_secs() as u32;
         let mut due = Vec::new();
+        // The largest queues above their cap: whom a short memory budget closes first.
+        let mut behind: Vec<(usize, Arc<Shared>)> = Vec::new();
         for c in self.conns.read().unwrap().iter() {
             // Progress, not liveness: a client that answers pings (or sends anything) but
             // never finishes its message, or never reads what it asked for, is closed all the
@@ -482,9 +487,13 @@ impl Hub {
                 }
                 continue;
             }
+            let queued = c.queued();
+            if queued > c.send_cap() && c.close_requested() == 0 {
+                keep_largest(&mut behind, queued, &c.0);
+            }
             if drain_timeout > 0 {
                 let over = c.over_cap_since.load(Relaxed);
-                if c.queued() <= c.send_cap() {
+                if queued <= c.send_cap() {
                     if over != 0 {
                         c.over_cap_since.store(0, Relaxed);
                     }
@@ -509,6 +518,12 @@ impl Hub {
                 due.push(c.0.clone());
             }
         }
+        self.metrics.memory.set_candidates(
+            behind
+                .into_iter()
+                .map(|(_, c)| c as Arc<dyn crate::budget::Holder>)
+                .collect(),
+        );
         // The pings are sends (see `Shared::push`): made after the registry lock is released.
         for c in due {
             if c.push(self.ping.clone(), &self.metrics) {
@@ -524,4 +539,18 @@ impl Hub {
             let _ = c.request_close(code);
         }
     }
+}
+
+/// Keep `list` the `budget::CANDIDATES` largest queues seen so far, adding `c` (holding
+/// `queued`) when it is among them.
+fn keep_largest(list: &mut Vec<(usize, Arc<Shared>)>, queued: usize, c: &Arc<Shared>) {
+    if list.len() == crate::budget::CANDIDATES {
+        match list.iter().enumerate().min_by_key(|(_, (q, _))| *q) {
+            Some((i, (q, _))) if *q < queued => {
+                list.swap_remove(i);
+            }
+            _ => return,
+        }
+    }
+    list.push((queued, c.clone()));
 }

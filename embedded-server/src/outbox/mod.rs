@@ -10,7 +10,11 @@
 //!   connection clears (under the lock, by dropping `DirectGuard`) before the socket closes;
 //! - nothing is queued after a close frame (`close_request` is set before the close is queued,
 //!   and checked again under the lock);
-//! - a consumer whose unsent bytes pass the cap is closed, never waited for.
+//! - a consumer is closed, never waited for, when its unsent bytes stay above the cap past the
+//!   drain timeout (the heartbeat sweep) or pass the hard ceiling (the connection's memory
+//!   share) at once. A burst may take the queue above the cap: before judging, what is queued
+//!   is written to the socket if it takes it, since the connection's own task may not yet have
+//!   had a turn to write it.
 
 use crate::budget::Store;
 use crate::deflate::{Agreed, DeflateSettings};
@@ -45,7 +49,14 @@ pub struct Shared {
     pub last_seen: AtomicU32,
     /// Coarse clock seconds of the last ping sent.
     pub last_ping: AtomicU32,
-    send_cap: usize,
+    /// The send-queue cap in bytes (at most 4 GiB: beside `send_ceiling_kib`, the pair takes
+    /// the place of one usize).
+    send_cap: u32,
+    /// The most the queue may hold at once (at least `send_cap`), in KiB rounded up: past it
+    /// the consumer is closed at once, however recently it fell behind. A u32 of KiB (up to
+    /// 4 TiB) fits beside the other small fields, where a usize would cost this struct its
+    /// allocator class.
+    send_ceiling_kib: u32,
     backpressure_code: u16,
     /// Window bits of this peer's permessage-deflate (0: not negotiated). Broadcasts and
     /// offloaded replies compress once per window size from a reset context, valid for every
@@ -96,6 +107,12 @@ pub(crate) enum CloseWhy {
     Drain = 3,
     /// A message or frame did not arrive whole within the message timeout.
     MessageTimeout = 4,
+    /// The memory budget was short and this connection held the most unread output: its
+    /// queue was given back (`budget::Holder`).
+    Reclaimed = 5,
+    /// `Reclaimed`, and a frame was partly on the wire when its queue was given back: no close
+    /// frame can follow, the connection is dropped.
+    ReclaimedMidFrame = 6,
 }
 
 impl CloseWhy {
@@ -107,6 +124,9 @@ impl CloseWhy {
             CloseWhy::Budget => "server memory budget spent: try again later",
             CloseWhy::Drain => "send queue did not drain in time: consumer too slow",
             CloseWhy::MessageTimeout => "message not completed in time",
+            CloseWhy::Reclaimed | CloseWhy::ReclaimedMidFrame => {
+                "server memory budget spent: send queue not read"
+            }
         })
     }
 }
@@ -133,8 +153,15 @@ struct Queue {
 }
 
 impl Shared {
-    /// An empty outbox for connection `id`.
-    pub fn new(id: u64, send_cap: usize, backpressure_code: u16, now: u32) -> Shared {
+    /// An empty outbox for connection `id`: its queue goes above `send_cap` only while it
+    /// drains (the sweep's drain timeout), and never past `send_ceiling`.
+    pub fn new(
+        id: u64,
+        send_cap: usize,
+        send_ceiling: usize,
+        backpressure_code: u16,
+        now: u32,
+    ) -> Shared {
         Shared {
             id,
             out: Mutex::new(None),
@@ -143,7 +170,11 @@ impl Shared {
             close_request: AtomicU16::new(0),
             last_seen: AtomicU32::new(now),
             last_ping: AtomicU32::new(now),
-            send_cap,
+            send_cap: send_cap.min(u32::MAX as usize) as u32,
+            send_ceiling_kib: send_ceiling
+                .max(send_cap)
+                .div_ceil(1024)
+                .min(u32::MAX as usize) as u32,
             backpressure_code,
             shared_deflate_bits: AtomicU8::new(0),
             deflate_takeover: AtomicBool::new(false),
@@ -164,7 +195,6 @@ impl Shared {
     /// frame already started on the wire, a close frame).
     fn add_queued(&self, n: usize, metrics: &Metrics) {
         self.queued.fetch_add(n, Relaxed);
-        metrics.queued_bytes.fetch_add(n as i64, Relaxed);
         metrics.memory.charge(Store::Queue, n);
     }
 
@@ -177,7 +207,6 @@ impl Shared {
             return false;
         }
         self.queued.fetch_add(n, Relaxed);
-        metrics.queued_bytes.fetch_add(n as i64, Relaxed);
         true
     }
 
@@ -185,7 +214,6 @@ impl Shared {
     fn sub_queued(&self, n: usize, metrics: &Metrics) {
         if n > 0 {
             self.queued.fetch_sub(n, Relaxed);
-            metrics.queued_bytes.fetch_sub(n as i64, Relaxed);
             metrics.memory.release(Store::Queue, n);
         }
     }
@@ -205,7 +233,6 @@ impl Shared {
         let left = self.queued.swap(0, Relaxed);
         drop(out);
         if left > 0 {
-            metrics.queued_bytes.fetch_sub(left as i64, Relaxed);
             metrics.memory.release(Store::Queue, left);
         }
     }
@@ -223,8 +250,9 @@ impl Shared {
         self.subscribed.load(Relaxed)
     }
 
-    /// Queue an encoded frame (shared, not copied) and wake the connection. A consumer above
-    /// its cap is closed instead: broadcast never waits for the slowest client.
+    /// Queue an encoded frame (shared, not copied) and wake the connection. A consumer whose
+    /// queue would pass its ceiling is closed instead: broadcast never waits for the slowest
+    /// client.
     pub fn push(&self, frame: Bytes, metrics: &Metrics) -> bool {
         let mut written = 0;
         let pushed = self.push_frame(frame, metrics, false, &mut written);
@@ -271,17 +299,28 @@ impl Shared {
             return true;
         }
         let len = frame.len();
-        // A consumer is slow when data piles up, not when one message is large: a frame bigger
-        // than the cap still goes to an empty queue.
-        let queued = self.queued.load(Relaxed);
-        if queued > 0 && queued + len > self.send_cap {
-            self.backpressure(metrics);
-            return false;
-        }
         let mut out = self.out.lock().unwrap();
         // Checked again under the lock: the connection queues its close frame under it after
         // setting `close_request`, and nothing may follow a close frame on the wire.
         if self.close_request.load(Relaxed) != 0 {
+            return false;
+        }
+        let fd = self.direct_fd.load(Relaxed);
+        if out.is_some() && self.queued.load(Relaxed) + len > self.send_cap() {
+            // Above the cap only because nobody wrote yet? The connection's task may not have
+            // had its turn (a publisher on the same I/O thread keeps it busy), while the kernel
+            // takes about TCP_NOTSENT_LOWAT at a time: write what the socket takes now.
+            let mut locked = Locked { shared: self, out };
+            *tally += locked.write_direct(fd, metrics) as u64;
+            out = locked.out;
+        }
+        // A consumer is slow when it stays behind (the sweep's drain timeout), not when a burst
+        // arrives: the queue may pass its cap while it drains, never its ceiling. A frame bigger
+        // than the ceiling still goes to an empty queue (one large message is not a backlog).
+        let queued = self.queued.load(Relaxed);
+        if queued > 0 && queued + len > self.send_ceiling() {
+            drop(out);
+            self.backpressure(metrics);
             return false;
         }
         if stale {
@@ -290,7 +329,7 @@ impl Shared {
         let mut frame = frame;
         let mut started = false;
         if out.is_none() {
-            let written = direct_write(self.direct_fd.load(Relaxed), &frame);
+            let written = direct_write(fd, &frame);
             *tally += written as u64;
             if written == len {
                 drop(out);
@@ -416,13 +455,20 @@ impl Shared {
             2 => CloseWhy::Budget,
             3 => CloseWhy::Drain,
             4 => CloseWhy::MessageTimeout,
+            5 => CloseWhy::Reclaimed,
+            6 => CloseWhy::ReclaimedMidFrame,
             _ => CloseWhy::Other,
         }
     }
 
     /// The send-queue cap.
     pub(crate) fn send_cap(&self) -> usize {
-        self.send_cap
+        self.send_cap as usize
+    }
+
+    /// The most the queue may hold at once.
+    pub(crate) fn send_ceiling(&self) -> usize {
+        (self.send_ceiling_kib as usize) << 10
     }
 
     /// Ask the connection to close with `code` (first request wins). Returns whether this
@@ -486,6 +532,38 @@ impl Shared {
     }
 }
 
+/// A short memory budget closes the connections holding the most unread output (budget.rs).
+impl crate::budget::Holder for Shared {
+    fn behind(&self) -> usize {
+        let queued = self.queued.load(Relaxed);
+        if queued <= self.send_cap() || self.close_request.load(Relaxed) != 0 {
+            return 0;
+        }
+        queued
+    }
+
+    fn reclaim(&self, budget: &crate::budget::Budget) -> Option<usize> {
+        // Never waits: the caller may hold its own queue's lock (a charge for a frame being
+        // queued), and a connection busy writing is making progress anyway.
+        let mut out = self.out.try_lock().ok()?;
+        if self.behind() == 0 || !self.request_close_why(BUDGET_CLOSE, CloseWhy::Reclaimed) {
+            return None;
+        }
+        // Asked under the lock: the connection cannot queue its close frame before its queue
+        // is gone. All of it goes, a frame partly on the wire too (an amplified echo is one
+        // frame of megabytes); then no close frame can follow and the connection is dropped.
+        if let Some(q) = out.take() {
+            if q.head_off > 0 || q.head_is_rest {
+                self.close_why
+                    .store(CloseWhy::ReclaimedMidFrame as u8, Relaxed);
+            }
+        }
+        let freed = self.queued.swap(0, Relaxed);
+        budget.release(Store::Queue, freed);
+        Some(freed)
+    }
+}
+
 /// The queue under its lock: what the connection's writer works on.
 pub(crate) struct Locked<'a> {
     shared: &'a Shared,
@@ -503,8 +581,9 @@ impl Locked<'_> {
         self.out.get_or_insert_with(Box::default)
     }
 
-    /// Queue a frame; a consumer that already had bytes waiting and now passes its cap is
-    /// closed (one large frame to an empty queue always goes).
+    /// Queue a frame; a consumer that already had bytes waiting and now passes its ceiling is
+    /// closed (one large frame to an empty queue always goes; above the cap, the sweep's
+    /// drain timeout judges).
     pub(crate) fn enqueue(&mut self, frame: Bytes, metrics: &Metrics) {
         let len = frame.len();
         let before = self.shared.queued.load(Relaxed);
@@ -512,9 +591,32 @@ impl Locked<'_> {
             return; // closing with 1013: the frame is dropped, its bytes never held
         }
         self.queue().frames.push_back(frame);
-        if before > 0 && before + len > self.shared.send_cap {
+        if before > 0 && before + len > self.shared.send_ceiling() {
             self.shared.backpressure(metrics);
         }
+    }
+
+    /// Write what the socket takes of the queue from this thread (plain TCP only: `fd` is the
+    /// socket while direct writes are allowed, else -1 and nothing is written); the bytes
+    /// written.
+    fn write_direct(&mut self, fd: i32, metrics: &Metrics) -> usize {
+        let mut total = 0;
+        while fd >= 0 && !self.is_empty() {
+            let mut slices: [IoSlice<'_>; WRITE_SLICES] =
+                std::array::from_fn(|_| IoSlice::new(&[]));
+            let n_slices = self.slices(&mut slices);
+            let want: usize = slices[..n_slices].iter().map(|s| s.len()).sum();
+            let n = direct_writev(fd, &slices[..n_slices]);
+            if n == 0 {
+                break;
+            }
+            self.consume(n, metrics);
+            total += n;
+            if n < want {
+                break;
+            }
+        }
+        total
     }
 
     /// Queue the rest of a frame whose first `written` bytes went to the socket directly (it
@@ -667,6 +769,28 @@ fn direct_write(fd: i32, buf: &[u8]) -> usize {
 
 #[cfg(not(unix))]
 fn direct_write(_fd: i32, _buf: &[u8]) -> usize {
+    0
+}
+
+/// `direct_write` for several buffers in one syscall.
+#[cfg(unix)]
+fn direct_writev(fd: i32, bufs: &[IoSlice<'_>]) -> usize {
+    if fd < 0 || bufs.is_empty() {
+        return 0;
+    }
+    // SAFETY: as in `direct_write`; `IoSlice` is ABI-compatible with `iovec` on Unix, and the
+    // message header points at `bufs` only for the call.
+    let n = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = bufs.len() as _;
+        libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+    };
+    n.max(0) as usize
+}
+
+#[cfg(not(unix))]
+fn direct_writev(_fd: i32, _bufs: &[IoSlice<'_>]) -> usize {
     0
 }
 
