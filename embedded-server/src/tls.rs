@@ -28,7 +28,7 @@ pub type Config = Arc<rustls::ServerConfig>;
 pub enum Resumption {
     /// Stateless tickets (TLS 1.2 and 1.3), keys rotated every 6 hours. rustls' own default
     /// has no ticketer, so a TLS 1.3 client (which resumes only by ticket) never resumed.
-    /// Several processes serving one port share keys with [`crate::shared_tickets`].
+    /// Several processes serving one port share keys with the `shared_tickets` module.
     #[default]
     Tickets,
     /// A server-side cache of this many sessions (TLS 1.2 session ids, TLS 1.3 stateful
