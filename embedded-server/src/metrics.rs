@@ -623,7 +623,7 @@ impl Metrics {
         }
         let _ = writeln!(
             o,
-            "# HELP ws_memory_budget_closes_total Charges to this store refused because they would pass the memory budget: each closed its connection with 1013 (for subscriptions: refused the subscribe with an error op).\n# TYPE ws_memory_budget_closes_total counter"
+            "# HELP ws_memory_budget_closes_total Charges to this store refused because they would pass the memory budget: each closed its connection with 1013 (for subscriptions: refused the subscribe with an error op; for an HTTP API body, counted under input: answered 503).\n# TYPE ws_memory_budget_closes_total counter"
         );
         for (store, _, refused) in budget.stores() {
             let _ = writeln!(

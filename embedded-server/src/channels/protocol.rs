@@ -3,7 +3,10 @@
 //! - `{"op":"subscribe","channel":"prices"}` -> `{"op":"subscribed","channel":"prices"}`
 //! - `{"op":"unsubscribe","channel":"prices"}` -> `{"op":"unsubscribed","channel":"prices"}`
 //! - `{"op":"publish","channel":"prices","data":ANY}` -> every subscriber (the publisher too, if
-//!   subscribed) gets `{"channel":"prices","data":ANY}`, encoded once per publish.
+//!   subscribed) gets `{"channel":"prices","data":ANY}`, encoded once per publish. `ANY` goes
+//!   out as it came, less the whitespace between its tokens ([`compact`]): checked as JSON,
+//!   never built into a tree of values (nor nested deeper than 128 levels, `serde_json`'s
+//!   limit).
 //! - anything else -> `{"op":"error","error":"..."}` (the connection stays open).
 //!
 //! With history on (`ChannelsSettings::history`, `serve --history-size`), every publication
@@ -26,8 +29,59 @@
 use super::{check_name, ChannelsSettings, Grant, ProtocolError};
 use crate::hub::{Hub, StreamPosition, Subscribed};
 use crate::outbox::Shared;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+
+/// A field's JSON text when the field is there, `null` included (`Option`'s own
+/// deserializer would read a `null` as a missing field); `#[serde(default)]` gives None.
+pub(crate) fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue as serde::Deserialize>::deserialize(d).map(Some)
+}
+
+/// `json`, one valid JSON value's text, without the whitespace between its tokens: what
+/// `serde_json` would write for it, without building it (strings, numbers and the order of
+/// keys stay as they came). Borrowed when there is none, the usual case. Subscribers get the
+/// compact form they always got, one line whatever the publisher's layout.
+pub fn compact(json: &str) -> Cow<'_, str> {
+    let b = json.as_bytes();
+    let (mut in_string, mut escaped) = (false, false);
+    let mut out: Option<Vec<u8>> = None;
+    for (i, &c) in b.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == b'\\' {
+                escaped = true;
+            } else if c == b'"' {
+                in_string = false;
+            }
+        } else if c == b'"' {
+            in_string = true;
+        } else if matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
+            out.get_or_insert_with(|| {
+                let mut o = Vec::with_capacity(b.len());
+                o.extend_from_slice(&b[..i]);
+                o
+            });
+            continue;
+        }
+        if let Some(o) = &mut out {
+            o.push(c);
+        }
+    }
+    match out {
+        None => Cow::Borrowed(json),
+        // Only ASCII whitespace was taken out of UTF-8 text: still UTF-8.
+        Some(o) => Cow::Owned(
+            String::from_utf8(o)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+        ),
+    }
+}
 
 /// Handle one channels-protocol message (see the module's documentation) from a
 /// connection no token restricts, with the default caps; returns a reply for the sender, if
@@ -46,12 +100,15 @@ pub fn message_as(
     grant: Option<&Grant>,
     settings: &ChannelsSettings,
 ) -> Option<String> {
+    // `data` is kept as the text it came as (checked, never built into a tree of values):
+    // what it holds is the publisher's business, and a tree of a large message costs tens of
+    // times its size (a 16 MiB array of zeros is half a gigabyte as values).
     #[derive(serde::Deserialize)]
-    struct Msg {
+    struct Msg<'a> {
         op: String,
         channel: Option<String>,
-        #[serde(default)]
-        data: serde_json::Value,
+        #[serde(default, borrow, deserialize_with = "present")]
+        data: Option<&'a RawValue>,
         recover: Option<Recover>,
     }
     #[derive(serde::Deserialize)]
@@ -129,7 +186,8 @@ pub fn message_as(
                     "not allowed: the token does not allow publishing to '{channel}'"
                 ));
             }
-            hub.publish(&channel, &msg.data);
+            let data = msg.data.map_or("null", RawValue::get);
+            hub.publish_json_with_position(&channel, &compact(data));
             None
         }
         other => err(
@@ -198,4 +256,19 @@ pub fn subscribe(
         );
     }
     Some(serde_json::json!({"op": "subscribed", "channel": channel}).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_takes_out_whitespace_between_tokens_only() {
+        assert!(matches!(compact(r#"{"a":[1,2]}"#), Cow::Borrowed(_)));
+        assert_eq!(
+            compact("{ \"a b\" : [ 1 ,\n\t2 ], \"c\\\" d\" : \" x \" }\r\n"),
+            r#"{"a b":[1,2],"c\" d":" x "}"#
+        );
+        assert_eq!(compact(r#" "\\" "#), r#""\\""#);
+    }
 }
