@@ -265,10 +265,7 @@ impl Hub {
         // relay's replaces once it is back): delivered here rather than lost.
         if h.sequenced.load(Relaxed) && self.metrics.backplane_up.load(Relaxed) == 1 {
             if let Some(r) = self.relay.get() {
-                r(Relay::Sequence {
-                    channel,
-                    data: &data,
-                });
+                r(Relay::Sequence { channel, data });
                 return (Published::default(), None);
             }
         }
@@ -278,7 +275,7 @@ impl Hub {
             let mut store = h.store.lock().unwrap();
             let (pos, text) = store
                 .0
-                .append(channel, now, |o, e| envelope(channel, &data, o, e));
+                .append(channel, now, |o, e| envelope(channel, data, o, e));
             self.settle_history(&mut store);
             (pos, text, self.subscribers(channel))
         };
