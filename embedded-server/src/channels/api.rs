@@ -308,7 +308,9 @@ fn message<'a>(v: &'a RawValue, at: &str) -> Result<(String, Cow<'a, str>), (u16
             format!("{at}missing field \"data\" (any JSON value; null is one)"),
         ));
     };
-    Ok((channel, super::protocol::compact(data.get())))
+    let data = super::protocol::compact(data.get())
+        .map_err(|e| field_error("data", format!("{at}{e}")))?;
+    Ok((channel, data))
 }
 
 /// A batch's `messages`: the first [`MAX_BATCH`] as they came, and how many there were in
@@ -578,6 +580,16 @@ mod tests {
         assert!(s == 400 && b.contains("not 1500"), "{b}");
         let (s, b) = call(Endpoint::Batch, r#"{"messages":"x"}"#);
         assert!(s == 400 && b.contains("\"field\":\"messages\""), "{b}");
+        let deep = format!(
+            r#"{{"channel":"a","data":{}{}}}"#,
+            "[".repeat(129),
+            "]".repeat(129)
+        );
+        let (s, b) = call(Endpoint::Publish, &deep);
+        assert!(
+            s == 400 && b.contains("\"field\":\"data\"") && b.contains("deeper than 128"),
+            "{b}"
+        );
         let (s, b) = call(Endpoint::Publish, r#"[{"channel":"a","data":1}]"#);
         assert!(s == 400 && b.contains("expected a JSON object"), "{b}");
         // The data goes out as it came, less the whitespace between tokens.

@@ -5,8 +5,7 @@
 //! - `{"op":"publish","channel":"prices","data":ANY}` -> every subscriber (the publisher too, if
 //!   subscribed) gets `{"channel":"prices","data":ANY}`, encoded once per publish. `ANY` goes
 //!   out as it came, less the whitespace between its tokens ([`compact`]): checked as JSON,
-//!   never built into a tree of values (nor nested deeper than 128 levels, `serde_json`'s
-//!   limit).
+//!   never built into a tree of values, and nested at most [`MAX_DATA_DEPTH`] levels deep.
 //! - anything else -> `{"op":"error","error":"..."}` (the connection stays open).
 //!
 //! With history on (`ChannelsSettings::history`, `serve --history-size`), every publication
@@ -42,13 +41,20 @@ pub(crate) fn present<'de, D: serde::Deserializer<'de>>(
     <&'de RawValue as serde::Deserialize>::deserialize(d).map(Some)
 }
 
+/// How deep a publish's data may nest: what `serde_json` allows when it builds values, so
+/// data that subscribers' parsers may refuse (or overflow their stack on) is refused here,
+/// as it was when the server built it.
+pub const MAX_DATA_DEPTH: usize = 128;
+
 /// `json`, one valid JSON value's text, without the whitespace between its tokens: what
 /// `serde_json` would write for it, without building it (strings, numbers and the order of
 /// keys stay as they came). Borrowed when there is none, the usual case. Subscribers get the
-/// compact form they always got, one line whatever the publisher's layout.
-pub fn compact(json: &str) -> Cow<'_, str> {
+/// compact form they always got, one line whatever the publisher's layout. The error: it
+/// nests deeper than [`MAX_DATA_DEPTH`].
+pub fn compact(json: &str) -> Result<Cow<'_, str>, String> {
     let b = json.as_bytes();
     let (mut in_string, mut escaped) = (false, false);
+    let mut depth = 0usize;
     let mut out: Option<Vec<u8>> = None;
     for (i, &c) in b.iter().enumerate() {
         if in_string {
@@ -61,6 +67,15 @@ pub fn compact(json: &str) -> Cow<'_, str> {
             }
         } else if c == b'"' {
             in_string = true;
+        } else if matches!(c, b'[' | b'{') {
+            depth += 1;
+            if depth > MAX_DATA_DEPTH {
+                return Err(format!(
+                    "\"data\" nests deeper than {MAX_DATA_DEPTH} levels of [ and {{: flatten it"
+                ));
+            }
+        } else if matches!(c, b']' | b'}') {
+            depth = depth.saturating_sub(1);
         } else if matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
             out.get_or_insert_with(|| {
                 let mut o = Vec::with_capacity(b.len());
@@ -73,14 +88,14 @@ pub fn compact(json: &str) -> Cow<'_, str> {
             o.push(c);
         }
     }
-    match out {
+    Ok(match out {
         None => Cow::Borrowed(json),
         // Only ASCII whitespace was taken out of UTF-8 text: still UTF-8.
         Some(o) => Cow::Owned(
             String::from_utf8(o)
                 .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
         ),
-    }
+    })
 }
 
 /// Handle one channels-protocol message (see the module's documentation) from a
@@ -186,8 +201,11 @@ pub fn message_as(
                     "not allowed: the token does not allow publishing to '{channel}'"
                 ));
             }
-            let data = msg.data.map_or("null", RawValue::get);
-            hub.publish_json_with_position(&channel, &compact(data));
+            let data = match compact(msg.data.map_or("null", RawValue::get)) {
+                Ok(d) => d,
+                Err(e) => return err(ProtocolError::BadJson, &e),
+            };
+            hub.publish_json_with_position(&channel, &data);
             None
         }
         other => err(
@@ -264,11 +282,18 @@ mod tests {
 
     #[test]
     fn compact_takes_out_whitespace_between_tokens_only() {
-        assert!(matches!(compact(r#"{"a":[1,2]}"#), Cow::Borrowed(_)));
+        assert!(matches!(compact(r#"{"a":[1,2]}"#), Ok(Cow::Borrowed(_))));
         assert_eq!(
-            compact("{ \"a b\" : [ 1 ,\n\t2 ], \"c\\\" d\" : \" x \" }\r\n"),
+            compact("{ \"a b\" : [ 1 ,\n\t2 ], \"c\\\" d\" : \" x \" }\r\n").unwrap(),
             r#"{"a b":[1,2],"c\" d":" x "}"#
         );
-        assert_eq!(compact(r#" "\\" "#), r#""\\""#);
+        assert_eq!(compact(r#" "\\" "#).unwrap(), r#""\\""#);
+        // Brackets in strings do not nest; 128 levels do, 129 are refused.
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(compact(&format!("[\"{}\"]", "[".repeat(500))).is_ok());
+        assert!(compact(&deep(MAX_DATA_DEPTH)).is_ok());
+        assert!(compact(&deep(MAX_DATA_DEPTH + 1))
+            .unwrap_err()
+            .contains("deeper than 128"));
     }
 }
