@@ -5,6 +5,7 @@ use crate::common;
 
 use common::{json_of, run, serve};
 use std::process::Output;
+use std::time::Duration;
 
 /// `selftest --script FILE` against `url`, the report as JSON (a loaded box judged anyway).
 fn run_script(url: &str, file: &std::path::Path) -> Output {
@@ -217,4 +218,84 @@ populations:
     ]);
     assert_eq!(o.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&o.stderr).contains("its stages say how long the run takes"));
+}
+
+/// Regression: the script reader could be made to eat memory or hang before it refused a
+/// file: a 60 KB file of one 10,000-value list aliased 10,000 times grew past 4 GiB; 100,000
+/// levels of `[` took 41 s; 55,000 steps took 34 s (each step's line was looked up from the
+/// file's start); populations of 2^63 + 2^63 + 2 connections wrapped to 2 and the run
+/// passed. Each is now refused within seconds (a debug build; well under one in a
+/// release), under 2 GiB of address space, with its line and the fix, and nothing connects.
+#[test]
+fn hostile_scripts_are_refused_quickly_with_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |name: &str, text: &str| -> (String, Duration) {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        let t0 = std::time::Instant::now();
+        // Port 9 (discard) on loopback: nothing listens; the file is refused before any
+        // connection is tried.
+        let o = common::run_bounded(
+            std::process::Command::new("sh")
+                .args(["-c", "ulimit -v 2097152 && exec \"$0\" \"$@\""])
+                .arg(common::bin())
+                .args(["selftest", "--url", "ws://127.0.0.1:9/", "--script"])
+                .arg(&p)
+                .env("NO_COLOR", "1"),
+            Duration::from_secs(30),
+        );
+        let took = t0.elapsed();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(3), "{name}: {err}");
+        eprintln!("{name}: refused in {took:?}");
+        assert!(
+            took < Duration::from_secs(10),
+            "{name} took {took:?}: {err}"
+        );
+        (err, took)
+    };
+    let head = "populations:\n- name: a\n  conns: 1\n  steps:\n";
+    // 10,000 zeros anchored once, aliased 10,000 times: 100 million values.
+    let bomb = format!(
+        "{head}  - publish: {{channel: x, data: &z [{}0]}}\n  - publish: {{channel: x, data: [{}*z]}}\n",
+        "0,".repeat(9_999),
+        "*z,".repeat(9_999)
+    );
+    assert!(bomb.len() < 64 << 10);
+    let (err, _) = refused("aliases.yaml", &bomb);
+    assert!(
+        err.contains("aliases.yaml:")
+            && err.contains("its aliases (*NAME) expand it to more than")
+            && err.contains("write the repeated part out"),
+        "{err}"
+    );
+    // 100,000 levels of flow nesting.
+    let deep = format!(
+        "{head}  - publish: {{channel: x, data: {}{}}}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let (err, _) = refused("deep.yaml", &deep);
+    assert!(
+        err.contains("deep.yaml:5: nested deeper than 64 levels") && err.contains("flatten"),
+        "{err}"
+    );
+    // 55,000 steps, the last one wrong: its line, found without reading the file 55,000 times.
+    let mut many = head.to_string();
+    many.push_str(&"  - think: 1\n".repeat(54_999));
+    many.push_str("  - {think: 1, idle: 1}\n");
+    assert!(many.len() < 1 << 20);
+    let (err, _) = refused("steps.yaml", &many);
+    assert!(
+        err.contains("steps.yaml:55004: population 'a', step 55000: give exactly one of"),
+        "{err}"
+    );
+    // Connections that add up past what a count holds.
+    let huge = "populations:\n- {name: a, conns: 9223372036854775808, steps: [{think: 1}]}\n- {name: b, conns: 9223372036854775808, steps: [{think: 1}]}\n- {name: c, conns: 2, steps: [{think: 1}]}\n";
+    let (err, _) = refused("conns.yaml", huge);
+    assert!(
+        err.contains("population 'a': conns 9223372036854775808; give 1..=100000")
+            && err.contains("the populations' connections add up to more than"),
+        "{err}"
+    );
 }

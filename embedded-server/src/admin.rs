@@ -10,7 +10,9 @@
 //!   address the listener is on (a loopback admin port is reachable by every local user and
 //!   every process of the host, so loopback is no authentication);
 //! - a POST body needs a `Content-Length` (411 without; chunked bodies are refused with 411
-//!   too) of at most [`Gate::max_body`] bytes (413), arriving within 10 s;
+//!   too) of at most [`Gate::max_body`] bytes (413), arriving within 10 s, and charged to the
+//!   server's memory budget while it is held (503 with `Retry-After: 1` when the budget has
+//!   no room for it now);
 //! - `Expect: 100-continue` (recent curl sends it for bodies over 1 MiB; older ones over 1 KiB)
 //!   is answered with 100 as soon as the head is checked;
 //! - every answer is counted in `ws_api_requests_total{route,code}`.
@@ -137,6 +139,8 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()>,
 ) {
     let counts = gate.clone();
+    // API bodies are charged to this server's memory budget while they are held.
+    let _ = gate.budget.set(hub.metrics.clone());
     let app: Arc<Option<String>> = Arc::new(app);
     serve_routes(listener, shutdown, gate, move |route| {
         let (hub, counts, app) = (hub.clone(), counts.clone(), app.clone());
@@ -179,6 +183,23 @@ pub struct Gate {
     /// The largest POST body accepted, bytes.
     pub max_body: usize,
     counts: Mutex<BTreeMap<(&'static str, u16), u64>>,
+    /// The server whose memory budget API bodies are charged to while they are held (set by
+    /// [`serve_with`]; a `--processes` supervisor, which only forwards them, has none).
+    budget: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
+}
+
+/// An API body's charge to the memory budget, given back when the request is answered.
+struct BodyCharge {
+    metrics: Arc<crate::metrics::Metrics>,
+    bytes: usize,
+}
+
+impl Drop for BodyCharge {
+    fn drop(&mut self) {
+        self.metrics
+            .memory
+            .release(crate::budget::Store::Input, self.bytes);
+    }
 }
 
 impl Gate {
@@ -191,7 +212,31 @@ impl Gate {
             key,
             max_body,
             counts: Mutex::new(counts),
+            budget: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Charge a body of `bytes` to the memory budget for as long as the answer holds, or the
+    /// 503 when the budget has no room for it now (the body is not read: with `Expect:
+    /// 100-continue` it is never sent).
+    fn charge_body(&self, bytes: usize) -> Result<Option<BodyCharge>, Reply> {
+        let Some(metrics) = self.budget.get() else {
+            return Ok(None);
+        };
+        if !metrics
+            .memory
+            .try_charge(crate::budget::Store::Input, bytes, 0)
+        {
+            let msg = format!(
+                "server busy: its memory budget has no room for a body of {bytes} bytes now; \
+                 retry later (or send smaller batches)"
+            );
+            return Err(json_error(503, &msg).with("Retry-After: 1\r\n"));
+        }
+        Ok(Some(BodyCharge {
+            metrics: metrics.clone(),
+            bytes,
+        }))
     }
 
     fn count(&self, route: &'static str, code: u16) {
@@ -553,6 +598,9 @@ where
         ));
     }
     let mut body = Vec::new();
+    // Held until the answer is written: the body counts against the memory budget as long
+    // as it is in memory.
+    let mut _charge = None;
     if e.is_post() {
         let length = body_length(
             req.header("transfer-encoding").is_some(),
@@ -566,13 +614,19 @@ where
             Err(r) => return Ok((label, r)),
             Ok(len) => len,
         };
+        match gate.charge_body(len) {
+            Ok(c) => _charge = c,
+            Err(r) => return Ok((label, r)),
+        }
         if req
             .header("expect")
             .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"))
         {
             stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
         }
-        body = early_body[..early_body.len().min(len)].to_vec();
+        // Its whole length at once (it is charged already): no doubling on the way.
+        body = Vec::with_capacity(len);
+        body.extend_from_slice(&early_body[..early_body.len().min(len)]);
         if read_body(stream, &mut body, len).await.is_err() {
             let msg = "the body ended (or stalled for 10 s) before Content-Length bytes";
             return Ok((label, json_error(400, msg)));

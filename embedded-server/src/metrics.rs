@@ -38,10 +38,13 @@ pub enum Reject {
     PendingHandshakes,
     /// Accept gate: the process is within the descriptor reserve of its limit.
     FdReserve,
+    /// Accept gate: every pending-handshake place was taken, and this connection, the oldest
+    /// one still silent (no complete request), was closed to make room for a newer one.
+    PendingEvicted,
 }
 
 /// The reasons `ws_handshakes_rejected_total` counts (one per [`Reject`]).
-const REJECTS: usize = 16;
+const REJECTS: usize = 17;
 
 const REJECT_NAMES: [&str; REJECTS] = [
     "bad_request",
@@ -60,6 +63,7 @@ const REJECT_NAMES: [&str; REJECTS] = [
     "forwarded_for",
     "pending_handshakes",
     "fd_reserve",
+    "pending_evicted",
 ];
 /// Close codes counted individually (1005: a close without a code); others land in "other".
 const CLOSE_CODES: [u16; 12] = [
@@ -623,7 +627,7 @@ impl Metrics {
         }
         let _ = writeln!(
             o,
-            "# HELP ws_memory_budget_closes_total Charges to this store refused because they would pass the memory budget: each closed its connection with 1013 (for subscriptions: refused the subscribe with an error op).\n# TYPE ws_memory_budget_closes_total counter"
+            "# HELP ws_memory_budget_closes_total Charges to this store refused because they would pass the memory budget: each closed its connection with 1013 (for subscriptions: refused the subscribe with an error op; for an HTTP API body, counted under input: answered 503).\n# TYPE ws_memory_budget_closes_total counter"
         );
         for (store, _, refused) in budget.stores() {
             let _ = writeln!(

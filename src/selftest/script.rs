@@ -253,41 +253,301 @@ fn step_name(s: &StepFile, i: usize) -> String {
     format!("{kind}{}", i + 1)
 }
 
-/// The line of the first line at or after `from` that contains `needle` (1-based).
-fn line_of(text: &str, needle: &str, from: usize) -> usize {
-    text.lines()
-        .enumerate()
-        .skip(from.saturating_sub(1))
-        .find(|(_, l)| l.contains(needle))
-        .map_or(from.max(1), |(i, _)| i + 1)
+/// The script's lines, to name the line of a problem. Each lookup searches only the part of
+/// the file it concerns (a population's lines, a list's items), and all of them together scan
+/// at most a few times the file's lines ([`Lines::budget`]): naming every step's line of a
+/// file of 55,000 steps took 34 s when each step's lookup read the file from its start. Past
+/// the budget a lookup answers the nearest line it knows.
+struct Lines<'a> {
+    lines: Vec<&'a str>,
+    /// Lines lookups may still read.
+    budget: std::cell::Cell<usize>,
 }
 
-/// The line of the `i`th item (0-based) of the list that starts after line `after`: the
-/// lines beginning with `- ` at the first item's indentation.
-fn nth_item(text: &str, after: usize, i: usize) -> usize {
-    let mut indent = None;
-    let mut seen = 0;
-    for (n, l) in text.lines().enumerate().skip(after) {
-        let trimmed = l.trim_start();
-        let here = l.len() - trimmed.len();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
-            continue;
-        }
-        match indent {
-            None if trimmed.starts_with("- ") => indent = Some(here),
-            None => return after + 1,
-            Some(ind) if here < ind => break,
-            _ => {}
-        }
-        if Some(here) == indent && trimmed.starts_with("- ") {
-            if seen == i {
-                return n + 1;
-            }
-            seen += 1;
+impl<'a> Lines<'a> {
+    fn new(text: &'a str) -> Lines<'a> {
+        let lines: Vec<&str> = text.lines().collect();
+        let budget = 4 * lines.len() + 10_000;
+        Lines {
+            lines,
+            budget: std::cell::Cell::new(budget),
         }
     }
-    after + 1
+
+    /// The lines after the file's last (for a search's end).
+    fn end(&self) -> usize {
+        self.lines.len() + 1
+    }
+
+    /// Take one line's reading from the budget; false once it is spent.
+    fn spend(&self) -> bool {
+        let left = self.budget.get();
+        self.budget.set(left.saturating_sub(1));
+        left > 0
+    }
+
+    /// The first line in `from..to` (1-based) that contains `needle`; `from` when none.
+    fn find(&self, needle: &str, from: usize, to: usize) -> usize {
+        let from = from.max(1);
+        for n in from..to.min(self.end()) {
+            if !self.spend() {
+                break;
+            }
+            if self.lines[n - 1].contains(needle) {
+                return n;
+            }
+        }
+        from
+    }
+
+    /// The lines (1-based) of the items of the list that starts after line `after`: the
+    /// lines beginning with `- ` at the first item's indentation, up to the first line less
+    /// indented. Empty when the list is not written one item a line (`[a, b]`).
+    fn items(&self, after: usize) -> Vec<usize> {
+        let mut indent = None;
+        let mut out = Vec::new();
+        for (n, l) in self.lines.iter().enumerate().skip(after) {
+            if !self.spend() {
+                break;
+            }
+            let trimmed = l.trim_start();
+            let here = l.len() - trimmed.len();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            match indent {
+                None if trimmed.starts_with("- ") => indent = Some(here),
+                None => break,
+                Some(ind) if here < ind => break,
+                _ => {}
+            }
+            if Some(here) == indent && trimmed.starts_with("- ") {
+                out.push(n + 1);
+            }
+        }
+        out
+    }
 }
+
+/// The deepest nesting of flow collections (`[`, `{`) a script may have. The YAML parser's
+/// time grows with the square of the depth (100,000 levels took 41 s, 200,000 over 100 s,
+/// and 1 MiB holds 500,000), so it is checked on the raw text before the parser runs; a
+/// script needs a handful, and the parser refuses values nested deeper than 128 anyway.
+pub const MAX_NESTING: usize = 64;
+
+/// Where a YAML token may start, as the raw text is read byte by byte: at a line's start, and
+/// after an indicator that ends one (`- `, `? `, `: `, and in a flow collection `[`, `{`,
+/// `,` and `:`). A quote, a bracket or a star anywhere else is part of a plain scalar
+/// (`it's`, `a[1]`, `2*3`) and means nothing. Spaces leave it as it was.
+struct TokenStart {
+    at_start: bool,
+}
+
+impl TokenStart {
+    fn new() -> TokenStart {
+        TokenStart { at_start: true }
+    }
+
+    /// Move past byte `c` (`next` follows it), at flow depth `depth`.
+    fn step(&mut self, c: u8, next: Option<u8>, depth: usize) {
+        let spaced = matches!(next, None | Some(b' ' | b'\t' | b'\r' | b'\n'));
+        self.at_start = match c {
+            b'\n' => true,
+            b' ' | b'\t' | b'\r' => self.at_start,
+            b'-' | b'?' => self.at_start && spaced,
+            b':' => spaced || depth > 0,
+            b'[' | b'{' => self.at_start,
+            b',' => depth > 0,
+            _ => false,
+        };
+    }
+}
+
+/// The line where the raw text nests flow collections deeper than [`MAX_NESTING`], if it
+/// does: brackets counted where a token may start, outside quoted scalars and comments.
+fn too_deep(text: &str) -> Option<usize> {
+    let b = text.as_bytes();
+    let (mut depth, mut line, mut i) = (0usize, 1usize, 0usize);
+    let mut quote: Option<u8> = None;
+    let mut tokens = TokenStart::new();
+    while i < b.len() {
+        let c = b[i];
+        if c == b'\n' {
+            line += 1;
+        }
+        match quote {
+            Some(b'"') if c == b'\\' => {
+                // An escape: the next byte is taken whatever it is (a line break too).
+                if b.get(i + 1) == Some(&b'\n') {
+                    line += 1;
+                }
+                i += 2;
+                continue;
+            }
+            Some(b'\'') if c == b'\'' && b.get(i + 1) == Some(&b'\'') => {
+                i += 2;
+                continue;
+            }
+            Some(q) if c == q => {
+                quote = None;
+                tokens.at_start = false;
+                i += 1;
+                continue;
+            }
+            Some(_) => {
+                i += 1;
+                continue;
+            }
+            None => {}
+        }
+        let before = tokens.at_start;
+        match c {
+            b'#' if i == 0 || matches!(b[i - 1], b' ' | b'\t' | b'\n') => {
+                // A comment, to the end of its line.
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            b'\'' | b'"' if before => quote = Some(c),
+            b'[' | b'{' if before => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Some(line);
+                }
+            }
+            b']' | b'}' if depth > 0 => depth -= 1,
+            _ => {}
+        }
+        tokens.step(c, b.get(i + 1).copied(), depth);
+        i += 1;
+    }
+    None
+}
+
+/// Whether the raw text may hold an alias (`*NAME` where a token starts). Over-inclusive on
+/// purpose (quotes are not followed, and `,` and `:` are read as in a flow collection
+/// everywhere): a yes only costs [`expansion`]'s count, a no must be right.
+fn may_alias(text: &str) -> bool {
+    let b = text.as_bytes();
+    let mut tokens = TokenStart::new();
+    for (i, &c) in b.iter().enumerate() {
+        if c == b'*' && tokens.at_start {
+            return true;
+        }
+        tokens.step(c, b.get(i + 1).copied(), 1);
+    }
+    false
+}
+
+/// The most values a script's aliases may expand it to: as many as the text has bytes (a
+/// file without aliases never has more), plus room for a small file's honest reuse. The
+/// YAML reader's own limit counts alias jumps, not the values each replays: a 60 KB file of
+/// one 10,000-value list aliased 10,000 times grew past 4 GiB before it was refused.
+fn max_values(text: &str) -> usize {
+    text.len() + 65_536
+}
+
+/// Count the values `text` expands to, aliases replayed, and stop at [`max_values`]: the
+/// line where it passed them, when it did. Nothing is kept while counting. A file the YAML
+/// reader refuses for another reason passes here: parsing it names that reason.
+fn expansion(text: &str) -> Option<usize> {
+    use serde::de::{
+        DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor,
+    };
+    use std::cell::Cell;
+    const SPENT: &str = "the aliases expand past the limit";
+    #[derive(Clone, Copy)]
+    struct Count<'c>(&'c Cell<usize>);
+    impl Count<'_> {
+        fn tick<E: serde::de::Error>(self) -> Result<(), E> {
+            match self.0.get() {
+                0 => Err(E::custom(SPENT)),
+                n => {
+                    self.0.set(n - 1);
+                    Ok(())
+                }
+            }
+        }
+    }
+    impl<'de> DeserializeSeed<'de> for Count<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Count<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("any value")
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+            self.tick()
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+            self.tick()
+        }
+        fn visit_i128<E: serde::de::Error>(self, _: i128) -> Result<(), E> {
+            self.tick()
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+            self.tick()
+        }
+        fn visit_u128<E: serde::de::Error>(self, _: u128) -> Result<(), E> {
+            self.tick()
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+            self.tick()
+        }
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+            self.tick()
+        }
+        fn visit_bytes<E: serde::de::Error>(self, _: &[u8]) -> Result<(), E> {
+            self.tick()
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
+            self.tick()
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+            self.tick()
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            self.tick()?;
+            d.deserialize_any(self)
+        }
+        fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            self.tick()?;
+            d.deserialize_any(self)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            self.tick()?;
+            while seq.next_element_seed(self)?.is_some() {}
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            self.tick()?;
+            while map.next_key_seed(self)?.is_some() {
+                map.next_value_seed(self)?;
+            }
+            Ok(())
+        }
+        fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<(), A::Error> {
+            // A tagged value (`!tag x`): the tag, then its value.
+            self.tick()?;
+            let ((), v) = data.variant_seed(self)?;
+            v.newtype_variant_seed(self)
+        }
+    }
+    let left = Cell::new(max_values(text));
+    let r = Count(&left).deserialize(serde_yaml_ng::Deserializer::from_str(text));
+    match r {
+        Err(e) if left.get() == 0 => Some(e.location().map_or(1, |l| l.line())),
+        _ => None,
+    }
+}
+
+/// The most connections a script's populations may open in all, as `--conns` allows.
+pub const MAX_CONNS: usize = 100_000;
 
 /// How a token of the file is got: read from a file, or minted with a secret.
 pub trait Tokens {
@@ -297,41 +557,71 @@ pub trait Tokens {
 
 /// Read and check a script. Every problem is `FILE:LINE: what; the fix`, all of them at once.
 pub fn parse(text: &str, file: &str, tokens: &dyn Tokens) -> Result<(Script, ScriptFile), String> {
+    // Checked before the YAML reader runs: what would take it minutes or gigabytes.
+    if let Some(line) = too_deep(text) {
+        return Err(format!(
+            "{file}:{line}: nested deeper than {MAX_NESTING} levels of [ and {{; a script \
+             needs a few: flatten the data (or quote a text that holds brackets)"
+        ));
+    }
+    if may_alias(text) {
+        if let Some(line) = expansion(text) {
+            return Err(format!(
+                "{file}:{line}: its aliases (*NAME) expand it to more than {} values, far \
+                 more than a file of {} bytes holds; write the repeated part out where it is \
+                 used (or generate the file) instead of aliasing it",
+                max_values(text),
+                text.len()
+            ));
+        }
+    }
     let f: ScriptFile = serde_yaml_ng::from_str(text).map_err(|e| {
         let line = e.location().map_or(1, |l| l.line());
         let msg = e.to_string();
         let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
         format!("{file}:{line}: {msg}")
     })?;
+    let lines = Lines::new(text);
     let mut problems: Vec<(usize, String)> = Vec::new();
+    let pops_line = lines.find("populations", 1, lines.end());
+    // Each population's lines: from its item to the next one's.
+    let pop_items = lines.items(pops_line);
     if f.populations.is_empty() {
         problems.push((
-            line_of(text, "populations", 1),
+            pops_line,
             "no population: give at least one under populations:".into(),
         ));
     }
     let mut names = std::collections::BTreeSet::new();
     let mut pops = Vec::new();
-    for p in &f.populations {
-        let at = line_of(text, &format!("name: {}", p.name), 1);
+    let mut total = 0usize;
+    // Where the last population was found: the next is searched from there.
+    let mut after = pops_line;
+    for (pi, p) in f.populations.iter().enumerate() {
+        let start = pop_items.get(pi).copied().unwrap_or(after);
+        let end = pop_items.get(pi + 1).copied().unwrap_or(lines.end());
+        let at = lines.find(&format!("name: {}", p.name), start, end);
+        after = at;
         if p.name.is_empty() || p.name.contains(['.', ' ', '*']) {
             problems.push((at, format!("population name '{}': use letters, digits, - and _ (a threshold names it as NAME.STEP.STAT)", p.name)));
         }
         if !names.insert(p.name.clone()) {
             problems.push((at, format!("population '{}' is named twice", p.name)));
         }
-        if p.conns == 0 {
+        if p.conns == 0 || p.conns > MAX_CONNS {
             problems.push((
-                line_of(text, "conns:", at),
+                lines.find("conns:", at, end),
                 format!(
-                    "population '{}': conns 0; give at least one connection",
-                    p.name
+                    "population '{}': conns {}; give 1..={MAX_CONNS} connections",
+                    p.name, p.conns
                 ),
             ));
         }
+        // Added checked: populations of 2^63 + 2^63 + 2 connections wrapped to 2.
+        total = total.saturating_add(p.conns);
         if p.steps.is_empty() {
             problems.push((
-                line_of(text, "steps:", at),
+                lines.find("steps:", at, end),
                 format!(
                     "population '{}': no steps; give at least one (idle: 10s holds the connection)",
                     p.name
@@ -341,7 +631,7 @@ pub fn parse(text: &str, file: &str, tokens: &dyn Tokens) -> Result<(Script, Scr
         let mut path = p.path.clone().unwrap_or_default();
         if !path.is_empty() && !path.starts_with('/') {
             problems.push((
-                line_of(text, "path:", at),
+                lines.find("path:", at, end),
                 format!("population '{}': path '{path}' must start with /", p.name),
             ));
         }
@@ -349,7 +639,7 @@ pub fn parse(text: &str, file: &str, tokens: &dyn Tokens) -> Result<(Script, Scr
         for (k, v) in &p.headers {
             if k.is_empty() || k.contains([':', '\r', '\n', ' ']) || v.contains(['\r', '\n']) {
                 problems.push((
-                    line_of(text, k, at),
+                    lines.find(k, at, end),
                     format!(
                         "population '{}': header '{k}' is not a valid header line",
                         p.name
@@ -362,7 +652,7 @@ pub fn parse(text: &str, file: &str, tokens: &dyn Tokens) -> Result<(Script, Scr
             headers.push_str(&format!("Sec-WebSocket-Protocol: {sp}\r\n"));
         }
         if let Some(t) = &p.token {
-            let tline = line_of(text, "token:", at);
+            let tline = lines.find("token:", at, end);
             let got = match (&t.file, &t.mint) {
                 (Some(path), None) => tokens.read(path),
                 (None, Some(m)) => tokens.mint(m, t.secret_file.as_deref()),
@@ -394,8 +684,10 @@ pub fn parse(text: &str, file: &str, tokens: &dyn Tokens) -> Result<(Script, Scr
         }
         let mut steps = Vec::new();
         let mut step_names = std::collections::BTreeSet::new();
+        let steps_line = lines.find("steps:", at, end);
+        let step_items = lines.items(steps_line);
         for (i, s) in p.steps.iter().enumerate() {
-            let sline = nth_item(text, line_of(text, "steps:", at), i);
+            let sline = step_items.get(i).copied().unwrap_or(steps_line + 1);
             let kinds = [
                 s.send.is_some(),
                 s.expect.is_some(),
@@ -482,11 +774,24 @@ pub fn parse(text: &str, file: &str, tokens: &dyn Tokens) -> Result<(Script, Scr
             steps,
         });
     }
-    let total: usize = pops.iter().map(|p| p.conns).sum();
-    let stages = stages(&f, text, total, &mut problems);
+    if total > MAX_CONNS {
+        problems.push((
+            pops_line,
+            format!(
+                "the populations' connections add up to {}; a run opens at most {MAX_CONNS} \
+                 (as --conns): give fewer",
+                if total == usize::MAX {
+                    "more than the count can hold".to_string()
+                } else {
+                    total.to_string()
+                }
+            ),
+        ));
+    }
+    let stages = stages(&f, &lines, total, &mut problems);
     for t in &f.thresholds {
         if let Err(e) = t.parse::<super::threshold::Threshold>() {
-            problems.push((line_of(text, t, 1), e));
+            problems.push((lines.find(t, 1, lines.end()), e));
         }
     }
     if problems.is_empty() {
@@ -511,14 +816,15 @@ pub fn parse(text: &str, file: &str, tokens: &dyn Tokens) -> Result<(Script, Scr
 /// fall: a connection opens once and closes once.
 fn stages(
     f: &ScriptFile,
-    text: &str,
+    lines: &Lines,
     total: usize,
     problems: &mut Vec<(usize, String)>,
 ) -> Vec<(f64, f64)> {
     if f.stages.is_empty() {
         return Vec::new();
     }
-    let at = line_of(text, "stages:", 1);
+    let at = lines.find("stages:", 1, lines.end());
+    let items = lines.items(at);
     if f.ramp.is_some() || f.duration.is_some() {
         problems.push((
             at,
@@ -528,7 +834,7 @@ fn stages(
     let mut out = Vec::new();
     let (mut level, mut peaked) = (0usize, false);
     for (i, s) in f.stages.iter().enumerate() {
-        let line = nth_item(text, at, i);
+        let line = items.get(i).copied().unwrap_or(at + 1);
         match (s.to, s.over, s.hold) {
             (Some(to), Some(over), None) => {
                 if to > total {
@@ -875,5 +1181,72 @@ populations:
         assert!(e.starts_with("s.yaml:2: unknown field `bogus`"), "{e}");
         let e = parse("duration: soon\npopulations: []\n", "s.yaml", &NoTokens).unwrap_err();
         assert!(e.contains("'soon' is not a duration"), "{e}");
+    }
+
+    #[test]
+    fn aliases_nesting_and_sums_are_bounded_before_anything_grows() {
+        // An alias reused honestly is read.
+        let reuse = "populations:\n- name: a\n  conns: 1\n  steps: &s\n  - publish: {channel: x, data: {px: 1}}\n  - think: 1s\n- name: b\n  conns: 1\n  steps: *s\n";
+        let (s, _) = parse(reuse, "s.yaml", &NoTokens).unwrap();
+        assert_eq!(s.populations[1].steps.len(), 2);
+        // Quoted stars, globs and brackets in plain text are neither aliases nor nesting.
+        assert!(!may_alias("a: \"*\"\nb: [x.*]\nc: 2*3\n"));
+        assert!(may_alias("a: *b\n") && may_alias("- [1, *b]\n"));
+        assert!(may_alias("a: [\"]\", *b]\n") && may_alias("a: {\"k\":*b}\n"));
+        let brackets = format!(
+            "a: '{}'\nb: x{}\n# {}\n",
+            "[".repeat(100),
+            "[".repeat(100),
+            "{".repeat(100)
+        );
+        assert_eq!(too_deep(&brackets), None);
+        let deep = format!("a: 1\nb: {}{}\n", "[".repeat(65), "]".repeat(65));
+        assert_eq!(too_deep(&deep), Some(2));
+        assert_eq!(
+            too_deep(&format!("b: {}{}\n", "[".repeat(64), "]".repeat(64))),
+            None
+        );
+        // A bomb: refused while counting, long before it is built.
+        let bomb = format!(
+            "populations:\n- name: a\n  conns: 1\n  steps:\n  - publish: {{channel: x, data: &z [{}0]}}\n  - publish: {{channel: x, data: [{}*z]}}\n",
+            "0,".repeat(999),
+            "*z,".repeat(999)
+        );
+        let e = parse(&bomb, "s.yaml", &NoTokens).unwrap_err();
+        assert!(
+            e.contains("its aliases (*NAME) expand it to more than"),
+            "{e}"
+        );
+        // Sums that would wrap are refused.
+        let huge = format!("populations:\n- {{name: a, conns: {}, steps: [{{think: 1}}]}}\n- {{name: b, conns: {}, steps: [{{think: 1}}]}}\n- {{name: c, conns: 2, steps: [{{think: 1}}]}}\n", 1usize << 63, 1usize << 63);
+        let e = parse(&huge, "s.yaml", &NoTokens).unwrap_err();
+        assert!(
+            e.contains("s.yaml:2: population 'a': conns 9223372036854775808; give 1..=100000"),
+            "{e}"
+        );
+        assert!(
+            e.contains("s.yaml:1: the populations' connections add up to more than"),
+            "{e}"
+        );
+        let e = parse("populations:\n- {name: a, conns: 60000, steps: [{think: 1}]}\n- {name: b, conns: 60000, steps: [{think: 1}]}\n", "s.yaml", &NoTokens).unwrap_err();
+        assert!(e.contains("add up to 120000"), "{e}");
+    }
+
+    #[test]
+    fn finding_every_step_s_line_is_linear() {
+        let mut text = String::from("populations:\n- name: a\n  conns: 1\n  steps:\n");
+        text.push_str(&"  - think: 1\n".repeat(54_999));
+        text.push_str("  - {think: 1, idle: 1}\n");
+        let t0 = std::time::Instant::now();
+        let e = parse(&text, "s.yaml", &NoTokens).unwrap_err();
+        assert!(
+            e.contains("s.yaml:55004: population 'a', step 55000: give exactly one of"),
+            "{e}"
+        );
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "{:?}",
+            t0.elapsed()
+        );
     }
 }

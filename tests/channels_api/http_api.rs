@@ -589,3 +589,99 @@ async fn a_publish_to_a_slow_subscriber_reports_the_copies_it_dropped() {
     assert_eq!(s.metric("ws_publish_dropped_total"), dropped as f64);
     assert!(s.metric("ws_backpressure_closes_total") >= 1.0);
 }
+
+/// The server's peak resident memory so far (VmHWM), bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status");
+    kb * 1024
+}
+
+/// Regression: a publish's data was built into a tree of JSON values, outside the memory
+/// budget: one 16 MB `POST /api/publish` of `[0,0,...]` raised the server's memory by
+/// 544 MiB without moving `ws_memory_budget_peak_bytes`, and the same data published over
+/// the WebSocket built a ~580 MiB tree. The data now passes through as text, unchanged, and
+/// an API body is charged to the budget while it is held.
+#[test]
+fn a_large_publish_is_not_built_into_a_tree_and_its_body_is_charged() {
+    use common::ws::{frame, read_message, upgraded};
+    use std::io::Write;
+    let d = secrets();
+    let s = common::serve(&[
+        "--profile",
+        "10k",
+        "--app",
+        "channels",
+        "--api-key-file",
+        &path(&d, "api-key"),
+    ]);
+    // 8 million zeros: 16 MB of text, about half a gigabyte as a tree of values.
+    let data = format!("[{}0]", "0,".repeat(7_999_999));
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    let base = peak_rss(s.pid());
+    let (code, out) = publish(&s, &d, &format!(r#"{{"channel":"big","data":{data}}}"#));
+    assert_eq!(code, 200, "{out}");
+    let grown = peak_rss(s.pid()).saturating_sub(base);
+    eprintln!("HTTP publish of 16 MB: peak memory +{:.0} MiB", mib(grown));
+    assert!(
+        grown < 200 << 20,
+        "an HTTP publish of a 16 MB array raised the server's peak memory by {:.0} MiB",
+        mib(grown)
+    );
+    let peak = s.metric("ws_memory_budget_peak_bytes");
+    assert!(
+        peak >= data.len() as f64,
+        "the body was not charged to the memory budget: peak {peak}"
+    );
+    assert_eq!(
+        s.metric(r#"ws_memory_budget_store_bytes{store="input"}"#),
+        0.0,
+        "the body's charge is given back once answered"
+    );
+    // Over the WebSocket (in 1 MiB fragments: the profile's largest frame is 4 MiB), to a
+    // subscriber that gets the data as it was sent.
+    let mut sub = upgraded(s.port, None);
+    sub.write_all(&frame(
+        true,
+        1,
+        br#"{"op":"subscribe","channel":"big"}"#,
+        true,
+    ))
+    .unwrap();
+    let (_, m) = read_message(&mut sub).unwrap().expect("subscribed");
+    assert!(String::from_utf8_lossy(&m).contains("subscribed"));
+    let msg = format!(r#"{{"op":"publish","channel":"big","data":{data}}}"#);
+    let port = s.port;
+    let publisher = std::thread::spawn(move || {
+        let mut p = upgraded(port, None);
+        let chunks: Vec<&[u8]> = msg.as_bytes().chunks(1 << 20).collect();
+        for (i, c) in chunks.iter().enumerate() {
+            let op = if i == 0 { 1 } else { 0 };
+            p.write_all(&frame(i + 1 == chunks.len(), op, c, true))
+                .unwrap();
+        }
+        p
+    });
+    let (op, got) = read_message(&mut sub).unwrap().expect("the publication");
+    let _p = publisher.join().unwrap();
+    assert_eq!(op, 1);
+    assert!(
+        got == format!(r#"{{"channel":"big","data":{data}}}"#).as_bytes(),
+        "the data arrives as it was sent ({} bytes)",
+        got.len()
+    );
+    let grown = peak_rss(s.pid()).saturating_sub(base);
+    eprintln!(
+        "and a WebSocket publish of 16 MB: peak memory +{:.0} MiB",
+        mib(grown)
+    );
+    assert!(
+        grown < 200 << 20,
+        "a WebSocket publish of a 16 MB array raised the server's peak memory by {:.0} MiB",
+        mib(grown)
+    );
+}

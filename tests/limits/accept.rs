@@ -123,29 +123,142 @@ fn connections_still_in_their_handshake_are_capped() {
         .map(|i| open(&format!("127.0.3.{}", i + 1), srv.port))
         .collect();
     assert!(upgraded.iter().all(|(_, r)| status(r) == 101));
-    let mut silent: Vec<TcpStream> = (0..40)
-        .map(|i| connect_from(&format!("127.0.4.{}", i + 1), srv.port))
+    // Exempt connections are counted and never evicted: 20 silent ones hold every place, so
+    // a newcomer (with nobody silent to take the place of) is refused at once.
+    let exempt: Vec<TcpStream> = (0..20)
+        .map(|_| connect_from("127.0.0.9", srv.port))
         .collect();
-    std::thread::sleep(Duration::from_secs(1));
-    let refused: Vec<String> = silent
-        .iter_mut()
-        .filter_map(|s| closed_within(s, Duration::from_millis(50)))
-        .collect();
-    assert_eq!(refused.len(), 20, "{refused:?}");
-    assert!(refused.iter().all(|r| r.starts_with("HTTP/1.1 503 ")));
-    assert_eq!(rejected(&srv, "pending_handshakes"), 20.0);
-    // An exempt address is counted but never refused.
-    let (_e, r) = open("127.0.0.9", srv.port);
-    assert_eq!(status(&r), 101, "{r}");
-    // Once the silent ones leave, others connect again.
-    drop(silent);
+    let mut late = connect_from("127.0.4.1", srv.port);
+    let r = closed_within(&mut late, Duration::from_secs(3)).expect("refused at accept");
+    assert!(r.starts_with("HTTP/1.1 503 "), "{r}");
+    assert_eq!(rejected(&srv, "pending_handshakes"), 1.0);
+    // Once they leave, others connect again.
+    drop(exempt);
     common::wait_until(
-        "a fresh upgrade after the silent ones left",
+        "a fresh upgrade after the exempt ones left",
         Duration::from_secs(10),
         || {
             let (_s, r) = open("127.0.0.7", srv.port);
             status(&r) == 101
         },
+    );
+    // 40 silent connections: the 20 newest take the places of the 20 oldest, which are
+    // closed with a 503 (they may be slow clients: they retry).
+    let mut silent: Vec<TcpStream> = (0..40)
+        .map(|i| connect_from(&format!("127.0.4.{}", i + 1), srv.port))
+        .collect();
+    srv.wait_metric(
+        "ws_handshakes_rejected_total{reason=\"pending_evicted\"}",
+        Duration::from_secs(5),
+        |n| n >= 20.0,
+    );
+    let closed: Vec<Option<String>> = silent
+        .iter_mut()
+        .enumerate()
+        .map(|(i, s)| closed_within(s, Duration::from_millis(if i < 20 { 2000 } else { 50 })))
+        .collect();
+    for (i, c) in closed.iter().enumerate() {
+        if i < 20 {
+            let r = c
+                .as_deref()
+                .unwrap_or_else(|| panic!("silent connection {i} was not evicted"));
+            assert!(
+                r.starts_with("HTTP/1.1 503 ") && r.contains("Retry-After: 1\r\n"),
+                "{r}"
+            );
+        } else {
+            assert_eq!(
+                c, &None,
+                "silent connection {i}, among the newest, was closed"
+            );
+        }
+    }
+    assert_eq!(rejected(&srv, "pending_evicted"), 20.0);
+}
+
+/// Every connection closed at accept so far, whatever the reason.
+fn refused_at_accept(srv: &common::Served) -> f64 {
+    common::try_get_ok(srv.admin, "/metrics")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("ws_handshakes_rejected_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Regression: silent sockets from two addresses held every pending-handshake place and kept
+/// 58 of 63 fresh clients out with 503 for a minute (the cap refused the newcomer). Now a
+/// newcomer takes the place of the oldest connection that has not sent its request (half a
+/// request is still silent), so silent ones only push each other out: every fresh client
+/// that sends its request at once gets its 101, the silent ones are closed and counted, and
+/// an exempt silent connection is never the one closed.
+#[test]
+fn silent_connections_cannot_keep_fresh_clients_out() {
+    let srv = serve_10k(&[
+        "--max-pending-handshakes",
+        "20",
+        "--limit-exempt",
+        "127.0.0.9",
+        "--handshake-timeout",
+        "60",
+    ]);
+    let mut exempt = connect_from("127.0.0.9", srv.port);
+    // 60 silent connections from two addresses, every third with half a request head.
+    let mut silent: Vec<TcpStream> = (0..60)
+        .map(|i| {
+            let mut s = connect_from(["127.0.7.1", "127.0.7.2"][i % 2], srv.port);
+            if i % 3 == 0 {
+                s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+            }
+            s
+        })
+        .collect();
+    // Accepted, all of them: 19 fill the places the exempt one left, 41 more either take
+    // the oldest's place or (before) were refused.
+    common::wait_until(
+        "every silent connection accepted",
+        Duration::from_secs(10),
+        || refused_at_accept(&srv) >= 41.0,
+    );
+    let t0 = std::time::Instant::now();
+    let mut fresh = Vec::new();
+    for i in 0..63 {
+        let (s, r) = open(&format!("127.0.8.{}", i + 1), srv.port);
+        assert_eq!(
+            status(&r),
+            101,
+            "fresh client {i} beside 60 silent sockets: {r}"
+        );
+        fresh.push(s);
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "63 fresh clients took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(rejected(&srv, "pending_handshakes"), 0.0);
+    // 41 silent ones made room for newer silent ones, one more for the first fresh client
+    // (each upgraded client gives its place back, so the next needs none): the 42 oldest are
+    // closed, with a 503 to come back, and the 18 newest still wait for their request.
+    assert_eq!(rejected(&srv, "pending_evicted"), 42.0);
+    let closed: Vec<Option<String>> = silent
+        .iter_mut()
+        .map(|s| closed_within(s, Duration::from_millis(200)))
+        .collect();
+    assert_eq!(closed.iter().flatten().count(), 42, "{closed:?}");
+    for r in closed.iter().flatten() {
+        assert!(
+            r.starts_with("HTTP/1.1 503 ") && r.contains("Retry-After: 1\r\n"),
+            "{r}"
+        );
+    }
+    // Oldest first (two accepts racing may swap neighbours).
+    assert!(closed[..40].iter().all(Option::is_some), "{closed:?}");
+    assert!(closed[44..].iter().all(Option::is_none), "{closed:?}");
+    assert_eq!(
+        closed_within(&mut exempt, Duration::from_millis(100)),
+        None,
+        "an exempt connection is never evicted"
     );
 }
 

@@ -122,8 +122,11 @@ pub struct LimitSettings {
     // Accept-time resource guards (the accept gate, accept/gate.rs): they protect the process's
     // descriptors, not one address's share, so they apply to every peer.
     /// Connections accepted that have not finished their handshake (TLS, the upgrade request)
-    /// at once; more are closed at accept (`pending_handshakes`). A silent connection holds a
-    /// descriptor until the handshake timeout: without a cap, enough of them hold all of them.
+    /// at once. A silent connection holds a descriptor until the handshake timeout: without a
+    /// cap, enough of them hold all of them. Past the cap the oldest connection that has not
+    /// sent its whole request is closed to make room (`pending_evicted`), so silent ones only
+    /// push each other out; when none is silent the newcomer is closed at accept
+    /// (`pending_handshakes`).
     /// 0 (the default): a quarter of the smaller of `max_connections` and the descriptor
     /// limit, at least 64. Exempt addresses and trusted proxies are counted, never refused.
     pub max_pending_handshakes: usize,

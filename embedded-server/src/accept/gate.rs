@@ -7,14 +7,21 @@
 //!    [`LimitSettings::fd_reserve`] of `RLIMIT_NOFILE`, it is closed, so the admin listener
 //!    and the connections finishing their handshake still find descriptors (reason
 //!    `fd_reserve`);
-//! 2. the cap on connections that have not finished their handshake
-//!    ([`LimitSettings::max_pending_handshakes`]): silent or slow connections cannot hold
-//!    every descriptor until their handshake timeout (reason `pending_handshakes`);
-//! 3. the per-address cap and the per-address and server-wide connection rates of
+//! 2. the per-address cap and the per-address and server-wide connection rates of
 //!    [`crate::abuse`], for a peer that is neither a trusted proxy nor exempt (reasons
 //!    `ip_connection_cap`, `ip_rate_limit`, `global_rate_limit`). A trusted proxy's
 //!    connections carry many clients: they are counted per client address once the PROXY
-//!    header or X-Forwarded-For names it, at request time, as before.
+//!    header or X-Forwarded-For names it, at request time, as before. A connection they
+//!    refuse takes no place among the pending ones, so it cannot evict one;
+//! 3. the cap on connections that have not finished their handshake
+//!    ([`LimitSettings::max_pending_handshakes`]): silent or slow connections cannot hold
+//!    every descriptor until their handshake timeout. When every place is taken, the oldest
+//!    *silent* connection (no complete request yet: still in TLS, or sending its request
+//!    head) is closed to make room, as the admin listener does with its reading slots, so
+//!    silent sockets only push each other out and a client that sends its request at once
+//!    gets in (reason `pending_evicted` for the one closed). Only when none is silent (every
+//!    pending connection has sent its request, or is exempt or from a trusted proxy) is the
+//!    newcomer refused (reason `pending_handshakes`).
 //!
 //! A connection refused here is closed at once. On a plain listener it first gets one
 //! non-blocking write of the refusal (the same 429/503 with `Retry-After` the request-time
@@ -30,22 +37,23 @@
 use crate::abuse::LimitSettings;
 use crate::abuse::{Limits, Refusal, Slot};
 use crate::metrics::{Metrics, Reject};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 /// The smallest derived cap on pending handshakes: a small `max_connections` still lets a
 /// burst of clients connect at once.
 const MIN_PENDING: usize = 64;
 
 /// The gate's state for one server: the settings resolved against the process's descriptor
-/// limit, and the count of connections not yet past their handshake.
+/// limit, and the connections not yet past their handshake.
 #[derive(Debug)]
 pub struct Gate {
     limits: Arc<Limits>,
-    /// Connections accepted and not yet upgraded or refused.
-    pending: Arc<AtomicUsize>,
+    /// Connections accepted and not yet upgraded or refused, the silent ones in accept order.
+    pending: Arc<Waiting>,
     /// The cap on `pending` (resolved: never 0).
     max_pending: usize,
     /// Refuse a connection whose descriptor is at or above this (None: no check).
@@ -58,6 +66,12 @@ pub struct Pass {
     /// Its place in the pending count, given back when the upgrade is decided
     /// ([`Pass::decided`]) or the pass is dropped (the handshake ended, either way).
     pending: Option<Pending>,
+    /// Completes when a newer connection took this one's place while it was silent (None:
+    /// exempt, or from a trusted proxy: never evicted).
+    evicted: Option<oneshot::Receiver<()>>,
+    /// Whether taking this place closed the oldest silent connection (the accept loop counts
+    /// it as `pending_evicted`).
+    pub evicted_another: bool,
     /// Its place in its address's count, when the per-address limits were taken at accept.
     pub slot: Option<Slot>,
     /// Whether the per-address limits were taken at accept (the request-time check then
@@ -72,15 +86,90 @@ impl Pass {
     pub fn decided(&mut self) {
         self.pending = None;
     }
+
+    /// Completes when a newer connection took this one's place while it was silent; never
+    /// for a connection that cannot be evicted. Taken once: the upgrade waits on it while it
+    /// reads the request.
+    pub fn evicted(&mut self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let rx = self.evicted.take();
+        async move {
+            match rx {
+                // The sender is only ever dropped, never used: dropped by the gate (evicted),
+                // or by this pass's own `heard` (which is called after this is polled no more).
+                Some(rx) => {
+                    let _ = rx.await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    /// The connection's request head is complete: it is no longer silent and is never
+    /// evicted from now on. False when it was evicted just before (its place is gone: the
+    /// caller closes it as evicted).
+    pub fn heard(&mut self) -> bool {
+        // Its sender leaves the list now; a receiver kept would read that as an eviction.
+        self.evicted = None;
+        match &mut self.pending {
+            Some(p) => p.heard(),
+            None => true,
+        }
+    }
+}
+
+/// The connections in their handshake: how many, and the silent ones oldest first, each with
+/// the sender whose drop closes it.
+#[derive(Debug, Default)]
+struct Waiting {
+    inner: Mutex<WaitingInner>,
+}
+
+#[derive(Debug, Default)]
+struct WaitingInner {
+    next: u64,
+    /// Every connection counted, silent or not.
+    count: usize,
+    silent: BTreeMap<u64, oneshot::Sender<()>>,
 }
 
 /// One place in the pending-handshake count.
 #[derive(Debug)]
-struct Pending(Arc<AtomicUsize>);
+struct Pending {
+    set: Arc<Waiting>,
+    /// Its key among the silent ones (None: not evictable, or no longer silent).
+    silent: Option<u64>,
+}
+
+impl Pending {
+    /// No longer silent. False when the gate evicted it meanwhile (its count is gone already).
+    fn heard(&mut self) -> bool {
+        let Some(id) = self.silent.take() else {
+            return true;
+        };
+        let mut w = self.set.inner.lock().unwrap();
+        if w.silent.remove(&id).is_some() {
+            return true;
+        }
+        // Evicted: the gate took it out of the count; this place holds nothing any more.
+        drop(w);
+        self.silent = Some(id);
+        false
+    }
+}
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Relaxed);
+        let mut w = self.set.inner.lock().unwrap();
+        match self.silent {
+            // Still silent: its place goes back. Gone from the list: the gate evicted it and
+            // gave its place back already.
+            Some(id) => {
+                if w.silent.remove(&id).is_some() {
+                    w.count -= 1;
+                }
+            }
+            None => w.count -= 1,
+        }
     }
 }
 
@@ -140,7 +229,7 @@ impl Gate {
         });
         Gate {
             limits,
-            pending: Arc::new(AtomicUsize::new(0)),
+            pending: Arc::new(Waiting::default()),
             max_pending,
             fd_ceiling,
         }
@@ -153,7 +242,7 @@ impl Gate {
 
     /// Connections not yet past their handshake now.
     pub fn pending(&self) -> usize {
-        self.pending.load(Relaxed)
+        self.pending.inner.lock().unwrap().count
     }
 
     /// Admit a connection just accepted from `peer` on descriptor `fd` (None: unknown), or
@@ -171,16 +260,8 @@ impl Gate {
             }
         }
         let trusted = s.is_trusted(ip) || s.is_exempt(ip);
-        // Counted first, then checked, so two accept loops cannot both take the last place.
-        let now = self.pending.fetch_add(1, Relaxed);
-        let pending = Pending(self.pending.clone());
-        if now >= self.max_pending && !trusted {
-            return Err(refusal(
-                peer,
-                Reject::PendingHandshakes,
-                "too many connections are still in their handshake; retry\n",
-            ));
-        }
+        // The per-address limits first: a client over them is refused without taking a
+        // place, so it cannot evict anyone.
         let (slot, counted) = if trusted {
             (None, false)
         } else {
@@ -192,8 +273,47 @@ impl Gate {
                 Err(r) => return Err(r),
             }
         };
+        // Checked and taken under one lock, so two accept loops cannot both take the last
+        // place. A full count makes room by closing the oldest silent connection: whoever
+        // holds a place without sending its request loses it to a newcomer, so silent
+        // sockets cannot keep clients that do send out (they only push each other out).
+        let mut evicted_another = false;
+        let (pending, evicted) = {
+            let mut w = self.pending.inner.lock().unwrap();
+            if w.count >= self.max_pending && !trusted {
+                // Dropping its sender wakes the evicted connection's upgrade: it closes.
+                if w.silent.pop_first().is_some() {
+                    w.count -= 1;
+                    evicted_another = true;
+                } else {
+                    drop(w);
+                    return Err(refusal(
+                        peer,
+                        Reject::PendingHandshakes,
+                        "too many connections are still in their handshake; retry\n",
+                    ));
+                }
+            }
+            w.count += 1;
+            let id = w.next;
+            w.next += 1;
+            // Exempt addresses and trusted proxies are never refused here, and never evicted
+            // either: a proxy's connection carries many clients.
+            let evicted = (!trusted).then(|| {
+                let (tx, rx) = oneshot::channel();
+                w.silent.insert(id, tx);
+                rx
+            });
+            let pending = Pending {
+                set: self.pending.clone(),
+                silent: evicted.is_some().then_some(id),
+            };
+            (pending, evicted)
+        };
         Ok(Pass {
             pending: Some(pending),
+            evicted,
+            evicted_another,
             slot,
             counted,
         })
@@ -276,19 +396,73 @@ mod tests {
             },
             None,
         );
-        let a = g.admit(peer("192.0.2.1"), None).unwrap();
-        let _b = g.admit(peer("192.0.2.2"), None).unwrap();
+        let mut a = g.admit(peer("192.0.2.1"), None).unwrap();
+        let mut b = g.admit(peer("192.0.2.2"), None).unwrap();
+        // Neither is silent any more: a third is refused, not let in by an eviction.
+        assert!(a.heard() && b.heard());
         let r = g.admit(peer("192.0.2.3"), None).unwrap_err();
         assert_eq!(r.reason, Reject::PendingHandshakes);
         assert!(g.admit(peer("10.1.1.1"), None).is_ok(), "exempt");
         assert_eq!(g.pending(), 2);
         drop(a);
         let mut c = g.admit(peer("192.0.2.3"), None).unwrap();
+        assert!(!c.evicted_another);
         // A decided upgrade gives its place back before its 101 is written.
+        assert!(c.heard());
         c.decided();
         assert_eq!(g.pending(), 1);
         drop(c);
         assert_eq!(g.pending(), 1, "given back once only");
+        drop(b);
+        assert_eq!(g.pending(), 0);
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn a_full_count_evicts_the_oldest_silent_connection() {
+        let g = gate(
+            |s| {
+                s.max_pending_handshakes = 3;
+                s.exempt = vec![Cidr::parse("10.0.0.0/8").unwrap()];
+            },
+            None,
+        );
+        // An exempt connection is counted and never evicted.
+        let mut exempt = g.admit(peer("10.1.1.1"), None).unwrap();
+        let mut old = g.admit(peer("192.0.2.1"), None).unwrap();
+        let mut spoke = g.admit(peer("192.0.2.2"), None).unwrap();
+        assert!(spoke.heard(), "its request is complete: no longer silent");
+        let mut new = g.admit(peer("192.0.2.3"), None).unwrap();
+        assert!(new.evicted_another, "the oldest silent one made room");
+        assert_eq!(g.pending(), 3);
+        let quick = std::time::Duration::from_millis(50);
+        block_on(async {
+            tokio::time::timeout(quick, old.evicted())
+                .await
+                .expect("the oldest silent connection is told to close");
+            assert!(tokio::time::timeout(quick, exempt.evicted()).await.is_err());
+            assert!(tokio::time::timeout(quick, spoke.evicted()).await.is_err());
+        });
+        assert!(!old.heard(), "an evicted connection cannot go on");
+        drop(old);
+        assert_eq!(g.pending(), 3, "an evicted place is given back once");
+        // The next newcomer evicts the next oldest silent one: `new`.
+        let mut newer = g.admit(peer("192.0.2.4"), None).unwrap();
+        assert!(newer.evicted_another);
+        assert!(!new.heard());
+        // Nobody silent is left: refused.
+        assert!(newer.heard());
+        let r = g.admit(peer("192.0.2.5"), None).unwrap_err();
+        assert_eq!(r.reason, Reject::PendingHandshakes);
+        drop((exempt, spoke, new, newer));
+        assert_eq!(g.pending(), 0);
     }
 
     #[test]

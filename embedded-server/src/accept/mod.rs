@@ -23,6 +23,7 @@ use crate::config::ServerConfig;
 use crate::conn::{self, Ctx};
 use crate::handler::Handler;
 use crate::memory;
+use crate::metrics::Reject;
 #[cfg(feature = "tls")]
 use crate::tls;
 use crate::transport::Transport;
@@ -59,6 +60,9 @@ pub(crate) async fn listen<H: Handler>(
                     failures = 0;
                     match gate.admit(peer, raw_fd(&stream)) {
                         Ok(pass) => {
+                            if pass.evicted_another {
+                                ctx.hub.metrics.reject(Reject::PendingEvicted);
+                            }
                             spawn_conn(stream, peer, pass, ctx.clone(), stopping.clone(), tls.as_ref());
                         }
                         Err(refused) => refuse(stream, tls.is_some(), refused, &ctx.hub.metrics),

@@ -47,12 +47,23 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
     let hub = ctx.hub.clone();
     let cfg = &hub.config;
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
-    // The deadline was set at accept (a PROXY header's read came out of it).
-    let read = tokio::time::timeout_at(
-        deadline,
-        read_request(&stream, &mut buf, cfg.max_header_bytes),
-    )
-    .await;
+    // The deadline was set at accept (a PROXY header's read came out of it). Until its
+    // request head is complete the connection is silent, and a newcomer may take its place
+    // when every pending place is taken (the accept gate): it is then closed.
+    let evicted = pass.evicted();
+    let read = tokio::select! {
+        read = tokio::time::timeout_at(
+            deadline,
+            read_request(&stream, &mut buf, cfg.max_header_bytes),
+        ) => read,
+        () = evicted => {
+            return evict(&stream, id, peer).await;
+        }
+    };
+    if !pass.heard() {
+        // Evicted as the request completed: its place is gone.
+        return evict(&stream, id, peer).await;
+    }
     let end = match read {
         Ok(Ok(Some(end))) => end,
         Ok(Ok(None)) => {
@@ -229,6 +240,30 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
             })
         }
     }
+}
+
+/// Close a silent connection whose pending place a newer one took (counted at accept as
+/// `pending_evicted`): a plain connection, or a TLS one past its handshake, gets a 503 with
+/// `Retry-After: 1` (it may be a slow client: it should come back), written at most briefly;
+/// one still in its TLS handshake gets nothing. Never waits for the client.
+async fn evict<T: Transport, H: Handler>(
+    stream: &T,
+    id: u64,
+    peer: SocketAddr,
+) -> Option<Upgraded<T, H>> {
+    tracing::debug!(target: "embedded_server::accept", conn = id, peer = %peer, "silent connection closed: a newer one took its pending-handshake place");
+    if !stream.handshaking() {
+        let answer = http::error(
+            503,
+            "Service Unavailable",
+            "Retry-After: 1\r\n",
+            "too many connections are still in their handshake; send the request sooner\n",
+        );
+        let brief = std::time::Duration::from_millis(100);
+        let _ = tokio::time::timeout(brief, write_all(stream, &answer)).await;
+        stream.shutdown_write();
+    }
+    None
 }
 
 /// Count a handshake that did not finish, by the stage it stopped in (TLS or the request).

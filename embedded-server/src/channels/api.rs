@@ -22,8 +22,10 @@
 //! what the route takes, 409 when the server does not run the channels app.
 
 use crate::hub::Hub;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use sha1::{Digest, Sha1};
+use std::borrow::Cow;
 use std::sync::atomic::Ordering::Relaxed;
 use subtle::ConstantTimeEq;
 
@@ -248,42 +250,107 @@ fn field_error(field: &str, msg: String) -> (u16, String) {
     )
 }
 
-/// One `{"channel":..,"data":..}` checked: the channel and the data, or the 400.
-fn message<'a>(v: &'a Value, at: &str) -> Result<(&'a str, &'a Value), (u16, String)> {
-    let Some(o) = v.as_object() else {
-        return Err(error(
+/// A message's fields as they came (their JSON text), for [`message`] to check. Bodies are
+/// never built into a tree of values: a tree costs tens of times the text (a 16 MiB array of
+/// zeros is half a gigabyte), and the data only passes through.
+#[derive(serde::Deserialize)]
+struct Fields<'a> {
+    #[serde(default, borrow, deserialize_with = "super::protocol::present")]
+    channel: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "super::protocol::present")]
+    data: Option<&'a RawValue>,
+}
+
+/// `raw` starts a JSON object (it is valid JSON: the first byte says which kind).
+fn is_object(raw: &RawValue) -> bool {
+    raw.get().trim_start().starts_with('{')
+}
+
+/// One `{"channel":..,"data":..}` checked: the channel and the data's compact text, or the
+/// 400.
+fn message<'a>(v: &'a RawValue, at: &str) -> Result<(String, Cow<'a, str>), (u16, String)> {
+    let expected = || {
+        error(
             400,
             &format!("{at}expected a JSON object like {{\"channel\":\"news\",\"data\":{{..}}}}"),
-        ));
+        )
     };
-    let channel = match o.get("channel") {
+    if !is_object(v) {
+        return Err(expected());
+    }
+    let o: Fields = serde_json::from_str(v.get()).map_err(|e| error(400, &format!("{at}{e}")))?;
+    let channel = match o.channel {
         None => {
             return Err(field_error(
                 "channel",
                 format!("{at}missing field \"channel\" (the channel's name)"),
             ))
         }
-        Some(Value::String(s)) => s.as_str(),
-        Some(_) => {
-            return Err(field_error(
-                "channel",
-                format!("{at}field \"channel\" must be a string"),
-            ))
-        }
+        Some(c) => match serde_json::from_str::<String>(c.get()) {
+            Ok(s) => s,
+            Err(_) => {
+                return Err(field_error(
+                    "channel",
+                    format!("{at}field \"channel\" must be a string"),
+                ))
+            }
+        },
     };
-    if let Err(e) = super::check_name(channel) {
+    if let Err(e) = super::check_name(&channel) {
         return Err(field_error(
             "channel",
             format!("{at}field \"channel\": {e}"),
         ));
     }
-    let Some(data) = o.get("data") else {
+    let Some(data) = o.data else {
         return Err(field_error(
             "data",
             format!("{at}missing field \"data\" (any JSON value; null is one)"),
         ));
     };
+    let data = super::protocol::compact(data.get())
+        .map_err(|e| field_error("data", format!("{at}{e}")))?;
     Ok((channel, data))
+}
+
+/// A batch's `messages`: the first [`MAX_BATCH`] as they came, and how many there were in
+/// all (those past the cap only counted, never kept).
+struct Listed<'a> {
+    items: Vec<&'a RawValue>,
+    total: usize,
+}
+
+impl<'de> serde::Deserialize<'de> for Listed<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Listed<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Listed<'de>, A::Error> {
+                let mut items = Vec::new();
+                while items.len() < MAX_BATCH {
+                    match seq.next_element::<&'de RawValue>()? {
+                        Some(v) => items.push(v),
+                        None => {
+                            let total = items.len();
+                            return Ok(Listed { items, total });
+                        }
+                    }
+                }
+                let mut total = items.len();
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    total += 1;
+                }
+                Ok(Listed { items, total })
+            }
+        }
+        d.deserialize_seq(V)
+    }
 }
 
 /// Answer `call` for the channels app on `hub`: (status, JSON body). `app` names the
@@ -295,7 +362,8 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
             &format!("this server runs {app}; the channels API needs --app channels"),
         );
     }
-    let parse = || -> Result<Value, (u16, String)> {
+    // Checked as JSON without building it (see `Fields`).
+    let parse = || -> Result<&RawValue, (u16, String)> {
         serde_json::from_slice(&call.body)
             .map_err(|e| error(400, &format!("the body is not JSON: {e}")))
     };
@@ -316,11 +384,11 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
                 Ok(v) => v,
                 Err(e) => return e,
             };
-            let (channel, data) = match message(&v, "") {
+            let (channel, data) = match message(v, "") {
                 Ok(m) => m,
                 Err(e) => return e,
             };
-            let (p, pos) = hub.publish_with_position(channel, data);
+            let (p, pos) = hub.publish_json_with_position(&channel, &data);
             let mut v = json!({ "queued": p.queued, "dropped": p.dropped, "delivered": p.queued });
             if let Some(pos) = pos {
                 v["offset"] = pos.offset.into();
@@ -333,24 +401,38 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
                 Ok(v) => v,
                 Err(e) => return e,
             };
-            let Some(list) = v.get("messages").and_then(Value::as_array) else {
-                return field_error(
+            #[derive(serde::Deserialize)]
+            struct Batch<'a> {
+                #[serde(default, borrow)]
+                messages: Option<&'a RawValue>,
+            }
+            let missing = || {
+                field_error(
                     "messages",
                     "missing field \"messages\" (a list of {\"channel\",\"data\"} objects)".into(),
-                );
+                )
             };
-            if list.is_empty() || list.len() > MAX_BATCH {
+            let list = match is_object(v)
+                .then(|| serde_json::from_str::<Batch>(v.get()))
+                .and_then(Result::ok)
+                .and_then(|b| b.messages)
+                .map(|m| serde_json::from_str::<Listed>(m.get()))
+            {
+                Some(Ok(list)) => list,
+                _ => return missing(),
+            };
+            if list.total == 0 || list.total > MAX_BATCH {
                 return field_error(
                     "messages",
                     format!(
                         "a batch carries 1..={MAX_BATCH} messages, not {}",
-                        list.len()
+                        list.total
                     ),
                 );
             }
             // Every message is checked before any is published: a bad batch publishes nothing.
-            let mut checked = Vec::with_capacity(list.len());
-            for (i, m) in list.iter().enumerate() {
+            let mut checked = Vec::with_capacity(list.items.len());
+            for (i, m) in list.items.iter().enumerate() {
                 match message(m, &format!("messages[{i}]: ")) {
                     Ok(m) => checked.push(m),
                     Err(e) => return e,
@@ -363,7 +445,7 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
                 if i > 0 && i % YIELD_EVERY == 0 {
                     tokio::task::yield_now().await;
                 }
-                let p = hub.publish_report(channel, data);
+                let p = hub.publish_json_with_position(channel, data).0;
                 queued += p.queued;
                 dropped += p.dropped;
             }
@@ -492,6 +574,32 @@ mod tests {
         assert!(s == 400 && b.contains("messages[1]: missing field"), "{b}");
         let (s, b) = call(Endpoint::Batch, r#"{"messages":[]}"#);
         assert!(s == 400 && b.contains("1..=1000"), "{b}");
+        // Past the cap the rest are counted, never kept.
+        let many = format!(r#"{{"messages":[{}0]}}"#, "0,".repeat(1499));
+        let (s, b) = call(Endpoint::Batch, &many);
+        assert!(s == 400 && b.contains("not 1500"), "{b}");
+        let (s, b) = call(Endpoint::Batch, r#"{"messages":"x"}"#);
+        assert!(s == 400 && b.contains("\"field\":\"messages\""), "{b}");
+        let deep = format!(
+            r#"{{"channel":"a","data":{}{}}}"#,
+            "[".repeat(129),
+            "]".repeat(129)
+        );
+        let (s, b) = call(Endpoint::Publish, &deep);
+        assert!(
+            s == 400 && b.contains("\"field\":\"data\"") && b.contains("deeper than 128"),
+            "{b}"
+        );
+        let (s, b) = call(Endpoint::Publish, r#"[{"channel":"a","data":1}]"#);
+        assert!(s == 400 && b.contains("expected a JSON object"), "{b}");
+        // The data goes out as it came, less the whitespace between tokens.
+        let c = hub.register();
+        hub.subscribe(&c, "keys");
+        let (s, _) = call(
+            Endpoint::Publish,
+            "{\"channel\":\"keys\",\"data\": {\"b\" : 1,\n \"a\":\"x y\"}}",
+        );
+        assert_eq!(s, 200);
         let (s, b) = block_on(answer(
             &hub,
             &ApiCall {

@@ -3,7 +3,9 @@
 //! - `{"op":"subscribe","channel":"prices"}` -> `{"op":"subscribed","channel":"prices"}`
 //! - `{"op":"unsubscribe","channel":"prices"}` -> `{"op":"unsubscribed","channel":"prices"}`
 //! - `{"op":"publish","channel":"prices","data":ANY}` -> every subscriber (the publisher too, if
-//!   subscribed) gets `{"channel":"prices","data":ANY}`, encoded once per publish.
+//!   subscribed) gets `{"channel":"prices","data":ANY}`, encoded once per publish. `ANY` goes
+//!   out as it came, less the whitespace between its tokens ([`compact`]): checked as JSON,
+//!   never built into a tree of values, and nested at most [`MAX_DATA_DEPTH`] levels deep.
 //! - anything else -> `{"op":"error","error":"..."}` (the connection stays open).
 //!
 //! With history on (`ChannelsSettings::history`, `serve --history-size`), every publication
@@ -26,8 +28,75 @@
 use super::{check_name, ChannelsSettings, Grant, ProtocolError};
 use crate::hub::{Hub, StreamPosition, Subscribed};
 use crate::outbox::Shared;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+
+/// A field's JSON text when the field is there, `null` included (`Option`'s own
+/// deserializer would read a `null` as a missing field); `#[serde(default)]` gives None.
+pub(crate) fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue as serde::Deserialize>::deserialize(d).map(Some)
+}
+
+/// How deep a publish's data may nest: what `serde_json` allows when it builds values, so
+/// data that subscribers' parsers may refuse (or overflow their stack on) is refused here,
+/// as it was when the server built it.
+pub const MAX_DATA_DEPTH: usize = 128;
+
+/// `json`, one valid JSON value's text, without the whitespace between its tokens: what
+/// `serde_json` would write for it, without building it (strings, numbers and the order of
+/// keys stay as they came). Borrowed when there is none, the usual case. Subscribers get the
+/// compact form they always got, one line whatever the publisher's layout. The error: it
+/// nests deeper than [`MAX_DATA_DEPTH`].
+pub fn compact(json: &str) -> Result<Cow<'_, str>, String> {
+    let b = json.as_bytes();
+    let (mut in_string, mut escaped) = (false, false);
+    let mut depth = 0usize;
+    let mut out: Option<Vec<u8>> = None;
+    for (i, &c) in b.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == b'\\' {
+                escaped = true;
+            } else if c == b'"' {
+                in_string = false;
+            }
+        } else if c == b'"' {
+            in_string = true;
+        } else if matches!(c, b'[' | b'{') {
+            depth += 1;
+            if depth > MAX_DATA_DEPTH {
+                return Err(format!(
+                    "\"data\" nests deeper than {MAX_DATA_DEPTH} levels of [ and {{: flatten it"
+                ));
+            }
+        } else if matches!(c, b']' | b'}') {
+            depth = depth.saturating_sub(1);
+        } else if matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
+            out.get_or_insert_with(|| {
+                let mut o = Vec::with_capacity(b.len());
+                o.extend_from_slice(&b[..i]);
+                o
+            });
+            continue;
+        }
+        if let Some(o) = &mut out {
+            o.push(c);
+        }
+    }
+    Ok(match out {
+        None => Cow::Borrowed(json),
+        // Only ASCII whitespace was taken out of UTF-8 text: still UTF-8.
+        Some(o) => Cow::Owned(
+            String::from_utf8(o)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+        ),
+    })
+}
 
 /// Handle one channels-protocol message (see the module's documentation) from a
 /// connection no token restricts, with the default caps; returns a reply for the sender, if
@@ -46,12 +115,15 @@ pub fn message_as(
     grant: Option<&Grant>,
     settings: &ChannelsSettings,
 ) -> Option<String> {
+    // `data` is kept as the text it came as (checked, never built into a tree of values):
+    // what it holds is the publisher's business, and a tree of a large message costs tens of
+    // times its size (a 16 MiB array of zeros is half a gigabyte as values).
     #[derive(serde::Deserialize)]
-    struct Msg {
+    struct Msg<'a> {
         op: String,
         channel: Option<String>,
-        #[serde(default)]
-        data: serde_json::Value,
+        #[serde(default, borrow, deserialize_with = "present")]
+        data: Option<&'a RawValue>,
         recover: Option<Recover>,
     }
     #[derive(serde::Deserialize)]
@@ -129,7 +201,11 @@ pub fn message_as(
                     "not allowed: the token does not allow publishing to '{channel}'"
                 ));
             }
-            hub.publish(&channel, &msg.data);
+            let data = match compact(msg.data.map_or("null", RawValue::get)) {
+                Ok(d) => d,
+                Err(e) => return err(ProtocolError::BadJson, &e),
+            };
+            hub.publish_json_with_position(&channel, &data);
             None
         }
         other => err(
@@ -198,4 +274,26 @@ pub fn subscribe(
         );
     }
     Some(serde_json::json!({"op": "subscribed", "channel": channel}).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_takes_out_whitespace_between_tokens_only() {
+        assert!(matches!(compact(r#"{"a":[1,2]}"#), Ok(Cow::Borrowed(_))));
+        assert_eq!(
+            compact("{ \"a b\" : [ 1 ,\n\t2 ], \"c\\\" d\" : \" x \" }\r\n").unwrap(),
+            r#"{"a b":[1,2],"c\" d":" x "}"#
+        );
+        assert_eq!(compact(r#" "\\" "#).unwrap(), r#""\\""#);
+        // Brackets in strings do not nest; 128 levels do, 129 are refused.
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(compact(&format!("[\"{}\"]", "[".repeat(500))).is_ok());
+        assert!(compact(&deep(MAX_DATA_DEPTH)).is_ok());
+        assert!(compact(&deep(MAX_DATA_DEPTH + 1))
+            .unwrap_err()
+            .contains("deeper than 128"));
+    }
 }

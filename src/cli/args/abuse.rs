@@ -44,8 +44,9 @@ pub struct LimitArgs {
     pub trusted_proxies: Vec<String>,
 
     // Accept-time resource guards (embedded_server::accept): they protect descriptors.
-    /// Connections still in their handshake (TLS, upgrade request) at once; more are closed
-    /// at accept. 0 (default): a quarter of the smaller of --max-connections and the open-file
+    /// Connections still in their handshake (TLS, upgrade request) at once; past it the
+    /// oldest that has sent no request yet is closed to make room (none: the newcomer is
+    /// refused). 0 (default): a quarter of the smaller of --max-connections and the open-file
     /// limit, at least 64
     #[arg(long, value_name = "N", help_heading = "Abuse limits")]
     pub max_pending_handshakes: Option<usize>,
