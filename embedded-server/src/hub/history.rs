@@ -17,6 +17,14 @@
 //! queue in publication order (`order`) finds the oldest in O(1), so no bound costs a scan.
 //! The same store runs in a server process and, for `serve --processes`, in the supervisor,
 //! which assigns positions for all its processes (`insert` copies them into a process).
+//!
+//! A forgotten stream must not look like one that never existed: a client that saw it, or
+//! that subscribed while the channel had no stream, would be told it missed nothing. So a
+//! stream that goes leaves a **tombstone** (its epoch, top offset, and when it went), and a
+//! channel without a stream answers a position that names this store and when it was given
+//! (`Position::is_stamp`): a recovery from it is answered from the stream and tombstone the
+//! channel has, and one this store cannot decide (another store's, or older than a tombstone
+//! the bound dropped) is `too_old`, never `recovered:true` with nothing.
 
 use crate::app_settings::HistorySettings;
 use std::collections::{HashMap, VecDeque};
@@ -28,6 +36,12 @@ pub const PUBLICATION_BYTES: usize = 96;
 /// What one channel's stream costs besides its name and epoch: its map entry and the stream
 /// itself with its queue's header, rounded up.
 pub const STREAM_BYTES: usize = 160;
+/// What one tombstone costs besides its name and epoch: its map entry and its queue slot,
+/// rounded up.
+pub const TOMBSTONE_BYTES: usize = 96;
+/// Tombstones may hold this fraction of the history's byte bound (1/8: at the default 64 MiB,
+/// 8 MiB, about 60,000 channel names of 40 bytes).
+pub const TOMBSTONE_SHARE: usize = 8;
 
 /// A position in a channel's stream: the offset of the last publication and the stream's
 /// epoch (offset 0: nothing published yet in this epoch).
@@ -42,6 +56,39 @@ pub struct Position {
 /// One stream as [`History::snapshot`] gives it: its channel, position, and kept publications
 /// (offset, text) oldest first.
 pub type StreamCopy = (Arc<str>, Position, Vec<(u64, Arc<str>)>);
+
+impl Position {
+    /// The store and time a stamp names (see [`History::position_if_any`]): None for a
+    /// position of a stream.
+    pub fn stamp(&self) -> Option<(u64, u64)> {
+        if self.offset != 0 {
+            return None;
+        }
+        let (family, ms) = self.epoch.split_once('@')?;
+        if family.len() != 16 {
+            return None;
+        }
+        Some((u64::from_str_radix(family, 16).ok()?, ms.parse().ok()?))
+    }
+
+    /// Whether this is the position of a channel that had no stream (a stamp).
+    pub fn is_stamp(&self) -> bool {
+        self.stamp().is_some()
+    }
+}
+
+/// A forgotten stream, as [`History::graves`] gives it: channel, epoch, top offset, and the
+/// Unix time in milliseconds by which it was forgotten.
+pub type GraveCopy = (Arc<str>, Arc<str>, u64, u64);
+
+/// What is left of a forgotten stream: enough to tell a client holding one of its positions
+/// that it is too old, and one holding a stamp from before it that it missed publications.
+struct Tombstone {
+    epoch: Arc<str>,
+    top: u64,
+    /// Unix milliseconds by which it was forgotten (rounded up: never earlier than it was).
+    at: u64,
+}
 
 /// Why a position cannot be recovered (the `reason` of `"recovered":false`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +165,22 @@ pub struct History {
     generations: u64,
     /// Makes this store's epochs differ from another process's.
     seed: u64,
+    /// The last forgotten stream of each channel that had one, and the order they were made
+    /// in (the first is dropped first when they pass their share of the bound).
+    tombstones: HashMap<Arc<str>, Tombstone>,
+    graves: VecDeque<Arc<str>>,
+    tombstone_bytes: usize,
+    /// Tombstones dropped for the bound (a metric).
+    tombstones_dropped: u64,
+    /// Names the stamps this store gives and takes: its own, or, in a `--processes` server
+    /// process, the supervisor's (whose tombstones it holds).
+    family: u64,
+    /// Unix milliseconds at `now` 0 (stamps and tombstones are in Unix time, so processes of
+    /// one host compare them).
+    origin_ms: u64,
+    /// Stamps before this (Unix milliseconds) are too old: a tombstone of a stream forgotten
+    /// by then was dropped, so whether the channel lost publications since is unknown.
+    known_since: u64,
 }
 
 impl History {
@@ -130,6 +193,116 @@ impl History {
             bytes: 0,
             generations: 0,
             seed,
+            tombstones: HashMap::new(),
+            graves: VecDeque::new(),
+            tombstone_bytes: 0,
+            tombstones_dropped: 0,
+            family: (seed ^ 0xA076_1D64_78BD_642F).wrapping_mul(0xE703_7ED1_A0B4_28DB),
+            origin_ms: 0,
+            known_since: 0,
+        }
+    }
+
+    /// Tie `now` to the Unix clock: `unix_ms` is the Unix time in milliseconds at `now` 0.
+    /// Without it `now` 0 is the Unix epoch (tests).
+    pub fn set_origin(&mut self, unix_ms: u64) {
+        self.origin_ms = unix_ms;
+    }
+
+    /// Bytes the tombstones hold now (part of [`History::bytes`]).
+    pub fn tombstone_bytes(&self) -> usize {
+        self.tombstone_bytes
+    }
+
+    /// Tombstones kept now, and how many were dropped for the bound since the start.
+    pub fn tombstones(&self) -> (usize, u64) {
+        (self.tombstones.len(), self.tombstones_dropped)
+    }
+
+    /// Remember that `channel`'s stream `epoch` went with `top` (nothing when it never had a
+    /// publication), then keep the tombstones within their share of the bound.
+    fn bury(&mut self, channel: &Arc<str>, epoch: Arc<str>, top: u64, now: u32) {
+        if top == 0 {
+            return;
+        }
+        let at = self.origin_ms + (now as u64 + 1) * 1000;
+        self.put_tombstone(channel.clone(), Tombstone { epoch, top, at });
+        self.trim_tombstones();
+    }
+
+    /// Keep `t` as `name`'s tombstone unless it has a later one. A newer one replaces the
+    /// channel's last in place and keeps its turn in the queue, so a channel forgotten over
+    /// and over holds one slot.
+    fn put_tombstone(&mut self, name: Arc<str>, t: Tombstone) {
+        let grown = t.epoch.len();
+        match self.tombstones.get_mut(&name) {
+            Some(old) if old.at > t.at => {}
+            Some(old) => {
+                let old = std::mem::replace(old, t);
+                self.tombstone_bytes = self.tombstone_bytes + grown - old.epoch.len();
+                self.bytes = self.bytes + grown - old.epoch.len();
+            }
+            None => {
+                let cost = TOMBSTONE_BYTES + name.len() + grown;
+                self.tombstones.insert(name.clone(), t);
+                self.graves.push_back(name);
+                self.tombstone_bytes += cost;
+                self.bytes += cost;
+            }
+        }
+    }
+
+    /// Drop the oldest tombstones past their share of the bound: a stamp from before one
+    /// that went is too old from then on (whether its channel lost publications is unknown).
+    fn trim_tombstones(&mut self) {
+        let share = self.settings.max_bytes / TOMBSTONE_SHARE;
+        while self.tombstone_bytes > share {
+            let Some(name) = self.graves.pop_front() else {
+                break;
+            };
+            let t = self.tombstones.remove(&name).expect("queued once");
+            let cost = TOMBSTONE_BYTES + name.len() + t.epoch.len();
+            self.tombstone_bytes -= cost;
+            self.bytes -= cost;
+            self.tombstones_dropped += 1;
+            self.known_since = self.known_since.max(t.at);
+        }
+    }
+
+    /// Every tombstone, this store's stamp family and the stamps it cannot decide (up to
+    /// Unix ms `known_since`): what a new `--processes` server process takes from the
+    /// supervisor with its streams ([`History::adopt_graves`]).
+    pub fn graves(&self) -> (u64, u64, Vec<GraveCopy>) {
+        let graves = self
+            .graves
+            .iter()
+            .map(|name| {
+                let t = &self.tombstones[name];
+                (name.clone(), t.epoch.clone(), t.top, t.at)
+            })
+            .collect();
+        (self.family, self.known_since, graves)
+    }
+
+    /// Take another store's tombstones and stamp family (the supervisor's, in a process that
+    /// starts): its stamps are decided here as there. Stamps this store gave before are
+    /// another family's from then on (too old), never trusted wrongly.
+    pub fn adopt_graves(&mut self, family: u64, known_since: u64, graves: Vec<GraveCopy>) {
+        self.family = family;
+        self.known_since = self.known_since.max(known_since);
+        for (name, epoch, top, at) in graves {
+            self.put_tombstone(name, Tombstone { epoch, top, at });
+        }
+        self.trim_tombstones();
+    }
+
+    /// The position of a channel without a stream: this store's family and the Unix time
+    /// (never later than now), `offset` 0.
+    fn stamp(&self, now: u32) -> Position {
+        let ms = self.origin_ms + now as u64 * 1000;
+        Position {
+            offset: 0,
+            epoch: Arc::from(format!("{:016x}@{ms}", self.family)),
         }
     }
 
@@ -205,18 +378,16 @@ impl History {
         }
     }
 
-    /// `channel`'s position, or `(0, "")` when it has no stream: where positions are
-    /// assigned elsewhere, an epoch made here would not be theirs. A recovery from `(0, "")`
-    /// asks for a stream's whole history (see [`History::since`]).
+    /// `channel`'s position, or a stamp when it has no stream (offset 0, an epoch naming this
+    /// store's family and the time): no stream is made (where positions are assigned
+    /// elsewhere, an epoch made here would not be theirs). A recovery from the stamp asks for
+    /// every publication since (see [`History::since`]).
     pub fn position_if_any(&mut self, channel: &str, now: u32) -> Position {
         self.expire(now);
-        self.peek(channel).map_or_else(
-            || Position {
-                offset: 0,
-                epoch: Arc::from(""),
-            },
-            |p| p.0,
-        )
+        match self.peek(channel) {
+            Some(p) => p.0,
+            None => self.stamp(now),
+        }
     }
 
     /// `channel`'s position and how many publications it keeps, if it has a stream (for the
@@ -285,8 +456,9 @@ impl History {
         // The entries of the dropped publications stay queued (stale) and keep their own
         // bytes until they are taken out.
         s.pubs.clear();
-        s.top = top;
         let mut grown = 0;
+        let mut buried = None;
+        let old_top = std::mem::replace(&mut s.top, top);
         if let Some(g) = generation {
             grown = epoch.len();
             let old = std::mem::replace(&mut s.epoch, Arc::from(epoch));
@@ -295,6 +467,7 @@ impl History {
             // forgotten in time like any other stream.
             s.entries = 1;
             self.bytes -= old.len();
+            buried = Some((name.clone(), old));
             self.order.push_back(Entry {
                 channel: name,
                 offset: 0,
@@ -304,6 +477,10 @@ impl History {
             grown += PUBLICATION_BYTES;
         }
         self.bytes = self.bytes + grown - freed;
+        // A stream replaced by another epoch is forgotten like one that expired.
+        if let Some((name, old)) = buried {
+            self.bury(&name, old, old_top, now);
+        }
     }
 
     /// Keep `text` as `channel`'s publication `offset` (= its top + 1), then apply the bounds.
@@ -329,7 +506,7 @@ impl History {
             generation,
             at: now,
         });
-        while self.bytes > self.settings.max_bytes && self.take_oldest() {}
+        while self.bytes > self.settings.max_bytes && self.take_oldest(now) {}
     }
 
     /// Drop what has passed the age bound (oldest first; each call costs what it drops).
@@ -340,13 +517,13 @@ impl History {
             .front()
             .is_some_and(|e| now.saturating_sub(e.at) >= ttl)
         {
-            self.take_oldest();
+            self.take_oldest(now);
         }
     }
 
     /// Take the oldest entry out: its publication goes if still kept, and its stream too once
     /// it holds nothing and nothing queued refers to it. False when the queue is empty.
-    fn take_oldest(&mut self) -> bool {
+    fn take_oldest(&mut self, now: u32) -> bool {
         let Some(e) = self.order.pop_front() else {
             return false;
         };
@@ -371,15 +548,15 @@ impl History {
             }
         }
         if s.pubs.is_empty() && s.entries == 0 {
-            let epoch_len = s.epoch.len();
-            self.streams.remove(&*e.channel);
-            self.bytes -= STREAM_BYTES + e.channel.len() + epoch_len;
+            let (name, s) = self.streams.remove_entry(&*e.channel).expect("present");
+            self.bytes -= STREAM_BYTES + name.len() + s.epoch.len();
+            self.bury(&name, s.epoch, s.top, now);
         }
         true
     }
 
-    /// The publications after `from` in `channel`, if `from` is of this stream (or is
-    /// `(0, "")`, from before the stream) and every one after it is kept: at most
+    /// The publications after `from` in `channel`, if `from` is of this stream (or is a
+    /// stamp this store can decide, see `since_stamp`) and every one after it is kept: at most
     /// `recover_max` of them and `max_bytes` bytes in all.
     pub fn since(
         &mut self,
@@ -389,23 +566,76 @@ impl History {
         now: u32,
     ) -> Result<Vec<Arc<str>>, Unrecoverable> {
         self.expire(now);
-        // `(0, "")`: subscribed before the channel had a stream; everything it has since is
-        // what was missed, if it still keeps it from offset 1.
-        let before_any = from.offset == 0 && from.epoch.is_empty();
-        let Some(s) = self.streams.get(channel) else {
-            return if before_any {
-                Ok(Vec::new())
-            } else {
-                Err(Unrecoverable::Epoch)
-            };
+        if let Some((family, ms)) = from.stamp() {
+            return self.since_stamp(channel, family, ms, max_bytes, now);
+        }
+        let Some(s) = self.streams.get(channel).filter(|s| s.epoch == from.epoch) else {
+            return Err(self.unknown(channel, from));
         };
-        if (s.epoch != from.epoch && !before_any) || from.offset > s.top {
+        if from.offset > s.top {
             return Err(Unrecoverable::Epoch);
         }
         if from.offset + 1 < s.first() {
             return Err(Unrecoverable::TooOld);
         }
-        let missed = (s.top - from.offset) as usize;
+        self.after(s, from.offset, max_bytes)
+    }
+
+    /// Why a position of no stream kept here cannot be recovered: `too_old` when it is of the
+    /// channel's forgotten stream (or is `(0, "")`, which names no time), `epoch` otherwise
+    /// (another stream, a restart, a position from the future).
+    fn unknown(&self, channel: &str, from: &Position) -> Unrecoverable {
+        let forgotten = self
+            .tombstones
+            .get(channel)
+            .is_some_and(|t| t.epoch == from.epoch && from.offset <= t.top);
+        if forgotten || (from.offset == 0 && from.epoch.is_empty()) {
+            Unrecoverable::TooOld
+        } else {
+            Unrecoverable::Epoch
+        }
+    }
+
+    /// A recovery from a stamp (the channel had no stream at Unix ms `ms`): every publication
+    /// since, if this store can tell. It cannot for another family's stamp (another server,
+    /// or before a restart) nor one up to a dropped tombstone: `too_old`. A stream of the
+    /// channel forgotten since took publications with it: `too_old`. Otherwise the stream now
+    /// (made since, or one this store had that the stamp's giver had not seen yet: more than
+    /// missed, never less) from offset 1, or nothing when there is none.
+    fn since_stamp(
+        &self,
+        channel: &str,
+        family: u64,
+        ms: u64,
+        max_bytes: usize,
+        now: u32,
+    ) -> Result<Vec<Arc<str>>, Unrecoverable> {
+        if family != self.family || ms < self.known_since {
+            return Err(Unrecoverable::TooOld);
+        }
+        if ms > self.origin_ms + (now as u64 + 2) * 1000 {
+            return Err(Unrecoverable::Epoch);
+        }
+        // `at` is never before the stream went and `ms` never after the stamp was given: a
+        // stream that went by `ms` went before the client was there.
+        if self.tombstones.get(channel).is_some_and(|t| t.at > ms) {
+            return Err(Unrecoverable::TooOld);
+        }
+        match self.streams.get(channel) {
+            None => Ok(Vec::new()),
+            Some(s) if s.first() > 1 => Err(Unrecoverable::TooOld),
+            Some(s) => self.after(s, 0, max_bytes),
+        }
+    }
+
+    /// The publications of `s` after `from` (every one kept), bounded as [`History::since`].
+    fn after(
+        &self,
+        s: &Stream,
+        from: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Arc<str>>, Unrecoverable> {
+        let missed = (s.top - from) as usize;
         if missed > self.settings.recover_max {
             return Err(Unrecoverable::TooMany);
         }
@@ -497,7 +727,7 @@ impl History {
         }
         self.order.extend(entries.into_iter().rev());
         self.bytes += grown;
-        while self.bytes > self.settings.max_bytes && self.take_oldest() {}
+        while self.bytes > self.settings.max_bytes && self.take_oldest(now) {}
     }
 
     /// Every stream as (channel, position, kept publications oldest first): what a new

@@ -18,7 +18,9 @@ mod subscriptions;
 
 pub use drain::{Drain, SERVICE_RESTART};
 pub use presence::{PresenceFn, RemotePresence};
-pub use recovery::{envelope, random_seed, FetchFn, FetchRequest, Recovered, StreamPosition};
+pub use recovery::{
+    envelope, random_seed, unix_ms, FetchFn, FetchRequest, Recovered, StreamPosition,
+};
 pub use subscriptions::{ChannelPage, Subscribed};
 
 use crate::config::ServerConfig;

@@ -86,6 +86,13 @@ pub fn envelope(channel: &str, data: &str, offset: u64, epoch: &str) -> String {
     format!(r#"{{"channel":{name},"data":{data},"offset":{offset},"epoch":{epoch}}}"#)
 }
 
+/// The Unix time in milliseconds (what history stamps are in; see `History::set_origin`).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// A random seed for this process's epochs (a restarted process gets other ones).
 pub fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -110,8 +117,12 @@ impl Hub {
         }
         let mut s = settings.clone();
         s.max_bytes = s.max_bytes.min(self.metrics.memory.limit() / 4);
+        let mut store = History::new(s, random_seed());
+        // Stamps are Unix time: `now` 0 is when this hub started.
+        let since_start = super::mono().saturating_sub(self.start).as_millis() as u64;
+        store.set_origin(unix_ms().saturating_sub(since_start));
         let _ = self.history.set(HubHistory {
-            store: Mutex::new((History::new(s, random_seed()), 0)),
+            store: Mutex::new((store, 0)),
             order: (0..ORDER_LOCKS).map(|_| Mutex::new(())).collect(),
             sequenced: AtomicBool::new(false),
             fetch: std::sync::OnceLock::new(),
@@ -149,6 +160,11 @@ impl Hub {
         let Some(fetch) = h.fetch.get() else {
             return false;
         };
+        // A stamp (or `(0, "")`) is decided by what this node has seen; the shared store
+        // keeps no tombstones and cannot tell more.
+        if from.is_stamp() || (from.offset == 0 && from.epoch.is_empty()) {
+            return false;
+        }
         let (kept, local) = {
             let mut store = h.store.lock().unwrap();
             let r = store.0.since(channel, from, usize::MAX, self.now());
@@ -207,6 +223,27 @@ impl Hub {
         let h = self.history.get()?;
         let store = h.store.lock().unwrap();
         store.0.peek(channel)
+    }
+
+    /// Take another store's tombstones and stamp family (a new process taking the
+    /// supervisor's, see `History::adopt_graves`).
+    pub fn restore_graves(
+        &self,
+        family: u64,
+        known_since: u64,
+        graves: Vec<super::history::GraveCopy>,
+    ) {
+        let Some(h) = self.history.get() else { return };
+        let mut store = h.store.lock().unwrap();
+        store.0.adopt_graves(family, known_since, graves);
+        self.settle_history(&mut store);
+    }
+
+    /// Tombstones the history keeps now and those dropped for its bound ((0, 0) when off).
+    pub fn history_tombstones(&self) -> (usize, u64) {
+        self.history
+            .get()
+            .map_or((0, 0), |h| h.store.lock().unwrap().0.tombstones())
     }
 
     /// Bytes the history holds now (0 when off).

@@ -9,12 +9,15 @@
 //! each process keeps its copy and delivers it (`Hub::deliver_positioned`). A process that
 //! starts gets the whole history first, in one frame queued before any live one
 //! (`encode_snapshot`), and serves no client before it has applied it (`wait_for_snapshot`).
+//! The history includes the supervisor's tombstones and stamp family, so a position a process
+//! gave before the channel's first publication is decided alike on every process, a restarted
+//! one included.
 //! The relay's queues stay bounded: a process whose queue is full misses the publication
 //! (counted as before), and its copy then has a gap, which makes a recovery across it answer
 //! `recovered:false` rather than skip a message.
 
 use embedded_server::channels::HistorySettings;
-use embedded_server::hub::history::{History, Position};
+use embedded_server::hub::history::{GraveCopy, History, Position};
 use embedded_server::hub::{envelope, StreamPosition};
 use embedded_server::Hub;
 use std::sync::Mutex;
@@ -33,8 +36,10 @@ impl Sequencer {
     pub fn new(settings: &HistorySettings, per_process_budget: usize) -> Sequencer {
         let mut s = settings.clone();
         s.max_bytes = s.max_bytes.min(per_process_budget / 4);
+        let mut store = History::new(s, embedded_server::hub::random_seed());
+        store.set_origin(embedded_server::hub::unix_ms());
         Sequencer {
-            store: Mutex::new(History::new(s, embedded_server::hub::random_seed())),
+            store: Mutex::new(store),
             start: Instant::now(),
         }
     }
@@ -62,13 +67,28 @@ impl Sequencer {
     }
 }
 
-/// The history as a relay frame body: the supervisor's node id (`u64::MAX`) and kind, then
-/// per channel the name's length (u16 LE) and name, its top offset (u64 LE), the epoch's
-/// length (u8) and epoch, the count of kept publications (u32 LE), and each one's offset
-/// (u64 LE), length (u32 LE) and text.
+/// The history as a relay frame body: the supervisor's node id (`u64::MAX`) and kind; its
+/// stamp family and the Unix ms up to which stamps are too old (u64 LE each), the count of
+/// tombstones (u32 LE) and per tombstone the name's length (u16 LE) and name, the epoch's
+/// length (u8) and epoch, its top offset and when it went (u64 LE each); then per channel
+/// the name's length (u16 LE) and name, its top offset (u64 LE), the epoch's length (u8) and
+/// epoch, the count of kept publications (u32 LE), and each one's offset (u64 LE), length
+/// (u32 LE) and text.
 pub fn encode_snapshot(h: &History) -> Vec<u8> {
     let mut v = u64::MAX.to_le_bytes().to_vec();
     v.push(crate::serve::cluster::KIND_SNAPSHOT);
+    let (family, known_since, graves) = h.graves();
+    v.extend_from_slice(&family.to_le_bytes());
+    v.extend_from_slice(&known_since.to_le_bytes());
+    v.extend_from_slice(&(graves.len() as u32).to_le_bytes());
+    for (name, epoch, top, at) in graves {
+        v.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        v.extend_from_slice(name.as_bytes());
+        v.push(epoch.len() as u8);
+        v.extend_from_slice(epoch.as_bytes());
+        v.extend_from_slice(&top.to_le_bytes());
+        v.extend_from_slice(&at.to_le_bytes());
+    }
     for (name, pos, pubs) in h.snapshot() {
         v.extend_from_slice(&(name.len() as u16).to_le_bytes());
         v.extend_from_slice(name.as_bytes());
@@ -85,14 +105,36 @@ pub fn encode_snapshot(h: &History) -> Vec<u8> {
     v
 }
 
-/// Each stream of a snapshot body (after the node id and kind): its name, position and kept
-/// publications. None when the body is malformed.
-#[allow(clippy::type_complexity)]
-pub fn decode_snapshot(mut b: &[u8]) -> Option<Vec<(&str, Position, Vec<(u64, &str)>)>> {
+/// A decoded snapshot: the tombstones (stamp family, too-old bound, each forgotten stream)
+/// and each stream's name, position and kept publications.
+pub struct Snapshot<'a> {
+    pub family: u64,
+    pub known_since: u64,
+    pub graves: Vec<GraveCopy>,
+    #[allow(clippy::type_complexity)]
+    pub streams: Vec<(&'a str, Position, Vec<(u64, &'a str)>)>,
+}
+
+/// A snapshot body (after the node id and kind). None when it is malformed.
+pub fn decode_snapshot(mut b: &[u8]) -> Option<Snapshot<'_>> {
     fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
         let (head, rest) = (b.get(..n)?, b.get(n..)?);
         *b = rest;
         Some(head)
+    }
+    let u64_of =
+        |b: &mut &[u8]| -> Option<u64> { Some(u64::from_le_bytes(take(b, 8)?.try_into().ok()?)) };
+    let family = u64_of(&mut b)?;
+    let known_since = u64_of(&mut b)?;
+    let count = u32::from_le_bytes(take(&mut b, 4)?.try_into().ok()?) as usize;
+    let mut graves = Vec::with_capacity(count.min(b.len() / 19));
+    for _ in 0..count {
+        let n = u16::from_le_bytes(take(&mut b, 2)?.try_into().ok()?) as usize;
+        let name = std::str::from_utf8(take(&mut b, n)?).ok()?;
+        let e = take(&mut b, 1)?[0] as usize;
+        let epoch = std::str::from_utf8(take(&mut b, e)?).ok()?;
+        let (top, at) = (u64_of(&mut b)?, u64_of(&mut b)?);
+        graves.push((name.into(), epoch.into(), top, at));
     }
     let mut out = Vec::new();
     while !b.is_empty() {
@@ -114,7 +156,12 @@ pub fn decode_snapshot(mut b: &[u8]) -> Option<Vec<(&str, Position, Vec<(u64, &s
         };
         out.push((name, pos, pubs));
     }
-    Some(out)
+    Some(Snapshot {
+        family,
+        known_since,
+        graves,
+        streams: out,
+    })
 }
 
 /// Set once this process has applied the supervisor's history.
@@ -124,7 +171,9 @@ static LOADED: tokio::sync::Notify = tokio::sync::Notify::const_new();
 /// and kind), then let the server start serving.
 pub fn restore(hub: &Hub, body: &[u8]) {
     match decode_snapshot(body) {
-        Some(streams) => {
+        Some(snapshot) => {
+            let streams = snapshot.streams;
+            hub.restore_graves(snapshot.family, snapshot.known_since, snapshot.graves);
             for (name, pos, pubs) in &streams {
                 hub.restore_history(name, pos, pubs);
             }
@@ -163,7 +212,7 @@ mod tests {
         }
         seq.position("b", "\"x\"", |_| ());
         let body = seq.snapshot(|b| b);
-        let mut streams = decode_snapshot(&body[9..]).unwrap();
+        let mut streams = decode_snapshot(&body[9..]).unwrap().streams;
         streams.sort_by_key(|s| s.0);
         assert_eq!(streams.len(), 2);
         let (name, pos, pubs) = &streams[0];
