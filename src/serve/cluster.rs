@@ -27,15 +27,19 @@ const KIND_SEQUENCE: u8 = 2;
 pub const KIND_POSITIONED: u8 = 3;
 /// The supervisor's history, for a process that starts (see `supervisor::history`).
 pub const KIND_SNAPSHOT: u8 = 4;
+/// A positioned channel publication from the supervisor with its publisher's key (for its
+/// share of every process's history).
+pub const KIND_POSITIONED_BY: u8 = 5;
 
 /// Messages waiting for the publisher; past this the relay drops (local delivery still happened).
 pub(crate) const QUEUE: usize = 65_536;
 
 /// Wire format: node id (u64 LE), kind, then for a broadcast the opcode and payload, for a
 /// channel message the name's length (u16 LE), the name and the `{"channel":..}` text; a
-/// message to position (`Relay::Sequence`) has the name the same way and the data's JSON. A
-/// positioned one (`encode_positioned`) has the name, then the offset (u64 LE), the epoch's
-/// length (u8) and the epoch, then the text.
+/// message to position (`Relay::Sequence`) has the name the same way, its publisher (u64 LE)
+/// and the data's JSON. A positioned one (`encode_positioned`) has the name, then the offset
+/// (u64 LE), the epoch's length (u8) and the epoch, the publisher's key (u64 LE, only in
+/// `KIND_POSITIONED_BY`), then the text.
 pub fn encode(node: u64, r: &Relay<'_>) -> Vec<u8> {
     let mut v = node.to_le_bytes().to_vec();
     match r {
@@ -50,10 +54,15 @@ pub fn encode(node: u64, r: &Relay<'_>) -> Vec<u8> {
             v.extend_from_slice(channel.as_bytes());
             v.extend_from_slice(text.as_bytes());
         }
-        Relay::Sequence { channel, data } => {
+        Relay::Sequence {
+            channel,
+            data,
+            publisher,
+        } => {
             v.push(KIND_SEQUENCE);
             v.extend_from_slice(&(channel.len() as u16).to_le_bytes());
             v.extend_from_slice(channel.as_bytes());
+            v.extend_from_slice(&publisher.to_le_bytes());
             v.extend_from_slice(data.as_bytes());
         }
     }
@@ -62,15 +71,28 @@ pub fn encode(node: u64, r: &Relay<'_>) -> Vec<u8> {
 
 /// A positioned publication (see `encode`), from the supervisor (node id `u64::MAX`, which no
 /// process has, so every process delivers it, the publisher's too).
-pub fn encode_positioned(channel: &str, offset: u64, epoch: &str, text: &str) -> Vec<u8> {
+pub fn encode_positioned(
+    channel: &str,
+    offset: u64,
+    epoch: &str,
+    text: &str,
+    publisher: u64,
+) -> Vec<u8> {
     let mut v = u64::MAX.to_le_bytes().to_vec();
-    v.push(KIND_POSITIONED);
+    v.push(if publisher == 0 {
+        KIND_POSITIONED
+    } else {
+        KIND_POSITIONED_BY
+    });
     v.extend_from_slice(&(channel.len() as u16).to_le_bytes());
     v.extend_from_slice(channel.as_bytes());
     v.extend_from_slice(&offset.to_le_bytes());
     let epoch = &epoch.as_bytes()[..epoch.len().min(255)];
     v.push(epoch.len() as u8);
     v.extend_from_slice(epoch);
+    if publisher != 0 {
+        v.extend_from_slice(&publisher.to_le_bytes());
+    }
     v.extend_from_slice(text.as_bytes());
     v
 }
@@ -80,10 +102,10 @@ pub fn encode_positioned(channel: &str, offset: u64, epoch: &str, text: &str) ->
 pub enum Incoming<'a> {
     Broadcast(OpCode, &'a [u8]),
     Channel(&'a str, &'a str),
-    /// A publish for the supervisor to position: channel and data.
-    Sequence(&'a str, &'a str),
-    /// A positioned publication: channel, offset, epoch, text.
-    Positioned(&'a str, u64, &'a str, &'a str),
+    /// A publish for the supervisor to position: channel, data and publisher.
+    Sequence(&'a str, &'a str, u64),
+    /// A positioned publication: channel, offset, epoch, text, publisher's key (0: none).
+    Positioned(&'a str, u64, &'a str, &'a str, u64),
     /// The supervisor's history (`supervisor::history::encode_snapshot`).
     Snapshot(&'a [u8]),
 }
@@ -105,13 +127,13 @@ pub fn deliver(hub: &Hub, me: u64, m: &[u8]) {
             received();
             hub.deliver_remote_channel(name, text);
         }
-        Some(Incoming::Positioned(name, offset, epoch, text)) => {
+        Some(Incoming::Positioned(name, offset, epoch, text, publisher)) => {
             received();
             let pos = embedded_server::hub::StreamPosition {
                 offset,
                 epoch: epoch.into(),
             };
-            hub.deliver_positioned(name, &pos, text);
+            hub.deliver_positioned(name, &pos, text, publisher);
         }
         #[cfg(target_os = "linux")]
         Some(Incoming::Snapshot(body)) => {
@@ -129,23 +151,29 @@ pub fn decode(me: u64, m: &[u8]) -> Option<Incoming<'_>> {
     }
     match *m.get(8)? {
         KIND_BROADCAST => Some(Incoming::Broadcast(OpCode::from_u8(*m.get(9)?)?, &m[10..])),
-        kind @ (KIND_CHANNEL | KIND_SEQUENCE | KIND_POSITIONED) => {
+        kind @ (KIND_CHANNEL | KIND_SEQUENCE | KIND_POSITIONED | KIND_POSITIONED_BY) => {
             let n = u16::from_le_bytes(m.get(9..11)?.try_into().ok()?) as usize;
             let name = std::str::from_utf8(m.get(11..11 + n)?).ok()?;
             let rest = m.get(11 + n..)?;
-            if kind == KIND_POSITIONED {
+            if kind == KIND_POSITIONED || kind == KIND_POSITIONED_BY {
                 let offset = u64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
                 let e = *rest.get(8)? as usize;
                 let epoch = std::str::from_utf8(rest.get(9..9 + e)?).ok()?;
-                let text = std::str::from_utf8(rest.get(9 + e..)?).ok()?;
-                return Some(Incoming::Positioned(name, offset, epoch, text));
+                let mut rest = rest.get(9 + e..)?;
+                let mut publisher = 0;
+                if kind == KIND_POSITIONED_BY {
+                    publisher = u64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
+                    rest = rest.get(8..)?;
+                }
+                let text = std::str::from_utf8(rest).ok()?;
+                return Some(Incoming::Positioned(name, offset, epoch, text, publisher));
             }
-            let text = std::str::from_utf8(rest).ok()?;
-            Some(if kind == KIND_CHANNEL {
-                Incoming::Channel(name, text)
-            } else {
-                Incoming::Sequence(name, text)
-            })
+            if kind == KIND_SEQUENCE {
+                let publisher = u64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
+                let data = std::str::from_utf8(rest.get(8..)?).ok()?;
+                return Some(Incoming::Sequence(name, data, publisher));
+            }
+            Some(Incoming::Channel(name, std::str::from_utf8(rest).ok()?))
         }
         KIND_SNAPSHOT => Some(Incoming::Snapshot(&m[9..])),
         _ => None,

@@ -129,7 +129,7 @@ pub fn message_as(
                     "not allowed: the token does not allow publishing to '{channel}'"
                 ));
             }
-            hub.publish(&channel, &msg.data);
+            hub.publish_from(me, &channel, &msg.data);
             None
         }
         other => err(

@@ -39,6 +39,23 @@ pub const STREAM_BYTES: usize = 160;
 /// What one tombstone costs besides its name and epoch: its map entry and its queue slot,
 /// rounded up.
 pub const TOMBSTONE_BYTES: usize = 96;
+/// One channel may hold this fraction of the history's byte bound (1/8: 8 MiB of the default
+/// 64 MiB), its oldest publications going first past it, so one channel's stream cannot push
+/// out every other's.
+pub const CHANNEL_SHARE: usize = 8;
+/// One publisher (a WebSocket connection) may hold this fraction of the history's byte bound
+/// (1/16: 4 MiB of the default 64 MiB), its publications and the streams it started, its
+/// oldest going first past it, so one connection publishing to many new channel names
+/// cannot push out every other channel's stream. Publishes through the HTTP API (the
+/// operator's key) and copies of another store's positions have no share of their own.
+pub const PUBLISHER_SHARE: usize = 16;
+/// Stale entries of the order queue (of publications dropped out of turn) may hold this
+/// fraction of the bound before the queue is compacted.
+const STALE_SHARE: usize = 16;
+/// Who published a kept publication: a connection's id, or [`NO_PUBLISHER`].
+pub type Publisher = u64;
+/// The publisher of a publication that is nobody's share (the HTTP API, a copy).
+pub const NO_PUBLISHER: Publisher = 0;
 /// Tombstones may hold this fraction of the history's byte bound (1/8: at the default 64 MiB,
 /// 8 MiB, about 60,000 channel names of 40 bytes).
 pub const TOMBSTONE_SHARE: usize = 8;
@@ -118,6 +135,26 @@ impl Unrecoverable {
 struct Kept {
     offset: u64,
     text: Arc<str>,
+    publisher: Publisher,
+}
+
+/// What one publisher holds: bytes, items (publications and streams it started), and its
+/// items oldest first as (channel, offset or 0 for a stream's start, generation); items
+/// dropped otherwise stay queued (stale) until the queue is compacted.
+#[derive(Default)]
+struct Share {
+    bytes: usize,
+    items: usize,
+    queue: VecDeque<(Arc<str>, u64, u64)>,
+}
+
+/// Publications dropped for a share (metrics).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Evicted {
+    /// Past their channel's share of the byte bound.
+    pub channel: u64,
+    /// Past their publisher's share of the byte bound.
+    pub publisher: u64,
 }
 
 struct Stream {
@@ -132,6 +169,10 @@ struct Stream {
     /// `order` entries of this generation not yet taken out: the stream goes when it has
     /// neither publications nor entries.
     entries: usize,
+    /// Bytes of the kept publications (text and bookkeeping), for the channel's share.
+    bytes: usize,
+    /// The publisher whose share the stream itself is charged to.
+    creator: Publisher,
 }
 
 /// Offsets from another store (the supervisor's relay, Redis) are taken only from 1 to
@@ -139,6 +180,29 @@ struct Stream {
 /// whatever a peer on the backplane sends.
 fn plausible(offset: u64) -> bool {
     (1..1 << 62).contains(&offset)
+}
+
+/// What a stream costs its creator's share: itself, its name and epoch, its creation entry.
+fn stream_cost(name: &str, epoch: &str) -> usize {
+    STREAM_BYTES + name.len() + epoch.len() + PUBLICATION_BYTES
+}
+
+/// Whether `publisher`'s item (see [`Share`]) is still held: the stream's start while the
+/// stream is its own, a publication while it is kept.
+fn held(
+    streams: &HashMap<Arc<str>, Stream>,
+    publisher: Publisher,
+    name: &str,
+    offset: u64,
+    generation: u64,
+) -> bool {
+    let Some(s) = streams.get(name).filter(|s| s.generation == generation) else {
+        return false;
+    };
+    if offset == 0 {
+        return s.creator == publisher;
+    }
+    s.pubs.front().is_some_and(|k| k.offset <= offset) && offset <= s.top
 }
 
 impl Stream {
@@ -172,6 +236,11 @@ pub struct History {
     tombstone_bytes: usize,
     /// Tombstones dropped for the bound (a metric).
     tombstones_dropped: u64,
+    /// What each publisher holds.
+    shares: HashMap<Publisher, Share>,
+    /// About how many `order` entries are stale (their publication or stream gone).
+    stale: usize,
+    evicted: Evicted,
     /// Names the stamps this store gives and takes: its own, or, in a `--processes` server
     /// process, the supervisor's (whose tombstones it holds).
     family: u64,
@@ -197,6 +266,9 @@ impl History {
             graves: VecDeque::new(),
             tombstone_bytes: 0,
             tombstones_dropped: 0,
+            shares: HashMap::new(),
+            stale: 0,
+            evicted: Evicted::default(),
             family: (seed ^ 0xA076_1D64_78BD_642F).wrapping_mul(0xE703_7ED1_A0B4_28DB),
             origin_ms: 0,
             known_since: 0,
@@ -355,6 +427,8 @@ impl History {
                     pubs: VecDeque::new(),
                     generation,
                     entries: 1,
+                    bytes: 0,
+                    creator: NO_PUBLISHER,
                 },
             );
         }
@@ -404,28 +478,185 @@ impl History {
         })
     }
 
-    /// Give `channel`'s next publication its position, keep the text `text(offset, epoch)`
-    /// builds, and return both.
+    /// Give `channel`'s next publication by `publisher` its position, keep the text
+    /// `text(offset, epoch)` builds, and return both.
     pub fn append(
         &mut self,
         channel: &str,
+        publisher: Publisher,
         now: u32,
         text: impl FnOnce(u64, &str) -> String,
     ) -> (Position, Arc<str>) {
         self.expire(now);
-        let (_, s) = self.stream(channel, None, now);
+        let created = !self.streams.contains_key(channel);
+        let (name, s) = self.stream(channel, None, now);
         let offset = s.top + 1;
         let epoch = s.epoch.clone();
+        if created && publisher != NO_PUBLISHER {
+            // The stream it starts is its own: names no one else publishes to are its share.
+            s.creator = publisher;
+            let item = (name.clone(), 0, s.generation);
+            self.charge(publisher, stream_cost(&name, &epoch), item);
+        }
         let text: Arc<str> = Arc::from(text(offset, &epoch));
-        self.keep(channel, offset, text.clone(), now);
+        self.keep(channel, offset, text.clone(), publisher, now);
         (Position { offset, epoch }, text)
+    }
+
+    /// Charge `bytes` to `publisher`'s share for `item` (see [`Share`]).
+    fn charge(&mut self, publisher: Publisher, bytes: usize, item: (Arc<str>, u64, u64)) {
+        let share = self.shares.entry(publisher).or_default();
+        share.bytes += bytes;
+        share.items += 1;
+        share.queue.push_back(item);
+    }
+
+    /// Give `bytes` of one item back to `publisher`'s share (nothing for [`NO_PUBLISHER`]).
+    fn credit(&mut self, publisher: Publisher, bytes: usize) {
+        if publisher == NO_PUBLISHER {
+            return;
+        }
+        let Some(share) = self.shares.get_mut(&publisher) else {
+            return;
+        };
+        share.bytes = share.bytes.saturating_sub(bytes);
+        share.items = share.items.saturating_sub(1);
+        if share.items == 0 {
+            self.shares.remove(&publisher);
+        } else if share.queue.len() > 2 * share.items + 32 {
+            // Mostly stale: keep what is still this publisher's (amortized O(1) an item).
+            let streams = &self.streams;
+            share.queue.retain(|(name, offset, generation)| {
+                held(streams, publisher, name, *offset, *generation)
+            });
+        }
+    }
+
+    /// Drop publications taken out of their stream (not through the order queue, whose
+    /// entries for them are now stale): their publishers get their shares back.
+    fn release(&mut self, dropped: Vec<Kept>) {
+        for k in dropped {
+            self.stale += 1;
+            self.credit(k.publisher, k.text.len() + PUBLICATION_BYTES);
+        }
+    }
+
+    /// Forget `channel`'s stream now (its publisher passed its share): its publications go,
+    /// it leaves a tombstone, and its queued entries are stale.
+    fn forget(&mut self, channel: &str, now: u32) {
+        let Some((name, s)) = self.streams.remove_entry(channel) else {
+            return;
+        };
+        self.stale += s.entries;
+        let freed: usize = s.pubs.iter().map(|k| k.text.len()).sum();
+        self.bytes -= freed + STREAM_BYTES + name.len() + s.epoch.len();
+        // Its creation entry keeps its own bytes until taken out, like every entry.
+        self.credit(s.creator, stream_cost(&name, &s.epoch));
+        let dropped: Vec<Kept> = s.pubs.into_iter().collect();
+        self.evicted.publisher += dropped.len() as u64;
+        self.release(dropped);
+        self.bury(&name, s.epoch, s.top, now);
+    }
+
+    /// While `publisher` holds more than its share, drop its oldest: a publication (with
+    /// any older of its stream, which stays contiguous), or a stream it started (which goes
+    /// unless publications of others keep it; it is then no longer its share).
+    fn enforce_share(&mut self, publisher: Publisher, now: u32) {
+        let limit = self.settings.max_bytes / PUBLISHER_SHARE;
+        loop {
+            let Some(share) = self.shares.get_mut(&publisher) else {
+                return;
+            };
+            if share.bytes <= limit {
+                return;
+            }
+            let Some((name, offset, generation)) = share.queue.pop_front() else {
+                return;
+            };
+            if !held(&self.streams, publisher, &name, offset, generation) {
+                continue;
+            }
+            let s = self.streams.get_mut(&*name).expect("held");
+            if offset == 0 {
+                if s.pubs.iter().any(|k| k.publisher != publisher) {
+                    s.creator = NO_PUBLISHER;
+                    let cost = stream_cost(&name, &s.epoch);
+                    self.credit(publisher, cost);
+                } else {
+                    self.forget(&name, now);
+                }
+                continue;
+            }
+            let mut dropped = Vec::new();
+            while s.pubs.front().is_some_and(|k| k.offset <= offset) {
+                let k = s.pubs.pop_front().expect("front");
+                s.bytes -= k.text.len() + PUBLICATION_BYTES;
+                self.bytes -= k.text.len();
+                dropped.push(k);
+            }
+            let empty_and_mine = s.pubs.is_empty() && s.creator == publisher;
+            self.evicted.publisher += dropped.len() as u64;
+            self.release(dropped);
+            if empty_and_mine {
+                self.forget(&name, now);
+            }
+        }
+    }
+
+    /// Take stale entries out of the order queue once they hold their share of the bound
+    /// (O(queue) each time, so amortized O(1) an entry): publications dropped out of turn
+    /// must not hold bytes of the bound until they age out.
+    fn compact(&mut self, now: u32) {
+        if self.stale * PUBLICATION_BYTES <= self.settings.max_bytes / STALE_SHARE {
+            return;
+        }
+        let streams = &mut self.streams;
+        let mut removed = 0;
+        let mut orphans = Vec::new();
+        self.order.retain(|e| {
+            let Some(s) = streams.get_mut(&*e.channel) else {
+                removed += 1;
+                return false;
+            };
+            if s.generation != e.generation {
+                removed += 1;
+                return false;
+            }
+            let live = e.offset == 0
+                || (s.pubs.front().is_some_and(|k| k.offset <= e.offset) && e.offset <= s.top);
+            if !live {
+                removed += 1;
+                s.entries -= 1;
+                if s.entries == 0 && s.pubs.is_empty() {
+                    orphans.push(e.channel.clone());
+                }
+            }
+            live
+        });
+        self.bytes -= removed * PUBLICATION_BYTES;
+        self.stale = 0;
+        for name in orphans {
+            self.forget(&name, now);
+        }
+    }
+
+    /// Publications dropped for the channel and publisher shares since the start.
+    pub fn evicted(&self) -> Evicted {
+        self.evicted
     }
 
     /// Keep a publication whose position was assigned elsewhere (the supervisor's, in a
     /// server process). A position from another epoch replaces the stream; one past a gap
     /// drops what came before the gap (a recovery across it would miss publications); one
     /// already kept is not kept again. False for that last case (a duplicate).
-    pub fn insert(&mut self, channel: &str, pos: &Position, text: Arc<str>, now: u32) -> bool {
+    pub fn insert(
+        &mut self,
+        channel: &str,
+        pos: &Position,
+        text: Arc<str>,
+        publisher: Publisher,
+        now: u32,
+    ) -> bool {
         if !plausible(pos.offset) {
             return false;
         }
@@ -435,7 +666,16 @@ impl History {
         if pos.offset <= s.top {
             return false;
         }
-        self.keep(channel, pos.offset, text, now);
+        let created = s.top == 0 && s.pubs.is_empty() && s.creator == NO_PUBLISHER;
+        if created && publisher != NO_PUBLISHER && pos.offset == 1 {
+            // A copy of a stream this publisher started (its first publication).
+            let (name, s) = self.stream(channel, None, now);
+            s.creator = publisher;
+            let item = (name.clone(), 0, s.generation);
+            let cost = stream_cost(&name, &s.epoch);
+            self.charge(publisher, cost, item);
+        }
+        self.keep(channel, pos.offset, text, publisher, now);
         true
     }
 
@@ -455,11 +695,18 @@ impl History {
         let freed: usize = s.pubs.iter().map(|p| p.text.len()).sum();
         // The entries of the dropped publications stay queued (stale) and keep their own
         // bytes until they are taken out.
-        s.pubs.clear();
+        let dropped: Vec<Kept> = s.pubs.drain(..).collect();
+        s.bytes = 0;
         let mut grown = 0;
         let mut buried = None;
+        let mut creator = None;
         let old_top = std::mem::replace(&mut s.top, top);
         if let Some(g) = generation {
+            // Another stream now: no longer its creator's share.
+            creator = Some((
+                std::mem::replace(&mut s.creator, NO_PUBLISHER),
+                stream_cost(&name, &s.epoch),
+            ));
             grown = epoch.len();
             let old = std::mem::replace(&mut s.epoch, Arc::from(epoch));
             s.generation = g;
@@ -477,36 +724,69 @@ impl History {
             grown += PUBLICATION_BYTES;
         }
         self.bytes = self.bytes + grown - freed;
+        self.release(dropped);
+        if let Some((publisher, cost)) = creator {
+            self.credit(publisher, cost);
+        }
         // A stream replaced by another epoch is forgotten like one that expired.
         if let Some((name, old)) = buried {
             self.bury(&name, old, old_top, now);
         }
     }
 
-    /// Keep `text` as `channel`'s publication `offset` (= its top + 1), then apply the bounds.
-    fn keep(&mut self, channel: &str, offset: u64, text: Arc<str>, now: u32) {
-        let size = self.settings.size.max(1);
+    /// Keep `text` as `channel`'s publication `offset` (= its top + 1) by `publisher`, then
+    /// apply the bounds: the channel's count and share, the publisher's share, the whole.
+    fn keep(&mut self, channel: &str, offset: u64, text: Arc<str>, publisher: Publisher, now: u32) {
+        let cost = text.len() + PUBLICATION_BYTES;
         let (name, s) = self.stream(channel, None, now);
         debug_assert_eq!(offset, s.top + 1);
         s.top = offset;
-        let cost = text.len() + PUBLICATION_BYTES;
-        s.pubs.push_back(Kept { offset, text });
+        s.pubs.push_back(Kept {
+            offset,
+            text,
+            publisher,
+        });
+        s.bytes += cost;
         s.entries += 1;
         let generation = s.generation;
-        let mut freed = 0;
-        while s.pubs.len() > size {
-            let old = s.pubs.pop_front().expect("above size");
-            // Its entry stays queued (stale) and keeps its own bytes until taken out.
-            freed += old.text.len();
-        }
-        self.bytes = self.bytes + cost - freed;
+        self.bytes += cost;
         self.order.push_back(Entry {
-            channel: name,
+            channel: name.clone(),
             offset,
             generation,
             at: now,
         });
+        if publisher != NO_PUBLISHER {
+            self.charge(publisher, cost, (name, offset, generation));
+        }
+        self.trim(channel);
+        if publisher != NO_PUBLISHER {
+            self.enforce_share(publisher, now);
+        }
         while self.bytes > self.settings.max_bytes && self.take_oldest(now) {}
+        self.compact(now);
+    }
+
+    /// Hold `channel`'s stream to its count and its share of the bytes, oldest first (the
+    /// newest too when it alone is past the share: it is delivered, not kept).
+    fn trim(&mut self, channel: &str) {
+        let size = self.settings.size.max(1);
+        let share = self.settings.max_bytes / CHANNEL_SHARE;
+        let Some(s) = self.streams.get_mut(channel) else {
+            return;
+        };
+        let mut dropped = Vec::new();
+        while s.pubs.len() > size || (s.bytes > share && !s.pubs.is_empty()) {
+            if s.pubs.len() <= size {
+                self.evicted.channel += 1;
+            }
+            let old = s.pubs.pop_front().expect("not empty");
+            // Its entry stays queued (stale) and keeps its own bytes until taken out.
+            s.bytes -= old.text.len() + PUBLICATION_BYTES;
+            self.bytes -= old.text.len();
+            dropped.push(old);
+        }
+        self.release(dropped);
     }
 
     /// Drop what has passed the age bound (oldest first; each call costs what it drops).
@@ -528,28 +808,35 @@ impl History {
             return false;
         };
         self.bytes -= PUBLICATION_BYTES;
-        let Some(s) = self.streams.get_mut(&*e.channel) else {
+        let Some(s) = self
+            .streams
+            .get_mut(&*e.channel)
+            .filter(|s| s.generation == e.generation)
+        else {
+            self.stale = self.stale.saturating_sub(1);
             return true;
         };
-        if s.generation != e.generation {
-            return true;
-        }
         s.entries -= 1;
-        if e.offset != 0 && s.pubs.front().is_some_and(|p| p.offset == e.offset) {
+        let mut dropped = Vec::new();
+        // A publication older than this entry's must not stay behind a gap: drop through it
+        // (the queue is in offset order per stream, so that is this entry's alone).
+        while e.offset != 0 && s.pubs.front().is_some_and(|p| p.offset <= e.offset) {
             let p = s.pubs.pop_front().expect("front");
+            s.bytes -= p.text.len() + PUBLICATION_BYTES;
             self.bytes -= p.text.len();
-        } else if e.offset != 0 && s.pubs.front().is_some_and(|p| p.offset < e.offset) {
-            // Dropped for the byte bound out of turn cannot happen (the queue is in offset
-            // order per stream), but a publication older than this entry's must not stay
-            // behind a gap: drop through it.
-            while s.pubs.front().is_some_and(|p| p.offset <= e.offset) {
-                let p = s.pubs.pop_front().expect("front");
-                self.bytes -= p.text.len();
-            }
+            dropped.push(p);
         }
-        if s.pubs.is_empty() && s.entries == 0 {
+        let gone = s.pubs.is_empty() && s.entries == 0;
+        if dropped.is_empty() {
+            self.stale = self.stale.saturating_sub(1);
+        }
+        for p in dropped {
+            self.credit(p.publisher, p.text.len() + PUBLICATION_BYTES);
+        }
+        if gone {
             let (name, s) = self.streams.remove_entry(&*e.channel).expect("present");
             self.bytes -= STREAM_BYTES + name.len() + s.epoch.len();
+            self.credit(s.creator, stream_cost(&name, &s.epoch));
             self.bury(&name, s.epoch, s.top, now);
         }
         true
@@ -694,13 +981,12 @@ impl History {
                     offset,
                     epoch: top.epoch.clone(),
                 };
-                self.insert(channel, &at, text, now);
+                self.insert(channel, &at, text, NO_PUBLISHER, now);
             }
             self.reset_to(channel, &top.epoch, top.offset, now);
             return;
         }
         // Same epoch, this store is ahead: put the older in front if they join up.
-        let size = self.settings.size.max(1);
         let (name, s) = self.stream(channel, None, now);
         let have = s.first();
         if first >= have || pubs.last().is_none_or(|p| p.0 + 1 < have) {
@@ -712,7 +998,12 @@ impl History {
         let mut entries = Vec::with_capacity(older.len());
         for (offset, text) in older.into_iter().rev() {
             grown += text.len() + PUBLICATION_BYTES;
-            s.pubs.push_front(Kept { offset, text });
+            s.bytes += text.len() + PUBLICATION_BYTES;
+            s.pubs.push_front(Kept {
+                offset,
+                text,
+                publisher: NO_PUBLISHER,
+            });
             s.entries += 1;
             entries.push(Entry {
                 channel: name.clone(),
@@ -721,13 +1012,11 @@ impl History {
                 at: now,
             });
         }
-        while s.pubs.len() > size {
-            let old = s.pubs.pop_front().expect("above size");
-            grown -= old.text.len();
-        }
         self.order.extend(entries.into_iter().rev());
         self.bytes += grown;
+        self.trim(channel);
         while self.bytes > self.settings.max_bytes && self.take_oldest(now) {}
+        self.compact(now);
     }
 
     /// Every stream as (channel, position, kept publications oldest first): what a new

@@ -20,7 +20,7 @@
 //! `--cluster` Redis does the same for every node, and keeps the history a node that
 //! restarted fetches on a recovery it cannot serve ([`Hub::fetch_then_subscribe`]).
 
-use super::history::{History, Position, Unrecoverable};
+use super::history::{History, Position, Publisher, Unrecoverable, NO_PUBLISHER};
 use super::{Hub, Published, Relay, Subscribed};
 use crate::app_settings::HistorySettings;
 use crate::budget::Store;
@@ -239,6 +239,13 @@ impl Hub {
         self.settle_history(&mut store);
     }
 
+    /// Publications the history dropped for the channel and publisher shares.
+    pub fn history_evicted(&self) -> super::history::Evicted {
+        self.history
+            .get()
+            .map_or_else(Default::default, |h| h.store.lock().unwrap().0.evicted())
+    }
+
     /// Tombstones the history keeps now and those dropped for its bound ((0, 0) when off).
     pub fn history_tombstones(&self) -> (usize, u64) {
         self.history
@@ -281,6 +288,18 @@ impl Hub {
         channel: &str,
         data: &serde_json::Value,
     ) -> (Published, Option<Position>) {
+        self.publish_positioned_by(NO_PUBLISHER, channel, data)
+    }
+
+    /// [`Hub::publish_with_position`] by `publisher` (a connection's id): what it keeps in
+    /// the history is held to its share of the byte bound (`history::PUBLISHER_SHARE`).
+    /// [`NO_PUBLISHER`] (the HTTP API) has no share of its own.
+    pub fn publish_positioned_by(
+        &self,
+        publisher: Publisher,
+        channel: &str,
+        data: &serde_json::Value,
+    ) -> (Published, Option<Position>) {
         let Some(h) = self.history.get() else {
             let text = serde_json::json!({"channel": channel, "data": data}).to_string();
             return (self.publish_text_delivered(channel, &text), None);
@@ -293,6 +312,7 @@ impl Hub {
                 r(Relay::Sequence {
                     channel,
                     data: &data,
+                    publisher,
                 });
                 return (Published::default(), None);
             }
@@ -301,9 +321,9 @@ impl Hub {
         let now = self.now();
         let (pos, text, subs) = {
             let mut store = h.store.lock().unwrap();
-            let (pos, text) = store
-                .0
-                .append(channel, now, |o, e| envelope(channel, &data, o, e));
+            let (pos, text) = store.0.append(channel, publisher, now, |o, e| {
+                envelope(channel, &data, o, e)
+            });
             self.settle_history(&mut store);
             (pos, text, self.subscribers(channel))
         };
@@ -320,17 +340,26 @@ impl Hub {
         (sent, Some(pos))
     }
 
-    /// A publication positioned elsewhere (the supervisor): kept, then delivered to this
-    /// node's subscribers (never relayed again). A duplicate of one kept already is dropped.
-    /// Without history it is delivered as it is.
-    pub fn deliver_positioned(&self, channel: &str, pos: &Position, text: &str) {
+    /// A publication positioned elsewhere (the supervisor): kept (by `publisher`, the key
+    /// the supervisor gave its publisher, so every copy holds it to the same share), then
+    /// delivered to this node's subscribers (never relayed again). A duplicate of one kept
+    /// already is dropped. Without history it is delivered as it is.
+    pub fn deliver_positioned(
+        &self,
+        channel: &str,
+        pos: &Position,
+        text: &str,
+        publisher: Publisher,
+    ) {
         let Some(h) = self.history.get() else {
             return self.deliver_remote_channel(channel, text);
         };
         let _order = Self::order_lock(h, channel);
         let subs = {
             let mut store = h.store.lock().unwrap();
-            let kept = store.0.insert(channel, pos, Arc::from(text), self.now());
+            let kept = store
+                .0
+                .insert(channel, pos, Arc::from(text), publisher, self.now());
             self.settle_history(&mut store);
             if !kept {
                 return;
@@ -357,7 +386,9 @@ impl Hub {
                 offset: *offset,
                 epoch: pos.epoch.clone(),
             };
-            store.0.insert(channel, &at, Arc::from(*text), now);
+            store
+                .0
+                .insert(channel, &at, Arc::from(*text), NO_PUBLISHER, now);
         }
         store.0.reset_to(channel, &pos.epoch, pos.offset, now);
         self.settle_history(&mut store);

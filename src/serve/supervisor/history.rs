@@ -48,13 +48,23 @@ impl Sequencer {
         self.start.elapsed().as_secs() as u32
     }
 
-    /// Position `data` in `channel` and keep it; `then` gets the relay frame body for every
-    /// process while the history stays locked (so frames go out in offset order).
-    pub fn position<R>(&self, channel: &str, data: &str, then: impl FnOnce(Vec<u8>) -> R) -> R {
+    /// Position `data` in `channel` and keep it, held to `publisher`'s share (its key
+    /// across processes; 0: none); `then` gets the relay frame body for every process while
+    /// the history stays locked (so frames go out in offset order). The frame carries the key,
+    /// so every process holds the publication to the same share.
+    pub fn position<R>(
+        &self,
+        channel: &str,
+        data: &str,
+        publisher: u64,
+        then: impl FnOnce(Vec<u8>) -> R,
+    ) -> R {
         let mut h = self.store.lock().unwrap();
-        let (pos, text) = h.append(channel, self.now(), |o, e| envelope(channel, data, o, e));
+        let (pos, text) = h.append(channel, publisher, self.now(), |o, e| {
+            envelope(channel, data, o, e)
+        });
         then(crate::serve::cluster::encode_positioned(
-            channel, pos.offset, &pos.epoch, &text,
+            channel, pos.offset, &pos.epoch, &text, publisher,
         ))
     }
 
@@ -208,9 +218,9 @@ mod tests {
             1 << 30,
         );
         for i in 0..3 {
-            seq.position("a", &i.to_string(), |_| ());
+            seq.position("a", &i.to_string(), 0, |_| ());
         }
-        seq.position("b", "\"x\"", |_| ());
+        seq.position("b", "\"x\"", 0, |_| ());
         let body = seq.snapshot(|b| b);
         let mut streams = decode_snapshot(&body[9..]).unwrap().streams;
         streams.sort_by_key(|s| s.0);
@@ -223,10 +233,10 @@ mod tests {
         assert_eq!(v["epoch"], &*pos.epoch);
         assert!(decode_snapshot(&body[9..body.len() - 1]).is_none());
         // The positioned frame every process gets decodes as one.
-        let frame = seq.position("a", "7", |f| f);
+        let frame = seq.position("a", "7", 9, |f| f);
         match crate::serve::cluster::decode(0, &frame) {
-            Some(crate::serve::cluster::Incoming::Positioned(c, o, e, t)) => {
-                assert_eq!((c, o, e), ("a", 4, &*pos.epoch));
+            Some(crate::serve::cluster::Incoming::Positioned(c, o, e, t, p)) => {
+                assert_eq!((c, o, e, p), ("a", 4, &*pos.epoch, 9));
                 assert!(t.contains(r#""data":7,"offset":4"#), "{t}");
             }
             other => panic!("{other:?}"),

@@ -195,10 +195,15 @@ impl Hubs {
             while let Ok(f) = read_frame(&mut rd).await {
                 // A publish to position: every process gets it back positioned, its
                 // publisher too, in the order the positions were given.
-                if let (Some(seq), Some(Incoming::Sequence(channel, data))) =
+                if let (Some(seq), Some(Incoming::Sequence(channel, data, publisher))) =
                     (hubs.history.get(), decode(u64::MAX, &f[4..]))
                 {
-                    seq.position(channel, data, |body| {
+                    // A connection's key across processes: its process and its id there.
+                    let key = match publisher {
+                        0 => 0,
+                        p => (u64::from(pid) << 40) ^ p,
+                    };
+                    seq.position(channel, data, key, |body| {
                         let queues = hubs.queues.lock().unwrap();
                         hubs.send_all(&queues, &Arc::new(framed(body)), None);
                     });
