@@ -16,7 +16,8 @@
 //! the position is from; `too_old`, publications after it are gone; `too_many` or
 //! `too_large`, more than one recovery returns; `off`, history is off): the client then
 //! reloads its state. A channel with no stream yet (nothing published to it) answers
-//! `"offset":0,"epoch":""`, and a recovery from it asks for the whole stream. See
+//! `"offset":0` and a stamp as its epoch, and a recovery from it asks for every publication
+//! since. See
 //! `hub::history` for the model (Centrifugo's).
 //!
 //! A subscribe past the per-connection caps ([`ChannelsSettings`]'s), or,

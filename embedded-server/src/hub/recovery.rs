@@ -428,8 +428,8 @@ impl Hub {
             };
             // A channel nobody published to yet has no stream, and a subscribe makes none:
             // streams cost bytes of the history's bound, and subscribes to made-up names
-            // would otherwise push out the publications other channels keep. `(0, "")`
-            // recovers the stream's whole history once it has one.
+            // would otherwise push out the publications other channels keep. It answers a
+            // stamp, from which a recovery gets every publication since (or `too_old`).
             let pos = store.0.position_if_any(channel, now);
             let mut reply = serde_json::json!({
                 "op": "subscribed",
