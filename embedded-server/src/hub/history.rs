@@ -95,7 +95,7 @@ impl Position {
 }
 
 /// A forgotten stream, as [`History::graves`] gives it: channel, epoch, top offset, and the
-/// Unix time in milliseconds by which it was forgotten.
+/// Unix time in microseconds by which it was forgotten.
 pub type GraveCopy = (Arc<str>, Arc<str>, u64, u64);
 
 /// What is left of a forgotten stream: enough to tell a client holding one of its positions
@@ -103,7 +103,7 @@ pub type GraveCopy = (Arc<str>, Arc<str>, u64, u64);
 struct Tombstone {
     epoch: Arc<str>,
     top: u64,
-    /// Unix milliseconds by which it was forgotten (rounded up: never earlier than it was).
+    /// Unix microseconds by which it was forgotten (rounded up: never earlier than it was).
     at: u64,
 }
 
@@ -244,11 +244,17 @@ pub struct History {
     /// Names the stamps this store gives and takes: its own, or, in a `--processes` server
     /// process, the supervisor's (whose tombstones it holds).
     family: u64,
-    /// Unix milliseconds at `now` 0 (stamps and tombstones are in Unix time, so processes of
+    /// Unix microseconds at `now` 0 (stamps and tombstones are in Unix time, so processes of
     /// one host compare them).
-    origin_ms: u64,
-    /// Stamps before this (Unix milliseconds) are too old: a tombstone of a stream forgotten
-    /// by then was dropped, so whether the channel lost publications since is unknown.
+    origin_us: u64,
+    /// The Unix time in microseconds, from a clock that never goes back, when the owner has
+    /// one (`set_clock`): stamps and tombstones to the microsecond. Without it (tests) they
+    /// are whole seconds of `now`, rounded the safe way (stamps down, tombstones up).
+    clock: Option<Box<dyn Fn() -> u64 + Send>>,
+    /// The clock's last reading.
+    last_us: u64,
+    /// Stamps before this (Unix microseconds) are too old: a tombstone of a stream forgotten
+    /// then was dropped, so whether the channel lost publications since is unknown.
     known_since: u64,
 }
 
@@ -270,15 +276,36 @@ impl History {
             stale: 0,
             evicted: Evicted::default(),
             family: (seed ^ 0xA076_1D64_78BD_642F).wrapping_mul(0xE703_7ED1_A0B4_28DB),
-            origin_ms: 0,
+            origin_us: 0,
+            clock: None,
+            last_us: 0,
             known_since: 0,
         }
     }
 
-    /// Tie `now` to the Unix clock: `unix_ms` is the Unix time in milliseconds at `now` 0.
+    /// Tie `now` to the Unix clock: `unix_us` is the Unix time in microseconds at `now` 0.
     /// Without it `now` 0 is the Unix epoch (tests).
-    pub fn set_origin(&mut self, unix_ms: u64) {
-        self.origin_ms = unix_ms;
+    pub fn set_origin(&mut self, unix_us: u64) {
+        self.origin_us = unix_us;
+    }
+
+    /// Read stamps' and tombstones' times from `clock` (Unix µs, never going back).
+    pub fn set_clock(&mut self, clock: Box<dyn Fn() -> u64 + Send>) {
+        self.clock = Some(clock);
+    }
+
+    /// The time now in Unix µs, never later than it is (`up`: never earlier). With a clock,
+    /// each reading is later than the one before, so whatever happens here after a stamp was
+    /// given reads later than the stamp, and whatever happened before, earlier.
+    fn time_us(&mut self, now: u32, up: bool) -> u64 {
+        match &self.clock {
+            Some(clock) => {
+                let t = clock().max(self.last_us + 1);
+                self.last_us = t;
+                t
+            }
+            None => self.origin_us + (now as u64 + up as u64) * 1_000_000,
+        }
     }
 
     /// Bytes the tombstones hold now (part of [`History::bytes`]).
@@ -297,7 +324,7 @@ impl History {
         if top == 0 {
             return;
         }
-        let at = self.origin_ms + (now as u64 + 1) * 1000;
+        let at = self.time_us(now, true);
         self.put_tombstone(channel.clone(), Tombstone { epoch, top, at });
         self.trim_tombstones();
     }
@@ -342,7 +369,7 @@ impl History {
     }
 
     /// Every tombstone, this store's stamp family and the stamps it cannot decide (up to
-    /// Unix ms `known_since`): what a new `--processes` server process takes from the
+    /// Unix µs `known_since`): what a new `--processes` server process takes from the
     /// supervisor with its streams ([`History::adopt_graves`]).
     pub fn graves(&self) -> (u64, u64, Vec<GraveCopy>) {
         let graves = self
@@ -370,8 +397,8 @@ impl History {
 
     /// The position of a channel without a stream: this store's family and the Unix time
     /// (never later than now), `offset` 0.
-    fn stamp(&self, now: u32) -> Position {
-        let ms = self.origin_ms + now as u64 * 1000;
+    fn stamp(&mut self, now: u32) -> Position {
+        let ms = self.time_us(now, false);
         Position {
             offset: 0,
             epoch: Arc::from(format!("{:016x}@{ms}", self.family)),
@@ -883,28 +910,29 @@ impl History {
         }
     }
 
-    /// A recovery from a stamp (the channel had no stream at Unix ms `ms`): every publication
+    /// A recovery from a stamp (the channel had no stream at Unix µs `ms`): every publication
     /// since, if this store can tell. It cannot for another family's stamp (another server,
     /// or before a restart) nor one up to a dropped tombstone: `too_old`. A stream of the
     /// channel forgotten since took publications with it: `too_old`. Otherwise the stream now
     /// (made since, or one this store had that the stamp's giver had not seen yet: more than
     /// missed, never less) from offset 1, or nothing when there is none.
     fn since_stamp(
-        &self,
+        &mut self,
         channel: &str,
         family: u64,
         ms: u64,
         max_bytes: usize,
         now: u32,
     ) -> Result<Vec<Arc<str>>, Unrecoverable> {
-        if family != self.family || ms < self.known_since {
+        let dropped_since = ms < self.known_since;
+        if family != self.family || dropped_since {
             return Err(Unrecoverable::TooOld);
         }
-        if ms > self.origin_ms + (now as u64 + 2) * 1000 {
+        if ms > self.time_us(now, true) + 2_000_000 {
             return Err(Unrecoverable::Epoch);
         }
         // `at` is never before the stream went and `ms` never after the stamp was given: a
-        // stream that went by `ms` went before the client was there.
+        // stream that went before `ms` went before the client was there.
         if self.tombstones.get(channel).is_some_and(|t| t.at > ms) {
             return Err(Unrecoverable::TooOld);
         }

@@ -19,7 +19,7 @@ mod subscriptions;
 pub use drain::{Drain, SERVICE_RESTART};
 pub use presence::{PresenceFn, RemotePresence};
 pub use recovery::{
-    envelope, random_seed, unix_ms, FetchFn, FetchRequest, Recovered, StreamPosition,
+    envelope, random_seed, unix_us, FetchFn, FetchRequest, Recovered, StreamPosition,
 };
 pub use subscriptions::{ChannelPage, Subscribed};
 

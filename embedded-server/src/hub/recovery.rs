@@ -86,11 +86,11 @@ pub fn envelope(channel: &str, data: &str, offset: u64, epoch: &str) -> String {
     format!(r#"{{"channel":{name},"data":{data},"offset":{offset},"epoch":{epoch}}}"#)
 }
 
-/// The Unix time in milliseconds (what history stamps are in; see `History::set_origin`).
-pub fn unix_ms() -> u64 {
+/// The Unix time in microseconds (what history stamps are in; see `History::set_origin`).
+pub fn unix_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// A random seed for this process's epochs (a restarted process gets other ones).
@@ -119,8 +119,15 @@ impl Hub {
         s.max_bytes = s.max_bytes.min(self.metrics.memory.limit() / 4);
         let mut store = History::new(s, random_seed());
         // Stamps are Unix time: `now` 0 is when this hub started.
-        let since_start = super::mono().saturating_sub(self.start).as_millis() as u64;
-        store.set_origin(unix_ms().saturating_sub(since_start));
+        let since_start = super::mono().saturating_sub(self.start).as_micros() as u64;
+        let origin = unix_us().saturating_sub(since_start);
+        store.set_origin(origin);
+        // To the millisecond, from the monotonic clock: a stamp is never later than it was
+        // given nor a tombstone earlier than its stream went, whatever the wall clock does.
+        let start = self.start;
+        store.set_clock(Box::new(move || {
+            origin + super::mono().saturating_sub(start).as_micros() as u64
+        }));
         let _ = self.history.set(HubHistory {
             store: Mutex::new((store, 0)),
             order: (0..ORDER_LOCKS).map(|_| Mutex::new(())).collect(),

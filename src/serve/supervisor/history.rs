@@ -37,10 +37,14 @@ impl Sequencer {
         let mut s = settings.clone();
         s.max_bytes = s.max_bytes.min(per_process_budget / 4);
         let mut store = History::new(s, embedded_server::hub::random_seed());
-        store.set_origin(embedded_server::hub::unix_ms());
+        let (origin, start) = (embedded_server::hub::unix_us(), Instant::now());
+        store.set_origin(origin);
+        store.set_clock(Box::new(move || {
+            origin + start.elapsed().as_micros() as u64
+        }));
         Sequencer {
             store: Mutex::new(store),
-            start: Instant::now(),
+            start,
         }
     }
 
@@ -49,44 +53,49 @@ impl Sequencer {
     }
 
     /// Position `data` in `channel` and keep it, held to `publisher`'s share (its key
-    /// across processes; 0: none); `then` gets the relay frame body for every process while
-    /// the history stays locked (so frames go out in offset order). The frame carries the key,
-    /// so every process holds the publication to the same share.
+    /// across processes; 0: none); `then` gets the relay frame bodies for every process while
+    /// the history stays locked (so frames go out in offset order): the key's frame when there
+    /// is one (so every process holds the publication to the same share), then the
+    /// positioned publication.
     pub fn position<R>(
         &self,
         channel: &str,
         data: &str,
         publisher: u64,
-        then: impl FnOnce(Vec<u8>) -> R,
+        then: impl FnOnce(Vec<Vec<u8>>) -> R,
     ) -> R {
         let mut h = self.store.lock().unwrap();
         let (pos, text) = h.append(channel, publisher, self.now(), |o, e| {
             envelope(channel, data, o, e)
         });
-        then(crate::serve::cluster::encode_positioned(
-            channel, pos.offset, &pos.epoch, &text, publisher,
-        ))
+        let mut frames = Vec::with_capacity(2);
+        if publisher != 0 {
+            let named = crate::serve::cluster::encode_publisher(channel, pos.offset, publisher);
+            frames.push(named);
+        }
+        frames.push(crate::serve::cluster::encode_positioned(
+            channel, pos.offset, &pos.epoch, &text,
+        ));
+        then(frames)
     }
 
-    /// The whole history as one relay frame body; `then` gets it with the history still
-    /// locked (the new process's queue is added there, so it misses nothing after it).
-    pub fn snapshot<R>(&self, then: impl FnOnce(Vec<u8>) -> R) -> R {
+    /// The whole history as two relay frame bodies, its tombstones then its streams; `then`
+    /// gets them with the history still locked (the new process's queue is added there, so
+    /// it misses nothing after it).
+    pub fn snapshot<R>(&self, then: impl FnOnce(Vec<u8>, Vec<u8>) -> R) -> R {
         let mut h = self.store.lock().unwrap();
         h.expire(self.now());
-        then(encode_snapshot(&h))
+        then(encode_graves(&h), encode_snapshot(&h))
     }
 }
 
-/// The history as a relay frame body: the supervisor's node id (`u64::MAX`) and kind; its
-/// stamp family and the Unix ms up to which stamps are too old (u64 LE each), the count of
-/// tombstones (u32 LE) and per tombstone the name's length (u16 LE) and name, the epoch's
-/// length (u8) and epoch, its top offset and when it went (u64 LE each); then per channel
-/// the name's length (u16 LE) and name, its top offset (u64 LE), the epoch's length (u8) and
-/// epoch, the count of kept publications (u32 LE), and each one's offset (u64 LE), length
-/// (u32 LE) and text.
-pub fn encode_snapshot(h: &History) -> Vec<u8> {
+/// The history's tombstones as a relay frame body: the supervisor's node id (`u64::MAX`) and
+/// kind; its stamp family and the Unix µs before which stamps are too old (u64 LE each), the
+/// count of tombstones (u32 LE) and per tombstone the name's length (u16 LE) and name, the
+/// epoch's length (u8) and epoch, its top offset and when it went (u64 LE each).
+pub fn encode_graves(h: &History) -> Vec<u8> {
     let mut v = u64::MAX.to_le_bytes().to_vec();
-    v.push(crate::serve::cluster::KIND_SNAPSHOT);
+    v.push(crate::serve::cluster::KIND_GRAVES);
     let (family, known_since, graves) = h.graves();
     v.extend_from_slice(&family.to_le_bytes());
     v.extend_from_slice(&known_since.to_le_bytes());
@@ -99,6 +108,16 @@ pub fn encode_snapshot(h: &History) -> Vec<u8> {
         v.extend_from_slice(&top.to_le_bytes());
         v.extend_from_slice(&at.to_le_bytes());
     }
+    v
+}
+
+/// The history as a relay frame body: the supervisor's node id (`u64::MAX`) and kind, then
+/// per channel the name's length (u16 LE) and name, its top offset (u64 LE), the epoch's
+/// length (u8) and epoch, the count of kept publications (u32 LE), and each one's offset
+/// (u64 LE), length (u32 LE) and text.
+pub fn encode_snapshot(h: &History) -> Vec<u8> {
+    let mut v = u64::MAX.to_le_bytes().to_vec();
+    v.push(crate::serve::cluster::KIND_SNAPSHOT);
     for (name, pos, pubs) in h.snapshot() {
         v.extend_from_slice(&(name.len() as u16).to_le_bytes());
         v.extend_from_slice(name.as_bytes());
@@ -115,25 +134,19 @@ pub fn encode_snapshot(h: &History) -> Vec<u8> {
     v
 }
 
-/// A decoded snapshot: the tombstones (stamp family, too-old bound, each forgotten stream)
-/// and each stream's name, position and kept publications.
-pub struct Snapshot<'a> {
-    pub family: u64,
-    pub known_since: u64,
-    pub graves: Vec<GraveCopy>,
-    #[allow(clippy::type_complexity)]
-    pub streams: Vec<(&'a str, Position, Vec<(u64, &'a str)>)>,
+fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    let (head, rest) = (b.get(..n)?, b.get(n..)?);
+    *b = rest;
+    Some(head)
 }
 
-/// A snapshot body (after the node id and kind). None when it is malformed.
-pub fn decode_snapshot(mut b: &[u8]) -> Option<Snapshot<'_>> {
-    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = (b.get(..n)?, b.get(n..)?);
-        *b = rest;
-        Some(head)
-    }
-    let u64_of =
-        |b: &mut &[u8]| -> Option<u64> { Some(u64::from_le_bytes(take(b, 8)?.try_into().ok()?)) };
+fn u64_of(b: &mut &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(take(b, 8)?.try_into().ok()?))
+}
+
+/// A tombstones body (after the node id and kind): the stamp family, the too-old bound and
+/// each forgotten stream. None when it is malformed.
+pub fn decode_graves(mut b: &[u8]) -> Option<(u64, u64, Vec<GraveCopy>)> {
     let family = u64_of(&mut b)?;
     let known_since = u64_of(&mut b)?;
     let count = u32::from_le_bytes(take(&mut b, 4)?.try_into().ok()?) as usize;
@@ -146,6 +159,13 @@ pub fn decode_snapshot(mut b: &[u8]) -> Option<Snapshot<'_>> {
         let (top, at) = (u64_of(&mut b)?, u64_of(&mut b)?);
         graves.push((name.into(), epoch.into(), top, at));
     }
+    b.is_empty().then_some((family, known_since, graves))
+}
+
+/// Each stream of a snapshot body (after the node id and kind): its name, position and kept
+/// publications. None when the body is malformed.
+#[allow(clippy::type_complexity)]
+pub fn decode_snapshot(mut b: &[u8]) -> Option<Vec<(&str, Position, Vec<(u64, &str)>)>> {
     let mut out = Vec::new();
     while !b.is_empty() {
         let n = u16::from_le_bytes(take(&mut b, 2)?.try_into().ok()?) as usize;
@@ -166,12 +186,16 @@ pub fn decode_snapshot(mut b: &[u8]) -> Option<Snapshot<'_>> {
         };
         out.push((name, pos, pubs));
     }
-    Some(Snapshot {
-        family,
-        known_since,
-        graves,
-        streams: out,
-    })
+    Some(out)
+}
+
+/// In a process: take the supervisor's tombstones and stamp family (the frame just before its
+/// history).
+pub fn restore_graves(hub: &Hub, body: &[u8]) {
+    match decode_graves(body) {
+        Some((family, known_since, graves)) => hub.restore_graves(family, known_since, graves),
+        None => tracing::warn!("channel history: malformed tombstones from the supervisor"),
+    }
 }
 
 /// Set once this process has applied the supervisor's history.
@@ -181,9 +205,7 @@ static LOADED: tokio::sync::Notify = tokio::sync::Notify::const_new();
 /// and kind), then let the server start serving.
 pub fn restore(hub: &Hub, body: &[u8]) {
     match decode_snapshot(body) {
-        Some(snapshot) => {
-            let streams = snapshot.streams;
-            hub.restore_graves(snapshot.family, snapshot.known_since, snapshot.graves);
+        Some(streams) => {
             for (name, pos, pubs) in &streams {
                 hub.restore_history(name, pos, pubs);
             }
@@ -221,8 +243,9 @@ mod tests {
             seq.position("a", &i.to_string(), 0, |_| ());
         }
         seq.position("b", "\"x\"", 0, |_| ());
-        let body = seq.snapshot(|b| b);
-        let mut streams = decode_snapshot(&body[9..]).unwrap().streams;
+        let (graves, body) = seq.snapshot(|g, b| (g, b));
+        assert_eq!(decode_graves(&graves[9..]).unwrap().2.len(), 0);
+        let mut streams = decode_snapshot(&body[9..]).unwrap();
         streams.sort_by_key(|s| s.0);
         assert_eq!(streams.len(), 2);
         let (name, pos, pubs) = &streams[0];
@@ -233,10 +256,14 @@ mod tests {
         assert_eq!(v["epoch"], &*pos.epoch);
         assert!(decode_snapshot(&body[9..body.len() - 1]).is_none());
         // The positioned frame every process gets decodes as one.
-        let frame = seq.position("a", "7", 9, |f| f);
-        match crate::serve::cluster::decode(0, &frame) {
-            Some(crate::serve::cluster::Incoming::Positioned(c, o, e, t, p)) => {
-                assert_eq!((c, o, e, p), ("a", 4, &*pos.epoch, 9));
+        let frames = seq.position("a", "7", 9, |f| f);
+        assert_eq!(
+            crate::serve::cluster::decode(0, &frames[0]),
+            Some(crate::serve::cluster::Incoming::Publisher("a", 4, 9))
+        );
+        match crate::serve::cluster::decode(0, &frames[1]) {
+            Some(crate::serve::cluster::Incoming::Positioned(c, o, e, t)) => {
+                assert_eq!((c, o, e), ("a", 4, &*pos.epoch));
                 assert!(t.contains(r#""data":7,"offset":4"#), "{t}");
             }
             other => panic!("{other:?}"),

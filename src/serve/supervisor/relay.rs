@@ -177,7 +177,8 @@ impl Hubs {
         match self.history.get() {
             // The history first, then every positioned publication after it: the queue is
             // added under the history's lock, so nothing falls between the two.
-            Some(seq) => seq.snapshot(|body| {
+            Some(seq) => seq.snapshot(|graves, body| {
+                let _ = tx.try_send(Arc::new(framed(graves)));
                 let _ = tx.try_send(Arc::new(framed(body)));
                 self.queues.lock().unwrap().push((pid, tx));
             }),
@@ -203,9 +204,11 @@ impl Hubs {
                         0 => 0,
                         p => (u64::from(pid) << 40) ^ p,
                     };
-                    seq.position(channel, data, key, |body| {
+                    seq.position(channel, data, key, |bodies| {
                         let queues = hubs.queues.lock().unwrap();
-                        hubs.send_all(&queues, &Arc::new(framed(body)), None);
+                        for body in bodies {
+                            hubs.send_all(&queues, &Arc::new(framed(body)), None);
+                        }
                     });
                     continue;
                 }
