@@ -155,9 +155,9 @@ async fn subscriber(
                     let (Some(o), Some(e)) = (v["offset"].as_u64(), v["epoch"].as_str()) else {
                         continue;
                     };
-                    // A channel without a stream yet answers (0, ""): its first publication
+                    // A channel without a stream yet answers offset 0 (a stamp): its first publication
                     // names the epoch.
-                    if cur.epoch.is_empty() && cur.offset == 0 {
+                    if cur.offset == 0 {
                         cur.epoch = e.to_string();
                     }
                     if e != cur.epoch {

@@ -789,7 +789,35 @@ pub fn render(hub: &Hub) -> String {
         ],
     );
     hub.channel_metrics.render(&mut o);
+    if hub.history_enabled() {
+        render_history(hub, &mut o);
+    }
     o
+}
+
+/// What the channel history dropped to hold its shares, and its tombstones.
+fn render_history(hub: &Hub, o: &mut String) {
+    let evicted = hub.history_evicted();
+    let (tombstones, dropped) = hub.history_tombstones();
+    let _ = writeln!(
+        o,
+        "# HELP ws_channels_history_evicted_total Publications dropped from the history \
+         because their channel, or their publisher (a connection), held more than its share \
+         of --history-max-bytes.\n# TYPE ws_channels_history_evicted_total counter\n\
+         ws_channels_history_evicted_total{{share=\"channel\"}} {}\n\
+         ws_channels_history_evicted_total{{share=\"publisher\"}} {}",
+        evicted.channel, evicted.publisher
+    );
+    let _ = writeln!(
+        o,
+        "# HELP ws_channels_history_tombstones Forgotten streams remembered (epoch and top \
+         offset), so their positions answer too_old.\n# TYPE ws_channels_history_tombstones \
+         gauge\nws_channels_history_tombstones {tombstones}\n# HELP \
+         ws_channels_history_tombstones_dropped_total Tombstones dropped for their share of \
+         the bound (positions from before one answer too_old).\n# TYPE \
+         ws_channels_history_tombstones_dropped_total counter\n\
+         ws_channels_history_tombstones_dropped_total {dropped}"
+    );
 }
 
 /// The `/healthz` JSON: the connection count, and the cluster backplane's state when one is

@@ -227,7 +227,7 @@ pub async fn send<C: ConnectionLike>(
     msg: &[u8],
     relay_channel: &str,
 ) -> redis::RedisResult<()> {
-    if let (Some(h), Some(super::cluster::Incoming::Sequence(channel, data))) = (
+    if let (Some(h), Some(super::cluster::Incoming::Sequence(channel, data, _))) = (
         hub.history_settings(),
         super::cluster::decode(u64::MAX, msg),
     ) {

@@ -13,6 +13,12 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
 
+/// Whether a `subscribed` answer is the stamp of a channel without a stream: offset 0 and an
+/// epoch of its own (not empty).
+fn is_stamp(answer: &Value) -> bool {
+    answer["offset"] == 0 && answer["epoch"].as_str().is_some_and(|e| !e.is_empty())
+}
+
 async fn send(ws: &mut Ws, v: Value) {
     ws.send(Message::text(v.to_string())).await.unwrap();
 }
@@ -79,8 +85,8 @@ async fn a_subscriber_that_comes_back_with_its_position_gets_exactly_what_it_mis
         (first["op"].as_str(), first["offset"].as_u64()),
         (Some("subscribed"), Some(0))
     );
-    // No stream before the first publication: a subscribe creates none.
-    assert_eq!(first["epoch"], "", "{first}");
+    // No stream before the first publication: a subscribe creates none, and answers a stamp.
+    assert!(is_stamp(&first), "{first}");
     assert!(first.get("recovered").is_none(), "{first}");
     // Two live publications over WebSocket, each with its position.
     let mut publisher = connect(s.port, "", None).await.unwrap();
@@ -169,7 +175,7 @@ async fn a_position_older_than_what_is_kept_or_too_far_behind_is_not_recovered()
     let d = secrets();
     let s = history_server(&d, "3", &["--recover-max", "2"]);
     let mut sub = connect(s.port, "", None).await.unwrap();
-    assert_eq!(subscribe_from(&mut sub, "c", None).await["epoch"], "");
+    assert!(is_stamp(&subscribe_from(&mut sub, "c", None).await));
     drop(sub);
     let mut epoch = String::new();
     for i in 1..=6 {
@@ -211,7 +217,7 @@ async fn a_recovery_racing_a_publisher_has_no_gap_and_no_duplicate() {
     let d = secrets();
     let s = history_server(&d, "2000", &["--recover-max", "2000"]);
     let mut sub = connect(s.port, "", None).await.unwrap();
-    assert_eq!(subscribe_from(&mut sub, "r", None).await["epoch"], "");
+    assert!(is_stamp(&subscribe_from(&mut sub, "r", None).await));
     const N: u64 = 1500;
     let port = s.port;
     let publisher = tokio::spawn(async move {
@@ -255,10 +261,8 @@ async fn subscribes_to_made_up_names_take_nothing_from_the_history() {
     let mut ws = connect(s.port, "", None).await.unwrap();
     for i in 0..200 {
         let a = subscribe_from(&mut ws, &format!("made-up-{i:0>50}"), None).await;
-        assert_eq!(
-            (a["op"].as_str(), a["epoch"].as_str()),
-            (Some("subscribed"), Some(""))
-        );
+        assert_eq!(a["op"], "subscribed", "{a}");
+        assert!(is_stamp(&a), "{a}");
     }
     assert_eq!(
         s.metric(r#"ws_memory_budget_store_bytes{store="history"}"#),
@@ -341,14 +345,11 @@ async fn across_processes_a_subscriber_of_a_killed_process_recovers_on_any() {
             .collect()
     };
     let mut sub = connect(s.port, "", None).await.unwrap();
-    // Before the supervisor has a stream for the channel a process answers (0, ""): an epoch
-    // of its own would not be the supervisor's.
+    // Before the supervisor has a stream for the channel a process answers a stamp of the
+    // supervisor's (an epoch of its own would not be the supervisor's).
     let none = subscribe_from(&mut sub, "p", None).await;
-    assert_eq!(
-        (none["offset"].as_u64(), none["epoch"].as_str()),
-        (Some(0), Some("")),
-        "{none}"
-    );
+    assert!(is_stamp(&none), "{none}");
+    let stamp = none["epoch"].as_str().unwrap().to_string();
     // Positions come from the supervisor: a WebSocket publish too.
     let mut publisher = connect(s.port, "", None).await.unwrap();
     send(
@@ -419,9 +420,37 @@ async fn across_processes_a_subscriber_of_a_killed_process_recovers_on_any() {
         );
         back.push(ws);
     }
-    // A client that subscribed before the first publication recovers the whole stream.
+    // A client that subscribed before the first publication recovers the whole stream, on
+    // either process (the restarted one took the supervisor's tombstones and stamps); one
+    // with `(0, "")`, which names no time, is told it is too old.
+    let mut bare = connect(s.port, "", None).await.unwrap();
+    let a = subscribe_from(&mut bare, "p", Some((0, ""))).await;
+    assert_eq!(
+        (a["recovered"].as_bool(), a["reason"].as_str()),
+        (Some(false), Some("too_old")),
+        "{a}"
+    );
+    back.push(bare);
+    let (mut on_each, mut served) = (Vec::new(), [false; 2]);
+    while !(served[0] && served[1]) {
+        assert!(on_each.len() < 64, "every connection went to one process");
+        let was = conns(&s);
+        let mut ws = connect(s.port, "", None).await.unwrap();
+        let a = subscribe_from(&mut ws, "p", Some((0, &stamp))).await;
+        let now = conns(&s);
+        if let Some(i) = (0..2).find(|&i| now.get(i) > was.get(i)) {
+            served[i] = true;
+        }
+        assert_eq!(a["recovered"], true, "{a}");
+        assert_eq!(
+            take(&mut ws, 6, &epoch).await,
+            (1..=6).map(|i| (i, json!(i))).collect::<Vec<_>>()
+        );
+        on_each.push(ws);
+    }
+    back.extend(on_each);
     let mut early = connect(s.port, "", None).await.unwrap();
-    let a = subscribe_from(&mut early, "p", Some((0, ""))).await;
+    let a = subscribe_from(&mut early, "p", Some((0, &stamp))).await;
     assert_eq!(a["recovered"], true, "{a}");
     assert_eq!(
         take(&mut early, 6, &epoch).await,
@@ -608,4 +637,256 @@ async fn a_thousand_clients_recovering_at_once_each_get_exactly_theirs() {
 
 async fn publish_ws(ws: &mut Ws, i: u64) {
     send(ws, json!({"op": "publish", "channel": "f", "data": i})).await;
+}
+
+/// A stream that was forgotten (its publications expired, or were pushed out of the byte
+/// bound by other channels') is not one that never existed: a client that subscribed before
+/// its first publication, or saw one of its publications, is told `too_old`, never
+/// `recovered:true` with nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_stream_is_too_old_never_recovered_empty() {
+    let d = secrets();
+    let s = history_server(
+        &d,
+        "100",
+        &["--history-ttl", "2", "--history-max-bytes", "65536"],
+    );
+    let mut sub = connect(s.port, "", None).await.unwrap();
+    let before = subscribe_from(&mut sub, "gone", None).await;
+    let pushed = subscribe_from(&mut sub, "pushed", None).await;
+    drop(sub);
+    let mut epoch = String::new();
+    for i in 1..=3 {
+        let (code, body) = publish(&s, &d, &format!(r#"{{"channel":"gone","data":{i}}}"#));
+        assert_eq!(code, 200, "{body}");
+        epoch = json(&body)["epoch"].as_str().unwrap().to_string();
+    }
+    // The three expire and the stream is forgotten.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let stamp = before["epoch"].as_str().unwrap();
+    for from in [
+        (0, ""),
+        (0, stamp),
+        (1, epoch.as_str()),
+        (3, epoch.as_str()),
+    ] {
+        let mut ws = connect(s.port, "", None).await.unwrap();
+        let a = subscribe_from(&mut ws, "gone", Some(from)).await;
+        assert_eq!(
+            (a["recovered"].as_bool(), a["reason"].as_str()),
+            (Some(false), Some("too_old")),
+            "{from:?}: {a}"
+        );
+        nothing_more(&mut ws).await;
+    }
+    // The positions given before the first publications were stamps.
+    assert!(is_stamp(&before) && is_stamp(&pushed), "{before} {pushed}");
+    // Pushed out: one publication, then other channels' fill the 64 KiB bound.
+    let (code, body) = publish(&s, &d, r#"{"channel":"pushed","data":1}"#);
+    assert_eq!(code, 200, "{body}");
+    let h = d.path().join("auth-header");
+    for batch in 0..4 {
+        let messages: Vec<Value> = (0..100)
+            .map(|i| json!({"channel": format!("other-{batch}-{i}"), "data": "x".repeat(200)}))
+            .collect();
+        let body = json!({ "messages": messages }).to_string();
+        let (code, out) = curl(s.admin, "POST", "/api/batch", Some(&h), &body);
+        assert_eq!(code, 200, "{out}");
+    }
+    let (_, body) = curl(s.admin, "GET", "/api/channels/pushed", Some(&h), "");
+    assert_eq!(json(&body)["history"].as_u64().unwrap_or(0), 0, "{body}");
+    let mut ws = connect(s.port, "", None).await.unwrap();
+    let a = subscribe_from(
+        &mut ws,
+        "pushed",
+        Some((0, pushed["epoch"].as_str().unwrap())),
+    )
+    .await;
+    assert_eq!(
+        (a["recovered"].as_bool(), a["reason"].as_str()),
+        (Some(false), Some("too_old")),
+        "{a}"
+    );
+    // A client that subscribes once the other channels' streams have gone too (their
+    // tombstones overflow their share: one dropped after a stamp makes it too old) misses
+    // nothing and recovers what comes next.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let now = subscribe_from(&mut ws, "gone", None).await;
+    assert!(is_stamp(&now), "{now}");
+    drop(ws);
+    publish(&s, &d, r#"{"channel":"gone","data":4}"#);
+    let mut ws = connect(s.port, "", None).await.unwrap();
+    let a = subscribe_from(&mut ws, "gone", Some((0, now["epoch"].as_str().unwrap()))).await;
+    assert_eq!(a["recovered"], true, "{a}");
+    let v = next(&mut ws).await;
+    assert_eq!(
+        (v["offset"].as_u64(), &v["data"]),
+        (Some(1), &json!(4)),
+        "{v}"
+    );
+    assert_eq!(
+        s.metric(r#"ws_channels_recoveries_total{result="too_old"}"#),
+        5.0
+    );
+}
+
+/// Under `--cluster` a forgotten stream is too old on every node too: the node that gave a
+/// stamp decides it from its tombstones, another node (which cannot tell what the first one
+/// saw) answers `too_old`, and Redis, which forgets a stream's epoch with it, is not asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_redis_nodes_a_forgotten_stream_is_too_old() {
+    let rp = common::free_port();
+    let Some(_redis) = common::redis(rp) else {
+        return;
+    };
+    let d = secrets();
+    let url = format!("redis://127.0.0.1:{rp}/0");
+    let node = || {
+        let n = history_server(&d, "100", &["--history-ttl", "2", "--cluster", &url]);
+        common::wait_until("the backplane up", Duration::from_secs(20), || {
+            common::get(n.admin, "/healthz").contains("\"backplane\":\"up\"")
+        });
+        n
+    };
+    let (a, b) = (node(), node());
+    let mut sub = connect(a.port, "", None).await.unwrap();
+    let before = subscribe_from(&mut sub, "gone", None).await;
+    let stamp = before["epoch"].as_str().unwrap().to_string();
+    let mut epoch = String::new();
+    for i in 1..=3 {
+        let (code, body) = publish(&b, &d, &format!(r#"{{"channel":"gone","data":{i}}}"#));
+        assert_eq!(code, 200, "{body}");
+        if let Some(e) = json(&body)["epoch"].as_str() {
+            epoch = e.to_string();
+        }
+    }
+    let first = next(&mut sub).await;
+    if epoch.is_empty() {
+        epoch = first["epoch"].as_str().unwrap().to_string();
+    }
+    drop(sub);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    for n in [&a, &b] {
+        for from in [(0, ""), (0, stamp.as_str()), (1, epoch.as_str())] {
+            let mut ws = connect(n.port, "", None).await.unwrap();
+            let v = subscribe_from(&mut ws, "gone", Some(from)).await;
+            assert_eq!(
+                (v["recovered"].as_bool(), v["reason"].as_str()),
+                (Some(false), Some("too_old")),
+                "{from:?}: {v}"
+            );
+            nothing_more(&mut ws).await;
+        }
+    }
+    assert!(is_stamp(&before), "{before}");
+}
+
+/// Under `--processes` too: the process copies and the supervisor forget the stream alike,
+/// and every process answers `too_old`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_processes_a_forgotten_stream_is_too_old() {
+    let d = secrets();
+    let s = history_server(&d, "100", &["--history-ttl", "2", "--processes", "2"]);
+    let mut sub = connect(s.port, "", None).await.unwrap();
+    let before = subscribe_from(&mut sub, "gone", None).await;
+    let stamp = before["epoch"].as_str().unwrap().to_string();
+    for i in 1..=3 {
+        let (code, body) = publish(&s, &d, &format!(r#"{{"channel":"gone","data":{i}}}"#));
+        assert_eq!(code, 200, "{body}");
+    }
+    let first = next(&mut sub).await;
+    let epoch = first["epoch"].as_str().unwrap().to_string();
+    drop(sub);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    for _ in 0..8 {
+        for from in [(0, ""), (0, stamp.as_str()), (1, epoch.as_str())] {
+            let mut ws = connect(s.port, "", None).await.unwrap();
+            let v = subscribe_from(&mut ws, "gone", Some(from)).await;
+            assert_eq!(
+                (v["recovered"].as_bool(), v["reason"].as_str()),
+                (Some(false), Some("too_old")),
+                "{from:?}: {v}"
+            );
+        }
+    }
+    assert!(is_stamp(&before), "{before}");
+}
+
+/// One connection publishing small data to thousands of new channel names holds only its
+/// share of the history's byte bound: every other channel keeps its stream (and recovers),
+/// and what the connection lost is counted on /metrics. On one process and under
+/// `--processes`, where the supervisor and every process hold it to the same share.
+async fn one_publisher_cannot_push_out_other_channels(extra: &[&str]) {
+    let d = secrets();
+    let mut args = vec!["--history-max-bytes", "1048576"];
+    args.extend_from_slice(extra);
+    let s = history_server(&d, "100", &args);
+    let h = d.path().join("auth-header");
+    let channel = |name: &str| {
+        json(
+            &curl(
+                s.admin,
+                "GET",
+                &format!("/api/channels/{name}"),
+                Some(&h),
+                "",
+            )
+            .1,
+        )
+    };
+    for i in 0..20 {
+        for n in 1..=5 {
+            let (code, body) = publish(&s, &d, &format!(r#"{{"channel":"kept-{i}","data":{n}}}"#));
+            assert_eq!(code, 200, "{body}");
+        }
+    }
+    common::wait_until("the publications kept", Duration::from_secs(10), || {
+        channel("kept-19")["history"] == 5
+    });
+    let epoch = channel("kept-0")["epoch"].as_str().unwrap().to_string();
+    let mut spam = connect(s.port, "", None).await.unwrap();
+    const NAMES: usize = 5000;
+    for i in 0..NAMES {
+        let m = json!({"op": "publish", "channel": format!("spam-{i}"), "data": "x".repeat(100)});
+        spam.feed(Message::text(m.to_string())).await.unwrap();
+    }
+    spam.flush().await.unwrap();
+    common::wait_until("the spam positioned", Duration::from_secs(20), || {
+        channel(&format!("spam-{}", NAMES - 1))["offset"] == 1
+    });
+    for i in 0..20 {
+        let v = channel(&format!("kept-{i}"));
+        assert_eq!(
+            (v["offset"].as_u64(), v["history"].as_u64()),
+            (Some(5), Some(5)),
+            "kept-{i}: {v}"
+        );
+    }
+    let mut ws = connect(s.port, "", None).await.unwrap();
+    let a = subscribe_from(&mut ws, "kept-0", Some((1, &epoch))).await;
+    assert_eq!(a["recovered"], true, "{a}");
+    assert_eq!(
+        take(&mut ws, 4, &epoch).await,
+        (2..=5).map(|i| (i, json!(i))).collect::<Vec<_>>()
+    );
+    let evicted = s.metric(r#"ws_channels_history_evicted_total{share="publisher"}"#);
+    assert!(evicted > 0.0, "{evicted}");
+    // Each process holds its copy within the bound (the supervisor sums them).
+    let copies = if extra.contains(&"--processes") {
+        2.0
+    } else {
+        1.0
+    };
+    assert!(s.metric(r#"ws_memory_budget_store_bytes{store="history"}"#) <= copies * 1048576.0);
+    drop(spam);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_publisher_on_many_new_names_cannot_push_out_other_channels() {
+    one_publisher_cannot_push_out_other_channels(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_processes_one_publisher_cannot_push_out_other_channels() {
+    one_publisher_cannot_push_out_other_channels(&["--processes", "2"]).await;
 }

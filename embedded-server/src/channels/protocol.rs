@@ -18,7 +18,8 @@
 //! the position is from; `too_old`, publications after it are gone; `too_many` or
 //! `too_large`, more than one recovery returns; `off`, history is off): the client then
 //! reloads its state. A channel with no stream yet (nothing published to it) answers
-//! `"offset":0,"epoch":""`, and a recovery from it asks for the whole stream. See
+//! `"offset":0` and a stamp as its epoch, and a recovery from it asks for every publication
+//! since. See
 //! `hub::history` for the model (Centrifugo's).
 //!
 //! A subscribe past the per-connection caps ([`ChannelsSettings`]'s), or,
@@ -205,7 +206,7 @@ pub fn message_as(
                 Ok(d) => d,
                 Err(e) => return err(ProtocolError::BadJson, &e),
             };
-            hub.publish_json_with_position(&channel, &data);
+            hub.publish_from(me, &channel, &data);
             None
         }
         other => err(

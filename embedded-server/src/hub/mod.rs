@@ -18,7 +18,9 @@ mod subscriptions;
 
 pub use drain::{Drain, SERVICE_RESTART};
 pub use presence::{PresenceFn, RemotePresence};
-pub use recovery::{envelope, random_seed, FetchFn, FetchRequest, Recovered, StreamPosition};
+pub use recovery::{
+    envelope, random_seed, unix_us, FetchFn, FetchRequest, Recovered, StreamPosition,
+};
 pub use subscriptions::{ChannelPage, Subscribed};
 
 use crate::config::ServerConfig;
@@ -60,6 +62,9 @@ pub enum Relay<'a> {
         channel: &'a str,
         /// The publication's `data`, as JSON text.
         data: &'a str,
+        /// Who published it (a connection's id, or `history::NO_PUBLISHER`), for its share
+        /// of the history.
+        publisher: history::Publisher,
     },
 }
 
@@ -422,6 +427,12 @@ impl Hub {
     /// (`{"channel":..,"data":..}`): one encode, then the same frame to each subscriber.
     pub fn publish(&self, channel: &str, data: &serde_json::Value) {
         self.publish_delivered(channel, data);
+    }
+
+    /// [`Hub::publish`] by connection `conn`: with history on, what it keeps is held to the
+    /// connection's share ([`Hub::publish_positioned_by`]).
+    pub fn publish_from(&self, conn: &Shared, channel: &str, data: &str) {
+        self.publish_positioned_by(conn.id.wrapping_add(1), channel, data);
     }
 
     /// [`Hub::publish`], answering how many of this node's subscribers the message was

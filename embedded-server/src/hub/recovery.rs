@@ -20,7 +20,7 @@
 //! `--cluster` Redis does the same for every node, and keeps the history a node that
 //! restarted fetches on a recovery it cannot serve ([`Hub::fetch_then_subscribe`]).
 
-use super::history::{History, Position, Unrecoverable};
+use super::history::{History, Position, Publisher, Unrecoverable, NO_PUBLISHER};
 use super::{Hub, Published, Relay, Subscribed};
 use crate::app_settings::HistorySettings;
 use crate::budget::Store;
@@ -86,6 +86,13 @@ pub fn envelope(channel: &str, data: &str, offset: u64, epoch: &str) -> String {
     format!(r#"{{"channel":{name},"data":{data},"offset":{offset},"epoch":{epoch}}}"#)
 }
 
+/// The Unix time in microseconds (what history stamps are in; see `History::set_origin`).
+pub fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
 /// A random seed for this process's epochs (a restarted process gets other ones).
 pub fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -110,8 +117,19 @@ impl Hub {
         }
         let mut s = settings.clone();
         s.max_bytes = s.max_bytes.min(self.metrics.memory.limit() / 4);
+        let mut store = History::new(s, random_seed());
+        // Stamps are Unix time: `now` 0 is when this hub started.
+        let since_start = super::mono().saturating_sub(self.start).as_micros() as u64;
+        let origin = unix_us().saturating_sub(since_start);
+        store.set_origin(origin);
+        // To the millisecond, from the monotonic clock: a stamp is never later than it was
+        // given nor a tombstone earlier than its stream went, whatever the wall clock does.
+        let start = self.start;
+        store.set_clock(Box::new(move || {
+            origin + super::mono().saturating_sub(start).as_micros() as u64
+        }));
         let _ = self.history.set(HubHistory {
-            store: Mutex::new((History::new(s, random_seed()), 0)),
+            store: Mutex::new((store, 0)),
             order: (0..ORDER_LOCKS).map(|_| Mutex::new(())).collect(),
             sequenced: AtomicBool::new(false),
             fetch: std::sync::OnceLock::new(),
@@ -149,6 +167,11 @@ impl Hub {
         let Some(fetch) = h.fetch.get() else {
             return false;
         };
+        // A stamp (or `(0, "")`) is decided by what this node has seen; the shared store
+        // keeps no tombstones and cannot tell more.
+        if from.is_stamp() || (from.offset == 0 && from.epoch.is_empty()) {
+            return false;
+        }
         let (kept, local) = {
             let mut store = h.store.lock().unwrap();
             let r = store.0.since(channel, from, usize::MAX, self.now());
@@ -209,6 +232,34 @@ impl Hub {
         store.0.peek(channel)
     }
 
+    /// Take another store's tombstones and stamp family (a new process taking the
+    /// supervisor's, see `History::adopt_graves`).
+    pub fn restore_graves(
+        &self,
+        family: u64,
+        known_since: u64,
+        graves: Vec<super::history::GraveCopy>,
+    ) {
+        let Some(h) = self.history.get() else { return };
+        let mut store = h.store.lock().unwrap();
+        store.0.adopt_graves(family, known_since, graves);
+        self.settle_history(&mut store);
+    }
+
+    /// Publications the history dropped for the channel and publisher shares.
+    pub fn history_evicted(&self) -> super::history::Evicted {
+        self.history
+            .get()
+            .map_or_else(Default::default, |h| h.store.lock().unwrap().0.evicted())
+    }
+
+    /// Tombstones the history keeps now and those dropped for its bound ((0, 0) when off).
+    pub fn history_tombstones(&self) -> (usize, u64) {
+        self.history
+            .get()
+            .map_or((0, 0), |h| h.store.lock().unwrap().0.tombstones())
+    }
+
     /// Bytes the history holds now (0 when off).
     pub fn history_bytes(&self) -> usize {
         self.history
@@ -244,15 +295,27 @@ impl Hub {
         channel: &str,
         data: &serde_json::Value,
     ) -> (Published, Option<Position>) {
-        self.publish_json_with_position(channel, &data.to_string())
+        self.publish_positioned_by(NO_PUBLISHER, channel, &data.to_string())
     }
 
     /// [`Hub::publish_with_position`] for data given as its JSON text, compact (no line break
     /// or space between tokens, as `serde_json` writes it) and valid, which the caller checked:
     /// a publish's data goes out as it came, never built into a tree of values (a 16 MiB
-    /// array of zeros is half a gigabyte as a tree).
+    /// array of zeros is half a gigabyte as a tree). The HTTP API's: no publisher share.
     pub fn publish_json_with_position(
         &self,
+        channel: &str,
+        data: &str,
+    ) -> (Published, Option<Position>) {
+        self.publish_positioned_by(NO_PUBLISHER, channel, data)
+    }
+
+    /// [`Hub::publish_json_with_position`] by `publisher` (a connection's id): what it keeps
+    /// in the history is held to its share of the byte bound (`history::PUBLISHER_SHARE`).
+    /// [`NO_PUBLISHER`] (the HTTP API) has no share of its own.
+    pub fn publish_positioned_by(
+        &self,
+        publisher: Publisher,
         channel: &str,
         data: &str,
     ) -> (Published, Option<Position>) {
@@ -265,7 +328,11 @@ impl Hub {
         // relay's replaces once it is back): delivered here rather than lost.
         if h.sequenced.load(Relaxed) && self.metrics.backplane_up.load(Relaxed) == 1 {
             if let Some(r) = self.relay.get() {
-                r(Relay::Sequence { channel, data });
+                r(Relay::Sequence {
+                    channel,
+                    data,
+                    publisher,
+                });
                 return (Published::default(), None);
             }
         }
@@ -273,9 +340,9 @@ impl Hub {
         let now = self.now();
         let (pos, text, subs) = {
             let mut store = h.store.lock().unwrap();
-            let (pos, text) = store
-                .0
-                .append(channel, now, |o, e| envelope(channel, data, o, e));
+            let (pos, text) = store.0.append(channel, publisher, now, |o, e| {
+                envelope(channel, data, o, e)
+            });
             self.settle_history(&mut store);
             (pos, text, self.subscribers(channel))
         };
@@ -292,17 +359,26 @@ impl Hub {
         (sent, Some(pos))
     }
 
-    /// A publication positioned elsewhere (the supervisor): kept, then delivered to this
-    /// node's subscribers (never relayed again). A duplicate of one kept already is dropped.
-    /// Without history it is delivered as it is.
-    pub fn deliver_positioned(&self, channel: &str, pos: &Position, text: &str) {
+    /// A publication positioned elsewhere (the supervisor): kept (by `publisher`, the key
+    /// the supervisor gave its publisher, so every copy holds it to the same share), then
+    /// delivered to this node's subscribers (never relayed again). A duplicate of one kept
+    /// already is dropped. Without history it is delivered as it is.
+    pub fn deliver_positioned(
+        &self,
+        channel: &str,
+        pos: &Position,
+        text: &str,
+        publisher: Publisher,
+    ) {
         let Some(h) = self.history.get() else {
             return self.deliver_remote_channel(channel, text);
         };
         let _order = Self::order_lock(h, channel);
         let subs = {
             let mut store = h.store.lock().unwrap();
-            let kept = store.0.insert(channel, pos, Arc::from(text), self.now());
+            let kept = store
+                .0
+                .insert(channel, pos, Arc::from(text), publisher, self.now());
             self.settle_history(&mut store);
             if !kept {
                 return;
@@ -329,7 +405,9 @@ impl Hub {
                 offset: *offset,
                 epoch: pos.epoch.clone(),
             };
-            store.0.insert(channel, &at, Arc::from(*text), now);
+            store
+                .0
+                .insert(channel, &at, Arc::from(*text), NO_PUBLISHER, now);
         }
         store.0.reset_to(channel, &pos.epoch, pos.offset, now);
         self.settle_history(&mut store);
@@ -369,8 +447,8 @@ impl Hub {
             };
             // A channel nobody published to yet has no stream, and a subscribe makes none:
             // streams cost bytes of the history's bound, and subscribes to made-up names
-            // would otherwise push out the publications other channels keep. `(0, "")`
-            // recovers the stream's whole history once it has one.
+            // would otherwise push out the publications other channels keep. It answers a
+            // stamp, from which a recovery gets every publication since (or `too_old`).
             let pos = store.0.position_if_any(channel, now);
             let mut reply = serde_json::json!({
                 "op": "subscribed",

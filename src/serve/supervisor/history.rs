@@ -9,12 +9,15 @@
 //! each process keeps its copy and delivers it (`Hub::deliver_positioned`). A process that
 //! starts gets the whole history first, in one frame queued before any live one
 //! (`encode_snapshot`), and serves no client before it has applied it (`wait_for_snapshot`).
+//! The history includes the supervisor's tombstones and stamp family, so a position a process
+//! gave before the channel's first publication is decided alike on every process, a restarted
+//! one included.
 //! The relay's queues stay bounded: a process whose queue is full misses the publication
 //! (counted as before), and its copy then has a gap, which makes a recovery across it answer
 //! `recovered:false` rather than skip a message.
 
 use embedded_server::channels::HistorySettings;
-use embedded_server::hub::history::{History, Position};
+use embedded_server::hub::history::{GraveCopy, History, Position};
 use embedded_server::hub::{envelope, StreamPosition};
 use embedded_server::Hub;
 use std::sync::Mutex;
@@ -33,9 +36,15 @@ impl Sequencer {
     pub fn new(settings: &HistorySettings, per_process_budget: usize) -> Sequencer {
         let mut s = settings.clone();
         s.max_bytes = s.max_bytes.min(per_process_budget / 4);
+        let mut store = History::new(s, embedded_server::hub::random_seed());
+        let (origin, start) = (embedded_server::hub::unix_us(), Instant::now());
+        store.set_origin(origin);
+        store.set_clock(Box::new(move || {
+            origin + start.elapsed().as_micros() as u64
+        }));
         Sequencer {
-            store: Mutex::new(History::new(s, embedded_server::hub::random_seed())),
-            start: Instant::now(),
+            store: Mutex::new(store),
+            start,
         }
     }
 
@@ -43,23 +52,63 @@ impl Sequencer {
         self.start.elapsed().as_secs() as u32
     }
 
-    /// Position `data` in `channel` and keep it; `then` gets the relay frame body for every
-    /// process while the history stays locked (so frames go out in offset order).
-    pub fn position<R>(&self, channel: &str, data: &str, then: impl FnOnce(Vec<u8>) -> R) -> R {
+    /// Position `data` in `channel` and keep it, held to `publisher`'s share (its key
+    /// across processes; 0: none); `then` gets the relay frame bodies for every process while
+    /// the history stays locked (so frames go out in offset order): the key's frame when there
+    /// is one (so every process holds the publication to the same share), then the
+    /// positioned publication.
+    pub fn position<R>(
+        &self,
+        channel: &str,
+        data: &str,
+        publisher: u64,
+        then: impl FnOnce(Vec<Vec<u8>>) -> R,
+    ) -> R {
         let mut h = self.store.lock().unwrap();
-        let (pos, text) = h.append(channel, self.now(), |o, e| envelope(channel, data, o, e));
-        then(crate::serve::cluster::encode_positioned(
+        let (pos, text) = h.append(channel, publisher, self.now(), |o, e| {
+            envelope(channel, data, o, e)
+        });
+        let mut frames = Vec::with_capacity(2);
+        if publisher != 0 {
+            let named = crate::serve::cluster::encode_publisher(channel, pos.offset, publisher);
+            frames.push(named);
+        }
+        frames.push(crate::serve::cluster::encode_positioned(
             channel, pos.offset, &pos.epoch, &text,
-        ))
+        ));
+        then(frames)
     }
 
-    /// The whole history as one relay frame body; `then` gets it with the history still
-    /// locked (the new process's queue is added there, so it misses nothing after it).
-    pub fn snapshot<R>(&self, then: impl FnOnce(Vec<u8>) -> R) -> R {
+    /// The whole history as two relay frame bodies, its tombstones then its streams; `then`
+    /// gets them with the history still locked (the new process's queue is added there, so
+    /// it misses nothing after it).
+    pub fn snapshot<R>(&self, then: impl FnOnce(Vec<u8>, Vec<u8>) -> R) -> R {
         let mut h = self.store.lock().unwrap();
         h.expire(self.now());
-        then(encode_snapshot(&h))
+        then(encode_graves(&h), encode_snapshot(&h))
     }
+}
+
+/// The history's tombstones as a relay frame body: the supervisor's node id (`u64::MAX`) and
+/// kind; its stamp family and the Unix µs before which stamps are too old (u64 LE each), the
+/// count of tombstones (u32 LE) and per tombstone the name's length (u16 LE) and name, the
+/// epoch's length (u8) and epoch, its top offset and when it went (u64 LE each).
+pub fn encode_graves(h: &History) -> Vec<u8> {
+    let mut v = u64::MAX.to_le_bytes().to_vec();
+    v.push(crate::serve::cluster::KIND_GRAVES);
+    let (family, known_since, graves) = h.graves();
+    v.extend_from_slice(&family.to_le_bytes());
+    v.extend_from_slice(&known_since.to_le_bytes());
+    v.extend_from_slice(&(graves.len() as u32).to_le_bytes());
+    for (name, epoch, top, at) in graves {
+        v.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        v.extend_from_slice(name.as_bytes());
+        v.push(epoch.len() as u8);
+        v.extend_from_slice(epoch.as_bytes());
+        v.extend_from_slice(&top.to_le_bytes());
+        v.extend_from_slice(&at.to_le_bytes());
+    }
+    v
 }
 
 /// The history as a relay frame body: the supervisor's node id (`u64::MAX`) and kind, then
@@ -85,15 +134,38 @@ pub fn encode_snapshot(h: &History) -> Vec<u8> {
     v
 }
 
+fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    let (head, rest) = (b.get(..n)?, b.get(n..)?);
+    *b = rest;
+    Some(head)
+}
+
+fn u64_of(b: &mut &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(take(b, 8)?.try_into().ok()?))
+}
+
+/// A tombstones body (after the node id and kind): the stamp family, the too-old bound and
+/// each forgotten stream. None when it is malformed.
+pub fn decode_graves(mut b: &[u8]) -> Option<(u64, u64, Vec<GraveCopy>)> {
+    let family = u64_of(&mut b)?;
+    let known_since = u64_of(&mut b)?;
+    let count = u32::from_le_bytes(take(&mut b, 4)?.try_into().ok()?) as usize;
+    let mut graves = Vec::with_capacity(count.min(b.len() / 19));
+    for _ in 0..count {
+        let n = u16::from_le_bytes(take(&mut b, 2)?.try_into().ok()?) as usize;
+        let name = std::str::from_utf8(take(&mut b, n)?).ok()?;
+        let e = take(&mut b, 1)?[0] as usize;
+        let epoch = std::str::from_utf8(take(&mut b, e)?).ok()?;
+        let (top, at) = (u64_of(&mut b)?, u64_of(&mut b)?);
+        graves.push((name.into(), epoch.into(), top, at));
+    }
+    b.is_empty().then_some((family, known_since, graves))
+}
+
 /// Each stream of a snapshot body (after the node id and kind): its name, position and kept
 /// publications. None when the body is malformed.
 #[allow(clippy::type_complexity)]
 pub fn decode_snapshot(mut b: &[u8]) -> Option<Vec<(&str, Position, Vec<(u64, &str)>)>> {
-    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = (b.get(..n)?, b.get(n..)?);
-        *b = rest;
-        Some(head)
-    }
     let mut out = Vec::new();
     while !b.is_empty() {
         let n = u16::from_le_bytes(take(&mut b, 2)?.try_into().ok()?) as usize;
@@ -115,6 +187,15 @@ pub fn decode_snapshot(mut b: &[u8]) -> Option<Vec<(&str, Position, Vec<(u64, &s
         out.push((name, pos, pubs));
     }
     Some(out)
+}
+
+/// In a process: take the supervisor's tombstones and stamp family (the frame just before its
+/// history).
+pub fn restore_graves(hub: &Hub, body: &[u8]) {
+    match decode_graves(body) {
+        Some((family, known_since, graves)) => hub.restore_graves(family, known_since, graves),
+        None => tracing::warn!("channel history: malformed tombstones from the supervisor"),
+    }
 }
 
 /// Set once this process has applied the supervisor's history.
@@ -159,10 +240,11 @@ mod tests {
             1 << 30,
         );
         for i in 0..3 {
-            seq.position("a", &i.to_string(), |_| ());
+            seq.position("a", &i.to_string(), 0, |_| ());
         }
-        seq.position("b", "\"x\"", |_| ());
-        let body = seq.snapshot(|b| b);
+        seq.position("b", "\"x\"", 0, |_| ());
+        let (graves, body) = seq.snapshot(|g, b| (g, b));
+        assert_eq!(decode_graves(&graves[9..]).unwrap().2.len(), 0);
         let mut streams = decode_snapshot(&body[9..]).unwrap();
         streams.sort_by_key(|s| s.0);
         assert_eq!(streams.len(), 2);
@@ -174,8 +256,12 @@ mod tests {
         assert_eq!(v["epoch"], &*pos.epoch);
         assert!(decode_snapshot(&body[9..body.len() - 1]).is_none());
         // The positioned frame every process gets decodes as one.
-        let frame = seq.position("a", "7", |f| f);
-        match crate::serve::cluster::decode(0, &frame) {
+        let frames = seq.position("a", "7", 9, |f| f);
+        assert_eq!(
+            crate::serve::cluster::decode(0, &frames[0]),
+            Some(crate::serve::cluster::Incoming::Publisher("a", 4, 9))
+        );
+        match crate::serve::cluster::decode(0, &frames[1]) {
             Some(crate::serve::cluster::Incoming::Positioned(c, o, e, t)) => {
                 assert_eq!((c, o, e), ("a", 4, &*pos.epoch));
                 assert!(t.contains(r#""data":7,"offset":4"#), "{t}");

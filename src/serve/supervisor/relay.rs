@@ -177,7 +177,8 @@ impl Hubs {
         match self.history.get() {
             // The history first, then every positioned publication after it: the queue is
             // added under the history's lock, so nothing falls between the two.
-            Some(seq) => seq.snapshot(|body| {
+            Some(seq) => seq.snapshot(|graves, body| {
+                let _ = tx.try_send(Arc::new(framed(graves)));
                 let _ = tx.try_send(Arc::new(framed(body)));
                 self.queues.lock().unwrap().push((pid, tx));
             }),
@@ -195,12 +196,19 @@ impl Hubs {
             while let Ok(f) = read_frame(&mut rd).await {
                 // A publish to position: every process gets it back positioned, its
                 // publisher too, in the order the positions were given.
-                if let (Some(seq), Some(Incoming::Sequence(channel, data))) =
+                if let (Some(seq), Some(Incoming::Sequence(channel, data, publisher))) =
                     (hubs.history.get(), decode(u64::MAX, &f[4..]))
                 {
-                    seq.position(channel, data, |body| {
+                    // A connection's key across processes: its process and its id there.
+                    let key = match publisher {
+                        0 => 0,
+                        p => (u64::from(pid) << 40) ^ p,
+                    };
+                    seq.position(channel, data, key, |bodies| {
                         let queues = hubs.queues.lock().unwrap();
-                        hubs.send_all(&queues, &Arc::new(framed(body)), None);
+                        for body in bodies {
+                            hubs.send_all(&queues, &Arc::new(framed(body)), None);
+                        }
                     });
                     continue;
                 }
