@@ -136,9 +136,7 @@ pub fn supervise(mut plan: Supervision) -> Result<Outcome> {
             fds,
         })
         .collect();
-    let final_dir = tempfile::Builder::new()
-        .prefix("wstune-serve-")
-        .tempdir()
+    let final_dir = crate::host::temp::private_dir()
         .context("cannot create the supervisor's private directory (final metrics, ticket keys)")?;
     let ticket_keys = ticket_keys(&plan, final_dir.path())?;
     let st = Arc::new(State {

@@ -71,7 +71,7 @@ impl Tally {
         self.draining.retain(|(p, _)| *p != pid);
         let last = self.last.remove(&pid);
         let text = read_final(final_file).or(last);
-        let _ = std::fs::remove_file(final_file);
+        crate::host::temp::remove(final_file);
         if let Some(t) = text {
             let kept = super::metrics::counters_only(&t);
             self.retired = super::metrics::sum(&[std::mem::take(&mut self.retired), kept]);
@@ -80,26 +80,17 @@ impl Tally {
 }
 
 fn read_final(path: &Path) -> Option<String> {
-    use std::io::Read;
-    let mut s = String::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(FINAL_MAX)
-        .read_to_string(&mut s)
-        .ok()?;
-    (!s.is_empty()).then_some(s)
+    crate::host::input::read_bounded(path, FINAL_MAX, None)
+        .ok()
+        .filter(|s| !s.is_empty())
 }
 
 /// In a supervised process, as it exits: write `text` (its exposition) where the supervisor
-/// asked, whole or not at all (a temporary file renamed into place).
+/// asked, whole or not at all.
 pub fn write_final(text: &str) {
-    let Some(path) = std::env::var_os(ENV_FINAL_METRICS) else {
-        return;
-    };
-    let path = std::path::PathBuf::from(path);
-    let tmp = path.with_extension("tmp");
-    if std::fs::write(&tmp, text).is_ok() && std::fs::rename(&tmp, &path).is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    if let Some(path) = std::env::var_os(ENV_FINAL_METRICS) {
+        let mode = crate::host::atomic::Mode::Exact(0o600);
+        let _ = crate::host::atomic::write(Path::new(&path), text.as_bytes(), mode);
     }
 }
 
