@@ -201,6 +201,68 @@ async fn broadcast_reaches_everyone_and_a_slow_consumer_does_not_slow_the_rest()
     drop(slow);
 }
 
+/// Subscribers that read, but slower than the feed: each is closed with 1008 once its queue
+/// has stayed above the cap past the drain timeout, and `ws_closes_sent_total{code="1008"}`
+/// counts every close a client received (a close is counted when it is written, so one that
+/// never left the queue is not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_1008_a_slow_subscriber_receives_is_counted() {
+    let srv = serve_10k(&[
+        "--app",
+        "broadcast",
+        "--no-deflate",
+        "--send-queue",
+        "262144",
+        "--drain-timeout",
+        "1",
+    ]);
+    let n = 10;
+    let mut subs = Vec::new();
+    for _ in 0..n {
+        let (mut c, _) = tokio_tungstenite::connect_async(srv.url()).await.unwrap();
+        subs.push(tokio::spawn(async move {
+            loop {
+                match tokio::time::timeout(Duration::from_secs(30), c.next()).await {
+                    Ok(Some(Ok(Message::Close(f)))) => return f.map(|f| u16::from(f.code)),
+                    Ok(Some(Ok(_))) => tokio::time::sleep(Duration::from_millis(50)).await,
+                    _ => return None,
+                }
+            }
+        }));
+    }
+    let (mut publisher, _) = tokio_tungstenite::connect_async(srv.url()).await.unwrap();
+    tokio::task::block_in_place(|| {
+        srv.wait_metric("ws_connections", Duration::from_secs(10), |c| {
+            c == n as f64 + 1.0
+        })
+    });
+    let before = srv.metric("ws_closes_sent_total{code=\"1008\"}");
+    let payload = vec![b'x'; 65536];
+    for _ in 0..300 {
+        publisher
+            .send(Message::binary(payload.clone()))
+            .await
+            .unwrap();
+    }
+    let mut codes = Vec::new();
+    for s in subs {
+        codes.push(s.await.unwrap());
+    }
+    let received = codes.iter().filter(|c| **c == Some(1008)).count() as f64;
+    assert!(
+        received >= 1.0,
+        "the slow subscribers were closed with 1008: {codes:?}"
+    );
+    let counted = tokio::task::block_in_place(|| {
+        srv.wait_metric(
+            "ws_closes_sent_total{code=\"1008\"}",
+            Duration::from_secs(10),
+            |c| c - before >= received,
+        )
+    }) - before;
+    assert_eq!(counted, received, "{codes:?}");
+}
+
 /// A consumer that stops reading with an ordinary receive window. With the socket's
 /// TCP_NOTSENT_LOWAT (the profiles' 128 KiB) the kernel takes little more than that, so 2 MB
 /// of broadcasts back up into the server's send queue and its 1 MiB cap closes the consumer;
