@@ -31,8 +31,10 @@
 //!   reads that sparse (a closed loop of one message a thread) failed.
 //! - A probe that agrees with the choice doubles the number of phases to the next one, up to
 //!   [`MAX_GAP`] (one probe phase every 5 s at steady load: under 1 % of the time in the
-//!   other choice, so a probe stays out of the p99); a probe that disagrees switches, and
-//!   another probe soon after confirms it. A read rate that halves or doubles from one phase
+//!   other choice, so a probe stays out of the p99); a probe that disagrees is repeated at
+//!   once, and two in a row switch (one phase differs from the next by 10-30 % on a busy
+//!   host, so one probe alone would switch on noise), and another probe soon after confirms
+//!   the switch. A read rate that halves or doubles from one phase
 //!   to the next probes again soon.
 //!
 //! Install it with [`install`] on the runtime builder; a window of zero leaves the builder as
@@ -295,6 +297,10 @@ struct Trial {
     until_probe: u32,
     /// Phases of the current choice between probes: doubled by each probe that agrees.
     gap: u32,
+    /// The last probe disagreed with the choice: a second one, at once, decides. One phase
+    /// differs from the next by 10-30 % on a busy host; two in a row that favour the other
+    /// choice are far rarer by chance than one.
+    doubt: bool,
 }
 
 impl Trial {
@@ -305,6 +311,7 @@ impl Trial {
         last: None,
         until_probe: 1,
         gap: 1,
+        doubt: false,
     };
 
     /// Whether the running phase waits.
@@ -386,10 +393,17 @@ impl Trial {
             }
         }
         if waiting_pays(wait, not, self.wait) == self.wait {
+            self.doubt = false;
             self.gap = (self.gap * 2).min(MAX_GAP);
+        } else if !self.doubt {
+            // The other choice did better, once: ask again after one phase of this one.
+            self.doubt = true;
+            self.until_probe = 1;
+            return;
         } else {
-            // The other choice did better: take it, and confirm it with a probe soon. The
-            // probe measured the new choice.
+            // Twice in a row: take it, and confirm it with a probe soon. The probe measured
+            // the new choice.
+            self.doubt = false;
             self.wait = !self.wait;
             self.gap = 1;
             self.last = Some(probe);
@@ -650,6 +664,37 @@ mod tests {
         };
         assert!(!waiting_pays(&blind, &blind, false));
         assert!(!waiting_pays(&blind, &blind, true));
+    }
+
+    /// One probe that favours the other choice (a noisy phase) is asked again before the
+    /// choice changes; two in a row change it.
+    #[test]
+    fn one_noisy_probe_does_not_switch_two_in_a_row_do() {
+        let w = us(500);
+        let m = |cpu: f64| Measured {
+            rate: 25e3,
+            cpu_per_read: Some(cpu),
+        };
+        let mut t = Trial::NEW;
+        t.judge(m(16.0), w);
+        assert!(t.probing, "the first probe follows one phase");
+        t.judge(m(11.0), w); // waiting looked a third cheaper, once
+        assert!(!t.wait && t.doubt);
+        t.judge(m(16.0), w);
+        assert!(t.probing, "asked again after one phase");
+        t.judge(m(16.2), w); // and waiting saved nothing
+        assert!(!t.wait && !t.doubt, "the choice stands");
+        for _ in 0..t.until_probe {
+            t.judge(m(16.0), w);
+        }
+        assert!(t.probing);
+        t.judge(m(11.0), w);
+        t.judge(m(16.0), w);
+        t.judge(m(11.5), w);
+        assert!(
+            t.wait,
+            "two probes in a row that saved a third: waiting is taken"
+        );
     }
 
     #[test]
