@@ -28,4 +28,5 @@ pub mod report;
 pub mod selftest;
 pub mod serve;
 pub mod value;
+pub mod watch;
 mod yaml_lines;

@@ -73,6 +73,23 @@ pub enum Command {
     /// Work with self-test reports: merge the shards of a run over several hosts into one.
     #[command(subcommand)]
     Report(ReportCommand),
+    /// See the host while it happens: every listener's accept queue, the kernel counters that
+    /// predict failure, with the catalog's advice beside each one that moves. Changes nothing.
+    #[command(
+        long_about = "See the host while it happens, refreshed every --interval: every listening \
+        socket's accept queue against its backlog (netlink sock_diag) and the connections behind \
+        it; the rates of the kernel counters that predict failure (ListenOverflows, ListenDrops, \
+        TCPBacklogDrop, TCPAbortOnMemory, memory pressure, TIME_WAIT overflow, SYN cookies, \
+        softnet drops and squeezes, conntrack drops); orphans, TIME_WAIT, TCP memory, conntrack \
+        and file handles against their marks; ephemeral ports per destination; softirq and \
+        system time per CPU; and, with --admin, the server's own figures. When a row moves or \
+        crosses its mark, the catalog check that explains it is shown with its why and fix, \
+        worded as `check` words them. A full-screen view on a terminal; --plain (or no \
+        terminal) prints one line per interval, --format json one JSON object per interval; \
+        --record FILE keeps the stream for `wstune report watch FILE`. It changes nothing on the \
+        host."
+    )]
+    Watch(WatchArgs),
     /// Print a token for `serve --app channels --auth-secret-file`: an HS256 JWT with the
     /// channels it may subscribe and publish to, checked by the server's own verifier.
     Token(TokenArgs),
@@ -787,4 +804,58 @@ fn parse_backpressure_code(s: &str) -> Result<u16, String> {
         "1013" => Ok(1013),
         _ => Err("use 1008 (policy violation) or 1013 (try again later)".into()),
     }
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Seconds between readings (0.2 to 60).
+    #[arg(long, short = 'i', value_name = "SECS", default_value_t = 1.0, value_parser = parse_interval)]
+    pub interval: f64,
+    /// Only the listeners on this TCP port (repeatable).
+    #[arg(long, value_name = "PORT")]
+    pub port: Vec<u16>,
+    /// Only the listeners this process holds, and its descriptors against its RLIMIT_NOFILE.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// A server's Prometheus endpoint to show beside the kernel's figures: a `wstune serve`
+    /// admin address (host:port) or http://host:port/path.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
+    /// One line per interval instead of the full-screen view (the default without a terminal).
+    #[arg(long, conflicts_with = "format")]
+    pub plain: bool,
+    /// `json`: one frame per line on standard output (docs/watch-frame.schema.json).
+    #[arg(long, short = 'f', value_enum)]
+    pub format: Option<WatchFormat>,
+    /// Also write every frame to FILE (JSON lines), for `wstune report watch FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Stop after N frames (a bounded run: CI, scripts).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+    /// Run without a view and serve the figures on ADDR: /metrics (Prometheus text), /events
+    /// (the advice as JSON lines, one per check, first and last seen), /healthz.
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["plain", "format"])]
+    pub serve: Option<String>,
+    /// The profile whose targets the advice names (the fixes say "raise somaxconn to TARGET").
+    #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
+    pub profile: String,
+    /// Use this catalog file instead of the built-in one.
+    #[arg(long, value_name = "FILE")]
+    pub catalog: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WatchFormat {
+    Json,
+}
+
+fn parse_interval(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds (e.g. 1 or 0.5)"))?;
+    if !(0.2..=60.0).contains(&v) {
+        return Err(format!("{v} s is out of range: give 0.2 to 60 seconds"));
+    }
+    Ok(v)
 }

@@ -90,6 +90,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Pool(a) => cmd::pool::run(resolve::pool(&a)?),
         Command::Lb(a) => cmd::lb::run(resolve::lb(&a)?),
         Command::Token(a) => cmd::token::run(resolve::token(&a)?),
+        Command::Watch(a) => cmd::watch::run(resolve::watch(&a)?),
         Command::Report(args::ReportCommand::Merge(a)) => {
             cmd::report::merge(resolve::report_merge(&a)?)
         }

@@ -5,7 +5,7 @@
 
 use super::args::{
     self, ApplyArgs, BenchDeflateArgs, CheckArgs, ExportArgs, ExportFormat, LbArgs, LoadArgs,
-    PoolArgs, ProfilesCommand, RollbackArgs, SelftestArgs, SnapshotArgs, TargetArgs,
+    PoolArgs, ProfilesCommand, RollbackArgs, SelftestArgs, SnapshotArgs, TargetArgs, WatchArgs,
 };
 use crate::cmd;
 
@@ -50,6 +50,56 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
         },
         output: a.output.clone(),
         lb,
+    })
+}
+
+pub fn watch(a: &WatchArgs) -> Result<cmd::watch::Request> {
+    let backend = open(&crate::host::layout(None, None))?;
+    let t = Target {
+        profile: a.profile.clone(),
+        pid: a.pid,
+        unit: None,
+        catalog: a.catalog.clone(),
+        role: None,
+    };
+    let inputs = check::inputs(&t, backend.as_ref())?;
+    let scraper = match &a.admin {
+        Some(spec) => Some(crate::watch::server::Scraper::new(spec).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    let serve = match &a.serve {
+        Some(addr) => Some(addr.parse::<std::net::SocketAddr>().map_err(|_| {
+            anyhow::anyhow!("--serve {addr}: not an address; give host:port, e.g. 127.0.0.1:9977")
+        })?),
+        None => None,
+    };
+    if let Some(path) = &a.record {
+        if path.is_dir() {
+            bail!("--record {}: is a directory; give a file to write the recording to", path.display());
+        }
+    }
+    use std::io::IsTerminal;
+    let view = if serve.is_some() {
+        cmd::watch::ViewKind::Headless
+    } else if a.format.is_some() {
+        cmd::watch::ViewKind::Json
+    } else if a.plain || !std::io::stdout().is_terminal() {
+        cmd::watch::ViewKind::Plain
+    } else {
+        cmd::watch::ViewKind::Screen
+    };
+    Ok(cmd::watch::Request {
+        host: HostInputs { inputs, backend },
+        scope: crate::watch::sample::Scope {
+            ports: a.port.clone(),
+            pid: a.pid,
+        },
+        scraper,
+        interval: Duration::from_secs_f64(a.interval),
+        count: a.count,
+        view,
+        record: a.record.clone(),
+        serve,
     })
 }
 

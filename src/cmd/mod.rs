@@ -16,3 +16,4 @@ pub mod selftest;
 pub mod serve;
 pub mod snapshot;
 pub mod token;
+pub mod watch;

@@ -25,7 +25,9 @@ pub mod process;
 pub mod procfs;
 pub mod registry_file;
 pub mod snapshot;
+pub mod sockets;
 pub mod store;
+pub mod stream;
 pub mod temp;
 pub mod timer;
 mod types;
@@ -380,6 +382,26 @@ pub trait Backend {
     fn channels(&self, nic: &str) -> Result<Channels, ReadError> {
         Err(ReadError::Unsupported(format!(
             "{nic}'s channel counts are read over ethtool netlink, on the live host only"
+        )))
+    }
+    /// Visit this network namespace's TCP sockets in `which` states (`wstune watch`). The live
+    /// Linux host asks netlink sock_diag, Windows GetExtendedTcpTable; a captured tree has no
+    /// sockets.
+    fn tcp_sockets(
+        &self,
+        _which: sockets::Which,
+        _visit: &mut dyn FnMut(&sockets::Sock),
+    ) -> Result<(), ReadError> {
+        Err(ReadError::Unsupported(
+            "the socket table is read from the live host only".into(),
+        ))
+    }
+    /// A process's open descriptors: how many, and the inodes of those that are sockets
+    /// (`/proc/PID/fd`, what `--pid` ties listeners to). Only the live Linux host; a
+    /// process of another user needs root (or CAP_SYS_PTRACE).
+    fn process_fds(&self, pid: u32) -> Result<(u64, Vec<u64>), ReadError> {
+        Err(ReadError::Unsupported(format!(
+            "the descriptors of process {pid} are read from the live host only"
         )))
     }
     /// A NIC's interrupt coalescing (`ethtool -c`). Only the live Linux host, or a tree's

@@ -84,6 +84,37 @@ pub fn header_values(text: &str, group: &str, field: &str) -> Option<i64> {
     None
 }
 
+/// The inode of a `/proc/PID/fd` link that names a socket (`socket:[12345]`).
+pub fn socket_inode(link: &str) -> Option<u64> {
+    link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// Each CPU's row of /proc/net/softnet_stat as (dropped, time_squeeze): the second and third
+/// hex columns (see [`softnet_sum`]). Rows are in CPU order of the online CPUs.
+pub fn softnet_rows(text: &str) -> Vec<(u64, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut c = l.split_whitespace().skip(1);
+            let d = u64::from_str_radix(c.next()?, 16).ok()?;
+            let s = u64::from_str_radix(c.next()?, 16).ok()?;
+            Some((d, s))
+        })
+        .collect()
+}
+
+/// Each CPU's (name, system ticks, softirq ticks, all ticks) from /proc/stat.
+pub fn cpu_ticks(stat: &str) -> Vec<(String, u64, u64, u64)> {
+    stat.lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let name = f.next()?.to_string();
+            let v: Vec<u64> = f.take(8).map(|x| x.parse().unwrap_or(0)).collect();
+            (v.len() >= 7).then(|| (name, v[2], v[6], v.iter().sum()))
+        })
+        .collect()
+}
+
 /// One field of /proc/net/sockstat: `TCP: inuse 5 orphan 0 tw 2 alloc 7 mem 1`.
 pub fn sockstat(text: &str, proto: &str, field: &str) -> Option<i64> {
     let line = text.lines().find(|l| l.split(':').next() == Some(proto))?;

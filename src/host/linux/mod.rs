@@ -10,6 +10,8 @@
 
 #[cfg(target_os = "linux")]
 mod ethtool;
+#[cfg(target_os = "linux")]
+mod sock_diag;
 mod sys;
 
 use super::fs::{list_dir, parse_show, read_regular, sysfs_links};
@@ -120,6 +122,30 @@ impl Backend for LinuxBackend {
                 .exists();
         }
         Ok(links)
+    }
+
+    #[cfg(target_os = "linux")]
+    fn tcp_sockets(
+        &self,
+        which: crate::host::sockets::Which,
+        visit: &mut dyn FnMut(&crate::host::sockets::Sock),
+    ) -> Result<(), ReadError> {
+        sock_diag::tcp_sockets(which, visit)
+    }
+
+    fn process_fds(&self, pid: u32) -> Result<(u64, Vec<u64>), ReadError> {
+        let dir = format!("/proc/{pid}/fd");
+        let entries = std::fs::read_dir(&dir).map_err(|e| ReadError::from_io(&dir, &e))?;
+        let (mut count, mut sockets) = (0u64, Vec::new());
+        for e in entries.flatten() {
+            count += 1;
+            if let Ok(target) = std::fs::read_link(e.path()) {
+                if let Some(inode) = crate::host::procfs::socket_inode(&target.to_string_lossy()) {
+                    sockets.push(inode);
+                }
+            }
+        }
+        Ok((count, sockets))
     }
 
     fn nic_identities(&self) -> Result<Vec<super::NicIdentity>, ReadError> {
