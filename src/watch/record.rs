@@ -4,7 +4,7 @@
 
 use super::frame::{Frame, SCHEMA};
 use super::{Flow, View};
-use crate::host::stream::LineFile;
+use crate::host::stream::LineStream;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -25,12 +25,12 @@ pub struct Header {
 pub const RECORDING: &str = "wstune.watch-recording/1";
 
 pub struct Recorder {
-    file: LineFile,
+    file: LineStream,
 }
 
 impl Recorder {
     pub fn create(path: &Path, header: &Header) -> std::io::Result<Recorder> {
-        let mut file = LineFile::create(path)?;
+        let mut file = LineStream::create(path)?;
         file.line(&serde_json::to_string(header).map_err(std::io::Error::other)?)?;
         Ok(Recorder { file })
     }
@@ -55,7 +55,10 @@ pub struct Recording {
 
 /// Parse a recording's text: the header, then one frame per line. Errors name the line.
 pub fn parse(text: &str) -> Result<Recording, String> {
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
     let (_, first) = lines
         .next()
         .ok_or("the file is empty; give a file that `wstune watch --record FILE` wrote")?;
