@@ -336,10 +336,11 @@ impl Frame {
                     turned: fds > mark,
                 });
             }
-            if let Some(why) = unavailable.remove("process") {
-                notes.push(format!("process {}: {}", p.pid, process_gone(&why)));
-            }
-            if let Some(why) = unavailable.remove("process descriptors") {
+            let gone = unavailable.remove("process");
+            let fds = unavailable.remove("process descriptors");
+            if let Some(why) = &gone {
+                notes.push(format!("process {}: {}", p.pid, process_gone(why)));
+            } else if let Some(why) = fds {
                 notes.push(format!(
                     "process {}: its descriptors cannot be read ({why}); every listener is shown. \
                      Run as root (or with CAP_SYS_PTRACE) to tie listeners to it",
