@@ -3,15 +3,16 @@
 # sockets open (loopback connections held by bench/watch_sockets.py, both ends counted), at a
 # 1 s interval, beside what an operator runs instead (`ss -tan` and `ss -ltn` once a second).
 #   bench/watch-cost.sh [SOCKETS=100000] [ROUNDS=3]
-# Per round: `watch --format json --count A` and `--count B` (B - A = SPAN frames), CPU from
-# /usr/bin/time; CPU per interval = (cpu(B) - cpu(A)) / SPAN, which leaves out the start (the
-# check pipeline that words the advice runs once). The goal: under 2 % of one core at 1 s.
-# Knobs: SPAN=20 A=3 WSTUNE=path. Every load is bounded (the holders exit after 30 min).
+# Per round: `watch --format json -i 1` runs; its CPU time (utime + stime from /proc/PID/stat)
+# is read WARM s after its start (past the check pipeline that words the advice, run once) and
+# SPAN s later: CPU per interval = the difference / SPAN; memory is its peak RSS (VmHWM). The
+# goal: under 2 % of one core at 1 s. Knobs: SPAN=60 WARM=5 WSTUNE=path. Every load is bounded
+# (the holders exit after 30 min, and with this script).
 set -euo pipefail
 SOCKETS=${1:-100000}; ROUNDS=${2:-3}
 here=$(cd "$(dirname "$0")" && pwd)
 WSTUNE=${WSTUNE:-$here/../target/release/wstune}
-SPAN=${SPAN:-20}; A=${A:-3}; B=$((A + SPAN))
+SPAN=${SPAN:-60}; WARM=${WARM:-5}
 [ -x "$WSTUNE" ] || { echo "watch-cost.sh: $WSTUNE is missing (cargo build --release, or set WSTUNE=)" >&2; exit 3; }
 ulimit -n 20000 2>/dev/null || { echo "watch-cost.sh: cannot raise the open-file limit to 20000" >&2; exit 3; }
 per=8000 # connections per holder: 16,000 descriptors, under the 20,000 a process may have
@@ -32,20 +33,23 @@ done
 inuse=$(awk '/^TCP:/ {print $3}' /proc/net/sockstat)
 echo "watch-cost.sh: $(date -u +%FT%TZ), $(git -C "$here" rev-parse --short HEAD 2>/dev/null), $("$WSTUNE" --version), $(nproc) CPUs, TCP sockets in use $inuse (sockstat), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
-cpu_of() { # COUNT -> "cpu_seconds max_rss_kib"
-  /usr/bin/time -f "%U %S %M" -o "$out/time" "$WSTUNE" watch --format json -i 1 --count "$1" >"$out/frames" 2>"$out/err"
-  awk '{printf "%.3f %d\n", $1 + $2, $3}' "$out/time"
-}
+ticks=$(getconf CLK_TCK)
 for r in $(seq "$ROUNDS"); do
-  read -r ca _ < <(cpu_of "$A")
-  read -r cb rss < <(cpu_of "$B")
-  age=$(python3 -c "import json,sys; f=[json.loads(l) for l in open('$out/frames')]; a=[x['connections_age_s'] for x in f if x.get('connections_age_s') is not None]; print(f'{max(a):.1f}' if a else '-')")
+  "$WSTUNE" watch --format json -i 1 --count $((WARM + SPAN + 5)) >"$out/frames" 2>"$out/err" &
+  w=$!
+  sleep "$WARM" # past the start (the check pipeline that words the advice runs once)
+  read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$w/stat")
+  sleep "$SPAN"
+  [ -e "/proc/$w/stat" ] || { echo "watch-cost.sh: watch ended early:" >&2; cat "$out/err" >&2; exit 3; }
+  read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$w/stat")
+  rss=$(awk '/VmHWM/ {print $2}' "/proc/$w/status")
+  kill "$w" 2>/dev/null; wait "$w" 2>/dev/null || true
+  age=$(python3 -c "import json; f=[json.loads(l) for l in open('$out/frames') if l.strip()]; a=[x['connections_age_s'] for x in f[2:] if x.get('connections_age_s') is not None]; print(f'{max(a):.1f}' if a else '-')")
   t0=$(date +%s.%N)
   for _ in $(seq 10); do ss -tan >/dev/null; ss -ltn >/dev/null; done
   t1=$(date +%s.%N)
-  ss_cpu=$( { /usr/bin/time -f "%U %S" ss -tan >/dev/null; } 2>&1 | awk '{print $1 + $2}')
-  awk -v r="$r" -v ca="$ca" -v cb="$cb" -v span="$SPAN" -v rss="$rss" -v age="$age" -v t0="$t0" -v t1="$t1" -v sscpu="$ss_cpu" 'BEGIN {
-    per = (cb - ca) / span
-    printf "round %d: watch %.2f ms CPU per 1 s interval (%.2f %% of a core), max RSS %.1f MiB, per-listener figures at most %s s old; ss -tan + ss -ltn %.1f ms wall per second (ss -tan alone %.0f ms CPU)\n", r, per * 1000, per * 100, rss / 1024, age, (t1 - t0) * 100, sscpu * 1000
+  awk -v r="$r" -v u="$((u1 - u0))" -v s="$((s1 - s0))" -v hz="$ticks" -v span="$SPAN" -v rss="${rss:-0}" -v age="$age" -v t0="$t0" -v t1="$t1" 'BEGIN {
+    per = (u + s) / hz / span
+    printf "round %d: watch %.2f ms CPU per 1 s interval (%.2f %% of a core; user %.2f, system %.2f ms), peak RSS %.1f MiB, per-listener figures at most %s s old; ss -tan + ss -ltn: %.0f ms wall each second\n", r, per * 1000, per * 100, u / hz / span * 1000, s / hz / span * 1000, rss / 1024, age, (t1 - t0) * 100
   }'
 done
