@@ -326,46 +326,46 @@ pub fn metrics(s: &Snapshot) -> String {
     }
 
     o.family(
-        "wstune_watch_kernel_counter_total",
+        "wstune_watch_kernel_stat_total",
         "counter",
         "A kernel counter's cumulative value (TcpExt.ListenOverflows, softnet.dropped, conntrack.drop...): rate() it.",
     );
     for c in &f.counters {
         o.sample(
-            "wstune_watch_kernel_counter_total",
+            "wstune_watch_kernel_stat_total",
             &[("name", &c.name)],
             c.total as f64,
         );
     }
 
     o.family(
-        "wstune_watch_gauge",
+        "wstune_watch_value",
         "gauge",
         "A value that has a mark (orphans, time_wait, tcp_mem_pages, conntrack, file_handles, a process's fds).",
     );
     for g in &f.gauges {
-        o.sample("wstune_watch_gauge", &[("name", &g.name)], g.value as f64);
+        o.sample("wstune_watch_value", &[("name", &g.name)], g.value as f64);
     }
     o.family(
-        "wstune_watch_gauge_mark",
+        "wstune_watch_value_mark",
         "gauge",
         "The value at which a gauge's row turns and its check's advice fires.",
     );
     for g in &f.gauges {
         o.sample(
-            "wstune_watch_gauge_mark",
+            "wstune_watch_value_mark",
             &[("name", &g.name)],
             g.mark as f64,
         );
     }
     o.family(
-        "wstune_watch_gauge_limit",
+        "wstune_watch_value_limit",
         "gauge",
         "The hard limit a gauge's mark guards (tcp_max_orphans, nf_conntrack_max, fs.file-max...).",
     );
     for g in &f.gauges {
         if let Some(l) = g.limit {
-            o.sample("wstune_watch_gauge_limit", &[("name", &g.name)], l as f64);
+            o.sample("wstune_watch_value_limit", &[("name", &g.name)], l as f64);
         }
     }
 
@@ -886,15 +886,15 @@ mod tests {
             "{m}"
         );
         assert!(
-            m.contains("wstune_watch_kernel_counter_total{name=\"TcpExt.ListenOverflows\"} 10\n"),
+            m.contains("wstune_watch_kernel_stat_total{name=\"TcpExt.ListenOverflows\"} 10\n"),
             "{m}"
         );
         assert!(
-            m.contains("wstune_watch_gauge_mark{name=\"orphans\"} 100\n"),
+            m.contains("wstune_watch_value_mark{name=\"orphans\"} 100\n"),
             "{m}"
         );
         assert!(
-            m.contains("wstune_watch_gauge_limit{name=\"orphans\"} 400\n"),
+            m.contains("wstune_watch_value_limit{name=\"orphans\"} 400\n"),
             "{m}"
         );
         assert!(
