@@ -563,3 +563,202 @@ fn a_bad_serve_address_is_a_clear_error() {
     }
     drop(held);
 }
+
+/// `export --to watch-systemd`: the unit passes `systemd-analyze verify`, its sandbox rates
+/// "OK" (exposure at most 1.6 of 10) in `systemd-analyze security`, and its ExecStart, run
+/// as it runs there (an unprivileged user, no capabilities, no new privileges), sees a root
+/// process's listener and the kernel's counters in a private namespace.
+#[test]
+fn the_exported_unit_verifies_and_its_command_works_unprivileged() {
+    if !have("systemd-analyze") {
+        return common::skip(
+            "systemd",
+            "systemd-analyze is not installed (apt-get install systemd)",
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let unit = dir.path().join("wstune-watch.service");
+    let o = common::run(&[
+        "export",
+        "--to",
+        "watch-systemd",
+        "-o",
+        unit.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = std::fs::read_to_string(&unit).unwrap();
+    let o = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&unit)
+        .env("SYSTEMD_UNIT_PATH", format!("{}:", dir.path().display()))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success() && stderr(&o).trim().is_empty(),
+        "systemd-analyze verify: {}{}\n{text}",
+        stdout(&o),
+        stderr(&o)
+    );
+    let o = Command::new("systemd-analyze")
+        .args(["security", "--offline=true", "--threshold=16"])
+        .arg(&unit)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    for want in [
+        "DynamicUser=yes\n",
+        "NoNewPrivileges=yes\n",
+        "CapabilityBoundingSet=\n",
+        "ProtectSystem=strict\n",
+        "RestrictAddressFamilies=AF_INET AF_INET6 AF_NETLINK AF_UNIX\n",
+    ] {
+        assert!(text.contains(want), "{want} in {text}");
+    }
+    // It watches the host's own network: a private one would show nothing.
+    assert!(!text.contains("PrivateNetwork="), "{text}");
+    let exec = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .unwrap();
+    assert_eq!(
+        exec,
+        format!("{} watch --serve 127.0.0.1:9977 --profile 100k", bin())
+    );
+
+    if !have("setpriv") || !have("nsenter") || !have("curl") {
+        return common::skip(
+            "namespaces",
+            "setpriv, nsenter or curl is not installed (apt-get install util-linux curl)",
+        );
+    }
+    let Some(ns) = Netns::new(dir.path()) else {
+        return;
+    };
+    let _listener = Kill(
+        ns.command(&[
+            "python3",
+            "-c",
+            "import socket, time\n\
+             s = socket.socket(); s.bind(('127.0.0.1', 9001)); s.listen(5)\n\
+             time.sleep(120)\n",
+        ])
+        .spawn()
+        .unwrap(),
+    );
+    let mut argv = vec![
+        "setpriv",
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--clear-groups",
+        "--no-new-privs",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+    ];
+    argv.extend(exec.split(' '));
+    let mut watch = Kill(
+        ns.command(&argv)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let line = first_line(&mut watch.0);
+    assert!(
+        line.contains("serving http://127.0.0.1:9977/metrics"),
+        "{line}"
+    );
+    let metrics = common::wait_for(
+        "the unprivileged watch to show the root listener",
+        Duration::from_secs(30),
+        || {
+            let (status, m) = ns.get("http://127.0.0.1:9977/metrics")?;
+            (status == 200
+                && m.contains("wstune_watch_listener_backlog{listener=\"127.0.0.1:9001\"} 5\n"))
+            .then_some(m)
+        },
+    );
+    assert!(
+        metrics.contains("wstune_watch_kernel_stat_total{name=\"TcpExt.ListenOverflows\"} "),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("wstune_watch_unavailable{reading=\"listeners\"}"),
+        "{metrics}"
+    );
+}
+
+/// `export --to watch-daemonset`: the manifest passes kubernetes-validate (strict, current
+/// Kubernetes) and runs the watch in the node's network namespace, without the node's
+/// processes, as nobody on a read-only root, with limits, a port named metrics that the
+/// scrape annotations and the /healthz liveness probe name, serving on the node's address.
+#[test]
+fn the_exported_daemonset_validates_and_is_locked_down() {
+    if !have("kubernetes-validate") {
+        return common::skip(
+            "kubernetes-validate",
+            "kubernetes-validate is not installed (pip install kubernetes-validate)",
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("watch.yaml");
+    let o = common::run(&[
+        "export",
+        "--to",
+        "watch-daemonset",
+        "--image",
+        "registry.example/wstune:1.2",
+        "-o",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = Command::new("kubernetes-validate")
+        .args(["--strict", "-k", "1.37.0"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("daemonset/wstune-watch"),
+        "{}",
+        stdout(&o)
+    );
+
+    let ds: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let tmpl = &ds["spec"]["template"];
+    let pod = &tmpl["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert!(pod.get("hostPID").is_none(), "{pod:?}");
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let c = &pod["containers"][0];
+    assert_eq!(c["image"], "registry.example/wstune:1.2");
+    let args: Vec<&str> = c["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        args,
+        ["watch", "--serve", "$(NODE_IP):9977", "--profile", "100k"]
+    );
+    assert_eq!(
+        c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
+        "status.hostIP"
+    );
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"][0], "ALL");
+    assert!(c["resources"]["limits"]["memory"].is_string());
+    assert!(c["resources"]["requests"]["cpu"].is_string());
+    assert_eq!(c["ports"][0]["name"], "metrics");
+    assert_eq!(c["ports"][0]["containerPort"], 9977);
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], "metrics");
+    let ann = &tmpl["metadata"]["annotations"];
+    assert_eq!(ann["prometheus.io/scrape"], "true");
+    assert_eq!(ann["prometheus.io/port"], "9977");
+    assert_eq!(ann["prometheus.io/path"], "/metrics");
+}
