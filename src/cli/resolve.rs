@@ -213,11 +213,14 @@ pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
             ExportFormat::Nic => Format::Nic,
             ExportFormat::SelftestJob => Format::SelftestJob,
             ExportFormat::SelftestAnsible => Format::SelftestAnsible,
+            ExportFormat::WatchSystemd => Format::WatchSystemd,
+            ExportFormat::WatchDaemonset => Format::WatchDaemonset,
         },
         nics: a.nics.clone(),
         unit: a.unit.clone(),
         output: a.output.clone(),
         shards: shard_run(a)?,
+        image: a.image.clone(),
     })
 }
 
