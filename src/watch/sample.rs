@@ -216,7 +216,10 @@ impl Collector {
         let now = Instant::now();
         let wall = SystemTime::now();
 
-        let process = self.scope.pid.map(|pid| self.process(b, pid, now, &mut miss));
+        let process = self
+            .scope
+            .pid
+            .map(|pid| self.process(b, pid, now, &mut miss));
 
         let mut listeners = Vec::new();
         if let Err(e) = b.tcp_sockets(Which::Listeners, &mut |s| {
@@ -232,16 +235,27 @@ impl Collector {
         let mut notes = Vec::new();
         for p in &self.scope.ports {
             if !listeners.iter().any(|l| l.local.port() == *p) {
-                notes.push(format!("nothing listens on TCP port {p} in this network namespace (yet)"));
+                notes.push(format!(
+                    "nothing listens on TCP port {p} in this network namespace (yet)"
+                ));
             }
         }
-        listeners.retain(|l| self.scope.ports.is_empty() || self.scope.ports.contains(&l.local.port()));
+        listeners
+            .retain(|l| self.scope.ports.is_empty() || self.scope.ports.contains(&l.local.port()));
         // Tied to the process only once its descriptors could be read; until then (another
         // user's process without root) every listener shows, and the frame says why.
-        if let Some(p) = process.as_ref().filter(|p| self.fds_read || p.fds.is_some()) {
+        if let Some(p) = process
+            .as_ref()
+            .filter(|p| self.fds_read || p.fds.is_some())
+        {
             listeners.retain(|l| p.sockets.contains(&l.inode));
         }
-        listeners.sort_by(|a, b| a.local.port().cmp(&b.local.port()).then(a.local.cmp(&b.local)));
+        listeners.sort_by(|a, b| {
+            a.local
+                .port()
+                .cmp(&b.local.port())
+                .then(a.local.cmp(&b.local))
+        });
         listeners.dedup_by(|a, b| a.local == b.local && a.inode == b.inode);
 
         let gauges = gauges(b, &mut miss);
@@ -327,15 +341,27 @@ fn gauges(b: &dyn Backend, miss: &mut dyn FnMut(&str, &ReadError)) -> Gauges {
         Err(e) => miss("sockstat", &e),
     }
     let sysctl = |key: &str| b.read(&procfs::sysctl_path(key));
-    g.max_orphans = sysctl("net.ipv4.tcp_max_orphans").ok().and_then(|t| t.trim().parse().ok());
-    g.max_tw_buckets = sysctl("net.ipv4.tcp_max_tw_buckets").ok().and_then(|t| t.trim().parse().ok());
-    g.somaxconn = sysctl("net.core.somaxconn").ok().and_then(|t| t.trim().parse().ok());
+    g.max_orphans = sysctl("net.ipv4.tcp_max_orphans")
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
+    g.max_tw_buckets = sysctl("net.ipv4.tcp_max_tw_buckets")
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
+    g.somaxconn = sysctl("net.core.somaxconn")
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
     g.tcp_mem = sysctl("net.ipv4.tcp_mem").ok().and_then(|t| {
-        let v: Vec<u64> = t.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        let v: Vec<u64> = t
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
         (v.len() == 3).then(|| [v[0], v[1], v[2]])
     });
     g.port_range = sysctl("net.ipv4.ip_local_port_range").ok().and_then(|t| {
-        let v: Vec<u16> = t.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        let v: Vec<u16> = t
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
         (v.len() == 2).then(|| (v[0], v[1]))
     });
     match (
@@ -354,7 +380,10 @@ fn gauges(b: &dyn Backend, miss: &mut dyn FnMut(&str, &ReadError)) -> Gauges {
     }
     match b.read("/proc/sys/fs/file-nr") {
         Ok(t) => {
-            let v: Vec<u64> = t.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            let v: Vec<u64> = t
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
             g.files = v.first().copied();
             g.file_max = v.get(2).copied();
         }
@@ -431,7 +460,10 @@ fn cpus(b: &dyn Backend, miss: &mut dyn FnMut(&str, &ReadError)) -> Vec<Cpu> {
 /// listener took every address (0.0.0.0, ::).
 fn owner(listeners: &[Listener], local: SocketAddr) -> Option<usize> {
     let ip = |a: IpAddr| match a {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
         v4 => v4,
     };
     let mut wildcard = None;
@@ -456,14 +488,18 @@ fn walk(
 ) -> Result<Connections, ReadError> {
     let t0 = Instant::now();
     let mut c = Connections {
-        per_listener: listeners.iter().map(|l| (l.local, States::default())).collect(),
+        per_listener: listeners
+            .iter()
+            .map(|l| (l.local, States::default()))
+            .collect(),
         total: States::default(),
         ports_by_destination: Vec::new(),
         at: t0,
         cost: Duration::ZERO,
     };
     let mut by_dest: std::collections::HashMap<SocketAddr, u64> = Default::default();
-    let listening: std::collections::HashSet<u16> = listeners.iter().map(|l| l.local.port()).collect();
+    let listening: std::collections::HashSet<u16> =
+        listeners.iter().map(|l| l.local.port()).collect();
     b.tcp_sockets(Which::Connections, &mut |s| {
         c.total.add(s);
         if listening.contains(&s.local.port()) {
@@ -505,7 +541,10 @@ mod tests {
         let ls = [l("0.0.0.0:80"), l("127.0.0.2:80"), l("[::]:443")];
         assert_eq!(owner(&ls, "127.0.0.2:80".parse().unwrap()), Some(1));
         assert_eq!(owner(&ls, "10.0.0.1:80".parse().unwrap()), Some(0));
-        assert_eq!(owner(&ls, "[::ffff:10.0.0.1]:443".parse().unwrap()), Some(2));
+        assert_eq!(
+            owner(&ls, "[::ffff:10.0.0.1]:443".parse().unwrap()),
+            Some(2)
+        );
         assert_eq!(owner(&ls, "10.0.0.1:8080".parse().unwrap()), None);
     }
 

@@ -48,10 +48,20 @@ pub fn line(f: &Frame) -> String {
         ));
     }
     for c in f.counters.iter().filter(|c| c.turned) {
-        parts.push(format!("{} +{} ({:.0}/s)", c.name, thousands(c.delta), c.per_s));
+        parts.push(format!(
+            "{} +{} ({:.0}/s)",
+            c.name,
+            thousands(c.delta),
+            c.per_s
+        ));
     }
     for g in f.gauges.iter().filter(|g| g.turned) {
-        parts.push(format!("{} {} > {}", g.name, thousands(g.value), thousands(g.mark)));
+        parts.push(format!(
+            "{} {} > {}",
+            g.name,
+            thousands(g.value),
+            thousands(g.mark)
+        ));
     }
     if let Some(c) = f
         .cpus
@@ -95,7 +105,11 @@ impl<W: Write> View for Plain<W> {
     fn show(&mut self, f: &Frame) -> std::io::Result<Flow> {
         writeln!(self.out, "{}", line(f))?;
         for e in self.log.add(f) {
-            let a = f.advice.iter().find(|a| a.id == e.id).expect("advice of this frame");
+            let a = f
+                .advice
+                .iter()
+                .find(|a| a.id == e.id)
+                .expect("advice of this frame");
             writeln!(self.out, "  ! {} ({}): {}", a.id, a.title, a.what)?;
             if let (Some(c), Some(t)) = (&a.current, &a.target) {
                 writeln!(self.out, "    now {c}, profile's target {t}")?;
