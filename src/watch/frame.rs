@@ -120,9 +120,18 @@ pub const WATCHED: &[(&str, &str)] = &[
     ("TcpExt.ListenOverflows", "linux.counter.listen_overflows"),
     ("TcpExt.ListenDrops", "linux.counter.listen_drops"),
     ("TcpExt.TCPBacklogDrop", "linux.counter.tcp_backlog_drop"),
-    ("TcpExt.TCPAbortOnMemory", "linux.counter.tcp_abort_on_memory"),
-    ("TcpExt.TCPMemoryPressures", "linux.counter.tcp_memory_pressures"),
-    ("TcpExt.TCPTimeWaitOverflow", "linux.counter.tcp_timewait_overflow"),
+    (
+        "TcpExt.TCPAbortOnMemory",
+        "linux.counter.tcp_abort_on_memory",
+    ),
+    (
+        "TcpExt.TCPMemoryPressures",
+        "linux.counter.tcp_memory_pressures",
+    ),
+    (
+        "TcpExt.TCPTimeWaitOverflow",
+        "linux.counter.tcp_timewait_overflow",
+    ),
     ("TcpExt.SyncookiesSent", "linux.counter.syncookies_sent"),
     ("TcpExt.SyncookiesFailed", "linux.counter.syncookies_failed"),
     ("TcpExt.TCPReqQFullDrop", "linux.counter.tcp_reqq_full_drop"),
@@ -161,7 +170,11 @@ impl Frame {
             .iter()
             .map(|l| {
                 let fill = if l.backlog == 0 {
-                    if l.queue > 0 { 1.0 } else { 0.0 }
+                    if l.queue > 0 {
+                        1.0
+                    } else {
+                        0.0
+                    }
                 } else {
                     l.queue as f64 / l.backlog as f64
                 };
@@ -179,10 +192,18 @@ impl Frame {
 
         let delta = |name: &str| -> Option<(u64, u64)> {
             let now = *cur.counters.get(name)?;
-            let before = prev.and_then(|p| p.counters.get(name).copied()).unwrap_or(now);
+            let before = prev
+                .and_then(|p| p.counters.get(name).copied())
+                .unwrap_or(now);
             Some((now, now.saturating_sub(before)))
         };
-        let rate = |d: u64| if interval > 0.0 { d as f64 / interval } else { 0.0 };
+        let rate = |d: u64| {
+            if interval > 0.0 {
+                d as f64 / interval
+            } else {
+                0.0
+            }
+        };
         let mut counters = Vec::new();
         let mut names: Vec<String> = cur.counters.keys().cloned().collect();
         let sum = |cpus: &[super::sample::Cpu], f: fn(&super::sample::Cpu) -> u64| -> u64 {
@@ -190,8 +211,20 @@ impl Frame {
         };
         let mut softnet = BTreeMap::new();
         if !cur.cpus.is_empty() && !unavailable.contains_key("softnet") {
-            softnet.insert("softnet.dropped", (sum(&cur.cpus, |c| c.softnet_dropped), prev.map(|p| sum(&p.cpus, |c| c.softnet_dropped))));
-            softnet.insert("softnet.time_squeeze", (sum(&cur.cpus, |c| c.time_squeeze), prev.map(|p| sum(&p.cpus, |c| c.time_squeeze))));
+            softnet.insert(
+                "softnet.dropped",
+                (
+                    sum(&cur.cpus, |c| c.softnet_dropped),
+                    prev.map(|p| sum(&p.cpus, |c| c.softnet_dropped)),
+                ),
+            );
+            softnet.insert(
+                "softnet.time_squeeze",
+                (
+                    sum(&cur.cpus, |c| c.time_squeeze),
+                    prev.map(|p| sum(&p.cpus, |c| c.time_squeeze)),
+                ),
+            );
             names.extend(softnet.keys().map(|k| k.to_string()));
         }
         names.sort_by_key(|n| {
@@ -224,7 +257,12 @@ impl Frame {
 
         let g = &cur.gauges;
         let mut gauges = Vec::new();
-        let mut gauge = |name: &str, value: Option<u64>, mark: Option<u64>, mark_is: &str, limit: Option<u64>, check: &str| {
+        let mut gauge = |name: &str,
+                         value: Option<u64>,
+                         mark: Option<u64>,
+                         mark_is: &str,
+                         limit: Option<u64>,
+                         check: &str| {
             if let (Some(value), Some(mark)) = (value, mark) {
                 gauges.push(GaugeRow {
                     name: name.to_string(),
@@ -238,19 +276,52 @@ impl Frame {
             }
         };
         // The marks are the catalog's own targets (checks/linux.yaml), kept equal by a test.
-        gauge("orphans", g.orphans, g.max_orphans.map(|m| m / 4), "tcp_max_orphans / 4", g.max_orphans, "linux.sockstat.orphans");
-        gauge("time_wait", g.time_wait, g.max_tw_buckets.map(|m| m * 9 / 10), "tcp_max_tw_buckets * 9 / 10", g.max_tw_buckets, "linux.sockstat.time_wait");
-        gauge("tcp_mem_pages", g.tcp_mem_pages, g.tcp_mem.map(|m| m[1]), "tcp_mem pressure", g.tcp_mem.map(|m| m[2]), "linux.sockstat.tcp_mem_pages");
-        gauge("conntrack", g.conntrack, g.conntrack_max.map(|m| (m as f64 * FDS_MARK) as u64), "nf_conntrack_max * 0.9", g.conntrack_max, "linux.net.netfilter.nf_conntrack_max");
-        gauge("file_handles", g.files, g.file_max.map(|m| (m as f64 * FDS_MARK) as u64), "fs.file-max * 0.9", g.file_max, "linux.fs.file-max");
+        gauge(
+            "orphans",
+            g.orphans,
+            g.max_orphans.map(|m| m / 4),
+            "tcp_max_orphans / 4",
+            g.max_orphans,
+            "linux.sockstat.orphans",
+        );
+        gauge(
+            "time_wait",
+            g.time_wait,
+            g.max_tw_buckets.map(|m| m * 9 / 10),
+            "tcp_max_tw_buckets * 9 / 10",
+            g.max_tw_buckets,
+            "linux.sockstat.time_wait",
+        );
+        gauge(
+            "tcp_mem_pages",
+            g.tcp_mem_pages,
+            g.tcp_mem.map(|m| m[1]),
+            "tcp_mem pressure",
+            g.tcp_mem.map(|m| m[2]),
+            "linux.sockstat.tcp_mem_pages",
+        );
+        gauge(
+            "conntrack",
+            g.conntrack,
+            g.conntrack_max.map(|m| (m as f64 * FDS_MARK) as u64),
+            "nf_conntrack_max * 0.9",
+            g.conntrack_max,
+            "linux.net.netfilter.nf_conntrack_max",
+        );
+        gauge(
+            "file_handles",
+            g.files,
+            g.file_max.map(|m| (m as f64 * FDS_MARK) as u64),
+            "fs.file-max * 0.9",
+            g.file_max,
+            "linux.fs.file-max",
+        );
 
-        let process = cur.process.as_ref().map(|p| {
-            ProcessRow {
-                pid: p.pid,
-                fds: p.fds,
-                soft_limit: p.soft_limit,
-                hard_limit: p.hard_limit,
-            }
+        let process = cur.process.as_ref().map(|p| ProcessRow {
+            pid: p.pid,
+            fds: p.fds,
+            soft_limit: p.soft_limit,
+            hard_limit: p.hard_limit,
         });
         if let Some(p) = &process {
             if let (Some(fds), Some(soft)) = (p.fds, p.soft_limit) {
@@ -265,10 +336,12 @@ impl Frame {
                     turned: fds > mark,
                 });
             }
+            // A process that cannot be read at all says so once: its descriptors are then
+            // unreadable for the same reason, and "run as root" would mislead.
+            let descriptors = unavailable.remove("process descriptors");
             if let Some(why) = unavailable.remove("process") {
                 notes.push(format!("process {}: {}", p.pid, process_gone(&why)));
-            }
-            if let Some(why) = unavailable.remove("process descriptors") {
+            } else if let Some(why) = descriptors {
                 notes.push(format!(
                     "process {}: its descriptors cannot be read ({why}); every listener is shown. \
                      Run as root (or with CAP_SYS_PTRACE) to tie listeners to it",
@@ -291,8 +364,12 @@ impl Frame {
                     cpu: c.name.clone(),
                     softirq_pct: pct(c.softirq, before.map(|b| b.softirq)),
                     system_pct: pct(c.system, before.map(|b| b.system)),
-                    softnet_dropped: before.map(|b| c.softnet_dropped.saturating_sub(b.softnet_dropped)).unwrap_or(0),
-                    time_squeeze: before.map(|b| c.time_squeeze.saturating_sub(b.time_squeeze)).unwrap_or(0),
+                    softnet_dropped: before
+                        .map(|b| c.softnet_dropped.saturating_sub(b.softnet_dropped))
+                        .unwrap_or(0),
+                    time_squeeze: before
+                        .map(|b| c.time_squeeze.saturating_sub(b.time_squeeze))
+                        .unwrap_or(0),
                 }
             })
             .collect();
@@ -316,7 +393,9 @@ impl Frame {
         notes.extend(cur.notes.iter().cloned());
         if listeners.is_empty() && cur.notes.is_empty() && !unavailable.contains_key("listeners") {
             notes.push(match &cur.process {
-                Some(p) if p.fds.is_some() => format!("process {} holds no listening TCP socket", p.pid),
+                Some(p) if p.fds.is_some() => {
+                    format!("process {} holds no listening TCP socket", p.pid)
+                }
                 _ => "no listening TCP socket in this network namespace".to_string(),
             });
         }
