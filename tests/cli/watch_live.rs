@@ -101,6 +101,16 @@ for _ in $(seq 60); do
   fi
   sleep 0.25
 done
+# A narrower terminal is laid out again at once (one column: the marks below the counters),
+# not at the next frame.
+before=$(date +%s%N)
+tmux -S "$OUT/tmux.sock" resize-window -t watch -x 100 -y 40
+for _ in $(seq 60); do
+  tmux -S "$OUT/tmux.sock" capture-pane -p -t watch >"$OUT/resized.txt"
+  grep -q '^ Against their marks' "$OUT/resized.txt" && break
+  sleep 0.05
+done
+echo $(( ($(date +%s%N) - before) / 1000000 )) >"$OUT/resize_ms"
 before=$(date +%s%N)
 tmux -S "$OUT/tmux.sock" send-keys -t watch q
 for _ in $(seq 100); do
@@ -154,6 +164,21 @@ fn an_overflowing_listener_shows_full_its_overflow_rate_and_the_somaxconn_fix_in
         pane.lines()
             .any(|l| l.contains("fix:") && l.contains("net.core.somaxconn")),
         "no somaxconn fix in the pane:\n{pane}"
+    );
+    // A resize is drawn at once, in the narrow layout (frames come every 3 s).
+    let resized = read(out, "resized.txt");
+    assert!(
+        resized
+            .lines()
+            .any(|l| l.starts_with(" Against their marks"))
+            && resized.lines().all(|l| l.chars().count() <= 100)
+            && resized.contains("FULL"),
+        "not laid out again for 100 columns:\n{resized}"
+    );
+    let resize_ms: u64 = read(out, "resize_ms").trim().parse().unwrap_or(u64::MAX);
+    assert!(
+        resize_ms < 1500,
+        "the resize took {resize_ms} ms to be drawn"
     );
     // q gives the terminal back at once, not at the next frame (3 s away), and what fired
     // is said on the main screen.
