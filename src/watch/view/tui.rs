@@ -38,8 +38,10 @@ pub struct Tui {
     head: Head,
     last: Option<Frame>,
     log: Log,
-    /// Lines of the advice pane scrolled past (arrow keys).
+    /// Lines of the advice pane scrolled past (arrow keys), and the most there are to scroll
+    /// past in the last drawing.
     scroll: u16,
+    max_scroll: u16,
 }
 
 /// Whether this process holds the terminal in raw mode on the alternate screen: what the
@@ -92,6 +94,7 @@ impl Tui {
             last: None,
             log: Log::default(),
             scroll: 0,
+            max_scroll: 0,
         };
         t.draw()?;
         Ok(t)
@@ -104,30 +107,57 @@ impl Tui {
             last,
             log,
             scroll,
+            max_scroll,
         } = self;
         term.draw(|fr| {
             let area = fr.area();
-            render(area, fr.buffer_mut(), last.as_ref(), head, log, *scroll);
+            *max_scroll = render(area, fr.buffer_mut(), last.as_ref(), head, log, *scroll);
         })?;
+        *scroll = (*scroll).min(*max_scroll);
         Ok(())
     }
 
-    /// A key: whether it stops the watch (q, Esc, Ctrl-C: raw mode turns Ctrl-C into a key).
+    /// A key: whether it stops the watch.
     fn key(&mut self, code: KeyCode, mods: KeyModifiers) -> io::Result<Flow> {
-        match code {
-            KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc => return Ok(Flow::Stop),
-            KeyCode::Char('c') | KeyCode::Char('d') if mods.contains(KeyModifiers::CONTROL) => {
-                return Ok(Flow::Stop)
-            }
-            KeyCode::Down | KeyCode::Char('j') => self.scroll = self.scroll.saturating_add(1),
-            KeyCode::Up | KeyCode::Char('k') => self.scroll = self.scroll.saturating_sub(1),
-            KeyCode::PageDown | KeyCode::Char(' ') => self.scroll = self.scroll.saturating_add(10),
-            KeyCode::PageUp => self.scroll = self.scroll.saturating_sub(10),
-            KeyCode::Home => self.scroll = 0,
-            _ => return Ok(Flow::Go),
+        let to = match action(code, mods) {
+            Action::Quit => return Ok(Flow::Stop),
+            Action::Ignore => return Ok(Flow::Go),
+            Action::Scroll(by) => self.scroll.saturating_add_signed(by),
+            Action::Top => 0,
+        };
+        let to = to.min(self.max_scroll);
+        if to != self.scroll {
+            self.scroll = to;
+            self.draw()?;
         }
-        self.draw()?;
         Ok(Flow::Go)
+    }
+}
+
+/// What a key does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Quit,
+    /// Scroll the advice pane by this many lines.
+    Scroll(i16),
+    Top,
+    Ignore,
+}
+
+/// q, Esc and Ctrl-C quit (raw mode turns Ctrl-C into a key, not a signal), and Ctrl-D as a
+/// shell would; the arrows, j/k, the page keys and Home scroll the advice.
+fn action(code: KeyCode, mods: KeyModifiers) -> Action {
+    match code {
+        KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc => Action::Quit,
+        KeyCode::Char('c') | KeyCode::Char('d') if mods.contains(KeyModifiers::CONTROL) => {
+            Action::Quit
+        }
+        KeyCode::Down | KeyCode::Char('j') => Action::Scroll(1),
+        KeyCode::Up | KeyCode::Char('k') => Action::Scroll(-1),
+        KeyCode::PageDown | KeyCode::Char(' ') => Action::Scroll(10),
+        KeyCode::PageUp => Action::Scroll(-10),
+        KeyCode::Home => Action::Top,
+        _ => Action::Ignore,
     }
 }
 
@@ -213,7 +243,8 @@ const MIN_H: u16 = 10;
 /// Columns from which the tables sit side by side.
 const WIDE: u16 = 120;
 
-/// Draw one frame (None: before the first, which needs two readings) into `buf`.
+/// Draw one frame (None: before the first, which needs two readings) into `buf`, the advice
+/// scrolled by `scroll` lines; returns how many lines the advice can scroll by.
 pub fn render(
     area: Rect,
     buf: &mut Buffer,
@@ -221,7 +252,7 @@ pub fn render(
     head: &Head,
     log: &Log,
     scroll: u16,
-) {
+) -> u16 {
     if area.width < MIN_W || area.height < MIN_H {
         Paragraph::new(format!(
             "wstune watch: the terminal is {}x{}; it needs at least {MIN_W}x{MIN_H} (q quits)",
@@ -229,7 +260,7 @@ pub fn render(
         ))
         .wrap(Wrap { trim: true })
         .render(area, buf);
-        return;
+        return 0;
     }
     let head_text = header(f, head, log);
     let head_h = lines_needed(&head_text, area.width).clamp(2, 6);
@@ -246,9 +277,9 @@ pub fn render(
         .wrap(Wrap { trim: false })
         .block(Block::new().borders(Borders::TOP))
         .render(rest, buf);
-        return;
+        return 0;
     };
-    let advice_text = advice(f, log);
+    let advice_text = advice(f, log, area.width);
     let advice_need = lines_needed(&advice_text, area.width) + 1;
     let advice_h = advice_need.clamp(3, (area.height * 9 / 20).max(3));
     let [top, body, bottom] = Layout::vertical([
@@ -309,8 +340,9 @@ pub fn render(
     }
 
     let inner = bottom.height.saturating_sub(1);
-    let more = advice_need.saturating_sub(1) > inner;
-    let scroll = scroll.min(advice_need.saturating_sub(1).saturating_sub(inner));
+    let max_scroll = advice_need.saturating_sub(1).saturating_sub(inner);
+    let more = max_scroll > 0;
+    let scroll = scroll.min(max_scroll);
     let title = if f.advice.is_empty() && log.events.is_empty() {
         " Advice ".to_string()
     } else if more {
@@ -323,6 +355,7 @@ pub fn render(
         .scroll((scroll, 0))
         .block(pane(&title, !f.advice.is_empty()))
         .render(bottom, buf);
+    max_scroll
 }
 
 /// A pane: one rule on top with its title (borders all round cost two rows of figures).
@@ -825,27 +858,70 @@ fn server(f: &Frame, area: Rect, buf: &mut Buffer) {
         .render(area, buf);
 }
 
-fn advice(f: &Frame, log: &Log) -> Text<'static> {
+/// `label`, then `body` wrapped at word boundaries to `width`, its continuation lines
+/// indented under the body so each piece of advice reads as one block.
+fn hanging(
+    label: &str,
+    label_style: Style,
+    body: &str,
+    style: Style,
+    width: u16,
+) -> Vec<Line<'static>> {
+    let indent = label.chars().count();
+    let room = usize::from(width).saturating_sub(indent).max(20);
+    let mut rows: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    // Split on single spaces so a double space in the catalog's words stays one.
+    for word in body.split(' ') {
+        let (cl, wl) = (cur.chars().count(), word.chars().count());
+        if cl > 0 && cl + 1 + wl > room {
+            rows.push(std::mem::take(&mut cur));
+        } else if cl > 0 {
+            cur.push(' ');
+        }
+        cur.push_str(word);
+    }
+    rows.push(cur);
+    rows.into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let lead = if i == 0 {
+                Span::styled(label.to_string(), label_style)
+            } else {
+                Span::raw(" ".repeat(indent))
+            };
+            Line::from(vec![lead, Span::styled(r, style)])
+        })
+        .collect()
+}
+
+fn advice(f: &Frame, log: &Log, width: u16) -> Text<'static> {
     let mut lines: Vec<Line> = Vec::new();
     for a in &f.advice {
         lines.push(Line::from(vec![
             Span::styled(format!("● {}", a.id), RED),
             Span::styled(format!("  {}", a.title), BOLD),
         ]));
-        lines.push(Line::from(format!("  moved: {}", a.what)));
+        lines.extend(hanging(
+            "  moved: ",
+            Style::new(),
+            &a.what,
+            Style::new(),
+            width,
+        ));
         if let (Some(c), Some(t)) = (&a.current, &a.target) {
             lines.push(Line::from(format!("  now {c}, the profile's target {t}")));
         }
         for fix in &a.fix {
-            lines.push(Line::from(vec![
-                Span::styled("  fix: ", GREEN.add_modifier(Modifier::BOLD)),
-                Span::styled(fix.clone(), Style::new().fg(Color::Cyan)),
-            ]));
+            lines.extend(hanging(
+                "  fix: ",
+                GREEN.add_modifier(Modifier::BOLD),
+                fix,
+                Style::new().fg(Color::Cyan),
+                width,
+            ));
         }
-        lines.push(Line::from(vec![
-            Span::styled("  why: ", BOLD),
-            Span::raw(a.why.clone()),
-        ]));
+        lines.extend(hanging("  why: ", BOLD, &a.why, Style::new(), width));
     }
     let earlier: Vec<_> = log
         .events
@@ -855,14 +931,15 @@ fn advice(f: &Frame, log: &Log) -> Text<'static> {
     if !earlier.is_empty() {
         lines.push(Line::from(Span::styled("Earlier, quiet now:", YELLOW)));
         for e in earlier {
-            lines.push(Line::from(format!(
-                "  {} ({}): {} interval(s), last at {}: {}",
+            let text = format!(
+                "{} ({}): {} interval(s), last at {}: {}",
                 e.id,
                 e.title,
                 e.count,
                 clock(&e.last_seen),
                 e.what
-            )));
+            );
+            lines.extend(hanging("  ", Style::new(), &text, Style::new(), width));
         }
     }
     if lines.is_empty() {
@@ -1045,7 +1122,7 @@ mod tests {
         let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
         term.draw(|fr| {
             let area = fr.area();
-            render(area, fr.buffer_mut(), f, &head(), log, 0)
+            render(area, fr.buffer_mut(), f, &head(), log, 0);
         })
         .unwrap();
         let buf = term.backend().buffer();
@@ -1098,7 +1175,7 @@ mod tests {
         let mut term = Terminal::new(TestBackend::new(200, 60)).unwrap();
         term.draw(|fr| {
             let area = fr.area();
-            render(area, fr.buffer_mut(), Some(&f), &head(), &Log::default(), 0)
+            render(area, fr.buffer_mut(), Some(&f), &head(), &Log::default(), 0);
         })
         .unwrap();
         let buf = term.backend().buffer().clone();
@@ -1117,6 +1194,51 @@ mod tests {
         assert_ne!(buf[(x, y)].fg, Color::Red);
         let (x, y) = find("FULL");
         assert_eq!(buf[(x, y)].fg, Color::Red);
+    }
+
+    #[test]
+    fn q_esc_and_ctrl_c_quit_and_a_plain_c_does_not() {
+        let none = KeyModifiers::NONE;
+        let ctrl = KeyModifiers::CONTROL;
+        for (code, mods) in [
+            (KeyCode::Char('q'), none),
+            (KeyCode::Char('Q'), none),
+            (KeyCode::Esc, none),
+            (KeyCode::Char('c'), ctrl),
+            (KeyCode::Char('d'), ctrl),
+        ] {
+            assert_eq!(action(code, mods), Action::Quit, "{code:?} {mods:?}");
+        }
+        assert_eq!(action(KeyCode::Char('c'), none), Action::Ignore);
+        assert_eq!(action(KeyCode::Down, none), Action::Scroll(1));
+        assert_eq!(action(KeyCode::Up, none), Action::Scroll(-1));
+        assert_eq!(action(KeyCode::Home, none), Action::Top);
+    }
+
+    #[test]
+    fn long_advice_wraps_under_its_label_and_scrolls() {
+        let mut f = overflowing();
+        f.advice[0].why = "word ".repeat(60).trim_end().to_string();
+        let s = screen(Some(&f), &Log::default(), 80, 60);
+        let why = s
+            .lines()
+            .position(|l| l.starts_with("  why: word"))
+            .expect(&s);
+        let next = s.lines().nth(why + 1).unwrap();
+        assert!(next.starts_with("       word"), "{next:?}\n{s}");
+        assert!(s.lines().all(|l| l.chars().count() <= 80));
+        // A short screen cannot hold it all: render says how far it scrolls, and scrolled that
+        // far the last line is in view.
+        let area = Rect::new(0, 0, 80, 24);
+        let mut buf = Buffer::empty(area);
+        let max = render(area, &mut buf, Some(&f), &head(), &Log::default(), 0);
+        assert!(max > 0);
+        let mut buf = Buffer::empty(area);
+        render(area, &mut buf, Some(&f), &head(), &Log::default(), max);
+        let text: String = (0..24)
+            .map(|y| (0..80).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n")
+            .collect();
+        assert!(text.contains("  fix: echo"), "{text}");
     }
 
     #[test]
