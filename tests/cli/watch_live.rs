@@ -119,6 +119,23 @@ for _ in $(seq 100); do
   sleep 0.05
 done
 echo $(( ($(date +%s%N) - before) / 1000000 )) >"$OUT/quit_ms"
+# A termination signal (kill, a service manager, a closed SSH session) gives the terminal
+# back too. `exec` keeps the PID the inner shell wrote.
+tmux -u -S "$OUT/tmux.sock" new-session -d -s term -x 120 -y 40 \
+  "bash -c 'echo \$\$ >\"$OUT/term.pid\"; exec \"$WSTUNE\" watch --interval 3 2>>\"$OUT/tui.err\"'; echo \"watch exited \$?\"; sleep 20"
+for _ in $(seq 100); do
+  tmux -S "$OUT/tmux.sock" capture-pane -p -t term >"$OUT/term_before.txt"
+  grep -q 'wstune watch' "$OUT/term_before.txt" && [ -s "$OUT/term.pid" ] && break
+  sleep 0.05
+done
+before=$(date +%s%N)
+kill -TERM "$(cat "$OUT/term.pid")"
+for _ in $(seq 100); do
+  tmux -S "$OUT/tmux.sock" capture-pane -p -t term >"$OUT/term_after.txt"
+  grep -q 'watch exited' "$OUT/term_after.txt" && break
+  sleep 0.05
+done
+echo $(( ($(date +%s%N) - before) / 1000000 )) >"$OUT/term_ms"
 wait $PLAIN $JSON
 "#;
 
@@ -197,6 +214,22 @@ fn an_overflowing_listener_shows_full_its_overflow_rate_and_the_somaxconn_fix_in
     );
     let quit_ms: u64 = read(out, "quit_ms").trim().parse().unwrap_or(u64::MAX);
     assert!(quit_ms < 1500, "q took {quit_ms} ms to end the view");
+    let before = read(out, "term_before.txt");
+    assert!(
+        before.contains("wstune watch"),
+        "the second view never drew:\n{before}\n{diag}"
+    );
+    let term = read(out, "term_after.txt");
+    assert!(
+        term.contains("watch exited 0"),
+        "after SIGTERM:\n{term}\n{diag}"
+    );
+    assert!(
+        !term.contains("wstune watch "),
+        "the full-screen view is still on the screen after SIGTERM:\n{term}"
+    );
+    let term_ms: u64 = read(out, "term_ms").trim().parse().unwrap_or(u64::MAX);
+    assert!(term_ms < 1500, "SIGTERM took {term_ms} ms to end the view");
 
     // The ticker lines and the advice block below the first line that turned.
     let plain = read(out, "plain.txt");

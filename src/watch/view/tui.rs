@@ -73,6 +73,7 @@ impl Tui {
     /// Take the terminal (raw mode, alternate screen) and draw the waiting screen.
     pub fn new(head: Head) -> io::Result<Tui> {
         hook_panics();
+        crate::host::process::catch_termination();
         terminal::enable_raw_mode()?;
         ACTIVE.store(true, Ordering::SeqCst);
         let started = (|| {
@@ -169,14 +170,20 @@ impl View for Tui {
         Ok(Flow::Go)
     }
 
-    /// Read keys until `until`: a quit is answered at once, a resize redrawn at once.
+    /// Read keys until `until`: a quit is answered at once, a resize redrawn at once; a
+    /// termination signal (`kill`, a closed SSH session) ends the view within a tenth of a
+    /// second, the terminal given back.
     fn wait(&mut self, until: Instant) -> io::Result<Flow> {
         loop {
+            if crate::host::process::termination_requested() {
+                return Ok(Flow::Stop);
+            }
             let now = Instant::now();
             if now >= until {
                 return Ok(Flow::Go);
             }
-            if !event::poll(until - now)? {
+            let slice = (until - now).min(std::time::Duration::from_millis(100));
+            if !event::poll(slice)? {
                 continue;
             }
             match event::read()? {
