@@ -9,7 +9,7 @@ use crate::watch::record::{Header, Recorder, RECORDING};
 use crate::watch::sample::Scope;
 use crate::watch::serve::{Headless, Hub, Server};
 use crate::watch::server::Scraper;
-use crate::watch::view::{json::Json, plain::Plain, tui::Tui};
+use crate::watch::view::{json::Json, plain::Plain, tui};
 use crate::watch::{self, View, Watch};
 use anyhow::{Context, Result};
 use std::net::SocketAddr;
@@ -61,14 +61,26 @@ pub fn run(r: Request) -> Result<Outcome> {
             host: backend.describe().hostname.clone(),
             interval_s: r.interval.as_secs_f64(),
             wstune: env!("CARGO_PKG_VERSION").to_string(),
-            scope: scope_words,
+            scope: scope_words.clone(),
         };
         views.push(Box::new(Recorder::create(path, &header).with_context(
             || format!("--record {}: cannot write the recording", path.display()),
         )?));
     }
     match r.view {
-        ViewKind::Screen => views.push(Box::new(Tui)),
+        // First in line: the run waits on each view in turn, and the screen's wait is the
+        // one that reads keys, so a quit is answered at once, not after the recorder's sleep.
+        ViewKind::Screen => views.insert(
+            0,
+            Box::new(
+                tui::Tui::new(tui::Head {
+                    host: backend.describe().hostname.clone(),
+                    scope: scope_words.clone(),
+                    interval_s: r.interval.as_secs_f64(),
+                })
+                .context("cannot take the terminal for the full-screen view (--plain prints lines instead)")?,
+            ),
+        ),
         ViewKind::Plain => views.push(Box::new(Plain::new(std::io::stdout()))),
         ViewKind::Json => views.push(Box::new(Json::new(std::io::stdout()))),
         ViewKind::Headless => match &serving {

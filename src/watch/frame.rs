@@ -336,11 +336,12 @@ impl Frame {
                     turned: fds > mark,
                 });
             }
-            let gone = unavailable.remove("process");
-            let fds = unavailable.remove("process descriptors");
-            if let Some(why) = &gone {
-                notes.push(format!("process {}: {}", p.pid, process_gone(why)));
-            } else if let Some(why) = fds {
+            // A process that cannot be read at all says so once: its descriptors are then
+            // unreadable for the same reason, and "run as root" would mislead.
+            let descriptors = unavailable.remove("process descriptors");
+            if let Some(why) = unavailable.remove("process") {
+                notes.push(format!("process {}: {}", p.pid, process_gone(&why)));
+            } else if let Some(why) = descriptors {
                 notes.push(format!(
                     "process {}: its descriptors cannot be read ({why}); every listener is shown. \
                      Run as root (or with CAP_SYS_PTRACE) to tie listeners to it",
