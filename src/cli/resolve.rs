@@ -75,7 +75,10 @@ pub fn watch(a: &WatchArgs) -> Result<cmd::watch::Request> {
     };
     if let Some(path) = &a.record {
         if path.is_dir() {
-            bail!("--record {}: is a directory; give a file to write the recording to", path.display());
+            bail!(
+                "--record {}: is a directory; give a file to write the recording to",
+                path.display()
+            );
         }
     }
     use std::io::IsTerminal;
@@ -447,6 +450,16 @@ pub fn token(a: &args::TokenArgs) -> Result<cmd::token::Request> {
         now: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+    })
+}
+
+pub fn report_watch(a: &args::ReportWatchArgs) -> Result<cmd::report::WatchRequest> {
+    if let Some(path) = &a.output {
+        crate::output::check_writable(path, "--output")?;
+    }
+    Ok(cmd::report::WatchRequest {
+        file: a.file.clone(),
+        output: a.output.clone(),
     })
 }
 

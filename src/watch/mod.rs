@@ -10,6 +10,7 @@ pub mod frame;
 pub mod record;
 pub mod sample;
 pub mod server;
+pub mod timeline;
 pub mod view;
 
 use crate::host::Backend;
