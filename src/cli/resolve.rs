@@ -368,6 +368,7 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
         .map(|u| Url::parse(u).map_err(anyhow::Error::msg))
         .collect::<Result<_>>()?;
     let mut load = load(&a.load)?;
+    load.host_words = crate::engine::selftest::host_words(&a.profile);
     if let Some(path) = &a.script {
         script(path, &mut load)?;
     }
@@ -719,6 +720,8 @@ fn load(l: &LoadArgs) -> Result<Load> {
             drain_url: l.drain_url.clone(),
             disrupt: None,
         },
+        // Filled in by the command that knows the profile (`selftest`, `serve --self-test`).
+        host_words: None,
     })
 }
 
