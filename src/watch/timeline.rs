@@ -175,23 +175,15 @@ impl Timeline {
                         .counters
                         .iter()
                         .filter(|c| c.check.as_deref() == Some(a.id.as_str()))
-                        .map(|c| {
-                            format!(
-                                "{} from t={} s to t={} s",
-                                counter(c),
-                                secs(c.first_s),
-                                secs(c.last_s)
-                            )
-                        })
+                        .map(|c| format!("{} {}", counter(c), when(c.first_s, c.last_s)))
                         .collect();
                     what.extend(moved);
                 }
                 if what.is_empty() {
                     what.push(format!(
-                        "{} (t={} to {} s, {} interval{})",
+                        "{} {} ({} interval{})",
                         a.what,
-                        secs(a.first_s),
-                        secs(a.last_s),
+                        when(a.first_s, a.last_s),
                         a.count,
                         if a.count == 1 { "" } else { "s" }
                     ));
@@ -203,11 +195,113 @@ impl Timeline {
     }
 }
 
+/// "at t=4 s", or "from t=1 s to t=26 s".
+fn when(first: f64, last: f64) -> String {
+    if secs(first) == secs(last) {
+        format!("at t={} s", secs(first))
+    } else {
+        format!("from t={} s to t={} s", secs(first), secs(last))
+    }
+}
+
 /// Seconds as a report says them: whole above ten, one decimal below.
 fn secs(s: f64) -> String {
     if s >= 10.0 || s.fract().abs() < 0.05 {
         format!("{s:.0}")
     } else {
         format!("{s:.1}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watch::advice::Advice;
+    use crate::watch::frame::{CounterRow, ListenerRow, SCHEMA};
+
+    fn frame(at: f64, queue: u32, overflows: u64) -> Frame {
+        let full = queue >= 2;
+        Frame {
+            schema: SCHEMA.into(),
+            time: format!("t{at}"),
+            elapsed_s: at,
+            interval_s: 1.0,
+            listeners: vec![ListenerRow {
+                local: "127.0.0.1:9001".into(),
+                queue,
+                backlog: 2,
+                fill: f64::from(queue) / 2.0,
+                full,
+                states: None,
+            }],
+            somaxconn: Some(2),
+            totals: None,
+            connections_age_s: None,
+            counters: vec![CounterRow {
+                name: "TcpExt.ListenOverflows".into(),
+                total: 0,
+                delta: overflows,
+                per_s: overflows as f64,
+                check: Some("linux.counter.listen_overflows".into()),
+                turned: overflows > 0,
+            }],
+            gauges: Vec::new(),
+            cpus: Vec::new(),
+            ports: None,
+            process: None,
+            server: None,
+            advice: [
+                full.then(|| {
+                    advice(
+                        "linux.net.core.somaxconn",
+                        "sysctl -w net.core.somaxconn=4096",
+                    )
+                }),
+                (overflows > 0)
+                    .then(|| advice("linux.counter.listen_overflows", "raise somaxconn")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+            unavailable: Default::default(),
+            notes: Vec::new(),
+        }
+    }
+
+    fn advice(id: &str, fix: &str) -> Advice {
+        Advice {
+            id: id.into(),
+            title: id.into(),
+            what: "moved".into(),
+            why: String::new(),
+            fix: vec![fix.into()],
+            current: None,
+            target: None,
+        }
+    }
+
+    #[test]
+    fn a_full_queue_and_its_overflows_read_as_one_sentence_each() {
+        let t = Timeline::of(&[
+            frame(1.0, 0, 0),
+            frame(2.0, 3, 4000),
+            frame(3.0, 2, 210),
+            frame(4.0, 0, 0),
+        ]);
+        let l = &t.listeners[0];
+        assert_eq!(
+            (l.max_queue, l.full_s, l.first_full_s, l.last_queue),
+            (3, 2.0, Some(2.0), 0)
+        );
+        assert_eq!(t.counters[0].delta, 4210);
+        assert_eq!(
+            t.lines(),
+            [
+                "accept queue of 127.0.0.1:9001 full for 2 s at t=2 s (at most 3 of 2); \
+                 TcpExt.ListenOverflows +4,210: sysctl -w net.core.somaxconn=4096 (linux.net.core.somaxconn)",
+                "TcpExt.ListenOverflows +4,210 from t=2 s to t=3 s: raise somaxconn (linux.counter.listen_overflows)",
+            ]
+        );
+        assert!(Timeline::of(&[frame(1.0, 0, 0)]).lines().is_empty());
     }
 }
