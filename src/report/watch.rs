@@ -87,11 +87,11 @@ pub fn watch_page(r: &Recording, source: &str) -> String {
     page.push_str(&cpu_section(frames, &moments, &ticks));
     page.push_str(&server_section(frames, &moments, &ticks));
     page.push_str(&notes_section(frames));
-    let _ = write!(
+    let _ = writeln!(
         page,
         "<footer>Rendered by wstune {} from {} (written by wstune {}, frames {}). Every figure \
          is the kernel's own, read once per interval; rates are per second over the interval \
-         before each reading.</footer></body></html>\n",
+         before each reading.</footer></body></html>",
         env!("CARGO_PKG_VERSION"),
         esc(source),
         esc(&r.header.wstune),
