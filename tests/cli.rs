@@ -22,6 +22,7 @@ mod profiles;
 mod usage;
 mod watch;
 mod watch_live;
+mod watch_report;
 mod watch_serve;
 
 /// wstune at 120 columns: what this file's expected texts and snapshots are laid out for

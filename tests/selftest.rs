@@ -635,3 +635,82 @@ fn a_cpu_hog_on_the_box_makes_the_verdict_not_proven() {
     // The generator's sends were measured too.
     assert!(s["arrivals"]["gap_cv"].as_f64().is_some(), "{s:#}");
 }
+
+/// A self-test against a server whose accept queue is too small (somaxconn 2 in a private
+/// network namespace, the server stopped for 2.5 s while the storm connects) reports the
+/// overflow in the scenario's host timeline: the listener full, ListenOverflows moved, and the
+/// somaxconn check with its fix, in the JSON report, on the HTML page and under the table.
+#[test]
+fn a_storm_against_a_too_small_backlog_shows_the_overflow_in_its_host_timeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let script = format!(
+        r#"
+DIR={d}
+ip link set lo up
+echo 2 > /proc/sys/net/core/somaxconn
+"$WSTUNE" serve --port 9001 --admin off --profile 10k > "$DIR/serve.log" 2>&1 &
+S=$!
+for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/9001) 2>/dev/null && break; sleep 0.1; done
+run() {{
+    kill -STOP $S
+    (sleep 2.5; kill -CONT $S) &
+    C=$!
+    timeout 120 "$WSTUNE" selftest --url ws://127.0.0.1:9001/ --scenario storm --conns 20 \
+        --profile 10k "$@"
+    echo "rc=$?" >&2
+    wait $C
+}}
+run --format json --report "$DIR/page.html" > "$DIR/report.json"
+run --format table > "$DIR/table.txt"
+kill -CONT $S; kill $S
+"#
+    );
+    let Some(o) = common::in_netns(&script) else {
+        return;
+    };
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    let file = |n: &str| std::fs::read_to_string(dir.path().join(n)).unwrap_or_default();
+    let r: Value = serde_json::from_str(&file("report.json"))
+        .unwrap_or_else(|e| panic!("no JSON report ({e}): {err}\nserve: {}", file("serve.log")));
+    let storm = common::element(&r["scenarios"], "scenario", "storm");
+    let t = &storm["host_timeline"];
+    assert!(t["frames"].as_u64().unwrap() >= 2, "{t:#}");
+    let l = common::element(&t["listeners"], "local", "127.0.0.1:9001");
+    assert_eq!(l["backlog"], 2, "{t:#}");
+    assert!(l["full_s"].as_f64().unwrap() > 0.0, "never full: {t:#}");
+    assert!(l["max_queue"].as_u64().unwrap() >= 2, "{t:#}");
+    let overflows = common::element(&t["counters"], "name", "TcpExt.ListenOverflows");
+    assert!(overflows["delta"].as_u64().unwrap() > 0, "{t:#}");
+    let somaxconn = common::element(&t["advice"], "id", "linux.net.core.somaxconn");
+    // The catalog's words, with the profile's target.
+    assert!(
+        somaxconn["fix"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("sysctl -w net.core.somaxconn="),
+        "{somaxconn:#}"
+    );
+    assert!(somaxconn["first_s"].as_f64().unwrap() > 0.0);
+    common::element(&t["advice"], "id", "linux.counter.listen_overflows");
+
+    let line = |text: &str| -> String {
+        text.lines()
+            .find(|l| l.contains("accept queue of 127.0.0.1:9001 full for"))
+            .unwrap_or_else(|| panic!("no host timeline line in:\n{text}\n{err}"))
+            .to_string()
+    };
+    let html = line(&file("page.html"));
+    assert!(
+        html.contains("TcpExt.ListenOverflows +") && html.contains("(linux.net.core.somaxconn)"),
+        "{html}"
+    );
+    let table = line(&file("table.txt"));
+    assert!(
+        table.starts_with("host during storm: accept queue of 127.0.0.1:9001 full for ")
+            && table.contains("TcpExt.ListenOverflows +")
+            && table.contains("sysctl -w net.core.somaxconn=")
+            && table.ends_with("(linux.net.core.somaxconn)"),
+        "{table}"
+    );
+}

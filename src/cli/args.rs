@@ -10,7 +10,7 @@ mod token;
 mod values;
 
 pub use load::LoadArgs;
-pub use report::{ReportCommand, ReportMergeArgs};
+pub use report::{ReportCommand, ReportMergeArgs, ReportWatchArgs};
 pub use token::TokenArgs;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};

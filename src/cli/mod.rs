@@ -94,6 +94,9 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Report(args::ReportCommand::Merge(a)) => {
             cmd::report::merge(resolve::report_merge(&a)?)
         }
+        Command::Report(args::ReportCommand::Watch(a)) => {
+            cmd::report::watch(resolve::report_watch(&a)?)
+        }
         Command::SelftestWorker => crate::selftest::worker::main().map(|()| Outcome::Ok),
         Command::Snapshot(a) => cmd::snapshot::run(resolve::snapshot(&a)),
         Command::Profiles(p) => cmd::profiles::run(resolve::profiles(&p)),

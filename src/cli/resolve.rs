@@ -374,6 +374,7 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
         .map(|u| Url::parse(u).map_err(anyhow::Error::msg))
         .collect::<Result<_>>()?;
     let mut load = load(&a.load)?;
+    load.host_words = crate::engine::selftest::host_words(&a.profile);
     if let Some(path) = &a.script {
         script(path, &mut load)?;
     }
@@ -456,6 +457,16 @@ pub fn token(a: &args::TokenArgs) -> Result<cmd::token::Request> {
         now: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+    })
+}
+
+pub fn report_watch(a: &args::ReportWatchArgs) -> Result<cmd::report::WatchRequest> {
+    if let Some(path) = &a.output {
+        crate::output::check_writable(path, "--output")?;
+    }
+    Ok(cmd::report::WatchRequest {
+        file: a.file.clone(),
+        output: a.output.clone(),
     })
 }
 
@@ -715,6 +726,8 @@ fn load(l: &LoadArgs) -> Result<Load> {
             drain_url: l.drain_url.clone(),
             disrupt: None,
         },
+        // Filled in by the command that knows the profile (`selftest`, `serve --self-test`).
+        host_words: None,
     })
 }
 

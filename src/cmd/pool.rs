@@ -219,6 +219,8 @@ async fn load(
         tls: None,
         request,
         disrupt: None,
+        // Sizing a pool reads its own figures; the host's timeline is the self-test's.
+        host_watch: None,
     };
     let r = selftest::run_scenario(&o, Scenario::EchoSat).await?;
     load_complete(&r)?;

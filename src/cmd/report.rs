@@ -1,6 +1,7 @@
 //! `wstune report merge`: the JSON reports of a run's shards (`selftest --shard I/N` on
 //! several hosts) combined into one report and judged as one run, with the same outputs
-//! (table or JSON, `--report` HTML) and exit codes as `selftest`.
+//! (table or JSON, `--report` HTML) and exit codes as `selftest`. `wstune report watch`: a
+//! recording of `watch --record` as one HTML page.
 
 use crate::engine::selftest::{finish, Load};
 use crate::outcome::Outcome;
@@ -79,4 +80,58 @@ pub fn merge(r: MergeRequest) -> Result<Outcome> {
         from.start_skew_ms
     );
     finish(&merged, None, &r.load)
+}
+
+/// A recording holds a frame per interval (a day at one second is some 100 MB); 512 MiB is
+/// past any real one and keeps a wrong file (a disk image) from being read into memory.
+const MAX_RECORDING_BYTES: u64 = 512 << 20;
+
+pub struct WatchRequest {
+    pub file: PathBuf,
+    /// None: standard output.
+    pub output: Option<PathBuf>,
+}
+
+pub fn watch(r: WatchRequest) -> Result<Outcome> {
+    let f = r.file.display();
+    let text =
+        crate::host::input::read_bounded(&r.file, MAX_RECORDING_BYTES, None).map_err(|e| {
+            anyhow::anyhow!(
+                "{f}: {}; give a file that `wstune watch --record FILE` wrote",
+                e.words()
+            )
+        })?;
+    let rec = crate::watch::record::parse(&text).map_err(|e| anyhow::anyhow!("{f}: {e}"))?;
+    if rec.frames.is_empty() {
+        bail!(
+            "{f}: the recording has no whole frame{} (the watch stopped before its first \
+             interval ended); record at least one interval, e.g. `wstune watch --plain --count 5 \
+             --record FILE`",
+            if rec.truncated {
+                ", only a line cut short"
+            } else {
+                ""
+            }
+        );
+    }
+    let page = crate::report::watch::watch_page(&rec, &f.to_string());
+    crate::output::emit(r.output.as_deref(), &page)?;
+    if let Some(out) = &r.output {
+        let fired = crate::watch::timeline::Timeline::of(&rec.frames)
+            .advice
+            .len();
+        eprintln!(
+            "wrote {}: {} frames, {} piece{} of advice{}",
+            out.display(),
+            rec.frames.len(),
+            fired,
+            if fired == 1 { "" } else { "s" },
+            if rec.truncated {
+                "; the recording's last line was cut short and is left out"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(Outcome::Ok)
 }

@@ -58,6 +58,31 @@ pub struct Load {
     pub tls: TlsLoad,
     /// restart: how the server is restarted or drained.
     pub restart: crate::selftest::restart::RestartAsk,
+    /// The catalog's words for the advice in each scenario's host timeline (see
+    /// [`host_words`]); None: the advice names its check ids only.
+    pub host_words: Option<std::sync::Arc<crate::watch::advice::Words>>,
+}
+
+/// The words of this host's check against `profile` (a built-in name or a file), for the
+/// advice the scenarios' host timelines give: the fixes then name the profile's targets, as
+/// `wstune check` and `wstune watch` print them. None when the check cannot run here.
+pub fn host_words(profile: &str) -> Option<std::sync::Arc<crate::watch::advice::Words>> {
+    let backend = crate::host::live(None);
+    let inputs = super::check::inputs(
+        &super::check::Target {
+            profile: profile.to_string(),
+            pid: None,
+            unit: None,
+            catalog: None,
+            role: None,
+        },
+        backend.as_ref(),
+    )
+    .ok()?;
+    let report = super::check::report(&inputs, backend.as_ref(), None);
+    Some(std::sync::Arc::new(
+        crate::watch::advice::Words::from_findings(&report.results),
+    ))
 }
 
 /// The generator's TLS settings as given (`--ca`, `--insecure`, `--tls-resume`).
@@ -395,6 +420,7 @@ pub fn plan(
         (Some(a), Some(b)) => Some(format!("{a}; {b}")),
         (a, b) => a.or(b),
     };
+    let port = target.addr.port();
     let mut opts = RunPlan {
         target,
         broadcast_target,
@@ -421,6 +447,10 @@ pub fn plan(
         script,
         tls,
         disrupt,
+        host_watch: Some(crate::selftest::host_watch::HostWatch {
+            words: load.host_words.clone().unwrap_or_default(),
+            ports: vec![port],
+        }),
     };
     opts.shard = load.shard.map(|s| Shard {
         slot_secs: crate::selftest::shard::slot_secs(&opts, total_conns),

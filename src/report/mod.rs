@@ -18,6 +18,7 @@ pub mod checks_doc;
 pub mod metrics_doc;
 pub mod profile_doc;
 pub mod schema_doc;
+pub mod watch;
 
 pub use bench::{broadcast_table, contexts_table, round_trip_table};
 pub use journal::{entry_list, restore_preview};

@@ -14,6 +14,7 @@
 pub mod arrivals;
 pub mod client;
 pub mod command;
+pub mod host_watch;
 pub mod noise;
 pub mod report;
 pub mod restart;

@@ -141,6 +141,11 @@ pub struct ScenarioReport {
     /// differences are the skew `report merge` prints).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_unix_ms: Option<u64>,
+    /// The host's connection counters during the scenario, as `wstune watch` reads them: per
+    /// listener the deepest accept queue and the seconds it was full, the counters that moved,
+    /// and the advice that fired, with seconds since the scenario started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_timeline: Option<crate::watch::timeline::Timeline>,
     /// The distributions behind the latency figures, so reports of shards run on several hosts
     /// merge exactly (`wstune report merge`). Last, being the longest and the least read.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -56,6 +56,8 @@ pub struct RunPlan {
     pub shard: Option<shard::Shard>,
     /// wss:// targets: whom the generator trusts, whether it resumes sessions.
     pub tls: Option<super::tls::TlsClient>,
+    /// The host's counters read during each scenario (the report's `host_timeline`).
+    pub host_watch: Option<super::host_watch::HostWatch>,
     /// `--script`: the populations and their steps (the `script` scenario).
     pub script: Option<super::script::Script>,
     /// restart: how the server is disrupted (None: the scenario cannot run).
@@ -167,6 +169,9 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     let rss_before = server_sample(o, scenario).map(|s| s.1);
     let kernel_before = (scenario == Scenario::Idle).then(kernel_sample).flatten();
     let drops_before = drop_counters();
+    // From before the first connection (a storm overflows while it connects) to the window's
+    // end; a thread of its own reads the host, the generator runs in other processes.
+    let host = o.host_watch.as_ref().map(|h| h.start());
     let mut procs = spawn_workers(o, scenario, target).await?;
     let workers = procs.len();
     let (connected, first_error) = connect_phase(&mut procs, o, scenario, target).await?;
@@ -212,6 +217,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         incomplete = late;
     }
     let drops = kernel_drops(drops_before, drop_counters());
+    let host_timeline = host.and_then(|h| h.finish());
     watch.window_ended();
     if let Some(p) = publisher {
         let _ = p.await;
@@ -315,6 +321,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     }
     Ok(ScenarioReport {
         scenario,
+        host_timeline,
         conns_requested: if cycles {
             clients_in_flight(o, workers)
         } else {

@@ -75,9 +75,14 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
     } else {
         None
     };
+    init_logs(&r, "warn");
+    let checked = host.map(|h| check::report(&h.inputs, h.backend.as_ref(), None));
+    // The same findings word the advice of each scenario's host timeline.
+    load.host_words = checked
+        .as_ref()
+        .map(|c| std::sync::Arc::new(crate::watch::advice::Words::from_findings(&c.results)));
     let (r, load, profile) = (&r, &load, &t.profile);
-    init_logs(r, "warn");
-    let host = host.map(|h| check::host_check(&check::report(&h.inputs, h.backend.as_ref(), None)));
+    let host = checked.as_ref().map(check::host_check);
     let (soft, _hard) = crate::host::raise_nofile();
     // Beyond one process's fd limit the server runs as a child `serve --processes N` (the
     // supervisor, Linux); `--processes` (or the profile's server.processes) fixes N instead.

@@ -11,6 +11,7 @@ pub mod record;
 pub mod sample;
 pub mod serve;
 pub mod server;
+pub mod timeline;
 pub mod view;
 
 use crate::host::Backend;

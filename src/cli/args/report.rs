@@ -18,6 +18,30 @@ pub enum ReportCommand {
         scenarios, shard count, start time) are refused. Exit codes as selftest's."
     )]
     Merge(ReportMergeArgs),
+    /// Render a recording of `wstune watch --record FILE` as one self-contained HTML page: a
+    /// chart per counter that moved, the listeners' accept queues, the marks, softirq per CPU,
+    /// the server's figures, and the moments advice fired with the catalog's fix.
+    #[command(
+        long_about = "Render a recording of `wstune watch --record FILE` as one self-contained \
+        HTML page (no script, font or stylesheet from elsewhere: it reads offline): what the \
+        recording covers, the advice that fired with each check's first and last moment, count \
+        and fix, the listener table (last frame and deepest queue seen), and a time series per \
+        counter that moved (per second), per listener queue fill, per value against its mark, \
+        softirq per CPU and the server's own figures, with the moments advice fired shaded on \
+        every chart. A recording cut short by a kill renders up to its last whole line and says \
+        so. Changes nothing on the host."
+    )]
+    Watch(ReportWatchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReportWatchArgs {
+    /// The recording (`wstune watch --record FILE`).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Write the page here (atomically) instead of to standard output.
+    #[arg(long, short = 'o', value_name = "OUT.html")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -7,7 +7,7 @@
 
 mod baseline;
 mod capacity;
-mod html;
+pub(crate) mod html;
 mod memory;
 mod prometheus;
 mod restart;

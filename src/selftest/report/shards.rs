@@ -303,6 +303,8 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
     );
     Ok(ScenarioReport {
         scenario: f.scenario,
+        // Each shard watched its own host: the merged run has no one host to show.
+        host_timeline: None,
         conns_requested: each.iter().map(|(_, s)| s.conns_requested).sum(),
         conns_connected: each.iter().map(|(_, s)| s.conns_connected).sum(),
         workers: each.iter().map(|(_, s)| s.workers).sum(),

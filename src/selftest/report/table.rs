@@ -143,6 +143,11 @@ pub fn table(r: &Report) -> String {
     for s in &r.skipped {
         out.push_str(&format!("skipped: {s}\n"));
     }
+    for s in &r.scenarios {
+        for line in s.host_timeline.iter().flat_map(|t| t.lines()) {
+            out.push_str(&format!("host during {}: {line}\n", s.scenario.name()));
+        }
+    }
     if let Some(h) = &r.host_check {
         if h.failed.is_empty() {
             out.push_str(&format!(

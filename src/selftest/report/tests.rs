@@ -85,6 +85,7 @@ fn capacity_comes_from_echo_rate_and_says_when_the_rate_was_low() {
 
 pub(super) fn echo(scenario: Scenario, p99: f64, other_pct: f64) -> ScenarioReport {
     ScenarioReport {
+        host_timeline: None,
         scenario,
         conns_requested: 200,
         conns_connected: 200,

@@ -38,6 +38,16 @@ fn open(title: &str, h: f64) -> String {
     )
 }
 
+/// A stretch of the x axis to shade behind the lines: a moment something happened (the
+/// watch report marks the intervals in which advice fired). Its label is the tooltip.
+pub struct Band {
+    pub from: f64,
+    pub to: f64,
+    pub label: String,
+    /// The `class` of its `<rect>`, so a reader (or a test) can find the moments.
+    pub class: &'static str,
+}
+
 /// A line chart: every series over shared axes from zero, the x axis labelled at `x_ticks`.
 /// None when no series has a point (the caller says "no data" in words).
 pub fn line_chart(
@@ -46,6 +56,18 @@ pub fn line_chart(
     y_label: &str,
     series: &[Series],
     x_ticks: &[(f64, String)],
+) -> Option<String> {
+    line_chart_with_bands(title, x_label, y_label, series, x_ticks, &[])
+}
+
+/// [`line_chart`] with `bands` shaded in red behind the lines, each clipped to the x axis.
+pub fn line_chart_with_bands(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    x_ticks: &[(f64, String)],
+    bands: &[Band],
 ) -> Option<String> {
     let pts = || series.iter().flat_map(|s| s.points.iter());
     pts().next()?;
@@ -103,6 +125,23 @@ pub fn line_chart(
         b = H - BOTTOM,
         c = (TOP + H - BOTTOM) / 2.0,
     );
+    for b in bands {
+        let (from, to) = (b.from.max(x0), b.to.min(x1));
+        if to < from {
+            continue;
+        }
+        // At least two pixels wide: a moment of one short interval must still be seen.
+        let w = (px(to) - px(from)).max(2.0);
+        let _ = write!(
+            s,
+            "<rect class=\"{}\" x=\"{:.1}\" y=\"{TOP}\" width=\"{w:.1}\" height=\"{:.1}\" \
+             fill=\"#cf222e\" fill-opacity=\"0.16\"><title>{}</title></rect>",
+            b.class,
+            px(from),
+            H - TOP - BOTTOM,
+            esc(&b.label)
+        );
+    }
     for (x, label) in x_ticks.iter().filter(|(x, _)| *x >= x0 && *x <= x1) {
         let _ = write!(
             s,

@@ -5,7 +5,7 @@
 //! No script, no network: inline CSS and SVG only, so the page reads the same from a CI
 //! artefact, a mail attachment or a file share, and it fits a 1280-pixel screen.
 
-mod chart;
+pub(crate) mod chart;
 mod scenarios;
 #[cfg(test)]
 mod tests;
@@ -15,7 +15,7 @@ use super::{count, num, Report};
 use base64::Engine as _;
 use std::fmt::Write;
 
-pub(super) fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -355,7 +355,38 @@ pub fn section(r: &Report, s: &ScenarioReport) -> String {
         }
         o.push_str("</ul>");
     }
+    o.push_str(&host_timeline(s));
     o.push_str("</div></div></section>");
+    o
+}
+
+/// What the host's kernel did during the scenario (`wstune watch`'s frames in brief): the
+/// advice that fired, each with what moved and the fix; or that nothing turned.
+fn host_timeline(s: &ScenarioReport) -> String {
+    let Some(t) = &s.host_timeline else {
+        return String::new();
+    };
+    let name = s.scenario.name();
+    let lines = t.lines();
+    let mut o = format!(
+        "<div class=\"host\" id=\"host-{name}\"><p class=\"tally\"><b>The host during {name}</b> \
+         ({} readings over {} s)</p>",
+        t.frames,
+        num(t.seconds)
+    );
+    if lines.is_empty() {
+        o.push_str(
+            "<p class=\"muted\">Nothing turned: no accept queue was full, no counter that \
+             predicts failure moved and no value crossed its mark.</p>",
+        );
+    } else {
+        o.push_str("<ul class=\"notes\">");
+        for l in lines {
+            let _ = write!(o, "<li class=\"why\">{}</li>", esc(&l));
+        }
+        o.push_str("</ul>");
+    }
+    o.push_str("</div>");
     o
 }
 
