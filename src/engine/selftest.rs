@@ -421,6 +421,7 @@ pub fn plan(
         (a, b) => a.or(b),
     };
     let port = target.addr.port();
+    let remote = !on_this_host(target.addr.ip());
     let mut opts = RunPlan {
         target,
         broadcast_target,
@@ -450,6 +451,7 @@ pub fn plan(
         host_watch: Some(crate::selftest::host_watch::HostWatch {
             words: load.host_words.clone().unwrap_or_default(),
             ports: vec![port],
+            remote,
         }),
     };
     opts.shard = load.shard.map(|s| Shard {
@@ -659,4 +661,11 @@ pub fn finish(report: &Report, error: Option<anyhow::Error>, load: &Load) -> Res
     } else {
         Outcome::Failed
     })
+}
+
+/// Whether `ip` is one of this host's addresses: loopback, or one a socket can be bound to
+/// (the kernel binds only its own addresses). A self-test of a server elsewhere watches the
+/// generator's host, and says so.
+fn on_this_host(ip: std::net::IpAddr) -> bool {
+    ip.is_loopback() || ip.is_unspecified() || std::net::UdpSocket::bind((ip, 0)).is_ok()
 }

@@ -21,6 +21,9 @@ pub struct HostWatch {
     pub words: Arc<Words>,
     /// Only these listeners (the target's port); empty: every listener.
     pub ports: Vec<u16>,
+    /// The server runs on another host: what is read here is the generator's host (its
+    /// ports, TIME_WAIT and drops), not the server's accept queue.
+    pub remote: bool,
 }
 
 /// A reading a second, as `watch` does by default.
@@ -33,6 +36,7 @@ const LAST_AT_LEAST: Duration = Duration::from_millis(200);
 pub struct Recording {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Vec<Frame>>>,
+    remote: bool,
 }
 
 impl HostWatch {
@@ -40,6 +44,7 @@ impl HostWatch {
     pub fn start(&self) -> Recording {
         let stop = Arc::new(AtomicBool::new(false));
         let (words, ports, flag) = ((*self.words).clone(), self.ports.clone(), stop.clone());
+        let remote = self.remote;
         let thread = std::thread::Builder::new()
             .name("host-watch".into())
             .spawn(move || {
@@ -67,7 +72,11 @@ impl HostWatch {
                 }
             })
             .ok();
-        Recording { stop, thread }
+        Recording {
+            stop,
+            thread,
+            remote,
+        }
     }
 }
 
@@ -78,7 +87,9 @@ impl Recording {
         let t = self.thread.take()?;
         t.thread().unpark();
         let frames = t.join().ok()?;
-        Some(Timeline::of(&frames))
+        let mut timeline = Timeline::of(&frames);
+        timeline.generator_only = self.remote;
+        Some(timeline)
     }
 }
 

@@ -22,6 +22,10 @@ pub struct Timeline {
     /// What could not be read in the last frame, and why (never shown as zero).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unavailable: BTreeMap<String, String>,
+    /// The frames are of a host the server does not run on (a self-test's generator host):
+    /// its own ports, TIME_WAIT and drops, not the server's accept queues.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub generator_only: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -114,6 +118,7 @@ impl Timeline {
         // The counters with a check first, in the frame's own order within each group.
         counters.sort_by_key(|c| c.check.is_none());
         Timeline {
+            generator_only: false,
             frames: frames.len() as u64,
             seconds: frames.iter().map(|f| f.interval_s).sum(),
             listeners,

@@ -144,8 +144,15 @@ pub fn table(r: &Report) -> String {
         out.push_str(&format!("skipped: {s}\n"));
     }
     for s in &r.scenarios {
-        for line in s.host_timeline.iter().flat_map(|t| t.lines()) {
-            out.push_str(&format!("host during {}: {line}\n", s.scenario.name()));
+        if let Some(t) = &s.host_timeline {
+            let whose = if t.generator_only {
+                "generator host"
+            } else {
+                "host"
+            };
+            for line in t.lines() {
+                out.push_str(&format!("{whose} during {}: {line}\n", s.scenario.name()));
+            }
         }
     }
     if let Some(h) = &r.host_check {

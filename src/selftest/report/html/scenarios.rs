@@ -368,8 +368,13 @@ fn host_timeline(s: &ScenarioReport) -> String {
     };
     let name = s.scenario.name();
     let lines = t.lines();
+    let whose = if t.generator_only {
+        "The generator's host (the server runs elsewhere: its accept queues are not seen here)"
+    } else {
+        "The host"
+    };
     let mut o = format!(
-        "<div class=\"host\" id=\"host-{name}\"><p class=\"tally\"><b>The host during {name}</b> \
+        "<div class=\"host\" id=\"host-{name}\"><p class=\"tally\"><b>{whose} during {name}</b> \
          ({} readings over {} s)</p>",
         t.frames,
         num(t.seconds)
