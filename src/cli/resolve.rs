@@ -75,7 +75,10 @@ pub fn watch(a: &WatchArgs) -> Result<cmd::watch::Request> {
     };
     if let Some(path) = &a.record {
         if path.is_dir() {
-            bail!("--record {}: is a directory; give a file to write the recording to", path.display());
+            bail!(
+                "--record {}: is a directory; give a file to write the recording to",
+                path.display()
+            );
         }
     }
     use std::io::IsTerminal;

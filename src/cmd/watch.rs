@@ -55,10 +55,9 @@ pub fn run(r: Request) -> Result<Outcome> {
             wstune: env!("CARGO_PKG_VERSION").to_string(),
             scope: scope_words,
         };
-        views.push(Box::new(
-            Recorder::create(path, &header)
-                .with_context(|| format!("--record {}: cannot write the recording", path.display()))?,
-        ));
+        views.push(Box::new(Recorder::create(path, &header).with_context(
+            || format!("--record {}: cannot write the recording", path.display()),
+        )?));
     }
     match r.view {
         ViewKind::Screen => views.push(Box::new(Tui)),
@@ -66,7 +65,10 @@ pub fn run(r: Request) -> Result<Outcome> {
         ViewKind::Json => views.push(Box::new(Json::new(std::io::stdout()))),
         ViewKind::Headless => anyhow::bail!("watch --serve is not built yet"),
     }
-    let mut refs: Vec<&mut dyn View> = views.iter_mut().map(|v| v.as_mut() as &mut dyn View).collect();
+    let mut refs: Vec<&mut dyn View> = views
+        .iter_mut()
+        .map(|v| v.as_mut() as &mut dyn View)
+        .collect();
     match watch::run(&mut w, backend.as_ref(), r.interval, r.count, &mut refs) {
         Ok(()) => Ok(Outcome::Ok),
         // A reader that went away (`wstune watch --plain | head`) ends the watch quietly.

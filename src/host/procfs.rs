@@ -86,7 +86,10 @@ pub fn header_values(text: &str, group: &str, field: &str) -> Option<i64> {
 
 /// The inode of a `/proc/PID/fd` link that names a socket (`socket:[12345]`).
 pub fn socket_inode(link: &str) -> Option<u64> {
-    link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+    link.strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
 }
 
 /// Each CPU's row of /proc/net/softnet_stat as (dropped, time_squeeze): the second and third

@@ -55,7 +55,10 @@ pub struct Recording {
 
 /// Parse a recording's text: the header, then one frame per line. Errors name the line.
 pub fn parse(text: &str) -> Result<Recording, String> {
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
     let (_, first) = lines
         .next()
         .ok_or("the file is empty; give a file that `wstune watch --record FILE` wrote")?;

@@ -54,7 +54,11 @@ impl Scraper {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/metrics"),
         };
-        if host.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).is_none() {
+        if host
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .is_none()
+        {
             return Err(format!(
                 "--admin {spec}: not an address with a port; give host:port (e.g. 127.0.0.1:9090) \
                  or http://host:port/metrics"
@@ -89,7 +93,9 @@ impl Scraper {
             }
         };
         let prev = self.last.take();
-        let dt = prev.as_ref().map(|(t, _)| now.duration_since(*t).as_secs_f64());
+        let dt = prev
+            .as_ref()
+            .map(|(t, _)| now.duration_since(*t).as_secs_f64());
         let get = |n: &str| families.get(n).copied();
         let delta = |n: &str| -> Option<f64> {
             let (_, before) = prev.as_ref()?;
@@ -124,8 +130,11 @@ impl Scraper {
         s.set_read_timeout(Some(limit)).ok();
         s.set_write_timeout(Some(limit)).ok();
         s.write_all(
-            format!("GET {} HTTP/1.0\r\nHost: {}\r\nAccept: text/plain\r\n\r\n", self.path, self.host)
-                .as_bytes(),
+            format!(
+                "GET {} HTTP/1.0\r\nHost: {}\r\nAccept: text/plain\r\n\r\n",
+                self.path, self.host
+            )
+            .as_bytes(),
         )
         .map_err(|e| format!("{}: {e}", self.url))?;
         let mut raw = Vec::new();
@@ -133,9 +142,12 @@ impl Scraper {
             .read_to_end(&mut raw)
             .map_err(|e| format!("{}: no whole answer in 1 s ({e})", self.url))?;
         let text = String::from_utf8_lossy(&raw);
-        let (head, body) = text
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| format!("{}: not an HTTP answer; is this the admin address?", self.url))?;
+        let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| {
+            format!(
+                "{}: not an HTTP answer; is this the admin address?",
+                self.url
+            )
+        })?;
         let status = head.split_whitespace().nth(1).unwrap_or("");
         if status != "200" {
             return Err(format!(
@@ -154,12 +166,16 @@ impl Scraper {
 pub fn families(text: &str) -> Result<BTreeMap<String, f64>, String> {
     let mut out = BTreeMap::new();
     let mut samples = 0;
-    for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+    for line in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
         let (series, rest) = match line.find('{') {
             Some(i) => {
-                let close = line[i..]
-                    .find('}')
-                    .ok_or_else(|| format!("not the Prometheus text format (\"{}\")", clip(line)))?;
+                let close = line[i..].find('}').ok_or_else(|| {
+                    format!("not the Prometheus text format (\"{}\")", clip(line))
+                })?;
                 (&line[..i], &line[i + close + 1..])
             }
             None => line
@@ -171,8 +187,15 @@ pub fn families(text: &str) -> Result<BTreeMap<String, f64>, String> {
             .next()
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| format!("not the Prometheus text format (\"{}\")", clip(line)))?;
-        if !series.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') || series.is_empty() {
-            return Err(format!("not the Prometheus text format (\"{}\")", clip(line)));
+        if !series
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+            || series.is_empty()
+        {
+            return Err(format!(
+                "not the Prometheus text format (\"{}\")",
+                clip(line)
+            ));
         }
         samples += 1;
         if series.ends_with("_bucket") {
@@ -215,7 +238,10 @@ mod tests {
     fn an_admin_address_needs_a_port() {
         assert!(Scraper::new("localhost").is_err());
         assert!(Scraper::new("https://x:1/metrics").is_err());
-        assert_eq!(Scraper::new("127.0.0.1:9").unwrap().url, "http://127.0.0.1:9/metrics");
+        assert_eq!(
+            Scraper::new("127.0.0.1:9").unwrap().url,
+            "http://127.0.0.1:9/metrics"
+        );
         assert_eq!(Scraper::new("http://h:80/m").unwrap().url, "http://h:80/m");
     }
 }
