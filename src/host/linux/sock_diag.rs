@@ -19,7 +19,9 @@ use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
 /// Visit every TCP socket of this network namespace in `which` states.
 pub fn tcp_sockets(which: Which, visit: &mut dyn FnMut(&Sock)) -> Result<(), ReadError> {
     let fail = |what: &str, e: std::io::Error| {
-        ReadError::Other(format!("cannot read the TCP socket table over netlink sock_diag ({what}: {e})"))
+        ReadError::Other(format!(
+            "cannot read the TCP socket table over netlink sock_diag ({what}: {e})"
+        ))
     };
     let mut socket = Socket::new(NETLINK_SOCK_DIAG).map_err(|e| fail("socket", e))?;
     socket.bind_auto().map_err(|e| fail("bind", e))?;
@@ -61,9 +63,12 @@ pub fn tcp_sockets(which: Which, visit: &mut dyn FnMut(&Sock)) -> Result<(), Rea
                 .map_err(|e| fail("recv", e))?;
             let mut at = 0;
             while at < n {
-                let m = <NetlinkMessage<SockDiagMessage>>::deserialize(&buf[at..n]).map_err(
-                    |e| ReadError::Other(format!("sock_diag answered a message wstune cannot read: {e}")),
-                )?;
+                let m =
+                    <NetlinkMessage<SockDiagMessage>>::deserialize(&buf[at..n]).map_err(|e| {
+                        ReadError::Other(format!(
+                            "sock_diag answered a message wstune cannot read: {e}"
+                        ))
+                    })?;
                 let len = m.header.length as usize;
                 match m.payload {
                     NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => {
@@ -82,6 +87,7 @@ pub fn tcp_sockets(which: Which, visit: &mut dyn FnMut(&Sock)) -> Result<(), Rea
                                 inode: u64::from(h.inode),
                                 uid: h.uid,
                                 pid: None,
+                                detailed: true,
                             });
                         }
                     }
@@ -91,9 +97,7 @@ pub fn tcp_sockets(which: Which, visit: &mut dyn FnMut(&Sock)) -> Result<(), Rea
                         if family == AF_INET6 {
                             break 'batches;
                         }
-                        return Err(ReadError::Other(format!(
-                            "sock_diag refused the dump: {e}"
-                        )));
+                        return Err(ReadError::Other(format!("sock_diag refused the dump: {e}")));
                     }
                     _ => {}
                 }
