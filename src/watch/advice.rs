@@ -49,7 +49,7 @@ pub fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -82,7 +82,10 @@ pub fn for_frame(f: &Frame, words: &Words) -> Vec<Advice> {
         };
         add(
             "linux.net.core.somaxconn",
-            format!("accept queue of {} full ({} of {}){own}", l.local, l.queue, l.backlog),
+            format!(
+                "accept queue of {} full ({} of {}){own}",
+                l.local, l.queue, l.backlog
+            ),
         );
     }
     for c in f.counters.iter().filter(|c| c.turned) {
@@ -96,11 +99,20 @@ pub fn for_frame(f: &Frame, words: &Words) -> Vec<Advice> {
     for g in f.gauges.iter().filter(|g| g.turned) {
         add(
             &g.check,
-            format!("{} {} over its mark {} ({})", g.name, thousands(g.value), thousands(g.mark), g.mark_is),
+            format!(
+                "{} {} over its mark {} ({})",
+                g.name,
+                thousands(g.value),
+                thousands(g.mark),
+                g.mark_is
+            ),
         );
     }
     for c in f.cpus.iter().filter(|c| c.softirq_pct >= SOFTIRQ_MARK_PCT) {
-        add("linux.cpu.softirq", format!("{} {:.0} % in softirq", c.cpu, c.softirq_pct));
+        add(
+            "linux.cpu.softirq",
+            format!("{} {:.0} % in softirq", c.cpu, c.softirq_pct),
+        );
     }
     if let Some(p) = &f.ports {
         for d in p
@@ -109,7 +121,7 @@ pub fn for_frame(f: &Frame, words: &Words) -> Vec<Advice> {
             .filter(|d| d.in_use as f64 >= p.size as f64 * PORTS_MARK)
         {
             add(
-                "linux.net.ipv4.ip_local_port_range",
+                &p.check,
                 format!(
                     "{} local ports to {} of the {} in the range",
                     thousands(d.in_use),

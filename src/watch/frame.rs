@@ -10,6 +10,7 @@
 use super::advice::{self, Advice, Words};
 use super::sample::{Sample, States};
 use super::server::ServerFigures;
+use crate::host::Platform;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -49,6 +50,7 @@ pub struct Frame {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(into = "ListenerWire", from = "ListenerWire")]
 pub struct ListenerRow {
     pub local: String,
     pub queue: u32,
@@ -58,6 +60,55 @@ pub struct ListenerRow {
     /// The queue is full: the kernel drops or ignores new handshakes for it.
     pub full: bool,
     pub states: Option<States>,
+    /// Why this host gives no accept queue for its listeners (Windows' TCP table has none).
+    /// Then `queue`, `backlog` and `fill` mean nothing: the JSON form has them null, and a
+    /// view shows them as unavailable, never as 0.
+    pub queue_unavailable: Option<String>,
+}
+
+/// A listener row as JSON holds it: the queue's figures null where the host has none.
+#[derive(Serialize, Deserialize)]
+struct ListenerWire {
+    local: String,
+    queue: Option<u32>,
+    backlog: Option<u32>,
+    fill: Option<f64>,
+    full: bool,
+    states: Option<States>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    queue_unavailable: Option<String>,
+}
+
+impl From<ListenerRow> for ListenerWire {
+    fn from(l: ListenerRow) -> ListenerWire {
+        let known = l.queue_unavailable.is_none();
+        ListenerWire {
+            local: l.local,
+            queue: known.then_some(l.queue),
+            backlog: known.then_some(l.backlog),
+            fill: known.then_some(l.fill),
+            full: l.full,
+            states: l.states,
+            queue_unavailable: l.queue_unavailable,
+        }
+    }
+}
+
+impl From<ListenerWire> for ListenerRow {
+    fn from(w: ListenerWire) -> ListenerRow {
+        let missing = w.queue.is_none() || w.backlog.is_none();
+        ListenerRow {
+            local: w.local,
+            queue: w.queue.unwrap_or(0),
+            backlog: w.backlog.unwrap_or(0),
+            fill: w.fill.unwrap_or(0.0),
+            full: w.full,
+            states: w.states,
+            queue_unavailable: w
+                .queue_unavailable
+                .or_else(|| missing.then(|| "not in this frame".to_string())),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -99,7 +150,27 @@ pub struct Ports {
     pub range: (u16, u16),
     pub size: u64,
     pub destinations: Vec<PortUse>,
+    /// The check that explains a destination near the range's size: Linux's
+    /// ip_local_port_range, Windows' dynamic port range.
+    #[serde(default = "linux_ports_check")]
+    pub check: String,
 }
+
+fn linux_ports_check() -> String {
+    PORTS_CHECK_LINUX.to_string()
+}
+
+/// The checks behind the ephemeral ports row, per platform.
+pub const PORTS_CHECK_LINUX: &str = "linux.net.ipv4.ip_local_port_range";
+pub const PORTS_CHECK_WINDOWS: &str = "windows.tcpip.dynamic_port_range";
+/// The check behind a Windows process's handle count, and the limit it guards: one process
+/// holds at most 2^24 handles.
+pub const HANDLES_CHECK: &str = "windows.process.handles";
+pub const HANDLES_LIMIT: u64 = 16_777_216;
+
+/// Why a Windows listener has no accept queue in a frame.
+pub const NO_ACCEPT_QUEUE: &str =
+    "not on Windows: its TCP table (GetExtendedTcpTable) has no accept-queue depth or backlog";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PortUse {
@@ -113,6 +184,9 @@ pub struct ProcessRow {
     pub fds: Option<u64>,
     pub soft_limit: Option<u64>,
     pub hard_limit: Option<u64>,
+    /// Its open handles (Windows; a Linux process has descriptors instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handles: Option<u64>,
 }
 
 /// Counters whose growth predicts failure, and the check that explains each.
@@ -120,9 +194,18 @@ pub const WATCHED: &[(&str, &str)] = &[
     ("TcpExt.ListenOverflows", "linux.counter.listen_overflows"),
     ("TcpExt.ListenDrops", "linux.counter.listen_drops"),
     ("TcpExt.TCPBacklogDrop", "linux.counter.tcp_backlog_drop"),
-    ("TcpExt.TCPAbortOnMemory", "linux.counter.tcp_abort_on_memory"),
-    ("TcpExt.TCPMemoryPressures", "linux.counter.tcp_memory_pressures"),
-    ("TcpExt.TCPTimeWaitOverflow", "linux.counter.tcp_timewait_overflow"),
+    (
+        "TcpExt.TCPAbortOnMemory",
+        "linux.counter.tcp_abort_on_memory",
+    ),
+    (
+        "TcpExt.TCPMemoryPressures",
+        "linux.counter.tcp_memory_pressures",
+    ),
+    (
+        "TcpExt.TCPTimeWaitOverflow",
+        "linux.counter.tcp_timewait_overflow",
+    ),
     ("TcpExt.SyncookiesSent", "linux.counter.syncookies_sent"),
     ("TcpExt.SyncookiesFailed", "linux.counter.syncookies_failed"),
     ("TcpExt.TCPReqQFullDrop", "linux.counter.tcp_reqq_full_drop"),
@@ -161,7 +244,11 @@ impl Frame {
             .iter()
             .map(|l| {
                 let fill = if l.backlog == 0 {
-                    if l.queue > 0 { 1.0 } else { 0.0 }
+                    if l.queue > 0 {
+                        1.0
+                    } else {
+                        0.0
+                    }
                 } else {
                     l.queue as f64 / l.backlog as f64
                 };
@@ -171,18 +258,27 @@ impl Frame {
                     backlog: l.backlog,
                     fill,
                     // The kernel's test (sk_acceptq_is_full): more waiting than the backlog.
-                    full: l.queue >= l.backlog.max(1),
+                    full: l.detailed && l.queue >= l.backlog.max(1),
                     states: conns.and_then(|c| c.per_listener.get(&l.local).copied()),
+                    queue_unavailable: (!l.detailed).then(|| NO_ACCEPT_QUEUE.to_string()),
                 }
             })
             .collect();
 
         let delta = |name: &str| -> Option<(u64, u64)> {
             let now = *cur.counters.get(name)?;
-            let before = prev.and_then(|p| p.counters.get(name).copied()).unwrap_or(now);
+            let before = prev
+                .and_then(|p| p.counters.get(name).copied())
+                .unwrap_or(now);
             Some((now, now.saturating_sub(before)))
         };
-        let rate = |d: u64| if interval > 0.0 { d as f64 / interval } else { 0.0 };
+        let rate = |d: u64| {
+            if interval > 0.0 {
+                d as f64 / interval
+            } else {
+                0.0
+            }
+        };
         let mut counters = Vec::new();
         let mut names: Vec<String> = cur.counters.keys().cloned().collect();
         let sum = |cpus: &[super::sample::Cpu], f: fn(&super::sample::Cpu) -> u64| -> u64 {
@@ -190,8 +286,20 @@ impl Frame {
         };
         let mut softnet = BTreeMap::new();
         if !cur.cpus.is_empty() && !unavailable.contains_key("softnet") {
-            softnet.insert("softnet.dropped", (sum(&cur.cpus, |c| c.softnet_dropped), prev.map(|p| sum(&p.cpus, |c| c.softnet_dropped))));
-            softnet.insert("softnet.time_squeeze", (sum(&cur.cpus, |c| c.time_squeeze), prev.map(|p| sum(&p.cpus, |c| c.time_squeeze))));
+            softnet.insert(
+                "softnet.dropped",
+                (
+                    sum(&cur.cpus, |c| c.softnet_dropped),
+                    prev.map(|p| sum(&p.cpus, |c| c.softnet_dropped)),
+                ),
+            );
+            softnet.insert(
+                "softnet.time_squeeze",
+                (
+                    sum(&cur.cpus, |c| c.time_squeeze),
+                    prev.map(|p| sum(&p.cpus, |c| c.time_squeeze)),
+                ),
+            );
             names.extend(softnet.keys().map(|k| k.to_string()));
         }
         names.sort_by_key(|n| {
@@ -224,7 +332,12 @@ impl Frame {
 
         let g = &cur.gauges;
         let mut gauges = Vec::new();
-        let mut gauge = |name: &str, value: Option<u64>, mark: Option<u64>, mark_is: &str, limit: Option<u64>, check: &str| {
+        let mut gauge = |name: &str,
+                         value: Option<u64>,
+                         mark: Option<u64>,
+                         mark_is: &str,
+                         limit: Option<u64>,
+                         check: &str| {
             if let (Some(value), Some(mark)) = (value, mark) {
                 gauges.push(GaugeRow {
                     name: name.to_string(),
@@ -238,21 +351,67 @@ impl Frame {
             }
         };
         // The marks are the catalog's own targets (checks/linux.yaml), kept equal by a test.
-        gauge("orphans", g.orphans, g.max_orphans.map(|m| m / 4), "tcp_max_orphans / 4", g.max_orphans, "linux.sockstat.orphans");
-        gauge("time_wait", g.time_wait, g.max_tw_buckets.map(|m| m * 9 / 10), "tcp_max_tw_buckets * 9 / 10", g.max_tw_buckets, "linux.sockstat.time_wait");
-        gauge("tcp_mem_pages", g.tcp_mem_pages, g.tcp_mem.map(|m| m[1]), "tcp_mem pressure", g.tcp_mem.map(|m| m[2]), "linux.sockstat.tcp_mem_pages");
-        gauge("conntrack", g.conntrack, g.conntrack_max.map(|m| (m as f64 * FDS_MARK) as u64), "nf_conntrack_max * 0.9", g.conntrack_max, "linux.net.netfilter.nf_conntrack_max");
-        gauge("file_handles", g.files, g.file_max.map(|m| (m as f64 * FDS_MARK) as u64), "fs.file-max * 0.9", g.file_max, "linux.fs.file-max");
+        gauge(
+            "orphans",
+            g.orphans,
+            g.max_orphans.map(|m| m / 4),
+            "tcp_max_orphans / 4",
+            g.max_orphans,
+            "linux.sockstat.orphans",
+        );
+        gauge(
+            "time_wait",
+            g.time_wait,
+            g.max_tw_buckets.map(|m| m * 9 / 10),
+            "tcp_max_tw_buckets * 9 / 10",
+            g.max_tw_buckets,
+            "linux.sockstat.time_wait",
+        );
+        gauge(
+            "tcp_mem_pages",
+            g.tcp_mem_pages,
+            g.tcp_mem.map(|m| m[1]),
+            "tcp_mem pressure",
+            g.tcp_mem.map(|m| m[2]),
+            "linux.sockstat.tcp_mem_pages",
+        );
+        gauge(
+            "conntrack",
+            g.conntrack,
+            g.conntrack_max.map(|m| (m as f64 * FDS_MARK) as u64),
+            "nf_conntrack_max * 0.9",
+            g.conntrack_max,
+            "linux.net.netfilter.nf_conntrack_max",
+        );
+        gauge(
+            "file_handles",
+            g.files,
+            g.file_max.map(|m| (m as f64 * FDS_MARK) as u64),
+            "fs.file-max * 0.9",
+            g.file_max,
+            "linux.fs.file-max",
+        );
 
-        let process = cur.process.as_ref().map(|p| {
-            ProcessRow {
-                pid: p.pid,
-                fds: p.fds,
-                soft_limit: p.soft_limit,
-                hard_limit: p.hard_limit,
-            }
+        let process = cur.process.as_ref().map(|p| ProcessRow {
+            pid: p.pid,
+            fds: p.fds,
+            soft_limit: p.soft_limit,
+            hard_limit: p.hard_limit,
+            handles: p.handles,
         });
         if let Some(p) = &process {
+            if let Some(n) = p.handles {
+                let mark = (HANDLES_LIMIT as f64 * FDS_MARK) as u64;
+                gauges.push(GaugeRow {
+                    name: format!("pid {} handles", p.pid),
+                    value: n,
+                    mark,
+                    mark_is: "16,777,216 handles per process * 0.9".into(),
+                    limit: Some(HANDLES_LIMIT),
+                    check: HANDLES_CHECK.into(),
+                    turned: n > mark,
+                });
+            }
             if let (Some(fds), Some(soft)) = (p.fds, p.soft_limit) {
                 let mark = (soft as f64 * FDS_MARK) as u64;
                 gauges.push(GaugeRow {
@@ -291,8 +450,12 @@ impl Frame {
                     cpu: c.name.clone(),
                     softirq_pct: pct(c.softirq, before.map(|b| b.softirq)),
                     system_pct: pct(c.system, before.map(|b| b.system)),
-                    softnet_dropped: before.map(|b| c.softnet_dropped.saturating_sub(b.softnet_dropped)).unwrap_or(0),
-                    time_squeeze: before.map(|b| c.time_squeeze.saturating_sub(b.time_squeeze)).unwrap_or(0),
+                    softnet_dropped: before
+                        .map(|b| c.softnet_dropped.saturating_sub(b.softnet_dropped))
+                        .unwrap_or(0),
+                    time_squeeze: before
+                        .map(|b| c.time_squeeze.saturating_sub(b.time_squeeze))
+                        .unwrap_or(0),
                 }
             })
             .collect();
@@ -309,6 +472,11 @@ impl Frame {
                         in_use: *n,
                     })
                     .collect(),
+                check: match cur.platform {
+                    Platform::Windows => PORTS_CHECK_WINDOWS,
+                    Platform::Linux => PORTS_CHECK_LINUX,
+                }
+                .to_string(),
             }),
             _ => None,
         };
@@ -316,7 +484,9 @@ impl Frame {
         notes.extend(cur.notes.iter().cloned());
         if listeners.is_empty() && cur.notes.is_empty() && !unavailable.contains_key("listeners") {
             notes.push(match &cur.process {
-                Some(p) if p.fds.is_some() => format!("process {} holds no listening TCP socket", p.pid),
+                Some(p) if p.fds.is_some() => {
+                    format!("process {} holds no listening TCP socket", p.pid)
+                }
                 _ => "no listening TCP socket in this network namespace".to_string(),
             });
         }
