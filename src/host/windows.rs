@@ -313,12 +313,13 @@ impl Backend for WindowsBackend {
     }
     fn tcp_sockets(&self, which: Which, visit: &mut dyn FnMut(&Sock)) -> Result<(), ReadError> {
         for v6 in [false, true] {
-            let table = api::tcp_table(v6, which)?;
-            if v6 {
-                super::tcp_table::visit_v6(&table, visit)
-            } else {
-                super::tcp_table::visit_v4(&table, visit)
-            }
+            api::with_tcp_table(v6, which, |table| {
+                if v6 {
+                    super::tcp_table::visit_v6(table, visit)
+                } else {
+                    super::tcp_table::visit_v4(table, visit)
+                }
+            })?
             .map_err(ReadError::Other)?;
         }
         Ok(())
@@ -380,10 +381,15 @@ mod api {
     use windows_sys::Win32::Networking::WinSock::{AF_INET, AF_INET6};
     use windows_sys::Win32::System::LibraryLoader::{GetProcAddress, LoadLibraryW};
 
-    /// One family's TCP table of `which` sockets with their owning pids, as its raw bytes
-    /// (tcp_table.rs reads them). The table can grow between asking its size and reading it:
-    /// asked again with room to spare, a few times.
-    pub fn tcp_table(v6: bool, which: Which) -> Result<Vec<u8>, ReadError> {
+    /// One family's TCP table of `which` sockets with their owning pids, handed to `read` as
+    /// its raw bytes (tcp_table.rs decodes them; a busy host's table is megabytes, read in
+    /// place). The table can grow between asking its size and reading it: asked again with
+    /// room to spare, a few times.
+    pub fn with_tcp_table<R>(
+        v6: bool,
+        which: Which,
+        read: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, ReadError> {
         let af = u32::from(if v6 { AF_INET6 } else { AF_INET });
         let class = match which {
             Which::Listeners => TCP_TABLE_OWNER_PID_LISTENER,
@@ -407,7 +413,7 @@ mod api {
                     let bytes = unsafe {
                         std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), buf.len() * 8)
                     };
-                    return Ok(bytes.to_vec());
+                    return Ok(read(bytes));
                 }
                 NO_ERROR | ERROR_INSUFFICIENT_BUFFER => {
                     let want = size as usize + size as usize / 4 + 4096;

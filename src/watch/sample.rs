@@ -803,6 +803,31 @@ mod tests {
     }
 
     #[test]
+    fn a_linux_listener_row_keeps_its_json_form_and_old_rows_read_back() {
+        let row = crate::watch::frame::ListenerRow {
+            local: "0.0.0.0:80".into(),
+            queue: 3,
+            backlog: 128,
+            fill: 3.0 / 128.0,
+            full: false,
+            states: None,
+            queue_unavailable: None,
+        };
+        let json = serde_json::to_value(&row).unwrap();
+        assert_eq!(json["queue"], 3);
+        assert_eq!(json["backlog"], 128);
+        assert!(json.get("queue_unavailable").is_none(), "{json}");
+        let back: crate::watch::frame::ListenerRow = serde_json::from_value(json).unwrap();
+        assert_eq!(back, row);
+        // A row whose queue is null without a reason still reads as unavailable, not 0.
+        let odd: crate::watch::frame::ListenerRow = serde_json::from_str(
+            r#"{"local":"[::]:80","queue":null,"backlog":null,"fill":null,"full":false,"states":null}"#,
+        )
+        .unwrap();
+        assert!(odd.queue_unavailable.is_some());
+    }
+
+    #[test]
     fn what_windows_lacks_says_not_on_windows_and_never_names_proc() {
         let b = Windows { handles: Ok(321) };
         let f = windows_frame(&b, None);
