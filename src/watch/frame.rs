@@ -163,6 +163,8 @@ fn linux_ports_check() -> String {
 /// The checks behind the ephemeral ports row, per platform.
 pub const PORTS_CHECK_LINUX: &str = "linux.net.ipv4.ip_local_port_range";
 pub const PORTS_CHECK_WINDOWS: &str = "windows.tcpip.dynamic_port_range";
+/// The check behind Windows' TIME_WAIT sockets holding dynamic ports: how long they hold them.
+pub const TIME_WAIT_CHECK_WINDOWS: &str = "windows.tcpip.tcp_timed_wait_delay";
 /// The check behind a Windows process's handle count, and the limit it guards: one process
 /// holds at most 2^24 handles.
 pub const HANDLES_CHECK: &str = "windows.process.handles";
@@ -480,6 +482,31 @@ impl Frame {
             }),
             _ => None,
         };
+        // Windows gives each outbound connection a port of the range of its own (per local
+        // address): the range is used up in total, and TIME_WAIT keeps ports for
+        // TcpTimedWaitDelay after the connections closed.
+        if let (Platform::Windows, Some(p), Some(c)) = (cur.platform, &ports, conns) {
+            let mark = (p.size as f64 * PORTS_MARK) as u64;
+            gauges.push(GaugeRow {
+                name: "dynamic ports in use".into(),
+                value: c.range_in_use,
+                mark,
+                mark_is: "dynamic port range * 0.8".into(),
+                limit: Some(p.size),
+                check: PORTS_CHECK_WINDOWS.into(),
+                turned: c.range_in_use > mark,
+            });
+            let mark = p.size / 2;
+            gauges.push(GaugeRow {
+                name: "dynamic ports in TIME_WAIT".into(),
+                value: c.range_time_wait,
+                mark,
+                mark_is: "dynamic port range / 2".into(),
+                limit: Some(p.size),
+                check: TIME_WAIT_CHECK_WINDOWS.into(),
+                turned: c.range_time_wait > mark,
+            });
+        }
 
         notes.extend(cur.notes.iter().cloned());
         if listeners.is_empty() && cur.notes.is_empty() && !unavailable.contains_key("listeners") {

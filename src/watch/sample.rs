@@ -97,6 +97,11 @@ pub struct Connections {
     /// Local ports from the ephemeral range in use, per destination (the kernel needs a free
     /// one per destination address and port), most used first, at most 8.
     pub ports_by_destination: Vec<(SocketAddr, u64)>,
+    /// Sockets on a local port of the ephemeral range, whatever their destination, and those
+    /// of them in TIME_WAIT: Windows gives an outbound connection a port of its own from the
+    /// range (per local address), so the range runs out in total, not per destination.
+    pub range_in_use: u64,
+    pub range_time_wait: u64,
     /// When this walk was made (it may be older than the sample; see the module's note).
     pub at: Instant,
     /// What the walk cost.
@@ -258,6 +263,9 @@ impl Collector {
         // process without root) every listener shows, and the frame says why.
         if let (Some(pid), true) = (self.scope.pid, listeners.iter().any(|l| l.pid.is_some())) {
             listeners.retain(|l| l.pid == Some(pid));
+            if listeners.is_empty() {
+                notes.push(format!("process {pid} holds no listening TCP socket"));
+            }
         } else if let (Some(pid), Platform::Windows, false) =
             (self.scope.pid, platform, listeners.is_empty())
         {
@@ -559,6 +567,8 @@ fn walk(
             .collect(),
         total: States::default(),
         ports_by_destination: Vec::new(),
+        range_in_use: 0,
+        range_time_wait: 0,
         at: t0,
         cost: Duration::ZERO,
     };
@@ -577,6 +587,10 @@ fn walk(
             let p = s.local.port();
             if (lo..=hi).contains(&p) && s.state != TcpState::Listen {
                 *by_dest.entry(s.remote).or_default() += 1;
+                c.range_in_use += 1;
+                if s.state == TcpState::TimeWait {
+                    c.range_time_wait += 1;
+                }
             }
         }
     })?;
@@ -620,6 +634,7 @@ mod tests {
     /// the MIB-II counters without Linux's TcpExt ones, a handle count, and no /proc.
     struct Windows {
         handles: Result<i64, ReadError>,
+        range: (u16, u16),
     }
 
     fn win_sock(state: TcpState, local: &str, remote: &str, pid: Option<u32>) -> Sock {
@@ -687,7 +702,7 @@ mod tests {
             false
         }
         fn process_exists(&self, pid: u32) -> bool {
-            pid == 700
+            pid == 700 || pid == 701
         }
         fn host_fact(&self, fact: Fact, _: Option<u32>) -> Option<Result<i64, ReadError>> {
             (fact == Fact::ProcessHandles).then(|| self.handles.clone())
@@ -749,7 +764,7 @@ mod tests {
             c
         }
         fn ephemeral_ports(&self) -> Result<(u16, u16), ReadError> {
-            Ok((49152, 65535))
+            Ok(self.range)
         }
     }
 
@@ -771,7 +786,10 @@ mod tests {
 
     #[test]
     fn a_windows_listener_shows_its_queue_as_unavailable_never_as_zero() {
-        let b = Windows { handles: Ok(321) };
+        let b = Windows {
+            handles: Ok(321),
+            range: (49152, 65535),
+        };
         let f = windows_frame(&b, None);
         let l = f
             .listeners
@@ -829,7 +847,10 @@ mod tests {
 
     #[test]
     fn what_windows_lacks_says_not_on_windows_and_never_names_proc() {
-        let b = Windows { handles: Ok(321) };
+        let b = Windows {
+            handles: Ok(321),
+            range: (49152, 65535),
+        };
         let f = windows_frame(&b, None);
         for key in [
             "TcpExt counters",
@@ -861,8 +882,47 @@ mod tests {
     }
 
     #[test]
+    fn windows_dynamic_ports_run_out_in_total_and_time_wait_names_its_delay() {
+        let gauge = |f: &crate::watch::frame::Frame, name: &str| {
+            f.gauges.iter().find(|g| g.name == name).cloned().unwrap()
+        };
+        // 2 of 16,384 ports: quiet.
+        let b = Windows {
+            handles: Ok(1),
+            range: (49152, 65535),
+        };
+        let f = windows_frame(&b, None);
+        let used = gauge(&f, "dynamic ports in use");
+        assert_eq!((used.value, used.limit), (2, Some(16384)));
+        assert_eq!(used.check, "windows.tcpip.dynamic_port_range");
+        assert!(!used.turned);
+        let tw = gauge(&f, "dynamic ports in TIME_WAIT");
+        assert_eq!(tw.value, 1);
+        assert_eq!(tw.check, "windows.tcpip.tcp_timed_wait_delay");
+        assert!(f.advice.is_empty());
+        // A range of one port, held by TIME_WAIT: both rows turn, with both checks.
+        let b = Windows {
+            handles: Ok(1),
+            range: (50002, 50002),
+        };
+        let f = windows_frame(&b, None);
+        assert!(gauge(&f, "dynamic ports in use").turned);
+        assert!(gauge(&f, "dynamic ports in TIME_WAIT").turned);
+        let ids: Vec<&str> = f.advice.iter().map(|a| a.id.as_str()).collect();
+        assert!(ids.contains(&"windows.tcpip.dynamic_port_range"), "{ids:?}");
+        assert!(
+            ids.contains(&"windows.tcpip.tcp_timed_wait_delay"),
+            "{ids:?}"
+        );
+        assert!(!ids.iter().any(|i| i.starts_with("linux.")), "{ids:?}");
+    }
+
+    #[test]
     fn a_windows_pid_ties_listeners_by_owner_and_shows_its_handles() {
-        let b = Windows { handles: Ok(321) };
+        let b = Windows {
+            handles: Ok(321),
+            range: (49152, 65535),
+        };
         let f = windows_frame(&b, Some(700));
         let ls: Vec<&str> = f.listeners.iter().map(|l| l.local.as_str()).collect();
         assert_eq!(ls, ["0.0.0.0:9001"]);
@@ -874,9 +934,20 @@ mod tests {
             .unwrap();
         assert_eq!(g.check, "windows.process.handles");
         assert!(!g.turned);
+        // A process the table names as owning no listener: said, not every listener shown.
+        let f = windows_frame(&b, Some(701));
+        assert!(f.listeners.is_empty());
+        assert!(
+            f.notes
+                .iter()
+                .any(|n| n == "process 701 holds no listening TCP socket"),
+            "{:?}",
+            f.notes
+        );
         // A handle count the system cannot give is unavailable, not 0.
         let b = Windows {
             handles: Err(ReadError::Unsupported("answered 0 (Wine)".into())),
+            range: (49152, 65535),
         };
         let f = windows_frame(&b, Some(700));
         assert_eq!(f.process.as_ref().unwrap().handles, None);
