@@ -21,6 +21,8 @@ mod output;
 mod profiles;
 mod usage;
 mod watch;
+mod watch_live;
+mod watch_serve;
 
 /// wstune at 120 columns: what this file's expected texts and snapshots are laid out for
 /// (common's `wstune` is 160 wide).

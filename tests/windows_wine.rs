@@ -756,15 +756,29 @@ asyncio.run(main(sys.argv[1]))
     );
 }
 
-/// The `watch` JSON frames `wstune.exe` printed, each checked for what every frame must hold.
+/// The `watch` JSON frames `wstune.exe` printed, each checked against the frame's schema.
 fn watch_frames(o: &Output) -> Vec<serde_json::Value> {
     let out = ok(o);
     let frames: Vec<serde_json::Value> = out
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect();
+    // Against docs/watch-frame.schema.json, which the Linux frames are checked against too.
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/watch-frame.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let v = jsonschema::draft202012::new(&schema).unwrap();
     for f in &frames {
         assert_eq!(f["schema"], "wstune.watch/1", "{f:#}");
+        let errors: Vec<String> = v
+            .iter_errors(f)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{errors:#?}\n{f}");
     }
     frames
 }

@@ -112,7 +112,8 @@ pub enum Command {
         drop-in with LimitNOFILE for --unit), systemd-unit (wstune-serve.service and .socket, wstune-check.service \
         and .timer into -o DIR), ansible (a playbook), kubernetes (a Deployment with the pod's sysctls, \
         unsafe ones marked, and a DaemonSet for the kernel-wide ones), docker (`docker run` flags), \
-        compose (a service fragment), json."
+        compose (a service fragment), json; watch-systemd and watch-daemonset run the headless \
+        `wstune watch --serve` (a hardened unit for this host, a DaemonSet for every node)."
     )]
     Export(ExportArgs),
     /// Print a shell completion script: `source <(wstune completions bash)`.
@@ -159,7 +160,7 @@ pub struct ExportArgs {
     /// --to selftest-job / selftest-ansible: generator hosts (shards) the load is split over.
     #[arg(long, value_name = "N")]
     pub shards: Option<usize>,
-    /// --to selftest-job: the image the shards run (with wstune on its PATH).
+    /// --to selftest-job / watch-daemonset: the image the pods run (with wstune on its PATH).
     #[arg(
         long,
         value_name = "IMAGE",
@@ -221,6 +222,12 @@ pub enum ExportFormat {
     /// An Ansible play running one shard per host of the wstune_generators group, fetching the
     /// reports and merging them on the controller (--shards N, the selftest flags after --).
     SelftestAnsible,
+    /// wstune-watch.service: `wstune watch --serve 127.0.0.1:9977` as a hardened service (a
+    /// dynamic user, no capabilities), for Prometheus on this host.
+    WatchSystemd,
+    /// A DaemonSet running `wstune watch --serve` on every node (the node's network, as
+    /// nobody, read-only; --image), with Prometheus scrape annotations and a /healthz probe.
+    WatchDaemonset,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -55,9 +55,12 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
 
 pub fn watch(a: &WatchArgs) -> Result<cmd::watch::Request> {
     let backend = open(&crate::host::layout(None, None))?;
+    // A --pid that names no process is a note in every frame, not an error: a watch started
+    // before a restart, or with a stale PID, still shows the host while the operator looks
+    // again. Only the checks' own view of the process is left out.
     let t = Target {
         profile: a.profile.clone(),
-        pid: a.pid,
+        pid: a.pid.filter(|p| backend.process_exists(*p)),
         unit: None,
         catalog: a.catalog.clone(),
         role: None,
@@ -213,11 +216,14 @@ pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
             ExportFormat::Nic => Format::Nic,
             ExportFormat::SelftestJob => Format::SelftestJob,
             ExportFormat::SelftestAnsible => Format::SelftestAnsible,
+            ExportFormat::WatchSystemd => Format::WatchSystemd,
+            ExportFormat::WatchDaemonset => Format::WatchDaemonset,
         },
         nics: a.nics.clone(),
         unit: a.unit.clone(),
         output: a.output.clone(),
         shards: shard_run(a)?,
+        image: a.image.clone(),
     })
 }
 

@@ -22,6 +22,8 @@ pub struct Request {
     pub output: Option<PathBuf>,
     /// `--to selftest-job|selftest-ansible`: the shards' run.
     pub shards: Option<crate::export::shards::ShardRun>,
+    /// `--image`: what a Kubernetes workload runs.
+    pub image: String,
 }
 
 pub fn run(a: Request) -> Result<Outcome> {
@@ -47,6 +49,7 @@ pub fn run(a: Request) -> Result<Outcome> {
         settings: plan::settings(&inputs.catalog, &report.results, &facts),
         nic: None,
         shards: a.shards.clone(),
+        image: a.image.clone(),
     };
     let e = if a.to == Format::Nic || !a.nics.is_empty() {
         let files = nic_files(&a, &e.host)?;

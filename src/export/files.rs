@@ -219,7 +219,7 @@ pub fn check_timer(e: &Export) -> String {
 }
 
 /// This binary's path, for ExecStart (systemd needs an absolute one).
-fn wstune_path() -> String {
+pub(super) fn wstune_path() -> String {
     std::env::current_exe()
         .ok()
         .and_then(|p| p.to_str().map(str::to_string))

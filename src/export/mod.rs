@@ -13,6 +13,7 @@ mod containers;
 mod files;
 pub mod nic;
 pub mod shards;
+mod watch;
 
 use crate::apply::plan::Settings;
 use crate::catalog::Scope;
@@ -37,6 +38,8 @@ pub struct Export {
     pub nic: Option<nic::NicFiles>,
     /// A self-test over several generator hosts (`--to selftest-job|selftest-ansible`).
     pub shards: Option<shards::ShardRun>,
+    /// The image a Kubernetes workload runs (`--image`; the watch DaemonSet's).
+    pub image: String,
 }
 
 /// Where a sysctl can be set in Kubernetes.
@@ -235,6 +238,10 @@ pub enum Format {
     SelftestJob,
     /// An Ansible play running a self-test's shards on an inventory group.
     SelftestAnsible,
+    /// wstune-watch.service: the headless watch (`watch --serve 127.0.0.1:9977`), hardened.
+    WatchSystemd,
+    /// A DaemonSet running the headless watch on every node, scraped by Prometheus.
+    WatchDaemonset,
 }
 
 /// The text of one export.
@@ -250,6 +257,8 @@ pub fn render(e: &Export, format: Format, unit: &str) -> String {
         Format::Compose => containers::compose(e),
         Format::Json => json(e),
         Format::Nic => nic_listing(e),
+        Format::WatchSystemd => watch::service(e),
+        Format::WatchDaemonset => watch::daemonset(e, &e.image),
         Format::SelftestJob | Format::SelftestAnsible => {
             let r = e
                 .shards
@@ -351,6 +360,7 @@ mod tests {
             },
             nic: None,
             shards: None,
+            image: "ghcr.io/wstune/wstune:latest".into(),
         }
     }
 

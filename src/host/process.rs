@@ -217,6 +217,34 @@ pub fn spawn_lasting(mut cmd: tokio::process::Command) -> std::io::Result<tokio:
     cmd.spawn()
 }
 
+/// Set by SIGTERM, SIGHUP or SIGINT once [`catch_termination`] ran.
+static TERMINATION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on SIGTERM, SIGHUP and SIGINT only set a flag ([`termination_requested`]) instead
+/// of ending the process at once: a full-screen view must give the terminal back (main
+/// screen, cooked mode) before it exits, or the shell it returns to is unusable. Linux only;
+/// elsewhere the signals keep their default.
+pub fn catch_termination() {
+    #[cfg(target_os = "linux")]
+    {
+        extern "C" fn on_signal(_: libc::c_int) {
+            // An atomic store is all a signal handler may safely do here.
+            TERMINATION.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
+            // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+            unsafe {
+                libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+            }
+        }
+    }
+}
+
+/// Whether a signal asked this process to end since [`catch_termination`].
+pub fn termination_requested() -> bool {
+    TERMINATION.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

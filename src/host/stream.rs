@@ -6,14 +6,14 @@
 use std::io::Write;
 use std::path::Path;
 
-pub struct LineFile {
+pub struct LineStream {
     file: std::fs::File,
 }
 
-impl LineFile {
+impl LineStream {
     /// Create `path` (truncating a regular file there; refusing a directory, a FIFO or a
     /// device, which would block or never hold a recording).
-    pub fn create(path: &Path) -> std::io::Result<LineFile> {
+    pub fn create(path: &Path) -> std::io::Result<LineStream> {
         if let Ok(m) = std::fs::metadata(path) {
             if !m.is_file() {
                 return Err(std::io::Error::other(format!(
@@ -27,7 +27,7 @@ impl LineFile {
             .write(true)
             .truncate(true)
             .open(path)?;
-        Ok(LineFile { file })
+        Ok(LineStream { file })
     }
 
     /// Append `line` and its newline in one write.

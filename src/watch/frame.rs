@@ -426,10 +426,12 @@ impl Frame {
                     turned: fds > mark,
                 });
             }
+            // A process that cannot be read at all says so once: its descriptors are then
+            // unreadable for the same reason, and "run as root" would mislead.
+            let descriptors = unavailable.remove("process descriptors");
             if let Some(why) = unavailable.remove("process") {
                 notes.push(format!("process {}: {}", p.pid, process_gone(&why)));
-            }
-            if let Some(why) = unavailable.remove("process descriptors") {
+            } else if let Some(why) = descriptors {
                 notes.push(format!(
                     "process {}: its descriptors cannot be read ({why}); every listener is shown. \
                      Run as root (or with CAP_SYS_PTRACE) to tie listeners to it",
@@ -553,5 +555,61 @@ fn process_gone(why: &str) -> String {
         "no such process (it may have exited); watching the host's listeners".into()
     } else {
         why.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn catalog() -> crate::catalog::Catalog {
+        let known = crate::profile::load(crate::profile::DEFAULT)
+            .unwrap()
+            .profile
+            .variables()
+            .into_keys()
+            .collect();
+        crate::catalog::load(crate::host::Platform::Linux, None, &known).unwrap()
+    }
+
+    /// The marks a watch turns rows at are the catalog's own targets: a change to a check's
+    /// target that the watch does not follow fails here.
+    #[test]
+    fn the_marks_are_the_catalogs_targets() {
+        let cat = catalog();
+        let target = |id: &str| {
+            let c = &cat.checks.iter().find(|d| d.check.id == id).unwrap().check;
+            c.target.as_ref().map(|v| match v {
+                serde_yaml_ng::Value::String(s) => s.clone(),
+                other => format!("{other:?}"),
+            })
+        };
+        assert_eq!(
+            target("linux.sockstat.orphans").as_deref(),
+            Some("sysctl.net.ipv4.tcp_max_orphans / 4")
+        );
+        assert_eq!(
+            target("linux.sockstat.time_wait").as_deref(),
+            Some("sysctl.net.ipv4.tcp_max_tw_buckets * 9 / 10")
+        );
+        assert_eq!(
+            target("linux.sockstat.tcp_mem_pages").as_deref(),
+            Some("sysctl.net.ipv4.tcp_mem[1]")
+        );
+        // Every check a watched counter or mark names exists in the built-in catalog.
+        let ids = WATCHED.iter().map(|(_, id)| *id).chain([
+            "linux.net.core.somaxconn",
+            "linux.net.netfilter.nf_conntrack_max",
+            "linux.fs.file-max",
+            "linux.pid.nofile.soft",
+            "linux.cpu.softirq",
+            "linux.net.ipv4.ip_local_port_range",
+        ]);
+        for id in ids {
+            assert!(
+                cat.checks.iter().any(|d| d.check.id == id),
+                "{id} is not in checks/linux.yaml"
+            );
+        }
     }
 }

@@ -9,6 +9,7 @@ pub mod advice;
 pub mod frame;
 pub mod record;
 pub mod sample;
+pub mod serve;
 pub mod server;
 pub mod view;
 

@@ -4,7 +4,7 @@
 
 use super::frame::{Frame, SCHEMA};
 use super::{Flow, View};
-use crate::host::stream::LineFile;
+use crate::host::stream::LineStream;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -25,12 +25,12 @@ pub struct Header {
 pub const RECORDING: &str = "wstune.watch-recording/1";
 
 pub struct Recorder {
-    file: LineFile,
+    file: LineStream,
 }
 
 impl Recorder {
     pub fn create(path: &Path, header: &Header) -> std::io::Result<Recorder> {
-        let mut file = LineFile::create(path)?;
+        let mut file = LineStream::create(path)?;
         file.line(&serde_json::to_string(header).map_err(std::io::Error::other)?)?;
         Ok(Recorder { file })
     }
