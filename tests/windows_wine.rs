@@ -755,3 +755,211 @@ asyncio.run(main(sys.argv[1]))
         "{echo:#}"
     );
 }
+
+/// The `watch` JSON frames `wstune.exe` printed, each checked against the frame's schema.
+fn watch_frames(o: &Output) -> Vec<serde_json::Value> {
+    let out = ok(o);
+    let frames: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    // Against docs/watch-frame.schema.json, which the Linux frames are checked against too.
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/watch-frame.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let v = jsonschema::draft202012::new(&schema).unwrap();
+    for f in &frames {
+        assert_eq!(f["schema"], "wstune.watch/1", "{f:#}");
+        let errors: Vec<String> = v
+            .iter_errors(f)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{errors:#?}\n{f}");
+    }
+    frames
+}
+
+/// `watch` on Windows: the listeners and connections from IP Helper's TCP table (IPv4 and
+/// IPv6), the MIB-II counters from GetTcpStatisticsEx, and what Windows has not (Linux's
+/// TcpExt counters, accept queues, softirq time, conntrack) as unavailable, never as 0.
+///
+/// Wine's GetExtendedTcpTable answers from the host's own /proc/net/tcp and tcp6, so Linux
+/// listeners opened here appear in it. What Wine cannot provide, and the test asserts shown as
+/// unavailable: the dynamic port range (its netsh has no `show dynamicport`, so the ports per
+/// destination cannot be judged), a process's handle count (GetProcessHandleCount answers 0)
+/// and the owning process of a socket (every row says pid 0, so `--pid` cannot tie
+/// listeners); GetTcpStatisticsEx2 is missing too (GetTcpStatisticsEx stands in).
+#[test]
+fn watch_under_wine_reads_the_tcp_table_and_shows_what_windows_lacks_as_unavailable() {
+    let _area = common::area("windows_wine");
+    let Some(w) = Wine::new() else { return };
+    let l4 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let p4 = l4.local_addr().unwrap().port();
+    // One connection, established and not yet accepted: the listener's own count shows it.
+    let _c4 = std::net::TcpStream::connect(("127.0.0.1", p4)).unwrap();
+    let l6 = std::net::TcpListener::bind("[::1]:0").ok();
+    if l6.is_none() {
+        eprintln!("note: no IPv6 loopback here: the IPv6 table is read but holds no listener");
+    }
+    let p6 = l6.as_ref().map(|l| l.local_addr().unwrap().port());
+    let mut scope = vec!["--port".to_string(), p4.to_string()];
+    if let Some(p) = p6 {
+        scope.extend(["--port".to_string(), p.to_string()]);
+    }
+    let scope: Vec<&str> = scope.iter().map(String::as_str).collect();
+
+    // The ticker: two lines, each listener's queue unavailable (never 0/0), the Linux rows
+    // said once in full and then named.
+    let mut args = vec!["watch", "--plain", "--count", "2", "--interval", "1"];
+    args.extend(&scope);
+    let out = ok(&w.wstune(&args));
+    let ticks: Vec<&str> = out.lines().filter(|l| !l.starts_with(' ')).collect();
+    assert_eq!(ticks.len(), 2, "{out}");
+    for t in &ticks {
+        assert!(
+            t.contains(&format!("127.0.0.1:{p4} queue unavailable est 1")),
+            "{t}"
+        );
+        if let Some(p) = p6 {
+            assert!(t.contains(&format!("[::1]:{p} queue unavailable")), "{t}");
+        }
+        assert!(!t.contains("queue 0/"), "{t}");
+        assert!(!t.contains("orphan 0"), "{t}");
+        assert!(
+            t.contains("not on Windows: ") && t.contains("TcpExt counters"),
+            "{t}"
+        );
+        assert!(t.contains("ports unavailable (netsh"), "Wine's netsh: {t}");
+        assert!(!t.contains("/proc"), "{t}");
+    }
+    assert_eq!(
+        out.matches("  - TcpExt counters unavailable: not on Windows")
+            .count(),
+        1,
+        "{out}"
+    );
+
+    // JSON: the same, as the documented frame.
+    let mut args = vec![
+        "watch",
+        "--format",
+        "json",
+        "--count",
+        "2",
+        "--interval",
+        "1",
+    ];
+    args.extend(&scope);
+    let frames = watch_frames(&w.wstune(&args));
+    assert_eq!(frames.len(), 2);
+    for f in &frames {
+        let listeners = f["listeners"].as_array().unwrap();
+        let mut want = vec![format!("127.0.0.1:{p4}")];
+        want.extend(p6.map(|p| format!("[::1]:{p}")));
+        let mut got: Vec<&str> = listeners
+            .iter()
+            .map(|l| l["local"].as_str().unwrap())
+            .collect();
+        // By port, then address: either listener may come first.
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "{f:#}");
+        for l in listeners {
+            for k in ["queue", "backlog", "fill"] {
+                assert!(l[k].is_null(), "{k} is unavailable, not 0: {l:#}");
+            }
+            assert_eq!(l["full"], false);
+            assert!(l["queue_unavailable"]
+                .as_str()
+                .unwrap()
+                .starts_with("not on Windows"));
+        }
+        let ours = listeners
+            .iter()
+            .find(|l| l["local"] == format!("127.0.0.1:{p4}"))
+            .unwrap();
+        assert_eq!(ours["states"]["established"], 1, "{f:#}");
+        // GetTcpStatisticsEx works under Wine: the host's counters, and this test connected.
+        let counters = f["counters"].as_array().unwrap();
+        let active = counters
+            .iter()
+            .find(|c| c["name"] == "Tcp.ActiveOpens")
+            .unwrap_or_else(|| panic!("{f:#}"));
+        assert!(active["total"].as_u64().unwrap() >= 1, "{active}");
+        assert!(
+            !counters
+                .iter()
+                .any(|c| c["name"].as_str().unwrap().starts_with("TcpExt.")),
+            "Linux's counters are not shown as 0: {counters:#?}"
+        );
+        assert!(f["cpus"].as_array().unwrap().is_empty());
+        assert!(f["ports"].is_null(), "no range, no judgement: {f:#}");
+        let u = &f["unavailable"];
+        for key in [
+            "TcpExt counters",
+            "sockstat",
+            "orphans",
+            "conntrack",
+            "file handles",
+            "cpu",
+        ] {
+            assert!(
+                u[key]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("not on Windows"),
+                "{key}: {u:#}"
+            );
+        }
+        // What Wine cannot provide: the dynamic port range.
+        assert!(
+            u["ports"]
+                .as_str()
+                .unwrap()
+                .contains("netsh int ipv4 show dynamicport tcp"),
+            "{u:#}"
+        );
+    }
+
+    // --pid: a Windows process's handle count, which Wine cannot give (its
+    // GetProcessHandleCount answers 0): unavailable, and no gauge of 0 handles; its
+    // listeners cannot be tied to it (Wine names no owners), which the frame says.
+    let srv = w.serve(&[]);
+    let pid = w.windows_pid("wstune.exe").to_string();
+    let port = srv.port.to_string();
+    let frames = watch_frames(&w.wstune(&[
+        "watch", "--format", "json", "--count", "1", "--pid", &pid, "--port", &port,
+    ]));
+    let f = &frames[0];
+    assert_eq!(f["listeners"][0]["local"], format!("127.0.0.1:{port}"));
+    assert!(f["listeners"][0]["queue"].is_null());
+    assert_eq!(f["process"]["pid"].to_string(), pid);
+    assert!(f["process"].get("handles").is_none(), "{f:#}");
+    assert!(
+        f["unavailable"]["process handles"]
+            .as_str()
+            .unwrap()
+            .contains("answered 0"),
+        "{f:#}"
+    );
+    assert!(
+        !f["gauges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["name"].as_str().unwrap().contains("handles")),
+        "{f:#}"
+    );
+    assert!(
+        f["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("names no owning process")),
+        "{f:#}"
+    );
+}

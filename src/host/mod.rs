@@ -28,6 +28,7 @@ pub mod snapshot;
 pub mod sockets;
 pub mod store;
 pub mod stream;
+pub mod tcp_table;
 pub mod temp;
 pub mod timer;
 mod types;
@@ -395,6 +396,50 @@ pub trait Backend {
         Err(ReadError::Unsupported(
             "the socket table is read from the live host only".into(),
         ))
+    }
+    /// Cumulative TCP counters by the names /proc/net/netstat and /proc/net/snmp give them
+    /// (`TcpExt.ListenOverflows`, `Tcp.ActiveOpens`), those of `names` this host counts, and
+    /// why the others are missing (`wstune watch`). Linux reads those two files; Windows asks
+    /// GetTcpStatisticsEx2, which has the MIB-II `Tcp.*` counters and none of Linux's `TcpExt`.
+    fn tcp_counters(&self, names: &[&str]) -> sockets::TcpCounters {
+        let mut out = sockets::TcpCounters::default();
+        let netstat = self.read("/proc/net/netstat");
+        let snmp = self.read("/proc/net/snmp");
+        for name in names {
+            let Some((group, field)) = name.split_once('.') else {
+                continue;
+            };
+            let text = if group == "TcpExt" { &netstat } else { &snmp };
+            if let Ok(t) = text {
+                if let Some(v) = procfs::header_values(t, group, field) {
+                    out.values.insert(name.to_string(), v.max(0) as u64);
+                }
+            }
+        }
+        if let Err(e) = netstat {
+            out.unavailable.insert("netstat".into(), e);
+        }
+        if let Err(e) = snmp {
+            out.unavailable.insert("snmp".into(), e);
+        }
+        out
+    }
+    /// The local ports outbound TCP connections take their source port from, first and last:
+    /// Linux's net.ipv4.ip_local_port_range, Windows' IPv4 dynamic port range.
+    fn ephemeral_ports(&self) -> Result<(u16, u16), ReadError> {
+        let path = procfs::sysctl_path("net.ipv4.ip_local_port_range");
+        let t = self.read(&path)?;
+        let v: Vec<u16> = t
+            .split_whitespace()
+            .filter_map(|x| x.parse::<u16>().ok())
+            .collect();
+        match v.as_slice() {
+            [first, last] => Ok((*first, *last)),
+            _ => Err(ReadError::Other(format!(
+                "{path}: not two ports: {}",
+                t.trim()
+            ))),
+        }
     }
     /// A process's open descriptors: how many, and the inodes of those that are sockets
     /// (`/proc/PID/fd`, what `--pid` ties listeners to). Only the live Linux host; a

@@ -4,6 +4,8 @@
 //! small and the table is visited, never collected: a host with 100,000 sockets would
 //! otherwise allocate them all once a second.
 
+use super::ReadError;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 /// A TCP state, with the kernel's numbering (include/net/tcp_states.h), which Windows'
@@ -96,4 +98,17 @@ pub struct Sock {
     /// The owning process where the platform says (Windows does; Linux does not, see the
     /// inode).
     pub pid: Option<u32>,
+    /// Whether `recv_queue`, `send_queue` and `inode` are figures the platform gave: Linux's
+    /// socket diagnostics do; Windows' TCP table has no queues and no inodes, so there they
+    /// read 0 and mean nothing (a view shows them as unavailable, never as 0).
+    pub detailed: bool,
+}
+
+/// Cumulative TCP counters by name (`Tcp.ActiveOpens`), and why those asked for and missing
+/// are missing, by what could not be read (`netstat`: /proc/net/netstat; on Windows, the
+/// counters it has none of).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TcpCounters {
+    pub values: BTreeMap<String, u64>,
+    pub unavailable: BTreeMap<String, ReadError>,
 }

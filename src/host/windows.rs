@@ -5,13 +5,19 @@
 //!
 //! In recording mode (`wstune snapshot`) every value read is also kept in a [`RegistryFile`], so
 //! the snapshot's `registry.yaml` holds exactly what the checks saw.
+//!
+//! `wstune watch` reads the TCP table (GetExtendedTcpTable, IPv4 and IPv6, with owning pids)
+//! and the TCP statistics (GetTcpStatisticsEx2, else GetTcpStatisticsEx) through IP Helper;
+//! tcp_table.rs decodes both.
 
 use super::dynamic_ports::{parse_netsh, PortRange};
 use super::registry_file::{Adapter, RegistryFile};
+use super::sockets::{Sock, TcpCounters, Which};
 use super::Fact;
 use super::{Backend, HostInfo, Link, ReadError, WriteError};
 use super::{IpVersion, Platform, RegType};
 use std::cell::RefCell;
+use std::time::{Duration, Instant};
 use windows_registry::LOCAL_MACHINE;
 
 /// The network adapter device class; each adapter is a numbered subkey with its `*RSS*` keywords.
@@ -24,7 +30,13 @@ const NOT_FOUND: i32 = 0x8007_0002_u32 as i32;
 #[derive(Default)]
 pub struct WindowsBackend {
     recorder: Option<RefCell<RegistryFile>>,
+    /// The dynamic port range a watch last read, and when: netsh is a process to start, too
+    /// costly to run every interval for a value an operator changes rarely.
+    ports: RefCell<Option<(Instant, Result<PortRange, ReadError>)>>,
 }
+
+/// How long a watch keeps the dynamic port range it read before asking netsh again.
+const PORTS_FRESH: Duration = Duration::from_secs(60);
 
 impl WindowsBackend {
     pub fn live() -> WindowsBackend {
@@ -35,6 +47,7 @@ impl WindowsBackend {
     pub fn recording() -> WindowsBackend {
         WindowsBackend {
             recorder: Some(RefCell::new(RegistryFile::default())),
+            ..WindowsBackend::default()
         }
     }
 
@@ -298,11 +311,199 @@ impl Backend for WindowsBackend {
     fn process_exists(&self, pid: u32) -> bool {
         api::process_exists(pid)
     }
+    fn tcp_sockets(&self, which: Which, visit: &mut dyn FnMut(&Sock)) -> Result<(), ReadError> {
+        for v6 in [false, true] {
+            api::with_tcp_table(v6, which, |table| {
+                if v6 {
+                    super::tcp_table::visit_v6(table, visit)
+                } else {
+                    super::tcp_table::visit_v4(table, visit)
+                }
+            })?
+            .map_err(ReadError::Other)?;
+        }
+        Ok(())
+    }
+    fn tcp_counters(&self, names: &[&str]) -> TcpCounters {
+        let mut out = TcpCounters::default();
+        match api::tcp_stats() {
+            Ok(stats) => {
+                for name in names {
+                    if let Some(v) = stats.get(name) {
+                        out.values.insert(name.to_string(), v);
+                    }
+                }
+            }
+            Err(e) => {
+                out.unavailable.insert("tcp statistics".into(), e);
+            }
+        }
+        let linux: Vec<&str> = names
+            .iter()
+            .filter_map(|n| n.strip_prefix("TcpExt."))
+            .collect();
+        if !linux.is_empty() {
+            out.unavailable.insert(
+                "TcpExt counters".into(),
+                ReadError::Unsupported(format!(
+                    "not on Windows: {} are counters of the Linux kernel; Windows' TCP statistics have no listen-queue, memory or SYN-cookie counters",
+                    linux.join(", ")
+                )),
+            );
+        }
+        out
+    }
+    fn ephemeral_ports(&self) -> Result<(u16, u16), ReadError> {
+        let mut cached = self.ports.borrow_mut();
+        let range = match &*cached {
+            Some((at, r)) if at.elapsed() < PORTS_FRESH => r.clone(),
+            _ => {
+                let r = self.dynamic_ports(IpVersion::Ipv4);
+                *cached = Some((Instant::now(), r.clone()));
+                r
+            }
+        }?;
+        // A range is at most start + count <= 65536 (PortRange::new), so both fit a port.
+        Ok((range.start as u16, range.last() as u16))
+    }
 }
 
-/// The few Win32 calls the checks need beyond the registry.
+/// The few Win32 calls the checks and the watch need beyond the registry.
 mod api {
+    use super::super::sockets::Which;
+    use super::super::tcp_table::TcpStats;
     use super::ReadError;
+    use windows_sys::Win32::Foundation::{ERROR_INSUFFICIENT_BUFFER, NO_ERROR};
+    use windows_sys::Win32::NetworkManagement::IpHelper::{
+        GetExtendedTcpTable, GetTcpStatisticsEx, MIB_TCPSTATS2, MIB_TCPSTATS_LH,
+        TCP_TABLE_OWNER_PID_CONNECTIONS, TCP_TABLE_OWNER_PID_LISTENER,
+    };
+    use windows_sys::Win32::Networking::WinSock::{AF_INET, AF_INET6};
+    use windows_sys::Win32::System::LibraryLoader::{GetProcAddress, LoadLibraryW};
+
+    /// One family's TCP table of `which` sockets with their owning pids, handed to `read` as
+    /// its raw bytes (tcp_table.rs decodes them; a busy host's table is megabytes, read in
+    /// place). The table can grow between asking its size and reading it: asked again with
+    /// room to spare, a few times.
+    pub fn with_tcp_table<R>(
+        v6: bool,
+        which: Which,
+        read: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, ReadError> {
+        let af = u32::from(if v6 { AF_INET6 } else { AF_INET });
+        let class = match which {
+            Which::Listeners => TCP_TABLE_OWNER_PID_LISTENER,
+            Which::Connections => TCP_TABLE_OWNER_PID_CONNECTIONS,
+        };
+        let family = if v6 { "IPv6" } else { "IPv4" };
+        // u64s: the rows are read as DWORDs, so the buffer is aligned for them.
+        let mut buf: Vec<u64> = Vec::new();
+        for _ in 0..5 {
+            let mut size = (buf.len() * 8) as u32;
+            let ptr = if buf.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                buf.as_mut_ptr().cast()
+            };
+            // SAFETY: `ptr` is null with size 0, or `buf` with its length in bytes.
+            let r = unsafe { GetExtendedTcpTable(ptr, &mut size, 0, af, class, 0) };
+            match r {
+                NO_ERROR if !buf.is_empty() => {
+                    // SAFETY: the u64s of `buf` viewed as bytes, within its length.
+                    let bytes = unsafe {
+                        std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), buf.len() * 8)
+                    };
+                    return Ok(read(bytes));
+                }
+                NO_ERROR | ERROR_INSUFFICIENT_BUFFER => {
+                    let want = size as usize + size as usize / 4 + 4096;
+                    buf = vec![0u64; want.div_ceil(8)];
+                }
+                e => {
+                    return Err(ReadError::Other(format!(
+                        "GetExtendedTcpTable ({family}): {}",
+                        std::io::Error::from_raw_os_error(e as i32)
+                    )))
+                }
+            }
+        }
+        Err(ReadError::Other(format!(
+            "GetExtendedTcpTable ({family}): the table kept growing while it was read"
+        )))
+    }
+
+    type TcpStatisticsEx2 = unsafe extern "system" fn(*mut MIB_TCPSTATS2, u32) -> u32;
+
+    /// GetTcpStatisticsEx2 where the system has it (Windows 10 1703 and later; not Wine), found
+    /// at run time: importing it would keep wstune.exe from starting where it is missing.
+    fn statistics_ex2() -> Option<TcpStatisticsEx2> {
+        let name: Vec<u16> = "iphlpapi.dll\0".encode_utf16().collect();
+        // SAFETY: a NUL-terminated name; the module stays loaded for the process's life.
+        let module = unsafe { LoadLibraryW(name.as_ptr()) };
+        if module.is_null() {
+            return None;
+        }
+        // SAFETY: a NUL-terminated export name of a loaded module.
+        let f = unsafe { GetProcAddress(module, c"GetTcpStatisticsEx2".as_ptr().cast()) }?;
+        // SAFETY: the export has this signature (iphlpapi.h).
+        Some(unsafe {
+            std::mem::transmute::<unsafe extern "system" fn() -> isize, TcpStatisticsEx2>(f)
+        })
+    }
+
+    fn stats_of(af: u32) -> Result<TcpStats, u32> {
+        if let Some(ex2) = statistics_ex2() {
+            let mut s = MIB_TCPSTATS2::default();
+            // SAFETY: a MIB_TCPSTATS2 to fill.
+            let r = unsafe { ex2(&mut s, af) };
+            if r == NO_ERROR {
+                return Ok(TcpStats {
+                    active_opens: s.dwActiveOpens.into(),
+                    passive_opens: s.dwPassiveOpens.into(),
+                    attempt_fails: s.dwAttemptFails.into(),
+                    estab_resets: s.dwEstabResets.into(),
+                    curr_estab: s.dwCurrEstab.into(),
+                    in_segs: s.dw64InSegs,
+                    out_segs: s.dw64OutSegs,
+                    retrans_segs: s.dwRetransSegs.into(),
+                    in_errs: s.dwInErrs.into(),
+                    out_rsts: s.dwOutRsts.into(),
+                    num_conns: s.dwNumConns.into(),
+                });
+            }
+        }
+        let mut s = MIB_TCPSTATS_LH::default();
+        // SAFETY: a MIB_TCPSTATS to fill.
+        let r = unsafe { GetTcpStatisticsEx(&mut s, af) };
+        if r != NO_ERROR {
+            return Err(r);
+        }
+        Ok(TcpStats {
+            active_opens: s.dwActiveOpens.into(),
+            passive_opens: s.dwPassiveOpens.into(),
+            attempt_fails: s.dwAttemptFails.into(),
+            estab_resets: s.dwEstabResets.into(),
+            curr_estab: s.dwCurrEstab.into(),
+            in_segs: s.dwInSegs.into(),
+            out_segs: s.dwOutSegs.into(),
+            retrans_segs: s.dwRetransSegs.into(),
+            in_errs: s.dwInErrs.into(),
+            out_rsts: s.dwOutRsts.into(),
+            num_conns: s.dwNumConns.into(),
+        })
+    }
+
+    /// IPv4's and IPv6's TCP statistics together; a host without IPv6 counts IPv4 alone.
+    pub fn tcp_stats() -> Result<TcpStats, ReadError> {
+        let v4 = stats_of(u32::from(AF_INET)).map_err(|e| {
+            ReadError::Other(format!(
+                "GetTcpStatisticsEx (IPv4): {}",
+                std::io::Error::from_raw_os_error(e as i32)
+            ))
+        })?;
+        Ok(TcpStats::both(v4, stats_of(u32::from(AF_INET6)).ok()))
+    }
+
     use windows_sys::Win32::Foundation::{CloseHandle, GetLastError, ERROR_ACCESS_DENIED};
     use windows_sys::Win32::System::SystemInformation::{GlobalMemoryStatusEx, MEMORYSTATUSEX};
     use windows_sys::Win32::System::Threading::{

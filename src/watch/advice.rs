@@ -121,7 +121,7 @@ pub fn for_frame(f: &Frame, words: &Words) -> Vec<Advice> {
             .filter(|d| d.in_use as f64 >= p.size as f64 * PORTS_MARK)
         {
             add(
-                "linux.net.ipv4.ip_local_port_range",
+                &p.check,
                 format!(
                     "{} local ports to {} of the {} in the range",
                     thousands(d.in_use),

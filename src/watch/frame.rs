@@ -10,6 +10,7 @@
 use super::advice::{self, Advice, Words};
 use super::sample::{Sample, States};
 use super::server::ServerFigures;
+use crate::host::Platform;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -49,6 +50,7 @@ pub struct Frame {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(into = "ListenerWire", from = "ListenerWire")]
 pub struct ListenerRow {
     pub local: String,
     pub queue: u32,
@@ -58,6 +60,55 @@ pub struct ListenerRow {
     /// The queue is full: the kernel drops or ignores new handshakes for it.
     pub full: bool,
     pub states: Option<States>,
+    /// Why this host gives no accept queue for its listeners (Windows' TCP table has none).
+    /// Then `queue`, `backlog` and `fill` mean nothing: the JSON form has them null, and a
+    /// view shows them as unavailable, never as 0.
+    pub queue_unavailable: Option<String>,
+}
+
+/// A listener row as JSON holds it: the queue's figures null where the host has none.
+#[derive(Serialize, Deserialize)]
+struct ListenerWire {
+    local: String,
+    queue: Option<u32>,
+    backlog: Option<u32>,
+    fill: Option<f64>,
+    full: bool,
+    states: Option<States>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    queue_unavailable: Option<String>,
+}
+
+impl From<ListenerRow> for ListenerWire {
+    fn from(l: ListenerRow) -> ListenerWire {
+        let known = l.queue_unavailable.is_none();
+        ListenerWire {
+            local: l.local,
+            queue: known.then_some(l.queue),
+            backlog: known.then_some(l.backlog),
+            fill: known.then_some(l.fill),
+            full: l.full,
+            states: l.states,
+            queue_unavailable: l.queue_unavailable,
+        }
+    }
+}
+
+impl From<ListenerWire> for ListenerRow {
+    fn from(w: ListenerWire) -> ListenerRow {
+        let missing = w.queue.is_none() || w.backlog.is_none();
+        ListenerRow {
+            local: w.local,
+            queue: w.queue.unwrap_or(0),
+            backlog: w.backlog.unwrap_or(0),
+            fill: w.fill.unwrap_or(0.0),
+            full: w.full,
+            states: w.states,
+            queue_unavailable: w
+                .queue_unavailable
+                .or_else(|| missing.then(|| "not in this frame".to_string())),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -99,7 +150,29 @@ pub struct Ports {
     pub range: (u16, u16),
     pub size: u64,
     pub destinations: Vec<PortUse>,
+    /// The check that explains a destination near the range's size: Linux's
+    /// ip_local_port_range, Windows' dynamic port range.
+    #[serde(default = "linux_ports_check")]
+    pub check: String,
 }
+
+fn linux_ports_check() -> String {
+    PORTS_CHECK_LINUX.to_string()
+}
+
+/// The checks behind the ephemeral ports row, per platform.
+pub const PORTS_CHECK_LINUX: &str = "linux.net.ipv4.ip_local_port_range";
+pub const PORTS_CHECK_WINDOWS: &str = "windows.tcpip.dynamic_port_range";
+/// The check behind Windows' TIME_WAIT sockets holding dynamic ports: how long they hold them.
+pub const TIME_WAIT_CHECK_WINDOWS: &str = "windows.tcpip.tcp_timed_wait_delay";
+/// The check behind a Windows process's handle count, and the limit it guards: one process
+/// holds at most 2^24 handles.
+pub const HANDLES_CHECK: &str = "windows.process.handles";
+pub const HANDLES_LIMIT: u64 = 16_777_216;
+
+/// Why a Windows listener has no accept queue in a frame.
+pub const NO_ACCEPT_QUEUE: &str =
+    "not on Windows: its TCP table (GetExtendedTcpTable) has no accept-queue depth or backlog";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PortUse {
@@ -113,6 +186,9 @@ pub struct ProcessRow {
     pub fds: Option<u64>,
     pub soft_limit: Option<u64>,
     pub hard_limit: Option<u64>,
+    /// Its open handles (Windows; a Linux process has descriptors instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handles: Option<u64>,
 }
 
 /// Counters whose growth predicts failure, and the check that explains each.
@@ -184,8 +260,9 @@ impl Frame {
                     backlog: l.backlog,
                     fill,
                     // The kernel's test (sk_acceptq_is_full): more waiting than the backlog.
-                    full: l.queue >= l.backlog.max(1),
+                    full: l.detailed && l.queue >= l.backlog.max(1),
                     states: conns.and_then(|c| c.per_listener.get(&l.local).copied()),
+                    queue_unavailable: (!l.detailed).then(|| NO_ACCEPT_QUEUE.to_string()),
                 }
             })
             .collect();
@@ -322,8 +399,21 @@ impl Frame {
             fds: p.fds,
             soft_limit: p.soft_limit,
             hard_limit: p.hard_limit,
+            handles: p.handles,
         });
         if let Some(p) = &process {
+            if let Some(n) = p.handles {
+                let mark = (HANDLES_LIMIT as f64 * FDS_MARK) as u64;
+                gauges.push(GaugeRow {
+                    name: format!("pid {} handles", p.pid),
+                    value: n,
+                    mark,
+                    mark_is: "16,777,216 handles per process * 0.9".into(),
+                    limit: Some(HANDLES_LIMIT),
+                    check: HANDLES_CHECK.into(),
+                    turned: n > mark,
+                });
+            }
             if let (Some(fds), Some(soft)) = (p.fds, p.soft_limit) {
                 let mark = (soft as f64 * FDS_MARK) as u64;
                 gauges.push(GaugeRow {
@@ -386,9 +476,39 @@ impl Frame {
                         in_use: *n,
                     })
                     .collect(),
+                check: match cur.platform {
+                    Platform::Windows => PORTS_CHECK_WINDOWS,
+                    Platform::Linux => PORTS_CHECK_LINUX,
+                }
+                .to_string(),
             }),
             _ => None,
         };
+        // Windows gives each outbound connection a port of the range of its own (per local
+        // address): the range is used up in total, and TIME_WAIT keeps ports for
+        // TcpTimedWaitDelay after the connections closed.
+        if let (Platform::Windows, Some(p), Some(c)) = (cur.platform, &ports, conns) {
+            let mark = (p.size as f64 * PORTS_MARK) as u64;
+            gauges.push(GaugeRow {
+                name: "dynamic ports in use".into(),
+                value: c.range_in_use,
+                mark,
+                mark_is: "dynamic port range * 0.8".into(),
+                limit: Some(p.size),
+                check: PORTS_CHECK_WINDOWS.into(),
+                turned: c.range_in_use > mark,
+            });
+            let mark = p.size / 2;
+            gauges.push(GaugeRow {
+                name: "dynamic ports in TIME_WAIT".into(),
+                value: c.range_time_wait,
+                mark,
+                mark_is: "dynamic port range / 2".into(),
+                limit: Some(p.size),
+                check: TIME_WAIT_CHECK_WINDOWS.into(),
+                turned: c.range_time_wait > mark,
+            });
+        }
 
         notes.extend(cur.notes.iter().cloned());
         if listeners.is_empty() && cur.notes.is_empty() && !unavailable.contains_key("listeners") {

@@ -11,7 +11,7 @@
 //! how old its figures are. Listeners and counters are read every interval.
 
 use crate::host::sockets::{Sock, TcpState, Which};
-use crate::host::{procfs, Backend, ReadError};
+use crate::host::{procfs, Backend, Fact, Platform, ReadError};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime};
@@ -54,6 +54,10 @@ pub struct Listener {
     /// The accept queue's size: the backlog listen() asked for, capped at somaxconn.
     pub backlog: u32,
     pub inode: u64,
+    /// Whether `queue`, `backlog` and `inode` are figures: Windows' TCP table has none of them.
+    pub detailed: bool,
+    /// The process that holds it, where the platform says (Windows).
+    pub pid: Option<u32>,
 }
 
 /// Sockets by state behind one listener (or in all).
@@ -93,6 +97,11 @@ pub struct Connections {
     /// Local ports from the ephemeral range in use, per destination (the kernel needs a free
     /// one per destination address and port), most used first, at most 8.
     pub ports_by_destination: Vec<(SocketAddr, u64)>,
+    /// Sockets on a local port of the ephemeral range, whatever their destination, and those
+    /// of them in TIME_WAIT: Windows gives an outbound connection a port of its own from the
+    /// range (per local address), so the range runs out in total, not per destination.
+    pub range_in_use: u64,
+    pub range_time_wait: u64,
     /// When this walk was made (it may be older than the sample; see the module's note).
     pub at: Instant,
     /// What the walk cost in CPU time.
@@ -108,6 +117,8 @@ pub struct Process {
     pub hard_limit: Option<u64>,
     /// The inodes of its sockets, to tie listeners to it.
     pub sockets: Vec<u64>,
+    /// Its open handles (Windows: GetProcessHandleCount).
+    pub handles: Option<u64>,
 }
 
 /// Host-wide values that have a mark.
@@ -143,6 +154,8 @@ pub struct Cpu {
 /// One reading.
 #[derive(Debug, Clone)]
 pub struct Sample {
+    /// The host's platform: which checks explain its figures.
+    pub platform: Platform,
     pub wall: SystemTime,
     pub at: Instant,
     pub listeners: Vec<Listener>,
@@ -218,6 +231,7 @@ impl Collector {
         };
         let now = Instant::now();
         let wall = SystemTime::now();
+        let platform = b.platform();
 
         let process = self
             .scope
@@ -231,6 +245,8 @@ impl Collector {
                 queue: s.recv_queue,
                 backlog: s.send_queue,
                 inode: s.inode,
+                detailed: s.detailed,
+                pid: s.pid,
             })
         }) {
             miss("listeners", &e);
@@ -245,9 +261,21 @@ impl Collector {
         }
         listeners
             .retain(|l| self.scope.ports.is_empty() || self.scope.ports.contains(&l.local.port()));
-        // Tied to the process only once its descriptors could be read; until then (another
-        // user's process without root) every listener shows, and the frame says why.
-        if let Some(p) = process
+        // Where the table names each listener's process (Windows), that ties it; else tied
+        // to the process only once its descriptors could be read; until then (another user's
+        // process without root) every listener shows, and the frame says why.
+        if let (Some(pid), true) = (self.scope.pid, listeners.iter().any(|l| l.pid.is_some())) {
+            listeners.retain(|l| l.pid == Some(pid));
+            if listeners.is_empty() {
+                notes.push(format!("process {pid} holds no listening TCP socket"));
+            }
+        } else if let (Some(pid), Platform::Windows, false) =
+            (self.scope.pid, platform, listeners.is_empty())
+        {
+            notes.push(format!(
+                "process {pid}: the TCP table names no owning process for any listener (Wine names none); every listener is shown"
+            ));
+        } else if let Some(p) = process
             .as_ref()
             .filter(|p| self.fds_read || p.fds.is_some())
         {
@@ -275,6 +303,7 @@ impl Collector {
         let counters = counters(b, &mut miss);
         let cpus = cpus(b, &mut miss);
         Sample {
+            platform,
             wall,
             at: now,
             listeners,
@@ -299,6 +328,20 @@ impl Collector {
             pid,
             ..Process::default()
         };
+        if b.platform() == Platform::Windows {
+            // No descriptors and no descriptor limit: a Windows process holds handles, up to
+            // 16,777,216 (windows.process.handles).
+            if !b.process_exists(pid) {
+                miss("process", &ReadError::NotFound(format!("process {pid}")));
+                return p;
+            }
+            match b.host_fact(Fact::ProcessHandles, Some(pid)) {
+                Some(Ok(n)) => p.handles = Some(n.max(0) as u64),
+                Some(Err(e)) => miss("process handles", &e),
+                None => {}
+            }
+            return p;
+        }
         match b.read(&procfs::paths::limits(pid)) {
             Ok(t) => {
                 if let Some((soft, hard)) = procfs::nofile_limits(&t) {
@@ -336,8 +379,50 @@ fn read_u64(b: &dyn Backend, path: &str) -> Result<u64, ReadError> {
         .ok_or_else(|| ReadError::Other(format!("{path}: not a number")))
 }
 
+/// What Windows does not have of what a Linux host shows, in the words a view puts beside it:
+/// `unavailable` entries under the keys the Linux reads use, so that each row says "not on
+/// Windows" rather than what reading /proc answered.
+const NOT_ON_WINDOWS: &[(&str, &str)] = &[
+    (
+        "sockstat",
+        "not on Windows: TCP socket memory against tcp_mem, and the orphan and TIME_WAIT marks (tcp_max_orphans, tcp_max_tw_buckets), are Linux kernel figures; TIME_WAIT is counted from the TCP table",
+    ),
+    (
+        "orphans",
+        "not on Windows: its TCP table does not say whether a process still holds a closing socket",
+    ),
+    (
+        "conntrack",
+        "not on Windows: connection tracking (netfilter) is Linux's",
+    ),
+    (
+        "file handles",
+        "not on Windows: Windows has no host-wide file-handle limit (with --pid, the process's handles are shown)",
+    ),
+    (
+        "cpu",
+        "not on Windows: softirq and system time per core and softnet drops are Linux's figures (Windows counts DPC time per core: perfmon Processor(*)\\% DPC Time)",
+    ),
+];
+
+fn not_on_windows(key: &str, miss: &mut dyn FnMut(&str, &ReadError)) {
+    if let Some((k, why)) = NOT_ON_WINDOWS.iter().find(|(k, _)| *k == key) {
+        miss(k, &ReadError::Unsupported(why.to_string()));
+    }
+}
+
 fn gauges(b: &dyn Backend, miss: &mut dyn FnMut(&str, &ReadError)) -> Gauges {
     let mut g = Gauges::default();
+    if b.platform() == Platform::Windows {
+        for key in ["sockstat", "orphans", "conntrack", "file handles"] {
+            not_on_windows(key, miss);
+        }
+        match b.ephemeral_ports() {
+            Ok(r) => g.port_range = Some(r),
+            Err(e) => miss("ports", &e),
+        }
+        return g;
+    }
     match b.read("/proc/net/sockstat") {
         Ok(t) => {
             g.orphans = procfs::sockstat(&t, "TCP", "orphan").map(|v| v.max(0) as u64);
@@ -363,13 +448,7 @@ fn gauges(b: &dyn Backend, miss: &mut dyn FnMut(&str, &ReadError)) -> Gauges {
             .collect();
         (v.len() == 3).then(|| [v[0], v[1], v[2]])
     });
-    g.port_range = sysctl("net.ipv4.ip_local_port_range").ok().and_then(|t| {
-        let v: Vec<u16> = t
-            .split_whitespace()
-            .filter_map(|x| x.parse().ok())
-            .collect();
-        (v.len() == 2).then(|| (v[0], v[1]))
-    });
+    g.port_range = b.ephemeral_ports().ok();
     match (
         read_u64(b, "/proc/sys/net/netfilter/nf_conntrack_count"),
         read_u64(b, "/proc/sys/net/netfilter/nf_conntrack_max"),
@@ -399,23 +478,13 @@ fn gauges(b: &dyn Backend, miss: &mut dyn FnMut(&str, &ReadError)) -> Gauges {
 }
 
 fn counters(b: &dyn Backend, miss: &mut dyn FnMut(&str, &ReadError)) -> BTreeMap<String, u64> {
-    let mut out = BTreeMap::new();
-    let netstat = b.read("/proc/net/netstat");
-    let snmp = b.read("/proc/net/snmp");
-    for name in NETSTAT {
-        let (group, field) = name.split_once('.').expect("Group.Field");
-        let text = if group == "TcpExt" { &netstat } else { &snmp };
-        if let Ok(t) = text {
-            if let Some(v) = procfs::header_values(t, group, field) {
-                out.insert(name.to_string(), v.max(0) as u64);
-            }
-        }
+    let tcp = b.tcp_counters(NETSTAT);
+    for (what, e) in &tcp.unavailable {
+        miss(what, e);
     }
-    if let Err(e) = &netstat {
-        miss("netstat", e);
-    }
-    if let Err(e) = &snmp {
-        miss("snmp", e);
+    let mut out = tcp.values;
+    if b.platform() == Platform::Windows {
+        return out;
     }
     match b.read("/proc/net/stat/nf_conntrack") {
         Ok(t) => {
@@ -432,6 +501,10 @@ fn counters(b: &dyn Backend, miss: &mut dyn FnMut(&str, &ReadError)) -> BTreeMap
 }
 
 fn cpus(b: &dyn Backend, miss: &mut dyn FnMut(&str, &ReadError)) -> Vec<Cpu> {
+    if b.platform() == Platform::Windows {
+        not_on_windows("cpu", miss);
+        return Vec::new();
+    }
     let mut cpus: Vec<Cpu> = match b.read("/proc/stat") {
         Ok(t) => procfs::cpu_ticks(&t)
             .into_iter()
@@ -501,6 +574,8 @@ fn walk(
             .collect(),
         total: States::default(),
         ports_by_destination: Vec::new(),
+        range_in_use: 0,
+        range_time_wait: 0,
         at: t0,
         cost: Duration::ZERO,
     };
@@ -519,6 +594,10 @@ fn walk(
             let p = s.local.port();
             if (lo..=hi).contains(&p) && s.state != TcpState::Listen {
                 *by_dest.entry(s.remote).or_default() += 1;
+                c.range_in_use += 1;
+                if s.state == TcpState::TimeWait {
+                    c.range_time_wait += 1;
+                }
             }
         }
     })?;
@@ -542,6 +621,8 @@ mod tests {
             queue: 0,
             backlog: 128,
             inode: 1,
+            detailed: true,
+            pid: None,
         }
     }
 
@@ -555,6 +636,339 @@ mod tests {
             Some(2)
         );
         assert_eq!(owner(&ls, "10.0.0.1:8080".parse().unwrap()), None);
+    }
+
+    /// A Windows host as the collector meets it: a TCP table without queues or inodes (a
+    /// listener of pid 700, one outbound connection from the dynamic range, one TIME_WAIT),
+    /// the MIB-II counters without Linux's TcpExt ones, a handle count, and no /proc.
+    struct Windows {
+        handles: Result<i64, ReadError>,
+        range: (u16, u16),
+    }
+
+    fn win_sock(state: TcpState, local: &str, remote: &str, pid: Option<u32>) -> Sock {
+        Sock {
+            state,
+            local: local.parse().unwrap(),
+            remote: remote.parse().unwrap(),
+            recv_queue: 0,
+            send_queue: 0,
+            inode: 0,
+            uid: 0,
+            pid,
+            detailed: false,
+        }
+    }
+
+    impl Backend for Windows {
+        fn platform(&self) -> Platform {
+            Platform::Windows
+        }
+        fn describe(&self) -> crate::host::HostInfo {
+            crate::host::HostInfo::default()
+        }
+        fn read(&self, path: &str) -> Result<String, ReadError> {
+            Err(ReadError::Unsupported(format!(
+                "{path}: no /proc on Windows"
+            )))
+        }
+        fn list(&self, dir: &str) -> Result<Vec<String>, ReadError> {
+            self.read(dir).map(|_| Vec::new())
+        }
+        fn links(&self) -> Result<Vec<crate::host::Link>, ReadError> {
+            Ok(Vec::new())
+        }
+        fn systemd_property(&self, unit: &str, _: &str) -> Result<String, ReadError> {
+            self.read(unit)
+        }
+        fn registry(
+            &self,
+            key: &str,
+            _: &str,
+            _: crate::host::RegType,
+        ) -> Result<String, ReadError> {
+            Err(ReadError::NotFound(key.into()))
+        }
+        fn page_size(&self) -> u64 {
+            4096
+        }
+        fn write_runtime(&self, path: &str, _: &str) -> Result<(), crate::host::WriteError> {
+            Err(crate::host::WriteError::Other(path.into()))
+        }
+        fn set_nofile(&self, _: u32, _: u64, _: u64) -> Result<(), crate::host::WriteError> {
+            Err(crate::host::WriteError::Other("no".into()))
+        }
+        fn set_registry(
+            &self,
+            key: &str,
+            _: &str,
+            _: crate::host::RegType,
+            _: Option<&str>,
+        ) -> Result<(), crate::host::WriteError> {
+            Err(crate::host::WriteError::Other(key.into()))
+        }
+        fn privileged(&self) -> bool {
+            false
+        }
+        fn process_exists(&self, pid: u32) -> bool {
+            pid == 700 || pid == 701
+        }
+        fn host_fact(&self, fact: Fact, _: Option<u32>) -> Option<Result<i64, ReadError>> {
+            (fact == Fact::ProcessHandles).then(|| self.handles.clone())
+        }
+        fn tcp_sockets(&self, which: Which, visit: &mut dyn FnMut(&Sock)) -> Result<(), ReadError> {
+            match which {
+                Which::Listeners => {
+                    visit(&win_sock(
+                        TcpState::Listen,
+                        "0.0.0.0:9001",
+                        "0.0.0.0:0",
+                        Some(700),
+                    ));
+                    visit(&win_sock(
+                        TcpState::Listen,
+                        "0.0.0.0:445",
+                        "0.0.0.0:0",
+                        Some(4),
+                    ));
+                }
+                Which::Connections => {
+                    visit(&win_sock(
+                        TcpState::Established,
+                        "10.0.0.1:9001",
+                        "10.0.0.9:50000",
+                        Some(700),
+                    ));
+                    visit(&win_sock(
+                        TcpState::Established,
+                        "10.0.0.1:50001",
+                        "10.0.0.7:443",
+                        Some(700),
+                    ));
+                    visit(&win_sock(
+                        TcpState::TimeWait,
+                        "10.0.0.1:50002",
+                        "10.0.0.7:443",
+                        None,
+                    ));
+                    visit(&win_sock(
+                        TcpState::FinWait2,
+                        "10.0.0.1:9001",
+                        "10.0.0.9:50003",
+                        None,
+                    ));
+                }
+            }
+            Ok(())
+        }
+        fn tcp_counters(&self, names: &[&str]) -> crate::host::sockets::TcpCounters {
+            let mut c = crate::host::sockets::TcpCounters::default();
+            for n in names.iter().filter(|n| n.starts_with("Tcp.")) {
+                c.values.insert(n.to_string(), 10);
+            }
+            c.unavailable.insert(
+                "TcpExt counters".into(),
+                ReadError::Unsupported("not on Windows: Linux's".into()),
+            );
+            c
+        }
+        fn ephemeral_ports(&self) -> Result<(u16, u16), ReadError> {
+            Ok(self.range)
+        }
+    }
+
+    fn windows_frame(b: &Windows, pid: Option<u32>) -> crate::watch::frame::Frame {
+        let mut c = Collector::new(Scope {
+            ports: Vec::new(),
+            pid,
+        });
+        let first = c.sample(b);
+        let second = c.sample(b);
+        crate::watch::frame::Frame::between(
+            Some(&first),
+            &second,
+            first.at,
+            None,
+            &Default::default(),
+        )
+    }
+
+    #[test]
+    fn a_windows_listener_shows_its_queue_as_unavailable_never_as_zero() {
+        let b = Windows {
+            handles: Ok(321),
+            range: (49152, 65535),
+        };
+        let f = windows_frame(&b, None);
+        let l = f
+            .listeners
+            .iter()
+            .find(|l| l.local == "0.0.0.0:9001")
+            .unwrap();
+        assert!(!l.full);
+        assert!(l
+            .queue_unavailable
+            .as_deref()
+            .unwrap()
+            .contains("not on Windows"));
+        let json = serde_json::to_value(&f).unwrap();
+        let row = &json["listeners"][1];
+        assert_eq!(row["local"], "0.0.0.0:9001");
+        for k in ["queue", "backlog", "fill"] {
+            assert!(row[k].is_null(), "{k} must be null, not 0: {row}");
+        }
+        // The JSON form reads back as the same frame.
+        let back: crate::watch::frame::Frame = serde_json::from_value(json).unwrap();
+        assert_eq!(back, f);
+        let line = crate::watch::view::plain::line(&f);
+        assert!(line.contains("0.0.0.0:9001 queue unavailable"), "{line}");
+        assert!(!line.contains("queue 0/0"), "{line}");
+        assert!(!line.contains("orphan 0"), "{line}");
+        // The connections behind it come from the same table.
+        assert_eq!(l.states.unwrap().established, 1);
+        assert_eq!(f.totals.unwrap().time_wait, 1);
+    }
+
+    #[test]
+    fn a_linux_listener_row_keeps_its_json_form_and_old_rows_read_back() {
+        let row = crate::watch::frame::ListenerRow {
+            local: "0.0.0.0:80".into(),
+            queue: 3,
+            backlog: 128,
+            fill: 3.0 / 128.0,
+            full: false,
+            states: None,
+            queue_unavailable: None,
+        };
+        let json = serde_json::to_value(&row).unwrap();
+        assert_eq!(json["queue"], 3);
+        assert_eq!(json["backlog"], 128);
+        assert!(json.get("queue_unavailable").is_none(), "{json}");
+        let back: crate::watch::frame::ListenerRow = serde_json::from_value(json).unwrap();
+        assert_eq!(back, row);
+        // A row whose queue is null without a reason still reads as unavailable, not 0.
+        let odd: crate::watch::frame::ListenerRow = serde_json::from_str(
+            r#"{"local":"[::]:80","queue":null,"backlog":null,"fill":null,"full":false,"states":null}"#,
+        )
+        .unwrap();
+        assert!(odd.queue_unavailable.is_some());
+    }
+
+    #[test]
+    fn what_windows_lacks_says_not_on_windows_and_never_names_proc() {
+        let b = Windows {
+            handles: Ok(321),
+            range: (49152, 65535),
+        };
+        let f = windows_frame(&b, None);
+        for key in [
+            "TcpExt counters",
+            "sockstat",
+            "orphans",
+            "conntrack",
+            "file handles",
+            "cpu",
+        ] {
+            let why = f
+                .unavailable
+                .get(key)
+                .unwrap_or_else(|| panic!("{key}: {:?}", f.unavailable));
+            assert!(why.starts_with("not on Windows"), "{key}: {why}");
+        }
+        for (key, why) in &f.unavailable {
+            assert!(!why.contains("/proc"), "{key}: {why}");
+        }
+        let names: Vec<&str> = f.counters.iter().map(|c| c.name.as_str()).collect();
+        assert!(names.contains(&"Tcp.ActiveOpens"), "{names:?}");
+        assert!(!names.iter().any(|n| n.starts_with("TcpExt.")), "{names:?}");
+        assert!(f.cpus.is_empty());
+        // Ports from the dynamic range, per destination, explained by the Windows check.
+        let p = f.ports.as_ref().unwrap();
+        assert_eq!(p.range, (49152, 65535));
+        assert_eq!(p.check, "windows.tcpip.dynamic_port_range");
+        assert_eq!(p.destinations[0].destination, "10.0.0.7:443");
+        assert_eq!(p.destinations[0].in_use, 2);
+    }
+
+    #[test]
+    fn windows_dynamic_ports_run_out_in_total_and_time_wait_names_its_delay() {
+        let gauge = |f: &crate::watch::frame::Frame, name: &str| {
+            f.gauges.iter().find(|g| g.name == name).cloned().unwrap()
+        };
+        // 2 of 16,384 ports: quiet.
+        let b = Windows {
+            handles: Ok(1),
+            range: (49152, 65535),
+        };
+        let f = windows_frame(&b, None);
+        let used = gauge(&f, "dynamic ports in use");
+        assert_eq!((used.value, used.limit), (2, Some(16384)));
+        assert_eq!(used.check, "windows.tcpip.dynamic_port_range");
+        assert!(!used.turned);
+        let tw = gauge(&f, "dynamic ports in TIME_WAIT");
+        assert_eq!(tw.value, 1);
+        assert_eq!(tw.check, "windows.tcpip.tcp_timed_wait_delay");
+        assert!(f.advice.is_empty());
+        // A range of one port, held by TIME_WAIT: both rows turn, with both checks.
+        let b = Windows {
+            handles: Ok(1),
+            range: (50002, 50002),
+        };
+        let f = windows_frame(&b, None);
+        assert!(gauge(&f, "dynamic ports in use").turned);
+        assert!(gauge(&f, "dynamic ports in TIME_WAIT").turned);
+        let ids: Vec<&str> = f.advice.iter().map(|a| a.id.as_str()).collect();
+        assert!(ids.contains(&"windows.tcpip.dynamic_port_range"), "{ids:?}");
+        assert!(
+            ids.contains(&"windows.tcpip.tcp_timed_wait_delay"),
+            "{ids:?}"
+        );
+        assert!(!ids.iter().any(|i| i.starts_with("linux.")), "{ids:?}");
+    }
+
+    #[test]
+    fn a_windows_pid_ties_listeners_by_owner_and_shows_its_handles() {
+        let b = Windows {
+            handles: Ok(321),
+            range: (49152, 65535),
+        };
+        let f = windows_frame(&b, Some(700));
+        let ls: Vec<&str> = f.listeners.iter().map(|l| l.local.as_str()).collect();
+        assert_eq!(ls, ["0.0.0.0:9001"]);
+        assert_eq!(f.process.as_ref().unwrap().handles, Some(321));
+        let g = f
+            .gauges
+            .iter()
+            .find(|g| g.name == "pid 700 handles")
+            .unwrap();
+        assert_eq!(g.check, "windows.process.handles");
+        assert!(!g.turned);
+        // A process the table names as owning no listener: said, not every listener shown.
+        let f = windows_frame(&b, Some(701));
+        assert!(f.listeners.is_empty());
+        assert!(
+            f.notes
+                .iter()
+                .any(|n| n == "process 701 holds no listening TCP socket"),
+            "{:?}",
+            f.notes
+        );
+        // A handle count the system cannot give is unavailable, not 0.
+        let b = Windows {
+            handles: Err(ReadError::Unsupported("answered 0 (Wine)".into())),
+            range: (49152, 65535),
+        };
+        let f = windows_frame(&b, Some(700));
+        assert_eq!(f.process.as_ref().unwrap().handles, None);
+        assert!(f.unavailable["process handles"].contains("answered 0"));
+        assert!(!f.gauges.iter().any(|g| g.name.contains("handles")));
+        // A process that is gone is a note, as on Linux.
+        let f = windows_frame(&b, Some(999));
+        assert!(
+            f.notes.iter().any(|n| n.contains("no such process")),
+            "{:?}",
+            f.notes
+        );
     }
 
     #[test]

@@ -209,6 +209,8 @@ struct ByAddress {
     backlog: u64,
     full: bool,
     states: Option<super::sample::States>,
+    /// The host has no accept queue for it (Windows): its queue series are left out, never 0.
+    no_queue: bool,
 }
 
 /// The Prometheus text of a snapshot.
@@ -257,6 +259,7 @@ pub fn metrics(s: &Snapshot) -> String {
         e.backlog += u64::from(l.backlog);
         e.full |= l.full;
         e.states = l.states;
+        e.no_queue |= l.queue_unavailable.is_some();
     }
     type Pick = fn(&ByAddress) -> f64;
     let listener: [(&str, &str, Pick); 3] = [
@@ -278,7 +281,7 @@ pub fn metrics(s: &Snapshot) -> String {
     ];
     for (name, help, pick) in listener {
         o.family(name, "gauge", help);
-        for addr in &order {
+        for addr in order.iter().filter(|a| !by[*a].no_queue) {
             o.sample(name, &[("listener", addr)], pick(&by[addr]));
         }
     }
@@ -799,6 +802,7 @@ mod tests {
                     fill: 1.0,
                     full: true,
                     states: None,
+                    queue_unavailable: None,
                 },
                 // An SO_REUSEPORT sibling: one series for the address.
                 ListenerRow {
@@ -808,6 +812,7 @@ mod tests {
                     fill: 0.0,
                     full: false,
                     states: None,
+                    queue_unavailable: None,
                 },
                 ListenerRow {
                     local: "[::1]:9\"\\\n".into(),
@@ -816,6 +821,7 @@ mod tests {
                     fill: 0.0,
                     full: false,
                     states: None,
+                    queue_unavailable: None,
                 },
             ],
             somaxconn: Some(4096),

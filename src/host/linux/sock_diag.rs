@@ -87,6 +87,7 @@ pub fn tcp_sockets(which: Which, visit: &mut dyn FnMut(&Sock)) -> Result<(), Rea
                                 inode: u64::from(h.inode),
                                 uid: h.uid,
                                 pid: None,
+                                detailed: true,
                             });
                         }
                     }

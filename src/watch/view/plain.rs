@@ -4,11 +4,14 @@
 use crate::watch::advice::{thousands, Log};
 use crate::watch::frame::Frame;
 use crate::watch::{Flow, View};
+use std::collections::BTreeSet;
 use std::io::Write;
 
 pub struct Plain<W: Write> {
     out: W,
     log: Log,
+    /// The rows whose absence on this platform was explained.
+    explained: BTreeSet<String>,
 }
 
 impl<W: Write> Plain<W> {
@@ -16,16 +19,23 @@ impl<W: Write> Plain<W> {
         Plain {
             out,
             log: Log::default(),
+            explained: BTreeSet::new(),
         }
     }
 }
+
+/// How a reading the platform does not have begins (sample.rs words them so).
+const NOT_HERE: &str = "not on Windows";
 
 /// The ticker line of a frame.
 pub fn line(f: &Frame) -> String {
     let mut parts: Vec<String> = Vec::new();
     let clock = f.time.get(11..19).unwrap_or(&f.time);
     for l in &f.listeners {
-        let mut s = format!("{} queue {}/{}", l.local, l.queue, l.backlog);
+        let mut s = match l.queue_unavailable {
+            None => format!("{} queue {}/{}", l.local, l.queue, l.backlog),
+            Some(_) => format!("{} queue unavailable", l.local),
+        };
         if l.full {
             s.push_str(" FULL");
         }
@@ -38,14 +48,18 @@ pub fn line(f: &Frame) -> String {
         parts.push(s);
     }
     if let Some(t) = &f.totals {
-        parts.push(format!(
-            "all est {} syn {} tw {} cw {} orphan {}",
+        let mut s = format!(
+            "all est {} syn {} tw {} cw {}",
             thousands(t.established),
             thousands(t.syn_recv),
             thousands(t.time_wait),
             thousands(t.close_wait),
-            thousands(t.orphans)
-        ));
+        );
+        // Where orphans are not counted (Windows), the figure is left out, never shown as 0.
+        if !f.unavailable.contains_key("orphans") {
+            s.push_str(&format!(" orphan {}", thousands(t.orphans)));
+        }
+        parts.push(s);
     }
     for c in f.counters.iter().filter(|c| c.turned) {
         parts.push(format!(
@@ -91,8 +105,18 @@ pub fn line(f: &Frame) -> String {
     for n in &f.notes {
         parts.push(format!("note: {n}"));
     }
+    // What the platform does not have is said once in full (Plain::show) and then only
+    // named: it never changes while the watch runs.
+    let mut absent = Vec::new();
     for (what, why) in &f.unavailable {
-        parts.push(format!("{what} unavailable ({why})"));
+        if why.starts_with(NOT_HERE) {
+            absent.push(what.as_str());
+        } else {
+            parts.push(format!("{what} unavailable ({why})"));
+        }
+    }
+    if !absent.is_empty() {
+        parts.push(format!("{NOT_HERE}: {}", absent.join(", ")));
     }
     if !f.advice.is_empty() {
         let ids: Vec<&str> = f.advice.iter().map(|a| a.id.as_str()).collect();
@@ -104,6 +128,11 @@ pub fn line(f: &Frame) -> String {
 impl<W: Write> View for Plain<W> {
     fn show(&mut self, f: &Frame) -> std::io::Result<Flow> {
         writeln!(self.out, "{}", line(f))?;
+        for (what, why) in &f.unavailable {
+            if why.starts_with(NOT_HERE) && self.explained.insert(what.clone()) {
+                writeln!(self.out, "  - {what} unavailable: {why}")?;
+            }
+        }
         for e in self.log.add(f) {
             let a = f
                 .advice

@@ -472,17 +472,25 @@ fn listeners(f: &Frame, area: Rect, buf: &mut Buffer) {
     let mut rows: Vec<Row> = order
         .iter()
         .map(|l| {
-            let mut cells = vec![
-                Cell::from(l.local.clone()),
-                Cell::from(
+            // A host without accept queues (Windows) shows them as unavailable, never 0/0.
+            let (queue, fill) = match l.queue_unavailable {
+                None => (
                     Line::from(format!(
                         "{}/{}",
                         thousands(l.queue.into()),
                         thousands(l.backlog.into())
-                    ))
-                    .right_aligned(),
+                    )),
+                    fill_cell(l.fill, l.full),
                 ),
-                fill_cell(l.fill, l.full),
+                Some(_) => (
+                    Line::from(Span::styled("unavailable", DIM)),
+                    Cell::from(Span::styled("n/a", DIM)),
+                ),
+            };
+            let mut cells = vec![
+                Cell::from(l.local.clone()),
+                Cell::from(queue.right_aligned()),
+                fill,
             ];
             cells.extend(states(l.states.as_ref()));
             let style = if l.full {
@@ -1050,6 +1058,7 @@ mod tests {
                     fill: 1.5,
                     full: true,
                     states: Some(st(5)),
+                    queue_unavailable: None,
                 },
                 ListenerRow {
                     local: "0.0.0.0:22".into(),
@@ -1058,6 +1067,7 @@ mod tests {
                     fill: 0.0,
                     full: false,
                     states: Some(st(1)),
+                    queue_unavailable: None,
                 },
             ],
             somaxconn: Some(4096),
