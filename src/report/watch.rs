@@ -373,6 +373,26 @@ fn listener_section(
         let row = last.and_then(|f| f.listeners.iter().find(|x| x.local == l.local));
         let states = row.and_then(|r| r.states);
         let cell = |v: Option<u64>| v.map_or("–".to_string(), thousands);
+        // Windows has no accept-queue figures: say so rather than draw zeros.
+        let why = frames
+            .iter()
+            .flat_map(|f| f.listeners.iter())
+            .find(|x| x.local == l.local)
+            .and_then(|x| x.queue_unavailable.clone());
+        if let Some(why) = why {
+            let _ = write!(
+                s,
+                "<tr><td><code>{}</code></td><td colspan=\"5\" class=\"muted\">unavailable: {}</td>\
+                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&l.local),
+                esc(&why),
+                cell(states.map(|x| x.established)),
+                cell(states.map(|x| x.syn_recv)),
+                cell(states.map(|x| x.time_wait)),
+                cell(states.map(|x| x.close_wait)),
+            );
+            continue;
+        }
         let _ = write!(
             s,
             "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td{}>{}</td><td{}>{:.0} %</td>\
@@ -418,7 +438,7 @@ fn listener_section(
                 .filter_map(|f| {
                     f.listeners
                         .iter()
-                        .find(|x| x.local == l.local)
+                        .find(|x| x.local == l.local && x.queue_unavailable.is_none())
                         .map(|x| (f.elapsed_s, x.fill * 100.0))
                 })
                 .collect();

@@ -67,11 +67,21 @@ pub struct States {
     pub syn_recv: u64,
     pub time_wait: u64,
     pub close_wait: u64,
-    /// Closing sockets no process holds any more (FIN_WAIT, CLOSING, LAST_ACK with no inode).
-    pub orphans: u64,
+    /// Closing sockets no process holds any more (FIN_WAIT, CLOSING, LAST_ACK with no inode);
+    /// None where the socket table cannot tell (Windows has no inode): unknown, never 0.
+    #[serde(default)]
+    pub orphans: Option<u64>,
 }
 
 impl States {
+    /// Nothing counted yet; orphans counted only where the table can tell them (`detailed`).
+    pub fn empty(orphans_known: bool) -> States {
+        States {
+            orphans: orphans_known.then_some(0),
+            ..States::default()
+        }
+    }
+
     fn add(&mut self, s: &Sock) {
         match s.state {
             TcpState::Established => self.established += 1,
@@ -79,9 +89,11 @@ impl States {
             TcpState::TimeWait => self.time_wait += 1,
             TcpState::CloseWait => self.close_wait += 1,
             TcpState::FinWait1 | TcpState::FinWait2 | TcpState::Closing | TcpState::LastAck
-                if s.inode == 0 =>
+                if s.inode == 0 && s.detailed =>
             {
-                self.orphans += 1
+                if let Some(o) = &mut self.orphans {
+                    *o += 1
+                }
             }
             _ => {}
         }
@@ -567,12 +579,14 @@ fn walk(
 ) -> Result<Connections, ReadError> {
     let t0 = Instant::now();
     let cpu0 = embedded_server::offload::thread_cpu_time();
+    // Linux's socket table says which closing sockets no file holds; Windows' does not.
+    let known = b.platform() != Platform::Windows;
     let mut c = Connections {
         per_listener: listeners
             .iter()
-            .map(|l| (l.local, States::default()))
+            .map(|l| (l.local, States::empty(known)))
             .collect(),
-        total: States::default(),
+        total: States::empty(known),
         ports_by_destination: Vec::new(),
         range_in_use: 0,
         range_time_wait: 0,

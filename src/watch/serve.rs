@@ -435,14 +435,19 @@ pub fn metrics(s: &Snapshot) -> String {
     o.text
 }
 
-fn states(s: &super::sample::States) -> [(&'static str, u64); 5] {
-    [
+/// The states of a listener or of all sockets; orphans only where they are known (a series
+/// left out is unknown to Prometheus, where a 0 would be a claim).
+fn states(s: &super::sample::States) -> Vec<(&'static str, u64)> {
+    let mut v = vec![
         ("established", s.established),
         ("syn_recv", s.syn_recv),
         ("time_wait", s.time_wait),
         ("close_wait", s.close_wait),
-        ("orphans", s.orphans),
-    ]
+    ];
+    if let Some(o) = s.orphans {
+        v.push(("orphans", o));
+    }
+    v
 }
 
 /// Every check a frame can name, with 0 for those not firing: an alert on `== 1` and a

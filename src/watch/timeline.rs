@@ -238,6 +238,7 @@ mod tests {
                 fill: f64::from(queue) / 2.0,
                 full,
                 states: None,
+                queue_unavailable: None,
             }],
             somaxconn: Some(2),
             totals: None,

@@ -56,8 +56,8 @@ pub fn line(f: &Frame) -> String {
             thousands(t.close_wait),
         );
         // Where orphans are not counted (Windows), the figure is left out, never shown as 0.
-        if !f.unavailable.contains_key("orphans") {
-            s.push_str(&format!(" orphan {}", thousands(t.orphans)));
+        if let Some(o) = t.orphans {
+            s.push_str(&format!(" orphan {}", thousands(o)));
         }
         parts.push(s);
     }

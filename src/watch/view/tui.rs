@@ -464,7 +464,10 @@ fn listeners(f: &Frame, area: Rect, buf: &mut Buffer) {
                 num(s.syn_recv),
                 num(s.time_wait),
                 num(s.close_wait),
-                num(s.orphans),
+                match s.orphans {
+                    Some(o) => num(o),
+                    None => Cell::from(Line::from("n/a").right_aligned()),
+                },
             ],
             None => std::array::from_fn(|_| Cell::from(Line::from("-").right_aligned())),
         }
@@ -1043,7 +1046,7 @@ mod tests {
             syn_recv: 0,
             time_wait: 3,
             close_wait: 0,
-            orphans: 0,
+            orphans: Some(0),
         };
         Frame {
             schema: SCHEMA.into(),
