@@ -195,42 +195,9 @@ fn node_exporter_exports(prom: &Path, want: &str) {
     );
 }
 
-fn chromium() -> Option<&'static str> {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|c| {
-            Command::new(c)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-}
-
-/// Headless Chromium at 1280x900 on `page`: `--dump-dom` or `--screenshot=FILE`.
-fn chromium_at_1280(browser: &str, page: &Path, mode: &str) -> Output {
-    let profile = tempfile::tempdir().unwrap();
-    Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            "--window-size=1280,900",
-            mode,
-            &format!("--user-data-dir={}", profile.path().display()),
-            &format!("file://{}", page.display()),
-        ])
-        .output()
-        .expect("run chromium")
-}
-
 #[test]
 fn the_html_report_fits_1280_pixels_and_says_its_scope_on_the_first_screen() {
-    let Some(browser) = chromium() else {
+    let Some(browser) = common::chromium() else {
         return common::skip("chromium", "no chromium here (apt-get install chromium)");
     };
     let dir = tempfile::tempdir().unwrap();
@@ -252,7 +219,7 @@ fn the_html_report_fits_1280_pixels_and_says_its_scope_on_the_first_screen() {
         ),
     )
     .unwrap();
-    let o = chromium_at_1280(browser, &probe, "--dump-dom");
+    let o = common::chromium_on(browser, &probe, "1280,900", "--dump-dom");
     let dom = String::from_utf8_lossy(&o.stdout);
     let title = dom
         .split("<title>")
@@ -277,7 +244,12 @@ fn the_html_report_fits_1280_pixels_and_says_its_scope_on_the_first_screen() {
     assert!(page.contains("not a proof for profile 10k"), "{page}");
     // A screenshot beside the report, for a person to look at.
     let shot = dir.path().join("report.png");
-    let o = chromium_at_1280(browser, &html, &format!("--screenshot={}", shot.display()));
+    let o = common::chromium_on(
+        browser,
+        &html,
+        "1280,900",
+        &format!("--screenshot={}", shot.display()),
+    );
     assert!(
         shot.metadata().is_ok_and(|m| m.len() > 10_000),
         "no screenshot: {}",

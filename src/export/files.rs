@@ -99,32 +99,39 @@ pub(crate) fn serve_unit(e: &Export, bin: &str) -> String {
          DynamicUser=yes\n\
          NoNewPrivileges=yes\n\
          CapabilityBoundingSet=\n\
-         ProtectSystem=strict\n\
-         ProtectHome=yes\n\
-         PrivateTmp=yes\n\
-         PrivateDevices=yes\n\
-         ProtectKernelTunables=yes\n\
-         ProtectKernelModules=yes\n\
-         ProtectKernelLogs=yes\n\
-         ProtectControlGroups=yes\n\
-         ProtectClock=yes\n\
-         ProtectHostname=yes\n\
-         RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK\n\
-         RestrictNamespaces=yes\n\
-         RestrictRealtime=yes\n\
-         RestrictSUIDSGID=yes\n\
-         LockPersonality=yes\n\
-         MemoryDenyWriteExecute=yes\n\
-         SystemCallArchitectures=native\n\
-         SystemCallFilter=@system-service\n\
+         {sandbox}\
          \n\
          [Install]\n\
          WantedBy=multi-user.target\n",
         profile = e.profile,
         stop = e.stop_secs,
+        sandbox = SANDBOX,
     ));
     s
 }
+
+/// The sandbox every unit wstune exports runs in: no file outside its own, no new
+/// privileges, TCP, Unix and netlink sockets only, the system-service calls. Each unit adds
+/// what its own job allows on top (the watch also hides other processes).
+pub(super) const SANDBOX: &str = "ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+PrivateDevices=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK
+RestrictNamespaces=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+MemoryDenyWriteExecute=yes
+SystemCallArchitectures=native
+SystemCallFilter=@system-service
+";
 
 /// The listening socket of `wstune-serve.service` (systemd socket activation): systemd creates
 /// and holds it, so neither `systemctl restart` nor a crash closes its accept queue. One socket,

@@ -76,27 +76,10 @@ pub(crate) fn unit(e: &Export, bin: &str) -> String {
          CapabilityBoundingSet=\n\
          AmbientCapabilities=\n\
          # The host's own network namespace: that is what it watches (no PrivateNetwork).\n\
-         ProtectSystem=strict\n\
-         ProtectHome=yes\n\
-         PrivateTmp=yes\n\
-         PrivateDevices=yes\n\
+         {sandbox}\
          ProtectProc=invisible\n\
-         ProtectKernelTunables=yes\n\
-         ProtectKernelModules=yes\n\
-         ProtectKernelLogs=yes\n\
-         ProtectControlGroups=yes\n\
-         ProtectClock=yes\n\
-         ProtectHostname=yes\n\
-         RestrictAddressFamilies=AF_INET AF_INET6 AF_NETLINK AF_UNIX\n\
-         RestrictNamespaces=yes\n\
-         RestrictRealtime=yes\n\
-         RestrictSUIDSGID=yes\n\
-         LockPersonality=yes\n\
-         MemoryDenyWriteExecute=yes\n\
          RemoveIPC=yes\n\
          UMask=0077\n\
-         SystemCallArchitectures=native\n\
-         SystemCallFilter=@system-service\n\
          SystemCallFilter=~@privileged\n\
          SystemCallErrorNumber=EPERM\n\
          # Its cost is a few percent of one core at most; these stop a runaway, not the watch.\n\
@@ -108,6 +91,7 @@ pub(crate) fn unit(e: &Export, bin: &str) -> String {
          WantedBy=multi-user.target\n",
         name = e.profile,
         profile = profile_arg(e),
+        sandbox = super::files::SANDBOX,
     ));
     s
 }

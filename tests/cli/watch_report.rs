@@ -38,39 +38,6 @@ sleep 0.3
 kill $C $L 2>/dev/null || true
 "#;
 
-fn chromium() -> Option<&'static str> {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|c| {
-            Command::new(c)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-}
-
-/// Headless Chromium at 1280 pixels wide on `page`: `--dump-dom` or `--screenshot=FILE`.
-fn chromium_on(browser: &str, page: &Path, mode: &str) -> Output {
-    let profile = tempfile::tempdir().unwrap();
-    Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            "--window-size=1280,1600",
-            mode,
-            &format!("--user-data-dir={}", profile.path().display()),
-            &format!("file://{}", page.display()),
-        ])
-        .output()
-        .expect("run chromium")
-}
-
 /// Decodes an 8-bit RGB(A) PNG (what Chromium writes) with Python's zlib and prints the
 /// number of distinct colours, then the pixels near the advice red (#cf222e) and near the
 /// chart blue (#1f6feb).
@@ -200,7 +167,7 @@ fn a_recorded_overflow_renders_into_a_page_with_its_charts_and_advice_moments() 
         "no timeline sentence"
     );
 
-    let Some(browser) = chromium() else {
+    let Some(browser) = common::chromium() else {
         return common::skip("chromium", "no chromium here (apt-get install chromium)");
     };
     // What the browser laid out: the chart of ListenOverflows is an <svg> with a size, and
@@ -220,7 +187,7 @@ fn a_recorded_overflow_renders_into_a_page_with_its_charts_and_advice_moments() 
         ),
     )
     .unwrap();
-    let o = chromium_on(browser, &probe, "--dump-dom");
+    let o = common::chromium_on(browser, &probe, "1280,1600", "--dump-dom");
     let dom = String::from_utf8_lossy(&o.stdout);
     let title = dom
         .split("<title>")
@@ -250,7 +217,12 @@ fn a_recorded_overflow_renders_into_a_page_with_its_charts_and_advice_moments() 
     // The product's own page, as a person sees it: not blank, with the advice bars' red and
     // the charts' blue lines drawn on the first screen.
     let shot = d.join("page.png");
-    let o = chromium_on(browser, &page, &format!("--screenshot={}", shot.display()));
+    let o = common::chromium_on(
+        browser,
+        &page,
+        "1280,1600",
+        &format!("--screenshot={}", shot.display()),
+    );
     assert!(
         shot.exists(),
         "no screenshot: {}",

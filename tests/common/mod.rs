@@ -724,3 +724,38 @@ pub fn noise(n: usize, mut seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// The headless browser on this machine (CI installs `chromium`), None where there is none.
+pub fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+}
+
+/// Headless `browser` on `page` in a window of `size` ("1280,900"), with a profile of its
+/// own: `mode` is `--dump-dom` or `--screenshot=FILE`.
+pub fn chromium_on(browser: &str, page: &Path, size: &str, mode: &str) -> Output {
+    let profile = tempfile::tempdir().unwrap();
+    Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            &format!("--window-size={size}"),
+            mode,
+            &format!("--user-data-dir={}", profile.path().display()),
+            &format!("file://{}", page.display()),
+        ])
+        .output()
+        .expect("run chromium")
+}
