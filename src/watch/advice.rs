@@ -4,6 +4,7 @@
 //! net.core.somaxconn=65535"). The catalog stays the one source of truth; a watch adds only
 //! what moved.
 
+pub use super::frame::Advice;
 use super::frame::{Frame, PORTS_MARK, SOFTIRQ_MARK_PCT};
 use crate::catalog::eval::Finding;
 use serde::{Deserialize, Serialize};
@@ -26,22 +27,6 @@ impl Words {
                 .collect(),
         }
     }
-}
-
-/// One piece of advice: the row that turned and the check that explains it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Advice {
-    /// The catalog check's id (stable: dashboards and agents key on it).
-    pub id: String,
-    pub title: String,
-    /// What moved or crossed its mark this interval ("TcpExt.ListenOverflows +4,210 (4,210/s)").
-    pub what: String,
-    pub why: String,
-    /// The check's fix, runtime then persistent, with the profile's target filled in.
-    pub fix: Vec<String>,
-    /// The setting's value now and the profile's target, where the check has them.
-    pub current: Option<String>,
-    pub target: Option<String>,
 }
 
 /// Group digits in threes: 4210 -> "4,210".

@@ -5,9 +5,9 @@
 //!
 //! A row "turns" when a counter that predicts failure moved during the interval or a value
 //! crossed its mark; each turned row names the catalog check that explains it, and the frame
-//! carries that check's words as `check` prints them (advice.rs).
+//! carries that check's words as `check` prints them (advice.rs fills them in: a frame is
+//! what was read, advice what it means).
 
-use super::advice::{self, Advice, Words};
 use super::sample::{Sample, States};
 use super::server::ServerFigures;
 use crate::host::Platform;
@@ -191,6 +191,22 @@ pub struct ProcessRow {
     pub handles: Option<u64>,
 }
 
+/// One piece of advice: the row that turned and the check that explains it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Advice {
+    /// The catalog check's id (stable: dashboards and agents key on it).
+    pub id: String,
+    pub title: String,
+    /// What moved or crossed its mark this interval ("TcpExt.ListenOverflows +4,210 (4,210/s)").
+    pub what: String,
+    pub why: String,
+    /// The check's fix, runtime then persistent, with the profile's target filled in.
+    pub fix: Vec<String>,
+    /// The setting's value now and the profile's target, where the check has them.
+    pub current: Option<String>,
+    pub target: Option<String>,
+}
+
 /// Counters whose growth predicts failure, and the check that explains each.
 pub const WATCHED: &[(&str, &str)] = &[
     ("TcpExt.ListenOverflows", "linux.counter.listen_overflows"),
@@ -232,7 +248,6 @@ impl Frame {
         cur: &Sample,
         started: std::time::Instant,
         server: Option<ServerFigures>,
-        words: &Words,
     ) -> Frame {
         let interval = prev
             .map(|p| cur.at.duration_since(p.at).as_secs_f64())
@@ -520,7 +535,7 @@ impl Frame {
             });
         }
 
-        let mut frame = Frame {
+        Frame {
             schema: SCHEMA.to_string(),
             time: humantime::format_rfc3339_millis(cur.wall).to_string(),
             elapsed_s: cur.at.saturating_duration_since(started).as_secs_f64(),
@@ -538,9 +553,7 @@ impl Frame {
             advice: Vec::new(),
             unavailable,
             notes,
-        };
-        frame.advice = advice::for_frame(&frame, words);
-        frame
+        }
     }
 
     /// Whether anything turned this interval.

@@ -45,7 +45,8 @@ impl Watch {
     pub fn frame(&mut self, b: &dyn Backend) -> Frame {
         let cur = self.collector.sample(b);
         let server = self.scraper.as_mut().map(Scraper::scrape);
-        let f = Frame::between(self.prev.as_ref(), &cur, self.started, server, &self.words);
+        let mut f = Frame::between(self.prev.as_ref(), &cur, self.started, server);
+        f.advice = advice::for_frame(&f, &self.words);
         self.prev = Some(cur);
         f
     }

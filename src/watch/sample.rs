@@ -798,13 +798,9 @@ mod tests {
         });
         let first = c.sample(b);
         let second = c.sample(b);
-        crate::watch::frame::Frame::between(
-            Some(&first),
-            &second,
-            first.at,
-            None,
-            &Default::default(),
-        )
+        let mut f = crate::watch::frame::Frame::between(Some(&first), &second, first.at, None);
+        f.advice = crate::watch::advice::for_frame(&f, &Default::default());
+        f
     }
 
     #[test]
