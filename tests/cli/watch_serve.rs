@@ -610,7 +610,7 @@ fn the_exported_unit_verifies_and_its_command_works_unprivileged() {
         "NoNewPrivileges=yes\n",
         "CapabilityBoundingSet=\n",
         "ProtectSystem=strict\n",
-        "RestrictAddressFamilies=AF_INET AF_INET6 AF_NETLINK AF_UNIX\n",
+        "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK\n",
     ] {
         assert!(text.contains(want), "{want} in {text}");
     }
