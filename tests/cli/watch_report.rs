@@ -7,7 +7,7 @@ use crate::common;
 
 use common::{code, in_netns, stderr, wstune};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 /// A listener on 127.0.0.1:9001 with a backlog of one that never accepts, a connect loop that
 /// overflows it for at most 8 s, and `watch --plain --count 5 -i 0.5 --record REC` meanwhile.
