@@ -99,6 +99,7 @@ pub fn watch(a: &WatchArgs) -> Result<cmd::watch::Request> {
         scope: crate::watch::sample::Scope {
             ports: a.port.clone(),
             pid: a.pid,
+            no_connection_walk: false,
         },
         scraper,
         interval: Duration::from_secs_f64(a.interval),

@@ -49,7 +49,14 @@ impl HostWatch {
             .name("host-watch".into())
             .spawn(move || {
                 let backend = crate::host::live(None);
-                let mut w = Watch::new(Scope { ports, pid: None }, None, words);
+                // No walk over every connection: its bursts would land in the windows this
+                // watch sits beside; queues, counters and marks are read every second.
+                let scope = Scope {
+                    ports,
+                    pid: None,
+                    no_connection_walk: true,
+                };
+                let mut w = Watch::new(scope, None, words);
                 // The first reading makes no frame of its own: rates need two.
                 let _ = w.frame(backend.as_ref());
                 let mut last = Instant::now();

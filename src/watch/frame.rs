@@ -486,8 +486,11 @@ impl Frame {
                 destinations: c
                     .ports_by_destination
                     .iter()
-                    .map(|(d, n)| PortUse {
-                        destination: d.to_string(),
+                    .map(|(src, d, n)| PortUse {
+                        destination: match src {
+                            Some(src) => format!("{d} from {src}"),
+                            None => d.to_string(),
+                        },
                         in_use: *n,
                     })
                     .collect(),

@@ -23,6 +23,10 @@ pub struct Scope {
     pub ports: Vec<u16>,
     /// Only the listeners this process holds, and its descriptors against its limit.
     pub pid: Option<u32>,
+    /// Leave out the walk over every connection (states per listener, ports per
+    /// destination): a self-test's watch, which must not spend a burst of CPU beside the
+    /// load it measures (tenths of a second at 200,000 sockets).
+    pub no_connection_walk: bool,
 }
 
 /// The kernel counters a watch reads, by the names /proc/net/netstat and /proc/net/snmp give
@@ -106,9 +110,10 @@ pub struct Connections {
     /// Per listener, by its local address.
     pub per_listener: BTreeMap<SocketAddr, States>,
     pub total: States,
-    /// Local ports from the ephemeral range in use, per destination (the kernel needs a free
-    /// one per destination address and port), most used first, at most 8.
-    pub ports_by_destination: Vec<(SocketAddr, u64)>,
+    /// Local ports from the ephemeral range in use per destination, and per source address
+    /// on Linux (which needs a free port per source address, destination address and port;
+    /// Windows shares one pool: None), most used first, at most 8.
+    pub ports_by_destination: Vec<(Option<IpAddr>, SocketAddr, u64)>,
     /// Sockets on a local port of the ephemeral range, whatever their destination, and those
     /// of them in TIME_WAIT: Windows gives an outbound connection a port of its own from the
     /// range (per local address), so the range runs out in total, not per destination.
@@ -302,7 +307,7 @@ impl Collector {
         listeners.dedup_by(|a, b| a.local == b.local && a.inode == b.inode);
 
         let gauges = gauges(b, &mut miss);
-        if self.walk.due(now) {
+        if !self.scope.no_connection_walk && self.walk.due(now) {
             match walk(b, &listeners, gauges.port_range) {
                 Ok(c) => {
                     self.walk.spent(now, c.cost);
@@ -593,7 +598,11 @@ fn walk(
         at: t0,
         cost: Duration::ZERO,
     };
-    let mut by_dest: std::collections::HashMap<SocketAddr, u64> = Default::default();
+    // Linux needs a free local port per source address and destination (a client that binds
+    // several source addresses has the range once per address); Windows shares one pool.
+    let per_source = b.platform() != Platform::Windows;
+    let mut by_dest: std::collections::HashMap<(Option<IpAddr>, SocketAddr), u64> =
+        Default::default();
     let listening: std::collections::HashSet<u16> =
         listeners.iter().map(|l| l.local.port()).collect();
     b.tcp_sockets(Which::Connections, &mut |s| {
@@ -607,7 +616,8 @@ fn walk(
         } else if let Some((lo, hi)) = range {
             let p = s.local.port();
             if (lo..=hi).contains(&p) && s.state != TcpState::Listen {
-                *by_dest.entry(s.remote).or_default() += 1;
+                let source = per_source.then(|| s.local.ip());
+                *by_dest.entry((source, s.remote)).or_default() += 1;
                 c.range_in_use += 1;
                 if s.state == TcpState::TimeWait {
                     c.range_time_wait += 1;
@@ -615,8 +625,9 @@ fn walk(
             }
         }
     })?;
-    let mut ports: Vec<(SocketAddr, u64)> = by_dest.into_iter().collect();
-    ports.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut ports: Vec<(Option<IpAddr>, SocketAddr, u64)> =
+        by_dest.into_iter().map(|((s, d), n)| (s, d, n)).collect();
+    ports.sort_by(|a, b| b.2.cmp(&a.2).then(a.1.cmp(&b.1)).then(a.0.cmp(&b.0)));
     ports.truncate(8);
     c.ports_by_destination = ports;
     // What the walk cost this process (the kernel's time building the messages included),
@@ -795,6 +806,7 @@ mod tests {
         let mut c = Collector::new(Scope {
             ports: Vec::new(),
             pid,
+            no_connection_walk: false,
         });
         let first = c.sample(b);
         let second = c.sample(b);
