@@ -134,11 +134,10 @@ impl<W: Write> View for Plain<W> {
             }
         }
         for e in self.log.add(f) {
-            let a = f
-                .advice
-                .iter()
-                .find(|a| a.id == e.id)
-                .expect("advice of this frame");
+            // The log's new events come from this frame's advice.
+            let Some(a) = f.advice.iter().find(|a| a.id == e.id) else {
+                continue;
+            };
             writeln!(self.out, "  ! {} ({}): {}", a.id, a.title, a.what)?;
             if let (Some(c), Some(t)) = (&a.current, &a.target) {
                 writeln!(self.out, "    now {c}, profile's target {t}")?;
