@@ -26,6 +26,19 @@ pub fn check_writable(path: &Path, flag: &str) -> Result<()> {
     crate::host::atomic::check_writable(path, flag)
 }
 
+/// Group digits in threes: 4210 -> "4,210".
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A Prometheus label value as the text exposition format wants it: backslash, double quote
 /// and line feed escaped. Shared by every textfile writer (`check --format prometheus`,
 /// `selftest --out-prometheus`), so no label can break a file node_exporter reads whole.

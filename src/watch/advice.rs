@@ -29,18 +29,7 @@ impl Words {
     }
 }
 
-/// Group digits in threes: 4210 -> "4,210".
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub use crate::output::thousands;
 
 /// The advice of every row of `f` that turned, once per check id, in the order the rows
 /// appear (listeners, counters, marks, CPUs, ports).

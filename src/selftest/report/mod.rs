@@ -156,15 +156,7 @@ impl Report {
 
 /// Thousands separated by commas: 100,000.
 pub fn count(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    crate::output::thousands(n as u64)
 }
 
 pub(super) fn num(v: f64) -> String {
