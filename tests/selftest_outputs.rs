@@ -219,20 +219,7 @@ fn the_html_report_fits_1280_pixels_and_says_its_scope_on_the_first_screen() {
         ),
     )
     .unwrap();
-    let o = common::chromium_on(browser, &probe, "1280,900", "--dump-dom");
-    let dom = String::from_utf8_lossy(&o.stdout);
-    let title = dom
-        .split("<title>")
-        .nth(1)
-        .and_then(|t| t.split("</title>").next())
-        .unwrap_or_else(|| panic!("no title in the DOM: {dom}"));
-    let field = |k: &str| -> u32 {
-        title
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix(k))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {k} in {title:?}"))
-    };
+    let (title, field) = common::chromium_title(browser, &probe, "1280,900");
     assert!(
         field("W=") <= 1280,
         "the page scrolls sideways at 1280 px: {title}"

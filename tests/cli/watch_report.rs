@@ -187,20 +187,7 @@ fn a_recorded_overflow_renders_into_a_page_with_its_charts_and_advice_moments() 
         ),
     )
     .unwrap();
-    let o = common::chromium_on(browser, &probe, "1280,1600", "--dump-dom");
-    let dom = String::from_utf8_lossy(&o.stdout);
-    let title = dom
-        .split("<title>")
-        .nth(1)
-        .and_then(|t| t.split("</title>").next())
-        .unwrap_or_else(|| panic!("no title in the DOM: {dom}"));
-    let field = |k: &str| -> u32 {
-        title
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix(k))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {k} in {title:?}"))
-    };
+    let (title, field) = common::chromium_title(browser, &probe, "1280,1600");
     assert!(
         field("CW=") > 300 && field("CH=") > 100,
         "the ListenOverflows chart is not laid out: {title}"

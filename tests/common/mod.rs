@@ -759,3 +759,24 @@ pub fn chromium_on(browser: &str, page: &Path, size: &str, mode: &str) -> Output
         .output()
         .expect("run chromium")
 }
+
+/// What a probe page wrote in its title (`K=V` words, numbers), read from headless
+/// Chromium's `--dump-dom`: the title and a lookup that fails the test naming a missing key.
+pub fn chromium_title(browser: &str, probe: &Path, size: &str) -> (String, impl Fn(&str) -> u32) {
+    let o = chromium_on(browser, probe, size, "--dump-dom");
+    let dom = String::from_utf8_lossy(&o.stdout);
+    let title = dom
+        .split("<title>")
+        .nth(1)
+        .and_then(|t| t.split("</title>").next())
+        .unwrap_or_else(|| panic!("no title in the DOM: {dom}"))
+        .to_string();
+    let t = title.clone();
+    let field = move |k: &str| -> u32 {
+        t.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {t:?}"))
+    };
+    (title, field)
+}
