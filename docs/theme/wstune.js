@@ -1,13 +1,12 @@
-// The book's tables fit its 750 px column. A long word in a table cell (a check id, a sysctl
-// key, a counter, a registry path, a range) may break after a dot, an underscore, a slash or
-// backslash, `=`, `:` or a comma, or inside a CamelCase name, instead of widening the table
-// past the column: a <wbr> at each such place, which a copy of the text leaves out. Words
-// shorter than 12 characters keep only the breaks they had. Without scripts, mdbook's wrapper
-// scrolls a wide table in its own box.
+// The book's tables fit its 750 px content column. A table wider than its box may break a long
+// word in a cell (a check id, a sysctl key, a counter, a registry path, a range) after a dot,
+// an underscore, a slash or backslash, `=`, `:` or a comma, or inside a CamelCase name: a <wbr>
+// at each such place, which a copy of the text leaves out. A table that fits keeps its words
+// whole, and words shorter than 12 characters keep only the breaks they had. Without scripts,
+// mdbook's wrapper scrolls a wide table in its own box.
 (function () {
     "use strict";
-    const cells = document.querySelectorAll("main table td, main table th");
-    for (const cell of cells) {
+    function breakable(cell) {
         const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
         const texts = [];
         while (walker.nextNode()) texts.push(walker.currentNode);
@@ -27,5 +26,9 @@
             });
             text.replaceWith(frag);
         }
+    }
+    for (const table of document.querySelectorAll("main table")) {
+        if (table.offsetWidth <= table.parentElement.clientWidth) continue;
+        table.querySelectorAll("td, th").forEach(breakable);
     }
 })();
