@@ -1,10 +1,10 @@
 //! The book (docs/, built by mdbook) as a reader sees it: every page in headless Chromium at
-//! 1280 px, every table and code block measured against the content column, every link inside
-//! the book, and a screenshot of the landing page for a person to look at.
+//! 1280 px, every table and code block measured against the content column, and a screenshot
+//! of the landing page for a person to look at. (src/report/book.rs checks the links.)
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 /// The book built into `out` with `mdbook build docs -d OUT`, or None (a recorded skip) where
@@ -208,41 +208,4 @@ fn every_page_of_the_book_fits_its_column_at_1280_px() {
         String::from_utf8_lossy(&o.stderr)
     );
     eprintln!("the book's landing page at 1280 px: {}", shot.display());
-}
-
-/// Every relative link on every page of the built book leads to a file of the book: a link to
-/// a file outside docs/ (README.md, BENCHMARKS.md) would be a dead link in the book.
-#[test]
-fn every_link_in_the_book_stays_inside_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("book");
-    if build_book(&out).is_none() {
-        return;
-    }
-    let mut dead = Vec::new();
-    let mut seen = 0;
-    for page in chapters(&out) {
-        let html = std::fs::read_to_string(out.join(&page)).unwrap();
-        let here: PathBuf = out.join(&page).parent().unwrap().to_path_buf();
-        for href in html
-            .split("href=\"")
-            .skip(1)
-            .filter_map(|h| h.split('"').next())
-        {
-            let target = href.split('#').next().unwrap();
-            if target.is_empty() || target.contains(':') {
-                continue; // an anchor on this page, or http(s):, mailto:
-            }
-            seen += 1;
-            if !here.join(target).exists() {
-                dead.push(format!("{page}: {href}"));
-            }
-        }
-    }
-    assert!(seen > 100, "links followed: {seen}");
-    assert!(
-        dead.is_empty(),
-        "links that lead out of the book:\n{}",
-        dead.join("\n")
-    );
 }
