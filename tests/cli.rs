@@ -3,7 +3,7 @@
 //! fixture trees under tests/fixtures, and with bad input. Every test asserts on exit codes and
 //! on what a person or a machine reads. One submodule per idea: `live`, `fixtures`, `watch`,
 //! `nic`, `output` (machine-readable), `profiles`, `usage`, `apply`, `bench`, `doc_examples` (the
-//! README's and the book's command examples); the helpers they share are here.
+//! README's and the book's command examples), `book` (the book in headless Chromium); the helpers they share are here.
 
 use crate::common;
 
@@ -13,6 +13,7 @@ use std::process::{Command, Output};
 
 mod apply;
 mod bench;
+mod book;
 mod doc_examples;
 mod fixtures;
 mod live;

@@ -13,7 +13,6 @@ const COMPUTED_FIX: &[(&str, &str)] = &[(
     "`wstune rollback --id ID` restores the state before the interrupted apply (a new `wstune apply` also undoes it first); for a damaged entry the report names the file and what to do",
 )];
 
-/// The whole of docs/checks.md.
 /// How a check changes with the host's role (`roles:` in the catalog), in a few words.
 fn by_role(c: &crate::catalog::Check) -> Option<String> {
     if c.roles.is_empty() {
@@ -48,6 +47,66 @@ fn by_role(c: &crate::catalog::Check) -> Option<String> {
     Some(format!("{}; other roles as written", parts.join("; ")))
 }
 
+/// One check as the page shows it: its row in a section's index table and its entry below the
+/// table (the fix and the sources, too long for a table cell in the book's column).
+struct Entry {
+    id: String,
+    /// What the index table says after the id (the check's title, a few words more).
+    what: String,
+    /// The entry's lines after its title: the fix and the sources.
+    lines: Vec<String>,
+    /// Said once after the title: how the check changes by role, the `.boot` view.
+    more: Vec<String>,
+}
+
+impl Entry {
+    fn new(id: &str, what: &str) -> Self {
+        Entry {
+            id: id.to_string(),
+            what: what.to_string(),
+            lines: Vec::new(),
+            more: Vec::new(),
+        }
+    }
+}
+
+/// A section: a heading, a paragraph, an index table of ids (linked to their entries), then
+/// one entry per check. `extra` is a third column of the table, `(header, cell per entry)`.
+fn section(
+    out: &mut String,
+    heading: &str,
+    about: &str,
+    entries: &[Entry],
+    extra: Option<(&str, Vec<&str>)>,
+) {
+    out.push_str(&format!("\n## {heading}\n\n{about}\n\n"));
+    match &extra {
+        Some((header, _)) => out.push_str(&format!(
+            "| id | what it checks | {header} |\n|---|---|---|\n"
+        )),
+        None => out.push_str("| id | what it checks |\n|---|---|\n"),
+    }
+    for (i, e) in entries.iter().enumerate() {
+        let link = format!("[`{}`](#{})", e.id, e.id);
+        match &extra {
+            Some((_, cells)) => out.push_str(&row(&[&link, &e.what, cells[i]])),
+            None => out.push_str(&row(&[&link, &e.what])),
+        }
+    }
+    for e in entries {
+        let mut title = format!("<a id=\"{}\"></a>**`{}`**: {}.", e.id, e.id, e.what);
+        for m in &e.more {
+            title.push(' ');
+            title.push_str(m);
+        }
+        out.push_str(&format!("\n{}\n\n", one_line(&title)));
+        for l in &e.lines {
+            out.push_str(&format!("- {}\n", one_line(l)));
+        }
+    }
+}
+
+/// The whole of docs/checks.md.
 pub fn checks_markdown() -> String {
     let known: BTreeSet<String> = crate::profile::load(crate::profile::DEFAULT)
         .expect("the default profile loads")
@@ -59,10 +118,11 @@ pub fn checks_markdown() -> String {
         "# Check ids\n\n\
          Every finding `wstune check` reports carries one of these ids: the table's `Check` \
          column, `results[].id` in JSON, the JUnit test case name, the Prometheus `id` label. \
-         Placeholders in a fix (`{target}`, `{desired}`, `{nic}`, `{file}`...) are filled in \
-         with this host's values in the report itself. *Follows* names the sources each \
-         recommendation rests on (also `results[].refs` in JSON and the list under \
-         `check --show all`).\n\n\
+         Each section lists its ids in a table; below the table, each check has its fix and \
+         the sources its recommendation rests on (*follows*; also `results[].refs` in JSON and \
+         the list under `check --show all`), and the link on an id leads there. Placeholders \
+         in a fix (`{target}`, `{desired}`, `{nic}`, `{file}`...) are filled in with this \
+         host's values in the report itself.\n\n\
          Generated from `checks/linux.yaml`, `checks/windows.yaml`, `checks/lb.yaml` and \
          `checks/wstune.yaml` \
          (`src/report/checks_doc.rs`); a unit test fails when this file is stale, and \
@@ -72,8 +132,9 @@ pub fn checks_markdown() -> String {
         (
             Platform::Linux,
             "checks/linux.yaml",
-            "A sysctl check marked *and `ID.boot`* also reports the value the next boot sets \
-             and the sysctl.d file and line it comes from (`linux.net.core.somaxconn.boot`). \
+            "A sysctl check marked *also `.boot`* reports, as `ID.boot`, the value the next \
+             boot sets and the sysctl.d file and line it comes from \
+             (`linux.net.core.somaxconn.boot`). \
              A check on a NIC is reported once per physical NIC (`ID.eth0`).",
         ),
         (
@@ -83,73 +144,96 @@ pub fn checks_markdown() -> String {
         ),
     ] {
         let cat = catalog::load(platform, None, &known).expect("the built-in catalogs load");
-        out.push_str(&format!(
-            "\n## {} (`{file}`)\n\n{about}\n\n| id | what it checks | platform | fix | follows |\n|---|---|---|---|---|\n",
-            match platform {
-                Platform::Linux => "Linux",
-                Platform::Windows => "Windows",
-            }
-        ));
         let name = match platform {
             Platform::Linux => "Linux",
             Platform::Windows => "Windows",
         };
-        for d in &cat.checks {
-            let c = &d.check;
-            let id = if d.has_boot_view() {
-                format!("`{}` and `{}.boot`", c.id, c.id)
-            } else {
-                format!("`{}`", c.id)
-            };
-            let fix = match (&c.fix.runtime, &c.fix.persistent) {
-                (Some(r), Some(p)) => format!("now: {r}; persistent: {p}"),
-                (Some(r), None) => r.clone(),
-                (None, Some(p)) => format!("persistent: {p}"),
-                (None, None) => "-".into(),
-            };
-            let what = match by_role(c) {
-                Some(r) => format!("{}. *By role:* {r}", c.title),
-                None => c.title.clone(),
-            };
-            out.push_str(&row(&[&id, &what, name, &fix, &links(&c.refs)]));
-        }
+        let entries: Vec<Entry> = cat
+            .checks
+            .iter()
+            .map(|d| {
+                let c = &d.check;
+                let mut e = Entry::new(&c.id, &c.title);
+                if d.has_boot_view() {
+                    e.what.push_str("; also `.boot`");
+                    e.more
+                        .push(format!("`{}.boot` is what the next boot sets.", c.id));
+                }
+                if let Some(r) = by_role(c) {
+                    e.more.push(format!("*By role:* {r}."));
+                }
+                match (&c.fix.runtime, &c.fix.persistent) {
+                    (Some(r), Some(p)) => {
+                        e.lines.push(format!("now: {r}"));
+                        e.lines.push(format!("persistent: {p}"));
+                    }
+                    (Some(r), None) => e.lines.push(format!("fix: {r}")),
+                    (None, Some(p)) => e.lines.push(format!("persistent: {p}")),
+                    (None, None) => {}
+                }
+                if !c.refs.is_empty() {
+                    e.lines.push(format!("follows: {}", links(&c.refs)));
+                }
+                e
+            })
+            .collect();
+        section(
+            &mut out,
+            &format!("{name} (`{file}`)"),
+            about,
+            &entries,
+            None,
+        );
     }
-    out.push_str(
-        "\n## Load balancer (`checks/lb.yaml`, `check --lb-config FILE`)\n\n\
-         The values come from the proxy's configuration file and the running proxy's fd limit.\n\n\
-         | id | what it checks | platform | fix | follows |\n|---|---|---|---|---|\n",
-    );
-    for d in crate::lb::wording::defs() {
-        out.push_str(&row(&[
-            &format!("`{}`", d.id),
-            &d.title.replace("{proxy}", "HAProxy or nginx"),
+    let defs = crate::lb::wording::defs();
+    let entries: Vec<Entry> = defs
+        .iter()
+        .map(|d| {
+            let mut e = Entry::new(&d.id, &d.title.replace("{proxy}", "HAProxy or nginx"));
+            e.lines.push(format!("fix: {}", d.fix.for_kind(None)));
+            if !d.refs.is_empty() {
+                e.lines.push(format!("follows: {}", links(&d.refs)));
+            }
+            e
+        })
+        .collect();
+    let proxies: Vec<&str> = defs
+        .iter()
+        .map(|d| {
             if d.id == "lb.backlog" {
                 "nginx"
             } else {
                 "HAProxy, nginx"
-            },
-            &d.fix.for_kind(None),
-            &links(&d.refs),
-        ]));
-    }
-    out.push_str(
-        "\n## wstune's own journal (`checks/wstune.yaml`)\n\n\
-         `check` also reads the journal `apply` keeps (under `--prefix` or `--root` when given).\n\n\
-         | id | what it checks | platform | fix |\n|---|---|---|---|\n",
+            }
+        })
+        .collect();
+    section(
+        &mut out,
+        "Load balancer (`checks/lb.yaml`, `check --lb-config FILE`)",
+        "The values come from the proxy's configuration file and the running proxy's fd limit.",
+        &entries,
+        Some(("proxy", proxies)),
     );
-    for c in catalog::computed::all() {
-        let fix = match (&c.fix.runtime, COMPUTED_FIX.iter().find(|f| f.0 == c.id)) {
-            (_, Some((_, f))) => f.to_string(),
-            (Some(r), None) => r.clone(),
-            (None, None) => "-".into(),
-        };
-        out.push_str(&row(&[
-            &format!("`{}`", c.id),
-            &c.title,
-            "Linux, Windows",
-            &fix,
-        ]));
-    }
+    let entries: Vec<Entry> = catalog::computed::all()
+        .iter()
+        .map(|c| {
+            let mut e = Entry::new(&c.id, &c.title);
+            match (&c.fix.runtime, COMPUTED_FIX.iter().find(|f| f.0 == c.id)) {
+                (_, Some((_, f))) => e.lines.push(format!("fix: {f}")),
+                (Some(r), None) => e.lines.push(format!("fix: {r}")),
+                (None, None) => {}
+            }
+            e
+        })
+        .collect();
+    section(
+        &mut out,
+        "wstune's own journal (`checks/wstune.yaml`)",
+        "`check` also reads the journal `apply` keeps (under `--prefix` or `--root` when \
+         given), on Linux and on Windows.",
+        &entries,
+        None,
+    );
     out
 }
 
@@ -168,6 +252,11 @@ fn row(cells: &[&str]) -> String {
         .map(|c| c.replace('|', "\\|").replace('\n', " "))
         .collect();
     format!("| {} |\n", cells.join(" | "))
+}
+
+/// Text on one line: a line break inside an entry's title or list item would end it early.
+fn one_line(text: &str) -> String {
+    text.replace('\n', " ")
 }
 
 #[cfg(test)]
@@ -189,13 +278,36 @@ mod tests {
     #[test]
     fn the_list_holds_every_id_once_and_somaxconn_with_its_fix() {
         let md = checks_markdown();
-        assert!(md.contains("| `linux.net.core.somaxconn` and `linux.net.core.somaxconn.boot` |"));
+        assert!(md.contains(
+            "| [`linux.net.core.somaxconn`](#linux.net.core.somaxconn) | Accept queue cap (somaxconn); also `.boot` |"
+        ));
+        assert!(md.contains(
+            "- persistent: echo 'net.core.somaxconn = {target}' >> /etc/sysctl.d/60-wstune.conf\n"
+        ));
         for id in [
+            "linux.net.core.somaxconn",
             "windows.tcpip.dynamic_port_range",
             "lb.fd_limit",
             "wstune.journal.pending",
         ] {
-            assert_eq!(md.matches(&format!("`{id}`")).count(), 1, "{id}");
+            // Its row in the index table, and its entry below the table.
+            assert_eq!(md.matches(&format!("[`{id}`](#{id})")).count(), 1, "{id}");
+            assert_eq!(
+                md.matches(&format!("<a id=\"{id}\"></a>")).count(),
+                1,
+                "{id}"
+            );
+        }
+    }
+
+    /// The book's column is 750 px: the index tables hold two or three short columns, and
+    /// the long text (fixes, sources) stays out of them.
+    #[test]
+    fn the_tables_hold_only_ids_and_titles() {
+        for line in checks_markdown().lines().filter(|l| l.starts_with('|')) {
+            assert!(line.matches(" | ").count() <= 2, "{line}");
+            assert!(!line.contains("http"), "{line}");
+            assert!(line.chars().count() < 240, "{line}");
         }
     }
 }
