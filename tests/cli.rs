@@ -2,7 +2,8 @@
 //! `wstune` executable: against the live host, inside private network namespaces, against the
 //! fixture trees under tests/fixtures, and with bad input. Every test asserts on exit codes and
 //! on what a person or a machine reads. One submodule per idea: `live`, `fixtures`, `watch`,
-//! `nic`, `output` (machine-readable), `profiles`, `usage`, `apply`, `bench`, `doc_examples` (the
+//! `nic`, `output` (machine-readable), `profiles`, `usage`, `apply`, `bench`, `check_terminal`
+//! (check and explain in a real terminal), `doc_examples` (the
 //! README's and the book's command examples); the helpers they share are here.
 
 use crate::common;
@@ -13,6 +14,7 @@ use std::process::{Command, Output};
 
 mod apply;
 mod bench;
+mod check_terminal;
 mod doc_examples;
 mod fixtures;
 mod live;
