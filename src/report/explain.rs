@@ -82,7 +82,12 @@ pub fn explain_text(e: &Explanation, width: u16) -> String {
     out.push('\n');
     let field = |name: &str, text: &str| wrapped(text, w, &format!("{name:<10}"), "          ");
     out.push_str(&field("Area:", e.area));
-    out.push_str(&field("Platform:", &e.platform));
+    let platform = match e.platform.as_str() {
+        "linux" => "Linux",
+        "windows" => "Windows",
+        other => other,
+    };
+    out.push_str(&field("Platform:", platform));
     if let Some(r) = &e.reads {
         let boot = if e.boot_view {
             format!("; also as the next boot sets it ({}.boot)", e.id)
@@ -210,9 +215,11 @@ fn scope_words(s: Scope) -> &'static str {
         Scope::Process => "per process: the limit a server started from this shell (or --pid) has",
         Scope::Unit => "a systemd unit's setting (check --unit NAME)",
         Scope::Host => "a property of the host",
-        Scope::Boot => "the files the next boot applies",
+        Scope::Boot => "what the host keeps across a reboot (configuration files, wstune's journal)",
         Scope::Registry => "a Windows registry value",
-        Scope::Proxy => "the load balancer's configuration (check --lb-config FILE)",
+        Scope::Proxy => {
+            "a proxy's: the connections a proxy on this host opens, or the load balancer's configuration (check --lb-config FILE)"
+        }
     }
 }
 
