@@ -373,6 +373,10 @@ pub fn in_bytes(id: &str) -> bool {
 /// A value as people read it: byte counts in binary units for the checks that count bytes.
 pub fn value_shown(id: &str, v: &crate::value::Value) -> String {
     match v {
+        // The kernel's "no limit" for a byte count (tcp_notsent_lowat's default) is no size.
+        crate::value::Value::Num(n) if *n == u32::MAX as i64 && in_bytes(id) => {
+            format!("no limit ({n})")
+        }
         crate::value::Value::Num(n) if *n != i64::MAX && in_bytes(id) => super::text::bytes(*n),
         other => other.to_string(),
     }
@@ -429,6 +433,27 @@ pub(super) fn advice(f: &Finding) -> String {
 #[cfg(test)]
 mod tests {
     use super::area;
+
+    #[test]
+    fn byte_values_read_in_binary_units_and_no_limit_says_so() {
+        use crate::value::Value;
+        assert_eq!(
+            super::value_shown("linux.host.memory", &Value::Num(25_276_194_816)),
+            "23.5 GiB"
+        );
+        assert_eq!(
+            super::value_shown(
+                "linux.net.ipv4.tcp_notsent_lowat.boot",
+                &Value::Num(4294967295)
+            ),
+            "no limit (4294967295)"
+        );
+        assert_eq!(
+            super::value_shown("linux.net.ipv4.tcp_mem.high", &Value::Num(262144)),
+            "262144",
+            "tcp_mem counts pages"
+        );
+    }
 
     #[test]
     fn every_catalog_family_has_its_area() {
