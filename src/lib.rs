@@ -27,6 +27,7 @@ pub mod profile;
 pub mod report;
 pub mod selftest;
 pub mod serve;
+pub mod terminal;
 pub mod value;
 pub mod watch;
 mod yaml_lines;

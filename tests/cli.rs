@@ -2,8 +2,9 @@
 //! `wstune` executable: against the live host, inside private network namespaces, against the
 //! fixture trees under tests/fixtures, and with bad input. Every test asserts on exit codes and
 //! on what a person or a machine reads. One submodule per idea: `live`, `fixtures`, `watch`,
-//! `nic`, `output` (machine-readable), `profiles`, `usage`, `apply`, `bench`, `doc_examples` (the
-//! README's and the book's command examples), `book` (the book in headless Chromium); the helpers they share are here.
+//! `nic`, `output` (machine-readable), `profiles`, `usage`, `apply`, `bench`, `check_terminal`
+//! (check and explain in a real terminal), `doc_examples` (the README's and the book's command
+//! examples), `book` (the book in headless Chromium); the helpers they share are here.
 
 use crate::common;
 
@@ -14,6 +15,7 @@ use std::process::{Command, Output};
 mod apply;
 mod bench;
 mod book;
+mod check_terminal;
 mod doc_examples;
 mod fixtures;
 mod live;

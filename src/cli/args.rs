@@ -40,6 +40,14 @@ pub enum Command {
         Every check comes from the declarative catalog (checks/*.yaml)."
     )]
     Check(CheckArgs),
+    /// Explain a check: why it matters, the fix, its sources, by role and by profile.
+    #[command(
+        long_about = "Explain a check by its id (as a report prints it): its title, why it matters, \
+        the fix, the sources it follows, how the host's role changes it, whether it is per network \
+        namespace, and the target each built-in profile sets. A prefix (`linux.net.ipv4.`) or a glob \
+        ('*tw*') lists the ids that match; no argument lists them all."
+    )]
+    Explain(ExplainArgs),
     /// Change what `check` found wrong, now and persistently, journaling the old values first.
     #[command(
         long_about = "Change what `check` found wrong, now (runtime values) and persistently \
@@ -276,9 +284,18 @@ impl From<RoleArg> for crate::profile::Role {
 pub struct CheckArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    /// Output format.
-    #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    /// Output format. Without it, people get the table on a terminal of 140 columns or more
+    /// and one block per finding elsewhere (a narrower terminal, a pipe, a file); `table` asks
+    /// for the table anywhere.
+    #[arg(long, short = 'f', value_enum)]
+    pub format: Option<Format>,
+    /// One block per finding, fix commands each whole on a line, even on a wide terminal.
+    #[arg(long, conflicts_with = "format")]
+    pub compact: bool,
+    /// Say why each listed finding matters, under it (the catalog's why; `wstune explain ID`
+    /// has the whole entry). The machine formats always carry it.
+    #[arg(long)]
+    pub why: bool,
     /// Exit 1 when there are warnings (and no failures).
     #[arg(long)]
     pub strict: bool,
@@ -307,6 +324,17 @@ pub struct CheckArgs {
     /// running haproxy/nginx found, else this shell's limits.
     #[arg(long, value_name = "PID", requires = "lb_config")]
     pub lb_pid: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// A check id (`linux.net.core.somaxconn`, also `ID[eth0]` or `ID.boot` as a report shows
+    /// it), a prefix (`linux.net.`), or a glob in quotes (`'*tw*'`).
+    #[arg(value_name = "ID")]
+    pub id: Option<String>,
+    /// Output format.
+    #[arg(long, short = 'f', value_enum, default_value_t = ListFormat::Table)]
+    pub format: ListFormat,
 }
 
 #[derive(Debug, Args)]

@@ -80,6 +80,7 @@ fn code(o: Outcome) -> u8 {
 fn run(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Check(a) => cmd::check::run(resolve::check(&a)?),
+        Command::Explain(a) => cmd::explain::run(resolve::explain(&a)),
         Command::Apply(a) => cmd::apply::run(resolve::apply(&a)?),
         Command::Rollback(a) => cmd::rollback::run(resolve::rollback(&a)?),
         Command::Bench(args::BenchCommand::Deflate(a)) => {

@@ -38,11 +38,16 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
         host: HostInputs { inputs, backend },
         store,
         format: match a.format {
-            args::Format::Table => report::Format::Table,
-            args::Format::Json => report::Format::Json,
-            args::Format::Junit => report::Format::Junit,
-            args::Format::Prometheus => report::Format::Prometheus,
+            None if a.compact => cmd::check::Shape::Blocks,
+            None => cmd::check::Shape::Auto,
+            Some(args::Format::Table) => cmd::check::Shape::Table,
+            Some(args::Format::Json) => cmd::check::Shape::Machine(report::Format::Json),
+            Some(args::Format::Junit) => cmd::check::Shape::Machine(report::Format::Junit),
+            Some(args::Format::Prometheus) => {
+                cmd::check::Shape::Machine(report::Format::Prometheus)
+            }
         },
+        why: a.why,
         strict: a.strict,
         show: match a.show {
             args::ShowArg::Problems => report::Show::Problems,
@@ -51,6 +56,14 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
         output: a.output.clone(),
         lb,
     })
+}
+
+pub fn explain(a: &args::ExplainArgs) -> cmd::explain::Request {
+    cmd::explain::Request {
+        query: a.id.clone(),
+        json: a.format == args::ListFormat::Json,
+        width: crate::terminal::columns().unwrap_or_else(crate::output::table_width),
+    }
 }
 
 pub fn watch(a: &WatchArgs) -> Result<cmd::watch::Request> {

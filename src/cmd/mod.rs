@@ -6,6 +6,7 @@
 pub mod apply;
 pub mod bench;
 pub mod check;
+pub mod explain;
 pub mod export;
 pub mod lb;
 pub mod pool;

@@ -4,6 +4,8 @@
 //! decides an exit code.
 
 mod bench;
+mod blocks;
+mod explain;
 mod journal;
 mod junit;
 mod plan;
@@ -12,6 +14,7 @@ mod profiles;
 mod prometheus;
 mod serve;
 mod table;
+pub mod text;
 
 pub(crate) mod book;
 pub mod checks_doc;
@@ -21,6 +24,10 @@ pub mod schema_doc;
 pub mod watch;
 
 pub use bench::{broadcast_table, contexts_table, round_trip_table};
+pub use explain::{
+    explain_json, explain_text, id_list, Explanation, FixTemplate, IdEntry, ProfileTarget,
+    RoleChange,
+};
 pub use journal::{entry_list, restore_preview};
 pub use junit::junit;
 pub use plan::plan_table;
@@ -28,7 +35,7 @@ pub use pool::pool_table;
 pub use profiles::profile_list;
 pub use prometheus::prometheus;
 pub use serve::{settings_table, Setting};
-pub use table::{area, table, Show, AREAS};
+pub use table::{area, table, value_shown, Human, Layout, Show, AREAS, TABLE_MIN_COLUMNS};
 
 use crate::catalog::eval::{Finding, Summary};
 use crate::host::HostInfo;

@@ -1,7 +1,9 @@
 //! The table for people: problems first, grouped by area (file descriptors, accept path,
 //! TIME_WAIT and ports, memory, NIC, kernel counters, host, next boot), each with its fix, then
-//! one line counting what passed; `--show all` lists every row. Machine formats are elsewhere.
+//! one line counting what passed; `--show all` lists every row. As one table per area where the
+//! terminal has room, else as one block per finding (blocks.rs). Machine formats are elsewhere.
 
+use super::text::{columns, wrapped};
 use super::CheckReport;
 use crate::catalog::eval::{Finding, Status};
 use crate::catalog::Scope;
@@ -65,7 +67,15 @@ pub fn area(id: &str) -> &'static str {
         "accept path"
     } else if has(&["tw_", "port", "fin_timeout", "time_wait", "timed_wait"]) {
         "TIME_WAIT and ports"
-    } else if has(&["tcp_mem", "rmem", "wmem", "conntrack", "memory", "orphans"]) {
+    } else if has(&[
+        "tcp_mem",
+        "rmem",
+        "wmem",
+        "notsent_lowat",
+        "conntrack",
+        "memory",
+        "orphans",
+    ]) {
         "memory"
     } else if has(&[".nic."]) {
         "NIC"
@@ -76,20 +86,71 @@ pub fn area(id: &str) -> &'static str {
     }
 }
 
-/// `colour` is decided by the caller (a terminal, and NO_COLOR unset); `width` is used when the
-/// output is not a terminal, where comfy-table cannot ask for one.
-pub fn table(report: &CheckReport, colour: bool, width: u16, show: Show) -> String {
+/// How the findings are laid out for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One table per area: a row per finding, the fix in the last column.
+    Table,
+    /// One block per finding, the fix commands each whole on a line of their own
+    /// (blocks.rs): what a narrow terminal, a pipe or a log reads well.
+    Blocks,
+}
+
+/// The narrowest terminal that gets the table unasked. The table needs the longest id in its
+/// first column (45 columns on Linux, 53 on Windows: ids are never broken), about 36 for the
+/// current value and target, 6 for the status and 16 for the borders: at 140 columns the fix
+/// column keeps about 45, enough for a sysctl command on two lines; below that a fix wraps
+/// over many lines and the blocks read better.
+pub const TABLE_MIN_COLUMNS: u16 = 140;
+
+/// Prose in blocks (titles, notes, the why) wraps here on a wide terminal too: long lines
+/// are hard to read, and a fix command is never wrapped whatever its length.
+const PROSE_COLUMNS: u16 = 100;
+
+/// What the caller decided about the terminal and what was asked.
+#[derive(Debug, Clone, Copy)]
+pub struct Human {
+    pub layout: Layout,
+    /// Colour (a terminal, and NO_COLOR unset): the caller decides.
+    pub colour: bool,
+    /// The terminal's columns, or the width asked for where there is no terminal.
+    pub width: u16,
+    pub show: Show,
+    /// Each listed finding's why under it (`check --why`).
+    pub why: bool,
+}
+
+/// The check report for people: the table or the blocks, grouped by area either way.
+pub fn table(report: &CheckReport, h: &Human) -> String {
     let s = &report.summary;
-    let mut out = format!(
-        "wstune check: profile {} ({} connections) as a {} ({}) on {} [{}]\n",
-        report.profile.name,
-        report.profile.connections,
-        report.profile.role,
-        report.profile.role_from,
-        report.host.info.hostname,
-        report.host.info.source
+    let width = match h.layout {
+        Layout::Table => h.width as usize,
+        Layout::Blocks => h.width.min(PROSE_COLUMNS) as usize,
+    };
+    let mut out = wrapped(
+        &format!(
+            "wstune check: profile {} ({} connections) as a {} ({}) on {} [{}]",
+            report.profile.name,
+            report.profile.connections,
+            report.profile.role,
+            report.profile.role_from,
+            report.host.info.hostname,
+            report.host.info.source
+        ),
+        width,
+        "",
+        "  ",
     );
+    let show = h.show;
     let listed = |f: &Finding| show == Show::All || matches!(f.status, Status::Fail | Status::Warn);
+    // One id column for every area's table, as wide as the longest id listed.
+    let id_width = report
+        .results
+        .iter()
+        .filter(|f| listed(f))
+        .map(|f| columns(&f.id))
+        .max()
+        .unwrap_or(0);
     let mut skipped = Vec::new();
     for a in AREAS {
         let rows: Vec<&Finding> = report
@@ -111,18 +172,33 @@ pub fn table(report: &CheckReport, colour: bool, width: u16, show: Show) -> Stri
             counts.push(format!("{} row(s)", rows.len()));
         }
         out.push_str(&format!("\n{}: {}\n", capitalised(a), counts.join(", ")));
-        out.push_str(&grid(&rows, colour, width));
-        out.push('\n');
+        match h.layout {
+            Layout::Table => {
+                out.push_str(&grid(&rows, h, id_width as u16));
+                out.push('\n');
+            }
+            Layout::Blocks => {
+                for f in &rows {
+                    out.push('\n');
+                    out.push_str(&super::blocks::block(f, h, width));
+                }
+            }
+        }
     }
     if show == Show::Problems {
         skipped.extend(report.results.iter().filter(|f| f.status == Status::Skip));
         if !skipped.is_empty() {
             out.push_str("\nNot checked:\n");
             for f in &skipped {
-                out.push_str(&format!(
-                    "  {}: {}\n",
-                    f.id,
-                    f.note.as_deref().unwrap_or("could not be read")
+                out.push_str(&wrapped(
+                    &format!(
+                        "{}: {}",
+                        f.id,
+                        f.note.as_deref().unwrap_or("could not be read")
+                    ),
+                    width,
+                    "  ",
+                    "    ",
                 ));
             }
         }
@@ -137,15 +213,26 @@ pub fn table(report: &CheckReport, colour: bool, width: u16, show: Show) -> Stri
                 (n > 0).then(|| format!("{a} {n}"))
             })
             .collect();
-        out.push_str(&format!(
-            "\nPassed: {} ({}); {} info. `--show all` lists every row.\n",
-            s.pass,
-            if passed.is_empty() {
-                "none".to_string()
-            } else {
-                passed.join(", ")
-            },
-            s.info
+        out.push('\n');
+        out.push_str(&wrapped(
+            &format!(
+                "Passed: {} ({}); {} info. `--show all` lists every row{}.",
+                s.pass,
+                if passed.is_empty() {
+                    "none".to_string()
+                } else {
+                    passed.join(", ")
+                },
+                s.info,
+                if h.why {
+                    ""
+                } else {
+                    "; `--why` says why each matters"
+                }
+            ),
+            width,
+            "",
+            "  ",
         ));
     }
     if show == Show::All {
@@ -155,13 +242,32 @@ pub fn table(report: &CheckReport, colour: bool, width: u16, show: Show) -> Stri
         for f in report.results.iter().filter(|f| !f.refs.is_empty()) {
             let id = f.id.split('[').next().unwrap_or(&f.id);
             let id = id.strip_suffix(".boot").unwrap_or(id);
-            if seen.insert(id.to_string()) {
-                let refs: Vec<String> = f
-                    .refs
-                    .iter()
-                    .map(|r| format!("{} <{}>", r.section, r.url))
-                    .collect();
-                sources.push_str(&format!("  {id}: {}\n", refs.join("; ")));
+            if !seen.insert(id.to_string()) {
+                continue;
+            }
+            match h.layout {
+                Layout::Table => {
+                    let refs: Vec<String> = f
+                        .refs
+                        .iter()
+                        .map(|r| format!("{} <{}>", r.section, r.url))
+                        .collect();
+                    sources.push_str(&wrapped(
+                        &format!("{id}: {}", refs.join("; ")),
+                        width,
+                        "  ",
+                        "    ",
+                    ));
+                }
+                // Each address on a line of its own: a URL is never broken, and alone on its
+                // line it is the only thing wider than the terminal.
+                Layout::Blocks => {
+                    sources.push_str(&format!("  {id}:\n"));
+                    for r in &f.refs {
+                        sources.push_str(&wrapped(&r.section, width, "    ", "    "));
+                        sources.push_str(&format!("    <{}>\n", r.url));
+                    }
+                }
             }
         }
         if !sources.is_empty() {
@@ -184,20 +290,23 @@ fn capitalised(a: &str) -> String {
     }
 }
 
-/// One area's rows: check id and title, current value, target, status, fix or note.
-fn grid(rows: &[&Finding], colour: bool, width: u16) -> String {
+/// One area's rows: check id and title, current value, target, status, fix or note (and the
+/// why, with `--why`). The id column is `id_width` wide at least, so no id is broken.
+fn grid(rows: &[&Finding], h: &Human, id_width: u16) -> String {
     let mut t = Table::new();
     t.load_style(UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Dynamic);
-    if colour {
+    if h.colour {
         t.enforce_styling();
     } else {
-        t.force_no_tty().set_width(width);
+        t.force_no_tty();
     }
+    t.set_width(h.width);
     t.set_header(vec!["Check", "Current", "Target", "Status", "Fix / note"]);
-    // Ids must stay readable; values are short and may wrap.
+    // Ids must stay whole; values are short and may wrap.
     let widths = [
-        (0, Width::Fixed(36), true),
+        // The width counts the cell's padding, one column each side.
+        (0, Width::Fixed((id_width + 2).max(20)), true),
         (1, Width::Fixed(16), false),
         (2, Width::Fixed(20), false),
     ];
@@ -212,7 +321,7 @@ fn grid(rows: &[&Finding], colour: bool, width: u16) -> String {
     }
     for f in rows {
         let status = Cell::new(f.status.as_str().to_uppercase());
-        let status = if colour {
+        let status = if h.colour {
             status.fg(match f.status {
                 Status::Pass => Color::Green,
                 Status::Warn => Color::Yellow,
@@ -222,6 +331,13 @@ fn grid(rows: &[&Finding], colour: bool, width: u16) -> String {
         } else {
             status
         };
+        let mut last = advice(f);
+        if h.why && !f.why.is_empty() {
+            if !last.is_empty() {
+                last.push('\n');
+            }
+            last.push_str(&format!("why: {}", f.why.trim()));
+        }
         t.add_row(vec![
             Cell::new(format!(
                 "{}\n{}{}",
@@ -233,18 +349,53 @@ fn grid(rows: &[&Finding], colour: bool, width: u16) -> String {
                     ""
                 }
             )),
-            Cell::new(
-                f.current
-                    .as_ref()
-                    .map(|v| v.to_string())
-                    .unwrap_or_else(|| "-".into()),
-            ),
-            Cell::new(target_text(f)),
+            Cell::new(current_shown(f)),
+            Cell::new(target_shown(f)),
             status,
-            Cell::new(advice(f)),
+            Cell::new(last),
         ]);
     }
     t.to_string()
+}
+
+/// Whether a check's values are byte counts, shown in KiB, MiB, GiB to people (the machine
+/// formats keep the number). From the id, as the area is: the catalog's ids are stable.
+/// tcp_mem and the TCP memory counter are in pages, not bytes, and stay numbers.
+pub fn in_bytes(id: &str) -> bool {
+    let id = id.split('[').next().unwrap_or(id);
+    let id = id.strip_suffix(".boot").unwrap_or(id);
+    id.ends_with(".host.memory")
+        || id.contains(".tcp_rmem.")
+        || id.contains(".tcp_wmem.")
+        || id.ends_with(".tcp_notsent_lowat")
+}
+
+/// A value as people read it: byte counts in binary units for the checks that count bytes.
+pub fn value_shown(id: &str, v: &crate::value::Value) -> String {
+    match v {
+        // The kernel's "no limit" for a byte count (tcp_notsent_lowat's default) is no size.
+        crate::value::Value::Num(n) if *n == u32::MAX as i64 && in_bytes(id) => {
+            format!("no limit ({n})")
+        }
+        crate::value::Value::Num(n) if *n != i64::MAX && in_bytes(id) => super::text::bytes(*n),
+        other => other.to_string(),
+    }
+}
+
+/// The current value for people ("-" when there is none).
+pub fn current_shown(f: &Finding) -> String {
+    f.current
+        .as_ref()
+        .map(|v| value_shown(&f.id, v))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// The target for people: [`target_text`] in the value's units.
+pub fn target_shown(f: &Finding) -> String {
+    match &f.target {
+        Some(t) => format!("{} {}", f.compare, value_shown(&f.id, t)),
+        None => target_text(f),
+    }
 }
 
 /// "<= 30", "covers 10000 65535", "absent".
@@ -258,7 +409,7 @@ pub fn target_text(f: &Finding) -> String {
 }
 
 /// What a person should read in the last column: the fix when something is wrong, else the note.
-fn advice(f: &Finding) -> String {
+pub(super) fn advice(f: &Finding) -> String {
     let mut parts = Vec::new();
     // An informational check that missed its target has no note: its fix is the useful part.
     if matches!(f.status, Status::Fail | Status::Warn)
@@ -284,6 +435,27 @@ mod tests {
     use super::area;
 
     #[test]
+    fn byte_values_read_in_binary_units_and_no_limit_says_so() {
+        use crate::value::Value;
+        assert_eq!(
+            super::value_shown("linux.host.memory", &Value::Num(25_276_194_816)),
+            "23.5 GiB"
+        );
+        assert_eq!(
+            super::value_shown(
+                "linux.net.ipv4.tcp_notsent_lowat.boot",
+                &Value::Num(4294967295)
+            ),
+            "no limit (4294967295)"
+        );
+        assert_eq!(
+            super::value_shown("linux.net.ipv4.tcp_mem.high", &Value::Num(262144)),
+            "262144",
+            "tcp_mem counts pages"
+        );
+    }
+
+    #[test]
     fn every_catalog_family_has_its_area() {
         for (id, want) in [
             ("linux.process.nofile.hard", "file descriptors"),
@@ -298,6 +470,7 @@ mod tests {
             ("linux.sockstat.time_wait", "TIME_WAIT and ports"),
             ("linux.net.ipv4.tcp_rmem.default", "memory"),
             ("linux.host.memory", "memory"),
+            ("linux.net.ipv4.tcp_notsent_lowat", "memory"),
             ("linux.nic.rx_queues[eth0]", "NIC"),
             ("linux.counter.listen_overflows", "kernel counters"),
             ("linux.kernel.version", "host"),

@@ -1,0 +1,221 @@
+//! The check report as one block per finding, for a terminal too narrow for the table, a pipe
+//! or a log: the status and the id (never broken) with current -> target, the title, the note,
+//! each fix command whole on a line of its own (copied as it is), and the why when asked.
+//!
+//! ```text
+//! FAIL  linux.net.core.somaxconn  4096 -> >= 65535
+//!   Accept queue cap (somaxconn) [per netns]
+//!   now:
+//!     sysctl -w net.core.somaxconn=65535
+//!     (the server must listen() again to use it)
+//!   persist:
+//!     echo 'net.core.somaxconn = 65535' >> /etc/sysctl.d/60-wstune.conf
+//! ```
+
+use super::table::{current_shown, target_shown, Human};
+use super::text::{columns, wrapped};
+use crate::catalog::eval::{Finding, Status};
+use crate::catalog::Scope;
+
+/// Where everything under the status line starts.
+const INDENT: &str = "  ";
+/// Where a fix's commands start, under its label: the usual `echo '...' >> /etc/sysctl.d/...`
+/// (75 columns) still fits an 80-column terminal.
+const COMMAND: &str = "    ";
+
+/// One finding's block, each line at most `width` columns but a fix command, which is never
+/// wrapped (a command broken over lines cannot be pasted).
+pub fn block(f: &Finding, h: &Human, width: usize) -> String {
+    let word = f.status.as_str().to_uppercase();
+    let status = if h.colour {
+        let code = match f.status {
+            Status::Pass => "32",
+            Status::Warn => "33",
+            Status::Fail => "31",
+            Status::Skip | Status::Info => "90",
+        };
+        format!("\x1b[{code}m{word}\x1b[0m")
+    } else {
+        word.clone()
+    };
+    let target = target_shown(f);
+    let values = match (&f.current, target.as_str()) {
+        (None, "-") => None,
+        (Some(_), "-") => Some(current_shown(f)),
+        _ => Some(format!("{} -> {target}", current_shown(f))),
+    };
+    let mut out = format!("{status}  {}", f.id);
+    let head = columns(&word) + 2 + columns(&f.id);
+    match &values {
+        Some(v) if head + 2 + columns(v) <= width => out.push_str(&format!("  {v}\n")),
+        Some(v) => out.push_str(&format!("\n{INDENT}{v}\n")),
+        None => out.push('\n'),
+    }
+    let title = if f.scope == Scope::Netns {
+        format!("{} [per netns]", f.title)
+    } else {
+        f.title.clone()
+    };
+    out.push_str(&wrapped(&title, width, INDENT, INDENT));
+    let fixes = matches!(f.status, Status::Fail | Status::Warn)
+        || (f.status == Status::Info && f.note.is_none());
+    if let Some(n) = &f.note {
+        out.push_str(&wrapped(n, width, INDENT, INDENT));
+    }
+    if fixes {
+        for (label, text) in [("now", &f.fix.runtime), ("persist", &f.fix.persistent)] {
+            if let Some(t) = text {
+                out.push_str(&fix_lines(label, t, width));
+            }
+        }
+    }
+    if h.why && !f.why.trim().is_empty() {
+        out.push_str(&wrapped(
+            &format!("why: {}", f.why.trim()),
+            width,
+            INDENT,
+            "       ",
+        ));
+    }
+    out
+}
+
+/// A fix under its label: each command whole on its own line; the words around it (a
+/// remark in parentheses, advice that is not a command) wrapped below it.
+fn fix_lines(label: &str, text: &str, width: usize) -> String {
+    fix_lines_at(label, text, width, INDENT, COMMAND)
+}
+
+/// [`fix_lines`] with the label at `indent` and the commands at `command`.
+pub(super) fn fix_lines_at(
+    label: &str,
+    text: &str,
+    width: usize,
+    indent: &str,
+    command: &str,
+) -> String {
+    let (main, remark) = split_remark(text);
+    let parts = split_top(main, "; ");
+    if parts.len() == 1 && !is_command(parts[0]) {
+        // Advice in words ("add memory, ..."): one wrapped paragraph after its label.
+        return wrapped(text, width, &format!("{indent}{label}: "), command);
+    }
+    let mut out = format!("{indent}{label}:\n");
+    for part in parts {
+        let (or, cmd) = match part.strip_prefix("or ") {
+            Some(rest) if is_command(rest) => (true, rest),
+            _ => (false, part),
+        };
+        if or {
+            out.push_str(&format!("{command}or\n"));
+        }
+        if is_command(cmd) {
+            out.push_str(&format!("{command}{cmd}\n"));
+        } else {
+            out.push_str(&wrapped(cmd, width, command, command));
+        }
+    }
+    if let Some(r) = remark {
+        out.push_str(&wrapped(r, width, command, command));
+    }
+    out
+}
+
+/// `sysctl -w x=1  (the server must listen() again)` -> the command and its remark.
+fn split_remark(text: &str) -> (&str, Option<&str>) {
+    match text.find("  (") {
+        Some(i) if text.ends_with(')') => (text[..i].trim_end(), Some(text[i..].trim())),
+        _ => (text, None),
+    }
+}
+
+/// `text` split at `sep` where it is outside quotes (a `;` inside `'...'` belongs to the
+/// command).
+fn split_top<'a>(text: &'a str, sep: &str) -> Vec<&'a str> {
+    let mut parts = Vec::new();
+    let (mut start, mut quote) = (0, None);
+    for (i, c) in text.char_indices() {
+        match (quote, c) {
+            (None, '\'' | '"') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            (None, _) if text[i..].starts_with(sep) => {
+                parts.push(text[start..i].trim());
+                start = i + sep.len();
+            }
+            _ => {}
+        }
+    }
+    parts.push(text[start..].trim());
+    parts.retain(|p| !p.is_empty());
+    parts
+}
+
+/// Whether a fix part is a command to paste (it starts with a program) rather than words.
+pub fn is_command(part: &str) -> bool {
+    const PROGRAMS: &[&str] = &[
+        "sysctl",
+        "echo",
+        "printf",
+        "prlimit",
+        "systemctl",
+        "ethtool",
+        "netsh",
+        "reg",
+        "nft",
+        "modprobe",
+        "ulimit",
+        "tee",
+        "sudo",
+        "ip",
+        "tc",
+        "sed",
+        "mkdir",
+    ];
+    let first = part.split_whitespace().next().unwrap_or("");
+    PROGRAMS.contains(&first)
+        || ["Set-", "New-", "Get-", "Enable-", "Disable-"]
+            .iter()
+            .any(|p| first.starts_with(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_stays_whole_and_its_remark_goes_below() {
+        let out = fix_lines(
+            "now",
+            "sysctl -w net.core.somaxconn=65535  (the server must listen() again to use it)",
+            40,
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "  now:");
+        assert_eq!(lines[1], "    sysctl -w net.core.somaxconn=65535");
+        assert!(lines[2..].iter().all(|l| columns(l) <= 40), "{out}");
+        assert!(out.contains("(the server must"), "{out}");
+    }
+
+    #[test]
+    fn words_wrap_and_commands_after_a_semicolon_get_their_own_line() {
+        let out = fix_lines(
+            "now",
+            "sysctl -w net.netfilter.nf_conntrack_max=<double>; or nft add rule inet raw prerouting tcp dport <port> notrack",
+            60,
+        );
+        assert!(out.contains("\n    sysctl -w net.netfilter.nf_conntrack_max=<double>\n"));
+        assert!(out
+            .contains("\n    or\n    nft add rule inet raw prerouting tcp dport <port> notrack\n"));
+        let words = fix_lines(
+            "persist",
+            "add memory, lower server.deflate.window_bits/mem_level in the profile, or hold fewer connections per host",
+            60,
+        );
+        assert!(words.starts_with("  persist: add memory,"), "{words}");
+        assert!(words.lines().all(|l| columns(l) <= 60), "{words}");
+        assert_eq!(
+            split_top("echo 'a; b' > f; sysctl -p", "; "),
+            ["echo 'a; b' > f", "sysctl -p"]
+        );
+    }
+}
