@@ -113,6 +113,12 @@ impl Tui {
         term.draw(|fr| {
             let area = fr.area();
             *max_scroll = render(area, fr.buffer_mut(), last.as_ref(), head, log, *scroll);
+            // --color never, NO_COLOR: bold and reverse video stay, the colours go.
+            if !crate::output::colour_wanted(false) {
+                for c in fr.buffer_mut().content.iter_mut() {
+                    c.set_fg(Color::Reset).set_bg(Color::Reset);
+                }
+            }
         })?;
         *scroll = (*scroll).min(*max_scroll);
         Ok(())
