@@ -379,8 +379,9 @@ fn usage_errors_and_wstune_errors_share_one_prefix() {
     assert!(stderr(&clap).contains("tip: "), "{}", stderr(&clap));
 }
 
-/// watch's full-screen view (a real terminal: tmux) is coloured by default and plain under
-/// `--color never` and NO_COLOR, as every other output.
+/// watch's full-screen view (a real terminal: tmux) is coloured by default, plain under
+/// `--color never` and NO_COLOR, and coloured by `--color always` over NO_COLOR, as every
+/// other output.
 #[test]
 fn watch_full_screen_view_follows_the_colour_choice() {
     if Command::new("tmux").arg("-V").output().is_err() {
@@ -451,8 +452,9 @@ fn watch_full_screen_view_follows_the_colour_choice() {
     let auto = pane("auto", "", "");
     let never = pane("never", "", "--color never");
     let no_color = pane("nocolor", "NO_COLOR=1", "");
+    let always = pane("always", "NO_COLOR=1", "--color always");
     tmux(&["kill-server"]);
-    for pane in [&auto, &never, &no_color] {
+    for pane in [&auto, &never, &no_color, &always] {
         assert!(
             pane.contains("Kernel counters"),
             "the view did not start:\n{pane}"
@@ -461,4 +463,5 @@ fn watch_full_screen_view_follows_the_colour_choice() {
     assert!(coloured(&auto), "no colour by default:\n{auto}");
     assert!(!coloured(&never), "--color never:\n{never}");
     assert!(!coloured(&no_color), "NO_COLOR:\n{no_color}");
+    assert!(coloured(&always), "--color always over NO_COLOR:\n{always}");
 }

@@ -74,6 +74,8 @@ impl Tui {
     pub fn new(head: Head) -> io::Result<Tui> {
         hook_panics();
         crate::host::process::catch_termination();
+        // Colours as --color and the environment decide (crossterm would read NO_COLOR alone).
+        crossterm::style::force_color_output(crate::output::colour_wanted(false));
         terminal::enable_raw_mode()?;
         ACTIVE.store(true, Ordering::SeqCst);
         let started = (|| {
@@ -113,12 +115,6 @@ impl Tui {
         term.draw(|fr| {
             let area = fr.area();
             *max_scroll = render(area, fr.buffer_mut(), last.as_ref(), head, log, *scroll);
-            // --color never, NO_COLOR: bold and reverse video stay, the colours go.
-            if !crate::output::colour_wanted(false) {
-                for c in fr.buffer_mut().content.iter_mut() {
-                    c.set_fg(Color::Reset).set_bg(Color::Reset);
-                }
-            }
         })?;
         *scroll = (*scroll).min(*max_scroll);
         Ok(())
