@@ -63,11 +63,64 @@ pub fn emit(output: Option<&Path>, text: &str) -> Result<()> {
     }
 }
 
-/// Colour only on a terminal, and never when NO_COLOR is set to anything (no-color.org).
+/// `--color`: when output is coloured. Chosen once, before a command runs (cli sets it from
+/// the flag); every coloured output asks [`colour_on`], so the flag, NO_COLOR and the terminal
+/// are weighed in this one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colour {
+    /// Colour on a terminal, unless the environment says otherwise (see [`colour_on`]).
+    Auto,
+    /// Colour whatever stdout or stderr is (a pipe, `less -R`, a CI log that renders ANSI).
+    Always,
+    /// No colour anywhere.
+    Never,
+}
+
+static COLOUR: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// The `--color` of this run (Auto until cli sets it).
+pub fn set_colour(c: Colour) {
+    let v = match c {
+        Colour::Auto => 0,
+        Colour::Always => 1,
+        Colour::Never => 2,
+    };
+    COLOUR.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn colour_choice() -> Colour {
+    match COLOUR.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => Colour::Always,
+        2 => Colour::Never,
+        _ => Colour::Auto,
+    }
+}
+
+/// Whether text for a stream that is (or is not) a terminal gets colour. `--color always` or
+/// `never` decide alone; under `auto`, the first that applies: NO_COLOR set to anything
+/// (no-color.org) turns it off, CLICOLOR_FORCE set and not 0 turns it on even through a pipe,
+/// CLICOLOR=0 turns it off (bixense.com/clicolors), else colour only on a terminal.
+pub fn colour_on(terminal: bool) -> bool {
+    let set = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    match colour_choice() {
+        Colour::Always => true,
+        Colour::Never => false,
+        Colour::Auto if set("NO_COLOR").is_some() => false,
+        Colour::Auto if set("CLICOLOR_FORCE").is_some_and(|v| v != "0") => true,
+        Colour::Auto if set("CLICOLOR").is_some_and(|v| v == "0") => false,
+        Colour::Auto => terminal,
+    }
+}
+
+/// Colour for standard output; never in a file written with `-o` (a report CI or another tool
+/// reads, whatever `--color` says).
 pub fn colour_wanted(to_file: bool) -> bool {
-    !to_file
-        && std::io::stdout().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+    !to_file && colour_on(std::io::stdout().is_terminal())
+}
+
+/// Colour for standard error (errors, serve's log lines).
+pub fn colour_on_stderr() -> bool {
+    colour_on(std::io::stderr().is_terminal())
 }
 
 /// Width for tables that do not go to a terminal: $COLUMNS, else 160.
@@ -79,13 +132,13 @@ pub fn table_width() -> u16 {
         .unwrap_or(160)
 }
 
-/// A table in the project's style for standard output: the terminal's width and colours on a
-/// terminal, plain and `table_width()` wide elsewhere.
+/// A table in the project's style for standard output: the terminal's width on a terminal,
+/// `table_width()` wide elsewhere (these tables carry no colour).
 pub fn new_table() -> comfy_table::Table {
     let mut t = comfy_table::Table::new();
     t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
         .set_content_arrangement(comfy_table::ContentArrangement::Dynamic);
-    if !colour_wanted(false) {
+    if !std::io::stdout().is_terminal() {
         t.force_no_tty().set_width(table_width());
     }
     t

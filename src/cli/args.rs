@@ -3,12 +3,14 @@
 
 pub mod abuse;
 pub mod channels;
+mod guide;
 mod load;
 mod report;
 pub mod tls;
 mod token;
 mod values;
 
+pub use guide::{command, examples, Example};
 pub use load::LoadArgs;
 pub use report::{ReportCommand, ReportMergeArgs, ReportWatchArgs};
 pub use token::TokenArgs;
@@ -17,15 +19,39 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 const AFTER_HELP: &str = "\
-Exit codes: 0 nothing failed; 1 only warnings and --strict; 2 a check failed; 3 usage or internal error;
-4 a self-test that could not be judged (NOT PROVEN: the host too noisy, or a --threshold's figure not measured).
-Documentation: README.md (quick start, CI preflight) and docs/ (the JSON shape, profiles, the check catalog).";
+Exit codes: 0 nothing failed; 1 only warnings and --strict; 2 a check failed;
+3 usage or internal error; 4 a self-test that could not be judged (NOT PROVEN: the host
+too noisy, or a --threshold's figure not measured).
+Manual: `man wstune` and a page per command (`man wstune-check`); `wstune man --out DIR`
+installs them.";
 
 #[derive(Debug, Parser)]
 #[command(name = "wstune", version, about = "Take a host and a WebSocket server from \"it runs\" to \"it scales to 100k+ connections\".", after_help = AFTER_HELP)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// When to colour: auto (on a terminal, unless NO_COLOR is set; CLICOLOR_FORCE colours
+    /// pipes too), always, never. Files written with -o are never coloured.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_name = "WHEN",
+        default_value_t = ColorArg::Auto,
+        hide_short_help = true
+    )]
+    pub color: ColorArg,
+}
+
+/// `--color`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorArg {
+    /// On a terminal, unless NO_COLOR is set (CLICOLOR_FORCE: through pipes too).
+    Auto,
+    /// Always, pipes included (`less -R`, a CI log that shows colour).
+    Always,
+    /// Never.
+    Never,
 }
 
 // Parsed once per run: the size of the largest variant (serve's flags) costs nothing.
@@ -250,7 +276,7 @@ pub struct TargetArgs {
     #[arg(long, value_name = "NAME")]
     pub unit: Option<String>,
     /// Use this catalog file instead of the built-in one for the host's platform.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", hide_short_help = true)]
     pub catalog: Option<String>,
     /// What the host does besides serving WebSockets, where the right setting depends on it
     /// (ephemeral ports, TIME_WAIT reuse, NodePorts): over the profile's `role:`; without
@@ -314,7 +340,7 @@ pub struct CheckArgs {
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Where wstune's own files live (/etc/sysctl.d/60-wstune.conf, the journal), as given to apply.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", hide_short_help = true)]
     pub prefix: Option<PathBuf>,
     /// Also check a HAProxy or nginx configuration in front of the server: its idle timeout
     /// against the heartbeat; its connection cap, listen backlog and fd limit against the profile.
@@ -322,7 +348,12 @@ pub struct CheckArgs {
     pub lb_config: Option<PathBuf>,
     /// The running proxy whose fd limit --lb-config compares (its master's pid); by default the
     /// running haproxy/nginx found, else this shell's limits.
-    #[arg(long, value_name = "PID", requires = "lb_config")]
+    #[arg(
+        long,
+        value_name = "PID",
+        requires = "lb_config",
+        hide_short_help = true
+    )]
     pub lb_pid: Option<u32>,
 }
 
@@ -425,123 +456,127 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = AppArg::Echo)]
     pub app: AppArg,
     /// Simulated handler work: echo | cpu:MICROS | block:MILLIS | mixed:CPU_US,BLOCK_MS.
-    #[arg(long, default_value = "echo")]
+    #[arg(long, default_value = "echo", hide_short_help = true)]
     pub handler: String,
     /// I/O worker threads (profile: server.io_workers; 0 = one per core).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub workers: Option<usize>,
     /// Microseconds an I/O thread with dense traffic may wait before it sleeps, so messages
     /// that arrive meanwhile share one wake-up; each thread waits only while it measures that
     /// waiting saves CPU without slowing its clients (profile: server.coalesce_us; 0 = serve
     /// each at once, at most 2000).
-    #[arg(long, value_name = "MICROS")]
+    #[arg(long, value_name = "MICROS", hide_short_help = true)]
     pub coalesce_us: Option<u64>,
     /// Offload pool threads (profile: server.offload_pool_size; 0 = one per core).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub offload_pool: Option<usize>,
     /// Offload queue length (profile: server.offload_queue_size).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub offload_queue: Option<usize>,
     /// Connections accepted before upgrades get 503 (profile: server.max_connections).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub max_connections: Option<usize>,
     /// Largest frame accepted, bytes (profile: server.max_frame_bytes).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub max_frame: Option<usize>,
     /// Largest message accepted, bytes (profile: server.max_message_bytes).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub max_message: Option<usize>,
     /// Fragment outgoing messages above this many bytes (profile: server.fragment_bytes).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub fragment: Option<usize>,
     /// Per-connection send-queue cap, bytes (profile: server.send_queue_bytes).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub send_queue: Option<usize>,
     /// Close code for consumers over the send-queue cap.
-    #[arg(long, default_value_t = 1008, value_parser = parse_backpressure_code)]
+    #[arg(long, default_value_t = 1008, value_parser = parse_backpressure_code, hide_short_help = true)]
     pub backpressure_close: u16,
     /// Seconds between server pings (profile: server.heartbeat.interval_secs).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub heartbeat_interval: Option<u64>,
     /// Seconds of silence before a connection is closed (profile: server.heartbeat.timeout_secs).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub heartbeat_timeout: Option<u64>,
     /// Seconds a client has to send its upgrade request (slowloris guard).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, hide_short_help = true)]
     pub handshake_timeout: u64,
     /// Allowed Origin (repeat for several); none allows any.
-    #[arg(long = "origin", value_name = "ORIGIN")]
+    #[arg(long = "origin", value_name = "ORIGIN", hide_short_help = true)]
     pub origins: Vec<String>,
     /// Subprotocol the server speaks (repeat, in preference order).
-    #[arg(long = "subprotocol", value_name = "NAME")]
+    #[arg(long = "subprotocol", value_name = "NAME", hide_short_help = true)]
     pub subprotocols: Vec<String>,
-    /// Admin listener for /healthz, /metrics and, with --app channels and an API key, the
-    /// backends' HTTP API (/api/publish, /api/batch, /api/channels) ("off" to disable).
+    /// Admin listener for /healthz and /metrics ("off" to disable).
+    ///
+    /// With --app channels and an API key, also the backends' HTTP API (/api/publish,
+    /// /api/batch, /api/channels).
     #[arg(long, default_value = "127.0.0.1:9002")]
     pub admin: String,
     /// Several accept loops on one port with SO_REUSEPORT.
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub reuseport: bool,
     /// How many accept loops with --reuseport.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, hide_short_help = true)]
     pub acceptors: usize,
-    /// Server processes on one port (SO_REUSEPORT), under a supervisor that restarts them and
-    /// relays broadcast/channels between them: N, auto (enough for the fd limit) or cores
-    /// (profile: server.processes; Linux only).
+    /// Server processes on one port: N, auto or cores (profile: server.processes).
+    ///
+    /// They share the port (SO_REUSEPORT) under a supervisor that restarts them and relays
+    /// broadcast/channels between them; auto starts enough for the fd limit, cores one per
+    /// core. Linux only.
     #[arg(long, value_name = "N|auto|cores", value_parser = crate::profile::Processes::parse)]
     pub processes: Option<crate::profile::Processes>,
     /// Offer permessage-deflate (profile: server.deflate.enabled).
-    #[arg(long, conflicts_with = "no_deflate")]
+    #[arg(long, conflicts_with = "no_deflate", hide_short_help = true)]
     pub deflate: bool,
     /// Never negotiate permessage-deflate.
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub no_deflate: bool,
     /// Largest LZ77 window the server compresses with, 9..=15 (profile: server.deflate.window_bits).
-    #[arg(long, value_parser = clap::value_parser!(u8).range(9..=15))]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(9..=15), hide_short_help = true)]
     pub deflate_window_bits: Option<u8>,
     /// zlib memLevel, 1..=9 (profile: server.deflate.mem_level).
-    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=9))]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=9), hide_short_help = true)]
     pub deflate_mem_level: Option<u8>,
     /// zlib level, 0..=9 (profile: server.deflate.level).
-    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9))]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9), hide_short_help = true)]
     pub deflate_level: Option<u8>,
     /// Messages below this many bytes go uncompressed (profile: server.deflate.threshold_bytes).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub deflate_threshold: Option<usize>,
     /// Reset the compressor after every message and hold no context between them.
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub deflate_no_context_takeover: bool,
     /// Server-wide cap on memory held by inflated messages at once, bytes; a compressed message
     /// that would pass it is closed with 1013 (profile: server.deflate.inflate_budget_bytes;
     /// default max(64 MiB, 4 x --max-message)). At least --max-message.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", hide_short_help = true)]
     pub inflate_budget: Option<usize>,
     /// Server-wide memory budget, bytes: partial frames, reassembly, inflate output, queued
     /// output and offloaded payloads together; a connection whose charge would pass it is
     /// closed with 1013 (profile: server.budget.memory_bytes; default an eighth of the host's
     /// memory beyond what --max-connections idle connections need, at least 64 MiB).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", hide_short_help = true)]
     pub memory_budget: Option<usize>,
     /// What one connection may hold of the memory budget, bytes; past it, 1009 (profile:
     /// server.budget.conn_share_bytes; default 3 x --max-message + --max-frame + --send-queue).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", hide_short_help = true)]
     pub conn_memory_share: Option<usize>,
     /// Seconds a started message or frame has to arrive whole; then 1008 (profile:
     /// server.budget.message_timeout_secs; default 30; 0: no bound).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", hide_short_help = true)]
     pub message_timeout: Option<u64>,
     /// Seconds a send queue above --send-queue (one large message) has to drain below it,
     /// whatever the peer sends meanwhile; then the backpressure close (profile:
     /// server.budget.drain_timeout_secs; default 30; 0: no bound).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", hide_short_help = true)]
     pub drain_timeout: Option<u64>,
     /// Largest inflated / compressed ratio of a message once past 1 MiB of output; then 1009
     /// (profile: server.budget.inflate_ratio_limit; default 200; 0: no bound).
-    #[arg(long, value_name = "RATIO")]
+    #[arg(long, value_name = "RATIO", hide_short_help = true)]
     pub inflate_ratio_limit: Option<u32>,
     /// Inflate output per connection per second, bytes; past it the connection's reading
     /// pauses (profile: server.budget.inflate_rate_bytes; default 32 MiB; 0: no bound).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", hide_short_help = true)]
     pub inflate_rate: Option<u64>,
     /// PEM certificate chain: serve wss:// (with --tls-key).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -550,42 +585,49 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
     /// Seconds graceful shutdown waits for clients after the last close (1012) was sent.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, hide_short_help = true)]
     pub shutdown_grace: u64,
     /// Seconds a drain (SIGTERM, SIGINT, POST /api/drain) spreads its 1012 closes over, evenly
     /// and in a random order; 0 closes every connection at once (default: the connections held
     /// at the profile's server.drain.reconnect_rate a second, at most server.drain.max_over_secs).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", hide_short_help = true)]
     pub drain_over: Option<u64>,
     /// Seconds /readyz answers 503 before a drain's first close, so load balancers stop sending
     /// clients first (profile: server.drain.delay_secs; default 5).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", hide_short_help = true)]
     pub drain_delay: Option<u64>,
     /// Log lines as text (for people) or one JSON object per line (for log shippers).
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, hide_short_help = true)]
     pub log_format: LogFormat,
     /// Log level: error, warn, info (default), debug (one event per connection opened,
     /// refused and closed, with its peer address and id), trace. Without it, RUST_LOG is used
     /// (per-module filters too, e.g. RUST_LOG=embedded_server=debug).
-    #[arg(long, value_name = "LEVEL", value_parser = ["error", "warn", "info", "debug", "trace"])]
+    #[arg(long, value_name = "LEVEL", value_parser = ["error", "warn", "info", "debug", "trace"], hide_short_help = true)]
     pub log_level: Option<String>,
     /// Span broadcast and channels over every node on this backplane: a publish on one node
     /// reaches subscribers on all of them, once, and channel presence counts every node.
     /// redis://HOST:PORT[/DB] (one Redis), redis+sentinel://H:26379[,H2:26379]/MASTER[/DB]
     /// (the master Sentinel names, followed across failovers), redis+cluster://H:7000[,H2:7001]
     /// (Redis Cluster, sharded pub/sub) or nats://H:4222[,H2:4222] (NATS).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", hide_short_help = true)]
     pub cluster: Option<String>,
-    /// Run `check`, start the server with these settings, load-test it with the profile's
-    /// workload sized to this host, print one report and exit with the verdict (0 pass, 2 miss,
-    /// 4 NOT PROVEN: the host was too noisy to judge the load).
+    /// Check this host, start the server, load-test it: one report, one verdict.
+    ///
+    /// Runs `check`, starts the server with these settings, load-tests it with the profile's
+    /// workload sized to this host, prints one report and exits with the verdict (0 pass, 2
+    /// miss, 4 NOT PROVEN: the host was too noisy to judge the load).
     #[arg(long)]
     pub self_test: bool,
     /// Self-test your own server instead of the built-in echo: wstune starts "PROGRAM ARGS"
     /// (shell quoting, no shell) with the profile's tuning in WSTUNE_LISTEN and
     /// WSTUNE_SERVER_CONFIG (embedded_server::wstune::Launch reads them), waits for it to
     /// listen, load-tests it and stops its process group at the end.
-    #[arg(long, value_name = "PROGRAM ARGS", requires = "self_test")]
+    #[arg(
+        long,
+        value_name = "PROGRAM ARGS",
+        requires = "self_test",
+        hide_short_help = true
+    )]
     pub command: Option<String>,
     /// Self-test: judge a captured tree (`check --root DIR`) as the host instead of this one.
     /// For tests and for rehearsing a verdict; the load still runs here.
@@ -667,7 +709,7 @@ pub struct PoolArgs {
     pub sweep: bool,
     /// The handler to measure on a local server: cpu:MICROS, block:MILLIS, or both joined with
     /// + (block:20+cpu:1000us).
-    #[arg(long, value_name = "SPEC")]
+    #[arg(long, value_name = "SPEC", hide_short_help = true)]
     pub handler: Option<String>,
     /// A running server to measure (with --admin for its /metrics).
     #[arg(long)]
@@ -711,12 +753,12 @@ pub struct SelftestArgs {
     pub url: String,
     /// Where `broadcast` subscribes and publishes (a server that sends what it receives to
     /// every client); default --url.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", hide_short_help = true)]
     pub broadcast_url: Option<String>,
     /// broadcast: spread the subscribers over these servers (repeat; one per generator
     /// process in turn), e.g. the nodes of a `serve --cluster`; the publisher uses
     /// --broadcast-url.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", hide_short_help = true)]
     pub subscribe_url: Vec<String>,
     /// The server's process id, for its CPU and memory (/proc/PID). Repeat for a server made
     /// of several processes, e.g. a TLS proxy and the backend behind it: their CPU and memory
@@ -725,7 +767,7 @@ pub struct SelftestArgs {
     pub pid: Vec<u32>,
     /// Negotiate permessage-deflate on every connection (JSON payloads), not only in the
     /// `deflate` scenario.
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub deflate: bool,
     /// The profile whose self-test targets (payload, rate, p99) apply.
     #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
@@ -734,17 +776,17 @@ pub struct SelftestArgs {
     /// populations, each with its own path, headers, subprotocol and token, running steps
     /// (send, expect, subscribe, publish, think, idle); each waiting step is timed and can be
     /// named in a threshold (POPULATION.STEP.p99). The format: docs/selftest.md.
-    #[arg(long, value_name = "FILE.yaml")]
+    #[arg(long, value_name = "FILE.yaml", hide_short_help = true)]
     pub script: Option<PathBuf>,
     /// Run one slice of a load spread over several generator hosts, INDEX/COUNT (0/4 .. 3/4):
     /// this host opens its share of --conns and writes a report that `wstune report merge`
     /// combines with the others' into one verdict. Needs --start-at.
-    #[arg(long, value_name = "I/N")]
+    #[arg(long, value_name = "I/N", hide_short_help = true)]
     pub shard: Option<String>,
     /// With --shard: when the load starts, Unix seconds (the same on every shard) or +SECS from
     /// now. Each shard connects first, then waits for it; later scenarios follow on a fixed
     /// schedule. Hosts need synchronised clocks (NTP, chrony).
-    #[arg(long, value_name = "UNIX_SECS|+SECS")]
+    #[arg(long, value_name = "UNIX_SECS|+SECS", hide_short_help = true)]
     pub start_at: Option<String>,
     #[command(flatten)]
     pub load: LoadArgs,

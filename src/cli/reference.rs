@@ -33,6 +33,14 @@ fn section(cmd: &Command, name: &str, out: &mut String) {
         .to_string()
         .replace("Usage: ", "");
     let _ = write!(out, "```text\n{usage}\n```\n");
+    let examples = crate::cli::args::examples(name);
+    if !examples.is_empty() {
+        out.push_str("\nExamples:\n\n```text\n");
+        for e in examples {
+            let _ = writeln!(out, "# {}\n{}", e.says, e.line);
+        }
+        out.push_str("```\n");
+    }
 
     let subs: Vec<&Command> = cmd
         .get_subcommands()
@@ -52,10 +60,12 @@ fn section(cmd: &Command, name: &str, out: &mut String) {
         }
     }
 
-    // The flags in clap's own order, grouped under the headings `--help` prints.
+    // The flags in clap's own order, grouped under the headings `--help` prints; a global flag
+    // (`--color`) once, in wstune's own section.
     let args: Vec<&Arg> = cmd
         .get_arguments()
         .filter(|a| !a.is_hide_set() && a.get_id() != "help" && a.get_id() != "version")
+        .filter(|a| name == "wstune" || !a.is_global_set())
         .collect();
     let mut heading: Option<Option<&str>> = None;
     for arg in &args {
@@ -177,10 +187,8 @@ fn slug(heading: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
-
     fn page() -> String {
-        commands_markdown(crate::cli::args::Cli::command())
+        commands_markdown(crate::cli::args::command())
     }
 
     /// The book's command reference is what the parser accepts, as it is now.

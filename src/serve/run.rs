@@ -375,12 +375,7 @@ pub(super) fn init_logs(a: &ServeConfig, default: &str) {
         .log_internal_errors(false)
         .with_env_filter(filter);
     let _ = match a.log_format {
-        LogFormat::Text => base
-            .with_ansi(
-                std::io::IsTerminal::is_terminal(&std::io::stderr())
-                    && std::env::var_os("NO_COLOR").is_none(),
-            )
-            .try_init(),
+        LogFormat::Text => base.with_ansi(crate::output::colour_on_stderr()).try_init(),
         // Span fields (a connection's id and peer) are flattened into each event's object.
         LogFormat::Json => base
             .json()

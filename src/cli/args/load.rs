@@ -8,8 +8,10 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Load test (selftest, serve --self-test)")]
 pub struct LoadArgs {
-    /// Workload to run (repeat for several): echo-rate, echo-sat, idle, storm, tls-handshake,
-    /// broadcast, deflate, restart (never by default: it restarts the server).
+    /// Workload to run (repeat for several); restart only when named.
+    ///
+    /// echo-rate, echo-sat, idle, storm, tls-handshake, broadcast, deflate, restart (never by
+    /// default: it restarts the server).
     #[arg(long = "scenario", value_enum, value_name = "NAME")]
     pub scenarios: Vec<crate::selftest::Scenario>,
     /// Client connections (default: selftest 1000; serve --self-test: the profile's, scaled to the host).
@@ -19,7 +21,7 @@ pub struct LoadArgs {
     #[arg(long)]
     pub rate: Option<f64>,
     /// Payload bytes per message (default: the profile's).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub size: Option<usize>,
     /// Seconds each scenario runs.
     #[arg(long)]
@@ -28,20 +30,20 @@ pub struct LoadArgs {
     /// counted: the first burst on fresh connections is a start-up cost, not the steady state).
     /// Default 1; for echo-rate one period of the per-connection rate, at most 5; for deflate
     /// one period and a second, at most 15 (every connection's contexts built before measuring)
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub warmup: Option<f64>,
     /// echo-sat: messages in flight per connection.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, hide_short_help = true)]
     pub inflight: usize,
     /// broadcast: messages published (rounds). Default 10; serve --self-test publishes fewer
     /// when its cores cannot fan out 10 rounds to every connection within --secs
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub rounds: Option<usize>,
     /// Generator processes (0: as many as the fd limit requires, at least one).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, hide_short_help = true)]
     pub generators: usize,
     /// Loopback source addresses to spread clients over (0: as many as the port range needs).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, hide_short_help = true)]
     pub sources: usize,
     /// The local addresses the connections come from, round-robin (ADDR,ADDR,...): this host's
     /// own addresses or aliases, so one generator opens more connections to one server than
@@ -50,29 +52,32 @@ pub struct LoadArgs {
         long,
         value_delimiter = ',',
         value_name = "ADDR,...",
-        conflicts_with = "sources"
+        conflicts_with = "sources",
+        hide_short_help = true
     )]
     pub src_ips: Vec<std::net::IpAddr>,
     /// Connections opened per second while ramping up (0: as fast as 256 handshakes in flight per process go).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, hide_short_help = true)]
     pub ramp: f64,
     /// storm and tls-handshake: handshakes in flight at once, over all generator processes
     /// (tls-handshake: at most --conns).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, hide_short_help = true)]
     pub storm_concurrency: usize,
     /// A server that answers requests instead of echoing (your own, e.g. with --command): the
     /// text every echo-rate, echo-sat, storm and deflate message carries; each reply,
     /// whatever it says, answers the connection's oldest unanswered message. Default: a
     /// timestamped payload the server must send back as it came.
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT", hide_short_help = true)]
     pub message: Option<String>,
     /// Judge every measurement as it came, however disturbed the host was: no re-measure and
     /// no NOT PROVEN for noise (steal and other processes' CPU are still measured and
     /// reported). For a box known to be shared, where a verdict under noise is wanted anyway.
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub accept_noise: bool,
-    /// A pass/fail criterion of your own, judged beside the profile's checks (repeat for
-    /// several): SCOPE.METRIC OP VALUE, e.g. 'echo-rate.p99 < 5ms', '*.error_rate <= 0.1%',
+    /// A pass/fail criterion of your own, beside the profile's (repeat): SCOPE.METRIC OP
+    /// VALUE, e.g. 'echo-rate.p99 < 5ms'.
+    ///
+    /// Judged beside the profile's checks; more examples: '*.error_rate <= 0.1%',
     /// 'broadcast.delivered >= 99.9%'. SCOPE is a scenario or * (every one that measures it);
     /// METRIC is p50, p90, p99, p999, max, mean, service.p99, round.p99, connect.p99, tls.p99,
     /// error_rate, delivered, connected, resumed, rate, server_cpu, cpu_per_msg, connect_rate or
@@ -84,7 +89,7 @@ pub struct LoadArgs {
     pub thresholds: Vec<crate::selftest::threshold::Threshold>,
     /// Judge the load by your --threshold criteria instead of the profile's p99 and throughput
     /// targets (finishing, errors and server closes are still checked).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub no_default_checks: bool,
     /// Output format for the report on stdout.
     #[arg(long = "format", short = 'f', value_enum, default_value_t = ListFormat::Table, id = "load_format")]
@@ -94,11 +99,11 @@ pub struct LoadArgs {
     pub report: Option<PathBuf>,
     /// An earlier run's JSON report (--format json) to compare with: p50, p99, rate and server
     /// CPU per message, old -> new, in the table, the JSON and the HTML page (shown, not judged).
-    #[arg(long, value_name = "OLD.json")]
+    #[arg(long, value_name = "OLD.json", hide_short_help = true)]
     pub baseline: Option<PathBuf>,
     /// Also write the figures as Prometheus text (atomically), for node_exporter's textfile
     /// collector: the verdict and its scope, latency quantiles, rates, errors, CPU, each check.
-    #[arg(long, value_name = "FILE.prom")]
+    #[arg(long, value_name = "FILE.prom", hide_short_help = true)]
     pub out_prometheus: Option<PathBuf>,
     #[command(flatten)]
     pub tls: super::tls::TlsClientArgs,
@@ -108,15 +113,15 @@ pub struct LoadArgs {
     /// starts another), sighup (the supervisor, for a rolling restart of all its processes;
     /// the default for several), drain-api (POST /api/drain on its admin listener) or
     /// command:CMD
-    #[arg(long, value_name = "HOW", value_parser = parse_restart_by, conflicts_with = "restart_cmd")]
+    #[arg(long, value_name = "HOW", value_parser = parse_restart_by, conflicts_with = "restart_cmd", hide_short_help = true)]
     pub restart_by: Option<crate::selftest::restart::RestartBy>,
     /// restart: the command that restarts your server, run with `sh -c` 2 s into the scenario,
     /// e.g. 'systemctl restart ws' or 'kubectl rollout restart deploy/ws'; it must exit 0
-    #[arg(long, value_name = "CMD")]
+    #[arg(long, value_name = "CMD", hide_short_help = true)]
     pub restart_cmd: Option<String>,
     /// restart: drain your server instead: POST to its drain endpoint (http://ADMIN/api/drain,
     /// answered with a 2xx; the key from $WSTUNE_API_KEY as a bearer token)
-    #[arg(long, value_name = "URL", conflicts_with_all = ["restart_cmd", "restart_by"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["restart_cmd", "restart_by"], hide_short_help = true)]
     pub drain_url: Option<String>,
 }
 

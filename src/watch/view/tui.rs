@@ -74,6 +74,8 @@ impl Tui {
     pub fn new(head: Head) -> io::Result<Tui> {
         hook_panics();
         crate::host::process::catch_termination();
+        // Colours as --color and the environment decide (crossterm would read NO_COLOR alone).
+        crossterm::style::force_color_output(crate::output::colour_wanted(false));
         terminal::enable_raw_mode()?;
         ACTIVE.store(true, Ordering::SeqCst);
         let started = (|| {
