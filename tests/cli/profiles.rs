@@ -74,6 +74,25 @@ fn profiles_list_and_show() {
     assert!(table.contains("100k") && table.contains("65535"), "{table}");
 }
 
+/// `wstune profiles` alone lists the profiles (exit 0), as `profiles list` does, in the list's
+/// formats; a list flag beside a subcommand is still refused.
+#[test]
+fn profiles_alone_lists_them() {
+    let o = wstune120(&["profiles"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o), stdout(&wstune120(&["profiles", "list"])));
+    let o = wstune120(&["profiles", "-f", "json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(
+        json_of(&o),
+        json_of(&wstune120(&["profiles", "list", "-f", "json"]))
+    );
+    assert_eq!(
+        code(&wstune120(&["profiles", "-f", "json", "show", "10k"])),
+        3
+    );
+}
+
 #[test]
 fn a_profile_that_extends_a_built_in_is_shown_resolved_and_checked_against() {
     let dir = tempfile::tempdir().unwrap();
