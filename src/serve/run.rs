@@ -52,7 +52,7 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
         let admin_listener = match admin {
             Some(addr) => {
                 let l = tokio::net::TcpListener::bind(addr).await;
-                Some(l.with_context(|| format!("cannot listen on --admin {addr}"))?)
+                Some(l.map_err(|e| crate::serve::supervisor::admin_listen_error(addr, &e))?)
             }
             None => None,
         };

@@ -188,3 +188,44 @@ fn a_tls_listener_without_handshake_rates_says_so_at_start() {
     let plain = common::serve(&["--profile", "10k", "--app", "echo"]);
     assert!(!plain.log_text().contains("not rate limited"));
 }
+
+/// An admin port already in use is refused as clearly as the WebSocket port: the address, the
+/// flag, what holds it and the fixes, exit 3, no bare OS error; alone and under a supervisor.
+#[test]
+fn an_admin_port_in_use_is_named_with_its_flag_and_the_fixes() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    for processes in ["1", "2"] {
+        let o = common::run_bounded(
+            std::process::Command::new(common::bin()).args([
+                "serve",
+                "--profile",
+                "10k",
+                "--port",
+                "0",
+                "--admin",
+                &addr,
+                "--processes",
+                processes,
+            ]),
+            Duration::from_secs(60),
+        );
+        let err = common::stderr(&o);
+        assert_eq!(common::code(&o), 3, "--processes {processes}: {err}");
+        for want in [
+            format!("cannot listen on --admin {addr}"),
+            "the port is in use".to_string(),
+            format!("ss -ltnp 'sport = :{port}'"),
+            "--admin 127.0.0.1:0".to_string(),
+            "--admin off".to_string(),
+        ] {
+            assert!(
+                err.contains(&want),
+                "--processes {processes}: no {want:?} in:\n{err}"
+            );
+        }
+        assert!(!err.contains("os error"), "--processes {processes}: {err}");
+    }
+    drop(held);
+}

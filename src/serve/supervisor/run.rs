@@ -115,8 +115,7 @@ pub fn supervise(mut plan: Supervision) -> Result<Outcome> {
     let port = listen::local_addr(&sockets[0])?.port();
     let admin = match plan.admin {
         Some(a) => Some(
-            std::net::TcpListener::bind(a)
-                .with_context(|| format!("cannot listen on --admin {a}"))?,
+            std::net::TcpListener::bind(a).map_err(|e| super::admin_listen_error(a, &e))?,
         ),
         None => None,
     };
