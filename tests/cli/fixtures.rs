@@ -242,7 +242,7 @@ fn tuned_host_passes_strictly_and_checks_a_pid_and_a_unit() {
     );
     assert_eq!(
         soft["fix"]["runtime"],
-        "prlimit --pid 4242 --nofile=200000:200000"
+        "sudo prlimit --pid 4242 --nofile=200000:200000"
     );
     assert_eq!(finding(&r, "linux.pid.nofile.hard")["status"], "pass");
     assert_eq!(finding(&r, "linux.systemd.limit_nofile")["current"], 262144);
