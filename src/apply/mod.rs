@@ -623,27 +623,37 @@ pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
         [one] => format!("apply {one}"),
         many => format!("{} applies, newest {}", many.len(), newest.id),
     };
-    // The words are checks/wstune.yaml's; the verdict is this comparison's.
-    Some(
-        crate::catalog::computed::get("wstune.journal.drift").finding(
-            if ok { Status::Pass } else { Status::Warn },
-            Value::Text(if ok {
-                "unchanged".into()
-            } else {
-                format!("{} drifted", drifted.len())
-            }),
-            Value::Text(target),
-            if ok {
-                match ids.as_slice() {
-                    [one] => format!("entry {one}"),
-                    many => format!("entries {}", many.join(", ")),
-                }
-            } else {
-                drifted.join("; ")
-            },
-            None,
-        ),
-    )
+    // The words are checks/wstune.yaml's; the verdict is this comparison's, and the commands
+    // it names carry this run's --root/--prefix.
+    let check = crate::catalog::computed::get("wstune.journal.drift");
+    let flags = flags(store);
+    let fix = (!flags.is_empty()).then(|| {
+        check
+            .fix
+            .runtime
+            .as_deref()
+            .unwrap_or_default()
+            .replace("wstune apply", &format!("wstune apply{flags}"))
+            .replace("wstune rollback", &format!("wstune rollback{flags}"))
+    });
+    Some(check.finding(
+        if ok { Status::Pass } else { Status::Warn },
+        Value::Text(if ok {
+            "unchanged".into()
+        } else {
+            format!("{} drifted", drifted.len())
+        }),
+        Value::Text(target),
+        if ok {
+            match ids.as_slice() {
+                [one] => format!("entry {one}"),
+                many => format!("entries {}", many.join(", ")),
+            }
+        } else {
+            drifted.join("; ")
+        },
+        fix,
+    ))
 }
 
 /// The runtime values of one applied entry that drifted, each compared only if no newer entry

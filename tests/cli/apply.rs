@@ -320,6 +320,18 @@ fn the_rollback_lines_apply_prints_carry_its_root_and_work_as_printed() {
         stdout(&listed),
         stderr(&listed)
     );
+    // Check's advice on a value changed since names the copy too.
+    std::fs::write(tree.join("proc/sys/net/core/somaxconn"), "1024\n").unwrap();
+    let r = json_of(&wstune120(&["check", "--root", t, "-f", "json"]));
+    let drift = finding(&r, "wstune.journal.drift");
+    assert_eq!(drift["status"], "warn", "{drift}");
+    let fix = drift["fix"]["runtime"].as_str().unwrap();
+    assert!(
+        fix.contains(&format!("wstune apply --root '{t}'"))
+            && fix.contains(&format!("wstune rollback --root '{t}'")),
+        "{fix}"
+    );
+    std::fs::write(tree.join("proc/sys/net/core/somaxconn"), "65535\n").unwrap();
     let (hint, o) = run_hint(&applied, "`wstune rollback", " --yes");
     assert_eq!(code(&o), 0, "{hint}: {}", stderr(&o));
     std::fs::remove_dir_all(tree.join("var")).unwrap();
