@@ -16,6 +16,9 @@ pub enum Outcome {
     /// A load test that could not be judged: the host was too noisy to stand behind a pass or
     /// a miss (and nothing else failed).
     Inconclusive,
+    /// Stopped at once by a second SIGINT or SIGTERM (`signal`, its number) while the first
+    /// one's graceful stop was still running: what it would have finished was cut short.
+    Interrupted { signal: i32 },
 }
 
 impl Outcome {

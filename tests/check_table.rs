@@ -50,7 +50,7 @@ fn problems_come_first_grouped_by_area_with_their_fix_and_passes_are_counted() {
         .unwrap();
     assert!(somaxconn > accept && somaxconn < boot, "{out}");
     assert!(
-        out.contains("now: sysctl -w net.core.somaxconn=65535"),
+        out.contains("now: sudo sysctl -w net.core.somaxconn=65535"),
         "{out}"
     );
     // No passing row is listed; passes are one counted line, and the last line is unchanged.

@@ -42,12 +42,12 @@ fn tcp_rmem_and_wmem_fixes_keep_min_and_max() {
         let whole = format!("{min} {target} {max}");
         assert_eq!(
             f["fix"]["runtime"],
-            format!("sysctl -w {key}=\"{whole}\""),
+            format!("sudo sysctl -w {key}=\"{whole}\""),
             "{f}"
         );
         assert_eq!(
             f["fix"]["persistent"],
-            format!("echo '{key} = {whole}' >> /etc/sysctl.d/60-wstune.conf"),
+            format!("echo '{key} = {whole}' | sudo tee -a /etc/sysctl.d/60-wstune.conf >/dev/null"),
             "{f}"
         );
         // The boot view's persistent line says the same.

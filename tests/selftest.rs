@@ -688,7 +688,7 @@ kill -CONT $S; kill $S
         somaxconn["fix"][0]
             .as_str()
             .unwrap()
-            .starts_with("sysctl -w net.core.somaxconn="),
+            .starts_with("sudo sysctl -w net.core.somaxconn="),
         "{somaxconn:#}"
     );
     assert!(somaxconn["first_s"].as_f64().unwrap() > 0.0);
@@ -709,7 +709,7 @@ kill -CONT $S; kill $S
     assert!(
         table.starts_with("host during storm: accept queue of 127.0.0.1:9001 full for ")
             && table.contains("TcpExt.ListenOverflows +")
-            && table.contains("sysctl -w net.core.somaxconn=")
+            && table.contains("sudo sysctl -w net.core.somaxconn=")
             && table.ends_with("(linux.net.core.somaxconn)"),
         "{table}"
     );

@@ -227,6 +227,53 @@ async fn sigterm_drains_every_process_with_1012_and_leaves_none_behind() {
     }
 }
 
+/// SIGINT to an idle supervisor stops it at once (its processes hold no client to drain); with
+/// a client held, a second SIGINT during the drain kills the processes and exits 130 at once,
+/// saying so, and leaves none behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_stops_an_idle_supervisor_at_once_and_a_second_one_forces_the_exit() {
+    let mut s = supervisor("echo", "2");
+    let asked = std::time::Instant::now();
+    signal(s.pid(), "-INT");
+    let status = s.wait_exit(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{}", s.log_text());
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "an idle supervisor took {:?} to stop (the profile's drain delay is 5 s)",
+        asked.elapsed()
+    );
+
+    let mut s = supervisor("echo", "2");
+    let mut ws = clients(s.port, 1).await.pop().unwrap();
+    assert_eq!(echo(&mut ws, "hi").await.as_deref(), Some("hi"));
+    let pids: Vec<u64> = per_process(s.admin).iter().map(|p| p.0).collect();
+    signal(s.pid(), "-INT");
+    s.wait_log("the stop to begin", Duration::from_secs(10), |l| {
+        l.iter()
+            .any(|l| l.contains("stopping: every process drains"))
+    });
+    let asked = std::time::Instant::now();
+    signal(s.pid(), "-INT");
+    let status = s.wait_exit(Duration::from_secs(20));
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "a second SIGINT took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(status.code(), Some(130), "{}", s.log_text());
+    assert!(
+        s.log_text().contains("SIGINT again while stopping"),
+        "{}",
+        s.log_text()
+    );
+    common::wait_until(
+        &format!("the processes {pids:?} to end"),
+        Duration::from_secs(10),
+        || !pids.iter().any(|&p| alive(p)),
+    );
+    drop(ws);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_supervisor_killed_with_9_leaves_no_orphan() {
     let s = supervisor("echo", "2");

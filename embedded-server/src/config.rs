@@ -129,6 +129,7 @@ pub struct ServerConfig {
     pub drain_rate: u32,
     /// How long `/readyz` answers 503 before a drain's first close, so load balancers' health
     /// checks take the server out of rotation first (upgrades are still accepted meanwhile).
+    /// Cut short once no connection is open: it is for the clients the server holds.
     /// Default 0 (the library); `wstune serve` takes the profile's.
     #[serde(rename = "drain_delay_ms", with = "millis")]
     pub drain_delay: Duration,

@@ -224,10 +224,18 @@ impl<H: Handler> Server<H> {
             if signalled { "shutting down" } else { "draining (POST /api/drain)" },
             self.hub.len(),
             plan.window.as_secs_f64(),
-            plan.delay.as_secs_f64(),
+            // With no connection open the delay is skipped (see `closes` below).
+            if self.hub.is_empty() { 0.0 } else { plan.delay.as_secs_f64() },
         );
         let closes = async {
-            tokio::time::sleep(plan.delay).await;
+            // The delay keeps the connections' clients served until load balancers have seen
+            // the 503; with none open (or once the last one has left) there is no one to keep,
+            // and a stop at the terminal with nothing connected ends at once.
+            let delay_end = tokio::time::Instant::now() + plan.delay;
+            while !self.hub.is_empty() && tokio::time::Instant::now() < delay_end {
+                let left = delay_end.saturating_duration_since(tokio::time::Instant::now());
+                tokio::time::sleep(left.min(EMPTY_POLL)).await;
+            }
             // Stop accepting first, and let the handshakes already accepted finish (bounded)
             // before upgrades are refused: with a listening socket that outlives this process
             // (a supervisor's or systemd's), what the kernel still queues goes to the next
@@ -274,6 +282,9 @@ impl<H: Handler> Server<H> {
         Ok(())
     }
 }
+
+/// How often a drain's delay looks whether any connection is still open.
+const EMPTY_POLL: Duration = Duration::from_millis(20);
 
 /// How long a stopping server lets the handshakes it accepted finish: a request arrives within
 /// a round trip or two of the accept; a slower one is a stalled client, not one to wait for.

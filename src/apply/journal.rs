@@ -460,27 +460,31 @@ pub fn check_dir(store: &Store) -> Result<()> {
 
 pub fn load(store: &Store, id: &str) -> Result<Entry> {
     if id.is_empty() || id.contains('/') || id.contains("..") {
-        bail!("'{id}' is not a journal id; `wstune rollback --list` shows them");
+        bail!(
+            "'{id}' is not a journal id; `wstune rollback --list{}` shows them",
+            super::flags(store)
+        );
     }
     let path = store.path(&path_of(id));
     if !store.occupied(&path_of(id)) {
         bail!(
-            "no journal entry '{id}' ({}); `wstune rollback --list` shows them",
-            path.display()
+            "no journal entry '{id}' ({}); `wstune rollback --list{}` shows them",
+            path.display(),
+            super::flags(store)
         );
     }
     let text = store.read_text(&path_of(id)).map_err(|e| {
         anyhow::anyhow!(
             "journal entry {} cannot be read ({e}): {}",
             path.display(),
-            damaged_fix(&path)
+            damaged_fix(&path, &super::flags(store))
         )
     })?;
     parse(&text, id).map_err(|e| {
         anyhow::anyhow!(
             "journal entry {} is damaged ({e}): {}",
             path.display(),
-            damaged_fix(&path)
+            damaged_fix(&path, &super::flags(store))
         )
     })
 }
@@ -688,9 +692,10 @@ fn link_target_ok(path: &str, target: &str) -> bool {
 }
 
 /// What to do about an entry that cannot be read: nothing can roll it back automatically.
-pub fn damaged_fix(path: &std::path::Path) -> String {
+/// `flags`: the run's `--root`/`--prefix` ([`super::flags`]).
+pub fn damaged_fix(path: &std::path::Path, flags: &str) -> String {
     format!(
-        "compare the host with it by hand, then move it aside (mv {p} {p}.damaged); `wstune rollback --id ID` still restores the other entries",
+        "compare the host with it by hand, then move it aside (mv {p} {p}.damaged); `wstune rollback --id ID{flags}` still restores the other entries",
         p = path.display()
     )
 }

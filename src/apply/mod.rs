@@ -20,6 +20,34 @@ use anyhow::{anyhow, Result};
 use journal::{Blob, Entry, OldFile, OldLimits, OldRegistry, OldRuntime, State};
 use plan::{Op, Plan};
 
+/// The `--root` and `--prefix` this run was given, as flags to append to a `wstune apply` or
+/// `rollback` line it tells the user to run (with a leading space; empty on the live host with
+/// neither): a hint without them would act on the live host's files and journal instead of
+/// the ones this run used.
+pub fn flags(store: &Store) -> String {
+    let layout = store.layout();
+    let mut out = String::new();
+    for (flag, dir) in [("--root", layout.tree()), ("--prefix", layout.prefix())] {
+        if let Some(dir) = dir {
+            out.push_str(&format!(" {flag} {}", shell_word(&dir.to_string_lossy())));
+        }
+    }
+    out
+}
+
+/// `s` as one shell word: as it is when it has nothing a shell would read, else in single
+/// quotes (a quote inside written as '\'').
+fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
 /// Build the journal entry for `plan`: every old value and file it will replace, and the new
 /// file contents. Nothing is changed yet. The old values are read here, once, right before
 /// the change and as the bytes the host has (a restore writes back exactly those), not taken
@@ -231,9 +259,10 @@ pub fn execute(entry: &mut Entry, backend: &dyn Backend, store: &Store) -> Resul
             let mut msg = format!("{failure}\nNothing was left changed: every change made before it was undone (journal entry {}).", entry.id);
             if !undo.is_empty() {
                 msg = format!(
-                    "{failure}\nUndoing the changes made before it failed for: {}.\nFix that, then run `wstune rollback --id {}`.",
+                    "{failure}\nUndoing the changes made before it failed for: {}.\nFix that, then run `wstune rollback --id {}{}`.",
                     undo.join("; "),
-                    entry.id
+                    entry.id,
+                    flags(store)
                 );
             }
             if let Err(e) = saved {
@@ -594,27 +623,37 @@ pub fn drift(store: &Store, backend: &dyn Backend) -> Option<Finding> {
         [one] => format!("apply {one}"),
         many => format!("{} applies, newest {}", many.len(), newest.id),
     };
-    // The words are checks/wstune.yaml's; the verdict is this comparison's.
-    Some(
-        crate::catalog::computed::get("wstune.journal.drift").finding(
-            if ok { Status::Pass } else { Status::Warn },
-            Value::Text(if ok {
-                "unchanged".into()
-            } else {
-                format!("{} drifted", drifted.len())
-            }),
-            Value::Text(target),
-            if ok {
-                match ids.as_slice() {
-                    [one] => format!("entry {one}"),
-                    many => format!("entries {}", many.join(", ")),
-                }
-            } else {
-                drifted.join("; ")
-            },
-            None,
-        ),
-    )
+    // The words are checks/wstune.yaml's; the verdict is this comparison's, and the commands
+    // it names carry this run's --root/--prefix.
+    let check = crate::catalog::computed::get("wstune.journal.drift");
+    let flags = flags(store);
+    let fix = (!flags.is_empty()).then(|| {
+        check
+            .fix
+            .runtime
+            .as_deref()
+            .unwrap_or_default()
+            .replace("wstune apply", &format!("wstune apply{flags}"))
+            .replace("wstune rollback", &format!("wstune rollback{flags}"))
+    });
+    Some(check.finding(
+        if ok { Status::Pass } else { Status::Warn },
+        Value::Text(if ok {
+            "unchanged".into()
+        } else {
+            format!("{} drifted", drifted.len())
+        }),
+        Value::Text(target),
+        if ok {
+            match ids.as_slice() {
+                [one] => format!("entry {one}"),
+                many => format!("entries {}", many.join(", ")),
+            }
+        } else {
+            drifted.join("; ")
+        },
+        fix,
+    ))
 }
 
 /// The runtime values of one applied entry that drifted, each compared only if no newer entry

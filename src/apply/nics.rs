@@ -642,8 +642,9 @@ pub fn channel_words(entry: &Entry, nic: &str, old: &crate::host::Channels) -> O
     (!words.is_empty()).then(|| words.join(", "))
 }
 
-/// What a NIC left unrestored means, for people: one line.
-pub fn left_words(l: &Left, id: &str) -> String {
+/// What a NIC left unrestored means, for people: one line. `flags`: the run's
+/// `--root`/`--prefix` ([`super::flags`]), for the rollback line it gives.
+pub fn left_words(l: &Left, id: &str, flags: &str) -> String {
     let values = if l.values.is_empty() {
         String::new()
     } else {
@@ -651,7 +652,7 @@ pub fn left_words(l: &Left, id: &str) -> String {
     };
     match (&l.nic, l.refused()) {
         (Some(nic), true) => format!(
-            "{nic}'s values were not restored{values}: {}. That NIC was left alone; `wstune rollback --id {id}` restores them once it is found again, and `--force` restores them onto the link named {nic} anyway",
+            "{nic}'s values were not restored{values}: {}. That NIC was left alone; `wstune rollback --id {id}{flags}` restores them once it is found again, and `--force` restores them onto the link named {nic} anyway",
             l.why
         ),
         (Some(nic), false) => format!(
@@ -659,7 +660,7 @@ pub fn left_words(l: &Left, id: &str) -> String {
             l.why
         ),
         (None, _) => format!(
-            "{} were not restored{values}: {}. They were left alone; `wstune rollback --id {id}` run in that namespace restores them, and `--force` restores them into this one anyway",
+            "{} were not restored{values}: {}. They were left alone; `wstune rollback --id {id}{flags}` run in that namespace restores them, and `--force` restores them into this one anyway",
             l.whose(),
             l.why
         ),
@@ -796,7 +797,7 @@ mod tests {
             assert_eq!(r.entry.runtime.len(), 1);
             assert!(r.entry.channels.is_empty());
             assert_eq!(r.entry.actions.len(), 1);
-            let words = left_words(l, "1");
+            let words = left_words(l, "1", "");
             assert!(!words.contains("Some("), "{words}");
             assert_eq!(words.contains("--force"), refused, "{words}");
         }
@@ -942,7 +943,7 @@ mod tests {
         assert_eq!(r.left[1].values, ["net.core.somaxconn 4096"]);
         assert!(r.left[1].why.contains("net:[4026532175]") && r.left[1].why.contains("net:[1]"));
         assert_eq!(paths(&r.entry), ["/proc/sys/fs/file-max"]);
-        let words = left_words(&r.left[1], "1");
+        let words = left_words(&r.left[1], "1", "");
         assert!(
             words.starts_with("another network namespace's net.* values were not restored (net.core.somaxconn 4096)"),
             "{words}"
@@ -995,7 +996,7 @@ mod tests {
             l.why,
             "no link named vb now: removed or renamed, which an entry of an older wstune cannot tell"
         );
-        let words = left_words(l, "1");
+        let words = left_words(l, "1", "");
         assert!(
             !words.contains("went with the device") && words.contains("--force"),
             "{words}"

@@ -180,10 +180,11 @@ pub fn undo_interrupted(
     store: &Store,
 ) -> Result<Vec<String>> {
     let mut said = Vec::new();
+    let flags = super::flags(store);
     for e in entries.iter().rev().filter(|e| e.state == State::Pending) {
         if !backend.privileged() {
             bail!(
-                "apply {} was interrupted (its process died midway) and must be undone first: run wstune apply as root, or `wstune rollback --id {}` as root. Nothing was changed.",
+                "apply {} was interrupted (its process died midway) and must be undone first: run `wstune apply{flags}` as root, or `wstune rollback --id {}{flags}` as root. Nothing was changed.",
                 e.id,
                 e.id
             );
@@ -197,7 +198,7 @@ pub fn undo_interrupted(
         );
         if let Some(l) = fitted.left.iter().find(|l| l.refused()) {
             bail!(
-                "apply {id} was interrupted (its process died midway), and {}: {}. Run `wstune rollback --id {id}` (it restores the rest and says what it cannot), then apply again. Nothing was changed.",
+                "apply {id} was interrupted (its process died midway), and {}: {}. Run `wstune rollback --id {id}{flags}` (it restores the rest and says what it cannot), then apply again. Nothing was changed.",
                 l.nic.clone().unwrap_or_else(|| l.whose()),
                 l.why,
                 id = e.id
@@ -206,7 +207,7 @@ pub fn undo_interrupted(
         let hand = hand_changes(&fitted.entry, backend, store);
         if !hand.is_empty() {
             bail!(
-                "apply {id} was interrupted (its process died midway), and since then:\n  {}\nRun `wstune rollback --id {id}` (it lists these and asks before overwriting them), then apply again. Nothing was changed.",
+                "apply {id} was interrupted (its process died midway), and since then:\n  {}\nRun `wstune rollback --id {id}{flags}` (it lists these and asks before overwriting them), then apply again. Nothing was changed.",
                 hand.iter().map(|h| h.to_string()).collect::<Vec<_>>().join("\n  "),
                 id = e.id
             );
@@ -214,7 +215,7 @@ pub fn undo_interrupted(
         let undone = super::restore_counted(&fitted.entry, backend, store);
         if !undone.errors.is_empty() {
             bail!(
-                "apply {id} was interrupted and could not be undone: {}\nFix that, then run `wstune rollback --id {id}` and apply again.",
+                "apply {id} was interrupted and could not be undone: {}\nFix that, then run `wstune rollback --id {id}{flags}` and apply again.",
                 undone.errors.join("; "),
                 id = e.id
             );
@@ -223,14 +224,14 @@ pub fn undo_interrupted(
         done.state = State::InterruptedUndone;
         journal::save(store, &done)?;
         said.push(format!(
-            "apply {} was interrupted (its process died midway): changed back {} value(s) and {} file(s) it had changed before planning again (the rest of what it recorded was still as before), so one `wstune rollback` returns to the state before it{}",
+            "apply {} was interrupted (its process died midway): changed back {} value(s) and {} file(s) it had changed before planning again (the rest of what it recorded was still as before), so one `wstune rollback{flags}` returns to the state before it{}",
             e.id,
             undone.values,
             undone.files,
             fitted
                 .left
                 .iter()
-                .map(|l| format!("; {}", super::nics::left_words(l, &e.id)))
+                .map(|l| format!("; {}", super::nics::left_words(l, &e.id, &flags)))
                 .collect::<String>()
         ));
     }
@@ -293,7 +294,7 @@ pub fn finding(store: &Store, privileged: bool) -> Option<Finding> {
             d.path.display(),
             d.error
         ));
-        fixes.push(journal::damaged_fix(&d.path));
+        fixes.push(journal::damaged_fix(&d.path, &super::flags(store)));
     }
     if !running {
         for e in &pending {
@@ -301,7 +302,7 @@ pub fn finding(store: &Store, privileged: bool) -> Option<Finding> {
                 "apply {} was interrupted (its process died midway): some of its changes are made, some not",
                 e.id
             ));
-            fixes.push(format!("`wstune rollback --id {}` restores the state before it (a new `wstune apply` also undoes it first)", e.id));
+            fixes.push(format!("`wstune rollback --id {}{flags}` restores the state before it (a new `wstune apply{flags}` also undoes it first)", e.id, flags = super::flags(store)));
         }
     }
     let (status, current, note) = match (problems.is_empty(), running && !pending.is_empty()) {

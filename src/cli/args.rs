@@ -135,8 +135,7 @@ pub enum Command {
     /// Capture exactly the files `check` reads into a directory, for `check --root DIR` elsewhere.
     Snapshot(SnapshotArgs),
     /// List or show the built-in tuning profiles.
-    #[command(subcommand)]
-    Profiles(ProfilesCommand),
+    Profiles(ProfilesArgs),
     /// Write the profile's host settings for another tool: sysctl.d, limits.d, systemd,
     /// Ansible, Kubernetes, docker, compose, JSON.
     #[command(
@@ -841,6 +840,17 @@ pub struct SnapshotArgs {
     pub out_dir: PathBuf,
     #[command(flatten)]
     pub target: TargetArgs,
+}
+
+/// `wstune profiles` alone lists the profiles, as `profiles list` does.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ProfilesArgs {
+    #[command(subcommand)]
+    pub command: Option<ProfilesCommand>,
+    /// The list's format, when no subcommand is given.
+    #[arg(long, short = 'f', value_enum, default_value_t = ListFormat::Table)]
+    pub format: ListFormat,
 }
 
 #[derive(Debug, Subcommand)]

@@ -29,6 +29,9 @@ pub mod exit {
     /// noisy to stand behind either a PASS or a MISS, or a threshold's figure was not
     /// measured (or rests on too few samples).
     pub const NOT_PROVEN: u8 = 4;
+    /// Stopped at once by a second signal during a graceful stop: 128 + the signal's number
+    /// (130 for SIGINT, 143 for SIGTERM), what a shell shows for a process that signal ended.
+    pub const SIGNALLED: u8 = 128;
 }
 
 pub fn main() -> ExitCode {
@@ -160,6 +163,9 @@ fn code(o: Outcome) -> u8 {
         Outcome::Warnings => exit::WARN,
         Outcome::Failed => exit::FAIL,
         Outcome::Inconclusive => exit::NOT_PROVEN,
+        Outcome::Interrupted { signal } => {
+            exit::SIGNALLED.saturating_add(signal.clamp(0, 127) as u8)
+        }
     }
 }
 
@@ -236,5 +242,7 @@ mod tests {
         assert_eq!(code(Outcome::Failed), 2);
         assert_eq!(exit::ERROR, 3);
         assert_eq!(code(Outcome::Inconclusive), 4);
+        assert_eq!(code(Outcome::Interrupted { signal: 2 }), 130);
+        assert_eq!(code(Outcome::Interrupted { signal: 15 }), 143);
     }
 }

@@ -221,7 +221,8 @@ mod tests {
         let page = std::fs::read_to_string(path).expect("docs/reference/exit-codes.md");
         let codes: Vec<u8> = page
             .lines()
-            .filter_map(|l| l.strip_prefix("| ")?.split(' ').next()?.parse().ok())
+            .filter_map(|l| l.strip_prefix("| ")?.split(" |").next())
+            .flat_map(|c| c.split(", ").filter_map(|n| n.parse().ok()))
             .collect();
         use crate::cli::exit;
         assert_eq!(
@@ -231,7 +232,9 @@ mod tests {
                 exit::WARN,
                 exit::FAIL,
                 exit::ERROR,
-                exit::NOT_PROVEN
+                exit::NOT_PROVEN,
+                exit::SIGNALLED + 2,
+                exit::SIGNALLED + 15,
             ]
         );
     }

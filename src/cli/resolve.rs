@@ -5,7 +5,8 @@
 
 use super::args::{
     self, ApplyArgs, BenchDeflateArgs, CheckArgs, ExportArgs, ExportFormat, LbArgs, LoadArgs,
-    PoolArgs, ProfilesCommand, RollbackArgs, SelftestArgs, SnapshotArgs, TargetArgs, WatchArgs,
+    PoolArgs, ProfilesArgs, ProfilesCommand, RollbackArgs, SelftestArgs, SnapshotArgs, TargetArgs,
+    WatchArgs,
 };
 use crate::cmd;
 
@@ -340,16 +341,19 @@ pub fn lb(a: &LbArgs) -> Result<cmd::lb::Request> {
     })
 }
 
-pub fn profiles(p: &ProfilesCommand) -> cmd::profiles::Request {
-    match p {
-        ProfilesCommand::List { format } => cmd::profiles::Request::List {
+pub fn profiles(p: &ProfilesArgs) -> cmd::profiles::Request {
+    match &p.command {
+        None => cmd::profiles::Request::List {
+            format: list_format(p.format),
+        },
+        Some(ProfilesCommand::List { format }) => cmd::profiles::Request::List {
             format: list_format(*format),
         },
-        ProfilesCommand::Show {
+        Some(ProfilesCommand::Show {
             name,
             format,
             resolved,
-        } => cmd::profiles::Request::Show {
+        }) => cmd::profiles::Request::Show {
             name: name.clone(),
             json: *format == args::ShowFormat::Json,
             resolved: *resolved,

@@ -72,7 +72,7 @@ pub fn run(a: Request) -> Result<Outcome> {
             "journal entry {} is damaged ({}): apply cannot tell what an earlier apply changed, so it changes nothing.\nFix: {}",
             d.path.display(),
             d.error,
-            journal::damaged_fix(&d.path)
+            journal::damaged_fix(&d.path, &apply::flags(store))
         );
     }
     // Before the recovery: a directory it removes must not keep a leftover temporary.
@@ -91,7 +91,7 @@ pub fn run(a: Request) -> Result<Outcome> {
                 if journal::Lock::probe(store) == journal::LockState::Held {
                     say!("note: another apply or rollback is running now (its entry shows as pending until it ends); this plan may be out of date when it finishes");
                 } else {
-                    say!("note: an earlier apply was interrupted (`wstune rollback --list` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make");
+                    say!("note: an earlier apply was interrupted (`wstune rollback --list{}` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make", apply::flags(store));
                 }
             } else if !backend.privileged() {
                 bail!(not_privileged(backend.platform()));
@@ -172,9 +172,10 @@ pub fn run(a: Request) -> Result<Outcome> {
     }
     apply::execute(&mut entry, backend, store)?;
     say!(
-        "Applied {} change(s); the old values are in journal entry {} (undo with `wstune rollback`).",
+        "Applied {} change(s); the old values are in journal entry {} (undo with `wstune rollback{}`).",
         entry.actions.len(),
-        entry.id
+        entry.id,
+        apply::flags(store)
     );
     for line in apply::restart_adapters(backend, &restart) {
         say!("{line}");

@@ -114,7 +114,10 @@ pub fn run(r: Request) -> Result<Outcome> {
         say!("warning: {w}");
     }
     for l in &fitted.left {
-        say!("Not restored: {}", apply::nics::left_words(l, &entry.id));
+        say!(
+            "Not restored: {}",
+            apply::nics::left_words(l, &entry.id, &apply::flags(&store))
+        );
     }
     // Someone changed a value after the apply: restoring silently would undo their change.
     let hand = recover::hand_changes(&restored, backend.as_ref(), &store);
@@ -146,7 +149,7 @@ pub fn run(r: Request) -> Result<Outcome> {
     ));
     let done = apply::restore_counted(&restored, backend.as_ref(), &store);
     if !done.errors.is_empty() {
-        bail!("could not restore: {}\nThe entry is kept as it was; fix the cause and run `wstune rollback --id {}` again.", done.errors.join("; "), entry.id);
+        bail!("could not restore: {}\nThe entry is kept as it was; fix the cause and run `wstune rollback --id {}{}` again.", done.errors.join("; "), entry.id, apply::flags(&store));
     }
     // A NIC refused (another NIC has its name, or it is elsewhere), or another namespace's
     // values, keep the entry reachable for `--id ID`, which then restores exactly what is
@@ -277,7 +280,7 @@ fn pick(store: &Store, id: Option<&str>) -> Result<Entry> {
             "journal entry {} is damaged ({}); rollback cannot tell whether it is the newest change.\nFix: {}",
             d.path.display(),
             d.error,
-            journal::damaged_fix(&d.path)
+            journal::damaged_fix(&d.path, &apply::flags(store))
         );
     }
     entries

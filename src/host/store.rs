@@ -68,6 +68,11 @@ impl Store {
         self
     }
 
+    /// Where the files are: the live host, the `--root` tree, `--prefix`.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
     /// Where `host_path` is on disk.
     pub fn path(&self, host_path: &str) -> PathBuf {
         self.layout.path(host_path)

@@ -338,6 +338,8 @@ fn parse_in(
         Err(ProfileError::Invalid(vec![problem(None, m)]))
     })?;
     let base = take_extends(&mut doc, text, file, chain, warnings)?;
+    // `nic:` with every key commented out is `nic` left out, not a block of nothing.
+    let emptied = shape::drop_empty_blocks(&mut doc, profile_shape(), base.is_some());
     // Older names first, in this file's own keys: a base's value under the new name is
     // overridden by this file's under the old one, as if the file said the new name.
     let (renamed, retired_problems, noted) = fold_retired(&mut doc, text, RETIRED);
@@ -374,7 +376,7 @@ fn parse_in(
         .chain(rss_problems.into_iter().map(|(l, m)| problem(l, m)))
         .chain(retired_problems.into_iter().map(|(l, m)| problem(l, m)))
         .collect();
-    let untouched = mismatches.is_empty() && base.is_none() && !folded && !renamed;
+    let untouched = mismatches.is_empty() && base.is_none() && !folded && !renamed && !emptied;
     let profile: Profile = if untouched {
         // Untouched: serde reads the text itself, so whatever the shape check does not know
         // about still comes with serde's own line.

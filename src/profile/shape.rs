@@ -109,6 +109,37 @@ fn remove(doc: &mut Json, path: &str) {
     }
 }
 
+/// Take out every block written with nothing under it (`nic:` whose keys are all commented
+/// out), so that it means what leaving it out means: the model's defaults for a block that has
+/// them, or, in a file that `extends` another (`inherits`), the base's values. A block the
+/// model needs and nothing else provides stays, for [`check`] to name. True when one was
+/// taken out.
+pub fn drop_empty_blocks(doc: &mut Yaml, shape: &Shape, inherits: bool) -> bool {
+    fn walk(path: &str, doc: &mut Yaml, template: &Json, shape: &Shape, inherits: bool) -> bool {
+        let (Yaml::Mapping(map), Json::Object(fields)) = (doc, template) else {
+            return false;
+        };
+        let mut dropped = false;
+        for (name, sub) in fields {
+            if !matches!(sub, Json::Object(_)) {
+                continue;
+            }
+            let key = Yaml::String(name.clone());
+            let full = join(path, name);
+            match map.get_mut(&key) {
+                Some(Yaml::Null) if inherits || shape.is_defaulted(&full) => {
+                    map.remove(&key);
+                    dropped = true;
+                }
+                Some(v) => dropped |= walk(&full, v, sub, shape, inherits),
+                None => {}
+            }
+        }
+        dropped
+    }
+    walk("", doc, &shape.template, shape, inherits)
+}
+
 /// One shape problem: the dotted key path it is about, and what is wrong (with the fix).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mismatch {

@@ -32,10 +32,18 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
     let scheme = if tls.is_some() { "wss" } else { "ws" };
     let (soft, hard) = crate::host::raise_nofile();
     let rt = runtime(r)?;
-    rt.block_on(async move {
+    let stopped = rt.block_on(async move {
         // Before anything listens: a SIGTERM right after "listening" must drain, not kill.
         let shutdown = embedded_server::shutdown_signal()
             .context("cannot install the SIGTERM/SIGINT handlers")?;
+        // A second SIGINT/SIGTERM stops at once. Not in a supervised process: a Ctrl-C reaches
+        // it from the terminal and again from its supervisor, and the supervisor stops it at
+        // once itself (SIGKILL) on a second signal of its own.
+        #[cfg(unix)]
+        let forced = match supervised {
+            None => Some(second_signal().context("cannot install the SIGTERM/SIGINT handlers")?),
+            Some(_) => None,
+        };
         #[cfg(unix)]
         reload_is_for_the_supervisor(supervised.is_some())?;
         #[cfg(unix)]
@@ -52,7 +60,7 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
         let admin_listener = match admin {
             Some(addr) => {
                 let l = tokio::net::TcpListener::bind(addr).await;
-                Some(l.with_context(|| format!("cannot listen on --admin {addr}"))?)
+                Some(l.map_err(|e| crate::serve::supervisor::admin_listen_error(addr, &e))?)
             }
             None => None,
         };
@@ -142,11 +150,29 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
                 }
             }
         };
-        #[cfg(target_os = "linux")]
         let hub = server.hub();
-        server
-            .run(listeners, shutdown)
-            .await?;
+        #[cfg(unix)]
+        let forced = async move {
+            match forced {
+                Some(f) => f.await,
+                None => std::future::pending().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let forced = std::future::pending::<i32>();
+        tokio::select! {
+            r = server.run(listeners, shutdown) => r?,
+            signal = forced => {
+                eprintln!(
+                    "wstune serve: {} again while stopping ({}): exiting now, without the rest of the drain: {} connection(s) still open are cut without a close frame (exit code {})",
+                    signal_name(signal),
+                    hub.drain.phase().name(),
+                    hub.len(),
+                    128 + signal
+                );
+                return Ok(Some(signal));
+            }
+        }
         #[cfg(target_os = "linux")]
         if supervised.is_some() {
             // What it counted up to its exit, drain included, for the supervisor's sums.
@@ -155,9 +181,47 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
             crate::serve::supervisor::tally::write_final(&m);
         }
         let _ = stop_tx.send(true);
-        Ok::<_, anyhow::Error>(())
-    })?;
-    Ok(Outcome::Ok)
+        Ok::<_, anyhow::Error>(None)
+    });
+    match stopped? {
+        // The connections' tasks and the offload pool are left behind, not waited for.
+        Some(signal) => {
+            rt.shutdown_background();
+            Ok(Outcome::Interrupted { signal })
+        }
+        None => Ok(Outcome::Ok),
+    }
+}
+
+/// Completes on the second SIGINT or SIGTERM from now (the first one begins the drain), with
+/// its number. The handlers are installed when this is called.
+#[cfg(unix)]
+pub(super) fn second_signal() -> std::io::Result<impl std::future::Future<Output = i32>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        let mut seen = 0;
+        loop {
+            let sig = tokio::select! {
+                _ = int.recv() => libc::SIGINT,
+                _ = term.recv() => libc::SIGTERM,
+            };
+            seen += 1;
+            if seen >= 2 {
+                return sig;
+            }
+        }
+    })
+}
+
+/// A stopping signal's name, for the line that says why the process stopped.
+pub(super) fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        2 => "SIGINT",
+        15 => "SIGTERM",
+        _ => "a signal",
+    }
 }
 
 /// Listening sockets this process inherited: from its supervisor or from systemd (Linux).

@@ -282,6 +282,62 @@ fn apply_on_a_captured_tree_then_rollback_restores_it_exactly() {
     );
 }
 
+/// The `wstune rollback` lines apply and rollback print carry the `--root` they were given
+/// (quoted for the shell: the copy's path has a space), and run as printed they act on that
+/// copy: the rollback restores it exactly, the `--list` line lists its journal.
+#[test]
+fn the_rollback_lines_apply_prints_carry_its_root_and_work_as_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("host copy");
+    copy_dir(&fixture("default"), &tree);
+    let t = tree.to_str().unwrap();
+    // The command between the backticks after `marker`, with the binary for `wstune`, run by
+    // a shell as a user would paste it.
+    let run_hint = |text: &str, marker: &str, extra: &str| {
+        let at = text
+            .find(marker)
+            .unwrap_or_else(|| panic!("no `{marker}` in:\n{text}"));
+        let hint = text[at + 1..].split('`').next().unwrap().to_string();
+        // Checked before it runs: without the copy's root it would act on this host.
+        assert!(hint.contains(&format!(" --root '{t}'")), "{hint}");
+        let line = format!("{}{}{extra}", common::bin(), &hint["wstune".len()..]);
+        let o = std::process::Command::new("sh")
+            .args(["-c", &line])
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        (hint, o)
+    };
+    let o = wstune120(&["apply", "--root", t, "--yes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let applied = stdout(&o);
+    let o = wstune120(&["rollback", "--root", t, "--id", "no-such-entry"]);
+    assert_eq!(code(&o), 3);
+    let (hint, listed) = run_hint(&stderr(&o), "`wstune rollback --list", "");
+    assert!(
+        stdout(&listed).contains("applied") && stdout(&listed).contains("100k"),
+        "{hint}: {}{}",
+        stdout(&listed),
+        stderr(&listed)
+    );
+    // Check's advice on a value changed since names the copy too.
+    std::fs::write(tree.join("proc/sys/net/core/somaxconn"), "1024\n").unwrap();
+    let r = json_of(&wstune120(&["check", "--root", t, "-f", "json"]));
+    let drift = finding(&r, "wstune.journal.drift");
+    assert_eq!(drift["status"], "warn", "{drift}");
+    let fix = drift["fix"]["runtime"].as_str().unwrap();
+    assert!(
+        fix.contains(&format!("wstune apply --root '{t}'"))
+            && fix.contains(&format!("wstune rollback --root '{t}'")),
+        "{fix}"
+    );
+    std::fs::write(tree.join("proc/sys/net/core/somaxconn"), "65535\n").unwrap();
+    let (hint, o) = run_hint(&applied, "`wstune rollback", " --yes");
+    assert_eq!(code(&o), 0, "{hint}: {}", stderr(&o));
+    std::fs::remove_dir_all(tree.join("var")).unwrap();
+    assert_same_tree(&fixture("default"), &tree);
+}
+
 #[test]
 fn apply_refuses_clearly_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();

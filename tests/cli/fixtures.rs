@@ -242,7 +242,7 @@ fn tuned_host_passes_strictly_and_checks_a_pid_and_a_unit() {
     );
     assert_eq!(
         soft["fix"]["runtime"],
-        "prlimit --pid 4242 --nofile=200000:200000"
+        "sudo prlimit --pid 4242 --nofile=200000:200000"
     );
     assert_eq!(finding(&r, "linux.pid.nofile.hard")["status"], "pass");
     assert_eq!(finding(&r, "linux.systemd.limit_nofile")["current"], 262144);
@@ -350,4 +350,162 @@ fn windows_registry_hosts_are_evaluated_with_the_windows_catalog() {
         .contains("not a file-descriptor limit"));
     let (c, r) = check_json(&fixture("windows-tuned"), &["--strict"]);
     assert_eq!(c, 0, "{}", r["summary"]);
+}
+
+/// The fix lines `check` prints are commands that work pasted as written by a user with sudo
+/// (or by root): each one that is a command is valid shell (a note after `#`, not in
+/// parentheses the shell would choke on) and writes no root-owned file through its own shell's
+/// `>` or `>>`. Then they are run: the persistent sysctl line by a shell that can write nothing
+/// itself and whose `sudo` alone may (the file it names moved into a directory only that
+/// `sudo` can write), and the nofile lines (`prlimit --pid $$`, `ulimit -Sn`) by a shell whose
+/// limits they must then show.
+#[test]
+fn fix_lines_work_pasted_as_written_by_a_sudo_user() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::Command;
+    let (_, report) = check_json(&fixture("default"), &[]);
+    let commands = [
+        "sudo ",
+        "echo ",
+        "printf ",
+        "ulimit ",
+        "sysctl ",
+        "prlimit ",
+        "ethtool ",
+        "systemctl ",
+    ];
+    let mut checked = 0;
+    for f in report["results"].as_array().unwrap() {
+        if f["status"] == "skip" {
+            continue;
+        }
+        for text in [&f["fix"]["runtime"], &f["fix"]["persistent"]] {
+            let Some(text) = text.as_str() else { continue };
+            if !commands.iter().any(|c| text.starts_with(c)) || text.contains('<') {
+                continue;
+            }
+            let o = Command::new("sh")
+                .args(["-n", "-c", text])
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "{}: not valid shell as written: {text}\n{}",
+                f["id"],
+                stderr(&o)
+            );
+            let command = text.split(" #").next().unwrap();
+            for (i, _) in command.match_indices('>') {
+                assert!(
+                    command[i..].starts_with(">/dev/null"),
+                    "{}: a redirection the user's own shell opens: {text}",
+                    f["id"]
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "{checked} command fixes checked");
+
+    if !is_root() {
+        common::skip("fix-lines", "running the fix lines needs root (setpriv)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The "root" of this run is uid 65534: only it may write `etc`; the pasting shell is uid
+    // 0 stripped of every capability but changing its uid, which the `sudo` below uses.
+    let etc = dir.path().join("etc");
+    std::fs::create_dir(&etc).unwrap();
+    std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&etc, Some(65534), Some(65534)).unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let sudo = bin.join("sudo");
+    std::fs::write(
+        &sudo,
+        "#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups -- \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&sudo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let persistent = finding(&report, "linux.net.core.somaxconn")["fix"]["persistent"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let file = etc.join("60-wstune.conf");
+    assert!(
+        persistent.contains("/etc/sysctl.d/60-wstune.conf"),
+        "{persistent}"
+    );
+    let line = persistent.replace("/etc/sysctl.d/60-wstune.conf", file.to_str().unwrap());
+    let o = Command::new("setpriv")
+        .args([
+            "--bounding-set=-all,+setuid,+setgid",
+            "--inh-caps=-all",
+            "sh",
+            "-c",
+            &line,
+        ])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "pasted as written by a user whose sudo alone may write the file: {line}\n{}",
+        stderr(&o)
+    );
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(written, "net.core.somaxconn = 65535\n", "{line}");
+
+    // The nofile lines, pasted one after the other into one shell, raise that shell's limits
+    // (its `sudo` is plain root here: raising a hard limit needs it).
+    std::fs::write(&sudo, "#!/bin/sh\nexec \"$@\"\n").unwrap();
+    let fix = |id: &str| {
+        finding(&report, id)["fix"]["runtime"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (hard, soft) = (
+        fix("linux.process.nofile.hard"),
+        fix("linux.process.nofile.soft"),
+    );
+    // A target below this shell's hard limit: raising a hard limit needs CAP_SYS_RESOURCE,
+    // which a container's root may lack, and lowering shows the same thing (the lines act on
+    // the shell they are pasted into).
+    let now = Command::new("sh")
+        .args(["-c", "ulimit -Hn"])
+        .output()
+        .unwrap();
+    let now: u64 = String::from_utf8_lossy(&now.stdout).trim().parse().unwrap();
+    let want = (now - 1).to_string();
+    assert!(
+        hard.contains("200000") && soft.contains("200000"),
+        "{hard}\n{soft}"
+    );
+    let (hard, soft) = (hard.replace("200000", &want), soft.replace("200000", &want));
+    let script = format!("{hard}\n{soft}\nulimit -Hn; ulimit -Sn\n");
+    let o = Command::new("sh")
+        .args(["-c", &script])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{script}\n{}", stderr(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{want}\n{want}\n"),
+        "{script}\n{}",
+        stderr(&o)
+    );
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }

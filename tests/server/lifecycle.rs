@@ -188,3 +188,88 @@ fn a_tls_listener_without_handshake_rates_says_so_at_start() {
     let plain = common::serve(&["--profile", "10k", "--app", "echo"]);
     assert!(!plain.log_text().contains("not rate limited"));
 }
+
+/// Ctrl-C (SIGINT) with nothing connected stops the server at once: the drain delay is for the
+/// clients it holds, and it holds none. With a client held, the first SIGINT begins the drain
+/// (the delay keeps the client served) and a second one ends the process at once, exit 130,
+/// saying what it cut short.
+#[test]
+fn sigint_when_idle_exits_at_once_and_a_second_sigint_forces_the_exit() {
+    let mut srv = serve_10k(&[]);
+    let asked = Instant::now();
+    common::signal(srv.pid(), "-INT");
+    let status = srv.wait_exit(Duration::from_secs(20));
+    assert!(status.success(), "{status}: {}", srv.log_text());
+    assert!(
+        asked.elapsed() < Duration::from_millis(2000),
+        "an idle server took {:?} to stop (the profile's drain delay is 5 s)",
+        asked.elapsed()
+    );
+
+    let mut srv = serve_10k(&[]);
+    let _held = upgraded(srv.port, None);
+    common::signal(srv.pid(), "-INT");
+    srv.wait_log("the drain to begin", Duration::from_secs(10), |l| {
+        l.iter().any(|l| l.contains("shutting down"))
+    });
+    assert!(
+        srv.proc.0.try_wait().unwrap().is_none(),
+        "the drain delay keeps a server with a client up"
+    );
+    let asked = Instant::now();
+    common::signal(srv.pid(), "-INT");
+    let status = srv.wait_exit(Duration::from_secs(20));
+    assert!(
+        asked.elapsed() < Duration::from_millis(2000),
+        "a second SIGINT took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(status.code(), Some(130), "{}", srv.log_text());
+    let log = srv.log_text();
+    assert!(
+        log.contains("SIGINT again while stopping")
+            && log.contains("1 connection(s) still open are cut without a close frame"),
+        "{log}"
+    );
+}
+
+/// An admin port already in use is refused as clearly as the WebSocket port: the address, the
+/// flag, what holds it and the fixes, exit 3, no bare OS error; alone and under a supervisor.
+#[test]
+fn an_admin_port_in_use_is_named_with_its_flag_and_the_fixes() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    for processes in ["1", "2"] {
+        let o = common::run_bounded(
+            std::process::Command::new(common::bin()).args([
+                "serve",
+                "--profile",
+                "10k",
+                "--port",
+                "0",
+                "--admin",
+                &addr,
+                "--processes",
+                processes,
+            ]),
+            Duration::from_secs(60),
+        );
+        let err = common::stderr(&o);
+        assert_eq!(common::code(&o), 3, "--processes {processes}: {err}");
+        for want in [
+            format!("cannot listen on --admin {addr}"),
+            "the port is in use".to_string(),
+            format!("ss -ltnp 'sport = :{port}'"),
+            "--admin 127.0.0.1:0".to_string(),
+            "--admin off".to_string(),
+        ] {
+            assert!(
+                err.contains(&want),
+                "--processes {processes}: no {want:?} in:\n{err}"
+            );
+        }
+        assert!(!err.contains("os error"), "--processes {processes}: {err}");
+    }
+    drop(held);
+}

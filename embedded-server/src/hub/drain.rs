@@ -274,7 +274,8 @@ impl Hub {
                 }
                 closed += 1;
             }
-            if conns.is_empty() {
+            // Every connection already gone (closed by its client): nothing is left to pace.
+            if conns.is_empty() || self.is_empty() {
                 break;
             }
             tick.tick().await;

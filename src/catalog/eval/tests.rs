@@ -105,7 +105,7 @@ fn somaxconn_fails_below_and_passes_at_target() {
     );
     assert_eq!(
         f.fix.runtime.as_deref(),
-        Some("sysctl -w net.core.somaxconn=65535  (the server must listen() again to use it)")
+        Some("sudo sysctl -w net.core.somaxconn=65535  # the server must listen() again to use it")
     );
     let f = one(
         &c,

@@ -53,6 +53,31 @@ pub fn listen_error(addr: std::net::SocketAddr, flag: &str, e: &std::io::Error) 
         ),
     }
 }
+
+/// Why the admin listener (`--admin ADDR`: /healthz, /readyz, /metrics, the API) cannot listen,
+/// with the flag and the fixes. Its default port is the same for every `wstune serve`, so a
+/// second server on one host meets a port in use here first.
+pub fn admin_listen_error(addr: std::net::SocketAddr, e: &std::io::Error) -> anyhow::Error {
+    let what = format!(
+        "cannot listen on --admin {addr} (the admin listener: /healthz, /readyz, /metrics)"
+    );
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => anyhow::anyhow!(
+            "{what}: the port is in use (another `wstune serve` on this host has the same default admin port?): stop what holds it (ss -ltnp 'sport = :{}'), give this server another with --admin {}:PORT (--admin {}:0 picks a free one and prints it), or --admin off",
+            addr.port(),
+            addr.ip(),
+            addr.ip()
+        ),
+        std::io::ErrorKind::AddrNotAvailable => anyhow::anyhow!(
+            "{what}: {} is not an address of this host (`ip -br addr` lists them): give --admin one of those, 127.0.0.1:PORT to keep it local, or --admin off",
+            addr.ip()
+        ),
+        std::io::ErrorKind::PermissionDenied => anyhow::anyhow!(
+            "{what}: permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE): give --admin a port above 1023, or --admin off"
+        ),
+        _ => anyhow::anyhow!("{what}: {}", crate::host::input::io_words(e)),
+    }
+}
 #[cfg(target_os = "linux")]
 pub use run::{supervise, Supervision};
 

@@ -114,10 +114,9 @@ pub fn supervise(mut plan: Supervision) -> Result<Outcome> {
     let (sockets, slot_fds) = sockets(&mut plan)?;
     let port = listen::local_addr(&sockets[0])?.port();
     let admin = match plan.admin {
-        Some(a) => Some(
-            std::net::TcpListener::bind(a)
-                .with_context(|| format!("cannot listen on --admin {a}"))?,
-        ),
+        Some(a) => {
+            Some(std::net::TcpListener::bind(a).map_err(|e| super::admin_listen_error(a, &e))?)
+        }
         None => None,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -226,6 +225,10 @@ async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<Out
     let signal =
         embedded_server::shutdown_signal().context("cannot install the SIGTERM/SIGINT handlers")?;
     tokio::pin!(signal);
+    // A second SIGINT/SIGTERM while the processes drain stops them at once.
+    let second =
+        crate::serve::run::second_signal().context("cannot install the SIGTERM/SIGINT handlers")?;
+    tokio::pin!(second);
     // Before any process starts too: SIGHUP's default action would end the supervisor.
     use tokio::signal::unix::{signal as unix_signal, SignalKind};
     let mut hup = unix_signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
@@ -272,8 +275,10 @@ async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<Out
                 bail!("the {n} server processes did not all start listening within 60 s");
             }
             _ = &mut signal => {
-                stop(&st, keepers).await;
-                return Ok(Outcome::Ok);
+                return Ok(tokio::select! {
+                    _ = stop(&st, keepers) => Outcome::Ok,
+                    sig = &mut second => stop_now(&st, sig),
+                });
             }
         }
     }
@@ -325,7 +330,10 @@ async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<Out
         "wstune serve: stopping: every process drains (1012 to its clients, up to {} s)",
         st.plan.grace.as_secs()
     );
-    let clean = stop(&st, keepers).await;
+    let clean = tokio::select! {
+        clean = stop(&st, keepers) => clean,
+        sig = &mut second => return Ok(stop_now(&st, sig)),
+    };
     let _ = admin_stop.send(true);
     // A process that had to be killed lost its clients without a close: done, with a warning.
     Ok(if clean {
@@ -335,6 +343,38 @@ async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<Out
     })
 }
 
+/// Send `sig` to every server process (a replaced one still draining included); their pids.
+fn signal_all(st: &State, sig: i32) -> Vec<u32> {
+    let others = st.others.lock().unwrap().clone();
+    let pids: Vec<u32> = st
+        .slots
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s.pid)
+        .chain(others)
+        .collect();
+    for &pid in &pids {
+        // SAFETY: kill has no memory preconditions; pid is our own child's.
+        unsafe { libc::kill(pid as i32, sig) };
+    }
+    pids
+}
+
+/// A second SIGINT/SIGTERM during the stop: every process is killed now (their clients lose
+/// their connections without a close frame), and the supervisor exits.
+fn stop_now(st: &State, signal: i32) -> Outcome {
+    st.stopping.store(true, Relaxed);
+    let pids = signal_all(st, libc::SIGKILL);
+    say!(
+        "wstune serve: {} again while stopping: killed the server process(es) {} without the rest of their drain (their open connections are cut without a close frame); exiting now (exit code {})",
+        crate::serve::run::signal_name(signal),
+        pids.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
+        128 + signal
+    );
+    Outcome::Interrupted { signal }
+}
+
 /// Ask every process to drain (SIGTERM), wait for them within the grace period (plus a few
 /// seconds for the process to exit), then SIGKILL whatever is left. True when none had to be
 /// killed.
@@ -342,18 +382,7 @@ async fn stop(st: &Arc<State>, keepers: Vec<tokio::task::JoinHandle<()>>) -> boo
     st.stopping.store(true, Relaxed);
     st.bump();
     let signal_all = |sig| {
-        let others = st.others.lock().unwrap().clone();
-        for pid in st
-            .slots
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|s| s.pid)
-            .chain(others)
-        {
-            // SAFETY: kill has no memory preconditions; pid is our own child's.
-            unsafe { libc::kill(pid as i32, sig) };
-        }
+        signal_all(st, sig);
     };
     signal_all(libc::SIGTERM);
     let all = async {
