@@ -6,10 +6,10 @@
 //! FAIL  linux.net.core.somaxconn  4096 -> >= 65535
 //!   Accept queue cap (somaxconn) [per netns]
 //!   now:
-//!     sysctl -w net.core.somaxconn=65535
-//!     (the server must listen() again to use it)
+//!     sudo sysctl -w net.core.somaxconn=65535
+//!     # the server must listen() again to use it
 //!   persist:
-//!     echo 'net.core.somaxconn = 65535' >> /etc/sysctl.d/60-wstune.conf
+//!     echo 'net.core.somaxconn = 65535' | sudo tee -a /etc/sysctl.d/60-wstune.conf >/dev/null
 //! ```
 
 use super::table::{current_shown, target_shown, Human};
@@ -19,8 +19,8 @@ use crate::catalog::Scope;
 
 /// Where everything under the status line starts.
 const INDENT: &str = "  ";
-/// Where a fix's commands start, under its label: the usual `echo '...' >> /etc/sysctl.d/...`
-/// (75 columns) still fits an 80-column terminal.
+/// Where a fix's commands start, under its label: deep enough to set them apart from the
+/// words, shallow enough that a `sudo sysctl -w ...` line fits an 80-column terminal.
 const COMMAND: &str = "    ";
 
 /// One finding's block, each line at most `width` columns but a fix command, which is never
@@ -115,18 +115,43 @@ pub(super) fn fix_lines_at(
             out.push_str(&wrapped(cmd, width, command, command));
         }
     }
-    if let Some(r) = remark {
-        out.push_str(&wrapped(r, width, command, command));
+    match remark {
+        // A comment wraps as comment lines, each still safe to paste.
+        Some(r) if r.starts_with("# ") => {
+            let hash = format!("{command}# ");
+            out.push_str(&wrapped(&r[2..], width, &hash, &hash));
+        }
+        Some(r) => out.push_str(&wrapped(r, width, command, command)),
+        None => {}
     }
     out
 }
 
-/// `sysctl -w x=1  (the server must listen() again)` -> the command and its remark.
+/// `sysctl -w x=1  (the server must listen() again)` or `sysctl -w x=1  # the server must
+/// listen() again` -> the command and its remark (a shell comment stays one, so the line below
+/// the command can be pasted with it).
 fn split_remark(text: &str) -> (&str, Option<&str>) {
+    if let Some(i) = find_top(text, " # ") {
+        return (text[..i].trim_end(), Some(text[i..].trim()));
+    }
     match text.find("  (") {
         Some(i) if text.ends_with(')') => (text[..i].trim_end(), Some(text[i..].trim())),
         _ => (text, None),
     }
+}
+
+/// Where `pat` first occurs in `text` outside quotes.
+fn find_top(text: &str, pat: &str) -> Option<usize> {
+    let mut quote = None;
+    for (i, c) in text.char_indices() {
+        match (quote, c) {
+            (None, '\'' | '"') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            (None, _) if text[i..].starts_with(pat) => return Some(i),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// `text` split at `sep` where it is outside quotes (a `;` inside `'...'` belongs to the
@@ -194,6 +219,20 @@ mod tests {
         assert_eq!(lines[1], "    sysctl -w net.core.somaxconn=65535");
         assert!(lines[2..].iter().all(|l| columns(l) <= 40), "{out}");
         assert!(out.contains("(the server must"), "{out}");
+        // A shell comment goes below as a comment, its `;` not a command separator.
+        let out = fix_lines(
+            "persist",
+            "echo '* - nofile 200000' | sudo tee /etc/security/limits.d/60-wstune.conf >/dev/null  # PAM logins; log in again",
+            60,
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[1],
+            "    echo '* - nofile 200000' | sudo tee /etc/security/limits.d/60-wstune.conf >/dev/null"
+        );
+        assert!(lines[2].starts_with("    # PAM logins; log in"), "{out}");
+        assert_eq!(lines.len(), 3, "{out}");
+        assert_eq!(find_top("echo 'a # b' # c", " # "), Some(12));
     }
 
     #[test]

@@ -282,7 +282,7 @@ mod tests {
             "| [`linux.net.core.somaxconn`](#linux.net.core.somaxconn) | Accept queue cap (somaxconn); also `.boot` |"
         ));
         assert!(md.contains(
-            "- persistent: echo 'net.core.somaxconn = {target}' >> /etc/sysctl.d/60-wstune.conf\n"
+            "- persistent: echo 'net.core.somaxconn = {target}' | sudo tee -a /etc/sysctl.d/60-wstune.conf >/dev/null\n"
         ));
         for id in [
             "linux.net.core.somaxconn",
