@@ -53,10 +53,12 @@ fn problems(report: &serde_json::Value) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// A fix text's commands: the text before a trailing `  (remark)`, split at `; `.
+/// A fix text's commands: the text before a trailing `  (remark)` or `  # comment`, split at
+/// `; `.
 fn commands(fix: &str) -> Vec<String> {
-    let main = match fix.find("  (") {
-        Some(i) if fix.ends_with(')') => &fix[..i],
+    let main = match (fix.find("  # "), fix.find("  (")) {
+        (Some(i), _) => &fix[..i],
+        (None, Some(i)) if fix.ends_with(')') => &fix[..i],
         _ => fix,
     };
     main.split("; ").map(|s| s.trim().to_string()).collect()
@@ -119,7 +121,10 @@ fn check_fits_80_100_and_200_columns_with_ids_whole_and_fix_commands_on_their_ow
                 let Some(fix) = p["fix"][k].as_str() else {
                     continue;
                 };
-                for c in commands(fix).iter().filter(|c| c.starts_with("sysctl -w")) {
+                for c in commands(fix)
+                    .iter()
+                    .filter(|c| c.starts_with("sudo sysctl -w"))
+                {
                     if table {
                         assert!(out.contains(c.as_str()), "{c} at {cols}:\n{out}");
                     } else {
@@ -206,7 +211,7 @@ fn explain_fits_80_100_and_200_columns() {
         );
         assert!(
             out.lines()
-                .any(|l| l.trim() == "sysctl -w net.core.somaxconn={target}"),
+                .any(|l| l.trim() == "sudo sysctl -w net.core.somaxconn={target}"),
             "{out}"
         );
         assert!(words(&out).contains("per network namespace"), "{out}");
@@ -239,13 +244,13 @@ fn piped_check_is_blocks_unless_the_table_is_asked_for() {
         "{blocks}"
     );
     assert!(
-        blocks.contains("\n    sysctl -w net.core.somaxconn=65535\n"),
+        blocks.contains("\n    sudo sysctl -w net.core.somaxconn=65535\n"),
         "{blocks}"
     );
     let table = stdout(&wstune(&["check", "--root", &root, "--format", "table"]));
     assert!(table.contains("│ linux.net.core.somaxconn "), "{table}");
     assert!(
-        table.contains("now: sysctl -w net.core.somaxconn=65535"),
+        table.contains("now: sudo sysctl -w net.core.somaxconn=65535"),
         "{table}"
     );
     // --compact is the blocks on a wide terminal too; it contradicts any --format.
@@ -341,7 +346,7 @@ fn explain_json_has_the_why_fix_refs_roles_and_each_profiles_target() {
         e["fix"]["runtime"]
             .as_str()
             .unwrap()
-            .starts_with("sysctl -w"),
+            .starts_with("sudo sysctl -w"),
         "{e}"
     );
     assert!(
