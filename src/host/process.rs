@@ -218,7 +218,8 @@ pub fn spawn_lasting(mut cmd: tokio::process::Command) -> std::io::Result<tokio:
 }
 
 /// Set by SIGTERM, SIGHUP or SIGINT once [`catch_termination`] ran.
-static TERMINATION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The signal that asked this process to end (0: none yet).
+static TERMINATION: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// From now on SIGTERM, SIGHUP and SIGINT only set a flag ([`termination_requested`]) instead
 /// of ending the process at once: a full-screen view must give the terminal back (main
@@ -227,9 +228,9 @@ static TERMINATION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 pub fn catch_termination() {
     #[cfg(target_os = "linux")]
     {
-        extern "C" fn on_signal(_: libc::c_int) {
+        extern "C" fn on_signal(sig: libc::c_int) {
             // An atomic store is all a signal handler may safely do here.
-            TERMINATION.store(true, std::sync::atomic::Ordering::SeqCst);
+            TERMINATION.store(sig, std::sync::atomic::Ordering::SeqCst);
         }
         for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
             // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
@@ -240,9 +241,67 @@ pub fn catch_termination() {
     }
 }
 
+/// What the terminal on standard input has for a reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TtyInput {
+    /// Bytes (a key, a resize report) are waiting.
+    Ready,
+    /// Nothing arrived within the wait (or a signal cut it short).
+    Quiet,
+    /// The terminal is gone (its tmux session or SSH connection closed): reads only ever
+    /// return end-of-file from now on.
+    HungUp,
+    /// Standard input is not a terminal, or this platform is not asked: the caller waits its
+    /// own way.
+    Unknown,
+}
+
+/// Wait up to `timeout` for the terminal on standard input. A full-screen view asks this
+/// before it lets its terminal library read: crossterm (0.29) reads a hung-up terminal in a
+/// loop that never ends, at full CPU and deaf to the flag a signal sets, so the hang-up must
+/// be seen first.
+pub fn wait_tty_input(timeout: std::time::Duration) -> TtyInput {
+    #[cfg(target_os = "linux")]
+    {
+        use std::io::IsTerminal;
+        if !std::io::stdin().is_terminal() {
+            return TtyInput::Unknown;
+        }
+        let mut fd = libc::pollfd {
+            fd: libc::STDIN_FILENO,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd, and its count.
+        let n = unsafe { libc::poll(&mut fd, 1, ms) };
+        if n <= 0 {
+            // 0: the time ran out; -1: most likely EINTR, a signal the caller's flag records.
+            return TtyInput::Quiet;
+        }
+        if fd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+            return TtyInput::HungUp;
+        }
+        TtyInput::Ready
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = timeout;
+        TtyInput::Unknown
+    }
+}
+
 /// Whether a signal asked this process to end since [`catch_termination`].
 pub fn termination_requested() -> bool {
-    TERMINATION.load(std::sync::atomic::Ordering::SeqCst)
+    termination_signal().is_some()
+}
+
+/// The signal that asked this process to end since [`catch_termination`], if one did.
+pub fn termination_signal() -> Option<i32> {
+    match TERMINATION.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        sig => Some(sig),
+    }
 }
 
 #[cfg(test)]

@@ -455,3 +455,62 @@ fn an_interval_that_is_zero_or_not_a_number_is_refused_by_name() {
         assert!(o.stdout.is_empty(), "a refused watch printed frames");
     }
 }
+
+/// Closes the terminal under the full-screen view (its tmux server killed, as a dropped SSH
+/// session does) six times, and reports how long each view took to end: "ms" or "stuck".
+const HANGUP: &str = r#"
+set -u
+for round in 1 2 3 4 5 6; do
+  rm -f "$OUT/pid"
+  tmux -u -S "$OUT/tmux.sock" new-session -d -s hup -x 120 -y 40 \
+    "bash -c 'echo \$\$ >\"$OUT/pid\"; exec \"$WSTUNE\" watch --color always'"
+  for _ in $(seq 100); do
+    tmux -S "$OUT/tmux.sock" capture-pane -p -t hup >"$OUT/pane.txt" 2>/dev/null
+    grep -q 'wstune watch' "$OUT/pane.txt" && [ -s "$OUT/pid" ] && break
+    sleep 0.05
+  done
+  pid=$(cat "$OUT/pid")
+  sleep 0.$((RANDOM % 10))
+  before=$(date +%s%N)
+  tmux -S "$OUT/tmux.sock" kill-server
+  for _ in $(seq 100); do
+    [ -d "/proc/$pid" ] || break
+    sleep 0.05
+  done
+  if [ -d "/proc/$pid" ]; then
+    echo stuck
+    kill -9 "$pid"
+  else
+    echo $(( ($(date +%s%N) - before) / 1000000 ))
+  fi
+done
+"#;
+
+/// A full-screen view whose terminal hangs up (a dropped SSH session, a killed tmux) ends by
+/// itself: the terminal library read end-of-file in a loop at full CPU, deaf to SIGTERM, until
+/// the view looked for the hang-up before every read.
+#[test]
+fn a_view_whose_terminal_hangs_up_ends_by_itself() {
+    if !have("tmux") {
+        return skip("tmux", "tmux is not installed");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let o = common::run_bounded(
+        Command::new("bash")
+            .args(["-c", HANGUP])
+            .env("WSTUNE", common::bin())
+            .env("OUT", dir.path())
+            .env("LANG", "C.UTF-8")
+            .env_remove("TMUX"),
+        Duration::from_secs(120),
+    );
+    let rounds = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(rounds.lines().count(), 6, "{rounds}\n{}", stderr(&o));
+    for r in rounds.lines() {
+        let ms: u64 = r
+            .parse()
+            .unwrap_or_else(|_| panic!("a view outlived its terminal:\n{rounds}"));
+        // The hang-up is seen within a tenth of a second; the backstop acts after two.
+        assert!(ms < 3000, "{ms} ms to end after the hang-up:\n{rounds}");
+    }
+}

@@ -7,6 +7,7 @@
 //! operator sees is tested without a terminal; [`Tui`] only owns the terminal (raw mode and
 //! the alternate screen, given back on every way out: the end, an error, a panic) and the keys.
 
+use crate::host::process::{self, TtyInput};
 use crate::watch::advice::{thousands, Log};
 use crate::watch::frame::{Frame, PORTS_MARK, SOFTIRQ_MARK_PCT};
 use crate::watch::{Flow, View};
@@ -69,11 +70,35 @@ fn hook_panics() {
     });
 }
 
+/// The backstop for a view that cannot stop: once a signal asked to end, the terminal is given
+/// back and the process ends if the view has not done so itself within two seconds (a
+/// terminal library stuck in a read of a terminal that hung up at the wrong moment).
+fn watchdog() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = std::thread::Builder::new()
+            .name("watch-watchdog".into())
+            .spawn(|| {
+                while !process::termination_requested() {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                std::thread::sleep(std::time::Duration::from_secs(2));
+                if ACTIVE.load(Ordering::SeqCst) {
+                    restore();
+                    eprintln!("wstune watch: stopped by a signal (the terminal did not answer)");
+                    // As a shell reports a process a signal ended: 128 + its number.
+                    std::process::exit(128 + process::termination_signal().unwrap_or(15));
+                }
+            });
+    });
+}
+
 impl Tui {
     /// Take the terminal (raw mode, alternate screen) and draw the waiting screen.
     pub fn new(head: Head) -> io::Result<Tui> {
         hook_panics();
-        crate::host::process::catch_termination();
+        process::catch_termination();
+        watchdog();
         // Colours as --color and the environment decide (crossterm would read NO_COLOR alone).
         crossterm::style::force_color_output(crate::output::colour_wanted(false));
         terminal::enable_raw_mode()?;
@@ -173,8 +198,8 @@ impl View for Tui {
     }
 
     /// Read keys until `until`: a quit is answered at once, a resize redrawn at once; a
-    /// termination signal (`kill`, a closed SSH session) ends the view within a tenth of a
-    /// second, the terminal given back.
+    /// termination signal (`kill`, a closed SSH session) or a terminal that hung up ends the
+    /// view within a tenth of a second, the terminal given back.
     fn wait(&mut self, until: Instant) -> io::Result<Flow> {
         loop {
             if crate::host::process::termination_requested() {
@@ -185,7 +210,13 @@ impl View for Tui {
                 return Ok(Flow::Go);
             }
             let slice = (until - now).min(std::time::Duration::from_millis(100));
-            if !event::poll(slice)? {
+            let waiting = match process::wait_tty_input(slice) {
+                TtyInput::HungUp => return Ok(Flow::Stop),
+                // Crossterm then only collects what is there (a key, a resize's signal).
+                TtyInput::Ready | TtyInput::Quiet => std::time::Duration::ZERO,
+                TtyInput::Unknown => slice,
+            };
+            if !event::poll(waiting)? {
                 continue;
             }
             match event::read()? {
