@@ -11,7 +11,7 @@ mod token;
 mod values;
 
 pub use guide::{command, examples, Example};
-pub use load::LoadArgs;
+pub use load::{LoadArgs, LoadFormat};
 pub use report::{ReportCommand, ReportMergeArgs, ReportWatchArgs};
 pub use token::TokenArgs;
 

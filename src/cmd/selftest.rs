@@ -47,6 +47,7 @@ pub fn run(r: Request) -> Result<Outcome> {
         Vec::new(),
     )?;
     let mut plan = plan;
+    plan.probe = true;
     plan.opts.more_server_pids = r.pids.iter().skip(1).copied().collect();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
