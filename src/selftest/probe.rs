@@ -87,8 +87,11 @@ fn probe_message() -> String {
     serde_json::json!({"op": "subscribe", "channel": PROBE_CHANNEL}).to_string()
 }
 
-/// How long the probe waits for an answer, and for the listener after the sender's echo (a
-/// broadcast server's relay to its other processes or nodes takes a moment).
+/// How long the probe waits for each of its two connections, for an answer, and for
+/// the listener after the sender's echo (a broadcast server's relay to its other processes or
+/// nodes takes a moment). A server that does not answer in time is no evidence: the run goes
+/// on, and says what it meets.
+pub const CONNECT_WITHIN: Duration = Duration::from_secs(2);
 const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 const LISTENER_GRACE: Duration = Duration::from_millis(500);
 
@@ -101,13 +104,15 @@ pub async fn kind(target: &Target, tls: Option<&super::tls::TlsClient>) -> Optio
     };
     let open = || async {
         tokio::time::timeout(
-            Duration::from_secs(5),
+            CONNECT_WITHIN,
             client::connect(target, None, false, session.as_ref()),
         )
         .await
         .ok()?
         .ok()
     };
+    // One after the other: a server that does not answer the first upgrade gets no second
+    // connection waiting in its accept queue.
     let mut listener = open().await?;
     let mut sender = open().await?;
     let sent = probe_message();
