@@ -571,7 +571,7 @@ fn duration_words(secs: f64) -> String {
     let s = secs.round().max(1.0) as u64;
     if s < 120 {
         format!("{s} s")
-    } else if s % 60 == 0 {
+    } else if s.is_multiple_of(60) {
         format!("{} min", s / 60)
     } else {
         format!("{} min {} s", s / 60, s % 60)

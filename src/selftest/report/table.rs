@@ -429,7 +429,7 @@ fn rest(r: &Report, blocks: bool) -> String {
                 c.detail,
                 c.scenario.name()
             ));
-        } else if !c.ok && !(blocks && c.judged) {
+        } else if !(c.ok || blocks && c.judged) {
             out.push_str(&format!(
                 "MISS {} {}: {}{why}\n",
                 c.scenario.name(),
