@@ -78,6 +78,28 @@ fn a_broadcast_against_an_echo_server_is_refused_before_any_load() {
     assert!(html.contains("NOT RUN"), "the page says it too");
     assert!(html.contains("wstune serve --app broadcast"));
 
+    // --no-probe sends nothing first: the load runs, and misses as it did before.
+    let o = run(&[
+        "selftest",
+        "--url",
+        &url(echo.port),
+        "--scenario",
+        "broadcast",
+        "--conns",
+        "5",
+        "--secs",
+        "1",
+        "--rounds",
+        "1",
+        "--format",
+        "json",
+        "--no-probe",
+    ]);
+    let r = json_of(&o);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(r.get("refused").is_none(), "{r:#}");
+    assert_eq!(r["scenarios"][0]["received"], 0, "{r:#}");
+
     // Echoes against a channels server are refused too, naming what it is.
     let channels = serve(&["--profile", "10k", "--app", "channels"]);
     let o = run(&[

@@ -425,6 +425,7 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
         subscribe,
         pids: a.pid.clone(),
         deflate: a.deflate,
+        probe: !a.no_probe,
         load,
     })
 }
