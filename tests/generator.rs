@@ -122,6 +122,8 @@ fn echo_rate(port: u16, conns: usize, rate: u32, size: usize) -> serde_json::Val
             "0",
             "--format",
             "json",
+            // The fake server accepts exactly `conns` connections: no probe before the load.
+            "--no-probe",
         ]),
         Duration::from_secs(60),
     );

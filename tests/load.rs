@@ -6,6 +6,7 @@ mod common;
 
 mod cluster;
 mod selftest;
+mod selftest_first_run;
 mod selftest_outputs;
 mod selftest_restart;
 mod selftest_script;

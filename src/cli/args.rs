@@ -11,7 +11,7 @@ mod token;
 mod values;
 
 pub use guide::{command, examples, Example};
-pub use load::LoadArgs;
+pub use load::{LoadArgs, LoadFormat};
 pub use report::{ReportCommand, ReportMergeArgs, ReportWatchArgs};
 pub use token::TokenArgs;
 
@@ -787,6 +787,11 @@ pub struct SelftestArgs {
     /// schedule. Hosts need synchronised clocks (NTP, chrony).
     #[arg(long, value_name = "UNIX_SECS|+SECS", hide_short_help = true)]
     pub start_at: Option<String>,
+    /// Send the server nothing before the load. By default one message on one connection, a
+    /// second one listening, shows whether it echoes, broadcasts or speaks the channels
+    /// protocol, and a scenario that cannot work against it is refused before anything runs.
+    #[arg(long)]
+    pub no_probe: bool,
     #[command(flatten)]
     pub load: LoadArgs,
 }

@@ -11,6 +11,7 @@ use super::args::{
 use crate::cmd;
 
 mod serve;
+use super::args::LoadFormat;
 use crate::engine::check::{self, HostInputs, LbConfig, Target};
 use crate::engine::selftest::Load;
 use crate::host::layout::Layout;
@@ -424,6 +425,7 @@ pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
         subscribe,
         pids: a.pid.clone(),
         deflate: a.deflate,
+        probe: !a.no_probe,
         load,
     })
 }
@@ -724,7 +726,13 @@ fn load(l: &LoadArgs) -> Result<Load> {
         thresholds: dedup(&l.thresholds),
         no_default_checks: l.no_default_checks,
         shard: None,
-        format: list_format(l.format),
+        format: match load_format(l) {
+            LoadFormat::Json => ListFormat::Json,
+            LoadFormat::Table | LoadFormat::Html => ListFormat::Table,
+        },
+        html: load_format(l) == LoadFormat::Html,
+        output: l.output.clone(),
+        table_asked: l.format == Some(LoadFormat::Table),
         report: l.report.clone(),
         baseline: baseline(l.baseline.as_deref())?,
         script: None,
@@ -747,6 +755,13 @@ fn load(l: &LoadArgs) -> Result<Load> {
         // Filled in by the command that knows the profile (`selftest`, `serve --self-test`).
         host_words: None,
     })
+}
+
+/// The self-test report's format: `--format`, else the `-o` file's extension, else a table.
+fn load_format(l: &LoadArgs) -> LoadFormat {
+    l.format
+        .or_else(|| l.output.as_deref().and_then(LoadFormat::of_path))
+        .unwrap_or(LoadFormat::Table)
 }
 
 fn list_format(f: args::ListFormat) -> ListFormat {

@@ -20,6 +20,9 @@ pub struct Request {
     pub pids: Vec<u32>,
     /// Negotiate permessage-deflate on every connection.
     pub deflate: bool,
+    /// Look at the server before the load (`--no-probe`: not), to refuse a scenario it
+    /// cannot serve.
+    pub probe: bool,
     pub load: Load,
 }
 
@@ -47,6 +50,7 @@ pub fn run(r: Request) -> Result<Outcome> {
         Vec::new(),
     )?;
     let mut plan = plan;
+    plan.probe = r.probe;
     plan.opts.more_server_pids = r.pids.iter().skip(1).copied().collect();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

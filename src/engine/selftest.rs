@@ -6,6 +6,7 @@ use crate::outcome::Outcome;
 use crate::profile::Profile;
 use crate::report::ListFormat;
 use crate::selftest::client::Target;
+use crate::selftest::probe::{self, Refusal};
 use crate::selftest::report::{self, Judging, Report, Targets};
 use crate::selftest::shard::Shard;
 use crate::selftest::threshold::{Scope, Threshold};
@@ -48,8 +49,15 @@ pub struct Load {
     /// `selftest --shard I/N --start-at T`: this host runs its share of `conns` (the run's
     /// total), in step with the other shards. Its `slot_secs` is the plan's to fill in.
     pub shard: Option<Shard>,
-    /// The report on stdout.
+    /// The report on stdout (or in `output`): a table or JSON.
     pub format: ListFormat,
+    /// The report is the HTML page instead (`--format html`, or `-o FILE.html`).
+    pub html: bool,
+    /// `-o FILE`: the report written there (atomically) instead of to stdout.
+    pub output: Option<PathBuf>,
+    /// The table was asked for by name (`--format table`): kept when piped, where the
+    /// summary is otherwise one block per scenario.
+    pub table_asked: bool,
     /// Also an HTML page here.
     pub report: Option<PathBuf>,
     /// Also the figures as Prometheus text here (node_exporter's textfile collector).
@@ -150,6 +158,7 @@ impl Load {
             || self.size.is_some()
             || self.secs.is_some()
             || self.report.is_some()
+            || self.output.is_some()
             || self.out_prometheus.is_some()
             || self.message.is_some()
             || !self.thresholds.is_empty()
@@ -173,6 +182,10 @@ pub struct LoadPlan {
     pub server_processes: Option<usize>,
     pub deflate_conns: Option<usize>,
     pub url: String,
+    /// Look at the server before the load (`selftest`, whose server is whatever the URL
+    /// names): a scenario it cannot serve is refused before anything runs. `serve --self-test`
+    /// starts the servers each scenario needs, and does not look.
+    pub probe: bool,
 }
 
 /// What a command runs when the flags do not say.
@@ -277,6 +290,9 @@ pub fn plan(
     }
     if let Some(path) = &load.report {
         crate::output::check_writable(path, "--report")?;
+    }
+    if let Some(path) = &load.output {
+        crate::output::check_writable(path, "--output")?;
     }
     if let Some(path) = &load.out_prometheus {
         crate::output::check_writable(path, "--out-prometheus")?;
@@ -481,7 +497,192 @@ pub fn plan(
         rate_note,
         server_processes: defaults.server_processes,
         deflate_conns: defaults.deflate_conns,
+        probe: false,
     })
+}
+
+/// The scenarios the server behind the plan's URLs cannot serve, each with what to run
+/// instead (see `selftest::probe`). One probe per URL; none for a scenario any WebSocket
+/// server serves (idle, tls-handshake, restart).
+async fn refusals(p: &LoadPlan) -> Vec<Refusal> {
+    use crate::selftest::script::Step;
+    let needs = probe::Needs {
+        request: p.opts.request.is_some(),
+        script_channels: p.opts.script.as_ref().is_some_and(|s| {
+            s.populations.iter().any(|pop| {
+                pop.steps
+                    .iter()
+                    .any(|st| matches!(st, Step::Send { text } if probe::is_channels_request(text)))
+            })
+        }),
+    };
+    let mut seen: Vec<(String, Option<probe::Kind>)> = Vec::new();
+    let mut out = Vec::new();
+    for &s in &p.scenarios {
+        if !probe::depends_on_kind(s) {
+            continue;
+        }
+        let target = if s == Scenario::Broadcast {
+            &p.opts.broadcast_target
+        } else {
+            &p.opts.target
+        };
+        let url = target_url(target);
+        let kind = match seen.iter().find(|(u, _)| *u == url) {
+            Some((_, k)) => *k,
+            None => {
+                let k = probe::kind(target, p.opts.tls.as_ref()).await;
+                seen.push((url.clone(), k));
+                k
+            }
+        };
+        if let Some(r) = kind.and_then(|k| probe::refusal(s, k, &url, &needs)) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// The seconds a scenario of the plan takes, about: its connections opened, the warm-up, the
+/// window, and the closing and settling after it.
+fn scenario_secs(p: &LoadPlan, s: Scenario) -> f64 {
+    let conns = match p.deflate_conns {
+        Some(n) if s == Scenario::Deflate => n,
+        _ => p.opts.conns,
+    } as f64;
+    // ~5,000 handshakes/s with the generator and the server on one small host.
+    let connect = if p.opts.connects_in_window(s) {
+        0.0
+    } else {
+        0.5 + conns / 5_000.0
+    };
+    let window = match s {
+        Scenario::Storm => (conns / crate::selftest::STORM_BUDGET_PER_SEC).max(1.0),
+        _ => p.opts.secs,
+    };
+    connect + p.opts.warmup_for(s) + window + 1.0 + conns / 20_000.0
+}
+
+/// "0.5 s", "40 s", "2 min 10 s".
+fn duration_words(secs: f64) -> String {
+    if secs < 10.0 && secs.fract() != 0.0 {
+        return format!("{secs:.1} s");
+    }
+    let s = secs.round().max(1.0) as u64;
+    if s < 120 {
+        format!("{s} s")
+    } else if s.is_multiple_of(60) {
+        format!("{} min", s / 60)
+    } else {
+        format!("{} min {} s", s / 60, s % 60)
+    }
+}
+
+/// What the run will do, before it starts (on stderr): each scenario in order with its
+/// connections and durations, and about how long the whole run takes.
+pub fn plan_text(p: &LoadPlan) -> String {
+    use crate::output::thousands;
+    let total: f64 = p.scenarios.iter().map(|&s| scenario_secs(p, s)).sum();
+    let o = &p.opts;
+    let mut out = format!(
+        "wstune: self-test of {}, profile {}: {} scenario{}, about {} (longer if a noisy \
+         window is measured again)\n",
+        p.url,
+        p.targets.profile,
+        p.scenarios.len(),
+        if p.scenarios.len() == 1 { "" } else { "s" },
+        duration_words(total)
+    );
+    let width = p
+        .scenarios
+        .iter()
+        .map(|s| s.name().len())
+        .max()
+        .unwrap_or(0);
+    for (i, &s) in p.scenarios.iter().enumerate() {
+        let conns = match p.deflate_conns {
+            Some(n) if s == Scenario::Deflate => n,
+            _ => o.conns,
+        };
+        let n = thousands(conns as u64);
+        let warm = o.warmup_for(s);
+        let window = if warm > 0.0 {
+            format!(
+                "{} warm-up + {}",
+                duration_words(warm),
+                duration_words(o.secs)
+            )
+        } else {
+            duration_words(o.secs)
+        };
+        let what = match s {
+            Scenario::Idle => format!("{n} connections held for {window}"),
+            Scenario::EchoRate | Scenario::Deflate => {
+                format!(
+                    "{n} connections x {} msgs/s, {window}",
+                    report::rate_words(o.rate)
+                )
+            }
+            Scenario::EchoSat => {
+                format!("{n} connections, {} in flight each, {window}", o.inflight)
+            }
+            Scenario::Storm => format!(
+                "{n} connections at once ({} handshakes in flight)",
+                o.storm_concurrency
+            ),
+            Scenario::TlsHandshake => format!(
+                "handshake loop, {} in flight, {window}",
+                o.storm_concurrency
+            ),
+            Scenario::Broadcast => {
+                format!("{n} subscribers, {} rounds over {window}", o.rounds)
+            }
+            Scenario::Script => format!("{n} scripted connections, {window}"),
+            Scenario::Restart => {
+                format!("{n} connections, the server restarted, {window}")
+            }
+        };
+        out.push_str(&format!("  {}. {:<width$}  {what}\n", i + 1, s.name()));
+    }
+    out
+}
+
+/// Where progress goes: a line per scenario's start and result when standard error is not a
+/// terminal (a CI log), where the progress bars are hidden.
+fn progress_lines() -> bool {
+    use std::io::IsTerminal;
+    !std::io::stderr().is_terminal()
+}
+
+/// One scenario's result in a line: its word (from its own checks), its key figures.
+fn result_line(r: &crate::selftest::ScenarioReport, p: &LoadPlan, took: f64) -> String {
+    let v = report::verdict(std::slice::from_ref(r), &p.targets, &p.judging);
+    let own: Vec<&report::Check> = v
+        .checks
+        .iter()
+        .filter(|c| c.scenario == r.scenario)
+        .collect();
+    let missed: Vec<&str> = own
+        .iter()
+        .filter(|c| c.judged && !c.ok)
+        .map(|c| c.what.as_str())
+        .collect();
+    let word = if !missed.is_empty() {
+        format!("MISS ({})", missed.join(", "))
+    } else if own.iter().any(|c| !c.judged) {
+        "NOT PROVEN".to_string()
+    } else {
+        "ok".to_string()
+    };
+    format!(
+        "{word} in {}: {}/{} connected, p99 {}, {} msgs/s, {} errors",
+        duration_words(took),
+        crate::output::thousands(r.conns_connected as u64),
+        crate::output::thousands(r.conns_requested as u64),
+        report::ms_words(r.latency_ms.p99),
+        report::rate_words(r.achieved_rate),
+        crate::output::thousands(r.errors)
+    )
 }
 
 /// Run the scenarios in order. A scenario that cannot start (nothing connects) ends the run:
@@ -489,10 +690,30 @@ pub fn plan(
 pub async fn execute(p: &LoadPlan) -> (Report, Option<anyhow::Error>) {
     let mut done = Vec::new();
     let mut error = None;
-    for (i, &s) in p.scenarios.iter().enumerate() {
+    let refused = if p.probe {
+        refusals(p).await
+    } else {
+        Vec::new()
+    };
+    let lines = progress_lines();
+    if refused.is_empty() {
+        eprint!("{}", plan_text(p));
+    }
+    let n = p.scenarios.len();
+    let run = if refused.is_empty() {
+        &p.scenarios[..]
+    } else {
+        &[]
+    };
+    for (i, &s) in run.iter().enumerate() {
         if i > 0 {
             settle(&p.opts).await;
         }
+        let started = std::time::Instant::now();
+        if lines {
+            eprintln!("wstune: [{}/{n}] {}: started", i + 1, s.name());
+        }
+        let before = done.len();
         let opts = match p.deflate_conns {
             Some(n) if s == Scenario::Deflate => RunPlan {
                 conns: n,
@@ -522,6 +743,14 @@ pub async fn execute(p: &LoadPlan) -> (Report, Option<anyhow::Error>) {
                 break;
             }
         }
+        if let (true, Some(r)) = (lines && done.len() > before, done.last()) {
+            eprintln!(
+                "wstune: [{}/{n}] {}: {}",
+                i + 1,
+                s.name(),
+                result_line(r, p, started.elapsed().as_secs_f64())
+            );
+        }
     }
     let verdict = report::verdict(&done, &p.targets, &p.judging);
     let report = Report {
@@ -529,6 +758,7 @@ pub async fn execute(p: &LoadPlan) -> (Report, Option<anyhow::Error>) {
         url: p.url.clone(),
         program: None,
         skipped: Vec::new(),
+        refused,
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         targets: p.targets.clone(),
         conns: p.opts.conns,
@@ -616,28 +846,57 @@ async fn wait_for_sockets(conns: usize, deadline: tokio::time::Instant) {
 /// Print the report, write the HTML page and the Prometheus file, and conclude: Ok on a pass, Failed on a miss (or a
 /// partial run), an error when nothing could be measured.
 pub fn finish(report: &Report, error: Option<anyhow::Error>, load: &Load) -> Result<Outcome> {
-    let with_baseline;
-    let report = match &load.baseline {
-        Some(b) => {
-            with_baseline = Report {
-                baseline: Some(b.clone()),
-                ..report.clone()
-            };
-            &with_baseline
+    let owned;
+    let report = if load.baseline.is_some() || !report.refused.is_empty() {
+        let mut r = report.clone();
+        if let Some(b) = &load.baseline {
+            r.baseline = Some(b.clone());
         }
-        None => report,
+        if !r.refused.is_empty() {
+            // Nothing ran: no verdict of the load's (combined with the host's or not) stands.
+            let v = &mut r.verdict;
+            v.pass = false;
+            v.load_pass = false;
+            v.inconclusive = false;
+            v.summary = format!(
+                "NOT RUN: {}",
+                r.refused
+                    .iter()
+                    .map(|x| x.line())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        owned = r;
+        &owned
+    } else {
+        report
     };
-    if report.scenarios.is_empty() {
+    if report.scenarios.is_empty() && report.refused.is_empty() {
         if let Some(e) = error {
             return Err(e);
         }
     }
-    let text = match load.format {
-        ListFormat::Json => serde_json::to_string_pretty(report)? + "\n",
-        ListFormat::Table => report::table(report),
-    };
-    crate::output::emit(None, &text)?;
     let stopped = error.as_ref().map(|e| format!("{e:#}"));
+    let text = if load.html {
+        report::html(report, stopped.as_deref())
+    } else {
+        match load.format {
+            ListFormat::Json => serde_json::to_string_pretty(report)? + "\n",
+            ListFormat::Table => report::table(report, &table_layout(load)),
+        }
+    };
+    // A refusal is the error's to say on a terminal; a file or JSON carries it too.
+    let refused_table = !report.refused.is_empty()
+        && !load.html
+        && load.format == ListFormat::Table
+        && load.output.is_none();
+    if !refused_table {
+        crate::output::emit(load.output.as_deref(), &text)?;
+    }
+    if let Some(path) = &load.output {
+        eprintln!("wstune: wrote {}", path.display());
+    }
     if let Some(path) = &load.report {
         crate::output::write_atomic(path, &report::html(report, stopped.as_deref()))?;
         eprintln!("wstune: wrote {}", path.display());
@@ -648,6 +907,19 @@ pub fn finish(report: &Report, error: Option<anyhow::Error>, load: &Load) -> Res
             .map_or(0, |d| d.as_secs());
         crate::output::write_atomic(path, &report::prometheus(report, stopped.as_deref(), now))?;
         eprintln!("wstune: wrote {}", path.display());
+    }
+    if !report.refused.is_empty() {
+        // Nothing ran: the command as given cannot work against this server (a usage error,
+        // exit 3, as an unreachable URL is), not a run that could not be judged (4).
+        bail!(
+            "{}\nnothing was run: one message to the server before the load showed it",
+            report
+                .refused
+                .iter()
+                .map(|r| r.message())
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
     }
     if let Some(e) = error {
         eprintln!("wstune: error: {e:#}");
@@ -661,6 +933,25 @@ pub fn finish(report: &Report, error: Option<anyhow::Error>, load: &Load) -> Res
     } else {
         Outcome::Failed
     })
+}
+
+/// The summary's layout: the terminal's width on one (the table where it fits, else a block
+/// per scenario, every line fitting it); piped or in a file, blocks unless `--format table`
+/// asked for the table ($COLUMNS or 160 columns wide), lines kept whole for grep.
+fn table_layout(load: &Load) -> report::Layout {
+    use std::io::IsTerminal;
+    let tty = load.output.is_none() && std::io::stdout().is_terminal();
+    let width = if tty {
+        comfy_table::Table::new()
+            .width()
+            .unwrap_or_else(crate::output::table_width)
+    } else {
+        crate::output::table_width()
+    };
+    report::Layout {
+        wrap: tty,
+        ..report::Layout::for_width(width as usize, tty || load.table_asked)
+    }
 }
 
 /// Whether `ip` is one of this host's addresses: loopback, or one a socket can be bound to

@@ -1,6 +1,7 @@
-//! docs/reference/report-schema.md: the fields of `wstune check --format json`, one row each,
-//! generated from the JSON Schema the tests validate every report against
-//! (docs/check-report.schema.json, read at compile time), so the page and the schema cannot
+//! docs/reference/report-schema.md: the fields of `wstune check --format json`, then of the
+//! self-test's JSON report, one row each, generated from the JSON Schemas the tests validate
+//! the reports against (docs/check-report.schema.json, docs/selftest-report.schema.json, read
+//! at compile time), so the page and the schema cannot
 //! disagree. A unit test below fails when the committed page is stale;
 //! `UPDATE_SNAPSHOTS=1 cargo test --lib schema_doc` rewrites it.
 //!
@@ -12,6 +13,8 @@ use serde_yaml_ng::Value;
 use std::fmt::Write;
 
 const SCHEMA: &str = include_str!("../../docs/check-report.schema.json");
+/// The self-test's report (`selftest`, `serve --self-test`, `report merge`), on the same page.
+const SELFTEST_SCHEMA: &str = include_str!("../../docs/selftest-report.schema.json");
 
 /// A schema's type in words: `integer`, `"pass"`, ..., `string or null`, `object`.
 fn type_of(s: &Value, root: &Value) -> String {
@@ -123,6 +126,21 @@ pub fn schema_markdown() -> String {
          | field | type | required | meaning |\n|---|---|---|---|\n"
     );
     rows("", &root, &root, &mut out);
+    let root: Value =
+        serde_yaml_ng::from_str(SELFTEST_SCHEMA).expect("the schema is JSON, so YAML");
+    let title = root["title"].as_str().unwrap_or("");
+    let about = root["description"].as_str().unwrap_or("");
+    let _ = write!(
+        out,
+        "\n## The self-test report\n\n\
+         `{title}` writes one object per run. {about} The schema itself is \
+         [selftest-report.schema.json](../selftest-report.schema.json) (JSON Schema 2020-12); the \
+         tests validate the reports they make against it. [Self-test](../selftest.md) shows \
+         the table and the HTML page. Objects listed without their fields (memory, disturbance, \
+         host_timeline, ...) are for reading; their fields may grow.\n\n\
+         | field | type | required | meaning |\n|---|---|---|---|\n"
+    );
+    rows("", &root, &root, &mut out);
     out
 }
 
@@ -150,6 +168,13 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| `results[].refs[].url` |"), "{md}");
+        // The self-test's report, below the check's.
+        assert!(md.contains("## The self-test report"), "{md}");
+        assert!(
+            md.contains("| `scenarios[].latency_ms.p99` | number | yes |"),
+            "{md}"
+        );
+        assert!(md.contains("| `refused[].instead[]` |"), "{md}");
     }
 
     /// The rows follow the schema's own order (the report's), not the alphabet.

@@ -16,6 +16,7 @@ pub mod client;
 pub mod command;
 pub mod host_watch;
 pub mod noise;
+pub mod probe;
 pub mod report;
 pub mod restart;
 pub mod script;

@@ -1,6 +1,5 @@
 //! The load generator's flags, shared by `selftest` and `serve --self-test`.
 
-use super::ListFormat;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -91,9 +90,20 @@ pub struct LoadArgs {
     /// targets (finishing, errors and server closes are still checked).
     #[arg(long, hide_short_help = true)]
     pub no_default_checks: bool,
-    /// Output format for the report on stdout.
-    #[arg(long = "format", short = 'f', value_enum, default_value_t = ListFormat::Table, id = "load_format")]
-    pub format: ListFormat,
+    /// The report's format: table (for people; one block per scenario on a narrow terminal
+    /// or when piped), json (docs/selftest-report.schema.json) or html (the page --report
+    /// writes). Default: table, or with -o the file's extension (.json, .html)
+    #[arg(
+        long = "format",
+        short = 'f',
+        value_enum,
+        value_name = "FORMAT",
+        id = "load_format"
+    )]
+    pub format: Option<LoadFormat>,
+    /// Write the report to FILE (atomically: never half-written) instead of standard output.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
     /// Also write a self-contained HTML page with the charts.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
@@ -123,6 +133,33 @@ pub struct LoadArgs {
     /// answered with a 2xx; the key from $WSTUNE_API_KEY as a bearer token)
     #[arg(long, value_name = "URL", conflicts_with_all = ["restart_cmd", "restart_by"], hide_short_help = true)]
     pub drain_url: Option<String>,
+}
+
+/// The self-test report's formats (`--format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LoadFormat {
+    /// A table for people.
+    Table,
+    /// The report as JSON.
+    Json,
+    /// The self-contained HTML page with the charts.
+    Html,
+}
+
+impl LoadFormat {
+    /// The format a report file's name asks for: .json, .html (or .htm); None for any other.
+    pub fn of_path(path: &std::path::Path) -> Option<LoadFormat> {
+        match path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(|e| e.to_ascii_lowercase())
+            .as_deref()
+        {
+            Some("json") => Some(LoadFormat::Json),
+            Some("html" | "htm") => Some(LoadFormat::Html),
+            _ => None,
+        }
+    }
 }
 
 /// A `--restart-by`, read by the self-test's own parser.

@@ -26,7 +26,7 @@ pub use prometheus::prometheus;
 pub(crate) use restart::{restart_checks, restart_lines};
 pub use scope::{Scope, Standing};
 pub use shards::{merge as merge_shards, Input as ShardReport};
-pub use table::table;
+pub use table::{table, wrap, Layout, TABLE_MIN_WIDTH};
 pub use verdict::{combine, verdict, Check, Judging, Verdict};
 
 use super::ScenarioReport;
@@ -71,6 +71,10 @@ pub struct Report {
     /// Scenarios left out, and why (a user's server that does not do what they need).
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub skipped: Vec<String>,
+    /// Scenarios refused before any load: the server found cannot serve them (a broadcast
+    /// against an echo server). Nothing ran; the run exits 3.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub refused: Vec<crate::selftest::probe::Refusal>,
     pub cores: usize,
     pub targets: Targets,
     /// Connections the scenarios ran with.
@@ -169,8 +173,31 @@ pub(super) fn num(v: f64) -> String {
     }
 }
 
+/// A duration given in milliseconds, in the unit that reads: "0.21 ms", "12.3 ms", "1.52 s".
+pub fn ms_words(ms: f64) -> String {
+    if ms >= 1000.0 {
+        format!("{} s", num(ms / 1000.0))
+    } else {
+        format!("{} ms", num(ms))
+    }
+}
+
+/// A rate or count per second: digit groups from 100 up ("12,345"), a whole number as one
+/// ("10"), else two or three figures ("2.50").
+pub fn rate_words(v: f64) -> String {
+    if v >= 100.0 {
+        crate::output::thousands(v.round() as u64)
+    } else if v == v.round() {
+        format!("{v:.0}")
+    } else {
+        num(v)
+    }
+}
+
 pub(super) fn bytes(b: f64) -> String {
-    if b >= 1024.0 * 1024.0 {
+    if b >= 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.1} GiB", b / 1024.0 / 1024.0 / 1024.0)
+    } else if b >= 1024.0 * 1024.0 {
         format!("{:.1} MiB", b / 1024.0 / 1024.0)
     } else if b >= 1024.0 {
         format!("{:.1} KiB", b / 1024.0)

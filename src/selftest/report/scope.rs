@@ -19,6 +19,8 @@ pub enum Standing {
     Miss,
     /// The run stopped before its last scenario (exit 2): what ran is shown, nothing is proven.
     Stopped,
+    /// Nothing ran: a scenario cannot work against the server found (exit 3).
+    Refused,
 }
 
 /// The verdict's reach, computed once for every writer.
@@ -42,7 +44,9 @@ impl Scope {
     pub fn of(r: &Report, stopped: Option<&str>) -> Scope {
         let v = &r.verdict;
         let undecided = v.undecided();
-        let standing = if stopped.is_some() {
+        let standing = if !r.refused.is_empty() {
+            Standing::Refused
+        } else if stopped.is_some() {
             Standing::Stopped
         } else if v.pass {
             if v.full_size {
@@ -94,6 +98,7 @@ impl Scope {
             Standing::NotProven => "NOT PROVEN".into(),
             Standing::Miss => "MISS".into(),
             Standing::Stopped => "MISS: the run stopped early".into(),
+            Standing::Refused => "NOT RUN: the server cannot serve a scenario asked for".into(),
         }
     }
 
@@ -132,6 +137,7 @@ impl Scope {
             Standing::Pass | Standing::PassBelowProfile => "pass",
             Standing::NotProven => "not_proven",
             Standing::Miss | Standing::Stopped => "miss",
+            Standing::Refused => "not_run",
         }
     }
 

@@ -143,6 +143,7 @@ pub fn merge(mut inputs: Vec<Input>, partial: bool) -> Result<Report, String> {
         url: base.url.clone(),
         program: base.program.clone(),
         skipped: base.skipped.clone(),
+        refused: Vec::new(),
         cores: host.cores,
         targets: base.targets.clone(),
         conns: reports.iter().map(|r| r.conns).sum(),

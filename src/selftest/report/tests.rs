@@ -3,6 +3,13 @@ use crate::selftest::noise::Disturbance;
 use crate::selftest::Scenario;
 use crate::selftest::{Latency, ScenarioReport};
 
+/// The table at a width where nothing wraps.
+const WIDE: Layout = Layout {
+    width: 1000,
+    blocks: false,
+    wrap: true,
+};
+
 pub(super) fn targets() -> Targets {
     Targets {
         profile: "10k".into(),
@@ -152,6 +159,7 @@ pub(super) fn judged(scenarios: Vec<ScenarioReport>, j: &Judging, host: bool) ->
         url: "ws://127.0.0.1:1/".into(),
         program: None,
         skipped: Vec::new(),
+        refused: Vec::new(),
         cores: 2,
         targets: t,
         conns: 200,
@@ -219,7 +227,7 @@ fn a_noisy_window_is_neither_pass_nor_miss() {
         .verdict
         .summary
         .starts_with("NOT PROVEN: load: NOT PROVEN at 200"));
-    let t = table(&r);
+    let t = table(&r, &WIDE);
     assert!(
         t.contains("MISS echo-rate p99 latency: 40.00 ms (target 5 ms) (not judged: the host was too noisy)"),
         "{t}"
@@ -258,7 +266,7 @@ fn a_miss_on_a_quiet_window_is_not_hidden_by_noise_elsewhere() {
         r.verdict.noise.as_deref(),
         Some("other processes 100 % of a core in storm")
     );
-    let t = table(&r);
+    let t = table(&r, &WIDE);
     assert!(
         t.contains("measured 1 time before: p99 30.0 ms, server CPU 40%"),
         "{t}"
@@ -280,7 +288,9 @@ fn untimed_scenarios_and_accept_noise_are_judged_as_measured() {
     // idle holds connections: a busy host does not make it pass or fail.
     let r = report(vec![echo(Scenario::Idle, 0.0, 100.0)], false, false);
     assert!(r.verdict.pass, "{:?}", r.verdict);
-    assert!(table(&r).contains("noisy (other processes 100 % of a core; not a timing verdict"));
+    assert!(
+        table(&r, &WIDE).contains("noisy (other processes 100 % of a core; not a timing verdict")
+    );
     let r = report(vec![echo(Scenario::EchoRate, 1.0, 100.0)], true, false);
     assert!(r.verdict.pass && !r.verdict.too_noisy);
     let r = report(vec![echo(Scenario::EchoRate, 9.0, 100.0)], true, false);
@@ -534,7 +544,7 @@ fn a_baseline_shows_each_figure_old_to_new_in_the_table_and_the_page() {
     let old = report(vec![echo(Scenario::EchoRate, 1.0, 0.0)], false, false);
     let mut new = report(vec![echo(Scenario::EchoRate, 1.5, 0.0)], false, false);
     new.baseline = Some(Baseline::of(&old, "old.json").unwrap());
-    let t = table(&new);
+    let t = table(&new, &WIDE);
     assert!(
         t.contains("vs baseline old.json (ws://127.0.0.1:1/):"),
         "{t}"
@@ -564,4 +574,45 @@ fn a_baseline_shows_each_figure_old_to_new_in_the_table_and_the_page() {
     let json = serde_json::to_string_pretty(&old).unwrap();
     let log = format!("wstune: warning: something\n{json}\nwstune: error: after\n");
     assert_eq!(parse(&log).unwrap().url, old.url);
+}
+
+#[test]
+fn the_summary_fits_its_width_with_scenario_names_whole() {
+    let mut miss = echo(Scenario::EchoRate, 40.0, 0.0);
+    miss.incomplete = Some(
+        "a very long reason why the scenario stopped before its end, \
+        which must wrap at the width like every other line of the summary"
+            .into(),
+    );
+    let r = report(
+        vec![miss, echo(Scenario::TlsHandshake, 1.0, 0.0)],
+        false,
+        false,
+    );
+    for width in [80, 100, 200] {
+        let wanted = width >= TABLE_MIN_WIDTH;
+        let t = table(&r, &Layout::for_width(width, true));
+        for line in t.lines() {
+            assert!(line.chars().count() <= width, "{width}: {line:?}\n{t}");
+        }
+        assert!(t.contains("tls-handshake"), "{t}");
+        if wanted {
+            assert!(t.contains("│ echo-rate     ┆ MISS "), "{width}: {t}");
+        } else {
+            assert!(t.contains("\necho-rate: MISS\n"), "{width}: {t}");
+        }
+        assert_eq!(t.contains("┌"), wanted, "{width}: {t}");
+    }
+    // Human units in the summary; the JSON keeps the raw figures.
+    let t = table(&r, &Layout::for_width(80, false));
+    assert!(t.contains("p99 40.0 ms"), "{t}");
+    assert_eq!(ms_words(1520.0), "1.52 s");
+    assert_eq!(rate_words(25_276_510.0), "25,276,510");
+    assert_eq!(bytes(3.0 * 1024.0 * 1024.0 * 1024.0), "3.0 GiB");
+    assert_eq!(
+        wrap("  key         alpha beta gamma", 20, 4),
+        "  key         alpha\n    beta gamma\n",
+        "continuations indented"
+    );
+    assert_eq!(wrap("abcdefghij", 20, 2), "abcdefghij\n");
 }

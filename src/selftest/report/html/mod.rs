@@ -76,7 +76,7 @@ fn verdict_box(r: &Report, scope: &Scope, stopped: Option<&str>, download: &str)
         Standing::Pass => "v-pass",
         Standing::PassBelowProfile => "v-partial",
         Standing::NotProven => "v-notproven",
-        Standing::Miss | Standing::Stopped => "v-miss",
+        Standing::Miss | Standing::Stopped | Standing::Refused => "v-miss",
     };
     let target = match &r.program {
         Some(p) => format!("your server <code>{}</code> at {}", esc(p), esc(&r.url)),
