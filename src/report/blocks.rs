@@ -12,7 +12,7 @@
 //!     echo 'net.core.somaxconn = 65535' | sudo tee -a /etc/sysctl.d/60-wstune.conf >/dev/null
 //! ```
 
-use super::table::{current_shown, target_shown, Human};
+use super::shown::{current_shown, target_shown, Human};
 use super::text::{columns, wrapped};
 use crate::catalog::eval::{Finding, Status};
 use crate::catalog::Scope;

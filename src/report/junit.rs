@@ -75,7 +75,7 @@ pub fn junit(report: &CheckReport, strict: bool, timestamp: &str) -> String {
         let summary = format!(
             "{}: current {current}, target {}",
             f.title,
-            super::table::target_text(f)
+            super::shown::target_text(f)
         );
         if failed(f.status) {
             let mut fail = BytesStart::new("failure");

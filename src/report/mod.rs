@@ -13,6 +13,7 @@ mod pool;
 mod profiles;
 mod prometheus;
 mod serve;
+mod shown;
 mod table;
 pub mod text;
 
@@ -35,7 +36,8 @@ pub use pool::pool_table;
 pub use profiles::profile_list;
 pub use prometheus::prometheus;
 pub use serve::{settings_table, Setting};
-pub use table::{area, table, value_shown, Human, Layout, Show, AREAS, TABLE_MIN_COLUMNS};
+pub use shown::{value_shown, Human, Layout, Show};
+pub use table::{area, table, AREAS, TABLE_MIN_COLUMNS};
 
 use crate::catalog::eval::{Finding, Summary};
 use crate::host::HostInfo;

@@ -3,6 +3,7 @@
 //! one line counting what passed; `--show all` lists every row. As one table per area where the
 //! terminal has room, else as one block per finding (blocks.rs). Machine formats are elsewhere.
 
+use super::shown::{current_shown, target_shown, Human, Layout, Show};
 use super::text::{columns, wrapped};
 use super::CheckReport;
 use crate::catalog::eval::{Finding, Status};
@@ -10,17 +11,6 @@ use crate::catalog::Scope;
 use comfy_table::{
     presets::UTF8_FULL_CONDENSED, Cell, Color, ColumnConstraint, ContentArrangement, Table, Width,
 };
-
-/// Which rows the table lists in full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Show {
-    /// Failures and warnings in full, grouped by area, each with its fix; what could not be
-    /// checked in one line each; passes and info as counts.
-    #[default]
-    Problems,
-    /// Every row, grouped by area.
-    All,
-}
 
 /// The areas an operator thinks in, in the order the table shows them.
 pub const AREAS: [&str; 10] = [
@@ -86,16 +76,6 @@ pub fn area(id: &str) -> &'static str {
     }
 }
 
-/// How the findings are laid out for people.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// One table per area: a row per finding, the fix in the last column.
-    Table,
-    /// One block per finding, the fix commands each whole on a line of their own
-    /// (blocks.rs): what a narrow terminal, a pipe or a log reads well.
-    Blocks,
-}
-
 /// The narrowest terminal that gets the table unasked. The table needs the longest id in its
 /// first column (45 columns on Linux, 53 on Windows: ids are never broken), about 36 for the
 /// current value and target, 6 for the status and 16 for the borders: at 140 columns the fix
@@ -106,19 +86,6 @@ pub const TABLE_MIN_COLUMNS: u16 = 140;
 /// Prose in blocks (titles, notes, the why) wraps here on a wide terminal too: long lines
 /// are hard to read, and a fix command is never wrapped whatever its length.
 const PROSE_COLUMNS: u16 = 100;
-
-/// What the caller decided about the terminal and what was asked.
-#[derive(Debug, Clone, Copy)]
-pub struct Human {
-    pub layout: Layout,
-    /// Colour (a terminal, and NO_COLOR unset): the caller decides.
-    pub colour: bool,
-    /// The terminal's columns, or the width asked for where there is no terminal.
-    pub width: u16,
-    pub show: Show,
-    /// Each listed finding's why under it (`check --why`).
-    pub why: bool,
-}
 
 /// The check report for people: the table or the blocks, grouped by area either way.
 pub fn table(report: &CheckReport, h: &Human) -> String {
@@ -358,56 +325,6 @@ fn grid(rows: &[&Finding], h: &Human, id_width: u16) -> String {
     t.to_string()
 }
 
-/// Whether a check's values are byte counts, shown in KiB, MiB, GiB to people (the machine
-/// formats keep the number). From the id, as the area is: the catalog's ids are stable.
-/// tcp_mem and the TCP memory counter are in pages, not bytes, and stay numbers.
-pub fn in_bytes(id: &str) -> bool {
-    let id = id.split('[').next().unwrap_or(id);
-    let id = id.strip_suffix(".boot").unwrap_or(id);
-    id.ends_with(".host.memory")
-        || id.contains(".tcp_rmem.")
-        || id.contains(".tcp_wmem.")
-        || id.ends_with(".tcp_notsent_lowat")
-}
-
-/// A value as people read it: byte counts in binary units for the checks that count bytes.
-pub fn value_shown(id: &str, v: &crate::value::Value) -> String {
-    match v {
-        // The kernel's "no limit" for a byte count (tcp_notsent_lowat's default) is no size.
-        crate::value::Value::Num(n) if *n == u32::MAX as i64 && in_bytes(id) => {
-            format!("no limit ({n})")
-        }
-        crate::value::Value::Num(n) if *n != i64::MAX && in_bytes(id) => super::text::bytes(*n),
-        other => other.to_string(),
-    }
-}
-
-/// The current value for people ("-" when there is none).
-pub fn current_shown(f: &Finding) -> String {
-    f.current
-        .as_ref()
-        .map(|v| value_shown(&f.id, v))
-        .unwrap_or_else(|| "-".into())
-}
-
-/// The target for people: [`target_text`] in the value's units.
-pub fn target_shown(f: &Finding) -> String {
-    match &f.target {
-        Some(t) => format!("{} {}", f.compare, value_shown(&f.id, t)),
-        None => target_text(f),
-    }
-}
-
-/// "<= 30", "covers 10000 65535", "absent".
-pub fn target_text(f: &Finding) -> String {
-    match (&f.target, f.compare) {
-        (Some(t), c) => format!("{c} {t}"),
-        (None, "absent") => "absent".into(),
-        (None, "no_growth") => "no growth".into(),
-        (None, _) => "-".into(),
-    }
-}
-
 /// What a person should read in the last column: the fix when something is wrong, else the note.
 pub(super) fn advice(f: &Finding) -> String {
     let mut parts = Vec::new();
@@ -433,27 +350,6 @@ pub(super) fn advice(f: &Finding) -> String {
 #[cfg(test)]
 mod tests {
     use super::area;
-
-    #[test]
-    fn byte_values_read_in_binary_units_and_no_limit_says_so() {
-        use crate::value::Value;
-        assert_eq!(
-            super::value_shown("linux.host.memory", &Value::Num(25_276_194_816)),
-            "23.5 GiB"
-        );
-        assert_eq!(
-            super::value_shown(
-                "linux.net.ipv4.tcp_notsent_lowat.boot",
-                &Value::Num(4294967295)
-            ),
-            "no limit (4294967295)"
-        );
-        assert_eq!(
-            super::value_shown("linux.net.ipv4.tcp_mem.high", &Value::Num(262144)),
-            "262144",
-            "tcp_mem counts pages"
-        );
-    }
 
     #[test]
     fn every_catalog_family_has_its_area() {

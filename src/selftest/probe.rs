@@ -174,6 +174,10 @@ pub struct Needs {
     pub script_channels: bool,
 }
 
+/// What to run instead when a broadcast needs a server that fans out.
+const BROADCAST_SERVER: &str =
+    "a broadcast server: `wstune serve --app broadcast` (give its URL as --broadcast-url)";
+
 /// Why `scenario` cannot work against a server of `kind` at `url`, and what to run instead;
 /// None when it can (or the probe says too little to refuse).
 pub fn refusal(scenario: Scenario, kind: Kind, url: &str, needs: &Needs) -> Option<Refusal> {
@@ -188,9 +192,7 @@ pub fn refusal(scenario: Scenario, kind: Kind, url: &str, needs: &Needs) -> Opti
                 "broadcast needs a server that sends each message to every client, and {found}"
             ),
             vec![
-                "a broadcast server: `wstune serve --app broadcast` (give its URL as \
-                 --broadcast-url)"
-                    .to_string(),
+                BROADCAST_SERVER.to_string(),
                 "measure this echo server with --scenario echo-rate (or echo-sat, idle, storm, \
                  deflate)"
                     .to_string(),
@@ -201,9 +203,7 @@ pub fn refusal(scenario: Scenario, kind: Kind, url: &str, needs: &Needs) -> Opti
                 "broadcast needs a server that sends each message to every client, and {found}"
             ),
             vec![
-                "a broadcast server: `wstune serve --app broadcast` (give its URL as \
-                 --broadcast-url)"
-                    .to_string(),
+                BROADCAST_SERVER.to_string(),
                 "measure this channels server with --script FILE.yaml and subscribe and publish \
                  steps (docs/selftest.md)"
                     .to_string(),

@@ -100,25 +100,14 @@ window.addEventListener('load', function () {
 /// Unlike common's, the page may read other pages of the book (its iframes): file:// pages are
 /// each an origin of their own otherwise.
 fn chromium_reading_files(browser: &str, page: &Path, mode: &str) -> std::process::Output {
-    let profile = tempfile::tempdir().unwrap();
-    common::run_bounded(
-        std::process::Command::new(browser).args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            "--allow-file-access-from-files",
-            "--window-size=1280,900",
-            mode,
-            &format!("--user-data-dir={}", profile.path().display()),
-            &format!("file://{}", page.display()),
-        ]),
-        Duration::from_secs(90),
-    )
+    let (mut cmd, _profile) = common::chromium_command(
+        browser,
+        page,
+        "1280,900",
+        mode,
+        &["--allow-file-access-from-files"],
+    );
+    common::run_bounded(&mut cmd, Duration::from_secs(90))
 }
 
 /// The pages SUMMARY.md lists: what the book must have rendered.

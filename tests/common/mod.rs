@@ -740,24 +740,39 @@ pub fn chromium() -> Option<&'static str> {
 /// Headless `browser` on `page` in a window of `size` ("1280,900"), with a profile of its
 /// own: `mode` is `--dump-dom` or `--screenshot=FILE`.
 pub fn chromium_on(browser: &str, page: &Path, size: &str, mode: &str) -> Output {
+    let (mut cmd, _profile) = chromium_command(browser, page, size, mode, &[]);
+    cmd.output().expect("run chromium")
+}
+
+/// The headless Chromium command of [`chromium_on`], with `extra` flags, and the profile
+/// directory it uses (keep it until the browser has run).
+pub fn chromium_command(
+    browser: &str,
+    page: &Path,
+    size: &str,
+    mode: &str,
+    extra: &[&str],
+) -> (Command, tempfile::TempDir) {
     let profile = tempfile::tempdir().unwrap();
-    Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            &format!("--window-size={size}"),
-            mode,
-            &format!("--user-data-dir={}", profile.path().display()),
-            &format!("file://{}", page.display()),
-        ])
-        .output()
-        .expect("run chromium")
+    let mut cmd = Command::new(browser);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+    ])
+    .args(extra)
+    .args([
+        &format!("--window-size={size}"),
+        mode,
+        &format!("--user-data-dir={}", profile.path().display()),
+        &format!("file://{}", page.display()),
+    ]);
+    (cmd, profile)
 }
 
 /// What a probe page wrote in its title (`K=V` words, numbers), read from headless

@@ -90,6 +90,8 @@ pub struct LoadArgs {
     /// targets (finishing, errors and server closes are still checked).
     #[arg(long, hide_short_help = true)]
     pub no_default_checks: bool,
+    /// The report's format (default: table, or -o's file extension)
+    ///
     /// The report's format: table (for people; one block per scenario on a narrow terminal
     /// or when piped), json (docs/selftest-report.schema.json) or html (the page --report
     /// writes). Default: table, or with -o the file's extension (.json, .html)

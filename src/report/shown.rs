@@ -1,0 +1,114 @@
+//! How a finding reads for people, whichever layout shows it (the table, the blocks): what
+//! was asked (rows, layout, width, colour, the why) and each value in its units.
+
+use crate::catalog::eval::Finding;
+
+/// Which rows the table lists in full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Show {
+    /// Failures and warnings in full, grouped by area, each with its fix; what could not be
+    /// checked in one line each; passes and info as counts.
+    #[default]
+    Problems,
+    /// Every row, grouped by area.
+    All,
+}
+
+/// How the findings are laid out for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One table per area: a row per finding, the fix in the last column.
+    Table,
+    /// One block per finding, the fix commands each whole on a line of their own
+    /// (blocks.rs): what a narrow terminal, a pipe or a log reads well.
+    Blocks,
+}
+
+/// What the caller decided about the terminal and what was asked.
+#[derive(Debug, Clone, Copy)]
+pub struct Human {
+    pub layout: Layout,
+    /// Colour (a terminal, and NO_COLOR unset): the caller decides.
+    pub colour: bool,
+    /// The terminal's columns, or the width asked for where there is no terminal.
+    pub width: u16,
+    pub show: Show,
+    /// Each listed finding's why under it (`check --why`).
+    pub why: bool,
+}
+
+/// Whether a check's values are byte counts, shown in KiB, MiB, GiB to people (the machine
+/// formats keep the number). From the id, as the area is: the catalog's ids are stable.
+/// tcp_mem and the TCP memory counter are in pages, not bytes, and stay numbers.
+pub fn in_bytes(id: &str) -> bool {
+    let id = id.split('[').next().unwrap_or(id);
+    let id = id.strip_suffix(".boot").unwrap_or(id);
+    id.ends_with(".host.memory")
+        || id.contains(".tcp_rmem.")
+        || id.contains(".tcp_wmem.")
+        || id.ends_with(".tcp_notsent_lowat")
+}
+
+/// A value as people read it: byte counts in binary units for the checks that count bytes.
+pub fn value_shown(id: &str, v: &crate::value::Value) -> String {
+    match v {
+        // The kernel's "no limit" for a byte count (tcp_notsent_lowat's default) is no size.
+        crate::value::Value::Num(n) if *n == u32::MAX as i64 && in_bytes(id) => {
+            format!("no limit ({n})")
+        }
+        crate::value::Value::Num(n) if *n != i64::MAX && in_bytes(id) => super::text::bytes(*n),
+        other => other.to_string(),
+    }
+}
+
+/// The current value for people ("-" when there is none).
+pub fn current_shown(f: &Finding) -> String {
+    f.current
+        .as_ref()
+        .map(|v| value_shown(&f.id, v))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// The target for people: [`target_text`] in the value's units.
+pub fn target_shown(f: &Finding) -> String {
+    match &f.target {
+        Some(t) => format!("{} {}", f.compare, value_shown(&f.id, t)),
+        None => target_text(f),
+    }
+}
+
+/// "<= 30", "covers 10000 65535", "absent".
+pub fn target_text(f: &Finding) -> String {
+    match (&f.target, f.compare) {
+        (Some(t), c) => format!("{c} {t}"),
+        (None, "absent") => "absent".into(),
+        (None, "no_growth") => "no growth".into(),
+        (None, _) => "-".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::value_shown;
+
+    #[test]
+    fn byte_values_read_in_binary_units_and_no_limit_says_so() {
+        use crate::value::Value;
+        assert_eq!(
+            value_shown("linux.host.memory", &Value::Num(25_276_194_816)),
+            "23.5 GiB"
+        );
+        assert_eq!(
+            value_shown(
+                "linux.net.ipv4.tcp_notsent_lowat.boot",
+                &Value::Num(4294967295)
+            ),
+            "no limit (4294967295)"
+        );
+        assert_eq!(
+            value_shown("linux.net.ipv4.tcp_mem.high", &Value::Num(262144)),
+            "262144",
+            "tcp_mem counts pages"
+        );
+    }
+}
