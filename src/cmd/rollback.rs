@@ -299,7 +299,12 @@ fn list(store: &Store) -> Result<Outcome> {
     let (entries, damaged) = journal::scan(store)?;
     say!(
         "{}",
-        crate::report::entry_list(&store.path(journal::DIR), &entries, &damaged)
+        crate::report::entry_list(
+            &store.path(journal::DIR),
+            &entries,
+            &damaged,
+            &format!("wstune check{}", crate::apply::flags(store))
+        )
     );
     Ok(Outcome::Ok)
 }

@@ -6,8 +6,9 @@ use crate::output;
 use std::path::Path;
 
 /// `rollback --list`: one row per entry, oldest first, the damaged ones last (they cannot be
-/// read, so only their id is known); `dir` is named when there is none.
-pub fn entry_list(dir: &Path, entries: &[Entry], damaged: &[Damaged]) -> String {
+/// read, so only their id is known; `check` is the command that says what to do, with the
+/// flags that find this journal); `dir` is named when there is none.
+pub fn entry_list(dir: &Path, entries: &[Entry], damaged: &[Damaged], check: &str) -> String {
     if entries.is_empty() && damaged.is_empty() {
         return format!("No journal entries under {}.", dir.display());
     }
@@ -31,7 +32,7 @@ pub fn entry_list(dir: &Path, entries: &[Entry], damaged: &[Damaged]) -> String 
             "?".into(),
             "?".into(),
             "?".into(),
-            "damaged, cannot be read (`wstune check` says what to do)".into(),
+            format!("damaged, cannot be read (`{check}` says what to do)"),
         ]);
     }
     t.to_string()
@@ -128,14 +129,14 @@ mod tests {
     fn the_list_says_where_it_looked_when_empty_and_shows_damaged_entries() {
         let dir = Path::new("/var/lib/wstune/journal");
         assert_eq!(
-            entry_list(dir, &[], &[]),
+            entry_list(dir, &[], &[], "wstune check"),
             "No journal entries under /var/lib/wstune/journal."
         );
         let damaged = Damaged {
             path: dir.join("20261201-130000-2.json"),
             error: "EOF".into(),
         };
-        let t = entry_list(dir, &[entry()], &[damaged]);
+        let t = entry_list(dir, &[entry()], &[damaged], "wstune check --root /srv/copy");
         assert!(
             t.contains("20261201-120000-1") && t.contains("applied"),
             "{t}"
@@ -144,5 +145,7 @@ mod tests {
             t.contains("20261201-130000-2") && t.contains("damaged, cannot be read"),
             "{t}"
         );
+        // The advice finds the same journal: a copy's, not the host's.
+        assert!(t.contains("wstune check --root /srv/copy"), "{t}");
     }
 }
