@@ -111,7 +111,7 @@ pub fn run(r: Request) -> Result<Outcome> {
     let near = closest(&all, query);
     if near.is_empty() {
         bail!(
-            "no check id matches `{query}`; `wstune explain` lists every id, `wstune explain linux.` those for Linux (docs/checks.md has them all)"
+            "no check id matches `{query}`; `wstune explain` lists every id, `wstune explain linux.` those for Linux"
         );
     }
     bail!(
