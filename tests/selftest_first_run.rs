@@ -27,6 +27,30 @@ fn assert_valid(v: &jsonschema::Validator, r: &Value) {
     assert!(errors.is_empty(), "{errors:#?}\n{r:#}");
 }
 
+/// A one-second echo-rate run of five connections against the server on `port`: the
+/// shortest self-test that still writes every part of a report.
+fn quick_run(port: u16) -> Vec<String> {
+    let u = url(port);
+    [
+        "selftest",
+        "--url",
+        &u,
+        "--scenario",
+        "echo-rate",
+        "--conns",
+        "5",
+        "--rate",
+        "5",
+        "--secs",
+        "1",
+        "--warmup",
+        "0",
+        "--accept-noise",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 fn url(port: u16) -> String {
     format!("ws://127.0.0.1:{port}/")
 }
@@ -174,25 +198,9 @@ fn the_report_goes_to_a_file_in_the_format_its_name_says() {
     let srv = serve(&["--profile", "10k"]);
     let dir = tempfile::tempdir().unwrap();
     let quick = |extra: &[&str]| {
-        let u = url(srv.port);
-        let mut a = vec![
-            "selftest",
-            "--url",
-            &u,
-            "--scenario",
-            "echo-rate",
-            "--conns",
-            "5",
-            "--rate",
-            "5",
-            "--secs",
-            "1",
-            "--warmup",
-            "0",
-            "--accept-noise",
-        ];
-        a.extend_from_slice(extra);
-        run(&a)
+        let mut a = quick_run(srv.port);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        run(&a.iter().map(String::as_str).collect::<Vec<_>>())
     };
     let json = dir.path().join("run.json");
     let o = quick(&["-o", json.to_str().unwrap()]);
@@ -284,25 +292,10 @@ fn the_summary_fits_the_terminal_at_80_100_and_200_columns() {
         }
     }
     // Piped: blocks; --format table asks for the table (at $COLUMNS).
-    let u = url(srv.port);
-    let base = [
-        "selftest",
-        "--url",
-        &u,
-        "--scenario",
-        "echo-rate",
-        "--conns",
-        "5",
-        "--rate",
-        "5",
-        "--secs",
-        "1",
-        "--warmup",
-        "0",
-        "--accept-noise",
-    ];
+    let base = quick_run(srv.port);
+    let base: Vec<&str> = base.iter().map(String::as_str).collect();
     let o = Command::new(bin())
-        .args(base)
+        .args(&base)
         .args(["--format", "table"])
         .env("COLUMNS", "200")
         .output()
