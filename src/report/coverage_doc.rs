@@ -462,25 +462,38 @@ fn render(ledger: &Ledger, ids: &BTreeSet<String>) -> String {
         &total[3].to_string(),
         &total[4].to_string(),
     ]));
-    // The gaps together, where a reader deciding the next check looks first.
-    out.push_str("\n## Gaps\n\nRelevant parameters no check reads yet, by source.\n\n");
-    out.push_str("| parameter | source | why it matters |\n|---|---|---|\n");
-    for r in &ledger.rows {
-        if let Verdict::Gap(why) = &r.verdict {
-            let s = &ledger.sources[r.source];
-            out.push_str(&row(&[
-                &format!("`{}`", r.name),
-                &format!("[{}](#{})", short_title(&s.title), anchor(&s.name)),
-                why,
-            ]));
+    // The gaps together, where a reader deciding the next check looks first: lists, not a
+    // table, so long parameter names and reasons wrap in the book's column.
+    out.push_str("\n## Gaps\n\nRelevant parameters no check reads yet, by source.\n");
+    for (i, s) in ledger.sources.iter().enumerate() {
+        let gaps: Vec<&Row> = ledger
+            .rows
+            .iter()
+            .filter(|r| r.source == i && matches!(r.verdict, Verdict::Gap(_)))
+            .collect();
+        if gaps.is_empty() {
+            continue;
+        }
+        out.push_str(&format!(
+            "\n[{}](#{}):\n\n",
+            short_title(&s.title),
+            anchor(&s.name)
+        ));
+        for r in gaps {
+            if let Verdict::Gap(why) = &r.verdict {
+                out.push_str(&format!(
+                    "- {}: {}\n",
+                    name_cell(&r.name),
+                    why.replace('\n', " ")
+                ));
+            }
         }
     }
     for (i, s) in ledger.sources.iter().enumerate() {
         out.push_str(&format!(
-            "\n<a id=\"{}\"></a>\n\n## {}\n\n[{}]({}), read at {}.",
+            "\n<a id=\"{}\"></a>\n\n## {}\n\n[The source]({}), read at {}.",
             anchor(&s.name),
             s.title,
-            s.url,
             s.url,
             s.revision
         ));
@@ -498,10 +511,7 @@ fn render(ledger: &Ledger, ids: &BTreeSet<String>) -> String {
                     r.section
                 ));
             }
-            out.push_str(&row(&[
-                &format!("`{}`", r.name),
-                &verdict_cell(&r.verdict, ids),
-            ]));
+            out.push_str(&row(&[&name_cell(&r.name), &verdict_cell(&r.verdict, ids)]));
         }
     }
     out
@@ -536,6 +546,15 @@ fn verdict_cell(v: &Verdict, known: &BTreeSet<String>) -> String {
         Verdict::Shown(ids) => format!("shown: {}", links(ids)),
         Verdict::NotRelevant(why) => format!("not relevant: {why}"),
         Verdict::Gap(why) => format!("**gap**: {why}"),
+    }
+}
+
+/// A parameter's name as code; a description (`receive queues (ethtool -L)`) as words.
+fn name_cell(name: &str) -> String {
+    if name.contains(' ') {
+        name.to_string()
+    } else {
+        format!("`{name}`")
     }
 }
 
@@ -732,19 +751,18 @@ mod tests {
         );
         let r: RlimitSource =
             serde_yaml_ng::from_str("{resource: nofile, limit: soft, process: pid}").unwrap();
-        assert_eq!(
-            k(CheckSource::Rlimit(r)).as_deref(),
-            Some("LimitNOFILE")
-        );
+        assert_eq!(k(CheckSource::Rlimit(r)).as_deref(), Some("LimitNOFILE"));
     }
 
-    /// The page's tables stay tables: one line per row, no stray cell separators.
+    /// The page's tables stay tables: one line per row and no stray cell separator, two
+    /// columns per source table, six in the counts.
     #[test]
     fn rows_are_one_line_each() {
         let md = coverage_markdown();
-        for line in md.lines().filter(|l| l.starts_with("| `")) {
-            let cells = line.matches(" | ").count();
-            assert!(cells == 1 || cells == 2, "{line}");
+        for line in md.lines().filter(|l| l.starts_with("| ")) {
+            let seps = line.matches(" | ").count();
+            assert!(seps == 1 || seps == 5, "{line}");
+            assert!(line.ends_with(" |"), "{line}");
         }
     }
 }
