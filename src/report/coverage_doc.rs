@@ -481,11 +481,7 @@ fn render(ledger: &Ledger, ids: &BTreeSet<String>) -> String {
         ));
         for r in gaps {
             if let Verdict::Gap(why) = &r.verdict {
-                out.push_str(&format!(
-                    "- {}: {}\n",
-                    name_cell(&r.name),
-                    why.replace('\n', " ")
-                ));
+                out.push_str(&format!("- {}: {}\n", name_cell(&r.name), prose(why)));
             }
         }
     }
@@ -499,7 +495,7 @@ fn render(ledger: &Ledger, ids: &BTreeSet<String>) -> String {
         ));
         if let Some(note) = &s.note {
             out.push(' ');
-            out.push_str(note);
+            out.push_str(&prose(note));
         }
         out.push('\n');
         let mut section: Option<&str> = None;
@@ -508,7 +504,7 @@ fn render(ledger: &Ledger, ids: &BTreeSet<String>) -> String {
                 section = Some(&r.section);
                 out.push_str(&format!(
                     "\n**{}**\n\n| parameter | verdict |\n|---|---|\n",
-                    r.section
+                    prose(&r.section)
                 ));
             }
             out.push_str(&row(&[&name_cell(&r.name), &verdict_cell(&r.verdict, ids)]));
@@ -544,9 +540,15 @@ fn verdict_cell(v: &Verdict, known: &BTreeSet<String>) -> String {
     match v {
         Verdict::Checked(ids) => format!("checked: {}", links(ids)),
         Verdict::Shown(ids) => format!("shown: {}", links(ids)),
-        Verdict::NotRelevant(why) => format!("not relevant: {why}"),
-        Verdict::Gap(why) => format!("**gap**: {why}"),
+        Verdict::NotRelevant(why) => format!("not relevant: {}", prose(why)),
+        Verdict::Gap(why) => format!("**gap**: {}", prose(why)),
     }
+}
+
+/// Words from the ledger on one line, with `*` (as in `conf/all/*`, `Limit*=`) kept literal
+/// rather than read as emphasis.
+fn prose(text: &str) -> String {
+    text.replace('\n', " ").replace('*', "\\*")
 }
 
 /// A parameter's name as code; a description (`receive queues (ethtool -L)`) as words.
