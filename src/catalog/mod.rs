@@ -638,6 +638,18 @@ mod tests {
         );
         let err = parse(&ONE.replace("TARGET", "2 *"), "c.yaml", &known()).unwrap_err();
         assert!(err.to_string().contains("ends too early"), "{err}");
+        // A NIC's own value exists only for a per-NIC check.
+        let err = parse(&ONE.replace("TARGET", "nic.rss_queues"), "c.yaml", &known()).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "'nic.rss_queues', a NIC's own value: only a check with `each: nic` has one"
+            ),
+            "{err}"
+        );
+        let per_nic = ONE
+            .replace("TARGET", "nic.rss_queues")
+            .replace("    scope: netns\n", "    each: nic\n    scope: host\n");
+        assert!(parse(&per_nic, "c.yaml", &known()).is_ok());
     }
 
     #[test]

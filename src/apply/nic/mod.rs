@@ -197,7 +197,7 @@ pub fn plan(i: &Inputs) -> NicPlan {
     let mut rps_planned = false;
     for nic in i.nics {
         let cpus = cpus_for(i.profile.rss, nic);
-        // numa_scaling (the built-in profiles' word, Windows' NUMAScaling) reaches past the
+        // numa_scaling and numa_scaling_static (the built-in profiles' word) reach past the
         // NIC's own node: said, since a host that applied closest before now spreads further.
         if cpus.len() > nic.local_cpus.len() {
             p.notes.push(format!(
@@ -249,7 +249,8 @@ pub fn plan(i: &Inputs) -> NicPlan {
         // RPS stays in the NIC's memory domain whatever the word spreads the queues over
         // (scaling.rst, "RPS Configuration": "the CPUs in the same memory domain of the
         // interrupting CPU"): a packet steered to another node is processed from remote
-        // memory. numa_scaling's other nodes serve queues and interrupts, not RPS.
+        // memory. numa_scaling's other nodes serve XPS and the interrupts of queues past the
+        // node's cores, not RPS.
         let rps_cpus: Vec<u32> = cpus
             .iter()
             .copied()
@@ -298,11 +299,11 @@ pub fn plan(i: &Inputs) -> NicPlan {
                 cpus.len()
             ));
         }
-        if nic.physical && rx < cpus.len() && nic.channels.is_none() {
+        let want = queues_for(nic, &cpus);
+        if nic.physical && (rx as u32) < want && nic.channels.is_none() {
             p.notes.push(format!(
-                "{}: {rx} receive queues for the profile's {} CPUs, and its channel counts cannot be read here; if the NIC has more, `ethtool -l {}` shows its maximum and `ethtool -L {} combined N` sets them (then apply again: the queues' RPS and XPS are set per queue)",
+                "{}: {rx} receive queues for the {want} physical cores of its node the profile's CPUs include (one queue per core: scaling.rst), and its channel counts cannot be read here; if the NIC has more, `ethtool -l {}` shows its maximum and `ethtool -L {} combined {want}` sets them (then apply again: the queues' RPS and XPS are set per queue)",
                 nic.name,
-                cpus.len(),
                 nic.name,
                 nic.name
             ));
