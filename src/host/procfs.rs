@@ -53,19 +53,64 @@ pub fn sysctl_path(key: &str) -> String {
 /// from a `--root` tree) overflows and panics in a debug build (found by fuzz/proc_limits). Such
 /// a line is no limit anyway; a file without the needed ones is still refused.
 pub fn nofile_limits(text: &str) -> Option<(u64, u64)> {
+    limit_pair(text, "Max open files")
+}
+
+/// (soft, hard) of the resource whose /proc/PID/limits line is `name` (`Max open files`,
+/// `Max processes`, `Max stack size`); unlimited as u64::MAX.
+pub fn limit_pair(text: &str, name: &str) -> Option<(u64, u64)> {
     let lines: String = text
         .lines()
         .filter(|l| l.split_whitespace().count() >= 3)
         .flat_map(|l| [l, "\n"])
         .collect();
-    let l = procfs_core::process::Limits::from_read(lines.as_bytes())
-        .ok()?
-        .max_open_files;
+    let all = procfs_core::process::Limits::from_read(lines.as_bytes()).ok()?;
+    let l = match name {
+        "Max open files" => all.max_open_files,
+        "Max processes" => all.max_processes,
+        "Max stack size" => all.max_stack_size,
+        _ => return None,
+    };
     let v = |x: procfs_core::process::LimitValue| match x {
         procfs_core::process::LimitValue::Unlimited => u64::MAX,
         procfs_core::process::LimitValue::Value(n) => n,
     };
     Some((v(l.soft_limit), v(l.hard_limit)))
+}
+
+/// The `Threads:` line of /proc/PID/status: how many threads the process has.
+pub fn status_threads(text: &str) -> Option<i64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `ethtool -S NIC`'s text (`NIC statistics:` then one `name: value` line per counter), as
+/// (name, value) pairs; lines that are not a counter are left out.
+pub fn ethtool_stats(text: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            Some((k.trim().to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// How many ports of the range `first..=last` a port list (net.ipv4.ip_local_reserved_ports'
+/// `8080,30000-32767`) leaves free; None when the list does not parse.
+pub fn ports_free(first: u32, last: u32, reserved: &str) -> Option<i64> {
+    let mut taken = std::collections::BTreeSet::new();
+    for part in reserved.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?),
+            None => {
+                let p = part.parse::<u32>().ok()?;
+                (p, p)
+            }
+        };
+        taken.extend(a.max(first)..=b.min(last));
+    }
+    Some((last as i64 - first as i64 + 1).max(0) - taken.len() as i64)
 }
 
 /// The `Group: names` / `Group: values` line pairs of /proc/net/netstat and /proc/net/snmp.

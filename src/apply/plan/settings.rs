@@ -7,7 +7,7 @@ use super::{
 };
 use crate::catalog::eval::Finding;
 use crate::catalog::facts::{HostFacts, Reading};
-use crate::catalog::{self, Catalog, CheckDef, Process, Source};
+use crate::catalog::{self, Catalog, CheckDef, Process, Resource, Source};
 use crate::value::Value;
 
 /// What one sysctl check asks of this host.
@@ -168,7 +168,7 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
                 SysctlValue::Unknown(note) => s.notes.push(note),
                 SysctlValue::NoTarget => {}
             },
-            Source::Rlimit(r) if r.process == Process::Current => {
+            Source::Rlimit(r) if r.process == Process::Current && r.resource == Resource::Nofile => {
                 if let Some(Value::Num(target)) = f.target {
                     // Never lower: a shell already above the target keeps its limit.
                     // (An unlimited one, i64::MAX, cannot be written to a file: the target is.)

@@ -96,15 +96,20 @@ fn proxy_addresses(def: &NoteDef, f: &Finding, vars: &BTreeMap<String, Value>) -
             ("addresses", addresses(*ports).to_string()),
         ],
     );
-    let profile = def.variable.as_ref().and_then(|v| vars.get(v));
-    if let Some(Value::Num(best)) = profile {
-        if best > ports {
+    // The profile's port count, or the ports of its `[first, last]` range.
+    let profile = match def.variable.as_ref().and_then(|v| vars.get(v)) {
+        Some(Value::Num(n)) => Some(*n),
+        Some(Value::List(r)) if r.len() == 2 => Some(r[1] - r[0] + 1),
+        _ => None,
+    };
+    if let Some(best) = profile {
+        if best > *ports {
             note.push_str(&words(
                 def,
                 "with_profile_ports",
                 &[
                     ("profile_ports", best.to_string()),
-                    ("profile_addresses", addresses(*best).to_string()),
+                    ("profile_addresses", addresses(best).to_string()),
                 ],
             ));
         }
