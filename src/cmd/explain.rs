@@ -355,7 +355,9 @@ fn fact_words(f: &catalog::Fact) -> &'static str {
         ProcessHandles => "open handles of the --pid process",
         PidThreads => "threads of the --pid process (/proc/PID/status)",
         PidSockets => "sockets of the --pid process (/proc/PID/fd)",
-        LocalPortCount => "source ports per destination (ip_local_port_range less ip_local_reserved_ports)",
+        LocalPortCount => {
+            "source ports per destination (ip_local_port_range less ip_local_reserved_ports)"
+        }
     }
 }
 

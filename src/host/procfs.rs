@@ -53,29 +53,33 @@ pub fn sysctl_path(key: &str) -> String {
 /// from a `--root` tree) overflows and panics in a debug build (found by fuzz/proc_limits). Such
 /// a line is no limit anyway; a file without the needed ones is still refused.
 pub fn nofile_limits(text: &str) -> Option<(u64, u64)> {
-    limit_pair(text, "Max open files")
-}
-
-/// (soft, hard) of the resource whose /proc/PID/limits line is `name` (`Max open files`,
-/// `Max processes`, `Max stack size`); unlimited as u64::MAX.
-pub fn limit_pair(text: &str, name: &str) -> Option<(u64, u64)> {
     let lines: String = text
         .lines()
         .filter(|l| l.split_whitespace().count() >= 3)
         .flat_map(|l| [l, "\n"])
         .collect();
-    let all = procfs_core::process::Limits::from_read(lines.as_bytes()).ok()?;
-    let l = match name {
-        "Max open files" => all.max_open_files,
-        "Max processes" => all.max_processes,
-        "Max stack size" => all.max_stack_size,
-        _ => return None,
-    };
+    let l = procfs_core::process::Limits::from_read(lines.as_bytes())
+        .ok()?
+        .max_open_files;
     let v = |x: procfs_core::process::LimitValue| match x {
         procfs_core::process::LimitValue::Unlimited => u64::MAX,
         procfs_core::process::LimitValue::Value(n) => n,
     };
     Some((v(l.soft_limit), v(l.hard_limit)))
+}
+
+/// (soft, hard) of the resource whose /proc/PID/limits line is `name` (`Max open files`,
+/// `Max processes`, `Max stack size`): the two columns after the name; unlimited as u64::MAX.
+pub fn limit_pair(text: &str, name: &str) -> Option<(u64, u64)> {
+    if name == "Max open files" {
+        return nofile_limits(text);
+    }
+    let rest = text.lines().find_map(|l| l.strip_prefix(name))?;
+    let mut cols = rest.split_whitespace().map(|c| match c {
+        "unlimited" => Some(u64::MAX),
+        n => n.parse().ok(),
+    });
+    Some((cols.next()??, cols.next()??))
 }
 
 /// The `Threads:` line of /proc/PID/status: how many threads the process has.
@@ -607,5 +611,34 @@ mod tests {
         assert_eq!(stat_ppid("42 (a) b) S 7 42 42"), Some(7));
         assert_eq!(range_len("32768\t60999\n"), Some(28232));
         assert_eq!(range_len("5 4"), None);
+    }
+
+    #[test]
+    fn thread_limits_threads_ena_stats_and_free_ports_parse() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \nMax stack size            8388608              unlimited            bytes     \nMax processes             63444                63444                processes \nMax open files            1024                 524288               files     \n";
+        assert_eq!(
+            limit_pair(limits, "Max stack size"),
+            Some((8_388_608, u64::MAX))
+        );
+        assert_eq!(limit_pair(limits, "Max processes"), Some((63_444, 63_444)));
+        assert_eq!(limit_pair(limits, "Max cpu time"), None);
+        assert_eq!(status_threads("Name:\tjava\nThreads:\t4100\n"), Some(4100));
+        assert_eq!(status_threads("Name:\tjava\n"), None);
+        let s = "NIC statistics:\n     tx_timeout: 0\n     pps_allowance_exceeded: 17\n     queue_0_tx_cnt: 5\n";
+        assert_eq!(
+            ethtool_stats(s),
+            vec![
+                ("tx_timeout".to_string(), 0),
+                ("pps_allowance_exceeded".to_string(), 17),
+                ("queue_0_tx_cnt".to_string(), 5)
+            ]
+        );
+        assert_eq!(ports_free(10000, 65535, ""), Some(55_536));
+        assert_eq!(
+            ports_free(10000, 65535, "10250,30000-32767"),
+            Some(55_536 - 2_769)
+        );
+        assert_eq!(ports_free(32768, 60999, "8080"), Some(28_232));
+        assert_eq!(ports_free(1, 2, "x"), None);
     }
 }

@@ -97,8 +97,12 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
         };
         // A check this host's role does not need is not exported either, nor advice (an
         // info check of a setting with a known default, which apply leaves alone too).
+        // Nor a check whose condition does not hold here (the thread limits of a server
+        // that is not thread-per-connection).
         if def.role_skip.is_some()
             || (f.severity == catalog::Severity::Info && def.default.is_some())
+            || (def.check.only_if_missed.is_some()
+                && f.status == crate::catalog::eval::Status::Skip)
         {
             continue;
         }

@@ -532,7 +532,11 @@ fn verdict(
     let note = meant
         .as_ref()
         .map(|m| format!("{current} means {m} to the kernel"));
-    match meets(def.check.compare, meant.as_ref().unwrap_or(current), &target) {
+    match meets(
+        def.check.compare,
+        meant.as_ref().unwrap_or(current),
+        &target,
+    ) {
         Ok(true) => (Status::Pass, note),
         Ok(false) => (missed, note),
         Err(e) => (Status::Skip, Some(e)),

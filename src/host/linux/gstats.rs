@@ -40,7 +40,11 @@ fn ioctl(sock: &Sock, nic: &str, cmd: *mut libc::c_void) -> Result<(), ReadError
         data: cmd,
         _rest: [0; 16],
     };
-    for (d, s) in req.name.iter_mut().zip(nic.bytes().take(libc::IFNAMSIZ - 1)) {
+    for (d, s) in req
+        .name
+        .iter_mut()
+        .zip(nic.bytes().take(libc::IFNAMSIZ - 1))
+    {
         *d = s as libc::c_char;
     }
     // SAFETY: `req` names the NIC and points at a command buffer sized for its answer.
@@ -64,7 +68,9 @@ fn ioctl(sock: &Sock, nic: &str, cmd: *mut libc::c_void) -> Result<(), ReadError
 /// The statistics' names and values, in the driver's order.
 pub fn nic_stats(nic: &str) -> Result<Vec<(String, u64)>, ReadError> {
     if !crate::host::owned::nic_name_ok(nic) {
-        return Err(ReadError::Other(format!("{nic:?} is not an interface name")));
+        return Err(ReadError::Other(format!(
+            "{nic:?} is not an interface name"
+        )));
     }
     // SAFETY: plain socket(2); the result is checked.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
@@ -119,10 +125,7 @@ pub fn nic_stats(nic: &str) -> Result<Vec<(String, u64)>, ReadError> {
     }
     // SAFETY: the names are n * 32 bytes after the 12-byte header, inside `strings`.
     let names = unsafe {
-        std::slice::from_raw_parts(
-            (strings.as_ptr() as *const u8).add(12),
-            n * ETH_GSTRING_LEN,
-        )
+        std::slice::from_raw_parts((strings.as_ptr() as *const u8).add(12), n * ETH_GSTRING_LEN)
     };
     Ok(names
         .chunks(ETH_GSTRING_LEN)
