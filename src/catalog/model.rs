@@ -47,6 +47,8 @@ pub enum NoteCount {
     /// The proxy source addresses the profile's connections need through as many ports as the
     /// current value (a dynamic port count), and with the profile's own count (`variable`).
     ProxyAddresses,
+    /// The `--pid` server's threads (the current value) beside its sockets (`host.pid_sockets`).
+    Threads,
 }
 
 impl NoteCount {
@@ -56,6 +58,7 @@ impl NoteCount {
             NoteCount::PortRange => &["held", "held_and_wanted"],
             NoteCount::Processes => &["none_fit", "processes_only", "raise_or_processes"],
             NoteCount::ProxyAddresses => &["addresses", "with_profile_ports"],
+            NoteCount::Threads => &["per_connection", "shared"],
         }
     }
 
@@ -78,6 +81,7 @@ impl NoteCount {
                 "profile_ports",
                 "profile_addresses",
             ],
+            NoteCount::Threads => &["threads", "sockets"],
         }
     }
 }

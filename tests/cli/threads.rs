@@ -69,6 +69,10 @@ fn a_thread_per_connection_server_fails_and_its_thread_limits_are_judged() {
     );
     // Two CPUs: an event loop's share is 4 x 2 + 64 = 72; half the 200 sockets is 100.
     assert_eq!(m["target"], 100, "{m}");
+    assert_eq!(
+        m["note"],
+        "190 threads for 200 sockets: about a thread per connection"
+    );
     let why = m["why"].as_str().unwrap();
     assert!(
         why.contains("near 5,000") && why.contains("near 10,000"),
@@ -104,7 +108,12 @@ fn a_thread_per_connection_server_fails_and_its_thread_limits_are_judged() {
     // Event-driven: 12 threads for the same sockets.
     server(&tree, 12, 200);
     let (_, r) = check_json(&tree, &["--pid", "4242"]);
-    assert_eq!(finding(&r, "linux.pid.io_model")["status"], "pass");
+    let m = finding(&r, "linux.pid.io_model");
+    assert_eq!(m["status"], "pass");
+    assert_eq!(
+        m["note"],
+        "12 threads for 200 sockets: the threads do not grow with the sockets"
+    );
     for id in THREAD_LIMITS {
         let f = finding(&r, id);
         assert_eq!(

@@ -13,6 +13,7 @@ pub(super) fn note(def: &NoteDef, f: &Finding, vars: &BTreeMap<String, Value>) -
         NoteCount::PortRange => port_range(def, f),
         NoteCount::Processes => processes(def, f, vars),
         NoteCount::ProxyAddresses => proxy_addresses(def, f, vars),
+        NoteCount::Threads => threads(def, f, vars),
     }
 }
 
@@ -115,4 +116,25 @@ fn proxy_addresses(def: &NoteDef, f: &Finding, vars: &BTreeMap<String, Value>) -
         }
     }
     Some(note)
+}
+
+/// A server's threads are read beside its sockets: say both, and which way they point.
+fn threads(def: &NoteDef, f: &Finding, vars: &BTreeMap<String, Value>) -> Option<String> {
+    let (Some(Value::Num(threads)), Some(Value::Num(sockets))) =
+        (&f.current, vars.get("host.pid_sockets"))
+    else {
+        return None;
+    };
+    let case = match f.status {
+        Status::Fail | Status::Warn => "per_connection",
+        _ => "shared",
+    };
+    Some(words(
+        def,
+        case,
+        &[
+            ("threads", threads.to_string()),
+            ("sockets", sockets.to_string()),
+        ],
+    ))
 }
