@@ -10,7 +10,8 @@
 use crate::catalog::facts::{BootConfig, BootEntry, SYSCTL_CONF, SYSCTL_DIRS};
 use crate::catalog::facts::{FactsRequest, HostFacts, Instance, Reading};
 use crate::catalog::{
-    Catalog, CheckDef, Compare, Each, Fact, LimitKind, Process, SoftirqField, Source, Target,
+    Catalog, CheckDef, Compare, Each, Fact, LimitKind, Process, Resource, SoftirqField, Source,
+    Target,
 };
 use crate::host::procfs::{self, paths, sysctl_path};
 use crate::host::{owned, Backend, Link, Platform, ReadError};
@@ -63,6 +64,12 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, request: &FactsRequest) 
         "host.page_size".to_string(),
         Value::Num(backend.page_size() as i64),
     );
+    // The `--pid` server's sockets, which its threads are judged against (linux.pid.io_model).
+    if request.pid.is_some() {
+        if let Reading::Value(v) = fact(backend, Fact::PidSockets, None, request.pid) {
+            vars.insert("host.pid_sockets".to_string(), v);
+        }
+    }
     let mut sysctls = Sysctls::default();
     for def in &catalog.checks {
         if let Some(Target::Expr(e)) = &def.target {
@@ -262,7 +269,7 @@ fn read_source(
                     None => return Reading::Unreadable("needs --pid".into()),
                 },
             };
-            read_nofile(backend, &pid, r.limit)
+            read_rlimit(backend, &pid, r.resource, r.limit)
         }
         Source::Systemd(prop) => match &request.unit {
             Some(unit) => backend
@@ -332,6 +339,22 @@ fn read_source(
             .dynamic_ports(*ip)
             .map(|r| Value::Num(r.count as i64))
             .into(),
+        Source::NicStat(name) => {
+            let Some(link) = nic else {
+                return Reading::Unreadable("needs a NIC".into());
+            };
+            match backend.nic_stats(&link.name) {
+                Ok(stats) => match stats.iter().find(|(k, _)| k == name) {
+                    Some((_, v)) => Reading::Value(Value::Num((*v).min(i64::MAX as u64) as i64)),
+                    None => Reading::Missing(format!(
+                        "{}'s driver has no {name} counter (ethtool -S)",
+                        link.name
+                    )),
+                },
+                Err(ReadError::Unsupported(why)) => Reading::Missing(why),
+                Err(e) => Err(e).into(),
+            }
+        }
     };
     match (reading, def.check.field) {
         (Reading::Value(Value::List(v)), Some(i)) => match v.get(i) {
@@ -382,13 +405,14 @@ fn systemd_value(v: &str) -> Value {
     }
 }
 
-fn read_nofile(backend: &dyn Backend, pid: &str, which: LimitKind) -> Reading {
+fn read_rlimit(backend: &dyn Backend, pid: &str, resource: Resource, which: LimitKind) -> Reading {
     let path = paths::limits(pid);
     let text = match backend.read(&path) {
         Ok(t) => t,
         Err(e) => return Err(e).into(),
     };
-    match procfs::nofile_limits(&text) {
+    let line = resource.limits_line();
+    match procfs::limit_pair(&text, line) {
         Some((soft, hard)) => {
             let v = match which {
                 LimitKind::Soft => soft,
@@ -400,7 +424,7 @@ fn read_nofile(backend: &dyn Backend, pid: &str, which: LimitKind) -> Reading {
         // procfs's own message for a malformed file is an "internal error, please report this
         // procfs bug"; the problem is the file, and that is what the note says.
         None => Reading::Unreadable(format!(
-            "{path}: no readable \"Max open files\" line; it is not in /proc/PID/limits format"
+            "{path}: no readable \"{line}\" line; it is not in /proc/PID/limits format"
         )),
     }
 }
@@ -452,12 +476,35 @@ fn read_sockstat(backend: &dyn Backend, name: &str) -> Reading {
 fn fact(backend: &dyn Backend, f: Fact, nic: Option<&Link>, pid: Option<u32>) -> Reading {
     match backend.host_fact(f, pid) {
         Some(r) => r.map(Value::Num).into(),
-        None => read_fact(backend, f, nic),
+        None => read_fact(backend, f, nic, pid),
     }
 }
 
-fn read_fact(backend: &dyn Backend, fact: Fact, nic: Option<&Link>) -> Reading {
+fn read_fact(backend: &dyn Backend, fact: Fact, nic: Option<&Link>, pid: Option<u32>) -> Reading {
     match fact {
+        Fact::PidThreads => {
+            let Some(pid) = pid else {
+                return Reading::Unreadable("needs --pid".into());
+            };
+            let path = format!("{}/status", paths::process(pid));
+            match backend.read(&path) {
+                Ok(t) => match procfs::status_threads(&t) {
+                    Some(n) => Reading::Value(Value::Num(n)),
+                    None => Reading::Unreadable(format!("{path}: no readable Threads: line")),
+                },
+                Err(e) => Err(e).into(),
+            }
+        }
+        Fact::PidSockets => {
+            let Some(pid) = pid else {
+                return Reading::Unreadable("needs --pid".into());
+            };
+            match backend.process_fds(pid) {
+                Ok((_, sockets)) => Reading::Value(Value::Num(sockets.len() as i64)),
+                Err(e) => Err(e).into(),
+            }
+        }
+        Fact::LocalPortCount => local_port_count(backend),
         Fact::ProcessHandles => Reading::Unreadable(
             "the handle count of a process is a Windows fact (Linux: see the nofile checks)".into(),
         ),
@@ -528,6 +575,25 @@ fn read_fact(backend: &dyn Backend, fact: Fact, nic: Option<&Link>) -> Reading {
                 Err(e) => Err(e).into(),
             }
         }
+    }
+}
+
+/// The source ports one local address has towards one destination: the ephemeral range less
+/// the reserved ports inside it (ip-sysctl.rst: ip_local_reserved_ports).
+fn local_port_count(backend: &dyn Backend) -> Reading {
+    let (first, last) = match backend.ephemeral_ports() {
+        Ok(r) => r,
+        Err(e) => return Err(e).into(),
+    };
+    let reserved = backend
+        .read(&sysctl_path("net.ipv4.ip_local_reserved_ports"))
+        .unwrap_or_default();
+    match procfs::ports_free(first as u32, last as u32, reserved.trim()) {
+        Some(n) => Reading::Value(Value::Num(n)),
+        None => Reading::Unreadable(format!(
+            "net.ipv4.ip_local_reserved_ports: not a port list: {}",
+            reserved.trim()
+        )),
     }
 }
 

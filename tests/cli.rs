@@ -22,6 +22,7 @@ mod live;
 mod nic;
 mod output;
 mod profiles;
+mod threads;
 mod usage;
 mod watch;
 mod watch_live;

@@ -83,7 +83,13 @@ impl Managed {
 }
 
 /// Host variables a target expression may use besides the profile's and `sysctl.*`.
-pub const HOST_VARS: &[&str] = &["host.cpus", "host.mem_bytes", "host.page_size"];
+/// `host.pid_sockets`: the sockets of the `--pid` process (read only with --pid).
+pub const HOST_VARS: &[&str] = &[
+    "host.cpus",
+    "host.mem_bytes",
+    "host.page_size",
+    "host.pid_sockets",
+];
 
 /// Variables a per-NIC check's target may use besides those: each NIC's own, answered by
 /// `nic::nic_vars` (`nic.rss_queues`: one receive queue per physical core of its NUMA node, at
@@ -340,11 +346,23 @@ pub fn parse(
                 Fact::NicRxQueues | Fact::NicTxQueues | Fact::NicIrqCpus | Fact::NicCoalesce
             )
         ) || matches!(&check.source, Source::Registry(r) if r.key.contains("{nic_key}"));
+        let nic_only = nic_only || matches!(check.source, Source::NicStat(_));
         if nic_only && check.each != Some(Each::Nic) {
             bad("this source is per NIC; add `each: nic`".into());
         }
         if check.why.trim().is_empty() {
             bad("every check needs a `why`".into());
+        }
+        if let Some(gate) = &check.only_if_missed {
+            if !seen.contains(&gate.check) || gate.check == check.id {
+                bad(format!(
+                    "only_if_missed: `{}` is no check above this one; name an earlier check's id",
+                    gate.check
+                ));
+            }
+            if gate.otherwise.trim().is_empty() {
+                bad("only_if_missed: `otherwise` says why the check does not apply when that one passed".into());
+            }
         }
         let note = match &check.note {
             None => None,

@@ -47,6 +47,8 @@ pub enum NoteCount {
     /// The proxy source addresses the profile's connections need through as many ports as the
     /// current value (a dynamic port count), and with the profile's own count (`variable`).
     ProxyAddresses,
+    /// The `--pid` server's threads (the current value) beside its sockets (`host.pid_sockets`).
+    Threads,
 }
 
 impl NoteCount {
@@ -56,6 +58,7 @@ impl NoteCount {
             NoteCount::PortRange => &["held", "held_and_wanted"],
             NoteCount::Processes => &["none_fit", "processes_only", "raise_or_processes"],
             NoteCount::ProxyAddresses => &["addresses", "with_profile_ports"],
+            NoteCount::Threads => &["per_connection", "shared"],
         }
     }
 
@@ -78,6 +81,7 @@ impl NoteCount {
                 "profile_ports",
                 "profile_addresses",
             ],
+            NoteCount::Threads => &["threads", "sockets"],
         }
     }
 }
@@ -119,6 +123,15 @@ pub struct Check {
     /// A note of the file's `notes` that counts what the value alone does not say.
     #[serde(default)]
     pub note: Option<String>,
+    /// Judged only when an earlier check missed its target (the limits a thread-per-connection
+    /// server hits, after the check that finds it is one); skipped with `otherwise` when that
+    /// check passed, and with its note when it was not judged.
+    #[serde(default)]
+    pub only_if_missed: Option<MissedGate>,
+    /// What the kernel makes of a value (tcp_orphan_retries: 0 means 8): the value judged in
+    /// its place, shown as read.
+    #[serde(default)]
+    pub means: BTreeMap<i64, i64>,
     pub why: String,
     pub fix: Fix,
     /// The public sources the target and the why follow (kernel documentation, vendor guides,
@@ -131,6 +144,16 @@ pub struct Check {
     /// check as written.
     #[serde(default)]
     pub roles: BTreeMap<crate::profile::Role, RoleOverride>,
+}
+
+/// The check another check's verdict depends on (`only_if_missed`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MissedGate {
+    /// An earlier check's id.
+    pub check: String,
+    /// Why this check does not apply when that one passed (the finding's note).
+    pub otherwise: String,
 }
 
 /// A check as one role needs it. `skip` excludes the others.
@@ -228,6 +251,9 @@ pub enum Source {
     DynamicPorts(IpVersion),
     /// How many ports that range holds: what one proxy address can open to one backend.
     DynamicPortCount(IpVersion),
+    /// One of a NIC's driver statistics by the name `ethtool -S NIC` gives it (ETHTOOL_GSTATS;
+    /// ENA's `pps_allowance_exceeded`); missing on a NIC whose driver has no such counter.
+    NicStat(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -242,6 +268,21 @@ pub struct RlimitSource {
 #[serde(rename_all = "snake_case")]
 pub enum Resource {
     Nofile,
+    /// RLIMIT_NPROC: the threads and processes of the process's real user, together.
+    Nproc,
+    /// RLIMIT_STACK: the main thread's stack, and glibc's default for every new thread's.
+    Stack,
+}
+
+impl Resource {
+    /// Its line in /proc/PID/limits.
+    pub fn limits_line(self) -> &'static str {
+        match self {
+            Resource::Nofile => "Max open files",
+            Resource::Nproc => "Max processes",
+            Resource::Stack => "Max stack size",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]

@@ -306,10 +306,15 @@ fn reads(s: &Source) -> String {
     match s {
         Source::Sysctl(k) => format!("sysctl {k}"),
         Source::Rlimit(r) => format!(
-            "the {} RLIMIT_NOFILE of {}",
+            "the {} RLIMIT_{} of {}",
             match r.limit {
                 catalog::LimitKind::Soft => "soft",
                 catalog::LimitKind::Hard => "hard",
+            },
+            match r.resource {
+                catalog::Resource::Nofile => "NOFILE",
+                catalog::Resource::Nproc => "NPROC",
+                catalog::Resource::Stack => "STACK",
             },
             match r.process {
                 catalog::Process::Current => "this shell (what a server started from it inherits)",
@@ -331,6 +336,7 @@ fn reads(s: &Source) -> String {
         Source::DynamicPorts(_) | Source::DynamicPortCount(_) => {
             "the TCP dynamic port range (netsh int ipv4|ipv6 show dynamicport tcp)".into()
         }
+        Source::NicStat(n) => format!("the NIC driver's counter {n} (ethtool -S)"),
     }
 }
 
@@ -347,6 +353,11 @@ fn fact_words(f: &catalog::Fact) -> &'static str {
         NicCoalesce => "NIC receive interrupt coalescing (ethtool netlink)",
         ProcSysWritable => "/proc/sys mount (read-write or read-only)",
         ProcessHandles => "open handles of the --pid process",
+        PidThreads => "threads of the --pid process (/proc/PID/status)",
+        PidSockets => "sockets of the --pid process (/proc/PID/fd)",
+        LocalPortCount => {
+            "source ports per destination (ip_local_port_range less ip_local_reserved_ports)"
+        }
     }
 }
 

@@ -316,6 +316,35 @@ impl Backend for FixtureBackend {
         })
     }
 
+    /// `wstune/ethtool/NIC.stats`: what `ethtool -S NIC` printed on the captured host.
+    fn nic_stats(&self, nic: &str) -> Result<Vec<(String, u64)>, ReadError> {
+        let path = Self::ethtool_path(nic)
+            .map(|p| format!("{p}.stats"))
+            .ok_or_else(|| ReadError::Other(format!("{nic:?} is not an interface name")))?;
+        let text = self.read(&path).map_err(|_| {
+            ReadError::Unsupported(format!(
+                "{nic}'s driver statistics (ethtool -S) are not in this tree ({path})"
+            ))
+        })?;
+        Ok(super::procfs::ethtool_stats(&text))
+    }
+
+    /// A captured process's descriptors: `/proc/PID/fd/N` holds what the link reads on the
+    /// live host (`socket:[INODE]`, a path), as a tree keeps no links.
+    fn process_fds(&self, pid: u32) -> Result<(u64, Vec<u64>), ReadError> {
+        let dir = format!("/proc/{pid}/fd");
+        let names = self.list(&dir)?;
+        let mut sockets = Vec::new();
+        for name in &names {
+            if let Ok(target) = self.read(&format!("{dir}/{name}")) {
+                if let Some(inode) = super::procfs::socket_inode(target.trim()) {
+                    sockets.push(inode);
+                }
+            }
+        }
+        Ok((names.len() as u64, sockets))
+    }
+
     fn rx_ring(&self, nic: &str) -> Result<(u32, u32), ReadError> {
         let v = self.ethtool(nic)?;
         match (v.get("rx_ring"), v.get("rx_ring_max")) {

@@ -456,6 +456,13 @@ pub trait Backend {
             "{nic}'s interrupt coalescing is read over ethtool netlink, on the live host only"
         )))
     }
+    /// A NIC's driver statistics, as `ethtool -S NIC` lists them (ETHTOOL_GSTATS): name and
+    /// value, in the driver's order. The live Linux host, or a tree's `ethtool -S` capture.
+    fn nic_stats(&self, nic: &str) -> Result<Vec<(String, u64)>, ReadError> {
+        Err(ReadError::Unsupported(format!(
+            "{nic}'s driver statistics are read with ETHTOOL_GSTATS, on the live host only"
+        )))
+    }
     /// A NIC's receive ring size and its maximum (`ethtool -g`). Only the live Linux host.
     fn rx_ring(&self, nic: &str) -> Result<(u32, u32), ReadError> {
         Err(ReadError::Unsupported(format!(

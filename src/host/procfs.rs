@@ -68,6 +68,55 @@ pub fn nofile_limits(text: &str) -> Option<(u64, u64)> {
     Some((v(l.soft_limit), v(l.hard_limit)))
 }
 
+/// (soft, hard) of the resource whose /proc/PID/limits line is `name` (`Max open files`,
+/// `Max processes`, `Max stack size`): the two columns after the name; unlimited as u64::MAX.
+pub fn limit_pair(text: &str, name: &str) -> Option<(u64, u64)> {
+    if name == "Max open files" {
+        return nofile_limits(text);
+    }
+    let rest = text.lines().find_map(|l| l.strip_prefix(name))?;
+    let mut cols = rest.split_whitespace().map(|c| match c {
+        "unlimited" => Some(u64::MAX),
+        n => n.parse().ok(),
+    });
+    Some((cols.next()??, cols.next()??))
+}
+
+/// The `Threads:` line of /proc/PID/status: how many threads the process has.
+pub fn status_threads(text: &str) -> Option<i64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `ethtool -S NIC`'s text (`NIC statistics:` then one `name: value` line per counter), as
+/// (name, value) pairs; lines that are not a counter are left out.
+pub fn ethtool_stats(text: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            Some((k.trim().to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// How many ports of the range `first..=last` a port list (net.ipv4.ip_local_reserved_ports'
+/// `8080,30000-32767`) leaves free; None when the list does not parse.
+pub fn ports_free(first: u32, last: u32, reserved: &str) -> Option<i64> {
+    let mut taken = std::collections::BTreeSet::new();
+    for part in reserved.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?),
+            None => {
+                let p = part.parse::<u32>().ok()?;
+                (p, p)
+            }
+        };
+        taken.extend(a.max(first)..=b.min(last));
+    }
+    Some((last as i64 - first as i64 + 1).max(0) - taken.len() as i64)
+}
+
 /// The `Group: names` / `Group: values` line pairs of /proc/net/netstat and /proc/net/snmp.
 pub fn header_values(text: &str, group: &str, field: &str) -> Option<i64> {
     let prefix = format!("{group}:");
@@ -562,5 +611,34 @@ mod tests {
         assert_eq!(stat_ppid("42 (a) b) S 7 42 42"), Some(7));
         assert_eq!(range_len("32768\t60999\n"), Some(28232));
         assert_eq!(range_len("5 4"), None);
+    }
+
+    #[test]
+    fn thread_limits_threads_ena_stats_and_free_ports_parse() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \nMax stack size            8388608              unlimited            bytes     \nMax processes             63444                63444                processes \nMax open files            1024                 524288               files     \n";
+        assert_eq!(
+            limit_pair(limits, "Max stack size"),
+            Some((8_388_608, u64::MAX))
+        );
+        assert_eq!(limit_pair(limits, "Max processes"), Some((63_444, 63_444)));
+        assert_eq!(limit_pair(limits, "Max cpu time"), None);
+        assert_eq!(status_threads("Name:\tjava\nThreads:\t4100\n"), Some(4100));
+        assert_eq!(status_threads("Name:\tjava\n"), None);
+        let s = "NIC statistics:\n     tx_timeout: 0\n     pps_allowance_exceeded: 17\n     queue_0_tx_cnt: 5\n";
+        assert_eq!(
+            ethtool_stats(s),
+            vec![
+                ("tx_timeout".to_string(), 0),
+                ("pps_allowance_exceeded".to_string(), 17),
+                ("queue_0_tx_cnt".to_string(), 5)
+            ]
+        );
+        assert_eq!(ports_free(10000, 65535, ""), Some(55_536));
+        assert_eq!(
+            ports_free(10000, 65535, "10250,30000-32767"),
+            Some(55_536 - 2_769)
+        );
+        assert_eq!(ports_free(32768, 60999, "8080"), Some(28_232));
+        assert_eq!(ports_free(1, 2, "x"), None);
     }
 }

@@ -113,6 +113,16 @@ fn write_recording(root: &Path, backend: &Recorder) -> Result<String> {
         let text: String = values.iter().map(|(k, v)| format!("{k}: {v}\n")).collect();
         std::fs::write(dir.join(nic), text)?;
     }
+    // What `ethtool -S` listed, in its own format (host/fixture.rs reads it back).
+    for (nic, stats) in &rec.nic_stats {
+        let dir = root.join(META_DIR).join("ethtool");
+        std::fs::create_dir_all(&dir)?;
+        let mut text = "NIC statistics:\n".to_string();
+        for (k, v) in stats {
+            text.push_str(&format!("     {k}: {v}\n"));
+        }
+        std::fs::write(dir.join(format!("{nic}.stats")), text)?;
+    }
     for (unit, props) in &rec.systemd {
         let text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
         std::fs::write(

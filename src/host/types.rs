@@ -56,6 +56,14 @@ pub enum Fact {
     ProcSysWritable,
     /// Open handles of the `--pid` process (Windows: GetProcessHandleCount).
     ProcessHandles,
+    // --- The `--pid` server's threads and sockets, and the ports one source address has ---
+    /// Threads of the `--pid` process (the `Threads:` line of /proc/PID/status).
+    PidThreads,
+    /// Open descriptors of the `--pid` process that are sockets (/proc/PID/fd).
+    PidSockets,
+    /// Source ports one local address can use towards one destination address and port:
+    /// net.ipv4.ip_local_port_range's ports less those ip_local_reserved_ports keeps out.
+    LocalPortCount,
 }
 
 #[cfg(test)]

@@ -251,7 +251,8 @@ pub fn base_id(id: &str) -> &str {
 ///   any other file (a NIC's statistics) is a counter;
 /// - a registry value: its value name (`TcpTimedWaitDelay`, `*RSSProfile`);
 /// - Windows' dynamic port range or its size: `netsh int ipv4|ipv6 dynamicport tcp`;
-/// - netstat, sockstat, softnet, conntrack and softirq counters and facts: exempt.
+/// - netstat, sockstat, softnet, conntrack and softirq counters, a NIC driver's `ethtool -S`
+///   counters and facts: exempt.
 ///
 /// A source kind not classified here is an error, so a new kind gets a decision.
 #[allow(unreachable_patterns)]
@@ -281,6 +282,7 @@ pub fn key(source: &CheckSource) -> Result<Option<String>, String> {
         | CheckSource::Softnet(_)
         | CheckSource::ConntrackStat(_)
         | CheckSource::Softirq(_)
+        | CheckSource::NicStat(_)
         | CheckSource::Fact(_) => None,
         other => {
             return Err(format!(
@@ -591,13 +593,6 @@ mod tests {
         "linux.cgroup.memory_sock",
         "linux.net.netfilter.nf_conntrack_tcp_timeout_established",
         "linux.net.ipv4.tcp_migrate_req",
-        "linux.kernel.threads-max",
-        "linux.kernel.pid_max",
-        "linux.vm.max_map_count",
-        "linux.pid.nproc",
-        "linux.pid.thread_stacks",
-        "linux.net.ipv4.tcp_orphan_retries",
-        "linux.net.ipv4.ip_local_port_range.per_destination",
     ];
 
     #[test]

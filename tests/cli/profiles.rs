@@ -230,7 +230,7 @@ fn a_profile_file_and_a_catalog_file_extend_the_built_ins() {
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("checks/linux.yaml"))
             .unwrap();
     catalog.push_str(
-        "  - id: linux.kernel.pid_max\n    title: pid_max\n    source: {sysctl: kernel.pid_max}\n    scope: global\n    compare: \">=\"\n    target: \"connections / 100\"\n    severity: warn\n    why: an operator's own check\n    fix: {runtime: \"sysctl -w kernel.pid_max={target}\"}\n",
+        "  - id: linux.site.pid_max\n    title: pid_max\n    source: {sysctl: kernel.pid_max}\n    scope: global\n    compare: \">=\"\n    target: \"connections / 100\"\n    severity: warn\n    why: an operator's own check\n    fix: {runtime: \"sysctl -w kernel.pid_max={target}\"}\n",
     );
     let c = dir.path().join("checks.yaml");
     std::fs::write(&c, catalog).unwrap();
@@ -245,7 +245,7 @@ fn a_profile_file_and_a_catalog_file_extend_the_built_ins() {
     );
     assert_eq!(r["profile"]["name"], "mine");
     assert_eq!(finding(&r, "linux.net.core.somaxconn")["target"], 2000);
-    let own = finding(&r, "linux.kernel.pid_max");
+    let own = finding(&r, "linux.site.pid_max");
     assert_eq!(own["target"], 100);
     assert_eq!(
         own["status"], "skip",

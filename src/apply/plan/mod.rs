@@ -32,7 +32,7 @@ mod settings;
 mod tests;
 use crate::catalog::eval::{Finding, Status};
 use crate::catalog::facts::HostFacts;
-use crate::catalog::{self, Catalog, Process, Source};
+use crate::catalog::{self, Catalog, Process, Resource, Source};
 use crate::host::procfs::sysctl_path;
 use crate::host::RegType;
 use crate::value::Value;
@@ -324,7 +324,8 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
                     });
                 }
             }
-            Source::Rlimit(r) if wrong(f) => {
+            // Only the fd limit is planned: the thread limits (nproc, stack) are the operator's.
+            Source::Rlimit(r) if wrong(f) && r.resource == Resource::Nofile => {
                 let Some(Value::Num(target)) = f.target.clone() else {
                     continue;
                 };

@@ -4,7 +4,7 @@
 use super::SYSCTL_FILE;
 use crate::catalog::eval::Finding;
 use crate::catalog::facts::{HostFacts, Reading};
-use crate::catalog::{Catalog, LimitKind, Process, Source};
+use crate::catalog::{Catalog, LimitKind, Process, Resource, Source};
 
 /// The kernel's fs.nr_open when no boot file sets it (1024 * 1024).
 pub const KERNEL_NR_OPEN: u64 = 1 << 20;
@@ -93,7 +93,7 @@ impl PidNofile {
     ) -> Self {
         let current = |kind: LimitKind| {
             let i = catalog.checks.iter().position(|d| {
-                matches!(&d.check.source, Source::Rlimit(r) if r.process == Process::Pid && r.limit == kind)
+                matches!(&d.check.source, Source::Rlimit(r) if r.process == Process::Pid && r.limit == kind && r.resource == Resource::Nofile)
             })?;
             finding(i, false)?.current.as_ref()?.as_num()
         };

@@ -7,7 +7,7 @@ use super::{
 };
 use crate::catalog::eval::Finding;
 use crate::catalog::facts::{HostFacts, Reading};
-use crate::catalog::{self, Catalog, CheckDef, Process, Source};
+use crate::catalog::{self, Catalog, CheckDef, Process, Resource, Source};
 use crate::value::Value;
 
 /// What one sysctl check asks of this host.
@@ -97,8 +97,12 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
         };
         // A check this host's role does not need is not exported either, nor advice (an
         // info check of a setting with a known default, which apply leaves alone too).
+        // Nor a check whose condition does not hold here (the thread limits of a server
+        // that is not thread-per-connection).
         if def.role_skip.is_some()
             || (f.severity == catalog::Severity::Info && def.default.is_some())
+            || (def.check.only_if_missed.is_some()
+                && f.status == crate::catalog::eval::Status::Skip)
         {
             continue;
         }
@@ -168,7 +172,7 @@ pub fn settings(catalog: &Catalog, findings: &[Finding], facts: &HostFacts) -> S
                 SysctlValue::Unknown(note) => s.notes.push(note),
                 SysctlValue::NoTarget => {}
             },
-            Source::Rlimit(r) if r.process == Process::Current => {
+            Source::Rlimit(r) if r.process == Process::Current && r.resource == Resource::Nofile => {
                 if let Some(Value::Num(target)) = f.target {
                     // Never lower: a shell already above the target keeps its limit.
                     // (An unlimited one, i64::MAX, cannot be written to a file: the target is.)

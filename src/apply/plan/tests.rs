@@ -41,10 +41,15 @@ mod pure {
                     (Some(r), _) => r.clone(),
                     (None, _) => Reading::Missing("not here".into()),
                 },
-                Source::Rlimit(r) if r.process == Process::Current => match nofile {
-                    Some(n) => Reading::Value(Value::Num(n)),
-                    None => Reading::Missing("not here".into()),
-                },
+                Source::Rlimit(r)
+                    if r.process == Process::Current
+                        && r.resource == crate::catalog::Resource::Nofile =>
+                {
+                    match nofile {
+                        Some(n) => Reading::Value(Value::Num(n)),
+                        None => Reading::Missing("not here".into()),
+                    }
+                }
                 _ => Reading::Missing("not here".into()),
             };
             f.instances.push(Instance {

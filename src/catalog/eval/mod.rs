@@ -201,6 +201,7 @@ pub fn evaluate(
         })
         .collect::<Vec<_>>();
     narrow_shared_fixes(catalog, &vars, &mut findings);
+    gate_on_misses(catalog, &mut findings);
     findings
 }
 
@@ -218,6 +219,51 @@ fn with_nic_vars<'a>(
             std::borrow::Cow::Owned(v)
         }
         _ => std::borrow::Cow::Borrowed(vars),
+    }
+}
+
+/// A check with `only_if_missed` is judged only when the check it names missed its target
+/// (failed or warned): the limits a thread-per-connection server hits mean nothing for an
+/// event-driven one. Otherwise each of its findings (its boot view too, so apply leaves the
+/// setting alone) is a skip that says why. A role's skip stands as it is.
+fn gate_on_misses(catalog: &Catalog, findings: &mut [Finding]) {
+    let mut skips = Vec::new();
+    for (n, f) in findings.iter().enumerate() {
+        let Some(k) = f.key else { continue };
+        let def = &catalog.checks[k.check];
+        let Some(gate) = &def.check.only_if_missed else {
+            continue;
+        };
+        if def.role_skip.is_some() {
+            continue;
+        }
+        let at = catalog.checks.iter().position(|d| d.check.id == gate.check);
+        let verdict = findings
+            .iter()
+            .find(|g| g.key.is_some_and(|g| Some(g.check) == at && !g.boot));
+        let why = match verdict.map(|g| (g.status, g.note.as_deref())) {
+            Some((Status::Fail | Status::Warn, _)) => continue,
+            Some((Status::Pass, _)) => gate.otherwise.trim().to_string(),
+            Some((_, note)) => format!(
+                "{} was not judged: {}",
+                gate.check,
+                note.unwrap_or("it has no verdict")
+            ),
+            None => format!("{} is not in this catalog", gate.check),
+        };
+        skips.push((n, why));
+    }
+    for (n, why) in skips {
+        findings[n].status = Status::Skip;
+        findings[n].note = Some(why);
+    }
+}
+
+/// What the kernel makes of `v` when the check says (`means`: tcp_orphan_retries' 0 is 8).
+fn meant(def: &CheckDef, v: &Value) -> Option<Value> {
+    match v {
+        Value::Num(n) => def.check.means.get(n).map(|m| Value::Num(*m)),
+        _ => None,
     }
 }
 
@@ -502,9 +548,18 @@ fn verdict(
         Ok(None) => return (Status::Info, None),
         Err(e) => return (Status::Skip, Some(e)),
     };
-    match meets(def.check.compare, current, &target) {
-        Ok(true) => (Status::Pass, None),
-        Ok(false) => (missed, None),
+    // A value the kernel reads as another is judged as that one, and the note says so.
+    let meant = meant(def, current);
+    let note = meant
+        .as_ref()
+        .map(|m| format!("{current} means {m} to the kernel"));
+    match meets(
+        def.check.compare,
+        meant.as_ref().unwrap_or(current),
+        &target,
+    ) {
+        Ok(true) => (Status::Pass, note),
+        Ok(false) => (missed, note),
         Err(e) => (Status::Skip, Some(e)),
     }
 }
@@ -537,9 +592,13 @@ fn evaluate_boot(
             return f;
         }
     };
-    let select = |v: Value| match (v, def.check.field) {
-        (Value::List(l), Some(i)) => l.get(i).map(|n| Value::Num(*n)),
-        (v, _) => Some(v),
+    // The field judged, as the kernel reads it (`means`).
+    let select = |v: Value| {
+        let v = match (v, def.check.field) {
+            (Value::List(l), Some(i)) => l.get(i).map(|n| Value::Num(*n)),
+            (v, _) => Some(v),
+        }?;
+        Some(meant(def, &v).unwrap_or(v))
     };
     // Without a runtime value there is nothing to persist or compare against.
     if let Reading::Missing(why) | Reading::Unreadable(why) = &inst.reading {
@@ -547,7 +606,7 @@ fn evaluate_boot(
         f.note = Some(why.clone());
         return f;
     }
-    let runtime_ok = matches!(&inst.reading, Reading::Value(v) if meets(def.check.compare, v, &target) == Ok(true));
+    let runtime_ok = matches!(&inst.reading, Reading::Value(v) if meets(def.check.compare, meant(def, v).as_ref().unwrap_or(v), &target) == Ok(true));
     let (status, note, current) = match boot {
         Reading::Value(entry) => {
             let (location, raw) = (entry.location(), entry.value.as_str());

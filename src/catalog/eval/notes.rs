@@ -13,6 +13,7 @@ pub(super) fn note(def: &NoteDef, f: &Finding, vars: &BTreeMap<String, Value>) -
         NoteCount::PortRange => port_range(def, f),
         NoteCount::Processes => processes(def, f, vars),
         NoteCount::ProxyAddresses => proxy_addresses(def, f, vars),
+        NoteCount::Threads => threads(def, f, vars),
     }
 }
 
@@ -96,18 +97,44 @@ fn proxy_addresses(def: &NoteDef, f: &Finding, vars: &BTreeMap<String, Value>) -
             ("addresses", addresses(*ports).to_string()),
         ],
     );
-    let profile = def.variable.as_ref().and_then(|v| vars.get(v));
-    if let Some(Value::Num(best)) = profile {
-        if best > ports {
+    // The profile's port count, or the ports of its `[first, last]` range.
+    let profile = match def.variable.as_ref().and_then(|v| vars.get(v)) {
+        Some(Value::Num(n)) => Some(*n),
+        Some(Value::List(r)) if r.len() == 2 => Some(r[1] - r[0] + 1),
+        _ => None,
+    };
+    if let Some(best) = profile {
+        if best > *ports {
             note.push_str(&words(
                 def,
                 "with_profile_ports",
                 &[
                     ("profile_ports", best.to_string()),
-                    ("profile_addresses", addresses(*best).to_string()),
+                    ("profile_addresses", addresses(best).to_string()),
                 ],
             ));
         }
     }
     Some(note)
+}
+
+/// A server's threads are read beside its sockets: say both, and which way they point.
+fn threads(def: &NoteDef, f: &Finding, vars: &BTreeMap<String, Value>) -> Option<String> {
+    let (Some(Value::Num(threads)), Some(Value::Num(sockets))) =
+        (&f.current, vars.get("host.pid_sockets"))
+    else {
+        return None;
+    };
+    let case = match f.status {
+        Status::Fail | Status::Warn => "per_connection",
+        _ => "shared",
+    };
+    Some(words(
+        def,
+        case,
+        &[
+            ("threads", threads.to_string()),
+            ("sockets", sockets.to_string()),
+        ],
+    ))
 }

@@ -359,3 +359,112 @@ fn summary_counts() {
     assert_eq!(s.pass + s.warn + s.fail + s.skip + s.info, s.total);
     assert!(s.fail >= 1);
 }
+
+/// The thread limits are judged only after linux.pid.io_model finds a thread per connection:
+/// an event-driven server skips them with the reason, a server not given with --pid with
+/// io_model's own reason, and the boot view of a gated sysctl skips with them (so apply
+/// leaves the setting alone).
+#[test]
+fn thread_limits_follow_the_io_model_verdict() {
+    let c = catalog();
+    let model = idx(&c, "linux.pid.io_model");
+    let tmax = idx(&c, "linux.kernel.threads-max");
+    let with = |threads: i64, sockets: i64, pid: bool| {
+        let mut t = inst(tmax, Reading::Value(Value::Num(63_000)));
+        t.boot = Some(Reading::Missing("no sysctl.d file sets it".into()));
+        let mut f = facts(vec![inst(model, Reading::Value(Value::Num(threads))), t]);
+        f.vars
+            .insert("host.pid_sockets".into(), Value::Num(sockets));
+        f.request.pid = pid.then_some(4242);
+        evaluate(&c, &profile_vars(), &f)
+    };
+    let get = |all: &[Finding], id: &str| all.iter().find(|x| x.id == id).unwrap().clone();
+    // 4,100 threads for 4,000 sockets on 2 CPUs: a thread per connection.
+    let all = with(4_100, 4_000, true);
+    let m = get(&all, "linux.pid.io_model");
+    assert_eq!(
+        (m.status, m.target.clone()),
+        (Status::Fail, Some(Value::Num(2_000)))
+    );
+    let t = get(&all, "linux.kernel.threads-max");
+    assert_eq!(
+        (t.status, t.target),
+        (Status::Fail, Some(Value::Num(200_000)))
+    );
+    assert_eq!(
+        get(&all, "linux.kernel.threads-max.boot").status,
+        Status::Info
+    );
+    // 12 threads for the same sockets: event-driven; a few sockets never count either.
+    for (threads, sockets) in [(12, 4_000), (40, 10)] {
+        let all = with(threads, sockets, true);
+        assert_eq!(get(&all, "linux.pid.io_model").status, Status::Pass);
+        for id in ["linux.kernel.threads-max", "linux.kernel.threads-max.boot"] {
+            let t = get(&all, id);
+            assert_eq!(
+                (t.status, t.note.as_deref()),
+                (
+                    Status::Skip,
+                    Some("event-driven: threads do not grow with sockets")
+                ),
+                "{id}"
+            );
+        }
+    }
+    // Without --pid nothing says which it is.
+    let t = get(&with(4_100, 4_000, false), "linux.kernel.threads-max");
+    assert_eq!(t.status, Status::Skip);
+    assert_eq!(
+        t.note.as_deref(),
+        Some("linux.pid.io_model was not judged: pass --pid PID to check a running server")
+    );
+}
+
+/// tcp_orphan_retries' 0 is 8 to the kernel: judged as 8, shown as read, and the boot view's
+/// kernel default (0) misses too.
+#[test]
+fn a_value_the_kernel_reads_as_another_is_judged_as_that_one() {
+    let c = catalog();
+    let i = idx(&c, "linux.net.ipv4.tcp_orphan_retries");
+    let mut x = inst(i, Reading::Value(Value::Num(0)));
+    x.boot = Some(Reading::Missing("no sysctl.d file sets it".into()));
+    let all = evaluate(&c, &profile_vars(), &facts(vec![x]));
+    let r = all
+        .iter()
+        .find(|f| f.id == "linux.net.ipv4.tcp_orphan_retries")
+        .unwrap();
+    assert_eq!(
+        (r.status, r.current.clone()),
+        (Status::Info, Some(Value::Num(0)))
+    );
+    assert_eq!(r.note.as_deref(), Some("0 means 8 to the kernel"));
+    let b = all
+        .iter()
+        .find(|f| f.id == "linux.net.ipv4.tcp_orphan_retries.boot")
+        .unwrap();
+    assert_eq!(b.status, Status::Info, "{b:?}");
+    assert!(
+        b.note.as_deref().unwrap().contains("kernel default 8"),
+        "{b:?}"
+    );
+    let two = one(
+        &c,
+        &facts(vec![inst(i, Reading::Value(Value::Num(2)))]),
+        "linux.net.ipv4.tcp_orphan_retries",
+    );
+    assert_eq!((two.status, two.note), (Status::Pass, None));
+}
+
+/// A gate must name a check above it.
+#[test]
+fn only_if_missed_names_an_earlier_check() {
+    let known = profile_vars().into_keys().collect();
+    let text = "platform: linux\nchecks:\n  - id: linux.x.y\n    title: t\n    source: {sysctl: kernel.pid_max}\n    scope: global\n    compare: \">=\"\n    target: 1\n    severity: fail\n    only_if_missed: {check: linux.a.b, otherwise: o}\n    why: w\n    fix: {}\n";
+    let err = catalog::parse(text, "c.yaml", &known)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("only_if_missed: `linux.a.b` is no check above this one"),
+        "{err}"
+    );
+}

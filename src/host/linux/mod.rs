@@ -11,6 +11,8 @@
 #[cfg(target_os = "linux")]
 mod ethtool;
 #[cfg(target_os = "linux")]
+mod gstats;
+#[cfg(target_os = "linux")]
 mod sock_diag;
 mod sys;
 
@@ -37,6 +39,8 @@ pub struct Recording {
     /// NIC -> what ethtool netlink answered (channels, ring, coalescing), as a captured tree's
     /// `wstune/ethtool/NIC` holds it (host/fixture.rs).
     pub ethtool: BTreeMap<String, BTreeMap<String, u32>>,
+    /// NIC -> its driver statistics (`ethtool -S`), as `wstune/ethtool/NIC.stats` holds them.
+    pub nic_stats: BTreeMap<String, Vec<(String, u64)>>,
 }
 
 impl LinuxBackend {
@@ -212,6 +216,16 @@ impl Backend for LinuxBackend {
         let (now, max) = ethtool::rx_ring(nic)?;
         self.record_ethtool(nic, &[("rx_ring", now), ("rx_ring_max", max)]);
         Ok((now, max))
+    }
+
+    fn nic_stats(&self, nic: &str) -> Result<Vec<(String, u64)>, ReadError> {
+        let stats = gstats::nic_stats(nic)?;
+        if let Some(rec) = &self.recorder {
+            rec.borrow_mut()
+                .nic_stats
+                .insert(nic.to_string(), stats.clone());
+        }
+        Ok(stats)
     }
 
     fn coalesce(&self, nic: &str) -> Result<super::Coalesce, ReadError> {
