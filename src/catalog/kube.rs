@@ -29,11 +29,11 @@ impl Kube {
     /// The class in words, for the remark under a fix.
     pub fn words(self) -> &'static str {
         match self {
-            Kube::Safe => "safe: any pod may set it in securityContext.sysctls (not with hostNetwork)",
+            Kube::Safe => "safe: any pod may set it (securityContext.sysctls)",
             Kube::Unsafe => {
-                "namespaced but unsafe: a pod may set it in securityContext.sysctls only on nodes whose kubelet allows it (--allowed-unsafe-sysctls or allowedUnsafeSysctls)"
+                "namespaced but unsafe: a pod may set it only where the kubelet allows it (--allowed-unsafe-sysctls)"
             }
-            Kube::Node => "node-level: set it on the node itself, never in a pod",
+            Kube::Node => "node-level: set it on the node, never in a pod",
         }
     }
 }
