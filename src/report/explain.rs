@@ -219,7 +219,7 @@ pub fn explain_text(e: &Explanation, width: u16) -> String {
 fn scope_words(s: Scope) -> &'static str {
     match s {
         Scope::Netns => {
-            "per network namespace: a container has its own value, set by its runtime (docker run --sysctl, Kubernetes securityContext.sysctls)"
+            "per network namespace: a container has its own value, set by its runtime (docker run --sysctl; Kubernetes securityContext.sysctls, where the kubelet allows the key: the fix's Kubernetes line says)"
         }
         Scope::Global => "kernel-wide: one value for the host and every container on it",
         Scope::Process => "per process: the limit a server started from this shell (or --pid) has",

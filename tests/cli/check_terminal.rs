@@ -443,13 +443,13 @@ fn json_marks_advice_and_each_sysctls_kubernetes_class() {
     let somaxconn = common::finding(&r, "linux.net.core.somaxconn");
     assert_eq!(somaxconn["advice"], false, "{somaxconn}");
     let class = |f: &serde_json::Value| f["kubernetes"][0]["class"].clone();
-    assert_eq!(class(&somaxconn), "unsafe", "{somaxconn}");
+    assert_eq!(class(somaxconn), "unsafe", "{somaxconn}");
     assert_eq!(
-        class(&common::finding(&r, "linux.net.ipv4.tcp_fin_timeout")),
+        class(common::finding(&r, "linux.net.ipv4.tcp_fin_timeout")),
         "safe"
     );
     assert_eq!(
-        class(&common::finding(&r, "linux.net.core.netdev_max_backlog")),
+        class(common::finding(&r, "linux.net.core.netdev_max_backlog")),
         "node"
     );
     // A fix that names no sysctl has no class.
