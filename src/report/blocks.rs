@@ -10,7 +10,12 @@
 //!     # the server must listen() again to use it
 //!   persist:
 //!     echo 'net.core.somaxconn = 65535' | sudo tee -a /etc/sysctl.d/60-wstune.conf >/dev/null
+//!   Kubernetes: net.core.somaxconn is namespaced but unsafe: a pod may set it only where the
+//!       kubelet allows it (--allowed-unsafe-sysctls)
 //! ```
+//!
+//! An info check's commands are advice: shown only with `--why`, labelled optional
+//! ([`super::shown::fix_shown`]).
 
 use super::shown::{current_shown, fix_shown, target_shown, Human};
 use super::text::{columns, wrapped};
