@@ -17,7 +17,7 @@ fn json_check(args: &[&str]) -> serde_json::Value {
 /// The default fixture has tcp_rmem `4096 131072 33554432`: the fix (advice) lowers the
 /// default to the target and keeps min and max as they are (the old text cut max to 6291456).
 #[test]
-fn tcp_rmem_and_wmem_fixes_keep_min_and_max() {
+fn tcp_rmem_and_wmem_defaults_are_advice_not_to_apply_with_no_command() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("host");
     copy_dir(&fixture("default"), &root);
@@ -28,34 +28,22 @@ fn tcp_rmem_and_wmem_fixes_keep_min_and_max() {
     )
     .unwrap();
     let report = json_check(&["--root", root.to_str().unwrap()]);
-    for (id, min, max) in [
-        ("linux.net.ipv4.tcp_rmem.default", 4096, 33554432),
-        ("linux.net.ipv4.tcp_wmem.default", 8192, 16777216),
+    for id in [
+        "linux.net.ipv4.tcp_rmem.default",
+        "linux.net.ipv4.tcp_wmem.default",
     ] {
         let f = common::element(&report["results"], "id", id);
-        // Advice (the kernel docs keep the defaults; tcp_mem bounds the total): shown, with
-        // the fix for a host that wants it, never applied.
+        // Advice not to apply (the kernel docs keep the defaults; tcp_mem bounds the total):
+        // shown with its target, marked advice, and no command to paste by mistake.
         assert_eq!(f["status"], "info", "{f}");
-        let target = f["target"].as_i64().unwrap();
-        let key = id.trim_end_matches(".default");
-        let key = key.trim_start_matches("linux.");
-        let whole = format!("{min} {target} {max}");
-        assert_eq!(
-            f["fix"]["runtime"],
-            format!("sudo sysctl -w {key}=\"{whole}\""),
-            "{f}"
-        );
-        assert_eq!(
-            f["fix"]["persistent"],
-            format!("echo '{key} = {whole}' | sudo tee -a /etc/sysctl.d/60-wstune.conf >/dev/null"),
-            "{f}"
-        );
-        // The boot view's persistent line says the same.
+        assert_eq!(f["advice"], true, "{f}");
+        assert!(f["target"].as_i64().is_some(), "{f}");
+        let runtime = f["fix"]["runtime"].as_str().unwrap();
+        assert!(runtime.starts_with("leave it as the kernel sets it"), "{f}");
+        assert!(!runtime.contains("sysctl"), "{f}");
+        assert!(f["fix"]["persistent"].is_null(), "{f}");
         let boot = common::element(&report["results"], "id", &format!("{id}.boot"));
-        assert!(
-            boot["fix"]["persistent"].as_str().unwrap().contains(&whole),
-            "{boot}"
-        );
+        assert!(boot["fix"]["persistent"].is_null(), "{boot}");
     }
 }
 

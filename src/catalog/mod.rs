@@ -9,7 +9,9 @@ pub mod computed;
 pub mod eval;
 pub mod expr;
 pub mod facts;
+pub mod kube;
 mod lines;
+pub mod lint;
 mod model;
 pub mod words;
 

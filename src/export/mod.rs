@@ -42,43 +42,9 @@ pub struct Export {
     pub image: String,
 }
 
-/// Where a sysctl can be set in Kubernetes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kube {
-    /// Per network namespace and on the kubelet's safe list: any pod may set it.
-    Safe,
-    /// Per network namespace, but the kubelet refuses it unless started with
-    /// `--allowed-unsafe-sysctls` (or `allowedUnsafeSysctls` in its configuration).
-    Unsafe,
-    /// Kernel-wide: set on the node (a privileged DaemonSet or the node pool's config).
-    Node,
-}
-
-/// The kubelet's safe sysctls (Kubernetes 1.32: tcp_rmem/tcp_wmem joined in 1.32,
-/// tcp_fin_timeout and the keepalives in 1.29).
-const KUBE_SAFE: &[&str] = &[
-    "kernel.shm_rmid_forced",
-    "net.ipv4.ip_local_port_range",
-    "net.ipv4.tcp_syncookies",
-    "net.ipv4.ping_group_range",
-    "net.ipv4.ip_unprivileged_port_start",
-    "net.ipv4.ip_local_reserved_ports",
-    "net.ipv4.tcp_keepalive_time",
-    "net.ipv4.tcp_fin_timeout",
-    "net.ipv4.tcp_keepalive_intvl",
-    "net.ipv4.tcp_keepalive_probes",
-    "net.ipv4.tcp_rmem",
-    "net.ipv4.tcp_wmem",
-];
-
-pub fn kube_class(key: &str, scope: Scope) -> Kube {
-    match scope {
-        Scope::Netns if KUBE_SAFE.contains(&key) => Kube::Safe,
-        Scope::Netns => Kube::Unsafe,
-        _ => Kube::Node,
-    }
-}
+// Where Kubernetes lets each key be set: one list, the catalog's, which the check report's
+// fix remarks read too.
+pub use crate::catalog::kube::{kube_class, Kube};
 
 /// One sysctl to set.
 #[derive(Debug, Clone, Serialize)]
@@ -411,20 +377,6 @@ mod tests {
         assert_eq!(
             raise("20000 60000\n", "10000 65535", "covers"),
             "10000 65535"
-        );
-    }
-
-    #[test]
-    fn kubelet_classes() {
-        assert_eq!(kube_class("net.core.somaxconn", Scope::Netns), Kube::Unsafe);
-        assert_eq!(
-            kube_class("net.ipv4.ip_local_port_range", Scope::Netns),
-            Kube::Safe
-        );
-        assert_eq!(kube_class("net.ipv4.tcp_rmem", Scope::Netns), Kube::Safe);
-        assert_eq!(
-            kube_class("net.core.netdev_max_backlog", Scope::Global),
-            Kube::Node
         );
     }
 

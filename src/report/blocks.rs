@@ -10,9 +10,14 @@
 //!     # the server must listen() again to use it
 //!   persist:
 //!     echo 'net.core.somaxconn = 65535' | sudo tee -a /etc/sysctl.d/60-wstune.conf >/dev/null
+//!   Kubernetes: net.core.somaxconn is namespaced but unsafe: a pod may set it only where the
+//!       kubelet allows it (--allowed-unsafe-sysctls)
 //! ```
+//!
+//! An info check's commands are advice: shown only with `--why`, labelled optional
+//! ([`super::shown::fix_shown`]).
 
-use super::shown::{current_shown, target_shown, Human};
+use super::shown::{current_shown, fix_shown, target_shown, Human};
 use super::text::{columns, wrapped};
 use crate::catalog::eval::{Finding, Status};
 use crate::catalog::Scope;
@@ -57,17 +62,18 @@ pub fn block(f: &Finding, h: &Human, width: usize) -> String {
         f.title.clone()
     };
     out.push_str(&wrapped(&title, width, INDENT, INDENT));
-    let fixes = matches!(f.status, Status::Fail | Status::Warn)
-        || (f.status == Status::Info && f.note.is_none());
     if let Some(n) = &f.note {
         out.push_str(&wrapped(n, width, INDENT, INDENT));
     }
-    if fixes {
-        for (label, text) in [("now", &f.fix.runtime), ("persist", &f.fix.persistent)] {
-            if let Some(t) = text {
-                out.push_str(&fix_lines(label, t, width));
-            }
-        }
+    let shown = fix_shown(f, h.why);
+    if let Some(head) = &shown.head {
+        out.push_str(&wrapped(head, width, INDENT, INDENT));
+    }
+    for (label, text) in &shown.texts {
+        out.push_str(&fix_lines(label, text, width));
+    }
+    for r in &shown.remarks {
+        out.push_str(&wrapped(r, width, INDENT, "      "));
     }
     if h.why && !f.why.trim().is_empty() {
         out.push_str(&wrapped(

@@ -121,11 +121,21 @@ pub fn explain_text(e: &Explanation, width: u16) -> String {
     out.push_str("\nWhy:\n");
     out.push_str(&wrapped(e.why.trim(), w, "  ", "  "));
     if e.fix.runtime.is_some() || e.fix.persistent.is_some() {
-        out.push_str("\nFix (a report fills in {target} and the other placeholders):\n");
+        if advice(e) {
+            out.push_str(
+                "\nAdvice, optional (an info check: wstune apply leaves it, and a report shows these \
+                 commands only with `check --why`; it fills in {target} and the other placeholders):\n",
+            );
+        } else {
+            out.push_str("\nFix (a report fills in {target} and the other placeholders):\n");
+        }
         for (label, text) in [("now", &e.fix.runtime), ("persist", &e.fix.persistent)] {
             if let Some(t) = text {
                 out.push_str(&fix_lines_at(label, t, w, "  ", "    "));
             }
+        }
+        for r in crate::catalog::kube::remark(&fix_text(e)) {
+            out.push_str(&wrapped(&r, w, "  ", "    "));
         }
     }
     let one_expression = e
@@ -209,7 +219,7 @@ pub fn explain_text(e: &Explanation, width: u16) -> String {
 fn scope_words(s: Scope) -> &'static str {
     match s {
         Scope::Netns => {
-            "per network namespace: a container has its own value, set by its runtime (docker run --sysctl, Kubernetes securityContext.sysctls)"
+            "per network namespace: a container has its own value, set by its runtime (docker run --sysctl; Kubernetes securityContext.sysctls, where the kubelet allows the key: the fix's Kubernetes line says)"
         }
         Scope::Global => "kernel-wide: one value for the host and every container on it",
         Scope::Process => "per process: the limit a server started from this shell (or --pid) has",
@@ -223,8 +233,37 @@ fn scope_words(s: Scope) -> &'static str {
     }
 }
 
+/// An info check's fix is advice: optional, and `wstune apply` leaves it.
+fn advice(e: &Explanation) -> bool {
+    e.severity == Some(Severity::Info)
+}
+
+/// The fix's texts as one, for the sysctls they name.
+fn fix_text(e: &Explanation) -> String {
+    [&e.fix.runtime, &e.fix.persistent]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(" ; ")
+}
+
+/// The explanation as JSON, with `advice` and `kubernetes` (each sysctl the fix names, with
+/// where Kubernetes lets it be set) as the check report has them.
 pub fn explain_json(e: &Explanation) -> String {
-    serde_json::to_string_pretty(e).expect("an explanation always serializes") + "\n"
+    #[derive(Serialize)]
+    struct Out<'a> {
+        #[serde(flatten)]
+        e: &'a Explanation,
+        advice: bool,
+        kubernetes: Vec<crate::catalog::kube::KeyClass>,
+    }
+    let out = Out {
+        e,
+        advice: advice(e),
+        kubernetes: crate::catalog::kube::classes(&fix_text(e)),
+    };
+    serde_json::to_string_pretty(&out).expect("an explanation always serializes") + "\n"
 }
 
 /// A list of ids with their titles (`explain PREFIX`, `explain 'GLOB'`), or its JSON.

@@ -94,6 +94,49 @@ pub struct HostRef {
     pub info: HostInfo,
 }
 
+/// The JSON report: [`CheckReport`] with two fields per result that the report layer adds:
+/// `advice` (an info check: its fix is optional, and `wstune apply` leaves it) and
+/// `kubernetes` (each sysctl the fix names, with where Kubernetes lets it be set).
 pub fn json(report: &CheckReport) -> String {
-    serde_json::to_string_pretty(report).expect("a report always serializes") + "\n"
+    #[derive(Serialize)]
+    struct Result<'a> {
+        #[serde(flatten)]
+        finding: &'a Finding,
+        advice: bool,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        kubernetes: Vec<crate::catalog::kube::KeyClass>,
+    }
+    #[derive(Serialize)]
+    struct Report<'a> {
+        schema_version: u32,
+        profile: &'a ProfileRef,
+        host: &'a HostRef,
+        results: Vec<Result<'a>>,
+        summary: &'a Summary,
+    }
+    let results = report
+        .results
+        .iter()
+        .map(|f| {
+            let fix = [&f.fix.runtime, &f.fix.persistent]
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" ; ");
+            Result {
+                finding: f,
+                advice: shown::is_advice(f),
+                kubernetes: crate::catalog::kube::classes(&fix),
+            }
+        })
+        .collect();
+    let out = Report {
+        schema_version: report.schema_version,
+        profile: &report.profile,
+        host: &report.host,
+        results,
+        summary: &report.summary,
+    };
+    serde_json::to_string_pretty(&out).expect("a report always serializes") + "\n"
 }

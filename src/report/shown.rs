@@ -87,6 +87,100 @@ pub fn target_text(f: &Finding) -> String {
     }
 }
 
+/// Whether a finding is advice: its check is an info check, which never fails a host, so its
+/// fix is optional and `wstune apply` leaves it (apply changes failures and warnings only).
+/// People see its commands only when they ask (`check --why`, `wstune explain`); the JSON
+/// report carries them with `advice: true`.
+pub fn is_advice(f: &Finding) -> bool {
+    f.severity == crate::catalog::Severity::Info
+}
+
+/// What a finding's fix shows people, whichever layout: the labelled fix texts in order, and
+/// the remarks under them (the Kubernetes class of each sysctl the fix names).
+#[derive(Debug, Default, PartialEq)]
+pub struct FixShown {
+    /// A line above the fix texts: advice says it is optional, or how to see it.
+    pub head: Option<String>,
+    /// `("now", text)`, `("persist", text)`: each a fix as the catalog words it.
+    pub texts: Vec<(&'static str, String)>,
+    /// One line each, under the fix texts.
+    pub remarks: Vec<String>,
+}
+
+/// The fix of `f` as people see it. A failure's or warning's fix is shown whole (commands to
+/// paste, each with the Kubernetes class of the sysctls it names). Advice ([`is_advice`]) that
+/// is words only is shown as `advice: ...`; advice with commands shows them only with
+/// `why` (labelled optional), else one line saying how to see them. A finding that passed, or
+/// whose note says more, shows no fix.
+pub fn fix_shown(f: &Finding, why: bool) -> FixShown {
+    use crate::catalog::eval::Status;
+    let listed = matches!(f.status, Status::Fail | Status::Warn)
+        || (f.status == Status::Info && f.note.is_none());
+    if !listed {
+        return FixShown::default();
+    }
+    let texts: Vec<(&'static str, String)> =
+        [("now", &f.fix.runtime), ("persist", &f.fix.persistent)]
+            .into_iter()
+            .filter_map(|(l, t)| t.as_ref().map(|t| (l, t.clone())))
+            .collect();
+    if texts.is_empty() {
+        return FixShown::default();
+    }
+    let all = texts
+        .iter()
+        .map(|(_, t)| t.as_str())
+        .collect::<Vec<_>>()
+        .join(" ; ");
+    let remarks = crate::catalog::kube::remark(&all);
+    let commands = texts.iter().any(|(_, t)| has_command(t));
+    if !is_advice(f) {
+        return FixShown {
+            head: None,
+            texts,
+            remarks,
+        };
+    }
+    if !commands {
+        // Words, not a command: nothing to paste by mistake.
+        return FixShown {
+            head: None,
+            texts: texts
+                .into_iter()
+                .map(|(l, t)| (if l == "now" { "advice" } else { l }, t))
+                .collect(),
+            remarks: Vec::new(),
+        };
+    }
+    if why {
+        FixShown {
+            head: Some(
+                "advice, optional (an info check: wstune apply leaves it; the why says when it helps):"
+                    .into(),
+            ),
+            texts,
+            remarks,
+        }
+    } else {
+        FixShown {
+            head: Some(
+                "advice, optional: `--why` shows why and its commands (`wstune explain ID`)".into(),
+            ),
+            texts: Vec::new(),
+            remarks: Vec::new(),
+        }
+    }
+}
+
+/// Whether a fix text holds a command to paste (a part, split at `; `, that starts with a
+/// program), not only words.
+pub fn has_command(text: &str) -> bool {
+    let main = text.split(" # ").next().unwrap_or(text);
+    main.split("; ")
+        .map(|p| p.trim().strip_prefix("or ").unwrap_or(p.trim()))
+        .any(super::blocks::is_command)
+}
+
 #[cfg(test)]
 mod tests {
     use super::value_shown;

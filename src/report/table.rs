@@ -3,7 +3,7 @@
 //! one line counting what passed; `--show all` lists every row. As one table per area where the
 //! terminal has room, else as one block per finding (blocks.rs). Machine formats are elsewhere.
 
-use super::shown::{current_shown, target_shown, Human, Layout, Show};
+use super::shown::{current_shown, fix_shown, target_shown, Human, Layout, Show};
 use super::text::{columns, wrapped};
 use super::CheckReport;
 use crate::catalog::eval::{Finding, Status};
@@ -202,6 +202,15 @@ pub fn table(report: &CheckReport, h: &Human) -> String {
             "  ",
         ));
     }
+    if show == Show::All && !h.why {
+        out.push('\n');
+        out.push_str(&wrapped(
+            "`--why` adds each row's why, and the commands of advice (info) rows, marked optional.",
+            width,
+            "",
+            "  ",
+        ));
+    }
     if show == Show::All {
         // Each recommendation with whom it follows, once per check (not per NIC or boot view).
         let mut seen = std::collections::BTreeSet::new();
@@ -298,7 +307,7 @@ fn grid(rows: &[&Finding], h: &Human, id_width: u16) -> String {
         } else {
             status
         };
-        let mut last = advice(f);
+        let mut last = last_column(f, h.why);
         if h.why && !f.why.is_empty() {
             if !last.is_empty() {
                 last.push('\n');
@@ -325,25 +334,17 @@ fn grid(rows: &[&Finding], h: &Human, id_width: u16) -> String {
     t.to_string()
 }
 
-/// What a person should read in the last column: the fix when something is wrong, else the note.
-pub(super) fn advice(f: &Finding) -> String {
+/// What a person should read in the last column: the note, then the fix as [`fix_shown`]
+/// gives it (advice labelled, its commands only with `--why`), then its remarks.
+pub(super) fn last_column(f: &Finding, why: bool) -> String {
     let mut parts = Vec::new();
-    // An informational check that missed its target has no note: its fix is the useful part.
-    if matches!(f.status, Status::Fail | Status::Warn)
-        || (f.status == Status::Info && f.note.is_none())
-    {
-        if let Some(n) = &f.note {
-            parts.push(n.clone());
-        }
-        if let Some(r) = &f.fix.runtime {
-            parts.push(format!("now: {r}"));
-        }
-        if let Some(p) = &f.fix.persistent {
-            parts.push(format!("persist: {p}"));
-        }
-    } else if let Some(n) = &f.note {
+    if let Some(n) = &f.note {
         parts.push(n.clone());
     }
+    let shown = fix_shown(f, why);
+    parts.extend(shown.head);
+    parts.extend(shown.texts.into_iter().map(|(l, t)| format!("{l}: {t}")));
+    parts.extend(shown.remarks);
     parts.join("\n")
 }
 

@@ -373,3 +373,120 @@ fn explain_json_has_the_why_fix_refs_roles_and_each_profiles_target() {
         serde_json::json!([10000, 65535])
     );
 }
+
+/// The 1m profile on the default host: tcp_rmem's default misses its (advice) target, and
+/// tcp_retries2 its.
+fn advice_rows(extra: &[&str]) -> String {
+    let root = default_root();
+    let mut args = vec!["check", "--root", &root, "--profile", "1m", "--show", "all"];
+    args.extend_from_slice(extra);
+    stdout(&wstune(&args))
+}
+
+#[test]
+fn advice_rows_offer_no_paste_ready_commands_unless_asked() {
+    for layout in [&[][..], &["-f", "table"][..]] {
+        let out = advice_rows(layout);
+        // A check whose advice is not to apply carries no command at all.
+        assert!(!out.contains("sysctl -w net.ipv4.tcp_rmem"), "{out}");
+        assert!(!out.contains("sysctl -w net.ipv4.tcp_wmem"), "{out}");
+        assert!(
+            out.contains("advice: leave it as the kernel sets it"),
+            "{out}"
+        );
+        // Optional advice with commands: only how to see them.
+        assert!(!out.contains("sysctl -w net.ipv4.tcp_retries2"), "{out}");
+        assert!(
+            out.contains("advice, optional: `--why` shows why and its commands"),
+            "{out}"
+        );
+        assert!(out.contains("`--why` adds each row's why"), "{out}");
+        // A failure's fix is still there to paste, with its Kubernetes class.
+        assert!(
+            out.contains("sudo sysctl -w net.core.somaxconn=65535"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Kubernetes: net.core.somaxconn is namespaced but unsafe"),
+            "{out}"
+        );
+        // Asked for: the commands, labelled optional, and the why, in either layout.
+        let mut why = layout.to_vec();
+        why.push("--why");
+        let out = advice_rows(&why);
+        assert!(out.contains("sysctl -w net.ipv4.tcp_retries2=8"), "{out}");
+        assert!(out.contains("advice, optional (an info check"), "{out}");
+        assert!(out.contains("why: A client that vanishes"), "{out}");
+        assert!(!out.contains("sysctl -w net.ipv4.tcp_rmem"), "{out}");
+    }
+}
+
+#[test]
+fn json_marks_advice_and_each_sysctls_kubernetes_class() {
+    let root = default_root();
+    let r = json_of(&wstune(&[
+        "check",
+        "--root",
+        &root,
+        "--profile",
+        "1m",
+        "-f",
+        "json",
+    ]));
+    let retries = common::finding(&r, "linux.net.ipv4.tcp_retries2");
+    assert_eq!(retries["advice"], true, "{retries}");
+    // The machines keep the fix data of advice rows.
+    assert_eq!(
+        retries["fix"]["runtime"], "sudo sysctl -w net.ipv4.tcp_retries2=8",
+        "{retries}"
+    );
+    let somaxconn = common::finding(&r, "linux.net.core.somaxconn");
+    assert_eq!(somaxconn["advice"], false, "{somaxconn}");
+    let class = |f: &serde_json::Value| f["kubernetes"][0]["class"].clone();
+    assert_eq!(class(somaxconn), "unsafe", "{somaxconn}");
+    assert_eq!(
+        class(common::finding(&r, "linux.net.ipv4.tcp_fin_timeout")),
+        "safe"
+    );
+    assert_eq!(
+        class(common::finding(&r, "linux.net.core.netdev_max_backlog")),
+        "node"
+    );
+    // A fix that names no sysctl has no class.
+    let memory = common::finding(&r, "linux.host.memory");
+    assert!(memory.get("kubernetes").is_none(), "{memory}");
+}
+
+#[test]
+fn explain_says_advice_is_optional_and_names_the_kubernetes_class() {
+    let out = stdout(&wstune(&["explain", "linux.net.ipv4.tcp_retries2"]));
+    assert!(out.contains("\nAdvice, optional (an info check"), "{out}");
+    assert!(
+        out.contains("Kubernetes: net.ipv4.tcp_retries2 is namespaced but unsafe"),
+        "{out}"
+    );
+    let out = stdout(&wstune(&["explain", "linux.net.core.somaxconn"]));
+    assert!(out.contains("\nFix (a report fills in"), "{out}");
+    let e = json_of(&wstune(&[
+        "explain",
+        "linux.net.ipv4.tcp_fin_timeout",
+        "-f",
+        "json",
+    ]));
+    assert_eq!(e["advice"], false, "{e}");
+    assert_eq!(e["kubernetes"][0]["key"], "net.ipv4.tcp_fin_timeout", "{e}");
+    assert_eq!(e["kubernetes"][0]["class"], "safe", "{e}");
+    let e = json_of(&wstune(&[
+        "explain",
+        "linux.proc.sys_writable",
+        "-f",
+        "json",
+    ]));
+    assert!(
+        e["fix"]["runtime"]
+            .as_str()
+            .unwrap()
+            .contains("--allowed-unsafe-sysctls"),
+        "{e}"
+    );
+}
