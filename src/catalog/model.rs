@@ -47,6 +47,9 @@ pub enum NoteCount {
     /// The proxy source addresses the profile's connections need through as many ports as the
     /// current value (a dynamic port count), and with the profile's own count (`variable`).
     ProxyAddresses,
+    /// The socket buffers charged to the server's cgroup now (memory.stat `sock`), beside its
+    /// memory.max.
+    CgroupSocket,
 }
 
 impl NoteCount {
@@ -56,6 +59,7 @@ impl NoteCount {
             NoteCount::PortRange => &["held", "held_and_wanted"],
             NoteCount::Processes => &["none_fit", "processes_only", "raise_or_processes"],
             NoteCount::ProxyAddresses => &["addresses", "with_profile_ports"],
+            NoteCount::CgroupSocket => &["charged"],
         }
     }
 
@@ -78,6 +82,7 @@ impl NoteCount {
                 "profile_ports",
                 "profile_addresses",
             ],
+            NoteCount::CgroupSocket => &["sock_mib", "share"],
         }
     }
 }

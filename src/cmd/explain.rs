@@ -347,6 +347,11 @@ fn fact_words(f: &catalog::Fact) -> &'static str {
         NicCoalesce => "NIC receive interrupt coalescing (ethtool netlink)",
         ProcSysWritable => "/proc/sys mount (read-write or read-only)",
         ProcessHandles => "open handles of the --pid process",
+        CgroupPidsMax => "pids.max of the server's cgroup (--pid's, else wstune's own)",
+        CgroupMemoryMax => "memory.max of the server's cgroup v2 (--pid's, else wstune's own)",
+        ReuseportMigrateReq => {
+            "net.ipv4.tcp_migrate_req, where listeners share an address and port (SO_REUSEPORT)"
+        }
     }
 }
 

@@ -56,6 +56,16 @@ pub enum Fact {
     ProcSysWritable,
     /// Open handles of the `--pid` process (Windows: GetProcessHandleCount).
     ProcessHandles,
+    // Containers, Kubernetes nodes and deploys: the server's cgroup and its listeners.
+    /// pids.max of the server's cgroup (`--pid`'s, else this process's), the lowest of it
+    /// and its parents; `max` is unlimited.
+    CgroupPidsMax,
+    /// memory.max of the server's cgroup v2 (`--pid`'s, else this process's), the lowest of
+    /// it and its parents: what its socket buffers are charged to; `max` is unlimited.
+    CgroupMemoryMax,
+    /// net.ipv4.tcp_migrate_req where two listeners or more share an address and port (an
+    /// SO_REUSEPORT group); missing where none do or the kernel lacks the setting.
+    ReuseportMigrateReq,
 }
 
 #[cfg(test)]
