@@ -103,6 +103,57 @@ pub fn shared(counts: &BTreeMap<String, u32>) -> usize {
     counts.values().filter(|n| **n > 1).count()
 }
 
+/// Listening sockets written as /proc/net/tcp and /proc/net/tcp6 rows, as the kernel prints
+/// them (an address as its bytes in memory, a port in hex): how `wstune snapshot` keeps the
+/// listeners a live host's sock_diag answered, which [`count_listeners`] reads back.
+#[derive(Debug, Default)]
+pub struct ListenerRows {
+    v4: Vec<String>,
+    v6: Vec<String>,
+}
+
+const TCP_HEADER: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
+
+impl ListenerRows {
+    pub fn push(&mut self, s: &super::sockets::Sock) {
+        use std::net::SocketAddr;
+        let word = |b: [u8; 4]| format!("{:08X}", u32::from_ne_bytes(b));
+        let (list, addr, zero) = match s.local {
+            SocketAddr::V4(a) => (
+                &mut self.v4,
+                word(a.ip().octets()),
+                "00000000:0000".to_string(),
+            ),
+            SocketAddr::V6(a) => {
+                let o = a.ip().octets();
+                let addr: String = o
+                    .chunks(4)
+                    .map(|c| word([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                (&mut self.v6, addr, format!("{}:0000", "0".repeat(32)))
+            }
+        };
+        list.push(format!(
+            "{:4}: {addr}:{:04X} {zero} 0A {:08X}:{:08X} 00:00000000 00000000 {:5} 0 {}\n",
+            list.len(),
+            s.local.port(),
+            s.send_queue,
+            s.recv_queue,
+            s.uid,
+            s.inode
+        ));
+    }
+
+    /// (path, text) of each file with at least one row.
+    pub fn files(&self) -> Vec<(&'static str, String)> {
+        [("/proc/net/tcp", &self.v4), ("/proc/net/tcp6", &self.v6)]
+            .into_iter()
+            .filter(|(_, rows)| !rows.is_empty())
+            .map(|(p, rows)| (p, format!("{TCP_HEADER}{}", rows.concat())))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,6 +193,37 @@ mod tests {
         let stat = "anon 1000\nfile 20\nsock 123456\nshmem 0\n";
         assert_eq!(flat_key(stat, "sock"), Some(123456));
         assert_eq!(flat_key(stat, "socks"), None);
+    }
+
+    #[test]
+    fn recorded_listeners_read_back_as_the_kernel_prints_them() {
+        use crate::host::sockets::{Sock, TcpState};
+        let sock = |local: &str, inode| Sock {
+            state: TcpState::Listen,
+            local: local.parse().unwrap(),
+            remote: "0.0.0.0:0".parse().unwrap(),
+            recv_queue: 0,
+            send_queue: 4096,
+            inode,
+            uid: 0,
+            pid: None,
+            detailed: true,
+        };
+        let mut rows = ListenerRows::default();
+        rows.push(&sock("127.0.0.1:8080", 1));
+        rows.push(&sock("127.0.0.1:8080", 2));
+        rows.push(&sock("[::]:8080", 3));
+        let files = rows.files();
+        assert_eq!(files.len(), 2);
+        let (path, v4) = &files[0];
+        assert_eq!(*path, "/proc/net/tcp");
+        if cfg!(target_endian = "little") {
+            assert!(v4.contains(" 0100007F:1F90 "), "{v4}");
+        }
+        let mut counts = BTreeMap::new();
+        count_listeners(v4, &mut counts);
+        count_listeners(&files[1].1, &mut counts);
+        assert_eq!((counts.len(), shared(&counts)), (2, 1));
     }
 
     #[test]
