@@ -206,9 +206,27 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, request: &FactsRequest) 
         Platform::Linux => read_owned(backend, request),
         Platform::Windows => BTreeMap::new(),
     };
+    // Each NIC's own target variables, read only when a check's target uses them.
+    let uses_nic_vars = catalog.checks.iter().any(|d| {
+        let mut names = Vec::new();
+        if let Some(Target::Expr(e)) = &d.target {
+            e.vars(&mut names);
+        }
+        names
+            .iter()
+            .any(|n| crate::catalog::NIC_VARS.contains(&n.as_str()))
+    });
+    let nic_vars = if uses_nic_vars {
+        nics.iter()
+            .map(|l| (l.name.clone(), crate::nic::nic_vars(backend, &l.name)))
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
     HostFacts {
         info: backend.describe(),
         vars,
+        nic_vars,
         instances,
         sysctls: sysctls.0,
         boot,

@@ -49,6 +49,9 @@ pub struct NicFacts {
     pub cpus: Vec<u32>,
     /// CPUs of the NIC's NUMA node (`device/local_cpulist`); every CPU without one.
     pub local_cpus: Vec<u32>,
+    /// One CPU per physical core of `local_cpus` (the first thread of each core), in order:
+    /// what [`rss_queues`] counts and the CPUs a queue is given first.
+    pub cores: Vec<u32>,
     pub numa_node: Option<i64>,
     pub irqs: Vec<Irq>,
     /// Its channel counts (ethtool netlink); None where they cannot be read (a captured tree,
@@ -65,14 +68,12 @@ pub struct NicFacts {
     pub pci_slot: Option<String>,
 }
 
-/// Read one link's queue facts.
-pub fn read(backend: &dyn Backend, name: &str, physical: bool) -> NicFacts {
-    let base = format!("/sys/class/net/{name}");
+/// The host's online CPUs and the NIC's local ones (`device/local_cpulist`, online only;
+/// every online CPU where the device names none). None when the online CPUs cannot be read.
+pub fn local_cpus(backend: &dyn Backend, name: &str) -> Option<(Vec<u32>, Vec<u32>)> {
     let text = |p: &str| backend.read(p).ok().map(|t| t.trim().to_string());
-    let cpus = text("/sys/devices/system/cpu/online")
-        .and_then(|t| parse_cpu_list(&t))
-        .unwrap_or_else(|| vec![0]);
-    let local_cpus = text(&format!("{base}/device/local_cpulist"))
+    let cpus = text("/sys/devices/system/cpu/online").and_then(|t| parse_cpu_list(&t))?;
+    let local = text(&format!("/sys/class/net/{name}/device/local_cpulist"))
         .and_then(|t| parse_cpu_list(&t))
         .map(|l| {
             l.into_iter()
@@ -81,6 +82,87 @@ pub fn read(backend: &dyn Backend, name: &str, physical: bool) -> NicFacts {
         })
         .filter(|l| !l.is_empty())
         .unwrap_or_else(|| cpus.clone());
+    Some((cpus, local))
+}
+
+/// One CPU per physical core of `cpus`, in their order: hardware threads of one core (its
+/// `topology/thread_siblings_list`, else the same `physical_package_id` and `core_id`) count
+/// once, by their first CPU in `cpus`. A CPU whose topology cannot be read is its own core.
+pub fn physical_cores(backend: &dyn Backend, cpus: &[u32]) -> Vec<u32> {
+    let text = |cpu: u32, f: &str| {
+        backend
+            .read(&format!("/sys/devices/system/cpu/cpu{cpu}/topology/{f}"))
+            .ok()
+            .map(|t| t.trim().to_string())
+    };
+    let mut seen: Vec<String> = Vec::new();
+    let mut out = Vec::new();
+    for &cpu in cpus {
+        let core = text(cpu, "thread_siblings_list")
+            .and_then(|t| parse_cpu_list(&t))
+            .filter(|l| l.contains(&cpu))
+            .map(|l| format!("siblings {}", cpu_list(&l)))
+            .or_else(|| {
+                let package = text(cpu, "physical_package_id")?;
+                let core = text(cpu, "core_id")?;
+                Some(format!("package {package} core {core}"))
+            })
+            .unwrap_or_else(|| format!("cpu {cpu}"));
+        if !seen.contains(&core) {
+            seen.push(core);
+            out.push(cpu);
+        }
+    }
+    out
+}
+
+/// How many receive queues a NIC is given: one per physical core of its NUMA node, at most
+/// the hardware's maximum (where its channel counts can be read). The kernel's scaling.rst,
+/// "RSS Configuration" and its "Suggested Configuration": "A typical RSS configuration would
+/// be to have one receive queue for each CPU if the device supports enough queues, or
+/// otherwise at least one for each memory domain"; "For interrupt handling, HT has shown no
+/// benefit in initial tests, so limit the number of queues to the number of CPU cores in the
+/// system". It is a ceiling, not a goal: "The most efficient high-rate configuration is likely
+/// the one with the smallest number of receive queues where no receive queue overflows due to
+/// a saturated CPU", so `apply` raises a NIC's queues to it only on evidence (softnet drops or
+/// squeezes, a CPU busy in softirq) or when told to, and never past it.
+pub fn rss_queues(cores: usize, channels: Option<crate::host::Channels>) -> u32 {
+    let cores = cores.max(1) as u32;
+    let max = channels.map_or(0, |ch| {
+        if ch.max_combined > 0 {
+            ch.max_combined
+        } else {
+            ch.max_rx
+        }
+    });
+    if max > 0 {
+        cores.min(max)
+    } else {
+        cores
+    }
+}
+
+/// The per-NIC variables a check's target may use (`nic.physical_cores`, `nic.rss_queues`:
+/// [`crate::catalog::NIC_VARS`]); empty when the host's CPUs cannot be read.
+pub fn nic_vars(backend: &dyn Backend, name: &str) -> std::collections::BTreeMap<String, Value> {
+    let mut out = std::collections::BTreeMap::new();
+    if let Some((_, local)) = local_cpus(backend, name) {
+        let cores = physical_cores(backend, &local).len();
+        out.insert("nic.physical_cores".into(), Value::Num(cores as i64));
+        out.insert(
+            "nic.rss_queues".into(),
+            Value::Num(rss_queues(cores, backend.channels(name).ok()) as i64),
+        );
+    }
+    out
+}
+
+/// Read one link's queue facts.
+pub fn read(backend: &dyn Backend, name: &str, physical: bool) -> NicFacts {
+    let base = format!("/sys/class/net/{name}");
+    let text = |p: &str| backend.read(p).ok().map(|t| t.trim().to_string());
+    let (cpus, local_cpus) = local_cpus(backend, name).unwrap_or_else(|| (vec![0], vec![0]));
+    let cores = physical_cores(backend, &local_cpus);
     let queues = backend.list(&format!("{base}/queues")).unwrap_or_default();
     let index = |q: &str, prefix: &str| q.strip_prefix(prefix).and_then(|n| n.parse::<u32>().ok());
     let mut rx: Vec<RxQueue> = queues
@@ -117,6 +199,7 @@ pub fn read(backend: &dyn Backend, name: &str, physical: bool) -> NicFacts {
         rx,
         tx,
         local_cpus,
+        cores,
         cpus,
         numa_node: text(&format!("{base}/device/numa_node")).and_then(|t| t.parse().ok()),
         irqs,
@@ -522,5 +605,56 @@ mod tests {
         assert_eq!(cpu_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
         assert!(parse_cpu_list("3-1").is_none());
         assert!(parse_mask("xyz").is_none());
+    }
+
+    /// scaling.rst's rule: one queue per physical core of the NIC's node, threads of a core
+    /// counted once, at most the hardware's maximum.
+    #[test]
+    fn rss_queues_are_the_physical_cores_of_the_nics_node_capped_at_the_hardware() {
+        use crate::host::memory::MemoryBackend;
+        // Two nodes of 4 cores with 2 threads each; the NIC on node 1 (CPUs 4-7, 12-15).
+        let mut b = MemoryBackend::default()
+            .file("/sys/devices/system/cpu/online", "0-15\n")
+            .file("/sys/class/net/eth0/device/local_cpulist", "4-7,12-15\n");
+        for c in 0..16u32 {
+            let base = c % 8;
+            b = b.file(
+                &format!("/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list"),
+                &format!("{base},{}\n", base + 8),
+            );
+        }
+        let (_, local) = local_cpus(&b, "eth0").unwrap();
+        assert_eq!(physical_cores(&b, &local), [4, 5, 6, 7]);
+        let vars = nic_vars(&b, "eth0");
+        assert_eq!(vars["nic.physical_cores"], Value::Num(4));
+        assert_eq!(vars["nic.rss_queues"], Value::Num(4));
+        // The hardware's maximum caps it; an unknown maximum does not.
+        let ch = |max_combined, max_rx| crate::host::Channels {
+            max_combined,
+            max_rx,
+            ..Default::default()
+        };
+        assert_eq!(rss_queues(4, Some(ch(2, 0))), 2);
+        assert_eq!(rss_queues(4, Some(ch(0, 3))), 3);
+        assert_eq!(rss_queues(4, Some(ch(0, 0))), 4);
+        assert_eq!(rss_queues(0, None), 1);
+        // Without thread_siblings_list, package and core ids; without either, a CPU per core.
+        let ids = MemoryBackend::default()
+            .file(
+                "/sys/devices/system/cpu/cpu0/topology/physical_package_id",
+                "0\n",
+            )
+            .file("/sys/devices/system/cpu/cpu0/topology/core_id", "0\n")
+            .file(
+                "/sys/devices/system/cpu/cpu1/topology/physical_package_id",
+                "0\n",
+            )
+            .file("/sys/devices/system/cpu/cpu1/topology/core_id", "0\n")
+            .file(
+                "/sys/devices/system/cpu/cpu2/topology/physical_package_id",
+                "1\n",
+            )
+            .file("/sys/devices/system/cpu/cpu2/topology/core_id", "0\n");
+        assert_eq!(physical_cores(&ids, &[0, 1, 2, 3]), [0, 2, 3]);
     }
 }

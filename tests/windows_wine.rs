@@ -461,7 +461,8 @@ fn apply_sets_an_adapters_rss_keywords_and_rollback_restores_the_class_key_exact
     let nic = "wstune Test Adapter";
     w.reg_add_sz(key, "DriverDesc", nic);
     w.reg_add_sz(key, "*RSS", "0");
-    w.reg_add_sz(key, "*RSSProfile", "4");
+    // NUMAScaling, set by an older tuning script: the built-in profiles want NUMAScalingStatic.
+    w.reg_add_sz(key, "*RSSProfile", "3");
     w.reg_add_sz(key, "*NumRssQueues", "1");
     let before = w.reg_export(key, "nic-before.reg");
 
@@ -481,10 +482,10 @@ fn apply_sets_an_adapters_rss_keywords_and_rollback_restores_the_class_key_exact
         w.reg_query(key, "*RSS"),
         Some(("REG_SZ".into(), "1".into()))
     );
-    // NUMAScaling, the profile's, as its number.
+    // NUMAScalingStatic, the profile's (and the drivers' default), as its number.
     assert_eq!(
         w.reg_query(key, "*RSSProfile"),
-        Some(("REG_SZ".into(), "3".into()))
+        Some(("REG_SZ".into(), "4".into()))
     );
     let cpus = finding(&r, "windows.host.cpus")["current"]
         .as_i64()

@@ -449,3 +449,50 @@ fn export_settings_list_every_target_and_never_lower() {
         s.notes
     );
 }
+
+/// TcpNumConnections capped by an old hardening script: apply writes what its fix says,
+/// Windows' own default and maximum (16,777,214, what the absent value means), not a new cap
+/// at the profile's connections, and the check passes on it.
+#[test]
+fn windows_apply_sets_tcp_num_connections_back_to_its_default_as_the_fix_says() {
+    let b = windows(Some(30), Some(2));
+    b.registry
+        .as_ref()
+        .unwrap()
+        .borrow_mut()
+        .set(
+            PARAMS,
+            "TcpNumConnections",
+            crate::host::RegType::Dword,
+            Some("5000"),
+        )
+        .unwrap();
+    let (cat, f, _) = findings(&b, Platform::Windows);
+    let check = f
+        .iter()
+        .find(|x| x.id == "windows.tcpip.tcp_num_connections")
+        .unwrap();
+    assert_eq!(check.status, Status::Fail);
+    assert!(
+        check
+            .fix
+            .runtime
+            .as_deref()
+            .unwrap()
+            .contains("/d 16777214"),
+        "{:?}",
+        check.fix
+    );
+    let p = plan_for(&b, Platform::Windows);
+    let ops: Vec<&Op> = p.actions.iter().map(|a| &a.op).collect();
+    assert!(
+        ops.iter().any(|o| matches!(o, Op::Registry { value, data, .. } if value == "TcpNumConnections" && data == "16777214")),
+        "{ops:?}"
+    );
+    let def = cat
+        .checks
+        .iter()
+        .find(|d| d.check.id == "windows.tcpip.tcp_num_connections")
+        .unwrap();
+    assert_eq!(def.default, Some(crate::value::Value::Num(16_777_214)));
+}

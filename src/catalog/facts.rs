@@ -227,6 +227,9 @@ pub struct HostFacts {
     pub info: HostInfo,
     /// `host.*` and `sysctl.*` variables for target expressions; absent when unreadable.
     pub vars: BTreeMap<String, Value>,
+    /// Each NIC's own variables for per-NIC targets (`nic.rss_queues`), by its name: what a
+    /// NIC instance's target adds to `vars` ([`super::NIC_VARS`]).
+    pub nic_vars: BTreeMap<String, BTreeMap<String, Value>>,
     pub instances: Vec<Instance>,
     /// The whole current value of every sysctl the catalog reads (tcp_rmem's three numbers,
     /// not only the field one check looks at): what `apply` changes and restates.
@@ -248,6 +251,7 @@ impl HostFacts {
         HostFacts {
             info,
             vars: BTreeMap::new(),
+            nic_vars: BTreeMap::new(),
             instances: Vec::new(),
             sysctls: BTreeMap::new(),
             boot: BootConfig::default(),

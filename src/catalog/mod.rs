@@ -85,6 +85,11 @@ impl Managed {
 /// Host variables a target expression may use besides the profile's and `sysctl.*`.
 pub const HOST_VARS: &[&str] = &["host.cpus", "host.mem_bytes", "host.page_size"];
 
+/// Variables a per-NIC check's target may use besides those: each NIC's own, answered by
+/// `nic::nic_vars` (`nic.rss_queues`: one receive queue per physical core of its NUMA node, at
+/// most the hardware's maximum).
+pub const NIC_VARS: &[&str] = &["nic.physical_cores", "nic.rss_queues"];
+
 /// Placeholders a fix text may contain.
 const PLACEHOLDERS: &[&str] = &[
     "target", "desired", "unit", "pid", "nic", "nic_key", "location", "current",
@@ -451,11 +456,21 @@ fn compile_target(check: &Check, known: &BTreeSet<String>) -> Result<Option<Targ
         let mut vars = Vec::new();
         e.vars(&mut vars);
         for v in vars {
-            if !(known.contains(&v) || HOST_VARS.contains(&v.as_str()) || v.starts_with("sysctl."))
+            let nic_var = NIC_VARS.contains(&v.as_str());
+            if nic_var && check.each != Some(Each::Nic) {
+                return Err(format!(
+                    "target uses '{v}', a NIC's own value: only a check with `each: nic` has one"
+                ));
+            }
+            if !(known.contains(&v)
+                || HOST_VARS.contains(&v.as_str())
+                || nic_var
+                || v.starts_with("sysctl."))
             {
                 return Err(format!(
-                    "target uses '{v}', which no profile defines; use a profile key (e.g. linux.somaxconn, estimate.total_bytes), {} or sysctl.KEY",
-                    HOST_VARS.join(", ")
+                    "target uses '{v}', which no profile defines; use a profile key (e.g. linux.somaxconn, estimate.total_bytes), {}, sysctl.KEY or (each: nic) {}",
+                    HOST_VARS.join(", "),
+                    NIC_VARS.join(", ")
                 ));
             }
         }
@@ -623,6 +638,18 @@ mod tests {
         );
         let err = parse(&ONE.replace("TARGET", "2 *"), "c.yaml", &known()).unwrap_err();
         assert!(err.to_string().contains("ends too early"), "{err}");
+        // A NIC's own value exists only for a per-NIC check.
+        let err = parse(&ONE.replace("TARGET", "nic.rss_queues"), "c.yaml", &known()).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "'nic.rss_queues', a NIC's own value: only a check with `each: nic` has one"
+            ),
+            "{err}"
+        );
+        let per_nic = ONE
+            .replace("TARGET", "nic.rss_queues")
+            .replace("    scope: netns\n", "    each: nic\n    scope: host\n");
+        assert!(parse(&per_nic, "c.yaml", &known()).is_ok());
     }
 
     #[test]

@@ -606,3 +606,29 @@ fn a_warning_is_handed_on_once_per_file_line_and_message() {
     assert!(first_time(&w("/tmp/b-first-time.yaml", renamed)));
     assert!(first_time(&w("/tmp/a-first-time.yaml", "another warning")));
 }
+
+/// TcpTimedWaitDelay's range is the Windows Server 2003 reference's, 0..300 seconds (0x0-0x12C,
+/// 120 when absent); 30..300 was Windows 2000's and shut out values that reference allows.
+#[test]
+fn tcp_timed_wait_delay_takes_the_references_0_to_300_seconds() {
+    let base = EMBEDDED[0].1;
+    let with = |v: &str| {
+        let t = base.replace(
+            "tcp_timed_wait_delay: 30",
+            &format!("tcp_timed_wait_delay: {v}"),
+        );
+        assert!(t != base || v == "30");
+        parse(&t, "p.yaml")
+    };
+    for ok in ["0", "15", "30", "300"] {
+        assert_eq!(
+            with(ok).unwrap().windows.tcp_timed_wait_delay,
+            ok.parse::<u64>().unwrap()
+        );
+    }
+    let err = with("301").unwrap_err().to_string();
+    assert!(
+        err.contains("windows.tcp_timed_wait_delay: 301 is out of range; allowed 0..=300 (seconds, REG_DWORD 0x0-0x12C as Microsoft's Windows Server 2003 TCP/IP reference gives it; 120 when absent)"),
+        "{err}"
+    );
+}

@@ -110,9 +110,9 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
     b.range(
         "windows.tcp_timed_wait_delay",
         w.tcp_timed_wait_delay,
-        30,
+        0,
         300,
-        "seconds; Windows clamps outside 30..300",
+        "seconds, REG_DWORD 0x0-0x12C as Microsoft's Windows Server 2003 TCP/IP reference gives it; 120 when absent",
     );
     b.range(
         "windows.tcp_max_connect_response_retransmissions",

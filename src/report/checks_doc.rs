@@ -133,7 +133,9 @@ pub fn checks_markdown() -> String {
          the sources its recommendation rests on (*follows*; also `results[].refs` in JSON and \
          the list under `check --show all`), and the link on an id leads there. Placeholders \
          in a fix (`{target}`, `{desired}`, `{nic}`, `{file}`...) are filled in with this \
-         host's values in the report itself.\n\n\
+         host's values in the report itself. Which parameters of the kernel, systemd and \
+         Windows sources these checks read, and which they leave out and why, is the \
+         [coverage ledger](coverage.md).\n\n\
          Generated from `checks/linux.yaml`, `checks/windows.yaml`, `checks/lb.yaml` and \
          `checks/wstune.yaml` \
          (`src/report/checks_doc.rs`); a unit test fails when this file is stale, and \

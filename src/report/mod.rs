@@ -19,6 +19,7 @@ pub mod text;
 
 pub(crate) mod book;
 pub mod checks_doc;
+pub mod coverage_doc;
 pub mod metrics_doc;
 pub mod profile_doc;
 pub mod schema_doc;

@@ -426,7 +426,9 @@ fn apply_on_a_windows_registry_tree_and_rollback() {
 /// A Windows adapter's RSS keywords change only for an adapter named with --nic (the change
 /// restarts it): *RSSProfile is written as its number under the adapter's class key, the plan
 /// and the output say the adapter restarts (a captured tree cannot, and says so), and
-/// rollback deletes the value it created.
+/// rollback deletes the value it created. The built-in profiles' word is the drivers' default
+/// (NUMAScalingStatic): an adapter left at it is not restarted for it; a profile that says
+/// numa_scaling gets NUMAScaling written.
 #[test]
 fn apply_sets_a_named_windows_adapters_rss_keywords_and_rollback_deletes_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -434,7 +436,30 @@ fn apply_sets_a_named_windows_adapters_rss_keywords_and_rollback_deletes_them() 
     copy_dir(&fixture("windows-default"), &tree);
     let t = tree.to_str().unwrap();
     let nic = "Intel(R) Ethernet Controller X710";
-    let unnamed = stdout(&wstune120(&["apply", "--root", t, "--dry-run"]));
+    let builtin = stdout(&wstune120(&[
+        "apply",
+        "--root",
+        t,
+        "--nic",
+        nic,
+        "--dry-run",
+    ]));
+    assert!(!builtin.contains("*RSSProfile"), "{builtin}");
+    let profile = dir.path().join("dynamic.yaml");
+    std::fs::write(
+        &profile,
+        "extends: 100k\nname: dynamic\nnic:\n  rss: numa_scaling\n",
+    )
+    .unwrap();
+    let pr = profile.to_str().unwrap();
+    let unnamed = stdout(&wstune120(&[
+        "apply",
+        "--root",
+        t,
+        "--profile",
+        pr,
+        "--dry-run",
+    ]));
     assert!(
         unnamed.contains("adapters' RSS keywords not changed (Intel(R) Ethernet Controller X710)"),
         "{unnamed}"
@@ -445,7 +470,7 @@ fn apply_sets_a_named_windows_adapters_rss_keywords_and_rollback_deletes_them() 
     assert_eq!(code(&o), 3);
     assert!(stderr(&o).contains("--nic Intel X710: no such network interface here (found: Intel(R) Ethernet Controller X710)"), "{}", stderr(&o));
     assert_same_tree(&fixture("windows-default"), &tree);
-    let o = wstune120(&["apply", "--root", t, "--nic", nic, "--yes"]);
+    let o = wstune120(&["apply", "--root", t, "--profile", pr, "--nic", nic, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
     // The setting's cell wraps in the table: its words are there.
@@ -468,7 +493,7 @@ fn apply_sets_a_named_windows_adapters_rss_keywords_and_rollback_deletes_them() 
         reg.contains("'*RSSProfile':\n      type: REG_SZ\n      data: '3'"),
         "{reg}"
     );
-    let (_, r) = check_json(&tree, &[]);
+    let (_, r) = check_json(&tree, &["--profile", pr]);
     assert_eq!(
         finding(&r, &format!("windows.nic.rss_profile[{nic}]"))["status"],
         "pass"

@@ -9,7 +9,8 @@ use common::{assert_same_tree, check_json, code, copy_dir, finding, fixture, std
 use std::path::Path;
 use std::process::Command;
 
-/// A captured host with an 8-queue mlx5 NIC on node 1 (CPUs 16-31), RPS in its kernel,
+/// A captured host with an 8-queue mlx5 NIC on node 1 (its 8 cores 8-15, their second threads
+/// 24-31), RPS in its kernel,
 /// irqbalance running, and a profile with `nic.irq: pinned` beside it: (its directory, the
 /// tree, a copy of the tree as it was, the profile, an empty --prefix).
 fn pinned_tree() -> (
@@ -23,14 +24,15 @@ fn pinned_tree() -> (
     let tree = dir.path().join("host");
     copy_dir(&fixture("tuned"), &tree);
     let pristine = dir.path().join("pristine");
-    // The NIC on node 1 (CPUs 16-31), every queue interrupt allowed anywhere now; the kernel's
-    // /proc/irq/N/NAME directory names each one's handler.
+    // The NIC on node 1 (CPUs 8-15 and 24-31), every queue interrupt allowed anywhere now; the
+    // kernel's /proc/irq/N/NAME directory names each one's handler.
     std::fs::write(
         tree.join("sys/class/net/eth0/device/local_cpulist"),
-        "16-31\n",
+        "8-15,24-31\n",
     )
     .unwrap();
-    // A kernel with RPS: 8 hardware queues for the node's 16 CPUs get it too, and RFS's table.
+    // A kernel with RPS: 8 hardware queues for the node's 16 CPUs (8 cores: the 8 queues the
+    // rule gives it) get it too, and RFS's table.
     std::fs::write(tree.join("proc/sys/net/core/rps_sock_flow_entries"), "0\n").unwrap();
     for q in 0..8 {
         std::fs::write(
@@ -70,8 +72,8 @@ fn pinned_tree() -> (
     (dir, tree, pristine, profile, prefix)
 }
 
-/// With `nic.irq: pinned`, each queue interrupt of an 8-queue mlx5 NIC goes to its own CPU of
-/// the NIC's node, on a captured tree with files under --prefix. The boot script finds each
+/// With `nic.irq: pinned`, each queue interrupt of an 8-queue mlx5 NIC goes to its own core of
+/// the NIC's node (never to a second thread of a core while a core has none), on a captured tree with files under --prefix. The boot script finds each
 /// interrupt by its name and pins it again (run here against the tree), systemd-analyze
 /// accepts its unit, and rollback restores the tree.
 #[test]
@@ -104,11 +106,11 @@ fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
         std::fs::read_to_string(tree.join(format!("proc/irq/{irq}/smp_affinity_list"))).unwrap()
     };
     for (k, irq) in (40..48).enumerate() {
-        assert_eq!(affinity(irq).trim(), (16 + k).to_string(), "IRQ {irq}");
+        assert_eq!(affinity(irq).trim(), (8 + k).to_string(), "IRQ {irq}");
     }
     let rps =
         std::fs::read_to_string(tree.join("sys/class/net/eth0/queues/rx-3/rps_cpus")).unwrap();
-    assert_eq!(rps.trim(), "ffff0000", "the node's CPUs 16-31");
+    assert_eq!(rps.trim(), "ff00ff00", "the node's CPUs 8-15 and 24-31");
     let flow =
         std::fs::read_to_string(tree.join("proc/sys/net/core/rps_sock_flow_entries")).unwrap();
     assert_eq!(flow.trim(), "32768");
@@ -194,7 +196,7 @@ fn pinned_interrupts_are_set_per_queue_on_a_captured_tree_and_rolled_back() {
     for (k, irq) in (40..48).enumerate() {
         assert_eq!(
             affinity(irq).trim(),
-            (16 + k).to_string(),
+            (8 + k).to_string(),
             "IRQ {irq} after the boot script"
         );
     }
@@ -371,7 +373,8 @@ fn a_receive_ring_that_ran_out_during_the_watch_is_raised_kept_at_boot_and_rolle
         out.contains("eth0 rx_missed_errors +500") && out.contains("the link drops for a moment"),
         "{out}"
     );
-    // One queue per CPU of the two, and the ring at its maximum.
+    // One queue per core of the two (a tree without topology: each CPU its own core), and the
+    // ring at its maximum.
     assert_eq!(
         std::fs::read_to_string(tree.join("wstune/ethtool/eth0")).unwrap(),
         "rx_ring: 4096\nrx_ring_max: 4096\ncombined: 2\nmax_combined: 4\n"
@@ -566,8 +569,29 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// This host's CPUs in the order apply hands them to queues, one thread of each physical core
+/// first (`topology/thread_siblings_list`), and how many cores there are.
+fn cores_first(cpus: u32) -> (Vec<u32>, usize) {
+    let (mut seen, mut first, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+    for c in 0..cpus {
+        let siblings = std::fs::read_to_string(format!(
+            "/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list"
+        ))
+        .map_or_else(|_| c.to_string(), |t| t.trim().to_string());
+        if seen.contains(&siblings) {
+            rest.push(c);
+        } else {
+            seen.push(siblings);
+            first.push(c);
+        }
+    }
+    let cores = first.len();
+    first.extend(rest);
+    (first, cores)
+}
+
 /// A 4-queue veth in a private namespace, started at one queue each way: `apply --nic` raises
-/// its channel counts over ethtool netlink (one queue per CPU, at most the 4 it has) and keeps
+/// its channel counts over ethtool netlink (one queue per physical core, at most the 4 it has) and keeps
 /// them in a .link file; a second apply sets each new queue's RPS, RFS and XPS and keeps them
 /// in a udev rule. udev itself applies both files (`udevadm test`, `test-builtin
 /// net_setup_link`), `check` reports a queue changed by hand as drift, and two rollbacks put
@@ -601,7 +625,9 @@ fn apply_tunes_a_nics_queues_and_rollback_restores_them_in_a_private_namespace()
     );
     assert_eq!(line("STEP apply "), "STEP apply rc=0 same=no");
     let cpus = std::thread::available_parallelism().unwrap().get() as u32;
-    let n = cpus.min(4);
+    // One queue per physical core (scaling.rst), at most the veth's 4.
+    let (order, cores) = cores_first(cpus);
+    let n = (cores as u32).min(4);
     assert_eq!(line("CHANNELS "), format!("CHANNELS RX:{n}TX:{n}"));
     let link = decoded("LINK ");
     assert!(link.contains("[Match]\nOriginalName=wsq0\n"), "{link}");
@@ -625,11 +651,17 @@ fn apply_tunes_a_nics_queues_and_rollback_restores_them_in_a_private_namespace()
             "AFTER /sys/class/net/wsq0/queues/rx-{q}/rps_flow_cnt="
         ));
         assert!(cnt.ends_with(&format!("={flow}")), "{cnt}");
-        // Each transmit queue sent on by the CPUs whose position is q modulo the queue count.
+        // Each transmit queue sent on by the CPUs whose position (cores first) is q modulo the
+        // queue count.
         let xps = line(&format!(
             "AFTER /sys/class/net/wsq0/queues/tx-{q}/xps_cpus="
         ));
-        let want: u64 = (0..cpus).filter(|c| c % n == q).map(|c| 1u64 << c).sum();
+        let want: u64 = order
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| *k as u32 % n == q)
+            .map(|(_, c)| 1u64 << c)
+            .sum();
         assert_eq!(mask(&xps), want, "{xps}");
     }
     let rules = decoded("RULES ");

@@ -142,7 +142,7 @@ fn a_profile_without_nic_keys_loads_for_check_apply_and_export() {
         }
         let resolved = json_of(&wstune120(&["profiles", "show", path, "-f", "json"]));
         let want = if path.ends_with("extends-empty-nic.yaml") {
-            "numa_scaling"
+            "numa_scaling_static"
         } else {
             "closest"
         };

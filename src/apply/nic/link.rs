@@ -17,9 +17,11 @@ pub(super) fn channel_words(rx: Option<u32>, tx: Option<u32>, c: Option<u32>) ->
 /// Channel counts to set: (rx, tx, combined), None each where it stays.
 pub(super) type ChannelCounts = (Option<u32>, Option<u32>, Option<u32>);
 
-/// Raise a NIC's channel counts toward one queue per CPU of its set, up to the hardware's
-/// maximum (`ethtool -L`), now: the counts to keep at boot (the caller writes them) and
-/// whether they grow on this host. For other hosts the counts are rendered at the target too.
+/// Raise a NIC's channel counts toward `want` ([`super::queues_for`]: one queue per physical
+/// core of its node, the kernel's scaling.rst), up to the hardware's maximum (`ethtool -L`),
+/// now: the counts to keep at boot (the caller writes them) and whether they grow on this
+/// host. Never lowered: a NIC with more queues keeps them. For other hosts the counts are
+/// rendered at the target too.
 pub(super) fn plan_channels(
     p: &mut NicPlan,
     i: &Inputs,

@@ -99,22 +99,46 @@ pub struct NicPlan {
     pub notes: Vec<String>,
 }
 
-/// The CPUs the profile puts a NIC's queues on, in the order queues take them.
+/// The CPUs the profile puts a NIC's queues on, in the order queues take them: its own
+/// node's physical cores first (one thread each), then their other threads, then (numa_scaling)
+/// the other nodes' CPUs. Queue k's interrupt goes to the k-th, so the queues the rule gives a
+/// NIC ([`crate::nic::rss_queues`]) each get a core of their own.
 pub fn cpus_for(rss: RssProfile, nic: &NicFacts) -> Vec<u32> {
+    let mut local: Vec<u32> = nic
+        .cores
+        .iter()
+        .copied()
+        .filter(|c| nic.local_cpus.contains(c))
+        .collect();
+    let threads: Vec<u32> = nic
+        .local_cpus
+        .iter()
+        .copied()
+        .filter(|c| !local.contains(c))
+        .collect();
+    local.extend(threads);
     // A static word is its dynamic twin's set: Linux's drivers never move a queue on their
     // own; what moves at run time is irqbalance's (`nic.irq`).
     match rss {
-        RssProfile::Closest | RssProfile::ClosestStatic => nic.local_cpus.clone(),
+        RssProfile::Closest | RssProfile::ClosestStatic => local,
         RssProfile::NumaScaling | RssProfile::NumaScalingStatic => {
-            let mut v = nic.local_cpus.clone();
+            let mut v = local;
             v.extend(nic.cpus.iter().filter(|c| !nic.local_cpus.contains(c)));
             v
         }
         RssProfile::Conservative => {
             let n = nic.local_cpus.len().div_ceil(2).max(1);
-            nic.local_cpus.iter().take(n).copied().collect()
+            local.into_iter().take(n).collect()
         }
     }
+}
+
+/// The receive queues the plan raises a NIC to: one per physical core of its own node that the
+/// profile's set includes, at most the hardware's maximum ([`crate::nic::rss_queues`], the one
+/// rule the `linux.nic.rx_queues` check judges by too).
+pub fn queues_for(nic: &NicFacts, cpus: &[u32]) -> u32 {
+    let cores = cpus.iter().filter(|c| nic.cores.contains(c)).count();
+    crate::nic::rss_queues(cores, nic.channels)
 }
 
 pub(super) fn same_cpus(
@@ -173,11 +197,11 @@ pub fn plan(i: &Inputs) -> NicPlan {
     let mut rps_planned = false;
     for nic in i.nics {
         let cpus = cpus_for(i.profile.rss, nic);
-        // numa_scaling (the built-in profiles' word, Windows' NUMAScaling) reaches past the
+        // numa_scaling and numa_scaling_static (the built-in profiles' word) reach past the
         // NIC's own node: said, since a host that applied closest before now spreads further.
         if cpus.len() > nic.local_cpus.len() {
             p.notes.push(format!(
-                "{}: nic.rss {} spreads its queues, interrupts and XPS over {} CPUs of every NUMA node, its own node's {} first (RPS stays on those); nic.rss: closest keeps them all on its node",
+                "{}: nic.rss {} spreads XPS, and the interrupts of queues past its own node's cores, over {} CPUs of every NUMA node, its own node's {} first (RPS stays on those); nic.rss: closest keeps them all on its node",
                 nic.name,
                 i.profile.rss.as_str(),
                 cpus.len(),
@@ -203,8 +227,9 @@ pub fn plan(i: &Inputs) -> NicPlan {
                 }
             };
         let ring = plan_ring(&mut p, i, nic);
-        // The queue count first: up to one queue per CPU of the set, never fewer than now.
-        let channels = plan_channels(&mut p, i, nic, cpus.len() as u32);
+        // The queue count first: up to one queue per physical core of the NIC's node (the
+        // rule `linux.nic.rx_queues` judges by), never fewer than now.
+        let channels = plan_channels(&mut p, i, nic, queues_for(nic, &cpus));
         // Counts rendered at the target for other hosts do not change this one's queues.
         let queues_change = channels.is_some_and(|(_, grows)| grows);
         let channels = channels.map(|(counts, _)| counts);
@@ -224,7 +249,8 @@ pub fn plan(i: &Inputs) -> NicPlan {
         // RPS stays in the NIC's memory domain whatever the word spreads the queues over
         // (scaling.rst, "RPS Configuration": "the CPUs in the same memory domain of the
         // interrupting CPU"): a packet steered to another node is processed from remote
-        // memory. numa_scaling's other nodes serve queues and interrupts, not RPS.
+        // memory. numa_scaling's other nodes serve XPS and the interrupts of queues past the
+        // node's cores, not RPS.
         let rps_cpus: Vec<u32> = cpus
             .iter()
             .copied()
@@ -273,11 +299,11 @@ pub fn plan(i: &Inputs) -> NicPlan {
                 cpus.len()
             ));
         }
-        if nic.physical && rx < cpus.len() && nic.channels.is_none() {
+        let want = queues_for(nic, &cpus);
+        if nic.physical && (rx as u32) < want && nic.channels.is_none() {
             p.notes.push(format!(
-                "{}: {rx} receive queues for the profile's {} CPUs, and its channel counts cannot be read here; if the NIC has more, `ethtool -l {}` shows its maximum and `ethtool -L {} combined N` sets them (then apply again: the queues' RPS and XPS are set per queue)",
+                "{}: {rx} receive queues for the {want} physical cores of its node the profile's CPUs include (one queue per core: scaling.rst), and its channel counts cannot be read here; if the NIC has more, `ethtool -l {}` shows its maximum and `ethtool -L {} combined {want}` sets them (then apply again: the queues' RPS and XPS are set per queue)",
                 nic.name,
-                cpus.len(),
                 nic.name,
                 nic.name
             ));

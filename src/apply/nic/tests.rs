@@ -28,6 +28,7 @@ fn veth(rx: u32, tx: u32, cpus: u32) -> NicFacts {
             .collect(),
         cpus: (0..cpus).collect(),
         local_cpus: (0..cpus).collect(),
+        cores: (0..cpus).collect(),
         numa_node: None,
         irqs: vec![],
         channels: None,
@@ -244,7 +245,7 @@ fn pinned_interrupts_go_one_per_cpu_of_the_nics_node_and_irqbalance_is_named() {
 }
 
 #[test]
-fn channels_are_raised_to_one_queue_per_cpu_of_the_set_and_kept_at_boot_with_the_default_naming() {
+fn channels_are_raised_to_one_queue_per_core_of_the_set_and_kept_at_boot_with_the_default_naming() {
     let mut nic = veth(2, 2, 8);
     nic.physical = true;
     nic.channels = Some(crate::host::Channels {
@@ -299,6 +300,82 @@ fn channels_are_raised_to_one_queue_per_cpu_of_the_set_and_kept_at_boot_with_the
             .iter()
             .any(|a| matches!(&a.op, Op::Channels { .. })),
         "{p:?}"
+    );
+}
+
+/// scaling.rst: "limit the number of queues to the number of CPU cores", of the NIC's memory
+/// domain, and no more than the smallest count that does not overflow: on a two-node host with
+/// two threads per core, numa_scaling raises a NIC to its own node's 8 cores (not 32 CPUs), only
+/// on evidence or when named, and its queues' interrupts each get a core of their own.
+#[test]
+fn channels_stop_at_the_physical_cores_of_the_nics_node_and_only_on_evidence() {
+    let mut nic = veth(4, 4, 32);
+    nic.physical = true;
+    // Node 0: CPUs 0-7 and their hyperthreads 16-23; node 1 the rest.
+    nic.local_cpus = (0..8).chain(16..24).collect();
+    nic.cores = (0..8).collect();
+    nic.channels = Some(crate::host::Channels {
+        combined: 4,
+        max_combined: 63,
+        ..Default::default()
+    });
+    nic.irqs = (0..8)
+        .map(|k| Irq {
+            number: 40 + k,
+            name: format!("veth0-TxRx-{k}"),
+            affinity: Some("0-31".into()),
+        })
+        .collect();
+    let profile = NicProfile {
+        rss: RssProfile::NumaScaling,
+        irq: IrqPolicy::Pinned,
+        ..NicProfile::default()
+    };
+    let channels = |p: &NicPlan| {
+        p.actions.iter().find_map(|a| match &a.op {
+            Op::Channels { combined, .. } => Some(*combined),
+            _ => None,
+        })
+    };
+    let nics = [nic];
+    // No evidence, not named: nothing raised (the smallest count that does not overflow).
+    let quiet = Evidence {
+        measured: true,
+        ..Evidence::default()
+    };
+    assert_eq!(
+        channels(&plan(&inputs(&profile, &nics, false, &quiet))),
+        None
+    );
+    // Evidence: raised to the node's 8 cores, never to its 16 threads or the host's 32 CPUs.
+    let busy = Evidence {
+        measured: true,
+        found: vec!["softnet drops +120 in 10 s".into()],
+        ..Evidence::default()
+    };
+    let p = plan(&inputs(&profile, &nics, false, &busy));
+    assert_eq!(channels(&p), Some(Some(8)), "{p:?}");
+    // The hardware's maximum caps it.
+    let mut small = nics[0].clone();
+    small.channels = Some(crate::host::Channels {
+        combined: 4,
+        max_combined: 6,
+        ..Default::default()
+    });
+    let p = plan(&inputs(&profile, &[small], true, &busy));
+    assert_eq!(channels(&p), Some(Some(6)), "{p:?}");
+    // Queue k's interrupt on the node's k-th core, never on a sibling thread first.
+    assert_eq!(
+        cpus_for(RssProfile::NumaScaling, &nics[0])[..9],
+        [0, 1, 2, 3, 4, 5, 6, 7, 16]
+    );
+    assert_eq!(
+        queues_for(&nics[0], &cpus_for(RssProfile::Conservative, &nics[0])),
+        8
+    );
+    assert_eq!(
+        queues_for(&nics[0], &cpus_for(RssProfile::Closest, &nics[0])),
+        8
     );
 }
 

@@ -379,6 +379,17 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
             }
             Source::Registry(r) if wrong(f) && scope.runtime => {
                 let Some(target) = &f.target else { continue };
+                // Windows' own value for an absent one, where it meets the target, rather than
+                // the bare target: TcpNumConnections goes back to its default and maximum
+                // (16,777,214) instead of a cap at the profile's connections, as its fix says.
+                let target = match &def.default {
+                    Some(d @ Value::Num(_))
+                        if catalog::eval::meets(def.check.compare, d, target) == Ok(true) =>
+                    {
+                        d
+                    }
+                    _ => target,
+                };
                 let data = match (
                     target,
                     r.names

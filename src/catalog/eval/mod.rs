@@ -185,8 +185,12 @@ pub fn evaluate(
                     f.note = Some(reason);
                     f
                 }
-                View::Runtime(inst) => evaluate_one(def, inst, &vars, facts),
-                View::Boot(inst, boot) => evaluate_boot(def, inst, boot, &vars, facts),
+                View::Runtime(inst) => {
+                    evaluate_one(def, inst, &with_nic_vars(&vars, facts, inst), facts)
+                }
+                View::Boot(inst, boot) => {
+                    evaluate_boot(def, inst, boot, &with_nic_vars(&vars, facts, inst), facts)
+                }
             };
             if let Some(why) = &def.role_skip {
                 f.status = Status::Skip;
@@ -198,6 +202,23 @@ pub fn evaluate(
         .collect::<Vec<_>>();
     narrow_shared_fixes(catalog, &vars, &mut findings);
     findings
+}
+
+/// The variables of one instance: a NIC's own (`nic.rss_queues`) join the host's and the
+/// profile's for a per-NIC check.
+fn with_nic_vars<'a>(
+    vars: &'a BTreeMap<String, Value>,
+    facts: &HostFacts,
+    inst: &Instance,
+) -> std::borrow::Cow<'a, BTreeMap<String, Value>> {
+    match inst.nic.as_ref().and_then(|n| facts.nic_vars.get(&n.name)) {
+        Some(own) if !own.is_empty() => {
+            let mut v = vars.clone();
+            v.extend(own.iter().map(|(k, x)| (k.clone(), x.clone())));
+            std::borrow::Cow::Owned(v)
+        }
+        _ => std::borrow::Cow::Borrowed(vars),
+    }
 }
 
 /// Checks of different fields of one key (tcp_mem's pressure and hard marks) each move only
