@@ -586,11 +586,6 @@ mod tests {
     /// the id test accepts them; delete this list once they exist (a test below fails on an
     /// entry the catalogs define, so a stale entry cannot stay).
     const PENDING: &[&str] = &[
-        "linux.systemd.tasks_max",
-        "linux.cgroup.pids_max",
-        "linux.cgroup.memory_sock",
-        "linux.net.netfilter.nf_conntrack_tcp_timeout_established",
-        "linux.net.ipv4.tcp_migrate_req",
         "linux.kernel.threads-max",
         "linux.kernel.pid_max",
         "linux.vm.max_map_count",
