@@ -70,6 +70,11 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, request: &FactsRequest) 
             vars.insert("host.pid_sockets".to_string(), v);
         }
     }
+    // The socket buffers charged to the server's cgroup now (memory.stat `sock`), for the
+    // note of the check that weighs its memory.max.
+    if let Some(sock) = cgroup_sock_bytes(backend, request.pid) {
+        vars.insert("host.cgroup_sock_bytes".to_string(), Value::Num(sock));
+    }
     let mut sysctls = Sysctls::default();
     for def in &catalog.checks {
         if let Some(Target::Expr(e)) = &def.target {
@@ -505,6 +510,9 @@ fn read_fact(backend: &dyn Backend, fact: Fact, nic: Option<&Link>, pid: Option<
             }
         }
         Fact::LocalPortCount => local_port_count(backend),
+        Fact::CgroupPidsMax | Fact::CgroupMemoryMax | Fact::ReuseportMigrateReq => {
+            read_container_fact(backend, fact, pid)
+        }
         Fact::ProcessHandles => Reading::Unreadable(
             "the handle count of a process is a Windows fact (Linux: see the nofile checks)".into(),
         ),
@@ -595,6 +603,145 @@ fn local_port_count(backend: &dyn Backend) -> Reading {
             reserved.trim()
         )),
     }
+}
+
+/// The cgroup file of the server: `--pid`'s, else this process's (a server started from this
+/// shell, or in this container, shares it).
+fn cgroup_file(pid: Option<u32>) -> String {
+    match pid {
+        Some(p) => format!("{}/cgroup", paths::process(p)),
+        None => paths::SELF_CGROUP.to_string(),
+    }
+}
+
+/// The facts of containers, Kubernetes nodes and deploys: the server's cgroup limits and
+/// whether its host runs SO_REUSEPORT listeners.
+fn read_container_fact(backend: &dyn Backend, fact: Fact, pid: Option<u32>) -> Reading {
+    use crate::host::containers::{self, CgroupVersion};
+    let (file, controller) = match fact {
+        Fact::CgroupPidsMax => ("pids.max", "pids"),
+        Fact::CgroupMemoryMax => ("memory.max", "memory"),
+        _ => return reuseport_migrate_req(backend),
+    };
+    let path = cgroup_file(pid);
+    let text = match backend.read(&path) {
+        Ok(t) => t,
+        Err(ReadError::NotFound(_)) => {
+            return Reading::Missing(format!("{path} does not exist: no cgroup to limit it"))
+        }
+        Err(e) => return Err(e).into(),
+    };
+    let (dirs, version) = containers::cgroup_dirs(&text, controller);
+    match (version, fact) {
+        (CgroupVersion::None, _) => {
+            return Reading::Missing(format!(
+                "{path} names no cgroup with the {controller} controller: nothing limits it"
+            ))
+        }
+        // cgroup v1 keeps socket buffers out of memory.limit_in_bytes (they are charged to
+        // memory.kmem.tcp.* only, when that is set).
+        (CgroupVersion::V1, Fact::CgroupMemoryMax) => {
+            return Reading::Unreadable(format!(
+                "{path}: a cgroup v1 hierarchy, which charges socket buffers to memory.kmem.tcp.limit_in_bytes rather than to the memory limit; see linux.host.memory for the limit itself"
+            ))
+        }
+        _ => {}
+    }
+    let mut lowest: Option<i64> = None;
+    for dir in &dirs {
+        let p = format!("{dir}/{file}");
+        match backend.read(&p) {
+            Ok(t) => match containers::limit(&t) {
+                Some(v) => lowest = Some(lowest.map_or(v, |l| l.min(v))),
+                None => {
+                    return Reading::Unreadable(format!(
+                        "{p}: '{}' is neither a number nor max",
+                        t.trim()
+                    ))
+                }
+            },
+            Err(ReadError::NotFound(_)) => {}
+            Err(e) => return Err(e).into(),
+        }
+    }
+    match lowest {
+        Some(v) => Reading::Value(Value::Num(v)),
+        None => Reading::Missing(format!(
+            "no {file} in {} or above: the {controller} controller limits nothing there",
+            dirs.first().map_or(containers::CGROUP_ROOT, String::as_str)
+        )),
+    }
+}
+
+/// memory.stat's `sock` of the server's cgroup v2: the socket buffers charged to it now.
+fn cgroup_sock_bytes(backend: &dyn Backend, pid: Option<u32>) -> Option<i64> {
+    use crate::host::containers;
+    let text = backend.read(&cgroup_file(pid)).ok()?;
+    let (dirs, version) = containers::cgroup_dirs(&text, "memory");
+    if version != containers::CgroupVersion::V2 {
+        return None;
+    }
+    let stat = backend
+        .read(&format!("{}/memory.stat", dirs.first()?))
+        .ok()?;
+    containers::flat_key(&stat, "sock")
+}
+
+/// net.ipv4.tcp_migrate_req, where it matters: on a host (network namespace) with two
+/// listeners or more on one address and port. The socket table comes from sock_diag on the
+/// live host (its listening hash only, cheap at any connection count), else from
+/// /proc/net/tcp and tcp6, which a captured tree can hold.
+fn reuseport_migrate_req(backend: &dyn Backend) -> Reading {
+    use crate::host::containers;
+    use crate::host::sockets::{TcpState, Which};
+    let key = "net.ipv4.tcp_migrate_req";
+    let value = match read_sysctl(backend, key) {
+        Reading::Missing(_) => {
+            return Reading::Missing(format!(
+                "this kernel has no {key} (Linux 5.14 added it): a listener that closes resets the connections queued on it; restart such servers one listener at a time, after the others accept"
+            ))
+        }
+        other => other,
+    };
+    let mut counts = std::collections::BTreeMap::new();
+    let live = backend.tcp_sockets(Which::Listeners, &mut |s| {
+        if s.state == TcpState::Listen {
+            *counts.entry(s.local.to_string()).or_default() += 1;
+        }
+    });
+    match live {
+        Ok(()) => {}
+        Err(ReadError::Unsupported(_)) => {
+            let mut any = None;
+            for path in ["/proc/net/tcp", "/proc/net/tcp6"] {
+                match backend.read(path) {
+                    Ok(t) => {
+                        containers::count_listeners(&t, &mut counts);
+                        any = Some(Ok(()));
+                    }
+                    Err(e) => {
+                        any.get_or_insert(Err(e));
+                    }
+                }
+            }
+            if let Some(Err(e)) = any {
+                return Reading::Unreadable(format!(
+                    "cannot see this host's listening sockets to find SO_REUSEPORT groups: {e}"
+                ));
+            }
+        }
+        Err(e) => {
+            return Reading::Unreadable(format!(
+                "cannot see this host's listening sockets to find SO_REUSEPORT groups: {e}"
+            ))
+        }
+    }
+    if containers::shared(&counts) == 0 {
+        return Reading::Missing(
+            "no two listening sockets share an address and port here (no SO_REUSEPORT group in this network namespace): restarting a listener drops no other's connections".into(),
+        );
+    }
+    value
 }
 
 /// MemTotal, or the cgroup memory limit of this process when it is lower (a container).
@@ -741,6 +888,58 @@ mod tests {
             .file("/sys/fs/cgroup/box/memory.max", "1073741824\n");
         assert_eq!(mem_bytes(&b), Reading::Value(Value::Num(1 << 30)));
         assert!(total > 1 << 30);
+    }
+
+    /// The server's cgroup limits are the lowest of its cgroup and its parents; cgroup v1
+    /// keeps socket buffers out of its memory limit; a listener group needs two listeners.
+    #[test]
+    fn container_facts_follow_the_hierarchy_and_say_what_is_missing() {
+        let b = MemoryBackend::default()
+            .file("/proc/7/cgroup", "0::/pod/ctr\n")
+            .file("/sys/fs/cgroup/pod/pids.max", "1024\n")
+            .file("/sys/fs/cgroup/pod/ctr/pids.max", "max\n")
+            .file("/sys/fs/cgroup/pod/ctr/memory.max", "max\n")
+            .file("/sys/fs/cgroup/pod/ctr/memory.stat", "anon 1\nsock 4096\n");
+        let fact = |f, pid| read_container_fact(&b, f, pid);
+        assert_eq!(
+            fact(Fact::CgroupPidsMax, Some(7)),
+            Reading::Value(Value::Num(1024))
+        );
+        assert_eq!(
+            fact(Fact::CgroupMemoryMax, Some(7)),
+            Reading::Value(Value::Num(i64::MAX))
+        );
+        assert_eq!(cgroup_sock_bytes(&b, Some(7)), Some(4096));
+        assert!(matches!(
+            fact(Fact::CgroupPidsMax, None),
+            Reading::Missing(_)
+        ));
+        let v1 = MemoryBackend::default().file("/proc/self/cgroup", "4:memory:/box\n");
+        assert!(matches!(
+            read_container_fact(&v1, Fact::CgroupMemoryMax, None),
+            Reading::Unreadable(_)
+        ));
+
+        let listener = |inode: u32| {
+            format!("   0: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 {inode} 1\n")
+        };
+        let head = "  sl  local_address rem_address   st\n";
+        let one = MemoryBackend::default()
+            .file("/proc/sys/net/ipv4/tcp_migrate_req", "0\n")
+            .file("/proc/net/tcp", &format!("{head}{}", listener(1)));
+        assert!(
+            matches!(reuseport_migrate_req(&one), Reading::Missing(m) if m.contains("SO_REUSEPORT"))
+        );
+        let two = one.file(
+            "/proc/net/tcp",
+            &format!("{head}{}{}", listener(1), listener(2)),
+        );
+        assert_eq!(reuseport_migrate_req(&two), Reading::Value(Value::Num(0)));
+        let old = MemoryBackend::default().file(
+            "/proc/net/tcp",
+            &format!("{head}{}{}", listener(1), listener(2)),
+        );
+        assert!(matches!(reuseport_migrate_req(&old), Reading::Missing(m) if m.contains("5.14")));
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod apply;
 mod bench;
 mod book;
 mod check_terminal;
+mod containers;
 mod doc_examples;
 mod fixtures;
 mod live;

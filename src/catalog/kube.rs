@@ -86,9 +86,16 @@ pub fn scopes() -> &'static [(String, Scope)] {
             let v: serde_yaml_ng::Value =
                 serde_yaml_ng::from_str(text).expect("the built-in catalogs parse");
             for check in v["checks"].as_sequence().into_iter().flatten() {
-                let (Some(key), Some(scope)) =
-                    (check["source"]["sysctl"].as_str(), check["scope"].as_str())
-                else {
+                // A sysctl source, or a fact that is a sysctl read under a condition.
+                let fact = serde_yaml_ng::from_value::<crate::host::Fact>(
+                    check["source"]["fact"].clone(),
+                )
+                .ok()
+                .and_then(crate::host::Fact::sysctl);
+                let (Some(key), Some(scope)) = (
+                    check["source"]["sysctl"].as_str().or(fact),
+                    check["scope"].as_str(),
+                ) else {
                     continue;
                 };
                 let scope = if scope == "netns" {

@@ -49,6 +49,9 @@ pub enum NoteCount {
     ProxyAddresses,
     /// The `--pid` server's threads (the current value) beside its sockets (`host.pid_sockets`).
     Threads,
+    /// The socket buffers charged to the server's cgroup now (memory.stat `sock`), beside its
+    /// memory.max.
+    CgroupSocket,
 }
 
 impl NoteCount {
@@ -59,6 +62,7 @@ impl NoteCount {
             NoteCount::Processes => &["none_fit", "processes_only", "raise_or_processes"],
             NoteCount::ProxyAddresses => &["addresses", "with_profile_ports"],
             NoteCount::Threads => &["per_connection", "shared"],
+            NoteCount::CgroupSocket => &["charged"],
         }
     }
 
@@ -82,6 +86,7 @@ impl NoteCount {
                 "profile_addresses",
             ],
             NoteCount::Threads => &["threads", "sockets"],
+            NoteCount::CgroupSocket => &["sock_mib", "share"],
         }
     }
 }

@@ -358,6 +358,11 @@ fn fact_words(f: &catalog::Fact) -> &'static str {
         LocalPortCount => {
             "source ports per destination (ip_local_port_range less ip_local_reserved_ports)"
         }
+        CgroupPidsMax => "pids.max of the server's cgroup (--pid's, else wstune's own)",
+        CgroupMemoryMax => "memory.max of the server's cgroup v2 (--pid's, else wstune's own)",
+        ReuseportMigrateReq => {
+            "net.ipv4.tcp_migrate_req, where listeners share an address and port (SO_REUSEPORT)"
+        }
     }
 }
 

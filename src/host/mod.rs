@@ -12,6 +12,7 @@
 //! - `windows` (cfg(windows) only): the live registry.
 
 pub mod atomic;
+pub mod containers;
 pub mod dynamic_ports;
 pub mod fixture;
 pub mod fs;

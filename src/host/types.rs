@@ -64,6 +64,27 @@ pub enum Fact {
     /// Source ports one local address can use towards one destination address and port:
     /// net.ipv4.ip_local_port_range's ports less those ip_local_reserved_ports keeps out.
     LocalPortCount,
+    // Containers, Kubernetes nodes and deploys: the server's cgroup and its listeners.
+    /// pids.max of the server's cgroup (`--pid`'s, else this process's), the lowest of it
+    /// and its parents; `max` is unlimited.
+    CgroupPidsMax,
+    /// memory.max of the server's cgroup v2 (`--pid`'s, else this process's), the lowest of
+    /// it and its parents: what its socket buffers are charged to; `max` is unlimited.
+    CgroupMemoryMax,
+    /// net.ipv4.tcp_migrate_req where two listeners or more share an address and port (an
+    /// SO_REUSEPORT group); missing where none do or the kernel lacks the setting.
+    ReuseportMigrateReq,
+}
+
+impl Fact {
+    /// The sysctl a fact is, where it is one read under a condition (tcp_migrate_req, only
+    /// where listeners share a port): its fixes name that key, and its scope is the key's.
+    pub fn sysctl(self) -> Option<&'static str> {
+        match self {
+            Fact::ReuseportMigrateReq => Some("net.ipv4.tcp_migrate_req"),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -41,6 +41,17 @@ fn by_role(c: &crate::catalog::Check) -> Option<String> {
             if let Some(sev) = o.severity {
                 what.push(format!("({})", format!("{sev:?}").to_lowercase()));
             }
+            // Same target, other words: say which, never an empty entry.
+            if what.is_empty() {
+                what.push(
+                    match (&o.why, &o.fix) {
+                        (Some(_), Some(_)) => "its own why and fix",
+                        (Some(_), None) => "its own why",
+                        _ => "its own fix",
+                    }
+                    .to_string(),
+                );
+            }
             format!("{role}: {}", what.join(" "))
         })
         .collect();

@@ -584,17 +584,6 @@ fn row(cells: &[&str]) -> String {
 mod tests {
     use super::*;
 
-    /// Check ids the ledger names that land with other changes to the catalogs. Until they do,
-    /// the id test accepts them; delete this list once they exist (a test below fails on an
-    /// entry the catalogs define, so a stale entry cannot stay).
-    const PENDING: &[&str] = &[
-        "linux.systemd.tasks_max",
-        "linux.cgroup.pids_max",
-        "linux.cgroup.memory_sock",
-        "linux.net.netfilter.nf_conntrack_tcp_timeout_established",
-        "linux.net.ipv4.tcp_migrate_req",
-    ];
-
     #[test]
     fn docs_coverage_md_is_current() {
         crate::report::book::assert_current(
@@ -615,28 +604,12 @@ mod tests {
     /// Every id a row names is a check a report can carry.
     #[test]
     fn every_id_the_ledger_names_exists() {
-        let mut ids = builtin_ids();
-        ids.extend(PENDING.iter().map(|s| s.to_string()));
+        let ids = builtin_ids();
         let unknown = unknown_ids(&ledger(), &ids);
         assert!(
             unknown.is_empty(),
             "checks/coverage.yaml names check ids no catalog defines: {}",
             unknown.join(", ")
-        );
-    }
-
-    #[test]
-    fn pending_ids_are_not_yet_defined() {
-        let ids = builtin_ids();
-        let landed: Vec<&str> = PENDING
-            .iter()
-            .copied()
-            .filter(|id| ids.contains(*id))
-            .collect();
-        assert!(
-            landed.is_empty(),
-            "these ids exist now: delete them from PENDING in coverage_doc.rs: {}",
-            landed.join(", ")
         );
     }
 

@@ -185,12 +185,14 @@ fn the_role_decides_the_port_range_tw_reuse_and_reserved_ports() {
         std::fs::read_to_string(tree.join("proc/sys/net/ipv4/ip_local_reserved_ports")).unwrap();
     assert_eq!(
         now.trim(),
-        "9100,10250,30000-32767",
+        "9100,10248-10250,10255-10256,30000-32767",
         "the union, in the kernel's form"
     );
     let conf = std::fs::read_to_string(tree.join("etc/sysctl.d/60-wstune.conf")).unwrap();
     assert!(
-        conf.contains("net.ipv4.ip_local_reserved_ports = 9100,10250,30000-32767"),
+        conf.contains(
+            "net.ipv4.ip_local_reserved_ports = 9100,10248-10250,10255-10256,30000-32767"
+        ),
         "{conf}"
     );
     assert!(

@@ -137,11 +137,11 @@ fn check_fits_80_100_and_200_columns_with_ids_whole_and_fix_commands_on_their_ow
             }
         }
         assert!(
-            out.lines().last().unwrap().ends_with(" skip, 39 info"),
+            out.lines().last().unwrap().ends_with(" skip, 40 info"),
             "{out}"
         );
         assert!(out.contains("\nNot checked:\n"), "{out}");
-        assert!(out.contains("\nPassed: 23 ("), "{out}");
+        assert!(out.contains("\nPassed: 26 ("), "{out}");
     }
 }
 

@@ -358,7 +358,9 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
                     _ => {}
                 }
             }
-            Source::Systemd(_) if wrong(f) && scope.persist => {
+            // The drop-in apply writes holds LimitNOFILE; other properties (TasksMax) are
+            // the fix text's to set.
+            Source::Systemd(prop) if prop == "LimitNOFILE" && wrong(f) && scope.persist => {
                 let (Some(unit), Some(Value::Num(target))) = (unit, f.target.clone()) else {
                     continue;
                 };

@@ -14,6 +14,7 @@ pub(super) fn note(def: &NoteDef, f: &Finding, vars: &BTreeMap<String, Value>) -
         NoteCount::Processes => processes(def, f, vars),
         NoteCount::ProxyAddresses => proxy_addresses(def, f, vars),
         NoteCount::Threads => threads(def, f, vars),
+        NoteCount::CgroupSocket => cgroup_socket(def, f, vars),
     }
 }
 
@@ -135,6 +136,28 @@ fn threads(def: &NoteDef, f: &Finding, vars: &BTreeMap<String, Value>) -> Option
         &[
             ("threads", threads.to_string()),
             ("sockets", sockets.to_string()),
+        ],
+    ))
+}
+
+/// cgroup v2 charges a container's socket buffers to its memory.max: say how much they hold
+/// now (`host.cgroup_sock_bytes`, memory.stat `sock`) and what share of the limit that is.
+fn cgroup_socket(def: &NoteDef, f: &Finding, vars: &BTreeMap<String, Value>) -> Option<String> {
+    let Some(Value::Num(sock)) = vars.get("host.cgroup_sock_bytes") else {
+        return None;
+    };
+    let share = match &f.current {
+        Some(Value::Num(max)) if *max > 0 && *max < i64::MAX => {
+            format!("{:.1} % of memory.max", *sock as f64 * 100.0 / *max as f64)
+        }
+        _ => "memory.max is no limit".into(),
+    };
+    Some(words(
+        def,
+        "charged",
+        &[
+            ("sock_mib", format!("{:.1}", *sock as f64 / 1048576.0)),
+            ("share", share),
         ],
     ))
 }

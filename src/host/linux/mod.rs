@@ -134,7 +134,23 @@ impl Backend for LinuxBackend {
         which: crate::host::sockets::Which,
         visit: &mut dyn FnMut(&crate::host::sockets::Sock),
     ) -> Result<(), ReadError> {
-        sock_diag::tcp_sockets(which, visit)
+        let Some(rec) = &self.recorder else {
+            return sock_diag::tcp_sockets(which, visit);
+        };
+        // A snapshot keeps the listening sockets as /proc/net/tcp and tcp6 rows (what a
+        // captured tree answers with), so SO_REUSEPORT groups survive into `check --root`.
+        let mut rows = crate::host::containers::ListenerRows::default();
+        sock_diag::tcp_sockets(which, &mut |s| {
+            if s.state == crate::host::sockets::TcpState::Listen {
+                rows.push(s);
+            }
+            visit(s)
+        })?;
+        let mut rec = rec.borrow_mut();
+        for (path, text) in rows.files() {
+            rec.files.entry(path.to_string()).or_insert(text);
+        }
+        Ok(())
     }
 
     fn process_fds(&self, pid: u32) -> Result<(u64, Vec<u64>), ReadError> {
