@@ -87,11 +87,10 @@ pub fn scopes() -> &'static [(String, Scope)] {
                 serde_yaml_ng::from_str(text).expect("the built-in catalogs parse");
             for check in v["checks"].as_sequence().into_iter().flatten() {
                 // A sysctl source, or a fact that is a sysctl read under a condition.
-                let fact = serde_yaml_ng::from_value::<crate::host::Fact>(
-                    check["source"]["fact"].clone(),
-                )
-                .ok()
-                .and_then(crate::host::Fact::sysctl);
+                let fact =
+                    serde_yaml_ng::from_value::<crate::host::Fact>(check["source"]["fact"].clone())
+                        .ok()
+                        .and_then(crate::host::Fact::sysctl);
                 let (Some(key), Some(scope)) = (
                     check["source"]["sysctl"].as_str().or(fact),
                     check["scope"].as_str(),
