@@ -295,12 +295,7 @@ pub fn key(source: &CheckSource) -> Result<Option<String>, String> {
 
 /// The built-in checks of both platforms' catalogs (checks/linux.yaml, checks/windows.yaml).
 pub fn builtin_checks() -> Vec<catalog::Check> {
-    let known: BTreeSet<String> = crate::profile::load(crate::profile::DEFAULT)
-        .expect("the default profile loads")
-        .profile
-        .variables()
-        .into_keys()
-        .collect();
+    let known = super::checks_doc::default_variables();
     [Platform::Linux, Platform::Windows]
         .into_iter()
         .flat_map(|p| {
