@@ -264,7 +264,7 @@ fn links(refs: &[catalog::Ref]) -> String {
 }
 
 /// One table row; `|` inside a cell would end it, and a line break would end the table.
-fn row(cells: &[&str]) -> String {
+pub(crate) fn row(cells: &[&str]) -> String {
     let cells: Vec<String> = cells
         .iter()
         .map(|c| c.replace('|', "\\|").replace('\n', " "))

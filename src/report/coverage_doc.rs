@@ -9,6 +9,7 @@
 //! the page. The unit tests below fail when the page is stale, when a row names a check the
 //! built-in catalogs do not define, and when a built-in check's key has no row naming it.
 
+use super::checks_doc::row;
 use crate::catalog::{self, Compare, Source as CheckSource};
 use crate::host::Platform;
 use serde::Deserialize;
@@ -564,15 +565,6 @@ fn anchor(name: &str) -> String {
 /// A source's title up to its parenthesis, for the counts and the gaps (`Linux: IP sysctl`).
 fn short_title(title: &str) -> &str {
     title.split(" (").next().unwrap_or(title)
-}
-
-/// One table row; `|` inside a cell would end it, and a line break would end the table.
-fn row(cells: &[&str]) -> String {
-    let cells: Vec<String> = cells
-        .iter()
-        .map(|c| c.replace('|', "\\|").replace('\n', " "))
-        .collect();
-    format!("| {} |\n", cells.join(" | "))
 }
 
 #[cfg(test)]
