@@ -17,7 +17,7 @@
 //! An info check's commands are advice: shown only with `--why`, labelled optional
 //! ([`super::shown::fix_shown`]).
 
-use super::shown::{current_shown, fix_shown, target_shown, Human};
+use super::shown::{current_shown, fix_shown, is_command, target_shown, Human};
 use super::text::{columns, wrapped};
 use crate::catalog::eval::{Finding, Status};
 use crate::catalog::Scope;
@@ -179,34 +179,6 @@ fn split_top<'a>(text: &'a str, sep: &str) -> Vec<&'a str> {
     parts.push(text[start..].trim());
     parts.retain(|p| !p.is_empty());
     parts
-}
-
-/// Whether a fix part is a command to paste (it starts with a program) rather than words.
-pub fn is_command(part: &str) -> bool {
-    const PROGRAMS: &[&str] = &[
-        "sysctl",
-        "echo",
-        "printf",
-        "prlimit",
-        "systemctl",
-        "ethtool",
-        "netsh",
-        "reg",
-        "nft",
-        "modprobe",
-        "ulimit",
-        "tee",
-        "sudo",
-        "ip",
-        "tc",
-        "sed",
-        "mkdir",
-    ];
-    let first = part.split_whitespace().next().unwrap_or("");
-    PROGRAMS.contains(&first)
-        || ["Set-", "New-", "Get-", "Enable-", "Disable-"]
-            .iter()
-            .any(|p| first.starts_with(p))
 }
 
 #[cfg(test)]

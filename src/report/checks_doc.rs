@@ -117,14 +117,19 @@ fn section(
     }
 }
 
-/// The whole of docs/checks.md.
-pub fn checks_markdown() -> String {
-    let known: BTreeSet<String> = crate::profile::load(crate::profile::DEFAULT)
+/// The variables a built-in catalog's targets may name: the default profile's.
+pub(crate) fn default_variables() -> BTreeSet<String> {
+    crate::profile::load(crate::profile::DEFAULT)
         .expect("the default profile loads")
         .profile
         .variables()
         .into_keys()
-        .collect();
+        .collect()
+}
+
+/// The whole of docs/checks.md.
+pub fn checks_markdown() -> String {
+    let known = default_variables();
     let mut out = String::from(
         "# Check ids\n\n\
          Every finding `wstune check` reports carries one of these ids: the table's `Check` \
@@ -259,7 +264,7 @@ fn links(refs: &[catalog::Ref]) -> String {
 }
 
 /// One table row; `|` inside a cell would end it, and a line break would end the table.
-fn row(cells: &[&str]) -> String {
+pub(crate) fn row(cells: &[&str]) -> String {
     let cells: Vec<String> = cells
         .iter()
         .map(|c| c.replace('|', "\\|").replace('\n', " "))

@@ -9,6 +9,7 @@
 //! the page. The unit tests below fail when the page is stale, when a row names a check the
 //! built-in catalogs do not define, and when a built-in check's key has no row naming it.
 
+use super::checks_doc::row;
 use crate::catalog::{self, Compare, Source as CheckSource};
 use crate::host::Platform;
 use serde::Deserialize;
@@ -295,12 +296,7 @@ pub fn key(source: &CheckSource) -> Result<Option<String>, String> {
 
 /// The built-in checks of both platforms' catalogs (checks/linux.yaml, checks/windows.yaml).
 pub fn builtin_checks() -> Vec<catalog::Check> {
-    let known: BTreeSet<String> = crate::profile::load(crate::profile::DEFAULT)
-        .expect("the default profile loads")
-        .profile
-        .variables()
-        .into_keys()
-        .collect();
+    let known = super::checks_doc::default_variables();
     [Platform::Linux, Platform::Windows]
         .into_iter()
         .flat_map(|p| {
@@ -569,15 +565,6 @@ fn anchor(name: &str) -> String {
 /// A source's title up to its parenthesis, for the counts and the gaps (`Linux: IP sysctl`).
 fn short_title(title: &str) -> &str {
     title.split(" (").next().unwrap_or(title)
-}
-
-/// One table row; `|` inside a cell would end it, and a line break would end the table.
-fn row(cells: &[&str]) -> String {
-    let cells: Vec<String> = cells
-        .iter()
-        .map(|c| c.replace('|', "\\|").replace('\n', " "))
-        .collect();
-    format!("| {} |\n", cells.join(" | "))
 }
 
 #[cfg(test)]

@@ -178,7 +178,35 @@ pub fn has_command(text: &str) -> bool {
     let main = text.split(" # ").next().unwrap_or(text);
     main.split("; ")
         .map(|p| p.trim().strip_prefix("or ").unwrap_or(p.trim()))
-        .any(super::blocks::is_command)
+        .any(is_command)
+}
+
+/// Whether a fix part is a command to paste (it starts with a program) rather than words.
+pub fn is_command(part: &str) -> bool {
+    const PROGRAMS: &[&str] = &[
+        "sysctl",
+        "echo",
+        "printf",
+        "prlimit",
+        "systemctl",
+        "ethtool",
+        "netsh",
+        "reg",
+        "nft",
+        "modprobe",
+        "ulimit",
+        "tee",
+        "sudo",
+        "ip",
+        "tc",
+        "sed",
+        "mkdir",
+    ];
+    let first = part.split_whitespace().next().unwrap_or("");
+    PROGRAMS.contains(&first)
+        || ["Set-", "New-", "Get-", "Enable-", "Disable-"]
+            .iter()
+            .any(|p| first.starts_with(p))
 }
 
 #[cfg(test)]

@@ -53,6 +53,8 @@ pub fn area(id: &str) -> &'static str {
         "connect_response",
         "syncookies",
         "synack",
+        "abort_on_overflow",
+        "migrate_req",
     ]) {
         "accept path"
     } else if has(&["tw_", "port", "fin_timeout", "time_wait", "timed_wait"]) {

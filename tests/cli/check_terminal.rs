@@ -141,7 +141,7 @@ fn check_fits_80_100_and_200_columns_with_ids_whole_and_fix_commands_on_their_ow
             "{out}"
         );
         assert!(out.contains("\nNot checked:\n"), "{out}");
-        assert!(out.contains("\nPassed: 26 ("), "{out}");
+        assert!(out.contains("\nPassed: 28 ("), "{out}");
     }
 }
 

@@ -48,6 +48,34 @@ fn default_distribution_fails_100k_on_fds_and_accept_queues() {
     assert_eq!(finding(&r10, "linux.net.core.somaxconn")["status"], "pass");
 }
 
+/// A full accept queue that resets clients turns a reconnect storm into errors: the kernel's
+/// default 0 passes, 1 warns with the fix that puts it back.
+#[test]
+fn aborting_on_a_full_accept_queue_warns_and_the_default_passes() {
+    let (_, r) = check_json(&fixture("default"), &[]);
+    let f = finding(&r, "linux.net.ipv4.tcp_abort_on_overflow");
+    assert_eq!(
+        (f["status"].as_str(), f["current"].as_u64()),
+        (Some("pass"), Some(0)),
+        "{f}"
+    );
+    let (_dir, tree) = default_tree_with("proc/sys/net/ipv4/tcp_abort_on_overflow", "1\n");
+    let (_, r) = check_json(&tree, &[]);
+    let f = finding(&r, "linux.net.ipv4.tcp_abort_on_overflow");
+    assert_eq!(
+        (f["status"].as_str(), f["current"].as_u64()),
+        (Some("warn"), Some(1)),
+        "{f}"
+    );
+    assert!(
+        f["fix"]["runtime"]
+            .as_str()
+            .unwrap()
+            .contains("net.ipv4.tcp_abort_on_overflow=0"),
+        "{f}"
+    );
+}
+
 #[test]
 fn syn_cookies_off_fails_and_the_orphan_limit_follows_the_connection_count() {
     let (_dir, tree) = default_tree_with("proc/sys/net/ipv4/tcp_syncookies", "0\n");

@@ -382,22 +382,24 @@ fn sleeps_of(pid: u32) -> u64 {
 #[test]
 fn coalescing_serves_every_message_that_arrives_apart_and_never_wakes_more() {
     // Both windows are measured side by side in a round; a round on a busy 2-core host can
-    // catch the thread's decision mid-probe, so the claim must hold in one of three rounds
-    // (a window that made the thread sleep more every time fails all three).
+    // catch the thread's decision mid-probe, or find the thread without coalescing too busy to
+    // sleep between messages (then the round says nothing), so the claim must hold in one of
+    // three rounds whose plain thread slept for many of the last 6,000 messages (a window that
+    // made the thread sleep more every time fails all three).
     let mut rounds = Vec::new();
     for _ in 0..3 {
         let (plain, coalesced) = (sleeps_over_last_half("0"), sleeps_over_last_half("2000"));
         eprintln!("sleeps: {plain} without coalescing, {coalesced} with a 2 ms window");
-        assert!(
-            plain >= 1000,
-            "without coalescing the I/O thread slept for many of the last 6,000 messages: {plain}"
-        );
         rounds.push((plain, coalesced));
-        if coalesced <= plain + plain / 5 {
+        if plain >= 1000 && coalesced <= plain + plain / 5 {
             return;
         }
     }
-    panic!("a 2 ms window never makes the thread sleep more: (without, with) per round {rounds:?}");
+    panic!(
+        "no round showed the claim: the thread without coalescing must sleep for 1,000 or more \
+         of the last 6,000 messages and a 2 ms window no more than a fifth beyond it; \
+         (without, with) per round {rounds:?}"
+    );
 }
 
 /// The I/O thread's sleeps over the second half of 12,000 messages 100 us apart from 20
