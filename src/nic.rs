@@ -511,7 +511,9 @@ pub fn advise(catalog: &Catalog, findings: &mut [Finding]) {
                 e.quiet.join("; ")
             )
         } else {
+            // A warning now, not advice: its fix is shown whole, like any other warning's.
             f.status = Status::Warn;
+            f.severity = crate::catalog::Severity::Warn;
             format!(
                 "the kernel is busy receiving ({}): spread {nic}'s receive work (wstune apply --watch 10 under this load, or apply --nic {nic})",
                 e.found.join("; ")

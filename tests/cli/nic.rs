@@ -1082,3 +1082,51 @@ fn rollback_restores_a_renamed_nic_under_its_new_name() {
     }
     assert_eq!(common::tagged_line(&o, "SAME "), "SAME yes", "{all}");
 }
+
+/// A NIC check that misses its target is advice until a watch shows the kernel busy
+/// receiving: then it is a warning whose fix is shown whole, not an optional extra.
+#[test]
+fn a_queue_count_the_watch_found_short_is_a_warning_not_advice() {
+    let (_dir, tree) = default_tree_with("proc/sys/net/core/somaxconn", "4096\n");
+    let quiet = check_json(&tree, &[]).1;
+    let rx = finding(&quiet, "linux.nic.rx_queues[eth0]");
+    assert_eq!(
+        (rx["status"].as_str(), rx["advice"].as_bool()),
+        (Some("info"), Some(true)),
+        "{rx}"
+    );
+    let t = tree.to_str().unwrap();
+    let o = watched_while_rewritten(
+        &["check", "--root", t, "--watch", "4", "-f", "json"],
+        &tree,
+        "sys/class/net/eth0/statistics/rx_missed_errors",
+        "500\n",
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(&o), stderr(&o)));
+    let rx = finding(&r, "linux.nic.rx_queues[eth0]");
+    assert_eq!(
+        (rx["status"].as_str(), rx["advice"].as_bool()),
+        (Some("warn"), Some(false)),
+        "{rx}"
+    );
+    assert!(
+        rx["note"].as_str().unwrap().contains("busy receiving"),
+        "{rx}"
+    );
+    // People see its commands without --why.
+    let o = watched_while_rewritten(
+        &["check", "--root", t, "--watch", "4", "--show", "all"],
+        &tree,
+        "sys/class/net/eth0/statistics/rx_missed_errors",
+        "900\n",
+    );
+    let out = stdout(&o);
+    let block = out
+        .split("\n\n")
+        .find(|b| b.contains("linux.nic.rx_queues[eth0]"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(block.starts_with("WARN"), "{block}");
+    assert!(block.contains("ethtool -L eth0 combined"), "{block}");
+    assert!(!block.contains("advice, optional"), "{block}");
+}
