@@ -256,159 +256,9 @@ impl Frame {
         let mut unavailable = cur.unavailable.clone();
         let conns = cur.connections.as_ref();
 
-        let listeners: Vec<ListenerRow> = cur
-            .listeners
-            .iter()
-            .map(|l| {
-                let fill = if l.backlog == 0 {
-                    if l.queue > 0 {
-                        1.0
-                    } else {
-                        0.0
-                    }
-                } else {
-                    l.queue as f64 / l.backlog as f64
-                };
-                ListenerRow {
-                    local: l.local.to_string(),
-                    queue: l.queue,
-                    backlog: l.backlog,
-                    fill,
-                    // The kernel's test (sk_acceptq_is_full): more waiting than the backlog.
-                    full: l.detailed && l.queue >= l.backlog.max(1),
-                    states: conns.and_then(|c| c.per_listener.get(&l.local).copied()),
-                    queue_unavailable: (!l.detailed).then(|| NO_ACCEPT_QUEUE.to_string()),
-                }
-            })
-            .collect();
-
-        let delta = |name: &str| -> Option<(u64, u64)> {
-            let now = *cur.counters.get(name)?;
-            let before = prev
-                .and_then(|p| p.counters.get(name).copied())
-                .unwrap_or(now);
-            Some((now, now.saturating_sub(before)))
-        };
-        let rate = |d: u64| {
-            if interval > 0.0 {
-                d as f64 / interval
-            } else {
-                0.0
-            }
-        };
-        let mut counters = Vec::new();
-        let mut names: Vec<String> = cur.counters.keys().cloned().collect();
-        let sum = |cpus: &[super::sample::Cpu], f: fn(&super::sample::Cpu) -> u64| -> u64 {
-            cpus.iter().map(f).sum()
-        };
-        let mut softnet = BTreeMap::new();
-        if !cur.cpus.is_empty() && !unavailable.contains_key("softnet") {
-            softnet.insert(
-                "softnet.dropped",
-                (
-                    sum(&cur.cpus, |c| c.softnet_dropped),
-                    prev.map(|p| sum(&p.cpus, |c| c.softnet_dropped)),
-                ),
-            );
-            softnet.insert(
-                "softnet.time_squeeze",
-                (
-                    sum(&cur.cpus, |c| c.time_squeeze),
-                    prev.map(|p| sum(&p.cpus, |c| c.time_squeeze)),
-                ),
-            );
-            names.extend(softnet.keys().map(|k| k.to_string()));
-        }
-        names.sort_by_key(|n| {
-            WATCHED
-                .iter()
-                .position(|(w, _)| w == n)
-                .unwrap_or(WATCHED.len())
-        });
-        for name in names {
-            let (total, d) = match softnet.get(name.as_str()) {
-                Some((now, before)) => (*now, now.saturating_sub(before.unwrap_or(*now))),
-                None => match delta(&name) {
-                    Some(x) => x,
-                    None => continue,
-                },
-            };
-            let check = WATCHED
-                .iter()
-                .find(|(w, _)| *w == name)
-                .map(|(_, id)| id.to_string());
-            counters.push(CounterRow {
-                turned: check.is_some() && d > 0,
-                name,
-                total,
-                delta: d,
-                per_s: rate(d),
-                check,
-            });
-        }
-
-        let g = &cur.gauges;
-        let mut gauges = Vec::new();
-        let mut gauge = |name: &str,
-                         value: Option<u64>,
-                         mark: Option<u64>,
-                         mark_is: &str,
-                         limit: Option<u64>,
-                         check: &str| {
-            if let (Some(value), Some(mark)) = (value, mark) {
-                gauges.push(GaugeRow {
-                    name: name.to_string(),
-                    value,
-                    mark,
-                    mark_is: mark_is.to_string(),
-                    limit,
-                    check: check.to_string(),
-                    turned: value > mark,
-                });
-            }
-        };
-        // The marks are the catalog's own targets (checks/linux.yaml), kept equal by a test.
-        gauge(
-            "orphans",
-            g.orphans,
-            g.max_orphans.map(|m| m / 4),
-            "tcp_max_orphans / 4",
-            g.max_orphans,
-            "linux.sockstat.orphans",
-        );
-        gauge(
-            "time_wait",
-            g.time_wait,
-            g.max_tw_buckets.map(|m| m * 9 / 10),
-            "tcp_max_tw_buckets * 9 / 10",
-            g.max_tw_buckets,
-            "linux.sockstat.time_wait",
-        );
-        gauge(
-            "tcp_mem_pages",
-            g.tcp_mem_pages,
-            g.tcp_mem.map(|m| m[1]),
-            "tcp_mem pressure",
-            g.tcp_mem.map(|m| m[2]),
-            "linux.sockstat.tcp_mem_pages",
-        );
-        gauge(
-            "conntrack",
-            g.conntrack,
-            g.conntrack_max.map(|m| (m as f64 * FDS_MARK) as u64),
-            "nf_conntrack_max * 0.9",
-            g.conntrack_max,
-            "linux.net.netfilter.nf_conntrack_max",
-        );
-        gauge(
-            "file_handles",
-            g.files,
-            g.file_max.map(|m| (m as f64 * FDS_MARK) as u64),
-            "fs.file-max * 0.9",
-            g.file_max,
-            "linux.fs.file-max",
-        );
-
+        let listeners = listener_rows(cur);
+        let counters = counter_rows(prev, cur, interval, &unavailable);
+        let mut gauges = host_gauges(&cur.gauges);
         let process = cur.process.as_ref().map(|p| ProcessRow {
             pid: p.pid,
             fds: p.fds,
@@ -417,115 +267,13 @@ impl Frame {
             handles: p.handles,
         });
         if let Some(p) = &process {
-            if let Some(n) = p.handles {
-                let mark = (HANDLES_LIMIT as f64 * FDS_MARK) as u64;
-                gauges.push(GaugeRow {
-                    name: format!("pid {} handles", p.pid),
-                    value: n,
-                    mark,
-                    mark_is: "16,777,216 handles per process * 0.9".into(),
-                    limit: Some(HANDLES_LIMIT),
-                    check: HANDLES_CHECK.into(),
-                    turned: n > mark,
-                });
-            }
-            if let (Some(fds), Some(soft)) = (p.fds, p.soft_limit) {
-                let mark = (soft as f64 * FDS_MARK) as u64;
-                gauges.push(GaugeRow {
-                    name: format!("pid {} fds", p.pid),
-                    value: fds,
-                    mark,
-                    mark_is: "RLIMIT_NOFILE soft * 0.9".into(),
-                    limit: Some(soft),
-                    check: "linux.pid.nofile.soft".into(),
-                    turned: fds > mark,
-                });
-            }
-            // A process that cannot be read at all says so once: its descriptors are then
-            // unreadable for the same reason, and "run as root" would mislead.
-            let descriptors = unavailable.remove("process descriptors");
-            if let Some(why) = unavailable.remove("process") {
-                notes.push(format!("process {}: {}", p.pid, process_gone(&why)));
-            } else if let Some(why) = descriptors {
-                notes.push(format!(
-                    "process {}: its descriptors cannot be read ({why}); every listener is shown. \
-                     Run as root (or with CAP_SYS_PTRACE) to tie listeners to it",
-                    p.pid
-                ));
-            }
+            gauges.extend(process_gauges(p));
+            notes.extend(process_note(p, &mut unavailable));
         }
-
-        let cpus: Vec<CpuRow> = cur
-            .cpus
-            .iter()
-            .map(|c| {
-                let before = prev.and_then(|p| p.cpus.iter().find(|b| b.name == c.name));
-                let dt = before.map(|b| c.total.saturating_sub(b.total)).unwrap_or(0);
-                let pct = |now: u64, was: Option<u64>| match (was, dt) {
-                    (Some(w), dt) if dt > 0 => now.saturating_sub(w) as f64 * 100.0 / dt as f64,
-                    _ => 0.0,
-                };
-                CpuRow {
-                    cpu: c.name.clone(),
-                    softirq_pct: pct(c.softirq, before.map(|b| b.softirq)),
-                    system_pct: pct(c.system, before.map(|b| b.system)),
-                    softnet_dropped: before
-                        .map(|b| c.softnet_dropped.saturating_sub(b.softnet_dropped))
-                        .unwrap_or(0),
-                    time_squeeze: before
-                        .map(|b| c.time_squeeze.saturating_sub(b.time_squeeze))
-                        .unwrap_or(0),
-                }
-            })
-            .collect();
-
-        let ports = match (g.port_range, conns) {
-            (Some(range), Some(c)) => Some(Ports {
-                range,
-                size: u64::from(range.1.saturating_sub(range.0)) + 1,
-                destinations: c
-                    .ports_by_destination
-                    .iter()
-                    .map(|(src, d, n)| PortUse {
-                        destination: match src {
-                            Some(src) => format!("{d} from {src}"),
-                            None => d.to_string(),
-                        },
-                        in_use: *n,
-                    })
-                    .collect(),
-                check: match cur.platform {
-                    Platform::Windows => PORTS_CHECK_WINDOWS,
-                    Platform::Linux => PORTS_CHECK_LINUX,
-                }
-                .to_string(),
-            }),
-            _ => None,
-        };
-        // Windows gives each outbound connection a port of the range of its own (per local
-        // address): the range is used up in total, and TIME_WAIT keeps ports for
-        // TcpTimedWaitDelay after the connections closed.
+        let cpus = cpu_rows(prev, cur);
+        let ports = ports(cur);
         if let (Platform::Windows, Some(p), Some(c)) = (cur.platform, &ports, conns) {
-            let mark = (p.size as f64 * PORTS_MARK) as u64;
-            gauges.push(GaugeRow {
-                name: "dynamic ports in use".into(),
-                value: c.range_in_use,
-                mark,
-                mark_is: "dynamic port range * 0.8".into(),
-                limit: Some(p.size),
-                check: PORTS_CHECK_WINDOWS.into(),
-                turned: c.range_in_use > mark,
-            });
-            let mark = p.size / 2;
-            gauges.push(GaugeRow {
-                name: "dynamic ports in TIME_WAIT".into(),
-                value: c.range_time_wait,
-                mark,
-                mark_is: "dynamic port range / 2".into(),
-                limit: Some(p.size),
-                check: TIME_WAIT_CHECK_WINDOWS.into(),
-                turned: c.range_time_wait > mark,
-            });
+            gauges.extend(windows_port_gauges(p, c));
         }
 
         notes.extend(cur.notes.iter().cloned());
@@ -544,7 +292,7 @@ impl Frame {
             elapsed_s: cur.at.saturating_duration_since(started).as_secs_f64(),
             interval_s: interval,
             listeners,
-            somaxconn: g.somaxconn,
+            somaxconn: cur.gauges.somaxconn,
             totals: conns.map(|c| c.total),
             connections_age_s: conns.map(|c| cur.at.saturating_duration_since(c.at).as_secs_f64()),
             counters,
@@ -563,6 +311,302 @@ impl Frame {
     pub fn turned(&self) -> bool {
         !self.advice.is_empty()
     }
+}
+
+/// Each listener's accept queue against its backlog, with its connections by state.
+fn listener_rows(cur: &Sample) -> Vec<ListenerRow> {
+    let conns = cur.connections.as_ref();
+    cur.listeners
+        .iter()
+        .map(|l| {
+            let fill = if l.backlog == 0 {
+                if l.queue > 0 {
+                    1.0
+                } else {
+                    0.0
+                }
+            } else {
+                l.queue as f64 / l.backlog as f64
+            };
+            ListenerRow {
+                local: l.local.to_string(),
+                queue: l.queue,
+                backlog: l.backlog,
+                fill,
+                // The kernel's test (sk_acceptq_is_full): more waiting than the backlog.
+                full: l.detailed && l.queue >= l.backlog.max(1),
+                states: conns.and_then(|c| c.per_listener.get(&l.local).copied()),
+                queue_unavailable: (!l.detailed).then(|| NO_ACCEPT_QUEUE.to_string()),
+            }
+        })
+        .collect()
+}
+
+/// Every counter's total and growth this interval, the watched ones first (in WATCHED's
+/// order) and turned when they grew; softnet's per-CPU counters enter summed.
+fn counter_rows(
+    prev: Option<&Sample>,
+    cur: &Sample,
+    interval: f64,
+    unavailable: &BTreeMap<String, String>,
+) -> Vec<CounterRow> {
+    let delta = |name: &str| -> Option<(u64, u64)> {
+        let now = *cur.counters.get(name)?;
+        let before = prev
+            .and_then(|p| p.counters.get(name).copied())
+            .unwrap_or(now);
+        Some((now, now.saturating_sub(before)))
+    };
+    let rate = |d: u64| {
+        if interval > 0.0 {
+            d as f64 / interval
+        } else {
+            0.0
+        }
+    };
+    let mut counters = Vec::new();
+    let mut names: Vec<String> = cur.counters.keys().cloned().collect();
+    let sum = |cpus: &[super::sample::Cpu], f: fn(&super::sample::Cpu) -> u64| -> u64 {
+        cpus.iter().map(f).sum()
+    };
+    let mut softnet = BTreeMap::new();
+    if !cur.cpus.is_empty() && !unavailable.contains_key("softnet") {
+        softnet.insert(
+            "softnet.dropped",
+            (
+                sum(&cur.cpus, |c| c.softnet_dropped),
+                prev.map(|p| sum(&p.cpus, |c| c.softnet_dropped)),
+            ),
+        );
+        softnet.insert(
+            "softnet.time_squeeze",
+            (
+                sum(&cur.cpus, |c| c.time_squeeze),
+                prev.map(|p| sum(&p.cpus, |c| c.time_squeeze)),
+            ),
+        );
+        names.extend(softnet.keys().map(|k| k.to_string()));
+    }
+    names.sort_by_key(|n| {
+        WATCHED
+            .iter()
+            .position(|(w, _)| w == n)
+            .unwrap_or(WATCHED.len())
+    });
+    for name in names {
+        let (total, d) = match softnet.get(name.as_str()) {
+            Some((now, before)) => (*now, now.saturating_sub(before.unwrap_or(*now))),
+            None => match delta(&name) {
+                Some(x) => x,
+                None => continue,
+            },
+        };
+        let check = WATCHED
+            .iter()
+            .find(|(w, _)| *w == name)
+            .map(|(_, id)| id.to_string());
+        counters.push(CounterRow {
+            turned: check.is_some() && d > 0,
+            name,
+            total,
+            delta: d,
+            per_s: rate(d),
+            check,
+        });
+    }
+    counters
+}
+
+/// The host-wide gauges against their marks.
+fn host_gauges(g: &super::sample::Gauges) -> Vec<GaugeRow> {
+    let mut gauges = Vec::new();
+    let mut gauge = |name: &str,
+                     value: Option<u64>,
+                     mark: Option<u64>,
+                     mark_is: &str,
+                     limit: Option<u64>,
+                     check: &str| {
+        if let (Some(value), Some(mark)) = (value, mark) {
+            gauges.push(GaugeRow {
+                name: name.to_string(),
+                value,
+                mark,
+                mark_is: mark_is.to_string(),
+                limit,
+                check: check.to_string(),
+                turned: value > mark,
+            });
+        }
+    };
+    // The marks are the catalog's own targets (checks/linux.yaml), kept equal by a test.
+    gauge(
+        "orphans",
+        g.orphans,
+        g.max_orphans.map(|m| m / 4),
+        "tcp_max_orphans / 4",
+        g.max_orphans,
+        "linux.sockstat.orphans",
+    );
+    gauge(
+        "time_wait",
+        g.time_wait,
+        g.max_tw_buckets.map(|m| m * 9 / 10),
+        "tcp_max_tw_buckets * 9 / 10",
+        g.max_tw_buckets,
+        "linux.sockstat.time_wait",
+    );
+    gauge(
+        "tcp_mem_pages",
+        g.tcp_mem_pages,
+        g.tcp_mem.map(|m| m[1]),
+        "tcp_mem pressure",
+        g.tcp_mem.map(|m| m[2]),
+        "linux.sockstat.tcp_mem_pages",
+    );
+    gauge(
+        "conntrack",
+        g.conntrack,
+        g.conntrack_max.map(|m| (m as f64 * FDS_MARK) as u64),
+        "nf_conntrack_max * 0.9",
+        g.conntrack_max,
+        "linux.net.netfilter.nf_conntrack_max",
+    );
+    gauge(
+        "file_handles",
+        g.files,
+        g.file_max.map(|m| (m as f64 * FDS_MARK) as u64),
+        "fs.file-max * 0.9",
+        g.file_max,
+        "linux.fs.file-max",
+    );
+    gauges
+}
+
+/// The watched process's handles (Windows) and descriptors against their limits.
+fn process_gauges(p: &ProcessRow) -> Vec<GaugeRow> {
+    let mut gauges = Vec::new();
+    if let Some(n) = p.handles {
+        let mark = (HANDLES_LIMIT as f64 * FDS_MARK) as u64;
+        gauges.push(GaugeRow {
+            name: format!("pid {} handles", p.pid),
+            value: n,
+            mark,
+            mark_is: "16,777,216 handles per process * 0.9".into(),
+            limit: Some(HANDLES_LIMIT),
+            check: HANDLES_CHECK.into(),
+            turned: n > mark,
+        });
+    }
+    if let (Some(fds), Some(soft)) = (p.fds, p.soft_limit) {
+        let mark = (soft as f64 * FDS_MARK) as u64;
+        gauges.push(GaugeRow {
+            name: format!("pid {} fds", p.pid),
+            value: fds,
+            mark,
+            mark_is: "RLIMIT_NOFILE soft * 0.9".into(),
+            limit: Some(soft),
+            check: "linux.pid.nofile.soft".into(),
+            turned: fds > mark,
+        });
+    }
+    gauges
+}
+
+/// What could not be read of the watched process, said once. A process that cannot be read
+/// at all says so alone: its descriptors are then unreadable for the same reason, and "run
+/// as root" would mislead. Both readings leave `unavailable` for this note.
+fn process_note(p: &ProcessRow, unavailable: &mut BTreeMap<String, String>) -> Option<String> {
+    let descriptors = unavailable.remove("process descriptors");
+    if let Some(why) = unavailable.remove("process") {
+        Some(format!("process {}: {}", p.pid, process_gone(&why)))
+    } else {
+        descriptors.map(|why| {
+            format!(
+                "process {}: its descriptors cannot be read ({why}); every listener is shown. \
+                 Run as root (or with CAP_SYS_PTRACE) to tie listeners to it",
+                p.pid
+            )
+        })
+    }
+}
+
+/// Each CPU's share of time in softirq and system this interval, and its softnet growth.
+fn cpu_rows(prev: Option<&Sample>, cur: &Sample) -> Vec<CpuRow> {
+    cur.cpus
+        .iter()
+        .map(|c| {
+            let before = prev.and_then(|p| p.cpus.iter().find(|b| b.name == c.name));
+            let dt = before.map(|b| c.total.saturating_sub(b.total)).unwrap_or(0);
+            let pct = |now: u64, was: Option<u64>| match (was, dt) {
+                (Some(w), dt) if dt > 0 => now.saturating_sub(w) as f64 * 100.0 / dt as f64,
+                _ => 0.0,
+            };
+            CpuRow {
+                cpu: c.name.clone(),
+                softirq_pct: pct(c.softirq, before.map(|b| b.softirq)),
+                system_pct: pct(c.system, before.map(|b| b.system)),
+                softnet_dropped: before
+                    .map(|b| c.softnet_dropped.saturating_sub(b.softnet_dropped))
+                    .unwrap_or(0),
+                time_squeeze: before
+                    .map(|b| c.time_squeeze.saturating_sub(b.time_squeeze))
+                    .unwrap_or(0),
+            }
+        })
+        .collect()
+}
+
+/// The ephemeral range and its use per destination, where both were read.
+fn ports(cur: &Sample) -> Option<Ports> {
+    let (range, c) = (cur.gauges.port_range?, cur.connections.as_ref()?);
+    Some(Ports {
+        range,
+        size: u64::from(range.1.saturating_sub(range.0)) + 1,
+        destinations: c
+            .ports_by_destination
+            .iter()
+            .map(|(src, d, n)| PortUse {
+                destination: match src {
+                    Some(src) => format!("{d} from {src}"),
+                    None => d.to_string(),
+                },
+                in_use: *n,
+            })
+            .collect(),
+        check: match cur.platform {
+            Platform::Windows => PORTS_CHECK_WINDOWS,
+            Platform::Linux => PORTS_CHECK_LINUX,
+        }
+        .to_string(),
+    })
+}
+
+/// Windows gives each outbound connection a port of the range of its own (per local
+/// address): the range is used up in total, and TIME_WAIT keeps ports for
+/// TcpTimedWaitDelay after the connections closed.
+fn windows_port_gauges(p: &Ports, c: &super::sample::Connections) -> [GaugeRow; 2] {
+    let in_use = (p.size as f64 * PORTS_MARK) as u64;
+    let time_wait = p.size / 2;
+    [
+        GaugeRow {
+            name: "dynamic ports in use".into(),
+            value: c.range_in_use,
+            mark: in_use,
+            mark_is: "dynamic port range * 0.8".into(),
+            limit: Some(p.size),
+            check: PORTS_CHECK_WINDOWS.into(),
+            turned: c.range_in_use > in_use,
+        },
+        GaugeRow {
+            name: "dynamic ports in TIME_WAIT".into(),
+            value: c.range_time_wait,
+            mark: time_wait,
+            mark_is: "dynamic port range / 2".into(),
+            limit: Some(p.size),
+            check: TIME_WAIT_CHECK_WINDOWS.into(),
+            turned: c.range_time_wait > time_wait,
+        },
+    ]
 }
 
 /// A process that is gone reads as "does not exist"; say it as an operator would.
