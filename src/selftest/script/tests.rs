@@ -1,5 +1,6 @@
 use super::guard::{may_alias, too_deep};
 use super::*;
+
 struct NoTokens;
 impl Tokens for NoTokens {
     fn read(&self, path: &str) -> Result<String, String> {
