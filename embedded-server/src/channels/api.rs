@@ -388,7 +388,7 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
                 Ok(m) => m,
                 Err(e) => return e,
             };
-            let (p, pos) = hub.publish_json_with_position(&channel, &data);
+            let (p, pos) = hub.broker().publish_json_with_position(&channel, &data);
             let mut v = json!({ "queued": p.queued, "dropped": p.dropped, "delivered": p.queued });
             if let Some(pos) = pos {
                 v["offset"] = pos.offset.into();
@@ -445,7 +445,7 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
                 if i > 0 && i % YIELD_EVERY == 0 {
                     tokio::task::yield_now().await;
                 }
-                let p = hub.publish_json_with_position(channel, data).0;
+                let p = hub.broker().publish_json_with_position(channel, data).0;
                 queued += p.queued;
                 dropped += p.dropped;
             }
@@ -461,7 +461,7 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
                 Ok(q) => q,
                 Err(e) => return e,
             };
-            let page = hub.channel_page(&q.prefix, q.after.as_deref(), q.limit);
+            let page = hub.presence().channel_page(&q.prefix, q.after.as_deref(), q.limit);
             let next = page
                 .truncated
                 .then(|| page.counts.last().map(|(c, _)| c.to_string()));
@@ -484,10 +484,10 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
             if let Err(e) = super::check_name(name) {
                 return error(400, e);
             }
-            let local = hub.subscriber_count(name);
+            let local = hub.presence().subscriber_count(name);
             let mut v = json!({ "channel": name, "subscribers": local });
             // With a cluster backplane: the sum over every live node, and each node's count.
-            if let Some(r) = hub.remote_presence(name) {
+            if let Some(r) = hub.presence().remote(name) {
                 let mut nodes = serde_json::Map::new();
                 nodes.insert(format!("{:016x}", r.me), local.into());
                 for (id, n) in &r.nodes {
@@ -500,8 +500,8 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
                 v["live_nodes"] = (r.live + 1).into();
                 v["partial"] = r.partial.into();
             }
-            if hub.history_enabled() {
-                let (offset, epoch, kept) = match hub.history_peek(name) {
+            if hub.history().enabled() {
+                let (offset, epoch, kept) = match hub.history().peek(name) {
                     Some((pos, kept)) => (pos.offset, pos.epoch.to_string(), kept),
                     None => (0, String::new(), 0),
                 };
@@ -593,8 +593,8 @@ mod tests {
         let (s, b) = call(Endpoint::Publish, r#"[{"channel":"a","data":1}]"#);
         assert!(s == 400 && b.contains("expected a JSON object"), "{b}");
         // The data goes out as it came, less the whitespace between tokens.
-        let c = hub.register();
-        hub.subscribe(&c, "keys");
+        let c = hub.registry().register();
+        hub.broker().subscribe(&c, "keys");
         let (s, _) = call(
             Endpoint::Publish,
             "{\"channel\":\"keys\",\"data\": {\"b\" : 1,\n \"a\":\"x y\"}}",
@@ -624,9 +624,9 @@ mod tests {
             crate::ServerConfig::default(),
             std::sync::Arc::new(crate::metrics::Metrics::default()),
         );
-        let c = hub.register();
+        let c = hub.registry().register();
         for n in ["news.a", "news.b", "news.c", "other"] {
-            hub.subscribe(&c, n);
+            hub.broker().subscribe(&c, n);
         }
         let list = |q: &str| {
             let (s, b) = block_on(answer(
@@ -666,9 +666,9 @@ mod tests {
             crate::ServerConfig::default(),
             std::sync::Arc::new(crate::metrics::Metrics::default()),
         );
-        let (a, b) = (hub.register(), hub.register());
-        hub.subscribe(&a, "x");
-        hub.subscribe(&b, "x");
+        let (a, b) = (hub.registry().register(), hub.registry().register());
+        hub.broker().subscribe(&a, "x");
+        hub.broker().subscribe(&b, "x");
         // b's close is requested: still in the channel, but nothing is queued for it.
         b.request_close(1000);
         let msgs: Vec<String> = (0..100)

@@ -183,7 +183,7 @@ pub fn start_heartbeat(link: Arc<Link>, tx: mpsc::Sender<Out>) {
             {
                 continue;
             }
-            let page = link.hub.channel_page("", None, MAX_CHANNELS + 1);
+            let page = link.hub.presence().channel_page("", None, MAX_CHANNELS + 1);
             let bytes = encode(link.me, &page.counts);
             if tx
                 .send_timeout(Out { shard: 0, bytes }, INTERVAL)

@@ -193,7 +193,7 @@ pub fn decode_snapshot(mut b: &[u8]) -> Option<Vec<(&str, Position, Vec<(u64, &s
 /// history).
 pub fn restore_graves(hub: &Hub, body: &[u8]) {
     match decode_graves(body) {
-        Some((family, known_since, graves)) => hub.restore_graves(family, known_since, graves),
+        Some((family, known_since, graves)) => hub.history().restore_graves(family, known_since, graves),
         None => tracing::warn!("channel history: malformed tombstones from the supervisor"),
     }
 }
@@ -207,7 +207,7 @@ pub fn restore(hub: &Hub, body: &[u8]) {
     match decode_snapshot(body) {
         Some(streams) => {
             for (name, pos, pubs) in &streams {
-                hub.restore_history(name, pos, pubs);
+                hub.history().restore(name, pos, pubs);
             }
             tracing::debug!(
                 "channel history: {} streams from the supervisor",
