@@ -333,7 +333,10 @@ impl<S> Conn<S> {
 
     /// The close the application asked for from outside a callback, if `requested` is it.
     pub(crate) fn app_close_reason(&self, requested: u16) -> Option<Box<str>> {
-        self.inner.hub.registry().take_app_close(self.id(), requested)
+        self.inner
+            .hub
+            .registry()
+            .take_app_close(self.id(), requested)
     }
 
     /// Which connection this is, for the callback scope: its outbox's address, unique among
@@ -457,7 +460,12 @@ impl<S> Conn<S> {
 
     /// Join `channel` (see [`Conn::publish`]).
     pub fn subscribe(&self, channel: &str) -> Result<(), Closed> {
-        if self.inner.hub.broker().subscribe(&self.inner.shared, channel) {
+        if self
+            .inner
+            .hub
+            .broker()
+            .subscribe(&self.inner.shared, channel)
+        {
             Ok(())
         } else {
             Err(Closed)
@@ -469,7 +477,11 @@ impl<S> Conn<S> {
         if self.inner.shared.ended() {
             return Err(Closed);
         }
-        Ok(self.inner.hub.broker().unsubscribe(&self.inner.shared, channel))
+        Ok(self
+            .inner
+            .hub
+            .broker()
+            .unsubscribe(&self.inner.shared, channel))
     }
 
     /// Send `msg` to every subscriber of `channel` (this connection too, if subscribed),
@@ -489,7 +501,10 @@ impl<S> Conn<S> {
     pub fn broadcast(&self, msg: Message<'_>) {
         // As in `publish`: what this callback sent before goes out first.
         with_current_local(|l| l.commit());
-        self.inner.hub.registry().broadcast(msg.opcode(), msg.as_bytes());
+        self.inner
+            .hub
+            .registry()
+            .broadcast(msg.opcode(), msg.as_bytes());
     }
 
     /// Run `work` on the bounded offload pool, never on an I/O thread: the place for

@@ -168,7 +168,8 @@ pub fn deliver(hub: &Hub, me: u64, m: &[u8]) {
                 Some((c, o, key)) if c == name && o == offset => key,
                 _ => 0,
             };
-            hub.history().deliver_positioned(name, &pos, text, publisher);
+            hub.history()
+                .deliver_positioned(name, &pos, text, publisher);
         }
         #[cfg(target_os = "linux")]
         Some(Incoming::Graves(body)) => {

@@ -8,8 +8,8 @@
 //! refreshes both keys' expiry to the history's age bound, and publishes the positioned
 //! publication on the backplane's channel, so every node, the publisher's included, receives
 //! the publications of a channel in offset order. Each node keeps a copy as it delivers
-//! (`Hub::deliver_positioned`); a node that cannot serve a recovery (it restarted) reads the
-//! stream after the position (`XRANGE`) and merges it before the subscribe completes.
+//! (`HubHistory::deliver_positioned`); a node that cannot serve a recovery (it restarted)
+//! reads the stream after the position (`XRANGE`) and merges it before the subscribe completes.
 //!
 //! A channel's two keys share a `{channel}` hash tag, so they sit in one Redis Cluster slot
 //! and the script may touch both; everything is written against

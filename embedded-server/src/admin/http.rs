@@ -74,7 +74,9 @@ impl Head<'_, '_> {
 /// Read the request head as it arrives, within [`HEAD_TIMEOUT`]: the buffer, the bytes read and
 /// the head's length (any bytes after it are the body's start). `Err(Some(reply))` is a refusal
 /// to send (400 unparsable, 431 too long); `Err(None)` a client that was slow or left.
-pub(super) async fn read_head(stream: &mut TcpStream) -> Result<(Vec<u8>, usize, usize), Option<Reply>> {
+pub(super) async fn read_head(
+    stream: &mut TcpStream,
+) -> Result<(Vec<u8>, usize, usize), Option<Reply>> {
     let mut buf = vec![0u8; MAX_HEAD];
     let mut n = 0;
     let head = tokio::time::timeout(HEAD_TIMEOUT, async {
@@ -152,7 +154,11 @@ pub(super) fn body_length<'a>(
 }
 
 /// Read until `body` holds `len` bytes (within [`BODY_TIMEOUT`]).
-pub(super) async fn read_body(stream: &mut TcpStream, body: &mut Vec<u8>, len: usize) -> Result<(), ()> {
+pub(super) async fn read_body(
+    stream: &mut TcpStream,
+    body: &mut Vec<u8>,
+    len: usize,
+) -> Result<(), ()> {
     let read = async {
         let mut chunk = vec![0u8; 16384];
         while body.len() < len {

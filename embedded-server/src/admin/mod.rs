@@ -566,7 +566,10 @@ pub fn healthz_body(hub: &Hub) -> String {
         .backplane_up
         .load(std::sync::atomic::Ordering::Relaxed)
     {
-        -1 => format!("{{\"status\":\"ok\",\"connections\":{}}}\n", hub.registry().len()),
+        -1 => format!(
+            "{{\"status\":\"ok\",\"connections\":{}}}\n",
+            hub.registry().len()
+        ),
         up => format!(
             "{{\"status\":\"ok\",\"connections\":{},\"backplane\":\"{}\"}}\n",
             hub.registry().len(),

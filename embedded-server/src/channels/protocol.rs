@@ -178,7 +178,10 @@ pub fn message_as(
                 // first, then this same subscribe runs (`subscribe`).
                 let (cap, max_bytes) =
                     (settings.max_subscriptions, settings.max_subscription_bytes);
-                if hub.history().fetch_then_subscribe(me, &channel, from, cap, max_bytes) {
+                if hub
+                    .history()
+                    .fetch_then_subscribe(me, &channel, from, cap, max_bytes)
+                {
                     return None;
                 }
             }
@@ -219,7 +222,7 @@ pub fn message_as(
 /// A subscribe the token allows: joined within the caps `cap` and `budget` (bytes of names),
 /// recovering from `from` with history on; the reply for the sender, if any (with history on
 /// the hub queues the answer itself, before any live publication). Public for a history
-/// fetch that finishes the subscribe later (`Hub::fetch_then_subscribe`).
+/// fetch that finishes the subscribe later (`HubHistory::fetch_then_subscribe`).
 pub fn subscribe(
     hub: &Hub,
     me: &Arc<Shared>,
@@ -232,7 +235,10 @@ pub fn subscribe(
     let denied = |e: String| {
         Some(serde_json::json!({"op": "error", "error": e, "channel": channel}).to_string())
     };
-    let refused = match hub.broker().subscribe_recovering(me, channel, cap, budget, from) {
+    let refused = match hub
+        .broker()
+        .subscribe_recovering(me, channel, cap, budget, from)
+    {
         // With history on the hub has queued the answer itself (before any live
         // publication).
         Ok(_) if hub.history().enabled() => return None,

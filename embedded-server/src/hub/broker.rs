@@ -8,11 +8,11 @@ use super::history::{Position, Publisher, NO_PUBLISHER};
 use super::recovery::Recovered;
 use super::relay::Relay;
 use super::{fanout, Hub, Published};
-use crate::frame::OpCode;
-use std::sync::atomic::Ordering::Relaxed;
 use crate::budget::Store;
+use crate::frame::OpCode;
 use crate::outbox::Shared;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 /// What [`Broker::subscribe_capped`] did.
@@ -197,7 +197,8 @@ impl Broker<'_> {
             if let Some(i) = mine.names.iter().position(|c| &**c == channel) {
                 mine.bytes -= channel.len();
                 mine.names.swap_remove(i);
-                self.hub.metrics
+                self.hub
+                    .metrics
                     .memory
                     .release(Store::Subscriptions, subscription_cost(1, channel.len()));
             }
@@ -265,7 +266,8 @@ impl Broker<'_> {
     pub(super) fn publish_text_delivered(self, channel: &str, text: &str) -> Published {
         let subs = self.subscribers(channel);
         let sent = fanout::fan_out(self.hub, OpCode::Text, text.as_bytes(), subs.iter());
-        self.hub.metrics
+        self.hub
+            .metrics
             .publish_dropped
             .fetch_add(sent.dropped, Relaxed);
         self.hub.relay().send(Relay::Channel { channel, text });
@@ -277,7 +279,8 @@ impl Broker<'_> {
     pub fn publish_binary(self, channel: &str, payload: &[u8]) {
         let subs = self.subscribers(channel);
         let sent = fanout::fan_out(self.hub, OpCode::Binary, payload, subs.iter());
-        self.hub.metrics
+        self.hub
+            .metrics
             .publish_dropped
             .fetch_add(sent.dropped, Relaxed);
     }
@@ -326,7 +329,12 @@ impl Broker<'_> {
 
     /// Queue `text` for `conn` alone (a reply made outside its message callback).
     pub fn send_text_to(self, conn: &Arc<Shared>, text: &str) {
-        fanout::fan_out(self.hub, OpCode::Text, text.as_bytes(), std::iter::once(conn));
+        fanout::fan_out(
+            self.hub,
+            OpCode::Text,
+            text.as_bytes(),
+            std::iter::once(conn),
+        );
     }
 
     /// Subscribe `conn` to `channel` (capped as [`Broker::subscribe_within`]) and queue its
@@ -357,8 +365,8 @@ impl Broker<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-use crate::hub::ChannelPage;
     use crate::config::ServerConfig;
+    use crate::hub::ChannelPage;
     use crate::metrics::Metrics;
 
     #[test]
@@ -366,11 +374,17 @@ use crate::hub::ChannelPage;
         let hub = Hub::new(ServerConfig::default(), Arc::new(Metrics::default()));
         let c = hub.registry().register();
         assert_eq!(hub.broker().subscribe_capped(&c, "a", 2), Subscribed::Added);
-        assert_eq!(hub.broker().subscribe_capped(&c, "a", 2), Subscribed::Already);
+        assert_eq!(
+            hub.broker().subscribe_capped(&c, "a", 2),
+            Subscribed::Already
+        );
         assert_eq!(hub.broker().subscribe_capped(&c, "b", 2), Subscribed::Added);
         assert_eq!(hub.broker().subscribe_capped(&c, "c", 2), Subscribed::Full);
         // A channel already held is not refused at the cap.
-        assert_eq!(hub.broker().subscribe_capped(&c, "b", 2), Subscribed::Already);
+        assert_eq!(
+            hub.broker().subscribe_capped(&c, "b", 2),
+            Subscribed::Already
+        );
         assert!(hub.broker().unsubscribe(&c, "a"));
         assert_eq!(hub.broker().subscribe_capped(&c, "c", 2), Subscribed::Added);
         let mut counts = hub.presence().channel_counts();
@@ -386,8 +400,14 @@ use crate::hub::ChannelPage;
         let hub = Hub::new(ServerConfig::default(), Arc::new(Metrics::default()));
         let (c, d) = (hub.registry().register(), hub.registry().register());
         let long = "x".repeat(200);
-        assert_eq!(hub.broker().subscribe_within(&c, &long, 10, 300), Subscribed::Added);
-        assert_eq!(hub.broker().subscribe_within(&c, "abc", 10, 300), Subscribed::Added);
+        assert_eq!(
+            hub.broker().subscribe_within(&c, &long, 10, 300),
+            Subscribed::Added
+        );
+        assert_eq!(
+            hub.broker().subscribe_within(&c, "abc", 10, 300),
+            Subscribed::Added
+        );
         assert_eq!(
             hub.broker().subscribe_within(&c, &"y".repeat(98), 10, 300),
             Subscribed::NamesFull
@@ -403,7 +423,10 @@ use crate::hub::ChannelPage;
             Subscribed::Added
         );
         // A second subscriber shares the channel's one copy of the name.
-        assert_eq!(hub.broker().subscribe_within(&d, "abc", 10, 300), Subscribed::Added);
+        assert_eq!(
+            hub.broker().subscribe_within(&d, "abc", 10, 300),
+            Subscribed::Added
+        );
         let map = hub.channels.lock().unwrap();
         let key = map.subs.get_key_value("abc").unwrap().0;
         for id in [c.id, d.id] {
@@ -421,21 +444,34 @@ use crate::hub::ChannelPage;
         let hub = Hub::new(ServerConfig::default(), metrics.clone());
         let (c, d) = (hub.registry().register(), hub.registry().register());
         let used = || metrics.memory.used_by(Store::Subscriptions);
-        assert_eq!(hub.broker().subscribe_within(&c, "abc", 10, 300), Subscribed::Added);
+        assert_eq!(
+            hub.broker().subscribe_within(&c, "abc", 10, 300),
+            Subscribed::Added
+        );
         assert_eq!(used(), subscription_cost(1, 3));
         // Room for one more: the next client subscribe is refused, and counted.
         metrics
             .memory
             .set_limit(metrics.memory.used() + subscription_cost(1, 4));
-        assert_eq!(hub.broker().subscribe_within(&d, "abcd", 10, 300), Subscribed::Added);
+        assert_eq!(
+            hub.broker().subscribe_within(&d, "abcd", 10, 300),
+            Subscribed::Added
+        );
         assert_eq!(
             hub.broker().subscribe_within(&d, "e", 10, 300),
             Subscribed::OverBudget
         );
         assert_eq!(metrics.memory.refused(Store::Subscriptions), 1);
-        assert!(!hub.presence().channel_counts().iter().any(|(n, _)| n == "e"));
+        assert!(!hub
+            .presence()
+            .channel_counts()
+            .iter()
+            .any(|(n, _)| n == "e"));
         // The application's own subscribe is charged but never refused.
-        assert_eq!(hub.broker().subscribe_capped(&d, "e", 10), Subscribed::Added);
+        assert_eq!(
+            hub.broker().subscribe_capped(&d, "e", 10),
+            Subscribed::Added
+        );
         assert_eq!(used(), subscription_cost(3, 8));
         // An unsubscribe and an end give it all back.
         assert!(hub.broker().unsubscribe(&d, "e"));
@@ -467,12 +503,25 @@ use crate::hub::ChannelPage;
         assert!(!page.truncated);
         // An `after` before the prefix starts at the prefix; one after it past every match
         // gives an empty page.
-        assert_eq!(hub.presence().channel_page("b/", Some("a/9"), 5).counts.len(), 1);
-        assert!(hub.presence().channel_page("a/", Some("a/9"), 5).counts.is_empty());
+        assert_eq!(
+            hub.presence()
+                .channel_page("b/", Some("a/9"), 5)
+                .counts
+                .len(),
+            1
+        );
+        assert!(hub
+            .presence()
+            .channel_page("a/", Some("a/9"), 5)
+            .counts
+            .is_empty());
         assert_eq!(hub.presence().channel_page("", None, 10).counts.len(), 5);
         // A channel that loses its last subscriber leaves the index.
         hub.broker().unsubscribe(&c, "a/1");
-        assert_eq!(names(&hub.presence().channel_page("a/", None, 1)), [("a/2".into(), 2)]);
+        assert_eq!(
+            names(&hub.presence().channel_page("a/", None, 1)),
+            [("a/2".into(), 2)]
+        );
         hub.registry().unregister(&c);
         let page = hub.presence().channel_page("", None, 10);
         assert_eq!(

@@ -10,7 +10,8 @@ use bytes::Bytes;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-/// What one publish's fan-out did on this node ([`Broker::publish_report`](super::Broker::publish_report)).
+/// What one publish's fan-out did on this node
+/// ([`Broker::publish_report`](super::Broker::publish_report)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Published {
     /// Subscribers the message was queued for (or written to the socket of, when nothing was
@@ -46,8 +47,7 @@ pub(super) fn fan_out<'a>(
             c.push_tallied(plain.clone(), false, &hub.metrics, &mut written)
         } else {
             let (f, rsv1) = compressed[bits].get_or_insert_with(|| {
-                if !crate::deflate::worth_compressing(payload, bits as u8, d.mem_level, d.level)
-                {
+                if !crate::deflate::worth_compressing(payload, bits as u8, d.mem_level, d.level) {
                     hub.metrics.deflate_skipped.fetch_add(1, Relaxed);
                     return (plain.clone(), false);
                 }

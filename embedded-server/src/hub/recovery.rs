@@ -14,11 +14,12 @@
 //! parallel.
 //!
 //! Under `serve --processes N` the supervisor assigns the positions
-//! ([`HubHistory::sequence_elsewhere`]): a publish goes to it unpositioned ([`Relay::Sequence`]) and
-//! comes back to every process, the publisher's included, positioned
-//! ([`HubHistory::deliver_positioned`]), so every process holds the same positions. Under
-//! `--cluster` Redis does the same for every node, and keeps the history a node that
-//! restarted fetches on a recovery it cannot serve ([`HubHistory::fetch_then_subscribe`]).
+//! ([`HubHistory::sequence_elsewhere`]): a publish goes to it unpositioned
+//! ([`Relay::Sequence`]) and comes back to every process, the publisher's included,
+//! positioned ([`HubHistory::deliver_positioned`]), so every process holds the same
+//! positions. Under `--cluster` Redis does the same for every node, and keeps the history a
+//! node that restarted fetches on a recovery it cannot serve
+//! ([`HubHistory::fetch_then_subscribe`]).
 
 use super::history::{History, Position, Publisher, Unrecoverable, NO_PUBLISHER};
 use super::relay::Relay;
@@ -70,7 +71,8 @@ pub struct FetchRequest {
 /// The fetcher [`HubHistory::set_fetch`] installs: it must not block (it spawns).
 pub type FetchFn = Box<dyn Fn(FetchRequest) + Send + Sync>;
 
-/// What a subscribe answered (see [`Broker::subscribe_recovering`](super::Broker::subscribe_recovering)).
+/// What a subscribe answered (see
+/// [`Broker::subscribe_recovering`](super::Broker::subscribe_recovering)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recovered {
     /// No recovery was asked for (or the connection was subscribed already).
@@ -208,7 +210,9 @@ impl HubHistory<'_> {
     /// Take `channel`'s publications fetched from a shared store: its position `top`, and
     /// what it keeps after some offset, oldest first (see `History::merge_older`).
     pub fn merge(self, channel: &str, top: &Position, pubs: Vec<(u64, String)>) {
-        let Some(h) = self.hub.history.get() else { return };
+        let Some(h) = self.hub.history.get() else {
+            return;
+        };
         let _order = h.order_lock(channel);
         let mut store = h.store.lock().unwrap();
         let pubs = pubs.into_iter().map(|(o, t)| (o, Arc::from(t))).collect();
@@ -245,7 +249,9 @@ impl HubHistory<'_> {
         known_since: u64,
         graves: Vec<super::history::GraveCopy>,
     ) {
-        let Some(h) = self.hub.history.get() else { return };
+        let Some(h) = self.hub.history.get() else {
+            return;
+        };
         let mut store = h.store.lock().unwrap();
         store.0.adopt_graves(family, known_since, graves);
         h.settle(&mut store, &self.hub.metrics);
@@ -253,21 +259,24 @@ impl HubHistory<'_> {
 
     /// Publications the history dropped for the channel and publisher shares.
     pub fn evicted(self) -> super::history::Evicted {
-        self.hub.history
+        self.hub
+            .history
             .get()
             .map_or_else(Default::default, |h| h.store.lock().unwrap().0.evicted())
     }
 
     /// Tombstones the history keeps now and those dropped for its bound ((0, 0) when off).
     pub fn tombstones(self) -> (usize, u64) {
-        self.hub.history
+        self.hub
+            .history
             .get()
             .map_or((0, 0), |h| h.store.lock().unwrap().0.tombstones())
     }
 
     /// Bytes the history holds now (0 when off).
     pub fn bytes(self) -> usize {
-        self.hub.history
+        self.hub
+            .history
             .get()
             .map_or(0, |h| h.store.lock().unwrap().0.bytes())
     }
@@ -299,7 +308,8 @@ impl HubHistory<'_> {
             self.hub.broker().subscribers(channel)
         };
         let sent = fanout::fan_out(self.hub, OpCode::Text, text.as_bytes(), subs.iter());
-        self.hub.metrics
+        self.hub
+            .metrics
             .publish_dropped
             .fetch_add(sent.dropped, Relaxed);
     }
@@ -307,7 +317,9 @@ impl HubHistory<'_> {
     /// Take a copy of another store's stream (a new process filling its history from the
     /// supervisor's): its position, and what it keeps, oldest first. Nothing is delivered.
     pub fn restore(self, channel: &str, pos: &Position, pubs: &[(u64, &str)]) {
-        let Some(h) = self.hub.history.get() else { return };
+        let Some(h) = self.hub.history.get() else {
+            return;
+        };
         let _order = h.order_lock(channel);
         let mut store = h.store.lock().unwrap();
         let now = self.hub.now();
@@ -325,7 +337,6 @@ impl HubHistory<'_> {
         store.0.reset_to(channel, &pos.epoch, pos.offset, now);
         h.settle(&mut store, &self.hub.metrics);
     }
-
 }
 
 impl Streams {
@@ -384,9 +395,7 @@ impl Streams {
             (pos, text, hub.broker().subscribers(channel))
         };
         let sent = fanout::fan_out(hub, OpCode::Text, text.as_bytes(), subs.iter());
-        hub.metrics
-            .publish_dropped
-            .fetch_add(sent.dropped, Relaxed);
+        hub.metrics.publish_dropped.fetch_add(sent.dropped, Relaxed);
         hub.relay().send(Relay::Channel {
             channel,
             text: &text,
@@ -496,8 +505,12 @@ mod tests {
     #[test]
     fn publishes_get_positions_kept_and_charged_to_the_budget() {
         let hub = hub();
-        let (_, p1) = hub.broker().publish_with_position("a", &serde_json::json!(1));
-        let (_, p2) = hub.broker().publish_with_position("a", &serde_json::json!(2));
+        let (_, p1) = hub
+            .broker()
+            .publish_with_position("a", &serde_json::json!(1));
+        let (_, p2) = hub
+            .broker()
+            .publish_with_position("a", &serde_json::json!(2));
         let (p1, p2) = (p1.unwrap(), p2.unwrap());
         assert_eq!((p1.offset, p2.offset), (1, 2));
         assert_eq!(p1.epoch, p2.epoch);
@@ -507,7 +520,9 @@ mod tests {
         // Off: no position.
         let off = Hub::new(ServerConfig::default(), Arc::new(Metrics::default()));
         assert_eq!(
-            off.broker().publish_with_position("a", &serde_json::json!(1)).1,
+            off.broker()
+                .publish_with_position("a", &serde_json::json!(1))
+                .1,
             None
         );
     }
@@ -517,7 +532,8 @@ mod tests {
         let hub = hub();
         let c = hub.registry().register();
         for i in 0..3 {
-            hub.broker().publish_with_position("a", &serde_json::json!(i));
+            hub.broker()
+                .publish_with_position("a", &serde_json::json!(i));
         }
         let (pos, _) = hub.history().peek("a").unwrap();
         let from = Position {
@@ -525,12 +541,14 @@ mod tests {
             epoch: pos.epoch.clone(),
         };
         assert_eq!(
-            hub.broker().subscribe_recovering(&c, "a", 10, 1000, Some(&from)),
+            hub.broker()
+                .subscribe_recovering(&c, "a", 10, 1000, Some(&from)),
             Ok(Recovered::Yes(2))
         );
         // Subscribed already: nothing replayed twice.
         assert_eq!(
-            hub.broker().subscribe_recovering(&c, "a", 10, 1000, Some(&from)),
+            hub.broker()
+                .subscribe_recovering(&c, "a", 10, 1000, Some(&from)),
             Ok(Recovered::NotAsked)
         );
         let d = hub.registry().register();
@@ -539,7 +557,8 @@ mod tests {
             epoch: Arc::from("not-this-one"),
         };
         assert_eq!(
-            hub.broker().subscribe_recovering(&d, "a", 10, 1000, Some(&wrong)),
+            hub.broker()
+                .subscribe_recovering(&d, "a", 10, 1000, Some(&wrong)),
             Ok(Recovered::No(Unrecoverable::Epoch))
         );
         assert_eq!(

@@ -85,7 +85,9 @@ impl Registry<'_> {
     /// `Shared::push`), so it works on this copy, not under the registry's lock: a lock held
     /// for a whole fan-out (~1.5 s to 100k here) would stall every accept and close behind it.
     pub(crate) fn everyone(self) -> Vec<Arc<Shared>> {
-        self.hub.registry.set
+        self.hub
+            .registry
+            .set
             .read()
             .unwrap()
             .iter()

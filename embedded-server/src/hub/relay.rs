@@ -28,7 +28,8 @@ pub enum Relay<'a> {
     },
     /// A channel publish whose position the relay's other end assigns (the `--processes`
     /// supervisor, with history on): not delivered here yet; it comes back positioned, to
-    /// every process, through [`HubHistory::deliver_positioned`](super::HubHistory::deliver_positioned).
+    /// every process, through
+    /// [`HubHistory::deliver_positioned`](super::HubHistory::deliver_positioned).
     Sequence {
         /// The channel's name.
         channel: &'a str,

@@ -264,7 +264,8 @@ pub fn start(url: &str, hub: Arc<Hub>) -> Result<()> {
     let table = Arc::new(presence::Table::default());
     {
         let table = table.clone();
-        hub.presence().set_remote(Box::new(move |name| table.lookup(me, name)));
+        hub.presence()
+            .set_remote(Box::new(move |name| table.lookup(me, name)));
     }
     let link = Arc::new(Link {
         hub,

@@ -7,7 +7,12 @@ use super::*;
 
 impl History {
     /// Charge `bytes` to `publisher`'s share for `item` (see [`Share`]).
-    pub(super) fn charge(&mut self, publisher: Publisher, bytes: usize, item: (Arc<str>, u64, u64)) {
+    pub(super) fn charge(
+        &mut self,
+        publisher: Publisher,
+        bytes: usize,
+        item: (Arc<str>, u64, u64),
+    ) {
         let share = self.shares.entry(publisher).or_default();
         share.bytes += bytes;
         share.items += 1;
