@@ -121,31 +121,37 @@ impl Hub {
     }
 
     /// The open connections: register, broadcast, heartbeat, close.
+    #[inline]
     pub fn registry(&self) -> Registry<'_> {
         Registry { hub: self }
     }
 
     /// Channels: subscribe, unsubscribe, publish.
+    #[inline]
     pub fn broker(&self) -> Broker<'_> {
         Broker { hub: self }
     }
 
     /// Who is in a channel, on this node and (with a backplane) on the others.
+    #[inline]
     pub fn presence(&self) -> Presence<'_> {
         Presence { hub: self }
     }
 
     /// Stream positions, the publications kept for recovery, and the shared store behind them.
+    #[inline]
     pub fn history(&self) -> HubHistory<'_> {
         HubHistory { hub: self }
     }
 
     /// Readiness and the drain.
+    #[inline]
     pub fn drain(&self) -> Drain<'_> {
         Drain { hub: self }
     }
 
     /// The cluster backplane's way in and out.
+    #[inline]
     pub fn relay(&self) -> RelayPort<'_> {
         RelayPort { hub: self }
     }

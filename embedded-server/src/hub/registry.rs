@@ -63,6 +63,7 @@ pub(super) struct Conns {
 }
 
 impl Conns {
+    /// An empty registry; ids start at 1.
     pub(super) fn new() -> Conns {
         Conns {
             set: RwLock::new(HashSet::new()),
@@ -124,6 +125,7 @@ impl Registry<'_> {
         s
     }
 
+    /// Remember the application's close of `id` (code and reason) for its task to send.
     pub(crate) fn put_app_close(self, id: u64, code: u16, reason: &str) {
         let hub = self.hub;
         let mut m = hub.registry.app_closes.lock().unwrap();

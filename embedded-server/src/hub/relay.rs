@@ -71,6 +71,7 @@ impl RelayPort<'_> {
     }
 
     /// Hand `r` to the backplane, when one is installed.
+    #[inline]
     pub(super) fn send(self, r: Relay<'_>) {
         if let Some(f) = self.hub.relay.get() {
             f(r);
