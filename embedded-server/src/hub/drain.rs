@@ -5,7 +5,7 @@
 //! anything else happens), then `drain_delay` (the load balancer's health checks see the 503;
 //! new upgrades are still accepted meanwhile, because a balancer that has not seen the 503 yet
 //! still sends clients here, and refusing them is the error the delay exists to avoid), then
-//! the server stops accepting, then [`Drain::spread_closes`] closes every connection with 1012
+//! the server stops accepting, then `Drain::spread_closes` closes every connection with 1012
 //! (service restart) over `drain_over`.
 //!
 //! The spread is one task and one 10 ms timer for the whole server, whatever the connection
