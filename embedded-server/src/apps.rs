@@ -274,7 +274,12 @@ mod tests {
             exp,
         };
         let peer = "127.0.0.1:1".parse().unwrap();
-        Conn::new(hub.register(), hub.clone(), peer, Some(Arc::new(grant)))
+        Conn::new(
+            hub.registry().register(),
+            hub.clone(),
+            peer,
+            Some(Arc::new(grant)),
+        )
     }
 
     fn hub() -> Arc<Hub> {

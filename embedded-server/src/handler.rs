@@ -333,7 +333,10 @@ impl<S> Conn<S> {
 
     /// The close the application asked for from outside a callback, if `requested` is it.
     pub(crate) fn app_close_reason(&self, requested: u16) -> Option<Box<str>> {
-        self.inner.hub.take_app_close(self.id(), requested)
+        self.inner
+            .hub
+            .registry()
+            .take_app_close(self.id(), requested)
     }
 
     /// Which connection this is, for the callback scope: its outbox's address, unique among
@@ -446,18 +449,23 @@ impl<S> Conn<S> {
         // The reason waits in the hub (closes from outside a callback are rare; a field per
         // connection would cost every connection its size).
         let hub = &self.inner.hub;
-        hub.put_app_close(self.id(), code, reason);
+        hub.registry().put_app_close(self.id(), code, reason);
         if self.inner.shared.request_close(code) {
             Ok(())
         } else {
-            let _ = hub.take_app_close(self.id(), code);
+            let _ = hub.registry().take_app_close(self.id(), code);
             Err(Closed)
         }
     }
 
     /// Join `channel` (see [`Conn::publish`]).
     pub fn subscribe(&self, channel: &str) -> Result<(), Closed> {
-        if self.inner.hub.subscribe(&self.inner.shared, channel) {
+        if self
+            .inner
+            .hub
+            .broker()
+            .subscribe(&self.inner.shared, channel)
+        {
             Ok(())
         } else {
             Err(Closed)
@@ -469,7 +477,11 @@ impl<S> Conn<S> {
         if self.inner.shared.ended() {
             return Err(Closed);
         }
-        Ok(self.inner.hub.unsubscribe(&self.inner.shared, channel))
+        Ok(self
+            .inner
+            .hub
+            .broker()
+            .unsubscribe(&self.inner.shared, channel))
     }
 
     /// Send `msg` to every subscriber of `channel` (this connection too, if subscribed),
@@ -480,8 +492,8 @@ impl<S> Conn<S> {
         // (the sender too) directly, ahead of what the callback sent before it.
         with_current_local(|l| l.commit());
         match msg {
-            Message::Text(t) => self.inner.hub.publish_text(channel, t),
-            Message::Binary(b) => self.inner.hub.publish_binary(channel, b),
+            Message::Text(t) => self.inner.hub.broker().publish_text(channel, t),
+            Message::Binary(b) => self.inner.hub.broker().publish_binary(channel, b),
         }
     }
 
@@ -489,7 +501,10 @@ impl<S> Conn<S> {
     pub fn broadcast(&self, msg: Message<'_>) {
         // As in `publish`: what this callback sent before goes out first.
         with_current_local(|l| l.commit());
-        self.inner.hub.broadcast(msg.opcode(), msg.as_bytes());
+        self.inner
+            .hub
+            .registry()
+            .broadcast(msg.opcode(), msg.as_bytes());
     }
 
     /// Run `work` on the bounded offload pool, never on an I/O thread: the place for

@@ -53,7 +53,7 @@ impl Server<Builtin> {
         let server = Server::build(config, Builtin::from_config(app));
         if let Builtin::Channels(app) = server.handler() {
             app.count_into(server.hub.channel_metrics.clone());
-            server.hub.enable_history(&app.settings().history);
+            server.hub.history().enable(&app.settings().history);
         }
         server
     }
@@ -145,7 +145,7 @@ impl<H: Handler> Server<H> {
     /// assert_eq!(server.connection_count(), 0);
     /// ```
     pub fn connection_count(&self) -> usize {
-        self.hub.len()
+        self.hub.registry().len()
     }
 
     /// The hub: broadcast, publish, metrics, connection count. Not part of the stable API
@@ -189,7 +189,7 @@ impl<H: Handler> Server<H> {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
-                    _ = tick.tick() => hb_hub.heartbeat(),
+                    _ = tick.tick() => hb_hub.registry().heartbeat(),
                     _ = hb_stop.changed() => return,
                 }
             }
@@ -210,9 +210,9 @@ impl<H: Handler> Server<H> {
         tokio::pin!(shutdown);
         let mut signalled = tokio::select! {
             _ = &mut shutdown => true,
-            _ = self.hub.drain.begun() => false,
+            _ = self.hub.drain().begun() => false,
         };
-        let plan = match self.hub.begin_drain(Trigger::Signal, None) {
+        let plan = match self.hub.drain().begin(Trigger::Signal, None) {
             Ok(p) | Err(p) => p,
         };
         // The crate root's target (`embedded_server`), where this event was written first: log
@@ -222,17 +222,17 @@ impl<H: Handler> Server<H> {
             "{}: /readyz answers 503; closing {} connection(s) with 1012 over {:.1} s after \
              {:.1} s",
             if signalled { "shutting down" } else { "draining (POST /api/drain)" },
-            self.hub.len(),
+            self.hub.registry().len(),
             plan.window.as_secs_f64(),
             // With no connection open the delay is skipped (see `closes` below).
-            if self.hub.is_empty() { 0.0 } else { plan.delay.as_secs_f64() },
+            if self.hub.registry().is_empty() { 0.0 } else { plan.delay.as_secs_f64() },
         );
         let closes = async {
             // The delay keeps the connections' clients served until load balancers have seen
             // the 503; with none open (or once the last one has left) there is no one to keep,
             // and a stop at the terminal with nothing connected ends at once.
             let delay_end = tokio::time::Instant::now() + plan.delay;
-            while !self.hub.is_empty() && tokio::time::Instant::now() < delay_end {
+            while !self.hub.registry().is_empty() && tokio::time::Instant::now() < delay_end {
                 let left = delay_end.saturating_duration_since(tokio::time::Instant::now());
                 tokio::time::sleep(left.min(EMPTY_POLL)).await;
             }
@@ -251,7 +251,7 @@ impl<H: Handler> Server<H> {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             self.stopping.store(true, Relaxed);
-            self.hub.spread_closes(&plan).await
+            self.hub.drain().spread_closes(&plan).await
         };
         tokio::pin!(closes);
         // A signal during an API drain is remembered: the drain goes on and the server stops
@@ -265,16 +265,16 @@ impl<H: Handler> Server<H> {
         tracing::info!(
             target: "embedded_server",
             "drain: {asked} connection(s) asked to close; {} still open",
-            self.hub.len()
+            self.hub.registry().len()
         );
         if !signalled {
             // Drained through the API: stay up, not ready, until told to stop.
             shutdown.await;
         }
         // An upgrade that raced the end of accepting.
-        self.hub.close_all(SERVICE_RESTART);
+        self.hub.registry().close_all(SERVICE_RESTART);
         let deadline = tokio::time::Instant::now() + self.hub.config.shutdown_grace;
-        while !self.hub.is_empty() && tokio::time::Instant::now() < deadline {
+        while !self.hub.registry().is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let _ = hb_tx.send(true);

@@ -224,7 +224,7 @@ async fn a_conn_kept_past_its_connection_answers_closed_and_never_panics() {
     let conn = seen.lock().unwrap().kept[0].clone();
     assert!(conn.is_open());
     assert!(conn.subscribe("news").is_ok());
-    assert_eq!(hub.subscriber_count("news"), 1);
+    assert_eq!(hub.presence().subscriber_count("news"), 1);
 
     ws.close(Some(tungstenite::protocol::CloseFrame {
         code: 4100.into(),
@@ -250,13 +250,13 @@ async fn a_conn_kept_past_its_connection_answers_closed_and_never_panics() {
     assert_eq!(conn.unsubscribe("news"), Err(Closed));
     assert_eq!(conn.offload(|| {}), Err(OffloadError::Closed));
     // Its channels were left when it ended; a publish reaches nobody and costs nothing.
-    assert_eq!(hub.subscriber_count("news"), 0);
+    assert_eq!(hub.presence().subscriber_count("news"), 0);
     conn.publish("news", Message::Text("anyone?"));
     assert_eq!(
         conn.state(),
         "path=/ name= cookie=- peer-ip=127.0.0.1 protocols="
     );
-    assert!(hub.is_empty());
+    assert!(hub.registry().is_empty());
 }
 
 #[tokio::test]

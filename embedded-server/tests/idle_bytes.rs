@@ -233,7 +233,7 @@ fn idle_connection_bytes() {
     });
     let hub = server.hub();
     let mut clients = Vec::new();
-    let held = || hub.len();
+    let held = || hub.registry().len();
     open(&mut clients, port, warm, &held, warm);
     // Let the upgrades' transient state go (boxed handshake, request buffers).
     std::thread::sleep(Duration::from_secs(2));

@@ -149,11 +149,11 @@ pub fn deliver(hub: &Hub, me: u64, m: &[u8]) {
     match decode(me, m) {
         Some(Incoming::Broadcast(op, payload)) => {
             received();
-            hub.deliver_remote_broadcast(op, payload);
+            hub.relay().deliver_broadcast(op, payload);
         }
         Some(Incoming::Channel(name, text)) => {
             received();
-            hub.deliver_remote_channel(name, text);
+            hub.relay().deliver_channel(name, text);
         }
         Some(Incoming::Publisher(name, offset, key)) => {
             *NEXT_PUBLISHER.lock().unwrap() = Some((name.to_string(), offset, key));
@@ -168,7 +168,8 @@ pub fn deliver(hub: &Hub, me: u64, m: &[u8]) {
                 Some((c, o, key)) if c == name && o == offset => key,
                 _ => 0,
             };
-            hub.deliver_positioned(name, &pos, text, publisher);
+            hub.history()
+                .deliver_positioned(name, &pos, text, publisher);
         }
         #[cfg(target_os = "linux")]
         Some(Incoming::Graves(body)) => {

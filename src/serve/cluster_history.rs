@@ -8,8 +8,8 @@
 //! refreshes both keys' expiry to the history's age bound, and publishes the positioned
 //! publication on the backplane's channel, so every node, the publisher's included, receives
 //! the publications of a channel in offset order. Each node keeps a copy as it delivers
-//! (`Hub::deliver_positioned`); a node that cannot serve a recovery (it restarted) reads the
-//! stream after the position (`XRANGE`) and merges it before the subscribe completes.
+//! (`HubHistory::deliver_positioned`); a node that cannot serve a recovery (it restarted)
+//! reads the stream after the position (`XRANGE`) and merges it before the subscribe completes.
 //!
 //! A channel's two keys share a `{channel}` hash tag, so they sit in one Redis Cluster slot
 //! and the script may touch both; everything is written against
@@ -153,17 +153,17 @@ pub type Locator = Arc<
 /// recovery it cannot serve reads the stream first, over one connection shared by every
 /// recovery (rebuilt after a failure) and at most [`FETCHES`] at a time.
 pub fn start(hub: &Arc<Hub>, locate: Locator) {
-    let Some(settings) = hub.history_settings() else {
+    let Some(settings) = hub.history().settings() else {
         return;
     };
-    hub.sequence_elsewhere();
+    hub.history().sequence_elsewhere();
     let weak = Arc::downgrade(hub);
     let max = settings.recover_max.saturating_add(1);
     let slots = Arc::new(tokio::sync::Semaphore::new(FETCHES));
     let shared = Arc::new(tokio::sync::Mutex::new(
         None::<redis::aio::MultiplexedConnection>,
     ));
-    hub.set_history_fetch(Box::new(move |r: FetchRequest| {
+    hub.history().set_fetch(Box::new(move |r: FetchRequest| {
         let Some(hub) = weak.upgrade() else { return };
         let answer = move |hub: &Hub, r: &FetchRequest| {
             let reply = embedded_server::channels::protocol::subscribe(
@@ -175,7 +175,7 @@ pub fn start(hub: &Arc<Hub>, locate: Locator) {
                 Some(&r.from),
             );
             if let Some(reply) = reply {
-                hub.send_text_to(&r.conn, &reply);
+                hub.broker().send_text_to(&r.conn, &reply);
             }
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
@@ -212,7 +212,7 @@ pub fn start(hub: &Arc<Hub>, locate: Locator) {
             .ok()
             .flatten();
             if let Some((top, pubs)) = fetched {
-                hub.merge_history(&r.channel, &top, pubs);
+                hub.history().merge(&r.channel, &top, pubs);
             }
             answer(&hub, &r);
         });
@@ -228,7 +228,7 @@ pub async fn send<C: ConnectionLike>(
     relay_channel: &str,
 ) -> redis::RedisResult<()> {
     if let (Some(h), Some(super::cluster::Incoming::Sequence(channel, data, _))) = (
-        hub.history_settings(),
+        hub.history().settings(),
         super::cluster::decode(u64::MAX, msg),
     ) {
         publish(conn, channel, data, h.size, h.ttl_secs, relay_channel).await?;

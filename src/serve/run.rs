@@ -139,7 +139,7 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
                     match replaced {
                         Some(mut s) => {
                             s.recv().await;
-                            let _ = hub.begin_drain_replaced(rate);
+                            let _ = hub.drain().begin_replaced(rate);
                         }
                         None => std::future::pending().await,
                     }
@@ -166,8 +166,8 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
                 eprintln!(
                     "wstune serve: {} again while stopping ({}): exiting now, without the rest of the drain: {} connection(s) still open are cut without a close frame (exit code {})",
                     signal_name(signal),
-                    hub.drain.phase().name(),
-                    hub.len(),
+                    hub.drain().phase().name(),
+                    hub.registry().len(),
                     128 + signal
                 );
                 return Ok(Some(signal));

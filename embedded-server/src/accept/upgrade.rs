@@ -146,7 +146,7 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
             .contains("upgrade: websocket")
     }) {
         let (status, body) = if ready {
-            hub.drain.readyz(hub.len())
+            hub.drain().readyz()
         } else {
             (200, admin::healthz_body(&hub))
         };
@@ -182,7 +182,7 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
         .await;
         return None;
     };
-    let full = hub.len() >= cfg.max_connections;
+    let full = hub.registry().len() >= cfg.max_connections;
     // A connection the accept gate counted (its TCP peer is the client) carries its slot here;
     // a trusted proxy's is counted now, per the client it names.
     let counted = pass.counted;
@@ -215,7 +215,7 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
             // Registered (with its compression settings) before the 101 goes out: a client
             // that has its 101 receives every broadcast after it. Frames queued meanwhile are
             // written once the connection task starts, after the response.
-            let shared = hub.register();
+            let shared = hub.registry().register();
             if admitted.as_ref().is_some_and(|a| a.exempt) {
                 shared.msg_rate.exempt();
             }
@@ -225,7 +225,7 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
             let response = response.unwrap_or(accepted.response);
             pass.decided();
             if write_all(&stream, &response).await.is_err() {
-                hub.unregister(&shared);
+                hub.registry().unregister(&shared);
                 return None;
             }
             hub.metrics.accepted.fetch_add(1, Relaxed);

@@ -176,7 +176,7 @@ pub const DEFAULT_RECOVER_MAX: usize = 300;
 pub const DEFAULT_HISTORY_TTL_SECS: u64 = 300;
 
 /// The most bytes all channels' history may hold when the operator sets none (also at most a
-/// quarter of the server's memory budget, see `Hub::enable_history`).
+/// quarter of the server's memory budget, see `HubHistory::enable`).
 pub const DEFAULT_HISTORY_MAX_BYTES: usize = 64 << 20;
 
 /// Per-channel history: every publication gets a stream position (offset and epoch) and the

@@ -15,8 +15,10 @@
 //! their cap (closed by backpressure by this very publish), already closing, or gone; the sum
 //! over every publish is `ws_publish_dropped_total`. `delivered` is the old name of `queued`,
 //! kept with the same value so existing clients keep working; read `queued`, as `delivered`
-//! may be removed in a later release. A publish goes through [`Hub::publish`], the path a WebSocket publish takes, so with a cluster
-//! backplane it is also relayed (once) to the other nodes, whose subscribers are not in `N`;
+//! may be removed in a later release. A publish goes through the hub's broker
+//! ([`Broker::publish`](crate::hub::Broker::publish)), the path a WebSocket publish takes,
+//! so with a cluster backplane it is also relayed (once) to the other nodes, whose
+//! subscribers are not in `N`;
 //! the answer then carries `"backplane":"up"` (or `"down"`: delivered here only). Errors are
 //! `{"error":"..."}` (with `"field"` when one field is at fault): 400 for a body that is not
 //! what the route takes, 409 when the server does not run the channels app.
@@ -362,156 +364,184 @@ pub async fn answer(hub: &Hub, call: &ApiCall, app: Option<&str>) -> (u16, Strin
             &format!("this server runs {app}; the channels API needs --app channels"),
         );
     }
-    // Checked as JSON without building it (see `Fields`).
-    let parse = || -> Result<&RawValue, (u16, String)> {
-        serde_json::from_slice(&call.body)
-            .map_err(|e| error(400, &format!("the body is not JSON: {e}")))
-    };
-    let backplane = match hub.metrics.backplane_up.load(Relaxed) {
+    match &call.endpoint {
+        Endpoint::Publish => publish(hub, call),
+        Endpoint::Batch => batch(hub, call).await,
+        Endpoint::Channels => channels(hub, call),
+        Endpoint::Channel(name) => channel(hub, name),
+    }
+}
+
+/// The body as JSON, checked without building it (see `Fields`).
+fn parse(call: &ApiCall) -> Result<&RawValue, (u16, String)> {
+    serde_json::from_slice(&call.body)
+        .map_err(|e| error(400, &format!("the body is not JSON: {e}")))
+}
+
+/// The cluster backplane's state for a publish's answer (None: there is none). Read before
+/// the publish, so a batch reports the state it started in.
+fn backplane(hub: &Hub) -> Option<&'static str> {
+    match hub.metrics.backplane_up.load(Relaxed) {
         -1 => None,
         1 => Some("up"),
         _ => Some("down"),
+    }
+}
+
+/// A publish's 200, saying whether the cluster backplane is up when there is one.
+fn with_backplane(backplane: Option<&str>, mut v: Value) -> (u16, String) {
+    if let Some(b) = backplane {
+        v["backplane"] = b.into();
+    }
+    (200, format!("{v}\n"))
+}
+
+/// `POST /api/publish`: one message.
+fn publish(hub: &Hub, call: &ApiCall) -> (u16, String) {
+    let backplane = backplane(hub);
+    let v = match parse(call) {
+        Ok(v) => v,
+        Err(e) => return e,
     };
-    let with_backplane = |mut v: Value| {
-        if let Some(b) = backplane {
-            v["backplane"] = b.into();
-        }
-        (200, format!("{v}\n"))
+    let (channel, data) = match message(v, "") {
+        Ok(m) => m,
+        Err(e) => return e,
     };
-    match &call.endpoint {
-        Endpoint::Publish => {
-            let v = match parse() {
-                Ok(v) => v,
-                Err(e) => return e,
-            };
-            let (channel, data) = match message(v, "") {
-                Ok(m) => m,
-                Err(e) => return e,
-            };
-            let (p, pos) = hub.publish_json_with_position(&channel, &data);
-            let mut v = json!({ "queued": p.queued, "dropped": p.dropped, "delivered": p.queued });
-            if let Some(pos) = pos {
-                v["offset"] = pos.offset.into();
-                v["epoch"] = (&*pos.epoch).into();
-            }
-            with_backplane(v)
-        }
-        Endpoint::Batch => {
-            let v = match parse() {
-                Ok(v) => v,
-                Err(e) => return e,
-            };
-            #[derive(serde::Deserialize)]
-            struct Batch<'a> {
-                #[serde(default, borrow)]
-                messages: Option<&'a RawValue>,
-            }
-            let missing = || {
-                field_error(
-                    "messages",
-                    "missing field \"messages\" (a list of {\"channel\",\"data\"} objects)".into(),
-                )
-            };
-            let list = match is_object(v)
-                .then(|| serde_json::from_str::<Batch>(v.get()))
-                .and_then(Result::ok)
-                .and_then(|b| b.messages)
-                .map(|m| serde_json::from_str::<Listed>(m.get()))
-            {
-                Some(Ok(list)) => list,
-                _ => return missing(),
-            };
-            if list.total == 0 || list.total > MAX_BATCH {
-                return field_error(
-                    "messages",
-                    format!(
-                        "a batch carries 1..={MAX_BATCH} messages, not {}",
-                        list.total
-                    ),
-                );
-            }
-            // Every message is checked before any is published: a bad batch publishes nothing.
-            let mut checked = Vec::with_capacity(list.items.len());
-            for (i, m) in list.items.iter().enumerate() {
-                match message(m, &format!("messages[{i}]: ")) {
-                    Ok(m) => checked.push(m),
-                    Err(e) => return e,
-                }
-            }
-            let (mut queued, mut dropped) = (0, 0);
-            for (i, (channel, data)) in checked.iter().enumerate() {
-                // A batch of 1000 fan-outs runs on an I/O thread: let its other connections
-                // run between every few, so one batch is not one long stall for them.
-                if i > 0 && i % YIELD_EVERY == 0 {
-                    tokio::task::yield_now().await;
-                }
-                let p = hub.publish_json_with_position(channel, data).0;
-                queued += p.queued;
-                dropped += p.dropped;
-            }
-            with_backplane(json!({
-                "published": checked.len(),
-                "queued": queued,
-                "dropped": dropped,
-                "delivered": queued,
-            }))
-        }
-        Endpoint::Channels => {
-            let q = match ListQuery::parse(&call.query) {
-                Ok(q) => q,
-                Err(e) => return e,
-            };
-            let page = hub.channel_page(&q.prefix, q.after.as_deref(), q.limit);
-            let next = page
-                .truncated
-                .then(|| page.counts.last().map(|(c, _)| c.to_string()));
-            let map: serde_json::Map<String, Value> = page
-                .counts
-                .into_iter()
-                .map(|(c, n)| (c.to_string(), n.into()))
-                .collect();
-            let mut v = json!({
-                "channels": map,
-                "subscriptions": page.subscriptions,
-                "truncated": page.truncated,
-            });
-            if let Some(Some(n)) = next {
-                v["next"] = n.into();
-            }
-            (200, format!("{v}\n"))
-        }
-        Endpoint::Channel(name) => {
-            if let Err(e) = super::check_name(name) {
-                return error(400, e);
-            }
-            let local = hub.subscriber_count(name);
-            let mut v = json!({ "channel": name, "subscribers": local });
-            // With a cluster backplane: the sum over every live node, and each node's count.
-            if let Some(r) = hub.remote_presence(name) {
-                let mut nodes = serde_json::Map::new();
-                nodes.insert(format!("{:016x}", r.me), local.into());
-                for (id, n) in &r.nodes {
-                    nodes.insert(format!("{id:016x}"), (*n).into());
-                }
-                v["subscribers"] = (local + r.subscribers()).into();
-                v["local"] = local.into();
-                v["node"] = format!("{:016x}", r.me).into();
-                v["nodes"] = nodes.into();
-                v["live_nodes"] = (r.live + 1).into();
-                v["partial"] = r.partial.into();
-            }
-            if hub.history_enabled() {
-                let (offset, epoch, kept) = match hub.history_peek(name) {
-                    Some((pos, kept)) => (pos.offset, pos.epoch.to_string(), kept),
-                    None => (0, String::new(), 0),
-                };
-                v["offset"] = offset.into();
-                v["epoch"] = epoch.into();
-                v["history"] = kept.into();
-            }
-            (200, format!("{v}\n"))
+    let (p, pos) = hub.broker().publish_json_with_position(&channel, &data);
+    let mut v = json!({ "queued": p.queued, "dropped": p.dropped, "delivered": p.queued });
+    if let Some(pos) = pos {
+        v["offset"] = pos.offset.into();
+        v["epoch"] = (&*pos.epoch).into();
+    }
+    with_backplane(backplane, v)
+}
+
+/// `POST /api/batch`: up to [`MAX_BATCH`] messages, all checked before any is published.
+async fn batch(hub: &Hub, call: &ApiCall) -> (u16, String) {
+    let backplane = backplane(hub);
+    let v = match parse(call) {
+        Ok(v) => v,
+        Err(e) => return e,
+    };
+    #[derive(serde::Deserialize)]
+    struct Batch<'a> {
+        #[serde(default, borrow)]
+        messages: Option<&'a RawValue>,
+    }
+    let missing = || {
+        field_error(
+            "messages",
+            "missing field \"messages\" (a list of {\"channel\",\"data\"} objects)".into(),
+        )
+    };
+    let list = match is_object(v)
+        .then(|| serde_json::from_str::<Batch>(v.get()))
+        .and_then(Result::ok)
+        .and_then(|b| b.messages)
+        .map(|m| serde_json::from_str::<Listed>(m.get()))
+    {
+        Some(Ok(list)) => list,
+        _ => return missing(),
+    };
+    if list.total == 0 || list.total > MAX_BATCH {
+        return field_error(
+            "messages",
+            format!(
+                "a batch carries 1..={MAX_BATCH} messages, not {}",
+                list.total
+            ),
+        );
+    }
+    // Every message is checked before any is published: a bad batch publishes nothing.
+    let mut checked = Vec::with_capacity(list.items.len());
+    for (i, m) in list.items.iter().enumerate() {
+        match message(m, &format!("messages[{i}]: ")) {
+            Ok(m) => checked.push(m),
+            Err(e) => return e,
         }
     }
+    let (mut queued, mut dropped) = (0, 0);
+    for (i, (channel, data)) in checked.iter().enumerate() {
+        // A batch of 1000 fan-outs runs on an I/O thread: let its other connections
+        // run between every few, so one batch is not one long stall for them.
+        if i > 0 && i % YIELD_EVERY == 0 {
+            tokio::task::yield_now().await;
+        }
+        let p = hub.broker().publish_json_with_position(channel, data).0;
+        queued += p.queued;
+        dropped += p.dropped;
+    }
+    with_backplane(
+        backplane,
+        json!({
+            "published": checked.len(),
+            "queued": queued,
+            "dropped": dropped,
+            "delivered": queued,
+        }),
+    )
+}
+
+/// `GET /api/channels`: one page of the channels with subscribers on this node.
+fn channels(hub: &Hub, call: &ApiCall) -> (u16, String) {
+    let q = match ListQuery::parse(&call.query) {
+        Ok(q) => q,
+        Err(e) => return e,
+    };
+    let page = hub
+        .presence()
+        .channel_page(&q.prefix, q.after.as_deref(), q.limit);
+    let next = page
+        .truncated
+        .then(|| page.counts.last().map(|(c, _)| c.to_string()));
+    let map: serde_json::Map<String, Value> = page
+        .counts
+        .into_iter()
+        .map(|(c, n)| (c.to_string(), n.into()))
+        .collect();
+    let mut v = json!({
+        "channels": map,
+        "subscriptions": page.subscriptions,
+        "truncated": page.truncated,
+    });
+    if let Some(Some(n)) = next {
+        v["next"] = n.into();
+    }
+    (200, format!("{v}\n"))
+}
+
+/// `GET /api/channels/NAME`: one channel's subscribers (every node's, with a backplane) and
+/// its stream position.
+fn channel(hub: &Hub, name: &str) -> (u16, String) {
+    if let Err(e) = super::check_name(name) {
+        return error(400, e);
+    }
+    let local = hub.presence().subscriber_count(name);
+    let mut v = json!({ "channel": name, "subscribers": local });
+    // With a cluster backplane: the sum over every live node, and each node's count.
+    if let Some(r) = hub.presence().remote(name) {
+        let mut nodes = serde_json::Map::new();
+        nodes.insert(format!("{:016x}", r.me), local.into());
+        for (id, n) in &r.nodes {
+            nodes.insert(format!("{id:016x}"), (*n).into());
+        }
+        v["subscribers"] = (local + r.subscribers()).into();
+        v["local"] = local.into();
+        v["node"] = format!("{:016x}", r.me).into();
+        v["nodes"] = nodes.into();
+        v["live_nodes"] = (r.live + 1).into();
+        v["partial"] = r.partial.into();
+    }
+    if hub.history().enabled() {
+        let (offset, epoch, kept) = match hub.history().peek(name) {
+            Some((pos, kept)) => (pos.offset, pos.epoch.to_string(), kept),
+            None => (0, String::new(), 0),
+        };
+        v["offset"] = offset.into();
+        v["epoch"] = epoch.into();
+        v["history"] = kept.into();
+    }
+    (200, format!("{v}\n"))
 }
 
 #[cfg(test)]
@@ -593,8 +623,8 @@ mod tests {
         let (s, b) = call(Endpoint::Publish, r#"[{"channel":"a","data":1}]"#);
         assert!(s == 400 && b.contains("expected a JSON object"), "{b}");
         // The data goes out as it came, less the whitespace between tokens.
-        let c = hub.register();
-        hub.subscribe(&c, "keys");
+        let c = hub.registry().register();
+        hub.broker().subscribe(&c, "keys");
         let (s, _) = call(
             Endpoint::Publish,
             "{\"channel\":\"keys\",\"data\": {\"b\" : 1,\n \"a\":\"x y\"}}",
@@ -624,9 +654,9 @@ mod tests {
             crate::ServerConfig::default(),
             std::sync::Arc::new(crate::metrics::Metrics::default()),
         );
-        let c = hub.register();
+        let c = hub.registry().register();
         for n in ["news.a", "news.b", "news.c", "other"] {
-            hub.subscribe(&c, n);
+            hub.broker().subscribe(&c, n);
         }
         let list = |q: &str| {
             let (s, b) = block_on(answer(
@@ -666,9 +696,9 @@ mod tests {
             crate::ServerConfig::default(),
             std::sync::Arc::new(crate::metrics::Metrics::default()),
         );
-        let (a, b) = (hub.register(), hub.register());
-        hub.subscribe(&a, "x");
-        hub.subscribe(&b, "x");
+        let (a, b) = (hub.registry().register(), hub.registry().register());
+        hub.broker().subscribe(&a, "x");
+        hub.broker().subscribe(&b, "x");
         // b's close is requested: still in the channel, but nothing is queued for it.
         b.request_close(1000);
         let msgs: Vec<String> = (0..100)

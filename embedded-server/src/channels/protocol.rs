@@ -178,7 +178,10 @@ pub fn message_as(
                 // first, then this same subscribe runs (`subscribe`).
                 let (cap, max_bytes) =
                     (settings.max_subscriptions, settings.max_subscription_bytes);
-                if hub.fetch_then_subscribe(me, &channel, from, cap, max_bytes) {
+                if hub
+                    .history()
+                    .fetch_then_subscribe(me, &channel, from, cap, max_bytes)
+                {
                     return None;
                 }
             }
@@ -192,7 +195,7 @@ pub fn message_as(
             )
         }
         "unsubscribe" => {
-            hub.unsubscribe(me, &channel);
+            hub.broker().unsubscribe(me, &channel);
             Some(serde_json::json!({"op": "unsubscribed", "channel": channel}).to_string())
         }
         "publish" => {
@@ -206,7 +209,7 @@ pub fn message_as(
                 Ok(d) => d,
                 Err(e) => return err(ProtocolError::BadJson, &e),
             };
-            hub.publish_from(me, &channel, &data);
+            hub.broker().publish_from(me, &channel, &data);
             None
         }
         other => err(
@@ -219,7 +222,7 @@ pub fn message_as(
 /// A subscribe the token allows: joined within the caps `cap` and `budget` (bytes of names),
 /// recovering from `from` with history on; the reply for the sender, if any (with history on
 /// the hub queues the answer itself, before any live publication). Public for a history
-/// fetch that finishes the subscribe later (`Hub::fetch_then_subscribe`).
+/// fetch that finishes the subscribe later (`HubHistory::fetch_then_subscribe`).
 pub fn subscribe(
     hub: &Hub,
     me: &Arc<Shared>,
@@ -232,10 +235,13 @@ pub fn subscribe(
     let denied = |e: String| {
         Some(serde_json::json!({"op": "error", "error": e, "channel": channel}).to_string())
     };
-    let refused = match hub.subscribe_recovering(me, channel, cap, budget, from) {
+    let refused = match hub
+        .broker()
+        .subscribe_recovering(me, channel, cap, budget, from)
+    {
         // With history on the hub has queued the answer itself (before any live
         // publication).
-        Ok(_) if hub.history_enabled() => return None,
+        Ok(_) if hub.history().enabled() => return None,
         Ok(_) => Subscribed::Added,
         Err(refused) => refused,
     };

@@ -244,7 +244,7 @@ mod tests {
         assert_eq!(super::super::testing::server_frames(&io.output()).len(), 1);
         assert!(io.write_shut(), "FIN after our close frame");
         assert_eq!(ctx.hub.metrics.messages_in.load(Relaxed), 0);
-        assert!(ctx.hub.is_empty(), "unregistered");
+        assert!(ctx.hub.registry().is_empty(), "unregistered");
     }
 
     #[tokio::test]
@@ -271,7 +271,7 @@ mod tests {
             ..ServerConfig::default()
         });
         let m = &ctx.hub.metrics;
-        let shared = ctx.hub.register();
+        let shared = ctx.hub.registry().register();
         let io = MemIo::with_input(&[]);
         // A large broadcast goes to the empty queue; the socket takes part of it.
         let big = frame::encode_message(OpCode::Binary, &[7; 2000], usize::MAX, false);
@@ -303,7 +303,7 @@ mod tests {
     #[tokio::test]
     async fn a_heartbeat_close_names_its_reason() {
         let ctx = ctx(ServerConfig::default());
-        let shared = ctx.hub.register();
+        let shared = ctx.hub.registry().register();
         assert!(shared.request_close(crate::hub::HEARTBEAT_CLOSE));
         let io = MemIo::with_input(&[]);
         serve_registered(&io, &ctx, shared).await;

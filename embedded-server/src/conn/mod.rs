@@ -251,7 +251,7 @@ pub(crate) fn serve<T: Transport, H: Handler>(
         if !st.write_shut {
             io.shutdown_write();
         }
-        hub.unregister(shared);
+        hub.registry().unregister(shared);
         let rare = st.rare.take().unwrap_or_default();
         let (code, reason) = match (rare.peer_close, rare.close_sent_code) {
             (Some(pc), _) => pc,

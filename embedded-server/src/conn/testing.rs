@@ -175,7 +175,7 @@ pub(super) async fn serve<H: Handler>(io: &MemIo, ctx: &Arc<Ctx<H>>)
 where
     H::State: Default,
 {
-    let shared = ctx.hub.register();
+    let shared = ctx.hub.registry().register();
     serve_registered(io, ctx, shared).await;
 }
 

@@ -1,12 +1,12 @@
 //! Draining: take the server out of the load balancer's rotation, then close its connections
 //! spread over a window, so a deploy does not turn into a reconnect storm on the other nodes.
 //!
-//! The order is fixed: readiness first ([`Hub::begin_drain`] flips `/readyz` to 503 before
+//! The order is fixed: readiness first ([`Drain::begin`] flips `/readyz` to 503 before
 //! anything else happens), then `drain_delay` (the load balancer's health checks see the 503;
 //! new upgrades are still accepted meanwhile, because a balancer that has not seen the 503 yet
 //! still sends clients here, and refusing them is the error the delay exists to avoid), then
-//! the server stops accepting, then `Hub::spread_closes` closes every connection with 1012 (service
-//! restart) over `drain_over`.
+//! the server stops accepting, then `Drain::spread_closes` closes every connection with 1012
+//! (service restart) over `drain_over`.
 //!
 //! The spread is one task and one 10 ms timer for the whole server, whatever the connection
 //! count: it snapshots the registry, shuffles it, and at each tick closes as many as are due
@@ -119,9 +119,9 @@ impl Plan {
     }
 }
 
-/// The server's readiness and its drain (one per hub).
+/// The drain's state (a field of the hub).
 #[derive(Debug)]
-pub struct Drain {
+pub(super) struct State {
     /// A [`Phase`]; only moves forward.
     phase: AtomicU8,
     /// Set once, by the first [`Drain::begin`].
@@ -130,9 +130,9 @@ pub struct Drain {
     begun: tokio::sync::Notify,
 }
 
-impl Default for Drain {
-    fn default() -> Drain {
-        Drain {
+impl Default for State {
+    fn default() -> State {
+        State {
             phase: AtomicU8::new(Phase::Ready as u8),
             plan: Mutex::new(None),
             begun: tokio::sync::Notify::new(),
@@ -140,30 +140,36 @@ impl Default for Drain {
     }
 }
 
-impl Drain {
+/// The server's readiness and its drain (`hub.drain()`): a borrow of the hub, free to make.
+#[derive(Clone, Copy)]
+pub struct Drain<'h> {
+    pub(super) hub: &'h Hub,
+}
+
+impl Drain<'_> {
     /// The phase now.
-    pub fn phase(&self) -> Phase {
-        Phase::from_u8(self.phase.load(Relaxed))
+    pub fn phase(self) -> Phase {
+        Phase::from_u8(self.hub.drain.phase.load(Relaxed))
     }
 
     /// The plan, once a drain began.
-    pub fn plan(&self) -> Option<Plan> {
-        *self.plan.lock().unwrap()
+    pub fn plan(self) -> Option<Plan> {
+        *self.hub.drain.plan.lock().unwrap()
     }
 
     /// Whether the server takes new work (what `/readyz` answers).
-    pub fn is_ready(&self) -> bool {
+    pub fn is_ready(self) -> bool {
         self.phase() == Phase::Ready
     }
 
-    fn advance(&self, to: Phase) {
-        self.phase.fetch_max(to as u8, Relaxed);
+    fn advance(self, to: Phase) {
+        self.hub.drain.phase.fetch_max(to as u8, Relaxed);
     }
 
     /// Completes once a drain has begun (at once if one has).
-    pub async fn begun(&self) {
+    pub async fn begun(self) {
         loop {
-            let notified = self.begun.notified();
+            let notified = self.hub.drain.begun.notified();
             if !self.is_ready() {
                 return;
             }
@@ -172,64 +178,63 @@ impl Drain {
     }
 
     /// `/readyz`: 200 while ready, else 503 with the drain's state (JSON).
-    pub fn readyz(&self, hub_len: usize) -> (u16, String) {
+    pub fn readyz(self) -> (u16, String) {
         match self.plan() {
             None => (200, "{\"status\":\"ready\"}\n".to_string()),
             Some(p) => (
                 503,
                 format!(
-                    "{{\"status\":\"draining\",\"phase\":\"{}\",\"open\":{hub_len},{}}}\n",
+                    "{{\"status\":\"draining\",\"phase\":\"{}\",\"open\":{},{}}}\n",
                     self.phase().name(),
+                    self.hub.registry().len(),
                     p.json_fields()
                 ),
             ),
         }
     }
-}
 
-impl Hub {
     /// Begin a drain: `/readyz` answers 503 from now on, before anything else happens.
     /// `over` replaces `ServerConfig::drain_over` (the API's `over=SECS`; no rate shortens an
     /// explicit window). `Err` with the plan already running when a drain began before (the
     /// first one's plan stands). Only `Server::run` acts on the plan (delay, accept, closes):
     /// a hub no server runs only changes its readiness.
-    pub fn begin_drain(&self, trigger: Trigger, over: Option<Duration>) -> Result<Plan, Plan> {
-        let mut plan = self.drain.plan.lock().unwrap();
+    pub fn begin(self, trigger: Trigger, over: Option<Duration>) -> Result<Plan, Plan> {
+        let mut plan = self.hub.drain.plan.lock().unwrap();
         if let Some(p) = *plan {
             return Err(p);
         }
-        let n = self.len();
+        let n = self.hub.registry().len();
         let (over, rate) = match over {
             Some(o) => (o, 0),
-            None => (self.config.drain_over, self.config.drain_rate),
+            None => (self.hub.config.drain_over, self.hub.config.drain_rate),
         };
         let p = Plan {
             trigger,
             connections: n,
-            delay: self.config.drain_delay,
+            delay: self.hub.config.drain_delay,
             over,
             rate,
             window: window(n, over, rate),
         };
         *plan = Some(p);
         // Readiness first: the 503 is what the load balancer must see before any close.
-        self.drain.advance(Phase::Waiting);
+        self.advance(Phase::Waiting);
         drop(plan);
-        self.drain.begun.notify_waiters();
+        self.hub.drain.begun.notify_waiters();
         Ok(p)
     }
 
     /// Begin a drain for a process a rolling restart replaced: no delay (the node's other
     /// processes answer /readyz 200 and keep taking clients) and closes paced at `node_rate` a
     /// second, the whole node's reconnect rate rather than this process's share of it (one
-    /// process drains at a time), within `drain_over`. `Err` as [`Hub::begin_drain`].
-    pub fn begin_drain_replaced(&self, node_rate: u32) -> Result<Plan, Plan> {
-        let mut plan = self.drain.plan.lock().unwrap();
+    /// process drains at a time), within `drain_over`. `Err` as [`Drain::begin`].
+    pub fn begin_replaced(self, node_rate: u32) -> Result<Plan, Plan> {
+        let mut plan = self.hub.drain.plan.lock().unwrap();
         if let Some(p) = *plan {
             return Err(p);
         }
-        let n = self.len();
-        let over = self.config.drain_over;
+        let n = self.hub.registry().len();
+        let over = self.hub.config.drain_over;
         let p = Plan {
             trigger: Trigger::Replaced,
             connections: n,
@@ -239,9 +244,9 @@ impl Hub {
             window: window(n, over, node_rate),
         };
         *plan = Some(p);
-        self.drain.advance(Phase::Waiting);
+        self.advance(Phase::Waiting);
         drop(plan);
-        self.drain.begun.notify_waiters();
+        self.hub.drain.begun.notify_waiters();
         Ok(p)
     }
 
@@ -249,9 +254,9 @@ impl Hub {
     /// window (the module's doc says why); returns how many were asked to close. Connections
     /// that register meanwhile (an upgrade that raced the end of accepting) are closed at the
     /// end. One task, one timer, whatever the count.
-    pub(crate) async fn spread_closes(&self, plan: &Plan) -> usize {
-        self.drain.advance(Phase::Closing);
-        let mut conns = self.everyone();
+    pub(crate) async fn spread_closes(self, plan: &Plan) -> usize {
+        self.advance(Phase::Closing);
+        let mut conns = self.hub.registry().everyone();
         shuffle(&mut conns, seed());
         let n = conns.len();
         // The window for the connections actually held now (the delay may have added some).
@@ -275,13 +280,13 @@ impl Hub {
                 closed += 1;
             }
             // Every connection already gone (closed by its client): nothing is left to pace.
-            if conns.is_empty() || self.is_empty() {
+            if conns.is_empty() || self.hub.registry().is_empty() {
                 break;
             }
             tick.tick().await;
         }
-        self.close_all(SERVICE_RESTART);
-        self.drain.advance(Phase::Drained);
+        self.hub.registry().close_all(SERVICE_RESTART);
+        self.advance(Phase::Drained);
         n
     }
 }
@@ -336,13 +341,13 @@ pub fn parse_over(query: &str, body: &[u8]) -> Result<Option<Duration>, String> 
 /// already running (a second call changes nothing, and says so, rather than pretend a new
 /// drain began).
 pub fn api_answer(hub: &Hub, over: Option<Duration>) -> (u16, String) {
-    match hub.begin_drain(Trigger::Api, over) {
+    match hub.drain().begin(Trigger::Api, over) {
         Ok(p) => (202, format!("{{\"draining\":true,{}}}\n", p.json_fields())),
         Err(p) => (
             409,
             format!(
                 "{{\"error\":\"a drain is already running; its plan stands\",\"phase\":\"{}\",{}}}\n",
-                hub.drain.phase().name(),
+                hub.drain().phase().name(),
                 p.json_fields()
             ),
         ),
@@ -426,16 +431,16 @@ mod tests {
             },
             Default::default(),
         );
-        assert_eq!(hub.drain.readyz(0).0, 200);
-        let p = hub.begin_drain(Trigger::Api, None).unwrap();
+        assert_eq!(hub.drain().readyz().0, 200);
+        let p = hub.drain().begin(Trigger::Api, None).unwrap();
         assert_eq!(
             (p.over, p.delay, p.connections),
             (Duration::from_secs(10), Duration::from_secs(2), 0)
         );
-        let (code, body) = hub.drain.readyz(0);
+        let (code, body) = hub.drain().readyz();
         assert_eq!(code, 503);
         assert!(body.contains("\"status\":\"draining\""), "{body}");
-        let again = hub.begin_drain(Trigger::Signal, Some(Duration::ZERO));
+        let again = hub.drain().begin(Trigger::Signal, Some(Duration::ZERO));
         assert_eq!(again, Err(p));
     }
 }

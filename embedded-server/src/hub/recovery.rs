@@ -1,7 +1,7 @@
 //! Stream positions and recovery on the hub: publishes get a position and are kept
 //! (`history.rs`), subscribes answer with the channel's position and, given the client's last
 //! one, first send what it missed. Off (no position, no copy) unless the channels app enables
-//! history ([`Hub::enable_history`]).
+//! history ([`HubHistory::enable`]).
 //!
 //! No gap and no duplicate between what a recovery sends and the live publications after
 //! it: a publish assigns its offset, keeps it and takes its recipients under the history's
@@ -14,17 +14,20 @@
 //! parallel.
 //!
 //! Under `serve --processes N` the supervisor assigns the positions
-//! ([`Hub::sequence_elsewhere`]): a publish goes to it unpositioned ([`Relay::Sequence`]) and
-//! comes back to every process, the publisher's included, positioned
-//! ([`Hub::deliver_positioned`]), so every process holds the same positions. Under
-//! `--cluster` Redis does the same for every node, and keeps the history a node that
-//! restarted fetches on a recovery it cannot serve ([`Hub::fetch_then_subscribe`]).
+//! ([`HubHistory::sequence_elsewhere`]): a publish goes to it unpositioned
+//! ([`Relay::Sequence`]) and comes back to every process, the publisher's included,
+//! positioned ([`HubHistory::deliver_positioned`]), so every process holds the same
+//! positions. Under `--cluster` Redis does the same for every node, and keeps the history a
+//! node that restarted fetches on a recovery it cannot serve
+//! ([`HubHistory::fetch_then_subscribe`]).
 
 use super::history::{History, Position, Publisher, Unrecoverable, NO_PUBLISHER};
-use super::{Hub, Published, Relay, Subscribed};
+use super::relay::Relay;
+use super::{fanout, Hub, Published, Subscribed};
 use crate::app_settings::HistorySettings;
 use crate::budget::Store;
 use crate::frame::OpCode;
+use crate::metrics::Metrics;
 use crate::outbox::Shared;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -35,9 +38,10 @@ pub use super::history::Position as StreamPosition;
 /// wait for each other's fan-out).
 pub const ORDER_LOCKS: usize = 64;
 
-/// The hub's history: the store, what it has charged to the memory budget, the ordering
-/// locks, and whether positions are assigned elsewhere.
-pub(super) struct HubHistory {
+/// The hub's history (a field of the hub, set once the channels app enables it): the store,
+/// what it has charged to the memory budget, the ordering locks, and whether positions are
+/// assigned elsewhere.
+pub(super) struct Streams {
     store: Mutex<(History, usize)>,
     order: Vec<Mutex<()>>,
     sequenced: AtomicBool,
@@ -47,10 +51,10 @@ pub(super) struct HubHistory {
 }
 
 /// A recovery this node could not serve, handed to the shared store's fetcher
-/// ([`Hub::set_history_fetch`]): fetch `channel`'s publications after `from`, merge them
-/// ([`Hub::merge_history`]), then finish the subscribe with
+/// ([`HubHistory::set_fetch`]): fetch `channel`'s publications after `from`, merge them
+/// ([`HubHistory::merge`]), then finish the subscribe with
 /// `channels::protocol::subscribe(hub, &conn, &channel, cap, max_bytes, Some(&from))`, and
-/// queue its reply when it returns one ([`Hub::send_text_to`]).
+/// queue its reply when it returns one ([`Broker::send_text_to`](super::Broker::send_text_to)).
 pub struct FetchRequest {
     /// The channel.
     pub channel: String,
@@ -64,10 +68,11 @@ pub struct FetchRequest {
     pub max_bytes: usize,
 }
 
-/// The fetcher [`Hub::set_history_fetch`] installs: it must not block (it spawns).
+/// The fetcher [`HubHistory::set_fetch`] installs: it must not block (it spawns).
 pub type FetchFn = Box<dyn Fn(FetchRequest) + Send + Sync>;
 
-/// What a subscribe answered (see [`Hub::subscribe_recovering`]).
+/// What a subscribe answered (see
+/// [`Broker::subscribe_recovering`](super::Broker::subscribe_recovering)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recovered {
     /// No recovery was asked for (or the connection was subscribed already).
@@ -107,28 +112,35 @@ pub fn random_seed() -> u64 {
     h.finish()
 }
 
-impl Hub {
+/// The hub's history (`hub.history()`): a borrow of the hub, free to make. Everything but
+/// `enable` does nothing (or answers "off") until the channels app enables it.
+#[derive(Clone, Copy)]
+pub struct HubHistory<'h> {
+    pub(super) hub: &'h Hub,
+}
+
+impl HubHistory<'_> {
     /// Keep per-channel history with `settings` (once; `size` 0 leaves it off). Its bytes are
     /// charged to the memory budget, and bounded by the smaller of `max_bytes` and a quarter of
     /// the budget, so history never takes what connections need.
-    pub fn enable_history(&self, settings: &HistorySettings) {
+    pub fn enable(self, settings: &HistorySettings) {
         if !settings.enabled() {
             return;
         }
         let mut s = settings.clone();
-        s.max_bytes = s.max_bytes.min(self.metrics.memory.limit() / 4);
+        s.max_bytes = s.max_bytes.min(self.hub.metrics.memory.limit() / 4);
         let mut store = History::new(s, random_seed());
         // Stamps are Unix time: `now` 0 is when this hub started.
-        let since_start = super::mono().saturating_sub(self.start).as_micros() as u64;
+        let since_start = super::mono().saturating_sub(self.hub.start).as_micros() as u64;
         let origin = unix_us().saturating_sub(since_start);
         store.set_origin(origin);
         // To the millisecond, from the monotonic clock: a stamp is never later than it was
         // given nor a tombstone earlier than its stream went, whatever the wall clock does.
-        let start = self.start;
+        let start = self.hub.start;
         store.set_clock(Box::new(move || {
             origin + super::mono().saturating_sub(start).as_micros() as u64
         }));
-        let _ = self.history.set(HubHistory {
+        let _ = self.hub.history.set(Streams {
             store: Mutex::new((store, 0)),
             order: (0..ORDER_LOCKS).map(|_| Mutex::new(())).collect(),
             sequenced: AtomicBool::new(false),
@@ -137,15 +149,15 @@ impl Hub {
     }
 
     /// The history's bounds in force (None: off).
-    pub fn history_settings(&self) -> Option<HistorySettings> {
-        let h = self.history.get()?;
+    pub fn settings(self) -> Option<HistorySettings> {
+        let h = self.hub.history.get()?;
         let store = h.store.lock().unwrap();
         Some(store.0.settings().clone())
     }
 
     /// Fetch what this node does not keep from a shared store on a recovery (once).
-    pub fn set_history_fetch(&self, f: FetchFn) {
-        if let Some(h) = self.history.get() {
+    pub fn set_fetch(self, f: FetchFn) {
+        if let Some(h) = self.hub.history.get() {
             let _ = h.fetch.set(f);
         }
     }
@@ -154,14 +166,14 @@ impl Hub {
     /// shared store may: handed to the fetcher, which finishes the subscribe (true). False
     /// when it is served here (or nowhere better), as a plain subscribe.
     pub fn fetch_then_subscribe(
-        &self,
+        self,
         conn: &Arc<Shared>,
         channel: &str,
         from: &Position,
         cap: usize,
         max_bytes: usize,
     ) -> bool {
-        let Some(h) = self.history.get() else {
+        let Some(h) = self.hub.history.get() else {
             return false;
         };
         let Some(fetch) = h.fetch.get() else {
@@ -174,8 +186,8 @@ impl Hub {
         }
         let (kept, local) = {
             let mut store = h.store.lock().unwrap();
-            let r = store.0.since(channel, from, usize::MAX, self.now());
-            self.settle_history(&mut store);
+            let r = store.0.since(channel, from, usize::MAX, self.hub.now());
+            h.settle(&mut store, &self.hub.metrics);
             (store.0.peek(channel).is_some(), r)
         };
         // Nothing here about the channel (this node started after it), or not enough.
@@ -197,37 +209,34 @@ impl Hub {
 
     /// Take `channel`'s publications fetched from a shared store: its position `top`, and
     /// what it keeps after some offset, oldest first (see `History::merge_older`).
-    pub fn merge_history(&self, channel: &str, top: &Position, pubs: Vec<(u64, String)>) {
-        let Some(h) = self.history.get() else { return };
-        let _order = Self::order_lock(h, channel);
+    pub fn merge(self, channel: &str, top: &Position, pubs: Vec<(u64, String)>) {
+        let Some(h) = self.hub.history.get() else {
+            return;
+        };
+        let _order = h.order_lock(channel);
         let mut store = h.store.lock().unwrap();
         let pubs = pubs.into_iter().map(|(o, t)| (o, Arc::from(t))).collect();
-        store.0.merge_older(channel, top, pubs, self.now());
-        self.settle_history(&mut store);
-    }
-
-    /// Queue `text` for `conn` alone (a reply made outside its message callback).
-    pub fn send_text_to(&self, conn: &Arc<Shared>, text: &str) {
-        self.fan_out(OpCode::Text, text.as_bytes(), std::iter::once(conn));
+        store.0.merge_older(channel, top, pubs, self.hub.now());
+        h.settle(&mut store, &self.hub.metrics);
     }
 
     /// Whether publications are positioned and kept.
-    pub fn history_enabled(&self) -> bool {
-        self.history.get().is_some()
+    pub fn enabled(self) -> bool {
+        self.hub.history.get().is_some()
     }
 
     /// Positions are assigned by the relay's other end (the `--processes` supervisor): a
     /// publish is relayed as [`Relay::Sequence`] and delivered here when it comes back
-    /// through [`Hub::deliver_positioned`].
-    pub fn sequence_elsewhere(&self) {
-        if let Some(h) = self.history.get() {
+    /// through [`HubHistory::deliver_positioned`].
+    pub fn sequence_elsewhere(self) {
+        if let Some(h) = self.hub.history.get() {
             h.sequenced.store(true, Relaxed);
         }
     }
 
     /// `channel`'s position and the publications it keeps, if it has a stream.
-    pub fn history_peek(&self, channel: &str) -> Option<(Position, usize)> {
-        let h = self.history.get()?;
+    pub fn peek(self, channel: &str) -> Option<(Position, usize)> {
+        let h = self.hub.history.get()?;
         let store = h.store.lock().unwrap();
         store.0.peek(channel)
     }
@@ -235,128 +244,41 @@ impl Hub {
     /// Take another store's tombstones and stamp family (a new process taking the
     /// supervisor's, see `History::adopt_graves`).
     pub fn restore_graves(
-        &self,
+        self,
         family: u64,
         known_since: u64,
         graves: Vec<super::history::GraveCopy>,
     ) {
-        let Some(h) = self.history.get() else { return };
+        let Some(h) = self.hub.history.get() else {
+            return;
+        };
         let mut store = h.store.lock().unwrap();
         store.0.adopt_graves(family, known_since, graves);
-        self.settle_history(&mut store);
+        h.settle(&mut store, &self.hub.metrics);
     }
 
     /// Publications the history dropped for the channel and publisher shares.
-    pub fn history_evicted(&self) -> super::history::Evicted {
-        self.history
+    pub fn evicted(self) -> super::history::Evicted {
+        self.hub
+            .history
             .get()
             .map_or_else(Default::default, |h| h.store.lock().unwrap().0.evicted())
     }
 
     /// Tombstones the history keeps now and those dropped for its bound ((0, 0) when off).
-    pub fn history_tombstones(&self) -> (usize, u64) {
-        self.history
+    pub fn tombstones(self) -> (usize, u64) {
+        self.hub
+            .history
             .get()
             .map_or((0, 0), |h| h.store.lock().unwrap().0.tombstones())
     }
 
     /// Bytes the history holds now (0 when off).
-    pub fn history_bytes(&self) -> usize {
-        self.history
+    pub fn bytes(self) -> usize {
+        self.hub
+            .history
             .get()
             .map_or(0, |h| h.store.lock().unwrap().0.bytes())
-    }
-
-    fn order_lock<'h>(h: &'h HubHistory, channel: &str) -> MutexGuard<'h, ()> {
-        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-        let i = BuildHasherDefault::<DefaultHasher>::default().hash_one(channel) as usize;
-        // A poisoned lock guards nothing of its own (the data is in the store).
-        h.order[i % ORDER_LOCKS]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Bring the budget's charge to what the store holds now.
-    fn settle_history(&self, store: &mut (History, usize)) {
-        let now = store.0.bytes();
-        let was = std::mem::replace(&mut store.1, now);
-        if now > was {
-            self.metrics.memory.charge(Store::History, now - was);
-        } else {
-            self.metrics.memory.release(Store::History, was - now);
-        }
-    }
-
-    /// Publish `data` to `channel` (the channels envelope), with its position when history
-    /// is on: what [`Hub::publish_report`] does, and the position it got (None with history
-    /// off, or when the supervisor assigns it: the publish is then on its way there).
-    pub fn publish_with_position(
-        &self,
-        channel: &str,
-        data: &serde_json::Value,
-    ) -> (Published, Option<Position>) {
-        self.publish_positioned_by(NO_PUBLISHER, channel, &data.to_string())
-    }
-
-    /// [`Hub::publish_with_position`] for data given as its JSON text, compact (no line break
-    /// or space between tokens, as `serde_json` writes it) and valid, which the caller checked:
-    /// a publish's data goes out as it came, never built into a tree of values (a 16 MiB
-    /// array of zeros is half a gigabyte as a tree). The HTTP API's: no publisher share.
-    pub fn publish_json_with_position(
-        &self,
-        channel: &str,
-        data: &str,
-    ) -> (Published, Option<Position>) {
-        self.publish_positioned_by(NO_PUBLISHER, channel, data)
-    }
-
-    /// [`Hub::publish_json_with_position`] by `publisher` (a connection's id): what it keeps
-    /// in the history is held to its share of the byte bound (`history::PUBLISHER_SHARE`).
-    /// [`NO_PUBLISHER`] (the HTTP API) has no share of its own.
-    pub fn publish_positioned_by(
-        &self,
-        publisher: Publisher,
-        channel: &str,
-        data: &str,
-    ) -> (Published, Option<Position>) {
-        let Some(h) = self.history.get() else {
-            let name = serde_json::to_string(channel).unwrap_or_default();
-            let text = format!("{{\"channel\":{name},\"data\":{data}}}");
-            return (self.publish_text_delivered(channel, &text), None);
-        };
-        // While the relay is down this node positions its own (an epoch of its own, which the
-        // relay's replaces once it is back): delivered here rather than lost.
-        if h.sequenced.load(Relaxed) && self.metrics.backplane_up.load(Relaxed) == 1 {
-            if let Some(r) = self.relay.get() {
-                r(Relay::Sequence {
-                    channel,
-                    data,
-                    publisher,
-                });
-                return (Published::default(), None);
-            }
-        }
-        let _order = Self::order_lock(h, channel);
-        let now = self.now();
-        let (pos, text, subs) = {
-            let mut store = h.store.lock().unwrap();
-            let (pos, text) = store.0.append(channel, publisher, now, |o, e| {
-                envelope(channel, data, o, e)
-            });
-            self.settle_history(&mut store);
-            (pos, text, self.subscribers(channel))
-        };
-        let sent = self.fan_out(OpCode::Text, text.as_bytes(), subs.iter());
-        self.metrics
-            .publish_dropped
-            .fetch_add(sent.dropped, Relaxed);
-        if let Some(r) = self.relay.get() {
-            r(Relay::Channel {
-                channel,
-                text: &text,
-            });
-        }
-        (sent, Some(pos))
     }
 
     /// A publication positioned elsewhere (the supervisor): kept (by `publisher`, the key
@@ -364,40 +286,43 @@ impl Hub {
     /// delivered to this node's subscribers (never relayed again). A duplicate of one kept
     /// already is dropped. Without history it is delivered as it is.
     pub fn deliver_positioned(
-        &self,
+        self,
         channel: &str,
         pos: &Position,
         text: &str,
         publisher: Publisher,
     ) {
-        let Some(h) = self.history.get() else {
-            return self.deliver_remote_channel(channel, text);
+        let Some(h) = self.hub.history.get() else {
+            return self.hub.relay().deliver_channel(channel, text);
         };
-        let _order = Self::order_lock(h, channel);
+        let _order = h.order_lock(channel);
         let subs = {
             let mut store = h.store.lock().unwrap();
             let kept = store
                 .0
-                .insert(channel, pos, Arc::from(text), publisher, self.now());
-            self.settle_history(&mut store);
+                .insert(channel, pos, Arc::from(text), publisher, self.hub.now());
+            h.settle(&mut store, &self.hub.metrics);
             if !kept {
                 return;
             }
-            self.subscribers(channel)
+            self.hub.broker().subscribers(channel)
         };
-        let sent = self.fan_out(OpCode::Text, text.as_bytes(), subs.iter());
-        self.metrics
+        let sent = fanout::fan_out(self.hub, OpCode::Text, text.as_bytes(), subs.iter());
+        self.hub
+            .metrics
             .publish_dropped
             .fetch_add(sent.dropped, Relaxed);
     }
 
     /// Take a copy of another store's stream (a new process filling its history from the
     /// supervisor's): its position, and what it keeps, oldest first. Nothing is delivered.
-    pub fn restore_history(&self, channel: &str, pos: &Position, pubs: &[(u64, &str)]) {
-        let Some(h) = self.history.get() else { return };
-        let _order = Self::order_lock(h, channel);
+    pub fn restore(self, channel: &str, pos: &Position, pubs: &[(u64, &str)]) {
+        let Some(h) = self.hub.history.get() else {
+            return;
+        };
+        let _order = h.order_lock(channel);
         let mut store = h.store.lock().unwrap();
-        let now = self.now();
+        let now = self.hub.now();
         let first = pubs.first().map_or(pos.offset, |p| p.0.saturating_sub(1));
         store.0.reset_to(channel, &pos.epoch, first, now);
         for (offset, text) in pubs {
@@ -410,35 +335,91 @@ impl Hub {
                 .insert(channel, &at, Arc::from(*text), NO_PUBLISHER, now);
         }
         store.0.reset_to(channel, &pos.epoch, pos.offset, now);
-        self.settle_history(&mut store);
+        h.settle(&mut store, &self.hub.metrics);
+    }
+}
+
+impl Streams {
+    /// The ordering lock of `channel` (see the module's documentation).
+    fn order_lock(&self, channel: &str) -> MutexGuard<'_, ()> {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let i = BuildHasherDefault::<DefaultHasher>::default().hash_one(channel) as usize;
+        // A poisoned lock guards nothing of its own (the data is in the store).
+        self.order[i % ORDER_LOCKS]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Subscribe `conn` to `channel` (capped as [`Hub::subscribe_within`]) and queue its
-    /// answer: `{"op":"subscribed","channel":..,"offset":N,"epoch":"E"}` with, when `from` is
-    /// given, `"recovered":true` followed by every publication after `from` (then live ones),
-    /// or `"recovered":false,"reason":..`. A recovery returns at most the history's
-    /// `recover_max` publications and half the connection's send-queue cap in bytes (more
-    /// would close it for backpressure). `Err` is the refusal, nothing queued. With history
-    /// off there is no position: the caller answers as before.
-    pub fn subscribe_recovering(
+    /// Bring the budget's charge to what the store holds now.
+    fn settle(&self, store: &mut (History, usize), metrics: &Metrics) {
+        let now = store.0.bytes();
+        let was = std::mem::replace(&mut store.1, now);
+        if now > was {
+            metrics.memory.charge(Store::History, now - was);
+        } else {
+            metrics.memory.release(Store::History, was - now);
+        }
+    }
+
+    /// [`Broker::publish_positioned_by`](super::Broker::publish_positioned_by) with history
+    /// on: the publication gets its position and is kept, then fans out, in the order the
+    /// module's documentation sets.
+    pub(super) fn publish(
         &self,
+        hub: &Hub,
+        publisher: Publisher,
+        channel: &str,
+        data: &str,
+    ) -> (Published, Option<Position>) {
+        let h = self;
+        // While the relay is down this node positions its own (an epoch of its own, which the
+        // relay's replaces once it is back): delivered here rather than lost.
+        if h.sequenced.load(Relaxed) && hub.metrics.backplane_up.load(Relaxed) == 1 {
+            if let Some(r) = hub.relay.get() {
+                r(Relay::Sequence {
+                    channel,
+                    data,
+                    publisher,
+                });
+                return (Published::default(), None);
+            }
+        }
+        let _order = h.order_lock(channel);
+        let now = hub.now();
+        let (pos, text, subs) = {
+            let mut store = h.store.lock().unwrap();
+            let (pos, text) = store.0.append(channel, publisher, now, |o, e| {
+                envelope(channel, data, o, e)
+            });
+            h.settle(&mut store, &hub.metrics);
+            (pos, text, hub.broker().subscribers(channel))
+        };
+        let sent = fanout::fan_out(hub, OpCode::Text, text.as_bytes(), subs.iter());
+        hub.metrics.publish_dropped.fetch_add(sent.dropped, Relaxed);
+        hub.relay().send(Relay::Channel {
+            channel,
+            text: &text,
+        });
+        (sent, Some(pos))
+    }
+
+    /// [`Broker::subscribe_recovering`](super::Broker::subscribe_recovering) with history on:
+    /// joined, answered and sent what it missed under the channel's ordering lock, so no
+    /// publish to it fans out in between.
+    pub(super) fn subscribe(
+        &self,
+        hub: &Hub,
         conn: &Arc<Shared>,
         channel: &str,
-        cap: usize,
-        max_bytes: usize,
+        (cap, max_bytes): (usize, usize),
         from: Option<&Position>,
     ) -> Result<Recovered, Subscribed> {
-        let Some(h) = self.history.get() else {
-            return match self.subscribe_within(conn, channel, cap, max_bytes) {
-                Subscribed::Added | Subscribed::Already => Ok(Recovered::NotAsked),
-                refused => Err(refused),
-            };
-        };
-        let _order = Self::order_lock(h, channel);
-        let now = self.now();
+        let h = self;
+        let _order = h.order_lock(channel);
+        let now = hub.now();
         let (reply, missed, recovered) = {
             let mut store = h.store.lock().unwrap();
-            let joined = self.join(conn, channel, cap, max_bytes, true);
+            let joined = hub.broker().join(conn, channel, cap, max_bytes, true);
             let from = match joined {
                 Subscribed::Added => from,
                 // Subscribed already: it has had every publication since, live.
@@ -461,7 +442,7 @@ impl Hub {
                 Some(from) => {
                     match store
                         .0
-                        .since(channel, from, self.config.send_queue_bytes / 2, now)
+                        .since(channel, from, hub.config.send_queue_bytes / 2, now)
                     {
                         Ok(missed) => {
                             reply["recovered"] = true.into();
@@ -476,10 +457,10 @@ impl Hub {
                     }
                 }
             };
-            self.settle_history(&mut store);
+            h.settle(&mut store, &hub.metrics);
             (reply.to_string(), missed, recovered)
         };
-        let m = &self.channel_metrics;
+        let m = &hub.channel_metrics;
         match &recovered {
             Recovered::NotAsked => {}
             Recovered::Yes(n) => {
@@ -490,9 +471,9 @@ impl Hub {
         }
         // Queued under the ordering lock: no publish to this channel fans out before these.
         let me = std::iter::once(conn);
-        self.fan_out(OpCode::Text, reply.as_bytes(), me.clone());
+        fanout::fan_out(hub, OpCode::Text, reply.as_bytes(), me.clone());
         for text in &missed {
-            self.fan_out(OpCode::Text, text.as_bytes(), me.clone());
+            fanout::fan_out(hub, OpCode::Text, text.as_bytes(), me.clone());
         }
         Ok(recovered)
     }
@@ -506,7 +487,7 @@ mod tests {
 
     fn hub() -> Hub {
         let hub = Hub::new(ServerConfig::default(), Arc::new(Metrics::default()));
-        hub.enable_history(&HistorySettings {
+        hub.history().enable(&HistorySettings {
             size: 100,
             ..HistorySettings::default()
         });
@@ -524,18 +505,24 @@ mod tests {
     #[test]
     fn publishes_get_positions_kept_and_charged_to_the_budget() {
         let hub = hub();
-        let (_, p1) = hub.publish_with_position("a", &serde_json::json!(1));
-        let (_, p2) = hub.publish_with_position("a", &serde_json::json!(2));
+        let (_, p1) = hub
+            .broker()
+            .publish_with_position("a", &serde_json::json!(1));
+        let (_, p2) = hub
+            .broker()
+            .publish_with_position("a", &serde_json::json!(2));
         let (p1, p2) = (p1.unwrap(), p2.unwrap());
         assert_eq!((p1.offset, p2.offset), (1, 2));
         assert_eq!(p1.epoch, p2.epoch);
-        assert_eq!(hub.history_peek("a").unwrap(), (p2, 2));
+        assert_eq!(hub.history().peek("a").unwrap(), (p2, 2));
         let held = hub.metrics.memory.used_by(Store::History);
-        assert!(held > 0 && held == hub.history_bytes());
+        assert!(held > 0 && held == hub.history().bytes());
         // Off: no position.
         let off = Hub::new(ServerConfig::default(), Arc::new(Metrics::default()));
         assert_eq!(
-            off.publish_with_position("a", &serde_json::json!(1)).1,
+            off.broker()
+                .publish_with_position("a", &serde_json::json!(1))
+                .1,
             None
         );
     }
@@ -543,35 +530,39 @@ mod tests {
     #[test]
     fn a_recovering_subscribe_is_told_what_it_can_have() {
         let hub = hub();
-        let c = hub.register();
+        let c = hub.registry().register();
         for i in 0..3 {
-            hub.publish_with_position("a", &serde_json::json!(i));
+            hub.broker()
+                .publish_with_position("a", &serde_json::json!(i));
         }
-        let (pos, _) = hub.history_peek("a").unwrap();
+        let (pos, _) = hub.history().peek("a").unwrap();
         let from = Position {
             offset: 1,
             epoch: pos.epoch.clone(),
         };
         assert_eq!(
-            hub.subscribe_recovering(&c, "a", 10, 1000, Some(&from)),
+            hub.broker()
+                .subscribe_recovering(&c, "a", 10, 1000, Some(&from)),
             Ok(Recovered::Yes(2))
         );
         // Subscribed already: nothing replayed twice.
         assert_eq!(
-            hub.subscribe_recovering(&c, "a", 10, 1000, Some(&from)),
+            hub.broker()
+                .subscribe_recovering(&c, "a", 10, 1000, Some(&from)),
             Ok(Recovered::NotAsked)
         );
-        let d = hub.register();
+        let d = hub.registry().register();
         let wrong = Position {
             offset: 1,
             epoch: Arc::from("not-this-one"),
         };
         assert_eq!(
-            hub.subscribe_recovering(&d, "a", 10, 1000, Some(&wrong)),
+            hub.broker()
+                .subscribe_recovering(&d, "a", 10, 1000, Some(&wrong)),
             Ok(Recovered::No(Unrecoverable::Epoch))
         );
         assert_eq!(
-            hub.subscribe_recovering(&d, "b", 0, 1000, None),
+            hub.broker().subscribe_recovering(&d, "b", 0, 1000, None),
             Err(Subscribed::Full)
         );
     }

@@ -249,7 +249,7 @@ pub fn start(url: &str, hub: Arc<Hub>) -> Result<()> {
     let (tx, rx) = mpsc::channel::<Out>(cluster::QUEUE);
     {
         let (metrics, tx) = (metrics.clone(), tx.clone());
-        hub.set_relay(Box::new(move |r| {
+        hub.relay().set(Box::new(move |r| {
             // While the backplane is down the message was delivered here only; queueing it for
             // later would replay stale messages after the outage.
             let out = Out {
@@ -264,7 +264,8 @@ pub fn start(url: &str, hub: Arc<Hub>) -> Result<()> {
     let table = Arc::new(presence::Table::default());
     {
         let table = table.clone();
-        hub.set_remote_presence(Box::new(move |name| table.lookup(me, name)));
+        hub.presence()
+            .set_remote(Box::new(move |name| table.lookup(me, name)));
     }
     let link = Arc::new(Link {
         hub,

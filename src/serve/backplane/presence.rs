@@ -2,7 +2,7 @@
 //! its channels' subscriber counts (a heartbeat on the backplane, beside the relay messages);
 //! every node keeps the last announcement of each other node and forgets a node not heard
 //! from within `EXPIRY`. `GET /api/channels/NAME` answers this node's count plus the live
-//! nodes' (`Hub::set_remote_presence`), and `ws_backplane_nodes` counts the live nodes.
+//! nodes' (`hub.presence().set_remote`), and `ws_backplane_nodes` counts the live nodes.
 //!
 //! This is the shape of the Socket.IO Redis Streams adapter's node heartbeat (5 s interval,
 //! a node gone after 10 s without one) and of Centrifugo's node info messages, sized down:
@@ -183,7 +183,7 @@ pub fn start_heartbeat(link: Arc<Link>, tx: mpsc::Sender<Out>) {
             {
                 continue;
             }
-            let page = link.hub.channel_page("", None, MAX_CHANNELS + 1);
+            let page = link.hub.presence().channel_page("", None, MAX_CHANNELS + 1);
             let bytes = encode(link.me, &page.counts);
             if tx
                 .send_timeout(Out { shard: 0, bytes }, INTERVAL)

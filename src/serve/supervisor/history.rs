@@ -6,7 +6,7 @@
 //! A process relays a publish unpositioned (`Relay::Sequence`); the supervisor gives it the
 //! channel's next offset, keeps it (`hub::history::History`, the same bounded store a process
 //! uses) and relays it positioned to every process, the publisher's included, in one order;
-//! each process keeps its copy and delivers it (`Hub::deliver_positioned`). A process that
+//! each process keeps its copy and delivers it (`hub.history().deliver_positioned`). A process that
 //! starts gets the whole history first, in one frame queued before any live one
 //! (`encode_snapshot`), and serves no client before it has applied it (`wait_for_snapshot`).
 //! The history includes the supervisor's tombstones and stamp family, so a position a process
@@ -193,7 +193,9 @@ pub fn decode_snapshot(mut b: &[u8]) -> Option<Vec<(&str, Position, Vec<(u64, &s
 /// history).
 pub fn restore_graves(hub: &Hub, body: &[u8]) {
     match decode_graves(body) {
-        Some((family, known_since, graves)) => hub.restore_graves(family, known_since, graves),
+        Some((family, known_since, graves)) => {
+            hub.history().restore_graves(family, known_since, graves)
+        }
         None => tracing::warn!("channel history: malformed tombstones from the supervisor"),
     }
 }
@@ -207,7 +209,7 @@ pub fn restore(hub: &Hub, body: &[u8]) {
     match decode_snapshot(body) {
         Some(streams) => {
             for (name, pos, pubs) in &streams {
-                hub.restore_history(name, pos, pubs);
+                hub.history().restore(name, pos, pubs);
             }
             tracing::debug!(
                 "channel history: {} streams from the supervisor",

@@ -77,9 +77,9 @@ async fn read_frame(r: &mut (impl AsyncReadExt + Unpin)) -> io::Result<Vec<u8>> 
 /// supervisor positions every publish (`history.rs`) and this returns once its history is
 /// here (bounded), so that no client recovers against an empty one.
 pub async fn start_child(hub: Arc<Hub>, node: u64, fd: RawFd) -> io::Result<()> {
-    let history = hub.history_enabled();
+    let history = hub.history().enabled();
     if history {
-        hub.sequence_elsewhere();
+        hub.history().sequence_elsewhere();
     }
     // SAFETY: the supervisor passed this fd to us (and only us) for the relay.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -89,7 +89,7 @@ pub async fn start_child(hub: Arc<Hub>, node: u64, fd: RawFd) -> io::Result<()> 
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(QUEUE);
     {
         let metrics = metrics.clone();
-        hub.set_relay(Box::new(move |r| {
+        hub.relay().set(Box::new(move |r| {
             if metrics.backplane_up.load(Relaxed) != 1
                 || tx.try_send(framed(encode(node, &r))).is_err()
             {

@@ -39,7 +39,7 @@ async fn main() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("run wsload (cargo build --release -p wsbench)");
-    while hub.len() < conns {
+    while hub.registry().len() < conns {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -47,8 +47,8 @@ async fn main() {
         for _ in 0..rounds {
             let payload = stamped(100);
             match mode {
-                "naive" => hub.broadcast_naive(OpCode::Binary, &payload),
-                "broadcast" => hub.broadcast(OpCode::Binary, &payload),
+                "naive" => hub.registry().broadcast_naive(OpCode::Binary, &payload),
+                "broadcast" => hub.registry().broadcast(OpCode::Binary, &payload),
                 _ => {
                     let f = bytes::Bytes::from(frame::encode_message(
                         OpCode::Binary,
@@ -56,7 +56,7 @@ async fn main() {
                         65536,
                         false,
                     ));
-                    hub.broadcast_encoded(f);
+                    hub.registry().broadcast_encoded(f);
                 }
             }
             tokio::time::sleep(Duration::from_millis(400)).await;

@@ -28,14 +28,20 @@
 //!
 //! A request whose pool is full is answered 503 with `Retry-After: 1`.
 
-use crate::channels::api::{self, ApiCall, ApiKey, Endpoint};
+mod gate;
+mod http;
+
+pub use gate::Gate;
+use http::{body_length, json_error, read_body, read_head, write, Head, Reply};
+
+use crate::channels::api::{self, ApiCall, Endpoint};
 use crate::hub::Hub;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 /// A request header that marks a `/metrics` or `/healthz` request as a `--processes`
@@ -147,7 +153,7 @@ pub async fn serve_with(
         async move {
             match route {
                 Route::Healthz => (200, healthz_body(&hub)),
-                Route::Readyz => hub.drain.readyz(hub.len()),
+                Route::Readyz => hub.drain().readyz(),
                 Route::Drain(over) => crate::hub::drain::api_answer(&hub, over),
                 Route::Metrics => {
                     let mut m = render(&hub);
@@ -174,100 +180,6 @@ pub enum Route {
     Drain(Option<Duration>),
     /// An `/api/*` request whose key, method and body were checked.
     Api(ApiCall),
-}
-
-/// The HTTP API's key and body cap, and the count of every admin answer.
-#[derive(Debug)]
-pub struct Gate {
-    key: Option<ApiKey>,
-    /// The largest POST body accepted, bytes.
-    pub max_body: usize,
-    counts: Mutex<BTreeMap<(&'static str, u16), u64>>,
-    /// The server whose memory budget API bodies are charged to while they are held (set by
-    /// [`serve_with`]; a `--processes` supervisor, which only forwards them, has none).
-    budget: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
-}
-
-/// An API body's charge to the memory budget, given back when the request is answered.
-struct BodyCharge {
-    metrics: Arc<crate::metrics::Metrics>,
-    bytes: usize,
-}
-
-impl Drop for BodyCharge {
-    fn drop(&mut self) {
-        self.metrics
-            .memory
-            .release(crate::budget::Store::Input, self.bytes);
-    }
-}
-
-impl Gate {
-    /// A gate for `key` (None: the API is off) and bodies up to `max_body` bytes.
-    pub fn new(key: Option<ApiKey>, max_body: usize) -> Gate {
-        let mut counts = BTreeMap::new();
-        // One series from the start, so the family is never empty.
-        counts.insert(("publish", 200), 0);
-        Gate {
-            key,
-            max_body,
-            counts: Mutex::new(counts),
-            budget: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// Charge a body of `bytes` to the memory budget for as long as the answer holds, or the
-    /// 503 when the budget has no room for it now (the body is not read: with `Expect:
-    /// 100-continue` it is never sent).
-    fn charge_body(&self, bytes: usize) -> Result<Option<BodyCharge>, Reply> {
-        let Some(metrics) = self.budget.get() else {
-            return Ok(None);
-        };
-        if !metrics
-            .memory
-            .try_charge(crate::budget::Store::Input, bytes, 0)
-        {
-            let msg = format!(
-                "server busy: its memory budget has no room for a body of {bytes} bytes now; \
-                 retry later (or send smaller batches)"
-            );
-            return Err(json_error(503, &msg).with("Retry-After: 1\r\n"));
-        }
-        Ok(Some(BodyCharge {
-            metrics: metrics.clone(),
-            bytes,
-        }))
-    }
-
-    fn count(&self, route: &'static str, code: u16) {
-        *self
-            .counts
-            .lock()
-            .unwrap()
-            .entry((route, code))
-            .or_default() += 1;
-    }
-
-    /// Append the answers counted, as the counter family `name`, to `o`.
-    pub fn render_counts(&self, o: &mut String, name: &str) {
-        let _ = writeln!(
-            o,
-            "# HELP {name} Admin listener answers, by route and HTTP status.\n# TYPE {name} counter"
-        );
-        for ((route, code), n) in self.counts.lock().unwrap().iter() {
-            let _ = writeln!(o, "{name}{{route=\"{route}\",code=\"{code}\"}} {n}");
-        }
-    }
-}
-
-fn phrase(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        411 => "Length Required",
-        413 => "Content Too Large",
-        431 => "Request Header Fields Too Large",
-        s => crate::http::reason_phrase(s),
-    }
 }
 
 /// Serve `GET /healthz` (JSON), `GET /metrics` (Prometheus text) and `/api/*` (JSON, behind
@@ -313,42 +225,6 @@ pub async fn serve_routes<F, Fut>(
                     .await;
         });
     }
-}
-
-/// An answer: status, content type, body, extra header lines.
-struct Reply {
-    status: u16,
-    ctype: &'static str,
-    body: String,
-    extra: &'static str,
-}
-
-impl Reply {
-    fn new(status: u16, ctype: &'static str, body: String) -> Reply {
-        Reply {
-            status,
-            ctype,
-            body,
-            extra: "",
-        }
-    }
-
-    fn text(status: u16, body: impl Into<String>) -> Reply {
-        Reply::new(status, "text/plain", body.into())
-    }
-
-    fn json(status: u16, body: String) -> Reply {
-        Reply::new(status, "application/json", body)
-    }
-
-    /// The same answer with extra header lines (`Allow`, `WWW-Authenticate`).
-    fn with(self, extra: &'static str) -> Reply {
-        Reply { extra, ..self }
-    }
-}
-
-fn json_error(status: u16, msg: &str) -> Reply {
-    Reply::json(status, api::error(status, msg).1)
 }
 
 /// One request on one connection: read and parse the head ([`read_head`]), route it
@@ -423,59 +299,6 @@ where
         gate.count(route_label, reply.status);
     }
     write(&mut stream, reply).await
-}
-
-/// What routing reads of a parsed head (the path is matched on its own).
-struct Head<'b, 'h> {
-    method: &'b str,
-    /// After `?`, undecoded; empty when none.
-    query: &'b str,
-    headers: &'h [httparse::Header<'b>],
-}
-
-impl Head<'_, '_> {
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value)
-    }
-}
-
-/// Read the request head as it arrives, within [`HEAD_TIMEOUT`]: the buffer, the bytes read and
-/// the head's length (any bytes after it are the body's start). `Err(Some(reply))` is a refusal
-/// to send (400 unparsable, 431 too long); `Err(None)` a client that was slow or left.
-async fn read_head(stream: &mut TcpStream) -> Result<(Vec<u8>, usize, usize), Option<Reply>> {
-    let mut buf = vec![0u8; MAX_HEAD];
-    let mut n = 0;
-    let head = tokio::time::timeout(HEAD_TIMEOUT, async {
-        loop {
-            if n == buf.len() {
-                return Ok::<_, std::io::Error>(None);
-            }
-            let r = stream.read(&mut buf[n..]).await?;
-            if r == 0 {
-                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
-            }
-            n += r;
-            let mut raw = [httparse::EMPTY_HEADER; 64];
-            match httparse::Request::new(&mut raw).parse(&buf[..n]) {
-                Ok(httparse::Status::Complete(len)) => return Ok(Some(Ok(len))),
-                Ok(httparse::Status::Partial) => continue,
-                Err(e) => return Ok(Some(Err(e))),
-            }
-        }
-    })
-    .await;
-    match head {
-        Ok(Ok(Some(Ok(len)))) => Ok((buf, n, len)),
-        Ok(Ok(Some(Err(e)))) => Err(Some(Reply::text(400, format!("bad request: {e}\n")))),
-        Ok(Ok(None)) => Err(Some(Reply::text(
-            431,
-            format!("the request head is over {MAX_HEAD} bytes\n"),
-        ))),
-        _ => Err(None),
-    }
 }
 
 /// `GET /healthz` and `GET /metrics`, answered by the server's `answer`.
@@ -686,91 +509,6 @@ where
     }
 }
 
-/// The body's length from its headers, or the refusal: 411 for chunked or no length, 400 for
-/// a length that is not one number, 413 above `max`.
-fn body_length<'a>(
-    chunked: bool,
-    mut lengths: impl Iterator<Item = &'a [u8]>,
-    max: usize,
-) -> Result<usize, Reply> {
-    if chunked {
-        return Err(json_error(
-            411,
-            "Transfer-Encoding bodies are not accepted: send the body with a Content-Length",
-        ));
-    }
-    let Some(first) = lengths.next() else {
-        return Err(json_error(
-            411,
-            "Content-Length required (the body's size in bytes)",
-        ));
-    };
-    let parse = |v: &[u8]| {
-        std::str::from_utf8(v)
-            .ok()
-            .map(str::trim)
-            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|s| s.parse::<u64>().ok())
-    };
-    let len = parse(first);
-    // Two different lengths are a request-smuggling attempt, not a body.
-    if len.is_none() || lengths.any(|v| parse(v) != len) {
-        return Err(json_error(400, "Content-Length is not one decimal number"));
-    }
-    let len = len.unwrap_or(0);
-    if len > max as u64 {
-        return Err(json_error(
-            413,
-            &format!(
-                "the body is {len} bytes; the most accepted is {max} (the server's largest \
-                 message, --max-message / server.max_message_bytes): split it into batches"
-            ),
-        ));
-    }
-    Ok(len as usize)
-}
-
-/// Read until `body` holds `len` bytes (within [`BODY_TIMEOUT`]).
-async fn read_body(stream: &mut TcpStream, body: &mut Vec<u8>, len: usize) -> Result<(), ()> {
-    let read = async {
-        let mut chunk = vec![0u8; 16384];
-        while body.len() < len {
-            let want = (len - body.len()).min(chunk.len());
-            match stream.read(&mut chunk[..want]).await {
-                Ok(0) | Err(_) => return Err(()),
-                Ok(r) => body.extend_from_slice(&chunk[..r]),
-            }
-        }
-        Ok(())
-    };
-    tokio::time::timeout(BODY_TIMEOUT, read)
-        .await
-        .unwrap_or(Err(()))
-}
-
-async fn write(stream: &mut TcpStream, r: Reply) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
-        r.status,
-        phrase(r.status),
-        r.ctype,
-        r.body.len(),
-        r.extra
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(r.body.as_bytes()).await?;
-    // FIN, then read (discarding) until the client's FIN, for at most a second: closing with a
-    // request body still unread (a 413 answered from the length alone) would send a reset,
-    // which can destroy the answer before the client reads it.
-    let _ = stream.shutdown().await;
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        let mut sink = [0u8; 8192];
-        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
-    })
-    .await;
-    Ok(())
-}
-
 /// The metrics text, with the runtime's per-worker busy time.
 pub fn render(hub: &Hub) -> String {
     let rt = tokio::runtime::Handle::current().metrics();
@@ -789,7 +527,7 @@ pub fn render(hub: &Hub) -> String {
         ],
     );
     hub.channel_metrics.render(&mut o);
-    if hub.history_enabled() {
+    if hub.history().enabled() {
         render_history(hub, &mut o);
     }
     o
@@ -797,8 +535,8 @@ pub fn render(hub: &Hub) -> String {
 
 /// What the channel history dropped to hold its shares, and its tombstones.
 fn render_history(hub: &Hub, o: &mut String) {
-    let evicted = hub.history_evicted();
-    let (tombstones, dropped) = hub.history_tombstones();
+    let evicted = hub.history().evicted();
+    let (tombstones, dropped) = hub.history().tombstones();
     let _ = writeln!(
         o,
         "# HELP ws_channels_history_evicted_total Publications dropped from the history \
@@ -828,40 +566,14 @@ pub fn healthz_body(hub: &Hub) -> String {
         .backplane_up
         .load(std::sync::atomic::Ordering::Relaxed)
     {
-        -1 => format!("{{\"status\":\"ok\",\"connections\":{}}}\n", hub.len()),
+        -1 => format!(
+            "{{\"status\":\"ok\",\"connections\":{}}}\n",
+            hub.registry().len()
+        ),
         up => format!(
             "{{\"status\":\"ok\",\"connections\":{},\"backplane\":\"{}\"}}\n",
-            hub.len(),
+            hub.registry().len(),
             if up == 1 { "up" } else { "down" }
         ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn status(r: Result<usize, Reply>) -> Result<usize, u16> {
-        r.map_err(|r| r.status)
-    }
-
-    #[test]
-    fn body_lengths_are_one_number_under_the_cap() {
-        let one = |v: &'static str| std::iter::once(v.as_bytes());
-        assert_eq!(status(body_length(false, one("12"), 100)), Ok(12));
-        assert_eq!(status(body_length(false, one("101"), 100)), Err(413));
-        assert_eq!(status(body_length(false, one("-1"), 100)), Err(400));
-        assert_eq!(status(body_length(false, one("1e3"), 100)), Err(400));
-        assert_eq!(
-            status(body_length(false, one("99999999999999999999999"), 100)),
-            Err(400)
-        );
-        assert_eq!(
-            status(body_length(false, std::iter::empty(), 100)),
-            Err(411)
-        );
-        assert_eq!(status(body_length(true, one("5"), 100)), Err(411));
-        let two = ["5".as_bytes(), "6".as_bytes()];
-        assert_eq!(status(body_length(false, two.into_iter(), 100)), Err(400));
     }
 }
