@@ -13,6 +13,7 @@ use crate::cmd;
 use crate::engine::check::{self, HostInputs, Target};
 use crate::profile::Profile;
 use crate::report::Setting;
+use crate::serve::config_error::in_flags;
 use crate::serve::config::{
     LogFormat, Secrets, ServeConfig, TlsFiles, TlsResumption, ENV_API_KEY, ENV_AUTH_SECRET,
     ENV_CONFIG,
@@ -350,8 +351,8 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
     // Every bound lives in ServerConfig::validate; only where the budget came from is ours.
     server
         .validate()
-        .map_err(|e| anyhow::Error::new(e.with_origin(budget_from)))?;
-    builtin.validate()?;
+        .map_err(|e| in_flags(e.with_origin(budget_from)))?;
+    builtin.validate().map_err(in_flags)?;
     // The self-test starts its servers with their own admin listeners: its --admin is unused.
     let admin = match a.admin.as_str() {
         "off" => None,
