@@ -9,6 +9,7 @@
 //! API key, the JWT secret) never enter that JSON or any file: they travel in the child's
 //! environment only ([`ServeConfig::child_env`]).
 
+use super::config_error::in_flags;
 use crate::profile::Processes;
 use embedded_server::channels::ApiKey;
 use embedded_server::{App, BuiltinConfig, ServerConfig, SimulatedWork};
@@ -200,8 +201,8 @@ impl ServeConfig {
             ));
         }
         c.secrets = secrets;
-        c.server.validate().map_err(super::config_error::in_flags)?;
-        c.builtin.validate().map_err(super::config_error::in_flags)?;
+        c.server.validate().map_err(in_flags)?;
+        c.builtin.validate().map_err(in_flags)?;
         Ok(c)
     }
 

@@ -13,11 +13,11 @@ use crate::cmd;
 use crate::engine::check::{self, HostInputs, Target};
 use crate::profile::Profile;
 use crate::report::Setting;
-use crate::serve::config_error::in_flags;
 use crate::serve::config::{
     LogFormat, Secrets, ServeConfig, TlsFiles, TlsResumption, ENV_API_KEY, ENV_AUTH_SECRET,
     ENV_CONFIG,
 };
+use crate::serve::config_error::in_flags;
 use anyhow::{bail, Context, Result};
 use embedded_server::{BackpressureClose, BuiltinConfig, ServerConfig, SimulatedWork};
 use std::net::SocketAddr;
