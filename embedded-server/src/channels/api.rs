@@ -15,7 +15,7 @@
 //! their cap (closed by backpressure by this very publish), already closing, or gone; the sum
 //! over every publish is `ws_publish_dropped_total`. `delivered` is the old name of `queued`,
 //! kept with the same value so existing clients keep working; read `queued`, as `delivered`
-//! may be removed in a later release. A publish goes through [`Hub::publish`], the path a WebSocket publish takes, so with a cluster
+//! may be removed in a later release. A publish goes through `Hub::publish`, the path a WebSocket publish takes, so with a cluster
 //! backplane it is also relayed (once) to the other nodes, whose subscribers are not in `N`;
 //! the answer then carries `"backplane":"up"` (or `"down"`: delivered here only). Errors are
 //! `{"error":"..."}` (with `"field"` when one field is at fault): 400 for a body that is not
