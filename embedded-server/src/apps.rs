@@ -322,7 +322,7 @@ mod tests {
         };
         let e = c.validate().unwrap_err().to_string();
         assert!(
-            e.starts_with("--handler cpu:5 works with --app echo only"),
+            e.starts_with("handler cpu:5 works with the echo app only"),
             "{e}"
         );
     }

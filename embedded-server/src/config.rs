@@ -227,8 +227,9 @@ impl Default for ServerConfig {
 
 /// A bound of `ServerConfig` that a value breaks: the server would misbehave with it (refuse
 /// every message, time out every connection), so `validate` refuses it before anything runs.
-/// The wording is what `wstune serve` prints, flag names included, since that is where most
-/// of these values are typed.
+/// The message names [`ServerConfig`]'s fields (and `BuiltinConfig`'s); a program that took the
+/// values from its own flags or files words it in those terms from the variant's data, as
+/// `wstune` does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfigError {
     /// A frame is part of a message: a frame cap above the message cap cannot be reached.
@@ -307,7 +308,7 @@ impl std::fmt::Display for ConfigError {
         match self {
             ConfigError::FrameAboveMessage { max_frame, max_message } => write!(
                 f,
-                "--max-frame {max_frame} is above the message cap {max_message}: a frame is part of a message; raise --max-message too"
+                "max_frame_bytes {max_frame} is above the message cap {max_message}: a frame is part of a message; raise max_message_bytes too"
             ),
             ConfigError::HeartbeatTimeoutNotAfterInterval { timeout, interval } => write!(
                 f,
@@ -316,11 +317,11 @@ impl std::fmt::Display for ConfigError {
                 secs(*interval)
             ),
             ConfigError::Sizes => f.write_str(
-                "--fragment and --max-frame must be positive and --send-queue at least 1024 bytes",
+                "fragment_bytes and max_frame_bytes must be positive and send_queue_bytes at least 1024 bytes",
             ),
             ConfigError::HandlerNeedsEcho { handler, .. } => write!(
                 f,
-                "--handler {handler} works with --app echo only (the built-in handler simulates work before the echo)"
+                "handler {handler} works with the echo app only (the built-in handler simulates work before the echo)"
             ),
             ConfigError::InflateBudgetBelowMessage { budget, max_message, origin } => {
                 write!(f, "inflate budget {budget}")?;
@@ -329,7 +330,7 @@ impl std::fmt::Display for ConfigError {
                 }
                 write!(
                     f,
-                    " is below the message cap {max_message}: no message near the cap could ever be inflated; set --inflate-budget (profile: server.deflate.inflate_budget_bytes) to at least the message cap, or leave it unset for max(64 MiB, 4 x the message cap)"
+                    " is below the message cap {max_message}: no message near the cap could ever be inflated; set inflate_budget to at least the message cap, or leave it unset for max(64 MiB, 4 x the message cap)"
                 )
             }
             ConfigError::Deflate { what, value, range } => write!(
@@ -343,7 +344,7 @@ impl std::fmt::Display for ConfigError {
             }
             ConfigError::NotsentLowat(v) => write!(
                 f,
-                "server.notsent_lowat_bytes {v} must be 0 (the system's tcp_notsent_lowat) or {} to {} bytes",
+                "notsent_lowat_bytes {v} must be 0 (the system's tcp_notsent_lowat) or {} to {} bytes",
                 NOTSENT_LOWAT_BOUNDS.start(),
                 NOTSENT_LOWAT_BOUNDS.end()
             ),
@@ -514,7 +515,7 @@ mod tests {
         };
         assert_eq!(
             bad(|c| c.max_frame_bytes = c.max_message_bytes + 1),
-            "--max-frame 16777217 is above the message cap 16777216: a frame is part of a message; raise --max-message too"
+            "max_frame_bytes 16777217 is above the message cap 16777216: a frame is part of a message; raise max_message_bytes too"
         );
         assert_eq!(
             bad(|c| c.heartbeat_timeout = c.heartbeat_interval),
@@ -527,7 +528,7 @@ mod tests {
         ] {
             assert_eq!(
                 bad(f),
-                "--fragment and --max-frame must be positive and --send-queue at least 1024 bytes"
+                "fragment_bytes and max_frame_bytes must be positive and send_queue_bytes at least 1024 bytes"
             );
         }
         assert!(bad(|c| c.inflate_budget = Some(1000))
@@ -539,7 +540,7 @@ mod tests {
         assert!(bad(|c| c.handshake_timeout = Duration::ZERO).contains("handshake timeout"));
         // The unsent mark: 0 (the system's) or a page to 1 GiB.
         assert!(bad(|c| c.notsent_lowat_bytes = 1000).contains(
-            "server.notsent_lowat_bytes 1000 must be 0 (the system's tcp_notsent_lowat) or 4096 to"
+            "notsent_lowat_bytes 1000 must be 0 (the system's tcp_notsent_lowat) or 4096 to"
         ));
         for ok in [0, 4096, DEFAULT_NOTSENT_LOWAT, 1 << 30] {
             let c = ServerConfig {

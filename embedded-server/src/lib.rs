@@ -5,7 +5,7 @@
 //! and channels, one heartbeat sweep instead of a timer per connection, per-connection send-queue
 //! caps, permessage-deflate, in-process TLS and Prometheus metrics. Applications implement
 //! [`Handler`] (see [`handler`] for the rules: callbacks never block, blocking work goes to
-//! [`Conn::offload`]); the built-in apps of `wstune serve` ([`Builtin`]) are handlers too.
+//! [`Conn::offload`]); the built-in apps of `wstune serve` are handlers too.
 //! `Server::run` takes its listeners and a shutdown future from the caller, so tests bind
 //! `127.0.0.1:0` and embed it.
 //!
@@ -37,80 +37,87 @@
 //! # Stability
 //!
 //! What this documentation shows is the API the crate keeps (semver; see the crate's README
-//! for the list). Items hidden from it (`#[doc(hidden)]`: the built-in apps, the hub, the frame
-//! codec, the offload pool's internals, ...) are public only because the `wstune` binary uses
-//! them, and may change in any release.
+//! for the list). The `wstune` binary reaches deeper (the built-in apps, the hub, the frame
+//! codec, the deflate contexts, the offload pool's clock, ...): those modules are public only with
+//! the `internals` feature, hidden from this documentation, and may change in any release;
+//! without the feature they are private to the crate.
 
 #![warn(missing_docs)]
 
+/// Declares modules that are the crate's own machinery but that the `wstune` binary, its
+/// benches and fuzzers, and this crate's integration tests reach into: public (and hidden from
+/// the documentation) with the `internals` feature, private without it. Without the feature
+/// their items that only those callers use have no caller at all, so dead code and unused
+/// re-exports are allowed there (with the feature on they are public, where those lints never
+/// look either).
+macro_rules! internal_mods {
+    ($($name:ident),* $(,)?) => {$(
+        #[cfg(feature = "internals")]
+        #[doc(hidden)]
+        pub mod $name;
+        #[cfg(not(feature = "internals"))]
+        #[allow(dead_code, unused_imports)]
+        mod $name;
+    )*};
+}
+
 pub mod abuse;
-#[doc(hidden)]
-pub mod accept;
-#[doc(hidden)]
-pub mod admin;
-#[doc(hidden)]
-pub mod app_settings;
-#[doc(hidden)]
-pub mod apps;
+mod accept;
+mod app_settings;
+mod apps;
 pub mod budget;
 pub mod channels;
 pub mod coalesce;
 pub mod config;
 mod conn;
-#[doc(hidden)]
-pub mod deflate;
-#[doc(hidden)]
-pub mod frame;
 pub mod handler;
-#[doc(hidden)]
-pub mod handshake;
 mod heavy;
 pub mod http;
-#[doc(hidden)]
-pub mod hub;
 #[cfg(test)]
 mod import_names;
+// Documented as `channels::auth`, which re-exports it from here.
 #[doc(hidden)]
 pub mod jwt;
 #[cfg(test)]
 mod layering;
-#[doc(hidden)]
-pub mod memory;
-#[doc(hidden)]
-pub mod metrics;
-#[doc(hidden)]
-pub mod offload;
-#[doc(hidden)]
-pub mod outbox;
-#[doc(hidden)]
-pub mod proxy_protocol;
+mod outbox;
 mod request;
 mod server;
 #[cfg(feature = "tls")]
 pub mod shared_tickets;
 #[cfg(feature = "tls")]
 pub mod tls;
-#[doc(hidden)]
-pub mod transport;
-#[doc(hidden)]
-pub mod utf8;
 pub mod wstune;
+internal_mods!(
+    admin,
+    deflate,
+    frame,
+    handshake,
+    hub,
+    memory,
+    metrics,
+    offload,
+    proxy_protocol,
+    transport,
+    utf8,
+);
 
-/// The abuse limits' old name, kept for the `wstune` binary: [`abuse`].
-#[doc(hidden)]
-pub use abuse as limits;
 pub use abuse::{Cidr, LimitSettings, LimitsError, Rate};
-#[doc(hidden)]
-pub use apps::{Builtin, BuiltinConfig};
-#[doc(hidden)]
-pub use config::{App, SimulatedWork};
-pub use config::{BackpressureClose, ConfigError, ServerConfig};
-#[doc(hidden)]
-pub use conn::idle_layout;
+pub use config::{App, BackpressureClose, ConfigError, ServerConfig, SimulatedWork};
 pub use deflate::DeflateSettings;
 pub use handler::{
     Closed, Conn, Encoded, Handler, Message, OffloadError, OwnedMessage, Request, Upgrade,
 };
+pub use server::{bind, shutdown_signal, Server};
+
+// What only `wstune` and its tools name: the built-in apps, the hub, and a connection's
+// measured layout.
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub use apps::{Builtin, BuiltinConfig};
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub use conn::idle_layout;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub use hub::Hub;
-pub use server::{bind, shutdown_signal, Server};

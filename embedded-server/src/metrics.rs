@@ -1,5 +1,6 @@
 //! Counters the server keeps (relaxed atomics on the hot path) and their Prometheus text.
 
+use crate::budget::Store;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
@@ -296,287 +297,58 @@ impl Metrics {
         self.closes_sent[slot(code)].load(Relaxed)
     }
 
-    /// Prometheus text exposition. `workers` is per-I/O-worker busy time in seconds.
+    /// Prometheus text exposition. `workers` is per-I/O-worker busy time in seconds; `extra`
+    /// are gauges the caller adds (name, help, value), exposed after the server's own.
     pub fn render(&self, workers: &[f64], extra: &[(&str, &str, f64)]) -> String {
         let mut o = String::new();
-        let mut g = |name: &str, help: &str, kind: &str, v: f64| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        let s = Sample {
+            m: self,
+            co: crate::coalesce::stats(),
         };
-        g(
-            "ws_connections",
-            "Open WebSocket connections.",
-            "gauge",
-            self.connections.load(Relaxed) as f64,
-        );
-        g(
-            "ws_handshakes_accepted_total",
-            "Upgrades accepted.",
-            "counter",
-            self.accepted.load(Relaxed) as f64,
-        );
-        g(
-            "ws_messages_in_total",
-            "Messages received.",
-            "counter",
-            self.messages_in.load(Relaxed) as f64,
-        );
-        g(
-            "ws_messages_out_total",
-            "Messages sent (a broadcast counts once per recipient).",
-            "counter",
-            self.messages_out.load(Relaxed) as f64,
-        );
-        g(
-            "ws_bytes_in_total",
-            "Payload bytes received.",
-            "counter",
-            self.bytes_in.load(Relaxed) as f64,
-        );
-        g(
-            "ws_bytes_out_total",
-            "Bytes written to sockets.",
-            "counter",
-            self.bytes_out.load(Relaxed) as f64,
-        );
-        g(
-            "ws_backpressure_closes_total",
-            "Slow consumers closed for exceeding the send-queue cap.",
-            "counter",
-            self.backpressure_closes.load(Relaxed) as f64,
-        );
-        g(
-            "ws_heartbeat_timeouts_total",
-            "Connections closed for silence past the heartbeat timeout.",
-            "counter",
-            self.heartbeat_timeouts.load(Relaxed) as f64,
-        );
-        g(
-            "ws_pings_sent_total",
-            "Heartbeat pings sent.",
-            "counter",
-            self.pings_sent.load(Relaxed) as f64,
-        );
-        g(
-            "ws_offload_queue_depth",
-            "Jobs waiting for the offload pool: the early-warning signal.",
-            "gauge",
-            self.offload_queue_depth.load(Relaxed) as f64,
-        );
-        g(
-            "ws_offload_jobs_total",
-            "Handler jobs run on the offload pool.",
-            "counter",
-            self.offload_jobs.load(Relaxed) as f64,
-        );
-        g(
-            "ws_offload_busy_seconds_total",
-            "Time the offload pool spent in handlers.",
-            "counter",
-            self.offload_busy_us.load(Relaxed) as f64 / 1e6,
-        );
-        let co = crate::coalesce::stats();
-        g(
-            "ws_coalesce_threads_waiting",
-            "I/O threads of this process that now wait out the coalescing window before they sleep, because waiting measurably saves CPU without slowing the clients (the runtime decides for all its threads).",
-            "gauge",
-            co.threads_waiting as f64,
-        );
-        let (cpu_ratio, rate_ratio) = co.probe.unwrap_or((0.0, 0.0));
-        g(
-            "ws_coalesce_probe_cpu_ratio",
-            "The last coalescing probe's CPU per read with waiting as a share of without it: waiting starts at 0.85 or less and is kept at 0.95 or less, while the read rate holds (0 before the first probe).",
-            "gauge",
-            cpu_ratio,
-        );
-        g(
-            "ws_coalesce_probe_rate_ratio",
-            "The last coalescing probe's read rate with waiting as a share of without it: below 0.95 the clients were waiting on the replies, and waiting is declined (0 before the first probe).",
-            "gauge",
-            rate_ratio,
-        );
-        g(
-            "ws_coalesce_waits_total",
-            "Coalescing windows waited out by this process's I/O threads.",
-            "counter",
-            co.waits as f64,
-        );
-        g(
-            "ws_broadcasts_total",
-            "Broadcast calls.",
-            "counter",
-            self.broadcasts.load(Relaxed) as f64,
-        );
-        g(
-            "ws_deflate_memory_bytes",
-            "Memory held by permessage-deflate contexts (zlib's formula): per-connection ones plus each thread's shared no-context-takeover ones.",
-            "gauge",
-            self.deflate_memory_bytes.load(Relaxed) as f64,
-        );
-        g(
-            "ws_inflate_buffer_bytes",
-            "Inflate output buffers held now, server-wide (charged against the inflate budget).",
-            "gauge",
-            self.inflate_buffer_bytes.load(Relaxed) as f64,
-        );
-        g(
-            "ws_inflate_budget_bytes",
-            "The server-wide inflate budget (--inflate-budget).",
-            "gauge",
-            self.inflate_budget_bytes.load(Relaxed) as f64,
-        );
-        g(
-            "ws_inflate_budget_closes_total",
-            "Compressed messages refused with 1013 because the inflate budget was spent.",
-            "counter",
-            self.inflate_budget_closes.load(Relaxed) as f64,
-        );
-        g(
-            "ws_message_rate_closes_total",
-            "Connections closed for going over their message rate (the limits' close code).",
-            "counter",
-            self.message_rate_closes.load(Relaxed) as f64,
-        );
-        let budget = &self.memory;
-        g(
-            "ws_memory_budget_bytes",
-            "The server-wide memory budget for what clients cause (--memory-budget).",
-            "gauge",
-            budget.limit() as f64,
-        );
-        g(
-            "ws_memory_budget_used_bytes",
-            "Bytes charged to the memory budget now: partial frames, reassembly, inflate output, queued output, offloaded payloads.",
-            "gauge",
-            budget.used() as f64,
-        );
-        g(
-            "ws_memory_budget_peak_bytes",
-            "The most charged to the memory budget at once since the server started.",
-            "gauge",
-            budget.peak() as f64,
-        );
-        g(
-            "ws_memory_share_closes_total",
-            "Connections closed with 1009 for holding more than their share of the memory budget.",
-            "counter",
-            budget.share_closes() as f64,
-        );
-        g(
-            "ws_memory_budget_reclaims_total",
-            "Connections closed (1013, or dropped when a frame was partly sent) to give their unread send queue back when the memory budget was short.",
-            "counter",
-            budget.reclaims() as f64,
-        );
-        g(
-            "ws_send_queue_bytes",
-            "Outgoing bytes queued now, over every connection.",
-            "gauge",
-            // The queue store of the budget is exactly what every queue holds.
-            budget.used_by(crate::budget::Store::Queue) as f64,
-        );
-        g(
-            "ws_message_timeouts_total",
-            "Connections closed because a message or frame did not arrive whole within the message timeout.",
-            "counter",
-            self.message_timeouts.load(Relaxed) as f64,
-        );
-        g(
-            "ws_drain_timeouts_total",
-            "Connections closed because their send queue stayed above its cap past the drain timeout.",
-            "counter",
-            self.drain_timeouts.load(Relaxed) as f64,
-        );
-        g(
-            "ws_inflate_ratio_closes_total",
-            "Compressed messages refused with 1009 for inflating past the ratio limit.",
-            "counter",
-            self.inflate_ratio_closes.load(Relaxed) as f64,
-        );
-        g(
-            "ws_inflate_rate_pauses_total",
-            "Times a connection's reading paused for passing its inflate rate.",
-            "counter",
-            self.inflate_rate_pauses.load(Relaxed) as f64,
-        );
-        g(
-            "ws_deflate_skipped_total",
-            "Messages sent uncompressed because deflate would have made them larger.",
-            "counter",
-            self.deflate_skipped.load(Relaxed) as f64,
-        );
-        // Accept gate (accept/gate.rs) and channel publishes (hub/).
-        g(
-            "ws_accept_errors_total",
-            "Accept calls that failed (out of descriptors, most often), each followed by a short back-off.",
-            "counter",
-            self.accept_errors.load(Relaxed) as f64,
-        );
-        g(
-            "ws_publish_dropped_total",
-            "Channel publish recipients the message could not be queued for (closed by backpressure, closing or gone).",
-            "counter",
-            self.publish_dropped.load(Relaxed) as f64,
-        );
+        plain(&mut o, &s, PLAIN);
+        // Only a cluster node has a backplane: -1 says there is none.
         if self.backplane_up.load(Relaxed) >= 0 {
-            g(
-                "ws_backplane_up",
-                "1 while the cluster backplane is connected, 0 while it reconnects.",
-                "gauge",
-                self.backplane_up.load(Relaxed) as f64,
-            );
-            g(
-                "ws_backplane_published_total",
-                "Messages relayed to other nodes.",
-                "counter",
-                self.backplane_published.load(Relaxed) as f64,
-            );
-            g(
-                "ws_backplane_received_total",
-                "Messages from other nodes delivered here.",
-                "counter",
-                self.backplane_received.load(Relaxed) as f64,
-            );
-            g(
-                "ws_backplane_dropped_total",
-                "Messages delivered locally only: the backplane was down or its queue full.",
-                "counter",
-                self.backplane_dropped.load(Relaxed) as f64,
-            );
-            g(
-                "ws_backplane_nodes",
-                "Nodes of the cluster heard from within the presence expiry, this one included.",
-                "gauge",
-                self.backplane_nodes.load(Relaxed) as f64,
-            );
+            plain(&mut o, &s, BACKPLANE);
         }
-        g(
-            "ws_offload_threads",
-            "Threads in the offload pool.",
-            "gauge",
-            self.offload_threads.load(Relaxed) as f64,
-        );
+        plain(&mut o, &s, &[OFFLOAD_THREADS]);
         for (name, help, v) in extra {
-            g(name, help, "gauge", *v);
+            series(&mut o, name, help, "gauge", *v);
         }
+        self.render_handler_times(&mut o);
+        self.render_handshakes(&mut o);
+        self.render_closes(&mut o);
+        self.render_budget_stores(&mut o);
+        let _ = writeln!(o, "# HELP ws_worker_busy_seconds_total Time each I/O worker spent running tasks.\n# TYPE ws_worker_busy_seconds_total counter");
+        for (i, s) in workers.iter().enumerate() {
+            let _ = writeln!(o, "ws_worker_busy_seconds_total{{worker=\"{i}\"}} {s}");
+        }
+        o
+    }
+
+    /// The offloaded handlers' wall, CPU and (where schedstat reports it) run-queue times.
+    fn render_handler_times(&self, o: &mut String) {
         self.handler_wall.render(
-            &mut o,
+            o,
             "ws_handler_wall_seconds",
             "Wall time of the handler per offloaded message.",
         );
         self.handler_cpu.render(
-            &mut o,
+            o,
             "ws_handler_cpu_seconds",
             "On-CPU time of the handler per offloaded message (thread CPU clock).",
         );
         if self.handler_runqueue.totals().1 > 0 {
             self.handler_runqueue.render(
-                &mut o,
+                o,
                 "ws_handler_runqueue_seconds",
                 "Time the handler's thread was runnable but waiting for a core, per offloaded \
                  message (schedstat): part of the wall time that is not blocking.",
             );
         }
-        // Handshakes that did not finish (accept/).
+    }
+
+    /// Handshakes that did not finish (accept/), by stage, and upgrades refused, by reason.
+    fn render_handshakes(&self, o: &mut String) {
         let _ = writeln!(o, "# HELP ws_handshakes_aborted_total Handshakes that did not finish, by stage: tls (failed or abandoned TLS handshake), http (upgrade request timed out, malformed, too large or cut off).\n# TYPE ws_handshakes_aborted_total counter");
         for (stage, v) in [("tls", &self.aborted_tls), ("http", &self.aborted_http)] {
             let _ = writeln!(
@@ -593,6 +365,10 @@ impl Metrics {
                 self.rejected[i].load(Relaxed)
             );
         }
+    }
+
+    /// Close frames sent and received, by code.
+    fn render_closes(&self, o: &mut String) {
         for (name, arr, help) in [
             (
                 "ws_closes_sent_total",
@@ -614,6 +390,11 @@ impl Metrics {
                 let _ = writeln!(o, "{name}{{code=\"{label}\"}} {}", v.load(Relaxed));
             }
         }
+    }
+
+    /// The memory budget by store: what each holds now, and the charges it refused.
+    fn render_budget_stores(&self, o: &mut String) {
+        let budget = &self.memory;
         let _ = writeln!(
             o,
             "# HELP ws_memory_budget_store_bytes Bytes charged to the memory budget now, by store.\n# TYPE ws_memory_budget_store_bytes gauge"
@@ -636,10 +417,91 @@ impl Metrics {
                 store.name()
             );
         }
-        let _ = writeln!(o, "# HELP ws_worker_busy_seconds_total Time each I/O worker spent running tasks.\n# TYPE ws_worker_busy_seconds_total counter");
-        for (i, s) in workers.iter().enumerate() {
-            let _ = writeln!(o, "ws_worker_busy_seconds_total{{worker=\"{i}\"}} {s}");
-        }
-        o
     }
 }
+
+/// What one exposition reads: the server's counters, and the process's coalescing figures
+/// taken once so the four series that show them agree.
+struct Sample<'a> {
+    /// The server's counters.
+    m: &'a Metrics,
+    /// This process's coalescing figures (coalesce.rs).
+    co: crate::coalesce::Stats,
+}
+
+/// One unlabelled series: its name, HELP text, TYPE, and its value in a sample.
+type Plain = (&'static str, &'static str, &'static str, fn(&Sample) -> f64);
+
+/// Write one unlabelled series with its HELP and TYPE lines.
+fn series(o: &mut String, name: &str, help: &str, kind: &str, v: f64) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+}
+
+/// Write every series of `table`, in its order.
+fn plain(o: &mut String, s: &Sample, table: &[Plain]) {
+    for (name, help, kind, value) in table {
+        series(o, name, help, kind, value(s));
+    }
+}
+
+/// The unlabelled series every server exposes, in the exposition's order: traffic, the
+/// offload pool, coalescing, deflate and the inflate budget, the memory budget, the
+/// per-connection deadlines, the accept gate and channel publishes.
+#[rustfmt::skip]
+const PLAIN: &[Plain] = &[
+    ("ws_connections", "Open WebSocket connections.", "gauge", |s| s.m.connections.load(Relaxed) as f64),
+    ("ws_handshakes_accepted_total", "Upgrades accepted.", "counter", |s| s.m.accepted.load(Relaxed) as f64),
+    ("ws_messages_in_total", "Messages received.", "counter", |s| s.m.messages_in.load(Relaxed) as f64),
+    ("ws_messages_out_total", "Messages sent (a broadcast counts once per recipient).", "counter", |s| s.m.messages_out.load(Relaxed) as f64),
+    ("ws_bytes_in_total", "Payload bytes received.", "counter", |s| s.m.bytes_in.load(Relaxed) as f64),
+    ("ws_bytes_out_total", "Bytes written to sockets.", "counter", |s| s.m.bytes_out.load(Relaxed) as f64),
+    ("ws_backpressure_closes_total", "Slow consumers closed for exceeding the send-queue cap.", "counter", |s| s.m.backpressure_closes.load(Relaxed) as f64),
+    ("ws_heartbeat_timeouts_total", "Connections closed for silence past the heartbeat timeout.", "counter", |s| s.m.heartbeat_timeouts.load(Relaxed) as f64),
+    ("ws_pings_sent_total", "Heartbeat pings sent.", "counter", |s| s.m.pings_sent.load(Relaxed) as f64),
+    ("ws_offload_queue_depth", "Jobs waiting for the offload pool: the early-warning signal.", "gauge", |s| s.m.offload_queue_depth.load(Relaxed) as f64),
+    ("ws_offload_jobs_total", "Handler jobs run on the offload pool.", "counter", |s| s.m.offload_jobs.load(Relaxed) as f64),
+    ("ws_offload_busy_seconds_total", "Time the offload pool spent in handlers.", "counter", |s| s.m.offload_busy_us.load(Relaxed) as f64 / 1e6),
+    ("ws_coalesce_threads_waiting", "I/O threads of this process that now wait out the coalescing window before they sleep, because waiting measurably saves CPU without slowing the clients (the runtime decides for all its threads).", "gauge", |s| s.co.threads_waiting as f64),
+    ("ws_coalesce_probe_cpu_ratio", "The last coalescing probe's CPU per read with waiting as a share of without it: waiting starts at 0.85 or less and is kept at 0.95 or less, while the read rate holds (0 before the first probe).", "gauge", |s| s.co.probe.map_or(0.0, |p| p.0)),
+    ("ws_coalesce_probe_rate_ratio", "The last coalescing probe's read rate with waiting as a share of without it: below 0.95 the clients were waiting on the replies, and waiting is declined (0 before the first probe).", "gauge", |s| s.co.probe.map_or(0.0, |p| p.1)),
+    ("ws_coalesce_waits_total", "Coalescing windows waited out by this process's I/O threads.", "counter", |s| s.co.waits as f64),
+    ("ws_broadcasts_total", "Broadcast calls.", "counter", |s| s.m.broadcasts.load(Relaxed) as f64),
+    ("ws_deflate_memory_bytes", "Memory held by permessage-deflate contexts (zlib's formula): per-connection ones plus each thread's shared no-context-takeover ones.", "gauge", |s| s.m.deflate_memory_bytes.load(Relaxed) as f64),
+    ("ws_inflate_buffer_bytes", "Inflate output buffers held now, server-wide (charged against the inflate budget).", "gauge", |s| s.m.inflate_buffer_bytes.load(Relaxed) as f64),
+    ("ws_inflate_budget_bytes", "The server-wide inflate budget (--inflate-budget).", "gauge", |s| s.m.inflate_budget_bytes.load(Relaxed) as f64),
+    ("ws_inflate_budget_closes_total", "Compressed messages refused with 1013 because the inflate budget was spent.", "counter", |s| s.m.inflate_budget_closes.load(Relaxed) as f64),
+    ("ws_message_rate_closes_total", "Connections closed for going over their message rate (the limits' close code).", "counter", |s| s.m.message_rate_closes.load(Relaxed) as f64),
+    ("ws_memory_budget_bytes", "The server-wide memory budget for what clients cause (--memory-budget).", "gauge", |s| s.m.memory.limit() as f64),
+    ("ws_memory_budget_used_bytes", "Bytes charged to the memory budget now: partial frames, reassembly, inflate output, queued output, offloaded payloads.", "gauge", |s| s.m.memory.used() as f64),
+    ("ws_memory_budget_peak_bytes", "The most charged to the memory budget at once since the server started.", "gauge", |s| s.m.memory.peak() as f64),
+    ("ws_memory_share_closes_total", "Connections closed with 1009 for holding more than their share of the memory budget.", "counter", |s| s.m.memory.share_closes() as f64),
+    ("ws_memory_budget_reclaims_total", "Connections closed (1013, or dropped when a frame was partly sent) to give their unread send queue back when the memory budget was short.", "counter", |s| s.m.memory.reclaims() as f64),
+    // The queue store of the budget is exactly what every queue holds.
+    ("ws_send_queue_bytes", "Outgoing bytes queued now, over every connection.", "gauge", |s| s.m.memory.used_by(Store::Queue) as f64),
+    ("ws_message_timeouts_total", "Connections closed because a message or frame did not arrive whole within the message timeout.", "counter", |s| s.m.message_timeouts.load(Relaxed) as f64),
+    ("ws_drain_timeouts_total", "Connections closed because their send queue stayed above its cap past the drain timeout.", "counter", |s| s.m.drain_timeouts.load(Relaxed) as f64),
+    ("ws_inflate_ratio_closes_total", "Compressed messages refused with 1009 for inflating past the ratio limit.", "counter", |s| s.m.inflate_ratio_closes.load(Relaxed) as f64),
+    ("ws_inflate_rate_pauses_total", "Times a connection's reading paused for passing its inflate rate.", "counter", |s| s.m.inflate_rate_pauses.load(Relaxed) as f64),
+    ("ws_deflate_skipped_total", "Messages sent uncompressed because deflate would have made them larger.", "counter", |s| s.m.deflate_skipped.load(Relaxed) as f64),
+    // Accept gate (accept/gate.rs) and channel publishes (hub/).
+    ("ws_accept_errors_total", "Accept calls that failed (out of descriptors, most often), each followed by a short back-off.", "counter", |s| s.m.accept_errors.load(Relaxed) as f64),
+    ("ws_publish_dropped_total", "Channel publish recipients the message could not be queued for (closed by backpressure, closing or gone).", "counter", |s| s.m.publish_dropped.load(Relaxed) as f64),
+];
+
+/// A cluster node's backplane (serve/backplane in the binary).
+#[rustfmt::skip]
+const BACKPLANE: &[Plain] = &[
+    ("ws_backplane_up", "1 while the cluster backplane is connected, 0 while it reconnects.", "gauge", |s| s.m.backplane_up.load(Relaxed) as f64),
+    ("ws_backplane_published_total", "Messages relayed to other nodes.", "counter", |s| s.m.backplane_published.load(Relaxed) as f64),
+    ("ws_backplane_received_total", "Messages from other nodes delivered here.", "counter", |s| s.m.backplane_received.load(Relaxed) as f64),
+    ("ws_backplane_dropped_total", "Messages delivered locally only: the backplane was down or its queue full.", "counter", |s| s.m.backplane_dropped.load(Relaxed) as f64),
+    ("ws_backplane_nodes", "Nodes of the cluster heard from within the presence expiry, this one included.", "gauge", |s| s.m.backplane_nodes.load(Relaxed) as f64),
+];
+
+/// The offload pool's size: after the backplane's series, where the exposition has always had it.
+const OFFLOAD_THREADS: Plain = (
+    "ws_offload_threads",
+    "Threads in the offload pool.",
+    "gauge",
+    |s| s.m.offload_threads.load(Relaxed) as f64,
+);

@@ -7,7 +7,9 @@
 //! the listeners and [`shutdown_signal`] the usual shutdown future.
 
 use crate::accept::{self, TlsConfig};
-use crate::apps::{Builtin, BuiltinConfig};
+use crate::apps::Builtin;
+#[cfg(feature = "internals")]
+use crate::apps::BuiltinConfig;
 use crate::config::{ConfigError, ServerConfig};
 use crate::conn::Ctx;
 use crate::handler::Handler;
@@ -26,7 +28,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 /// A WebSocket server running the application `H` (by default one of the built-in apps,
-/// [`Builtin`]). The handler is a type parameter, not a trait object: its callbacks are
+/// `Builtin`). The handler is a type parameter, not a trait object: its callbacks are
 /// direct calls and its per-connection state is stored inline.
 pub struct Server<H: Handler = Builtin> {
     /// What every connection shares; built with the server, lives as long as it (and as the
@@ -43,11 +45,12 @@ pub struct Server<H: Handler = Builtin> {
 }
 
 impl Server<Builtin> {
-    /// The built-in application `app` names ([`BuiltinConfig`]): what `wstune serve` runs.
-    /// Not part of the stable API. Unlike [`Server::with_handler`] it trusts both
+    /// The built-in application `app` names (`BuiltinConfig`): what `wstune serve` runs.
+    /// Not part of the stable API (the `internals` feature). Unlike [`Server::with_handler`] it trusts both
     /// configurations: `wstune` validates them first, naming the flag or profile key that set
     /// a bad value, which this layer cannot know. The channels app counts into the hub's
     /// counters, refused upgrades (before any connection exists) included.
+    #[cfg(feature = "internals")]
     #[doc(hidden)]
     pub fn builtin(config: ServerConfig, app: &BuiltinConfig) -> Server<Builtin> {
         let server = Server::build(config, Builtin::from_config(app));
@@ -149,7 +152,9 @@ impl<H: Handler> Server<H> {
     }
 
     /// The hub: broadcast, publish, metrics, connection count. Not part of the stable API
-    /// (what `wstune` itself uses); [`Server::serve_admin`] serves its metrics.
+    /// (what `wstune` itself uses: the `internals` feature); [`Server::serve_admin`] serves its
+    /// metrics.
+    #[cfg(feature = "internals")]
     #[doc(hidden)]
     pub fn hub(&self) -> Arc<Hub> {
         self.hub.clone()

@@ -1,4 +1,4 @@
-//! TLS in process (rustls), as a [`Transport`]: the same readiness-driven connection code runs
+//! TLS in process (rustls), as a `Transport`: the same readiness-driven connection code runs
 //! over it. The guide's advice stands: for high-churn clients terminate TLS at a proxy in front
 //! (handshakes are the cost); for long-lived connections in-process TLS is fine.
 //!

@@ -499,7 +499,7 @@ impl ChannelsProfile {
 /// refuses real users in another (a carrier NAT puts thousands of clients behind one
 /// address; a balancer that sends no PROXY header or X-Forwarded-For makes every client the
 /// balancer), so the operator who knows the topology turns them on. See
-/// `embedded_server::limits` for how each is answered.
+/// `embedded_server::abuse` for how each is answered.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsProfile {

@@ -429,7 +429,7 @@ fn validate_limits(b: &mut Bounds, l: &model::LimitsProfile) {
         ("server.limits.trusted_proxies", &l.trusted_proxies),
     ] {
         for entry in list {
-            if let Err(e) = embedded_server::limits::Cidr::parse(entry) {
+            if let Err(e) = embedded_server::abuse::Cidr::parse(entry) {
                 b.problem(path, e);
             }
         }

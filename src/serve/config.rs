@@ -9,6 +9,7 @@
 //! API key, the JWT secret) never enter that JSON or any file: they travel in the child's
 //! environment only ([`ServeConfig::child_env`]).
 
+use super::config_error::in_flags;
 use crate::profile::Processes;
 use embedded_server::channels::ApiKey;
 use embedded_server::{App, BuiltinConfig, ServerConfig, SimulatedWork};
@@ -200,8 +201,8 @@ impl ServeConfig {
             ));
         }
         c.secrets = secrets;
-        c.server.validate()?;
-        c.builtin.validate()?;
+        c.server.validate().map_err(in_flags)?;
+        c.builtin.validate().map_err(in_flags)?;
         Ok(c)
     }
 
@@ -377,8 +378,8 @@ impl ServeConfig {
 pub const SELF_TEST_EXEMPT: [&str; 2] = ["127.0.0.0/8", "::1"];
 
 /// Exempt the self-test's own sources (see `SELF_TEST_EXEMPT`).
-pub fn exempt_self_test(s: &mut embedded_server::limits::LimitSettings) {
-    use embedded_server::limits::Cidr;
+pub fn exempt_self_test(s: &mut embedded_server::abuse::LimitSettings) {
+    use embedded_server::abuse::Cidr;
     for c in SELF_TEST_EXEMPT {
         let c = Cidr::parse(c).expect("a valid built-in network");
         if !s.exempt.contains(&c) {

@@ -9,6 +9,7 @@ pub mod child;
 pub mod cluster;
 pub mod cluster_history;
 pub mod config;
+pub mod config_error;
 pub mod run;
 pub mod self_test;
 mod self_test_restart;

@@ -160,7 +160,7 @@ pub enum LimitsError {
     MessageRateClose(u16),
     /// A rate faster than one event per nanosecond's resolution can express.
     RateTooHigh {
-        /// The flag it was given with.
+        /// The `LimitSettings` field it was given in.
         what: &'static str,
         /// The rate given.
         per_sec: u32,
@@ -172,7 +172,7 @@ impl std::fmt::Display for LimitsError {
         match self {
             LimitsError::MessageRateClose(c) => write!(
                 f,
-                "--message-rate-close {c} is not allowed: use 1008 (policy violation) or 1013 (try again later)"
+                "message_rate_close {c} is not allowed: use 1008 (policy violation) or 1013 (try again later)"
             ),
             LimitsError::RateTooHigh { what, per_sec } => write!(
                 f,
@@ -191,9 +191,9 @@ impl LimitSettings {
             return Err(LimitsError::MessageRateClose(self.message_rate_close));
         }
         for (what, r) in [
-            ("--conn-rate-per-ip", self.connection_rate_per_ip),
-            ("--conn-rate", self.connection_rate),
-            ("--message-rate", self.message_rate),
+            ("connection_rate_per_ip", self.connection_rate_per_ip),
+            ("connection_rate", self.connection_rate),
+            ("message_rate", self.message_rate),
         ] {
             if let Some(r) = r {
                 if r.per_sec > 1_000_000_000 {

@@ -235,11 +235,6 @@ impl Gate {
         }
     }
 
-    /// The cap on pending handshakes in force.
-    pub fn max_pending(&self) -> usize {
-        self.max_pending
-    }
-
     /// Connections not yet past their handshake now.
     pub fn pending(&self) -> usize {
         self.pending.inner.lock().unwrap().count

@@ -15,9 +15,7 @@ pub mod gate;
 pub mod proxy;
 mod upgrade;
 
-pub use gate::{
-    accept_backoff, derived_fd_reserve, derived_max_pending, fd_limit, refuse, Gate, Pass,
-};
+pub use gate::{accept_backoff, fd_limit, refuse, Gate, Pass};
 
 use crate::config::ServerConfig;
 use crate::conn::{self, Ctx};

@@ -11,6 +11,7 @@ use super::Pass;
 use crate::config::ServerConfig;
 use crate::conn::{Ctx, Upgraded};
 use crate::handler::{self, Conn, Handler, Upgrade};
+use crate::hub::Hub;
 use crate::metrics::{self, Metrics, Reject};
 use crate::transport::Transport;
 use crate::{abuse, admin, handshake, http, proxy_protocol};
@@ -31,7 +32,10 @@ impl<'a> From<&'a ServerConfig> for handshake::Settings<'a> {
 
 /// Read the upgrade request and answer it: refusals are written (and counted) here; an
 /// accepted connection is registered, its 101 written, and handed back. `pass` (its place in
-/// the pending-handshake count) is given back when this returns, either way.
+/// the pending-handshake count) is given back when this returns, either way. The steps, in
+/// order: the request head, the refusals that need no parsing (an untrusted PROXY header,
+/// shutdown), a health check, the client's address, the abuse limits and RFC 6455, the
+/// application.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn upgrade<T: Transport, H: Handler>(
     stream: T,
@@ -47,141 +51,25 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
     let hub = ctx.hub.clone();
     let cfg = &hub.config;
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
-    // The deadline was set at accept (a PROXY header's read came out of it). Until its
-    // request head is complete the connection is silent, and a newcomer may take its place
-    // when every pending place is taken (the accept gate): it is then closed.
-    let evicted = pass.evicted();
-    let read = tokio::select! {
-        read = tokio::time::timeout_at(
-            deadline,
-            read_request(&stream, &mut buf, cfg.max_header_bytes),
-        ) => read,
-        () = evicted => {
-            return evict(&stream, id, peer).await;
-        }
-    };
-    if !pass.heard() {
-        // Evicted as the request completed: its place is gone.
-        return evict(&stream, id, peer).await;
-    }
-    let end = match read {
-        Ok(Ok(Some(end))) => end,
-        Ok(Ok(None)) => {
-            aborted(&hub.metrics, &stream);
-            tracing::debug!(target: "embedded_server", conn = id, peer = %peer, status = 431, "handshake refused: request header too large");
-            refuse(
-                &stream,
-                &hub.metrics,
-                Reject::TooLarge,
-                431,
-                "Request Header Fields Too Large",
-                "request header too large\n",
-            )
-            .await;
-            return None;
-        }
-        Ok(Err(_)) => {
-            aborted(&hub.metrics, &stream);
-            return None;
-        }
-        Err(_) => {
-            aborted(&hub.metrics, &stream);
-            hub.metrics.reject(Reject::Timeout);
-            tracing::debug!(target: "embedded_server", conn = id, peer = %peer, status = 408, "handshake refused: no upgrade within the handshake timeout");
-            let _ = write_all(
-                &stream,
-                &http::error(
-                    408,
-                    "Request Timeout",
-                    "",
-                    "the upgrade request took too long\n",
-                ),
-            )
-            .await;
-            return None;
-        }
-    };
-    // A PROXY header from a peer not trusted (a trusted one's was read before the upgrade):
-    // refused and counted as such, not honoured and not mistaken for a bad request.
-    if ctx.limits.reads_proxy_header()
-        && !matches!(
-            proxy_protocol::parse(&buf),
-            Ok(proxy_protocol::Parsed::NotProxy)
-        )
-    {
-        tracing::debug!(target: "embedded_server", conn = id, peer = %peer, status = 400, "handshake refused: PROXY header from a peer that is not a trusted proxy");
-        refuse(
-            &stream,
-            &hub.metrics,
-            Reject::ProxyUntrusted,
-            400,
-            "Bad Request",
-            "PROXY protocol header from a peer that is not a trusted proxy\n",
-        )
-        .await;
+    let end = read_head(
+        &stream,
+        &mut buf,
+        &hub.metrics,
+        cfg,
+        deadline,
+        &mut pass,
+        id,
+        peer,
+    )
+    .await?;
+    if refused_before_parsing(&stream, &buf, &ctx, &stopping, id, peer).await {
         return None;
     }
-    if stopping.load(Relaxed) {
-        hub.metrics.reject(Reject::Shutdown);
-        let _ = write_all(
-            &stream,
-            &http::error(503, "Service Unavailable", "", "shutting down\n"),
-        )
-        .await;
+    if let Some(ready) = health_check(&buf, end) {
+        answer_health_check(&stream, &hub, ready).await;
         return None;
     }
-    // A load balancer's health check on the traffic port itself (no separate admin port to
-    // expose): a plain `GET /healthz` without an upgrade answers 200 while the server serves;
-    // `GET /readyz` 200 until a drain begins, then 503 (as on the admin listener).
-    let check = if buf.starts_with(b"GET /healthz ") {
-        Some(false)
-    } else if buf.starts_with(b"GET /readyz ") {
-        Some(true)
-    } else {
-        None
-    };
-    if let Some(ready) = check.filter(|_| {
-        !String::from_utf8_lossy(&buf[..end])
-            .to_ascii_lowercase()
-            .contains("upgrade: websocket")
-    }) {
-        let (status, body) = if ready {
-            hub.drain().readyz()
-        } else {
-            (200, admin::healthz_body(&hub))
-        };
-        let resp = format!(
-            "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            crate::http::reason_phrase(status),
-            body.len()
-        );
-        let _ = write_all(&stream, resp.as_bytes()).await;
-        stream.shutdown_write();
-        return None;
-    }
-    // Abuse limits (abuse/): the client's address (X-Forwarded-For from a trusted proxy),
-    // then the per-address cap and the connection rates. A refusal goes out through the
-    // handshake's refusal path below.
-    // A PROXY header's source is the client: X-Forwarded-For (which the client may have
-    // written itself) is read only on a connection that had none.
-    let named = if proxied {
-        Some(peer)
-    } else {
-        ctx.limits.client_addr(peer, &buf[..end])
-    };
-    let Some(peer) = named else {
-        tracing::debug!(target: "embedded_server", conn = id, peer = %peer, status = 400, "handshake refused: X-Forwarded-For names no address");
-        refuse(
-            &stream,
-            &hub.metrics,
-            Reject::ForwardedFor,
-            400,
-            "Bad Request",
-            "X-Forwarded-For: the client hop is not an IP address\n",
-        )
-        .await;
-        return None;
-    };
+    let peer = client_addr(&stream, &ctx, &buf[..end], peer, proxied, id).await?;
     let full = hub.registry().len() >= cfg.max_connections;
     // A connection the accept gate counted (its TCP peer is the client) carries its slot here;
     // a trusted proxy's is counted now, per the client it names.
@@ -197,7 +85,8 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
             (None, Err(handshake::Refused { reason, response }))
         }
     };
-    match decision {
+    let accepted = match decision {
+        Ok(accepted) => accepted,
         Err(refused) => {
             hub.metrics.reject(refused.reason);
             if refused.reason == Reject::BadRequest {
@@ -206,51 +95,226 @@ pub(super) async fn upgrade<T: Transport, H: Handler>(
             tracing::debug!(target: "embedded_server", conn = id, peer = %peer, reason = ?refused.reason, "handshake refused");
             let _ = write_all(&stream, &refused.response).await;
             finish_refusal(&stream).await;
+            return None;
+        }
+    };
+    // The application refused: the refusal is written and counted there.
+    let (state, response) = ask_handler(&ctx, &stream, &buf[..end], peer, id, &accepted).await?;
+    // Registered (with its compression settings) before the 101 goes out: a client that has
+    // its 101 receives every broadcast after it. Frames queued meanwhile are written once the
+    // connection task starts, after the response.
+    let shared = hub.registry().register();
+    if admitted.as_ref().is_some_and(|a| a.exempt) {
+        shared.msg_rate.exempt();
+    }
+    if let Some(a) = &accepted.deflate {
+        shared.set_deflate(a, &cfg.deflate);
+    }
+    let response = response.unwrap_or(accepted.response);
+    pass.decided();
+    if write_all(&stream, &response).await.is_err() {
+        hub.registry().unregister(&shared);
+        return None;
+    }
+    hub.metrics.accepted.fetch_add(1, Relaxed);
+    Some(Upgraded {
+        stream,
+        conn: Conn::new(shared, hub.clone(), peer, state),
+        rest: buf[end..].to_vec(),
+        deflate: accepted.deflate,
+        admitted,
+        log_id: id,
+        ctx,
+    })
+}
+
+/// Read the request head into `buf` under the handshake deadline: where it ends, or `None`
+/// when the connection was evicted, cut off, too large or too slow (each answered and counted
+/// here).
+#[allow(clippy::too_many_arguments)]
+async fn read_head<T: Transport>(
+    stream: &T,
+    buf: &mut Vec<u8>,
+    metrics: &Metrics,
+    cfg: &ServerConfig,
+    deadline: tokio::time::Instant,
+    pass: &mut Pass,
+    id: u64,
+    peer: SocketAddr,
+) -> Option<usize> {
+    // The deadline was set at accept (a PROXY header's read came out of it). Until its
+    // request head is complete the connection is silent, and a newcomer may take its place
+    // when every pending place is taken (the accept gate): it is then closed.
+    let evicted = pass.evicted();
+    let read = tokio::select! {
+        read = tokio::time::timeout_at(
+            deadline,
+            read_request(stream, buf, cfg.max_header_bytes),
+        ) => read,
+        () = evicted => {
+            evict(stream, id, peer).await;
+            return None;
+        }
+    };
+    if !pass.heard() {
+        // Evicted as the request completed: its place is gone.
+        evict(stream, id, peer).await;
+        return None;
+    }
+    match read {
+        Ok(Ok(Some(end))) => Some(end),
+        Ok(Ok(None)) => {
+            aborted(metrics, stream);
+            tracing::debug!(target: "embedded_server", conn = id, peer = %peer, status = 431, "handshake refused: request header too large");
+            refuse(
+                stream,
+                metrics,
+                Reject::TooLarge,
+                431,
+                "Request Header Fields Too Large",
+                "request header too large\n",
+            )
+            .await;
             None
         }
-        Ok(accepted) => {
-            // The application refused: the refusal is written and counted there.
-            let (state, response) =
-                ask_handler(&ctx, &stream, &buf[..end], peer, id, &accepted).await?;
-            // Registered (with its compression settings) before the 101 goes out: a client
-            // that has its 101 receives every broadcast after it. Frames queued meanwhile are
-            // written once the connection task starts, after the response.
-            let shared = hub.registry().register();
-            if admitted.as_ref().is_some_and(|a| a.exempt) {
-                shared.msg_rate.exempt();
-            }
-            if let Some(a) = &accepted.deflate {
-                shared.set_deflate(a, &cfg.deflate);
-            }
-            let response = response.unwrap_or(accepted.response);
-            pass.decided();
-            if write_all(&stream, &response).await.is_err() {
-                hub.registry().unregister(&shared);
-                return None;
-            }
-            hub.metrics.accepted.fetch_add(1, Relaxed);
-            Some(Upgraded {
+        Ok(Err(_)) => {
+            aborted(metrics, stream);
+            None
+        }
+        Err(_) => {
+            aborted(metrics, stream);
+            metrics.reject(Reject::Timeout);
+            tracing::debug!(target: "embedded_server", conn = id, peer = %peer, status = 408, "handshake refused: no upgrade within the handshake timeout");
+            let _ = write_all(
                 stream,
-                conn: Conn::new(shared, hub.clone(), peer, state),
-                rest: buf[end..].to_vec(),
-                deflate: accepted.deflate,
-                admitted,
-                log_id: id,
-                ctx,
-            })
+                &http::error(
+                    408,
+                    "Request Timeout",
+                    "",
+                    "the upgrade request took too long\n",
+                ),
+            )
+            .await;
+            None
         }
     }
+}
+
+/// Refuse, before the request is parsed, a PROXY header from a peer not trusted (a trusted
+/// one's was read before the upgrade: this one is refused and counted as such, not honoured
+/// and not mistaken for a bad request), and any upgrade once shutdown began. True when it
+/// refused.
+async fn refused_before_parsing<T: Transport, H: Handler>(
+    stream: &T,
+    buf: &[u8],
+    ctx: &Ctx<H>,
+    stopping: &AtomicBool,
+    id: u64,
+    peer: SocketAddr,
+) -> bool {
+    let metrics = &ctx.hub.metrics;
+    if ctx.limits.reads_proxy_header()
+        && !matches!(
+            proxy_protocol::parse(buf),
+            Ok(proxy_protocol::Parsed::NotProxy)
+        )
+    {
+        tracing::debug!(target: "embedded_server", conn = id, peer = %peer, status = 400, "handshake refused: PROXY header from a peer that is not a trusted proxy");
+        refuse(
+            stream,
+            metrics,
+            Reject::ProxyUntrusted,
+            400,
+            "Bad Request",
+            "PROXY protocol header from a peer that is not a trusted proxy\n",
+        )
+        .await;
+        return true;
+    }
+    if stopping.load(Relaxed) {
+        metrics.reject(Reject::Shutdown);
+        let _ = write_all(
+            stream,
+            &http::error(503, "Service Unavailable", "", "shutting down\n"),
+        )
+        .await;
+        return true;
+    }
+    false
+}
+
+/// A load balancer's health check on the traffic port itself (no separate admin port to
+/// expose): a plain `GET /healthz` or `GET /readyz` without an upgrade. `Some(ready)`: whether
+/// it asks for readiness (`/readyz`) rather than health.
+fn health_check(buf: &[u8], end: usize) -> Option<bool> {
+    let check = if buf.starts_with(b"GET /healthz ") {
+        Some(false)
+    } else if buf.starts_with(b"GET /readyz ") {
+        Some(true)
+    } else {
+        None
+    };
+    check.filter(|_| {
+        !String::from_utf8_lossy(&buf[..end])
+            .to_ascii_lowercase()
+            .contains("upgrade: websocket")
+    })
+}
+
+/// Answer a health check: `/healthz` 200 while the server serves; `/readyz` 200 until a
+/// drain begins, then 503 (as on the admin listener).
+async fn answer_health_check<T: Transport>(stream: &T, hub: &Hub, ready: bool) {
+    let (status, body) = if ready {
+        hub.drain().readyz()
+    } else {
+        (200, admin::healthz_body(hub))
+    };
+    let resp = format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        crate::http::reason_phrase(status),
+        body.len()
+    );
+    let _ = write_all(stream, resp.as_bytes()).await;
+    stream.shutdown_write();
+}
+
+/// The client's address, for the abuse limits (abuse/) and the application: a PROXY header's
+/// source is the client, so X-Forwarded-For (which the client may have written itself) is read
+/// only on a connection that had none, and only from a trusted proxy. `None` when the header
+/// names no address (refused here with 400).
+async fn client_addr<T: Transport, H: Handler>(
+    stream: &T,
+    ctx: &Ctx<H>,
+    head: &[u8],
+    peer: SocketAddr,
+    proxied: bool,
+    id: u64,
+) -> Option<SocketAddr> {
+    let named = if proxied {
+        Some(peer)
+    } else {
+        ctx.limits.client_addr(peer, head)
+    };
+    if named.is_none() {
+        tracing::debug!(target: "embedded_server", conn = id, peer = %peer, status = 400, "handshake refused: X-Forwarded-For names no address");
+        refuse(
+            stream,
+            &ctx.hub.metrics,
+            Reject::ForwardedFor,
+            400,
+            "Bad Request",
+            "X-Forwarded-For: the client hop is not an IP address\n",
+        )
+        .await;
+    }
+    named
 }
 
 /// Close a silent connection whose pending place a newer one took (counted at accept as
 /// `pending_evicted`): a plain connection, or a TLS one past its handshake, gets a 503 with
 /// `Retry-After: 1` (it may be a slow client: it should come back), written at most briefly;
 /// one still in its TLS handshake gets nothing. Never waits for the client.
-async fn evict<T: Transport, H: Handler>(
-    stream: &T,
-    id: u64,
-    peer: SocketAddr,
-) -> Option<Upgraded<T, H>> {
+async fn evict<T: Transport>(stream: &T, id: u64, peer: SocketAddr) {
     tracing::debug!(target: "embedded_server::accept", conn = id, peer = %peer, "silent connection closed: a newer one took its pending-handshake place");
     if !stream.handshaking() {
         let answer = http::error(
@@ -263,7 +327,6 @@ async fn evict<T: Transport, H: Handler>(
         let _ = tokio::time::timeout(brief, write_all(stream, &answer)).await;
         stream.shutdown_write();
     }
-    None
 }
 
 /// Count a handshake that did not finish, by the stage it stopped in (TLS or the request).

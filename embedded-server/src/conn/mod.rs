@@ -104,7 +104,7 @@ struct Rare {
 /// Sizes of the state one idle connection holds, by type, for the idle-bytes breakdown
 /// (embedded-server/tests/idle_bytes.rs). Here, beside the types it measures, so the memory
 /// formulas (`memory.rs`) stay a leaf that knows nothing of the connection.
-#[doc(hidden)]
+#[cfg(feature = "internals")]
 pub fn idle_layout() -> Vec<(&'static str, usize)> {
     use std::mem::size_of;
     vec![

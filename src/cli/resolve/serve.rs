@@ -17,6 +17,7 @@ use crate::serve::config::{
     LogFormat, Secrets, ServeConfig, TlsFiles, TlsResumption, ENV_API_KEY, ENV_AUTH_SECRET,
     ENV_CONFIG,
 };
+use crate::serve::config_error::in_flags;
 use anyhow::{bail, Context, Result};
 use embedded_server::{BackpressureClose, BuiltinConfig, ServerConfig, SimulatedWork};
 use std::net::SocketAddr;
@@ -350,8 +351,8 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
     // Every bound lives in ServerConfig::validate; only where the budget came from is ours.
     server
         .validate()
-        .map_err(|e| anyhow::Error::new(e.with_origin(budget_from)))?;
-    builtin.validate()?;
+        .map_err(|e| in_flags(e.with_origin(budget_from)))?;
+    builtin.validate().map_err(in_flags)?;
     // The self-test starts its servers with their own admin listeners: its --admin is unused.
     let admin = match a.admin.as_str() {
         "off" => None,

@@ -80,9 +80,9 @@ fn another_format_version_is_refused_by_name() {
 
 #[test]
 fn the_self_test_exempts_loopback_and_keeps_the_operators_list() {
-    let mut s = embedded_server::limits::LimitSettings::default();
+    let mut s = embedded_server::abuse::LimitSettings::default();
     s.exempt
-        .push(embedded_server::limits::Cidr::parse("10.0.0.1").unwrap());
+        .push(embedded_server::abuse::Cidr::parse("10.0.0.1").unwrap());
     exempt_self_test(&mut s);
     assert!(s.is_exempt("127.0.0.42".parse().unwrap()));
     assert!(s.is_exempt("::1".parse().unwrap()));

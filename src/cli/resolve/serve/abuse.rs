@@ -1,10 +1,10 @@
 //! `serve`'s abuse-limit flags and the profile's `server.limits`, resolved into the server's
-//! `LimitSettings` (what each limit does and how it is answered: `embedded_server::limits`).
+//! `LimitSettings` (what each limit does and how it is answered: `embedded_server::abuse`).
 
 use crate::cli::args::abuse::LimitArgs;
 use crate::profile::LimitsProfile;
 use crate::report::Setting;
-use embedded_server::limits::{Cidr, LimitSettings, Rate};
+use embedded_server::abuse::{Cidr, LimitSettings, Rate};
 
 /// The limits in force: each flag given, else the profile's key. Rows for the settings table
 /// are appended (only for limits that are on, so a default run's table does not grow).
