@@ -16,7 +16,7 @@
 //! over every publish is `ws_publish_dropped_total`. `delivered` is the old name of `queued`,
 //! kept with the same value so existing clients keep working; read `queued`, as `delivered`
 //! may be removed in a later release. A publish goes through the hub's broker
-//! ([`Broker::publish`](crate::hub::Broker::publish)), the path a WebSocket publish takes,
+//! (`Broker::publish`), the path a WebSocket publish takes,
 //! so with a cluster backplane it is also relayed (once) to the other nodes, whose
 //! subscribers are not in `N`;
 //! the answer then carries `"backplane":"up"` (or `"down"`: delivered here only). Errors are
