@@ -15,6 +15,7 @@
 //! and the script may touch both; everything is written against
 //! `redis::aio::ConnectionLike`, so it runs over a cluster connection too.
 
+use super::wire::{decode, Incoming, SUPERVISOR};
 use embedded_server::hub::{FetchRequest, StreamPosition};
 use embedded_server::Hub;
 use redis::aio::ConnectionLike;
@@ -227,10 +228,10 @@ pub async fn send<C: ConnectionLike>(
     msg: &[u8],
     relay_channel: &str,
 ) -> redis::RedisResult<()> {
-    if let (Some(h), Some(super::cluster::Incoming::Sequence(channel, data, _))) = (
-        hub.history_settings(),
-        super::cluster::decode(u64::MAX, msg),
-    ) {
+    // Decoded as the supervisor would (the one id no node has), so our own message counts.
+    if let (Some(h), Some(Incoming::Sequence(channel, data, _))) =
+        (hub.history_settings(), decode(SUPERVISOR, msg))
+    {
         publish(conn, channel, data, h.size, h.ttl_secs, relay_channel).await?;
         return Ok(());
     }
