@@ -114,7 +114,7 @@ pub enum Binary {
     At(PathBuf),
 }
 
-/// What rolls did, for /metrics and /healthz.
+/// What rolling restarts (`roll.rs`) did, for /metrics and /healthz.
 #[derive(Default)]
 pub struct Counters {
     pub in_progress: AtomicBool,
@@ -173,7 +173,7 @@ pub(super) fn up_admins(st: &State) -> Vec<(usize, SocketAddr)> {
         .collect()
 }
 
-/// The supervisor's side of the channels API (see `serve_admin`).
+/// The supervisor's side of the channels API (see `run::serve_admin`).
 mod api_glue {
     use super::{up_admins, State};
     use crate::serve::supervisor::api::Process;
