@@ -11,6 +11,7 @@
 
 use super::config_error::in_flags;
 use crate::profile::Processes;
+use crate::serve::backplane::Cluster;
 use embedded_server::channels::ApiKey;
 use embedded_server::{App, BuiltinConfig, ServerConfig, SimulatedWork};
 use serde::{Deserialize, Serialize};
@@ -109,8 +110,8 @@ pub struct ServeConfig {
     pub log_format: LogFormat,
     /// `--log-level` (None: RUST_LOG, else the command's default).
     pub log_level: Option<String>,
-    /// `--cluster`: the Redis backplane's URL.
-    pub cluster: Option<String>,
+    /// `--cluster`: the backplane, its URL read (a child gets the URL as typed).
+    pub cluster: Option<Cluster>,
     /// In a supervised process: the whole node's reconnect rate (`server.drain.reconnect_rate`),
     /// what it drains at when a rolling restart replaces it (SIGUSR1 from the supervisor):
     /// then it is the only process draining. 0 elsewhere.

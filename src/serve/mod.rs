@@ -1,13 +1,12 @@
 //! `wstune serve`: the one resolved configuration (`config`), built once by `cli::resolve` from
 //! the flags and the profile and handed to child servers as versioned JSON, never as a rebuilt
-//! command line; serve proper (`run`), its `--processes` supervisor (`supervisor`) and Redis
-//! backplane (`cluster`, with channel history in Redis Streams in `cluster_history`), and `--self-test` around the servers it starts (`self_test`; a child
+//! command line; serve proper (`run`), its `--processes` supervisor (`supervisor`) and cluster
+//! backplane (`backplane`: Redis, Sentinel, Redis Cluster or NATS, with channel history in
+//! Redis Streams), and `--self-test` around the servers it starts (`self_test`; a child
 //! `serve --processes N` through `child`).
 
 pub mod backplane;
 pub mod child;
-pub mod cluster;
-pub mod cluster_history;
 pub mod config;
 pub mod config_error;
 pub mod run;

@@ -12,9 +12,6 @@ use std::net::SocketAddr;
 /// Serve until SIGTERM/SIGINT (drained), or supervise `--processes` server processes.
 /// `host`: the host to warn about (process 0 of a supervisor speaks for all).
 pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
-    if let Some(url) = &r.cluster {
-        crate::serve::cluster::client(url)?;
-    }
     // First, before any thread: it unsets LISTEN_FDS/LISTEN_PID.
     let mut inherited = take_inherited()?;
     let admin = r.admin;
@@ -97,9 +94,9 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
             eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics{api}");
         }
         let server = with_tls(Server::builtin(r.server.clone(), &r.builtin), tls);
-        if let Some(url) = &r.cluster {
-            crate::serve::cluster::start(url, server.hub())?;
-            eprintln!("wstune serve: cluster backplane on {} ({})", crate::serve::backplane::redacted(url), crate::serve::backplane::describe(url));
+        if let Some(cluster) = &r.cluster {
+            crate::serve::backplane::start(cluster, server.hub())?;
+            eprintln!("wstune serve: cluster backplane on {} ({})", cluster.redacted(), cluster.describe());
         }
         #[cfg(target_os = "linux")]
         if let (Some(i), Some(fd)) = (

@@ -5,6 +5,8 @@
 
 mod abuse;
 mod channels;
+mod cluster;
+mod deflate;
 mod drain;
 
 use super::{backend, load};
@@ -157,59 +159,7 @@ pub fn profile_server_config(spec: &str) -> Result<ServerConfig> {
 pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
     let s = &p.server;
     let mut table: Vec<Setting> = Vec::new();
-    let mut pick = |name: &'static str, flag: Option<usize>, prof: u64| -> usize {
-        let (v, from) = match flag {
-            Some(v) => (v, "flag"),
-            None => (prof as usize, "profile"),
-        };
-        table.push((name, v.to_string(), from));
-        v
-    };
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let workers = match pick("io workers (0 = cores)", a.workers, s.io_workers) {
-        0 => cores,
-        n => n,
-    };
-    let coalesce_us = pick(
-        "wake-up coalescing us (0 = off)",
-        a.coalesce_us.map(|v| v as usize),
-        s.coalesce_us,
-    );
-    let max_window = embedded_server::coalesce::MAX_WINDOW.as_micros() as usize;
-    if coalesce_us > max_window {
-        bail!(
-            "--coalesce-us {coalesce_us}: at most {max_window} microseconds (0 serves every \
-             message the moment it arrives)"
-        );
-    }
-    let offload_pool_size = pick(
-        "offload pool (0 = cores)",
-        a.offload_pool,
-        s.offload_pool_size,
-    );
-    let offload_queue_size = pick("offload queue", a.offload_queue, s.offload_queue_size);
-    let max_connections = pick("max connections", a.max_connections, s.max_connections);
-    let max_frame_bytes = pick("max frame bytes", a.max_frame, s.max_frame_bytes);
-    let max_message_bytes = pick("max message bytes", a.max_message, s.max_message_bytes);
-    let fragment_bytes = pick("fragment bytes", a.fragment, s.fragment_bytes);
-    let send_queue_bytes = pick("send queue cap bytes", a.send_queue, s.send_queue_bytes);
-    let notsent_lowat_bytes = pick(
-        "unsent bytes per socket (TCP_NOTSENT_LOWAT; 0 = system's)",
-        None,
-        s.notsent_lowat_bytes,
-    );
-    let hb_interval = pick(
-        "heartbeat interval s",
-        a.heartbeat_interval.map(|v| v as usize),
-        s.heartbeat.interval_secs,
-    );
-    let hb_timeout = pick(
-        "heartbeat timeout s",
-        a.heartbeat_timeout.map(|v| v as usize),
-        s.heartbeat.timeout_secs,
-    );
+    let n = sizes(s, a, &mut table)?;
     let handler =
         SimulatedWork::parse(&a.handler).map_err(|e| anyhow::anyhow!("--handler: {e}"))?;
     let app = match a.app {
@@ -219,65 +169,7 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
     };
     table.push(("app", format!("{:?}", app).to_lowercase(), "flag"));
     table.push(("handler", a.handler.clone(), "flag"));
-    let pd = &s.deflate;
-    let from_profile = embedded_server::DeflateSettings::from(pd);
-    let deflate = embedded_server::DeflateSettings {
-        enabled: (from_profile.enabled || a.deflate) && !a.no_deflate,
-        window_bits: a.deflate_window_bits.unwrap_or(from_profile.window_bits),
-        mem_level: a.deflate_mem_level.unwrap_or(from_profile.mem_level),
-        level: a.deflate_level.unwrap_or(from_profile.level),
-        threshold: a.deflate_threshold.unwrap_or(from_profile.threshold),
-        context_takeover: from_profile.context_takeover && !a.deflate_no_context_takeover,
-    };
-    let from = |flag: bool| if flag { "flag" } else { "profile" };
-    table.push((
-        "permessage-deflate",
-        if deflate.enabled {
-            "on".into()
-        } else {
-            "off".into()
-        },
-        from(a.deflate || a.no_deflate),
-    ));
-    if deflate.enabled {
-        table.push((
-            "deflate window bits / memLevel / level",
-            format!(
-                "{} / {} / {}",
-                deflate.window_bits, deflate.mem_level, deflate.level
-            ),
-            from(
-                a.deflate_window_bits.is_some()
-                    || a.deflate_mem_level.is_some()
-                    || a.deflate_level.is_some(),
-            ),
-        ));
-        table.push((
-            "deflate threshold bytes",
-            deflate.threshold.to_string(),
-            from(a.deflate_threshold.is_some()),
-        ));
-        table.push((
-            "deflate context takeover",
-            deflate.context_takeover.to_string(),
-            from(a.deflate_no_context_takeover),
-        ));
-    }
-    let (inflate_budget, budget_from) = match (a.inflate_budget, pd.inflate_budget_bytes) {
-        (Some(b), _) => (b, "flag"),
-        (None, Some(b)) => (b as usize, "profile"),
-        (None, None) => (
-            embedded_server::config::default_inflate_budget(max_message_bytes),
-            "default",
-        ),
-    };
-    if deflate.enabled {
-        table.push((
-            "inflate budget bytes",
-            inflate_budget.to_string(),
-            budget_from,
-        ));
-    }
+    let deflate = deflate::resolve(&s.deflate, a, n.max_message_bytes, &mut table);
     let budget = budget(&s.budget, a, &mut table);
     let drain = drain::resolve(&s.drain, a, &mut table);
     let limits = abuse::resolve(&s.limits, &a.limits, &mut table)?;
@@ -287,9 +179,7 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
         app == embedded_server::App::Channels,
         &mut table,
     )?;
-    if let Some(url) = a.cluster.as_deref() {
-        history_backplane(url, &channels.settings.history)?;
-    }
+    let cluster = cluster::resolve(a.cluster.as_deref(), &channels.settings.history)?;
     let builtin = BuiltinConfig {
         app,
         handler,
@@ -297,31 +187,31 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
     };
     let server = ServerConfig {
         limits,
-        deflate,
-        max_connections,
-        max_frame_bytes,
-        max_message_bytes,
-        fragment_bytes,
-        send_queue_bytes,
-        notsent_lowat_bytes,
+        deflate: deflate.settings,
+        max_connections: n.max_connections,
+        max_frame_bytes: n.max_frame_bytes,
+        max_message_bytes: n.max_message_bytes,
+        fragment_bytes: n.fragment_bytes,
+        send_queue_bytes: n.send_queue_bytes,
+        notsent_lowat_bytes: n.notsent_lowat_bytes,
         backpressure_close: if a.backpressure_close == 1013 {
             BackpressureClose::TryAgain
         } else {
             BackpressureClose::Policy
         },
-        heartbeat_interval: Duration::from_secs(hb_interval as u64),
-        heartbeat_timeout: Duration::from_secs(hb_timeout as u64),
+        heartbeat_interval: Duration::from_secs(n.hb_interval as u64),
+        heartbeat_timeout: Duration::from_secs(n.hb_timeout as u64),
         handshake_timeout: Duration::from_secs(a.handshake_timeout.max(1)),
         max_header_bytes: 8 << 10,
         allowed_origins: a.origins.clone(),
         subprotocols: a.subprotocols.clone(),
-        offload_pool_size,
-        offload_queue_size: offload_queue_size.max(1),
+        offload_pool_size: n.offload_pool_size,
+        offload_queue_size: n.offload_queue_size.max(1),
         shutdown_grace: Duration::from_secs(a.shutdown_grace),
         drain_over: drain.over,
         drain_rate: drain.rate,
         drain_delay: drain.delay,
-        inflate_budget: Some(inflate_budget),
+        inflate_budget: Some(deflate.inflate_budget),
         memory_budget: None,
         conn_memory_share: budget.conn_share,
         message_timeout: budget.message_timeout,
@@ -351,17 +241,9 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
     // Every bound lives in ServerConfig::validate; only where the budget came from is ours.
     server
         .validate()
-        .map_err(|e| in_flags(e.with_origin(budget_from)))?;
+        .map_err(|e| in_flags(e.with_origin(deflate.budget_from)))?;
     builtin.validate().map_err(in_flags)?;
-    // The self-test starts its servers with their own admin listeners: its --admin is unused.
-    let admin = match a.admin.as_str() {
-        "off" => None,
-        s => match s.parse::<SocketAddr>() {
-            Ok(addr) => Some(addr),
-            Err(_) if a.self_test => None,
-            Err(_) => bail!("--admin {s}: not an address like 127.0.0.1:9002 (or off)"),
-        },
-    };
+    let admin = admin(a)?;
     let (processes, processes_from) = match a.processes {
         Some(n) => (n, "--processes"),
         None => (s.processes, "server.processes"),
@@ -373,9 +255,9 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
         admin,
         reuseport: a.reuseport,
         acceptors: a.acceptors,
-        workers,
+        workers: n.workers,
         workers_follow_cores: a.workers.is_none() && s.io_workers == 0,
-        coalesce: Duration::from_micros(coalesce_us as u64),
+        coalesce: Duration::from_micros(n.coalesce_us as u64),
         processes,
         processes_from: processes_from.into(),
         tls: match (&a.tls_cert, &a.tls_key) {
@@ -391,7 +273,7 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
             args::LogFormat::Json => LogFormat::Json,
         },
         log_level: a.log_level.clone(),
-        cluster: a.cluster.clone(),
+        cluster,
         replaced_drain_rate: 0,
         server,
         builtin,
@@ -408,6 +290,99 @@ pub fn config(p: &Profile, a: &ServeArgs) -> Result<ServeConfig> {
     };
     resolved.refresh_drain_row();
     Ok(resolved)
+}
+
+/// The counts and sizes: each flag given, else the profile's value.
+struct Sizes {
+    /// I/O threads in force (0 in the flag or the profile: one per core).
+    workers: usize,
+    coalesce_us: usize,
+    offload_pool_size: usize,
+    offload_queue_size: usize,
+    max_connections: usize,
+    max_frame_bytes: usize,
+    max_message_bytes: usize,
+    fragment_bytes: usize,
+    send_queue_bytes: usize,
+    notsent_lowat_bytes: usize,
+    hb_interval: usize,
+    hb_timeout: usize,
+}
+
+fn sizes(
+    s: &crate::profile::ServerSettings,
+    a: &ServeArgs,
+    table: &mut Vec<Setting>,
+) -> Result<Sizes> {
+    let mut pick = |name: &'static str, flag: Option<usize>, prof: u64| -> usize {
+        let (v, from) = match flag {
+            Some(v) => (v, "flag"),
+            None => (prof as usize, "profile"),
+        };
+        table.push((name, v.to_string(), from));
+        v
+    };
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let workers = match pick("io workers (0 = cores)", a.workers, s.io_workers) {
+        0 => cores,
+        n => n,
+    };
+    let coalesce_us = pick(
+        "wake-up coalescing us (0 = off)",
+        a.coalesce_us.map(|v| v as usize),
+        s.coalesce_us,
+    );
+    let max_window = embedded_server::coalesce::MAX_WINDOW.as_micros() as usize;
+    if coalesce_us > max_window {
+        bail!(
+            "--coalesce-us {coalesce_us}: at most {max_window} microseconds (0 serves every \
+             message the moment it arrives)"
+        );
+    }
+    Ok(Sizes {
+        workers,
+        coalesce_us,
+        offload_pool_size: pick(
+            "offload pool (0 = cores)",
+            a.offload_pool,
+            s.offload_pool_size,
+        ),
+        offload_queue_size: pick("offload queue", a.offload_queue, s.offload_queue_size),
+        max_connections: pick("max connections", a.max_connections, s.max_connections),
+        max_frame_bytes: pick("max frame bytes", a.max_frame, s.max_frame_bytes),
+        max_message_bytes: pick("max message bytes", a.max_message, s.max_message_bytes),
+        fragment_bytes: pick("fragment bytes", a.fragment, s.fragment_bytes),
+        send_queue_bytes: pick("send queue cap bytes", a.send_queue, s.send_queue_bytes),
+        notsent_lowat_bytes: pick(
+            "unsent bytes per socket (TCP_NOTSENT_LOWAT; 0 = system's)",
+            None,
+            s.notsent_lowat_bytes,
+        ),
+        hb_interval: pick(
+            "heartbeat interval s",
+            a.heartbeat_interval.map(|v| v as usize),
+            s.heartbeat.interval_secs,
+        ),
+        hb_timeout: pick(
+            "heartbeat timeout s",
+            a.heartbeat_timeout.map(|v| v as usize),
+            s.heartbeat.timeout_secs,
+        ),
+    })
+}
+/// `--admin ADDR` or `off`. The self-test starts its servers with their own admin listeners:
+/// its --admin is unused, so an unreadable one is no error there.
+fn admin(a: &ServeArgs) -> Result<Option<SocketAddr>> {
+    Ok(match a.admin.as_str() {
+        "off" => None,
+        s => match s.parse::<SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) if a.self_test => None,
+            Err(_) => bail!("--admin {s}: not an address like 127.0.0.1:9002 (or off)"),
+        },
+    })
 }
 
 /// `server.budget` with its flags over it (0 in the profile: the server's derived default).
@@ -463,22 +438,3 @@ fn budget(p: &crate::profile::BudgetProfile, a: &ServeArgs, table: &mut Vec<Sett
 
 #[cfg(test)]
 mod tests;
-
-/// Channel history across nodes lives in Redis Streams, positioned by a Lua script that
-/// publishes on the backplane's one Redis channel: the engines without that channel (Redis
-/// Cluster's sharded pub/sub, NATS) cannot carry it, so the pair is refused rather than
-/// started with positions that no other node shares.
-fn history_backplane(
-    url: &str,
-    history: &embedded_server::channels::HistorySettings,
-) -> anyhow::Result<()> {
-    let scheme = url.split_once("://").map_or("", |(s, _)| s);
-    if history.enabled() && matches!(scheme, "redis+cluster" | "nats") {
-        anyhow::bail!(
-            "--history-size with --cluster {scheme}://: channel history across nodes is kept in \
-             Redis Streams, which this backplane does not carry; use a redis:// or \
-             redis+sentinel:// backplane, or drop --history-size"
-        );
-    }
-    Ok(())
-}

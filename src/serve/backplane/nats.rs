@@ -3,17 +3,31 @@
 //! those the cluster announces), reconnects with our backoff and subscribes again by itself;
 //! its connection events set `ws_backplane_up`.
 
-use super::{Link, Out};
-use crate::serve::cluster::{backoff, QUEUE};
+use super::engine::{backoff, Engine, Link, Out};
+use super::wire::{QUEUE, SUBJECT};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// The subject every node publishes on and subscribes to (`describe` names it too).
-pub const SUBJECT: &str = "wstune.relay";
+/// The engine: the servers to try first (as `nats://` URLs).
+pub(crate) struct Nats {
+    servers: Vec<String>,
+}
 
-pub(crate) fn start(servers: Vec<String>, link: Arc<Link>, mut rx: mpsc::Receiver<Out>) {
+impl Nats {
+    pub fn new(servers: Vec<String>) -> Nats {
+        Nats { servers }
+    }
+}
+
+impl Engine for Nats {
+    fn start(self: Box<Self>, link: Arc<Link>, rx: mpsc::Receiver<Out>) {
+        start(self.servers, link, rx)
+    }
+}
+
+fn start(servers: Vec<String>, link: Arc<Link>, mut rx: mpsc::Receiver<Out>) {
     let events = link.clone();
     let opts = async_nats::ConnectOptions::new()
         .name("wstune serve")

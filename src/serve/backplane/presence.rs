@@ -2,7 +2,7 @@
 //! its channels' subscriber counts (a heartbeat on the backplane, beside the relay messages);
 //! every node keeps the last announcement of each other node and forgets a node not heard
 //! from within `EXPIRY`. `GET /api/channels/NAME` answers this node's count plus the live
-//! nodes' (`hub.presence().set_remote`), and `ws_backplane_nodes` counts the live nodes.
+//! nodes' (`Hub::set_remote_presence`), and `ws_backplane_nodes` counts the live nodes.
 //!
 //! This is the shape of the Socket.IO Redis Streams adapter's node heartbeat (5 s interval,
 //! a node gone after 10 s without one) and of Centrifugo's node info messages, sized down:
@@ -14,13 +14,11 @@
 //! covered): a lookup of a later name then counts that node as 0 and answers
 //! `"partial":true`, never a guess. The table is bounded too (`MAX_NODES` nodes).
 
-use super::{Link, Out};
 use embedded_server::hub::RemotePresence;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 use std::time::Instant;
-use tokio::sync::mpsc;
 
 /// Between two heartbeats of a node.
 pub const INTERVAL: Duration = Duration::from_secs(2);
@@ -34,7 +32,7 @@ pub const MAX_BYTES: usize = 64 * 1024;
 pub const MAX_NODES: usize = 1024;
 
 /// The heartbeat's kind byte, after the node id: apart from the relay kinds
-/// (`cluster::encode`), which skip it as unknown.
+/// (`wire::encode`), which skip it as unknown.
 const KIND_PRESENCE: u8 = 0x50;
 const VERSION: u8 = 1;
 
@@ -164,39 +162,6 @@ impl Table {
     }
 }
 
-/// Every `INTERVAL`, while the engine is up: queue this node's heartbeat (its first
-/// `MAX_CHANNELS` channels in byte order: one bounded walk of the hub's index) and refresh
-/// `ws_backplane_nodes`. A full queue skips one heartbeat; the next one comes soon.
-pub fn start_heartbeat(link: Arc<Link>, tx: mpsc::Sender<Out>) {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            link.count_nodes();
-            if link
-                .hub
-                .metrics
-                .backplane_up
-                .load(std::sync::atomic::Ordering::Relaxed)
-                != 1
-            {
-                continue;
-            }
-            let page = link.hub.presence().channel_page("", None, MAX_CHANNELS + 1);
-            let bytes = encode(link.me, &page.counts);
-            if tx
-                .send_timeout(Out { shard: 0, bytes }, INTERVAL)
-                .await
-                .is_err()
-                && tx.is_closed()
-            {
-                return;
-            }
-        }
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,12 +189,13 @@ mod tests {
         assert!(m.len() < MAX_BYTES + 13 + 6 * 400, "bounded: {}", m.len());
         assert!(decode(&m).unwrap().1.covered_to.is_some());
         assert_eq!(decode(&m[..m.len() - 1]), None, "truncated on the wire");
-        assert!(!is_heartbeat(&crate::serve::cluster::encode(
+        assert!(!is_heartbeat(&crate::serve::backplane::wire::encode(
             1,
             &embedded_server::hub::Relay::Channel {
                 channel: "a",
                 text: "{}"
-            }
+            },
+            false,
         )));
     }
 

@@ -2,14 +2,15 @@
 //! `redis+sentinel://` (the master the Sentinels name, followed across failovers).
 //!
 //! Two tasks, each on its own connection: the publisher (one multiplexed connection, PUBLISH
-//! on `cluster::CHANNEL`, or the channel history's script: `cluster_history`) and the subscriber (SUBSCRIBE on it); the backplane is up while the
-//! subscription stands. Either one that loses its connection asks `Locate` again, so with
+//! on `wire::CHANNEL`, or the channel history's script: `history.rs`) and the subscriber
+//! (SUBSCRIBE on it); the backplane is up while the subscription stands. Either one that loses its connection asks `Locate` again, so with
 //! Sentinel a reconnect goes to whatever master the Sentinels name now; a `+switch-master`
 //! notice (sentinel.rs) also makes both reconnect at once, without waiting for an error.
 
+use super::engine::{backoff, Engine, Link, Out};
+use super::history;
 use super::sentinel::Sentinels;
-use super::{Link, Out};
-use crate::serve::cluster::{backoff, CHANNEL};
+use super::wire::CHANNEL;
 use futures_util::StreamExt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 /// Longest wait for a connection (and a Sentinel's answer) before backing off.
 const CONNECT: Duration = Duration::from_secs(2);
 
-/// Where the master is.
+/// Where the master is: the engine of both schemes.
 pub(crate) enum Locate {
     /// `redis://`: always this server.
     Fixed(redis::Client),
@@ -52,7 +53,13 @@ async fn pause(d: Duration, moved: &mut watch::Receiver<u64>) {
     }
 }
 
-pub(crate) fn start(locate: Locate, link: Arc<Link>, rx: mpsc::Receiver<Out>) {
+impl Engine for Locate {
+    fn start(self: Box<Self>, link: Arc<Link>, rx: mpsc::Receiver<Out>) {
+        start(*self, link, rx)
+    }
+}
+
+fn start(locate: Locate, link: Arc<Link>, rx: mpsc::Receiver<Out>) {
     if let Locate::Sentinel(s) = &locate {
         s.clone().watch();
     }
@@ -60,7 +67,7 @@ pub(crate) fn start(locate: Locate, link: Arc<Link>, rx: mpsc::Receiver<Out>) {
     {
         // Channel history in Redis Streams, read from wherever the master is now.
         let locate = locate.clone();
-        crate::serve::cluster_history::start(
+        history::start(
             &link.hub,
             Arc::new(move || {
                 let locate = locate.clone();
@@ -122,7 +129,7 @@ async fn publisher(
                 },
             };
             // With channel history on, a publish to position goes through Redis's script.
-            let r = crate::serve::cluster_history::send(&mut conn, &link.hub, &msg, CHANNEL).await;
+            let r = history::send(&mut conn, &link.hub, &msg, CHANNEL).await;
             match r {
                 Ok(_) => {
                     metrics.backplane_published.fetch_add(1, Relaxed);

@@ -6,8 +6,8 @@
 //! nothing to the other nodes). A task also subscribes to `+switch-master` on a Sentinel, so
 //! a failover moves every connection at once rather than when each next fails.
 
-use super::url_host;
-use crate::serve::cluster::backoff;
+use super::engine::backoff;
+use super::target::url_host;
 use anyhow::{bail, Result};
 use futures_util::StreamExt;
 use std::sync::{Arc, Mutex};

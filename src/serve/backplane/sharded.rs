@@ -3,8 +3,7 @@
 //! Plain PUBLISH in a Redis Cluster is sent to every node of the cluster, so its cost grows
 //! with the cluster; a shard channel lives in one hash slot and only that slot's master and
 //! replicas carry it (redis.io, "Sharded Pub/Sub"). The relay uses `SHARDS` shard channels
-//! `wstune:relay:{0}` .. `wstune:relay:{15}` (the braces are a hash tag: the slot is the
-//! number's), so the load spreads over the masters: a channel message goes on the shard its
+//! `wstune:relay:{0}` .. `wstune:relay:{15}` (`wire::shard_channel`), so the load spreads over the masters: a channel message goes on the shard its
 //! channel's name hashes to, broadcasts and heartbeats on shard 0, and every node subscribes
 //! to all of them: the shape of Centrifugo PRO's `redis_num_cluster_shards` and of Socket.IO's
 //! sharded Redis adapter.
@@ -20,8 +19,9 @@
 //! `PROBE_EVERY`: the backplane is up only once every shard's probe came back, and a shard
 //! silent for `PROBE_LOST` rebuilds the subscriptions.
 
-use super::{Link, Out};
-use crate::serve::cluster::{backoff, CHANNEL, QUEUE};
+use super::engine::{backoff, Engine, Link, Out};
+use super::target::url_host;
+use super::wire::{shard_channel, CHANNEL, QUEUE, SHARDS};
 use anyhow::{bail, Result};
 use redis::aio::MultiplexedConnection;
 use redis::{PushInfo, PushKind, Value};
@@ -30,10 +30,6 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
-
-/// Shard channels: enough to spread over a few masters; each node holds one subscription per
-/// shard, grouped into one connection per master.
-pub const SHARDS: u16 = 16;
 
 /// Longest wait to read the slot map, connect and subscribe every shard before backing off.
 const CONNECT: Duration = Duration::from_secs(5);
@@ -45,10 +41,6 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 const PROBE_LOST: Duration = Duration::from_secs(4);
 /// The probe's kind byte after the node id (relay decoding skips it as unknown).
 const KIND_PROBE: u8 = 0x51;
-
-fn shard_channel(k: u16) -> String {
-    format!("{CHANNEL}:{{{k}}}")
-}
 
 /// The shard of `wstune:relay:{K}`.
 fn shard_of_channel(name: &[u8]) -> Option<usize> {
@@ -172,7 +164,7 @@ async fn owners(seeds: &Seeds) -> Result<Vec<String>> {
                 else {
                     continue;
                 };
-                ranges.push((lo, hi, format!("{}:{port}", super::url_host(&host))));
+                ranges.push((lo, hi, format!("{}:{port}", url_host(&host))));
             }
         }
         let owners: Option<Vec<String>> = slots
@@ -195,13 +187,28 @@ async fn owners(seeds: &Seeds) -> Result<Vec<String>> {
     )
 }
 
-pub(crate) fn start(nodes: Vec<String>, link: Arc<Link>, rx: mpsc::Receiver<Out>) {
-    let seeds = Arc::new(Seeds::new(nodes));
-    {
-        let (seeds, link) = (seeds.clone(), link.clone());
-        tokio::spawn(async move { publisher(&seeds, &link, rx).await });
+/// The engine: the seed nodes it reads the slot map from.
+pub(crate) struct Sharded {
+    seeds: Seeds,
+}
+
+impl Sharded {
+    pub fn new(nodes: Vec<String>) -> Sharded {
+        Sharded {
+            seeds: Seeds::new(nodes),
+        }
     }
-    tokio::spawn(async move { subscriber(&seeds, link).await });
+}
+
+impl Engine for Sharded {
+    fn start(self: Box<Self>, link: Arc<Link>, rx: mpsc::Receiver<Out>) {
+        let seeds = Arc::new(self.seeds);
+        {
+            let (seeds, link) = (seeds.clone(), link.clone());
+            tokio::spawn(async move { publisher(&seeds, &link, rx).await });
+        }
+        tokio::spawn(async move { subscriber(&seeds, link).await });
+    }
 }
 
 /// The publisher's connections: one per master, by `host:port`.

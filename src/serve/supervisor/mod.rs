@@ -9,7 +9,7 @@
 //! configuration in the environment (the supervisor's, with an admin on 127.0.0.1:0 and its
 //! share of the connections, threads and memory budget: `ServeConfig::for_supervised_process`)
 //! and `WSTUNE_PROCESS=i`, restarts one that dies (100 ms doubling to 5 s, reset after 30 s
-//! alive; `process.rs`), replaces them one at a time on SIGHUP/SIGUSR2 (`roll.rs`), forwards
+//! alive; `process.rs`, `keep.rs`), replaces them one at a time on SIGHUP/SIGUSR2 (`roll.rs`), forwards
 //! SIGTERM/SIGINT so every process drains, serves one admin endpoint (/healthz per process,
 //! /metrics summed, the processes that are gone included: `tally.rs`) and relays `broadcast`/`channels` between the processes (`relay.rs`)
 //! unless `--cluster` makes each process a node on Redis;
@@ -21,6 +21,8 @@ pub mod api;
 #[cfg(target_os = "linux")]
 pub mod history;
 #[cfg(target_os = "linux")]
+mod keep;
+#[cfg(target_os = "linux")]
 pub mod listen;
 pub mod metrics;
 #[cfg(target_os = "linux")]
@@ -30,10 +32,11 @@ pub mod relay;
 #[cfg(target_os = "linux")]
 mod roll;
 #[cfg(target_os = "linux")]
-pub mod tally;
-
-#[cfg(target_os = "linux")]
 mod run;
+#[cfg(target_os = "linux")]
+mod state;
+#[cfg(target_os = "linux")]
+pub mod tally;
 
 /// Why `addr` cannot be listened on, in words that say what to change: an address not on this
 /// host is not a port in use.
@@ -79,7 +82,9 @@ pub fn admin_listen_error(addr: std::net::SocketAddr, e: &std::io::Error) -> any
     }
 }
 #[cfg(target_os = "linux")]
-pub use run::{supervise, Supervision};
+pub use run::supervise;
+#[cfg(target_os = "linux")]
+pub use state::Supervision;
 
 /// The environment variable that makes `serve` a supervised process: its index.
 pub const ENV_PROCESS: &str = "WSTUNE_PROCESS";

@@ -3,13 +3,14 @@
 //!
 //! Each process has one Unix socket (a `socketpair`, the child's end inherited as
 //! `WSTUNE_RELAY_FD`) to the supervisor. A process delivers its own message locally at once,
-//! then writes it once, in the cluster's wire format (`cluster::encode`, the process's pid as
+//! then writes it once, in the backplane's wire format (`backplane::wire`, the process's pid as
 //! node id) behind a u32 length; the supervisor hands that frame to every *other* live process,
 //! which delivers it locally (encoded once per process). Every queue is bounded: a process that
 //! cannot keep up loses relayed messages (counted), it never blocks the others.
 
 use super::history::Sequencer;
-use crate::serve::cluster::{decode, encode, Incoming};
+use crate::serve::backplane::deliver::{deliver, supervisor_names_publishers, wait_for_snapshot};
+use crate::serve::backplane::wire::{decode, encode, Incoming, SUPERVISOR};
 use embedded_server::channels::HistorySettings;
 use embedded_server::Hub;
 use std::io;
@@ -24,7 +25,7 @@ const QUEUE: usize = 8192;
 /// Larger frames are a broken peer, not a message (messages are capped far below this).
 const MAX_FRAME: usize = 1 << 30;
 
-/// A frame as written: u32 LE length, then the `cluster::encode` bytes.
+/// A frame as written: u32 LE length, then the `wire::encode` bytes.
 type Frame = Arc<Vec<u8>>;
 
 fn framed(body: Vec<u8>) -> Vec<u8> {
@@ -91,7 +92,9 @@ pub async fn start_child(hub: Arc<Hub>, node: u64, fd: RawFd) -> io::Result<()> 
         let metrics = metrics.clone();
         hub.relay().set(Box::new(move |r| {
             if metrics.backplane_up.load(Relaxed) != 1
-                || tx.try_send(framed(encode(node, &r))).is_err()
+                || tx
+                    .try_send(framed(encode(node, &r, supervisor_names_publishers())))
+                    .is_err()
             {
                 metrics.backplane_dropped.fetch_add(1, Relaxed);
             }
@@ -109,13 +112,13 @@ pub async fn start_child(hub: Arc<Hub>, node: u64, fd: RawFd) -> io::Result<()> 
     });
     tokio::spawn(async move {
         while let Ok(f) = read_frame(&mut rd).await {
-            crate::serve::cluster::deliver(&hub, node, &f[4..]);
+            deliver(&hub, node, &f[4..]);
         }
         // The supervisor is gone (its parent-death signal drains this process).
         metrics.backplane_up.store(0, Relaxed);
         tracing::warn!("relay to the supervisor closed: serving local clients only");
     });
-    if history && !super::history::wait_for_snapshot(SNAPSHOT_WAIT).await {
+    if history && !wait_for_snapshot(SNAPSHOT_WAIT).await {
         tracing::warn!(
             "channel history: the supervisor's did not come within {} s; recoveries answer \
              recovered:false until it fills again",
@@ -197,7 +200,7 @@ impl Hubs {
                 // A publish to position: every process gets it back positioned, its
                 // publisher too, in the order the positions were given.
                 if let (Some(seq), Some(Incoming::Sequence(channel, data, publisher))) =
-                    (hubs.history.get(), decode(u64::MAX, &f[4..]))
+                    (hubs.history.get(), decode(SUPERVISOR, &f[4..]))
                 {
                     // A connection's key across processes: its process and its id there.
                     let key = match publisher {

@@ -9,10 +9,10 @@
 //! at a time. A replacement that does not come up aborts the roll and the old process keeps
 //! serving; a second signal while a roll runs is refused, never interleaved.
 
-use super::process::Running;
-use super::run::State;
+use super::process::{spawn, Running};
+use super::state::{say, Binary, State};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -20,67 +20,10 @@ use tokio::sync::{mpsc, oneshot};
 /// How long a replacement may take to answer /healthz (it starts as at boot, so as long).
 const UP_BUDGET: Duration = Duration::from_secs(60);
 
-/// Which binary a (re)started process runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Binary {
-    /// The supervisor's own (/proc/self/exe): the same code, even if the file was replaced.
-    Own,
-    /// The file now at this path (SIGUSR2).
-    At(PathBuf),
-}
-
 /// A request to keeper `i`: replace your process with one running `binary`, then answer.
 pub struct Replace {
     pub binary: Binary,
     pub done: oneshot::Sender<Result<(), String>>,
-}
-
-/// What rolls did, for /metrics and /healthz.
-#[derive(Default)]
-pub struct Counters {
-    pub in_progress: AtomicBool,
-    pub completed: AtomicU64,
-    pub aborted: AtomicU64,
-    pub refused: AtomicU64,
-    /// Processes replaced by a roll (not counted in ws_supervisor_restarts_total).
-    pub replaced: AtomicU64,
-}
-
-impl Counters {
-    /// The roll families, in the exposition format.
-    pub fn render(&self, out: &mut String) {
-        let g = |v: bool| u8::from(v).to_string();
-        let rows = [
-            (
-                "ws_supervisor_rolling_restart_in_progress",
-                "1 while a rolling restart (SIGHUP/SIGUSR2) replaces the processes.",
-                "gauge",
-                vec![(String::new(), g(self.in_progress.load(Relaxed)))],
-            ),
-            (
-                "ws_supervisor_rolling_restarts_total",
-                "Rolling restarts by result: completed, aborted (a replacement did not come up; the old process kept serving) or refused (one was already running).",
-                "counter",
-                vec![
-                    ("{result=\"completed\"}".into(), self.completed.load(Relaxed).to_string()),
-                    ("{result=\"aborted\"}".into(), self.aborted.load(Relaxed).to_string()),
-                    ("{result=\"refused\"}".into(), self.refused.load(Relaxed).to_string()),
-                ],
-            ),
-            (
-                "ws_supervisor_processes_replaced_total",
-                "Processes replaced by a rolling restart.",
-                "counter",
-                vec![(String::new(), self.replaced.load(Relaxed).to_string())],
-            ),
-        ];
-        for (name, help, kind, values) in rows {
-            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-            for (labels, v) in values {
-                out.push_str(&format!("{name}{labels} {v}\n"));
-            }
-        }
-    }
 }
 
 /// The path the supervisor was started from, for SIGUSR2: argv[0] when it names a path (made
@@ -111,14 +54,12 @@ pub fn start(
 ) {
     let c = &st.roll;
     if !st.started.load(Relaxed) || st.stopping.load(Relaxed) {
-        super::run::say!("wstune serve: {why} ignored: the processes are starting or stopping");
+        say!("wstune serve: {why} ignored: the processes are starting or stopping");
         c.refused.fetch_add(1, Relaxed);
         return;
     }
     if c.in_progress.swap(true, Relaxed) {
-        super::run::say!(
-            "wstune serve: {why} refused: a rolling restart is already running (one at a time)"
-        );
+        say!("wstune serve: {why} refused: a rolling restart is already running (one at a time)");
         c.refused.fetch_add(1, Relaxed);
         return;
     }
@@ -126,7 +67,7 @@ pub fn start(
         Binary::Own => "this binary".to_string(),
         Binary::At(p) => p.display().to_string(),
     };
-    super::run::say!(
+    say!(
         "wstune serve: {why}: rolling restart of {} processes, one at a time, with {what}",
         keepers.len()
     );
@@ -148,7 +89,7 @@ pub fn start(
                 Err(_) => Err("the supervisor is stopping".into()),
             };
             if let Err(why) = result {
-                super::run::say!(
+                say!(
                     "wstune serve: rolling restart aborted at process {i}: {why}; it and the \
                      processes after it keep running their current binary"
                 );
@@ -158,7 +99,7 @@ pub fn start(
                 return;
             }
         }
-        super::run::say!(
+        say!(
             "wstune serve: rolling restart done: {} processes replaced in {:.1} s",
             keepers.len(),
             started.elapsed().as_secs_f64()
@@ -185,7 +126,7 @@ pub async fn replace(
         return None;
     }
     let (up_tx, up_rx) = oneshot::channel();
-    let mut new = match super::process::spawn(st, i, &req.binary, Some(up_tx), false) {
+    let mut new = match spawn(st, i, &req.binary, Some(up_tx), false) {
         Ok(r) => r,
         Err(e) => {
             let _ = req
@@ -253,7 +194,7 @@ pub async fn replace(
         let wait = st.plan.old_exit_wait;
         end_after_term(&st, old, wait).await;
         st.roll.replaced.fetch_add(1, Relaxed);
-        super::run::say!(
+        say!(
             "wstune serve: process {i} replaced: pid {old_pid} drained and exited in {:.1} s, \
              pid {new_pid} serves",
             t.elapsed().as_secs_f64()
@@ -316,7 +257,7 @@ async fn end(st: &Arc<State>, r: Running, wait: Duration) -> Vec<String> {
 /// its relay and drop it from the supervisor's list of processes to signal. Its log's head.
 async fn end_after_term(st: &Arc<State>, mut r: Running, wait: Duration) -> Vec<String> {
     if tokio::time::timeout(wait, r.child.wait()).await.is_err() {
-        super::run::say!(
+        say!(
             "wstune serve: process pid {} still running {} s after it was told to drain: killed",
             r.pid,
             wait.as_secs()

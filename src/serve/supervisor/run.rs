@@ -1,112 +1,19 @@
 //! The supervisor process: start, watch, restart and drain the server processes; the admin
 //! endpoint over all of them.
 
+use super::keep::keep;
 use super::listen;
 use super::metrics;
-use super::process::keep;
 use super::relay::Hubs;
-use super::roll::{self, Binary};
+use super::roll;
+use super::state::{say, Binary, Slot, State, Supervision};
 use crate::outcome::Outcome;
-use crate::profile::ProcessSizing;
 use anyhow::{bail, Context, Result};
 use std::net::SocketAddr;
 use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// A line on stderr that never panics: `eprintln!` panics when stderr is a closed pipe (`| head`,
-/// a parent that died), and a panic here would stop a process from ever being restarted.
-macro_rules! say {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($t)*);
-    }};
-}
-pub(super) use say;
-
-/// What `serve` resolved for the supervisor.
-pub struct Supervision {
-    pub sizing: ProcessSizing,
-    /// `--bind` and `--port` (0: any free port).
-    pub addr: SocketAddr,
-    pub admin: Option<SocketAddr>,
-    /// The server's configuration, each process's own with its share of the server (see
-    /// `ServeConfig::for_supervised_process`); its secrets go to each process's environment
-    /// only: the API key as the supervisor read it, so the supervisor and a restarted process
-    /// present and expect the same key even if a key file changed since.
-    pub config: crate::serve::config::ServeConfig,
-    /// Each process's I/O threads.
-    pub workers: usize,
-    /// Relay broadcast/channels locally (false with `--cluster`: Redis relays).
-    pub relay: bool,
-    pub grace: Duration,
-    pub scheme: &'static str,
-    /// Accept loops (SO_REUSEPORT sockets) per process: --acceptors, 0 for one per worker.
-    pub acceptors: usize,
-    /// How long a rolling restart waits for a replaced process to drain and exit before it
-    /// kills it: its shutdown grace plus a margin.
-    pub old_exit_wait: Duration,
-    /// Listening sockets from systemd (LISTEN_FDS): every process accepts on all of them,
-    /// instead of the supervisor's own per-process sockets.
-    pub inherited: Option<Vec<OwnedFd>>,
-}
-
-#[derive(Clone)]
-pub(super) struct Slot {
-    pub(super) pid: Option<u32>,
-    pub(super) admin: Option<SocketAddr>,
-    pub(super) up: bool,
-    pub(super) restarts: u64,
-    /// The last exit, as the log said it.
-    pub(super) last_exit: Option<String>,
-    /// What a restart after a crash runs: the binary of the last roll.
-    pub(super) binary: Binary,
-    /// The listening sockets the process inherits (the supervisor owns them).
-    pub(super) fds: Vec<RawFd>,
-}
-
-impl Slot {
-    /// Its admin listener, while the process is up.
-    fn up_admin(&self) -> Option<SocketAddr> {
-        self.admin.filter(|_| self.up)
-    }
-}
-
-pub(super) struct State {
-    pub(super) plan: Supervision,
-    pub(super) port: u16,
-    pub(super) slots: Mutex<Vec<Slot>>,
-    pub(super) hubs: Arc<Hubs>,
-    /// Set once every process first came up; a death before that fails the start.
-    pub(super) started: AtomicBool,
-    pub(super) stopping: AtomicBool,
-    /// Bumped on every change of a slot (startup and shutdown wait on it).
-    pub(super) changed: tokio::sync::watch::Sender<u64>,
-    pub(super) start_failure: Mutex<Option<String>>,
-    /// Processes that are in no slot: a replacement coming up, a replaced one draining (a
-    /// SIGTERM to the supervisor reaches them too).
-    pub(super) others: Mutex<Vec<u32>>,
-    pub(super) roll: roll::Counters,
-    /// What the processes that are gone counted, and the draining ones (`tally.rs`): taken
-    /// by every scrape and every change to the set of processes a scrape reads.
-    pub(super) tally: tokio::sync::Mutex<super::tally::Tally>,
-    /// Where each process writes its final metrics as it exits (private to the supervisor).
-    pub(super) final_dir: tempfile::TempDir,
-    /// The TLS session-ticket keys' file every process shares (TLS with ticket resumption):
-    /// rotated by the supervisor every `shared_tickets::ROTATE`.
-    pub(super) ticket_keys: Option<std::path::PathBuf>,
-    /// Processes started, for their final metrics' file names.
-    pub(super) spawned: std::sync::atomic::AtomicU64,
-    /// The listening sockets, open for as long as the supervisor runs.
-    _sockets: Vec<OwnedFd>,
-}
-
-impl State {
-    pub(super) fn bump(&self) {
-        self.changed.send_modify(|v| *v += 1);
-    }
-}
 
 /// Run the supervisor until SIGTERM/SIGINT; the exit code.
 pub fn supervise(mut plan: Supervision) -> Result<Outcome> {
@@ -148,7 +55,7 @@ pub fn supervise(mut plan: Supervision) -> Result<Outcome> {
         changed,
         start_failure: Mutex::new(None),
         others: Mutex::new(Vec::new()),
-        roll: roll::Counters::default(),
+        roll: Default::default(),
         tally: Default::default(),
         final_dir,
         spawned: Default::default(),
@@ -637,40 +544,6 @@ async fn serve_admin(
         }
     })
     .await
-}
-
-/// The admin addresses of the processes that are up, by index.
-fn up_admins(st: &State) -> Vec<(usize, SocketAddr)> {
-    st.slots
-        .lock()
-        .unwrap()
-        .iter()
-        .enumerate()
-        .filter_map(|(i, s)| s.up_admin().map(|a| (i, a)))
-        .collect()
-}
-
-/// The supervisor's side of the channels API (see `serve_admin`).
-mod api_glue {
-    use super::{up_admins, State};
-    use crate::serve::supervisor::api::Process;
-
-    impl Process for State {
-        fn api_key(&self) -> Option<&str> {
-            self.plan
-                .config
-                .secrets
-                .api_key
-                .as_ref()
-                .map(|k| k.expose())
-        }
-        fn up_admins(&self) -> Vec<(usize, std::net::SocketAddr)> {
-            up_admins(self)
-        }
-        fn stopping(&self) -> bool {
-            self.stopping.load(std::sync::atomic::Ordering::Relaxed)
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,34 +1,46 @@
-//! The cluster backplane: `serve --cluster URL` makes `broadcast` and `channels` span every
-//! node on the same Redis (or Redis Sentinel group, Redis Cluster, NATS: the engines are in
-//! `serve::backplane`); this file holds the relay's wire format every engine carries.
+//! The relay's wire format, the one every engine carries (and the `--processes` supervisor's
+//! local relay too): a relay message is this node's id, a kind byte and the kind's fields.
+//! Only bytes live here: no I/O, no state, so every case is a unit test. Where the messages
+//! go (`CHANNEL`, the shard channels, the NATS subject) is here as well: every node of a
+//! cluster must name them alike.
 //!
-//! Each node delivers its own messages locally at once (no round trip through Redis) and
-//! publishes them on one Redis channel, tagged with its node id; every node delivers what it
-//! receives from the others and skips its own, so each subscriber gets a message exactly once,
-//! encoded once per node. When Redis goes away the node keeps serving its own clients (local
-//! delivery only, counted in `ws_backplane_dropped_total`), reconnects with backoff, and
-//! relays again once subscribed.
+//! Each node delivers its own messages locally at once (no round trip through the
+//! backplane) and publishes them tagged with its node id; every node delivers what it
+//! receives from the others and skips its own (`decode` returns None for them), so each
+//! subscriber gets a message exactly once, encoded once per node.
 
-use anyhow::Result;
 use embedded_server::frame::OpCode;
 use embedded_server::hub::Relay;
-use embedded_server::Hub;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// The one Redis channel every node publishes on and subscribes to.
 pub const CHANNEL: &str = "wstune:relay";
+
+/// Redis Cluster's shard channels (`redis+cluster://`): enough to spread over a few masters;
+/// each node holds one subscription per shard, grouped into one connection per master.
+pub const SHARDS: u16 = 16;
+
+/// Shard channel `k`: `wstune:relay:{K}` (the braces are a hash tag: the slot is the number's).
+pub fn shard_channel(k: u16) -> String {
+    format!("{CHANNEL}:{{{k}}}")
+}
+
+/// The NATS subject every node publishes on and subscribes to (`nats://`).
+pub const SUBJECT: &str = "wstune.relay";
+
+/// The node id of the `--processes` supervisor, which no process has, so every process
+/// delivers what it sends, the publisher's too.
+pub const SUPERVISOR: u64 = u64::MAX;
 
 const KIND_BROADCAST: u8 = 0;
 const KIND_CHANNEL: u8 = 1;
 /// A channel publish for the supervisor to position (`--processes` with history on).
 const KIND_SEQUENCE: u8 = 2;
 /// A positioned channel publication from the supervisor, for every process.
-pub const KIND_POSITIONED: u8 = 3;
-/// The supervisor's history, for a process that starts (see `supervisor::history`).
+const KIND_POSITIONED: u8 = 3;
+/// The supervisor's history, for a process that starts (`snapshot::encode_snapshot`).
 pub const KIND_SNAPSHOT: u8 = 4;
 /// The supervisor's tombstones and stamp family, sent just before its history
-/// (`supervisor::history::encode_graves`). A process that gets one knows the supervisor takes
+/// (`snapshot::encode_graves`). A process that gets one knows the supervisor takes
 /// `KIND_SEQUENCE_BY`. New kinds rather than new fields: a process or supervisor of an older
 /// release (a SIGUSR2 upgrade or rollback runs both at once) skips a kind it does not know.
 pub const KIND_GRAVES: u8 = 6;
@@ -37,16 +49,6 @@ const KIND_SEQUENCE_BY: u8 = 7;
 /// From the supervisor, just before a positioned publication: its publisher's key (process and
 /// connection), so every process holds it to the same share.
 const KIND_PUBLISHER: u8 = 8;
-
-/// Set in a server process once its supervisor has sent `KIND_GRAVES`: it then takes
-/// publishes with their publisher (`KIND_SEQUENCE_BY`); before, and under an older supervisor,
-/// they go as `KIND_SEQUENCE`.
-pub static SUPERVISOR_NAMES_PUBLISHERS: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
-/// The publisher key a `KIND_PUBLISHER` frame announced, for the positioned publication
-/// (channel, offset) that follows it on the same relay.
-static NEXT_PUBLISHER: std::sync::Mutex<Option<(String, u64, u64)>> = std::sync::Mutex::new(None);
 
 /// Messages waiting for the publisher; past this the relay drops (local delivery still happened).
 pub(crate) const QUEUE: usize = 65_536;
@@ -57,7 +59,11 @@ pub(crate) const QUEUE: usize = 65_536;
 /// only in `KIND_SEQUENCE_BY`) and the data's JSON. A positioned one (`encode_positioned`) has
 /// the name, then the offset (u64 LE), the epoch's length (u8) and the epoch, then the text;
 /// a `KIND_PUBLISHER` one (`encode_publisher`) the name, the offset and the key (u64 LE).
-pub fn encode(node: u64, r: &Relay<'_>) -> Vec<u8> {
+///
+/// `named`: the receiver takes publishers (`KIND_SEQUENCE_BY`); a supervisor of an older
+/// release does not, so a publish to position goes without one until it says so
+/// (`deliver::supervisor_names_publishers`).
+pub fn encode(node: u64, r: &Relay<'_>, named: bool) -> Vec<u8> {
     let mut v = node.to_le_bytes().to_vec();
     match r {
         Relay::Broadcast { op, payload } => {
@@ -76,8 +82,7 @@ pub fn encode(node: u64, r: &Relay<'_>) -> Vec<u8> {
             data,
             publisher,
         } => {
-            let named = *publisher != 0
-                && SUPERVISOR_NAMES_PUBLISHERS.load(std::sync::atomic::Ordering::Relaxed);
+            let named = *publisher != 0 && named;
             v.push(if named {
                 KIND_SEQUENCE_BY
             } else {
@@ -94,10 +99,9 @@ pub fn encode(node: u64, r: &Relay<'_>) -> Vec<u8> {
     v
 }
 
-/// A positioned publication (see `encode`), from the supervisor (node id `u64::MAX`, which no
-/// process has, so every process delivers it, the publisher's too).
+/// A positioned publication (see `encode`), from the supervisor (node id `SUPERVISOR`).
 pub fn encode_positioned(channel: &str, offset: u64, epoch: &str, text: &str) -> Vec<u8> {
-    let mut v = u64::MAX.to_le_bytes().to_vec();
+    let mut v = SUPERVISOR.to_le_bytes().to_vec();
     v.push(KIND_POSITIONED);
     v.extend_from_slice(&(channel.len() as u16).to_le_bytes());
     v.extend_from_slice(channel.as_bytes());
@@ -112,7 +116,7 @@ pub fn encode_positioned(channel: &str, offset: u64, epoch: &str, text: &str) ->
 /// The publisher key of the positioned publication (channel, offset) that follows (see
 /// `encode`), from the supervisor.
 pub fn encode_publisher(channel: &str, offset: u64, key: u64) -> Vec<u8> {
-    let mut v = u64::MAX.to_le_bytes().to_vec();
+    let mut v = SUPERVISOR.to_le_bytes().to_vec();
     v.push(KIND_PUBLISHER);
     v.extend_from_slice(&(channel.len() as u16).to_le_bytes());
     v.extend_from_slice(channel.as_bytes());
@@ -132,59 +136,14 @@ pub enum Incoming<'a> {
     Positioned(&'a str, u64, &'a str, &'a str),
     /// The publisher key of the positioned publication that follows: channel, offset, key.
     Publisher(&'a str, u64, u64),
-    /// The supervisor's tombstones (`supervisor::history::encode_graves`).
+    /// The supervisor's tombstones (`snapshot::encode_graves`).
     Graves(&'a [u8]),
-    /// The supervisor's history (`supervisor::history::encode_snapshot`).
+    /// The supervisor's history (`snapshot::encode_snapshot`).
     Snapshot(&'a [u8]),
 }
 
-/// Deliver a relayed message (from Redis or the local relay) to this node's clients, counting
-/// it; our own messages and malformed ones are skipped.
-pub fn deliver(hub: &Hub, me: u64, m: &[u8]) {
-    let received = || {
-        hub.metrics
-            .backplane_received
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    };
-    match decode(me, m) {
-        Some(Incoming::Broadcast(op, payload)) => {
-            received();
-            hub.relay().deliver_broadcast(op, payload);
-        }
-        Some(Incoming::Channel(name, text)) => {
-            received();
-            hub.relay().deliver_channel(name, text);
-        }
-        Some(Incoming::Publisher(name, offset, key)) => {
-            *NEXT_PUBLISHER.lock().unwrap() = Some((name.to_string(), offset, key));
-        }
-        Some(Incoming::Positioned(name, offset, epoch, text)) => {
-            received();
-            let pos = embedded_server::hub::StreamPosition {
-                offset,
-                epoch: epoch.into(),
-            };
-            let publisher = match NEXT_PUBLISHER.lock().unwrap().take() {
-                Some((c, o, key)) if c == name && o == offset => key,
-                _ => 0,
-            };
-            hub.history()
-                .deliver_positioned(name, &pos, text, publisher);
-        }
-        #[cfg(target_os = "linux")]
-        Some(Incoming::Graves(body)) => {
-            crate::serve::supervisor::history::restore_graves(hub, body);
-            SUPERVISOR_NAMES_PUBLISHERS.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        #[cfg(target_os = "linux")]
-        Some(Incoming::Snapshot(body)) => {
-            crate::serve::supervisor::history::restore(hub, body);
-        }
-        // Only the supervisor positions publishes.
-        _ => {}
-    }
-}
-
+/// What `m` asks of node `me`: None for our own messages, malformed ones and kinds this
+/// release does not know (a heartbeat, a probe, a newer release's).
 pub fn decode(me: u64, m: &[u8]) -> Option<Incoming<'_>> {
     let node = u64::from_le_bytes(m.get(..8)?.try_into().ok()?);
     if node == me {
@@ -228,26 +187,6 @@ pub(crate) fn node_id() -> u64 {
     embedded_server::hub::random_seed()
 }
 
-/// Backoff between reconnect attempts: 100 ms doubling to 5 s.
-pub(crate) fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis((100u64 << attempt.min(6)).min(5000))
-}
-
-/// Check `--cluster URL` (its scheme picks the engine: `redis://`, `redis+sentinel://`,
-/// `redis+cluster://`, `nats://`; see `serve::backplane`); an error names the flag and the
-/// expected forms. Called before the server binds anything, so a typo stops `serve` before it
-/// starts.
-pub fn client(url: &str) -> Result<()> {
-    crate::serve::backplane::parse(url).map(|_| ())
-}
-
-/// Validate the URL, install the relay on `hub` and start the engine's tasks (on the current
-/// tokio runtime). The backplane being unreachable now is not an error: the node serves
-/// locally and connects when it can.
-pub fn start(url: &str, hub: Arc<Hub>) -> Result<()> {
-    crate::serve::backplane::start(url, hub)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +199,7 @@ mod tests {
                 op: OpCode::Binary,
                 payload: b"\x00\x01",
             },
+            false,
         );
         assert_eq!(
             decode(8, &b),
@@ -272,6 +212,7 @@ mod tests {
                 channel: "prices",
                 text: "{\"channel\":\"prices\"}",
             },
+            false,
         );
         assert_eq!(
             decode(9, &c),
@@ -279,6 +220,5 @@ mod tests {
         );
         assert_eq!(decode(9, &c[..10]), None, "truncated");
         assert_eq!(decode(9, b"short"), None);
-        assert!(backoff(0) < backoff(3) && backoff(30) == Duration::from_secs(5));
     }
 }

@@ -8,13 +8,14 @@
 //! refreshes both keys' expiry to the history's age bound, and publishes the positioned
 //! publication on the backplane's channel, so every node, the publisher's included, receives
 //! the publications of a channel in offset order. Each node keeps a copy as it delivers
-//! (`HubHistory::deliver_positioned`); a node that cannot serve a recovery (it restarted)
-//! reads the stream after the position (`XRANGE`) and merges it before the subscribe completes.
+//! (`hub.history().deliver_positioned`); a node that cannot serve a recovery (it restarted) reads the
+//! stream after the position (`XRANGE`) and merges it before the subscribe completes.
 //!
 //! A channel's two keys share a `{channel}` hash tag, so they sit in one Redis Cluster slot
 //! and the script may touch both; everything is written against
 //! `redis::aio::ConnectionLike`, so it runs over a cluster connection too.
 
+use super::wire::{decode, Incoming, SUPERVISOR};
 use embedded_server::hub::{FetchRequest, StreamPosition};
 use embedded_server::Hub;
 use redis::aio::ConnectionLike;
@@ -227,10 +228,10 @@ pub async fn send<C: ConnectionLike>(
     msg: &[u8],
     relay_channel: &str,
 ) -> redis::RedisResult<()> {
-    if let (Some(h), Some(super::cluster::Incoming::Sequence(channel, data, _))) = (
-        hub.history().settings(),
-        super::cluster::decode(u64::MAX, msg),
-    ) {
+    // Decoded as the supervisor would (the one id no node has), so our own message counts.
+    if let (Some(h), Some(Incoming::Sequence(channel, data, _))) =
+        (hub.history().settings(), decode(SUPERVISOR, msg))
+    {
         publish(conn, channel, data, h.size, h.ttl_secs, relay_channel).await?;
         return Ok(());
     }
