@@ -8,7 +8,7 @@
 //! `slot` being computed from the flags they share. Hosts need a synchronised clock (NTP,
 //! chrony); each report records when its scenarios started, and `report merge` prints the skew.
 
-use super::run::{RunPlan, CLOSE_GRACE};
+use super::plan::{RunPlan, CLOSE_GRACE};
 use super::scenario::CLOSES_PER_SEC;
 use super::{storm_budget_secs, Scenario};
 use serde::{Deserialize, Serialize};

@@ -7,9 +7,9 @@
 //! Reports that do not belong together are refused, each reason named: a merge that mixed two
 //! runs would print a verdict about neither.
 
-use super::super::{histo, worker, Histograms, ProcFigures, ScenarioReport, TimelinePoint};
+use super::super::{histo, Histograms, ProcFigures, ScenarioReport, TimelinePoint};
 use super::{BudgetReport, CapacityReport, MemoryReport, MergedFrom, Report};
-use crate::selftest::merge::latency;
+use crate::selftest::histo::latency;
 use std::collections::BTreeMap;
 
 /// One shard's report and where it was read from (for the messages).
@@ -205,11 +205,11 @@ fn decode(
 /// One scenario over every shard.
 fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String> {
     let (_, f) = each[0];
-    let mut hist = worker::histogram();
-    let mut service = worker::histogram();
+    let mut hist = histo::histogram();
+    let mut service = histo::histogram();
     let mut has_service = false;
-    let mut connect = worker::histogram();
-    let mut tls_hs = worker::histogram();
+    let mut connect = histo::histogram();
+    let mut tls_hs = histo::histogram();
     let mut rounds: Vec<(u64, u64)> = Vec::new();
     for (i, s) in each {
         let h = s.histograms.as_ref().expect("checked before");
@@ -284,7 +284,7 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
         }
     }
     let broadcast = f.scenario == crate::selftest::Scenario::Broadcast;
-    let mut round_hist = worker::histogram();
+    let mut round_hist = histo::histogram();
     for (n, last) in &rounds {
         if *n > 0 {
             let _ = round_hist.record((*last).max(1));
@@ -402,7 +402,7 @@ fn steps(each: &[(usize, &ScenarioReport)]) -> Result<Vec<crate::selftest::StepR
         for st in &s.steps {
             let e = by
                 .entry(st.name.clone())
-                .or_insert_with(|| (worker::histogram(), 0, 0, 0));
+                .or_insert_with(|| (histo::histogram(), 0, 0, 0));
             let h = decode(*i, s, &format!("step {}", st.name), &st.histogram)?;
             histo::add(&mut e.0, &h)
                 .map_err(|err| format!("shard {i}'s step {}: {err}", st.name))?;

@@ -9,7 +9,7 @@
 //! <https://aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter/>), so a fleet
 //! that lost its server at the same instant does not come back in one synchronised wave.
 
-use super::merge::latency;
+use super::histo::latency;
 use super::{Latency, WorkerResult};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

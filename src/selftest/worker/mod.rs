@@ -11,6 +11,7 @@ mod script;
 pub use scenarios::broadcast_payload;
 
 use super::client::{self, Reader, Writer};
+use super::histo::{histogram, MAX_LATENCY_US};
 use super::{Event, Scenario, WorkerResult, WorkerSpec};
 use echo::{echo_rate, echo_sat, pace, Slot};
 use hdrhistogram::Histogram;
@@ -31,14 +32,6 @@ const TIMER_SLOP_US: u64 = 1000;
 /// send, is the figure that leaves the generator's own lateness out.
 fn latency_origin_us(due_us: u64, now_us: u64) -> u64 {
     now_us.clamp(due_us, due_us + TIMER_SLOP_US)
-}
-
-/// The longest latency the histograms hold: 10 minutes, in microseconds.
-const MAX_LATENCY_US: u64 = 600_000_000;
-
-/// Latencies are recorded in microseconds, 1 us .. 10 min, 3 significant figures.
-pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("valid histogram bounds")
 }
 
 #[derive(Default)]
