@@ -471,7 +471,7 @@ pub fn plan(
         }),
     };
     opts.shard = load.shard.map(|s| Shard {
-        slot_secs: crate::selftest::shard::slot_secs(&opts, total_conns),
+        slot_secs: crate::selftest::slot::slot_secs(&opts, total_conns),
         ..s
     });
     Ok(LoadPlan {
@@ -617,33 +617,7 @@ pub fn plan_text(p: &LoadPlan) -> String {
         } else {
             duration_words(o.secs)
         };
-        let what = match s {
-            Scenario::Idle => format!("{n} connections held for {window}"),
-            Scenario::EchoRate | Scenario::Deflate => {
-                format!(
-                    "{n} connections x {} msgs/s, {window}",
-                    report::rate_words(o.rate)
-                )
-            }
-            Scenario::EchoSat => {
-                format!("{n} connections, {} in flight each, {window}", o.inflight)
-            }
-            Scenario::Storm => format!(
-                "{n} connections at once ({} handshakes in flight)",
-                o.storm_concurrency
-            ),
-            Scenario::TlsHandshake => format!(
-                "handshake loop, {} in flight, {window}",
-                o.storm_concurrency
-            ),
-            Scenario::Broadcast => {
-                format!("{n} subscribers, {} rounds over {window}", o.rounds)
-            }
-            Scenario::Script => format!("{n} scripted connections, {window}"),
-            Scenario::Restart => {
-                format!("{n} connections, the server restarted, {window}")
-            }
-        };
+        let what = s.workload().plan_line(&n, &window, o);
         out.push_str(&format!("  {}. {:<width$}  {what}\n", i + 1, s.name()));
     }
     out
@@ -678,17 +652,9 @@ fn result_line(r: &crate::selftest::ScenarioReport, p: &LoadPlan, took: f64) -> 
     };
     // Each scenario's own figures under their own names: a storm's rate is handshakes, a
     // broadcast's deliveries, and an idle run has neither.
-    use crate::selftest::Scenario;
     let p99 = report::ms_words(r.latency_ms.p99);
     let rate = report::rate_words(r.achieved_rate);
-    let figures = match r.scenario {
-        Scenario::Idle => String::new(),
-        Scenario::Storm | Scenario::TlsHandshake => {
-            format!(", handshake p99 {p99}, {rate} handshakes/s")
-        }
-        Scenario::Broadcast => format!(", delivery p99 {p99}, {rate} deliveries/s"),
-        _ => format!(", p99 {p99}, {rate} msgs/s"),
-    };
+    let figures = r.scenario.workload().result_figures(&p99, &rate);
     format!(
         "{word} in {}: {}/{} connected{figures}, {} errors",
         duration_words(took),

@@ -24,6 +24,7 @@ pub mod script;
 pub mod server;
 pub mod shard;
 pub mod sizing;
+pub mod slot;
 pub mod threshold;
 pub mod tls;
 pub mod worker;

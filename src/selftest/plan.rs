@@ -64,9 +64,7 @@ impl RunPlan {
     /// Whether `scenario`'s connections open inside the measured window (storm,
     /// tls-handshake, a script with stages): no connect phase before it.
     pub fn connects_in_window(&self, scenario: Scenario) -> bool {
-        scenario.connects_in_window()
-            || (scenario == Scenario::Script
-                && self.script.as_ref().is_some_and(|s| !s.stages.is_empty()))
+        scenario.workload().opens_in_window(self)
     }
 
     /// Seconds of unmeasured load before `scenario`'s window: `--warmup`, or by default 1 s,
@@ -93,12 +91,7 @@ impl RunPlan {
 
 /// The warm-up without `--warmup`, for a scenario that warms up (see [`RunPlan::warmup_for`]).
 fn default_warmup(scenario: Scenario, rate: f64) -> f64 {
-    let period = 1.0 / rate.max(0.001);
-    match scenario {
-        Scenario::EchoRate => period.clamp(1.0, 5.0),
-        Scenario::Deflate => (period + 1.0).clamp(1.0, 15.0),
-        _ => 1.0,
-    }
+    scenario.workload().default_warmup(rate)
 }
 
 /// How long the generators may take to close their connections after their results.

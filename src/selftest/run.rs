@@ -9,7 +9,6 @@ use super::sampling::{disturbance_of, drop_counters, kernel_drops, kernel_memory
 use super::scenario::CLOSES_PER_SEC;
 use super::*;
 use anyhow::{bail, Context, Result};
-use std::net::IpAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -104,7 +103,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         })
     };
     let late = match &o.shard {
-        Some(sh) => shard::wait_for_slot(sh, o, scenario).await,
+        Some(sh) => slot::wait_for_slot(sh, o, scenario).await,
         None => None,
     };
     let t0 = Instant::now();
@@ -221,7 +220,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         _ => None,
     };
     let timeline = timeline(&procs);
-    let echo_like = matches!(scenario, Scenario::EchoRate | Scenario::Deflate);
+    let echo_like = scenario.open_loop();
     let cycles = scenario == Scenario::TlsHandshake;
     let mut round_hist = histo::histogram();
     for (n, last) in &rounds {

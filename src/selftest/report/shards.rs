@@ -298,10 +298,7 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
         .iter()
         .filter_map(|(i, s)| s.incomplete.as_ref().map(|m| format!("shard {i}: {m}")))
         .collect();
-    let echo_like = matches!(
-        f.scenario,
-        crate::selftest::Scenario::EchoRate | crate::selftest::Scenario::Deflate
-    );
+    let echo_like = f.scenario.open_loop();
     Ok(ScenarioReport {
         scenario: f.scenario,
         // Each shard watched its own host: the merged run has no one host to show.

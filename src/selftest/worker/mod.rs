@@ -278,7 +278,7 @@ async fn run(spec: WorkerSpec) {
         // A script with stages: its connections open and close on their schedule.
         storm_connect_errors = script::staged(&spec, &sh, start, end).await;
     } else {
-        let echo_like = matches!(spec.scenario, Scenario::EchoRate | Scenario::Deflate);
+        let echo_like = spec.scenario.open_loop();
         let slots: Vec<Rc<Slot>> = if echo_like {
             (0..conns.len()).map(|_| Rc::new(Slot::default())).collect()
         } else {
