@@ -70,13 +70,13 @@ fn garbled(line: &str, e: &dyn std::fmt::Display) -> String {
 /// opened); a partial run comes back as a report with `incomplete` set.
 pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioReport> {
     let o = &*restart::plan_for(o, scenario);
-    let target = if scenario == Scenario::Broadcast {
+    let target = if scenario.fans_out() {
         &o.broadcast_target
     } else {
         &o.target
     };
     let rss_before = server_sample(o, scenario).map(|s| s.1);
-    let kernel_before = (scenario == Scenario::Idle).then(kernel_sample).flatten();
+    let kernel_before = (scenario.holds_idle()).then(kernel_sample).flatten();
     let drops_before = drop_counters();
     // From before the first connection (a storm overflows while it connects) to the window's
     // end; a thread of its own reads the host, the generator runs in other processes.
@@ -89,7 +89,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         quiesce(o, Duration::from_secs(10)).await;
     }
     let rss_after_connect = server_sample(o, scenario).map(|s| s.1);
-    let kernel_during = (scenario == Scenario::Idle).then(kernel_sample).flatten();
+    let kernel_during = (scenario.holds_idle()).then(kernel_sample).flatten();
     let warmup = o.warmup_for(scenario);
     // The server's CPU is read when the measured window starts (after the warm-up).
     let server0 = {
@@ -115,7 +115,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
 
     let mut watch = restart::Watch::start(o, scenario, target);
     // Shards share one publisher: every subscriber, on every shard, gets each round once.
-    let publisher = if scenario == Scenario::Broadcast && o.shard.is_none_or(|s| s.index == 0) {
+    let publisher = if scenario.fans_out() && o.shard.is_none_or(|s| s.index == 0) {
         Some(publisher::start(o, target).await?)
     } else {
         None
@@ -181,7 +181,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         errors += (o.conns - connected) as u64;
     }
     let wall = o.secs.max(0.001);
-    let run_wall = if scenario == Scenario::Storm {
+    let run_wall = if scenario.lasts_until_done() {
         last_echo.max(0.001)
     } else {
         elapsed.max(wall)
@@ -209,7 +209,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
                 cpu_pct: (c1 - c0).max(0.0) / secs * 100.0,
                 rss_before_bytes: rss_before,
                 rss_after_bytes: rss_after_connect.or(Some(rss1)),
-                rss_per_conn_bytes: if scenario == Scenario::Idle {
+                rss_per_conn_bytes: if scenario.holds_idle() {
                     per_conn
                 } else {
                     None
@@ -221,7 +221,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     };
     let timeline = timeline(&procs);
     let echo_like = scenario.open_loop();
-    let cycles = scenario == Scenario::TlsHandshake;
+    let cycles = scenario.cycles_connections();
     let mut round_hist = histo::histogram();
     for (n, last) in &rounds {
         if *n > 0 {
@@ -236,16 +236,19 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         } else {
             o.conns
         },
-        conns_connected: match scenario {
-            Scenario::Storm => hist.len() as usize,
+        conns_connected: if scenario.lasts_until_done() {
+            hist.len() as usize
+        } else if scenario.cycles_connections() {
+            clients_in_flight(o, workers)
+        } else if o.connects_in_window(scenario) {
             // Staged: every connection that opened in the window, timed on opening.
-            Scenario::Script if o.connects_in_window(scenario) => connect.len() as usize,
-            Scenario::TlsHandshake => clients_in_flight(o, workers),
-            _ => connected,
+            connect.len() as usize
+        } else {
+            connected
         },
         workers,
         sources: o.sources.len().max(1),
-        secs: if scenario == Scenario::Storm {
+        secs: if scenario.lasts_until_done() {
             run_wall
         } else {
             o.secs
@@ -253,11 +256,11 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         warmup_secs: warmup,
         payload_bytes: o.size,
         offered_rate: echo_like.then_some(o.rate * o.conns as f64),
-        inflight: (scenario == Scenario::EchoSat).then_some(o.inflight),
+        inflight: (scenario.closed_loop()).then_some(o.inflight),
         sent,
         received,
         achieved_rate: received as f64
-            / run_wall.min(if scenario == Scenario::Storm {
+            / run_wall.min(if scenario.lasts_until_done() {
                 f64::MAX
             } else {
                 wall
@@ -284,8 +287,10 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
             Some(s) if cycles && s.cpu_secs > 0.0 => Some(received as f64 / s.cpu_secs),
             _ => None,
         },
-        echoes_per_server_cpu_sec: match (&server, scenario) {
-            (Some(s), Scenario::EchoSat) if s.cpu_secs > 0.0 => Some(received as f64 / s.cpu_secs),
+        echoes_per_server_cpu_sec: match &server {
+            Some(s) if scenario.closed_loop() && s.cpu_secs > 0.0 => {
+                Some(received as f64 / s.cpu_secs)
+            }
             _ => None,
         },
         server,
@@ -297,11 +302,11 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         },
         kernel: kernel_memory(kernel_before, kernel_during),
         kernel_drops: drops,
-        storm_secs: (scenario == Scenario::Storm).then_some(last_echo),
-        connects_per_sec: (scenario == Scenario::Storm && last_echo > 0.0)
+        storm_secs: (scenario.lasts_until_done()).then_some(last_echo),
+        connects_per_sec: (scenario.lasts_until_done() && last_echo > 0.0)
             .then(|| hist.len() as f64 / last_echo),
-        broadcast_last_ms: (scenario == Scenario::Broadcast).then(|| latency(&round_hist)),
-        broadcast_rounds: (scenario == Scenario::Broadcast).then_some(o.rounds),
+        broadcast_last_ms: (scenario.fans_out()).then(|| latency(&round_hist)),
+        broadcast_rounds: (scenario.fans_out()).then_some(o.rounds),
         timeline,
         disturbance,
         attempts: Vec::new(),
@@ -331,7 +336,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
             connect: (!connect.is_empty()).then(|| histo::encode_packed(&connect)),
             tls_handshake: (!tls_handshake.is_empty())
                 .then(|| histo::encode_packed(&tls_handshake)),
-            rounds: if scenario == Scenario::Broadcast {
+            rounds: if scenario.fans_out() {
                 rounds.clone()
             } else {
                 Vec::new()
@@ -359,7 +364,7 @@ async fn spawn_workers(
 ) -> Result<Vec<WorkerProc>> {
     let exe =
         std::env::current_exe().context("cannot find this program to start generator processes")?;
-    let spread = if scenario == Scenario::Broadcast {
+    let spread = if scenario.fans_out() {
         o.subscribe_targets.len()
     } else {
         0
@@ -388,7 +393,7 @@ async fn spawn_workers(
             size: o.size,
             // A storm is measured by how long it takes: --secs bounds it only from below, or
             // 100k clients on 2 cores were cut off at 5 s with a third still connecting.
-            secs: if scenario == Scenario::Storm {
+            secs: if scenario.lasts_until_done() {
                 storm_budget_secs(o.conns, o.secs)
             } else {
                 o.secs
@@ -396,20 +401,17 @@ async fn spawn_workers(
             warmup: o.warmup_for(scenario),
             inflight: o.inflight,
             // The broadcast publisher sends binary stamps, so its subscribers stay plain.
-            deflate: scenario == Scenario::Deflate
-                || (o.deflate && scenario != Scenario::Broadcast),
+            deflate: scenario.negotiates_deflate() || (o.deflate && !scenario.fans_out()),
             ramp_per_sec: o.ramp_per_sec / workers as f64,
             rounds: o.rounds,
-            storm_concurrency: match scenario {
+            storm_concurrency: if scenario.cycles_connections() {
                 // Its clients are --conns at most: the server is sized for that many.
-                Scenario::TlsHandshake => clients_in_flight(o, workers) / workers,
-                _ => (o.storm_concurrency / workers).max(1),
+                clients_in_flight(o, workers) / workers
+            } else {
+                (o.storm_concurrency / workers).max(1)
             },
             // The broadcast scenario's stamps must come back as sent.
-            request: o
-                .request
-                .clone()
-                .filter(|_| scenario != Scenario::Broadcast),
+            request: o.request.clone().filter(|_| !scenario.fans_out()),
             phase_slot: w,
             phase_stride: workers,
             phase_total: o.conns,
@@ -540,17 +542,17 @@ async fn run_phase(
 ) {
     let pb = progress_bar(o.secs.ceil() as u64, scenario.name());
     let run_deadline = tokio::time::Instant::now()
-        + Duration::from_secs_f64(if scenario == Scenario::Storm {
+        + Duration::from_secs_f64(if scenario.lasts_until_done() {
             storm_budget_secs(o.conns, o.secs)
         } else {
             o.secs + warmup
         })
-        + Duration::from_secs(if scenario == Scenario::Storm { 60 } else { 15 })
+        + Duration::from_secs(if scenario.lasts_until_done() { 60 } else { 15 })
         // Then every connection closes before its generator reports: at a million idle
         // connections on 2 cores the close handshakes outlasted a fixed 15 s.
         + Duration::from_secs_f64(o.conns as f64 / CLOSES_PER_SEC)
         // Broadcast subscribers wait one round gap past the window for the last round.
-        + Duration::from_secs_f64(if scenario == Scenario::Broadcast {
+        + Duration::from_secs_f64(if scenario.fans_out() {
             o.secs / (o.rounds as f64 + 1.0)
         } else {
             0.0
@@ -562,7 +564,7 @@ async fn run_phase(
     // generator closes its connections: at 100k the close handshakes cost the server more CPU
     // than a minute of idling, and counting them made "idle" look busy (27 % instead of under
     // 1 %). Storm and broadcast are measured until their work is done (the first result).
-    let window_end = (!matches!(scenario, Scenario::Storm | Scenario::Broadcast)).then(|| {
+    let window_end = (!scenario.lasts_until_done() && !scenario.fans_out()).then(|| {
         let o = o.clone();
         let at = t0 + Duration::from_secs_f64(warmup + o.secs);
         tokio::spawn(async move {

@@ -42,7 +42,7 @@ pub fn slot_secs(o: &RunPlan, total_conns: usize) -> f64 {
         .scenarios
         .iter()
         .map(|&s| {
-            let body = if s == Scenario::Storm {
+            let body = if s.lasts_until_done() {
                 storm_budget_secs(total_conns, o.secs)
             } else {
                 o.secs + o.warmup_for(s) + o.secs / (o.rounds as f64 + 1.0)

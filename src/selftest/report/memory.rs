@@ -59,7 +59,7 @@ pub struct MemoryReport {
 impl MemoryReport {
     /// From the idle scenario, if it ran and anything was measured.
     pub fn of(scenarios: &[ScenarioReport], e: &MemoryEstimate) -> Option<MemoryReport> {
-        let idle = scenarios.iter().find(|s| s.scenario == Scenario::Idle)?;
+        let idle = scenarios.iter().find(|s| s.scenario.holds_idle())?;
         let rss = idle.server.as_ref().and_then(|s| s.rss_per_conn_bytes);
         let kernel = idle.kernel.clone();
         if rss.is_none() && kernel.is_none() {

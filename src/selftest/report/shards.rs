@@ -266,8 +266,8 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
             p
         });
     // tls-handshake: the cycles of every shard over the server's CPU-seconds.
-    let handshakes_per_core = match (&server, f.scenario) {
-        (Some(s), crate::selftest::Scenario::TlsHandshake) if s.cpu_secs > 0.0 => {
+    let handshakes_per_core = match &server {
+        Some(s) if f.scenario.cycles_connections() && s.cpu_secs > 0.0 => {
             Some(received as f64 / s.cpu_secs)
         }
         _ => None,
@@ -283,7 +283,7 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
             e.received_per_sec += p.received_per_sec;
         }
     }
-    let broadcast = f.scenario == crate::selftest::Scenario::Broadcast;
+    let broadcast = f.scenario.fans_out();
     let mut round_hist = histo::histogram();
     for (n, last) in &rounds {
         if *n > 0 {
@@ -331,7 +331,7 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
             _ => None,
         },
         echoes_per_server_cpu_sec: match &server {
-            Some(s) if f.scenario == crate::selftest::Scenario::EchoSat && s.cpu_secs > 0.0 => {
+            Some(s) if f.scenario.closed_loop() && s.cpu_secs > 0.0 => {
                 Some(received as f64 / s.cpu_secs)
             }
             _ => None,

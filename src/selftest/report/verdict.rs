@@ -129,7 +129,7 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, j: &Judging) -> Verdic
         );
         // A restart's closes are what it measures: judged by whether the clients came back
         // (its own checks below), not as a fault.
-        if s.scenario != Scenario::Restart {
+        if !s.scenario.disrupts_server() {
             add(
                 "no server closes",
                 s.disconnects == 0,

@@ -196,7 +196,7 @@ pub(super) fn plan_for(
     o: &super::RunPlan,
     scenario: super::Scenario,
 ) -> std::borrow::Cow<'_, super::RunPlan> {
-    if scenario != super::Scenario::Restart {
+    if !scenario.disrupts_server() {
         return std::borrow::Cow::Borrowed(o);
     }
     std::borrow::Cow::Owned(super::RunPlan {
@@ -223,7 +223,7 @@ impl Watch {
         scenario: super::Scenario,
         target: &super::client::Target,
     ) -> Watch {
-        if scenario != super::Scenario::Restart {
+        if !scenario.disrupts_server() {
             return Watch {
                 restart: false,
                 disruption: None,

@@ -28,6 +28,10 @@ impl Workload for Broadcast {
         true
     }
 
+    fn fans_out(&self) -> bool {
+        true
+    }
+
     fn plan_line(&self, n: &str, window: &str, o: &RunPlan) -> String {
         format!("{n} subscribers, {} rounds over {window}", o.rounds)
     }

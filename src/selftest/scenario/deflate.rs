@@ -42,6 +42,10 @@ impl Workload for Deflate {
         true
     }
 
+    fn negotiates_deflate(&self) -> bool {
+        true
+    }
+
     fn plan_line(&self, n: &str, window: &str, o: &RunPlan) -> String {
         format!("{n} connections x {} msgs/s, {window}", rate_words(o.rate))
     }

@@ -27,6 +27,10 @@ impl Workload for EchoSat {
         true
     }
 
+    fn closed_loop(&self) -> bool {
+        true
+    }
+
     fn plan_line(&self, n: &str, window: &str, o: &RunPlan) -> String {
         format!("{n} connections, {} in flight each, {window}", o.inflight)
     }

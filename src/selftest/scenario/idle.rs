@@ -23,6 +23,10 @@ impl Workload for Idle {
         "Connections opened and held without traffic: what each one costs the server and the kernel."
     }
 
+    fn holds_idle(&self) -> bool {
+        true
+    }
+
     fn plan_line(&self, n: &str, window: &str, _o: &RunPlan) -> String {
         format!("{n} connections held for {window}")
     }

@@ -43,6 +43,48 @@ pub trait Workload: Sync {
         false
     }
 
+    /// Closed loop: a fixed number of messages in flight per connection (`--inflight`), each
+    /// sent when the last one's answer arrives; priced in echoes per server CPU-second.
+    fn closed_loop(&self) -> bool {
+        false
+    }
+
+    /// Its window lasts until every connection has connected and echoed (bounded by the storm
+    /// budget), not `--secs`: its rate is over that time, and it has a storm's figures.
+    fn lasts_until_done(&self) -> bool {
+        false
+    }
+
+    /// Its clients connect, upgrade and close in a loop (`--storm-concurrency` at once): its
+    /// rate is handshakes, and its connections are the clients in flight.
+    fn cycles_connections(&self) -> bool {
+        false
+    }
+
+    /// A publisher sends and every connection subscribes, against the broadcast server: its
+    /// figures are rounds and deliveries, and its payloads are never compressed.
+    fn fans_out(&self) -> bool {
+        false
+    }
+
+    /// Its connections are held idle: the server's and the kernel's memory per connection are
+    /// measured on it.
+    fn holds_idle(&self) -> bool {
+        false
+    }
+
+    /// It negotiates permessage-deflate on every connection (whatever `--deflate` says), and
+    /// may be given its own connection count.
+    fn negotiates_deflate(&self) -> bool {
+        false
+    }
+
+    /// It disrupts the server (restart, drain) while it runs: never in the default list, and
+    /// needs a way to disrupt it.
+    fn disrupts_server(&self) -> bool {
+        false
+    }
+
     /// Whether it runs a warm-up before it measures (the steady-load ones).
     fn warms_up(&self) -> bool {
         false
@@ -121,6 +163,41 @@ impl Scenario {
     /// See [`Workload::open_loop`].
     pub fn open_loop(self) -> bool {
         self.workload().open_loop()
+    }
+
+    /// See [`Workload::closed_loop`].
+    pub fn closed_loop(self) -> bool {
+        self.workload().closed_loop()
+    }
+
+    /// See [`Workload::lasts_until_done`].
+    pub fn lasts_until_done(self) -> bool {
+        self.workload().lasts_until_done()
+    }
+
+    /// See [`Workload::cycles_connections`].
+    pub fn cycles_connections(self) -> bool {
+        self.workload().cycles_connections()
+    }
+
+    /// See [`Workload::fans_out`].
+    pub fn fans_out(self) -> bool {
+        self.workload().fans_out()
+    }
+
+    /// See [`Workload::holds_idle`].
+    pub fn holds_idle(self) -> bool {
+        self.workload().holds_idle()
+    }
+
+    /// See [`Workload::negotiates_deflate`].
+    pub fn negotiates_deflate(self) -> bool {
+        self.workload().negotiates_deflate()
+    }
+
+    /// See [`Workload::disrupts_server`].
+    pub fn disrupts_server(self) -> bool {
+        self.workload().disrupts_server()
     }
 
     /// See [`Workload::warms_up`].

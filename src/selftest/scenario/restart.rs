@@ -25,6 +25,10 @@ impl Workload for Restart {
         "Connections held while the server restarts: every client reconnects with jittered backoff; the time from each close to its new upgrade."
     }
 
+    fn disrupts_server(&self) -> bool {
+        true
+    }
+
     fn plan_line(&self, n: &str, window: &str, _o: &RunPlan) -> String {
         format!("{n} connections, the server restarted, {window}")
     }

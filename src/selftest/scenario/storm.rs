@@ -48,6 +48,10 @@ impl Workload for Storm {
         true
     }
 
+    fn lasts_until_done(&self) -> bool {
+        true
+    }
+
     fn plan_line(&self, n: &str, _window: &str, o: &RunPlan) -> String {
         format!(
             "{n} connections at once ({} handshakes in flight)",

@@ -35,6 +35,10 @@ impl Workload for TlsHandshake {
         true
     }
 
+    fn cycles_connections(&self) -> bool {
+        true
+    }
+
     fn plan_line(&self, _n: &str, window: &str, o: &RunPlan) -> String {
         format!(
             "handshake loop, {} in flight, {window}",

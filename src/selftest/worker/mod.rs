@@ -267,12 +267,12 @@ async fn run(spec: WorkerSpec) {
     };
     let mut tasks = Vec::new();
     let mut storm_connect_errors = None;
-    if spec.scenario == Scenario::Storm {
+    if spec.scenario.lasts_until_done() {
         let (n_ok, err) = storm(&spec, &sh, end).await;
         if n_ok < spec.conns {
             storm_connect_errors = err;
         }
-    } else if spec.scenario == Scenario::TlsHandshake {
+    } else if spec.scenario.cycles_connections() {
         storm_connect_errors = handshakes(&spec, &sh, end).await;
     } else if connects_later {
         // A script with stages: its connections open and close on their schedule.
