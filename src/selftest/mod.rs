@@ -29,6 +29,7 @@ pub mod threshold;
 pub mod tls;
 pub mod worker;
 
+mod figures;
 pub(crate) mod histo;
 mod merge;
 mod plan;

@@ -87,6 +87,14 @@ impl RunPlan {
             None => default_warmup(scenario, self.rate),
         }
     }
+
+    /// tls-handshake: the simulated clients cycling at once, over all generator processes:
+    /// `--storm-concurrency`, at most `--conns` (the count the server was sized for), split
+    /// evenly.
+    pub(super) fn clients_in_flight(&self, workers: usize) -> usize {
+        let workers = workers.max(1);
+        (self.storm_concurrency.min(self.conns) / workers).max(1) * workers
+    }
 }
 
 /// The warm-up without `--warmup`, for a scenario that warms up (see [`RunPlan::warmup_for`]).

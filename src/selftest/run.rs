@@ -2,8 +2,9 @@
 //! server sampled around the window, one [`ScenarioReport`] per scenario.
 
 use super::client::Target;
+use super::figures::{self, Around};
 use super::histo::latency;
-use super::merge::{merge, Merged};
+use super::merge::merge;
 use super::plan::CLOSE_GRACE;
 use super::sampling::{disturbance_of, drop_counters, kernel_drops, kernel_memory, server_sample};
 use super::scenario::CLOSES_PER_SEC;
@@ -151,41 +152,15 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         incomplete = Some("no generator process reported a result".into());
     }
 
-    let Merged {
-        hist,
-        service,
-        sent,
-        received,
-        mut errors,
-        disconnects,
-        lost,
-        close_codes,
-        gen_cpu,
-        gen_rss,
-        elapsed,
-        last_echo,
-        rounds,
-        first_error,
-        unreadable,
-        connect,
-        tls_handshake,
-        tls,
-        steps,
-    } = merge(&results, o.rounds, first_error);
+    let mut m = merge(&results, o.rounds, first_error);
     if incomplete.is_none() {
-        incomplete = unreadable;
+        incomplete = m.unreadable.take();
     }
-    let (restart, restart_failed) = watch.finish(&results, &hist).await;
+    let (restart, restart_failed) = watch.finish(&results, &m.hist).await;
     incomplete = incomplete.or(restart_failed);
     if !o.connects_in_window(scenario) && connected < o.conns {
-        errors += (o.conns - connected) as u64;
+        m.errors += (o.conns - connected) as u64;
     }
-    let wall = o.secs.max(0.001);
-    let run_wall = if scenario.lasts_until_done() {
-        last_echo.max(0.001)
-    } else {
-        elapsed.max(wall)
-    };
     let (server0, noise0) = match server0.await {
         Ok((s, n)) => (s, Some(n)),
         Err(_) => (None, None),
@@ -194,7 +169,35 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         (Some(a), Some(b)) => Some(disturbance_of(o, target, &a, &b)),
         _ => None,
     };
-    let server = match (server0, server_end) {
+    let rss = (rss_before, rss_after_connect);
+    let server = server_figures(server0, server_end, rss, connected, scenario);
+    let around = Around {
+        workers,
+        connected,
+        warmup,
+        server,
+        host_timeline,
+        kernel: kernel_memory(kernel_before, kernel_during),
+        kernel_drops: drops,
+        timeline: timeline(&procs),
+        disturbance,
+        incomplete,
+        started_unix_ms,
+        restart,
+    };
+    Ok(figures::scenario_report(o, scenario, &results, m, around))
+}
+
+/// The server's CPU over the window and its memory around the connect phase (per connection
+/// for a scenario that holds them idle); None when either end of the window was not read.
+fn server_figures(
+    server0: Option<((f64, u64), Instant)>,
+    server_end: Option<((f64, u64), Instant)>,
+    (rss_before, rss_after_connect): (Option<u64>, Option<u64>),
+    connected: usize,
+    scenario: Scenario,
+) -> Option<ProcFigures> {
+    match (server0, server_end) {
         (Some(((c0, _), from)), Some(((c1, rss1), to))) => {
             let secs = to.duration_since(from).as_secs_f64().max(0.001);
             let per_conn = match (rss_before, rss_after_connect) {
@@ -218,138 +221,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
             })
         }
         _ => None,
-    };
-    let timeline = timeline(&procs);
-    let echo_like = scenario.open_loop();
-    let cycles = scenario.cycles_connections();
-    let mut round_hist = histo::histogram();
-    for (n, last) in &rounds {
-        if *n > 0 {
-            let _ = round_hist.record((*last).max(1));
-        }
     }
-    Ok(ScenarioReport {
-        scenario,
-        host_timeline,
-        conns_requested: if cycles {
-            clients_in_flight(o, workers)
-        } else {
-            o.conns
-        },
-        conns_connected: if scenario.lasts_until_done() {
-            hist.len() as usize
-        } else if scenario.cycles_connections() {
-            clients_in_flight(o, workers)
-        } else if o.connects_in_window(scenario) {
-            // Staged: every connection that opened in the window, timed on opening.
-            connect.len() as usize
-        } else {
-            connected
-        },
-        workers,
-        sources: o.sources.len().max(1),
-        secs: if scenario.lasts_until_done() {
-            run_wall
-        } else {
-            o.secs
-        },
-        warmup_secs: warmup,
-        payload_bytes: o.size,
-        offered_rate: echo_like.then_some(o.rate * o.conns as f64),
-        inflight: (scenario.closed_loop()).then_some(o.inflight),
-        sent,
-        received,
-        achieved_rate: received as f64
-            / run_wall.min(if scenario.lasts_until_done() {
-                f64::MAX
-            } else {
-                wall
-            }),
-        errors,
-        disconnects,
-        lost,
-        close_codes,
-        latency_ms: latency(&hist),
-        service_latency_ms: echo_like.then(|| latency(&service)),
-        arrivals: echo_like
-            .then(|| {
-                let each: Vec<_> = results.iter().filter_map(|r| r.arrivals.as_ref()).collect();
-                arrivals::ArrivalStats::merge(&each)
-            })
-            .flatten()
-            .map(|a| a.summary("even", crate::host::timer::RESOLUTION_US)),
-        server_cpu_us_per_msg: match &server {
-            Some(s) if echo_like && received > 0 => Some(1e6 * s.cpu_secs / received as f64),
-            _ => None,
-        },
-        handshakes_per_sec: cycles.then(|| received as f64 / wall),
-        handshakes_per_server_core_sec: match &server {
-            Some(s) if cycles && s.cpu_secs > 0.0 => Some(received as f64 / s.cpu_secs),
-            _ => None,
-        },
-        echoes_per_server_cpu_sec: match &server {
-            Some(s) if scenario.closed_loop() && s.cpu_secs > 0.0 => {
-                Some(received as f64 / s.cpu_secs)
-            }
-            _ => None,
-        },
-        server,
-        generator: ProcFigures {
-            cpu_secs: gen_cpu,
-            cpu_pct: gen_cpu / run_wall * 100.0,
-            peak_rss_bytes: gen_rss,
-            ..ProcFigures::default()
-        },
-        kernel: kernel_memory(kernel_before, kernel_during),
-        kernel_drops: drops,
-        storm_secs: (scenario.lasts_until_done()).then_some(last_echo),
-        connects_per_sec: (scenario.lasts_until_done() && last_echo > 0.0)
-            .then(|| hist.len() as f64 / last_echo),
-        broadcast_last_ms: (scenario.fans_out()).then(|| latency(&round_hist)),
-        broadcast_rounds: (scenario.fans_out()).then_some(o.rounds),
-        timeline,
-        disturbance,
-        attempts: Vec::new(),
-        incomplete,
-        first_error,
-        connect_ms: (!connect.is_empty()).then(|| latency(&connect)),
-        tls: tls.map(|t| TlsReport {
-            resume_offered: o.tls.as_ref().is_some_and(|c| c.resume),
-            ..t
-        }),
-        steps: steps
-            .into_iter()
-            .map(|(name, (h, matched, timeouts, other))| StepReport {
-                name,
-                latency_ms: latency(&h),
-                matched,
-                timeouts,
-                other,
-                histogram: histo::encode_packed(&h),
-            })
-            .collect(),
-        started_unix_ms,
-        restart,
-        histograms: Some(Histograms {
-            latency: histo::encode_packed(&hist),
-            service: echo_like.then(|| histo::encode_packed(&service)),
-            connect: (!connect.is_empty()).then(|| histo::encode_packed(&connect)),
-            tls_handshake: (!tls_handshake.is_empty())
-                .then(|| histo::encode_packed(&tls_handshake)),
-            rounds: if scenario.fans_out() {
-                rounds.clone()
-            } else {
-                Vec::new()
-            },
-        }),
-    })
-}
-
-/// tls-handshake: the simulated clients cycling at once, over all generator processes:
-/// `--storm-concurrency`, at most `--conns` (the count the server was sized for), split evenly.
-fn clients_in_flight(o: &RunPlan, workers: usize) -> usize {
-    let workers = workers.max(1);
-    (o.storm_concurrency.min(o.conns) / workers).max(1) * workers
 }
 
 pub fn target_url(t: &Target) -> String {
@@ -406,7 +278,7 @@ async fn spawn_workers(
             rounds: o.rounds,
             storm_concurrency: if scenario.cycles_connections() {
                 // Its clients are --conns at most: the server is sized for that many.
-                clients_in_flight(o, workers) / workers
+                o.clients_in_flight(workers) / workers
             } else {
                 (o.storm_concurrency / workers).max(1)
             },

@@ -1,7 +1,7 @@
 //! Memory: the idle connections measured against the profile's estimate, and the servers'
 //! memory budget.
 
-use super::super::{Scenario, ScenarioReport};
+use super::super::ScenarioReport;
 use super::bytes;
 pub use crate::selftest::budget::BudgetReport;
 use serde::{Deserialize, Serialize};

@@ -1,11 +1,13 @@
 //! broadcast: one publisher, every connection subscribed; each round's time is until its last
 //! subscriber has it.
 
+use super::Check;
 use super::Workload;
 use crate::selftest::report::count;
 use crate::selftest::report::html::chart::{self, Series, TEAL};
 use crate::selftest::report::html::charts;
 use crate::selftest::report::Report;
+use crate::selftest::report::Targets;
 use crate::selftest::{RunPlan, ScenarioReport};
 
 /// N subscribers; a publisher's timestamped message, time until the last one has it.
@@ -38,6 +40,15 @@ impl Workload for Broadcast {
 
     fn result_figures(&self, p99: &str, rate: &str) -> String {
         format!(", delivery p99 {p99}, {rate} deliveries/s")
+    }
+
+    fn judge(&self, s: &ScenarioReport, _t: &Targets, _defaults: bool) -> Vec<Check> {
+        let want = s.conns_connected as u64 * s.broadcast_rounds.unwrap_or(0) as u64;
+        vec![(
+            "every subscriber, every round".to_string(),
+            want > 0 && s.received >= want,
+            format!("{} of {want} deliveries", s.received),
+        )]
     }
 
     fn chart(&self, _r: &Report, s: &ScenarioReport) -> Option<String> {

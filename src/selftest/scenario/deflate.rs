@@ -2,10 +2,13 @@
 //! compression context. Warms up longer than echo-rate so context creation stays out of the
 //! window.
 
+use super::echo_rate::judge_open_loop;
+use super::Check;
 use super::Workload;
 use crate::selftest::report::html::charts;
 use crate::selftest::report::rate_words;
 use crate::selftest::report::Report;
+use crate::selftest::report::Targets;
 use crate::selftest::{RunPlan, ScenarioReport};
 
 /// echo-rate with permessage-deflate negotiated and JSON payloads.
@@ -48,6 +51,10 @@ impl Workload for Deflate {
 
     fn plan_line(&self, n: &str, window: &str, o: &RunPlan) -> String {
         format!("{n} connections x {} msgs/s, {window}", rate_words(o.rate))
+    }
+
+    fn judge(&self, s: &ScenarioReport, t: &Targets, defaults: bool) -> Vec<Check> {
+        judge_open_loop(s, t, defaults)
     }
 
     fn chart(&self, r: &Report, s: &ScenarioReport) -> Option<String> {

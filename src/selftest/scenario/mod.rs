@@ -21,7 +21,10 @@ mod tls_handshake;
 pub use id::Scenario;
 pub use storm::{storm_budget_secs, STORM_BUDGET_PER_SEC, STORM_BUDGET_SECS};
 
-use crate::selftest::report::Report;
+use crate::selftest::report::{Report, Targets};
+
+/// One of a scenario's own checks: what is checked, whether it held, the figures behind it.
+pub type Check = (String, bool, String);
 use crate::selftest::{RunPlan, ScenarioReport};
 
 /// What one scenario is and does, beside the runner's shared machinery. The defaults are the
@@ -121,6 +124,13 @@ pub trait Workload: Sync {
     /// handshakes, a broadcast's deliveries); `p99` and `rate` are already in words.
     fn result_figures(&self, p99: &str, rate: &str) -> String {
         format!(", p99 {p99}, {rate} msgs/s")
+    }
+
+    /// Its own checks in the verdict, after the ones every scenario has (finished, no errors,
+    /// no server closes): `(what, ok, detail)`. `defaults`: the profile's targets are held
+    /// (not `--no-default-checks`).
+    fn judge(&self, _s: &ScenarioReport, _t: &Targets, _defaults: bool) -> Vec<Check> {
+        Vec::new()
     }
 
     /// Its one chart in the HTML report, from the data its report holds; None when it holds none.

@@ -2,9 +2,11 @@
 //! reconnects with full-jitter backoff, and the figures are the closes, the refusals and the
 //! time until every client is back. Never in the default list: it disrupts the server.
 
+use super::Check;
 use super::Workload;
 use crate::selftest::report::html::charts;
 use crate::selftest::report::Report;
+use crate::selftest::report::{restart_checks, Targets};
 use crate::selftest::{RunPlan, ScenarioReport};
 
 /// N connections held, then the server disrupted (restarted, drained): every client
@@ -31,6 +33,14 @@ impl Workload for Restart {
 
     fn plan_line(&self, n: &str, window: &str, _o: &RunPlan) -> String {
         format!("{n} connections, the server restarted, {window}")
+    }
+
+    /// Whether the clients came back: its closes are what it measures, not a fault.
+    fn judge(&self, s: &ScenarioReport, t: &Targets, defaults: bool) -> Vec<Check> {
+        restart_checks(s, &t.restart, defaults)
+            .into_iter()
+            .map(|(what, ok, detail)| (what.to_string(), ok, detail))
+            .collect()
     }
 
     fn chart(&self, r: &Report, s: &ScenarioReport) -> Option<String> {

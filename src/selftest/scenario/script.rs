@@ -1,9 +1,11 @@
 //! script: `--script FILE`'s populations, each connecting its own way and running its own
 //! steps; every waiting step is timed on its own. Never chosen by name.
 
+use super::Check;
 use super::Workload;
 use crate::selftest::report::html::charts;
 use crate::selftest::report::Report;
+use crate::selftest::report::Targets;
 use crate::selftest::{RunPlan, ScenarioReport};
 
 /// `--script FILE`: populations running their own steps (send, expect, subscribe,
@@ -35,6 +37,24 @@ impl Workload for Script {
 
     fn plan_line(&self, n: &str, window: &str, _o: &RunPlan) -> String {
         format!("{n} scripted connections, {window}")
+    }
+
+    /// Every waiting step must have met its expectations: a wrong expectation (or a server
+    /// that does not answer) is named by its step.
+    fn judge(&self, s: &ScenarioReport, _t: &Targets, _defaults: bool) -> Vec<Check> {
+        s.steps
+            .iter()
+            .map(|st| {
+                (
+                    format!("step {}: every expectation met", st.name),
+                    st.timeouts == 0 && st.matched > 0,
+                    format!(
+                        "{} met, {} timed out ({} other messages while waiting)",
+                        st.matched, st.timeouts, st.other
+                    ),
+                )
+            })
+            .collect()
     }
 
     fn chart(&self, _r: &Report, s: &ScenarioReport) -> Option<String> {

@@ -1,9 +1,11 @@
 //! tls-handshake: a closed loop of connect, TLS handshake, upgrade and close (wss:// only),
 //! priced in handshakes per second and per server CPU-second.
 
+use super::Check;
 use super::Workload;
 use crate::selftest::report::html::charts;
 use crate::selftest::report::Report;
+use crate::selftest::report::Targets;
 use crate::selftest::{RunPlan, ScenarioReport};
 
 /// Closed loop, --storm-concurrency clients at once: connect, TLS handshake, upgrade,
@@ -48,6 +50,26 @@ impl Workload for TlsHandshake {
 
     fn result_figures(&self, p99: &str, rate: &str) -> String {
         format!(", handshake p99 {p99}, {rate} handshakes/s")
+    }
+
+    fn judge(&self, s: &ScenarioReport, _t: &Targets, _defaults: bool) -> Vec<Check> {
+        let mut checks = vec![(
+            "handshakes made".to_string(),
+            s.received > 0,
+            format!("{} connect-handshake-close cycles", s.received),
+        )];
+        if let Some(t) = s.tls.as_ref().filter(|t| t.resume_offered) {
+            let all = t.full + t.resumed;
+            checks.push((
+                "sessions resumed".to_string(),
+                all > 0 && t.resumed * 100 >= all * 95,
+                format!(
+                    "{} of {all} handshakes resumed (--tls-resume: at least 95 %)",
+                    t.resumed
+                ),
+            ));
+        }
+        checks
     }
 
     fn chart(&self, r: &Report, s: &ScenarioReport) -> Option<String> {
