@@ -8,6 +8,8 @@ use super::noise::Disturbance;
 use super::restart::RestartReport;
 use super::sampling::{KernelDrops, KernelMemory};
 use super::*;
+use hdrhistogram::Histogram;
+use std::collections::BTreeMap;
 
 /// What the run gathered around its window, beside the workers' merged results.
 pub(super) struct Around {
@@ -63,14 +65,7 @@ pub(super) fn scenario_report(
         connected,
         warmup,
         server,
-        host_timeline,
-        kernel,
-        kernel_drops,
-        timeline,
-        disturbance,
-        incomplete,
-        started_unix_ms,
-        restart,
+        ..
     } = around;
     let wall = o.secs.max(0.001);
     let run_wall = if scenario.lasts_until_done() {
@@ -80,15 +75,10 @@ pub(super) fn scenario_report(
     };
     let echo_like = scenario.open_loop();
     let cycles = scenario.cycles_connections();
-    let mut round_hist = histo::histogram();
-    for (n, last) in &rounds {
-        if *n > 0 {
-            let _ = round_hist.record((*last).max(1));
-        }
-    }
+    let round_hist = rounds_histogram(&rounds);
     ScenarioReport {
         scenario,
-        host_timeline,
+        host_timeline: around.host_timeline,
         conns_requested: if cycles {
             o.clients_in_flight(workers)
         } else {
@@ -158,36 +148,26 @@ pub(super) fn scenario_report(
             peak_rss_bytes: gen_rss,
             ..ProcFigures::default()
         },
-        kernel,
-        kernel_drops,
+        kernel: around.kernel,
+        kernel_drops: around.kernel_drops,
         storm_secs: (scenario.lasts_until_done()).then_some(last_echo),
         connects_per_sec: (scenario.lasts_until_done() && last_echo > 0.0)
             .then(|| hist.len() as f64 / last_echo),
         broadcast_last_ms: (scenario.fans_out()).then(|| latency(&round_hist)),
         broadcast_rounds: (scenario.fans_out()).then_some(o.rounds),
-        timeline,
-        disturbance,
+        timeline: around.timeline,
+        disturbance: around.disturbance,
         attempts: Vec::new(),
-        incomplete,
+        incomplete: around.incomplete,
         first_error,
         connect_ms: (!connect.is_empty()).then(|| latency(&connect)),
         tls: tls.map(|t| TlsReport {
             resume_offered: o.tls.as_ref().is_some_and(|c| c.resume),
             ..t
         }),
-        steps: steps
-            .into_iter()
-            .map(|(name, (h, matched, timeouts, other))| StepReport {
-                name,
-                latency_ms: latency(&h),
-                matched,
-                timeouts,
-                other,
-                histogram: histo::encode_packed(&h),
-            })
-            .collect(),
-        started_unix_ms,
-        restart,
+        steps: step_reports(steps),
+        started_unix_ms: around.started_unix_ms,
+        restart: around.restart,
         histograms: Some(Histograms {
             latency: histo::encode_packed(&hist),
             service: echo_like.then(|| histo::encode_packed(&service)),
@@ -201,4 +181,30 @@ pub(super) fn scenario_report(
             },
         }),
     }
+}
+
+/// Broadcast: each round's latest delivery (rounds nobody received are left out).
+fn rounds_histogram(rounds: &[(u64, u64)]) -> Histogram<u64> {
+    let mut h = histo::histogram();
+    for (n, last) in rounds {
+        if *n > 0 {
+            let _ = h.record((*last).max(1));
+        }
+    }
+    h
+}
+
+/// A script's waiting steps, by `POPULATION.STEP`, as the report shows them.
+fn step_reports(steps: BTreeMap<String, (Histogram<u64>, u64, u64, u64)>) -> Vec<StepReport> {
+    steps
+        .into_iter()
+        .map(|(name, (h, matched, timeouts, other))| StepReport {
+            name,
+            latency_ms: latency(&h),
+            matched,
+            timeouts,
+            other,
+            histogram: histo::encode_packed(&h),
+        })
+        .collect()
 }

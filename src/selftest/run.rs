@@ -3,7 +3,6 @@
 
 use super::client::Target;
 use super::figures::{self, Around};
-use super::histo::latency;
 use super::merge::merge;
 use super::plan::CLOSE_GRACE;
 use super::sampling::{disturbance_of, drop_counters, kernel_drops, kernel_memory, server_sample};

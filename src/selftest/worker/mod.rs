@@ -167,6 +167,61 @@ fn wall_nanos() -> u64 {
         .unwrap_or(0)
 }
 
+/// An open-loop scenario's schedule: a slot per connection, filled by one pacer task on the
+/// profile's rate (empty for the other scenarios).
+fn paced(
+    spec: &Rc<WorkerSpec>,
+    sh: &Rc<Shared>,
+    n: usize,
+    start: Instant,
+    end: Instant,
+) -> Vec<Rc<Slot>> {
+    if !spec.scenario.open_loop() {
+        return Vec::new();
+    }
+    let slots: Vec<Rc<Slot>> = (0..n).map(|_| Rc::new(Slot::default())).collect();
+    tokio::task::spawn_local(pace(slots.clone(), spec.clone(), sh.clone(), start, end));
+    slots
+}
+
+/// One held connection's part in the scenario, until `end` (the scenarios whose connections
+/// open in the window have none: their whole run is `storm`, `handshakes` or a staged script).
+async fn drive(
+    c: client::Conn,
+    n: usize,
+    spec: &WorkerSpec,
+    sh: &Shared,
+    slot: Option<Rc<Slot>>,
+    end: Instant,
+) -> std::io::Result<()> {
+    match spec.scenario {
+        Scenario::EchoRate | Scenario::Deflate => {
+            let slot = slot.expect("a schedule slot per connection");
+            echo_rate(c.reader, c.writer, spec, sh, &slot, end).await
+        }
+        Scenario::EchoSat => echo_sat(c.reader, c.writer, spec, sh, end).await,
+        Scenario::Idle => hold(c.reader, c.writer, sh, end).await,
+        Scenario::Broadcast => {
+            // The last round is published one gap before the end; it gets one gap
+            // after the end to arrive, as every earlier round had before the next.
+            let gap = spec.secs / (spec.rounds as f64 + 1.0);
+            let until = end + Duration::from_secs_f64(gap);
+            subscribe(c.reader, c.writer, spec, sh, until).await
+        }
+        Scenario::Script => {
+            let pop = spec
+                .script
+                .as_ref()
+                .and_then(|s| s.population_of(n))
+                .unwrap_or(0);
+            let conn = spec.conn_number(n);
+            script::session(c.reader, c.writer, spec, sh, pop, conn, end).await
+        }
+        Scenario::Restart => restart::reconnecting(c, n, spec, sh, end).await,
+        Scenario::Storm | Scenario::TlsHandshake => Ok(()),
+    }
+}
+
 async fn run(spec: WorkerSpec) {
     let client = match spec.tls.as_ref().filter(|_| spec.target.tls) {
         Some(t) => match super::tls::Client::new(t) {
@@ -278,45 +333,12 @@ async fn run(spec: WorkerSpec) {
         // A script with stages: its connections open and close on their schedule.
         storm_connect_errors = script::staged(&spec, &sh, start, end).await;
     } else {
-        let echo_like = spec.scenario.open_loop();
-        let slots: Vec<Rc<Slot>> = if echo_like {
-            (0..conns.len()).map(|_| Rc::new(Slot::default())).collect()
-        } else {
-            Vec::new()
-        };
-        if echo_like {
-            tokio::task::spawn_local(pace(slots.clone(), spec.clone(), sh.clone(), start, end));
-        }
+        let slots = paced(&spec, &sh, conns.len(), start, end);
         for (i, (n, c)) in conns.into_iter().enumerate() {
             let (sh, spec) = (sh.clone(), spec.clone());
             let slot = slots.get(i).cloned();
             tasks.push(tokio::task::spawn_local(async move {
-                let r = match spec.scenario {
-                    Scenario::EchoRate | Scenario::Deflate => {
-                        let slot = slot.expect("a schedule slot per connection");
-                        echo_rate(c.reader, c.writer, &spec, &sh, &slot, end).await
-                    }
-                    Scenario::EchoSat => echo_sat(c.reader, c.writer, &spec, &sh, end).await,
-                    Scenario::Idle => hold(c.reader, c.writer, &sh, end).await,
-                    Scenario::Broadcast => {
-                        // The last round is published one gap before the end; it gets one gap
-                        // after the end to arrive, as every earlier round had before the next.
-                        let gap = spec.secs / (spec.rounds as f64 + 1.0);
-                        let until = end + Duration::from_secs_f64(gap);
-                        subscribe(c.reader, c.writer, &spec, &sh, until).await
-                    }
-                    Scenario::Script => {
-                        let pop = spec
-                            .script
-                            .as_ref()
-                            .and_then(|s| s.population_of(n))
-                            .unwrap_or(0);
-                        let conn = spec.conn_number(n);
-                        script::session(c.reader, c.writer, &spec, &sh, pop, conn, end).await
-                    }
-                    Scenario::Restart => restart::reconnecting(c, n, &spec, &sh, end).await,
-                    Scenario::Storm | Scenario::TlsHandshake => Ok(()),
-                };
+                let r = drive(c, n, &spec, &sh, slot, end).await;
                 if r.is_err() {
                     sh.c.borrow_mut().errors += 1;
                 }
