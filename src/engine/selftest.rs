@@ -114,7 +114,7 @@ fn tls_client(
     scenarios: &[Scenario],
 ) -> Result<Option<crate::selftest::tls::TlsClient>> {
     if !target.tls {
-        if scenarios.contains(&Scenario::TlsHandshake) {
+        if scenarios.iter().any(|s| s.cycles_connections()) {
             bail!(
                 "--scenario tls-handshake measures TLS handshakes, and {} is plain ws://: give a                  wss:// URL (or run `wstune serve --self-test --tls`)",
                 target.url()
@@ -413,7 +413,7 @@ pub fn plan(
     // would measure the queue.
     let (rounds, rounds_note) = match (load.rounds, defaults.budget_cores) {
         (Some(r), _) => (r, None),
-        (None, Some(cores)) if scenarios.contains(&Scenario::Broadcast) => {
+        (None, Some(cores)) if scenarios.iter().any(|s| s.fans_out()) => {
             sizing::broadcast_rounds(conns, cores, secs, DEFAULT_ROUNDS)
         }
         _ => (DEFAULT_ROUNDS, None),
@@ -423,7 +423,7 @@ pub fn plan(
         Some(d) => Some(d.clone()),
         None => load.restart.external().map_err(anyhow::Error::msg)?,
     };
-    match (scenarios.contains(&Scenario::Restart), &disrupt) {
+    match (scenarios.iter().any(|s| s.disrupts_server()), &disrupt) {
         (true, None) => bail!(
             "--scenario restart restarts the server: say how with --restart-cmd 'CMD' (e.g. 'systemctl restart ws') or --drain-url http://ADMIN/api/drain"
         ),
@@ -471,7 +471,7 @@ pub fn plan(
         }),
     };
     opts.shard = load.shard.map(|s| Shard {
-        slot_secs: crate::selftest::shard::slot_secs(&opts, total_conns),
+        slot_secs: crate::selftest::slot::slot_secs(&opts, total_conns),
         ..s
     });
     Ok(LoadPlan {
@@ -522,7 +522,7 @@ async fn refusals(p: &LoadPlan) -> Vec<Refusal> {
         if !probe::depends_on_kind(s) {
             continue;
         }
-        let target = if s == Scenario::Broadcast {
+        let target = if s.fans_out() {
             &p.opts.broadcast_target
         } else {
             &p.opts.target
@@ -547,7 +547,7 @@ async fn refusals(p: &LoadPlan) -> Vec<Refusal> {
 /// window, and the closing and settling after it.
 fn scenario_secs(p: &LoadPlan, s: Scenario) -> f64 {
     let conns = match p.deflate_conns {
-        Some(n) if s == Scenario::Deflate => n,
+        Some(n) if s.negotiates_deflate() => n,
         _ => p.opts.conns,
     } as f64;
     // ~10,000 handshakes/s with the generator and the server on one 2-core host (README's
@@ -558,9 +558,10 @@ fn scenario_secs(p: &LoadPlan, s: Scenario) -> f64 {
     } else {
         0.5 + conns / CONNECTS_PER_SEC
     };
-    let window = match s {
-        Scenario::Storm => (conns / CONNECTS_PER_SEC).max(1.0),
-        _ => p.opts.secs,
+    let window = if s.lasts_until_done() {
+        (conns / CONNECTS_PER_SEC).max(1.0)
+    } else {
+        p.opts.secs
     };
     connect + p.opts.warmup_for(s) + window + 1.0 + conns / (5.0 * CONNECTS_PER_SEC)
 }
@@ -603,7 +604,7 @@ pub fn plan_text(p: &LoadPlan) -> String {
         .unwrap_or(0);
     for (i, &s) in p.scenarios.iter().enumerate() {
         let conns = match p.deflate_conns {
-            Some(n) if s == Scenario::Deflate => n,
+            Some(n) if s.negotiates_deflate() => n,
             _ => o.conns,
         };
         let n = thousands(conns as u64);
@@ -617,33 +618,7 @@ pub fn plan_text(p: &LoadPlan) -> String {
         } else {
             duration_words(o.secs)
         };
-        let what = match s {
-            Scenario::Idle => format!("{n} connections held for {window}"),
-            Scenario::EchoRate | Scenario::Deflate => {
-                format!(
-                    "{n} connections x {} msgs/s, {window}",
-                    report::rate_words(o.rate)
-                )
-            }
-            Scenario::EchoSat => {
-                format!("{n} connections, {} in flight each, {window}", o.inflight)
-            }
-            Scenario::Storm => format!(
-                "{n} connections at once ({} handshakes in flight)",
-                o.storm_concurrency
-            ),
-            Scenario::TlsHandshake => format!(
-                "handshake loop, {} in flight, {window}",
-                o.storm_concurrency
-            ),
-            Scenario::Broadcast => {
-                format!("{n} subscribers, {} rounds over {window}", o.rounds)
-            }
-            Scenario::Script => format!("{n} scripted connections, {window}"),
-            Scenario::Restart => {
-                format!("{n} connections, the server restarted, {window}")
-            }
-        };
+        let what = s.workload().plan_line(&n, &window, o);
         out.push_str(&format!("  {}. {:<width$}  {what}\n", i + 1, s.name()));
     }
     out
@@ -678,17 +653,9 @@ fn result_line(r: &crate::selftest::ScenarioReport, p: &LoadPlan, took: f64) -> 
     };
     // Each scenario's own figures under their own names: a storm's rate is handshakes, a
     // broadcast's deliveries, and an idle run has neither.
-    use crate::selftest::Scenario;
     let p99 = report::ms_words(r.latency_ms.p99);
     let rate = report::rate_words(r.achieved_rate);
-    let figures = match r.scenario {
-        Scenario::Idle => String::new(),
-        Scenario::Storm | Scenario::TlsHandshake => {
-            format!(", handshake p99 {p99}, {rate} handshakes/s")
-        }
-        Scenario::Broadcast => format!(", delivery p99 {p99}, {rate} deliveries/s"),
-        _ => format!(", p99 {p99}, {rate} msgs/s"),
-    };
+    let figures = r.scenario.workload().result_figures(&p99, &rate);
     format!(
         "{word} in {}: {}/{} connected{figures}, {} errors",
         duration_words(took),
@@ -728,7 +695,7 @@ pub async fn execute(p: &LoadPlan) -> (Report, Option<anyhow::Error>) {
         }
         let before = done.len();
         let opts = match p.deflate_conns {
-            Some(n) if s == Scenario::Deflate => RunPlan {
+            Some(n) if s.negotiates_deflate() => RunPlan {
                 conns: n,
                 ..p.opts.clone()
             },

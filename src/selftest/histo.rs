@@ -2,14 +2,45 @@
 //! process and its orchestrator (plain V2: small, and read right away) and in a report's JSON
 //! (V2 + DEFLATE: kept in files, merged later by `report merge`).
 //!
-//! Every histogram comes from one constructor (`worker::histogram()`: 1 us .. 10 min, 3
+//! Every histogram comes from one constructor (`histogram()`: 1 us .. 10 min, 3
 //! significant figures), so two of them have the same buckets and adding them is exact: the
 //! merged percentiles are those of all the samples together, which averaging percentiles
 //! never is.
 
+use super::Latency;
 use base64::Engine;
 use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer, V2Serializer};
 use hdrhistogram::Histogram;
+
+/// The longest latency the histograms hold: 10 minutes, in microseconds.
+pub(crate) const MAX_LATENCY_US: u64 = 600_000_000;
+
+/// Latencies are recorded in microseconds, 1 us .. 10 min, 3 significant figures.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("valid histogram bounds")
+}
+
+/// A histogram's percentiles, in milliseconds, as the reports show them.
+pub fn latency(h: &Histogram<u64>) -> Latency {
+    if h.is_empty() {
+        return Latency::default();
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    let curve = [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.99, 100.0]
+        .iter()
+        .map(|&p| (p, ms(h.value_at_quantile(p / 100.0))))
+        .collect();
+    Latency {
+        count: h.len(),
+        p50: ms(h.value_at_quantile(0.50)),
+        p90: ms(h.value_at_quantile(0.90)),
+        p99: ms(h.value_at_quantile(0.99)),
+        p999: ms(h.value_at_quantile(0.999)),
+        max: ms(h.max()),
+        mean: h.mean() / 1000.0,
+        curve,
+    }
+}
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
@@ -54,8 +85,8 @@ pub fn add(into: &mut Histogram<u64>, from: &Histogram<u64>) -> Result<(), Strin
 
 #[cfg(test)]
 mod tests {
+    use super::histogram;
     use super::*;
-    use crate::selftest::worker::histogram;
 
     /// A million latencies survive both encodings bit for bit.
     #[test]

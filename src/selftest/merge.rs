@@ -1,30 +1,10 @@
 //! The generator processes' results added up: histograms, counters, close codes, the
 //! broadcast rounds.
 
-use super::{histo, worker, Latency, TlsReport, WorkerResult};
+use super::histo::{self, histogram, latency};
+use super::{TlsReport, WorkerResult};
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
-
-pub(super) fn latency(h: &Histogram<u64>) -> Latency {
-    if h.is_empty() {
-        return Latency::default();
-    }
-    let ms = |us: u64| us as f64 / 1000.0;
-    let curve = [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.99, 100.0]
-        .iter()
-        .map(|&p| (p, ms(h.value_at_quantile(p / 100.0))))
-        .collect();
-    Latency {
-        count: h.len(),
-        p50: ms(h.value_at_quantile(0.50)),
-        p90: ms(h.value_at_quantile(0.90)),
-        p99: ms(h.value_at_quantile(0.99)),
-        p999: ms(h.value_at_quantile(0.999)),
-        max: ms(h.max()),
-        mean: h.mean() / 1000.0,
-        curve,
-    }
-}
 
 /// The workers' results added up.
 pub(super) struct Merged {
@@ -61,8 +41,8 @@ pub(super) fn merge(
     n_rounds: usize,
     mut first_error: Option<String>,
 ) -> Merged {
-    let mut hist = worker::histogram();
-    let mut service = worker::histogram();
+    let mut hist = histogram();
+    let mut service = histogram();
     let (mut sent, mut received, mut errors, mut disconnects, mut lost) = (0, 0, 0, 0, 0);
     let mut close_codes = BTreeMap::new();
     let mut gen_cpu = 0.0;
@@ -71,15 +51,15 @@ pub(super) fn merge(
     let mut last_echo: f64 = 0.0;
     let mut rounds = vec![(0u64, 0u64); n_rounds];
     let mut unreadable = None;
-    let mut connect = worker::histogram();
-    let mut tls_hs = worker::histogram();
+    let mut connect = histogram();
+    let mut tls_hs = histogram();
     let mut tls: Option<TlsReport> = None;
     let mut steps: BTreeMap<String, (Histogram<u64>, u64, u64, u64)> = BTreeMap::new();
     for (i, r) in results.iter().enumerate() {
         for s in &r.steps {
             let e = steps
                 .entry(s.name.clone())
-                .or_insert_with(|| (worker::histogram(), 0, 0, 0));
+                .or_insert_with(|| (histogram(), 0, 0, 0));
             if let Err(err) = histo::decode(&s.histogram).and_then(|h| histo::add(&mut e.0, &h)) {
                 unreadable.get_or_insert(format!(
                     "generator process {i}'s histogram of step {} could not be read: {err}",

@@ -12,6 +12,7 @@
 //! workers' results added up (`merge`).
 
 pub mod arrivals;
+pub mod budget;
 pub mod client;
 pub mod command;
 pub mod host_watch;
@@ -23,12 +24,15 @@ pub mod script;
 pub mod server;
 pub mod shard;
 pub mod sizing;
+pub mod slot;
 pub mod threshold;
 pub mod tls;
 pub mod worker;
 
+mod figures;
 pub(crate) mod histo;
 mod merge;
+mod plan;
 mod protocol;
 mod publisher;
 mod results;
@@ -36,11 +40,12 @@ mod run;
 mod sampling;
 mod scenario;
 
+pub use plan::RunPlan;
 pub use protocol::{Event, StepResult, TlsCounts, WorkerResult, WorkerSpec};
 pub use results::{
     Attempt, Histograms, Latency, ProcFigures, ScenarioReport, StepReport, TimelinePoint, TlsReport,
 };
-pub use run::{run_scenario, target_url, RunPlan};
+pub use run::{run_scenario, target_url};
 pub use sampling::{
     kernel_sample, peak_rss, quiesce, sample, KernelDrops, KernelMemory, KernelSample,
 };

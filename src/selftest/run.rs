@@ -2,108 +2,17 @@
 //! server sampled around the window, one [`ScenarioReport`] per scenario.
 
 use super::client::Target;
-use super::merge::{latency, merge, Merged};
+use super::figures::{self, Around};
+use super::merge::merge;
+use super::plan::CLOSE_GRACE;
 use super::sampling::{disturbance_of, drop_counters, kernel_drops, kernel_memory, server_sample};
 use super::scenario::CLOSES_PER_SEC;
 use super::*;
 use anyhow::{bail, Context, Result};
-use std::net::IpAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-/// Everything a run needs; built by `engine::selftest::plan` (for `selftest` and `serve --self-test`).
-#[derive(Debug, Clone)]
-pub struct RunPlan {
-    pub target: Target,
-    /// Where `broadcast` publishes and subscribes (a server that fans out what it receives).
-    pub broadcast_target: Target,
-    /// broadcast: servers the subscribers connect to, one per generator process in turn (empty:
-    /// `broadcast_target`); the publisher always uses `broadcast_target`. Nodes of a cluster.
-    pub subscribe_targets: Vec<Target>,
-    pub scenarios: Vec<Scenario>,
-    pub conns: usize,
-    pub rate: f64,
-    pub size: usize,
-    pub secs: f64,
-    /// `--warmup`; None: the default (see `warmup_for`).
-    pub warmup: Option<f64>,
-    /// Negotiate permessage-deflate (JSON payloads) in every scenario, not only `deflate`.
-    pub deflate: bool,
-    pub inflight: usize,
-    pub rounds: usize,
-    /// Generator processes; 0 sizes it from the fd limit (at least one).
-    pub workers: usize,
-    pub sources: Vec<IpAddr>,
-    /// The server's process, for CPU and memory (None: not sampled).
-    pub server_pid: Option<u32>,
-    /// More processes that are the server too (`selftest --pid` again: a TLS proxy in front of
-    /// the backend): their CPU and memory are added to `server_pid`'s, and they are the run's
-    /// own in the noise accounting, not other processes.
-    pub more_server_pids: Vec<u32>,
-    /// Sum CPU and memory over `server_pid` and every process below it (a supervisor and its
-    /// server processes); false when the generator's processes are below it instead.
-    pub server_tree: bool,
-    /// The broadcast server's process when it is not `server_pid` (a separate child server).
-    pub broadcast_server_pid: Option<u32>,
-    pub ramp_per_sec: f64,
-    pub storm_concurrency: usize,
-    /// The message a user's server answers (`--message`; see `WorkerSpec::request`). None:
-    /// the stamped payloads an echo sends back.
-    pub request: Option<String>,
-    /// This run is one slice of a run over several hosts (`--shard`): `conns` is its share,
-    /// each scenario starts at its slot's wall-clock time, and only shard 0 publishes.
-    pub shard: Option<shard::Shard>,
-    /// wss:// targets: whom the generator trusts, whether it resumes sessions.
-    pub tls: Option<super::tls::TlsClient>,
-    /// The host's counters read during each scenario (the report's `host_timeline`).
-    pub host_watch: Option<super::host_watch::HostWatch>,
-    /// `--script`: the populations and their steps (the `script` scenario).
-    pub script: Option<super::script::Script>,
-    /// restart: how the server is disrupted (None: the scenario cannot run).
-    pub disrupt: Option<super::restart::Disrupt>,
-}
-
-impl RunPlan {
-    /// Whether `scenario`'s connections open inside the measured window (storm,
-    /// tls-handshake, a script with stages): no connect phase before it.
-    pub fn connects_in_window(&self, scenario: Scenario) -> bool {
-        scenario.connects_in_window()
-            || (scenario == Scenario::Script
-                && self.script.as_ref().is_some_and(|s| !s.stages.is_empty()))
-    }
-
-    /// Seconds of unmeasured load before `scenario`'s window: `--warmup`, or by default 1 s,
-    /// and for the open-loop scenarios one period of the per-connection rate, at most 5 s. At
-    /// 100k connections and 0.1 msg/s each, a 1 s warm-up was shorter than the generator's
-    /// start-up (16,667 connections per process beginning their schedules at once), which
-    /// spilled into the window: late sends counted from when they were due (p99 145-470 ms).
-    /// With 5 s (half the connections have sent once) p99 was 1.2 ms, the same as with 10 s,
-    /// and the whole self-test stays within its 3 minutes.
-    ///
-    /// Deflate warms up for one whole period and a second (at most 15 s): each connection's
-    /// first message builds its contexts on both sides (~40 us of server CPU for a compressor
-    /// and a decompressor at 11/4), so a 5 s warm-up at 0.1 msg/s left half the connections'
-    /// creations in the window, which then measured context creation instead of what a kept
-    /// context costs. Creating them is measured on its own: `wstune bench deflate --contexts`.
-    pub fn warmup_for(&self, scenario: Scenario) -> f64 {
-        match self.warmup {
-            _ if !scenario.warms_up() => 0.0,
-            Some(w) => w,
-            None => default_warmup(scenario, self.rate),
-        }
-    }
-}
-
-/// The warm-up without `--warmup`, for a scenario that warms up (see [`RunPlan::warmup_for`]).
-fn default_warmup(scenario: Scenario, rate: f64) -> f64 {
-    let period = 1.0 / rate.max(0.001);
-    match scenario {
-        Scenario::EchoRate => period.clamp(1.0, 5.0),
-        Scenario::Deflate => (period + 1.0).clamp(1.0, 15.0),
-        _ => 1.0,
-    }
-}
 /// What the orchestrator shows while a scenario runs (hidden when stderr is not a terminal).
 fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
     let pb = indicatif::ProgressBar::with_draw_target(
@@ -161,13 +70,13 @@ fn garbled(line: &str, e: &dyn std::fmt::Display) -> String {
 /// opened); a partial run comes back as a report with `incomplete` set.
 pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioReport> {
     let o = &*restart::plan_for(o, scenario);
-    let target = if scenario == Scenario::Broadcast {
+    let target = if scenario.fans_out() {
         &o.broadcast_target
     } else {
         &o.target
     };
     let rss_before = server_sample(o, scenario).map(|s| s.1);
-    let kernel_before = (scenario == Scenario::Idle).then(kernel_sample).flatten();
+    let kernel_before = (scenario.holds_idle()).then(kernel_sample).flatten();
     let drops_before = drop_counters();
     // From before the first connection (a storm overflows while it connects) to the window's
     // end; a thread of its own reads the host, the generator runs in other processes.
@@ -180,7 +89,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         quiesce(o, Duration::from_secs(10)).await;
     }
     let rss_after_connect = server_sample(o, scenario).map(|s| s.1);
-    let kernel_during = (scenario == Scenario::Idle).then(kernel_sample).flatten();
+    let kernel_during = (scenario.holds_idle()).then(kernel_sample).flatten();
     let warmup = o.warmup_for(scenario);
     // The server's CPU is read when the measured window starts (after the warm-up).
     let server0 = {
@@ -194,7 +103,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         })
     };
     let late = match &o.shard {
-        Some(sh) => shard::wait_for_slot(sh, o, scenario).await,
+        Some(sh) => slot::wait_for_slot(sh, o, scenario).await,
         None => None,
     };
     let t0 = Instant::now();
@@ -206,7 +115,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
 
     let mut watch = restart::Watch::start(o, scenario, target);
     // Shards share one publisher: every subscriber, on every shard, gets each round once.
-    let publisher = if scenario == Scenario::Broadcast && o.shard.is_none_or(|s| s.index == 0) {
+    let publisher = if scenario.fans_out() && o.shard.is_none_or(|s| s.index == 0) {
         Some(publisher::start(o, target).await?)
     } else {
         None
@@ -242,41 +151,15 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         incomplete = Some("no generator process reported a result".into());
     }
 
-    let Merged {
-        hist,
-        service,
-        sent,
-        received,
-        mut errors,
-        disconnects,
-        lost,
-        close_codes,
-        gen_cpu,
-        gen_rss,
-        elapsed,
-        last_echo,
-        rounds,
-        first_error,
-        unreadable,
-        connect,
-        tls_handshake,
-        tls,
-        steps,
-    } = merge(&results, o.rounds, first_error);
+    let mut m = merge(&results, o.rounds, first_error);
     if incomplete.is_none() {
-        incomplete = unreadable;
+        incomplete = m.unreadable.take();
     }
-    let (restart, restart_failed) = watch.finish(&results, &hist).await;
+    let (restart, restart_failed) = watch.finish(&results, &m.hist).await;
     incomplete = incomplete.or(restart_failed);
     if !o.connects_in_window(scenario) && connected < o.conns {
-        errors += (o.conns - connected) as u64;
+        m.errors += (o.conns - connected) as u64;
     }
-    let wall = o.secs.max(0.001);
-    let run_wall = if scenario == Scenario::Storm {
-        last_echo.max(0.001)
-    } else {
-        elapsed.max(wall)
-    };
     let (server0, noise0) = match server0.await {
         Ok((s, n)) => (s, Some(n)),
         Err(_) => (None, None),
@@ -285,7 +168,35 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         (Some(a), Some(b)) => Some(disturbance_of(o, target, &a, &b)),
         _ => None,
     };
-    let server = match (server0, server_end) {
+    let rss = (rss_before, rss_after_connect);
+    let server = server_figures(server0, server_end, rss, connected, scenario);
+    let around = Around {
+        workers,
+        connected,
+        warmup,
+        server,
+        host_timeline,
+        kernel: kernel_memory(kernel_before, kernel_during),
+        kernel_drops: drops,
+        timeline: timeline(&procs),
+        disturbance,
+        incomplete,
+        started_unix_ms,
+        restart,
+    };
+    Ok(figures::scenario_report(o, scenario, &results, m, around))
+}
+
+/// The server's CPU over the window and its memory around the connect phase (per connection
+/// for a scenario that holds them idle); None when either end of the window was not read.
+fn server_figures(
+    server0: Option<((f64, u64), Instant)>,
+    server_end: Option<((f64, u64), Instant)>,
+    (rss_before, rss_after_connect): (Option<u64>, Option<u64>),
+    connected: usize,
+    scenario: Scenario,
+) -> Option<ProcFigures> {
+    match (server0, server_end) {
         (Some(((c0, _), from)), Some(((c1, rss1), to))) => {
             let secs = to.duration_since(from).as_secs_f64().max(0.001);
             let per_conn = match (rss_before, rss_after_connect) {
@@ -300,7 +211,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
                 cpu_pct: (c1 - c0).max(0.0) / secs * 100.0,
                 rss_before_bytes: rss_before,
                 rss_after_bytes: rss_after_connect.or(Some(rss1)),
-                rss_per_conn_bytes: if scenario == Scenario::Idle {
+                rss_per_conn_bytes: if scenario.holds_idle() {
                     per_conn
                 } else {
                     None
@@ -309,133 +220,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
             })
         }
         _ => None,
-    };
-    let timeline = timeline(&procs);
-    let echo_like = matches!(scenario, Scenario::EchoRate | Scenario::Deflate);
-    let cycles = scenario == Scenario::TlsHandshake;
-    let mut round_hist = worker::histogram();
-    for (n, last) in &rounds {
-        if *n > 0 {
-            let _ = round_hist.record((*last).max(1));
-        }
     }
-    Ok(ScenarioReport {
-        scenario,
-        host_timeline,
-        conns_requested: if cycles {
-            clients_in_flight(o, workers)
-        } else {
-            o.conns
-        },
-        conns_connected: match scenario {
-            Scenario::Storm => hist.len() as usize,
-            // Staged: every connection that opened in the window, timed on opening.
-            Scenario::Script if o.connects_in_window(scenario) => connect.len() as usize,
-            Scenario::TlsHandshake => clients_in_flight(o, workers),
-            _ => connected,
-        },
-        workers,
-        sources: o.sources.len().max(1),
-        secs: if scenario == Scenario::Storm {
-            run_wall
-        } else {
-            o.secs
-        },
-        warmup_secs: warmup,
-        payload_bytes: o.size,
-        offered_rate: echo_like.then_some(o.rate * o.conns as f64),
-        inflight: (scenario == Scenario::EchoSat).then_some(o.inflight),
-        sent,
-        received,
-        achieved_rate: received as f64
-            / run_wall.min(if scenario == Scenario::Storm {
-                f64::MAX
-            } else {
-                wall
-            }),
-        errors,
-        disconnects,
-        lost,
-        close_codes,
-        latency_ms: latency(&hist),
-        service_latency_ms: echo_like.then(|| latency(&service)),
-        arrivals: echo_like
-            .then(|| {
-                let each: Vec<_> = results.iter().filter_map(|r| r.arrivals.as_ref()).collect();
-                arrivals::ArrivalStats::merge(&each)
-            })
-            .flatten()
-            .map(|a| a.summary("even", crate::host::timer::RESOLUTION_US)),
-        server_cpu_us_per_msg: match &server {
-            Some(s) if echo_like && received > 0 => Some(1e6 * s.cpu_secs / received as f64),
-            _ => None,
-        },
-        handshakes_per_sec: cycles.then(|| received as f64 / wall),
-        handshakes_per_server_core_sec: match &server {
-            Some(s) if cycles && s.cpu_secs > 0.0 => Some(received as f64 / s.cpu_secs),
-            _ => None,
-        },
-        echoes_per_server_cpu_sec: match (&server, scenario) {
-            (Some(s), Scenario::EchoSat) if s.cpu_secs > 0.0 => Some(received as f64 / s.cpu_secs),
-            _ => None,
-        },
-        server,
-        generator: ProcFigures {
-            cpu_secs: gen_cpu,
-            cpu_pct: gen_cpu / run_wall * 100.0,
-            peak_rss_bytes: gen_rss,
-            ..ProcFigures::default()
-        },
-        kernel: kernel_memory(kernel_before, kernel_during),
-        kernel_drops: drops,
-        storm_secs: (scenario == Scenario::Storm).then_some(last_echo),
-        connects_per_sec: (scenario == Scenario::Storm && last_echo > 0.0)
-            .then(|| hist.len() as f64 / last_echo),
-        broadcast_last_ms: (scenario == Scenario::Broadcast).then(|| latency(&round_hist)),
-        broadcast_rounds: (scenario == Scenario::Broadcast).then_some(o.rounds),
-        timeline,
-        disturbance,
-        attempts: Vec::new(),
-        incomplete,
-        first_error,
-        connect_ms: (!connect.is_empty()).then(|| latency(&connect)),
-        tls: tls.map(|t| TlsReport {
-            resume_offered: o.tls.as_ref().is_some_and(|c| c.resume),
-            ..t
-        }),
-        steps: steps
-            .into_iter()
-            .map(|(name, (h, matched, timeouts, other))| StepReport {
-                name,
-                latency_ms: latency(&h),
-                matched,
-                timeouts,
-                other,
-                histogram: histo::encode_packed(&h),
-            })
-            .collect(),
-        started_unix_ms,
-        restart,
-        histograms: Some(Histograms {
-            latency: histo::encode_packed(&hist),
-            service: echo_like.then(|| histo::encode_packed(&service)),
-            connect: (!connect.is_empty()).then(|| histo::encode_packed(&connect)),
-            tls_handshake: (!tls_handshake.is_empty())
-                .then(|| histo::encode_packed(&tls_handshake)),
-            rounds: if scenario == Scenario::Broadcast {
-                rounds.clone()
-            } else {
-                Vec::new()
-            },
-        }),
-    })
-}
-
-/// tls-handshake: the simulated clients cycling at once, over all generator processes:
-/// `--storm-concurrency`, at most `--conns` (the count the server was sized for), split evenly.
-fn clients_in_flight(o: &RunPlan, workers: usize) -> usize {
-    let workers = workers.max(1);
-    (o.storm_concurrency.min(o.conns) / workers).max(1) * workers
 }
 
 pub fn target_url(t: &Target) -> String {
@@ -450,7 +235,7 @@ async fn spawn_workers(
 ) -> Result<Vec<WorkerProc>> {
     let exe =
         std::env::current_exe().context("cannot find this program to start generator processes")?;
-    let spread = if scenario == Scenario::Broadcast {
+    let spread = if scenario.fans_out() {
         o.subscribe_targets.len()
     } else {
         0
@@ -479,7 +264,7 @@ async fn spawn_workers(
             size: o.size,
             // A storm is measured by how long it takes: --secs bounds it only from below, or
             // 100k clients on 2 cores were cut off at 5 s with a third still connecting.
-            secs: if scenario == Scenario::Storm {
+            secs: if scenario.lasts_until_done() {
                 storm_budget_secs(o.conns, o.secs)
             } else {
                 o.secs
@@ -487,20 +272,17 @@ async fn spawn_workers(
             warmup: o.warmup_for(scenario),
             inflight: o.inflight,
             // The broadcast publisher sends binary stamps, so its subscribers stay plain.
-            deflate: scenario == Scenario::Deflate
-                || (o.deflate && scenario != Scenario::Broadcast),
+            deflate: scenario.negotiates_deflate() || (o.deflate && !scenario.fans_out()),
             ramp_per_sec: o.ramp_per_sec / workers as f64,
             rounds: o.rounds,
-            storm_concurrency: match scenario {
+            storm_concurrency: if scenario.cycles_connections() {
                 // Its clients are --conns at most: the server is sized for that many.
-                Scenario::TlsHandshake => clients_in_flight(o, workers) / workers,
-                _ => (o.storm_concurrency / workers).max(1),
+                o.clients_in_flight(workers) / workers
+            } else {
+                (o.storm_concurrency / workers).max(1)
             },
             // The broadcast scenario's stamps must come back as sent.
-            request: o
-                .request
-                .clone()
-                .filter(|_| scenario != Scenario::Broadcast),
+            request: o.request.clone().filter(|_| !scenario.fans_out()),
             phase_slot: w,
             phase_stride: workers,
             phase_total: o.conns,
@@ -615,9 +397,6 @@ async fn connect_phase(
     Ok((connected, first_error))
 }
 
-/// How long the generators may take to close their connections after their results.
-pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(3);
-
 /// Follow the workers' ticks and collect their results (bounded: the run plus a drain).
 /// Returns why the run stopped short, if it did, and the server's CPU and RSS at the first
 /// result.
@@ -634,17 +413,17 @@ async fn run_phase(
 ) {
     let pb = progress_bar(o.secs.ceil() as u64, scenario.name());
     let run_deadline = tokio::time::Instant::now()
-        + Duration::from_secs_f64(if scenario == Scenario::Storm {
+        + Duration::from_secs_f64(if scenario.lasts_until_done() {
             storm_budget_secs(o.conns, o.secs)
         } else {
             o.secs + warmup
         })
-        + Duration::from_secs(if scenario == Scenario::Storm { 60 } else { 15 })
+        + Duration::from_secs(if scenario.lasts_until_done() { 60 } else { 15 })
         // Then every connection closes before its generator reports: at a million idle
         // connections on 2 cores the close handshakes outlasted a fixed 15 s.
         + Duration::from_secs_f64(o.conns as f64 / CLOSES_PER_SEC)
         // Broadcast subscribers wait one round gap past the window for the last round.
-        + Duration::from_secs_f64(if scenario == Scenario::Broadcast {
+        + Duration::from_secs_f64(if scenario.fans_out() {
             o.secs / (o.rounds as f64 + 1.0)
         } else {
             0.0
@@ -656,7 +435,7 @@ async fn run_phase(
     // generator closes its connections: at 100k the close handshakes cost the server more CPU
     // than a minute of idling, and counting them made "idle" look busy (27 % instead of under
     // 1 %). Storm and broadcast are measured until their work is done (the first result).
-    let window_end = (!matches!(scenario, Scenario::Storm | Scenario::Broadcast)).then(|| {
+    let window_end = (!scenario.lasts_until_done() && !scenario.fans_out()).then(|| {
         let o = o.clone();
         let at = t0 + Duration::from_secs_f64(warmup + o.secs);
         tokio::spawn(async move {
@@ -758,21 +537,4 @@ fn timeline(procs: &[WorkerProc]) -> Vec<TimelinePoint> {
         prev = cum;
     }
     timeline
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    #[test]
-    fn deflate_warms_up_until_every_connection_has_built_its_contexts() {
-        // 100k profile: 0.1 msg/s each. Echo-rate's 5 s cap stays; deflate waits a whole
-        // period (every connection's first message) and a second.
-        assert_eq!(default_warmup(Scenario::EchoRate, 0.1), 5.0);
-        assert_eq!(default_warmup(Scenario::Deflate, 0.1), 11.0);
-        // Fast rates: the 1 s floor; a very slow rate: capped, the run stays bounded.
-        assert_eq!(default_warmup(Scenario::EchoRate, 10.0), 1.0);
-        assert_eq!(default_warmup(Scenario::Deflate, 10.0), 1.1);
-        assert_eq!(default_warmup(Scenario::Deflate, 0.001), 15.0);
-        assert_eq!(default_warmup(Scenario::EchoSat, 0.1), 1.0);
-    }
 }

@@ -171,7 +171,7 @@ pub(super) fn server_sample(o: &RunPlan, scenario: Scenario) -> Option<(f64, u64
             sample(pid)
         }
     };
-    if let (Scenario::Broadcast, Some(pid)) = (scenario, o.broadcast_server_pid) {
+    if let Some(pid) = o.broadcast_server_pid.filter(|_| scenario.fans_out()) {
         return one(pid);
     }
     let (mut cpu, mut rss) = one(o.server_pid?)?;

@@ -90,9 +90,9 @@ pub fn start_in_process_on(
 
 /// The memory budget a server's admin listener reports; None when it does not answer or has
 /// no budget series.
-pub async fn budget_at(admin: SocketAddr) -> Option<crate::selftest::report::BudgetReport> {
+pub async fn budget_at(admin: SocketAddr) -> Option<crate::selftest::budget::BudgetReport> {
     let text = fetch_metrics(admin).await.ok()?;
-    crate::selftest::report::BudgetReport::from_metrics(&text)
+    crate::selftest::budget::BudgetReport::from_metrics(&text)
 }
 
 #[cfg(all(test, target_os = "linux"))]

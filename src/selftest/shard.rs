@@ -1,5 +1,6 @@
 //! One slice of a run spread over several generator hosts (`selftest --shard I/N`): which
-//! connections it opens, when each scenario starts, and what its report says about it.
+//! connections it opens, when its run starts, and what its report says about it (when each
+//! scenario starts is `slot`'s).
 //!
 //! The shards are started by engines operators already run (a Kubernetes Indexed Job, an
 //! Ansible play: `wstune export selftest-job|selftest-ansible`), not by a coordinator of
@@ -8,11 +9,7 @@
 //! `slot` being computed from the flags they share. Hosts need a synchronised clock (NTP,
 //! chrony); each report records when its scenarios started, and `report merge` prints the skew.
 
-use super::run::{RunPlan, CLOSE_GRACE};
-use super::scenario::CLOSES_PER_SEC;
-use super::{storm_budget_secs, Scenario};
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Shard {
@@ -22,7 +19,7 @@ pub struct Shard {
     /// When the first scenario's measured load starts, milliseconds since the Unix epoch.
     pub start_at_unix_ms: u64,
     /// Seconds between the scenarios' starts: room for the slowest one to connect, run, close
-    /// and settle on any shard (see [`slot_secs`]).
+    /// and settle on any shard (see `slot::slot_secs`).
     pub slot_secs: f64,
 }
 
@@ -102,53 +99,6 @@ pub(super) fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// A shard's connections are open: wait for its scenario's wall-clock start, so every shard's
-/// load runs at once. A shard that is ready only after it is marked incomplete (its load
-/// overlapped the others' only in part), never silently out of step.
-pub(super) async fn wait_for_slot(sh: &Shard, o: &RunPlan, scenario: Scenario) -> Option<String> {
-    let k = o.scenarios.iter().position(|s| *s == scenario).unwrap_or(0);
-    let at = sh.start_of(k);
-    let now = unix_ms();
-    if now > at + 1000 {
-        return Some(format!(
-            "{} was ready {:.1} s after its start time (its connections took longer than the \
-             others' load): give --start-at later, or fewer connections per shard",
-            sh.label(),
-            (now - at) as f64 / 1000.0
-        ));
-    }
-    tokio::time::sleep(Duration::from_millis(at.saturating_sub(now))).await;
-    None
-}
-
-/// Seconds between two scenarios' starts in a sharded run: the longest any scenario of the
-/// plan can take to connect, warm up, run, close and settle, computed from what every shard
-/// is given alike (the run's total connections, not this shard's share), so all shards agree.
-pub fn slot_secs(o: &RunPlan, total_conns: usize) -> f64 {
-    let connect = 30.0
-        + (total_conns / 2000) as f64
-        + if o.ramp_per_sec > 0.0 {
-            total_conns as f64 / o.ramp_per_sec
-        } else {
-            0.0
-        };
-    let run = o
-        .scenarios
-        .iter()
-        .map(|&s| {
-            let body = if s == Scenario::Storm {
-                storm_budget_secs(total_conns, o.secs)
-            } else {
-                o.secs + o.warmup_for(s) + o.secs / (o.rounds as f64 + 1.0)
-            };
-            body + total_conns as f64 / CLOSES_PER_SEC
-        })
-        .fold(0.0, f64::max);
-    // The quiesce before the window (at most 10 s), the close grace, and the next scenario's
-    // settling (at most 20 s), rounded up to whole seconds.
-    (connect + 10.0 + run + CLOSE_GRACE.as_secs_f64() + 20.0).ceil()
 }
 
 #[cfg(test)]

@@ -465,14 +465,14 @@ pub fn size_serve(a: &ServeAsk) -> Result<ServeSize, String> {
     // A rolling restart moves a draining process's clients over every process, so each of the
     // others takes about 1/N of them on top of its own (docs/serve.md, "Leave room for the
     // roll"): the restart scenario's server gets that room, as a deployment should.
-    if processes > 1 && a.scenarios.contains(&super::Scenario::Restart) {
+    if processes > 1 && a.scenarios.iter().any(|s| s.disrupts_server()) {
         server_max += server_max.div_ceil(processes);
         processes = size(server_max)?;
     }
     // The deflate scenario alone may need a lower count: its contexts on both sides. Only
     // said when the deflate scenario runs (named, or among the defaults).
     let deflate_runs = a.conns.is_none()
-        && (a.scenarios.is_empty() || a.scenarios.contains(&super::Scenario::Deflate));
+        && (a.scenarios.is_empty() || a.scenarios.iter().any(|s| s.negotiates_deflate()));
     let deflate = a
         .deflate_window_bits
         .filter(|_| deflate_runs)

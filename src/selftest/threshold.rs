@@ -373,9 +373,7 @@ pub fn measures(s: Scenario, m: Metric) -> bool {
     use Scenario::*;
     match m {
         Metric::Latency(Series::Latency, _) => s != Idle,
-        Metric::Latency(Series::Service, _) | Metric::CpuPerMsg => {
-            matches!(s, EchoRate | Deflate)
-        }
+        Metric::Latency(Series::Service, _) | Metric::CpuPerMsg => s.open_loop(),
         Metric::Latency(Series::Round, _) => s == Broadcast,
         // Every scenario but storm and tls-handshake opens its connections before it is
         // measured, and records how long that took; those two open theirs in the window.

@@ -123,7 +123,7 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
     // connection, which an application cannot be assumed to do; it runs when asked for.
     let mut skipped = Vec::new();
     if t.command.is_some() && load.scenarios.is_empty() {
-        defaults.retain(|s| *s != Scenario::Broadcast);
+        defaults.retain(|s| !s.fans_out());
         skipped.push(
             "broadcast: your server is not assumed to send each message to every connection; \
              add --scenario broadcast (with the other scenarios you want) if it does"
@@ -203,7 +203,7 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
         // restart: how the server just started is disrupted (never in the default list).
         let mut load = load.clone();
         // (--drain-url: the plan posts to it, as `selftest` does.)
-        if load.scenarios.contains(&Scenario::Restart) && load.restart.drain_url.is_none() {
+        if load.scenarios.iter().any(|s| s.disrupts_server()) && load.restart.drain_url.is_none() {
             use super::self_test_restart::Restartable;
             let server = match &servers[0] {
                 Running::User(_) => Restartable::User,

@@ -7,58 +7,22 @@ use crate::selftest::Scenario;
 use clap::builder::PossibleValue;
 use clap::ValueEnum;
 
+/// The names and help come from each scenario's own file (`selftest::scenario`).
 impl ValueEnum for Scenario {
+    /// The scenarios chosen by name: those with a help line (script is run by `--script`).
     fn value_variants<'a>() -> &'a [Self] {
-        &[
-            Scenario::Idle,
-            Scenario::EchoRate,
-            Scenario::Deflate,
-            Scenario::EchoSat,
-            Scenario::Storm,
-            Scenario::TlsHandshake,
-            Scenario::Broadcast,
-            Scenario::Restart,
-        ]
+        static BY_NAME: std::sync::LazyLock<Vec<Scenario>> = std::sync::LazyLock::new(|| {
+            Scenario::ALL
+                .into_iter()
+                .filter(|s| s.workload().help().is_some())
+                .collect()
+        });
+        &BY_NAME
     }
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
-        let (name, help) = match self {
-            Scenario::Idle => (
-                "idle",
-                "N connections held open: server memory per connection and idle CPU",
-            ),
-            Scenario::EchoRate => (
-                "echo-rate",
-                "Open loop: N clients x R msgs/s, latency from each message's scheduled time",
-            ),
-            Scenario::Deflate => (
-                "deflate",
-                "echo-rate with permessage-deflate negotiated and JSON payloads",
-            ),
-            Scenario::EchoSat => (
-                "echo-sat",
-                "Closed loop: a fixed number of messages in flight per connection; maximum throughput",
-            ),
-            Scenario::Storm => (
-                "storm",
-                "N clients connect at once, send one message, wait for the echo",
-            ),
-            Scenario::TlsHandshake => (
-                "tls-handshake",
-                "wss:// only: clients connect, handshake, upgrade and close in a loop; TLS handshakes per server core",
-            ),
-            Scenario::Broadcast => (
-                "broadcast",
-                "N subscribers; a publisher's timestamped message, time until the last one has it",
-            ),
-            Scenario::Restart => (
-                "restart",
-                "N connections held, the server restarted or drained; reconnects with backoff, refusals, time until every client is back (not in the default list)",
-            ),
-            // Run by --script FILE, not chosen by name: not among the values.
-            Scenario::Script => return None,
-        };
-        Some(PossibleValue::new(name).help(help))
+        let w = self.workload();
+        Some(PossibleValue::new(w.name()).help(w.help()?))
     }
 }
 

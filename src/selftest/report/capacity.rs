@@ -49,8 +49,9 @@ pub struct CapacityReport {
 impl CapacityReport {
     /// From echo-rate (or deflate, when echo-rate did not run) if the server's CPU was read.
     pub fn of(scenarios: &[ScenarioReport], t: &CpuTarget, host_cores: usize) -> Option<Self> {
-        let s = [Scenario::EchoRate, Scenario::Deflate]
+        let s = Scenario::ALL
             .iter()
+            .filter(|k| k.open_loop())
             .find_map(|k| scenarios.iter().find(|s| s.scenario == *k))?;
         let us = s.server_cpu_us_per_msg?;
         Some(CapacityReport {

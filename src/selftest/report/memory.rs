@@ -1,8 +1,9 @@
 //! Memory: the idle connections measured against the profile's estimate, and the servers'
 //! memory budget.
 
-use super::super::{Scenario, ScenarioReport};
+use super::super::ScenarioReport;
 use super::bytes;
+pub use crate::selftest::budget::BudgetReport;
 use serde::{Deserialize, Serialize};
 
 /// The parts of the profile's memory estimate that an idle connection can be measured against.
@@ -58,7 +59,7 @@ pub struct MemoryReport {
 impl MemoryReport {
     /// From the idle scenario, if it ran and anything was measured.
     pub fn of(scenarios: &[ScenarioReport], e: &MemoryEstimate) -> Option<MemoryReport> {
-        let idle = scenarios.iter().find(|s| s.scenario == Scenario::Idle)?;
+        let idle = scenarios.iter().find(|s| s.scenario.holds_idle())?;
         let rss = idle.server.as_ref().and_then(|s| s.rss_per_conn_bytes);
         let kernel = idle.kernel.clone();
         if rss.is_none() && kernel.is_none() {
@@ -97,50 +98,8 @@ impl MemoryReport {
     }
 }
 
-/// The memory budget of the servers a self-test ran against, summed over them (the echo and
-/// broadcast servers, and every process of a supervised one): from their /metrics, or from an
-/// in-process server's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BudgetReport {
-    /// The budgets, in all.
-    pub limit_bytes: u64,
-    /// The most each server held at once, summed (an upper bound on what they held together).
-    pub peak_bytes: u64,
-    /// Connections closed with 1013 (or subscribes refused) because the budget was full.
-    pub budget_closes: u64,
-    /// Connections closed with 1009 for passing their own share.
-    pub share_closes: u64,
-}
-
+/// The budget's line in the report (the figures themselves are `budget`'s).
 impl BudgetReport {
-    /// Read from a server's Prometheus text; None when it has no budget series (an older
-    /// server, or another program).
-    pub fn from_metrics(text: &str) -> Option<BudgetReport> {
-        let mut r = BudgetReport::default();
-        let mut seen = false;
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((name, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let Ok(v) = value.parse::<f64>() else {
-                continue;
-            };
-            let v = v as u64;
-            let series = name.split('{').next().unwrap_or(name);
-            match series {
-                "ws_memory_budget_bytes" => {
-                    r.limit_bytes += v;
-                    seen = true;
-                }
-                "ws_memory_budget_peak_bytes" => r.peak_bytes += v,
-                "ws_memory_budget_closes_total" => r.budget_closes += v,
-                "ws_memory_share_closes_total" => r.share_closes += v,
-                _ => {}
-            }
-        }
-        seen.then_some(r)
-    }
-
     /// The report's line.
     pub fn line(&self) -> String {
         let pct = if self.limit_bytes > 0 {
@@ -159,18 +118,5 @@ impl BudgetReport {
             self.budget_closes,
             self.share_closes
         )
-    }
-}
-
-/// Two servers' budgets as one.
-impl std::ops::Add for BudgetReport {
-    type Output = BudgetReport;
-    fn add(self, o: BudgetReport) -> BudgetReport {
-        BudgetReport {
-            limit_bytes: self.limit_bytes + o.limit_bytes,
-            peak_bytes: self.peak_bytes + o.peak_bytes,
-            budget_closes: self.budget_closes + o.budget_closes,
-            share_closes: self.share_closes + o.share_closes,
-        }
     }
 }

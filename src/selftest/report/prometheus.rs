@@ -115,16 +115,12 @@ fn value_text(v: f64) -> String {
     }
 }
 
-/// The report as a textfile-collector file; `stopped`: the error that ended the run early
-/// (its verdict is then a miss, as its exit code); `unix_time`: when the run ended.
-pub fn prometheus(r: &Report, stopped: Option<&str>, unix_time: u64) -> String {
-    let scope = Scope::of(r, stopped);
-    let profile = r.targets.profile.as_str();
-    let p = ("profile", profile);
-    let mut o = String::new();
+/// The run's standing: its verdict and scope, the connections it covers against the
+/// profile's, and (serve --self-test) whether the host check passed.
+fn verdict_families(o: &mut String, r: &Report, scope: &Scope, p: (&str, &str)) {
     let n = "wstune_selftest_verdict";
     Family::start(
-        &mut o,
+        o,
         n,
         "The self-test's verdict (1 for the one it reached). scope: load, or load_and_host \
          (serve --self-test); full_size: whether it ran at the profile's connection count \
@@ -142,14 +138,14 @@ pub fn prometheus(r: &Report, stopped: Option<&str>, unix_time: u64) -> String {
     );
     let n = "wstune_selftest_connections";
     Family::start(
-        &mut o,
+        o,
         n,
         "Connections the verdict covers (the smallest count any scenario ran with).",
     )
     .sample(n, &[p], scope.conns as f64);
     let n = "wstune_selftest_profile_connections";
     Family::start(
-        &mut o,
+        o,
         n,
         "The profile's connection count: a proof needs this many.",
     )
@@ -157,12 +153,22 @@ pub fn prometheus(r: &Report, stopped: Option<&str>, unix_time: u64) -> String {
     if let Some(host_ok) = r.verdict.host_pass {
         let n = "wstune_selftest_host_ready";
         Family::start(
-            &mut o,
+            o,
             n,
             "1 when the host check before the load found no failure (serve --self-test).",
         )
         .sample(n, &[p], if host_ok { 1.0 } else { 0.0 });
     }
+}
+
+/// The report as a textfile-collector file; `stopped`: the error that ended the run early
+/// (its verdict is then a miss, as its exit code); `unix_time`: when the run ended.
+pub fn prometheus(r: &Report, stopped: Option<&str>, unix_time: u64) -> String {
+    let scope = Scope::of(r, stopped);
+    let profile = r.targets.profile.as_str();
+    let p = ("profile", profile);
+    let mut o = String::new();
+    verdict_families(&mut o, r, &scope, p);
 
     let n = "wstune_selftest_latency_seconds";
     let mut f = Family::start(

@@ -7,9 +7,9 @@
 //! Reports that do not belong together are refused, each reason named: a merge that mixed two
 //! runs would print a verdict about neither.
 
-use super::super::{histo, worker, Histograms, ProcFigures, ScenarioReport, TimelinePoint};
+use super::super::{histo, Histograms, ProcFigures, ScenarioReport, TimelinePoint};
 use super::{BudgetReport, CapacityReport, MemoryReport, MergedFrom, Report};
-use crate::selftest::merge::latency;
+use crate::selftest::histo::latency;
 use std::collections::BTreeMap;
 
 /// One shard's report and where it was read from (for the messages).
@@ -205,11 +205,11 @@ fn decode(
 /// One scenario over every shard.
 fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String> {
     let (_, f) = each[0];
-    let mut hist = worker::histogram();
-    let mut service = worker::histogram();
+    let mut hist = histo::histogram();
+    let mut service = histo::histogram();
     let mut has_service = false;
-    let mut connect = worker::histogram();
-    let mut tls_hs = worker::histogram();
+    let mut connect = histo::histogram();
+    let mut tls_hs = histo::histogram();
     let mut rounds: Vec<(u64, u64)> = Vec::new();
     for (i, s) in each {
         let h = s.histograms.as_ref().expect("checked before");
@@ -266,8 +266,8 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
             p
         });
     // tls-handshake: the cycles of every shard over the server's CPU-seconds.
-    let handshakes_per_core = match (&server, f.scenario) {
-        (Some(s), crate::selftest::Scenario::TlsHandshake) if s.cpu_secs > 0.0 => {
+    let handshakes_per_core = match &server {
+        Some(s) if f.scenario.cycles_connections() && s.cpu_secs > 0.0 => {
             Some(received as f64 / s.cpu_secs)
         }
         _ => None,
@@ -283,8 +283,8 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
             e.received_per_sec += p.received_per_sec;
         }
     }
-    let broadcast = f.scenario == crate::selftest::Scenario::Broadcast;
-    let mut round_hist = worker::histogram();
+    let broadcast = f.scenario.fans_out();
+    let mut round_hist = histo::histogram();
     for (n, last) in &rounds {
         if *n > 0 {
             let _ = round_hist.record((*last).max(1));
@@ -298,10 +298,7 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
         .iter()
         .filter_map(|(i, s)| s.incomplete.as_ref().map(|m| format!("shard {i}: {m}")))
         .collect();
-    let echo_like = matches!(
-        f.scenario,
-        crate::selftest::Scenario::EchoRate | crate::selftest::Scenario::Deflate
-    );
+    let echo_like = f.scenario.open_loop();
     Ok(ScenarioReport {
         scenario: f.scenario,
         // Each shard watched its own host: the merged run has no one host to show.
@@ -334,7 +331,7 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
             _ => None,
         },
         echoes_per_server_cpu_sec: match &server {
-            Some(s) if f.scenario == crate::selftest::Scenario::EchoSat && s.cpu_secs > 0.0 => {
+            Some(s) if f.scenario.closed_loop() && s.cpu_secs > 0.0 => {
                 Some(received as f64 / s.cpu_secs)
             }
             _ => None,
@@ -402,7 +399,7 @@ fn steps(each: &[(usize, &ScenarioReport)]) -> Result<Vec<crate::selftest::StepR
         for st in &s.steps {
             let e = by
                 .entry(st.name.clone())
-                .or_insert_with(|| (worker::histogram(), 0, 0, 0));
+                .or_insert_with(|| (histo::histogram(), 0, 0, 0));
             let h = decode(*i, s, &format!("step {}", st.name), &st.histogram)?;
             histo::add(&mut e.0, &h)
                 .map_err(|err| format!("shard {i}'s step {}: {err}", st.name))?;

@@ -436,12 +436,12 @@ fn no_default_checks_leaves_the_profile_targets_to_the_thresholds() {
 
 /// A shard's echo-rate report whose histograms hold exactly `samples` (us).
 fn shard(index: usize, count: usize, samples: &[u64]) -> Report {
-    let mut h = crate::selftest::worker::histogram();
+    let mut h = crate::selftest::histo::histogram();
     for &v in samples {
         h.record(v).unwrap();
     }
     let mut s = echo(Scenario::EchoRate, 0.0, 0.0);
-    s.latency_ms = crate::selftest::merge::latency(&h);
+    s.latency_ms = crate::selftest::histo::latency(&h);
     s.sent = samples.len() as u64;
     s.received = samples.len() as u64;
     s.conns_requested = 100;
@@ -486,14 +486,14 @@ fn merged_shards_have_the_percentiles_of_every_sample_together() {
             .collect::<Vec<_>>()
     };
     let samples = [spread(300, 5000), spread(800, 3000), spread(5000, 2000)];
-    let mut all = crate::selftest::worker::histogram();
+    let mut all = crate::selftest::histo::histogram();
     for v in samples.iter().flatten() {
         all.record(*v).unwrap();
     }
     let shards = (0..3).map(|i| shard(i, 3, &samples[i])).collect();
     let m = merge_shards(inputs(shards), false).unwrap();
     let s = &m.scenarios[0];
-    let want = crate::selftest::merge::latency(&all);
+    let want = crate::selftest::histo::latency(&all);
     assert_eq!(s.latency_ms.count, 10_000);
     assert_eq!(
         (

@@ -129,7 +129,7 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, j: &Judging) -> Verdic
         );
         // A restart's closes are what it measures: judged by whether the clients came back
         // (its own checks below), not as a fault.
-        if s.scenario != Scenario::Restart {
+        if !s.scenario.disrupts_server() {
             add(
                 "no server closes",
                 s.disconnects == 0,
@@ -143,75 +143,9 @@ pub fn verdict(scenarios: &[ScenarioReport], t: &Targets, j: &Judging) -> Verdic
                 },
             );
         }
-        match s.scenario {
-            Scenario::EchoRate | Scenario::Deflate => {
-                if defaults {
-                    add(
-                        "p99 latency",
-                        s.latency_ms.count > 0 && s.latency_ms.p99 <= t.p99_ms,
-                        format!("{:.2} ms (target {} ms)", s.latency_ms.p99, t.p99_ms),
-                    );
-                }
-                add(
-                    "every message answered",
-                    s.lost == 0,
-                    format!("{} messages never echoed by the end of the run", s.lost),
-                );
-                let offered = s.offered_rate.unwrap_or(0.0);
-                if defaults {
-                    add(
-                        "throughput",
-                        s.achieved_rate >= offered * 0.95,
-                        format!("{:.0} of {:.0} msgs/s offered", s.achieved_rate, offered),
-                    );
-                }
-            }
-            Scenario::TlsHandshake => {
-                add(
-                    "handshakes made",
-                    s.received > 0,
-                    format!("{} connect-handshake-close cycles", s.received),
-                );
-                if let Some(t) = s.tls.as_ref().filter(|t| t.resume_offered) {
-                    let all = t.full + t.resumed;
-                    add(
-                        "sessions resumed",
-                        all > 0 && t.resumed * 100 >= all * 95,
-                        format!(
-                            "{} of {all} handshakes resumed (--tls-resume: at least 95 %)",
-                            t.resumed
-                        ),
-                    );
-                }
-            }
-            Scenario::Broadcast => {
-                let want = s.conns_connected as u64 * s.broadcast_rounds.unwrap_or(0) as u64;
-                add(
-                    "every subscriber, every round",
-                    want > 0 && s.received >= want,
-                    format!("{} of {want} deliveries", s.received),
-                );
-            }
-            Scenario::Restart => {
-                for (what, ok, detail) in super::restart_checks(s, &t.restart, defaults) {
-                    add(what, ok, detail);
-                }
-            }
-            Scenario::Script => {
-                // Every waiting step must have met its expectations: a wrong expectation (or a
-                // server that does not answer) is named by its step.
-                for st in &s.steps {
-                    add(
-                        &format!("step {}: every expectation met", st.name),
-                        st.timeouts == 0 && st.matched > 0,
-                        format!(
-                            "{} met, {} timed out ({} other messages while waiting)",
-                            st.matched, st.timeouts, st.other
-                        ),
-                    );
-                }
-            }
-            _ => {}
+        // What the scenario itself is held to (its own file says).
+        for (what, ok, detail) in s.scenario.workload().judge(s, t, defaults) {
+            add(&what, ok, detail);
         }
     }
     let unmeasured = thresholds(scenarios, j, &mut checks);

@@ -9,7 +9,7 @@
 //! <https://aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter/>), so a fleet
 //! that lost its server at the same instant does not come back in one synchronised wave.
 
-use super::merge::latency;
+use super::histo::latency;
 use super::{Latency, WorkerResult};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -196,7 +196,7 @@ pub(super) fn plan_for(
     o: &super::RunPlan,
     scenario: super::Scenario,
 ) -> std::borrow::Cow<'_, super::RunPlan> {
-    if scenario != super::Scenario::Restart {
+    if !scenario.disrupts_server() {
         return std::borrow::Cow::Borrowed(o);
     }
     std::borrow::Cow::Owned(super::RunPlan {
@@ -223,7 +223,7 @@ impl Watch {
         scenario: super::Scenario,
         target: &super::client::Target,
     ) -> Watch {
-        if scenario != super::Scenario::Restart {
+        if !scenario.disrupts_server() {
             return Watch {
                 restart: false,
                 disruption: None,

@@ -11,6 +11,7 @@ mod script;
 pub use scenarios::broadcast_payload;
 
 use super::client::{self, Reader, Writer};
+use super::histo::{histogram, MAX_LATENCY_US};
 use super::{Event, Scenario, WorkerResult, WorkerSpec};
 use echo::{echo_rate, echo_sat, pace, Slot};
 use hdrhistogram::Histogram;
@@ -31,14 +32,6 @@ const TIMER_SLOP_US: u64 = 1000;
 /// send, is the figure that leaves the generator's own lateness out.
 fn latency_origin_us(due_us: u64, now_us: u64) -> u64 {
     now_us.clamp(due_us, due_us + TIMER_SLOP_US)
-}
-
-/// The longest latency the histograms hold: 10 minutes, in microseconds.
-const MAX_LATENCY_US: u64 = 600_000_000;
-
-/// Latencies are recorded in microseconds, 1 us .. 10 min, 3 significant figures.
-pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("valid histogram bounds")
 }
 
 #[derive(Default)]
@@ -174,6 +167,61 @@ fn wall_nanos() -> u64 {
         .unwrap_or(0)
 }
 
+/// An open-loop scenario's schedule: a slot per connection, filled by one pacer task on the
+/// profile's rate (empty for the other scenarios).
+fn paced(
+    spec: &Rc<WorkerSpec>,
+    sh: &Rc<Shared>,
+    n: usize,
+    start: Instant,
+    end: Instant,
+) -> Vec<Rc<Slot>> {
+    if !spec.scenario.open_loop() {
+        return Vec::new();
+    }
+    let slots: Vec<Rc<Slot>> = (0..n).map(|_| Rc::new(Slot::default())).collect();
+    tokio::task::spawn_local(pace(slots.clone(), spec.clone(), sh.clone(), start, end));
+    slots
+}
+
+/// One held connection's part in the scenario, until `end` (the scenarios whose connections
+/// open in the window have none: their whole run is `storm`, `handshakes` or a staged script).
+async fn drive(
+    c: client::Conn,
+    n: usize,
+    spec: &WorkerSpec,
+    sh: &Shared,
+    slot: Option<Rc<Slot>>,
+    end: Instant,
+) -> std::io::Result<()> {
+    match spec.scenario {
+        Scenario::EchoRate | Scenario::Deflate => {
+            let slot = slot.expect("a schedule slot per connection");
+            echo_rate(c.reader, c.writer, spec, sh, &slot, end).await
+        }
+        Scenario::EchoSat => echo_sat(c.reader, c.writer, spec, sh, end).await,
+        Scenario::Idle => hold(c.reader, c.writer, sh, end).await,
+        Scenario::Broadcast => {
+            // The last round is published one gap before the end; it gets one gap
+            // after the end to arrive, as every earlier round had before the next.
+            let gap = spec.secs / (spec.rounds as f64 + 1.0);
+            let until = end + Duration::from_secs_f64(gap);
+            subscribe(c.reader, c.writer, spec, sh, until).await
+        }
+        Scenario::Script => {
+            let pop = spec
+                .script
+                .as_ref()
+                .and_then(|s| s.population_of(n))
+                .unwrap_or(0);
+            let conn = spec.conn_number(n);
+            script::session(c.reader, c.writer, spec, sh, pop, conn, end).await
+        }
+        Scenario::Restart => restart::reconnecting(c, n, spec, sh, end).await,
+        Scenario::Storm | Scenario::TlsHandshake => Ok(()),
+    }
+}
+
 async fn run(spec: WorkerSpec) {
     let client = match spec.tls.as_ref().filter(|_| spec.target.tls) {
         Some(t) => match super::tls::Client::new(t) {
@@ -274,56 +322,23 @@ async fn run(spec: WorkerSpec) {
     };
     let mut tasks = Vec::new();
     let mut storm_connect_errors = None;
-    if spec.scenario == Scenario::Storm {
+    if spec.scenario.lasts_until_done() {
         let (n_ok, err) = storm(&spec, &sh, end).await;
         if n_ok < spec.conns {
             storm_connect_errors = err;
         }
-    } else if spec.scenario == Scenario::TlsHandshake {
+    } else if spec.scenario.cycles_connections() {
         storm_connect_errors = handshakes(&spec, &sh, end).await;
     } else if connects_later {
         // A script with stages: its connections open and close on their schedule.
         storm_connect_errors = script::staged(&spec, &sh, start, end).await;
     } else {
-        let echo_like = matches!(spec.scenario, Scenario::EchoRate | Scenario::Deflate);
-        let slots: Vec<Rc<Slot>> = if echo_like {
-            (0..conns.len()).map(|_| Rc::new(Slot::default())).collect()
-        } else {
-            Vec::new()
-        };
-        if echo_like {
-            tokio::task::spawn_local(pace(slots.clone(), spec.clone(), sh.clone(), start, end));
-        }
+        let slots = paced(&spec, &sh, conns.len(), start, end);
         for (i, (n, c)) in conns.into_iter().enumerate() {
             let (sh, spec) = (sh.clone(), spec.clone());
             let slot = slots.get(i).cloned();
             tasks.push(tokio::task::spawn_local(async move {
-                let r = match spec.scenario {
-                    Scenario::EchoRate | Scenario::Deflate => {
-                        let slot = slot.expect("a schedule slot per connection");
-                        echo_rate(c.reader, c.writer, &spec, &sh, &slot, end).await
-                    }
-                    Scenario::EchoSat => echo_sat(c.reader, c.writer, &spec, &sh, end).await,
-                    Scenario::Idle => hold(c.reader, c.writer, &sh, end).await,
-                    Scenario::Broadcast => {
-                        // The last round is published one gap before the end; it gets one gap
-                        // after the end to arrive, as every earlier round had before the next.
-                        let gap = spec.secs / (spec.rounds as f64 + 1.0);
-                        let until = end + Duration::from_secs_f64(gap);
-                        subscribe(c.reader, c.writer, &spec, &sh, until).await
-                    }
-                    Scenario::Script => {
-                        let pop = spec
-                            .script
-                            .as_ref()
-                            .and_then(|s| s.population_of(n))
-                            .unwrap_or(0);
-                        let conn = spec.conn_number(n);
-                        script::session(c.reader, c.writer, &spec, &sh, pop, conn, end).await
-                    }
-                    Scenario::Restart => restart::reconnecting(c, n, &spec, &sh, end).await,
-                    Scenario::Storm | Scenario::TlsHandshake => Ok(()),
-                };
+                let r = drive(c, n, &spec, &sh, slot, end).await;
                 if r.is_err() {
                     sh.c.borrow_mut().errors += 1;
                 }

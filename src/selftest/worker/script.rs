@@ -25,7 +25,7 @@ pub(super) struct StepStats {
 impl Default for StepStats {
     fn default() -> Self {
         StepStats {
-            hist: super::histogram(),
+            hist: crate::selftest::histo::histogram(),
             matched: 0,
             timeouts: 0,
             other: 0,

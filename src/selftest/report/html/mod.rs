@@ -6,6 +6,7 @@
 //! artefact, a mail attachment or a file share, and it fits a 1280-pixel screen.
 
 pub(crate) mod chart;
+pub(crate) mod charts;
 mod scenarios;
 #[cfg(test)]
 mod tests;
@@ -209,12 +210,7 @@ fn figures(r: &Report) -> String {
     for s in &r.scenarios {
         let l = &s.latency_ms;
         let ms = |v: f64| if l.count > 0 { num(v) } else { "–".into() };
-        let p99_class = if matches!(
-            s.scenario,
-            crate::selftest::Scenario::EchoRate | crate::selftest::Scenario::Deflate
-        ) && l.count > 0
-            && l.p99 > r.targets.p99_ms
-        {
+        let p99_class = if s.scenario.open_loop() && l.count > 0 && l.p99 > r.targets.p99_ms {
             " class=\"bad\""
         } else {
             ""
