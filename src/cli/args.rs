@@ -15,6 +15,7 @@ pub use load::{LoadArgs, LoadFormat};
 pub use report::{ReportCommand, ReportMergeArgs, ReportWatchArgs};
 pub use token::TokenArgs;
 
+use crate::report::{ListFormat, Show};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -169,7 +170,7 @@ pub struct ExportArgs {
     pub profile: String,
     /// The form to write.
     #[arg(long, value_enum, value_name = "FORMAT")]
-    pub to: ExportFormat,
+    pub to: crate::export::Format,
     /// Write to FILE (atomically) instead of standard output; for systemd-unit, a directory.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -184,7 +185,7 @@ pub struct ExportArgs {
     pub catalog: Option<String>,
     /// The host's role the values follow (as for check and apply).
     #[arg(long, value_enum, value_name = "ROLE")]
-    pub role: Option<RoleArg>,
+    pub role: Option<crate::profile::Role>,
     /// A NIC whose boot files `--to nic` renders (every physical one when none is named), or
     /// that the `--to ansible` play also installs them for; repeatable. Computed here, valid
     /// for hosts of this one's hardware whose NIC has this name.
@@ -211,56 +212,11 @@ pub struct ExportArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ShowArg {
-    /// Failures and warnings in full, by area; passes as a count.
-    Problems,
-    /// Every row, by area.
-    All,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.
     Text,
     /// One JSON object per line (tracing-subscriber's JSON format).
     Json,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ExportFormat {
-    /// A sysctl.d file (/etc/sysctl.d/60-wstune.conf).
-    Sysctl,
-    /// A limits.d file (/etc/security/limits.d/60-wstune.conf).
-    Limits,
-    /// A systemd drop-in for --unit with LimitNOFILE.
-    Systemd,
-    /// wstune-serve.service and .socket, wstune-check.service and .timer, into -o DIR.
-    SystemdUnit,
-    /// An Ansible playbook (ansible.posix.sysctl, community.general.pam_limits).
-    Ansible,
-    /// A Deployment with securityContext.sysctls and a DaemonSet for kernel-wide sysctls.
-    Kubernetes,
-    /// `docker run --sysctl ... --ulimit nofile=...` flags.
-    Docker,
-    /// A docker compose service fragment.
-    Compose,
-    /// The settings as JSON, for other tools.
-    Json,
-    /// The NICs' boot files apply writes (udev rule, .link, sysctl.d, interrupt script and
-    /// unit), matched by name, for hosts of this hardware; -o DIR writes them under DIR.
-    Nic,
-    /// A Kubernetes Indexed Job: one pod per shard of a self-test (--shards N, --image, the
-    /// selftest flags after --), the reports merged with `wstune report merge`.
-    SelftestJob,
-    /// An Ansible play running one shard per host of the wstune_generators group, fetching the
-    /// reports and merging them on the controller (--shards N, the selftest flags after --).
-    SelftestAnsible,
-    /// wstune-watch.service: `wstune watch --serve 127.0.0.1:9977` as a hardened service (a
-    /// dynamic user, no capabilities), for Prometheus on this host.
-    WatchSystemd,
-    /// A DaemonSet running `wstune watch --serve` on every node (the node's network, as
-    /// nobody, read-only; --image), with Prometheus scrape annotations and a /healthz probe.
-    WatchDaemonset,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -281,28 +237,7 @@ pub struct TargetArgs {
     /// (ephemeral ports, TIME_WAIT reuse, NodePorts): over the profile's `role:`; without
     /// either, a Kubernetes node is detected by its kubelet's configuration, else `server`.
     #[arg(long, value_enum, value_name = "ROLE")]
-    pub role: Option<RoleArg>,
-}
-
-/// `--role`'s values: [`crate::profile::Role`]'s words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RoleArg {
-    /// Accepts WebSocket clients; few outbound connections of its own.
-    Server,
-    /// Opens a backend connection per client (HAProxy, nginx, Envoy).
-    Proxy,
-    /// A Kubernetes node (NodePorts 30000-32767, the kubelet on 10250).
-    KubernetesNode,
-}
-
-impl From<RoleArg> for crate::profile::Role {
-    fn from(r: RoleArg) -> Self {
-        match r {
-            RoleArg::Server => crate::profile::Role::Server,
-            RoleArg::Proxy => crate::profile::Role::Proxy,
-            RoleArg::KubernetesNode => crate::profile::Role::KubernetesNode,
-        }
-    }
+    pub role: Option<crate::profile::Role>,
 }
 
 #[derive(Debug, Args)]
@@ -326,8 +261,8 @@ pub struct CheckArgs {
     pub strict: bool,
     /// Table rows: `problems` (fails and warnings in full, grouped by area, passes counted) or
     /// `all` (every row). The machine formats always hold every row.
-    #[arg(long, value_enum, default_value_t = ShowArg::Problems)]
-    pub show: ShowArg,
+    #[arg(long, value_enum, default_value_t = Show::Problems)]
+    pub show: Show,
     /// Read the kernel drop counters again after SECS seconds and fail on growth.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub watch: Option<u64>,
@@ -876,12 +811,6 @@ pub enum ProfilesCommand {
         #[arg(long)]
         resolved: bool,
     },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ListFormat {
-    Table,
-    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -4,11 +4,11 @@
 //! one clear error; commands (`cmd::*`) receive these values and never see clap's structs.
 
 use super::args::{
-    self, ApplyArgs, BenchDeflateArgs, CheckArgs, ExportArgs, ExportFormat, LbArgs, LoadArgs,
-    PoolArgs, ProfilesArgs, ProfilesCommand, RollbackArgs, SelftestArgs, SnapshotArgs, TargetArgs,
-    WatchArgs,
+    self, ApplyArgs, BenchDeflateArgs, CheckArgs, ExportArgs, LbArgs, LoadArgs, PoolArgs,
+    ProfilesArgs, ProfilesCommand, RollbackArgs, SelftestArgs, SnapshotArgs, TargetArgs, WatchArgs,
 };
 use crate::cmd;
+use crate::export::Format as ExportFormat;
 
 mod serve;
 use super::args::LoadFormat;
@@ -51,10 +51,7 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
         },
         why: a.why,
         strict: a.strict,
-        show: match a.show {
-            args::ShowArg::Problems => report::Show::Problems,
-            args::ShowArg::All => report::Show::All,
-        },
+        show: a.show,
         output: a.output.clone(),
         lb,
     })
@@ -63,7 +60,7 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
 pub fn explain(a: &args::ExplainArgs) -> cmd::explain::Request {
     cmd::explain::Request {
         query: a.id.clone(),
-        json: a.format == args::ListFormat::Json,
+        json: a.format == ListFormat::Json,
         width: crate::terminal::columns().unwrap_or_else(crate::output::table_width),
     }
 }
@@ -193,7 +190,6 @@ pub fn rollback(a: &RollbackArgs) -> Result<cmd::rollback::Request> {
 }
 
 pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
-    use crate::export::Format;
     let backend = backend(a.root.as_deref(), None)?;
     let t = Target {
         profile: a.profile.clone(),
@@ -219,22 +215,7 @@ pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
     }
     Ok(cmd::export::Request {
         host: HostInputs { inputs, backend },
-        to: match a.to {
-            ExportFormat::Sysctl => Format::Sysctl,
-            ExportFormat::Limits => Format::Limits,
-            ExportFormat::Systemd => Format::Systemd,
-            ExportFormat::SystemdUnit => Format::SystemdUnit,
-            ExportFormat::Ansible => Format::Ansible,
-            ExportFormat::Kubernetes => Format::Kubernetes,
-            ExportFormat::Docker => Format::Docker,
-            ExportFormat::Compose => Format::Compose,
-            ExportFormat::Json => Format::Json,
-            ExportFormat::Nic => Format::Nic,
-            ExportFormat::SelftestJob => Format::SelftestJob,
-            ExportFormat::SelftestAnsible => Format::SelftestAnsible,
-            ExportFormat::WatchSystemd => Format::WatchSystemd,
-            ExportFormat::WatchDaemonset => Format::WatchDaemonset,
-        },
+        to: a.to,
         nics: a.nics.clone(),
         unit: a.unit.clone(),
         output: a.output.clone(),
@@ -344,12 +325,8 @@ pub fn lb(a: &LbArgs) -> Result<cmd::lb::Request> {
 
 pub fn profiles(p: &ProfilesArgs) -> cmd::profiles::Request {
     match &p.command {
-        None => cmd::profiles::Request::List {
-            format: list_format(p.format),
-        },
-        Some(ProfilesCommand::List { format }) => cmd::profiles::Request::List {
-            format: list_format(*format),
-        },
+        None => cmd::profiles::Request::List { format: p.format },
+        Some(ProfilesCommand::List { format }) => cmd::profiles::Request::List { format: *format },
         Some(ProfilesCommand::Show {
             name,
             format,
@@ -371,7 +348,7 @@ pub fn bench_deflate(a: &BenchDeflateArgs) -> cmd::bench::DeflateRequest {
         level: a.level,
         broadcast: a.broadcast,
         contexts: a.contexts,
-        format: list_format(a.format),
+        format: a.format,
     }
 }
 
@@ -504,7 +481,7 @@ pub fn report_merge(a: &args::ReportMergeArgs) -> Result<cmd::report::MergeReque
             thresholds: dedup(&a.thresholds),
             no_default_checks: a.no_default_checks,
             accept_noise: a.accept_noise,
-            format: list_format(a.format),
+            format: a.format,
             report: a.report.clone(),
             out_prometheus: a.out_prometheus.clone(),
             baseline: baseline(a.baseline.as_deref())?,
@@ -572,7 +549,7 @@ pub fn pool(a: &PoolArgs) -> Result<cmd::pool::Request> {
         secs: a.secs,
         profile: a.profile.clone(),
         write_profile: a.write_profile.clone(),
-        format: list_format(a.format),
+        format: a.format,
     })
 }
 
@@ -762,13 +739,6 @@ fn load_format(l: &LoadArgs) -> LoadFormat {
     l.format
         .or_else(|| l.output.as_deref().and_then(LoadFormat::of_path))
         .unwrap_or(LoadFormat::Table)
-}
-
-fn list_format(f: args::ListFormat) -> ListFormat {
-    match f {
-        args::ListFormat::Table => ListFormat::Table,
-        args::ListFormat::Json => ListFormat::Json,
-    }
 }
 
 fn target(t: &TargetArgs) -> Target {
