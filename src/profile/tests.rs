@@ -199,8 +199,7 @@ fn every_rss_word_is_one_windows_name_and_back() {
 
 #[test]
 fn unknown_key_names_the_line_and_the_allowed_keys() {
-    let text = full(0)
-        .replace("  somaxconn: 4096", "  somaxconn: 4096\n  somaxcon: 1");
+    let text = full(0).replace("  somaxconn: 4096", "  somaxconn: 4096\n  somaxcon: 1");
     let err = parse(&text, "p.yaml").unwrap_err().to_string();
     assert!(err.starts_with("p.yaml:"), "{err}");
     assert!(
@@ -428,8 +427,7 @@ fn a_renamed_key_is_read_with_a_warning_and_a_removed_one_names_its_fix() {
             Retired::Removed("remove it: the server sizes it itself"),
         ),
     ];
-    let text = full(2)
-        .replace("  somaxconn: 65535", "  accept_queue: 32768");
+    let text = full(2).replace("  somaxconn: 65535", "  accept_queue: 32768");
     let line = yaml_lines::line_of(&text, "linux.accept_queue");
     assert!(line.is_some());
     let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
@@ -462,8 +460,7 @@ fn a_renamed_key_is_read_with_a_warning_and_a_removed_one_names_its_fix() {
     );
 
     // Removed: an error with the fix, at its line.
-    let gone = full(2)
-        .replace("  send_queue_bytes:", "  old_knob: 3\n  send_queue_bytes:");
+    let gone = full(2).replace("  send_queue_bytes:", "  old_knob: 3\n  send_queue_bytes:");
     let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&gone).unwrap();
     let (_, problems, warnings) = fold_retired(&mut doc, &gone, &table);
     assert!(warnings.is_empty());
