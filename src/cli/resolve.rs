@@ -304,7 +304,7 @@ fn target(t: &TargetArgs) -> Target {
         pid: t.pid,
         unit: t.unit.clone(),
         catalog: t.catalog.clone(),
-        role: t.role.map(Into::into),
+        role: t.role,
     }
 }
 

@@ -8,7 +8,7 @@ pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
     let t = Target {
         profile: a.profile.clone(),
         catalog: a.catalog.clone(),
-        role: a.role.map(Into::into),
+        role: a.role,
         ..Target::default()
     };
     let inputs = check::inputs(&t, backend.as_ref())?;
