@@ -60,10 +60,12 @@ pub fn written_out(name: &str) -> Option<String> {
         let old = value_text(line);
         *line = format!("{key}: {}", rest.replacen(old.as_str(), &value, 1));
     }
-    // The base's header speaks of the sizes that extend it; this copy is one of them.
+    // The base's header speaks of the sizes that extend it; this copy is one of them, and
+    // says what a whole profile file says.
     let body = lines.iter().skip_while(|l| l.starts_with('#'));
     let header = format!(
-        "# wstune tuning profile \"{name}\", written out in full: the base profile with this size's values.\n"
+        "# wstune tuning profile \"{name}\". Every value is a target for `wstune check`/`apply`, or a\n\
+         # default for `wstune serve` and the self-test. Units are in the key names. docs/profiles.md documents each key.\n"
     );
     Some(header + &body.map(|l| format!("{l}\n")).collect::<String>())
 }
