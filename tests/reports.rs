@@ -381,7 +381,7 @@ fn line_starting(text: &str, prefix: &str) -> usize {
 #[test]
 fn profile_with_three_errors_reports_all_three_with_lines() {
     let base =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/base.yaml"))
             .unwrap();
     let text = base
         .replace(
@@ -491,9 +491,9 @@ fn junit_with_control_characters_in_names_is_valid_xml() {
     std::fs::write(root.join("proc/sys/kernel/osrelease"), "6.1.0\x02-amd64\n").unwrap();
     let profile = dir.path().join("p.yaml");
     let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/base.yaml"))
             .unwrap()
-            .replace("name: 100k", "name: \"100k\\x03\"");
+            .replace("name: base", "name: \"100k\\x03\"");
     std::fs::write(&profile, text).unwrap();
     let o = common::run(&[
         "check",
@@ -542,7 +542,7 @@ fn sysctls_past_the_kernels_int_are_refused_at_load() {
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("p.yaml");
     let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/base.yaml"))
             .unwrap()
             .replace("somaxconn: 65535", "somaxconn: 4294967295")
             .replace("nf_conntrack_max: 262144", "nf_conntrack_max: 4294967295")

@@ -112,7 +112,7 @@ fn every_netsh_fix_keeps_start_plus_num_within_65536() {
     // The numbers come from the profile, not from the catalog.
     let profile = dir.path().join("p.yaml");
     let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/base.yaml"))
             .unwrap()
             .replace("dynamic_port_start: 10000", "dynamic_port_start: 20000")
             .replace("dynamic_port_count: 55535", "dynamic_port_count: 45536");

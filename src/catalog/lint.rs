@@ -376,96 +376,8 @@ pub fn lint(
                         }
                         for (name, vars) in profiles {
                             let Some(t) = target(b, vars) else { continue };
-                            let c = b.check.compare;
-                            let judged = matches!(
-                                c,
-                                Compare::AtLeast
-                                    | Compare::AtMost
-                                    | Compare::Equal
-                                    | Compare::Covers
-                            );
-                            if !judged {
-                                continue;
-                            }
-                            let wrong = |v: &Value| {
-                                let v = field_of(
-                                    v,
-                                    if m.field.is_some() {
-                                        None
-                                    } else {
-                                        b.check.field
-                                    },
-                                );
-                                matches!(meets(c, &v, &t), Ok(false))
-                            };
-                            let shown = |v: &Value| format!("{v}");
-                            match &m.action {
-                                Action::Set(SetTo::Value(v)) if wrong(v) => found(
-                                    Some(name),
-                                    format!("{} misses {} {}", shown(v), compare_word(c), t),
-                                ),
-                                Action::Set(SetTo::OwnTarget) => {
-                                    let own_key =
-                                        matches!(&a.check.source, Source::Sysctl(k) if *k == m.key);
-                                    let same_field = a.check.field == b.check.field
-                                        || a.check.field.is_none()
-                                        || b.check.field.is_none();
-                                    if !own_key || !same_field {
-                                        continue;
-                                    }
-                                    if let Some(own) = target(a, vars) {
-                                        if matches!(meets(c, &own, &t), Ok(false)) {
-                                            found(
-                                                Some(name),
-                                                format!(
-                                                    "its target {own} misses {} {t}",
-                                                    compare_word(c)
-                                                ),
-                                            );
-                                        }
-                                    }
-                                }
-                                Action::Raise(bound) => {
-                                    let limit = match c {
-                                        Compare::AtMost | Compare::Equal => t.as_num(),
-                                        _ => None,
-                                    };
-                                    if let Some(limit) = limit {
-                                        if bound.is_none_or(|n| n > limit) {
-                                            found(
-                                                Some(name),
-                                                format!(
-                                                    "raising it {} passes {} {t}",
-                                                    bound
-                                                        .map(|n| format!("to {n}"))
-                                                        .unwrap_or("without a bound".into()),
-                                                    compare_word(c)
-                                                ),
-                                            );
-                                        }
-                                    }
-                                }
-                                Action::Lower(bound) => {
-                                    let limit = match c {
-                                        Compare::AtLeast | Compare::Equal => t.as_num(),
-                                        _ => None,
-                                    };
-                                    if let Some(limit) = limit {
-                                        if bound.is_none_or(|n| n < limit) {
-                                            found(
-                                                Some(name),
-                                                format!(
-                                                    "lowering it {} passes {} {t}",
-                                                    bound
-                                                        .map(|n| format!("to {n}"))
-                                                        .unwrap_or("without a bound".into()),
-                                                    compare_word(c)
-                                                ),
-                                            );
-                                        }
-                                    }
-                                }
-                                _ => {}
+                            if let Some(reason) = misses(a, b, &m, &t, vars) {
+                                found(Some(name), reason);
                             }
                         }
                     }
@@ -474,6 +386,85 @@ pub fn lint(
         }
     }
     out
+}
+
+/// Why what `a`'s text says (`m`) contradicts `b`'s target `t` under one profile's
+/// variables, or None when it does not (or `b`'s comparison judges no value).
+fn misses(
+    a: &CheckDef,
+    b: &CheckDef,
+    m: &Mention,
+    t: &Value,
+    vars: &BTreeMap<String, Value>,
+) -> Option<String> {
+    let c = b.check.compare;
+    let judged = matches!(
+        c,
+        Compare::AtLeast | Compare::AtMost | Compare::Equal | Compare::Covers
+    );
+    if !judged {
+        return None;
+    }
+    let wrong = |v: &Value| {
+        let v = field_of(
+            v,
+            if m.field.is_some() {
+                None
+            } else {
+                b.check.field
+            },
+        );
+        matches!(meets(c, &v, t), Ok(false))
+    };
+    let unbounded = |bound: Option<i64>| {
+        bound
+            .map(|n| format!("to {n}"))
+            .unwrap_or("without a bound".into())
+    };
+    match &m.action {
+        Action::Set(SetTo::Value(v)) if wrong(v) => {
+            Some(format!("{v} misses {} {t}", compare_word(c)))
+        }
+        Action::Set(SetTo::OwnTarget) => {
+            let own_key = matches!(&a.check.source, Source::Sysctl(k) if *k == m.key);
+            let same_field = a.check.field == b.check.field
+                || a.check.field.is_none()
+                || b.check.field.is_none();
+            if !own_key || !same_field {
+                return None;
+            }
+            let own = target(a, vars)?;
+            matches!(meets(c, &own, t), Ok(false))
+                .then(|| format!("its target {own} misses {} {t}", compare_word(c)))
+        }
+        Action::Raise(bound) => {
+            let limit = match c {
+                Compare::AtMost | Compare::Equal => t.as_num()?,
+                _ => return None,
+            };
+            bound.is_none_or(|n| n > limit).then(|| {
+                format!(
+                    "raising it {} passes {} {t}",
+                    unbounded(*bound),
+                    compare_word(c)
+                )
+            })
+        }
+        Action::Lower(bound) => {
+            let limit = match c {
+                Compare::AtLeast | Compare::Equal => t.as_num()?,
+                _ => return None,
+            };
+            bound.is_none_or(|n| n < limit).then(|| {
+                format!(
+                    "lowering it {} passes {} {t}",
+                    unbounded(*bound),
+                    compare_word(c)
+                )
+            })
+        }
+        _ => None,
+    }
 }
 
 fn compare_word(c: Compare) -> &'static str {

@@ -230,8 +230,58 @@ pub fn parse(
             });
         }
     }
-    let mut parsed = Vec::new();
-    for (i, item) in raw.checks.into_iter().enumerate() {
+    let (parsed, read_problems) = read_checks(text, file, raw.checks, &blocks);
+    problems.extend(read_problems);
+    let mut seen = BTreeSet::new();
+    let mut checks = Vec::new();
+    for (check, block) in parsed {
+        // The id line of this very entry: a duplicate is reported where the duplicate is.
+        let line = block
+            .as_ref()
+            .and_then(|b| line_in_block(text, b, "id").or(Some(b.start + 1)))
+            .or_else(|| line_of_id(text, &check.id));
+        let mut messages = Vec::new();
+        if !seen.insert(check.id.clone()) {
+            messages.push("duplicate id; ids must be unique".to_string());
+        }
+        let id = check.id.clone();
+        checks.push(check_def(
+            check,
+            &seen,
+            &raw.notes,
+            known_vars,
+            &mut messages,
+        ));
+        problems.extend(messages.into_iter().map(|message| Problem {
+            file: file.into(),
+            line,
+            message: format!("{id}: {message}"),
+        }));
+    }
+    problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
+    if problems.is_empty() {
+        Ok(Catalog {
+            platform: raw.platform,
+            checks,
+            file: file.into(),
+        })
+    } else {
+        Err(CatalogError(problems))
+    }
+}
+
+/// Each check of the file read on its own, so one check's unknown key or bad type does not hide
+/// the next check's: those that deserialize, with their block of lines, and a problem for each
+/// that does not, at the line of the key (or value) serde names.
+#[allow(clippy::type_complexity)]
+fn read_checks(
+    text: &str,
+    file: &str,
+    items: Vec<serde_yaml_ng::Value>,
+    blocks: &[std::ops::Range<usize>],
+) -> (Vec<(Check, Option<std::ops::Range<usize>>)>, Vec<Problem>) {
+    let (mut parsed, mut problems) = (Vec::new(), Vec::new());
+    for (i, item) in items.into_iter().enumerate() {
         let block = blocks.get(i).cloned();
         let id = item.get("id").and_then(|v| v.as_str()).map(str::to_string);
         match serde_yaml_ng::from_value::<Check>(item) {
@@ -267,169 +317,150 @@ pub fn parse(
             }
         }
     }
-    let mut seen = BTreeSet::new();
-    let mut checks = Vec::new();
-    for (check, block) in parsed {
-        // The id line of this very entry: a duplicate is reported where the duplicate is.
-        let line = block
-            .as_ref()
-            .and_then(|b| line_in_block(text, b, "id").or(Some(b.start + 1)))
-            .or_else(|| line_of_id(text, &check.id));
-        let mut bad = |message: String| {
-            problems.push(Problem {
-                file: file.into(),
-                line,
-                message: format!("{}: {message}", check.id),
-            })
-        };
-        if !seen.insert(check.id.clone()) {
-            bad("duplicate id; ids must be unique".into());
+    (parsed, problems)
+}
+
+/// One check that deserialized, validated: its id, sources, target, default, placeholders,
+/// gate, note and role overrides. What is wrong goes to `problems` (the caller adds the id and
+/// the line); `seen` holds the ids of this check and those above it.
+fn check_def(
+    check: Check,
+    seen: &BTreeSet<String>,
+    notes: &BTreeMap<String, NoteDef>,
+    known_vars: &BTreeSet<String>,
+    problems: &mut Vec<String>,
+) -> CheckDef {
+    let mut bad = |message: String| problems.push(message);
+    let id_ok = check.id.split('.').count() >= 2
+        && check
+            .id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c));
+    if !id_ok {
+        bad("ids are lowercase words joined by dots, e.g. linux.net.core.somaxconn".into());
+    }
+    for r in &check.refs {
+        if !r.url.starts_with("https://") || r.url.contains(char::is_whitespace) {
+            bad(format!(
+                "refs: `{}` is not an https:// address; give the source's address, e.g. https://docs.kernel.org/networking/ip-sysctl.html",
+                r.url
+            ));
         }
-        let id_ok = check.id.split('.').count() >= 2
-            && check
-                .id
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c));
-        if !id_ok {
-            bad("ids are lowercase words joined by dots, e.g. linux.net.core.somaxconn".into());
+        if r.section.trim().is_empty() {
+            bad(format!(
+                "refs: {} has no section; name the heading or entry the check follows",
+                r.url
+            ));
         }
-        for r in &check.refs {
-            if !r.url.starts_with("https://") || r.url.contains(char::is_whitespace) {
-                bad(format!(
-                    "refs: `{}` is not an https:// address; give the source's address, e.g. https://docs.kernel.org/networking/ip-sysctl.html",
-                    r.url
-                ));
-            }
-            if r.section.trim().is_empty() {
-                bad(format!(
-                    "refs: {} has no section; name the heading or entry the check follows",
-                    r.url
-                ));
-            }
+    }
+    let target = match compile_target(&check, known_vars) {
+        Ok(t) => t,
+        Err(e) => {
+            bad(e);
+            None
         }
-        let target = match compile_target(&check, known_vars) {
-            Ok(t) => t,
-            Err(e) => {
-                bad(e);
+    };
+    let default = match &check.default {
+        None => None,
+        // A port list's default is text ("" for none reserved).
+        Some(serde_yaml_ng::Value::String(t)) if check.compare == Compare::Reserves => {
+            Some(Value::Text(t.clone()))
+        }
+        Some(v) => match literal(v) {
+            Some(v) => Some(v),
+            None => {
+                bad("default must be a number or a list of numbers".into());
                 None
             }
-        };
-        let default = match &check.default {
-            None => None,
-            // A port list's default is text ("" for none reserved).
-            Some(serde_yaml_ng::Value::String(t)) if check.compare == Compare::Reserves => {
-                Some(Value::Text(t.clone()))
-            }
-            Some(v) => match literal(v) {
-                Some(v) => Some(v),
-                None => {
-                    bad("default must be a number or a list of numbers".into());
-                    None
-                }
-            },
-        };
-        for text in [&check.fix.runtime, &check.fix.persistent]
-            .into_iter()
-            .flatten()
-        {
-            for name in placeholders(text) {
-                // A profile variable (`{windows.dynamic_port_start}`) fills in that value.
-                if !PLACEHOLDERS.contains(&name.as_str()) && !known_vars.contains(&name) {
-                    bad(format!(
-                        "unknown placeholder {{{name}}} in fix; known: {} or a profile variable such as {{linux.somaxconn}}",
-                        PLACEHOLDERS.join(", ")
-                    ));
-                }
-            }
-        }
-        let nic_only = matches!(
-            check.source,
-            Source::Fact(
-                Fact::NicRxQueues | Fact::NicTxQueues | Fact::NicIrqCpus | Fact::NicCoalesce
-            )
-        ) || matches!(&check.source, Source::Registry(r) if r.key.contains("{nic_key}"));
-        let nic_only = nic_only || matches!(check.source, Source::NicStat(_));
-        if nic_only && check.each != Some(Each::Nic) {
-            bad("this source is per NIC; add `each: nic`".into());
-        }
-        if check.why.trim().is_empty() {
-            bad("every check needs a `why`".into());
-        }
-        if let Some(gate) = &check.only_if_missed {
-            if !seen.contains(&gate.check) || gate.check == check.id {
+        },
+    };
+    for text in [&check.fix.runtime, &check.fix.persistent]
+        .into_iter()
+        .flatten()
+    {
+        for name in placeholders(text) {
+            // A profile variable (`{windows.dynamic_port_start}`) fills in that value.
+            if !PLACEHOLDERS.contains(&name.as_str()) && !known_vars.contains(&name) {
                 bad(format!(
-                    "only_if_missed: `{}` is no check above this one; name an earlier check's id",
-                    gate.check
+                    "unknown placeholder {{{name}}} in fix; known: {} or a profile variable such as {{linux.somaxconn}}",
+                    PLACEHOLDERS.join(", ")
                 ));
             }
-            if gate.otherwise.trim().is_empty() {
-                bad("only_if_missed: `otherwise` says why the check does not apply when that one passed".into());
-            }
         }
-        let note = match &check.note {
-            None => None,
-            Some(name) => match raw.notes.get(name) {
-                Some(n) => Some(n.clone()),
-                None => {
-                    bad(format!(
-                        "note: `{name}` is not one of the file's notes ({})",
-                        raw.notes.keys().cloned().collect::<Vec<_>>().join(", ")
-                    ));
-                    None
-                }
-            },
-        };
-        let mut by_role = BTreeMap::new();
-        for (role, o) in &check.roles {
-            let mut c = check.clone();
-            c.roles.clear();
-            if o.skip.is_some()
-                && (o.compare.is_some() || o.target.is_some() || o.severity.is_some())
-            {
-                bad(format!(
-                    "roles.{role}: `skip` leaves nothing to compare; give either skip or compare/target/severity"
-                ));
-            }
-            if let Some(v) = o.compare {
-                c.compare = v;
-            }
-            if let Some(v) = &o.target {
-                c.target = Some(v.clone());
-            }
-            if let Some(v) = o.severity {
-                c.severity = v;
-            }
-            if let Some(v) = &o.why {
-                c.why = v.clone();
-            }
-            if let Some(v) = &o.fix {
-                c.fix = v.clone();
-            }
-            match compile_target(&c, known_vars) {
-                Ok(t) => {
-                    by_role.insert(*role, (c, t, o.skip.clone()));
-                }
-                Err(e) => bad(format!("roles.{role}: {e}")),
-            }
-        }
-        checks.push(CheckDef {
-            check,
-            target,
-            default,
-            role_skip: None,
-            by_role,
-            note,
-        });
     }
-    problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
-    if problems.is_empty() {
-        Ok(Catalog {
-            platform: raw.platform,
-            checks,
-            file: file.into(),
-        })
-    } else {
-        Err(CatalogError(problems))
+    let nic_only = matches!(
+        check.source,
+        Source::Fact(Fact::NicRxQueues | Fact::NicTxQueues | Fact::NicIrqCpus | Fact::NicCoalesce)
+    ) || matches!(&check.source, Source::Registry(r) if r.key.contains("{nic_key}"));
+    let nic_only = nic_only || matches!(check.source, Source::NicStat(_));
+    if nic_only && check.each != Some(Each::Nic) {
+        bad("this source is per NIC; add `each: nic`".into());
+    }
+    if check.why.trim().is_empty() {
+        bad("every check needs a `why`".into());
+    }
+    if let Some(gate) = &check.only_if_missed {
+        if !seen.contains(&gate.check) || gate.check == check.id {
+            bad(format!(
+                "only_if_missed: `{}` is no check above this one; name an earlier check's id",
+                gate.check
+            ));
+        }
+        if gate.otherwise.trim().is_empty() {
+            bad("only_if_missed: `otherwise` says why the check does not apply when that one passed".into());
+        }
+    }
+    let note = match &check.note {
+        None => None,
+        Some(name) => match notes.get(name) {
+            Some(n) => Some(n.clone()),
+            None => {
+                bad(format!(
+                    "note: `{name}` is not one of the file's notes ({})",
+                    notes.keys().cloned().collect::<Vec<_>>().join(", ")
+                ));
+                None
+            }
+        },
+    };
+    let mut by_role = BTreeMap::new();
+    for (role, o) in &check.roles {
+        let mut c = check.clone();
+        c.roles.clear();
+        if o.skip.is_some() && (o.compare.is_some() || o.target.is_some() || o.severity.is_some()) {
+            bad(format!(
+                "roles.{role}: `skip` leaves nothing to compare; give either skip or compare/target/severity"
+            ));
+        }
+        if let Some(v) = o.compare {
+            c.compare = v;
+        }
+        if let Some(v) = &o.target {
+            c.target = Some(v.clone());
+        }
+        if let Some(v) = o.severity {
+            c.severity = v;
+        }
+        if let Some(v) = &o.why {
+            c.why = v.clone();
+        }
+        if let Some(v) = &o.fix {
+            c.fix = v.clone();
+        }
+        match compile_target(&c, known_vars) {
+            Ok(t) => {
+                by_role.insert(*role, (c, t, o.skip.clone()));
+            }
+            Err(e) => bad(format!("roles.{role}: {e}")),
+        }
+    }
+    CheckDef {
+        check,
+        target,
+        default,
+        role_skip: None,
+        by_role,
+        note,
     }
 }
 

@@ -3,18 +3,27 @@
 
 pub mod abuse;
 pub mod channels;
+mod check;
+mod export;
 mod guide;
 mod load;
+mod profiles;
 mod report;
 pub mod tls;
 mod token;
 mod values;
+mod watch;
 
+pub use check::{ApplyArgs, CheckArgs, ExplainArgs, Format, RollbackArgs, TargetArgs};
+pub use export::ExportArgs;
 pub use guide::{command, examples, Example};
 pub use load::{LoadArgs, LoadFormat};
+pub use profiles::{ProfilesArgs, ProfilesCommand, ShowFormat};
 pub use report::{ReportCommand, ReportMergeArgs, ReportWatchArgs};
 pub use token::TokenArgs;
+pub use watch::{WatchArgs, WatchFormat};
 
+use crate::report::ListFormat;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -162,282 +171,12 @@ pub enum Command {
     },
 }
 
-#[derive(Debug, Args)]
-pub struct ExportArgs {
-    /// A built-in profile (10k, 50k, 100k, 250k, 1m) or a path to a profile YAML file.
-    #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
-    pub profile: String,
-    /// The form to write.
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    pub to: ExportFormat,
-    /// Write to FILE (atomically) instead of standard output; for systemd-unit, a directory.
-    #[arg(long, short = 'o', value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    /// Compute the values on a captured tree (from `wstune snapshot`) instead of this host.
-    #[arg(long, value_name = "DIR")]
-    pub root: Option<PathBuf>,
-    /// The unit a `--to systemd` drop-in is for.
-    #[arg(long, value_name = "NAME", default_value = "wstune-serve.service")]
-    pub unit: String,
-    /// Use this catalog file instead of the built-in one.
-    #[arg(long, value_name = "FILE")]
-    pub catalog: Option<String>,
-    /// The host's role the values follow (as for check and apply).
-    #[arg(long, value_enum, value_name = "ROLE")]
-    pub role: Option<RoleArg>,
-    /// A NIC whose boot files `--to nic` renders (every physical one when none is named), or
-    /// that the `--to ansible` play also installs them for; repeatable. Computed here, valid
-    /// for hosts of this one's hardware whose NIC has this name.
-    #[arg(long = "nic", value_name = "NAME")]
-    pub nics: Vec<String>,
-    /// --to selftest-job / selftest-ansible: generator hosts (shards) the load is split over.
-    #[arg(long, value_name = "N")]
-    pub shards: Option<usize>,
-    /// --to selftest-job / watch-daemonset: the image the pods run (with wstune on its PATH).
-    #[arg(
-        long,
-        value_name = "IMAGE",
-        default_value = "ghcr.io/wstune/wstune:latest"
-    )]
-    pub image: String,
-    /// --to selftest-job / selftest-ansible: seconds from writing the Job (or starting the play)
-    /// to the load's start, room for every shard to connect.
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
-    pub start_in: u64,
-    /// --to selftest-job / selftest-ansible: the `wstune selftest` flags every shard runs
-    /// with, after `--` (e.g. -- --url ws://10.0.0.5:9000/ --conns 200000).
-    #[arg(last = true, value_name = "SELFTEST_FLAGS")]
-    pub selftest_args: Vec<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ShowArg {
-    /// Failures and warnings in full, by area; passes as a count.
-    Problems,
-    /// Every row, by area.
-    All,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.
     Text,
     /// One JSON object per line (tracing-subscriber's JSON format).
     Json,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ExportFormat {
-    /// A sysctl.d file (/etc/sysctl.d/60-wstune.conf).
-    Sysctl,
-    /// A limits.d file (/etc/security/limits.d/60-wstune.conf).
-    Limits,
-    /// A systemd drop-in for --unit with LimitNOFILE.
-    Systemd,
-    /// wstune-serve.service and .socket, wstune-check.service and .timer, into -o DIR.
-    SystemdUnit,
-    /// An Ansible playbook (ansible.posix.sysctl, community.general.pam_limits).
-    Ansible,
-    /// A Deployment with securityContext.sysctls and a DaemonSet for kernel-wide sysctls.
-    Kubernetes,
-    /// `docker run --sysctl ... --ulimit nofile=...` flags.
-    Docker,
-    /// A docker compose service fragment.
-    Compose,
-    /// The settings as JSON, for other tools.
-    Json,
-    /// The NICs' boot files apply writes (udev rule, .link, sysctl.d, interrupt script and
-    /// unit), matched by name, for hosts of this hardware; -o DIR writes them under DIR.
-    Nic,
-    /// A Kubernetes Indexed Job: one pod per shard of a self-test (--shards N, --image, the
-    /// selftest flags after --), the reports merged with `wstune report merge`.
-    SelftestJob,
-    /// An Ansible play running one shard per host of the wstune_generators group, fetching the
-    /// reports and merging them on the controller (--shards N, the selftest flags after --).
-    SelftestAnsible,
-    /// wstune-watch.service: `wstune watch --serve 127.0.0.1:9977` as a hardened service (a
-    /// dynamic user, no capabilities), for Prometheus on this host.
-    WatchSystemd,
-    /// A DaemonSet running `wstune watch --serve` on every node (the node's network, as
-    /// nobody, read-only; --image), with Prometheus scrape annotations and a /healthz probe.
-    WatchDaemonset,
-}
-
-#[derive(Debug, Args, Clone)]
-pub struct TargetArgs {
-    /// A built-in profile (10k, 50k, 100k, 250k, 1m) or a path to a profile YAML file.
-    #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
-    pub profile: String,
-    /// Also check the fd limits of this running process (/proc/PID/limits).
-    #[arg(long, value_name = "PID")]
-    pub pid: Option<u32>,
-    /// Also check LimitNOFILE of this systemd unit.
-    #[arg(long, value_name = "NAME")]
-    pub unit: Option<String>,
-    /// Use this catalog file instead of the built-in one for the host's platform.
-    #[arg(long, value_name = "FILE", hide_short_help = true)]
-    pub catalog: Option<String>,
-    /// What the host does besides serving WebSockets, where the right setting depends on it
-    /// (ephemeral ports, TIME_WAIT reuse, NodePorts): over the profile's `role:`; without
-    /// either, a Kubernetes node is detected by its kubelet's configuration, else `server`.
-    #[arg(long, value_enum, value_name = "ROLE")]
-    pub role: Option<RoleArg>,
-}
-
-/// `--role`'s values: [`crate::profile::Role`]'s words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RoleArg {
-    /// Accepts WebSocket clients; few outbound connections of its own.
-    Server,
-    /// Opens a backend connection per client (HAProxy, nginx, Envoy).
-    Proxy,
-    /// A Kubernetes node (NodePorts 30000-32767, the kubelet on 10250).
-    KubernetesNode,
-}
-
-impl From<RoleArg> for crate::profile::Role {
-    fn from(r: RoleArg) -> Self {
-        match r {
-            RoleArg::Server => crate::profile::Role::Server,
-            RoleArg::Proxy => crate::profile::Role::Proxy,
-            RoleArg::KubernetesNode => crate::profile::Role::KubernetesNode,
-        }
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct CheckArgs {
-    #[command(flatten)]
-    pub target: TargetArgs,
-    /// Output format. Without it, people get the table on a terminal of 140 columns or more
-    /// and one block per finding elsewhere (a narrower terminal, a pipe, a file); `table` asks
-    /// for the table anywhere.
-    #[arg(long, short = 'f', value_enum)]
-    pub format: Option<Format>,
-    /// One block per finding, fix commands each whole on a line, even on a wide terminal.
-    #[arg(long, conflicts_with = "format")]
-    pub compact: bool,
-    /// Say why each listed finding matters, under it (the catalog's why; `wstune explain ID`
-    /// has the whole entry). The machine formats always carry it.
-    #[arg(long)]
-    pub why: bool,
-    /// Exit 1 when there are warnings (and no failures).
-    #[arg(long)]
-    pub strict: bool,
-    /// Table rows: `problems` (fails and warnings in full, grouped by area, passes counted) or
-    /// `all` (every row). The machine formats always hold every row.
-    #[arg(long, value_enum, default_value_t = ShowArg::Problems)]
-    pub show: ShowArg,
-    /// Read the kernel drop counters again after SECS seconds and fail on growth.
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub watch: Option<u64>,
-    /// Read a captured tree (from `wstune snapshot`) instead of this host: every /proc and /sys
-    /// path is taken relative to DIR.
-    #[arg(long, value_name = "DIR")]
-    pub root: Option<PathBuf>,
-    /// Write the report to FILE (atomically) instead of standard output.
-    #[arg(long, short = 'o', value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    /// Where wstune's own files live (/etc/sysctl.d/60-wstune.conf, the journal), as given to apply.
-    #[arg(long, value_name = "DIR", hide_short_help = true)]
-    pub prefix: Option<PathBuf>,
-    /// Also check a HAProxy or nginx configuration in front of the server: its idle timeout
-    /// against the heartbeat; its connection cap, listen backlog and fd limit against the profile.
-    #[arg(long, value_name = "FILE")]
-    pub lb_config: Option<PathBuf>,
-    /// The running proxy whose fd limit --lb-config compares (its master's pid); by default the
-    /// running haproxy/nginx found, else this shell's limits.
-    #[arg(
-        long,
-        value_name = "PID",
-        requires = "lb_config",
-        hide_short_help = true
-    )]
-    pub lb_pid: Option<u32>,
-}
-
-#[derive(Debug, Args)]
-pub struct ExplainArgs {
-    /// A check id (`linux.net.core.somaxconn`, also `ID[eth0]` or `ID.boot` as a report shows
-    /// it), a prefix (`linux.net.`), or a glob in quotes (`'*tw*'`).
-    #[arg(value_name = "ID")]
-    pub id: Option<String>,
-    /// Output format.
-    #[arg(long, short = 'f', value_enum, default_value_t = ListFormat::Table)]
-    pub format: ListFormat,
-}
-
-#[derive(Debug, Args)]
-pub struct ApplyArgs {
-    #[command(flatten)]
-    pub target: TargetArgs,
-    /// Print the plan and change nothing (no root needed).
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Change runtime values only; write no file.
-    #[arg(long, conflicts_with = "persist_only")]
-    pub runtime_only: bool,
-    /// Write the persistent files only; change no runtime value.
-    #[arg(long)]
-    pub persist_only: bool,
-    /// Do not ask for confirmation.
-    #[arg(long, short = 'y')]
-    pub yes: bool,
-    /// Measure for SECS seconds first (softirq time per CPU, softnet drops and squeezes): the
-    /// NICs' queues are tuned only when that shows the kernel busy receiving.
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub watch: Option<u64>,
-    /// Tune this NIC's queues (RPS, RFS, XPS, pinned interrupts per the profile's `nic:`)
-    /// without waiting for evidence; repeatable; a virtual link too.
-    #[arg(long, value_name = "NAME")]
-    pub nic: Vec<String>,
-    /// Put every file wstune writes or journals (/etc/..., /var/lib/wstune) under DIR; runtime
-    /// values still go to the live /proc/sys.
-    #[arg(long, value_name = "DIR")]
-    pub prefix: Option<PathBuf>,
-    /// Read and write a captured tree instead of this host.
-    #[arg(long, value_name = "DIR")]
-    pub root: Option<PathBuf>,
-}
-
-#[derive(Debug, Args)]
-pub struct RollbackArgs {
-    /// List the journal entries and change nothing.
-    #[arg(long, conflicts_with = "id")]
-    pub list: bool,
-    /// Roll back this entry instead of the newest one not yet rolled back.
-    #[arg(long, value_name = "ID")]
-    pub id: Option<String>,
-    /// Do not ask for confirmation.
-    #[arg(long, short = 'y')]
-    pub yes: bool,
-    /// Also restore values and files changed by hand since the apply (listed first; without
-    /// --force rollback asks on a terminal and refuses otherwise).
-    #[arg(long)]
-    pub force: bool,
-    /// Leave this runtime value as it is now and roll back everything else (a value changed by
-    /// hand since the apply that should stay); repeatable. Its line in wstune's sysctl.d file
-    /// goes back with the file.
-    #[arg(long, value_name = "KEY", conflicts_with = "list")]
-    pub keep: Vec<String>,
-    /// The --prefix the changes were applied with.
-    #[arg(long, value_name = "DIR")]
-    pub prefix: Option<PathBuf>,
-    /// The captured tree the changes were applied to.
-    #[arg(long, value_name = "DIR")]
-    pub root: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// A table for people.
-    Table,
-    /// The documented JSON object (docs/check.md, "Formats"; docs/check-report.schema.json).
-    Json,
-    /// JUnit XML: one testcase per check.
-    Junit,
-    /// Prometheus text exposition for node_exporter's textfile collector.
-    Prometheus,
 }
 
 #[derive(Debug, Args)]
@@ -847,107 +586,10 @@ pub struct SnapshotArgs {
     pub target: TargetArgs,
 }
 
-/// `wstune profiles` alone lists the profiles, as `profiles list` does.
-#[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
-pub struct ProfilesArgs {
-    #[command(subcommand)]
-    pub command: Option<ProfilesCommand>,
-    /// The list's format, when no subcommand is given.
-    #[arg(long, short = 'f', value_enum, default_value_t = ListFormat::Table)]
-    pub format: ListFormat,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum ProfilesCommand {
-    /// One line per built-in profile.
-    List {
-        #[arg(long, short = 'f', value_enum, default_value_t = ListFormat::Table)]
-        format: ListFormat,
-    },
-    /// Print a profile (built-in name or file) in full.
-    Show {
-        /// A built-in profile name or a path to a profile YAML file.
-        name: String,
-        #[arg(long, short = 'f', value_enum, default_value_t = ShowFormat::Yaml)]
-        format: ShowFormat,
-        /// Print every value in effect, with what the profile `extends` merged in, instead of
-        /// the file's own text (JSON is always resolved).
-        #[arg(long)]
-        resolved: bool,
-    },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ListFormat {
-    Table,
-    Json,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ShowFormat {
-    Yaml,
-    Json,
-}
-
 fn parse_backpressure_code(s: &str) -> Result<u16, String> {
     match s {
         "1008" => Ok(1008),
         "1013" => Ok(1013),
         _ => Err("use 1008 (policy violation) or 1013 (try again later)".into()),
     }
-}
-
-#[derive(Debug, Args)]
-pub struct WatchArgs {
-    /// Seconds between readings (0.2 to 60).
-    #[arg(long, short = 'i', value_name = "SECS", default_value_t = 1.0, value_parser = parse_interval)]
-    pub interval: f64,
-    /// Only the listeners on this TCP port (repeatable).
-    #[arg(long, value_name = "PORT")]
-    pub port: Vec<u16>,
-    /// Only the listeners this process holds, and its descriptors against its RLIMIT_NOFILE.
-    #[arg(long, value_name = "PID")]
-    pub pid: Option<u32>,
-    /// A server's Prometheus endpoint to show beside the kernel's figures: a `wstune serve`
-    /// admin address (host:port) or http://host:port/path.
-    #[arg(long, value_name = "ADDR")]
-    pub admin: Option<String>,
-    /// One line per interval instead of the full-screen view (the default without a terminal).
-    #[arg(long, conflicts_with = "format")]
-    pub plain: bool,
-    /// `json`: one frame per line on standard output (docs/watch-frame.schema.json).
-    #[arg(long, short = 'f', value_enum)]
-    pub format: Option<WatchFormat>,
-    /// Also write every frame to FILE (JSON lines), for `wstune report watch FILE`.
-    #[arg(long, value_name = "FILE")]
-    pub record: Option<PathBuf>,
-    /// Stop after N frames (a bounded run: CI, scripts).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub count: Option<u64>,
-    /// Run without a view and serve the figures on ADDR: /metrics (Prometheus text), /events
-    /// (the advice as JSON lines, one per check, first and last seen), /healthz.
-    #[arg(long, value_name = "ADDR", conflicts_with_all = ["plain", "format"])]
-    pub serve: Option<String>,
-    /// The profile whose targets the advice names (the fixes say "raise somaxconn to TARGET").
-    #[arg(long, short = 'p', default_value = crate::profile::DEFAULT, value_name = "NAME|PATH")]
-    pub profile: String,
-    /// Use this catalog file instead of the built-in one.
-    #[arg(long, value_name = "FILE")]
-    pub catalog: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum WatchFormat {
-    Json,
-}
-
-fn parse_interval(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds (e.g. 1 or 0.5)"))?;
-    if !(0.2..=60.0).contains(&v) {
-        return Err(format!("{v} s is out of range: give 0.2 to 60 seconds"));
-    }
-    Ok(v)
 }

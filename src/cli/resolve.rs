@@ -4,12 +4,14 @@
 //! one clear error; commands (`cmd::*`) receive these values and never see clap's structs.
 
 use super::args::{
-    self, ApplyArgs, BenchDeflateArgs, CheckArgs, ExportArgs, ExportFormat, LbArgs, LoadArgs,
-    PoolArgs, ProfilesArgs, ProfilesCommand, RollbackArgs, SelftestArgs, SnapshotArgs, TargetArgs,
-    WatchArgs,
+    self, ApplyArgs, BenchDeflateArgs, CheckArgs, ExportArgs, LbArgs, LoadArgs, PoolArgs,
+    ProfilesArgs, ProfilesCommand, RollbackArgs, SelftestArgs, SnapshotArgs, TargetArgs, WatchArgs,
 };
 use crate::cmd;
+use crate::export::Format as ExportFormat;
 
+mod export;
+mod selftest;
 mod serve;
 use super::args::LoadFormat;
 use crate::engine::check::{self, HostInputs, LbConfig, Target};
@@ -20,6 +22,9 @@ use crate::host::Backend;
 use crate::report::{self, ListFormat};
 use crate::selftest::client::Target as Url;
 use anyhow::{bail, Result};
+pub use export::export;
+use selftest::load;
+pub use selftest::{pool, report_merge, report_watch, selftest};
 pub use serve::serve;
 use std::path::Path;
 use std::time::Duration;
@@ -51,10 +56,7 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
         },
         why: a.why,
         strict: a.strict,
-        show: match a.show {
-            args::ShowArg::Problems => report::Show::Problems,
-            args::ShowArg::All => report::Show::All,
-        },
+        show: a.show,
         output: a.output.clone(),
         lb,
     })
@@ -63,7 +65,7 @@ pub fn check(a: &CheckArgs) -> Result<cmd::check::Request> {
 pub fn explain(a: &args::ExplainArgs) -> cmd::explain::Request {
     cmd::explain::Request {
         query: a.id.clone(),
-        json: a.format == args::ListFormat::Json,
+        json: a.format == ListFormat::Json,
         width: crate::terminal::columns().unwrap_or_else(crate::output::table_width),
     }
 }
@@ -192,131 +194,6 @@ pub fn rollback(a: &RollbackArgs) -> Result<cmd::rollback::Request> {
     })
 }
 
-pub fn export(a: &ExportArgs) -> Result<cmd::export::Request> {
-    use crate::export::Format;
-    let backend = backend(a.root.as_deref(), None)?;
-    let t = Target {
-        profile: a.profile.clone(),
-        catalog: a.catalog.clone(),
-        role: a.role.map(Into::into),
-        ..Target::default()
-    };
-    let inputs = check::inputs(&t, backend.as_ref())?;
-    if inputs.catalog.platform != crate::host::Platform::Linux {
-        bail!(
-            "export writes Linux settings; {} is not a Linux host (use `wstune apply` on Windows)",
-            backend.describe().source
-        );
-    }
-    if a.unit.is_empty() || a.unit.contains('/') {
-        bail!(
-            "--unit '{}': not a systemd unit name; pass e.g. --unit myserver.service",
-            a.unit
-        );
-    }
-    if !a.nics.is_empty() && !matches!(a.to, ExportFormat::Nic | ExportFormat::Ansible) {
-        bail!("--nic renders a NIC's boot files, which only --to nic and --to ansible carry: drop --nic, or pass --to nic");
-    }
-    Ok(cmd::export::Request {
-        host: HostInputs { inputs, backend },
-        to: match a.to {
-            ExportFormat::Sysctl => Format::Sysctl,
-            ExportFormat::Limits => Format::Limits,
-            ExportFormat::Systemd => Format::Systemd,
-            ExportFormat::SystemdUnit => Format::SystemdUnit,
-            ExportFormat::Ansible => Format::Ansible,
-            ExportFormat::Kubernetes => Format::Kubernetes,
-            ExportFormat::Docker => Format::Docker,
-            ExportFormat::Compose => Format::Compose,
-            ExportFormat::Json => Format::Json,
-            ExportFormat::Nic => Format::Nic,
-            ExportFormat::SelftestJob => Format::SelftestJob,
-            ExportFormat::SelftestAnsible => Format::SelftestAnsible,
-            ExportFormat::WatchSystemd => Format::WatchSystemd,
-            ExportFormat::WatchDaemonset => Format::WatchDaemonset,
-        },
-        nics: a.nics.clone(),
-        unit: a.unit.clone(),
-        output: a.output.clone(),
-        shards: shard_run(a)?,
-        image: a.image.clone(),
-    })
-}
-
-/// The shards' run of `--to selftest-job|selftest-ansible`: the selftest flags parsed as
-/// `wstune selftest` would, so a typo fails here and not in fifty pods.
-fn shard_run(a: &ExportArgs) -> Result<Option<crate::export::shards::ShardRun>> {
-    let wants = matches!(
-        a.to,
-        ExportFormat::SelftestJob | ExportFormat::SelftestAnsible
-    );
-    if !wants {
-        if a.shards.is_some() || !a.selftest_args.is_empty() {
-            bail!("--shards and selftest flags after -- belong to --to selftest-job or selftest-ansible");
-        }
-        return Ok(None);
-    }
-    let count = match a.shards {
-        Some(n) if (1..=1024).contains(&n) => n,
-        Some(n) => bail!("--shards {n}: give 1..=1024 generator hosts"),
-        None => bail!(
-            "--to {}: give --shards N, the number of generator hosts",
-            if a.to == ExportFormat::SelftestJob {
-                "selftest-job"
-            } else {
-                "selftest-ansible"
-            }
-        ),
-    };
-    if let Some(f) = a.selftest_args.iter().find(|f| {
-        ["--shard", "--start-at", "--format", "-f"]
-            .iter()
-            .any(|n| *f == *n || f.starts_with(&format!("{n}=")))
-    }) {
-        bail!("{f}: the export sets --shard, --start-at and --format json for each shard; leave it out of the selftest flags");
-    }
-    let argv = ["wstune", "selftest"]
-        .into_iter()
-        .map(String::from)
-        .chain(a.selftest_args.iter().cloned());
-    use clap::Parser as _;
-    match args::Cli::try_parse_from(argv) {
-        Ok(cli) => {
-            if let args::Command::Selftest(s) = cli.command {
-                if !s.pid.is_empty() {
-                    bail!("--pid names a process of this host, not of the generator hosts: leave it out of the shards' flags");
-                }
-                if s.load.conns.is_some_and(|c| c < count) {
-                    bail!("--conns {} over --shards {count} leaves a shard without a connection; give at least one per shard", s.load.conns.unwrap_or(0));
-                }
-                // Resolved too (profile, URLs, thresholds), as each shard will.
-                selftest(&s)?;
-            }
-        }
-        Err(e) => bail!(
-            "the selftest flags after -- are not valid: {}",
-            e.to_string()
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .trim_start_matches("error: ")
-        ),
-    }
-    if !(10..=86_400).contains(&a.start_in) {
-        bail!("--start-in {}: give 10..=86400 seconds", a.start_in);
-    }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    Ok(Some(crate::export::shards::ShardRun {
-        count,
-        image: a.image.clone(),
-        args: a.selftest_args.clone(),
-        start_at: now + a.start_in,
-        start_in: a.start_in,
-    }))
-}
-
 pub fn snapshot(a: &SnapshotArgs) -> cmd::snapshot::Request {
     cmd::snapshot::Request {
         out_dir: a.out_dir.clone(),
@@ -344,12 +221,8 @@ pub fn lb(a: &LbArgs) -> Result<cmd::lb::Request> {
 
 pub fn profiles(p: &ProfilesArgs) -> cmd::profiles::Request {
     match &p.command {
-        None => cmd::profiles::Request::List {
-            format: list_format(p.format),
-        },
-        Some(ProfilesCommand::List { format }) => cmd::profiles::Request::List {
-            format: list_format(*format),
-        },
+        None => cmd::profiles::Request::List { format: p.format },
+        Some(ProfilesCommand::List { format }) => cmd::profiles::Request::List { format: *format },
         Some(ProfilesCommand::Show {
             name,
             format,
@@ -371,63 +244,8 @@ pub fn bench_deflate(a: &BenchDeflateArgs) -> cmd::bench::DeflateRequest {
         level: a.level,
         broadcast: a.broadcast,
         contexts: a.contexts,
-        format: list_format(a.format),
+        format: a.format,
     }
-}
-
-pub fn selftest(a: &SelftestArgs) -> Result<cmd::selftest::Request> {
-    let profile = crate::profile::load(&a.profile)?.profile;
-    let target = Url::parse(&a.url).map_err(anyhow::Error::msg)?;
-    let broadcast = match &a.broadcast_url {
-        Some(u) => Url::parse(u).map_err(anyhow::Error::msg)?,
-        None => target.clone(),
-    };
-    for &pid in &a.pid {
-        if crate::selftest::sample(pid).is_none() {
-            bail!("--pid {pid}: no such process readable in /proc; give the server's pid or leave it out");
-        }
-    }
-    let subscribe = a
-        .subscribe_url
-        .iter()
-        .map(|u| Url::parse(u).map_err(anyhow::Error::msg))
-        .collect::<Result<_>>()?;
-    let mut load = load(&a.load)?;
-    load.host_words = crate::engine::selftest::host_words(&a.profile);
-    if let Some(path) = &a.script {
-        script(path, &mut load)?;
-    }
-    load.shard = match (&a.shard, &a.start_at) {
-        (None, None) => None,
-        (Some(_), None) => bail!(
-            "--shard needs --start-at: every shard must start its load at the same moment; give \
-             them all the same --start-at $(( $(date +%s) + 60 ))"
-        ),
-        (None, Some(_)) => bail!("--start-at only means something with --shard I/N"),
-        (Some(s), Some(at)) => {
-            use crate::selftest::shard;
-            let (index, count) = shard::parse_index(s).map_err(anyhow::Error::msg)?;
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
-            Some(shard::Shard {
-                index,
-                count,
-                start_at_unix_ms: shard::parse_start(at, now).map_err(anyhow::Error::msg)?,
-                slot_secs: 0.0,
-            })
-        }
-    };
-    Ok(cmd::selftest::Request {
-        profile,
-        target,
-        broadcast,
-        subscribe,
-        pids: a.pid.clone(),
-        deflate: a.deflate,
-        probe: !a.no_probe,
-        load,
-    })
 }
 
 pub fn token(a: &args::TokenArgs) -> Result<cmd::token::Request> {
@@ -480,304 +298,13 @@ pub fn token(a: &args::TokenArgs) -> Result<cmd::token::Request> {
     })
 }
 
-pub fn report_watch(a: &args::ReportWatchArgs) -> Result<cmd::report::WatchRequest> {
-    if let Some(path) = &a.output {
-        crate::output::check_writable(path, "--output")?;
-    }
-    Ok(cmd::report::WatchRequest {
-        file: a.file.clone(),
-        output: a.output.clone(),
-    })
-}
-
-pub fn report_merge(a: &args::ReportMergeArgs) -> Result<cmd::report::MergeRequest> {
-    if let Some(path) = &a.report {
-        crate::output::check_writable(path, "--report")?;
-    }
-    if let Some(path) = &a.out_prometheus {
-        crate::output::check_writable(path, "--out-prometheus")?;
-    }
-    Ok(cmd::report::MergeRequest {
-        files: a.files.clone(),
-        partial: a.partial,
-        load: Load {
-            thresholds: dedup(&a.thresholds),
-            no_default_checks: a.no_default_checks,
-            accept_noise: a.accept_noise,
-            format: list_format(a.format),
-            report: a.report.clone(),
-            out_prometheus: a.out_prometheus.clone(),
-            baseline: baseline(a.baseline.as_deref())?,
-            ..Load::default()
-        },
-    })
-}
-
-pub fn pool(a: &PoolArgs) -> Result<cmd::pool::Request> {
-    use embedded_server::SimulatedWork;
-    let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    // A host's own count is never refused (it is clamped); a given one past the ceiling is.
-    let cores = a.cores.unwrap_or(host_cores.min(crate::pool::MAX_CORES));
-    crate::pool::check_cores(cores).map_err(anyhow::Error::msg)?;
-    if !(a.secs.is_finite() && a.secs > 0.0 && a.secs <= 600.0) {
-        bail!(
-            "--secs {}: give more than 0 and at most 600 seconds",
-            a.secs
-        );
-    }
-    if a.conns == 0 || a.conns > 100_000 {
-        bail!("--conns {}: give 1..=100000 connections", a.conns);
-    }
-    let handler = match &a.handler {
-        Some(h) => Some(SimulatedWork::parse(h).map_err(|e| anyhow::anyhow!("--handler: {e}"))?),
-        None => None,
-    };
-    if let Some(SimulatedWork::Echo) = handler {
-        bail!("--handler echo runs inline on the I/O threads: there is no pool to size; give cpu:, block: or both");
-    }
-    let sizes: Vec<u64> = a
-        .sizes
-        .split(',')
-        .map(|s| match s.trim().parse::<u64>() {
-            Ok(n) if (1..=4096).contains(&n) => Ok(n),
-            _ => bail!("--sizes: '{s}' is not a pool size 1..=4096 (e.g. --sizes 2,4,8,16)"),
-        })
-        .collect::<Result<_>>()?;
-    if let Some(path) = &a.write_profile {
-        // A bad --profile or an unwritable OUT fails before any work.
-        crate::profile::load(&a.profile)?;
-        crate::output::check_writable(path, "--write-profile")?;
-    }
-    Ok(cmd::pool::Request {
-        blocking_ms: a.blocking_ms,
-        cpu_ms: a.cpu_ms,
-        cores,
-        measure: a.measure,
-        sweep: a.sweep,
-        handler,
-        command: a
-            .command
-            .as_deref()
-            .map(crate::selftest::command::parse)
-            .transpose()?,
-        message: a.message.clone(),
-        user_config: match &a.command {
-            Some(_) => Some(serve::profile_server_config(&a.profile)?),
-            None => None,
-        },
-        url: a.url.clone(),
-        admin: a.admin.clone(),
-        sizes,
-        conns: a.conns,
-        secs: a.secs,
-        profile: a.profile.clone(),
-        write_profile: a.write_profile.clone(),
-        format: list_format(a.format),
-    })
-}
-
-/// The same threshold given twice is judged (and exported as a Prometheus series) once.
-fn dedup(
-    given: &[crate::selftest::threshold::Threshold],
-) -> Vec<crate::selftest::threshold::Threshold> {
-    let mut out: Vec<crate::selftest::threshold::Threshold> = Vec::new();
-    for t in given {
-        if !out.iter().any(|x| x.text == t.text) {
-            out.push(t.clone());
-        }
-    }
-    out
-}
-
-/// `--script FILE`: the populations and steps, every problem named with its line before
-/// anything connects; the run's scenario, connections, duration, ramp and thresholds follow.
-fn script(path: &Path, load: &mut Load) -> Result<()> {
-    use crate::selftest::{script, Scenario};
-    if !load.scenarios.is_empty() {
-        bail!("--script runs its own populations: drop --scenario");
-    }
-    if load.conns.is_some() {
-        bail!("--script gives each population its conns: drop --conns");
-    }
-    const MAX_SCRIPT_BYTES: u64 = 1 << 20;
-    let file = path.display().to_string();
-    let text = crate::host::input::read_bounded(path, MAX_SCRIPT_BYTES, None)
-        .map_err(|e| anyhow::anyhow!("--script {file}: {}", e.words()))?;
-    let tokens = ScriptTokens {
-        dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
-        env_secret: std::cell::RefCell::new(None),
-    };
-    let (s, f) = script::parse(&text, &file, &tokens).map_err(anyhow::Error::msg)?;
-    load.conns = Some(s.conns());
-    load.scenarios = vec![Scenario::Script];
-    if load.secs.is_none() {
-        load.secs = s.stages_secs().or(f.duration.map(|d| d.as_secs_f64()));
-    } else if s.stages_secs().is_some() {
-        bail!("--script {file}: its stages say how long the run takes: drop --secs");
-    }
-    if let Some(r) = f.ramp {
-        load.ramp = s.conns() as f64 / r.as_secs_f64();
-    }
-    for t in &f.thresholds {
-        let t: crate::selftest::threshold::Threshold = t.parse().map_err(anyhow::Error::msg)?;
-        // Given in the file and on the command line: judged (and exported) once.
-        if !load.thresholds.iter().any(|x| x.text == t.text) {
-            load.thresholds.push(t);
-        }
-    }
-    load.script = Some(s);
-    Ok(())
-}
-
-/// A script's tokens: files read beside the script, tokens minted as `wstune token` does.
-struct ScriptTokens {
-    dir: std::path::PathBuf,
-    /// `$WSTUNE_AUTH_SECRET`, taken out of the environment once for every population.
-    env_secret: std::cell::RefCell<Option<String>>,
-}
-
-impl crate::selftest::script::Tokens for ScriptTokens {
-    fn read(&self, path: &str) -> std::result::Result<String, String> {
-        let p = self.dir.join(path);
-        crate::host::input::read_bounded(&p, 64 << 10, None)
-            .map(|t| t.trim().to_string())
-            .map_err(|e| format!("file {}: {}", p.display(), e.words()))
-    }
-
-    fn mint(
-        &self,
-        m: &crate::selftest::script::MintFile,
-        secret_file: Option<&str>,
-    ) -> std::result::Result<String, String> {
-        use crate::serve::config::ENV_AUTH_SECRET;
-        let (secret, from) = match secret_file {
-            Some(f) => {
-                let p = self.dir.join(f);
-                let s = crate::host::read_secret_file(&p)
-                    .map_err(|e| format!("secret_file {}: {e}", p.display()))?;
-                (s, format!("secret_file {}", p.display()))
-            }
-            None => {
-                let mut cached = self.env_secret.borrow_mut();
-                if cached.is_none() {
-                    *cached = crate::host::take_env(ENV_AUTH_SECRET)?;
-                }
-                let s = cached.clone().ok_or(
-                    "mint needs the server's secret: give secret_file or set $WSTUNE_AUTH_SECRET",
-                )?;
-                (s, format!("${ENV_AUTH_SECRET}"))
-            }
-        };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        cmd::token::mint(&cmd::token::Request {
-            secret: secret.trim_end_matches(['\n', '\r']).to_string(),
-            secret_from: from,
-            channels: m.channels.clone(),
-            publish: m.publish.clone(),
-            ttl_secs: m.ttl.map_or(3600, |d| d.as_secs().max(1)),
-            aud: None,
-            sub: None,
-            max_lifetime: None,
-            now,
-        })
-        .map_err(|e| format!("{e:#}"))
-    }
-}
-
-/// `--baseline FILE`: an earlier self-test's JSON report, read and checked now, before any
-/// connection.
-fn baseline(path: Option<&Path>) -> Result<Option<crate::selftest::report::Baseline>> {
-    use crate::selftest::report;
-    const MAX_REPORT_BYTES: u64 = 64 << 20;
-    let Some(path) = path else { return Ok(None) };
-    let file = path.display().to_string();
-    let text = crate::host::input::read_bounded(path, MAX_REPORT_BYTES, None)
-        .map_err(|e| anyhow::anyhow!("--baseline {file}: {}", e.words()))?;
-    let old = report::parse(&text).map_err(|e| {
-        anyhow::anyhow!(
-            "--baseline {file}: not a self-test JSON report ({e}); give the output of an earlier \
-             `wstune selftest --format json`"
-        )
-    })?;
-    Ok(Some(
-        report::Baseline::of(&old, &file).map_err(anyhow::Error::msg)?,
-    ))
-}
-
-fn load(l: &LoadArgs) -> Result<Load> {
-    Ok(Load {
-        scenarios: l.scenarios.clone(),
-        conns: l.conns,
-        rate: l.rate,
-        size: l.size,
-        secs: l.secs,
-        warmup: l.warmup,
-        inflight: l.inflight,
-        rounds: l.rounds,
-        generators: l.generators,
-        sources: l.sources,
-        src_ips: l.src_ips.clone(),
-        ramp: l.ramp,
-        storm_concurrency: l.storm_concurrency,
-        message: l.message.clone(),
-        accept_noise: l.accept_noise,
-        thresholds: dedup(&l.thresholds),
-        no_default_checks: l.no_default_checks,
-        shard: None,
-        format: match load_format(l) {
-            LoadFormat::Json => ListFormat::Json,
-            LoadFormat::Table | LoadFormat::Html => ListFormat::Table,
-        },
-        html: load_format(l) == LoadFormat::Html,
-        output: l.output.clone(),
-        table_asked: l.format == Some(LoadFormat::Table),
-        report: l.report.clone(),
-        baseline: baseline(l.baseline.as_deref())?,
-        script: None,
-        out_prometheus: l.out_prometheus.clone(),
-        tls: crate::engine::selftest::TlsLoad {
-            ca: l.tls.ca.clone(),
-            ca_pem: None,
-            insecure: l.tls.insecure,
-            resume: l.tls.tls_resume,
-        },
-        restart: crate::selftest::restart::RestartAsk {
-            by: l.restart_by.clone().or_else(|| {
-                l.restart_cmd
-                    .clone()
-                    .map(crate::selftest::restart::RestartBy::Command)
-            }),
-            drain_url: l.drain_url.clone(),
-            disrupt: None,
-        },
-        // Filled in by the command that knows the profile (`selftest`, `serve --self-test`).
-        host_words: None,
-    })
-}
-
-/// The self-test report's format: `--format`, else the `-o` file's extension, else a table.
-fn load_format(l: &LoadArgs) -> LoadFormat {
-    l.format
-        .or_else(|| l.output.as_deref().and_then(LoadFormat::of_path))
-        .unwrap_or(LoadFormat::Table)
-}
-
-fn list_format(f: args::ListFormat) -> ListFormat {
-    match f {
-        args::ListFormat::Table => ListFormat::Table,
-        args::ListFormat::Json => ListFormat::Json,
-    }
-}
-
 fn target(t: &TargetArgs) -> Target {
     Target {
         profile: t.profile.clone(),
         pid: t.pid,
         unit: t.unit.clone(),
         catalog: t.catalog.clone(),
-        role: t.role.map(Into::into),
+        role: t.role,
     }
 }
 

@@ -415,8 +415,8 @@ async fn sweep_user(
 /// A copy of the profile's YAML with the pool settings replaced (comments kept), checked by
 /// parsing it back, written atomically.
 fn write_profile(spec: &str, out: &std::path::Path, pool_size: u64, queue: u64) -> Result<()> {
-    let text = match crate::profile::EMBEDDED.iter().find(|(n, _)| *n == spec) {
-        Some((_, t)) => t.to_string(),
+    let text = match crate::profile::written_out(spec) {
+        Some(t) => t,
         None => crate::profile::read_config_file(std::path::Path::new(spec))
             .map_err(|e| anyhow::anyhow!("cannot read profile {spec}: {e}"))?,
     };

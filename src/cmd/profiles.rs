@@ -54,9 +54,10 @@ pub fn run(r: Request) -> Result<Outcome> {
                     serde_yaml_ng::to_string(&loaded.profile)?
                 )
             } else {
-                // The built-in text keeps its comments, which document every key.
-                match EMBEDDED.iter().find(|(n, _)| *n == name) {
-                    Some((_, text)) => text.to_string(),
+                // The built-in text keeps its comments: the base's document every key, a
+                // size's say why it differs from the base.
+                match profile::builtin_text(&name) {
+                    Some(text) => text.to_string(),
                     None => profile::read_config_file(std::path::Path::new(&name))
                         .map_err(|e| anyhow::anyhow!("{name}: {e}"))?,
                 }

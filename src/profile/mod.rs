@@ -8,6 +8,7 @@
 //! estimates, the variables, and how many server processes the connections need
 //! ([`processes_needed`]).
 
+mod builtin;
 mod estimate;
 mod model;
 mod processes;
@@ -18,6 +19,7 @@ mod validate;
 mod variables;
 
 use crate::yaml_lines;
+pub use builtin::{text as builtin_text, written_out, BASE, DEFAULT, EMBEDDED};
 pub use estimate::{CpuEstimate, Estimate, CORE_BUSY_PCT};
 pub use model::*;
 pub use processes::{
@@ -27,18 +29,6 @@ pub use processes::{
 use std::fmt;
 use std::path::{Path, PathBuf};
 pub use validate::validate;
-
-/// The profiles compiled into the binary, in ascending size.
-pub const EMBEDDED: &[(&str, &str)] = &[
-    ("10k", include_str!("../../profiles/10k.yaml")),
-    ("50k", include_str!("../../profiles/50k.yaml")),
-    ("100k", include_str!("../../profiles/100k.yaml")),
-    ("250k", include_str!("../../profiles/250k.yaml")),
-    ("1m", include_str!("../../profiles/1m.yaml")),
-];
-
-/// The profile used when none is named.
-pub const DEFAULT: &str = "100k";
 
 /// Why a profile could not be used. Each variant's message names the fix.
 #[derive(Debug, thiserror::Error)]
@@ -144,7 +134,7 @@ fn load_in(
     chain: &mut Vec<String>,
     warnings: &mut Vec<Problem>,
 ) -> Result<Loaded, ProfileError> {
-    if let Some((_, text)) = EMBEDDED.iter().find(|(n, _)| *n == spec) {
+    if let Some(text) = builtin::text(spec) {
         chain.push(format!("builtin:{spec}"));
         let profile = parse_in(text, &format!("builtin:{spec}"), chain, warnings)?;
         return Ok(Loaded {
@@ -218,7 +208,7 @@ fn take_extends(
             "a profile that extends another needs a `name` of its own (reports would call it by {spec}'s): add `name: ...`"
         ))]));
     }
-    let builtin = EMBEDDED.iter().any(|(n, _)| *n == spec);
+    let builtin = builtin::text(&spec).is_some();
     // As for --profile: a word is a built-in's name (an unknown one says which exist).
     let path_like = spec.contains('/') || spec.ends_with(".yaml") || spec.ends_with(".yml");
     let base_spec = match Path::new(file).parent() {
@@ -496,13 +486,9 @@ fn fold_rss(doc: &mut serde_yaml_ng::Value, text: &str) -> (bool, Vec<(Option<us
 fn profile_shape() -> &'static shape::Shape {
     static SHAPE: std::sync::OnceLock<shape::Shape> = std::sync::OnceLock::new();
     SHAPE.get_or_init(|| {
-        let text = EMBEDDED
-            .iter()
-            .find(|(n, _)| *n == DEFAULT)
-            .map(|(_, t)| *t)
-            .expect("the default profile is built in");
+        // The base writes every key out; the sizes only what they change.
         let mut p: Profile =
-            serde_yaml_ng::from_str(text).expect("the built-in profiles are valid");
+            serde_yaml_ng::from_str(builtin::BASE_TEXT).expect("the built-in profiles are valid");
         // Keys that stay out unless set: shown with a value of their kind.
         p.role.get_or_insert(Role::Server);
         p.server.deflate.inflate_budget_bytes.get_or_insert(0);

@@ -167,81 +167,7 @@ fn join(prefix: &str, key: &str) -> String {
 
 fn walk(path: &str, doc: &mut Yaml, template: &Json, shape: &Shape, out: &mut Vec<Mismatch>) {
     match template {
-        Json::Object(fields) => {
-            let Yaml::Mapping(map) = doc else {
-                out.push(Mismatch {
-                    path: path.to_string(),
-                    message: format!(
-                        "{}: expected a mapping of {}, found {}",
-                        if path.is_empty() { "the profile" } else { path },
-                        names(fields.keys()),
-                        kind(doc)
-                    ),
-                });
-                *doc = to_yaml(template);
-                return;
-            };
-            let mut unknown = Vec::new();
-            for key in map.keys() {
-                let name = match key {
-                    Yaml::String(s) => s.clone(),
-                    other => serde_yaml_ng::to_string(other)
-                        .unwrap_or_default()
-                        .trim()
-                        .to_string(),
-                };
-                if !fields.contains_key(&name) {
-                    unknown.push((key.clone(), name));
-                }
-            }
-            // A typo is one problem, not two: the key it was meant for is not also "missing".
-            let mut meant = Vec::new();
-            for (key, name) in unknown {
-                let near = closest(&name, fields.keys());
-                meant.extend(near.cloned());
-                let hint = near
-                    .map(|c| format!("; did you mean `{c}`?"))
-                    .unwrap_or_default();
-                let at = if path.is_empty() {
-                    String::new()
-                } else {
-                    format!("{path}: ")
-                };
-                let shown = if quotable(&name) {
-                    format!("`{name}`")
-                } else {
-                    "(a key that is not a plain name, not shown)".to_string()
-                };
-                out.push(Mismatch {
-                    path: join(path, &name),
-                    message: format!(
-                        "{at}unknown field {shown}, expected one of {}{hint}",
-                        names(fields.keys())
-                    ),
-                });
-                map.remove(&key);
-            }
-            for (name, sub) in fields {
-                let key = Yaml::String(name.clone());
-                match map.get_mut(&key) {
-                    Some(v) => walk(&join(path, name), v, sub, shape, out),
-                    // Left out where the model has a default: serde fills it in.
-                    None if shape.is_defaulted(&join(path, name)) => {}
-                    None => {
-                        if !meant.contains(name) {
-                            out.push(Mismatch {
-                            path: path.to_string(),
-                            message: format!(
-                                "{}missing field `{name}`; add it (docs/reference/profile-keys.md documents each key)",
-                                if path.is_empty() { String::new() } else { format!("{path}: ") }
-                            ),
-                        });
-                        }
-                        map.insert(key, to_yaml(sub));
-                    }
-                }
-            }
-        }
+        Json::Object(fields) => walk_mapping(path, doc, fields, template, shape, out),
         Json::Number(_) => {
             let (max, what) = if BYTE_FIELDS.contains(&path) {
                 (u8::MAX as u64, "a whole number 0..=255")
@@ -321,6 +247,92 @@ fn walk(path: &str, doc: &mut Yaml, template: &Json, shape: &Shape, out: &mut Ve
             }
         }
         Json::Null => {}
+    }
+}
+
+/// [`walk`] at a mapping: every key of `doc` must be one of the template's `fields` (a typo is
+/// named with the key it was probably meant for), and every field the model does not default
+/// must be there; each is then walked in turn.
+fn walk_mapping(
+    path: &str,
+    doc: &mut Yaml,
+    fields: &serde_json::Map<String, Json>,
+    template: &Json,
+    shape: &Shape,
+    out: &mut Vec<Mismatch>,
+) {
+    let Yaml::Mapping(map) = doc else {
+        out.push(Mismatch {
+            path: path.to_string(),
+            message: format!(
+                "{}: expected a mapping of {}, found {}",
+                if path.is_empty() { "the profile" } else { path },
+                names(fields.keys()),
+                kind(doc)
+            ),
+        });
+        *doc = to_yaml(template);
+        return;
+    };
+    let mut unknown = Vec::new();
+    for key in map.keys() {
+        let name = match key {
+            Yaml::String(s) => s.clone(),
+            other => serde_yaml_ng::to_string(other)
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+        };
+        if !fields.contains_key(&name) {
+            unknown.push((key.clone(), name));
+        }
+    }
+    // A typo is one problem, not two: the key it was meant for is not also "missing".
+    let mut meant = Vec::new();
+    for (key, name) in unknown {
+        let near = closest(&name, fields.keys());
+        meant.extend(near.cloned());
+        let hint = near
+            .map(|c| format!("; did you mean `{c}`?"))
+            .unwrap_or_default();
+        let at = if path.is_empty() {
+            String::new()
+        } else {
+            format!("{path}: ")
+        };
+        let shown = if quotable(&name) {
+            format!("`{name}`")
+        } else {
+            "(a key that is not a plain name, not shown)".to_string()
+        };
+        out.push(Mismatch {
+            path: join(path, &name),
+            message: format!(
+                "{at}unknown field {shown}, expected one of {}{hint}",
+                names(fields.keys())
+            ),
+        });
+        map.remove(&key);
+    }
+    for (name, sub) in fields {
+        let key = Yaml::String(name.clone());
+        match map.get_mut(&key) {
+            Some(v) => walk(&join(path, name), v, sub, shape, out),
+            // Left out where the model has a default: serde fills it in.
+            None if shape.is_defaulted(&join(path, name)) => {}
+            None => {
+                if !meant.contains(name) {
+                    out.push(Mismatch {
+                    path: path.to_string(),
+                    message: format!(
+                        "{}missing field `{name}`; add it (docs/reference/profile-keys.md documents each key)",
+                        if path.is_empty() { String::new() } else { format!("{path}: ") }
+                    ),
+                });
+                }
+                map.insert(key, to_yaml(sub));
+            }
+        }
     }
 }
 

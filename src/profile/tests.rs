@@ -1,6 +1,12 @@
 use super::*;
 use crate::value::Value;
 
+/// The built-in profile `EMBEDDED[i]` as one whole file: every key on its own line, for tests
+/// that change one value of a profile.
+fn full(i: usize) -> String {
+    written_out(EMBEDDED[i].0).expect("a built-in profile")
+}
+
 #[test]
 fn every_embedded_profile_is_valid_and_named_after_its_file() {
     for (name, text) in EMBEDDED {
@@ -29,7 +35,7 @@ fn profiles_grow_with_connections() {
 
 #[test]
 fn the_channels_block_is_optional_and_partial_and_checks_its_keys() {
-    let base = EMBEDDED[0].1;
+    let base = &full(0);
     assert!(parse(base, "p.yaml").unwrap().server.channels.is_default());
     let with = |block: &str| {
         base.replace(
@@ -60,7 +66,7 @@ fn the_channels_block_is_optional_and_partial_and_checks_its_keys() {
 
 #[test]
 fn the_limits_block_is_optional_and_its_bad_values_have_lines() {
-    let base = EMBEDDED[0].1;
+    let base = &full(0);
     assert!(parse(base, "p.yaml").unwrap().server.limits.is_default());
     let with = |block: &str| {
         base.replace(
@@ -108,7 +114,7 @@ fn the_limits_block_is_optional_and_its_bad_values_have_lines() {
 #[test]
 fn optional_keys_are_accepted_and_type_checked() {
     let with = |v: &str| {
-        EMBEDDED[0].1.replace(
+        full(0).replace(
             "    context_takeover: true",
             &format!("    context_takeover: true\n    inflate_budget_bytes: {v}"),
         )
@@ -124,7 +130,7 @@ fn optional_keys_are_accepted_and_type_checked() {
 
 /// A built-in profile as an older file wrote it: the Windows-only RSS key, no `nic` block.
 fn with_old_rss_key(windows_name: &str) -> String {
-    let text = EMBEDDED[0].1;
+    let text = &full(0);
     let text = &text[..=text
         .find("\nnic:\n")
         .expect("the built-in profiles say nic.rss")];
@@ -193,9 +199,7 @@ fn every_rss_word_is_one_windows_name_and_back() {
 
 #[test]
 fn unknown_key_names_the_line_and_the_allowed_keys() {
-    let text = EMBEDDED[0]
-        .1
-        .replace("  somaxconn: 4096", "  somaxconn: 4096\n  somaxcon: 1");
+    let text = full(0).replace("  somaxconn: 4096", "  somaxconn: 4096\n  somaxcon: 1");
     let err = parse(&text, "p.yaml").unwrap_err().to_string();
     assert!(err.starts_with("p.yaml:"), "{err}");
     assert!(
@@ -206,8 +210,7 @@ fn unknown_key_names_the_line_and_the_allowed_keys() {
 
 #[test]
 fn bad_values_are_all_reported_with_lines() {
-    let text = EMBEDDED[0]
-        .1
+    let text = full(0)
         .replace("window_bits: 15", "window_bits: 8")
         .replace("timeout_secs: 90", "timeout_secs: 10");
     let err = parse(&text, "p.yaml").unwrap_err();
@@ -228,7 +231,7 @@ fn bad_values_are_all_reported_with_lines() {
 
 #[test]
 fn processes_is_optional_a_number_auto_or_cores() {
-    let base = EMBEDDED[0].1;
+    let base = &full(0);
     assert_eq!(
         parse(base, "p.yaml").unwrap().server.processes,
         Processes::Count(1)
@@ -238,7 +241,7 @@ fn processes_is_optional_a_number_auto_or_cores() {
             "  send_queue_bytes:",
             &format!("  processes: {v}\n  send_queue_bytes:"),
         );
-        assert_ne!(t, base);
+        assert_ne!(t, *base);
         parse(&t, "p.yaml")
     };
     assert_eq!(with("auto").unwrap().server.processes, Processes::Auto);
@@ -424,9 +427,7 @@ fn a_renamed_key_is_read_with_a_warning_and_a_removed_one_names_its_fix() {
             Retired::Removed("remove it: the server sizes it itself"),
         ),
     ];
-    let text = EMBEDDED[2]
-        .1
-        .replace("  somaxconn: 65535", "  accept_queue: 32768");
+    let text = full(2).replace("  somaxconn: 65535", "  accept_queue: 32768");
     let line = yaml_lines::line_of(&text, "linux.accept_queue");
     assert!(line.is_some());
     let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
@@ -459,9 +460,7 @@ fn a_renamed_key_is_read_with_a_warning_and_a_removed_one_names_its_fix() {
     );
 
     // Removed: an error with the fix, at its line.
-    let gone = EMBEDDED[2]
-        .1
-        .replace("  send_queue_bytes:", "  old_knob: 3\n  send_queue_bytes:");
+    let gone = full(2).replace("  send_queue_bytes:", "  old_knob: 3\n  send_queue_bytes:");
     let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&gone).unwrap();
     let (_, problems, warnings) = fold_retired(&mut doc, &gone, &table);
     assert!(warnings.is_empty());
@@ -492,7 +491,7 @@ fn the_older_rss_key_warns_with_the_key_to_write() {
         "{w}"
     );
     let current = dir.path().join("current.yaml");
-    std::fs::write(&current, EMBEDDED[2].1).unwrap();
+    std::fs::write(&current, full(2)).unwrap();
     assert!(load(current.to_str().unwrap()).unwrap().warnings.is_empty());
 }
 
@@ -525,7 +524,7 @@ fn keys_with_a_default_may_be_left_out_and_the_others_are_required() {
         assert!(!shape.is_defaulted(key), "{key} is required");
     }
     // Left out, each takes the model's default.
-    let text = EMBEDDED[2].1;
+    let text = &full(2);
     let cut = &text[..text.find("\nnic:\n").unwrap() + 1];
     let cut = cut
         .lines()
@@ -551,7 +550,7 @@ fn keys_with_a_default_may_be_left_out_and_the_others_are_required() {
 /// kernel with EINVAL halfway through an apply.
 #[test]
 fn sysctls_the_kernel_keeps_in_an_int_are_bounded_by_it() {
-    let base = EMBEDDED[2].1;
+    let base = &full(2);
     for (key, line) in [
         ("nf_conntrack_max", "  nf_conntrack_max: 262144"),
         ("tcp_max_tw_buckets", "  tcp_max_tw_buckets: 262144"),
@@ -578,7 +577,7 @@ fn sysctls_the_kernel_keeps_in_an_int_are_bounded_by_it() {
 /// line but not quoted; a typo is quoted with the key it was meant for.
 #[test]
 fn only_plain_unknown_keys_are_quoted() {
-    let text = format!("{}root:$6$salt$hash:19700:0:99999:7:::\n", EMBEDDED[2].1);
+    let text = format!("{}root:$6$salt$hash:19700:0:99999:7:::\n", full(2));
     let err = parse(&text, "p.yaml").unwrap_err().to_string();
     let line = text.lines().count();
     assert!(
@@ -611,13 +610,13 @@ fn a_warning_is_handed_on_once_per_file_line_and_message() {
 /// 120 when absent); 30..300 was Windows 2000's and shut out values that reference allows.
 #[test]
 fn tcp_timed_wait_delay_takes_the_references_0_to_300_seconds() {
-    let base = EMBEDDED[0].1;
+    let base = &full(0);
     let with = |v: &str| {
         let t = base.replace(
             "tcp_timed_wait_delay: 30",
             &format!("tcp_timed_wait_delay: {v}"),
         );
-        assert!(t != base || v == "30");
+        assert!(t != *base || v == "30");
         parse(&t, "p.yaml")
     };
     for ok in ["0", "15", "30", "300"] {

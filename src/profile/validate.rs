@@ -7,7 +7,16 @@ use super::model::{self, Profile};
 pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
     let mut b = Bounds(Vec::new());
     b.range("connections", p.connections, 1, 100_000_000, "");
-    let l = &p.linux;
+    validate_linux(&mut b, &p.linux);
+    validate_nic(&mut b, &p.nic);
+    validate_windows(&mut b, &p.windows);
+    validate_server(&mut b, &p.server);
+    validate_selftest(&mut b, &p.selftest);
+    b.0
+}
+
+/// `linux`: what the kernel accepts for each sysctl and rlimit, and nofile under nr_open.
+fn validate_linux(b: &mut Bounds, l: &model::LinuxTargets) {
     b.range(
         "linux.nofile",
         l.nofile,
@@ -16,13 +25,6 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         "the kernel's nr_open ceiling is at most 2^30",
     );
     b.range("linux.nr_open", l.nr_open, 1024, 1 << 30, "");
-    b.range(
-        "nic.rps_flow_entries",
-        p.nic.rps_flow_entries,
-        1,
-        1 << 29,
-        "the kernel refuses a flow table above 2^29 entries",
-    );
     b.range("linux.file_max", l.file_max, 1024, i64::MAX as u64, "");
     // The kernel keeps these in an int (proc_dointvec): a larger value is refused with EINVAL
     // when apply writes it, after the plan promised it.
@@ -84,8 +86,21 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
     if l.nofile > l.nr_open {
         b.problem("linux.nofile", format!("{} is above linux.nr_open {}: the kernel refuses a nofile limit above nr_open; raise nr_open too", l.nofile, l.nr_open));
     }
+}
 
-    let w = &p.windows;
+/// `nic`: what the kernel accepts.
+fn validate_nic(b: &mut Bounds, n: &model::NicProfile) {
+    b.range(
+        "nic.rps_flow_entries",
+        n.rps_flow_entries,
+        1,
+        1 << 29,
+        "the kernel refuses a flow table above 2^29 entries",
+    );
+}
+
+/// `windows`: what the registry and netsh accept, and a port range that ends by 65535.
+fn validate_windows(b: &mut Bounds, w: &model::WindowsTargets) {
     b.range(
         "windows.max_user_port",
         w.max_user_port,
@@ -130,7 +145,11 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
             ),
         );
     }
-    let s = &p.server;
+}
+
+/// `server`: each knob within what the embedded server can honour, and the sizes that must
+/// nest (fragment <= frame <= message, heartbeat timeout > interval).
+fn validate_server(b: &mut Bounds, s: &model::ServerSettings) {
     b.range(
         "server.io_workers",
         s.io_workers,
@@ -173,28 +192,7 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         16 << 20,
         "",
     );
-    b.range(
-        "server.deflate.window_bits",
-        s.deflate.window_bits as u64,
-        9,
-        15,
-        "zlib turns 8 into 9 for raw deflate, so 8 cannot be honoured",
-    );
-    b.range(
-        "server.deflate.mem_level",
-        s.deflate.mem_level as u64,
-        1,
-        9,
-        "",
-    );
-    b.range("server.deflate.level", s.deflate.level as u64, 0, 9, "");
-    b.range(
-        "server.deflate.threshold_bytes",
-        s.deflate.threshold_bytes,
-        0,
-        1 << 30,
-        "",
-    );
+    validate_deflate(b, &s.deflate);
     b.range(
         "server.max_frame_bytes",
         s.max_frame_bytes,
@@ -276,14 +274,36 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
     if s.fragment_bytes > s.max_frame_bytes {
         b.problem("server.fragment_bytes", format!("{} is above server.max_frame_bytes {}: peers with the same cap would reject our fragments", s.fragment_bytes, s.max_frame_bytes));
     }
-    validate_limits(&mut b, &s.limits);
-    validate_budget(&mut b, &s.budget);
-    validate_drain(&mut b, &s.drain);
+    validate_limits(b, &s.limits);
+    validate_budget(b, &s.budget);
+    validate_drain(b, &s.drain);
     if s.heartbeat.timeout_secs <= s.heartbeat.interval_secs {
         b.problem("server.heartbeat.timeout_secs", format!("{} must be longer than interval_secs {}, or every connection times out before its pong", s.heartbeat.timeout_secs, s.heartbeat.interval_secs));
     }
+}
 
-    let t = &p.selftest;
+/// `server.deflate`: what zlib accepts.
+fn validate_deflate(b: &mut Bounds, d: &model::DeflateProfile) {
+    b.range(
+        "server.deflate.window_bits",
+        d.window_bits as u64,
+        9,
+        15,
+        "zlib turns 8 into 9 for raw deflate, so 8 cannot be honoured",
+    );
+    b.range("server.deflate.mem_level", d.mem_level as u64, 1, 9, "");
+    b.range("server.deflate.level", d.level as u64, 0, 9, "");
+    b.range(
+        "server.deflate.threshold_bytes",
+        d.threshold_bytes,
+        0,
+        1 << 30,
+        "",
+    );
+}
+
+/// `selftest`: targets a run can measure.
+fn validate_selftest(b: &mut Bounds, t: &model::SelfTestTargets) {
     b.range("selftest.payload_bytes", t.payload_bytes, 1, 16 << 20, "");
     b.range(
         "selftest.rate_per_client",
@@ -300,7 +320,6 @@ pub fn validate(p: &Profile) -> Vec<(&'static str, String)> {
         600_000,
         "",
     );
-    b.0
 }
 
 /// `server.drain`: a window a stop timeout can still hold, a delay longer than any health

@@ -120,7 +120,6 @@ pub fn table(report: &CheckReport, h: &Human) -> String {
         .map(|f| columns(&f.id))
         .max()
         .unwrap_or(0);
-    let mut skipped = Vec::new();
     for a in AREAS {
         let rows: Vec<&Finding> = report
             .results
@@ -155,54 +154,7 @@ pub fn table(report: &CheckReport, h: &Human) -> String {
         }
     }
     if show == Show::Problems {
-        skipped.extend(report.results.iter().filter(|f| f.status == Status::Skip));
-        if !skipped.is_empty() {
-            out.push_str("\nNot checked:\n");
-            for f in &skipped {
-                out.push_str(&wrapped(
-                    &format!(
-                        "{}: {}",
-                        f.id,
-                        f.note.as_deref().unwrap_or("could not be read")
-                    ),
-                    width,
-                    "  ",
-                    "    ",
-                ));
-            }
-        }
-        let passed: Vec<String> = AREAS
-            .iter()
-            .filter_map(|a| {
-                let n = report
-                    .results
-                    .iter()
-                    .filter(|f| area_of(f) == *a && f.status == Status::Pass)
-                    .count();
-                (n > 0).then(|| format!("{a} {n}"))
-            })
-            .collect();
-        out.push('\n');
-        out.push_str(&wrapped(
-            &format!(
-                "Passed: {} ({}); {} info. `--show all` lists every row{}.",
-                s.pass,
-                if passed.is_empty() {
-                    "none".to_string()
-                } else {
-                    passed.join(", ")
-                },
-                s.info,
-                if h.why {
-                    ""
-                } else {
-                    "; `--why` says why each matters"
-                }
-            ),
-            width,
-            "",
-            "  ",
-        ));
+        out.push_str(&not_checked_and_passed(report, h, width));
     }
     if show == Show::All && !h.why {
         out.push('\n');
@@ -214,50 +166,115 @@ pub fn table(report: &CheckReport, h: &Human) -> String {
         ));
     }
     if show == Show::All {
-        // Each recommendation with whom it follows, once per check (not per NIC or boot view).
-        let mut seen = std::collections::BTreeSet::new();
-        let mut sources = String::new();
-        for f in report.results.iter().filter(|f| !f.refs.is_empty()) {
-            let id = f.id.split('[').next().unwrap_or(&f.id);
-            let id = id.strip_suffix(".boot").unwrap_or(id);
-            if !seen.insert(id.to_string()) {
-                continue;
-            }
-            match h.layout {
-                Layout::Table => {
-                    let refs: Vec<String> = f
-                        .refs
-                        .iter()
-                        .map(|r| format!("{} <{}>", r.section, r.url))
-                        .collect();
-                    sources.push_str(&wrapped(
-                        &format!("{id}: {}", refs.join("; ")),
-                        width,
-                        "  ",
-                        "    ",
-                    ));
-                }
-                // Each address on a line of its own: a URL is never broken, and alone on its
-                // line it is the only thing wider than the terminal.
-                Layout::Blocks => {
-                    sources.push_str(&format!("  {id}:\n"));
-                    for r in &f.refs {
-                        sources.push_str(&wrapped(&r.section, width, "    ", "    "));
-                        sources.push_str(&format!("    <{}>\n", r.url));
-                    }
-                }
-            }
-        }
-        if !sources.is_empty() {
-            out.push_str("\nSources each recommendation follows:\n");
-            out.push_str(&sources);
-        }
+        out.push_str(&sources(report, h, width));
     }
     out.push_str(&format!(
         "{} checks: {} pass, {} fail, {} warn, {} skip, {} info\n",
         s.total, s.pass, s.fail, s.warn, s.skip, s.info
     ));
     out
+}
+
+/// Under `--show problems`: the checks that could not be read, one line each, and the passes
+/// as counts by area.
+fn not_checked_and_passed(report: &CheckReport, h: &Human, width: usize) -> String {
+    let s = &report.summary;
+    let mut out = String::new();
+    let skipped: Vec<&Finding> = report
+        .results
+        .iter()
+        .filter(|f| f.status == Status::Skip)
+        .collect();
+    if !skipped.is_empty() {
+        out.push_str("\nNot checked:\n");
+        for f in &skipped {
+            out.push_str(&wrapped(
+                &format!(
+                    "{}: {}",
+                    f.id,
+                    f.note.as_deref().unwrap_or("could not be read")
+                ),
+                width,
+                "  ",
+                "    ",
+            ));
+        }
+    }
+    let passed: Vec<String> = AREAS
+        .iter()
+        .filter_map(|a| {
+            let n = report
+                .results
+                .iter()
+                .filter(|f| area_of(f) == *a && f.status == Status::Pass)
+                .count();
+            (n > 0).then(|| format!("{a} {n}"))
+        })
+        .collect();
+    out.push('\n');
+    out.push_str(&wrapped(
+        &format!(
+            "Passed: {} ({}); {} info. `--show all` lists every row{}.",
+            s.pass,
+            if passed.is_empty() {
+                "none".to_string()
+            } else {
+                passed.join(", ")
+            },
+            s.info,
+            if h.why {
+                ""
+            } else {
+                "; `--why` says why each matters"
+            }
+        ),
+        width,
+        "",
+        "  ",
+    ));
+    out
+}
+
+/// Under `--show all`: the sources each recommendation follows, once per check.
+fn sources(report: &CheckReport, h: &Human, width: usize) -> String {
+    // Each recommendation with whom it follows, once per check (not per NIC or boot view).
+    let mut seen = std::collections::BTreeSet::new();
+    let mut sources = String::new();
+    for f in report.results.iter().filter(|f| !f.refs.is_empty()) {
+        let id = f.id.split('[').next().unwrap_or(&f.id);
+        let id = id.strip_suffix(".boot").unwrap_or(id);
+        if !seen.insert(id.to_string()) {
+            continue;
+        }
+        match h.layout {
+            Layout::Table => {
+                let refs: Vec<String> = f
+                    .refs
+                    .iter()
+                    .map(|r| format!("{} <{}>", r.section, r.url))
+                    .collect();
+                sources.push_str(&wrapped(
+                    &format!("{id}: {}", refs.join("; ")),
+                    width,
+                    "  ",
+                    "    ",
+                ));
+            }
+            // Each address on a line of its own: a URL is never broken, and alone on its
+            // line it is the only thing wider than the terminal.
+            Layout::Blocks => {
+                sources.push_str(&format!("  {id}:\n"));
+                for r in &f.refs {
+                    sources.push_str(&wrapped(&r.section, width, "    ", "    "));
+                    sources.push_str(&format!("    <{}>\n", r.url));
+                }
+            }
+        }
+    }
+    if sources.is_empty() {
+        return sources;
+    }
+    format!("\nSources each recommendation follows:\n{sources}")
 }
 
 fn capitalised(a: &str) -> String {

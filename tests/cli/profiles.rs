@@ -101,10 +101,10 @@ fn profiles_alone_lists_them() {
 fn a_profile_without_nic_keys_loads_for_check_apply_and_export() {
     let dir = tempfile::tempdir().unwrap();
     let built_in =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/base.yaml"))
             .unwrap();
     let empty_nic = built_in
-        .replace("name: 100k", "name: empty-nic")
+        .replace("name: base", "name: empty-nic")
         .replace("  rss: numa_scaling", "#  rss: numa_scaling");
     assert!(
         empty_nic.contains("\nnic:\n"),

@@ -37,7 +37,7 @@ fn bad_input_is_one_clear_error_and_exit_3() {
         &["bad.yaml:"],
     );
     let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/base.yaml"))
             .unwrap();
     std::fs::write(
         &bad,

@@ -39,7 +39,7 @@ echo "ERR injected-failure $(tr '\n' ' ' < "$T/err")"
 umount /proc/sys/net/ipv4/tcp_fin_timeout
 
 # A value the kernel would reject (somaxconn is an int): refused when the profile is loaded.
-sed 's/somaxconn: 65535/somaxconn: 3000000000/' "$(dirname "$0")/../../profiles/100k.yaml" > "$T/big.yaml"
+sed 's/somaxconn: 65535/somaxconn: 3000000000/' "$(dirname "$0")/../../profiles/base.yaml" > "$T/big.yaml"
 "$W" apply --profile "$T/big.yaml" --prefix "$P" --yes > "$T/out" 2> "$T/err"; rc=$?; step kernel-rejects $rc
 echo "ERR kernel-rejects $(tr '\n' ' ' < "$T/err")"
 
