@@ -377,7 +377,10 @@ pub fn contexts(n: usize, size: usize, a: &Settings) -> ContextsRow {
     let (mut plain, mut packed) = (Vec::with_capacity(size * 2), Vec::with_capacity(size * 2));
     let mut passes = Vec::new();
     for pass in ["first", "again"] {
-        let (faults, resident) = (minor_faults(), resident_bytes());
+        let (faults, resident) = (
+            crate::host::process::own_minor_faults(),
+            crate::host::process::own_resident_bytes(),
+        );
         let start = Instant::now();
         for i in 0..n {
             plain.clear();
@@ -400,8 +403,8 @@ pub fn contexts(n: usize, size: usize, a: &Settings) -> ContextsRow {
         passes.push(ContextsPass {
             pass,
             us_per_conn: secs * 1e6 / n as f64,
-            faults_per_conn: per(minor_faults(), faults),
-            resident_bytes_per_conn: per(resident_bytes(), resident),
+            faults_per_conn: per(crate::host::process::own_minor_faults(), faults),
+            resident_bytes_per_conn: per(crate::host::process::own_resident_bytes(), resident),
         });
     }
     ContextsRow {
@@ -413,23 +416,4 @@ pub fn contexts(n: usize, size: usize, a: &Settings) -> ContextsRow {
         ),
         passes,
     }
-}
-
-/// This process's minor page faults so far (Linux).
-fn minor_faults() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(7)?
-        .parse()
-        .ok()
-}
-
-/// This process's resident memory (Linux).
-fn resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * crate::host::live(None).page_size())
 }

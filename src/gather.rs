@@ -42,8 +42,8 @@ impl Sysctls {
     }
 }
 
-/// Read everything `catalog` needs from `backend`. Sleeps for `--watch` when asked.
-pub fn gather(catalog: &Catalog, backend: &dyn Backend, request: &FactsRequest) -> HostFacts {
+/// The host's own variables the catalog's targets use (`host.cpus`, `host.mem_bytes`, ...).
+fn host_vars(backend: &dyn Backend, request: &FactsRequest) -> BTreeMap<String, Value> {
     let mut vars = BTreeMap::new();
     if let Reading::Value(v) = fact(backend, Fact::Cpus, None, None) {
         vars.insert("host.cpus".to_string(), v);
@@ -75,6 +75,65 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, request: &FactsRequest) 
     if let Some(sock) = cgroup_sock_bytes(backend, request.pid) {
         vars.insert("host.cgroup_sock_bytes".to_string(), Value::Num(sock));
     }
+    vars
+}
+
+/// After the watch's interval: the rates read a second time (softirq spreads and shares
+/// against their first reading, a no-growth check's second value).
+fn read_after_watch(
+    catalog: &Catalog,
+    backend: &dyn Backend,
+    request: &FactsRequest,
+    instances: &mut [Instance],
+) {
+    for inst in instances.iter_mut() {
+        let def = &catalog.checks[inst.check];
+        if let (Source::Softirq(SoftirqField::NetRx), Reading::Value(Value::Text(before))) =
+            (&def.check.source, &inst.reading)
+        {
+            inst.reading = match backend.read(paths::SOFTIRQS) {
+                Ok(after) => match procfs::net_rx_spread(before, &after) {
+                    Some((text, _)) => Reading::Value(Value::Text(text)),
+                    None => Reading::Value(Value::Text(
+                        "no receive softirqs ran during the watch".into(),
+                    )),
+                },
+                Err(e) => Err(e).into(),
+            };
+            continue;
+        }
+        if let (Source::Softirq(_), Reading::Value(Value::Text(before))) =
+            (&def.check.source, &inst.reading)
+        {
+            inst.reading = match backend.read(paths::STAT) {
+                Ok(after) => match procfs::softirq_shares(before, &after) {
+                    Some(shares) => Reading::Value(Value::Text(shares)),
+                    None => Reading::Unreadable(format!(
+                        "{} showed no CPU time passing during the watch",
+                        paths::STAT
+                    )),
+                },
+                Err(e) => Err(e).into(),
+            };
+            continue;
+        }
+        if def.check.compare == Compare::NoGrowth {
+            // A second reading, never the cached first one.
+            let mut fresh = Sysctls::default();
+            inst.after = Some(read_source(
+                backend,
+                def,
+                inst.nic.as_ref(),
+                request,
+                &mut fresh,
+            ));
+        }
+    }
+}
+
+/// Read everything `catalog` needs from `backend`. Sleeps for `--watch` when asked.
+pub fn gather(catalog: &Catalog, backend: &dyn Backend, request: &FactsRequest) -> HostFacts {
+    let mut vars = host_vars(backend, request);
     let mut sysctls = Sysctls::default();
     for def in &catalog.checks {
         if let Some(Target::Expr(e)) = &def.target {
@@ -155,49 +214,7 @@ pub fn gather(catalog: &Catalog, backend: &dyn Backend, request: &FactsRequest) 
 
     if let Some(wait) = request.watch {
         std::thread::sleep(wait);
-        for inst in &mut instances {
-            let def = &catalog.checks[inst.check];
-            if let (Source::Softirq(SoftirqField::NetRx), Reading::Value(Value::Text(before))) =
-                (&def.check.source, &inst.reading)
-            {
-                inst.reading = match backend.read(paths::SOFTIRQS) {
-                    Ok(after) => match procfs::net_rx_spread(before, &after) {
-                        Some((text, _)) => Reading::Value(Value::Text(text)),
-                        None => Reading::Value(Value::Text(
-                            "no receive softirqs ran during the watch".into(),
-                        )),
-                    },
-                    Err(e) => Err(e).into(),
-                };
-                continue;
-            }
-            if let (Source::Softirq(_), Reading::Value(Value::Text(before))) =
-                (&def.check.source, &inst.reading)
-            {
-                inst.reading = match backend.read(paths::STAT) {
-                    Ok(after) => match procfs::softirq_shares(before, &after) {
-                        Some(shares) => Reading::Value(Value::Text(shares)),
-                        None => Reading::Unreadable(format!(
-                            "{} showed no CPU time passing during the watch",
-                            paths::STAT
-                        )),
-                    },
-                    Err(e) => Err(e).into(),
-                };
-                continue;
-            }
-            if def.check.compare == Compare::NoGrowth {
-                // A second reading, never the cached first one.
-                let mut fresh = Sysctls::default();
-                inst.after = Some(read_source(
-                    backend,
-                    def,
-                    inst.nic.as_ref(),
-                    request,
-                    &mut fresh,
-                ));
-            }
-        }
+        read_after_watch(catalog, backend, request, &mut instances);
     }
 
     // Without a watch a softirq share has no interval: say so rather than show the raw file.

@@ -42,75 +42,7 @@ pub fn run(a: Request) -> Result<Outcome> {
     let HostInputs { inputs, backend } = &a.host;
     let backend = backend.as_ref();
     let store = &a.store;
-    // One apply or rollback at a time, and the lock is taken before anything is read: the
-    // journal (a `pending` entry seen under the lock is one whose process died) and the host
-    // (the plan is made from values no other apply can change until this one ends; planned
-    // before the lock, a concurrent first apply could lower what another just raised). It
-    // creates the journal directory on a first apply (removed again if nothing is recorded, so a
-    // refusal leaves no trace). Without root there is no lock to take
-    // (and nothing will be changed: the refusal comes below, or from the recovery).
-    // No journal yet and none can be made (a read-only /var): there is nothing to recover, and
-    // an apply that plans nothing changes nothing and needs no lock. One that plans a change is
-    // refused with this error before it makes any.
-    let mut no_journal = None;
-    let mut lock = if a.dry_run || !backend.privileged() {
-        None
-    } else {
-        journal::check_dir(store)?;
-        match journal::Lock::acquire(store) {
-            Ok(l) => Some(l),
-            Err(e) if !store.is_dir(journal::DIR) => {
-                no_journal = Some(e);
-                None
-            }
-            Err(e) => return Err(e),
-        }
-    };
-    let (entries, damaged) = journal::scan(store)?;
-    if let Some(d) = damaged.first() {
-        bail!(
-            "journal entry {} is damaged ({}): apply cannot tell what an earlier apply changed, so it changes nothing.\nFix: {}",
-            d.path.display(),
-            d.error,
-            journal::damaged_fix(&d.path, &apply::flags(store))
-        );
-    }
-    // Before the recovery: a directory it removes must not keep a leftover temporary.
-    if lock.is_some() {
-        let removed =
-            apply::remove_temporaries(store, backend, entries.iter().flat_map(|e| &e.files));
-        if !removed.is_empty() {
-            say!(
-                "note: removed {} temporary file(s) an interrupted write had left: {}",
-                removed.len(),
-                removed.join(", ")
-            );
-        }
-        if entries.iter().any(|e| e.state == journal::State::Pending) {
-            if a.dry_run {
-                if journal::Lock::probe(store) == journal::LockState::Held {
-                    say!("note: another apply or rollback is running now (its entry shows as pending until it ends); this plan may be out of date when it finishes");
-                } else {
-                    say!("note: an earlier apply was interrupted (`wstune rollback --list{}` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make", apply::flags(store));
-                }
-            } else if !backend.privileged() {
-                bail!(not_privileged(backend.platform()));
-            } else {
-                if !a.yes {
-                    confirm(
-                        "An earlier apply was interrupted midway. Undo its changes first?",
-                        PASS_YES,
-                    )?;
-                }
-                for line in apply::recover::undo_interrupted(&entries, backend, store)? {
-                    // Not eprintln!: a closed stderr (`2>&1 | head`) must not stop the apply here,
-                    // between the undo and the new changes.
-                    use std::io::Write as _;
-                    let _ = writeln!(std::io::stderr(), "wstune: {line}");
-                }
-            }
-        }
-    }
+    let (mut lock, no_journal) = lock_and_recover(&a, backend)?;
     let (before, facts) = report_and_facts(inputs, backend, None);
     let mut p = plan::plan(&inputs.catalog, &before.results, &facts, a.scope);
     let mut restart = Vec::new();
@@ -193,6 +125,86 @@ pub fn run(a: Request) -> Result<Outcome> {
     print_remaining(&after.results);
     drop(lock);
     Ok(Outcome::Ok)
+}
+
+/// The lock and the journal before anything is planned: the lock taken (None for a dry run
+/// or without privileges), a damaged journal refused, an interrupted apply undone. Also the
+/// error that kept a journal from being made, for an apply that then plans a change.
+fn lock_and_recover(
+    a: &Request,
+    backend: &dyn crate::host::Backend,
+) -> Result<(Option<journal::Lock>, Option<anyhow::Error>)> {
+    let store = &a.store;
+    // One apply or rollback at a time, and the lock is taken before anything is read: the
+    // journal (a `pending` entry seen under the lock is one whose process died) and the host
+    // (the plan is made from values no other apply can change until this one ends; planned
+    // before the lock, a concurrent first apply could lower what another just raised). It
+    // creates the journal directory on a first apply (removed again if nothing is recorded, so a
+    // refusal leaves no trace). Without root there is no lock to take
+    // (and nothing will be changed: the refusal comes below, or from the recovery).
+    // No journal yet and none can be made (a read-only /var): there is nothing to recover, and
+    // an apply that plans nothing changes nothing and needs no lock. One that plans a change is
+    // refused with this error before it makes any.
+    let mut no_journal = None;
+    let lock = if a.dry_run || !backend.privileged() {
+        None
+    } else {
+        journal::check_dir(store)?;
+        match journal::Lock::acquire(store) {
+            Ok(l) => Some(l),
+            Err(e) if !store.is_dir(journal::DIR) => {
+                no_journal = Some(e);
+                None
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let (entries, damaged) = journal::scan(store)?;
+    if let Some(d) = damaged.first() {
+        bail!(
+            "journal entry {} is damaged ({}): apply cannot tell what an earlier apply changed, so it changes nothing.\nFix: {}",
+            d.path.display(),
+            d.error,
+            journal::damaged_fix(&d.path, &apply::flags(store))
+        );
+    }
+    // Before the recovery: a directory it removes must not keep a leftover temporary.
+    if lock.is_some() {
+        let removed =
+            apply::remove_temporaries(store, backend, entries.iter().flat_map(|e| &e.files));
+        if !removed.is_empty() {
+            say!(
+                "note: removed {} temporary file(s) an interrupted write had left: {}",
+                removed.len(),
+                removed.join(", ")
+            );
+        }
+        if entries.iter().any(|e| e.state == journal::State::Pending) {
+            if a.dry_run {
+                if journal::Lock::probe(store) == journal::LockState::Held {
+                    say!("note: another apply or rollback is running now (its entry shows as pending until it ends); this plan may be out of date when it finishes");
+                } else {
+                    say!("note: an earlier apply was interrupted (`wstune rollback --list{}` shows it as pending); a real apply first undoes it, so this plan may differ from the one it will make", apply::flags(store));
+                }
+            } else if !backend.privileged() {
+                bail!(not_privileged(backend.platform()));
+            } else {
+                if !a.yes {
+                    confirm(
+                        "An earlier apply was interrupted midway. Undo its changes first?",
+                        PASS_YES,
+                    )?;
+                }
+                for line in apply::recover::undo_interrupted(&entries, backend, store)? {
+                    // Not eprintln!: a closed stderr (`2>&1 | head`) must not stop the apply here,
+                    // between the undo and the new changes.
+                    use std::io::Write as _;
+                    let _ = writeln!(std::io::stderr(), "wstune: {line}");
+                }
+            }
+        }
+    }
+    Ok((lock, no_journal))
 }
 
 /// The links `--nic` names (each must exist: a typo is an error, not a NIC left alone), or

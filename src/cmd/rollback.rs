@@ -82,28 +82,9 @@ pub fn run(r: Request) -> Result<Outcome> {
     );
     let restored = fitted.entry;
     if entry.resumes() {
-        let parts: Vec<String> = entry
-            .left
-            .iter()
-            .map(|p| {
-                let l = apply::nics::Left::from_part(p, &entry);
-                let values = if l.values.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", l.values.join(", "))
-                };
-                match &l.nic {
-                    Some(nic) => format!("NIC {nic} ({}{values})", l.kind.as_str()),
-                    None => format!(
-                        "the net.* values of the network namespace the apply ran in ({})",
-                        l.values.join(", ")
-                    ),
-                }
-            })
-            .collect();
         say!(
             "Restoring the parts left by the earlier rollback: {}; everything else the entry recorded was restored then and is not written again.",
-            parts.join("; ")
+            left_parts(&entry).join("; ")
         );
     }
     say!("{}", crate::report::restore_preview(&restored));
@@ -167,37 +148,14 @@ pub fn run(r: Request) -> Result<Outcome> {
         vec![]
     };
     journal::save(&store, &entry)?;
-    // What was changed back, counted as it was written: a value already as it was is not.
-    // "Nothing needed changing" only when nothing was left out either.
-    if done.values + done.files == 0 && fitted.left.is_empty() {
-        say!(
-            "Rolled back entry {}: nothing needed changing, every value and file it recorded was already as before the apply.",
-            entry.id
-        );
-    } else {
-        say!(
-            "Restored entry {}: {} runtime value(s), {} file(s) changed back.",
-            entry.id,
-            done.values,
-            done.files
-        );
-    }
-    for k in &keep {
-        let now = backend
-            .read(&crate::host::procfs::sysctl_path(k))
-            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
-            .unwrap_or_else(|e| e.to_string());
-        say!("Kept {k} at {now} (--keep); the next boot applies what the restored files say.");
-    }
-    // Adapters read their restored keywords when they restart.
-    for line in apply::restart_adapters(backend.as_ref(), &apply::adapters_of(&restored)) {
-        say!("{line}");
-    }
-    for a in &restored.actions {
-        if let apply::plan::Op::UnitDropIn { unit, .. } = &a.op {
-            say!("note: {unit} keeps its LimitNOFILE until systemd rereads its units and it restarts: systemctl daemon-reload && systemctl restart {unit}");
-        }
-    }
+    say_restored(
+        &entry.id,
+        &done,
+        fitted.left.is_empty(),
+        &keep,
+        backend.as_ref(),
+        &restored,
+    );
     // A partial restore is an error, as a value that could not be written is: a script must
     // not take it for a complete one. What was left, and why, was said above, once.
     if !fitted.left.is_empty() {
@@ -210,6 +168,73 @@ pub fn run(r: Request) -> Result<Outcome> {
         );
     }
     Ok(Outcome::Ok)
+}
+
+/// The parts an earlier rollback left, in words: each NIC with its kind and values, or the
+/// network namespace's net.* values.
+fn left_parts(entry: &Entry) -> Vec<String> {
+    entry
+        .left
+        .iter()
+        .map(|p| {
+            let l = apply::nics::Left::from_part(p, entry);
+            let values = if l.values.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", l.values.join(", "))
+            };
+            match &l.nic {
+                Some(nic) => format!("NIC {nic} ({}{values})", l.kind.as_str()),
+                None => format!(
+                    "the net.* values of the network namespace the apply ran in ({})",
+                    l.values.join(", ")
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Say what the restore changed back, the values kept (`--keep`), and what still waits for a
+/// restart. `nothing_left`: no part of the entry was left out.
+fn say_restored(
+    id: &str,
+    done: &apply::Restoration,
+    nothing_left: bool,
+    keep: &[String],
+    backend: &dyn Backend,
+    restored: &Entry,
+) {
+    // What was changed back, counted as it was written: a value already as it was is not.
+    // "Nothing needed changing" only when nothing was left out either.
+    if done.values + done.files == 0 && nothing_left {
+        say!(
+            "Rolled back entry {}: nothing needed changing, every value and file it recorded was already as before the apply.",
+            id
+        );
+    } else {
+        say!(
+            "Restored entry {}: {} runtime value(s), {} file(s) changed back.",
+            id,
+            done.values,
+            done.files
+        );
+    }
+    for k in keep {
+        let now = backend
+            .read(&crate::host::procfs::sysctl_path(k))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|e| e.to_string());
+        say!("Kept {k} at {now} (--keep); the next boot applies what the restored files say.");
+    }
+    // Adapters read their restored keywords when they restart.
+    for line in apply::restart_adapters(backend, &apply::adapters_of(restored)) {
+        say!("{line}");
+    }
+    for a in &restored.actions {
+        if let apply::plan::Op::UnitDropIn { unit, .. } = &a.op {
+            say!("note: {unit} keeps its LimitNOFILE until systemd rereads its units and it restarts: systemctl daemon-reload && systemctl restart {unit}");
+        }
+    }
 }
 
 /// Say which temporary files an interrupted write had left (and were removed), if any.

@@ -25,6 +25,7 @@ pub mod memory;
 pub mod process;
 pub mod procfs;
 pub mod registry_file;
+pub mod signals;
 pub mod snapshot;
 pub mod sockets;
 pub mod store;
@@ -572,6 +573,10 @@ pub fn readable_by_everyone(p: &std::path::Path) -> bool {
 
 /// Raise this process's soft open-file limit to its hard limit (what a server should do at
 /// start); returns the (soft, hard) limits in force afterwards.
+/// Whether this build runs on Windows, for what says so without touching the OS (the serve
+/// settings table names the I/O driver: IOCP there).
+pub const IS_WINDOWS: bool = cfg!(windows);
+
 #[cfg(not(windows))]
 pub fn raise_nofile() -> (u64, u64) {
     linux::raise_nofile()

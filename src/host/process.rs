@@ -1,4 +1,5 @@
-//! Processes measured by the self-test: CPU time, resident memory, the process tree.
+//! Processes measured by the self-test and the benchmarks: CPU time, resident memory, page
+//! faults, the process tree.
 //!
 //! These read /proc of *this* machine (the server and load generators wstune itself started),
 //! never a `--root` fixture: a captured tree has no running processes to measure, so they are
@@ -302,6 +303,25 @@ pub fn termination_signal() -> Option<i32> {
         0 => None,
         sig => Some(sig),
     }
+}
+
+/// This process's minor page faults so far (Linux; None elsewhere).
+pub fn own_minor_faults() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(7)?
+        .parse()
+        .ok()
+}
+
+/// This process's resident memory, bytes (Linux; None elsewhere).
+pub fn own_resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * super::live(None).page_size())
 }
 
 #[cfg(test)]

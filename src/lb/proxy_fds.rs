@@ -203,108 +203,116 @@ pub fn finding(kind: Kind, f: &Facts, limits: Result<ProcLimits, String>, file: 
         l.source, l.soft
     ));
     match kind {
-        Kind::Haproxy => {
-            let Some(maxconn) = f.global_maxconn.or(f.max_connections) else {
-                out.status = Status::Warn;
-                out.current = Some(Value::Num(reach as i64));
-                out.why = format!(
-                    "{file} sets no maxconn, so HAProxy derives it from the fd limit (about {} \
-                     connections here) instead of from the connections you expect.",
-                    reach.saturating_sub(FD_MARGIN) / 2
-                );
-                out.fix.runtime = Some(format!(
-                    "set maxconn in the global section of {file} (`wstune lb haproxy` prints one)"
-                ));
-                return out;
-            };
-            let need = super::haproxy_fds(maxconn);
-            out.target = Some(Value::Num(need as i64));
-            // ulimit-n, when set, is the limit HAProxy asks for instead of its computed one.
-            let got = f.nofile.map_or(reach, |u| u.min(reach));
-            out.current = Some(Value::Num(got as i64));
-            out.status = if got >= need {
-                Status::Pass
-            } else {
-                Status::Fail
-            };
-            out.why = match f.nofile {
-                Some(u) if u < need => format!(
-                    "ulimit-n {u} in {file} caps HAProxy below the {need} descriptors maxconn \
-                     {maxconn} needs (2 per connection + {FD_MARGIN}): connections past about {} \
-                     fail to open.",
-                    u.saturating_sub(FD_MARGIN) / 2
-                ),
-                _ => format!(
-                    "maxconn {maxconn} needs {need} descriptors (2 per connection, client and \
-                     backend side, + {FD_MARGIN} for HAProxy's own). HAProxy raises its limit to \
-                     that itself, but not past the hard limit without CAP_SYS_RESOURCE: below it, \
-                     HAProxy refuses to start (\"Cannot raise FD limit\")."
-                ),
-            };
-            out.fix.runtime = Some(if f.nofile.is_some_and(|u| u < need) {
-                format!("remove ulimit-n from {file} (HAProxy computes it) or set it to {need}")
-            } else {
-                format!(
-                    "raise the hard limit of the user that starts HAProxy to {need} or more \
-                     (`ulimit -Hn {need}` before starting it), or lower maxconn"
-                )
-            });
-            out.fix.persistent = Some(format!(
-                "LimitNOFILE={need} in the haproxy.service drop-in \
-                 (systemctl edit haproxy), or `nofile {need}` in /etc/security/limits.d/"
-            ));
-        }
-        Kind::Nginx => {
-            let wc = f
-                .worker_connections
-                .unwrap_or(NGINX_DEFAULT_WORKER_CONNECTIONS);
-            let need = wc.saturating_add(FD_MARGIN);
-            out.target = Some(Value::Num(need as i64));
-            // A worker sets worker_rlimit_nofile (as both limits) where it may; where it may
-            // not, or without the directive, it keeps the soft limit it was started with.
-            let got = match f.nofile {
-                Some(n) if n <= reach => n,
-                _ => l.soft,
-            };
-            out.current = Some(Value::Num(got as i64));
-            out.status = if got >= need {
-                Status::Pass
-            } else {
-                Status::Fail
-            };
-            out.why = format!(
-                "worker_connections {wc} counts both sides of each proxied connection; a worker \
-                 needs a descriptor for each + {FD_MARGIN} (logs, listeners). {}",
-                match f.nofile {
-                    None => format!(
-                        "{file} has no worker_rlimit_nofile, so workers keep the soft limit {} \
-                         they start with and accept() fails with EMFILE past it.",
-                        l.soft
-                    ),
-                    Some(n) if n > reach => format!(
-                        "worker_rlimit_nofile {n} is past the hard limit {reach} the workers may \
-                         raise to, so setrlimit fails and they keep the soft limit {}.",
-                        l.soft
-                    ),
-                    Some(n) => format!("worker_rlimit_nofile is {n}."),
-                }
-            );
-            out.fix.runtime = Some(if f.nofile.is_some_and(|n| n > reach) {
-                format!(
-                    "raise the hard limit of the user that starts nginx to {need} or more, or \
-                     start nginx as root (workers set worker_rlimit_nofile before dropping \
-                     privileges)"
-                )
-            } else {
-                format!("set {directive} {need} (or more) in the main context of {file} and reload nginx")
-            });
-            out.fix.persistent = Some(format!(
-                "keep {directive} in {file}; LimitNOFILE={need} in an nginx.service drop-in \
-                 covers a master that runs without root"
-            ));
-        }
+        Kind::Haproxy => haproxy(&mut out, f, reach, file),
+        Kind::Nginx => nginx(&mut out, f, &l, reach, file, directive),
     }
     out
+}
+
+/// HAProxy's side: maxconn's descriptors against the limit it raises itself to (ulimit-n, or
+/// the reachable hard limit).
+fn haproxy(out: &mut Finding, f: &Facts, reach: u64, file: &str) {
+    let Some(maxconn) = f.global_maxconn.or(f.max_connections) else {
+        out.status = Status::Warn;
+        out.current = Some(Value::Num(reach as i64));
+        out.why = format!(
+            "{file} sets no maxconn, so HAProxy derives it from the fd limit (about {} \
+             connections here) instead of from the connections you expect.",
+            reach.saturating_sub(FD_MARGIN) / 2
+        );
+        out.fix.runtime = Some(format!(
+            "set maxconn in the global section of {file} (`wstune lb haproxy` prints one)"
+        ));
+        return;
+    };
+    let need = super::haproxy_fds(maxconn);
+    out.target = Some(Value::Num(need as i64));
+    // ulimit-n, when set, is the limit HAProxy asks for instead of its computed one.
+    let got = f.nofile.map_or(reach, |u| u.min(reach));
+    out.current = Some(Value::Num(got as i64));
+    out.status = if got >= need {
+        Status::Pass
+    } else {
+        Status::Fail
+    };
+    out.why = match f.nofile {
+        Some(u) if u < need => format!(
+            "ulimit-n {u} in {file} caps HAProxy below the {need} descriptors maxconn \
+             {maxconn} needs (2 per connection + {FD_MARGIN}): connections past about {} \
+             fail to open.",
+            u.saturating_sub(FD_MARGIN) / 2
+        ),
+        _ => format!(
+            "maxconn {maxconn} needs {need} descriptors (2 per connection, client and \
+             backend side, + {FD_MARGIN} for HAProxy's own). HAProxy raises its limit to \
+             that itself, but not past the hard limit without CAP_SYS_RESOURCE: below it, \
+             HAProxy refuses to start (\"Cannot raise FD limit\")."
+        ),
+    };
+    out.fix.runtime = Some(if f.nofile.is_some_and(|u| u < need) {
+        format!("remove ulimit-n from {file} (HAProxy computes it) or set it to {need}")
+    } else {
+        format!(
+            "raise the hard limit of the user that starts HAProxy to {need} or more \
+             (`ulimit -Hn {need}` before starting it), or lower maxconn"
+        )
+    });
+    out.fix.persistent = Some(format!(
+        "LimitNOFILE={need} in the haproxy.service drop-in \
+         (systemctl edit haproxy), or `nofile {need}` in /etc/security/limits.d/"
+    ));
+}
+
+/// nginx's side: worker_connections' descriptors against the limit a worker keeps
+/// (worker_rlimit_nofile where it may set it, else the soft limit it started with).
+fn nginx(out: &mut Finding, f: &Facts, l: &ProcLimits, reach: u64, file: &str, directive: &str) {
+    let wc = f
+        .worker_connections
+        .unwrap_or(NGINX_DEFAULT_WORKER_CONNECTIONS);
+    let need = wc.saturating_add(FD_MARGIN);
+    out.target = Some(Value::Num(need as i64));
+    // A worker sets worker_rlimit_nofile (as both limits) where it may; where it may
+    // not, or without the directive, it keeps the soft limit it was started with.
+    let got = match f.nofile {
+        Some(n) if n <= reach => n,
+        _ => l.soft,
+    };
+    out.current = Some(Value::Num(got as i64));
+    out.status = if got >= need {
+        Status::Pass
+    } else {
+        Status::Fail
+    };
+    out.why = format!(
+        "worker_connections {wc} counts both sides of each proxied connection; a worker \
+         needs a descriptor for each + {FD_MARGIN} (logs, listeners). {}",
+        match f.nofile {
+            None => format!(
+                "{file} has no worker_rlimit_nofile, so workers keep the soft limit {} \
+                 they start with and accept() fails with EMFILE past it.",
+                l.soft
+            ),
+            Some(n) if n > reach => format!(
+                "worker_rlimit_nofile {n} is past the hard limit {reach} the workers may \
+                 raise to, so setrlimit fails and they keep the soft limit {}.",
+                l.soft
+            ),
+            Some(n) => format!("worker_rlimit_nofile is {n}."),
+        }
+    );
+    out.fix.runtime = Some(if f.nofile.is_some_and(|n| n > reach) {
+        format!(
+            "raise the hard limit of the user that starts nginx to {need} or more, or \
+             start nginx as root (workers set worker_rlimit_nofile before dropping \
+             privileges)"
+        )
+    } else {
+        format!("set {directive} {need} (or more) in the main context of {file} and reload nginx")
+    });
+    out.fix.persistent = Some(format!(
+        "keep {directive} in {file}; LimitNOFILE={need} in an nginx.service drop-in \
+         covers a master that runs without root"
+    ));
 }
 
 #[cfg(test)]

@@ -115,11 +115,7 @@ impl ChildServer {
 
     /// SIGTERM (every process drains), bounded; then SIGKILL.
     pub async fn stop(mut self) {
-        #[cfg(unix)]
-        {
-            // SAFETY: kill(2) on our own child's pid.
-            unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGTERM) };
-        }
+        crate::host::signals::terminate(self.pid);
         if tokio::time::timeout(Duration::from_secs(15), self.child.wait())
             .await
             .is_err()

@@ -1,20 +1,29 @@
 //! Serve proper: the configuration -> listeners, admin, cluster or relay ->
 //! `embedded_server::Server::run` until SIGTERM/SIGINT drains it; above one process, the
-//! supervisor instead (`supervisor`).
+//! supervisor instead (`supervisor`). What it needs from the system comes through
+//! `host::signals` and, for the Linux-only supervisor, `supervised`; TLS through `tls`.
+
+mod supervised;
+mod tls;
 
 use super::config::{LogFormat, ServeConfig};
 use crate::engine::check::{self, HostInputs};
+use crate::host::signals;
 use crate::outcome::Outcome;
 use anyhow::{Context, Result};
-use embedded_server::Server;
+use embedded_server::admin::{app_name, Gate};
+use embedded_server::{Hub, Server};
+use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use supervised::Inherited;
+pub(super) use tls::{tls_config, with_tls};
 
 /// Serve until SIGTERM/SIGINT (drained), or supervise `--processes` server processes.
 /// `host`: the host to warn about (process 0 of a supervisor speaks for all).
 pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
     // First, before any thread: it unsets LISTEN_FDS/LISTEN_PID.
-    let mut inherited = take_inherited()?;
-    let admin = r.admin;
+    let mut inherited = supervised::take_inherited()?;
     let tls = tls_config(r)?;
     // A supervised process (started by `--processes`) serves; anyone else may supervise.
     let supervised: Option<u64> = std::env::var(crate::serve::supervisor::ENV_PROCESS)
@@ -26,160 +35,9 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
         }
     }
     init_logs(r, "info");
-    let scheme = if tls.is_some() { "wss" } else { "ws" };
-    let (soft, hard) = crate::host::raise_nofile();
+    let nofile = crate::host::raise_nofile();
     let rt = runtime(r)?;
-    let stopped = rt.block_on(async move {
-        // Before anything listens: a SIGTERM right after "listening" must drain, not kill.
-        let shutdown = embedded_server::shutdown_signal()
-            .context("cannot install the SIGTERM/SIGINT handlers")?;
-        // A second SIGINT/SIGTERM stops at once. Not in a supervised process: a Ctrl-C reaches
-        // it from the terminal and again from its supervisor, and the supervisor stops it at
-        // once itself (SIGKILL) on a second signal of its own.
-        #[cfg(unix)]
-        let forced = match supervised {
-            None => Some(second_signal().context("cannot install the SIGTERM/SIGINT handlers")?),
-            Some(_) => None,
-        };
-        #[cfg(unix)]
-        reload_is_for_the_supervisor(supervised.is_some())?;
-        #[cfg(unix)]
-        let replaced = match supervised {
-            Some(_) => Some(
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
-                    .context("cannot install the SIGUSR1 handler")?,
-            ),
-            None => None,
-        };
-        let addr = SocketAddr::new(r.bind, r.port);
-        let listeners = listeners(r, addr, inherited)?;
-        let local = listeners[0].local_addr()?;
-        let admin_listener = match admin {
-            Some(addr) => {
-                let l = tokio::net::TcpListener::bind(addr).await;
-                Some(l.map_err(|e| crate::serve::supervisor::admin_listen_error(addr, &e))?)
-            }
-            None => None,
-        };
-        // Warnings first, so whoever waits for "listening" has already seen them.
-        // One process of a supervisor speaks for all (the others' start-up lines are not shown).
-        if supervised.unwrap_or(0) == 0 {
-            host_warnings(host);
-        }
-        if (soft as usize) < r.server.max_connections + 64 {
-            eprintln!(
-                "wstune: warning: this process may open {soft} files (hard limit {hard}), fewer than \
-                 max connections {}: accept() will fail with EMFILE beyond that. Raise LimitNOFILE / \
-                 ulimit -n (wstune check says how).",
-                r.server.max_connections
-            );
-        }
-        if tls.is_some() && supervised.unwrap_or(0) == 0 {
-            if let Some(w) = unlimited_handshakes(&r.server.limits) {
-                eprintln!("{w}");
-            }
-        }
-        let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
-        eprintln!(
-            "{}",
-            crate::report::settings_table(&r.settings, r.workers, listeners.len(), cfg!(windows))
-        );
-        eprintln!("wstune serve: listening on {scheme}://{local}/");
-        if let Some(a) = admin_addr {
-            let api = if r.secrets.api_key.is_some() && r.builtin.app == embedded_server::App::Channels {
-                format!(" and the API on http://{a}/api/")
-            } else {
-                String::new()
-            };
-            eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics{api}");
-        }
-        let server = with_tls(Server::builtin(r.server.clone(), &r.builtin), tls);
-        if let Some(cluster) = &r.cluster {
-            crate::serve::backplane::start(cluster, server.hub())?;
-            eprintln!("wstune serve: cluster backplane on {} ({})", cluster.redacted(), cluster.describe());
-        }
-        #[cfg(target_os = "linux")]
-        if let (Some(i), Some(fd)) = (
-            supervised,
-            std::env::var(crate::serve::supervisor::ENV_RELAY_FD).ok().and_then(|v| v.parse().ok()),
-        ) {
-            // The pid as the relay's node id: during a rolling restart a process and its
-            // replacement share the index, and each must deliver what the other relays.
-            let _ = i;
-            crate::serve::supervisor::relay::start_child(server.hub(), std::process::id().into(), fd)
-                .await
-                .context("cannot use the relay socket the supervisor passed")?;
-        }
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        use embedded_server::admin::{app_name, Gate};
-        let gate = std::sync::Arc::new(Gate::new(
-            r.secrets.api_key.clone(),
-            r.server.max_message_bytes,
-        ));
-        if let Some(l) = admin_listener {
-            let hub = server.hub();
-            let mut rx = stop_rx.clone();
-            let gate = gate.clone();
-            let app = app_name(r.builtin.app);
-            let stop = async move {
-                let _ = rx.changed().await;
-            };
-            tokio::spawn(embedded_server::admin::serve_with(l, hub, gate, app, stop));
-        }
-        // Under a supervisor, SIGUSR1 says a rolling restart replaced this process: it drains
-        // alone, at the node's reconnect rate and without the load balancer's delay.
-        #[cfg(unix)]
-        let shutdown = {
-            let (hub, rate) = (server.hub(), r.replaced_drain_rate);
-            async move {
-                let replaced = async {
-                    match replaced {
-                        Some(mut s) => {
-                            s.recv().await;
-                            let _ = hub.drain().begin_replaced(rate);
-                        }
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    _ = shutdown => {}
-                    _ = replaced => {}
-                }
-            }
-        };
-        let hub = server.hub();
-        #[cfg(unix)]
-        let forced = async move {
-            match forced {
-                Some(f) => f.await,
-                None => std::future::pending().await,
-            }
-        };
-        #[cfg(not(unix))]
-        let forced = std::future::pending::<i32>();
-        tokio::select! {
-            r = server.run(listeners, shutdown) => r?,
-            signal = forced => {
-                eprintln!(
-                    "wstune serve: {} again while stopping ({}): exiting now, without the rest of the drain: {} connection(s) still open are cut without a close frame (exit code {})",
-                    signal_name(signal),
-                    hub.drain().phase().name(),
-                    hub.registry().len(),
-                    128 + signal
-                );
-                return Ok(Some(signal));
-            }
-        }
-        #[cfg(target_os = "linux")]
-        if supervised.is_some() {
-            // What it counted up to its exit, drain included, for the supervisor's sums.
-            let mut m = embedded_server::admin::render(&hub);
-            gate.render_counts(&mut m, "ws_api_requests_total");
-            crate::serve::supervisor::tally::write_final(&m);
-        }
-        let _ = stop_tx.send(true);
-        Ok::<_, anyhow::Error>(None)
-    });
+    let stopped = rt.block_on(serve(r, host, supervised, tls, inherited, nofile));
     match stopped? {
         // The connections' tasks and the offload pool are left behind, not waited for.
         Some(signal) => {
@@ -190,51 +48,194 @@ pub fn run(r: &ServeConfig, host: Option<&HostInputs>) -> Result<Outcome> {
     }
 }
 
-/// Completes on the second SIGINT or SIGTERM from now (the first one begins the drain), with
-/// its number. The handlers are installed when this is called.
-#[cfg(unix)]
-pub(super) fn second_signal() -> std::io::Result<impl std::future::Future<Output = i32>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    Ok(async move {
-        let mut seen = 0;
-        loop {
-            let sig = tokio::select! {
-                _ = int.recv() => libc::SIGINT,
-                _ = term.recv() => libc::SIGTERM,
-            };
-            seen += 1;
-            if seen >= 2 {
-                return sig;
-            }
+/// One server process inside its runtime: signals first, then the listeners, the start-up
+/// lines, the server until it drained. Some(signal) when a second signal cut the drain short.
+async fn serve(
+    r: &ServeConfig,
+    host: Option<&HostInputs>,
+    supervised: Option<u64>,
+    tls: Option<tls::Config>,
+    inherited: Inherited,
+    (soft, hard): (u64, u64),
+) -> Result<Option<i32>> {
+    // Before anything listens: a SIGTERM right after "listening" must drain, not kill.
+    let shutdown =
+        embedded_server::shutdown_signal().context("cannot install the SIGTERM/SIGINT handlers")?;
+    let Stops { forced, replaced } = Stops::install(supervised.is_some())?;
+    let listeners = listeners(r, SocketAddr::new(r.bind, r.port), inherited)?;
+    let local = listeners[0].local_addr()?;
+    let admin_listener = match r.admin {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr).await;
+            Some(l.map_err(|e| crate::serve::supervisor::admin_listen_error(addr, &e))?)
         }
-    })
+        None => None,
+    };
+    // Warnings first, so whoever waits for "listening" has already seen them.
+    // One process of a supervisor speaks for all (the others' start-up lines are not shown).
+    let speaks = supervised.unwrap_or(0) == 0;
+    if speaks {
+        host_warnings(host);
+    }
+    if (soft as usize) < r.server.max_connections + 64 {
+        eprintln!(
+            "wstune: warning: this process may open {soft} files (hard limit {hard}), fewer than \
+             max connections {}: accept() will fail with EMFILE beyond that. Raise LimitNOFILE / \
+             ulimit -n (wstune check says how).",
+            r.server.max_connections
+        );
+    }
+    if tls.is_some() && speaks {
+        if let Some(w) = unlimited_handshakes(&r.server.limits) {
+            eprintln!("{w}");
+        }
+    }
+    let scheme = if tls.is_some() { "wss" } else { "ws" };
+    let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+    announce(r, listeners.len(), scheme, local, admin_addr);
+    let server = with_tls(Server::builtin(r.server.clone(), &r.builtin), tls);
+    if let Some(cluster) = &r.cluster {
+        crate::serve::backplane::start(cluster, server.hub())?;
+        eprintln!(
+            "wstune serve: cluster backplane on {} ({})",
+            cluster.redacted(),
+            cluster.describe()
+        );
+    }
+    supervised::join_relay(supervised, server.hub()).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let gate = Arc::new(Gate::new(
+        r.secrets.api_key.clone(),
+        r.server.max_message_bytes,
+    ));
+    if let Some(l) = admin_listener {
+        let mut rx = stop_rx.clone();
+        let stop = async move {
+            let _ = rx.changed().await;
+        };
+        let app = app_name(r.builtin.app);
+        tokio::spawn(embedded_server::admin::serve_with(
+            l,
+            server.hub(),
+            gate.clone(),
+            app,
+            stop,
+        ));
+    }
+    let hub = server.hub();
+    let shutdown = or_replaced(shutdown, replaced, hub.clone(), r.replaced_drain_rate);
+    tokio::select! {
+        r = server.run(listeners, shutdown) => r?,
+        signal = forced => {
+            eprintln!(
+                "wstune serve: {} again while stopping ({}): exiting now, without the rest of the drain: {} connection(s) still open are cut without a close frame (exit code {})",
+                signals::signal_name(signal),
+                hub.drain().phase().name(),
+                hub.registry().len(),
+                128 + signal
+            );
+            return Ok(Some(signal));
+        }
+    }
+    supervised::leave_final_counts(supervised, &hub, &gate);
+    let _ = stop_tx.send(true);
+    Ok(None)
 }
 
-/// A stopping signal's name, for the line that says why the process stopped.
-pub(super) fn signal_name(signal: i32) -> &'static str {
-    match signal {
-        2 => "SIGINT",
-        15 => "SIGTERM",
-        _ => "a signal",
+/// The start-up lines: the settings in force, where it listens, and the admin endpoints.
+fn announce(
+    r: &ServeConfig,
+    listeners: usize,
+    scheme: &str,
+    local: SocketAddr,
+    admin: Option<SocketAddr>,
+) {
+    eprintln!(
+        "{}",
+        crate::report::settings_table(&r.settings, r.workers, listeners, crate::host::IS_WINDOWS)
+    );
+    eprintln!("wstune serve: listening on {scheme}://{local}/");
+    if let Some(a) = admin {
+        let api = if r.secrets.api_key.is_some() && r.builtin.app == embedded_server::App::Channels
+        {
+            format!(" and the API on http://{a}/api/")
+        } else {
+            String::new()
+        };
+        eprintln!("wstune serve: admin on http://{a}/healthz and http://{a}/metrics{api}");
     }
 }
 
-/// Listening sockets this process inherited: from its supervisor or from systemd (Linux).
-#[cfg(target_os = "linux")]
-type Inherited = Option<(
-    crate::serve::supervisor::listen::Origin,
-    Vec<std::os::fd::OwnedFd>,
-)>;
-#[cfg(not(target_os = "linux"))]
-type Inherited = Option<std::convert::Infallible>;
+/// The signals that end a server process other than its drain, installed before it listens.
+struct Stops {
+    /// A second SIGINT/SIGTERM: stop at once. Not in a supervised process: a Ctrl-C reaches
+    /// it from the terminal and again from its supervisor, and the supervisor stops it at
+    /// once itself (SIGKILL) on a second signal of its own. Never completes when not armed.
+    forced: Stop<i32>,
+    /// Under a supervisor, SIGUSR1: a rolling restart replaced this process.
+    replaced: Option<Stop<()>>,
+}
 
-fn take_inherited() -> Result<Inherited> {
-    #[cfg(target_os = "linux")]
-    return crate::serve::supervisor::listen::take_inherited();
-    #[cfg(not(target_os = "linux"))]
-    Ok(None)
+impl Stops {
+    fn install(supervised: bool) -> Result<Stops> {
+        let forced: Stop<i32> = if supervised {
+            Box::pin(std::future::pending())
+        } else {
+            let second = signals::second_signal();
+            Box::pin(second.context("cannot install the SIGTERM/SIGINT handlers")?)
+        };
+        // SIGHUP and SIGUSR2 restart the processes of a supervisor (`systemctl reload`, a
+        // terminal's hangup reaching the whole process group): a server process never dies
+        // of them; one serving alone says that a rolling restart needs `--processes`.
+        let seen: fn(&'static str) = if supervised {
+            |_| {}
+        } else {
+            reload_needs_processes
+        };
+        signals::survive_reload(seen).map_err(|e| {
+            anyhow::Error::new(e.source).context(format!("cannot install the {} handler", e.name))
+        })?;
+        let replaced = match supervised {
+            true => {
+                let usr1 = signals::replaced().context("cannot install the SIGUSR1 handler")?;
+                Some(Box::pin(usr1) as Stop<()>)
+            }
+            false => None,
+        };
+        Ok(Stops { forced, replaced })
+    }
+}
+
+/// A future that ends the process's run, boxed: which one is armed is decided at start-up.
+type Stop<T> = std::pin::Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// The server's shutdown: the drain's signal, or, once SIGUSR1 says a rolling restart
+/// replaced this process, a drain alone at the node's reconnect rate and without the load
+/// balancer's delay.
+async fn or_replaced(
+    shutdown: impl Future<Output = ()>,
+    replaced: Option<Stop<()>>,
+    hub: Arc<Hub>,
+    rate: u32,
+) {
+    let replaced = async {
+        match replaced {
+            Some(s) => {
+                s.await;
+                let _ = hub.drain().begin_replaced(rate);
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = shutdown => {}
+        _ = replaced => {}
+    }
+}
+
+/// What a server process serving alone says to SIGHUP or SIGUSR2.
+fn reload_needs_processes(name: &'static str) {
+    tracing::warn!("{name} ignored: a rolling restart replaces the processes of `serve --processes 2` or more; one process restarts with systemctl restart (a .socket unit keeps the port listening)");
 }
 
 /// The server's listeners: the inherited sockets (the supervisor's or systemd's, which outlive
@@ -244,12 +245,9 @@ fn listeners(
     addr: SocketAddr,
     inherited: Inherited,
 ) -> Result<Vec<tokio::net::TcpListener>> {
-    #[cfg(target_os = "linux")]
-    if let Some((_, fds)) = inherited {
-        return Ok(crate::serve::supervisor::listen::into_tokio(fds)?);
+    if let Some(listeners) = supervised::listeners(inherited)? {
+        return Ok(listeners);
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = inherited;
     let acceptors = match (r.reuseport, r.acceptors) {
         (false, _) => 1,
         (true, 0) => r.workers,
@@ -257,28 +255,6 @@ fn listeners(
     };
     embedded_server::bind(addr, r.reuseport, acceptors)
         .map_err(|e| crate::serve::supervisor::listen_error(addr, "--bind", &e))
-}
-
-/// SIGHUP and SIGUSR2 restart the processes of a supervisor (`systemctl reload`, a terminal's
-/// hangup reaching the whole process group): a server process never dies of them (their default
-/// action); one serving alone says that a rolling restart needs `--processes`.
-#[cfg(unix)]
-fn reload_is_for_the_supervisor(supervised: bool) -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    for (kind, name) in [
-        (SignalKind::hangup(), "SIGHUP"),
-        (SignalKind::user_defined2(), "SIGUSR2"),
-    ] {
-        let mut s = signal(kind).with_context(|| format!("cannot install the {name} handler"))?;
-        tokio::spawn(async move {
-            while s.recv().await.is_some() {
-                if !supervised {
-                    tracing::warn!("{name} ignored: a rolling restart replaces the processes of `serve --processes 2` or more; one process restarts with systemctl restart (a .socket unit keeps the port listening)");
-                }
-            }
-        });
-    }
-    Ok(())
 }
 
 /// `--processes` (or the profile's `server.processes`) above one: run the supervisor, and
@@ -296,40 +272,9 @@ fn supervise(r: &ServeConfig, tls: bool, inherited: &mut Inherited) -> Result<Op
     if sizing.processes == 1 {
         return Ok(None);
     }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = (tls, inherited);
-        anyhow::bail!("{from} {want}: several processes on one port need Linux (SO_REUSEPORT spreads the connections); run one `wstune serve` per port behind a load balancer");
-    }
-    #[cfg(target_os = "linux")]
-    {
-        // One process per core by default, each with its share of the cores (nginx's layout);
-        // an explicit --workers or profile io_workers is each process's own.
-        let workers = if r.workers_follow_cores {
-            (cores / sizing.processes).max(1)
-        } else {
-            r.workers
-        };
-        let supervision = crate::serve::supervisor::Supervision {
-            sizing,
-            addr: SocketAddr::new(r.bind, r.port),
-            admin: r.admin,
-            config: r.clone(),
-            workers,
-            relay: r.cluster.is_none(),
-            // A process drains (delay, then its closes' window) before the grace begins.
-            grace: r.server.shutdown_grace + r.server.drain_delay + r.server.drain_most(),
-            scheme: if tls { "wss" } else { "ws" },
-            acceptors: r.acceptors,
-            // A replaced process drains (delay, window, grace); the margin is its exit.
-            old_exit_wait: r.server.shutdown_grace
-                + r.server.drain_delay
-                + r.server.drain_most()
-                + std::time::Duration::from_secs(10),
-            inherited: inherited.take().map(|(_, fds)| fds),
-        };
-        Ok(Some(crate::serve::supervisor::supervise(supervision)?))
-    }
+    Ok(Some(supervised::supervise(
+        r, sizing, cores, tls, inherited,
+    )?))
 }
 
 /// The start-up warning of a TLS listener whose handshakes nothing rate limits: a full
@@ -347,59 +292,6 @@ fn unlimited_handshakes(limits: &embedded_server::LimitSettings) -> Option<Strin
          balancer in front terminates or limits them, name it in server.limits.exempt."
             .to_string()
     })
-}
-
-/// The TLS configuration from --tls-cert/--tls-key, if given.
-#[cfg(feature = "tls")]
-pub(super) fn tls_config(r: &ServeConfig) -> Result<Option<embedded_server::tls::Config>> {
-    let Some(t) = &r.tls else {
-        return Ok(None);
-    };
-    let cfg = embedded_server::tls::load_with(&t.cert, &t.key, resumption(t.resumption))
-        .map_err(|e| anyhow::anyhow!("--tls-cert/--tls-key: {e}"))?;
-    // Under a supervisor: its processes' tickets share its keys, so a client resumes on any
-    // of them, and after a roll.
-    match std::env::var_os(crate::serve::supervisor::ENV_TICKET_KEYS) {
-        Some(path) if t.resumption == super::config::TlsResumption::Tickets => Ok(Some(
-            embedded_server::shared_tickets::install(&cfg, std::path::Path::new(&path))
-                .map_err(|e| anyhow::anyhow!("{e}"))?,
-        )),
-        _ => Ok(Some(cfg)),
-    }
-}
-
-/// `--tls-resumption` as the server library takes it.
-#[cfg(feature = "tls")]
-fn resumption(r: super::config::TlsResumption) -> embedded_server::tls::Resumption {
-    use super::config::TlsResumption as R;
-    use embedded_server::tls::Resumption;
-    match r {
-        R::Tickets => Resumption::Tickets,
-        // Sessions a process keeps for resumption: ~1 KiB each.
-        R::Cache => Resumption::Cache(10_000),
-        R::Off => Resumption::Off,
-    }
-}
-
-#[cfg(not(feature = "tls"))]
-pub(super) fn tls_config(r: &ServeConfig) -> Result<Option<std::convert::Infallible>> {
-    if r.tls.is_some() {
-        anyhow::bail!("this wstune was built without the `tls` feature: rebuild with default features for --tls-cert");
-    }
-    Ok(None)
-}
-
-#[cfg(feature = "tls")]
-pub(super) fn with_tls(s: Server, tls: Option<embedded_server::tls::Config>) -> Server {
-    match tls {
-        Some(c) => s.with_tls(c),
-        None => s,
-    }
-}
-
-#[cfg(not(feature = "tls"))]
-pub(super) fn with_tls(s: Server, _tls: Option<std::convert::Infallible>) -> Server {
-    s
 }
 
 /// Name what would cap this server: the same findings `wstune check --profile P` reports,

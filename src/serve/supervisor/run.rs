@@ -133,8 +133,8 @@ async fn run(st: Arc<State>, admin: Option<std::net::TcpListener>) -> Result<Out
         embedded_server::shutdown_signal().context("cannot install the SIGTERM/SIGINT handlers")?;
     tokio::pin!(signal);
     // A second SIGINT/SIGTERM while the processes drain stops them at once.
-    let second =
-        crate::serve::run::second_signal().context("cannot install the SIGTERM/SIGINT handlers")?;
+    let second = crate::host::signals::second_signal()
+        .context("cannot install the SIGTERM/SIGINT handlers")?;
     tokio::pin!(second);
     // Before any process starts too: SIGHUP's default action would end the supervisor.
     use tokio::signal::unix::{signal as unix_signal, SignalKind};
@@ -275,7 +275,7 @@ fn stop_now(st: &State, signal: i32) -> Outcome {
     let pids = signal_all(st, libc::SIGKILL);
     say!(
         "wstune serve: {} again while stopping: killed the server process(es) {} without the rest of their drain (their open connections are cut without a close frame); exiting now (exit code {})",
-        crate::serve::run::signal_name(signal),
+        crate::host::signals::signal_name(signal),
         pids.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
         128 + signal
     );

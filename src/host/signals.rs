@@ -1,0 +1,102 @@
+//! The signals a server process answers, and the one it sends: the drain's SIGTERM/SIGINT
+//! (a second one stops at once), SIGHUP/SIGUSR2 kept from killing a server process (they
+//! restart a supervisor's processes), SIGUSR1 (a rolling restart replaced this process), and
+//! SIGTERM to a child server. Where there are no such signals (not Unix) each future here
+//! never completes and each install succeeds, so `serve` reads the same on every system.
+
+use std::future::Future;
+
+/// A stopping signal's name, for the line that says why the process stopped.
+pub fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        2 => "SIGINT",
+        15 => "SIGTERM",
+        _ => "a signal",
+    }
+}
+
+/// Completes on the second SIGINT or SIGTERM from now (the first one begins the drain), with
+/// its number. The handlers are installed when this is called.
+#[cfg(unix)]
+pub fn second_signal() -> std::io::Result<impl Future<Output = i32>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        let mut seen = 0;
+        loop {
+            let sig = tokio::select! {
+                _ = int.recv() => libc::SIGINT,
+                _ = term.recv() => libc::SIGTERM,
+            };
+            seen += 1;
+            if seen >= 2 {
+                return sig;
+            }
+        }
+    })
+}
+
+#[cfg(not(unix))]
+pub fn second_signal() -> std::io::Result<impl Future<Output = i32>> {
+    Ok(std::future::pending())
+}
+
+/// Completes when SIGUSR1 arrives (installed when this is called): under a supervisor, the
+/// word that a rolling restart replaced this process.
+#[cfg(unix)]
+pub fn replaced() -> std::io::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut s = signal(SignalKind::user_defined1())?;
+    Ok(async move {
+        s.recv().await;
+    })
+}
+
+#[cfg(not(unix))]
+pub fn replaced() -> std::io::Result<impl Future<Output = ()>> {
+    Ok(std::future::pending())
+}
+
+/// A reload signal whose handler could not be installed: its name, and why.
+pub struct ReloadHandlerError {
+    pub name: &'static str,
+    pub source: std::io::Error,
+}
+
+/// SIGHUP and SIGUSR2 (`systemctl reload`, a terminal's hangup reaching the whole process
+/// group) no longer kill this process (their default action): each one calls `seen` with its
+/// name instead, from a task of the current runtime.
+#[cfg(unix)]
+pub fn survive_reload(seen: fn(&'static str)) -> Result<(), ReloadHandlerError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    for (kind, name) in [
+        (SignalKind::hangup(), "SIGHUP"),
+        (SignalKind::user_defined2(), "SIGUSR2"),
+    ] {
+        let mut s = signal(kind).map_err(|source| ReloadHandlerError { name, source })?;
+        tokio::spawn(async move {
+            while s.recv().await.is_some() {
+                seen(name);
+            }
+        });
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+pub fn survive_reload(_seen: fn(&'static str)) -> Result<(), ReloadHandlerError> {
+    Ok(())
+}
+
+/// Ask child process `pid` to stop (SIGTERM: a server drains). Not Unix: nothing is sent,
+/// and the caller's bounded wait, then kill, stops it.
+pub fn terminate(pid: u32) {
+    #[cfg(unix)]
+    // SAFETY: kill(2) on a pid of our own child, with no memory passed.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGTERM);
+    }
+    #[cfg(not(unix))]
+    let _ = pid;
+}
