@@ -10,7 +10,7 @@ mod igzip;
 mod isal_inflate;
 
 use super::codec::{inflate_message, InflateError};
-use super::shared::inflate_fresh_zlib;
+use super::zlib_inflate::inflate_fresh_zlib;
 use super::TAIL;
 use std::cell::RefCell;
 

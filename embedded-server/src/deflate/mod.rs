@@ -30,6 +30,7 @@ mod shared;
 #[cfg(test)]
 mod tests;
 mod zlib;
+mod zlib_inflate;
 
 #[cfg(all(feature = "isal", target_os = "linux", target_arch = "x86_64"))]
 #[path = "isal.rs"]
@@ -41,8 +42,9 @@ mod backend;
 pub use codec::{Compressor, Decompressor, InflateError};
 pub use ledger::charge_thread;
 pub use negotiate::{negotiate, Agreed, DeflateSettings};
+pub use zlib_inflate::inflate_fresh_zlib;
 pub use shared::{
-    compress_fresh, inflate_fresh, inflate_fresh_isal, inflate_fresh_zlib, worth_compressing, ISAL,
+    compress_fresh, inflate_fresh, inflate_fresh_isal, worth_compressing, ISAL,
     SAMPLE_FROM,
 };
 

@@ -6,7 +6,8 @@
 //! is faster on; zlib-rs or classic zlib (codec.rs) the rest.
 
 use super::backend;
-use super::codec::{Compressor, Decompressor, InflateError};
+use super::codec::{Compressor, InflateError};
+use super::zlib_inflate::inflate_fresh_zlib;
 use std::cell::RefCell;
 
 thread_local! {
@@ -15,7 +16,6 @@ thread_local! {
     /// per window size serves all such peers: no per-connection memory, and no ~100 us
     /// construction per message.
     static FRESH_Z: RefCell<Vec<(u8, u8, u8, Compressor)>> = const { RefCell::new(Vec::new()) };
-    static FRESH_INFLATE: RefCell<Option<Decompressor>> = const { RefCell::new(None) };
 }
 
 /// Messages at least this large are sampled before they are compressed (`worth_compressing`).
@@ -102,24 +102,6 @@ pub fn inflate_fresh(
 
 /// Whether ISA-L's codec is built in (the `isal` feature on x86-64 Linux).
 pub const ISAL: bool = backend::BUILT;
-
-/// `inflate_fresh` through zlib-rs whatever the size (the differential tests' reference).
-pub fn inflate_fresh_zlib(
-    input: &[u8],
-    out: &mut Vec<u8>,
-    max: usize,
-    charge: &mut dyn FnMut(usize) -> bool,
-) -> (u64, Result<(), InflateError>) {
-    FRESH_INFLATE.with(|cell| {
-        let mut d = cell.borrow_mut();
-        let mut created = 0;
-        let d = d.get_or_insert_with(|| {
-            created = crate::memory::deflate_decompressor_bytes(15);
-            Decompressor::new(false)
-        });
-        (created, d.decompress_within(input, out, max, charge))
-    })
-}
 
 /// `inflate_fresh` through igzip whatever the size; None where ISA-L is not built (other
 /// targets, or without the `isal` feature). For the differential tests and fuzz target.
