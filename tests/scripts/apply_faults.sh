@@ -1,4 +1,4 @@
-# Sourced after journal_lib.sh inside `unshare --net --mount` (tests/apply_killed.rs): apply
+# Sourced after journal_lib.sh inside `unshare --net --mount` (tests/commands/apply_killed.rs): apply
 # meets a full disk or a read-only file partway through and must stop cleanly, undo what it
 # did, and say what failed. Prints one line per case: CASE NAME rc=RC same=yes|no, then ERR.
 

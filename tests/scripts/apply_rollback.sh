@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs inside `unshare --net --mount` (see tests/cli/apply.rs): apply and rollback against the real
+# Runs inside `unshare --net --mount` (see tests/commands/cli/apply.rs): apply and rollback against the real
 # kernel of a private network namespace, with --prefix for files and the global settings
 # (fs.*, conntrack, ...) shielded by bind-mounting scratch files over them, so nothing outside
 # this namespace can change. Prints one "STEP <name> rc=<code> same=<yes|no>" line per step;

@@ -1,4 +1,4 @@
-# Sourced by the namespace scripts of tests/journal.rs and by apply_rollback.sh (tests/cli/apply.rs),
+# Sourced by the namespace scripts of tests/commands/journal.rs and by apply_rollback.sh (tests/commands/cli/apply.rs),
 # inside `unshare --net --mount`: a scratch
 # --prefix, the global settings a profile touches shielded by bind-mounting scratch files over
 # them (so nothing outside this namespace can change), and `state`, a fingerprint of every value

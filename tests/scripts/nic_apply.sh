@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs inside `unshare --net --mount` (see tests/cli/nic.rs): apply tunes a 4-queue veth in this
+# Runs inside `unshare --net --mount` (see tests/commands/cli/nic.rs): apply tunes a 4-queue veth in this
 # private namespace (its channel counts over ethtool netlink, then each queue's RPS, RFS and
 # XPS), the files it persists are read by their real consumers (udev's net_setup_link applies
 # the .link file, `udevadm test` runs the rule), and rollback puts every queue and count back.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs inside `unshare --net --mount` (see tests/export/nic.rs): `export --to nic` renders the NIC
+# Runs inside `unshare --net --mount` (see tests/commands/export/nic.rs): `export --to nic` renders the NIC
 # boot files for other hosts from a 4-queue veth in this private namespace, and their real
 # consumers read them: `udevadm test` runs the rule (for "add", and for "move", the event a NIC
 # that udev renames gets its name with), udev's net_setup_link applies the .link file. Nothing

@@ -1,4 +1,4 @@
-# Sourced after journal_lib.sh inside `unshare --net --mount` (tests/cli/nic.rs), with CASE set:
+# Sourced after journal_lib.sh inside `unshare --net --mount` (tests/commands/cli/nic.rs), with CASE set:
 # a NIC apply tuned is renamed (rename), renamed while another takes its name (swap), has its
 # channel counts changed by hand (hand), is deleted (del), or is deleted and a new link takes its
 # name (taken; forced: and the operator changes what the first rollback restored before

@@ -3,7 +3,7 @@
 //! the stable toolchain: a parser change that reintroduces a crash fails `cargo test`, without
 //! nightly. `bench/fuzz.sh TARGET MINUTES` fuzzes one target further.
 
-#[path = "../fuzz/src/harness/mod.rs"]
+#[path = "../../fuzz/src/harness/mod.rs"]
 #[allow(dead_code)]
 mod harness;
 
@@ -61,7 +61,7 @@ macro_rules! targets {
         fn every_harness_target_has_a_replay_test() {
             let listed = [$(stringify!($name)),*];
             for (name, _) in harness::TARGETS {
-                assert!(listed.contains(name), "add {name} to targets! in tests/fuzz_corpus.rs");
+                assert!(listed.contains(name), "add {name} to targets! in tests/serving/fuzz_corpus.rs");
             }
         }
     };

@@ -2,6 +2,8 @@
 //! edges and memory, abuse limits, the channels API, draining, users' own servers and
 //! the fuzz corpora replayed.
 
+// The helpers every test binary shares, beside the binaries' folders.
+#[path = "../common/mod.rs"]
 mod common;
 
 mod channels_api;

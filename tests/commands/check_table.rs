@@ -1,7 +1,7 @@
 //! The check table for people: problems first, grouped by area, each with its fix, then one
 //! line counting what passed; `--show all` lists every row; the machine formats keep every row.
 //! Off a terminal the report is one block per finding unless `--format table` asks for the
-//! table (tests/cli/check_terminal.rs has both in a real terminal): the table's tests ask.
+//! table (tests/commands/cli/check_terminal.rs has both in a real terminal): the table's tests ask.
 
 use crate::common;
 

@@ -41,7 +41,7 @@ fn self_test_at(profile: &Path, root: &Path, extra: &[&str]) -> Output {
         "--secs",
         "1",
         // These tests are about sizing and the verdict's parts; the test suite keeps the host
-        // busy, and noise has tests of its own (tests/selftest.rs).
+        // busy, and noise has tests of its own (tests/load/selftest.rs).
         "--accept-noise",
     ];
     args.extend_from_slice(extra);

@@ -2,6 +2,8 @@
 //! their outputs read by their consumers (promtool, node_exporter, Chromium),
 //! `serve --processes` (the supervisor) and `--cluster` over Redis.
 
+// The helpers every test binary shares, beside the binaries' folders.
+#[path = "../common/mod.rs"]
 mod common;
 
 mod cluster;

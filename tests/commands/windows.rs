@@ -1,6 +1,6 @@
 //! Windows hosts as `registry.yaml` trees: every check of checks/windows.yaml on the fixtures,
 //! the TCP dynamic port range check (what replaced MaxUserPort), its netsh fix text, and the
-//! report header. wstune.exe itself, under Wine, is tests/windows_wine.rs.
+//! report header. wstune.exe itself, under Wine, is tests/heavy/windows_wine.rs.
 
 use crate::common;
 

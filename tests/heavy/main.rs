@@ -5,6 +5,8 @@
 //! Each test holds its area (`common::area`): a soak's RSS or a self-test's verdict must not
 //! carry another area's load.
 
+// The helpers every test binary shares, beside the binaries' folders.
+#[path = "../common/mod.rs"]
 mod common;
 
 mod autobahn;

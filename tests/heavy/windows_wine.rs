@@ -512,7 +512,7 @@ fn apply_sets_an_adapters_rss_keywords_and_rollback_restores_the_class_key_exact
 }
 
 /// An apply killed between its two registry writes leaves a pending entry; check fails on it
-/// and one rollback returns to the state before the apply, as on Linux (tests/journal/interrupted.rs).
+/// and one rollback returns to the state before the apply, as on Linux (tests/commands/journal/interrupted.rs).
 #[test]
 fn an_apply_killed_midway_is_recovered_by_rollback() {
     let _area = common::area("windows_wine");
@@ -571,7 +571,7 @@ fn wait_for_line(child: &mut Child, needle: &str) {
 /// What Wine answers through the Windows API behind the host facts is this machine's own
 /// processors and memory; what it does not implement (netsh's dynamic port range, adapter class
 /// keys with RSS keywords, GetProcessHandleCount, a stub answering 0) is a skip with the reason,
-/// never a pass: those checks are judged on the fixtures (tests/windows.rs).
+/// never a pass: those checks are judged on the fixtures (tests/commands/windows.rs).
 #[test]
 fn check_reads_host_facts_through_the_windows_api() {
     let _area = common::area("windows_wine");

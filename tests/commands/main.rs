@@ -3,6 +3,8 @@
 //! Integration tests are grouped into a few binaries so `cargo test` links a handful of
 //! executables instead of one per file; each module is one area (docs/development.md, "Tests").
 
+// The helpers every test binary shares, beside the binaries' folders.
+#[path = "../common/mod.rs"]
 mod common;
 
 mod apply_killed;
