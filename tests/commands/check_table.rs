@@ -4,6 +4,7 @@
 //! table (tests/commands/cli/check_terminal.rs has both in a real terminal): the table's tests ask.
 
 use crate::common;
+use common::Tree;
 
 use common::{fixture, stdout, wstune};
 
@@ -148,15 +149,14 @@ fn machine_formats_do_not_depend_on_show() {
 /// area; the files it writes named once below.
 #[test]
 fn apply_plan_has_one_row_per_setting_grouped_by_area() {
-    let dir = tempfile::tempdir().unwrap();
-    common::copy_dir(&fixture("default"), dir.path());
+    let tree = Tree::from_fixture("default");
     let o = wstune(&[
         "apply",
         "--dry-run",
         "--profile",
         "50k",
         "--root",
-        dir.path().to_str().unwrap(),
+        tree.root(),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
     let out = stdout(&o);

@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use common::{bin, copy_dir, fixture};
+use common::{bin, Tree};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -37,12 +37,10 @@ fn wstune120(args: &[&str]) -> Output {
 }
 
 /// A copy of the default fixture whose file `rel` (under the tree) reads `text`.
-fn default_tree_with(rel: &str, text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("host");
-    copy_dir(&fixture("default"), &tree);
+fn default_tree_with(rel: &str, text: &str) -> Tree {
+    let tree = Tree::from_fixture("default");
     std::fs::write(tree.join(rel), text).unwrap();
-    (dir, tree)
+    tree
 }
 
 /// Run wstune with `args` (one of them `--watch 4`), writing `after` to `rel` in `tree` 1.5 s

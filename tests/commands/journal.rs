@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::{code, copy_dir, fixture, stderr, wstune};
+use common::{code, stderr, wstune, Tree};
 
 mod by_hand;
 mod entries;
@@ -21,12 +21,10 @@ fn lib_path(name: &str) -> String {
         .to_string()
 }
 
-/// A `--root` tree with one applied entry: (tempdir, tree, the entry's file).
-fn applied_tree() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("host");
-    copy_dir(&fixture("default"), &tree);
-    let o = wstune(&["apply", "--root", tree.to_str().unwrap(), "--yes"]);
+/// A `--root` tree with one applied entry: (the tree, the entry's file).
+fn applied_tree() -> (Tree, std::path::PathBuf) {
+    let tree = Tree::from_fixture("default");
+    let o = wstune(&["apply", "--root", tree.root(), "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let jdir = tree.join("var/lib/wstune/journal");
     let entry = std::fs::read_dir(&jdir)
@@ -35,5 +33,5 @@ fn applied_tree() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf)
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "json"))
         .unwrap();
-    (dir, tree, entry)
+    (tree, entry)
 }

@@ -345,10 +345,7 @@ async fn haproxy_takes_a_draining_backend_out_before_its_first_close() {
     }
     let on_b1 = healthz(p1).unwrap();
     assert!(on_b1 >= 3, "leastconn spreads: {on_b1} on backend 1");
-    let r = common::http(
-        b1.admin,
-        format!("POST /api/drain HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n"),
-    );
+    let r = b1.admin_api().with_key(KEY).api("POST", "/api/drain");
     assert!(r.starts_with("HTTP/1.1 202"), "{r}");
     let asked = std::time::Instant::now();
     common::wait_until(

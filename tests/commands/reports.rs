@@ -4,6 +4,7 @@
 //! guard, by threat: RELIABILITY.md#wrong-answers).
 
 use crate::common;
+use common::Tree;
 
 use common::{copy_dir, fixture, stderr};
 use std::path::Path;
@@ -18,16 +19,14 @@ fn json_check(args: &[&str]) -> serde_json::Value {
 /// default to the target and keeps min and max as they are (the old text cut max to 6291456).
 #[test]
 fn tcp_rmem_and_wmem_defaults_are_advice_not_to_apply_with_no_command() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("host");
-    copy_dir(&fixture("default"), &root);
+    let tree = Tree::from_fixture("default");
     // A host tuned above the old constants on both sides: min 8192, max 16 MiB for send.
     std::fs::write(
-        root.join("proc/sys/net/ipv4/tcp_wmem"),
+        tree.join("proc/sys/net/ipv4/tcp_wmem"),
         "8192\t65536\t16777216\n",
     )
     .unwrap();
-    let report = json_check(&["--root", root.to_str().unwrap()]);
+    let report = json_check(&["--root", tree.root()]);
     for id in [
         "linux.net.ipv4.tcp_rmem.default",
         "linux.net.ipv4.tcp_wmem.default",
@@ -355,11 +354,9 @@ fn a_profile_path_leading_to_another_file_quotes_none_of_it() {
 
 #[test]
 fn empty_proc_self_limits_is_a_note_in_wstunes_words() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("host");
-    copy_dir(&fixture("default"), &root);
-    std::fs::write(root.join("proc/self/limits"), "").unwrap();
-    let report = json_check(&["--root", root.to_str().unwrap()]);
+    let tree = Tree::from_fixture("default");
+    std::fs::write(tree.join("proc/self/limits"), "").unwrap();
+    let report = json_check(&["--root", tree.root()]);
     let f = common::element(&report["results"], "id", "linux.process.nofile.hard");
     assert_eq!(f["status"], "skip", "{f}");
     let note = f["note"].as_str().unwrap();
@@ -480,16 +477,14 @@ fn catalog_errors_are_all_reported_and_a_duplicate_id_at_its_own_line() {
 /// parser, reads it now.
 #[test]
 fn junit_with_control_characters_in_names_is_valid_xml() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("host");
-    copy_dir(&fixture("default"), &root);
+    let tree = Tree::from_fixture("default");
     std::fs::write(
-        root.join("etc/sysctl.d/10-a\x01b.conf"),
+        tree.join("etc/sysctl.d/10-a\x01b.conf"),
         "net.ipv4.tcp_fin_timeout = 61\n",
     )
     .unwrap();
-    std::fs::write(root.join("proc/sys/kernel/osrelease"), "6.1.0\x02-amd64\n").unwrap();
-    let profile = dir.path().join("p.yaml");
+    std::fs::write(tree.join("proc/sys/kernel/osrelease"), "6.1.0\x02-amd64\n").unwrap();
+    let profile = tree.scratch().join("p.yaml");
     let text =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/100k.yaml"))
             .unwrap()
@@ -498,7 +493,7 @@ fn junit_with_control_characters_in_names_is_valid_xml() {
     let o = common::run(&[
         "check",
         "--root",
-        root.to_str().unwrap(),
+        tree.root(),
         "--profile",
         profile.to_str().unwrap(),
         "-f",
@@ -575,17 +570,15 @@ fn sysctls_past_the_kernels_int_are_refused_at_load() {
 /// the boot view: a key they set looked unset. Both are named now.
 #[test]
 fn unreadable_sysctl_d_files_are_named_in_the_boot_view() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("host");
-    copy_dir(&fixture("default"), &root);
-    let d = root.join("etc/sysctl.d");
+    let tree = Tree::from_fixture("default");
+    let d = tree.join("etc/sysctl.d");
     std::fs::write(
         d.join("70-latin1.conf"),
         b"# caf\xe9\nnet.core.somaxconn = 8192\n",
     )
     .unwrap();
     std::os::unix::fs::symlink("80-loop.conf", d.join("80-loop.conf")).unwrap();
-    let report = json_check(&["--root", root.to_str().unwrap()]);
+    let report = json_check(&["--root", tree.root()]);
     let f = common::finding(&report, "linux.net.core.somaxconn.boot");
     let note = f["note"].as_str().unwrap_or_default().to_string() + &f["current"].to_string();
     assert!(
@@ -593,7 +586,7 @@ fn unreadable_sysctl_d_files_are_named_in_the_boot_view() {
             && note.contains("/etc/sysctl.d/80-loop.conf"),
         "{f}"
     );
-    let o = common::run(&["apply", "--root", root.to_str().unwrap(), "--dry-run"]);
+    let o = common::run(&["apply", "--root", tree.root(), "--dry-run"]);
     let out = common::stdout(&o);
     assert!(
         out.contains("note: the boot view could not read") && out.contains("70-latin1.conf"),

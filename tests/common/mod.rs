@@ -2,15 +2,29 @@
 //! (docs/development.md): the binary and its output, a server started on free ports, processes
 //! reaped when a test ends (even when it fails), plain HTTP, bounded waits on an event (never a
 //! fixed sleep), check reports, network namespaces, and skips (a failure under `CI`).
-//! ws.rs is a raw WebSocket client; tungstenite.rs async clients through tokio-tungstenite.
+//! tree.rs: fixture trees and their scratch copies (`Tree::from_fixture`); admin.rs: a server's
+//! admin endpoint and its metrics (`Admin`); script.rs: wrapper scripts (`Script`); ws.rs: a raw
+//! WebSocket client; tungstenite.rs: async clients through tokio-tungstenite.
 #![allow(dead_code)] // each test binary uses its own part
 
+pub mod admin;
+pub mod script;
+pub mod tree;
 pub mod tungstenite;
 pub mod ws;
 
+// At the top, as they were before they had files of their own; a binary that uses none of them
+// must not warn.
+#[allow(unused_imports)]
+pub use {
+    admin::Admin,
+    script::Script,
+    tree::{assert_same_tree, copy_dir, fixture, Tree},
+};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -53,36 +67,6 @@ pub fn stdout(o: &Output) -> String {
 
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A tree under tests/fixtures.
-pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-/// Copy a fixture tree (files and directories; no links in fixtures) to `to`.
-pub fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), &dest).unwrap();
-        }
-    }
-}
-
-/// Asserts that two trees hold the same files with the same contents (`diff -r`).
-pub fn assert_same_tree(a: &Path, b: &Path) {
-    let o = Command::new("diff")
-        .args(["-r", a.to_str().unwrap(), b.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "trees differ:\n{}", stdout(&o));
 }
 
 /// A child process killed and reaped on drop.
@@ -148,20 +132,29 @@ impl Served {
         get(self.admin, path)
     }
 
-    /// One series of the admin endpoint's /metrics (see [`ws::metric`]).
-    pub fn metric(&self, name: &str) -> f64 {
-        ws::metric(self.admin, name)
+    /// The admin endpoint's client (unless started with `--admin off`).
+    pub fn admin_api(&self) -> Admin {
+        Admin::on(self.admin)
     }
 
-    /// Wait until the metric `name` satisfies `ok` (bounded; the panic names the metric and
-    /// its last value).
+    /// One series of the admin endpoint's /metrics (see [`Admin::metric`]).
+    pub fn metric(&self, name: &str) -> f64 {
+        self.admin_api().metric(name)
+    }
+
+    /// Asserts that the series `name` satisfies `ok` now (see [`Admin::assert_metric`]).
+    pub fn assert_metric(&self, name: &str, ok: impl Fn(f64) -> bool) -> f64 {
+        self.admin_api().assert_metric(name, ok)
+    }
+
+    /// Asserts each `(series, value)` in one scrape (see [`Admin::assert_metrics`]).
+    pub fn assert_metrics(&self, expected: &[(&str, f64)]) {
+        self.admin_api().assert_metrics(expected)
+    }
+
+    /// Wait until the metric `name` satisfies `ok` (see [`Admin::wait_metric`]).
     pub fn wait_metric(&self, name: &str, timeout: Duration, ok: impl Fn(f64) -> bool) -> f64 {
-        let mut last = f64::NAN;
-        poll(timeout, || {
-            last = self.metric(name);
-            ok(last).then_some(last)
-        })
-        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {name} (still {last})"))
+        self.admin_api().wait_metric(name, timeout, ok)
     }
 
     /// The server's resident memory (VmRSS) in KiB.

@@ -41,10 +41,9 @@ fn wait_replaced(admin: u16, old: &[u64]) -> Vec<u64> {
 }
 
 fn rolls(admin: u16, result: &str) -> f64 {
-    common::ws::metric(
-        admin,
-        &format!("ws_supervisor_rolling_restarts_total{{result=\"{result}\"}}"),
-    )
+    common::Admin::on(admin).metric(&format!(
+        "ws_supervisor_rolling_restarts_total{{result=\"{result}\"}}"
+    ))
 }
 
 /// A steady stream of new connections: `loops` clients each connecting, completing the
@@ -166,7 +165,7 @@ async fn sighup_replaces_every_process_without_refusing_or_resetting_a_connectio
         falls.is_empty(),
         "summed counters fell back during the rolls: {falls:?}"
     );
-    let sent = common::ws::metric(s.admin, "ws_closes_sent_total{code=\"1012\"}");
+    let sent = s.metric("ws_closes_sent_total{code=\"1012\"}");
     assert!(
         sent >= told && told >= 1.0,
         "the summed 1012 closes ({sent}) count every one the held clients got ({told})"
@@ -184,10 +183,7 @@ async fn sighup_replaces_every_process_without_refusing_or_resetting_a_connectio
     );
     assert!(rate >= 100.0, "a steady load: {rate:.0} upgrades/s");
     assert_eq!(rolls(s.admin, "completed"), 3.0);
-    assert_eq!(
-        common::ws::metric(s.admin, "ws_supervisor_processes_replaced_total"),
-        6.0
-    );
+    assert_eq!(s.metric("ws_supervisor_processes_replaced_total"), 6.0);
     // A roll is not a crash: the restart counters stay at 0.
     assert_eq!(healthz(s.admin)["restarts"], 0);
     let log = s.log.lock().unwrap().join("\n");
@@ -209,9 +205,10 @@ async fn sigusr2_upgrades_to_the_binary_at_the_started_path_and_a_broken_one_abo
     let before = pids(s.admin);
 
     // The "upgrade" is a binary that cannot serve.
-    let broken = dir.path().join("broken");
-    std::fs::write(&broken, "#!/bin/sh\necho 'cannot start' >&2\nexit 1\n").unwrap();
-    std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let broken = common::Script::sh()
+        .line("echo 'cannot start' >&2")
+        .line("exit 1")
+        .write(dir.path(), "broken");
     std::fs::remove_file(&link).unwrap();
     std::os::unix::fs::symlink(&broken, &link).unwrap();
     common::signal(s.pid(), "-USR2");

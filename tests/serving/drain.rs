@@ -324,12 +324,9 @@ fn the_supervisor_drains_every_process_through_its_api_and_its_readyz_follows() 
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
     assert!(common::body(&ready).contains("\"ready\":2"), "{ready}");
     let post = || {
-        common::http(
-            srv.admin,
-            format!(
-                "POST /api/drain?over=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n"
-            ),
-        )
+        srv.admin_api()
+            .with_key(KEY)
+            .api("POST", "/api/drain?over=1")
     };
     let r = post();
     assert_eq!(ws::status_of(&r), 202, "{r}");

@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::ws::{
-    self, close_code, deflated_frame, frame, metric, next_frame, upgraded_deflate, UPGRADE_DEFLATE,
+    self, close_code, deflated_frame, frame, next_frame, upgraded_deflate, UPGRADE_DEFLATE,
 };
 use std::io::Write;
 use std::net::TcpStream;
@@ -182,13 +182,13 @@ fn the_deflate_gauge_counts_a_context_created_by_a_refused_message() {
         Duration::from_secs(10),
     );
     assert!(head.contains("client_no_context_takeover"), "{head}");
-    assert_eq!(metric(srv.admin, "ws_deflate_memory_bytes"), 0.0);
+    srv.assert_metric("ws_deflate_memory_bytes", |v| v == 0.0);
     s.write_all(&deflated_frame(2, &[0xff, 0xfe, 0xfd, 0x01, 0x02, 0x03]))
         .unwrap();
     assert_eq!(close_code(&mut s), Some(1007));
     // 32 KiB window + 17 KiB of zlib-rs state (memory.rs), now held by the I/O thread.
     assert_eq!(
-        metric(srv.admin, "ws_deflate_memory_bytes"),
+        srv.metric("ws_deflate_memory_bytes"),
         ((1 << 15) + 17 * 1024) as f64
     );
 }
@@ -336,12 +336,12 @@ fn parallel_bombs_are_bounded_by_the_inflate_budget() {
     );
     let over_budget = codes.iter().filter(|c| **c == Some(1013)).count();
     assert_eq!(
-        metric(srv.admin, "ws_inflate_budget_closes_total") as usize,
+        srv.metric("ws_inflate_budget_closes_total") as usize,
         over_budget
     );
-    assert_eq!(metric(srv.admin, "ws_inflate_budget_bytes") as usize, CAP);
+    assert_eq!(srv.metric("ws_inflate_budget_bytes") as usize, CAP);
     // While the 50 connections wait out their close, nothing is held for them.
-    assert_eq!(metric(srv.admin, "ws_inflate_buffer_bytes"), 0.0);
+    srv.assert_metric("ws_inflate_buffer_bytes", |v| v == 0.0);
     eprintln!(
         "RSS {rss0} -> {rss} KiB, peak {hwm} KiB; {over_budget} of 50 refused for the budget"
     );
@@ -478,5 +478,5 @@ fn incompressible_messages_are_echoed_plain_and_compressible_ones_compressed() {
         out.stdout == text,
         "the compressed echo inflates to the JSON"
     );
-    assert_eq!(metric(srv.admin, "ws_deflate_skipped_total"), 2.0);
+    srv.assert_metric("ws_deflate_skipped_total", |v| v == 2.0);
 }

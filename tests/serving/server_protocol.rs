@@ -5,7 +5,7 @@
 use crate::common;
 
 use common::http;
-use common::ws::{frame, header, metric, read_message, status_of, upgraded, MASK, UPGRADE};
+use common::ws::{frame, header, read_message, status_of, upgraded, MASK, UPGRADE};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -135,7 +135,7 @@ fn a_close_frame_that_was_never_written_is_not_counted_as_sent() {
     srv.wait_metric("ws_connections", Duration::from_secs(10), |n| n == 0.0);
     let _ = writer.join();
     assert_eq!(
-        metric(srv.admin, "ws_closes_sent_total{code=\"1008\"}"),
+        srv.metric("ws_closes_sent_total{code=\"1008\"}"),
         0.0,
         "the 1008 never left the server"
     );
@@ -146,10 +146,7 @@ fn a_close_frame_that_was_never_written_is_not_counted_as_sent() {
         .unwrap();
     assert!(matches!(read_message(&mut s), Ok(Some((8, _)))));
     assert!(matches!(read_message(&mut s), Ok(None)));
-    assert_eq!(
-        metric(srv.admin, "ws_closes_sent_total{code=\"1000\"}"),
-        1.0
-    );
+    srv.assert_metric("ws_closes_sent_total{code=\"1000\"}", |v| v == 1.0);
 }
 
 // --- UTF-8 ---------------------------------------------------------------------------------------
@@ -226,12 +223,9 @@ fn the_request_header_limit_is_8_kib_exactly() {
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
     assert_eq!(status_of(&String::from_utf8_lossy(&out)), 431);
-    assert_eq!(
-        metric(
-            srv.admin,
-            "ws_handshakes_rejected_total{reason=\"header_too_large\"}"
-        ),
-        2.0
+    srv.assert_metric(
+        "ws_handshakes_rejected_total{reason=\"header_too_large\"}",
+        |v| v == 2.0,
     );
 }
 

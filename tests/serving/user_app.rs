@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{code, fixture, json_of, run, stderr};
+use common::{code, fixture, json_of, run, stderr, Script};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -350,17 +350,11 @@ fn output_that_is_not_utf8_does_not_kill_the_users_server() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let wrapper = dir.path().join("latin1-banner.sh");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nprintf 'caf\\351 ouvert\\n'\nprintf 'no newline at the end'\nexec {} 2>&1\n",
-            echo.display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let wrapper = Script::sh()
+        .line(r"printf 'caf\351 ouvert\n'")
+        .line("printf 'no newline at the end'")
+        .line(format!("exec {} 2>&1", echo.display()))
+        .write(dir.path(), "latin1-banner.sh");
     let o = run(&[
         "serve",
         "--self-test",
@@ -420,17 +414,12 @@ fn a_killed_wstune_leaves_nothing_of_the_users_server_running() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let wrapper = dir.path().join("stubborn-wrapper.sh");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\ntrap '' TERM\n{} &\nwait\nwait\n",
-            echo.display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let wrapper = Script::sh()
+        .line("trap '' TERM")
+        .line(format!("{} &", echo.display()))
+        .line("wait")
+        .line("wait")
+        .write(dir.path(), "stubborn-wrapper.sh");
     let mut child = common::Kill(
         Command::new(common::bin())
             .args([

@@ -3,6 +3,7 @@
 //! nothing.
 
 use crate::common;
+use common::Tree;
 
 use super::{default_tree_with, wstune120};
 use common::{
@@ -162,7 +163,7 @@ fn the_role_decides_the_port_range_tw_reuse_and_reserved_ports() {
     );
 
     // A kubelet's configuration makes it a Kubernetes node; the kernel already reserves a port.
-    let (_dir, tree) = default_tree_with("proc/sys/net/ipv4/ip_local_reserved_ports", "9100\n");
+    let tree = default_tree_with("proc/sys/net/ipv4/ip_local_reserved_ports", "9100\n");
     std::fs::create_dir_all(tree.join("var/lib/kubelet")).unwrap();
     std::fs::write(
         tree.join("var/lib/kubelet/config.yaml"),
@@ -236,10 +237,8 @@ fn the_role_decides_the_port_range_tw_reuse_and_reserved_ports() {
 
 #[test]
 fn apply_on_a_captured_tree_then_rollback_restores_it_exactly() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("host");
-    copy_dir(&fixture("default"), &tree);
-    let t = tree.to_str().unwrap();
+    let tree = Tree::from_fixture("default");
+    let t = tree.root();
     let o = wstune120(&["apply", "--root", t, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(
@@ -342,10 +341,8 @@ fn the_rollback_lines_apply_prints_carry_its_root_and_work_as_printed() {
 
 #[test]
 fn apply_refuses_clearly_and_changes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("c");
-    copy_dir(&fixture("container"), &tree);
-    let t = tree.to_str().unwrap();
+    let tree = Tree::from_fixture("container");
+    let t = tree.root();
     let o = wstune120(&["apply", "--root", t, "--yes"]);
     assert_eq!(code(&o), 3);
     let err = stderr(&o);
@@ -356,7 +353,7 @@ fn apply_refuses_clearly_and_changes_nothing() {
     );
     assert_same_tree(&fixture("container"), &tree);
     // Without a terminal and without --yes, nothing happens either.
-    let tree2 = dir.path().join("d");
+    let tree2 = tree.scratch().join("d");
     copy_dir(&fixture("default"), &tree2);
     let o = wstune120(&["apply", "--root", tree2.to_str().unwrap()]);
     assert_eq!(code(&o), 3);
@@ -380,10 +377,8 @@ fn apply_refuses_clearly_and_changes_nothing() {
 
 #[test]
 fn apply_on_a_windows_registry_tree_and_rollback() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("w");
-    copy_dir(&fixture("windows-default"), &tree);
-    let t = tree.to_str().unwrap();
+    let tree = Tree::from_fixture("windows-default");
+    let t = tree.root();
     let o = wstune120(&["apply", "--root", t, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(stdout(&o).contains("TcpTimedWaitDelay"), "{}", stdout(&o));
@@ -431,10 +426,8 @@ fn apply_on_a_windows_registry_tree_and_rollback() {
 /// numa_scaling gets NUMAScaling written.
 #[test]
 fn apply_sets_a_named_windows_adapters_rss_keywords_and_rollback_deletes_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("w");
-    copy_dir(&fixture("windows-default"), &tree);
-    let t = tree.to_str().unwrap();
+    let tree = Tree::from_fixture("windows-default");
+    let t = tree.root();
     let nic = "Intel(R) Ethernet Controller X710";
     let builtin = stdout(&wstune120(&[
         "apply",
@@ -445,7 +438,7 @@ fn apply_sets_a_named_windows_adapters_rss_keywords_and_rollback_deletes_them() 
         "--dry-run",
     ]));
     assert!(!builtin.contains("*RSSProfile"), "{builtin}");
-    let profile = dir.path().join("dynamic.yaml");
+    let profile = tree.scratch().join("dynamic.yaml");
     std::fs::write(
         &profile,
         "extends: 100k\nname: dynamic\nnic:\n  rss: numa_scaling\n",
@@ -513,17 +506,15 @@ fn apply_sets_a_named_windows_adapters_rss_keywords_and_rollback_deletes_them() 
 
 #[test]
 fn apply_raises_a_running_process_and_writes_a_unit_drop_in() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("t");
-    copy_dir(&fixture("tuned"), &tree);
+    let tree = Tree::from_fixture("tuned");
     std::fs::write(
         tree.join("wstune/systemd/wsserver.service.show"),
         "LimitNOFILE=4096\nLoadState=loaded\n",
     )
     .unwrap();
-    let pristine = dir.path().join("pristine");
+    let pristine = tree.scratch().join("pristine");
     copy_dir(&tree, &pristine);
-    let t = tree.to_str().unwrap();
+    let t = tree.root();
     let args = [
         "apply",
         "--root",
@@ -571,9 +562,7 @@ fn apply_raises_a_running_process_and_writes_a_unit_drop_in() {
 /// the same way, could not bring them back. Both keep them now, with the bytes restored.
 #[test]
 fn apply_and_rollback_keep_a_replaced_files_extended_attributes() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("host");
-    copy_dir(&fixture("default"), &tree);
+    let tree = Tree::from_fixture("default");
     let file = tree.join("etc/sysctl.d/60-wstune.conf");
     let old = "# Managed by wstune apply: this file is rewritten whole. `wstune rollback` restores what it replaced.\nfs.file-max = 100\n";
     std::fs::write(&file, old).unwrap();
@@ -598,7 +587,7 @@ fn apply_and_rollback_keep_a_replaced_files_extended_attributes() {
             );
         }
     };
-    let t = tree.to_str().unwrap();
+    let t = tree.root();
     let o = wstune120(&["apply", "--root", t, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_ne!(std::fs::read_to_string(&file).unwrap(), old);
@@ -616,9 +605,7 @@ fn apply_and_rollback_keep_a_replaced_files_extended_attributes() {
 /// without CAP_SYS_ADMIN (setpriv) is refused `security.*` the same way.
 #[test]
 fn a_security_attribute_the_kernel_refuses_does_not_fail_apply_or_rollback() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("host");
-    copy_dir(&fixture("default"), &tree);
+    let tree = Tree::from_fixture("default");
     let file = tree.join("etc/sysctl.d/60-wstune.conf");
     let old = "# Managed by wstune apply: this file is rewritten whole. `wstune rollback` restores what it replaced.\nfs.file-max = 100\n";
     std::fs::write(&file, old).unwrap();
@@ -630,7 +617,7 @@ fn a_security_attribute_the_kernel_refuses_does_not_fail_apply_or_rollback() {
             &format!("this file system or user takes no user.* or security.* attributes: {e}"),
         );
     }
-    let t = tree.to_str().unwrap();
+    let t = tree.root();
     let confined = |args: &[&str]| {
         std::process::Command::new("setpriv")
             .args(["--inh-caps=-sys_admin", "--bounding-set=-sys_admin", "--"])
@@ -667,16 +654,14 @@ fn a_security_attribute_the_kernel_refuses_does_not_fail_apply_or_rollback() {
 /// refuse the link now: check names it, and apply names it and the fix, changing nothing.
 #[test]
 fn a_file_linked_out_of_a_captured_tree_is_refused_by_check_and_apply_alike() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("host");
-    copy_dir(&fixture("default"), &tree);
-    let outside = dir.path().join("elsewhere.conf");
+    let tree = Tree::from_fixture("default");
+    let outside = tree.scratch().join("elsewhere.conf");
     std::fs::write(&outside, "net.core.somaxconn = 1024\n").unwrap();
     let link = tree.join("etc/sysctl.d/60-wstune.conf");
     std::os::unix::fs::symlink(&outside, &link).unwrap();
-    let pristine = dir.path().join("pristine");
+    let pristine = tree.scratch().join("pristine");
     copy_dir(&tree, &pristine);
-    let t = tree.to_str().unwrap();
+    let t = tree.root();
     let check = stdout(&wstune120(&["check", "--root", t, "-f", "json"]));
     assert!(
         check.contains(&format!(

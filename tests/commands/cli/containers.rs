@@ -7,8 +7,8 @@
 use crate::common;
 
 use super::watched_while_rewritten;
-use common::{check_json, code, copy_dir, finding, fixture};
-use std::path::{Path, PathBuf};
+use common::{check_json, code, finding, fixture, Tree};
+use std::path::Path;
 
 /// The pod and the container cgroups of the server (pid 4242) in the `kubernetes-node` tree.
 const POD: &str =
@@ -16,16 +16,14 @@ const POD: &str =
 const CONTAINER: &str = "cri-containerd-9f3e8a.scope";
 
 /// A copy of fixture `name` with each `(file, text)` written into it.
-fn tree_with(name: &str, files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("host");
-    copy_dir(&fixture(name), &tree);
+fn tree_with(name: &str, files: &[(&str, &str)]) -> Tree {
+    let tree = Tree::from_fixture(name);
     for (rel, text) in files {
         let p = tree.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     }
-    (dir, tree)
+    tree
 }
 
 fn status_of(r: &serde_json::Value, id: &str) -> String {
@@ -127,7 +125,7 @@ fn a_kubernetes_node_as_installed_fails_the_container_checks_and_its_tuned_copy_
     let pod_pids = format!("{POD}/pids.max");
     let pod_mem = format!("{POD}/memory.max");
     let ctr_mem = format!("{POD}/{CONTAINER}/memory.max");
-    let (_dir, tuned) = tree_with(
+    let tuned = tree_with(
         "kubernetes-node",
         &[
             (&pod_pids, "8192\n"),
@@ -171,7 +169,7 @@ fn no_limit_no_listener_group_and_no_conntrack_are_said_never_guessed() {
     let pod_mem = format!("{POD}/memory.max");
     let ctr_mem = format!("{POD}/{CONTAINER}/memory.max");
     let one_listener = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 00000000:1F90 00000000:0000 0A 00000000:00001000 00:00000000 00000000     0        0 31001 1\n";
-    let (_dir, tree) = tree_with(
+    let tree = tree_with(
         "kubernetes-node",
         &[
             (&pod_mem, "max\n"),
@@ -252,7 +250,7 @@ fn watched(tree: &Path, after: &str) -> serde_json::Value {
 
 #[test]
 fn conntrack_insertions_that_fail_during_a_watch_warn() {
-    let (_dir, tree) = tree_with("kubernetes-node", &[]);
+    let tree = tree_with("kubernetes-node", &[]);
     let r = watched(&tree, &conntrack_stat(0x17 + 40));
     let ins = finding(&r, "linux.netfilter.conntrack_insert_failed");
     assert_eq!(ins["status"], "warn", "{ins}");
@@ -265,7 +263,7 @@ fn conntrack_insertions_that_fail_during_a_watch_warn() {
         .unwrap()
         .contains("--random-fully"));
 
-    let (_dir, tree) = tree_with("kubernetes-node", &[]);
+    let tree = tree_with("kubernetes-node", &[]);
     let r = watched(&tree, &conntrack_stat(0x17));
     assert_eq!(
         status_of(&r, "linux.netfilter.conntrack_insert_failed"),
@@ -278,7 +276,7 @@ fn a_units_task_limit_below_the_floor_warns_and_infinity_passes() {
     let unit = "wstune/systemd/wsserver.service.show";
     let show = std::fs::read_to_string(fixture("tuned").join(unit)).unwrap();
     let args = ["--unit", "wsserver.service"];
-    let (_dir, tree) = tree_with("tuned", &[(unit, &format!("{show}TasksMax=512\n"))]);
+    let tree = tree_with("tuned", &[(unit, &format!("{show}TasksMax=512\n"))]);
     let (_, r) = check_json(&tree, &args);
     let t = finding(&r, "linux.systemd.tasks_max");
     // 32 CPUs: 16 each is 512, under the 4096 floor.
@@ -311,7 +309,7 @@ fn a_units_task_limit_below_the_floor_warns_and_infinity_passes() {
         String::from_utf8_lossy(&o.stdout)
     );
 
-    let (_dir, tree) = tree_with("tuned", &[(unit, &format!("{show}TasksMax=infinity\n"))]);
+    let tree = tree_with("tuned", &[(unit, &format!("{show}TasksMax=infinity\n"))]);
     let (_, r) = check_json(&tree, &args);
     assert_eq!(status_of(&r, "linux.systemd.tasks_max"), "pass");
 }

@@ -2,9 +2,10 @@
 //! and orphans, slow and dead peers, tuned, container, legacy and Windows registry hosts.
 
 use crate::common;
+use common::{Script, Tree};
 
 use super::{default_tree_with, wstune120};
-use common::{check_json, code, copy_dir, finding, fixture, stderr};
+use common::{check_json, code, finding, fixture, stderr};
 
 #[test]
 fn default_distribution_fails_100k_on_fds_and_accept_queues() {
@@ -59,7 +60,7 @@ fn aborting_on_a_full_accept_queue_warns_and_the_default_passes() {
         (Some("pass"), Some(0)),
         "{f}"
     );
-    let (_dir, tree) = default_tree_with("proc/sys/net/ipv4/tcp_abort_on_overflow", "1\n");
+    let tree = default_tree_with("proc/sys/net/ipv4/tcp_abort_on_overflow", "1\n");
     let (_, r) = check_json(&tree, &[]);
     let f = finding(&r, "linux.net.ipv4.tcp_abort_on_overflow");
     assert_eq!(
@@ -78,7 +79,7 @@ fn aborting_on_a_full_accept_queue_warns_and_the_default_passes() {
 
 #[test]
 fn syn_cookies_off_fails_and_the_orphan_limit_follows_the_connection_count() {
-    let (_dir, tree) = default_tree_with("proc/sys/net/ipv4/tcp_syncookies", "0\n");
+    let tree = default_tree_with("proc/sys/net/ipv4/tcp_syncookies", "0\n");
     let (_, r) = check_json(&tree, &[]);
     let cookies = finding(&r, "linux.net.ipv4.tcp_syncookies");
     assert_eq!(
@@ -201,10 +202,8 @@ fn slow_and_dead_peers_and_tcp_memory_pressure_are_checked_and_only_warnings_app
     }
     // apply at 1m: the warnings change (tcp_mem's two marks in one write, the host's min
     // kept), the advice does not.
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("host");
-    copy_dir(&fixture("default"), &tree);
-    let t = tree.to_str().unwrap();
+    let tree = Tree::from_fixture("default");
+    let t = tree.root();
     let o = wstune120(&["apply", "--root", t, "--profile", "1m", "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let read = |rel: &str| std::fs::read_to_string(tree.join(rel)).unwrap();
@@ -449,13 +448,9 @@ fn fix_lines_work_pasted_as_written_by_a_sudo_user() {
     std::os::unix::fs::chown(&etc, Some(65534), Some(65534)).unwrap();
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
-    let sudo = bin.join("sudo");
-    std::fs::write(
-        &sudo,
-        "#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups -- \"$@\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&sudo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Script::sh()
+        .line(r#"exec setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@""#)
+        .write(&bin, "sudo");
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
     let persistent = finding(&report, "linux.net.core.somaxconn")["fix"]["persistent"]
         .as_str()
@@ -493,7 +488,7 @@ fn fix_lines_work_pasted_as_written_by_a_sudo_user() {
 
     // The nofile lines, pasted one after the other into one shell, raise that shell's limits
     // (its `sudo` is plain root here: raising a hard limit needs it).
-    std::fs::write(&sudo, "#!/bin/sh\nexec \"$@\"\n").unwrap();
+    Script::sh().line(r#"exec "$@""#).write(&bin, "sudo");
     let fix = |id: &str| {
         finding(&report, id)["fix"]["runtime"]
             .as_str()
@@ -556,9 +551,7 @@ fn rx_queues_are_judged_by_the_physical_cores_of_the_nics_node() {
         (Some("pass"), Some(8), Some(8)),
         "{q}"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("t");
-    copy_dir(&fixture("tuned"), &tree);
+    let tree = Tree::from_fixture("tuned");
     std::fs::remove_file(tree.join("sys/class/net/eth0/device/local_cpulist")).unwrap();
     let (_, r) = check_json(&tree, &[]);
     let q = finding(&r, "linux.nic.rx_queues[eth0]");

@@ -5,7 +5,9 @@
 use crate::common;
 
 use super::{default_tree_with, softnet_row, watched_while_rewritten, wstune120};
-use common::{assert_same_tree, check_json, code, copy_dir, finding, fixture, stderr, stdout};
+use common::{
+    assert_same_tree, check_json, code, copy_dir, finding, fixture, stderr, stdout, Tree,
+};
 use std::path::Path;
 use std::process::Command;
 
@@ -328,23 +330,16 @@ fn a_second_apply_keeps_an_operators_comment_in_the_nic_sysctl_file_and_changes_
 
 /// A copy of the default fixture with its eth0's ethtool settings (`wstune/ethtool/eth0`: what
 /// the captured-tree backend answers for ethtool netlink), and an empty --prefix beside it.
-fn tree_with_ethtool(
-    ethtool: &str,
-) -> (
-    tempfile::TempDir,
-    std::path::PathBuf,
-    std::path::PathBuf,
-    std::path::PathBuf,
-) {
-    let (dir, tree) = default_tree_with("proc/sys/net/core/netdev_budget", "300\n");
+fn tree_with_ethtool(ethtool: &str) -> (Tree, std::path::PathBuf, std::path::PathBuf) {
+    let tree = default_tree_with("proc/sys/net/core/netdev_budget", "300\n");
     std::fs::write(tree.join("proc/sys/net/core/netdev_budget_usecs"), "2000\n").unwrap();
     std::fs::create_dir_all(tree.join("wstune/ethtool")).unwrap();
     std::fs::write(tree.join("wstune/ethtool/eth0"), ethtool).unwrap();
-    let pristine = dir.path().join("pristine");
+    let pristine = tree.scratch().join("pristine");
     copy_dir(&tree, &pristine);
-    let prefix = dir.path().join("prefix");
+    let prefix = tree.scratch().join("prefix");
     std::fs::create_dir(&prefix).unwrap();
-    (dir, tree, pristine, prefix)
+    (tree, pristine, prefix)
 }
 
 /// A NIC whose rx_missed_errors grow during `apply --watch` gets its receive ring raised to its
@@ -354,7 +349,7 @@ fn tree_with_ethtool(
 /// private namespace, on a veth of the NIC's name), and rollback restores tree and prefix.
 #[test]
 fn a_receive_ring_that_ran_out_during_the_watch_is_raised_kept_at_boot_and_rolled_back() {
-    let (_dir, tree, pristine, prefix) =
+    let (tree, pristine, prefix) =
         tree_with_ethtool("rx_ring: 512\nrx_ring_max: 4096\ncombined: 1\nmax_combined: 4\n");
     let (t, p) = (tree.to_str().unwrap(), prefix.to_str().unwrap());
     let o = watched_while_rewritten(
@@ -451,7 +446,7 @@ fn a_receive_ring_that_ran_out_during_the_watch_is_raised_kept_at_boot_and_rolle
 /// and rollback puts the tree back.
 #[test]
 fn the_receive_budget_is_raised_only_when_time_squeeze_grew_during_the_watch() {
-    let (_dir, tree, _, prefix) = tree_with_ethtool("combined: 1\nmax_combined: 1\n");
+    let (tree, _, prefix) = tree_with_ethtool("combined: 1\nmax_combined: 1\n");
     let rel = "proc/net/softnet_stat";
     let before = softnet_row(1000, 3, 7) + &softnet_row(2000, 0, 1);
     std::fs::write(tree.join(rel), &before).unwrap();
@@ -1087,7 +1082,7 @@ fn rollback_restores_a_renamed_nic_under_its_new_name() {
 /// receiving: then it is a warning whose fix is shown whole, not an optional extra.
 #[test]
 fn a_queue_count_the_watch_found_short_is_a_warning_not_advice() {
-    let (_dir, tree) = default_tree_with("proc/sys/net/core/somaxconn", "4096\n");
+    let tree = default_tree_with("proc/sys/net/core/somaxconn", "4096\n");
     let quiet = check_json(&tree, &[]).1;
     let rx = finding(&quiet, "linux.nic.rx_queues[eth0]");
     assert_eq!(

@@ -57,7 +57,7 @@ const THREAD_LIMITS: [&str; 5] = [
 /// limits skip with the reason; without --pid they say what they need.
 #[test]
 fn a_thread_per_connection_server_fails_and_its_thread_limits_are_judged() {
-    let (_dir, tree) = default_tree_with("proc/sys/net/ipv4/tcp_orphan_retries", "0\n");
+    let tree = default_tree_with("proc/sys/net/ipv4/tcp_orphan_retries", "0\n");
     server(&tree, 190, 200);
     let (code, r) = check_json(&tree, &["--pid", "4242"]);
     assert_eq!(code, 2);
@@ -149,7 +149,7 @@ fn a_thread_per_connection_server_fails_and_its_thread_limits_are_judged() {
 #[test]
 fn orphan_retries_zero_means_eight_and_a_lowered_value_passes() {
     let rel = "proc/sys/net/ipv4/tcp_orphan_retries";
-    let (_dir, tree) = default_tree_with(rel, "0\n");
+    let tree = default_tree_with(rel, "0\n");
     let (_, r) = check_json(&tree, &[]);
     let f = finding(&r, "linux.net.ipv4.tcp_orphan_retries");
     assert_eq!(
@@ -176,7 +176,7 @@ fn orphan_retries_zero_means_eight_and_a_lowered_value_passes() {
 #[test]
 fn a_proxy_needs_a_source_port_per_connection_to_one_backend() {
     let rel = "proc/sys/net/ipv4/ip_local_port_range";
-    let (_dir, tree) = default_tree_with(rel, "10000\t65535\n");
+    let tree = default_tree_with(rel, "10000\t65535\n");
     let id = "linux.net.ipv4.ip_local_port_range.per_destination";
     let (_, r) = check_json(&tree, &["--role", "proxy"]);
     let f = finding(&r, id);
@@ -228,7 +228,7 @@ fn ena_allowance_counters_that_grow_during_a_watch_are_reported() {
     )
     .unwrap();
     let rel = "wstune/ethtool/eth0.stats";
-    let (_dir, tree) = default_tree_with("proc/sys/net/ipv4/tcp_orphan_retries", "0\n");
+    let tree = default_tree_with("proc/sys/net/ipv4/tcp_orphan_retries", "0\n");
     std::fs::create_dir_all(tree.join("wstune/ethtool")).unwrap();
     std::fs::write(tree.join(rel), &capture).unwrap();
     let (_, once) = check_json(&tree, &[]);

@@ -33,7 +33,7 @@ fn check_watched_while_rewritten(tree: &Path, rel: &str, after: &str) -> serde_j
 fn the_nic_advice_and_plan_follow_what_the_watch_measured() {
     let rel = "proc/net/softnet_stat";
     let before = softnet_row(1000, 3, 7) + &softnet_row(2000, 0, 1);
-    let (_dir, tree) = default_tree_with(rel, &before);
+    let tree = default_tree_with(rel, &before);
     // Give eth0 the queue files a kernel with RPS has.
     std::fs::write(tree.join("sys/class/net/eth0/queues/rx-0/rps_cpus"), "0\n").unwrap();
     std::fs::write(
@@ -120,7 +120,7 @@ fn the_nic_advice_and_plan_follow_what_the_watch_measured() {
 fn softnet_drops_that_grow_during_a_watch_are_reported_and_quiet_ones_are_not() {
     let row = softnet_row;
     let rel = "proc/net/softnet_stat";
-    let (_dir, tree) = default_tree_with(rel, &(row(1000, 3, 7) + &row(2000, 0, 1)));
+    let tree = default_tree_with(rel, &(row(1000, 3, 7) + &row(2000, 0, 1)));
     // Quiet: read twice, no growth.
     let (_, quiet) = check_json(&tree, &["--watch", "1"]);
     for id in ["linux.softnet.dropped", "linux.softnet.time_squeeze"] {
@@ -159,7 +159,7 @@ fn conntrack_drops_that_grow_during_a_watch_fail() {
         format!("entries  clashres found new invalid ignore delete delete_list insert insert_failed drop  early_drop icmp_error\n0000002a  00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 {drop0:08x} 00000000 00000000\n0000002a  00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 {drop1:08x} 00000000 00000000\n")
     };
     let rel = "proc/net/stat/nf_conntrack";
-    let (_dir, tree) = default_tree_with(rel, &stat(5, 2));
+    let tree = default_tree_with(rel, &stat(5, 2));
     let (_, quiet) = check_json(&tree, &["--watch", "1"]);
     assert_eq!(
         finding(&quiet, "linux.netfilter.conntrack_drops")["status"],
@@ -199,7 +199,7 @@ fn softirq_time_per_cpu_is_reported_over_a_watch() {
         )
     };
     let rel = "proc/stat";
-    let (_dir, tree) = default_tree_with(
+    let tree = default_tree_with(
         rel,
         &stat([10, 0, 10, 80, 0, 0, 0, 0], [10, 0, 10, 80, 0, 0, 0, 0]),
     );

@@ -2,6 +2,7 @@
 //! lower than the host, a vendor file that wins at boot, systemd drop-ins and units, bad input.
 
 use crate::common;
+use common::Tree;
 
 use super::{export, shield, syntax_check, sysctls, verify};
 use common::{bin, code, finding, fixture, have, stderr};
@@ -165,12 +166,11 @@ sysctl -e -q -p {conf} >&2
 /// everything else is the profile's target.
 #[test]
 fn export_never_lowers_what_the_host_has() {
-    let dir = tempfile::tempdir().unwrap();
-    common::copy_dir(&fixture("tuned"), dir.path());
-    let sys = dir.path().join("proc/sys/net");
+    let tree = Tree::from_fixture("tuned");
+    let sys = tree.join("proc/sys/net");
     std::fs::write(sys.join("core/somaxconn"), "100000\n").unwrap();
     std::fs::write(sys.join("ipv4/tcp_fin_timeout"), "5\n").unwrap();
-    let root = dir.path().to_str().unwrap();
+    let root = tree.root();
     let got = sysctls(&export(&["--to", "json", "--root", root]));
     let value = |k: &str| {
         got.iter()
@@ -345,14 +345,13 @@ fn export_refuses_bad_input_clearly() {
 /// carries apply's note now.
 #[test]
 fn sysctl_export_names_a_vendor_file_that_wins_at_boot() {
-    let dir = tempfile::tempdir().unwrap();
-    common::copy_dir(&fixture("default"), dir.path());
+    let tree = Tree::from_fixture("default");
     std::fs::write(
-        dir.path().join("usr/lib/sysctl.d/99-vendor.conf"),
+        tree.join("usr/lib/sysctl.d/99-vendor.conf"),
         "net.core.somaxconn = 4096\n",
     )
     .unwrap();
-    let text = export(&["--to", "sysctl", "--root", dir.path().to_str().unwrap()]);
+    let text = export(&["--to", "sysctl", "--root", tree.root()]);
     assert!(
         text.lines().any(|l| l.starts_with("# note: net.core.somaxconn: /usr/lib/sysctl.d/99-vendor.conf:1 sets 4096 and is applied after /etc/sysctl.d/60-wstune.conf")
             && l.contains("wins at boot")),
@@ -367,9 +366,8 @@ fn sysctl_export_names_a_vendor_file_that_wins_at_boot() {
 /// says that "never lower" holds only for the host the values were computed on.
 #[test]
 fn exports_cap_nofile_at_the_nr_open_the_tree_boots_with() {
-    let dir = tempfile::tempdir().unwrap();
-    common::copy_dir(&fixture("default"), dir.path());
-    let t = dir.path().to_str().unwrap();
+    let tree = Tree::from_fixture("default");
+    let t = tree.root();
     let with = |to: &str| export(&["--to", to, "--root", t, "--profile", "1m"]);
     // Without the vendor file the exported sysctl file's own fs.nr_open (4194304) is what the
     // tree boots with once that file is installed: the formats that carry it keep the
@@ -382,7 +380,7 @@ fn exports_cap_nofile_at_the_nr_open_the_tree_boots_with() {
         with("ansible")
     );
     std::fs::write(
-        dir.path().join("usr/lib/sysctl.d/99-vendor.conf"),
+        tree.join("usr/lib/sysctl.d/99-vendor.conf"),
         "fs.nr_open = 1048576\n",
     )
     .unwrap();
@@ -443,9 +441,8 @@ fn exports_cap_nofile_at_the_nr_open_the_tree_boots_with() {
 /// with a note saying to install the sysctl file (or apply) first and export again.
 #[test]
 fn exports_without_the_sysctl_file_fit_the_nr_open_the_host_has_without_it() {
-    let dir = tempfile::tempdir().unwrap();
-    common::copy_dir(&fixture("default"), dir.path());
-    let t = dir.path().to_str().unwrap();
+    let tree = Tree::from_fixture("default");
+    let t = tree.root();
     let with = |to: &str| export(&["--to", to, "--root", t, "--profile", "1m"]);
     let settings = |text: &str| -> String {
         text.lines()
@@ -491,9 +488,9 @@ fn exports_without_the_sysctl_file_fit_the_nr_open_the_host_has_without_it() {
     assert!(sysctl.contains("\nfs.nr_open = 4194304\n"), "{sysctl}");
     assert!(!sysctl.contains("nofile"), "{sysctl}");
     // A host already raised (by the sysctl file, or apply) gets the profile's limit.
-    std::fs::write(dir.path().join("proc/sys/fs/nr_open"), "4194304\n").unwrap();
+    std::fs::write(tree.join("proc/sys/fs/nr_open"), "4194304\n").unwrap();
     std::fs::write(
-        dir.path().join("etc/sysctl.d/60-wstune.conf"),
+        tree.join("etc/sysctl.d/60-wstune.conf"),
         "fs.nr_open = 4194304\n",
     )
     .unwrap();

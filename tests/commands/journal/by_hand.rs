@@ -3,11 +3,11 @@
 //! `--unit` says systemd needs.
 
 use crate::common;
+use common::Tree;
 
 use super::applied_tree;
 use common::{
-    assert_same_tree, code, copy_dir, fixture, lib_script, stderr, stdout, tagged, tagged_line,
-    wstune,
+    assert_same_tree, code, fixture, lib_script, stderr, stdout, tagged, tagged_line, wstune,
 };
 
 #[test]
@@ -39,10 +39,8 @@ fn values_raised_by_hand_are_persisted_for_the_next_boot() {
 
 #[test]
 fn rollback_shows_values_changed_by_hand_and_needs_force() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("host");
-    copy_dir(&fixture("default"), &tree);
-    let t = tree.to_str().unwrap();
+    let tree = Tree::from_fixture("default");
+    let t = tree.root();
     let o = wstune(&["apply", "--root", t, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     // An operator changes a value wstune applied, after the apply.
@@ -71,15 +69,13 @@ fn rollback_shows_values_changed_by_hand_and_needs_force() {
 
 #[test]
 fn unit_drop_in_advice_includes_daemon_reload() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("t");
-    copy_dir(&fixture("tuned"), &tree);
+    let tree = Tree::from_fixture("tuned");
     std::fs::write(
         tree.join("wstune/systemd/wsserver.service.show"),
         "LimitNOFILE=4096\nLoadState=loaded\n",
     )
     .unwrap();
-    let t = tree.to_str().unwrap();
+    let t = tree.root();
     let o = wstune(&["apply", "--root", t, "--unit", "wsserver.service", "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(
@@ -99,10 +95,8 @@ fn unit_drop_in_advice_includes_daemon_reload() {
 #[test]
 fn unit_without_systemd_says_so_instead_of_planning_nothing() {
     // A captured tree with no record of the unit: systemd cannot be asked.
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("t");
-    copy_dir(&fixture("tuned"), &tree);
-    let t = tree.to_str().unwrap();
+    let tree = Tree::from_fixture("tuned");
+    let t = tree.root();
     let o = wstune(&[
         "apply",
         "--root",
@@ -143,7 +137,7 @@ fn unit_without_systemd_says_so_instead_of_planning_nothing() {
 /// leaves that one and restores the rest; a key the entry did not change is refused.
 #[test]
 fn rollback_keep_leaves_one_hand_changed_value_and_restores_the_rest() {
-    let (_dir, tree, _entry) = applied_tree();
+    let (tree, _entry) = applied_tree();
     let t = tree.to_str().unwrap();
     let somaxconn = tree.join("proc/sys/net/core/somaxconn");
     std::fs::write(&somaxconn, "100000\n").unwrap();
@@ -198,10 +192,8 @@ fn rollback_keep_leaves_one_hand_changed_value_and_restores_the_rest() {
 /// only the newest entry and say "unchanged").
 #[test]
 fn drift_compares_every_applied_entry_not_only_the_newest() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("host");
-    copy_dir(&fixture("default"), &tree);
-    let t = tree.to_str().unwrap();
+    let tree = Tree::from_fixture("default");
+    let t = tree.root();
     // 10k sets tcp_fin_timeout 30 and tcp_max_syn_backlog 8192; 100k then raises the backlog
     // to 65535 and has nothing to change in tcp_fin_timeout.
     for profile in ["10k", "100k"] {

@@ -3,19 +3,17 @@
 //! and a FIFO or /dev/zero link in it refused without blocking.
 
 use crate::common;
+use common::Tree;
 
 use super::applied_tree;
 use common::{
-    assert_same_tree, code, copy_dir, finding, fixture, json_of, stderr, stdout, tagged_line,
-    wstune,
+    assert_same_tree, code, finding, fixture, json_of, stderr, stdout, tagged_line, wstune,
 };
 
 #[test]
 fn a_damaged_entry_is_reported_by_check_and_refused_by_apply() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("host");
-    copy_dir(&fixture("default"), &tree);
-    let t = tree.to_str().unwrap();
+    let tree = Tree::from_fixture("default");
+    let t = tree.root();
     let o = wstune(&["apply", "--root", t, "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let jdir = tree.join("var/lib/wstune/journal");
@@ -146,8 +144,8 @@ fn rollback_refuses_an_entry_that_does_not_verify() {
         ),
     ];
     for (what, legacy, edit, want) in cases {
-        let (dir, tree, entry) = applied_tree();
-        let outside = dir.path().join("outside");
+        let (tree, entry) = applied_tree();
+        let outside = tree.scratch().join("outside");
         std::fs::create_dir_all(&outside).unwrap();
         std::fs::write(outside.join("victim-runtime"), "keep\n").unwrap();
         tamper(&entry, legacy, |v| edit(v, &outside));
@@ -165,7 +163,10 @@ fn rollback_refuses_an_entry_that_does_not_verify() {
             "keep\n",
             "{what}"
         );
-        assert!(!dir.path().join("outside/victim-file").exists(), "{what}");
+        assert!(
+            !tree.scratch().join("outside/victim-file").exists(),
+            "{what}"
+        );
         assert_eq!(
             std::fs::read_to_string(tree.join("proc/sys/net/core/somaxconn")).unwrap(),
             before,
@@ -234,8 +235,8 @@ fn rollback_refuses_a_tampered_link_created_dir_or_stripped_format() {
         ),
     ];
     for (what, legacy, edit, want) in cases {
-        let (dir, tree, entry) = applied_tree();
-        let outside = dir.path().join("outside");
+        let (tree, entry) = applied_tree();
+        let outside = tree.scratch().join("outside");
         std::fs::create_dir_all(&outside).unwrap();
         std::fs::write(outside.join("victim"), "keep\n").unwrap();
         tamper(&entry, legacy, |v| {
@@ -284,7 +285,7 @@ fn rollback_refuses_a_tampered_link_created_dir_or_stripped_format() {
 #[test]
 fn a_journal_directory_writable_by_others_is_refused() {
     use std::os::unix::fs::PermissionsExt;
-    let (_dir, tree, _entry) = applied_tree();
+    let (tree, _entry) = applied_tree();
     let jdir = tree.join("var/lib/wstune/journal");
     std::fs::set_permissions(&jdir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let t = tree.to_str().unwrap();
@@ -318,16 +319,14 @@ fn a_journal_directory_writable_by_others_is_refused() {
 fn the_journal_directory_apply_creates_is_private_whatever_the_umask() {
     use std::os::unix::fs::PermissionsExt;
     for umask in ["000", "777"] {
-        let dir = tempfile::tempdir().unwrap();
-        let tree = dir.path().join("host");
-        copy_dir(&fixture("default"), &tree);
+        let tree = Tree::from_fixture("default");
         let o = std::process::Command::new("sh")
             .args([
                 "-c",
                 &format!("umask {umask}; exec \"$0\" apply --root \"$1\" --yes"),
             ])
             .arg(common::bin())
-            .arg(&tree)
+            .arg(tree.root())
             .env("NO_COLOR", "1")
             .output()
             .unwrap();
@@ -340,7 +339,7 @@ fn the_journal_directory_apply_creates_is_private_whatever_the_umask() {
                 & 0o777;
             assert_eq!(mode, 0o700, "umask {umask}: {d}");
         }
-        let o = wstune(&["rollback", "--root", tree.to_str().unwrap(), "--yes"]);
+        let o = wstune(&["rollback", "--root", tree.root(), "--yes"]);
         assert_eq!(code(&o), 0, "umask {umask}: {}", stderr(&o));
     }
 }
@@ -422,7 +421,7 @@ done"#,
 /// and leaves one of that name with other bytes.
 #[test]
 fn rollback_removes_an_older_versions_temporaries_with_journaled_content() {
-    let (_dir, tree, entry) = applied_tree();
+    let (tree, entry) = applied_tree();
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&entry).unwrap()).unwrap();
     let path = v["files"][0]["path"].as_str().unwrap();
@@ -443,7 +442,7 @@ fn rollback_removes_an_older_versions_temporaries_with_journaled_content() {
 #[test]
 fn a_fifo_or_a_dev_zero_link_in_the_journal_is_refused_without_blocking() {
     for kind in ["fifo", "dev-zero", "lock-fifo"] {
-        let (_dir, tree, _entry) = applied_tree();
+        let (tree, _entry) = applied_tree();
         let jdir = tree.join("var/lib/wstune/journal");
         let odd = jdir.join(if kind == "lock-fifo" {
             ".lock"

@@ -3,9 +3,10 @@
 //! and nofile kept under the nr_open the host boots with.
 
 use crate::common;
+use common::Tree;
 
 use super::lib_path;
-use common::{code, copy_dir, fixture, lib_script, stderr, stdout, tagged_line, wstune};
+use common::{code, lib_script, stderr, stdout, tagged_line, wstune};
 
 #[test]
 fn an_apply_killed_midway_then_another_apply_is_undone_by_one_rollback() {
@@ -223,15 +224,13 @@ cat "$T/out""#,
 /// nofile is judged against the boot-time nr_open now, lowered to it, and the reason given.
 #[test]
 fn nofile_is_never_written_above_the_nr_open_the_host_boots_with() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("host");
-    copy_dir(&fixture("default"), &tree);
+    let tree = Tree::from_fixture("default");
     std::fs::write(
         tree.join("usr/lib/sysctl.d/99-vendor.conf"),
         "fs.nr_open = 1048576\n",
     )
     .unwrap();
-    let t = tree.to_str().unwrap();
+    let t = tree.root();
     let o = wstune(&["apply", "--root", t, "--profile", "1m", "--yes"]);
     assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
     let limits =

@@ -29,12 +29,9 @@ fn node(redis_port: u16, key_file: &str) -> Served {
 
 /// `GET /api/channels/NAME` with the key: the JSON body.
 fn channel(admin: u16, name: &str) -> serde_json::Value {
-    let r = common::http(
-        admin,
-        format!(
-            "GET /api/channels/{name} HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n\r\n"
-        ),
-    );
+    let r = common::Admin::on(admin)
+        .with_key(KEY)
+        .api("GET", &format!("/api/channels/{name}"));
     serde_json::from_str(common::body(&r)).unwrap_or_else(|e| panic!("{e}: {r}"))
 }
 

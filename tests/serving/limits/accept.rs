@@ -349,7 +349,7 @@ fn out_of_descriptors_the_accept_loop_backs_off_and_recovers() {
     common::wait_until("the server serves again", Duration::from_secs(15), || {
         common::try_get_ok(srv.admin, "/metrics").is_some()
     });
-    assert!(srv.metric("ws_accept_errors_total") > 0.0);
+    srv.assert_metric("ws_accept_errors_total", |v| v > 0.0);
     let (_s, r) = open("127.0.0.2", srv.port);
     assert_eq!(status(&r), 101, "{r}");
 }
@@ -392,10 +392,7 @@ fn tls_connections_pass_the_accept_gate_first_and_aborted_handshakes_are_counted
         Duration::from_secs(10),
         |n| n >= 3.0,
     );
-    assert_eq!(
-        srv.metric("ws_handshakes_aborted_total{stage=\"http\"}"),
-        0.0
-    );
+    srv.assert_metric("ws_handshakes_aborted_total{stage=\"http\"}", |v| v == 0.0);
 }
 
 #[test]
@@ -411,10 +408,7 @@ fn malformed_and_timed_out_upgrade_requests_are_counted_as_aborted() {
         Duration::from_secs(5),
         |n| n == 2.0,
     );
-    assert_eq!(
-        srv.metric("ws_handshakes_aborted_total{stage=\"tls\"}"),
-        0.0
-    );
+    srv.assert_metric("ws_handshakes_aborted_total{stage=\"tls\"}", |v| v == 0.0);
 }
 
 /// A flood of replayed TLS ClientHellos (a real one, captured once) from one address: past the

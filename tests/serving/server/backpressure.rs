@@ -38,15 +38,14 @@ fn upgrades_past_max_connections_get_503_and_origins_are_checked() {
         status_of(&http(srv.port, with_origin("https://ok.example"))),
         503
     );
-    assert_eq!(
-        srv.metric("ws_handshakes_rejected_total{reason=\"max_connections\"}"),
-        1.0
+    srv.assert_metric(
+        "ws_handshakes_rejected_total{reason=\"max_connections\"}",
+        |v| v == 1.0,
     );
-    assert_eq!(
-        srv.metric("ws_handshakes_rejected_total{reason=\"origin\"}"),
-        1.0
-    );
-    assert_eq!(srv.metric("ws_connections"), 2.0);
+    srv.assert_metric("ws_handshakes_rejected_total{reason=\"origin\"}", |v| {
+        v == 1.0
+    });
+    srv.assert_metric("ws_connections", |v| v == 2.0);
     assert!(srv.get("/healthz").contains("\"connections\":2"));
 }
 
@@ -67,7 +66,7 @@ fn heartbeats_ping_idle_clients_and_close_silent_ones() {
         took >= Duration::from_secs(2) && took < Duration::from_secs(7),
         "{took:?}"
     );
-    assert_eq!(srv.metric("ws_heartbeat_timeouts_total"), 1.0);
+    srv.assert_metric("ws_heartbeat_timeouts_total", |v| v == 1.0);
     // A client that answers pings stays.
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -351,7 +350,7 @@ async fn one_message_larger_than_the_send_queue_cap_still_goes_out() {
             other => panic!("{size}: {other:?}"),
         }
     }
-    assert_eq!(srv.metric("ws_backpressure_closes_total"), 0.0);
+    srv.assert_metric("ws_backpressure_closes_total", |v| v == 0.0);
 }
 
 /// The server's voluntary context switches so far, all its threads summed: each is a thread

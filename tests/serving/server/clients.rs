@@ -38,7 +38,7 @@ async fn tokio_tungstenite_echo_text_binary_fragmented_and_ping() {
         }
     }
     ws.close(None).await.unwrap();
-    assert!(srv.metric("ws_messages_in_total") >= 2.0);
+    srv.assert_metric("ws_messages_in_total", |v| v >= 2.0);
 }
 
 #[test]

@@ -63,7 +63,7 @@ fn blocking_handlers_run_on_the_offload_pool() {
         "{:?}",
         start.elapsed()
     );
-    assert_eq!(srv.metric("ws_offload_jobs_total"), 4.0);
+    srv.assert_metric("ws_offload_jobs_total", |v| v == 4.0);
     assert!(srv.get("/metrics").contains("ws_offload_queue_depth 0"));
 }
 
