@@ -101,24 +101,20 @@ async fn a_token_for_a_gets_a_and_is_refused_b_and_bad_tokens_get_401() {
         assert_eq!(status, 401, "{reason}");
         assert!(text.contains(body), "{reason}: {text}");
     }
-    assert_eq!(
-        s.metric(r#"ws_channels_auth_failures_total{reason="expired"}"#),
-        1.0
-    );
-    assert_eq!(
-        s.metric(r#"ws_channels_auth_failures_total{reason="malformed"}"#),
-        2.0
-    );
-    assert_eq!(
-        s.metric(r#"ws_channels_auth_failures_total{reason="bad_signature"}"#),
-        1.0
-    );
-    assert_eq!(
-        s.metric(r#"ws_channels_auth_failures_total{reason="missing"}"#),
-        1.0
-    );
-    assert_eq!(s.metric(r#"ws_channels_denied_total{op="subscribe"}"#), 1.0);
-    assert_eq!(s.metric(r#"ws_channels_denied_total{op="publish"}"#), 1.0);
+    s.assert_metrics(&[
+        (r#"ws_channels_auth_failures_total{reason="expired"}"#, 1.0),
+        (
+            r#"ws_channels_auth_failures_total{reason="malformed"}"#,
+            2.0,
+        ),
+        (
+            r#"ws_channels_auth_failures_total{reason="bad_signature"}"#,
+            1.0,
+        ),
+        (r#"ws_channels_auth_failures_total{reason="missing"}"#, 1.0),
+        (r#"ws_channels_denied_total{op="subscribe"}"#, 1.0),
+        (r#"ws_channels_denied_total{op="publish"}"#, 1.0),
+    ]);
     // The server kept serving: the first client still gets its messages.
     let (code, _) = publish(&s, &d, r#"{"channel":"news.eu","data":2}"#);
     assert_eq!(code, 200);

@@ -117,18 +117,11 @@ async fn an_http_publish_with_the_key_reaches_subscribers_and_without_it_gets_40
         r#"{"channel":"a","data":"y"}"#
     );
     // Counted by route and status.
-    assert_eq!(
-        s.metric(r#"ws_api_requests_total{route="publish",code="401"}"#),
-        2.0
-    );
-    assert_eq!(
-        s.metric(r#"ws_api_requests_total{route="publish",code="200"}"#),
-        2.0
-    );
-    assert_eq!(
-        s.metric(r#"ws_api_requests_total{route="channels",code="401"}"#),
-        1.0
-    );
+    s.assert_metrics(&[
+        (r#"ws_api_requests_total{route="publish",code="401"}"#, 2.0),
+        (r#"ws_api_requests_total{route="publish",code="200"}"#, 2.0),
+        (r#"ws_api_requests_total{route="channels",code="401"}"#, 1.0),
+    ]);
     // The key is in no process argument and no log line.
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", s.pid())).unwrap();
     assert!(!String::from_utf8_lossy(&cmdline).contains(KEY));
@@ -294,27 +287,17 @@ async fn bad_input_gets_clear_errors_counted_and_the_server_keeps_serving() {
         next_text(&mut sub).await.unwrap(),
         r#"{"channel":"a","data":"ok"}"#
     );
-    assert_eq!(
-        s.metric(r#"ws_api_requests_total{route="publish",code="400"}"#),
-        3.0
-    );
-    assert_eq!(
-        s.metric(r#"ws_api_requests_total{route="publish",code="413"}"#),
-        2.0
-    );
-    assert_eq!(
-        s.metric(r#"ws_api_requests_total{route="publish",code="411"}"#),
-        2.0
-    );
-    assert_eq!(
-        s.metric(r#"ws_api_requests_total{route="publish",code="405"}"#),
-        1.0
-    );
-    assert_eq!(
-        s.metric(r#"ws_api_requests_total{route="api_other",code="404"}"#),
-        1.0
-    );
-    assert_eq!(s.metric("ws_channels_subscription_cap_total"), 1.0);
+    s.assert_metrics(&[
+        (r#"ws_api_requests_total{route="publish",code="400"}"#, 3.0),
+        (r#"ws_api_requests_total{route="publish",code="413"}"#, 2.0),
+        (r#"ws_api_requests_total{route="publish",code="411"}"#, 2.0),
+        (r#"ws_api_requests_total{route="publish",code="405"}"#, 1.0),
+        (
+            r#"ws_api_requests_total{route="api_other",code="404"}"#,
+            1.0,
+        ),
+        ("ws_channels_subscription_cap_total", 1.0),
+    ]);
 
     // A server that does not run the channels app: 409 naming the fix.
     let echo = common::serve(&["--profile", "10k", "--api-key-file", &path(&d, "api-key")]);
