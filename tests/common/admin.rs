@@ -36,12 +36,12 @@ impl Admin {
         } else {
             format!("{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n")
         };
-        super::http(self.port, req)
+        super::http::http(self.port, req)
     }
 
     /// The whole response to `GET path` (head and body).
     pub fn get(&self, path: &str) -> String {
-        super::get(self.port, path)
+        super::http::get(self.port, path)
     }
 
     /// The /metrics text, as Prometheus would scrape it. One connection per scrape, read to
@@ -95,7 +95,7 @@ in:
     /// the series and its last value.
     pub fn wait_metric(&self, name: &str, timeout: Duration, ok: impl Fn(f64) -> bool) -> f64 {
         let mut last = f64::NAN;
-        super::poll(timeout, || {
+        super::wait::poll(timeout, || {
             last = self.metric(name);
             ok(last).then_some(last)
         })

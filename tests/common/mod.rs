@@ -1,20 +1,25 @@
 //! What the integration test binaries share, and the only place a test helper is defined
-//! (docs/development.md): the binary and its output, a server started on free ports, processes
-//! reaped when a test ends (even when it fails), plain HTTP, bounded waits on an event (never a
-//! fixed sleep), check reports, network namespaces, and skips (a failure under `CI`).
-//! tree.rs: fixture trees and their scratch copies (`Tree::from_fixture`); admin.rs: a server's
-//! admin endpoint and its metrics (`Admin`); script.rs: wrapper scripts (`Script`); ws.rs: a raw
-//! WebSocket client; tungstenite.rs: async clients through tokio-tungstenite.
+//! (docs/internals/testing.md). Here: the binary and its output, a server started on free
+//! ports, processes reaped when a test ends (even when it fails), check reports, network
+//! namespaces, and skips (a failure under `CI`). Beside it, a file per idea: wait.rs (bounded
+//! waits on an event, never a fixed sleep), http.rs (plain HTTP), admin.rs (a server's admin
+//! endpoint and its metrics: `Admin`), tree.rs (fixture trees and their scratch copies:
+//! `Tree::from_fixture`), script.rs (wrapper scripts: `Script`), ws.rs (a raw WebSocket
+//! client), tungstenite.rs (async clients through tokio-tungstenite).
 #![allow(dead_code)] // each test binary uses its own part
 
 pub mod admin;
+pub mod http;
 pub mod script;
 pub mod tree;
 pub mod tungstenite;
+pub mod wait;
 pub mod ws;
 
 // At the top, as they were before they had files of their own; a binary that uses none of them
 // must not warn.
+pub use http::*;
+pub use wait::*;
 #[allow(unused_imports)]
 pub use {
     admin::Admin,
@@ -22,8 +27,7 @@ pub use {
     tree::{assert_same_tree, copy_dir, fixture, Tree},
 };
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -296,169 +300,6 @@ pub fn serve_command(mut cmd: Command, args: &[&str], env: &[(&str, Option<&str>
         head,
         log,
     }
-}
-
-// --- waiting for an event, never for a fixed time --------------------------------------------
-
-/// Poll `f` until it gives a value; None after `timeout` (for a caller that reports the
-/// timeout itself, with what it saw last). The first retries come after 10 ms, later ones up
-/// to 250 ms apart: quick when the event is near, light on a 2-core machine when it is not.
-pub fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(10);
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return None;
-        }
-        std::thread::sleep(pause.min(deadline - now));
-        pause = (pause * 2).min(Duration::from_millis(250));
-    }
-}
-
-/// Poll `f` (see [`poll`]) until it gives a value; panics naming `what` after `timeout`.
-pub fn wait_for<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
-    poll(timeout, f).unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
-}
-
-/// Poll `ok` (see [`poll`]) until it holds; panics naming `what` after `timeout`.
-pub fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-    wait_for(what, timeout, || ok().then_some(()))
-}
-
-/// Wait until 127.0.0.1:`port` accepts a connection (`what` listens there).
-pub fn wait_port(port: u16, timeout: Duration, what: &str) {
-    wait_until(&format!("{what} to accept on port {port}"), timeout, || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    })
-}
-
-/// Wait until `child` exits by itself: its status; panics naming `what` after `timeout`.
-pub fn wait_exit(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus {
-    wait_for(&format!("{what} to exit"), timeout, || {
-        child.try_wait().unwrap()
-    })
-}
-
-/// Send `sig` (`-TERM`, `-KILL`, ...) to `pid` with kill(1); panics when kill fails (the
-/// process is already gone).
-pub fn signal(pid: u32, sig: &str) {
-    let st = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(st.success(), "kill {sig} {pid}: {st}");
-}
-
-/// Run `cmd` to completion within `limit` (stdout and stderr captured), or kill it and fail
-/// the test with what it wrote: a command that blocks or never ends must not hang the suite.
-pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-    // Drain both pipes while waiting, so a chatty child cannot block on a full one.
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let status = poll(limit, || child.try_wait().unwrap());
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let o = Output {
-        status: status.unwrap_or_else(|| child.wait().unwrap()),
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    };
-    assert!(
-        status.is_some(),
-        "{cmd:?} ran past {limit:?}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
-/// Wait until `path` exists and is not empty.
-pub fn wait_file(path: &Path, timeout: Duration) {
-    wait_until(
-        &format!("{} to be written", path.display()),
-        timeout,
-        || std::fs::metadata(path).is_ok_and(|m| m.len() > 0),
-    )
-}
-
-// --- plain HTTP -------------------------------------------------------------------------------
-
-/// One HTTP exchange on a fresh connection (10 s read timeout): the whole response (until the
-/// server closes), or the head of a 101 (the connection then stays open); None when nothing
-/// listens or the exchange fails (a server still starting).
-pub fn try_http(port: u16, req: impl AsRef<[u8]>) -> Option<String> {
-    let req = req.as_ref();
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    s.write_all(req).ok()?;
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            // A reset after part of a response: what came is the response.
-            Err(_) if out.is_empty() => return None,
-            Err(_) => break,
-        }
-        if out.starts_with(b"HTTP/1.1 101 ") && out.windows(4).any(|w| w == b"\r\n\r\n") {
-            break;
-        }
-    }
-    Some(String::from_utf8_lossy(&out).into_owned())
-}
-
-/// Like [`try_http`]; panics when the exchange fails.
-pub fn http(port: u16, req: impl AsRef<[u8]>) -> String {
-    let req = req.as_ref();
-    try_http(port, req).unwrap_or_else(|| {
-        panic!(
-            "no HTTP response on port {port} to {:?}",
-            String::from_utf8_lossy(req)
-        )
-    })
-}
-
-/// HTTP/1.0: the body ends at the close and is never chunked (Prometheus chunks 1.1 replies).
-fn get_request(path: &str) -> String {
-    format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-}
-
-/// The whole response to `GET path` on 127.0.0.1:`port`; panics when there is none.
-pub fn get(port: u16, path: &str) -> String {
-    http(port, get_request(path))
-}
-
-/// The body of a 200 response to `GET path`; None while nothing listens, or on another status.
-pub fn try_get_ok(port: u16, path: &str) -> Option<String> {
-    let r = try_http(port, get_request(path))?;
-    let (head, body) = r.split_once("\r\n\r\n")?;
-    (head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200")).then(|| body.to_string())
-}
-
-/// The body of an HTTP response (after the blank line; empty when there is none).
-pub fn body(resp: &str) -> &str {
-    resp.split_once("\r\n\r\n").map_or("", |(_, b)| b)
 }
 
 /// Whether `tool` is on PATH.
