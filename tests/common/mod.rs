@@ -458,9 +458,9 @@ pub fn in_netns(script: &str) -> Option<Output> {
 
 /// The area (a tests/*.rs module) a test belongs to, held for the test's length: tests of one
 /// area run side by side, as libtest runs them, but never beside another area's. The binaries
-/// whose tests load the machine or measure it (tests/measured/main.rs, tests/heavy/main.rs) group several
-/// areas, and a probe's p99 or a soak's RSS must not carry another area's load; each of their
-/// tests starts with `let _area = common::area("NAME");`.
+/// whose tests load the machine or measure it (tests/measured/main.rs, tests/heavy/main.rs) group
+/// several areas, and a probe's p99 or a soak's RSS must not carry another area's load; each of
+/// their tests starts with `let _area = common::area("NAME");`.
 pub fn area(name: &'static str) -> AreaGuard {
     let (lock, turn) = &AREAS;
     let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
