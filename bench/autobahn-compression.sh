@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # All of Autobahn's compression cases (12.* and 13.*) against `wstune serve --deflate`; CI runs
-# a spread of them (tests/server.rs). Takes ~15 minutes: the suite's Python 2 deflate is the
+# a spread of them (tests/serving/server.rs). Takes ~15 minutes: the suite's Python 2 deflate is the
 # bottleneck, not the server. Prints the behaviour counts and any case that is not OK, and fails
 # when a case differs from tests/autobahn/expected-compression-full.json (the committed full run).
 set -euo pipefail

@@ -28,7 +28,7 @@ if [ $rc -ne 0 ]; then
   exit $rc
 fi
 # Keep the committed corpus small: only inputs that add coverage (libFuzzer's merge), then the
-# smallest of them up to 300 KB (tests/fuzz_corpus.rs replays all of it on every cargo test).
+# smallest of them up to 300 KB (tests/serving/fuzz_corpus.rs replays all of it on every cargo test).
 BIN=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/$T
 MIN=$(mktemp -d)
 "$BIN" -merge=1 -rss_limit_mb=4096 -timeout=10 "$MIN" "corpus/$T" >>"$LOG" 2>&1

@@ -4,7 +4,7 @@
 //! - `apply-pause-after=N`: at step N apply prints a line to stderr and sleeps for up to 60 s.
 //!   Step 0 is after the journal entry is saved and before the first change; steps 1..=A
 //!   follow each of the A actions (sysctls, limits), A+1..=A+F each of the F files written,
-//!   and A+F+1 the journal commit (tests/apply_killed.rs kills apply at every one).
+//!   and A+F+1 the journal commit (tests/commands/apply_killed.rs kills apply at every one).
 //! - `write-pause-at=N`: inside the Nth file write of the process (counted from 1: journal
 //!   entries, wstune's own files, a captured tree's values), after its new bytes are written
 //!   and before they take the old ones' place (the atomic writer: the temporary file synced,

@@ -11,7 +11,7 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// jemalloc's options (its `malloc_conf`, which the crate's prefixed build names
 /// `_rjem_malloc_conf`; `_RJEM_MALLOC_CONF` in the environment adds to them at start-up): pages
 /// are handed back to the kernel as soon as they are free (no decay), as glibc did for its
-/// mmapped blocks: a refused 16 MiB inflate buffer leaves RSS at once (tests/server_memory.rs),
+/// mmapped blocks: a refused 16 MiB inflate buffer leaves RSS at once (tests/serving/server_memory.rs),
 /// not 10 s later.
 #[cfg(target_os = "linux")]
 #[allow(non_upper_case_globals)]

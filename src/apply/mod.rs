@@ -234,7 +234,7 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
 /// Make the changes the entry describes. The entry must already be saved. On the first failure
 /// everything is restored and the entry is saved as `undone`; the error names the action.
 pub fn execute(entry: &mut Entry, backend: &dyn Backend, store: &Store) -> Result<()> {
-    // Failpoint steps (tests/apply_killed.rs kills apply at each): 0 = the entry is saved and
+    // Failpoint steps (tests/commands/apply_killed.rs kills apply at each): 0 = the entry is saved and
     // nothing is changed yet, 1..=A after each action, A+1..=A+F after each file, A+F+1 after
     // the commit.
     crate::failpoint::pause_after_action(0);

@@ -1,7 +1,7 @@
 //! An Ansible playbook: ansible.posix.sysctl for each key (now and in the sysctl.d file) and
 //! community.general.pam_limits for nofile, both collections shipped in the `ansible` package.
 //! Every path and the node-wide switch are variables, so a playbook can be tried on a network
-//! namespace with files under a scratch directory (tests/export.rs does).
+//! namespace with files under a scratch directory (tests/commands/export.rs does).
 
 use super::{yq, Export, Sysctl};
 use crate::apply::plan::{LIMITS_FILE, SYSCTL_FILE};

@@ -5,7 +5,7 @@
 //! Place in the flow: findings -> [`crate::apply::plan::settings`] (the same value rule `apply`
 //! uses: the profile's target, never lower than what the host already has) -> [`Export`] ->
 //! one renderer per format. Renderers are pure text functions; every output is checked by the
-//! tool that consumes it in `tests/export.rs` (sysctl, ansible-playbook, kubernetes-validate,
+//! tool that consumes it in `tests/commands/export.rs` (sysctl, ansible-playbook, kubernetes-validate,
 //! docker-compose, systemd-analyze).
 
 mod ansible;

@@ -160,7 +160,7 @@ pub const GENERATOR_BYTES_PER_CONN: u64 = 4096 + 4096;
 /// state and the buffers it keeps after the handshake. Measured: 4,000 idle connections of
 /// `serve --self-test --tls` (ECDSA P-256, TLS 1.3) held 7.8 KB more server RSS each than
 /// plain ones (1.9 KB) and 9.5 KB more generator RSS each (38 MB more over 4,000): 17.3 KB,
-/// and 20 KiB with a margin (tests/generator.rs holds it).
+/// and 20 KiB with a margin (tests/measured/generator.rs holds it).
 pub const TLS_BYTES_PER_CONN: u64 = 20 << 10;
 
 /// What one deflate connection adds on the generator's side: a decompressor with the server's

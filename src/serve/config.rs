@@ -375,7 +375,7 @@ impl ServeConfig {
 /// The self-test's load comes from loopback: its own source addresses (127.0.0.0/8, spread
 /// over many to get past the port range, and ::1) are exempt from every limit, so a host
 /// tuned with per-address caps and rates does not fail its own proof. The limits themselves
-/// are covered by tests/limits.rs, not by the load test.
+/// are covered by tests/serving/limits.rs, not by the load test.
 pub const SELF_TEST_EXEMPT: [&str; 2] = ["127.0.0.0/8", "::1"];
 
 /// Exempt the self-test's own sources (see `SELF_TEST_EXEMPT`).

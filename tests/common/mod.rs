@@ -1,16 +1,34 @@
 //! What the integration test binaries share, and the only place a test helper is defined
-//! (docs/development.md): the binary and its output, a server started on free ports, processes
-//! reaped when a test ends (even when it fails), plain HTTP, bounded waits on an event (never a
-//! fixed sleep), check reports, network namespaces, and skips (a failure under `CI`).
-//! ws.rs is a raw WebSocket client; tungstenite.rs async clients through tokio-tungstenite.
+//! (docs/internals/testing.md). Here: the binary and its output, a server started on free
+//! ports, processes reaped when a test ends (even when it fails), check reports, network
+//! namespaces, and skips (a failure under `CI`). Beside it, a file per idea: wait.rs (bounded
+//! waits on an event, never a fixed sleep), http.rs (plain HTTP), admin.rs (a server's admin
+//! endpoint and its metrics: `Admin`), tree.rs (fixture trees and their scratch copies:
+//! `Tree::from_fixture`), script.rs (wrapper scripts: `Script`), ws.rs (a raw WebSocket
+//! client), tungstenite.rs (async clients through tokio-tungstenite).
 #![allow(dead_code)] // each test binary uses its own part
 
+pub mod admin;
+pub mod http;
+pub mod script;
+pub mod tree;
 pub mod tungstenite;
+pub mod wait;
 pub mod ws;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+// At the top, as they were before they had files of their own; a binary that uses none of them
+// must not warn.
+pub use http::*;
+pub use wait::*;
+#[allow(unused_imports)]
+pub use {
+    admin::Admin,
+    script::Script,
+    tree::{assert_same_tree, copy_dir, fixture, Tree},
+};
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -53,36 +71,6 @@ pub fn stdout(o: &Output) -> String {
 
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A tree under tests/fixtures.
-pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-/// Copy a fixture tree (files and directories; no links in fixtures) to `to`.
-pub fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), &dest).unwrap();
-        }
-    }
-}
-
-/// Asserts that two trees hold the same files with the same contents (`diff -r`).
-pub fn assert_same_tree(a: &Path, b: &Path) {
-    let o = Command::new("diff")
-        .args(["-r", a.to_str().unwrap(), b.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "trees differ:\n{}", stdout(&o));
 }
 
 /// A child process killed and reaped on drop.
@@ -148,20 +136,29 @@ impl Served {
         get(self.admin, path)
     }
 
-    /// One series of the admin endpoint's /metrics (see [`ws::metric`]).
-    pub fn metric(&self, name: &str) -> f64 {
-        ws::metric(self.admin, name)
+    /// The admin endpoint's client (unless started with `--admin off`).
+    pub fn admin_api(&self) -> Admin {
+        Admin::on(self.admin)
     }
 
-    /// Wait until the metric `name` satisfies `ok` (bounded; the panic names the metric and
-    /// its last value).
+    /// One series of the admin endpoint's /metrics (see [`Admin::metric`]).
+    pub fn metric(&self, name: &str) -> f64 {
+        self.admin_api().metric(name)
+    }
+
+    /// Asserts that the series `name` satisfies `ok` now (see [`Admin::assert_metric`]).
+    pub fn assert_metric(&self, name: &str, ok: impl Fn(f64) -> bool) -> f64 {
+        self.admin_api().assert_metric(name, ok)
+    }
+
+    /// Asserts each `(series, value)` in one scrape (see [`Admin::assert_metrics`]).
+    pub fn assert_metrics(&self, expected: &[(&str, f64)]) {
+        self.admin_api().assert_metrics(expected)
+    }
+
+    /// Wait until the metric `name` satisfies `ok` (see [`Admin::wait_metric`]).
     pub fn wait_metric(&self, name: &str, timeout: Duration, ok: impl Fn(f64) -> bool) -> f64 {
-        let mut last = f64::NAN;
-        poll(timeout, || {
-            last = self.metric(name);
-            ok(last).then_some(last)
-        })
-        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {name} (still {last})"))
+        self.admin_api().wait_metric(name, timeout, ok)
     }
 
     /// The server's resident memory (VmRSS) in KiB.
@@ -303,169 +300,6 @@ pub fn serve_command(mut cmd: Command, args: &[&str], env: &[(&str, Option<&str>
         head,
         log,
     }
-}
-
-// --- waiting for an event, never for a fixed time --------------------------------------------
-
-/// Poll `f` until it gives a value; None after `timeout` (for a caller that reports the
-/// timeout itself, with what it saw last). The first retries come after 10 ms, later ones up
-/// to 250 ms apart: quick when the event is near, light on a 2-core machine when it is not.
-pub fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(10);
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return None;
-        }
-        std::thread::sleep(pause.min(deadline - now));
-        pause = (pause * 2).min(Duration::from_millis(250));
-    }
-}
-
-/// Poll `f` (see [`poll`]) until it gives a value; panics naming `what` after `timeout`.
-pub fn wait_for<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
-    poll(timeout, f).unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
-}
-
-/// Poll `ok` (see [`poll`]) until it holds; panics naming `what` after `timeout`.
-pub fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-    wait_for(what, timeout, || ok().then_some(()))
-}
-
-/// Wait until 127.0.0.1:`port` accepts a connection (`what` listens there).
-pub fn wait_port(port: u16, timeout: Duration, what: &str) {
-    wait_until(&format!("{what} to accept on port {port}"), timeout, || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    })
-}
-
-/// Wait until `child` exits by itself: its status; panics naming `what` after `timeout`.
-pub fn wait_exit(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus {
-    wait_for(&format!("{what} to exit"), timeout, || {
-        child.try_wait().unwrap()
-    })
-}
-
-/// Send `sig` (`-TERM`, `-KILL`, ...) to `pid` with kill(1); panics when kill fails (the
-/// process is already gone).
-pub fn signal(pid: u32, sig: &str) {
-    let st = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(st.success(), "kill {sig} {pid}: {st}");
-}
-
-/// Run `cmd` to completion within `limit` (stdout and stderr captured), or kill it and fail
-/// the test with what it wrote: a command that blocks or never ends must not hang the suite.
-pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-    // Drain both pipes while waiting, so a chatty child cannot block on a full one.
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let status = poll(limit, || child.try_wait().unwrap());
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let o = Output {
-        status: status.unwrap_or_else(|| child.wait().unwrap()),
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    };
-    assert!(
-        status.is_some(),
-        "{cmd:?} ran past {limit:?}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
-/// Wait until `path` exists and is not empty.
-pub fn wait_file(path: &Path, timeout: Duration) {
-    wait_until(
-        &format!("{} to be written", path.display()),
-        timeout,
-        || std::fs::metadata(path).is_ok_and(|m| m.len() > 0),
-    )
-}
-
-// --- plain HTTP -------------------------------------------------------------------------------
-
-/// One HTTP exchange on a fresh connection (10 s read timeout): the whole response (until the
-/// server closes), or the head of a 101 (the connection then stays open); None when nothing
-/// listens or the exchange fails (a server still starting).
-pub fn try_http(port: u16, req: impl AsRef<[u8]>) -> Option<String> {
-    let req = req.as_ref();
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    s.write_all(req).ok()?;
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            // A reset after part of a response: what came is the response.
-            Err(_) if out.is_empty() => return None,
-            Err(_) => break,
-        }
-        if out.starts_with(b"HTTP/1.1 101 ") && out.windows(4).any(|w| w == b"\r\n\r\n") {
-            break;
-        }
-    }
-    Some(String::from_utf8_lossy(&out).into_owned())
-}
-
-/// Like [`try_http`]; panics when the exchange fails.
-pub fn http(port: u16, req: impl AsRef<[u8]>) -> String {
-    let req = req.as_ref();
-    try_http(port, req).unwrap_or_else(|| {
-        panic!(
-            "no HTTP response on port {port} to {:?}",
-            String::from_utf8_lossy(req)
-        )
-    })
-}
-
-/// HTTP/1.0: the body ends at the close and is never chunked (Prometheus chunks 1.1 replies).
-fn get_request(path: &str) -> String {
-    format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-}
-
-/// The whole response to `GET path` on 127.0.0.1:`port`; panics when there is none.
-pub fn get(port: u16, path: &str) -> String {
-    http(port, get_request(path))
-}
-
-/// The body of a 200 response to `GET path`; None while nothing listens, or on another status.
-pub fn try_get_ok(port: u16, path: &str) -> Option<String> {
-    let r = try_http(port, get_request(path))?;
-    let (head, body) = r.split_once("\r\n\r\n")?;
-    (head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200")).then(|| body.to_string())
-}
-
-/// The body of an HTTP response (after the blank line; empty when there is none).
-pub fn body(resp: &str) -> &str {
-    resp.split_once("\r\n\r\n").map_or("", |(_, b)| b)
 }
 
 /// Whether `tool` is on PATH.
@@ -624,9 +458,9 @@ pub fn in_netns(script: &str) -> Option<Output> {
 
 /// The area (a tests/*.rs module) a test belongs to, held for the test's length: tests of one
 /// area run side by side, as libtest runs them, but never beside another area's. The binaries
-/// whose tests load the machine or measure it (tests/measured.rs, tests/heavy.rs) group several
-/// areas, and a probe's p99 or a soak's RSS must not carry another area's load; each of their
-/// tests starts with `let _area = common::area("NAME");`.
+/// whose tests load the machine or measure it (tests/measured/main.rs, tests/heavy/main.rs) group
+/// several areas, and a probe's p99 or a soak's RSS must not carry another area's load; each of
+/// their tests starts with `let _area = common::area("NAME");`.
 pub fn area(name: &'static str) -> AreaGuard {
     let (lock, turn) = &AREAS;
     let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());

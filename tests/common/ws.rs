@@ -1,6 +1,6 @@
 //! A raw WebSocket client for the server tests: the upgrade requests, client frames built byte
-//! by byte (so a test can send what no library would), server frames read back, and one metric
-//! scraped from the admin endpoint.
+//! by byte (so a test can send what no library would), server frames read back (the admin
+//! endpoint's metrics are admin.rs's).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -178,20 +178,4 @@ pub fn close_code(s: &mut TcpStream) -> Option<u16> {
 /// The status code of an HTTP response (0 when there is none).
 pub fn status_of(resp: &str) -> u16 {
     resp.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
-}
-
-/// One metric's value from the admin endpoint on `admin`; `name` is the whole series (with
-/// its labels, if any) up to the value.
-pub fn metric(admin: u16, name: &str) -> f64 {
-    let mut s = TcpStream::connect(("127.0.0.1", admin)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    text.lines()
-        .find(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with(' ')))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
 }

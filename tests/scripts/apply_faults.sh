@@ -1,5 +1,5 @@
-# Sourced after journal_lib.sh inside `unshare --net --mount` (tests/apply_killed.rs): apply
-# meets a full disk or a read-only file partway through and must stop cleanly, undo what it
+# Sourced after journal_lib.sh inside `unshare --net --mount` (tests/commands/apply_killed.rs):
+# apply meets a full disk or a read-only file partway through and must stop cleanly, undo what it
 # did, and say what failed. Prints one line per case: CASE NAME rc=RC same=yes|no, then ERR.
 
 # 1. A full disk: --prefix on a tmpfs of 1..12 pages (4 KiB each). Small ones fail at the

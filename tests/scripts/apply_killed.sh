@@ -1,4 +1,4 @@
-# Sourced after journal_lib.sh inside `unshare --net --mount` (tests/apply_killed.rs).
+# Sourced after journal_lib.sh inside `unshare --net --mount` (tests/commands/apply_killed.rs).
 # For every failpoint step N of the 100k plan (0: entry saved, nothing changed; then each
 # action, each file, the journal commit): apply paused at N and SIGKILLed, then (with
 # SECOND=1) a second, complete apply, then ONE rollback. Prints one STEP line per step; the

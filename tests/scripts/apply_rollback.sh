@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs inside `unshare --net --mount` (see tests/cli/apply.rs): apply and rollback against the real
-# kernel of a private network namespace, with --prefix for files and the global settings
-# (fs.*, conntrack, ...) shielded by bind-mounting scratch files over them, so nothing outside
-# this namespace can change. Prints one "STEP <name> rc=<code> same=<yes|no>" line per step;
-# the Rust test asserts on them.
-# The scratch --prefix $P, the shielded globals and state(): see journal_lib.sh.
+# Runs inside `unshare --net --mount` (see tests/commands/cli/apply.rs): apply and rollback against
+# the real kernel of a private network namespace, with --prefix for files and the global settings
+# (fs.*, conntrack, ...) shielded by bind-mounting scratch files over them, so nothing outside this
+# namespace can change. Prints one "STEP <name> rc=<code> same=<yes|no>" line per step; the Rust
+# test asserts on them. The scratch --prefix $P, the shielded globals and state(): see
+# journal_lib.sh.
 source "$(dirname "${BASH_SOURCE[0]}")/journal_lib.sh"
 
 step() { # name rc

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Clients for the network-fault tests (tests/faults.rs, tests/scripts/faults.sh), against a
+"""Clients for the network-fault tests (tests/heavy/faults.rs, tests/scripts/faults.sh), against a
 `wstune serve --app channels`. Every mode is bounded by --secs and prints one JSON line.
 
 hold      N connections subscribed to "all"; writes READY once all are open, then reads until

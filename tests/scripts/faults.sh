@@ -1,4 +1,4 @@
-# Network faults under `wstune serve` (tests/faults.rs), run inside `unshare --net --mount`:
+# Network faults under `wstune serve` (tests/heavy/faults.rs), run inside `unshare --net --mount`:
 # the server in this namespace on 10.77.0.1 (and 127.0.0.1), clients in the namespace "cli"
 # (10.77.0.2) behind a veth, faults made with nftables and tc. CASE is blackhole, slow or flood.
 # Prints tagged lines (RESULT, FIG) for the test to judge; every wait is bounded.

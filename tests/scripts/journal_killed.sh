@@ -1,5 +1,6 @@
 # An apply SIGKILLed after its third change, then a second apply, then ONE rollback: every value
-# and file must be as before the first apply. Prints STEP/ERR/CHECK lines for tests/journal/interrupted.rs.
+# and file must be as before the first apply. Prints STEP/ERR/CHECK lines for
+# tests/commands/journal/interrupted.rs.
 state > "$T/before"
 
 WSTUNE_FAILPOINT=apply-pause-after=3 "$W" apply --profile 100k --prefix "$P" --yes > "$T/out" 2> "$T/err" &

@@ -1,8 +1,8 @@
-# Sourced by the namespace scripts of tests/journal.rs and by apply_rollback.sh (tests/cli/apply.rs),
-# inside `unshare --net --mount`: a scratch
-# --prefix, the global settings a profile touches shielded by bind-mounting scratch files over
-# them (so nothing outside this namespace can change), and `state`, a fingerprint of every value
-# and file apply may touch, to compare before and after.
+# Sourced by the namespace scripts of tests/commands/journal.rs and by apply_rollback.sh
+# (tests/commands/cli/apply.rs), inside `unshare --net --mount`: a scratch --prefix, the global
+# settings a profile touches shielded by bind-mounting scratch files over them (so nothing outside
+# this namespace can change), and `state`, a fingerprint of every value and file apply may touch, to
+# compare before and after.
 set -u
 W="$WSTUNE"
 P=$(mktemp -d)

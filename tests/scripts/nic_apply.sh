@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs inside `unshare --net --mount` (see tests/cli/nic.rs): apply tunes a 4-queue veth in this
-# private namespace (its channel counts over ethtool netlink, then each queue's RPS, RFS and
-# XPS), the files it persists are read by their real consumers (udev's net_setup_link applies
-# the .link file, `udevadm test` runs the rule), and rollback puts every queue and count back.
-# /sys is mounted again so that it shows this namespace's links; the global settings are
-# shielded (journal_lib.sh). Prints "STEP <name> ..." lines for the Rust test.
+# Runs inside `unshare --net --mount` (see tests/commands/cli/nic.rs): apply tunes a 4-queue veth in
+# this private namespace (its channel counts over ethtool netlink, then each queue's RPS, RFS and
+# XPS), the files it persists are read by their real consumers (udev's net_setup_link applies the
+# .link file, `udevadm test` runs the rule), and rollback puts every queue and count back. /sys is
+# mounted again so that it shows this namespace's links; the global settings are shielded
+# (journal_lib.sh). Prints "STEP <name> ..." lines for the Rust test.
 source "$(dirname "${BASH_SOURCE[0]}")/journal_lib.sh"
 # (net.core.rps_sock_flow_entries exists only in the host's own namespace: not seen here.)
 mount --make-rprivate / && mount -t sysfs sysfs /sys || exit 92

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs inside `unshare --net --mount` (see tests/export/nic.rs): `export --to nic` renders the NIC
-# boot files for other hosts from a 4-queue veth in this private namespace, and their real
-# consumers read them: `udevadm test` runs the rule (for "add", and for "move", the event a NIC
-# that udev renames gets its name with), udev's net_setup_link applies the .link file. Nothing
-# here is installed on the host: the files are bind-mounted over /etc's directories in this
-# mount namespace only. Prints "TAG ..." lines for the Rust test.
+# Runs inside `unshare --net --mount` (see tests/commands/export/nic.rs): `export --to nic` renders
+# the NIC boot files for other hosts from a 4-queue veth in this private namespace, and their real
+# consumers read them: `udevadm test` runs the rule (for "add", and for "move", the event a NIC that
+# udev renames gets its name with), udev's net_setup_link applies the .link file. Nothing here is
+# installed on the host: the files are bind-mounted over /etc's directories in this mount namespace
+# only. Prints "TAG ..." lines for the Rust test.
 W="$WSTUNE"
 T="$(mktemp -d)"
 mount --make-rprivate / && mount -t sysfs sysfs /sys || exit 92

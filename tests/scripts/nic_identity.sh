@@ -1,11 +1,11 @@
-# Sourced after journal_lib.sh inside `unshare --net --mount` (tests/cli/nic.rs), with CASE set:
-# a NIC apply tuned is renamed (rename), renamed while another takes its name (swap), has its
+# Sourced after journal_lib.sh inside `unshare --net --mount` (tests/commands/cli/nic.rs), with CASE
+# set: a NIC apply tuned is renamed (rename), renamed while another takes its name (swap), has its
 # channel counts changed by hand (hand), is deleted (del), or is deleted and a new link takes its
-# name (taken; forced: and the operator changes what the first rollback restored before
-# `--id ID --force`; flow: with RPS and RFS's host-wide flow table), or was tuned by an apply in
-# another network namespace (netns), and then rollback runs. /sys is mounted again so that
-# it shows this namespace's links. Prints tagged lines for the Rust test: each NIC's state as
-# `ch=RX:1TX:1 rx-0/rps_cpus=0 ...`, each command's exit code and output on one line.
+# name (taken; forced: and the operator changes what the first rollback restored before `--id ID
+# --force`; flow: with RPS and RFS's host-wide flow table), or was tuned by an apply in another
+# network namespace (netns), and then rollback runs. /sys is mounted again so that it shows this
+# namespace's links. Prints tagged lines for the Rust test: each NIC's state as `ch=RX:1TX:1
+# rx-0/rps_cpus=0 ...`, each command's exit code and output on one line.
 mount --make-rprivate / && mount -t sysfs sysfs /sys || exit 92
 veth() {
   ip link add "$1" numtxqueues 4 numrxqueues 4 type veth peer name "$1p" numtxqueues 4 numrxqueues 4 || exit 93

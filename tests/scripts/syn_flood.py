@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A SYN flood for tests/faults.rs: raw TCP SYNs from SRC (source ports 40000-49999, whose
+"""A SYN flood for tests/heavy/faults.rs: raw TCP SYNs from SRC (source ports 40000-49999, whose
 SYN-ACKs the caller drops so they stay half-open) to DST:PORT for SECS seconds. Prints one JSON
 line with the count sent. Needs CAP_NET_RAW (root in the test's namespace)."""
 import json

@@ -3,7 +3,7 @@
  * Rust's standard library (1.78 and later) gets its random numbers (HashMap seeds) from
  * bcryptprimitives!ProcessPrng, which every supported Windows (10 and later) has. Wine 8.0, the
  * version Debian 12 ships, does not export it, so without this DLL any Rust .exe fails to start
- * under that Wine ("unimplemented function bcryptprimitives.dll.ProcessPrng"). tests/windows_wine.rs
+ * under that Wine ("unimplemented function bcryptprimitives.dll.ProcessPrng"). tests/heavy/windows_wine.rs
  * builds this file with x86_64-w64-mingw32-gcc and puts the DLL beside wstune.exe (the loader
  * looks in the application's directory first); wstune.exe itself is not changed. ProcessPrng
  * forwards to RtlGenRandom (advapi32!SystemFunction036), which Wine does implement. Newer Wine

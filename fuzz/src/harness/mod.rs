@@ -3,13 +3,13 @@
 //! mismatch). Bad input itself is never a bug: every parser must turn it into an error.
 //!
 //! Plain Rust on purpose: `fuzz/fuzz_targets/*.rs` call these under libFuzzer (nightly
-//! flags, `bench/fuzz.sh`), and `tests/fuzz_corpus.rs` replays every committed corpus and
+//! flags, `bench/fuzz.sh`), and `tests/serving/fuzz_corpus.rs` replays every committed corpus and
 //! regression input through the same functions on stable, so CI catches a regression
 //! without a nightly toolchain. Structure-aware targets read their structure with
 //! `arbitrary::Unstructured` from the raw bytes, so a corpus file means the same in both.
 //!
 //! The targets live by idea in `protocol`, `decompress` and `host`; this file names them. It is
-//! a mod.rs on purpose: fuzz/src/lib.rs declares it and tests/fuzz_corpus.rs includes it with
+//! a mod.rs on purpose: fuzz/src/lib.rs declares it and tests/serving/fuzz_corpus.rs includes it with
 //! `#[path]`, and both resolve its submodules to this folder only because it is a mod.rs.
 
 mod decompress;
