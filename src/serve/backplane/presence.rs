@@ -2,7 +2,7 @@
 //! its channels' subscriber counts (a heartbeat on the backplane, beside the relay messages);
 //! every node keeps the last announcement of each other node and forgets a node not heard
 //! from within `EXPIRY`. `GET /api/channels/NAME` answers this node's count plus the live
-//! nodes' (`Hub::set_remote_presence`), and `ws_backplane_nodes` counts the live nodes.
+//! nodes' (`hub.presence().set_remote`), and `ws_backplane_nodes` counts the live nodes.
 //!
 //! This is the shape of the Socket.IO Redis Streams adapter's node heartbeat (5 s interval,
 //! a node gone after 10 s without one) and of Centrifugo's node info messages, sized down:
