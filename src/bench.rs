@@ -187,8 +187,8 @@ pub fn broadcast_messages(a: &Settings) -> usize {
 }
 
 /// Broadcast cost: `n` recipients get every message of the ticker stream. "once" compresses
-/// each message a single time from a reset context (what `hub.registry().broadcast` does for every
-/// deflate peer); "per_connection" keeps one context-takeover compressor per recipient (what
+/// each message a single time from a reset context (what `hub.registry().broadcast` does for
+/// every deflate peer); "per_connection" keeps one context-takeover compressor per recipient (what
 /// a server that compresses per connection pays). Both outputs are inflated by a recipient to
 /// check them.
 pub fn broadcast(sizes: &[usize], n: usize, a: &Settings) -> Result<Vec<BroadcastRow>> {
