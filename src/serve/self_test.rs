@@ -105,19 +105,7 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
     })
     .map_err(anyhow::Error::msg)?;
     let (conns, processes, server_max) = (size.conns, size.processes, size.server_max);
-    let mut defaults = vec![
-        Scenario::Idle,
-        Scenario::EchoRate,
-        Scenario::EchoSat,
-        Scenario::Storm,
-        Scenario::Broadcast,
-    ];
-    if r.server.deflate.enabled {
-        defaults.push(Scenario::Deflate);
-    }
-    if t.tls {
-        defaults.push(Scenario::TlsHandshake);
-    }
+    let mut defaults = Scenario::by_default(r.server.deflate.enabled, t.tls);
     let tls_server = super::run::tls_config(r)?;
     // A user's server: broadcast needs an app that sends every message it gets to every
     // connection, which an application cannot be assumed to do; it runs when asked for.
