@@ -35,6 +35,7 @@ mod merge;
 mod plan;
 mod protocol;
 mod publisher;
+mod refusal;
 mod results;
 mod run;
 mod sampling;
@@ -42,6 +43,7 @@ mod scenario;
 
 pub use plan::RunPlan;
 pub use protocol::{Event, StepResult, TlsCounts, WorkerResult, WorkerSpec};
+pub use refusal::Refusal;
 pub use results::{
     Attempt, Histograms, Latency, ProcFigures, ScenarioReport, StepReport, TimelinePoint, TlsReport,
 };

@@ -11,8 +11,7 @@
 
 use super::client::{self, Incoming, Target};
 use super::scenario::NeedsServer;
-use super::Scenario;
-use serde::{Deserialize, Serialize};
+use super::{Refusal, Scenario};
 use std::time::Duration;
 
 /// What the probe learned of a server.
@@ -42,42 +41,6 @@ impl Kind {
                  channels server (`wstune serve --app channels`)"
             ),
         }
-    }
-}
-
-/// A scenario refused before the load, and why: in the report and in the error.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Refusal {
-    pub scenario: Scenario,
-    /// The server the scenario would have run against.
-    pub url: String,
-    /// Why it cannot work there, in a sentence.
-    pub reason: String,
-    /// What to run instead, each a command or flag to use.
-    pub instead: Vec<String>,
-}
-
-impl Refusal {
-    /// One paragraph: the scenario, why, and what to run instead.
-    pub fn line(&self) -> String {
-        format!(
-            "--scenario {} cannot work against {}: {}; instead: {}",
-            self.scenario.name(),
-            self.url,
-            self.reason,
-            self.instead.join(", or ")
-        )
-    }
-
-    /// The same over lines, for the error: the why first, then each thing to run instead.
-    pub fn message(&self) -> String {
-        format!(
-            "--scenario {} cannot work against {}: {}\ninstead: {}",
-            self.scenario.name(),
-            self.url,
-            self.reason,
-            self.instead.join("\nor: ")
-        )
     }
 }
 
