@@ -32,6 +32,7 @@ pub mod worker;
 mod figures;
 pub(crate) mod histo;
 mod merge;
+mod own;
 mod plan;
 mod protocol;
 mod publisher;
@@ -41,6 +42,7 @@ mod run;
 mod sampling;
 mod scenario;
 
+pub use own::{OwnCounts, OwnFigures};
 pub use plan::RunPlan;
 pub use protocol::{Event, StepResult, TlsCounts, WorkerResult, WorkerSpec};
 pub use refusal::Refusal;

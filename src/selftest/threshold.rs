@@ -499,7 +499,7 @@ impl Threshold {
                     Series::Round => s.broadcast_last_ms.as_ref(),
                     Series::Connect => s.connect_ms.as_ref(),
                     Series::TlsHandshake => s.tls.as_ref().map(|t| &t.handshake_ms),
-                    Series::Back => s.restart.as_ref().map(|r| &r.back_ms),
+                    Series::Back => s.own.restart().map(|r| &r.back_ms),
                 }
                 .filter(|l| l.count > 0)
                 .ok_or(match series {
@@ -563,10 +563,7 @@ impl Threshold {
             | Metric::AllBack
             | Metric::PeakAcceptRate
             | Metric::ListenOverflows => {
-                let r = s
-                    .restart
-                    .as_ref()
-                    .ok_or("no restart figures were reported")?;
+                let r = s.own.restart().ok_or("no restart figures were reported")?;
                 match self.metric {
                     Metric::Refused => r.refused_total as f64,
                     Metric::NotBack => r.not_back as f64,

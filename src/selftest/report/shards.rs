@@ -10,6 +10,7 @@
 use super::super::{histo, Histograms, ProcFigures, ScenarioReport, TimelinePoint};
 use super::{BudgetReport, CapacityReport, MemoryReport, MergedFrom, Report};
 use crate::selftest::histo::latency;
+use crate::selftest::OwnFigures;
 use std::collections::BTreeMap;
 
 /// One shard's report and where it was read from (for the messages).
@@ -375,13 +376,14 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
             .reduce(|a, b| a + b),
         handshakes_per_server_core_sec: handshakes_per_core,
         started_unix_ms: each.iter().filter_map(|(_, s)| s.started_unix_ms).min(),
-        restart: crate::selftest::restart::merge_reports(
+        own: crate::selftest::restart::merge_reports(
             &each
                 .iter()
-                .filter_map(|(_, s)| s.restart.as_ref())
+                .filter_map(|(_, s)| s.own.restart())
                 .collect::<Vec<_>>(),
             latency(&hist),
-        ),
+        )
+        .map_or(OwnFigures::Common, OwnFigures::Restart),
         histograms: Some(Histograms {
             latency: histo::encode_packed(&hist),
             service: has_service.then(|| histo::encode_packed(&service)),

@@ -13,7 +13,7 @@ pub use scenarios::broadcast_payload;
 use super::client::{self, Reader, Writer};
 use super::histo::{histogram, MAX_LATENCY_US};
 use super::scenario::OnEachConn;
-use super::{Event, WorkerResult, WorkerSpec};
+use super::{Event, OwnCounts, WorkerResult, WorkerSpec};
 use echo::{echo_rate, echo_sat, pace, Slot};
 use hdrhistogram::Histogram;
 use scenarios::{handshakes, hold, storm, subscribe};
@@ -422,8 +422,10 @@ fn emit_result(sh: &Shared, cpu: f64, elapsed: f64, start_us: u64, first_error: 
             })
             .collect(),
         // Only a restart's connections reconnect: elsewhere the counts stay empty.
-        restart: Some(sh.restart.borrow().clone())
-            .filter(|r| *r != super::restart::RestartCounts::default()),
+        own: match sh.restart.borrow().clone() {
+            c if c == super::restart::RestartCounts::default() => OwnCounts::Common,
+            c => OwnCounts::Restart(c),
+        },
     })));
 }
 
