@@ -17,15 +17,21 @@ pub enum OwnFigures {
     /// Nothing beyond the figures every scenario has.
     #[default]
     Common,
-    /// restart: closes, refusals, reconnects and the time until every client was back.
-    Restart(RestartReport),
+    /// restart: closes, refusals, reconnects and the time until every client was back
+    /// (boxed: the other scenarios' reports need not carry its size).
+    Restart(Box<RestartReport>),
 }
 
 impl OwnFigures {
+    /// The restart scenario's figures when it has them; none for every other scenario.
+    pub fn of_restart(r: Option<RestartReport>) -> Self {
+        r.map_or(OwnFigures::Common, |r| OwnFigures::Restart(Box::new(r)))
+    }
+
     /// The restart scenario's figures; None for every other scenario.
     pub fn restart(&self) -> Option<&RestartReport> {
         match self {
-            OwnFigures::Restart(r) => Some(r),
+            OwnFigures::Restart(r) => Some(r.as_ref()),
             OwnFigures::Common => None,
         }
     }
@@ -77,7 +83,7 @@ impl Serialize for OwnFigures {
 impl<'de> Deserialize<'de> for OwnFigures {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let read = Read::<RestartReport>::deserialize(d)?;
-        Ok(read.restart.map_or(OwnFigures::Common, OwnFigures::Restart))
+        Ok(OwnFigures::of_restart(read.restart))
     }
 }
 
@@ -124,7 +130,7 @@ mod tests {
         assert!(matches!(back.own, OwnFigures::Common));
 
         let restart = Holder {
-            own: OwnFigures::Restart(RestartReport::default()),
+            own: OwnFigures::of_restart(Some(RestartReport::default())),
             ..common
         };
         let text = serde_json::to_string(&restart).unwrap();

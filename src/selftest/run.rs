@@ -182,7 +182,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         disturbance,
         incomplete,
         started_unix_ms,
-        own: restart.map_or(OwnFigures::Common, OwnFigures::Restart),
+        own: OwnFigures::of_restart(restart),
     };
     Ok(figures::scenario_report(o, scenario, &results, m, around))
 }

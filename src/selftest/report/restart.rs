@@ -175,7 +175,14 @@ mod tests {
             max: p99_ms,
             ..Default::default()
         };
-        s.own = OwnFigures::Restart(from_counts(c, back, "sigterm".into(), 2_000, None, None));
+        s.own = OwnFigures::of_restart(Some(from_counts(
+            c,
+            back,
+            "sigterm".into(),
+            2_000,
+            None,
+            None,
+        )));
         s
     }
 

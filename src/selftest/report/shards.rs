@@ -434,14 +434,13 @@ fn timeline(each: &[(usize, &ScenarioReport)]) -> Vec<TimelinePoint> {
 
 /// The scenario's own figures over every shard (restart's merged; none for the others).
 fn own(each: &[(usize, &ScenarioReport)], hist: &hdrhistogram::Histogram<u64>) -> OwnFigures {
-    crate::selftest::restart::merge_reports(
+    OwnFigures::of_restart(crate::selftest::restart::merge_reports(
         &each
             .iter()
             .filter_map(|(_, s)| s.own.restart())
             .collect::<Vec<_>>(),
         latency(hist),
-    )
-    .map_or(OwnFigures::Common, OwnFigures::Restart)
+    ))
 }
 
 /// A script's steps over every shard, by name: latencies added exactly, counts summed.
