@@ -5,8 +5,8 @@
 use super::histo::{self, latency};
 use super::merge::Merged;
 use super::noise::Disturbance;
-use super::restart::RestartReport;
 use super::sampling::{KernelDrops, KernelMemory};
+use super::OwnFigures;
 use super::*;
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
@@ -28,7 +28,7 @@ pub(super) struct Around {
     pub(super) disturbance: Option<Disturbance>,
     pub(super) incomplete: Option<String>,
     pub(super) started_unix_ms: Option<u64>,
-    pub(super) restart: Option<RestartReport>,
+    pub(super) own: OwnFigures,
 }
 
 /// The report of `scenario` run by plan `o`.
@@ -167,7 +167,7 @@ pub(super) fn scenario_report(
         }),
         steps: step_reports(steps),
         started_unix_ms: around.started_unix_ms,
-        restart: around.restart,
+        own: around.own,
         histograms: Some(Histograms {
             latency: histo::encode_packed(&hist),
             service: echo_like.then(|| histo::encode_packed(&service)),

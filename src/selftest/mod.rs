@@ -32,16 +32,20 @@ pub mod worker;
 mod figures;
 pub(crate) mod histo;
 mod merge;
+mod own;
 mod plan;
 mod protocol;
 mod publisher;
+mod refusal;
 mod results;
 mod run;
 mod sampling;
 mod scenario;
 
+pub use own::{OwnCounts, OwnFigures};
 pub use plan::RunPlan;
 pub use protocol::{Event, StepResult, TlsCounts, WorkerResult, WorkerSpec};
+pub use refusal::Refusal;
 pub use results::{
     Attempt, Histograms, Latency, ProcFigures, ScenarioReport, StepReport, TimelinePoint, TlsReport,
 };

@@ -10,8 +10,8 @@
 //! nothing is refused.
 
 use super::client::{self, Incoming, Target};
-use super::Scenario;
-use serde::{Deserialize, Serialize};
+use super::scenario::NeedsServer;
+use super::{Refusal, Scenario};
 use std::time::Duration;
 
 /// What the probe learned of a server.
@@ -41,42 +41,6 @@ impl Kind {
                  channels server (`wstune serve --app channels`)"
             ),
         }
-    }
-}
-
-/// A scenario refused before the load, and why: in the report and in the error.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Refusal {
-    pub scenario: Scenario,
-    /// The server the scenario would have run against.
-    pub url: String,
-    /// Why it cannot work there, in a sentence.
-    pub reason: String,
-    /// What to run instead, each a command or flag to use.
-    pub instead: Vec<String>,
-}
-
-impl Refusal {
-    /// One paragraph: the scenario, why, and what to run instead.
-    pub fn line(&self) -> String {
-        format!(
-            "--scenario {} cannot work against {}: {}; instead: {}",
-            self.scenario.name(),
-            self.url,
-            self.reason,
-            self.instead.join(", or ")
-        )
-    }
-
-    /// The same over lines, for the error: the why first, then each thing to run instead.
-    pub fn message(&self) -> String {
-        format!(
-            "--scenario {} cannot work against {}: {}\ninstead: {}",
-            self.scenario.name(),
-            self.url,
-            self.reason,
-            self.instead.join("\nor: ")
-        )
     }
 }
 
@@ -182,12 +146,9 @@ const BROADCAST_SERVER: &str =
 /// None when it can (or the probe says too little to refuse).
 pub fn refusal(scenario: Scenario, kind: Kind, url: &str, needs: &Needs) -> Option<Refusal> {
     let found = kind.described(url);
-    let echo_like = matches!(
-        scenario,
-        Scenario::EchoRate | Scenario::EchoSat | Scenario::Deflate | Scenario::Storm
-    );
-    let (reason, instead) = match (scenario, kind) {
-        (Scenario::Broadcast, Kind::Echo) => (
+    let needs_server = scenario.workload().needs_server();
+    let (reason, instead) = match (needs_server, kind) {
+        (NeedsServer::FanOut, Kind::Echo) => (
             format!(
                 "broadcast needs a server that sends each message to every client, and {found}"
             ),
@@ -198,7 +159,7 @@ pub fn refusal(scenario: Scenario, kind: Kind, url: &str, needs: &Needs) -> Opti
                     .to_string(),
             ],
         ),
-        (Scenario::Broadcast, Kind::Channels) => (
+        (NeedsServer::FanOut, Kind::Channels) => (
             format!(
                 "broadcast needs a server that sends each message to every client, and {found}"
             ),
@@ -209,20 +170,20 @@ pub fn refusal(scenario: Scenario, kind: Kind, url: &str, needs: &Needs) -> Opti
                     .to_string(),
             ],
         ),
-        (s, Kind::Broadcast) if echo_like && !needs.request => (
+        (NeedsServer::Echo, Kind::Broadcast) if !needs.request => (
             format!(
                 "{} expects each message back at its sender alone, and {found}",
-                s.name()
+                scenario.name()
             ),
             vec![
                 "an echo server: `wstune serve` (the echo app)".to_string(),
                 "measure this broadcast server with --scenario broadcast".to_string(),
             ],
         ),
-        (s, Kind::Channels) if echo_like && !needs.request => (
+        (NeedsServer::Echo, Kind::Channels) if !needs.request => (
             format!(
                 "{} expects each message back as it was sent, and {found}",
-                s.name()
+                scenario.name()
             ),
             vec![
                 "an echo server: `wstune serve` (the echo app)".to_string(),
@@ -231,7 +192,7 @@ pub fn refusal(scenario: Scenario, kind: Kind, url: &str, needs: &Needs) -> Opti
                     .to_string(),
             ],
         ),
-        (Scenario::Script, Kind::Echo | Kind::Broadcast) if needs.script_channels => (
+        (NeedsServer::Scripted, Kind::Echo | Kind::Broadcast) if needs.script_channels => (
             format!(
                 "the script's subscribe and publish steps speak wstune's channels protocol, and \
                  {found}"
@@ -251,15 +212,7 @@ pub fn refusal(scenario: Scenario, kind: Kind, url: &str, needs: &Needs) -> Opti
 /// Whether a scenario's success depends on what kind of server it meets (idle holds and
 /// handshakes work against any WebSocket server).
 pub fn depends_on_kind(scenario: Scenario) -> bool {
-    matches!(
-        scenario,
-        Scenario::EchoRate
-            | Scenario::EchoSat
-            | Scenario::Deflate
-            | Scenario::Storm
-            | Scenario::Broadcast
-            | Scenario::Script
-    )
+    scenario.workload().needs_server() != NeedsServer::Any
 }
 
 /// Whether a script's sent text is a channels request (subscribe, unsubscribe, publish).

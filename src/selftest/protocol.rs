@@ -4,7 +4,7 @@
 
 use super::client::Target;
 use super::tls::TlsClient;
-use super::{arrivals, Scenario};
+use super::{arrivals, OwnCounts, Scenario};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -191,9 +191,9 @@ pub struct WorkerResult {
     /// A scripted session's waiting steps (empty elsewhere).
     #[serde(default)]
     pub steps: Vec<StepResult>,
-    /// restart: closes, reconnects and refusals (None elsewhere).
-    #[serde(default)]
-    pub restart: Option<super::restart::RestartCounts>,
+    /// What only this scenario counts (restart's closes, reconnects and refusals).
+    #[serde(flatten)]
+    pub own: OwnCounts,
 }
 
 /// A generator process's TLS handshakes (counted in the measured window for tls-handshake,
@@ -249,7 +249,7 @@ mod tests {
             tls_histogram: None,
             tls: None,
             steps: Vec::new(),
-            restart: None,
+            own: OwnCounts::Common,
         };
         let line = serde_json::to_string(&Event::Done(Box::new(result))).unwrap();
         let Event::Done(back) = serde_json::from_str::<Event>(&line).unwrap() else {

@@ -1,7 +1,7 @@
 //! What one scenario measured, as the report renders it: latency, the processes' CPU and
 //! memory, the kernel's figures, the timeline, earlier attempts.
 
-use super::{arrivals, noise, KernelDrops, KernelMemory, Scenario};
+use super::{arrivals, noise, KernelDrops, KernelMemory, OwnFigures, Scenario};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -134,9 +134,10 @@ pub struct ScenarioReport {
     /// send to the message that matched.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepReport>,
-    /// restart: closes, refusals, reconnects and the time until every client was back.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restart: Option<super::restart::RestartReport>,
+    /// What only this scenario measures (restart's closes, refusals and reconnects), one key
+    /// of its own in the JSON, absent for a scenario with none.
+    #[serde(flatten)]
+    pub own: OwnFigures,
     /// A shard's run: when its measured load started, ms since the Unix epoch (the shards'
     /// differences are the skew `report merge` prints).
     #[serde(default, skip_serializing_if = "Option::is_none")]

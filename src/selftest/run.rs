@@ -182,7 +182,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         disturbance,
         incomplete,
         started_unix_ms,
-        restart,
+        own: OwnFigures::of_restart(restart),
     };
     Ok(figures::scenario_report(o, scenario, &results, m, around))
 }

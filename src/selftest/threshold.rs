@@ -139,18 +139,6 @@ pub const METRICS: &str = "p50, p90, p99, p999, max, mean (latency); service.p50
 const SCENARIOS: &str =
     "echo-rate, echo-sat, idle, storm, tls-handshake, broadcast, deflate, restart, or * for every one";
 
-const ALL_SCENARIOS: [Scenario; 9] = [
-    Scenario::Restart,
-    Scenario::Script,
-    Scenario::Idle,
-    Scenario::EchoRate,
-    Scenario::Deflate,
-    Scenario::EchoSat,
-    Scenario::Storm,
-    Scenario::TlsHandshake,
-    Scenario::Broadcast,
-];
-
 fn stat(s: &str) -> Option<Stat> {
     Some(match s {
         "p50" => Stat::P50,
@@ -306,7 +294,7 @@ impl std::str::FromStr for Threshold {
         })?;
         let (scope, name) = match scope.trim() {
             "*" => (Scope::Every, name),
-            s => match ALL_SCENARIOS.into_iter().find(|sc| sc.name() == s) {
+            s => match Scenario::ALL.into_iter().find(|sc| sc.name() == s) {
                 Some(sc) => (Scope::One(sc), name),
                 // POPULATION.STEP.STAT: a script's step.
                 None => match name.rsplit_once('.') {
@@ -370,32 +358,31 @@ impl std::str::FromStr for Threshold {
 /// Whether a scenario produces the figure at all (checked when the threshold is read, so a
 /// threshold on a figure that cannot exist is refused before anything runs).
 pub fn measures(s: Scenario, m: Metric) -> bool {
-    use Scenario::*;
+    let has = s.workload().figures();
     match m {
-        Metric::Latency(Series::Latency, _) => s != Idle,
+        Metric::Latency(Series::Latency, _) | Metric::Delivered | Metric::Rate => has.messages,
         Metric::Latency(Series::Service, _) | Metric::CpuPerMsg => s.open_loop(),
-        Metric::Latency(Series::Round, _) => s == Broadcast,
+        Metric::Latency(Series::Round, _) => has.rounds,
         // Every scenario but storm and tls-handshake opens its connections before it is
         // measured, and records how long that took; those two open theirs in the window.
         Metric::Latency(Series::Connect, _) => true,
         // Against a wss:// server only: checked when the figure is read.
         Metric::Latency(Series::TlsHandshake, _) | Metric::Resumed => true,
-        Metric::HandshakesPerCore => s == TlsHandshake,
-        Metric::Met => s == Script,
+        Metric::HandshakesPerCore => has.handshakes_per_core,
+        Metric::Met => has.steps,
         Metric::ErrorRate | Metric::Connected | Metric::ServerCpu => true,
-        Metric::Delivered | Metric::Rate => s != Idle,
-        Metric::ConnectRate => s == Storm,
+        Metric::ConnectRate => has.connect_rate,
         Metric::Latency(Series::Back, _)
         | Metric::Refused
         | Metric::NotBack
         | Metric::AllBack
         | Metric::PeakAcceptRate
-        | Metric::ListenOverflows => s == Restart,
+        | Metric::ListenOverflows => has.disruption,
     }
 }
 
 fn measured_by(m: Metric) -> Vec<&'static str> {
-    ALL_SCENARIOS
+    Scenario::ALL
         .into_iter()
         .filter(|s| measures(*s, m))
         .map(|s| s.name())
@@ -431,7 +418,7 @@ impl Threshold {
             .filter(|s| match &self.scope {
                 Scope::One(sc) => s.scenario == *sc,
                 Scope::Every => measures(s.scenario, self.metric),
-                Scope::Step(_) => s.scenario == Scenario::Script,
+                Scope::Step(_) => s.scenario.workload().figures().steps,
             })
             .collect()
     }
@@ -512,7 +499,7 @@ impl Threshold {
                     Series::Round => s.broadcast_last_ms.as_ref(),
                     Series::Connect => s.connect_ms.as_ref(),
                     Series::TlsHandshake => s.tls.as_ref().map(|t| &t.handshake_ms),
-                    Series::Back => s.restart.as_ref().map(|r| &r.back_ms),
+                    Series::Back => s.own.restart().map(|r| &r.back_ms),
                 }
                 .filter(|l| l.count > 0)
                 .ok_or(match series {
@@ -543,13 +530,7 @@ impl Threshold {
                 s.errors as f64 / base as f64
             }
             Metric::Delivered => {
-                let due = match s.scenario {
-                    Scenario::Broadcast => {
-                        s.conns_connected as u64 * s.broadcast_rounds.unwrap_or(0) as u64
-                    }
-                    Scenario::Storm => s.conns_requested as u64,
-                    _ => s.sent,
-                };
+                let due = s.scenario.workload().due(s);
                 if due == 0 {
                     return Err("no message was due".into());
                 }
@@ -582,10 +563,7 @@ impl Threshold {
             | Metric::AllBack
             | Metric::PeakAcceptRate
             | Metric::ListenOverflows => {
-                let r = s
-                    .restart
-                    .as_ref()
-                    .ok_or("no restart figures were reported")?;
+                let r = s.own.restart().ok_or("no restart figures were reported")?;
                 match self.metric {
                     Metric::Refused => r.refused_total as f64,
                     Metric::NotBack => r.not_back as f64,

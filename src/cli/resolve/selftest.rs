@@ -187,7 +187,7 @@ fn script(path: &Path, load: &mut Load) -> Result<()> {
     };
     let (s, f) = script::parse(&text, &file, &tokens).map_err(anyhow::Error::msg)?;
     load.conns = Some(s.conns());
-    load.scenarios = vec![Scenario::Script];
+    load.scenarios = vec![Scenario::scripted()];
     if load.secs.is_none() {
         load.secs = s.stages_secs().or(f.duration.map(|d| d.as_secs_f64()));
     } else if s.stages_secs().is_some() {

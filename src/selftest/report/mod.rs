@@ -74,7 +74,7 @@ pub struct Report {
     /// Scenarios refused before any load: the server found cannot serve them (a broadcast
     /// against an echo server). Nothing ran; the run exits 3.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
-    pub refused: Vec<crate::selftest::probe::Refusal>,
+    pub refused: Vec<crate::selftest::Refusal>,
     pub cores: usize,
     pub targets: Targets,
     /// Connections the scenarios ran with.

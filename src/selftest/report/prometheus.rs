@@ -45,7 +45,7 @@ fn restart_families(o: &mut String, r: &Report, p: (&str, &str)) {
     let runs: Vec<_> = r
         .scenarios
         .iter()
-        .filter_map(|s| Some((s.scenario.name(), s.restart.as_ref()?)))
+        .filter_map(|s| Some((s.scenario.name(), s.own.restart()?)))
         .collect();
     if runs.is_empty() {
         return;

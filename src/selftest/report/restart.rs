@@ -12,7 +12,7 @@ pub(crate) fn restart_checks(
     t: &RestartTargets,
     defaults: bool,
 ) -> Vec<(&'static str, bool, String)> {
-    let Some(r) = &s.restart else {
+    let Some(r) = s.own.restart() else {
         return vec![(
             "server restarted",
             false,
@@ -74,7 +74,7 @@ pub(crate) fn restart_checks(
 
 /// The restart figures, one line each, for the table.
 pub(crate) fn restart_lines(s: &ScenarioReport) -> Vec<String> {
-    let Some(r) = &s.restart else {
+    let Some(r) = s.own.restart() else {
         return Vec::new();
     };
     let mut out = vec![
@@ -152,7 +152,7 @@ pub(crate) fn restart_lines(s: &ScenarioReport) -> Vec<String> {
 mod tests {
     use super::super::tests::{echo, report};
     use crate::selftest::restart::{from_counts, RestartCounts};
-    use crate::selftest::{Latency, Scenario, ScenarioReport};
+    use crate::selftest::{Latency, OwnFigures, Scenario, ScenarioReport};
 
     fn restart_run(not_back: u64, p99_ms: f64) -> ScenarioReport {
         let mut s = echo(Scenario::Restart, p99_ms, 0.0);
@@ -175,7 +175,14 @@ mod tests {
             max: p99_ms,
             ..Default::default()
         };
-        s.restart = Some(from_counts(c, back, "sigterm".into(), 2_000, None, None));
+        s.own = OwnFigures::of_restart(Some(from_counts(
+            c,
+            back,
+            "sigterm".into(),
+            2_000,
+            None,
+            None,
+        )));
         s
     }
 

@@ -10,6 +10,7 @@
 use super::super::{histo, Histograms, ProcFigures, ScenarioReport, TimelinePoint};
 use super::{BudgetReport, CapacityReport, MemoryReport, MergedFrom, Report};
 use crate::selftest::histo::latency;
+use crate::selftest::OwnFigures;
 use std::collections::BTreeMap;
 
 /// One shard's report and where it was read from (for the messages).
@@ -205,66 +206,19 @@ fn decode(
 /// One scenario over every shard.
 fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String> {
     let (_, f) = each[0];
-    let mut hist = histo::histogram();
-    let mut service = histo::histogram();
-    let mut has_service = false;
-    let mut connect = histo::histogram();
-    let mut tls_hs = histo::histogram();
-    let mut rounds: Vec<(u64, u64)> = Vec::new();
-    for (i, s) in each {
-        let h = s.histograms.as_ref().expect("checked before");
-        let add = |into: &mut hdrhistogram::Histogram<u64>, what: &str, enc: &str| {
-            histo::add(into, &decode(*i, s, what, enc)?)
-                .map_err(|e| format!("shard {i}'s {} {what} histogram {e}", s.scenario.name()))
-        };
-        add(&mut hist, "latency", &h.latency)?;
-        if let Some(sv) = &h.service {
-            add(&mut service, "service", sv)?;
-            has_service = true;
-        }
-        if let Some(c) = &h.connect {
-            add(&mut connect, "connect", c)?;
-        }
-        if let Some(t) = &h.tls_handshake {
-            add(&mut tls_hs, "TLS handshake", t)?;
-        }
-        if rounds.len() < h.rounds.len() {
-            rounds.resize(h.rounds.len(), (0, 0));
-        }
-        for (slot, (n, last)) in rounds.iter_mut().zip(&h.rounds) {
-            slot.0 += n;
-            slot.1 = slot.1.max(*last);
-        }
-    }
+    let Added {
+        hist,
+        service,
+        connect,
+        tls_hs,
+        rounds,
+    } = added(each)?;
+    let has_service = service.is_some();
+    let service = service.unwrap_or_else(histo::histogram);
     let sum = |g: fn(&ScenarioReport) -> u64| each.iter().map(|(_, s)| g(s)).sum::<u64>();
     let sum_f = |g: fn(&ScenarioReport) -> f64| each.iter().map(|(_, s)| g(s)).sum::<f64>();
     let received = sum(|s| s.received);
-    let mut close_codes = BTreeMap::new();
-    for (_, s) in each {
-        for (k, v) in &s.close_codes {
-            *close_codes.entry(*k).or_insert(0) += v;
-        }
-    }
-    let server = each
-        .iter()
-        .filter_map(|(_, s)| s.server.clone())
-        .reduce(|a, b| ProcFigures {
-            cpu_secs: a.cpu_secs + b.cpu_secs,
-            cpu_pct: a.cpu_pct + b.cpu_pct,
-            rss_before_bytes: add_opt(a.rss_before_bytes, b.rss_before_bytes),
-            rss_after_bytes: add_opt(a.rss_after_bytes, b.rss_after_bytes),
-            rss_per_conn_bytes: None,
-            peak_rss_bytes: add_opt(a.peak_rss_bytes, b.peak_rss_bytes),
-        })
-        .map(|mut p| {
-            // One shard's RSS growth covers the connections that opened inside its own
-            // sampling window, which the other shards' may or may not have: not a per
-            // connection figure. An unsharded idle run measures that.
-            if each.len() > 1 {
-                p.rss_per_conn_bytes = None;
-            }
-            p
-        });
+    let server = server(each);
     // tls-handshake: the cycles of every shard over the server's CPU-seconds.
     let handshakes_per_core = match &server {
         Some(s) if f.scenario.cycles_connections() && s.cpu_secs > 0.0 => {
@@ -272,17 +226,6 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
         }
         _ => None,
     };
-    let mut timeline: BTreeMap<u32, TimelinePoint> = BTreeMap::new();
-    for (_, s) in each {
-        for p in &s.timeline {
-            let e = timeline.entry(p.t).or_insert(TimelinePoint {
-                t: p.t,
-                ..TimelinePoint::default()
-            });
-            e.sent_per_sec += p.sent_per_sec;
-            e.received_per_sec += p.received_per_sec;
-        }
-    }
     let broadcast = f.scenario.fans_out();
     let mut round_hist = histo::histogram();
     for (n, last) in &rounds {
@@ -321,7 +264,7 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
         errors: sum(|s| s.errors),
         disconnects: sum(|s| s.disconnects),
         lost: sum(|s| s.lost),
-        close_codes,
+        close_codes: close_codes(each),
         latency_ms: latency(&hist),
         service_latency_ms: has_service.then(|| latency(&service)),
         // How evenly one generator's sends left is a per-host figure: not added up.
@@ -354,7 +297,7 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
             .map(|t| hist.len() as f64 / t),
         broadcast_last_ms: broadcast.then(|| latency(&round_hist)),
         broadcast_rounds: f.broadcast_rounds,
-        timeline: timeline.into_values().collect(),
+        timeline: timeline(each),
         // The noisiest window decides: a shard disturbed by other work disturbs the whole.
         disturbance: each
             .iter()
@@ -375,13 +318,7 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
             .reduce(|a, b| a + b),
         handshakes_per_server_core_sec: handshakes_per_core,
         started_unix_ms: each.iter().filter_map(|(_, s)| s.started_unix_ms).min(),
-        restart: crate::selftest::restart::merge_reports(
-            &each
-                .iter()
-                .filter_map(|(_, s)| s.restart.as_ref())
-                .collect::<Vec<_>>(),
-            latency(&hist),
-        ),
+        own: own(each, &hist),
         histograms: Some(Histograms {
             latency: histo::encode_packed(&hist),
             service: has_service.then(|| histo::encode_packed(&service)),
@@ -390,6 +327,120 @@ fn scenario(each: &[(usize, &ScenarioReport)]) -> Result<ScenarioReport, String>
             rounds,
         }),
     })
+}
+
+/// The shards' histograms, each added exactly.
+struct Added {
+    hist: hdrhistogram::Histogram<u64>,
+    /// Open loop: from the actual send (None: no shard had one).
+    service: Option<hdrhistogram::Histogram<u64>>,
+    connect: hdrhistogram::Histogram<u64>,
+    tls_hs: hdrhistogram::Histogram<u64>,
+    /// Broadcast: per round, the deliveries and the last one's time.
+    rounds: Vec<(u64, u64)>,
+}
+
+/// Every shard's histograms of one scenario, added together.
+fn added(each: &[(usize, &ScenarioReport)]) -> Result<Added, String> {
+    let mut hist = histo::histogram();
+    let mut service = histo::histogram();
+    let mut has_service = false;
+    let mut connect = histo::histogram();
+    let mut tls_hs = histo::histogram();
+    let mut rounds: Vec<(u64, u64)> = Vec::new();
+    for (i, s) in each {
+        let h = s.histograms.as_ref().expect("checked before");
+        let add = |into: &mut hdrhistogram::Histogram<u64>, what: &str, enc: &str| {
+            histo::add(into, &decode(*i, s, what, enc)?)
+                .map_err(|e| format!("shard {i}'s {} {what} histogram {e}", s.scenario.name()))
+        };
+        add(&mut hist, "latency", &h.latency)?;
+        if let Some(sv) = &h.service {
+            add(&mut service, "service", sv)?;
+            has_service = true;
+        }
+        if let Some(c) = &h.connect {
+            add(&mut connect, "connect", c)?;
+        }
+        if let Some(t) = &h.tls_handshake {
+            add(&mut tls_hs, "TLS handshake", t)?;
+        }
+        if rounds.len() < h.rounds.len() {
+            rounds.resize(h.rounds.len(), (0, 0));
+        }
+        for (slot, (n, last)) in rounds.iter_mut().zip(&h.rounds) {
+            slot.0 += n;
+            slot.1 = slot.1.max(*last);
+        }
+    }
+    Ok(Added {
+        hist,
+        service: has_service.then_some(service),
+        connect,
+        tls_hs,
+        rounds,
+    })
+}
+
+/// The close codes every shard's server sent, counted together.
+fn close_codes(each: &[(usize, &ScenarioReport)]) -> BTreeMap<u16, u64> {
+    let mut close_codes = BTreeMap::new();
+    for (_, s) in each {
+        for (k, v) in &s.close_codes {
+            *close_codes.entry(*k).or_insert(0) += v;
+        }
+    }
+    close_codes
+}
+
+/// The server's figures over every shard (each measured the processes it was given).
+fn server(each: &[(usize, &ScenarioReport)]) -> Option<ProcFigures> {
+    each.iter()
+        .filter_map(|(_, s)| s.server.clone())
+        .reduce(|a, b| ProcFigures {
+            cpu_secs: a.cpu_secs + b.cpu_secs,
+            cpu_pct: a.cpu_pct + b.cpu_pct,
+            rss_before_bytes: add_opt(a.rss_before_bytes, b.rss_before_bytes),
+            rss_after_bytes: add_opt(a.rss_after_bytes, b.rss_after_bytes),
+            rss_per_conn_bytes: None,
+            peak_rss_bytes: add_opt(a.peak_rss_bytes, b.peak_rss_bytes),
+        })
+        .map(|mut p| {
+            // One shard's RSS growth covers the connections that opened inside its own
+            // sampling window, which the other shards' may or may not have: not a per
+            // connection figure. An unsharded idle run measures that.
+            if each.len() > 1 {
+                p.rss_per_conn_bytes = None;
+            }
+            p
+        })
+}
+
+/// The shards' per-second timelines, second by second.
+fn timeline(each: &[(usize, &ScenarioReport)]) -> Vec<TimelinePoint> {
+    let mut timeline: BTreeMap<u32, TimelinePoint> = BTreeMap::new();
+    for (_, s) in each {
+        for p in &s.timeline {
+            let e = timeline.entry(p.t).or_insert(TimelinePoint {
+                t: p.t,
+                ..TimelinePoint::default()
+            });
+            e.sent_per_sec += p.sent_per_sec;
+            e.received_per_sec += p.received_per_sec;
+        }
+    }
+    timeline.into_values().collect()
+}
+
+/// The scenario's own figures over every shard (restart's merged; none for the others).
+fn own(each: &[(usize, &ScenarioReport)], hist: &hdrhistogram::Histogram<u64>) -> OwnFigures {
+    OwnFigures::of_restart(crate::selftest::restart::merge_reports(
+        &each
+            .iter()
+            .filter_map(|(_, s)| s.own.restart())
+            .collect::<Vec<_>>(),
+        latency(hist),
+    ))
 }
 
 /// A script's steps over every shard, by name: latencies added exactly, counts summed.

@@ -1,7 +1,7 @@
 use super::*;
 use crate::selftest::noise::Disturbance;
 use crate::selftest::Scenario;
-use crate::selftest::{Latency, ScenarioReport};
+use crate::selftest::{Latency, OwnFigures, ScenarioReport};
 
 /// The table at a width where nothing wraps.
 const WIDE: Layout = Layout {
@@ -138,7 +138,7 @@ pub(super) fn echo(scenario: Scenario, p99: f64, other_pct: f64) -> ScenarioRepo
         handshakes_per_server_core_sec: None,
         steps: Vec::new(),
         started_unix_ms: None,
-        restart: None,
+        own: OwnFigures::Common,
         histograms: None,
     }
 }

@@ -317,7 +317,7 @@ pub fn report(
 ) -> RestartReport {
     let mut c = RestartCounts::default();
     for r in results {
-        if let Some(x) = &r.restart {
+        if let Some(x) = r.own.restart() {
             add(&mut c, x);
         }
     }

@@ -2,7 +2,7 @@
 //! subscriber has it.
 
 use super::Check;
-use super::Workload;
+use super::{ByDefault, Figures, NeedsServer, OnEachConn, Workload};
 use crate::selftest::report::count;
 use crate::selftest::report::html::chart::{self, Series, TEAL};
 use crate::selftest::report::html::charts;
@@ -24,6 +24,30 @@ impl Workload for Broadcast {
 
     fn purpose(&self) -> &'static str {
         "One publisher, every connection subscribed: each round must reach every subscriber."
+    }
+
+    fn on_each_conn(&self) -> OnEachConn {
+        OnEachConn::Subscribe
+    }
+
+    fn needs_server(&self) -> NeedsServer {
+        NeedsServer::FanOut
+    }
+
+    fn figures(&self) -> Figures {
+        Figures {
+            rounds: true,
+            ..Figures::MESSAGES
+        }
+    }
+
+    fn due(&self, s: &ScenarioReport) -> u64 {
+        // Every round is due at every subscriber that connected.
+        s.conns_connected as u64 * s.broadcast_rounds.unwrap_or(0) as u64
+    }
+
+    fn by_default(&self) -> ByDefault {
+        ByDefault::Yes
     }
 
     fn timed(&self) -> bool {

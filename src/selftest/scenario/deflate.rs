@@ -4,7 +4,7 @@
 
 use super::echo_rate::judge_open_loop;
 use super::Check;
-use super::Workload;
+use super::{ByDefault, NeedsServer, OnEachConn, Workload};
 use crate::selftest::report::html::charts;
 use crate::selftest::report::rate_words;
 use crate::selftest::report::Report;
@@ -25,6 +25,18 @@ impl Workload for Deflate {
 
     fn purpose(&self) -> &'static str {
         "Echo-rate with permessage-deflate negotiated on every connection."
+    }
+
+    fn on_each_conn(&self) -> OnEachConn {
+        OnEachConn::PacedEcho
+    }
+
+    fn needs_server(&self) -> NeedsServer {
+        NeedsServer::Echo
+    }
+
+    fn by_default(&self) -> ByDefault {
+        ByDefault::WhenServerDeflates
     }
 
     fn open_loop(&self) -> bool {

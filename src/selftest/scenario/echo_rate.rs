@@ -3,7 +3,7 @@
 //! the clients down; its p99 is judged against the profile's target.
 
 use super::Check;
-use super::Workload;
+use super::{ByDefault, NeedsServer, OnEachConn, Workload};
 use crate::selftest::report::html::charts;
 use crate::selftest::report::rate_words;
 use crate::selftest::report::Report;
@@ -24,6 +24,18 @@ impl Workload for EchoRate {
 
     fn purpose(&self) -> &'static str {
         "Open loop: every connection sends at the profile's rate; latency counts from when each message was due."
+    }
+
+    fn on_each_conn(&self) -> OnEachConn {
+        OnEachConn::PacedEcho
+    }
+
+    fn needs_server(&self) -> NeedsServer {
+        NeedsServer::Echo
+    }
+
+    fn by_default(&self) -> ByDefault {
+        ByDefault::Yes
     }
 
     fn open_loop(&self) -> bool {

@@ -2,7 +2,7 @@
 //! when the last one's echo arrives: the most echoes the server sustains. No latency target
 //! (queueing is the point), so it is judged on finishing cleanly even on a busy host.
 
-use super::Workload;
+use super::{ByDefault, NeedsServer, OnEachConn, Workload};
 use crate::selftest::report::html::charts;
 use crate::selftest::report::Report;
 use crate::selftest::{RunPlan, ScenarioReport};
@@ -21,6 +21,18 @@ impl Workload for EchoSat {
 
     fn purpose(&self) -> &'static str {
         "Closed loop: every connection sends as soon as its answer arrives; how many echoes the server sustains."
+    }
+
+    fn on_each_conn(&self) -> OnEachConn {
+        OnEachConn::SaturatedEcho
+    }
+
+    fn needs_server(&self) -> NeedsServer {
+        NeedsServer::Echo
+    }
+
+    fn by_default(&self) -> ByDefault {
+        ByDefault::Yes
     }
 
     fn warms_up(&self) -> bool {

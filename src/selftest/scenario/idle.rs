@@ -2,7 +2,7 @@
 //! connection costs (server memory per connection, kernel memory per socket, idle CPU), so it
 //! neither warms up nor is judged on timing.
 
-use super::Workload;
+use super::{ByDefault, Figures, OnEachConn, Workload};
 use crate::selftest::report::html::charts;
 use crate::selftest::report::Report;
 use crate::selftest::{RunPlan, ScenarioReport};
@@ -21,6 +21,18 @@ impl Workload for Idle {
 
     fn purpose(&self) -> &'static str {
         "Connections opened and held without traffic: what each one costs the server and the kernel."
+    }
+
+    fn on_each_conn(&self) -> OnEachConn {
+        OnEachConn::Hold
+    }
+
+    fn figures(&self) -> Figures {
+        Figures::default()
+    }
+
+    fn by_default(&self) -> ByDefault {
+        ByDefault::Yes
     }
 
     fn holds_idle(&self) -> bool {

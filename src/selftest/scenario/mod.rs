@@ -7,6 +7,7 @@
 //! A new scenario is a new file here and a line in `workload` and in [`Scenario::ALL`] (see
 //! docs/internals/extending.md, "A self-test scenario").
 
+mod answers;
 mod broadcast;
 mod deflate;
 mod echo_rate;
@@ -18,6 +19,7 @@ mod script;
 mod storm;
 mod tls_handshake;
 
+pub use answers::{ByDefault, Figures, NeedsServer, OnEachConn};
 pub use id::Scenario;
 pub use storm::{storm_budget_secs, STORM_BUDGET_PER_SEC, STORM_BUDGET_SECS};
 
@@ -86,6 +88,30 @@ pub trait Workload: Sync {
     /// needs a way to disrupt it.
     fn disrupts_server(&self) -> bool {
         false
+    }
+
+    /// What the generator does on each connection it holds for it.
+    fn on_each_conn(&self) -> OnEachConn;
+
+    /// The kind of server it can be measured against.
+    fn needs_server(&self) -> NeedsServer {
+        NeedsServer::Any
+    }
+
+    /// The figures it produces, beyond those every scenario has: what a threshold may name.
+    fn figures(&self) -> Figures {
+        Figures::MESSAGES
+    }
+
+    /// The answers that were due, the base of its `delivered` fraction (a message each, by
+    /// default).
+    fn due(&self, s: &ScenarioReport) -> u64 {
+        s.sent
+    }
+
+    /// Whether `serve --self-test` runs it when no scenario is asked for.
+    fn by_default(&self) -> ByDefault {
+        ByDefault::No
     }
 
     /// Whether it runs a warm-up before it measures (the steady-load ones).
@@ -166,6 +192,26 @@ impl Scenario {
         }
     }
 
+    /// The scenario `--script FILE` runs.
+    pub fn scripted() -> Scenario {
+        Scenario::Script
+    }
+
+    /// The scenarios `serve --self-test` runs when none is asked for, against a server that
+    /// negotiates permessage-deflate or not (`deflate`) and speaks TLS or not (`tls`): those
+    /// it always runs, then those the server's configuration adds, each group in [`Self::ALL`]'s
+    /// order.
+    pub fn by_default(deflate: bool, tls: bool) -> Vec<Scenario> {
+        let when = |s: &Scenario| s.workload().by_default();
+        let always = Self::ALL.into_iter().filter(|s| when(s) == ByDefault::Yes);
+        let added = Self::ALL.into_iter().filter(|s| match when(s) {
+            ByDefault::WhenServerDeflates => deflate,
+            ByDefault::WhenServerTls => tls,
+            ByDefault::Yes | ByDefault::No => false,
+        });
+        always.chain(added).collect()
+    }
+
     pub fn name(self) -> &'static str {
         self.workload().name()
     }
@@ -228,3 +274,27 @@ impl Scenario {
 
 /// Close handshakes per second the end of a run allows for, beside its fixed grace.
 pub(super) const CLOSES_PER_SEC: f64 = 20_000.0;
+
+#[cfg(test)]
+mod tests {
+    use super::Scenario::{self, *};
+
+    /// The list `serve --self-test` runs unasked, and its order (the order the results print).
+    #[test]
+    fn the_default_list_is_the_steady_ones_then_what_the_server_adds() {
+        let plain = vec![Idle, EchoRate, EchoSat, Storm, Broadcast];
+        assert_eq!(Scenario::by_default(false, false), plain);
+        let mut all = plain.clone();
+        all.extend([Deflate, TlsHandshake]);
+        assert_eq!(Scenario::by_default(true, true), all);
+        assert!(!Scenario::by_default(true, true).contains(&Restart));
+    }
+
+    #[test]
+    fn every_name_is_unique_and_parses_back() {
+        for s in Scenario::ALL {
+            let json = format!("\"{}\"", s.name());
+            assert_eq!(serde_json::from_str::<Scenario>(&json).unwrap(), s);
+        }
+    }
+}

@@ -3,7 +3,7 @@
 //! time until every client is back. Never in the default list: it disrupts the server.
 
 use super::Check;
-use super::Workload;
+use super::{Figures, OnEachConn, Workload};
 use crate::selftest::report::html::charts;
 use crate::selftest::report::Report;
 use crate::selftest::report::{restart_checks, Targets};
@@ -25,6 +25,17 @@ impl Workload for Restart {
 
     fn purpose(&self) -> &'static str {
         "Connections held while the server restarts: every client reconnects with jittered backoff; the time from each close to its new upgrade."
+    }
+
+    fn on_each_conn(&self) -> OnEachConn {
+        OnEachConn::Reconnect
+    }
+
+    fn figures(&self) -> Figures {
+        Figures {
+            disruption: true,
+            ..Figures::MESSAGES
+        }
     }
 
     fn disrupts_server(&self) -> bool {

@@ -2,7 +2,7 @@
 //! steps; every waiting step is timed on its own. Never chosen by name.
 
 use super::Check;
-use super::Workload;
+use super::{Figures, NeedsServer, OnEachConn, Workload};
 use crate::selftest::report::html::charts;
 use crate::selftest::report::Report;
 use crate::selftest::report::Targets;
@@ -24,6 +24,21 @@ impl Workload for Script {
 
     fn purpose(&self) -> &'static str {
         "Scripted sessions: each population connects its own way and runs its steps; every waiting step timed from the last message sent."
+    }
+
+    fn on_each_conn(&self) -> OnEachConn {
+        OnEachConn::ScriptSession
+    }
+
+    fn needs_server(&self) -> NeedsServer {
+        NeedsServer::Scripted
+    }
+
+    fn figures(&self) -> Figures {
+        Figures {
+            steps: true,
+            ..Figures::MESSAGES
+        }
     }
 
     /// A script with stages opens its connections as its stages go, inside the window.

@@ -2,7 +2,7 @@
 //! The connections open inside the window, so there is no connect phase, and the window is
 //! as long as the storm takes (see `storm_budget_secs`).
 
-use super::Workload;
+use super::{ByDefault, Figures, NeedsServer, OnEachConn, Workload};
 use crate::selftest::report::count;
 use crate::selftest::report::html::chart::{self, Series, BLUE, GREY};
 use crate::selftest::report::html::charts;
@@ -38,6 +38,30 @@ impl Workload for Storm {
 
     fn purpose(&self) -> &'static str {
         "Reconnect storm: every connection opened at once, each with a handshake and a first echo."
+    }
+
+    fn on_each_conn(&self) -> OnEachConn {
+        OnEachConn::Nothing
+    }
+
+    fn needs_server(&self) -> NeedsServer {
+        NeedsServer::Echo
+    }
+
+    fn figures(&self) -> Figures {
+        Figures {
+            connect_rate: true,
+            ..Figures::MESSAGES
+        }
+    }
+
+    fn due(&self, s: &ScenarioReport) -> u64 {
+        // Each client sends one message, once it is connected.
+        s.conns_requested as u64
+    }
+
+    fn by_default(&self) -> ByDefault {
+        ByDefault::Yes
     }
 
     fn connects_in_window(&self) -> bool {

@@ -2,7 +2,7 @@
 //! priced in handshakes per second and per server CPU-second.
 
 use super::Check;
-use super::Workload;
+use super::{ByDefault, Figures, OnEachConn, Workload};
 use crate::selftest::report::html::charts;
 use crate::selftest::report::Report;
 use crate::selftest::report::Targets;
@@ -23,6 +23,21 @@ impl Workload for TlsHandshake {
 
     fn purpose(&self) -> &'static str {
         "Clients connect over TLS, upgrade and close, again and again: TLS handshakes per second and per server core."
+    }
+
+    fn on_each_conn(&self) -> OnEachConn {
+        OnEachConn::Nothing
+    }
+
+    fn figures(&self) -> Figures {
+        Figures {
+            handshakes_per_core: true,
+            ..Figures::MESSAGES
+        }
+    }
+
+    fn by_default(&self) -> ByDefault {
+        ByDefault::WhenServerTls
     }
 
     fn warms_up(&self) -> bool {

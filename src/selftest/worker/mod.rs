@@ -12,7 +12,8 @@ pub use scenarios::broadcast_payload;
 
 use super::client::{self, Reader, Writer};
 use super::histo::{histogram, MAX_LATENCY_US};
-use super::{Event, Scenario, WorkerResult, WorkerSpec};
+use super::scenario::OnEachConn;
+use super::{Event, OwnCounts, WorkerResult, WorkerSpec};
 use echo::{echo_rate, echo_sat, pace, Slot};
 use hdrhistogram::Histogram;
 use scenarios::{handshakes, hold, storm, subscribe};
@@ -194,21 +195,21 @@ async fn drive(
     slot: Option<Rc<Slot>>,
     end: Instant,
 ) -> std::io::Result<()> {
-    match spec.scenario {
-        Scenario::EchoRate | Scenario::Deflate => {
+    match spec.scenario.workload().on_each_conn() {
+        OnEachConn::PacedEcho => {
             let slot = slot.expect("a schedule slot per connection");
             echo_rate(c.reader, c.writer, spec, sh, &slot, end).await
         }
-        Scenario::EchoSat => echo_sat(c.reader, c.writer, spec, sh, end).await,
-        Scenario::Idle => hold(c.reader, c.writer, sh, end).await,
-        Scenario::Broadcast => {
+        OnEachConn::SaturatedEcho => echo_sat(c.reader, c.writer, spec, sh, end).await,
+        OnEachConn::Hold => hold(c.reader, c.writer, sh, end).await,
+        OnEachConn::Subscribe => {
             // The last round is published one gap before the end; it gets one gap
             // after the end to arrive, as every earlier round had before the next.
             let gap = spec.secs / (spec.rounds as f64 + 1.0);
             let until = end + Duration::from_secs_f64(gap);
             subscribe(c.reader, c.writer, spec, sh, until).await
         }
-        Scenario::Script => {
+        OnEachConn::ScriptSession => {
             let pop = spec
                 .script
                 .as_ref()
@@ -217,8 +218,8 @@ async fn drive(
             let conn = spec.conn_number(n);
             script::session(c.reader, c.writer, spec, sh, pop, conn, end).await
         }
-        Scenario::Restart => restart::reconnecting(c, n, spec, sh, end).await,
-        Scenario::Storm | Scenario::TlsHandshake => Ok(()),
+        OnEachConn::Reconnect => restart::reconnecting(c, n, spec, sh, end).await,
+        OnEachConn::Nothing => Ok(()),
     }
 }
 
@@ -421,8 +422,10 @@ fn emit_result(sh: &Shared, cpu: f64, elapsed: f64, start_us: u64, first_error: 
             })
             .collect(),
         // Only a restart's connections reconnect: elsewhere the counts stay empty.
-        restart: Some(sh.restart.borrow().clone())
-            .filter(|r| *r != super::restart::RestartCounts::default()),
+        own: match sh.restart.borrow().clone() {
+            c if c == super::restart::RestartCounts::default() => OwnCounts::Common,
+            c => OwnCounts::Restart(c),
+        },
     })));
 }
 
