@@ -339,24 +339,17 @@ pub struct Resolved {
 /// Fit `entry` to the NICs here now (`now`; an error when they cannot be listed: every NIC is
 /// then taken by name, unverified; `list`: the host's directories, see [`Lister`]). `force`:
 /// restore a refused NIC's values by name anyway.
+///
+/// In steps: each NIC of the entry is found here (same, renamed, unverified or left); the
+/// interrupts renumbered since are dropped; the values of the NICs left are taken out; the
+/// renamed NICs' values are moved to their new names; and what the NICs left share is settled.
 pub fn resolve(
     entry: &Entry,
     now: Result<Vec<NicIdentity>, ReadError>,
     list: Lister,
     force: bool,
 ) -> Resolved {
-    let mut names = nics_of(&entry.actions);
-    for n in entry
-        .channels
-        .iter()
-        .map(|c| c.nic.as_str())
-        .chain(entry.rings.iter().map(|r| r.nic.as_str()))
-        .chain(entry.runtime.iter().filter_map(|r| nic_of_path(&r.path)))
-    {
-        if !names.iter().any(|o| o == n) {
-            names.push(n.to_string());
-        }
-    }
+    let names = names_in(entry);
     let mut out = Resolved {
         entry: entry.clone(),
         notes: vec![],
@@ -374,9 +367,44 @@ pub fn resolve(
         }
         Err(_) => return out,
     };
+    let (renames, drop) = find_each(&mut out, entry, &names, &now, list, force);
+    let stale = stale_interrupts(&mut out, entry, &drop, list);
+    take_out(&mut out, entry, &stale, &drop);
+    rename(&mut out.entry, &renames);
+    leave_shared(&mut out, entry, &now, force);
+    out
+}
+
+/// Every NIC the entry changed: by its actions, then by its recorded values.
+fn names_in(entry: &Entry) -> Vec<String> {
+    let mut names = nics_of(&entry.actions);
+    for n in entry
+        .channels
+        .iter()
+        .map(|c| c.nic.as_str())
+        .chain(entry.rings.iter().map(|r| r.nic.as_str()))
+        .chain(entry.runtime.iter().filter_map(|r| nic_of_path(&r.path)))
+    {
+        if !names.iter().any(|o| o == n) {
+            names.push(n.to_string());
+        }
+    }
+    names
+}
+
+/// Find each of `names` among the NICs `now`, saying what was found. Returns the renames
+/// (recorded name, name now) and the NICs left alone (their values are not restored).
+fn find_each(
+    out: &mut Resolved,
+    entry: &Entry,
+    names: &[String],
+    now: &[NicIdentity],
+    list: Lister,
+    force: bool,
+) -> (Vec<(String, String)>, Vec<String>) {
     let mut renames: Vec<(String, String)> = Vec::new();
     let mut drop: Vec<String> = Vec::new();
-    for name in &names {
+    for name in names {
         let rec = entry
             .nics
             .iter()
@@ -386,7 +414,7 @@ pub fn resolve(
                 name: name.clone(),
                 ..NicIdentity::default()
             });
-        match find(&rec, &now, list) {
+        match find(&rec, now, list) {
             Found::Here(n) if n == *name => {}
             Found::Here(n) => {
                 out.notes.push(format!(
@@ -421,9 +449,19 @@ pub fn resolve(
             }
         }
     }
-    // A queue interrupt is recorded by number, and a driver reload hands the numbers out
-    // again: /proc/irq/N may now be another device's. Restored only where N still carries the
-    // recorded name (`IRQ 40 (vb-rx-0)`: /proc/irq/40/vb-rx-0), as the boot script pins them.
+    (renames, drop)
+}
+
+/// A queue interrupt is recorded by number, and a driver reload hands the numbers out
+/// again: /proc/irq/N may now be another device's. Restored only where N still carries the
+/// recorded name (`IRQ 40 (vb-rx-0)`: /proc/irq/40/vb-rx-0), as the boot script pins them.
+/// Returns the paths of the interrupts that are someone else's now (said in `out`'s notes).
+fn stale_interrupts(
+    out: &mut Resolved,
+    entry: &Entry,
+    drop: &[String],
+    list: Lister,
+) -> Vec<String> {
     let mut stale: Vec<String> = Vec::new();
     for a in &entry.actions {
         let Op::KernelFile { path, .. } = &a.op else {
@@ -454,6 +492,12 @@ pub fn resolve(
             stale.push(path.clone());
         }
     }
+    stale
+}
+
+/// Take out of `out`'s entry the stale interrupts' values and everything of the NICs in
+/// `drop`, writing down in each [`Left`] the runtime paths it keeps.
+fn take_out(out: &mut Resolved, entry: &Entry, stale: &[String], drop: &[String]) {
     let e = &mut out.entry;
     e.runtime.retain(|r| !stale.contains(&r.path));
     e.actions
@@ -486,7 +530,11 @@ pub fn resolve(
     e.channels.retain(|c| !drop.contains(&c.nic));
     e.rings.retain(|r| !drop.contains(&r.nic));
     e.actions.retain(|a| !drop.iter().any(|n| mine(a, n)));
-    // Renamed, all at once (a swap of two names must not chain).
+}
+
+/// Move the renamed NICs' values to their names now, all at once (a swap of two names must
+/// not chain).
+fn rename(e: &mut Entry, renames: &[(String, String)]) {
     let renamed = |n: &str| {
         renames
             .iter()
@@ -525,8 +573,6 @@ pub fn resolve(
             _ => {}
         }
     }
-    leave_shared(&mut out, entry, &now, force);
-    out
 }
 
 /// What a NIC left alone, or the namespace it was recorded in, keeps beside its own settings
