@@ -85,150 +85,170 @@ pub fn record(plan: &Plan, backend: &dyn Backend, store: &Store, profile: &str) 
     };
     let managed = crate::catalog::managed();
     for a in &plan.actions {
-        match &a.op {
-            Op::Sysctl { key, .. } => {
-                // A rollback restores only what the built-in catalogs change (a journal entry
-                // naming anything else is refused): never change what it could not put back.
-                if !managed.sysctls.contains(key)
-                    && !crate::host::owned::NIC_SYSCTLS.contains(&key.as_str())
-                {
-                    return Err(anyhow!(
-                        "{key} is not a setting of wstune's built-in catalog, so a rollback would refuse to restore it; nothing was changed. Fix: set it by hand, or apply with the built-in catalog"
-                    ));
-                }
-                let path = sysctl_path(key);
-                let old = backend
-                    .read(&path)
-                    .map_err(|err| anyhow!("cannot read {key} before changing it: {err}"))?;
-                e.runtime.push(OldRuntime { path, old });
-            }
-            Op::Prlimit { pid, .. } => {
-                let (soft, hard) = crate::gather::nofile_of(backend, *pid)
-                    .ok_or_else(|| anyhow!("cannot read the limits of process {pid}"))?;
-                e.limits.push(OldLimits {
-                    pid: *pid,
-                    soft,
-                    hard,
-                });
-            }
-            Op::Registry {
-                key,
-                value,
-                reg_type,
-                ..
-            } => {
-                if !managed.registry_value(key, value) {
-                    return Err(anyhow!(
-                        "{key}\\{value} is not a value of wstune's built-in catalog, so a rollback would refuse to restore it; nothing was changed. Fix: set it by hand, or apply with the built-in catalog"
-                    ));
-                }
-                let old = match backend.registry(key, value, *reg_type) {
-                    Ok(v) => Some(v),
-                    Err(ReadError::NotFound(_)) => None,
-                    Err(err) => {
-                        return Err(anyhow!(
-                            "cannot read {key}\\{value} before changing it: {err}"
-                        ))
-                    }
-                };
-                e.registry.push(OldRegistry {
-                    key: key.clone(),
-                    value: value.clone(),
-                    kind: *reg_type,
-                    old,
-                });
-            }
-            Op::KernelFile { path, .. } => {
-                if !crate::host::owned::nic_runtime_path(path) {
-                    return Err(anyhow!(
-                        "{path} is not a NIC queue or interrupt setting wstune changes, so a rollback would refuse to restore it; nothing was changed"
-                    ));
-                }
-                let old = backend
-                    .read(path)
-                    .map_err(|err| anyhow!("cannot read {path} before changing it: {err}"))?;
-                e.runtime.push(OldRuntime {
-                    path: path.clone(),
-                    old,
-                });
-            }
-            Op::Channels { nic, .. } => {
-                if !crate::host::owned::nic_name_ok(nic) {
-                    return Err(anyhow!(
-                        "{nic:?} is not a network interface name; nothing was changed"
-                    ));
-                }
-                let old = backend.channels(nic).map_err(|err| {
-                    anyhow!("cannot read {nic}'s channel counts before changing them: {err}")
-                })?;
-                e.channels.push(journal::OldChannels {
-                    nic: nic.clone(),
-                    old,
-                });
-            }
-            Op::RxRing { nic, .. } => {
-                if !crate::host::owned::nic_name_ok(nic) {
-                    return Err(anyhow!(
-                        "{nic:?} is not a network interface name; nothing was changed"
-                    ));
-                }
-                let (old, _) = backend.rx_ring(nic).map_err(|err| {
-                    anyhow!("cannot read {nic}'s receive ring before changing it: {err}")
-                })?;
-                e.rings.push(journal::OldRing {
-                    nic: nic.clone(),
-                    old,
-                });
-            }
-            Op::TryRestart { unit } => {
-                if unit != journal::IRQBALANCE_UNIT {
-                    return Err(anyhow!(
-                        "{unit} is not a service wstune restarts; nothing was changed"
-                    ));
-                }
-            }
-            Op::SysctlFile { .. }
-            | Op::NicSysctlLine { .. }
-            | Op::IrqbalancePolicy
-            | Op::IrqbalanceArgs { .. }
-            | Op::LimitsFile { .. }
-            | Op::UnitDropIn { .. }
-            | Op::NicRules
-            | Op::NicSysctlFile { .. }
-            | Op::NicLinkFile { .. }
-            | Op::NicIrqFiles => {}
-        }
+        record_old_value(&mut e, &a.op, backend, managed)?;
     }
     // Who each NIC is, beside its name: rollback finds it by that.
     e.nics = nics::identities(backend, &nics::nics_of(&plan.actions));
     for (path, text) in &plan.files {
-        for dir in store.missing_dirs(path) {
-            if !e.created_dirs.contains(&dir) {
-                e.created_dirs.push(dir);
-            }
-        }
-        // What the path is (a link, hard links) first: what cannot be written through and put
-        // back exactly is refused here, before anything is changed.
-        let shape = store.shape(path)?.unwrap_or_default();
-        let old = store.read(path)?;
-        // An existing file keeps its mode and owner (a 0640 file stays 0640 while applied). A
-        // new script (`#!`) is executable: irqbalance execs its policy script, it does not
-        // hand it to a shell.
-        let fresh = if text.starts_with("#!") { 0o755 } else { 0o644 };
-        let new = FileState {
-            bytes: text.clone().into_bytes(),
-            mode: old.as_ref().map_or(fresh, |o| o.mode),
-            owner: old.as_ref().and_then(|o| o.owner),
-        };
-        e.files.push(OldFile {
-            path: path.clone(),
-            old: old.as_ref().map(Blob::from),
-            new: Blob::from(&new),
-            link: shape.link,
-            nlink: shape.nlink,
-        });
+        record_file(&mut e, path, text, store)?;
     }
     Ok(e)
+}
+
+/// Read and record in `e` the value `op` will replace, refusing (before anything is changed)
+/// what a rollback could not put back.
+fn record_old_value(
+    e: &mut Entry,
+    op: &Op,
+    backend: &dyn Backend,
+    managed: &crate::catalog::Managed,
+) -> Result<()> {
+    match op {
+        Op::Sysctl { key, .. } => {
+            // A rollback restores only what the built-in catalogs change (a journal entry
+            // naming anything else is refused): never change what it could not put back.
+            if !managed.sysctls.contains(key)
+                && !crate::host::owned::NIC_SYSCTLS.contains(&key.as_str())
+            {
+                return Err(anyhow!(
+                    "{key} is not a setting of wstune's built-in catalog, so a rollback would refuse to restore it; nothing was changed. Fix: set it by hand, or apply with the built-in catalog"
+                ));
+            }
+            let path = sysctl_path(key);
+            let old = backend
+                .read(&path)
+                .map_err(|err| anyhow!("cannot read {key} before changing it: {err}"))?;
+            e.runtime.push(OldRuntime { path, old });
+        }
+        Op::Prlimit { pid, .. } => {
+            let (soft, hard) = crate::gather::nofile_of(backend, *pid)
+                .ok_or_else(|| anyhow!("cannot read the limits of process {pid}"))?;
+            e.limits.push(OldLimits {
+                pid: *pid,
+                soft,
+                hard,
+            });
+        }
+        Op::Registry {
+            key,
+            value,
+            reg_type,
+            ..
+        } => {
+            if !managed.registry_value(key, value) {
+                return Err(anyhow!(
+                    "{key}\\{value} is not a value of wstune's built-in catalog, so a rollback would refuse to restore it; nothing was changed. Fix: set it by hand, or apply with the built-in catalog"
+                ));
+            }
+            let old = match backend.registry(key, value, *reg_type) {
+                Ok(v) => Some(v),
+                Err(ReadError::NotFound(_)) => None,
+                Err(err) => {
+                    return Err(anyhow!(
+                        "cannot read {key}\\{value} before changing it: {err}"
+                    ))
+                }
+            };
+            e.registry.push(OldRegistry {
+                key: key.clone(),
+                value: value.clone(),
+                kind: *reg_type,
+                old,
+            });
+        }
+        Op::KernelFile { path, .. } => {
+            if !crate::host::owned::nic_runtime_path(path) {
+                return Err(anyhow!(
+                    "{path} is not a NIC queue or interrupt setting wstune changes, so a rollback would refuse to restore it; nothing was changed"
+                ));
+            }
+            let old = backend
+                .read(path)
+                .map_err(|err| anyhow!("cannot read {path} before changing it: {err}"))?;
+            e.runtime.push(OldRuntime {
+                path: path.clone(),
+                old,
+            });
+        }
+        Op::Channels { nic, .. } => {
+            if !crate::host::owned::nic_name_ok(nic) {
+                return Err(anyhow!(
+                    "{nic:?} is not a network interface name; nothing was changed"
+                ));
+            }
+            let old = backend.channels(nic).map_err(|err| {
+                anyhow!("cannot read {nic}'s channel counts before changing them: {err}")
+            })?;
+            e.channels.push(journal::OldChannels {
+                nic: nic.clone(),
+                old,
+            });
+        }
+        Op::RxRing { nic, .. } => {
+            if !crate::host::owned::nic_name_ok(nic) {
+                return Err(anyhow!(
+                    "{nic:?} is not a network interface name; nothing was changed"
+                ));
+            }
+            let (old, _) = backend.rx_ring(nic).map_err(|err| {
+                anyhow!("cannot read {nic}'s receive ring before changing it: {err}")
+            })?;
+            e.rings.push(journal::OldRing {
+                nic: nic.clone(),
+                old,
+            });
+        }
+        Op::TryRestart { unit } => {
+            if unit != journal::IRQBALANCE_UNIT {
+                return Err(anyhow!(
+                    "{unit} is not a service wstune restarts; nothing was changed"
+                ));
+            }
+        }
+        // Files are recorded whole, from the plan's rendered texts (record_file).
+        Op::SysctlFile { .. }
+        | Op::NicSysctlLine { .. }
+        | Op::IrqbalancePolicy
+        | Op::IrqbalanceArgs { .. }
+        | Op::LimitsFile { .. }
+        | Op::UnitDropIn { .. }
+        | Op::NicRules
+        | Op::NicSysctlFile { .. }
+        | Op::NicLinkFile { .. }
+        | Op::NicIrqFiles => {}
+    }
+    Ok(())
+}
+
+/// Record in `e` the file at `path` the plan writes `text` to: what is there now (or that it is
+/// absent, and the folders it needs), and what will be.
+fn record_file(e: &mut Entry, path: &str, text: &str, store: &Store) -> Result<()> {
+    for dir in store.missing_dirs(path) {
+        if !e.created_dirs.contains(&dir) {
+            e.created_dirs.push(dir);
+        }
+    }
+    // What the path is (a link, hard links) first: what cannot be written through and put
+    // back exactly is refused here, before anything is changed.
+    let shape = store.shape(path)?.unwrap_or_default();
+    let old = store.read(path)?;
+    // An existing file keeps its mode and owner (a 0640 file stays 0640 while applied). A
+    // new script (`#!`) is executable: irqbalance execs its policy script, it does not
+    // hand it to a shell.
+    let fresh = if text.starts_with("#!") { 0o755 } else { 0o644 };
+    let new = FileState {
+        bytes: text.as_bytes().to_vec(),
+        mode: old.as_ref().map_or(fresh, |o| o.mode),
+        owner: old.as_ref().and_then(|o| o.owner),
+    };
+    e.files.push(OldFile {
+        path: path.to_string(),
+        old: old.as_ref().map(Blob::from),
+        new: Blob::from(&new),
+        link: shape.link,
+        nlink: shape.nlink,
+    });
+    Ok(())
 }
 
 /// Make the changes the entry describes. The entry must already be saved. On the first failure

@@ -149,3 +149,6 @@ pub(super) fn plan_flow_table(
         });
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -525,3 +525,6 @@ pub(super) fn plan_pins_at_boot(
         plan_irqbalance(p, i, pins);
     }
 }
+
+#[cfg(test)]
+mod tests;

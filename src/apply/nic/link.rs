@@ -279,3 +279,6 @@ pub(super) fn plan_link_file(
     }
     p.actions.extend(boot);
 }
+
+#[cfg(test)]
+mod tests;

@@ -162,20 +162,7 @@ pub fn plan(i: &Inputs) -> NicPlan {
     }
     let forced = i.named || i.profile.when == NicWhen::Always;
     if !forced && i.evidence.found.is_empty() {
-        let names: Vec<&str> = i.nics.iter().map(|n| n.name.as_str()).collect();
-        p.notes.push(if i.evidence.measured {
-            format!(
-                "NIC queues of {} not changed: the kernel is not busy receiving ({}). --nic NAME tunes one anyway",
-                names.join(", "),
-                i.evidence.quiet.join("; ")
-            )
-        } else {
-            format!(
-                "NIC queues of {} not changed: nothing measured says the kernel spends real time receiving. Run apply --watch 10 under the real load (it tunes them when softnet drops or squeezes grow, or one CPU's softirq share passes {} %), or name a NIC with --nic NAME",
-                names.join(", "),
-                crate::nic::SOFTIRQ_BUSY_PERCENT
-            )
-        });
+        p.notes.push(untouched_note(i));
         finish_sysctl_file(&mut p, i, &sysctl_lines);
         return p;
     }
@@ -197,35 +184,12 @@ pub fn plan(i: &Inputs) -> NicPlan {
     let mut rps_planned = false;
     for nic in i.nics {
         let cpus = cpus_for(i.profile.rss, nic);
-        // numa_scaling and numa_scaling_static (the built-in profiles' word) reach past the
-        // NIC's own node: said, since a host that applied closest before now spreads further.
-        if cpus.len() > nic.local_cpus.len() {
-            p.notes.push(format!(
-                "{}: nic.rss {} spreads XPS, and the interrupts of queues past its own node's cores, over {} CPUs of every NUMA node, its own node's {} first (RPS stays on those); nic.rss: closest keeps them all on its node",
-                nic.name,
-                i.profile.rss.as_str(),
-                cpus.len(),
-                cpu_list(&nic.local_cpus)
-            ));
-        }
-        let mut attrs: Vec<(String, String)> = Vec::new();
-        // Every queue setting goes into the rule; one that differs now is also written now.
-        let mut set =
-            |p: &mut NicPlan, attr: String, now: Option<&String>, to: String, same: bool| {
-                attrs.push((attr.clone(), to.clone()));
-                if i.scope.runtime && !same {
-                    p.actions.push(Action {
-                        check: format!("linux.nic.queues[{}]", nic.name),
-                        setting: format!("{} {attr}", nic.name),
-                        from: now.cloned(),
-                        to: to.clone(),
-                        op: Op::KernelFile {
-                            path: format!("/sys/class/net/{}/{attr}", nic.name),
-                            value: to,
-                        },
-                    });
-                }
-            };
+        note_spread(&mut p, i, nic, &cpus);
+        let mut q = QueueSettings {
+            nic,
+            runtime: i.scope.runtime,
+            attrs: Vec::new(),
+        };
         let ring = plan_ring(&mut p, i, nic);
         // The queue count first: up to one queue per physical core of the NIC's node (the
         // rule `linux.nic.rx_queues` judges by), never fewer than now.
@@ -241,102 +205,17 @@ pub fn plan(i: &Inputs) -> NicPlan {
             ));
             continue;
         }
-        // RPS and RFS: only where the hardware has fewer receive queues than the CPUs, or
-        // has no receive hardware at all (a veth or a tunnel receives on the sending CPU,
-        // whatever its queue count: only RPS spreads it).
-        let rx = nic.rx.len();
-        let steered_by_hardware = nic.physical && rx >= cpus.len();
-        // RPS stays in the NIC's memory domain whatever the word spreads the queues over
-        // (scaling.rst, "RPS Configuration": "the CPUs in the same memory domain of the
-        // interrupting CPU"): a packet steered to another node is processed from remote
-        // memory. numa_scaling's other nodes serve XPS and the interrupts of queues past the
-        // node's cores, not RPS.
-        let rps_cpus: Vec<u32> = cpus
-            .iter()
-            .copied()
-            .filter(|c| nic.local_cpus.contains(c))
-            .collect();
-        let rps_cpus = if rps_cpus.is_empty() {
-            cpus.clone()
-        } else {
-            rps_cpus
-        };
-        // RPS moves receive work to other CPUs: it needs CPUs with room to take it. Measured
-        // on two (bench/rps-veth.sh), both already busy, it doubled the softirq time for the
-        // same messages and gained no throughput, while the evidence rule had fired. On a
-        // set that small, evidence alone does not set it; --nic or when: always still does.
-        let too_few = !forced && rps_cpus.len() < RPS_MIN_CPUS;
-        if i.profile.rps && rx > 0 && !steered_by_hardware && too_few {
-            p.notes.push(format!(
-                "{}: RPS not set: its {} CPUs leave none with room for the receive work it would move (on 2 busy CPUs it doubled softirq time and gained no throughput: BENCHMARKS.md, \"RPS and XPS on a NIC\"); --nic {} sets it anyway",
-                nic.name,
-                rps_cpus.len(),
-                nic.name
-            ));
-        } else if i.profile.rps && rx > 0 && !steered_by_hardware {
-            let flow = (i.profile.rps_flow_entries / rx as u64)
-                .max(1)
-                .next_power_of_two()
-                .to_string();
-            for q in &nic.rx {
-                if q.rps_cpus.is_some() {
-                    let same = same_cpus(q.rps_cpus.as_deref(), &rps_cpus, parse_mask);
-                    let attr = format!("queues/rx-{}/rps_cpus", q.index);
-                    set(&mut p, attr, q.rps_cpus.as_ref(), mask(&rps_cpus), same);
-                }
-                if q.rps_flow_cnt.is_some() {
-                    let same = q.rps_flow_cnt.as_deref() == Some(flow.as_str());
-                    let attr = format!("queues/rx-{}/rps_flow_cnt", q.index);
-                    set(&mut p, attr, q.rps_flow_cnt.as_ref(), flow.clone(), same);
-                }
-            }
-            // RFS's table only where a queue has RPS (a kernel without it has no files).
-            rps_planned |= nic.rx.iter().any(|q| q.rps_cpus.is_some());
-        } else if i.profile.rps && steered_by_hardware {
-            p.notes.push(format!(
-                "{}: RPS not set: {rx} receive queues for {} CPUs, one each already (scaling.rst: RPS is then redundant)",
-                nic.name,
-                cpus.len()
-            ));
-        }
-        let want = queues_for(nic, &cpus);
-        if nic.physical && (rx as u32) < want && nic.channels.is_none() {
-            p.notes.push(format!(
-                "{}: {rx} receive queues for the {want} physical cores of its node the profile's CPUs include (one queue per core: scaling.rst), and its channel counts cannot be read here; if the NIC has more, `ethtool -l {}` shows its maximum and `ethtool -L {} combined {want}` sets them (then apply again: the queues' RPS and XPS are set per queue)",
-                nic.name,
-                nic.name,
-                nic.name
-            ));
-        }
-        // XPS: a NIC with one transmit queue has nothing to choose.
-        let tx = nic.tx.len();
-        if i.profile.xps && tx > 1 && !cpus.is_empty() {
-            for q in &nic.tx {
-                let mine: Vec<u32> = if cpus.len() >= tx {
-                    cpus.iter()
-                        .enumerate()
-                        .filter(|(k, _)| k % tx == q.index as usize % tx)
-                        .map(|(_, c)| *c)
-                        .collect()
-                } else {
-                    vec![cpus[q.index as usize % cpus.len()]]
-                };
-                if q.xps_cpus.is_none() {
-                    continue;
-                }
-                let same = same_cpus(q.xps_cpus.as_deref(), &mine, parse_mask);
-                let attr = format!("queues/tx-{}/xps_cpus", q.index);
-                set(&mut p, attr, q.xps_cpus.as_ref(), mask(&mine), same);
-            }
-        }
+        rps_planned |= plan_rps(&mut p, i, &mut q, &cpus, forced);
+        note_few_queues(&mut p, nic, &cpus);
+        plan_xps(&mut p, i, &mut q, &cpus);
         if let Some(nic_pins) = plan_interrupts(&mut p, i, nic, &cpus) {
             pins.push(nic_pins);
         }
         let pinned = pins.iter().any(|(n, _)| *n == nic.name);
-        if !attrs.is_empty() || pinned {
+        if !q.attrs.is_empty() || pinned {
             rule_lines.push((
                 nic.name.clone(),
-                udev_line(nic, &attrs, pinned, i.for_other_hosts),
+                udev_line(nic, &q.attrs, pinned, i.for_other_hosts),
             ));
         }
     }
@@ -347,4 +226,178 @@ pub fn plan(i: &Inputs) -> NicPlan {
     }
     finish_sysctl_file(&mut p, i, &sysctl_lines);
     p
+}
+
+/// Why no NIC's queues change: nothing says the kernel is busy receiving, and how to say
+/// otherwise.
+fn untouched_note(i: &Inputs) -> String {
+    let names: Vec<&str> = i.nics.iter().map(|n| n.name.as_str()).collect();
+    if i.evidence.measured {
+        format!(
+            "NIC queues of {} not changed: the kernel is not busy receiving ({}). --nic NAME tunes one anyway",
+            names.join(", "),
+            i.evidence.quiet.join("; ")
+        )
+    } else {
+        format!(
+            "NIC queues of {} not changed: nothing measured says the kernel spends real time receiving. Run apply --watch 10 under the real load (it tunes them when softnet drops or squeezes grow, or one CPU's softirq share passes {} %), or name a NIC with --nic NAME",
+            names.join(", "),
+            crate::nic::SOFTIRQ_BUSY_PERCENT
+        )
+    }
+}
+
+/// numa_scaling and numa_scaling_static (the built-in profiles' word) reach past the NIC's own
+/// node: said, since a host that applied closest before now spreads further.
+fn note_spread(p: &mut NicPlan, i: &Inputs, nic: &NicFacts, cpus: &[u32]) {
+    if cpus.len() > nic.local_cpus.len() {
+        p.notes.push(format!(
+            "{}: nic.rss {} spreads XPS, and the interrupts of queues past its own node's cores, over {} CPUs of every NUMA node, its own node's {} first (RPS stays on those); nic.rss: closest keeps them all on its node",
+            nic.name,
+            i.profile.rss.as_str(),
+            cpus.len(),
+            cpu_list(&nic.local_cpus)
+        ));
+    }
+}
+
+/// One NIC's queue settings as they are planned: every one goes into the udev rule (so the NIC
+/// gets it again when it appears); one that differs now is also written now.
+struct QueueSettings<'a> {
+    nic: &'a NicFacts,
+    /// Whether this apply changes the running host (else only the rule is written).
+    runtime: bool,
+    /// (attribute under /sys/class/net/NIC, value) for the rule, in planning order.
+    attrs: Vec<(String, String)>,
+}
+
+impl QueueSettings<'_> {
+    fn set(&mut self, p: &mut NicPlan, attr: String, now: Option<&String>, to: String, same: bool) {
+        self.attrs.push((attr.clone(), to.clone()));
+        if self.runtime && !same {
+            p.actions.push(Action {
+                check: format!("linux.nic.queues[{}]", self.nic.name),
+                setting: format!("{} {attr}", self.nic.name),
+                from: now.cloned(),
+                to: to.clone(),
+                op: Op::KernelFile {
+                    path: format!("/sys/class/net/{}/{attr}", self.nic.name),
+                    value: to,
+                },
+            });
+        }
+    }
+}
+
+/// RPS and RFS on each receive queue, or a note on why not. Returns whether a queue got RPS
+/// (then RFS's flow table is planned too).
+fn plan_rps(
+    p: &mut NicPlan,
+    i: &Inputs,
+    q: &mut QueueSettings,
+    cpus: &[u32],
+    forced: bool,
+) -> bool {
+    let nic = q.nic;
+    // RPS and RFS: only where the hardware has fewer receive queues than the CPUs, or
+    // has no receive hardware at all (a veth or a tunnel receives on the sending CPU,
+    // whatever its queue count: only RPS spreads it).
+    let rx = nic.rx.len();
+    let steered_by_hardware = nic.physical && rx >= cpus.len();
+    // RPS stays in the NIC's memory domain whatever the word spreads the queues over
+    // (scaling.rst, "RPS Configuration": "the CPUs in the same memory domain of the
+    // interrupting CPU"): a packet steered to another node is processed from remote
+    // memory. numa_scaling's other nodes serve XPS and the interrupts of queues past the
+    // node's cores, not RPS.
+    let rps_cpus: Vec<u32> = cpus
+        .iter()
+        .copied()
+        .filter(|c| nic.local_cpus.contains(c))
+        .collect();
+    let rps_cpus = if rps_cpus.is_empty() {
+        cpus.to_vec()
+    } else {
+        rps_cpus
+    };
+    // RPS moves receive work to other CPUs: it needs CPUs with room to take it. Measured
+    // on two (bench/rps-veth.sh), both already busy, it doubled the softirq time for the
+    // same messages and gained no throughput, while the evidence rule had fired. On a
+    // set that small, evidence alone does not set it; --nic or when: always still does.
+    let too_few = !forced && rps_cpus.len() < RPS_MIN_CPUS;
+    if i.profile.rps && rx > 0 && !steered_by_hardware && too_few {
+        p.notes.push(format!(
+            "{}: RPS not set: its {} CPUs leave none with room for the receive work it would move (on 2 busy CPUs it doubled softirq time and gained no throughput: BENCHMARKS.md, \"RPS and XPS on a NIC\"); --nic {} sets it anyway",
+            nic.name,
+            rps_cpus.len(),
+            nic.name
+        ));
+    } else if i.profile.rps && rx > 0 && !steered_by_hardware {
+        let flow = (i.profile.rps_flow_entries / rx as u64)
+            .max(1)
+            .next_power_of_two()
+            .to_string();
+        for rxq in &nic.rx {
+            if rxq.rps_cpus.is_some() {
+                let same = same_cpus(rxq.rps_cpus.as_deref(), &rps_cpus, parse_mask);
+                let attr = format!("queues/rx-{}/rps_cpus", rxq.index);
+                q.set(p, attr, rxq.rps_cpus.as_ref(), mask(&rps_cpus), same);
+            }
+            if rxq.rps_flow_cnt.is_some() {
+                let same = rxq.rps_flow_cnt.as_deref() == Some(flow.as_str());
+                let attr = format!("queues/rx-{}/rps_flow_cnt", rxq.index);
+                q.set(p, attr, rxq.rps_flow_cnt.as_ref(), flow.clone(), same);
+            }
+        }
+        // RFS's table only where a queue has RPS (a kernel without it has no files).
+        return nic.rx.iter().any(|q| q.rps_cpus.is_some());
+    } else if i.profile.rps && steered_by_hardware {
+        p.notes.push(format!(
+            "{}: RPS not set: {rx} receive queues for {} CPUs, one each already (scaling.rst: RPS is then redundant)",
+            nic.name,
+            cpus.len()
+        ));
+    }
+    false
+}
+
+/// A physical NIC with fewer receive queues than the cores it should have, whose channel
+/// counts cannot be read (so apply cannot raise them): how to do it by hand.
+fn note_few_queues(p: &mut NicPlan, nic: &NicFacts, cpus: &[u32]) {
+    let rx = nic.rx.len();
+    let want = queues_for(nic, cpus);
+    if nic.physical && (rx as u32) < want && nic.channels.is_none() {
+        p.notes.push(format!(
+            "{}: {rx} receive queues for the {want} physical cores of its node the profile's CPUs include (one queue per core: scaling.rst), and its channel counts cannot be read here; if the NIC has more, `ethtool -l {}` shows its maximum and `ethtool -L {} combined {want}` sets them (then apply again: the queues' RPS and XPS are set per queue)",
+            nic.name,
+            nic.name,
+            nic.name
+        ));
+    }
+}
+
+/// XPS: each CPU sends on one queue; with fewer queues than CPUs a queue takes several. A NIC
+/// with one transmit queue has nothing to choose.
+fn plan_xps(p: &mut NicPlan, i: &Inputs, q: &mut QueueSettings, cpus: &[u32]) {
+    let nic = q.nic;
+    let tx = nic.tx.len();
+    if !(i.profile.xps && tx > 1 && !cpus.is_empty()) {
+        return;
+    }
+    for txq in &nic.tx {
+        let mine: Vec<u32> = if cpus.len() >= tx {
+            cpus.iter()
+                .enumerate()
+                .filter(|(k, _)| k % tx == txq.index as usize % tx)
+                .map(|(_, c)| *c)
+                .collect()
+        } else {
+            vec![cpus[txq.index as usize % cpus.len()]]
+        };
+        if txq.xps_cpus.is_none() {
+            continue;
+        }
+        let same = same_cpus(txq.xps_cpus.as_deref(), &mine, parse_mask);
+        let attr = format!("queues/tx-{}/xps_cpus", txq.index);
+        q.set(p, attr, txq.xps_cpus.as_ref(), mask(&mine), same);
+    }
 }

@@ -32,7 +32,9 @@ mod settings;
 mod tests;
 use crate::catalog::eval::{Finding, Status};
 use crate::catalog::facts::HostFacts;
-use crate::catalog::{self, Catalog, Process, Resource, Source};
+use crate::catalog::{
+    self, Catalog, CheckDef, Process, RegistrySource, Resource, RlimitSource, Source,
+};
 use crate::host::procfs::sysctl_path;
 use crate::host::RegType;
 use crate::value::Value;
@@ -262,6 +264,10 @@ struct Persist {
 /// Build the plan from `findings` (which start with what `eval::evaluate` made of `facts`:
 /// later ones, the journal's or a proxy's, are not catalog checks and are ignored), the same
 /// `facts`, and what to change. `--unit` and `--pid` are the ones `facts` were gathered for.
+///
+/// Two passes: the walk over the checks decides each change on its own ([`Draft`]); then the
+/// boot files have their say (a later file wins, nr_open caps nofile, a file already written
+/// is done) and the files are rendered.
 pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: Scope) -> Plan {
     // One finding per check and view, joined on the key evaluate gave it; per-NIC checks are
     // not changed by apply.
@@ -271,208 +277,268 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
                 .is_some_and(|k| k.check == check && k.boot == boot && !k.per_nic)
         })
     };
-    let (unit, pid) = (facts.request.unit.as_deref(), facts.request.pid);
-    let wrong = |f: &Finding| matches!(f.status, Status::Fail | Status::Warn);
-    let mut p = Plan::default();
-    let mut persist_sysctls: Vec<Persist> = Vec::new();
-    let mut nofile_persist: Option<(String, u64, Option<String>)> = None;
+    let mut d = Draft {
+        facts,
+        scope,
+        p: Plan::default(),
+        persist_sysctls: Vec::new(),
+        nofile_persist: None,
+    };
     let pid_nofile = PidNofile::of(catalog, &finding);
 
     for (i, def) in catalog.checks.iter().enumerate() {
-        let id = def.check.id.as_str();
         let Some(f) = finding(i, false) else { continue };
         match &def.check.source {
-            Source::Sysctl(key) => {
-                let (full, desired) = match sysctl_value(def, f, facts) {
-                    SysctlValue::Set { current, value } => (current, value),
-                    SysctlValue::Unknown(note) => {
-                        p.notes.push(note);
-                        continue;
-                    }
-                    SysctlValue::NoTarget | SysctlValue::Unreadable => continue,
-                };
-                let boot = finding(i, true);
-                if scope.runtime && wrong(f) && desired != full {
-                    p.actions.push(Action {
-                        check: id.into(),
-                        setting: key.clone(),
-                        from: Some(full.to_string()),
-                        to: desired.to_string(),
-                        op: Op::Sysctl {
-                            key: key.clone(),
-                            value: kernel_text(&desired),
-                        },
-                    });
-                }
-                let persist = match boot.map(|b| b.status) {
-                    Some(Status::Fail | Status::Warn) => true,
-                    // Not set in any boot file, and the kernel computes its default at boot
-                    // (from RAM): nobody can say the next boot meets the target, so the value
-                    // the profile needs is written, whether apply raises it now or an operator
-                    // already did by hand (a reboot would silently lower that).
-                    // (An info check's miss with a known default is advice: not written.)
-                    Some(Status::Info) => def.default.is_none(),
-                    _ => false,
-                };
-                if scope.persist && persist && def.check.boot != Some(false) {
-                    let from = boot.and_then(|b| b.current.as_ref()).map(|v| v.to_string());
-                    persist_sysctls.push(Persist {
-                        check: id.into(),
-                        key: key.clone(),
-                        from: from.unwrap_or_else(|| "(not set)".into()),
-                        to: kernel_text(&desired),
-                    });
-                }
-            }
+            Source::Sysctl(key) => d.sysctl(def, key, f, finding(i, true)),
             // Only the fd limit is planned: the thread limits (nproc, stack) are the operator's.
             Source::Rlimit(r) if wrong(f) && r.resource == Resource::Nofile => {
-                let Some(Value::Num(target)) = f.target.clone() else {
-                    continue;
-                };
-                let target = target as u64;
-                match r.process {
-                    Process::Current if scope.persist && nofile_persist.is_none() => {
-                        nofile_persist =
-                            Some((id.into(), target, f.current.as_ref().map(|v| v.to_string())));
-                    }
-                    Process::Pid if scope.runtime => {
-                        let Some(pid) = pid else { continue };
-                        if p.actions.iter().any(|a| matches!(a.op, Op::Prlimit { .. })) {
-                            continue;
-                        }
-                        let (soft, hard) = pid_nofile.both().unwrap_or((0, 0));
-                        let (soft, hard) = (soft.max(target), hard.max(target));
-                        p.actions.push(Action {
-                            check: id.into(),
-                            setting: format!("nofile of process {pid} ({:?})", r.limit)
-                                .to_lowercase(),
-                            from: Some(format!(
-                                "{}:{}",
-                                fmt_limit(pid_nofile.soft),
-                                fmt_limit(pid_nofile.hard)
-                            )),
-                            to: format!("{soft}:{hard}"),
-                            op: Op::Prlimit { pid, soft, hard },
-                        });
-                    }
-                    _ => {}
-                }
+                d.nofile(&def.check.id, r, f, &pid_nofile)
             }
             // The drop-in apply writes holds LimitNOFILE; other properties (TasksMax) are
             // the fix text's to set.
             Source::Systemd(prop) if prop == "LimitNOFILE" && wrong(f) && scope.persist => {
-                let (Some(unit), Some(Value::Num(target))) = (unit, f.target.clone()) else {
-                    continue;
-                };
-                p.actions.push(Action {
-                    check: id.into(),
-                    setting: format!("LimitNOFILE of {unit}"),
-                    from: f.current.as_ref().map(|v| v.to_string()),
-                    to: target.to_string(),
-                    op: Op::UnitDropIn {
-                        unit: unit.to_string(),
-                        nofile: target as u64,
-                    },
-                });
-                p.notes.push(format!(
-                    "{unit} gets its new LimitNOFILE only when systemd rereads its units and the unit restarts: systemctl daemon-reload && systemctl restart {unit}"
-                ));
+                d.unit_nofile(&def.check.id, f)
             }
-            Source::Registry(r) if wrong(f) && scope.runtime => {
-                let Some(target) = &f.target else { continue };
-                // Windows' own value for an absent one, where it meets the target, rather than
-                // the bare target: TcpNumConnections goes back to its default and maximum
-                // (16,777,214) instead of a cap at the profile's connections, as its fix says.
-                let target = match &def.default {
-                    Some(d @ Value::Num(_))
-                        if catalog::eval::meets(def.check.compare, d, target) == Ok(true) =>
-                    {
-                        d
-                    }
-                    _ => target,
+            Source::Registry(r) if wrong(f) && scope.runtime => d.registry(def, r, f),
+            _ => {}
+        }
+    }
+
+    narrow_shared_keys(catalog, findings, &mut d.p.actions, &mut d.persist_sysctls);
+    let sysctl_lines = d.sysctl_file();
+    d.cap_nofile(&sysctl_lines);
+    d.skip_written();
+    d.finish()
+}
+
+/// A check that fails or warns: only those are changed.
+fn wrong(f: &Finding) -> bool {
+    matches!(f.status, Status::Fail | Status::Warn)
+}
+
+/// The plan while the checks are walked: the actions and notes so far, and the boot changes
+/// held back until every check has spoken (a shared key is narrowed, a later boot file may win).
+struct Draft<'a> {
+    facts: &'a HostFacts,
+    scope: Scope,
+    p: Plan,
+    /// Sysctls to write to our boot file, once the boot view says our file would win.
+    persist_sysctls: Vec<Persist>,
+    /// The PAM logins' nofile (check id, value, current), capped and rendered at the end.
+    nofile_persist: Option<(String, u64, Option<String>)>,
+}
+
+impl Draft<'_> {
+    /// A sysctl: changed now when it fails now, and persisted when the next boot would not
+    /// meet the target.
+    fn sysctl(&mut self, def: &CheckDef, key: &str, f: &Finding, boot: Option<&Finding>) {
+        let id = def.check.id.as_str();
+        let (full, desired) = match sysctl_value(def, f, self.facts) {
+            SysctlValue::Set { current, value } => (current, value),
+            SysctlValue::Unknown(note) => {
+                self.p.notes.push(note);
+                return;
+            }
+            SysctlValue::NoTarget | SysctlValue::Unreadable => return,
+        };
+        if self.scope.runtime && wrong(f) && desired != full {
+            self.p.actions.push(Action {
+                check: id.into(),
+                setting: key.to_string(),
+                from: Some(full.to_string()),
+                to: desired.to_string(),
+                op: Op::Sysctl {
+                    key: key.to_string(),
+                    value: kernel_text(&desired),
+                },
+            });
+        }
+        let persist = match boot.map(|b| b.status) {
+            Some(Status::Fail | Status::Warn) => true,
+            // Not set in any boot file, and the kernel computes its default at boot
+            // (from RAM): nobody can say the next boot meets the target, so the value
+            // the profile needs is written, whether apply raises it now or an operator
+            // already did by hand (a reboot would silently lower that).
+            // (An info check's miss with a known default is advice: not written.)
+            Some(Status::Info) => def.default.is_none(),
+            _ => false,
+        };
+        if self.scope.persist && persist && def.check.boot != Some(false) {
+            let from = boot.and_then(|b| b.current.as_ref()).map(|v| v.to_string());
+            self.persist_sysctls.push(Persist {
+                check: id.into(),
+                key: key.to_string(),
+                from: from.unwrap_or_else(|| "(not set)".into()),
+                to: kernel_text(&desired),
+            });
+        }
+    }
+
+    /// The fd limit: the PAM logins' (persisted, decided at the end) or the `--pid` process's
+    /// (raised now, never lowered).
+    fn nofile(&mut self, id: &str, r: &RlimitSource, f: &Finding, pid_nofile: &PidNofile) {
+        let Some(Value::Num(target)) = f.target.clone() else {
+            return;
+        };
+        let target = target as u64;
+        match r.process {
+            Process::Current if self.scope.persist && self.nofile_persist.is_none() => {
+                self.nofile_persist =
+                    Some((id.into(), target, f.current.as_ref().map(|v| v.to_string())));
+            }
+            Process::Pid if self.scope.runtime => {
+                let Some(pid) = self.facts.request.pid else {
+                    return;
                 };
-                let data = match (
-                    target,
-                    r.names
-                        .iter()
-                        .find(|(_, n)| Value::Text((*n).clone()) == *target),
-                ) {
-                    (_, Some((raw, _))) => raw.clone(),
-                    (Value::Num(n), None) => n.to_string(),
-                    _ => continue,
-                };
-                p.actions.push(Action {
+                if self
+                    .p
+                    .actions
+                    .iter()
+                    .any(|a| matches!(a.op, Op::Prlimit { .. }))
+                {
+                    return;
+                }
+                let (soft, hard) = pid_nofile.both().unwrap_or((0, 0));
+                let (soft, hard) = (soft.max(target), hard.max(target));
+                self.p.actions.push(Action {
                     check: id.into(),
-                    setting: r.value.clone(),
-                    from: f.current.as_ref().map(|v| v.to_string()),
-                    to: target.to_string(),
-                    op: Op::Registry {
-                        key: r.key.clone(),
-                        value: r.value.clone(),
-                        reg_type: r.kind,
-                        data,
-                    },
+                    setting: format!("nofile of process {pid} ({:?})", r.limit).to_lowercase(),
+                    from: Some(format!(
+                        "{}:{}",
+                        fmt_limit(pid_nofile.soft),
+                        fmt_limit(pid_nofile.hard)
+                    )),
+                    to: format!("{soft}:{hard}"),
+                    op: Op::Prlimit { pid, soft, hard },
                 });
-                p.notes.push(format!(
-                    "{}: Windows reads it at boot; it takes effect after a restart",
-                    r.value
-                ));
             }
             _ => {}
         }
     }
 
-    narrow_shared_keys(catalog, findings, &mut p.actions, &mut persist_sysctls);
-
-    if !facts.boot.skipped.is_empty() && scope.persist {
-        p.notes.push(format!(
-            "the boot view {}; a line there may override {SYSCTL_FILE}",
-            facts.boot.skipped_note()
+    /// The `--unit`'s LimitNOFILE, in a drop-in.
+    fn unit_nofile(&mut self, id: &str, f: &Finding) {
+        let (Some(unit), Some(Value::Num(target))) =
+            (self.facts.request.unit.as_deref(), f.target.clone())
+        else {
+            return;
+        };
+        self.p.actions.push(Action {
+            check: id.into(),
+            setting: format!("LimitNOFILE of {unit}"),
+            from: f.current.as_ref().map(|v| v.to_string()),
+            to: target.to_string(),
+            op: Op::UnitDropIn {
+                unit: unit.to_string(),
+                nofile: target as u64,
+            },
+        });
+        self.p.notes.push(format!(
+            "{unit} gets its new LimitNOFILE only when systemd rereads its units and the unit restarts: systemctl daemon-reload && systemctl restart {unit}"
         ));
     }
-    // Persisted sysctls only if our file would really win at boot: a line for the key in a
-    // file applied after ours would override it.
-    let mut sysctl_lines: Vec<(String, String)> = Vec::new();
-    for s in persist_sysctls {
-        match facts.boot.set_after(SYSCTL_FILE, &s.key) {
-            Some(e) => p.notes.push(format!(
-                "{}: {} sets {} and is applied after {SYSCTL_FILE}; wstune does not edit files it does not own: change or remove that line",
-                s.key,
-                e.location(),
-                e.value
-            )),
-            None => {
-                sysctl_lines.push((s.key.clone(), s.to.clone()));
-                p.actions.push(Action {
-                    check: s.check,
-                    setting: s.key.clone(),
-                    from: Some(s.from),
-                    to: s.to.clone(),
-                    op: Op::SysctlFile {
-                        key: s.key,
-                        value: s.to,
-                    },
-                });
+
+    /// A Windows registry value, read at boot.
+    fn registry(&mut self, def: &CheckDef, r: &RegistrySource, f: &Finding) {
+        let Some(target) = &f.target else { return };
+        // Windows' own value for an absent one, where it meets the target, rather than
+        // the bare target: TcpNumConnections goes back to its default and maximum
+        // (16,777,214) instead of a cap at the profile's connections, as its fix says.
+        let target = match &def.default {
+            Some(d @ Value::Num(_))
+                if catalog::eval::meets(def.check.compare, d, target) == Ok(true) =>
+            {
+                d
+            }
+            _ => target,
+        };
+        let data = match (
+            target,
+            r.names
+                .iter()
+                .find(|(_, n)| Value::Text((*n).clone()) == *target),
+        ) {
+            (_, Some((raw, _))) => raw.clone(),
+            (Value::Num(n), None) => n.to_string(),
+            _ => return,
+        };
+        self.p.actions.push(Action {
+            check: def.check.id.clone(),
+            setting: r.value.clone(),
+            from: f.current.as_ref().map(|v| v.to_string()),
+            to: target.to_string(),
+            op: Op::Registry {
+                key: r.key.clone(),
+                value: r.value.clone(),
+                reg_type: r.kind,
+                data,
+            },
+        });
+        self.p.notes.push(format!(
+            "{}: Windows reads it at boot; it takes effect after a restart",
+            r.value
+        ));
+    }
+
+    /// Our sysctl file: the held-back sysctls that would really win at boot (a line for the key
+    /// in a file applied after ours would override it), merged into what the file says now.
+    /// Returns the lines written (key, value).
+    fn sysctl_file(&mut self) -> Vec<(String, String)> {
+        let (facts, p) = (self.facts, &mut self.p);
+        if !facts.boot.skipped.is_empty() && self.scope.persist {
+            p.notes.push(format!(
+                "the boot view {}; a line there may override {SYSCTL_FILE}",
+                facts.boot.skipped_note()
+            ));
+        }
+        let mut sysctl_lines: Vec<(String, String)> = Vec::new();
+        for s in std::mem::take(&mut self.persist_sysctls) {
+            match facts.boot.set_after(SYSCTL_FILE, &s.key) {
+                Some(e) => p.notes.push(format!(
+                    "{}: {} sets {} and is applied after {SYSCTL_FILE}; wstune does not edit files it does not own: change or remove that line",
+                    s.key,
+                    e.location(),
+                    e.value
+                )),
+                None => {
+                    sysctl_lines.push((s.key.clone(), s.to.clone()));
+                    p.actions.push(Action {
+                        check: s.check,
+                        setting: s.key.clone(),
+                        from: Some(s.from),
+                        to: s.to.clone(),
+                        op: Op::SysctlFile {
+                            key: s.key,
+                            value: s.to,
+                        },
+                    });
+                }
             }
         }
+        if !sysctl_lines.is_empty() {
+            let existing = facts.owned.get(SYSCTL_FILE).map_or("", String::as_str);
+            let text = render_sysctl_file(&merge_sysctl_lines(existing, &sysctl_lines));
+            p.files.push((SYSCTL_FILE.to_string(), text));
+            p.rendered_from
+                .push((SYSCTL_FILE.to_string(), existing.to_string()));
+        }
+        sysctl_lines
     }
-    if !sysctl_lines.is_empty() {
-        let existing = facts.owned.get(SYSCTL_FILE).map_or("", String::as_str);
-        let text = render_sysctl_file(&merge_sysctl_lines(existing, &sysctl_lines));
-        p.files.push((SYSCTL_FILE.to_string(), text));
-        p.rendered_from
-            .push((SYSCTL_FILE.to_string(), existing.to_string()));
-    }
-    // A nofile limit above the fs.nr_open the host will have after the next boot makes every
-    // login's (or the unit's) setrlimit fail with EPERM: judge it against that nr_open (ours
-    // when this plan writes it and it wins, else the boot file that sets it last, else the
-    // kernel's default), and lower it to it, saying why.
-    if let Some(cap) = boot_nr_open(facts, &sysctl_lines) {
+
+    /// A nofile limit above the fs.nr_open the host will have after the next boot makes every
+    /// login's (or the unit's) setrlimit fail with EPERM: judge it against that nr_open (ours
+    /// when this plan writes it and it wins, else the boot file that sets it last, else the
+    /// kernel's default), and lower it to it, saying why.
+    fn cap_nofile(&mut self, sysctl_lines: &[(String, String)]) {
+        let Some(cap) = boot_nr_open(self.facts, sysctl_lines) else {
+            return;
+        };
+        let p = &mut self.p;
         let mut capped = |nofile: &mut u64, what: &str| {
             p.notes
                 .extend(cap_nofile(nofile, &cap, what, "apply again"));
         };
-        if let Some((_, nofile, _)) = &mut nofile_persist {
+        if let Some((_, nofile, _)) = &mut self.nofile_persist {
             capped(nofile, LIMITS_FILE);
         }
         for a in &mut p.actions {
@@ -482,44 +548,53 @@ pub fn plan(catalog: &Catalog, findings: &[Finding], facts: &HostFacts, scope: S
             }
         }
     }
-    // A file that already says exactly this is done, even if the running processes it will
-    // apply to (new logins, a restarted unit) do not show it yet.
-    let written = |path: &str, text: &str| facts.owned.get(path).is_some_and(|t| t == text);
-    p.actions.retain(|a| match &a.op {
-        Op::UnitDropIn { unit, nofile } => {
-            !written(&unit_dropin(unit), &render_unit_dropin(*nofile))
-        }
-        _ => true,
-    });
-    if let Some((_, nofile, _)) = &nofile_persist {
-        if written(LIMITS_FILE, &render_limits_file(*nofile)) {
-            p.notes.push(format!(
-                "{LIMITS_FILE} already sets nofile {nofile}: it applies at the next login"
-            ));
-            nofile_persist = None;
-        }
-    }
-    if let Some((check, nofile, from)) = nofile_persist {
-        p.actions.push(Action {
-            check,
-            setting: "nofile (PAM logins)".into(),
-            from,
-            to: nofile.to_string(),
-            op: Op::LimitsFile { nofile },
+
+    /// A file that already says exactly this is done, even if the running processes it will
+    /// apply to (new logins, a restarted unit) do not show it yet.
+    fn skip_written(&mut self) {
+        let facts = self.facts;
+        let written = |path: &str, text: &str| facts.owned.get(path).is_some_and(|t| t == text);
+        self.p.actions.retain(|a| match &a.op {
+            Op::UnitDropIn { unit, nofile } => {
+                !written(&unit_dropin(unit), &render_unit_dropin(*nofile))
+            }
+            _ => true,
         });
-        p.notes.push("limits.d applies to new PAM logins (ssh, su), not to running shells or systemd services (use --unit)".into());
-    }
-    // The other files, in action order (the journal restores in reverse).
-    for a in &p.actions {
-        match &a.op {
-            Op::LimitsFile { nofile } => p
-                .files
-                .push((LIMITS_FILE.into(), render_limits_file(*nofile))),
-            Op::UnitDropIn { unit, nofile } => p
-                .files
-                .push((unit_dropin(unit), render_unit_dropin(*nofile))),
-            _ => {}
+        if let Some((_, nofile, _)) = &self.nofile_persist {
+            if written(LIMITS_FILE, &render_limits_file(*nofile)) {
+                self.p.notes.push(format!(
+                    "{LIMITS_FILE} already sets nofile {nofile}: it applies at the next login"
+                ));
+                self.nofile_persist = None;
+            }
         }
     }
-    p
+
+    /// The limits file's action last, then the other files, in action order (the journal
+    /// restores in reverse).
+    fn finish(mut self) -> Plan {
+        let p = &mut self.p;
+        if let Some((check, nofile, from)) = self.nofile_persist {
+            p.actions.push(Action {
+                check,
+                setting: "nofile (PAM logins)".into(),
+                from,
+                to: nofile.to_string(),
+                op: Op::LimitsFile { nofile },
+            });
+            p.notes.push("limits.d applies to new PAM logins (ssh, su), not to running shells or systemd services (use --unit)".into());
+        }
+        for a in &p.actions {
+            match &a.op {
+                Op::LimitsFile { nofile } => p
+                    .files
+                    .push((LIMITS_FILE.into(), render_limits_file(*nofile))),
+                Op::UnitDropIn { unit, nofile } => p
+                    .files
+                    .push((unit_dropin(unit), render_unit_dropin(*nofile))),
+                _ => {}
+            }
+        }
+        self.p
+    }
 }
