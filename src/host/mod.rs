@@ -23,10 +23,12 @@ pub mod linux;
 #[cfg(any(test, feature = "memory-backend"))]
 pub mod memory;
 pub mod process;
+pub mod process_group;
 pub mod procfs;
 pub mod registry_file;
 pub mod signals;
 pub mod snapshot;
+pub mod socket_options;
 pub mod sockets;
 pub mod store;
 pub mod stream;
@@ -576,6 +578,11 @@ pub fn readable_by_everyone(p: &std::path::Path) -> bool {
 /// Whether this build runs on Windows, for what says so without touching the OS (the serve
 /// settings table names the I/O driver: IOCP there).
 pub const IS_WINDOWS: bool = cfg!(windows);
+
+/// Whether `serve --processes N` can run N server processes here: its supervisor forks and
+/// shares a port with SO_REUSEPORT's load balancing, which is Linux's; elsewhere a server is
+/// one process.
+pub const MANY_SERVER_PROCESSES: bool = cfg!(target_os = "linux");
 
 #[cfg(not(windows))]
 pub fn raise_nofile() -> (u64, u64) {

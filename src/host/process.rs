@@ -13,6 +13,30 @@ pub fn effective_uid() -> Option<u32> {
     std::fs::metadata("/proc/self").ok().map(|m| m.uid())
 }
 
+/// The CPU seconds (user + system) of `pid`'s exited and reaped children, theirs included:
+/// what the kernel added to its cutime/cstime. None when it is gone or elsewhere than Linux.
+pub fn reaped_children_cpu(pid: u32) -> Option<f64> {
+    #[cfg(target_os = "linux")]
+    {
+        let c = procfs::process::Process::new(pid as i32)
+            .ok()?
+            .stat()
+            .ok()?;
+        Some((c.cutime + c.cstime).max(0) as f64 / procfs::ticks_per_second() as f64)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
+/// Not Unix: there are no uids.
+#[cfg(not(unix))]
+pub fn effective_uid() -> Option<u32> {
+    None
+}
+
 /// Whether process `pid` (not this one) has ended: no /proc/PID while /proc is mounted.
 /// Elsewhere than Linux, never (it cannot be told).
 pub fn gone(pid: u32) -> bool {

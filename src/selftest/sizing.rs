@@ -422,7 +422,7 @@ pub fn size_serve(a: &ServeAsk) -> Result<ServeSize, String> {
         // The user's program is one process as far as the sizing knows (it may fork more;
         // they are measured as its process tree).
         _ if a.user_program => 1,
-        _ if !cfg!(target_os = "linux") => 1,
+        _ if !crate::host::MANY_SERVER_PROCESSES => 1,
         Some((Processes::Count(n), _)) => n.max(1) as usize,
         _ => MAX_SERVER_PROCESSES,
     };

@@ -110,33 +110,7 @@ pub(super) fn disrupt(by: Option<&RestartBy>, server: Restartable) -> anyhow::Re
     }
 }
 
-#[cfg(unix)]
-use libc::{SIGHUP, SIGTERM};
-// A supervisor (`--processes`) is Linux's; elsewhere these never reach a process.
-#[cfg(not(unix))]
-const SIGHUP: i32 = 1;
-#[cfg(not(unix))]
-const SIGTERM: i32 = 15;
-
-/// kill(2): `sig` to `pid`, a process this run started (or its supervisor's child).
-fn kill(pid: u32, sig: i32) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        // SAFETY: kill(2) has no memory preconditions.
-        if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (pid, sig);
-        Err(std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            "signals are Unix's",
-        ))
-    }
-}
+use crate::host::signals::{send as kill, SIGHUP, SIGTERM};
 
 /// Whether `pid` catches SIGHUP (`SigCgt` in /proc/PID/status; Linux).
 fn catches_sighup(pid: u32) -> bool {
