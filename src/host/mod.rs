@@ -20,6 +20,7 @@ pub mod input;
 pub mod layout;
 #[cfg(not(windows))]
 pub mod linux;
+pub mod machine;
 #[cfg(any(test, feature = "memory-backend"))]
 pub mod memory;
 pub mod process;
@@ -41,6 +42,7 @@ pub mod windows;
 pub mod windows_errors;
 
 use dynamic_ports::PortRange;
+pub use machine::Machine;
 use serde::Serialize;
 pub use types::{Fact, IpVersion, Platform, RegType};
 
@@ -622,13 +624,13 @@ pub fn live(prefix: Option<&std::path::Path>) -> Box<dyn Backend> {
 }
 
 #[cfg(not(windows))]
-fn live_at(layout: &layout::Layout) -> Box<dyn Backend> {
+fn live_at(layout: &layout::Layout) -> Box<dyn Backend + Send> {
     Box::new(linux::LinuxBackend::live().with_layout(layout.clone()))
 }
 
 /// The live registry has no layout: `--prefix` only moves the journal (the store's).
 #[cfg(windows)]
-fn live_at(_layout: &layout::Layout) -> Box<dyn Backend> {
+fn live_at(_layout: &layout::Layout) -> Box<dyn Backend + Send> {
     Box::new(windows::WindowsBackend::live())
 }
 
