@@ -10,21 +10,32 @@ use std::sync::{Arc, Mutex};
 /// keeps state of its own (what it recorded), so each reading holds it alone for its
 /// moment; readings are short file reads.
 #[derive(Clone)]
-pub struct Machine(Arc<Mutex<Box<dyn Backend + Send>>>);
+pub struct Machine {
+    shared: Arc<Mutex<Box<dyn Backend + Send>>>,
+    layout: super::layout::Layout,
+}
 
 impl Machine {
     /// The host wstune runs on, with its default layout.
     pub fn live() -> Self {
-        Machine(Arc::new(Mutex::new(super::live_at(&super::layout(
-            None, None,
-        )))))
+        let layout = super::layout(None, None);
+        Machine {
+            shared: Arc::new(Mutex::new(super::live_at(&layout))),
+            layout,
+        }
     }
 
     /// `f` with the backend, to read several things at one go.
     pub fn with<R>(&self, f: impl FnOnce(&dyn Backend) -> R) -> R {
         // A reading that panicked left nothing half-written: the backend only reads.
-        let backend = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let backend = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         f(backend.as_ref())
+    }
+
+    /// A backend of its own on the same machine, for a thread that reads it all along (the
+    /// host watch beside a run), so the run's own readings never wait for it.
+    pub fn reader(&self) -> Box<dyn Backend + Send> {
+        super::live_at(&self.layout)
     }
 
     /// One file of the machine (/proc, /sys): [`Backend::read`].

@@ -31,6 +31,19 @@ pub fn reaped_children_cpu(pid: u32) -> Option<f64> {
     }
 }
 
+/// Whether process `pid` catches signal `sig` (`SigCgt` in /proc/PID/status); false when it
+/// is gone or elsewhere than Linux.
+pub fn catches(pid: u32, sig: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|mask| (1..=64).contains(&sig) && mask & (1 << (sig - 1)) != 0)
+}
+
 /// Not Unix: there are no uids.
 #[cfg(not(unix))]
 pub fn effective_uid() -> Option<u32> {

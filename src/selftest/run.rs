@@ -83,7 +83,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     let drops_before = drop_counters(machine);
     // From before the first connection (a storm overflows while it connects) to the window's
     // end; a thread of its own reads the host, the generator runs in other processes.
-    let host = o.host_watch.as_ref().map(|h| h.start());
+    let host = o.host_watch.as_ref().map(|h| h.start(&o.machine));
     let mut procs = spawn_workers(o, scenario, target).await?;
     let workers = procs.len();
     let (connected, first_error) = connect_phase(&mut procs, o, scenario, target).await?;

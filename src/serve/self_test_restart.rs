@@ -4,6 +4,7 @@
 //! process (the supervisor starts another), SIGHUP to the supervisor (a rolling restart, where
 //! the supervisor does one), or `POST /api/drain` on its admin listener.
 
+use crate::host::signals::{send as kill, SIGHUP, SIGTERM};
 use crate::selftest::restart::{Disrupt, RestartBy};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -110,18 +111,9 @@ pub(super) fn disrupt(by: Option<&RestartBy>, server: Restartable) -> anyhow::Re
     }
 }
 
-use crate::host::signals::{send as kill, SIGHUP, SIGTERM};
-
-/// Whether `pid` catches SIGHUP (`SigCgt` in /proc/PID/status; Linux).
+/// Whether `pid` catches SIGHUP (Linux).
 fn catches_sighup(pid: u32) -> bool {
-    let Ok(status) = crate::host::live(None).read(&format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigCgt:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .is_some_and(|mask| mask & (1 << (SIGHUP - 1)) != 0)
+    crate::host::process::catches(pid, SIGHUP)
 }
 
 /// A signal to the process `target(pid)` picks, described by `say`.
