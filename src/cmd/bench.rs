@@ -45,7 +45,7 @@ pub fn deflate(a: &DeflateRequest) -> Result<Outcome> {
         // host does not have, rather than let the OOM killer end the run.
         let need =
             n as u64 * embedded_server::memory::deflate_bytes_per_conn(a.window_bits, a.mem_level);
-        if let Some(avail) = crate::selftest::sizing::mem_available() {
+        if let Some(avail) = crate::selftest::sizing::mem_available(&crate::host::Machine::live()) {
             if need > avail / 2 {
                 bail!(
                     "--contexts {n}: {n} connections' contexts at window {} / memLevel {} need \

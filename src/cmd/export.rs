@@ -252,7 +252,6 @@ fn nic_tree(e: &Export, dir: &std::path::Path) -> Result<Outcome> {
             .with_context(|| format!("writing {}{}", at.display(), done(&written)))?;
         // Scripts keep the executable bit through `cp -r DIR/. /`: irqbalance execs its
         // policy script.
-        #[cfg(unix)]
         if text.starts_with("#!") {
             crate::host::atomic::make_executable(&at)
                 .with_context(|| format!("making {} executable", at.display()))?;

@@ -193,6 +193,7 @@ async fn load(
 ) -> Result<selftest::ScenarioReport> {
     let (soft, _) = crate::host::raise_nofile();
     let o = Options {
+        machine: crate::host::Machine::live(),
         shard: None,
         broadcast_target: t.clone(),
         subscribe_targets: Vec::new(),

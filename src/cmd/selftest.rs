@@ -33,6 +33,7 @@ pub fn run(r: Request) -> Result<Outcome> {
         r.broadcast,
         &r.profile,
         Defaults {
+            machine: crate::host::Machine::live(),
             subscribe_targets: r.subscribe,
             deflate: r.deflate,
             conns: 1000,

@@ -166,8 +166,11 @@ pub struct LbConfig {
 
 /// Add the load balancer's findings to a report. Err: `--lb-pid` unreadable.
 pub fn add_lb(report: &mut CheckReport, lb: &LbConfig, profile: &profile::Profile) -> Result<()> {
-    let found =
-        crate::lb::findings(&lb.path, &lb.text, profile, lb.pid).map_err(anyhow::Error::msg)?;
+    // This machine, not the checked host: the limits that matter are those of the proxy
+    // running here; a `--root` tree holds no running proxy to measure.
+    let machine = crate::host::Machine::live();
+    let found = crate::lb::findings(&lb.path, &lb.text, profile, lb.pid, &machine)
+        .map_err(anyhow::Error::msg)?;
     report.results.extend(found);
     report.summary = Summary::of(&report.results);
     Ok(())

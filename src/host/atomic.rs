@@ -316,3 +316,9 @@ pub fn make_executable(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
 }
+
+/// Not Unix: a file's being executable is its name's business, so there is nothing to set.
+#[cfg(not(unix))]
+pub fn make_executable(_path: &Path) -> std::io::Result<()> {
+    Ok(())
+}

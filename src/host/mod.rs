@@ -20,13 +20,16 @@ pub mod input;
 pub mod layout;
 #[cfg(not(windows))]
 pub mod linux;
+pub mod machine;
 #[cfg(any(test, feature = "memory-backend"))]
 pub mod memory;
 pub mod process;
+pub mod process_group;
 pub mod procfs;
 pub mod registry_file;
 pub mod signals;
 pub mod snapshot;
+pub mod socket_options;
 pub mod sockets;
 pub mod store;
 pub mod stream;
@@ -39,6 +42,7 @@ pub mod windows;
 pub mod windows_errors;
 
 use dynamic_ports::PortRange;
+pub use machine::Machine;
 use serde::Serialize;
 pub use types::{Fact, IpVersion, Platform, RegType};
 
@@ -577,6 +581,11 @@ pub fn readable_by_everyone(p: &std::path::Path) -> bool {
 /// settings table names the I/O driver: IOCP there).
 pub const IS_WINDOWS: bool = cfg!(windows);
 
+/// Whether `serve --processes N` can run N server processes here: its supervisor forks and
+/// shares a port with SO_REUSEPORT's load balancing, which is Linux's; elsewhere a server is
+/// one process.
+pub const MANY_SERVER_PROCESSES: bool = cfg!(target_os = "linux");
+
 #[cfg(not(windows))]
 pub fn raise_nofile() -> (u64, u64) {
     linux::raise_nofile()
@@ -615,13 +624,13 @@ pub fn live(prefix: Option<&std::path::Path>) -> Box<dyn Backend> {
 }
 
 #[cfg(not(windows))]
-fn live_at(layout: &layout::Layout) -> Box<dyn Backend> {
+fn live_at(layout: &layout::Layout) -> Box<dyn Backend + Send> {
     Box::new(linux::LinuxBackend::live().with_layout(layout.clone()))
 }
 
 /// The live registry has no layout: `--prefix` only moves the journal (the store's).
 #[cfg(windows)]
-fn live_at(_layout: &layout::Layout) -> Box<dyn Backend> {
+fn live_at(_layout: &layout::Layout) -> Box<dyn Backend + Send> {
     Box::new(windows::WindowsBackend::live())
 }
 

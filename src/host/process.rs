@@ -13,6 +13,43 @@ pub fn effective_uid() -> Option<u32> {
     std::fs::metadata("/proc/self").ok().map(|m| m.uid())
 }
 
+/// The CPU seconds (user + system) of `pid`'s exited and reaped children, theirs included:
+/// what the kernel added to its cutime/cstime. None when it is gone or elsewhere than Linux.
+pub fn reaped_children_cpu(pid: u32) -> Option<f64> {
+    #[cfg(target_os = "linux")]
+    {
+        let c = procfs::process::Process::new(pid as i32)
+            .ok()?
+            .stat()
+            .ok()?;
+        Some((c.cutime + c.cstime).max(0) as f64 / procfs::ticks_per_second() as f64)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
+/// Whether process `pid` catches signal `sig` (`SigCgt` in /proc/PID/status); false when it
+/// is gone or elsewhere than Linux.
+pub fn catches(pid: u32, sig: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|mask| (1..=64).contains(&sig) && mask & (1 << (sig - 1)) != 0)
+}
+
+/// Not Unix: there are no uids.
+#[cfg(not(unix))]
+pub fn effective_uid() -> Option<u32> {
+    None
+}
+
 /// Whether process `pid` (not this one) has ended: no /proc/PID while /proc is mounted.
 /// Elsewhere than Linux, never (it cannot be told).
 pub fn gone(pid: u32) -> bool {

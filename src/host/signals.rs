@@ -100,3 +100,60 @@ pub fn terminate(pid: u32) {
     #[cfg(not(unix))]
     let _ = pid;
 }
+
+/// Calls `stop` on each SIGTERM (systemd, kubelet) or SIGINT (a terminal), from tasks of the
+/// current runtime; not Unix, on each Ctrl-C. The handlers are installed when this is called.
+#[cfg(unix)]
+pub fn on_stop_request(stop: impl Fn() + Clone + Send + 'static) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    for kind in [SignalKind::terminate(), SignalKind::interrupt()] {
+        let mut s = signal(kind)?;
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while s.recv().await.is_some() {
+                stop();
+            }
+        });
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+pub fn on_stop_request(stop: impl Fn() + Clone + Send + 'static) -> std::io::Result<()> {
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            stop();
+        }
+    });
+    Ok(())
+}
+
+/// The signal numbers a restart sends. Not Unix they name no signal (a supervisor is Linux's
+/// and [`send`] fails there), but keep Linux's numbers so the code that names them reads alike.
+#[cfg(unix)]
+pub use libc::{SIGHUP, SIGTERM};
+#[cfg(not(unix))]
+pub const SIGHUP: i32 = 1;
+#[cfg(not(unix))]
+pub const SIGTERM: i32 = 15;
+
+/// kill(2): `sig` to `pid`, a process this run started (or its supervisor's child). Not
+/// Unix: an Unsupported error, as there are no signals.
+pub fn send(pid: u32, sig: i32) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        // SAFETY: kill(2) has no memory preconditions.
+        if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (pid, sig);
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "signals are Unix's",
+        ))
+    }
+}

@@ -15,7 +15,6 @@ pub struct Store {
 }
 
 /// Who owns a path and who may write it ([`Store::ownership`]).
-#[cfg(unix)]
 #[derive(Debug, Clone, Copy)]
 pub struct Ownership {
     /// A directory itself, not a link to one nor a file.
@@ -114,6 +113,13 @@ impl Store {
 
     /// A directory's kind, permission bits and owner, not following a link at `host_path`
     /// (None: nothing there). What a check of who may write there needs.
+    /// Not Unix: None, as there are no mode bits to check (Windows guards a directory with its
+    /// ACL, which the state directory inherits from ProgramData's).
+    #[cfg(not(unix))]
+    pub fn ownership(&self, _host_path: &str) -> Option<Ownership> {
+        None
+    }
+
     #[cfg(unix)]
     pub fn ownership(&self, host_path: &str) -> Option<Ownership> {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};

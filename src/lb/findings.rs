@@ -8,16 +8,18 @@ use crate::profile::Profile;
 
 /// `check --lb-config`: the proxy's idle timeout against the server's heartbeat, its
 /// connection cap and listen backlog against the profile, and its fd limit against what the
-/// running proxy (`pid`, else the one found, else this shell) gets. Err: `pid` unreadable.
+/// running proxy (`pid`, else the one found, else this shell) on `machine` gets. Err: `pid`
+/// unreadable.
 pub fn findings(
     path: &std::path::Path,
     text: &str,
     p: &Profile,
     pid: Option<u32>,
+    machine: &crate::host::Machine,
 ) -> Result<Vec<crate::catalog::eval::Finding>, String> {
     let limits = match (read(text).kind, pid) {
-        (_, Some(pid)) => Ok(proxy_fds::of_pid(pid)?),
-        (Some(kind), None) => proxy_fds::detect(kind),
+        (_, Some(pid)) => Ok(machine.with(|host| proxy_fds::of_pid(host, pid))?),
+        (Some(kind), None) => machine.with(|host| proxy_fds::detect(host, kind)),
         (None, None) => Err("not a proxy configuration".into()),
     };
     Ok(findings_with(path, text, p, limits))

@@ -68,16 +68,14 @@ fn read_pid(host: &dyn Backend, dir: &str, source: String) -> Result<ProcLimits,
     })
 }
 
-/// The limits of a given process (`check --lb-pid`).
-pub fn of_pid(pid: u32) -> Result<ProcLimits, String> {
-    // The live backend, not the caller's: the limits that matter are those of the proxy running
-    // on this machine; a `--root` tree holds no running proxy to measure.
-    let host = crate::host::live(None);
+/// The limits of a given process (`check --lb-pid`) on `host`, the machine the proxy runs
+/// on.
+pub fn of_pid(host: &dyn Backend, pid: u32) -> Result<ProcLimits, String> {
     let comm = host
         .read(&format!("{}/comm", paths::process(pid)))
         .map_err(|_| format!("--lb-pid {pid}: no such process; give the proxy's (master) pid"))?;
     read_pid(
-        host.as_ref(),
+        host,
         &paths::process(pid),
         format!("{} pid {pid}", comm.trim()),
     )
@@ -111,16 +109,12 @@ fn masters(host: &dyn Backend, name: &str) -> Vec<u32> {
 }
 
 /// The limits of the running proxy of this kind, else of this process (the shell the check
-/// runs in). Err where neither can be read (no /proc).
-pub fn detect(kind: Kind) -> Result<ProcLimits, String> {
+/// runs in), on `host`, the machine they run on. Err where neither can be read (no /proc).
+pub fn detect(host: &dyn Backend, kind: Kind) -> Result<ProcLimits, String> {
     let name = match kind {
         Kind::Haproxy => "haproxy",
         Kind::Nginx => "nginx",
     };
-    // The live backend, not the caller's: the limits that matter are those of the proxy running
-    // on this machine; a `--root` tree holds no running proxy to measure.
-    let host = crate::host::live(None);
-    let host = host.as_ref();
     let found = masters(host, name);
     if let Some(&pid) = found.first() {
         let also = if found.len() > 1 {
@@ -331,7 +325,7 @@ mod tests {
     #[test]
     fn reads_this_hosts_limits() {
         // The parsers are host/procfs.rs's, tested there; this reads the real /proc.
-        let me = detect(Kind::Haproxy).unwrap();
+        let me = detect(crate::host::live(None).as_ref(), Kind::Haproxy).unwrap();
         assert!(me.hard >= me.soft && me.soft > 0, "{me:?}");
     }
 

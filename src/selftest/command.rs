@@ -1,9 +1,10 @@
 //! The user's own server (`--command "PROGRAM ARGS"`): a program built on `embedded-server`,
 //! started with the tuned configuration in its environment (see `embedded_server::wstune`),
 //! waited for until it listens, measured by pid, and always stopped with its whole process
-//! group: at the end, on an error, on Ctrl-C, and (Linux: a reaper process, see `reaper`) when
-//! wstune is killed, however.
+//! group: at the end, on an error, on Ctrl-C, and (Linux: a reaper process, see
+//! `host::process_group`) when wstune is killed, however.
 
+use crate::host::process_group::Group;
 use anyhow::{bail, Context, Result};
 use embedded_server::ServerConfig;
 use std::collections::VecDeque;
@@ -47,14 +48,8 @@ pub struct UserServer {
     /// The process wstune started: on Linux the reaper, which leads the process group and
     /// exits as the program does, with its status; elsewhere the program itself.
     child: tokio::process::Child,
-    /// The process group's leader (what `signal_group` signals).
-    #[cfg_attr(not(unix), allow(dead_code))]
-    leader: u32,
-    /// wstune's end of the reaper's socket (Linux): closed when this is dropped or wstune dies.
-    #[cfg(target_os = "linux")]
-    _watch: Option<std::os::unix::net::UnixStream>,
-    #[cfg(not(target_os = "linux"))]
-    _watch: (),
+    /// Its process group, which every stop reaches.
+    group: Group,
     /// The program's own pid (measured).
     pub pid: u32,
     pub addr: SocketAddr,
@@ -191,29 +186,8 @@ impl UserServer {
             Some(a) => cmd.env(embedded_server::wstune::ADMIN_VAR, a.to_string()),
             None => cmd.env_remove(embedded_server::wstune::ADMIN_VAR),
         };
-        #[cfg(unix)]
-        {
-            // Its own process group, so the stop reaches everything it started.
-            cmd.process_group(0);
-        }
-        // wstune killed outright (SIGKILL, a CI timeout, the OOM killer) must not leave the
-        // user's server or anything it started running: a reaper process leads the group and
-        // SIGKILLs all of it when wstune's end of a socket closes (see `reaper`).
-        #[cfg(target_os = "linux")]
-        let mut pair = {
-            let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-                .context("--command: cannot create the reaper's socket pair")?;
-            use std::os::fd::{AsRawFd, IntoRawFd};
-            let ours_fd = ours.as_raw_fd();
-            // Theirs is inherited by the reaper (it never execs) and closed at the program's
-            // exec (std's sockets are close-on-exec); ours is closed in both.
-            let theirs_fd = theirs.into_raw_fd();
-            // SAFETY: only raw system calls between fork and exec (see `reaper::pre_exec`).
-            unsafe {
-                cmd.pre_exec(move || reaper::pre_exec(ours_fd, theirs_fd));
-            }
-            Some((ours, theirs_fd))
-        };
+        let prepared = crate::host::process_group::prepare(&mut cmd)
+            .context("--command: cannot create the reaper's socket pair")?;
         drop((held_ws, held_admin));
         let mut child = match cmd.spawn() {
             Ok(c) => c,
@@ -222,30 +196,14 @@ impl UserServer {
                 bail!("--command: cannot start `{program}`: {e}");
             }
         };
-        // The group leader is the reaper; the program (whose memory and CPU are measured) is
-        // its child, whose pid the reaper sends first.
-        #[cfg(target_os = "linux")]
-        let (leader, pid, watch) = {
-            let (ours, theirs_fd) = pair.take().expect("set above");
-            // SAFETY: our copy of the reaper's end, not used elsewhere.
-            unsafe { libc::close(theirs_fd) };
-            let leader = child.id().unwrap_or(0);
-            let pid = match reaper::program_pid(&ours) {
-                Ok(p) => p,
-                Err(e) => {
-                    crate::host::temp::remove(&config_file);
-                    bail!("--command: cannot start `{program}`: {e}");
-                }
-            };
-            // Ours stays open for as long as this server is wanted (or wstune lives): its close
-            // is the reaper's signal.
-            (leader, pid, Some(ours))
+        let group = match crate::host::process_group::started(prepared, &child) {
+            Ok(g) => g,
+            Err(e) => {
+                crate::host::temp::remove(&config_file);
+                bail!("--command: cannot start `{program}`: {e}");
+            }
         };
-        #[cfg(not(target_os = "linux"))]
-        let (leader, pid, watch) = {
-            let p = child.id().unwrap_or(0);
-            (p, p, ())
-        };
+        let pid = group.pid;
         let tail = Arc::new(Mutex::new(VecDeque::new()));
         // Its output goes on to our stderr (stdout carries wstune's report), prefixed with the
         // program's name; the last lines are kept for an error message.
@@ -263,9 +221,8 @@ impl UserServer {
         }
         let mut server = UserServer {
             child,
-            leader,
+            group,
             pid,
-            _watch: watch,
             addr,
             admin,
             program,
@@ -387,18 +344,9 @@ impl UserServer {
         }
     }
 
-    #[cfg(unix)]
-    fn signal_group(&self, sig: i32) {
-        if self.leader > 0 {
-            // SAFETY: kill(2) on the process group our own child leads.
-            unsafe { libc::kill(-(self.leader as libc::pid_t), sig) };
-        }
-    }
-
     /// SIGKILL to the whole group, and reap the program.
     async fn kill(&mut self) {
-        #[cfg(unix)]
-        self.signal_group(libc::SIGKILL);
+        self.group.kill();
         let _ = self.child.kill().await;
         self.stopped = true;
     }
@@ -406,10 +354,7 @@ impl UserServer {
     /// SIGTERM to the process group (a graceful shutdown, bounded to 5 s), then SIGKILL to
     /// whatever of the group is left.
     pub async fn stop(mut self) {
-        #[cfg(unix)]
-        self.signal_group(libc::SIGTERM);
-        #[cfg(not(unix))]
-        let _ = self.child.start_kill();
+        self.group.terminate(&mut self.child);
         let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
         self.kill().await;
     }
@@ -421,108 +366,10 @@ impl Drop for UserServer {
         // stopped (the leader reaped), its pid may be reused and is left alone; what the
         // group had started was killed with it.
         if !self.stopped {
-            #[cfg(unix)]
-            self.signal_group(libc::SIGKILL);
+            self.group.kill();
             let _ = self.child.start_kill();
         }
         crate::host::temp::remove(&self.config_file);
-    }
-}
-
-/// The process between wstune and the user's program (Linux). PR_SET_PDEATHSIG alone is not
-/// enough: it reaches only the direct child, a program may ignore SIGTERM, and what the program
-/// started would survive. The reaper is forked (a raw clone, no atfork handlers) between std's
-/// fork and the program's exec, leads the process group, and:
-/// - sends wstune the program's pid over a socket pair, then watches its end: the socket
-///   closing means wstune is gone (however it died), and the reaper SIGKILLs the whole group,
-///   itself included;
-/// - ignores SIGTERM and SIGINT, so a graceful stop (SIGTERM to the group) reaches the program
-///   and the reaper waits for it;
-/// - exits as the program does (the same code, or the same signal), so wstune sees the
-///   program's status.
-///
-/// The program itself also gets PR_SET_PDEATHSIG = SIGKILL for the reaper's death.
-#[cfg(target_os = "linux")]
-mod reaper {
-    use std::io::Read;
-    use std::os::unix::net::UnixStream;
-
-    /// Runs in std's forked child before exec: only async-signal-safe system calls.
-    pub unsafe fn pre_exec(ours: i32, theirs: i32) -> std::io::Result<()> {
-        libc::close(ours);
-        // A raw fork: glibc's fork() runs atfork handlers that take malloc's locks, which
-        // another thread of wstune may have held when std forked.
-        let program = libc::syscall(
-            libc::SYS_clone,
-            libc::SIGCHLD as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        );
-        if program < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if program == 0 {
-            // The program: dies with the reaper; `theirs` closes at exec.
-            let reaper = libc::getppid();
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != reaper {
-                libc::_exit(137);
-            }
-            return Ok(());
-        }
-        watch(program as libc::pid_t, theirs)
-    }
-
-    unsafe fn watch(program: libc::pid_t, sock: i32) -> ! {
-        libc::signal(libc::SIGTERM, libc::SIG_IGN);
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGHUP, libc::SIG_IGN);
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-        // Hold nothing of wstune's open, above all std's exec-error pipe (whose reader waits
-        // for every copy of it to close) and the program's listening sockets.
-        for fd in 3..4096 {
-            if fd != sock {
-                libc::close(fd);
-            }
-        }
-        let bytes = (program as u32).to_le_bytes();
-        libc::write(sock, bytes.as_ptr().cast(), bytes.len());
-        loop {
-            let mut status = 0;
-            let r = libc::waitpid(program, &mut status, libc::WNOHANG);
-            if r == program {
-                if libc::WIFSIGNALED(status) {
-                    let sig = libc::WTERMSIG(status);
-                    libc::signal(sig, libc::SIG_DFL);
-                    libc::kill(libc::getpid(), sig);
-                    libc::_exit(128 + sig);
-                }
-                libc::_exit(libc::WEXITSTATUS(status));
-            }
-            let mut pfd = libc::pollfd {
-                fd: sock,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // wstune never writes: readable, hang-up or error all mean its end closed.
-            if libc::poll(&mut pfd, 1, 50) > 0 {
-                libc::kill(0, libc::SIGKILL);
-                libc::_exit(137);
-            }
-        }
-    }
-
-    /// The program's pid, as the reaper sends it (bounded: the reaper writes it at once).
-    pub fn program_pid(ours: &UnixStream) -> std::io::Result<u32> {
-        ours.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
-        let mut b = [0u8; 4];
-        (&*ours).read_exact(&mut b)?;
-        ours.set_read_timeout(None)?;
-        Ok(u32::from_le_bytes(b))
     }
 }
 

@@ -40,15 +40,15 @@ pub struct Recording {
 }
 
 impl HostWatch {
-    /// Start reading now: the timeline's seconds count from here.
-    pub fn start(&self) -> Recording {
+    /// Start reading `machine` now: the timeline's seconds count from here.
+    pub fn start(&self, machine: &crate::host::Machine) -> Recording {
+        let backend = machine.reader();
         let stop = Arc::new(AtomicBool::new(false));
         let (words, ports, flag) = ((*self.words).clone(), self.ports.clone(), stop.clone());
         let remote = self.remote;
         let thread = std::thread::Builder::new()
             .name("host-watch".into())
             .spawn(move || {
-                let backend = crate::host::live(None);
                 // No walk over every connection: its bursts would land in the windows this
                 // watch sits beside; queues, counters and marks are read every second.
                 let scope = Scope {

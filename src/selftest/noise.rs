@@ -80,9 +80,9 @@ pub struct Sample {
     pub procs: Vec<(u32, u32, f64)>,
 }
 
-/// Read the host now (this machine's live /proc, never a `--root` tree).
-pub fn sample() -> Sample {
-    let host = crate::host::live(None)
+/// Read the host now (the machine's live /proc).
+pub fn sample(machine: &crate::host::Machine) -> Sample {
+    let host = machine
         .read(crate::host::procfs::paths::STAT)
         .ok()
         .and_then(|t| parse_stat(&t));

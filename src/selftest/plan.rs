@@ -12,6 +12,9 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct RunPlan {
     pub target: Target,
+    /// The machine the run measures (its kernel's counters, memory and processes), made once
+    /// by the command.
+    pub machine: crate::host::Machine,
     /// Where `broadcast` publishes and subscribes (a server that fans out what it receives).
     pub broadcast_target: Target,
     /// broadcast: servers the subscribers connect to, one per generator process in turn (empty:

@@ -76,11 +76,14 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         &o.target
     };
     let rss_before = server_sample(o, scenario).map(|s| s.1);
-    let kernel_before = (scenario.holds_idle()).then(kernel_sample).flatten();
-    let drops_before = drop_counters();
+    let machine = &o.machine;
+    let kernel_before = (scenario.holds_idle())
+        .then(|| kernel_sample(machine))
+        .flatten();
+    let drops_before = drop_counters(machine);
     // From before the first connection (a storm overflows while it connects) to the window's
     // end; a thread of its own reads the host, the generator runs in other processes.
-    let host = o.host_watch.as_ref().map(|h| h.start());
+    let host = o.host_watch.as_ref().map(|h| h.start(&o.machine));
     let mut procs = spawn_workers(o, scenario, target).await?;
     let workers = procs.len();
     let (connected, first_error) = connect_phase(&mut procs, o, scenario, target).await?;
@@ -89,7 +92,9 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         quiesce(o, Duration::from_secs(10)).await;
     }
     let rss_after_connect = server_sample(o, scenario).map(|s| s.1);
-    let kernel_during = (scenario.holds_idle()).then(kernel_sample).flatten();
+    let kernel_during = (scenario.holds_idle())
+        .then(|| kernel_sample(machine))
+        .flatten();
     let warmup = o.warmup_for(scenario);
     // The server's CPU is read when the measured window starts (after the warm-up).
     let server0 = {
@@ -98,7 +103,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
             tokio::time::sleep(Duration::from_secs_f64(warmup)).await;
             (
                 server_sample(&o, scenario).map(|s| (s, Instant::now())),
-                noise::sample(),
+                noise::sample(&o.machine),
             )
         })
     };
@@ -125,9 +130,9 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
     if incomplete.is_none() {
         incomplete = late;
     }
-    let drops = kernel_drops(drops_before, drop_counters());
+    let drops = kernel_drops(machine, drops_before, drop_counters(machine));
     let host_timeline = host.and_then(|h| h.finish());
-    watch.window_ended();
+    watch.window_ended(&o.machine);
     if let Some(p) = publisher {
         let _ = p.await;
     }
@@ -176,7 +181,7 @@ pub async fn run_scenario(o: &RunPlan, scenario: Scenario) -> Result<ScenarioRep
         warmup,
         server,
         host_timeline,
-        kernel: kernel_memory(kernel_before, kernel_during),
+        kernel: kernel_memory(machine, kernel_before, kernel_during),
         kernel_drops: drops,
         timeline: timeline(&procs),
         disturbance,
@@ -442,7 +447,7 @@ async fn run_phase(
             tokio::time::sleep_until(at.into()).await;
             (
                 server_sample(&o, scenario).map(|s| (s, Instant::now())),
-                noise::sample(),
+                noise::sample(&o.machine),
             )
         })
     });
@@ -481,7 +486,7 @@ async fn run_phase(
                     Ok(Event::Done(r)) => {
                         if noise_end.is_none() {
                             server_end = server_sample(o, scenario).map(|s| (s, Instant::now()));
-                            noise_end = Some(noise::sample());
+                            noise_end = Some(noise::sample(&o.machine));
                         }
                         p.result = Some(*r);
                     }

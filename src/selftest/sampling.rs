@@ -4,6 +4,7 @@
 
 use super::client::Target;
 use super::{noise, server, RunPlan, Scenario};
+use crate::host::Machine;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -35,13 +36,10 @@ pub struct KernelMemory {
     pub slab_bytes_per_socket: Option<f64>,
 }
 
-/// Read /proc/net/sockstat and /proc/meminfo through this host's backend (Linux; None
+/// Read /proc/net/sockstat and /proc/meminfo through the machine's backend (Linux; None
 /// elsewhere).
-pub fn kernel_sample() -> Option<KernelSample> {
+pub fn kernel_sample(host: &Machine) -> Option<KernelSample> {
     use crate::host::procfs::paths;
-    // This machine's live backend, not the caller's: the self-test measures the machine it runs
-    // on (its own sockets, memory, ports), never a `--root` tree, which has nothing running.
-    let host = crate::host::live(None);
     let sockstat = host.read(paths::SOCKSTAT).ok()?;
     let meminfo = host.read(paths::MEMINFO).ok()?;
     Some(parse_kernel_sample(&sockstat, &meminfo))
@@ -62,12 +60,14 @@ pub(super) fn parse_kernel_sample(sockstat: &str, meminfo: &str) -> KernelSample
     }
 }
 
+/// `host`'s memory page size is what `TCP: mem` counts in.
 pub(super) fn kernel_memory(
+    host: &Machine,
     before: Option<KernelSample>,
     during: Option<KernelSample>,
 ) -> Option<KernelMemory> {
     let (before, during) = (before?, during?);
-    let page_size = page_size();
+    let page_size = host.page_size();
     let sockets = during.tcp_inuse.saturating_sub(before.tcp_inuse);
     Some(KernelMemory {
         before,
@@ -97,9 +97,9 @@ pub struct KernelDrops {
 }
 
 /// The TcpExt counters `KernelDrops` follows, as read now (Linux; None elsewhere).
-pub(super) fn drop_counters() -> Option<[u64; 4]> {
+pub(super) fn drop_counters(host: &Machine) -> Option<[u64; 4]> {
     use crate::host::procfs::{header_values, paths};
-    let text = crate::host::live(None).read(paths::NETSTAT).ok()?;
+    let text = host.read(paths::NETSTAT).ok()?;
     let v = |f| header_values(&text, "TcpExt", f).and_then(|v| u64::try_from(v).ok());
     Some([
         v("ListenOverflows")?,
@@ -112,14 +112,14 @@ pub(super) fn drop_counters() -> Option<[u64; 4]> {
 /// The counters' growth from `before` to `after`, and the bound they name: the sysctls that
 /// set it are read from this host so the words say what to raise.
 pub(super) fn kernel_drops(
+    host: &Machine,
     before: Option<[u64; 4]>,
     after: Option<[u64; 4]>,
 ) -> Option<KernelDrops> {
     let (b, a) = (before?, after?);
     let d: Vec<u64> = a.iter().zip(b).map(|(a, b)| a.saturating_sub(b)).collect();
     let sysctl = |p: &str| {
-        crate::host::live(None)
-            .read(p)
+        host.read(p)
             .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
             .unwrap_or_else(|_| "?".into())
     };
@@ -153,13 +153,6 @@ pub(super) fn kernel_drops(
         aborts_on_memory: d[3],
         bound: (!bound.is_empty()).then(|| bound.join("; ")),
     })
-}
-
-/// This host's memory page size (what `TCP: mem` counts in), from its backend.
-pub(super) fn page_size() -> u64 {
-    // This machine's live backend, not the caller's: the self-test measures the machine it runs
-    // on (its own sockets, memory, ports), never a `--root` tree, which has nothing running.
-    crate::host::live(None).page_size()
 }
 
 /// The server's CPU time and RSS: its process, or its whole process tree.
@@ -267,9 +260,19 @@ mod tests {
     use super::*;
     #[test]
     fn kernel_drops_name_the_accept_queue_and_tcp_memory_only_when_they_grew() {
-        let quiet = kernel_drops(Some([5, 7, 1, 0]), Some([5, 7, 1, 0])).unwrap();
+        let quiet = kernel_drops(
+            &crate::host::Machine::live(),
+            Some([5, 7, 1, 0]),
+            Some([5, 7, 1, 0]),
+        )
+        .unwrap();
         assert_eq!(quiet.bound, None);
-        let full = kernel_drops(Some([5, 7, 1, 0]), Some([105, 120, 3, 4])).unwrap();
+        let full = kernel_drops(
+            &crate::host::Machine::live(),
+            Some([5, 7, 1, 0]),
+            Some([105, 120, 3, 4]),
+        )
+        .unwrap();
         assert_eq!(
             (
                 full.listen_overflows,
@@ -289,7 +292,12 @@ mod tests {
             "{b}"
         );
         // A counter that went back (a namespace's counters reset) is no growth, not a wrap.
-        let back = kernel_drops(Some([9, 9, 9, 9]), Some([1, 1, 1, 1])).unwrap();
+        let back = kernel_drops(
+            &crate::host::Machine::live(),
+            Some([9, 9, 9, 9]),
+            Some([1, 1, 1, 1]),
+        )
+        .unwrap();
         assert_eq!(back.bound, None);
     }
 
@@ -311,7 +319,7 @@ mod tests {
         let mut during = k;
         during.tcp_inuse += 100;
         during.slab_bytes += 400 * 1024;
-        let m = kernel_memory(Some(k), Some(during)).unwrap();
+        let m = kernel_memory(&crate::host::Machine::live(), Some(k), Some(during)).unwrap();
         assert_eq!(m.slab_bytes_per_socket, Some(4096.0));
     }
 }

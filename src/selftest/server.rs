@@ -20,12 +20,7 @@ pub fn tree(pid: u32) -> Vec<u32> {
 /// time not yet in an ancestor's).
 pub fn sample_tree(pid: u32) -> Option<(f64, u64)> {
     let mut total: Option<(f64, u64)> = None;
-    #[cfg(target_os = "linux")]
-    if let Some(c) = procfs::process::Process::new(pid as i32)
-        .ok()
-        .and_then(|p| p.stat().ok())
-    {
-        let reaped = (c.cutime + c.cstime).max(0) as f64 / procfs::ticks_per_second() as f64;
+    if let Some(reaped) = crate::host::process::reaped_children_cpu(pid) {
         total = Some((reaped, 0));
     }
     for p in tree(pid) {

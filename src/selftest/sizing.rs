@@ -372,6 +372,8 @@ pub fn fd_room(nofile: u64, processes: usize) -> usize {
 /// What `serve --self-test` sizes: the profile and the operator's load, and how the server
 /// runs (the processes asked for, a user's program, compression).
 pub struct ServeAsk<'a> {
+    /// The machine that runs the server and the load: its free memory and ephemeral ports.
+    pub host: &'a crate::host::Machine,
     pub profile: &'a crate::profile::Profile,
     /// `--conns`: the operator's count (no scale-down to explain then).
     pub conns: Option<usize>,
@@ -422,15 +424,15 @@ pub fn size_serve(a: &ServeAsk) -> Result<ServeSize, String> {
         // The user's program is one process as far as the sizing knows (it may fork more;
         // they are measured as its process tree).
         _ if a.user_program => 1,
-        _ if !cfg!(target_os = "linux") => 1,
+        _ if !crate::host::MANY_SERVER_PROCESSES => 1,
         Some((Processes::Count(n), _)) => n.max(1) as usize,
         _ => MAX_SERVER_PROCESSES,
     };
     let room = HostRoom {
         server_nofile: a.nofile,
         max_server_processes,
-        mem_available: mem_available(),
-        ephemeral_ports: ephemeral_ports(),
+        mem_available: mem_available(a.host),
+        ephemeral_ports: ephemeral_ports(a.host),
         cores: a.cores,
     };
     // The scenarios' connections are plain ones (the deflate scenario's own count, with its
@@ -516,22 +518,15 @@ pub fn size_serve(a: &ServeAsk) -> Result<ServeSize, String> {
 }
 
 /// Memory this host can still give, bytes: MemAvailable from /proc/meminfo, Linux.
-pub fn mem_available() -> Option<u64> {
-    // This machine's live backend, not the caller's: the self-test measures the machine it runs
-    // on (its own sockets, memory, ports), never a `--root` tree, which has nothing running.
-    let text = crate::host::live(None)
-        .read(crate::host::procfs::paths::MEMINFO)
-        .ok()?;
+pub fn mem_available(host: &crate::host::Machine) -> Option<u64> {
+    let text = host.read(crate::host::procfs::paths::MEMINFO).ok()?;
     crate::host::procfs::meminfo_bytes(&text, "MemAvailable")
 }
 
 /// Ephemeral ports per source address (net.ipv4.ip_local_port_range), Linux; 28232 (the
 /// kernel default) when unreadable.
-pub fn ephemeral_ports() -> u32 {
-    // This machine's live backend, not the caller's: the self-test measures the machine it runs
-    // on (its own sockets, memory, ports), never a `--root` tree, which has nothing running.
-    crate::host::live(None)
-        .read(crate::host::procfs::paths::PORT_RANGE)
+pub fn ephemeral_ports(host: &crate::host::Machine) -> u32 {
+    host.read(crate::host::procfs::paths::PORT_RANGE)
         .ok()
         .and_then(|s| crate::host::procfs::range_len(&s))
         .unwrap_or(28_232)

@@ -83,7 +83,9 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
         .map(|c| std::sync::Arc::new(crate::watch::advice::Words::from_findings(&c.results)));
     let (r, load, profile) = (&r, &load, &t.profile);
     let host = checked.as_ref().map(check::host_check);
-    let size = size_run(r, t, load, profile)?;
+    // The machine the servers and the load share: what the sizing and the run read.
+    let machine = crate::host::Machine::live();
+    let size = size_run(r, t, load, profile, &machine)?;
     let (conns, processes, server_max) = (size.conns, size.processes, size.server_max);
     let mut defaults = Scenario::by_default(r.server.deflate.enabled, t.tls);
     let tls_server = super::run::tls_config(r)?;
@@ -169,6 +171,7 @@ pub fn run(r: &ServeConfig, t: &SelfTest, host: Option<&HostInputs>) -> Result<O
             target(fanout),
             profile,
             crate::engine::selftest::Defaults {
+                machine,
                 subscribe_targets: Vec::new(),
                 deflate: false,
                 conns,
@@ -221,12 +224,14 @@ fn size_run(
     t: &SelfTest,
     load: &Load,
     profile: &Profile,
+    machine: &crate::host::Machine,
 ) -> Result<crate::selftest::sizing::ServeSize> {
     use crate::selftest::sizing;
     let (soft, _hard) = crate::host::raise_nofile();
     // Beyond one process's fd limit the server runs as a child `serve --processes N` (the
     // supervisor, Linux); `--processes` (or the profile's server.processes) fixes N instead.
     sizing::size_serve(&sizing::ServeAsk {
+        host: machine,
         profile,
         conns: load.conns,
         scenarios: &load.scenarios,

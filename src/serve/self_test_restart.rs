@@ -4,6 +4,7 @@
 //! process (the supervisor starts another), SIGHUP to the supervisor (a rolling restart, where
 //! the supervisor does one), or `POST /api/drain` on its admin listener.
 
+use crate::host::signals::{send as kill, SIGHUP, SIGTERM};
 use crate::selftest::restart::{Disrupt, RestartBy};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -110,44 +111,9 @@ pub(super) fn disrupt(by: Option<&RestartBy>, server: Restartable) -> anyhow::Re
     }
 }
 
-#[cfg(unix)]
-use libc::{SIGHUP, SIGTERM};
-// A supervisor (`--processes`) is Linux's; elsewhere these never reach a process.
-#[cfg(not(unix))]
-const SIGHUP: i32 = 1;
-#[cfg(not(unix))]
-const SIGTERM: i32 = 15;
-
-/// kill(2): `sig` to `pid`, a process this run started (or its supervisor's child).
-fn kill(pid: u32, sig: i32) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        // SAFETY: kill(2) has no memory preconditions.
-        if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (pid, sig);
-        Err(std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            "signals are Unix's",
-        ))
-    }
-}
-
-/// Whether `pid` catches SIGHUP (`SigCgt` in /proc/PID/status; Linux).
+/// Whether `pid` catches SIGHUP (Linux).
 fn catches_sighup(pid: u32) -> bool {
-    let Ok(status) = crate::host::live(None).read(&format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigCgt:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .is_some_and(|mask| mask & (1 << (SIGHUP - 1)) != 0)
+    crate::host::process::catches(pid, SIGHUP)
 }
 
 /// A signal to the process `target(pid)` picks, described by `say`.

@@ -44,7 +44,6 @@ pub fn save(store: &Store, entry: &Entry) -> Result<()> {
 /// may write, or that another user owns, as sudo refuses such a sudoers file: whoever can
 /// write an entry can make a rollback write any value wstune may restore.
 pub fn check_dir(store: &Store) -> Result<()> {
-    #[cfg(unix)]
     for host in [crate::host::layout::STATE, DIR] {
         let p = store.path(host);
         let Some(m) = store.ownership(host) else {
@@ -68,7 +67,6 @@ pub fn check_dir(store: &Store) -> Result<()> {
             );
         }
     }
-    let _ = store;
     Ok(())
 }
 

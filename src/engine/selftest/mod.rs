@@ -82,9 +82,19 @@ pub struct Load {
 
 /// The words of this host's check against `profile` (a built-in name or a file), for the
 /// advice the scenarios' host timelines give: the fixes then name the profile's targets, as
-/// `wstune check` and `wstune watch` print them. None when the check cannot run here.
-pub fn host_words(profile: &str) -> Option<std::sync::Arc<crate::watch::advice::Words>> {
-    let backend = crate::host::live(None);
+/// `wstune check` and `wstune watch` print them, checked on `machine` (where the run goes).
+/// None when the check cannot run there.
+pub fn host_words(
+    profile: &str,
+    machine: &crate::host::Machine,
+) -> Option<std::sync::Arc<crate::watch::advice::Words>> {
+    machine.with(|backend| words_on(profile, backend))
+}
+
+fn words_on(
+    profile: &str,
+    backend: &dyn crate::host::Backend,
+) -> Option<std::sync::Arc<crate::watch::advice::Words>> {
     let inputs = super::check::inputs(
         &super::check::Target {
             profile: profile.to_string(),
@@ -93,10 +103,10 @@ pub fn host_words(profile: &str) -> Option<std::sync::Arc<crate::watch::advice::
             catalog: None,
             role: None,
         },
-        backend.as_ref(),
+        backend,
     )
     .ok()?;
-    let report = super::check::report(&inputs, backend.as_ref(), None);
+    let report = super::check::report(&inputs, backend, None);
     Some(std::sync::Arc::new(
         crate::watch::advice::Words::from_findings(&report.results),
     ))

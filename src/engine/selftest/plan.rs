@@ -33,6 +33,8 @@ pub struct LoadPlan {
 
 /// What a command runs when the flags do not say.
 pub struct Defaults {
+    /// The machine the run measures, made once by the command.
+    pub machine: crate::host::Machine,
     /// broadcast: subscriber servers (`selftest --subscribe-url`), empty for the broadcast URL.
     pub subscribe_targets: Vec<Target>,
     /// Negotiate permessage-deflate in every scenario (`selftest --deflate`).
@@ -102,7 +104,7 @@ pub fn plan(
     let conns = shard_conns(load, conns, script.as_ref())?;
     check_settings(load, rate, size, secs)?;
     let workers = generator_processes(load, conns, rate)?;
-    let sources = source_addrs(load, &target, conns)?;
+    let sources = source_addrs(load, &defaults.machine, &target, conns)?;
     let mut scenarios = load.scenarios.clone();
     if scenarios.is_empty() {
         scenarios = defaults.scenarios;
@@ -138,6 +140,7 @@ pub fn plan(
     let port = target.addr.port();
     let remote = !on_this_host(target.addr.ip());
     let mut opts = RunPlan {
+        machine: defaults.machine,
         target,
         broadcast_target,
         subscribe_targets: defaults.subscribe_targets,
@@ -281,7 +284,12 @@ fn generator_processes(load: &Load, conns: usize, rate: f64) -> Result<usize> {
 
 /// The source addresses the connections are opened from (`--src-ips`, checked to be this
 /// host's, or the loopback addresses `sizing` picks).
-fn source_addrs(load: &Load, target: &Target, conns: usize) -> Result<Vec<IpAddr>> {
+fn source_addrs(
+    load: &Load,
+    machine: &crate::host::Machine,
+    target: &Target,
+    conns: usize,
+) -> Result<Vec<IpAddr>> {
     // Ports for twice the count: the previous scenario's connections are still closing
     // (FIN_WAIT, TIME_WAIT) while the next one opens its own, and 100k of them take seconds
     // to go; sized for one scenario, the second one met EADDRNOTAVAIL at ~99.6%.
@@ -289,7 +297,7 @@ fn source_addrs(load: &Load, target: &Target, conns: usize) -> Result<Vec<IpAddr
         sizing::sources_for(
             target.addr.ip(),
             conns.saturating_mul(2),
-            sizing::ephemeral_ports(),
+            sizing::ephemeral_ports(machine),
             load.sources,
         )
     } else {
@@ -308,7 +316,7 @@ fn source_addrs(load: &Load, target: &Target, conns: usize) -> Result<Vec<IpAddr
             &load.src_ips,
             target.addr.ip(),
             conns.saturating_mul(2),
-            sizing::ephemeral_ports(),
+            sizing::ephemeral_ports(machine),
         )
     }
     .map_err(anyhow::Error::msg)

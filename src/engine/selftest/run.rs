@@ -227,12 +227,16 @@ fn attempt(
 /// still tear them down.
 async fn settle(o: &crate::selftest::RunPlan) {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    wait_for_sockets(o.conns, deadline).await;
+    wait_for_sockets(&o.machine, o.conns, deadline).await;
     crate::selftest::quiesce(o, deadline - tokio::time::Instant::now()).await;
 }
 
-async fn wait_for_sockets(conns: usize, deadline: tokio::time::Instant) {
-    let Some(start) = crate::selftest::kernel_sample() else {
+async fn wait_for_sockets(
+    host: &crate::host::Machine,
+    conns: usize,
+    deadline: tokio::time::Instant,
+) {
+    let Some(start) = crate::selftest::kernel_sample(host) else {
         return;
     };
     // Both ends of each loopback connection are sockets here; a tenth of them may linger.
@@ -240,7 +244,7 @@ async fn wait_for_sockets(conns: usize, deadline: tokio::time::Instant) {
     let mut now = start;
     while now.tcp_inuse > quiet && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        match crate::selftest::kernel_sample() {
+        match crate::selftest::kernel_sample(host) {
             Some(k) => now = k,
             None => return,
         }

@@ -116,9 +116,8 @@ pub struct ListenCounters {
 }
 
 /// The counters as read now (Linux; None elsewhere).
-pub fn listen_counters() -> Option<[u64; 7]> {
+pub fn listen_counters(host: &crate::host::Machine) -> Option<[u64; 7]> {
     use crate::host::procfs::{header_values, paths};
-    let host = crate::host::live(None);
     let netstat = host.read(paths::NETSTAT).ok()?;
     let snmp = host.read(paths::SNMP).ok()?;
     let v = |text: &str, group, f| {
@@ -237,13 +236,13 @@ impl Watch {
         Watch {
             restart: true,
             disruption: o.disrupt.clone().filter(|_| disrupts).map(disrupt_later),
-            kernel: (local.then(listen_counters).flatten(), None),
+            kernel: (local.then(|| listen_counters(&o.machine)).flatten(), None),
         }
     }
 
-    pub(super) fn window_ended(&mut self) {
+    pub(super) fn window_ended(&mut self, machine: &crate::host::Machine) {
         if self.kernel.0.is_some() {
-            self.kernel.1 = listen_counters();
+            self.kernel.1 = listen_counters(machine);
         }
     }
 

@@ -228,7 +228,9 @@ async fn serve(
             return;
         }
     };
-    if let Err(e) = signals(hub.clone()) {
+    // SIGTERM (systemd, kubelet) and SIGINT (a terminal) end the watch cleanly.
+    let stopping = hub.clone();
+    if let Err(e) = crate::host::signals::on_stop_request(move || stopping.stop()) {
         let _ = ready.send(Err(e));
         return;
     }
@@ -253,30 +255,4 @@ async fn serve(
             },
         }
     }
-}
-
-/// SIGTERM (systemd, kubelet) and SIGINT (a terminal) end the watch cleanly.
-#[cfg(unix)]
-fn signals(hub: Arc<Hub>) -> std::io::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    for kind in [SignalKind::terminate(), SignalKind::interrupt()] {
-        let mut s = signal(kind)?;
-        let hub = hub.clone();
-        tokio::spawn(async move {
-            while s.recv().await.is_some() {
-                hub.stop();
-            }
-        });
-    }
-    Ok(())
-}
-
-#[cfg(not(unix))]
-fn signals(hub: Arc<Hub>) -> std::io::Result<()> {
-    tokio::spawn(async move {
-        while tokio::signal::ctrl_c().await.is_ok() {
-            hub.stop();
-        }
-    });
-    Ok(())
 }
