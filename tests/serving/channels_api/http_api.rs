@@ -8,22 +8,27 @@ use common::tungstenite::next_text;
 use common::ws::status_of;
 use std::time::Duration;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_http_publish_with_the_key_reaches_subscribers_and_without_it_gets_401() {
-    let d = secrets();
-    // Debug logs (every refusal and connection), so "the key is in no log line" covers them.
-    let s = common::serve(&[
+/// `serve --app channels` at the 10k profile with the API key in `d` and `extra`: the server
+/// every test of the publish API starts.
+fn keyed_server(d: &tempfile::TempDir, extra: &[&str]) -> common::Served {
+    let key = path(d, "api-key");
+    let mut args = vec![
         "--profile",
         "10k",
         "--app",
         "channels",
         "--api-key-file",
-        &path(&d, "api-key"),
-        "--log-level",
-        "debug",
-        "--log-format",
-        "json",
-    ]);
+        &key,
+    ];
+    args.extend_from_slice(extra);
+    common::serve(&args)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_publish_with_the_key_reaches_subscribers_and_without_it_gets_401() {
+    let d = secrets();
+    // Debug logs (every refusal and connection), so "the key is in no log line" covers them.
+    let s = keyed_server(&d, &["--log-level", "debug", "--log-format", "json"]);
     let mut sub = connect(s.port, "", None).await.unwrap();
     assert!(subscribe(&mut sub, "a").await.contains("subscribed"));
     let (code, body) = publish(&s, &d, r#"{"channel":"a","data":{"px":101}}"#);
@@ -146,20 +151,17 @@ async fn an_http_publish_with_the_key_reaches_subscribers_and_without_it_gets_40
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_clear_errors_counted_and_the_server_keeps_serving() {
     let d = secrets();
-    let s = common::serve(&[
-        "--profile",
-        "10k",
-        "--app",
-        "channels",
-        "--api-key-file",
-        &path(&d, "api-key"),
-        "--max-message",
-        "4096",
-        "--max-frame",
-        "4096",
-        "--max-subscriptions",
-        "2",
-    ]);
+    let s = keyed_server(
+        &d,
+        &[
+            "--max-message",
+            "4096",
+            "--max-frame",
+            "4096",
+            "--max-subscriptions",
+            "2",
+        ],
+    );
     let mut sub = connect(s.port, "", None).await.unwrap();
     assert!(subscribe(&mut sub, "a").await.contains("subscribed"));
     // Missing fields name the field.
@@ -391,14 +393,7 @@ fn raw_admin(port: u16, parts: &[&[u8]], gap: Duration, wait: Duration) -> Strin
 #[test]
 fn the_admin_port_limits_slow_and_large_requests_and_answers_100_continue() {
     let d = secrets();
-    let s = common::serve(&[
-        "--profile",
-        "10k",
-        "--app",
-        "channels",
-        "--api-key-file",
-        &path(&d, "api-key"),
-    ]);
+    let s = keyed_server(&d, &[]);
     let port = s.admin;
     let auth = format!("Authorization: Bearer {KEY}\r\n");
     let slow_head = std::thread::spawn(move || {
@@ -518,20 +513,17 @@ fn stalled_subscriber(port: u16, channel: &str) -> std::net::TcpStream {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publish_to_a_slow_subscriber_reports_the_copies_it_dropped() {
     let d = secrets();
-    let s = common::serve(&[
-        "--profile",
-        "10k",
-        "--app",
-        "channels",
-        "--api-key-file",
-        &path(&d, "api-key"),
-        "--send-queue",
-        "16384",
-        // The queue's ceiling is the connection's share: at 1 MiB, the stalled subscriber's
-        // copies are dropped within the 16 MiB offered.
-        "--conn-memory-share",
-        "1048576",
-    ]);
+    let s = keyed_server(
+        &d,
+        &[
+            "--send-queue",
+            "16384",
+            // The queue's ceiling is the connection's share: at 1 MiB, the stalled subscriber's
+            // copies are dropped within the 16 MiB offered.
+            "--conn-memory-share",
+            "1048576",
+        ],
+    );
     let _slow = stalled_subscriber(s.port, "slow");
     let mut fast = connect(s.port, "", None).await.unwrap();
     assert!(subscribe(&mut fast, "other").await.contains("subscribed"));
@@ -594,14 +586,7 @@ fn a_large_publish_is_not_built_into_a_tree_and_its_body_is_charged() {
     use common::ws::{frame, read_message, upgraded};
     use std::io::Write;
     let d = secrets();
-    let s = common::serve(&[
-        "--profile",
-        "10k",
-        "--app",
-        "channels",
-        "--api-key-file",
-        &path(&d, "api-key"),
-    ]);
+    let s = keyed_server(&d, &[]);
     // 8 million zeros: 16 MB of text, about half a gigabyte as a tree of values.
     let data = format!("[{}0]", "0,".repeat(7_999_999));
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
